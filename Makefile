@@ -1,0 +1,35 @@
+# Two promises: `make demo` and `make test` work on a fresh machine with only
+# Python 3.11+ and the package registries.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint typecheck unit bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/smf-assurance demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check subjects pipeline adapters swarm ops tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict subjects pipeline adapters swarm ops
+
+unit: $(STAMP)
+	$(BIN)/pytest --cov --cov-branch --cov-report=term --cov-fail-under=90
+
+test: lint typecheck unit
+
+bench: $(STAMP)
+	$(BIN)/smf-assurance bench --evaluator
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .coverage

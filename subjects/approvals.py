@@ -1,0 +1,120 @@
+"""The approval contract: the exact-action binding, resolutions, announcements.
+
+ARCHITECTURE.md, "Exact-action approval": an ApprovalBinding covers the
+decision, the operation, the canonical argument hash, the content hash, the
+destination identity, release, projection, policy fingerprint, tenant,
+organization, matter, actor, required role, creation time and expiry (TTL at
+most 600 s). An approver signs a resolution that names the binding digest it
+saw, so an approval of one thing can never be spent on another. Only
+``allow-once`` or ``deny`` exist.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, Literal
+
+import msgspec
+
+from subjects.canonical import IDENTITY_PATTERN, identity_of, struct_identity
+
+MAX_TTL_MS: Final = 600_000
+Identity = Annotated[str, msgspec.Meta(pattern=IDENTITY_PATTERN)]
+ApprovalId = Annotated[str, msgspec.Meta(pattern=r"^apr-[0-9a-f]{32}$")]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+Millis = Annotated[int, msgspec.Meta(ge=0, le=2**53 - 1)]
+Code = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+
+ApprovalState = Literal[
+    "pending",
+    "approved",
+    "executing",
+    "consumed",
+    "execution_unknown",
+    "denied",
+    "expired",
+    "invalidated",
+    "failed",
+]
+TERMINAL_STATES: Final = frozenset(
+    {"consumed", "execution_unknown", "denied", "expired", "invalidated", "failed"}
+)
+ResolutionDecision = Literal["allow-once", "deny"]
+
+
+class ApprovalBinding(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Everything an approval is bound to; its digest is what approvers sign."""
+
+    approval_id: ApprovalId
+    decision_id: Identity
+    operation_hash: Identity
+    canonical_args_hash: Identity
+    content_hash: Identity
+    destination_identity_hash: Identity
+    release_id: Name
+    projection_id: Identity
+    policy_fingerprint: Identity
+    tenant_id: Name
+    organization_id: Name
+    matter_id: Name
+    actor_id: Name
+    required_role: Name
+    required_approvals: Annotated[int, msgspec.Meta(ge=1, le=16)]
+    created_at_ms: Millis
+    expires_at_ms: Millis
+
+    def __post_init__(self) -> None:
+        """TTL at most 600 s (ARCHITECTURE.md, "Exact-action approval")."""
+        ttl = self.expires_at_ms - self.created_at_ms
+        if not 0 < ttl <= MAX_TTL_MS:
+            raise ValueError(f"approval TTL must be within (0, {MAX_TTL_MS}] ms")
+
+
+def binding_digest(binding: ApprovalBinding) -> str:
+    """The identity an approver's resolution must name."""
+    return struct_identity(binding)
+
+
+def approval_id_for(decision_id: str) -> str:
+    """One approval per decision: a new decision (any changed field) is a new approval."""
+    return "apr-" + identity_of({"approval_for": decision_id}).removeprefix("sha256:")[:32]
+
+
+class ApprovalResolution(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An approver's signed answer to one approval (payload of a DSSE envelope)."""
+
+    schema: Literal["smf.approval-resolution/1"]
+    approval_id: ApprovalId
+    decision: ResolutionDecision
+    binding_digest: Identity
+    resolver_id: Name
+    resolved_at_ms: Millis
+
+
+class ResolutionReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The gate's answer on ``smf.approval.resolve``."""
+
+    schema: Literal["smf.resolution-reply/1"]
+    approval_id: str
+    accepted: bool
+    state: str
+    reason_codes: tuple[Code, ...] = ()
+    order_id: str | None = None
+
+
+class PendingAnnouncement(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What an approver must see to decide, announced on ``smf.approval.pending.<tenant>``.
+
+    Identities and the decision's reasons; not the content or the recipient
+    (those are shown only to an entitled approver, on request).
+    """
+
+    schema: Literal["smf.approval-pending/1"]
+    approval_id: ApprovalId
+    binding: ApprovalBinding
+    binding_digest: Identity
+    capability: str
+    channel: str
+    locality: str
+    native_tool: str
+    rule_ids: tuple[str, ...]
+    reason_codes: tuple[str, ...]

@@ -1,0 +1,157 @@
+"""Wire messages of the bus contract, version 1.
+
+One frozen Struct per message, unknown fields rejected, closed vocabularies
+(STYLE.md, "msgspec — Structs as the contract"): decoded once at the edge,
+never re-validated inside the gate. Signed messages travel as DSSE envelopes
+(``subjects.dsse``) whose payload is the canonical JSON of one of these.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+import msgspec
+
+from subjects.canonical import IDENTITY_PATTERN, identity_of
+from subjects.envelope import (
+    CitationVerification,
+    Classification,
+    InjectionTaint,
+    Locality,
+    Name,
+    RedactionStatus,
+    Surface,
+)
+
+MAX_CONTENT_CHARS: Final = 512 * 1024
+MessageId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._:-]{8,128}$")]
+Identity = Annotated[str, msgspec.Meta(pattern=IDENTITY_PATTERN)]
+OrderId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+Token = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+Code = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+Millis = Annotated[int, msgspec.Meta(ge=0, le=2**53 - 1)]
+
+
+class ActorContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Who asks, for which client matter; copied into the envelope's professional group."""
+
+    domain: Name
+    tenant_id: Name
+    organization_id: Name
+    matter_id: Name
+    actor_id: Name
+    actor_roles: tuple[Name, ...]
+    governing_laws: tuple[Name, ...]
+
+
+class DataFacts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What the adapter knows about the data; every omission defaults to ``unknown``."""
+
+    classification: Classification = "unknown"
+    injection_taint: InjectionTaint = "unknown"
+    redaction_status: RedactionStatus = "unknown"
+    redaction_evidence: Annotated[str, msgspec.Meta(max_length=1024)] | None = None
+    legal_hold: bool | None = None
+    citation_verification: CitationVerification = "unknown"
+
+
+class ProposedDestination(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    address: Annotated[str, msgspec.Meta(max_length=2048)] = ""
+    locality: Locality = "unknown"
+
+
+class Proposal(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A runtime's proposed action, with the final arguments it will execute."""
+
+    schema: Literal["smf.proposal/1"]
+    proposal_id: MessageId
+    runtime_id: Token
+    runtime_version: Name
+    adapter_id: Name
+    surface: Surface
+    native_tool: Name
+    arguments: dict[str, Any]
+    content: Annotated[str, msgspec.Meta(max_length=MAX_CONTENT_CHARS)]
+    destination: ProposedDestination
+    actor: ActorContext
+    facts: DataFacts
+    issued_at_ms: Millis
+
+
+Outcome = Literal["allow", "deny", "held"]
+
+
+class Verdict(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The gate's answer to a proposal. ``deny`` always carries reason codes."""
+
+    schema: Literal["smf.verdict/1"]
+    proposal_id: str
+    outcome: Outcome
+    reason_codes: tuple[Code, ...]
+    decision_id: str | None = None
+    operation_hash: str | None = None
+    release_id: str | None = None
+    order_id: str | None = None
+    connector_id: str | None = None
+    approval_id: str | None = None
+    expires_at_ms: int | None = None
+    required_roles: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+
+
+class ExecuteOrder(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A gated order to one connector; signed by the gate.
+
+    ``order_id`` is the idempotency key: derived from the operation hash and
+    the decision id, so a different payload can never share a key.
+    """
+
+    schema: Literal["smf.execute-order/1"]
+    order_id: OrderId
+    connector_id: Token
+    operation_hash: Identity
+    decision_id: Identity
+    release_id: Name
+    approval_id: str | None
+    native_tool: Name
+    arguments: dict[str, Any]
+    content: Annotated[str, msgspec.Meta(max_length=MAX_CONTENT_CHARS)]
+    destination_address: Annotated[str, msgspec.Meta(max_length=2048)]
+    issued_at_ms: Millis
+    not_after_ms: Millis
+
+
+ReportStatus = Literal["confirmed", "failed", "ambiguous"]
+
+
+class ExecutionReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A connector's account of one order; signed by the connector."""
+
+    schema: Literal["smf.execution-report/1"]
+    order_id: OrderId
+    connector_id: Token
+    status: ReportStatus
+    reason_code: Code
+    at_ms: Millis
+    external_ref: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+
+
+class ErrorReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Reply of an internal stage that refused its input."""
+
+    schema: Literal["smf.error/1"]
+    reason_code: Code
+    detail: Annotated[str, msgspec.Meta(max_length=512)] = ""
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    """JSON bytes of a message (unsigned replies; signed ones go through DSSE)."""
+    return msgspec.json.encode(message)
+
+
+def order_id_for(operation_hash: str, decision_id: str) -> str:
+    """The idempotency key of an order (``Nats-Msg-Id``): bound to exactly one
+    operation and one decision, so a different payload can never share it."""
+    return identity_of({"operation_hash": operation_hash, "decision_id": decision_id}).removeprefix(
+        "sha256:"
+    )

@@ -1,0 +1,82 @@
+"""Every subject, stream and header name on the bus, in one place.
+
+Subjects are the public API (ARCHITECTURE.md, "One proposal through the
+bus"); docs/SUBJECTS.md describes each one. Version: the ``v1`` payload types
+below change only by adding a new version beside the old one.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+CONTRACT_VERSION: Final = "1"
+
+PROPOSE: Final = "smf.propose"
+"""Runtimes request; the gate replies with a Verdict."""
+OUTPUT_PREFIX: Final = "smf.output"
+"""``smf.output.<stream_id>``: streamed output chunks from runtimes."""
+EXECUTE_PREFIX: Final = "smf.execute"
+"""``smf.execute.<connector_id>``: gated orders, a JetStream stream."""
+RESULT_PREFIX: Final = "smf.result"
+"""``smf.result.<connector_id>``: connector execution reports."""
+APPROVAL_PENDING_PREFIX: Final = "smf.approval.pending"
+"""``smf.approval.pending.<tenant>``: pending approvals, a JetStream stream."""
+APPROVAL_RESOLVE: Final = "smf.approval.resolve"
+"""Approvers request with a signed resolution; the gate replies."""
+STAGE_PREFIX: Final = "smf.stage"
+"""``smf.stage.<name>``: internal request/reply services of the gate."""
+
+STAGE_NORMALIZE: Final = f"{STAGE_PREFIX}.normalize"
+STAGE_EVALUATE: Final = f"{STAGE_PREFIX}.evaluate"
+STAGE_DISPATCH: Final = f"{STAGE_PREFIX}.dispatch"
+
+EXECUTE_STREAM: Final = "SMF_EXECUTE"
+RESULT_STREAM: Final = "SMF_RESULT"
+APPROVAL_STREAM: Final = "SMF_APPROVALS"
+CHECKPOINT_STREAM: Final = "SMF_LEDGER_CHECKPOINTS"
+CHECKPOINT_SUBJECT: Final = "smf.ledger.checkpoint"
+
+QUEUE_GROUP: Final = "smf-gate"
+
+HEADER_MSG_ID: Final = "Nats-Msg-Id"
+"""JetStream de-duplicates on it within the stream's duplicate window."""
+HEADER_OPERATION_HASH: Final = "Smf-Operation-Hash"
+HEADER_DECISION_ID: Final = "Smf-Decision-Id"
+HEADER_RELEASE_ID: Final = "Smf-Release-Id"
+HEADER_APPROVAL_ID: Final = "Smf-Approval-Id"
+HEADER_REASON: Final = "Smf-Reason"
+
+PAYLOAD_PROPOSAL: Final = "application/vnd.smf.proposal+json;v=1"
+PAYLOAD_ORDER: Final = "application/vnd.smf.execute-order+json;v=1"
+PAYLOAD_REPORT: Final = "application/vnd.smf.execution-report+json;v=1"
+PAYLOAD_RESOLUTION: Final = "application/vnd.smf.approval-resolution+json;v=1"
+
+_TOKEN: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class SubjectError(ValueError):
+    """A subject token would break the subject hierarchy (dots, wildcards, spaces)."""
+
+
+def token(value: str) -> str:
+    """Check one subject token: no ``.``, ``*``, ``>`` or whitespace can slip in."""
+    if not _TOKEN.match(value):
+        raise SubjectError(f"{value!r} is not a valid subject token")
+    return value
+
+
+def execute_subject(connector_id: str) -> str:
+    return f"{EXECUTE_PREFIX}.{token(connector_id)}"
+
+
+def result_subject(connector_id: str) -> str:
+    return f"{RESULT_PREFIX}.{token(connector_id)}"
+
+
+def output_subject(stream_id: str) -> str:
+    return f"{OUTPUT_PREFIX}.{token(stream_id)}"
+
+
+def approval_pending_subject(tenant_ref: str) -> str:
+    return f"{APPROVAL_PENDING_PREFIX}.{token(tenant_ref)}"

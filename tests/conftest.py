@@ -1,0 +1,41 @@
+"""Shared pytest fixtures, one section per concern; add new sections at the end.
+
+Integration tests run against a real nats-server (ARCHITECTURE.md, "Layers
+of the code": tests use a real nats-server, real SQLite), never a mock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import nats
+import pytest
+from nats.aio.client import Client
+
+from ops.natsserver import EmbeddedNatsServer
+
+# --- bus: a real nats-server with JetStream, one per test -------------------
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[EmbeddedNatsServer]:
+    """A started server whose store and log live in this test's ``tmp_path / "nats"``."""
+    with EmbeddedNatsServer(tmp_path / "nats") as server:
+        yield server
+
+
+@pytest.fixture
+def nats_url(nats_server: EmbeddedNatsServer) -> str:
+    return nats_server.url
+
+
+@pytest.fixture
+async def nc(nats_url: str) -> AsyncIterator[Client]:
+    """A connected client, drained afterwards so pending publishes reach the server."""
+    client = await nats.connect(nats_url, connect_timeout=2)
+    yield client
+    if client.is_connected:
+        await client.drain()
+    else:
+        await client.close()

@@ -1,0 +1,256 @@
+"""The command line as a user meets it: tables, --json, one-line failures, exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ops.cli import main
+from ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
+
+SCENARIOS = package_path(SCENARIO_ENVELOPES)
+AT = "2026-11-29T10:00:00Z"
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_eval_json_is_canonical_and_carries_the_required_fields(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(
+        ["eval", "--json", "--at", AT, str(SCENARIOS / "1-court-filing-approval.json")], capsys
+    )
+    assert code == 0
+    decision = json.loads(out)
+    for key in ("disposition", "reason_codes", "operation_hash", "decision_id", "rule_ids"):
+        assert key in decision
+    assert decision["disposition"] == "conditional"
+    assert decision["requirements"] == {
+        "approval_count": 1,
+        "required_roles": ["licensed_attorney"],
+        "ttl_seconds": 300,
+        "exact_action_binding": True,
+        "one_shot": True,
+    }
+    assert out == json.dumps(decision, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def test_eval_prints_the_same_bytes_for_the_same_input(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["eval", "--json", "--at", AT, str(SCENARIOS / "2-legal-hold-deletion.json")]
+    first = run(argv, capsys)[1]
+    second = run(argv, capsys)[1]
+    assert first == second
+    later = run([*argv[:2], "--at", "2026-11-29T10:00:01Z", argv[-1]], capsys)[1]
+    assert json.loads(later)["decision_id"] != json.loads(first)["decision_id"]
+
+
+def test_eval_reads_stdin(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = (SCENARIOS / "3-tainted-egress.json").read_bytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    code, out, _ = run(["eval", "--json", "--at", AT, "-"], capsys)
+    assert code == 0
+    assert json.loads(out)["reason_codes"][0] == "injection_tainted_egress"
+
+
+def test_eval_table_is_readable(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        ["eval", "--at", AT, str(SCENARIOS / "4-uncovered-consequential.json")], capsys
+    )
+    assert code == 0
+    assert "disposition" in out and "deny" in out
+    assert "no_applicable_policy_for_consequential_operation" in out
+    assert "2026-11-29T10:00:00Z" in out
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda e: e.update(capability="teleport"), "$.capability"),
+        (lambda e: e["data"].update(classification=3), "$.data.classification"),
+        (lambda e: e["effects"].update(surprise=True), "surprise"),
+        (lambda e: e.pop("workflow"), "workflow"),
+    ],
+)
+def test_invalid_envelope_exits_2_with_one_line_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mutate: object, field: str
+) -> None:
+    envelope = json.loads((SCENARIOS / "1-court-filing-approval.json").read_text())
+    mutate(envelope)  # type: ignore[operator]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(envelope))
+    code, out, err = run(["eval", str(path)], capsys)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert field in err
+
+
+def test_eval_rejects_a_timestamp_without_zone_and_a_missing_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    envelope = str(SCENARIOS / "1-court-filing-approval.json")
+    assert run(["eval", "--at", "2026-11-29T10:00:00", envelope], capsys)[0] == 2
+    assert run(["eval", "--at", "yesterday", envelope], capsys)[0] == 2
+    code, _, err = run(["eval", str(tmp_path / "absent.json")], capsys)
+    assert code == 2
+    assert "cannot read" in err
+
+
+def test_eval_with_a_missing_projection_fails_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(
+        ["eval", "--projection", str(tmp_path), str(SCENARIOS / "1-court-filing-approval.json")],
+        capsys,
+    )
+    assert code == 1
+    assert err.startswith("smf-assurance: cannot load projection") and err.count("\n") == 1
+
+
+def test_compile_then_eval_against_the_compiled_projection(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_dir = tmp_path / "release"
+    code, out, _ = run(
+        [
+            "compile",
+            "--json",
+            "--corpus",
+            str(package_path(SCENARIO_CORPUS)),
+            "--out",
+            str(out_dir),
+        ],
+        capsys,
+    )
+    assert code == 0
+    assert set(json.loads(out)["files"]) == {"enforcement.json", "analysis.json", "index.json"}
+    code, out, _ = run(
+        [
+            "eval",
+            "--json",
+            "--at",
+            AT,
+            "--projection",
+            str(out_dir),
+            str(SCENARIOS / "2-legal-hold-deletion.json"),
+        ],
+        capsys,
+    )
+    assert code == 0
+    assert json.loads(out)["disposition"] == "deny"
+
+
+def test_compile_table_and_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        ["compile", "--corpus", str(package_path(SCENARIO_CORPUS)), "--out", str(tmp_path / "a")],
+        capsys,
+    )
+    assert code == 0 and "enforcement.json" in out
+    code, _, err = run(
+        ["compile", "--corpus", str(tmp_path / "nope"), "--out", str(tmp_path / "b")], capsys
+    )
+    assert code == 1
+    assert err.startswith("smf-assurance: compile failed") and err.count("\n") == 1
+    assert not (tmp_path / "b").exists()
+
+
+def test_demo_offline_reaches_every_expected_outcome(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["demo", "--json"], capsys)
+    assert code == 0
+    report = json.loads(out)
+    assert report["ok"] is True
+    assert [r["disposition"] for r in report["scenarios"]] == [
+        "conditional",
+        "deny",
+        "deny",
+        "deny",
+    ]
+
+
+def test_bench_evaluator_prints_both_engines_and_the_ratio(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(["bench", "--evaluator", "--rounds", "20"], capsys)
+    assert code == 0
+    assert "smf evaluator" in out and "cedarpy" in out and "x" in out.splitlines()[-1]
+    code, out, _ = run(["bench", "--evaluator", "--rounds", "20", "--json"], capsys)
+    figures = json.loads(out)
+    assert {s["label"] for s in figures["evaluator"]} >= {"cedarpy is_authorized"}
+    assert figures["cedar_over_smf_p50_x1000"] > 0
+
+
+def test_every_subcommand_has_help() -> None:
+    for command in ("compile", "eval", "demo", "bench"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--help"])
+        assert exit_info.value.code == 0
+
+
+def test_console_script_runs_as_a_module() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ops.cli", "--help"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0
+    assert "smf-assurance" in result.stdout
+
+
+@pytest.mark.slow
+def test_built_wheel_installs_and_its_console_script_runs(tmp_path: Path) -> None:
+    """The console script is never advertised without existing (issue 2)."""
+    root = Path(__file__).resolve().parents[1]
+    source = tmp_path / "src"
+    shutil.copytree(
+        root,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".venv", ".git", "*.egg-info", "build", "dist", "__pycache__", ".*cache"
+        ),
+    )
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(dist),
+            str(source),
+        ],
+        check=True,
+    )
+    (wheel,) = dist.glob("smf_assurance-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], check=True
+    )
+    result = subprocess.run(
+        [str(venv / "bin" / "smf-assurance"), "--help"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "compile" in result.stdout and "eval" in result.stdout
+    shipped = subprocess.run(
+        [str(venv / "bin" / "smf-assurance"), "demo", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert shipped.returncode == 0, shipped.stderr
+    assert json.loads(shipped.stdout)["ok"] is True
