@@ -39,12 +39,20 @@ from pipeline.core.projection import (
     projection_bytes,
     projection_id,
 )
-from subjects.canonical import IDENTITY_PATTERN, canonical_bytes, identity_of, sha256_identity
+from subjects.canonical import (
+    IDENTITY_PATTERN,
+    CanonicalJSONError,
+    canonical_bytes,
+    canonical_value,
+    identity_of,
+    sha256_identity,
+)
 
 COMPILER_VERSION: Final = "smf.compiler/1"
 SYNTHETIC_PREFIX: Final = "Synthetic:"
-ReleaseId = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9._-]{0,127}$")]
-Date = Annotated[str, msgspec.Meta(pattern=r"^\d{4}-\d{2}-\d{2}$")]
+# ``\Z``, not ``$``: in Python ``$`` also matches before a trailing newline.
+ReleaseId = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9._-]{0,127}\Z")]
+Date = Annotated[str, msgspec.Meta(pattern=r"^\d{4}-\d{2}-\d{2}\Z")]
 
 
 class CompileError(ValueError):
@@ -120,8 +128,10 @@ def _load(path: Path, type_: Any) -> Any:
     except OSError as exc:
         raise CompileError(f"{path.name}: cannot read ({exc.strerror})") from exc
     try:
-        return msgspec.json.decode(raw, type=type_)
-    except msgspec.DecodeError as exc:
+        # Every string NFC-normalized first (ARCHITECTURE.md, "Canonical bytes"),
+        # so the projection held in memory is the one its canonical bytes describe.
+        return msgspec.convert(canonical_value(msgspec.json.decode(raw)), type_)
+    except (msgspec.DecodeError, CanonicalJSONError) as exc:
         raise CompileError(f"{path.name}: {exc}") from exc
 
 
@@ -178,6 +188,18 @@ def _check_policy(policy: PolicyRecord, rule_ids: set[str]) -> None:
         )
     if policy.effect == "deny" and policy.requirements != type(policy.requirements)():
         raise CompileError(f"{where}: a deny policy carries no requirements")
+
+
+def _normalized(policy: PolicyRecord) -> PolicyRecord:
+    """Required roles are a set (merged by union): sorted and de-duplicated, so
+    their spelling order cannot change the projection's bytes."""
+    requirements = policy.requirements
+    roles = tuple(sorted(set(requirements.required_roles)))
+    if roles == requirements.required_roles:
+        return policy
+    return msgspec.structs.replace(
+        policy, requirements=msgspec.structs.replace(requirements, required_roles=roles)
+    )
 
 
 def _duplicates(ids: Sequence[str]) -> list[str]:
@@ -246,7 +268,7 @@ def compile_corpus(corpus: Path) -> CompiledRelease:
         fact_registry_version=FACT_REGISTRY_VERSION,
         recipe_id=RECIPE_ID,
         rules=tuple(enforcement_rules),
-        policies=tuple(sorted(policies, key=lambda p: p.policy_id)),
+        policies=tuple(sorted(map(_normalized, policies), key=lambda p: p.policy_id)),
     )
     analysis = AnalysisProjection(
         schema=ANALYSIS_SCHEMA,

@@ -8,6 +8,7 @@ their subjects (the services still answer on the bus for other gates and for
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,12 +18,14 @@ from pathlib import Path
 import nats
 import structlog
 from nats.aio.client import Client
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.client import JetStreamContext
 from nats.micro.service import Service
 
 from ops.projections import load_policy_set
 from ops.state import StateDir
 from pipeline.core.normalize import MapperTable, decode_mapper
+from pipeline.stages.approvals import ApprovalDesk
 from pipeline.stages.decide import EvaluateStage, NormalizeStage
 from pipeline.stages.dispatch import DispatchStage
 from pipeline.stages.gate import Gate, GateSettings
@@ -36,6 +39,7 @@ from pipeline.stages.service import (
     start_service,
 )
 from pipeline.stages.streams import ensure_gate_streams
+from pipeline.stores.approvals_sqlite import SqliteApprovalStore
 from pipeline.stores.claims import ClaimStore
 from pipeline.stores.ledger import Ledger
 from subjects import names
@@ -67,6 +71,7 @@ class GateOptions:
     projection_dir: Path | None = None
     clock: Callable[[], int] = wall_clock_ms
     stage_timeout: float = 2.0
+    sweep_seconds: float = 1.0
     name: str = "smf-gate"
 
 
@@ -75,20 +80,53 @@ class RunningGate:
     nc: Client
     js: JetStreamContext
     gate: Gate
+    desk: ApprovalDesk
     ledger: Ledger
     claims: ClaimStore
+    approvals: SqliteApprovalStore
     services: list[Service] = field(default_factory=list)
     handlers: list[ConcurrentHandler] = field(default_factory=list)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
         for service in self.services:
             await service.stop()
         for handler in self.handlers:
             await handler.drain()
         await self.ledger.close()
         await self.claims.close()
+        await self.approvals.close()
         if not self.nc.is_closed:
             await self.nc.drain()
+
+
+async def _follow_reports(js: JetStreamContext, desk: ApprovalDesk) -> None:
+    """A durable consumer on SMF_RESULT: a report that arrives while no gate
+    runs is read when one starts (the deadline sweep covers a lost report)."""
+    sub = await js.pull_subscribe(f"{names.RESULT_PREFIX}.>", durable="smf-gate-results")
+    while True:
+        try:
+            messages = await sub.fetch(16, timeout=1.0)
+        except NatsTimeoutError:
+            continue
+        for msg in messages:
+            try:
+                await desk.handle_report(msg.data)
+            except Exception:
+                log.exception("execution_report_failed")
+            await msg.ack()
+
+
+async def _sweep(desk: ApprovalDesk, every: float) -> None:
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await desk.sweep()
+        except Exception:
+            log.exception("approval_sweep_failed")
 
 
 async def start_gate(options: GateOptions) -> RunningGate:
@@ -106,10 +144,12 @@ async def start_gate(options: GateOptions) -> RunningGate:
 
     ledger = await Ledger.open(state.ledger, signer=gate_key, on_checkpoint=publish_checkpoint)
     claims = await ClaimStore.open(state.claims)
+    approvals = await SqliteApprovalStore.open(state.approvals)
 
+    evaluate = EvaluateStage(load_policy_set(options.projection_dir), options.clock)
     stage_handlers: dict[str, StageHandler] = {
         names.STAGE_NORMALIZE: NormalizeStage(load_mapper_tables()),
-        names.STAGE_EVALUATE: EvaluateStage(load_policy_set(options.projection_dir), options.clock),
+        names.STAGE_EVALUATE: evaluate,
         names.STAGE_DISPATCH: DispatchStage(js, gate_key, options.clock),
     }
 
@@ -118,10 +158,22 @@ async def start_gate(options: GateOptions) -> RunningGate:
             return LocalStage(stage_handlers[subject])
         return BusStage(nc, subject)
 
+    tenant_key = state.pseudonym_key()
+    desk = ApprovalDesk(
+        store=approvals,
+        nc=nc,
+        js=js,
+        registry=registry,
+        ledger=ledger,
+        dispatch=client(names.STAGE_DISPATCH),
+        policy_set=lambda: evaluate.policy_set,
+        clock=options.clock,
+        tenant_key=tenant_key,
+        stage_timeout=options.stage_timeout,
+    )
+    await desk.recover()
     gate = Gate(
-        settings=GateSettings(
-            tenant_key=state.pseudonym_key(), stage_timeout=options.stage_timeout
-        ),
+        settings=GateSettings(tenant_key=tenant_key, stage_timeout=options.stage_timeout),
         registry=registry,
         normalize=client(names.STAGE_NORMALIZE),
         evaluate=client(names.STAGE_EVALUATE),
@@ -129,8 +181,11 @@ async def start_gate(options: GateOptions) -> RunningGate:
         ledger=ledger,
         claims=claims,
         clock=options.clock,
+        hold=desk,
     )
-    running = RunningGate(nc=nc, js=js, gate=gate, ledger=ledger, claims=claims)
+    running = RunningGate(
+        nc=nc, js=js, gate=gate, desk=desk, ledger=ledger, claims=claims, approvals=approvals
+    )
     stages, handlers = await start_service(
         nc,
         "smf-stages",
@@ -147,5 +202,19 @@ async def start_gate(options: GateOptions) -> RunningGate:
     )
     running.services.append(front)
     running.handlers.extend(front_handlers)
+    desk_service, desk_handlers = await start_service(
+        nc,
+        "smf-approvals",
+        [
+            Endpoint("resolve", names.APPROVAL_RESOLVE, desk.handle_resolve),
+            Endpoint("show", names.APPROVAL_SHOW, desk.handle_show),
+            Endpoint("status", names.APPROVAL_STATUS, desk.handle_status),
+        ],
+        description="SMF approval desk: resolve, show, status",
+    )
+    running.services.append(desk_service)
+    running.handlers.extend(desk_handlers)
+    running.tasks.append(asyncio.create_task(_follow_reports(js, desk)))
+    running.tasks.append(asyncio.create_task(_sweep(desk, options.sweep_seconds)))
     log.info("gate_started", nats=options.nats_url, co_located=options.co_located)
     return running

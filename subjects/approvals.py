@@ -16,13 +16,11 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from subjects.canonical import IDENTITY_PATTERN, identity_of, struct_identity
+from subjects.patterns import Code, Millis
 
 MAX_TTL_MS: Final = 600_000
 Identity = Annotated[str, msgspec.Meta(pattern=IDENTITY_PATTERN)]
-ApprovalId = Annotated[str, msgspec.Meta(pattern=r"^apr-[0-9a-f]{32}$")]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
-Millis = Annotated[int, msgspec.Meta(ge=0, le=2**53 - 1)]
-Code = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
 
 ApprovalState = Literal[
     "pending",
@@ -44,7 +42,7 @@ ResolutionDecision = Literal["allow-once", "deny"]
 class ApprovalBinding(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Everything an approval is bound to; its digest is what approvers sign."""
 
-    approval_id: ApprovalId
+    approval_id: Identity
     decision_id: Identity
     operation_hash: Identity
     canonical_args_hash: Identity
@@ -57,7 +55,7 @@ class ApprovalBinding(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     organization_id: Name
     matter_id: Name
     actor_id: Name
-    required_role: Name
+    required_roles: Annotated[tuple[Name, ...], msgspec.Meta(min_length=1, max_length=16)]
     required_approvals: Annotated[int, msgspec.Meta(ge=1, le=16)]
     created_at_ms: Millis
     expires_at_ms: Millis
@@ -76,14 +74,14 @@ def binding_digest(binding: ApprovalBinding) -> str:
 
 def approval_id_for(decision_id: str) -> str:
     """One approval per decision: a new decision (any changed field) is a new approval."""
-    return "apr-" + identity_of({"approval_for": decision_id}).removeprefix("sha256:")[:32]
+    return identity_of({"approval_for": decision_id})
 
 
 class ApprovalResolution(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """An approver's signed answer to one approval (payload of a DSSE envelope)."""
 
     schema: Literal["smf.approval-resolution/1"]
-    approval_id: ApprovalId
+    approval_id: Identity
     decision: ResolutionDecision
     binding_digest: Identity
     resolver_id: Name
@@ -109,7 +107,7 @@ class PendingAnnouncement(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
     """
 
     schema: Literal["smf.approval-pending/1"]
-    approval_id: ApprovalId
+    approval_id: Identity
     binding: ApprovalBinding
     binding_digest: Identity
     capability: str
@@ -118,3 +116,29 @@ class PendingAnnouncement(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
     native_tool: str
     rule_ids: tuple[str, ...]
     reason_codes: tuple[str, ...]
+
+
+class ShowRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An approver's signed request to see one approval's binding and content."""
+
+    schema: Literal["smf.approval-show/1"]
+    approval_id: Identity
+    resolver_id: Name
+    requested_at_ms: Millis
+
+
+class ApprovalView(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What an entitled approver is shown: the binding, its digest, and what will be sent.
+
+    The approver checks ``content`` against ``binding.content_hash`` before
+    signing (ARCHITECTURE.md, "Exact-action approval").
+    """
+
+    schema: Literal["smf.approval-view/1"]
+    binding: ApprovalBinding
+    binding_digest: Identity
+    state: str
+    native_tool: str
+    destination_address: str
+    content: str
+    arguments_json: str

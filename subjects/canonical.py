@@ -27,7 +27,8 @@ MAX_DEPTH: Final = 64
 """Nesting bound, so a hostile value cannot exhaust the stack."""
 
 IDENTITY_PREFIX: Final = "sha256:"
-IDENTITY_PATTERN: Final = r"^sha256:[0-9a-f]{64}$"
+IDENTITY_PATTERN: Final = r"^sha256:[0-9a-f]{64}\Z"
+"""``\\Z``, not ``$``: in Python ``$`` also matches before a trailing newline."""
 _IDENTITY_RE: Final = re.compile(IDENTITY_PATTERN)
 
 _ENCODER: Final = json.JSONEncoder(
@@ -103,8 +104,8 @@ def parse_canonical(data: bytes | str) -> Any:
     Used where a signature or digest covers the bytes, so that two parsers can
     never read different values from the same signed bytes.
     """
-    raw = data.encode("utf-8") if isinstance(data, str) else data
     try:
+        raw = data.encode("utf-8") if isinstance(data, str) else data
         value = json.loads(raw, parse_float=_reject_float, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
         raise CanonicalJSONError(f"not JSON: {exc}") from exc

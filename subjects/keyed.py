@@ -40,5 +40,9 @@ def keyed_identifier(key: bytes, domain: str, value: str) -> str:
     """Return ``hmac-sha256:<hex>`` for ``value`` within ``domain`` under ``key``."""
     if len(key) < MIN_KEY_BYTES:
         raise KeyedIdentifierError(f"keyed identifier key must be at least {MIN_KEY_BYTES} bytes")
-    message = _frame(_check_domain(domain)) + _frame(value.encode("utf-8"))
+    try:
+        encoded = value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise KeyedIdentifierError("keyed identifier value is not valid Unicode") from exc
+    message = _frame(_check_domain(domain)) + _frame(encoded)
     return KEYED_PREFIX + hmac.new(key, message, hashlib.sha256).hexdigest()

@@ -22,14 +22,10 @@ from subjects.envelope import (
     RedactionStatus,
     Surface,
 )
+from subjects.patterns import Code, MessageId, Millis, OrderId, Token
 
 MAX_CONTENT_CHARS: Final = 512 * 1024
-MessageId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._:-]{8,128}$")]
 Identity = Annotated[str, msgspec.Meta(pattern=IDENTITY_PATTERN)]
-OrderId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
-Token = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
-Code = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
-Millis = Annotated[int, msgspec.Meta(ge=0, le=2**53 - 1)]
 
 
 class ActorContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

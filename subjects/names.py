@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from subjects.patterns import SUBJECT_TOKEN_PATTERN
+
 CONTRACT_VERSION: Final = "1"
 
 PROPOSE: Final = "smf.propose"
@@ -24,6 +26,12 @@ APPROVAL_PENDING_PREFIX: Final = "smf.approval.pending"
 """``smf.approval.pending.<tenant>``: pending approvals, a JetStream stream."""
 APPROVAL_RESOLVE: Final = "smf.approval.resolve"
 """Approvers request with a signed resolution; the gate replies."""
+APPROVAL_OUTCOME_PREFIX: Final = "smf.approval.outcome"
+"""``smf.approval.outcome.<approval hex>``: the held proposal's final Verdict, for its runtime."""
+APPROVAL_SHOW: Final = "smf.approval.show"
+"""Approvers request (signed) the binding and held content of one approval."""
+APPROVAL_STATUS: Final = "smf.approval.status"
+"""Anyone on the bus may ask the state of an approval id (no content)."""
 STAGE_PREFIX: Final = "smf.stage"
 """``smf.stage.<name>``: internal request/reply services of the gate."""
 
@@ -51,8 +59,9 @@ PAYLOAD_PROPOSAL: Final = "application/vnd.smf.proposal+json;v=1"
 PAYLOAD_ORDER: Final = "application/vnd.smf.execute-order+json;v=1"
 PAYLOAD_REPORT: Final = "application/vnd.smf.execution-report+json;v=1"
 PAYLOAD_RESOLUTION: Final = "application/vnd.smf.approval-resolution+json;v=1"
+PAYLOAD_SHOW_REQUEST: Final = "application/vnd.smf.approval-show+json;v=1"
 
-_TOKEN: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_TOKEN: Final = re.compile(SUBJECT_TOKEN_PATTERN)
 
 
 class SubjectError(ValueError):
@@ -61,7 +70,7 @@ class SubjectError(ValueError):
 
 def token(value: str) -> str:
     """Check one subject token: no ``.``, ``*``, ``>`` or whitespace can slip in."""
-    if not _TOKEN.match(value):
+    if not _TOKEN.fullmatch(value):
         raise SubjectError(f"{value!r} is not a valid subject token")
     return value
 
@@ -78,5 +87,10 @@ def output_subject(stream_id: str) -> str:
     return f"{OUTPUT_PREFIX}.{token(stream_id)}"
 
 
-def approval_pending_subject(tenant_ref: str) -> str:
-    return f"{APPROVAL_PENDING_PREFIX}.{token(tenant_ref)}"
+def approval_pending_subject(tenant_id: str) -> str:
+    return f"{APPROVAL_PENDING_PREFIX}.{token(tenant_id)}"
+
+
+def approval_outcome_subject(approval_id: str) -> str:
+    """Keyed by the hex of the approval identity (``sha256:`` has no place in a token)."""
+    return f"{APPROVAL_OUTCOME_PREFIX}.{token(approval_id.removeprefix('sha256:'))}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Final, Literal
+from typing import Final, Literal
 
 import msgspec
 
@@ -24,10 +24,10 @@ from subjects.keys import (
     public_record,
     verify_key_from_record,
 )
+from subjects.patterns import Token
 
 Role = Literal["runtime", "gate", "connector", "approver"]
 REGISTRY_SCHEMA: Final = "smf.registry/1"
-Token = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 
 class RegistryError(ValueError):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import nats
 import pytest
+import structlog
 from nats.aio.client import Client
 
 from ops.natsserver import EmbeddedNatsServer
@@ -39,3 +40,12 @@ async def nc(nats_url: str) -> AsyncIterator[Client]:
         await client.drain()
     else:
         await client.close()
+
+
+# --- logging: commands configure structlog globally; undo it after each test -----
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog() -> Iterator[None]:
+    yield
+    structlog.reset_defaults()

@@ -71,7 +71,8 @@ def test_eval_table_is_readable(capsys: pytest.CaptureFixture[str]) -> None:
         ["eval", "--at", AT, str(SCENARIOS / "4-uncovered-consequential.json")], capsys
     )
     assert code == 0
-    assert "disposition" in out and "deny" in out
+    assert "disposition" in out
+    assert "deny" in out
     assert "no_applicable_policy_for_consequential_operation" in out
     assert "2026-11-29T10:00:00Z" in out
 
@@ -118,7 +119,8 @@ def test_eval_with_a_missing_projection_fails_with_one_line(
         capsys,
     )
     assert code == 1
-    assert err.startswith("smf-assurance: cannot load projection") and err.count("\n") == 1
+    assert err.startswith("smf-assurance: cannot load projection")
+    assert err.count("\n") == 1
 
 
 def test_compile_then_eval_against_the_compiled_projection(
@@ -159,26 +161,44 @@ def test_compile_table_and_failure(tmp_path: Path, capsys: pytest.CaptureFixture
         ["compile", "--corpus", str(package_path(SCENARIO_CORPUS)), "--out", str(tmp_path / "a")],
         capsys,
     )
-    assert code == 0 and "enforcement.json" in out
+    assert code == 0
+    assert "enforcement.json" in out
     code, _, err = run(
         ["compile", "--corpus", str(tmp_path / "nope"), "--out", str(tmp_path / "b")], capsys
     )
     assert code == 1
-    assert err.startswith("smf-assurance: compile failed") and err.count("\n") == 1
+    assert err.startswith("smf-assurance: compile failed")
+    assert err.count("\n") == 1
     assert not (tmp_path / "b").exists()
 
 
-def test_demo_offline_reaches_every_expected_outcome(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["demo", "--json"], capsys)
+def test_demo_runs_the_scenarios_over_the_bus_and_keeps_its_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    code, out, _ = run(["demo", "--json", "--state-dir", str(state)], capsys)
     assert code == 0
     report = json.loads(out)
     assert report["ok"] is True
-    assert [r["disposition"] for r in report["scenarios"]] == [
-        "conditional",
-        "deny",
-        "deny",
-        "deny",
-    ]
+    verdicts = {r["scenario"][0]: r for r in report["scenarios"]}
+    assert verdicts["1"]["verdict"] == "held -> allow"
+    assert verdicts["1"]["connector"] == "confirmed"
+    assert [verdicts[n]["executed"] for n in "234"] == ["nothing"] * 3
+    assert verdicts["5"]["connector"] == "confirmed"
+    # Every piece of state is under --state-dir: the filing, the deletion, the stores.
+    filings = list((state / "connectors" / "court-efiling" / "outbox").glob("*.json"))
+    assert len(filings) == 1
+    assert not (state / "connectors" / "dms" / "store" / "doc-1207").exists()
+    assert (state / "connectors" / "dms" / "store" / "doc-4711").exists()
+    for name in ("ledger.db", "claims.db", "approvals.db", "registry.json"):
+        assert (state / name).exists()
+
+
+def test_demo_table_is_readable(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["demo"], capsys)
+    assert code == 0
+    assert "held -> allow" in out
+    assert "legal_hold_blocks_deletion" in out
 
 
 def test_bench_evaluator_prints_both_engines_and_the_ratio(
@@ -186,7 +206,9 @@ def test_bench_evaluator_prints_both_engines_and_the_ratio(
 ) -> None:
     code, out, _ = run(["bench", "--evaluator", "--rounds", "20"], capsys)
     assert code == 0
-    assert "smf evaluator" in out and "cedarpy" in out and "x" in out.splitlines()[-1]
+    assert "smf evaluator" in out
+    assert "cedarpy" in out
+    assert out.splitlines()[-1].endswith("x")
     code, out, _ = run(["bench", "--evaluator", "--rounds", "20", "--json"], capsys)
     figures = json.loads(out)
     assert {s["label"] for s in figures["evaluator"]} >= {"cedarpy is_authorized"}
@@ -245,7 +267,8 @@ def test_built_wheel_installs_and_its_console_script_runs(tmp_path: Path) -> Non
         [str(venv / "bin" / "smf-assurance"), "--help"], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert "compile" in result.stdout and "eval" in result.stdout
+    assert "compile" in result.stdout
+    assert "eval" in result.stdout
     shipped = subprocess.run(
         [str(venv / "bin" / "smf-assurance"), "demo", "--json"],
         capture_output=True,
@@ -253,4 +276,4 @@ def test_built_wheel_installs_and_its_console_script_runs(tmp_path: Path) -> Non
         check=False,
     )
     assert shipped.returncode == 0, shipped.stderr
-    assert json.loads(shipped.stdout)["ok"] is True
+    assert json.loads(shipped.stdout)["ok"] is True, shipped.stdout

@@ -1,56 +1,224 @@
-"""``demo``: run the four governed scenarios and check every outcome."""
+"""``demo``: the four governed scenarios end to end over a real NATS bus.
+
+Starts an embedded nats-server, the gate and the example connectors under a
+state directory, drives the scenarios from a scripted runtime adapter, has a
+synthetic licensed attorney resolve the held court filing, and prints what
+happened: verdict, what reached ``smf.execute.*``, what the connector did,
+and the evidence entry. Exits 0 only when every outcome is the expected one.
+"""
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-from typing import Any
+import asyncio
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
-from ops.output import emit_json, fail, table
-from ops.projections import load_policy_set
-from ops.scenarios_catalog import load_scenarios
-from pipeline.core.evaluator import evaluate
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from adapters.approver import ApproverClient
+from adapters.client import ProposalClient
+from ops.demo_script import SCENARIOS, ScriptedAction
+from ops.logs import configure_logging
+from ops.output import Progress, emit_json, fail, table
+from ops.stack import Stack, seed_demo_documents, start_stack
+from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from subjects import dsse, names
+from subjects.keys import VerifyKey
+from subjects.messages import ExecutionReport, Verdict
+from subjects.registry import load_registry
+
+REPORT_WAIT_SECONDS = 10.0
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("demo", help="run the four governed scenarios end to end")
+    p = sub.add_parser("demo", help="run the four governed scenarios end to end over NATS")
+    p.add_argument("--state-dir", type=Path, help="keep all state here (default: a temp dir)")
+    p.add_argument("--nats", help="use this NATS server instead of an embedded one")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run_demo)
 
 
+@dataclass
+class Row:
+    scenario: str
+    verdict: str
+    reasons: tuple[str, ...]
+    executed: str
+    connector: str
+    evidence: str
+    as_expected: bool
+
+
+class ReportWatch:
+    """Collects verified connector reports from ``smf.result.>`` by order id."""
+
+    def __init__(self, connector_keys: Mapping[str, VerifyKey]) -> None:
+        self.connector_keys = connector_keys
+        self.reports: dict[str, str] = {}
+        self.orders: list[str] = []
+        self.changed = asyncio.Event()
+
+    async def on_report(self, msg: Msg) -> None:
+        try:
+            report, _ = dsse.open_struct(
+                dsse.decode_envelope(msg.data),
+                self.connector_keys,
+                ExecutionReport,
+                names.PAYLOAD_REPORT,
+            )
+        except (dsse.SignatureError, msgspec.ValidationError):
+            return
+        self.reports[report.order_id] = report.status
+        self.changed.set()
+
+    async def on_order(self, msg: Msg) -> None:
+        self.orders.append(msg.subject)
+
+    async def wait_for(self, order_id: str) -> str:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + REPORT_WAIT_SECONDS
+        while order_id not in self.reports and loop.time() < deadline:
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                break
+        return self.reports.get(order_id, "no report")
+
+
+async def _approve(nc: Client, stack: Stack, approval_id: str) -> Verdict | None:
+    """A synthetic licensed attorney reviews the content and allows it once."""
+    outcome: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+
+    async def on_outcome(msg: Msg) -> None:
+        if not outcome.done():
+            outcome.set_result(msgspec.json.decode(msg.data, type=Verdict))
+
+    sub = await nc.subscribe(names.approval_outcome_subject(approval_id), cb=on_outcome)
+    attorney = ApproverClient(nc, stack.state.key("attorney-alex"), "attorney-alex")
+    _, reply = await attorney.review_and_resolve(approval_id, "allow-once")
+    try:
+        if not reply.accepted:
+            return None
+        return await asyncio.wait_for(outcome, REPORT_WAIT_SECONDS)
+    finally:
+        await sub.unsubscribe()
+
+
+async def _run_one(
+    action: ScriptedAction, runtime: ProposalClient, nc: Client, stack: Stack, watch: ReportWatch
+) -> Row:
+    proposal = runtime.build(
+        native_tool=action.native_tool,
+        arguments=action.arguments,
+        actor=action.actor,
+        facts=action.facts,
+        content=action.content,
+        destination=action.destination,
+    )
+    verdict = await runtime.propose(proposal)
+    final = verdict
+    shown: str = verdict.outcome
+    if verdict.outcome == "held" and verdict.approval_id is not None:
+        approved = await _approve(nc, stack, verdict.approval_id)
+        if approved is not None:
+            final = approved
+            shown = f"held -> {approved.outcome}"
+    order = final.order_id
+    connector = await watch.wait_for(order) if order else "-"
+    expected_final = "allow" if action.expected_outcome in ("held", "allow") else "deny"
+    ok = (
+        verdict.outcome == action.expected_outcome
+        and action.expected_reason in verdict.reason_codes
+        and final.outcome == expected_final
+        and (order is None) == (expected_final == "deny")
+        and (order is None or connector == "confirmed")
+    )
+    return Row(
+        scenario=action.name,
+        verdict=shown,
+        reasons=verdict.reason_codes,
+        executed=f"{final.connector_id} order {order[:12]}" if order else "nothing",
+        connector=connector,
+        evidence=(verdict.evidence[0][:19] if verdict.evidence else "-"),
+        as_expected=ok,
+    )
+
+
+async def _demo(state: StateDir, nats_url: str | None) -> list[Row]:
+    provision_demo(state)
+    seed_demo_documents(state)
+    stack = await start_stack(state, nats_url=nats_url)
+    nc = await nats.connect(stack.url, name="smf-demo-runtime")
+    watch = ReportWatch(load_registry(state.registry).trusted("connector"))
+    try:
+        await nc.subscribe("smf.result.>", cb=watch.on_report)
+        await nc.subscribe("smf.execute.>", cb=watch.on_order)
+        runtime = ProposalClient(nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
+        progress = Progress("scenarios", len(SCENARIOS))
+        rows = []
+        for n, action in enumerate(SCENARIOS, start=1):
+            rows.append(await _run_one(action, runtime, nc, stack, watch))
+            progress.update(n)
+        progress.close()
+        return rows
+    finally:
+        await nc.drain()
+        await stack.stop()
+
+
 def run_demo(args: argparse.Namespace) -> int:
-    policy_set = load_policy_set()
-    at_ms = int(dt.datetime.now(dt.UTC).timestamp() * 1000)
-    rows: list[dict[str, Any]] = []
-    ok = True
-    for scenario in load_scenarios():
-        decision = evaluate(scenario.envelope, policy_set, at_ms=at_ms)
-        passed = (
-            decision.disposition == scenario.expected.disposition
-            and scenario.expected.reason in decision.reason_codes
-        )
-        ok = ok and passed
-        rows.append(
+    configure_logging(json=False, level="warning")
+    if args.state_dir is not None:
+        rows = asyncio.run(_demo(StateDir(args.state_dir), args.nats))
+    else:
+        with tempfile.TemporaryDirectory(prefix="smf-demo-") as tmp:
+            rows = asyncio.run(_demo(StateDir(Path(tmp)), args.nats))
+    ok = all(r.as_expected for r in rows)
+    if args.json:
+        emit_json(
             {
-                "scenario": scenario.name,
-                "disposition": decision.disposition,
-                "reason_codes": list(decision.reason_codes),
-                "decision_id": decision.decision_id,
-                "as_expected": passed,
+                "ok": ok,
+                "scenarios": [
+                    {
+                        "scenario": r.scenario,
+                        "verdict": r.verdict,
+                        "reason_codes": list(r.reasons),
+                        "executed": r.executed,
+                        "connector": r.connector,
+                        "evidence": r.evidence,
+                        "as_expected": r.as_expected,
+                    }
+                    for r in rows
+                ],
             }
         )
-    if args.json:
-        emit_json({"scenarios": rows, "ok": ok})
     else:
         table(
-            ("scenario", "verdict", "first reason", "decision id", "expected"),
+            (
+                "scenario",
+                "verdict",
+                "first reason",
+                "reached smf.execute",
+                "connector",
+                "evidence",
+                "ok",
+            ),
             [
                 (
-                    r["scenario"],
-                    r["disposition"],
-                    r["reason_codes"][0],
-                    str(r["decision_id"])[:23],
-                    "yes" if r["as_expected"] else "NO",
+                    r.scenario,
+                    r.verdict,
+                    r.reasons[0] if r.reasons else "-",
+                    r.executed,
+                    r.connector,
+                    r.evidence,
+                    "yes" if r.as_expected else "NO",
                 )
                 for r in rows
             ],

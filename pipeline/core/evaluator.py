@@ -78,6 +78,20 @@ class _Outcome:
     fingerprint: str
 
 
+def _satisfiable(applied: Sequence[CompiledPolicy]) -> bool:
+    """Whether the strongest conditional layer itself names an approver.
+
+    Completeness is judged only from policies at least as strong as the
+    strongest conditional one, so a weaker layer can never turn a stronger
+    layer's incomplete (and so denied) conditional into an approvable one by
+    naming a role of its choosing (ARCHITECTURE.md, "Layered policy": a
+    weaker layer never relaxes a stronger one).
+    """
+    top = min(p.layer_rank for p in applied if p.record.effect == "conditional")
+    strong = merge_requirements(p.record.requirements for p in applied if p.layer_rank <= top)
+    return strong.approval_count >= 1 and bool(strong.required_roles)
+
+
 def _outcome(
     applied: Sequence[CompiledPolicy], consequential: bool, projection_id: str
 ) -> _Outcome:
@@ -90,9 +104,7 @@ def _outcome(
     if disposition is None:
         disposition = "deny" if consequential else "allow"
         reasons = [NO_APPLICABLE_POLICY if consequential else NON_CONSEQUENTIAL_DEFAULT]
-    elif disposition == "conditional" and (
-        requirements.approval_count < 1 or not requirements.required_roles
-    ):
+    elif disposition == "conditional" and not _satisfiable(applied):
         disposition = "deny"
         reasons.insert(0, APPROVAL_REQUIREMENT_INCOMPLETE)
     if disposition == "deny":

@@ -35,13 +35,13 @@ from subjects.envelope import (
     operation_hash,
 )
 from subjects.messages import Proposal
+from subjects.patterns import Token
 
 MAPPER_SCHEMA: Final = "smf.mapper/1"
 UNKNOWN_TOOL: Final = "unknown_tool"
 UNKNOWN_ADAPTER: Final = "unknown_adapter"
 
-Token = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
-ArgName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+ArgName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}\Z")]
 RequiredFact = Literal["legal_hold", "classification", "injection_taint", "locality"]
 
 

@@ -33,8 +33,9 @@ SEVERITY: Final[dict[str, int]] = {"allow": 0, "conditional": 1, "deny": 2}
 MAX_TTL_SECONDS: Final = 600
 """ARCHITECTURE.md, "Exact-action approval": an approval lives at most 600 s."""
 
-ReasonCode = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
-Role = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+# ``\Z``, not ``$``: in Python ``$`` also matches before a trailing newline.
+ReasonCode = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}\Z")]
+Role = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}\Z")]
 Ttl = Annotated[int, msgspec.Meta(ge=1, le=MAX_TTL_SECONDS)]
 ApprovalCount = Annotated[int, msgspec.Meta(ge=0, le=16)]
 

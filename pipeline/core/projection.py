@@ -28,8 +28,9 @@ from subjects.canonical import (
 ENFORCEMENT_SCHEMA: Final = "smf.enforcement-projection/1"
 ANALYSIS_SCHEMA: Final = "smf.analysis-projection/1"
 
-RuleId = Annotated[str, msgspec.Meta(pattern=r"^urn:smf:rule:[a-z0-9][a-z0-9:._-]{0,127}$")]
-PolicyId = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9._-]{0,127}$")]
+# ``\Z``, not ``$``: in Python ``$`` also matches before a trailing newline.
+RuleId = Annotated[str, msgspec.Meta(pattern=r"^urn:smf:rule:[a-z0-9][a-z0-9:._-]{0,127}\Z")]
+PolicyId = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9._-]{0,127}\Z")]
 Identity = Annotated[str, msgspec.Meta(pattern=IDENTITY_PATTERN)]
 AuthorityType = Literal[
     "statute",

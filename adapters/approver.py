@@ -1,0 +1,106 @@
+"""The approver's client: see a held action, check its content, sign allow-once or deny.
+
+An approver signs with their own Ed25519 key; the resolution names the
+binding digest they saw (ARCHITECTURE.md, "Exact-action approval"), so
+neither a page server nor anyone on the bus can forge or redirect it.
+Depends on ``subjects/`` only.
+"""
+
+from __future__ import annotations
+
+import time
+import unicodedata
+from dataclasses import dataclass
+
+import msgspec
+from nats.aio.client import Client
+
+from subjects import names
+from subjects.approvals import (
+    ApprovalResolution,
+    ApprovalView,
+    ResolutionDecision,
+    ResolutionReply,
+    ShowRequest,
+    binding_digest,
+)
+from subjects.canonical import sha256_identity
+from subjects.dsse import encode_envelope, sign_struct
+from subjects.keys import SigningKey
+
+_ERROR_HEADER = "Nats-Service-Error"
+_ERROR_CODE_HEADER = "Nats-Service-Error-Code"
+
+
+class ApproverError(Exception):
+    """The gate refused the request; ``reason_code`` says why."""
+
+    def __init__(self, reason_code: str) -> None:
+        super().__init__(reason_code)
+        self.reason_code = reason_code
+
+
+def content_matches(view: ApprovalView) -> bool:
+    """The visible check: the content shown is the content the binding covers,
+    and the binding shown is the one whose digest will be signed."""
+    shown = sha256_identity(unicodedata.normalize("NFC", view.content).encode())
+    return (
+        shown == view.binding.content_hash and binding_digest(view.binding) == view.binding_digest
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ApproverClient:
+    nc: Client
+    key: SigningKey
+    approver_id: str
+    timeout: float = 5.0
+
+    def _now(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    async def show(self, approval_id: str) -> ApprovalView:
+        request = ShowRequest(
+            schema="smf.approval-show/1",
+            approval_id=approval_id,
+            resolver_id=self.approver_id,
+            requested_at_ms=self._now(),
+        )
+        signed = encode_envelope(sign_struct(names.PAYLOAD_SHOW_REQUEST, request, [self.key]))
+        reply = await self.nc.request(names.APPROVAL_SHOW, signed, timeout=self.timeout)
+        headers = reply.headers or {}
+        if _ERROR_CODE_HEADER in headers:
+            raise ApproverError(headers.get(_ERROR_HEADER, "gate_error"))
+        return msgspec.json.decode(reply.data, type=ApprovalView)
+
+    def sign_resolution(self, approval_id: str, decision: ResolutionDecision, digest: str) -> bytes:
+        resolution = ApprovalResolution(
+            schema="smf.approval-resolution/1",
+            approval_id=approval_id,
+            decision=decision,
+            binding_digest=digest,
+            resolver_id=self.approver_id,
+            resolved_at_ms=self._now(),
+        )
+        return encode_envelope(sign_struct(names.PAYLOAD_RESOLUTION, resolution, [self.key]))
+
+    async def send(self, signed: bytes) -> ResolutionReply:
+        reply = await self.nc.request(names.APPROVAL_RESOLVE, signed, timeout=self.timeout)
+        headers = reply.headers or {}
+        if _ERROR_CODE_HEADER in headers:
+            raise ApproverError(headers.get(_ERROR_HEADER, "gate_error"))
+        return msgspec.json.decode(reply.data, type=ResolutionReply)
+
+    async def resolve(
+        self, approval_id: str, decision: ResolutionDecision, digest: str
+    ) -> ResolutionReply:
+        return await self.send(self.sign_resolution(approval_id, decision, digest))
+
+    async def review_and_resolve(
+        self, approval_id: str, decision: ResolutionDecision
+    ) -> tuple[ApprovalView, ResolutionReply]:
+        """Fetch, check content against the digest, then sign what was checked."""
+        view = await self.show(approval_id)
+        if not content_matches(view):
+            raise ApproverError("content_digest_mismatch")
+        return view, await self.resolve(approval_id, decision, view.binding_digest)

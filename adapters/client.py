@@ -1,0 +1,110 @@
+"""The runtime side of ``smf.propose``: sign a proposal, ask the gate, read the verdict.
+
+Adapters depend on ``subjects/`` only (ARCHITECTURE.md, "Layers"), so this
+client installs into a runtime's environment with nats-py and msgspec. It
+fails closed: no reply, an error reply, or a reply that is not a Verdict all
+become a ``deny`` Verdict with a reason code, never an exception the caller
+might forget to treat as a denial.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+
+from subjects import names
+from subjects.dsse import encode_envelope, sign_struct
+from subjects.envelope import Surface
+from subjects.keys import SigningKey
+from subjects.messages import ActorContext, DataFacts, Proposal, ProposedDestination, Verdict
+
+_ERROR_CODE_HEADER = "Nats-Service-Error-Code"
+_ERROR_HEADER = "Nats-Service-Error"
+
+
+def new_proposal_id() -> str:
+    return "p-" + secrets.token_hex(16)
+
+
+def denial(proposal_id: str, reason: str) -> Verdict:
+    return Verdict(
+        schema="smf.verdict/1", proposal_id=proposal_id, outcome="deny", reason_codes=(reason,)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ProposalClient:
+    nc: Client
+    key: SigningKey
+    runtime_id: str
+    runtime_version: str
+    adapter_id: str
+    timeout: float = 5.0
+
+    def build(
+        self,
+        *,
+        native_tool: str,
+        arguments: dict[str, Any],
+        actor: ActorContext,
+        facts: DataFacts,
+        content: str = "",
+        destination: ProposedDestination | None = None,
+        surface: Surface = "tool_call",
+        proposal_id: str | None = None,
+        issued_at_ms: int | None = None,
+    ) -> Proposal:
+        return Proposal(
+            schema="smf.proposal/1",
+            proposal_id=proposal_id or new_proposal_id(),
+            runtime_id=self.runtime_id,
+            runtime_version=self.runtime_version,
+            adapter_id=self.adapter_id,
+            surface=surface,
+            native_tool=native_tool,
+            arguments=arguments,
+            content=content,
+            destination=destination or ProposedDestination(),
+            actor=actor,
+            facts=facts,
+            issued_at_ms=issued_at_ms if issued_at_ms is not None else int(time.time() * 1000),
+        )
+
+    def sign(self, proposal: Proposal) -> bytes:
+        return encode_envelope(sign_struct(names.PAYLOAD_PROPOSAL, proposal, [self.key]))
+
+    async def send(self, proposal_id: str, signed: bytes) -> Verdict:
+        """Send signed proposal bytes; every failure is a deny Verdict."""
+        try:
+            reply = await self.nc.request(names.PROPOSE, signed, timeout=self.timeout)
+        except (NatsError, TimeoutError) as exc:
+            return denial(proposal_id, _transport_reason(exc))
+        headers = reply.headers or {}
+        if _ERROR_CODE_HEADER in headers:
+            reason = headers.get(_ERROR_HEADER, "gate_error")
+            return denial(proposal_id, reason if reason.isidentifier() else "gate_error")
+        try:
+            verdict = msgspec.json.decode(reply.data, type=Verdict)
+        except msgspec.DecodeError:
+            return denial(proposal_id, "unreadable_verdict")
+        if verdict.proposal_id != proposal_id:
+            return denial(proposal_id, "verdict_for_another_proposal")
+        return verdict
+
+    async def propose(self, proposal: Proposal) -> Verdict:
+        return await self.send(proposal.proposal_id, self.sign(proposal))
+
+
+def _transport_reason(exc: Exception) -> str:
+    name = type(exc).__name__
+    if "NoResponders" in name:
+        return "gate_unreachable"
+    if "Timeout" in name:
+        return "gate_timeout"
+    return "gate_transport_error"

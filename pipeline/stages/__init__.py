@@ -1,0 +1,1 @@
+"""Async NATS services: thin shells around the pure core (ARCHITECTURE.md, "Layers")."""

@@ -1,0 +1,596 @@
+"""The approval desk: hold, resolve, claim once, follow the order to its outcome.
+
+ARCHITECTURE.md, "Exact-action approval", and issue 4:
+
+- hold: a conditional decision becomes an ApprovalBinding persisted in the
+  approval store, announced on ``smf.approval.pending.<tenant>`` (JetStream,
+  so a console that connects later still sees it), and answered ``held``.
+- resolve: an approver's signed allow-once or deny is accepted only when the
+  signature verifies against the approver roster, the resolver holds every
+  required role for the binding's tenant, is not the requesting actor, the
+  approval is pending and unexpired and the binding digest matches. Every
+  refusal has its own reason code.
+- claim: the binding is rebuilt from what the gate holds now (arguments,
+  content, destination, current release and projection) and the store moves
+  ``approved -> executing`` only if the whole binding is unchanged; exactly
+  one claimant wins. Then exactly one ExecuteOrder is dispatched.
+- reports: a connector's signed report moves the approval to ``consumed``,
+  ``failed`` or ``execution_unknown``; no report by the deadline ->
+  ``execution_unknown``, terminal, never retried.
+- restart: pending and approved work is invalidated, executing work becomes
+  ``execution_unknown``; both are written to the evidence ledger.
+
+Every state change is written to the evidence ledger before anything is
+released to a runtime or a connector.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import msgspec
+import structlog
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.js.client import JetStreamContext
+from nats.js.errors import Error as JetStreamError
+
+from pipeline.core.decision import Decision
+from pipeline.core.normalize import Normalized
+from pipeline.core.projection import PolicySet
+from pipeline.stages.contracts import DispatchReceipt, DispatchRequest
+from pipeline.stages.gate import release_ref
+from pipeline.stages.service import StageClient, StageRefusal
+from pipeline.stores.approvals import ApprovalError, ApprovalRecord, ApprovalStore
+from pipeline.stores.ledger import EvidenceError, Ledger
+from pipeline.stores.ledger_schema import EvidenceEntry
+from subjects import dsse, names
+from subjects.approvals import (
+    ApprovalBinding,
+    ApprovalResolution,
+    ApprovalView,
+    PendingAnnouncement,
+    ResolutionReply,
+    ShowRequest,
+    approval_id_for,
+    binding_digest,
+)
+from subjects.canonical import identity_of, sha256_identity
+from subjects.envelope import OperationEnvelope
+from subjects.keyed import keyed_identifier
+from subjects.messages import ExecutionReport, Outcome, Proposal, Verdict
+from subjects.names import SubjectError
+from subjects.registry import KeyRegistry, Principal
+
+log = structlog.get_logger(__name__)
+
+TENANT_DOMAIN: Final = "smf.tenant"
+DEFAULT_EXECUTION_DEADLINE_MS: Final = 120_000
+Finish = Literal["consumed", "failed", "execution_unknown"]
+_REPORT_OUTCOME: Final[dict[str, Finish]] = {
+    "confirmed": "consumed",
+    "failed": "failed",
+    "ambiguous": "execution_unknown",
+}
+"""ARCHITECTURE.md: confirmed -> consumed | failed -> failed | ambiguous -> execution_unknown."""
+
+
+class HeldAction(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What the gate keeps while an approval is open; purged at every terminal state."""
+
+    proposal_id: str
+    connector_id: str | None
+    native_tool: str
+    arguments: dict[str, Any]
+    content: str
+    destination_address: str
+    envelope: OperationEnvelope
+    decision: Decision
+
+
+class DeskError(Exception):
+    """A resolution or show request is refused; ``reason_code`` says why."""
+
+    def __init__(self, reason_code: str) -> None:
+        super().__init__(reason_code)
+        self.reason_code = reason_code
+
+
+_SIGNATURE_REASONS: Final[dict[type[dsse.SignatureError], str]] = {
+    dsse.MalformedEnvelopeError: "malformed_resolution",
+    dsse.PayloadTypeMismatchError: "wrong_payload_type",
+    dsse.UnknownSignerError: "unknown_signer",
+    dsse.BadSignatureError: "bad_signature",
+    dsse.BelowThresholdError: "bad_signature",
+}
+
+
+def bind(
+    held: HeldAction,
+    release_id: str,
+    projection_id: str,
+    created_at_ms: int,
+    expires_at_ms: int,
+) -> ApprovalBinding:
+    """The binding, recomputed from what the gate holds and the release in force.
+
+    Hashes are recomputed from the held arguments, content and destination,
+    not copied from the envelope, so the claim checks the bytes that would
+    actually be sent (issue 4: "the claim re-checks the complete binding").
+    """
+    envelope, decision = held.envelope, held.decision
+    professional = envelope.professional
+    channel = envelope.destination.channel
+    return ApprovalBinding(
+        approval_id=approval_id_for(decision.decision_id),
+        decision_id=decision.decision_id,
+        operation_hash=decision.operation_hash,
+        canonical_args_hash=identity_of(held.arguments),
+        content_hash=sha256_identity(unicodedata.normalize("NFC", held.content).encode()),
+        destination_identity_hash=identity_of(
+            {"channel": channel, "address": held.destination_address}
+        ),
+        release_id=release_id,
+        projection_id=projection_id,
+        policy_fingerprint=decision.policy_fingerprint,
+        tenant_id=professional.tenant_id,
+        organization_id=professional.organization_id,
+        matter_id=professional.matter_id,
+        actor_id=professional.actor_id,
+        required_roles=decision.requirements.required_roles,
+        required_approvals=max(1, decision.requirements.approval_count),
+        created_at_ms=created_at_ms,
+        expires_at_ms=expires_at_ms,
+    )
+
+
+@dataclass
+class ApprovalDesk:
+    store: ApprovalStore
+    nc: Client
+    js: JetStreamContext
+    registry: KeyRegistry
+    ledger: Ledger
+    dispatch: StageClient
+    policy_set: Callable[[], PolicySet]
+    clock: Callable[[], int]
+    tenant_key: bytes
+    stage_timeout: float = 2.0
+    execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
+
+    # -- evidence -----------------------------------------------------------
+
+    async def _record(
+        self,
+        binding: ApprovalBinding,
+        status: str,
+        reasons: tuple[str, ...] = (),
+        kind: str = "transition",
+    ) -> str:
+        """Write one transition; raises EvidenceError (callers fail closed)."""
+        entry = msgspec.convert(
+            {
+                "kind": kind,
+                "operation_hash": binding.operation_hash,
+                "decision_id": binding.decision_id,
+                "release_id": release_ref(binding.release_id),
+                "projection_id": binding.projection_id,
+                "tenant_ref": keyed_identifier(self.tenant_key, TENANT_DOMAIN, binding.tenant_id),
+                "at": self.clock(),
+                "approval_id": binding.approval_id,
+                "status": status,
+                "reason_codes": list(dict.fromkeys(reasons))[:32],
+            },
+            EvidenceEntry,
+        )
+        return (await self.ledger.append(entry)).entry_hash
+
+    # -- hold ---------------------------------------------------------------
+
+    async def hold(self, proposal: Proposal, normalized: Normalized, decision: Decision) -> Verdict:
+        """Persist, record, announce, then answer ``held``; any failure denies."""
+
+        def deny(*reasons: str) -> Verdict:
+            return _verdict(proposal.proposal_id, "deny", reasons, decision)
+
+        if decision.requirements.approval_count > 1:
+            return deny("multiple_approvals_unsupported")
+        now = self.clock()
+        held = HeldAction(
+            proposal_id=proposal.proposal_id,
+            connector_id=normalized.connector_id,
+            native_tool=proposal.native_tool,
+            arguments=proposal.arguments,
+            content=normalized.content,
+            destination_address=normalized.destination_address,
+            envelope=normalized.envelope,
+            decision=decision,
+        )
+        ttl_ms = decision.requirements.ttl_seconds * 1000
+        binding = bind(held, decision.release_id, decision.projection_id, now, now + ttl_ms)
+        digest = binding_digest(binding)
+        try:
+            subject = names.approval_pending_subject(binding.tenant_id)
+        except SubjectError:
+            return deny("tenant_not_addressable")
+        try:
+            await self.store.create(binding, msgspec.json.encode(held), now)
+        except ApprovalError as exc:
+            return deny(exc.reason_code)
+        try:
+            evidence = await self._record(binding, "held", decision.reason_codes)
+        except EvidenceError:
+            await self._invalidate(binding.approval_id)
+            return deny("evidence_store_unavailable")
+        announcement = PendingAnnouncement(
+            schema="smf.approval-pending/1",
+            approval_id=binding.approval_id,
+            binding=binding,
+            binding_digest=digest,
+            capability=normalized.envelope.capability,
+            channel=normalized.envelope.destination.channel,
+            locality=normalized.envelope.destination.locality,
+            native_tool=proposal.native_tool,
+            rule_ids=decision.rule_ids,
+            reason_codes=decision.reason_codes,
+        )
+        try:
+            await self.js.publish(
+                subject,
+                msgspec.json.encode(announcement),
+                timeout=self.stage_timeout,
+                headers={names.HEADER_MSG_ID: binding.approval_id},
+            )
+        except (NatsError, JetStreamError, TimeoutError):
+            await self._invalidate(binding.approval_id)
+            return deny("approval_announcement_failed")
+        log.info("approval_held", approval_id=binding.approval_id)
+        return msgspec.structs.replace(
+            _verdict(proposal.proposal_id, "held", decision.reason_codes, decision, (evidence,)),
+            approval_id=binding.approval_id,
+            expires_at_ms=binding.expires_at_ms,
+            required_roles=binding.required_roles,
+        )
+
+    async def _invalidate(self, approval_id: str) -> None:
+        try:
+            await self.store.invalidate(approval_id, self.clock())
+        except ApprovalError:
+            log.exception("approval_invalidate_failed", approval_id=approval_id)
+
+    # -- resolve ------------------------------------------------------------
+
+    def _verify_resolution(self, data: bytes) -> tuple[ApprovalResolution, Principal]:
+        try:
+            envelope = dsse.decode_envelope(data)
+            resolution, verified = dsse.open_struct(
+                envelope, self._all_keys(), ApprovalResolution, names.PAYLOAD_RESOLUTION
+            )
+        except dsse.SignatureError as exc:
+            raise DeskError(_signature_reason(exc)) from exc
+        except msgspec.ValidationError as exc:
+            raise DeskError("malformed_resolution") from exc
+        return resolution, self._approver(verified.key_ids, resolution.resolver_id)
+
+    def _all_keys(self) -> dict[str, Any]:
+        return {k: p.verify_key for k, p in self.registry.principals.items()}
+
+    def _approver(self, key_ids: frozenset[str], resolver_id: str) -> Principal:
+        signers = [self.registry.principals[k] for k in key_ids]
+        approvers = [p for p in signers if p.entry.role == "approver"]
+        if not approvers:
+            raise DeskError("signer_role_mismatch")
+        for principal in approvers:
+            if principal.name == resolver_id:
+                return principal
+        raise DeskError("resolver_identity_mismatch")
+
+    @staticmethod
+    def _check_entitlement(principal: Principal, binding: ApprovalBinding) -> None:
+        """The roster must give the resolver every required role for this tenant,
+        and nobody approves their own request."""
+        if binding.tenant_id not in principal.entry.tenants:
+            raise DeskError("resolver_not_entitled_for_tenant")
+        if not set(binding.required_roles) <= set(principal.entry.licensed_roles):
+            raise DeskError("resolver_lacks_required_role")
+        if principal.name == binding.actor_id:
+            raise DeskError("self_approval")
+
+    async def handle_resolve(self, data: bytes) -> bytes:
+        """The ``smf.approval.resolve`` handler; always answers a ResolutionReply."""
+        approval_id = ""
+        try:
+            resolution, principal = self._verify_resolution(data)
+            approval_id = resolution.approval_id
+            reply = await self._resolve(resolution, principal)
+        except DeskError as exc:
+            log.info("resolution_refused", approval_id=approval_id, reason=exc.reason_code)
+            reply = await self._refusal(approval_id, exc.reason_code)
+        return msgspec.json.encode(reply)
+
+    async def _refusal(self, approval_id: str, reason: str) -> ResolutionReply:
+        """Refusals are recorded too (issue 4), when the approval is known."""
+        record = await self._get(approval_id) if approval_id else None
+        if record is not None:
+            try:
+                await self._record(record.binding, record.state, (reason,))
+            except EvidenceError:
+                log.error("evidence_unavailable_for_refusal", approval_id=approval_id)
+        return ResolutionReply(
+            schema="smf.resolution-reply/1",
+            approval_id=approval_id,
+            accepted=False,
+            state=record.state if record is not None else "unknown",
+            reason_codes=(reason,),
+        )
+
+    async def _get(self, approval_id: str) -> ApprovalRecord | None:
+        try:
+            return await self.store.get(approval_id)
+        except ApprovalError:
+            return None
+
+    async def _resolve(
+        self, resolution: ApprovalResolution, principal: Principal
+    ) -> ResolutionReply:
+        record = await self._get(resolution.approval_id)
+        if record is None:
+            raise DeskError("approval_not_found")
+        binding = record.binding
+        self._check_entitlement(principal, binding)
+        now = self.clock()
+        try:
+            if resolution.decision == "deny":
+                record = await self.store.deny(
+                    binding.approval_id, resolution.binding_digest, principal.name, now
+                )
+            else:
+                record = await self.store.approve(
+                    binding.approval_id, resolution.binding_digest, principal.name, now
+                )
+        except ApprovalError as exc:
+            raise DeskError(exc.reason_code) from exc
+        if resolution.decision == "deny":
+            await self._safe_record(binding, "denied", ("approver_denied",))
+            await self._notify(binding, _verdict_for(binding, "deny", ("approver_denied",)))
+            return _accepted(binding.approval_id, "denied")
+        try:
+            await self._record(binding, "approved")
+        except EvidenceError:
+            await self._invalidate(binding.approval_id)
+            raise DeskError("evidence_store_unavailable") from None
+        return await self._claim_and_dispatch(record)
+
+    async def _claim_and_dispatch(self, record: ApprovalRecord) -> ResolutionReply:
+        stored = record.binding
+        if record.held_payload is None:
+            raise DeskError("held_action_missing")
+        held = msgspec.json.decode(record.held_payload, type=HeldAction)
+        current = self.policy_set()
+        expected = bind(
+            held,
+            current.release_id,
+            current.projection_id,
+            stored.created_at_ms,
+            stored.expires_at_ms,
+        )
+        try:
+            claimed = await self.store.claim(stored.approval_id, expected, self.clock())
+        except ApprovalError as exc:
+            await self._safe_record(stored, "invalidated", (exc.reason_code,))
+            raise DeskError(exc.reason_code) from exc
+        held = msgspec.json.decode(claimed.held_payload or record.held_payload, type=HeldAction)
+        try:
+            await self._record(stored, "executing")
+        except EvidenceError:
+            await self._finish(stored, "execution_unknown", ("evidence_store_unavailable",))
+            raise DeskError("evidence_store_unavailable") from None
+        if held.connector_id is None:
+            verdict = _verdict_for(stored, "allow", ("approved_once",))
+            await self._notify(stored, verdict)
+            return _accepted(stored.approval_id, "executing")
+        request = DispatchRequest(
+            decision=held.decision,
+            connector_id=held.connector_id,
+            native_tool=held.native_tool,
+            arguments=held.arguments,
+            content=held.content,
+            destination_address=held.destination_address,
+            approval_id=stored.approval_id,
+        )
+        try:
+            receipt = msgspec.json.decode(
+                await self.dispatch.call(msgspec.json.encode(request), self.stage_timeout),
+                type=DispatchReceipt,
+            )
+        except StageRefusal as refusal:
+            # The publish may or may not have reached the stream: unknown, never retried.
+            await self._finish(
+                stored, "execution_unknown", ("dispatch_failed", refusal.reason_code)
+            )
+            await self._notify(stored, _verdict_for(stored, "deny", ("dispatch_failed",)))
+            raise DeskError("dispatch_failed") from None
+        await self.store.record_order(stored.approval_id, receipt.order_id, self.clock())
+        verdict = msgspec.structs.replace(
+            _verdict_for(stored, "allow", ("approved_once",)),
+            order_id=receipt.order_id,
+            connector_id=held.connector_id,
+        )
+        await self._notify(stored, verdict)
+        return msgspec.structs.replace(
+            _accepted(stored.approval_id, "executing"), order_id=receipt.order_id
+        )
+
+    async def _finish(
+        self, binding: ApprovalBinding, outcome: Finish, reasons: tuple[str, ...]
+    ) -> None:
+        try:
+            await self.store.finish(binding.approval_id, outcome, self.clock())
+        except ApprovalError as exc:
+            log.error(
+                "approval_finish_failed", approval_id=binding.approval_id, reason=exc.reason_code
+            )
+            return
+        await self._safe_record(binding, outcome, reasons)
+
+    async def _safe_record(
+        self, binding: ApprovalBinding, status: str, reasons: tuple[str, ...]
+    ) -> None:
+        try:
+            await self._record(binding, status, reasons)
+        except EvidenceError:
+            log.error("evidence_unavailable", approval_id=binding.approval_id, status=status)
+
+    async def _notify(self, binding: ApprovalBinding, verdict: Verdict) -> None:
+        """Tell the waiting runtime adapter; best effort (it also times out closed)."""
+        try:
+            await self.nc.publish(
+                names.approval_outcome_subject(binding.approval_id), msgspec.json.encode(verdict)
+            )
+        except NatsError:
+            log.warning("approval_outcome_publish_failed", approval_id=binding.approval_id)
+
+    # -- connector reports, deadlines, restart -------------------------------
+
+    async def handle_report(self, data: bytes) -> None:
+        """A connector's signed report settles the approval that ordered it."""
+        try:
+            envelope = dsse.decode_envelope(data)
+            report, verified = dsse.open_struct(
+                envelope, self.registry.trusted("connector"), ExecutionReport, names.PAYLOAD_REPORT
+            )
+        except (dsse.SignatureError, msgspec.ValidationError):
+            log.warning("execution_report_refused")
+            return
+        signers = [self.registry.principals[k] for k in verified.key_ids]
+        if all(p.entry.connector_id != report.connector_id for p in signers):
+            log.warning("execution_report_wrong_connector", order_id=report.order_id)
+            return
+        approval_id = await self.store.find_by_order(report.order_id)
+        if approval_id is None:
+            return
+        record = await self._get(approval_id)
+        if record is None or record.state != "executing":
+            return
+        outcome: Finish = _REPORT_OUTCOME[report.status]
+        await self._finish(record.binding, outcome, (report.reason_code,))
+
+    async def sweep(self) -> None:
+        """Expire overdue approvals; executing work past its deadline is unknown."""
+        now = self.clock()
+        for approval_id in await self.store.expire_due(now):
+            record = await self._get(approval_id)
+            if record is not None:
+                await self._safe_record(record.binding, "expired", ("approval_expired",))
+                await self._notify(
+                    record.binding, _verdict_for(record.binding, "deny", ("approval_expired",))
+                )
+        for record in await self.store.list_executing(before_ms=now - self.execution_deadline_ms):
+            await self._finish(record.binding, "execution_unknown", ("no_execution_report",))
+
+    async def recover(self) -> None:
+        """Start-up recovery (issue 4): never resume work a crash interrupted."""
+        invalidated, unknown = await self.store.recover(self.clock())
+        for approval_id, status in [(a, "invalidated") for a in invalidated] + [
+            (a, "execution_unknown") for a in unknown
+        ]:
+            record = await self._get(approval_id)
+            if record is not None:
+                await self._safe_record(record.binding, status, ("gate_restarted",))
+
+    # -- show and status --------------------------------------------------------
+
+    async def handle_show(self, data: bytes) -> bytes:
+        """An entitled approver sees the binding and exactly what would be sent."""
+        try:
+            envelope = dsse.decode_envelope(data)
+            request, verified = dsse.open_struct(
+                envelope, self._all_keys(), ShowRequest, names.PAYLOAD_SHOW_REQUEST
+            )
+        except (dsse.SignatureError, msgspec.ValidationError) as exc:
+            reason = (
+                _signature_reason(exc)
+                if isinstance(exc, dsse.SignatureError)
+                else "malformed_request"
+            )
+            raise StageRefusal(reason) from exc
+        try:
+            principal = self._approver(verified.key_ids, request.resolver_id)
+            record = await self._get(request.approval_id)
+            if record is None:
+                raise DeskError("approval_not_found")
+            if binding_tenant_denied(principal, record.binding):
+                raise DeskError("resolver_not_entitled_for_tenant")
+        except DeskError as exc:
+            raise StageRefusal(exc.reason_code) from exc
+        if record.held_payload is None:
+            raise StageRefusal("approval_closed")
+        held = msgspec.json.decode(record.held_payload, type=HeldAction)
+        view = ApprovalView(
+            schema="smf.approval-view/1",
+            binding=record.binding,
+            binding_digest=record.digest,
+            state=record.state,
+            native_tool=held.native_tool,
+            destination_address=held.destination_address,
+            content=held.content,
+            arguments_json=msgspec.json.encode(held.arguments).decode(),
+        )
+        return msgspec.json.encode(view)
+
+    async def handle_status(self, data: bytes) -> bytes:
+        approval_id = data.decode("utf-8", "replace").strip()
+        record = await self._get(approval_id)
+        return msgspec.json.encode(
+            {"approval_id": approval_id, "state": record.state if record else "unknown"}
+        )
+
+
+def binding_tenant_denied(principal: Principal, binding: ApprovalBinding) -> bool:
+    return binding.tenant_id not in principal.entry.tenants
+
+
+def _signature_reason(exc: dsse.SignatureError) -> str:
+    return next(r for t, r in _SIGNATURE_REASONS.items() if isinstance(exc, t))
+
+
+def _accepted(approval_id: str, state: str) -> ResolutionReply:
+    return ResolutionReply(
+        schema="smf.resolution-reply/1", approval_id=approval_id, accepted=True, state=state
+    )
+
+
+def _verdict(
+    proposal_id: str,
+    outcome: Outcome,
+    reasons: tuple[str, ...],
+    decision: Decision,
+    evidence: tuple[str, ...] = (),
+) -> Verdict:
+    return Verdict(
+        schema="smf.verdict/1",
+        proposal_id=proposal_id,
+        outcome=outcome,
+        reason_codes=tuple(dict.fromkeys(reasons)),
+        decision_id=decision.decision_id,
+        operation_hash=decision.operation_hash,
+        release_id=decision.release_id,
+        evidence=evidence,
+    )
+
+
+def _verdict_for(binding: ApprovalBinding, outcome: Outcome, reasons: tuple[str, ...]) -> Verdict:
+    """The final Verdict for a held proposal, published to its outcome subject."""
+    return Verdict(
+        schema="smf.verdict/1",
+        proposal_id="",
+        outcome=outcome,
+        reason_codes=reasons,
+        decision_id=binding.decision_id,
+        operation_hash=binding.operation_hash,
+        release_id=binding.release_id,
+        approval_id=binding.approval_id,
+    )

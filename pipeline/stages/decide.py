@@ -1,0 +1,65 @@
+"""The normalize and evaluate stages: bytes in, bytes out, around the pure core."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import msgspec
+
+from pipeline.core.evaluator import evaluate
+from pipeline.core.normalize import MapperTable, NormalizationError, normalize
+from pipeline.core.projection import PolicySet
+from pipeline.stages.contracts import EvaluateRequest
+from pipeline.stages.service import StageRefusal
+from subjects.messages import Proposal
+
+Clock = Callable[[], int]
+"""Unix milliseconds; injected so decisions are reproducible."""
+
+
+@dataclass(frozen=True, slots=True)
+class NormalizeStage:
+    """Verified proposal bytes -> ``Normalized`` bytes, or a refusal."""
+
+    tables: Mapping[str, MapperTable]
+
+    async def __call__(self, data: bytes) -> bytes:
+        try:
+            proposal = msgspec.json.decode(data, type=Proposal)
+        except msgspec.DecodeError as exc:
+            raise StageRefusal("malformed_proposal", str(exc)) from exc
+        try:
+            normalized = normalize(proposal, self.tables)
+        except NormalizationError as exc:
+            raise StageRefusal(exc.reason_code, str(exc)) from exc
+        except Exception as exc:
+            raise StageRefusal("normalization_failed", type(exc).__name__) from exc
+        return msgspec.json.encode(normalized)
+
+
+@dataclass
+class EvaluateStage:
+    """``EvaluateRequest`` bytes -> ``Decision`` bytes under the current policy set.
+
+    ``policy_set`` is swapped as a whole reference (releases switch between
+    proposals, never in the middle of one: issue 6).
+    """
+
+    policy_set: PolicySet
+    clock: Clock
+
+    async def __call__(self, data: bytes) -> bytes:
+        try:
+            request = msgspec.json.decode(data, type=EvaluateRequest)
+        except msgspec.DecodeError as exc:
+            raise StageRefusal("malformed_stage_request", str(exc)) from exc
+        normalized = request.normalized
+        decision = evaluate(
+            normalized.envelope,
+            self.policy_set,
+            at_ms=self.clock(),
+            operation_id=request.operation_id,
+            op_hash=normalized.operation_hash,
+        )
+        return msgspec.json.encode(decision)

@@ -1,0 +1,94 @@
+"""The JetStream streams the gate owns, created with explicit settings.
+
+NATS guarantee relied on: a stream de-duplicates messages by ``Nats-Msg-Id``
+only within its ``duplicate_window`` (ARCHITECTURE.md, "One proposal through
+the bus"); the one-shot guarantee itself comes from the gate's claim record
+and the connector's idempotency record.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.client import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from subjects.names import (
+    APPROVAL_PENDING_PREFIX,
+    APPROVAL_STREAM,
+    CHECKPOINT_STREAM,
+    CHECKPOINT_SUBJECT,
+    EXECUTE_PREFIX,
+    EXECUTE_STREAM,
+    RESULT_PREFIX,
+    RESULT_STREAM,
+)
+
+DUPLICATE_WINDOW_SECONDS: Final = 120.0
+
+
+def execute_stream_config(duplicate_window: float = DUPLICATE_WINDOW_SECONDS) -> StreamConfig:
+    return StreamConfig(
+        name=EXECUTE_STREAM,
+        subjects=[f"{EXECUTE_PREFIX}.>"],
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS,
+        discard=DiscardPolicy.NEW,
+        duplicate_window=duplicate_window,
+        max_msg_size=1024 * 1024,
+    )
+
+
+def result_stream_config() -> StreamConfig:
+    return StreamConfig(
+        name=RESULT_STREAM,
+        subjects=[f"{RESULT_PREFIX}.>"],
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS,
+        duplicate_window=DUPLICATE_WINDOW_SECONDS,
+    )
+
+
+def approval_stream_config() -> StreamConfig:
+    """Pending approvals, kept so a console that connects later still sees them."""
+    return StreamConfig(
+        name=APPROVAL_STREAM,
+        subjects=[f"{APPROVAL_PENDING_PREFIX}.>"],
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS,
+        duplicate_window=DUPLICATE_WINDOW_SECONDS,
+        max_age=3600.0,
+    )
+
+
+def checkpoint_stream_config() -> StreamConfig:
+    """Ledger checkpoints outside the ledger file (issue 7): the stream refuses
+    message deletion and purge, so truncating the ledger stays detectable."""
+    return StreamConfig(
+        name=CHECKPOINT_STREAM,
+        subjects=[CHECKPOINT_SUBJECT],
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS,
+        deny_delete=True,
+        deny_purge=True,
+    )
+
+
+async def ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    """Create the stream, or check that the existing one has our subjects."""
+    assert config.name is not None
+    try:
+        info = await js.stream_info(config.name)
+    except NotFoundError:
+        await js.add_stream(config)
+        return
+    if sorted(info.config.subjects or []) != sorted(config.subjects or []):
+        raise RuntimeError(f"stream {config.name} exists with other subjects")
+
+
+async def ensure_gate_streams(js: JetStreamContext) -> None:
+    await ensure_stream(js, execute_stream_config())
+    await ensure_stream(js, result_stream_config())
+    await ensure_stream(js, checkpoint_stream_config())
+    await ensure_stream(js, approval_stream_config())

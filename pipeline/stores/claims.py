@@ -1,0 +1,89 @@
+"""The proposal claim store: each signed proposal is acted on at most once.
+
+ARCHITECTURE.md, "One proposal through the bus": allow means "claim once,
+then publish". A replayed proposal (the same signed bytes sent again, or the
+same proposal id with anything changed) must never produce a second order,
+and JetStream's ``Nats-Msg-Id`` de-duplication lasts only for the stream's
+duplicate window. So the claim is a row keyed by proposal id, inserted in
+one ``BEGIN IMMEDIATE`` transaction before anything is published; a second
+insert fails and the gate denies ``duplicate_proposal``. Rows are kept past
+the gate's freshness window, after which a replay is refused as stale
+anyway.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import Final, Literal
+
+from pipeline.stores.sqlite_worker import SqliteWorker, immediate
+
+SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS proposal_claims (
+    proposal_id TEXT PRIMARY KEY,
+    operation_hash TEXT NOT NULL,
+    decision_id TEXT NOT NULL,
+    claimed_at INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('claimed', 'published', 'failed'))
+);
+"""
+
+ClaimState = Literal["claimed", "published", "failed"]
+
+
+class ClaimStore:
+    def __init__(self, worker: SqliteWorker) -> None:
+        self._worker = worker
+
+    @classmethod
+    async def open(cls, path: str | os.PathLike[str]) -> ClaimStore:
+        return cls(await SqliteWorker.open(path, SCHEMA, name="claims"))
+
+    async def claim(
+        self, proposal_id: str, operation_hash: str, decision_id: str, at_ms: int
+    ) -> bool:
+        """True for the first claim of ``proposal_id``; False for every later one."""
+
+        def body(conn: sqlite3.Connection) -> bool:
+            try:
+                conn.execute(
+                    "INSERT INTO proposal_claims VALUES (?, ?, ?, ?, 'claimed')",
+                    (proposal_id, operation_hash, decision_id, at_ms),
+                )
+            except sqlite3.IntegrityError:
+                return False
+            return True
+
+        return await self._worker.run(lambda conn: immediate(conn, body))
+
+    async def settle(self, proposal_id: str, state: ClaimState) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE proposal_claims SET state = ? WHERE proposal_id = ? AND state = 'claimed'",
+                (state, proposal_id),
+            )
+
+        await self._worker.run(lambda conn: immediate(conn, body))
+
+    async def state(self, proposal_id: str) -> ClaimState | None:
+        def body(conn: sqlite3.Connection) -> ClaimState | None:
+            row = conn.execute(
+                "SELECT state FROM proposal_claims WHERE proposal_id = ?", (proposal_id,)
+            ).fetchone()
+            return None if row is None else row[0]
+
+        return await self._worker.run(body)
+
+    async def prune(self, before_ms: int) -> int:
+        """Forget claims older than the freshness window: a replay is stale by then."""
+
+        def body(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "DELETE FROM proposal_claims WHERE claimed_at < ?", (before_ms,)
+            ).rowcount
+
+        return await self._worker.run(lambda conn: immediate(conn, body))
+
+    async def close(self) -> None:
+        await self._worker.close()

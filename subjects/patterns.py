@@ -1,0 +1,24 @@
+"""Constrained string and integer types shared by every wire message.
+
+One definition each, so the same thing is never validated two ways.
+Patterns end in ``\\Z``, not ``$``: in Python's ``re`` a ``$`` also matches
+before a trailing newline, which would let ``"abc\\n"`` pass as ``"abc"``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+import msgspec
+
+SUBJECT_TOKEN_PATTERN: Final = r"^[A-Za-z0-9_-]{1,64}\Z"  # noqa: S105 - a pattern, not a secret
+CODE_PATTERN: Final = r"^[a-z][a-z0-9_]{0,63}\Z"
+
+Token = Annotated[str, msgspec.Meta(pattern=SUBJECT_TOKEN_PATTERN)]
+"""One NATS subject token (no dots, wildcards or spaces): connector and runtime ids."""
+Code = Annotated[str, msgspec.Meta(pattern=CODE_PATTERN)]
+"""A reason code."""
+MessageId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._:-]{8,128}\Z")]
+OrderId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}\Z")]
+Millis = Annotated[int, msgspec.Meta(ge=0, le=2**53 - 1)]
+"""Unix milliseconds within the I-JSON safe integer range."""

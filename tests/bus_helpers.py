@@ -1,0 +1,233 @@
+"""Helpers for bus tests: streams as the gate creates them, and signed orders.
+
+Reusable by any test that needs gated orders on ``smf.execute.<connector>``
+or reports from ``smf.result.<connector>`` against a real nats-server.
+``publish_order`` sets every header the gate sets (issue 3): ``Nats-Msg-Id``
+is the order id, plus the ``Smf-*`` headers of the signed order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+from typing import Any
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js.api import PubAck, StorageType, StreamInfo
+from nats.js.client import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from subjects.canonical import identity_of
+from subjects.dsse import decode_envelope, encode_envelope, open_struct, sign_struct
+from subjects.keys import SigningKey, VerifyKey
+from subjects.messages import ExecuteOrder, ExecutionReport
+from subjects.names import (
+    EXECUTE_PREFIX,
+    EXECUTE_STREAM,
+    HEADER_APPROVAL_ID,
+    HEADER_DECISION_ID,
+    HEADER_MSG_ID,
+    HEADER_OPERATION_HASH,
+    HEADER_RELEASE_ID,
+    PAYLOAD_ORDER,
+    PAYLOAD_REPORT,
+    RESULT_PREFIX,
+    RESULT_STREAM,
+    execute_subject,
+    result_subject,
+)
+
+DUPLICATE_WINDOW_S = 120.0
+"""The execute stream's de-duplication window in tests (the gate sets its own)."""
+
+
+async def _ensure_stream(
+    js: JetStreamContext, name: str, subject: str, duplicate_window: float
+) -> StreamInfo:
+    try:
+        return await js.stream_info(name)
+    except NotFoundError:
+        return await js.add_stream(
+            name=name,
+            subjects=[subject],
+            storage=StorageType.FILE,
+            duplicate_window=duplicate_window,
+        )
+
+
+async def ensure_execute_stream(
+    js: JetStreamContext, *, duplicate_window: float = DUPLICATE_WINDOW_S
+) -> StreamInfo:
+    """``SMF_EXECUTE`` on ``smf.execute.>``: file storage, explicit duplicate window."""
+    return await _ensure_stream(js, EXECUTE_STREAM, f"{EXECUTE_PREFIX}.>", duplicate_window)
+
+
+async def ensure_result_stream(
+    js: JetStreamContext, *, duplicate_window: float = DUPLICATE_WINDOW_S
+) -> StreamInfo:
+    """``SMF_RESULT`` on ``smf.result.>``, so connectors publish reports durably."""
+    return await _ensure_stream(js, RESULT_STREAM, f"{RESULT_PREFIX}.>", duplicate_window)
+
+
+async def stream_count(js: JetStreamContext, name: str = EXECUTE_STREAM) -> int:
+    info = await js.stream_info(name)
+    return info.state.messages
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def random_identity() -> str:
+    return "sha256:" + os.urandom(32).hex()
+
+
+def derive_order_id(operation_hash: str, decision_id: str) -> str:
+    """A stand-in for the gate's derivation: a different payload, a different key."""
+    return hashlib.sha256(f"{operation_hash}\n{decision_id}".encode()).hexdigest()
+
+
+def make_order(
+    connector_id: str,
+    *,
+    arguments: dict[str, Any] | None = None,
+    content: str = "",
+    native_tool: str = "test_tool",
+    destination_address: str = "",
+    release_id: str = "release-test-1",
+    approval_id: str | None = None,
+    decision_id: str | None = None,
+    issued_at_ms: int | None = None,
+    ttl_ms: int = 60_000,
+) -> ExecuteOrder:
+    """An order as the gate would issue it; ``order_id`` derived from its content."""
+    arguments = arguments if arguments is not None else {}
+    operation_hash = identity_of(
+        {
+            "connector_id": connector_id,
+            "native_tool": native_tool,
+            "arguments": arguments,
+            "content": content,
+            "destination": destination_address,
+        }
+    )
+    decision_id = decision_id or random_identity()
+    issued = now_ms() if issued_at_ms is None else issued_at_ms
+    return ExecuteOrder(
+        schema="smf.execute-order/1",
+        order_id=derive_order_id(operation_hash, decision_id),
+        connector_id=connector_id,
+        operation_hash=operation_hash,
+        decision_id=decision_id,
+        release_id=release_id,
+        approval_id=approval_id,
+        native_tool=native_tool,
+        arguments=arguments,
+        content=content,
+        destination_address=destination_address,
+        issued_at_ms=issued,
+        not_after_ms=issued + ttl_ms,
+    )
+
+
+def sign_order(order: ExecuteOrder, key: SigningKey) -> bytes:
+    """The DSSE envelope bytes of ``order`` signed by ``key``."""
+    return encode_envelope(sign_struct(PAYLOAD_ORDER, order, [key]))
+
+
+def make_signed_order(
+    gate_key: SigningKey, connector_id: str, **fields: Any
+) -> tuple[ExecuteOrder, bytes]:
+    order = make_order(connector_id, **fields)
+    return order, sign_order(order, gate_key)
+
+
+def order_headers(order: ExecuteOrder) -> dict[str, str]:
+    """The headers the gate sets on a gated order."""
+    headers = {
+        HEADER_MSG_ID: order.order_id,
+        HEADER_OPERATION_HASH: order.operation_hash,
+        HEADER_DECISION_ID: order.decision_id,
+        HEADER_RELEASE_ID: order.release_id,
+    }
+    if order.approval_id is not None:
+        headers[HEADER_APPROVAL_ID] = order.approval_id
+    return headers
+
+
+async def publish_order(
+    js: JetStreamContext,
+    order: ExecuteOrder,
+    gate_key: SigningKey,
+    *,
+    payload: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    subject: str | None = None,
+) -> PubAck:
+    """Publish ``order`` signed by ``gate_key`` with the gate's headers.
+
+    ``payload``, ``headers`` and ``subject`` override what the gate would send,
+    to forge or break an order on purpose.
+    """
+    return await js.publish(
+        subject or execute_subject(order.connector_id),
+        payload if payload is not None else sign_order(order, gate_key),
+        headers=headers if headers is not None else order_headers(order),
+    )
+
+
+def open_report(data: bytes, connector_key: VerifyKey) -> ExecutionReport:
+    """Verify a report against the connector's key and decode it."""
+    report, _ = open_struct(
+        decode_envelope(data),
+        {connector_key.key_id: connector_key},
+        ExecutionReport,
+        PAYLOAD_REPORT,
+    )
+    return report
+
+
+class ReportInbox:
+    """Core subscription to ``smf.result.<connector_id>``; ``next()`` waits for one."""
+
+    def __init__(self, sub: Subscription, connector_key: VerifyKey) -> None:
+        self.sub = sub
+        self.connector_key = connector_key
+        self.messages: list[Msg] = []
+
+    @classmethod
+    async def open(cls, nc: Client, connector_id: str, connector_key: VerifyKey) -> ReportInbox:
+        sub = await nc.subscribe(result_subject(connector_id))
+        await nc.flush()
+        return cls(sub, connector_key)
+
+    async def next(self, timeout: float = 3.0) -> ExecutionReport:
+        msg = await self.sub.next_msg(timeout=timeout)
+        self.messages.append(msg)
+        return open_report(msg.data, self.connector_key)
+
+    async def nothing_within(self, seconds: float) -> bool:
+        """True when no report arrives for ``seconds``."""
+        try:
+            await self.sub.next_msg(timeout=seconds)
+        except TimeoutError:
+            return True
+        return False
+
+
+async def wait_for(predicate: Any, timeout: float = 3.0, interval: float = 0.02) -> None:
+    """Poll an (async or sync) predicate until it is true, or fail the test."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(interval)

@@ -1,0 +1,70 @@
+"""The gate on a real nats-server: verdicts, what reaches smf.execute, and refusals."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client
+
+from adapters.client import ProposalClient
+from ops.demo_script import SCENARIOS
+from ops.gateway import GateOptions, RunningGate, start_gate
+from ops.natsserver import EmbeddedNatsServer
+from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from subjects import names
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> StateDir:
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    return state
+
+
+@pytest.fixture(params=[False, True], ids=["bus-stages", "co-located"])
+async def gate(
+    request: pytest.FixtureRequest, state: StateDir, nats_server: EmbeddedNatsServer
+) -> AsyncIterator[RunningGate]:
+    running = await start_gate(
+        GateOptions(state=state, nats_url=nats_server.url, co_located=request.param)
+    )
+    yield running
+    await running.close()
+
+
+def client(nc: Client, state: StateDir) -> ProposalClient:
+    return ProposalClient(nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
+
+
+async def test_scenarios_get_their_verdicts_and_only_allows_reach_execute(
+    gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    seen: list[str] = []
+
+    async def spy(msg) -> None:  # type: ignore[no-untyped-def]
+        seen.append(msg.subject)
+
+    await nc.subscribe("smf.execute.>", cb=spy)
+    runtime = client(nc, state)
+    for action in SCENARIOS:
+        proposal = runtime.build(
+            native_tool=action.native_tool,
+            arguments=action.arguments,
+            actor=action.actor,
+            facts=action.facts,
+            content=action.content,
+            destination=action.destination,
+        )
+        verdict = await runtime.propose(proposal)
+        assert verdict.outcome == action.expected_outcome, (action.name, verdict)
+        assert action.expected_reason in verdict.reason_codes
+        assert verdict.reason_codes
+        if verdict.outcome == "allow":
+            assert verdict.order_id is not None
+    await asyncio.sleep(0.2)
+    info = await gate.js.stream_info(names.EXECUTE_STREAM)
+    assert info.state.messages == 1
+    assert seen == ["smf.execute.dms"]
