@@ -26,6 +26,7 @@ from ops.projections import load_policy_set
 from ops.state import StateDir
 from pipeline.core.normalize import MapperTable, decode_mapper
 from pipeline.stages.approvals import ApprovalDesk
+from pipeline.stages.buffer import BufferLimits, OutputBuffer
 from pipeline.stages.decide import EvaluateStage, NormalizeStage
 from pipeline.stages.dispatch import DispatchStage
 from pipeline.stages.gate import Gate, GateSettings
@@ -35,6 +36,7 @@ from pipeline.stages.service import (
     Endpoint,
     LocalStage,
     StageClient,
+    StageAuth,
     StageHandler,
     start_service,
 )
@@ -72,6 +74,7 @@ class GateOptions:
     clock: Callable[[], int] = wall_clock_ms
     stage_timeout: float = 2.0
     sweep_seconds: float = 1.0
+    buffer_limits: BufferLimits | None = None
     name: str = "smf-gate"
 
 
@@ -84,6 +87,7 @@ class RunningGate:
     ledger: Ledger
     claims: ClaimStore
     approvals: SqliteApprovalStore
+    buffer: OutputBuffer
     services: list[Service] = field(default_factory=list)
     handlers: list[ConcurrentHandler] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -92,6 +96,7 @@ class RunningGate:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.buffer.stop()
         for service in self.services:
             await service.stop()
         for handler in self.handlers:
@@ -107,22 +112,39 @@ async def _follow_reports(js: JetStreamContext, desk: ApprovalDesk) -> None:
     """A durable consumer on SMF_RESULT: a report that arrives while no gate
     runs is read when one starts (the deadline sweep covers a lost report)."""
     sub = await js.pull_subscribe(f"{names.RESULT_PREFIX}.>", durable="smf-gate-results")
-    while True:
-        try:
-            messages = await sub.fetch(16, timeout=1.0)
-        except NatsTimeoutError:
-            continue
-        for msg in messages:
+    try:
+        while True:
             try:
-                await desk.handle_report(msg.data)
+                messages = await sub.fetch(16, timeout=1.0)
+            except (NatsTimeoutError, TimeoutError):
+                # fetch raises nats' TimeoutError or asyncio's, depending on where
+                # its deadline passed; both mean "no report yet", never "stop".
+                continue
             except Exception:
-                log.exception("execution_report_failed")
-            await msg.ack()
+                # While the connection is down fetch fails at once; the task
+                # must outlive that, or reports are never read again.
+                log.exception("execution_report_fetch_failed")
+                await asyncio.sleep(1.0)
+                continue
+            for msg in messages:
+                try:
+                    await desk.handle_report(msg.data)
+                except Exception:
+                    log.exception("execution_report_failed")
+                await msg.ack()
+    finally:
+        # A fetch cancelled at shutdown can leave a message in the subscription's
+        # queue that nobody takes; nc.drain() would then wait for it forever.
+        try:
+            await sub.unsubscribe()
+        except Exception:
+            log.exception("report_subscription_unsubscribe_failed")
 
 
-async def _sweep(desk: ApprovalDesk, every: float) -> None:
+async def _sweep(desk: ApprovalDesk, buffer: OutputBuffer, every: float) -> None:
     while True:
         await asyncio.sleep(every)
+        buffer.sweep()
         try:
             await desk.sweep()
         except Exception:
@@ -153,10 +175,14 @@ async def start_gate(options: GateOptions) -> RunningGate:
         names.STAGE_DISPATCH: DispatchStage(js, gate_key, options.clock),
     }
 
+    # Stage traffic on the bus is authenticated with a key only the gate holds:
+    # otherwise any client could call the dispatch stage, or answer a stage first.
+    stage_auth = StageAuth.from_seed(gate_key.seed())
+
     def client(subject: str) -> StageClient:
         if options.co_located:
             return LocalStage(stage_handlers[subject])
-        return BusStage(nc, subject)
+        return BusStage(nc, subject, stage_auth)
 
     tenant_key = state.pseudonym_key()
     desk = ApprovalDesk(
@@ -183,14 +209,24 @@ async def start_gate(options: GateOptions) -> RunningGate:
         clock=options.clock,
         hold=desk,
     )
+    buffer = OutputBuffer(nc, gate, options.clock, options.buffer_limits)
     running = RunningGate(
-        nc=nc, js=js, gate=gate, desk=desk, ledger=ledger, claims=claims, approvals=approvals
+        nc=nc,
+        js=js,
+        gate=gate,
+        desk=desk,
+        ledger=ledger,
+        claims=claims,
+        approvals=approvals,
+        buffer=buffer,
     )
+    await buffer.start()
     stages, handlers = await start_service(
         nc,
         "smf-stages",
         [Endpoint(subject.rsplit(".", 1)[1], subject, h) for subject, h in stage_handlers.items()],
         description="SMF gate stages: normalize, evaluate, dispatch",
+        auth=stage_auth,
     )
     running.services.append(stages)
     running.handlers.extend(handlers)
@@ -215,6 +251,6 @@ async def start_gate(options: GateOptions) -> RunningGate:
     running.services.append(desk_service)
     running.handlers.extend(desk_handlers)
     running.tasks.append(asyncio.create_task(_follow_reports(js, desk)))
-    running.tasks.append(asyncio.create_task(_sweep(desk, options.sweep_seconds)))
+    running.tasks.append(asyncio.create_task(_sweep(desk, buffer, options.sweep_seconds)))
     log.info("gate_started", nats=options.nats_url, co_located=options.co_located)
     return running

@@ -22,7 +22,7 @@ from subjects.envelope import (
     RedactionStatus,
     Surface,
 )
-from subjects.patterns import Code, MessageId, Millis, OrderId, Token
+from subjects.patterns import Code, ConnectorId, MessageId, Millis, OrderId, Token
 
 MAX_CONTENT_CHARS: Final = 512 * 1024
 Identity = Annotated[str, msgspec.Meta(pattern=IDENTITY_PATTERN)]
@@ -104,7 +104,7 @@ class ExecuteOrder(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     schema: Literal["smf.execute-order/1"]
     order_id: OrderId
-    connector_id: Token
+    connector_id: ConnectorId
     operation_hash: Identity
     decision_id: Identity
     release_id: Name
@@ -125,7 +125,7 @@ class ExecutionReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     schema: Literal["smf.execution-report/1"]
     order_id: OrderId
-    connector_id: Token
+    connector_id: ConnectorId
     status: ReportStatus
     reason_code: Code
     at_ms: Millis
@@ -151,3 +151,37 @@ def order_id_for(operation_hash: str, decision_id: str) -> str:
     return identity_of({"operation_hash": operation_hash, "decision_id": decision_id}).removeprefix(
         "sha256:"
     )
+
+
+class OutputClose(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The signed end of a streamed output (issue 5), sent as a request on
+    ``smf.output.<stream_id>``.
+
+    Chunks travel unsigned; this message commits to their count, total size
+    and content hash, so an injected, dropped or altered chunk makes the
+    assembled text fail the check and the output is withheld.
+    """
+
+    schema: Literal["smf.output-close/1"]
+    stream_id: Token
+    proposal_id: MessageId
+    runtime_id: Token
+    runtime_version: Name
+    adapter_id: Name
+    surface: Surface
+    chunk_count: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
+    total_bytes: Annotated[int, msgspec.Meta(ge=0, le=2**31)]
+    content_hash: Identity
+    destination: ProposedDestination
+    actor: ActorContext
+    facts: DataFacts
+    issued_at_ms: Millis
+
+
+class OutputVerdict(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The buffer's answer: the gate's verdict and, only when allowed, the text."""
+
+    schema: Literal["smf.output-verdict/1"]
+    stream_id: str
+    verdict: Verdict
+    released: str | None = None

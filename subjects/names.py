@@ -54,11 +54,17 @@ HEADER_DECISION_ID: Final = "Smf-Decision-Id"
 HEADER_RELEASE_ID: Final = "Smf-Release-Id"
 HEADER_APPROVAL_ID: Final = "Smf-Approval-Id"
 HEADER_REASON: Final = "Smf-Reason"
+HEADER_SEQUENCE: Final = "Smf-Sequence"
+"""Output chunks: 0, 1, 2, ... per stream; a gap, duplicate or reordering fails the stream."""
+HEADER_FINAL: Final = "Smf-Final"
+"""Marks the signed close of an output stream (a request; the reply is the verdict)."""
+DELIVERY_CONNECTOR_PREFIX: Final = "deliver"
 
 PAYLOAD_PROPOSAL: Final = "application/vnd.smf.proposal+json;v=1"
 PAYLOAD_ORDER: Final = "application/vnd.smf.execute-order+json;v=1"
 PAYLOAD_REPORT: Final = "application/vnd.smf.execution-report+json;v=1"
 PAYLOAD_RESOLUTION: Final = "application/vnd.smf.approval-resolution+json;v=1"
+PAYLOAD_OUTPUT_CLOSE: Final = "application/vnd.smf.output-close+json;v=1"
 PAYLOAD_SHOW_REQUEST: Final = "application/vnd.smf.approval-show+json;v=1"
 
 _TOKEN: Final = re.compile(SUBJECT_TOKEN_PATTERN)
@@ -76,7 +82,16 @@ def token(value: str) -> str:
 
 
 def execute_subject(connector_id: str) -> str:
+    """``smf.execute.<connector_id>``; delivery connectors are ``deliver.<channel>``."""
+    head, _, channel = connector_id.partition(".")
+    if channel and head == DELIVERY_CONNECTOR_PREFIX:
+        return f"{EXECUTE_PREFIX}.{DELIVERY_CONNECTOR_PREFIX}.{token(channel)}"
     return f"{EXECUTE_PREFIX}.{token(connector_id)}"
+
+
+def delivery_connector(channel: str) -> str:
+    """The connector id that delivers released output on ``channel`` (issue 5)."""
+    return f"{DELIVERY_CONNECTOR_PREFIX}.{token(channel)}"
 
 
 def result_subject(connector_id: str) -> str:

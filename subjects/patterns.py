@@ -16,6 +16,10 @@ CODE_PATTERN: Final = r"^[a-z][a-z0-9_]{0,63}\Z"
 
 Token = Annotated[str, msgspec.Meta(pattern=SUBJECT_TOKEN_PATTERN)]
 """One NATS subject token (no dots, wildcards or spaces): connector and runtime ids."""
+ConnectorId = Annotated[
+    str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64})?\Z")
+]
+"""A connector's id: one token, or ``deliver.<channel>`` for output delivery."""
 Code = Annotated[str, msgspec.Meta(pattern=CODE_PATTERN)]
 """A reason code."""
 MessageId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._:-]{8,128}\Z")]

@@ -24,7 +24,7 @@ from subjects.keys import (
     public_record,
     verify_key_from_record,
 )
-from subjects.patterns import Token
+from subjects.patterns import ConnectorId, Token
 
 Role = Literal["runtime", "gate", "connector", "approver"]
 REGISTRY_SCHEMA: Final = "smf.registry/1"
@@ -40,7 +40,7 @@ class RegistryEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     key: PublicKeyRecord
     role: Role
     runtime_id: Token | None = None
-    connector_id: Token | None = None
+    connector_id: ConnectorId | None = None
     tenants: tuple[str, ...] = ()
     licensed_roles: tuple[str, ...] = ()
 

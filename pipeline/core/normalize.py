@@ -35,7 +35,7 @@ from subjects.envelope import (
     operation_hash,
 )
 from subjects.messages import Proposal
-from subjects.patterns import Token
+from subjects.patterns import ConnectorId
 
 MAPPER_SCHEMA: Final = "smf.mapper/1"
 UNKNOWN_TOOL: Final = "unknown_tool"
@@ -62,7 +62,7 @@ class ToolMapping(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     locality: Locality | Literal["from_proposal"]
     target_arg: ArgName | None = None
     content_arg: ArgName | None = None
-    connector: Token | None = None
+    connector: ConnectorId | None = None
     required_args: tuple[ArgName, ...] = ()
     required_facts: tuple[RequiredFact, ...] = ()
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeVar
 
 import msgspec
 import structlog
@@ -39,6 +39,7 @@ from subjects.messages import Outcome, Proposal, Verdict
 from subjects.registry import KeyRegistry
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T", bound=msgspec.Struct)
 
 EVIDENCE_UNAVAILABLE: Final = "evidence_store_unavailable"
 _LEDGER_DISPOSITION: Final = {"allow": "allow", "deny": "deny", "conditional": "hold"}
@@ -91,13 +92,16 @@ class Gate:
 
     # -- the edge -----------------------------------------------------------
 
-    def verify_proposal(self, data: bytes) -> Proposal:
-        """Decode once, verify against the registry, check the signer's role."""
+    def verify_runtime_message(self, data: bytes, type_: type[T], payload_type: str) -> T:
+        """Decode once, verify against the registry, check the signer is that runtime.
+
+        Used for proposals and for the signed close of an output stream; the
+        message's ``runtime_id`` must be the signer's registered runtime and
+        its ``issued_at_ms`` within the freshness window of the gate's clock.
+        """
         try:
             envelope = dsse.decode_envelope(data, self.settings.max_proposal_bytes)
-            proposal, verified = dsse.open_struct(
-                envelope, self._all_keys, Proposal, names.PAYLOAD_PROPOSAL
-            )
+            message, verified = dsse.open_struct(envelope, self._all_keys, type_, payload_type)
         except dsse.SignatureError as exc:
             reason = next(r for t, r in _SIGNATURE_REASONS.items() if isinstance(exc, t))
             raise StageRefusal(reason, str(exc)) from exc
@@ -105,33 +109,41 @@ class Gate:
             raise StageRefusal("malformed_proposal", str(exc)) from exc
         signers = [self.registry.principals[k] for k in verified.key_ids]
         runtimes = [p for p in signers if p.entry.role == "runtime"]
+        runtime_id = getattr(message, "runtime_id", None)
+        issued_at = getattr(message, "issued_at_ms", None)
         if not runtimes:
             raise StageRefusal("signer_role_mismatch")
-        if all(p.entry.runtime_id != proposal.runtime_id for p in runtimes):
+        if all(p.entry.runtime_id != runtime_id for p in runtimes):
             raise StageRefusal("runtime_identity_mismatch")
-        now = self.clock()
-        if abs(now - proposal.issued_at_ms) > self.settings.freshness_ms:
+        if not isinstance(issued_at, int) or (
+            abs(self.clock() - issued_at) > self.settings.freshness_ms
+        ):
             raise StageRefusal("stale_proposal")
-        return proposal
+        return message
+
+    def verify_proposal(self, data: bytes) -> Proposal:
+        return self.verify_runtime_message(data, Proposal, names.PAYLOAD_PROPOSAL)
 
     async def handle_propose(self, data: bytes) -> bytes:
         """The ``smf.propose`` handler: a Verdict for a verified proposal.
 
         Input that is not a verified proposal is refused (error reply, nothing
-        changes). Everything after verification yields a Verdict; it never
-        raises.
+        changes). Everything after verification yields a Verdict.
         """
-        proposal = self.verify_proposal(data)
+        return msgspec.json.encode(await self.decide(self.verify_proposal(data)))
+
+    async def decide(self, proposal: Proposal, notes: tuple[str, ...] = ()) -> Verdict:
+        """Decide a verified proposal; never raises (an internal error is a denial)."""
         try:
-            verdict = await self._decide(proposal)
+            verdict = await self._decide(proposal, notes)
         except Exception:
             log.exception("gate_internal_error", proposal_id=proposal.proposal_id)
             verdict = self._deny(proposal, ("gate_internal_error",))
-        return msgspec.json.encode(verdict)
+        return verdict
 
     # -- the pipeline -------------------------------------------------------
 
-    async def _decide(self, proposal: Proposal) -> Verdict:
+    async def _decide(self, proposal: Proposal, notes: tuple[str, ...]) -> Verdict:
         timeout = self.settings.stage_timeout
         try:
             normalized = msgspec.json.decode(
@@ -145,7 +157,7 @@ class Gate:
         except StageRefusal as refusal:
             return self._deny(proposal, (refusal.reason_code,))
 
-        reasons = (*decision.reason_codes, *normalized.notes)
+        reasons = (*decision.reason_codes, *normalized.notes, *notes)
         tenant_ref = keyed_identifier(
             self.settings.tenant_key, TENANT_DOMAIN, proposal.actor.tenant_id
         )
@@ -163,7 +175,10 @@ class Gate:
         if decision.disposition == "conditional":
             if self.hold is None:
                 return self._deny(proposal, ("approval_hold_unavailable",), decision, evidence)
-            return await self.hold.hold(proposal, normalized, decision)
+            held = await self.hold.hold(proposal, normalized, decision)
+            return msgspec.structs.replace(
+                held, reason_codes=tuple(dict.fromkeys((*held.reason_codes, *reasons)))
+            )
         return await self._allow(proposal, normalized, decision, tenant_ref, reasons, evidence)
 
     async def _allow(
