@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import secrets
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from ops.natsserver import EmbeddedNatsServer
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 from pipeline.stages.buffer import BufferLimits
 from subjects import names
-from subjects.messages import DataFacts, OutputVerdict, ProposedDestination
+from subjects.messages import DataFacts, OutputVerdict, ProposedDestination, Verdict
 
 CLEAN = DataFacts(classification="internal", injection_taint="clear", redaction_status="none")
 CONFIDENTIAL = DataFacts(
@@ -45,8 +47,6 @@ ASSOCIATE = actor("associate-ann", "associate")
 
 class Clock:
     def __init__(self) -> None:
-        import time
-
         self.now = time.time_ns() // 1_000_000
 
     def __call__(self) -> int:
@@ -231,8 +231,6 @@ async def publish(nc: Client, stream_id: str, seq: int | None, data: bytes) -> N
 
 
 def commitment(chunks: list[bytes]) -> tuple[int, int, str]:
-    import hashlib
-
     raw = b"".join(chunks)
     return len(chunks), len(raw), "sha256:" + hashlib.sha256(raw).hexdigest()
 
@@ -421,7 +419,7 @@ def test_output_verdict_round_trips() -> None:
                 "outcome": "deny",
                 "reason_codes": ["x"],
             },
-            type=__import__("subjects.messages", fromlist=["Verdict"]).Verdict,
+            type=Verdict,
         ),
     )
     assert msgspec.json.decode(msgspec.json.encode(verdict), type=OutputVerdict) == verdict
