@@ -80,7 +80,7 @@ SCENARIOS: Final[tuple[ScriptedAction, ...]] = (
         destination=ProposedDestination(locality="external"),
     ),
     ScriptedAction(
-        name="4 uncovered consequential command",
+        name="5 floor: uncovered command",
         expected_outcome="deny",
         expected_reason="no_applicable_policy_for_consequential_operation",
         native_tool="terminal",
@@ -89,7 +89,7 @@ SCENARIOS: Final[tuple[ScriptedAction, ...]] = (
         facts=DataFacts(classification="internal", injection_taint="clear"),
     ),
     ScriptedAction(
-        name="5 retention deletion (allowed)",
+        name="6 retention deletion (allowed)",
         expected_outcome="allow",
         expected_reason="retention_schedule_deletion",
         native_tool="dms_delete",

@@ -181,10 +181,13 @@ def test_demo_runs_the_scenarios_over_the_bus_and_keeps_its_state(
     report = json.loads(out)
     assert report["ok"] is True
     verdicts = {r["scenario"][0]: r for r in report["scenarios"]}
+    assert sorted(verdicts) == ["1", "2", "3", "4", "5", "6"]
+    assert all(r["as_expected"] for r in report["scenarios"])
     assert verdicts["1"]["verdict"] == "held -> allow"
     assert verdicts["1"]["connector"] == "confirmed"
-    assert [verdicts[n]["executed"] for n in "234"] == ["nothing"] * 3
-    assert verdicts["5"]["connector"] == "confirmed"
+    assert [verdicts[n]["executed"] for n in "2345"] == ["nothing"] * 4
+    assert verdicts["4"]["verdict"].startswith("report:")
+    assert verdicts["6"]["connector"] == "confirmed"
     # Every piece of state is under --state-dir: the filing, the deletion, the stores.
     filings = list((state / "connectors" / "court-efiling" / "outbox").glob("*.json"))
     assert len(filings) == 1

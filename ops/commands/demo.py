@@ -23,15 +23,19 @@ from nats.aio.msg import Msg
 
 from adapters.approver import ApproverClient
 from adapters.client import ProposalClient
+from ops.commands.swarm import load_release
 from ops.demo_script import SCENARIOS, ScriptedAction
 from ops.logs import configure_logging
 from ops.output import Progress, emit_json, fail, table
+from ops.projections import SCENARIO_ENVELOPES, package_path
 from ops.stack import Stack, seed_demo_documents, start_stack
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 from subjects import dsse, names
 from subjects.keys import VerifyKey
 from subjects.messages import ExecutionReport, Verdict
 from subjects.registry import load_registry
+from swarm.selector import decode_matter
+from swarm.service import analyze
 
 REPORT_WAIT_SECONDS = 10.0
 
@@ -151,6 +155,38 @@ async def _run_one(
     )
 
 
+async def _swarm_row(nc: Client) -> Row:
+    """Scenario 4: a Swarm report citing only rules selected from the release,
+    with nothing published on the gate's subjects while it runs."""
+    leaked: list[str] = []
+
+    async def watch(msg: Msg) -> None:
+        if msg.subject.startswith(("smf.propose", "smf.approval.", "smf.execute.")):
+            leaked.append(msg.subject)
+
+    sub = await nc.subscribe(">", cb=watch)
+    matter = decode_matter((package_path(SCENARIO_ENVELOPES) / "swarm-matter.json").read_bytes())
+    release = load_release(None)
+    if matter.question is None or matter.at_ms is None:
+        fail("the shipped Swarm matter has no question or time")
+    report = await analyze(matter.question, matter.facts, matter.at_ms, release)
+    await nc.flush()
+    await sub.unsubscribe()
+    selected = {rule.rule_id for rule in report.selection.selected}
+    rule_backed = [c for c in report.accepted if c.label == "rule_backed"]
+    cites_selected_only = all(r.rule_id in selected for c in report.accepted for r in c.rules)
+    ok = bool(rule_backed) and bool(report.rejected) and cites_selected_only and not leaked
+    return Row(
+        scenario="4 Swarm legal analysis",
+        verdict=f"report: {len(rule_backed)} rule-backed, {len(report.rejected)} rejected",
+        reasons=("citations_limited_to_selected_rules",),
+        executed="nothing",
+        connector="-",
+        evidence=report.report_id[:19],
+        as_expected=ok,
+    )
+
+
 async def _demo(state: StateDir, nats_url: str | None) -> list[Row]:
     provision_demo(state)
     seed_demo_documents(state)
@@ -161,13 +197,14 @@ async def _demo(state: StateDir, nats_url: str | None) -> list[Row]:
         await nc.subscribe("smf.result.>", cb=watch.on_report)
         await nc.subscribe("smf.execute.>", cb=watch.on_order)
         runtime = ProposalClient(nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
-        progress = Progress("scenarios", len(SCENARIOS))
+        progress = Progress("scenarios", len(SCENARIOS) + 1)
         rows = []
         for n, action in enumerate(SCENARIOS, start=1):
             rows.append(await _run_one(action, runtime, nc, stack, watch))
             progress.update(n)
+        rows.append(await _swarm_row(nc))
         progress.close()
-        return rows
+        return sorted(rows, key=lambda row: row.scenario)
     finally:
         await nc.drain()
         await stack.stop()
