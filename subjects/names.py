@@ -32,6 +32,8 @@ APPROVAL_SHOW: Final = "smf.approval.show"
 """Approvers request (signed) the binding and held content of one approval."""
 APPROVAL_STATUS: Final = "smf.approval.status"
 """Anyone on the bus may ask the state of an approval id (no content)."""
+SWARM_ANALYZE: Final = "smf.swarm.analyze"
+"""Swarm analysis requests; apart from the gate: it publishes nothing on propose/approval/execute."""
 STAGE_PREFIX: Final = "smf.stage"
 """``smf.stage.<name>``: internal request/reply services of the gate."""
 
@@ -65,6 +67,7 @@ PAYLOAD_ORDER: Final = "application/vnd.smf.execute-order+json;v=1"
 PAYLOAD_REPORT: Final = "application/vnd.smf.execution-report+json;v=1"
 PAYLOAD_RESOLUTION: Final = "application/vnd.smf.approval-resolution+json;v=1"
 PAYLOAD_OUTPUT_CLOSE: Final = "application/vnd.smf.output-close+json;v=1"
+PAYLOAD_SWARM_REVIEW: Final = "application/vnd.smf.swarm-review+json;v=1"
 PAYLOAD_SHOW_REQUEST: Final = "application/vnd.smf.approval-show+json;v=1"
 
 _TOKEN: Final = re.compile(SUBJECT_TOKEN_PATTERN)

@@ -37,6 +37,7 @@ import msgspec
 from subjects.canonical import canonical_bytes, identity_of
 from subjects.dsse import Envelope, SignatureError, open_struct, sign_struct
 from subjects.keys import Principal, SigningKey, VerifyKey
+from subjects.names import PAYLOAD_SWARM_REVIEW
 from swarm.claims import (
     AcceptedClaim,
     RejectedClaim,
@@ -49,7 +50,6 @@ from swarm.selector import AnalysisRelease, RuleSelection, Selection
 
 REPORT_SCHEMA: Final = "smf.swarm-report/1"
 REVIEW_SCHEMA: Final = "smf.swarm-review/1"
-PAYLOAD_SWARM_REVIEW: Final = "application/vnd.smf.swarm-review+json;v=1"
 NOT_REVIEWED: Final = "not reviewed"
 LIMITS: Final = (
     "Rule-id validation stops invented citations; it does not prove that each sentence "

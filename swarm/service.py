@@ -37,6 +37,7 @@ from pipeline.stages.service import (
     StageRefusal,
     start_service,
 )
+from subjects.names import SWARM_ANALYZE
 from subjects.patterns import Millis
 from swarm.personas import DEFAULT_TIMEOUT_S, Persona, build_request, offline_personas, run_personas
 from swarm.report import Report, build_report, check_release, decode_report, report_bytes
@@ -50,7 +51,6 @@ from swarm.selector import (
     validate_facts,
 )
 
-SWARM_ANALYZE: Final = "smf.swarm.analyze"
 """Request/reply subject of the analysis (belongs in ``subjects.names`` with the others)."""
 SWARM_SERVICE: Final = "smf-swarm"
 SWARM_QUEUE_GROUP: Final = "smf-swarm"
