@@ -42,6 +42,9 @@ class DispatchStage:
         decision = request.decision
         if decision.disposition == "deny":
             raise StageRefusal("dispatch_of_denied_decision")
+        if decision.disposition == "conditional" and request.approval_id is None:
+            # A conditional decision executes only under the approval that satisfied it.
+            raise StageRefusal("dispatch_without_approval")
         now = self.clock()
         order = ExecuteOrder(
             schema="smf.execute-order/1",
