@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ops.commands import bench, decide, demo
+from ops.commands import approvals, bench, decide, demo, keys, ledger, release, swarm, up
 from ops.output import CommandError
 
 
@@ -20,8 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="SMF Assurance Gate: deterministic decisions for AI-agent actions.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (decide, demo, bench):
+    for module in (decide, demo, bench, up, keys, approvals, ledger, swarm, release):
         module.add_parsers(sub)
+    __import__("ops.commands.console", fromlist=["add_parsers"]).add_parsers(sub)
     return parser
 
 

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
+from ops.overlays import OverlayError, overlay_policies
 from pipeline.core.facts import FACT_REGISTRY_VERSION
 from pipeline.core.predicates import PredicateError, compile_predicate
 from pipeline.core.projection import (
@@ -211,6 +212,10 @@ def compile_corpus(corpus: Path) -> CompiledRelease:
     release: ReleaseSource = _load(corpus / "release.json", ReleaseSource)
     rules: tuple[RuleSourceRecord, ...] = _load(corpus / "rules.json", tuple[RuleSourceRecord, ...])
     policies: tuple[PolicyRecord, ...] = _load(corpus / "policies.json", tuple[PolicyRecord, ...])
+    try:  # signed customer overlays, verified before any of their policies is used
+        policies = (*policies, *overlay_policies(corpus, policies))
+    except OverlayError as exc:
+        raise CompileError(str(exc)) from exc
 
     for kind, ids in (
         ("rule", [r.rule_id for r in rules]),

@@ -23,20 +23,25 @@ from nats.js.client import JetStreamContext
 from nats.micro.service import Service
 
 from ops.projections import load_policy_set
-from ops.state import StateDir
+from ops.releases import load_trust_root
+from ops.runtimes import start_attestation
+from ops.state import RELEASE_SIGNER, StateDir, refresh_demo_release
 from pipeline.core.normalize import MapperTable, decode_mapper
-from pipeline.stages.approvals import ApprovalDesk
+from pipeline.core.projection import PolicySet
+from pipeline.core.release_trust import ReleaseTrustError, VerifiedRelease
+from pipeline.stages.approvals import ApprovalDesk, DeskError
 from pipeline.stages.buffer import BufferLimits, OutputBuffer
 from pipeline.stages.decide import EvaluateStage, NormalizeStage
 from pipeline.stages.dispatch import DispatchStage
 from pipeline.stages.gate import Gate, GateSettings
+from pipeline.stages.releases import ReleaseWatcher
 from pipeline.stages.service import (
     BusStage,
     ConcurrentHandler,
     Endpoint,
     LocalStage,
-    StageClient,
     StageAuth,
+    StageClient,
     StageHandler,
     start_service,
 )
@@ -76,6 +81,7 @@ class GateOptions:
     sweep_seconds: float = 1.0
     buffer_limits: BufferLimits | None = None
     name: str = "smf-gate"
+    release_tick_seconds: float = 5.0
 
 
 @dataclass
@@ -91,11 +97,14 @@ class RunningGate:
     services: list[Service] = field(default_factory=list)
     handlers: list[ConcurrentHandler] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    releases: ReleaseWatcher | None = None
 
     async def close(self) -> None:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.releases is not None:
+            await self.releases.close()
         await self.buffer.stop()
         for service in self.services:
             await service.stop()
@@ -119,6 +128,12 @@ async def _follow_reports(js: JetStreamContext, desk: ApprovalDesk) -> None:
             except (NatsTimeoutError, TimeoutError):
                 # fetch raises nats' TimeoutError or asyncio's, depending on where
                 # its deadline passed; both mean "no report yet", never "stop".
+                # But a cancel that lands as fetch's own deadline passes comes out
+                # as that TimeoutError (asyncio.wait_for in 3.11): honour it, or
+                # RunningGate.close() waits for this task forever.
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise asyncio.CancelledError from None
                 continue
             except Exception:
                 # While the connection is down fetch fails at once; the task
@@ -151,6 +166,56 @@ async def _sweep(desk: ApprovalDesk, buffer: OutputBuffer, every: float) -> None
             log.exception("approval_sweep_failed")
 
 
+async def _start_releases(options: GateOptions, js: JetStreamContext) -> ReleaseWatcher | None:
+    """Release mode (issue 6): a state directory with a trust root runs only on
+    verified releases, from its inbox and the ``SMF_RELEASES`` bucket."""
+    state = options.state
+    if not state.trust_root.exists():
+        return None
+    if options.projection_dir is not None:
+        raise ValueError("projection_dir would bypass the verified release of this state dir")
+    if state.key_path(RELEASE_SIGNER).exists():
+        # This state directory is its own release authority (demo, up): sign its registry.
+        refresh_demo_release(state)
+    watcher = await ReleaseWatcher.open(
+        load_trust_root(state.trust_root),
+        state.release_state,
+        options.clock,
+        inbox=state.release_inbox,
+    )
+    try:
+        await watcher.start(js, tick_seconds=options.release_tick_seconds)
+    except BaseException:
+        await watcher.close()
+        raise
+    if watcher.active is None:
+        log.error("gate_has_no_verified_release", state_dir=str(state.root))
+    return watcher
+
+
+def _desk_policy_set(evaluate: EvaluateStage) -> Callable[[], PolicySet]:
+    """The approval desk re-binds to the release in force, or refuses with its reason."""
+
+    def current() -> PolicySet:
+        try:
+            return evaluate.current()
+        except ReleaseTrustError as exc:
+            raise DeskError(exc.reason_code) from exc
+
+    return current
+
+
+def _adopt_registry(gate: Gate, desk: ApprovalDesk) -> Callable[[VerifiedRelease], None]:
+    """A new release's registry replaces the running one, between two messages."""
+
+    def adopt(release: VerifiedRelease) -> None:
+        desk.registry = release.registry
+        gate.registry = release.registry
+        gate.__post_init__()  # recomputes the key map the gate verifies signatures with
+
+    return adopt
+
+
 async def start_gate(options: GateOptions) -> RunningGate:
     state = options.state
     registry = load_registry(state.registry)
@@ -160,6 +225,13 @@ async def start_gate(options: GateOptions) -> RunningGate:
     )
     js = nc.jetstream()
     await ensure_gate_streams(js)
+    try:
+        releases = await _start_releases(options, js)
+    except BaseException:
+        await nc.close()
+        raise
+    if releases is not None and releases.active is not None:
+        registry = releases.active.registry
 
     async def publish_checkpoint(envelope: bytes) -> None:
         await js.publish(names.CHECKPOINT_SUBJECT, envelope)
@@ -168,7 +240,11 @@ async def start_gate(options: GateOptions) -> RunningGate:
     claims = await ClaimStore.open(state.claims)
     approvals = await SqliteApprovalStore.open(state.approvals)
 
-    evaluate = EvaluateStage(load_policy_set(options.projection_dir), options.clock)
+    evaluate = (
+        EvaluateStage(None, options.clock, release=releases.current)
+        if releases is not None
+        else EvaluateStage(load_policy_set(options.projection_dir), options.clock)
+    )
     stage_handlers: dict[str, StageHandler] = {
         names.STAGE_NORMALIZE: NormalizeStage(load_mapper_tables()),
         names.STAGE_EVALUATE: evaluate,
@@ -192,7 +268,7 @@ async def start_gate(options: GateOptions) -> RunningGate:
         registry=registry,
         ledger=ledger,
         dispatch=client(names.STAGE_DISPATCH),
-        policy_set=lambda: evaluate.policy_set,
+        policy_set=_desk_policy_set(evaluate),
         clock=options.clock,
         tenant_key=tenant_key,
         stage_timeout=options.stage_timeout,
@@ -219,7 +295,11 @@ async def start_gate(options: GateOptions) -> RunningGate:
         claims=claims,
         approvals=approvals,
         buffer=buffer,
+        releases=releases,
     )
+    if releases is not None:
+        releases.on_switch = _adopt_registry(gate, desk)
+    await start_attestation(running, state)  # issue 8: smf.attest, and admission by it
     await buffer.start()
     stages, handlers = await start_service(
         nc,
@@ -252,5 +332,8 @@ async def start_gate(options: GateOptions) -> RunningGate:
     running.handlers.extend(desk_handlers)
     running.tasks.append(asyncio.create_task(_follow_reports(js, desk)))
     running.tasks.append(asyncio.create_task(_sweep(desk, buffer, options.sweep_seconds)))
+    # A round trip, so the server has every subscription above before anyone is
+    # told the gate serves; otherwise an early proposal finds no responder.
+    await nc.flush()
     log.info("gate_started", nats=options.nats_url, co_located=options.co_located)
     return running

@@ -298,6 +298,10 @@ class EmbeddedNatsServer:
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
                     close_fds=True,
+                    # Its own process group: a terminal's Ctrl-C goes to the
+                    # foreground group and must reach only our process, which
+                    # stops the gate and then this server in order.
+                    process_group=0,
                     preexec_fn=_parent_death_guard(),  # noqa: PLW1509 - see _parent_death_guard
                 )
             except (OSError, subprocess.SubprocessError) as exc:

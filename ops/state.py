@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from ops.projections import SCENARIO_CORPUS, package_path
+from ops.releases import provision_release
 from subjects.keys import SigningKey, generate_signing_key, load_private_key, write_private_key
 from subjects.registry import RegistryEntry, encode_registry, entry_for
 
@@ -20,6 +23,9 @@ DEMO_TENANT: Final = "tenant-acme"
 RUNTIME_ID: Final = "scripted-demo"
 ADAPTER_ID: Final = "smf-scripted-adapter"
 CONNECTORS: Final = ("court-efiling", "dms")
+RELEASE_SIGNER: Final = "release-signer"
+"""The demo's release-signing key (issue 6). A state directory that holds it is
+its own release authority (demo, ``up``); a production gate holds no release key."""
 
 
 def default_state_dir() -> Path:
@@ -56,6 +62,21 @@ class StateDir:
         return self.root / "nats"
 
     @property
+    def trust_root(self) -> Path:
+        """Release trust root (issue 6): when present, the gate runs only on verified releases."""
+        return self.root / "release-trust-root.json"
+
+    @property
+    def release_state(self) -> Path:
+        """The persisted last accepted release (rollback protection across restarts)."""
+        return self.root / "release-state.db"
+
+    @property
+    def release_inbox(self) -> Path:
+        """Signed release bundles published to this state directory (``release publish``)."""
+        return self.root / "releases"
+
+    @property
     def tenant_key(self) -> Path:
         return self.root / "keys" / "tenant-pseudonym.key"
 
@@ -86,7 +107,7 @@ class StateDir:
 
 def provision_demo(state: StateDir) -> None:
     """Keys for the gate, the scripted runtime, both connectors and two approvers,
-    and the registry naming them (until signed releases carry it: issue 6)."""
+    the registry naming them, and a signed release carrying it (issue 6)."""
     state.root.mkdir(parents=True, exist_ok=True)
     entries: list[RegistryEntry] = [
         entry_for(state.key("gate"), "gate", "gate"),
@@ -109,3 +130,25 @@ def provision_demo(state: StateDir) -> None:
     entries.extend(entry_for(state.key(c), c, "connector", connector_id=c) for c in CONNECTORS)
     state.registry.write_bytes(encode_registry(tuple(entries)))
     state.pseudonym_key()
+    refresh_demo_release(state)
+
+
+def refresh_demo_release(state: StateDir) -> Path | None:
+    """Sign the shipped scenario corpus and this state's registry as a release (issue 6).
+
+    Only for a state directory that is its own release authority: it creates
+    the release key and a trust root naming it, and drops a new signed release
+    into the inbox when the newest one there carries another registry or is
+    within a day of its lease; the gate verifies it like any other release.
+    """
+    if not state.registry.exists():
+        return None
+    return provision_release(
+        corpus=package_path(SCENARIO_CORPUS),
+        signer=state.key(RELEASE_SIGNER),
+        signer_principal=RELEASE_SIGNER,
+        trust_root=state.trust_root,
+        inbox=state.release_inbox,
+        registry=state.registry.read_bytes(),
+        now_ms=time.time_ns() // 1_000_000,
+    )

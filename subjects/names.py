@@ -33,7 +33,9 @@ APPROVAL_SHOW: Final = "smf.approval.show"
 APPROVAL_STATUS: Final = "smf.approval.status"
 """Anyone on the bus may ask the state of an approval id (no content)."""
 SWARM_ANALYZE: Final = "smf.swarm.analyze"
-"""Swarm analysis requests; apart from the gate: it publishes nothing on propose/approval/execute."""
+"""Swarm analysis requests; Swarm publishes nothing on propose, approval or execute."""
+ATTEST: Final = "smf.attest"
+"""Runtimes request with a signed start-up attestation; the gate replies with an ack (issue 8)."""
 STAGE_PREFIX: Final = "smf.stage"
 """``smf.stage.<name>``: internal request/reply services of the gate."""
 
@@ -69,6 +71,7 @@ PAYLOAD_RESOLUTION: Final = "application/vnd.smf.approval-resolution+json;v=1"
 PAYLOAD_OUTPUT_CLOSE: Final = "application/vnd.smf.output-close+json;v=1"
 PAYLOAD_SWARM_REVIEW: Final = "application/vnd.smf.swarm-review+json;v=1"
 PAYLOAD_SHOW_REQUEST: Final = "application/vnd.smf.approval-show+json;v=1"
+PAYLOAD_ATTESTATION: Final = "application/vnd.smf.runtime-attestation+json;v=1"
 
 _TOKEN: Final = re.compile(SUBJECT_TOKEN_PATTERN)
 

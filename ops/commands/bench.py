@@ -1,18 +1,42 @@
-"""``bench``: benchmarks that print figures beside their baselines."""
+"""``bench``: benchmarks that print figures beside their baselines.
+
+``--evaluator`` times the decision core beside cedarpy; ``--bus`` times
+propose -> verdict through the gate beside a bare NATS echo on the same
+server (``ops.bench.bus``). With neither flag, both run. ``--rounds`` sets
+the samples per series of whichever runs; each has its own default, because
+an evaluator sample costs microseconds and a bus sample milliseconds.
+"""
 
 from __future__ import annotations
 
 import argparse
 import platform
+from typing import Any
 
-from ops.bench import evaluator
+from ops.bench import bus, evaluator
+from ops.logs import configure_logging
 from ops.output import emit_json, say, table
+
+EVALUATOR_ROUNDS = 5000
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="run benchmarks and print figures beside their baselines")
     p.add_argument("--evaluator", action="store_true", help="decision core vs cedarpy")
-    p.add_argument("--rounds", type=int, default=5000, help="iterations per series")
+    p.add_argument("--bus", action="store_true", help="propose -> verdict over NATS vs a bare echo")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help=f"samples per series (default: evaluator {EVALUATOR_ROUNDS}, "
+        f"bus {bus.DEFAULT_ROUNDS})",
+    )
+    p.add_argument(
+        "--in-flight",
+        type=int,
+        default=bus.DEFAULT_IN_FLIGHT,
+        help="outstanding requests in the bus throughput series",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run_bench)
 
@@ -22,27 +46,141 @@ def machine() -> str:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    result = evaluator.run(rounds=max(10, args.rounds))
-    summaries = (result.ours_with_hash, result.ours_prehashed, result.cedar)
+    run_all = not (args.evaluator or args.bus)
+    report: dict[str, Any] = {"machine": machine()}
+    if args.evaluator or run_all:
+        rounds = args.rounds if args.rounds is not None else EVALUATOR_ROUNDS
+        report.update(_evaluator_json(evaluator.run(rounds=max(10, rounds))))
+        if not args.json:
+            _print_evaluator(report)
+    if args.bus or run_all:
+        # The gate logs through structlog; keep stdout for the figures.
+        configure_logging(json=False, level="error")
+        rounds = args.rounds if args.rounds is not None else bus.DEFAULT_ROUNDS
+        result = bus.run(rounds=max(1, rounds), in_flight=max(1, args.in_flight))
+        report["bus"] = _bus_json(result)
+        if not args.json:
+            _print_bus(result)
     if args.json:
-        emit_json(
-            {
-                "machine": machine(),
-                "evaluator": [
-                    {
-                        "label": s.label,
-                        "count": s.count,
-                        "p50_ns": round(s.p50_us * 1000),
-                        "p95_ns": round(s.p95_us * 1000),
-                        "p99_ns": round(s.p99_us * 1000),
-                    }
-                    for s in summaries
-                ],
-                "cedar_over_smf_p50_x1000": round(result.ratio * 1000),
-            }
-        )
-    else:
-        say(f"machine: {machine()}")
-        table(("series", "samples", "p50 us", "p95 us", "p99 us"), [s.row() for s in summaries])
-        say(f"cedarpy p50 / smf p50 (hash inside): {result.ratio:.1f}x")
+        emit_json(report)
     return 0
+
+
+# --- evaluator ------------------------------------------------------------------------
+
+
+def _evaluator_json(result: evaluator.EvaluatorResult) -> dict[str, Any]:
+    summaries = (result.ours_with_hash, result.ours_prehashed, result.cedar)
+    return {
+        "evaluator": [
+            {
+                "label": s.label,
+                "count": s.count,
+                "p50_ns": round(s.p50_us * 1000),
+                "p95_ns": round(s.p95_us * 1000),
+                "p99_ns": round(s.p99_us * 1000),
+            }
+            for s in summaries
+        ],
+        "cedar_over_smf_p50_x1000": round(result.ratio * 1000),
+    }
+
+
+def _print_evaluator(report: dict[str, Any]) -> None:
+    say(f"machine: {report['machine']}")
+    table(
+        ("series", "samples", "p50 us", "p95 us", "p99 us"),
+        [
+            (
+                row["label"],
+                row["count"],
+                f"{row['p50_ns'] / 1000:.2f}",
+                f"{row['p95_ns'] / 1000:.2f}",
+                f"{row['p99_ns'] / 1000:.2f}",
+            )
+            for row in report["evaluator"]
+        ],
+    )
+    ratio = report["cedar_over_smf_p50_x1000"] / 1000
+    say(f"cedarpy p50 / smf p50 (hash inside): {ratio:.1f}x")
+
+
+# --- bus ------------------------------------------------------------------------------
+
+
+def _x1000(value: float | None) -> int | None:
+    """Ratios as integers: the JSON output is canonical, which has no floats."""
+    return None if value is None else round(value * 1000)
+
+
+def _bus_json(result: bus.BusResult) -> dict[str, Any]:
+    return {
+        "nats_server": result.nats_server,
+        "cpus": result.cpus,
+        "cpu_model": result.cpu_model,
+        "rounds": result.rounds,
+        "in_flight": result.in_flight,
+        "throughput_requests": result.throughput_requests,
+        "latency": [
+            {
+                "label": s.label,
+                "count": s.count,
+                "p50_ns": round(s.p50_us * 1000),
+                "p95_ns": round(s.p95_us * 1000),
+                "p99_ns": round(s.p99_us * 1000),
+            }
+            for s in result.latency
+        ],
+        "throughput": [
+            {
+                "label": t.label,
+                "requests": t.requests,
+                "in_flight": t.in_flight,
+                "requests_per_s": round(t.per_second),
+            }
+            for t in result.throughput
+        ],
+        "ratios": [
+            {
+                "label": r.label,
+                "p50_x1000": _x1000(r.p50),
+                "p99_x1000": _x1000(r.p99),
+                "throughput_x1000": _x1000(r.throughput),
+            }
+            for r in result.ratios()
+        ],
+        "targets_x1000": {
+            "p50_at_most": _x1000(bus.TARGET_P50),
+            "p99_at_most": _x1000(bus.TARGET_P99),
+            "throughput_at_least": _x1000(bus.TARGET_THROUGHPUT),
+        },
+    }
+
+
+def _ratio_cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _print_bus(result: bus.BusResult) -> None:
+    say(
+        f"machine: {machine()}, {result.cpus} CPUs ({result.cpu_model}), "
+        f"nats-server {result.nats_server}"
+    )
+    say(f"latency, {result.rounds} sequential requests per series:")
+    table(("series", "samples", "p50 us", "p95 us", "p99 us"), [s.row() for s in result.latency])
+    say(f"throughput, {result.throughput_requests} requests, {result.in_flight} in flight:")
+    table(
+        ("series", "requests", "req/s"),
+        [(t.label, t.requests, f"{t.per_second:.0f}") for t in result.throughput],
+    )
+    say(
+        f"ratios to the echo floor (targets: p50 <= {bus.TARGET_P50:g}x, "
+        f"p99 <= {bus.TARGET_P99:g}x, throughput >= {bus.TARGET_THROUGHPUT:g}x):"
+    )
+    table(
+        ("series", "p50", "p99", "throughput"),
+        [
+            (r.label, _ratio_cell(r.p50), _ratio_cell(r.p99), _ratio_cell(r.throughput))
+            for r in result.ratios()
+        ],
+    )

@@ -380,7 +380,13 @@ class ApprovalDesk:
         try:
             claimed = await self.store.claim(stored.approval_id, expected, self.clock())
         except ApprovalError as exc:
-            await self._safe_record(stored, "invalidated", (exc.reason_code,))
+            # A refused claim never leaves the approval open to a later claim, and the
+            # evidence names the state the store now holds (``invalidated`` here, or
+            # ``executing`` when another claimant won), not one it does not.
+            await self._invalidate(stored.approval_id)
+            after = await self._get(stored.approval_id)
+            status = after.state if after is not None else "invalidated"
+            await self._safe_record(stored, status, (exc.reason_code,))
             raise DeskError(exc.reason_code) from exc
         held = msgspec.json.decode(claimed.held_payload or record.held_payload, type=HeldAction)
         try:
@@ -524,6 +530,9 @@ class ApprovalDesk:
                 raise DeskError("approval_not_found")
             if binding_tenant_denied(principal, record.binding):
                 raise DeskError("resolver_not_entitled_for_tenant")
+            # The content is shown only to an approver with the required roles here.
+            if not set(record.binding.required_roles) <= set(principal.entry.licensed_roles):
+                raise DeskError("resolver_lacks_required_role")
         except DeskError as exc:
             raise StageRefusal(exc.reason_code) from exc
         if record.held_payload is None:

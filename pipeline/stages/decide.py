@@ -10,6 +10,7 @@ import msgspec
 from pipeline.core.evaluator import evaluate
 from pipeline.core.normalize import MapperTable, NormalizationError, normalize
 from pipeline.core.projection import PolicySet
+from pipeline.core.release_trust import NoVerifiedReleaseError, ReleaseTrustError
 from pipeline.stages.contracts import EvaluateRequest
 from pipeline.stages.service import StageRefusal
 from subjects.messages import Proposal
@@ -43,11 +44,25 @@ class EvaluateStage:
     """``EvaluateRequest`` bytes -> ``Decision`` bytes under the current policy set.
 
     ``policy_set`` is swapped as a whole reference (releases switch between
-    proposals, never in the middle of one: issue 6).
+    proposals, never in the middle of one: issue 6). With ``release`` (the
+    release watcher's ``current``) the policy set comes from the verified
+    release instead, read once per evaluation; when no verified release is in
+    force the evaluation is refused with the reason code of the
+    :class:`ReleaseTrustError` (``no_verified_release``, ``release_expired``),
+    so the gate denies: it never evaluates unverified policy (fail closed).
     """
 
-    policy_set: PolicySet
+    policy_set: PolicySet | None
     clock: Clock
+    release: Callable[[], PolicySet] | None = None
+
+    def current(self) -> PolicySet:
+        """The one policy set for the next evaluation; raises ``ReleaseTrustError``."""
+        if self.release is not None:
+            return self.release()
+        if self.policy_set is None:
+            raise NoVerifiedReleaseError("no policy set is loaded")
+        return self.policy_set
 
     async def __call__(self, data: bytes) -> bytes:
         try:
@@ -55,9 +70,13 @@ class EvaluateStage:
         except msgspec.DecodeError as exc:
             raise StageRefusal("malformed_stage_request", str(exc)) from exc
         normalized = request.normalized
+        try:
+            policy_set = self.current()
+        except ReleaseTrustError as exc:
+            raise StageRefusal(exc.reason_code, str(exc)) from exc
         decision = evaluate(
             normalized.envelope,
-            self.policy_set,
+            policy_set,
             at_ms=self.clock(),
             operation_id=request.operation_id,
             op_hash=normalized.operation_hash,

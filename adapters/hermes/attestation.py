@@ -1,0 +1,140 @@
+"""What the adapter attests about its Hermes host (issue 8), read from Hermes itself.
+
+Every probe reads the running Hermes, not a copy of its defaults:
+
+- version: ``hermes_cli.__version__``; it must equal the pin
+  (``HERMES_PIN``), because a conformance run covers the pinned version
+  only (ARCHITECTURE.md, "Claims we must not make").
+- hooks: the adapter's own callbacks must be present, by identity, in the
+  plugin manager's hook table (bound methods compare by function and
+  instance), and ours must be the FIRST
+  ``transform_llm_output`` callback: Hermes uses the first non-empty string
+  any callback returns (``agent/turn_finalizer.py``, read in 0.19.0), so a
+  plugin ahead of ours could deliver a text we never saw.
+- streaming: RUNTIMES.md, "transform_llm_output ... Hermes always streams from
+  the provider"; streamed text is delivered before the final-reply seam.
+  CLI: ``display.streaming`` (default false). Gateway, per platform, exactly
+  as ``gateway/run.py`` decides it in 0.19.0: the per-platform override
+  ``display.platforms.<p>.streaming`` when set (it wins over the master
+  switch, contrary to the comment in ``hermes_cli/config.py``), else
+  ``streaming.enabled and streaming.transport != "off"``, read from the raw
+  ``config.yaml`` the gateway reads.
+
+A probe that cannot read what it needs reports a problem; the adapter then
+refuses to run (blocks everything), never guesses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Protocol
+
+from subjects.attestation import StreamingSetting
+
+HERMES_PIN: Final = "0.19.0"
+STREAMING_OFF_HELP: Final = (
+    "turn streaming off in $HERMES_HOME/config.yaml: `display.streaming: false` (CLI), "
+    "`streaming.enabled: false` (gateway master switch), and remove or set to false every "
+    "`display.platforms.<platform>.streaming` override; then restart Hermes"
+)
+
+
+class Host(Protocol):
+    """What the adapter reads from its Hermes process (a fake in unit tests)."""
+
+    def version(self) -> str: ...
+
+    def hooks(self) -> Mapping[str, list[Callable[..., Any]]] | None: ...
+
+    def streaming(self) -> tuple[StreamingSetting, ...]: ...
+
+    def coerce(self, tool: str, args: dict[str, Any]) -> dict[str, Any]: ...
+
+
+def _truthy(value: object) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in {"1", "true", "yes", "on"}
+    return bool(value)
+
+
+def streaming_settings(
+    raw: Mapping[str, Any],
+    platforms: list[str],
+    per_platform: Callable[[Mapping[str, Any], str], object],
+) -> tuple[StreamingSetting, ...]:
+    """Every place streaming could be on, decided the way Hermes 0.19.0 decides it."""
+    display = raw.get("display") or {}
+    stream_cfg = raw.get("streaming") or {}
+    if not isinstance(display, Mapping) or not isinstance(stream_cfg, Mapping):
+        raise ValueError("display/streaming sections are not mappings")
+    master = _truthy(stream_cfg.get("enabled", False)) and (
+        str(stream_cfg.get("transport", "auto")).strip().lower() != "off"
+    )
+    settings = [
+        StreamingSetting(surface="cli", enabled=_truthy(display.get("streaming", False))),
+        StreamingSetting(surface="gateway", enabled=master),
+    ]
+    overrides = display.get("platforms") or {}
+    names = sorted(set(platforms) | set(overrides if isinstance(overrides, Mapping) else ()))
+    for name in names:
+        value = per_platform(raw, name)
+        enabled = master if value is None else _truthy(value)
+        settings.append(StreamingSetting(surface=f"gateway:{name}"[:64], enabled=enabled))
+    return tuple(settings)
+
+
+def hook_presence(
+    table: Mapping[str, list[Callable[..., Any]]] | None,
+    ours: Mapping[str, Callable[..., Any]],
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(present, missing, problems) for our callbacks in the manager's hook table."""
+    if table is None:
+        return (), tuple(sorted(ours)), ("plugin_manager_unreadable",)
+    present = sorted(n for n, cb in ours.items() if any(c == cb for c in table.get(n, [])))
+    missing = sorted(n for n in ours if n not in present)
+    problems: list[str] = []
+    transform = ours.get("transform_llm_output")
+    first = table.get("transform_llm_output", [])
+    if transform is not None and first and first[0] != transform:
+        problems.append("transform_llm_output_not_first")
+    return tuple(present), tuple(missing), tuple(problems)
+
+
+class HermesHost:
+    """The real host: imports Hermes modules lazily (they exist only inside Hermes)."""
+
+    def __init__(self, ctx: object) -> None:
+        self._ctx = ctx
+
+    def version(self) -> str:
+        return str(importlib.import_module("hermes_cli").__version__)
+
+    def _manager(self) -> Any:
+        manager = getattr(self._ctx, "_manager", None)
+        if manager is None:
+            manager = importlib.import_module("hermes_cli.plugins").get_plugin_manager()
+        return manager
+
+    def hooks(self) -> Mapping[str, list[Callable[..., Any]]] | None:
+        table = getattr(self._manager(), "_hooks", None)
+        return table if isinstance(table, Mapping) else None
+
+    def streaming(self) -> tuple[StreamingSetting, ...]:
+        raw = importlib.import_module("hermes_cli.config").read_raw_config()
+        display_config = importlib.import_module("gateway.display_config")
+        platforms = list(getattr(display_config, "_PLATFORM_DEFAULTS", {}))
+        # The per-platform defaults already name the built-ins; the enum adds the rest.
+        with contextlib.suppress(Exception):
+            enum = importlib.import_module("gateway.config").Platform
+            platforms += [str(p.value) for p in enum]
+
+        def per_platform(cfg: Mapping[str, Any], name: str) -> object:
+            return display_config.resolve_display_setting(dict(cfg), name, "streaming")
+
+        return streaming_settings(raw if isinstance(raw, Mapping) else {}, platforms, per_platform)
+
+    def coerce(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        coerced = importlib.import_module("model_tools").coerce_tool_args(tool, args)
+        return coerced if isinstance(coerced, dict) else args

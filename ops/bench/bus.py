@@ -1,0 +1,396 @@
+"""Bus benchmark: propose -> verdict through the gate, beside a bare echo on the same server.
+
+Issue 3, "Benchmark": in one run on one embedded nats-server (127.0.0.1, a
+temporary store), measure
+
+1. the floor: a nats-py request to a plain subscription that replies with the
+   same bytes (the signed proposal, so both carry the same payload);
+2. propose -> verdict with the stages called over the bus, for an allow (a
+   DMS deletion: verify, normalize, evaluate, evidence append, claim, signed
+   order published to JetStream and acknowledged, claim settled, reply) and a
+   deny (the legal hold: the same up to the evidence append, then the reply);
+3. the same with the stages co-located (called in-process);
+4. throughput with ``in_flight`` requests outstanding, echo vs allow (and
+   deny, which shows what the allow's two extra fsync'd commits cost).
+
+and, as a second baseline that explains the gap, the durable steps alone:
+one evidence append (SQLite WAL, ``synchronous=FULL``: an fsync per commit),
+one claim with its settle (two more fsync'd transactions) and one JetStream
+publish with its PubAck (file storage).
+
+How it is measured, so the figures can be compared: the client, the echo
+responder and the gate share one process and one asyncio loop (the gate is
+started with ``start_gate``, as ``up`` runs it; no connector runs, so an
+allow ends when its order is stored). Every proposal is built and signed
+before its series starts, with a fresh proposal id and, for an allow, a
+fresh document id (claims are per proposal), so signing is not timed;
+decoding the Verdict is. Each series is preceded by untimed warm-up
+requests. Outcomes are checked: a series whose proposals do not all get the
+expected verdict is an error, never a figure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import StorageType, StreamConfig
+
+from adapters.client import ProposalClient
+from ops.bench.stats import Summary, summarize
+from ops.demo_script import actor
+from ops.gateway import GateOptions, start_gate
+from ops.natsserver import EmbeddedNatsServer
+from ops.output import Progress
+from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from pipeline.stores.claims import ClaimStore
+from pipeline.stores.ledger import Ledger
+from pipeline.stores.ledger_schema import EvidenceEntry
+from subjects.keyed import keyed_identifier
+from subjects.messages import DataFacts, Verdict
+
+DEFAULT_ROUNDS: Final = 1000
+"""Sequential requests per latency series; the default run stays near a minute."""
+DEFAULT_IN_FLIGHT: Final = 64
+WARM_UP: Final = 20
+ECHO_SUBJECT: Final = "smf.bench.echo"
+BENCH_STREAM: Final = "SMF_BENCH"
+BENCH_SUBJECT: Final = "smf.bench.js"
+
+TARGET_P50: Final = 2.0
+TARGET_P99: Final = 3.0
+TARGET_THROUGHPUT: Final = 0.5
+"""Issue 3 targets, as ratios to the echo floor."""
+
+MODES: Final = ((False, "bus stages"), (True, "co-located"))
+SERIES: Final = 2 + 4 * len(MODES) + 3
+"""Echo latency and throughput; per mode allow and deny, each latency and
+throughput; three durable steps."""
+
+
+class BenchError(RuntimeError):
+    """A series did not get the outcomes it measures: its figures would mislead."""
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    label: str
+    requests: int
+    in_flight: int
+    seconds: float
+
+    @property
+    def per_second(self) -> float:
+        return self.requests / self.seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Ratio:
+    """A series against the echo floor: >1 means slower (latency) or faster (throughput)."""
+
+    label: str
+    p50: float
+    p99: float
+    throughput: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class BusResult:
+    nats_server: str
+    cpus: int
+    cpu_model: str
+    rounds: int
+    in_flight: int
+    throughput_requests: int
+    latency: tuple[Summary, ...]
+    throughput: tuple[Throughput, ...]
+
+    def _latency(self, label: str) -> Summary:
+        return next(s for s in self.latency if s.label == label)
+
+    def _throughput(self, label: str) -> Throughput | None:
+        return next((t for t in self.throughput if t.label == label), None)
+
+    def ratios(self) -> list[Ratio]:
+        echo = self._latency("echo")
+        echo_rate = self._throughput("echo")
+        ratios = []
+        for summary in self.latency:
+            if not summary.label.startswith("propose"):
+                continue
+            rate = self._throughput(summary.label)
+            ratios.append(
+                Ratio(
+                    label=summary.label,
+                    p50=summary.p50_us / echo.p50_us,
+                    p99=summary.p99_us / echo.p99_us,
+                    throughput=(
+                        rate.per_second / echo_rate.per_second
+                        if rate is not None and echo_rate is not None
+                        else None
+                    ),
+                )
+            )
+        return ratios
+
+
+def cpu_model() -> str:
+    """The CPU model Linux reports, for the machine description next to the figures."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def run(
+    rounds: int = DEFAULT_ROUNDS,
+    in_flight: int = DEFAULT_IN_FLIGHT,
+    progress: Progress | None = None,
+) -> BusResult:
+    """Run every series on a fresh embedded nats-server in a temporary directory."""
+    if rounds < 1 or in_flight < 1:
+        raise ValueError("rounds and in_flight must be at least 1")
+    throughput_requests = max(rounds, 4 * in_flight)
+    progress = progress or Progress("bus bench", SERIES)
+    with tempfile.TemporaryDirectory(prefix="smf-bench-bus-") as tmp:
+        root = Path(tmp)
+        server = EmbeddedNatsServer(root / "nats").start()
+        try:
+            latency, throughput = asyncio.run(
+                _measure(root, server.url, rounds, in_flight, throughput_requests, progress)
+            )
+        finally:
+            server.stop()
+            progress.close()
+    return BusResult(
+        nats_server=str(server.version),
+        cpus=os.cpu_count() or 0,
+        cpu_model=cpu_model(),
+        rounds=rounds,
+        in_flight=in_flight,
+        throughput_requests=throughput_requests,
+        latency=tuple(latency),
+        throughput=tuple(throughput),
+    )
+
+
+# --- timing ------------------------------------------------------------------------
+
+Call = Callable[[int], Awaitable[None]]
+"""One request, by index into the series' prepared inputs."""
+
+
+async def _sequential(call: Call, count: int, offset: int = 0) -> list[int]:
+    clock = time.perf_counter_ns
+    samples = []
+    for n in range(offset, offset + count):
+        start = clock()
+        await call(n)
+        samples.append(clock() - start)
+    return samples
+
+
+async def _series(label: str, call: Call, rounds: int) -> Summary:
+    await _sequential(call, WARM_UP)
+    return summarize(label, await _sequential(call, rounds, offset=WARM_UP))
+
+
+async def _throughput(label: str, call: Call, requests: int, in_flight: int) -> Throughput:
+    """``requests`` calls by ``in_flight`` workers, each starting its next when one ends."""
+    await asyncio.gather(*(call(n) for n in range(min(WARM_UP, requests))))
+    offset = min(WARM_UP, requests)
+    counter = iter(range(offset, offset + requests))
+
+    async def worker() -> None:
+        for n in counter:
+            await call(n)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    return Throughput(label, requests, in_flight, time.perf_counter() - start)
+
+
+# --- what is measured ---------------------------------------------------------------
+
+
+class _Proposals:
+    """Signed proposals prepared before a series, so signing is never timed."""
+
+    def __init__(self, runtime: ProposalClient) -> None:
+        self.runtime = runtime
+        self._serial = 0
+
+    def allows(self, count: int) -> list[tuple[str, bytes]]:
+        """DMS deletions of distinct documents, each allowed by the retention policy."""
+        return [self._signed(hold=False) for _ in range(count)]
+
+    def denials(self, count: int) -> list[tuple[str, bytes]]:
+        """Deletions of the document under legal hold: the floor denies them."""
+        return [self._signed(hold=True) for _ in range(count)]
+
+    def _signed(self, *, hold: bool) -> tuple[str, bytes]:
+        self._serial += 1
+        proposal = self.runtime.build(
+            native_tool="dms_delete",
+            arguments={"document_id": "doc-4711" if hold else f"doc-bench-{self._serial}"},
+            actor=actor("associate-ann", "associate"),
+            facts=DataFacts(classification="internal", injection_taint="clear", legal_hold=hold),
+        )
+        return proposal.proposal_id, self.runtime.sign(proposal)
+
+
+def _expecting(
+    runtime: ProposalClient, signed: Sequence[tuple[str, bytes]], outcome: str
+) -> tuple[Call, list[Verdict]]:
+    wrong: list[Verdict] = []
+
+    async def call(n: int) -> None:
+        proposal_id, data = signed[n]
+        verdict = await runtime.send(proposal_id, data)
+        if verdict.outcome != outcome:
+            wrong.append(verdict)
+
+    return call, wrong
+
+
+def _check(label: str, wrong: list[Verdict]) -> None:
+    if wrong:
+        raise BenchError(
+            f"{label}: {len(wrong)} proposals got another verdict, e.g. "
+            f"{wrong[0].outcome} {list(wrong[0].reason_codes)}"
+        )
+
+
+async def _measure(
+    root: Path,
+    url: str,
+    rounds: int,
+    in_flight: int,
+    throughput_requests: int,
+    progress: Progress,
+) -> tuple[list[Summary], list[Throughput]]:
+    state = StateDir(root / "state")
+    provision_demo(state)
+    client = await nats.connect(url, name="smf-bench-client")
+    responder = await nats.connect(url, name="smf-bench-echo")
+    latency: list[Summary] = []
+    throughput: list[Throughput] = []
+    step = 0
+
+    def done(what: Summary | Throughput) -> None:
+        nonlocal step
+        if isinstance(what, Summary):
+            latency.append(what)
+        else:
+            throughput.append(what)
+        step += 1
+        progress.update(step)
+
+    try:
+        runtime = ProposalClient(
+            client, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, timeout=30.0
+        )
+        proposals = _Proposals(runtime)
+
+        # 1. The floor: a plain subscription echoing the same bytes.
+        async def echo_back(msg: Msg) -> None:
+            await msg.respond(msg.data)
+
+        await responder.subscribe(ECHO_SUBJECT, cb=echo_back)
+        await responder.flush()
+        payload = proposals.allows(1)[0][1]
+
+        async def echo(n: int) -> None:
+            await client.request(ECHO_SUBJECT, payload, timeout=30.0)
+
+        done(await _series("echo", echo, rounds))
+        done(await _throughput("echo", echo, throughput_requests, in_flight))
+
+        # 2-4. The gate, stages over the bus and co-located.
+        for co_located, mode in MODES:
+            gate = await start_gate(GateOptions(state=state, nats_url=url, co_located=co_located))
+            try:
+                kinds = (("allow", proposals.allows), ("deny", proposals.denials))
+                for outcome, make in kinds:
+                    label = f"propose {outcome} ({mode})"
+                    call, wrong = _expecting(runtime, make(WARM_UP + rounds), outcome)
+                    done(await _series(label, call, rounds))
+                    _check(label, wrong)
+                for outcome, make in kinds:
+                    label = f"propose {outcome} ({mode})"
+                    signed = make(min(WARM_UP, throughput_requests) + throughput_requests)
+                    call, wrong = _expecting(runtime, signed, outcome)
+                    done(await _throughput(label, call, throughput_requests, in_flight))
+                    _check(label, wrong)
+            finally:
+                await gate.close()
+
+        # The durable steps alone: what an allow waits for besides the bus.
+        for summary in await _durable_steps(root, state, client, rounds):
+            done(summary)
+    finally:
+        await responder.drain()
+        await client.drain()
+    return latency, throughput
+
+
+async def _durable_steps(root: Path, state: StateDir, client: Client, rounds: int) -> list[Summary]:
+    """Evidence append, claim + settle, JetStream publish + ack, each on its own."""
+    ledger = await Ledger.open(root / "ledger-alone.db", signer=state.key("gate"))
+    identity = "sha256:" + "ab" * 32
+    entry = EvidenceEntry(
+        kind="decision",
+        operation_hash=identity,
+        decision_id=identity,
+        release_id=identity,
+        projection_id=identity,
+        tenant_ref=keyed_identifier(state.pseudonym_key(), "smf.tenant", "tenant-acme"),
+        at=int(time.time() * 1000),
+        disposition="allow",
+        reason_codes=("retention_schedule_deletion",),
+    )
+
+    async def append(n: int) -> None:
+        await ledger.append(entry)
+
+    claims = await ClaimStore.open(root / "claims-alone.db")
+
+    async def claim_and_settle(n: int) -> None:
+        await claims.claim(f"p-bench-{n}", identity, identity, n)
+        await claims.settle(f"p-bench-{n}", "published")
+
+    js = client.jetstream()
+    await js.add_stream(
+        StreamConfig(
+            name=BENCH_STREAM,
+            subjects=[f"{BENCH_SUBJECT}.>"],
+            storage=StorageType.FILE,
+            duplicate_window=120.0,
+        )
+    )
+    order = os.urandom(1400)
+
+    async def publish(n: int) -> None:
+        await js.publish(f"{BENCH_SUBJECT}.dms", order, headers={"Nats-Msg-Id": f"bench-{n}"})
+
+    try:
+        return [
+            await _series("ledger append", append, rounds),
+            await _series("claim + settle", claim_and_settle, rounds),
+            await _series("jetstream publish + ack", publish, rounds),
+        ]
+    finally:
+        await ledger.close()
+        await claims.close()

@@ -1,0 +1,434 @@
+"""``approvals``: the approver's console for exact-action approvals.
+
+Issue 4, "Approver command line", and ARCHITECTURE.md, "Exact-action
+approval". What the commands guarantee an approver:
+
+- ``pending`` reads the announcements kept on the ``SMF_APPROVALS`` stream
+  (so approvals announced before the console started are seen) and asks the
+  gate for each one's current state; only open ones (pending, approved) are
+  listed unless ``--all`` is given. Announcements carry identities, never the
+  content or the recipient.
+- ``show`` makes a signed request, so only an approver on the roster sees the
+  held content, and checks the content against the binding's content hash
+  and the binding against its digest (:func:`adapters.approver.content_matches`).
+- ``resolve`` signs only what it has checked: it fetches the view, refuses to
+  sign when the content does not match the digest or the approval is no
+  longer pending, and signs the digest it checked, so the signature cannot be
+  spent on any other action. The gate's refusal is the exit status.
+
+Content an agent produced may carry terminal control sequences; it is shown
+with every control and format character escaped, so it cannot rewrite the
+screen around it (for example a forged "matches" line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+import time
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.errors import NoRespondersError
+from nats.js.client import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from adapters.approver import ApproverClient, ApproverError, content_matches
+from ops.commands.decide import format_instant
+from ops.commands.up import bus_url, connect_bus, first_line
+from ops.logs import configure_logging
+from ops.output import emit_json, fail, say, table
+from subjects import names
+from subjects.approvals import (
+    ApprovalView,
+    PendingAnnouncement,
+    ResolutionDecision,
+    ResolutionReply,
+)
+from subjects.keys import KeyFileError, SigningKey, load_private_key
+
+OPEN_STATES: Final = frozenset({"pending", "approved"})
+"""States in which an approval still waits on an approver or on its claim."""
+REQUEST_TIMEOUT_SECONDS: Final = 5.0
+DECISIONS: Final[dict[str, ResolutionDecision]] = {"allow-once": "allow-once", "deny": "deny"}
+"""Only these two exist (ARCHITECTURE.md, "Exact-action approval")."""
+_HEX_ID: Final = re.compile(r"[0-9a-f]{64}")
+_KEEP: Final = frozenset("\n\t")
+
+
+class _Status(msgspec.Struct, frozen=True):
+    """Reply of ``smf.approval.status``: no content, anyone may ask."""
+
+    approval_id: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    announcement: PendingAnnouncement
+    state: str
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("approvals", help="list, inspect and resolve held actions")
+    actions = p.add_subparsers(dest="approvals_command", required=True, metavar="ACTION")
+
+    pending = actions.add_parser(
+        "pending",
+        help="list open approvals",
+        description="List approvals announced on the SMF_APPROVALS stream that are still "
+        "pending or approved, with their current state from the gate.",
+    )
+    _bus_arguments(pending)
+    pending.add_argument("--tenant", help="only this tenant's approvals")
+    pending.add_argument("--all", action="store_true", help="also list closed approvals")
+    pending.add_argument("--json", action="store_true", help="print JSON")
+    pending.set_defaults(func=run_pending)
+
+    show = actions.add_parser(
+        "show",
+        help="show what an approval would send, and check it against its digest",
+        description="Ask the gate (signed with your key) for the binding and the held "
+        "content of one approval, and check the content against the binding digest. "
+        "Exits 1 when they do not match.",
+    )
+    show.add_argument("approval_id", metavar="ID", help="approval id (sha256:<hex> or <hex>)")
+    _bus_arguments(show)
+    _approver_arguments(show)
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(func=run_show)
+
+    resolve = actions.add_parser(
+        "resolve",
+        help="sign allow-once or deny for one approval",
+        description="Fetch the approval, refuse to sign unless its content matches the "
+        "binding digest and it is pending, sign the checked digest, send it, and print "
+        "the gate's answer. Exits 1 when the gate refuses.",
+    )
+    resolve.add_argument("approval_id", metavar="ID", help="approval id (sha256:<hex> or <hex>)")
+    resolve.add_argument("decision", choices=tuple(DECISIONS), help="allow-once or deny")
+    _bus_arguments(resolve)
+    _approver_arguments(resolve)
+    resolve.add_argument("--json", action="store_true", help="print JSON")
+    resolve.set_defaults(func=run_resolve)
+
+
+def _bus_arguments(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--nats", metavar="URL", help="NATS server of the gate")
+    where.add_argument(
+        "--state-dir", type=Path, help="find the bus from the nats.url a running `up` wrote here"
+    )
+
+
+def _approver_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--key", required=True, type=Path, help="your private key file")
+    p.add_argument(
+        "--id", dest="approver_id", help="your approver id (default: the key file's principal)"
+    )
+
+
+# --- helpers -----------------------------------------------------------------
+
+
+def approval_ref(text: str) -> str:
+    """Accept ``sha256:<hex>`` or the bare hex an outcome subject shows."""
+    value = text.strip().lower()
+    bare = value.removeprefix("sha256:")
+    if _HEX_ID.fullmatch(bare) is None:
+        fail(f"{text!r} is not an approval id (sha256:<64 hex digits>)", 2)
+    return "sha256:" + bare
+
+
+def printable(text: str) -> str:
+    """Escape control and format characters (ANSI escapes, bidi overrides) but
+    keep newlines and tabs, so held content cannot rewrite the terminal."""
+    out: list[str] = []
+    for char in text:
+        if char not in _KEEP and unicodedata.category(char) in ("Cc", "Cf"):
+            out.append(char.encode("unicode_escape").decode("ascii"))
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def expires_in(expires_at_ms: int, now_ms: int) -> str:
+    left = (expires_at_ms - now_ms) // 1000
+    if left <= 0:
+        return "expired"
+    minutes, seconds = divmod(left, 60)
+    return f"{minutes}m {seconds:02d}s" if minutes else f"{seconds}s"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _load_key(path: Path, approver_id: str | None) -> tuple[SigningKey, str]:
+    try:
+        key, principal = load_private_key(path)
+    except KeyFileError as exc:
+        fail(first_line(exc))
+    return key, approver_id or principal
+
+
+def _gate_unreachable(subject: str, exc: Exception) -> str:
+    if isinstance(exc, NoRespondersError):
+        return f"no gate answers on {subject}: is `smf-assurance up` running?"
+    return f"no answer on {subject}: {first_line(exc)}"
+
+
+def _setup(args: argparse.Namespace) -> str:
+    configure_logging(json=not sys.stderr.isatty(), level="warning")
+    return bus_url(args.nats, args.state_dir)
+
+
+# --- pending -----------------------------------------------------------------
+
+
+async def read_announcements(js: JetStreamContext, tenant: str | None) -> list[PendingAnnouncement]:
+    """Every decodable announcement on the stream, oldest first, one per approval.
+
+    ``get_msg`` with ``next`` skips sequence numbers the stream has aged out,
+    so no consumer is created on the gate's stream just to look.
+    """
+    try:
+        info = await js.stream_info(names.APPROVAL_STREAM)
+    except NotFoundError:
+        fail(f"no {names.APPROVAL_STREAM} stream on this bus: is the gate running there?")
+    except (NatsError, TimeoutError) as exc:
+        fail(f"cannot read the {names.APPROVAL_STREAM} stream: {first_line(exc)}")
+    try:
+        subject = (
+            names.approval_pending_subject(tenant)
+            if tenant
+            else f"{names.APPROVAL_PENDING_PREFIX}.>"
+        )
+    except names.SubjectError:
+        fail(f"--tenant: {tenant!r} is not a tenant id", 2)
+    seen: dict[str, PendingAnnouncement] = {}
+    seq = info.state.first_seq
+    while info.state.messages and seq <= info.state.last_seq:
+        try:
+            raw = await js.get_msg(names.APPROVAL_STREAM, seq, subject=subject, next=True)
+        except NotFoundError:
+            break
+        seq = (raw.seq or seq) + 1
+        try:
+            announcement = msgspec.json.decode(raw.data or b"", type=PendingAnnouncement)
+        except (msgspec.DecodeError, ValueError):
+            continue  # not ours to show; the gate publishes only valid ones
+        seen.setdefault(announcement.approval_id, announcement)
+    return list(seen.values())
+
+
+async def approval_state(nc: Client, approval_id: str) -> str:
+    try:
+        reply = await nc.request(
+            names.APPROVAL_STATUS, approval_id.encode(), timeout=REQUEST_TIMEOUT_SECONDS
+        )
+    except (NatsError, TimeoutError) as exc:
+        fail(_gate_unreachable(names.APPROVAL_STATUS, exc))
+    try:
+        return msgspec.json.decode(reply.data, type=_Status).state
+    except msgspec.DecodeError:
+        fail(f"unreadable answer on {names.APPROVAL_STATUS}")
+
+
+async def _pending(url: str, tenant: str | None, everything: bool) -> list[Listed]:
+    nc = await connect_bus(url, "smf-approvals-console")
+    try:
+        announcements = await read_announcements(nc.jetstream(), tenant)
+        states = await asyncio.gather(*(approval_state(nc, a.approval_id) for a in announcements))
+    finally:
+        await nc.close()
+    return [
+        Listed(a, state)
+        for a, state in zip(announcements, states, strict=True)
+        if everything or state in OPEN_STATES
+    ]
+
+
+def run_pending(args: argparse.Namespace) -> int:
+    url = _setup(args)
+    listed = asyncio.run(_pending(url, args.tenant, args.all))
+    now = _now_ms()
+    if args.json:
+        emit_json({"approvals": [_listed_json(item, now) for item in listed]})
+        return 0
+    if not listed:
+        say("no open approvals" if not args.all else "no approvals on the stream")
+        return 0
+    table(
+        ("approval id", "tool", "capability", "channel", "required roles", "expires in", "state"),
+        [
+            (
+                item.announcement.approval_id,
+                item.announcement.native_tool,
+                item.announcement.capability,
+                item.announcement.channel,
+                ", ".join(item.announcement.binding.required_roles),
+                expires_in(item.announcement.binding.expires_at_ms, now),
+                item.state,
+            )
+            for item in listed
+        ],
+    )
+    return 0
+
+
+def _listed_json(item: Listed, now: int) -> dict[str, Any]:
+    a = item.announcement
+    return {
+        "approval_id": a.approval_id,
+        "tenant_id": a.binding.tenant_id,
+        "native_tool": a.native_tool,
+        "capability": a.capability,
+        "channel": a.channel,
+        "locality": a.locality,
+        "required_roles": list(a.binding.required_roles),
+        "expires_at_ms": a.binding.expires_at_ms,
+        "expires_in_s": max(0, (a.binding.expires_at_ms - now) // 1000),
+        "state": item.state,
+        "binding_digest": a.binding_digest,
+        "rule_ids": list(a.rule_ids),
+        "reason_codes": list(a.reason_codes),
+    }
+
+
+# --- show ----------------------------------------------------------------------
+
+
+async def _fetch_view(client: ApproverClient, approval_id: str) -> ApprovalView:
+    try:
+        return await client.show(approval_id)
+    except ApproverError as exc:
+        if exc.reason_code == "approval_closed":
+            state = await approval_state(client.nc, approval_id)
+            fail(f"approval {approval_id} is closed: approval_not_pending (state {state})")
+        fail(f"the gate refused to show {approval_id}: {exc.reason_code}")
+    except (NatsError, TimeoutError) as exc:
+        fail(_gate_unreachable(names.APPROVAL_SHOW, exc))
+
+
+async def _show(url: str, approval_id: str, key: SigningKey, approver_id: str) -> ApprovalView:
+    nc = await connect_bus(url, "smf-approvals-console")
+    try:
+        return await _fetch_view(ApproverClient(nc, key, approver_id), approval_id)
+    finally:
+        await nc.close()
+
+
+def run_show(args: argparse.Namespace) -> int:
+    approval_id = approval_ref(args.approval_id)
+    key, approver_id = _load_key(args.key, args.approver_id)
+    url = _setup(args)
+    view = asyncio.run(_show(url, approval_id, key, approver_id))
+    matches = content_matches(view)
+    if args.json:
+        emit_json(_view_json(view, matches))
+    else:
+        _print_view(view, matches)
+    if not matches:
+        fail("the content shown does not match the binding digest: do not approve it")
+    return 0
+
+
+def _view_json(view: ApprovalView, matches: bool) -> dict[str, Any]:
+    return {
+        "approval_id": view.binding.approval_id,
+        "state": view.state,
+        "native_tool": view.native_tool,
+        "destination_address": view.destination_address,
+        "arguments_json": view.arguments_json,
+        "content": view.content,
+        "binding": msgspec.to_builtins(view.binding),
+        "binding_digest": view.binding_digest,
+        "content_matches": matches,
+    }
+
+
+def _print_view(view: ApprovalView, matches: bool) -> None:
+    b = view.binding
+    now = _now_ms()
+    rows: Sequence[tuple[str, str]] = [
+        ("approval id", b.approval_id),
+        ("state", view.state),
+        ("tool", view.native_tool),
+        ("destination", printable(view.destination_address) or "-"),
+        ("arguments", printable(view.arguments_json)),
+        ("required roles", ", ".join(b.required_roles)),
+        ("tenant / organization", f"{b.tenant_id} / {b.organization_id}"),
+        ("matter", b.matter_id),
+        ("requested by", b.actor_id),
+        ("created", format_instant(b.created_at_ms)),
+        ("expires", f"{format_instant(b.expires_at_ms)} ({expires_in(b.expires_at_ms, now)})"),
+        ("release", b.release_id),
+        ("content hash", b.content_hash),
+        ("binding digest", view.binding_digest),
+    ]
+    table(("field", "value"), rows)
+    say("")
+    say(f"--- content ({len(view.content)} characters) ---")
+    say(printable(view.content))
+    say("--- end of content ---")
+    if matches:
+        say("content check: matches the binding digest")
+    else:
+        say("content check: MISMATCH: the content or binding shown is not what the digest covers")
+
+
+# --- resolve -------------------------------------------------------------------
+
+
+async def _resolve(
+    url: str, approval_id: str, decision: str, key: SigningKey, approver_id: str
+) -> ResolutionReply:
+    nc = await connect_bus(url, "smf-approvals-console")
+    try:
+        client = ApproverClient(nc, key, approver_id)
+        view = await _fetch_view(client, approval_id)
+        if not content_matches(view):
+            fail("refusing to sign: the content shown does not match the binding digest")
+        if view.state != "pending":
+            fail(f"cannot resolve {approval_id}: approval_not_pending (state {view.state})")
+        try:
+            return await client.resolve(approval_id, DECISIONS[decision], view.binding_digest)
+        except ApproverError as exc:
+            fail(f"resolution refused: {exc.reason_code}")
+        except (NatsError, TimeoutError) as exc:
+            fail(_gate_unreachable(names.APPROVAL_RESOLVE, exc))
+    finally:
+        await nc.close()
+
+
+def run_resolve(args: argparse.Namespace) -> int:
+    approval_id = approval_ref(args.approval_id)
+    key, approver_id = _load_key(args.key, args.approver_id)
+    url = _setup(args)
+    reply = asyncio.run(_resolve(url, approval_id, args.decision, key, approver_id))
+    if args.json:
+        emit_json({"decision": args.decision, **msgspec.to_builtins(reply)})
+    elif reply.accepted:
+        table(
+            ("field", "value"),
+            [
+                ("approval id", reply.approval_id),
+                ("decision", args.decision),
+                ("accepted", "yes"),
+                ("state", reply.state),
+                ("order id", reply.order_id or "-"),
+            ],
+        )
+    if not reply.accepted:
+        reasons = ", ".join(reply.reason_codes) or "no reason given"
+        fail(f"resolution refused: {reasons} (state {reply.state})")
+    return 0

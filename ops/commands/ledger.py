@@ -1,0 +1,307 @@
+"""``ledger``: verify the evidence ledger, export it for auditors, fetch its checkpoints.
+
+Issue 7. ``verify`` checks the hash chain and every signed checkpoint
+(:func:`pipeline.stores.ledger.verify_ledger`) and names the first bad entry.
+The file alone can only prove it agrees with itself: an attacker with the
+file can cut its tail or replace it whole and stay consistent. What catches
+that are checkpoints kept outside the file, on the ``SMF_LEDGER_CHECKPOINTS``
+stream (created with DenyDelete and DenyPurge), read with ``--nats`` or from
+a file ``ledger checkpoints`` wrote. The report says how many external
+checkpoints it had, so "ok" is never read as more than it proves.
+
+Checkpoints are trusted only when signed by a gate key named in a registry
+(``--state-dir``, or ``--key`` pointing at a registry) or in a public key
+record (``--key``); a private key file is refused, because a verifier never
+needs one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import msgspec
+from nats.errors import Error as NatsError
+from nats.js.errors import NotFoundError
+
+from ops.commands.up import bus_url, connect_bus, first_line
+from ops.logs import configure_logging
+from ops.output import CommandError, emit_json, fail, say, table
+from ops.state import StateDir, default_state_dir
+from pipeline.stores.ledger import (
+    EvidenceStoreUnavailable,
+    LedgerIntegrityError,
+    LedgerReport,
+    export_jsonl,
+    verify_ledger,
+)
+from subjects import names
+from subjects.keys import (
+    PRIVATE_KEY_KIND,
+    PUBLIC_KEY_KIND,
+    KeyFileError,
+    PublicKeyRecord,
+    VerifyKey,
+    verify_key_from_record,
+)
+from subjects.registry import REGISTRY_SCHEMA, RegistryError, load_registry
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("ledger", help="verify and export the evidence ledger")
+    actions = p.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
+
+    verify = actions.add_parser(
+        "verify",
+        help="check the hash chain and the signed checkpoints; name the first bad entry",
+        description="Check every entry's hash, the chain, and every signed checkpoint. "
+        "Exits 1 with one line naming the first bad seq and the reason.",
+    )
+    verify.add_argument("--db", required=True, type=Path, help="ledger file (ledger.db)")
+    source = verify.add_mutually_exclusive_group()
+    source.add_argument(
+        "--nats", metavar="URL", help="read checkpoints from the SMF_LEDGER_CHECKPOINTS stream"
+    )
+    source.add_argument(
+        "--checkpoints", type=Path, help="read checkpoints from a file (one envelope per line)"
+    )
+    trust = verify.add_mutually_exclusive_group()
+    trust.add_argument(
+        "--key", type=Path, help="trusted gate key: a public key record or a registry file"
+    )
+    trust.add_argument(
+        "--state-dir",
+        type=Path,
+        help=f"trust the gate keys of this state dir's registry (default: {default_state_dir()})",
+    )
+    verify.add_argument("--json", action="store_true", help="print JSON")
+    verify.set_defaults(func=run_verify)
+
+    export = actions.add_parser(
+        "export",
+        help="write every entry as one JSON line, for auditors",
+        description="Write every entry in seq order as one canonical JSON line with its "
+        "hash, so an auditor can recompute the chain from the lines alone.",
+    )
+    export.add_argument("--db", required=True, type=Path, help="ledger file (ledger.db)")
+    export.add_argument("--format", choices=("jsonl",), default="jsonl", help="default: jsonl")
+    export.add_argument("--out", type=Path, help="file to create (default: stdout)")
+    export.set_defaults(func=run_export)
+
+    checkpoints = actions.add_parser(
+        "checkpoints",
+        help="copy the signed checkpoints from the bus into a file",
+        description="Write every envelope on the SMF_LEDGER_CHECKPOINTS stream, one per "
+        "line, for `ledger verify --checkpoints` away from the bus.",
+    )
+    where = checkpoints.add_mutually_exclusive_group()
+    where.add_argument("--nats", metavar="URL", help="NATS server of the gate")
+    where.add_argument(
+        "--state-dir", type=Path, help="find the bus from the nats.url a running `up` wrote here"
+    )
+    checkpoints.add_argument("--out", type=Path, help="file to create (default: stdout)")
+    checkpoints.set_defaults(func=run_checkpoints)
+
+
+def _quiet_logs() -> None:
+    """verify_ledger logs at info; keep stdout for the report."""
+    configure_logging(json=not sys.stderr.isatty(), level="warning")
+
+
+@contextlib.contextmanager
+def _output(path: Path | None) -> Iterator[TextIO]:
+    """stdout, or a new file that is removed again if writing it fails.
+
+    Never over an existing file: an earlier export may be the auditor's copy.
+    """
+    if path is None:
+        yield sys.stdout
+        return
+    try:
+        handle = path.open("x", encoding="utf-8")
+    except FileExistsError:
+        fail(f"refusing to overwrite {path}")
+    except OSError as exc:
+        fail(f"cannot create {path}: {exc.strerror}")
+    try:
+        with handle:
+            yield handle
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+
+def _require_file(path: Path, what: str) -> None:
+    if not path.is_file():
+        fail(f"{what} {path}: no such file", 2)
+
+
+# --- trusted keys ----------------------------------------------------------------
+
+
+def trusted_gate_keys(key: Path | None, state_dir: Path | None) -> dict[str, VerifyKey]:
+    """The gate keys a checkpoint may be signed with."""
+    if key is None:
+        registry = StateDir(state_dir or default_state_dir()).registry
+        if not registry.is_file():
+            fail(f"no trusted gate key: pass --key FILE or --state-dir DIR (no {registry})")
+        return _registry_gate_keys(registry)
+    try:
+        document = msgspec.json.decode(key.read_bytes())
+    except OSError as exc:
+        fail(f"cannot read {key}: {exc.strerror}", 2)
+    except msgspec.DecodeError:
+        fail(f"--key {key}: not JSON")
+    kind = document.get("kind") if isinstance(document, dict) else None
+    schema = document.get("schema") if isinstance(document, dict) else None
+    if kind == PUBLIC_KEY_KIND:
+        try:
+            record = msgspec.convert(document, PublicKeyRecord)
+            verify_key = verify_key_from_record(record)
+        except (msgspec.ValidationError, KeyFileError) as exc:
+            fail(f"--key {key}: {first_line(exc)}")
+        return {verify_key.key_id: verify_key}
+    if schema == REGISTRY_SCHEMA:
+        return _registry_gate_keys(key)
+    if kind == PRIVATE_KEY_KIND:
+        reason = "is a private key; pass its public record (`smf-assurance keys public --json`)"
+    else:
+        reason = "is neither a public key record nor a registry"
+    raise CommandError(f"--key {key} {reason}")
+
+
+def _registry_gate_keys(path: Path) -> dict[str, VerifyKey]:
+    try:
+        keys = load_registry(path).trusted("gate")
+    except RegistryError as exc:
+        fail(first_line(exc))
+    if not keys:
+        fail(f"registry {path} names no gate key")
+    return keys
+
+
+# --- checkpoints -------------------------------------------------------------------
+
+
+async def fetch_checkpoints(url: str) -> list[bytes]:
+    """Every envelope on the checkpoint stream, in stream order."""
+    nc = await connect_bus(url, "smf-ledger-verify")
+    try:
+        js = nc.jetstream()
+        try:
+            info = await js.stream_info(names.CHECKPOINT_STREAM)
+        except NotFoundError:
+            fail(f"no {names.CHECKPOINT_STREAM} stream at {url}: is the gate running there?")
+        except (NatsError, TimeoutError) as exc:
+            fail(f"cannot read the {names.CHECKPOINT_STREAM} stream: {first_line(exc)}")
+        envelopes: list[bytes] = []
+        seq = info.state.first_seq
+        while info.state.messages and seq <= info.state.last_seq:
+            try:
+                raw = await js.get_msg(
+                    names.CHECKPOINT_STREAM, seq, subject=names.CHECKPOINT_SUBJECT, next=True
+                )
+            except NotFoundError:
+                break
+            envelopes.append(raw.data or b"")
+            seq = (raw.seq or seq) + 1
+        return envelopes
+    finally:
+        await nc.close()
+
+
+def read_checkpoint_file(path: Path) -> list[bytes]:
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror}", 2)
+    return [line.strip() for line in lines if line.strip()]
+
+
+# --- verify ---------------------------------------------------------------------------
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    _quiet_logs()
+    _require_file(args.db, "--db")
+    trusted = trusted_gate_keys(args.key, args.state_dir)
+    if args.nats:
+        external = asyncio.run(fetch_checkpoints(args.nats))
+        source = f"{names.CHECKPOINT_STREAM} at {args.nats}"
+    elif args.checkpoints:
+        external = read_checkpoint_file(args.checkpoints)
+        source = str(args.checkpoints)
+    else:
+        external, source = [], None
+    report = verify_ledger(args.db, external, trusted)
+    if args.json:
+        emit_json(
+            {
+                **msgspec.to_builtins(report),
+                "external_checkpoints": len(external),
+                "checkpoint_source": source,
+            }
+        )
+    else:
+        _print_report(report, len(external), source)
+    if not report.ok:
+        where = f" at seq {report.seq}" if report.seq is not None else ""
+        fail(f"ledger verify failed: {report.reason}{where}")
+    return 0
+
+
+def _print_report(report: LedgerReport, external: int, source: str | None) -> None:
+    rows: list[tuple[str, Any]] = [
+        ("result", "ok" if report.ok else "FAILED"),
+        ("reason", report.reason or "-"),
+        ("first bad seq", report.seq if report.seq is not None else "-"),
+        ("ledger id", report.ledger_id or "-"),
+        ("entries verified", report.entries),
+        ("last seq", report.last_seq),
+        ("last entry hash", report.last_entry_hash),
+        ("checkpoints verified", report.checkpoints),
+        ("highest checkpoint seq", report.checkpoint_seq),
+        ("external checkpoints", f"{external} from {source}" if source else "none"),
+    ]
+    table(("check", "value"), rows)
+    if source is None:
+        say(
+            "note: without external checkpoints (--nats or --checkpoints) this proves only "
+            "that the file agrees with itself; a cut tail or a replaced file is not detected"
+        )
+
+
+# --- export and checkpoints ---------------------------------------------------------
+
+
+def run_export(args: argparse.Namespace) -> int:
+    _quiet_logs()
+    _require_file(args.db, "--db")
+    try:
+        with _output(args.out) as out:
+            count = export_jsonl(args.db, out)
+    except LedgerIntegrityError as exc:
+        fail(f"export stopped: {exc.reason} at seq {exc.seq}")
+    except EvidenceStoreUnavailable as exc:
+        cause = exc.__cause__ or exc
+        fail(f"cannot read ledger {args.db}: {first_line(cause)}")
+    if args.out is not None:
+        say(f"{count} entries written to {args.out}")
+    return 0
+
+
+def run_checkpoints(args: argparse.Namespace) -> int:
+    _quiet_logs()
+    url = bus_url(args.nats, args.state_dir)
+    envelopes = asyncio.run(fetch_checkpoints(url))
+    with _output(args.out) as out:
+        for envelope in envelopes:
+            out.write(envelope.decode("utf-8", "replace") + "\n")
+    if args.out is not None:
+        say(f"{len(envelopes)} checkpoints written to {args.out}")
+    return 0

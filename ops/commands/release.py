@@ -1,0 +1,436 @@
+"""``release``: build, verify, publish and inspect signed governed releases (issue 6).
+
+- ``release build``: compile a corpus, bind a registry, sign the manifest with
+  one or more keys, write a release folder.
+- ``release verify``: every check a gate makes (signature threshold, digests,
+  and against a state directory's accepted release: rollback, chain,
+  revocation), with the lease judged now or ``--at``.
+- ``release publish``: to the ``SMF_RELEASES`` bucket (``--nats``) or a state
+  directory's inbox (``--state-dir``); running gates verify before use.
+- ``release status``: what a bucket holds, or what a state directory accepted.
+- ``release trust-root``: write the trust root file gates verify against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+
+from ops.output import emit_json, fail, say, table
+from ops.releases import (
+    DEFAULT_LEASE_HOURS,
+    ReleaseError,
+    bucket_entries,
+    build_release,
+    latest_in_inbox,
+    load_trust_root,
+    make_trust_root,
+    prior_of,
+    publish_to_bucket,
+    publish_to_inbox,
+    read_public_record,
+    read_release_dir,
+    unverified_manifest,
+    write_release_dir,
+    write_trust_root,
+)
+from ops.state import StateDir
+from pipeline.core.release_trust import (
+    LastAccepted,
+    ReleaseTrust,
+    ReleaseTrustError,
+    ReplayedReleaseError,
+    TrustedTime,
+)
+from pipeline.stores.release_state import ReleaseStateStore, StoredRelease
+from subjects.keys import KeyFileError, SigningKey, load_private_key
+from subjects.release import ReleaseBundle, ReleaseManifest, encode_bundle
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("release", help="build, verify, publish and inspect signed releases")
+    actions = p.add_subparsers(dest="release_command", required=True, metavar="ACTION")
+
+    build = actions.add_parser("build", help="compile a corpus and sign a release")
+    build.add_argument("--corpus", type=Path, required=True, help="corpus folder")
+    build.add_argument(
+        "--key", type=Path, action="append", required=True, help="release-signing private key"
+    )
+    build.add_argument("--out", type=Path, required=True, help="release folder (new or empty)")
+    build.add_argument(
+        "--registry", type=Path, help="registry file (default: CORPUS/registry.json)"
+    )
+    build.add_argument("--lease-hours", type=int, default=DEFAULT_LEASE_HOURS, help="default: 168")
+    build.add_argument("--prior", type=Path, help="the release folder this one replaces")
+    build.add_argument("--sequence", type=int, help="default: the prior's + 1, or the corpus's")
+    build.add_argument("--release-id", help="default: the corpus's release id")
+    build.add_argument("--revoke-key", action="append", default=[], help="revoke a signing key id")
+    build.add_argument("--revoke-release", action="append", default=[], help="revoke a release id")
+    build.add_argument("--json", action="store_true", help="print JSON")
+    build.set_defaults(func=run_build)
+
+    verify = actions.add_parser("verify", help="verify a release folder as a gate would")
+    verify.add_argument("folder", type=Path, help="release folder")
+    verify.add_argument("--trust-root", type=Path, required=True, help="trust root file")
+    verify.add_argument("--state-dir", type=Path, help="check against this state's last release")
+    verify.add_argument("--at", help="judge the lease at this RFC 3339 time (default: now)")
+    verify.add_argument("--json", action="store_true", help="print JSON")
+    verify.set_defaults(func=run_verify)
+
+    publish = actions.add_parser("publish", help="publish a release to gates")
+    publish.add_argument("folder", type=Path, help="release folder")
+    where = publish.add_mutually_exclusive_group(required=True)
+    where.add_argument("--nats", metavar="URL", help="publish to the SMF_RELEASES bucket")
+    where.add_argument("--state-dir", type=Path, help="publish to this state directory's inbox")
+    publish.add_argument("--trust-root", type=Path, help="verify against it before publishing")
+    publish.add_argument("--json", action="store_true", help="print JSON")
+    publish.set_defaults(func=run_publish)
+
+    status = actions.add_parser("status", help="show published or accepted releases")
+    where = status.add_mutually_exclusive_group(required=True)
+    where.add_argument("--nats", metavar="URL", help="list the SMF_RELEASES bucket")
+    where.add_argument("--state-dir", type=Path, help="show this state's accepted release")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.set_defaults(func=run_status)
+
+    root = actions.add_parser("trust-root", help="write a trust root file")
+    root.add_argument(
+        "--key", type=Path, action="append", required=True, help="private key or public record"
+    )
+    root.add_argument("--threshold", type=int, default=1, help="distinct signers (default: 1)")
+    root.add_argument("--out", type=Path, required=True, help="trust root file to create")
+    root.add_argument("--json", action="store_true", help="print JSON")
+    root.set_defaults(func=run_trust_root)
+
+
+# -- helpers --------------------------------------------------------------------
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def instant(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
+
+
+def parse_at(text: str) -> int:
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        fail(f"--at: {text!r} is not an RFC 3339 timestamp", 2)
+    if moment.tzinfo is None:
+        fail("--at: the timestamp needs a time zone (e.g. Z)", 2)
+    return int(moment.timestamp() * 1000)
+
+
+def _keys(paths: Sequence[Path]) -> list[SigningKey]:
+    keys = []
+    for path in paths:
+        try:
+            keys.append(load_private_key(path)[0])
+        except KeyFileError as exc:
+            fail(f"{path}: {exc}", 2)
+    return keys
+
+
+def _manifest_rows(manifest: ReleaseManifest, digest: str | None) -> list[tuple[str, Any]]:
+    return [
+        ("release", manifest.release_id),
+        ("sequence", manifest.sequence),
+        ("manifest hash", digest or "-"),
+        ("prior release", manifest.prior_release_hash or "- (first of its chain)"),
+        ("issued at", instant(manifest.issued_at_ms)),
+        ("lease expires", instant(manifest.lease_expires_at_ms)),
+        ("recipe", manifest.recipe_id),
+        ("enforcement", manifest.digests.enforcement),
+        ("analysis", manifest.digests.analysis),
+        ("registry", manifest.digests.registry),
+        ("revoked keys", ", ".join(manifest.revocations.key_ids) or "-"),
+        ("revoked releases", ", ".join(manifest.revocations.release_ids) or "-"),
+    ]
+
+
+def _manifest_json(manifest: ReleaseManifest, digest: str | None) -> dict[str, Any]:
+    value: dict[str, Any] = msgspec.to_builtins(manifest)
+    value["manifest_hash"] = digest
+    return value
+
+
+def _read_dir(folder: Path) -> ReleaseBundle:
+    try:
+        return read_release_dir(folder)
+    except ReleaseError as exc:
+        fail(str(exc), 2)
+
+
+async def _load_state(state_dir: Path) -> StoredRelease | None:
+    path = StateDir(state_dir).release_state
+    if not path.exists():
+        return None
+    store = await ReleaseStateStore.open(path)
+    try:
+        return await store.load()
+    finally:
+        await store.close()
+
+
+async def _quiet(_exc: Exception) -> None:
+    """A command reports one line, not nats-py's traceback per attempt."""
+
+
+async def _connect(url: str) -> Client:
+    try:
+        return await nats.connect(
+            url,
+            name="smf-release",
+            connect_timeout=2,
+            allow_reconnect=False,
+            # A bounded attempt count is what makes an unreachable server an
+            # error: nats-py otherwise keeps trying the initial connect forever.
+            max_reconnect_attempts=1,
+            reconnect_time_wait=0.1,
+            error_cb=_quiet,
+        )
+    except (NatsError, OSError, TimeoutError) as exc:
+        fail(f"cannot connect to {url}: {str(exc).strip() or type(exc).__name__}")
+
+
+# -- build ------------------------------------------------------------------------
+
+
+def run_build(args: argparse.Namespace) -> int:
+    signers = _keys(args.key)
+    registry_path: Path = args.registry or args.corpus / "registry.json"
+    try:
+        registry = registry_path.read_bytes()
+    except OSError as exc:
+        hint = "" if args.registry else " (pass --registry FILE)"
+        fail(f"cannot read registry {registry_path}: {exc.strerror}{hint}", 2)
+    try:
+        prior = prior_of(read_release_dir(args.prior)) if args.prior else None
+        bundle = build_release(
+            args.corpus,
+            signers,
+            registry,
+            now_ms=now_ms(),
+            lease_hours=args.lease_hours,
+            prior=prior,
+            sequence=args.sequence,
+            release_id=args.release_id,
+            revoke_key_ids=args.revoke_key,
+            revoke_release_ids=args.revoke_release,
+        )
+        written = write_release_dir(bundle, args.out)
+    except ReleaseError as exc:
+        fail(f"release build failed: {exc}")
+    manifest = unverified_manifest(bundle)
+    digest = prior_of(bundle).manifest_hash
+    if args.json:
+        emit_json(
+            {
+                "manifest": _manifest_json(manifest, digest),
+                "signers": [key.key_id for key in signers],
+                "files": {name: str(path) for name, path in written.items()},
+            }
+        )
+    else:
+        rows = _manifest_rows(manifest, digest)
+        rows.append(("signed by", ", ".join(key.key_id for key in signers)))
+        rows.append(("written to", str(args.out)))
+        table(("field", "value"), rows)
+    return 0
+
+
+# -- verify -----------------------------------------------------------------------
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    try:
+        root = load_trust_root(args.trust_root)
+    except ReleaseError as exc:
+        fail(str(exc), 2)
+    bundle = _read_dir(args.folder)
+    at = parse_at(args.at) if args.at else now_ms()
+    stored = asyncio.run(_load_state(args.state_dir)) if args.state_dir else None
+    last: LastAccepted | None = stored.state if stored is not None else None
+    note = "verified"
+    trust = ReleaseTrust(root, last)
+    data, time = encode_bundle(bundle), TrustedTime(at)  # the one clock reading
+    try:
+        try:
+            release = trust.verify_update(data, time)
+        except ReplayedReleaseError:
+            release = trust.verify_stored(data, time)
+            note = "verified; it is the state's accepted release"
+    except ReleaseTrustError as exc:
+        fail(f"release refused ({exc.reason_code}): {exc}")
+    if args.json:
+        emit_json(
+            {
+                "ok": True,
+                "note": note,
+                "manifest": _manifest_json(release.manifest, release.manifest_hash),
+                "signers": sorted(release.signer_key_ids),
+                "checked_against": None if last is None else last.manifest_hash,
+            }
+        )
+    else:
+        rows = _manifest_rows(release.manifest, release.manifest_hash)
+        rows.append(("signed by", ", ".join(sorted(release.signer_key_ids))))
+        rows.append(("checked against", last.manifest_hash if last else "- (no accepted state)"))
+        rows.append(("result", note))
+        table(("field", "value"), rows)
+    return 0
+
+
+# -- publish ----------------------------------------------------------------------
+
+
+async def _publish_nats(url: str, bundle: ReleaseBundle) -> tuple[str, int]:
+    nc = await _connect(url)
+    try:
+        return await publish_to_bucket(nc.jetstream(), bundle)
+    except (NatsError, TimeoutError) as exc:
+        fail(f"cannot publish to {url}: {str(exc).strip() or type(exc).__name__}")
+    finally:
+        await nc.drain()
+
+
+def run_publish(args: argparse.Namespace) -> int:
+    bundle = _read_dir(args.folder)
+    if args.trust_root:
+        try:
+            ReleaseTrust(load_trust_root(args.trust_root)).verify_update(
+                encode_bundle(bundle), TrustedTime(now_ms())
+            )
+        except (ReleaseError, ReleaseTrustError) as exc:
+            reason = getattr(exc, "reason_code", "trust_root")
+            fail(f"not published: release refused ({reason}): {exc}")
+    try:
+        manifest = unverified_manifest(bundle)
+        if args.nats:
+            key, revision = asyncio.run(_publish_nats(args.nats, bundle))
+            where = f"{args.nats} SMF_RELEASES {key} (revision {revision})"
+        else:
+            path = publish_to_inbox(bundle, StateDir(args.state_dir).release_inbox)
+            where = str(path)
+    except ReleaseError as exc:
+        fail(f"not published: {exc}")
+    if args.json:
+        emit_json({"release_id": manifest.release_id, "sequence": manifest.sequence, "to": where})
+    else:
+        say(f"published {manifest.release_id} (sequence {manifest.sequence}) to {where}")
+    return 0
+
+
+# -- status -----------------------------------------------------------------------
+
+
+async def _bucket_rows(url: str) -> list[dict[str, Any]]:
+    nc = await _connect(url)
+    try:
+        entries = await bucket_entries(nc.jetstream())
+    except (NatsError, TimeoutError) as exc:
+        fail(f"cannot read the release bucket at {url}: {str(exc).strip() or type(exc).__name__}")
+    finally:
+        await nc.drain()
+    return [
+        {
+            "key": e.key,
+            "revision": e.revision,
+            "bytes": e.size,
+            "release_id": e.manifest.release_id if e.manifest else None,
+            "sequence": e.manifest.sequence if e.manifest else None,
+            "lease_expires": instant(e.manifest.lease_expires_at_ms) if e.manifest else None,
+        }
+        for e in entries
+    ]
+
+
+def run_status(args: argparse.Namespace) -> int:
+    if args.nats:
+        rows = asyncio.run(_bucket_rows(args.nats))
+        if args.json:
+            emit_json({"bucket": rows, "note": "as published, not verified"})
+        else:
+            table(
+                ("key", "rev", "release", "seq", "lease expires", "bytes"),
+                [
+                    (
+                        r["key"],
+                        r["revision"],
+                        r["release_id"],
+                        r["sequence"],
+                        r["lease_expires"],
+                        r["bytes"],
+                    )
+                    for r in rows
+                ],
+            )
+            say("(as published, not verified: gates verify each release before use)")
+        return 0
+    state = StateDir(args.state_dir)
+    stored = asyncio.run(_load_state(args.state_dir))
+    try:
+        latest = latest_in_inbox(state.release_inbox)
+    except ReleaseError as exc:
+        fail(str(exc))
+    inbox = unverified_manifest(latest) if latest is not None else None
+    now = now_ms()
+    if stored is None:
+        accepted: dict[str, Any] | None = None
+    else:
+        s = stored.state
+        accepted = {
+            "release_id": s.release_id,
+            "sequence": s.sequence,
+            "manifest_hash": s.manifest_hash,
+            "accepted_at": instant(s.accepted_at_ms),
+            "lease_expires": instant(s.lease_expires_at_ms),
+            "lease_in_force": now < s.lease_expires_at_ms,
+            "revoked_key_ids": sorted(s.revoked_key_ids),
+            "revoked_release_ids": sorted(s.revoked_release_ids),
+        }
+    newest = None if inbox is None else {"release_id": inbox.release_id, "sequence": inbox.sequence}
+    if args.json:
+        emit_json({"accepted": accepted, "inbox_newest": newest})
+        return 0
+    if accepted is None:
+        say("no release accepted yet in this state directory")
+    else:
+        table(("field", "value"), [(k.replace("_", " "), v) for k, v in accepted.items()])
+    if newest is not None:
+        say(f"newest in inbox: {newest['release_id']} (sequence {newest['sequence']})")
+    return 0
+
+
+# -- trust root -------------------------------------------------------------------
+
+
+def run_trust_root(args: argparse.Namespace) -> int:
+    try:
+        records = [read_public_record(path) for path in args.key]
+        root = make_trust_root(records, args.threshold)
+        write_trust_root(args.out, root)
+    except ReleaseError as exc:
+        fail(f"trust root not written: {exc}")
+    if args.json:
+        emit_json(msgspec.to_builtins(root))
+    else:
+        table(
+            ("key id", "principal"),
+            [(record.key_id, record.principal) for record in root.keys],
+        )
+        say(f"threshold {root.threshold} of {len(root.keys)}; written to {args.out}")
+    return 0

@@ -1,0 +1,443 @@
+"""Governed releases on the operator's side: build, sign, write, read, publish.
+
+Issue 6, "Release manifest and signing" and "Distribution". A release is
+built from a corpus (compiled by :mod:`ops.compiler`, both projections) and a
+key registry, described by a :class:`~subjects.release.ReleaseManifest` and
+signed as a DSSE envelope by one or more release-signing keys. Consumers
+verify it with :class:`~pipeline.core.release_trust.ReleaseTrust`; nothing in
+this module is trusted by a consumer.
+
+On disk a release is a folder (:data:`RELEASE_FILES`): the signed manifest
+envelope and the exact bytes of the enforcement projection, the analysis
+projection and the registry. On the bus it is one
+:class:`~subjects.release.ReleaseBundle` value in the ``SMF_RELEASES``
+key-value bucket under ``release.<sequence>``; in a state directory it is one
+bundle file in the ``releases/`` inbox. A trust root file
+(:class:`~subjects.release.TrustRoot`) lists the release-signing public keys
+and the threshold; it is distributed out of band.
+
+Reading a manifest without verifying it (:func:`unverified_manifest`) is
+only for naming things on the publisher's side (a bucket key, a prior hash,
+a status line), never for a decision.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import msgspec
+from nats.js.client import JetStreamContext
+from nats.js.errors import KeyWrongLastSequenceError
+
+from ops.compiler import CompileError, compile_corpus
+from pipeline.core.projection import projection_bytes
+from pipeline.stages.releases import ensure_release_bucket
+from subjects import dsse
+from subjects.canonical import canonical_bytes, sha256_identity
+from subjects.keys import (
+    KeyFileError,
+    PublicKeyRecord,
+    SigningKey,
+    load_private_key,
+    public_record,
+)
+from subjects.registry import KeyRegistry, RegistryError, RegistryFile
+from subjects.release import (
+    BUNDLE_SCHEMA,
+    MANIFEST_SCHEMA,
+    PAYLOAD_RELEASE_MANIFEST,
+    RELEASE_KEY_PREFIX,
+    TRUST_ROOT_SCHEMA,
+    ReleaseBundle,
+    ReleaseDigests,
+    ReleaseFormatError,
+    ReleaseManifest,
+    Revocations,
+    TrustRoot,
+    decode_bundle,
+    decode_trust_root,
+    encode_bundle,
+    encode_trust_root,
+    manifest_hash,
+    release_key,
+)
+
+MANIFEST_FILE: Final = "manifest.dsse.json"
+ENFORCEMENT_FILE: Final = "enforcement.json"
+ANALYSIS_FILE: Final = "analysis.json"
+REGISTRY_FILE: Final = "registry.json"
+RELEASE_FILES: Final = (MANIFEST_FILE, ENFORCEMENT_FILE, ANALYSIS_FILE, REGISTRY_FILE)
+
+HOUR_MS: Final = 3_600_000
+DEFAULT_LEASE_HOURS: Final = 7 * 24
+MAX_LEASE_HOURS: Final = 366 * 24
+MAX_FILE_BYTES: Final = 900 * 1024
+
+
+class ReleaseError(ValueError):
+    """A release cannot be built, read, written or published; nothing was changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class PriorRelease:
+    """What the next release must chain to (read from the prior release's own files)."""
+
+    manifest_hash: str
+    sequence: int
+    release_id: str
+    revocations: Revocations
+
+
+# -- registry and trust root ----------------------------------------------------
+
+
+def canonical_registry(data: bytes) -> bytes:
+    """Check a registry file (every key id is its key's) and return its canonical bytes."""
+    try:
+        parsed = msgspec.json.decode(data, type=RegistryFile)
+        KeyRegistry.from_file(parsed)
+    except (msgspec.DecodeError, RegistryError) as exc:
+        raise ReleaseError(f"registry: {exc}") from exc
+    return canonical_bytes(msgspec.to_builtins(parsed))
+
+
+def make_trust_root(records: Sequence[PublicKeyRecord], threshold: int) -> TrustRoot:
+    """A trust root over ``records`` needing ``threshold`` distinct signers (checked)."""
+    root = TrustRoot(schema=TRUST_ROOT_SCHEMA, threshold=threshold, keys=tuple(records))
+    try:
+        return decode_trust_root(encode_trust_root(root))
+    except ReleaseFormatError as exc:
+        raise ReleaseError(str(exc)) from exc
+
+
+def read_public_record(path: Path) -> PublicKeyRecord:
+    """A public key record from a private key file or a public record file."""
+    data = _read(path)
+    try:
+        return msgspec.json.decode(data, type=PublicKeyRecord)
+    except msgspec.DecodeError:
+        pass
+    try:
+        key, principal = load_private_key(path)
+    except KeyFileError as exc:
+        raise ReleaseError(f"{path}: neither a public record nor a private key file") from exc
+    return public_record(key, principal)
+
+
+def write_trust_root(path: Path, root: TrustRoot) -> None:
+    """Write a trust root file; never over an existing one (it anchors every gate)."""
+    _write_new(path, encode_trust_root(root) + b"\n")
+
+
+def load_trust_root(path: Path) -> TrustRoot:
+    try:
+        return decode_trust_root(_read(path))
+    except ReleaseFormatError as exc:
+        raise ReleaseError(f"{path}: {exc}") from exc
+
+
+# -- building ---------------------------------------------------------------------
+
+
+def unverified_manifest(bundle: ReleaseBundle) -> ReleaseManifest:
+    """The manifest as written, NOT verified: for naming and display on the publisher's side."""
+    try:
+        payload = base64.b64decode(bundle.envelope.payload, validate=True)
+        return msgspec.json.decode(payload, type=ReleaseManifest)
+    except (ValueError, msgspec.DecodeError) as exc:
+        raise ReleaseError(f"release manifest does not decode: {exc}") from exc
+
+
+def prior_of(bundle: ReleaseBundle) -> PriorRelease:
+    manifest = unverified_manifest(bundle)
+    payload = base64.b64decode(bundle.envelope.payload, validate=True)
+    return PriorRelease(
+        manifest_hash=manifest_hash(payload),
+        sequence=manifest.sequence,
+        release_id=manifest.release_id,
+        revocations=manifest.revocations,
+    )
+
+
+def _union(*groups: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted({item for group in groups for item in group}))
+
+
+def build_release(
+    corpus: Path,
+    signers: Sequence[SigningKey],
+    registry: bytes,
+    *,
+    now_ms: int,
+    lease_hours: int = DEFAULT_LEASE_HOURS,
+    prior: PriorRelease | None = None,
+    sequence: int | None = None,
+    release_id: str | None = None,
+    revoke_key_ids: Sequence[str] = (),
+    revoke_release_ids: Sequence[str] = (),
+) -> ReleaseBundle:
+    """Compile ``corpus``, bind ``registry``, and sign the manifest with ``signers``.
+
+    The sequence is the corpus's own unless given, or one above the prior's
+    when chaining; the release id is the corpus's unless given, suffixed with
+    ``-r<sequence>`` when the prior release already used it (release ids are
+    unique, so a revocation names exactly one release). Revocations of the
+    prior release are carried forward.
+    """
+    if not 1 <= lease_hours <= MAX_LEASE_HOURS:
+        raise ReleaseError(f"lease must be 1 to {MAX_LEASE_HOURS} hours")
+    try:
+        compiled = compile_corpus(corpus)
+    except CompileError as exc:
+        raise ReleaseError(f"compile failed: {exc}") from exc
+    registry_bytes = canonical_registry(registry)
+    base_id = compiled.enforcement.release_id
+    if sequence is None:
+        sequence = prior.sequence + 1 if prior else compiled.enforcement.release_sequence
+    if prior is not None and sequence <= prior.sequence:
+        raise ReleaseError(f"sequence {sequence} is not above the prior {prior.sequence}")
+    if release_id is None:
+        release_id = base_id if prior is None or prior.release_id != base_id else None
+        release_id = release_id or f"{base_id}-r{sequence}"
+    if prior is not None and release_id == prior.release_id:
+        raise ReleaseError(f"release id {release_id} is the prior release's; ids are unique")
+    enforcement = msgspec.structs.replace(
+        compiled.enforcement, release_id=release_id, release_sequence=sequence
+    )
+    analysis = msgspec.structs.replace(
+        compiled.analysis, release_id=release_id, release_sequence=sequence
+    )
+    enforcement_bytes = projection_bytes(enforcement)
+    analysis_bytes = projection_bytes(analysis)
+    carried = prior.revocations if prior is not None else Revocations()
+    manifest = ReleaseManifest(
+        schema=MANIFEST_SCHEMA,
+        release_id=release_id,
+        sequence=sequence,
+        prior_release_hash=None if prior is None else prior.manifest_hash,
+        issued_at_ms=now_ms,
+        lease_expires_at_ms=now_ms + lease_hours * HOUR_MS,
+        recipe_id=compiled.recipe_id,
+        digests=ReleaseDigests(
+            enforcement=sha256_identity(enforcement_bytes),
+            analysis=sha256_identity(analysis_bytes),
+            registry=sha256_identity(registry_bytes),
+        ),
+        revocations=Revocations(
+            key_ids=_union(carried.key_ids, revoke_key_ids),
+            release_ids=_union(carried.release_ids, revoke_release_ids),
+        ),
+    )
+    try:
+        # Constructing a Struct does not check its constraints; a round trip does.
+        manifest = msgspec.json.decode(msgspec.json.encode(manifest), type=ReleaseManifest)
+        envelope = dsse.sign_struct(PAYLOAD_RELEASE_MANIFEST, manifest, signers)
+    except (msgspec.ValidationError, ValueError) as exc:
+        raise ReleaseError(f"manifest: {exc}") from exc
+    return ReleaseBundle(
+        schema=BUNDLE_SCHEMA,
+        envelope=envelope,
+        enforcement=enforcement_bytes,
+        analysis=analysis_bytes,
+        registry=registry_bytes,
+    )
+
+
+# -- files -------------------------------------------------------------------------
+
+
+def _read(path: Path) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ReleaseError(f"cannot read {path}: {exc.strerror}") from exc
+    if len(data) > MAX_FILE_BYTES:
+        raise ReleaseError(f"{path} is larger than {MAX_FILE_BYTES} bytes")
+    return data
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Create ``path`` with ``data`` atomically; refuse if anything is there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with temporary.open("xb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(temporary, path)
+    except FileExistsError as exc:
+        raise ReleaseError(f"refusing to overwrite {path}") from exc
+    except OSError as exc:
+        raise ReleaseError(f"cannot write {path}: {exc.strerror}") from exc
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_release_dir(bundle: ReleaseBundle, out: Path) -> dict[str, Path]:
+    """Write a release folder; ``out`` must be new or empty."""
+    out.mkdir(parents=True, exist_ok=True)
+    if any(out.iterdir()):
+        raise ReleaseError(f"output directory {out} is not empty")
+    contents = {
+        MANIFEST_FILE: dsse.encode_envelope(bundle.envelope),
+        ENFORCEMENT_FILE: bundle.enforcement,
+        ANALYSIS_FILE: bundle.analysis,
+        REGISTRY_FILE: bundle.registry,
+    }
+    written = {}
+    for name, data in contents.items():
+        _write_new(out / name, data)
+        written[name] = out / name
+    return written
+
+
+def read_release_dir(folder: Path) -> ReleaseBundle:
+    """The bundle of a release folder, as written (not verified)."""
+    try:
+        envelope = dsse.decode_envelope(_read(folder / MANIFEST_FILE))
+    except dsse.SignatureError as exc:
+        raise ReleaseError(f"{folder / MANIFEST_FILE}: {exc}") from exc
+    return ReleaseBundle(
+        schema=BUNDLE_SCHEMA,
+        envelope=envelope,
+        enforcement=_read(folder / ENFORCEMENT_FILE),
+        analysis=_read(folder / ANALYSIS_FILE),
+        registry=_read(folder / REGISTRY_FILE),
+    )
+
+
+def read_bundle_file(path: Path) -> ReleaseBundle:
+    try:
+        return decode_bundle(_read(path))
+    except ReleaseFormatError as exc:
+        raise ReleaseError(f"{path}: {exc}") from exc
+
+
+# -- publishing -------------------------------------------------------------------
+
+
+def inbox_name(sequence: int, data: bytes) -> str:
+    """Inbox files sort in sequence order; the hash keeps two contents apart."""
+    return f"{release_key(sequence)}-{sha256_identity(data)[7:23]}.json"
+
+
+def publish_to_inbox(bundle: ReleaseBundle, inbox: Path) -> Path:
+    """Drop the bundle into a state directory's inbox; the gate verifies it there."""
+    data = encode_bundle(bundle)
+    path = inbox / inbox_name(unverified_manifest(bundle).sequence, data)
+    if path.exists() and _read(path) == data:
+        return path
+    _write_new(path, data)
+    return path
+
+
+def latest_in_inbox(inbox: Path) -> ReleaseBundle | None:
+    """The inbox bundle with the highest sequence (as written, not verified)."""
+    if not inbox.is_dir():
+        return None
+    names = sorted(inbox.glob(f"{RELEASE_KEY_PREFIX}*.json"))
+    return read_bundle_file(names[-1]) if names else None
+
+
+class ReleasePublishError(ReleaseError):
+    """The bucket already holds different content for this sequence."""
+
+
+async def publish_to_bucket(js: JetStreamContext, bundle: ReleaseBundle) -> tuple[str, int]:
+    """Publish the bundle as ONE value under ``release.<sequence>``; returns (key, revision).
+
+    ``create`` never overwrites: a second, different release for a published
+    sequence is refused here (gates would refuse it as a rollback anyway).
+    Publishing the same bytes again is a no-op.
+    """
+    data = encode_bundle(bundle)
+    key = release_key(unverified_manifest(bundle).sequence)
+    kv = await ensure_release_bucket(js)
+    try:
+        return key, await kv.create(key, data)
+    except KeyWrongLastSequenceError:
+        existing = await kv.get(key)
+        if existing.value == data and existing.revision is not None:
+            return key, existing.revision
+        raise ReleasePublishError(f"{key} is already published with different content") from None
+
+
+@dataclass(frozen=True, slots=True)
+class BucketEntry:
+    key: str
+    revision: int
+    manifest: ReleaseManifest | None
+    size: int
+
+
+async def bucket_entries(js: JetStreamContext) -> list[BucketEntry]:
+    """What the release bucket holds (manifests as written, not verified)."""
+    kv = await ensure_release_bucket(js)
+    watcher = await kv.watch(f"{RELEASE_KEY_PREFIX}>")
+    entries: list[BucketEntry] = []
+    try:
+        async for entry in watcher:
+            if entry is None:
+                break
+            if entry.value is None:
+                continue
+            try:
+                manifest: ReleaseManifest | None = unverified_manifest(decode_bundle(entry.value))
+            except (ReleaseError, ReleaseFormatError):
+                manifest = None
+            entries.append(BucketEntry(entry.key, entry.revision or 0, manifest, len(entry.value)))
+    finally:
+        await watcher.stop()  # type: ignore[no-untyped-call]
+    return entries
+
+
+# -- the demo's signed release ------------------------------------------------------
+
+DEMO_LEASE_HOURS: Final = 30 * 24
+DEMO_RENEW_MARGIN_MS: Final = 24 * HOUR_MS
+
+
+def provision_release(
+    *,
+    corpus: Path,
+    signer: SigningKey,
+    signer_principal: str,
+    trust_root: Path,
+    inbox: Path,
+    registry: bytes,
+    now_ms: int,
+) -> Path | None:
+    """Make sure a state directory runs on a signed release (``provision_demo``).
+
+    Writes a trust root naming ``signer`` if there is none, and drops a signed
+    release of ``corpus`` + ``registry`` into the inbox unless the newest one
+    there already carries this registry and has more than a day of lease left.
+    A renewal chains to the newest inbox release. Returns the new file, if any.
+    """
+    if not trust_root.exists():
+        write_trust_root(trust_root, make_trust_root([public_record(signer, signer_principal)], 1))
+    registry_bytes = canonical_registry(registry)
+    latest = latest_in_inbox(inbox)
+    prior = None
+    if latest is not None:
+        manifest = unverified_manifest(latest)
+        fresh = manifest.lease_expires_at_ms - now_ms > DEMO_RENEW_MARGIN_MS
+        if fresh and latest.registry == registry_bytes:
+            return None
+        prior = prior_of(latest)
+    bundle = build_release(
+        corpus,
+        [signer],
+        registry_bytes,
+        now_ms=now_ms,
+        lease_hours=DEMO_LEASE_HOURS,
+        prior=prior,
+    )
+    return publish_to_inbox(bundle, inbox)

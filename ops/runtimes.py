@@ -1,0 +1,142 @@
+"""Runtime entries beyond the scripted demo, and the gate's attestation wiring (issue 8).
+
+``provision_runtime`` adds a runtime principal (key + registry entry) to a
+state directory and, by default, opts that runtime id into start-up
+attestation: the gate then refuses its proposals until it has attested
+(``pipeline.stages.attestation``). The opt-in is a gate setting kept in the
+state directory (``runtime-attestation.json``), so the scripted demo
+runtime, which cannot attest, keeps working. A state directory that is its
+own release authority re-signs its release so the new registry entry is in
+force (issue 6).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import msgspec
+
+from ops.state import RELEASE_SIGNER, StateDir, refresh_demo_release
+from pipeline.stages.attestation import AttestationDesk, AttestedStage, RuntimeRequirement
+from pipeline.stages.service import Endpoint, start_service
+from subjects import names
+from subjects.registry import RegistryFile, encode_registry, entry_for
+
+if TYPE_CHECKING:
+    from ops.gateway import RunningGate
+
+HERMES_RUNTIME_ID: Final = "hermes-demo"
+HERMES_PRINCIPAL: Final = "hermes-runtime"
+ATTESTATION_FILE: Final = "runtime-attestation.json"
+
+
+class AttestationSetting(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    runtime_pin: str | None = None
+    lease_ms: int = 180_000
+    required_hooks: tuple[str, ...] = ()
+
+
+class AttestationFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    schema: str = "smf.runtime-attestation-settings/1"
+    runtimes: dict[str, AttestationSetting] = {}
+
+
+def attestation_settings_path(state: StateDir) -> Path:
+    return state.root / ATTESTATION_FILE
+
+
+def load_attestation_requirements(state: StateDir) -> dict[str, RuntimeRequirement]:
+    """The runtimes that must attest, and what they must attest to (none: no file)."""
+    path = attestation_settings_path(state)
+    if not path.exists():
+        return {}
+    parsed = msgspec.json.decode(path.read_bytes(), type=AttestationFile)
+    return {
+        runtime_id: RuntimeRequirement(s.runtime_pin, s.lease_ms, s.required_hooks)
+        for runtime_id, s in parsed.runtimes.items()
+    }
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    Path(tmp).replace(path)
+
+
+def provision_runtime(
+    state: StateDir,
+    principal: str = HERMES_PRINCIPAL,
+    runtime_id: str = HERMES_RUNTIME_ID,
+    *,
+    require_attestation: bool = True,
+    runtime_pin: str | None = None,
+    required_hooks: tuple[str, ...] = (),
+    lease_ms: int = 180_000,
+) -> Path:
+    """Add ``principal`` as runtime ``runtime_id``; return its key file path.
+
+    Idempotent: an existing key is reused (never overwritten) and an entry for
+    the same key is not added twice. Requires a provisioned registry.
+    """
+    key = state.key(principal)
+    current = msgspec.json.decode(state.registry.read_bytes(), type=RegistryFile)
+    entries = tuple(e for e in current.entries if e.key.key_id != key.key_id)
+    entries += (entry_for(key, principal, "runtime", runtime_id=runtime_id),)
+    state.registry.write_bytes(encode_registry(entries))
+
+    path = attestation_settings_path(state)
+    settings = (
+        msgspec.json.decode(path.read_bytes(), type=AttestationFile)
+        if path.exists()
+        else AttestationFile()
+    )
+    runtimes = dict(settings.runtimes)
+    if require_attestation:
+        runtimes[runtime_id] = AttestationSetting(runtime_pin, lease_ms, required_hooks)
+    else:
+        runtimes.pop(runtime_id, None)
+    _write_atomic(path, msgspec.json.encode(AttestationFile(runtimes=runtimes)))
+    if state.key_path(RELEASE_SIGNER).exists():
+        refresh_demo_release(state)
+    return state.key_path(principal)
+
+
+async def start_attestation(running: RunningGate, state: StateDir) -> AttestationDesk:
+    """The gate's hook (``ops/gateway.py``): serve ``smf.attest`` and admit by it.
+
+    Wraps the gate's normalization client so every proposal and completed
+    output of a runtime that must attest is admitted first.
+    """
+    gate = running.gate
+    releases = running.releases
+
+    def release_id() -> str | None:
+        active = releases.active if releases is not None else None
+        return active.release_id if active is not None else None
+
+    async def evidence_probe() -> bool:
+        # A real round trip to the store: sign the tail (a no-op when it is signed).
+        await running.ledger.checkpoint(gate.clock())
+        return True
+
+    desk = AttestationDesk(
+        required=load_attestation_requirements(state),
+        registry=lambda: gate.registry,
+        clock=gate.clock,
+        release_id=release_id,
+        evidence_probe=evidence_probe,
+    )
+    gate.normalize = AttestedStage(gate.normalize, desk)
+    service, handlers = await start_service(
+        running.nc,
+        "smf-attest",
+        [Endpoint("attest", names.ATTEST, desk.handle)],
+        description="SMF runtime attestation: attest -> ack",
+    )
+    running.services.append(service)
+    running.handlers.extend(handlers)
+    return desk

@@ -1,0 +1,214 @@
+"""Runtime attestation at the gate (issue 8): no attestation, no decision.
+
+Invariants this stage keeps, each checked where it is named:
+
+- Opt-in per runtime: only runtime ids named in ``required`` must attest (the
+  Hermes runtime entry opts in; the scripted demo runtime does not), so a
+  runtime that cannot attest keeps working as before.
+- A proposal (or an output close, which the buffer turns into a proposal)
+  from a runtime that must attest is refused before normalization when the
+  runtime has no accepted attestation (``runtime_attestation_missing``), when
+  the last one is older than its lease (``runtime_attestation_stale``), when
+  the last one was refused (``runtime_attestation_rejected``), or when the
+  proposal names a runtime version other than the attested one
+  (``runtime_version_not_attested``).
+- An attestation counts only when signed by a registered runtime key whose
+  ``runtime_id`` is the one attested (``runtime_identity_mismatch``), issued
+  within the freshness window (``stale_attestation``), and not older than the
+  one already held (``attestation_replayed``).
+- The latest verified attestation wins, including a refusal: a runtime that
+  reports a problem (streaming switched on, a hook missing, a version off
+  its pin) is refused from then on, until it attests again without it.
+
+Attestations live in memory: a gate restart forgets them, so every runtime
+that must attest is refused until it re-attests (adapters re-attest on a
+timer and before their first proposal). RUNTIMES.md, "Hermes Agent":
+``HERMES_SAFE_MODE=1`` loads no plugin, so no attestation is ever sent and the
+gate refuses that runtime's proposals, which is the point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+import msgspec
+import structlog
+
+from pipeline.stages.service import StageClient, StageRefusal
+from subjects import dsse, names
+from subjects.attestation import AttestationAck, RuntimeAttestation
+from subjects.messages import Proposal
+from subjects.registry import KeyRegistry
+
+log = structlog.get_logger(__name__)
+
+MISSING: Final = "runtime_attestation_missing"
+STALE: Final = "runtime_attestation_stale"
+REJECTED: Final = "runtime_attestation_rejected"
+VERSION_NOT_ATTESTED: Final = "runtime_version_not_attested"
+MAX_ATTESTATION_BYTES: Final = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeRequirement:
+    """What the gate demands of one runtime id's attestation."""
+
+    runtime_pin: str | None = None
+    """When set, the attested runtime version must equal it."""
+    lease_ms: int = 180_000
+    """An accepted attestation counts for this long after it was issued."""
+    required_hooks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    issued_at_ms: int
+    accepted: bool
+    runtime_version: str
+    reasons: tuple[str, ...]
+
+
+def _judge(att: RuntimeAttestation, need: RuntimeRequirement) -> tuple[str, ...]:
+    """Reason codes for refusing a verified attestation; empty means accepted."""
+    reasons: list[str] = list(att.problems)
+    if att.hooks_missing:
+        reasons.append("runtime_hook_missing")
+    if any(hook not in att.hooks_present for hook in need.required_hooks):
+        reasons.append("runtime_hook_missing")
+    if any(s.enabled for s in att.streaming):
+        reasons.append("runtime_streaming_enabled")
+    if att.runtime_version != att.runtime_pin:
+        reasons.append("runtime_version_not_pinned")
+    if need.runtime_pin is not None and att.runtime_version != need.runtime_pin:
+        reasons.append("runtime_version_not_pinned")
+    return tuple(dict.fromkeys(reasons))
+
+
+@dataclass
+class AttestationDesk:
+    """Receives attestations on ``smf.attest`` and admits proposals by them."""
+
+    required: Mapping[str, RuntimeRequirement]
+    registry: Callable[[], KeyRegistry]
+    clock: Callable[[], int]
+    release_id: Callable[[], str | None] = lambda: None
+    evidence_probe: Callable[[], Awaitable[bool]] | None = None
+    freshness_ms: int = 120_000
+    _held: dict[str, _Held] = field(default_factory=dict)
+
+    # -- the ``smf.attest`` endpoint -----------------------------------------
+
+    async def handle(self, data: bytes) -> bytes:
+        """Verify and record one attestation; reply with an ack (never raises for input)."""
+        try:
+            att = self._verify(data)
+        except StageRefusal as refusal:
+            log.warning("attestation_refused", reason=refusal.reason_code)
+            return msgspec.json.encode(
+                AttestationAck(
+                    schema="smf.attestation-ack/1",
+                    attestation_id="",
+                    accepted=False,
+                    reason_codes=(refusal.reason_code,),
+                )
+            )
+        return msgspec.json.encode(await self.record(att))
+
+    def _verify(self, data: bytes) -> RuntimeAttestation:
+        registry = self.registry()
+        runtime_keys = registry.trusted("runtime")
+        try:
+            envelope = dsse.decode_envelope(data, MAX_ATTESTATION_BYTES)
+            att, verified = dsse.open_struct(
+                envelope, runtime_keys, RuntimeAttestation, names.PAYLOAD_ATTESTATION
+            )
+        except dsse.UnknownSignerError as exc:
+            raise StageRefusal("unknown_signer") from exc
+        except dsse.SignatureError as exc:
+            raise StageRefusal("bad_signature", type(exc).__name__) from exc
+        except msgspec.ValidationError as exc:
+            raise StageRefusal("malformed_attestation", str(exc)) from exc
+        signers = [registry.principals[k] for k in verified.key_ids]
+        # check the signer is that runtime: one runtime's key cannot attest for another
+        if all(p.entry.runtime_id != att.runtime_id for p in signers):
+            raise StageRefusal("runtime_identity_mismatch")
+        # check freshness: an old attestation captured on the bus is not replayed later
+        if abs(self.clock() - att.issued_at_ms) > self.freshness_ms:
+            raise StageRefusal("stale_attestation")
+        held = self._held.get(att.runtime_id)
+        if held is not None and att.issued_at_ms < held.issued_at_ms:
+            raise StageRefusal("attestation_replayed")
+        return att
+
+    async def record(self, att: RuntimeAttestation) -> AttestationAck:
+        need = self.required.get(att.runtime_id, RuntimeRequirement())
+        reasons = _judge(att, need)
+        accepted = not reasons
+        self._held[att.runtime_id] = _Held(
+            att.issued_at_ms, accepted, att.runtime_version, reasons or ("accepted",)
+        )
+        evidence: bool | None = None
+        if self.evidence_probe is not None:
+            try:
+                evidence = await self.evidence_probe()
+            except Exception:
+                log.exception("attestation_evidence_probe_failed")
+                evidence = False
+        log.info(
+            "runtime_attested",
+            runtime_id=att.runtime_id,
+            accepted=accepted,
+            reasons=list(reasons),
+            runtime_version=att.runtime_version,
+        )
+        return AttestationAck(
+            schema="smf.attestation-ack/1",
+            attestation_id=att.attestation_id,
+            accepted=accepted,
+            reason_codes=reasons,
+            expires_at_ms=att.issued_at_ms + need.lease_ms if accepted else None,
+            release_id=self.release_id(),
+            evidence_store=None if evidence is None else "reachable" if evidence else "unavailable",
+        )
+
+    # -- admission -------------------------------------------------------------
+
+    def admit(self, proposal: Proposal) -> str | None:
+        """The reason to refuse ``proposal``, or None when its runtime may propose."""
+        need = self.required.get(proposal.runtime_id)
+        if need is None:
+            return None  # opt-in: this runtime does not attest
+        held = self._held.get(proposal.runtime_id)
+        if held is None:
+            return MISSING
+        if not held.accepted:
+            return REJECTED
+        if self.clock() - held.issued_at_ms > need.lease_ms:
+            return STALE
+        if proposal.runtime_version != held.runtime_version:
+            return VERSION_NOT_ATTESTED
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class AttestedStage:
+    """A ``StageClient`` in front of normalization that admits by attestation.
+
+    The gate calls normalization first for every proposal and for every
+    completed output, so refusing here covers both without a second path.
+    """
+
+    inner: StageClient
+    desk: AttestationDesk
+
+    async def call(self, data: bytes, timeout: float) -> bytes:
+        try:
+            proposal = msgspec.json.decode(data, type=Proposal)
+        except msgspec.DecodeError as exc:
+            raise StageRefusal("malformed_proposal", str(exc)) from exc
+        refusal = self.desk.admit(proposal)
+        if refusal is not None:
+            raise StageRefusal(refusal)
+        return await self.inner.call(data, timeout)

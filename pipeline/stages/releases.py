@@ -1,0 +1,467 @@
+"""The release watcher: fetch, verify, persist, switch; and deny when no release is in force.
+
+ARCHITECTURE.md, "Governed releases"; issue 6, "Distribution". A gate holds at
+most one verified release. Candidates come from the JetStream key-value
+bucket ``SMF_RELEASES`` (every gate watches it, so all converge) and from the
+state directory's inbox folder. Each candidate goes through
+:class:`~pipeline.core.release_trust.ReleaseTrust` (the pure checks), then
+its state is persisted (:mod:`pipeline.stores.release_state`), and only then
+does the watcher switch.
+
+Invariants:
+
+- The switch is one reference assignment of a fully built
+  :class:`~pipeline.core.release_trust.VerifiedRelease`. The evaluate stage
+  reads that reference once per evaluation (:meth:`ReleaseWatcher.current`),
+  so a proposal is evaluated entirely under one release, never a half-loaded
+  one, and its Decision names that release.
+- Unverified policy never runs: a refused candidate changes nothing. The gate
+  keeps the last good release while its lease holds; once the lease has run
+  out under the trusted clock, :meth:`~ReleaseWatcher.current` raises
+  :class:`~pipeline.core.release_trust.ExpiredReleaseError`, and with no
+  release at all :class:`~pipeline.core.release_trust.NoVerifiedReleaseError`,
+  so every evaluation is denied with that reason code (fail closed).
+- Every refusal is logged (``release_refused``, with the reason code naming the
+  threat) and kept in :attr:`ReleaseWatcher.refusals`.
+- Candidates are tried in bucket-key order and retried when the trusted state
+  moves, so releases published out of order still chain; a refusal that can
+  never turn into an acceptance (bad signature, rollback, ...) is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import structlog
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.client import JetStreamContext
+from nats.js.errors import BucketNotFoundError
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+
+from pipeline.core.projection import PolicySet
+from pipeline.core.release_trust import (
+    DEFAULT_MAX_SKEW_MS,
+    BrokenReleaseChainError,
+    ExpiredReleaseError,
+    LastAccepted,
+    NoVerifiedReleaseError,
+    ReleaseRollbackError,
+    ReleaseTrust,
+    ReleaseTrustError,
+    ReplayedReleaseError,
+    TrustedTime,
+    UntrustedClockError,
+    VerifiedRelease,
+    check_clock,
+    check_lease,
+)
+from pipeline.stores.release_state import (
+    ReleaseStateStore,
+    StaleReleaseStateError,
+    StoreUnavailable,
+)
+from subjects.canonical import sha256_identity
+from subjects.release import MAX_BUNDLE_BYTES, RELEASE_BUCKET, RELEASE_KEY_PREFIX, TrustRoot
+
+log = structlog.get_logger(__name__)
+
+Clock = Callable[[], int]
+"""Unix milliseconds; the gate's clock."""
+
+_HINTED_SEQUENCE: Final = re.compile(r"release\.(\d{16})")
+RETRYABLE: Final = (BrokenReleaseChainError, UntrustedClockError)
+"""Refusals that a later state or a corrected clock can turn into an acceptance."""
+MAX_REFUSALS_KEPT: Final = 256
+MAX_FINAL_REMEMBERED: Final = 4096
+DEFAULT_TICK_SECONDS: Final = 5.0
+INITIAL_SYNC_SECONDS: Final = 5.0
+
+
+def release_bucket_config() -> KeyValueConfig:
+    """One value per release sequence, file storage, bounded values."""
+    return KeyValueConfig(
+        bucket=RELEASE_BUCKET,
+        description="SMF governed releases (signed bundles); every gate watches it",
+        history=1,
+        max_value_size=MAX_BUNDLE_BYTES,
+        storage=StorageType.FILE,
+    )
+
+
+async def ensure_release_bucket(js: JetStreamContext) -> KeyValue:
+    """Open the release bucket, creating it with :func:`release_bucket_config` if absent."""
+    try:
+        return await js.key_value(RELEASE_BUCKET)
+    except BucketNotFoundError:
+        return await js.create_key_value(config=release_bucket_config())
+
+
+class Refusal:
+    """One refused candidate: where it came from and which threat it was."""
+
+    __slots__ = ("at_ms", "detail", "origin", "reason_code")
+
+    def __init__(self, origin: str, reason_code: str, detail: str, at_ms: int) -> None:
+        self.origin = origin
+        self.reason_code = reason_code
+        self.detail = detail
+        self.at_ms = at_ms
+
+    def __repr__(self) -> str:
+        return f"Refusal({self.origin!r}, {self.reason_code!r})"
+
+
+class ReleaseWatcher:
+    """The one verified release a gate uses, and how it changes."""
+
+    def __init__(
+        self,
+        root: TrustRoot,
+        store: ReleaseStateStore,
+        clock: Clock,
+        *,
+        max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
+        inbox: Path | None = None,
+        on_switch: Callable[[VerifiedRelease], None] | None = None,
+    ) -> None:
+        ReleaseTrust(root)  # refuse an unusable trust root now, not at the first release
+        self._root = root
+        self._store = store
+        self._clock = clock
+        self._skew = max_skew_ms
+        self._inbox = inbox
+        self.on_switch = on_switch
+        self._active: VerifiedRelease | None = None
+        self._unavailable: tuple[type[ReleaseTrustError], str] = (
+            NoVerifiedReleaseError,
+            "no verified release has been accepted",
+        )
+        self._last: LastAccepted | None = None
+        self._high_water = 0
+        self._persisted_high_water = 0
+        self._pending: dict[str, bytes] = {}
+        self._skip: dict[str, str | None] = {}
+        self._final: set[str] = set()
+        self._logged: set[tuple[str, str]] = set()
+        self._expiry_logged = False
+        self._lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.refusals: deque[Refusal] = deque(maxlen=MAX_REFUSALS_KEPT)
+
+    @classmethod
+    async def open(
+        cls,
+        root: TrustRoot,
+        state_path: Path,
+        clock: Clock,
+        *,
+        max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
+        inbox: Path | None = None,
+        on_switch: Callable[[VerifiedRelease], None] | None = None,
+    ) -> ReleaseWatcher:
+        """Open the persisted state at ``state_path`` and build a watcher on it."""
+        store = await ReleaseStateStore.open(state_path)
+        try:
+            return cls(
+                root, store, clock, max_skew_ms=max_skew_ms, inbox=inbox, on_switch=on_switch
+            )
+        except BaseException:
+            await store.close()
+            raise
+
+    # -- what the gate reads --------------------------------------------------
+
+    @property
+    def active(self) -> VerifiedRelease | None:
+        """The release in use (even if its lease has run out), or ``None``."""
+        return self._active
+
+    @property
+    def last_accepted(self) -> LastAccepted | None:
+        return self._last
+
+    def current(self) -> PolicySet:
+        """The policy set to evaluate ONE proposal with, or a refusal naming why not.
+
+        Reads the active release once and the clock once. Raises
+        :class:`NoVerifiedReleaseError`, :class:`ExpiredReleaseError` (TUF 5.4.4,
+        the lease has run out) or :class:`UntrustedClockError`; the evaluate
+        stage turns each into a denial with its reason code.
+        """
+        release = self._active
+        if release is None:
+            kind, detail = self._unavailable
+            raise kind(detail)
+        time = TrustedTime(self._clock(), self._skew)
+        try:
+            check_clock(release.manifest.issued_at_ms, self._high_water, time)
+            check_lease(release.manifest.lease_expires_at_ms, time)
+        except ReleaseTrustError as exc:
+            if not self._expiry_logged:
+                self._expiry_logged = True
+                log.error(
+                    "release_not_in_force",
+                    release_id=release.release_id,
+                    sequence=release.sequence,
+                    reason=exc.reason_code,
+                    detail=str(exc),
+                )
+            raise
+        self._high_water = max(self._high_water, time.now_ms)
+        return release.policy_set
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    async def start(
+        self,
+        js: JetStreamContext | None = None,
+        *,
+        tick_seconds: float = DEFAULT_TICK_SECONDS,
+        initial_sync_seconds: float = INITIAL_SYNC_SECONDS,
+    ) -> None:
+        """Load the persisted release, take what the inbox and the bucket hold, then
+        keep watching. Returns once the bucket's current values were considered
+        (or ``initial_sync_seconds`` passed), so a starting gate has converged."""
+        await self.load_stored()
+        await self.scan_inbox()
+        if js is not None:
+            kv = await ensure_release_bucket(js)
+            ready = asyncio.Event()
+            self._tasks.append(asyncio.create_task(self._follow(kv, ready)))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ready.wait(), initial_sync_seconds)
+        self._tasks.append(asyncio.create_task(self._ticker(tick_seconds)))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self._store.close()
+
+    async def load_stored(self) -> VerifiedRelease | None:
+        """Re-verify the persisted release (it keeps the rollback floor even if refused)."""
+        stored = await self._store.load()
+        if stored is None:
+            return None
+        self._last = stored.state
+        self._high_water = max(self._high_water, stored.state.clock_high_water_ms)
+        self._persisted_high_water = stored.state.clock_high_water_ms
+        try:
+            release = ReleaseTrust(self._root, stored.state).verify_stored(
+                stored.bundle, self._time()
+            )
+        except ReleaseTrustError as exc:
+            self._refuse("stored", exc)
+            self._active = None  # the persisted state names a release we cannot use
+            kind = type(exc) if isinstance(exc, ExpiredReleaseError | UntrustedClockError) else None
+            self._unavailable = (kind or NoVerifiedReleaseError, f"stored release refused: {exc}")
+            return None
+        self._switch(release)
+        return release
+
+    # -- candidates -----------------------------------------------------------
+
+    async def offer(self, origin: str, data: bytes) -> None:
+        """Consider one candidate release (``origin`` names where it came from)."""
+        if origin in self._final:
+            return
+        self._pending[origin] = data
+        await self.drain()
+
+    async def drain(self) -> None:
+        """Try pending candidates in origin order until none can be accepted."""
+        async with self._lock:
+            while await self._apply_one():
+                pass
+
+    async def scan_inbox(self) -> None:
+        """Offer every bundle file in the inbox folder (``release publish --state-dir``)."""
+        folder = self._inbox
+        if folder is None or not folder.is_dir():
+            return
+        for path in sorted(folder.glob("*.json")):
+            try:
+                size = path.stat().st_size
+                data = b"" if size > MAX_BUNDLE_BYTES else await asyncio.to_thread(path.read_bytes)
+            except OSError as exc:
+                log.warning("release_inbox_unreadable", path=str(path), error=exc.strerror)
+                continue
+            origin = f"inbox:{path.name}#{sha256_identity(data)[7:23]}"
+            if origin not in self._final:
+                self._pending[origin] = data
+        await self.drain()
+
+    async def tick(self) -> None:
+        """Periodic work: retry what may now pass, rescan the inbox, persist the clock."""
+        self._skip.clear()
+        await self.scan_inbox()
+        if self._last is not None and self._high_water > self._persisted_high_water:
+            try:
+                self._persisted_high_water = await self._store.observe_time(self._high_water)
+            except StoreUnavailable:
+                log.warning("release_state_unavailable", action="observe_time")
+
+    # -- internals ------------------------------------------------------------
+
+    def _time(self) -> TrustedTime:
+        return TrustedTime(self._clock(), self._skew)
+
+    def _tag(self) -> str | None:
+        return None if self._last is None else self._last.manifest_hash
+
+    async def _apply_one(self) -> bool:
+        tag = self._tag()
+        for origin in sorted(self._pending):
+            if origin in self._skip and self._skip[origin] == tag:
+                continue
+            data = self._pending[origin]
+            try:
+                await self._accept(data)
+            except ReleaseTrustError as exc:
+                self._refuse(origin, exc)
+                if isinstance(exc, RETRYABLE):
+                    self._skip[origin] = tag
+                else:
+                    self._settle(origin)
+                continue
+            except StaleReleaseStateError:
+                # Another writer moved the persisted state: adopt it, then retry.
+                await self.load_stored()
+                return True
+            except StoreUnavailable:
+                log.warning("release_state_unavailable", origin=origin, action="accept")
+                self._skip[origin] = tag
+                continue
+            self._pending.pop(origin, None)
+            self._skip.pop(origin, None)
+            return True
+        return False
+
+    async def _accept(self, data: bytes) -> VerifiedRelease:
+        time = self._time()  # the one clock reading of this verification (TUF 5.1)
+        last = self._last
+        release = ReleaseTrust(self._root, last).verify_update(data, time)
+        state = release.accepted_state(time, self._high_water)
+        await self._store.accept(
+            state, data, replacing=None if last is None else last.manifest_hash
+        )
+        self._last = state
+        self._high_water = max(self._high_water, state.clock_high_water_ms)
+        self._persisted_high_water = state.clock_high_water_ms
+        self._switch(release)
+        return release
+
+    def _switch(self, release: VerifiedRelease) -> None:
+        """The switch: one reference; the next evaluation reads the new release."""
+        previous = self._active
+        if self.on_switch is not None:
+            self.on_switch(release)
+        self._active = release
+        self._expiry_logged = False
+        log.info(
+            "release_switched",
+            release_id=release.release_id,
+            sequence=release.sequence,
+            manifest_hash=release.manifest_hash,
+            previous=None if previous is None else previous.release_id,
+            signers=len(release.signer_key_ids),
+            lease_expires_at_ms=release.manifest.lease_expires_at_ms,
+        )
+
+    def _is_history(self, origin: str) -> bool:
+        """Whether ``origin`` names a sequence at or below the accepted one (a hint only:
+        it chooses a log level, never whether a release is used)."""
+        hint = _HINTED_SEQUENCE.search(origin)
+        last = self._last
+        return hint is not None and last is not None and int(hint.group(1)) <= last.sequence
+
+    def _settle(self, origin: str) -> None:
+        self._pending.pop(origin, None)
+        self._skip.pop(origin, None)
+        if len(self._final) >= MAX_FINAL_REMEMBERED:
+            self._final.clear()
+        self._final.add(origin)
+
+    def _refuse(self, origin: str, exc: ReleaseTrustError) -> None:
+        self.refusals.append(Refusal(origin, exc.reason_code, str(exc), self._clock()))
+        key = (origin, exc.reason_code)
+        if key in self._logged:
+            return
+        self._logged.add(key)
+        if len(self._logged) > MAX_FINAL_REMEMBERED:
+            self._logged.clear()
+        if isinstance(exc, ReplayedReleaseError):
+            log.debug("release_already_current", origin=origin)
+            return
+        if isinstance(exc, ReleaseRollbackError) and self._is_history(origin):
+            # An older release where it was published (bucket key or inbox name of its
+            # own sequence) is history, not an attack; the refusal is kept all the same.
+            log.debug("release_superseded", origin=origin, detail=str(exc))
+            return
+        log.warning(
+            "release_refused",
+            origin=origin,
+            reason=exc.reason_code,
+            threat=type(exc).__name__,
+            detail=str(exc),
+            current=None if self._active is None else self._active.release_id,
+        )
+
+    async def _follow(self, kv: KeyValue, ready: asyncio.Event) -> None:
+        """Watch the bucket; reconnect the watch if it fails."""
+        while True:
+            try:
+                await self._watch(kv, ready)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("release_watch_failed")
+                ready.set()
+                await asyncio.sleep(1.0)
+
+    async def _watch(self, kv: KeyValue, ready: asyncio.Event) -> None:
+        watcher = await kv.watch(f"{RELEASE_KEY_PREFIX}>")
+        initial = True
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    initial = False
+                    await self.drain()
+                    ready.set()
+                    continue
+                if entry.operation in (KV_DEL, KV_PURGE) or entry.value is None:
+                    continue
+                origin = f"kv:{entry.key}@{entry.revision}"
+                if origin in self._final:
+                    continue
+                self._pending[origin] = entry.value
+                if not initial:
+                    await self.drain()
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()  # type: ignore[no-untyped-call]
+
+    async def _ticker(self, every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("release_tick_failed")
+
+
+__all__ = [
+    "ExpiredReleaseError",
+    "NoVerifiedReleaseError",
+    "Refusal",
+    "ReleaseWatcher",
+    "ensure_release_bucket",
+    "release_bucket_config",
+]

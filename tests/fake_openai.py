@@ -1,0 +1,204 @@
+"""A scripted OpenAI-compatible model server on 127.0.0.1, for driving a real runtime offline.
+
+RUNTIMES.md, "Offline driving": the runtime always streams from the
+provider (SSE) and asks ``GET /v1/models`` for metadata. The script is keyed
+by a scenario tag (``SCENARIO:<name>``) found in the conversation's user
+messages, so one server serves a whole suite and a subagent (whose goal
+text carries its own tag) gets its own script.
+
+A script is ``{"calls": [{"name": ..., "arguments": {...}}, ...], "final": str}``
+(optionally ``"final_delay": seconds``).
+The n-th request of a conversation that offers tools gets ``calls[n]`` as a
+tool call, where n is the number of tool results already in it; once the
+calls are used up (or when no tools are offered), the reply is ``final`` as
+plain text. Every request is recorded (scenario, the tool results the model
+was shown), so a test can read what the runtime told the model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_TAG = re.compile(r"SCENARIO:([A-Za-z0-9_-]+)")
+
+
+@dataclass
+class Recorded:
+    scenario: str
+    tool_results: list[str]
+    answered: str
+
+
+@dataclass
+class Scripts:
+    scripts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    requests: list[Recorded] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def set(self, scripts: dict[str, dict[str, Any]]) -> None:
+        with self.lock:
+            self.scripts.update(scripts)
+
+    def take_requests(self) -> list[Recorded]:
+        with self.lock:
+            taken, self.requests = self.requests, []
+        return taken
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def answer(scripts: Scripts, body: dict[str, Any]) -> dict[str, Any]:
+    """The assistant message for one chat completion request."""
+    messages = body.get("messages") or []
+    tags = [
+        m
+        for msg in messages
+        if msg.get("role") == "user"
+        for m in _TAG.findall(_text(msg.get("content")))
+    ]
+    scenario = tags[0] if tags else ""
+    tool_results = [_text(m.get("content")) for m in messages if m.get("role") == "tool"]
+    with scripts.lock:
+        script = scripts.scripts.get(scenario, {"calls": [], "final": "OK."})
+    calls = script.get("calls") or []
+    step = len(tool_results)
+    if body.get("tools") and step < len(calls):
+        call = calls[step]
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": f"call_{scenario}_{step}_{int(time.time() * 1000) % 100000}",
+                    "type": "function",
+                    "function": {
+                        "name": call["name"],
+                        "arguments": json.dumps(call.get("arguments", {})),
+                    },
+                }
+            ],
+        }
+        answered = f"tool:{call['name']}"
+    else:
+        # ``final_delay``: hold the final answer, so background work (a
+        # subagent) finishes inside the turn instead of racing the exit.
+        time.sleep(float(script.get("final_delay", 0)))
+        message = {"role": "assistant", "content": str(script.get("final", "OK."))}
+        answered = "text"
+    with scripts.lock:
+        scripts.requests.append(Recorded(scenario, tool_results, answered))
+    return message
+
+
+def _chunks(message: dict[str, Any], model: str) -> list[dict[str, Any]]:
+    base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model}
+    if message.get("tool_calls"):
+        call = message["tool_calls"][0]
+        delta = {
+            "role": "assistant",
+            "tool_calls": [{"index": 0, **call}],
+        }
+        finish = "tool_calls"
+    else:
+        delta = {"role": "assistant", "content": message["content"]}
+        finish = "stop"
+    usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    return [
+        {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
+        {**base, "choices": [], "usage": usage},
+    ]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    scripts: Scripts
+    model = "fake-model"
+
+    def log_message(self, *_args: Any) -> None:
+        return None
+
+    def _json(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models"):
+            model = {"id": self.model, "object": "model", "owned_by": "fake"}
+            self._json(200, {"object": "list", "data": [model]})
+        else:
+            self._json(404, {"error": {"message": "not found"}})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._json(404, {"error": {"message": "not found"}})
+            return
+        message = answer(self.scripts, body)
+        if not body.get("stream"):
+            finish = "tool_calls" if message.get("tool_calls") else "stop"
+            self._json(
+                200,
+                {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": self.model,
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                },
+            )
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        for chunk in _chunks(message, self.model):
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        self.close_connection = True
+
+
+class FakeOpenAI:
+    """``with FakeOpenAI() as server: server.url`` -> ``http://127.0.0.1:<port>/v1``."""
+
+    def __init__(self) -> None:
+        self.scripts = Scripts()
+        handler = type("Handler", (_Handler,), {"scripts": self.scripts})
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def start(self) -> FakeOpenAI:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()

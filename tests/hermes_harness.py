@@ -1,0 +1,256 @@
+"""Everything the real Hermes talks to, in one process, for tests/test_hermes_conformance.py.
+
+Run as ``python tests/hermes_harness.py <json config>``, normally under
+``unshare -n`` (RUNTIMES.md, "Offline driving": the runtime and everything
+it talks to share one network namespace with loopback only). It brings
+loopback up when asked, starts an embedded nats-server, a gate (with the
+Hermes runtime provisioned and opted into attestation), a second
+nats-server with no gate on it (the "gate unreachable" case) and the
+scripted fake model server; then it reads one JSON command per line on
+stdin, runs ``hermes chat -q`` for it and answers one JSON line on stdout.
+Logs go to stderr. It exits when stdin closes.
+
+Evidence returned per run: Hermes's exit code and output, the tool results
+the model was shown (from the fake server), every verdict and attestation
+ack seen on the bus (a wildcard tap), and which marker files exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+from nats.aio.msg import Msg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from adapters.client import ProposalClient
+from ops.demo_script import actor
+from ops.gateway import GateOptions, start_gate
+from ops.logs import configure_logging
+from ops.natsserver import EmbeddedNatsServer
+from ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID, provision_runtime
+from ops.state import StateDir, provision_demo
+from subjects.attestation import AttestationAck
+from subjects.messages import DataFacts, OutputVerdict, Verdict
+from tests.fake_openai import FakeOpenAI
+
+SAFE_RUNTIME_ID = "hermes-safe"
+SAFE_PRINCIPAL = "hermes-safe-runtime"
+RUN_TIMEOUT_S = 90.0
+
+
+class Tap:
+    """Verdicts and acks seen on the bus (replies travel on inbox subjects)."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    async def record(self, msg: Msg) -> None:
+        if not msg.subject.startswith("_INBOX"):
+            return
+        for kind, type_ in (
+            ("verdict", Verdict),
+            ("output", OutputVerdict),
+            ("ack", AttestationAck),
+        ):
+            try:
+                value = msgspec.json.decode(msg.data, type=type_)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            self.seen.append({"kind": kind, **msgspec.to_builtins(value)})
+            return
+
+    def take(self) -> list[dict[str, Any]]:
+        taken, self.seen = self.seen, []
+        return taken
+
+
+def hermes_home(root: Path, model_url: str, extra: dict[str, Any], plugins: list[str]) -> Path:
+    home = root / "hermes-home"
+    home.mkdir(parents=True)
+    config: dict[str, Any] = {
+        "model": {
+            "provider": "custom",
+            "default": "fake-model",
+            "base_url": model_url,
+            "api_key": "dummy",
+            "context_length": 131072,
+        },
+        "security": {"tirith_enabled": False},
+        "plugins": {"enabled": ["smf-assurance", *plugins]},
+    }
+    for key, value in extra.items():
+        config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
+    # JSON is YAML: Hermes reads this file with its YAML loader.
+    (home / "config.yaml").write_text(json.dumps(config, indent=2))
+    update = {"ts": time.time(), "behind": 0, "rev": None, "ver": "0.19.0"}
+    (home / ".update_check").write_text(json.dumps(update))
+    return home
+
+
+def install_plugin(home: Path, name: str, source: str) -> None:
+    folder = home / "plugins" / name
+    folder.mkdir(parents=True)
+    (folder / "plugin.yaml").write_text(f"name: {name}\nversion: 0.0.1\ndescription: test\n")
+    (folder / "__init__.py").write_text(source)
+
+
+class Harness:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.root = Path(config["workdir"])
+        self.venv = Path(config["venv"])
+        self.runs = 0
+
+    async def start(self) -> None:
+        configure_logging(json=True, level="warning")
+        self.server = EmbeddedNatsServer(self.root / "nats").start()
+        self.idle = EmbeddedNatsServer(self.root / "nats-idle").start()
+        self.state = StateDir(self.root / "state")
+        provision_demo(self.state)
+        provision_runtime(self.state, runtime_pin="0.19.0")
+        provision_runtime(self.state, SAFE_PRINCIPAL, SAFE_RUNTIME_ID, runtime_pin="0.19.0")
+        self.gate = await start_gate(
+            GateOptions(state=self.state, nats_url=self.server.url, co_located=True)
+        )
+        self.nc = await nats.connect(self.server.url)
+        self.tap = Tap()
+        await self.nc.subscribe(">", cb=self.tap.record)
+        self.model = FakeOpenAI().start()
+
+    async def stop(self) -> None:
+        self.model.stop()
+        await self.nc.drain()
+        await self.gate.close()
+        self.server.stop()
+        self.idle.stop()
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "nats_url": self.server.url,
+            "idle_url": self.idle.url,
+            "state_dir": str(self.state.root),
+            "runtime_key": str(self.state.key_path(HERMES_PRINCIPAL)),
+            "safe_key": str(self.state.key_path(SAFE_PRINCIPAL)),
+        }
+
+    async def run(self, command: dict[str, Any]) -> dict[str, Any]:
+        self.runs += 1
+        root = self.root / f"run-{self.runs:02d}-{command['name']}"
+        root.mkdir(parents=True)
+        home = hermes_home(
+            root, self.model.url, command.get("config", {}), list(command.get("plugins", {}))
+        )
+        for name, source in command.get("plugins", {}).items():
+            install_plugin(home, name, source.replace("{{root}}", str(root)))
+        for rel, content in command.get("files", {}).items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+        context = command["context"]
+        context_text = json.dumps(context).replace("{{root}}", str(root))
+        (root / "context.json").write_text(context_text)
+        scripts = json.loads(json.dumps(command["scripts"]).replace("{{root}}", str(root)))
+        self.model.scripts.set(scripts)
+        self.model.scripts.take_requests()
+        self.tap.take()
+        env = {
+            "PATH": f"{self.venv / 'bin'}:/usr/bin:/bin",
+            "HOME": str(root),
+            "HERMES_HOME": str(home),
+            "TERMINAL_CWD": str(root),
+            "SMF_NATS_URL": self.server.url,
+            "SMF_RUNTIME_KEY": str(self.state.key_path(HERMES_PRINCIPAL)),
+            "SMF_RUNTIME_ID": HERMES_RUNTIME_ID,
+            "SMF_CONTEXT_FILE": str(root / "context.json"),
+            "SMF_GATE_TIMEOUT": "5",
+            "NO_COLOR": "1",
+        }
+        for key, value in command.get("env", {}).items():
+            env[key] = value.replace("{{idle_url}}", self.idle.url).replace(
+                "{{safe_key}}", str(self.state.key_path(SAFE_PRINCIPAL))
+            )
+        args = [str(self.venv / "bin" / "hermes"), "chat", "-q", command["prompt"], "-Q"]
+        args += ["--toolsets", command.get("toolsets", "terminal")]
+        started = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            *args,
+            cwd=root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT_S)
+        except TimeoutError:
+            proc.kill()
+            out, err = await proc.communicate()
+        await asyncio.sleep(0.2)
+        await self.nc.flush()
+        markers = {rel: (root / rel).exists() for rel in command.get("markers", [])}
+        return {
+            "name": command["name"],
+            "root": str(root),
+            "returncode": proc.returncode,
+            "seconds": round(time.monotonic() - started, 2),
+            "stdout": out.decode(errors="replace")[-8000:],
+            "stderr": err.decode(errors="replace")[-8000:],
+            "requests": [msgspec.to_builtins(r) for r in self.model.scripts.take_requests()],
+            "bus": self.tap.take(),
+            "markers": markers,
+        }
+
+    async def propose_unattested(self) -> dict[str, Any]:
+        """A proposal signed by the safe-mode runtime's key, which never attested."""
+        client = ProposalClient(
+            self.nc, self.state.key(SAFE_PRINCIPAL), SAFE_RUNTIME_ID, "0.19.0", "smf-hermes-adapter"
+        )
+        proposal = client.build(
+            native_tool="terminal",
+            arguments={"command": "true"},
+            actor=actor("associate-ann", "associate"),
+            facts=DataFacts(),
+        )
+        return msgspec.to_builtins(await client.propose(proposal))  # type: ignore[no-any-return]
+
+
+async def main(config: dict[str, Any]) -> None:
+    if config.get("bring_up_loopback"):
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    harness = Harness(config)
+    await harness.start()
+    loop = asyncio.get_running_loop()
+    sys.stdout.write(json.dumps({"ready": True, **harness.info()}) + "\n")
+    sys.stdout.flush()
+    try:
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            if not line:
+                break
+            command = json.loads(line)
+            try:
+                if command.get("op") == "propose_unattested":
+                    reply: dict[str, Any] = await harness.propose_unattested()
+                else:
+                    reply = await harness.run(command)
+            except Exception as exc:
+                reply = {"error": repr(exc)}
+            sys.stdout.write(json.dumps(reply) + "\n")
+            sys.stdout.flush()
+    finally:
+        await harness.stop()
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(json.loads(sys.argv[1])))

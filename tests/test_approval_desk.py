@@ -1,0 +1,872 @@
+"""The approval desk through the whole gate: hold, show, resolve, claim once, report.
+
+Issue 4 ("The hold stage and the approvers' subjects", "Tests"); ARCHITECTURE.md,
+"Exact-action approval". Real nats-server (JetStream streams as the gate
+creates them), real SQLite files in a provisioned state directory, the full
+gate from ``ops.gateway.start_gate`` with its stages on the bus. Approvers are
+synthetic: :class:`adapters.approver.ApproverClient` with keys from the state
+directory's registry (plus a few extra principals written into it here). The
+gate's clock is a :class:`Clock` the test advances; the background sweep is
+switched off and ``desk.sweep()`` is called where a test needs it.
+
+What these tests prove:
+
+- A paralegal's court filing is held (``held``, approval id, expiry, the
+  ``licensed_attorney`` role), announced on ``SMF_APPROVALS`` with identities
+  and rule ids but neither the content nor the recipient, shown with its
+  content to the attorney, and after one allow-once produces exactly one
+  ExecuteOrder (``Smf-Approval-Id`` set), one filing in the connector's outbox,
+  an allow Verdict on the runtime's outcome subject, and ``consumed``; the
+  content is gone from the store and never reached the ledger file.
+- Every refusal named in issue 4 answers its own reason code, publishes
+  nothing, and leaves the approval as it was (the attorney's allow-once still
+  works afterwards): wrong digest, self-approval, wrong role, wrong tenant,
+  unknown, forged, tampered or wrongly-roled signer, duplicate and replayed
+  resolutions, an old digest against a new approval, expiry, deny-then-allow.
+  ``show`` (the privileged content) is refused to anyone but an approver who
+  holds the approval's required role for its tenant.
+- A re-proposal with any one changed field (argument, content, destination,
+  actor, matter, tenant) is a new decision and a new approval; approving the
+  old one sends the old action. A release/projection change between hold and
+  claim refuses the claim (``binding_changed``) and closes the approval.
+- The held TTL is the customer overlay's 300 s for tenant-acme and the 600 s
+  cap elsewhere; no report by the connector deadline -> ``execution_unknown``,
+  which a late report does not change.
+
+What they do not prove: that the connector's side effect happened once in the
+outside world (the outbox is our own example connector; one store winner is
+one order, and one order is one side effect only through the connector's
+idempotency record); anything about more than one gate process (see
+``tests/test_approval_race.py``); timing under load; the NATS account
+permissions of a deployment (defence in depth, not tested here); the approver
+command line (not part of these files); the exact expiry millisecond and every
+store transition (the store's contract and state-machine tests do that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import shutil
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.client import JetStreamContext
+
+from adapters.approver import ApproverClient, ApproverError, content_matches
+from adapters.client import ProposalClient
+from adapters.connector.sdk import ConnectorRunner, RunnerConfig
+from ops.compiler import compile_corpus, write_release
+from ops.demo_script import SCENARIOS
+from ops.gateway import GateOptions, RunningGate, start_gate
+from ops.natsserver import EmbeddedNatsServer
+from ops.projections import SCENARIO_CORPUS, load_policy_set, package_path
+from ops.stack import example_connectors
+from ops.state import ADAPTER_ID, DEMO_TENANT, RUNTIME_ID, StateDir, provision_demo
+from pipeline.core.projection import PolicySet
+from subjects import dsse, names
+from subjects.approvals import (
+    MAX_TTL_MS,
+    ApprovalResolution,
+    PendingAnnouncement,
+    ResolutionReply,
+    binding_digest,
+)
+from subjects.canonical import canonical_bytes
+from subjects.keys import SigningKey, generate_signing_key
+from subjects.messages import ExecuteOrder, Proposal, Verdict
+from subjects.registry import RegistryFile, encode_registry, entry_for, load_registry
+from tests.bus_helpers import random_identity, wait_for
+
+COURT_FILING: Final = SCENARIOS[0]
+ATTORNEY: Final = "attorney-alex"
+PARALEGAL: Final = "paralegal-pat"
+SELF_APPROVER: Final = "sam-self"
+"""An attorney in the roster who is also the requesting actor of one test."""
+OTHER_TENANT_ATTORNEY: Final = "olive-other"
+"""A licensed attorney of another tenant only."""
+OTHER_TENANT: Final = "tenant-beta"
+CLOSE_TIMEOUT_S: Final = 15.0
+CUSTOMER_TTL_MS: Final = 300_000
+"""customer.acme.transmission-window in ops/corpus/scenarios/policies.json."""
+
+
+# --- the clock, the state directory and the gate ------------------------------
+
+
+class Clock:
+    """Wall time plus an offset the test moves forward (``GateOptions.clock``)."""
+
+    def __init__(self) -> None:
+        self.offset_ms = 0
+
+    def __call__(self) -> int:
+        return time.time_ns() // 1_000_000 + self.offset_ms
+
+    def advance(self, ms: int) -> None:
+        self.offset_ms += ms
+
+
+def provision_with_extra_approvers(state: StateDir) -> None:
+    """The demo state, plus a self-approving attorney and another tenant's attorney."""
+    provision_demo(state)
+    current = msgspec.json.decode(state.registry.read_bytes(), type=RegistryFile)
+    extra = (
+        entry_for(
+            state.key(SELF_APPROVER),
+            SELF_APPROVER,
+            "approver",
+            tenants=(DEMO_TENANT,),
+            licensed_roles=("licensed_attorney",),
+        ),
+        entry_for(
+            state.key(OTHER_TENANT_ATTORNEY),
+            OTHER_TENANT_ATTORNEY,
+            "approver",
+            tenants=(OTHER_TENANT,),
+            licensed_roles=("licensed_attorney",),
+        ),
+    )
+    state.registry.write_bytes(encode_registry(current.entries + extra))
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> StateDir:
+    state = StateDir(tmp_path / "state")
+    provision_with_extra_approvers(state)
+    return state
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def gate(
+    state: StateDir, nats_server: EmbeddedNatsServer, clock: Clock
+) -> AsyncIterator[RunningGate]:
+    running = await start_gate(
+        GateOptions(state=state, nats_url=nats_server.url, clock=clock, sweep_seconds=3600.0)
+    )
+    yield running
+    await asyncio.wait_for(running.close(), CLOSE_TIMEOUT_S)  # a hang fails, loudly
+
+
+@contextlib.asynccontextmanager
+async def connectors_running(state: StateDir, url: str) -> AsyncIterator[None]:
+    """The example connectors on their own connection, as ``ops.stack`` runs them."""
+    registry = load_registry(state.registry)
+    nc = await nats.connect(url, connect_timeout=2)
+    runners: list[ConnectorRunner] = []
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        for connector_id, connector in example_connectors(state).items():
+            folder = state.connector_dir(connector_id)
+            folder.mkdir(parents=True, exist_ok=True)
+            runner = ConnectorRunner(
+                nc,
+                connector,
+                connector_id=connector_id,
+                signing_key=state.key(connector_id),
+                gate_keys=registry.trusted("gate"),
+                state_dir=folder,
+                config=RunnerConfig(ack_wait=30.0, fetch_timeout=0.2),
+            )
+            runners.append(runner)
+            tasks.append(asyncio.create_task(runner.run()))
+        for runner in runners:
+            await asyncio.wait_for(runner.ready.wait(), 10)
+        yield
+    finally:
+        for runner in runners:
+            runner.stop()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
+        await nc.drain()
+
+
+# --- the runtime, the approvers, what reached the stream and the ledger -------
+
+
+def runtime(nc: Client, state: StateDir) -> ProposalClient:
+    return ProposalClient(nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
+
+
+def approver(nc: Client, state: StateDir, name: str) -> ApproverClient:
+    return ApproverClient(nc, state.key(name), name)
+
+
+def court_filing(
+    client: ProposalClient,
+    *,
+    arguments: dict[str, Any] | None = None,
+    content: str | None = None,
+    **actor_changes: str,
+) -> Proposal:
+    """Scenario 1 (a paralegal's court filing), with any field changed on request."""
+    action = COURT_FILING
+    return client.build(
+        native_tool=action.native_tool,
+        arguments=dict(action.arguments) if arguments is None else arguments,
+        actor=msgspec.structs.replace(action.actor, **actor_changes),
+        facts=action.facts,
+        content=action.content if content is None else content,
+        destination=action.destination,
+    )
+
+
+async def hold(client: ProposalClient, proposal: Proposal) -> Verdict:
+    verdict = await client.propose(proposal)
+    assert verdict.outcome == "held", verdict
+    assert verdict.approval_id is not None
+    return verdict
+
+
+async def held_filing(nc: Client, state: StateDir, **changes: Any) -> Verdict:
+    client = runtime(nc, state)
+    return await hold(client, court_filing(client, **changes))
+
+
+async def orders(
+    js: JetStreamContext, state: StateDir
+) -> list[tuple[ExecuteOrder, dict[str, str]]]:
+    """Every ExecuteOrder in SMF_EXECUTE, verified against the gate's key."""
+    gate_keys = load_registry(state.registry).trusted("gate")
+    info = await js.stream_info(names.EXECUTE_STREAM)
+    found = []
+    for seq in range(info.state.first_seq, info.state.last_seq + 1) if info.state.messages else ():
+        raw = await js.get_msg(names.EXECUTE_STREAM, seq)
+        assert raw.data is not None
+        order, _ = dsse.open_struct(
+            dsse.decode_envelope(raw.data), gate_keys, ExecuteOrder, names.PAYLOAD_ORDER
+        )
+        found.append((order, dict(raw.headers or {})))
+    return found
+
+
+class ExecuteSpy:
+    """Every publish on ``smf.execute.>``, as a core subscriber sees it.
+
+    JetStream drops a second publish with the same ``Nats-Msg-Id`` inside its
+    duplicate window, so the stream count alone would hide a re-dispatch of the
+    same order; a core subscription sees every publish. Records the
+    ``Smf-Approval-Id`` header of each.
+    """
+
+    def __init__(self) -> None:
+        self.approval_ids: list[str | None] = []
+
+    @classmethod
+    async def start(cls, nc: Client) -> ExecuteSpy:
+        spy = cls()
+
+        async def seen(msg: Msg) -> None:
+            spy.approval_ids.append((msg.headers or {}).get(names.HEADER_APPROVAL_ID))
+
+        await nc.subscribe(f"{names.EXECUTE_PREFIX}.>", cb=seen)
+        await nc.flush()
+        return spy
+
+    async def settled(self, nc: Client, seconds: float = 0.2) -> list[str | None]:
+        """What was published, after letting anything in flight arrive."""
+        await nc.flush()
+        await asyncio.sleep(seconds)
+        return list(self.approval_ids)
+
+
+async def order_count(js: JetStreamContext) -> int:
+    return (await js.stream_info(names.EXECUTE_STREAM)).state.messages
+
+
+async def state_of(running: RunningGate, approval_id: str) -> str:
+    record = await running.approvals.get(approval_id)
+    assert record is not None
+    return record.state
+
+
+def ledger_rows(ledger: Path, approval_id: str) -> list[tuple[str, tuple[str, ...]]]:
+    """``(status, reason_codes)`` of every ledger entry for one approval, in order."""
+    uri = ledger.resolve().as_uri() + "?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+        rows = conn.execute(
+            "SELECT status, reason_codes FROM evidence_entries WHERE approval_id = ? ORDER BY seq",
+            (approval_id,),
+        ).fetchall()
+    return [(status, tuple(json.loads(reasons))) for status, reasons in rows]
+
+
+def ledger_statuses(ledger: Path, approval_id: str) -> list[str]:
+    return [status for status, _ in ledger_rows(ledger, approval_id)]
+
+
+def resolution_bytes(
+    key: SigningKey,
+    *,
+    approval_id: str,
+    digest: str,
+    resolver_id: str,
+    decision: str = "allow-once",
+) -> bytes:
+    """A resolution signed by ``key``, naming whatever resolver the test wants."""
+    resolution = ApprovalResolution(
+        schema="smf.approval-resolution/1",
+        approval_id=approval_id,
+        decision=decision,  # type: ignore[arg-type]
+        binding_digest=digest,
+        resolver_id=resolver_id,
+        resolved_at_ms=time.time_ns() // 1_000_000,
+    )
+    return dsse.encode_envelope(dsse.sign_struct(names.PAYLOAD_RESOLUTION, resolution, [key]))
+
+
+def with_payload(signed: bytes, **changes: Any) -> bytes:
+    """The same signatures over a payload with ``changes``: a tampered resolution."""
+    envelope = dsse.decode_envelope(signed)
+    payload = json.loads(base64.b64decode(envelope.payload))
+    payload.update(changes)
+    forged = base64.b64encode(canonical_bytes(payload)).decode()
+    return dsse.encode_envelope(msgspec.structs.replace(envelope, payload=forged))
+
+
+async def send(nc: Client, signed: bytes) -> ResolutionReply:
+    reply = await nc.request(names.APPROVAL_RESOLVE, signed, timeout=5)
+    return msgspec.json.decode(reply.data, type=ResolutionReply)
+
+
+async def status(nc: Client, approval_id: str) -> str:
+    reply = await nc.request(names.APPROVAL_STATUS, approval_id.encode(), timeout=5)
+    return str(json.loads(reply.data)["state"])
+
+
+async def approve(nc: Client, state: StateDir, approval_id: str) -> ResolutionReply:
+    """The attorney looks, checks the content against the digest, and allows once."""
+    view, reply = await approver(nc, state, ATTORNEY).review_and_resolve(approval_id, "allow-once")
+    assert content_matches(view)
+    return reply
+
+
+# --- the held flow, end to end --------------------------------------------------
+
+
+async def test_pending_announcement_carries_identities_not_content_or_recipient(
+    gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    verdict = await held_filing(nc, state)
+    assert verdict.approval_id is not None
+    raw = await gate.js.get_last_msg(
+        names.APPROVAL_STREAM, names.approval_pending_subject(DEMO_TENANT)
+    )
+    assert raw.data is not None
+    announcement = msgspec.json.decode(raw.data, type=PendingAnnouncement)
+    assert announcement.approval_id == verdict.approval_id
+    assert dict(raw.headers or {})[names.HEADER_MSG_ID] == verdict.approval_id
+    assert announcement.binding_digest == binding_digest(announcement.binding)
+    assert announcement.binding.required_roles == ("licensed_attorney",)
+    assert announcement.binding.actor_id == PARALEGAL
+    assert "urn:smf:rule:scenario:attorney-approval-transmission" in announcement.rule_ids
+    assert COURT_FILING.expected_reason in announcement.reason_codes
+    record = await gate.approvals.get(verdict.approval_id)
+    assert record is not None
+    assert record.digest == announcement.binding_digest
+    text = raw.data.decode()
+    for secret in (COURT_FILING.content, *COURT_FILING.arguments.values()):
+        assert secret not in text, f"{secret!r} leaked into the announcement"
+
+
+async def test_held_court_filing_is_approved_once_and_filed_once(
+    gate: RunningGate, nc: Client, state: StateDir, nats_server: EmbeddedNatsServer
+) -> None:
+    verdict = await held_filing(nc, state)
+    approval_id = verdict.approval_id
+    assert approval_id is not None
+    assert verdict.reason_codes
+    assert COURT_FILING.expected_reason in verdict.reason_codes
+    assert verdict.required_roles == ("licensed_attorney",)
+    assert verdict.expires_at_ms is not None
+    assert verdict.order_id is None
+    assert await order_count(gate.js) == 0
+    spy = await ExecuteSpy.start(nc)
+    outcome = await nc.subscribe(names.approval_outcome_subject(approval_id))
+    await nc.flush()
+
+    async with connectors_running(state, nats_server.url):
+        attorney = approver(nc, state, ATTORNEY)
+        view = await attorney.show(approval_id)
+        assert view.content == COURT_FILING.content
+        assert json.loads(view.arguments_json) == COURT_FILING.arguments
+        assert view.state == "pending"
+        assert content_matches(view)
+        reply = await attorney.resolve(approval_id, "allow-once", view.binding_digest)
+        assert (reply.accepted, reply.state) == (True, "executing"), reply
+        assert reply.order_id
+
+        sent = await orders(gate.js, state)
+        assert len(sent) == 1
+        order, headers = sent[0]
+        assert headers[names.HEADER_APPROVAL_ID] == approval_id
+        assert headers[names.HEADER_MSG_ID] == order.order_id == reply.order_id
+        assert order.approval_id == approval_id
+        assert order.content == COURT_FILING.content
+        assert order.arguments == COURT_FILING.arguments
+
+        final = msgspec.json.decode((await outcome.next_msg(timeout=5)).data, type=Verdict)
+        assert (final.outcome, final.order_id, final.approval_id) == (
+            "allow",
+            reply.order_id,
+            approval_id,
+        )
+        assert final.connector_id == COURT_FILING.connector
+
+        async def consumed() -> bool:
+            return await status(nc, approval_id) == "consumed"
+
+        await wait_for(consumed, timeout=10)
+
+    outbox = state.connector_dir("court-efiling") / "outbox"
+    assert [p.name for p in outbox.iterdir()] == [f"{reply.order_id}.json"]
+    assert await order_count(gate.js) == 1
+    assert await spy.settled(nc) == [approval_id]
+    record = await gate.approvals.get(approval_id)
+    assert record is not None
+    assert record.held_payload is None
+    with pytest.raises(ApproverError, match="approval_closed"):
+        await attorney.show(approval_id)
+    assert ledger_statuses(state.ledger, approval_id) == [
+        "held",
+        "approved",
+        "executing",
+        "consumed",
+    ]
+    evidence = b"".join(
+        Path(f"{state.ledger}{suffix}").read_bytes()
+        for suffix in ("", "-wal")
+        if Path(f"{state.ledger}{suffix}").exists()
+    )
+    for secret in (COURT_FILING.content, *COURT_FILING.arguments.values(), "matter-2026-0042"):
+        assert secret.encode() not in evidence, f"{secret!r} reached the ledger file"
+
+
+# --- refusals: each its own reason, each changing nothing -----------------------
+
+Forge = Callable[[StateDir, str, str], bytes]
+"""(state, approval_id, true digest) -> resolution bytes the gate must refuse."""
+
+
+def _signed_by(principal: str, resolver: str, *, digest: str | None = None) -> Forge:
+    def forge(state: StateDir, approval_id: str, true_digest: str) -> bytes:
+        return resolution_bytes(
+            state.key(principal),
+            approval_id=approval_id,
+            digest=digest or true_digest,
+            resolver_id=resolver,
+        )
+
+    return forge
+
+
+def _wrong_digest(state: StateDir, approval_id: str, _: str) -> bytes:
+    return resolution_bytes(
+        state.key(ATTORNEY), approval_id=approval_id, digest=random_identity(), resolver_id=ATTORNEY
+    )
+
+
+def _unknown_key(state: StateDir, approval_id: str, digest: str) -> bytes:
+    return resolution_bytes(
+        generate_signing_key(), approval_id=approval_id, digest=digest, resolver_id=ATTORNEY
+    )
+
+
+def _tampered(state: StateDir, approval_id: str, digest: str) -> bytes:
+    """The attorney's genuine deny, edited into an allow-once after signing."""
+    signed = resolution_bytes(
+        state.key(ATTORNEY),
+        approval_id=approval_id,
+        digest=digest,
+        resolver_id=ATTORNEY,
+        decision="deny",
+    )
+    return with_payload(signed, decision="allow-once")
+
+
+def _unsigned(state: StateDir, approval_id: str, digest: str) -> bytes:
+    return json.dumps({"approval_id": approval_id, "decision": "allow-once"}).encode()
+
+
+REFUSALS: Final[dict[str, tuple[Forge, str]]] = {
+    "wrong-digest": (_wrong_digest, "binding_digest_mismatch"),
+    "wrong-role": (_signed_by(PARALEGAL, PARALEGAL), "resolver_lacks_required_role"),
+    "other-tenant": (
+        _signed_by(OTHER_TENANT_ATTORNEY, OTHER_TENANT_ATTORNEY),
+        "resolver_not_entitled_for_tenant",
+    ),
+    "unknown-signer": (_unknown_key, "unknown_signer"),
+    "forged-signer": (_signed_by(PARALEGAL, ATTORNEY), "resolver_identity_mismatch"),
+    "runtime-signer": (_signed_by("runtime", "runtime"), "signer_role_mismatch"),
+    "connector-signer": (_signed_by("court-efiling", ATTORNEY), "signer_role_mismatch"),
+    "gate-signer": (_signed_by("gate", ATTORNEY), "signer_role_mismatch"),
+    "tampered-after-signing": (_tampered, "bad_signature"),
+    "not-an-envelope": (_unsigned, "malformed_resolution"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+async def test_refused_resolution_has_its_reason_and_changes_nothing(
+    case: str, gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    forge, reason = REFUSALS[case]
+    verdict = await held_filing(nc, state)
+    approval_id = verdict.approval_id
+    assert approval_id is not None
+    record = await gate.approvals.get(approval_id)
+    assert record is not None
+    before = ledger_statuses(state.ledger, approval_id)
+
+    reply = await send(nc, forge(state, approval_id, record.digest))
+
+    assert not reply.accepted
+    assert reply.reason_codes == (reason,)
+    assert reply.order_id is None
+    assert await order_count(gate.js) == 0
+    assert await state_of(gate, approval_id) == "pending"
+    statuses = ledger_statuses(state.ledger, approval_id)
+    if reply.approval_id:  # the approval is known: the refusal is on its record
+        assert reply.approval_id == approval_id
+        assert reply.state == "pending"
+        assert ledger_rows(state.ledger, approval_id)[-1] == ("pending", (reason,))
+    else:  # nothing verified, nothing recorded against the approval
+        assert statuses == before
+    assert "approved" not in statuses
+    # Nothing was spent: the entitled attorney's allow-once still goes through, once.
+    assert (await approve(nc, state, approval_id)).accepted
+    assert await order_count(gate.js) == 1
+
+
+async def test_self_approval_is_refused(gate: RunningGate, nc: Client, state: StateDir) -> None:
+    """The roster makes sam-self a licensed attorney; sam-self asked for this filing."""
+    verdict = await held_filing(nc, state, actor_id=SELF_APPROVER)
+    assert verdict.approval_id is not None
+    sam = approver(nc, state, SELF_APPROVER)
+    view = await sam.show(verdict.approval_id)
+    assert view.binding.actor_id == SELF_APPROVER
+    reply = await sam.resolve(verdict.approval_id, "allow-once", view.binding_digest)
+    assert (reply.accepted, reply.reason_codes) == (False, ("self_approval",))
+    assert await state_of(gate, verdict.approval_id) == "pending"
+    assert await order_count(gate.js) == 0
+
+
+async def test_duplicate_allow_once_is_refused_and_one_order_stands(
+    gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    verdict = await held_filing(nc, state)
+    approval_id = verdict.approval_id
+    assert approval_id is not None
+    spy = await ExecuteSpy.start(nc)
+    attorney = approver(nc, state, ATTORNEY)
+    view = await attorney.show(approval_id)
+    signed = attorney.sign_resolution(approval_id, "allow-once", view.binding_digest)
+    first = await attorney.send(signed)
+    assert first.accepted
+    assert first.order_id
+
+    again = await attorney.resolve(approval_id, "allow-once", view.binding_digest)
+    replayed = await attorney.send(signed)  # the very same signed bytes
+    deny_after = await attorney.resolve(approval_id, "deny", view.binding_digest)
+
+    for reply in (again, replayed, deny_after):
+        assert (reply.accepted, reply.reason_codes) == (False, ("approval_not_pending",))
+        assert reply.state == "executing"
+        assert reply.order_id is None
+    sent = await orders(gate.js, state)
+    assert [order.order_id for order, _ in sent] == [first.order_id]
+    assert await spy.settled(nc) == [approval_id]  # not even a de-duplicated second publish
+    assert await state_of(gate, approval_id) == "executing"
+
+
+async def test_old_resolution_and_old_digest_do_not_cover_a_new_approval(
+    gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    """The same filing proposed again is a new decision, so a new approval: nothing
+    signed for the first one can be spent on it."""
+    attorney = approver(nc, state, ATTORNEY)
+    first = await held_filing(nc, state)
+    assert first.approval_id is not None
+    old_view = await attorney.show(first.approval_id)
+    old_signed = attorney.sign_resolution(first.approval_id, "allow-once", old_view.binding_digest)
+    assert (await attorney.send(old_signed)).accepted
+
+    second = await held_filing(nc, state)
+    new_id = second.approval_id
+    assert new_id is not None
+    assert new_id != first.approval_id
+    new_view = await attorney.show(new_id)
+    assert new_view.binding_digest != old_view.binding_digest
+
+    replay = await attorney.send(old_signed)
+    assert (replay.approval_id, replay.reason_codes) == (
+        first.approval_id,
+        ("approval_not_pending",),
+    )
+    old_digest = await attorney.resolve(new_id, "allow-once", old_view.binding_digest)
+    assert (old_digest.accepted, old_digest.reason_codes) == (False, ("binding_digest_mismatch",))
+    redirected = await attorney.send(with_payload(old_signed, approval_id=new_id))
+    assert (redirected.accepted, redirected.reason_codes) == (False, ("bad_signature",))
+
+    assert await state_of(gate, new_id) == "pending"
+    assert await order_count(gate.js) == 1
+
+
+async def test_resolution_after_expiry_is_refused(
+    gate: RunningGate, nc: Client, state: StateDir, clock: Clock
+) -> None:
+    verdict = await held_filing(nc, state)
+    approval_id, expires_at = verdict.approval_id, verdict.expires_at_ms
+    assert approval_id is not None
+    assert expires_at is not None
+    attorney = approver(nc, state, ATTORNEY)
+    view = await attorney.show(approval_id)
+    clock.advance(expires_at - clock() + 1)
+
+    reply = await attorney.resolve(approval_id, "allow-once", view.binding_digest)
+
+    assert (reply.accepted, reply.reason_codes) == (False, ("approval_expired",))
+    assert await state_of(gate, approval_id) == "expired"
+    assert await order_count(gate.js) == 0
+    assert "expired" in ledger_statuses(state.ledger, approval_id)
+    again = await attorney.resolve(approval_id, "allow-once", view.binding_digest)
+    assert again.reason_codes == ("approval_not_pending",)
+
+
+async def test_sweep_expires_an_unanswered_approval_and_tells_the_runtime(
+    gate: RunningGate, nc: Client, state: StateDir, clock: Clock
+) -> None:
+    verdict = await held_filing(nc, state)
+    approval_id, expires_at = verdict.approval_id, verdict.expires_at_ms
+    assert approval_id is not None
+    assert expires_at is not None
+    outcome = await nc.subscribe(names.approval_outcome_subject(approval_id))
+    await nc.flush()
+    await gate.desk.sweep()
+    assert await state_of(gate, approval_id) == "pending"  # not yet due
+
+    clock.advance(expires_at - clock())
+    await gate.desk.sweep()
+
+    assert await state_of(gate, approval_id) == "expired"
+    final = msgspec.json.decode((await outcome.next_msg(timeout=5)).data, type=Verdict)
+    assert (final.outcome, final.reason_codes) == ("deny", ("approval_expired",))
+    assert ledger_rows(state.ledger, approval_id)[-1] == ("expired", ("approval_expired",))
+    assert await order_count(gate.js) == 0
+
+
+async def test_deny_then_allow_is_refused(gate: RunningGate, nc: Client, state: StateDir) -> None:
+    verdict = await held_filing(nc, state)
+    approval_id = verdict.approval_id
+    assert approval_id is not None
+    outcome = await nc.subscribe(names.approval_outcome_subject(approval_id))
+    await nc.flush()
+    attorney = approver(nc, state, ATTORNEY)
+    view = await attorney.show(approval_id)
+
+    denied = await attorney.resolve(approval_id, "deny", view.binding_digest)
+    allowed = await attorney.resolve(approval_id, "allow-once", view.binding_digest)
+
+    assert (denied.accepted, denied.state) == (True, "denied")
+    assert (allowed.accepted, allowed.reason_codes) == (False, ("approval_not_pending",))
+    final = msgspec.json.decode((await outcome.next_msg(timeout=5)).data, type=Verdict)
+    assert (final.outcome, final.reason_codes) == ("deny", ("approver_denied",))
+    assert await state_of(gate, approval_id) == "denied"
+    assert await order_count(gate.js) == 0
+    record = await gate.approvals.get(approval_id)
+    assert record is not None
+    assert record.held_payload is None
+
+
+@pytest.mark.parametrize(
+    ("who", "reason"),
+    [
+        (OTHER_TENANT_ATTORNEY, "resolver_not_entitled_for_tenant"),
+        (PARALEGAL, "resolver_lacks_required_role"),
+        ("runtime", "signer_role_mismatch"),
+        ("stranger", "unknown_signer"),
+    ],
+)
+async def test_show_is_refused_to_anyone_not_entitled_to_resolve(
+    who: str, reason: str, gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    """The content is privileged: only an approver with the required role for the
+    tenant sees it (the approval's own actor may look, but never resolve)."""
+    verdict = await held_filing(nc, state)
+    assert verdict.approval_id is not None
+    key = generate_signing_key() if who == "stranger" else state.key(who)
+    with pytest.raises(ApproverError) as refused:
+        await ApproverClient(nc, key, who).show(verdict.approval_id)
+    assert refused.value.reason_code == reason
+
+
+async def test_show_of_an_unknown_approval_is_refused(
+    gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    with pytest.raises(ApproverError, match="approval_not_found"):
+        await approver(nc, state, ATTORNEY).show(random_identity())
+
+
+# --- a changed binding is a new approval ------------------------------------------
+
+CHANGES: Final[dict[str, tuple[dict[str, Any], str]]] = {
+    "argument": (
+        {"arguments": {"court": "sdny", "document": "motion-to-compel-v2.pdf"}},
+        "canonical_args_hash",
+    ),
+    "content": ({"content": COURT_FILING.content + " Exhibit A attached."}, "content_hash"),
+    "destination": (
+        {"arguments": {"court": "edny", "document": "motion-to-compel.pdf"}},
+        "destination_identity_hash",
+    ),
+    "actor": ({"actor_id": "paralegal-quinn"}, "actor_id"),
+    "matter": ({"matter_id": "matter-2026-0043"}, "matter_id"),
+    "tenant": ({"tenant_id": OTHER_TENANT}, "tenant_id"),
+}
+
+
+@pytest.mark.parametrize("field", sorted(CHANGES))
+async def test_changed_field_is_a_new_approval_and_the_old_one_sends_the_old_action(
+    field: str, gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    changes, binding_field = CHANGES[field]
+    old = await held_filing(nc, state)
+    new = await held_filing(nc, state, **changes)
+    assert old.approval_id is not None
+    assert new.approval_id is not None
+    assert new.approval_id != old.approval_id
+    assert new.decision_id != old.decision_id
+    old_record = await gate.approvals.get(old.approval_id)
+    new_record = await gate.approvals.get(new.approval_id)
+    assert old_record is not None
+    assert new_record is not None
+    assert getattr(old_record.binding, binding_field) != getattr(new_record.binding, binding_field)
+    assert old_record.digest != new_record.digest
+
+    attorney = approver(nc, state, ATTORNEY)
+    crossed = await attorney.resolve(old.approval_id, "allow-once", new_record.digest)
+    assert crossed.reason_codes == ("binding_digest_mismatch",)
+    reply = await approve(nc, state, old.approval_id)
+    assert reply.accepted
+
+    sent = await orders(gate.js, state)
+    assert len(sent) == 1
+    order, headers = sent[0]
+    assert headers[names.HEADER_APPROVAL_ID] == old.approval_id
+    assert (order.arguments, order.content) == (COURT_FILING.arguments, COURT_FILING.content)
+    assert order.decision_id == old.decision_id
+    assert await state_of(gate, new.approval_id) == "pending"
+
+
+@pytest.fixture
+def next_release(tmp_path: Path) -> PolicySet:
+    """The scenario corpus compiled as release sequence 2: another projection."""
+    corpus = tmp_path / "corpus"
+    shutil.copytree(package_path(SCENARIO_CORPUS), corpus)
+    release = json.loads((corpus / "release.json").read_text())
+    release["release_sequence"] += 1
+    (corpus / "release.json").write_text(json.dumps(release))
+    out = tmp_path / "release-2"
+    write_release(compile_corpus(corpus), out)
+    return load_policy_set(out)
+
+
+async def test_projection_change_between_hold_and_claim_refuses_the_claim(
+    gate: RunningGate, nc: Client, state: StateDir, next_release: PolicySet
+) -> None:
+    verdict = await held_filing(nc, state)
+    approval_id = verdict.approval_id
+    assert approval_id is not None
+    held = await gate.approvals.get(approval_id)
+    assert held is not None
+    assert next_release.projection_id != held.binding.projection_id
+    gate.desk.policy_set = lambda: next_release
+
+    reply = await approve(nc, state, approval_id)
+
+    assert (reply.accepted, reply.reason_codes) == (False, ("binding_changed",))
+    assert await order_count(gate.js) == 0
+    # The approval is closed, and the evidence says what the store holds.
+    assert await state_of(gate, approval_id) == "invalidated"
+    rows = ledger_rows(state.ledger, approval_id)
+    assert ("invalidated", ("binding_changed",)) in rows
+    assert {status for status, _ in rows[rows.index(("invalidated", ("binding_changed",))) :]} == {
+        "invalidated"
+    }
+    assert held.held_payload is not None
+    record = await gate.approvals.get(approval_id)
+    assert record is not None
+    assert record.held_payload is None
+    again = await approver(nc, state, ATTORNEY).resolve(approval_id, "allow-once", held.digest)
+    assert again.reason_codes == ("approval_not_pending",)
+    assert await order_count(gate.js) == 0
+
+
+# --- TTL and the connector deadline ------------------------------------------------
+
+
+async def test_held_ttl_is_the_customer_window_and_never_above_the_cap(
+    gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    acme = await held_filing(nc, state)
+    beta = await held_filing(nc, state, tenant_id=OTHER_TENANT)
+    for verdict, ttl in ((acme, CUSTOMER_TTL_MS), (beta, MAX_TTL_MS)):
+        assert verdict.approval_id is not None
+        record = await gate.approvals.get(verdict.approval_id)
+        assert record is not None
+        binding = record.binding
+        assert binding.expires_at_ms - binding.created_at_ms == ttl <= MAX_TTL_MS
+        assert verdict.expires_at_ms == binding.expires_at_ms
+
+
+async def test_no_report_by_the_deadline_is_execution_unknown_for_good(
+    gate: RunningGate,
+    nc: Client,
+    state: StateDir,
+    clock: Clock,
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    gate.desk.execution_deadline_ms = 5_000
+    verdict = await held_filing(nc, state)
+    approval_id = verdict.approval_id
+    assert approval_id is not None
+    reply = await approve(nc, state, approval_id)  # no connector is running
+    assert reply.accepted
+    assert reply.order_id
+    await gate.desk.sweep()
+    assert await state_of(gate, approval_id) == "executing"
+
+    clock.advance(5_001)
+    await gate.desk.sweep()
+
+    assert await state_of(gate, approval_id) == "execution_unknown"
+    assert ledger_rows(state.ledger, approval_id)[-1] == (
+        "execution_unknown",
+        ("no_execution_report",),
+    )
+    # The one order is still in the stream; a connector that runs late files it
+    # once, and its report does not reopen or settle the unknown outcome.
+    async with connectors_running(state, nats_server.url):
+
+        async def report_read() -> bool:
+            info = await gate.js.consumer_info(names.RESULT_STREAM, "smf-gate-results")
+            return info.ack_floor is not None and (info.ack_floor.stream_seq or 0) >= 1
+
+        await wait_for(report_read, timeout=10)
+    outbox = state.connector_dir("court-efiling") / "outbox"
+    assert [p.name for p in outbox.iterdir()] == [f"{reply.order_id}.json"]
+    assert await state_of(gate, approval_id) == "execution_unknown"
+    assert await order_count(gate.js) == 1

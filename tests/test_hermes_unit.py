@@ -1,0 +1,804 @@
+"""The Hermes adapter's hooks driven directly, against a real gate over a real nats-server.
+
+Issue 8. No Hermes here: the hooks are called the way Hermes 0.19.0 calls
+them (keyword arguments, from a thread other than the event loop), with a
+fake host standing in for the plugin manager, the version and the config.
+
+Proves: allow lets the call run (``None``) and only with the allowed
+arguments; deny, approval-required, timeout, unreachable gate, no gate,
+internal error and garbage input all block; callbacks take ``**kwargs`` and
+never raise; a reply is released only on ``allow`` and withheld otherwise;
+streaming switched on, a version off the pin or a missing configuration put
+the adapter in refusing mode while ``register()`` still does not raise; the
+gate refuses a runtime that must attest and has not (missing, stale,
+rejected), and keeps serving the scripted runtime that need not attest.
+Does not prove: anything about Hermes itself (tests/test_hermes_conformance.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from nats.aio.client import Client
+
+from adapters.client import ProposalClient
+from adapters.hermes import mapping, plugin
+from adapters.hermes.attestation import hook_presence, streaming_settings
+from adapters.hermes.bridge import Bridge, BridgeError
+from ops.demo_script import actor
+from ops.gateway import GateOptions, RunningGate, start_gate
+from ops.natsserver import EmbeddedNatsServer
+from ops.runtimes import (
+    HERMES_PRINCIPAL,
+    HERMES_RUNTIME_ID,
+    load_attestation_requirements,
+    provision_runtime,
+)
+from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from pipeline.stages.attestation import AttestationDesk
+from subjects import names
+from subjects.attestation import AttestationAck, StreamingSetting
+from subjects.dsse import encode_envelope, sign_struct
+from subjects.messages import DataFacts, ProposedDestination
+from subjects.registry import load_registry
+
+PIN = "0.19.0"
+LEASE_MS = 60_000
+"""Shorter than the gate's proposal freshness (120 s), so a stale attestation is visible."""
+ALL_OFF = (StreamingSetting(surface="cli", enabled=False),)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time_ns() // 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class FakeManager:
+    def __init__(self) -> None:
+        self._hooks: dict[str, list[Callable[..., Any]]] = {}
+        self._middleware: dict[str, list[Callable[..., Any]]] = {}
+
+
+class FakeCtx:
+    """What ``register(ctx)`` uses of Hermes's PluginContext."""
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        self._manager = FakeManager()
+        self.fail_on = fail_on
+
+    def register_hook(self, name: str, callback: Callable[..., Any]) -> None:
+        if name == self.fail_on:
+            raise RuntimeError("register_hook exploded")
+        self._manager._hooks.setdefault(name, []).append(callback)
+
+    def register_middleware(self, kind: str, callback: Callable[..., Any]) -> None:
+        self._manager._middleware.setdefault(kind, []).append(callback)
+
+
+class FakeHost:
+    def __init__(
+        self,
+        manager: FakeManager | None = None,
+        version: str = PIN,
+        streaming: tuple[StreamingSetting, ...] = ALL_OFF,
+    ) -> None:
+        self.manager = manager or FakeManager()
+        self._version = version
+        self._streaming = streaming
+
+    def version(self) -> str:
+        return self._version
+
+    def hooks(self) -> Mapping[str, list[Callable[..., Any]]] | None:
+        return self.manager._hooks
+
+    def streaming(self) -> tuple[StreamingSetting, ...]:
+        return self._streaming
+
+    def coerce(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        return args
+
+
+# --- fixtures -------------------------------------------------------------------
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> StateDir:
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    provision_runtime(
+        state, runtime_pin=PIN, required_hooks=plugin.REQUIRED_HOOKS, lease_ms=LEASE_MS
+    )
+    return state
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def gate(
+    state: StateDir, nats_server: EmbeddedNatsServer, clock: Clock
+) -> AsyncIterator[RunningGate]:
+    running = await start_gate(
+        GateOptions(
+            state=state,
+            nats_url=nats_server.url,
+            co_located=True,
+            clock=clock,
+            sweep_seconds=3600,
+        )
+    )
+    yield running
+    try:
+        await asyncio.wait_for(asyncio.shield(running.close()), 15)
+    except TimeoutError:
+        # A hang at shutdown must fail this test loudly, with what was still pending.
+        for task in asyncio.all_tasks():
+            task.print_stack(file=sys.stderr)
+        raise
+
+
+@pytest.fixture
+def held_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "matters" / "held"
+    folder.mkdir(parents=True)
+    return folder
+
+
+@pytest.fixture
+def context_file(tmp_path: Path, held_dir: Path) -> Path:
+    path = tmp_path / "context.json"
+    write_context(path, held_dir)
+    return path
+
+
+def write_context(path: Path, held_dir: Path, **overrides: Any) -> None:
+    document: dict[str, Any] = {
+        "schema": mapping.CONTEXT_SCHEMA,
+        "actor": msgspec.to_builtins(actor("associate-ann", "associate")),
+        "facts": {
+            "classification": "internal",
+            "injection_taint": "clear",
+            "redaction_status": "none",
+        },
+        "legal_hold_paths": [str(held_dir)],
+        "internal_targets": ["telegram:firm-partners"],
+        "reply": {"destination": {"address": "cli:operator", "locality": "internal"}},
+    }
+    document.update(overrides)
+    path.write_text(json.dumps(document))
+
+
+def env_for(state: StateDir, url: str, context: Path, **extra: str) -> dict[str, str]:
+    return {
+        "SMF_NATS_URL": url,
+        "SMF_RUNTIME_KEY": str(state.key_path(HERMES_PRINCIPAL)),
+        "SMF_RUNTIME_ID": HERMES_RUNTIME_ID,
+        "SMF_CONTEXT_FILE": str(context),
+        "SMF_GATE_TIMEOUT": "2",
+        **extra,
+    }
+
+
+@pytest.fixture
+def adapters() -> Iterator[list[plugin.HermesAdapter]]:
+    made: list[plugin.HermesAdapter] = []
+    yield made
+    for adapter in made:
+        if adapter.bridge is not None:
+            adapter.bridge.stop(1.0)
+
+
+def make_adapter(
+    made: list[plugin.HermesAdapter], env: Mapping[str, str], host: FakeHost | None = None
+) -> plugin.HermesAdapter:
+    """Build and register an adapter against a fake plugin manager, as register() does."""
+    host = host or FakeHost()
+    adapter = plugin.build_adapter(host, env)
+    for name, callback in adapter.callbacks().items():
+        host.manager._hooks.setdefault(name, []).append(callback)
+    adapter.start()
+    made.append(adapter)
+    return adapter
+
+
+@pytest.fixture
+def hermes(
+    gate: RunningGate,
+    state: StateDir,
+    nats_server: EmbeddedNatsServer,
+    context_file: Path,
+    adapters: list[plugin.HermesAdapter],
+) -> plugin.HermesAdapter:
+    return make_adapter(adapters, env_for(state, nats_server.url, context_file))
+
+
+async def hook(fn: Callable[..., Any], **kwargs: Any) -> Any:
+    """Call a sync hook off the event loop, as Hermes's threads do."""
+    return await asyncio.to_thread(lambda: fn(**kwargs))
+
+
+def pre(tool: str, args: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "tool_name": tool,
+        "args": args,
+        "task_id": "t-1",
+        "session_id": extra.pop("session_id", "s-1"),
+        "tool_call_id": extra.pop("tool_call_id", "call-1"),
+        "turn_id": "turn-1",
+        "telemetry_schema_version": "hermes.observer.v1",
+        **extra,
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --- pre_tool_call: verdicts -------------------------------------------------------
+
+
+async def test_allowed_read_runs_and_only_with_the_allowed_arguments(
+    hermes: plugin.HermesAdapter, tmp_path: Path
+) -> None:
+    args = {"path": str(tmp_path / "notes.txt")}
+    assert await hook(hermes.pre_tool_call, **pre("read_file", args)) is None
+    ran: list[int] = []
+
+    def next_call(_payload: Any = None) -> str:
+        ran.append(1)
+        return '{"content": "ok"}'
+
+    same = {"tool_name": "read_file", "args": dict(args), "tool_call_id": "call-1"}
+    assert hermes.tool_execution(**same, next_call=next_call) == '{"content": "ok"}'
+    assert ran == [1]
+    other = {"tool_name": "read_file", "args": {"path": "/etc/shadow"}, "tool_call_id": "call-1"}
+    refused = hermes.tool_execution(**other, next_call=next_call)
+    assert "executed_arguments_not_allowed" in json.loads(refused)["error"]
+    never = {"tool_name": "terminal", "args": {"command": "id"}, "tool_call_id": "call-9"}
+    assert "executed_arguments_not_allowed" in hermes.tool_execution(**never, next_call=next_call)
+    assert ran == [1]
+
+
+async def test_terminal_is_denied_with_the_reason_codes(hermes: plugin.HermesAdapter) -> None:
+    result = await hook(hermes.pre_tool_call, **pre("terminal", {"command": "touch /tmp/x"}))
+    assert result["action"] == "block"
+    assert "SMF Assurance gate denied terminal" in result["message"]
+    assert "no_applicable_policy_for_consequential_operation" in result["message"]
+
+
+async def test_write_under_legal_hold_is_denied(
+    hermes: plugin.HermesAdapter, held_dir: Path
+) -> None:
+    args = {"path": str(held_dir / "memo.txt"), "content": "overwrite"}
+    result = await hook(hermes.pre_tool_call, **pre("write_file", args))
+    assert result["action"] == "block"
+    assert "legal_hold_blocks_deletion" in result["message"]
+
+
+async def test_execute_code_and_unknown_tools_are_denied(hermes: plugin.HermesAdapter) -> None:
+    code = await hook(hermes.pre_tool_call, **pre("execute_code", {"code": "open('x','w')"}))
+    assert "no_applicable_policy_for_consequential_operation" in code["message"]
+    mcp = await hook(hermes.pre_tool_call, **pre("mcp_acme_export_all", {"q": "everything"}))
+    assert mcp["action"] == "block"
+    assert "unknown_tool" in mcp["message"]
+
+
+async def test_approval_requirement_is_an_explicit_block_not_an_approval(
+    hermes: plugin.HermesAdapter,
+) -> None:
+    args = {"action": "send", "target": "telegram:client-chat", "message": "Hearing moved."}
+    result = await hook(hermes.pre_tool_call, **pre("send_message", args))
+    assert result["action"] == "block"
+    assert "attorney_approval_required_for_transmission" in result["message"]
+    assert "Approval is not supported on this runtime profile" in result["message"]
+    assert "will not run even if the approval is granted" in result["message"]
+
+
+async def test_untrusted_output_taints_the_session_family(
+    hermes: plugin.HermesAdapter,
+) -> None:
+    args = {"action": "send", "target": "telegram:client-chat", "message": "Hearing moved."}
+    await hook(hermes.subagent_start, parent_session_id="s-1", child_session_id="s-child")
+    await hook(hermes.post_tool_call, tool_name="web_extract", session_id="s-child", status="ok")
+    result = await hook(hermes.pre_tool_call, **pre("send_message", args, session_id="s-1"))
+    assert "injection_tainted_egress" in result["message"]
+    blocked_only = await hook(
+        hermes.post_tool_call, tool_name="read_file", session_id="s-2", status="blocked"
+    )
+    assert blocked_only is None
+    assert not hermes.taint.is_tainted("s-2")
+
+
+# --- pre_tool_call: every failure blocks ---------------------------------------------
+
+
+async def test_gate_timeout_blocks(
+    nats_server: EmbeddedNatsServer,
+    nc: Client,
+    state: StateDir,
+    context_file: Path,
+    adapters: list[plugin.HermesAdapter],
+) -> None:
+    async def silent(_msg: Any) -> None:
+        return None
+
+    await nc.subscribe(names.PROPOSE, cb=silent)
+    await nc.subscribe(names.ATTEST, cb=silent)
+    await nc.flush()
+    env = env_for(state, nats_server.url, context_file, SMF_GATE_TIMEOUT="0.5")
+    adapter = make_adapter(adapters, env)
+    started = time.monotonic()
+    result = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
+    assert result["action"] == "block"
+    assert "gate_timeout" in result["message"]
+    assert time.monotonic() - started < 5.0
+
+
+async def test_unreachable_bus_blocks(
+    state: StateDir, context_file: Path, adapters: list[plugin.HermesAdapter]
+) -> None:
+    env = env_for(state, f"nats://127.0.0.1:{free_port()}", context_file)
+    adapter = make_adapter(adapters, env)
+    result = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
+    assert result["action"] == "block"
+    assert "gate_unreachable" in result["message"]
+    withheld = await hook(adapter.transform_llm_output, response_text="Hello", session_id="s")
+    assert withheld != "Hello"
+    assert "withheld" in withheld
+
+
+async def test_bus_without_a_gate_blocks(
+    nats_server: EmbeddedNatsServer,
+    state: StateDir,
+    context_file: Path,
+    adapters: list[plugin.HermesAdapter],
+) -> None:
+    adapter = make_adapter(adapters, env_for(state, nats_server.url, context_file))
+    result = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
+    assert result["action"] == "block"
+    assert "did not run" in result["message"]
+
+
+async def test_internal_error_blocks_and_withholds(
+    hermes: plugin.HermesAdapter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(*_args: Any, **_kwargs: Any) -> Any:
+        raise ZeroDivisionError("inside the adapter")
+
+    monkeypatch.setattr(mapping, "propose_call", boom)
+    monkeypatch.setattr(mapping, "session_facts", boom)
+    result = await hook(hermes.pre_tool_call, **pre("read_file", {"path": "a"}))
+    assert result == plugin.block(
+        "SMF Assurance adapter blocked read_file: adapter_internal_error. It did not run."
+    )
+    reply = await hook(hermes.transform_llm_output, response_text="secret", session_id="s")
+    assert reply == plugin.WITHHELD_INTERNAL
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"tool_name": None, "args": None},
+        {"tool_name": 42, "args": []},
+        {"tool_name": "read_file", "args": "not a dict"},
+        {"tool_name": "read_file", "args": {"path": float("nan")}},
+        {"tool_name": "read_file", "args": {"path": 1.5}},
+        {"tool_name": "x" * 300, "args": {}},
+        {"tool_name": "terminal", "args": {"command": object()}},
+        {"tool_name": "read_file", "args": {"path": "a"}, "brand_new_kwarg": object()},
+    ],
+    ids=[
+        "nothing",
+        "nones",
+        "wrong-types",
+        "args-not-dict",
+        "nan",
+        "float",
+        "long-name",
+        "not-json",
+        "unknown-kwarg",
+    ],
+)
+async def test_garbage_input_blocks_and_never_raises(
+    hermes: plugin.HermesAdapter, kwargs: dict[str, Any]
+) -> None:
+    result = await hook(hermes.pre_tool_call, **kwargs)
+    if kwargs.get("brand_new_kwarg") is not None:
+        assert result is None  # an unknown keyword is tolerated, the call is still decided
+        return
+    assert result["action"] == "block"
+    assert result["message"]
+
+
+async def test_observers_and_middleware_never_raise(hermes: plugin.HermesAdapter) -> None:
+    assert hermes.post_tool_call() is None
+    assert hermes.post_tool_call(tool_name=object(), session_id=object()) is None
+    assert hermes.subagent_start(parent_session_id=1) is None
+    assert "error" in json.loads(hermes.tool_execution())
+    assert "error" in json.loads(hermes.tool_execution(next_call="not callable", args={}))
+
+
+# --- transform_llm_output -------------------------------------------------------------
+
+
+async def test_reply_is_released_only_on_allow(hermes: plugin.HermesAdapter) -> None:
+    text = "The hearing is on Friday at 10:00."
+    assert await hook(hermes.transform_llm_output, response_text=text, session_id="s-r") == text
+
+
+async def test_privileged_reply_to_a_client_is_withheld(
+    gate: RunningGate,
+    state: StateDir,
+    nats_server: EmbeddedNatsServer,
+    tmp_path: Path,
+    held_dir: Path,
+    adapters: list[plugin.HermesAdapter],
+) -> None:
+    context = tmp_path / "external.json"
+    external = {"address": "telegram:client-chat", "locality": "external"}
+    write_context(context, held_dir, reply={"destination": external})
+    adapter = make_adapter(adapters, env_for(state, nats_server.url, context))
+    text = "PRIVILEGED & CONFIDENTIAL: our settlement floor is $2M."
+    reply = await hook(adapter.transform_llm_output, response_text=text, platform="telegram")
+    assert text not in reply
+    assert "Approval is not supported on this runtime profile" in reply
+    clean = "Your hearing is on Friday."
+    assert await hook(adapter.transform_llm_output, response_text=clean) == clean
+
+
+async def test_reply_after_untrusted_input_is_withheld(hermes: plugin.HermesAdapter) -> None:
+    await hook(hermes.post_tool_call, tool_name="read_file", session_id="s-t", status="ok")
+    text = "Summary of the document."
+    reply = await hook(hermes.transform_llm_output, response_text=text, session_id="s-t")
+    assert reply != text
+    assert "withheld by the gate" in reply
+
+
+# --- refusing mode and register() -------------------------------------------------------
+
+
+def _streaming_on() -> tuple[StreamingSetting, ...]:
+    return (
+        StreamingSetting(surface="cli", enabled=False),
+        StreamingSetting(surface="gateway:telegram", enabled=True),
+    )
+
+
+async def test_streaming_enabled_refuses_loudly_and_blocks_everything(
+    gate: RunningGate,
+    state: StateDir,
+    nats_server: EmbeddedNatsServer,
+    context_file: Path,
+    adapters: list[plugin.HermesAdapter],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    host = FakeHost(streaming=_streaming_on())
+    adapter = make_adapter(adapters, env_for(state, nats_server.url, context_file), host)
+    err = capsys.readouterr().err
+    assert "REFUSES to run (runtime_streaming_enabled" in err
+    assert "streaming.enabled: false" in err
+    assert "gateway:telegram" in err
+    result = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
+    assert "runtime_streaming_enabled" in result["message"]
+    reply = await hook(adapter.transform_llm_output, response_text="hi")
+    assert reply != "hi"
+    assert "runtime_streaming_enabled" in reply
+    # The refusal is reported to the gate, which then refuses this runtime too.
+    ack = await asyncio.to_thread(adapter.bridge.call, adapter._attest_once, 2.0)  # type: ignore[union-attr]
+    assert not ack.accepted
+    assert "runtime_streaming_enabled" in ack.reason_codes
+
+
+@pytest.mark.parametrize(
+    ("env_change", "host", "problem"),
+    [
+        ({"SMF_CONTEXT_FILE": ""}, None, "smf_context_missing"),
+        ({"SMF_RUNTIME_KEY": "/nonexistent/key"}, None, "smf_runtime_key_unreadable"),
+        ({"SMF_RUNTIME_ID": ""}, None, "smf_runtime_id_missing"),
+        ({}, FakeHost(version="0.20.0"), "runtime_version_not_pinned"),
+    ],
+    ids=["no-context", "bad-key", "no-runtime-id", "version-off-pin"],
+)
+async def test_misconfiguration_refuses(
+    state: StateDir,
+    context_file: Path,
+    adapters: list[plugin.HermesAdapter],
+    env_change: dict[str, str],
+    host: FakeHost | None,
+    problem: str,
+) -> None:
+    env = {**env_for(state, "nats://127.0.0.1:1", context_file), **env_change}
+    adapter = make_adapter(adapters, env, host)
+    assert problem in adapter.problems
+    result = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
+    assert result["action"] == "block"
+    assert problem in result["message"]
+
+
+def test_register_never_raises_and_registers_every_hook(
+    monkeypatch: pytest.MonkeyPatch, state: StateDir, context_file: Path
+) -> None:
+    monkeypatch.setattr(plugin, "HermesHost", lambda ctx: FakeHost(ctx._manager))
+    for key, value in env_for(state, "nats://127.0.0.1:1", context_file).items():
+        monkeypatch.setenv(key, value)
+    ctx = FakeCtx()
+    plugin.register(ctx)
+    assert sorted(ctx._manager._hooks) == sorted(plugin._ADAPTER.callbacks())  # type: ignore[union-attr]
+    assert ctx._manager._middleware["tool_execution"]
+    broken = FakeCtx(fail_on="transform_llm_output")
+    plugin.register(broken)  # does not raise
+    assert "pre_tool_call" in broken._manager._hooks
+    if plugin._ADAPTER is not None and plugin._ADAPTER.bridge is not None:
+        plugin._ADAPTER.bridge.stop(1.0)
+
+
+# --- the gate's side of attestation -------------------------------------------------------
+
+
+async def test_gate_refuses_a_runtime_that_has_not_attested_and_serves_the_scripted_one(
+    gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    hermes_client = ProposalClient(
+        nc, state.key(HERMES_PRINCIPAL), HERMES_RUNTIME_ID, PIN, "smf-hermes-adapter"
+    )
+    facts = DataFacts(classification="internal", injection_taint="clear")
+    proposal = hermes_client.build(
+        native_tool="read_file",
+        arguments={"path": "a"},
+        actor=actor("associate-ann", "associate"),
+        facts=facts,
+    )
+    verdict = await hermes_client.propose(proposal)
+    assert verdict.outcome == "deny"
+    assert verdict.reason_codes == ("runtime_attestation_missing",)
+    scripted = ProposalClient(nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
+    read = scripted.build(
+        native_tool="dms_read",
+        arguments={"document_id": "doc-1207"},
+        actor=actor("associate-ann", "associate"),
+        facts=facts,
+    )
+    assert (await scripted.propose(read)).outcome == "allow"
+
+
+async def test_attestation_is_accepted_then_goes_stale(
+    hermes: plugin.HermesAdapter, clock: Clock, tmp_path: Path
+) -> None:
+    assert await hook(hermes.pre_tool_call, **pre("read_file", {"path": "a"})) is None
+    ack = hermes.last_ack
+    assert ack is not None
+    assert ack.accepted
+    assert ack.release_id is not None
+    assert ack.evidence_store == "reachable"
+    clock.now += LEASE_MS + 30_000
+    result = await hook(hermes.pre_tool_call, **pre("read_file", {"path": "b"}))
+    assert "runtime_attestation_stale" in result["message"]
+
+
+async def test_attestation_from_another_runtimes_key_is_refused(
+    gate: RunningGate, nc: Client, state: StateDir, context_file: Path
+) -> None:
+    host = FakeHost()
+    env = env_for(state, "nats://127.0.0.1:1", context_file)
+    adapter = plugin.build_adapter(host, env)
+    forged = encode_envelope(
+        sign_struct(names.PAYLOAD_ATTESTATION, adapter.attestation(), [state.key("runtime")])
+    )
+    reply = await nc.request(names.ATTEST, forged, timeout=2)
+    ack = msgspec.json.decode(reply.data, type=AttestationAck)
+    assert not ack.accepted
+    assert ack.reason_codes == ("runtime_identity_mismatch",)
+
+
+def test_provision_runtime_is_idempotent_and_opts_in(state: StateDir) -> None:
+    before = state.registry.read_bytes()
+    provision_runtime(state, runtime_pin=PIN, required_hooks=plugin.REQUIRED_HOOKS)
+    assert state.registry.read_bytes() == before
+    need = load_attestation_requirements(state)
+    assert set(need) == {HERMES_RUNTIME_ID}
+    assert need[HERMES_RUNTIME_ID].runtime_pin == PIN
+    provision_runtime(state, require_attestation=False)
+    assert load_attestation_requirements(state) == {}
+
+
+# --- pure pieces ------------------------------------------------------------------------------
+
+
+def test_streaming_settings_follow_hermes_precedence() -> None:
+    def per_platform(raw: Mapping[str, Any], name: str) -> object:
+        return ((raw.get("display") or {}).get("platforms") or {}).get(name, {}).get("streaming")
+
+    off = streaming_settings({}, ["telegram"], per_platform)
+    assert not any(s.enabled for s in off)
+    master = {"streaming": {"enabled": True}}
+    assert all(s.enabled for s in streaming_settings(master, ["telegram"], per_platform)[1:])
+    transport_off = {"streaming": {"enabled": True, "transport": "off"}}
+    assert not any(s.enabled for s in streaming_settings(transport_off, ["x"], per_platform))
+    override = {"display": {"platforms": {"telegram": {"streaming": True}}}}
+    found = {s.surface: s.enabled for s in streaming_settings(override, [], per_platform)}
+    assert found == {"cli": False, "gateway": False, "gateway:telegram": True}
+    cli = {"display": {"streaming": "yes"}}
+    assert streaming_settings(cli, [], per_platform)[0].enabled
+
+
+def test_hook_presence_requires_ours_first_on_the_reply() -> None:
+    def ours(**_kw: Any) -> None:
+        return None
+
+    def theirs(**_kw: Any) -> None:
+        return None
+
+    table = {"pre_tool_call": [theirs, ours], "transform_llm_output": [theirs, ours]}
+    present, missing, problems = hook_presence(
+        table, {"pre_tool_call": ours, "transform_llm_output": ours, "post_tool_call": ours}
+    )
+    assert present == ("pre_tool_call", "transform_llm_output")
+    assert missing == ("post_tool_call",)
+    assert problems == ("transform_llm_output_not_first",)
+    assert hook_presence(None, {"x": ours})[2] == ("plugin_manager_unreadable",)
+
+
+def test_legal_hold_is_known_only_where_the_operator_said(tmp_path: Path) -> None:
+    held = (str(tmp_path / "held"),)
+    cwd = str(tmp_path)
+    assert mapping.legal_hold_of("write_file", {"path": "held/a.txt"}, held, cwd) is True
+    assert mapping.legal_hold_of("write_file", {"path": "heldout/a"}, held, cwd) is False
+    assert mapping.legal_hold_of("write_file", {"path": "held/a"}, None, cwd) is None
+    assert mapping.legal_hold_of("patch", {}, held, cwd) is None
+    patch = "*** Begin Patch\n*** Update File: held/b.txt\n@@\n-a\n+b\n*** End Patch"
+    assert mapping.legal_hold_of("patch", {"patch": patch}, held, cwd) is True
+    assert mapping.legal_hold_of("terminal", {"command": "rm -rf held"}, held, cwd) is None
+
+
+def test_send_message_destination_and_surfaces() -> None:
+    context = mapping.HermesContext(
+        schema="smf.hermes-context/1",
+        actor=actor("associate-ann", "associate"),
+        internal_targets=("telegram:firm",),
+    )
+    taint = mapping.SessionTaint()
+    taint.link("parent", "child")
+    inside = mapping.propose_call(
+        "send_message",
+        {"target": "telegram:firm", "message": "m"},
+        session_id="parent",
+        context=context,
+        taint=taint,
+    )
+    assert inside.destination == ProposedDestination(address="telegram:firm", locality="internal")
+    assert inside.surface == "tool_call"
+    child = mapping.propose_call(
+        "send_message",
+        {"target": "x", "message": "m"},
+        session_id="child",
+        context=context,
+        taint=taint,
+    )
+    assert child.destination.locality == "unknown"
+    assert child.surface == "delegation"
+    mcp = mapping.propose_call("mcp_x_y", {}, session_id="p", context=context, taint=taint)
+    assert mcp.surface == "mcp"
+
+
+def test_bridge_refuses_calls_after_stop() -> None:
+    bridge = Bridge("nats://127.0.0.1:1").start()
+    bridge.stop(1.0)
+
+    async def job(_nc: Client) -> int:
+        return 1
+
+    with pytest.raises(BridgeError) as caught:
+        bridge.call(job, 0.5)
+    assert caught.value.reason_code == "bridge_unavailable"
+
+
+# --- the gate's attestation checks, one per threat -------------------------------------------
+
+
+def _signed(state: StateDir, principal: str, **changes: Any) -> bytes:
+    adapter = plugin.build_adapter(FakeHost(), {})
+    adapter.config = plugin.AdapterConfig(
+        nats_url="nats://127.0.0.1:1",
+        key=state.key(principal),
+        runtime_id=HERMES_RUNTIME_ID,
+        context=mapping.HermesContext(
+            schema="smf.hermes-context/1", actor=actor("associate-ann", "associate")
+        ),
+    )
+    adapter.problems.clear()
+    base = msgspec.structs.replace(
+        adapter.attestation(), hooks_present=plugin.REQUIRED_HOOKS, hooks_missing=(), problems=()
+    )
+    attestation = msgspec.structs.replace(base, **changes)
+    return encode_envelope(
+        sign_struct(names.PAYLOAD_ATTESTATION, attestation, [state.key(principal)])
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"hooks_missing": ("transform_llm_output",)}, "runtime_hook_missing"),
+        ({"hooks_present": ("pre_tool_call",)}, "runtime_hook_missing"),
+        ({"runtime_version": "0.20.0"}, "runtime_version_not_pinned"),
+        (
+            {"streaming": (StreamingSetting(surface="cli", enabled=True),)},
+            "runtime_streaming_enabled",
+        ),
+        ({"problems": ("smf_context_missing",)}, "smf_context_missing"),
+    ],
+    ids=["hook-missing", "hook-not-present", "version", "streaming", "adapter-problem"],
+)
+async def test_gate_rejects_an_unfit_attestation_and_then_the_runtime(
+    state: StateDir, clock: Clock, changes: dict[str, Any], reason: str
+) -> None:
+    desk = AttestationDesk(
+        required=load_attestation_requirements(state),
+        registry=lambda: load_registry(state.registry),
+        clock=clock,
+    )
+    good = msgspec.json.decode(
+        await desk.handle(_signed(state, HERMES_PRINCIPAL, issued_at_ms=clock.now)),
+        type=AttestationAck,
+    )
+    assert good.accepted, good
+    clock.now += 1
+    bad = _signed(state, HERMES_PRINCIPAL, issued_at_ms=clock.now, **changes)
+    ack = msgspec.json.decode(await desk.handle(bad), type=AttestationAck)
+    assert not ack.accepted
+    assert reason in ack.reason_codes
+    proposal = ProposalClient(
+        None,  # type: ignore[arg-type]
+        state.key(HERMES_PRINCIPAL),
+        HERMES_RUNTIME_ID,
+        PIN,
+        "smf-hermes-adapter",
+    ).build(
+        native_tool="read_file",
+        arguments={},
+        actor=actor("associate-ann", "associate"),
+        facts=DataFacts(),
+    )
+    assert desk.admit(proposal) == "runtime_attestation_rejected"
+
+
+async def test_gate_refuses_replayed_stale_and_malformed_attestations(
+    state: StateDir, clock: Clock
+) -> None:
+    desk = AttestationDesk(
+        required=load_attestation_requirements(state),
+        registry=lambda: load_registry(state.registry),
+        clock=clock,
+    )
+
+    async def reasons(data: bytes) -> tuple[str, ...]:
+        return msgspec.json.decode(await desk.handle(data), type=AttestationAck).reason_codes
+
+    hooks = {"hooks_present": plugin.REQUIRED_HOOKS}
+    first = _signed(state, HERMES_PRINCIPAL, issued_at_ms=clock.now, **hooks)
+    older = _signed(state, HERMES_PRINCIPAL, issued_at_ms=clock.now - 1000, **hooks)
+    assert await reasons(first) == ()
+    assert await reasons(older) == ("attestation_replayed",)
+    ancient = _signed(state, HERMES_PRINCIPAL, issued_at_ms=clock.now - 10 * 60 * 1000, **hooks)
+    assert await reasons(ancient) == ("stale_attestation",)
+    assert await reasons(b"not an envelope") == ("bad_signature",)
+    unknown_key = _signed(state, "nobody-registered", **hooks)
+    assert await reasons(unknown_key) == ("unknown_signer",)
