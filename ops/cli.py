@@ -22,7 +22,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (decide, demo, bench, up, keys, approvals, ledger, swarm, release):
         module.add_parsers(sub)
-    __import__("ops.commands.console", fromlist=["add_parsers"]).add_parsers(sub)
     return parser
 
 
