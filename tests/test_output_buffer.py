@@ -27,6 +27,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from adapters.output import OutputStreamer, new_stream_id
+from ops.cli import main
 from ops.demo_script import actor
 from ops.gateway import GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
@@ -423,3 +424,11 @@ def test_output_verdict_round_trips() -> None:
         ),
     )
     assert msgspec.json.decode(msgspec.json.encode(verdict), type=OutputVerdict) == verdict
+
+
+def test_bench_output_prints_both_sizes_and_ratios(capsys: pytest.CaptureFixture[str]) -> None:
+
+    assert main(["bench", "--output", "--rounds", "2", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)["output"]
+    assert [row["size"] for row in figures] == ["4 KB", "256 KB"]
+    assert all(row["gated_p50_ns"] > 0 and row["straight_p50_ns"] > 0 for row in figures)

@@ -13,7 +13,7 @@ import argparse
 import platform
 from typing import Any
 
-from ops.bench import bus, evaluator
+from ops.bench import bus, evaluator, output
 from ops.logs import configure_logging
 from ops.output import emit_json, say, table
 
@@ -24,6 +24,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p = sub.add_parser("bench", help="run benchmarks and print figures beside their baselines")
     p.add_argument("--evaluator", action="store_true", help="decision core vs cedarpy")
     p.add_argument("--bus", action="store_true", help="propose -> verdict over NATS vs a bare echo")
+    p.add_argument(
+        "--output",
+        action="store_true",
+        help="4 KB and 256 KB responses through the buffer gate vs straight through",
+    )
     p.add_argument(
         "--rounds",
         type=int,
@@ -46,7 +51,7 @@ def machine() -> str:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    run_all = not (args.evaluator or args.bus)
+    run_all = not (args.evaluator or args.bus or args.output)
     report: dict[str, Any] = {"machine": machine()}
     if args.evaluator or run_all:
         rounds = args.rounds if args.rounds is not None else EVALUATOR_ROUNDS
@@ -61,6 +66,28 @@ def run_bench(args: argparse.Namespace) -> int:
         report["bus"] = _bus_json(result)
         if not args.json:
             _print_bus(result)
+    if args.output or run_all:
+        configure_logging(json=False, level="error")
+        rounds = args.rounds if args.rounds is not None else output.DEFAULT_ROUNDS
+        result_output = output.run(rounds=max(1, rounds))
+        report["output"] = [
+            {
+                "size": plain.label.split(" straight")[0],
+                "straight_p50_ns": round(plain.p50_us * 1000),
+                "gated_p50_ns": round(gated.p50_us * 1000),
+                "gated_p99_ns": round(gated.p99_us * 1000),
+                "ratio_p50_x1000": round(ratio * 1000),
+            }
+            for (plain, gated), ratio in zip(
+                result_output.rows, result_output.ratios(), strict=True
+            )
+        ]
+        if not args.json:
+            rows = [s.row() for pair in result_output.rows for s in pair]
+            table(("series", "samples", "p50 us", "p95 us", "p99 us"), rows)
+            for (plain, _), ratio in zip(result_output.rows, result_output.ratios(), strict=True):
+                label = plain.label.split(" straight")[0]
+                say(f"buffer gate / straight through, {label} p50: {ratio:.1f}x")
     if args.json:
         emit_json(report)
     return 0
