@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench clean browser
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -26,10 +26,17 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest --cov --cov-branch --cov-report=term --cov-fail-under=90
 
-test: lint typecheck unit
+# The console's browser tests drive Debian's chromium with its chromedriver (no
+# browser download); install them when missing, and fail here when that cannot be done.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) || \
+	  { echo "make browser: cannot install chromium and chromium-driver (Debian packages, needs root); the console's browser tests need them" >&2; exit 1; }
+
+test: lint typecheck browser unit
 
 bench: $(STAMP)
-	$(BIN)/smf-assurance bench --evaluator
+	$(BIN)/smf-assurance bench
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .coverage

@@ -10,7 +10,18 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ops.commands import approvals, bench, decide, demo, keys, ledger, release, swarm, up
+from ops.commands import (
+    approvals,
+    bench,
+    console,
+    decide,
+    demo,
+    keys,
+    ledger,
+    release,
+    swarm,
+    up,
+)
 from ops.output import CommandError
 
 
@@ -20,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="SMF Assurance Gate: deterministic decisions for AI-agent actions.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (decide, demo, bench, up, keys, approvals, ledger, swarm, release):
+    for module in (decide, demo, bench, up, keys, approvals, ledger, swarm, release, console):
         module.add_parsers(sub)
     return parser
 

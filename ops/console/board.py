@@ -1,0 +1,198 @@
+"""The board: what has been held (from the stream) and where it stands (from the gate).
+
+Announcements carry identities and reasons only, never content or recipient
+(ARCHITECTURE.md, "Exact-action approval"), so the board holds nothing an
+approver could not be shown; :meth:`ApprovalBoard.listed_for` still lists
+only what the roster entitles an approver to resolve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+import msgspec
+import structlog
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.js.client import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from ops.console.access import entitled
+from subjects import names
+from subjects.approvals import TERMINAL_STATES, PendingAnnouncement
+from subjects.registry import Principal
+
+log = structlog.get_logger(__name__)
+
+RETAIN_CLOSED_MS: Final = 3_600_000
+"""Closed approvals stay listed (greyed) as long as the stream keeps their announcement."""
+CLOSED_STATES: Final = TERMINAL_STATES | {"unknown"}
+"""``unknown``: the gate holds no record of the id; nothing more will happen to it."""
+ALL_PENDING: Final = f"{names.APPROVAL_PENDING_PREFIX}.>"
+
+
+class ListedApproval(msgspec.Struct, frozen=True):
+    """One approval as the list shows it: the announcement's identities and its state."""
+
+    approval_id: str
+    state: str
+    tenant_id: str
+    organization_id: str
+    matter_id: str
+    actor_id: str
+    capability: str
+    channel: str
+    locality: str
+    native_tool: str
+    rule_ids: tuple[str, ...]
+    reason_codes: tuple[str, ...]
+    required_roles: tuple[str, ...]
+    created_at_ms: int
+    expires_at_ms: int
+    binding_digest: str
+
+
+class _Status(msgspec.Struct, frozen=True):
+    """Reply of ``smf.approval.status`` (no content; anyone on the bus may ask)."""
+
+    approval_id: str
+    state: str
+
+
+@dataclass
+class Tracked:
+    announcement: PendingAnnouncement
+    state: str = "pending"
+
+
+class ApprovalBoard:
+    """What has been held, and where each approval stands now.
+
+    Announcements are read from the ``SMF_APPROVALS`` stream with direct gets
+    from the last sequence seen, so no consumer is created on the gate's
+    stream and approvals held before the console started are listed too.
+    Open approvals are asked their state on ``smf.approval.status`` each
+    refresh; closed ones are never asked again.
+    """
+
+    def __init__(
+        self, nc: Client, js: JetStreamContext, clock: Callable[[], int], timeout: float
+    ) -> None:
+        self.nc = nc
+        self.js = js
+        self.clock = clock
+        self.timeout = timeout
+        self.entries: dict[str, Tracked] = {}
+        self.gate_answering = False
+        self._next_seq = 0
+        self._stream_created: datetime | None = None
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Refresh now (after a resolution, so its outcome shows without waiting)."""
+        self._wake.set()
+
+    async def run(self, interval: float) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except (NatsError, TimeoutError) as exc:
+                self.gate_answering = False
+                log.warning("console_refresh_failed", error=type(exc).__name__)
+            except Exception:  # a list that silently stops updating would mislead approvers
+                self.gate_answering = False
+                log.exception("console_refresh_crashed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), interval)
+            self._wake.clear()
+
+    async def refresh(self) -> None:
+        await self._read_announcements()
+        await self._refresh_states()
+        self._prune()
+
+    async def _read_announcements(self) -> None:
+        try:
+            info = await self.js.stream_info(names.APPROVAL_STREAM)
+        except NotFoundError:
+            return  # the gate has not created its stream yet
+        if info.created != self._stream_created:
+            self._stream_created = info.created  # a new (or recreated) stream: read it all
+            self._next_seq = 0
+        stream = info.state
+        seq = max(self._next_seq, stream.first_seq)
+        while stream.messages and seq <= stream.last_seq:
+            try:
+                raw = await self.js.get_msg(
+                    names.APPROVAL_STREAM, seq, subject=ALL_PENDING, next=True
+                )
+            except NotFoundError:
+                break
+            seq = (raw.seq or seq) + 1
+            try:
+                announcement = msgspec.json.decode(raw.data or b"", type=PendingAnnouncement)
+            except (msgspec.DecodeError, ValueError):
+                continue  # not an announcement the gate would publish: never listed
+            self.entries.setdefault(announcement.approval_id, Tracked(announcement))
+        self._next_seq = max(self._next_seq, seq)
+
+    async def _state(self, approval_id: str) -> str:
+        reply = await self.nc.request(
+            names.APPROVAL_STATUS, approval_id.encode(), timeout=self.timeout
+        )
+        return msgspec.json.decode(reply.data, type=_Status).state
+
+    async def _refresh_states(self) -> None:
+        # One probe that always gets an answer from a live gate, even with nothing open.
+        try:
+            await self._state("")
+            self.gate_answering = True
+        except (NatsError, TimeoutError, msgspec.DecodeError):
+            self.gate_answering = False
+            return
+        open_ids = [k for k, t in self.entries.items() if t.state not in CLOSED_STATES]
+        states = await asyncio.gather(*map(self._state, open_ids), return_exceptions=True)
+        for approval_id, state in zip(open_ids, states, strict=True):
+            if isinstance(state, str):
+                self.entries[approval_id].state = state
+
+    def _prune(self) -> None:
+        horizon = self.clock() - RETAIN_CLOSED_MS
+        self.entries = {
+            k: t
+            for k, t in self.entries.items()
+            if t.state not in CLOSED_STATES or t.announcement.binding.expires_at_ms >= horizon
+        }
+
+    def listed_for(self, principal: Principal) -> list[ListedApproval]:
+        return [
+            _listed(t) for t in self.entries.values() if entitled(principal, t.announcement.binding)
+        ]
+
+
+def _listed(tracked: Tracked) -> ListedApproval:
+    a = tracked.announcement
+    b = a.binding
+    return ListedApproval(
+        approval_id=a.approval_id,
+        state=tracked.state,
+        tenant_id=b.tenant_id,
+        organization_id=b.organization_id,
+        matter_id=b.matter_id,
+        actor_id=b.actor_id,
+        capability=a.capability,
+        channel=a.channel,
+        locality=a.locality,
+        native_tool=a.native_tool,
+        rule_ids=a.rule_ids,
+        reason_codes=a.reason_codes,
+        required_roles=b.required_roles,
+        created_at_ms=b.created_at_ms,
+        expires_at_ms=b.expires_at_ms,
+        binding_digest=a.binding_digest,
+    )

@@ -1,0 +1,930 @@
+"""The approvers' console server, without a browser: sign-in, the list, the relay, HTTP.
+
+Issue 12; docs/CONSOLE.md. A real nats-server, the full stack from
+``ops.stack.start_stack`` (gate and example connectors), the console from
+``ops.console.server.start_console`` on a free port, and raw HTTP over asyncio
+streams, so that malformed requests can be sent too. Requests that the page
+would sign in the browser are signed here with the same keys, in Python.
+
+What these tests prove:
+
+- The page and its two assets are served, with a Content-Security-Policy that
+  allows no inline or foreign script, ``nosniff`` and no caching; nothing else
+  is served (no path outside the three files).
+- A session starts only with a login signed by an approver key on the roster,
+  naming that approver, over a fresh challenge used once; a replayed login,
+  a runtime's key, another approver's name, a tampered signature, a login
+  signed for another purpose and garbage are each refused with their reason.
+  Without a session nothing but the page and the challenge answers; a session
+  ends at sign-out and as soon as the roster no longer names its key.
+- The list holds the announcement's identities and reasons, never the content,
+  and only for an approver the roster lets resolve it: the attorney of the
+  tenant sees the held filing, the paralegal of the same tenant and the
+  attorney of another tenant see nothing.
+- The relay hands the gate's answers back unchanged: content to the attorney
+  (matching its digest), a refusal to the paralegal; allow-once executes
+  exactly once (one filing in the outbox, one order on the stream, state
+  ``consumed``), and a replay (through the console and on the bus) and a
+  second allow-once are refused ``approval_not_pending``; a deny sends nothing;
+  self-approval and an expired approval are refused with their reasons.
+- Without a gate the list is empty and says the gate is not answering, and
+  the relay answers ``gate_unreachable``.
+- The HTTP reader refuses what it does not handle, each with its status.
+- ``smf-assurance console`` serves until SIGTERM, prints one readiness line,
+  and fails in one line on a bad roster, port or bus.
+
+What they do not prove: anything about the page itself (see
+``tests/test_console_browser.py``), TLS (the console serves plain HTTP on
+loopback; docs/CONSOLE.md), or more than one console process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import signal
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from adapters.approver import content_matches
+from adapters.client import ProposalClient
+from ops.cli import main
+from ops.commands.console import _loopback
+from ops.console.access import LOGIN_PAYLOAD_TYPE, ConsoleLogin, LoginRefused, Roster, Sessions
+from ops.console.board import ApprovalBoard
+from ops.console.server import (
+    SESSION_COOKIE,
+    ConsoleSettings,
+    RunningConsole,
+    start_console,
+)
+from ops.demo_script import SCENARIOS
+from ops.logs import configure_logging
+from ops.natsserver import EmbeddedNatsServer, free_port
+from ops.stack import Stack, start_stack
+from ops.state import ADAPTER_ID, DEMO_TENANT, RUNTIME_ID, StateDir, provision_demo
+from subjects import dsse, names
+from subjects.approvals import (
+    ApprovalBinding,
+    ApprovalResolution,
+    ApprovalView,
+    PendingAnnouncement,
+    ShowRequest,
+    approval_id_for,
+    binding_digest,
+)
+from subjects.keys import SigningKey
+from subjects.registry import RegistryFile, encode_registry, entry_for
+from tests.bus_helpers import random_identity
+
+FILING = SCENARIOS[0]
+ATTORNEY = "attorney-alex"
+PARALEGAL = "paralegal-pat"
+OTHER_TENANT_ATTORNEY = "olive-other"
+TENANT_TTL_MS = 300_000
+"""customer.acme.transmission-window in ops/corpus/scenarios/policies.json."""
+
+
+# --- shared with tests/test_console_browser.py -------------------------------------
+
+
+class Clock:
+    """Wall time plus an offset a test moves forward; replaces the desk's clock."""
+
+    def __init__(self) -> None:
+        self.offset_ms = 0
+
+    def __call__(self) -> int:
+        return time.time_ns() // 1_000_000 + self.offset_ms
+
+    def advance(self, ms: int) -> None:
+        self.offset_ms += ms
+
+
+def provision(state: StateDir) -> None:
+    """The demo state, plus a licensed attorney of another tenant only."""
+    provision_demo(state)
+    current = msgspec.json.decode(state.registry.read_bytes(), type=RegistryFile)
+    extra = entry_for(
+        state.key(OTHER_TENANT_ATTORNEY),
+        OTHER_TENANT_ATTORNEY,
+        "approver",
+        tenants=("tenant-beta",),
+        licensed_roles=("licensed_attorney",),
+    )
+    state.registry.write_bytes(encode_registry((*current.entries, extra)))
+
+
+async def hold_filing(nc: Client, state: StateDir, content: str, actor_id: str = PARALEGAL) -> str:
+    """Scenario 1 with its own content (so each test holds a new decision); the approval id."""
+    runtime = ProposalClient(nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
+    verdict = await runtime.propose(
+        runtime.build(
+            native_tool=FILING.native_tool,
+            arguments=FILING.arguments,
+            actor=msgspec.structs.replace(FILING.actor, actor_id=actor_id),
+            facts=FILING.facts,
+            content=content,
+            destination=FILING.destination,
+        )
+    )
+    assert verdict.outcome == "held", verdict
+    assert verdict.approval_id is not None
+    return verdict.approval_id
+
+
+def signed(key: SigningKey, payload_type: str, value: msgspec.Struct) -> bytes:
+    return dsse.encode_envelope(dsse.sign_struct(payload_type, value, [key]))
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def show_request(key: SigningKey, approver: str, approval_id: str) -> bytes:
+    request = ShowRequest(
+        schema="smf.approval-show/1",
+        approval_id=approval_id,
+        resolver_id=approver,
+        requested_at_ms=now_ms(),
+    )
+    return signed(key, names.PAYLOAD_SHOW_REQUEST, request)
+
+
+def resolution(
+    key: SigningKey, approver: str, approval_id: str, digest: str, decision: str = "allow-once"
+) -> bytes:
+    value = ApprovalResolution(
+        schema="smf.approval-resolution/1",
+        approval_id=approval_id,
+        decision=decision,  # type: ignore[arg-type]
+        binding_digest=digest,
+        resolver_id=approver,
+        resolved_at_ms=now_ms(),
+    )
+    return signed(key, names.PAYLOAD_RESOLUTION, value)
+
+
+def outbox(state: StateDir) -> list[Path]:
+    return sorted((state.connector_dir("court-efiling") / "outbox").glob("*.json"))
+
+
+# --- raw HTTP ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+async def exchange(port: int, raw: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(raw)
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), 15)
+    writer.close()
+    await writer.wait_closed()
+    return data
+
+
+def parse(data: bytes) -> Reply:
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(": ")
+        headers[name.lower()] = value
+    return Reply(int(lines[0].split(" ")[1]), headers, body)
+
+
+async def http(
+    console: RunningConsole,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    *,
+    cookie: str | None = None,
+    content_type: str = "application/json",
+) -> Reply:
+    port = console.server.sockets[0].getsockname()[1]
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1"]
+    if cookie:
+        lines.append(f"Cookie: {cookie}")
+    if body is not None:
+        lines += [f"Content-Type: {content_type}", f"Content-Length: {len(body)}"]
+    raw = ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
+    return parse(await exchange(port, raw))
+
+
+async def sign_in(console: RunningConsole, key: SigningKey, approver: str) -> str:
+    """The page's sign-in, done in Python: challenge, signed login, session cookie."""
+    challenge = await http(console, "GET", "/api/challenge")
+    login = ConsoleLogin(
+        schema="smf.console-login/1", approver_id=approver, nonce=challenge.json["nonce"]
+    )
+    reply = await http(console, "POST", "/api/session", signed(key, LOGIN_PAYLOAD_TYPE, login))
+    assert reply.status == 200, reply
+    return reply.headers["set-cookie"].split(";")[0]
+
+
+async def listed(console: RunningConsole, cookie: str) -> list[dict[str, Any]]:
+    reply = await http(console, "GET", "/api/approvals", cookie=cookie)
+    assert reply.status == 200, reply
+    approvals: list[dict[str, Any]] = reply.json["approvals"]
+    return approvals
+
+
+async def wait_listed(
+    console: RunningConsole, cookie: str, approval_id: str, state: str = "pending"
+) -> dict[str, Any]:
+    deadline = time.monotonic() + 15
+    while True:
+        found = {a["approval_id"]: a for a in await listed(console, cookie)}
+        if approval_id in found and found[approval_id]["state"] == state:
+            return found[approval_id]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{approval_id} not listed as {state}: {found.get(approval_id)}")
+        await asyncio.sleep(0.05)
+
+
+# --- fixtures --------------------------------------------------------------------------
+
+
+@dataclass
+class World:
+    state: StateDir
+    stack: Stack
+    console: RunningConsole
+    clock: Clock
+    nc: Client
+
+    def key(self, principal: str) -> SigningKey:
+        return self.state.key(principal)
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    configure_logging(json=True, level="error")
+    state = StateDir(tmp_path / "state")
+    provision(state)
+    stack = await start_stack(state)
+    clock = Clock()
+    stack.gate.desk.clock = clock
+    console = await start_console(
+        ConsoleSettings(nats_url=stack.url, registry=state.registry, refresh_seconds=0.1)
+    )
+    nc = await nats.connect(stack.url)
+    try:
+        yield World(state, stack, console, clock, nc)
+    finally:
+        await nc.drain()
+        await console.close()
+        await stack.stop()
+
+
+@dataclass
+class Bare:
+    """A console on a bus with no gate at all."""
+
+    console: RunningConsole
+    state: StateDir
+
+    @property
+    def port(self) -> int:
+        port: int = self.console.server.sockets[0].getsockname()[1]
+        return port
+
+
+@pytest.fixture
+async def bare(tmp_path: Path, nats_server: EmbeddedNatsServer) -> AsyncIterator[Bare]:
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    console = await start_console(
+        ConsoleSettings(
+            nats_url=nats_server.url,
+            registry=state.registry,
+            refresh_seconds=0.05,
+            request_timeout=0.3,
+        )
+    )
+    try:
+        yield Bare(console, state)
+    finally:
+        await console.close()
+
+
+# --- the page --------------------------------------------------------------------------
+
+
+async def test_the_page_and_its_assets_are_served_with_a_strict_policy(world: World) -> None:
+    page = await http(world.console, "GET", "/")
+    assert page.status == 200
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    assert b'<script type="module" src="/static/app.js"></script>' in page.body
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self';" in policy
+    assert "default-src 'none'" in policy
+    assert "frame-ancestors 'none'" in policy
+    assert "unsafe-inline" not in policy
+    assert page.headers["x-content-type-options"] == "nosniff"
+    assert page.headers["cache-control"] == "no-store"
+    script = await http(world.console, "GET", "/static/app.js")
+    assert script.headers["content-type"] == "text/javascript; charset=utf-8"
+    assert b"export function canonicalJson" in script.body
+    style = await http(world.console, "GET", "/static/style.css")
+    assert style.headers["content-type"] == "text/css; charset=utf-8"
+    for path in ("/static/../server.py", "/static/index.html", "/server.py", "/api"):
+        assert (await http(world.console, "GET", path)).status == 404, path
+    assert (await http(world.console, "POST", "/", b"{}")).status == 405
+    assert (await http(world.console, "GET", "/api/session")).status == 405
+    assert (await http(world.console, "GET", "/?x=1")).status == 200
+
+
+# --- sign-in ---------------------------------------------------------------------------
+
+
+async def test_sign_in_needs_a_roster_approver_key_over_a_fresh_challenge(world: World) -> None:
+    console = world.console
+    for path, method in (
+        ("/api/approvals", "GET"),
+        ("/api/show", "POST"),
+        ("/api/resolve", "POST"),
+    ):
+        reply = await http(console, method, path, b"{}" if method == "POST" else None)
+        assert (reply.status, reply.json["reason"]) == (401, "sign_in_required"), path
+    forged = await http(console, "GET", "/api/approvals", cookie=f"{SESSION_COOKIE}=guess")
+    assert forged.status == 401
+
+    async def login_with(key: SigningKey, approver: str, **changes: Any) -> tuple[bytes, Reply]:
+        nonce = (await http(console, "GET", "/api/challenge")).json["nonce"]
+        login = ConsoleLogin(schema="smf.console-login/1", approver_id=approver, nonce=nonce)
+        body = signed(key, changes.pop("payload_type", LOGIN_PAYLOAD_TYPE), login)
+        return body, await http(console, "POST", "/api/session", body)
+
+    body, accepted = await login_with(world.key(ATTORNEY), ATTORNEY)
+    assert accepted.status == 200
+    assert accepted.json["approver_id"] == ATTORNEY
+    assert accepted.json["tenants"] == [DEMO_TENANT]
+    assert accepted.json["licensed_roles"] == ["licensed_attorney"]
+    cookie_header = accepted.headers["set-cookie"]
+    assert "HttpOnly" in cookie_header
+    assert "SameSite=Strict" in cookie_header
+    cookie = cookie_header.split(";")[0]
+    assert (await http(console, "GET", "/api/approvals", cookie=cookie)).status == 200
+
+    replayed = await http(console, "POST", "/api/session", body)
+    assert (replayed.status, replayed.json["reason"]) == (403, "login_challenge_unknown_or_used")
+    refusals = {
+        "runtime key": (await login_with(world.key("runtime"), "runtime"))[1],
+        "another's name": (await login_with(world.key(ATTORNEY), PARALEGAL))[1],
+        "other purpose": (
+            await login_with(world.key(ATTORNEY), ATTORNEY, payload_type=names.PAYLOAD_RESOLUTION)
+        )[1],
+    }
+    assert {k: (r.status, r.json["reason"]) for k, r in refusals.items()} == {
+        "runtime key": (403, "unknown_signer"),
+        "another's name": (403, "approver_identity_mismatch"),
+        "other purpose": (403, "wrong_payload_type"),
+    }
+    nonce = (await http(console, "GET", "/api/challenge")).json["nonce"]
+    login = ConsoleLogin(schema="smf.console-login/1", approver_id=ATTORNEY, nonce=nonce)
+    envelope = json.loads(signed(world.key(ATTORNEY), LOGIN_PAYLOAD_TYPE, login))
+    signature = bytearray(base64.b64decode(envelope["signatures"][0]["sig"]))
+    signature[0] ^= 1
+    envelope["signatures"][0]["sig"] = base64.b64encode(signature).decode()
+    tampered = await http(console, "POST", "/api/session", json.dumps(envelope).encode())
+    assert (tampered.status, tampered.json["reason"]) == (403, "bad_signature")
+    unknown_nonce = ConsoleLogin(schema="smf.console-login/1", approver_id=ATTORNEY, nonce="A" * 43)
+    stale = await http(
+        console,
+        "POST",
+        "/api/session",
+        signed(world.key(ATTORNEY), LOGIN_PAYLOAD_TYPE, unknown_nonce),
+    )
+    assert stale.json["reason"] == "login_challenge_unknown_or_used"
+    garbage = await http(console, "POST", "/api/session", b"not json")
+    assert (garbage.status, garbage.json["reason"]) == (403, "malformed_login")
+
+    # Signing out ends the session; so does leaving the roster.
+    out = await http(console, "POST", "/api/logout", b"{}", cookie=cookie)
+    assert "Max-Age=0" in out.headers["set-cookie"]
+    assert (await http(console, "GET", "/api/approvals", cookie=cookie)).status == 401
+    cookie = await sign_in(console, world.key(ATTORNEY), ATTORNEY)
+    current = msgspec.json.decode(world.state.registry.read_bytes(), type=RegistryFile)
+    kept = tuple(e for e in current.entries if e.key.principal != ATTORNEY)
+    world.state.registry.write_bytes(encode_registry(kept))
+    gone = await http(console, "GET", "/api/approvals", cookie=cookie)
+    assert (gone.status, gone.json["reason"]) == (401, "approver_not_on_roster")
+
+
+def test_challenges_and_sessions_expire_and_are_bounded(tmp_path: Path) -> None:
+    clock = Clock()
+    sessions = Sessions(clock, challenge_ms=1_000, session_ms=5_000)
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    roster = Roster(state.registry)
+
+    def login(nonce: str) -> bytes:
+        value = ConsoleLogin(schema="smf.console-login/1", approver_id=ATTORNEY, nonce=nonce)
+        return signed(state.key(ATTORNEY), LOGIN_PAYLOAD_TYPE, value)
+
+    nonce, expires = sessions.challenge()
+    assert expires == clock() + 1_000
+    clock.advance(1_001)
+    with pytest.raises(LoginRefused, match="login_challenge_unknown_or_used"):
+        sessions.login(login(nonce), roster)
+    token, session, principal = sessions.login(login(sessions.challenge()[0]), roster)
+    assert principal.name == ATTORNEY
+    assert sessions.lookup(token) == session
+    assert sessions.lookup(None) is None
+    clock.advance(5_000)
+    assert sessions.lookup(token) is None
+    first = sessions.challenge()[0]
+    for _ in range(300):
+        sessions.challenge()
+    with pytest.raises(LoginRefused):
+        sessions.login(login(first), roster)  # dropped: only the newest 256 are kept
+    for _ in range(300):
+        sessions.login(login(sessions.challenge()[0]), roster)
+    assert len(sessions._sessions) == 256
+
+    # A roster that cannot be read, or does not parse, lists nobody.
+    state.registry.write_text("{}")
+    assert roster.current().principals == {}
+    state.registry.unlink()
+    assert roster.current().principals == {}
+
+
+# --- the list and the relay --------------------------------------------------------------
+
+
+async def test_only_an_entitled_approver_sees_the_held_filing_and_never_its_content(
+    world: World,
+) -> None:
+    content = "Motion to compel, list test (privileged draft)."
+    approval_id = await hold_filing(world.nc, world.state, content)
+    attorney = await sign_in(world.console, world.key(ATTORNEY), ATTORNEY)
+    item = await wait_listed(world.console, attorney, approval_id)
+    assert item["native_tool"] == FILING.native_tool
+    assert item["actor_id"] == PARALEGAL
+    assert item["matter_id"] == FILING.actor.matter_id
+    assert item["required_roles"] == ["licensed_attorney"]
+    assert "attorney_approval_required_for_transmission" in item["reason_codes"]
+    assert item["rule_ids"]
+    assert item["expires_at_ms"] - item["created_at_ms"] == TENANT_TTL_MS
+    whole = await http(world.console, "GET", "/api/approvals", cookie=attorney)
+    assert content.encode() not in whole.body
+    assert whole.json["gate_answering"] is True
+    for approver in (PARALEGAL, OTHER_TENANT_ATTORNEY):
+        cookie = await sign_in(world.console, world.key(approver), approver)
+        assert await listed(world.console, cookie) == [], approver
+
+    # The gate, not the console, decides who sees the content: the relay hands both answers back.
+    shown = await http(
+        world.console,
+        "POST",
+        "/api/show",
+        show_request(world.key(ATTORNEY), ATTORNEY, approval_id),
+        cookie=attorney,
+    )
+    view = msgspec.convert(shown.json["view"], ApprovalView)
+    assert view.content == content
+    assert content_matches(view)
+    paralegal = await sign_in(world.console, world.key(PARALEGAL), PARALEGAL)
+    refused = await http(
+        world.console,
+        "POST",
+        "/api/show",
+        show_request(world.key(PARALEGAL), PARALEGAL, approval_id),
+        cookie=paralegal,
+    )
+    assert refused.json == {"ok": False, "reason": "resolver_lacks_required_role"}
+
+
+async def test_allow_once_executes_exactly_once_and_replays_are_refused(world: World) -> None:
+    content = "Motion to compel, exactly once."
+    approval_id = await hold_filing(world.nc, world.state, content)
+    cookie = await sign_in(world.console, world.key(ATTORNEY), ATTORNEY)
+    item = await wait_listed(world.console, cookie, approval_id)
+    allow = resolution(world.key(ATTORNEY), ATTORNEY, approval_id, item["binding_digest"])
+    answer = await http(world.console, "POST", "/api/resolve", allow, cookie=cookie)
+    reply = answer.json["reply"]
+    assert (answer.json["ok"], reply["accepted"], reply["state"]) == (True, True, "executing")
+    await wait_listed(world.console, cookie, approval_id, "consumed")
+    filed = [json.loads(p.read_text())["content_sha256"] for p in outbox(world.state)]
+    assert filed == [hashlib.sha256(content.encode()).hexdigest()]
+    js = world.nc.jetstream()
+    assert (await js.stream_info(names.EXECUTE_STREAM)).state.messages == 1
+
+    replay = await http(world.console, "POST", "/api/resolve", allow, cookie=cookie)
+    on_bus = msgspec.json.decode(
+        (await world.nc.request(names.APPROVAL_RESOLVE, allow, timeout=5)).data
+    )
+    again = resolution(world.key(ATTORNEY), ATTORNEY, approval_id, item["binding_digest"])
+    second = await http(world.console, "POST", "/api/resolve", again, cookie=cookie)
+    for refused in (replay.json["reply"], on_bus, second.json["reply"]):
+        assert refused["accepted"] is False
+        assert refused["reason_codes"] == ["approval_not_pending"]
+        assert refused["state"] == "consumed"
+    await asyncio.sleep(0.3)
+    assert len(outbox(world.state)) == 1
+    assert (await js.stream_info(names.EXECUTE_STREAM)).state.messages == 1
+    closed = await http(
+        world.console,
+        "POST",
+        "/api/show",
+        show_request(world.key(ATTORNEY), ATTORNEY, approval_id),
+        cookie=cookie,
+    )
+    assert closed.json == {"ok": False, "reason": "approval_closed"}
+
+
+async def test_deny_self_approval_and_expiry_each_answer_their_reason(world: World) -> None:
+    cookie = await sign_in(world.console, world.key(ATTORNEY), ATTORNEY)
+    key = world.key(ATTORNEY)
+
+    async def decide(approval_id: str, decision: str = "allow-once") -> dict[str, Any]:
+        item = await wait_listed(world.console, cookie, approval_id)
+        body = resolution(key, ATTORNEY, approval_id, item["binding_digest"], decision)
+        answer = await http(world.console, "POST", "/api/resolve", body, cookie=cookie)
+        reply: dict[str, Any] = answer.json["reply"]
+        return reply
+
+    denied = await hold_filing(world.nc, world.state, "Denied filing.")
+    reply = await decide(denied, "deny")
+    assert (reply["accepted"], reply["state"]) == (True, "denied")
+    await wait_listed(world.console, cookie, denied, "denied")
+
+    own = await hold_filing(world.nc, world.state, "The attorney's own filing.", actor_id=ATTORNEY)
+    reply = await decide(own)
+    assert (reply["accepted"], reply["reason_codes"]) == (False, ["self_approval"])
+
+    late = await hold_filing(world.nc, world.state, "A filing nobody decided in time.")
+    item = await wait_listed(world.console, cookie, late)
+    world.clock.advance(TENANT_TTL_MS + 1_000)
+    body = resolution(key, ATTORNEY, late, item["binding_digest"])
+    reply = (await http(world.console, "POST", "/api/resolve", body, cookie=cookie)).json["reply"]
+    assert reply["accepted"] is False
+    assert reply["state"] == "expired"
+    assert reply["reason_codes"][0] in {"approval_expired", "approval_not_pending"}
+    await wait_listed(world.console, cookie, late, "expired")
+    assert outbox(world.state) == []
+
+
+async def test_without_a_gate_the_list_is_empty_and_the_relay_says_so(
+    bare: Bare,
+) -> None:
+    state = bare.state
+    assert bare.console.url.startswith("http://127.0.0.1:")
+    cookie = await sign_in(bare.console, state.key(ATTORNEY), ATTORNEY)
+    reply = await http(bare.console, "GET", "/api/approvals", cookie=cookie)
+    assert reply.json["approvals"] == []
+    assert reply.json["gate_answering"] is False
+    body = show_request(state.key(ATTORNEY), ATTORNEY, "sha256:" + "0" * 64)
+    for path in ("/api/show", "/api/resolve"):
+        refused = await http(bare.console, "POST", path, body, cookie=cookie)
+        assert (refused.status, refused.json["reason"]) == (502, "gate_unreachable"), path
+
+
+async def test_the_relay_passes_gate_refusals_on_and_refuses_what_it_cannot_read(
+    bare: Bare, nc: Client
+) -> None:
+    """A stand-in gate answers by what it is sent: a service error, garbage, or nothing."""
+    state = bare.state
+
+    async def gate(msg: Msg) -> None:
+        if msg.data == b'"error"':
+            error = {"Nats-Service-Error": "malformed_request", "Nats-Service-Error-Code": "400"}
+            await nc.publish(msg.reply, b"", headers=error)
+        elif msg.data == b'"garbage"':
+            await msg.respond(b"not json")
+        # anything else: no answer at all
+
+    for subject in (names.APPROVAL_SHOW, names.APPROVAL_RESOLVE):
+        await nc.subscribe(subject, cb=gate)
+    await nc.flush()
+    cookie = await sign_in(bare.console, state.key(ATTORNEY), ATTORNEY)
+    answers = {
+        (path, body): await http(bare.console, "POST", path, body, cookie=cookie)
+        for path in ("/api/show", "/api/resolve")
+        for body in (b'"error"', b'"garbage"', b'"silence"')
+    }
+    assert {(k[0], k[1].decode()): (r.status, r.json) for k, r in answers.items()} == {
+        ("/api/show", '"error"'): (200, {"ok": False, "reason": "malformed_request"}),
+        ("/api/show", '"garbage"'): (502, {"ok": False, "reason": "unreadable_gate_answer"}),
+        ("/api/show", '"silence"'): (504, {"ok": False, "reason": "gate_timeout"}),
+        ("/api/resolve", '"error"'): (200, {"ok": False, "reason": "malformed_request"}),
+        ("/api/resolve", '"garbage"'): (502, {"ok": False, "reason": "unreadable_gate_answer"}),
+        ("/api/resolve", '"silence"'): (504, {"ok": False, "reason": "gate_timeout"}),
+    }
+
+
+def announcement(tenant: str, expires_at_ms: int) -> PendingAnnouncement:
+    """A well-formed announcement, as the gate would publish one (identities only)."""
+    decision_id = random_identity()
+    binding = ApprovalBinding(
+        approval_id=approval_id_for(decision_id),
+        decision_id=decision_id,
+        operation_hash=random_identity(),
+        canonical_args_hash=random_identity(),
+        content_hash=random_identity(),
+        destination_identity_hash=random_identity(),
+        release_id="release-1",
+        projection_id=random_identity(),
+        policy_fingerprint=random_identity(),
+        tenant_id=tenant,
+        organization_id="org",
+        matter_id="matter",
+        actor_id="someone",
+        required_roles=("licensed_attorney",),
+        required_approvals=1,
+        created_at_ms=expires_at_ms - 60_000,
+        expires_at_ms=expires_at_ms,
+    )
+    return PendingAnnouncement(
+        schema="smf.approval-pending/1",
+        approval_id=binding.approval_id,
+        binding=binding,
+        binding_digest=binding_digest(binding),
+        capability="transmission",
+        channel="court",
+        locality="external",
+        native_tool="court_efile",
+        rule_ids=("rule-1",),
+        reason_codes=("attorney_approval_required_for_transmission",),
+    )
+
+
+async def test_the_board_rereads_a_recreated_stream_follows_states_and_forgets_old_ones(
+    nats_server: EmbeddedNatsServer, nc: Client
+) -> None:
+    clock = Clock()
+    js = nc.jetstream()
+    board = ApprovalBoard(nc, js, clock, timeout=0.3)
+    await board.refresh()  # no stream yet: nothing, and no gate
+    assert (board.entries, board.gate_answering) == ({}, False)
+    subject = names.approval_pending_subject(DEMO_TENANT)
+    first, second = (announcement(DEMO_TENANT, clock() + 60_000) for _ in range(2))
+    await js.add_stream(name=names.APPROVAL_STREAM, subjects=[f"{names.APPROVAL_PENDING_PREFIX}.>"])
+    await js.publish(subject, msgspec.json.encode(first))
+    await board.refresh()
+    assert list(board.entries) == [first.approval_id]
+    await js.delete_stream(names.APPROVAL_STREAM)
+    await js.add_stream(name=names.APPROVAL_STREAM, subjects=[f"{names.APPROVAL_PENDING_PREFIX}.>"])
+    await js.publish(subject, msgspec.json.encode(second))
+    await board.refresh()
+    assert list(board.entries) == [first.approval_id, second.approval_id]
+
+    async def status(msg: Msg) -> None:
+        approval_id = msg.data.decode()
+        state = "consumed" if approval_id == first.approval_id else "unknown"
+        await msg.respond(msgspec.json.encode({"approval_id": approval_id, "state": state}))
+
+    await nc.subscribe(names.APPROVAL_STATUS, cb=status)
+    await nc.flush()
+    await board.refresh()
+    assert board.gate_answering is True
+    assert {k: t.state for k, t in board.entries.items()} == {
+        first.approval_id: "consumed",
+        second.approval_id: "unknown",
+    }
+    clock.advance(2 * 3_600_000)
+    await board.refresh()
+    assert board.entries == {}
+
+    # A refresh that fails in any way does not stop the loop; it says the gate is not answering.
+    real_refresh = board.refresh
+
+    async def broken_once() -> None:
+        board.refresh = real_refresh  # type: ignore[method-assign]
+        raise RuntimeError("a bug")
+
+    board.refresh = broken_once  # type: ignore[method-assign]
+    task = asyncio.create_task(board.run(0.01))
+    await asyncio.sleep(0.05)
+    assert board.gate_answering is True
+    await nc.close()
+    await asyncio.sleep(0.1)
+    assert board.gate_answering is False
+    assert not task.done()
+    task.cancel()
+
+
+async def test_announcements_the_gate_would_not_publish_are_never_listed(world: World) -> None:
+    js = world.nc.jetstream()
+    subject = names.approval_pending_subject(DEMO_TENANT)
+    await js.publish(subject, b'{"schema": "smf.approval-pending/1"}')
+    await js.publish(subject, b"\xff not json")
+    approval_id = await hold_filing(world.nc, world.state, "After the noise.")
+    cookie = await sign_in(world.console, world.key(ATTORNEY), ATTORNEY)
+    await wait_listed(world.console, cookie, approval_id)
+    assert [a["approval_id"] for a in await listed(world.console, cookie)] == [approval_id]
+
+
+async def test_a_failing_request_answers_500_and_the_console_keeps_serving(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(_request: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(world.console.console, "handle", broken)
+    reply = await http(world.console, "GET", "/")
+    assert (reply.status, reply.json["reason"]) == (500, "internal_error")
+    monkeypatch.undo()
+    assert (await http(world.console, "GET", "/")).status == 200
+
+
+# --- HTTP --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "reason"),
+    [
+        (b"GET /\r\n\r\n", 400, "malformed_request_line"),
+        (b"GET / SPDY/3\r\n\r\n", 400, "malformed_request_line"),
+        (b"GET / HTTP/1.1\r\nno colon\r\n\r\n", 400, "malformed_header"),
+        (b"GET / HTTP/1.1\r\n folded: x\r\n\r\n", 400, "malformed_header"),
+        (b"GET / HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n", 431, "line_too_long"),
+        (b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 70 + b"\r\n", 431, "too_many_headers"),
+        (
+            b"POST /api/session HTTP/1.1\r\nContent-Length: 70000\r\n\r\n",
+            413,
+            "body_too_large",
+        ),
+        (
+            b"POST /api/session HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            501,
+            "transfer_encoding_not_supported",
+        ),
+        (
+            b"POST /api/session HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+            400,
+            "duplicate_content_length",
+        ),
+        (
+            b"POST /api/session HTTP/1.1\r\nContent-Length: -2\r\n\r\n{}",
+            400,
+            "malformed_content_length",
+        ),
+        (
+            b"POST /api/session HTTP/1.1\r\nContent-Type: text/plain\r\n"
+            b"Content-Length: 2\r\n\r\n{}",
+            415,
+            "json_required",
+        ),
+    ],
+)
+async def test_the_http_reader_refuses_what_it_does_not_handle(
+    bare: Bare, raw: bytes, status: int, reason: str
+) -> None:
+    reply = parse(await exchange(bare.port, raw))
+    assert (reply.status, reply.json["reason"]) == (status, reason)
+    assert reply.headers["connection"] == "close"
+
+
+async def test_silent_and_truncated_clients_get_no_answer(bare: Bare) -> None:
+    port = bare.port
+    for raw in (b"", b"POST /api/session HTTP/1.1\r\nContent-Length: 10\r\n\r\n{}"):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(raw)
+        writer.write_eof()
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+        await writer.wait_closed()
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def demo_state(tmp_path: Path) -> StateDir:
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    return state
+
+
+def test_console_serves_until_sigterm_and_prints_one_readiness_line(
+    demo_state: StateDir, nats_server: EmbeddedNatsServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = free_port()
+    fetched: dict[str, Any] = {}
+    finished = threading.Event()
+
+    def drive() -> None:
+        """Fetch the page once it serves, then stop the console as a supervisor would.
+        Never signals a process whose console is not running: that would stop pytest."""
+        deadline = time.monotonic() + 20
+        while not finished.is_set() and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as page:
+                    fetched["status"] = page.status
+                break
+            except OSError:
+                time.sleep(0.05)
+        if not finished.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=drive)
+    thread.start()
+    try:
+        code, out, _ = run(
+            [
+                "console",
+                "--nats",
+                nats_server.url,
+                "--registry",
+                str(demo_state.registry),
+                "--port",
+                str(port),
+                "--json",
+                "--log-level",
+                "error",
+            ],
+            capsys,
+        )
+    finally:
+        finished.set()
+        thread.join(30)
+    assert (code, fetched) == (0, {"status": 200})
+    ready = json.loads(out)
+    assert ready == {
+        "ready": True,
+        "url": f"http://127.0.0.1:{port}/",
+        "nats_url": nats_server.url,
+        "registry": str(demo_state.registry),
+    }
+
+
+def test_console_fails_in_one_line(
+    demo_state: StateDir,
+    nats_server: EmbeddedNatsServer,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    code, _, err = run(
+        ["console", "--nats", nats_server.url, "--registry", str(tmp_path / "none.json")], capsys
+    )
+    assert code == 1
+    assert err.startswith("smf-assurance: cannot read the approver roster: cannot read registry")
+    code, _, err = run(["console", "--nats", nats_server.url, "--port", "70000"], capsys)
+    assert (code, err) == (2, "smf-assurance: --port: 70000 is not a TCP port\n")
+    unused = free_port()
+    code, _, err = run(
+        [
+            "console",
+            "--nats",
+            f"nats://127.0.0.1:{unused}",
+            "--registry",
+            str(demo_state.registry),
+        ],
+        capsys,
+    )
+    assert code == 1
+    assert err.startswith(f"smf-assurance: cannot connect to NATS at nats://127.0.0.1:{unused}")
+    # The state dir names the roster and, through `up`'s nats.url, the bus.
+    (demo_state.root / "nats.url").write_text(nats_server.url + "\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = run(
+            ["console", "--state-dir", str(demo_state.root), "--port", str(port)], capsys
+        )
+    assert code == 1
+    assert err.startswith(f"smf-assurance: cannot listen on 127.0.0.1:{port}:")
+
+
+def test_console_help_and_the_loopback_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["console", "--help"])
+    assert exit_info.value.code == 0
+    assert "usage: smf-assurance console" in capsys.readouterr().out
+    assert all(map(_loopback, ("127.0.0.1", "::1", "localhost", "127.5.5.5")))
+    assert not any(map(_loopback, ("0.0.0.0", "192.168.1.10", "console.example")))
