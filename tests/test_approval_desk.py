@@ -80,9 +80,11 @@ from subjects.approvals import (
     ApprovalResolution,
     PendingAnnouncement,
     ResolutionReply,
+    ShowRequest,
     binding_digest,
 )
 from subjects.canonical import canonical_bytes
+from subjects.dsse import encode_envelope, sign_struct
 from subjects.keys import SigningKey, generate_signing_key
 from subjects.messages import ExecuteOrder, Proposal, Verdict
 from subjects.registry import RegistryFile, encode_registry, entry_for, load_registry
@@ -711,6 +713,27 @@ async def test_show_is_refused_to_anyone_not_entitled_to_resolve(
     with pytest.raises(ApproverError) as refused:
         await ApproverClient(nc, key, who).show(verdict.approval_id)
     assert refused.value.reason_code == reason
+
+
+async def test_a_replayed_old_show_request_is_refused(
+    gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    """A show request captured in transit cannot reopen the content later."""
+    verdict = await held_filing(nc, state)
+    assert verdict.approval_id is not None
+    request = ShowRequest(
+        schema="smf.approval-show/1",
+        approval_id=verdict.approval_id,
+        resolver_id=ATTORNEY,
+        requested_at_ms=time.time_ns() // 1_000_000 - 10 * 60_000,
+    )
+    signed = encode_envelope(
+        sign_struct(names.PAYLOAD_SHOW_REQUEST, request, [state.key(ATTORNEY)])
+    )
+    reply = await nc.request(names.APPROVAL_SHOW, signed, timeout=5)
+    assert reply.headers is not None
+    assert reply.headers["Nats-Service-Error"] == "stale_show_request"
+    assert verdict.approval_id.encode() not in reply.data
 
 
 async def test_show_of_an_unknown_approval_is_refused(

@@ -69,6 +69,8 @@ log = structlog.get_logger(__name__)
 
 TENANT_DOMAIN: Final = "smf.tenant"
 DEFAULT_EXECUTION_DEADLINE_MS: Final = 120_000
+SHOW_FRESHNESS_MS: Final = 60_000
+"""How far a signed show request's time may be from the gate's clock."""
 Finish = Literal["consumed", "failed", "execution_unknown"]
 _REPORT_OUTCOME: Final[dict[str, Finish]] = {
     "confirmed": "consumed",
@@ -537,6 +539,9 @@ class ApprovalDesk:
             raise StageRefusal(exc.reason_code) from exc
         if record.held_payload is None:
             raise StageRefusal("approval_closed")
+        if abs(self.clock() - request.requested_at_ms) > SHOW_FRESHNESS_MS:
+            # A captured show request must not reopen the content later.
+            raise StageRefusal("stale_show_request")
         held = msgspec.json.decode(record.held_payload, type=HeldAction)
         view = ApprovalView(
             schema="smf.approval-view/1",
