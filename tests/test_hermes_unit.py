@@ -436,6 +436,21 @@ async def test_observers_and_middleware_never_raise(hermes: plugin.HermesAdapter
     assert "error" in json.loads(hermes.tool_execution(next_call="not callable", args={}))
 
 
+def test_a_failing_subagent_link_taints_everything(
+    hermes: plugin.HermesAdapter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unlinked child must not look clean while its parent is tainted."""
+
+    def broken(parent: str, child: str) -> None:
+        raise RuntimeError("link failed")
+
+    monkeypatch.setattr(hermes.taint, "link", broken)
+    assert not hermes.taint.is_tainted("s-child")
+    assert hermes.subagent_start(parent_session_id="s-1", child_session_id="s-child") is None
+    assert hermes.taint.is_tainted("s-child")
+    assert hermes.taint.is_tainted("s-unrelated")
+
+
 # --- transform_llm_output -------------------------------------------------------------
 
 

@@ -423,7 +423,9 @@ class HermesAdapter:
             if isinstance(parent, str) and isinstance(child, str):
                 self.taint.link(parent, child)
         except Exception:
-            log.exception("smf subagent_start failed")
+            # An unlinked child could look clean while its parent is tainted.
+            log.exception("smf subagent_start failed; tainting the process")
+            self.taint.poison()
 
     # -- transform_llm_output ---------------------------------------------------------
 
