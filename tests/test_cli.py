@@ -8,10 +8,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from ops.cli import main
+from ops.commands.demo import _swarm_row
 from ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
 
 SCENARIOS = package_path(SCENARIO_ENVELOPES)
@@ -280,3 +282,13 @@ def test_built_wheel_installs_and_its_console_script_runs(tmp_path: Path) -> Non
     )
     assert shipped.returncode == 0, shipped.stderr
     assert json.loads(shipped.stdout)["ok"] is True, shipped.stdout
+
+
+async def test_demo_swarm_scenario_refuses_without_a_verified_release(nc: object) -> None:
+    """Scenario 4 reads the analysis projection of the release the gate runs on;
+    with no verified release it is refused, never run on unverified rules."""
+    stack = SimpleNamespace(gate=SimpleNamespace(releases=None))
+    row = await _swarm_row(nc, stack)  # type: ignore[arg-type]
+    assert row.verdict == "refused"
+    assert row.reasons == ("no_verified_release",)
+    assert row.as_expected is False

@@ -23,18 +23,18 @@ from nats.aio.msg import Msg
 
 from adapters.approver import ApproverClient
 from adapters.client import ProposalClient
-from ops.commands.swarm import load_release
 from ops.demo_script import SCENARIOS, ScriptedAction
 from ops.logs import configure_logging
 from ops.output import Progress, emit_json, fail, table
 from ops.projections import SCENARIO_ENVELOPES, package_path
 from ops.stack import Stack, seed_demo_documents, start_stack
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from pipeline.core.release_trust import NoVerifiedReleaseError, ReleaseTrustError
 from subjects import dsse, names
 from subjects.keys import VerifyKey
 from subjects.messages import ExecutionReport, Verdict
 from subjects.registry import load_registry
-from swarm.selector import decode_matter
+from swarm.selector import analysis_release, decode_matter
 from swarm.service import analyze
 
 REPORT_WAIT_SECONDS = 10.0
@@ -155,9 +155,10 @@ async def _run_one(
     )
 
 
-async def _swarm_row(nc: Client) -> Row:
-    """Scenario 4: a Swarm report citing only rules selected from the release,
-    with nothing published on the gate's subjects while it runs."""
+async def _swarm_row(nc: Client, stack: Stack) -> Row:
+    """Scenario 4: a Swarm report citing only rules selected from the verified
+    release the gate is running on (its analysis projection, issue 6), with
+    nothing published on the gate's subjects while it runs."""
     leaked: list[str] = []
 
     async def watch(msg: Msg) -> None:
@@ -166,7 +167,22 @@ async def _swarm_row(nc: Client) -> Row:
 
     sub = await nc.subscribe(">", cb=watch)
     matter = decode_matter((package_path(SCENARIO_ENVELOPES) / "swarm-matter.json").read_bytes())
-    release = load_release(None)
+    watcher = stack.gate.releases
+    try:
+        if watcher is None or watcher.active is None:
+            raise NoVerifiedReleaseError("the gate runs on no verified release")
+        watcher.current()  # the lease must still hold
+        release = analysis_release(watcher.active.analysis)
+    except ReleaseTrustError as exc:
+        return Row(
+            scenario="4 Swarm legal analysis",
+            verdict="refused",
+            reasons=(exc.reason_code,),
+            executed="nothing",
+            connector="-",
+            evidence="-",
+            as_expected=False,
+        )
     if matter.question is None or matter.at_ms is None:
         fail("the shipped Swarm matter has no question or time")
     report = await analyze(matter.question, matter.facts, matter.at_ms, release)
@@ -202,7 +218,7 @@ async def _demo(state: StateDir, nats_url: str | None) -> list[Row]:
         for n, action in enumerate(SCENARIOS, start=1):
             rows.append(await _run_one(action, runtime, nc, stack, watch))
             progress.update(n)
-        rows.append(await _swarm_row(nc))
+        rows.append(await _swarm_row(nc, stack))
         progress.close()
         return sorted(rows, key=lambda row: row.scenario)
     finally:
