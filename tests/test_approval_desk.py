@@ -89,6 +89,7 @@ from subjects.keys import SigningKey, generate_signing_key
 from subjects.messages import ExecuteOrder, Proposal, Verdict
 from subjects.registry import RegistryFile, encode_registry, entry_for, load_registry
 from tests.bus_helpers import random_identity, wait_for
+from tests.clocks import OffsetClock as Clock
 
 COURT_FILING: Final = SCENARIOS[0]
 ATTORNEY: Final = "attorney-alex"
@@ -104,19 +105,6 @@ CUSTOMER_TTL_MS: Final = 300_000
 
 
 # --- the clock, the state directory and the gate ------------------------------
-
-
-class Clock:
-    """Wall time plus an offset the test moves forward (``GateOptions.clock``)."""
-
-    def __init__(self) -> None:
-        self.offset_ms = 0
-
-    def __call__(self) -> int:
-        return time.time_ns() // 1_000_000 + self.offset_ms
-
-    def advance(self, ms: int) -> None:
-        self.offset_ms += ms
 
 
 def provision_with_extra_approvers(state: StateDir) -> None:

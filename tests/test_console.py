@@ -91,6 +91,7 @@ from subjects.approvals import (
 from subjects.keys import SigningKey
 from subjects.registry import RegistryFile, encode_registry, entry_for
 from tests.bus_helpers import random_identity
+from tests.clocks import OffsetClock as Clock
 
 FILING = SCENARIOS[0]
 ATTORNEY = "attorney-alex"
@@ -101,19 +102,6 @@ TENANT_TTL_MS = 300_000
 
 
 # --- shared with tests/test_console_browser.py -------------------------------------
-
-
-class Clock:
-    """Wall time plus an offset a test moves forward; replaces the desk's clock."""
-
-    def __init__(self) -> None:
-        self.offset_ms = 0
-
-    def __call__(self) -> int:
-        return time.time_ns() // 1_000_000 + self.offset_ms
-
-    def advance(self, ms: int) -> None:
-        self.offset_ms += ms
 
 
 def provision(state: StateDir) -> None:

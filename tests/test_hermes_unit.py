@@ -50,19 +50,12 @@ from subjects.attestation import AttestationAck, StreamingSetting
 from subjects.dsse import encode_envelope, sign_struct
 from subjects.messages import DataFacts, ProposedDestination
 from subjects.registry import load_registry
+from tests.clocks import FrozenClock as Clock
 
 PIN = "0.19.0"
 LEASE_MS = 60_000
 """Shorter than the gate's proposal freshness (120 s), so a stale attestation is visible."""
 ALL_OFF = (StreamingSetting(surface="cli", enabled=False),)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time_ns() // 1_000_000
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class FakeManager:

@@ -17,7 +17,6 @@ import base64
 import hashlib
 import json
 import secrets
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 from pipeline.stages.buffer import BufferLimits
 from subjects import names
 from subjects.messages import DataFacts, OutputVerdict, ProposedDestination, Verdict
+from tests.clocks import FrozenClock as Clock
 
 CLEAN = DataFacts(classification="internal", injection_taint="clear", redaction_status="none")
 CONFIDENTIAL = DataFacts(
@@ -44,14 +44,6 @@ TAINTED = DataFacts(classification="internal", injection_taint="tainted", redact
 EXTERNAL = ProposedDestination(address="client@acme-client.example", locality="external")
 INTERNAL = ProposedDestination(address="partner@firm.example", locality="internal")
 ASSOCIATE = actor("associate-ann", "associate")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time_ns() // 1_000_000
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @pytest.fixture

@@ -79,21 +79,12 @@ from subjects.messages import Verdict
 from subjects.registry import RegistryFile, encode_registry
 from subjects.release import ReleaseBundle, encode_bundle, release_key
 from tests.bus_helpers import wait_for
+from tests.clocks import OffsetClock as Clock
 from tests.release_helpers import manifest_of, scenario_corpus, swap
 
 HOLD = next(a for a in SCENARIOS if a.expected_reason == "legal_hold_blocks_deletion")
 V1_REASON = "legal_hold_blocks_deletion"
 DAY = 24 * 3_600_000
-
-
-class Clock:
-    """Wall time plus an offset the test moves (``GateOptions.clock``)."""
-
-    def __init__(self) -> None:
-        self.offset_ms = 0
-
-    def __call__(self) -> int:
-        return time.time_ns() // 1_000_000 + self.offset_ms
 
 
 def now_ms() -> int:
