@@ -9,7 +9,6 @@ Depends on ``subjects/`` only.
 from __future__ import annotations
 
 import time
-import unicodedata
 from dataclasses import dataclass
 
 import msgspec
@@ -24,8 +23,8 @@ from subjects.approvals import (
     ShowRequest,
     binding_digest,
 )
-from subjects.canonical import sha256_identity
 from subjects.dsse import encode_envelope, sign_struct
+from subjects.envelope import content_hash_of
 from subjects.keys import SigningKey
 
 _ERROR_HEADER = "Nats-Service-Error"
@@ -43,7 +42,7 @@ class ApproverError(Exception):
 def content_matches(view: ApprovalView) -> bool:
     """The visible check: the content shown is the content the binding covers,
     and the binding shown is the one whose digest will be signed."""
-    shown = sha256_identity(unicodedata.normalize("NFC", view.content).encode())
+    shown = content_hash_of(view.content)
     return (
         shown == view.binding.content_hash and binding_digest(view.binding) == view.binding_digest
     )

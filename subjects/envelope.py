@@ -16,7 +16,7 @@ from typing import Annotated, Any, Final, Literal, get_args
 
 import msgspec
 
-from subjects.canonical import IDENTITY_PATTERN, struct_identity
+from subjects.canonical import IDENTITY_PATTERN, identity_of, sha256_identity, struct_identity
 
 ENVELOPE_SCHEMA: Final = "smf.operation/1"
 
@@ -165,6 +165,20 @@ def envelope_builtins(envelope: OperationEnvelope) -> dict[str, Any]:
     """The envelope as plain JSON values, optional fields left out when unset."""
     value: dict[str, Any] = msgspec.to_builtins(envelope)
     return value
+
+
+def content_hash_of(text: str) -> str:
+    """``data.content_hash``: SHA-256 over the NFC-normalized UTF-8 text.
+
+    One definition for the normalizer, the approval binding and the
+    approver's check, so the three can never disagree about what was shown.
+    """
+    return sha256_identity(unicodedata.normalize("NFC", text).encode("utf-8"))
+
+
+def destination_identity_of(channel: str, address: str) -> str:
+    """``destination.target_identity_hash``: the channel and address, hashed."""
+    return identity_of({"channel": channel, "address": address})
 
 
 def operation_hash(envelope: OperationEnvelope) -> str:

@@ -13,13 +13,12 @@ operation hash (ARCHITECTURE.md, "Canonical bytes").
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from subjects.canonical import CanonicalJSONError, identity_of, sha256_identity
+from subjects.canonical import CanonicalJSONError, identity_of
 from subjects.envelope import (
     Capability,
     Channel,
@@ -32,6 +31,8 @@ from subjects.envelope import (
     Professional,
     Runtime,
     Workflow,
+    content_hash_of,
+    destination_identity_of,
     operation_hash,
 )
 from subjects.messages import Proposal
@@ -154,13 +155,13 @@ def normalize(proposal: Proposal, tables: Mapping[str, MapperTable]) -> Normaliz
             destination=Destination(
                 channel=mapping.channel,
                 locality=locality,
-                target_identity_hash=identity_of({"channel": mapping.channel, "address": address}),
+                target_identity_hash=destination_identity_of(mapping.channel, address),
             ),
             data=Data(
                 classification=facts.classification,
                 redaction_status=facts.redaction_status,
                 injection_taint=facts.injection_taint,
-                content_hash=sha256_identity(unicodedata.normalize("NFC", content).encode()),
+                content_hash=content_hash_of(content),
                 redaction_evidence=facts.redaction_evidence,
             ),
             professional=Professional(

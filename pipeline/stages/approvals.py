@@ -26,7 +26,6 @@ released to a runtime or a connector.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -58,8 +57,8 @@ from subjects.approvals import (
     approval_id_for,
     binding_digest,
 )
-from subjects.canonical import identity_of, sha256_identity
-from subjects.envelope import OperationEnvelope
+from subjects.canonical import identity_of
+from subjects.envelope import OperationEnvelope, content_hash_of, destination_identity_of
 from subjects.keyed import keyed_identifier
 from subjects.messages import ExecutionReport, Outcome, Proposal, Verdict
 from subjects.names import SubjectError
@@ -131,10 +130,8 @@ def bind(
         decision_id=decision.decision_id,
         operation_hash=decision.operation_hash,
         canonical_args_hash=identity_of(held.arguments),
-        content_hash=sha256_identity(unicodedata.normalize("NFC", held.content).encode()),
-        destination_identity_hash=identity_of(
-            {"channel": channel, "address": held.destination_address}
-        ),
+        content_hash=content_hash_of(held.content),
+        destination_identity_hash=destination_identity_of(channel, held.destination_address),
         release_id=release_id,
         projection_id=projection_id,
         policy_fingerprint=decision.policy_fingerprint,
