@@ -26,3 +26,6 @@ class FrozenClock:
 
     def __call__(self) -> int:
         return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
