@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from nats.aio.msg import Msg
 from ops.cli import main
 from ops.compiler import compile_corpus
 from ops.projections import SCENARIO_ENVELOPES, SCENARIO_PROJECTION, load_policy_set, package_path
+from ops.releases import read_release_dir, write_release_dir, write_trust_root
 from ops.scenarios_catalog import load_scenarios
 from pipeline.core.evaluator import evaluate
 from pipeline.stages.service import StageRefusal
@@ -41,6 +43,8 @@ from swarm.service import (
     request_analysis,
     start_swarm_service,
 )
+from tests import release_helpers
+from tests.release_helpers import scenario_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 MATTER_FILE = package_path(SCENARIO_ENVELOPES) / "swarm-matter.json"
@@ -470,3 +474,103 @@ def test_cli_review_refusals(
 async def test_report_round_trips_exactly_through_json() -> None:
     report = await analyze(QUESTION, MATTER.facts, AT_MS, RELEASE)
     assert decode_report(report_bytes(report)) == report
+
+
+# --- verified releases (issue 6: "Verification, in every consumer, before use") ------------
+
+
+@pytest.fixture
+def signed_release(tmp_path: Path) -> tuple[Path, Path]:
+    """A release of the shipped scenario corpus, signed by two of three trusted keys."""
+    corpus = scenario_corpus(
+        tmp_path / "corpus", release_id="rel-swarm-verified", legal_hold_reason="held"
+    )
+    bundle = release_helpers.build(corpus, now_ms=time.time_ns() // 1_000_000)
+    folder = tmp_path / "release"
+    write_release_dir(bundle, folder)
+    root = tmp_path / "trust-root.json"
+    write_trust_root(root, release_helpers.root_of(release_helpers.SIGNERS, 2))
+    return folder, root
+
+
+def test_cli_analyze_uses_the_verified_release_and_says_when_a_projection_is_unverified(
+    signed_release: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, root = signed_release
+    argv = ["swarm", "analyze", "--facts", str(MATTER_FILE), "--json"]
+    code, out, err = run_cli([*argv, "--release", str(folder), "--trust-root", str(root)], capsys)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["release_id"] == "rel-swarm-verified"
+    assert "not a verified release" not in err
+    code, out, err = run_cli(argv, capsys)
+    assert code == 0
+    assert json.loads(out)["release_id"] != "rel-swarm-verified"
+    assert "is not a verified release" in err
+
+
+@pytest.mark.parametrize("threat", ["tampered", "under_signed", "expired", "foreign_root"])
+def test_cli_analyze_refuses_a_release_a_gate_would_refuse(
+    signed_release: tuple[Path, Path],
+    tmp_path: Path,
+    threat: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    folder, root = signed_release
+    bundle = read_release_dir(folder)
+    now = time.time_ns() // 1_000_000
+    if threat == "tampered":
+        analysis = json.loads(bundle.analysis)
+        analysis["rules"] = analysis["rules"][:1]
+        bundle = release_helpers.swap(bundle, analysis=json.dumps(analysis).encode())
+        expected = "release_digest_mismatch"
+    elif threat == "under_signed":
+        bundle = release_helpers.resign(bundle, release_helpers.SIGNERS[:1])
+        expected = "release_below_threshold"
+    elif threat == "expired":
+        corpus = scenario_corpus(tmp_path / "old", release_id="rel-old", legal_hold_reason="held")
+        bundle = release_helpers.build(corpus, now_ms=now - 2 * release_helpers.HOUR, lease_hours=1)
+        expected = "release_expired"
+    else:
+        other = tmp_path / "other-root.json"
+        write_trust_root(other, release_helpers.root_of([release_helpers.OUTSIDER], 1))
+        root = other
+        expected = "release_bad_signature"
+    target = tmp_path / f"release-{threat}"
+    write_release_dir(bundle, target)
+    argv = ["swarm", "analyze", "--facts", str(MATTER_FILE), "--release", str(target)]
+    code, out, err = run_cli([*argv, "--trust-root", str(root)], capsys)
+    assert code == 1
+    assert out == ""
+    assert f"release refused ({expected})" in err
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--release", "R"], ["--trust-root", "T"], ["--state-dir", "S"]],
+    ids=["release_without_root", "root_without_release", "state_without_release"],
+)
+def test_cli_analyze_refuses_half_a_release_source(
+    extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_cli(["swarm", "analyze", "--facts", str(MATTER_FILE), *extra], capsys)
+    assert code == 2
+    assert "--release" in err
+
+
+def test_cli_review_refuses_a_report_from_another_source_than_the_verified_release(
+    signed_release: tuple[Path, Path],
+    report_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    folder, root = signed_release
+    key = generate_signing_key()
+    key_file = tmp_path / "rita.key"
+    write_private_key(key_file, key, "reviewer-rita")
+    review = ["swarm", "review", "--report", str(report_file), "--reviewer", "reviewer-rita"]
+    review += ["--key", str(key_file), "--verdict", "faithful", "--note", "checked"]
+    code, _, err = run_cli([*review, "--release", str(folder), "--trust-root", str(root)], capsys)
+    assert code == 1
+    assert "refused" in err
+    assert not report_file.with_suffix(".reviewed.json").exists()

@@ -51,6 +51,7 @@ from pipeline.core.release_trust import (
     ReleaseTrustError,
     ReplayedReleaseError,
     TrustedTime,
+    VerifiedRelease,
 )
 from pipeline.stores.release_state import ReleaseStateStore, StoredRelease
 from subjects.keys import KeyFileError, SigningKey, load_private_key
@@ -255,18 +256,28 @@ def run_build(args: argparse.Namespace) -> int:
 # -- verify -----------------------------------------------------------------------
 
 
-def run_verify(args: argparse.Namespace) -> int:
+def verify_release_dir(
+    folder: Path, trust_root: Path, state_dir: Path | None, at: str | None
+) -> tuple[VerifiedRelease, LastAccepted | None, str]:
+    """Verify a release folder the way a gate would, or exit with the reason.
+
+    The one verification every command-line consumer uses (``release verify``,
+    ``swarm analyze --release``, ``swarm review --release``): issue 6, "Verification,
+    in every consumer, before use". With ``state_dir`` the release is also checked
+    against that state's last accepted release (rollback, chain); the state is
+    only read, never advanced: only a gate accepts releases.
+    """
     try:
-        root = load_trust_root(args.trust_root)
+        root = load_trust_root(trust_root)
     except ReleaseError as exc:
         fail(str(exc), 2)
-    bundle = _read_dir(args.folder)
-    at = parse_at(args.at) if args.at else now_ms()
-    stored = asyncio.run(_load_state(args.state_dir)) if args.state_dir else None
+    bundle = _read_dir(folder)
+    at_ms = parse_at(at) if at else now_ms()
+    stored = asyncio.run(_load_state(state_dir)) if state_dir else None
     last: LastAccepted | None = stored.state if stored is not None else None
     note = "verified"
     trust = ReleaseTrust(root, last)
-    data, time = encode_bundle(bundle), TrustedTime(at)  # the one clock reading
+    data, time = encode_bundle(bundle), TrustedTime(at_ms)  # the one clock reading
     try:
         try:
             release = trust.verify_update(data, time)
@@ -275,6 +286,11 @@ def run_verify(args: argparse.Namespace) -> int:
             note = "verified; it is the state's accepted release"
     except ReleaseTrustError as exc:
         fail(f"release refused ({exc.reason_code}): {exc}")
+    return release, last, note
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    release, last, note = verify_release_dir(args.folder, args.trust_root, args.state_dir, args.at)
     if args.json:
         emit_json(
             {

@@ -6,6 +6,14 @@ people, canonical JSON with ``--json``. Personas are the deterministic
 offline set unless ``--personas openai`` names an OpenAI-compatible
 endpoint (``--base-url``, ``--model``; key from ``SMF_SWARM_API_KEY``).
 
+Where the rules come from (issue 6, "Verification, in every consumer, before
+use"): ``--release DIR --trust-root FILE`` verifies a signed release folder
+exactly as a gate would (threshold, digests, lease, revocations; rollback and
+chain too with ``--state-dir``) and analyses with its analysis projection.
+Without ``--release`` the projection folder is unverified: the command says so
+on stderr every time, so such a report is never mistaken for one built from
+the governed release.
+
 ``review`` records a named reviewer's signed semantic-faithfulness verdict
 on a report (docs/SWARM.md). It refuses a report whose body does not match
 its id, and a report built from another release or projection than the
@@ -20,12 +28,14 @@ import asyncio
 import datetime as dt
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Final
 
 import msgspec
 
 from ops.commands.decide import format_instant, parse_instant
+from ops.commands.release import verify_release_dir
 from ops.output import Progress, emit_json, fail, say, table
 from ops.projections import SCENARIO_PROJECTION, package_path
 from pipeline.core.projection import ProjectionError
@@ -45,6 +55,7 @@ from swarm.selector import (
     AnalysisRelease,
     FactError,
     MatterError,
+    analysis_release,
     decode_matter,
     load_analysis_release,
 )
@@ -55,6 +66,7 @@ MODEL_ENV: Final = "SMF_SWARM_MODEL"
 DEFAULT_MODEL: Final = "gpt-4o-mini"
 
 
+
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("swarm", help="legal analysis that may cite only selected rules")
     swarm_sub = p.add_subparsers(dest="swarm_command", required=True, metavar="SUBCOMMAND")
@@ -62,7 +74,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     a = swarm_sub.add_parser("analyze", help="build a Swarm report for a question and facts")
     a.add_argument("--question", help="the question (default: the facts file's question)")
     a.add_argument("--facts", type=Path, required=True, help="matter facts JSON file")
-    a.add_argument("--projection", type=Path, help="projection folder (default: shipped scenarios)")
+    _source_arguments(a)
     a.add_argument("--at", help="evaluation time, RFC 3339 (default: the file's, else now)")
     a.add_argument("--personas", choices=("offline", "openai"), default="offline")
     a.add_argument("--base-url", help=f"OpenAI-compatible API root (default: ${BASE_URL_ENV})")
@@ -80,10 +92,46 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--verdict", required=True, choices=("faithful", "not_faithful", "partially_faithful")
     )
     r.add_argument("--note", required=True, help="what was checked, and what was found")
-    r.add_argument("--projection", type=Path, help="projection folder (default: shipped scenarios)")
+    _source_arguments(r)
     r.add_argument("--out", type=Path, help="reviewed report (default: REPORT.reviewed.json)")
     r.add_argument("--json", action="store_true", help="print the reviewed report as JSON")
     r.set_defaults(func=run_review)
+
+
+def _source_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--release", type=Path, metavar="DIR", help="signed release folder to verify and use"
+    )
+    source.add_argument(
+        "--projection",
+        type=Path,
+        help="UNVERIFIED projection folder (default without --release: shipped scenarios)",
+    )
+    parser.add_argument("--trust-root", type=Path, help="trust root file (with --release)")
+    parser.add_argument(
+        "--state-dir", type=Path, help="also refuse a rollback of this gate state's release"
+    )
+
+
+def release_for(args: argparse.Namespace) -> AnalysisRelease:
+    """The analysis rules to use: a verified release's, or an unverified folder's, said so."""
+    if args.release is None:
+        if args.trust_root is not None or args.state_dir is not None:
+            fail("--trust-root and --state-dir verify a release: pass --release DIR", 2)
+        source = args.projection or package_path(SCENARIO_PROJECTION)
+        sys.stderr.write(
+            f"note: {source} is not a verified release; "
+            "pass --release DIR --trust-root FILE to analyse from the governed release\n"
+        )
+        return load_release(args.projection)
+    if args.trust_root is None:
+        fail("--release needs --trust-root FILE", 2)
+    verified, _last, _note = verify_release_dir(args.release, args.trust_root, args.state_dir, None)
+    try:
+        return analysis_release(verified.analysis)
+    except ProjectionError as exc:
+        fail(f"cannot load the release's analysis projection: {exc}")
 
 
 def load_release(directory: Path | None) -> AnalysisRelease:
@@ -147,7 +195,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         at_ms = matter.at_ms
     else:
         at_ms = int(dt.datetime.now(dt.UTC).timestamp() * 1000)
-    release = load_release(args.projection)
+    release = release_for(args)
     personas = _personas(args)
     progress = Progress("swarm personas", len(personas))
     try:
@@ -178,7 +226,7 @@ def _load_report(path: Path) -> Report:
 
 def run_review(args: argparse.Namespace) -> int:
     report = _load_report(args.report)
-    release = load_release(args.projection)
+    release = release_for(args)
     try:
         check_release(report, release)
         key, principal = load_private_key(args.key)
