@@ -70,6 +70,18 @@ def load_mapper_tables() -> dict[str, MapperTable]:
     return tables
 
 
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Run as one replica of several on a NATS cluster (issue 11; ARCHITECTURE.md, "Scale").
+
+    The approval and proposal-claim stores move to replicated JetStream KV
+    buckets (compare-and-set by revision), and every stream and bucket the gate
+    creates gets ``replicas`` copies.
+    """
+
+    replicas: int = 3
+
+
 @dataclass
 class GateOptions:
     state: StateDir
@@ -80,8 +92,9 @@ class GateOptions:
     stage_timeout: float = 2.0
     sweep_seconds: float = 1.0
     buffer_limits: BufferLimits | None = None
-    name: str = "smf-gate"
+    name: str = names.DEFAULT_GATE_NAME
     release_tick_seconds: float = 5.0
+    cluster: ClusterSettings | None = None
 
 
 @dataclass
@@ -233,8 +246,10 @@ async def start_gate(options: GateOptions) -> RunningGate:
     if releases is not None and releases.active is not None:
         registry = releases.active.registry
 
+    checkpoint_subject = names.checkpoint_subject(options.name)
+
     async def publish_checkpoint(envelope: bytes) -> None:
-        await js.publish(names.CHECKPOINT_SUBJECT, envelope)
+        await js.publish(checkpoint_subject, envelope)
 
     ledger = await Ledger.open(state.ledger, signer=gate_key, on_checkpoint=publish_checkpoint)
     claims = await ClaimStore.open(state.claims)

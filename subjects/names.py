@@ -47,7 +47,11 @@ EXECUTE_STREAM: Final = "SMF_EXECUTE"
 RESULT_STREAM: Final = "SMF_RESULT"
 APPROVAL_STREAM: Final = "SMF_APPROVALS"
 CHECKPOINT_STREAM: Final = "SMF_LEDGER_CHECKPOINTS"
-CHECKPOINT_SUBJECT: Final = "smf.ledger.checkpoint"
+DEFAULT_GATE_NAME: Final = "smf-gate"
+"""A gate's name on the bus (connection name, checkpoint subject) unless given one."""
+CHECKPOINT_PREFIX: Final = "smf.ledger.checkpoint"
+"""``smf.ledger.checkpoint.<gate_name>``: one subject per gate ledger, so the
+checkpoints of two replicas sharing the stream (issue 11) are told apart."""
 
 QUEUE_GROUP: Final = "smf-gate"
 
@@ -85,6 +89,10 @@ def token(value: str) -> str:
     if not _TOKEN.fullmatch(value):
         raise SubjectError(f"{value!r} is not a valid subject token")
     return value
+
+
+def checkpoint_subject(gate_name: str) -> str:
+    return f"{CHECKPOINT_PREFIX}.{token(gate_name)}"
 
 
 def execute_subject(connector_id: str) -> str:

@@ -40,6 +40,7 @@ from ops.natsserver import EmbeddedNatsServer
 from ops.stack import Stack, start_stack
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 from pipeline.stages.streams import approval_stream_config, ensure_stream
+from pipeline.stores.ledger import Ledger
 from pipeline.stores.ledger_schema import entry_hash_of, parse_export_line
 from subjects import names
 from subjects.approvals import (
@@ -52,6 +53,7 @@ from subjects.approvals import (
 from subjects.canonical import identity_of, sha256_identity
 from subjects.keys import PublicKeyRecord, generate_signing_key, load_private_key, public_record
 from subjects.registry import encode_registry, entry_for
+from tests.test_ledger import make_entry
 
 ROOT = Path(__file__).resolve().parents[1]
 FILING = SCENARIOS[0]
@@ -1009,7 +1011,7 @@ async def test_checkpoints_on_the_bus_catch_a_truncated_ledger(
         assert report["checkpoint_seq"] == report["last_seq"]
         code, out, _ = await arun([*verify, "--nats", stack.url], capsys)
         assert table_value(out, "external checkpoints").endswith(
-            f"from SMF_LEDGER_CHECKPOINTS at {stack.url}"
+            f"from SMF_LEDGER_CHECKPOINTS (smf-gate) at {stack.url}"
         )
 
         saved = tmp_path / "checkpoints.jsonl"
@@ -1059,6 +1061,48 @@ async def test_checkpoints_on_the_bus_catch_a_truncated_ledger(
     assert err == (
         f"smf-assurance: ledger verify failed: truncated_after_checkpoint at seq {last_seq - 1}\n"
     )
+
+
+async def test_gates_sharing_the_checkpoint_stream_each_verify_against_their_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 11: replicas share SMF_LEDGER_CHECKPOINTS; a checkpoint of another
+    replica's ledger must not read as a replaced file, and must not vouch for one."""
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    configure_logging(json=True, level="error")
+    stack = await start_stack(state, with_connectors=False)
+    other_db = tmp_path / "gate-2.db"
+    try:
+        await hold_court_filing(stack)
+        now = time.time_ns() // 1_000_000
+        assert await stack.gate.ledger.checkpoint(now) is not None
+        js = stack.gate.js
+
+        async def publish(envelope: bytes) -> None:
+            await js.publish(names.checkpoint_subject("gate-2"), envelope)
+
+        other = await Ledger.open(other_db, signer=state.key("gate"), on_checkpoint=publish)
+        try:
+            await other.append(make_entry(1))
+            assert await other.checkpoint(now) is not None
+        finally:
+            await other.close()
+        trust = ["--state-dir", str(state.root), "--nats", stack.url, "--json"]
+        mine = ["ledger", "verify", "--db", str(state.ledger), *trust]
+        code, out, _ = await arun(mine, capsys)
+        assert (code, json.loads(out)["ok"]) == (0, True)
+        code, _, err = await arun([*mine, "--gate", "gate-2"], capsys)
+        assert code == 1
+        assert "checkpoint_mismatch" in err
+        theirs = ["ledger", "verify", "--db", str(other_db), *trust, "--gate", "gate-2"]
+        code, out, _ = await arun(theirs, capsys)
+        assert (code, json.loads(out)["external_checkpoints"]) == (0, 1)
+        code, _, err = await arun([*mine, "--gate", "gate.2"], capsys)
+        assert_one_line_failure(code, err, "is not a gate name")
+        assert code == 2
+    finally:
+        await stack.stop()
 
 
 def test_ledger_checkpoints_needs_a_gate_stream(

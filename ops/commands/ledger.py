@@ -70,6 +70,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     source.add_argument(
         "--checkpoints", type=Path, help="read checkpoints from a file (one envelope per line)"
     )
+    _gate_argument(verify)
     trust = verify.add_mutually_exclusive_group()
     trust.add_argument(
         "--key", type=Path, help="trusted gate key: a public key record or a registry file"
@@ -105,7 +106,25 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--state-dir", type=Path, help="find the bus from the nats.url a running `up` wrote here"
     )
     checkpoints.add_argument("--out", type=Path, help="file to create (default: stdout)")
+    _gate_argument(checkpoints)
     checkpoints.set_defaults(func=run_checkpoints)
+
+
+def _gate_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--gate",
+        default=names.DEFAULT_GATE_NAME,
+        metavar="NAME",
+        help="the gate whose checkpoints to read (`up --gate-name`; "
+        f"default: {names.DEFAULT_GATE_NAME})",
+    )
+
+
+def _gate_name(name: str) -> str:
+    try:
+        return names.token(name)
+    except names.SubjectError:
+        fail(f"--gate: {name!r} is not a gate name", 2)
 
 
 def _quiet_logs() -> None:
@@ -188,8 +207,13 @@ def _registry_gate_keys(path: Path) -> dict[str, VerifyKey]:
 # --- checkpoints -------------------------------------------------------------------
 
 
-async def fetch_checkpoints(url: str) -> list[bytes]:
-    """Every envelope on the checkpoint stream, in stream order."""
+async def fetch_checkpoints(url: str, gate_name: str = names.DEFAULT_GATE_NAME) -> list[bytes]:
+    """Every envelope one gate published on the checkpoint stream, in stream order.
+
+    Only that gate's subject: on a cluster the replicas share the stream, and a
+    checkpoint of another replica's ledger would read as a replaced file.
+    """
+    subject = names.checkpoint_subject(gate_name)
     nc = await connect_bus(url, "smf-ledger-verify")
     try:
         js = nc.jetstream()
@@ -204,7 +228,7 @@ async def fetch_checkpoints(url: str) -> list[bytes]:
         while info.state.messages and seq <= info.state.last_seq:
             try:
                 raw = await js.get_msg(
-                    names.CHECKPOINT_STREAM, seq, subject=names.CHECKPOINT_SUBJECT, next=True
+                    names.CHECKPOINT_STREAM, seq, subject=subject, next=True
                 )
             except NotFoundError:
                 break
@@ -231,8 +255,9 @@ def run_verify(args: argparse.Namespace) -> int:
     _require_file(args.db, "--db")
     trusted = trusted_gate_keys(args.key, args.state_dir)
     if args.nats:
-        external = asyncio.run(fetch_checkpoints(args.nats))
-        source = f"{names.CHECKPOINT_STREAM} at {args.nats}"
+        gate = _gate_name(args.gate)
+        external = asyncio.run(fetch_checkpoints(args.nats, gate))
+        source = f"{names.CHECKPOINT_STREAM} ({gate}) at {args.nats}"
     elif args.checkpoints:
         external = read_checkpoint_file(args.checkpoints)
         source = str(args.checkpoints)
@@ -298,7 +323,7 @@ def run_export(args: argparse.Namespace) -> int:
 def run_checkpoints(args: argparse.Namespace) -> int:
     _quiet_logs()
     url = bus_url(args.nats, args.state_dir)
-    envelopes = asyncio.run(fetch_checkpoints(url))
+    envelopes = asyncio.run(fetch_checkpoints(url, _gate_name(args.gate)))
     with _output(args.out) as out:
         for envelope in envelopes:
             out.write(envelope.decode("utf-8", "replace") + "\n")

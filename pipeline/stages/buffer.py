@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -79,11 +79,16 @@ class OutputBuffer:
         gate: Gate,
         clock: Callable[[], int],
         limits: BufferLimits | None = None,
+        close_claim: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self.nc = nc
         self.gate = gate
         self.clock = clock
         self.limits = limits or BufferLimits()
+        self.close_claim = close_claim
+        """Cluster mode (issue 11): every replica buffers every stream, and only the
+        replica that wins this one-shot claim on the close decides and answers.
+        ``None`` on one machine, where the one buffer always answers."""
         self.streams: dict[str, _Stream] = {}
         self.buffered_bytes = 0
         self._slots = asyncio.Semaphore(self.limits.max_concurrent_closes)
@@ -118,6 +123,8 @@ class OutputBuffer:
 
     async def _answer(self, msg: Msg, stream_id: str, chunks: list[bytes] | str) -> None:
         try:
+            if self.close_claim is not None and not await self._won_close(stream_id):
+                return
             reply = await self.on_close(stream_id, msg.data, chunks)
             await msg.respond(msgspec.json.encode(reply))
         except StageRefusal as refusal:
@@ -133,6 +140,21 @@ class OutputBuffer:
             log.exception("output_close_failed", stream_id=stream_id)
         finally:
             self._slots.release()
+
+    async def _won_close(self, stream_id: str) -> bool:
+        """Whether this replica answers the close. A replica that loses (or cannot
+        reach the claim store) stays silent: two answers could be a withheld output
+        and a released one, and the adapter keeps the first. If no replica can
+        claim, nobody answers and the adapter's deadline withholds the output."""
+        assert self.close_claim is not None
+        try:
+            won = await self.close_claim(stream_id)
+        except Exception:
+            log.exception("output_close_claim_failed", stream_id=stream_id)
+            return False
+        if not won:
+            log.info("output_close_answered_elsewhere", stream_id=stream_id)
+        return won
 
     # -- the state machine (no I/O) -----------------------------------------
 

@@ -83,23 +83,25 @@ DEFAULT_TICK_SECONDS: Final = 5.0
 INITIAL_SYNC_SECONDS: Final = 5.0
 
 
-def release_bucket_config() -> KeyValueConfig:
-    """One value per release sequence, file storage, bounded values."""
+def release_bucket_config(replicas: int = 1) -> KeyValueConfig:
+    """One value per release sequence, file storage, bounded values; on a cluster,
+    ``replicas`` copies (R3), so a release survives the loss of a node (issue 11)."""
     return KeyValueConfig(
         bucket=RELEASE_BUCKET,
         description="SMF governed releases (signed bundles); every gate watches it",
         history=1,
         max_value_size=MAX_BUNDLE_BYTES,
         storage=StorageType.FILE,
+        replicas=replicas,
     )
 
 
-async def ensure_release_bucket(js: JetStreamContext) -> KeyValue:
+async def ensure_release_bucket(js: JetStreamContext, replicas: int = 1) -> KeyValue:
     """Open the release bucket, creating it with :func:`release_bucket_config` if absent."""
     try:
         return await js.key_value(RELEASE_BUCKET)
     except BucketNotFoundError:
-        return await js.create_key_value(config=release_bucket_config())
+        return await js.create_key_value(config=release_bucket_config(replicas))
 
 
 class Refusal:
@@ -224,6 +226,7 @@ class ReleaseWatcher:
         *,
         tick_seconds: float = DEFAULT_TICK_SECONDS,
         initial_sync_seconds: float = INITIAL_SYNC_SECONDS,
+        replicas: int = 1,
     ) -> None:
         """Load the persisted release, take what the inbox and the bucket hold, then
         keep watching. Returns once the bucket's current values were considered
@@ -231,7 +234,7 @@ class ReleaseWatcher:
         await self.load_stored()
         await self.scan_inbox()
         if js is not None:
-            kv = await ensure_release_bucket(js)
+            kv = await ensure_release_bucket(js, replicas)
             ready = asyncio.Event()
             self._tasks.append(asyncio.create_task(self._follow(kv, ready)))
             with contextlib.suppress(TimeoutError):

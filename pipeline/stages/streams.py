@@ -17,8 +17,8 @@ from nats.js.errors import NotFoundError
 from subjects.names import (
     APPROVAL_PENDING_PREFIX,
     APPROVAL_STREAM,
+    CHECKPOINT_PREFIX,
     CHECKPOINT_STREAM,
-    CHECKPOINT_SUBJECT,
     EXECUTE_PREFIX,
     EXECUTE_STREAM,
     RESULT_PREFIX,
@@ -28,11 +28,14 @@ from subjects.names import (
 DUPLICATE_WINDOW_SECONDS: Final = 120.0
 
 
-def execute_stream_config(duplicate_window: float = DUPLICATE_WINDOW_SECONDS) -> StreamConfig:
+def execute_stream_config(
+    duplicate_window: float = DUPLICATE_WINDOW_SECONDS, replicas: int = 1
+) -> StreamConfig:
     return StreamConfig(
         name=EXECUTE_STREAM,
         subjects=[f"{EXECUTE_PREFIX}.>"],
         storage=StorageType.FILE,
+        num_replicas=replicas,
         retention=RetentionPolicy.LIMITS,
         discard=DiscardPolicy.NEW,
         duplicate_window=duplicate_window,
@@ -40,35 +43,38 @@ def execute_stream_config(duplicate_window: float = DUPLICATE_WINDOW_SECONDS) ->
     )
 
 
-def result_stream_config() -> StreamConfig:
+def result_stream_config(replicas: int = 1) -> StreamConfig:
     return StreamConfig(
         name=RESULT_STREAM,
         subjects=[f"{RESULT_PREFIX}.>"],
         storage=StorageType.FILE,
+        num_replicas=replicas,
         retention=RetentionPolicy.LIMITS,
         duplicate_window=DUPLICATE_WINDOW_SECONDS,
     )
 
 
-def approval_stream_config() -> StreamConfig:
+def approval_stream_config(replicas: int = 1) -> StreamConfig:
     """Pending approvals, kept so a console that connects later still sees them."""
     return StreamConfig(
         name=APPROVAL_STREAM,
         subjects=[f"{APPROVAL_PENDING_PREFIX}.>"],
         storage=StorageType.FILE,
+        num_replicas=replicas,
         retention=RetentionPolicy.LIMITS,
         duplicate_window=DUPLICATE_WINDOW_SECONDS,
         max_age=3600.0,
     )
 
 
-def checkpoint_stream_config() -> StreamConfig:
+def checkpoint_stream_config(replicas: int = 1) -> StreamConfig:
     """Ledger checkpoints outside the ledger file (issue 7): the stream refuses
     message deletion and purge, so truncating the ledger stays detectable."""
     return StreamConfig(
         name=CHECKPOINT_STREAM,
-        subjects=[CHECKPOINT_SUBJECT],
+        subjects=[f"{CHECKPOINT_PREFIX}.>"],
         storage=StorageType.FILE,
+        num_replicas=replicas,
         retention=RetentionPolicy.LIMITS,
         deny_delete=True,
         deny_purge=True,
@@ -85,10 +91,18 @@ async def ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
         return
     if sorted(info.config.subjects or []) != sorted(config.subjects or []):
         raise RuntimeError(f"stream {config.name} exists with other subjects")
+    if (info.config.num_replicas or 1) < (config.num_replicas or 1):
+        # A cluster gate must not run on a stream that one lost node can take away.
+        raise RuntimeError(
+            f"stream {config.name} has {info.config.num_replicas or 1} replica(s); "
+            f"{config.num_replicas} are required"
+        )
 
 
-async def ensure_gate_streams(js: JetStreamContext) -> None:
-    await ensure_stream(js, execute_stream_config())
-    await ensure_stream(js, result_stream_config())
-    await ensure_stream(js, checkpoint_stream_config())
-    await ensure_stream(js, approval_stream_config())
+async def ensure_gate_streams(js: JetStreamContext, replicas: int = 1) -> None:
+    """The gate's streams; on a cluster with ``replicas`` copies each (issue 11: orders,
+    reports, pending approvals and ledger checkpoints survive the loss of a node)."""
+    await ensure_stream(js, execute_stream_config(replicas=replicas))
+    await ensure_stream(js, result_stream_config(replicas))
+    await ensure_stream(js, checkpoint_stream_config(replicas))
+    await ensure_stream(js, approval_stream_config(replicas))
