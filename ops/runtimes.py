@@ -37,6 +37,9 @@ class AttestationSetting(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     runtime_pin: str | None = None
     lease_ms: int = 180_000
     required_hooks: tuple[str, ...] = ()
+    require_release: bool = True
+    """The runtime must attest the gate's active release, verified by itself (issue 6);
+    absent from a settings file means required (fail closed)."""
 
 
 class AttestationFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -55,7 +58,9 @@ def load_attestation_requirements(state: StateDir) -> dict[str, RuntimeRequireme
         return {}
     parsed = msgspec.json.decode(path.read_bytes(), type=AttestationFile)
     return {
-        runtime_id: RuntimeRequirement(s.runtime_pin, s.lease_ms, s.required_hooks)
+        runtime_id: RuntimeRequirement(
+            s.runtime_pin, s.lease_ms, s.required_hooks, s.require_release
+        )
         for runtime_id, s in parsed.runtimes.items()
     }
 
@@ -76,11 +81,15 @@ def provision_runtime(
     runtime_pin: str | None = None,
     required_hooks: tuple[str, ...] = (),
     lease_ms: int = 180_000,
+    require_release: bool = True,
 ) -> Path:
     """Add ``principal`` as runtime ``runtime_id``; return its key file path.
 
     Idempotent: an existing key is reused (never overwritten) and an entry for
     the same key is not added twice. Requires a provisioned registry.
+    ``require_release`` (default, as the Hermes adapter verifies releases): the
+    gate refuses the runtime's attestation unless it names the gate's active
+    release, verified by the runtime itself.
     """
     key = state.key(principal)
     current = msgspec.json.decode(state.registry.read_bytes(), type=RegistryFile)
@@ -96,7 +105,9 @@ def provision_runtime(
     )
     runtimes = dict(settings.runtimes)
     if require_attestation:
-        runtimes[runtime_id] = AttestationSetting(runtime_pin, lease_ms, required_hooks)
+        runtimes[runtime_id] = AttestationSetting(
+            runtime_pin, lease_ms, required_hooks, require_release
+        )
     else:
         runtimes.pop(runtime_id, None)
     _write_atomic(path, msgspec.json.encode(AttestationFile(runtimes=runtimes)))
@@ -140,3 +151,28 @@ async def start_attestation(running: RunningGate, state: StateDir) -> Attestatio
     running.services.append(service)
     running.handlers.extend(handlers)
     return desk
+
+
+# --- OpenClaw (issue 10) ---------------------------------------------------------
+
+OPENCLAW_RUNTIME_ID: Final = "openclaw-demo"
+OPENCLAW_PRINCIPAL: Final = "openclaw-runtime"
+"""The demo's OpenClaw runtime: its key is ``keys/openclaw-runtime.key`` in the state
+directory, the plugin's ``keyFile`` (adapters/openclaw/README.md)."""
+
+
+def provision_openclaw_runtime(
+    state: StateDir,
+    principal: str = OPENCLAW_PRINCIPAL,
+    runtime_id: str = OPENCLAW_RUNTIME_ID,
+) -> Path:
+    """Add the OpenClaw plugin's runtime principal beside Hermes's; return its key path.
+
+    Not opted into start-up attestation: the attestation contract
+    (``subjects.attestation.Profile``) names only the ``block-only`` profile,
+    and the OpenClaw plugin holds calls for approval, so it has no profile it
+    could truthfully attest to; until the contract gains one, the gate admits
+    this runtime's proposals on their signature alone, like the scripted demo
+    runtime's.
+    """
+    return provision_runtime(state, principal, runtime_id, require_attestation=False)

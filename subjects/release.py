@@ -6,7 +6,20 @@ hash of the prior release, issue time, lease expiry and the digests of what it
 describes, signed as a DSSE envelope by a threshold of the keys of a trust
 root. Every consumer (gate, adapters, Swarm) verifies a release before using
 it, so the contract lives here, in ``subjects/``, which imports nothing else of
-ours. The checks themselves are in ``pipeline.core.release_trust``.
+ours.
+
+The checks every consumer runs on a candidate by itself live here too, so an
+adapter (which depends on ``subjects/`` only) runs the very same code as the
+gate: decode and authenticate (:func:`authenticate_release`: a threshold of
+distinct trust-root keys, then the one canonical manifest), the digests
+(:func:`check_release_digests`), and the time checks against one clock
+reading (:func:`check_issued_before`, :func:`check_lease_in_force`). A
+consumer that keeps its floor in memory only (a runtime adapter) adds
+:func:`check_sequence_floor`. The gate's persisted trusted state (rollback
+across restarts, chaining, accumulated revocations, content) stays in
+``pipeline.core.release_trust``, which calls these functions and maps their
+errors to its own named errors. Each error here names the attack it stops and
+carries the same reason code as the gate's error for the same check.
 
 Invariants this module keeps:
 
@@ -26,10 +39,14 @@ Invariants this module keeps:
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, ClassVar, Final, Literal
 
 import msgspec
 
+from subjects import dsse
 from subjects.canonical import IDENTITY_PATTERN, sha256_identity
 from subjects.dsse import Envelope
 from subjects.keys import KeyFileError, PublicKeyRecord, VerifyKey, verify_key_from_record
@@ -51,6 +68,10 @@ MAX_BUNDLE_BYTES: Final = 900 * 1024
 ``max_payload`` of 1 MiB, so any bundle we accept can also be published."""
 MAX_TRUST_ROOT_KEYS: Final = 16
 MAX_REVOCATIONS: Final = 1024
+DEFAULT_MAX_SKEW_MS: Final = 60_000
+"""How far a consumer's clock may be from true time; every time check assumes the
+worst within this bound (fail closed)."""
+RELEASE_KEY_PATTERN: Final = re.compile(r"release\.\d{16}")
 
 # ``\Z``, not ``$``: in Python ``$`` also matches before a trailing newline.
 ReleaseId = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9._-]{0,127}\Z")]
@@ -59,8 +80,85 @@ KeyId = Annotated[str, msgspec.Meta(pattern=r"^ed25519:[0-9a-f]{64}\Z")]
 SequenceNumber = Annotated[int, msgspec.Meta(ge=1, le=2**53 - 1)]
 
 
-class ReleaseFormatError(ValueError):
-    """A bundle or trust root does not decode, or is inconsistent in itself."""
+class ReleaseCheckError(ValueError):
+    """A release failed a check every consumer runs; the subclass names the threat.
+
+    ``reason_code`` is the one the gate reports for the same check
+    (``pipeline.core.release_trust``), so a runtime adapter and the gate name a
+    refusal alike.
+    """
+
+    reason_code: ClassVar[str] = "release_untrusted"
+
+
+class ReleaseFormatError(ReleaseCheckError):
+    """A bundle, envelope, manifest or trust root does not decode, or contradicts itself.
+
+    Stops parser confusion: nothing undecodable or non-canonical is half-used
+    (DSSE ``protocol.md``: "Reject if decoding fails").
+    """
+
+    reason_code = "release_malformed"
+
+
+class ReleaseSignatureError(ReleaseCheckError):
+    """No trust-root key verifies the manifest, or it was signed for another purpose.
+
+    TUF 5.4.2, "Check for an arbitrary software attack".
+    """
+
+    reason_code = "release_bad_signature"
+
+
+class ReleaseThresholdError(ReleaseCheckError):
+    """Fewer distinct trust-root keys verified than the threshold.
+
+    TUF 5.4.2 with thresholds of unique keys: one compromised key, or one key
+    signing twice, cannot stand in for several.
+    """
+
+    reason_code = "release_below_threshold"
+
+
+class ReleaseDigestError(ReleaseCheckError):
+    """An artifact is not the one the manifest names.
+
+    TUF 5.5.2 and 5.6.2: stops a mix-and-match attack that pairs a signed
+    manifest with other artifacts.
+    """
+
+    reason_code = "release_digest_mismatch"
+
+
+class ReleaseIssuedLaterError(ReleaseCheckError):
+    """The release was issued after the latest true time the consumer's clock allows.
+
+    Either the clock is behind or the manifest is dated ahead: the time checks
+    cannot be trusted (fail closed).
+    """
+
+    reason_code = "release_clock_untrusted"
+
+
+class ReleaseLeaseError(ReleaseCheckError):
+    """The lease has run out under the consumer's clock (worst case within the skew).
+
+    TUF 5.4.4, "Check for a freeze attack": a release withheld from updates is
+    usable only until its lease expires.
+    """
+
+    reason_code = "release_expired"
+
+
+class ReleaseSequenceError(ReleaseCheckError):
+    """The release is older than one this consumer already used, or forks it.
+
+    TUF 5.4.3, "Check for a rollback attack", for a consumer that keeps its
+    floor in memory (a runtime adapter): within one process the sequence never
+    goes backwards, and one sequence names one release.
+    """
+
+    reason_code = "release_rollback"
 
 
 class ReleaseDigests(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -192,3 +290,119 @@ def trust_root_keys(root: TrustRoot) -> dict[str, VerifyKey]:
             f"trust root threshold {root.threshold} exceeds its {len(keys)} keys"
         )
     return keys
+
+
+# -- the checks every consumer runs -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AuthenticatedRelease:
+    """A bundle whose manifest a threshold of trust-root keys signed (steps 1-4).
+
+    The digests and the time are not checked yet: see :func:`check_release_digests`,
+    :func:`check_issued_before` and :func:`check_lease_in_force`.
+    """
+
+    bundle: ReleaseBundle
+    manifest: ReleaseManifest
+    verified: dsse.Verified
+    manifest_hash: str
+
+
+def authenticate_release(
+    data: bytes, keys: Mapping[str, VerifyKey], threshold: int
+) -> AuthenticatedRelease:
+    """Decode once (bounded), verify a threshold of distinct ``keys``, decode the
+    verified payload once as a canonical manifest (DSSE ``protocol.md``,
+    "Multi-signature Verification"), and refuse a lease ending before issue.
+
+    ``keys`` are the trusted keys by id (:func:`trust_root_keys`).
+    """
+    bundle = decode_bundle(data)
+    try:
+        manifest, verified = dsse.open_struct(
+            bundle.envelope, keys, ReleaseManifest, PAYLOAD_RELEASE_MANIFEST, threshold
+        )
+    except dsse.BelowThresholdError as exc:
+        # check for a threshold attack: too few distinct trusted keys
+        raise ReleaseThresholdError(str(exc)) from exc
+    except (
+        dsse.UnknownSignerError,
+        dsse.BadSignatureError,
+        dsse.PayloadTypeMismatchError,
+    ) as exc:
+        # check for an arbitrary software attack: not signed by the trust root
+        raise ReleaseSignatureError(f"{type(exc).__name__}: {exc}") from exc
+    except dsse.MalformedEnvelopeError as exc:
+        raise ReleaseFormatError(str(exc)) from exc
+    if manifest.lease_expires_at_ms <= manifest.issued_at_ms:
+        # a signed contradiction: no instant at which this release is in force
+        raise ReleaseFormatError("lease expires before the release is issued")
+    return AuthenticatedRelease(bundle, manifest, verified, manifest_hash(verified.payload))
+
+
+def check_release_digests(bundle: ReleaseBundle, manifest: ReleaseManifest) -> None:
+    """TUF 5.5.2/5.6.2: check for a mix-and-match attack (every artifact, its digest)."""
+    digests = manifest.digests
+    for name, data, expected in (
+        ("enforcement projection", bundle.enforcement, digests.enforcement),
+        ("analysis projection", bundle.analysis, digests.analysis),
+        ("registry", bundle.registry, digests.registry),
+    ):
+        if sha256_identity(data) != expected:
+            raise ReleaseDigestError(f"{name} does not match the manifest digest")
+
+
+def check_issued_before(issued_at_ms: int, latest_ms: int) -> None:
+    """A release issued after ``latest_ms`` (clock reading + skew) means the clock
+    cannot be trusted for the lease check."""
+    if issued_at_ms > latest_ms:
+        raise ReleaseIssuedLaterError(
+            f"release issued at {issued_at_ms}, after the clock's latest possible time {latest_ms}"
+        )
+
+
+def check_lease_in_force(lease_expires_at_ms: int, latest_ms: int) -> None:
+    """TUF 5.4.4, "Check for a freeze attack", against the worst case in the skew:
+    the lease must outlast ``latest_ms``, the latest true time the clock allows."""
+    if latest_ms >= lease_expires_at_ms:
+        raise ReleaseLeaseError(
+            f"lease expired at {lease_expires_at_ms}; trusted time is up to {latest_ms}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceFloor:
+    """The newest release an in-memory consumer has used: its sequence and hash."""
+
+    sequence: int
+    manifest_hash: str
+
+
+def check_sequence_floor(
+    manifest: ReleaseManifest, digest: str, floor: SequenceFloor | None
+) -> SequenceFloor:
+    """TUF 5.4.3, "Check for a rollback attack", for a floor kept in memory.
+
+    Refuses a sequence below the floor, and another release under the floor's
+    own sequence (a fork); the same release again is fine. Returns the floor
+    to keep once the release is used (never lower than ``floor``).
+    """
+    if floor is not None:
+        if manifest.sequence < floor.sequence:
+            raise ReleaseSequenceError(
+                f"sequence {manifest.sequence} is below the {floor.sequence} already used"
+            )
+        if manifest.sequence == floor.sequence and digest != floor.manifest_hash:
+            raise ReleaseSequenceError(
+                f"sequence {manifest.sequence} names another release than the one already used"
+            )
+    return SequenceFloor(manifest.sequence, digest)
+
+
+def release_keys_newest_first(keys: Iterable[str]) -> list[str]:
+    """The bucket's release keys, highest sequence first; other keys are dropped.
+
+    A key is only a hint: whatever is read under it is verified before use.
+    """
+    return sorted((key for key in keys if RELEASE_KEY_PATTERN.fullmatch(key)), reverse=True)

@@ -10,9 +10,15 @@ scripted fake model server; then it reads one JSON command per line on
 stdin, runs ``hermes chat -q`` for it and answers one JSON line on stdout.
 Logs go to stderr. It exits when stdin closes.
 
+The gate's active release is published to the ``SMF_RELEASES`` bucket, where
+the adapter reads and verifies it (``SMF_RELEASE_TRUST_ROOT`` names the
+state's trust root).
+
 Evidence returned per run: Hermes's exit code and output, the tool results
 the model was shown (from the fake server), every verdict and attestation
-ack seen on the bus (a wildcard tap), and which marker files exist.
+ack seen on the bus (a wildcard tap), which marker files exist, and how many
+connector orders the run added to ``SMF_EXECUTE`` (no connector runs here, so
+an order stays in the stream).
 """
 
 from __future__ import annotations
@@ -37,8 +43,10 @@ from ops.demo_script import actor
 from ops.gateway import GateOptions, start_gate
 from ops.logs import configure_logging
 from ops.natsserver import EmbeddedNatsServer
+from ops.releases import latest_in_inbox, publish_to_bucket
 from ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID, provision_runtime
 from ops.state import StateDir, provision_demo
+from subjects import names
 from subjects.attestation import AttestationAck
 from subjects.messages import DataFacts, OutputVerdict, Verdict
 from tests.fake_openai import FakeOpenAI
@@ -122,6 +130,9 @@ class Harness:
         self.gate = await start_gate(
             GateOptions(state=self.state, nats_url=self.server.url, co_located=True)
         )
+        release = latest_in_inbox(self.state.release_inbox)
+        assert release is not None
+        await publish_to_bucket(self.gate.js, release)  # where the adapter verifies it
         self.nc = await nats.connect(self.server.url)
         self.tap = Tap()
         await self.nc.subscribe(">", cb=self.tap.record)
@@ -143,6 +154,12 @@ class Harness:
             "safe_key": str(self.state.key_path(SAFE_PRINCIPAL)),
         }
 
+    async def execute_orders(self) -> int:
+        """Messages in SMF_EXECUTE: every order the gate ever dispatched (no connector
+        consumes them here)."""
+        info = await self.gate.js.stream_info(names.EXECUTE_STREAM)
+        return int(info.state.messages)
+
     async def run(self, command: dict[str, Any]) -> dict[str, Any]:
         self.runs += 1
         root = self.root / f"run-{self.runs:02d}-{command['name']}"
@@ -163,6 +180,7 @@ class Harness:
         self.model.scripts.set(scripts)
         self.model.scripts.take_requests()
         self.tap.take()
+        orders_before = await self.execute_orders()
         env = {
             "PATH": f"{self.venv / 'bin'}:/usr/bin:/bin",
             "HOME": str(root),
@@ -172,6 +190,7 @@ class Harness:
             "SMF_RUNTIME_KEY": str(self.state.key_path(HERMES_PRINCIPAL)),
             "SMF_RUNTIME_ID": HERMES_RUNTIME_ID,
             "SMF_CONTEXT_FILE": str(root / "context.json"),
+            "SMF_RELEASE_TRUST_ROOT": str(self.state.trust_root),
             "SMF_GATE_TIMEOUT": "5",
             "NO_COLOR": "1",
         }
@@ -208,6 +227,7 @@ class Harness:
             "requests": [msgspec.to_builtins(r) for r in self.model.scripts.take_requests()],
             "bus": self.tap.take(),
             "markers": markers,
+            "execute_orders": await self.execute_orders() - orders_before,
         }
 
     async def propose_unattested(self) -> dict[str, Any]:

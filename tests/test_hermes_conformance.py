@@ -17,8 +17,15 @@ per test, that the side effect did not happen (marker files), what the
 model was told, and the gate's verdicts seen on the bus. Also shows the
 known holes (negative findings) as they are: ``ctx.dispatch_tool`` from
 another plugin and ``HERMES_SAFE_MODE=1`` run tools with no gate decision.
+The adapter verifies the governed release itself (from the ``SMF_RELEASES``
+bucket) in every run; the gate refuses its attestation otherwise.
+Also: the adapter's connector-backed tool ``smf_court_filing`` (registered
+through ``PluginContext.register_tool``) returns a HELD text with the approval
+id to the model, and no connector order exists before an approval.
 Does not prove: other Hermes versions, gateway platforms (only the CLI
-path is driven), or that no other path into tools exists (docs/HERMES.md).
+path is driven), or that no other path into tools exists (docs/HERMES.md);
+the approval and the single dispatch after it are proven in-process
+(tests/test_hermes_tools.py), not with Hermes running.
 """
 
 from __future__ import annotations
@@ -346,6 +353,42 @@ def test_final_reply_with_privileged_content_is_withheld(hermes: HermesRuns) -> 
     assert output["verdict"]["outcome"] != "allow"
     assert output["released"] is None
     assert "detected_privilege_marker" in output["verdict"]["reason_codes"]
+
+
+def test_connector_tool_filing_is_held_and_nothing_reaches_the_connector(
+    hermes: HermesRuns,
+) -> None:
+    """Approval that works on Hermes: the adapter's own tool proposes a connector action;
+    the gate holds it for a licensed attorney and the model is told so, not "sent"."""
+    run = hermes.run(
+        "court-filing",
+        {
+            "court-filing": {
+                "calls": [
+                    call(
+                        "smf_court_filing",
+                        court="sdny",
+                        document="motion-to-compel.pdf",
+                        text="Motion to compel discovery, Acme v. Globex.",
+                    )
+                ],
+                "final": "ok",
+            }
+        },
+        toolsets="smf_connectors",
+    )
+    [result] = tool_results(run, "court-filing")
+    [verdict] = verdicts(run)
+    assert verdict["outcome"] == "held"
+    assert "attorney_approval_required_for_transmission" in verdict["reason_codes"]
+    assert '"status": "held"' in result
+    assert verdict["approval_id"] in result
+    assert "HELD for approval by licensed_attorney" in result
+    assert "sent" not in result.lower()
+    assert run["execute_orders"] == 0  # nothing dispatched before an approval
+    accepted = [a for a in verdicts(run, "ack") if a["accepted"]]
+    assert accepted, "the runtime attested the release it verified"
+    assert accepted[0]["release_id"] == verdict["release_id"]
 
 
 def test_gate_unreachable_blocks(hermes: HermesRuns) -> None:

@@ -12,6 +12,9 @@ streaming switched on, a version off the pin or a missing configuration put
 the adapter in refusing mode while ``register()`` still does not raise; the
 gate refuses a runtime that must attest and has not (missing, stale,
 rejected), and keeps serving the scripted runtime that need not attest.
+The gate's release is published to the ``SMF_RELEASES`` bucket by the gate
+fixture, because the adapter verifies it there itself
+(tests/test_hermes_release.py tests that part).
 Does not prove: anything about Hermes itself (tests/test_hermes_conformance.py).
 """
 
@@ -37,6 +40,7 @@ from adapters.hermes.bridge import Bridge, BridgeError
 from ops.demo_script import actor
 from ops.gateway import GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
+from ops.releases import latest_in_inbox, publish_to_bucket, unverified_manifest
 from ops.runtimes import (
     HERMES_PRINCIPAL,
     HERMES_RUNTIME_ID,
@@ -53,6 +57,8 @@ from subjects.registry import load_registry
 from tests.clocks import FrozenClock as Clock
 
 PIN = "0.19.0"
+RELEASE_ID = "rel-attested"
+"""A release id for the pure attestation-desk tests (no release is built there)."""
 LEASE_MS = 60_000
 """Shorter than the gate's proposal freshness (120 s), so a stale attestation is visible."""
 ALL_OFF = (StreamingSetting(surface="cli", enabled=False),)
@@ -62,6 +68,8 @@ class FakeManager:
     def __init__(self) -> None:
         self._hooks: dict[str, list[Callable[..., Any]]] = {}
         self._middleware: dict[str, list[Callable[..., Any]]] = {}
+        self._tools: dict[str, tuple[str, Callable[..., Any]]] = {}
+        """Stands in for Hermes's tool registry: name -> (toolset, handler)."""
 
 
 class FakeCtx:
@@ -78,6 +86,12 @@ class FakeCtx:
 
     def register_middleware(self, kind: str, callback: Callable[..., Any]) -> None:
         self._manager._middleware.setdefault(kind, []).append(callback)
+
+    def register_tool(self, name: str, toolset: str, **kwargs: Any) -> None:
+        """Like Hermes's registry: a name held by another toolset is not replaced."""
+        held = self._manager._tools.get(name)
+        if held is None or held[0] == toolset:
+            self._manager._tools[name] = (toolset, kwargs["handler"])
 
 
 class FakeHost:
@@ -102,6 +116,10 @@ class FakeHost:
 
     def coerce(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         return args
+
+    def tool_handler(self, name: str) -> Callable[..., Any] | None:
+        held = self.manager._tools.get(name)
+        return None if held is None else held[1]
 
 
 # --- fixtures -------------------------------------------------------------------
@@ -135,6 +153,7 @@ async def gate(
             sweep_seconds=3600,
         )
     )
+    await publish_active_release(running, state)
     yield running
     try:
         await asyncio.wait_for(asyncio.shield(running.close()), 15)
@@ -143,6 +162,19 @@ async def gate(
         for task in asyncio.all_tasks():
             task.print_stack(file=sys.stderr)
         raise
+
+
+async def publish_active_release(running: RunningGate, state: StateDir) -> str:
+    """Put the gate's active release into the SMF_RELEASES bucket, where the adapter
+    reads it (the demo gate takes it from its state directory's inbox)."""
+    bundle = latest_in_inbox(state.release_inbox)
+    assert bundle is not None
+    release_id = unverified_manifest(bundle).release_id
+    assert running.releases is not None
+    assert running.releases.active is not None
+    assert running.releases.active.release_id == release_id
+    await publish_to_bucket(running.js, bundle)
+    return release_id
 
 
 @pytest.fixture
@@ -182,6 +214,7 @@ def env_for(state: StateDir, url: str, context: Path, **extra: str) -> dict[str,
         "SMF_RUNTIME_KEY": str(state.key_path(HERMES_PRINCIPAL)),
         "SMF_RUNTIME_ID": HERMES_RUNTIME_ID,
         "SMF_CONTEXT_FILE": str(context),
+        "SMF_RELEASE_TRUST_ROOT": str(state.trust_root),
         "SMF_GATE_TIMEOUT": "2",
         **extra,
     }
@@ -197,13 +230,19 @@ def adapters() -> Iterator[list[plugin.HermesAdapter]]:
 
 
 def make_adapter(
-    made: list[plugin.HermesAdapter], env: Mapping[str, str], host: FakeHost | None = None
+    made: list[plugin.HermesAdapter],
+    env: Mapping[str, str],
+    host: FakeHost | None = None,
+    **options: Any,
 ) -> plugin.HermesAdapter:
     """Build and register an adapter against a fake plugin manager, as register() does."""
     host = host or FakeHost()
-    adapter = plugin.build_adapter(host, env)
+    adapter = plugin.build_adapter(host, env, **options)
     for name, callback in adapter.callbacks().items():
         host.manager._hooks.setdefault(name, []).append(callback)
+    ctx = FakeCtx()
+    ctx._manager = host.manager
+    plugin.register_connector_tools(ctx, adapter)
     adapter.start()
     made.append(adapter)
     return adapter
@@ -521,9 +560,11 @@ async def test_streaming_enabled_refuses_loudly_and_blocks_everything(
         ({"SMF_CONTEXT_FILE": ""}, None, "smf_context_missing"),
         ({"SMF_RUNTIME_KEY": "/nonexistent/key"}, None, "smf_runtime_key_unreadable"),
         ({"SMF_RUNTIME_ID": ""}, None, "smf_runtime_id_missing"),
+        ({"SMF_RELEASE_TRUST_ROOT": ""}, None, "smf_release_trust_root_missing"),
+        ({"SMF_RELEASE_TRUST_ROOT": "/nonexistent"}, None, "smf_release_trust_root_unreadable"),
         ({}, FakeHost(version="0.20.0"), "runtime_version_not_pinned"),
     ],
-    ids=["no-context", "bad-key", "no-runtime-id", "version-off-pin"],
+    ids=["no-context", "bad-key", "no-runtime-id", "no-trust-root", "bad-trust-root", "off-pin"],
 )
 async def test_misconfiguration_refuses(
     state: StateDir,
@@ -551,6 +592,8 @@ def test_register_never_raises_and_registers_every_hook(
     plugin.register(ctx)
     assert sorted(ctx._manager._hooks) == sorted(plugin._ADAPTER.callbacks())  # type: ignore[union-attr]
     assert ctx._manager._middleware["tool_execution"]
+    assert sorted(ctx._manager._tools) == ["smf_court_filing", "smf_dms_delete"]
+    assert {toolset for toolset, _ in ctx._manager._tools.values()} == {"smf_connectors"}
     broken = FakeCtx(fail_on="transform_llm_output")
     plugin.register(broken)  # does not raise
     assert "pre_tool_call" in broken._manager._hooks
@@ -595,6 +638,8 @@ async def test_attestation_is_accepted_then_goes_stale(
     assert ack is not None
     assert ack.accepted
     assert ack.release_id is not None
+    assert hermes.release is not None
+    assert hermes.attestation().verified_release_id == ack.release_id
     assert ack.evidence_store == "reachable"
     clock.now += LEASE_MS + 30_000
     result = await hook(hermes.pre_tool_call, **pre("read_file", {"path": "b"}))
@@ -623,6 +668,7 @@ def test_provision_runtime_is_idempotent_and_opts_in(state: StateDir) -> None:
     need = load_attestation_requirements(state)
     assert set(need) == {HERMES_RUNTIME_ID}
     assert need[HERMES_RUNTIME_ID].runtime_pin == PIN
+    assert need[HERMES_RUNTIME_ID].require_release  # the Hermes adapter verifies releases
     provision_runtime(state, require_attestation=False)
     assert load_attestation_requirements(state) == {}
 
@@ -733,7 +779,11 @@ def _signed(state: StateDir, principal: str, **changes: Any) -> bytes:
     )
     adapter.problems.clear()
     base = msgspec.structs.replace(
-        adapter.attestation(), hooks_present=plugin.REQUIRED_HOOKS, hooks_missing=(), problems=()
+        adapter.attestation(),
+        hooks_present=plugin.REQUIRED_HOOKS,
+        hooks_missing=(),
+        problems=(),
+        verified_release_id=RELEASE_ID,
     )
     attestation = msgspec.structs.replace(base, **changes)
     return encode_envelope(
@@ -762,6 +812,7 @@ async def test_gate_rejects_an_unfit_attestation_and_then_the_runtime(
         required=load_attestation_requirements(state),
         registry=lambda: load_registry(state.registry),
         clock=clock,
+        release_id=lambda: RELEASE_ID,
     )
     good = msgspec.json.decode(
         await desk.handle(_signed(state, HERMES_PRINCIPAL, issued_at_ms=clock.now)),
@@ -795,6 +846,7 @@ async def test_gate_refuses_replayed_stale_and_malformed_attestations(
         required=load_attestation_requirements(state),
         registry=lambda: load_registry(state.registry),
         clock=clock,
+        release_id=lambda: RELEASE_ID,
     )
 
     async def reasons(data: bytes) -> tuple[str, ...]:

@@ -52,6 +52,8 @@ class Host(Protocol):
 
     def coerce(self, tool: str, args: dict[str, Any]) -> dict[str, Any]: ...
 
+    def tool_handler(self, name: str) -> Callable[..., Any] | None: ...
+
 
 def _truthy(value: object) -> bool:
     if isinstance(value, str):
@@ -138,3 +140,10 @@ class HermesHost:
     def coerce(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         coerced = importlib.import_module("model_tools").coerce_tool_args(tool, args)
         return coerced if isinstance(coerced, dict) else args
+
+    def tool_handler(self, name: str) -> Callable[..., Any] | None:
+        """The handler Hermes's tool registry runs for ``name`` (``tools/registry.py``
+        0.19.0: ``registry.get_entry(name).handler``, called by ``registry.dispatch``)."""
+        entry = importlib.import_module("tools.registry").registry.get_entry(name)
+        handler = getattr(entry, "handler", None)
+        return handler if callable(handler) else None

@@ -29,6 +29,8 @@ from nats.aio.client import Client
 
 T = TypeVar("T")
 CONNECT_TIMEOUT_S: Final = 2.0
+CANCEL_ROUNDS: Final = 5
+CANCEL_ROUND_S: Final = 0.1
 
 
 class BridgeError(Exception):
@@ -66,6 +68,10 @@ class Bridge:
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         return self._loop
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
 
     async def connection(self) -> Client:
         """The shared connection (on the bridge loop); one connect at a time."""
@@ -135,10 +141,16 @@ class Bridge:
 
         async def close() -> None:
             current = asyncio.current_task()
-            others = [t for t in asyncio.all_tasks() if t is not current]
-            for task in others:
-                task.cancel()
-            await asyncio.gather(*others, return_exceptions=True)
+            for _ in range(CANCEL_ROUNDS):
+                others = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+                if not others:
+                    break
+                for task in others:
+                    task.cancel()
+                # In Python 3.11 ``asyncio.wait_for`` can swallow a cancel that races
+                # its own completion (nats-py uses it inside requests and watchers),
+                # and the task goes on: a task still running is cancelled again.
+                await asyncio.wait(others, timeout=CANCEL_ROUND_S)
             if self._nc is not None and not self._nc.is_closed:
                 await self._nc.close()
 

@@ -17,6 +17,8 @@ file (``SMF_CONTEXT_FILE``), and fails closed where nobody said:
 - injection taint: the context's starting value, raised (never lowered) to
   ``suspected`` for a whole session family (parent and subagents) once a tool
   whose output is untrusted (``untrusted_tools`` patterns) has run in it.
+- legal hold of a DMS document (the adapter's ``smf_dms_delete`` tool):
+  ``legal_hold_documents`` lists the held document ids; absent, unknown.
 - destination locality: ``internal_targets`` for ``send_message``; anything
   else stays ``unknown``.
 
@@ -88,6 +90,8 @@ class HermesContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     actor: ActorContext
     facts: DataFacts = DataFacts()
     legal_hold_paths: tuple[str, ...] | None = None
+    legal_hold_documents: tuple[str, ...] | None = None
+    """DMS document ids under legal hold (``smf_dms_delete``); absent: unknown."""
     internal_targets: tuple[str, ...] = ()
     reply: ReplyContext = ReplyContext()
     untrusted_tools: tuple[str, ...] = DEFAULT_UNTRUSTED

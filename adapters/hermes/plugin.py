@@ -5,11 +5,19 @@ our distribution; Hermes loads it when ``plugins.enabled`` lists it
 (RUNTIMES.md, "Plugins"). Depends on ``subjects/`` and ``adapters.client``/
 ``adapters.output`` only, plus nats-py and msgspec.
 
-Profile: block-only. Hermes cannot hold a native call for later approval
-(RUNTIMES.md: ``{"action": "approve"}`` is keyed by pattern category and
-bypassed by YOLO mode), so a gate verdict that needs approval becomes a block
-that says approval is not supported on this profile. A block is not an
-exact-action approval and this module never presents it as one.
+Profile: block-only for Hermes's own tools. Hermes cannot hold a native call
+for later approval (RUNTIMES.md: ``{"action": "approve"}`` is keyed by pattern
+category and bypassed by YOLO mode), so a gate verdict that needs approval
+becomes a block that says approval is not supported on this profile. A block
+is not an exact-action approval and this module never presents it as one.
+Approval does work for the adapter's own connector-backed tools
+(``adapters.hermes.tools``): their handler executes nothing locally, it only
+proposes an action the gate hands to a connector after an approval.
+
+Governed release (issue 6): the adapter verifies the newest release of the
+``SMF_RELEASES`` bucket itself (``adapters.hermes.release``), at start-up and
+before every attestation, and attests the verified release id; a release that
+fails verification puts the adapter in refusing mode until one verifies.
 
 Fail-open traps this module is built around (RUNTIMES.md, "FAIL-OPEN"): a
 hook that raises, a callback without ``**kwargs`` and a ``register()`` that
@@ -31,6 +39,7 @@ Configuration (environment of the Hermes process):
 ``SMF_RUNTIME_KEY``     path of this runtime's private key file (required)
 ``SMF_RUNTIME_ID``      the runtime id the registry names for that key (required)
 ``SMF_CONTEXT_FILE``    the per-matter context file (required; ``mapping.HermesContext``)
+``SMF_RELEASE_TRUST_ROOT`` the release trust root file (required; ``release trust-root``)
 ``SMF_GATE_TIMEOUT``    seconds to wait for a verdict (default 5, at most 30)
 ``SMF_ATTEST_INTERVAL`` seconds between attestations (default 60)
 """
@@ -56,7 +65,7 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 
 from adapters.client import ProposalClient
-from adapters.hermes import mapping
+from adapters.hermes import mapping, tools
 from adapters.hermes.attestation import (
     HERMES_PIN,
     STREAMING_OFF_HELP,
@@ -65,6 +74,14 @@ from adapters.hermes.attestation import (
     hook_presence,
 )
 from adapters.hermes.bridge import Bridge, BridgeError
+from adapters.hermes.release import (
+    UNAVAILABLE,
+    ReleaseUnavailableError,
+    ReleaseVerifier,
+    UsableRelease,
+    read_newest,
+    wall_clock_ms,
+)
 from adapters.output import OutputStreamer
 from subjects import names
 from subjects.attestation import AttestationAck, RuntimeAttestation, StreamingSetting
@@ -72,6 +89,14 @@ from subjects.dsse import encode_envelope, sign_struct
 from subjects.envelope import Surface
 from subjects.keys import KeyFileError, SigningKey, load_private_key
 from subjects.messages import OutputVerdict, Verdict
+from subjects.release import (
+    DEFAULT_MAX_SKEW_MS,
+    ReleaseCheckError,
+    ReleaseFormatError,
+    TrustRoot,
+    check_lease_in_force,
+    decode_trust_root,
+)
 
 log = logging.getLogger("smf.hermes")
 
@@ -84,6 +109,13 @@ OUTPUT_CHUNK_BYTES: Final = 16 * 1024
 APPROVAL_TTL_S: Final = 300.0
 MAX_APPROVED: Final = 4096
 INTERNAL_ERROR: Final = "adapter_internal_error"
+RELEASE_NOT_VERIFIED: Final = "release_not_verified"
+GATE_RELEASE_MISMATCH: Final = "runtime_release_mismatch"
+"""The gate's reason when the attested release is not its active one (re-attest)."""
+NO_VERDICT_REASONS: Final = frozenset({"gate_timeout", "gate_transport_error"})
+"""A proposal may have reached the gate without its verdict reaching us."""
+MAX_TRUST_ROOT_BYTES: Final = 64 * 1024
+REFUSED_ACK_RETRY_S: Final = 5.0
 WITHHELD_INTERNAL: Final = (
     "[SMF Assurance: this reply was withheld (adapter_internal_error). "
     "It was not released by the gate.]"
@@ -105,6 +137,8 @@ class AdapterConfig:
     context: mapping.HermesContext
     gate_timeout: float = 5.0
     attest_interval: float = 60.0
+    trust_root: TrustRoot | None = None
+    """The release trust root; ``None`` only when built by hand (then: refusing)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AdapterConfig:
@@ -135,7 +169,27 @@ class AdapterConfig:
             context=context,
             gate_timeout=_seconds(env.get("SMF_GATE_TIMEOUT"), 5.0, 0.2, 30.0),
             attest_interval=_seconds(env.get("SMF_ATTEST_INTERVAL"), 60.0, 1.0, 600.0),
+            trust_root=_trust_root(env.get("SMF_RELEASE_TRUST_ROOT", "")),
         )
+
+
+def _trust_root(path: str) -> TrustRoot:
+    """The operator's release trust root (distributed out of band, docs/RELEASES.md)."""
+    if not path:
+        raise ConfigError(
+            "smf_release_trust_root_missing", "set SMF_RELEASE_TRUST_ROOT to the trust root file"
+        )
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_TRUST_ROOT_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError("smf_release_trust_root_unreadable", exc.strerror or "") from exc
+    if len(data) > MAX_TRUST_ROOT_BYTES:
+        raise ConfigError("smf_release_trust_root_invalid", "file too large")
+    try:
+        return decode_trust_root(data)
+    except ReleaseFormatError as exc:
+        raise ConfigError("smf_release_trust_root_invalid", str(exc)) from exc
 
 
 def _seconds(raw: str | None, default: float, low: float, high: float) -> float:
@@ -166,9 +220,27 @@ class HermesAdapter:
     taint: mapping.SessionTaint = field(default_factory=mapping.SessionTaint)
     last_ack: AttestationAck | None = None
     streaming: tuple[StreamingSetting, ...] = ()
+    clock: Callable[[], int] = wall_clock_ms
+    """Unix ms; the clock the release lease is checked against."""
+    release: UsableRelease | None = None
+    """The release this adapter verified last; ``None`` until one verified."""
+    release_problem: str | None = None
+    """Why the last release check failed (refusing mode while set)."""
+    verifier: ReleaseVerifier | None = None
+    handlers: dict[str, Callable[..., str]] = field(default_factory=dict)
+    """Our connector tools' handlers, by tool name (compared by identity)."""
     _attested: threading.Event = field(default_factory=threading.Event)
     _approved: dict[tuple[str, str], float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.handlers = {tool.name: self._handler_for(tool) for tool in tools.CONNECTOR_TOOLS}
+        root = self.config.trust_root if self.config is not None else None
+        if root is not None and self.verifier is None:
+            try:
+                self.verifier = ReleaseVerifier(root, self.clock)
+            except ReleaseCheckError as exc:
+                self.release_problem = exc.reason_code
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -202,6 +274,81 @@ class HermesAdapter:
         sys.stderr.write(f"[smf-assurance] {message}\n")
         sys.stderr.flush()
 
+    def refusals(self) -> tuple[str, ...]:
+        """Why the adapter refuses to run right now; empty means it runs."""
+        reasons = list(self.problems)
+        release = self._release_refusal()
+        if release is not None:
+            reasons.append(release)
+        return tuple(dict.fromkeys(reasons))
+
+    def _release_refusal(self) -> str | None:
+        """The release problem, or ``release_expired`` once the verified lease ran out
+        under our clock; ``None`` also before the first check (callers check after
+        attesting, which checks the release)."""
+        if self.release_problem is not None:
+            return self.release_problem
+        release = self.release
+        if release is None:
+            return None
+        try:
+            # check for a freeze attack between two reads: the lease, now
+            check_lease_in_force(release.lease_expires_at_ms, self.clock() + DEFAULT_MAX_SKEW_MS)
+        except ReleaseCheckError as exc:
+            return exc.reason_code
+        return None
+
+    def _release_in_force(self) -> str | None:
+        """After attesting: the reason not to propose, or ``None`` with a verified release."""
+        refusal = self._release_refusal()
+        if refusal is None and self.release is None:
+            refusal = RELEASE_NOT_VERIFIED
+        return refusal
+
+    # -- the governed release -----------------------------------------------------
+
+    async def _check_release(self, nc: Client) -> None:
+        """Read the newest release of the bucket and verify it (never raises but cancel).
+
+        On success the verified release replaces the previous one; on any failure
+        the adapter holds no verified release and refuses until a check succeeds.
+        """
+        if self.verifier is None:
+            reason = self.release_problem or "smf_release_trust_root_missing"
+            self._release_failed(reason, "no usable release trust root")
+            return
+        try:
+            usable = self.verifier.verify(await read_newest(nc))
+        except ReleaseCheckError as exc:
+            self._release_failed(exc.reason_code, str(exc))
+        except ReleaseUnavailableError as exc:
+            self._release_failed(UNAVAILABLE, str(exc))
+        except Exception as exc:  # noqa: BLE001 - fail closed on anything (RUNTIMES.md, FAIL-OPEN)
+            self._release_failed(UNAVAILABLE, type(exc).__name__)
+        else:
+            if self.release_problem is not None or self.release != usable:
+                log.warning(
+                    "smf release verified by the adapter: %s #%d",
+                    usable.release_id,
+                    usable.sequence,
+                )
+            self.release = usable
+            self.release_problem = None
+
+    def _release_failed(self, reason: str, detail: str) -> None:
+        self.release = None
+        if self.release_problem == reason:
+            return  # said already; stay refusing without repeating it every tick
+        self.release_problem = reason
+        message = (
+            f"SMF Assurance adapter REFUSES to run ({reason}: the governed release did not "
+            f"verify{': ' + detail[:300] if detail else ''}). Every tool call will be BLOCKED "
+            "and every reply WITHHELD until a release verifies."
+        )
+        log.critical(message)
+        sys.stderr.write(f"[smf-assurance] {message}\n")
+        sys.stderr.flush()
+
     def attestation(self) -> RuntimeAttestation:
         present, missing, hook_problems = hook_presence(self.host.hooks(), self.callbacks())
         for problem in hook_problems:
@@ -224,13 +371,19 @@ class HermesAdapter:
             hooks_present=present,
             hooks_missing=missing,
             streaming=self.streaming,
-            verified_release_id=None,
-            problems=tuple(self.problems),
+            verified_release_id=(
+                self.release.release_id
+                if self.release is not None and self._release_refusal() is None
+                else None
+            ),
+            problems=self.refusals(),
             issued_at_ms=time.time_ns() // 1_000_000,
         )
 
     async def _attest_once(self, nc: Client) -> AttestationAck:
+        """Check the release, then attest (the attestation names what was verified)."""
         assert self.config is not None
+        await self._check_release(nc)
         signed = encode_envelope(
             sign_struct(names.PAYLOAD_ATTESTATION, self.attestation(), [self.config.key])
         )
@@ -241,9 +394,15 @@ class HermesAdapter:
         except TimeoutError as exc:
             raise BridgeError("gate_timeout", "no attestation ack") from exc
         ack = msgspec.json.decode(reply.data, type=AttestationAck)
+        previous = self.last_ack
         self.last_ack = ack
         self._attested.set()
         level = logging.INFO if ack.accepted else logging.ERROR
+        if previous is not None and (previous.accepted, previous.reason_codes) == (
+            ack.accepted,
+            ack.reason_codes,
+        ):
+            level = logging.DEBUG  # nothing new: do not repeat it every tick
         log.log(
             level,
             "smf attestation %s by the gate: reasons=%s release=%s evidence_store=%s",
@@ -257,18 +416,34 @@ class HermesAdapter:
     async def _attest_forever(self) -> None:
         assert self.config is not None
         assert self.bridge is not None
-        while True:
+        while not self.bridge.stopped:
             try:
                 await self._attest_once(await self.bridge.connection())
             except Exception as exc:  # noqa: BLE001 - retried on the next tick; proposals fail closed
                 log.warning("smf attestation not delivered: %s", type(exc).__name__)
-            await asyncio.sleep(self.config.attest_interval if self._attested.is_set() else 1.0)
+            interval = self.config.attest_interval
+            if not self._attested.is_set():
+                interval = 1.0
+            elif self.last_ack is None or not self.last_ack.accepted:
+                interval = min(interval, REFUSED_ACK_RETRY_S)  # e.g. a release switch raced us
+            await asyncio.sleep(interval)
 
     def _ensure_attested(self) -> None:
-        """Before the first proposal, attest once in line (so the gate is not asked first)."""
-        if self._attested.is_set() or self.bridge is None or self.config is None:
+        """Attest in line before the first proposal (so the gate is not asked first), and
+        again while no release verifies or the gate says ours is not its active one."""
+        if self.bridge is None or self.config is None:
+            return
+        ack = self.last_ack
+        mismatch = ack is not None and GATE_RELEASE_MISMATCH in ack.reason_codes
+        # while no release verifies, every call checks the bucket again first
+        if self._attested.is_set() and not mismatch and self.release_problem is None:
             return
         self.bridge.call(self._attest_once, self.config.gate_timeout)
+
+    def _note_verdict(self, verdict: Verdict) -> None:
+        """A gate that moved to another release refuses our attested one: re-attest first."""
+        if verdict.outcome == "deny" and GATE_RELEASE_MISMATCH in verdict.reason_codes:
+            self._attested.clear()
 
     # -- pre_tool_call ------------------------------------------------------------
 
@@ -296,12 +471,11 @@ class HermesAdapter:
 
     def _pre_tool_call(self, label: str, kwargs: Mapping[str, Any]) -> dict[str, str] | None:
         if self.problems or self.config is None or self.bridge is None:
-            reasons = ",".join(self.problems) or "adapter_not_configured"
-            return block(
-                f"SMF Assurance adapter blocked {label}: the adapter refuses to run ({reasons}). "
-                "It did not run."
-            )
+            return _refusing_block(label, tuple(self.problems))
         config = self.config
+        tool = kwargs.get("tool_name")
+        if isinstance(tool, str) and tool in self.handlers:
+            return self._pre_connector_tool(label, tool, kwargs)
         session = str(kwargs.get("session_id") or "")
         call = mapping.propose_call(
             kwargs.get("tool_name"),
@@ -312,6 +486,9 @@ class HermesAdapter:
             coerce=self.host.coerce,
         )
         self._ensure_attested()
+        refusal = self._release_in_force()
+        if refusal is not None:
+            return _refusing_block(label, (refusal,))
 
         async def ask(nc: Client) -> Verdict:
             client = ProposalClient(
@@ -333,7 +510,99 @@ class HermesAdapter:
             return await client.propose(proposal)
 
         verdict = self.bridge.call(ask, config.gate_timeout + 1.0)
+        self._note_verdict(verdict)
         return self._directive(label, verdict, str(kwargs.get("tool_call_id") or ""), call)
+
+    def _pre_connector_tool(
+        self, label: str, tool: str, kwargs: Mapping[str, Any]
+    ) -> dict[str, str] | None:
+        """Our connector tools ask the gate in their handler, which executes nothing
+        locally; so the hook lets them through, but only while the registry runs OUR
+        handler under that name (a plugin that took the name first, or overrode it,
+        would otherwise run ungated)."""
+        if not self._is_ours(tool):
+            return block(
+                f"SMF Assurance adapter blocked {label}: connector_tool_not_ours. It did not run."
+            )
+        arguments = mapping.final_arguments(tool, kwargs.get("args"), self.host.coerce)
+        self._remember(str(kwargs.get("tool_call_id") or ""), _digest(tool, arguments))
+        return None
+
+    def _is_ours(self, tool: str) -> bool:
+        handler = self.handlers.get(tool)
+        return handler is not None and self.host.tool_handler(tool) is handler
+
+    # -- connector-backed tools: the handler proposes, the gate holds or dispatches ------
+
+    def _handler_for(self, tool: tools.ConnectorTool) -> Callable[..., str]:
+        def handler(args: Any = None, **kwargs: Any) -> str:
+            return self.connector_call(tool, args, **kwargs)
+
+        handler.__name__ = handler.__qualname__ = f"{tool.name}_handler"
+        return handler
+
+    def connector_call(self, tool: tools.ConnectorTool, args: Any, **kwargs: Any) -> str:
+        """The tool result for the model (JSON text). Never raises; executes nothing here."""
+        try:
+            return self._connector_call(tool, args, kwargs)
+        except BridgeError as exc:  # before the proposal was sent: nothing reached the gate
+            return tools.blocked(tool, (exc.reason_code,))
+        except mapping.MappingError as exc:
+            return tools.blocked(tool, (exc.reason_code,))
+        except Exception:  # noqa: BLE001 - fail closed on anything (RUNTIMES.md, FAIL-OPEN)
+            try:
+                log.exception("smf connector tool failed")
+            finally:
+                return tools.blocked(tool, (INTERNAL_ERROR,))  # noqa: B012 - whatever logging does
+
+    def _connector_call(
+        self, tool: tools.ConnectorTool, args: Any, kwargs: Mapping[str, Any]
+    ) -> str:
+        if self.problems or self.config is None or self.bridge is None:
+            return tools.blocked(tool, tuple(self.problems) or ("adapter_not_configured",))
+        config = self.config
+        session = str(kwargs.get("session_id") or "")
+        call = tools.connector_call(tool, args, config.context)
+        facts = mapping.session_facts(
+            config.context, self.taint.is_tainted(session), call.legal_hold
+        )
+        surface: Surface = "delegation" if self.taint.is_child(session) else "tool_call"
+        self._ensure_attested()
+        refusal = self._release_in_force()
+        if refusal is not None:
+            return tools.blocked(tool, (refusal,))
+
+        async def ask(nc: Client) -> Verdict:
+            client = ProposalClient(
+                nc,
+                config.key,
+                config.runtime_id,
+                self._runtime_version(),
+                ADAPTER_ID,
+                timeout=config.gate_timeout,
+            )
+            # a new proposal id on every call: a repeated call is a new request
+            proposal = client.build(
+                native_tool=tool.name,
+                arguments=call.arguments,
+                actor=config.context.actor,
+                facts=facts,
+                content=call.content,
+                destination=call.destination,
+                surface=surface,
+            )
+            return await client.propose(proposal)
+
+        try:
+            verdict = self.bridge.call(ask, config.gate_timeout + 1.0)
+        except BridgeError as exc:
+            if exc.reason_code in NO_VERDICT_REASONS:
+                return tools.no_verdict(tool, (exc.reason_code,))  # it may have been sent
+            raise
+        self._note_verdict(verdict)
+        if verdict.outcome == "deny" and NO_VERDICT_REASONS & set(verdict.reason_codes):
+            return tools.no_verdict(tool, verdict.reason_codes)
+        return tools.verdict_text(tool, verdict)
 
     def _directive(
         self, label: str, verdict: Verdict, tool_call_id: str, call: mapping.ProposedCall
@@ -390,6 +659,8 @@ class HermesAdapter:
             allowed = callable(next_call) and self._was_allowed(
                 str(kwargs.get("tool_call_id") or ""), _digest(str(tool), call)
             )
+            if allowed and str(tool) in self.handlers:
+                allowed = self._is_ours(str(tool))  # the registry still runs OUR handler
         except Exception:  # noqa: BLE001 - fail closed on anything (RUNTIMES.md, FAIL-OPEN)
             allowed = False
         if not allowed or not callable(next_call):
@@ -459,6 +730,9 @@ class HermesAdapter:
         raw = text.encode("utf-8")
         chunks = [raw[i : i + OUTPUT_CHUNK_BYTES] for i in range(0, len(raw), OUTPUT_CHUNK_BYTES)]
         self._ensure_attested()
+        refusal = self._release_in_force()
+        if refusal is not None:
+            return _withheld_notice((refusal,))
 
         async def gate_it(nc: Client) -> OutputVerdict:
             streamer = OutputStreamer(
@@ -489,6 +763,14 @@ class HermesAdapter:
         return _withheld_notice(verdict.reason_codes or ("no_reason_given",), verdict.outcome)
 
 
+def _refusing_block(label: str, reasons: tuple[str, ...]) -> dict[str, str]:
+    why = ",".join(reasons) or "adapter_not_configured"
+    return block(
+        f"SMF Assurance adapter blocked {label}: the adapter refuses to run ({why}). "
+        "It did not run."
+    )
+
+
 def _withheld_notice(reasons: tuple[str, ...], outcome: str = "deny") -> str:
     why = ", ".join(reasons)
     if outcome == "held":
@@ -504,7 +786,9 @@ def _withheld_notice(reasons: tuple[str, ...], outcome: str = "deny") -> str:
 _ADAPTER: HermesAdapter | None = None
 
 
-def build_adapter(host: Host, env: Mapping[str, str]) -> HermesAdapter:
+def build_adapter(
+    host: Host, env: Mapping[str, str], *, clock: Callable[[], int] = wall_clock_ms
+) -> HermesAdapter:
     """The adapter for this process, in refusing mode if anything is wrong. Never raises."""
     problems: list[str] = []
     details: list[str] = []
@@ -535,7 +819,7 @@ def build_adapter(host: Host, env: Mapping[str, str]) -> HermesAdapter:
     except Exception as exc:  # noqa: BLE001 - fail closed on anything (RUNTIMES.md, FAIL-OPEN)
         problems.append("streaming_settings_unreadable")
         details.append(repr(exc))
-    adapter = HermesAdapter(config=config, host=host, streaming=streaming)
+    adapter = HermesAdapter(config=config, host=host, streaming=streaming, clock=clock)
     for problem, detail in zip(problems, details, strict=True):
         adapter.refuse(problem, detail)
     return adapter
@@ -553,6 +837,7 @@ def register(ctx: Any) -> None:
         for name, callback in adapter.callbacks().items():
             ctx.register_hook(name, callback)
         ctx.register_middleware("tool_execution", adapter.tool_execution)
+        register_connector_tools(ctx, adapter)
         adapter.start()
     except Exception as exc:  # noqa: BLE001 - fail closed on anything (RUNTIMES.md, FAIL-OPEN)
         # Registration itself failed part-way: nothing else can be done from here.
@@ -562,3 +847,25 @@ def register(ctx: Any) -> None:
             sys.stderr.write(f"[smf-assurance] {message}\n")
         except Exception:  # noqa: BLE001, S110 - last resort: stay silent rather than raise
             pass
+
+
+def register_connector_tools(ctx: Any, adapter: HermesAdapter) -> None:
+    """Register our connector-backed tools in Hermes's tool registry (never raises).
+
+    ``PluginContext.register_tool`` (``hermes_cli/plugins.py`` 0.19.0) puts the
+    handler into ``tools.registry.registry``; a name another toolset already
+    holds is rejected there with an error log and no exception, so whether a
+    name runs OUR handler is checked by identity on every call
+    (``HermesAdapter._is_ours``), not assumed from this registration.
+    """
+    for tool in tools.CONNECTOR_TOOLS:
+        try:
+            ctx.register_tool(
+                name=tool.name,
+                toolset=tools.TOOLSET,
+                schema=tool.schema(),
+                handler=adapter.handlers[tool.name],
+                description=tool.description,
+            )
+        except Exception as exc:  # noqa: BLE001 - the tool is then unavailable or not ours
+            log.warning("smf connector tool %s not registered: %r", tool.name, exc)

@@ -34,6 +34,11 @@ Invariants:
   10  authenticated content matches the manifest   :class:`ReleaseContentError`
   ==  ===========================================  ============================
 
+- Steps 1-5 and the two time comparisons of step 8 are the checks every
+  consumer runs on a candidate by itself; they are defined once, in
+  ``subjects.release`` (so the runtime adapters, which depend on
+  ``subjects/`` only, run the same code), and their errors are mapped here to
+  the named errors above, with the same reason codes.
 - Nothing here changes the trusted state. A caller persists
   :meth:`VerifiedRelease.accepted_state` first and only then switches to the
   release, so a crash between the two can never leave a gate running a release
@@ -62,22 +67,31 @@ from pipeline.core.projection import (
     projection_bytes,
 )
 from subjects import dsse
-from subjects.canonical import CanonicalJSONError, canonical_bytes, sha256_identity
+from subjects import release as shared
+from subjects.canonical import CanonicalJSONError, canonical_bytes
 from subjects.registry import KeyRegistry, RegistryError, RegistryFile
 from subjects.release import (
-    PAYLOAD_RELEASE_MANIFEST,
+    AuthenticatedRelease,
     ReleaseBundle,
+    ReleaseCheckError,
+    ReleaseDigestError,
     ReleaseFormatError,
+    ReleaseIssuedLaterError,
+    ReleaseLeaseError,
     ReleaseManifest,
+    ReleaseSignatureError,
+    ReleaseThresholdError,
     TrustRoot,
-    decode_bundle,
-    manifest_hash,
+    authenticate_release,
+    check_issued_before,
+    check_lease_in_force,
+    check_release_digests,
     trust_root_keys,
 )
 
-DEFAULT_MAX_SKEW_MS: Final = 60_000
+DEFAULT_MAX_SKEW_MS: Final = shared.DEFAULT_MAX_SKEW_MS
 """How far the local clock may be from true time; every time check assumes the
-worst within this bound (fail closed)."""
+worst within this bound (fail closed). One value for the gate and the adapters."""
 
 
 class ReleaseTrustError(Exception):
@@ -271,6 +285,23 @@ class VerifiedRelease:
         )
 
 
+_MAPPED: dict[type[ReleaseCheckError], type[ReleaseTrustError]] = {
+    ReleaseFormatError: MalformedReleaseError,
+    ReleaseSignatureError: BadReleaseSignatureError,
+    ReleaseThresholdError: ReleaseBelowThresholdError,
+    ReleaseDigestError: ReleaseDigestMismatchError,
+    ReleaseIssuedLaterError: UntrustedClockError,
+    ReleaseLeaseError: ExpiredReleaseError,
+}
+"""The checks of ``subjects.release`` (shared with the adapters) -> this module's errors."""
+
+
+def _mapped(exc: ReleaseCheckError) -> ReleaseTrustError:
+    """The named error of this module for a failed shared check (same reason code)."""
+    kind = next((v for k, v in _MAPPED.items() if isinstance(exc, k)), ReleaseTrustError)
+    return kind(str(exc))
+
+
 def check_clock(issued_at_ms: int, high_water_ms: int, time: TrustedTime) -> None:
     """Refuse a clock that contradicts what is trusted (:class:`UntrustedClockError`)."""
     if time.latest_ms < high_water_ms:
@@ -278,20 +309,20 @@ def check_clock(issued_at_ms: int, high_water_ms: int, time: TrustedTime) -> Non
             f"clock reads {time.now_ms}, before the already observed {high_water_ms} "
             f"by more than the {time.max_skew_ms} ms skew bound"
         )
-    if issued_at_ms > time.latest_ms:
-        raise UntrustedClockError(
-            f"release issued at {issued_at_ms}, after the clock's latest possible "
-            f"time {time.latest_ms}"
-        )
+    try:
+        check_issued_before(issued_at_ms, time.latest_ms)
+    except ReleaseCheckError as exc:
+        raise _mapped(exc) from exc
 
 
 def check_lease(lease_expires_at_ms: int, time: TrustedTime) -> None:
     """TUF 5.4.4, "Check for a freeze attack", against the worst case in the skew:
-    the lease must outlast the latest true time this clock reading allows."""
-    if time.latest_ms >= lease_expires_at_ms:
-        raise ExpiredReleaseError(
-            f"lease expired at {lease_expires_at_ms}; trusted time is up to {time.latest_ms}"
-        )
+    the lease must outlast the latest true time this clock reading allows
+    (``subjects.release.check_lease_in_force``)."""
+    try:
+        check_lease_in_force(lease_expires_at_ms, time.latest_ms)
+    except ReleaseCheckError as exc:
+        raise _mapped(exc) from exc
 
 
 def check_in_force(last: LastAccepted, time: TrustedTime, high_water_ms: int = 0) -> None:
@@ -316,8 +347,9 @@ class ReleaseTrust:
 
     def verify_update(self, data: bytes, time: TrustedTime) -> VerifiedRelease:
         """Verify a candidate release that would replace the last accepted one."""
-        bundle, manifest, verified = self._authenticate(data)
-        digest = manifest_hash(verified.payload)
+        authenticated = self._authenticate(data)
+        bundle, manifest = authenticated.bundle, authenticated.manifest
+        verified, digest = authenticated.verified, authenticated.manifest_hash
         self._check_digests(bundle, manifest)
         last = self.last
         if last is not None:
@@ -344,8 +376,9 @@ class ReleaseTrust:
         last = self.last
         if last is None:
             raise NoVerifiedReleaseError("no release has been accepted yet")
-        bundle, manifest, verified = self._authenticate(data)
-        digest = manifest_hash(verified.payload)
+        authenticated = self._authenticate(data)
+        bundle, manifest = authenticated.bundle, authenticated.manifest
+        verified, digest = authenticated.verified, authenticated.manifest_hash
         self._check_digests(bundle, manifest)
         if digest != last.manifest_hash or manifest.sequence != last.sequence:
             # The stored copy and the persisted state disagree: mix-and-match of state.
@@ -368,48 +401,23 @@ class ReleaseTrust:
 
     # -- the checks, in order -------------------------------------------------
 
-    def _authenticate(self, data: bytes) -> tuple[ReleaseBundle, ReleaseManifest, dsse.Verified]:
-        """Steps 1-4: decode once, verify a threshold of distinct keys, decode the
-        verified payload once (``protocol.md``, "Multi-signature Verification")."""
+    def _authenticate(self, data: bytes) -> AuthenticatedRelease:
+        """Steps 1-4 (``subjects.release.authenticate_release``): decode once, verify a
+        threshold of distinct keys, decode the verified payload once (``protocol.md``,
+        "Multi-signature Verification"); errors mapped to this module's."""
         try:
-            bundle = decode_bundle(data)
-        except ReleaseFormatError as exc:
-            raise MalformedReleaseError(str(exc)) from exc
-        try:
-            manifest, verified = dsse.open_struct(
-                bundle.envelope,
-                self._keys,
-                ReleaseManifest,
-                PAYLOAD_RELEASE_MANIFEST,
-                self._threshold,
-            )
-        except dsse.BelowThresholdError as exc:
-            # check for a threshold attack: too few distinct trusted keys
-            raise ReleaseBelowThresholdError(str(exc)) from exc
-        except (
-            dsse.UnknownSignerError,
-            dsse.BadSignatureError,
-            dsse.PayloadTypeMismatchError,
-        ) as exc:
-            # check for an arbitrary software attack: not signed by the trust root
-            raise BadReleaseSignatureError(f"{type(exc).__name__}: {exc}") from exc
-        except dsse.MalformedEnvelopeError as exc:
-            raise MalformedReleaseError(str(exc)) from exc
-        if manifest.lease_expires_at_ms <= manifest.issued_at_ms:
-            raise MalformedReleaseError("lease expires before the release is issued")
-        return bundle, manifest, verified
+            return authenticate_release(data, self._keys, self._threshold)
+        except ReleaseCheckError as exc:
+            raise _mapped(exc) from exc
 
     @staticmethod
     def _check_digests(bundle: ReleaseBundle, manifest: ReleaseManifest) -> None:
-        """Step 5, TUF 5.5.2/5.6.2: check for a mix-and-match attack."""
-        digests = manifest.digests
-        for name, data, expected in (
-            ("enforcement projection", bundle.enforcement, digests.enforcement),
-            ("analysis projection", bundle.analysis, digests.analysis),
-            ("registry", bundle.registry, digests.registry),
-        ):
-            if sha256_identity(data) != expected:
-                raise ReleaseDigestMismatchError(f"{name} does not match the manifest digest")
+        """Step 5, TUF 5.5.2/5.6.2: check for a mix-and-match attack
+        (``subjects.release.check_release_digests``)."""
+        try:
+            check_release_digests(bundle, manifest)
+        except ReleaseCheckError as exc:
+            raise _mapped(exc) from exc
 
     @staticmethod
     def _check_rollback(manifest: ReleaseManifest, digest: str, last: LastAccepted) -> None:

@@ -19,6 +19,13 @@ Invariants this stage keeps, each checked where it is named:
 - The latest verified attestation wins, including a refusal: a runtime that
   reports a problem (streaming switched on, a hook missing, a version off
   its pin) is refused from then on, until it attests again without it.
+- Release (issue 6, "Verification, in every consumer, before use"): when the
+  runtime's requirement says ``require_release``, an attestation that names
+  no release the runtime verified itself is refused
+  (``runtime_release_not_verified``), and so is one naming another release
+  than the gate's active one (``runtime_release_mismatch``). A proposal is
+  refused with ``runtime_release_mismatch`` too when the gate has moved to
+  another release since the runtime attested: the runtime re-attests.
 
 Attestations live in memory: a gate restart forgets them, so every runtime
 that must attest is refused until it re-attests (adapters re-attest on a
@@ -48,6 +55,8 @@ MISSING: Final = "runtime_attestation_missing"
 STALE: Final = "runtime_attestation_stale"
 REJECTED: Final = "runtime_attestation_rejected"
 VERSION_NOT_ATTESTED: Final = "runtime_version_not_attested"
+RELEASE_NOT_VERIFIED: Final = "runtime_release_not_verified"
+RELEASE_MISMATCH: Final = "runtime_release_mismatch"
 MAX_ATTESTATION_BYTES: Final = 64 * 1024
 
 
@@ -60,6 +69,8 @@ class RuntimeRequirement:
     lease_ms: int = 180_000
     """An accepted attestation counts for this long after it was issued."""
     required_hooks: tuple[str, ...] = ()
+    require_release: bool = False
+    """When set, the runtime must have verified the gate's active release itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +79,12 @@ class _Held:
     accepted: bool
     runtime_version: str
     reasons: tuple[str, ...]
+    release_id: str | None = None
 
 
-def _judge(att: RuntimeAttestation, need: RuntimeRequirement) -> tuple[str, ...]:
+def _judge(
+    att: RuntimeAttestation, need: RuntimeRequirement, active_release: str | None
+) -> tuple[str, ...]:
     """Reason codes for refusing a verified attestation; empty means accepted."""
     reasons: list[str] = list(att.problems)
     if att.hooks_missing:
@@ -83,6 +97,13 @@ def _judge(att: RuntimeAttestation, need: RuntimeRequirement) -> tuple[str, ...]
         reasons.append("runtime_version_not_pinned")
     if need.runtime_pin is not None and att.runtime_version != need.runtime_pin:
         reasons.append("runtime_version_not_pinned")
+    if need.require_release:
+        if att.verified_release_id is None:
+            # the runtime did not verify a release before use (issue 6)
+            reasons.append(RELEASE_NOT_VERIFIED)
+        elif active_release is None or att.verified_release_id != active_release:
+            # it verified another release than the one this gate decides with
+            reasons.append(RELEASE_MISMATCH)
     return tuple(dict.fromkeys(reasons))
 
 
@@ -144,10 +165,15 @@ class AttestationDesk:
 
     async def record(self, att: RuntimeAttestation) -> AttestationAck:
         need = self.required.get(att.runtime_id, RuntimeRequirement())
-        reasons = _judge(att, need)
+        active_release = self.release_id()
+        reasons = _judge(att, need, active_release)
         accepted = not reasons
         self._held[att.runtime_id] = _Held(
-            att.issued_at_ms, accepted, att.runtime_version, reasons or ("accepted",)
+            att.issued_at_ms,
+            accepted,
+            att.runtime_version,
+            reasons or ("accepted",),
+            att.verified_release_id,
         )
         evidence: bool | None = None
         if self.evidence_probe is not None:
@@ -162,6 +188,8 @@ class AttestationDesk:
             accepted=accepted,
             reasons=list(reasons),
             runtime_version=att.runtime_version,
+            verified_release_id=att.verified_release_id,
+            active_release_id=active_release,
         )
         return AttestationAck(
             schema="smf.attestation-ack/1",
@@ -169,7 +197,7 @@ class AttestationDesk:
             accepted=accepted,
             reason_codes=reasons,
             expires_at_ms=att.issued_at_ms + need.lease_ms if accepted else None,
-            release_id=self.release_id(),
+            release_id=active_release,
             evidence_store=None if evidence is None else "reachable" if evidence else "unavailable",
         )
 
@@ -189,6 +217,9 @@ class AttestationDesk:
             return STALE
         if proposal.runtime_version != held.runtime_version:
             return VERSION_NOT_ATTESTED
+        if need.require_release and held.release_id != self.release_id():
+            # the gate switched releases since the runtime attested: it must re-attest
+            return RELEASE_MISMATCH
         return None
 
 
