@@ -2,31 +2,49 @@
 "Exact-action approval").
 
 Every test in the contract section runs against each backend in
-``BACKENDS``: the SQLite store today; the JetStream KV store (issue 11) joins
-by adding one entry there (a ``Backend`` that opens a new store instance on
-the same storage and can say whether some bytes are still anywhere in that
-storage). The SQLite section at the end checks what only SQLite has: the
-table's CHECK constraints, secure deletion, one UPDATE per claim.
+``BACKENDS``: the SQLite store and the JetStream KV store (issue 11), each a
+``Backend`` that opens a new store instance on the same storage and can say
+whether some bytes are still anywhere in that storage. The sections at the
+end check what only one backend has: for SQLite the table's CHECK
+constraints, secure deletion, one UPDATE per claim; for KV the
+compare-and-set by revision under conflict, outages of a real server,
+tampered values, the order index, and where content bytes go on disk.
 
-Real SQLite files in ``tmp_path``; the clock is an argument (``now_ms``), so
-expiry is tested by passing a later time, never by sleeping.
+Real SQLite files in ``tmp_path``, a real nats-server per test; the clock is
+an argument (``now_ms``), so expiry is tested by passing a later time, never
+by sleeping.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import re
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 import msgspec
+import nats
 import pytest
 import structlog
+from nats.aio.client import Client
+from nats.js.api import StorageType
+from nats.js.errors import (
+    APIError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NotFoundError,
+)
+from nats.js.kv import KeyValue
 
+from ops.cluster import LocalNatsCluster
+from ops.natsserver import EmbeddedNatsServer
+from pipeline.stores import approvals_kv
 from pipeline.stores.approvals import (
     ALL_STATES,
     TRANSITIONS,
@@ -46,6 +64,7 @@ from pipeline.stores.approvals import (
     TtlExceeded,
     check_transition,
 )
+from pipeline.stores.approvals_kv import KvApprovalStore
 from pipeline.stores.approvals_sqlite import BINDING_FIELDS, SqliteApprovalStore
 from subjects.approvals import (
     MAX_TTL_MS,
@@ -55,6 +74,7 @@ from subjects.approvals import (
     binding_digest,
 )
 from tests.builders import AT_MS, DEFAULT_TENANT, fake_identity
+from tests.bus_helpers import wait_for
 
 T0: Final = AT_MS
 TTL: Final = 300_000
@@ -120,12 +140,16 @@ class Backend(Protocol):
         """A new store instance (its own connection) on this backend's storage."""
         ...
 
-    def holds_bytes(self, needle: bytes) -> bool:
+    async def holds_bytes(self, needle: bytes) -> bool:
         """True when ``needle`` is still anywhere in the backend's durable storage.
 
         For a backend that keeps history (JetStream KV keeps revisions per key),
         "anywhere" includes the history: a purged value must be gone, not merely
         superseded by a newer revision."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what ``open`` and ``holds_bytes`` acquired (connections)."""
         ...
 
 
@@ -136,7 +160,7 @@ class SqliteBackend:
     async def open(self) -> ApprovalStore:
         return await SqliteApprovalStore.open(self.path)
 
-    def holds_bytes(self, needle: bytes) -> bool:
+    async def holds_bytes(self, needle: bytes) -> bool:
         """Asks through a connection, then checkpoints the WAL into the main file
         (and truncates it) and reads the raw files: the bytes must be gone from the
         table, from the database pages and from the journal."""
@@ -149,15 +173,77 @@ class SqliteBackend:
         files = [self.path, self.path.with_name(self.path.name + "-wal")]
         return hits > 0 or any(f.exists() and needle in f.read_bytes() for f in files)
 
+    async def aclose(self) -> None:
+        return None
 
-BACKENDS: Final[dict[str, Callable[[Path], Backend]]] = {
-    "sqlite": lambda tmp: SqliteBackend(tmp / "approvals.db"),
+
+@dataclass
+class KvBackend:
+    """A real nats-server with JetStream (the ``nats_server`` fixture); every
+    ``open`` is a new client connection, so two instances race as two gate
+    processes on two machines would."""
+
+    server: EmbeddedNatsServer
+    connections: list[Client] = field(default_factory=list)
+    request_timeout: float = 2.0
+
+    async def connect(self) -> Client:
+        client = await nats.connect(
+            self.server.url, connect_timeout=2, max_reconnect_attempts=-1, reconnect_time_wait=0.2
+        )
+        self.connections.append(client)
+        return client
+
+    async def open(self) -> KvApprovalStore:
+        client = await self.connect()
+        return await KvApprovalStore.open(client.jetstream(timeout=self.request_timeout))
+
+    async def holds_bytes(self, needle: bytes) -> bool:
+        """Reads every message of every stream on the server through the API (the
+        KV bucket's live revisions and the content stream), then every file under
+        the server's store directory: message blocks hold messages the API no
+        longer shows (superseded revisions, deletes without erase). A block
+        whose messages are all gone is deleted as a file, which would hide a
+        delete without erase; the KV-only purge test keeps the block in use."""
+        js = (await self.connect()).jetstream(timeout=self.request_timeout)
+        for info in await js.streams_info():
+            name = info.config.name
+            assert name is not None
+            seq = 1
+            while True:
+                try:
+                    msg = await js.get_msg(name, seq=seq, subject=">", next=True)
+                except NotFoundError:
+                    break
+                if needle in (msg.data or b"") or needle in repr(msg.headers).encode():
+                    return True
+                assert msg.seq is not None
+                seq = msg.seq + 1
+        return on_disk(self.server.store_dir, needle)
+
+    async def aclose(self) -> None:
+        for client in self.connections:
+            await client.close()
+
+
+def on_disk(root: Path, needle: bytes) -> bool:
+    """Whether any file under ``root`` contains ``needle`` (raw bytes, no parsing)."""
+    return any(p.is_file() and needle in p.read_bytes() for p in root.rglob("*"))
+
+
+BACKENDS: Final[dict[str, Callable[[pytest.FixtureRequest], Backend]]] = {
+    "sqlite": lambda request: SqliteBackend(request.getfixturevalue("tmp_path") / "approvals.db"),
+    "kv": lambda request: KvBackend(request.getfixturevalue("nats_server")),
 }
+"""A backend is built from the test's fixtures: ``tmp_path`` for SQLite, a
+started ``nats_server`` (tests/conftest.py) for JetStream KV."""
 
 
 @pytest.fixture(params=sorted(BACKENDS))
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return BACKENDS[request.param](tmp_path)
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    built = BACKENDS[request.param](request)
+    yield built
+    await built.aclose()
 
 
 @pytest.fixture
@@ -620,14 +706,14 @@ async def test_content_is_purged_at_every_terminal_state(
     content = (marker + b"\x00" * 512) * size
     binding = make_binding(path)
     await store.create(binding, content, T0)
-    assert backend.holds_bytes(marker), "the content must be stored while open"
+    assert await backend.holds_bytes(marker), "the content must be stored while open"
 
     await reach(store, binding)
 
     record = await store.get(binding.approval_id)
     assert record is not None
     assert (record.state, record.held_payload) == (state, None)
-    assert not backend.holds_bytes(marker)
+    assert not await backend.holds_bytes(marker)
 
 
 # --- expiry and recovery ----------------------------------------------------
@@ -968,3 +1054,746 @@ async def test_sqlite_lock_held_past_the_timeout_is_unavailable(tmp_path: Path) 
 async def test_sqlite_unopenable_path_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(ApprovalStoreUnavailable):
         await SqliteApprovalStore.open(tmp_path / "missing-dir" / "approvals.db")
+
+
+# --- JetStream KV only: CAS by revision, outages, tampering, bytes on disk ----
+
+
+@pytest.fixture
+async def kv_backend(nats_server: EmbeddedNatsServer) -> AsyncIterator[KvBackend]:
+    built = KvBackend(nats_server)
+    yield built
+    await built.aclose()
+
+
+@pytest.fixture
+async def kv_store(kv_backend: KvBackend) -> AsyncIterator[KvApprovalStore]:
+    opened = await kv_backend.open()
+    yield opened
+    await opened.close()
+
+
+async def raw_bucket(kv_backend: KvBackend) -> KeyValue:
+    """The approval bucket through a connection of its own, around the store."""
+    client = await kv_backend.connect()
+    return await client.jetstream(timeout=2).key_value(approvals_kv.BUCKET)
+
+
+def record_key(approval_id: str) -> str:
+    return approvals_kv.APPROVAL_KEY + approval_id.removeprefix("sha256:")
+
+
+@pytest.mark.parametrize("text", ["", ".", "a.b", "order-1", "x" * 300, "é/ü:*>", "\ud800"])
+def test_kv_token_is_a_valid_key_and_injective(text: str) -> None:
+    """KV keys allow only [-/_=.a-zA-Z0-9]; ids are encoded, never passed raw, and two
+    different ids can never share a key."""
+    key = approvals_kv.ORDER_KEY + approvals_kv.token(text)
+    assert re.fullmatch(r"[-/_=.a-zA-Z0-9]+", key)
+    assert not key.endswith(".")
+    assert approvals_kv.token(text) != approvals_kv.token(text + "x")
+
+
+async def test_kv_non_identity_ids_are_never_held(kv_store: KvApprovalStore) -> None:
+    """Only ``sha256:<hex>`` ids can be held (admit_binding), so any other string is
+    not found without touching a key built from it."""
+    assert await kv_store.get("apr-x") is None
+    assert await kv_store.get("sha256:" + "A" * 64) is None
+    with pytest.raises(ApprovalNotFound):
+        await kv_store.approve("../approval.x", "d", ATTORNEY, T0)
+    assert await kv_store.invalidate("apr-x", T0) == []
+
+
+async def test_kv_superseded_revision_stays_on_disk(
+    kv_backend: KvBackend, nats_server: EmbeddedNatsServer
+) -> None:
+    """Characterisation of nats-server, and the reason the content is not kept in
+    the bucket: with history=1 an update, a delete and a purge all leave the old
+    value's bytes in the stream's block file (they are dropped by a limit, not
+    erased), and a KV stream refuses the erasing message delete."""
+    client = await kv_backend.connect()
+    js = client.jetstream(timeout=2)
+    kv = await js.create_key_value(bucket="probe", history=1, storage=StorageType.FILE)
+    await kv.put("bystander", b"keeps the block in use")
+    markers = {op: f"OLD-{op}-{os.urandom(8).hex()}".encode() for op in ("update", "del", "purge")}
+    revisions = {op: await kv.put(op, marker) for op, marker in markers.items()}
+    await wait_for(lambda: all(on_disk(nats_server.store_dir, m) for m in markers.values()))
+
+    await kv.update("update", b"new value", last=revisions["update"])
+    await kv.delete("del")
+    await kv.purge("purge")
+
+    assert (await kv.get("update")).value == b"new value"
+    for marker in markers.values():
+        assert on_disk(nats_server.store_dir, marker), "the server erased a superseded value"
+    with pytest.raises(APIError):
+        await js.delete_msg("KV_probe", revisions["update"])
+
+
+NON_RECOVERY_PATHS: Final = sorted(p for p in TERMINAL_PATHS if "invalidated" not in p)
+"""Terminal paths that leave another open approval open (recovery closes all)."""
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in NON_RECOVERY_PATHS if p != "execution-unknown-recovered"]
+)
+async def test_kv_erased_content_is_in_no_file_of_a_block_still_in_use(
+    kv_backend: KvBackend, kv_store: KvApprovalStore, nats_server: EmbeddedNatsServer, path: str
+) -> None:
+    """The file-level half of the purge contract, made meaningful: the content is
+    seen on disk first, and another approval's content keeps the same block file
+    alive (nats-server deletes a block file once every message in it is gone,
+    which would hide a delete that did not erase)."""
+    state, reach = TERMINAL_PATHS[path]
+    other = b"BYSTANDER-" + os.urandom(8).hex().encode()
+    bystander = make_binding("bystander", ttl_ms=MAX_TTL_MS)
+    await kv_store.create(bystander, other, T0)
+    marker = b"PRIVILEGED-" + os.urandom(16).hex().encode()
+    binding = make_binding(path)
+    await kv_store.create(binding, marker, T0)
+    await wait_for(lambda: on_disk(nats_server.store_dir, marker))
+
+    await reach(kv_store, binding)
+
+    assert await state_of(kv_store, binding.approval_id) == state
+    assert not on_disk(nats_server.store_dir, marker)
+    assert on_disk(nats_server.store_dir, other), "the block must still be in use"
+    assert not await kv_backend.holds_bytes(marker)
+    record = await kv_store.get(bystander.approval_id)
+    assert record is not None
+    assert record.held_payload == other
+
+
+async def test_kv_a_delete_without_erase_would_be_caught(
+    kv_backend: KvBackend, kv_store: KvApprovalStore, nats_server: EmbeddedNatsServer
+) -> None:
+    """Control for the test above: removing the content message with ``no_erase``
+    (what a limit, a KV update or a purge does) leaves its bytes in the block file,
+    and the file scan sees them. So the scan can tell an erase from a delete."""
+    await kv_store.create(make_binding("bystander"), b"BYSTANDER", T0)
+    marker = b"PRIVILEGED-" + os.urandom(16).hex().encode()
+    created = await kv_store.create(make_binding("control"), marker, T0)
+    await wait_for(lambda: on_disk(nats_server.store_dir, marker))
+    client = await kv_backend.connect()
+    seq = (await client.jetstream().get_msg(approvals_kv.CONTENT_STREAM, subject=">")).seq
+    request = json.dumps({"seq": seq, "no_erase": True}).encode()
+    reply = await client.request(
+        f"$JS.API.STREAM.MSG.DELETE.{approvals_kv.CONTENT_STREAM}", request, timeout=2
+    )
+    assert json.loads(reply.data)["success"] is True
+    assert created.held_payload == marker
+    assert on_disk(nats_server.store_dir, marker)
+
+
+async def test_kv_duplicate_create_erases_the_content_it_wrote(
+    kv_backend: KvBackend, kv_store: KvApprovalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two creators of one approval: the record's ``kv.create`` admits one; the
+    other erases the content it had already written and gets ApprovalExists."""
+    binding = make_binding()
+    rival = await kv_backend.open()
+    loser_content = b"LOSER-" + os.urandom(8).hex().encode()
+    real_publish = kv_store._js.publish
+
+    async def publish_then_lose(*args: Any, **kwargs: Any) -> Any:
+        ack = await real_publish(*args, **kwargs)
+        await rival.create(binding, PAYLOAD, T0)  # lands between our two writes
+        return ack
+
+    monkeypatch.setattr(kv_store._js, "publish", publish_then_lose)
+    with pytest.raises(ApprovalExists):
+        await kv_store.create(binding, loser_content, T0)
+    assert not await kv_backend.holds_bytes(loser_content)
+    record = await kv_store.get(binding.approval_id)
+    assert record is not None
+    assert record.held_payload == PAYLOAD
+
+
+async def test_kv_erase_that_fails_is_swept_later(
+    kv_backend: KvBackend, kv_store: KvApprovalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The erase follows the terminal write; if it fails the move stands (the record
+    no longer offers the content) and the next expire_due sweep erases the bytes."""
+    marker = b"PRIVILEGED-" + os.urandom(16).hex().encode()
+    binding = make_binding()
+    await kv_store.create(binding, marker, T0)
+
+    async def failing_delete(*_: Any, **__: Any) -> bool:
+        raise nats.errors.TimeoutError
+
+    monkeypatch.setattr(kv_store._js, "delete_msg", failing_delete)
+    with structlog.testing.capture_logs() as logs:
+        denied = await kv_store.deny(binding.approval_id, binding_digest(binding), ATTORNEY, T0 + 1)
+    assert (denied.state, denied.held_payload) == ("denied", None)
+    assert "approval_content_erase_deferred" in [e["event"] for e in logs]
+    assert await kv_backend.holds_bytes(marker)
+    monkeypatch.undo()
+
+    assert await kv_store.expire_due(T0 + 2) == []
+    assert not await kv_backend.holds_bytes(marker)
+
+
+async def test_kv_content_left_by_a_failed_create_is_swept_after_the_grace(
+    kv_backend: KvBackend, kv_store: KvApprovalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A create whose record write fails after its content was written (a timeout:
+    the outcome is unknown) leaves the content; the sweep keeps it while a create
+    could still be in flight, then erases it. Open approvals keep theirs."""
+    keeper = await held(kv_store, "keeper", ttl_ms=MAX_TTL_MS)
+    marker = b"PRIVILEGED-" + os.urandom(16).hex().encode()
+    binding = make_binding("lost")
+
+    async def timed_out(*_: Any, **__: Any) -> int:
+        raise nats.errors.TimeoutError
+
+    monkeypatch.setattr(kv_store._kv, "update", timed_out)
+    with pytest.raises(ApprovalStoreUnavailable):
+        await kv_store.create(binding, marker, T0)
+    monkeypatch.undo()
+    assert await kv_store.get(binding.approval_id) is None
+
+    assert await kv_store.expire_due(T0 + approvals_kv.ORPHAN_GRACE_MS - 1) == []
+    assert await kv_backend.holds_bytes(marker), "swept before the grace ran out"
+    assert await kv_store.expire_due(T0 + approvals_kv.ORPHAN_GRACE_MS) == [keeper.approval_id]
+    assert not await kv_backend.holds_bytes(marker)
+
+
+async def test_kv_claim_and_invalidate_race_across_connections(
+    kv_backend: KvBackend, kv_store: KvApprovalStore
+) -> None:
+    """A claim on one connection against an invalidation on another, 50 rounds:
+    both read ``approved``, exactly one CAS lands. Never both (an invalidated
+    approval that was also claimed) and never neither."""
+    other = await kv_backend.open()
+    outcomes = {"claim": 0, "invalidate": 0}
+    for round_no in range(50):
+        binding = await approved(kv_store, f"race-{round_no}")
+        claimed, invalidated = await asyncio.gather(
+            kv_store.claim(binding.approval_id, binding, T0 + 2),
+            other.invalidate(binding.approval_id, T0 + 2),
+            return_exceptions=True,
+        )
+        claim_won = isinstance(claimed, ApprovalRecord)
+        invalidate_won = invalidated == [binding.approval_id]
+        assert claim_won != invalidate_won, f"round {round_no}: {claimed!r} / {invalidated!r}"
+        if claim_won:
+            assert invalidated == []
+        else:
+            assert isinstance(claimed, NotPending)
+        outcomes["claim" if claim_won else "invalidate"] += 1
+        expected = "executing" if claim_won else "invalidated"
+        assert await state_of(other, binding.approval_id) == expected
+    assert sum(outcomes.values()) == 50
+
+
+async def test_kv_outage_is_unavailable_never_success(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    """Server stopped: every step raises ApprovalStoreUnavailable within the request
+    timeout (fail closed), nothing changed; after a restart the same instance works
+    again on the persisted records."""
+    kv_backend = KvBackend(nats_server, request_timeout=0.5)
+    try:
+        store_ = await kv_backend.open()
+        pending = await held(store_, "pending")
+        binding = await approved(store_, "approved")
+        running = await executing(store_, "running")
+        aid = binding.approval_id
+        nats_server.stop()
+
+        steps: list[Callable[[], Awaitable[object]]] = [
+            lambda: store_.create(make_binding("new"), PAYLOAD, T0),
+            lambda: store_.get(aid),
+            store_.list_open,
+            lambda: store_.approve(pending.approval_id, binding_digest(pending), ATTORNEY, T0 + 1),
+            lambda: store_.deny(pending.approval_id, binding_digest(pending), ATTORNEY, T0 + 1),
+            lambda: store_.claim(aid, binding, T0 + 2),
+            lambda: store_.record_order(running.approval_id, "order-1", T0 + 3),
+            lambda: store_.finish(running.approval_id, "consumed", T0 + 3),
+            lambda: store_.expire_due(T0 + TTL),
+            lambda: store_.recover(T0 + 5),
+            lambda: store_.invalidate(aid, T0 + 5),
+            lambda: store_.list_executing(T0 + 10),
+            lambda: store_.find_by_order("order-1"),
+        ]
+        for step in steps:
+            with pytest.raises(ApprovalStoreUnavailable) as info:
+                await asyncio.wait_for(step(), timeout=10)
+            assert info.value.reason_code == "approval_store_unavailable"
+
+        nats_server.start()
+        await wait_for(lambda: all(c.is_connected for c in kv_backend.connections), timeout=10)
+        assert await state_of(store_, pending.approval_id) == "pending"
+        assert await state_of(store_, aid) == "approved"
+        assert await state_of(store_, running.approval_id) == "executing"
+        assert await store_.find_by_order("order-1") is None
+        assert (await store_.claim(aid, binding, T0 + 2)).state == "executing"
+    finally:
+        await kv_backend.aclose()
+
+
+def _reencoded(value: bytes, **changes: Any) -> bytes:
+    raw = json.loads(value)
+    raw.update(changes)
+    return json.dumps(raw).encode()
+
+
+TAMPERED: Final[dict[str, Callable[[bytes], bytes]]] = {
+    "not-json": lambda _: b"\x00\xffnot json",
+    "empty": lambda _: b"",
+    "unknown-state": lambda v: _reencoded(v, state="granted"),
+    "unknown-field": lambda v: _reencoded(v, extra=1),
+    "open-without-content": lambda v: _reencoded(v, content_seq=None),
+    "terminal-with-content": lambda v: _reencoded(v, state="denied"),
+    "bad-binding": lambda v: _reencoded(v, binding={"approval_id": "x"}),
+}
+
+
+@pytest.mark.parametrize("tamper", sorted(TAMPERED))
+async def test_kv_tampered_record_is_unavailable_not_accepted(
+    kv_backend: KvBackend, kv_store: KvApprovalStore, tamper: str
+) -> None:
+    """A value no write of the store produces, put into the bucket around it: every
+    read and step refuses with ApprovalStoreUnavailable; nothing is claimed."""
+    binding = await approved(kv_store)
+    kv = await raw_bucket(kv_backend)
+    key = record_key(binding.approval_id)
+    await kv.put(key, TAMPERED[tamper]((await kv.get(key)).value or b""))
+
+    steps: list[Callable[[], Awaitable[object]]] = [
+        lambda: kv_store.get(binding.approval_id),
+        kv_store.list_open,
+        lambda: kv_store.claim(binding.approval_id, binding, T0 + 2),
+        lambda: kv_store.approve(binding.approval_id, binding_digest(binding), ATTORNEY, T0 + 2),
+        lambda: kv_store.expire_due(T0 + 2),
+        lambda: kv_store.recover(T0 + 2),
+    ]
+    for step in steps:
+        with pytest.raises(ApprovalStoreUnavailable):
+            await step()
+
+
+async def test_kv_record_filed_under_another_key_is_unavailable(
+    kv_backend: KvBackend, kv_store: KvApprovalStore
+) -> None:
+    """A valid record copied under another approval's key is not that approval."""
+    binding = await approved(kv_store, "original")
+    kv = await raw_bucket(kv_backend)
+    value = (await kv.get(record_key(binding.approval_id))).value or b""
+    other = make_binding("other")
+    await kv.put(record_key(other.approval_id), value)
+    with pytest.raises(ApprovalStoreUnavailable):
+        await kv_store.get(other.approval_id)
+    with pytest.raises(ApprovalStoreUnavailable):
+        await kv_store.claim(other.approval_id, binding, T0 + 2)
+
+
+async def test_kv_open_approval_whose_content_is_gone_cannot_be_claimed(
+    kv_backend: KvBackend, kv_store: KvApprovalStore
+) -> None:
+    """Content erased behind the store's back (or replaced by a message on another
+    approval's subject): the claim reads the content before its CAS, so it refuses
+    and the approval stays ``approved`` rather than ``executing`` with nothing to send."""
+    binding = await approved(kv_store)
+    client = await kv_backend.connect()
+    js = client.jetstream(timeout=2)
+    content = await js.get_msg(approvals_kv.CONTENT_STREAM, subject=">")
+    assert content.seq is not None
+    await js.delete_msg(approvals_kv.CONTENT_STREAM, content.seq)
+    with pytest.raises(ApprovalStoreUnavailable):
+        await kv_store.claim(binding.approval_id, binding, T0 + 2)
+    with pytest.raises(ApprovalStoreUnavailable):
+        await kv_store.get(binding.approval_id)
+    kv = await raw_bucket(kv_backend)
+    value = (await kv.get(record_key(binding.approval_id))).value or b""
+    assert json.loads(value)["state"] == "approved"
+
+    foreign = await js.publish(
+        f"{approvals_kv.CONTENT_SUBJECT_ROOT}.{approvals_kv.CONTENT_STREAM}.{'0' * 64}", b"x"
+    )
+    await kv.put(record_key(binding.approval_id), _reencoded(value, content_seq=foreign.seq))
+    with pytest.raises(ApprovalStoreUnavailable):
+        await kv_store.claim(binding.approval_id, binding, T0 + 2)
+
+
+Interfere = Callable[[KvApprovalStore, ApprovalBinding], Awaitable[object]]
+
+
+def interfere_once(
+    monkeypatch: pytest.MonkeyPatch,
+    store_: KvApprovalStore,
+    rival: KvApprovalStore,
+    binding: ApprovalBinding,
+    action: Interfere,
+) -> list[int]:
+    """Make the rival's ``action`` land between ``store_``'s read and its CAS, once:
+    ``store_``'s first ``kv.update`` then meets a newer revision. Returns a list that
+    counts ``store_``'s update attempts."""
+    real_update = store_._kv.update
+    attempts: list[int] = []
+
+    async def update(key: str, value: bytes, last: int | None = None, **kw: Any) -> int:
+        attempts.append(last or 0)
+        if len(attempts) == 1:
+            await action(rival, binding)
+        return await real_update(key, value, last=last, **kw)
+
+    monkeypatch.setattr(store_._kv, "update", update)
+    return attempts
+
+
+async def _rival_deny(rival: KvApprovalStore, b: ApprovalBinding) -> object:
+    return await rival.deny(b.approval_id, binding_digest(b), "attorney-bob", T0 + 1)
+
+
+async def _rival_approve(rival: KvApprovalStore, b: ApprovalBinding) -> object:
+    return await rival.approve(b.approval_id, binding_digest(b), "attorney-bob", T0 + 1)
+
+
+async def _rival_finish_failed(rival: KvApprovalStore, b: ApprovalBinding) -> object:
+    return await rival.finish(b.approval_id, "failed", T0 + 3)
+
+
+async def _rival_record_order(rival: KvApprovalStore, b: ApprovalBinding) -> None:
+    await rival.record_order(b.approval_id, "order-1", T0 + 3)
+
+
+async def _rival_claim(rival: KvApprovalStore, b: ApprovalBinding) -> object:
+    return await rival.claim(b.approval_id, b, T0 + 2)
+
+
+async def test_kv_approve_meeting_a_concurrent_deny_rechecks_and_refuses(
+    kv_backend: KvBackend, kv_store: KvApprovalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    binding = await held(kv_store)
+    rival = await kv_backend.open()
+    attempts = interfere_once(monkeypatch, kv_store, rival, binding, _rival_deny)
+    with pytest.raises(NotPending):
+        await kv_store.approve(binding.approval_id, binding_digest(binding), ATTORNEY, T0 + 1)
+    assert len(attempts) == 1  # the conflict was re-read, not retried blindly
+    record = await rival.get(binding.approval_id)
+    assert record is not None
+    assert (record.state, record.resolver_id, record.held_payload) == (
+        "denied",
+        "attorney-bob",
+        None,
+    )
+
+
+async def test_kv_deny_meeting_a_concurrent_approve_rechecks_and_refuses(
+    kv_backend: KvBackend, kv_store: KvApprovalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    binding = await held(kv_store)
+    rival = await kv_backend.open()
+    interfere_once(monkeypatch, kv_store, rival, binding, _rival_approve)
+    with pytest.raises(NotPending):
+        await kv_store.deny(binding.approval_id, binding_digest(binding), ATTORNEY, T0 + 1)
+    record = await rival.get(binding.approval_id)
+    assert record is not None
+    assert (record.state, record.resolver_id, record.held_payload) == (
+        "approved",
+        "attorney-bob",
+        PAYLOAD,
+    )
+
+
+async def test_kv_claim_meeting_a_concurrent_claim_is_not_pending(
+    kv_backend: KvBackend, kv_store: KvApprovalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    binding = await approved(kv_store)
+    rival = await kv_backend.open()
+    interfere_once(monkeypatch, kv_store, rival, binding, _rival_claim)
+    with pytest.raises(NotPending):
+        await kv_store.claim(binding.approval_id, binding, T0 + 2)
+    assert await state_of(rival, binding.approval_id) == "executing"
+
+
+async def test_kv_finish_meeting_a_concurrent_finish_is_illegal(
+    kv_backend: KvBackend, kv_store: KvApprovalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    binding = await executing(kv_store)
+    rival = await kv_backend.open()
+    interfere_once(monkeypatch, kv_store, rival, binding, _rival_finish_failed)
+    with pytest.raises(IllegalTransition):
+        await kv_store.finish(binding.approval_id, "consumed", T0 + 3)
+    assert await state_of(rival, binding.approval_id) == "failed"
+
+
+async def test_kv_finish_meeting_a_concurrent_order_retries_and_lands(
+    kv_backend: KvBackend, kv_store: KvApprovalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conflict that did not change the state (the order was recorded meanwhile):
+    the re-check still allows the finish, and the second CAS keeps the order."""
+    binding = await executing(kv_store)
+    rival = await kv_backend.open()
+    attempts = interfere_once(monkeypatch, kv_store, rival, binding, _rival_record_order)
+    done = await kv_store.finish(binding.approval_id, "consumed", T0 + 4)
+    assert (done.state, done.order_id, done.held_payload) == ("consumed", "order-1", None)
+    assert len(attempts) == 2
+    assert attempts[0] < attempts[1]
+    assert await rival.find_by_order("order-1") == binding.approval_id
+
+
+async def test_kv_endless_conflicts_are_unavailable(
+    kv_store: KvApprovalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More conflicts than a record can have transitions is a fault, not contention:
+    the step refuses (fail closed) instead of spinning."""
+    binding = await held(kv_store)
+
+    async def always_conflicts(*_: Any, **__: Any) -> int:
+        raise KeyWrongLastSequenceError
+
+    monkeypatch.setattr(kv_store._kv, "update", always_conflicts)
+    with pytest.raises(ApprovalStoreUnavailable):
+        await kv_store.approve(binding.approval_id, binding_digest(binding), ATTORNEY, T0 + 1)
+    monkeypatch.undo()
+    assert await state_of(kv_store, binding.approval_id) == "pending"
+
+
+async def test_kv_order_index_left_by_a_crash_lets_no_second_order_through(
+    kv_backend: KvBackend, kv_store: KvApprovalStore
+) -> None:
+    """A crash between the index write and the record's CAS leaves ``order-1 ->
+    approval`` with a record that has no order. The index alone names nothing;
+    the record's CAS admits exactly one order; the orphaned order id stays bound
+    to its approval and can never be recorded for another."""
+    first = await executing(kv_store, "first")
+    second = await executing(kv_store, "second")
+    kv = await raw_bucket(kv_backend)
+    await kv.create(
+        approvals_kv.ORDER_KEY + approvals_kv.token("order-1"), first.approval_id.encode()
+    )
+
+    assert await kv_store.find_by_order("order-1") is None
+    await kv_store.record_order(first.approval_id, "order-2", T0 + 3)
+    assert await kv_store.find_by_order("order-2") == first.approval_id
+    assert await kv_store.find_by_order("order-1") is None
+    with pytest.raises(IllegalTransition):
+        await kv_store.record_order(first.approval_id, "order-1", T0 + 4)
+    with pytest.raises(IllegalTransition):
+        await kv_store.record_order(second.approval_id, "order-1", T0 + 4)
+    record = await kv_store.get(second.approval_id)
+    assert record is not None
+    assert record.order_id is None
+
+
+async def test_kv_order_recorded_again_after_a_crash_completes(
+    kv_backend: KvBackend, kv_store: KvApprovalStore
+) -> None:
+    """The same step retried after a crash between its two writes completes it."""
+    binding = await executing(kv_store)
+    kv = await raw_bucket(kv_backend)
+    await kv.create(
+        approvals_kv.ORDER_KEY + approvals_kv.token("order-1"), binding.approval_id.encode()
+    )
+    await kv_store.record_order(binding.approval_id, "order-1", T0 + 3)
+    assert await kv_store.find_by_order("order-1") == binding.approval_id
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        pytest.param({"history": 5}, id="history"),
+        pytest.param({"storage": StorageType.MEMORY}, id="memory-storage"),
+        pytest.param({"direct": True}, id="direct-gets"),
+    ],
+)
+async def test_kv_open_refuses_a_bucket_with_other_settings(
+    kv_backend: KvBackend, settings: dict[str, Any]
+) -> None:
+    """History would keep superseded records readable, memory storage would lose
+    approvals on restart, direct gets may read a lagging replica: refused."""
+    client = await kv_backend.connect()
+    js = client.jetstream(timeout=2)
+    config: dict[str, Any] = {"history": 1, "storage": StorageType.FILE} | settings
+    await js.create_key_value(bucket=approvals_kv.BUCKET, **config)
+    with pytest.raises(ApprovalStoreUnavailable):
+        await KvApprovalStore.open(js)
+
+
+async def test_kv_open_refuses_fewer_replicas_than_asked(kv_backend: KvBackend) -> None:
+    """An operator who asked for R3 does not silently get R1."""
+    client = await kv_backend.connect()
+    js = client.jetstream(timeout=2)
+    await KvApprovalStore.open(js)
+    with pytest.raises(ApprovalStoreUnavailable):
+        await KvApprovalStore.open(js, replicas=3)
+
+
+async def test_kv_open_refuses_a_content_stream_that_forbids_the_erase(
+    kv_backend: KvBackend,
+) -> None:
+    client = await kv_backend.connect()
+    js = client.jetstream(timeout=2)
+    subject = f"{approvals_kv.CONTENT_SUBJECT_ROOT}.{approvals_kv.CONTENT_STREAM}.>"
+    await js.add_stream(
+        name=approvals_kv.CONTENT_STREAM,
+        subjects=[subject],
+        storage=StorageType.FILE,
+        deny_delete=True,
+    )
+    with pytest.raises(ApprovalStoreUnavailable):
+        await KvApprovalStore.open(js)
+
+
+def interfere_before_content(
+    monkeypatch: pytest.MonkeyPatch,
+    store_: KvApprovalStore,
+    rival: KvApprovalStore,
+    binding: ApprovalBinding,
+    action: Interfere,
+) -> None:
+    """Make the rival's ``action`` land after ``store_`` read the record and before
+    it reads the content, once (the window the 50-round race hit)."""
+    real_get_msg = store_._js.get_msg
+    done: list[bool] = []
+
+    async def get_msg(*args: Any, **kwargs: Any) -> Any:
+        if not done:
+            done.append(True)
+            await action(rival, binding)
+        return await real_get_msg(*args, **kwargs)
+
+    monkeypatch.setattr(store_._js, "get_msg", get_msg)
+
+
+async def _rival_invalidate(rival: KvApprovalStore, b: ApprovalBinding) -> object:
+    return await rival.invalidate(b.approval_id, T0 + 2)
+
+
+async def test_kv_claim_whose_content_was_erased_meanwhile_rereads_and_is_not_pending(
+    kv_backend: KvBackend, kv_store: KvApprovalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim read ``approved``; before it read the content an invalidation
+    landed and erased it. Missing content on a record that moved on is a lost
+    race, not an outage: the claim re-reads and refuses as NotPending."""
+    binding = await approved(kv_store)
+    rival = await kv_backend.open()
+    interfere_before_content(monkeypatch, kv_store, rival, binding, _rival_invalidate)
+    with pytest.raises(NotPending):
+        await kv_store.claim(binding.approval_id, binding, T0 + 2)
+    assert await state_of(rival, binding.approval_id) == "invalidated"
+
+
+@pytest.mark.parametrize("read", ["get", "list_open"])
+async def test_kv_read_whose_content_was_erased_meanwhile_shows_the_new_state(
+    kv_backend: KvBackend,
+    kv_store: KvApprovalStore,
+    monkeypatch: pytest.MonkeyPatch,
+    read: str,
+) -> None:
+    binding = await held(kv_store)
+    rival = await kv_backend.open()
+    interfere_before_content(monkeypatch, kv_store, rival, binding, _rival_deny)
+    if read == "get":
+        record = await kv_store.get(binding.approval_id)
+        assert record is not None
+        assert (record.state, record.held_payload) == ("denied", None)
+    else:
+        assert await kv_store.list_open() == []
+
+
+async def test_kv_content_missing_from_a_record_that_did_not_move_is_unavailable(
+    kv_backend: KvBackend, kv_store: KvApprovalStore
+) -> None:
+    binding = await held(kv_store)
+    client = await kv_backend.connect()
+    js = client.jetstream(timeout=2)
+    content = await js.get_msg(approvals_kv.CONTENT_STREAM, subject=">")
+    assert content.seq is not None
+    await js.delete_msg(approvals_kv.CONTENT_STREAM, content.seq)
+    for read in (kv_store.list_open, lambda: kv_store.get(binding.approval_id)):
+        with pytest.raises(ApprovalStoreUnavailable):
+            await read()
+    with pytest.raises(ApprovalStoreUnavailable):
+        await kv_store.approve(binding.approval_id, binding_digest(binding), ATTORNEY, T0 + 1)
+    assert await kv_store.expire_due(binding.expires_at_ms) == [binding.approval_id]
+
+
+async def test_kv_stale_read_after_a_lost_cas_waits_for_the_winner(
+    kv_backend: KvBackend, kv_store: KvApprovalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a cluster the leader can refuse a CAS before it applies the write that
+    won, so the re-read still shows the losing revision. The step must wait and
+    read again, not decide again on that state (a CAS bound to lose; a burst of
+    them ends in ApprovalStoreUnavailable): here the first re-read is forced
+    stale, no second CAS is made, and the approve ends NotPending."""
+    binding = await held(kv_store)
+    rival = await kv_backend.open()
+    attempts = interfere_once(monkeypatch, kv_store, rival, binding, _rival_deny)
+    real_get = kv_store._kv.get
+    reads: list[int | None] = []
+    first: list[KeyValue.Entry] = []
+
+    async def get(key: str, *args: Any, **kwargs: Any) -> KeyValue.Entry:
+        entry = await real_get(key, *args, **kwargs)
+        reads.append(entry.revision)
+        if len(reads) == 1:
+            first.append(entry)
+        return first[0] if len(reads) == 2 else entry
+
+    monkeypatch.setattr(kv_store._kv, "get", get)
+    with pytest.raises(NotPending):
+        await kv_store.approve(binding.approval_id, binding_digest(binding), ATTORNEY, T0 + 1)
+    assert len(reads) == 3  # read, stale re-read (waited), fresh re-read
+    assert len(attempts) == 1, "no second CAS against the revision that already lost"
+    assert await state_of(rival, binding.approval_id) == "denied"
+
+
+async def test_kv_order_index_not_yet_readable_is_waited_for_then_refused(
+    kv_store: KvApprovalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index create lost to a write the server has not applied yet: the owner
+    is read again until it shows, and an order owned by another approval is still
+    refused; an owner that never shows is unavailable, never an accepted order."""
+    first = await executing(kv_store, "first")
+    second = await executing(kv_store, "second")
+    await kv_store.record_order(first.approval_id, "order-1", T0 + 3)
+    index = approvals_kv.ORDER_KEY + approvals_kv.token("order-1")
+    real_get = kv_store._kv.get
+    misses = {"left": 2}
+
+    async def get(key: str, *args: Any, **kwargs: Any) -> KeyValue.Entry:
+        if key == index and misses["left"]:
+            misses["left"] -= 1
+            raise KeyNotFoundError
+        return await real_get(key, *args, **kwargs)
+
+    monkeypatch.setattr(kv_store._kv, "get", get)
+    with pytest.raises(IllegalTransition):
+        await kv_store.record_order(second.approval_id, "order-1", T0 + 4)
+    assert misses["left"] == 0
+
+    misses["left"] = approvals_kv.MAX_ATTEMPTS
+    with pytest.raises(ApprovalStoreUnavailable):
+        await kv_store.record_order(second.approval_id, "order-1", T0 + 4)
+    record = await kv_store.get(second.approval_id)
+    assert record is not None
+    assert record.order_id is None
+
+
+async def test_kv_r3_cluster_two_nodes_race_claims_with_one_winner(
+    nats_cluster: LocalNatsCluster,
+) -> None:
+    """ARCHITECTURE.md "Scale": a NATS cluster with R3 and gate instances on
+    different nodes. Two stores with ``replicas=3``, connected to two different
+    nodes, race to claim each approval (20 rounds, 10 claimants per node): exactly
+    one winner, every other claimant NotPending, never unavailable."""
+    clients = [await nats.connect(url, connect_timeout=5) for url in nats_cluster.urls[:2]]
+    try:
+        stores = [await KvApprovalStore.open(c.jetstream(timeout=5), replicas=3) for c in clients]
+        info = await clients[0].jetstream().stream_info(f"KV_{approvals_kv.BUCKET}")
+        assert info.config.num_replicas == 3
+        for round_no in range(20):
+            binding = await approved(stores[round_no % 2], f"r3-{round_no}")
+            contenders = [s for _ in range(10) for s in stores]
+            results = await asyncio.gather(
+                *(s.claim(binding.approval_id, binding, T0 + 2) for s in contenders),
+                return_exceptions=True,
+            )
+            winners = [r for r in results if isinstance(r, ApprovalRecord)]
+            assert len(winners) == 1, f"round {round_no}: {results!r}"
+            assert all(isinstance(r, (ApprovalRecord, NotPending)) for r in results)
+    finally:
+        for client in clients:
+            await client.close()

@@ -27,7 +27,7 @@ from pipeline.core.decision import Decision
 from pipeline.core.normalize import Normalized
 from pipeline.stages.contracts import DispatchReceipt, DispatchRequest, EvaluateRequest
 from pipeline.stages.service import StageClient, StageRefusal
-from pipeline.stores.claims import ClaimStore
+from pipeline.stores.claims import ProposalClaims
 from pipeline.stores.ledger import EvidenceError, Ledger
 from pipeline.stores.ledger_schema import EvidenceEntry
 from pipeline.stores.sqlite_worker import StoreUnavailable
@@ -82,7 +82,7 @@ class Gate:
     evaluate: StageClient
     dispatch: StageClient
     ledger: Ledger
-    claims: ClaimStore
+    claims: ProposalClaims
     clock: Callable[[], int]
     hold: HoldHandler | None = None
     _all_keys: dict[str, VerifyKey] = field(init=False)

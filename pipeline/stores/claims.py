@@ -9,15 +9,31 @@ one ``BEGIN IMMEDIATE`` transaction before anything is published; a second
 insert fails and the gate denies ``duplicate_proposal``. Rows are kept past
 the gate's freshness window, after which a replay is refused as stale
 anyway.
+
+:class:`ProposalClaims` is the interface the gate uses; :class:`ClaimStore`
+implements it on one SQLite file (one machine) and
+:class:`pipeline.stores.claims_kv.KvClaimStore` on JetStream KV (a cluster,
+ARCHITECTURE.md "Scale"). Both raise :class:`StoreUnavailable` (or a
+subclass) when they cannot answer, which the gate turns into the denial
+``claim_store_unavailable``: an outage never lets a proposal through.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
-from pipeline.stores.sqlite_worker import SqliteWorker, immediate
+from pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable, immediate
+
+__all__ = [
+    "SCHEMA",
+    "ClaimState",
+    "ClaimStore",
+    "ClaimStoreUnavailable",
+    "ProposalClaims",
+    "StoreUnavailable",
+]
 
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS proposal_claims (
@@ -32,7 +48,44 @@ CREATE TABLE IF NOT EXISTS proposal_claims (
 ClaimState = Literal["claimed", "published", "failed"]
 
 
+class ClaimStoreUnavailable(StoreUnavailable):
+    """A claim store other than SQLite cannot answer (server unreachable, timeout,
+    a stored value that does not decode). A :class:`StoreUnavailable`, so the gate's
+    one handler denies ``claim_store_unavailable`` for every backend."""
+
+
+class ProposalClaims(Protocol):
+    """Each proposal id is claimed at most once, by one gate instance.
+
+    Every method raises :class:`StoreUnavailable` (or a subclass) when the store
+    cannot answer; none of them reports success it did not get.
+    """
+
+    async def claim(
+        self, proposal_id: str, operation_hash: str, decision_id: str, at_ms: int
+    ) -> bool:
+        """True for the first claim of ``proposal_id`` (in any instance); False for
+        every later one, until :meth:`prune` forgets it."""
+        ...
+
+    async def settle(self, proposal_id: str, state: ClaimState) -> None:
+        """Move a ``claimed`` claim to ``state``; a claim already settled, or none, is
+        left as it is."""
+        ...
+
+    async def state(self, proposal_id: str) -> ClaimState | None: ...
+
+    async def prune(self, before_ms: int) -> int:
+        """Forget claims made before ``before_ms``; returns how many."""
+        ...
+
+    async def close(self) -> None: ...
+
+
 class ClaimStore:
+    """:class:`ProposalClaims` on a SQLite file: the claim is an INSERT on the
+    primary key inside ``BEGIN IMMEDIATE``."""
+
     def __init__(self, worker: SqliteWorker) -> None:
         self._worker = worker
 

@@ -41,9 +41,7 @@ class SqliteWorker:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"smf-{name}")
 
         def connect() -> sqlite3.Connection:
-            conn = sqlite3.connect(
-                os.fspath(path), isolation_level=None, check_same_thread=False
-            )
+            conn = sqlite3.connect(os.fspath(path), isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
@@ -62,9 +60,7 @@ class SqliteWorker:
         if self._closed:
             raise StoreUnavailable("store is closed")
         try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._executor, job, self._conn
-            )
+            return await asyncio.get_running_loop().run_in_executor(self._executor, job, self._conn)
         except (sqlite3.OperationalError, sqlite3.DatabaseError, OSError) as exc:
             raise StoreUnavailable(str(exc)) from exc
 
