@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -22,6 +22,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.client import JetStreamContext
 from nats.micro.service import Service
 
+from ops.cluster import seed_urls
 from ops.projections import load_policy_set
 from ops.releases import load_trust_root
 from ops.runtimes import start_attestation
@@ -46,8 +47,11 @@ from pipeline.stages.service import (
     start_service,
 )
 from pipeline.stages.streams import ensure_gate_streams
+from pipeline.stores.approvals import ApprovalStore
+from pipeline.stores.approvals_kv import KvApprovalStore
 from pipeline.stores.approvals_sqlite import SqliteApprovalStore
-from pipeline.stores.claims import ClaimStore
+from pipeline.stores.claims import ClaimStore, ProposalClaims
+from pipeline.stores.claims_kv import KvClaimStore
 from pipeline.stores.ledger import Ledger
 from subjects import names
 from subjects.registry import load_registry
@@ -104,8 +108,8 @@ class RunningGate:
     gate: Gate
     desk: ApprovalDesk
     ledger: Ledger
-    claims: ClaimStore
-    approvals: SqliteApprovalStore
+    claims: ProposalClaims
+    approvals: ApprovalStore
     buffer: OutputBuffer
     services: list[Service] = field(default_factory=list)
     handlers: list[ConcurrentHandler] = field(default_factory=list)
@@ -197,7 +201,11 @@ async def _start_releases(options: GateOptions, js: JetStreamContext) -> Release
         inbox=state.release_inbox,
     )
     try:
-        await watcher.start(js, tick_seconds=options.release_tick_seconds)
+        await watcher.start(
+            js,
+            tick_seconds=options.release_tick_seconds,
+            replicas=1 if options.cluster is None else options.cluster.replicas,
+        )
     except BaseException:
         await watcher.close()
         raise
@@ -229,16 +237,50 @@ def _adopt_registry(gate: Gate, desk: ApprovalDesk) -> Callable[[VerifiedRelease
     return adopt
 
 
+async def _open_stores(
+    options: GateOptions, js: JetStreamContext
+) -> tuple[ProposalClaims, ApprovalStore]:
+    """SQLite files on one machine; replicated JetStream KV on a cluster (issue 11)."""
+    if options.cluster is None:
+        claims: ProposalClaims = await ClaimStore.open(options.state.claims)
+        approvals: ApprovalStore = await SqliteApprovalStore.open(options.state.approvals)
+        return claims, approvals
+    replicas = options.cluster.replicas
+    return (
+        await KvClaimStore.open(js, replicas=replicas),
+        await KvApprovalStore.open(js, replicas=replicas),
+    )
+
+
+def _close_claim(
+    claims: ProposalClaims, clock: Callable[[], int]
+) -> Callable[[str], Awaitable[bool]]:
+    """One replica answers each output close: the one whose claim on it lands first.
+
+    The claim lives in the proposal-claim store under its own prefix, so it is as
+    durable and as atomic across replicas as the claim of a proposal.
+    """
+
+    async def claim(stream_id: str) -> bool:
+        return await claims.claim(f"output-close:{stream_id}", "output-close", stream_id, clock())
+
+    return claim
+
+
 async def start_gate(options: GateOptions) -> RunningGate:
     state = options.state
     registry = load_registry(state.registry)
     gate_key = state.key("gate")
     nc = await nats.connect(
-        options.nats_url, name=options.name, max_reconnect_attempts=-1, reconnect_time_wait=0.5
+        servers=list(seed_urls(options.nats_url)),  # one URL, or a cluster's seeds
+        name=options.name,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
     )
     js = nc.jetstream()
-    await ensure_gate_streams(js)
+    replicas = 1 if options.cluster is None else options.cluster.replicas
     try:
+        await ensure_gate_streams(js, replicas)
         releases = await _start_releases(options, js)
     except BaseException:
         await nc.close()
@@ -252,8 +294,7 @@ async def start_gate(options: GateOptions) -> RunningGate:
         await js.publish(checkpoint_subject, envelope)
 
     ledger = await Ledger.open(state.ledger, signer=gate_key, on_checkpoint=publish_checkpoint)
-    claims = await ClaimStore.open(state.claims)
-    approvals = await SqliteApprovalStore.open(state.approvals)
+    claims, approvals = await _open_stores(options, js)
 
     evaluate = (
         EvaluateStage(None, options.clock, release=releases.current)
@@ -287,8 +328,16 @@ async def start_gate(options: GateOptions) -> RunningGate:
         clock=options.clock,
         tenant_key=tenant_key,
         stage_timeout=options.stage_timeout,
+        signer=gate_key,  # runtimes act only on outcomes the gate signed (docs/SUBJECTS.md)
     )
-    await desk.recover()
+    if options.cluster is None:
+        await desk.recover()
+    else:
+        # On a cluster the open approvals belong to every replica, not to this one: a
+        # replica that (re)starts must not invalidate what another holds. Executing
+        # work a crashed replica left behind ends execution_unknown by the execution
+        # deadline sweep (ApprovalDesk.sweep), never claimed again (issue 11).
+        log.info("gate_recovery_left_to_the_cluster", gate=options.name)
     gate = Gate(
         settings=GateSettings(tenant_key=tenant_key, stage_timeout=options.stage_timeout),
         registry=registry,
@@ -300,7 +349,13 @@ async def start_gate(options: GateOptions) -> RunningGate:
         clock=options.clock,
         hold=desk,
     )
-    buffer = OutputBuffer(nc, gate, options.clock, options.buffer_limits)
+    buffer = OutputBuffer(
+        nc,
+        gate,
+        options.clock,
+        options.buffer_limits,
+        close_claim=None if options.cluster is None else _close_claim(claims, options.clock),
+    )
     running = RunningGate(
         nc=nc,
         js=js,

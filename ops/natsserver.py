@@ -37,7 +37,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Final, NamedTuple
@@ -161,7 +161,7 @@ def free_port() -> int:
         return port
 
 
-def _parent_death_guard() -> Callable[[], None] | None:
+def parent_death_guard() -> Callable[[], None] | None:
     """Build the ``preexec_fn`` that makes the child die with its parent.
 
     Issue: "never leaves a stray process", including when our process is
@@ -214,7 +214,9 @@ class EmbeddedNatsServer:
     port is fixed at construction (``port`` or a free one), so ``restart()``
     keeps the URL. ``config_file`` adds settings (a later issue: cluster
     routes); the address, port, store directory and ``server_name`` given
-    here override the same settings in it. ``start()`` waits up to
+    here override the same settings in it. ``env`` is added to the process
+    environment, e.g. the values of ``$VAR`` references in ``config_file``
+    (``ops.cluster`` runs cluster nodes that way). ``start()`` waits up to
     ``ready_timeout`` seconds; ``stop()`` allows ``stop_grace`` seconds after
     SIGTERM before SIGKILL.
 
@@ -232,6 +234,7 @@ class EmbeddedNatsServer:
         config_file: str | os.PathLike[str] | None = None,
         ready_timeout: float = 10.0,
         stop_grace: float = 5.0,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.binary: Final = resolve_binary(binary)
         self.version: Final = probe_version(self.binary)
@@ -243,6 +246,7 @@ class EmbeddedNatsServer:
         self.config_file: Final = Path(config_file) if config_file is not None else None
         self.ready_timeout: Final = ready_timeout
         self.stop_grace: Final = stop_grace
+        self.env: Final[Mapping[str, str]] = dict(env or {})
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_offset = 0
         self._log = log.bind(port=self.port, state_dir=str(self.state_dir))
@@ -297,12 +301,13 @@ class EmbeddedNatsServer:
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
+                    env={**os.environ, **self.env} if self.env else None,
                     close_fds=True,
                     # Its own process group: a terminal's Ctrl-C goes to the
                     # foreground group and must reach only our process, which
                     # stops the gate and then this server in order.
                     process_group=0,
-                    preexec_fn=_parent_death_guard(),  # noqa: PLW1509 - see _parent_death_guard
+                    preexec_fn=parent_death_guard(),  # noqa: PLW1509 - see parent_death_guard
                 )
             except (OSError, subprocess.SubprocessError) as exc:
                 raise NatsServerError(f"cannot start {self.binary}: {exc}") from exc

@@ -3,12 +3,18 @@
 What ``smf-assurance up`` and ``demo`` run (issue 3). Every piece of state
 lives under the state directory; the embedded server is started unless a
 NATS URL is given, and is stopped (never left running) when the stack stops.
+
+A NATS URL may be a comma-separated list of seeds of one cluster (issue 11);
+the gate and the connectors connect with the whole list
+(``ops.cluster.nats_servers``). ``start_connectors`` runs the example
+connectors alone, against gates that run elsewhere (``up --connectors-only``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +24,8 @@ from nats.aio.client import Client
 from adapters.connector.sdk import Connector, ConnectorRunner, RunnerConfig
 from adapters.connectors.court_efiling import CourtEFilingConnector
 from adapters.connectors.dms import DocumentStoreConnector
-from ops.gateway import GateOptions, RunningGate, start_gate
+from ops.cluster import nats_servers
+from ops.gateway import ClusterSettings, GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
 from ops.state import StateDir
 from subjects.registry import load_registry
@@ -27,12 +34,12 @@ STOP_GRACE_SECONDS = 5.0
 
 
 @dataclass
-class Stack:
+class Connectors:
+    """The example connectors, on their own NATS connection."""
+
     state: StateDir
     url: str
-    gate: RunningGate
-    server: EmbeddedNatsServer | None = None
-    connector_nc: Client | None = None
+    nc: Client | None = None
     runners: list[ConnectorRunner] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -45,8 +52,21 @@ class Stack:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*self.tasks, return_exceptions=True)
-        if self.connector_nc is not None and not self.connector_nc.is_closed:
-            await self.connector_nc.drain()
+        if self.nc is not None and not self.nc.is_closed:
+            await self.nc.drain()
+
+
+@dataclass
+class Stack:
+    state: StateDir
+    url: str
+    gate: RunningGate
+    server: EmbeddedNatsServer | None = None
+    connectors: Connectors | None = None
+
+    async def stop(self) -> None:
+        if self.connectors is not None:
+            await self.connectors.stop()
         await self.gate.close()
         if self.server is not None:
             self.server.stop()
@@ -65,13 +85,21 @@ async def start_stack(
     nats_url: str | None = None,
     with_connectors: bool = True,
     co_located: bool = True,
+    gate_name: str | None = None,
+    cluster: ClusterSettings | None = None,
 ) -> Stack:
+    """The gate (named ``gate_name``, a cluster replica with ``cluster``) and,
+    unless told otherwise, the example connectors, on ``nats_url`` (``URL[,URL...]``)
+    or on an embedded nats-server."""
     server = None
     if nats_url is None:
         server = EmbeddedNatsServer(state.nats).start()
         nats_url = server.url
     try:
-        gate = await start_gate(GateOptions(state=state, nats_url=nats_url, co_located=co_located))
+        options = GateOptions(state, nats_url, co_located=co_located, cluster=cluster)
+        if gate_name is not None:
+            options = dataclasses.replace(options, name=gate_name)
+        gate = await start_gate(options)
     except BaseException:
         if server is not None:
             server.stop()
@@ -79,24 +107,36 @@ async def start_stack(
     stack = Stack(state=state, url=nats_url, gate=gate, server=server)
     if with_connectors:
         try:
-            await _start_connectors(stack)
+            stack.connectors = await start_connectors(state, nats_url)
         except BaseException:
             await stack.stop()
             raise
     return stack
 
 
-async def _start_connectors(stack: Stack) -> None:
-    state = stack.state
+async def start_connectors(state: StateDir, nats_url: str) -> Connectors:
+    """Start the example connectors on ``nats_url`` (``URL[,URL...]``) and wait
+    until each is ready; stops what it started if one is not."""
+    connectors = Connectors(state=state, url=nats_url)
+    try:
+        await _start_runners(connectors)
+    except BaseException:
+        await connectors.stop()
+        raise
+    return connectors
+
+
+async def _start_runners(connectors: Connectors) -> None:
+    state = connectors.state
     registry = load_registry(state.registry)
-    stack.connector_nc = await nats.connect(stack.url, name="smf-connectors")
+    connectors.nc = await nats.connect(nats_servers(connectors.url), name="smf-connectors")
     for connector_id, connector in example_connectors(state).items():
         folder = state.connector_dir(connector_id)
         folder.mkdir(parents=True, exist_ok=True)
         for sub in ("outbox", "store"):
             (folder / sub).mkdir(exist_ok=True)
         runner = ConnectorRunner(
-            stack.connector_nc,
+            connectors.nc,
             connector,
             connector_id=connector_id,
             signing_key=state.key(connector_id),
@@ -104,9 +144,9 @@ async def _start_connectors(stack: Stack) -> None:
             state_dir=folder,
             config=RunnerConfig(ack_wait=30.0, fetch_timeout=0.5),
         )
-        stack.runners.append(runner)
-        stack.tasks.append(asyncio.create_task(runner.run()))
-    for runner in stack.runners:
+        connectors.runners.append(runner)
+        connectors.tasks.append(asyncio.create_task(runner.run()))
+    for runner in connectors.runners:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(runner.ready.wait(), 10)
         if not runner.ready.is_set():

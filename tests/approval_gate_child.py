@@ -11,6 +11,8 @@ between publish and report"). Argument: one JSON object with
   file's last entry is the one this writer wrote), so gate instances that
   share an approval store keep separate ledgers;
 - ``name``: the process's name, also its test subject prefix ``smf-test.<name>``;
+- ``cluster_replicas``: when set, the gate runs in cluster mode (issue 11):
+  JetStream KV stores with that many replicas, on the cluster node ``url``;
 - ``park_dispatch``: when true, the desk's dispatch client (an injected
   dependency, :attr:`ApprovalDesk.dispatch`) is replaced by one that announces
   ``smf-test.<name>.dispatching`` and then never returns. The claim has then
@@ -29,6 +31,9 @@ so that a test can address one process instead of whichever member of the
   (:meth:`ApprovalDesk._claim_and_dispatch`), replying the ResolutionReply
   or ``{"refused": reason}``. It lets two processes race on the store's
   claim itself, not only on the approve step in front of it.
+
+- ``smf-test.<name>.propose``: this process's ``smf.propose`` handler, so a
+  test knows which replica held an approval.
 
 Prints ``READY`` once the gate answers; exits on SIGTERM after closing the
 gate. A test stops it with SIGKILL to simulate a crash.
@@ -51,7 +56,7 @@ import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from ops.gateway import GateOptions, RunningGate, start_gate
+from ops.gateway import ClusterSettings, GateOptions, RunningGate, start_gate
 from ops.state import StateDir
 from pipeline.stages.approvals import DeskError
 
@@ -114,6 +119,10 @@ async def _serve_tests(running: RunningGate, prefix: str) -> None:
 
         return callback
 
+    async def propose(msg: Msg) -> None:
+        await msg.respond(await running.gate.handle_propose(msg.data))
+
+    await running.nc.subscribe(f"{prefix}.propose", cb=spawn(propose))
     await running.nc.subscribe(f"{prefix}.resolve", cb=spawn(resolve))
     await running.nc.subscribe(f"{prefix}.claim", cb=spawn(claim))
     await running.nc.flush()
@@ -122,6 +131,7 @@ async def _serve_tests(running: RunningGate, prefix: str) -> None:
 async def main(config: dict[str, object]) -> None:
     name = str(config["name"])
     prefix = f"{TEST_PREFIX}.{name}"
+    replicas = config.get("cluster_replicas")
     state = OwnLedgerState(Path(str(config["state"])), own_ledger=Path(str(config["ledger"])))
     running = await start_gate(
         GateOptions(
@@ -130,6 +140,7 @@ async def main(config: dict[str, object]) -> None:
             co_located=True,
             sweep_seconds=3600.0,
             name=name,
+            cluster=None if replicas is None else ClusterSettings(replicas=int(str(replicas))),
         )
     )
     if config.get("park_dispatch"):

