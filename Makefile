@@ -33,10 +33,19 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) || \
 	  { echo "make browser: cannot install chromium and chromium-driver (Debian packages, needs root); the console's browser tests need them" >&2; exit 1; }
 
-test: lint typecheck browser unit
+test: lint typecheck browser openclaw-unit unit
 
 bench: $(STAMP)
 	$(BIN)/smf-assurance bench
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .coverage
+
+# The OpenClaw plugin (adapters/openclaw, TypeScript, issue 10): the pinned Node 24
+# into the per-user cache when missing (scripts/node.sh, from the npm registry),
+# npm ci when package-lock.json changed, tsc (dist/ is built here, never committed),
+# then Node's own test runner on the compiled JavaScript.
+.PHONY: openclaw-unit
+openclaw-unit:
+	adapters/openclaw/scripts/build.sh >/dev/null
+	cd adapters/openclaw && PATH="$$(scripts/node.sh):$$PATH" node --test 'dist-test/**/*.test.js'

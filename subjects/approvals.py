@@ -7,15 +7,28 @@ organization, matter, actor, required role, creation time and expiry (TTL at
 most 600 s). An approver signs a resolution that names the binding digest it
 saw, so an approval of one thing can never be spent on another. Only
 ``allow-once`` or ``deny`` exist.
+
+The final outcome of a held proposal travels back to its runtime on
+``smf.approval.outcome.<approval hex>`` signed by the gate
+(:func:`sign_outcome`), and a runtime acts on it only after
+:func:`open_outcome` (or its TypeScript twin, ``adapters/openclaw/src/outcome.ts``)
+has verified the signature against the gate keys it trusts and checked that
+it names this approval, this decision and this operation: the pending
+announcement makes all three public, so an unsigned outcome would let any bus
+client release a held call.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Final, Literal
 
 import msgspec
 
+from subjects import dsse, names
 from subjects.canonical import IDENTITY_PATTERN, identity_of, struct_identity
+from subjects.keys import SigningKey, VerifyKey
+from subjects.messages import Verdict
 from subjects.patterns import Code, Millis
 
 MAX_TTL_MS: Final = 600_000
@@ -142,3 +155,63 @@ class ApprovalView(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     destination_address: str
     content: str
     arguments_json: str
+
+
+# --- the signed outcome of a held proposal -------------------------------------------
+
+
+class OutcomeMismatchError(dsse.SignatureError):
+    """A gate-signed outcome that is not about the call waiting for it.
+
+    Stops a replay of an authentic outcome: the gate's allow for one approval
+    re-published on another approval's subject, an outcome whose decision id
+    does not derive its approval id (``approval_id_for``), or one naming
+    another decision or operation than the held verdict did. Also refuses an
+    outcome that is not final (``held``): only ``allow`` or ``deny`` end a wait.
+    """
+
+
+def sign_outcome(verdict: Verdict, gate_key: SigningKey) -> bytes:
+    """The outcome as the gate publishes it: a DSSE envelope over the Verdict's
+    canonical JSON, payload type :data:`names.PAYLOAD_APPROVAL_OUTCOME`, so the
+    signature cannot be taken for an execute order or a checkpoint of the same key."""
+    return dsse.encode_envelope(
+        dsse.sign_struct(names.PAYLOAD_APPROVAL_OUTCOME, verdict, [gate_key])
+    )
+
+
+def open_outcome(
+    data: bytes,
+    gate_keys: Mapping[str, VerifyKey],
+    *,
+    approval_id: str,
+    decision_id: str,
+    operation_hash: str,
+) -> Verdict:
+    """Verify an approval outcome before anything acts on it.
+
+    ARCHITECTURE.md, "Trust and identity on the bus": a receiver verifies
+    against the keys the registry names for the role, here ``gate``. In order:
+
+    1. a DSSE envelope signed by one of ``gate_keys`` for the approval-outcome
+       payload type (``dsse`` errors: unsigned, unknown signer, forged,
+       signed for another purpose);
+    2. a canonical Verdict (:class:`dsse.MalformedPayloadError`);
+    3. about this approval, a decision that derives it, this decision and this
+       operation, and final (:class:`OutcomeMismatchError`).
+
+    ``gate_keys`` empty refuses everything (:class:`dsse.UnknownSignerError`).
+    """
+    envelope = dsse.decode_envelope(data)
+    verdict, _ = dsse.open_struct(envelope, gate_keys, Verdict, names.PAYLOAD_APPROVAL_OUTCOME)
+    if verdict.approval_id != approval_id:
+        raise OutcomeMismatchError("the outcome names another approval")
+    if verdict.decision_id is None or approval_id_for(verdict.decision_id) != approval_id:
+        raise OutcomeMismatchError("the outcome's decision is not its approval's decision")
+    if verdict.decision_id != decision_id:
+        raise OutcomeMismatchError("the outcome names another decision")
+    if verdict.operation_hash != operation_hash:
+        raise OutcomeMismatchError("the outcome names another operation")
+    if verdict.outcome not in ("allow", "deny"):
+        raise OutcomeMismatchError(f"an outcome is allow or deny, not {verdict.outcome}")
+    return verdict

@@ -27,7 +27,9 @@ APPROVAL_PENDING_PREFIX: Final = "smf.approval.pending"
 APPROVAL_RESOLVE: Final = "smf.approval.resolve"
 """Approvers request with a signed resolution; the gate replies."""
 APPROVAL_OUTCOME_PREFIX: Final = "smf.approval.outcome"
-"""``smf.approval.outcome.<approval hex>``: the held proposal's final Verdict, for its runtime."""
+"""``smf.approval.outcome.<approval hex>``: the held proposal's final Verdict, for its runtime,
+as a DSSE envelope signed by the gate (:data:`PAYLOAD_APPROVAL_OUTCOME`); an unsigned or
+otherwise signed message on it is ignored (``subjects.approvals.open_outcome``)."""
 APPROVAL_SHOW: Final = "smf.approval.show"
 """Approvers request (signed) the binding and held content of one approval."""
 APPROVAL_STATUS: Final = "smf.approval.status"
@@ -76,6 +78,9 @@ PAYLOAD_OUTPUT_CLOSE: Final = "application/vnd.smf.output-close+json;v=1"
 PAYLOAD_SWARM_REVIEW: Final = "application/vnd.smf.swarm-review+json;v=1"
 PAYLOAD_SHOW_REQUEST: Final = "application/vnd.smf.approval-show+json;v=1"
 PAYLOAD_ATTESTATION: Final = "application/vnd.smf.runtime-attestation+json;v=1"
+PAYLOAD_APPROVAL_OUTCOME: Final = "application/vnd.smf.approval-outcome+json;v=1"
+"""A held proposal's final Verdict, signed by the gate key: the approval id, decision id,
+operation hash and outcome it names are what a runtime may act on, and only those."""
 
 _TOKEN: Final = re.compile(SUBJECT_TOKEN_PATTERN)
 

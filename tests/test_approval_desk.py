@@ -16,8 +16,22 @@ What these tests prove:
   and rule ids but neither the content nor the recipient, shown with its
   content to the attorney, and after one allow-once produces exactly one
   ExecuteOrder (``Smf-Approval-Id`` set), one filing in the connector's outbox,
-  an allow Verdict on the runtime's outcome subject, and ``consumed``; the
-  content is gone from the store and never reached the ledger file.
+  a gate-signed allow Verdict on the runtime's outcome subject (every outcome
+  read here is opened with ``open_outcome``), and ``consumed``; the content is
+  gone from the store and never reached the ledger file.
+- The outcome is signed by the gate: the same Verdict unsigned, or signed by a
+  runtime's, an approver's or a connector's key, does not open, nor does the
+  gate's own outcome checked against another approval, decision or operation.
+- A runtime-executed held action (OpenClaw's ``message``, no connector): the
+  claim records the order ``order_id_for(operation_hash, decision_id)`` and
+  dispatches nothing; the proposing runtime's signed report settles it
+  (confirmed -> ``consumed``, failed -> ``failed``, ``executed_params_mismatch``
+  -> ``execution_unknown`` with ``binding_broken`` in the ledger), once. The
+  same order reported by another runtime, a runtime naming the proposer, the
+  proposer naming another runtime, an approver, a connector, the gate or an
+  unknown key changes nothing (``executing``), and the proposer's report still
+  settles it afterwards. A runtime key never settles a connector order, not
+  even the runtime that proposed it; the connector's own report does.
 - Every refusal named in issue 4 answers its own reason code, publishes
   nothing, and leaves the approval as it was (the attorney's allow-once still
   works afterwards): wrong digest, self-approval, wrong role, wrong tenant,
@@ -61,6 +75,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js.client import JetStreamContext
 
 from adapters.approver import ApproverClient, ApproverError, content_matches
@@ -71,6 +86,7 @@ from ops.demo_script import SCENARIOS
 from ops.gateway import GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
 from ops.projections import SCENARIO_CORPUS, load_policy_set, package_path
+from ops.runtimes import OPENCLAW_PRINCIPAL, OPENCLAW_RUNTIME_ID, provision_openclaw_runtime
 from ops.stack import example_connectors
 from ops.state import ADAPTER_ID, DEMO_TENANT, RUNTIME_ID, StateDir, provision_demo
 from pipeline.core.projection import PolicySet
@@ -78,15 +94,25 @@ from subjects import dsse, names
 from subjects.approvals import (
     MAX_TTL_MS,
     ApprovalResolution,
+    OutcomeMismatchError,
     PendingAnnouncement,
     ResolutionReply,
     ShowRequest,
     binding_digest,
+    open_outcome,
 )
 from subjects.canonical import canonical_bytes
 from subjects.dsse import encode_envelope, sign_struct
 from subjects.keys import SigningKey, generate_signing_key
-from subjects.messages import ExecuteOrder, Proposal, Verdict
+from subjects.messages import (
+    DataFacts,
+    ExecuteOrder,
+    ExecutionReport,
+    Proposal,
+    ProposedDestination,
+    Verdict,
+    order_id_for,
+)
 from subjects.registry import RegistryFile, encode_registry, entry_for, load_registry
 from tests.bus_helpers import random_identity, wait_for
 from tests.clocks import OffsetClock as Clock
@@ -108,7 +134,8 @@ CUSTOMER_TTL_MS: Final = 300_000
 
 
 def provision_with_extra_approvers(state: StateDir) -> None:
-    """The demo state, plus a self-approving attorney and another tenant's attorney."""
+    """The demo state, plus a self-approving attorney and another tenant's attorney,
+    and the OpenClaw runtime (a second runtime, whose tools it executes itself)."""
     provision_demo(state)
     current = msgspec.json.decode(state.registry.read_bytes(), type=RegistryFile)
     extra = (
@@ -128,6 +155,7 @@ def provision_with_extra_approvers(state: StateDir) -> None:
         ),
     )
     state.registry.write_bytes(encode_registry(current.entries + extra))
+    provision_openclaw_runtime(state)  # also re-signs the release with this registry
 
 
 @pytest.fixture
@@ -194,6 +222,21 @@ def runtime(nc: Client, state: StateDir) -> ProposalClient:
 
 def approver(nc: Client, state: StateDir, name: str) -> ApproverClient:
     return ApproverClient(nc, state.key(name), name)
+
+
+async def next_outcome(sub: Subscription, state: StateDir, held: Verdict) -> Verdict:
+    """The next message on a held proposal's outcome subject, verified as a runtime
+    must verify it (gate-signed, this approval, decision and operation)."""
+    assert held.approval_id is not None
+    assert held.decision_id is not None
+    assert held.operation_hash is not None
+    return open_outcome(
+        (await sub.next_msg(timeout=5)).data,
+        load_registry(state.registry).trusted("gate"),
+        approval_id=held.approval_id,
+        decision_id=held.decision_id,
+        operation_hash=held.operation_hash,
+    )
 
 
 def court_filing(
@@ -409,7 +452,7 @@ async def test_held_court_filing_is_approved_once_and_filed_once(
         assert order.content == COURT_FILING.content
         assert order.arguments == COURT_FILING.arguments
 
-        final = msgspec.json.decode((await outcome.next_msg(timeout=5)).data, type=Verdict)
+        final = await next_outcome(outcome, state, verdict)
         assert (final.outcome, final.order_id, final.approval_id) == (
             "allow",
             reply.order_id,
@@ -652,7 +695,7 @@ async def test_sweep_expires_an_unanswered_approval_and_tells_the_runtime(
     await gate.desk.sweep()
 
     assert await state_of(gate, approval_id) == "expired"
-    final = msgspec.json.decode((await outcome.next_msg(timeout=5)).data, type=Verdict)
+    final = await next_outcome(outcome, state, verdict)
     assert (final.outcome, final.reason_codes) == ("deny", ("approval_expired",))
     assert ledger_rows(state.ledger, approval_id)[-1] == ("expired", ("approval_expired",))
     assert await order_count(gate.js) == 0
@@ -672,7 +715,7 @@ async def test_deny_then_allow_is_refused(gate: RunningGate, nc: Client, state: 
 
     assert (denied.accepted, denied.state) == (True, "denied")
     assert (allowed.accepted, allowed.reason_codes) == (False, ("approval_not_pending",))
-    final = msgspec.json.decode((await outcome.next_msg(timeout=5)).data, type=Verdict)
+    final = await next_outcome(outcome, state, verdict)
     assert (final.outcome, final.reason_codes) == ("deny", ("approver_denied",))
     assert await state_of(gate, approval_id) == "denied"
     assert await order_count(gate.js) == 0
@@ -881,3 +924,256 @@ async def test_no_report_by_the_deadline_is_execution_unknown_for_good(
     assert [p.name for p in outbox.iterdir()] == [f"{reply.order_id}.json"]
     assert await state_of(gate, approval_id) == "execution_unknown"
     assert await order_count(gate.js) == 1
+
+
+# --- runtime-executed approvals: the proposing runtime's report settles them -------
+
+OPENCLAW_ADAPTER: Final = "smf-openclaw-adapter"
+CLIENT_MESSAGE: Final = {
+    "action": "send",
+    "channel": "slack",
+    "target": "#client-acme",
+    "message": "Draft motion to compel, for filing Friday.",
+}
+"""OpenClaw's ``message`` tool: no connector in its mapper table, so the runtime
+runs it itself once allowed; confidential text to an unknown destination is
+held for a licensed attorney by the safety floor."""
+
+
+def openclaw_runtime(nc: Client, state: StateDir) -> ProposalClient:
+    return ProposalClient(
+        nc, state.key(OPENCLAW_PRINCIPAL), OPENCLAW_RUNTIME_ID, "2026.9.6", OPENCLAW_ADAPTER
+    )
+
+
+async def held_runtime_message(nc: Client, state: StateDir) -> Verdict:
+    """The proposal the OpenClaw plugin makes for ``message`` (mapping.ts), held."""
+    client = openclaw_runtime(nc, state)
+    proposal = client.build(
+        native_tool="message",
+        arguments=dict(CLIENT_MESSAGE),
+        actor=COURT_FILING.actor,
+        facts=DataFacts(
+            classification="confidential", injection_taint="clear", redaction_status="none"
+        ),
+        content=CLIENT_MESSAGE["message"],
+        destination=ProposedDestination(address="slack:#client-acme", locality="unknown"),
+    )
+    return await hold(client, proposal)
+
+
+async def approved_runtime_message(gate: RunningGate, nc: Client, state: StateDir) -> Verdict:
+    """Held, approved once, claimed: ``executing``, the runtime's order recorded and
+    a gate-signed allow (no connector, nothing dispatched) on the outcome subject."""
+    held = await held_runtime_message(nc, state)
+    assert held.approval_id is not None
+    assert held.decision_id is not None
+    assert held.operation_hash is not None
+    outcome = await nc.subscribe(names.approval_outcome_subject(held.approval_id))
+    await nc.flush()
+    reply = await approve(nc, state, held.approval_id)
+    assert (reply.accepted, reply.state) == (True, "executing"), reply
+    allowed = await next_outcome(outcome, state, held)
+    assert (allowed.outcome, allowed.connector_id) == ("allow", None)
+    record = await gate.approvals.get(held.approval_id)
+    assert record is not None
+    assert record.order_id == order_id_for(held.operation_hash, held.decision_id)
+    assert await order_count(gate.js) == 0  # nothing for a connector
+    return held
+
+
+def report_bytes(
+    key: SigningKey,
+    *,
+    order_id: str,
+    reporter: str,
+    status: str = "confirmed",
+    reason: str = "executed_as_approved",
+) -> bytes:
+    """An ExecutionReport signed by ``key``, naming ``reporter`` as its executor."""
+    report = ExecutionReport(
+        schema="smf.execution-report/1",
+        order_id=order_id,
+        connector_id=reporter,
+        status=status,  # type: ignore[arg-type]
+        reason_code=reason,
+        at_ms=time.time_ns() // 1_000_000,
+        external_ref="call-1",
+    )
+    return encode_envelope(sign_struct(names.PAYLOAD_REPORT, report, [key]))
+
+
+async def file_report(nc: Client, reporter: str, signed: bytes) -> None:
+    """Store a report in SMF_RESULT and wait until the gate has handled it: the
+    gate's durable consumer acknowledges a report only after ``handle_report``."""
+    js = nc.jetstream()
+    ack = await js.publish(names.result_subject(reporter), signed, timeout=5)
+
+    async def handled() -> bool:
+        info = await js.consumer_info(names.RESULT_STREAM, "smf-gate-results")
+        return info.ack_floor is not None and (info.ack_floor.stream_seq or 0) >= ack.seq
+
+    await wait_for(handled, timeout=10)
+
+
+def runtime_order(held: Verdict) -> str:
+    assert held.operation_hash is not None
+    assert held.decision_id is not None
+    return order_id_for(held.operation_hash, held.decision_id)
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "final", "evidence"),
+    [
+        ("confirmed", "executed_as_approved", "consumed", ("executed_as_approved",)),
+        ("failed", "tool_error", "failed", ("tool_error",)),
+        (
+            "ambiguous",
+            "executed_params_mismatch",
+            "execution_unknown",
+            ("binding_broken", "executed_params_mismatch"),
+        ),
+    ],
+)
+async def test_the_proposing_runtimes_report_settles_its_approval(
+    status: str,
+    reason: str,
+    final: str,
+    evidence: tuple[str, ...],
+    gate: RunningGate,
+    nc: Client,
+    state: StateDir,
+) -> None:
+    """confirmed -> consumed, failed -> failed; executed params that were not the
+    approved ones are a broken binding: execution_unknown, never consumed."""
+    held = await approved_runtime_message(gate, nc, state)
+    assert held.approval_id is not None
+    signed = report_bytes(
+        state.key(OPENCLAW_PRINCIPAL),
+        order_id=runtime_order(held),
+        reporter=OPENCLAW_RUNTIME_ID,
+        status=status,
+        reason=reason,
+    )
+
+    await file_report(nc, OPENCLAW_RUNTIME_ID, signed)
+
+    assert await state_of(gate, held.approval_id) == final
+    assert ledger_rows(state.ledger, held.approval_id)[-1] == (final, evidence)
+    assert ledger_statuses(state.ledger, held.approval_id) == [
+        "held",
+        "approved",
+        "executing",
+        final,
+    ]
+    record = await gate.approvals.get(held.approval_id)
+    assert record is not None
+    assert record.held_payload is None
+    # The same report again (a redelivery) finds nothing open to settle.
+    await file_report(nc, OPENCLAW_RUNTIME_ID, signed)
+    assert ledger_statuses(state.ledger, held.approval_id)[-1] == final
+    assert len(ledger_statuses(state.ledger, held.approval_id)) == 4
+
+
+IMPOSTORS: Final[dict[str, tuple[str | None, str]]] = {
+    # case: (signing principal, None for a key in no registry; reporter id it names)
+    "another-runtime": ("runtime", RUNTIME_ID),
+    "another-runtime-naming-the-proposer": ("runtime", OPENCLAW_RUNTIME_ID),
+    "the-approver": (ATTORNEY, OPENCLAW_RUNTIME_ID),
+    "a-connector": ("court-efiling", "court-efiling"),
+    "the-gate": ("gate", OPENCLAW_RUNTIME_ID),
+    "unknown-key": (None, OPENCLAW_RUNTIME_ID),
+    "the-proposer-naming-another-runtime": (OPENCLAW_PRINCIPAL, RUNTIME_ID),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IMPOSTORS))
+async def test_a_runtime_order_is_settled_by_no_one_but_its_proposer(
+    case: str, gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    """A report for exactly the runtime's order, signed by anyone else (another
+    runtime, an approver, a connector, the gate, a stranger) or naming another
+    executor, is ignored: the approval stays ``executing`` and the proposer's own
+    report still settles it afterwards."""
+    principal, reporter = IMPOSTORS[case]
+    held = await approved_runtime_message(gate, nc, state)
+    assert held.approval_id is not None
+    key = generate_signing_key() if principal is None else state.key(principal)
+    forged = report_bytes(key, order_id=runtime_order(held), reporter=reporter)
+
+    await file_report(nc, reporter, forged)
+
+    assert await state_of(gate, held.approval_id) == "executing"
+    assert ledger_statuses(state.ledger, held.approval_id)[-1] == "executing"
+    genuine = report_bytes(
+        state.key(OPENCLAW_PRINCIPAL), order_id=runtime_order(held), reporter=OPENCLAW_RUNTIME_ID
+    )
+    await file_report(nc, OPENCLAW_RUNTIME_ID, genuine)
+    assert await state_of(gate, held.approval_id) == "consumed"
+
+
+async def test_a_runtime_key_never_settles_a_connector_order(
+    gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    """The court filing's order belongs to the court-efiling connector: not even
+    the runtime that proposed it can settle it, whatever executor it names."""
+    verdict = await held_filing(nc, state)
+    approval_id = verdict.approval_id
+    assert approval_id is not None
+    reply = await approve(nc, state, approval_id)  # no connector is running
+    assert reply.accepted
+    assert reply.order_id == runtime_order(verdict)  # the same derivation, a connector's order
+
+    for reporter in (RUNTIME_ID, "court-efiling"):
+        signed = report_bytes(state.key("runtime"), order_id=reply.order_id, reporter=reporter)
+        await file_report(nc, reporter, signed)
+
+    assert await state_of(gate, approval_id) == "executing"
+    assert ledger_statuses(state.ledger, approval_id)[-1] == "executing"
+    connector = report_bytes(
+        state.key("court-efiling"), order_id=reply.order_id, reporter="court-efiling"
+    )
+    await file_report(nc, "court-efiling", connector)
+    assert await state_of(gate, approval_id) == "consumed"
+
+
+async def test_the_outcome_is_gate_signed_and_nothing_else_passes_for_it(
+    gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    """What runtimes act on: the gate's signed allow verifies; the same Verdict
+    unsigned, signed by another registry key, or the gate's outcome checked
+    against another approval, decision or operation does not."""
+    held = await held_runtime_message(nc, state)
+    approval_id, decision_id, operation_hash = (
+        held.approval_id,
+        held.decision_id,
+        held.operation_hash,
+    )
+    assert approval_id is not None
+    assert decision_id is not None
+    assert operation_hash is not None
+    outcome = await nc.subscribe(names.approval_outcome_subject(approval_id))
+    await nc.flush()
+    assert (await approve(nc, state, approval_id)).accepted
+    raw = (await outcome.next_msg(timeout=5)).data
+    gate_keys = load_registry(state.registry).trusted("gate")
+    expected = {
+        "approval_id": approval_id,
+        "decision_id": decision_id,
+        "operation_hash": operation_hash,
+    }
+    allowed = open_outcome(raw, gate_keys, **expected)
+    assert (allowed.outcome, allowed.reason_codes) == ("allow", ("approved_once",))
+
+    plain = msgspec.json.encode(allowed)
+    with pytest.raises(dsse.MalformedEnvelopeError):
+        open_outcome(plain, gate_keys, **expected)
+    for principal in ("runtime", OPENCLAW_PRINCIPAL, ATTORNEY, "court-efiling"):
+        forged = encode_envelope(
+            sign_struct(names.PAYLOAD_APPROVAL_OUTCOME, allowed, [state.key(principal)])
+        )
+        with pytest.raises(dsse.UnknownSignerError):
+            open_outcome(forged, gate_keys, **expected)
+    for field in expected:
+        with pytest.raises(OutcomeMismatchError):
+            open_outcome(raw, gate_keys, **{**expected, field: random_identity()})

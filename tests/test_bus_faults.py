@@ -54,6 +54,7 @@ from ops.state import StateDir
 from pipeline.stores.ledger import Ledger
 from pipeline.stores.ledger_schema import EvidenceEntry
 from subjects import names
+from subjects.approvals import open_outcome
 from subjects.keyed import keyed_identifier
 from subjects.messages import Proposal, Verdict
 from subjects.registry import load_registry
@@ -336,11 +337,19 @@ async def approved_court_filing(runtime: ProposalClient, nc: Client, state: Stat
     held = await runtime.propose(from_scenario(runtime, SCENARIOS[0]))
     assert held.outcome == "held", held
     assert held.approval_id is not None
+    assert held.decision_id is not None
+    assert held.operation_hash is not None
     outcome = await nc.subscribe(names.approval_outcome_subject(held.approval_id))
     attorney = ApproverClient(nc, state.key("attorney-alex"), "attorney-alex")
     _, reply = await attorney.review_and_resolve(held.approval_id, "allow-once")
     assert reply.accepted, reply
-    allowed = msgspec.json.decode((await outcome.next_msg(timeout=5)).data, type=Verdict)
+    allowed = open_outcome(
+        (await outcome.next_msg(timeout=5)).data,
+        load_registry(state.registry).trusted("gate"),
+        approval_id=held.approval_id,
+        decision_id=held.decision_id,
+        operation_hash=held.operation_hash,
+    )
     assert allowed.outcome == "allow", allowed
     assert allowed.order_id is not None
     return allowed

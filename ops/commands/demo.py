@@ -31,6 +31,7 @@ from ops.stack import Stack, seed_demo_documents, start_stack
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 from pipeline.core.release_trust import NoVerifiedReleaseError, ReleaseTrustError
 from subjects import dsse, names
+from subjects.approvals import open_outcome
 from subjects.keys import VerifyKey
 from subjects.messages import ExecutionReport, Verdict
 from subjects.registry import load_registry
@@ -96,13 +97,35 @@ class ReportWatch:
         return self.reports.get(order_id, "no report")
 
 
-async def _approve(nc: Client, stack: Stack, approval_id: str) -> Verdict | None:
-    """A synthetic licensed attorney reviews the content and allows it once."""
+async def _approve(nc: Client, stack: Stack, held: Verdict) -> Verdict | None:
+    """A synthetic licensed attorney reviews the content and allows it once.
+
+    The outcome counts only once verified as the gate's (``open_outcome``,
+    docs/SUBJECTS.md): anything else on the outcome subject is ignored.
+    """
+    approval_id, decision_id, operation_hash = (
+        held.approval_id,
+        held.decision_id,
+        held.operation_hash,
+    )
+    if approval_id is None or decision_id is None or operation_hash is None:
+        return None
+    gate_keys = load_registry(stack.state.registry).trusted("gate")
     outcome: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
 
     async def on_outcome(msg: Msg) -> None:
+        try:
+            verdict = open_outcome(
+                msg.data,
+                gate_keys,
+                approval_id=approval_id,
+                decision_id=decision_id,
+                operation_hash=operation_hash,
+            )
+        except dsse.SignatureError:
+            return
         if not outcome.done():
-            outcome.set_result(msgspec.json.decode(msg.data, type=Verdict))
+            outcome.set_result(verdict)
 
     sub = await nc.subscribe(names.approval_outcome_subject(approval_id), cb=on_outcome)
     attorney = ApproverClient(nc, stack.state.key("attorney-alex"), "attorney-alex")
@@ -130,7 +153,7 @@ async def _run_one(
     final = verdict
     shown: str = verdict.outcome
     if verdict.outcome == "held" and verdict.approval_id is not None:
-        approved = await _approve(nc, stack, verdict.approval_id)
+        approved = await _approve(nc, stack, verdict)
         if approved is not None:
             final = approved
             shown = f"held -> {approved.outcome}"

@@ -14,9 +14,20 @@ ARCHITECTURE.md, "Exact-action approval", and issue 4:
   content, destination, current release and projection) and the store moves
   ``approved -> executing`` only if the whole binding is unchanged; exactly
   one claimant wins. Then exactly one ExecuteOrder is dispatched.
-- reports: a connector's signed report moves the approval to ``consumed``,
-  ``failed`` or ``execution_unknown``; no report by the deadline ->
-  ``execution_unknown``, terminal, never retried.
+- outcome: the held proposal's final Verdict goes to its runtime on
+  ``smf.approval.outcome.<approval>`` signed with the gate key
+  (``subjects.approvals.sign_outcome``): the pending announcement makes the
+  approval id, decision id and operation hash public, so an unsigned outcome
+  would let any bus client release a held call. No key, no outcome (the
+  runtime times out and blocks).
+- reports: the signed report of whoever was given the order moves the
+  approval to ``consumed``, ``failed`` or ``execution_unknown``: for a
+  connector order, that connector's key; for a runtime-executed action (no
+  connector), the key of the runtime that proposed it, for exactly the order
+  ``order_id_for(operation_hash, decision_id)`` recorded at the claim. A
+  report that the executed params were not the approved ones is a broken
+  binding (``binding_broken``), ``execution_unknown``, never ``consumed``. No
+  report by the deadline -> ``execution_unknown``, terminal, never retried.
 - restart: pending and approved work is invalidated, executing work becomes
   ``execution_unknown``; both are written to the evidence ledger.
 
@@ -56,11 +67,13 @@ from subjects.approvals import (
     ShowRequest,
     approval_id_for,
     binding_digest,
+    sign_outcome,
 )
 from subjects.canonical import identity_of
 from subjects.envelope import OperationEnvelope, content_hash_of, destination_identity_of
 from subjects.keyed import keyed_identifier
-from subjects.messages import ExecutionReport, Outcome, Proposal, Verdict
+from subjects.keys import SigningKey, VerifyKey
+from subjects.messages import ExecutionReport, Outcome, Proposal, Verdict, order_id_for
 from subjects.names import SubjectError
 from subjects.registry import KeyRegistry, Principal
 
@@ -77,6 +90,12 @@ _REPORT_OUTCOME: Final[dict[str, Finish]] = {
     "ambiguous": "execution_unknown",
 }
 """ARCHITECTURE.md: confirmed -> consumed | failed -> failed | ambiguous -> execution_unknown."""
+PARAMS_MISMATCH: Final = "executed_params_mismatch"
+"""The reason an executor gives when what ran is not what was approved
+(adapters/openclaw/src/gate.ts, ``afterToolCall``)."""
+BINDING_BROKEN: Final = "binding_broken"
+"""Evidence reason for a reported params mismatch: the exact-action binding was
+broken at execution, so the approval ends ``execution_unknown``, never ``consumed``."""
 
 
 class HeldAction(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -90,6 +109,11 @@ class HeldAction(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     destination_address: str
     envelope: OperationEnvelope
     decision: Decision
+    runtime_id: str | None = None
+    """The runtime that proposed the action (its proposal's ``runtime_id``, which the
+    gate checked against the signer's registry entry). For a runtime-executed
+    action its key alone may report the execution; ``None`` (a hold written before
+    this field existed) lets no runtime report settle it."""
 
 
 class DeskError(Exception):
@@ -159,6 +183,8 @@ class ApprovalDesk:
     tenant_key: bytes
     stage_timeout: float = 2.0
     execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
+    signer: SigningKey | None = None
+    """The gate key that signs approval outcomes; without it no outcome is published."""
 
     # -- evidence -----------------------------------------------------------
 
@@ -207,6 +233,7 @@ class ApprovalDesk:
             destination_address=normalized.destination_address,
             envelope=normalized.envelope,
             decision=decision,
+            runtime_id=proposal.runtime_id,
         )
         ttl_ms = decision.requirements.ttl_seconds * 1000
         binding = bind(held, decision.release_id, decision.projection_id, now, now + ttl_ms)
@@ -394,9 +421,7 @@ class ApprovalDesk:
             await self._finish(stored, "execution_unknown", ("evidence_store_unavailable",))
             raise DeskError("evidence_store_unavailable") from None
         if held.connector_id is None:
-            verdict = _verdict_for(stored, "allow", ("approved_once",))
-            await self._notify(stored, verdict)
-            return _accepted(stored.approval_id, "executing")
+            return await self._release_to_runtime(stored)
         request = DispatchRequest(
             decision=held.decision,
             connector_id=held.connector_id,
@@ -429,6 +454,28 @@ class ApprovalDesk:
             _accepted(stored.approval_id, "executing"), order_id=receipt.order_id
         )
 
+    async def _release_to_runtime(self, stored: ApprovalBinding) -> ResolutionReply:
+        """The runtime executes this action itself: record its order, then release it.
+
+        The order id is ``order_id_for(operation_hash, decision_id)``, the one the
+        runtime reports on, recorded BEFORE the allow is published so that the
+        report can never arrive first (an approval without a recorded order can
+        only end ``execution_unknown``). If it cannot be recorded nothing is
+        released: the claim is spent, the approval ends ``execution_unknown`` and
+        the runtime is told ``deny`` (fail closed).
+        """
+        order_id = order_id_for(stored.operation_hash, stored.decision_id)
+        try:
+            await self.store.record_order(stored.approval_id, order_id, self.clock())
+        except ApprovalError as exc:
+            await self._finish(
+                stored, "execution_unknown", ("order_record_failed", exc.reason_code)
+            )
+            await self._notify(stored, _verdict_for(stored, "deny", ("order_record_failed",)))
+            raise DeskError("order_record_failed") from None
+        await self._notify(stored, _verdict_for(stored, "allow", ("approved_once",)))
+        return _accepted(stored.approval_id, "executing")
+
     async def _finish(
         self, binding: ApprovalBinding, outcome: Finish, reasons: tuple[str, ...]
     ) -> None:
@@ -450,10 +497,21 @@ class ApprovalDesk:
             log.error("evidence_unavailable", approval_id=binding.approval_id, status=status)
 
     async def _notify(self, binding: ApprovalBinding, verdict: Verdict) -> None:
-        """Tell the waiting runtime adapter; best effort (it also times out closed)."""
+        """Tell the waiting runtime adapter, signed with the gate key; best effort
+        (the adapter also times out closed).
+
+        Signed because the approval id, decision id and operation hash are public
+        (the pending announcement carries them): an unsigned allow could be
+        forged by any bus client (docs/SUBJECTS.md, ``smf.approval.outcome``).
+        Without a gate key nothing is published rather than something unsigned.
+        """
+        if self.signer is None:
+            log.error("approval_outcome_unsigned_withheld", approval_id=binding.approval_id)
+            return
         try:
             await self.nc.publish(
-                names.approval_outcome_subject(binding.approval_id), msgspec.json.encode(verdict)
+                names.approval_outcome_subject(binding.approval_id),
+                sign_outcome(verdict, self.signer),
             )
         except NatsError:
             log.warning("approval_outcome_publish_failed", approval_id=binding.approval_id)
@@ -461,27 +519,48 @@ class ApprovalDesk:
     # -- connector reports, deadlines, restart -------------------------------
 
     async def handle_report(self, data: bytes) -> None:
-        """A connector's signed report settles the approval that ordered it."""
+        """A signed execution report settles the approval whose order it names,
+        when it is signed by whoever was given that order, and only then.
+
+        Verified against connector and runtime keys; then the approval recorded
+        for the order must be ``executing`` and :func:`_signed_by_executor` must
+        hold: a connector order is settled by that connector's key only, a
+        runtime-executed order by the proposing runtime's key only, so a runtime
+        key never settles a connector order or another runtime's order, and a
+        connector key never settles a runtime's. Everything else is ignored
+        (logged), and the deadline sweep ends the approval ``execution_unknown``.
+        """
         try:
             envelope = dsse.decode_envelope(data)
             report, verified = dsse.open_struct(
-                envelope, self.registry.trusted("connector"), ExecutionReport, names.PAYLOAD_REPORT
+                envelope, self._reporter_keys(), ExecutionReport, names.PAYLOAD_REPORT
             )
         except (dsse.SignatureError, msgspec.ValidationError):
             log.warning("execution_report_refused")
-            return
-        signers = [self.registry.principals[k] for k in verified.key_ids]
-        if all(p.entry.connector_id != report.connector_id for p in signers):
-            log.warning("execution_report_wrong_connector", order_id=report.order_id)
             return
         approval_id = await self.store.find_by_order(report.order_id)
         if approval_id is None:
             return
         record = await self._get(approval_id)
-        if record is None or record.state != "executing":
+        if record is None or record.state != "executing" or record.held_payload is None:
             return
-        outcome: Finish = _REPORT_OUTCOME[report.status]
-        await self._finish(record.binding, outcome, (report.reason_code,))
+        try:
+            held = msgspec.json.decode(record.held_payload, type=HeldAction)
+        except msgspec.DecodeError:
+            log.error("held_action_unreadable", approval_id=approval_id)
+            return
+        signers = [p for k in verified.key_ids if (p := self.registry.principal(k)) is not None]
+        if record.order_id != report.order_id or not _signed_by_executor(
+            held, record.binding, report, signers
+        ):
+            log.warning("execution_report_wrong_signer", order_id=report.order_id)
+            return
+        outcome, reasons = _settlement(report)
+        await self._finish(record.binding, outcome, reasons)
+
+    def _reporter_keys(self) -> dict[str, VerifyKey]:
+        """Connector and runtime keys: the two roles that execute orders."""
+        return self.registry.trusted("connector") | self.registry.trusted("runtime")
 
     async def sweep(self) -> None:
         """Expire overdue approvals; executing work past its deadline is unknown."""
@@ -558,6 +637,47 @@ class ApprovalDesk:
         return msgspec.json.encode(
             {"approval_id": approval_id, "state": record.state if record else "unknown"}
         )
+
+
+def _signed_by_executor(
+    held: HeldAction,
+    binding: ApprovalBinding,
+    report: ExecutionReport,
+    signers: list[Principal],
+) -> bool:
+    """Is this report signed by the party the approval's order was given to?
+
+    ARCHITECTURE.md, "Trust and identity on the bus": a signer whose role does
+    not fit is refused. A connector order: a ``connector`` key registered for
+    the held connector, naming it. A runtime-executed action: a ``runtime`` key
+    registered for the runtime id that proposed it, naming it, for exactly the
+    order ``order_id_for(operation_hash, decision_id)`` of this binding.
+    """
+    if held.connector_id is not None:
+        return report.connector_id == held.connector_id and any(
+            p.entry.role == "connector" and p.entry.connector_id == held.connector_id
+            for p in signers
+        )
+    runtime_id = held.runtime_id
+    return (
+        runtime_id is not None
+        and report.connector_id == runtime_id
+        and report.order_id == order_id_for(binding.operation_hash, binding.decision_id)
+        and any(p.entry.role == "runtime" and p.entry.runtime_id == runtime_id for p in signers)
+    )
+
+
+def _settlement(report: ExecutionReport) -> tuple[Finish, tuple[str, ...]]:
+    """Where a verified report leaves the approval, and the evidence reasons.
+
+    confirmed -> consumed, failed -> failed, ambiguous -> execution_unknown
+    (ARCHITECTURE.md); an executor that says the executed params were not the
+    approved ones broke the binding: ``execution_unknown`` with
+    ``binding_broken``, whatever status it gave.
+    """
+    if report.reason_code == PARAMS_MISMATCH:
+        return "execution_unknown", (BINDING_BROKEN, report.reason_code)
+    return _REPORT_OUTCOME[report.status], (report.reason_code,)
 
 
 def binding_tenant_denied(principal: Principal, binding: ApprovalBinding) -> bool:

@@ -1,0 +1,83 @@
+// Drive the compiled plugin's hooks from another process (tests/test_openclaw_plugin.py).
+//
+// The plugin is loaded exactly as OpenClaw loads it (the default export of
+// dist/index.js) and registered against a stand-in for the part of
+// OpenClaw's plugin API it uses (api.on, api.pluginConfig, api.runtime.version,
+// api.logger). No OpenClaw here: tests/test_openclaw_conformance.py drives the
+// real runtime. Protocol: one JSON command per stdin line, one JSON answer per
+// stdout line, matched by "id"; commands run concurrently, so a held call can
+// wait while the test resolves its approval.
+//
+//   {"id": 1, "op": "register", "config": {...}, "runtimeVersion": "2026.9.6"}
+//   {"id": 2, "op": "before", "event": {...}, "ctx": {...}}   -> {"id": 2, "result": {...}}
+//   {"id": 3, "op": "after", "event": {...}, "ctx": {...}}    -> {"id": 3, "result": null}
+//   {"id": 4, "op": "close"}
+import { createInterface } from "node:readline";
+import plugin from "../dist/index.js";
+import { closeSharedBuses } from "../dist/transport.js";
+
+const hooks = { before_tool_call: [], after_tool_call: [] };
+const registrations = [];
+
+function answer(message) {
+  process.stdout.write(JSON.stringify(message) + "\n");
+}
+
+function api(config, runtimeVersion) {
+  return {
+    pluginConfig: config,
+    registrationMode: "full",
+    runtime: { version: runtimeVersion },
+    logger: {
+      info: (m) => process.stderr.write(`[info] ${m}\n`),
+      warn: (m) => process.stderr.write(`[warn] ${m}\n`),
+      error: (m) => process.stderr.write(`[error] ${m}\n`),
+    },
+    on(name, handler, opts) {
+      hooks[name]?.push(handler);
+      registrations.push({ hook: name, priority: opts?.priority ?? null, timeoutMs: opts?.timeoutMs ?? null });
+    },
+  };
+}
+
+async function run(command) {
+  switch (command.op) {
+    case "register":
+      plugin.register(api(command.config, command.runtimeVersion ?? "2026.9.6"));
+      return { id: plugin.id, registrations };
+    case "before": {
+      // The LAST registration's handler, as a reloaded plugin's would be called.
+      const handler = hooks.before_tool_call.at(command.registration ?? -1);
+      return await handler(command.event, command.ctx ?? {});
+    }
+    case "after": {
+      const handler = hooks.after_tool_call.at(command.registration ?? -1);
+      await handler(command.event, command.ctx ?? {});
+      return null;
+    }
+    case "close":
+      await closeSharedBuses();
+      setImmediate(() => process.exit(0));
+      return null;
+    default:
+      throw new Error(`unknown op ${command.op}`);
+  }
+}
+
+const lines = createInterface({ input: process.stdin });
+lines.on("line", (line) => {
+  let command;
+  try {
+    command = JSON.parse(line);
+  } catch {
+    answer({ id: null, error: "not JSON" });
+    return;
+  }
+  run(command).then(
+    (result) => answer({ id: command.id, result: result ?? null }),
+    (error) => answer({ id: command.id, error: String(error?.stack ?? error) }),
+  );
+});
+lines.on("close", () => {
+  closeSharedBuses().finally(() => process.exit(0));
+});

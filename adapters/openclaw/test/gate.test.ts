@@ -1,0 +1,485 @@
+/**
+ * The hook's decision logic (gate.ts) against an in-process fake bus, plus the
+ * mapping, the configuration and register(). The bus part is also tested
+ * against a real gate and nats-server from Python (tests/test_openclaw_plugin.py);
+ * these tests reach the orderings and failures a real gate does not produce on
+ * demand (a status that already says executing, a verdict for another
+ * decision, a connector order, a throwing bus, a cancelled call, outcomes
+ * signed by the gate for something else).
+ */
+
+import assert from "node:assert/strict";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+
+import { canonicalText, identityOf } from "../dist/canonical.js";
+import { parseContext, readConfig } from "../dist/config.js";
+import { decodeEnvelope, encodeEnvelope, signValue, verifyEnvelope } from "../dist/dsse.js";
+import { GateAdapter, type BeforeResult } from "../dist/gate.js";
+import plugin, { adapterFor, HOOK_PRIORITY, hookTimeoutMs, type PluginApi } from "../dist/index.js";
+import { SigningKey, type VerifyKey } from "../dist/keys.js";
+import { finalArguments, legalHoldOf, ProcessTaint, proposeCall } from "../dist/mapping.js";
+import { approvalIdFor, PAYLOAD_APPROVAL_OUTCOME, PAYLOAD_PROPOSAL, PAYLOAD_REPORT, type Verdict } from "../dist/messages.js";
+import { gateKeysOf } from "../dist/registry.js";
+import { BusError, type Bus, type Inbox, type Reply } from "../dist/transport.js";
+
+const KEY = SigningKey.fromSeed(Buffer.from("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60", "hex"));
+const TRUSTED = new Map<string, VerifyKey>([[KEY.keyId, KEY.verifyKey]]);
+/** The gate's key (RFC 8032 TEST 2 seed): the only signer of outcomes the adapter acts on. */
+const GATE = SigningKey.fromSeed(Buffer.from("4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb", "hex"));
+const GATE_KEYS = new Map<string, VerifyKey>([[GATE.keyId, GATE.verifyKey]]);
+const CONTEXT_DOC = {
+  schema: "smf.openclaw-context/1",
+  actor: {
+    domain: "litigation",
+    tenant_id: "tenant-acme",
+    organization_id: "org-acme-llp",
+    matter_id: "m-1",
+    actor_id: "paralegal-pat",
+    actor_roles: ["paralegal"],
+    governing_laws: ["US-NY"],
+  },
+  facts: { classification: "confidential", injection_taint: "clear", redaction_status: "none" },
+  legal_hold_paths: ["/srv/held"],
+  internal_targets: ["slack:#partners"],
+};
+const CONTEXT = parseContext(CONTEXT_DOC);
+const DECISION = "sha256:" + "d".repeat(64);
+const OPERATION = "sha256:" + "e".repeat(64);
+const APPROVAL = approvalIdFor(DECISION);
+const silent = { info: () => undefined, warn: () => undefined, error: () => undefined };
+
+function verdict(fields: Partial<Verdict> & { proposal_id: string; outcome: Verdict["outcome"] }): Uint8Array {
+  return Buffer.from(JSON.stringify({ schema: "smf.verdict/1", reason_codes: [], ...fields }), "utf8");
+}
+
+/** An approval outcome as the gate publishes it: every Verdict field, DSSE-signed by `signer`. */
+function outcome(fields: Partial<Verdict> & { outcome: Verdict["outcome"] }, signer: SigningKey = GATE, payloadType = PAYLOAD_APPROVAL_OUTCOME): Uint8Array {
+  const full: Verdict = {
+    schema: "smf.verdict/1", proposal_id: "", reason_codes: [], decision_id: null, operation_hash: null, release_id: null,
+    order_id: null, connector_id: null, approval_id: null, expires_at_ms: null, required_roles: [], evidence: [], ...fields,
+  };
+  return encodeEnvelope(signValue(payloadType, full, [signer]));
+}
+
+interface Seen {
+  op: string;
+  subject: string;
+}
+
+/** A bus whose gate is a function; records the order of every operation. */
+class FakeBus implements Bus {
+  seen: Seen[] = [];
+  inboxes = new Map<string, { push(d: Uint8Array): void }>();
+  constructor(
+    private readonly gate: (subject: string, data: Uint8Array, headers?: Record<string, string>) => Reply | Promise<Reply>,
+  ) {}
+  async request(subject: string, data: Uint8Array, _t: number, headers?: Record<string, string>): Promise<Reply> {
+    this.seen.push({ op: "request", subject });
+    return this.gate(subject, data, headers);
+  }
+  async subscribe(subject: string): Promise<Inbox> {
+    this.seen.push({ op: "subscribe", subject });
+    const queue: Uint8Array[] = [];
+    let waiter: ((d: Uint8Array | undefined) => void) | undefined;
+    this.inboxes.set(subject, {
+      push: (d) => (waiter ? (waiter(d), (waiter = undefined)) : queue.push(d)),
+    });
+    return {
+      next: (timeoutMs, signal) =>
+        queue.length > 0
+          ? Promise.resolve(queue.shift())
+          : new Promise((resolve) => {
+              const timer = setTimeout(() => resolve(undefined), timeoutMs);
+              timer.unref(); // the outcome watch waits forever; it must not hold the test process
+              signal?.addEventListener("abort", () => {
+                clearTimeout(timer);
+                resolve(undefined);
+              });
+              waiter = (d) => {
+                clearTimeout(timer);
+                resolve(d);
+              };
+            }),
+      close: () => this.seen.push({ op: "close", subject }),
+    };
+  }
+}
+
+function reply(data: Uint8Array, headers: Record<string, string> = {}): Reply {
+  return { data, headers: new Map(Object.entries(headers)) };
+}
+
+function proposalOf(data: Uint8Array): { proposal_id: string; arguments: unknown; native_tool: string } {
+  const verified = verifyEnvelope(decodeEnvelope(data), TRUSTED, 1, PAYLOAD_PROPOSAL);
+  return JSON.parse(verified.payload.toString("utf8")) as { proposal_id: string; arguments: unknown; native_tool: string };
+}
+
+function adapter(bus: Bus | undefined, holdTimeoutMs = 2000, problems: string[] = []): GateAdapter {
+  return new GateAdapter(
+    { runtimeId: "openclaw-demo", runtimeVersion: "2026.9.6", key: KEY, gateKeys: GATE_KEYS, context: CONTEXT, gateTimeoutMs: 1000, holdTimeoutMs },
+    problems,
+    bus,
+    silent,
+  );
+}
+
+function blockReason(result: BeforeResult): string {
+  assert.ok("block" in result, JSON.stringify(result));
+  return result.blockReason;
+}
+
+/** A gate that holds, answers the status with `state`, and lets the test publish outcomes. */
+function holdingGate(state: string): FakeBus {
+  return new FakeBus((subject, data) => {
+    if (subject === "smf.propose") {
+      const p = proposalOf(data);
+      return reply(verdict({
+        proposal_id: p.proposal_id, outcome: "held", reason_codes: ["attorney_approval_required_for_transmission"],
+        decision_id: DECISION, operation_hash: OPERATION, approval_id: APPROVAL, expires_at_ms: Date.now() + 60_000,
+      }));
+    }
+    if (subject === "smf.approval.status") return reply(Buffer.from(JSON.stringify({ approval_id: APPROVAL, state })));
+    throw new BusError("gate_unreachable");
+  });
+}
+
+const MESSAGE = { toolName: "message", params: { action: "send", channel: "slack", target: "#client", message: "hi" }, runId: "r", toolCallId: "c" };
+const WATCH = "smf.approval.outcome.>";
+
+async function publishSoon(bus: FakeBus, data: Uint8Array): Promise<void> {
+  for (let i = 0; i < 100 && !bus.seen.some((x) => x.subject === "smf.approval.status"); i++) {
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  await new Promise((r) => setTimeout(r, 20));
+  bus.inboxes.get(WATCH)?.push(data);
+}
+
+// --- allow and deny ------------------------------------------------------------------
+
+test("allow returns exactly the signed canonical params", async () => {
+  let signed: unknown;
+  const bus = new FakeBus((_s, data) => {
+    const p = proposalOf(data);
+    signed = p.arguments;
+    return reply(verdict({ proposal_id: p.proposal_id, outcome: "allow", decision_id: DECISION, operation_hash: OPERATION }));
+  });
+  const params = { path: "/srv/cafe\u0301.txt", b: 2, a: [1, { y: null, x: true }] };
+  const result = await adapter(bus).beforeToolCall({ toolName: "read", params, toolCallId: "c" }, {});
+  assert.ok("params" in result);
+  assert.equal(canonicalText(result.params), canonicalText(signed));
+  assert.equal(identityOf(result.params), identityOf(params));
+  assert.equal((result.params as { path: string }).path, "/srv/caf\u00e9.txt");
+});
+
+test("deny blocks with the gate's reason codes", async () => {
+  const bus = new FakeBus((_s, data) => reply(verdict({ proposal_id: proposalOf(data).proposal_id, outcome: "deny", reason_codes: ["legal_hold_blocks_deletion"] })));
+  const reason = blockReason(await adapter(bus).beforeToolCall({ toolName: "write", params: { path: "/srv/held/a", content: "x" } }, {}));
+  assert.match(reason, /^SMF Assurance gate denied write: legal_hold_blocks_deletion\. It did not run\.$/);
+});
+
+test("every bad reply blocks", async () => {
+  const cases: [string, (data: Uint8Array) => Reply | Promise<Reply>, RegExp][] = [
+    ["service error header", () => reply(Buffer.from(""), { "Nats-Service-Error-Code": "400", "Nats-Service-Error": "bad_signature" }), /bad_signature/],
+    ["unreadable verdict", () => reply(Buffer.from("{")), /unreadable_verdict/],
+    ["verdict for another proposal", () => reply(verdict({ proposal_id: "p-other", outcome: "allow", decision_id: DECISION, operation_hash: OPERATION })), /verdict_for_another_proposal/],
+    ["deny without reasons", (d) => reply(verdict({ proposal_id: proposalOf(d).proposal_id, outcome: "deny" })), /deny_without_reason/],
+    ["allow without a decision", (d) => reply(verdict({ proposal_id: proposalOf(d).proposal_id, outcome: "allow" })), /verdict_incomplete/],
+    ["allow for a connector", (d) => reply(verdict({ proposal_id: proposalOf(d).proposal_id, outcome: "allow", decision_id: DECISION, operation_hash: OPERATION, connector_id: "court-efiling" })), /executed_by_connector_court_efiling/],
+    ["no responders", () => { throw new BusError("gate_unreachable"); }, /gate_unreachable/],
+    ["timeout", () => { throw new BusError("gate_timeout"); }, /gate_timeout/],
+    ["a bug in the bus", () => { throw new TypeError("boom"); }, /adapter_internal_error/],
+  ];
+  for (const [name, gate, expected] of cases) {
+    const reason = blockReason(await adapter(new FakeBus((_s, d) => gate(d))).beforeToolCall({ toolName: "read", params: { path: "/a" } }, {}));
+    assert.match(reason, expected, name);
+  }
+});
+
+test("params without a canonical form are blocked before anything is sent", async () => {
+  const bus = new FakeBus(() => assert.fail("nothing may be proposed"));
+  for (const params of [{ n: 1.5 }, { s: "\ud800" }, { k: "\u{16D63}" }, "not an object", { big: 2 ** 60 }]) {
+    assert.match(blockReason(await adapter(bus).beforeToolCall({ toolName: "exec", params }, {})), /arguments_not_(canonical|an_object)/);
+  }
+});
+
+test("refusing mode blocks everything and names its problems", async () => {
+  const bus = new FakeBus(() => assert.fail("nothing may be proposed"));
+  const reason = blockReason(await adapter(bus, 0, ["runtime_version_not_pinned"]).beforeToolCall({ toolName: "read", params: {} }, {}));
+  assert.match(reason, /adapter_refuses_to_run\(runtime_version_not_pinned\)/);
+});
+
+// --- held --------------------------------------------------------------------------------
+
+test("held: subscribed before proposing, then the status, then an allow for this approval releases the params once", async () => {
+  const bus = holdingGate("pending");
+  const a = adapter(bus);
+  const pending = a.beforeToolCall(MESSAGE, {});
+  await publishSoon(bus, outcome({ outcome: "allow", reason_codes: ["approved_once"], decision_id: DECISION, operation_hash: OPERATION, approval_id: APPROVAL }));
+  const result = await pending;
+  assert.ok("params" in result);
+  const order = bus.seen.map((s) => `${s.op}:${s.subject}`);
+  assert.deepEqual(order, [`subscribe:${WATCH}`, "request:smf.propose", "request:smf.approval.status"]);
+  // the same approval never releases a second call in this process
+  const again = a.beforeToolCall(MESSAGE, {});
+  assert.match(blockReason(await again), /approval_already_used/);
+});
+
+test("held: every other ending blocks", async () => {
+  const allow = { outcome: "allow" as const, decision_id: DECISION, operation_hash: OPERATION, approval_id: APPROVAL };
+  const cases: [string, string, Uint8Array | undefined, RegExp][] = [
+    ["status executing, no outcome ever: it was missed", "executing", undefined, /approval_outcome_missed/],
+    ["status denied", "denied", undefined, /approval_denied/],
+    ["status expired", "expired", undefined, /approval_expired/],
+    ["deny outcome", "pending", outcome({ ...allow, outcome: "deny", reason_codes: ["approver_denied"] }), /approver_denied/],
+    // The gate signed it, but its decision does not derive this approval id: never acted on.
+    ["allow for another decision", "pending", outcome({ ...allow, decision_id: "sha256:" + "f".repeat(64) }), /approval_wait_timeout/],
+    ["allow for another operation", "pending", outcome({ ...allow, operation_hash: "sha256:" + "0".repeat(64) }), /approval_outcome_mismatch/],
+    ["allow for a connector", "pending", outcome({ ...allow, connector_id: "dms" }), /executed_by_connector_dms/],
+    // Garbage names no approval, so it cannot end this wait: the wait times out.
+    ["garbage on the subject", "pending", Buffer.from("not json"), /approval_wait_timeout/],
+  ];
+  for (const [name, state, data, expected] of cases) {
+    const bus = holdingGate(state);
+    const pending = adapter(bus, 300).beforeToolCall(MESSAGE, {});
+    if (data !== undefined) await publishSoon(bus, data);
+    assert.match(blockReason(await pending), expected, name);
+  }
+});
+
+test("held: status executing waits for the outcome in flight", async () => {
+  const bus = holdingGate("executing");
+  const pending = adapter(bus).beforeToolCall(MESSAGE, {});
+  await publishSoon(bus, outcome({ outcome: "allow", reason_codes: ["approved_once"], decision_id: DECISION, operation_hash: OPERATION, approval_id: APPROVAL }));
+  assert.ok("params" in (await pending));
+});
+
+test("held: an approver faster than the held reply is not lost", async () => {
+  // The gate announces before it answers `held`; here the allow is published
+  // while the proposal is still in flight, and the status already says executing.
+  let bus: FakeBus | undefined;
+  bus = new FakeBus((subject, data) => {
+    if (subject === "smf.propose") {
+      const p = proposalOf(data);
+      bus?.inboxes.get(WATCH)?.push(outcome({ outcome: "allow", reason_codes: ["approved_once"], decision_id: DECISION, operation_hash: OPERATION, approval_id: APPROVAL }));
+      return new Promise((resolve) => setTimeout(() => resolve(reply(verdict({
+        proposal_id: p.proposal_id, outcome: "held", reason_codes: ["attorney_approval_required_for_transmission"],
+        decision_id: DECISION, operation_hash: OPERATION, approval_id: APPROVAL, expires_at_ms: Date.now() + 60_000,
+      }))), 20));
+    }
+    return reply(Buffer.from(JSON.stringify({ approval_id: APPROVAL, state: "executing" })));
+  });
+  const result = await adapter(bus).beforeToolCall(MESSAGE, {});
+  assert.ok("params" in result, JSON.stringify(result));
+  assert.deepEqual(bus.seen.map((x) => x.op + ":" + x.subject), [`subscribe:${WATCH}`, "request:smf.propose"]);
+});
+
+test("held: a forged outcome is ignored, never acted on; the gate's own releases the call once", async () => {
+  const allow = { outcome: "allow" as const, reason_codes: ["approved_once"], decision_id: DECISION, operation_hash: OPERATION, approval_id: APPROVAL };
+  const unsigned = verdict({ proposal_id: "", ...allow });
+  const OTHER_DECISION = "sha256:" + "c".repeat(64);
+  const forgeries: [string, Uint8Array][] = [
+    ["unsigned allow", unsigned],
+    ["allow signed by the runtime's key", outcome(allow, KEY)],
+    ["allow signed by the gate for another purpose", outcome(allow, GATE, PAYLOAD_REPORT)],
+    ["the gate's allow of another approval", outcome({ ...allow, decision_id: OTHER_DECISION, approval_id: approvalIdFor(OTHER_DECISION) })],
+    ["the gate's allow naming this approval but another decision", outcome({ ...allow, decision_id: OTHER_DECISION })],
+    ["the gate's envelope, payload edited", (() => {
+      const env = JSON.parse(Buffer.from(outcome({ ...allow, outcome: "deny", reason_codes: ["approver_denied"] })).toString()) as { payload: string };
+      const edited = Buffer.from(env.payload, "base64").toString().replace('"deny"', '"allow"');
+      return Buffer.from(JSON.stringify({ ...env, payload: Buffer.from(edited).toString("base64") }));
+    })()],
+  ];
+  // Alone, none of them releases the call or ends the wait: it times out.
+  for (const [name, data] of forgeries) {
+    const bus = holdingGate("pending");
+    const pending = adapter(bus, 300).beforeToolCall(MESSAGE, {});
+    await publishSoon(bus, data);
+    assert.match(blockReason(await pending), /approval_wait_timeout/, name);
+  }
+  // All of them first, then the gate's allow: released, once.
+  const bus = holdingGate("pending");
+  const a = adapter(bus, 5000);
+  let settled = false;
+  const pending = a.beforeToolCall(MESSAGE, {}).finally(() => {
+    settled = true;
+  });
+  for (const [, data] of forgeries) await publishSoon(bus, data);
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(settled, false, "a forged outcome ended the wait");
+  bus.inboxes.get(WATCH)?.push(outcome(allow));
+  assert.ok("params" in (await pending));
+  assert.match(blockReason(await a.beforeToolCall(MESSAGE, {})), /approval_already_used/);
+});
+
+test("held: timeout, cancellation, waiting disabled, an approval id not derived from the decision", async () => {
+  assert.match(blockReason(await adapter(holdingGate("pending"), 150).beforeToolCall(MESSAGE, {})), /approval_wait_timeout/);
+  const abort = new AbortController();
+  const pending = adapter(holdingGate("pending"), 5000).beforeToolCall(MESSAGE, { abortSignal: abort.signal });
+  setTimeout(() => abort.abort(), 50);
+  assert.match(blockReason(await pending), /tool_call_cancelled/);
+  assert.match(blockReason(await adapter(holdingGate("pending"), 0).beforeToolCall(MESSAGE, {})), /approval_wait_disabled/);
+  const forged = new FakeBus((_s, data) => reply(verdict({ proposal_id: proposalOf(data).proposal_id, outcome: "held", decision_id: DECISION, operation_hash: OPERATION, approval_id: "sha256:" + "a".repeat(64) })));
+  assert.match(blockReason(await adapter(forged).beforeToolCall(MESSAGE, {})), /approval_id_mismatch/);
+});
+
+// --- after_tool_call -------------------------------------------------------------------
+
+test("after_tool_call reports confirmed, failed, mismatch and ungated runs, signed", async () => {
+  const reports: { subject: string; report: Record<string, unknown>; headers: Record<string, string> | undefined }[] = [];
+  const bus = new FakeBus((subject, data, headers) => {
+    if (subject === "smf.propose") {
+      return reply(verdict({ proposal_id: proposalOf(data).proposal_id, outcome: "allow", decision_id: DECISION, operation_hash: OPERATION }));
+    }
+    const verified = verifyEnvelope(decodeEnvelope(data), TRUSTED, 1, PAYLOAD_REPORT);
+    reports.push({ subject, report: JSON.parse(verified.payload.toString()) as Record<string, unknown>, headers });
+    return reply(Buffer.from("{}"));
+  });
+  const a = adapter(bus);
+  const params = { path: "/srv/a.txt" };
+  for (const id of ["ok", "err", "changed"]) {
+    assert.ok("params" in (await a.beforeToolCall({ toolName: "read", params, runId: "r", toolCallId: id }, {})));
+  }
+  await a.afterToolCall({ toolName: "read", params, runId: "r", toolCallId: "ok" }, {});
+  await a.afterToolCall({ toolName: "read", params, runId: "r", toolCallId: "err", error: "ENOENT" }, {});
+  await a.afterToolCall({ toolName: "read", params: { ...params, host: "gateway" }, runId: "r", toolCallId: "changed" }, {});
+  await a.afterToolCall({ toolName: "exec", params: { command: "id" }, runId: "r", toolCallId: "never-seen" }, {});
+  assert.deepEqual(
+    reports.map((r) => [r.report.status, r.report.reason_code]),
+    [["confirmed", "executed_as_approved"], ["failed", "tool_error"], ["ambiguous", "executed_params_mismatch"], ["ambiguous", "executed_without_gate_decision"]],
+  );
+  assert.ok(reports.every((r) => r.subject === "smf.result.openclaw-demo"));
+  assert.equal(reports[0]?.headers?.["Smf-Decision-Id"], DECISION);
+  assert.equal(reports[0]?.report.external_ref, "ok");
+});
+
+test("a read marks the whole process tainted; later egress says suspected", async () => {
+  let facts: unknown;
+  const bus = new FakeBus((subject, data) => {
+    if (subject !== "smf.propose") return reply(Buffer.from("{}"));
+    const verified = verifyEnvelope(decodeEnvelope(data), TRUSTED, 1, PAYLOAD_PROPOSAL);
+    const p = JSON.parse(verified.payload.toString()) as { proposal_id: string; facts: unknown };
+    facts = p.facts;
+    return reply(verdict({ proposal_id: p.proposal_id, outcome: "deny", reason_codes: ["x"] }));
+  });
+  const a = adapter(bus);
+  await a.beforeToolCall(MESSAGE, {});
+  assert.equal((facts as { injection_taint: string }).injection_taint, "clear");
+  await a.afterToolCall({ toolName: "web_fetch", params: { url: "https://x" }, toolCallId: "w" }, {});
+  await a.beforeToolCall(MESSAGE, { sessionKey: "agent:other:main" });
+  assert.equal((facts as { injection_taint: string }).injection_taint, "suspected");
+});
+
+// --- mapping and configuration ---------------------------------------------------------------
+
+test("mapping: canonical arguments, legal hold, message destination, surface", () => {
+  assert.equal(canonicalText(finalArguments({ b: 1, a: "e\u0301" })), '{"a":"\u00e9","b":1}');
+  assert.throws(() => finalArguments({ "cafe\u0301": 1 }), /arguments_keys_not_nfc/);
+  assert.equal(canonicalText(finalArguments({ nested: { "cafe\u0301": 1 } })), '{"nested":{"caf\u00e9":1}}');
+  assert.equal(legalHoldOf("write", { path: "/srv/held/x" }, CONTEXT), true);
+  assert.equal(legalHoldOf("write", { path: "/srv/free/x" }, CONTEXT), false);
+  assert.equal(legalHoldOf("write", { path: "relative/x" }, CONTEXT), null);
+  assert.equal(legalHoldOf("apply_patch", { input: "*** Begin Patch\n*** Update File: /srv/held/a\n*** End Patch" }, CONTEXT), true);
+  assert.equal(legalHoldOf("exec", { command: "rm /srv/held/x" }, CONTEXT), null);
+  const taint = new ProcessTaint();
+  const internal = proposeCall("message", { action: "send", channel: "slack", target: "#partners", message: "m" }, undefined, CONTEXT, taint);
+  assert.deepEqual(internal.destination, { address: "slack:#partners", locality: "internal" });
+  assert.equal(internal.content, "m");
+  const external = proposeCall("message", { action: "send", targets: ["a", "b"] }, "agent:main:subagent:x", CONTEXT, taint);
+  assert.deepEqual(external.destination, { address: "a,b", locality: "unknown" });
+  assert.equal(external.surface, "delegation");
+  assert.throws(() => proposeCall("", {}, undefined, CONTEXT, taint), /tool_name_invalid/);
+});
+
+test("configuration problems are reason codes, never exceptions", () => {
+  const dir = mkdtempSync(join(tmpdir(), "smf-oc-"));
+  const badContext = join(dir, "ctx.json");
+  writeFileSync(badContext, JSON.stringify({ ...CONTEXT_DOC, surprise: 1 }));
+  const codes = (raw: unknown): string[] => readConfig(raw).problems.map((p) => p.reasonCode);
+  assert.deepEqual(codes(undefined).sort(), ["smf_context_missing", "smf_registry_missing", "smf_runtime_id_missing", "smf_runtime_key_missing"]);
+  assert.ok(codes({ runtimeId: "a.b", keyFile: "/nope", contextFile: badContext }).includes("smf_context_invalid"));
+  assert.ok(codes({ runtimeId: "rt", keyFile: "/nope", context: CONTEXT_DOC }).includes("smf_runtime_key_unreadable"));
+  assert.ok(codes({ runtimeId: "rt", keyFile: "/nope", context: CONTEXT_DOC, gateTimeoutMs: "5000" }).includes("smf_config_invalid"));
+  assert.ok(codes({ runtimeId: "rt", keyFile: "/nope", context: CONTEXT_DOC, typo: 1 }).includes("smf_config_invalid"));
+});
+
+/** A registry file (`smf.registry/1`) as `subjects.registry.encode_registry` writes it. */
+function registryDoc(entries: { key: SigningKey; role: string; principal: string; extra?: Record<string, unknown> }[]): Record<string, unknown> {
+  return {
+    schema: "smf.registry/1",
+    entries: entries.map((e) => ({
+      key: { kind: "smf.ed25519.public/1", key_id: e.key.keyId, principal: e.principal, public_key: e.key.publicBytes.toString("base64") },
+      role: e.role,
+      runtime_id: e.role === "runtime" ? "openclaw-demo" : null,
+      connector_id: null,
+      tenants: [],
+      licensed_roles: [],
+      ...e.extra,
+    })),
+  };
+}
+
+test("registryFile: only role gate keys are trusted; missing, unreadable, invalid or gate-less refuses", () => {
+  const dir = mkdtempSync(join(tmpdir(), "smf-oc-reg-"));
+  const good = registryDoc([
+    { key: GATE, role: "gate", principal: "gate" },
+    { key: KEY, role: "runtime", principal: "openclaw-runtime" },
+  ]);
+  const keys = gateKeysOf(good);
+  assert.deepEqual([...keys.keys()], [GATE.keyId]); // the runtime's key is not a gate key
+  const write = (name: string, doc: unknown): string => {
+    const path = join(dir, name);
+    writeFileSync(path, typeof doc === "string" ? doc : JSON.stringify(doc));
+    return path;
+  };
+  const keyFile = join(dir, "runtime.key");
+  writeFileSync(keyFile, JSON.stringify({
+    kind: "smf.ed25519.private/1", key_id: KEY.keyId, principal: "openclaw-runtime",
+    public_key: KEY.publicBytes.toString("base64"), secret_seed: Buffer.from("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60", "hex").toString("base64"),
+  }));
+  const base = { runtimeId: "openclaw-demo", keyFile, context: CONTEXT_DOC };
+  const ok = readConfig({ ...base, registryFile: write("ok.json", good) });
+  assert.deepEqual(ok.problems, []);
+  assert.deepEqual([...(ok.config?.gateKeys.keys() ?? [])], [GATE.keyId]);
+  const codes = (registryFile: unknown): string[] => readConfig({ ...base, registryFile }).problems.map((p) => p.reasonCode);
+  const entries = good.entries as Record<string, unknown>[];
+  const gateEntry = entries[0] as Record<string, unknown>;
+  const cases: [string, unknown, string][] = [
+    ["not set", undefined, "smf_registry_missing"],
+    ["no such file", join(dir, "missing.json"), "smf_registry_unreadable"],
+    ["not JSON", write("bad.json", "{"), "smf_registry_invalid"],
+    ["another schema", write("schema.json", { ...good, schema: "smf.registry/2" }), "smf_registry_invalid"],
+    ["unknown field", write("field.json", { ...good, extra: 1 }), "smf_registry_invalid"],
+    ["key id not derived from the key", write("kid.json", { ...good, entries: [{ ...gateEntry, key: { ...(gateEntry.key as object), key_id: KEY.keyId } }] }), "smf_registry_invalid"],
+    ["the same key twice", write("twice.json", { ...good, entries: [gateEntry, gateEntry] }), "smf_registry_invalid"],
+    ["no gate key", write("nogate.json", registryDoc([{ key: KEY, role: "runtime", principal: "openclaw-runtime" }])), "smf_gate_keys_missing"],
+  ];
+  for (const [name, path, code] of cases) assert.deepEqual(codes(path), [code], name);
+});
+
+// --- register() ---------------------------------------------------------------------------
+
+test("register twice shares one adapter, lowest priority, budget above the hold wait, never throws", () => {
+  const registered: { name: string; priority?: number; timeoutMs?: number }[] = [];
+  const api = (): PluginApi => ({
+    pluginConfig: { runtimeId: "rt", keyFile: "/nope", context: CONTEXT_DOC, holdTimeoutMs: 100_000 },
+    runtime: { version: "2026.9.6" },
+    logger: silent,
+    on: (name, _handler, opts) => {
+      registered.push({ name, ...opts });
+    },
+  });
+  const first = api();
+  plugin.register(first);
+  plugin.register(api());
+  assert.equal(adapterFor(first), adapterFor(api()));
+  assert.equal(registered.length, 4);
+  assert.ok(registered.every((r) => r.priority === HOOK_PRIORITY));
+  assert.equal(plugin.id, "smf-assurance");
+  const throwing: PluginApi = { ...api(), on: () => { throw new Error("host refused"); } };
+  assert.doesNotThrow(() => plugin.register(throwing));
+  assert.equal(hookTimeoutMs(adapter(undefined, 600_000)), 600_000);
+  assert.equal(hookTimeoutMs(adapter(undefined, 10_000)), 2 * 1000 + 10_000 + 5000);
+});

@@ -1,0 +1,245 @@
+/**
+ * The golden vectors of tests/vectors/, consumed by the TypeScript side.
+ *
+ * The Python side consumes the same files (tests/test_canonical.py,
+ * tests/test_keyed.py, tests/test_vectors_messages.py), so each vector is
+ * checked by both implementations, byte for byte (ARCHITECTURE.md,
+ * "Canonical bytes"). Runs on the compiled JavaScript (dist/).
+ */
+
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+import { canonicalBytes, canonicalText, identityOf, parseCanonical, parseJson, sha256Identity } from "../dist/canonical.js";
+import {
+  BadSignatureError,
+  decodeEnvelope,
+  encodeEnvelope,
+  MalformedEnvelopeError,
+  MalformedPayloadError,
+  PayloadTypeMismatchError,
+  pae,
+  signValue,
+  UnknownSignerError,
+  verifyEnvelope,
+} from "../dist/dsse.js";
+import { keyedIdentifier } from "../dist/keyed.js";
+import { SigningKey, type VerifyKey } from "../dist/keys.js";
+import { approvalIdFor, decodeVerdict, orderIdFor, PAYLOAD_APPROVAL_OUTCOME, PAYLOAD_PROPOSAL } from "../dist/messages.js";
+import { openOutcome, OutcomeMismatchError } from "../dist/outcome.js";
+
+const VECTORS = fileURLToPath(new URL("../../../tests/vectors/", import.meta.url));
+
+type Row = Record<string, unknown> & { name: string };
+
+function load(name: string): Record<string, unknown> {
+  const text = readFileSync(VECTORS + name, "utf8");
+  // tests/test_canonical.py checks the files are ASCII; a decomposed string
+  // written as an escape cannot be normalized by an editor on the way.
+  assert.ok(/^[\x00-\x7f]*$/.test(text), `${name} is not pure ASCII`);
+  return JSON.parse(text) as Record<string, unknown>;
+}
+
+function rows(doc: Record<string, unknown>, key: string): Row[] {
+  const list = doc[key];
+  assert.ok(Array.isArray(list), key);
+  return list as Row[];
+}
+
+function s(row: Row, key: string): string {
+  const v = row[key];
+  assert.equal(typeof v, "string", `${row.name}.${key}`);
+  return v as string;
+}
+
+// --- canonical.json and canonical_more.json ------------------------------------
+
+for (const file of ["canonical.json", "canonical_more.json"]) {
+  const doc = load(file);
+  for (const row of rows(doc, "encode")) {
+    test(`${file} encode ${row.name}`, () => {
+      if (row.error === true) {
+        assert.throws(() => canonicalBytes(parseJson(s(row, "input"))), `${row.name} must be refused`);
+        return;
+      }
+      const value = parseJson(s(row, "input"));
+      assert.equal(canonicalText(value), s(row, "canonical"));
+      assert.ok(canonicalBytes(value).equals(Buffer.from(s(row, "canonical"), "utf8")));
+      assert.equal(identityOf(value), s(row, "identity"));
+    });
+  }
+  for (const row of rows(doc, "verify")) {
+    test(`${file} verify ${row.name}`, () => {
+      if (row.canonical === true) {
+        parseCanonical(s(row, "input"));
+        return;
+      }
+      assert.throws(() => parseCanonical(s(row, "input")));
+    });
+  }
+}
+
+for (const row of rows(load("canonical_more.json"), "unicode_divergence")) {
+  test(`canonical_more.json unicode_divergence ${row.name} (TypeScript refuses)`, () => {
+    assert.throws(() => canonicalBytes(parseJson(s(row, "input"))), /not assigned in Unicode 14\.0/);
+  });
+}
+
+// --- keyed.json ---------------------------------------------------------------------
+
+{
+  const doc = load("keyed.json");
+  for (const row of rows(doc, "vectors")) {
+    test(`keyed.json ${row.name}`, () => {
+      const key = Buffer.from((row.key_hex ?? doc.key_hex) as string, "hex");
+      if (row.error === true) {
+        assert.throws(() => keyedIdentifier(key, s(row, "domain"), s(row, "value")));
+        return;
+      }
+      assert.equal(keyedIdentifier(key, s(row, "domain"), s(row, "value")), s(row, "identifier"));
+    });
+  }
+}
+
+// --- messages.json --------------------------------------------------------------------
+
+const messages = load("messages.json");
+const keyDoc = messages.test_key as Record<string, string>;
+const otherDoc = messages.other_key as Record<string, string>;
+const testKey = SigningKey.fromSeed(Buffer.from(keyDoc.seed_hex ?? "", "hex"));
+
+test("messages.json test keys are the RFC 8032 keys", () => {
+  assert.equal(testKey.publicBytes.toString("hex"), keyDoc.public_hex);
+  assert.equal(testKey.keyId, keyDoc.key_id);
+  const other = SigningKey.fromSeed(Buffer.from(otherDoc.seed_hex ?? "", "hex"));
+  assert.equal(other.publicBytes.toString("hex"), otherDoc.public_hex);
+  assert.equal(other.keyId, otherDoc.key_id);
+});
+
+for (const row of rows(messages, "ed25519")) {
+  test(`messages.json ed25519 ${row.name}`, () => {
+    const key = SigningKey.fromSeed(Buffer.from(s(row, "seed_hex"), "hex"));
+    assert.equal(key.sign(Buffer.from(s(row, "message_hex"), "hex")).toString("hex"), s(row, "signature_hex"));
+  });
+}
+
+const byName = new Map(rows(messages, "messages").map((m) => [m.name, m]));
+
+for (const row of rows(messages, "messages")) {
+  test(`messages.json message ${row.name}`, () => {
+    assert.equal(canonicalText(row.value), s(row, "canonical"));
+    assert.equal(identityOf(row.value), s(row, "identity"));
+    assert.ok(canonicalBytes(parseCanonical(s(row, "canonical"))).equals(Buffer.from(s(row, "canonical"), "utf8")));
+  });
+}
+
+for (const row of rows(messages, "envelopes")) {
+  test(`messages.json envelope ${row.name}`, () => {
+    const message = byName.get(s(row, "message"));
+    assert.ok(message !== undefined);
+    const payloadType = s(row, "payload_type");
+    const envelope = signValue(payloadType, message.value, [testKey]);
+    assert.equal(encodeEnvelope(envelope).toString("utf8"), s(row, "envelope"));
+    assert.equal(envelope.signatures[0]?.sig, s(row, "signature"));
+    const payload = canonicalBytes(message.value);
+    assert.equal(sha256Identity(pae(payloadType, payload)), "sha256:" + s(row, "pae_sha256"));
+    const trusted = new Map<string, VerifyKey>([[testKey.keyId, testKey.verifyKey]]);
+    const verified = verifyEnvelope(decodeEnvelope(Buffer.from(s(row, "envelope"), "utf8")), trusted, 1, payloadType);
+    assert.ok(verified.payload.equals(payload));
+  });
+}
+
+const ERRORS: Record<string, new (...args: never[]) => Error> = {
+  BadSignatureError,
+  PayloadTypeMismatchError,
+  UnknownSignerError,
+  MalformedEnvelopeError,
+  MalformedPayloadError,
+  OutcomeMismatchError,
+};
+
+for (const row of rows(messages, "verify")) {
+  test(`messages.json verify ${row.name}`, () => {
+    const trusted = new Map<string, VerifyKey>([[testKey.keyId, testKey.verifyKey]]);
+    const check = (): unknown =>
+      verifyEnvelope(decodeEnvelope(Buffer.from(s(row, "envelope"), "utf8")), trusted, 1, PAYLOAD_PROPOSAL);
+    if (row.result === "ok") {
+      check();
+      return;
+    }
+    const expected = ERRORS[s(row, "error")];
+    assert.ok(expected !== undefined);
+    assert.throws(check, (error: unknown) => {
+      // the exact class, not a subclass: each names a different attack
+      assert.equal((error as Error).constructor, expected);
+      return true;
+    });
+  });
+}
+
+test("messages.json identities", () => {
+  const ids = new Map(rows(messages, "identities").map((r) => [r.name, r]));
+  const order = ids.get("order_id_for");
+  const approval = ids.get("approval_id_for");
+  const content = ids.get("content_hash_nfc");
+  assert.ok(order && approval && content);
+  assert.equal(orderIdFor(s(order, "operation_hash"), s(order, "decision_id")), s(order, "expected"));
+  assert.equal(approvalIdFor(s(approval, "decision_id")), s(approval, "expected"));
+  assert.equal(sha256Identity(Buffer.from(s(content, "text").normalize("NFC"), "utf8")), s(content, "expected"));
+});
+
+for (const row of rows(messages, "operations")) {
+  test(`messages.json operation ${row.name}`, () => {
+    const proposal = row.proposal as { arguments: unknown; native_tool: string };
+    assert.equal(identityOf(proposal.arguments), s(row, "canonical_args_hash"));
+    assert.equal(canonicalText(row.envelope), s(row, "envelope_canonical"));
+    assert.equal(identityOf(row.envelope), s(row, "operation_hash"));
+    const args = proposal.arguments as { command: string };
+    assert.equal(sha256Identity(Buffer.from(args.command.normalize("NFC"), "utf8")), s(row, "content_hash"));
+  });
+}
+
+for (const row of rows(messages, "verdicts")) {
+  test(`messages.json verdict ${row.name}`, () => {
+    const data = Buffer.from(s(row, "input"), "utf8");
+    if (row.valid === true) {
+      assert.equal(decodeVerdict(data).outcome, row.outcome);
+      return;
+    }
+    assert.throws(() => decodeVerdict(data));
+  });
+}
+
+// --- signed approval outcomes -----------------------------------------------------------
+
+{
+  const outcomes = messages.outcomes as { payload_type: string; gate_key: string; expected: Record<string, string>; cases: Row[] };
+  test("messages.json outcomes payload type", () => {
+    assert.equal(outcomes.payload_type, PAYLOAD_APPROVAL_OUTCOME);
+  });
+  const gateDoc = messages[outcomes.gate_key] as Record<string, string>;
+  const gate = SigningKey.fromSeed(Buffer.from(gateDoc.seed_hex ?? "", "hex"));
+  const gateKeys = new Map<string, VerifyKey>([[gate.keyId, gate.verifyKey]]);
+  const expected = {
+    approvalId: outcomes.expected.approval_id ?? "",
+    decisionId: outcomes.expected.decision_id ?? "",
+    operationHash: outcomes.expected.operation_hash ?? "",
+  };
+  for (const row of outcomes.cases) {
+    test(`messages.json outcome ${row.name}`, () => {
+      const open = () => openOutcome(Buffer.from(s(row, "envelope"), "utf8"), gateKeys, expected);
+      if (typeof row.outcome === "string") {
+        assert.equal(open().outcome, row.outcome);
+        return;
+      }
+      const error = ERRORS[s(row, "error")];
+      assert.ok(error !== undefined, s(row, "error"));
+      assert.throws(open, (caught: unknown) => {
+        assert.equal((caught as Error).constructor, error, (caught as Error).message);
+        return true;
+      });
+    });
+  }
+}

@@ -1,0 +1,564 @@
+"""Everything the real OpenClaw talks to, in one process, for tests/test_openclaw_conformance.py.
+
+Run as ``python tests/openclaw_harness.py <json config>``, normally under
+``unshare -n`` (RUNTIMES.md, "Offline driving": the runtime and everything it
+talks to share one network namespace with loopback only). It brings loopback
+up when asked, starts the scripted fake model server and, when asked for a
+gate, an embedded nats-server, a gate whose approval desk runs on an offset
+clock (so a test can make an approval expire or an execution report go
+overdue without waiting), and a second nats-server with no gate on it (the
+"gate unreachable" case). Then it reads one JSON command per line on stdin,
+runs one OpenClaw turn for it and answers one JSON line on stdout. Logs go to
+stderr. It exits when stdin closes.
+
+One turn: a fresh folder per run holds ``OPENCLAW_STATE_DIR``,
+``OPENCLAW_HOME``, ``OPENCLAW_CONFIG_PATH`` and the agent workspace, with the
+offline settings of RUNTIMES.md (config ``update.checkOnStart: false``,
+``telemetry.enabled: false``; env ``OPENCLAW_NO_AUTO_UPDATE=1
+OPENCLAW_DISABLE_BONJOUR=1 OPENCLAW_OFFLINE=1``) and the fake model as the
+only provider. ``mode`` picks the entry point: ``local`` runs ``openclaw
+agent --local --agent main --message ... --json``; ``gateway`` starts
+``openclaw gateway run --bind loopback --auth token`` on a free port and runs
+the same turn through it (``agent`` without ``--local``); ``agent-exec`` runs
+``openclaw agent exec ... --config <path> --json``. A ``kill`` answer kills
+the process that holds the call: the Gateway when there is one.
+
+While the turn runs, a synthetic licensed attorney (``attorney-alex`` of the
+demo roster) answers the approvals the gate announces on
+``smf.approval.pending.<tenant>``, in order, following the command's
+``approvals`` list: ``allow-once`` / ``deny`` after reviewing the content,
+then optionally a replay of the same signed resolution, a second fresh
+resolution, and a re-publication of the outcome verdict the runtime was sent
+(a duplicate resume); or ``kill`` (the OpenClaw process group is killed
+while the call is held, then the approval is resolved); or ``expire`` (the
+approval desk's clock moves past the TTL); or ``none``.
+
+Evidence returned per run: exit code and output, the tool results the model
+was shown (from the fake server), the JSON lines of every log file asked for
+(the probe plugin's records), every verdict seen on the bus, what the
+attorney did and what the gate answered, approval states at the end, and
+which marker files exist (with their contents).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import nats
+from nats.aio.msg import Msg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from adapters.approver import ApproverClient, ApproverError, content_matches
+from ops.logs import configure_logging
+from subjects import names
+from subjects.approvals import PendingAnnouncement
+from subjects.attestation import AttestationAck
+from subjects.messages import OutputVerdict, Verdict
+from tests.clocks import OffsetClock
+from tests.fake_openai import FakeOpenAI
+
+if TYPE_CHECKING:
+    from ops.gateway import RunningGate
+
+RUN_TIMEOUT_S = 240.0
+GATEWAY_START_S = 90.0
+PENDING_WAIT_S = 120.0
+ATTORNEY = "attorney-alex"
+
+
+def substitute(value: Any, tokens: dict[str, str]) -> Any:
+    """Replace ``{{name}}`` tokens in every string of a JSON value."""
+    text = json.dumps(value)
+    for name, replacement in tokens.items():
+        text = text.replace("{{" + name + "}}", replacement.replace("\\", "\\\\"))
+    return json.loads(text)
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def base_config(root: Path, model_url: str) -> dict[str, Any]:
+    """Offline OpenClaw config with the fake model as the only provider (RUNTIMES.md)."""
+    return {
+        "update": {"checkOnStart": False},
+        "telemetry": {"enabled": False},
+        "agents": {
+            "defaults": {
+                "model": {"primary": "fake/fake-model"},
+                "workspace": str(root / "workspace"),
+            }
+        },
+        "models": {
+            "mode": "replace",
+            "providers": {
+                "fake": {
+                    "baseUrl": model_url,
+                    "apiKey": "dummy",
+                    "api": "openai-completions",
+                    "models": [
+                        {
+                            "id": "fake-model",
+                            "name": "Fake",
+                            "reasoning": False,
+                            "input": ["text"],
+                            "contextWindow": 131072,
+                            "maxTokens": 8192,
+                        }
+                    ],
+                }
+            },
+        },
+    }
+
+
+class Tap:
+    """Verdicts, output verdicts and acks seen on the bus, plus outcome messages as sent."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+        self.outcomes: list[tuple[str, bytes]] = []
+
+    async def record(self, msg: Msg) -> None:
+        if msg.subject.startswith(names.APPROVAL_OUTCOME_PREFIX + "."):
+            self.outcomes.append((msg.subject, msg.data))
+        elif not msg.subject.startswith("_INBOX"):
+            return
+        for kind, type_ in (
+            ("verdict", Verdict),
+            ("output", OutputVerdict),
+            ("ack", AttestationAck),
+        ):
+            try:
+                value = msgspec.json.decode(msg.data, type=type_)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            where = "outcome" if not msg.subject.startswith("_INBOX") else "reply"
+            self.seen.append({"kind": kind, "via": where, **msgspec.to_builtins(value)})
+            return
+
+    def take(self) -> list[dict[str, Any]]:
+        taken, self.seen = self.seen, []
+        return taken
+
+
+class Harness:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.root = Path(config["workdir"])
+        self.node_bin = config["node_bin"]
+        self.openclaw = config["openclaw"]
+        self.runs = 0
+        self.gate: RunningGate | None = None
+        self.clock = OffsetClock()
+        """The approval desk's clock only: moving it expires approvals and makes
+        execution reports overdue without making new proposals look stale."""
+        self.pending: asyncio.Queue[PendingAnnouncement] = asyncio.Queue()
+
+    async def start(self) -> None:
+        configure_logging(json=True, level="warning")
+        self.model = FakeOpenAI().start()
+        gate = self.config.get("gate")
+        if not gate:
+            return
+        # Imported here: the probe runs (no gate) must not depend on the gate's code.
+        from ops.gateway import GateOptions, start_gate  # noqa: PLC0415
+        from ops.natsserver import EmbeddedNatsServer  # noqa: PLC0415
+        from ops.runtimes import provision_runtime  # noqa: PLC0415
+        from ops.state import StateDir, provision_demo  # noqa: PLC0415
+
+        self.server = EmbeddedNatsServer(self.root / "nats").start()
+        self.idle = EmbeddedNatsServer(self.root / "nats-idle").start()
+        self.state = StateDir(self.root / "state")
+        provision_demo(self.state)
+        runtime = gate["runtime"]
+        provision_runtime(
+            self.state,
+            runtime["principal"],
+            runtime["runtime_id"],
+            require_attestation=bool(runtime.get("require_attestation", False)),
+            runtime_pin=runtime.get("pin"),
+        )
+        self.runtime = runtime
+        self.gate = await start_gate(
+            GateOptions(state=self.state, nats_url=self.server.url, co_located=True)
+        )
+        # Only the desk moves in time: the gate's freshness check on proposals keeps
+        # the wall clock, so calls proposed while an approval is made to expire
+        # are judged as they would be (not ``stale_proposal``).
+        self.gate.desk.clock = self.clock
+        self.nc = await nats.connect(self.server.url)
+        self.tap = Tap()
+        await self.nc.subscribe(">", cb=self.tap.record)
+        await self.nc.subscribe(f"{names.APPROVAL_PENDING_PREFIX}.>", cb=self._on_pending)
+        self.attorney = ApproverClient(self.nc, self.state.key(ATTORNEY), ATTORNEY)
+
+    async def _on_pending(self, msg: Msg) -> None:
+        try:
+            announcement = msgspec.json.decode(msg.data, type=PendingAnnouncement)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return
+        await self.pending.put(announcement)
+
+    async def stop(self) -> None:
+        self.model.stop()
+        if self.gate is not None:
+            await self.nc.drain()
+            await self.gate.close()
+            self.server.stop()
+            self.idle.stop()
+
+    def tokens(self, root: Path) -> dict[str, str]:
+        tokens = {"root": str(root), "model_url": self.model.url}
+        if self.gate is not None:
+            tokens |= {
+                "nats_url": self.server.url,
+                "idle_url": self.idle.url,
+                "runtime_key": str(self.state.key_path(self.runtime["principal"])),
+                "runtime_id": self.runtime["runtime_id"],
+                "registry_file": str(self.state.registry),
+            }
+        return tokens
+
+    # -- the synthetic attorney -------------------------------------------------
+
+    async def status(self, approval_id: str) -> str:
+        reply = await self.nc.request(names.APPROVAL_STATUS, approval_id.encode(), timeout=5)
+        return str(json.loads(reply.data)["state"])
+
+    async def _resolve(self, approval_id: str, decision: str) -> tuple[bytes | None, Any]:
+        try:
+            view = await self.attorney.show(approval_id)
+            if not content_matches(view):
+                return None, {"refused": "content_digest_mismatch"}
+            signed = self.attorney.sign_resolution(
+                approval_id,
+                decision,  # type: ignore[arg-type]
+                view.binding_digest,
+            )
+            reply = await self.attorney.send(signed)
+        except ApproverError as exc:
+            return None, {"refused": exc.reason_code}
+        return signed, msgspec.to_builtins(reply)
+
+    async def _send(self, signed: bytes) -> Any:
+        try:
+            return msgspec.to_builtins(await self.attorney.send(signed))
+        except ApproverError as exc:
+            return {"refused": exc.reason_code}
+
+    async def _await_outcome(self, approval_id: str, seconds: float = 10.0) -> bytes | None:
+        subject = names.approval_outcome_subject(approval_id)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for sent_to, data in self.tap.outcomes:
+                if sent_to == subject:
+                    return data
+            await asyncio.sleep(0.1)
+        return None
+
+    async def _settle(self, approval_id: str, wanted: set[str], seconds: float = 10.0) -> str:
+        deadline = time.monotonic() + seconds
+        state = await self.status(approval_id)
+        while state not in wanted and time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+            state = await self.status(approval_id)
+        return state
+
+    async def attorney_for(
+        self, actions: list[dict[str, Any]], proc: asyncio.subprocess.Process
+    ) -> list[dict[str, Any]]:
+        """Answer the n-th pending approval with ``actions[n]``; see the module docstring."""
+        done: list[dict[str, Any]] = []
+        for action in actions:
+            try:
+                wait = float(action.get("wait", PENDING_WAIT_S))
+                pending = await asyncio.wait_for(self.pending.get(), wait)
+            except TimeoutError:
+                done.append({"action": action, "error": "no pending approval announced"})
+                break
+            approval_id = pending.approval_id
+            record: dict[str, Any] = {
+                "action": action,
+                "approval_id": approval_id,
+                "native_tool": pending.native_tool,
+                "capability": pending.capability,
+                "reason_codes": list(pending.reason_codes),
+                "state_when_seen": await self.status(approval_id),
+            }
+            kind = action.get("do", "allow-once")
+            await asyncio.sleep(float(action.get("delay", 0.5)))
+            if kind == "kill":
+                # The OpenClaw process (the only runtime holding the call) dies now.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+                record["killed_at_state"] = await self.status(approval_id)
+                kind = action.get("then", "allow-once")
+            if kind in ("allow-once", "deny"):
+                signed, record["reply"] = await self._resolve(approval_id, kind)
+                outcome = await self._await_outcome(approval_id)
+                record["outcome_sent"] = outcome is not None
+                if signed is not None and action.get("replay"):
+                    record["replay_reply"] = await self._send(signed)
+                if action.get("second"):
+                    _, record["second_reply"] = await self._resolve(approval_id, "allow-once")
+                if outcome is not None and action.get("duplicate_outcome"):
+                    # A duplicate resume: the same allow arrives again for the runtime.
+                    subject = names.approval_outcome_subject(approval_id)
+                    for _ in range(2):
+                        await self.nc.publish(subject, outcome)
+                    await self.nc.flush()
+            elif kind == "expire":
+                # Past the binding's TTL: the gate's sweep expires it and tells the runtime.
+                ttl_ms = pending.binding.expires_at_ms - self.clock()
+                self.clock.advance(ttl_ms + 1_000)
+                record["state_after_expiry"] = await self._settle(approval_id, {"expired"})
+                self.clock.offset_ms = 0
+            if action.get("overdue"):
+                # No execution report can arrive from a dead runtime: move past the deadline.
+                assert self.gate is not None
+                self.clock.advance(self.gate.desk.execution_deadline_ms + 1_000)
+                record["state_after_deadline"] = await self._settle(
+                    approval_id, {"execution_unknown", "consumed", "failed"}
+                )
+                self.clock.offset_ms = 0
+            done.append(record)
+        return done
+
+    # -- one OpenClaw turn ---------------------------------------------------------
+
+    async def _start_gateway(
+        self, root: Path, env: dict[str, str], port: int, token: str
+    ) -> tuple[asyncio.subprocess.Process, dict[str, str]]:
+        """``openclaw gateway run`` on loopback with token auth; the CLI turn then goes
+        through it (``openclaw agent`` without ``--local``)."""
+        env = env | {"OPENCLAW_GATEWAY_TOKEN": token, "OPENCLAW_GATEWAY_PORT": str(port)}
+        args = [self.openclaw, "gateway", "run", "--port", str(port), "--bind", "loopback"]
+        args += ["--auth", "token", "--token", token]
+        with (root / "gateway.log").open("wb") as log:
+            gateway = await asyncio.create_subprocess_exec(
+                *args,
+                cwd=root,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        if not await _wait_port(port, GATEWAY_START_S):
+            await _stop(gateway)
+            raise RuntimeError(f"the OpenClaw Gateway did not listen on {port}")
+        return gateway, env
+
+    def _env(self, root: Path, extra: dict[str, str]) -> dict[str, str]:
+        env = {
+            "PATH": f"{self.node_bin}:{Path(self.openclaw).parent}:/usr/bin:/bin",
+            "HOME": str(root / "home"),
+            "OPENCLAW_STATE_DIR": str(root / "state"),
+            "OPENCLAW_HOME": str(root / "home"),
+            "OPENCLAW_CONFIG_PATH": str(root / "openclaw.json"),
+            "OPENCLAW_NO_AUTO_UPDATE": "1",
+            "OPENCLAW_DISABLE_BONJOUR": "1",
+            "OPENCLAW_OFFLINE": "1",
+            "NO_COLOR": "1",
+        }
+        return env | extra
+
+    async def run(self, command: dict[str, Any]) -> dict[str, Any]:
+        self.runs += 1
+        root = self.root / f"run-{self.runs:02d}-{command['name']}"
+        for sub in ("workspace", "home", "state"):
+            (root / sub).mkdir(parents=True)
+        tokens = self.tokens(root)
+        command = substitute(command, tokens)
+        for rel, content in command.get("files", {}).items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content if isinstance(content, str) else json.dumps(content))
+        mode = command.get("mode", "local")
+        config = deep_merge(base_config(root, self.model.url), command.get("config", {}))
+        port, token = _free_port(), f"test-token-{time.monotonic_ns()}"
+        if mode == "gateway":
+            config = deep_merge(
+                config,
+                {
+                    "gateway": {
+                        "mode": "local",
+                        "port": port,
+                        "bind": "loopback",
+                        "auth": {"mode": "token", "token": token},
+                    }
+                },
+            )
+        (root / "openclaw.json").write_text(json.dumps(config, indent=2))
+        self.model.scripts.set(command["scripts"])
+        self.model.scripts.take_requests()
+        if self.gate is not None:
+            self.tap.take()
+            self.tap.outcomes.clear()
+            while not self.pending.empty():
+                self.pending.get_nowait()
+        env = self._env(root, command.get("env", {}))
+        gateway: asyncio.subprocess.Process | None = None
+        if mode == "gateway":
+            gateway, env = await self._start_gateway(root, env, port, token)
+        if mode == "agent-exec":
+            args = [self.openclaw, "agent", "exec", command["prompt"]]
+            args += ["--config", str(root / "openclaw.json"), "--cwd", str(root / "workspace")]
+            args += ["--json"]
+        elif mode == "gateway":
+            args = [self.openclaw, "agent", "--agent", "main", "--message", command["prompt"]]
+            args += ["--json"]
+        else:
+            args = [self.openclaw, "agent", "--local", "--agent", "main"]
+            args += ["--message", command["prompt"], "--json"]
+        started = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            *args,
+            cwd=root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        # The process that holds a call: the Gateway when there is one, else the agent.
+        holder = gateway or proc
+        attorney = (
+            asyncio.create_task(self.attorney_for(command["approvals"], holder))
+            if command.get("approvals") and self.gate is not None
+            else None
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT_S)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, err = await proc.communicate()
+        seconds = round(time.monotonic() - started, 2)
+        approvals: list[dict[str, Any]] = []
+        if attorney is not None:
+            approvals = await asyncio.wait_for(attorney, PENDING_WAIT_S)
+        # Anything the runtime may still do (a late run, a subagent) has this long to show.
+        await asyncio.sleep(float(command.get("settle", 0.5)))
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        gateway_log = ""
+        if gateway is not None:
+            await _stop(gateway)
+            gateway_log = (root / "gateway.log").read_text(errors="replace")[-8000:]
+        states: dict[str, str] = {}
+        if self.gate is not None:
+            await self.nc.flush()
+            for record in approvals:
+                if "approval_id" in record:
+                    states[record["approval_id"]] = await self.status(record["approval_id"])
+        evidence = {
+            "name": command["name"],
+            "root": str(root),
+            "returncode": proc.returncode,
+            "seconds": seconds,
+            "stdout": out.decode(errors="replace")[-6000:],
+            "stderr": err.decode(errors="replace")[-8000:],
+            "gateway_returncode": gateway.returncode if gateway is not None else None,
+            "gateway_log": gateway_log,
+            "requests": [msgspec.to_builtins(r) for r in self.model.scripts.take_requests()],
+            "logs": {rel: _jsonl(root / rel) for rel in command.get("logs", [])},
+            "bus": self.tap.take() if self.gate is not None else [],
+            "approvals": approvals,
+            "approval_states": states,
+            "markers": {
+                rel: (root / rel).read_text(errors="replace") if (root / rel).exists() else None
+                for rel in command.get("markers", [])
+            },
+        }
+        # Kept beside the run for whoever reads a failure (or writes docs/OPENCLAW.md).
+        (root / "evidence.json").write_text(json.dumps(evidence, indent=2))
+        return evidence
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM the process group, SIGKILL it if it is still there after 20 s."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), 20)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _wait_port(port: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.25)
+            continue
+        writer.close()
+        return True
+    return False
+
+
+def _jsonl(path: Path) -> list[Any]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def main(config: dict[str, Any]) -> None:
+    if config.get("bring_up_loopback"):
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    harness = Harness(config)
+    await harness.start()
+    loop = asyncio.get_running_loop()
+    sys.stdout.write(json.dumps({"ready": True, "gate": harness.gate is not None}) + "\n")
+    sys.stdout.flush()
+    try:
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            if not line:
+                break
+            try:
+                reply = await harness.run(json.loads(line))
+            except Exception as exc:
+                reply = {"error": repr(exc)}
+            sys.stdout.write(json.dumps(reply) + "\n")
+            sys.stdout.flush()
+    finally:
+        await harness.stop()
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(json.loads(sys.argv[1])))

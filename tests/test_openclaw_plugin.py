@@ -1,0 +1,765 @@
+"""The compiled OpenClaw plugin's hooks against a real gate over a real nats-server.
+
+Issue 10. The plugin (``adapters/openclaw``, TypeScript) is built by
+``adapters/openclaw/scripts/build.sh`` and loaded by a Node 24 child process
+(``adapters/openclaw/test/driver.mjs``) exactly as OpenClaw loads it: the
+default export's ``register(api)`` against a stand-in for the part of the
+plugin API it uses. The gate is ``ops.gateway.start_gate`` with all its stages
+on a real nats-server on 127.0.0.1 and real SQLite files; the runtime key is
+provisioned by ``ops.runtimes.provision_openclaw_runtime``; the approver is
+synthetic (``adapters.approver.ApproverClient``, the demo's attorney).
+
+What these tests prove:
+
+- allow: the hook returns ``{params}`` equal, byte for byte in canonical form,
+  to the ``arguments`` of the signed Proposal the gate received (captured on
+  ``smf.propose`` and verified with the runtime's key), NFC-normalized.
+- deny: a block whose reason names the gate's reason codes.
+- held + an attorney's allow-once: one ``{params}`` for that request, with the
+  approval's state ``executing``; a second resolution is refused by the gate
+  and a forged second allow on the outcome subject changes nothing; an
+  attorney who answers the moment the hold is announced (before the plugin has
+  read ``held``) is not lost.
+- forged outcomes: an unsigned allow, an allow signed by a key that is not a
+  registry ``gate`` key (the runtime's, the attorney's, a connector's), and
+  the gate's own signed allow of another approval or naming another decision,
+  all published on the held call's outcome subject, release nothing: alone
+  the call blocks (``approval_wait_timeout``, approval still ``pending``);
+  before the gate's genuine allow, the call waits on and the genuine allow
+  releases it, once.
+- held + deny, held + expiry (the gate's sweep), held past ``holdTimeoutMs``,
+  gate unreachable (no server; a server with no gate), a runtime off the pin:
+  all block with their reason codes.
+- after_tool_call: a signed ExecutionReport on ``smf.result.openclaw-demo``,
+  ``confirmed`` when the executed params are the allowed ones and
+  ``ambiguous``/``executed_params_mismatch`` when they differ; for a held call
+  the gate settles the approval with it (the proposing runtime's key, its
+  order only): ``consumed``, ``failed`` for a tool error, and
+  ``execution_unknown`` with ``binding_broken`` in the ledger for a mismatch.
+- configuration: no ``registryFile``, or a registry naming no gate key, is
+  refusing mode.
+
+What they do not prove: anything about OpenClaw itself (which hooks it calls,
+in which order, with which params; tests/test_openclaw_conformance.py drives
+the real runtime), NATS account permissions, or timing under load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import time
+import unicodedata
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from adapters.approver import ApproverClient, ApproverError
+from ops.gateway import GateOptions, RunningGate, start_gate
+from ops.natsserver import EmbeddedNatsServer
+from ops.runtimes import OPENCLAW_RUNTIME_ID, provision_openclaw_runtime
+from ops.state import DEMO_TENANT, StateDir, provision_demo
+from subjects import dsse, names
+from subjects.approvals import PendingAnnouncement, approval_id_for
+from subjects.canonical import canonical_bytes, canonical_value
+from subjects.keys import SigningKey, load_private_key
+from subjects.messages import ExecutionReport, Proposal, Verdict, order_id_for
+from subjects.registry import RegistryFile, encode_registry
+from tests.bus_helpers import random_identity, wait_for
+from tests.clocks import OffsetClock
+from tests.test_approval_desk import ledger_rows
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+PLUGIN: Final = ROOT / "adapters" / "openclaw"
+DRIVER: Final = PLUGIN / "test" / "driver.mjs"
+ATTORNEY: Final = "attorney-alex"
+CLOSE_TIMEOUT_S: Final = 15.0
+CUSTOMER_TTL_MS: Final = 300_000
+"""customer.acme.transmission-window (ops/corpus/scenarios/policies.json)."""
+
+CONTEXT: Final = {
+    "schema": "smf.openclaw-context/1",
+    "actor": {
+        "domain": "litigation",
+        "tenant_id": DEMO_TENANT,
+        "organization_id": "org-acme-llp",
+        "matter_id": "matter-2026-0042",
+        "actor_id": "paralegal-pat",
+        "actor_roles": ["paralegal"],
+        "governing_laws": ["US-NY"],
+    },
+    "facts": {
+        "classification": "confidential",
+        "injection_taint": "clear",
+        "redaction_status": "none",
+    },
+}
+FILING_MESSAGE: Final = {
+    "action": "send",
+    "channel": "slack",
+    "target": "#client-acme",
+    "message": "Draft motion to compel, for filing Friday.",
+}
+
+
+# --- build, state, gate ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def node_bin() -> str:
+    """The pinned Node 24 bin dir; builds dist/ first (scripts/build.sh, idempotent, locked)."""
+    built = subprocess.run(
+        [str(PLUGIN / "scripts" / "build.sh")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert built.returncode == 0, f"plugin build failed:\n{built.stderr[-4000:]}"
+    return subprocess.run(
+        [str(PLUGIN / "scripts" / "node.sh")], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> StateDir:
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    provision_openclaw_runtime(state)
+    return state
+
+
+@pytest.fixture
+def clock() -> OffsetClock:
+    return OffsetClock()
+
+
+@pytest.fixture
+async def gate(
+    state: StateDir, nats_server: EmbeddedNatsServer, clock: OffsetClock
+) -> AsyncIterator[RunningGate]:
+    running = await start_gate(
+        GateOptions(state=state, nats_url=nats_server.url, clock=clock, sweep_seconds=3600.0)
+    )
+    yield running
+    await asyncio.wait_for(running.close(), CLOSE_TIMEOUT_S)
+
+
+def plugin_config(state: StateDir, url: str, **overrides: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "natsUrl": url,
+        "runtimeId": OPENCLAW_RUNTIME_ID,
+        "keyFile": str(state.key_path("openclaw-runtime")),
+        "registryFile": str(state.registry),
+        "context": CONTEXT,
+        "gateTimeoutMs": 5000,
+        "holdTimeoutMs": 60_000,
+    }
+    config.update(overrides)
+    return config
+
+
+# --- the Node driver -------------------------------------------------------------------
+
+
+class Driver:
+    """One Node 24 process holding the plugin; commands are answered by id."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.next_id = 0
+        self.pending: dict[int, asyncio.Future[Any]] = {}
+        self.stderr: list[str] = []
+        self.reader = asyncio.create_task(self._read())
+        self.errors = asyncio.create_task(self._read_stderr())
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        while line := await self.proc.stdout.readline():
+            message = json.loads(line)
+            future = self.pending.pop(message["id"], None)
+            if future is None or future.done():
+                continue
+            if "error" in message:
+                future.set_exception(AssertionError(f"driver error: {message['error']}"))
+            else:
+                future.set_result(message["result"])
+
+    async def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        while line := await self.proc.stderr.readline():
+            self.stderr.append(line.decode(errors="replace").rstrip())
+
+    def start(self, op: str, **fields: Any) -> asyncio.Future[Any]:
+        assert self.proc.stdin is not None
+        self.next_id += 1
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending[self.next_id] = future
+        self.proc.stdin.write(json.dumps({"id": self.next_id, "op": op, **fields}).encode() + b"\n")
+        return future
+
+    async def call(self, op: str, timeout: float = 30.0, **fields: Any) -> Any:
+        return await asyncio.wait_for(self.start(op, **fields), timeout)
+
+    async def before(self, tool: str, params: dict[str, Any], call_id: str, **kw: Any) -> Any:
+        event = {"toolName": tool, "params": params, "runId": "run-1", "toolCallId": call_id}
+        ctx = {"sessionKey": "agent:main:main", "runId": "run-1", "toolCallId": call_id}
+        return await self.call("before", event=event, ctx=ctx, **kw)
+
+    async def after(self, tool: str, params: dict[str, Any], call_id: str, **extra: Any) -> None:
+        event = {"toolName": tool, "params": params, "runId": "run-1", "toolCallId": call_id}
+        await self.call("after", event={**event, **extra}, ctx={"runId": "run-1"})
+
+
+@contextlib.asynccontextmanager
+async def driver(
+    node_bin: str, config: dict[str, Any], version: str = "2026.9.6"
+) -> AsyncIterator[Driver]:
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(node_bin) / "node"),
+        str(DRIVER),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PATH": f"{node_bin}:{os.environ.get('PATH', '')}"},
+    )
+    drv = Driver(proc)
+    try:
+        await drv.call("register", config=config, runtimeVersion=version)
+        yield drv
+    finally:
+        with contextlib.suppress(Exception):
+            await drv.call("close", timeout=5.0)
+        try:
+            await asyncio.wait_for(proc.wait(), 5.0)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+        drv.reader.cancel()
+        drv.errors.cancel()
+
+
+# --- what crossed the bus ---------------------------------------------------------------
+
+
+class Tap:
+    """Core subscriptions beside the gate: signed proposals, verdict replies, reports."""
+
+    def __init__(self, nc: Client, state: StateDir) -> None:
+        self.nc = nc
+        key, _ = load_private_key(state.key_path("openclaw-runtime"))
+        self.runtime_key = key.verify_key
+        self.proposals: list[Proposal] = []
+        self.verdicts: list[Verdict] = []
+        self.reports: list[ExecutionReport] = []
+        self.pending: list[PendingAnnouncement] = []
+        self.status_asked: list[str] = []
+
+    async def start(self) -> Tap:
+        trusted = {self.runtime_key.key_id: self.runtime_key}
+
+        async def on_proposal(msg: Msg) -> None:
+            proposal, _ = dsse.open_struct(
+                dsse.decode_envelope(msg.data), trusted, Proposal, names.PAYLOAD_PROPOSAL
+            )
+            self.proposals.append(proposal)
+
+        async def on_inbox(msg: Msg) -> None:
+            with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+                self.verdicts.append(msgspec.json.decode(msg.data, type=Verdict))
+
+        async def on_report(msg: Msg) -> None:
+            report, _ = dsse.open_struct(
+                dsse.decode_envelope(msg.data), trusted, ExecutionReport, names.PAYLOAD_REPORT
+            )
+            self.reports.append(report)
+
+        async def on_pending(msg: Msg) -> None:
+            self.pending.append(msgspec.json.decode(msg.data, type=PendingAnnouncement))
+
+        await self.nc.subscribe(names.PROPOSE, cb=on_proposal)
+        await self.nc.subscribe("_INBOX.>", cb=on_inbox)
+        await self.nc.subscribe(names.result_subject(OPENCLAW_RUNTIME_ID), cb=on_report)
+
+        async def on_status(msg: Msg) -> None:
+            self.status_asked.append(msg.data.decode())
+
+        await self.nc.subscribe(names.approval_pending_subject(DEMO_TENANT), cb=on_pending)
+        await self.nc.subscribe(names.APPROVAL_STATUS, cb=on_status)
+        await self.nc.flush()
+        return self
+
+    def verdict_for(self, proposal: Proposal) -> Verdict:
+        return next(v for v in self.verdicts if v.proposal_id == proposal.proposal_id)
+
+
+@pytest.fixture
+async def tap(nc: Client, state: StateDir) -> Tap:
+    return await Tap(nc, state).start()
+
+
+async def status(nc: Client, approval_id: str) -> str:
+    reply = await nc.request(names.APPROVAL_STATUS, approval_id.encode(), timeout=5)
+    state: str = json.loads(reply.data)["state"]
+    return state
+
+
+async def wait_for_state(nc: Client, approval_id: str, wanted: str) -> None:
+    async def reached() -> bool:
+        return await status(nc, approval_id) == wanted
+
+    await wait_for(reached, timeout=10)
+
+
+async def publish_forgeries(nc: Client, state: StateDir, held: Verdict) -> None:
+    """Allows for this held call that no runtime may act on, on its outcome subject:
+    unsigned; signed by keys that are not the gate's; and signed by the GATE key but
+    for another approval, or naming this approval with another decision."""
+    assert held.outcome == "held"
+    assert held.approval_id is not None
+    allow = msgspec.structs.replace(
+        held, outcome="allow", reason_codes=("approved_once",), expires_at_ms=None, evidence=()
+    )
+    other_decision = random_identity()
+
+    def signed(verdict: Verdict, key: SigningKey) -> bytes:
+        return dsse.encode_envelope(
+            dsse.sign_struct(names.PAYLOAD_APPROVAL_OUTCOME, verdict, [key])
+        )
+
+    forgeries = [
+        msgspec.json.encode(allow),
+        *(signed(allow, state.key(who)) for who in ("openclaw-runtime", ATTORNEY, "court-efiling")),
+        signed(
+            msgspec.structs.replace(
+                allow, decision_id=other_decision, approval_id=approval_id_for(other_decision)
+            ),
+            state.key("gate"),
+        ),
+        signed(msgspec.structs.replace(allow, decision_id=other_decision), state.key("gate")),
+    ]
+    subject = names.approval_outcome_subject(held.approval_id)
+    for data in forgeries:
+        await nc.publish(subject, data)
+    await nc.flush()
+    await asyncio.sleep(0.5)  # time for the plugin to read (and drop) every one
+
+
+def blocked(result: Any) -> str:
+    assert isinstance(result, dict), result
+    assert result.get("block") is True, result
+    assert set(result) == {"block", "blockReason"}, result
+    reason: str = result["blockReason"]
+    return reason
+
+
+# --- allow, deny -------------------------------------------------------------------------
+
+
+async def test_allow_returns_exactly_the_params_the_gate_hashed(
+    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
+) -> None:
+    params = {"path": "/srv/matters/2026-0042/cafe\u0301.txt", "offset": 1, "limit": 40}
+    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+        result = await drv.before("read", params, "call-allow")
+        await wait_for(lambda: len(tap.proposals) == 1 and len(tap.verdicts) >= 1)
+        proposal = tap.proposals[0]
+        verdict = tap.verdict_for(proposal)
+        assert verdict.outcome == "allow", verdict
+        assert set(result) == {"params"}
+        # exactly the signed arguments, NFC-normalized, nothing added or dropped
+        assert canonical_bytes(result["params"]) == canonical_bytes(proposal.arguments)
+        assert result["params"] == canonical_value(params)
+        assert unicodedata.is_normalized("NFC", result["params"]["path"])
+        assert proposal.native_tool == "read"
+        assert proposal.adapter_id == "smf-openclaw-adapter"
+        assert proposal.runtime_id == OPENCLAW_RUNTIME_ID
+
+        await drv.after("read", result["params"], "call-allow", result={"ok": True})
+        await wait_for(lambda: len(tap.reports) == 1)
+    report = tap.reports[0]
+    assert (report.status, report.reason_code) == ("confirmed", "executed_as_approved")
+    assert report.connector_id == OPENCLAW_RUNTIME_ID
+    assert report.external_ref == "call-allow"
+    assert verdict.operation_hash is not None
+    assert verdict.decision_id is not None
+    assert report.order_id == order_id_for(verdict.operation_hash, verdict.decision_id)
+
+
+async def test_executed_params_that_differ_are_reported_as_a_broken_binding(
+    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
+) -> None:
+    params = {"path": "/srv/matters/2026-0042/notes.txt"}
+    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+        result = await drv.before("read", params, "call-rewritten")
+        assert set(result) == {"params"}
+        # What a later hook or a finaliser could have done to the executed params.
+        await drv.after("read", {**result["params"], "path": "/etc/shadow"}, "call-rewritten")
+        await wait_for(lambda: len(tap.reports) == 1)
+        assert any("BROKEN BINDING" in line for line in drv.stderr)
+    report = tap.reports[0]
+    assert (report.status, report.reason_code) == ("ambiguous", "executed_params_mismatch")
+
+
+async def test_deny_blocks_with_the_gates_reason_codes(
+    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
+) -> None:
+    params = {"url": "https://pastebin.example/upload?matter=2026-0042"}
+    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+        result = await drv.before("web_fetch", params, "call-deny")
+        await drv.after("web_fetch", params, "call-deny", error="blocked")
+    reason = blocked(result)
+    assert reason.startswith("SMF Assurance gate denied web_fetch: ")
+    assert "confidential_egress_to_public_service" in reason
+    assert "It did not run." in reason
+    assert tap.reports == []  # a blocked call is not reported as executed
+
+
+# --- held ----------------------------------------------------------------------------------
+
+
+async def _announced(tap: Tap) -> PendingAnnouncement:
+    """The pending approval, once the plugin is subscribed to its outcome.
+
+    The gate announces a hold BEFORE it answers ``held``; waiting until the
+    plugin has asked ``smf.approval.status`` (it does so after reading ``held``)
+    makes the states these tests assert deterministic. An approver faster
+    than that has its own test below.
+    """
+    await wait_for(lambda: len(tap.pending) == 1, timeout=10)
+    announcement = tap.pending[0]
+    await wait_for(lambda: announcement.approval_id in tap.status_asked, timeout=10)
+    return announcement
+
+
+async def test_an_approver_faster_than_the_held_reply_is_not_lost(
+    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+) -> None:
+    """The attorney answers the moment the hold is announced, before the plugin has
+    even read ``held``: the plugin subscribed to every outcome before proposing."""
+    attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
+    replies: list[Any] = []
+
+    async def approve_at_once(msg: Msg) -> None:
+        announcement = msgspec.json.decode(msg.data, type=PendingAnnouncement)
+        replies.append(
+            await attorney.resolve(
+                announcement.approval_id, "allow-once", announcement.binding_digest
+            )
+        )
+
+    await nc.subscribe(names.approval_pending_subject(DEMO_TENANT), cb=approve_at_once)
+    await nc.flush()
+    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+        result = await drv.before("message", FILING_MESSAGE, "c-fast")
+    assert len(replies) == 1
+    assert replies[0].accepted
+    assert set(result) == {"params"}, result
+    assert canonical_bytes(result["params"]) == canonical_bytes(tap.proposals[0].arguments)
+
+
+async def test_held_then_allow_once_returns_the_params_exactly_once(
+    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+) -> None:
+    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+        waiting = drv.start(
+            "before",
+            event={
+                "toolName": "message",
+                "params": FILING_MESSAGE,
+                "runId": "run-1",
+                "toolCallId": "c-1",
+            },
+            ctx={"runId": "run-1", "toolCallId": "c-1"},
+        )
+        announcement = await _announced(tap)
+        approval_id = announcement.approval_id
+        assert not waiting.done()  # the call waits for the attorney
+        assert await status(nc, approval_id) == "pending"
+
+        # Forgeries before the attorney answers: none releases the call or ends its wait.
+        await publish_forgeries(nc, state, tap.verdict_for(tap.proposals[0]))
+        assert not waiting.done(), waiting.result()
+
+        attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
+        _, reply = await attorney.review_and_resolve(approval_id, "allow-once")
+        assert reply.accepted, reply
+        result = await asyncio.wait_for(waiting, 10)
+
+        proposal = tap.proposals[0]
+        assert set(result) == {"params"}
+        assert canonical_bytes(result["params"]) == canonical_bytes(proposal.arguments)
+        held = tap.verdict_for(proposal)
+        assert held.outcome == "held"
+        assert held.decision_id is not None
+        assert approval_id_for(held.decision_id) == approval_id
+        assert await status(nc, approval_id) == "executing"
+
+        # Once: the approval is spent at the gate, and a forged second allow on the
+        # outcome subject reaches nobody (the plugin answered and unsubscribed).
+        second = await attorney.resolve(approval_id, "allow-once", announcement.binding_digest)
+        assert not second.accepted
+        forged = msgspec.structs.replace(held, outcome="allow", approval_id=approval_id)
+        await nc.publish(names.approval_outcome_subject(approval_id), msgspec.json.encode(forged))
+        await nc.flush()
+        await asyncio.sleep(0.3)
+        assert len(drv.pending) == 0
+
+        await drv.after("message", result["params"], "c-1")
+        await drv.after("message", result["params"], "c-1")  # no second record to report on
+        await wait_for(lambda: len(tap.reports) == 2)
+    first, again = tap.reports
+    assert (first.status, first.reason_code) == ("confirmed", "executed_as_approved")
+    assert (again.status, again.reason_code) == ("ambiguous", "executed_without_gate_decision")
+    # The proposing runtime's signed report settles its approval, once; the ungated
+    # second report names no recorded order and changes nothing.
+    await wait_for_state(nc, approval_id, "consumed")
+    assert ledger_rows(state.ledger, approval_id)[-1] == ("consumed", ("executed_as_approved",))
+
+
+@pytest.mark.parametrize(
+    ("ending", "final", "evidence"),
+    [
+        ("tool_error", "failed", ("tool_error",)),
+        ("params_changed", "execution_unknown", ("binding_broken", "executed_params_mismatch")),
+    ],
+)
+async def test_the_runtimes_report_settles_a_held_call_that_failed_or_broke_its_binding(
+    ending: str,
+    final: str,
+    evidence: tuple[str, ...],
+    node_bin: str,
+    state: StateDir,
+    gate: RunningGate,
+    nats_url: str,
+    nc: Client,
+    tap: Tap,
+) -> None:
+    """A tool error -> ``failed``; executed params other than the approved ones (a
+    later hook or a finaliser rewrote them) -> ``execution_unknown``, never
+    ``consumed``, with ``binding_broken`` in the evidence."""
+    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+        waiting = drv.start(
+            "before",
+            event={
+                "toolName": "message",
+                "params": FILING_MESSAGE,
+                "runId": "run-1",
+                "toolCallId": f"c-{ending}",
+            },
+            ctx={},
+        )
+        announcement = await _announced(tap)
+        attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
+        _, reply = await attorney.review_and_resolve(announcement.approval_id, "allow-once")
+        assert reply.accepted, reply
+        result = await asyncio.wait_for(waiting, 10)
+        assert set(result) == {"params"}, result
+        if ending == "tool_error":
+            await drv.after("message", result["params"], f"c-{ending}", error="channel down")
+        else:
+            changed = {**result["params"], "target": "#everyone"}
+            await drv.after("message", changed, f"c-{ending}")
+        await wait_for(lambda: len(tap.reports) == 1)
+    await wait_for_state(nc, announcement.approval_id, final)
+    assert ledger_rows(state.ledger, announcement.approval_id)[-1] == (final, evidence)
+
+
+async def test_forged_outcomes_alone_never_release_a_held_call(
+    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+) -> None:
+    """Unsigned, signed by the wrong keys, or the gate's own outcome of something
+    else: the call waits them out and blocks; the approval was never spent."""
+    config = plugin_config(state, nats_url, holdTimeoutMs=2500)
+    async with driver(node_bin, config) as drv:
+        waiting = drv.start(
+            "before",
+            event={
+                "toolName": "message",
+                "params": FILING_MESSAGE,
+                "runId": "run-1",
+                "toolCallId": "c-forged",
+            },
+            ctx={},
+        )
+        announcement = await _announced(tap)
+        await publish_forgeries(nc, state, tap.verdict_for(tap.proposals[0]))
+        reason = blocked(await asyncio.wait_for(waiting, 10))
+        assert any("not the gate's" in line for line in drv.stderr)
+    assert "approval_wait_timeout" in reason
+    assert await status(nc, announcement.approval_id) == "pending"
+
+
+async def test_held_then_denied_blocks(
+    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+) -> None:
+    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+        waiting = drv.start(
+            "before",
+            event={
+                "toolName": "message",
+                "params": FILING_MESSAGE,
+                "runId": "run-1",
+                "toolCallId": "c-2",
+            },
+            ctx={},
+        )
+        announcement = await _announced(tap)
+        attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
+        _, reply = await attorney.review_and_resolve(announcement.approval_id, "deny")
+        assert reply.accepted
+        reason = blocked(await asyncio.wait_for(waiting, 10))
+    assert "approver_denied" in reason
+
+
+async def test_held_then_expired_blocks(
+    node_bin: str,
+    state: StateDir,
+    gate: RunningGate,
+    nats_url: str,
+    nc: Client,
+    tap: Tap,
+    clock: OffsetClock,
+) -> None:
+    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+        waiting = drv.start(
+            "before",
+            event={
+                "toolName": "message",
+                "params": FILING_MESSAGE,
+                "runId": "run-1",
+                "toolCallId": "c-3",
+            },
+            ctx={},
+        )
+        announcement = await _announced(tap)
+        clock.advance(CUSTOMER_TTL_MS + 1_000)
+        await gate.desk.sweep()
+        reason = blocked(await asyncio.wait_for(waiting, 10))
+        assert await status(nc, announcement.approval_id) == "expired"
+        # a late allow-once cannot revive it
+        attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
+        with contextlib.suppress(ApproverError):
+            late = await attorney.resolve(
+                announcement.approval_id, "allow-once", announcement.binding_digest
+            )
+            assert not late.accepted
+    assert "approval_expired" in reason
+
+
+async def test_held_past_the_hold_timeout_blocks(
+    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
+) -> None:
+    config = plugin_config(state, nats_url, holdTimeoutMs=1500)
+    async with driver(node_bin, config) as drv:
+        started = time.monotonic()
+        result = await drv.before("message", FILING_MESSAGE, "c-4")
+        elapsed = time.monotonic() - started
+    assert "approval_wait_timeout" in blocked(result)
+    assert 1.4 <= elapsed < 10
+
+
+async def test_held_with_waiting_disabled_blocks_at_once(
+    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
+) -> None:
+    async with driver(node_bin, plugin_config(state, nats_url, holdTimeoutMs=0)) as drv:
+        reason = blocked(await drv.before("message", FILING_MESSAGE, "c-5"))
+    assert "approval_wait_disabled" in reason
+    assert "attorney_approval_required_for_transmission" in reason
+
+
+# --- the gate out of reach, refusing mode ----------------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def test_unreachable_bus_blocks(node_bin: str, state: StateDir) -> None:
+    config = plugin_config(state, f"nats://127.0.0.1:{_closed_port()}", gateTimeoutMs=500)
+    async with driver(node_bin, config) as drv:
+        reason = blocked(await drv.before("read", {"path": "/x"}, "c-6"))
+    assert "gate_unreachable" in reason
+
+
+async def test_bus_without_a_gate_blocks(node_bin: str, state: StateDir, nats_url: str) -> None:
+    async with driver(node_bin, plugin_config(state, nats_url, gateTimeoutMs=500)) as drv:
+        reason = blocked(await drv.before("read", {"path": "/x"}, "c-7"))
+    assert "gate_unreachable" in reason
+
+
+async def test_runtime_off_the_pin_refuses_everything(
+    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
+) -> None:
+    async with driver(node_bin, plugin_config(state, nats_url), version="2026.9.7") as drv:
+        reason = blocked(await drv.before("read", {"path": "/x"}, "c-8"))
+        assert any("REFUSES to run" in line for line in drv.stderr)
+    assert "runtime_version_not_pinned" in reason
+    assert tap.proposals == []  # nothing was even proposed
+
+
+async def test_bad_configuration_refuses_everything(
+    node_bin: str, state: StateDir, nats_url: str
+) -> None:
+    config = plugin_config(state, nats_url, keyFile=str(state.root / "missing.key"))
+    del config["context"]
+    async with driver(node_bin, config) as drv:
+        reason = blocked(await drv.before("read", {"path": "/x"}, "c-9"))
+    assert "smf_runtime_key_unreadable" in reason
+    assert "smf_context_missing" in reason
+
+
+async def test_no_trusted_gate_key_refuses_everything(
+    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
+) -> None:
+    """Without the registry's gate keys the plugin could not tell the gate's allow
+    from a forged one: no ``registryFile``, or a registry naming no gate key, blocks
+    every call before anything is proposed."""
+    current = msgspec.json.decode(state.registry.read_bytes(), type=RegistryFile)
+    gateless = state.root / "registry-without-gate.json"
+    gateless.write_bytes(encode_registry(tuple(e for e in current.entries if e.role != "gate")))
+    missing = plugin_config(state, nats_url)
+    del missing["registryFile"]
+    for config, code in (
+        (missing, "smf_registry_missing"),
+        (plugin_config(state, nats_url, registryFile=str(gateless)), "smf_gate_keys_missing"),
+    ):
+        async with driver(node_bin, config) as drv:
+            reason = blocked(await drv.before("read", {"path": "/x"}, "c-10"))
+        assert f"adapter_refuses_to_run({code})" in reason
+    assert tap.proposals == []
+
+
+def test_plugin_files_are_what_openclaw_loads() -> None:
+    """package.json points OpenClaw at dist/index.js; the manifest names the plugin id."""
+    package = json.loads((PLUGIN / "package.json").read_text())
+    manifest = json.loads((PLUGIN / "openclaw.plugin.json").read_text())
+    assert package["type"] == "module"
+    assert package["openclaw"]["extensions"] == ["./dist/index.js"]
+    assert set(package["dependencies"]) == {"@nats-io/transport-node"}
+    assert manifest["id"] == "smf-assurance"
+    # The Gateway loads only plugins activated on start-up; without this, tools run
+    # ungated in Gateway-hosted runs (docs/OPENCLAW.md, negative finding).
+    assert manifest["activation"] == {"onStartup": True}
+    assert set(manifest["configSchema"]["properties"]) == {
+        "natsUrl",
+        "runtimeId",
+        "keyFile",
+        "registryFile",
+        "contextFile",
+        "context",
+        "gateTimeoutMs",
+        "holdTimeoutMs",
+    }

@@ -1,0 +1,257 @@
+"""The issue-10 golden vectors, consumed by the Python side (``subjects/``).
+
+The TypeScript side (``adapters/openclaw/test/vectors.test.ts``) consumes the
+same files, so every vector here is checked by both implementations
+(ARCHITECTURE.md, "Canonical bytes": byte for byte, proven by shared golden
+vectors). How each expected value was produced: ``tests/vectors/README.md``.
+
+Proves, for Python: the canonical bytes and identities of the wire messages
+the OpenClaw adapter signs (a Proposal, an ExecutionReport), the exact DSSE
+envelope bytes of those messages signed with a fixed RFC 8032 key
+(deterministic Ed25519), which tampered or malformed envelopes are refused and
+with which error class, the order-id and approval-id derivations, the verdict
+decoding rules (msgspec), the operation hash the gate computes for an OpenClaw
+``exec`` call through ``pipeline/mappers/smf-openclaw-adapter.json``, which
+signed approval outcomes ``open_outcome`` acts on and which it refuses (unsigned,
+another signer, another purpose, edited, another approval, decision or
+operation, not final, not canonical) with which error class, and the extra
+canonical-JSON vectors of ``canonical_more.json``.
+
+Does not prove: anything about the TypeScript side (its own test does), or
+that the vectors are complete.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from pipeline.core.normalize import decode_mapper, normalize
+from subjects import dsse, names
+from subjects.approvals import OutcomeMismatchError, approval_id_for, open_outcome
+from subjects.canonical import CanonicalJSONError, canonical_bytes, identity_of, parse_canonical
+from subjects.dsse import decode_envelope, encode_envelope, sign_struct, verify
+from subjects.envelope import content_hash_of, envelope_builtins
+from subjects.keys import SigningKey, VerifyKey
+from subjects.messages import ExecutionReport, Proposal, Verdict, order_id_for
+
+ROOT = Path(__file__).resolve().parent.parent
+VECTORS = ROOT / "tests" / "vectors"
+MESSAGES = json.loads((VECTORS / "messages.json").read_text(encoding="ascii"))
+MORE = json.loads((VECTORS / "canonical_more.json").read_text(encoding="ascii"))
+TYPES: dict[str, type[msgspec.Struct]] = {
+    "Proposal": Proposal,
+    "ExecutionReport": ExecutionReport,
+    "Verdict": Verdict,
+}
+PAYLOAD_TYPES = {
+    names.PAYLOAD_PROPOSAL: Proposal,
+    names.PAYLOAD_REPORT: ExecutionReport,
+    names.PAYLOAD_APPROVAL_OUTCOME: Verdict,
+}
+
+
+def _key(which: str = "test_key") -> SigningKey:
+    return SigningKey.from_seed(bytes.fromhex(MESSAGES[which]["seed_hex"]))
+
+
+def vector_value(message: dict[str, Any]) -> Any:
+    return message["value"]
+
+
+def _message(name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(m for m in MESSAGES["messages"] if m["name"] == name)
+    return found
+
+
+def test_new_vector_files_are_pure_ascii() -> None:
+    for name in ("messages.json", "canonical_more.json"):
+        assert (VECTORS / name).read_bytes().isascii(), name
+
+
+# --- keys and signatures ----------------------------------------------------------------
+
+
+def test_test_keys_are_the_rfc8032_keys() -> None:
+    for which in ("test_key", "other_key"):
+        key = _key(which)
+        assert key.public_bytes.hex() == MESSAGES[which]["public_hex"]
+        assert key.key_id == MESSAGES[which]["key_id"]
+
+
+@pytest.mark.parametrize("vector", MESSAGES["ed25519"], ids=lambda v: v["name"])
+def test_ed25519_signature_is_deterministic(vector: dict[str, Any]) -> None:
+    key = SigningKey.from_seed(bytes.fromhex(vector["seed_hex"]))
+    assert key.sign(bytes.fromhex(vector["message_hex"])).hex() == vector["signature_hex"]
+
+
+# --- canonical bytes of wire messages --------------------------------------------------
+
+
+@pytest.mark.parametrize("vector", MESSAGES["messages"], ids=lambda v: v["name"])
+def test_message_canonical_bytes_and_identity(vector: dict[str, Any]) -> None:
+    """The Struct round trip is what the gate does (``open_struct``): decode, re-encode."""
+    struct = msgspec.convert(vector["value"], TYPES[vector["type"]])
+    raw = canonical_bytes(msgspec.to_builtins(struct))
+    assert raw == vector["canonical"].encode("utf-8")
+    assert identity_of(vector["value"]) == vector["identity"]
+    assert canonical_bytes(parse_canonical(raw)) == raw
+
+
+@pytest.mark.parametrize("vector", MESSAGES["envelopes"], ids=lambda v: v["name"])
+def test_signed_envelope_bytes(vector: dict[str, Any]) -> None:
+    message = _message(vector["message"])
+    struct = msgspec.convert(message["value"], TYPES[message["type"]])
+    envelope = sign_struct(vector["payload_type"], struct, [_key()])
+    assert encode_envelope(envelope) == vector["envelope"].encode("utf-8")
+    assert envelope.signatures[0].sig == vector["signature"]
+    # and the gate's own reading of it: verify, decode once, canonical check
+    key = _key().verify_key
+    opened, verified = dsse.open_struct(
+        decode_envelope(vector["envelope"].encode()),
+        {key.key_id: key},
+        PAYLOAD_TYPES[vector["payload_type"]],
+        vector["payload_type"],
+    )
+    assert canonical_bytes(msgspec.to_builtins(opened)) == canonical_bytes(vector_value(message))
+    assert verified.key_ids == frozenset({key.key_id})
+
+
+_ERRORS: dict[str, type[Exception]] = {
+    "BadSignatureError": dsse.BadSignatureError,
+    "PayloadTypeMismatchError": dsse.PayloadTypeMismatchError,
+    "UnknownSignerError": dsse.UnknownSignerError,
+    "MalformedEnvelopeError": dsse.MalformedEnvelopeError,
+    "MalformedPayloadError": dsse.MalformedPayloadError,
+    "OutcomeMismatchError": OutcomeMismatchError,
+}
+
+
+@pytest.mark.parametrize("vector", MESSAGES["verify"], ids=lambda v: v["name"])
+def test_envelope_verification(vector: dict[str, Any]) -> None:
+    key: VerifyKey = _key().verify_key
+
+    def check() -> None:
+        envelope = decode_envelope(vector["envelope"].encode("utf-8"))
+        verify(envelope, {key.key_id: key}, 1, names.PAYLOAD_PROPOSAL)
+
+    if vector.get("result") == "ok":
+        check()
+        return
+    with pytest.raises(_ERRORS[vector["error"]]) as caught:
+        check()
+    # The most specific class is the one named: a subclass would be a different attack.
+    assert type(caught.value) is _ERRORS[vector["error"]]
+
+
+# --- signed approval outcomes -------------------------------------------------------------
+
+OUTCOMES = MESSAGES["outcomes"]
+
+
+def test_outcome_payload_type_is_the_contracts() -> None:
+    assert OUTCOMES["payload_type"] == names.PAYLOAD_APPROVAL_OUTCOME
+
+
+@pytest.mark.parametrize("vector", OUTCOMES["cases"], ids=lambda v: v["name"])
+def test_approval_outcome(vector: dict[str, Any]) -> None:
+    """What a runtime may act on (the gate's allow or deny for this call) and what it
+    must ignore, with the exact class ``open_outcome`` raises (one per attack)."""
+    gate = _key(OUTCOMES["gate_key"]).verify_key
+    expected = OUTCOMES["expected"]
+
+    def check() -> Verdict:
+        return open_outcome(
+            vector["envelope"].encode("utf-8"),
+            {gate.key_id: gate},
+            approval_id=expected["approval_id"],
+            decision_id=expected["decision_id"],
+            operation_hash=expected["operation_hash"],
+        )
+
+    if "outcome" in vector:
+        assert check().outcome == vector["outcome"]
+        return
+    with pytest.raises(_ERRORS[vector["error"]]) as caught:
+        check()
+    assert type(caught.value) is _ERRORS[vector["error"]]
+
+
+# --- identities ---------------------------------------------------------------------------
+
+
+def test_order_and_approval_ids() -> None:
+    rows = {v["name"]: v for v in MESSAGES["identities"]}
+    order = rows["order_id_for"]
+    assert order_id_for(order["operation_hash"], order["decision_id"]) == order["expected"]
+    approval = rows["approval_id_for"]
+    assert approval_id_for(approval["decision_id"]) == approval["expected"]
+    content = rows["content_hash_nfc"]
+    assert content_hash_of(content["text"]) == content["expected"]
+
+
+@pytest.mark.parametrize("vector", MESSAGES["operations"], ids=lambda v: v["name"])
+def test_operation_hash_of_a_native_call(vector: dict[str, Any]) -> None:
+    """What the gate computes for the OpenClaw call, through the shipped mapper table."""
+    table = decode_mapper((ROOT / "pipeline" / "mappers" / f"{vector['mapper']}.json").read_bytes())
+    proposal = msgspec.convert(vector["proposal"], Proposal)
+    normalized = normalize(proposal, {table.adapter_id: table})
+    built = canonical_bytes(envelope_builtins(normalized.envelope))
+    assert built == canonical_bytes(vector["envelope"]) == vector["envelope_canonical"].encode()
+    assert normalized.operation_hash == vector["operation_hash"]
+    assert normalized.envelope.runtime.canonical_args_hash == vector["canonical_args_hash"]
+    assert normalized.envelope.data.content_hash == vector["content_hash"]
+
+
+@pytest.mark.parametrize("vector", MESSAGES["verdicts"], ids=lambda v: v["name"])
+def test_verdict_decoding(vector: dict[str, Any]) -> None:
+    data = vector["input"].encode("utf-8")
+    if vector["valid"]:
+        assert msgspec.json.decode(data, type=Verdict).outcome == vector["outcome"]
+    else:
+        with pytest.raises((msgspec.ValidationError, msgspec.DecodeError)):
+            msgspec.json.decode(data, type=Verdict)
+
+
+# --- canonical_more.json -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("vector", MORE["encode"], ids=lambda v: v["name"])
+def test_more_encode(vector: dict[str, Any]) -> None:
+    if vector.get("error"):
+        with pytest.raises((CanonicalJSONError, ValueError, RecursionError)):
+            canonical_bytes(json.loads(vector["input"]))
+        return
+    raw = canonical_bytes(json.loads(vector["input"]))
+    assert raw == vector["canonical"].encode("utf-8")
+    assert identity_of(json.loads(vector["input"])) == vector["identity"]
+
+
+@pytest.mark.parametrize("vector", MORE["verify"], ids=lambda v: v["name"])
+def test_more_verify(vector: dict[str, Any]) -> None:
+    if vector.get("canonical"):
+        parse_canonical(vector["input"])
+        return
+    with pytest.raises(CanonicalJSONError):
+        parse_canonical(vector["input"])
+
+
+@pytest.mark.parametrize("vector", MORE["unicode_divergence"], ids=lambda v: v["name"])
+def test_unicode_divergence_python_column(vector: dict[str, Any]) -> None:
+    """Python (Unicode 14.0) keeps these code points; the TypeScript side refuses them."""
+    raw = canonical_bytes(json.loads(vector["input"]))
+    assert raw == vector["python_canonical"].encode("utf-8")
+    assert identity_of(json.loads(vector["input"])) == vector["python_identity"]
+
+
+def test_typescript_unicode_guard_matches_this_python() -> None:
+    """``adapters/openclaw/src/unicode14.ts`` lists what THIS Python calls unassigned:
+    after a Python upgrade (newer ``unicodedata``) it must be regenerated
+    (``adapters/openclaw/scripts/gen_unicode14.py``), or the guard is wrong."""
+    table = (ROOT / "adapters" / "openclaw" / "src" / "unicode14.ts").read_text(encoding="ascii")
+    assert f'PYTHON_UNICODE_VERSION = "{unicodedata.unidata_version}"' in table
