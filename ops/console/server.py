@@ -108,6 +108,10 @@ class Console:
         self.settings = settings
         self.nc = nc
         self.board = board
+        self.connections: set[asyncio.Task[None]] = set()
+        """Live connection handlers, so closing the console ends them instead of
+        waiting on a client that never hangs up (``asyncio.Server.wait_closed``
+        waits for every connection)."""
         self.roster = Roster(settings.registry)
         self.sessions = Sessions(
             settings.clock, settings.challenge_seconds * 1000, settings.session_seconds * 1000
@@ -258,6 +262,9 @@ class Console:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         """One request per connection, then close: no keep-alive state to get wrong."""
+        task = asyncio.current_task()
+        if task is not None:
+            self.connections.add(task)
         try:
             try:
                 request = await asyncio.wait_for(read_request(reader), READ_TIMEOUT_SECONDS)
@@ -272,9 +279,13 @@ class Console:
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
             return  # a slow, truncated or vanished client: nothing to answer
         finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+            try:
+                writer.close()
+                with contextlib.suppress(ConnectionError):
+                    await writer.wait_closed()
+            finally:
+                if task is not None:
+                    self.connections.discard(task)
 
     async def _answer(self, request: Request) -> Response:
         try:
@@ -302,9 +313,10 @@ class RunningConsole:
 
     async def close(self) -> None:
         self.server.close()
-        for task in self.tasks:
+        pending = [*self.tasks, *self.console.connections]
+        for task in pending:
             task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*pending, return_exceptions=True)
         await self.server.wait_closed()
         if not self.nc.is_closed:
             await self.nc.close()
