@@ -159,20 +159,36 @@ OPENCLAW_RUNTIME_ID: Final = "openclaw-demo"
 OPENCLAW_PRINCIPAL: Final = "openclaw-runtime"
 """The demo's OpenClaw runtime: its key is ``keys/openclaw-runtime.key`` in the state
 directory, the plugin's ``keyFile`` (adapters/openclaw/README.md)."""
+OPENCLAW_PIN: Final = "2026.9.6"
+"""The OpenClaw version the plugin is built and tested for (``adapters/openclaw/src/index.ts``)."""
+OPENCLAW_HOOKS: Final = ("before_tool_call", "after_tool_call")
+"""The hooks the plugin must attest as present."""
 
 
 def provision_openclaw_runtime(
     state: StateDir,
     principal: str = OPENCLAW_PRINCIPAL,
     runtime_id: str = OPENCLAW_RUNTIME_ID,
+    *,
+    require_attestation: bool = True,
 ) -> Path:
     """Add the OpenClaw plugin's runtime principal beside Hermes's; return its key path.
 
-    Not opted into start-up attestation: the attestation contract
-    (``subjects.attestation.Profile``) names only the ``block-only`` profile,
-    and the OpenClaw plugin holds calls for approval, so it has no profile it
-    could truthfully attest to; until the contract gains one, the gate admits
-    this runtime's proposals on their signature alone, like the scripted demo
-    runtime's.
+    Opted into start-up attestation (profile ``exact-hold``,
+    ``subjects.attestation``): the gate refuses this runtime's proposals until
+    the plugin has attested OpenClaw ``OPENCLAW_PIN`` with both of its hooks
+    present and the gate's active release, verified by the plugin itself
+    (``adapters/openclaw/src/attest.ts``). An OpenClaw surface that never loads
+    the plugin (``openclaw agent exec``) never attests, so it is refused here.
+    ``require_attestation=False`` only for tests that propose under the runtime
+    key without the plugin.
     """
-    return provision_runtime(state, principal, runtime_id, require_attestation=False)
+    return provision_runtime(
+        state,
+        principal,
+        runtime_id,
+        require_attestation=require_attestation,
+        runtime_pin=OPENCLAW_PIN,
+        required_hooks=OPENCLAW_HOOKS,
+        require_release=True,
+    )

@@ -23,8 +23,10 @@ from subjects.envelope import Name
 from subjects.patterns import Code, MessageId, Millis, Token
 
 EvidenceStoreState = Literal["reachable", "unavailable"]
-Profile = Literal["block-only"]
-"""What the runtime can enforce: ``block-only`` cannot hold a native call for approval."""
+Profile = Literal["block-only", "exact-hold"]
+"""What the runtime can enforce: ``block-only`` cannot hold a native call for approval
+(Hermes); ``exact-hold`` holds a native call until an approver's allow-once and then
+runs it with exactly the params the gate decided on (OpenClaw, ``adapters/openclaw``)."""
 
 
 class StreamingSetting(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -7,7 +7,9 @@ up when asked, starts the scripted fake model server and, when asked for a
 gate, an embedded nats-server, a gate whose approval desk runs on an offset
 clock (so a test can make an approval expire or an execution report go
 overdue without waiting), and a second nats-server with no gate on it (the
-"gate unreachable" case). Then it reads one JSON command per line on stdin,
+"gate unreachable" case). The gate's active release is published to the
+``SMF_RELEASES`` bucket, where the plugin verifies it with the state's trust
+root (``trustRootFile``) before it attests. Then it reads one JSON command per line on stdin,
 runs one OpenClaw turn for it and answers one JSON line on stdout. Logs go to
 stderr. It exits when stdin closes.
 
@@ -182,6 +184,7 @@ class Harness:
         # Imported here: the probe runs (no gate) must not depend on the gate's code.
         from ops.gateway import GateOptions, start_gate  # noqa: PLC0415
         from ops.natsserver import EmbeddedNatsServer  # noqa: PLC0415
+        from ops.releases import latest_in_inbox, publish_to_bucket  # noqa: PLC0415
         from ops.runtimes import provision_runtime  # noqa: PLC0415
         from ops.state import StateDir, provision_demo  # noqa: PLC0415
 
@@ -196,11 +199,16 @@ class Harness:
             runtime["runtime_id"],
             require_attestation=bool(runtime.get("require_attestation", False)),
             runtime_pin=runtime.get("pin"),
+            required_hooks=tuple(runtime.get("hooks", ())),
         )
         self.runtime = runtime
         self.gate = await start_gate(
             GateOptions(state=self.state, nats_url=self.server.url, co_located=True)
         )
+        # The gate's active release, in the bucket where the plugin verifies it itself.
+        release = latest_in_inbox(self.state.release_inbox)
+        assert release is not None
+        await publish_to_bucket(self.gate.js, release)
         # Only the desk moves in time: the gate's freshness check on proposals keeps
         # the wall clock, so calls proposed while an approval is made to expire
         # are judged as they would be (not ``stale_proposal``).
@@ -234,7 +242,7 @@ class Harness:
                 "idle_url": self.idle.url,
                 "runtime_key": str(self.state.key_path(self.runtime["principal"])),
                 "runtime_id": self.runtime["runtime_id"],
-                "registry_file": str(self.state.registry),
+                "trust_root_file": str(self.state.trust_root),
             }
         return tokens
 

@@ -61,9 +61,12 @@ E2E_RUNTIME = {
     "principal": "openclaw-runtime",
     "runtime_id": "openclaw-demo",
     "pin": OPENCLAW_VERSION,
-    "require_attestation": False,
+    "require_attestation": True,
+    "hooks": ["before_tool_call", "after_tool_call"],
 }
-"""The OpenClaw runtime principal the gate knows (``ops.runtimes.provision_runtime``)."""
+"""The OpenClaw runtime principal the gate knows, as ``ops.runtimes.provision_openclaw_runtime``
+provisions it: the gate refuses its proposals until the plugin has attested (profile
+``exact-hold``) the pin, both hooks and the release it verified itself."""
 
 
 def netns_available() -> bool:
@@ -715,7 +718,7 @@ def smf_plugin(
                         "natsUrl": nats_url,
                         "runtimeId": "{{runtime_id}}",
                         "keyFile": "{{runtime_key}}",
-                        "registryFile": "{{registry_file}}",
+                        "trustRootFile": "{{trust_root_file}}",
                         "contextFile": "{{root}}/context.json",
                         "gateTimeoutMs": gate_timeout_ms,
                         "holdTimeoutMs": hold_timeout_ms,

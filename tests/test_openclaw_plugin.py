@@ -36,8 +36,17 @@ What these tests prove:
   the gate settles the approval with it (the proposing runtime's key, its
   order only): ``consumed``, ``failed`` for a tool error, and
   ``execution_unknown`` with ``binding_broken`` in the ledger for a mismatch.
-- configuration: no ``registryFile``, or a registry naming no gate key, is
-  refusing mode.
+- configuration: no ``trustRootFile`` is refusing mode (and ``registryFile`` is
+  gone: the gate keys come from a verified release only).
+- governed release and start-up attestation (issues 6 and 10): the plugin
+  verifies the newest release of the ``SMF_RELEASES`` bucket itself and
+  attests it on ``smf.attest`` (profile ``exact-hold``, the pin, both hooks);
+  the gate accepts it and admits the plugin's proposals. With no release in the
+  bucket, a newest release signed by a key outside the trust root, an expired
+  one, or no trust root, the plugin blocks every call before proposing and the
+  gate refuses its attestation; a runtime that never attests (``openclaw agent
+  exec`` loads no plugin) has its proposals refused
+  (``runtime_attestation_missing``).
 
 What they do not prove: anything about OpenClaw itself (which hooks it calls,
 in which order, with which params; tests/test_openclaw_conformance.py drives
@@ -64,16 +73,31 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from adapters.approver import ApproverClient, ApproverError
+from adapters.client import ProposalClient
 from ops.gateway import GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
-from ops.runtimes import OPENCLAW_RUNTIME_ID, provision_openclaw_runtime
-from ops.state import DEMO_TENANT, StateDir, provision_demo
+from ops.releases import latest_in_inbox, publish_to_bucket, unverified_manifest
+from ops.runtimes import (
+    OPENCLAW_PIN,
+    OPENCLAW_PRINCIPAL,
+    OPENCLAW_RUNTIME_ID,
+    provision_openclaw_runtime,
+)
+from ops.state import DEMO_TENANT, RELEASE_SIGNER, StateDir, provision_demo
 from subjects import dsse, names
 from subjects.approvals import PendingAnnouncement, approval_id_for
+from subjects.attestation import AttestationAck
 from subjects.canonical import canonical_bytes, canonical_value
 from subjects.keys import SigningKey, load_private_key
-from subjects.messages import ExecutionReport, Proposal, Verdict, order_id_for
-from subjects.registry import RegistryFile, encode_registry
+from subjects.messages import (
+    ActorContext,
+    DataFacts,
+    ExecutionReport,
+    Proposal,
+    Verdict,
+    order_id_for,
+)
+from subjects.release import PAYLOAD_RELEASE_MANIFEST, ReleaseBundle
 from tests.bus_helpers import random_identity, wait_for
 from tests.clocks import OffsetClock
 from tests.test_approval_desk import ledger_rows
@@ -150,6 +174,9 @@ async def gate(
     running = await start_gate(
         GateOptions(state=state, nats_url=nats_server.url, clock=clock, sweep_seconds=3600.0)
     )
+    release = latest_in_inbox(state.release_inbox)
+    assert release is not None
+    await publish_to_bucket(running.js, release)  # where the plugin verifies it
     yield running
     await asyncio.wait_for(running.close(), CLOSE_TIMEOUT_S)
 
@@ -159,7 +186,7 @@ def plugin_config(state: StateDir, url: str, **overrides: Any) -> dict[str, Any]
         "natsUrl": url,
         "runtimeId": OPENCLAW_RUNTIME_ID,
         "keyFile": str(state.key_path("openclaw-runtime")),
-        "registryFile": str(state.registry),
+        "trustRootFile": str(state.trust_root),
         "context": CONTEXT,
         "gateTimeoutMs": 5000,
         "holdTimeoutMs": 60_000,
@@ -371,7 +398,7 @@ async def test_allow_returns_exactly_the_params_the_gate_hashed(
     params = {"path": "/srv/matters/2026-0042/cafe\u0301.txt", "offset": 1, "limit": 40}
     async with driver(node_bin, plugin_config(state, nats_url)) as drv:
         result = await drv.before("read", params, "call-allow")
-        await wait_for(lambda: len(tap.proposals) == 1 and len(tap.verdicts) >= 1)
+        await wait_for(lambda: len(tap.proposals) == 1 and len(tap.verdicts) >= 1, timeout=10)
         proposal = tap.proposals[0]
         verdict = tap.verdict_for(proposal)
         assert verdict.outcome == "allow", verdict
@@ -385,7 +412,7 @@ async def test_allow_returns_exactly_the_params_the_gate_hashed(
         assert proposal.runtime_id == OPENCLAW_RUNTIME_ID
 
         await drv.after("read", result["params"], "call-allow", result={"ok": True})
-        await wait_for(lambda: len(tap.reports) == 1)
+        await wait_for(lambda: len(tap.reports) == 1, timeout=10)
     report = tap.reports[0]
     assert (report.status, report.reason_code) == ("confirmed", "executed_as_approved")
     assert report.connector_id == OPENCLAW_RUNTIME_ID
@@ -404,7 +431,7 @@ async def test_executed_params_that_differ_are_reported_as_a_broken_binding(
         assert set(result) == {"params"}
         # What a later hook or a finaliser could have done to the executed params.
         await drv.after("read", {**result["params"], "path": "/etc/shadow"}, "call-rewritten")
-        await wait_for(lambda: len(tap.reports) == 1)
+        await wait_for(lambda: len(tap.reports) == 1, timeout=10)
         assert any("BROKEN BINDING" in line for line in drv.stderr)
     report = tap.reports[0]
     assert (report.status, report.reason_code) == ("ambiguous", "executed_params_mismatch")
@@ -516,7 +543,7 @@ async def test_held_then_allow_once_returns_the_params_exactly_once(
 
         await drv.after("message", result["params"], "c-1")
         await drv.after("message", result["params"], "c-1")  # no second record to report on
-        await wait_for(lambda: len(tap.reports) == 2)
+        await wait_for(lambda: len(tap.reports) == 2, timeout=10)
     first, again = tap.reports
     assert (first.status, first.reason_code) == ("confirmed", "executed_as_approved")
     assert (again.status, again.reason_code) == ("ambiguous", "executed_without_gate_decision")
@@ -569,7 +596,7 @@ async def test_the_runtimes_report_settles_a_held_call_that_failed_or_broke_its_
         else:
             changed = {**result["params"], "target": "#everyone"}
             await drv.after("message", changed, f"c-{ending}")
-        await wait_for(lambda: len(tap.reports) == 1)
+        await wait_for(lambda: len(tap.reports) == 1, timeout=10)
     await wait_for_state(nc, announcement.approval_id, final)
     assert ledger_rows(state.ledger, announcement.approval_id)[-1] == (final, evidence)
 
@@ -721,25 +748,186 @@ async def test_bad_configuration_refuses_everything(
     assert "smf_context_missing" in reason
 
 
-async def test_no_trusted_gate_key_refuses_everything(
+async def test_no_trust_root_refuses_everything(
     node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
 ) -> None:
-    """Without the registry's gate keys the plugin could not tell the gate's allow
-    from a forged one: no ``registryFile``, or a registry naming no gate key, blocks
-    every call before anything is proposed."""
-    current = msgspec.json.decode(state.registry.read_bytes(), type=RegistryFile)
-    gateless = state.root / "registry-without-gate.json"
-    gateless.write_bytes(encode_registry(tuple(e for e in current.entries if e.role != "gate")))
+    """Without the release trust root the plugin could verify no release, so it could not
+    tell the gate's allow from a forged one: no ``trustRootFile``, an unreadable one, or
+    the retired ``registryFile`` in its place, blocks every call before anything is
+    proposed."""
     missing = plugin_config(state, nats_url)
-    del missing["registryFile"]
+    del missing["trustRootFile"]
+    with_registry = {**missing, "registryFile": str(state.registry)}
     for config, code in (
-        (missing, "smf_registry_missing"),
-        (plugin_config(state, nats_url, registryFile=str(gateless)), "smf_gate_keys_missing"),
+        (missing, "smf_release_trust_root_missing"),
+        (
+            plugin_config(state, nats_url, trustRootFile=str(state.root / "nope.json")),
+            "smf_release_trust_root_unreadable",
+        ),
+        (with_registry, "smf_config_invalid"),
     ):
         async with driver(node_bin, config) as drv:
             reason = blocked(await drv.before("read", {"path": "/x"}, "c-10"))
-        assert f"adapter_refuses_to_run({code})" in reason
+        assert "adapter_refuses_to_run(" in reason, reason
+        assert code in reason, reason
     assert tap.proposals == []
+
+
+# --- the governed release and the start-up attestation -----------------------------------
+
+
+class AttestTap:
+    """The gate's acks on ``smf.attest`` replies (the plugin's attestation, as judged)."""
+
+    def __init__(self) -> None:
+        self.acks: list[AttestationAck] = []
+
+    async def start(self, nc: Client) -> AttestTap:
+        inboxes: set[str] = set()
+
+        async def on_attest(msg: Msg) -> None:
+            if msg.reply:
+                inboxes.add(msg.reply)
+
+        async def on_inbox(msg: Msg) -> None:
+            if msg.subject in inboxes:
+                self.acks.append(msgspec.json.decode(msg.data, type=AttestationAck))
+
+        await nc.subscribe(names.ATTEST, cb=on_attest)
+        await nc.subscribe("_INBOX.>", cb=on_inbox)
+        await nc.flush()
+        return self
+
+
+async def test_the_plugin_attests_its_verified_release_and_is_admitted(
+    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+) -> None:
+    acks = await AttestTap().start(nc)
+    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+        # Attested at start, before any tool call, and accepted.
+        await wait_for(lambda: len(acks.acks) >= 1, timeout=10)
+        ack = acks.acks[0]
+        assert (ack.accepted, ack.reason_codes) == (True, ()), ack
+        assert gate.releases is not None
+        assert gate.releases.active is not None
+        assert ack.release_id == gate.releases.active.release_id
+        assert any("release verified by the adapter" in line for line in drv.stderr)
+        result = await drv.before("read", {"path": "/srv/matters/2026-0042/a.txt"}, "c-att")
+    assert set(result) == {"params"}, result
+    assert len(tap.proposals) == 1
+    assert len(acks.acks) == 1  # attested once: the call did not need another
+
+
+async def test_an_unattested_runtime_is_refused(
+    state: StateDir, gate: RunningGate, nc: Client
+) -> None:
+    """What the gate sees of ``openclaw agent exec`` (no plugin loaded, no hook): nothing
+    attests, so a proposal under the runtime's own key is refused before any decision."""
+    verdict = await propose_unattested(runtime_client(nc, state))
+    assert (verdict.outcome, verdict.reason_codes) == ("deny", ("runtime_attestation_missing",))
+
+
+async def test_a_hook_budget_below_the_approval_wait_is_attested_and_refused(
+    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+) -> None:
+    """OpenClaw caps the hook at 600 000 ms: a hold that may wait longer would be cut
+    short (the allow-once then spent for nothing). The plugin refuses to run and says so
+    in its attestation, which the gate refuses."""
+    acks = await AttestTap().start(nc)
+    async with driver(node_bin, plugin_config(state, nats_url, holdTimeoutMs=600_000)) as drv:
+        await wait_for(lambda: len(acks.acks) >= 1, timeout=10)
+        reason = blocked(await drv.before("read", {"path": "/x"}, "c-hook"))
+    assert "hook_timeout_below_approval_wait" in reason
+    assert not acks.acks[0].accepted
+    assert "hook_timeout_below_approval_wait" in acks.acks[0].reason_codes
+    assert tap.proposals == []
+
+
+def forged_release(state: StateDir, signer: str, *, expired: bool = False) -> ReleaseBundle:
+    """The gate's release re-issued one sequence later: signed by ``signer``, and
+    with a lease that already ran out when ``expired``."""
+    genuine = latest_in_inbox(state.release_inbox)
+    assert genuine is not None
+    manifest = unverified_manifest(genuine)
+    now = time.time_ns() // 1_000_000
+    changes: dict[str, Any] = {
+        "sequence": manifest.sequence + 1,
+        "release_id": manifest.release_id + "-next",
+    }
+    if expired:
+        changes |= {"issued_at_ms": now - 7_200_000, "lease_expires_at_ms": now - 3_600_000}
+    signed = dsse.sign_struct(
+        PAYLOAD_RELEASE_MANIFEST, msgspec.structs.replace(manifest, **changes), [state.key(signer)]
+    )
+    return msgspec.structs.replace(genuine, envelope=signed)
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("no-release", "release_unavailable"),
+        ("forged", "release_bad_signature"),
+        ("expired", "release_expired"),
+    ],
+)
+async def test_no_verified_release_refuses_everything_and_the_gate_refuses_it(
+    node_bin: str,
+    state: StateDir,
+    gate: RunningGate,
+    nats_url: str,
+    nc: Client,
+    tap: Tap,
+    case: str,
+    reason: str,
+) -> None:
+    """The newest release in the bucket is what the plugin must verify: none at all, one
+    signed by a key outside the trust root (the runtime's), or a genuine signer's whose
+    lease ran out all leave the plugin without trusted gate keys: every call blocks
+    before it is proposed, and its attestation (naming no release, the reason as a
+    problem) is refused by the gate."""
+    js = nc.jetstream()
+    genuine = latest_in_inbox(state.release_inbox)
+    assert genuine is not None
+    if case == "no-release":
+        # the only key purged: a purge marker, which the plugin skips
+        kv = await js.key_value("SMF_RELEASES")
+        await kv.purge(f"release.{unverified_manifest(genuine).sequence:016d}")
+    else:
+        signer = "openclaw-runtime" if case == "forged" else RELEASE_SIGNER
+        await publish_to_bucket(js, forged_release(state, signer, expired=case == "expired"))
+    acks = await AttestTap().start(nc)
+    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+        await wait_for(lambda: len(acks.acks) >= 1, timeout=10)
+        result = await drv.before("read", {"path": "/srv/matters/2026-0042/a.txt"}, "c-rel")
+        assert any("REFUSES to run" in line and reason in line for line in drv.stderr), drv.stderr
+    assert f"adapter_refuses_to_run({reason})" in blocked(result)
+    assert tap.proposals == []
+    ack = acks.acks[0]
+    assert not ack.accepted
+    assert reason in ack.reason_codes
+    assert "runtime_release_not_verified" in ack.reason_codes
+    # and were anything proposed under this runtime's key, the gate refuses it
+    verdict = await propose_unattested(runtime_client(nc, state))
+    assert (verdict.outcome, verdict.reason_codes) == ("deny", ("runtime_attestation_rejected",))
+
+
+def runtime_client(nc: Client, state: StateDir) -> ProposalClient:
+    return ProposalClient(
+        nc, state.key(OPENCLAW_PRINCIPAL), OPENCLAW_RUNTIME_ID, OPENCLAW_PIN, "smf-openclaw-adapter"
+    )
+
+
+async def propose_unattested(client: ProposalClient) -> Verdict:
+    """A well-formed proposal under the runtime's key that no hook made."""
+    proposal = client.build(
+        native_tool="read",
+        arguments={"path": "/srv/matters/2026-0042/a.txt"},
+        actor=msgspec.convert(CONTEXT["actor"], type=ActorContext),
+        facts=DataFacts(
+            classification="confidential", injection_taint="clear", redaction_status="none"
+        ),
+    )
+    return await client.propose(proposal)
 
 
 def test_plugin_files_are_what_openclaw_loads() -> None:
@@ -757,9 +945,10 @@ def test_plugin_files_are_what_openclaw_loads() -> None:
         "natsUrl",
         "runtimeId",
         "keyFile",
-        "registryFile",
+        "trustRootFile",
         "contextFile",
         "context",
         "gateTimeoutMs",
         "holdTimeoutMs",
+        "attestIntervalMs",
     }

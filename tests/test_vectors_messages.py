@@ -31,6 +31,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from adapters.hermes.release import ReleaseVerifier
 from pipeline.core.normalize import decode_mapper, normalize
 from subjects import dsse, names
 from subjects.approvals import OutcomeMismatchError, approval_id_for, open_outcome
@@ -39,6 +40,8 @@ from subjects.dsse import decode_envelope, encode_envelope, sign_struct, verify
 from subjects.envelope import content_hash_of, envelope_builtins
 from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import ExecutionReport, Proposal, Verdict, order_id_for
+from subjects.registry import KeyRegistry, RegistryFile
+from subjects.release import ReleaseCheckError, decode_bundle, decode_trust_root
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "tests" / "vectors"
@@ -255,3 +258,33 @@ def test_typescript_unicode_guard_matches_this_python() -> None:
     (``adapters/openclaw/scripts/gen_unicode14.py``), or the guard is wrong."""
     table = (ROOT / "adapters" / "openclaw" / "src" / "unicode14.ts").read_text(encoding="ascii")
     assert f'PYTHON_UNICODE_VERSION = "{unicodedata.unidata_version}"' in table
+
+
+# --- release bundle verification (releases.json, issue 6) ---------------------------------
+
+RELEASES = json.loads((VECTORS / "releases.json").read_text(encoding="ascii"))
+
+
+@pytest.mark.parametrize("vector", RELEASES["cases"], ids=lambda v: v["name"])
+def test_release_bundle_verification(vector: dict[str, Any]) -> None:
+    """Every consumer's checks (``subjects.release`` through the runtime verifier): the
+    accepted release and its registry's gate keys, or the reason code of the refusal;
+    ``adapters/openclaw/test/vectors.test.ts`` expects the same of TypeScript."""
+    root = decode_trust_root(json.dumps(RELEASES["trust_root"]).encode())
+    verifier = ReleaseVerifier(
+        root, clock=lambda: int(RELEASES["clock_ms"]), max_skew_ms=RELEASES["max_skew_ms"]
+    )
+    data = vector["bundle"].encode("utf-8")
+    if vector["expect"] != "accepted":
+        with pytest.raises(ReleaseCheckError) as caught:
+            verifier.verify(data)
+        assert caught.value.reason_code == vector["expect"]
+        assert verifier.floor is None  # a refused release never moves the floor
+        return
+    usable = verifier.verify(data)
+    assert usable.release_id == vector["release_id"]
+    assert usable.sequence == vector["sequence"]
+    assert usable.manifest_hash == vector["manifest_hash"]
+    bundle = decode_bundle(data)
+    gate = KeyRegistry.from_file(msgspec.json.decode(bundle.registry, type=RegistryFile))
+    assert sorted(gate.trusted("gate")) == vector["gate_key_ids"]

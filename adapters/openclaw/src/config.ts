@@ -8,11 +8,14 @@
  * when a plugin fails to register (the Hermes adapter made the same choice,
  * `adapters/hermes/plugin.py`, for the same reason).
  *
- * `registryFile` names the key registry (`smf.registry/1`, the gate state
- * directory's `registry.json`) whose `gate` keys are the only keys an approval
- * outcome may be signed with (`outcome.ts`); without a readable registry that
- * names a gate key the plugin refuses to run, because it could not tell the
- * gate's allow from a forged one.
+ * `trustRootFile` names the operator's release trust root
+ * (`smf.release-trust-root/1`, the gate state directory's
+ * `release-trust-root.json`). The plugin verifies the governed release with it
+ * (`release.ts`) and trusts, for approval outcomes, only the `gate` keys of
+ * the VERIFIED release's registry (`attest.ts`); without a valid trust root the
+ * plugin refuses to run, because it could not tell the gate's allow from a
+ * forged one. There is no `registryFile`: a registry read from disk is not a
+ * verified release.
  *
  * The context supplies what OpenClaw cannot know (actor, tenant, matter, data
  * facts); where nobody said, facts stay `unknown` and the gate treats them as
@@ -32,14 +35,15 @@ import {
   type InjectionTaint,
   type RedactionStatus,
 } from "./messages.js";
-import { KeyFileError, loadPrivateKey, type SigningKey, type VerifyKey } from "./keys.js";
-import { loadGateKeys, RegistryError } from "./registry.js";
+import { KeyFileError, loadPrivateKey, type SigningKey } from "./keys.js";
+import { loadTrustRoot, TrustRootError, type TrustRoot } from "./release.js";
 
 export const CONTEXT_SCHEMA = "smf.openclaw-context/1";
 export const DEFAULT_NATS_URL = "nats://127.0.0.1:4222";
 export const DEFAULT_GATE_TIMEOUT_MS = 5000;
 export const DEFAULT_HOLD_TIMEOUT_MS = 300_000;
 export const MAX_HOLD_TIMEOUT_MS = 600_000;
+export const DEFAULT_ATTEST_INTERVAL_MS = 60_000;
 /** Tools whose output may carry someone else's instructions into the process. */
 export const DEFAULT_UNTRUSTED_TOOLS = ["read", "web_search", "web_fetch", "x_search", "browser", "view_image", "pdf"];
 const MAX_CONTEXT_BYTES = 256 * 1024;
@@ -68,8 +72,9 @@ export interface PluginConfig {
   natsUrl: string;
   runtimeId: string;
   key: SigningKey;
-  /** The registry's `gate` keys: the only signers of an approval outcome the plugin acts on. */
-  gateKeys: ReadonlyMap<string, VerifyKey>;
+  /** The release trust root: the gate keys come from a release it verifies, never from a file. */
+  trustRoot: TrustRoot;
+  attestIntervalMs: number;
   context: OpenClawContext;
   gateTimeoutMs: number;
   holdTimeoutMs: number;
@@ -172,7 +177,7 @@ function integer(value: unknown, fallback: number, low: number, high: number, wh
   return value;
 }
 
-const CONFIG_FIELDS = ["natsUrl", "runtimeId", "keyFile", "registryFile", "contextFile", "context", "gateTimeoutMs", "holdTimeoutMs"];
+const CONFIG_FIELDS = ["natsUrl", "runtimeId", "keyFile", "trustRootFile", "contextFile", "context", "gateTimeoutMs", "holdTimeoutMs", "attestIntervalMs"];
 
 /** Read the plugin config; never throws (problems carry reason codes). */
 export function readConfig(raw: unknown): ConfigResult {
@@ -202,16 +207,12 @@ export function readConfig(raw: unknown): ConfigResult {
     }
   }
 
-  let gateKeys: ReadonlyMap<string, VerifyKey> | undefined;
-  if (typeof cfg.registryFile !== "string" || cfg.registryFile.length === 0) {
-    add("smf_registry_missing", "set registryFile to the gate's key registry (registry.json)");
-  } else {
-    try {
-      gateKeys = loadGateKeys(cfg.registryFile);
-    } catch (error) {
-      if (error instanceof RegistryError) add(error.reasonCode, error.message);
-      else add("smf_registry_unreadable", String(error));
-    }
+  let trustRoot: TrustRoot | undefined;
+  try {
+    trustRoot = loadTrustRoot(cfg.trustRootFile);
+  } catch (error) {
+    if (error instanceof TrustRootError) add(error.reasonCode, error.message);
+    else add("smf_release_trust_root_unreadable", String(error));
   }
 
   let context: OpenClawContext | undefined;
@@ -236,7 +237,9 @@ export function readConfig(raw: unknown): ConfigResult {
 
   let gateTimeoutMs = DEFAULT_GATE_TIMEOUT_MS;
   let holdTimeoutMs = DEFAULT_HOLD_TIMEOUT_MS;
+  let attestIntervalMs = DEFAULT_ATTEST_INTERVAL_MS;
   try {
+    attestIntervalMs = integer(cfg.attestIntervalMs, DEFAULT_ATTEST_INTERVAL_MS, 1000, 600_000, "attestIntervalMs");
     gateTimeoutMs = integer(cfg.gateTimeoutMs, DEFAULT_GATE_TIMEOUT_MS, 200, 30_000, "gateTimeoutMs");
     holdTimeoutMs = integer(cfg.holdTimeoutMs, DEFAULT_HOLD_TIMEOUT_MS, 0, MAX_HOLD_TIMEOUT_MS, "holdTimeoutMs");
   } catch (error) {
@@ -246,12 +249,12 @@ export function readConfig(raw: unknown): ConfigResult {
   if (
     problems.length > 0 ||
     key === undefined ||
-    gateKeys === undefined ||
+    trustRoot === undefined ||
     context === undefined ||
     typeof runtimeId !== "string" ||
     typeof natsUrl !== "string"
   ) {
     return { config: undefined, problems: problems.length > 0 ? problems : [{ reasonCode: "smf_config_invalid", detail: "" }] };
   }
-  return { config: { natsUrl, runtimeId, key, gateKeys, context, gateTimeoutMs, holdTimeoutMs }, problems: [] };
+  return { config: { natsUrl, runtimeId, key, trustRoot, context, gateTimeoutMs, holdTimeoutMs, attestIntervalMs }, problems: [] };
 }

@@ -177,6 +177,11 @@ export function decodeEnvelope(data: Uint8Array, maxSize = MAX_ENVELOPE_BYTES): 
   } catch {
     throw new MalformedEnvelopeError("not a DSSE envelope: not JSON");
   }
+  return envelopeFromValue(parsed);
+}
+
+/** Check a parsed DSSE envelope value (exact fields, every base64 field); throws {@link MalformedEnvelopeError}. */
+export function envelopeFromValue(parsed: unknown): Envelope {
   const record = exactFields(parsed, ["payload", "payloadType", "signatures"], "envelope");
   const { payload, payloadType, signatures } = record;
   if (typeof payload !== "string") throw new MalformedEnvelopeError("payload is not a string");

@@ -46,6 +46,7 @@ import { identityOf, isIdentity, type JsonObject } from "./canonical.js";
 import { encodeEnvelope, signValue } from "./dsse.js";
 import type { SigningKey } from "./keys.js";
 import type { VerifyKey } from "./keys.js";
+import type { Governed } from "./attest.js";
 import { isUntrusted, MappingError, ProcessTaint, proposeCall, type ProposedCall } from "./mapping.js";
 import type { OpenClawContext } from "./config.js";
 import {
@@ -106,8 +107,13 @@ export interface AdapterSettings {
   runtimeId: string;
   runtimeVersion: string;
   key: SigningKey;
-  /** The registry's `gate` keys: an approval outcome signed by anything else is ignored. */
-  gateKeys: ReadonlyMap<string, VerifyKey>;
+  /**
+   * The verified release and the attestation (`attest.ts`): the proposal waits
+   * for an attestation, a release problem blocks, and the `gate` keys of the
+   * VERIFIED release's registry are the only signers of an approval outcome
+   * the adapter acts on.
+   */
+  governance: Governed;
   context: OpenClawContext;
   gateTimeoutMs: number;
   holdTimeoutMs: number;
@@ -187,7 +193,7 @@ export class OutcomeWatch {
   constructor(
     private readonly inbox: Inbox,
     private readonly clock: () => number,
-    private readonly gateKeys: ReadonlyMap<string, VerifyKey>,
+    private readonly gateKeys: () => ReadonlyMap<string, VerifyKey>,
     private readonly log?: Logger,
   ) {
     void this.pump();
@@ -199,7 +205,7 @@ export class OutcomeWatch {
       if (data === undefined) continue;
       let verdict: Verdict;
       try {
-        verdict = openOutcome(data, this.gateKeys);
+        verdict = openOutcome(data, this.gateKeys());
       } catch (error) {
         // Not the gate's: ignored, as if never published (nothing may act on it).
         try {
@@ -324,6 +330,11 @@ export class GateAdapter {
       throw new Blocked([`adapter_refuses_to_run(${this.problems.join(",") || "adapter_not_configured"})`], "adapter");
     }
     const signal = ctx.abortSignal instanceof AbortSignal ? ctx.abortSignal : undefined;
+    // Attested (the release checked first) before the gate is asked; fail closed
+    // while no release verifies or its lease ran out.
+    await settings.governance.ensure();
+    const refusal = settings.governance.refusal();
+    if (refusal !== undefined) throw new Blocked([`adapter_refuses_to_run(${refusal})`], "adapter");
     const call = proposeCall(event.toolName, event.params, str(ctx.sessionKey), settings.context, this.taint);
     const proposal = this.buildProposal(settings, call);
     // Subscribed before proposing: an approver may answer before `held` does.
@@ -331,7 +342,10 @@ export class GateAdapter {
     const verdict = await this.propose(settings, proposal);
     const argsHash = identityOf(call.arguments);
 
-    if (verdict.outcome === "deny") throw new Blocked(verdict.reason_codes, "gate");
+    if (verdict.outcome === "deny") {
+      settings.governance.noteVerdict(verdict.reason_codes);
+      throw new Blocked(verdict.reason_codes, "gate");
+    }
     if (verdict.outcome === "allow") {
       this.checkAllow(verdict, null, null);
       this.remember(key, label, argsHash, verdict, null);
@@ -352,7 +366,7 @@ export class GateAdapter {
     if (this.watch === undefined) {
       const bus = this.bus as Bus;
       this.watch = bus.subscribe(`${APPROVAL_OUTCOME_PREFIX}.>`).then(
-        (inbox) => new OutcomeWatch(inbox, this.clock, settings.gateKeys, this.log),
+        (inbox) => new OutcomeWatch(inbox, this.clock, () => settings.governance.gateKeys(), this.log),
         (error: unknown) => {
           this.watch = undefined; // the next call subscribes anew
           throw error;

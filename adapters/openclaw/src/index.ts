@@ -19,9 +19,10 @@
  *   hooks in refusing mode, which blocks every call and says why.
  */
 
+import { Governance } from "./attest.js";
 import { readConfig } from "./config.js";
-import { GateAdapter, type BeforeResult, type Logger, type ToolContext, type ToolEvent } from "./gate.js";
-import { sharedBus } from "./transport.js";
+import { ADAPTER_ID, GateAdapter, type BeforeResult, type Logger, type ToolContext, type ToolEvent } from "./gate.js";
+import { closeSharedBuses, sharedBus } from "./transport.js";
 
 export const PLUGIN_ID = "smf-assurance";
 export const OPENCLAW_PIN = "2026.9.6";
@@ -34,6 +35,8 @@ const HOOK_MARGIN_MS = 5_000;
 /** The part of OpenClaw's plugin API this plugin uses (`OpenClawPluginApi`, 2026.9.6). */
 export interface PluginApi {
   pluginConfig?: Record<string, unknown>;
+  /** OpenClaw's whole config; read only for the operator's hook timeout override. */
+  config?: unknown;
   registrationMode?: string;
   runtime?: { version?: unknown };
   logger?: Partial<Logger>;
@@ -45,6 +48,30 @@ export interface PluginApi {
 }
 
 const adapters = new Map<string, GateAdapter>();
+const governances = new Map<GateAdapter, Governance>();
+
+/** Stop every attestation loop and close every connection (tests and process shutdown). */
+export async function shutdown(): Promise<void> {
+  for (const governance of governances.values()) governance.stop();
+  await closeSharedBuses();
+}
+
+/** The before_tool_call budget for these timeouts: the gate round trips plus the longest approval wait. */
+export function neededHookMs(gateTimeoutMs: number, holdTimeoutMs: number): number {
+  return 2 * gateTimeoutMs + holdTimeoutMs + HOOK_MARGIN_MS;
+}
+
+/** The operator's `plugins.entries.smf-assurance.hooks.timeouts.before_tool_call`, when OpenClaw shows it. */
+function operatorHookTimeout(api: PluginApi): number | undefined {
+  try {
+    const entries = (api.config as { plugins?: { entries?: Record<string, unknown> } } | undefined)?.plugins?.entries;
+    const value = (entries?.[PLUGIN_ID] as { hooks?: { timeouts?: { before_tool_call?: unknown } } } | undefined)?.hooks?.timeouts
+      ?.before_tool_call;
+    return typeof value === "number" && Number.isFinite(value) ? value : undefined;
+  } catch {
+    return undefined;
+  }
+}
 
 function logger(api: PluginApi): Logger {
   const sink = api.logger ?? {};
@@ -85,36 +112,66 @@ export function adapterFor(api: PluginApi): GateAdapter {
     reasons.push("runtime_version_not_pinned");
     details.push(`OpenClaw ${version} is not the pinned ${OPENCLAW_PIN}`);
   }
+  if (config !== undefined) {
+    // OpenClaw blocks a hook past its budget: a budget shorter than the longest
+    // approval wait would end held calls early (the allow-once then spent unused).
+    const needed = neededHookMs(config.gateTimeoutMs, config.holdTimeoutMs);
+    const override = operatorHookTimeout(api);
+    if (needed > MAX_HOOK_TIMEOUT_MS || (override !== undefined && override < needed)) {
+      reasons.push("hook_timeout_below_approval_wait");
+      details.push(`the before_tool_call budget ${Math.min(override ?? MAX_HOOK_TIMEOUT_MS, MAX_HOOK_TIMEOUT_MS)} ms is below the ${needed} ms a held call may wait`);
+    }
+  }
   if (reasons.length > 0) {
     log.error(
       `SMF Assurance adapter REFUSES to run (${details.join("; ")}). ` +
         "Every tool call will be BLOCKED until this is fixed.",
     );
   }
+  const bus = config === undefined ? undefined : sharedBus(config.natsUrl);
+  const governance =
+    config === undefined || bus === undefined
+      ? undefined
+      : new Governance(
+          {
+            runtimeId: config.runtimeId,
+            runtimeVersion: version,
+            runtimePin: OPENCLAW_PIN,
+            adapterId: ADAPTER_ID,
+            key: config.key,
+            trustRoot: config.trustRoot,
+            gateTimeoutMs: config.gateTimeoutMs,
+            attestIntervalMs: config.attestIntervalMs,
+          },
+          bus,
+          log,
+        );
+  if (governance !== undefined) governance.problems = [...new Set(reasons)];
   const adapter = new GateAdapter(
-    config === undefined
+    config === undefined || governance === undefined
       ? undefined
       : {
           runtimeId: config.runtimeId,
           runtimeVersion: version,
           key: config.key,
-          gateKeys: config.gateKeys,
+          governance,
           context: config.context,
           gateTimeoutMs: config.gateTimeoutMs,
           holdTimeoutMs: config.holdTimeoutMs,
         },
     [...new Set(reasons)],
-    config === undefined ? undefined : sharedBus(config.natsUrl),
+    bus,
     log,
   );
   adapters.set(fingerprint, adapter);
+  if (governance !== undefined) governances.set(adapter, governance);
   return adapter;
 }
 
 /** The before_tool_call budget: the gate round trips plus the longest approval wait. */
 export function hookTimeoutMs(adapter: GateAdapter): number {
   const s = adapter.settings;
-  const budget = s === undefined ? 30_000 : 2 * s.gateTimeoutMs + s.holdTimeoutMs + HOOK_MARGIN_MS;
+  const budget = s === undefined ? 30_000 : neededHookMs(s.gateTimeoutMs, s.holdTimeoutMs);
   return Math.min(budget, MAX_HOOK_TIMEOUT_MS);
 }
 
@@ -132,6 +189,18 @@ function register(api: PluginApi): void {
       },
       { priority: HOOK_PRIORITY },
     );
+    // Start-up attestation (attest.ts): the hooks are in place, say so. A "full"
+    // registration attests now and periodically (one loop per adapter, however
+    // often register() runs); any other registration only once one of its hooks
+    // is actually called (`Governance.ensure` starts the loop then). OpenClaw
+    // also registers plugins in "discovery" mode, where no hook is ever called
+    // (`openclaw agent exec` does only that: RUNTIMES.md, docs/OPENCLAW.md
+    // finding 1), so such a process never attests.
+    const governance = governances.get(adapter);
+    if (governance !== undefined) {
+      governance.hooksPresent = ["after_tool_call", "before_tool_call"];
+      if (api.registrationMode === "full") governance.start();
+    }
   } catch (error) {
     // Registration itself failed part-way; nothing else can be done from here.
     try {

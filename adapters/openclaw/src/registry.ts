@@ -1,22 +1,22 @@
 /**
  * The gate keys the plugin trusts, read from the key registry (`smf.registry/1`,
  * the twin of `subjects/registry.py`'s `load_registry`, as far as the plugin
- * needs it).
+ * needs it) carried by a release the plugin VERIFIED itself (`release.ts`);
+ * never from a file on disk.
  *
  * ARCHITECTURE.md, "Trust and identity on the bus": a receiver verifies against
  * keys named in the registry, for the role that fits the message. Approval
  * outcomes are signed by the gate, so only entries with role `gate` count; a
  * runtime's, approver's or connector's key never does (`outcome.ts`).
  *
- * The file is checked as Python checks it, and anything wrong refuses the
- * whole file (the plugin then runs in refusing mode, `config.ts`): unknown
+ * The registry is checked as Python checks it, and anything wrong refuses the
+ * whole release (the plugin then runs in refusing mode, `attest.ts`): unknown
  * fields, a schema other than `smf.registry/1`, a key whose `key_id` is not
  * the id derived from its public key (TUF, "File formats": one key, one id),
  * the same key twice, a runtime without `runtime_id`, a connector without
  * `connector_id`, and a registry that names no gate key at all.
  */
 
-import { readFileSync } from "node:fs";
 import { VerifyKey } from "./keys.js";
 
 export const REGISTRY_SCHEMA = "smf.registry/1";
@@ -47,7 +47,7 @@ function exact(value: unknown, fields: readonly string[], required: readonly str
   return record;
 }
 
-function publicKey(value: unknown, what: string): VerifyKey {
+export function publicKey(value: unknown, what: string): VerifyKey {
   const record = exact(value, KEY_FIELDS, KEY_FIELDS, what);
   if (record.kind !== PUBLIC_KEY_KIND) invalid(`${what}.kind is not ${PUBLIC_KEY_KIND}`);
   const principal = record.principal;
@@ -82,22 +82,4 @@ export function gateKeysOf(doc: unknown): Map<string, VerifyKey> {
   });
   if (gate.size === 0) throw new RegistryError("smf_gate_keys_missing", "the registry names no key with role gate");
   return gate;
-}
-
-/** Read a registry file and return its `gate` keys; throws {@link RegistryError}. */
-export function loadGateKeys(path: string): Map<string, VerifyKey> {
-  let data: Buffer;
-  try {
-    data = readFileSync(path);
-  } catch (error) {
-    throw new RegistryError("smf_registry_unreadable", `cannot read registry ${path}: ${(error as NodeJS.ErrnoException).code ?? "error"}`);
-  }
-  if (data.length > MAX_REGISTRY_BYTES) invalid(`registry ${path} is larger than ${MAX_REGISTRY_BYTES} bytes`);
-  let doc: unknown;
-  try {
-    doc = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(data));
-  } catch {
-    invalid(`registry ${path} is not JSON`);
-  }
-  return gateKeysOf(doc);
 }

@@ -13,8 +13,7 @@
 //   {"id": 3, "op": "after", "event": {...}, "ctx": {...}}    -> {"id": 3, "result": null}
 //   {"id": 4, "op": "close"}
 import { createInterface } from "node:readline";
-import plugin from "../dist/index.js";
-import { closeSharedBuses } from "../dist/transport.js";
+import plugin, { shutdown } from "../dist/index.js";
 
 const hooks = { before_tool_call: [], after_tool_call: [] };
 const registrations = [];
@@ -56,7 +55,7 @@ async function run(command) {
       return null;
     }
     case "close":
-      await closeSharedBuses();
+      await shutdown();
       setImmediate(() => process.exit(0));
       return null;
     default:
@@ -79,5 +78,5 @@ lines.on("line", (line) => {
   );
 });
 lines.on("close", () => {
-  closeSharedBuses().finally(() => process.exit(0));
+  shutdown().finally(() => process.exit(0));
 });

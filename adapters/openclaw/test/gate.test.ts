@@ -14,15 +14,17 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { canonicalText, identityOf } from "../dist/canonical.js";
+import { Governance, PAYLOAD_ATTESTATION, type Governed } from "../dist/attest.js";
+import { canonicalBytes, canonicalText, identityOf, sha256Identity } from "../dist/canonical.js";
 import { parseContext, readConfig } from "../dist/config.js";
 import { decodeEnvelope, encodeEnvelope, signValue, verifyEnvelope } from "../dist/dsse.js";
 import { GateAdapter, type BeforeResult } from "../dist/gate.js";
-import plugin, { adapterFor, HOOK_PRIORITY, hookTimeoutMs, type PluginApi } from "../dist/index.js";
+import plugin, { adapterFor, HOOK_PRIORITY, hookTimeoutMs, shutdown, type PluginApi } from "../dist/index.js";
 import { SigningKey, type VerifyKey } from "../dist/keys.js";
 import { finalArguments, legalHoldOf, ProcessTaint, proposeCall } from "../dist/mapping.js";
 import { approvalIdFor, PAYLOAD_APPROVAL_OUTCOME, PAYLOAD_PROPOSAL, PAYLOAD_REPORT, type Verdict } from "../dist/messages.js";
 import { gateKeysOf } from "../dist/registry.js";
+import { PAYLOAD_RELEASE_MANIFEST } from "../dist/release.js";
 import { BusError, type Bus, type Inbox, type Reply } from "../dist/transport.js";
 
 const KEY = SigningKey.fromSeed(Buffer.from("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60", "hex"));
@@ -117,9 +119,12 @@ function proposalOf(data: Uint8Array): { proposal_id: string; arguments: unknown
   return JSON.parse(verified.payload.toString("utf8")) as { proposal_id: string; arguments: unknown; native_tool: string };
 }
 
-function adapter(bus: Bus | undefined, holdTimeoutMs = 2000, problems: string[] = []): GateAdapter {
+/** Governance that has attested with a verified release whose registry names GATE (attest.ts is tested below). */
+const GOVERNED: Governed = { ensure: async () => undefined, refusal: () => undefined, gateKeys: () => GATE_KEYS, noteVerdict: () => undefined };
+
+function adapter(bus: Bus | undefined, holdTimeoutMs = 2000, problems: string[] = [], governance: Governed = GOVERNED): GateAdapter {
   return new GateAdapter(
-    { runtimeId: "openclaw-demo", runtimeVersion: "2026.9.6", key: KEY, gateKeys: GATE_KEYS, context: CONTEXT, gateTimeoutMs: 1000, holdTimeoutMs },
+    { runtimeId: "openclaw-demo", runtimeVersion: "2026.9.6", key: KEY, governance, context: CONTEXT, gateTimeoutMs: 1000, holdTimeoutMs },
     problems,
     bus,
     silent,
@@ -398,7 +403,7 @@ test("configuration problems are reason codes, never exceptions", () => {
   const badContext = join(dir, "ctx.json");
   writeFileSync(badContext, JSON.stringify({ ...CONTEXT_DOC, surprise: 1 }));
   const codes = (raw: unknown): string[] => readConfig(raw).problems.map((p) => p.reasonCode);
-  assert.deepEqual(codes(undefined).sort(), ["smf_context_missing", "smf_registry_missing", "smf_runtime_id_missing", "smf_runtime_key_missing"]);
+  assert.deepEqual(codes(undefined).sort(), ["smf_context_missing", "smf_release_trust_root_missing", "smf_runtime_id_missing", "smf_runtime_key_missing"]);
   assert.ok(codes({ runtimeId: "a.b", keyFile: "/nope", contextFile: badContext }).includes("smf_context_invalid"));
   assert.ok(codes({ runtimeId: "rt", keyFile: "/nope", context: CONTEXT_DOC }).includes("smf_runtime_key_unreadable"));
   assert.ok(codes({ runtimeId: "rt", keyFile: "/nope", context: CONTEXT_DOC, gateTimeoutMs: "5000" }).includes("smf_config_invalid"));
@@ -421,42 +426,73 @@ function registryDoc(entries: { key: SigningKey; role: string; principal: string
   };
 }
 
-test("registryFile: only role gate keys are trusted; missing, unreadable, invalid or gate-less refuses", () => {
-  const dir = mkdtempSync(join(tmpdir(), "smf-oc-reg-"));
-  const good = registryDoc([
-    { key: GATE, role: "gate", principal: "gate" },
-    { key: KEY, role: "runtime", principal: "openclaw-runtime" },
-  ]);
-  const keys = gateKeysOf(good);
-  assert.deepEqual([...keys.keys()], [GATE.keyId]); // the runtime's key is not a gate key
-  const write = (name: string, doc: unknown): string => {
-    const path = join(dir, name);
-    writeFileSync(path, typeof doc === "string" ? doc : JSON.stringify(doc));
-    return path;
+/** A trust root document (`smf.release-trust-root/1`) as `release trust-root` writes it. */
+function trustRootDoc(keys: SigningKey[], threshold = 1): Record<string, unknown> {
+  return {
+    schema: "smf.release-trust-root/1",
+    threshold,
+    keys: keys.map((k, i) => ({ kind: "smf.ed25519.public/1", key_id: k.keyId, principal: `release-signer-${i}`, public_key: k.publicBytes.toString("base64") })),
   };
+}
+
+function writeKeyFile(dir: string): string {
   const keyFile = join(dir, "runtime.key");
   writeFileSync(keyFile, JSON.stringify({
     kind: "smf.ed25519.private/1", key_id: KEY.keyId, principal: "openclaw-runtime",
     public_key: KEY.publicBytes.toString("base64"), secret_seed: Buffer.from("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60", "hex").toString("base64"),
   }));
-  const base = { runtimeId: "openclaw-demo", keyFile, context: CONTEXT_DOC };
-  const ok = readConfig({ ...base, registryFile: write("ok.json", good) });
+  return keyFile;
+}
+
+test("a registry's gate keys: role gate only; the registry is checked as Python checks it", () => {
+  const good = registryDoc([
+    { key: GATE, role: "gate", principal: "gate" },
+    { key: KEY, role: "runtime", principal: "openclaw-runtime" },
+  ]);
+  assert.deepEqual([...gateKeysOf(good).keys()], [GATE.keyId]); // the runtime's key is not a gate key
+  const gateEntry = (good.entries as Record<string, unknown>[])[0] as Record<string, unknown>;
+  const code = (doc: unknown): string => {
+    try {
+      gateKeysOf(doc);
+      return "accepted";
+    } catch (error) {
+      return (error as { reasonCode: string }).reasonCode;
+    }
+  };
+  assert.equal(code({ ...good, schema: "smf.registry/2" }), "smf_registry_invalid");
+  assert.equal(code({ ...good, extra: 1 }), "smf_registry_invalid");
+  assert.equal(code({ ...good, entries: [{ ...gateEntry, key: { ...(gateEntry.key as object), key_id: KEY.keyId } }] }), "smf_registry_invalid");
+  assert.equal(code({ ...good, entries: [gateEntry, gateEntry] }), "smf_registry_invalid");
+  assert.equal(code(registryDoc([{ key: KEY, role: "runtime", principal: "openclaw-runtime" }])), "smf_gate_keys_missing");
+});
+
+test("trustRootFile: no registryFile any more; missing, unreadable or invalid trust root refuses", () => {
+  const dir = mkdtempSync(join(tmpdir(), "smf-oc-root-"));
+  const write = (name: string, doc: unknown): string => {
+    const path = join(dir, name);
+    writeFileSync(path, typeof doc === "string" ? doc : JSON.stringify(doc));
+    return path;
+  };
+  const base = { runtimeId: "openclaw-demo", keyFile: writeKeyFile(dir), context: CONTEXT_DOC };
+  const ok = readConfig({ ...base, trustRootFile: write("ok.json", trustRootDoc([GATE, KEY], 2)) });
   assert.deepEqual(ok.problems, []);
-  assert.deepEqual([...(ok.config?.gateKeys.keys() ?? [])], [GATE.keyId]);
-  const codes = (registryFile: unknown): string[] => readConfig({ ...base, registryFile }).problems.map((p) => p.reasonCode);
-  const entries = good.entries as Record<string, unknown>[];
-  const gateEntry = entries[0] as Record<string, unknown>;
+  assert.equal(ok.config?.trustRoot.threshold, 2);
+  assert.deepEqual([...(ok.config?.trustRoot.keys.keys() ?? [])].sort(), [GATE.keyId, KEY.keyId].sort());
+  const codes = (trustRootFile: unknown): string[] => readConfig({ ...base, trustRootFile }).problems.map((p) => p.reasonCode);
+  const good = trustRootDoc([GATE]);
   const cases: [string, unknown, string][] = [
-    ["not set", undefined, "smf_registry_missing"],
-    ["no such file", join(dir, "missing.json"), "smf_registry_unreadable"],
-    ["not JSON", write("bad.json", "{"), "smf_registry_invalid"],
-    ["another schema", write("schema.json", { ...good, schema: "smf.registry/2" }), "smf_registry_invalid"],
-    ["unknown field", write("field.json", { ...good, extra: 1 }), "smf_registry_invalid"],
-    ["key id not derived from the key", write("kid.json", { ...good, entries: [{ ...gateEntry, key: { ...(gateEntry.key as object), key_id: KEY.keyId } }] }), "smf_registry_invalid"],
-    ["the same key twice", write("twice.json", { ...good, entries: [gateEntry, gateEntry] }), "smf_registry_invalid"],
-    ["no gate key", write("nogate.json", registryDoc([{ key: KEY, role: "runtime", principal: "openclaw-runtime" }])), "smf_gate_keys_missing"],
+    ["not set", undefined, "smf_release_trust_root_missing"],
+    ["no such file", join(dir, "missing.json"), "smf_release_trust_root_unreadable"],
+    ["not JSON", write("bad.json", "{"), "smf_release_trust_root_invalid"],
+    ["another schema", write("schema.json", { ...good, schema: "smf.release-trust-root/2" }), "smf_release_trust_root_invalid"],
+    ["unknown field", write("field.json", { ...good, extra: 1 }), "smf_release_trust_root_invalid"],
+    ["threshold above its keys", write("threshold.json", trustRootDoc([GATE], 2)), "smf_release_trust_root_invalid"],
+    ["the same key twice", write("twice.json", { ...good, keys: [...(good.keys as unknown[]), ...(good.keys as unknown[])] }), "smf_release_trust_root_invalid"],
   ];
   for (const [name, path, code] of cases) assert.deepEqual(codes(path), [code], name);
+  // The old key is refused, not silently ignored: a registry on disk is not a verified release.
+  assert.ok(codes(write("ok2.json", good)).length === 0);
+  assert.ok(readConfig({ ...base, trustRootFile: write("ok3.json", good), registryFile: "/x" }).problems.some((p) => p.reasonCode === "smf_config_invalid"));
 });
 
 // --- register() ---------------------------------------------------------------------------
@@ -482,4 +518,168 @@ test("register twice shares one adapter, lowest priority, budget above the hold 
   assert.doesNotThrow(() => plugin.register(throwing));
   assert.equal(hookTimeoutMs(adapter(undefined, 600_000)), 600_000);
   assert.equal(hookTimeoutMs(adapter(undefined, 10_000)), 2 * 1000 + 10_000 + 5000);
+});
+
+// --- the governed release and the attestation (attest.ts, release.ts) ----------------------
+
+/** A release signer beside the gate's and the runtime's keys. */
+const SIGNER = SigningKey.fromSeed(Buffer.alloc(32, 7));
+const ROOT = { threshold: 1, keys: new Map<string, VerifyKey>([[SIGNER.keyId, SIGNER.verifyKey]]) };
+const NOW = 1_800_000_000_000;
+
+function bundleOf(opts: { sequence?: number; releaseId?: string; leaseMs?: number; signer?: SigningKey; gate?: SigningKey } = {}): Uint8Array {
+  const enforcement = Buffer.from("{}");
+  const analysis = Buffer.from("[]");
+  const registry = canonicalBytes(registryDoc([
+    { key: opts.gate ?? GATE, role: "gate", principal: "gate" },
+    { key: KEY, role: "runtime", principal: "openclaw-runtime" },
+  ]));
+  const manifest = {
+    schema: "smf.release-manifest/1", release_id: opts.releaseId ?? "demo-1", sequence: opts.sequence ?? 1, prior_release_hash: null,
+    issued_at_ms: NOW - 1000, lease_expires_at_ms: NOW + (opts.leaseMs ?? 3_600_000), recipe_id: "sha256:" + "a".repeat(64),
+    digests: { enforcement: sha256Identity(enforcement), analysis: sha256Identity(analysis), registry: sha256Identity(registry) },
+    revocations: { key_ids: [], release_ids: [] },
+  };
+  const envelope = signValue(PAYLOAD_RELEASE_MANIFEST, manifest, [opts.signer ?? SIGNER]);
+  return Buffer.from(JSON.stringify({
+    schema: "smf.release-bundle/1", envelope,
+    enforcement: enforcement.toString("base64"), analysis: analysis.toString("base64"), registry: registry.toString("base64"),
+  }));
+}
+
+/** A bus with a JetStream KV bucket (`values` by key, `null` = a delete marker), a gate and its attestation desk. */
+class GovernedBus extends FakeBus {
+  attestations: Record<string, unknown>[] = [];
+  proposals = 0;
+  accept = true;
+  gateReasons: string[] = [];
+  constructor(public values: Record<string, Uint8Array | null> | undefined, attest = true) {
+    super((subject, data) => {
+      if (subject === "$JS.API.STREAM.INFO.KV_SMF_RELEASES") {
+        if (this.values === undefined) return reply(Buffer.from(JSON.stringify({ error: { code: 404, err_code: 10059, description: "stream not found" } })));
+        const subjects = Object.fromEntries(Object.keys(this.values).map((k) => [`$KV.SMF_RELEASES.${k}`, 1]));
+        return reply(Buffer.from(JSON.stringify({ state: { subjects } })));
+      }
+      if (subject === "$JS.API.STREAM.MSG.GET.KV_SMF_RELEASES") {
+        const key = (JSON.parse(Buffer.from(data).toString()) as { last_by_subj: string }).last_by_subj.slice("$KV.SMF_RELEASES.".length);
+        const value = this.values?.[key];
+        if (value === undefined) return reply(Buffer.from(JSON.stringify({ error: { code: 404, description: "no message found" } })));
+        const message = value === null
+          ? { hdrs: Buffer.from("NATS/1.0\r\nKV-Operation: DEL\r\n\r\n").toString("base64") }
+          : { data: Buffer.from(value).toString("base64") };
+        return reply(Buffer.from(JSON.stringify({ message })));
+      }
+      if (subject === "smf.attest") {
+        if (!attest) throw new BusError("gate_unreachable", "no responders");
+        const verified = verifyEnvelope(decodeEnvelope(data), TRUSTED, 1, PAYLOAD_ATTESTATION);
+        const att = JSON.parse(verified.payload.toString("utf8")) as Record<string, unknown>;
+        this.attestations.push(att);
+        const reasons = this.accept ? (att.problems as string[]) : ["runtime_release_mismatch"];
+        return reply(Buffer.from(JSON.stringify({ schema: "smf.attestation-ack/1", attestation_id: att.attestation_id, accepted: reasons.length === 0, reason_codes: reasons, release_id: "demo-1" })));
+      }
+      if (subject === "smf.propose") {
+        this.proposals += 1;
+        const p = proposalOf(data);
+        if (this.gateReasons.length > 0) return reply(verdict({ proposal_id: p.proposal_id, outcome: "deny", reason_codes: this.gateReasons }));
+        return reply(verdict({ proposal_id: p.proposal_id, outcome: "allow", decision_id: DECISION, operation_hash: OPERATION }));
+      }
+      throw new BusError("gate_unreachable", "no responders");
+    });
+  }
+}
+
+function governed(bus: Bus, clock: () => number = () => NOW): Governance {
+  const g = new Governance(
+    { runtimeId: "openclaw-demo", runtimeVersion: "2026.9.6", runtimePin: "2026.9.6", adapterId: "smf-openclaw-adapter", key: KEY, trustRoot: ROOT, gateTimeoutMs: 1000, attestIntervalMs: 60_000 },
+    bus, silent, clock,
+  );
+  g.hooksPresent = ["after_tool_call", "before_tool_call"];
+  return g;
+}
+
+const EXEC = { toolName: "exec", params: { command: "ls" }, toolCallId: "c1" };
+
+test("attests with the verified release and profile exact-hold, then proposes; gate keys come from that release", async () => {
+  const bus = new GovernedBus({ "release.0000000000000001": bundleOf(), "release.0000000000000002": null });
+  const g = governed(bus);
+  const result = await adapter(bus, 2000, [], g).beforeToolCall(EXEC, {});
+  assert.ok("params" in result, JSON.stringify(result));
+  assert.deepEqual(bus.seen.filter((x) => !x.subject.startsWith("$JS")).map((x) => x.subject), ["smf.attest", "smf.approval.outcome.>", "smf.propose"]);
+  const att = bus.attestations[0] as Record<string, unknown>;
+  assert.equal(att.schema, "smf.runtime-attestation/1");
+  assert.equal(att.profile, "exact-hold");
+  assert.equal(att.runtime_pin, "2026.9.6");
+  assert.equal(att.verified_release_id, "demo-1"); // the deleted newer key was skipped
+  assert.deepEqual(att.hooks_present, ["after_tool_call", "before_tool_call"]);
+  assert.deepEqual(att.problems, []);
+  assert.deepEqual([...g.gateKeys().keys()], [GATE.keyId]);
+  // attested once: the next call does not attest again
+  await adapter(bus, 2000, [], g).beforeToolCall({ ...EXEC, toolCallId: "c2" }, {});
+  assert.equal(bus.attestations.length, 1);
+});
+
+test("no release, a forged, expired or rolled-back release: refusing, attested as such, nothing proposed, no gate keys", async () => {
+  const cases: [string, Record<string, Uint8Array | null> | undefined, string, number?][] = [
+    ["no bucket", undefined, "release_unavailable"],
+    ["an empty bucket", {}, "release_unavailable"],
+    ["only a delete marker", { "release.0000000000000001": null }, "release_unavailable"],
+    ["signed by an outsider", { "release.0000000000000001": bundleOf({ signer: KEY }) }, "release_bad_signature"],
+    ["expired", { "release.0000000000000001": bundleOf({ leaseMs: 30_000 }) }, "release_expired"],
+    ["garbage", { "release.0000000000000001": Buffer.from("{") }, "release_malformed"],
+  ];
+  for (const [name, values, reason] of cases) {
+    const bus = new GovernedBus(values);
+    const g = governed(bus);
+    const result = await adapter(bus, 2000, [], g).beforeToolCall(EXEC, {});
+    assert.match(blockReason(result), new RegExp(`adapter_refuses_to_run\\(${reason}\\)`), name);
+    assert.equal(bus.proposals, 0, name);
+    const att = bus.attestations[0] as Record<string, unknown>;
+    assert.equal(att.verified_release_id, null, name);
+    assert.deepEqual(att.problems, [reason], name);
+    assert.equal(g.gateKeys().size, 0, name);
+  }
+  // The lease runs out after verification: blocked from then on, gate keys dropped.
+  let now = NOW;
+  const bus = new GovernedBus({ "release.0000000000000001": bundleOf({ leaseMs: 120_000 }) });
+  const g = governed(bus, () => now);
+  assert.ok("params" in (await adapter(bus, 2000, [], g).beforeToolCall(EXEC, {})));
+  now += 61_000;
+  assert.match(blockReason(await adapter(bus, 2000, [], g).beforeToolCall({ ...EXEC, toolCallId: "c3" }, {})), /release_expired/);
+  assert.equal(g.gateKeys().size, 0);
+  // Rollback: a lower sequence after a higher one is refused (floor in memory).
+  const rb = new GovernedBus({ "release.0000000000000002": bundleOf({ sequence: 2, releaseId: "demo-2" }) });
+  const gr = governed(rb);
+  await gr.checkRelease();
+  assert.equal(gr.release?.releaseId, "demo-2");
+  rb.values = { "release.0000000000000001": bundleOf() };
+  await gr.checkRelease();
+  assert.equal(gr.refusal(), "release_rollback");
+});
+
+test("a gate that does not answer smf.attest blocks; a release mismatch makes the adapter re-attest first", async () => {
+  const silentGate = new GovernedBus({ "release.0000000000000001": bundleOf() }, false);
+  assert.match(blockReason(await adapter(silentGate, 2000, [], governed(silentGate)).beforeToolCall(EXEC, {})), /gate_unreachable/);
+  assert.equal(silentGate.proposals, 0);
+  const bus = new GovernedBus({ "release.0000000000000001": bundleOf() });
+  const g = governed(bus);
+  bus.gateReasons = ["runtime_release_mismatch"];
+  assert.match(blockReason(await adapter(bus, 2000, [], g).beforeToolCall(EXEC, {})), /runtime_release_mismatch/);
+  bus.gateReasons = [];
+  await adapter(bus, 2000, [], g).beforeToolCall({ ...EXEC, toolCallId: "c2" }, {});
+  assert.equal(bus.attestations.length, 2);
+});
+
+test("register(): a hook budget below the longest approval wait is a problem, attested and refusing", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "smf-oc-hook-"));
+  const trustRootFile = join(dir, "root.json");
+  writeFileSync(trustRootFile, JSON.stringify(trustRootDoc([SIGNER])));
+  const base = { natsUrl: "nats://127.0.0.1:1", runtimeId: "openclaw-demo", keyFile: writeKeyFile(dir), trustRootFile, context: CONTEXT_DOC, gateTimeoutMs: 1000 };
+  const api = (config: Record<string, unknown>, extra: Partial<PluginApi> = {}): PluginApi => ({
+    pluginConfig: config, runtime: { version: "2026.9.6" }, logger: silent, on: () => undefined, ...extra,
+  });
+  assert.deepEqual(adapterFor(api({ ...base, holdTimeoutMs: 60_000 })).problems, []);
+  assert.deepEqual(adapterFor(api({ ...base, holdTimeoutMs: 600_000 })).problems, ["hook_timeout_below_approval_wait"]);
+  const override = { config: { plugins: { entries: { "smf-assurance": { hooks: { timeouts: { before_tool_call: 30_000 } } } } } } };
+  assert.deepEqual(adapterFor(api({ ...base, holdTimeoutMs: 60_001 }, override)).problems, ["hook_timeout_below_approval_wait"]);
+  await shutdown();
 });

@@ -29,6 +29,7 @@ import { keyedIdentifier } from "../dist/keyed.js";
 import { SigningKey, type VerifyKey } from "../dist/keys.js";
 import { approvalIdFor, decodeVerdict, orderIdFor, PAYLOAD_APPROVAL_OUTCOME, PAYLOAD_PROPOSAL } from "../dist/messages.js";
 import { openOutcome, OutcomeMismatchError } from "../dist/outcome.js";
+import { PAYLOAD_RELEASE_MANIFEST, ReleaseCheckError, ReleaseVerifier, trustRootOf } from "../dist/release.js";
 
 const VECTORS = fileURLToPath(new URL("../../../tests/vectors/", import.meta.url));
 
@@ -240,6 +241,38 @@ for (const row of rows(messages, "verdicts")) {
         assert.equal((caught as Error).constructor, error, (caught as Error).message);
         return true;
       });
+    });
+  }
+}
+
+// --- release bundle verification (releases.json) --------------------------------------------
+
+{
+  const releases = load("releases.json") as unknown as { trust_root: unknown; clock_ms: number; max_skew_ms: number; payload_type: string; cases: Row[] };
+  test("releases.json payload type", () => {
+    assert.equal(releases.payload_type, PAYLOAD_RELEASE_MANIFEST);
+  });
+  for (const row of releases.cases) {
+    test(`releases.json ${row.name}`, () => {
+      const verifier = new ReleaseVerifier(trustRootOf(releases.trust_root), () => releases.clock_ms, releases.max_skew_ms);
+      const data = Buffer.from(s(row, "bundle"), "utf8");
+      if (row.expect !== "accepted") {
+        assert.throws(
+          () => verifier.verify(data),
+          (caught: unknown) => {
+            assert.ok(caught instanceof ReleaseCheckError, String(caught));
+            assert.equal(caught.reasonCode, row.expect, caught.message);
+            return true;
+          },
+        );
+        assert.equal(verifier.floor, undefined); // a refused release never moves the floor
+        return;
+      }
+      const usable = verifier.verify(data);
+      assert.equal(usable.releaseId, row.release_id);
+      assert.equal(usable.sequence, row.sequence);
+      assert.equal(usable.manifestHash, row.manifest_hash);
+      assert.deepEqual([...usable.gateKeys.keys()].sort(), row.gate_key_ids);
     });
   }
 }
