@@ -55,6 +55,8 @@ from pipeline.core.normalize import Normalized
 from pipeline.core.policy import NO_REQUIREMENTS
 from pipeline.stages.contracts import DispatchRequest, EvaluateRequest
 from pipeline.stages.service import STAGE_MAC_HEADER, StageRefusal
+from pipeline.stores.claims import ClaimState, ProposalClaims
+from pipeline.stores.sqlite_worker import StoreUnavailable
 from subjects import dsse, names
 from subjects.canonical import canonical_bytes
 from subjects.keys import SigningKey, generate_signing_key
@@ -300,6 +302,51 @@ async def test_replayed_proposal_is_refused_as_duplicate_and_adds_no_order(
         assert "duplicate_proposal" in replay.reason_codes
     assert await execute_count(gate.js) == 1
     assert await gate.claims.state(proposal.proposal_id) == "published"
+
+
+@dataclass
+class SettleUnavailable:
+    """The gate's real claim store, with only its settle step failing as in an outage
+    (the KV store loses its quorum between the claim and the settle)."""
+
+    real: ProposalClaims
+
+    async def claim(self, proposal_id: str, operation_hash: str, decision_id: str, at: int) -> bool:
+        return await self.real.claim(proposal_id, operation_hash, decision_id, at)
+
+    async def settle(self, proposal_id: str, state: ClaimState) -> None:
+        raise StoreUnavailable("claim store lost its quorum")
+
+    async def state(self, proposal_id: str) -> ClaimState | None:
+        return await self.real.state(proposal_id)
+
+    async def prune(self, before_ms: int) -> int:
+        return await self.real.prune(before_ms)
+
+    async def close(self) -> None:
+        await self.real.close()
+
+
+async def test_an_order_already_published_is_answered_allow_when_the_settle_fails(
+    running_gates: GateStarter, nc: Client, state: StateDir
+) -> None:
+    """A store outage after the order is in the stream must not reply "deny": the
+    runtime would be told no while the connector carries the order out."""
+    gate: RunningGate = await running_gates(True)
+    real = gate.gate.claims
+    gate.gate.claims = SettleUnavailable(real)
+    runtime = runtime_client(nc, state)
+    proposal = deletion(runtime, "doc-settle-outage")
+    signed = runtime.sign(proposal)
+    verdict = await runtime.send(proposal.proposal_id, signed)
+    assert verdict.outcome == "allow", verdict
+    gate_key = state.key("gate")
+    stored = [open_order(raw.data or b"", gate_key) for raw in await stored_orders(gate.js)]
+    assert [o.order_id for o in stored] == [verdict.order_id]
+    assert await real.state(proposal.proposal_id) == "claimed"  # never settled, still claimed
+    replay = await runtime.send(proposal.proposal_id, signed)
+    assert "duplicate_proposal" in replay.reason_codes
+    assert await execute_count(gate.js) == 1
 
 
 # --- refused input changes nothing and the gate keeps serving ------------------

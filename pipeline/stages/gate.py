@@ -27,7 +27,7 @@ from pipeline.core.decision import Decision
 from pipeline.core.normalize import Normalized
 from pipeline.stages.contracts import DispatchReceipt, DispatchRequest, EvaluateRequest
 from pipeline.stages.service import StageClient, StageRefusal
-from pipeline.stores.claims import ProposalClaims
+from pipeline.stores.claims import ClaimState, ProposalClaims
 from pipeline.stores.ledger import EvidenceError, Ledger
 from pipeline.stores.ledger_schema import EvidenceEntry
 from pipeline.stores.sqlite_worker import StoreUnavailable
@@ -201,7 +201,7 @@ class Gate:
         connector = normalized.connector_id
         if connector is None:
             # The runtime executes this tool itself; there is no connector order.
-            await self.claims.settle(proposal.proposal_id, "published")
+            await self._settle(proposal.proposal_id, "published")
             return self._verdict(proposal, "allow", reasons, decision, evidence)
         dispatch = DispatchRequest(
             decision=decision,
@@ -219,17 +219,26 @@ class Gate:
                 type=DispatchReceipt,
             )
         except StageRefusal as refusal:
-            await self.claims.settle(proposal.proposal_id, "failed")
+            await self._settle(proposal.proposal_id, "failed")
             await self._record_failure(decision, tenant_ref, refusal.reason_code)
             return self._deny(
                 proposal, ("dispatch_failed", refusal.reason_code), decision, evidence
             )
-        await self.claims.settle(proposal.proposal_id, "published")
+        await self._settle(proposal.proposal_id, "published")
         return msgspec.structs.replace(
             self._verdict(proposal, "allow", reasons, decision, evidence),
             order_id=receipt.order_id,
             connector_id=connector,
         )
+
+    async def _settle(self, proposal_id: str, state: ClaimState) -> None:
+        """Record how a claim ended, best effort: the claim itself already stops any
+        replay, and the order (if any) is already in the stream. A store outage here
+        must not turn an order that exists into a reply that says "deny"."""
+        try:
+            await self.claims.settle(proposal_id, state)
+        except StoreUnavailable:
+            log.error("claim_settle_failed", proposal_id=proposal_id, state=state)
 
     async def _record_failure(self, decision: Decision, tenant_ref: str, reason: str) -> None:
         try:
