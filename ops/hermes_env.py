@@ -25,19 +25,19 @@ Invariants:
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Final
+
+from ops.runtime_cache import cache_root, install_lock
 
 HERMES_VERSION: Final = "0.19.0"
 """The pinned runtime; a conformance run covers this version only (ARCHITECTURE.md)."""
@@ -72,11 +72,6 @@ class HermesEnv:
         return self.root / "bin" / "hermes"
 
 
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "smf-assurance"
-
-
 def default_env_dir(version: str = HERMES_VERSION) -> Path:
     return cache_root() / f"hermes-agent-{version}"
 
@@ -84,17 +79,6 @@ def default_env_dir(version: str = HERMES_VERSION) -> Path:
 def _stderr(line: str) -> None:
     sys.stderr.write(f"[hermes-env] {line}\n")
     sys.stderr.flush()
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def _run(args: list[str], progress: Progress, what: str) -> None:
@@ -196,7 +180,7 @@ def ensure_hermes_env(
 ) -> HermesEnv:
     """Install (or reuse) the pinned Hermes venv with our plugin in it."""
     root = root or default_env_dir()
-    with _locked(root.with_name(root.name + ".lock")):
+    with install_lock(root):
         cold = _hermes_layer(root, progress)
         project_seconds = _project_layer(root, project, progress)
     return HermesEnv(root=root, cold_seconds=cold, project_seconds=project_seconds)

@@ -27,18 +27,18 @@ Invariants:
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from ops.runtime_cache import cache_root, install_lock
 
 OPENCLAW_VERSION: Final = "2026.9.6"
 """The pinned runtime; a conformance run covers this version only (ARCHITECTURE.md)."""
@@ -83,11 +83,6 @@ class OpenClawEnv:
         return f"{self.node_bin}:{self.openclaw.parent}:{rest}"
 
 
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "smf-assurance"
-
-
 def default_env_dir(version: str = OPENCLAW_VERSION) -> Path:
     return cache_root() / f"openclaw-{version}"
 
@@ -95,17 +90,6 @@ def default_env_dir(version: str = OPENCLAW_VERSION) -> Path:
 def _stderr(line: str) -> None:
     sys.stderr.write(f"[openclaw-env] {line}\n")
     sys.stderr.flush()
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def _package_version(package_dir: Path) -> str | None:
@@ -219,7 +203,7 @@ def ensure_openclaw_env(*, root: Path | None = None, progress: Progress = _stder
     root = root or default_env_dir()
     env = OpenClawEnv(root, None)
     wanted = (NODE_VERSION, OPENCLAW_VERSION)
-    with _locked(root.with_name(root.name + ".lock")):
+    with install_lock(root):
         if (root / COMPLETE_MARKER).exists() and installed_versions(root) == wanted:
             progress(f"reusing {root} (openclaw {OPENCLAW_VERSION}, node {NODE_VERSION})")
             return env

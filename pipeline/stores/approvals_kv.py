@@ -363,6 +363,37 @@ def _unavailable(during: str) -> Iterator[None]:
         raise ApprovalStoreUnavailable(f"approval store unavailable during {during}") from exc
 
 
+async def open_strict_bucket(
+    js: JetStreamContext, bucket: str, description: str, replicas: int
+) -> KeyValue | None:
+    """Bind ``bucket``, creating it if absent, as both KV stores need it: history 1,
+    file storage, ``replicas`` copies, no direct gets. ``None`` when it exists with
+    other settings: history would keep superseded values, memory storage forgets
+    on restart, fewer replicas lose writes with a node, and direct gets may read a
+    replica that lags the compare-and-set the stores re-check against.
+    """
+    try:
+        kv = await js.key_value(bucket)
+    except BucketNotFoundError:
+        kv = await js.create_key_value(
+            bucket=bucket,
+            description=description,
+            history=1,
+            storage=StorageType.FILE,
+            replicas=replicas,
+            direct=False,
+        )
+    info = (await js.stream_info(f"KV_{bucket}")).config
+    if (
+        info.max_msgs_per_subject != 1
+        or info.storage != StorageType.FILE
+        or info.num_replicas != replicas
+        or info.allow_direct
+    ):
+        return None
+    return kv
+
+
 class KvApprovalStore:
     """:class:`~pipeline.stores.approvals.ApprovalStore` on JetStream KV.
 
@@ -409,25 +440,14 @@ class KvApprovalStore:
         asked, would weaken what this store promises.
         """
         with _unavailable("open"):
-            try:
-                kv = await js.key_value(bucket)
-            except BucketNotFoundError:
-                kv = await js.create_key_value(
-                    bucket=bucket,
-                    description="SMF approval records (content lives in the content stream)",
-                    history=1,
-                    storage=StorageType.FILE,
-                    replicas=replicas,
-                    direct=False,
-                )
-            info = (await js.stream_info(f"KV_{bucket}")).config
+            kv = await open_strict_bucket(
+                js,
+                bucket,
+                "SMF approval records (content lives in the content stream)",
+                replicas,
+            )
             content = await _ensure_content_stream(js, content_stream, replicas)
-        if (
-            info.max_msgs_per_subject != 1
-            or info.storage != StorageType.FILE
-            or info.num_replicas != replicas
-            or info.allow_direct
-        ):
+        if kv is None:
             raise ApprovalStoreUnavailable(f"bucket {bucket} exists with other settings")
         if (
             content.storage != StorageType.FILE

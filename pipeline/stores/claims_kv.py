@@ -33,11 +33,9 @@ from typing import Final, get_args
 
 import msgspec
 import structlog
-from nats.js.api import StorageType
 from nats.js.client import JetStreamContext
 from nats.js.errors import (
     APIError,
-    BucketNotFoundError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
     NotFoundError,
@@ -50,6 +48,7 @@ from pipeline.stores.approvals_kv import (
     NATS_FAILURES,
     STALE_READ_BACKOFF,
     kv_entries,
+    open_strict_bucket,
     token,
 )
 from pipeline.stores.claims import ClaimState, ClaimStoreUnavailable
@@ -132,24 +131,10 @@ class KvClaimStore:
         than asked would lose them with a node, direct gets may read a replica
         that has not seen the latest claim."""
         with _unavailable("open"):
-            try:
-                kv = await js.key_value(bucket)
-            except BucketNotFoundError:
-                kv = await js.create_key_value(
-                    bucket=bucket,
-                    description="SMF proposal claims: one gate acts on each proposal",
-                    history=1,
-                    storage=StorageType.FILE,
-                    replicas=replicas,
-                    direct=False,
-                )
-            info = (await js.stream_info(f"KV_{bucket}")).config
-        if (
-            info.max_msgs_per_subject != 1
-            or info.storage != StorageType.FILE
-            or info.num_replicas != replicas
-            or info.allow_direct
-        ):
+            kv = await open_strict_bucket(
+                js, bucket, "SMF proposal claims: one gate acts on each proposal", replicas
+            )
+        if kv is None:
             raise ClaimStoreUnavailable(f"bucket {bucket} exists with other settings")
         return cls(js, kv, bucket=bucket, timeout=timeout)
 
