@@ -32,26 +32,24 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats
 import pytest
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 
 from adapters.approver import ApproverClient
-from adapters.connector.sdk import ConnectorRunner, RunnerConfig
 from adapters.connectors.court_efiling import Filing
 from adapters.hermes import plugin, tools
 from ops.gateway import GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
 from ops.releases import latest_in_inbox, publish_to_bucket
 from ops.runtimes import provision_runtime
-from ops.stack import example_connectors
 from ops.state import StateDir, provision_demo
 from subjects import dsse, names
 from subjects.messages import ExecuteOrder, Verdict
 from subjects.registry import load_registry
 from tests.bus_helpers import wait_for
 from tests.clocks import OffsetClock
+from tests.test_approval_desk import connectors_running
 from tests.test_hermes_unit import (
     LEASE_MS,
     PIN,
@@ -109,33 +107,8 @@ async def gate(state: StateDir, nats_server: EmbeddedNatsServer) -> AsyncIterato
 @pytest.fixture
 async def connectors(gate: RunningGate, state: StateDir, nats_url: str) -> AsyncIterator[None]:
     """The example connectors on their own connection, as ``ops.stack`` runs them."""
-    registry = load_registry(state.registry)
-    nc = await nats.connect(nats_url, connect_timeout=2)
-    runners: list[ConnectorRunner] = []
-    tasks: list[asyncio.Task[None]] = []
-    try:
-        for connector_id, connector in example_connectors(state).items():
-            folder = state.connector_dir(connector_id)
-            folder.mkdir(parents=True, exist_ok=True)
-            runner = ConnectorRunner(
-                nc,
-                connector,
-                connector_id=connector_id,
-                signing_key=state.key(connector_id),
-                gate_keys=registry.trusted("gate"),
-                state_dir=folder,
-                config=RunnerConfig(ack_wait=30.0, fetch_timeout=0.2),
-            )
-            runners.append(runner)
-            tasks.append(asyncio.create_task(runner.run()))
-        for runner in runners:
-            await asyncio.wait_for(runner.ready.wait(), 10)
+    async with connectors_running(state, nats_url):
         yield
-    finally:
-        for runner in runners:
-            runner.stop()
-        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
-        await nc.drain()
 
 
 @pytest.fixture
