@@ -98,6 +98,7 @@ class ApprovalBoard:
         self._wake.set()
 
     async def run(self, interval: float) -> None:
+        task = asyncio.current_task()
         while True:
             try:
                 await self.refresh()
@@ -108,8 +109,14 @@ class ApprovalBoard:
                 self.gate_answering = False
                 log.exception("console_refresh_crashed")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await self._wake.wait()
             self._wake.clear()
+            # Python 3.11's wait_for (inside nats-py's requests) can swallow a cancel
+            # that lands as its inner call completes; honour it here, or the console's
+            # close waits for this loop forever (seen in CI).
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
 
     async def refresh(self) -> None:
         await self._read_announcements()

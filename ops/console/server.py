@@ -62,6 +62,8 @@ from subjects.registry import Principal
 log = structlog.get_logger(__name__)
 
 SESSION_COOKIE: Final = "smf_console"
+CLOSE_GRACE_SECONDS: Final = 5.0
+"""How long closing waits for the refresh loop and open connections to end."""
 STATIC_FILES: Final = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -316,7 +318,11 @@ class RunningConsole:
         pending = [*self.tasks, *self.console.connections]
         for task in pending:
             task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        if pending:
+            # Bounded: a task that swallowed its cancel must not hold shutdown forever.
+            _, stuck = await asyncio.wait(pending, timeout=CLOSE_GRACE_SECONDS)
+            for task in stuck:
+                log.error("console_task_did_not_stop", task=task.get_name())
         await self.server.wait_closed()
         if not self.nc.is_closed:
             await self.nc.close()
