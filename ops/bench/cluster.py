@@ -209,6 +209,14 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+SPARE_DOCUMENTS: Final = 1_000_000
+"""Offset of the warm-up documents, so they never share an id with a timed one."""
+MAX_SPREAD_PROPOSALS: Final = 200
+SPREAD_RETRY_S: Final = 0.05
+NOT_YET_REACHABLE: Final = frozenset({"gate_unreachable", "gate_timeout"})
+"""What the runtime's client says before a new replica's interest reached its node."""
+
+
 async def claim_series(label: str, store: ApprovalStore, rounds: int) -> Summary:
     """Per round: create and approve a held approval (untimed), then time its claim."""
     clock = time.perf_counter_ns
@@ -267,6 +275,26 @@ def _signed_allows(runtime: ProposalClient, first: int, count: int) -> list[tupl
     return signed
 
 
+async def _until_every_replica_serves(
+    label: str, runtime: ProposalClient, gates: Sequence[GateProcess], first_document: int
+) -> None:
+    """Untimed allows until every replica has served one: a replica's queue interest
+    reaches the client's node some time after its readiness line, and a series
+    started before that would measure fewer replicas than it names."""
+    start = await served_by(runtime.nc, gates)
+    for proposal_id, data in _signed_allows(runtime, first_document, MAX_SPREAD_PROPOSALS):
+        verdict = await runtime.send(proposal_id, data)
+        if verdict.outcome != "allow" and not set(verdict.reason_codes) <= NOT_YET_REACHABLE:
+            wrong = f"{verdict.outcome} {list(verdict.reason_codes)}"
+            raise BenchError(f"{label}: warm-up proposals were not allowed, e.g. {wrong}")
+        now = await served_by(runtime.nc, gates)
+        if all(now[gate.name] > start[gate.name] for gate in gates):
+            return
+        if verdict.outcome != "allow":
+            await asyncio.sleep(SPREAD_RETRY_S)
+    raise BenchError(f"{label}: a replica received none of {MAX_SPREAD_PROPOSALS} proposals")
+
+
 async def allow_series(
     label: str,
     runtime: ProposalClient,
@@ -286,6 +314,7 @@ async def allow_series(
         if verdict.outcome != "allow":
             wrong.append(f"{verdict.outcome} {list(verdict.reason_codes)}")
 
+    await _until_every_replica_serves(label, runtime, gates, first_document + SPARE_DOCUMENTS)
     await _warm_up(propose)
     before = await served_by(runtime.nc, gates)
     rate = await _rate(label, len(gates), propose, requests, in_flight)
