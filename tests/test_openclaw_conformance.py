@@ -48,6 +48,7 @@ from typing import Any
 import pytest
 
 from ops.openclaw_env import OPENCLAW_VERSION, OpenClawEnv, ensure_openclaw_env
+from tests.harness_client import HarnessClient
 
 PROJECT = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = PROJECT / "adapters" / "openclaw"
@@ -78,23 +79,12 @@ def netns_available() -> bool:
     return probe.returncode == 0
 
 
-class OpenClawRuns:
+class OpenClawRuns(HarnessClient):
     """The test side of the harness: one JSON line out, one JSON line back."""
 
     def __init__(self, proc: subprocess.Popen[str], env: OpenClawEnv) -> None:
-        self.proc = proc
+        super().__init__(proc)
         self.env = env
-
-    def send(self, command: dict[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(command) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        assert line, "the harness died; see its stderr log"
-        reply: dict[str, Any] = json.loads(line)
-        assert "error" not in reply, reply
-        return reply
 
     def run(self, name: str, scripts: dict[str, Any], **command: Any) -> dict[str, Any]:
         prompt = command.pop("prompt", f"SCENARIO:{name} do what the script says.")
