@@ -19,9 +19,10 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check subjects pipeline adapters swarm ops tests
+	$(BIN)/ruff format --check subjects pipeline adapters swarm ops tests
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict subjects pipeline adapters swarm ops
+	$(BIN)/mypy --strict subjects pipeline adapters swarm ops tests
 
 unit: $(STAMP)
 	$(BIN)/pytest --cov --cov-branch --cov-report=term --cov-fail-under=90

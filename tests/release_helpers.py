@@ -106,7 +106,7 @@ def resign(
     return msgspec.structs.replace(bundle, envelope=envelope)
 
 
-def swap(bundle: ReleaseBundle, **artifacts: bytes) -> ReleaseBundle:
+def swap(bundle: ReleaseBundle, **artifacts: bytes | dsse.Envelope) -> ReleaseBundle:
     """The bundle with artifacts replaced and the signed manifest left as it was."""
     return msgspec.structs.replace(bundle, **artifacts)
 

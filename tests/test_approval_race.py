@@ -77,10 +77,10 @@ from pipeline.stores.approvals_sqlite import SqliteApprovalStore
 from subjects import names
 from subjects.approvals import ResolutionReply
 from tests.bus_helpers import wait_for
+from tests.clocks import OffsetClock as Clock
 from tests.test_approval_desk import (
     ATTORNEY,
     CLOSE_TIMEOUT_S,
-    Clock,
     ExecuteSpy,
     approver,
     connectors_running,

@@ -53,7 +53,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 import nats
@@ -75,12 +75,12 @@ from subjects import dsse, names
 from subjects.approvals import ApprovalBinding, ShowRequest, binding_digest
 from subjects.canonical import canonical_bytes
 from subjects.keys import generate_signing_key, load_private_key, write_private_key
+from tests.clocks import OffsetClock as Clock
 from tests.test_console import (
     ATTORNEY,
     FILING,
     PARALEGAL,
     TENANT_TTL_MS,
-    Clock,
     announcement,
     hold_filing,
     outbox,
@@ -246,8 +246,10 @@ def screenshots(tmp_path: Path) -> Callable[[webdriver.Chrome, str], Path]:
 # --- driving the page ----------------------------------------------------------------------
 
 
-def until(driver: webdriver.Chrome, condition: Callable[[webdriver.Chrome], T], what: str) -> T:
-    def attempt(d: webdriver.Chrome) -> T | bool:
+def until(
+    driver: webdriver.Chrome, condition: Callable[[webdriver.Chrome], T | Literal[False]], what: str
+) -> T:
+    def attempt(d: webdriver.Chrome) -> T | Literal[False]:
         try:
             return condition(d)
         except NoSuchElementException:

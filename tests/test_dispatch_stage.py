@@ -95,6 +95,7 @@ async def test_an_allowed_decision_becomes_one_signed_order(nc: Client) -> None:
     assert msg.headers is not None
     assert msg.headers[names.HEADER_MSG_ID] == receipt.order_id
     assert msg.headers[names.HEADER_DECISION_ID] == decision.decision_id
+    assert msg.data is not None
     order, _ = dsse.open_struct(
         dsse.decode_envelope(msg.data),
         {key.key_id: key.verify_key},

@@ -397,12 +397,16 @@ def test_every_literal_value_of_the_schema_decodes() -> None:
     literal_fields = 0
     for path in LEAF_PATHS:
         group, _, leaf = path.rpartition(".")
-        struct: Any = OperationEnvelope
+        struct: type[msgspec.Struct] = OperationEnvelope
         if group:
-            struct = msgspec.inspect.type_info(OperationEnvelope)
-            field = next(f for f in struct.fields if f.name == group)
+            envelope_info = msgspec.inspect.type_info(OperationEnvelope)
+            assert isinstance(envelope_info, msgspec.inspect.StructType)
+            field = next(f for f in envelope_info.fields if f.name == group)
+            assert isinstance(field.type, msgspec.inspect.StructType)
             struct = field.type.cls
-        hints = {f.name: f for f in msgspec.inspect.type_info(struct).fields}
+        struct_info = msgspec.inspect.type_info(struct)
+        assert isinstance(struct_info, msgspec.inspect.StructType)
+        hints = {f.name: f for f in struct_info.fields}
         info = hints[leaf or path].type
         if isinstance(info, msgspec.inspect.LiteralType):
             literal_fields += 1

@@ -409,13 +409,14 @@ def test_custom_release_is_named_in_the_decision() -> None:
 
 
 def test_fact_registry_version_mismatch_is_refused() -> None:
+    stale: str = "smf.facts/0"  # plain str: FACT_REGISTRY_VERSION is a Final literal
     projection = msgspec.structs.replace(
         enforcement_projection([make_rule("r")], [make_policy("p", "r")]),
-        fact_registry_version="smf.facts/0",
+        fact_registry_version=stale,
     )
     with pytest.raises(ProjectionError, match="fact registry"):
         build_policy_set(projection)
-    assert FACT_REGISTRY_VERSION != "smf.facts/0"
+    assert stale != FACT_REGISTRY_VERSION
 
 
 def test_fact_registry_version_mismatch_in_a_projection_file_is_refused(tmp_path: Path) -> None:

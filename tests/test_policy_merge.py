@@ -115,7 +115,8 @@ def test_merge_disposition() -> None:
     assert merge_disposition([]) is None
     assert merge_disposition(["allow"]) == "allow"
     assert merge_disposition(["allow", "conditional", "allow"]) == "conditional"
-    for order in itertools.permutations(["allow", "conditional", "deny"]):
+    every: list[Effect] = ["allow", "conditional", "deny"]
+    for order in itertools.permutations(every):
         assert merge_disposition(order) == "deny"
     assert SEVERITY["allow"] < SEVERITY["conditional"] < SEVERITY["deny"]
 
@@ -446,8 +447,10 @@ def test_pure_join_is_monotone_and_order_free(
     assert_requirements_at_least(after, before)
     shuffled = data.draw(st.permutations([*specs, extra]))
     assert merge_requirements(shuffled) == after
-    effects = data.draw(st.lists(st.sampled_from(["allow", "conditional", "deny"]), max_size=5))
-    added = data.draw(st.sampled_from(["allow", "conditional", "deny"]))
+    effects: list[Effect] = data.draw(
+        st.lists(st.sampled_from(["allow", "conditional", "deny"]), max_size=5)
+    )
+    added: Effect = data.draw(st.sampled_from(["allow", "conditional", "deny"]))
     old, new = merge_disposition(effects), merge_disposition([*effects, added])
     assert new is not None
     assert old is None or SEVERITY[new] >= SEVERITY[old]

@@ -13,6 +13,7 @@ contradicts the answer on the complete facts).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, get_args, get_type_hints
 
 import msgspec
@@ -48,7 +49,7 @@ def c(spec: Any) -> Node:
     return compile_predicate(spec, RULE)
 
 
-def leaf(op: str, fact: str, value: Any = None) -> dict[str, Any]:
+def leaf(op: str, fact: object, value: Any = None) -> dict[str, Any]:
     if op in ("exists", "not_exists"):
         return {op: {"fact": fact}}
     if op in ("in", "not_in"):
@@ -570,13 +571,14 @@ def _reference(spec: Any, facts: dict[str, Any]) -> bool:
     if path not in facts:
         return False
     value = facts[path]
-    return {
+    checks: dict[str, Callable[[], bool]] = {
         "eq": lambda: value == arg["value"],
         "neq": lambda: value != arg["value"],
         "in": lambda: value in arg["values"],
         "not_in": lambda: value not in arg["values"],
         "contains": lambda: arg["value"] in value,
-    }[op]()
+    }
+    return checks[op]()
 
 
 @SETTINGS

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -389,7 +390,7 @@ def test_check_in_force_uses_the_clock_then_the_lease(v1: ReleaseBundle) -> None
 # --- 8. revocation ------------------------------------------------------------------------
 
 
-def _fields(state: LastAccepted) -> dict[str, object]:
+def _fields(state: LastAccepted) -> dict[str, Any]:
     return {name: getattr(state, name) for name in LastAccepted.__slots__}
 
 

@@ -34,11 +34,11 @@ from pipeline.core.evaluator import evaluate
 from pipeline.stages.service import StageRefusal
 from subjects.canonical import canonical_bytes
 from subjects.keys import generate_signing_key, write_private_key
+from subjects.names import SWARM_ANALYZE
 from swarm.report import decode_report, report_bytes, verified_faithfulness
 from swarm.selector import AnalysisRelease, decode_matter, load_analysis_release
 from swarm.service import (
     REQUEST_SCHEMA,
-    SWARM_ANALYZE,
     analyze,
     request_analysis,
     start_swarm_service,

@@ -52,7 +52,7 @@ TYPES: dict[str, type[msgspec.Struct]] = {
     "ExecutionReport": ExecutionReport,
     "Verdict": Verdict,
 }
-PAYLOAD_TYPES = {
+PAYLOAD_TYPES: dict[str, type[msgspec.Struct]] = {
     names.PAYLOAD_PROPOSAL: Proposal,
     names.PAYLOAD_REPORT: ExecutionReport,
     names.PAYLOAD_APPROVAL_OUTCOME: Verdict,

@@ -227,9 +227,7 @@ async def fetch_checkpoints(url: str, gate_name: str = names.DEFAULT_GATE_NAME) 
         seq = info.state.first_seq
         while info.state.messages and seq <= info.state.last_seq:
             try:
-                raw = await js.get_msg(
-                    names.CHECKPOINT_STREAM, seq, subject=subject, next=True
-                )
+                raw = await js.get_msg(names.CHECKPOINT_STREAM, seq, subject=subject, next=True)
             except NotFoundError:
                 break
             envelopes.append(raw.data or b"")

@@ -66,7 +66,6 @@ MODEL_ENV: Final = "SMF_SWARM_MODEL"
 DEFAULT_MODEL: Final = "gpt-4o-mini"
 
 
-
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("swarm", help="legal analysis that may cite only selected rules")
     swarm_sub = p.add_subparsers(dest="swarm_command", required=True, metavar="SUBCOMMAND")

@@ -165,7 +165,7 @@ FACTS = {
     "legal_hold": None,
     "citation_verification": "unknown",
 }
-EXEC_ARGS = {
+EXEC_ARGS: dict[str, Any] = {
     "command": "ls -la /srv/matters/2026-0042",
     "env": {"LANG": "C.UTF-8"},
     "timeoutSeconds": 30,
@@ -303,7 +303,7 @@ def operation_vector() -> dict[str, Any]:
     no ``target_arg`` (address ""), ``Data.redaction_evidence`` omitted when None
     (``omit_defaults``), ``workflow.legal_hold`` = bool(None) = false."""
     args_hash = sha(simple_canonical(EXEC_ARGS))
-    envelope = {
+    envelope: dict[str, Any] = {
         "capability": "process.execute",
         "effects": {"egress": True, "persistence": "unknown", "reversibility": "unknown"},
         "destination": {

@@ -56,7 +56,9 @@ RUNTIME = public_record(RFC8032_TEST1["seed_hex"], "openclaw-runtime")
 
 
 def registry(entries: list[dict[str, Any]]) -> bytes:
-    return simple_canonical({"schema": "smf.registry/1", "entries": entries}).encode()
+    # simple_canonical is Any here (the sibling-script import is untyped for mypy).
+    text: str = simple_canonical({"schema": "smf.registry/1", "entries": entries})
+    return text.encode()
 
 
 REGISTRY = registry(
