@@ -99,6 +99,8 @@ class GateOptions:
     name: str = names.DEFAULT_GATE_NAME
     release_tick_seconds: float = 5.0
     cluster: ClusterSettings | None = None
+    claim_prune_seconds: float = 60.0
+    """How often the gate forgets proposal claims past their retention."""
 
 
 @dataclass
@@ -134,6 +136,15 @@ class RunningGate:
             await self.nc.drain()
 
 
+def _honour_cancel() -> None:
+    """Re-raise a cancel that nats-py's ``asyncio.wait_for`` (Python 3.11) turned into
+    a TimeoutError when it landed as the call's own deadline passed; a loop that
+    swallowed it would make ``RunningGate.close()`` wait for its task forever."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def _follow_reports(js: JetStreamContext, desk: ApprovalDesk) -> None:
     """A durable consumer on SMF_RESULT: a report that arrives while no gate
     runs is read when one starts (the deadline sweep covers a lost report)."""
@@ -145,12 +156,7 @@ async def _follow_reports(js: JetStreamContext, desk: ApprovalDesk) -> None:
             except (NatsTimeoutError, TimeoutError):
                 # fetch raises nats' TimeoutError or asyncio's, depending on where
                 # its deadline passed; both mean "no report yet", never "stop".
-                # But a cancel that lands as fetch's own deadline passes comes out
-                # as that TimeoutError (asyncio.wait_for in 3.11): honour it, or
-                # RunningGate.close() waits for this task forever.
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise asyncio.CancelledError from None
+                _honour_cancel()
                 continue
             except Exception:
                 # While the connection is down fetch fails at once; the task
@@ -180,7 +186,25 @@ async def _sweep(desk: ApprovalDesk, buffer: OutputBuffer, every: float) -> None
         try:
             await desk.sweep()
         except Exception:
+            _honour_cancel()
             log.exception("approval_sweep_failed")
+
+
+async def _prune_claims(gate: Gate, every: float) -> None:
+    """Keep the claim store bounded: forget claims no replay can still use
+    (:attr:`GateSettings.claim_retention_ms`). Every replica of a cluster runs
+    this; the KV store deletes each claim only at the revision it judged. A
+    failed pass forgets nothing, so it is logged and retried, never fatal."""
+    while True:
+        await asyncio.sleep(every)
+        try:
+            pruned = await gate.prune_claims()
+        except Exception:
+            _honour_cancel()
+            log.exception("claim_prune_failed")
+            continue
+        if pruned:
+            log.info("claims_pruned", count=pruned)
 
 
 async def _start_releases(options: GateOptions, js: JetStreamContext) -> ReleaseWatcher | None:
@@ -400,8 +424,11 @@ async def start_gate(options: GateOptions) -> RunningGate:
     )
     running.services.append(desk_service)
     running.handlers.extend(desk_handlers)
-    running.tasks.append(asyncio.create_task(_follow_reports(js, desk)))
-    running.tasks.append(asyncio.create_task(_sweep(desk, buffer, options.sweep_seconds)))
+    running.tasks += [
+        asyncio.create_task(_follow_reports(js, desk)),
+        asyncio.create_task(_sweep(desk, buffer, options.sweep_seconds)),
+        asyncio.create_task(_prune_claims(gate, options.claim_prune_seconds)),
+    ]
     # A round trip, so the server has every subscription above before anyone is
     # told the gate serves; otherwise an early proposal finds no responder.
     await nc.flush()

@@ -72,6 +72,28 @@ class GateSettings:
     """A proposal issued further than this from the gate's clock is refused as stale."""
     stage_timeout: float = 2.0
     max_proposal_bytes: int = dsse.MAX_ENVELOPE_BYTES
+    max_clock_skew_ms: int = 60_000
+    """How far apart the clocks of two gates sharing one claim store may be."""
+
+    def __post_init__(self) -> None:
+        if self.freshness_ms <= 0 or self.max_clock_skew_ms < 0:
+            raise ValueError("freshness_ms must be positive and max_clock_skew_ms not negative")
+
+    @property
+    def claim_retention_ms(self) -> int:
+        """How long a proposal claim must be kept: until no replay of its proposal
+        can pass the freshness check (ARCHITECTURE.md, "One proposal through the
+        bus": a replay must never produce a second order).
+
+        A proposal issued at ``t`` is accepted while a gate's clock reads within
+        ``freshness_ms`` (F) of ``t``. Claimed when the claimer's clock read ``c``,
+        ``t <= c + F``, so a replay is fresh only until ``t + F <= c + 2F`` on the
+        claimer's clock, which is at most ``c + 2F + skew`` on the clock of the gate
+        that prunes. Retention ``2F + skew`` never forgets a claim a replay can still
+        use; after it the replay is refused as ``stale_proposal`` before any claim
+        is looked at.
+        """
+        return 2 * self.freshness_ms + self.max_clock_skew_ms
 
 
 @dataclass
@@ -120,6 +142,12 @@ class Gate:
         ):
             raise StageRefusal("stale_proposal")
         return message
+
+    async def prune_claims(self) -> int:
+        """Forget the claims older than :attr:`GateSettings.claim_retention_ms`, so
+        the claim store stays bounded; returns how many. A failure raises and
+        forgets nothing, which only keeps replays refused longer."""
+        return await self.claims.prune(self.clock() - self.settings.claim_retention_ms)
 
     def verify_proposal(self, data: bytes) -> Proposal:
         return self.verify_runtime_message(data, Proposal, names.PAYLOAD_PROPOSAL)

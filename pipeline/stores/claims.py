@@ -6,9 +6,10 @@ same proposal id with anything changed) must never produce a second order,
 and JetStream's ``Nats-Msg-Id`` de-duplication lasts only for the stream's
 duplicate window. So the claim is a row keyed by proposal id, inserted in
 one ``BEGIN IMMEDIATE`` transaction before anything is published; a second
-insert fails and the gate denies ``duplicate_proposal``. Rows are kept past
-the gate's freshness window, after which a replay is refused as stale
-anyway.
+insert fails and the gate denies ``duplicate_proposal``. Rows are kept for
+``GateSettings.claim_retention_ms`` (two freshness windows and the clock skew
+between gates), after which a replay is refused as stale before its claim is
+looked at; the gate then prunes them (``Gate.prune_claims``).
 
 :class:`ProposalClaims` is the interface the gate uses; :class:`ClaimStore`
 implements it on one SQLite file (one machine) and
