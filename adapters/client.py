@@ -2,7 +2,8 @@
 
 Adapters depend on ``subjects/`` only (ARCHITECTURE.md, "Layers"), so this
 client installs into a runtime's environment with nats-py and msgspec. It
-fails closed: no reply, an error reply, or a reply that is not a Verdict all
+fails closed: no reply, an error reply, a reply no gate key signed
+(``subjects.verdicts``) or one that is not a Verdict for this proposal all
 become a ``deny`` Verdict with a reason code, never an exception the caller
 might forget to treat as a denial.
 """
@@ -11,18 +12,19 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from subjects import names
-from subjects.dsse import encode_envelope, sign_struct
+from subjects.dsse import MalformedPayloadError, SignatureError, encode_envelope, sign_struct
 from subjects.envelope import Surface
-from subjects.keys import SigningKey
+from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import ActorContext, DataFacts, Proposal, ProposedDestination, Verdict
+from subjects.verdicts import NOT_SIGNED_BY_GATE, VerdictMismatchError, open_verdict
 
 _ERROR_CODE_HEADER = "Nats-Service-Error-Code"
 _ERROR_HEADER = "Nats-Service-Error"
@@ -46,6 +48,8 @@ class ProposalClient:
     runtime_version: str
     adapter_id: str
     timeout: float = 5.0
+    gate_keys: Mapping[str, VerifyKey] = field(kw_only=True)
+    """The registry's ``gate`` keys: only a verdict one of them signed is read."""
 
     def build(
         self,
@@ -90,12 +94,13 @@ class ProposalClient:
             reason = headers.get(_ERROR_HEADER, "gate_error")
             return denial(proposal_id, reason if reason.isidentifier() else "gate_error")
         try:
-            verdict = msgspec.json.decode(reply.data, type=Verdict)
-        except msgspec.DecodeError:
+            return open_verdict(reply.data, self.gate_keys, proposal_id=proposal_id)
+        except MalformedPayloadError:
             return denial(proposal_id, "unreadable_verdict")
-        if verdict.proposal_id != proposal_id:
+        except SignatureError:
+            return denial(proposal_id, NOT_SIGNED_BY_GATE)
+        except VerdictMismatchError:
             return denial(proposal_id, "verdict_for_another_proposal")
-        return verdict
 
     async def propose(self, proposal: Proposal) -> Verdict:
         return await self.send(proposal.proposal_id, self.sign(proposal))

@@ -4,7 +4,8 @@ Issue 5: an adapter never delivers streamed text to a user itself. It
 publishes every chunk to ``smf.output.<stream_id>`` with a sequence header
 and closes the stream with a signed ``OutputClose`` (count, size and hash of
 what it sent). It delivers only the ``released`` text of the gate's reply;
-anything else, including no reply, is withheld. Depends on ``subjects/`` only.
+anything else, including no reply or a reply no gate key signed
+(``subjects.verdicts``), is withheld. Depends on ``subjects/`` only.
 """
 
 from __future__ import annotations
@@ -12,18 +13,17 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
-import msgspec
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from adapters.client import denial
 from subjects import names
-from subjects.dsse import encode_envelope, sign_struct
+from subjects.dsse import MalformedPayloadError, SignatureError, encode_envelope, sign_struct
 from subjects.envelope import Surface
-from subjects.keys import SigningKey
+from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import (
     ActorContext,
     DataFacts,
@@ -31,6 +31,7 @@ from subjects.messages import (
     OutputVerdict,
     ProposedDestination,
 )
+from subjects.verdicts import NOT_SIGNED_BY_GATE, VerdictMismatchError, open_output_verdict
 
 _ERROR_HEADER = "Nats-Service-Error"
 
@@ -47,6 +48,8 @@ class OutputStreamer:
     runtime_version: str
     adapter_id: str
     timeout: float = 10.0
+    gate_keys: Mapping[str, VerifyKey] = field(kw_only=True)
+    """The registry's ``gate`` keys: only an output verdict one of them signed is read."""
 
     async def send_chunks(self, stream_id: str, chunks: Iterable[bytes]) -> tuple[int, int, str]:
         """Publish chunks in order; return (count, total bytes, content hash)."""
@@ -105,9 +108,13 @@ class OutputStreamer:
         if _ERROR_HEADER in headers:
             return _withheld(stream_id, headers[_ERROR_HEADER] or "gate_error")
         try:
-            return msgspec.json.decode(reply.data, type=OutputVerdict)
-        except msgspec.DecodeError:
+            return open_output_verdict(reply.data, self.gate_keys, stream_id=stream_id)
+        except MalformedPayloadError:
             return _withheld(stream_id, "unreadable_verdict")
+        except SignatureError:
+            return _withheld(stream_id, NOT_SIGNED_BY_GATE)
+        except VerdictMismatchError:
+            return _withheld(stream_id, "verdict_for_another_stream")
 
     async def stream(
         self,

@@ -371,6 +371,7 @@ async def start_gate(options: GateOptions) -> RunningGate:
         ledger=ledger,
         claims=claims,
         clock=options.clock,
+        signer=gate_key,
         hold=desk,
     )
     buffer = OutputBuffer(

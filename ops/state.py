@@ -16,8 +16,14 @@ from typing import Final
 
 from ops.projections import SCENARIO_CORPUS, package_path
 from ops.releases import provision_release
-from subjects.keys import SigningKey, generate_signing_key, load_private_key, write_private_key
-from subjects.registry import RegistryEntry, encode_registry, entry_for
+from subjects.keys import (
+    SigningKey,
+    VerifyKey,
+    generate_signing_key,
+    load_private_key,
+    write_private_key,
+)
+from subjects.registry import RegistryEntry, encode_registry, entry_for, load_registry
 
 DEMO_TENANT: Final = "tenant-acme"
 RUNTIME_ID: Final = "scripted-demo"
@@ -85,6 +91,11 @@ class StateDir:
 
     def key_path(self, principal: str) -> Path:
         return self.keys / f"{principal}.key"
+
+    def gate_keys(self) -> dict[str, VerifyKey]:
+        """The ``gate`` keys of this state's registry: what a runtime client started
+        from this state verifies the gate's signed verdicts with (``subjects.verdicts``)."""
+        return load_registry(self.registry).trusted("gate")
 
     def key(self, principal: str) -> SigningKey:
         """Load a principal's key, creating it on first use."""

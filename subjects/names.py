@@ -15,7 +15,7 @@ from subjects.patterns import SUBJECT_TOKEN_PATTERN
 CONTRACT_VERSION: Final = "1"
 
 PROPOSE: Final = "smf.propose"
-"""Runtimes request; the gate replies with a Verdict."""
+"""Runtimes request; the gate replies with a Verdict it signed (:data:`PAYLOAD_VERDICT`)."""
 OUTPUT_PREFIX: Final = "smf.output"
 """``smf.output.<stream_id>``: streamed output chunks from runtimes."""
 EXECUTE_PREFIX: Final = "smf.execute"
@@ -81,6 +81,12 @@ PAYLOAD_ATTESTATION: Final = "application/vnd.smf.runtime-attestation+json;v=1"
 PAYLOAD_APPROVAL_OUTCOME: Final = "application/vnd.smf.approval-outcome+json;v=1"
 """A held proposal's final Verdict, signed by the gate key: the approval id, decision id,
 operation hash and outcome it names are what a runtime may act on, and only those."""
+PAYLOAD_VERDICT: Final = "application/vnd.smf.verdict+json;v=1"
+"""The gate's reply on :data:`PROPOSE`: the Verdict as a DSSE envelope signed by the gate
+key, so no other client on the bus can answer a runtime "allow" (``subjects.verdicts``)."""
+PAYLOAD_OUTPUT_VERDICT: Final = "application/vnd.smf.output-verdict+json;v=1"
+"""The gate's reply to the signed close of an output stream: the OutputVerdict, signed
+like :data:`PAYLOAD_VERDICT`, so no other client can release withheld output."""
 
 _TOKEN: Final = re.compile(SUBJECT_TOKEN_PATTERN)
 

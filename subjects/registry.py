@@ -98,10 +98,15 @@ def load_registry(path: Path) -> KeyRegistry:
         data = path.read_bytes()
     except OSError as exc:
         raise RegistryError(f"cannot read registry {path}: {exc.strerror}") from exc
+    return decode_registry(data, f"registry {path}")
+
+
+def decode_registry(data: bytes, source: str = "registry") -> KeyRegistry:
+    """A registry from its bytes (a file, or the artifact of a verified release)."""
     try:
         parsed = msgspec.json.decode(data, type=RegistryFile)
     except msgspec.DecodeError as exc:
-        raise RegistryError(f"registry {path}: {exc}") from exc
+        raise RegistryError(f"{source}: {exc}") from exc
     return KeyRegistry.from_file(parsed)
 
 

@@ -9,11 +9,14 @@ is the order id, plus the ``Smf-*`` headers of the signed order.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import os
 import time
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
+import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -22,19 +25,30 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from subjects.canonical import identity_of
-from subjects.dsse import decode_envelope, encode_envelope, open_struct, sign_struct
+from subjects.dsse import (
+    SignatureError,
+    decode_envelope,
+    encode_envelope,
+    open_struct,
+    sign_struct,
+)
 from subjects.keys import SigningKey, VerifyKey
-from subjects.messages import ExecuteOrder, ExecutionReport
+from subjects.messages import ExecuteOrder, ExecutionReport, OutputVerdict, Verdict
 from subjects.names import (
     EXECUTE_PREFIX,
     EXECUTE_STREAM,
     HEADER_APPROVAL_ID,
     HEADER_DECISION_ID,
+    HEADER_FINAL,
     HEADER_MSG_ID,
     HEADER_OPERATION_HASH,
     HEADER_RELEASE_ID,
+    OUTPUT_PREFIX,
     PAYLOAD_ORDER,
+    PAYLOAD_OUTPUT_VERDICT,
     PAYLOAD_REPORT,
+    PAYLOAD_VERDICT,
+    PROPOSE,
     RESULT_PREFIX,
     RESULT_STREAM,
     execute_subject,
@@ -231,3 +245,128 @@ async def wait_for(predicate: Any, timeout: float = 3.0, interval: float = 0.02)
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(interval)
+
+
+def gate_reply(data: bytes, gate_keys: Mapping[str, VerifyKey]) -> Verdict | OutputVerdict | None:
+    """A gate-signed Verdict or OutputVerdict seen on the wire (``subjects.verdicts``);
+    None for anything else: a stage reply, a PubAck, an unsigned or foreign message."""
+    try:
+        envelope = decode_envelope(data)
+    except SignatureError:
+        return None
+    try:
+        return open_struct(envelope, gate_keys, Verdict, PAYLOAD_VERDICT)[0]
+    except SignatureError:
+        pass
+    try:
+        return open_struct(envelope, gate_keys, OutputVerdict, PAYLOAD_OUTPUT_VERDICT)[0]
+    except SignatureError:
+        return None
+
+
+FORGED_TEXT = "text the gate never released"
+
+
+def forged_allow(proposal_id: str) -> Verdict:
+    return Verdict(
+        schema="smf.verdict/1", proposal_id=proposal_id, outcome="allow", reason_codes=()
+    )
+
+
+def forged_release(stream_id: str, proposal_id: str) -> OutputVerdict:
+    return OutputVerdict(
+        schema="smf.output-verdict/1",
+        stream_id=stream_id,
+        verdict=forged_allow(proposal_id),
+        released=FORGED_TEXT,
+    )
+
+
+def unsigned(value: Verdict | OutputVerdict) -> bytes:
+    """How the gate answered before verdicts were signed: plain JSON."""
+    return msgspec.json.encode(value)
+
+
+Forger = Callable[[Verdict | OutputVerdict], bytes]
+"""Turns a forged verdict into the bytes a rogue replies with."""
+
+
+def signed_reply(key: SigningKey, payload_type: str) -> Forger:
+    """A forger that signs its reply with ``key`` for ``payload_type``."""
+
+    def sign(value: Verdict | OutputVerdict) -> bytes:
+        return encode_envelope(sign_struct(payload_type, value, [key]))
+
+    return sign
+
+
+class Rogue:
+    """A client on the bus that answers ``smf.propose`` and output closes before the
+    gate can, with an allow it made: what a NATS permission mistake would let any
+    client do. ``encode`` turns the forged value into reply bytes (unsigned JSON, or
+    signed by some key for some payload type); the ids it names are the request's
+    unless a test overrides them."""
+
+    def __init__(
+        self,
+        nc: Client,
+        encode: Forger,
+        *,
+        proposal_id: str | None = None,
+        stream_id: str | None = None,
+    ) -> None:
+        self.nc = nc
+        self.encode = encode
+        self.proposal_id = proposal_id
+        self.stream_id = stream_id
+        self.answered = 0
+        self.probed: set[str] = set()
+
+    PROBE: Final = b"smf-test-rogue-probe"
+
+    async def start(self, requester: Client) -> Rogue:
+        """Subscribe, and return once a message ``requester`` publishes reaches us.
+
+        A flush on our own connection is not enough: measured against nats-server
+        2.15.1, another connection's request right after it still found no
+        responder a few times in a hundred; one message from ``requester`` that
+        arrived proves its publishes see our interest."""
+        await self.nc.subscribe(PROPOSE, cb=self._propose)
+        await self.nc.subscribe(f"{OUTPUT_PREFIX}.>", cb=self._output)
+        await self.nc.flush()
+
+        subjects = (PROPOSE, f"{OUTPUT_PREFIX}.probe")
+
+        async def probed() -> bool:
+            for subject in subjects:
+                await requester.publish(subject, self.PROBE)
+            await requester.flush()
+            await asyncio.sleep(0.01)
+            return self.probed >= set(subjects)
+
+        await wait_for(probed, timeout=5)
+        return self
+
+    @staticmethod
+    def _payload(data: bytes) -> dict[str, Any]:
+        decoded = msgspec.json.decode(base64.b64decode(decode_envelope(data).payload))
+        return decoded if isinstance(decoded, dict) else {}
+
+    async def _propose(self, msg: Msg) -> None:
+        if msg.data == self.PROBE:
+            self.probed.add(msg.subject)
+            return
+        proposal_id = self.proposal_id or str(self._payload(msg.data).get("proposal_id", ""))
+        self.answered += 1  # before the reply: the requester may read it at once
+        await msg.respond(self.encode(forged_allow(proposal_id)))
+
+    async def _output(self, msg: Msg) -> None:
+        if msg.data == self.PROBE:
+            self.probed.add(msg.subject)
+            return
+        if not msg.reply or (msg.headers or {}).get(HEADER_FINAL) != "1":
+            return  # a chunk, not the close
+        close = self._payload(msg.data)
+        stream_id = self.stream_id or str(close.get("stream_id", ""))
+        self.answered += 1
+        await msg.respond(self.encode(forged_release(stream_id, str(close.get("proposal_id", "")))))

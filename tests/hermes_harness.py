@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,9 @@ from ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID, provision_runtime
 from ops.state import StateDir, provision_demo
 from subjects import names
 from subjects.attestation import AttestationAck
-from subjects.messages import DataFacts, OutputVerdict, Verdict
+from subjects.keys import VerifyKey
+from subjects.messages import DataFacts, Verdict
+from tests.bus_helpers import gate_reply
 from tests.fake_openai import FakeOpenAI
 
 SAFE_RUNTIME_ID = "hermes-safe"
@@ -57,25 +60,25 @@ RUN_TIMEOUT_S = 90.0
 
 
 class Tap:
-    """Verdicts and acks seen on the bus (replies travel on inbox subjects)."""
+    """Gate-signed verdicts and acks seen on the bus (replies travel on inbox subjects)."""
 
-    def __init__(self) -> None:
+    def __init__(self, gate_keys: Mapping[str, VerifyKey]) -> None:
+        self.gate_keys = gate_keys
         self.seen: list[dict[str, Any]] = []
 
     async def record(self, msg: Msg) -> None:
         if not msg.subject.startswith("_INBOX"):
             return
-        for kind, type_ in (
-            ("verdict", Verdict),
-            ("output", OutputVerdict),
-            ("ack", AttestationAck),
-        ):
-            try:
-                value = msgspec.json.decode(msg.data, type=type_)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-            self.seen.append({"kind": kind, **msgspec.to_builtins(value)})
+        signed = gate_reply(msg.data, self.gate_keys)
+        if signed is not None:
+            kind = "verdict" if isinstance(signed, Verdict) else "output"
+            self.seen.append({"kind": kind, **msgspec.to_builtins(signed)})
             return
+        try:
+            ack = msgspec.json.decode(msg.data, type=AttestationAck)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return
+        self.seen.append({"kind": "ack", **msgspec.to_builtins(ack)})
 
     def take(self) -> list[dict[str, Any]]:
         taken, self.seen = self.seen, []
@@ -134,7 +137,7 @@ class Harness:
         assert release is not None
         await publish_to_bucket(self.gate.js, release)  # where the adapter verifies it
         self.nc = await nats.connect(self.server.url)
-        self.tap = Tap()
+        self.tap = Tap(self.state.gate_keys())
         await self.nc.subscribe(">", cb=self.tap.record)
         self.model = FakeOpenAI().start()
 
@@ -233,7 +236,12 @@ class Harness:
     async def propose_unattested(self) -> dict[str, Any]:
         """A proposal signed by the safe-mode runtime's key, which never attested."""
         client = ProposalClient(
-            self.nc, self.state.key(SAFE_PRINCIPAL), SAFE_RUNTIME_ID, "0.19.0", "smf-hermes-adapter"
+            self.nc,
+            self.state.key(SAFE_PRINCIPAL),
+            SAFE_RUNTIME_ID,
+            "0.19.0",
+            "smf-hermes-adapter",
+            gate_keys=self.state.gate_keys(),
         )
         proposal = client.build(
             native_tool="terminal",

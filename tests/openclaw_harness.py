@@ -37,9 +37,12 @@ approval desk's clock moves past the TTL); or ``none``.
 
 Evidence returned per run: exit code and output, the tool results the model
 was shown (from the fake server), the JSON lines of every log file asked for
-(the probe plugin's records), every verdict seen on the bus, what the
-attorney did and what the gate answered, approval states at the end, and
-which marker files exist (with their contents).
+(the probe plugin's records), every verdict seen on the bus that the gate
+signed (replies on ``smf.propose`` and output closes, approval outcomes;
+``subjects.verdicts``: an unsigned or otherwise signed one is not the gate's and
+is not listed), attestation acks, what the attorney did and what the gate
+answered, approval states at the end, and which marker files exist (with
+their contents).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,9 +68,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from adapters.approver import ApproverClient, ApproverError, content_matches
 from ops.logs import configure_logging
-from subjects import names
+from subjects import dsse, names
 from subjects.approvals import PendingAnnouncement
 from subjects.attestation import AttestationAck
+from subjects.keys import VerifyKey
 from subjects.messages import OutputVerdict, Verdict
 from tests.clocks import OffsetClock
 from tests.fake_openai import FakeOpenAI
@@ -133,29 +138,57 @@ def base_config(root: Path, model_url: str) -> dict[str, Any]:
 
 
 class Tap:
-    """Verdicts, output verdicts and acks seen on the bus, plus outcome messages as sent."""
+    """The gate's signed verdicts and output verdicts, and attestation acks, seen on the
+    bus, plus outcome messages as sent.
 
-    def __init__(self) -> None:
+    Verdicts are opened as a runtime opens them (``subjects.verdicts``): a DSSE
+    envelope signed by the gate key for the payload type of where it was seen,
+    so the evidence lists only what the gate said, never a message another
+    client sent in its name."""
+
+    def __init__(self, gate_keys: Mapping[str, VerifyKey]) -> None:
+        self.gate_keys = gate_keys
         self.seen: list[dict[str, Any]] = []
         self.outcomes: list[tuple[str, bytes]] = []
+
+    def _signed(self, data: bytes, via: str) -> tuple[str, msgspec.Struct] | None:
+        kinds: tuple[tuple[str, type[msgspec.Struct], str], ...] = (
+            (("verdict", Verdict, names.PAYLOAD_APPROVAL_OUTCOME),)
+            if via == "outcome"
+            else (
+                ("verdict", Verdict, names.PAYLOAD_VERDICT),
+                ("output", OutputVerdict, names.PAYLOAD_OUTPUT_VERDICT),
+            )
+        )
+        try:
+            envelope = dsse.decode_envelope(data)
+        except dsse.SignatureError:
+            return None
+        for kind, type_, payload_type in kinds:
+            try:
+                value, _ = dsse.open_struct(envelope, self.gate_keys, type_, payload_type)
+            except dsse.SignatureError:
+                continue
+            return kind, value
+        return None
 
     async def record(self, msg: Msg) -> None:
         if msg.subject.startswith(names.APPROVAL_OUTCOME_PREFIX + "."):
             self.outcomes.append((msg.subject, msg.data))
-        elif not msg.subject.startswith("_INBOX"):
+            via = "outcome"
+        elif msg.subject.startswith("_INBOX"):
+            via = "reply"
+        else:
             return
-        for kind, type_ in (
-            ("verdict", Verdict),
-            ("output", OutputVerdict),
-            ("ack", AttestationAck),
-        ):
+        found = self._signed(msg.data, via)
+        if found is None and via == "reply":
             try:
-                value = msgspec.json.decode(msg.data, type=type_)
+                found = "ack", msgspec.json.decode(msg.data, type=AttestationAck)
             except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-            where = "outcome" if not msg.subject.startswith("_INBOX") else "reply"
-            self.seen.append({"kind": kind, "via": where, **msgspec.to_builtins(value)})
-            return
+                return
+        if found is not None:
+            kind, value = found
+            self.seen.append({"kind": kind, "via": via, **msgspec.to_builtins(value)})
 
     def take(self) -> list[dict[str, Any]]:
         taken, self.seen = self.seen, []
@@ -214,7 +247,8 @@ class Harness:
         # are judged as they would be (not ``stale_proposal``).
         self.gate.desk.clock = self.clock
         self.nc = await nats.connect(self.server.url)
-        self.tap = Tap()
+        gate_key = self.state.key("gate")
+        self.tap = Tap({gate_key.key_id: gate_key.verify_key})
         await self.nc.subscribe(">", cb=self.tap.record)
         await self.nc.subscribe(f"{names.APPROVAL_PENDING_PREFIX}.>", cb=self._on_pending)
         self.attorney = ApproverClient(self.nc, self.state.key(ATTORNEY), ATTORNEY)

@@ -38,6 +38,7 @@ HOUR: Final = 3_600_000
 SIGNERS: Final = tuple(SigningKey.from_seed(bytes([n]) * 32) for n in (1, 2, 3))
 OUTSIDER: Final = SigningKey.from_seed(b"\x07" * 32)
 RUNTIME_KEY: Final = SigningKey.from_seed(b"\x09" * 32)
+GATE_KEY: Final = SigningKey.from_seed(b"\x0a" * 32)
 
 
 def root_of(keys: Sequence[SigningKey], threshold: int) -> TrustRoot:
@@ -46,10 +47,11 @@ def root_of(keys: Sequence[SigningKey], threshold: int) -> TrustRoot:
     )
 
 
-def registry(*, runtime_id: str = "rt-test") -> bytes:
-    return encode_registry(
-        (entry_for(RUNTIME_KEY, "runtime-test", "runtime", runtime_id=runtime_id),)
-    )
+def registry(*, runtime_id: str = "rt-test", gate: bool = True) -> bytes:
+    """A runtime and (unless ``gate`` is False) the gate key whose verdicts it reads."""
+    runtime = entry_for(RUNTIME_KEY, "runtime-test", "runtime", runtime_id=runtime_id)
+    gates = (entry_for(GATE_KEY, "gate-test", "gate"),) if gate else ()
+    return encode_registry((runtime, *gates))
 
 
 def small_corpus(directory: Path, *, release_id: str = "rel-test", reason: str = "held") -> Path:

@@ -220,7 +220,9 @@ async def connectors_running(state: StateDir, url: str) -> AsyncIterator[None]:
 
 
 def runtime(nc: Client, state: StateDir) -> ProposalClient:
-    return ProposalClient(nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
+    return ProposalClient(
+        nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
+    )
 
 
 def approver(nc: Client, state: StateDir, name: str) -> ApproverClient:
@@ -945,7 +947,12 @@ held for a licensed attorney by the safety floor."""
 
 def openclaw_runtime(nc: Client, state: StateDir) -> ProposalClient:
     return ProposalClient(
-        nc, state.key(OPENCLAW_PRINCIPAL), OPENCLAW_RUNTIME_ID, "2026.9.6", OPENCLAW_ADAPTER
+        nc,
+        state.key(OPENCLAW_PRINCIPAL),
+        OPENCLAW_RUNTIME_ID,
+        "2026.9.6",
+        OPENCLAW_ADAPTER,
+        gate_keys=state.gate_keys(),
     )
 
 

@@ -36,7 +36,9 @@ async def gate(
 
 
 def client(nc: Client, state: StateDir) -> ProposalClient:
-    return ProposalClient(nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
+    return ProposalClient(
+        nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
+    )
 
 
 async def test_scenarios_get_their_verdicts_and_only_allows_reach_execute(

@@ -32,7 +32,7 @@ import json
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,9 +59,9 @@ from pipeline.stores.claims import ClaimState, ProposalClaims
 from pipeline.stores.sqlite_worker import StoreUnavailable
 from subjects import dsse, names
 from subjects.canonical import canonical_bytes
-from subjects.keys import SigningKey, generate_signing_key
+from subjects.keys import SigningKey, VerifyKey, generate_signing_key
 from subjects.messages import DataFacts, ExecuteOrder, Proposal, Verdict, order_id_for
-from tests.bus_helpers import wait_for
+from tests.bus_helpers import gate_reply, wait_for
 
 SERVICE_ERROR_CODE = "Nats-Service-Error-Code"
 SERVICE_ERROR = "Nats-Service-Error"
@@ -116,7 +116,15 @@ async def running_gates(
 
 
 def runtime_client(nc: Client, state: StateDir, *, timeout: float = 10.0) -> ProposalClient:
-    return ProposalClient(nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, timeout=timeout)
+    return ProposalClient(
+        nc,
+        state.key("runtime"),
+        RUNTIME_ID,
+        "1.0",
+        ADAPTER_ID,
+        timeout=timeout,
+        gate_keys=state.gate_keys(),
+    )
 
 
 def from_scenario(runtime: ProposalClient, action: ScriptedAction, **changes: Any) -> Proposal:
@@ -377,7 +385,9 @@ def _unknown_key(runtime: ProposalClient, state: StateDir) -> bytes:
 
 
 def _other_runtime_id(runtime: ProposalClient, state: StateDir) -> bytes:
-    impostor = ProposalClient(runtime.nc, runtime.key, "another-runtime", "1.0", ADAPTER_ID)
+    impostor = ProposalClient(
+        runtime.nc, runtime.key, "another-runtime", "1.0", ADAPTER_ID, gate_keys=runtime.gate_keys
+    )
     return impostor.sign(deletion(impostor, "doc-1207"))
 
 
@@ -539,7 +549,9 @@ async def test_normalization_failures_are_denials_with_their_reason(
     gate: RunningGate = await running_gates(co_located)
     runtime = runtime_client(nc, state)
     spy = await ExecuteSpy.attach(nc)
-    stranger = ProposalClient(nc, runtime.key, RUNTIME_ID, "1.0", "no-such-adapter")
+    stranger = ProposalClient(
+        nc, runtime.key, RUNTIME_ID, "1.0", "no-such-adapter", gate_keys=runtime.gate_keys
+    )
     cases = [
         (runtime, "shell_exec", {"command": "rm -rf /"}, "unknown_tool"),
         (stranger, "dms_delete", {"document_id": "doc-1207"}, "unknown_adapter"),
@@ -712,14 +724,13 @@ class VerdictWire:
     inferring it from ``request`` returning once.
     """
 
+    gate_keys: Mapping[str, VerifyKey]
     counts: Counter[str] = field(default_factory=Counter)
 
     async def on_msg(self, msg: Msg) -> None:
-        try:
-            verdict = msgspec.json.decode(msg.data, type=Verdict)
-        except msgspec.DecodeError:
-            return  # a stage reply, a PubAck, ...: not a verdict
-        self.counts[verdict.proposal_id] += 1
+        verdict = gate_reply(msg.data, self.gate_keys)
+        if isinstance(verdict, Verdict):  # not a stage reply, a PubAck, ...
+            self.counts[verdict.proposal_id] += 1
 
 
 @MODES
@@ -727,7 +738,7 @@ async def test_two_hundred_in_flight_each_get_one_verdict_and_only_allows_are_st
     co_located: bool, running_gates: GateStarter, nats_url: str, nc: Client, state: StateDir
 ) -> None:
     gate: RunningGate = await running_gates(co_located)
-    wire = VerdictWire()
+    wire = VerdictWire(state.gate_keys())
     await nc.subscribe("_INBOX.>", cb=wire.on_msg)
     await nc.flush()
     connections = [await nats.connect(nats_url) for _ in range(4)]

@@ -462,7 +462,10 @@ async def hold_court_filing(stack: Stack) -> str:
     """Propose scenario 1 as the scripted runtime; the gate holds it for an attorney."""
     nc = await nats.connect(stack.url)
     try:
-        runtime = ProposalClient(nc, stack.state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
+        state = stack.state
+        runtime = ProposalClient(
+            nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
+        )
         verdict = await runtime.propose(
             runtime.build(
                 native_tool=FILING.native_tool,

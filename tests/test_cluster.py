@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -60,9 +60,10 @@ from ops.stack import seed_demo_documents
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
 from pipeline.stores.approvals_kv import KvApprovalStore
 from subjects import names
+from subjects.keys import VerifyKey
 from subjects.messages import OutputVerdict, Verdict
 from tests.approval_gate_child import OwnLedgerState
-from tests.bus_helpers import wait_for
+from tests.bus_helpers import gate_reply, wait_for
 from tests.test_approval_desk import (
     ATTORNEY,
     CLOSE_TIMEOUT_S,
@@ -130,10 +131,14 @@ async def replicas(
             await gate.stop()
 
 
-async def propose_to(nc: Client, gate: GateProcess, signed: bytes) -> Verdict:
+async def propose_to(
+    nc: Client, gate: GateProcess, signed: bytes, gate_keys: Mapping[str, VerifyKey]
+) -> Verdict:
     """A proposal to one named replica (its test subject), not the queue group."""
     reply = await nc.request(f"{gate.subject}.propose", signed, timeout=10)
-    return msgspec.json.decode(reply.data, type=Verdict)
+    verdict = gate_reply(reply.data, gate_keys)
+    assert isinstance(verdict, Verdict), reply.data
+    return verdict
 
 
 async def approval_state(nc: Client, approval_id: str) -> str:
@@ -169,7 +174,7 @@ async def test_an_approval_held_by_a_killed_replica_is_resolved_once_by_the_othe
 ) -> None:
     gate_a, gate_b = replicas
     client = runtime(cnc, state)
-    verdict = await propose_to(cnc, gate_a, client.sign(court_filing(client)))
+    verdict = await propose_to(cnc, gate_a, client.sign(court_filing(client)), client.gate_keys)
     assert verdict.outcome == "held", verdict
     approval_id = verdict.approval_id
     assert approval_id is not None
@@ -385,7 +390,9 @@ async def test_an_output_stream_buffered_by_two_replicas_is_answered_once(
     state: StateDir, nats_cluster: LocalNatsCluster, cnc: Client
 ) -> None:
     async with gates_in_process(state, nats_cluster):
-        out = OutputStreamer(cnc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
+        out = OutputStreamer(
+            cnc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
+        )
         deliveries: list[Msg] = []
         await cnc.subscribe(f"{names.EXECUTE_PREFIX}.deliver.>", cb=collect(deliveries))
         for _ in range(5):
@@ -402,7 +409,8 @@ async def test_an_output_stream_buffered_by_two_replicas_is_answered_once(
             await asyncio.sleep(0.5)  # a second answer would have arrived by now
             assert answers.pending_msgs == 0
             await answers.unsubscribe()
-            verdict = msgspec.json.decode(first.data, type=OutputVerdict)
+            verdict = gate_reply(first.data, state.gate_keys())
+            assert isinstance(verdict, OutputVerdict), first.data
             assert verdict.verdict.outcome == "allow", verdict
         await wait_for(lambda: len(deliveries) >= 5, timeout=10)
         await asyncio.sleep(0.3)

@@ -807,7 +807,7 @@ async def propose_the_allowed_deletion(seeds: str, seed: StateDir) -> tuple[Any,
         watch = ReportWatch(load_registry(seed.registry).trusted("connector"))
         await nc.subscribe("smf.result.>", cb=watch.on_report)
         key, _ = load_private_key(seed.key_path("runtime"))
-        runtime = ProposalClient(nc, key, RUNTIME_ID, "1.0", ADAPTER_ID)
+        runtime = ProposalClient(nc, key, RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=seed.gate_keys())
         proposal = runtime.build(
             native_tool=action.native_tool,
             arguments=action.arguments,

@@ -121,7 +121,9 @@ def provision(state: StateDir) -> None:
 
 async def hold_filing(nc: Client, state: StateDir, content: str, actor_id: str = PARALEGAL) -> str:
     """Scenario 1 with its own content (so each test holds a new decision); the approval id."""
-    runtime = ProposalClient(nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
+    runtime = ProposalClient(
+        nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
+    )
     verdict = await runtime.propose(
         runtime.build(
             native_tool=FILING.native_tool,

@@ -70,6 +70,7 @@ from pipeline.core.release_trust import (
 from pipeline.stages.attestation import AttestationDesk, RuntimeRequirement, _judge
 from subjects import names
 from subjects.attestation import AttestationAck, RuntimeAttestation
+from subjects.canonical import sha256_identity
 from subjects.dsse import encode_envelope, sign_struct
 from subjects.messages import DataFacts
 from subjects.registry import load_registry
@@ -96,6 +97,7 @@ from subjects.release import (
 from tests.bus_helpers import wait_for
 from tests.clocks import FrozenClock
 from tests.release_helpers import (
+    GATE_KEY,
     HOUR,
     OUTSIDER,
     SIGNERS,
@@ -103,6 +105,7 @@ from tests.release_helpers import (
     build,
     data,
     manifest_of,
+    registry,
     resign,
     root_of,
     small_corpus,
@@ -154,6 +157,29 @@ def test_a_threshold_signed_release_verifies_and_is_named_by_its_hash(v1: Releas
     usable = ReleaseVerifier(ROOT, fixed(AT)).verify(data(v1))
     assert (usable.release_id, usable.sequence) == ("rel-test", 1)
     assert usable.manifest_hash == authenticated.manifest_hash
+    # The only keys whose verdicts the adapter reads: the registry's gate keys.
+    assert dict(usable.gate_keys) == {GATE_KEY.key_id: GATE_KEY.verify_key}
+
+
+@pytest.mark.parametrize(
+    ("registry_bytes", "match"),
+    [(registry(gate=False), "no gate key"), (b'{"schema": "smf.registry/1"}', "release registry")],
+)
+def test_a_release_whose_registry_names_no_gate_key_is_refused(
+    v1: ReleaseBundle, registry_bytes: bytes, match: str
+) -> None:
+    """Signed and intact, but the adapter could verify no verdict with it: refused up
+    front (``release_malformed``) instead of refusing every verdict later. (Our
+    release builder refuses such a registry; release signers need not use it.)"""
+    digests = msgspec.structs.replace(
+        manifest_of(v1).digests, registry=sha256_identity(registry_bytes)
+    )
+    bundle = resign(swap(v1, registry=registry_bytes), digests=digests)
+    verifier = ReleaseVerifier(ROOT, fixed(AT))
+    with pytest.raises(ReleaseFormatError, match=match) as caught:
+        verifier.verify(data(bundle))
+    assert caught.value.reason_code == "release_malformed"
+    assert verifier.floor is None
 
 
 def test_bad_signature_an_outsiders_release(corpus: Path) -> None:
@@ -623,6 +649,7 @@ async def test_the_desk_admits_by_the_release_in_force(state: StateDir, clock: F
         "hermes-demo",
         PIN,
         "smf-hermes-adapter",
+        gate_keys={},  # builds only: nothing is sent
     ).build(native_tool="read_file", arguments={}, actor=actor("a", "associate"), facts=DataFacts())
     assert desk.admit(proposal) is None
     current[0] = "rel-b"

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import nats
 import pytest
 from nats.aio.client import Client
 
@@ -54,6 +55,8 @@ from subjects.attestation import AttestationAck, StreamingSetting
 from subjects.dsse import encode_envelope, sign_struct
 from subjects.messages import DataFacts, ProposedDestination
 from subjects.registry import load_registry
+from subjects.verdicts import NOT_SIGNED_BY_GATE
+from tests.bus_helpers import FORGED_TEXT, Rogue, unsigned
 from tests.clocks import FrozenClock as Clock
 
 PIN = "0.19.0"
@@ -313,6 +316,41 @@ async def test_terminal_is_denied_with_the_reason_codes(hermes: plugin.HermesAda
     assert result["action"] == "block"
     assert "SMF Assurance gate denied terminal" in result["message"]
     assert "no_applicable_policy_for_consequential_operation" in result["message"]
+
+
+async def test_a_rogue_answering_first_cannot_release_a_denied_call_or_a_withheld_reply(
+    gate: RunningGate,
+    state: StateDir,
+    nats_server: EmbeddedNatsServer,
+    nc: Client,
+    tmp_path: Path,
+    held_dir: Path,
+    adapters: list[plugin.HermesAdapter],
+) -> None:
+    """A client on the bus answers proposals and output closes with an unsigned
+    allow before the gate can: the adapter reads only verdicts a gate key of its
+    verified release signed (``subjects.verdicts``), so it still blocks and withholds."""
+    context = tmp_path / "external.json"
+    external = {"address": "telegram:client-chat", "locality": "external"}
+    write_context(context, held_dir, reply={"destination": external})
+    adapter = make_adapter(adapters, env_for(state, nats_server.url, context))
+    rogue_nc = await nats.connect(nats_server.url)
+    try:
+        rogue = await Rogue(rogue_nc, unsigned).start(nc)
+        result = await hook(adapter.pre_tool_call, **pre("terminal", {"command": "touch /tmp/x"}))
+        text = "PRIVILEGED & CONFIDENTIAL: our settlement floor is $2M."
+        reply = await hook(adapter.transform_llm_output, response_text=text, platform="telegram")
+    finally:
+        await rogue_nc.close()
+    assert rogue.answered == 2
+    assert result["action"] == "block"
+    # Whichever answer came first: the forgery refused, or the gate's own denial.
+    assert any(
+        reason in result["message"]
+        for reason in (NOT_SIGNED_BY_GATE, "no_applicable_policy_for_consequential_operation")
+    ), result
+    assert text not in reply
+    assert FORGED_TEXT not in reply
 
 
 async def test_write_under_legal_hold_is_denied(
@@ -612,7 +650,12 @@ async def test_gate_refuses_a_runtime_that_has_not_attested_and_serves_the_scrip
     gate: RunningGate, nc: Client, state: StateDir
 ) -> None:
     hermes_client = ProposalClient(
-        nc, state.key(HERMES_PRINCIPAL), HERMES_RUNTIME_ID, PIN, "smf-hermes-adapter"
+        nc,
+        state.key(HERMES_PRINCIPAL),
+        HERMES_RUNTIME_ID,
+        PIN,
+        "smf-hermes-adapter",
+        gate_keys=state.gate_keys(),
     )
     facts = DataFacts(classification="internal", injection_taint="clear")
     proposal = hermes_client.build(
@@ -624,7 +667,9 @@ async def test_gate_refuses_a_runtime_that_has_not_attested_and_serves_the_scrip
     verdict = await hermes_client.propose(proposal)
     assert verdict.outcome == "deny"
     assert verdict.reason_codes == ("runtime_attestation_missing",)
-    scripted = ProposalClient(nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
+    scripted = ProposalClient(
+        nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
+    )
     read = scripted.build(
         native_tool="dms_read",
         arguments={"document_id": "doc-1207"},
@@ -834,6 +879,7 @@ async def test_gate_rejects_an_unfit_attestation_and_then_the_runtime(
         HERMES_RUNTIME_ID,
         PIN,
         "smf-hermes-adapter",
+        gate_keys={},  # builds only: nothing is sent
     ).build(
         native_tool="read_file",
         arguments={},

@@ -15,6 +15,14 @@ What these tests prove:
   to the ``arguments`` of the signed Proposal the gate received (captured on
   ``smf.propose`` and verified with the runtime's key), NFC-normalized.
 - deny: a block whose reason names the gate's reason codes.
+- signed verdicts: the plugin reads a reply on ``smf.propose`` only as a Verdict
+  signed by a registry ``gate`` key for this proposal. A rogue responder that
+  answers first (a plain NATS subscriber on ``smf.propose``, the real gate a
+  little slower) with an unsigned JSON allow, an allow signed by the runtime's
+  own key, or the gate's genuine signed allow of an earlier call replayed,
+  cannot make the plugin run a call the real policy denies: it is blocked
+  (``verdict_not_signed_by_gate``, ``verdict_for_another_proposal``) and not
+  reported as executed, while the gate's own (late) answer was a deny.
 - held + an attorney's allow-once: one ``{params}`` for that request, with the
   approval's state ``executing``; a second resolution is refused by the gate
   and a forged second allow on the outcome subject changes nothing; an
@@ -63,7 +71,7 @@ import socket
 import subprocess
 import time
 import unicodedata
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -88,7 +96,7 @@ from subjects import dsse, names
 from subjects.approvals import PendingAnnouncement, approval_id_for
 from subjects.attestation import AttestationAck
 from subjects.canonical import canonical_bytes, canonical_value
-from subjects.keys import SigningKey, load_private_key
+from subjects.keys import SigningKey, VerifyKey, load_private_key
 from subjects.messages import (
     ActorContext,
     DataFacts,
@@ -278,15 +286,25 @@ async def driver(
 # --- what crossed the bus ---------------------------------------------------------------
 
 
+def gate_keys(state: StateDir) -> dict[str, VerifyKey]:
+    """The verify key of the state's gate: the only signer of a verdict a runtime reads."""
+    key = state.key("gate")
+    return {key.key_id: key.verify_key}
+
+
 class Tap:
-    """Core subscriptions beside the gate: signed proposals, verdict replies, reports."""
+    """Core subscriptions beside the gate: signed proposals, the gate's signed verdict
+    replies (as sent, and opened), reports."""
 
     def __init__(self, nc: Client, state: StateDir) -> None:
         self.nc = nc
         key, _ = load_private_key(state.key_path("openclaw-runtime"))
         self.runtime_key = key.verify_key
+        self.gate_keys = gate_keys(state)
         self.proposals: list[Proposal] = []
         self.verdicts: list[Verdict] = []
+        self.replies: dict[str, bytes] = {}
+        """The gate's signed reply bytes, by the proposal id its Verdict names."""
         self.reports: list[ExecutionReport] = []
         self.pending: list[PendingAnnouncement] = []
         self.status_asked: list[str] = []
@@ -301,8 +319,14 @@ class Tap:
             self.proposals.append(proposal)
 
         async def on_inbox(msg: Msg) -> None:
-            with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-                self.verdicts.append(msgspec.json.decode(msg.data, type=Verdict))
+            try:
+                verdict, _ = dsse.open_struct(
+                    dsse.decode_envelope(msg.data), self.gate_keys, Verdict, names.PAYLOAD_VERDICT
+                )
+            except dsse.SignatureError:
+                return  # another reply (status, ack, JetStream), or not the gate's verdict
+            self.verdicts.append(verdict)
+            self.replies.setdefault(verdict.proposal_id, msg.data)
 
         async def on_report(msg: Msg) -> None:
             report, _ = dsse.open_struct(
@@ -449,6 +473,114 @@ async def test_deny_blocks_with_the_gates_reason_codes(
     assert "confidential_egress_to_public_service" in reason
     assert "It did not run." in reason
     assert tap.reports == []  # a blocked call is not reported as executed
+
+
+# --- a rogue responder on smf.propose ----------------------------------------------------------
+
+GATE_DELAY_S: Final = 0.5
+"""How much later than a rogue the real gate answers (its decision is held back)."""
+EGRESS: Final = {"url": "https://pastebin.example/upload?matter=2026-0042"}
+"""A call the real policy denies (``confidential_egress_to_public_service``)."""
+
+
+class RogueResponder:
+    """A plain NATS subscriber on ``smf.propose`` (no queue group, so it receives every
+    proposal beside the gate) that answers each one at once with ``answer(proposal)``
+    while armed: what any client allowed to subscribe there could do."""
+
+    def __init__(self, nc: Client, state: StateDir) -> None:
+        self.nc = nc
+        key = state.key(OPENCLAW_PRINCIPAL)
+        self.runtime = {key.key_id: key.verify_key}
+        self.answer: Callable[[Proposal], bytes] | None = None
+        self.answered: list[str] = []
+
+    async def start(self) -> RogueResponder:
+        async def on_proposal(msg: Msg) -> None:
+            if self.answer is None or not msg.reply:
+                return
+            proposal, _ = dsse.open_struct(
+                dsse.decode_envelope(msg.data), self.runtime, Proposal, names.PAYLOAD_PROPOSAL
+            )
+            self.answered.append(proposal.proposal_id)
+            await self.nc.publish(msg.reply, self.answer(proposal))
+
+        await self.nc.subscribe(names.PROPOSE, cb=on_proposal)
+        await self.nc.flush()
+        return self
+
+
+def forged_allow(proposal: Proposal) -> Verdict:
+    """An allow for ``proposal`` in every field a runtime reads; no gate ever made it."""
+    return Verdict(
+        schema="smf.verdict/1",
+        proposal_id=proposal.proposal_id,
+        outcome="allow",
+        reason_codes=(),
+        decision_id=random_identity(),
+        operation_hash=random_identity(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("forgery", "reason"),
+    [
+        ("unsigned", "verdict_not_signed_by_gate"),
+        ("runtime-signed", "verdict_not_signed_by_gate"),
+        ("replayed-gate-allow", "verdict_for_another_proposal"),
+    ],
+)
+async def test_a_rogue_responder_on_propose_cannot_run_a_denied_call(
+    node_bin: str,
+    state: StateDir,
+    gate: RunningGate,
+    nats_url: str,
+    nc: Client,
+    tap: Tap,
+    monkeypatch: pytest.MonkeyPatch,
+    forgery: str,
+    reason: str,
+) -> None:
+    """The rogue answers first with an allow; the plugin blocks the call, which the real
+    gate (answering later, with a deny nobody reads) does not allow either."""
+    decide = gate.gate.decide
+
+    async def later(proposal: Proposal, notes: tuple[str, ...] = ()) -> Verdict:
+        await asyncio.sleep(GATE_DELAY_S)
+        return await decide(proposal, notes)
+
+    monkeypatch.setattr(gate.gate, "decide", later)
+    rogue = await RogueResponder(nc, state).start()
+    runtime_key = state.key(OPENCLAW_PRINCIPAL)
+    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+        if forgery == "unsigned":
+            rogue.answer = lambda p: msgspec.json.encode(forged_allow(p))
+        elif forgery == "runtime-signed":
+            rogue.answer = lambda p: dsse.encode_envelope(
+                dsse.sign_struct(names.PAYLOAD_VERDICT, forged_allow(p), [runtime_key])
+            )
+        else:
+            # The gate's genuine signed allow of an earlier call, recorded off the bus.
+            allowed = await drv.before("read", {"path": "/srv/matters/2026-0042/a.txt"}, "c-ok")
+            assert set(allowed) == {"params"}, allowed
+            await wait_for(lambda: tap.proposals[0].proposal_id in tap.replies, timeout=10)
+            recorded = tap.replies[tap.proposals[0].proposal_id]
+            assert tap.verdict_for(tap.proposals[0]).outcome == "allow"
+            rogue.answer = lambda _p: recorded
+        result = await drv.before("web_fetch", EGRESS, "c-rogue")
+        await drv.after("web_fetch", EGRESS, "c-rogue", result={"ok": True})
+        assert len(rogue.answered) == 1  # the rogue did answer this call
+        proposal_id = rogue.answered[0]
+        # The real gate's answer, read off the bus: it never allowed this call.
+        await wait_for(lambda: proposal_id in tap.replies, timeout=10)
+    message = blocked(result)
+    assert f": {reason}." in message, message
+    assert "confidential_egress_to_public_service" not in message  # the rogue's was first
+    genuine = next(v for v in tap.verdicts if v.proposal_id == proposal_id)
+    assert genuine.outcome == "deny", genuine
+    assert "confidential_egress_to_public_service" in genuine.reason_codes
+    # A blocked call is not reported as executed, under any decision.
+    assert all(r.external_ref != "c-rogue" for r in tap.reports)
 
 
 # --- held ----------------------------------------------------------------------------------
@@ -913,7 +1045,12 @@ async def test_no_verified_release_refuses_everything_and_the_gate_refuses_it(
 
 def runtime_client(nc: Client, state: StateDir) -> ProposalClient:
     return ProposalClient(
-        nc, state.key(OPENCLAW_PRINCIPAL), OPENCLAW_RUNTIME_ID, OPENCLAW_PIN, "smf-openclaw-adapter"
+        nc,
+        state.key(OPENCLAW_PRINCIPAL),
+        OPENCLAW_RUNTIME_ID,
+        OPENCLAW_PIN,
+        "smf-openclaw-adapter",
+        gate_keys=gate_keys(state),
     )
 
 

@@ -89,7 +89,9 @@ async def gate(
 
 
 def streamer(nc: Client, state: StateDir) -> OutputStreamer:
-    return OutputStreamer(nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
+    return OutputStreamer(
+        nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
+    )
 
 
 def split(text: str, size: int = 7) -> list[bytes]:

@@ -141,7 +141,9 @@ def reason_of(release_id: str) -> str:
 
 
 def runtime(nc: Client, state: StateDir) -> ProposalClient:
-    return ProposalClient(nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
+    return ProposalClient(
+        nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
+    )
 
 
 async def propose_hold(client: ProposalClient, at_ms: int | None = None) -> Verdict:

@@ -113,7 +113,7 @@ def test_a_signed_release_is_verified_with_its_content(v1: ReleaseBundle) -> Non
     assert release.policy_set.release_id == release.release_id == "rel-test"
     assert release.policy_set.release_sequence == release.sequence == 1
     assert release.analysis.release_id == "rel-test"
-    assert [p.name for p in release.registry.principals.values()] == ["runtime-test"]
+    assert [p.name for p in release.registry.principals.values()] == ["runtime-test", "gate-test"]
     assert release.bundle_bytes == data(v1)
 
 

@@ -14,8 +14,13 @@ decoding rules (msgspec), the operation hash the gate computes for an OpenClaw
 ``exec`` call through ``pipeline/mappers/smf-openclaw-adapter.json``, which
 signed approval outcomes ``open_outcome`` acts on and which it refuses (unsigned,
 another signer, another purpose, edited, another approval, decision or
-operation, not final, not canonical) with which error class, and the extra
-canonical-JSON vectors of ``canonical_more.json``.
+operation, not final, not canonical) with which error class, which signed
+replies on ``smf.propose`` ``subjects.verdicts.open_verdict`` accepts and which
+it refuses (unsigned, another signer, the gate's signature for another payload
+type, edited, signatures stripped, another proposal, a payload that is not the
+one canonical Verdict) with which error class, and the reason code
+``ProposalClient.send`` turns each refusal into (the one the TypeScript hook
+gives), and the extra canonical-JSON vectors of ``canonical_more.json``.
 
 Does not prove: anything about the TypeScript side (its own test does), or
 that the vectors are complete.
@@ -25,12 +30,15 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import pytest
+from nats.aio.client import Client
 
+from adapters.client import ProposalClient
 from adapters.hermes.release import ReleaseVerifier
 from pipeline.core.normalize import decode_mapper, normalize
 from subjects import dsse, names
@@ -42,6 +50,7 @@ from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import ExecutionReport, Proposal, Verdict, order_id_for
 from subjects.registry import KeyRegistry, RegistryFile
 from subjects.release import ReleaseCheckError, decode_bundle, decode_trust_root
+from subjects.verdicts import VerdictMismatchError, open_verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "tests" / "vectors"
@@ -56,6 +65,7 @@ PAYLOAD_TYPES: dict[str, type[msgspec.Struct]] = {
     names.PAYLOAD_PROPOSAL: Proposal,
     names.PAYLOAD_REPORT: ExecutionReport,
     names.PAYLOAD_APPROVAL_OUTCOME: Verdict,
+    names.PAYLOAD_VERDICT: Verdict,
 }
 
 
@@ -132,6 +142,7 @@ _ERRORS: dict[str, type[Exception]] = {
     "MalformedEnvelopeError": dsse.MalformedEnvelopeError,
     "MalformedPayloadError": dsse.MalformedPayloadError,
     "OutcomeMismatchError": OutcomeMismatchError,
+    "VerdictMismatchError": VerdictMismatchError,
 }
 
 
@@ -183,6 +194,76 @@ def test_approval_outcome(vector: dict[str, Any]) -> None:
     with pytest.raises(_ERRORS[vector["error"]]) as caught:
         check()
     assert type(caught.value) is _ERRORS[vector["error"]]
+
+
+# --- signed verdicts on smf.propose ---------------------------------------------------------
+
+SIGNED_VERDICTS = MESSAGES["signed_verdicts"]
+
+
+def test_signed_verdict_payload_type_is_the_contracts() -> None:
+    assert SIGNED_VERDICTS["payload_type"] == names.PAYLOAD_VERDICT
+
+
+@pytest.mark.parametrize("vector", SIGNED_VERDICTS["cases"], ids=lambda v: v["name"])
+def test_signed_verdict(vector: dict[str, Any]) -> None:
+    """The gate's reply a runtime may act on, and every other reply, refused with the
+    exact class ``open_verdict`` raises (one per attack)."""
+    gate = _key(SIGNED_VERDICTS["gate_key"]).verify_key
+
+    def check() -> Verdict:
+        return open_verdict(
+            vector["envelope"].encode("utf-8"),
+            {gate.key_id: gate},
+            proposal_id=SIGNED_VERDICTS["proposal_id"],
+        )
+
+    if "outcome" in vector:
+        assert check().outcome == vector["outcome"]
+        return
+    with pytest.raises(_ERRORS[vector["error"]]) as caught:
+        check()
+    assert type(caught.value) is _ERRORS[vector["error"]]
+
+
+@dataclass(frozen=True)
+class _Reply:
+    data: bytes
+    headers: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class _OneReply:
+    """A bus on which ``data`` is the first (and only) answer on ``smf.propose``."""
+
+    data: bytes
+
+    async def request(self, subject: str, payload: bytes, timeout: float) -> _Reply:
+        assert subject == names.PROPOSE
+        return _Reply(self.data)
+
+
+@pytest.mark.parametrize("vector", SIGNED_VERDICTS["cases"], ids=lambda v: v["name"])
+async def test_signed_verdict_as_the_python_client_reads_it(vector: dict[str, Any]) -> None:
+    """``ProposalClient.send`` acts on the gate's Verdict and denies everything else with
+    the vector's reason code, the one ``adapters/openclaw/src/verdicts.ts`` gives."""
+    gate = _key(SIGNED_VERDICTS["gate_key"]).verify_key
+    proposal_id: str = SIGNED_VERDICTS["proposal_id"]
+    client = ProposalClient(
+        cast(Client, _OneReply(vector["envelope"].encode("utf-8"))),
+        _key("other_key"),
+        "openclaw-demo",
+        "2026.9.6",
+        "smf-openclaw-adapter",
+        gate_keys={gate.key_id: gate},
+    )
+    verdict = await client.send(proposal_id, b"")
+    assert verdict.proposal_id == proposal_id
+    if "outcome" in vector:
+        assert verdict.outcome == vector["outcome"]
+        assert verdict.release_id == "release-0001"  # the gate's, not one the client made
+        return
+    assert (verdict.outcome, verdict.reason_codes) == ("deny", (vector["reason_code"],))
 
 
 # --- identities ---------------------------------------------------------------------------

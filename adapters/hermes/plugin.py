@@ -87,7 +87,7 @@ from subjects import names
 from subjects.attestation import AttestationAck, RuntimeAttestation, StreamingSetting
 from subjects.dsse import encode_envelope, sign_struct
 from subjects.envelope import Surface
-from subjects.keys import KeyFileError, SigningKey, load_private_key
+from subjects.keys import KeyFileError, SigningKey, VerifyKey, load_private_key
 from subjects.messages import OutputVerdict, Verdict
 from subjects.release import (
     DEFAULT_MAX_SKEW_MS,
@@ -298,6 +298,12 @@ class HermesAdapter:
             return exc.reason_code
         return None
 
+    def _gate_keys(self) -> Mapping[str, VerifyKey]:
+        """The gate keys of the verified release; none (every verdict refused) without
+        one. Verdicts are read only when signed by one of them (``subjects.verdicts``)."""
+        release = self.release
+        return {} if release is None else release.gate_keys
+
     def _release_in_force(self) -> str | None:
         """After attesting: the reason not to propose, or ``None`` with a verified release."""
         refusal = self._release_refusal()
@@ -498,6 +504,7 @@ class HermesAdapter:
                 self._runtime_version(),
                 ADAPTER_ID,
                 timeout=config.gate_timeout,
+                gate_keys=self._gate_keys(),
             )
             proposal = client.build(
                 native_tool=call.native_tool,
@@ -580,6 +587,7 @@ class HermesAdapter:
                 self._runtime_version(),
                 ADAPTER_ID,
                 timeout=config.gate_timeout,
+                gate_keys=self._gate_keys(),
             )
             # a new proposal id on every call: a repeated call is a new request
             proposal = client.build(
@@ -742,6 +750,7 @@ class HermesAdapter:
                 self._runtime_version(),
                 ADAPTER_ID,
                 timeout=config.gate_timeout,
+                gate_keys=self._gate_keys(),
             )
             return await streamer.stream(
                 chunks,

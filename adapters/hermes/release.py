@@ -22,15 +22,17 @@ attestation desk refuses a runtime whose verified release is not the gate's
 own active release (``pipeline.stages.attestation``), so a release the gate
 refused for any of those reasons is refused for the runtime too.
 
-The verified release id goes into the runtime attestation; the adapter does
-not use the release's content for any decision of its own.
+The verified release id goes into the runtime attestation, and the gate keys
+of its registry are the only keys whose verdicts the adapter reads
+(``subjects.verdicts``); the adapter uses nothing else of the release's
+content for any decision of its own.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -39,11 +41,14 @@ from nats.js.client import KV_PRE_TEMPLATE, KV_STREAM_TEMPLATE
 from nats.js.errors import Error as JetStreamError
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 
+from subjects.keys import VerifyKey
+from subjects.registry import RegistryError, decode_registry
 from subjects.release import (
     DEFAULT_MAX_SKEW_MS,
     RELEASE_BUCKET,
     RELEASE_KEY_PREFIX,
     ReleaseCheckError,
+    ReleaseFormatError,
     SequenceFloor,
     TrustRoot,
     authenticate_release,
@@ -79,6 +84,9 @@ class UsableRelease:
     sequence: int
     manifest_hash: str
     lease_expires_at_ms: int
+    gate_keys: Mapping[str, VerifyKey]
+    """The ``gate`` keys of the release's registry: the only keys whose verdicts the
+    adapter reads (``subjects.verdicts``)."""
 
 
 class ReleaseVerifier:
@@ -105,6 +113,13 @@ class ReleaseVerifier:
         latest = self._clock() + self._skew  # one clock reading for the time checks
         check_issued_before(manifest.issued_at_ms, latest)
         check_lease_in_force(manifest.lease_expires_at_ms, latest)
+        try:
+            registry = decode_registry(authenticated.bundle.registry, "release registry")
+        except RegistryError as exc:
+            raise ReleaseFormatError(str(exc)) from exc
+        gate_keys = registry.trusted("gate")
+        if not gate_keys:
+            raise ReleaseFormatError("the release registry names no gate key")
         with self._lock:
             # check for a rollback within this process: the floor never moves back
             self.floor = check_sequence_floor(manifest, authenticated.manifest_hash, self.floor)
@@ -113,6 +128,7 @@ class ReleaseVerifier:
             sequence=manifest.sequence,
             manifest_hash=authenticated.manifest_hash,
             lease_expires_at_ms=manifest.lease_expires_at_ms,
+            gate_keys=gate_keys,
         )
 
 

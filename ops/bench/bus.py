@@ -300,7 +300,13 @@ async def _measure(
 
     try:
         runtime = ProposalClient(
-            client, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, timeout=30.0
+            client,
+            state.key("runtime"),
+            RUNTIME_ID,
+            "1.0",
+            ADAPTER_ID,
+            timeout=30.0,
+            gate_keys=state.gate_keys(),
         )
         proposals = _Proposals(runtime)
 

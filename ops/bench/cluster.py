@@ -550,6 +550,7 @@ async def _measure(root: Path, rounds: int, in_flight: int, progress: Progress) 
                 "1.0",
                 ADAPTER_ID,
                 timeout=REQUEST_TIMEOUT_S,
+                gate_keys=seed.gate_keys(),
             )
             payload = _signed_allows(runtime, 0, 1)[0][1]
             echo = await echo_series(client, responder, payload, requests, in_flight)

@@ -85,7 +85,9 @@ async def _measure(root: Path, rounds: int, progress: Progress) -> OutputResult:
 
     try:
         await nc.subscribe("bench.plain.>", cb=straight)
-        streamer = OutputStreamer(nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
+        streamer = OutputStreamer(
+            nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
+        )
         who = actor("associate-ann", "associate")
         rows = []
         done = 0

@@ -235,7 +235,9 @@ async def _demo(state: StateDir, nats_url: str | None) -> list[Row]:
     try:
         await nc.subscribe("smf.result.>", cb=watch.on_report)
         await nc.subscribe("smf.execute.>", cb=watch.on_order)
-        runtime = ProposalClient(nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID)
+        runtime = ProposalClient(
+            nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
+        )
         progress = Progress("scenarios", len(SCENARIOS) + 1)
         rows = []
         for n, action in enumerate(SCENARIOS, start=1):

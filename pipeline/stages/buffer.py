@@ -28,7 +28,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-import msgspec
 import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -39,6 +38,7 @@ from pipeline.stages.gate import Gate
 from pipeline.stages.service import StageRefusal
 from subjects import names
 from subjects.messages import OutputClose, OutputVerdict, Proposal, Verdict
+from subjects.verdicts import sign_output_verdict
 
 log = structlog.get_logger(__name__)
 
@@ -126,7 +126,9 @@ class OutputBuffer:
             if self.close_claim is not None and not await self._won_close(stream_id):
                 return
             reply = await self.on_close(stream_id, msg.data, chunks)
-            await msg.respond(msgspec.json.encode(reply))
+            # Signed like the propose reply: an adapter releases output only on an
+            # allow it verified (subjects.verdicts).
+            await msg.respond(sign_output_verdict(reply, self.gate.signer))
         except StageRefusal as refusal:
             await self.nc.publish(
                 msg.reply,

@@ -34,9 +34,10 @@ from pipeline.stores.sqlite_worker import StoreUnavailable
 from subjects import dsse, names
 from subjects.canonical import identity_of
 from subjects.keyed import keyed_identifier
-from subjects.keys import VerifyKey
+from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import Outcome, Proposal, Verdict
 from subjects.registry import KeyRegistry
+from subjects.verdicts import sign_verdict
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T", bound=msgspec.Struct)
@@ -106,6 +107,8 @@ class Gate:
     ledger: Ledger
     claims: ProposalClaims
     clock: Callable[[], int]
+    signer: SigningKey
+    """The gate key: signs every verdict this gate answers with."""
     hold: HoldHandler | None = None
     _all_keys: dict[str, VerifyKey] = field(init=False)
 
@@ -156,9 +159,11 @@ class Gate:
         """The ``smf.propose`` handler: a Verdict for a verified proposal.
 
         Input that is not a verified proposal is refused (error reply, nothing
-        changes). Everything after verification yields a Verdict.
+        changes). Everything after verification yields a Verdict, signed with the
+        gate key (``subjects.verdicts``): a runtime acts only on a verdict it can
+        verify, so no other client answering ``smf.propose`` can release a call.
         """
-        return msgspec.json.encode(await self.decide(self.verify_proposal(data)))
+        return sign_verdict(await self.decide(self.verify_proposal(data)), self.signer)
 
     async def decide(self, proposal: Proposal, notes: tuple[str, ...] = ()) -> Verdict:
         """Decide a verified proposal; never raises (an internal error is a denial)."""

@@ -54,6 +54,7 @@ RFC8032_TEST2 = {
 PAYLOAD_PROPOSAL = "application/vnd.smf.proposal+json;v=1"
 PAYLOAD_REPORT = "application/vnd.smf.execution-report+json;v=1"
 PAYLOAD_APPROVAL_OUTCOME = "application/vnd.smf.approval-outcome+json;v=1"
+PAYLOAD_VERDICT = "application/vnd.smf.verdict+json;v=1"
 
 
 # --- independent helpers ------------------------------------------------------
@@ -271,6 +272,45 @@ OUTCOME_ALLOW = outcome_value()
 OUTCOME_DENY = outcome_value(outcome="deny", reason_codes=["approver_denied"])
 
 
+def verdict_value(**changes: Any) -> dict[str, Any]:
+    """The gate's reply to PROPOSAL_EXEC on ``smf.propose`` as it signs it: every field
+    of ``subjects.messages.Verdict`` present, optional ones null."""
+    value: dict[str, Any] = {
+        "schema": "smf.verdict/1",
+        "proposal_id": PROPOSAL_EXEC["proposal_id"],
+        "outcome": "allow",
+        "reason_codes": [],
+        "decision_id": DECISION_ID,
+        "operation_hash": OPERATION_HASH,
+        "release_id": "release-0001",
+        "order_id": None,
+        "connector_id": None,
+        "approval_id": None,
+        "expires_at_ms": None,
+        "required_roles": [],
+        "evidence": [sha("evidence")],
+    }
+    value.update(changes)
+    return value
+
+
+VERDICT_ALLOW = verdict_value()
+VERDICT_DENY = verdict_value(
+    outcome="deny",
+    reason_codes=["confidential_egress_to_public_service"],
+    decision_id=None,
+    operation_hash=None,
+    evidence=[],
+)
+VERDICT_HELD = verdict_value(
+    outcome="held",
+    reason_codes=["attorney_approval_required_for_transmission"],
+    approval_id=APPROVAL_ID,
+    expires_at_ms=1767225900000,
+    required_roles=["licensed_attorney"],
+)
+
+
 def message_vector(name: str, kind: str, value: dict[str, Any]) -> dict[str, Any]:
     canonical = simple_canonical(nfc_tree(value))
     return {
@@ -425,6 +465,12 @@ def outcome_vectors() -> dict[str, Any]:
             "envelope": _signed_text(gate, duplicate.encode(), PAYLOAD_APPROVAL_OUTCOME),
             "error": "MalformedPayloadError",
         },
+        {
+            # The same Verdict to msgspec, but not the bytes the gate signs (every field).
+            "name": "gate_signed_outcome_without_its_empty_fields",
+            "envelope": signed({k: v for k, v in OUTCOME_ALLOW.items() if v not in (None, [])}),
+            "error": "MalformedPayloadError",
+        },
     ]
     return {
         "payload_type": PAYLOAD_APPROVAL_OUTCOME,
@@ -434,6 +480,105 @@ def outcome_vectors() -> dict[str, Any]:
             "decision_id": DECISION_ID,
             "operation_hash": OPERATION_HASH,
         },
+        "cases": cases,
+    }
+
+
+def signed_verdict_vectors() -> dict[str, Any]:
+    """Replies on ``smf.propose``: the gate key is the test key; the Verdict a runtime
+    may act on and every reply it must turn into a deny, each with the error class
+    both ``subjects.verdicts.open_verdict`` and ``adapters/openclaw/src/verdicts.ts``
+    ``openVerdict`` raise and the reason code both clients deny with
+    (``adapters/client.py`` ``ProposalClient.send``, ``readVerdictReply``)."""
+    gate = RFC8032_TEST1["seed_hex"]
+    other = RFC8032_TEST2["seed_hex"]
+    not_signed = "verdict_not_signed_by_gate"
+    unreadable = "unreadable_verdict"
+
+    def signed(value: dict[str, Any], seed: str = gate, ptype: str = PAYLOAD_VERDICT) -> str:
+        return _signed_text(seed, simple_canonical(value).encode(), ptype)
+
+    allow_text = simple_canonical(VERDICT_ALLOW)
+    deny_envelope = json.loads(signed(VERDICT_DENY))
+    edited_deny = simple_canonical(dict(VERDICT_DENY, outcome="allow"))
+    edited = dict(deny_envelope, payload=base64.b64encode(edited_deny.encode()).decode())
+    stripped = dict(json.loads(signed(VERDICT_ALLOW)), signatures=[])
+    unsorted = json.dumps(VERDICT_ALLOW, separators=(",", ":"))
+    assert unsorted != allow_text
+    duplicate = allow_text.replace('"outcome":"allow"', '"outcome":"deny","outcome":"allow"')
+    # Only the required fields: the same Verdict to msgspec, not the bytes the gate signs.
+    partial = simple_canonical(
+        {k: VERDICT_DENY[k] for k in ("schema", "proposal_id", "outcome", "reason_codes")}
+    )
+    cases: list[dict[str, Any]] = [
+        {"name": "gate_allow", "envelope": signed(VERDICT_ALLOW), "outcome": "allow"},
+        {"name": "gate_deny", "envelope": signed(VERDICT_DENY), "outcome": "deny"},
+        {"name": "gate_held", "envelope": signed(VERDICT_HELD), "outcome": "held"},
+        {
+            "name": "unsigned_allow",
+            "envelope": allow_text,
+            "error": "MalformedEnvelopeError",
+            "reason_code": not_signed,
+        },
+        {
+            "name": "allow_signed_by_a_key_that_is_not_the_gate",
+            "envelope": signed(VERDICT_ALLOW, other),
+            "error": "UnknownSignerError",
+            "reason_code": not_signed,
+        },
+        {
+            "name": "allow_signed_by_the_gate_as_an_approval_outcome",
+            "envelope": signed(VERDICT_ALLOW, gate, PAYLOAD_APPROVAL_OUTCOME),
+            "error": "PayloadTypeMismatchError",
+            "reason_code": not_signed,
+        },
+        {
+            "name": "gate_deny_edited_into_an_allow",
+            "envelope": json.dumps(edited, separators=(",", ":")),
+            "error": "BadSignatureError",
+            "reason_code": not_signed,
+        },
+        {
+            "name": "gate_allow_signatures_stripped",
+            "envelope": json.dumps(stripped, separators=(",", ":")),
+            "error": "UnknownSignerError",
+            "reason_code": not_signed,
+        },
+        {
+            "name": "gate_allow_for_another_proposal",
+            "envelope": signed(VERDICT_ALLOW | {"proposal_id": PROPOSAL_MESSAGE["proposal_id"]}),
+            "error": "VerdictMismatchError",
+            "reason_code": "verdict_for_another_proposal",
+        },
+        {
+            "name": "gate_signed_payload_not_canonical",
+            "envelope": _signed_text(gate, unsorted.encode(), PAYLOAD_VERDICT),
+            "error": "MalformedPayloadError",
+            "reason_code": unreadable,
+        },
+        {
+            "name": "gate_signed_payload_duplicate_key",
+            "envelope": _signed_text(gate, duplicate.encode(), PAYLOAD_VERDICT),
+            "error": "MalformedPayloadError",
+            "reason_code": unreadable,
+        },
+        {
+            "name": "gate_signed_verdict_without_its_optional_fields",
+            "envelope": _signed_text(gate, partial.encode(), PAYLOAD_VERDICT),
+            "error": "MalformedPayloadError",
+            "reason_code": unreadable,
+        },
+        {
+            "name": "gate_signed_payload_not_a_verdict",
+            "envelope": signed(REPORT_CONFIRMED),
+            "error": "MalformedPayloadError",
+            "reason_code": unreadable,
+        },
+    ]
+    return {
+        "payload_type": PAYLOAD_VERDICT,
+        "gate_key": "test_key",
+        "proposal_id": PROPOSAL_EXEC["proposal_id"],
         "cases": cases,
     }
 
@@ -658,6 +803,7 @@ def messages() -> dict[str, Any]:
     report_ok = message_vector("execution_report_confirmed", "ExecutionReport", REPORT_CONFIRMED)
     report_bad = message_vector("execution_report_mismatch", "ExecutionReport", REPORT_MISMATCH)
     outcome_allow = message_vector("approval_outcome_allow", "Verdict", OUTCOME_ALLOW)
+    verdict_allow = message_vector("verdict_allow", "Verdict", VERDICT_ALLOW)
     signed_exec = signed_vector("proposal_exec_signed", proposal_exec, PAYLOAD_PROPOSAL)
     return {
         "schema": "smf.vectors.messages/1",
@@ -684,12 +830,20 @@ def messages() -> dict[str, Any]:
                 "signature_hex": RFC8032_TEST2["signature_hex"],
             }
         ],
-        "messages": [proposal_exec, proposal_message, report_ok, report_bad, outcome_allow],
+        "messages": [
+            proposal_exec,
+            proposal_message,
+            report_ok,
+            report_bad,
+            outcome_allow,
+            verdict_allow,
+        ],
         "envelopes": [
             signed_exec,
             signed_vector("proposal_message_signed", proposal_message, PAYLOAD_PROPOSAL),
             signed_vector("execution_report_signed", report_ok, PAYLOAD_REPORT),
             signed_vector("approval_outcome_signed", outcome_allow, PAYLOAD_APPROVAL_OUTCOME),
+            signed_vector("verdict_signed", verdict_allow, PAYLOAD_VERDICT),
         ],
         "verify": verify_vectors(signed_exec),
         "identities": [
@@ -713,6 +867,7 @@ def messages() -> dict[str, Any]:
         "operations": [operation_vector()],
         "verdicts": VERDICTS,
         "outcomes": outcome_vectors(),
+        "signed_verdicts": signed_verdict_vectors(),
     }
 
 

@@ -10,6 +10,13 @@
  *   OpenClaw itself blocks a hook that throws or runs past its `timeoutMs`
  *   (RUNTIMES.md, "FAIL-CLOSED"), but the adapter does not lean on that: it
  *   returns an explicit block before its own deadline.
+ * - SIGNED VERDICT. The reply on `smf.propose` is read only as a DSSE envelope
+ *   signed by a `gate` key of the verified release's registry, for the verdict
+ *   payload type, naming the proposal just sent (`verdicts.ts`; ARCHITECTURE.md,
+ *   "Trust and identity on the bus"). Anything else is a deny
+ *   (`verdict_not_signed_by_gate`, `unreadable_verdict`,
+ *   `verdict_for_another_proposal`): no other responder on the subject, and no
+ *   recorded genuine verdict, can make a call run.
  * - EXACT PARAMS. An allow returns `{params}` holding exactly the canonical
  *   arguments that were signed and hashed (`mapping.finalArguments`). OpenClaw
  *   merges them shallowly over a copy of the same original params and the
@@ -55,7 +62,6 @@ import {
   approvalIdFor,
   checkProposal,
   decodeApprovalStatus,
-  decodeVerdict,
   denial,
   MessageError,
   newProposalId,
@@ -71,6 +77,7 @@ import {
 } from "./messages.js";
 import { openOutcome } from "./outcome.js";
 import { BusError, type Bus, type Inbox } from "./transport.js";
+import { readVerdictReply } from "./verdicts.js";
 
 export const ADAPTER_ID = "smf-openclaw-adapter";
 export const INTERNAL_ERROR = "adapter_internal_error";
@@ -110,8 +117,8 @@ export interface AdapterSettings {
   /**
    * The verified release and the attestation (`attest.ts`): the proposal waits
    * for an attestation, a release problem blocks, and the `gate` keys of the
-   * VERIFIED release's registry are the only signers of an approval outcome
-   * the adapter acts on.
+   * VERIFIED release's registry are the only signers of a verdict or an
+   * approval outcome the adapter acts on.
    */
   governance: Governed;
   context: OpenClawContext;
@@ -396,7 +403,13 @@ export class GateAdapter {
     return proposal;
   }
 
-  /** `adapters/client.py` `ProposalClient.send`: every failure is a deny Verdict. */
+  /**
+   * `adapters/client.py` `ProposalClient.send`: every failure is a deny Verdict.
+   * The reply counts only as a Verdict signed by a `gate` key of the verified
+   * release's registry for `smf.propose` and naming this proposal
+   * (ARCHITECTURE.md, "Trust and identity on the bus"; `verdicts.ts`). An error
+   * reply (nats.micro headers) is unsigned and can only deny.
+   */
   private async propose(settings: AdapterSettings, proposal: Proposal): Promise<Verdict> {
     const signed = encodeEnvelope(signValue(PAYLOAD_PROPOSAL, proposal, [settings.key]));
     let reply;
@@ -410,13 +423,9 @@ export class GateAdapter {
       const reason = reply.headers.get(ERROR_HEADER) ?? "gate_error";
       return denial(proposal.proposal_id, /^[a-z][a-z0-9_]{0,63}$/.test(reason) ? reason : "gate_error");
     }
-    let verdict: Verdict;
-    try {
-      verdict = decodeVerdict(reply.data);
-    } catch {
-      return denial(proposal.proposal_id, "unreadable_verdict");
-    }
-    if (verdict.proposal_id !== proposal.proposal_id) return denial(proposal.proposal_id, "verdict_for_another_proposal");
+    // Only the gate's signed Verdict of THIS proposal is read (verdicts.ts): any other
+    // responder on smf.propose, or a recorded genuine verdict, is a deny.
+    const verdict = readVerdictReply(reply.data, settings.governance.gateKeys(), proposal.proposal_id);
     if (verdict.outcome === "deny" && verdict.reason_codes.length === 0) {
       return denial(proposal.proposal_id, "deny_without_reason");
     }
@@ -482,8 +491,8 @@ export class GateAdapter {
         }
       }
     }
-    // Verified as the gate's by the watch; a gate-signed outcome that disagrees
-    // with the held verdict is not acted on (the held verdict came unsigned).
+    // Verified as the gate's by the watch, as was the held verdict (verdicts.ts): a
+    // gate-signed outcome that disagrees with this call's held verdict is not acted on.
     if (outcome.approval_id !== approvalId || outcome.decision_id !== decisionId || outcome.operation_hash !== held.operation_hash) {
       throw new Blocked(["approval_outcome_mismatch"], "approval");
     }

@@ -25,6 +25,8 @@ export const PAYLOAD_PROPOSAL = "application/vnd.smf.proposal+json;v=1";
 export const PAYLOAD_REPORT = "application/vnd.smf.execution-report+json;v=1";
 /** A held proposal's final Verdict, signed by the gate (`subjects/names.py`, PAYLOAD_APPROVAL_OUTCOME). */
 export const PAYLOAD_APPROVAL_OUTCOME = "application/vnd.smf.approval-outcome+json;v=1";
+/** The gate's reply on `smf.propose`: the Verdict, signed by the gate (`subjects/names.py`, PAYLOAD_VERDICT). */
+export const PAYLOAD_VERDICT = "application/vnd.smf.verdict+json;v=1";
 
 const TOKEN_RE = /^[A-Za-z0-9_-]{1,64}$/;
 const CODE_RE = /^[a-z][a-z0-9_]{0,63}$/;
@@ -202,7 +204,11 @@ const VERDICT_FIELDS: Record<string, Check> = {
   evidence: strList(),
 };
 
-/** Decode a Verdict as msgspec would (`Verdict`, forbid_unknown_fields); raises MessageError. */
+/**
+ * Decode Verdict JSON as msgspec would (`Verdict`, forbid_unknown_fields); raises
+ * MessageError. The hook acts on no verdict read this way: replies and outcomes are
+ * gate-signed and opened by `verdicts.ts`, which applies these rules to the payload.
+ */
 export function decodeVerdict(data: Uint8Array): Verdict {
   let value: JsonValue;
   try {

@@ -13,17 +13,19 @@
  * 1. a DSSE envelope signed by a trusted GATE key (registry role `gate`) for the
  *    approval-outcome payload type (the `dsse.ts` errors: unsigned, unknown
  *    signer, forged, signed for another purpose);
- * 2. its payload the canonical JSON of a Verdict ({@link MalformedPayloadError});
+ * 2. its payload the canonical JSON of a whole Verdict (`MalformedPayloadError`);
+ *    steps 1 and 2 are `verdicts.ts` {@link openGateVerdict}, which also opens
+ *    the gate's reply on `smf.propose` (another payload type);
  * 3. final (`allow` or `deny`), naming an approval id that its own decision id
  *    derives (`approval_id_for`), and, when the caller knows them, exactly the
  *    approval, decision and operation of the held verdict
  *    ({@link OutcomeMismatchError}).
  */
 
-import { parseCanonical } from "./canonical.js";
-import { decodeEnvelope, MalformedPayloadError, SignatureError, verifyEnvelope } from "./dsse.js";
+import { SignatureError } from "./dsse.js";
 import type { VerifyKey } from "./keys.js";
-import { approvalIdFor, PAYLOAD_APPROVAL_OUTCOME, verdictFrom, type Verdict } from "./messages.js";
+import { approvalIdFor, PAYLOAD_APPROVAL_OUTCOME, type Verdict } from "./messages.js";
+import { openGateVerdict } from "./verdicts.js";
 
 /**
  * A gate-signed outcome that is not about the call waiting for it: an authentic
@@ -47,14 +49,8 @@ export function openOutcome(
   gateKeys: ReadonlyMap<string, VerifyKey>,
   expected?: ExpectedOutcome,
 ): Verdict {
-  const verified = verifyEnvelope(decodeEnvelope(data), gateKeys, 1, PAYLOAD_APPROVAL_OUTCOME);
-  let verdict: Verdict;
-  try {
-    verdict = verdictFrom(parseCanonical(verified.payload));
-  } catch (error) {
-    // Not JSON, not canonical (CanonicalJSONError), or not a Verdict (MessageError).
-    throw new MalformedPayloadError(`verified payload is not a canonical Verdict: ${(error as Error).message}`);
-  }
+  // Steps 1 and 2, shared with the reply on smf.propose (verdicts.ts).
+  const verdict = openGateVerdict(data, gateKeys, PAYLOAD_APPROVAL_OUTCOME);
   const { approval_id: approvalId, decision_id: decisionId, operation_hash: operationHash } = verdict;
   if (verdict.outcome !== "allow" && verdict.outcome !== "deny") {
     throw new OutcomeMismatchError(`an outcome is allow or deny, not ${verdict.outcome}`);

@@ -5,7 +5,8 @@
  * these tests reach the orderings and failures a real gate does not produce on
  * demand (a status that already says executing, a verdict for another
  * decision, a connector order, a throwing bus, a cancelled call, outcomes
- * signed by the gate for something else).
+ * signed by the gate for something else, replies on `smf.propose` that the
+ * gate did not sign for this proposal).
  */
 
 import assert from "node:assert/strict";
@@ -17,19 +18,19 @@ import { test } from "node:test";
 import { Governance, PAYLOAD_ATTESTATION, type Governed } from "../dist/attest.js";
 import { canonicalBytes, canonicalText, identityOf, sha256Identity } from "../dist/canonical.js";
 import { parseContext, readConfig } from "../dist/config.js";
-import { decodeEnvelope, encodeEnvelope, signValue, verifyEnvelope } from "../dist/dsse.js";
+import { decodeEnvelope, encodeEnvelope, signEnvelope, signValue, verifyEnvelope } from "../dist/dsse.js";
 import { GateAdapter, type BeforeResult } from "../dist/gate.js";
 import plugin, { adapterFor, HOOK_PRIORITY, hookTimeoutMs, shutdown, type PluginApi } from "../dist/index.js";
 import { SigningKey, type VerifyKey } from "../dist/keys.js";
 import { finalArguments, legalHoldOf, ProcessTaint, proposeCall } from "../dist/mapping.js";
-import { approvalIdFor, PAYLOAD_APPROVAL_OUTCOME, PAYLOAD_PROPOSAL, PAYLOAD_REPORT, type Verdict } from "../dist/messages.js";
+import { approvalIdFor, PAYLOAD_APPROVAL_OUTCOME, PAYLOAD_PROPOSAL, PAYLOAD_REPORT, PAYLOAD_VERDICT, type Verdict } from "../dist/messages.js";
 import { gateKeysOf } from "../dist/registry.js";
 import { PAYLOAD_RELEASE_MANIFEST } from "../dist/release.js";
 import { BusError, type Bus, type Inbox, type Reply } from "../dist/transport.js";
 
 const KEY = SigningKey.fromSeed(Buffer.from("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60", "hex"));
 const TRUSTED = new Map<string, VerifyKey>([[KEY.keyId, KEY.verifyKey]]);
-/** The gate's key (RFC 8032 TEST 2 seed): the only signer of outcomes the adapter acts on. */
+/** The gate's key (RFC 8032 TEST 2 seed): the only signer of verdicts and outcomes the adapter acts on. */
 const GATE = SigningKey.fromSeed(Buffer.from("4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb", "hex"));
 const GATE_KEYS = new Map<string, VerifyKey>([[GATE.keyId, GATE.verifyKey]]);
 const CONTEXT_DOC = {
@@ -53,17 +54,27 @@ const OPERATION = "sha256:" + "e".repeat(64);
 const APPROVAL = approvalIdFor(DECISION);
 const silent = { info: () => undefined, warn: () => undefined, error: () => undefined };
 
-function verdict(fields: Partial<Verdict> & { proposal_id: string; outcome: Verdict["outcome"] }): Uint8Array {
-  return Buffer.from(JSON.stringify({ schema: "smf.verdict/1", reason_codes: [], ...fields }), "utf8");
+/** Every Verdict field, optional ones null, as `msgspec.to_builtins` writes the gate's Verdict. */
+function fullVerdict(fields: Partial<Verdict> & { outcome: Verdict["outcome"] }): Verdict {
+  return {
+    schema: "smf.verdict/1", proposal_id: "", reason_codes: [], decision_id: null, operation_hash: null, release_id: null,
+    order_id: null, connector_id: null, approval_id: null, expires_at_ms: null, required_roles: [], evidence: [], ...fields,
+  };
+}
+
+/** The gate's reply on `smf.propose` as the gate sends it: the Verdict, DSSE-signed by `signer`. */
+function verdict(fields: Partial<Verdict> & { proposal_id: string; outcome: Verdict["outcome"] }, signer: SigningKey = GATE, payloadType = PAYLOAD_VERDICT): Uint8Array {
+  return encodeEnvelope(signValue(payloadType, fullVerdict(fields), [signer]));
+}
+
+/** A Verdict as plain JSON: what the gate answered before verdicts were signed, and what anyone can send. */
+function unsignedVerdict(fields: Partial<Verdict> & { proposal_id: string; outcome: Verdict["outcome"] }): Uint8Array {
+  return Buffer.from(JSON.stringify(fullVerdict(fields)), "utf8");
 }
 
 /** An approval outcome as the gate publishes it: every Verdict field, DSSE-signed by `signer`. */
 function outcome(fields: Partial<Verdict> & { outcome: Verdict["outcome"] }, signer: SigningKey = GATE, payloadType = PAYLOAD_APPROVAL_OUTCOME): Uint8Array {
-  const full: Verdict = {
-    schema: "smf.verdict/1", proposal_id: "", reason_codes: [], decision_id: null, operation_hash: null, release_id: null,
-    order_id: null, connector_id: null, approval_id: null, expires_at_ms: null, required_roles: [], evidence: [], ...fields,
-  };
-  return encodeEnvelope(signValue(payloadType, full, [signer]));
+  return encodeEnvelope(signValue(payloadType, fullVerdict(fields), [signer]));
 }
 
 interface Seen {
@@ -188,7 +199,12 @@ test("deny blocks with the gate's reason codes", async () => {
 test("every bad reply blocks", async () => {
   const cases: [string, (data: Uint8Array) => Reply | Promise<Reply>, RegExp][] = [
     ["service error header", () => reply(Buffer.from(""), { "Nats-Service-Error-Code": "400", "Nats-Service-Error": "bad_signature" }), /bad_signature/],
-    ["unreadable verdict", () => reply(Buffer.from("{")), /unreadable_verdict/],
+    ["not an envelope", () => reply(Buffer.from("{")), /verdict_not_signed_by_gate/],
+    ["empty reply", () => reply(Buffer.from("")), /verdict_not_signed_by_gate/],
+    // Signed by the gate, but not one canonical Verdict: nothing in it is read.
+    ["gate-signed payload that is not a Verdict", (d) => reply(encodeEnvelope(signValue(PAYLOAD_VERDICT, { proposal_id: proposalOf(d).proposal_id, outcome: "allow" }, [GATE]))), /unreadable_verdict/],
+    ["gate-signed Verdict without its optional fields", (d) => reply(encodeEnvelope(signValue(PAYLOAD_VERDICT, { schema: "smf.verdict/1", proposal_id: proposalOf(d).proposal_id, outcome: "deny", reason_codes: ["x"] }, [GATE]))), /unreadable_verdict/],
+    ["gate-signed Verdict, keys not in canonical order", (d) => reply(encodeEnvelope(signEnvelope(PAYLOAD_VERDICT, Buffer.from(JSON.stringify(fullVerdict({ proposal_id: proposalOf(d).proposal_id, outcome: "allow", decision_id: DECISION, operation_hash: OPERATION }))), [GATE]))), /unreadable_verdict/],
     ["verdict for another proposal", () => reply(verdict({ proposal_id: "p-other", outcome: "allow", decision_id: DECISION, operation_hash: OPERATION })), /verdict_for_another_proposal/],
     ["deny without reasons", (d) => reply(verdict({ proposal_id: proposalOf(d).proposal_id, outcome: "deny" })), /deny_without_reason/],
     ["allow without a decision", (d) => reply(verdict({ proposal_id: proposalOf(d).proposal_id, outcome: "allow" })), /verdict_incomplete/],
@@ -201,6 +217,64 @@ test("every bad reply blocks", async () => {
     const reason = blockReason(await adapter(new FakeBus((_s, d) => gate(d))).beforeToolCall({ toolName: "read", params: { path: "/a" } }, {}));
     assert.match(reason, expected, name);
   }
+});
+
+test("smf.propose: only the gate's signed verdict for THIS proposal runs the call", async () => {
+  // Each reply below is what a responder other than the gate (or a replay) could
+  // send first: an allow the real policy never gave. None runs the call.
+  const allowFor = (id: string): Partial<Verdict> & { proposal_id: string; outcome: "allow" } =>
+    ({ proposal_id: id, outcome: "allow", decision_id: DECISION, operation_hash: OPERATION });
+  const OUTSIDER = SigningKey.fromSeed(Buffer.alloc(32, 9));
+  const cases: [string, (proposalId: string) => Uint8Array, RegExp][] = [
+    ["an unsigned JSON allow", (id) => unsignedVerdict(allowFor(id)), /: verdict_not_signed_by_gate\./],
+    ["an allow signed by the runtime's own key", (id) => verdict(allowFor(id), KEY), /: verdict_not_signed_by_gate\./],
+    ["an allow signed by a key no registry names", (id) => verdict(allowFor(id), OUTSIDER), /: verdict_not_signed_by_gate\./],
+    ["an allow signed by the gate as an approval outcome", (id) => verdict(allowFor(id), GATE, PAYLOAD_APPROVAL_OUTCOME), /: verdict_not_signed_by_gate\./],
+    ["an allow signed by the gate as an execution report", (id) => verdict(allowFor(id), GATE, PAYLOAD_REPORT), /: verdict_not_signed_by_gate\./],
+    ["the gate's deny, payload edited into an allow", (id) => {
+      const env = JSON.parse(Buffer.from(verdict({ proposal_id: id, outcome: "deny", reason_codes: ["legal_hold_blocks_deletion"] })).toString()) as { payload: string };
+      const edited = Buffer.from(env.payload, "base64").toString().replace('"deny"', '"allow"');
+      return Buffer.from(JSON.stringify({ ...env, payload: Buffer.from(edited).toString("base64") }));
+    }, /: verdict_not_signed_by_gate\./],
+    ["the gate's envelope with its signature stripped", (id) => {
+      const env = JSON.parse(Buffer.from(verdict(allowFor(id))).toString()) as Record<string, unknown>;
+      return Buffer.from(JSON.stringify({ ...env, signatures: [] }));
+    }, /: verdict_not_signed_by_gate\./],
+    // Unsigned `held` naming a genuine approval: its gate-signed allow would release this call.
+    ["an unsigned held naming another call's approval", (id) => unsignedVerdict({ proposal_id: id, outcome: "held", reason_codes: ["attorney_approval_required_for_transmission"], decision_id: DECISION, operation_hash: OPERATION, approval_id: APPROVAL }), /: verdict_not_signed_by_gate\./],
+    ["a validly signed allow for another proposal", () => verdict(allowFor("p-" + "0".repeat(32))), /: verdict_for_another_proposal\./],
+  ];
+  for (const [name, answer, expected] of cases) {
+    let bus: FakeBus | undefined;
+    bus = new FakeBus((subject, data) => {
+      if (subject === "smf.propose") {
+        // The gate's genuine allow of that approval is already out: had the adapter
+        // believed a forged `held`, this would release the call.
+        bus?.inboxes.get(WATCH)?.push(outcome({ outcome: "allow", reason_codes: ["approved_once"], decision_id: DECISION, operation_hash: OPERATION, approval_id: APPROVAL }));
+        return reply(answer(proposalOf(data).proposal_id));
+      }
+      if (subject === "smf.approval.status") return reply(Buffer.from(JSON.stringify({ approval_id: APPROVAL, state: "pending" })));
+      throw new BusError("gate_unreachable");
+    });
+    const a = adapter(bus);
+    const reason = blockReason(await a.beforeToolCall({ toolName: "exec", params: { command: "rm -rf /srv/held" }, runId: "r", toolCallId: "c" }, {}));
+    assert.match(reason, expected, name);
+    assert.match(reason, /^SMF Assurance gate denied exec: /, name);
+    assert.ok(!bus.seen.some((x) => x.subject === "smf.approval.status"), `${name}: waited for an approval`);
+    // nothing was allowed, so nothing is reported as executed under a decision
+    const report = await a.afterToolCall({ toolName: "exec", params: { command: "rm -rf /srv/held" }, runId: "r", toolCallId: "c" }, {});
+    assert.equal(report, undefined, name);
+  }
+  // A genuine allow recorded from one call and replayed to the next: for another proposal.
+  let recorded: Uint8Array | undefined;
+  const replaying = new FakeBus((_s, data) => {
+    const genuine = verdict(allowFor(proposalOf(data).proposal_id));
+    recorded ??= genuine;
+    return reply(recorded);
+  });
+  const a = adapter(replaying);
+  assert.ok("params" in (await a.beforeToolCall({ toolName: "read", params: { path: "/a" }, toolCallId: "c1" }, {})));
+  assert.match(blockReason(await a.beforeToolCall({ toolName: "read", params: { path: "/a" }, toolCallId: "c2" }, {})), /verdict_for_another_proposal/);
 });
 
 test("params without a canonical form are blocked before anything is sent", async () => {
@@ -283,7 +357,7 @@ test("held: an approver faster than the held reply is not lost", async () => {
 
 test("held: a forged outcome is ignored, never acted on; the gate's own releases the call once", async () => {
   const allow = { outcome: "allow" as const, reason_codes: ["approved_once"], decision_id: DECISION, operation_hash: OPERATION, approval_id: APPROVAL };
-  const unsigned = verdict({ proposal_id: "", ...allow });
+  const unsigned = unsignedVerdict({ proposal_id: "", ...allow });
   const OTHER_DECISION = "sha256:" + "c".repeat(64);
   const forgeries: [string, Uint8Array][] = [
     ["unsigned allow", unsigned],
@@ -667,6 +741,17 @@ test("a gate that does not answer smf.attest blocks; a release mismatch makes th
   bus.gateReasons = [];
   await adapter(bus, 2000, [], g).beforeToolCall({ ...EXEC, toolCallId: "c2" }, {});
   assert.equal(bus.attestations.length, 2);
+});
+
+test("smf.propose: the verdict must be signed by a gate key of the VERIFIED release's registry", async () => {
+  // The release names another gate key: the bus's gate (GATE) is then just another signer.
+  const OTHER_GATE = SigningKey.fromSeed(Buffer.alloc(32, 11));
+  const bus = new GovernedBus({ "release.0000000000000001": bundleOf({ gate: OTHER_GATE }) });
+  const g = governed(bus);
+  const reason = blockReason(await adapter(bus, 2000, [], g).beforeToolCall(EXEC, {}));
+  assert.match(reason, /verdict_not_signed_by_gate/);
+  assert.equal(bus.proposals, 1);
+  assert.deepEqual([...g.gateKeys().keys()], [OTHER_GATE.keyId]);
 });
 
 test("register(): a hook budget below the longest approval wait is a problem, attested and refusing", async () => {

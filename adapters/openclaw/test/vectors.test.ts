@@ -27,8 +27,9 @@ import {
 } from "../dist/dsse.js";
 import { keyedIdentifier } from "../dist/keyed.js";
 import { SigningKey, type VerifyKey } from "../dist/keys.js";
-import { approvalIdFor, decodeVerdict, orderIdFor, PAYLOAD_APPROVAL_OUTCOME, PAYLOAD_PROPOSAL } from "../dist/messages.js";
+import { approvalIdFor, decodeVerdict, orderIdFor, PAYLOAD_APPROVAL_OUTCOME, PAYLOAD_PROPOSAL, PAYLOAD_VERDICT } from "../dist/messages.js";
 import { openOutcome, OutcomeMismatchError } from "../dist/outcome.js";
+import { openVerdict, readVerdictReply, VerdictMismatchError } from "../dist/verdicts.js";
 import { PAYLOAD_RELEASE_MANIFEST, ReleaseCheckError, ReleaseVerifier, trustRootOf } from "../dist/release.js";
 
 const VECTORS = fileURLToPath(new URL("../../../tests/vectors/", import.meta.url));
@@ -159,6 +160,7 @@ const ERRORS: Record<string, new (...args: never[]) => Error> = {
   MalformedEnvelopeError,
   MalformedPayloadError,
   OutcomeMismatchError,
+  VerdictMismatchError,
 };
 
 for (const row of rows(messages, "verify")) {
@@ -241,6 +243,42 @@ for (const row of rows(messages, "verdicts")) {
         assert.equal((caught as Error).constructor, error, (caught as Error).message);
         return true;
       });
+    });
+  }
+}
+
+// --- signed verdicts on smf.propose ---------------------------------------------------------
+
+{
+  const verdicts = messages.signed_verdicts as { payload_type: string; gate_key: string; proposal_id: string; cases: Row[] };
+  test("messages.json signed verdicts payload type", () => {
+    assert.equal(verdicts.payload_type, PAYLOAD_VERDICT);
+  });
+  const gateDoc = messages[verdicts.gate_key] as Record<string, string>;
+  const gate = SigningKey.fromSeed(Buffer.from(gateDoc.seed_hex ?? "", "hex"));
+  const gateKeys = new Map<string, VerifyKey>([[gate.keyId, gate.verifyKey]]);
+  for (const row of verdicts.cases) {
+    test(`messages.json signed verdict ${row.name}`, () => {
+      const data = Buffer.from(s(row, "envelope"), "utf8");
+      const open = () => openVerdict(data, gateKeys, verdicts.proposal_id);
+      // What the hook acts on (gate.ts propose): the gate's Verdict, or a deny with the
+      // reason code Python's ProposalClient gives.
+      const read = readVerdictReply(data, gateKeys, verdicts.proposal_id);
+      assert.equal(read.proposal_id, verdicts.proposal_id);
+      if (typeof row.outcome === "string") {
+        assert.equal(open().outcome, row.outcome);
+        assert.deepEqual(read, open());
+        return;
+      }
+      const error = ERRORS[s(row, "error")];
+      assert.ok(error !== undefined, s(row, "error"));
+      assert.throws(open, (caught: unknown) => {
+        assert.equal((caught as Error).constructor, error, (caught as Error).message);
+        return true;
+      });
+      assert.equal(read.outcome, "deny");
+      assert.deepEqual(read.reason_codes, [s(row, "reason_code")]);
+      assert.equal(read.decision_id, null);
     });
   }
 }
