@@ -796,6 +796,7 @@ def test_bench_bus_smoke_prints_the_expected_keys(capsys: pytest.CaptureFixture[
         "propose allow (co-located)",
         "propose deny (co-located)",
         "ledger append",
+        "verdict sign + open",
     }
     for row in bus["latency"]:
         assert row["count"] == 20

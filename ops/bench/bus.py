@@ -15,8 +15,9 @@ temporary store), measure
 
 and, as a second baseline that explains the gap, the durable steps alone:
 one evidence append (SQLite WAL, ``synchronous=FULL``: an fsync per commit),
-one claim with its settle (two more fsync'd transactions) and one JetStream
-publish with its PubAck (file storage).
+one claim with its settle (two more fsync'd transactions), one JetStream
+publish with its PubAck (file storage), and the signature every verdict
+carries (the gate signs it, the runtime's client opens it; CPU only).
 
 How it is measured, so the figures can be compared: the client, the echo
 responder and the gate share one process and one asyncio loop (the gate is
@@ -57,6 +58,7 @@ from pipeline.stores.ledger import Ledger
 from pipeline.stores.ledger_schema import EvidenceEntry
 from subjects.keyed import keyed_identifier
 from subjects.messages import DataFacts, Verdict
+from subjects.verdicts import open_verdict, sign_verdict
 
 DEFAULT_ROUNDS: Final = 1000
 """Sequential requests per latency series; the default run stays near a minute."""
@@ -391,11 +393,31 @@ async def _durable_steps(root: Path, state: StateDir, client: Client, rounds: in
     async def publish(n: int) -> None:
         await js.publish(f"{BENCH_SUBJECT}.dms", order, headers={"Nats-Msg-Id": f"bench-{n}"})
 
+    # The signature on every verdict (subjects.verdicts): the gate signs, the
+    # runtime's client opens; CPU only, no I/O.
+    gate_key = state.key("gate")
+    gate_keys = {gate_key.key_id: gate_key.verify_key}
+    verdict = Verdict(
+        schema="smf.verdict/1",
+        proposal_id="p-bench",
+        outcome="allow",
+        reason_codes=("retention_schedule_deletion",),
+        decision_id=identity,
+        operation_hash=identity,
+        release_id=identity,
+        order_id="ab" * 32,
+        connector_id="dms",
+    )
+
+    async def sign_and_open_verdict(n: int) -> None:
+        open_verdict(sign_verdict(verdict, gate_key), gate_keys, proposal_id="p-bench")
+
     try:
         return [
             await _series("ledger append", append, rounds),
             await _series("claim + settle", claim_and_settle, rounds),
             await _series("jetstream publish + ack", publish, rounds),
+            await _series("verdict sign + open", sign_and_open_verdict, rounds),
         ]
     finally:
         await ledger.close()
