@@ -268,8 +268,14 @@ FORGED_TEXT = "text the gate never released"
 
 
 def forged_allow(proposal_id: str) -> Verdict:
+    """An allow for ``proposal_id`` in every field a runtime reads; no gate made it."""
     return Verdict(
-        schema="smf.verdict/1", proposal_id=proposal_id, outcome="allow", reason_codes=()
+        schema="smf.verdict/1",
+        proposal_id=proposal_id,
+        outcome="allow",
+        reason_codes=(),
+        decision_id=random_identity(),
+        operation_hash=random_identity(),
     )
 
 
@@ -302,15 +308,19 @@ def signed_reply(key: SigningKey, payload_type: str) -> Forger:
 
 class Rogue:
     """A client on the bus that answers ``smf.propose`` and output closes before the
-    gate can, with an allow it made: what a NATS permission mistake would let any
+    gate can (a plain subscriber, no queue group, so it sees every request beside
+    the gate), with an allow it made: what a NATS permission mistake would let any
     client do. ``encode`` turns the forged value into reply bytes (unsigned JSON, or
-    signed by some key for some payload type); the ids it names are the request's
-    unless a test overrides them."""
+    signed by some key for some payload type); while it is None the rogue stays
+    silent. The ids it names are the request's unless a test overrides them;
+    ``answered`` lists the proposal and stream ids it answered."""
+
+    PROBE: Final = b"smf-test-rogue-probe"
 
     def __init__(
         self,
         nc: Client,
-        encode: Forger,
+        encode: Forger | None = None,
         *,
         proposal_id: str | None = None,
         stream_id: str | None = None,
@@ -319,10 +329,8 @@ class Rogue:
         self.encode = encode
         self.proposal_id = proposal_id
         self.stream_id = stream_id
-        self.answered = 0
+        self.answered: list[str] = []
         self.probed: set[str] = set()
-
-    PROBE: Final = b"smf-test-rogue-probe"
 
     async def start(self, requester: Client) -> Rogue:
         """Subscribe, and return once a message ``requester`` publishes reaches us.
@@ -356,17 +364,19 @@ class Rogue:
         if msg.data == self.PROBE:
             self.probed.add(msg.subject)
             return
+        if self.encode is None or not msg.reply:
+            return
         proposal_id = self.proposal_id or str(self._payload(msg.data).get("proposal_id", ""))
-        self.answered += 1  # before the reply: the requester may read it at once
+        self.answered.append(proposal_id)  # before the reply: the requester may read it at once
         await msg.respond(self.encode(forged_allow(proposal_id)))
 
     async def _output(self, msg: Msg) -> None:
         if msg.data == self.PROBE:
             self.probed.add(msg.subject)
             return
-        if not msg.reply or (msg.headers or {}).get(HEADER_FINAL) != "1":
-            return  # a chunk, not the close
+        if self.encode is None or not msg.reply or (msg.headers or {}).get(HEADER_FINAL) != "1":
+            return  # silent, or a chunk, not the close
         close = self._payload(msg.data)
         stream_id = self.stream_id or str(close.get("stream_id", ""))
-        self.answered += 1
+        self.answered.append(stream_id)
         await msg.respond(self.encode(forged_release(stream_id, str(close.get("proposal_id", "")))))

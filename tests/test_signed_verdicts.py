@@ -126,7 +126,7 @@ async def test_a_forged_allow_is_a_denial_naming_the_signature(
     rogue = await Rogue(rogue_nc, forgers(state)[forgery]).start(nc)
     runtime = runtime_client(nc, state)
     verdict = await runtime.propose(deletion(runtime, "doc-1207"))
-    assert rogue.answered == 1, verdict
+    assert len(rogue.answered) == 1, verdict
     assert (verdict.outcome, verdict.reason_codes) == ("deny", (NOT_SIGNED_BY_GATE,))
 
 
@@ -136,7 +136,7 @@ async def test_forged_released_output_is_withheld(
 ) -> None:
     rogue = await Rogue(rogue_nc, forgers(state)[forgery]).start(nc)
     reply = await stream_reply(nc, state)
-    assert rogue.answered == 1
+    assert len(rogue.answered) == 1
     assert reply.released is None
     assert reply.verdict.reason_codes == (NOT_SIGNED_BY_GATE,)
 
@@ -231,7 +231,7 @@ async def test_a_rogue_racing_the_gate_never_turns_a_denial_into_an_order(
     rogue = await Rogue(rogue_nc, unsigned).start(nc)
     runtime = runtime_client(nc, state)
     verdicts = [await runtime.propose(deletion(runtime, "doc-4711", hold=True)) for _ in range(10)]
-    assert rogue.answered == 10
+    assert len(rogue.answered) == 10
     assert all(v.outcome == "deny" for v in verdicts), verdicts
     # Whichever answer came first: the forgery refused, or the gate's own denial.
     reasons = {r for v in verdicts for r in v.reason_codes}
