@@ -298,6 +298,18 @@ class HermesAdapter:
             return exc.reason_code
         return None
 
+    def _proposal_client(self, nc: Client, config: AdapterConfig) -> ProposalClient:
+        """Our proposal client on the bridge's connection (native calls and our tools)."""
+        return ProposalClient(
+            nc,
+            config.key,
+            config.runtime_id,
+            self._runtime_version(),
+            ADAPTER_ID,
+            timeout=config.gate_timeout,
+            gate_keys=self._gate_keys(),
+        )
+
     def _gate_keys(self) -> Mapping[str, VerifyKey]:
         """The gate keys of the verified release; none (every verdict refused) without
         one. Verdicts are read only when signed by one of them (``subjects.verdicts``)."""
@@ -497,15 +509,7 @@ class HermesAdapter:
             return _refusing_block(label, (refusal,))
 
         async def ask(nc: Client) -> Verdict:
-            client = ProposalClient(
-                nc,
-                config.key,
-                config.runtime_id,
-                self._runtime_version(),
-                ADAPTER_ID,
-                timeout=config.gate_timeout,
-                gate_keys=self._gate_keys(),
-            )
+            client = self._proposal_client(nc, config)
             proposal = client.build(
                 native_tool=call.native_tool,
                 arguments=call.arguments,
@@ -580,15 +584,7 @@ class HermesAdapter:
             return tools.blocked(tool, (refusal,))
 
         async def ask(nc: Client) -> Verdict:
-            client = ProposalClient(
-                nc,
-                config.key,
-                config.runtime_id,
-                self._runtime_version(),
-                ADAPTER_ID,
-                timeout=config.gate_timeout,
-                gate_keys=self._gate_keys(),
-            )
+            client = self._proposal_client(nc, config)
             # a new proposal id on every call: a repeated call is a new request
             proposal = client.build(
                 native_tool=tool.name,
