@@ -18,7 +18,10 @@ Invariants the classes keep:
   node's ``/healthz`` is ok (meta leader known, its assets current).
 - A node keeps its ports and store across ``restart_node``, as a container
   keeps its name and volume; ``restart_node`` returns once the node is
-  current again.
+  current again. Every client, route and monitoring port is reserved
+  (``ops.natsserver.PortReservation``) from construction until ``close()``,
+  so no other process, and no other node, can be handed one in between
+  (issue 18: nine probes closed one by one could repeat a port).
 - Never a stray process: each node is an ``EmbeddedNatsServer`` (parent-death
   signal, ``atexit`` stop, a failed start kills what it spawned), and a
   cluster that fails to come up stops every node before raising.
@@ -39,7 +42,13 @@ from typing import Any, Final
 
 import structlog
 
-from ops.natsserver import HOST, EmbeddedNatsServer, NatsServerError, free_port
+from ops.natsserver import (
+    HOST,
+    EmbeddedNatsServer,
+    NatsServerError,
+    PortReservation,
+    reserve_port,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -160,9 +169,10 @@ class LocalNatsCluster:
 
     Node ``i`` is named ``nats-<i+1>`` (as in docker-compose.yml) and keeps its
     store and log under ``root/nats-<i+1>``. Client, route and monitoring ports
-    are free ports fixed at construction. ``start()`` waits up to
-    ``leader_timeout`` seconds for the meta leader; node operations take the
-    node's index or name.
+    are reserved at construction and held until ``close()`` (the context
+    manager closes; ``stop()`` alone keeps them for another ``start()``).
+    ``start()`` waits up to ``leader_timeout`` seconds for the meta leader;
+    node operations take the node's index or name.
     """
 
     def __init__(
@@ -183,15 +193,17 @@ class LocalNatsCluster:
         if not self.config_file.is_file():
             raise NatsServerError(f"no node config at {self.config_file}")
         self.leader_timeout: Final = leader_timeout
-        cluster_ports = [free_port() for _ in range(size)]
+        self._reservations: Final[list[PortReservation]] = [reserve_port() for _ in range(3 * size)]
+        ports = [reservation.port for reservation in self._reservations]
+        cluster_ports = ports[:size]
         routes = tuple(f"nats://{HOST}:{port}" for port in cluster_ports)
         nodes = []
         for index, cluster_port in enumerate(cluster_ports):
             name = f"nats-{index + 1}"
             settings = NodeSettings(
                 name=name,
-                client_port=free_port(),
-                http_port=free_port(),
+                client_port=ports[size + index],
+                http_port=ports[2 * size + index],
                 cluster_port=cluster_port,
                 store_dir=self.root / name / "store",
                 routes=routes,
@@ -234,6 +246,8 @@ class LocalNatsCluster:
         Nodes are spawned from the calling thread, the event loop's (see
         ``EmbeddedNatsServer``: the parent-death signal follows that thread).
         """
+        if not all(reservation.held for reservation in self._reservations):
+            raise NatsServerError(f"the cluster under {self.root} was closed; make a new one")
         try:
             for node in self.nodes:
                 node.start()
@@ -247,6 +261,12 @@ class LocalNatsCluster:
     async def stop(self) -> None:
         """Stop every node gracefully (``EmbeddedNatsServer.stop``), in parallel."""
         await asyncio.gather(*(asyncio.to_thread(node.stop) for node in self.nodes))
+
+    async def close(self) -> None:
+        """Stop every node, then release the reserved ports: the cluster is done."""
+        await self.stop()
+        for reservation in self._reservations:
+            reservation.close()
 
     async def stop_node(self, which: int | str) -> ClusterNode:
         """SIGTERM one node, SIGKILL after its grace: a clean shutdown."""
@@ -326,7 +346,7 @@ class LocalNatsCluster:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.stop()
+        await self.close()
 
 
 def _meta_leader(jsz: bytes) -> str:

@@ -17,7 +17,11 @@ Invariants the class keeps:
   written its ports file (so it, not another server, bound the port) and a
   TCP connection to the port has received the ``INFO {`` greeting.
 - The port and the store directory belong to the instance, so ``restart()``
-  brings JetStream state back at the same URL.
+  brings JetStream state back at the same URL. A port the kernel chose is
+  *reserved* (``PortReservation``) from construction until ``close()``: no
+  other ``bind(0)`` or outgoing connection on this machine can be handed it
+  in between, not even while the server is down for a restart, so two
+  servers never race for one port (issue 18).
 - Failures raise ``NatsServerError`` with the reason and, when the process
   ran, the tail of its log; the log goes to a file, never to a pipe that can
   fill up and stall the server.
@@ -37,6 +41,7 @@ import sys
 import sysconfig
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -153,12 +158,49 @@ def resolve_binary(explicit: str | os.PathLike[str] | None = None) -> Path:
     )
 
 
-def free_port() -> int:
-    """Ask the kernel for a currently free TCP port on ``HOST``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
+class PortReservation:
+    """A TCP port on ``HOST`` held for a server we start, from choice to close.
+
+    Issue 18: picking a port by binding port 0 and closing the probe lets the
+    kernel hand the same port to the next probe, or to anyone else, before the
+    server binds it. A reservation instead keeps a socket bound to the port
+    with ``SO_REUSEADDR`` and never listens on it. Linux then refuses the port
+    to every other ``bind(0)`` and to outgoing connections (the kernel skips a
+    port with a bound socket when it chooses one), and to every plain
+    ``bind()``, while a server that itself sets ``SO_REUSEADDR`` (Go's
+    listeners do, so nats-server; so do libuv's, so Node; so does asyncio's
+    ``start_server``) can still bind and listen on it. The reservation is held
+    across the server's restarts and released by ``close()`` (or when the
+    reservation is garbage collected).
+    """
+
+    def __init__(self, port: int = 0) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((HOST, port))
+        except OSError as exc:
+            sock.close()
+            raise NatsServerError(f"cannot reserve a TCP port on {HOST}: {exc}") from exc
+        self.port: Final[int] = sock.getsockname()[1]
+        self._close = weakref.finalize(self, sock.close)
+
+    @property
+    def held(self) -> bool:
+        """Whether the port is still reserved."""
+        return self._close.alive
+
+    def close(self) -> None:
+        """Release the port; idempotent."""
+        self._close()
+
+    def __repr__(self) -> str:
+        return f"PortReservation({HOST}:{self.port}, held={self.held})"
+
+
+def reserve_port() -> PortReservation:
+    """Reserve a port the kernel chooses; the one way this project picks a port."""
+    return PortReservation()
 
 
 def parent_death_guard() -> Callable[[], None] | None:
@@ -212,9 +254,13 @@ class EmbeddedNatsServer:
     ``state_dir`` holds the JetStream store (``store/``), the server log
     (``nats-server.log``, appended across restarts) and the ports file. The
     port is fixed at construction (``port`` or a free one), so ``restart()``
-    keeps the URL. ``config_file`` adds settings (a later issue: cluster
+    keeps the URL; ``close()`` stops the server and releases the port, and the
+    context manager closes. ``config_file`` adds settings (a later issue: cluster
     routes); the address, port, store directory and ``server_name`` given
-    here override the same settings in it. ``env`` is added to the process
+    here override the same settings in it. A port chosen here is reserved
+    until ``close()`` (``PortReservation``); an explicit ``port`` is the
+    caller's, and a start on it fails if another process holds it. ``env`` is
+    added to the process
     environment, e.g. the values of ``$VAR`` references in ``config_file``
     (``ops.cluster`` runs cluster nodes that way). ``start()`` waits up to
     ``ready_timeout`` seconds; ``stop()`` allows ``stop_grace`` seconds after
@@ -241,7 +287,11 @@ class EmbeddedNatsServer:
         self.state_dir: Final = Path(state_dir)
         self.store_dir: Final = self.state_dir / STORE_NAME
         self.log_path: Final = self.state_dir / LOG_NAME
-        self.port: Final = port if port is not None else free_port()
+        self._reservation: PortReservation | None = None
+        if port is None:
+            self._reservation = reserve_port()
+            port = self._reservation.port
+        self.port: Final[int] = port
         self.server_name: Final = server_name
         self.config_file: Final = Path(config_file) if config_file is not None else None
         self.ready_timeout: Final = ready_timeout
@@ -287,6 +337,8 @@ class EmbeddedNatsServer:
         """
         if self.running:
             raise NatsServerError(f"nats-server already running on {self.url}")
+        if self._reservation is not None and not self._reservation.held:
+            raise NatsServerError(f"nats-server on {self.url} was closed; make a new one")
         if threading.current_thread() is not threading.main_thread():
             self._log.warning(
                 "nats_server.start_off_main_thread",
@@ -393,6 +445,12 @@ class EmbeddedNatsServer:
         self.stop()
         return self.start()
 
+    def close(self) -> None:
+        """Stop, then release the reserved port: the instance is done."""
+        self.stop()
+        if self._reservation is not None:
+            self._reservation.close()
+
     def log_tail(self, lines: int = 20) -> str:
         """The last ``lines`` lines the server logged since its latest start."""
         try:
@@ -413,7 +471,7 @@ class EmbeddedNatsServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        self.close()
 
 
 def _greets(port: int, timeout: float) -> bool:

@@ -69,7 +69,7 @@ class Stack:
             await self.connectors.stop()
         await self.gate.close()
         if self.server is not None:
-            self.server.stop()
+            self.server.close()
 
 
 def example_connectors(state: StateDir) -> dict[str, Connector]:
@@ -102,7 +102,7 @@ async def start_stack(
         gate = await start_gate(options)
     except BaseException:
         if server is not None:
-            server.stop()
+            server.close()
         raise
     stack = Stack(state=state, url=nats_url, gate=gate, server=server)
     if with_connectors:

@@ -15,7 +15,7 @@ import structlog
 from nats.aio.client import Client
 
 from ops.cluster import LocalNatsCluster
-from ops.natsserver import EmbeddedNatsServer
+from ops.natsserver import EmbeddedNatsServer, reserve_port
 
 # --- bus: a real nats-server with JetStream, one per test -------------------
 
@@ -30,6 +30,16 @@ def nats_server(tmp_path: Path) -> Iterator[EmbeddedNatsServer]:
 @pytest.fixture
 def nats_url(nats_server: EmbeddedNatsServer) -> str:
     return nats_server.url
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that nothing listens on for the whole test: it is
+    reserved (``ops.natsserver.PortReservation``), so no other process can be
+    handed it, and connecting to it is refused."""
+    reservation = reserve_port()
+    yield reservation.port
+    reservation.close()
 
 
 @pytest.fixture

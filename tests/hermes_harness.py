@@ -145,8 +145,8 @@ class Harness:
         self.model.stop()
         await self.nc.drain()
         await self.gate.close()
-        self.server.stop()
-        self.idle.stop()
+        self.server.close()
+        self.idle.close()
 
     def info(self) -> dict[str, Any]:
         return {

@@ -52,7 +52,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -68,6 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from adapters.approver import ApproverClient, ApproverError, content_matches
 from ops.logs import configure_logging
+from ops.natsserver import PortReservation, reserve_port
 from subjects import dsse, names
 from subjects.approvals import PendingAnnouncement
 from subjects.attestation import AttestationAck
@@ -207,6 +207,7 @@ class Harness:
         """The approval desk's clock only: moving it expires approvals and makes
         execution reports overdue without making new proposals look stale."""
         self.pending: asyncio.Queue[PendingAnnouncement] = asyncio.Queue()
+        self.reservations: list[PortReservation] = []
 
     async def start(self) -> None:
         configure_logging(json=True, level="warning")
@@ -261,12 +262,14 @@ class Harness:
         await self.pending.put(announcement)
 
     async def stop(self) -> None:
+        for reservation in self.reservations:
+            reservation.close()
         self.model.stop()
         if self.gate is not None:
             await self.nc.drain()
             await self.gate.close()
-            self.server.stop()
-            self.idle.stop()
+            self.server.close()
+            self.idle.close()
 
     def tokens(self, root: Path) -> dict[str, str]:
         tokens = {"root": str(root), "model_url": self.model.url}
@@ -438,7 +441,11 @@ class Harness:
             path.write_text(content if isinstance(content, str) else json.dumps(content))
         mode = command.get("mode", "local")
         config = deep_merge(base_config(root, self.model.url), command.get("config", {}))
-        port, token = _free_port(), f"test-token-{time.monotonic_ns()}"
+        # The Gateway binds this port itself; the reservation keeps every other
+        # process off it for the harness's lifetime (ops.natsserver.PortReservation).
+        reservation = reserve_port()
+        self.reservations.append(reservation)
+        port, token = reservation.port, f"test-token-{time.monotonic_ns()}"
         if mode == "gateway":
             config = deep_merge(
                 config,
@@ -551,12 +558,6 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
             await proc.wait()
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _wait_port(port: int, seconds: float) -> bool:

@@ -793,7 +793,7 @@ def test_the_compose_services_run_here_on_the_local_cluster(
                 proc.kill()
                 proc.wait()
                 codes[name] = None
-        asyncio.run(cluster.stop())
+        asyncio.run(cluster.close())
     assert codes == {"gate-1": 0, "gate-2": 0}
     for name in ("gate-1", "gate-2", "connectors"):
         assert not (tmp_path / "smf" / name / "nats.url").exists()

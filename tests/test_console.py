@@ -75,7 +75,7 @@ from ops.console.server import (
 )
 from ops.demo_script import SCENARIOS
 from ops.logs import configure_logging
-from ops.natsserver import EmbeddedNatsServer, free_port
+from ops.natsserver import EmbeddedNatsServer, reserve_port
 from ops.stack import Stack, start_stack
 from ops.state import ADAPTER_ID, DEMO_TENANT, RUNTIME_ID, StateDir, provision_demo
 from subjects import dsse, names
@@ -824,7 +824,10 @@ def demo_state(tmp_path: Path) -> StateDir:
 def test_console_serves_until_sigterm_and_prints_one_readiness_line(
     demo_state: StateDir, nats_server: EmbeddedNatsServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    port = free_port()
+    # The console binds the reserved port itself (asyncio sets SO_REUSEADDR);
+    # nothing else on the machine can be handed it meanwhile.
+    reservation = reserve_port()
+    port = reservation.port
     fetched: dict[str, Any] = {}
     finished = threading.Event()
 
@@ -863,6 +866,7 @@ def test_console_serves_until_sigterm_and_prints_one_readiness_line(
     finally:
         finished.set()
         thread.join(30)
+        reservation.close()
     assert (code, fetched) == (0, {"status": 200})
     ready = json.loads(out)
     assert ready == {
@@ -878,6 +882,7 @@ def test_console_fails_in_one_line(
     nats_server: EmbeddedNatsServer,
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
+    closed_port: int,
 ) -> None:
     code, _, err = run(
         ["console", "--nats", nats_server.url, "--registry", str(tmp_path / "none.json")], capsys
@@ -886,7 +891,7 @@ def test_console_fails_in_one_line(
     assert err.startswith("smf-assurance: cannot read the approver roster: cannot read registry")
     code, _, err = run(["console", "--nats", nats_server.url, "--port", "70000"], capsys)
     assert (code, err) == (2, "smf-assurance: --port: 70000 is not a TCP port\n")
-    unused = free_port()
+    unused = closed_port
     code, _, err = run(
         [
             "console",

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -280,12 +279,6 @@ def pre(tool: str, args: Any, **extra: Any) -> dict[str, Any]:
     }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 # --- pre_tool_call: verdicts -------------------------------------------------------
 
 
@@ -422,9 +415,9 @@ async def test_gate_timeout_blocks(
 
 
 async def test_unreachable_bus_blocks(
-    state: StateDir, context_file: Path, adapters: list[plugin.HermesAdapter]
+    state: StateDir, context_file: Path, adapters: list[plugin.HermesAdapter], closed_port: int
 ) -> None:
-    env = env_for(state, f"nats://127.0.0.1:{free_port()}", context_file)
+    env = env_for(state, f"nats://127.0.0.1:{closed_port}", context_file)
     adapter = make_adapter(adapters, env)
     result = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
     assert result["action"] == "block"

@@ -35,7 +35,9 @@ from ops.natsserver import (
     EmbeddedNatsServer,
     NatsServerError,
     NatsVersion,
+    PortReservation,
     parse_version,
+    reserve_port,
     resolve_binary,
 )
 
@@ -194,6 +196,93 @@ async def test_restart_keeps_jetstream_data_and_port(nats_server: EmbeddedNatsSe
     assert "Server Exiting" in nats_server.log_path.read_text()
     assert "Server Exiting" not in nats_server.log_tail(), "tail covers the latest run only"
     assert await stream_messages(nats_server.url, "KEEP") == 3
+
+
+# --- ports: reserved from choice to close (issue 18) ------------------------------
+
+
+def plain_bind_refused(port: int) -> bool:
+    """Whether an ordinary ``bind()`` (no ``SO_REUSEADDR``), as any other program
+    would make, is refused the port."""
+    with socket.socket() as rival:
+        try:
+            rival.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+async def test_the_port_stays_reserved_while_the_server_is_down(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    await fill_stream(nats_server.url, "HELD", 1)
+    port = nats_server.port
+    nats_server.stop()
+    assert plain_bind_refused(port)
+    chosen = []
+    for _ in range(200):
+        with socket.socket() as other:
+            other.bind(("127.0.0.1", 0))
+            chosen.append(other.getsockname()[1])
+    assert port not in chosen, "the kernel handed a reserved port to another bind(0)"
+
+    nats_server.restart()
+    assert (nats_server.port, nats_server.url) == (port, f"nats://127.0.0.1:{port}")
+    assert await stream_messages(nats_server.url, "HELD") == 1
+
+    nats_server.close()
+    assert not plain_bind_refused(port), "close() releases the port"
+    with pytest.raises(NatsServerError, match="was closed"):
+        nats_server.start()
+
+
+def test_a_reservation_is_released_once_and_says_so() -> None:
+    reservation = reserve_port()
+    assert reservation.held
+    assert plain_bind_refused(reservation.port)
+    assert repr(reservation) == f"PortReservation(127.0.0.1:{reservation.port}, held=True)"
+    reservation.close()
+    reservation.close()
+    assert not reservation.held
+    assert not plain_bind_refused(reservation.port)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(NatsServerError, match="cannot reserve a TCP port"):
+            PortReservation(taken.getsockname()[1])
+
+
+def own_netns_available() -> bool:
+    try:
+        done = subprocess.run(
+            ["unshare", "-n", "true"], capture_output=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+@linux_only
+@pytest.mark.skipif(not own_netns_available(), reason="needs `unshare -n` (root)")
+def test_forced_port_collisions_cannot_fail_a_start(tmp_path: Path) -> None:
+    """In a network namespace of its own whose port range is shrunk to twelve
+    ports, the old bind-and-close picks repeat a port; the reservations made in
+    that range start a three-node cluster and a server, restart both, and end on
+    exactly the ports reserved (tests/port_collision_child.py)."""
+    script = 'ip link set lo up && exec "$0" -m tests.port_collision_child "$1"'
+    done = subprocess.run(
+        ["unshare", "-n", "sh", "-c", script, sys.executable, str(tmp_path)],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(set(report["naive"])) < len(report["naive"]), "the repro forces no collision"
+    assert len(set(report["reserved"])) == len(report["reserved"]) == 10
+    assert report["ended"] == report["reserved"]
 
 
 async def test_kill_then_restart(nats_server: EmbeddedNatsServer) -> None:

@@ -67,7 +67,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import time
 import unicodedata
@@ -798,15 +797,8 @@ async def test_held_with_waiting_disabled_blocks_at_once(
 # --- the gate out of reach, refusing mode ----------------------------------------------
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
-async def test_unreachable_bus_blocks(node_bin: str, state: StateDir) -> None:
-    config = plugin_config(state, f"nats://127.0.0.1:{_closed_port()}", gateTimeoutMs=500)
+async def test_unreachable_bus_blocks(node_bin: str, state: StateDir, closed_port: int) -> None:
+    config = plugin_config(state, f"nats://127.0.0.1:{closed_port}", gateTimeoutMs=500)
     async with driver(node_bin, config) as drv:
         reason = blocked(await drv.before("read", {"path": "/x"}, "c-6"))
     assert "gate_unreachable" in reason

@@ -174,7 +174,7 @@ def run(
                 _measure(root, server.url, rounds, in_flight, throughput_requests, progress)
             )
         finally:
-            server.stop()
+            server.close()
             progress.close()
     return BusResult(
         nats_server=str(server.version),

@@ -123,7 +123,7 @@ async def _measure(root: Path, rounds: int, progress: Progress) -> OutputResult:
     finally:
         await nc.drain()
         await gate.close()
-        server.stop()
+        server.close()
 
 
 def run(rounds: int = DEFAULT_ROUNDS) -> OutputResult:
