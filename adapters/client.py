@@ -26,9 +26,6 @@ from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import ActorContext, DataFacts, Proposal, ProposedDestination, Verdict
 from subjects.verdicts import NOT_SIGNED_BY_GATE, VerdictMismatchError, open_verdict
 
-_ERROR_CODE_HEADER = "Nats-Service-Error-Code"
-_ERROR_HEADER = "Nats-Service-Error"
-
 
 def new_proposal_id() -> str:
     return "p-" + secrets.token_hex(16)
@@ -90,8 +87,8 @@ class ProposalClient:
         except (NatsError, TimeoutError) as exc:
             return denial(proposal_id, _transport_reason(exc))
         headers = reply.headers or {}
-        if _ERROR_CODE_HEADER in headers:
-            reason = headers.get(_ERROR_HEADER, "gate_error")
+        if names.HEADER_SERVICE_ERROR_CODE in headers:
+            reason = headers.get(names.HEADER_SERVICE_ERROR, "gate_error")
             return denial(proposal_id, reason if reason.isidentifier() else "gate_error")
         try:
             return open_verdict(reply.data, self.gate_keys, proposal_id=proposal_id)

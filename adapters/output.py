@@ -33,8 +33,6 @@ from subjects.messages import (
 )
 from subjects.verdicts import NOT_SIGNED_BY_GATE, VerdictMismatchError, open_output_verdict
 
-_ERROR_HEADER = "Nats-Service-Error"
-
 
 def new_stream_id() -> str:
     return "s-" + secrets.token_hex(12)
@@ -105,8 +103,8 @@ class OutputStreamer:
         except (NatsError, TimeoutError):
             return _withheld(stream_id, "gate_unreachable")
         headers = reply.headers or {}
-        if _ERROR_HEADER in headers:
-            return _withheld(stream_id, headers[_ERROR_HEADER] or "gate_error")
+        if names.HEADER_SERVICE_ERROR in headers:
+            return _withheld(stream_id, headers[names.HEADER_SERVICE_ERROR] or "gate_error")
         try:
             return open_output_verdict(reply.data, self.gate_keys, stream_id=stream_id)
         except MalformedPayloadError:

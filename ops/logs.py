@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import Any, Final
 
 import structlog
-from structlog.typing import Processor
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 
 
 def _stderr_logger(*_args: Any) -> structlog.PrintLogger:
@@ -22,10 +24,33 @@ def _stderr_logger(*_args: Any) -> structlog.PrintLogger:
     return structlog.PrintLogger(sys.stderr)
 
 
+def exception_type_only(_logger: WrappedLogger, _method: str, event: EventDict) -> EventDict:
+    """Replace an attached exception by its type's name.
+
+    Issue 15: a traceback renderer prints frame locals (structlog's
+    ``dict_tracebacks`` and rich's console tracebacks do by default), and an
+    exception's message can quote the input that caused it; both have carried
+    key bytes and payload into logs. What is logged of a failure is its type.
+    """
+    exc_info = event.pop("exc_info", None)
+    exception = event.pop("exception", None)
+    if exc_info is True:
+        exc_info = sys.exc_info()
+    if isinstance(exc_info, BaseException):
+        event.setdefault("error", type(exc_info).__name__)
+    elif isinstance(exc_info, tuple) and exc_info and exc_info[0] is not None:
+        event.setdefault("error", exc_info[0].__name__)
+    elif exception is not None:
+        event.setdefault("error", "exception")
+    return event
+
+
 def configure_logging(json: bool, level: str = "info") -> None:
     """Render events as JSON lines (``json=True``) or for a console, from ``level`` up.
 
-    Raises ``ValueError`` for a level name the ``logging`` module does not know.
+    No traceback, frame or exception message is ever rendered
+    (``exception_type_only``). Raises ``ValueError`` for a level name the
+    ``logging`` module does not know.
     """
     levels = logging.getLevelNamesMapping()
     if level.upper() not in levels:
@@ -34,9 +59,10 @@ def configure_logging(json: bool, level: str = "info") -> None:
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        exception_type_only,
     ]
     if json:
-        processors += [structlog.processors.dict_tracebacks, structlog.processors.JSONRenderer()]
+        processors.append(structlog.processors.JSONRenderer())
     else:
         processors.append(structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
     structlog.configure(

@@ -28,6 +28,12 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise CommandError(message, code)
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception as one line for a refusal: its first line, or its type's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def say(text: str, out: TextIO | None = None) -> None:
     """One line of human-readable output."""
     (out or sys.stdout).write(text + "\n")

@@ -306,7 +306,7 @@ def read_release_dir(folder: Path) -> ReleaseBundle:
         raise ReleaseError(f"{folder / MANIFEST_FILE}: {exc}") from exc
     return ReleaseBundle(
         schema=BUNDLE_SCHEMA,
-        envelope=envelope,
+        envelope=envelope.envelope,
         enforcement=_read(folder / ENFORCEMENT_FILE),
         analysis=_read(folder / ANALYSIS_FILE),
         registry=_read(folder / REGISTRY_FILE),

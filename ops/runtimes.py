@@ -1,4 +1,4 @@
-"""Runtime entries beyond the scripted demo, and the gate's attestation wiring (issue 8).
+"""Runtime entries beyond the scripted demo, and which of them must attest (issue 8).
 
 ``provision_runtime`` adds a runtime principal (key + registry entry) to a
 state directory and, by default, opts that runtime id into start-up
@@ -15,18 +15,13 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import msgspec
 
 from ops.state import RELEASE_SIGNER, StateDir, refresh_demo_release
-from pipeline.stages.attestation import AttestationDesk, AttestedStage, RuntimeRequirement
-from pipeline.stages.service import Endpoint, start_service
-from subjects import names
+from pipeline.stages.attestation import RuntimeRequirement
 from subjects.registry import RegistryFile, encode_registry, entry_for
-
-if TYPE_CHECKING:
-    from ops.gateway import RunningGate
 
 HERMES_RUNTIME_ID: Final = "hermes-demo"
 HERMES_PRINCIPAL: Final = "hermes-runtime"
@@ -114,43 +109,6 @@ def provision_runtime(
     if state.key_path(RELEASE_SIGNER).exists():
         refresh_demo_release(state)
     return state.key_path(principal)
-
-
-async def start_attestation(running: RunningGate, state: StateDir) -> AttestationDesk:
-    """The gate's hook (``ops/gateway.py``): serve ``smf.attest`` and admit by it.
-
-    Wraps the gate's normalization client so every proposal and completed
-    output of a runtime that must attest is admitted first.
-    """
-    gate = running.gate
-    releases = running.releases
-
-    def release_id() -> str | None:
-        active = releases.active if releases is not None else None
-        return active.release_id if active is not None else None
-
-    async def evidence_probe() -> bool:
-        # A real round trip to the store: sign the tail (a no-op when it is signed).
-        await running.ledger.checkpoint(gate.clock())
-        return True
-
-    desk = AttestationDesk(
-        required=load_attestation_requirements(state),
-        registry=lambda: gate.registry,
-        clock=gate.clock,
-        release_id=release_id,
-        evidence_probe=evidence_probe,
-    )
-    gate.normalize = AttestedStage(gate.normalize, desk)
-    service, handlers = await start_service(
-        running.nc,
-        "smf-attest",
-        [Endpoint("attest", names.ATTEST, desk.handle)],
-        description="SMF runtime attestation: attest -> ack",
-    )
-    running.services.append(service)
-    running.handlers.extend(handlers)
-    return desk
 
 
 # --- OpenClaw (issue 10) ---------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,13 +25,85 @@ from nats.aio.client import Client
 from adapters.connector.sdk import Connector, ConnectorRunner, RunnerConfig
 from adapters.connectors.court_efiling import CourtEFilingConnector
 from adapters.connectors.dms import DocumentStoreConnector
-from ops.cluster import nats_servers
-from ops.gateway import ClusterSettings, GateOptions, RunningGate, start_gate
+from ops.cluster import nats_servers, seed_urls
 from ops.natsserver import EmbeddedNatsServer
-from ops.state import StateDir
+from ops.projections import load_policy_set
+from ops.releases import load_trust_root
+from ops.runtimes import load_attestation_requirements
+from ops.state import RELEASE_SIGNER, StateDir, refresh_demo_release
+from pipeline.assembly import (
+    ClusterSettings,
+    GateConfig,
+    ReleaseSource,
+    RunningGate,
+    StorePaths,
+    start_gate,
+    wall_clock_ms,
+)
+from pipeline.core.projection import PolicySet
+from pipeline.stages.buffer import BufferLimits
+from subjects import names
 from subjects.registry import load_registry
 
 STOP_GRACE_SECONDS = 5.0
+
+
+def gate_config(
+    state: StateDir,
+    nats_url: str,
+    *,
+    co_located: bool = False,
+    projection_dir: Path | None = None,
+    clock: Callable[[], int] = wall_clock_ms,
+    stage_timeout: float = 2.0,
+    sweep_seconds: float = 1.0,
+    buffer_limits: BufferLimits | None = None,
+    name: str = names.DEFAULT_GATE_NAME,
+    release_tick_seconds: float = 5.0,
+    cluster: ClusterSettings | None = None,
+    claim_prune_seconds: float = 60.0,
+) -> GateConfig:
+    """The explicit settings of the gate a state directory describes.
+
+    Keys, registry and store paths come from ``state``. A state directory with
+    a release trust root runs only on verified releases (issue 6), from its
+    inbox and the ``SMF_RELEASES`` bucket; one that is also its own release
+    authority (``demo``, ``up``) first signs its current registry as the next
+    release. Without a trust root the gate runs on the projection in
+    ``projection_dir`` (the shipped scenarios by default), which a trust root
+    forbids: it would bypass the verified release.
+    """
+    policy: ReleaseSource | PolicySet
+    if state.trust_root.exists():
+        if projection_dir is not None:
+            raise ValueError("projection_dir would bypass the verified release of this state dir")
+        if state.key_path(RELEASE_SIGNER).exists():
+            refresh_demo_release(state)
+        policy = ReleaseSource(
+            trust_root=load_trust_root(state.trust_root),
+            state=state.release_state,
+            inbox=state.release_inbox,
+            tick_seconds=release_tick_seconds,
+        )
+    else:
+        policy = load_policy_set(projection_dir)
+    return GateConfig(
+        servers=seed_urls(nats_url),
+        gate_key=state.key("gate"),
+        tenant_key=state.pseudonym_key(),
+        registry=load_registry(state.registry),
+        stores=StorePaths(ledger=state.ledger, claims=state.claims, approvals=state.approvals),
+        policy=policy,
+        attestation=load_attestation_requirements(state),
+        name=name,
+        co_located=co_located,
+        cluster=cluster,
+        clock=clock,
+        stage_timeout=stage_timeout,
+        sweep_seconds=sweep_seconds,
+        buffer_limits=buffer_limits,
+        claim_prune_seconds=claim_prune_seconds,
+    )
 
 
 @dataclass
@@ -96,10 +169,10 @@ async def start_stack(
         server = EmbeddedNatsServer(state.nats).start()
         nats_url = server.url
     try:
-        options = GateOptions(state, nats_url, co_located=co_located, cluster=cluster)
+        config = gate_config(state, nats_url, co_located=co_located, cluster=cluster)
         if gate_name is not None:
-            options = dataclasses.replace(options, name=gate_name)
-        gate = await start_gate(options)
+            config = dataclasses.replace(config, name=gate_name)
+        gate = await start_gate(config)
     except BaseException:
         if server is not None:
             server.close()

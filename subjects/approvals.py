@@ -26,13 +26,12 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from subjects import dsse, names
-from subjects.canonical import IDENTITY_PATTERN, identity_of, struct_identity
+from subjects.canonical import Identity, identity_of, struct_identity
 from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import Verdict
 from subjects.patterns import Code, Millis
 
 MAX_TTL_MS: Final = 600_000
-Identity = Annotated[str, msgspec.Meta(pattern=IDENTITY_PATTERN)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 ApprovalState = Literal[

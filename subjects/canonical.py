@@ -16,7 +16,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Annotated, Any, Final, TypeVar
 
 import msgspec
 
@@ -30,6 +30,23 @@ IDENTITY_PREFIX: Final = "sha256:"
 IDENTITY_PATTERN: Final = r"^sha256:[0-9a-f]{64}\Z"
 """``\\Z``, not ``$``: in Python ``$`` also matches before a trailing newline."""
 _IDENTITY_RE: Final = re.compile(IDENTITY_PATTERN)
+
+Identity = Annotated[str, msgspec.Meta(pattern=IDENTITY_PATTERN)]
+"""A ``sha256:`` identity as a message field: the one declaration every Struct uses."""
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def validated(value: S) -> S:
+    """``value`` checked against its own type's constraints, or ``msgspec.ValidationError``.
+
+    msgspec checks ``Meta`` constraints (patterns, bounds, lengths) when it
+    decodes, not when code constructs a Struct; a Struct built in process
+    (a binding, an evidence entry, a manifest) is passed through here before it
+    is trusted, so it obeys the same contract as one read from the wire.
+    """
+    return msgspec.convert(msgspec.to_builtins(value), type(value))
+
 
 _ENCODER: Final = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False

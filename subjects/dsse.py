@@ -183,13 +183,25 @@ def _b64decode(text: str, what: str) -> bytes:
     return raw
 
 
-class _Decoded(msgspec.Struct, frozen=True):
-    payload_type: bytes
-    payload: bytes
-    signatures: tuple[tuple[str, bytes], ...]
+class DecodedEnvelope(msgspec.Struct, frozen=True):
+    """An envelope whose base64 fields were checked and decoded, once.
+
+    What :func:`decode_envelope` returns and :func:`verify` consumes, so the
+    bytes checked at the edge are the bytes verified, and nothing is decoded
+    twice. ``envelope`` is the wire form, for callers that keep or re-send it.
+    """
+
+    envelope: Envelope
+    payload_type_bytes: bytes
+    raw_payload: bytes
+    raw_signatures: tuple[tuple[str, bytes], ...]
+
+    @property
+    def payload_type(self) -> str:
+        return self.envelope.payload_type
 
 
-def _decode(envelope: Envelope) -> _Decoded:
+def _decode(envelope: Envelope) -> DecodedEnvelope:
     if len(envelope.signatures) > MAX_SIGNATURES:
         raise MalformedEnvelopeError(
             f"{len(envelope.signatures)} signatures, more than {MAX_SIGNATURES}"
@@ -207,7 +219,12 @@ def _decode(envelope: Envelope) -> _Decoded:
                 f"signatures[{index}].sig is {len(raw)} bytes, not {SIGNATURE_BYTES}"
             )
         signatures.append((signature.keyid, raw))
-    return _Decoded(payload_type=payload_type, payload=payload, signatures=tuple(signatures))
+    return DecodedEnvelope(
+        envelope=envelope,
+        payload_type_bytes=payload_type,
+        raw_payload=payload,
+        raw_signatures=tuple(signatures),
+    )
 
 
 def sign(payload_type: str, payload: bytes, signers: Sequence[SigningKey]) -> Envelope:
@@ -237,17 +254,17 @@ def encode_envelope(envelope: Envelope) -> bytes:
     return msgspec.json.encode(envelope)
 
 
-def decode_envelope(data: bytes, max_size: int = MAX_ENVELOPE_BYTES) -> Envelope:
-    """Decode DSSE JSON bytes, bounded by ``max_size``, and check every base64
-    field, so a malformed envelope is refused here rather than half-used."""
+def decode_envelope(data: bytes, max_size: int = MAX_ENVELOPE_BYTES) -> DecodedEnvelope:
+    """Decode DSSE JSON bytes, bounded by ``max_size``, and check and decode every
+    base64 field, so a malformed envelope is refused here rather than half-used;
+    returns what it decoded, for :func:`verify`."""
     if len(data) > max_size:
         raise EnvelopeTooLargeError(f"envelope is {len(data)} bytes, more than {max_size}")
     try:
         envelope = msgspec.json.decode(data, type=Envelope)
     except msgspec.DecodeError as exc:
         raise MalformedEnvelopeError(f"not a DSSE envelope: {exc}") from exc
-    _decode(envelope)
-    return envelope
+    return _decode(envelope)
 
 
 def _check_trusted(trusted: Mapping[str, VerifyKey]) -> None:
@@ -260,7 +277,7 @@ def _check_trusted(trusted: Mapping[str, VerifyKey]) -> None:
 
 
 def verify(
-    envelope: Envelope,
+    envelope: Envelope | DecodedEnvelope,
     trusted: Mapping[str, VerifyKey],
     threshold: int = 1,
     expected_payload_type: str | None = None,
@@ -276,11 +293,11 @@ def verify(
     if threshold < 1:
         raise ValueError("threshold must be at least 1")
     _check_trusted(trusted)
-    decoded = _decode(envelope)
-    message = _pae(decoded.payload_type, decoded.payload)
+    decoded = envelope if isinstance(envelope, DecodedEnvelope) else _decode(envelope)
+    message = _pae(decoded.payload_type_bytes, decoded.raw_payload)
     accepted: set[str] = set()
     claimed_trusted = False
-    for key_id, signature in decoded.signatures:
+    for key_id, signature in decoded.raw_signatures:
         key = trusted.get(key_id)
         if key is None:
             continue
@@ -295,13 +312,13 @@ def verify(
         raise BelowThresholdError(
             f"{len(accepted)} distinct trusted keys verified, threshold is {threshold}"
         )
-    if expected_payload_type is not None and envelope.payload_type != expected_payload_type:
+    if expected_payload_type is not None and decoded.payload_type != expected_payload_type:
         raise PayloadTypeMismatchError(
-            f"payloadType {envelope.payload_type!r}, expected {expected_payload_type!r}"
+            f"payloadType {decoded.payload_type!r}, expected {expected_payload_type!r}"
         )
     return Verified(
-        payload_type=envelope.payload_type,
-        payload=decoded.payload,
+        payload_type=decoded.payload_type,
+        payload=decoded.raw_payload,
         key_ids=frozenset(accepted),
     )
 
@@ -315,7 +332,7 @@ def sign_struct(
 
 
 def open_struct(
-    envelope: Envelope,
+    envelope: Envelope | DecodedEnvelope,
     trusted: Mapping[str, VerifyKey],
     type_: type[T],
     payload_type: str,

@@ -16,7 +16,12 @@ from typing import Annotated, Any, Final, Literal, get_args
 
 import msgspec
 
-from subjects.canonical import IDENTITY_PATTERN, identity_of, sha256_identity, struct_identity
+from subjects.canonical import (
+    Identity,
+    identity_of,
+    sha256_identity,
+    struct_identity,
+)
 
 ENVELOPE_SCHEMA: Final = "smf.operation/1"
 
@@ -53,7 +58,6 @@ Surface = Literal[
     "mcp",
 ]
 
-Identity = Annotated[str, msgspec.Meta(pattern=IDENTITY_PATTERN)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 Evidence = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from subjects.canonical import IDENTITY_PATTERN, identity_of
+from subjects.canonical import Identity, identity_of
 from subjects.envelope import (
     CitationVerification,
     Classification,
@@ -25,7 +25,6 @@ from subjects.envelope import (
 from subjects.patterns import Code, ConnectorId, MessageId, Millis, OrderId, Token
 
 MAX_CONTENT_CHARS: Final = 512 * 1024
-Identity = Annotated[str, msgspec.Meta(pattern=IDENTITY_PATTERN)]
 
 
 class ActorContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -68,6 +68,11 @@ HEADER_SEQUENCE: Final = "Smf-Sequence"
 """Output chunks: 0, 1, 2, ... per stream; a gap, duplicate or reordering fails the stream."""
 HEADER_FINAL: Final = "Smf-Final"
 """Marks the signed close of an output stream (a request; the reply is the verdict)."""
+HEADER_SERVICE_ERROR_CODE: Final = "Nats-Service-Error-Code"
+HEADER_SERVICE_ERROR: Final = "Nats-Service-Error"
+"""The NATS service-error headers (the nats.micro convention, ADR-32): an error reply
+carries a status code and, as the description, our reason code (docs/SUBJECTS.md,
+"Error replies"). Declared here once for the gate, the runtime clients and tests."""
 DELIVERY_CONNECTOR_PREFIX: Final = "deliver"
 
 PAYLOAD_PROPOSAL: Final = "application/vnd.smf.proposal+json;v=1"

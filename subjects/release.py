@@ -47,7 +47,7 @@ from typing import Annotated, ClassVar, Final, Literal
 import msgspec
 
 from subjects import dsse
-from subjects.canonical import IDENTITY_PATTERN, sha256_identity
+from subjects.canonical import Identity, sha256_identity
 from subjects.dsse import Envelope
 from subjects.keys import KeyFileError, PublicKeyRecord, VerifyKey, verify_key_from_record
 from subjects.patterns import Millis
@@ -75,7 +75,6 @@ RELEASE_KEY_PATTERN: Final = re.compile(r"release\.\d{16}")
 
 # ``\Z``, not ``$``: in Python ``$`` also matches before a trailing newline.
 ReleaseId = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9._-]{0,127}\Z")]
-Identity = Annotated[str, msgspec.Meta(pattern=IDENTITY_PATTERN)]
 KeyId = Annotated[str, msgspec.Meta(pattern=r"^ed25519:[0-9a-f]{64}\Z")]
 SequenceNumber = Annotated[int, msgspec.Meta(ge=1, le=2**53 - 1)]
 

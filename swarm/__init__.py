@@ -15,7 +15,7 @@ the governed release. Reading order:
 - ``service``: ``smf.swarm.analyze`` on NATS, and ``analyze`` in-process.
 
 Swarm may import ``subjects`` and ``pipeline.core``, and ``service`` the
-``pipeline.stages.service`` helper; it never imports ``ops``, the gate's
+``pipeline.service`` helper; it never imports ``ops``, the gate's
 stages or stores, and the gate never imports Swarm. Rule-id validation stops
 invented citations; it does not prove that each sentence follows from the
 rule it cites (docs/SWARM.md).

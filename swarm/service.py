@@ -29,12 +29,12 @@ from nats.aio.client import Client
 from nats.micro.service import Service
 
 from pipeline.core.projection import AnalysisProjection
-from pipeline.stages.service import (
-    BusStage,
+from pipeline.service import (
     ConcurrentHandler,
     Endpoint,
-    StageHandler,
+    Handler,
     StageRefusal,
+    request,
     start_service,
 )
 from subjects.names import SWARM_ANALYZE
@@ -100,7 +100,7 @@ def analyze_handler(
     personas: Sequence[Persona] | None = None,
     *,
     deadline_s: float = DEFAULT_DEADLINE_S,
-) -> StageHandler:
+) -> Handler:
     """The endpoint's handler: request bytes -> canonical report bytes, or a refusal."""
 
     async def handle(data: bytes) -> bytes:
@@ -158,5 +158,5 @@ async def request_analysis(
     payload = msgspec.json.encode(
         AnalyzeRequest(schema=REQUEST_SCHEMA, question=question, facts=dict(facts), at_ms=at_ms)
     )
-    reply = await BusStage(nc, SWARM_ANALYZE).call(payload, timeout)
+    reply = await request(nc, SWARM_ANALYZE, payload, timeout)
     return decode_report(reply)

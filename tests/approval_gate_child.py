@@ -56,9 +56,11 @@ import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from ops.gateway import ClusterSettings, GateOptions, RunningGate, start_gate
+from ops.stack import gate_config
 from ops.state import StateDir
+from pipeline.assembly import ClusterSettings, RunningGate, start_gate
 from pipeline.stages.approvals import DeskError
+from pipeline.stages.contracts import DispatchReceipt, DispatchRequest
 
 TEST_PREFIX = "smf-test"
 
@@ -81,7 +83,7 @@ class ParkedDispatch:
     nc: Client
     subject: str
 
-    async def call(self, data: bytes, timeout: float) -> bytes:
+    async def call(self, request: DispatchRequest, timeout: float) -> DispatchReceipt:
         await self.nc.publish(self.subject, b"claimed")
         await self.nc.flush()
         await asyncio.Event().wait()
@@ -134,7 +136,7 @@ async def main(config: dict[str, object]) -> None:
     replicas = config.get("cluster_replicas")
     state = OwnLedgerState(Path(str(config["state"])), own_ledger=Path(str(config["ledger"])))
     running = await start_gate(
-        GateOptions(
+        gate_config(
             state=state,
             nats_url=str(config["url"]),
             co_located=True,

@@ -357,7 +357,7 @@ class Rogue:
 
     @staticmethod
     def _payload(data: bytes) -> dict[str, Any]:
-        decoded = msgspec.json.decode(base64.b64decode(decode_envelope(data).payload))
+        decoded = msgspec.json.decode(base64.b64decode(decode_envelope(data).envelope.payload))
         return decoded if isinstance(decoded, dict) else {}
 
     async def _propose(self, msg: Msg) -> None:

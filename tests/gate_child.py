@@ -22,9 +22,10 @@ import sys
 import threading
 from pathlib import Path
 
-from ops.gateway import GateOptions, start_gate
 from ops.logs import configure_logging
+from ops.stack import gate_config
 from ops.state import StateDir
+from pipeline.assembly import start_gate
 
 
 def _exit_with_parent() -> None:
@@ -36,7 +37,7 @@ async def main(config: dict[str, object]) -> None:
     threading.Thread(target=_exit_with_parent, daemon=True).start()
     configure_logging(json=True, level="warning")
     await start_gate(
-        GateOptions(
+        gate_config(
             state=StateDir(Path(str(config["state_dir"]))),
             nats_url=str(config["url"]),
             co_located=bool(config["co_located"]),

@@ -41,12 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from adapters.client import ProposalClient
 from ops.demo_script import actor
-from ops.gateway import GateOptions, start_gate
 from ops.logs import configure_logging
 from ops.natsserver import EmbeddedNatsServer
 from ops.releases import latest_in_inbox, publish_to_bucket
 from ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID, provision_runtime
+from ops.stack import gate_config
 from ops.state import StateDir, provision_demo
+from pipeline.assembly import start_gate
 from subjects import names
 from subjects.attestation import AttestationAck
 from subjects.keys import VerifyKey
@@ -131,7 +132,7 @@ class Harness:
         provision_runtime(self.state, runtime_pin="0.19.0")
         provision_runtime(self.state, SAFE_PRINCIPAL, SAFE_RUNTIME_ID, runtime_pin="0.19.0")
         self.gate = await start_gate(
-            GateOptions(state=self.state, nats_url=self.server.url, co_located=True)
+            gate_config(state=self.state, nats_url=self.server.url, co_located=True)
         )
         release = latest_in_inbox(self.state.release_inbox)
         assert release is not None

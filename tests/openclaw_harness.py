@@ -77,7 +77,7 @@ from tests.clocks import OffsetClock
 from tests.fake_openai import FakeOpenAI
 
 if TYPE_CHECKING:
-    from ops.gateway import RunningGate
+    from pipeline.assembly import RunningGate
 
 RUN_TIMEOUT_S = 240.0
 GATEWAY_START_S = 90.0
@@ -216,11 +216,12 @@ class Harness:
         if not gate:
             return
         # Imported here: the probe runs (no gate) must not depend on the gate's code.
-        from ops.gateway import GateOptions, start_gate  # noqa: PLC0415
         from ops.natsserver import EmbeddedNatsServer  # noqa: PLC0415
         from ops.releases import latest_in_inbox, publish_to_bucket  # noqa: PLC0415
         from ops.runtimes import provision_runtime  # noqa: PLC0415
+        from ops.stack import gate_config  # noqa: PLC0415
         from ops.state import StateDir, provision_demo  # noqa: PLC0415
+        from pipeline.assembly import start_gate  # noqa: PLC0415
 
         self.server = EmbeddedNatsServer(self.root / "nats").start()
         self.idle = EmbeddedNatsServer(self.root / "nats-idle").start()
@@ -237,7 +238,7 @@ class Harness:
         )
         self.runtime = runtime
         self.gate = await start_gate(
-            GateOptions(state=self.state, nats_url=self.server.url, co_located=True)
+            gate_config(state=self.state, nats_url=self.server.url, co_located=True)
         )
         # The gate's active release, in the bucket where the plugin verifies it itself.
         release = latest_in_inbox(self.state.release_inbox)

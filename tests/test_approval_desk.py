@@ -3,7 +3,7 @@
 Issue 4 ("The hold stage and the approvers' subjects", "Tests"); ARCHITECTURE.md,
 "Exact-action approval". Real nats-server (JetStream streams as the gate
 creates them), real SQLite files in a provisioned state directory, the full
-gate from ``ops.gateway.start_gate`` with its stages on the bus. Approvers are
+gate from ``pipeline.assembly.start_gate`` with its stages on the bus. Approvers are
 synthetic: :class:`adapters.approver.ApproverClient` with keys from the state
 directory's registry (plus a few extra principals written into it here). The
 gate's clock is a :class:`Clock` the test advances; the background sweep is
@@ -83,12 +83,12 @@ from adapters.client import ProposalClient
 from adapters.connector.sdk import ConnectorRunner, RunnerConfig
 from ops.compiler import compile_corpus, write_release
 from ops.demo_script import SCENARIOS
-from ops.gateway import GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
 from ops.projections import SCENARIO_CORPUS, load_policy_set, package_path
 from ops.runtimes import OPENCLAW_PRINCIPAL, OPENCLAW_RUNTIME_ID, provision_openclaw_runtime
-from ops.stack import example_connectors
+from ops.stack import example_connectors, gate_config
 from ops.state import ADAPTER_ID, DEMO_TENANT, RUNTIME_ID, StateDir, provision_demo
+from pipeline.assembly import RunningGate, start_gate
 from pipeline.core.projection import PolicySet
 from subjects import dsse, names
 from subjects.approvals import (
@@ -178,7 +178,7 @@ async def gate(
     state: StateDir, nats_server: EmbeddedNatsServer, clock: Clock
 ) -> AsyncIterator[RunningGate]:
     running = await start_gate(
-        GateOptions(state=state, nats_url=nats_server.url, clock=clock, sweep_seconds=3600.0)
+        gate_config(state=state, nats_url=nats_server.url, clock=clock, sweep_seconds=3600.0)
     )
     yield running
     await asyncio.wait_for(running.close(), CLOSE_TIMEOUT_S)  # a hang fails, loudly
@@ -369,7 +369,7 @@ def resolution_bytes(
 
 def with_payload(signed: bytes, **changes: Any) -> bytes:
     """The same signatures over a payload with ``changes``: a tampered resolution."""
-    envelope = dsse.decode_envelope(signed)
+    envelope = dsse.decode_envelope(signed).envelope
     payload = json.loads(base64.b64decode(envelope.payload))
     payload.update(changes)
     forged = base64.b64encode(canonical_bytes(payload)).decode()

@@ -69,9 +69,10 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 
-from ops.gateway import GateOptions, start_gate
 from ops.natsserver import EmbeddedNatsServer
+from ops.stack import gate_config
 from ops.state import StateDir
+from pipeline.assembly import start_gate
 from pipeline.stores.approvals import ApprovalStore
 from pipeline.stores.approvals_sqlite import SqliteApprovalStore
 from subjects import names
@@ -327,7 +328,7 @@ async def race_one_claim(
 async def restarted_gate(state: StateDir, url: str) -> AsyncIterator[None]:
     """A fresh gate on the same state directory: its start-up recovery runs first."""
     running = await start_gate(
-        GateOptions(state=state, nats_url=url, clock=Clock(), sweep_seconds=3600.0)
+        gate_config(state=state, nats_url=url, clock=Clock(), sweep_seconds=3600.0)
     )
     try:
         yield

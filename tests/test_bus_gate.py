@@ -11,9 +11,10 @@ from nats.aio.client import Client
 
 from adapters.client import ProposalClient
 from ops.demo_script import SCENARIOS
-from ops.gateway import GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
+from ops.stack import gate_config
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from pipeline.assembly import RunningGate, start_gate
 from subjects import names
 
 
@@ -29,7 +30,7 @@ async def gate(
     request: pytest.FixtureRequest, state: StateDir, nats_server: EmbeddedNatsServer
 ) -> AsyncIterator[RunningGate]:
     running = await start_gate(
-        GateOptions(state=state, nats_url=nats_server.url, co_located=request.param)
+        gate_config(state=state, nats_url=nats_server.url, co_located=request.param)
     )
     yield running
     await running.close()

@@ -48,13 +48,13 @@ from nats.js.client import JetStreamContext
 from adapters.client import ProposalClient
 from ops.demo_script import SCENARIOS, ScriptedAction
 from ops.demo_script import actor as demo_actor
-from ops.gateway import GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
+from ops.stack import gate_config
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
-from pipeline.core.normalize import Normalized
+from pipeline.assembly import RunningGate, start_gate
 from pipeline.core.policy import NO_REQUIREMENTS
+from pipeline.service import STAGE_MAC_HEADER, StageRefusal
 from pipeline.stages.contracts import DispatchRequest, EvaluateRequest
-from pipeline.stages.service import STAGE_MAC_HEADER, StageRefusal
 from pipeline.stores.claims import ClaimState, ProposalClaims
 from pipeline.stores.sqlite_worker import StoreUnavailable
 from subjects import dsse, names
@@ -91,7 +91,7 @@ class GateStarter:
 
     async def __call__(self, co_located: bool = False) -> RunningGate:
         gate = await start_gate(
-            GateOptions(state=self.state, nats_url=self.url, co_located=co_located)
+            gate_config(state=self.state, nats_url=self.url, co_located=co_located)
         )
         self.started.append(gate)
         return gate
@@ -362,7 +362,7 @@ async def test_an_order_already_published_is_answered_allow_when_the_settle_fail
 
 def _tampered(runtime: ProposalClient, state: StateDir) -> bytes:
     proposal = deletion(runtime, "doc-1207")
-    envelope = dsse.decode_envelope(runtime.sign(proposal))
+    envelope = dsse.decode_envelope(runtime.sign(proposal)).envelope
     forged = canonical_bytes(
         {**msgspec.to_builtins(proposal), "arguments": {"document_id": "doc-4711"}}
     )
@@ -522,7 +522,7 @@ async def test_oversized_proposal_is_refused_by_the_gate_before_parsing(
     config = tmp_path / "big.conf"
     config.write_text("max_payload: 4194304\n")
     with EmbeddedNatsServer(tmp_path / "big", config_file=config) as server:
-        gate = await start_gate(GateOptions(state=state, nats_url=server.url))
+        gate = await start_gate(gate_config(state=state, nats_url=server.url))
         nc = await nats.connect(server.url)
         try:
             runtime = runtime_client(nc, state)
@@ -584,7 +584,7 @@ async def test_arguments_without_canonical_form_are_refused_by_normalization(
     value = msgspec.to_builtins(deletion(runtime, "doc-1207"))
     value["arguments"]["fraction"] = 0.5
     with pytest.raises(StageRefusal) as refused:
-        await gate.gate.normalize.call(msgspec.json.encode(value), 5.0)
+        await gate.gate.normalize.call(msgspec.convert(value, Proposal), 5.0)
     assert refused.value.reason_code == "arguments_not_canonical"
     assert await execute_count(gate.js) == 0
 
@@ -671,8 +671,7 @@ class RogueEvaluator:
             await self.nc.publish(msg.reply, self.captured.data, headers=self.captured.headers)
         else:
             request = msgspec.json.decode(msg.data, type=EvaluateRequest)
-            normalized: Normalized = request.normalized
-            forged = _forged_allow(normalized.operation_hash, request.operation_id)
+            forged = _forged_allow(request.operation_hash, request.operation_id)
             await msg.respond(json.dumps(forged).encode())
         self.answered += 1
 

@@ -2,7 +2,7 @@
 
 The claim store would grow forever if nothing pruned it; the gate prunes claims
 older than :attr:`GateSettings.claim_retention_ms` (``Gate.prune_claims``, run by
-``ops.gateway`` every ``claim_prune_seconds``). The invariant attacked here: a
+``pipeline.assembly`` every ``claim_prune_seconds``). The invariant attacked here: a
 replay that still passes the freshness check always meets its claim (refused
 ``duplicate_proposal``), and a replay after the retention is refused as
 ``stale_proposal``; in no case a second order.
@@ -28,9 +28,10 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from nats.aio.client import Client
 
-from ops.gateway import GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
+from ops.stack import gate_config
 from ops.state import StateDir
+from pipeline.assembly import RunningGate, start_gate
 from pipeline.stages.gate import GateSettings
 from pipeline.stores.claims import ClaimState, ProposalClaims, StoreUnavailable
 from tests.bus_helpers import wait_for
@@ -118,7 +119,7 @@ async def gate(
     state: StateDir, nats_server: EmbeddedNatsServer, clock: FrozenClock
 ) -> AsyncIterator[RunningGate]:
     running = await start_gate(
-        GateOptions(state=state, nats_url=nats_server.url, clock=clock, claim_prune_seconds=0.05)
+        gate_config(state=state, nats_url=nats_server.url, clock=clock, claim_prune_seconds=0.05)
     )
     yield running
     await running.close()

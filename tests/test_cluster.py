@@ -55,9 +55,9 @@ from nats.js.api import StorageType, StreamConfig, StreamInfo
 from adapters.connectors.dms import DELETED_DIR
 from adapters.output import OutputStreamer, new_stream_id
 from ops.cluster import LocalNatsCluster
-from ops.gateway import ClusterSettings, GateOptions, RunningGate, start_gate
-from ops.stack import seed_demo_documents
+from ops.stack import gate_config, seed_demo_documents
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
+from pipeline.assembly import ClusterSettings, RunningGate, start_gate
 from pipeline.stores.approvals_kv import KvApprovalStore
 from subjects import names
 from subjects.keys import VerifyKey
@@ -371,7 +371,7 @@ async def gates_in_process(
             own = OwnLedgerState(state.root, own_ledger=state.root / f"{name}-ledger.db")
             running.append(
                 await start_gate(
-                    GateOptions(
+                    gate_config(
                         state=own,
                         nats_url=cluster.urls[index],
                         co_located=True,
@@ -439,7 +439,7 @@ async def test_a_cluster_gate_refuses_a_stream_with_fewer_replicas(
     provision_with_extra_approvers(state)
     with pytest.raises(RuntimeError, match="has 1 replica"):
         await start_gate(
-            GateOptions(
+            gate_config(
                 state=state,
                 nats_url=nats_cluster.seeds,
                 co_located=True,

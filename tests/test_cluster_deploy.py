@@ -41,10 +41,8 @@ from adapters.client import ProposalClient
 from ops.cli import build_parser, main
 from ops.cluster import NODE_VARIABLES, LocalNatsCluster, nats_servers, seed_urls
 from ops.commands.demo import ReportWatch
-from ops.commands.up import _serve as serve_until_stopped
 from ops.commands.up import check_flags
 from ops.demo_script import SCENARIOS
-from ops.gateway import ClusterSettings, GateOptions
 from ops.natsserver import (
     EmbeddedNatsServer,
     NatsServerError,
@@ -54,6 +52,8 @@ from ops.natsserver import (
 )
 from ops.stack import Connectors, seed_demo_documents
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
+from ops.supervisor import serve_until_stopped
+from pipeline.assembly import ClusterSettings, GateConfig
 from subjects import names
 from subjects.keys import load_private_key
 from subjects.registry import load_registry
@@ -632,9 +632,9 @@ def test_up_hands_the_cluster_flags_and_the_seed_list_to_the_gate(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    given: list[GateOptions] = []
+    given: list[GateConfig] = []
 
-    async def start_gate(options: GateOptions) -> Any:
+    async def start_gate(options: GateConfig) -> Any:
         given.append(options)
         raise RuntimeError("stopped before the gate starts")
 
@@ -650,7 +650,7 @@ def test_up_hands_the_cluster_flags_and_the_seed_list_to_the_gate(
     (options,) = given
     assert options.cluster == cluster
     assert options.name == name
-    assert options.nats_url == f"nats://127.0.0.1:1,{nats_server.url}"
+    assert options.servers == ("nats://127.0.0.1:1", nats_server.url)
 
 
 def test_up_connectors_only_refuses_a_state_dir_the_gates_were_not_provisioned_with(

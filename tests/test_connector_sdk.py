@@ -233,7 +233,7 @@ def read_record(state_dir: Path, order_id: str) -> tuple[Any, ...]:
 
 def tampered(signed: bytes, order: ExecuteOrder, **changes: Any) -> bytes:
     """The gate's signatures over ``order``, on a payload with ``changes``."""
-    envelope = decode_envelope(signed)
+    envelope = decode_envelope(signed).envelope
     forged = msgspec.structs.replace(order, **changes)
     payload = base64.b64encode(msgspec.json.encode(forged)).decode()
     return encode_envelope(

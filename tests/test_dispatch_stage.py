@@ -18,10 +18,11 @@ from ops.projections import load_policy_set
 from ops.scenarios_catalog import load_scenarios
 from pipeline.core.decision import Decision
 from pipeline.core.evaluator import evaluate
-from pipeline.stages.contracts import DispatchReceipt, DispatchRequest
+from pipeline.service import StageRefusal
+from pipeline.stages.contracts import DispatchRequest
 from pipeline.stages.dispatch import DispatchStage
-from pipeline.stages.service import StageRefusal
 from pipeline.stages.streams import ensure_gate_streams
+from pipeline.stages.transport import serve
 from subjects import dsse, names
 from subjects.keys import generate_signing_key
 from subjects.messages import ExecuteOrder
@@ -32,17 +33,17 @@ def decision_for(name: str) -> Decision:
     return evaluate(scenario.envelope, load_policy_set(), at_ms=1_780_000_000_000)
 
 
-def request(decision: Decision, approval_id: str | None = None) -> bytes:
-    return msgspec.json.encode(
-        DispatchRequest(
-            decision=decision,
-            connector_id="court-efiling",
-            native_tool="court_efile",
-            arguments={"court": "sdny"},
-            content="text",
-            destination_address="sdny",
-            approval_id=approval_id,
-        )
+def request(
+    decision: Decision, approval_id: str | None = None, connector_id: str = "court-efiling"
+) -> DispatchRequest:
+    return DispatchRequest(
+        decision=decision,
+        connector_id=connector_id,
+        native_tool="court_efile",
+        arguments={"court": "sdny"},
+        content="text",
+        destination_address="sdny",
+        approval_id=approval_id,
     )
 
 
@@ -75,10 +76,13 @@ async def test_malformed_and_bad_connector_requests_are_refused(nc: Client) -> N
     js = nc.jetstream()
     await ensure_gate_streams(js)
     stage = DispatchStage(js, generate_signing_key(), lambda: 0)
-    for data in (b"{}", request(allowed_decision()).replace(b"court-efiling", b"court.efiling")):
-        with pytest.raises(StageRefusal) as refused:
-            await stage(data)
-        assert refused.value.reason_code == "malformed_stage_request"
+    with pytest.raises(StageRefusal) as refused:
+        await serve(stage, DispatchRequest)(b"{}")
+    assert refused.value.reason_code == "malformed_stage_request"
+    with pytest.raises(StageRefusal) as refused:
+        await stage(request(allowed_decision(), connector_id="court.efiling"))
+    assert refused.value.reason_code == "malformed_stage_request"
+    assert (await js.stream_info(names.EXECUTE_STREAM)).state.messages == 0
 
 
 async def test_an_allowed_decision_becomes_one_signed_order(nc: Client) -> None:
@@ -87,8 +91,8 @@ async def test_an_allowed_decision_becomes_one_signed_order(nc: Client) -> None:
     key = generate_signing_key()
     stage = DispatchStage(js, key, lambda: 1_000)
     decision = allowed_decision()
-    receipt = msgspec.json.decode(await stage(request(decision)), type=DispatchReceipt)
-    again = msgspec.json.decode(await stage(request(decision)), type=DispatchReceipt)
+    receipt = await stage(request(decision))
+    again = await stage(request(decision))
     assert again.order_id == receipt.order_id
     assert again.duplicate is True
     msg = await js.get_msg(names.EXECUTE_STREAM, receipt.stream_seq)

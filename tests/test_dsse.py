@@ -97,7 +97,7 @@ def test_round_trip_through_bytes() -> None:
 
     verified = verify(decoded, _trusted(ALICE), expected_payload_type=PAYLOAD_TYPE)
 
-    assert decoded == envelope
+    assert decoded.envelope == envelope
     assert verified == Verified(
         payload_type=PAYLOAD_TYPE, payload=PAYLOAD, key_ids=frozenset({ALICE.key_id})
     )

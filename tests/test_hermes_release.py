@@ -44,7 +44,6 @@ from adapters.client import ProposalClient
 from adapters.hermes import plugin
 from adapters.hermes.release import ReleaseVerifier
 from ops.demo_script import actor
-from ops.gateway import GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
 from ops.projections import SCENARIO_CORPUS, package_path
 from ops.releases import (
@@ -55,7 +54,9 @@ from ops.releases import (
     unverified_manifest,
 )
 from ops.runtimes import HERMES_PRINCIPAL, provision_runtime
+from ops.stack import gate_config
 from ops.state import RELEASE_SIGNER, StateDir, provision_demo
+from pipeline.assembly import RunningGate, start_gate
 from pipeline.core.release_trust import (
     BadReleaseSignatureError,
     ExpiredReleaseError,
@@ -382,7 +383,7 @@ async def bare_gate(
 ) -> AsyncIterator[RunningGate]:
     """A gate on its inbox release; the bucket is left empty."""
     running = await start_gate(
-        GateOptions(
+        gate_config(
             state=state, nats_url=nats_server.url, co_located=True, clock=clock, sweep_seconds=3600
         )
     )

@@ -39,11 +39,12 @@ from nats.js.client import JetStreamContext
 from adapters.approver import ApproverClient
 from adapters.connectors.court_efiling import Filing
 from adapters.hermes import plugin, tools
-from ops.gateway import GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
 from ops.releases import latest_in_inbox, publish_to_bucket
 from ops.runtimes import provision_runtime
+from ops.stack import gate_config
 from ops.state import StateDir, provision_demo
+from pipeline.assembly import RunningGate, start_gate
 from subjects import dsse, names
 from subjects.messages import ExecuteOrder, Verdict
 from subjects.registry import load_registry
@@ -86,7 +87,7 @@ def state(tmp_path: Path) -> StateDir:
 @pytest.fixture
 async def gate(state: StateDir, nats_server: EmbeddedNatsServer) -> AsyncIterator[RunningGate]:
     running = await start_gate(
-        GateOptions(
+        gate_config(
             state=state,
             nats_url=nats_server.url,
             co_located=True,

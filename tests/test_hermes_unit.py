@@ -38,7 +38,6 @@ from adapters.hermes import mapping, plugin
 from adapters.hermes.attestation import hook_presence, streaming_settings
 from adapters.hermes.bridge import Bridge, BridgeError
 from ops.demo_script import actor
-from ops.gateway import GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
 from ops.releases import latest_in_inbox, publish_to_bucket, unverified_manifest
 from ops.runtimes import (
@@ -47,7 +46,9 @@ from ops.runtimes import (
     load_attestation_requirements,
     provision_runtime,
 )
+from ops.stack import gate_config
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from pipeline.assembly import RunningGate, start_gate
 from pipeline.stages.attestation import AttestationDesk
 from subjects import names
 from subjects.attestation import AttestationAck, StreamingSetting
@@ -147,7 +148,7 @@ async def gate(
     state: StateDir, nats_server: EmbeddedNatsServer, clock: Clock
 ) -> AsyncIterator[RunningGate]:
     running = await start_gate(
-        GateOptions(
+        gate_config(
             state=state,
             nats_url=nats_server.url,
             co_located=True,

@@ -4,7 +4,7 @@ Issue 10. The plugin (``adapters/openclaw``, TypeScript) is built by
 ``adapters/openclaw/scripts/build.sh`` and loaded by a Node 24 child process
 (``adapters/openclaw/test/driver.mjs``) exactly as OpenClaw loads it: the
 default export's ``register(api)`` against a stand-in for the part of the
-plugin API it uses. The gate is ``ops.gateway.start_gate`` with all its stages
+plugin API it uses. The gate is ``pipeline.assembly.start_gate`` with all its stages
 on a real nats-server on 127.0.0.1 and real SQLite files; the runtime key is
 provisioned by ``ops.runtimes.provision_openclaw_runtime``; the approver is
 synthetic (``adapters.approver.ApproverClient``, the demo's attorney).
@@ -81,7 +81,6 @@ from nats.aio.msg import Msg
 
 from adapters.approver import ApproverClient, ApproverError
 from adapters.client import ProposalClient
-from ops.gateway import GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
 from ops.releases import latest_in_inbox, publish_to_bucket, unverified_manifest
 from ops.runtimes import (
@@ -90,7 +89,9 @@ from ops.runtimes import (
     OPENCLAW_RUNTIME_ID,
     provision_openclaw_runtime,
 )
+from ops.stack import gate_config
 from ops.state import DEMO_TENANT, RELEASE_SIGNER, StateDir, provision_demo
+from pipeline.assembly import RunningGate, start_gate
 from subjects import dsse, names
 from subjects.approvals import PendingAnnouncement, approval_id_for
 from subjects.attestation import AttestationAck
@@ -179,7 +180,7 @@ async def gate(
     state: StateDir, nats_server: EmbeddedNatsServer, clock: OffsetClock
 ) -> AsyncIterator[RunningGate]:
     running = await start_gate(
-        GateOptions(state=state, nats_url=nats_server.url, clock=clock, sweep_seconds=3600.0)
+        gate_config(state=state, nats_url=nats_server.url, clock=clock, sweep_seconds=3600.0)
     )
     release = latest_in_inbox(state.release_inbox)
     assert release is not None

@@ -28,9 +28,10 @@ from nats.aio.msg import Msg
 from adapters.output import OutputStreamer, new_stream_id
 from ops.cli import main
 from ops.demo_script import actor
-from ops.gateway import GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
+from ops.stack import gate_config
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from pipeline.assembly import RunningGate, start_gate
 from pipeline.stages.buffer import BufferLimits
 from subjects import names
 from subjects.messages import DataFacts, OutputVerdict, ProposedDestination, Verdict
@@ -75,7 +76,7 @@ async def gate(
     state: StateDir, nats_server: EmbeddedNatsServer, clock: Clock
 ) -> AsyncIterator[RunningGate]:
     running = await start_gate(
-        GateOptions(
+        gate_config(
             state=state,
             nats_url=nats_server.url,
             co_located=True,
@@ -343,13 +344,13 @@ async def test_a_flood_of_streams_is_refused_not_absorbed(
 async def test_a_restarted_buffer_drops_streams_in_flight(
     state: StateDir, nats_server: EmbeddedNatsServer, nc: Client
 ) -> None:
-    first = await start_gate(GateOptions(state=state, nats_url=nats_server.url, co_located=True))
+    first = await start_gate(gate_config(state=state, nats_url=nats_server.url, co_located=True))
     stream_id = new_stream_id()
     await publish(nc, stream_id, 0, b"half of a ")
     await nc.flush()
     await asyncio.sleep(0.1)
     await first.close()
-    second = await start_gate(GateOptions(state=state, nats_url=nats_server.url, co_located=True))
+    second = await start_gate(gate_config(state=state, nats_url=nats_server.url, co_located=True))
     try:
         await publish(nc, stream_id, 1, b"response")
         await nc.flush()
@@ -374,7 +375,7 @@ async def test_unsigned_close_is_refused(gate: RunningGate, nc: Client) -> None:
 async def test_hundred_interleaved_streams_reassemble_exactly(
     state: StateDir, nats_server: EmbeddedNatsServer, nc: Client
 ) -> None:
-    running = await start_gate(GateOptions(state=state, nats_url=nats_server.url, co_located=True))
+    running = await start_gate(gate_config(state=state, nats_url=nats_server.url, co_located=True))
     try:
         out = streamer(nc, state)
         texts = {new_stream_id(): f"reply {n}: " + secrets.token_hex(40) for n in range(100)}

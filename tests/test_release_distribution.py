@@ -40,7 +40,6 @@ from structlog.testing import capture_logs
 from adapters.client import ProposalClient
 from ops.cli import main
 from ops.demo_script import SCENARIOS
-from ops.gateway import GateOptions, RunningGate, _desk_policy_set, start_gate
 from ops.logs import configure_logging
 from ops.natsserver import EmbeddedNatsServer
 from ops.releases import (
@@ -60,6 +59,7 @@ from ops.releases import (
     write_release_dir,
     write_trust_root,
 )
+from ops.stack import gate_config
 from ops.state import (
     ADAPTER_ID,
     RELEASE_SIGNER,
@@ -68,11 +68,15 @@ from ops.state import (
     provision_demo,
     refresh_demo_release,
 )
+from pipeline.assembly import RunningGate, start_gate
+from pipeline.assembly.gate import _desk_policy_set
 from pipeline.core.release_trust import ExpiredReleaseError, NoVerifiedReleaseError, TrustedTime
+from pipeline.service import StageRefusal
 from pipeline.stages.approvals import DeskError
+from pipeline.stages.contracts import EvaluateRequest
 from pipeline.stages.decide import EvaluateStage
 from pipeline.stages.releases import ReleaseWatcher, ensure_release_bucket
-from pipeline.stages.service import StageRefusal
+from pipeline.stages.transport import serve
 from pipeline.stores.release_state import ReleaseStateStore, StoreUnavailable
 from subjects.keys import SigningKey, generate_signing_key, public_record, write_private_key
 from subjects.messages import Verdict
@@ -201,7 +205,7 @@ async def gates(nats_server: EmbeddedNatsServer) -> AsyncIterator[GateFactory]:
         options.setdefault("co_located", True)
         options.setdefault("sweep_seconds", 3600.0)
         options.setdefault("release_tick_seconds", 0.2)
-        running = await start_gate(GateOptions(state=state, nats_url=nats_server.url, **options))
+        running = await start_gate(gate_config(state=state, nats_url=nats_server.url, **options))
         started.append(running)
         return running
 
@@ -584,7 +588,9 @@ async def test_unreadable_or_oversized_inbox_files_are_refused(
 async def test_the_evaluate_stage_and_desk_fail_closed_without_a_release() -> None:
     stage = EvaluateStage(None, now_ms)
     with pytest.raises(StageRefusal) as refusal:
-        await stage(msgspec.json.encode({"normalized": {}, "operation_id": "x"}))
+        await serve(stage, EvaluateRequest)(
+            msgspec.json.encode({"envelope": {}, "operation_id": "x"})
+        )
     assert refusal.value.reason_code == "malformed_stage_request"
 
     def expired() -> Any:
@@ -603,7 +609,7 @@ async def test_a_projection_dir_cannot_bypass_a_trust_root(
 ) -> None:
     with pytest.raises(ValueError, match="bypass"):
         await start_gate(
-            GateOptions(state=state, nats_url=nats_server.url, projection_dir=tmp_path)
+            gate_config(state=state, nats_url=nats_server.url, projection_dir=tmp_path)
         )
 
 

@@ -31,7 +31,7 @@ from ops.projections import SCENARIO_ENVELOPES, SCENARIO_PROJECTION, load_policy
 from ops.releases import read_release_dir, write_release_dir, write_trust_root
 from ops.scenarios_catalog import load_scenarios
 from pipeline.core.evaluator import evaluate
-from pipeline.stages.service import StageRefusal
+from pipeline.service import StageRefusal
 from subjects.canonical import canonical_bytes
 from subjects.keys import generate_signing_key, write_private_key
 from subjects.names import SWARM_ANALYZE
@@ -237,7 +237,7 @@ def _imports(path: Path) -> set[str]:
 
 def test_layering_swarm_and_gate_do_not_import_each_other() -> None:
     for path in sorted((ROOT / "swarm").glob("*.py")):
-        allowed = {"pipeline.stages.service"} if path.name == "service.py" else set()
+        allowed = {"pipeline.service"} if path.name == "service.py" else set()
         for name in _imports(path) - allowed:
             assert not name.startswith(("ops", "pipeline.stages", "pipeline.stores", "adapters")), (
                 f"{path.name} imports {name}"

@@ -49,10 +49,11 @@ from nats.js.api import StorageType, StreamConfig
 from adapters.client import ProposalClient
 from ops.bench.stats import Summary, summarize
 from ops.demo_script import actor
-from ops.gateway import GateOptions, start_gate
 from ops.natsserver import EmbeddedNatsServer
 from ops.output import Progress
+from ops.stack import gate_config
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from pipeline.assembly import start_gate
 from pipeline.stores.claims import ClaimStore
 from pipeline.stores.ledger import Ledger
 from pipeline.stores.ledger_schema import EvidenceEntry
@@ -328,7 +329,7 @@ async def _measure(
 
         # 2-4. The gate, stages over the bus and co-located.
         for co_located, mode in MODES:
-            gate = await start_gate(GateOptions(state=state, nats_url=url, co_located=co_located))
+            gate = await start_gate(gate_config(state, url, co_located=co_located))
             try:
                 kinds = (("allow", proposals.allows), ("deny", proposals.denials))
                 for outcome, make in kinds:

@@ -31,10 +31,11 @@ from nats.aio.msg import Msg
 from adapters.output import OutputStreamer
 from ops.bench.stats import Summary, summarize
 from ops.demo_script import actor
-from ops.gateway import GateOptions, start_gate
 from ops.natsserver import EmbeddedNatsServer
 from ops.output import Progress
+from ops.stack import gate_config
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from pipeline.assembly import start_gate
 from subjects.messages import DataFacts, ProposedDestination
 
 SIZES: Final = (4 * 1024, 256 * 1024)
@@ -72,7 +73,7 @@ async def _measure(root: Path, rounds: int, progress: Progress) -> OutputResult:
     server = EmbeddedNatsServer(root / "nats").start()
     state = StateDir(root / "state")
     provision_demo(state)
-    gate = await start_gate(GateOptions(state=state, nats_url=server.url, co_located=True))
+    gate = await start_gate(gate_config(state, server.url, co_located=True))
     nc = await nats.connect(server.url)
     buffers: dict[str, list[bytes]] = {}
 

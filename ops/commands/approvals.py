@@ -42,10 +42,10 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from adapters.approver import ApproverClient, ApproverError, content_matches
+from ops.bus import bus_url, connect_bus
 from ops.commands.decide import format_instant
-from ops.commands.up import bus_url, connect_bus, first_line
 from ops.logs import configure_logging
-from ops.output import emit_json, fail, say, table
+from ops.output import emit_json, fail, first_line, say, table
 from subjects import names
 from subjects.approvals import (
     ApprovalView,

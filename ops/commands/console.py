@@ -27,10 +27,10 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from ops.commands.up import LOG_LEVELS, bus_url, connect_bus, first_line
+from ops.bus import bus_url, connect_bus
 from ops.console.server import ConsoleSettings, RunningConsole, start_console
-from ops.logs import configure_logging
-from ops.output import emit_json, fail, say
+from ops.logs import LOG_LEVELS, configure_logging
+from ops.output import emit_json, fail, first_line, say
 from ops.state import StateDir, default_state_dir
 from subjects.registry import RegistryError, load_registry
 

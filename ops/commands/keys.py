@@ -16,8 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from ops.commands.up import first_line
-from ops.output import emit_json, fail, table
+from ops.output import emit_json, fail, first_line, table
 from subjects.keys import (
     KeyFileError,
     PublicKeyRecord,

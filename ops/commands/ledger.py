@@ -29,9 +29,9 @@ import msgspec
 from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
-from ops.commands.up import bus_url, connect_bus, first_line
+from ops.bus import bus_url, connect_bus
 from ops.logs import configure_logging
-from ops.output import CommandError, emit_json, fail, say, table
+from ops.output import CommandError, emit_json, fail, first_line, say, table
 from ops.state import StateDir, default_state_dir
 from pipeline.stores.ledger import (
     EvidenceStoreUnavailable,

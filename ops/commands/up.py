@@ -19,7 +19,7 @@ Issue 3, "Running it". What this command promises an operator:
 
 Issue 11, a cluster deployment (docker-compose.yml, README "Running on a
 cluster"): ``--nats`` takes the seeds of a NATS cluster, ``URL,URL,...``;
-``--cluster`` runs the gate as one replica of several (``GateOptions.cluster``,
+``--cluster`` runs the gate as one replica of several (``GateConfig.cluster``,
 ``--replicas`` copies of each stream and bucket), named by ``--gate-name``;
 ``--connectors-only`` runs the example connectors alone against the gates'
 cluster. A combination that cannot work is refused with its reason before
@@ -31,28 +31,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import fcntl
-import os
 import signal
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-import nats
 import structlog
-from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from ops.cluster import nats_servers, seed_urls
-from ops.gateway import ClusterSettings
-from ops.logs import configure_logging
-from ops.natsserver import EmbeddedNatsServer
-from ops.output import emit_json, fail, say
-from ops.stack import Connectors, Stack, start_connectors, start_stack
+from ops.bus import connect_bus, nats_url_path, write_url
+from ops.cluster import seed_urls
+from ops.logs import LOG_LEVELS, configure_logging
+from ops.output import emit_json, fail, first_line, say
+from ops.stack import start_connectors, start_stack
 from ops.state import CONNECTORS, StateDir, default_state_dir, provision_demo
+from ops.supervisor import Running, embedded, exclusive, serve_until_stopped, shutdown
+from pipeline.assembly import ClusterSettings
 from pipeline.core.projection import ProjectionError
 from pipeline.stores.ledger import EvidenceError
 from subjects import names
@@ -60,15 +54,6 @@ from subjects.keys import KeyFileError
 
 log = structlog.get_logger(__name__)
 
-NATS_URL_FILE: Final = "nats.url"
-"""Written by ``up`` once the gate serves, removed when it stops."""
-LOCK_FILE: Final = "up.lock"
-WATCH_SECONDS: Final = 0.5
-"""How often ``up`` checks that its embedded nats-server is still alive."""
-CONNECT_TIMEOUT_SECONDS: Final = 2.0
-STOP_TIMEOUT_SECONDS: Final = 20.0
-"""Stack.stop() waits up to 5 s for connectors to finish an order in hand."""
-LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 DEFAULT_REPLICAS: Final = 3
 MAX_REPLICAS: Final = 5
 """JetStream keeps at most five copies of a stream."""
@@ -184,93 +169,7 @@ def check_flags(args: argparse.Namespace) -> None:
         fail("--cluster needs --nats: the embedded nats-server is a single node", 2)
 
 
-# --- finding the bus: shared with the approvals and ledger commands ----------
-
-
-def nats_url_path(root: Path) -> Path:
-    return root / NATS_URL_FILE
-
-
-def bus_url(nats_url: str | None, state_dir: Path | None) -> str:
-    """``--nats`` wins; else the URL a running ``up`` wrote into the state dir."""
-    if nats_url:
-        return nats_url
-    path = nats_url_path(state_dir or default_state_dir())
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
-        fail(f"no NATS URL: pass --nats URL, or start `smf-assurance up` first (no {path})")
-    except OSError as exc:
-        fail(f"cannot read {path}: {exc.strerror}")
-    if not text:
-        fail(f"no NATS URL in {path}")
-    return text
-
-
-async def _quiet(_exc: Exception) -> None:
-    """nats-py's default error callback logs a traceback per failed attempt;
-    a command reports its one line instead."""
-
-
-async def connect_bus(url: str, name: str) -> Client:
-    """One short connection attempt, no reconnect loop: a command fails fast.
-
-    nats-py retries forever with ``allow_reconnect=False`` alone; a bounded
-    ``max_reconnect_attempts`` is what makes an unreachable server an error.
-    ``url`` may be a cluster's seeds, ``URL,URL,...``: any one that answers will do.
-    """
-    try:
-        return await nats.connect(
-            nats_servers(url),
-            name=name,
-            allow_reconnect=False,
-            max_reconnect_attempts=1,
-            reconnect_time_wait=0.1,
-            connect_timeout=CONNECT_TIMEOUT_SECONDS,
-            error_cb=_quiet,
-        )
-    except (OSError, NatsError, ValueError) as exc:
-        fail(f"cannot connect to NATS at {url}: {first_line(exc)}")
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 # --- up ------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _exclusive(state: StateDir) -> Iterator[None]:
-    """Hold ``<state>/up.lock`` for the life of this process.
-
-    ``flock`` is released by the kernel when the process dies, so a crashed
-    ``up`` never leaves the directory locked; the embedded server does not
-    inherit the descriptor (``close_fds``), so it cannot keep the lock either.
-    """
-    path = state.root / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fail(f"another `smf-assurance up` is running on {state.root}")
-        yield
-    finally:
-        os.close(fd)
-
-
-def _write_url(state: StateDir, url: str) -> None:
-    """Atomic: a reader sees the whole URL or no file, never half a line."""
-    target = nats_url_path(state.root)
-    partial = target.with_name(f".{NATS_URL_FILE}.{os.getpid()}")
-    partial.write_text(url + "\n", encoding="utf-8")
-    partial.replace(target)
-
-
-Running = Stack | Connectors
-"""What ``up`` runs: the gate (with or without connectors), or connectors only."""
 
 
 def _cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
@@ -311,12 +210,8 @@ async def _start(state: StateDir, args: argparse.Namespace) -> Running:
         fail(f"cannot start {what}: {first_line(exc)}")
 
 
-def _embedded(running: Running) -> EmbeddedNatsServer | None:
-    return running.server if isinstance(running, Stack) else None
-
-
 def _announce(running: Running, args: argparse.Namespace) -> None:
-    server = _embedded(running)
+    server = embedded(running)
     server_pid = server.pid if server is not None else None
     connectors = [] if args.no_connectors else list(CONNECTORS)
     stages = "none" if args.connectors_only else "bus" if args.bus_stages else "co-located"
@@ -346,70 +241,6 @@ def _announce(running: Running, args: argparse.Namespace) -> None:
     sys.stdout.flush()
 
 
-def _broken(running: Running) -> str | None:
-    """Why what ``up`` runs can no longer serve, if it cannot."""
-    server = _embedded(running)
-    if server is not None and not server.running:
-        return "the embedded nats-server exited; the gate stopped"
-    if isinstance(running, Connectors) and (running.nc is None or running.nc.is_closed):
-        # nats-py gives up reconnecting after a while; serving nothing silently is worse
-        # than stopping, which a supervisor sees and restarts.
-        return "the connectors lost NATS for good; they stopped"
-    return None
-
-
-async def _serve(running: Running, stop: asyncio.Event) -> str | None:
-    """Wait for a stop signal; return why ``up`` must fail, if it must."""
-    while True:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), WATCH_SECONDS)
-        reason = _broken(running)
-        if reason is not None:
-            return reason
-        if stop.is_set():
-            return None
-
-
-async def _shutdown(running: Running) -> str | None:
-    """Stop what ``up`` runs; see ``_shutdown_stack`` for the gate."""
-    if isinstance(running, Stack):
-        return await _shutdown_stack(running)
-    try:
-        await asyncio.wait_for(running.stop(), STOP_TIMEOUT_SECONDS)
-    except TimeoutError:
-        return f"the connectors did not stop within {STOP_TIMEOUT_SECONDS:.0f} s"
-    except (NatsError, OSError, RuntimeError) as exc:
-        return f"the connectors did not stop cleanly: {first_line(exc)}"
-    return None
-
-
-async def _shutdown_stack(stack: Stack) -> str | None:
-    """Anchor the ledger tail outside the file, then stop everything.
-
-    The checkpoint is signed while the bus is still up: entries after the last
-    published checkpoint are otherwise only as safe as the file's permissions.
-    Stopping is bounded: whatever hangs, the embedded server is stopped.
-    Returns why the stop was not clean, if it was not.
-    """
-    if stack.server is None or stack.server.running:
-        try:
-            await stack.gate.ledger.checkpoint(time.time_ns() // 1_000_000)
-        except EvidenceError:
-            log.error("shutdown_checkpoint_failed")
-    reason = None
-    try:
-        await asyncio.wait_for(stack.stop(), STOP_TIMEOUT_SECONDS)
-    except TimeoutError:
-        reason = f"the gate did not stop within {STOP_TIMEOUT_SECONDS:.0f} s"
-    except (NatsError, OSError, RuntimeError) as exc:
-        reason = f"the gate did not stop cleanly: {first_line(exc)}"
-    if reason is not None:
-        log.error("stack_stop_incomplete", reason=reason)
-        if stack.server is not None:
-            stack.server.stop()
-    return reason
-
-
 async def _up(state: StateDir, args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -418,13 +249,13 @@ async def _up(state: StateDir, args: argparse.Namespace) -> None:
     try:
         running = await _start(state, args)
         try:
-            _write_url(state, running.url)
+            write_url(state.root, running.url)
             log.info("up_ready", nats=running.url, state_dir=str(state.root))
             _announce(running, args)
-            reason = await _serve(running, stop)
+            reason = await serve_until_stopped(running, stop)
         finally:
             nats_url_path(state.root).unlink(missing_ok=True)
-            stopped = await _shutdown(running)
+            stopped = await shutdown(running)
         reason = reason or stopped
     finally:
         for sig in _STOP_SIGNALS:
@@ -458,7 +289,7 @@ def run_up(args: argparse.Namespace) -> int:
         state.root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         fail(f"cannot create state dir {state.root}: {exc.strerror}")
-    with _exclusive(state):
+    with exclusive(state):
         if args.connectors_only:
             _check_connector_state(state)
         elif not state.registry.exists():

@@ -19,8 +19,8 @@ from pipeline.core.facts import FACT_REGISTRY_VERSION
 from pipeline.core.policy import LAYER_RANK, Effect, Layer, ReasonCode, RequirementSpec
 from pipeline.core.predicates import Node, compile_predicate
 from subjects.canonical import (
-    IDENTITY_PATTERN,
     SAFE_INTEGER_MAX,
+    Identity,
     canonical_bytes,
     sha256_identity,
 )
@@ -31,7 +31,6 @@ ANALYSIS_SCHEMA: Final = "smf.analysis-projection/1"
 # ``\Z``, not ``$``: in Python ``$`` also matches before a trailing newline.
 RuleId = Annotated[str, msgspec.Meta(pattern=r"^urn:smf:rule:[a-z0-9][a-z0-9:._-]{0,127}\Z")]
 PolicyId = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9._-]{0,127}\Z")]
-Identity = Annotated[str, msgspec.Meta(pattern=IDENTITY_PATTERN)]
 AuthorityType = Literal[
     "statute",
     "regulation",

@@ -38,8 +38,8 @@ released to a runtime or a connector.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Final, Literal
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 import msgspec
 import structlog
@@ -48,15 +48,27 @@ from nats.errors import Error as NatsError
 from nats.js.client import JetStreamContext
 from nats.js.errors import Error as JetStreamError
 
+from pipeline.core.approval_rules import (
+    ApprovalRuleError,
+    Finish,
+    HeldAction,
+    approver_of,
+    bind,
+    check_entitled,
+    check_may_resolve,
+    settlement,
+    signed_by_executor,
+)
 from pipeline.core.decision import Decision
 from pipeline.core.normalize import Normalized
 from pipeline.core.projection import PolicySet
+from pipeline.service import StageRefusal
 from pipeline.stages.contracts import DispatchReceipt, DispatchRequest
-from pipeline.stages.gate import release_ref
-from pipeline.stages.service import StageClient, StageRefusal
+from pipeline.stages.evidence import EvidenceWriter, outcome_verdict, signature_reason, verdict
+from pipeline.stages.transport import StageClient
 from pipeline.stores.approvals import ApprovalError, ApprovalRecord, ApprovalStore
 from pipeline.stores.ledger import EvidenceError, Ledger
-from pipeline.stores.ledger_schema import EvidenceEntry
+from pipeline.stores.ledger_schema import Status
 from subjects import dsse, names
 from subjects.approvals import (
     ApprovalBinding,
@@ -65,55 +77,21 @@ from subjects.approvals import (
     PendingAnnouncement,
     ResolutionReply,
     ShowRequest,
-    approval_id_for,
     binding_digest,
     sign_outcome,
 )
-from subjects.canonical import identity_of
-from subjects.envelope import OperationEnvelope, content_hash_of, destination_identity_of
-from subjects.keyed import keyed_identifier
 from subjects.keys import SigningKey, VerifyKey
-from subjects.messages import ExecutionReport, Outcome, Proposal, Verdict, order_id_for
+from subjects.messages import ExecutionReport, Proposal, Verdict, order_id_for
 from subjects.names import SubjectError
 from subjects.registry import KeyRegistry, Principal
 
 log = structlog.get_logger(__name__)
 
-TENANT_DOMAIN: Final = "smf.tenant"
 DEFAULT_EXECUTION_DEADLINE_MS: Final = 120_000
 SHOW_FRESHNESS_MS: Final = 60_000
 """How far a signed show request's time may be from the gate's clock."""
-Finish = Literal["consumed", "failed", "execution_unknown"]
-_REPORT_OUTCOME: Final[dict[str, Finish]] = {
-    "confirmed": "consumed",
-    "failed": "failed",
-    "ambiguous": "execution_unknown",
-}
-"""ARCHITECTURE.md: confirmed -> consumed | failed -> failed | ambiguous -> execution_unknown."""
-PARAMS_MISMATCH: Final = "executed_params_mismatch"
-"""The reason an executor gives when what ran is not what was approved
-(adapters/openclaw/src/gate.ts, ``afterToolCall``)."""
-BINDING_BROKEN: Final = "binding_broken"
-"""Evidence reason for a reported params mismatch: the exact-action binding was
-broken at execution, so the approval ends ``execution_unknown``, never ``consumed``."""
 
-
-class HeldAction(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """What the gate keeps while an approval is open; purged at every terminal state."""
-
-    proposal_id: str
-    connector_id: str | None
-    native_tool: str
-    arguments: dict[str, Any]
-    content: str
-    destination_address: str
-    envelope: OperationEnvelope
-    decision: Decision
-    runtime_id: str | None = None
-    """The runtime that proposed the action (its proposal's ``runtime_id``, which the
-    gate checked against the signer's registry entry). For a runtime-executed
-    action its key alone may report the execution; ``None`` (a hold written before
-    this field existed) lets no runtime report settle it."""
+__all__ = ["ApprovalDesk", "DeskError", "HeldAction", "bind"]
 
 
 class DeskError(Exception):
@@ -124,52 +102,6 @@ class DeskError(Exception):
         self.reason_code = reason_code
 
 
-_SIGNATURE_REASONS: Final[dict[type[dsse.SignatureError], str]] = {
-    dsse.MalformedEnvelopeError: "malformed_resolution",
-    dsse.PayloadTypeMismatchError: "wrong_payload_type",
-    dsse.UnknownSignerError: "unknown_signer",
-    dsse.BadSignatureError: "bad_signature",
-    dsse.BelowThresholdError: "bad_signature",
-}
-
-
-def bind(
-    held: HeldAction,
-    release_id: str,
-    projection_id: str,
-    created_at_ms: int,
-    expires_at_ms: int,
-) -> ApprovalBinding:
-    """The binding, recomputed from what the gate holds and the release in force.
-
-    Hashes are recomputed from the held arguments, content and destination,
-    not copied from the envelope, so the claim checks the bytes that would
-    actually be sent (issue 4: "the claim re-checks the complete binding").
-    """
-    envelope, decision = held.envelope, held.decision
-    professional = envelope.professional
-    channel = envelope.destination.channel
-    return ApprovalBinding(
-        approval_id=approval_id_for(decision.decision_id),
-        decision_id=decision.decision_id,
-        operation_hash=decision.operation_hash,
-        canonical_args_hash=identity_of(held.arguments),
-        content_hash=content_hash_of(held.content),
-        destination_identity_hash=destination_identity_of(channel, held.destination_address),
-        release_id=release_id,
-        projection_id=projection_id,
-        policy_fingerprint=decision.policy_fingerprint,
-        tenant_id=professional.tenant_id,
-        organization_id=professional.organization_id,
-        matter_id=professional.matter_id,
-        actor_id=professional.actor_id,
-        required_roles=decision.requirements.required_roles,
-        required_approvals=max(1, decision.requirements.approval_count),
-        created_at_ms=created_at_ms,
-        expires_at_ms=expires_at_ms,
-    )
-
-
 @dataclass
 class ApprovalDesk:
     store: ApprovalStore
@@ -177,7 +109,7 @@ class ApprovalDesk:
     js: JetStreamContext
     registry: KeyRegistry
     ledger: Ledger
-    dispatch: StageClient
+    dispatch: StageClient[DispatchRequest, DispatchReceipt]
     policy_set: Callable[[], PolicySet]
     clock: Callable[[], int]
     tenant_key: bytes
@@ -185,33 +117,23 @@ class ApprovalDesk:
     execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
     signer: SigningKey | None = None
     """The gate key that signs approval outcomes; without it no outcome is published."""
+    _evidence: EvidenceWriter = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Through _now: tests and operators may replace ``clock`` on a running desk.
+        self._evidence = EvidenceWriter(self.ledger, self.tenant_key, self._now)
+
+    def _now(self) -> int:
+        return self.clock()
 
     # -- evidence -----------------------------------------------------------
 
     async def _record(
-        self,
-        binding: ApprovalBinding,
-        status: str,
-        reasons: tuple[str, ...] = (),
-        kind: str = "transition",
+        self, binding: ApprovalBinding, status: Status, reasons: tuple[str, ...] = ()
     ) -> str:
         """Write one transition; raises EvidenceError (callers fail closed)."""
-        entry = msgspec.convert(
-            {
-                "kind": kind,
-                "operation_hash": binding.operation_hash,
-                "decision_id": binding.decision_id,
-                "release_id": release_ref(binding.release_id),
-                "projection_id": binding.projection_id,
-                "tenant_ref": keyed_identifier(self.tenant_key, TENANT_DOMAIN, binding.tenant_id),
-                "at": self.clock(),
-                "approval_id": binding.approval_id,
-                "status": status,
-                "reason_codes": list(dict.fromkeys(reasons))[:32],
-            },
-            EvidenceEntry,
-        )
-        return (await self.ledger.append(entry)).entry_hash
+        entry = self._evidence.for_binding(binding, status, reasons)
+        return (await self._evidence.append(entry)).entry_hash
 
     # -- hold ---------------------------------------------------------------
 
@@ -219,7 +141,7 @@ class ApprovalDesk:
         """Persist, record, announce, then answer ``held``; any failure denies."""
 
         def deny(*reasons: str) -> Verdict:
-            return _verdict(proposal.proposal_id, "deny", reasons, decision)
+            return verdict(proposal.proposal_id, "deny", reasons, decision)
 
         if decision.requirements.approval_count > 1:
             return deny("multiple_approvals_unsupported")
@@ -275,7 +197,7 @@ class ApprovalDesk:
             return deny("approval_announcement_failed")
         log.info("approval_held", approval_id=binding.approval_id)
         return msgspec.structs.replace(
-            _verdict(proposal.proposal_id, "held", decision.reason_codes, decision, (evidence,)),
+            verdict(proposal.proposal_id, "held", decision.reason_codes, decision, (evidence,)),
             approval_id=binding.approval_id,
             expires_at_ms=binding.expires_at_ms,
             required_roles=binding.required_roles,
@@ -296,7 +218,7 @@ class ApprovalDesk:
                 envelope, self._all_keys(), ApprovalResolution, names.PAYLOAD_RESOLUTION
             )
         except dsse.SignatureError as exc:
-            raise DeskError(_signature_reason(exc)) from exc
+            raise DeskError(signature_reason(exc, "malformed_resolution")) from exc
         except msgspec.ValidationError as exc:
             raise DeskError("malformed_resolution") from exc
         return resolution, self._approver(verified.key_ids, resolution.resolver_id)
@@ -305,25 +227,10 @@ class ApprovalDesk:
         return {k: p.verify_key for k, p in self.registry.principals.items()}
 
     def _approver(self, key_ids: frozenset[str], resolver_id: str) -> Principal:
-        signers = [self.registry.principals[k] for k in key_ids]
-        approvers = [p for p in signers if p.entry.role == "approver"]
-        if not approvers:
-            raise DeskError("signer_role_mismatch")
-        for principal in approvers:
-            if principal.name == resolver_id:
-                return principal
-        raise DeskError("resolver_identity_mismatch")
-
-    @staticmethod
-    def _check_entitlement(principal: Principal, binding: ApprovalBinding) -> None:
-        """The roster must give the resolver every required role for this tenant,
-        and nobody approves their own request."""
-        if binding.tenant_id not in principal.entry.tenants:
-            raise DeskError("resolver_not_entitled_for_tenant")
-        if not set(binding.required_roles) <= set(principal.entry.licensed_roles):
-            raise DeskError("resolver_lacks_required_role")
-        if principal.name == binding.actor_id:
-            raise DeskError("self_approval")
+        try:
+            return approver_of((self.registry.principals[k] for k in key_ids), resolver_id)
+        except ApprovalRuleError as exc:
+            raise DeskError(exc.reason_code) from exc
 
     async def handle_resolve(self, data: bytes) -> bytes:
         """The ``smf.approval.resolve`` handler; always answers a ResolutionReply."""
@@ -366,7 +273,10 @@ class ApprovalDesk:
         if record is None:
             raise DeskError("approval_not_found")
         binding = record.binding
-        self._check_entitlement(principal, binding)
+        try:
+            check_may_resolve(principal, binding)
+        except ApprovalRuleError as exc:
+            raise DeskError(exc.reason_code) from exc
         now = self.clock()
         try:
             if resolution.decision == "deny":
@@ -381,7 +291,7 @@ class ApprovalDesk:
             raise DeskError(exc.reason_code) from exc
         if resolution.decision == "deny":
             await self._safe_record(binding, "denied", ("approver_denied",))
-            await self._notify(binding, _verdict_for(binding, "deny", ("approver_denied",)))
+            await self._notify(binding, outcome_verdict(binding, "deny", ("approver_denied",)))
             return _accepted(binding.approval_id, "denied")
         try:
             await self._record(binding, "approved")
@@ -432,20 +342,17 @@ class ApprovalDesk:
             approval_id=stored.approval_id,
         )
         try:
-            receipt = msgspec.json.decode(
-                await self.dispatch.call(msgspec.json.encode(request), self.stage_timeout),
-                type=DispatchReceipt,
-            )
+            receipt = await self.dispatch.call(request, self.stage_timeout)
         except StageRefusal as refusal:
             # The publish may or may not have reached the stream: unknown, never retried.
             await self._finish(
                 stored, "execution_unknown", ("dispatch_failed", refusal.reason_code)
             )
-            await self._notify(stored, _verdict_for(stored, "deny", ("dispatch_failed",)))
+            await self._notify(stored, outcome_verdict(stored, "deny", ("dispatch_failed",)))
             raise DeskError("dispatch_failed") from None
         await self.store.record_order(stored.approval_id, receipt.order_id, self.clock())
         verdict = msgspec.structs.replace(
-            _verdict_for(stored, "allow", ("approved_once",)),
+            outcome_verdict(stored, "allow", ("approved_once",)),
             order_id=receipt.order_id,
             connector_id=held.connector_id,
         )
@@ -471,9 +378,9 @@ class ApprovalDesk:
             await self._finish(
                 stored, "execution_unknown", ("order_record_failed", exc.reason_code)
             )
-            await self._notify(stored, _verdict_for(stored, "deny", ("order_record_failed",)))
+            await self._notify(stored, outcome_verdict(stored, "deny", ("order_record_failed",)))
             raise DeskError("order_record_failed") from None
-        await self._notify(stored, _verdict_for(stored, "allow", ("approved_once",)))
+        await self._notify(stored, outcome_verdict(stored, "allow", ("approved_once",)))
         return _accepted(stored.approval_id, "executing")
 
     async def _finish(
@@ -489,7 +396,7 @@ class ApprovalDesk:
         await self._safe_record(binding, outcome, reasons)
 
     async def _safe_record(
-        self, binding: ApprovalBinding, status: str, reasons: tuple[str, ...]
+        self, binding: ApprovalBinding, status: Status, reasons: tuple[str, ...]
     ) -> None:
         try:
             await self._record(binding, status, reasons)
@@ -550,12 +457,12 @@ class ApprovalDesk:
             log.error("held_action_unreadable", approval_id=approval_id)
             return
         signers = [p for k in verified.key_ids if (p := self.registry.principal(k)) is not None]
-        if record.order_id != report.order_id or not _signed_by_executor(
+        if record.order_id != report.order_id or not signed_by_executor(
             held, record.binding, report, signers
         ):
             log.warning("execution_report_wrong_signer", order_id=report.order_id)
             return
-        outcome, reasons = _settlement(report)
+        outcome, reasons = settlement(report)
         await self._finish(record.binding, outcome, reasons)
 
     def _reporter_keys(self) -> dict[str, VerifyKey]:
@@ -570,7 +477,7 @@ class ApprovalDesk:
             if record is not None:
                 await self._safe_record(record.binding, "expired", ("approval_expired",))
                 await self._notify(
-                    record.binding, _verdict_for(record.binding, "deny", ("approval_expired",))
+                    record.binding, outcome_verdict(record.binding, "deny", ("approval_expired",))
                 )
         for record in await self.store.list_executing(before_ms=now - self.execution_deadline_ms):
             await self._finish(record.binding, "execution_unknown", ("no_execution_report",))
@@ -578,9 +485,9 @@ class ApprovalDesk:
     async def recover(self) -> None:
         """Start-up recovery (issue 4): never resume work a crash interrupted."""
         invalidated, unknown = await self.store.recover(self.clock())
-        for approval_id, status in [(a, "invalidated") for a in invalidated] + [
-            (a, "execution_unknown") for a in unknown
-        ]:
+        ended: list[tuple[str, Status]] = [(a, "invalidated") for a in invalidated]
+        ended += [(a, "execution_unknown") for a in unknown]
+        for approval_id, status in ended:
             record = await self._get(approval_id)
             if record is not None:
                 await self._safe_record(record.binding, status, ("gate_restarted",))
@@ -596,7 +503,7 @@ class ApprovalDesk:
             )
         except (dsse.SignatureError, msgspec.ValidationError) as exc:
             reason = (
-                _signature_reason(exc)
+                signature_reason(exc, "malformed_resolution")
                 if isinstance(exc, dsse.SignatureError)
                 else "malformed_request"
             )
@@ -606,11 +513,10 @@ class ApprovalDesk:
             record = await self._get(request.approval_id)
             if record is None:
                 raise DeskError("approval_not_found")
-            if binding_tenant_denied(principal, record.binding):
-                raise DeskError("resolver_not_entitled_for_tenant")
-            # The content is shown only to an approver with the required roles here.
-            if not set(record.binding.required_roles) <= set(principal.entry.licensed_roles):
-                raise DeskError("resolver_lacks_required_role")
+            # The content is shown only to an approver who could resolve it here.
+            check_entitled(principal, record.binding)
+        except ApprovalRuleError as exc:
+            raise StageRefusal(exc.reason_code) from exc
         except DeskError as exc:
             raise StageRefusal(exc.reason_code) from exc
         if record.held_payload is None:
@@ -639,89 +545,7 @@ class ApprovalDesk:
         )
 
 
-def _signed_by_executor(
-    held: HeldAction,
-    binding: ApprovalBinding,
-    report: ExecutionReport,
-    signers: list[Principal],
-) -> bool:
-    """Is this report signed by the party the approval's order was given to?
-
-    ARCHITECTURE.md, "Trust and identity on the bus": a signer whose role does
-    not fit is refused. A connector order: a ``connector`` key registered for
-    the held connector, naming it. A runtime-executed action: a ``runtime`` key
-    registered for the runtime id that proposed it, naming it, for exactly the
-    order ``order_id_for(operation_hash, decision_id)`` of this binding.
-    """
-    if held.connector_id is not None:
-        return report.connector_id == held.connector_id and any(
-            p.entry.role == "connector" and p.entry.connector_id == held.connector_id
-            for p in signers
-        )
-    runtime_id = held.runtime_id
-    return (
-        runtime_id is not None
-        and report.connector_id == runtime_id
-        and report.order_id == order_id_for(binding.operation_hash, binding.decision_id)
-        and any(p.entry.role == "runtime" and p.entry.runtime_id == runtime_id for p in signers)
-    )
-
-
-def _settlement(report: ExecutionReport) -> tuple[Finish, tuple[str, ...]]:
-    """Where a verified report leaves the approval, and the evidence reasons.
-
-    confirmed -> consumed, failed -> failed, ambiguous -> execution_unknown
-    (ARCHITECTURE.md); an executor that says the executed params were not the
-    approved ones broke the binding: ``execution_unknown`` with
-    ``binding_broken``, whatever status it gave.
-    """
-    if report.reason_code == PARAMS_MISMATCH:
-        return "execution_unknown", (BINDING_BROKEN, report.reason_code)
-    return _REPORT_OUTCOME[report.status], (report.reason_code,)
-
-
-def binding_tenant_denied(principal: Principal, binding: ApprovalBinding) -> bool:
-    return binding.tenant_id not in principal.entry.tenants
-
-
-def _signature_reason(exc: dsse.SignatureError) -> str:
-    return next(r for t, r in _SIGNATURE_REASONS.items() if isinstance(exc, t))
-
-
 def _accepted(approval_id: str, state: str) -> ResolutionReply:
     return ResolutionReply(
         schema="smf.resolution-reply/1", approval_id=approval_id, accepted=True, state=state
-    )
-
-
-def _verdict(
-    proposal_id: str,
-    outcome: Outcome,
-    reasons: tuple[str, ...],
-    decision: Decision,
-    evidence: tuple[str, ...] = (),
-) -> Verdict:
-    return Verdict(
-        schema="smf.verdict/1",
-        proposal_id=proposal_id,
-        outcome=outcome,
-        reason_codes=tuple(dict.fromkeys(reasons)),
-        decision_id=decision.decision_id,
-        operation_hash=decision.operation_hash,
-        release_id=decision.release_id,
-        evidence=evidence,
-    )
-
-
-def _verdict_for(binding: ApprovalBinding, outcome: Outcome, reasons: tuple[str, ...]) -> Verdict:
-    """The final Verdict for a held proposal, published to its outcome subject."""
-    return Verdict(
-        schema="smf.verdict/1",
-        proposal_id="",
-        outcome=outcome,
-        reason_codes=reasons,
-        decision_id=binding.decision_id,
-        operation_hash=binding.operation_hash,
-        release_id=binding.release_id,
-        approval_id=binding.approval_id,
     )

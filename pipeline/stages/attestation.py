@@ -6,7 +6,8 @@ Invariants this stage keeps, each checked where it is named:
   Hermes runtime entry opts in; the scripted demo runtime does not), so a
   runtime that cannot attest keeps working as before.
 - A proposal (or an output close, which the buffer turns into a proposal)
-  from a runtime that must attest is refused before normalization when the
+  from a runtime that must attest is refused by the gate chain's first link
+  (``pipeline.stages.gate``, ``admit``), before normalization, when the
   runtime has no accepted attestation (``runtime_attestation_missing``), when
   the last one is older than its lease (``runtime_attestation_stale``), when
   the last one was refused (``runtime_attestation_rejected``), or when the
@@ -43,7 +44,7 @@ from typing import Final
 import msgspec
 import structlog
 
-from pipeline.stages.service import StageClient, StageRefusal
+from pipeline.service import StageRefusal
 from subjects import dsse, names
 from subjects.attestation import AttestationAck, RuntimeAttestation
 from subjects.messages import Proposal
@@ -221,25 +222,3 @@ class AttestationDesk:
             # the gate switched releases since the runtime attested: it must re-attest
             return RELEASE_MISMATCH
         return None
-
-
-@dataclass(frozen=True, slots=True)
-class AttestedStage:
-    """A ``StageClient`` in front of normalization that admits by attestation.
-
-    The gate calls normalization first for every proposal and for every
-    completed output, so refusing here covers both without a second path.
-    """
-
-    inner: StageClient
-    desk: AttestationDesk
-
-    async def call(self, data: bytes, timeout: float) -> bytes:
-        try:
-            proposal = msgspec.json.decode(data, type=Proposal)
-        except msgspec.DecodeError as exc:
-            raise StageRefusal("malformed_proposal", str(exc)) from exc
-        refusal = self.desk.admit(proposal)
-        if refusal is not None:
-            raise StageRefusal(refusal)
-        return await self.inner.call(data, timeout)

@@ -34,8 +34,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from pipeline.core.detectors import detect
+from pipeline.service import StageRefusal
 from pipeline.stages.gate import Gate
-from pipeline.stages.service import StageRefusal
 from subjects import names
 from subjects.messages import OutputClose, OutputVerdict, Proposal, Verdict
 from subjects.verdicts import sign_output_verdict
@@ -134,8 +134,8 @@ class OutputBuffer:
                 msg.reply,
                 b"",
                 headers={
-                    "Nats-Service-Error-Code": "400",
-                    "Nats-Service-Error": refusal.reason_code,
+                    names.HEADER_SERVICE_ERROR_CODE: "400",
+                    names.HEADER_SERVICE_ERROR: refusal.reason_code,
                 },
             )
         except Exception:

@@ -1,4 +1,9 @@
-"""Messages between the gate's own stages (internal: not part of the public bus API)."""
+"""Messages between the gate's own stages (internal: not part of the public bus API).
+
+Each stage takes exactly what it reads (issue 19): evaluation gets the
+envelope and its hash, never the content it does not look at; dispatch gets
+what it signs into the order.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,15 @@ from typing import Any
 import msgspec
 
 from pipeline.core.decision import Decision
-from pipeline.core.normalize import Normalized
+from subjects.canonical import Identity
+from subjects.envelope import OperationEnvelope
 
 
 class EvaluateRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    normalized: Normalized
+    """``(envelope, operation hash) -> Decision``; ``operation_id`` names the decision."""
+
+    envelope: OperationEnvelope
+    operation_hash: Identity
     operation_id: str
 
 

@@ -1,18 +1,23 @@
-"""The normalize and evaluate stages: bytes in, bytes out, around the pure core."""
+"""The normalize and evaluate stages: typed functions around the pure core.
+
+``NormalizeStage``: a verified ``Proposal`` -> ``Normalized`` (the operation
+envelope, its hash, where it executes), or a refusal naming why.
+``EvaluateStage``: ``EvaluateRequest`` -> ``Decision`` under the policy set
+in force. Encoding for the bus lives in ``pipeline.stages.transport``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import msgspec
-
+from pipeline.core.decision import Decision
 from pipeline.core.evaluator import evaluate
-from pipeline.core.normalize import MapperTable, NormalizationError, normalize
+from pipeline.core.normalize import MapperTable, NormalizationError, Normalized, normalize
 from pipeline.core.projection import PolicySet
 from pipeline.core.release_trust import NoVerifiedReleaseError, ReleaseTrustError
+from pipeline.service import StageRefusal
 from pipeline.stages.contracts import EvaluateRequest
-from pipeline.stages.service import StageRefusal
 from subjects.messages import Proposal
 
 Clock = Callable[[], int]
@@ -21,27 +26,22 @@ Clock = Callable[[], int]
 
 @dataclass(frozen=True, slots=True)
 class NormalizeStage:
-    """Verified proposal bytes -> ``Normalized`` bytes, or a refusal."""
+    """Verified proposal -> ``Normalized``, or a refusal (fail closed on any error)."""
 
     tables: Mapping[str, MapperTable]
 
-    async def __call__(self, data: bytes) -> bytes:
+    async def __call__(self, proposal: Proposal) -> Normalized:
         try:
-            proposal = msgspec.json.decode(data, type=Proposal)
-        except msgspec.DecodeError as exc:
-            raise StageRefusal("malformed_proposal", str(exc)) from exc
-        try:
-            normalized = normalize(proposal, self.tables)
+            return normalize(proposal, self.tables)
         except NormalizationError as exc:
             raise StageRefusal(exc.reason_code, str(exc)) from exc
         except Exception as exc:
             raise StageRefusal("normalization_failed", type(exc).__name__) from exc
-        return msgspec.json.encode(normalized)
 
 
 @dataclass
 class EvaluateStage:
-    """``EvaluateRequest`` bytes -> ``Decision`` bytes under the current policy set.
+    """``EvaluateRequest`` -> ``Decision`` under the current policy set.
 
     ``policy_set`` is swapped as a whole reference (releases switch between
     proposals, never in the middle of one: issue 6). With ``release`` (the
@@ -64,21 +64,15 @@ class EvaluateStage:
             raise NoVerifiedReleaseError("no policy set is loaded")
         return self.policy_set
 
-    async def __call__(self, data: bytes) -> bytes:
-        try:
-            request = msgspec.json.decode(data, type=EvaluateRequest)
-        except msgspec.DecodeError as exc:
-            raise StageRefusal("malformed_stage_request", str(exc)) from exc
-        normalized = request.normalized
+    async def __call__(self, request: EvaluateRequest) -> Decision:
         try:
             policy_set = self.current()
         except ReleaseTrustError as exc:
             raise StageRefusal(exc.reason_code, str(exc)) from exc
-        decision = evaluate(
-            normalized.envelope,
+        return evaluate(
+            request.envelope,
             policy_set,
             at_ms=self.clock(),
             operation_id=request.operation_id,
-            op_hash=normalized.operation_hash,
+            op_hash=request.operation_hash,
         )
-        return msgspec.json.encode(decision)

@@ -4,6 +4,7 @@ Issue 3: every gated order is published to ``smf.execute.<connector_id>``
 with ``Nats-Msg-Id`` set to its idempotency key and the ``Smf-*`` headers;
 the stage waits for JetStream's PubAck, so a reply means the order is stored.
 Anything that fails here is a refusal: the gate then denies and reports it.
+A typed stage, ``DispatchRequest -> DispatchReceipt`` (``pipeline.stages.transport``).
 """
 
 from __future__ import annotations
@@ -11,13 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import msgspec
 from nats.errors import Error as NatsError
 from nats.js.client import JetStreamContext
 from nats.js.errors import Error as JetStreamError
 
+from pipeline.service import StageRefusal
 from pipeline.stages.contracts import DispatchReceipt, DispatchRequest
-from pipeline.stages.service import StageRefusal
 from subjects import names
 from subjects.dsse import encode_envelope, sign_struct
 from subjects.keys import SigningKey
@@ -33,11 +33,10 @@ class DispatchStage:
     order_ttl_ms: int = 60_000
     publish_timeout: float = 2.0
 
-    async def __call__(self, data: bytes) -> bytes:
+    async def __call__(self, request: DispatchRequest) -> DispatchReceipt:
         try:
-            request = msgspec.json.decode(data, type=DispatchRequest)
             subject = names.execute_subject(request.connector_id)
-        except (msgspec.DecodeError, SubjectError) as exc:
+        except SubjectError as exc:
             raise StageRefusal("malformed_stage_request", str(exc)) from exc
         decision = request.decision
         if decision.disposition == "deny":
@@ -76,11 +75,9 @@ class DispatchStage:
             )
         except (NatsError, JetStreamError, TimeoutError) as exc:
             raise StageRefusal("dispatch_publish_failed", type(exc).__name__) from exc
-        return msgspec.json.encode(
-            DispatchReceipt(
-                order_id=order.order_id,
-                stream=ack.stream,
-                stream_seq=ack.seq,
-                duplicate=bool(ack.duplicate),
-            )
+        return DispatchReceipt(
+            order_id=order.order_id,
+            stream=ack.stream,
+            stream_seq=ack.seq,
+            duplicate=bool(ack.duplicate),
         )

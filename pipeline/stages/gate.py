@@ -16,26 +16,27 @@ decision is never released before its evidence entry has committed (issue
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final, Protocol, TypeVar
+from typing import Final, Literal, Protocol, TypeVar
 
 import msgspec
 import structlog
 
 from pipeline.core.decision import Decision
 from pipeline.core.normalize import Normalized
+from pipeline.service import StageRefusal
+from pipeline.stages.attestation import AttestationDesk
 from pipeline.stages.contracts import DispatchReceipt, DispatchRequest, EvaluateRequest
-from pipeline.stages.service import StageClient, StageRefusal
+from pipeline.stages.evidence import EvidenceWriter, signature_reason, verdict
+from pipeline.stages.transport import StageClient
 from pipeline.stores.claims import ClaimState, ProposalClaims
 from pipeline.stores.ledger import EvidenceError, Ledger
-from pipeline.stores.ledger_schema import EvidenceEntry
 from pipeline.stores.sqlite_worker import StoreUnavailable
 from subjects import dsse, names
-from subjects.canonical import identity_of
-from subjects.keyed import keyed_identifier
 from subjects.keys import SigningKey, VerifyKey
-from subjects.messages import Outcome, Proposal, Verdict
+from subjects.messages import Proposal, Verdict
 from subjects.registry import KeyRegistry
 from subjects.verdicts import sign_verdict
 
@@ -43,18 +44,6 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T", bound=msgspec.Struct)
 
 EVIDENCE_UNAVAILABLE: Final = "evidence_store_unavailable"
-_LEDGER_DISPOSITION: Final = {"allow": "allow", "deny": "deny", "conditional": "hold"}
-TENANT_DOMAIN: Final = "smf.tenant"
-
-_SIGNATURE_REASONS: Final[dict[type[dsse.SignatureError], str]] = {
-    dsse.EnvelopeTooLargeError: "proposal_too_large",
-    dsse.MalformedPayloadError: "malformed_proposal",
-    dsse.MalformedEnvelopeError: "malformed_proposal",
-    dsse.PayloadTypeMismatchError: "wrong_payload_type",
-    dsse.UnknownSignerError: "unknown_signer",
-    dsse.BadSignatureError: "bad_signature",
-    dsse.BelowThresholdError: "bad_signature",
-}
 
 
 class HoldHandler(Protocol):
@@ -67,7 +56,7 @@ class HoldHandler(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class GateSettings:
-    tenant_key: bytes
+    tenant_key: bytes = field(repr=False)
     """Key for pseudonymous tenant identities in evidence (``subjects.keyed``)."""
     freshness_ms: int = 120_000
     """A proposal issued further than this from the gate's clock is refused as stale."""
@@ -97,23 +86,85 @@ class GateSettings:
         return 2 * self.freshness_ms + self.max_clock_skew_ms
 
 
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One proposal on its way down the chain; each link returns a fuller copy.
+
+    Immutable (STYLE.md, structlog: ``bind()`` returns a new carrier). A field a
+    link needs but an earlier link did not fill is a programming error, which
+    ``Gate.decide`` turns into a ``gate_internal_error`` denial.
+    """
+
+    proposal: Proposal
+    notes: tuple[str, ...] = ()
+    normalized: Normalized | None = None
+    decision: Decision | None = None
+    tenant_ref: str = ""
+    evidence: tuple[str, ...] = ()
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        decision_reasons = self.decision.reason_codes if self.decision is not None else ()
+        own = self.normalized.notes if self.normalized is not None else ()
+        return (*decision_reasons, *own, *self.notes)
+
+    def need_normalized(self) -> Normalized:
+        if self.normalized is None:
+            raise RuntimeError("link ran before normalize")
+        return self.normalized
+
+    def need_decision(self) -> Decision:
+        if self.decision is None:
+            raise RuntimeError("link ran before evaluate")
+        return self.decision
+
+
+Link = Callable[[Work], Awaitable["Work | Verdict"]]
+"""One step of the chain: the work to pass on, or the Verdict that ends it."""
+
+
 @dataclass
 class Gate:
     settings: GateSettings
     registry: KeyRegistry
-    normalize: StageClient
-    evaluate: StageClient
-    dispatch: StageClient
+    normalize: StageClient[Proposal, Normalized]
+    evaluate: StageClient[EvaluateRequest, Decision]
+    dispatch: StageClient[DispatchRequest, DispatchReceipt]
     ledger: Ledger
     claims: ProposalClaims
     clock: Callable[[], int]
     signer: SigningKey
     """The gate key: signs every verdict this gate answers with."""
     hold: HoldHandler | None = None
+    attestation: AttestationDesk | None = None
+    """Admission by runtime attestation (issue 8); ``None`` admits every runtime."""
     _all_keys: dict[str, VerifyKey] = field(init=False)
+    _evidence: EvidenceWriter = field(init=False, repr=False)
+    chain: tuple[Link, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._all_keys = {k: p.verify_key for k, p in self.registry.principals.items()}
+        self.adopt_registry(self.registry)
+        self._evidence = EvidenceWriter(self.ledger, self.settings.tenant_key, self._now)
+        # ARCHITECTURE.md, "One proposal through the bus", in order. A link that
+        # returns a Verdict ends the proposal's way; nothing after it runs.
+        self.chain = (
+            self._admit,
+            self._normalize,
+            self._evaluate,
+            self._record,
+            self._refuse_denied,
+            self._hold_conditional,
+            self._claim_once,
+            self._dispatch,
+        )
+
+    def _now(self) -> int:
+        return self.clock()
+
+    def adopt_registry(self, registry: KeyRegistry) -> None:
+        """A new release's registry replaces the running one, between two messages."""
+        self.registry = registry
+        self._all_keys = {k: p.verify_key for k, p in registry.principals.items()}
 
     # -- the edge -----------------------------------------------------------
 
@@ -128,10 +179,10 @@ class Gate:
             envelope = dsse.decode_envelope(data, self.settings.max_proposal_bytes)
             message, verified = dsse.open_struct(envelope, self._all_keys, type_, payload_type)
         except dsse.SignatureError as exc:
-            reason = next(r for t, r in _SIGNATURE_REASONS.items() if isinstance(exc, t))
-            raise StageRefusal(reason, str(exc)) from exc
+            reason = signature_reason(exc, "malformed_proposal", "proposal_too_large")
+            raise StageRefusal(reason, type(exc).__name__) from exc
         except msgspec.ValidationError as exc:
-            raise StageRefusal("malformed_proposal", str(exc)) from exc
+            raise StageRefusal("malformed_proposal", "invalid message") from exc
         signers = [self.registry.principals[k] for k in verified.key_ids]
         runtimes = [p for p in signers if p.entry.role == "runtime"]
         runtime_id = getattr(message, "runtime_id", None)
@@ -166,77 +217,103 @@ class Gate:
         return sign_verdict(await self.decide(self.verify_proposal(data)), self.signer)
 
     async def decide(self, proposal: Proposal, notes: tuple[str, ...] = ()) -> Verdict:
-        """Decide a verified proposal; never raises (an internal error is a denial)."""
+        """Run the chain for a verified proposal; never raises (an internal error,
+        of any link, is a denial; it is logged by type, never with its values)."""
+        work = Work(proposal, notes)
         try:
-            verdict = await self._decide(proposal, notes)
-        except Exception:
-            log.exception("gate_internal_error", proposal_id=proposal.proposal_id)
-            verdict = self._deny(proposal, ("gate_internal_error",))
-        return verdict
-
-    # -- the pipeline -------------------------------------------------------
-
-    async def _decide(self, proposal: Proposal, notes: tuple[str, ...]) -> Verdict:
-        timeout = self.settings.stage_timeout
-        try:
-            normalized = msgspec.json.decode(
-                await self.normalize.call(msgspec.json.encode(proposal), timeout),
-                type=Normalized,
-            )
-            request = EvaluateRequest(normalized=normalized, operation_id=proposal.proposal_id)
-            decision = msgspec.json.decode(
-                await self.evaluate.call(msgspec.json.encode(request), timeout), type=Decision
-            )
+            for link in self.chain:
+                step = await link(work)
+                if isinstance(step, Verdict):
+                    return step
+                work = step
         except StageRefusal as refusal:
-            return self._deny(proposal, (refusal.reason_code,))
+            return self._deny(work, (refusal.reason_code,))
+        except Exception as exc:  # noqa: BLE001 - fail-closed boundary, logged by type
+            log.error(
+                "gate_internal_error", proposal_id=proposal.proposal_id, error=type(exc).__name__
+            )
+            return self._deny(work, ("gate_internal_error",))
+        raise AssertionError("the chain ends with dispatch, which always answers")
 
-        reasons = (*decision.reason_codes, *normalized.notes, *notes)
-        tenant_ref = keyed_identifier(
-            self.settings.tenant_key, TENANT_DOMAIN, proposal.actor.tenant_id
+    # -- the chain, one link each ----------------------------------------------
+
+    async def _admit(self, work: Work) -> Work | Verdict:
+        """Runtime attestation first (issue 8): no attestation, no decision."""
+        if self.attestation is not None:
+            refusal = self.attestation.admit(work.proposal)
+            if refusal is not None:
+                return self._deny(work, (refusal,))
+        return work
+
+    async def _normalize(self, work: Work) -> Work | Verdict:
+        normalized = await self.normalize.call(work.proposal, self.settings.stage_timeout)
+        return dataclasses.replace(work, normalized=normalized)
+
+    async def _evaluate(self, work: Work) -> Work | Verdict:
+        normalized = work.need_normalized()
+        request = EvaluateRequest(
+            envelope=normalized.envelope,
+            operation_hash=normalized.operation_hash,
+            operation_id=work.proposal.proposal_id,
         )
+        decision = await self.evaluate.call(request, self.settings.stage_timeout)
+        return dataclasses.replace(work, decision=decision)
+
+    async def _record(self, work: Work) -> Work | Verdict:
+        """Write-before-release (issue 7): the decision's evidence commits first;
+        a ledger outage is a denial."""
+        decision = work.need_decision()
+        tenant_ref = self._evidence.tenant_ref(work.proposal.actor.tenant_id)
+        work = dataclasses.replace(work, tenant_ref=tenant_ref)
         try:
-            receipt = await self.ledger.append(
-                self._entry(decision, tenant_ref, "decision", reasons=reasons)
+            receipt = await self._evidence.append(
+                self._evidence.for_decision(decision, tenant_ref, reasons=work.reasons)
             )
         except EvidenceError:
-            log.error("evidence_unavailable", proposal_id=proposal.proposal_id)
-            return self._deny(proposal, (EVIDENCE_UNAVAILABLE,), decision)
-        evidence = (receipt.entry_hash,)
+            log.error("evidence_unavailable", proposal_id=work.proposal.proposal_id)
+            return self._deny(work, (EVIDENCE_UNAVAILABLE,))
+        return dataclasses.replace(work, evidence=(receipt.entry_hash,))
 
-        if decision.disposition == "deny":
-            return self._deny(proposal, reasons, decision, evidence)
-        if decision.disposition == "conditional":
-            if self.hold is None:
-                return self._deny(proposal, ("approval_hold_unavailable",), decision, evidence)
-            held = await self.hold.hold(proposal, normalized, decision)
-            return msgspec.structs.replace(
-                held, reason_codes=tuple(dict.fromkeys((*held.reason_codes, *reasons)))
-            )
-        return await self._allow(proposal, normalized, decision, tenant_ref, reasons, evidence)
+    async def _refuse_denied(self, work: Work) -> Work | Verdict:
+        if work.need_decision().disposition == "deny":
+            return self._deny(work, work.reasons)
+        return work
 
-    async def _allow(
-        self,
-        proposal: Proposal,
-        normalized: Normalized,
-        decision: Decision,
-        tenant_ref: str,
-        reasons: tuple[str, ...],
-        evidence: tuple[str, ...],
-    ) -> Verdict:
+    async def _hold_conditional(self, work: Work) -> Work | Verdict:
+        decision = work.need_decision()
+        if decision.disposition != "conditional":
+            return work
+        if self.hold is None:
+            return self._deny(work, ("approval_hold_unavailable",))
+        held = await self.hold.hold(work.proposal, work.need_normalized(), decision)
+        return msgspec.structs.replace(
+            held, reason_codes=tuple(dict.fromkeys((*held.reason_codes, *work.reasons)))
+        )
+
+    async def _claim_once(self, work: Work) -> Work | Verdict:
+        """Claim the proposal once: a replay never produces a second order."""
+        decision = work.need_decision()
+        proposal_id = work.proposal.proposal_id
         try:
             claimed = await self.claims.claim(
-                proposal.proposal_id, decision.operation_hash, decision.decision_id, self.clock()
+                proposal_id, decision.operation_hash, decision.decision_id, self.clock()
             )
         except StoreUnavailable:
-            return self._deny(proposal, ("claim_store_unavailable",), decision, evidence)
+            return self._deny(work, ("claim_store_unavailable",))
         if not claimed:
-            return self._deny(proposal, ("duplicate_proposal",), decision, evidence)
-        connector = normalized.connector_id
-        if connector is None:
+            return self._deny(work, ("duplicate_proposal",))
+        if work.need_normalized().connector_id is None:
             # The runtime executes this tool itself; there is no connector order.
-            await self._settle(proposal.proposal_id, "published")
-            return self._verdict(proposal, "allow", reasons, decision, evidence)
-        dispatch = DispatchRequest(
+            await self._settle(proposal_id, "published")
+            return self._answer(work, "allow", work.reasons)
+        return work
+
+    async def _dispatch(self, work: Work) -> Work | Verdict:
+        """Exactly one ExecuteOrder, stored in JetStream, before the allow."""
+        proposal, normalized, decision = work.proposal, work.need_normalized(), work.need_decision()
+        connector = normalized.connector_id
+        assert connector is not None  # _claim_once answered a runtime-executed allow
+        request = DispatchRequest(
             decision=decision,
             connector_id=connector,
             native_tool=proposal.native_tool,
@@ -245,24 +322,19 @@ class Gate:
             destination_address=normalized.destination_address,
         )
         try:
-            receipt = msgspec.json.decode(
-                await self.dispatch.call(
-                    msgspec.json.encode(dispatch), self.settings.stage_timeout
-                ),
-                type=DispatchReceipt,
-            )
+            receipt = await self.dispatch.call(request, self.settings.stage_timeout)
         except StageRefusal as refusal:
             await self._settle(proposal.proposal_id, "failed")
-            await self._record_failure(decision, tenant_ref, refusal.reason_code)
-            return self._deny(
-                proposal, ("dispatch_failed", refusal.reason_code), decision, evidence
-            )
+            await self._record_failure(decision, work.tenant_ref, refusal.reason_code)
+            return self._deny(work, ("dispatch_failed", refusal.reason_code))
         await self._settle(proposal.proposal_id, "published")
         return msgspec.structs.replace(
-            self._verdict(proposal, "allow", reasons, decision, evidence),
+            self._answer(work, "allow", work.reasons),
             order_id=receipt.order_id,
             connector_id=connector,
         )
+
+    # -- helpers ----------------------------------------------------------------
 
     async def _settle(self, proposal_id: str, state: ClaimState) -> None:
         """Record how a claim ended, best effort: the claim itself already stops any
@@ -275,70 +347,18 @@ class Gate:
 
     async def _record_failure(self, decision: Decision, tenant_ref: str, reason: str) -> None:
         try:
-            await self.ledger.append(
-                self._entry(decision, tenant_ref, "transition", status="failed", reasons=(reason,))
+            await self._evidence.append(
+                self._evidence.for_decision(
+                    decision, tenant_ref, "transition", status="failed", reasons=(reason,)
+                )
             )
         except EvidenceError:
             log.error("evidence_unavailable_for_failure", decision_id=decision.decision_id)
 
-    # -- building replies and evidence ---------------------------------------
-
-    def _entry(
-        self,
-        decision: Decision,
-        tenant_ref: str,
-        kind: str,
-        *,
-        status: str | None = None,
-        reasons: tuple[str, ...] = (),
-    ) -> EvidenceEntry:
-        return msgspec.convert(
-            {
-                "kind": kind,
-                "operation_hash": decision.operation_hash,
-                "decision_id": decision.decision_id,
-                "release_id": release_ref(decision.release_id),
-                "projection_id": decision.projection_id,
-                "tenant_ref": tenant_ref,
-                "at": self.clock(),
-                "disposition": _LEDGER_DISPOSITION[decision.disposition]
-                if kind == "decision"
-                else None,
-                "status": status,
-                "reason_codes": list(dict.fromkeys(reasons))[:32],
-            },
-            EvidenceEntry,
-        )
-
-    def _verdict(
-        self,
-        proposal: Proposal,
-        outcome: Outcome,
-        reasons: tuple[str, ...],
-        decision: Decision | None,
-        evidence: tuple[str, ...] = (),
+    def _answer(
+        self, work: Work, outcome: Literal["allow", "deny"], reasons: tuple[str, ...]
     ) -> Verdict:
-        return Verdict(
-            schema="smf.verdict/1",
-            proposal_id=proposal.proposal_id,
-            outcome=outcome,
-            reason_codes=tuple(dict.fromkeys(reasons)),
-            decision_id=decision.decision_id if decision else None,
-            operation_hash=decision.operation_hash if decision else None,
-            release_id=decision.release_id if decision else None,
-            evidence=evidence,
-        )
+        return verdict(work.proposal.proposal_id, outcome, reasons, work.decision, work.evidence)
 
-    def _deny(
-        self,
-        proposal: Proposal,
-        reasons: tuple[str, ...],
-        decision: Decision | None = None,
-        evidence: tuple[str, ...] = (),
-    ) -> Verdict:
-        return self._verdict(proposal, "deny", reasons, decision, evidence)
-
-
-def release_ref(release_id: str) -> str:
-    """The release as an identity for evidence (the ledger holds identities only)."""
-    return identity_of({"release_id": release_id})
+    def _deny(self, work: Work, reasons: tuple[str, ...]) -> Verdict:
+        return self._answer(work, "deny", reasons)

@@ -1,0 +1,114 @@
+"""What a gate is built from: explicit settings, nothing read from a state directory.
+
+Every field is a value the caller decided: the bus servers, the gate's key
+and the tenant pseudonym key, the registry, where the stores live, where
+policy comes from (a verified release source, or a policy set the caller
+loaded), which runtimes must attest. Keys never appear in a ``repr``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from pipeline.core.normalize import MapperTable, decode_mapper
+from pipeline.core.projection import PolicySet
+from pipeline.stages.attestation import RuntimeRequirement
+from pipeline.stages.buffer import BufferLimits
+from subjects import names
+from subjects.keys import SigningKey
+from subjects.registry import KeyRegistry
+from subjects.release import TrustRoot
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def shipped_mapper_tables() -> dict[str, MapperTable]:
+    """The shipped per-adapter mapper tables (``pipeline/mappers/*.json``)."""
+    tables: dict[str, MapperTable] = {}
+    folder = resources.files("pipeline").joinpath("mappers")
+    for entry in folder.iterdir():
+        if entry.name.endswith(".json"):
+            table = decode_mapper(entry.read_bytes())
+            tables[table.adapter_id] = table
+    return tables
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Run as one replica of several on a NATS cluster (issue 11; ARCHITECTURE.md, "Scale").
+
+    The approval and proposal-claim stores move to replicated JetStream KV
+    buckets (compare-and-set by revision), and every stream and bucket the gate
+    creates gets ``replicas`` copies.
+    """
+
+    replicas: int = 3
+
+
+@dataclass(frozen=True)
+class StorePaths:
+    """The SQLite files of one gate (the claim and approval files are not used on a cluster)."""
+
+    ledger: Path
+    claims: Path
+    approvals: Path
+
+
+@dataclass(frozen=True)
+class ReleaseSource:
+    """Release mode (issue 6): the gate decides only under a verified release.
+
+    Candidates come from the ``SMF_RELEASES`` bucket and, when given, an inbox
+    folder; the last accepted release is persisted at ``state`` (rollback
+    protection across restarts).
+    """
+
+    trust_root: TrustRoot
+    state: Path
+    inbox: Path | None = None
+    tick_seconds: float = 5.0
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Everything ``start_gate`` needs, explicitly."""
+
+    servers: tuple[str, ...]
+    """One NATS URL, or a cluster's seeds."""
+    gate_key: SigningKey = field(repr=False)
+    tenant_key: bytes = field(repr=False)
+    registry: KeyRegistry
+    """The registry to start with; a verified release's registry replaces it."""
+    stores: StorePaths
+    policy: ReleaseSource | PolicySet
+    """Where decisions get their policy: a verified release (production), or a
+    policy set the caller loaded and vouches for (tests, offline evaluation)."""
+    mapper_tables: Mapping[str, MapperTable] = field(default_factory=shipped_mapper_tables)
+    attestation: Mapping[str, RuntimeRequirement] = field(default_factory=dict)
+    """Runtimes that must attest before they propose (issue 8), and to what."""
+    name: str = names.DEFAULT_GATE_NAME
+    co_located: bool = False
+    """Call the stages in process (their services still answer on the bus)."""
+    cluster: ClusterSettings | None = None
+    clock: Callable[[], int] = wall_clock_ms
+    stage_timeout: float = 2.0
+    sweep_seconds: float = 1.0
+    buffer_limits: BufferLimits | None = None
+    claim_prune_seconds: float = 60.0
+    """How often the gate forgets proposal claims past their retention."""
+
+    def __post_init__(self) -> None:
+        if not self.servers:
+            raise ValueError("a gate needs at least one NATS server")
+        if len(self.tenant_key) < 16:
+            raise ValueError("the tenant pseudonym key must be at least 16 bytes")
+
+    @property
+    def replicas(self) -> int:
+        return 1 if self.cluster is None else self.cluster.replicas

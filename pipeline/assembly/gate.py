@@ -1,0 +1,384 @@
+"""``start_gate``: stores, stages, the chain, services and loops, in order.
+
+A deployment can run each stage in its own process or all in one (issue 3);
+``co_located`` additionally calls the stages in process, passing Structs,
+instead of over their subjects (the services still answer on the bus for
+other gates and for ``$SRV`` tooling). Both paths run the same typed stage
+code under the same refusal contract (``pipeline.stages.transport``).
+
+Order matters and is kept here: streams before anything publishes; the
+release before the registry is trusted; evidence and claim stores before any
+stage can decide; recovery before the first proposal; every subscription
+flushed to the server before ``start_gate`` returns, so an early proposal
+never finds no responder. A failure part way closes what was opened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import nats
+import structlog
+from nats.aio.client import Client
+from nats.js.client import JetStreamContext
+from nats.micro.service import Service
+
+from pipeline.assembly import loops
+from pipeline.assembly.config import GateConfig, ReleaseSource
+from pipeline.core.decision import Decision
+from pipeline.core.normalize import Normalized
+from pipeline.core.projection import PolicySet
+from pipeline.core.release_trust import ReleaseTrustError, VerifiedRelease
+from pipeline.service import ConcurrentHandler, Endpoint, StageAuth, start_service
+from pipeline.stages.approvals import ApprovalDesk, DeskError
+from pipeline.stages.attestation import AttestationDesk
+from pipeline.stages.buffer import OutputBuffer
+from pipeline.stages.contracts import DispatchReceipt, DispatchRequest, EvaluateRequest
+from pipeline.stages.decide import EvaluateStage, NormalizeStage
+from pipeline.stages.dispatch import DispatchStage
+from pipeline.stages.gate import Gate, GateSettings
+from pipeline.stages.releases import ReleaseWatcher
+from pipeline.stages.streams import ensure_gate_streams
+from pipeline.stages.transport import BusStage, LocalStage, StageClient, serve
+from pipeline.stores.approvals import ApprovalStore
+from pipeline.stores.approvals_kv import KvApprovalStore
+from pipeline.stores.approvals_sqlite import SqliteApprovalStore
+from pipeline.stores.claims import ClaimStore, ProposalClaims
+from pipeline.stores.claims_kv import KvClaimStore
+from pipeline.stores.ledger import Ledger
+from subjects import names
+from subjects.messages import Proposal
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class RunningGate:
+    nc: Client
+    js: JetStreamContext
+    gate: Gate
+    desk: ApprovalDesk
+    ledger: Ledger
+    claims: ProposalClaims
+    approvals: ApprovalStore
+    buffer: OutputBuffer
+    attestation: AttestationDesk
+    services: list[Service] = field(default_factory=list)
+    handlers: list[ConcurrentHandler] = field(default_factory=list)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    releases: ReleaseWatcher | None = None
+
+    async def stop_serving(self) -> None:
+        """Stop the loops, the buffer and every service, and finish requests in flight."""
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.buffer.stop()
+        for service in self.services:
+            await service.stop()
+        for handler in self.handlers:
+            await handler.drain()
+
+    async def close(self) -> None:
+        await self.stop_serving()
+        if self.releases is not None:
+            await self.releases.close()
+        await self.ledger.close()
+        await self.claims.close()
+        await self.approvals.close()
+        if not self.nc.is_closed:
+            await self.nc.drain()
+
+    async def serve(
+        self, name: str, endpoints: list[Endpoint], *, description: str, auth: StageAuth | None
+    ) -> None:
+        service, handlers = await start_service(
+            self.nc, name, endpoints, description=description, auth=auth
+        )
+        self.services.append(service)
+        self.handlers.extend(handlers)
+
+
+@dataclass(frozen=True)
+class _Stages:
+    """The three typed stages and how the gate reaches each."""
+
+    normalize: NormalizeStage
+    evaluate: EvaluateStage
+    dispatch: DispatchStage
+    auth: StageAuth
+
+    def clients(
+        self, nc: Client, co_located: bool
+    ) -> tuple[
+        StageClient[Proposal, Normalized],
+        StageClient[EvaluateRequest, Decision],
+        StageClient[DispatchRequest, DispatchReceipt],
+    ]:
+        if co_located:
+            return LocalStage(self.normalize), LocalStage(self.evaluate), LocalStage(self.dispatch)
+        return (
+            BusStage(nc, names.STAGE_NORMALIZE, Normalized, self.auth),
+            BusStage(nc, names.STAGE_EVALUATE, Decision, self.auth),
+            BusStage(nc, names.STAGE_DISPATCH, DispatchReceipt, self.auth),
+        )
+
+    def endpoints(self) -> list[Endpoint]:
+        return [
+            Endpoint("normalize", names.STAGE_NORMALIZE, serve(self.normalize, Proposal)),
+            Endpoint("evaluate", names.STAGE_EVALUATE, serve(self.evaluate, EvaluateRequest)),
+            Endpoint("dispatch", names.STAGE_DISPATCH, serve(self.dispatch, DispatchRequest)),
+        ]
+
+
+async def _open_releases(config: GateConfig, js: JetStreamContext) -> ReleaseWatcher | None:
+    """Release mode (issue 6): run only on verified releases, from the bucket and inbox."""
+    source = config.policy
+    if not isinstance(source, ReleaseSource):
+        return None
+    watcher = await ReleaseWatcher.open(
+        source.trust_root, source.state, config.clock, inbox=source.inbox
+    )
+    try:
+        await watcher.start(js, tick_seconds=source.tick_seconds, replicas=config.replicas)
+    except BaseException:
+        await watcher.close()
+        raise
+    if watcher.active is None:
+        log.error("gate_has_no_verified_release", gate=config.name)
+    return watcher
+
+
+async def _open_stores(
+    config: GateConfig, js: JetStreamContext
+) -> tuple[ProposalClaims, ApprovalStore]:
+    """SQLite files on one machine; replicated JetStream KV on a cluster (issue 11)."""
+    if config.cluster is None:
+        claims: ProposalClaims = await ClaimStore.open(config.stores.claims)
+        try:
+            approvals: ApprovalStore = await SqliteApprovalStore.open(config.stores.approvals)
+        except BaseException:
+            await claims.close()
+            raise
+        return claims, approvals
+    return (
+        await KvClaimStore.open(js, replicas=config.replicas),
+        await KvApprovalStore.open(js, replicas=config.replicas),
+    )
+
+
+def _desk_policy_set(evaluate: EvaluateStage) -> Callable[[], PolicySet]:
+    """The approval desk re-binds to the release in force, or refuses with its reason."""
+
+    def current() -> PolicySet:
+        try:
+            return evaluate.current()
+        except ReleaseTrustError as exc:
+            raise DeskError(exc.reason_code) from exc
+
+    return current
+
+
+def _close_claim(
+    claims: ProposalClaims, clock: Callable[[], int]
+) -> Callable[[str], Awaitable[bool]]:
+    """One replica answers each output close: the one whose claim on it lands first.
+
+    The claim lives in the proposal-claim store under its own prefix, so it is as
+    durable and as atomic across replicas as the claim of a proposal.
+    """
+
+    async def claim(stream_id: str) -> bool:
+        return await claims.claim(f"output-close:{stream_id}", "output-close", stream_id, clock())
+
+    return claim
+
+
+async def start_gate(config: GateConfig) -> RunningGate:
+    """Build and start one gate; on failure close what was opened and raise."""
+    nc = await nats.connect(
+        servers=list(config.servers),
+        name=config.name,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+    )
+    async with contextlib.AsyncExitStack() as undo:
+        undo.push_async_callback(nc.close)
+        js = nc.jetstream()
+        await ensure_gate_streams(js, config.replicas)
+        releases = await _open_releases(config, js)
+        if releases is not None:
+            undo.push_async_callback(releases.close)
+        running = await _assemble(config, nc, js, releases, undo)
+        undo.pop_all()
+        return running
+    raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
+
+
+async def _assemble(
+    config: GateConfig,
+    nc: Client,
+    js: JetStreamContext,
+    releases: ReleaseWatcher | None,
+    undo: contextlib.AsyncExitStack,
+) -> RunningGate:
+    registry = config.registry
+    if releases is not None and releases.active is not None:
+        registry = releases.active.registry
+
+    checkpoint_subject = names.checkpoint_subject(config.name)
+
+    async def publish_checkpoint(envelope: bytes) -> None:
+        await js.publish(checkpoint_subject, envelope)
+
+    ledger = await Ledger.open(
+        config.stores.ledger, signer=config.gate_key, on_checkpoint=publish_checkpoint
+    )
+    undo.push_async_callback(ledger.close)
+    claims, approvals = await _open_stores(config, js)
+    undo.push_async_callback(claims.close)
+    undo.push_async_callback(approvals.close)
+
+    if releases is not None:
+        evaluate = EvaluateStage(None, config.clock, release=releases.current)
+    else:
+        assert isinstance(config.policy, PolicySet)
+        evaluate = EvaluateStage(config.policy, config.clock)
+    # Stage traffic on the bus is authenticated with a key only the gate holds:
+    # otherwise any client could call the dispatch stage, or answer a stage first.
+    stages = _Stages(
+        normalize=NormalizeStage(config.mapper_tables),
+        evaluate=evaluate,
+        dispatch=DispatchStage(js, config.gate_key, config.clock),
+        auth=StageAuth.from_seed(config.gate_key.seed()),
+    )
+    normalize, evaluate_client, dispatch = stages.clients(nc, config.co_located)
+
+    desk = ApprovalDesk(
+        store=approvals,
+        nc=nc,
+        js=js,
+        registry=registry,
+        ledger=ledger,
+        dispatch=dispatch,
+        policy_set=_desk_policy_set(evaluate),
+        clock=config.clock,
+        tenant_key=config.tenant_key,
+        stage_timeout=config.stage_timeout,
+        signer=config.gate_key,  # runtimes act only on outcomes the gate signed
+    )
+    if config.cluster is None:
+        await desk.recover()
+    else:
+        # On a cluster the open approvals belong to every replica, not to this one: a
+        # replica that (re)starts must not invalidate what another holds. Executing
+        # work a crashed replica left behind ends execution_unknown by the execution
+        # deadline sweep (ApprovalDesk.sweep), never claimed again (issue 11).
+        log.info("gate_recovery_left_to_the_cluster", gate=config.name)
+
+    gate = Gate(
+        settings=GateSettings(tenant_key=config.tenant_key, stage_timeout=config.stage_timeout),
+        registry=registry,
+        normalize=normalize,
+        evaluate=evaluate_client,
+        dispatch=dispatch,
+        ledger=ledger,
+        claims=claims,
+        clock=config.clock,
+        signer=config.gate_key,
+        hold=desk,
+    )
+    attestation = _attestation_desk(config, gate, releases, ledger)
+    gate.attestation = attestation
+    buffer = OutputBuffer(
+        nc,
+        gate,
+        config.clock,
+        config.buffer_limits,
+        close_claim=None if config.cluster is None else _close_claim(claims, config.clock),
+    )
+    running = RunningGate(
+        nc=nc,
+        js=js,
+        gate=gate,
+        desk=desk,
+        ledger=ledger,
+        claims=claims,
+        approvals=approvals,
+        buffer=buffer,
+        attestation=attestation,
+        releases=releases,
+    )
+    if releases is not None:
+
+        def adopt(release: VerifiedRelease) -> None:
+            desk.registry = release.registry
+            gate.adopt_registry(release.registry)
+
+        releases.on_switch = adopt
+    undo.push_async_callback(running.stop_serving)
+    await buffer.start()
+    await running.serve(
+        "smf-stages",
+        stages.endpoints(),
+        description="SMF gate stages: normalize, evaluate, dispatch",
+        auth=stages.auth,
+    )
+    await running.serve(
+        "smf-gate",
+        [Endpoint("propose", names.PROPOSE, gate.handle_propose)],
+        description="SMF Assurance Gate: propose -> verdict",
+        auth=None,
+    )
+    await running.serve(
+        "smf-approvals",
+        [
+            Endpoint("resolve", names.APPROVAL_RESOLVE, desk.handle_resolve),
+            Endpoint("show", names.APPROVAL_SHOW, desk.handle_show),
+            Endpoint("status", names.APPROVAL_STATUS, desk.handle_status),
+        ],
+        description="SMF approval desk: resolve, show, status",
+        auth=None,
+    )
+    await running.serve(
+        "smf-attest",
+        [Endpoint("attest", names.ATTEST, attestation.handle)],
+        description="SMF runtime attestation: attest -> ack",
+        auth=None,
+    )
+    running.tasks += [
+        asyncio.create_task(loops.follow_reports(js, desk)),
+        asyncio.create_task(loops.sweep(desk, buffer, config.sweep_seconds)),
+        asyncio.create_task(loops.prune_claims(gate, config.claim_prune_seconds)),
+    ]
+    # A round trip, so the server has every subscription above before anyone is
+    # told the gate serves; otherwise an early proposal finds no responder.
+    await nc.flush()
+    log.info("gate_started", gate=config.name, co_located=config.co_located)
+    return running
+
+
+def _attestation_desk(
+    config: GateConfig, gate: Gate, releases: ReleaseWatcher | None, ledger: Ledger
+) -> AttestationDesk:
+    """``smf.attest`` (issue 8): the desk the chain's ``admit`` link asks first."""
+
+    def release_id() -> str | None:
+        active = releases.active if releases is not None else None
+        return active.release_id if active is not None else None
+
+    async def evidence_probe() -> bool:
+        # A real round trip to the store: sign the tail (a no-op when it is signed).
+        await ledger.checkpoint(gate.clock())
+        return True
+
+    return AttestationDesk(
+        required=config.attestation,
+        registry=lambda: gate.registry,
+        clock=gate.clock,
+        release_id=release_id,
+        evidence_probe=evidence_probe,
+    )

@@ -1,0 +1,164 @@
+"""The one place evidence entries, verdicts and signature refusals are built.
+
+The gate and the approval desk both write to the ledger and both answer
+runtimes; they used to build entries and verdicts each their own way, which
+two copies kept in step by hand (issue 19). Here:
+
+- ``EvidenceWriter`` turns a decision or an approval binding into the
+  ledger's ``EvidenceEntry`` (ARCHITECTURE.md, "Evidence": identities,
+  release/projection ids, disposition, reason codes, status, pseudonymous
+  tenant identity and time; never raw values). The tenant appears only as a
+  keyed identifier under ``TENANT_DOMAIN``; the release only as an identity.
+- ``verdict`` / ``outcome_verdict`` build the ``Verdict`` a runtime reads.
+- ``signature_reason`` maps each DSSE refusal to its reason code, so every
+  endpoint refuses the same attack with the same word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from pipeline.core.decision import Decision
+from pipeline.stores.ledger import Ledger, Receipt
+from pipeline.stores.ledger_schema import Disposition, EntryKind, EvidenceEntry, Status
+from subjects import dsse
+from subjects.approvals import ApprovalBinding
+from subjects.canonical import identity_of
+from subjects.keyed import keyed_identifier
+from subjects.messages import Outcome, Verdict
+
+TENANT_DOMAIN: Final = "smf.tenant"
+"""Keyed-identifier domain of tenant pseudonyms in evidence (``subjects.keyed``)."""
+MAX_REASONS: Final = 32
+LEDGER_DISPOSITION: Final[dict[str, Disposition]] = {
+    "allow": "allow",
+    "deny": "deny",
+    "conditional": "hold",
+}
+"""The decision core says ``conditional``; the ledger's closed vocabulary says ``hold``."""
+
+_SIGNATURE_REASONS: Final[dict[type[dsse.SignatureError], str]] = {
+    dsse.PayloadTypeMismatchError: "wrong_payload_type",
+    dsse.UnknownSignerError: "unknown_signer",
+    dsse.BadSignatureError: "bad_signature",
+    dsse.BelowThresholdError: "bad_signature",
+}
+
+
+def signature_reason(exc: dsse.SignatureError, malformed: str, too_large: str = "") -> str:
+    """The reason code for a refused signed message.
+
+    ``malformed`` names the message (``malformed_proposal``,
+    ``malformed_resolution``, ...); ``too_large`` an oversized one, when the
+    endpoint tells that apart.
+    """
+    if isinstance(exc, dsse.EnvelopeTooLargeError) and too_large:
+        return too_large
+    if isinstance(exc, dsse.MalformedEnvelopeError):
+        return malformed
+    return next((r for t, r in _SIGNATURE_REASONS.items() if isinstance(exc, t)), malformed)
+
+
+def release_ref(release_id: str) -> str:
+    """The release as an identity for evidence (the ledger holds identities only)."""
+    return identity_of({"release_id": release_id})
+
+
+def unique(reasons: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(reasons))
+
+
+@dataclass(frozen=True)
+class EvidenceWriter:
+    """Builds and appends evidence entries for one gate (its ledger, key and clock)."""
+
+    ledger: Ledger
+    tenant_key: bytes = field(repr=False)
+    clock: Callable[[], int]
+
+    def tenant_ref(self, tenant_id: str) -> str:
+        return keyed_identifier(self.tenant_key, TENANT_DOMAIN, tenant_id)
+
+    def for_decision(
+        self,
+        decision: Decision,
+        tenant_ref: str,
+        kind: EntryKind = "decision",
+        *,
+        status: Status | None = None,
+        reasons: tuple[str, ...] = (),
+    ) -> EvidenceEntry:
+        return EvidenceEntry(
+            kind=kind,
+            operation_hash=decision.operation_hash,
+            decision_id=decision.decision_id,
+            release_id=release_ref(decision.release_id),
+            projection_id=decision.projection_id,
+            tenant_ref=tenant_ref,
+            at=self.clock(),
+            disposition=LEDGER_DISPOSITION[decision.disposition] if kind == "decision" else None,
+            status=status,
+            reason_codes=unique(reasons)[:MAX_REASONS],
+        )
+
+    def for_binding(
+        self,
+        binding: ApprovalBinding,
+        status: Status,
+        reasons: tuple[str, ...] = (),
+        kind: EntryKind = "transition",
+    ) -> EvidenceEntry:
+        return EvidenceEntry(
+            kind=kind,
+            operation_hash=binding.operation_hash,
+            decision_id=binding.decision_id,
+            release_id=release_ref(binding.release_id),
+            projection_id=binding.projection_id,
+            tenant_ref=self.tenant_ref(binding.tenant_id),
+            at=self.clock(),
+            approval_id=binding.approval_id,
+            status=status,
+            reason_codes=unique(reasons)[:MAX_REASONS],
+        )
+
+    async def append(self, entry: EvidenceEntry) -> Receipt:
+        """Write one entry; raises ``EvidenceError`` (callers fail closed)."""
+        return await self.ledger.append(entry)
+
+
+def verdict(
+    proposal_id: str,
+    outcome: Outcome,
+    reasons: tuple[str, ...],
+    decision: Decision | None = None,
+    evidence: tuple[str, ...] = (),
+) -> Verdict:
+    """The Verdict a runtime reads for its proposal (signed by the caller)."""
+    return Verdict(
+        schema="smf.verdict/1",
+        proposal_id=proposal_id,
+        outcome=outcome,
+        reason_codes=unique(reasons),
+        decision_id=decision.decision_id if decision else None,
+        operation_hash=decision.operation_hash if decision else None,
+        release_id=decision.release_id if decision else None,
+        evidence=evidence,
+    )
+
+
+def outcome_verdict(
+    binding: ApprovalBinding, outcome: Outcome, reasons: tuple[str, ...]
+) -> Verdict:
+    """The final Verdict for a held proposal, published to its outcome subject."""
+    return Verdict(
+        schema="smf.verdict/1",
+        proposal_id="",
+        outcome=outcome,
+        reason_codes=unique(reasons),
+        decision_id=binding.decision_id,
+        operation_hash=binding.operation_hash,
+        release_id=binding.release_id,
+        approval_id=binding.approval_id,
+    )

@@ -1,0 +1,262 @@
+"""The layering rules of ARCHITECTURE.md ("Layers of the code"), read from the code.
+
+Every ``import`` and ``from ... import`` in every product module is read with
+the ``ast`` module, including imports inside functions, and held against the
+rules:
+
+- ``subjects/`` (the bus contract) imports nothing of ours;
+- ``pipeline/core`` does no I/O: besides itself and ``subjects`` it imports
+  only msgspec and pure standard-library modules;
+- nothing outside ``ops/`` imports ``ops``;
+- the adapters and the approver wing depend on ``subjects/`` (and themselves) only;
+- Swarm uses ``subjects``, ``pipeline.core`` and the service plumbing
+  (``pipeline.service``), never the gate's stages, stores or assembly;
+- there is no import circle between product modules.
+
+Also: a gate starts from ``pipeline`` alone, in an interpreter where ``ops``
+cannot be imported at all.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from ops.natsserver import EmbeddedNatsServer
+from ops.state import StateDir, provision_demo
+
+ROOT: Final = Path(__file__).resolve().parents[1]
+OURS: Final = ("subjects", "pipeline", "adapters", "approver", "swarm", "ops")
+PURE_STDLIB: Final = frozenset(
+    {
+        "__future__",
+        "abc",
+        "base64",
+        "bisect",
+        "collections",
+        "dataclasses",
+        "enum",
+        "functools",
+        "hashlib",
+        "hmac",
+        "itertools",
+        "json",
+        "math",
+        "operator",
+        "re",
+        "string",
+        "typing",
+        "unicodedata",
+    }
+)
+"""What the pure core may import from the standard library: no file, socket,
+process, thread, clock or event-loop module."""
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    for package in OURS:
+        folder = ROOT / package
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.rglob("*.py")):
+            if "node_modules" in path.parts:
+                continue
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            yield name, path
+
+
+MODULES: Final = dict(modules())
+
+
+def imported(name: str, path: Path) -> set[str]:
+    """Every module ``path`` imports, anywhere in it, as absolute dotted names:
+    ``from a import b`` counts as ``a.b`` when that is a module of ours, else as ``a``."""
+    found: set[str] = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                child = f"{target}.{alias.name}"
+                found.add(child if child in MODULES else target)
+    return found
+
+
+def top(module: str) -> str:
+    return module.split(".", 1)[0]
+
+
+GRAPH: Final = {name: imported(name, path) for name, path in MODULES.items()}
+
+
+def violations(prefix: str, allowed: tuple[str, ...], *, stdlib_only: bool = False) -> list[str]:
+    """Imports of modules under ``prefix`` that are ours but not in ``allowed``
+    (and, with ``stdlib_only``, third-party or standard modules not pure)."""
+    bad = []
+    for name, targets in GRAPH.items():
+        if name != prefix and not name.startswith(prefix + "."):
+            continue
+        for target in targets:
+            if top(target) in OURS:
+                permitted = any(target == a or target.startswith(a + ".") for a in allowed)
+            else:
+                permitted = not stdlib_only or top(target) in PURE_STDLIB | {"msgspec"}
+            if not permitted:
+                bad.append(f"{name} -> {target}")
+    return sorted(bad)
+
+
+def test_subjects_import_nothing_of_ours() -> None:
+    assert violations("subjects", ("subjects",)) == []
+
+
+def test_the_core_does_no_io() -> None:
+    assert violations("pipeline.core", ("pipeline.core", "subjects"), stdlib_only=True) == []
+
+
+def test_nothing_outside_ops_imports_ops() -> None:
+    bad = [
+        f"{name} -> {target}"
+        for name, targets in GRAPH.items()
+        if top(name) != "ops"
+        for target in targets
+        if top(target) == "ops"
+    ]
+    assert bad == []
+
+
+@pytest.mark.parametrize("edge", ["adapters", "approver"])
+def test_the_edges_depend_on_the_contract_only(edge: str) -> None:
+    assert violations(edge, (edge, "subjects")) == []
+
+
+def test_swarm_uses_the_core_and_the_service_plumbing_only() -> None:
+    allowed = ("swarm", "subjects", "pipeline.core", "pipeline.service")
+    assert violations("swarm", allowed) == []
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle a depth-first walk meets, as the modules on it (first repeated last).
+
+    A package's ``__init__`` re-exporting its own modules is not counted: that
+    is one concern's public face, not two concerns tied together.
+    """
+    edges = {n: {t for t in deps if t in graph and t != n} for n, deps in graph.items()}
+    state: dict[str, int] = {}
+    found: list[list[str]] = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == 1:
+                found.append([*trail[trail.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for name in sorted(edges):
+        if name not in state:
+            visit(name, [name])
+    return [c for c in found if not (len(c) == 3 and _reexport(c))]
+
+
+def _reexport(circle: list[str]) -> bool:
+    a, b = circle[0], circle[1]
+    return b.startswith(a + ".") or a.startswith(b + ".")
+
+
+def test_there_is_no_import_circle() -> None:
+    assert import_circles(GRAPH) == []
+
+
+def test_the_circle_finder_finds_circles() -> None:
+    graph = {"ops.a": {"ops.b"}, "ops.b": {"ops.c"}, "ops.c": {"ops.a"}, "ops": {"ops.a"}}
+    assert import_circles(graph) == [["ops.a", "ops.b", "ops.c", "ops.a"]]
+    assert import_circles({"p": {"p.m"}, "p.m": {"p"}}) == []
+
+
+def test_the_rules_read_real_imports() -> None:
+    """A control: the reader sees imports inside functions and relative imports."""
+    graph = GRAPH
+    assert "pipeline.assembly.gate" in graph["pipeline.assembly"]
+    assert "subjects.canonical" in graph["subjects.dsse"]
+    assert any(t.startswith("pipeline.") for t in graph["ops.stack"])
+
+
+# --- a gate from pipeline alone ---------------------------------------------------
+
+CHILD: Final = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    sys.modules["ops"] = None  # any import of ops now raises ImportError
+    from pipeline.assembly import GateConfig, StorePaths, start_gate
+    from pipeline.core.projection import build_policy_set, decode_enforcement
+    from subjects.keys import load_private_key
+    from subjects.registry import load_registry
+    from pathlib import Path
+
+    async def main(paths):
+        root = Path(paths["state"])
+        key, _ = load_private_key(root / "keys" / "gate.key")
+        enforcement = Path(paths["projection"]) / "enforcement.json"
+        config = GateConfig(
+            servers=(paths["url"],),
+            gate_key=key,
+            tenant_key=(root / "keys" / "tenant-pseudonym.key").read_bytes(),
+            registry=load_registry(root / "registry.json"),
+            stores=StorePaths(root / "l.db", root / "c.db", root / "a.db"),
+            policy=build_policy_set(decode_enforcement(enforcement.read_bytes())),
+            co_located=True,
+        )
+        running = await start_gate(config)
+        stats = [s.stats() for s in running.services]
+        await running.close()
+        print(json.dumps({"services": sorted(s.name for s in stats),
+                          "ops_loaded": any(m == "ops" or m.startswith("ops.")
+                                            for m, v in sys.modules.items() if v is not None)}))
+
+    asyncio.run(main(json.loads(sys.argv[1])))
+    """
+)
+
+
+def test_a_gate_starts_from_pipeline_alone(tmp_path: Path, nats_server: EmbeddedNatsServer) -> None:
+    from ops.projections import SCENARIO_PROJECTION, package_path  # noqa: PLC0415
+
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    paths = {
+        "state": str(state.root),
+        "url": nats_server.url,
+        "projection": str(package_path(SCENARIO_PROJECTION)),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(paths)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {
+        "services": ["smf-approvals", "smf-attest", "smf-gate", "smf-stages"],
+        "ops_loaded": False,
+    }
