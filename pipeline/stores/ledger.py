@@ -35,7 +35,6 @@ import os
 import sqlite3
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -64,6 +63,7 @@ from pipeline.stores.ledger_schema import (
     stored_entry,
     validate_entry,
 )
+from pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable, immediate
 from subjects import dsse
 from subjects.canonical import SAFE_INTEGER_MAX, canonical_bytes, sha256_identity
 from subjects.keys import SigningKey, VerifyKey
@@ -223,26 +223,12 @@ class _ChainWalk:
         return None
 
 
-def _rollback(conn: sqlite3.Connection) -> None:
-    # A failed ROLLBACK (or none needed: SQLite already rolled back after
-    # e.g. a full disk at COMMIT) must not hide the error that got us here.
-    with contextlib.suppress(sqlite3.Error):
-        conn.execute("ROLLBACK")
-
-
 class _Writer:
-    """The synchronous half of the store. It owns the connection and the chain
-    state, and every method runs on the ledger's single worker thread."""
+    """The synchronous half of the store: the chain and checkpoint state. Every
+    method runs on the ledger's :class:`SqliteWorker` thread, with the
+    connection that thread owns."""
 
-    def __init__(
-        self,
-        conn: sqlite3.Connection,
-        ledger_id: str,
-        signer: SigningKey,
-        every: int,
-        window_ms: int,
-    ) -> None:
-        self._conn = conn
+    def __init__(self, ledger_id: str, signer: SigningKey, every: int, window_ms: int) -> None:
         self.ledger_id = ledger_id
         self._signer = signer
         self._every = every
@@ -257,33 +243,27 @@ class _Writer:
 
     @classmethod
     def open(
-        cls, path: str, signer: SigningKey, every: int, window_ms: int, busy_timeout_ms: int
+        cls, conn: sqlite3.Connection, signer: SigningKey, every: int, window_ms: int
     ) -> _Writer:
-        conn = sqlite3.connect(
-            path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=True
-        )
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-            if mode != "wal":
-                raise sqlite3.OperationalError(f"journal_mode is {mode}, WAL is required")
-            # WAL with synchronous=NORMAL may lose the last commits on power loss:
-            # a receipt must mean the evidence survives, so fsync every commit.
-            conn.execute("PRAGMA synchronous = FULL")
-            writer = cls(conn, _install_schema(conn), signer, every, window_ms)
-            writer._load_state()
-        except BaseException:
-            conn.close()
-            raise
+        """Require WAL, install the schema, load and re-check the chain's tail.
+
+        The worker asked for WAL; a file that cannot have it (``:memory:``, a
+        file system without shared memory) is refused rather than run with a
+        journal the receipts were not promised on.
+        """
+        (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
+        if mode != "wal":
+            raise sqlite3.OperationalError(f"journal_mode is {mode}, WAL is required")
+        writer = cls(immediate(conn, _install_schema), signer, every, window_ms)
+        writer._load_state(conn)
         return writer
 
-    def _load_state(self) -> None:
+    def _load_state(self, conn: sqlite3.Connection) -> None:
         """Find the last checkpoint and re-check every entry after it.
 
         Entries after the last checkpoint are what the next checkpoint will
         sign; the gate must not vouch for a tail that does not verify.
         """
-        conn = self._conn
         last = conn.execute(
             "SELECT seq, entry_hash, at, envelope FROM ledger_checkpoints ORDER BY seq DESC LIMIT 1"
         ).fetchone()
@@ -305,8 +285,8 @@ class _Writer:
             first = conn.execute("SELECT at FROM evidence_entries WHERE seq = 1").fetchone()
             self._cp_at = first[0]
 
-    def _check_tail(self) -> None:
-        row = self._conn.execute(
+    def _check_tail(self, conn: sqlite3.Connection) -> None:
+        row = conn.execute(
             "SELECT seq, entry_hash FROM evidence_entries ORDER BY seq DESC LIMIT 1"
         ).fetchone()
         found = (row[0], row[1]) if row is not None else (0, GENESIS_HASH)
@@ -319,10 +299,12 @@ class _Writer:
         window_start = self._cp_at if self._cp_at is not None else at
         return at - window_start >= self._window_ms
 
-    def _insert_checkpoint(self, seq: int, entry_hash: str, at: int) -> bytes:
+    def _insert_checkpoint(
+        self, conn: sqlite3.Connection, seq: int, entry_hash: str, at: int
+    ) -> bytes:
         payload = checkpoint_payload(self.ledger_id, seq, entry_hash, at)
         envelope = dsse.encode_envelope(dsse.sign(CHECKPOINT_PAYLOAD_TYPE, payload, [self._signer]))
-        self._conn.execute(
+        conn.execute(
             "INSERT INTO ledger_checkpoints (seq, entry_hash, at, envelope) VALUES (?, ?, ?, ?)",
             (seq, entry_hash, at, envelope),
         )
@@ -333,23 +315,21 @@ class _Writer:
         self.outbox.append(envelope)
         logger.info("ledger.checkpoint_written", ledger_id=self.ledger_id, seq=seq)
 
-    def append(self, entry: EvidenceEntry) -> Receipt:
+    def append(self, conn: sqlite3.Connection, entry: EvidenceEntry) -> Receipt:
         """Insert one entry, and a checkpoint when due, in one IMMEDIATE
         transaction; state changes only after COMMIT returns."""
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            self._check_tail()
+
+        def body(conn: sqlite3.Connection) -> tuple[int, str, bytes | None]:
+            self._check_tail(conn)
             seq, prev_hash = self.tail_seq + 1, self.tail_hash
             entry_hash = entry_hash_of(seq, prev_hash, entry)
             conn.execute(INSERT_ENTRY, entry_row(seq, prev_hash, entry_hash, entry))
             envelope = None
             if self._checkpoint_due(seq, entry.at):
-                envelope = self._insert_checkpoint(seq, entry_hash, entry.at)
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback(conn)
-            raise
+                envelope = self._insert_checkpoint(conn, seq, entry_hash, entry.at)
+            return seq, entry_hash, envelope
+
+        seq, entry_hash, envelope = immediate(conn, body)
         self.tail_seq, self.tail_hash = seq, entry_hash
         if envelope is not None:
             self._checkpointed(seq, entry.at, envelope)
@@ -357,24 +337,18 @@ class _Writer:
             self._cp_at = entry.at
         return Receipt(seq=seq, entry_hash=entry_hash)
 
-    def checkpoint(self, at: int) -> bytes | None:
+    def checkpoint(self, conn: sqlite3.Connection, at: int) -> bytes | None:
         """Sign the current tail now, unless it is already signed."""
         if self.tail_seq == self._cp_seq:
             return None
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            self._check_tail()
-            envelope = self._insert_checkpoint(self.tail_seq, self.tail_hash, at)
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback(conn)
-            raise
+
+        def body(conn: sqlite3.Connection) -> bytes:
+            self._check_tail(conn)
+            return self._insert_checkpoint(conn, self.tail_seq, self.tail_hash, at)
+
+        envelope = immediate(conn, body)
         self._checkpointed(self.tail_seq, at, envelope)
         return envelope
-
-    def close(self) -> None:
-        self._conn.close()
 
 
 def _install_schema(conn: sqlite3.Connection) -> str:
@@ -383,53 +357,61 @@ def _install_schema(conn: sqlite3.Connection) -> str:
     The ledger id is random, fixed at creation and named by every checkpoint,
     so a checkpoint of one ledger never vouches for another file.
     """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for statement in DDL:
-            conn.execute(statement)
-        row = conn.execute(
-            "SELECT ledger_id, schema_version FROM ledger_meta WHERE singleton = 1"
-        ).fetchone()
-        if row is None:
-            ledger_id = sha256_identity(os.urandom(32))
-            conn.execute(
-                "INSERT INTO ledger_meta (singleton, ledger_id, schema_version) VALUES (1, ?, ?)",
-                (ledger_id, SCHEMA_VERSION),
-            )
-        elif row[1] != SCHEMA_VERSION:
-            raise sqlite3.DatabaseError(f"ledger schema version {row[1]} is not supported")
-        else:
-            ledger_id = row[0]
-        conn.execute("COMMIT")
-    except BaseException:
-        _rollback(conn)
-        raise
+    for statement in DDL:
+        conn.execute(statement)
+    row = conn.execute(
+        "SELECT ledger_id, schema_version FROM ledger_meta WHERE singleton = 1"
+    ).fetchone()
+    if row is None:
+        ledger_id = sha256_identity(os.urandom(32))
+        conn.execute(
+            "INSERT INTO ledger_meta (singleton, ledger_id, schema_version) VALUES (1, ?, ?)",
+            (ledger_id, SCHEMA_VERSION),
+        )
+    elif row[1] != SCHEMA_VERSION:
+        raise sqlite3.DatabaseError(f"ledger schema version {row[1]} is not supported")
+    else:
+        ledger_id = row[0]
     return str(ledger_id)
+
+
+def _unavailable(operation: str, cause: BaseException | None, message: str) -> Exception:
+    """Log a ledger outage and name it :class:`EvidenceStoreUnavailable`.
+
+    The caller chains ``cause``: the SQLite, OS or integrity error itself, not
+    the worker's :class:`StoreUnavailable` wrapper around it, so an operator
+    reads what stopped the write.
+    """
+    logger.error("ledger.unavailable", operation=operation, error=type(cause).__name__)
+    return EvidenceStoreUnavailable(message)
+
+
+_NOT_OPENED: Final = "evidence ledger could not be opened"
+
+
+async def _close(worker: SqliteWorker | None) -> None:
+    if worker is not None:
+        await worker.close()
 
 
 class Ledger:
     """The evidence ledger store (issue 7). Create with :meth:`open`.
 
-    Why stdlib ``sqlite3`` on one dedicated worker thread, not aiosqlite:
-    an append is a whole transaction (BEGIN IMMEDIATE, check the tail, insert,
-    maybe sign and insert a checkpoint, COMMIT). aiosqlite runs each statement
-    as its own hop to its thread and offers no public way to run one function
-    there, so a cancelled caller could stop between BEGIN and COMMIT and leave
-    the transaction open on the shared connection. Here the whole transaction
-    is one job on a single-thread executor: the same one-thread-owns-the-
-    connection model as aiosqlite, but a cancelled await never splits a
-    transaction, and two jobs can never interleave on the connection. The
-    asyncio.Lock orders appends with their checkpoint hand-off.
+    The file is the stores' one SQLite idiom (:class:`SqliteWorker`): an
+    append is a whole transaction and runs as one job on the worker thread,
+    so a cancelled await never splits it and two appends never interleave on
+    the connection. The asyncio.Lock orders appends with their checkpoint
+    hand-off.
     """
 
     def __init__(
         self,
         writer: _Writer,
-        executor: ThreadPoolExecutor,
+        worker: SqliteWorker,
         on_checkpoint: CheckpointSink | None,
     ) -> None:
         self._writer = writer
-        self._executor = executor
+        self._worker = worker
         self._on_checkpoint = on_checkpoint
         self._lock = asyncio.Lock()
         self._closed = False
@@ -461,22 +443,24 @@ class Ledger:
             raise ValueError("checkpoint_seconds must be positive")
         if busy_timeout_ms < 0:
             raise ValueError("busy_timeout_ms must not be negative")
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="smf-ledger")
-        job = partial(
-            _Writer.open,
-            os.fspath(path),
-            signer,
-            checkpoint_every,
-            int(checkpoint_seconds * 1000),
-            busy_timeout_ms,
-        )
+        worker: SqliteWorker | None = None
         try:
-            writer = await asyncio.get_running_loop().run_in_executor(executor, job)
+            worker = await SqliteWorker.open(path, name="ledger", busy_timeout_ms=busy_timeout_ms)
+            writer = await worker.run(
+                partial(
+                    _Writer.open,
+                    signer=signer,
+                    every=checkpoint_every,
+                    window_ms=int(checkpoint_seconds * 1000),
+                )
+            )
+        except StoreUnavailable as exc:
+            await _close(worker)
+            raise _unavailable("open", exc.__cause__, _NOT_OPENED) from exc.__cause__
         except Exception as exc:
-            executor.shutdown(wait=False)
-            logger.error("ledger.unavailable", operation="open", error=type(exc).__name__)
-            raise EvidenceStoreUnavailable("evidence ledger could not be opened") from exc
-        ledger = cls(writer, executor, on_checkpoint)
+            await _close(worker)
+            raise _unavailable("open", exc, _NOT_OPENED) from exc
+        ledger = cls(writer, worker, on_checkpoint)
         logger.info("ledger.opened", ledger_id=writer.ledger_id, last_seq=writer.tail_seq)
         async with ledger._lock:
             await ledger._publish_pending()
@@ -492,15 +476,19 @@ class Ledger:
         """Checkpoints the sink has not yet accepted (for health checks)."""
         return len(self._writer.outbox)
 
-    async def _run(self, operation: str, job: Callable[[], T]) -> T:
+    async def _run(self, operation: str, job: Callable[[sqlite3.Connection], T]) -> T:
+        """One job on the worker; any failure is EvidenceStoreUnavailable (a denial)."""
         if self._closed:
             logger.error("ledger.unavailable", operation=operation, error="closed")
             raise EvidenceStoreUnavailable("evidence ledger is closed")
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, job)
+            return await self._worker.run(job)
+        except StoreUnavailable as exc:
+            message = f"evidence ledger unavailable for {operation}"
+            raise _unavailable(operation, exc.__cause__, message) from exc.__cause__
         except Exception as exc:
-            logger.error("ledger.unavailable", operation=operation, error=type(exc).__name__)
-            raise EvidenceStoreUnavailable(f"evidence ledger unavailable for {operation}") from exc
+            message = f"evidence ledger unavailable for {operation}"
+            raise _unavailable(operation, exc, message) from exc
 
     async def _publish_pending(self) -> None:
         """Hand queued checkpoints to the sink in order; keep what it refuses.
@@ -540,7 +528,7 @@ class Ledger:
             logger.warning("ledger.entry_rejected", field=exc.field)
             raise
         async with self._lock:
-            receipt = await self._run("append", partial(self._writer.append, entry))
+            receipt = await self._run("append", partial(self._writer.append, entry=entry))
             await self._publish_pending()
         logger.debug("ledger.appended", seq=receipt.seq, kind=entry.kind)
         return receipt
@@ -555,7 +543,7 @@ class Ledger:
         if type(at) is not int or not 0 <= at <= SAFE_INTEGER_MAX:
             raise ValueError("at must be unix milliseconds")
         async with self._lock:
-            envelope = await self._run("checkpoint", partial(self._writer.checkpoint, at))
+            envelope = await self._run("checkpoint", partial(self._writer.checkpoint, at=at))
             await self._publish_pending()
         return envelope
 
@@ -567,10 +555,7 @@ class Ledger:
                 return
             await self._publish_pending()
             self._closed = True
-            try:
-                await asyncio.get_running_loop().run_in_executor(self._executor, self._writer.close)
-            finally:
-                self._executor.shutdown(wait=False)
+            await self._worker.close()
         logger.info("ledger.closed", ledger_id=self.ledger_id)
 
     async def __aenter__(self) -> Self:
