@@ -1,4 +1,4 @@
-"""The evidence ledger: an append-only, hash-chained, checkpoint-signed SQLite file.
+"""The evidence ledger's writer: append, chain, checkpoints, on one SQLite file.
 
 ARCHITECTURE.md, "Evidence", and issue 7. Invariants this module keeps:
 
@@ -12,37 +12,59 @@ ARCHITECTURE.md, "Evidence", and issue 7. Invariants this module keeps:
   wrote, so it never extends (and later signs) a chain someone else wrote to.
 - Hash chain: ``entry_hash`` is the identity of the canonical JSON of seq,
   prev_hash and every field (:func:`ledger_schema.entry_hash_of`); entry 1
-  chains to :data:`ledger_schema.GENESIS_HASH`.
+  chains to :data:`ledger_schema.GENESIS_HASH`. The tail is re-checked at
+  open with the audit's own walker (:class:`ledger_chain.ChainWalk`).
 - Signed checkpoints: every ``checkpoint_every`` entries or
   ``checkpoint_seconds`` of the caller's clock, ``{ledger_id, seq, entry_hash,
   at}`` is signed as a DSSE envelope with the gate key, stored in the file's
   own append-only table and handed to ``on_checkpoint`` for publishing outside
   the file. The triggers (``ledger_schema.DDL``) stop SQL that would rewrite
   the file; the chain and the checkpoints held outside it detect an attacker
-  who has the file and drops the triggers first: :func:`verify_ledger`.
+  who has the file and drops the triggers first: the offline audit,
+  :func:`ledger_audit.verify_ledger`.
 
 What this cannot detect: entries written after the last checkpoint that
 reached the outside, by someone with write access to the file, are only as
 trustworthy as that access control. The ``checkpoint_seconds`` cadence bounds
 that window; :meth:`Ledger.checkpoint` closes it on demand (e.g. at shutdown).
+
+The ledger's other names (the audit's :func:`verify_ledger`,
+:func:`export_jsonl`, :class:`LedgerReport`; the reason codes and errors of
+:mod:`pipeline.stores.ledger_chain`) are importable from here too, so
+``pipeline.stores.ledger`` stays the one import for the whole ledger.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sqlite3
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable
 from functools import partial
-from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Self, TextIO, TypeVar
+from typing import Final, Self, TypeVar
 
 import msgspec
 import structlog
 
+from pipeline.stores.ledger_audit import LedgerReport, export_jsonl, verify_ledger
+from pipeline.stores.ledger_chain import (
+    CHAIN_BROKEN,
+    CHECKPOINT_BAD_SIGNATURE,
+    CHECKPOINT_MALFORMED,
+    CHECKPOINT_MISMATCH,
+    ENTRY_HASH_MISMATCH,
+    ENTRY_MALFORMED,
+    EVIDENCE_STORE_UNAVAILABLE,
+    LEDGER_UNREADABLE,
+    SEQ_GAP,
+    TAIL_MISMATCH,
+    TRUNCATED_AFTER_CHECKPOINT,
+    ChainWalk,
+    EvidenceStoreUnavailable,
+    LedgerIntegrityError,
+)
 from pipeline.stores.ledger_schema import (
     CHECKPOINT_PAYLOAD_TYPE,
     DDL,
@@ -50,23 +72,18 @@ from pipeline.stores.ledger_schema import (
     INSERT_ENTRY,
     SCHEMA_VERSION,
     SELECT_ENTRIES_AFTER,
-    CheckpointClaim,
     EvidenceEntry,
     EvidenceEntryRejected,
     EvidenceError,
-    MalformedEntry,
     checkpoint_payload,
     entry_hash_of,
     entry_row,
-    export_document,
-    parse_checkpoint_payload,
-    stored_entry,
     validate_entry,
 )
 from pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable, immediate
 from subjects import dsse
-from subjects.canonical import SAFE_INTEGER_MAX, canonical_bytes, sha256_identity
-from subjects.keys import SigningKey, VerifyKey
+from subjects.canonical import SAFE_INTEGER_MAX, sha256_identity
+from subjects.keys import SigningKey
 
 __all__ = [
     "CHAIN_BROKEN",
@@ -102,125 +119,12 @@ CheckpointSink = Callable[[bytes], Awaitable[None]]
 stream with DenyDelete/DenyPurge. It must tolerate duplicates: the last stored
 checkpoint is offered again at every open, in case a crash lost it."""
 
-EVIDENCE_STORE_UNAVAILABLE: Final = "evidence_store_unavailable"
-
-# Reason codes of verify_ledger, one per way the file can disagree with itself
-# or with the signed checkpoints (issue 7).
-ENTRY_HASH_MISMATCH: Final = "entry_hash_mismatch"
-"""An entry's stored hash is not the hash of its content: edited in place."""
-CHAIN_BROKEN: Final = "chain_broken"
-"""An entry's prev_hash is not the previous entry's hash: edited and rehashed,
-or spliced."""
-SEQ_GAP: Final = "seq_gap"
-"""seq is not contiguous from 1: an entry was removed."""
-ENTRY_MALFORMED: Final = "entry_malformed"
-"""A row holds a value no valid append could write: written around the store."""
-TRUNCATED_AFTER_CHECKPOINT: Final = "truncated_after_checkpoint"
-"""A signed checkpoint names a seq the file no longer has: the tail was cut."""
-CHECKPOINT_MISMATCH: Final = "checkpoint_mismatch"
-"""A signed checkpoint names another ledger or another hash at its seq: the
-history was rewritten, or the whole file replaced."""
-CHECKPOINT_BAD_SIGNATURE: Final = "checkpoint_bad_signature"
-"""A checkpoint does not decode or is not signed by a trusted key: forged."""
-CHECKPOINT_MALFORMED: Final = "checkpoint_malformed"
-"""A checkpoint is validly signed but its payload is not a checkpoint."""
-LEDGER_UNREADABLE: Final = "ledger_unreadable"
-"""The file is missing, not SQLite, or has no ledger identity."""
-TAIL_MISMATCH: Final = "tail_mismatch"
-"""(Store only) the file's last entry is not the one this writer last wrote."""
-
-
-class EvidenceStoreUnavailable(EvidenceError):
-    """The ledger cannot durably record evidence right now.
-
-    One type for every cause (unwritable path, disk full, lock held past the
-    busy timeout, closed store, a tampered tail), chained as ``__cause__``, so
-    the caller has one thing to catch and one denial to give:
-    ``evidence_store_unavailable``.
-    """
-
-    reason_code: Final = EVIDENCE_STORE_UNAVAILABLE
-
-
-class LedgerIntegrityError(EvidenceError):
-    """The file disagrees with its own chain: raised (as a cause) when the
-    store refuses to extend a chain it cannot vouch for, and by
-    :func:`export_jsonl` for a row it cannot decode."""
-
-    def __init__(self, reason: str, seq: int | None) -> None:
-        super().__init__(f"evidence ledger integrity: {reason} at seq {seq}")
-        self.reason = reason
-        self.seq = seq
-
 
 class Receipt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Proof that an entry is durable: where it sits and what it hashes to."""
 
     seq: int
     entry_hash: str
-
-
-class LedgerReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """The outcome of :func:`verify_ledger`.
-
-    ``reason`` is one of the reason codes above and ``seq`` the first bad
-    entry (for a truncation, the first missing one; None when the fault names
-    no trustworthy seq: a checkpoint's signature or payload, an unreadable
-    file). ``checkpoints`` counts distinct verified checkpoints, from the file
-    and from outside it, and ``checkpoint_seq`` is the highest. ``last_seq`` and
-    ``last_entry_hash`` are the end of the longest verified prefix.
-    """
-
-    ok: bool
-    reason: str | None
-    seq: int | None
-    ledger_id: str | None
-    entries: int
-    last_seq: int
-    last_entry_hash: str
-    checkpoints: int
-    checkpoint_seq: int
-
-
-class _ChainWalk:
-    """Checks entries in seq order: contiguous seq, hash recomputes, prev chains.
-
-    Shared by the store (re-checking the unsigned tail at open) and the
-    verifier, so they cannot disagree about what a valid chain is.
-    """
-
-    def __init__(self, after_seq: int, after_hash: str, watch: Iterable[int] = ()) -> None:
-        self.last_seq = after_seq
-        self.last_hash = after_hash
-        self.count = 0
-        self.failure: tuple[str, int] | None = None
-        self._watch = frozenset(watch)
-        self.seen: dict[int, str] = {}
-
-    def run(self, rows: Iterable[tuple[Any, ...]]) -> None:
-        """Feed rows until the first failure, which is kept in ``failure``."""
-        for row in rows:
-            self.failure = self._check(row)
-            if self.failure is not None:
-                return
-
-    def _check(self, row: tuple[Any, ...]) -> tuple[str, int] | None:
-        expected = self.last_seq + 1
-        if row[0] != expected:
-            return SEQ_GAP, expected
-        try:
-            stored = stored_entry(row)
-        except MalformedEntry:
-            return ENTRY_MALFORMED, expected
-        if entry_hash_of(stored.seq, stored.prev_hash, stored.entry) != stored.entry_hash:
-            return ENTRY_HASH_MISMATCH, expected
-        if stored.prev_hash != self.last_hash:
-            return CHAIN_BROKEN, expected
-        self.last_seq, self.last_hash = stored.seq, stored.entry_hash
-        self.count += 1
-        if stored.seq in self._watch:
-            self.seen[stored.seq] = stored.entry_hash
-        return None
 
 
 class _Writer:
@@ -276,7 +180,7 @@ class _Writer:
             ).fetchone()
             if row is None or row[0] != cp_hash:
                 raise LedgerIntegrityError(CHECKPOINT_MISMATCH, self._cp_seq)
-        walk = _ChainWalk(self._cp_seq, cp_hash)
+        walk = ChainWalk(self._cp_seq, cp_hash)
         walk.run(conn.execute(SELECT_ENTRIES_AFTER, (self._cp_seq,)))
         if walk.failure is not None:
             raise LedgerIntegrityError(*walk.failure)
@@ -568,161 +472,3 @@ class Ledger:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-
-# --- offline: verification and export for auditors --------------------------
-
-
-def _open_read_only(db_path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """Read-only, so verifying or exporting can never modify the evidence."""
-    uri = Path(db_path).resolve().as_uri() + "?mode=ro"
-    return sqlite3.connect(uri, uri=True)
-
-
-def _read_checkpoint(data: object, trusted: Mapping[str, VerifyKey]) -> CheckpointClaim | str:
-    """A verified claim, or the reason code that refuses it."""
-    if not isinstance(data, bytes):
-        return CHECKPOINT_BAD_SIGNATURE
-    try:
-        envelope = dsse.decode_envelope(data)
-        verified = dsse.verify(envelope, trusted, expected_payload_type=CHECKPOINT_PAYLOAD_TYPE)
-    except dsse.SignatureError:
-        return CHECKPOINT_BAD_SIGNATURE
-    try:
-        return parse_checkpoint_payload(verified.payload)
-    except ValueError:
-        return CHECKPOINT_MALFORMED
-
-
-def _report(
-    walk: _ChainWalk,
-    ledger_id: str | None,
-    claims: Sequence[CheckpointClaim],
-    reason: str | None = None,
-    seq: int | None = None,
-) -> LedgerReport:
-    return LedgerReport(
-        ok=reason is None,
-        reason=reason,
-        seq=seq,
-        ledger_id=ledger_id,
-        entries=walk.count,
-        last_seq=walk.last_seq,
-        last_entry_hash=walk.last_hash,
-        checkpoints=len(claims),
-        checkpoint_seq=max((claim.seq for claim in claims), default=0),
-    )
-
-
-def _judge(walk: _ChainWalk, ledger_id: str, claims: Sequence[CheckpointClaim]) -> LedgerReport:
-    """Name the first bad entry that the chain or a signed checkpoint proves.
-
-    Entries below ``verified_end`` chain correctly; a checkpoint inside that
-    prefix must name the same hash, one beyond the file's end proves a
-    truncation, and one of another ledger proves a replaced file.
-    """
-    problems: list[tuple[int, str]] = []
-    if walk.failure is not None:
-        problems.append((walk.failure[1], walk.failure[0]))
-    verified_end = walk.last_seq + 1
-    for claim in claims:
-        if claim.ledger_id != ledger_id:
-            problems.append((claim.seq, CHECKPOINT_MISMATCH))  # a replaced file
-        elif claim.seq < verified_end:
-            if walk.seen[claim.seq] != claim.entry_hash:
-                problems.append((claim.seq, CHECKPOINT_MISMATCH))  # history rewritten
-        elif walk.failure is None:
-            problems.append((verified_end, TRUNCATED_AFTER_CHECKPOINT))  # tail cut off
-    if not problems:
-        return _report(walk, ledger_id, claims)
-    seq, reason = min(problems)
-    return _report(walk, ledger_id, claims, reason, seq)
-
-
-def verify_ledger(
-    db_path: str | os.PathLike[str],
-    checkpoints: Sequence[bytes],
-    trusted_keys: Mapping[str, VerifyKey],
-) -> LedgerReport:
-    """Check a ledger file against itself and against signed checkpoints.
-
-    ``checkpoints`` are encoded envelopes kept outside the file (the JetStream
-    stream); the file's own checkpoints are checked too. Checks (issue 7):
-    every entry's hash recomputes, prev_hash chains, seq is contiguous from 1,
-    every checkpoint's signature verifies against ``trusted_keys`` and its
-    (ledger_id, seq, entry_hash) matches the file, and the file reaches the
-    highest checkpoint. A forged checkpoint is reported before anything else,
-    since it means the anchors themselves are under attack; otherwise the
-    lowest bad seq is reported.
-
-    Pass the checkpoints of the ledger this file is supposed to be (fetched
-    by its expected ledger_id, not the id the file claims): a checkpoint of
-    any other ledger is a mismatch, which is how a replaced file shows. A
-    report with ``checkpoints == 0`` proves only that the file is consistent
-    with itself. Blocking file I/O: an offline and ops tool; from async code
-    run it in a thread.
-    """
-    report = _verify(db_path, checkpoints, trusted_keys)
-    logger.info("ledger.verified", ok=report.ok, reason=report.reason, seq=report.seq)
-    return report
-
-
-def _verify(
-    db_path: str | os.PathLike[str],
-    checkpoints: Sequence[bytes],
-    trusted_keys: Mapping[str, VerifyKey],
-) -> LedgerReport:
-    walk = _ChainWalk(0, GENESIS_HASH)
-    try:
-        conn = _open_read_only(db_path)
-    except sqlite3.Error:
-        return _report(walk, None, (), LEDGER_UNREADABLE)
-    with contextlib.closing(conn):
-        try:
-            row = conn.execute("SELECT ledger_id FROM ledger_meta WHERE singleton = 1").fetchone()
-            if row is None or not isinstance(row[0], str):
-                return _report(walk, None, (), LEDGER_UNREADABLE)
-            ledger_id: str = row[0]
-            stored = [r[0] for r in conn.execute("SELECT envelope FROM ledger_checkpoints")]
-            found: set[CheckpointClaim] = set()
-            refusals: list[str] = []
-            for data in (*checkpoints, *stored):
-                outcome = _read_checkpoint(data, trusted_keys)
-                if isinstance(outcome, str):
-                    refusals.append(outcome)
-                else:
-                    found.add(outcome)
-            # The same checkpoint inside the file and on the stream counts once.
-            claims = sorted(found, key=lambda claim: claim.seq)
-            walk = _ChainWalk(0, GENESIS_HASH, watch=(claim.seq for claim in claims))
-            walk.run(conn.execute(SELECT_ENTRIES_AFTER, (0,)))
-        except sqlite3.Error:
-            return _report(walk, None, (), LEDGER_UNREADABLE)
-    if CHECKPOINT_BAD_SIGNATURE in refusals:
-        return _report(walk, ledger_id, claims, CHECKPOINT_BAD_SIGNATURE)
-    if refusals:
-        return _report(walk, ledger_id, claims, CHECKPOINT_MALFORMED)
-    return _judge(walk, ledger_id, claims)
-
-
-def export_jsonl(db_path: str | os.PathLike[str], out: TextIO) -> int:
-    """Write every entry, in seq order, as one canonical JSON line for auditors.
-
-    Each line is :func:`ledger_schema.entry_document` plus ``entry_hash``, so
-    an auditor recomputes every hash from the lines alone
-    (:func:`ledger_schema.parse_export_line`). Returns the number of lines.
-    """
-    count = 0
-    try:
-        conn = _open_read_only(db_path)
-        with contextlib.closing(conn):
-            for row in conn.execute(SELECT_ENTRIES_AFTER, (0,)):
-                try:
-                    stored = stored_entry(row)
-                except MalformedEntry as exc:
-                    raise LedgerIntegrityError(ENTRY_MALFORMED, row[0]) from exc
-                out.write(canonical_bytes(export_document(stored)).decode("utf-8") + "\n")
-                count += 1
-    except sqlite3.Error as exc:
-        raise EvidenceStoreUnavailable("evidence ledger could not be read") from exc
-    return count
