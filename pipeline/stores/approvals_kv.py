@@ -73,33 +73,25 @@ Logs carry approval ids, states and reason codes; never the content.
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import contextlib
-import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 import msgspec
 import structlog
-from nats.errors import Error as NatsError
 from nats.js.api import (
-    AckPolicy,
-    ConsumerConfig,
-    DeliverPolicy,
     RawStreamMsg,
     StorageType,
     StreamConfig,
 )
 from nats.js.client import JetStreamContext
 from nats.js.errors import (
-    BucketNotFoundError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
     NotFoundError,
 )
-from nats.js.kv import KV_DEL, KV_OP, KV_PURGE, KeyValue
+from nats.js.kv import KeyValue
 
 from pipeline.stores.approvals import (
     OPEN_STATES,
@@ -116,6 +108,18 @@ from pipeline.stores.approvals import (
     NotPending,
     admit_binding,
     check_transition,
+)
+from pipeline.stores.kv import (
+    DEFAULT_TIMEOUT,
+    NATS_FAILURES,
+    Backoff,
+    KvEntry,
+    Retry,
+    compare_and_set,
+    fail_closed,
+    kv_entries,
+    open_strict_bucket,
+    token,
 )
 from subjects.approvals import (
     MAX_TTL_MS,
@@ -158,32 +162,10 @@ MAX_ATTEMPTS: Final = 16
 a record has at most four after its creation (approve, claim, order, finish),
 so more conflicts than this is not contention but a fault: refuse."""
 
-STALE_READ_BACKOFF: Final = 0.005
-MAX_STALE_READ_BACKOFF: Final = 0.2
-"""Seconds to wait before reading again a record whose CAS just lost but which
-still reads at the losing revision (a cluster's leader can refuse the CAS
-before it applies the write that won); doubled per wait, capped here."""
-
-DEFAULT_TIMEOUT: Final = 10.0
-
 APPROVAL_KEY: Final = "approval."
 ORDER_KEY: Final = "order."
 
-NATS_FAILURES: Final = (NatsError, TimeoutError, OSError)
-"""What an unreachable, slow or refusing server raises through nats-py
-(``nats.errors.TimeoutError`` is also a ``TimeoutError``)."""
-
 BINDING_FIELDS: Final[tuple[str, ...]] = ApprovalBinding.__struct_fields__
-
-
-def token(text: str) -> str:
-    """A deterministic, injective KV-key token for any string.
-
-    KV keys allow only ``[-/_=.a-zA-Z0-9]``: URL-safe base64 (with ``=``
-    padding) uses nothing else. The leading ``t`` keeps the key from ending in
-    ``.`` when ``text`` is empty.
-    """
-    return "t" + base64.urlsafe_b64encode(text.encode("utf-8", "surrogatepass")).decode()
 
 
 def _approval_key(approval_id: str) -> str | None:
@@ -192,70 +174,6 @@ def _approval_key(approval_id: str) -> str | None:
     if not is_identity(approval_id):
         return None
     return APPROVAL_KEY + approval_id.removeprefix(IDENTITY_PREFIX)
-
-
-@dataclass(frozen=True)
-class KvEntry:
-    """One key's latest value and its revision (stream sequence)."""
-
-    value: bytes
-    revision: int
-
-
-async def kv_entries(
-    js: JetStreamContext, bucket: str, prefix: str, timeout: float
-) -> dict[str, KvEntry]:
-    """The latest live value of every key under ``prefix`` in ``bucket``.
-
-    An ephemeral pull consumer over the last message per key, without acks. It is
-    complete by construction: the server counts the pending messages when it
-    creates the consumer, and every message says how many remain after it, so
-    the read ends at a message with none remaining. (nats-py's KV watcher decides
-    "caught up" by comparing consumer info with a client-side count of messages
-    received, which disagree when the info reply overtakes a delivery; a listing
-    through it that missed an existing record was seen once under load.)
-
-    Every key that existed when the read began is seen at least once; a key
-    written meanwhile is seen again at its new revision, and the last one wins.
-    Deleted keys are left out. Each fetch is bounded by ``timeout``.
-    """
-    stream = f"KV_{bucket}"
-    subject_prefix = f"$KV.{bucket}."
-    name = f"smf_list_{secrets.token_hex(8)}"
-    info = await js.add_consumer(
-        stream,
-        ConsumerConfig(
-            name=name,
-            filter_subject=f"{subject_prefix}{prefix}>",
-            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
-            ack_policy=AckPolicy.NONE,
-            inactive_threshold=max(timeout * 4, 30.0),
-            mem_storage=True,
-            num_replicas=1,
-        ),
-    )
-    latest: dict[str, KvEntry] = {}
-    try:
-        remaining = info.num_pending or 0
-        if remaining:
-            pull = await js.pull_subscribe_bind(consumer=name, stream=stream)
-            try:
-                while remaining:
-                    for msg in await pull.fetch(batch=min(remaining, 256), timeout=timeout):
-                        key = msg.subject.removeprefix(subject_prefix)
-                        operation = (msg.headers or {}).get(KV_OP)
-                        if operation in (KV_DEL, KV_PURGE):
-                            latest.pop(key, None)
-                        else:
-                            latest[key] = KvEntry(msg.data, msg.metadata.sequence.stream)
-                        remaining = msg.metadata.num_pending or 0
-            finally:
-                with contextlib.suppress(*NATS_FAILURES):
-                    await pull.unsubscribe()
-    finally:
-        with contextlib.suppress(*NATS_FAILURES):
-            await js.delete_consumer(stream, name)
-    return latest
 
 
 class _Stored(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -347,51 +265,14 @@ def _expire(stored: _Stored, now_ms: int) -> _Step:
     )
 
 
+def _unavailable(during: str) -> contextlib.AbstractContextManager[None]:
+    return fail_closed(ApprovalStoreUnavailable, "approval", during)
+
+
 class _ContentMissing(ApprovalStoreUnavailable):
     """An open record's content message is not in the content stream: either a
     terminal move erased it after the record was read (read the record again) or
     it was removed around the store (a fault)."""
-
-
-@contextlib.contextmanager
-def _unavailable(during: str) -> Iterator[None]:
-    """Turn a NATS failure into ApprovalStoreUnavailable: an outage is a denial."""
-    try:
-        yield
-    except NATS_FAILURES as exc:
-        log.warning("approval_store_unavailable", during=during)
-        raise ApprovalStoreUnavailable(f"approval store unavailable during {during}") from exc
-
-
-async def open_strict_bucket(
-    js: JetStreamContext, bucket: str, description: str, replicas: int
-) -> KeyValue | None:
-    """Bind ``bucket``, creating it if absent, as both KV stores need it: history 1,
-    file storage, ``replicas`` copies, no direct gets. ``None`` when it exists with
-    other settings: history would keep superseded values, memory storage forgets
-    on restart, fewer replicas lose writes with a node, and direct gets may read a
-    replica that lags the compare-and-set the stores re-check against.
-    """
-    try:
-        kv = await js.key_value(bucket)
-    except BucketNotFoundError:
-        kv = await js.create_key_value(
-            bucket=bucket,
-            description=description,
-            history=1,
-            storage=StorageType.FILE,
-            replicas=replicas,
-            direct=False,
-        )
-    info = (await js.stream_info(f"KV_{bucket}")).config
-    if (
-        info.max_msgs_per_subject != 1
-        or info.storage != StorageType.FILE
-        or info.num_replicas != replicas
-        or info.allow_direct
-    ):
-        return None
-    return kv
 
 
 class KvApprovalStore:
@@ -557,20 +438,8 @@ class KvApprovalStore:
         cannot get what it won. A refusal is raised after its write (the move
         to ``expired``) committed.
         """
-        lost_at: int | None = None
-        backoff = STALE_READ_BACKOFF
-        for _ in range(MAX_ATTEMPTS):
-            found = await self._read(approval_id)
-            if found is None:
-                return None
-            stored, revision = found
-            if revision == lost_at:
-                # On a cluster the leader refuses a CAS against a write it has
-                # accepted but not yet applied, so the re-read can still show the
-                # revision that lost: wait for the winner's write, then decide.
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_STALE_READ_BACKOFF)
-                continue
+
+        async def attempt(stored: _Stored, revision: int) -> _Done | Retry:
             step = decide(stored)
             result = stored if step.write is None else step.write
             payload = None
@@ -579,21 +448,26 @@ class KvApprovalStore:
                     payload = await self._content(result)
                 except _ContentMissing:
                     if await self._moved_on(approval_id, revision):
-                        continue
+                        return Retry.AGAIN
                     raise
             if step.write is not None:
                 if not await self._cas(step.write, revision):
-                    lost_at = revision
-                    continue
+                    return Retry.LOST
                 await self._committed(stored, step.write)
             if step.refusal is not None:
                 _log_refusal(step.refusal)
                 raise step.refusal
             return _Done(result, payload, wrote=step.write is not None)
-        log.warning("approval_store_unavailable", during="contention", approval_id=approval_id)
-        raise ApprovalStoreUnavailable(
-            f"approval {approval_id}: no step landed in {MAX_ATTEMPTS} attempts",
-            approval_id=approval_id,
+
+        def exhausted() -> ApprovalStoreUnavailable:
+            log.warning("approval_store_unavailable", during="contention", approval_id=approval_id)
+            return ApprovalStoreUnavailable(
+                f"approval {approval_id}: no step landed in {MAX_ATTEMPTS} attempts",
+                approval_id=approval_id,
+            )
+
+        return await compare_and_set(
+            lambda: self._read(approval_id), attempt, attempts=MAX_ATTEMPTS, exhausted=exhausted
         )
 
     async def _moved_on(self, approval_id: str, revision: int) -> bool:
@@ -833,7 +707,7 @@ class KvApprovalStore:
         shows.
         """
         self._check_open()
-        backoff = STALE_READ_BACKOFF
+        backoff = Backoff()
         with _unavailable("index order"):
             try:
                 await self._kv.update(index, approval_id.encode(), last=0)
@@ -845,8 +719,7 @@ class KvApprovalStore:
                 try:
                     entry = await self._kv.get(index)
                 except KeyNotFoundError:
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, MAX_STALE_READ_BACKOFF)
+                    await backoff.wait()
                     continue
                 return (entry.value or b"").decode("utf-8", "replace")
         raise ApprovalStoreUnavailable(
