@@ -24,49 +24,18 @@ keeps them:
   "exactly one claimant wins"). The claim re-checks the state, the expiry,
   every binding field and the digest on the revision it then writes against.
 - Every write goes through :func:`_moved`, which checks the transition table
-  and drops the content reference when the target is terminal.
+  and drops the content reference when the target is terminal; the content
+  message is erased once that write has landed.
 - Fail closed: a NATS error, a timeout, a closed store, a record that does not
   decode or does not match its key, an open approval whose content is
   missing: :class:`ApprovalStoreUnavailable`, never a success.
 
-Content purge (ARCHITECTURE.md: "the content is purged at every terminal
-state"). A KV update does NOT remove the old revision's bytes from disk: with
-``history=1`` the superseded message is dropped by the per-subject limit,
-which only marks it deleted in its block file; ``kv.delete`` and
-``kv.purge`` do the same, and a KV stream refuses the message-delete API
-(``deny_delete``). Measured on nats-server 2.15.1: the old value is still in
-``streams/KV_<bucket>/msgs/1.blk`` after each of the three, and after a
-clean shutdown. So the content never enters the bucket. It is one message in
-a plain stream (:data:`CONTENT_STREAM`), referenced from the record by its
-sequence, and removed at every terminal state with JetStream's message-delete
-API, which erases by default (``no_erase`` unset: the server overwrites the
-record in the block file with random bytes and syncs it). Measured: after the
-erase the bytes are in no file under the store directory. Limits, named so no
-one claims more:
-
-- On a cluster (R3) every replica also has the message in the stream's Raft
-  log (``$SYS/_js_/S-R3F-*/msgs``), which the erase does not touch, until that
-  group snapshots and compacts its log, on the server's schedule. Measured on
-  a 3-node 2.15.1 cluster: in every replica's log right after the erase; gone
-  from two of them about 140 s later, still in the third at 150 s; in another
-  run still in two logs after a clean shutdown. With JetStream encryption at
-  rest (``jetstream { cipher: chachapoly, key: ... }``) the bytes were in no
-  file in plain text at any point, Raft logs included: run clusters that way.
-- Removal is at file level: an overwrite in place, or a block file deleted
-  once all its messages are gone. What a file system or an SSD keeps of freed
-  blocks is out of reach here.
-- The erase runs after the terminal write. If it fails (outage, crash) the
-  record already says "purged" and the bytes stay in the content stream until
-  :meth:`KvApprovalStore.expire_due` or :meth:`KvApprovalStore.recover`
-  sweeps them (:meth:`KvApprovalStore._sweep_content`), which also removes
-  content a crashed ``create`` left without a record.
-
-The order index (``find_by_order``) is a second key, ``order.<token>``,
-created (expected last sequence 0) before the record's CAS and never
-rewritten: an
-order id names at most one approval. The record's ``order_id``, set once by
-CAS, is the authority: a crash between the two writes leaves an index entry
-that :meth:`KvApprovalStore.find_by_order` ignores, and never a second order.
+The held content (what the approver sees) never enters the bucket: it is a
+message in a plain stream, referenced from the record by its sequence and
+erased at every terminal state (:mod:`pipeline.stores.approvals_kv_content`,
+which says why and what the erase does not reach). An order's approval is
+found through a second key per order (:mod:`pipeline.stores.approvals_kv_orders`);
+the record's ``order_id`` stays the authority.
 
 Logs carry approval ids, states and reason codes; never the content.
 """
@@ -80,16 +49,10 @@ from typing import Final
 
 import msgspec
 import structlog
-from nats.js.api import (
-    RawStreamMsg,
-    StorageType,
-    StreamConfig,
-)
 from nats.js.client import JetStreamContext
 from nats.js.errors import (
     KeyNotFoundError,
     KeyWrongLastSequenceError,
-    NotFoundError,
 )
 from nats.js.kv import KeyValue
 
@@ -109,10 +72,18 @@ from pipeline.stores.approvals import (
     admit_binding,
     check_transition,
 )
+from pipeline.stores.approvals_kv_content import (
+    CONTENT_STREAM,
+    CONTENT_SUBJECT_ROOT,
+    ORPHAN_GRACE_MS,
+    ContentMissing,
+    HeldContent,
+    ensure_content_stream,
+)
+from pipeline.stores.approvals_kv_orders import ORDER_KEY, OrderIndex
 from pipeline.stores.kv import (
     DEFAULT_TIMEOUT,
     NATS_FAILURES,
-    Backoff,
     KvEntry,
     Retry,
     compare_and_set,
@@ -122,7 +93,6 @@ from pipeline.stores.kv import (
     token,
 )
 from subjects.approvals import (
-    MAX_TTL_MS,
     TERMINAL_STATES,
     ApprovalBinding,
     ApprovalState,
@@ -131,9 +101,14 @@ from subjects.approvals import (
 from subjects.canonical import IDENTITY_PREFIX, is_identity
 
 __all__ = [
+    "APPROVAL_KEY",
     "BUCKET",
     "CONTENT_STREAM",
+    "CONTENT_SUBJECT_ROOT",
+    "MAX_ATTEMPTS",
     "NATS_FAILURES",
+    "ORDER_KEY",
+    "ORPHAN_GRACE_MS",
     "KvApprovalStore",
     "KvEntry",
     "kv_entries",
@@ -143,27 +118,12 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 BUCKET: Final = "smf_approvals"
-CONTENT_STREAM: Final = "SMF_APPROVAL_CONTENT"
-CONTENT_SUBJECT_ROOT: Final = "smf.store"
-"""The content stream's subjects are ``smf.store.<stream>.<hex of the id>``:
-storage, not bus contract, so they are not in ``subjects/``; only the gate
-may publish there (NATS permissions, ARCHITECTURE.md "Trust and identity")."""
-
-HELD_AT_HEADER: Final = "Smf-Held-At-Ms"
-"""The gate time a content message was written, so the sweep can tell content
-whose record is still being created from content a crashed create left."""
-
-ORPHAN_GRACE_MS: Final = MAX_TTL_MS
-"""Content without a record is erased once it is this old: no approval created
-with it could still be open."""
-
 MAX_ATTEMPTS: Final = 16
 """CAS attempts per step. Each conflict is another writer's committed write, and
 a record has at most four after its creation (approve, claim, order, finish),
 so more conflicts than this is not contention but a fault: refuse."""
 
 APPROVAL_KEY: Final = "approval."
-ORDER_KEY: Final = "order."
 
 BINDING_FIELDS: Final[tuple[str, ...]] = ApprovalBinding.__struct_fields__
 
@@ -269,12 +229,6 @@ def _unavailable(during: str) -> contextlib.AbstractContextManager[None]:
     return fail_closed(ApprovalStoreUnavailable, "approval", during)
 
 
-class _ContentMissing(ApprovalStoreUnavailable):
-    """An open record's content message is not in the content stream: either a
-    terminal move erased it after the record was read (read the record again) or
-    it was removed around the store (a fault)."""
-
-
 class KvApprovalStore:
     """:class:`~pipeline.stores.approvals.ApprovalStore` on JetStream KV.
 
@@ -295,8 +249,8 @@ class KvApprovalStore:
         self._js = js
         self._kv = kv
         self._bucket = bucket
-        self._content_stream = content_stream
-        self._content_prefix = f"{CONTENT_SUBJECT_ROOT}.{content_stream}."
+        self._held = HeldContent(js, content_stream, self._check_open)
+        self._orders = OrderIndex(kv, self._check_open, attempts=MAX_ATTEMPTS)
         self._timeout = timeout
         self._closed = False
 
@@ -327,15 +281,10 @@ class KvApprovalStore:
                 "SMF approval records (content lives in the content stream)",
                 replicas,
             )
-            content = await _ensure_content_stream(js, content_stream, replicas)
+            content_fits = await ensure_content_stream(js, content_stream, replicas)
         if kv is None:
             raise ApprovalStoreUnavailable(f"bucket {bucket} exists with other settings")
-        if (
-            content.storage != StorageType.FILE
-            or content.num_replicas != replicas
-            or content.deny_delete
-            or content.subjects != [f"{CONTENT_SUBJECT_ROOT}.{content_stream}.>"]
-        ):
+        if not content_fits:
             raise ApprovalStoreUnavailable(f"stream {content_stream} exists with other settings")
         return cls(js, kv, bucket=bucket, content_stream=content_stream, timeout=timeout)
 
@@ -376,42 +325,7 @@ class KvApprovalStore:
         """The held content of an open record; an open record without it is a fault."""
         if stored.content_seq is None:
             return None
-        self._check_open()
-        with _unavailable("read content"):
-            try:
-                msg = await self._js.get_msg(self._content_stream, seq=stored.content_seq)
-            except NotFoundError as exc:
-                raise _ContentMissing(
-                    f"approval {stored.approval_id}: held content is missing",
-                    approval_id=stored.approval_id,
-                ) from exc
-        if msg.subject != self._content_subject(stored.approval_id):
-            raise ApprovalStoreUnavailable(
-                f"approval {stored.approval_id}: held content belongs to another approval",
-                approval_id=stored.approval_id,
-            )
-        return msg.data or b""
-
-    def _content_subject(self, approval_id: str) -> str:
-        return self._content_prefix + approval_id.removeprefix(IDENTITY_PREFIX)
-
-    async def _erase(self, approval_id: str, seq: int) -> None:
-        """Remove one content message with the erasing delete (JetStream's default:
-        the block-file record is overwritten with random bytes).
-
-        Runs after the terminal write, so a failure cannot undo the move: it is
-        logged and the sweep of ``expire_due``/``recover`` erases the message
-        later. A message that is already gone is done.
-        """
-        try:
-            await self._js.delete_msg(self._content_stream, seq)
-        except NATS_FAILURES:
-            with contextlib.suppress(*NATS_FAILURES):
-                try:
-                    await self._js.get_msg(self._content_stream, seq=seq)
-                except NotFoundError:
-                    return
-            log.warning("approval_content_erase_deferred", approval_id=approval_id)
+        return await self._held.read(stored.approval_id, stored.content_seq)
 
     async def _committed(self, before: _Stored, after: _Stored) -> None:
         """After a write landed: log the move (if the state changed) and erase the
@@ -424,7 +338,7 @@ class KvApprovalStore:
                 to_state=after.state,
             )
         if before.content_seq is not None and after.content_seq is None:
-            await self._erase(after.approval_id, before.content_seq)
+            await self._held.erase(after.approval_id, before.content_seq)
 
     async def _step(
         self, approval_id: str, decide: Callable[[_Stored], _Step], *, with_content: bool = True
@@ -446,7 +360,7 @@ class KvApprovalStore:
             if with_content and step.refusal is None:
                 try:
                     payload = await self._content(result)
-                except _ContentMissing:
+                except ContentMissing:
                     if await self._moved_on(approval_id, revision):
                         return Retry.AGAIN
                     raise
@@ -482,7 +396,7 @@ class KvApprovalStore:
         for _ in range(MAX_ATTEMPTS):
             try:
                 return stored, await self._content(stored)
-            except _ContentMissing:
+            except ContentMissing:
                 again = await self._read(stored.approval_id)
                 if again is None or again[1] == revision:
                     raise
@@ -538,13 +452,7 @@ class KvApprovalStore:
         if await self._read(approval_id) is not None:
             _log_refusal(exists)
             raise exists
-        with _unavailable("hold content"):
-            ack = await self._js.publish(
-                self._content_subject(approval_id),
-                held_payload,
-                stream=self._content_stream,
-                headers={HELD_AT_HEADER: str(now_ms)},
-            )
+        content_seq = await self._held.hold(approval_id, held_payload, now_ms)
         stored = _Stored(
             binding=binding,
             digest=digest,
@@ -552,7 +460,7 @@ class KvApprovalStore:
             resolver_id=None,
             order_id=None,
             updated_at_ms=now_ms,
-            content_seq=ack.seq,
+            content_seq=content_seq,
         )
         key = _approval_key(approval_id)
         assert key is not None  # admit_binding checked the id
@@ -561,7 +469,7 @@ class KvApprovalStore:
             try:
                 await self._kv.update(key, msgspec.json.encode(stored), last=0)
             except KeyWrongLastSequenceError:
-                await self._erase(approval_id, ack.seq)
+                await self._held.erase(approval_id, content_seq)
                 _log_refusal(exists)
                 raise exists from None
         log.info("approval_created", approval_id=approval_id, to_state="pending")
@@ -668,7 +576,6 @@ class KvApprovalStore:
         what admits the order. The same order again is accepted (a redelivered
         step, or a retry after a crash between the two writes).
         """
-        index = ORDER_KEY + token(order_id)
 
         def illegal(why: str) -> IllegalTransition:
             return IllegalTransition(f"approval {approval_id}: {why}", approval_id=approval_id)
@@ -683,7 +590,7 @@ class KvApprovalStore:
         current = await self._must(approval_id, check, with_content=False)
         if current.stored.order_id == order_id:
             return
-        owner = await self._create_index(index, approval_id)
+        owner = await self._orders.create(order_id, approval_id)
         if owner != approval_id:
             refusal = illegal("one claim, one order")
             _log_refusal(refusal)
@@ -697,35 +604,6 @@ class KvApprovalStore:
 
         await self._must(approval_id, decide, with_content=False)
         log.info("approval_order_recorded", approval_id=approval_id)
-
-    async def _create_index(self, index: str, approval_id: str) -> str:
-        """Create ``index -> approval_id`` unless it exists; return the approval it names.
-
-        A conflicting index written by another instance may not be readable yet
-        (a cluster's leader refuses the create before it applies the write that
-        won): read again with a backoff, and refuse as unavailable if it never
-        shows.
-        """
-        self._check_open()
-        backoff = Backoff()
-        with _unavailable("index order"):
-            try:
-                await self._kv.update(index, approval_id.encode(), last=0)
-            except KeyWrongLastSequenceError:
-                pass
-            else:
-                return approval_id
-            for _ in range(MAX_ATTEMPTS):
-                try:
-                    entry = await self._kv.get(index)
-                except KeyNotFoundError:
-                    await backoff.wait()
-                    continue
-                return (entry.value or b"").decode("utf-8", "replace")
-        raise ApprovalStoreUnavailable(
-            f"approval {approval_id}: the order index that won is not readable",
-            approval_id=approval_id,
-        )
 
     async def finish(self, approval_id: str, outcome: FinishOutcome, now_ms: int) -> ApprovalRecord:
         """``executing -> consumed | failed | execution_unknown``; the content is erased."""
@@ -776,7 +654,7 @@ class KvApprovalStore:
         """Close open approvals whose expiry has passed (``expires_at_ms <= now_ms``),
         after sweeping content left behind (see the module docstring)."""
         every = [stored for stored, _ in await self._all()]
-        await self._sweep_content(every, now_ms)
+        await self._held.sweep({s.approval_id: s.content_seq for s in every}, now_ms)
 
         def target(stored: _Stored) -> ApprovalState | None:
             due = stored.state in OPEN_STATES and stored.binding.expires_at_ms <= now_ms
@@ -792,7 +670,7 @@ class KvApprovalStore:
         the contract says; call it when the gate as a whole restarts.
         """
         every = [stored for stored, _ in await self._all()]
-        await self._sweep_content(every, now_ms)
+        await self._held.sweep({s.approval_id: s.content_seq for s in every}, now_ms)
 
         def invalid(stored: _Stored) -> ApprovalState | None:
             return "invalidated" if stored.state in OPEN_STATES else None
@@ -828,13 +706,9 @@ class KvApprovalStore:
     async def find_by_order(self, order_id: str) -> str | None:
         """The approval the order was recorded for; the record must say so too (an
         index entry a crash left without its record write names nothing)."""
-        self._check_open()
-        with _unavailable("find order"):
-            try:
-                entry = await self._kv.get(ORDER_KEY + token(order_id))
-            except KeyNotFoundError:
-                return None
-        approval_id = (entry.value or b"").decode("utf-8", "replace")
+        approval_id = await self._orders.owner(order_id)
+        if approval_id is None:
+            return None
         found = await self._read(approval_id)
         if found is None or found[0].order_id != order_id:
             return None
@@ -844,75 +718,6 @@ class KvApprovalStore:
         """Stop this instance; every later call raises ApprovalStoreUnavailable.
         The NATS connection belongs to the caller and stays open."""
         self._closed = True
-
-    # -- the content sweep ----------------------------------------------------
-
-    async def _sweep_content(self, every: list[_Stored], now_ms: int) -> None:
-        """Erase content messages no open record points at.
-
-        Catches what a terminal write could not erase itself (an outage or a
-        crash between the write and the erase) and content a crashed ``create``
-        left without a record, once :data:`ORPHAN_GRACE_MS` old so that a
-        create still in flight keeps its content.
-        """
-        records = {s.approval_id.removeprefix(IDENTITY_PREFIX): s for s in every}
-        seq = 1
-        while True:
-            msg = await self._next_content(seq)
-            if msg is None:
-                return
-            assert msg.seq is not None  # a stored message has a sequence
-            seq = msg.seq + 1
-            hex_id = (msg.subject or "").removeprefix(self._content_prefix)
-            stored = records.get(hex_id)
-            if stored is None:
-                if now_ms - _held_at(msg) < ORPHAN_GRACE_MS:
-                    continue  # its create may still be in flight
-            elif stored.content_seq == msg.seq:
-                continue  # the content of an open approval
-            await self._erase(IDENTITY_PREFIX + hex_id, msg.seq)
-            log.info("approval_content_swept", approval_id=IDENTITY_PREFIX + hex_id)
-
-    async def _next_content(self, seq: int) -> RawStreamMsg | None:
-        self._check_open()
-        with _unavailable("sweep content"):
-            try:
-                return await self._js.get_msg(
-                    self._content_stream, seq=seq, subject=f"{self._content_prefix}>", next=True
-                )
-            except NotFoundError:
-                return None
-
-
-async def _ensure_content_stream(js: JetStreamContext, name: str, replicas: int) -> StreamConfig:
-    """The content stream: a plain stream (unlike a KV stream it allows the erasing
-    message delete), file storage, ``replicas`` copies, no per-subject limit
-    (a limit would drop messages without erasing them)."""
-    try:
-        return (await js.stream_info(name)).config
-    except NotFoundError:
-        return (
-            await js.add_stream(
-                StreamConfig(
-                    name=name,
-                    description="SMF held approval content; erased at every terminal state",
-                    subjects=[f"{CONTENT_SUBJECT_ROOT}.{name}.>"],
-                    storage=StorageType.FILE,
-                    num_replicas=replicas,
-                    deny_delete=False,
-                    allow_rollup_hdrs=False,
-                )
-            )
-        ).config
-
-
-def _held_at(msg: RawStreamMsg) -> int:
-    """When the content was held (gate time); 0 for a message without the header,
-    which no create of this store writes, so it is swept at once."""
-    try:
-        return int((msg.headers or {}).get(HELD_AT_HEADER, 0))
-    except ValueError:
-        return 0
 
 
 def _record(stored: _Stored, payload: bytes | None) -> ApprovalRecord:
