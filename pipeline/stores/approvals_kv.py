@@ -43,7 +43,7 @@ Logs carry approval ids, states and reason codes; never the content.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -64,13 +64,13 @@ from pipeline.stores.approvals import (
     ApprovalNotFound,
     ApprovalRecord,
     ApprovalStoreUnavailable,
-    BindingChanged,
-    DigestMismatch,
     FinishOutcome,
-    IllegalTransition,
-    NotPending,
     admit_binding,
     check_transition,
+    order_refusal,
+    order_taken,
+    step_refusal,
+    transition_refusal,
 )
 from pipeline.stores.approvals_kv_content import (
     CONTENT_STREAM,
@@ -216,13 +216,33 @@ def _refuse(refusal: ApprovalError) -> _Step:
     return _Step(refusal=refusal)
 
 
-def _expire(stored: _Stored, now_ms: int) -> _Step:
-    return _Step(
-        _moved(stored, "expired", now_ms),
-        ApprovalExpired(
-            f"approval {stored.approval_id} has expired", approval_id=stored.approval_id
-        ),
+def _checked(
+    stored: _Stored,
+    source: ApprovalState,
+    target: ApprovalState,
+    now_ms: int,
+    digest: str,
+    changed: Sequence[str] = (),
+) -> _Step | None:
+    """:func:`~pipeline.stores.approvals.step_refusal` on this record, as a step:
+    None when ``source -> target`` may be made; else its refusal, which for an
+    expired approval comes with the move to ``expired``."""
+    refusal = step_refusal(
+        stored.approval_id,
+        source,
+        target,
+        now_ms,
+        state=stored.state,
+        expires_at_ms=stored.binding.expires_at_ms,
+        stored_digest=stored.digest,
+        digest=digest,
+        changed=changed,
     )
+    if refusal is None:
+        return None
+    if isinstance(refusal, ApprovalExpired):
+        return _Step(_moved(stored, "expired", now_ms), refusal)
+    return _refuse(refusal)
 
 
 def _unavailable(during: str) -> contextlib.AbstractContextManager[None]:
@@ -504,20 +524,9 @@ class KvApprovalStore:
         and unexpired; the binding digest matches" (issue 4), in that order."""
 
         def decide(stored: _Stored) -> _Step:
-            if stored.state != "pending":
-                # A duplicate resolution, or deny then allow.
-                return _refuse(
-                    NotPending(f"approval {approval_id} is {stored.state}", approval_id=approval_id)
-                )
-            if now_ms >= stored.binding.expires_at_ms:
-                return _expire(stored, now_ms)
-            if stored.digest != digest:
-                return _refuse(
-                    DigestMismatch(
-                        f"approval {approval_id}: binding digest does not match",
-                        approval_id=approval_id,
-                    )
-                )
+            refused = _checked(stored, "pending", target, now_ms, digest)
+            if refused is not None:
+                return refused
             return _Step(_moved(stored, target, now_ms, resolver_id=resolver_id))
 
         return (await self._must(approval_id, decide)).record()
@@ -533,37 +542,12 @@ class KvApprovalStore:
         digest = binding_digest(expected)
 
         def decide(stored: _Stored) -> _Step:
-            if stored.state == "pending":  # not approved yet: the step does not apply
-                return _refuse(
-                    IllegalTransition(
-                        f"approval {approval_id}: pending -> executing is not allowed",
-                        approval_id=approval_id,
-                    )
-                )
-            if stored.state != "approved":  # every claimant after the winner
-                return _refuse(
-                    NotPending(f"approval {approval_id} is {stored.state}", approval_id=approval_id)
-                )
-            if now_ms >= stored.binding.expires_at_ms:
-                return _expire(stored, now_ms)
             changed = [
                 f for f in BINDING_FIELDS if getattr(stored.binding, f) != getattr(expected, f)
             ]
-            if changed:
-                # Field names only: the values may be identities of client data.
-                return _refuse(
-                    BindingChanged(
-                        f"approval {approval_id}: binding changed in {', '.join(changed)}",
-                        approval_id=approval_id,
-                    )
-                )
-            if stored.digest != digest:
-                return _refuse(
-                    DigestMismatch(
-                        f"approval {approval_id}: binding digest does not match",
-                        approval_id=approval_id,
-                    )
-                )
+            refused = _checked(stored, "approved", "executing", now_ms, digest, changed)
+            if refused is not None:
+                return refused
             return _Step(_moved(stored, "executing", now_ms))
 
         return (await self._must(approval_id, decide)).record()
@@ -577,22 +561,16 @@ class KvApprovalStore:
         step, or a retry after a crash between the two writes).
         """
 
-        def illegal(why: str) -> IllegalTransition:
-            return IllegalTransition(f"approval {approval_id}: {why}", approval_id=approval_id)
-
         def check(stored: _Stored) -> _Step:
-            if stored.state != "executing":
-                return _refuse(illegal(f"{stored.state}: an order needs a claim"))
-            if stored.order_id not in (None, order_id):
-                return _refuse(illegal("one claim, one order"))
-            return _Step()
+            refusal = order_refusal(approval_id, stored.state, stored.order_id, order_id)
+            return _Step() if refusal is None else _refuse(refusal)
 
         current = await self._must(approval_id, check, with_content=False)
         if current.stored.order_id == order_id:
             return
         owner = await self._orders.create(order_id, approval_id)
         if owner != approval_id:
-            refusal = illegal("one claim, one order")
+            refusal = order_taken(approval_id)
             _log_refusal(refusal)
             raise refusal
 
@@ -610,13 +588,9 @@ class KvApprovalStore:
         check_transition(approval_id, "executing", outcome)
 
         def decide(stored: _Stored) -> _Step:
-            if stored.state != "executing":
-                return _refuse(
-                    IllegalTransition(
-                        f"approval {approval_id}: {stored.state} -> {outcome} is not allowed",
-                        approval_id=approval_id,
-                    )
-                )
+            refusal = transition_refusal(approval_id, stored.state, outcome)
+            if refusal is not None:
+                return _refuse(refusal)
             return _Step(_moved(stored, outcome, now_ms))
 
         return (await self._must(approval_id, decide)).record()
