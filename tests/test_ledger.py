@@ -208,16 +208,13 @@ async def test_append_is_committed_when_it_returns(db: Path, key: SigningKey) ->
             stored = other.execute("SELECT seq, entry_hash FROM evidence_entries").fetchall()
         assert stored == [(receipt.seq, receipt.entry_hash)]
 
-        def pragmas() -> tuple[str, int]:
-            conn = ledger._writer._conn
+        def pragmas(conn: sqlite3.Connection) -> tuple[str, int]:
             return (
                 conn.execute("PRAGMA journal_mode").fetchone()[0],
                 conn.execute("PRAGMA synchronous").fetchone()[0],
             )
 
-        mode, synchronous = await asyncio.get_running_loop().run_in_executor(
-            ledger._executor, pragmas
-        )
+        mode, synchronous = await ledger._worker.run(pragmas)
     assert (mode, synchronous) == ("wal", 2)  # 2 == FULL: fsync on every commit
 
 
@@ -867,12 +864,11 @@ async def test_full_disk_is_unavailable(db: Path, key: SigningKey) -> None:
     async with await Ledger.open(db, signer=key) as ledger:
         await ledger.append(make_entry(1))
 
-        def fill_disk() -> None:
-            conn = ledger._writer._conn
+        def fill_disk(conn: sqlite3.Connection) -> None:
             (pages,) = conn.execute("PRAGMA page_count").fetchone()
             conn.execute(f"PRAGMA max_page_count = {pages}")
 
-        await asyncio.get_running_loop().run_in_executor(ledger._executor, fill_disk)
+        await ledger._worker.run(fill_disk)
         failure: EvidenceStoreUnavailable | None = None
         for i in range(2, 200):
             try:

@@ -12,6 +12,11 @@ contract tests (``tests/test_approval_store.py``):
   through :func:`check_transition`; an illegal transition raises
   :class:`IllegalTransition`, never a silent no-op. Terminal states have no
   way out, so ``execution_unknown`` is never retried automatically.
+- Which refusal a step gets, and in which order the checks are made
+  (:func:`step_refusal` for approve, deny and claim, :func:`transition_refusal`
+  for finish, :func:`order_refusal` for the one order of a claim): pure
+  functions over what the backend read, so each backend only reads and
+  writes, and the two cannot drift apart.
 - One claim: ``approved -> executing`` happens at most once per approval,
   after the complete binding and the expiry have been re-checked atomically.
   That is what makes an approval one-shot; ``Nats-Msg-Id`` de-duplication is
@@ -27,7 +32,7 @@ contract tests (``tests/test_approval_store.py``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import ClassVar, Final, Literal, Protocol, get_args
 
@@ -63,6 +68,10 @@ __all__ = [
     "TtlExceeded",
     "admit_binding",
     "check_transition",
+    "order_refusal",
+    "order_taken",
+    "step_refusal",
+    "transition_refusal",
 ]
 
 FinishOutcome = Literal["consumed", "failed", "execution_unknown"]
@@ -190,13 +199,98 @@ class BindingInvalid(ApprovalError):
     reason_code: ClassVar[str] = "approval_binding_invalid"
 
 
+def transition_refusal(
+    approval_id: str, source: ApprovalState, target: ApprovalState
+) -> IllegalTransition | None:
+    """:class:`IllegalTransition` unless ``source -> target`` is in :data:`TRANSITIONS`."""
+    if target in TRANSITIONS[source]:
+        return None
+    return IllegalTransition(
+        f"approval {approval_id}: {source} -> {target} is not allowed", approval_id=approval_id
+    )
+
+
 def check_transition(approval_id: str, source: ApprovalState, target: ApprovalState) -> None:
     """Raise :class:`IllegalTransition` unless ``source -> target`` is in the table."""
-    if target not in TRANSITIONS[source]:
-        raise IllegalTransition(
-            f"approval {approval_id}: {source} -> {target} is not allowed",
+    refusal = transition_refusal(approval_id, source, target)
+    if refusal is not None:
+        raise refusal
+
+
+def step_refusal(
+    approval_id: str,
+    source: ApprovalState,
+    target: ApprovalState,
+    now_ms: int,
+    *,
+    state: ApprovalState,
+    expires_at_ms: int,
+    stored_digest: str,
+    digest: str,
+    changed: Sequence[str] = (),
+) -> ApprovalError | None:
+    """Why an approver's answer (``pending -> approved | denied``) or the claim
+    (``approved -> executing``) may not be made on an approval now in ``state``;
+    None when it may.
+
+    The checks and their order are the contract's (:meth:`ApprovalStore.approve`,
+    :meth:`ApprovalStore.claim`), the same for every backend:
+
+    1. ``state`` is not ``source``: :class:`IllegalTransition` while still
+       ``pending`` (a claim before any approval: the step does not apply yet),
+       otherwise :class:`NotPending` (already resolved, claimed or closed: a
+       duplicate resolution, deny then allow, every claimant after the winner).
+    2. ``now_ms >= expires_at_ms``: :class:`ApprovalExpired`. The caller moves
+       the approval to ``expired`` in the same atomic step before refusing.
+    3. ``changed`` names binding fields that differ from the stored binding
+       (the claim only: "the claim re-checks the whole binding"):
+       :class:`BindingChanged`, with field names only, since the values may be
+       identities of client data.
+    4. ``digest`` is not ``stored_digest``: :class:`DigestMismatch`.
+    """
+    if state != source:
+        if state == "pending":
+            return IllegalTransition(
+                f"approval {approval_id}: {state} -> {target} is not allowed",
+                approval_id=approval_id,
+            )
+        return NotPending(f"approval {approval_id} is {state}", approval_id=approval_id)
+    if now_ms >= expires_at_ms:
+        return ApprovalExpired(f"approval {approval_id} has expired", approval_id=approval_id)
+    if changed:
+        return BindingChanged(
+            f"approval {approval_id}: binding changed in {', '.join(changed)}",
             approval_id=approval_id,
         )
+    if stored_digest != digest:
+        return DigestMismatch(
+            f"approval {approval_id}: binding digest does not match", approval_id=approval_id
+        )
+    return None
+
+
+def order_refusal(
+    approval_id: str, state: ApprovalState, recorded: str | None, order_id: str
+) -> IllegalTransition | None:
+    """Why ``order_id`` may not be recorded for an approval in ``state`` that has
+    ``recorded`` already; None when it may (or is already: the same order again
+    is a redelivered step). An order needs a claim, and one claim has one order
+    (:meth:`ApprovalStore.record_order`)."""
+    if state != "executing":
+        return IllegalTransition(
+            f"approval {approval_id} is {state}: an order needs a claim", approval_id=approval_id
+        )
+    if recorded not in (None, order_id):
+        return order_taken(approval_id)
+    return None
+
+
+def order_taken(approval_id: str) -> IllegalTransition:
+    """The refusal of a second order for one claim, or of an order that already
+    names another approval: one claim, one order."""
+    return IllegalTransition(
+        f"approval {approval_id}: one claim, one order", approval_id=approval_id
+    )
 
 
 def admit_binding(binding: ApprovalBinding, now_ms: int) -> str:

@@ -24,82 +24,37 @@ keeps them:
   "exactly one claimant wins"). The claim re-checks the state, the expiry,
   every binding field and the digest on the revision it then writes against.
 - Every write goes through :func:`_moved`, which checks the transition table
-  and drops the content reference when the target is terminal.
+  and drops the content reference when the target is terminal; the content
+  message is erased once that write has landed.
 - Fail closed: a NATS error, a timeout, a closed store, a record that does not
   decode or does not match its key, an open approval whose content is
   missing: :class:`ApprovalStoreUnavailable`, never a success.
 
-Content purge (ARCHITECTURE.md: "the content is purged at every terminal
-state"). A KV update does NOT remove the old revision's bytes from disk: with
-``history=1`` the superseded message is dropped by the per-subject limit,
-which only marks it deleted in its block file; ``kv.delete`` and
-``kv.purge`` do the same, and a KV stream refuses the message-delete API
-(``deny_delete``). Measured on nats-server 2.15.1: the old value is still in
-``streams/KV_<bucket>/msgs/1.blk`` after each of the three, and after a
-clean shutdown. So the content never enters the bucket. It is one message in
-a plain stream (:data:`CONTENT_STREAM`), referenced from the record by its
-sequence, and removed at every terminal state with JetStream's message-delete
-API, which erases by default (``no_erase`` unset: the server overwrites the
-record in the block file with random bytes and syncs it). Measured: after the
-erase the bytes are in no file under the store directory. Limits, named so no
-one claims more:
-
-- On a cluster (R3) every replica also has the message in the stream's Raft
-  log (``$SYS/_js_/S-R3F-*/msgs``), which the erase does not touch, until that
-  group snapshots and compacts its log, on the server's schedule. Measured on
-  a 3-node 2.15.1 cluster: in every replica's log right after the erase; gone
-  from two of them about 140 s later, still in the third at 150 s; in another
-  run still in two logs after a clean shutdown. With JetStream encryption at
-  rest (``jetstream { cipher: chachapoly, key: ... }``) the bytes were in no
-  file in plain text at any point, Raft logs included: run clusters that way.
-- Removal is at file level: an overwrite in place, or a block file deleted
-  once all its messages are gone. What a file system or an SSD keeps of freed
-  blocks is out of reach here.
-- The erase runs after the terminal write. If it fails (outage, crash) the
-  record already says "purged" and the bytes stay in the content stream until
-  :meth:`KvApprovalStore.expire_due` or :meth:`KvApprovalStore.recover`
-  sweeps them (:meth:`KvApprovalStore._sweep_content`), which also removes
-  content a crashed ``create`` left without a record.
-
-The order index (``find_by_order``) is a second key, ``order.<token>``,
-created (expected last sequence 0) before the record's CAS and never
-rewritten: an
-order id names at most one approval. The record's ``order_id``, set once by
-CAS, is the authority: a crash between the two writes leaves an index entry
-that :meth:`KvApprovalStore.find_by_order` ignores, and never a second order.
+The held content (what the approver sees) never enters the bucket: it is a
+message in a plain stream, referenced from the record by its sequence and
+erased at every terminal state (:mod:`pipeline.stores.approvals_kv_content`,
+which says why and what the erase does not reach). An order's approval is
+found through a second key per order (:mod:`pipeline.stores.approvals_kv_orders`);
+the record's ``order_id`` stays the authority.
 
 Logs carry approval ids, states and reason codes; never the content.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import contextlib
-import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 import msgspec
 import structlog
-from nats.errors import Error as NatsError
-from nats.js.api import (
-    AckPolicy,
-    ConsumerConfig,
-    DeliverPolicy,
-    RawStreamMsg,
-    StorageType,
-    StreamConfig,
-)
 from nats.js.client import JetStreamContext
 from nats.js.errors import (
-    BucketNotFoundError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
-    NotFoundError,
 )
-from nats.js.kv import KV_DEL, KV_OP, KV_PURGE, KeyValue
+from nats.js.kv import KeyValue
 
 from pipeline.stores.approvals import (
     OPEN_STATES,
@@ -109,16 +64,35 @@ from pipeline.stores.approvals import (
     ApprovalNotFound,
     ApprovalRecord,
     ApprovalStoreUnavailable,
-    BindingChanged,
-    DigestMismatch,
     FinishOutcome,
-    IllegalTransition,
-    NotPending,
     admit_binding,
     check_transition,
+    order_refusal,
+    order_taken,
+    step_refusal,
+    transition_refusal,
+)
+from pipeline.stores.approvals_kv_content import (
+    CONTENT_STREAM,
+    CONTENT_SUBJECT_ROOT,
+    ORPHAN_GRACE_MS,
+    ContentMissing,
+    HeldContent,
+    ensure_content_stream,
+)
+from pipeline.stores.approvals_kv_orders import ORDER_KEY, OrderIndex
+from pipeline.stores.kv import (
+    DEFAULT_TIMEOUT,
+    NATS_FAILURES,
+    KvEntry,
+    Retry,
+    compare_and_set,
+    fail_closed,
+    kv_entries,
+    open_strict_bucket,
+    token,
 )
 from subjects.approvals import (
-    MAX_TTL_MS,
     TERMINAL_STATES,
     ApprovalBinding,
     ApprovalState,
@@ -127,9 +101,14 @@ from subjects.approvals import (
 from subjects.canonical import IDENTITY_PREFIX, is_identity
 
 __all__ = [
+    "APPROVAL_KEY",
     "BUCKET",
     "CONTENT_STREAM",
+    "CONTENT_SUBJECT_ROOT",
+    "MAX_ATTEMPTS",
     "NATS_FAILURES",
+    "ORDER_KEY",
+    "ORPHAN_GRACE_MS",
     "KvApprovalStore",
     "KvEntry",
     "kv_entries",
@@ -139,51 +118,14 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 BUCKET: Final = "smf_approvals"
-CONTENT_STREAM: Final = "SMF_APPROVAL_CONTENT"
-CONTENT_SUBJECT_ROOT: Final = "smf.store"
-"""The content stream's subjects are ``smf.store.<stream>.<hex of the id>``:
-storage, not bus contract, so they are not in ``subjects/``; only the gate
-may publish there (NATS permissions, ARCHITECTURE.md "Trust and identity")."""
-
-HELD_AT_HEADER: Final = "Smf-Held-At-Ms"
-"""The gate time a content message was written, so the sweep can tell content
-whose record is still being created from content a crashed create left."""
-
-ORPHAN_GRACE_MS: Final = MAX_TTL_MS
-"""Content without a record is erased once it is this old: no approval created
-with it could still be open."""
-
 MAX_ATTEMPTS: Final = 16
 """CAS attempts per step. Each conflict is another writer's committed write, and
 a record has at most four after its creation (approve, claim, order, finish),
 so more conflicts than this is not contention but a fault: refuse."""
 
-STALE_READ_BACKOFF: Final = 0.005
-MAX_STALE_READ_BACKOFF: Final = 0.2
-"""Seconds to wait before reading again a record whose CAS just lost but which
-still reads at the losing revision (a cluster's leader can refuse the CAS
-before it applies the write that won); doubled per wait, capped here."""
-
-DEFAULT_TIMEOUT: Final = 10.0
-
 APPROVAL_KEY: Final = "approval."
-ORDER_KEY: Final = "order."
-
-NATS_FAILURES: Final = (NatsError, TimeoutError, OSError)
-"""What an unreachable, slow or refusing server raises through nats-py
-(``nats.errors.TimeoutError`` is also a ``TimeoutError``)."""
 
 BINDING_FIELDS: Final[tuple[str, ...]] = ApprovalBinding.__struct_fields__
-
-
-def token(text: str) -> str:
-    """A deterministic, injective KV-key token for any string.
-
-    KV keys allow only ``[-/_=.a-zA-Z0-9]``: URL-safe base64 (with ``=``
-    padding) uses nothing else. The leading ``t`` keeps the key from ending in
-    ``.`` when ``text`` is empty.
-    """
-    return "t" + base64.urlsafe_b64encode(text.encode("utf-8", "surrogatepass")).decode()
 
 
 def _approval_key(approval_id: str) -> str | None:
@@ -192,70 +134,6 @@ def _approval_key(approval_id: str) -> str | None:
     if not is_identity(approval_id):
         return None
     return APPROVAL_KEY + approval_id.removeprefix(IDENTITY_PREFIX)
-
-
-@dataclass(frozen=True)
-class KvEntry:
-    """One key's latest value and its revision (stream sequence)."""
-
-    value: bytes
-    revision: int
-
-
-async def kv_entries(
-    js: JetStreamContext, bucket: str, prefix: str, timeout: float
-) -> dict[str, KvEntry]:
-    """The latest live value of every key under ``prefix`` in ``bucket``.
-
-    An ephemeral pull consumer over the last message per key, without acks. It is
-    complete by construction: the server counts the pending messages when it
-    creates the consumer, and every message says how many remain after it, so
-    the read ends at a message with none remaining. (nats-py's KV watcher decides
-    "caught up" by comparing consumer info with a client-side count of messages
-    received, which disagree when the info reply overtakes a delivery; a listing
-    through it that missed an existing record was seen once under load.)
-
-    Every key that existed when the read began is seen at least once; a key
-    written meanwhile is seen again at its new revision, and the last one wins.
-    Deleted keys are left out. Each fetch is bounded by ``timeout``.
-    """
-    stream = f"KV_{bucket}"
-    subject_prefix = f"$KV.{bucket}."
-    name = f"smf_list_{secrets.token_hex(8)}"
-    info = await js.add_consumer(
-        stream,
-        ConsumerConfig(
-            name=name,
-            filter_subject=f"{subject_prefix}{prefix}>",
-            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
-            ack_policy=AckPolicy.NONE,
-            inactive_threshold=max(timeout * 4, 30.0),
-            mem_storage=True,
-            num_replicas=1,
-        ),
-    )
-    latest: dict[str, KvEntry] = {}
-    try:
-        remaining = info.num_pending or 0
-        if remaining:
-            pull = await js.pull_subscribe_bind(consumer=name, stream=stream)
-            try:
-                while remaining:
-                    for msg in await pull.fetch(batch=min(remaining, 256), timeout=timeout):
-                        key = msg.subject.removeprefix(subject_prefix)
-                        operation = (msg.headers or {}).get(KV_OP)
-                        if operation in (KV_DEL, KV_PURGE):
-                            latest.pop(key, None)
-                        else:
-                            latest[key] = KvEntry(msg.data, msg.metadata.sequence.stream)
-                        remaining = msg.metadata.num_pending or 0
-            finally:
-                with contextlib.suppress(*NATS_FAILURES):
-                    await pull.unsubscribe()
-    finally:
-        with contextlib.suppress(*NATS_FAILURES):
-            await js.delete_consumer(stream, name)
-    return latest
 
 
 class _Stored(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -338,60 +216,37 @@ def _refuse(refusal: ApprovalError) -> _Step:
     return _Step(refusal=refusal)
 
 
-def _expire(stored: _Stored, now_ms: int) -> _Step:
-    return _Step(
-        _moved(stored, "expired", now_ms),
-        ApprovalExpired(
-            f"approval {stored.approval_id} has expired", approval_id=stored.approval_id
-        ),
+def _checked(
+    stored: _Stored,
+    source: ApprovalState,
+    target: ApprovalState,
+    now_ms: int,
+    digest: str,
+    changed: Sequence[str] = (),
+) -> _Step | None:
+    """:func:`~pipeline.stores.approvals.step_refusal` on this record, as a step:
+    None when ``source -> target`` may be made; else its refusal, which for an
+    expired approval comes with the move to ``expired``."""
+    refusal = step_refusal(
+        stored.approval_id,
+        source,
+        target,
+        now_ms,
+        state=stored.state,
+        expires_at_ms=stored.binding.expires_at_ms,
+        stored_digest=stored.digest,
+        digest=digest,
+        changed=changed,
     )
-
-
-class _ContentMissing(ApprovalStoreUnavailable):
-    """An open record's content message is not in the content stream: either a
-    terminal move erased it after the record was read (read the record again) or
-    it was removed around the store (a fault)."""
-
-
-@contextlib.contextmanager
-def _unavailable(during: str) -> Iterator[None]:
-    """Turn a NATS failure into ApprovalStoreUnavailable: an outage is a denial."""
-    try:
-        yield
-    except NATS_FAILURES as exc:
-        log.warning("approval_store_unavailable", during=during)
-        raise ApprovalStoreUnavailable(f"approval store unavailable during {during}") from exc
-
-
-async def open_strict_bucket(
-    js: JetStreamContext, bucket: str, description: str, replicas: int
-) -> KeyValue | None:
-    """Bind ``bucket``, creating it if absent, as both KV stores need it: history 1,
-    file storage, ``replicas`` copies, no direct gets. ``None`` when it exists with
-    other settings: history would keep superseded values, memory storage forgets
-    on restart, fewer replicas lose writes with a node, and direct gets may read a
-    replica that lags the compare-and-set the stores re-check against.
-    """
-    try:
-        kv = await js.key_value(bucket)
-    except BucketNotFoundError:
-        kv = await js.create_key_value(
-            bucket=bucket,
-            description=description,
-            history=1,
-            storage=StorageType.FILE,
-            replicas=replicas,
-            direct=False,
-        )
-    info = (await js.stream_info(f"KV_{bucket}")).config
-    if (
-        info.max_msgs_per_subject != 1
-        or info.storage != StorageType.FILE
-        or info.num_replicas != replicas
-        or info.allow_direct
-    ):
+    if refusal is None:
         return None
-    return kv
+    if isinstance(refusal, ApprovalExpired):
+        return _Step(_moved(stored, "expired", now_ms), refusal)
+    return _refuse(refusal)
+
+
+def _unavailable(during: str) -> contextlib.AbstractContextManager[None]:
+    return fail_closed(ApprovalStoreUnavailable, "approval", during)
 
 
 class KvApprovalStore:
@@ -414,8 +269,8 @@ class KvApprovalStore:
         self._js = js
         self._kv = kv
         self._bucket = bucket
-        self._content_stream = content_stream
-        self._content_prefix = f"{CONTENT_SUBJECT_ROOT}.{content_stream}."
+        self._held = HeldContent(js, content_stream, self._check_open)
+        self._orders = OrderIndex(kv, self._check_open, attempts=MAX_ATTEMPTS)
         self._timeout = timeout
         self._closed = False
 
@@ -446,15 +301,10 @@ class KvApprovalStore:
                 "SMF approval records (content lives in the content stream)",
                 replicas,
             )
-            content = await _ensure_content_stream(js, content_stream, replicas)
+            content_fits = await ensure_content_stream(js, content_stream, replicas)
         if kv is None:
             raise ApprovalStoreUnavailable(f"bucket {bucket} exists with other settings")
-        if (
-            content.storage != StorageType.FILE
-            or content.num_replicas != replicas
-            or content.deny_delete
-            or content.subjects != [f"{CONTENT_SUBJECT_ROOT}.{content_stream}.>"]
-        ):
+        if not content_fits:
             raise ApprovalStoreUnavailable(f"stream {content_stream} exists with other settings")
         return cls(js, kv, bucket=bucket, content_stream=content_stream, timeout=timeout)
 
@@ -495,42 +345,7 @@ class KvApprovalStore:
         """The held content of an open record; an open record without it is a fault."""
         if stored.content_seq is None:
             return None
-        self._check_open()
-        with _unavailable("read content"):
-            try:
-                msg = await self._js.get_msg(self._content_stream, seq=stored.content_seq)
-            except NotFoundError as exc:
-                raise _ContentMissing(
-                    f"approval {stored.approval_id}: held content is missing",
-                    approval_id=stored.approval_id,
-                ) from exc
-        if msg.subject != self._content_subject(stored.approval_id):
-            raise ApprovalStoreUnavailable(
-                f"approval {stored.approval_id}: held content belongs to another approval",
-                approval_id=stored.approval_id,
-            )
-        return msg.data or b""
-
-    def _content_subject(self, approval_id: str) -> str:
-        return self._content_prefix + approval_id.removeprefix(IDENTITY_PREFIX)
-
-    async def _erase(self, approval_id: str, seq: int) -> None:
-        """Remove one content message with the erasing delete (JetStream's default:
-        the block-file record is overwritten with random bytes).
-
-        Runs after the terminal write, so a failure cannot undo the move: it is
-        logged and the sweep of ``expire_due``/``recover`` erases the message
-        later. A message that is already gone is done.
-        """
-        try:
-            await self._js.delete_msg(self._content_stream, seq)
-        except NATS_FAILURES:
-            with contextlib.suppress(*NATS_FAILURES):
-                try:
-                    await self._js.get_msg(self._content_stream, seq=seq)
-                except NotFoundError:
-                    return
-            log.warning("approval_content_erase_deferred", approval_id=approval_id)
+        return await self._held.read(stored.approval_id, stored.content_seq)
 
     async def _committed(self, before: _Stored, after: _Stored) -> None:
         """After a write landed: log the move (if the state changed) and erase the
@@ -543,7 +358,7 @@ class KvApprovalStore:
                 to_state=after.state,
             )
         if before.content_seq is not None and after.content_seq is None:
-            await self._erase(after.approval_id, before.content_seq)
+            await self._held.erase(after.approval_id, before.content_seq)
 
     async def _step(
         self, approval_id: str, decide: Callable[[_Stored], _Step], *, with_content: bool = True
@@ -557,43 +372,36 @@ class KvApprovalStore:
         cannot get what it won. A refusal is raised after its write (the move
         to ``expired``) committed.
         """
-        lost_at: int | None = None
-        backoff = STALE_READ_BACKOFF
-        for _ in range(MAX_ATTEMPTS):
-            found = await self._read(approval_id)
-            if found is None:
-                return None
-            stored, revision = found
-            if revision == lost_at:
-                # On a cluster the leader refuses a CAS against a write it has
-                # accepted but not yet applied, so the re-read can still show the
-                # revision that lost: wait for the winner's write, then decide.
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_STALE_READ_BACKOFF)
-                continue
+
+        async def attempt(stored: _Stored, revision: int) -> _Done | Retry:
             step = decide(stored)
             result = stored if step.write is None else step.write
             payload = None
             if with_content and step.refusal is None:
                 try:
                     payload = await self._content(result)
-                except _ContentMissing:
+                except ContentMissing:
                     if await self._moved_on(approval_id, revision):
-                        continue
+                        return Retry.AGAIN
                     raise
             if step.write is not None:
                 if not await self._cas(step.write, revision):
-                    lost_at = revision
-                    continue
+                    return Retry.LOST
                 await self._committed(stored, step.write)
             if step.refusal is not None:
                 _log_refusal(step.refusal)
                 raise step.refusal
             return _Done(result, payload, wrote=step.write is not None)
-        log.warning("approval_store_unavailable", during="contention", approval_id=approval_id)
-        raise ApprovalStoreUnavailable(
-            f"approval {approval_id}: no step landed in {MAX_ATTEMPTS} attempts",
-            approval_id=approval_id,
+
+        def exhausted() -> ApprovalStoreUnavailable:
+            log.warning("approval_store_unavailable", during="contention", approval_id=approval_id)
+            return ApprovalStoreUnavailable(
+                f"approval {approval_id}: no step landed in {MAX_ATTEMPTS} attempts",
+                approval_id=approval_id,
+            )
+
+        return await compare_and_set(
+            lambda: self._read(approval_id), attempt, attempts=MAX_ATTEMPTS, exhausted=exhausted
         )
 
     async def _moved_on(self, approval_id: str, revision: int) -> bool:
@@ -608,7 +416,7 @@ class KvApprovalStore:
         for _ in range(MAX_ATTEMPTS):
             try:
                 return stored, await self._content(stored)
-            except _ContentMissing:
+            except ContentMissing:
                 again = await self._read(stored.approval_id)
                 if again is None or again[1] == revision:
                     raise
@@ -664,13 +472,7 @@ class KvApprovalStore:
         if await self._read(approval_id) is not None:
             _log_refusal(exists)
             raise exists
-        with _unavailable("hold content"):
-            ack = await self._js.publish(
-                self._content_subject(approval_id),
-                held_payload,
-                stream=self._content_stream,
-                headers={HELD_AT_HEADER: str(now_ms)},
-            )
+        content_seq = await self._held.hold(approval_id, held_payload, now_ms)
         stored = _Stored(
             binding=binding,
             digest=digest,
@@ -678,7 +480,7 @@ class KvApprovalStore:
             resolver_id=None,
             order_id=None,
             updated_at_ms=now_ms,
-            content_seq=ack.seq,
+            content_seq=content_seq,
         )
         key = _approval_key(approval_id)
         assert key is not None  # admit_binding checked the id
@@ -687,7 +489,7 @@ class KvApprovalStore:
             try:
                 await self._kv.update(key, msgspec.json.encode(stored), last=0)
             except KeyWrongLastSequenceError:
-                await self._erase(approval_id, ack.seq)
+                await self._held.erase(approval_id, content_seq)
                 _log_refusal(exists)
                 raise exists from None
         log.info("approval_created", approval_id=approval_id, to_state="pending")
@@ -722,20 +524,9 @@ class KvApprovalStore:
         and unexpired; the binding digest matches" (issue 4), in that order."""
 
         def decide(stored: _Stored) -> _Step:
-            if stored.state != "pending":
-                # A duplicate resolution, or deny then allow.
-                return _refuse(
-                    NotPending(f"approval {approval_id} is {stored.state}", approval_id=approval_id)
-                )
-            if now_ms >= stored.binding.expires_at_ms:
-                return _expire(stored, now_ms)
-            if stored.digest != digest:
-                return _refuse(
-                    DigestMismatch(
-                        f"approval {approval_id}: binding digest does not match",
-                        approval_id=approval_id,
-                    )
-                )
+            refused = _checked(stored, "pending", target, now_ms, digest)
+            if refused is not None:
+                return refused
             return _Step(_moved(stored, target, now_ms, resolver_id=resolver_id))
 
         return (await self._must(approval_id, decide)).record()
@@ -751,37 +542,12 @@ class KvApprovalStore:
         digest = binding_digest(expected)
 
         def decide(stored: _Stored) -> _Step:
-            if stored.state == "pending":  # not approved yet: the step does not apply
-                return _refuse(
-                    IllegalTransition(
-                        f"approval {approval_id}: pending -> executing is not allowed",
-                        approval_id=approval_id,
-                    )
-                )
-            if stored.state != "approved":  # every claimant after the winner
-                return _refuse(
-                    NotPending(f"approval {approval_id} is {stored.state}", approval_id=approval_id)
-                )
-            if now_ms >= stored.binding.expires_at_ms:
-                return _expire(stored, now_ms)
             changed = [
                 f for f in BINDING_FIELDS if getattr(stored.binding, f) != getattr(expected, f)
             ]
-            if changed:
-                # Field names only: the values may be identities of client data.
-                return _refuse(
-                    BindingChanged(
-                        f"approval {approval_id}: binding changed in {', '.join(changed)}",
-                        approval_id=approval_id,
-                    )
-                )
-            if stored.digest != digest:
-                return _refuse(
-                    DigestMismatch(
-                        f"approval {approval_id}: binding digest does not match",
-                        approval_id=approval_id,
-                    )
-                )
+            refused = _checked(stored, "approved", "executing", now_ms, digest, changed)
+            if refused is not None:
+                return refused
             return _Step(_moved(stored, "executing", now_ms))
 
         return (await self._must(approval_id, decide)).record()
@@ -794,24 +560,17 @@ class KvApprovalStore:
         what admits the order. The same order again is accepted (a redelivered
         step, or a retry after a crash between the two writes).
         """
-        index = ORDER_KEY + token(order_id)
-
-        def illegal(why: str) -> IllegalTransition:
-            return IllegalTransition(f"approval {approval_id}: {why}", approval_id=approval_id)
 
         def check(stored: _Stored) -> _Step:
-            if stored.state != "executing":
-                return _refuse(illegal(f"{stored.state}: an order needs a claim"))
-            if stored.order_id not in (None, order_id):
-                return _refuse(illegal("one claim, one order"))
-            return _Step()
+            refusal = order_refusal(approval_id, stored.state, stored.order_id, order_id)
+            return _Step() if refusal is None else _refuse(refusal)
 
         current = await self._must(approval_id, check, with_content=False)
         if current.stored.order_id == order_id:
             return
-        owner = await self._create_index(index, approval_id)
+        owner = await self._orders.create(order_id, approval_id)
         if owner != approval_id:
-            refusal = illegal("one claim, one order")
+            refusal = order_taken(approval_id)
             _log_refusal(refusal)
             raise refusal
 
@@ -824,48 +583,14 @@ class KvApprovalStore:
         await self._must(approval_id, decide, with_content=False)
         log.info("approval_order_recorded", approval_id=approval_id)
 
-    async def _create_index(self, index: str, approval_id: str) -> str:
-        """Create ``index -> approval_id`` unless it exists; return the approval it names.
-
-        A conflicting index written by another instance may not be readable yet
-        (a cluster's leader refuses the create before it applies the write that
-        won): read again with a backoff, and refuse as unavailable if it never
-        shows.
-        """
-        self._check_open()
-        backoff = STALE_READ_BACKOFF
-        with _unavailable("index order"):
-            try:
-                await self._kv.update(index, approval_id.encode(), last=0)
-            except KeyWrongLastSequenceError:
-                pass
-            else:
-                return approval_id
-            for _ in range(MAX_ATTEMPTS):
-                try:
-                    entry = await self._kv.get(index)
-                except KeyNotFoundError:
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, MAX_STALE_READ_BACKOFF)
-                    continue
-                return (entry.value or b"").decode("utf-8", "replace")
-        raise ApprovalStoreUnavailable(
-            f"approval {approval_id}: the order index that won is not readable",
-            approval_id=approval_id,
-        )
-
     async def finish(self, approval_id: str, outcome: FinishOutcome, now_ms: int) -> ApprovalRecord:
         """``executing -> consumed | failed | execution_unknown``; the content is erased."""
         check_transition(approval_id, "executing", outcome)
 
         def decide(stored: _Stored) -> _Step:
-            if stored.state != "executing":
-                return _refuse(
-                    IllegalTransition(
-                        f"approval {approval_id}: {stored.state} -> {outcome} is not allowed",
-                        approval_id=approval_id,
-                    )
-                )
+            refusal = transition_refusal(approval_id, stored.state, outcome)
+            if refusal is not None:
+                return _refuse(refusal)
             return _Step(_moved(stored, outcome, now_ms))
 
         return (await self._must(approval_id, decide)).record()
@@ -903,7 +628,7 @@ class KvApprovalStore:
         """Close open approvals whose expiry has passed (``expires_at_ms <= now_ms``),
         after sweeping content left behind (see the module docstring)."""
         every = [stored for stored, _ in await self._all()]
-        await self._sweep_content(every, now_ms)
+        await self._held.sweep({s.approval_id: s.content_seq for s in every}, now_ms)
 
         def target(stored: _Stored) -> ApprovalState | None:
             due = stored.state in OPEN_STATES and stored.binding.expires_at_ms <= now_ms
@@ -919,7 +644,7 @@ class KvApprovalStore:
         the contract says; call it when the gate as a whole restarts.
         """
         every = [stored for stored, _ in await self._all()]
-        await self._sweep_content(every, now_ms)
+        await self._held.sweep({s.approval_id: s.content_seq for s in every}, now_ms)
 
         def invalid(stored: _Stored) -> ApprovalState | None:
             return "invalidated" if stored.state in OPEN_STATES else None
@@ -955,13 +680,9 @@ class KvApprovalStore:
     async def find_by_order(self, order_id: str) -> str | None:
         """The approval the order was recorded for; the record must say so too (an
         index entry a crash left without its record write names nothing)."""
-        self._check_open()
-        with _unavailable("find order"):
-            try:
-                entry = await self._kv.get(ORDER_KEY + token(order_id))
-            except KeyNotFoundError:
-                return None
-        approval_id = (entry.value or b"").decode("utf-8", "replace")
+        approval_id = await self._orders.owner(order_id)
+        if approval_id is None:
+            return None
         found = await self._read(approval_id)
         if found is None or found[0].order_id != order_id:
             return None
@@ -971,75 +692,6 @@ class KvApprovalStore:
         """Stop this instance; every later call raises ApprovalStoreUnavailable.
         The NATS connection belongs to the caller and stays open."""
         self._closed = True
-
-    # -- the content sweep ----------------------------------------------------
-
-    async def _sweep_content(self, every: list[_Stored], now_ms: int) -> None:
-        """Erase content messages no open record points at.
-
-        Catches what a terminal write could not erase itself (an outage or a
-        crash between the write and the erase) and content a crashed ``create``
-        left without a record, once :data:`ORPHAN_GRACE_MS` old so that a
-        create still in flight keeps its content.
-        """
-        records = {s.approval_id.removeprefix(IDENTITY_PREFIX): s for s in every}
-        seq = 1
-        while True:
-            msg = await self._next_content(seq)
-            if msg is None:
-                return
-            assert msg.seq is not None  # a stored message has a sequence
-            seq = msg.seq + 1
-            hex_id = (msg.subject or "").removeprefix(self._content_prefix)
-            stored = records.get(hex_id)
-            if stored is None:
-                if now_ms - _held_at(msg) < ORPHAN_GRACE_MS:
-                    continue  # its create may still be in flight
-            elif stored.content_seq == msg.seq:
-                continue  # the content of an open approval
-            await self._erase(IDENTITY_PREFIX + hex_id, msg.seq)
-            log.info("approval_content_swept", approval_id=IDENTITY_PREFIX + hex_id)
-
-    async def _next_content(self, seq: int) -> RawStreamMsg | None:
-        self._check_open()
-        with _unavailable("sweep content"):
-            try:
-                return await self._js.get_msg(
-                    self._content_stream, seq=seq, subject=f"{self._content_prefix}>", next=True
-                )
-            except NotFoundError:
-                return None
-
-
-async def _ensure_content_stream(js: JetStreamContext, name: str, replicas: int) -> StreamConfig:
-    """The content stream: a plain stream (unlike a KV stream it allows the erasing
-    message delete), file storage, ``replicas`` copies, no per-subject limit
-    (a limit would drop messages without erasing them)."""
-    try:
-        return (await js.stream_info(name)).config
-    except NotFoundError:
-        return (
-            await js.add_stream(
-                StreamConfig(
-                    name=name,
-                    description="SMF held approval content; erased at every terminal state",
-                    subjects=[f"{CONTENT_SUBJECT_ROOT}.{name}.>"],
-                    storage=StorageType.FILE,
-                    num_replicas=replicas,
-                    deny_delete=False,
-                    allow_rollup_hdrs=False,
-                )
-            )
-        ).config
-
-
-def _held_at(msg: RawStreamMsg) -> int:
-    """When the content was held (gate time); 0 for a message without the header,
-    which no create of this store writes, so it is swept at once."""
-    try:
-        return int((msg.headers or {}).get(HELD_AT_HEADER, 0))
-    except ValueError:
-        return 0
 
 
 def _record(stored: _Stored, payload: bytes | None) -> ApprovalRecord:

@@ -54,13 +54,14 @@ from pipeline.stores.approvals import (
     ApprovalNotFound,
     ApprovalRecord,
     ApprovalStoreUnavailable,
-    BindingChanged,
-    DigestMismatch,
     FinishOutcome,
     IllegalTransition,
-    NotPending,
     admit_binding,
     check_transition,
+    order_refusal,
+    order_taken,
+    step_refusal,
+    transition_refusal,
 )
 from pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable, immediate
 from subjects.approvals import (
@@ -339,39 +340,33 @@ def _refusal(
 ) -> ApprovalError:
     """Name why a conditional resolve or claim changed no row, in its transaction.
 
-    The order of checks is the contract's: existence, state, expiry, binding
-    fields (claim only), digest. An expired approval is moved to ``expired``
-    here, in the same transaction as the refusal.
+    Existence first, then :func:`~pipeline.stores.approvals.step_refusal` on the
+    row (state, expiry, binding fields for the claim, digest: the contract's
+    order, shared with the KV store). An expired approval is moved to
+    ``expired`` here, in the same transaction as the refusal.
     """
     row = tx.get(approval_id)
     if row is None:
         return ApprovalNotFound(f"no approval {approval_id}", approval_id=approval_id)
-    state: ApprovalState = row["state"]
-    if state != source:
-        if state == "pending":  # a claim before any approval: the step does not apply yet
-            return IllegalTransition(
-                f"approval {approval_id}: {state} -> {target} is not allowed",
-                approval_id=approval_id,
-            )
-        # Already resolved, claimed or closed: a duplicate resolution, deny then
-        # allow, or a claimant after the winner.
-        return NotPending(f"approval {approval_id} is {state}", approval_id=approval_id)
-    if now_ms >= row["expires_at_ms"]:
-        tx.move(_EXPIRE_ONE, approval_id, state, "expired", now_ms)
-        return ApprovalExpired(f"approval {approval_id} has expired", approval_id=approval_id)
+    changed: list[str] = []
     if expected is not None:
         columns = binding_columns(expected)
         changed = [f for f in BINDING_FIELDS if columns[f] != row[f]]
-        if changed:
-            # Field names only: the values may be identities of client data.
-            return BindingChanged(
-                f"approval {approval_id}: binding changed in {', '.join(changed)}",
-                approval_id=approval_id,
-            )
-    if row["digest"] != digest:
-        return DigestMismatch(
-            f"approval {approval_id}: binding digest does not match", approval_id=approval_id
-        )
+    refusal = step_refusal(
+        approval_id,
+        source,
+        target,
+        now_ms,
+        state=row["state"],
+        expires_at_ms=row["expires_at_ms"],
+        stored_digest=row["digest"],
+        digest=digest,
+        changed=changed,
+    )
+    if isinstance(refusal, ApprovalExpired):
+        tx.move(_EXPIRE_ONE, approval_id, source, "expired", now_ms)
+    if refusal is not None:
+        return refusal
     # Inside one IMMEDIATE transaction the row cannot have changed between the
     # UPDATE and this read; refuse rather than guess.
     return IllegalTransition(
@@ -543,17 +538,11 @@ class SqliteApprovalStore:
             row = tx.get(approval_id)
             if row is None:
                 return ApprovalNotFound(f"no approval {approval_id}", approval_id=approval_id)
-            if row["state"] != "executing":
-                return IllegalTransition(
-                    f"approval {approval_id} is {row['state']}: an order needs a claim",
-                    approval_id=approval_id,
-                )
-            if row["order_id"] == order_id:
-                return None
-            if row["order_id"] is not None or tx.rows(_SELECT_BY_ORDER, params):
-                return IllegalTransition(
-                    f"approval {approval_id}: one claim, one order", approval_id=approval_id
-                )
+            refusal = order_refusal(approval_id, row["state"], row["order_id"], order_id)
+            if refusal is not None or row["order_id"] == order_id:
+                return refusal
+            if tx.rows(_SELECT_BY_ORDER, params):
+                return order_taken(approval_id)
             tx.conn.execute(_RECORD_ORDER, params)
             return None
 
@@ -570,8 +559,9 @@ class SqliteApprovalStore:
             current = tx.get(approval_id)
             if current is None:
                 return ApprovalNotFound(f"no approval {approval_id}", approval_id=approval_id)
-            return IllegalTransition(
-                f"approval {approval_id}: {current['state']} -> {outcome} is not allowed",
+            refusal = transition_refusal(approval_id, current["state"], outcome)
+            return refusal or IllegalTransition(
+                f"approval {approval_id}: conditional update matched no row",
                 approval_id=approval_id,
             )
 

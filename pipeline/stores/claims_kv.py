@@ -10,8 +10,9 @@ KV compare-and-set by revision)"):
   sequence of a delete marker ``prune`` left), so of any number of gate
   instances exactly one creates it and every other gets False, whichever
   machine it runs on. ``Nats-Msg-Id`` de-duplication is not involved.
-- ``settle`` is a CAS by revision from ``claimed`` only; a conflict is re-read
-  and re-checked, never overwritten.
+- ``settle`` is a CAS by revision from ``claimed`` only
+  (:func:`pipeline.stores.kv.compare_and_set`, the approval store's loop); a
+  conflict is re-read and re-checked, never overwritten.
 - ``prune`` deletes old claims with a delete marker, each conditional on the
   revision it judged, so a replay after the freshness window can claim again
   (as with the SQLite store) while a claim written meanwhile is kept.
@@ -26,9 +27,7 @@ revisions a KV update leaves on disk hold nothing to purge.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import Iterator
 from typing import Final, get_args
 
 import msgspec
@@ -42,16 +41,16 @@ from nats.js.errors import (
 )
 from nats.js.kv import KV_DEL, KV_OP, KV_PURGE, KeyValue
 
-from pipeline.stores.approvals_kv import (
+from pipeline.stores.claims import ClaimState, ClaimStoreUnavailable
+from pipeline.stores.kv import (
     DEFAULT_TIMEOUT,
-    MAX_STALE_READ_BACKOFF,
-    NATS_FAILURES,
-    STALE_READ_BACKOFF,
+    Retry,
+    compare_and_set,
+    fail_closed,
     kv_entries,
     open_strict_bucket,
     token,
 )
-from pipeline.stores.claims import ClaimState, ClaimStoreUnavailable
 
 __all__ = ["BUCKET", "KvClaimStore"]
 
@@ -95,14 +94,8 @@ def _decode(key: str, value: bytes | None) -> _Claim:
     return claim
 
 
-@contextlib.contextmanager
-def _unavailable(during: str) -> Iterator[None]:
-    """Turn a NATS failure into ClaimStoreUnavailable: an outage is a denial."""
-    try:
-        yield
-    except NATS_FAILURES as exc:
-        log.warning("claim_store_unavailable", during=during)
-        raise ClaimStoreUnavailable(f"claim store unavailable during {during}") from exc
+def _unavailable(during: str) -> contextlib.AbstractContextManager[None]:
+    return fail_closed(ClaimStoreUnavailable, "claim", during)
 
 
 class KvClaimStore:
@@ -198,28 +191,25 @@ class KvClaimStore:
         refuses it, so no claim is left undecodable."""
         if state not in CLAIM_STATES:
             raise ClaimStoreUnavailable(f"claim {_key(proposal_id)}: {state!r} is no claim state")
-        lost_at: int | None = None
-        backoff = STALE_READ_BACKOFF
-        for _ in range(MAX_ATTEMPTS):
-            found = await self._read(proposal_id)
-            if found is None or found[0].state != "claimed":
-                return
-            current, revision = found
-            if revision == lost_at:  # the write that won is not readable yet
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_STALE_READ_BACKOFF)
-                continue
+        key = _key(proposal_id)
+
+        async def attempt(current: _Claim, revision: int) -> Retry | None:
+            if current.state != "claimed":
+                return None
             settled = msgspec.structs.replace(current, state=state)
             with _unavailable("settle"):
                 try:
-                    await self._kv.update(
-                        _key(proposal_id), msgspec.json.encode(settled), last=revision
-                    )
+                    await self._kv.update(key, msgspec.json.encode(settled), last=revision)
                 except KeyWrongLastSequenceError:
-                    lost_at = revision
-                    continue
-            return
-        raise ClaimStoreUnavailable(f"claim {_key(proposal_id)}: no settle in {MAX_ATTEMPTS}")
+                    return Retry.LOST
+            return None
+
+        await compare_and_set(
+            lambda: self._read(proposal_id),
+            attempt,
+            attempts=MAX_ATTEMPTS,
+            exhausted=lambda: ClaimStoreUnavailable(f"claim {key}: no settle in {MAX_ATTEMPTS}"),
+        )
 
     async def state(self, proposal_id: str) -> ClaimState | None:
         found = await self._read(proposal_id)

@@ -1,4 +1,4 @@
-"""The evidence ledger: an append-only, hash-chained, checkpoint-signed SQLite file.
+"""The evidence ledger's writer: append, chain, checkpoints, on one SQLite file.
 
 ARCHITECTURE.md, "Evidence", and issue 7. Invariants this module keeps:
 
@@ -12,38 +12,59 @@ ARCHITECTURE.md, "Evidence", and issue 7. Invariants this module keeps:
   wrote, so it never extends (and later signs) a chain someone else wrote to.
 - Hash chain: ``entry_hash`` is the identity of the canonical JSON of seq,
   prev_hash and every field (:func:`ledger_schema.entry_hash_of`); entry 1
-  chains to :data:`ledger_schema.GENESIS_HASH`.
+  chains to :data:`ledger_schema.GENESIS_HASH`. The tail is re-checked at
+  open with the audit's own walker (:class:`ledger_chain.ChainWalk`).
 - Signed checkpoints: every ``checkpoint_every`` entries or
   ``checkpoint_seconds`` of the caller's clock, ``{ledger_id, seq, entry_hash,
   at}`` is signed as a DSSE envelope with the gate key, stored in the file's
   own append-only table and handed to ``on_checkpoint`` for publishing outside
   the file. The triggers (``ledger_schema.DDL``) stop SQL that would rewrite
   the file; the chain and the checkpoints held outside it detect an attacker
-  who has the file and drops the triggers first: :func:`verify_ledger`.
+  who has the file and drops the triggers first: the offline audit,
+  :func:`ledger_audit.verify_ledger`.
 
 What this cannot detect: entries written after the last checkpoint that
 reached the outside, by someone with write access to the file, are only as
 trustworthy as that access control. The ``checkpoint_seconds`` cadence bounds
 that window; :meth:`Ledger.checkpoint` closes it on demand (e.g. at shutdown).
+
+The ledger's other names (the audit's :func:`verify_ledger`,
+:func:`export_jsonl`, :class:`LedgerReport`; the reason codes and errors of
+:mod:`pipeline.stores.ledger_chain`) are importable from here too, so
+``pipeline.stores.ledger`` stays the one import for the whole ledger.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sqlite3
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
 from functools import partial
-from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Self, TextIO, TypeVar
+from typing import Final, Self, TypeVar
 
 import msgspec
 import structlog
 
+from pipeline.stores.ledger_audit import LedgerReport, export_jsonl, verify_ledger
+from pipeline.stores.ledger_chain import (
+    CHAIN_BROKEN,
+    CHECKPOINT_BAD_SIGNATURE,
+    CHECKPOINT_MALFORMED,
+    CHECKPOINT_MISMATCH,
+    ENTRY_HASH_MISMATCH,
+    ENTRY_MALFORMED,
+    EVIDENCE_STORE_UNAVAILABLE,
+    LEDGER_UNREADABLE,
+    SEQ_GAP,
+    TAIL_MISMATCH,
+    TRUNCATED_AFTER_CHECKPOINT,
+    ChainWalk,
+    EvidenceStoreUnavailable,
+    LedgerIntegrityError,
+)
 from pipeline.stores.ledger_schema import (
     CHECKPOINT_PAYLOAD_TYPE,
     DDL,
@@ -51,22 +72,18 @@ from pipeline.stores.ledger_schema import (
     INSERT_ENTRY,
     SCHEMA_VERSION,
     SELECT_ENTRIES_AFTER,
-    CheckpointClaim,
     EvidenceEntry,
     EvidenceEntryRejected,
     EvidenceError,
-    MalformedEntry,
     checkpoint_payload,
     entry_hash_of,
     entry_row,
-    export_document,
-    parse_checkpoint_payload,
-    stored_entry,
     validate_entry,
 )
+from pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable, immediate
 from subjects import dsse
-from subjects.canonical import SAFE_INTEGER_MAX, canonical_bytes, sha256_identity
-from subjects.keys import SigningKey, VerifyKey
+from subjects.canonical import SAFE_INTEGER_MAX, sha256_identity
+from subjects.keys import SigningKey
 
 __all__ = [
     "CHAIN_BROKEN",
@@ -102,56 +119,6 @@ CheckpointSink = Callable[[bytes], Awaitable[None]]
 stream with DenyDelete/DenyPurge. It must tolerate duplicates: the last stored
 checkpoint is offered again at every open, in case a crash lost it."""
 
-EVIDENCE_STORE_UNAVAILABLE: Final = "evidence_store_unavailable"
-
-# Reason codes of verify_ledger, one per way the file can disagree with itself
-# or with the signed checkpoints (issue 7).
-ENTRY_HASH_MISMATCH: Final = "entry_hash_mismatch"
-"""An entry's stored hash is not the hash of its content: edited in place."""
-CHAIN_BROKEN: Final = "chain_broken"
-"""An entry's prev_hash is not the previous entry's hash: edited and rehashed,
-or spliced."""
-SEQ_GAP: Final = "seq_gap"
-"""seq is not contiguous from 1: an entry was removed."""
-ENTRY_MALFORMED: Final = "entry_malformed"
-"""A row holds a value no valid append could write: written around the store."""
-TRUNCATED_AFTER_CHECKPOINT: Final = "truncated_after_checkpoint"
-"""A signed checkpoint names a seq the file no longer has: the tail was cut."""
-CHECKPOINT_MISMATCH: Final = "checkpoint_mismatch"
-"""A signed checkpoint names another ledger or another hash at its seq: the
-history was rewritten, or the whole file replaced."""
-CHECKPOINT_BAD_SIGNATURE: Final = "checkpoint_bad_signature"
-"""A checkpoint does not decode or is not signed by a trusted key: forged."""
-CHECKPOINT_MALFORMED: Final = "checkpoint_malformed"
-"""A checkpoint is validly signed but its payload is not a checkpoint."""
-LEDGER_UNREADABLE: Final = "ledger_unreadable"
-"""The file is missing, not SQLite, or has no ledger identity."""
-TAIL_MISMATCH: Final = "tail_mismatch"
-"""(Store only) the file's last entry is not the one this writer last wrote."""
-
-
-class EvidenceStoreUnavailable(EvidenceError):
-    """The ledger cannot durably record evidence right now.
-
-    One type for every cause (unwritable path, disk full, lock held past the
-    busy timeout, closed store, a tampered tail), chained as ``__cause__``, so
-    the caller has one thing to catch and one denial to give:
-    ``evidence_store_unavailable``.
-    """
-
-    reason_code: Final = EVIDENCE_STORE_UNAVAILABLE
-
-
-class LedgerIntegrityError(EvidenceError):
-    """The file disagrees with its own chain: raised (as a cause) when the
-    store refuses to extend a chain it cannot vouch for, and by
-    :func:`export_jsonl` for a row it cannot decode."""
-
-    def __init__(self, reason: str, seq: int | None) -> None:
-        super().__init__(f"evidence ledger integrity: {reason} at seq {seq}")
-        self.reason = reason
-        self.seq = seq
-
 
 class Receipt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Proof that an entry is durable: where it sits and what it hashes to."""
@@ -160,89 +127,12 @@ class Receipt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     entry_hash: str
 
 
-class LedgerReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """The outcome of :func:`verify_ledger`.
-
-    ``reason`` is one of the reason codes above and ``seq`` the first bad
-    entry (for a truncation, the first missing one; None when the fault names
-    no trustworthy seq: a checkpoint's signature or payload, an unreadable
-    file). ``checkpoints`` counts distinct verified checkpoints, from the file
-    and from outside it, and ``checkpoint_seq`` is the highest. ``last_seq`` and
-    ``last_entry_hash`` are the end of the longest verified prefix.
-    """
-
-    ok: bool
-    reason: str | None
-    seq: int | None
-    ledger_id: str | None
-    entries: int
-    last_seq: int
-    last_entry_hash: str
-    checkpoints: int
-    checkpoint_seq: int
-
-
-class _ChainWalk:
-    """Checks entries in seq order: contiguous seq, hash recomputes, prev chains.
-
-    Shared by the store (re-checking the unsigned tail at open) and the
-    verifier, so they cannot disagree about what a valid chain is.
-    """
-
-    def __init__(self, after_seq: int, after_hash: str, watch: Iterable[int] = ()) -> None:
-        self.last_seq = after_seq
-        self.last_hash = after_hash
-        self.count = 0
-        self.failure: tuple[str, int] | None = None
-        self._watch = frozenset(watch)
-        self.seen: dict[int, str] = {}
-
-    def run(self, rows: Iterable[tuple[Any, ...]]) -> None:
-        """Feed rows until the first failure, which is kept in ``failure``."""
-        for row in rows:
-            self.failure = self._check(row)
-            if self.failure is not None:
-                return
-
-    def _check(self, row: tuple[Any, ...]) -> tuple[str, int] | None:
-        expected = self.last_seq + 1
-        if row[0] != expected:
-            return SEQ_GAP, expected
-        try:
-            stored = stored_entry(row)
-        except MalformedEntry:
-            return ENTRY_MALFORMED, expected
-        if entry_hash_of(stored.seq, stored.prev_hash, stored.entry) != stored.entry_hash:
-            return ENTRY_HASH_MISMATCH, expected
-        if stored.prev_hash != self.last_hash:
-            return CHAIN_BROKEN, expected
-        self.last_seq, self.last_hash = stored.seq, stored.entry_hash
-        self.count += 1
-        if stored.seq in self._watch:
-            self.seen[stored.seq] = stored.entry_hash
-        return None
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    # A failed ROLLBACK (or none needed: SQLite already rolled back after
-    # e.g. a full disk at COMMIT) must not hide the error that got us here.
-    with contextlib.suppress(sqlite3.Error):
-        conn.execute("ROLLBACK")
-
-
 class _Writer:
-    """The synchronous half of the store. It owns the connection and the chain
-    state, and every method runs on the ledger's single worker thread."""
+    """The synchronous half of the store: the chain and checkpoint state. Every
+    method runs on the ledger's :class:`SqliteWorker` thread, with the
+    connection that thread owns."""
 
-    def __init__(
-        self,
-        conn: sqlite3.Connection,
-        ledger_id: str,
-        signer: SigningKey,
-        every: int,
-        window_ms: int,
-    ) -> None:
-        self._conn = conn
+    def __init__(self, ledger_id: str, signer: SigningKey, every: int, window_ms: int) -> None:
         self.ledger_id = ledger_id
         self._signer = signer
         self._every = every
@@ -257,33 +147,27 @@ class _Writer:
 
     @classmethod
     def open(
-        cls, path: str, signer: SigningKey, every: int, window_ms: int, busy_timeout_ms: int
+        cls, conn: sqlite3.Connection, signer: SigningKey, every: int, window_ms: int
     ) -> _Writer:
-        conn = sqlite3.connect(
-            path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=True
-        )
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-            if mode != "wal":
-                raise sqlite3.OperationalError(f"journal_mode is {mode}, WAL is required")
-            # WAL with synchronous=NORMAL may lose the last commits on power loss:
-            # a receipt must mean the evidence survives, so fsync every commit.
-            conn.execute("PRAGMA synchronous = FULL")
-            writer = cls(conn, _install_schema(conn), signer, every, window_ms)
-            writer._load_state()
-        except BaseException:
-            conn.close()
-            raise
+        """Require WAL, install the schema, load and re-check the chain's tail.
+
+        The worker asked for WAL; a file that cannot have it (``:memory:``, a
+        file system without shared memory) is refused rather than run with a
+        journal the receipts were not promised on.
+        """
+        (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
+        if mode != "wal":
+            raise sqlite3.OperationalError(f"journal_mode is {mode}, WAL is required")
+        writer = cls(immediate(conn, _install_schema), signer, every, window_ms)
+        writer._load_state(conn)
         return writer
 
-    def _load_state(self) -> None:
+    def _load_state(self, conn: sqlite3.Connection) -> None:
         """Find the last checkpoint and re-check every entry after it.
 
         Entries after the last checkpoint are what the next checkpoint will
         sign; the gate must not vouch for a tail that does not verify.
         """
-        conn = self._conn
         last = conn.execute(
             "SELECT seq, entry_hash, at, envelope FROM ledger_checkpoints ORDER BY seq DESC LIMIT 1"
         ).fetchone()
@@ -296,7 +180,7 @@ class _Writer:
             ).fetchone()
             if row is None or row[0] != cp_hash:
                 raise LedgerIntegrityError(CHECKPOINT_MISMATCH, self._cp_seq)
-        walk = _ChainWalk(self._cp_seq, cp_hash)
+        walk = ChainWalk(self._cp_seq, cp_hash)
         walk.run(conn.execute(SELECT_ENTRIES_AFTER, (self._cp_seq,)))
         if walk.failure is not None:
             raise LedgerIntegrityError(*walk.failure)
@@ -305,8 +189,8 @@ class _Writer:
             first = conn.execute("SELECT at FROM evidence_entries WHERE seq = 1").fetchone()
             self._cp_at = first[0]
 
-    def _check_tail(self) -> None:
-        row = self._conn.execute(
+    def _check_tail(self, conn: sqlite3.Connection) -> None:
+        row = conn.execute(
             "SELECT seq, entry_hash FROM evidence_entries ORDER BY seq DESC LIMIT 1"
         ).fetchone()
         found = (row[0], row[1]) if row is not None else (0, GENESIS_HASH)
@@ -319,10 +203,12 @@ class _Writer:
         window_start = self._cp_at if self._cp_at is not None else at
         return at - window_start >= self._window_ms
 
-    def _insert_checkpoint(self, seq: int, entry_hash: str, at: int) -> bytes:
+    def _insert_checkpoint(
+        self, conn: sqlite3.Connection, seq: int, entry_hash: str, at: int
+    ) -> bytes:
         payload = checkpoint_payload(self.ledger_id, seq, entry_hash, at)
         envelope = dsse.encode_envelope(dsse.sign(CHECKPOINT_PAYLOAD_TYPE, payload, [self._signer]))
-        self._conn.execute(
+        conn.execute(
             "INSERT INTO ledger_checkpoints (seq, entry_hash, at, envelope) VALUES (?, ?, ?, ?)",
             (seq, entry_hash, at, envelope),
         )
@@ -333,23 +219,21 @@ class _Writer:
         self.outbox.append(envelope)
         logger.info("ledger.checkpoint_written", ledger_id=self.ledger_id, seq=seq)
 
-    def append(self, entry: EvidenceEntry) -> Receipt:
+    def append(self, conn: sqlite3.Connection, entry: EvidenceEntry) -> Receipt:
         """Insert one entry, and a checkpoint when due, in one IMMEDIATE
         transaction; state changes only after COMMIT returns."""
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            self._check_tail()
+
+        def body(conn: sqlite3.Connection) -> tuple[int, str, bytes | None]:
+            self._check_tail(conn)
             seq, prev_hash = self.tail_seq + 1, self.tail_hash
             entry_hash = entry_hash_of(seq, prev_hash, entry)
             conn.execute(INSERT_ENTRY, entry_row(seq, prev_hash, entry_hash, entry))
             envelope = None
             if self._checkpoint_due(seq, entry.at):
-                envelope = self._insert_checkpoint(seq, entry_hash, entry.at)
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback(conn)
-            raise
+                envelope = self._insert_checkpoint(conn, seq, entry_hash, entry.at)
+            return seq, entry_hash, envelope
+
+        seq, entry_hash, envelope = immediate(conn, body)
         self.tail_seq, self.tail_hash = seq, entry_hash
         if envelope is not None:
             self._checkpointed(seq, entry.at, envelope)
@@ -357,24 +241,18 @@ class _Writer:
             self._cp_at = entry.at
         return Receipt(seq=seq, entry_hash=entry_hash)
 
-    def checkpoint(self, at: int) -> bytes | None:
+    def checkpoint(self, conn: sqlite3.Connection, at: int) -> bytes | None:
         """Sign the current tail now, unless it is already signed."""
         if self.tail_seq == self._cp_seq:
             return None
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            self._check_tail()
-            envelope = self._insert_checkpoint(self.tail_seq, self.tail_hash, at)
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback(conn)
-            raise
+
+        def body(conn: sqlite3.Connection) -> bytes:
+            self._check_tail(conn)
+            return self._insert_checkpoint(conn, self.tail_seq, self.tail_hash, at)
+
+        envelope = immediate(conn, body)
         self._checkpointed(self.tail_seq, at, envelope)
         return envelope
-
-    def close(self) -> None:
-        self._conn.close()
 
 
 def _install_schema(conn: sqlite3.Connection) -> str:
@@ -383,53 +261,61 @@ def _install_schema(conn: sqlite3.Connection) -> str:
     The ledger id is random, fixed at creation and named by every checkpoint,
     so a checkpoint of one ledger never vouches for another file.
     """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for statement in DDL:
-            conn.execute(statement)
-        row = conn.execute(
-            "SELECT ledger_id, schema_version FROM ledger_meta WHERE singleton = 1"
-        ).fetchone()
-        if row is None:
-            ledger_id = sha256_identity(os.urandom(32))
-            conn.execute(
-                "INSERT INTO ledger_meta (singleton, ledger_id, schema_version) VALUES (1, ?, ?)",
-                (ledger_id, SCHEMA_VERSION),
-            )
-        elif row[1] != SCHEMA_VERSION:
-            raise sqlite3.DatabaseError(f"ledger schema version {row[1]} is not supported")
-        else:
-            ledger_id = row[0]
-        conn.execute("COMMIT")
-    except BaseException:
-        _rollback(conn)
-        raise
+    for statement in DDL:
+        conn.execute(statement)
+    row = conn.execute(
+        "SELECT ledger_id, schema_version FROM ledger_meta WHERE singleton = 1"
+    ).fetchone()
+    if row is None:
+        ledger_id = sha256_identity(os.urandom(32))
+        conn.execute(
+            "INSERT INTO ledger_meta (singleton, ledger_id, schema_version) VALUES (1, ?, ?)",
+            (ledger_id, SCHEMA_VERSION),
+        )
+    elif row[1] != SCHEMA_VERSION:
+        raise sqlite3.DatabaseError(f"ledger schema version {row[1]} is not supported")
+    else:
+        ledger_id = row[0]
     return str(ledger_id)
+
+
+def _unavailable(operation: str, cause: BaseException | None, message: str) -> Exception:
+    """Log a ledger outage and name it :class:`EvidenceStoreUnavailable`.
+
+    The caller chains ``cause``: the SQLite, OS or integrity error itself, not
+    the worker's :class:`StoreUnavailable` wrapper around it, so an operator
+    reads what stopped the write.
+    """
+    logger.error("ledger.unavailable", operation=operation, error=type(cause).__name__)
+    return EvidenceStoreUnavailable(message)
+
+
+_NOT_OPENED: Final = "evidence ledger could not be opened"
+
+
+async def _close(worker: SqliteWorker | None) -> None:
+    if worker is not None:
+        await worker.close()
 
 
 class Ledger:
     """The evidence ledger store (issue 7). Create with :meth:`open`.
 
-    Why stdlib ``sqlite3`` on one dedicated worker thread, not aiosqlite:
-    an append is a whole transaction (BEGIN IMMEDIATE, check the tail, insert,
-    maybe sign and insert a checkpoint, COMMIT). aiosqlite runs each statement
-    as its own hop to its thread and offers no public way to run one function
-    there, so a cancelled caller could stop between BEGIN and COMMIT and leave
-    the transaction open on the shared connection. Here the whole transaction
-    is one job on a single-thread executor: the same one-thread-owns-the-
-    connection model as aiosqlite, but a cancelled await never splits a
-    transaction, and two jobs can never interleave on the connection. The
-    asyncio.Lock orders appends with their checkpoint hand-off.
+    The file is the stores' one SQLite idiom (:class:`SqliteWorker`): an
+    append is a whole transaction and runs as one job on the worker thread,
+    so a cancelled await never splits it and two appends never interleave on
+    the connection. The asyncio.Lock orders appends with their checkpoint
+    hand-off.
     """
 
     def __init__(
         self,
         writer: _Writer,
-        executor: ThreadPoolExecutor,
+        worker: SqliteWorker,
         on_checkpoint: CheckpointSink | None,
     ) -> None:
         self._writer = writer
-        self._executor = executor
+        self._worker = worker
         self._on_checkpoint = on_checkpoint
         self._lock = asyncio.Lock()
         self._closed = False
@@ -461,22 +347,24 @@ class Ledger:
             raise ValueError("checkpoint_seconds must be positive")
         if busy_timeout_ms < 0:
             raise ValueError("busy_timeout_ms must not be negative")
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="smf-ledger")
-        job = partial(
-            _Writer.open,
-            os.fspath(path),
-            signer,
-            checkpoint_every,
-            int(checkpoint_seconds * 1000),
-            busy_timeout_ms,
-        )
+        worker: SqliteWorker | None = None
         try:
-            writer = await asyncio.get_running_loop().run_in_executor(executor, job)
+            worker = await SqliteWorker.open(path, name="ledger", busy_timeout_ms=busy_timeout_ms)
+            writer = await worker.run(
+                partial(
+                    _Writer.open,
+                    signer=signer,
+                    every=checkpoint_every,
+                    window_ms=int(checkpoint_seconds * 1000),
+                )
+            )
+        except StoreUnavailable as exc:
+            await _close(worker)
+            raise _unavailable("open", exc.__cause__, _NOT_OPENED) from exc.__cause__
         except Exception as exc:
-            executor.shutdown(wait=False)
-            logger.error("ledger.unavailable", operation="open", error=type(exc).__name__)
-            raise EvidenceStoreUnavailable("evidence ledger could not be opened") from exc
-        ledger = cls(writer, executor, on_checkpoint)
+            await _close(worker)
+            raise _unavailable("open", exc, _NOT_OPENED) from exc
+        ledger = cls(writer, worker, on_checkpoint)
         logger.info("ledger.opened", ledger_id=writer.ledger_id, last_seq=writer.tail_seq)
         async with ledger._lock:
             await ledger._publish_pending()
@@ -492,15 +380,19 @@ class Ledger:
         """Checkpoints the sink has not yet accepted (for health checks)."""
         return len(self._writer.outbox)
 
-    async def _run(self, operation: str, job: Callable[[], T]) -> T:
+    async def _run(self, operation: str, job: Callable[[sqlite3.Connection], T]) -> T:
+        """One job on the worker; any failure is EvidenceStoreUnavailable (a denial)."""
         if self._closed:
             logger.error("ledger.unavailable", operation=operation, error="closed")
             raise EvidenceStoreUnavailable("evidence ledger is closed")
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, job)
+            return await self._worker.run(job)
+        except StoreUnavailable as exc:
+            message = f"evidence ledger unavailable for {operation}"
+            raise _unavailable(operation, exc.__cause__, message) from exc.__cause__
         except Exception as exc:
-            logger.error("ledger.unavailable", operation=operation, error=type(exc).__name__)
-            raise EvidenceStoreUnavailable(f"evidence ledger unavailable for {operation}") from exc
+            message = f"evidence ledger unavailable for {operation}"
+            raise _unavailable(operation, exc, message) from exc
 
     async def _publish_pending(self) -> None:
         """Hand queued checkpoints to the sink in order; keep what it refuses.
@@ -540,7 +432,7 @@ class Ledger:
             logger.warning("ledger.entry_rejected", field=exc.field)
             raise
         async with self._lock:
-            receipt = await self._run("append", partial(self._writer.append, entry))
+            receipt = await self._run("append", partial(self._writer.append, entry=entry))
             await self._publish_pending()
         logger.debug("ledger.appended", seq=receipt.seq, kind=entry.kind)
         return receipt
@@ -555,7 +447,7 @@ class Ledger:
         if type(at) is not int or not 0 <= at <= SAFE_INTEGER_MAX:
             raise ValueError("at must be unix milliseconds")
         async with self._lock:
-            envelope = await self._run("checkpoint", partial(self._writer.checkpoint, at))
+            envelope = await self._run("checkpoint", partial(self._writer.checkpoint, at=at))
             await self._publish_pending()
         return envelope
 
@@ -567,10 +459,7 @@ class Ledger:
                 return
             await self._publish_pending()
             self._closed = True
-            try:
-                await asyncio.get_running_loop().run_in_executor(self._executor, self._writer.close)
-            finally:
-                self._executor.shutdown(wait=False)
+            await self._worker.close()
         logger.info("ledger.closed", ledger_id=self.ledger_id)
 
     async def __aenter__(self) -> Self:
@@ -583,161 +472,3 @@ class Ledger:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-
-# --- offline: verification and export for auditors --------------------------
-
-
-def _open_read_only(db_path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """Read-only, so verifying or exporting can never modify the evidence."""
-    uri = Path(db_path).resolve().as_uri() + "?mode=ro"
-    return sqlite3.connect(uri, uri=True)
-
-
-def _read_checkpoint(data: object, trusted: Mapping[str, VerifyKey]) -> CheckpointClaim | str:
-    """A verified claim, or the reason code that refuses it."""
-    if not isinstance(data, bytes):
-        return CHECKPOINT_BAD_SIGNATURE
-    try:
-        envelope = dsse.decode_envelope(data)
-        verified = dsse.verify(envelope, trusted, expected_payload_type=CHECKPOINT_PAYLOAD_TYPE)
-    except dsse.SignatureError:
-        return CHECKPOINT_BAD_SIGNATURE
-    try:
-        return parse_checkpoint_payload(verified.payload)
-    except ValueError:
-        return CHECKPOINT_MALFORMED
-
-
-def _report(
-    walk: _ChainWalk,
-    ledger_id: str | None,
-    claims: Sequence[CheckpointClaim],
-    reason: str | None = None,
-    seq: int | None = None,
-) -> LedgerReport:
-    return LedgerReport(
-        ok=reason is None,
-        reason=reason,
-        seq=seq,
-        ledger_id=ledger_id,
-        entries=walk.count,
-        last_seq=walk.last_seq,
-        last_entry_hash=walk.last_hash,
-        checkpoints=len(claims),
-        checkpoint_seq=max((claim.seq for claim in claims), default=0),
-    )
-
-
-def _judge(walk: _ChainWalk, ledger_id: str, claims: Sequence[CheckpointClaim]) -> LedgerReport:
-    """Name the first bad entry that the chain or a signed checkpoint proves.
-
-    Entries below ``verified_end`` chain correctly; a checkpoint inside that
-    prefix must name the same hash, one beyond the file's end proves a
-    truncation, and one of another ledger proves a replaced file.
-    """
-    problems: list[tuple[int, str]] = []
-    if walk.failure is not None:
-        problems.append((walk.failure[1], walk.failure[0]))
-    verified_end = walk.last_seq + 1
-    for claim in claims:
-        if claim.ledger_id != ledger_id:
-            problems.append((claim.seq, CHECKPOINT_MISMATCH))  # a replaced file
-        elif claim.seq < verified_end:
-            if walk.seen[claim.seq] != claim.entry_hash:
-                problems.append((claim.seq, CHECKPOINT_MISMATCH))  # history rewritten
-        elif walk.failure is None:
-            problems.append((verified_end, TRUNCATED_AFTER_CHECKPOINT))  # tail cut off
-    if not problems:
-        return _report(walk, ledger_id, claims)
-    seq, reason = min(problems)
-    return _report(walk, ledger_id, claims, reason, seq)
-
-
-def verify_ledger(
-    db_path: str | os.PathLike[str],
-    checkpoints: Sequence[bytes],
-    trusted_keys: Mapping[str, VerifyKey],
-) -> LedgerReport:
-    """Check a ledger file against itself and against signed checkpoints.
-
-    ``checkpoints`` are encoded envelopes kept outside the file (the JetStream
-    stream); the file's own checkpoints are checked too. Checks (issue 7):
-    every entry's hash recomputes, prev_hash chains, seq is contiguous from 1,
-    every checkpoint's signature verifies against ``trusted_keys`` and its
-    (ledger_id, seq, entry_hash) matches the file, and the file reaches the
-    highest checkpoint. A forged checkpoint is reported before anything else,
-    since it means the anchors themselves are under attack; otherwise the
-    lowest bad seq is reported.
-
-    Pass the checkpoints of the ledger this file is supposed to be (fetched
-    by its expected ledger_id, not the id the file claims): a checkpoint of
-    any other ledger is a mismatch, which is how a replaced file shows. A
-    report with ``checkpoints == 0`` proves only that the file is consistent
-    with itself. Blocking file I/O: an offline and ops tool; from async code
-    run it in a thread.
-    """
-    report = _verify(db_path, checkpoints, trusted_keys)
-    logger.info("ledger.verified", ok=report.ok, reason=report.reason, seq=report.seq)
-    return report
-
-
-def _verify(
-    db_path: str | os.PathLike[str],
-    checkpoints: Sequence[bytes],
-    trusted_keys: Mapping[str, VerifyKey],
-) -> LedgerReport:
-    walk = _ChainWalk(0, GENESIS_HASH)
-    try:
-        conn = _open_read_only(db_path)
-    except sqlite3.Error:
-        return _report(walk, None, (), LEDGER_UNREADABLE)
-    with contextlib.closing(conn):
-        try:
-            row = conn.execute("SELECT ledger_id FROM ledger_meta WHERE singleton = 1").fetchone()
-            if row is None or not isinstance(row[0], str):
-                return _report(walk, None, (), LEDGER_UNREADABLE)
-            ledger_id: str = row[0]
-            stored = [r[0] for r in conn.execute("SELECT envelope FROM ledger_checkpoints")]
-            found: set[CheckpointClaim] = set()
-            refusals: list[str] = []
-            for data in (*checkpoints, *stored):
-                outcome = _read_checkpoint(data, trusted_keys)
-                if isinstance(outcome, str):
-                    refusals.append(outcome)
-                else:
-                    found.add(outcome)
-            # The same checkpoint inside the file and on the stream counts once.
-            claims = sorted(found, key=lambda claim: claim.seq)
-            walk = _ChainWalk(0, GENESIS_HASH, watch=(claim.seq for claim in claims))
-            walk.run(conn.execute(SELECT_ENTRIES_AFTER, (0,)))
-        except sqlite3.Error:
-            return _report(walk, None, (), LEDGER_UNREADABLE)
-    if CHECKPOINT_BAD_SIGNATURE in refusals:
-        return _report(walk, ledger_id, claims, CHECKPOINT_BAD_SIGNATURE)
-    if refusals:
-        return _report(walk, ledger_id, claims, CHECKPOINT_MALFORMED)
-    return _judge(walk, ledger_id, claims)
-
-
-def export_jsonl(db_path: str | os.PathLike[str], out: TextIO) -> int:
-    """Write every entry, in seq order, as one canonical JSON line for auditors.
-
-    Each line is :func:`ledger_schema.entry_document` plus ``entry_hash``, so
-    an auditor recomputes every hash from the lines alone
-    (:func:`ledger_schema.parse_export_line`). Returns the number of lines.
-    """
-    count = 0
-    try:
-        conn = _open_read_only(db_path)
-        with contextlib.closing(conn):
-            for row in conn.execute(SELECT_ENTRIES_AFTER, (0,)):
-                try:
-                    stored = stored_entry(row)
-                except MalformedEntry as exc:
-                    raise LedgerIntegrityError(ENTRY_MALFORMED, row[0]) from exc
-                out.write(canonical_bytes(export_document(stored)).decode("utf-8") + "\n")
-                count += 1
-    except sqlite3.Error as exc:
-        raise EvidenceStoreUnavailable("evidence ledger could not be read") from exc
-    return count
