@@ -10,7 +10,7 @@ approval". What the commands guarantee an approver:
   content or the recipient.
 - ``show`` makes a signed request, so only an approver on the roster sees the
   held content, and checks the content against the binding's content hash
-  and the binding against its digest (:func:`adapters.approver.content_matches`).
+  and the binding against its digest (:func:`approver.client.content_matches`).
 - ``resolve`` signs only what it has checked: it fetches the view, refuses to
   sign when the content does not match the digest or the approval is no
   longer pending, and signs the digest it checked, so the signature cannot be
@@ -41,7 +41,7 @@ from nats.errors import NoRespondersError
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from adapters.approver import ApproverClient, ApproverError, content_matches
+from approver.client import ApproverClient, ApproverError, content_matches
 from ops.commands.decide import format_instant
 from ops.commands.up import bus_url, connect_bus, first_line
 from ops.logs import configure_logging

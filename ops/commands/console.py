@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 from typing import Final
 
+from approver.console.server import ConsoleSettings, RunningConsole, start_console
 from ops.commands.up import LOG_LEVELS, bus_url, connect_bus, first_line
-from ops.console.server import ConsoleSettings, RunningConsole, start_console
 from ops.logs import configure_logging
 from ops.output import emit_json, fail, say
 from ops.state import StateDir, default_state_dir

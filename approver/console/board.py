@@ -22,7 +22,7 @@ from nats.errors import Error as NatsError
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from ops.console.access import entitled
+from approver.console.access import entitled
 from subjects import names
 from subjects.approvals import TERMINAL_STATES, PendingAnnouncement
 from subjects.registry import Principal
