@@ -15,6 +15,7 @@ COPY pyproject.toml README.md ./
 COPY subjects ./subjects
 COPY pipeline ./pipeline
 COPY adapters ./adapters
+COPY approver ./approver
 COPY swarm ./swarm
 COPY ops ./ops
 RUN pip install . && rm -rf /src

@@ -18,11 +18,11 @@ demo: $(STAMP)
 	$(BIN)/smf-assurance demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check subjects pipeline adapters swarm ops tests
-	$(BIN)/ruff format --check subjects pipeline adapters swarm ops tests
+	$(BIN)/ruff check subjects pipeline adapters approver swarm ops tests
+	$(BIN)/ruff format --check subjects pipeline adapters approver swarm ops tests
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict subjects pipeline adapters swarm ops tests
+	$(BIN)/mypy --strict subjects pipeline adapters approver swarm ops tests
 
 unit: $(STAMP)
 	$(BIN)/pytest --cov --cov-branch --cov-report=term --cov-fail-under=90

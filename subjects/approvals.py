@@ -11,7 +11,7 @@ saw, so an approval of one thing can never be spent on another. Only
 The final outcome of a held proposal travels back to its runtime on
 ``smf.approval.outcome.<approval hex>`` signed by the gate
 (:func:`sign_outcome`), and a runtime acts on it only after
-:func:`open_outcome` (or its TypeScript twin, ``adapters/openclaw/src/outcome.ts``)
+:func:`open_outcome` (or its TypeScript twin, ``adapters/openclaw/src/contract/outcome.ts``)
 has verified the signature against the gate keys it trusts and checked that
 it names this approval, this decision and this operation: the pending
 announcement makes all three public, so an unsigned outcome would let any bus

@@ -65,7 +65,7 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from adapters.approver import ApproverClient, ApproverError, content_matches
+from approver.client import ApproverClient, ApproverError, content_matches
 from ops.logs import configure_logging
 from ops.natsserver import PortReservation, reserve_port
 from subjects import dsse, names

@@ -4,7 +4,7 @@ Issue 4 ("The hold stage and the approvers' subjects", "Tests"); ARCHITECTURE.md
 "Exact-action approval". Real nats-server (JetStream streams as the gate
 creates them), real SQLite files in a provisioned state directory, the full
 gate from ``pipeline.assembly.start_gate`` with its stages on the bus. Approvers are
-synthetic: :class:`adapters.approver.ApproverClient` with keys from the state
+synthetic: :class:`approver.client.ApproverClient` with keys from the state
 directory's registry (plus a few extra principals written into it here). The
 gate's clock is a :class:`Clock` the test advances; the background sweep is
 switched off and ``desk.sweep()`` is called where a test needs it.
@@ -78,9 +78,9 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.client import JetStreamContext
 
-from adapters.approver import ApproverClient, ApproverError, content_matches
 from adapters.client import ProposalClient
 from adapters.connector.sdk import ConnectorRunner, RunnerConfig
+from approver.client import ApproverClient, ApproverError, content_matches
 from ops.compiler import compile_corpus, write_release
 from ops.demo_script import SCENARIOS
 from ops.natsserver import EmbeddedNatsServer

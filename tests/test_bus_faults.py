@@ -43,11 +43,11 @@ import pytest
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 
-from adapters.approver import ApproverClient
 from adapters.client import ProposalClient
 from adapters.connector.sdk import ConnectorRunner, RunnerConfig
 from adapters.connectors.court_efiling import CourtEFilingConnector
 from adapters.connectors.dms import DELETED_DIR, DocumentStoreConnector, Tombstone
+from approver.client import ApproverClient
 from ops.demo_script import SCENARIOS
 from ops.natsserver import EmbeddedNatsServer
 from ops.state import StateDir

@@ -2,7 +2,7 @@
 
 Issue 12; docs/CONSOLE.md. A real nats-server, the full stack from
 ``ops.stack.start_stack`` (gate and example connectors), the console from
-``ops.console.server.start_console`` on a free port, and raw HTTP over asyncio
+``approver.console.server.start_console`` on a free port, and raw HTTP over asyncio
 streams, so that malformed requests can be sent too. Requests that the page
 would sign in the browser are signed here with the same keys, in Python.
 
@@ -61,18 +61,18 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from adapters.approver import content_matches
 from adapters.client import ProposalClient
-from ops.cli import main
-from ops.commands.console import _loopback
-from ops.console.access import LOGIN_PAYLOAD_TYPE, ConsoleLogin, LoginRefused, Roster, Sessions
-from ops.console.board import ApprovalBoard
-from ops.console.server import (
+from approver.client import content_matches
+from approver.console.access import LOGIN_PAYLOAD_TYPE, ConsoleLogin, LoginRefused, Roster, Sessions
+from approver.console.board import ApprovalBoard
+from approver.console.server import (
     SESSION_COOKIE,
     ConsoleSettings,
     RunningConsole,
     start_console,
 )
+from ops.cli import main
+from ops.commands.console import _loopback
 from ops.demo_script import SCENARIOS
 from ops.logs import configure_logging
 from ops.natsserver import EmbeddedNatsServer, reserve_port

@@ -67,7 +67,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
-from ops.console.server import ConsoleSettings, RunningConsole, start_console
+from approver.console.server import ConsoleSettings, RunningConsole, start_console
 from ops.logs import configure_logging
 from ops.stack import Stack, start_stack
 from ops.state import DEMO_TENANT, StateDir

@@ -5,7 +5,7 @@ handlers the plugin registers are called the way Hermes's tool registry calls
 them (``handler(args, task_id=..., session_id=...)``, from a thread), against
 a real gate, a real nats-server and the gate's example connectors
 (``court-efiling``, ``dms``) consuming ``smf.execute.<connector>``, with the
-approver's client (``adapters/approver.py``) resolving holds.
+approver's client (``approver/client.py``) resolving holds.
 
 Proves: a court filing is HELD (the model's text names the approval id and
 expiry and never says it was sent), nothing reaches the connector before the
@@ -36,9 +36,9 @@ import pytest
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 
-from adapters.approver import ApproverClient
 from adapters.connectors.court_efiling import Filing
 from adapters.hermes import plugin, tools
+from approver.client import ApproverClient
 from ops.natsserver import EmbeddedNatsServer
 from ops.releases import latest_in_inbox, publish_to_bucket
 from ops.runtimes import provision_runtime

@@ -7,7 +7,7 @@ default export's ``register(api)`` against a stand-in for the part of the
 plugin API it uses. The gate is ``pipeline.assembly.start_gate`` with all its stages
 on a real nats-server on 127.0.0.1 and real SQLite files; the runtime key is
 provisioned by ``ops.runtimes.provision_openclaw_runtime``; the approver is
-synthetic (``adapters.approver.ApproverClient``, the demo's attorney).
+synthetic (``approver.client.ApproverClient``, the demo's attorney).
 
 What these tests prove:
 
@@ -79,8 +79,8 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from adapters.approver import ApproverClient, ApproverError
 from adapters.client import ProposalClient
+from approver.client import ApproverClient, ApproverError
 from ops.natsserver import EmbeddedNatsServer
 from ops.releases import latest_in_inbox, publish_to_bucket, unverified_manifest
 from ops.runtimes import (

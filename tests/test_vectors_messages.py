@@ -246,7 +246,7 @@ class _OneReply:
 @pytest.mark.parametrize("vector", SIGNED_VERDICTS["cases"], ids=lambda v: v["name"])
 async def test_signed_verdict_as_the_python_client_reads_it(vector: dict[str, Any]) -> None:
     """``ProposalClient.send`` acts on the gate's Verdict and denies everything else with
-    the vector's reason code, the one ``adapters/openclaw/src/verdicts.ts`` gives."""
+    the vector's reason code, the one ``adapters/openclaw/src/contract/verdicts.ts`` gives."""
     gate = _key(SIGNED_VERDICTS["gate_key"]).verify_key
     proposal_id: str = SIGNED_VERDICTS["proposal_id"]
     client = ProposalClient(
@@ -334,10 +334,12 @@ def test_unicode_divergence_python_column(vector: dict[str, Any]) -> None:
 
 
 def test_typescript_unicode_guard_matches_this_python() -> None:
-    """``adapters/openclaw/src/unicode14.ts`` lists what THIS Python calls unassigned:
+    """``adapters/openclaw/src/contract/unicode14.ts`` lists what THIS Python calls unassigned:
     after a Python upgrade (newer ``unicodedata``) it must be regenerated
     (``adapters/openclaw/scripts/gen_unicode14.py``), or the guard is wrong."""
-    table = (ROOT / "adapters" / "openclaw" / "src" / "unicode14.ts").read_text(encoding="ascii")
+    table = (ROOT / "adapters" / "openclaw" / "src" / "contract" / "unicode14.ts").read_text(
+        encoding="ascii"
+    )
     assert f'PYTHON_UNICODE_VERSION = "{unicodedata.unidata_version}"' in table
 
 

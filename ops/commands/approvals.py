@@ -5,12 +5,13 @@ approval". What the commands guarantee an approver:
 
 - ``pending`` reads the announcements kept on the ``SMF_APPROVALS`` stream
   (so approvals announced before the console started are seen) and asks the
-  gate for each one's current state; only open ones (pending, approved) are
-  listed unless ``--all`` is given. Announcements carry identities, never the
-  content or the recipient.
+  gate for each one's current state, through :mod:`approver.pending`, the
+  reader the web console's list uses too; only open ones (pending, approved)
+  are listed unless ``--all`` is given. Announcements carry identities, never
+  the content or the recipient.
 - ``show`` makes a signed request, so only an approver on the roster sees the
   held content, and checks the content against the binding's content hash
-  and the binding against its digest (:func:`adapters.approver.content_matches`).
+  and the binding against its digest (:func:`approver.client.content_matches`).
 - ``resolve`` signs only what it has checked: it fetches the view, refuses to
   sign when the content does not match the digest or the approval is no
   longer pending, and signs the digest it checked, so the signature cannot be
@@ -41,7 +42,8 @@ from nats.errors import NoRespondersError
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from adapters.approver import ApproverClient, ApproverError, content_matches
+from approver.client import ApproverClient, ApproverError, content_matches
+from approver.pending import approval_state, read_pending
 from ops.bus import bus_url, connect_bus
 from ops.commands.decide import format_instant
 from ops.logs import configure_logging
@@ -62,13 +64,6 @@ DECISIONS: Final[dict[str, ResolutionDecision]] = {"allow-once": "allow-once", "
 """Only these two exist (ARCHITECTURE.md, "Exact-action approval")."""
 _HEX_ID: Final = re.compile(r"[0-9a-f]{64}")
 _KEEP: Final = frozenset("\n\t")
-
-
-class _Status(msgspec.Struct, frozen=True):
-    """Reply of ``smf.approval.status``: no content, anyone may ask."""
-
-    approval_id: str
-    state: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,51 +189,22 @@ def _setup(args: argparse.Namespace) -> str:
 # --- pending -----------------------------------------------------------------
 
 
-async def read_announcements(js: JetStreamContext, tenant: str | None) -> list[PendingAnnouncement]:
-    """Every decodable announcement on the stream, oldest first, one per approval.
-
-    ``get_msg`` with ``next`` skips sequence numbers the stream has aged out,
-    so no consumer is created on the gate's stream just to look.
-    """
+async def _announcements(js: JetStreamContext, tenant: str | None) -> list[PendingAnnouncement]:
     try:
-        info = await js.stream_info(names.APPROVAL_STREAM)
+        return await read_pending(js, tenant)
     except NotFoundError:
         fail(f"no {names.APPROVAL_STREAM} stream on this bus: is the gate running there?")
-    except (NatsError, TimeoutError) as exc:
-        fail(f"cannot read the {names.APPROVAL_STREAM} stream: {first_line(exc)}")
-    try:
-        subject = (
-            names.approval_pending_subject(tenant)
-            if tenant
-            else f"{names.APPROVAL_PENDING_PREFIX}.>"
-        )
     except names.SubjectError:
         fail(f"--tenant: {tenant!r} is not a tenant id", 2)
-    seen: dict[str, PendingAnnouncement] = {}
-    seq = info.state.first_seq
-    while info.state.messages and seq <= info.state.last_seq:
-        try:
-            raw = await js.get_msg(names.APPROVAL_STREAM, seq, subject=subject, next=True)
-        except NotFoundError:
-            break
-        seq = (raw.seq or seq) + 1
-        try:
-            announcement = msgspec.json.decode(raw.data or b"", type=PendingAnnouncement)
-        except (msgspec.DecodeError, ValueError):
-            continue  # not ours to show; the gate publishes only valid ones
-        seen.setdefault(announcement.approval_id, announcement)
-    return list(seen.values())
+    except (NatsError, TimeoutError) as exc:
+        fail(f"cannot read the {names.APPROVAL_STREAM} stream: {first_line(exc)}")
 
 
-async def approval_state(nc: Client, approval_id: str) -> str:
+async def _state(nc: Client, approval_id: str) -> str:
     try:
-        reply = await nc.request(
-            names.APPROVAL_STATUS, approval_id.encode(), timeout=REQUEST_TIMEOUT_SECONDS
-        )
+        return await approval_state(nc, approval_id, REQUEST_TIMEOUT_SECONDS)
     except (NatsError, TimeoutError) as exc:
         fail(_gate_unreachable(names.APPROVAL_STATUS, exc))
-    try:
-        return msgspec.json.decode(reply.data, type=_Status).state
     except msgspec.DecodeError:
         fail(f"unreadable answer on {names.APPROVAL_STATUS}")
 
@@ -246,8 +212,8 @@ async def approval_state(nc: Client, approval_id: str) -> str:
 async def _pending(url: str, tenant: str | None, everything: bool) -> list[Listed]:
     nc = await connect_bus(url, "smf-approvals-console")
     try:
-        announcements = await read_announcements(nc.jetstream(), tenant)
-        states = await asyncio.gather(*(approval_state(nc, a.approval_id) for a in announcements))
+        announcements = await _announcements(nc.jetstream(), tenant)
+        states = await asyncio.gather(*(_state(nc, a.approval_id) for a in announcements))
     finally:
         await nc.close()
     return [
@@ -312,7 +278,7 @@ async def _fetch_view(client: ApproverClient, approval_id: str) -> ApprovalView:
         return await client.show(approval_id)
     except ApproverError as exc:
         if exc.reason_code == "approval_closed":
-            state = await approval_state(client.nc, approval_id)
+            state = await _state(client.nc, approval_id)
             fail(f"approval {approval_id} is closed: approval_not_pending (state {state})")
         fail(f"the gate refused to show {approval_id}: {exc.reason_code}")
     except (NatsError, TimeoutError) as exc:

@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 from typing import Final
 
+from approver.console.server import ConsoleSettings, RunningConsole, start_console
 from ops.bus import bus_url, connect_bus
-from ops.console.server import ConsoleSettings, RunningConsole, start_console
 from ops.logs import LOG_LEVELS, configure_logging
 from ops.output import emit_json, fail, first_line, say
 from ops.state import StateDir, default_state_dir

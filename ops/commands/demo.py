@@ -21,8 +21,8 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from adapters.approver import ApproverClient
 from adapters.client import ProposalClient
+from approver.client import ApproverClient
 from ops.demo_script import SCENARIOS, ScriptedAction
 from ops.logs import configure_logging
 from ops.output import Progress, emit_json, fail, table

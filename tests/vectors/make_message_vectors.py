@@ -4,7 +4,7 @@
 Run from the repository root: ``.venv/bin/python tests/vectors/make_message_vectors.py``.
 
 The expected values are NOT produced by either implementation under test
-(``subjects/`` in Python, ``adapters/openclaw/src`` in TypeScript):
+(``subjects/`` in Python, ``adapters/openclaw/src/contract`` in TypeScript):
 
 - canonical texts: written by hand below (``canonical_more.json``), or, for
   the message vectors, by ``json.dumps(sort_keys=True, separators=(",", ":"),
@@ -396,7 +396,7 @@ def outcome_vectors() -> dict[str, Any]:
     """Signed approval outcomes (``smf.approval.outcome.<approval>``): the gate key is
     the test key; what a runtime must act on, and everything it must ignore, each
     with the error class both ``subjects.approvals.open_outcome`` and
-    ``adapters/openclaw/src/outcome.ts`` raise."""
+    ``adapters/openclaw/src/contract/outcome.ts`` raise."""
     gate = RFC8032_TEST1["seed_hex"]
     other = RFC8032_TEST2["seed_hex"]
 
@@ -487,7 +487,7 @@ def outcome_vectors() -> dict[str, Any]:
 def signed_verdict_vectors() -> dict[str, Any]:
     """Replies on ``smf.propose``: the gate key is the test key; the Verdict a runtime
     may act on and every reply it must turn into a deny, each with the error class
-    both ``subjects.verdicts.open_verdict`` and ``adapters/openclaw/src/verdicts.ts``
+    both ``subjects.verdicts.open_verdict`` and ``adapters/openclaw/src/contract/verdicts.ts``
     ``openVerdict`` raise and the reason code both clients deny with
     (``adapters/client.py`` ``ProposalClient.send``, ``readVerdictReply``)."""
     gate = RFC8032_TEST1["seed_hex"]

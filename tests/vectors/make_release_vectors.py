@@ -5,7 +5,8 @@ Run from the repository root: ``.venv/bin/python tests/vectors/make_release_vect
 
 Consumed by ``tests/test_vectors_messages.py`` (Python: ``subjects.release``'s
 checks, through ``adapters.hermes.release.ReleaseVerifier``) and by
-``adapters/openclaw/test/vectors.test.ts`` (TypeScript: ``src/release.ts``).
+``adapters/openclaw/test/vectors.test.ts`` (TypeScript: ``src/contract/release.ts``'s
+checks, through ``src/release.ts``'s ``ReleaseVerifier``).
 As for ``messages.json`` the expected values come from neither implementation:
 manifests and registries are canonical JSON written by ``json.dumps`` in the
 subset where that is the JCS form (ASCII, integers only), digests are

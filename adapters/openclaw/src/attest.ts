@@ -1,7 +1,7 @@
 /**
  * Start-up attestation and the governed release, for the OpenClaw plugin
  * (issues 10 and 6): the twin of the Hermes adapter's `_attest_once`,
- * `_attest_forever` and `_ensure_attested` (`adapters/hermes/plugin.py`).
+ * `_attest_forever` and `_ensure_attested` (`adapters/hermes/lifecycle.py`).
  *
  * {@link Governance} holds what the plugin verified itself: the newest release
  * of the `SMF_RELEASES` bucket (`release.ts`), checked before every
@@ -22,9 +22,10 @@
  */
 
 import { randomBytes } from "node:crypto";
-import { encodeEnvelope, signValue } from "./dsse.js";
-import type { SigningKey, VerifyKey } from "./keys.js";
-import { checkLeaseInForce, DEFAULT_MAX_SKEW_MS, readNewest, ReleaseCheckError, ReleaseVerifier, UNAVAILABLE, type TrustRoot, type UsableRelease } from "./release.js";
+import { encodeEnvelope, signValue } from "./contract/dsse.js";
+import type { SigningKey, VerifyKey } from "./contract/keys.js";
+import { checkLeaseInForce, DEFAULT_MAX_SKEW_MS, ReleaseCheckError, type TrustRoot } from "./contract/release.js";
+import { readNewest, ReleaseVerifier, UNAVAILABLE, type UsableRelease } from "./release.js";
 import { BusError, type Bus } from "./transport.js";
 
 export const ATTEST = "smf.attest";

@@ -34,9 +34,10 @@ import {
   type Classification,
   type InjectionTaint,
   type RedactionStatus,
-} from "./messages.js";
-import { KeyFileError, loadPrivateKey, type SigningKey } from "./keys.js";
-import { loadTrustRoot, TrustRootError, type TrustRoot } from "./release.js";
+} from "./contract/messages.js";
+import { KeyFileError, loadPrivateKey, type SigningKey } from "./contract/keys.js";
+import { TrustRootError, type TrustRoot } from "./contract/release.js";
+import { loadTrustRoot } from "./release.js";
 
 export const CONTEXT_SCHEMA = "smf.openclaw-context/1";
 export const DEFAULT_NATS_URL = "nats://127.0.0.1:4222";

@@ -12,7 +12,7 @@
  *   returns an explicit block before its own deadline.
  * - SIGNED VERDICT. The reply on `smf.propose` is read only as a DSSE envelope
  *   signed by a `gate` key of the verified release's registry, for the verdict
- *   payload type, naming the proposal just sent (`verdicts.ts`; ARCHITECTURE.md,
+ *   payload type, naming the proposal just sent (`contract/verdicts.ts`; ARCHITECTURE.md,
  *   "Trust and identity on the bus"). Anything else is a deny
  *   (`verdict_not_signed_by_gate`, `unreadable_verdict`,
  *   `verdict_for_another_proposal`): no other responder on the subject, and no
@@ -32,7 +32,7 @@
  *   `executing` (claimed, outcome in flight) wait, at most
  *   min(approval expiry, `holdTimeoutMs`), and for `executing` at most
  *   `gateTimeoutMs` more. Only an `allow` Verdict SIGNED BY A GATE KEY of the
- *   registry (`outcome.ts`) naming THIS approval id, decision id and operation
+ *   registry (`contract/outcome.ts`) naming THIS approval id, decision id and operation
  *   hash, with no connector, releases the params, and each approval id releases
  *   them at most once per process. An outcome that is unsigned, signed by any
  *   other key, or for another approval never reaches a waiter: it is dropped
@@ -49,10 +49,10 @@
  *   `ambiguous`/`executed_params_mismatch` (evidence of a broken binding).
  */
 
-import { identityOf, isIdentity, type JsonObject } from "./canonical.js";
-import { encodeEnvelope, signValue } from "./dsse.js";
-import type { SigningKey } from "./keys.js";
-import type { VerifyKey } from "./keys.js";
+import { identityOf, isIdentity, type JsonObject } from "./contract/canonical.js";
+import { encodeEnvelope, signValue } from "./contract/dsse.js";
+import type { SigningKey } from "./contract/keys.js";
+import type { VerifyKey } from "./contract/keys.js";
 import type { Governed } from "./attest.js";
 import { isUntrusted, MappingError, ProcessTaint, proposeCall, type ProposedCall } from "./mapping.js";
 import type { OpenClawContext } from "./config.js";
@@ -74,10 +74,10 @@ import {
   type Proposal,
   type ReportStatus,
   type Verdict,
-} from "./messages.js";
-import { openOutcome } from "./outcome.js";
+} from "./contract/messages.js";
+import { openOutcome } from "./contract/outcome.js";
 import { BusError, type Bus, type Inbox } from "./transport.js";
-import { readVerdictReply } from "./verdicts.js";
+import { readVerdictReply } from "./contract/verdicts.js";
 
 export const ADAPTER_ID = "smf-openclaw-adapter";
 export const INTERNAL_ERROR = "adapter_internal_error";
@@ -407,7 +407,7 @@ export class GateAdapter {
    * `adapters/client.py` `ProposalClient.send`: every failure is a deny Verdict.
    * The reply counts only as a Verdict signed by a `gate` key of the verified
    * release's registry for `smf.propose` and naming this proposal
-   * (ARCHITECTURE.md, "Trust and identity on the bus"; `verdicts.ts`). An error
+   * (ARCHITECTURE.md, "Trust and identity on the bus"; `contract/verdicts.ts`). An error
    * reply (nats.micro headers) is unsigned and can only deny.
    */
   private async propose(settings: AdapterSettings, proposal: Proposal): Promise<Verdict> {

@@ -29,9 +29,9 @@
 import { existsSync, realpathSync } from "node:fs";
 import { homedir } from "node:os";
 import { basename, dirname, isAbsolute, join, resolve, sep } from "node:path";
-import { CanonicalJSONError, canonicalValue, type JsonObject } from "./canonical.js";
+import { CanonicalJSONError, canonicalValue, type JsonObject } from "./contract/canonical.js";
 import type { OpenClawContext } from "./config.js";
-import type { DataFacts, InjectionTaint, ProposedDestination, Surface } from "./messages.js";
+import type { DataFacts, InjectionTaint, ProposedDestination, Surface } from "./contract/messages.js";
 
 export const PATH_TOOLS = new Set(["read", "write", "edit", "apply_patch"]);
 const PATCH_PATH = /^\*\*\* (?:Add File|Update File|Delete File|Move to): (.+)$/gm;

@@ -16,16 +16,16 @@ import { join } from "node:path";
 import { test } from "node:test";
 
 import { Governance, PAYLOAD_ATTESTATION, type Governed } from "../dist/attest.js";
-import { canonicalBytes, canonicalText, identityOf, sha256Identity } from "../dist/canonical.js";
+import { canonicalBytes, canonicalText, identityOf, sha256Identity } from "../dist/contract/canonical.js";
 import { parseContext, readConfig } from "../dist/config.js";
-import { decodeEnvelope, encodeEnvelope, signEnvelope, signValue, verifyEnvelope } from "../dist/dsse.js";
+import { decodeEnvelope, encodeEnvelope, signEnvelope, signValue, verifyEnvelope } from "../dist/contract/dsse.js";
 import { GateAdapter, type BeforeResult } from "../dist/gate.js";
 import plugin, { adapterFor, HOOK_PRIORITY, hookTimeoutMs, shutdown, type PluginApi } from "../dist/index.js";
-import { SigningKey, type VerifyKey } from "../dist/keys.js";
+import { SigningKey, type VerifyKey } from "../dist/contract/keys.js";
 import { finalArguments, legalHoldOf, ProcessTaint, proposeCall } from "../dist/mapping.js";
-import { approvalIdFor, PAYLOAD_APPROVAL_OUTCOME, PAYLOAD_PROPOSAL, PAYLOAD_REPORT, PAYLOAD_VERDICT, type Verdict } from "../dist/messages.js";
-import { gateKeysOf } from "../dist/registry.js";
-import { PAYLOAD_RELEASE_MANIFEST } from "../dist/release.js";
+import { approvalIdFor, PAYLOAD_APPROVAL_OUTCOME, PAYLOAD_PROPOSAL, PAYLOAD_REPORT, PAYLOAD_VERDICT, type Verdict } from "../dist/contract/messages.js";
+import { gateKeysOf } from "../dist/contract/registry.js";
+import { PAYLOAD_RELEASE_MANIFEST } from "../dist/contract/release.js";
 import { BusError, type Bus, type Inbox, type Reply } from "../dist/transport.js";
 
 const KEY = SigningKey.fromSeed(Buffer.from("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60", "hex"));

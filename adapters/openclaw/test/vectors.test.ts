@@ -12,7 +12,7 @@ import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { canonicalBytes, canonicalText, identityOf, parseCanonical, parseJson, sha256Identity } from "../dist/canonical.js";
+import { canonicalBytes, canonicalText, identityOf, parseCanonical, parseJson, sha256Identity } from "../dist/contract/canonical.js";
 import {
   BadSignatureError,
   decodeEnvelope,
@@ -24,13 +24,14 @@ import {
   signValue,
   UnknownSignerError,
   verifyEnvelope,
-} from "../dist/dsse.js";
-import { keyedIdentifier } from "../dist/keyed.js";
-import { SigningKey, type VerifyKey } from "../dist/keys.js";
-import { approvalIdFor, decodeVerdict, orderIdFor, PAYLOAD_APPROVAL_OUTCOME, PAYLOAD_PROPOSAL, PAYLOAD_VERDICT } from "../dist/messages.js";
-import { openOutcome, OutcomeMismatchError } from "../dist/outcome.js";
-import { openVerdict, readVerdictReply, VerdictMismatchError } from "../dist/verdicts.js";
-import { PAYLOAD_RELEASE_MANIFEST, ReleaseCheckError, ReleaseVerifier, trustRootOf } from "../dist/release.js";
+} from "../dist/contract/dsse.js";
+import { keyedIdentifier } from "../dist/contract/keyed.js";
+import { SigningKey, type VerifyKey } from "../dist/contract/keys.js";
+import { approvalIdFor, decodeVerdict, orderIdFor, PAYLOAD_APPROVAL_OUTCOME, PAYLOAD_PROPOSAL, PAYLOAD_VERDICT } from "../dist/contract/messages.js";
+import { openOutcome, OutcomeMismatchError } from "../dist/contract/outcome.js";
+import { openVerdict, readVerdictReply, VerdictMismatchError } from "../dist/contract/verdicts.js";
+import { PAYLOAD_RELEASE_MANIFEST, ReleaseCheckError, trustRootOf } from "../dist/contract/release.js";
+import { ReleaseVerifier } from "../dist/release.js";
 
 const VECTORS = fileURLToPath(new URL("../../../tests/vectors/", import.meta.url));
 

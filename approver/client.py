@@ -27,9 +27,6 @@ from subjects.dsse import encode_envelope, sign_struct
 from subjects.envelope import content_hash_of
 from subjects.keys import SigningKey
 
-_ERROR_HEADER = "Nats-Service-Error"
-_ERROR_CODE_HEADER = "Nats-Service-Error-Code"
-
 
 class ApproverError(Exception):
     """The gate refused the request; ``reason_code`` says why."""
@@ -68,8 +65,8 @@ class ApproverClient:
         signed = encode_envelope(sign_struct(names.PAYLOAD_SHOW_REQUEST, request, [self.key]))
         reply = await self.nc.request(names.APPROVAL_SHOW, signed, timeout=self.timeout)
         headers = reply.headers or {}
-        if _ERROR_CODE_HEADER in headers:
-            raise ApproverError(headers.get(_ERROR_HEADER, "gate_error"))
+        if names.HEADER_SERVICE_ERROR_CODE in headers:
+            raise ApproverError(headers.get(names.HEADER_SERVICE_ERROR, "gate_error"))
         return msgspec.json.decode(reply.data, type=ApprovalView)
 
     def sign_resolution(self, approval_id: str, decision: ResolutionDecision, digest: str) -> bytes:
@@ -86,8 +83,8 @@ class ApproverClient:
     async def send(self, signed: bytes) -> ResolutionReply:
         reply = await self.nc.request(names.APPROVAL_RESOLVE, signed, timeout=self.timeout)
         headers = reply.headers or {}
-        if _ERROR_CODE_HEADER in headers:
-            raise ApproverError(headers.get(_ERROR_HEADER, "gate_error"))
+        if names.HEADER_SERVICE_ERROR_CODE in headers:
+            raise ApproverError(headers.get(names.HEADER_SERVICE_ERROR, "gate_error"))
         return msgspec.json.decode(reply.data, type=ResolutionReply)
 
     async def resolve(

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Final
 
 import msgspec
@@ -22,8 +21,8 @@ from nats.errors import Error as NatsError
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from ops.console.access import entitled
-from subjects import names
+from approver.console.access import entitled
+from approver.pending import PendingReader, approval_state
 from subjects.approvals import TERMINAL_STATES, PendingAnnouncement
 from subjects.registry import Principal
 
@@ -33,7 +32,6 @@ RETAIN_CLOSED_MS: Final = 3_600_000
 """Closed approvals stay listed (greyed) as long as the stream keeps their announcement."""
 CLOSED_STATES: Final = TERMINAL_STATES | {"unknown"}
 """``unknown``: the gate holds no record of the id; nothing more will happen to it."""
-ALL_PENDING: Final = f"{names.APPROVAL_PENDING_PREFIX}.>"
 
 
 class ListedApproval(msgspec.Struct, frozen=True):
@@ -57,13 +55,6 @@ class ListedApproval(msgspec.Struct, frozen=True):
     binding_digest: str
 
 
-class _Status(msgspec.Struct, frozen=True):
-    """Reply of ``smf.approval.status`` (no content; anyone on the bus may ask)."""
-
-    approval_id: str
-    state: str
-
-
 @dataclass
 class Tracked:
     announcement: PendingAnnouncement
@@ -73,9 +64,9 @@ class Tracked:
 class ApprovalBoard:
     """What has been held, and where each approval stands now.
 
-    Announcements are read from the ``SMF_APPROVALS`` stream with direct gets
-    from the last sequence seen, so no consumer is created on the gate's
-    stream and approvals held before the console started are listed too.
+    Announcements come from :class:`approver.pending.PendingReader` (the
+    reader the command line uses too), from the last sequence seen, so
+    approvals held before the console started are listed too.
     Open approvals are asked their state on ``smf.approval.status`` each
     refresh; closed ones are never asked again.
     """
@@ -84,13 +75,11 @@ class ApprovalBoard:
         self, nc: Client, js: JetStreamContext, clock: Callable[[], int], timeout: float
     ) -> None:
         self.nc = nc
-        self.js = js
         self.clock = clock
         self.timeout = timeout
         self.entries: dict[str, Tracked] = {}
         self.gate_answering = False
-        self._next_seq = 0
-        self._stream_created: datetime | None = None
+        self.reader = PendingReader(js)
         self._wake = asyncio.Event()
 
     def wake(self) -> None:
@@ -125,34 +114,14 @@ class ApprovalBoard:
 
     async def _read_announcements(self) -> None:
         try:
-            info = await self.js.stream_info(names.APPROVAL_STREAM)
+            announcements = await self.reader.read_new()
         except NotFoundError:
             return  # the gate has not created its stream yet
-        if info.created != self._stream_created:
-            self._stream_created = info.created  # a new (or recreated) stream: read it all
-            self._next_seq = 0
-        stream = info.state
-        seq = max(self._next_seq, stream.first_seq)
-        while stream.messages and seq <= stream.last_seq:
-            try:
-                raw = await self.js.get_msg(
-                    names.APPROVAL_STREAM, seq, subject=ALL_PENDING, next=True
-                )
-            except NotFoundError:
-                break
-            seq = (raw.seq or seq) + 1
-            try:
-                announcement = msgspec.json.decode(raw.data or b"", type=PendingAnnouncement)
-            except (msgspec.DecodeError, ValueError):
-                continue  # not an announcement the gate would publish: never listed
+        for announcement in announcements:
             self.entries.setdefault(announcement.approval_id, Tracked(announcement))
-        self._next_seq = max(self._next_seq, seq)
 
     async def _state(self, approval_id: str) -> str:
-        reply = await self.nc.request(
-            names.APPROVAL_STATUS, approval_id.encode(), timeout=self.timeout
-        )
-        return msgspec.json.decode(reply.data, type=_Status).state
+        return await approval_state(self.nc, approval_id, self.timeout)
 
     async def _refresh_states(self) -> None:
         # One probe that always gets an answer from a live gate, even with nothing open.

@@ -1,7 +1,7 @@
 /**
  * The gate keys the plugin trusts, read from the key registry (`smf.registry/1`,
  * the twin of `subjects/registry.py`'s `load_registry`, as far as the plugin
- * needs it) carried by a release the plugin VERIFIED itself (`release.ts`);
+ * needs it) carried by a release the plugin VERIFIED itself (`../release.ts`);
  * never from a file on disk.
  *
  * ARCHITECTURE.md, "Trust and identity on the bus": a receiver verifies against
@@ -10,7 +10,7 @@
  * runtime's, approver's or connector's key never does (`outcome.ts`).
  *
  * The registry is checked as Python checks it, and anything wrong refuses the
- * whole release (the plugin then runs in refusing mode, `attest.ts`): unknown
+ * whole release (the plugin then runs in refusing mode, `../attest.ts`): unknown
  * fields, a schema other than `smf.registry/1`, a key whose `key_id` is not
  * the id derived from its public key (TUF, "File formats": one key, one id),
  * the same key twice, a runtime without `runtime_id`, a connector without

@@ -11,9 +11,9 @@ server keeps true:
   allow-once names the binding digest the page computed from what it showed,
   so neither this process nor anyone on the bus can forge or redirect one.
 - It lists for an approver only what the roster lets them resolve, to a
-  session proven by a signed login (:mod:`ops.console.access`).
+  session proven by a signed login (:mod:`approver.console.access`).
 - It holds no content. The list is built from announcements (identities and
-  reasons only, :mod:`ops.console.board`); content comes from the gate per
+  reasons only, :mod:`approver.console.board`); content comes from the gate per
   signed show request, is relayed to the page and is never stored or logged.
 
 What it does not guarantee: that the states and answers the page displays are
@@ -42,9 +42,9 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 
-from ops.console.access import LoginRefused, Roster, Sessions
-from ops.console.board import ApprovalBoard
-from ops.console.http import (
+from approver.console.access import LoginRefused, Roster, Sessions
+from approver.console.board import ApprovalBoard
+from approver.console.http import (
     MAX_LINE_BYTES,
     READ_TIMEOUT_SECONDS,
     HttpError,
@@ -69,8 +69,6 @@ STATIC_FILES: Final = {
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/static/style.css": ("style.css", "text/css; charset=utf-8"),
 }
-_SERVICE_ERROR: Final = "Nats-Service-Error"
-_SERVICE_ERROR_CODE: Final = "Nats-Service-Error-Code"
 
 
 def wall_clock_ms() -> int:
@@ -96,7 +94,7 @@ SessionHandler = Callable[[Request, Principal], Awaitable[Response]]
 
 
 def _static_files() -> dict[str, tuple[bytes, str]]:
-    folder = resources.files("ops.console").joinpath("static")
+    folder = resources.files("approver.console").joinpath("static")
     return {
         path: (folder.joinpath(name).read_bytes(), content_type)
         for path, (name, content_type) in STATIC_FILES.items()
@@ -225,8 +223,8 @@ class Console:
         if isinstance(reply, Response):
             return reply
         headers = reply.headers or {}
-        if _SERVICE_ERROR_CODE in headers:
-            reason = headers.get(_SERVICE_ERROR, "gate_error")
+        if names.HEADER_SERVICE_ERROR_CODE in headers:
+            reason = headers.get(names.HEADER_SERVICE_ERROR, "gate_error")
             log.info("console_show_refused", approver_id=approver.name, reason=reason)
             return json_response({"ok": False, "reason": reason})
         try:
@@ -242,8 +240,10 @@ class Console:
         if isinstance(reply, Response):
             return reply
         headers = reply.headers or {}
-        if _SERVICE_ERROR_CODE in headers:
-            return json_response({"ok": False, "reason": headers.get(_SERVICE_ERROR, "gate_error")})
+        if names.HEADER_SERVICE_ERROR_CODE in headers:
+            return json_response(
+                {"ok": False, "reason": headers.get(names.HEADER_SERVICE_ERROR, "gate_error")}
+            )
         try:
             answer = msgspec.json.decode(reply.data, type=ResolutionReply)
         except msgspec.DecodeError:

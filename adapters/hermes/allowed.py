@@ -1,0 +1,50 @@
+"""The calls the gate allowed, remembered until Hermes executes them.
+
+``pre_tool_call`` remembers (tool call id, digest of tool and arguments) on an
+``allow``; the ``tool_execution`` middleware runs a tool only when the
+arguments it receives give a remembered digest for that call, so arguments
+changed after the gate decided are not run (docs/HERMES.md, "tool_execution
+middleware"; a middleware registered after ours is not checked, hole 6).
+Bounded in size and time: an entry lives ``APPROVAL_TTL_S``, and beyond
+``MAX_APPROVED`` live entries nothing more is remembered, so such a call is
+refused at execution (fails closed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Final
+
+APPROVAL_TTL_S: Final = 300.0
+MAX_APPROVED: Final = 4096
+
+
+def call_digest(tool: str, args: object) -> str:
+    raw = json.dumps([tool, args], sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+@dataclass
+class AllowedCalls:
+    """Shared by Hermes's threads: every read and write holds the lock."""
+
+    _approved: dict[tuple[str, str], float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def remember(self, tool_call_id: str, digest: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if len(self._approved) >= MAX_APPROVED:
+                for key in [k for k, t in self._approved.items() if t < now]:
+                    del self._approved[key]
+            if len(self._approved) < MAX_APPROVED:
+                self._approved[(tool_call_id, digest)] = now + APPROVAL_TTL_S
+
+    def was_allowed(self, tool_call_id: str, digest: str) -> bool:
+        with self._lock:
+            expiry = self._approved.get((tool_call_id, digest))
+        return expiry is not None and expiry >= time.monotonic()

@@ -1,0 +1,110 @@
+"""The adapter's configuration, read from the Hermes process's environment.
+
+A configuration problem never stops registration (RUNTIMES.md, "FAIL-OPEN":
+a ``register()`` that raises lets every tool run): :meth:`AdapterConfig.from_env`
+raises :class:`ConfigError` naming what is missing or wrong, and the entry
+point turns it into refusing mode (``adapters.hermes.refusing``).
+
+``SMF_NATS_URL``        the bus (default ``nats://127.0.0.1:4222``)
+``SMF_RUNTIME_KEY``     path of this runtime's private key file (required)
+``SMF_RUNTIME_ID``      the runtime id the registry names for that key (required)
+``SMF_CONTEXT_FILE``    the per-matter context file (required; ``mapping.HermesContext``)
+``SMF_RELEASE_TRUST_ROOT`` the release trust root file (required; ``release trust-root``)
+``SMF_GATE_TIMEOUT``    seconds to wait for a verdict (default 5, at most 30)
+``SMF_ATTEST_INTERVAL`` seconds between attestations (default 60)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from adapters.hermes import mapping
+from subjects.keys import KeyFileError, SigningKey, load_private_key
+from subjects.release import ReleaseFormatError, TrustRoot, decode_trust_root
+
+ADAPTER_ID: Final = "smf-hermes-adapter"
+ADAPTER_VERSION: Final = "0.1.0"
+PLUGIN_NAME: Final = "smf-assurance"
+PROFILE: Final = "block-only"
+MAX_TRUST_ROOT_BYTES: Final = 64 * 1024
+
+
+class ConfigError(Exception):
+    def __init__(self, reason_code: str, detail: str = "") -> None:
+        super().__init__(f"{reason_code}: {detail}" if detail else reason_code)
+        self.reason_code = reason_code
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterConfig:
+    nats_url: str
+    key: SigningKey
+    runtime_id: str
+    context: mapping.HermesContext
+    gate_timeout: float = 5.0
+    attest_interval: float = 60.0
+    trust_root: TrustRoot | None = None
+    """The release trust root; ``None`` only when built by hand (then: refusing)."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> AdapterConfig:
+        """Read the configuration; raises ConfigError naming what is missing or wrong."""
+        key_path = env.get("SMF_RUNTIME_KEY", "")
+        runtime_id = env.get("SMF_RUNTIME_ID", "")
+        context_path = env.get("SMF_CONTEXT_FILE", "")
+        if not key_path:
+            raise ConfigError("smf_runtime_key_missing", "set SMF_RUNTIME_KEY to the key file")
+        if not runtime_id:
+            raise ConfigError("smf_runtime_id_missing", "set SMF_RUNTIME_ID")
+        if not context_path:
+            raise ConfigError("smf_context_missing", "set SMF_CONTEXT_FILE")
+        try:
+            key, _ = load_private_key(key_path)
+        except KeyFileError as exc:
+            raise ConfigError("smf_runtime_key_unreadable", str(exc)) from exc
+        try:
+            context = mapping.load_context(Path(context_path))
+        except mapping.MappingError as exc:
+            raise ConfigError(
+                exc.reason_code, str(exc).removeprefix(exc.reason_code + ": ")
+            ) from exc
+        return cls(
+            nats_url=env.get("SMF_NATS_URL", "nats://127.0.0.1:4222"),
+            key=key,
+            runtime_id=runtime_id,
+            context=context,
+            gate_timeout=_seconds(env.get("SMF_GATE_TIMEOUT"), 5.0, 0.2, 30.0),
+            attest_interval=_seconds(env.get("SMF_ATTEST_INTERVAL"), 60.0, 1.0, 600.0),
+            trust_root=_trust_root(env.get("SMF_RELEASE_TRUST_ROOT", "")),
+        )
+
+
+def _trust_root(path: str) -> TrustRoot:
+    """The operator's release trust root (distributed out of band, docs/RELEASES.md)."""
+    if not path:
+        raise ConfigError(
+            "smf_release_trust_root_missing", "set SMF_RELEASE_TRUST_ROOT to the trust root file"
+        )
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_TRUST_ROOT_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError("smf_release_trust_root_unreadable", exc.strerror or "") from exc
+    if len(data) > MAX_TRUST_ROOT_BYTES:
+        raise ConfigError("smf_release_trust_root_invalid", "file too large")
+    try:
+        return decode_trust_root(data)
+    except ReleaseFormatError as exc:
+        raise ConfigError("smf_release_trust_root_invalid", str(exc)) from exc
+
+
+def _seconds(raw: str | None, default: float, low: float, high: float) -> float:
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        value = default
+    return min(max(value, low), high)
