@@ -11,9 +11,14 @@
 #
 #   seed        provisioned once by `smf-assurance demo`, which also runs the
 #               demo scenarios on an embedded nats-server with that identity
-#   gate-1/2    registry, release trust root and releases, gate key,
-#               tenant pseudonym key
-#   connectors  registry, the two example connectors' keys
+#   gate-1/2    registry, release trust root and releases, gate key and bus
+#               credential, tenant pseudonym key
+#   connectors  registry, the two example connectors' keys and bus credentials
+#   bus-follow  registry, release trust root, the operator's and the system
+#               account's bus credentials (it reloads the nodes' authorization)
+#
+# The bus authorization the NATS nodes include (issue 15) is written from the
+# seed's registry into $SMF_NATS_AUTH_DIR before any node starts.
 #
 # The approver, runtime and release-signing keys stay in the seed. A directory
 # that already has its registry is complete (the registry is copied last) and
@@ -21,11 +26,14 @@
 set -eu
 
 root="${SMF_STATE_ROOT:-/var/lib/smf}"
+auth="${SMF_NATS_AUTH_DIR:-/etc/nats/auth}"
 seed="$root/seed"
 
 if [ ! -e "$seed/registry.json" ]; then
     smf-assurance demo --state-dir "$seed"
 fi
+mkdir -p "$auth"
+smf-assurance bus authorization --state-dir "$seed" --out "$auth/authorization.conf"
 
 # provision NAME PATH... : copy PATHs (relative to the seed) into $root/NAME
 provision() {
@@ -42,7 +50,10 @@ provision() {
 }
 
 for gate in gate-1 gate-2; do
-    provision "$gate" keys/gate.key keys/tenant-pseudonym.key \
+    provision "$gate" keys/gate.key keys/gate.nkey keys/tenant-pseudonym.key \
         release-trust-root.json releases registry.json
 done
-provision connectors keys/court-efiling.key keys/dms.key registry.json
+provision connectors keys/court-efiling.key keys/court-efiling.nkey \
+    keys/dms.key keys/dms.nkey registry.json
+provision bus-follow keys/operator.nkey keys/bus-system.nkey \
+    release-trust-root.json registry.json

@@ -8,6 +8,7 @@ unreachable server is a one-line refusal, never a hang or a retry loop.
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 from typing import Final
@@ -16,9 +17,11 @@ import nats
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
+from ops.bus_auth import NKEY_SUFFIX
 from ops.cluster import nats_servers
 from ops.output import fail, first_line
-from ops.state import default_state_dir
+from ops.state import StateDir, default_state_dir
+from subjects.bus_access import BusCredential, connect_options
 
 NATS_URL_FILE: Final = "nats.url"
 """Written by ``up`` once the gate serves, removed when it stops."""
@@ -53,12 +56,36 @@ def bus_url(nats_url: str | None, state_dir: Path | None) -> str:
     return text
 
 
+def add_credential_argument(parser: argparse.ArgumentParser, default_principal: str) -> None:
+    """``--credential FILE``: who the command is on the bus (issue 15)."""
+    parser.add_argument(
+        "--credential",
+        type=Path,
+        metavar="FILE",
+        help=f"the bus credential to connect with, a <principal>{NKEY_SUFFIX} seed file "
+        f"(default: the state directory's {default_principal}{NKEY_SUFFIX}, when it has one)",
+    )
+
+
+def credential_for(
+    explicit: Path | None, state_dir: Path | None, default_principal: str
+) -> BusCredential | None:
+    """The credential a command connects with: ``--credential``, else the state
+    directory's ``keys/<default_principal>.nkey``; ``None`` (anonymous, which a
+    bus with authorization refuses) when there is neither."""
+    if explicit is not None:
+        if explicit.suffix != NKEY_SUFFIX or not explicit.is_file():
+            fail(f"--credential: {explicit} is not a <principal>{NKEY_SUFFIX} file")
+        return BusCredential(explicit.stem, explicit)
+    return StateDir(state_dir or default_state_dir()).existing_credential(default_principal)
+
+
 async def _quiet(_exc: Exception) -> None:
     """nats-py's default error callback logs a traceback per failed attempt;
     a command reports its one line instead."""
 
 
-async def connect_bus(url: str, name: str) -> Client:
+async def connect_bus(url: str, name: str, credential: BusCredential | None = None) -> Client:
     """One short connection attempt, no reconnect loop: a command fails fast.
 
     nats-py retries forever with ``allow_reconnect=False`` alone; a bounded
@@ -74,6 +101,7 @@ async def connect_bus(url: str, name: str) -> Client:
             reconnect_time_wait=0.1,
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
             error_cb=_quiet,
+            **connect_options(credential),
         )
     except (OSError, NatsError, ValueError) as exc:
         fail(f"cannot connect to NATS at {url}: {first_line(exc)}")

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from ops.commands import (
     approvals,
     bench,
+    bus,
     console,
     decide,
     demo,
@@ -31,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="SMF Assurance Gate: deterministic decisions for AI-agent actions.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (decide, demo, bench, up, keys, approvals, ledger, swarm, release, console):
+    for module in (decide, demo, bench, up, keys, approvals, ledger, swarm, release, console, bus):
         module.add_parsers(sub)
     return parser
 

@@ -22,6 +22,12 @@ Invariants the classes keep:
   (``ops.natsserver.PortReservation``) from construction until ``close()``,
   so no other process, and no other node, can be handed one in between
   (issue 18: nine probes closed one by one could repeat a port).
+- Authorization on (issue 15): the node config includes
+  ``auth/authorization.conf`` beside it. The harness runs a byte-identical copy
+  of the shipped file in its own folder, with its own include, so clusters
+  never share one; it starts with only the harness's operator allowed in
+  (``operator``), and ``authorize`` applies another principal set to every
+  running node with a reload, no restart.
 - Never a stray process: each node is an ``EmbeddedNatsServer`` (parent-death
   signal, ``atexit`` stop, a failed start kills what it spawned), and a
   cluster that fails to come up stops every node before raising.
@@ -33,8 +39,9 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -42,6 +49,15 @@ from typing import Any, Final
 
 import structlog
 
+from ops.bus_auth import (
+    AUTHORIZATION_FILE,
+    NKEY_SUFFIX,
+    SYSTEM_PRINCIPAL,
+    read_user_public,
+    render_authorization,
+    write_authorization,
+    write_user_seed,
+)
 from ops.natsserver import (
     HOST,
     EmbeddedNatsServer,
@@ -49,11 +65,17 @@ from ops.natsserver import (
     PortReservation,
     reserve_port,
 )
+from subjects.bus_access import BusCredential
+from subjects.keys import generate_signing_key
+from subjects.registry import RegistryEntry, entry_for
 
 log = structlog.get_logger(__name__)
 
 CONFIG_FILE: Final = Path(__file__).resolve().parents[1] / "deploy" / "nats" / "cluster.conf"
 """The node config in a source checkout (it is not part of the installed package)."""
+AUTHORIZATION_INCLUDE: Final = Path("auth") / AUTHORIZATION_FILE
+"""Where the node config includes its authorization, relative to itself."""
+HARNESS_OPERATOR: Final = "cluster-operator"
 
 NODE_VARIABLES: Final = (
     "NATS_SERVER_NAME",
@@ -189,9 +211,24 @@ class LocalNatsCluster:
         if size < 1:
             raise ValueError("a cluster needs at least one node")
         self.root: Final = Path(root)
-        self.config_file: Final = Path(config_file) if config_file is not None else CONFIG_FILE
-        if not self.config_file.is_file():
-            raise NatsServerError(f"no node config at {self.config_file}")
+        self.source_config: Final = Path(config_file) if config_file is not None else CONFIG_FILE
+        if not self.source_config.is_file():
+            raise NatsServerError(f"no node config at {self.source_config}")
+        conf = self.root / "conf"
+        conf.mkdir(parents=True, exist_ok=True)
+        self.config_file: Final = conf / self.source_config.name
+        shutil.copyfile(self.source_config, self.config_file)
+        self.authorization_path: Final = conf / AUTHORIZATION_INCLUDE
+        keys = self.root / "keys"
+        self.operator: Final = _credential(keys, HARNESS_OPERATOR)
+        self.system: Final = _credential(keys, SYSTEM_PRINCIPAL)
+        self._operator_entry: Final = entry_for(
+            generate_signing_key(),
+            HARNESS_OPERATOR,
+            "operator",
+            nats_user=read_user_public(self.operator.seed_file),
+        )
+        write_authorization(self.authorization_path, self.authorization_for(()))
         self.leader_timeout: Final = leader_timeout
         self._reservations: Final[list[PortReservation]] = [reserve_port() for _ in range(3 * size)]
         ports = [reservation.port for reservation in self._reservations]
@@ -220,6 +257,22 @@ class LocalNatsCluster:
             )
         self.nodes: Final = tuple(nodes)
         self._log = log.bind(root=str(self.root))
+
+    def authorization_for(self, entries: Iterable[RegistryEntry]) -> str:
+        """The accounts for ``entries`` plus the harness's operator."""
+        system_user = read_user_public(self.system.seed_file)
+        return render_authorization([*entries, self._operator_entry], system_user)
+
+    async def authorize(self, entries: Iterable[RegistryEntry]) -> None:
+        """Let exactly ``entries`` (and the harness operator) in, on every running
+        node, by reload: removed users are disconnected, no node restarts."""
+        if write_authorization(self.authorization_path, self.authorization_for(entries)):
+            await self.reload()
+
+    async def reload(self) -> None:
+        """Every running node re-reads its config (its authorization include)."""
+        running = [node for node in self.nodes if node.running]
+        await asyncio.gather(*(asyncio.to_thread(node.reload) for node in running))
 
     @property
     def urls(self) -> list[str]:
@@ -380,3 +433,10 @@ async def _http_get(port: int, path: str) -> tuple[int, bytes]:
     if len(status_line) < 2 or not status_line[1].isdigit():
         raise ValueError(f"not an HTTP answer: {head[:80]!r}")
     return int(status_line[1]), body
+
+
+def _credential(keys: Path, principal: str) -> BusCredential:
+    path = keys / f"{principal}{NKEY_SUFFIX}"
+    if not path.exists():
+        write_user_seed(path)
+    return BusCredential(principal, path)

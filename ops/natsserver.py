@@ -60,6 +60,12 @@ HOST: Final = "127.0.0.1"
 
 LOG_NAME: Final = "nats-server.log"
 STORE_NAME: Final = "store"
+AUTHORIZATION_NAME: Final = "authorization.conf"
+"""With ``authorization=True``: the include, beside the server's own config, that
+holds the ``authorization {}`` block (``ops.bus_auth``); nats-server resolves an
+include relative to the including file, so both live in ``state_dir``."""
+SERVER_CONFIG_NAME: Final = "server.conf"
+RELOAD_TIMEOUT: Final = 10.0
 VERSION_PROBE_TIMEOUT: Final = 10.0
 
 _VERSION_RE: Final = re.compile(r"^nats-server: v(\d+)\.(\d+)\.(\d+)", re.MULTILINE)
@@ -281,7 +287,10 @@ class EmbeddedNatsServer:
         ready_timeout: float = 10.0,
         stop_grace: float = 5.0,
         env: Mapping[str, str] | None = None,
+        authorization: bool = False,
     ) -> None:
+        if authorization and config_file is not None:
+            raise NatsServerError("authorization and config_file cannot be combined")
         self.binary: Final = resolve_binary(binary)
         self.version: Final = probe_version(self.binary)
         self.state_dir: Final = Path(state_dir)
@@ -293,6 +302,9 @@ class EmbeddedNatsServer:
             port = self._reservation.port
         self.port: Final[int] = port
         self.server_name: Final = server_name
+        self.authorization: Final = authorization
+        if authorization:
+            config_file = self.state_dir / SERVER_CONFIG_NAME
         self.config_file: Final = Path(config_file) if config_file is not None else None
         self.ready_timeout: Final = ready_timeout
         self.stop_grace: Final = stop_grace
@@ -339,6 +351,8 @@ class EmbeddedNatsServer:
             raise NatsServerError(f"nats-server already running on {self.url}")
         if self._reservation is not None and not self._reservation.held:
             raise NatsServerError(f"nats-server on {self.url} was closed; make a new one")
+        if self.authorization:
+            self._write_auth_config()
         if threading.current_thread() is not threading.main_thread():
             self._log.warning(
                 "nats_server.start_off_main_thread",
@@ -372,6 +386,49 @@ class EmbeddedNatsServer:
             raise
         self._log.info("nats_server.started", pid=self._proc.pid, version=str(self.version))
         return self
+
+    @property
+    def authorization_path(self) -> Path:
+        """Where the ``authorization {}`` include lives (``authorization=True``)."""
+        return self.state_dir / AUTHORIZATION_NAME
+
+    def _write_auth_config(self) -> None:
+        """The server's own config: only the include. Refuses to start without the
+        include's file: a server with authorization on must never come up open."""
+        if not self.authorization_path.is_file():
+            raise NatsServerError(f"no authorization file at {self.authorization_path}")
+        assert self.config_file is not None
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.config_file.write_text(f'include "{AUTHORIZATION_NAME}"\n', encoding="utf-8")
+
+    def reload(self, timeout: float = RELOAD_TIMEOUT) -> None:
+        """Re-read the config (SIGHUP) and return once the server says it did.
+
+        nats-server applies a reload to connections already open: a user that
+        is gone is disconnected, changed permissions take effect. Raises
+        ``NatsServerError`` when the server refused the new config (it keeps
+        the old one) or did not answer within ``timeout``.
+        """
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            raise NatsServerError(f"nats-server on {self.url} is not running")
+        offset = self.log_path.stat().st_size
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self._log_since(offset)
+            if "Reloaded server configuration" in text:
+                self._log.info("nats_server.reloaded")
+                return
+            if "Failed to reload" in text or "[ERR]" in text:
+                raise NatsServerError(f"nats-server refused the new config:\n{text[-2000:]}")
+            time.sleep(0.02)
+        raise NatsServerError(f"nats-server did not reload within {timeout}s")
+
+    def _log_since(self, offset: int) -> str:
+        with self.log_path.open("rb") as log_file:
+            log_file.seek(offset)
+            return log_file.read(_TAIL_BYTES).decode("utf-8", errors="replace")
 
     def _wait_ready(self) -> None:
         """Poll until this process has bound the port and greets a client, or fail."""

@@ -89,7 +89,11 @@ def provision_runtime(
     key = state.key(principal)
     current = msgspec.json.decode(state.registry.read_bytes(), type=RegistryFile)
     entries = tuple(e for e in current.entries if e.key.key_id != key.key_id)
-    entries += (entry_for(key, principal, "runtime", runtime_id=runtime_id),)
+    entries += (
+        entry_for(
+            key, principal, "runtime", runtime_id=runtime_id, nats_user=state.bus_user(principal)
+        ),
+    )
     state.registry.write_bytes(encode_registry(entries))
 
     path = attestation_settings_path(state)

@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nats
+import structlog
 from nats.aio.client import Client
 
 from adapters.connector.sdk import Connector, ConnectorRunner, RunnerConfig
 from adapters.connectors.court_efiling import CourtEFilingConnector
 from adapters.connectors.dms import DocumentStoreConnector
+from ops.bus_auth import SYSTEM_PRINCIPAL, render_authorization, write_authorization
 from ops.cluster import nats_servers, seed_urls
 from ops.natsserver import EmbeddedNatsServer
 from ops.projections import load_policy_set
@@ -41,9 +43,13 @@ from pipeline.assembly import (
     wall_clock_ms,
 )
 from pipeline.core.projection import PolicySet
+from pipeline.core.release_trust import VerifiedRelease
 from pipeline.stages.buffer import BufferLimits
 from subjects import names
+from subjects.bus_access import connect_options
 from subjects.registry import load_registry
+
+log = structlog.get_logger(__name__)
 
 STOP_GRACE_SECONDS = 5.0
 
@@ -94,6 +100,7 @@ def gate_config(
         registry=load_registry(state.registry),
         stores=StorePaths(ledger=state.ledger, claims=state.claims, approvals=state.approvals),
         policy=policy,
+        credential=state.existing_credential("gate"),
         attestation=load_attestation_requirements(state),
         name=name,
         co_located=co_located,
@@ -108,11 +115,12 @@ def gate_config(
 
 @dataclass
 class Connectors:
-    """The example connectors, on their own NATS connection."""
+    """The example connectors, each on its own NATS connection as its own principal
+    (issue 15: a connector may consume only its own durable)."""
 
     state: StateDir
     url: str
-    nc: Client | None = None
+    connections: list[Client] = field(default_factory=list)
     runners: list[ConnectorRunner] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -125,8 +133,14 @@ class Connectors:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*self.tasks, return_exceptions=True)
-        if self.nc is not None and not self.nc.is_closed:
-            await self.nc.drain()
+        for nc in self.connections:
+            if not nc.is_closed:
+                await nc.drain()
+
+    @property
+    def connected(self) -> bool:
+        """Every connector still has its connection (nats-py gives up reconnecting)."""
+        return bool(self.connections) and not any(nc.is_closed for nc in self.connections)
 
 
 @dataclass
@@ -163,15 +177,22 @@ async def start_stack(
 ) -> Stack:
     """The gate (named ``gate_name``, a cluster replica with ``cluster``) and,
     unless told otherwise, the example connectors, on ``nats_url`` (``URL[,URL...]``)
-    or on an embedded nats-server."""
+    or on an embedded nats-server.
+
+    The embedded server runs with authorization on (issue 15): generated from
+    the state's registry before it starts, and again from the registry of every
+    release the gate switches to, reloaded without a restart.
+    """
     server = None
     if nats_url is None:
-        server = EmbeddedNatsServer(state.nats).start()
+        server = start_embedded_server(state)
         nats_url = server.url
     try:
         config = gate_config(state, nats_url, co_located=co_located, cluster=cluster)
         if gate_name is not None:
             config = dataclasses.replace(config, name=gate_name)
+        if server is not None:
+            config = dataclasses.replace(config, on_release=follow_releases(state, server))
         gate = await start_gate(config)
     except BaseException:
         if server is not None:
@@ -185,6 +206,32 @@ async def start_stack(
             await stack.stop()
             raise
     return stack
+
+
+def start_embedded_server(state: StateDir) -> EmbeddedNatsServer:
+    """The state's nats-server, authorization on, allowing exactly the state's registry."""
+    server = EmbeddedNatsServer(state.nats, authorization=True)
+    entries = [p.entry for p in load_registry(state.registry).principals.values()]
+    system_user = state.bus_user(SYSTEM_PRINCIPAL)
+    write_authorization(server.authorization_path, render_authorization(entries, system_user))
+    return server.start()
+
+
+def follow_releases(
+    state: StateDir, server: EmbeddedNatsServer
+) -> Callable[[VerifiedRelease], None]:
+    """Keep the server's authorization that of the release in force: a principal
+    added is let in, one revoked is disconnected, without a restart."""
+    system_user = state.bus_user(SYSTEM_PRINCIPAL)
+
+    def follow(release: VerifiedRelease) -> None:
+        entries = [p.entry for p in release.registry.principals.values()]
+        text = render_authorization(entries, system_user)
+        if write_authorization(server.authorization_path, text):
+            server.reload()
+            log.info("bus_authorization_followed_release", release_id=release.release_id)
+
+    return follow
 
 
 async def start_connectors(state: StateDir, nats_url: str) -> Connectors:
@@ -202,14 +249,19 @@ async def start_connectors(state: StateDir, nats_url: str) -> Connectors:
 async def _start_runners(connectors: Connectors) -> None:
     state = connectors.state
     registry = load_registry(state.registry)
-    connectors.nc = await nats.connect(nats_servers(connectors.url), name="smf-connectors")
     for connector_id, connector in example_connectors(state).items():
+        nc = await nats.connect(
+            nats_servers(connectors.url),
+            name=f"smf-connector-{connector_id}",
+            **connect_options(state.existing_credential(connector_id)),
+        )
+        connectors.connections.append(nc)
         folder = state.connector_dir(connector_id)
         folder.mkdir(parents=True, exist_ok=True)
         for sub in ("outbox", "store"):
             (folder / sub).mkdir(exist_ok=True)
         runner = ConnectorRunner(
-            connectors.nc,
+            nc,
             connector,
             connector_id=connector_id,
             signing_key=state.key(connector_id),

@@ -12,10 +12,12 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
+from ops.bus_auth import AUTHORIZATION_FILE, NKEY_SUFFIX, read_user_public, write_user_seed
 from ops.projections import SCENARIO_CORPUS, package_path
 from ops.releases import provision_release
+from subjects.bus_access import BusCredential
 from subjects.keys import (
     SigningKey,
     VerifyKey,
@@ -23,7 +25,7 @@ from subjects.keys import (
     load_private_key,
     write_private_key,
 )
-from subjects.registry import RegistryEntry, encode_registry, entry_for, load_registry
+from subjects.registry import RegistryEntry, Role, encode_registry, entry_for, load_registry
 
 DEMO_TENANT: Final = "tenant-acme"
 RUNTIME_ID: Final = "scripted-demo"
@@ -32,6 +34,12 @@ CONNECTORS: Final = ("court-efiling", "dms")
 RELEASE_SIGNER: Final = "release-signer"
 """The demo's release-signing key (issue 6). A state directory that holds it is
 its own release authority (demo, ``up``); a production gate holds no release key."""
+OPERATOR: Final = "operator"
+"""The local operator: the one principal that may delete or purge streams (issue 15)."""
+CONSOLE: Final = "console"
+"""The approvers' console relay: reads every tenant's pending announcements, signs nothing."""
+PUBLISHER: Final = "release-publisher"
+"""Writes signed releases into the release bucket (the signature is the release key's)."""
 
 
 def default_state_dir() -> Path:
@@ -97,6 +105,32 @@ class StateDir:
         from this state verifies the gate's signed verdicts with (``subjects.verdicts``)."""
         return load_registry(self.registry).trusted("gate")
 
+    def bus_credential_path(self, principal: str) -> Path:
+        return self.keys / f"{principal}{NKEY_SUFFIX}"
+
+    def bus_credential(self, principal: str) -> BusCredential:
+        """The principal's bus credential, creating its nkey seed on first use."""
+        path = self.bus_credential_path(principal)
+        if not path.exists():
+            self.keys.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_user_seed(path)
+        return BusCredential(principal, path)
+
+    def existing_credential(self, principal: str) -> BusCredential | None:
+        """The principal's bus credential if this state directory holds one; a state
+        directory provisioned before issue 15 has none (and a bus that needs it refuses)."""
+        path = self.bus_credential_path(principal)
+        return BusCredential(principal, path) if path.exists() else None
+
+    def bus_user(self, principal: str) -> str:
+        """The public ``U...`` key of the principal's bus credential (created if missing)."""
+        return read_user_public(self.bus_credential(principal).seed_file)
+
+    @property
+    def authorization(self) -> Path:
+        """The server's authorization include, generated from the registry (issue 15)."""
+        return self.nats / AUTHORIZATION_FILE
+
     def key(self, principal: str) -> SigningKey:
         """Load a principal's key, creating it on first use."""
         path = self.key_path(principal)
@@ -117,28 +151,31 @@ class StateDir:
 
 
 def provision_demo(state: StateDir) -> None:
-    """Keys for the gate, the scripted runtime, both connectors and two approvers,
-    the registry naming them, and a signed release carrying it (issue 6)."""
+    """Keys and bus credentials for the gate, the scripted runtime, both connectors,
+    two approvers, the console relay, the release publisher and the operator; the
+    registry naming them; and a signed release carrying it (issue 6)."""
     state.root.mkdir(parents=True, exist_ok=True)
+
+    def entry(principal: str, role: Role, **fields: Any) -> RegistryEntry:
+        return entry_for(
+            state.key(principal), principal, role, nats_user=state.bus_user(principal), **fields
+        )
+
     entries: list[RegistryEntry] = [
-        entry_for(state.key("gate"), "gate", "gate"),
-        entry_for(state.key("runtime"), "runtime", "runtime", runtime_id=RUNTIME_ID),
-        entry_for(
-            state.key("attorney-alex"),
+        entry("gate", "gate"),
+        entry("runtime", "runtime", runtime_id=RUNTIME_ID),
+        entry(
             "attorney-alex",
             "approver",
             tenants=(DEMO_TENANT,),
             licensed_roles=("licensed_attorney",),
         ),
-        entry_for(
-            state.key("paralegal-pat"),
-            "paralegal-pat",
-            "approver",
-            tenants=(DEMO_TENANT,),
-            licensed_roles=("paralegal",),
-        ),
+        entry("paralegal-pat", "approver", tenants=(DEMO_TENANT,), licensed_roles=("paralegal",)),
+        entry(CONSOLE, "console"),
+        entry(PUBLISHER, "publisher"),
+        entry(OPERATOR, "operator"),
     ]
-    entries.extend(entry_for(state.key(c), c, "connector", connector_id=c) for c in CONNECTORS)
+    entries.extend(entry(c, "connector", connector_id=c) for c in CONNECTORS)
     state.registry.write_bytes(encode_registry(tuple(entries)))
     state.pseudonym_key()
     refresh_demo_release(state)

@@ -71,7 +71,7 @@ def broken(running: Running) -> str | None:
     server = embedded(running)
     if server is not None and not server.running:
         return "the embedded nats-server exited; the gate stopped"
-    if isinstance(running, Connectors) and (running.nc is None or running.nc.is_closed):
+    if isinstance(running, Connectors) and not running.connected:
         # nats-py gives up reconnecting after a while; serving nothing silently is worse
         # than stopping, which a supervisor sees and restarts.
         return "the connectors lost NATS for good; they stopped"

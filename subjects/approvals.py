@@ -112,16 +112,27 @@ class ResolutionReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class PendingAnnouncement(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """What an approver must see to decide, announced on ``smf.approval.pending.<tenant>``.
+    """That an approval waits, announced on ``smf.approval.pending.<tenant>``.
 
-    Identities and the decision's reasons; not the content or the recipient
-    (those are shown only to an entitled approver, on request).
+    Issue 15: an announcement reaches every reader of its tenant's subject, so
+    it tells them only what lets an approver find it and decide to look: the
+    kind of action, the rules and reasons, who may approve, until when. It
+    carries no hash of the content, the arguments or the destination (an
+    unkeyed hash would confirm a guessed recipient or argument offline), no
+    binding digest, and no matter, organization or actor id. The whole
+    binding, and what would be sent, are shown only to an entitled approver
+    (``smf.approval.show``), who checks the content against the digest there.
+    The tenant is named: the subject routes by it and the bus permits
+    approvers by it; it names the firm's customer, not a person or a matter.
     """
 
-    schema: Literal["smf.approval-pending/1"]
+    schema: Literal["smf.approval-pending/2"]
     approval_id: Identity
-    binding: ApprovalBinding
-    binding_digest: Identity
+    tenant_id: Name
+    required_roles: tuple[Name, ...]
+    required_approvals: Annotated[int, msgspec.Meta(ge=1, le=16)]
+    created_at_ms: Millis
+    expires_at_ms: Millis
     capability: str
     channel: str
     locality: str

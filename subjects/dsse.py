@@ -262,6 +262,8 @@ def decode_envelope(data: bytes, max_size: int = MAX_ENVELOPE_BYTES) -> DecodedE
         raise EnvelopeTooLargeError(f"envelope is {len(data)} bytes, more than {max_size}")
     try:
         envelope = msgspec.json.decode(data, type=Envelope)
+    except RecursionError as exc:
+        raise MalformedEnvelopeError("not a DSSE envelope: nested too deep") from exc
     except msgspec.DecodeError as exc:
         raise MalformedEnvelopeError(f"not a DSSE envelope: {exc}") from exc
     return _decode(envelope)
@@ -349,6 +351,12 @@ def open_struct(
     try:
         value = msgspec.json.decode(verified.payload, type=type_)
         canonical = canonical_bytes(msgspec.to_builtins(value))
+    except RecursionError as exc:
+        # Nesting deeper than the decoder's stack: refused like any malformed
+        # payload (issue 15), never left to escape as an internal error.
+        raise MalformedPayloadError(
+            f"verified payload nests too deep for a {type_.__name__}"
+        ) from exc
     except (msgspec.DecodeError, CanonicalJSONError) as exc:
         raise MalformedPayloadError(
             f"verified payload is not a valid {type_.__name__}: {exc}"

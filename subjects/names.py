@@ -38,6 +38,9 @@ SWARM_ANALYZE: Final = "smf.swarm.analyze"
 """Swarm analysis requests; Swarm publishes nothing on propose, approval or execute."""
 ATTEST: Final = "smf.attest"
 """Runtimes request with a signed start-up attestation; the gate replies with an ack (issue 8)."""
+STORE_PREFIX: Final = "smf.store"
+"""``smf.store.<stream>.>``: the gate's own storage streams (held content on a cluster);
+no other principal reads or writes them."""
 STAGE_PREFIX: Final = "smf.stage"
 """``smf.stage.<name>``: internal request/reply services of the gate."""
 

@@ -9,10 +9,11 @@ signed releases carry it (issue 6), the registry is a local file.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
 
@@ -24,10 +25,20 @@ from subjects.keys import (
     public_record,
     verify_key_from_record,
 )
-from subjects.patterns import ConnectorId, Token
+from subjects.patterns import SUBJECT_TOKEN_PATTERN, ConnectorId, Token
 
-Role = Literal["runtime", "gate", "connector", "approver"]
+Role = Literal[
+    "runtime", "gate", "connector", "approver", "console", "publisher", "swarm", "operator"
+]
+"""The first four sign what the gate verifies; the rest exist only on the bus
+(``subjects.bus_access``): the console relay, release publishers, Swarm, operators."""
 REGISTRY_SCHEMA: Final = "smf.registry/1"
+_TOKEN: Final = re.compile(SUBJECT_TOKEN_PATTERN)
+NkeyUser = Annotated[str, msgspec.Meta(pattern=r"^U[A-Z2-7]{55}\Z")]
+"""A NATS user nkey's public key (base32, ``U`` prefix): how the principal
+authenticates to the bus. Never the Ed25519 key it signs with: a server asks
+a client to sign a nonce of its choice, and a signature over attacker-chosen
+bytes with a signing key would be a forged message (issue 15)."""
 
 
 class RegistryError(ValueError):
@@ -43,6 +54,8 @@ class RegistryEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     connector_id: ConnectorId | None = None
     tenants: tuple[str, ...] = ()
     licensed_roles: tuple[str, ...] = ()
+    nats_user: NkeyUser | None = None
+    """The principal's bus credential; without it the principal cannot connect."""
 
 
 class RegistryFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -71,6 +84,7 @@ class KeyRegistry:
     @classmethod
     def from_file(cls, data: RegistryFile) -> KeyRegistry:
         principals: dict[str, Principal] = {}
+        bus_users: set[str] = set()
         for entry in data.entries:
             try:
                 key = verify_key_from_record(entry.key)
@@ -82,6 +96,14 @@ class KeyRegistry:
                 raise RegistryError(f"runtime {entry.key.principal} has no runtime_id")
             if entry.role == "connector" and entry.connector_id is None:
                 raise RegistryError(f"connector {entry.key.principal} has no connector_id")
+            if entry.nats_user is not None:
+                if entry.nats_user in bus_users:
+                    raise RegistryError(f"bus credential {entry.nats_user} is registered twice")
+                if _TOKEN.fullmatch(entry.key.principal) is None:
+                    raise RegistryError(
+                        f"principal {entry.key.principal!r} cannot name an inbox on the bus"
+                    )
+                bus_users.add(entry.nats_user)
             principals[key.key_id] = Principal(entry, key)
         return cls(principals)
 
@@ -119,6 +141,7 @@ def entry_for(
     connector_id: str | None = None,
     tenants: tuple[str, ...] = (),
     licensed_roles: tuple[str, ...] = (),
+    nats_user: str | None = None,
 ) -> RegistryEntry:
     """Build a registry entry for a key (used by ``keys`` tooling and tests)."""
     return RegistryEntry(
@@ -128,6 +151,7 @@ def entry_for(
         connector_id=connector_id,
         tenants=tenants,
         licensed_roles=licensed_roles,
+        nats_user=nats_user,
     )
 
 

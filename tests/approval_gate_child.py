@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -61,6 +62,7 @@ from ops.state import StateDir
 from pipeline.assembly import ClusterSettings, RunningGate, start_gate
 from pipeline.stages.approvals import DeskError
 from pipeline.stages.contracts import DispatchReceipt, DispatchRequest
+from subjects.bus_access import BusCredential, connect_options
 
 TEST_PREFIX = "smf-test"
 
@@ -90,7 +92,9 @@ class ParkedDispatch:
         raise AssertionError("unreachable")
 
 
-async def _serve_tests(running: RunningGate, prefix: str) -> None:
+async def _serve_tests(running: RunningGate, control: Client, prefix: str) -> None:
+    """The test's own subjects, on the control connection: the gate's credential may
+    not serve them (issue 15), the test harness's operator may."""
     desk = running.desk
 
     async def resolve(msg: Msg) -> None:
@@ -124,10 +128,10 @@ async def _serve_tests(running: RunningGate, prefix: str) -> None:
     async def propose(msg: Msg) -> None:
         await msg.respond(await running.gate.handle_propose(msg.data))
 
-    await running.nc.subscribe(f"{prefix}.propose", cb=spawn(propose))
-    await running.nc.subscribe(f"{prefix}.resolve", cb=spawn(resolve))
-    await running.nc.subscribe(f"{prefix}.claim", cb=spawn(claim))
-    await running.nc.flush()
+    await control.subscribe(f"{prefix}.propose", cb=spawn(propose))
+    await control.subscribe(f"{prefix}.resolve", cb=spawn(resolve))
+    await control.subscribe(f"{prefix}.claim", cb=spawn(claim))
+    await control.flush()
 
 
 async def main(config: dict[str, object]) -> None:
@@ -145,14 +149,18 @@ async def main(config: dict[str, object]) -> None:
             cluster=None if replicas is None else ClusterSettings(replicas=int(str(replicas))),
         )
     )
+    principal, seed = config.get("control_principal"), config.get("control_seed")
+    credential = None if principal is None else BusCredential(str(principal), Path(str(seed)))
+    control = await nats.connect(str(config["url"]), **connect_options(credential))
     if config.get("park_dispatch"):
-        running.desk.dispatch = ParkedDispatch(running.nc, f"{prefix}.dispatching")
-    await _serve_tests(running, prefix)
+        running.desk.dispatch = ParkedDispatch(control, f"{prefix}.dispatching")
+    await _serve_tests(running, control, prefix)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     print("READY", flush=True)
     await stop.wait()
     await running.close()
+    await control.drain()
 
 
 def _die_with_parent() -> None:

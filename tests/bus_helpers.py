@@ -14,6 +14,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Final
 
 import msgspec
@@ -54,6 +55,7 @@ from subjects.names import (
     execute_subject,
     result_subject,
 )
+from subjects.registry import RegistryEntry, load_registry
 
 DUPLICATE_WINDOW_S = 120.0
 """The execute stream's de-duplication window in tests (the gate sets its own)."""
@@ -380,3 +382,9 @@ class Rogue:
         stream_id = self.stream_id or str(close.get("stream_id", ""))
         self.answered.append(stream_id)
         await msg.respond(self.encode(forged_release(stream_id, str(close.get("proposal_id", "")))))
+
+
+def registry_entries(path: Path) -> list[RegistryEntry]:
+    """The entries of a registry file, in order: what a server's authorization is
+    generated from (``ops.bus_auth.render_authorization``)."""
+    return [p.entry for p in load_registry(path).principals.values()]

@@ -375,7 +375,7 @@ class Harness:
                     await self.nc.flush()
             elif kind == "expire":
                 # Past the binding's TTL: the gate's sweep expires it and tells the runtime.
-                ttl_ms = pending.binding.expires_at_ms - self.clock()
+                ttl_ms = pending.expires_at_ms - self.clock()
                 self.clock.advance(ttl_ms + 1_000)
                 record["state_after_expiry"] = await self._settle(approval_id, {"expired"})
                 self.clock.offset_ms = 0

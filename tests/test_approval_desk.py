@@ -98,11 +98,12 @@ from subjects.approvals import (
     PendingAnnouncement,
     ResolutionReply,
     ShowRequest,
-    binding_digest,
     open_outcome,
 )
-from subjects.canonical import canonical_bytes
+from subjects.bus_access import connect_options
+from subjects.canonical import canonical_bytes, identity_of
 from subjects.dsse import encode_envelope, sign_struct
+from subjects.envelope import content_hash_of, destination_identity_of
 from subjects.keys import SigningKey, generate_signing_key
 from subjects.messages import (
     DataFacts,
@@ -186,15 +187,19 @@ async def gate(
 
 @contextlib.asynccontextmanager
 async def connectors_running(state: StateDir, url: str) -> AsyncIterator[None]:
-    """The example connectors on their own connection, as ``ops.stack`` runs them."""
+    """The example connectors, each on its own connection with its own credential,
+    as ``ops.stack`` runs them (issue 15)."""
     registry = load_registry(state.registry)
-    nc = await nats.connect(url, connect_timeout=2)
+    connections: list[Client] = []
     runners: list[ConnectorRunner] = []
     tasks: list[asyncio.Task[None]] = []
     try:
         for connector_id, connector in example_connectors(state).items():
             folder = state.connector_dir(connector_id)
             folder.mkdir(parents=True, exist_ok=True)
+            credential = state.existing_credential(connector_id)
+            nc = await nats.connect(url, connect_timeout=2, **connect_options(credential))
+            connections.append(nc)
             runner = ConnectorRunner(
                 nc,
                 connector,
@@ -213,7 +218,8 @@ async def connectors_running(state: StateDir, url: str) -> AsyncIterator[None]:
         for runner in runners:
             runner.stop()
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
-        await nc.drain()
+        for nc in connections:
+            await nc.drain()
 
 
 # --- the runtime, the approvers, what reached the stream and the ledger -------
@@ -396,9 +402,14 @@ async def approve(nc: Client, state: StateDir, approval_id: str) -> ResolutionRe
 # --- the held flow, end to end --------------------------------------------------
 
 
-async def test_pending_announcement_carries_identities_not_content_or_recipient(
+async def test_pending_announcement_confirms_no_guess_and_names_no_person_or_matter(
     gate: RunningGate, nc: Client, state: StateDir
 ) -> None:
+    """Issue 15: from the announcement alone a guessed recipient, argument or content
+    cannot be confirmed: it carries none of them, no hash of any of them (the
+    identities a guess would be checked against are computed here and searched
+    for), no binding digest, and no matter, organization or actor id. The
+    binding and digest are the gate's, shown to an entitled approver only."""
     verdict = await held_filing(nc, state)
     assert verdict.approval_id is not None
     raw = await gate.js.get_last_msg(
@@ -408,17 +419,47 @@ async def test_pending_announcement_carries_identities_not_content_or_recipient(
     announcement = msgspec.json.decode(raw.data, type=PendingAnnouncement)
     assert announcement.approval_id == verdict.approval_id
     assert dict(raw.headers or {})[names.HEADER_MSG_ID] == verdict.approval_id
-    assert announcement.binding_digest == binding_digest(announcement.binding)
-    assert announcement.binding.required_roles == ("licensed_attorney",)
-    assert announcement.binding.actor_id == PARALEGAL
+    assert announcement.required_roles == ("licensed_attorney",)
+    assert announcement.tenant_id == DEMO_TENANT
     assert "urn:smf:rule:scenario:attorney-approval-transmission" in announcement.rule_ids
     assert COURT_FILING.expected_reason in announcement.reason_codes
     record = await gate.approvals.get(verdict.approval_id)
     assert record is not None
-    assert record.digest == announcement.binding_digest
+    binding = record.binding
     text = raw.data.decode()
-    for secret in (COURT_FILING.content, *COURT_FILING.arguments.values()):
-        assert secret not in text, f"{secret!r} leaked into the announcement"
+    address = COURT_FILING.destination.address
+    guesses = {
+        "content": COURT_FILING.content,
+        "content hash": content_hash_of(COURT_FILING.content),
+        "arguments hash": identity_of(COURT_FILING.arguments),
+        "destination identity": destination_identity_of(announcement.channel, address),
+        "recipient": address,
+        "binding digest": record.digest,
+        "matter": binding.matter_id,
+        "organization": binding.organization_id,
+        "actor": binding.actor_id,
+        "operation hash": binding.operation_hash,
+        "decision id": binding.decision_id,
+    }
+    guesses |= {f"argument {k}": str(v) for k, v in COURT_FILING.arguments.items()}
+    found = {name: value for name, value in guesses.items() if value and value in text}
+    assert found == {}, f"the announcement would confirm: {sorted(found)}"
+    # What it does carry is exactly the routing and the reasons, field by field.
+    assert set(msgspec.structs.asdict(announcement)) == {
+        "schema",
+        "approval_id",
+        "tenant_id",
+        "required_roles",
+        "required_approvals",
+        "created_at_ms",
+        "expires_at_ms",
+        "capability",
+        "channel",
+        "locality",
+        "native_tool",
+        "rule_ids",
+        "reason_codes",
+    }
 
 
 async def test_held_court_filing_is_approved_once_and_filed_once(

@@ -77,6 +77,7 @@ from pipeline.stores.approvals import ApprovalStore
 from pipeline.stores.approvals_sqlite import SqliteApprovalStore
 from subjects import names
 from subjects.approvals import ResolutionReply
+from subjects.bus_access import BusCredential
 from tests.bus_helpers import wait_for
 from tests.clocks import OffsetClock as Clock
 from tests.test_approval_desk import (
@@ -152,12 +153,18 @@ async def launch_gate_process(
     name: str,
     *,
     own_ledger: bool = True,
+    control: BusCredential | None = None,
     **config: object,
 ) -> GateProcess:
-    """Start ``tests/approval_gate_child.py`` and wait for its READY line."""
+    """Start ``tests/approval_gate_child.py`` and wait for its READY line.
+
+    ``control``: the credential the child serves the test's own subjects with,
+    on a bus with authorization (the gate's own credential may not)."""
     ledger = tmp_path / f"{name}-ledger.db" if own_ledger else state.ledger
     log = tmp_path / f"{name}.log"
     settings = {"url": url, "state": str(state.root), "ledger": str(ledger), "name": name}
+    if control is not None:
+        settings |= {"control_principal": control.principal, "control_seed": str(control.seed_file)}
     with log.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,

@@ -38,7 +38,7 @@ from ops.demo_script import SCENARIOS
 from ops.logs import configure_logging
 from ops.natsserver import EmbeddedNatsServer
 from ops.stack import Stack, start_stack
-from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from ops.state import ADAPTER_ID, CONSOLE, OPERATOR, RUNTIME_ID, StateDir, provision_demo
 from pipeline.stages.streams import approval_stream_config, ensure_stream
 from pipeline.stores.ledger import Ledger
 from pipeline.stores.ledger_schema import entry_hash_of, parse_export_line
@@ -50,6 +50,7 @@ from subjects.approvals import (
     ResolutionReply,
     binding_digest,
 )
+from subjects.bus_access import connect_options
 from subjects.canonical import identity_of, sha256_identity
 from subjects.keys import PublicKeyRecord, generate_signing_key, load_private_key, public_record
 from subjects.registry import encode_registry, entry_for
@@ -460,7 +461,9 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
 
 async def hold_court_filing(stack: Stack) -> str:
     """Propose scenario 1 as the scripted runtime; the gate holds it for an attorney."""
-    nc = await nats.connect(stack.url)
+    nc = await nats.connect(
+        stack.url, **connect_options(stack.state.existing_credential("runtime"))
+    )
     try:
         state = stack.state
         runtime = ProposalClient(
@@ -484,7 +487,13 @@ async def hold_court_filing(stack: Stack) -> str:
 
 
 def key_args(stack: Stack, principal: str) -> list[str]:
-    return ["--key", str(stack.state.key_path(principal))]
+    """The approver's signing key and its own bus credential (issue 15)."""
+    credential = stack.state.bus_credential_path(principal)
+    return ["--key", str(stack.state.key_path(principal)), "--credential", str(credential)]
+
+
+def bus_as(stack: Stack, principal: str = CONSOLE) -> list[str]:
+    return ["--nats", stack.url, "--credential", str(stack.state.bus_credential_path(principal))]
 
 
 async def filings(stack: Stack, count: int) -> list[Path]:
@@ -502,13 +511,14 @@ async def test_an_attorney_sees_and_approves_the_held_filing_exactly_once(
 ) -> None:
     approval = await hold_court_filing(stack)
     bus = ["--nats", stack.url]
+    console = bus_as(stack)
 
-    code, out, _ = await arun(["approvals", "pending", *bus], capsys)
+    code, out, _ = await arun(["approvals", "pending", *console], capsys)
     assert code == 0
     row = next(line for line in out.splitlines() if line.startswith(approval))
     for shown in ("court_efile", "licensed_attorney", "pending", "m "):
         assert shown in row
-    code, out, _ = await arun(["approvals", "pending", *bus, "--json"], capsys)
+    code, out, _ = await arun(["approvals", "pending", *console, "--json"], capsys)
     (listed,) = json.loads(out)["approvals"]
     assert listed["approval_id"] == approval
     assert listed["state"] == "pending"
@@ -567,9 +577,9 @@ async def test_an_attorney_sees_and_approves_the_held_filing_exactly_once(
     assert out == ""
     assert (await js.stream_info(names.EXECUTE_STREAM)).state.messages == 1
 
-    code, out, _ = await arun(["approvals", "pending", *bus], capsys)
+    code, out, _ = await arun(["approvals", "pending", *console], capsys)
     assert out == "no open approvals\n"
-    code, out, _ = await arun(["approvals", "pending", *bus, "--all", "--json"], capsys)
+    code, out, _ = await arun(["approvals", "pending", *console, "--all", "--json"], capsys)
     (closed,) = json.loads(out)["approvals"]
     assert closed["state"] in ("executing", "consumed")
 
@@ -605,6 +615,7 @@ async def test_the_gate_refuses_unknown_ids_and_borrowed_identities(
 ) -> None:
     approval = await hold_court_filing(stack)
     bus = ["--nats", stack.url]
+    console = bus_as(stack)
     alex = key_args(stack, "attorney-alex")
 
     # Alex's key, claiming to be Pat: the signature does not match the claimed id.
@@ -618,11 +629,13 @@ async def test_the_gate_refuses_unknown_ids_and_borrowed_identities(
     assert code == 2
     assert_one_line_failure(code, err, "is not an approval id")
 
-    code, out, _ = await arun(["approvals", "pending", *bus, "--tenant", "tenant-acme"], capsys)
+    code, out, _ = await arun(["approvals", "pending", *console, "--tenant", "tenant-acme"], capsys)
     assert approval in out
-    code, out, _ = await arun(["approvals", "pending", *bus, "--tenant", "tenant-other"], capsys)
+    code, out, _ = await arun(
+        ["approvals", "pending", *console, "--tenant", "tenant-other"], capsys
+    )
     assert out == "no open approvals\n"
-    code, _, err = await arun(["approvals", "pending", *bus, "--tenant", "a.b"], capsys)
+    code, _, err = await arun(["approvals", "pending", *console, "--tenant", "a.b"], capsys)
     assert code == 2
     assert_one_line_failure(code, err, "--tenant")
 
@@ -1006,25 +1019,25 @@ async def test_checkpoints_on_the_bus_catch_a_truncated_ledger(
         await hold_court_filing(stack)
         assert await stack.gate.ledger.checkpoint(time.time_ns() // 1_000_000) is not None
         verify = ["ledger", "verify", "--db", str(state.ledger), "--state-dir", str(state.root)]
-        code, out, _ = await arun([*verify, "--nats", stack.url, "--json"], capsys)
+        code, out, _ = await arun([*verify, *bus_as(stack, OPERATOR), "--json"], capsys)
         assert code == 0
         report = json.loads(out)
         assert report["ok"] is True
         assert report["external_checkpoints"] >= 1
         assert report["checkpoint_seq"] == report["last_seq"]
-        code, out, _ = await arun([*verify, "--nats", stack.url], capsys)
+        code, out, _ = await arun([*verify, *bus_as(stack, OPERATOR)], capsys)
         assert table_value(out, "external checkpoints").endswith(
             f"from SMF_LEDGER_CHECKPOINTS (smf-gate) at {stack.url}"
         )
 
         saved = tmp_path / "checkpoints.jsonl"
         code, out, _ = await arun(
-            ["ledger", "checkpoints", "--nats", stack.url, "--out", str(saved)], capsys
+            ["ledger", "checkpoints", *bus_as(stack, OPERATOR), "--out", str(saved)], capsys
         )
         assert code == 0
         envelopes = saved.read_text().splitlines()
         assert out == f"{len(envelopes)} checkpoints written to {saved}\n"
-        code, out, _ = await arun(["ledger", "checkpoints", "--nats", stack.url], capsys)
+        code, out, _ = await arun(["ledger", "checkpoints", *bus_as(stack, OPERATOR)], capsys)
         assert out.splitlines() == envelopes
         last_seq = report["last_seq"]
     finally:
@@ -1174,10 +1187,13 @@ async def test_pending_skips_junk_on_the_stream_and_needs_a_gate_for_states(
     await ensure_stream(js, approval_stream_config())
     view = forged_view("the real filing")
     announcement = PendingAnnouncement(
-        schema="smf.approval-pending/1",
+        schema="smf.approval-pending/2",
         approval_id=view.binding.approval_id,
-        binding=view.binding,
-        binding_digest=view.binding_digest,
+        tenant_id=view.binding.tenant_id,
+        required_roles=view.binding.required_roles,
+        required_approvals=view.binding.required_approvals,
+        created_at_ms=view.binding.created_at_ms,
+        expires_at_ms=view.binding.expires_at_ms,
         capability="transmission",
         channel="court",
         locality="external",

@@ -63,7 +63,7 @@ from subjects import names
 from subjects.keys import VerifyKey
 from subjects.messages import OutputVerdict, Verdict
 from tests.approval_gate_child import OwnLedgerState
-from tests.bus_helpers import gate_reply, wait_for
+from tests.bus_helpers import gate_reply, registry_entries, wait_for
 from tests.test_approval_desk import (
     ATTORNEY,
     CLOSE_TIMEOUT_S,
@@ -92,17 +92,23 @@ TRANSPORT_DENIALS: Final = frozenset({"gate_timeout", "gate_unreachable", "gate_
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> StateDir:
+async def state(tmp_path: Path, nats_cluster: LocalNatsCluster) -> StateDir:
+    """The provisioned state, its principals let onto the cluster (issue 15)."""
     state = StateDir(tmp_path / "state")
     provision_with_extra_approvers(state)
+    await nats_cluster.authorize(registry_entries(state.registry))
     return state
 
 
 @pytest.fixture
 async def cnc(nats_cluster: LocalNatsCluster) -> AsyncIterator[Client]:
-    """The test's own connection, to every node (it fails over like any client)."""
+    """The test's own connection, to every node (it fails over like any client), as
+    the harness's operator: it inspects streams no role may read."""
     nc = await nats.connect(
-        servers=nats_cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2
+        servers=nats_cluster.urls,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.2,
+        **nats_cluster.operator.connect_options(),
     )
     yield nc
     await nc.close()
@@ -123,6 +129,7 @@ async def replicas(
                     nats_cluster.urls[index],
                     name,
                     cluster_replicas=REPLICAS,
+                    control=nats_cluster.operator,
                 )
             )
         yield gates

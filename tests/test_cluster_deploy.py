@@ -51,7 +51,7 @@ from ops.natsserver import (
     resolve_binary,
 )
 from ops.stack import Connectors, seed_demo_documents
-from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
+from ops.state import ADAPTER_ID, OPERATOR, RUNTIME_ID, StateDir
 from ops.supervisor import serve_until_stopped
 from pipeline.assembly import ClusterSettings, GateConfig
 from subjects import names
@@ -232,12 +232,18 @@ def test_nats_nodes_mount_exactly_the_config_files_the_local_cluster_runs(
     assert sorted(nodes) == ["nats-1", "nats-2", "nats-3"]
     harness = LocalNatsCluster(tmp_path / "unused")
     assert [node.name for node in harness.nodes] == sorted(nodes)
-    harness_files = {harness.config_file.relative_to(ROOT).as_posix()}
+    harness_files = {harness.source_config.relative_to(ROOT).as_posix()}
     shipped = {path.relative_to(ROOT).as_posix() for path in NATS_CONFIG_DIR.iterdir()}
     assert shipped == harness_files
+    # The harness runs a byte-identical copy, beside its own authorization include.
+    assert harness.config_file.read_bytes() == harness.source_config.read_bytes()
+    include = harness.authorization_path.relative_to(harness.config_file.parent)
     for name, node in nodes.items():
         mounts = bind_mounts(node)
         assert set(mounts.values()) == harness_files, name
+        (config_target,) = mounts
+        auth_dir = (Path(config_target).parent / include).parent.as_posix()
+        assert named_volumes(node)[auth_dir] == "nats-auth", name
         (target,) = mounts
         command = node["command"]
         assert command[0] == "nats-server"
@@ -257,13 +263,14 @@ def test_nats_nodes_set_exactly_the_variables_the_config_references(
 
 
 def test_the_compose_environment_is_a_valid_config_for_the_real_nats_server(
-    compose: dict[str, Any],
+    compose: dict[str, Any], tmp_path: Path
 ) -> None:
     """``nats-server -t`` parses the file with each container's variables (and fails,
     naming the variable, on a missing or malformed one) without starting anything."""
     nodes = services_of(compose, "nats:")
     binary = resolve_binary()
-    config = NATS_CONFIG_DIR / "cluster.conf"
+    # The shipped file, copied beside an authorization include as init writes it.
+    config = LocalNatsCluster(tmp_path / "checked").config_file
     names, routes = set(), set()
     for name, node in nodes.items():
         env = {k: str(v) for k, v in node["environment"].items()}
@@ -283,6 +290,8 @@ def test_the_compose_environment_is_a_valid_config_for_the_real_nats_server(
         # JetStream state lives on the node's own named volume.
         volumes = named_volumes(node)
         assert volumes[env["NATS_STORE_DIR"]] == f"{name}-data"
+        # A node starts only after init wrote its authorization.
+        assert node["depends_on"]["init"] == {"condition": "service_completed_successfully"}
         # The health check asks the monitoring port for full health (JetStream with a
         # meta leader), so gates do not start against a cluster still electing one.
         http_port = env["NATS_HTTP"].rsplit(":", 1)[1]
@@ -371,7 +380,8 @@ def test_the_state_volume_is_provisioned_by_the_init_script_before_the_services_
     (script_target,) = [t for t, s in bind_mounts(init).items() if s == "deploy/init-state.sh"]
     assert init["entrypoint"] == ["sh", script_target]
     state_root = init["environment"]["SMF_STATE_ROOT"]
-    assert named_volumes(init) == {state_root: "smf-state"}
+    auth_dir = init["environment"]["SMF_NATS_AUTH_DIR"]
+    assert named_volumes(init) == {state_root: "smf-state", auth_dir: "nats-auth"}
     for name in ("gate-1", "gate-2", "connectors"):
         service = services[name]
         assert named_volumes(service) == {state_root: "smf-state"}
@@ -385,6 +395,10 @@ def test_the_state_volume_is_provisioned_by_the_init_script_before_the_services_
         }
     console = parse_cli(services["console"]["command"])
     assert console.registry == Path(state_root) / "seed" / "registry.json"
+    assert console.credential == Path(state_root) / "seed" / "keys" / "console.nkey"
+    follower = services["bus-follow"]
+    assert named_volumes(follower) == {state_root: "smf-state", auth_dir: "nats-auth"}
+    assert parse_cli(follower["command"]).out == Path(auth_dir) / "authorization.conf"
 
 
 # --- LocalNatsCluster: replicated JetStream that survives a node ---------------------
@@ -453,7 +467,12 @@ async def test_local_cluster_runs_the_deploy_config_with_three_nodes_and_a_meta_
 async def test_r3_stream_and_kv_stay_writable_without_their_leader_and_it_catches_up(
     nats_cluster: LocalNatsCluster,
 ) -> None:
-    nc = await nats.connect(nats_cluster.urls, reconnect_time_wait=0.1, connect_timeout=2)
+    nc = await nats.connect(
+        nats_cluster.urls,
+        reconnect_time_wait=0.1,
+        connect_timeout=2,
+        **nats_cluster.operator.connect_options(),
+    )
     try:
         js = nc.jetstream(timeout=2)
         stream = await js.add_stream(
@@ -675,7 +694,7 @@ async def test_up_connectors_only_stops_when_its_nats_connection_is_gone_for_goo
     """nats-py stops reconnecting after a while; ``up`` must then fail, not idle."""
     client = await nats.connect(nats_server.url)
     await client.close()
-    connectors = Connectors(state=StateDir(tmp_path), url=nats_server.url, nc=client)
+    connectors = Connectors(state=StateDir(tmp_path), url=nats_server.url, connections=[client])
     reason = await asyncio.wait_for(serve_until_stopped(connectors, asyncio.Event()), 10)
     assert reason == "the connectors lost NATS for good; they stopped"
 
@@ -736,16 +755,23 @@ def test_the_compose_services_run_here_on_the_local_cluster(
     env = {**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}"}
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
+        # init writes the nodes' authorization include; compose starts the nodes
+        # after it, the harness's nodes already run, so they reload it.
         init = subprocess.run(
             ["sh", str(INIT_SCRIPT)],
-            env={**env, "SMF_STATE_ROOT": local.local_root},
+            env={
+                **env,
+                "SMF_STATE_ROOT": local.local_root,
+                "SMF_NATS_AUTH_DIR": str(cluster.authorization_path.parent),
+            },
             capture_output=True,
             timeout=120,
             check=False,
         )
         assert init.returncode == 0, init.stderr.decode()[-3000:]
+        asyncio.run(cluster.reload())
         gate_keys = sorted(p.name for p in (tmp_path / "smf" / "gate-1" / "keys").iterdir())
-        assert gate_keys == ["gate.key", "tenant-pseudonym.key"]
+        assert gate_keys == ["gate.key", "gate.nkey", "tenant-pseudonym.key"]
         seed_demo_documents(StateDir(tmp_path / "smf" / "connectors"))
 
         for name in ("gate-1", "gate-2"):
@@ -761,8 +787,9 @@ def test_the_compose_services_run_here_on_the_local_cluster(
         def healthy_then_propose() -> tuple[Any, str]:
             for name in ("gate-1", "gate-2", "connectors"):
                 test = services[name]["healthcheck"]["test"]
+                smf = test[1] == "smf-assurance"
                 health = subprocess.run(
-                    cli(local.argv(test[2:])),
+                    cli(local.argv(test[2:])) if smf else local.argv(test[1:]),
                     cwd=ROOT,
                     env=env,
                     capture_output=True,
@@ -802,10 +829,23 @@ def test_the_compose_services_run_here_on_the_local_cluster(
 async def propose_the_allowed_deletion(seeds: str, seed: StateDir) -> tuple[Any, str]:
     """The demo's allowed retention deletion, from the runtime the seed provisioned."""
     (action,) = [a for a in SCENARIOS if a.expected_outcome == "allow"]
-    nc = await nats.connect(seeds.split(","), name="test-runtime", connect_timeout=2)
+    runtime_credential, operator_credential = (
+        seed.existing_credential("runtime"),
+        seed.existing_credential(OPERATOR),
+    )
+    assert runtime_credential is not None
+    assert operator_credential is not None
+    nc = await nats.connect(
+        seeds.split(","),
+        name="test-runtime",
+        connect_timeout=2,
+        **runtime_credential.connect_options(),
+    )
+    observer = await nats.connect(seeds.split(","), **operator_credential.connect_options())
     try:
         watch = ReportWatch(load_registry(seed.registry).trusted("connector"))
-        await nc.subscribe("smf.result.>", cb=watch.on_report)
+        await observer.subscribe("smf.result.>", cb=watch.on_report)
+        await observer.flush()
         key, _ = load_private_key(seed.key_path("runtime"))
         runtime = ProposalClient(nc, key, RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=seed.gate_keys())
         proposal = runtime.build(
@@ -821,3 +861,4 @@ async def propose_the_allowed_deletion(seeds: str, seed: StateDir) -> tuple[Any,
         return verdict, report
     finally:
         await nc.close()
+        await observer.close()

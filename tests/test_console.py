@@ -77,7 +77,15 @@ from ops.demo_script import SCENARIOS
 from ops.logs import configure_logging
 from ops.natsserver import EmbeddedNatsServer, reserve_port
 from ops.stack import Stack, start_stack
-from ops.state import ADAPTER_ID, DEMO_TENANT, RUNTIME_ID, StateDir, provision_demo
+from ops.state import (
+    ADAPTER_ID,
+    CONSOLE,
+    DEMO_TENANT,
+    OPERATOR,
+    RUNTIME_ID,
+    StateDir,
+    provision_demo,
+)
 from subjects import dsse, names
 from subjects.approvals import (
     ApprovalBinding,
@@ -86,8 +94,8 @@ from subjects.approvals import (
     PendingAnnouncement,
     ShowRequest,
     approval_id_for,
-    binding_digest,
 )
+from subjects.bus_access import connect_options
 from subjects.keys import SigningKey
 from subjects.registry import RegistryFile, encode_registry, entry_for
 from tests.bus_helpers import random_identity, wait_for
@@ -283,9 +291,14 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     clock = Clock()
     stack.gate.desk.clock = clock
     console = await start_console(
-        ConsoleSettings(nats_url=stack.url, registry=state.registry, refresh_seconds=0.1)
+        ConsoleSettings(
+            nats_url=stack.url,
+            registry=state.registry,
+            refresh_seconds=0.1,
+            credential=state.existing_credential(CONSOLE),
+        )
     )
-    nc = await nats.connect(stack.url)
+    nc = await nats.connect(stack.url, **connect_options(state.existing_credential(OPERATOR)))
     try:
         yield World(state, stack, console, clock, nc)
     finally:
@@ -478,8 +491,7 @@ async def test_only_an_entitled_approver_sees_the_held_filing_and_never_its_cont
     attorney = await sign_in(world.console, world.key(ATTORNEY), ATTORNEY)
     item = await wait_listed(world.console, attorney, approval_id)
     assert item["native_tool"] == FILING.native_tool
-    assert item["actor_id"] == PARALEGAL
-    assert item["matter_id"] == FILING.actor.matter_id
+    assert not {"actor_id", "matter_id", "binding_digest"} & set(item)  # issue 15: minimized
     assert item["required_roles"] == ["licensed_attorney"]
     assert "attorney_approval_required_for_transmission" in item["reason_codes"]
     assert item["rule_ids"]
@@ -513,12 +525,26 @@ async def test_only_an_entitled_approver_sees_the_held_filing_and_never_its_cont
     assert refused.json == {"ok": False, "reason": "resolver_lacks_required_role"}
 
 
+async def shown_digest(world: World, cookie: str, approval_id: str) -> str:
+    """The binding digest as an attorney learns it: from the gate's view, after entitlement."""
+    shown = await http(
+        world.console,
+        "POST",
+        "/api/show",
+        show_request(world.key(ATTORNEY), ATTORNEY, approval_id),
+        cookie=cookie,
+    )
+    digest: str = shown.json["view"]["binding_digest"]
+    return digest
+
+
 async def test_allow_once_executes_exactly_once_and_replays_are_refused(world: World) -> None:
     content = "Motion to compel, exactly once."
     approval_id = await hold_filing(world.nc, world.state, content)
     cookie = await sign_in(world.console, world.key(ATTORNEY), ATTORNEY)
-    item = await wait_listed(world.console, cookie, approval_id)
-    allow = resolution(world.key(ATTORNEY), ATTORNEY, approval_id, item["binding_digest"])
+    await wait_listed(world.console, cookie, approval_id)
+    digest = await shown_digest(world, cookie, approval_id)
+    allow = resolution(world.key(ATTORNEY), ATTORNEY, approval_id, digest)
     answer = await http(world.console, "POST", "/api/resolve", allow, cookie=cookie)
     reply = answer.json["reply"]
     assert (answer.json["ok"], reply["accepted"], reply["state"]) == (True, True, "executing")
@@ -532,7 +558,7 @@ async def test_allow_once_executes_exactly_once_and_replays_are_refused(world: W
     on_bus = msgspec.json.decode(
         (await world.nc.request(names.APPROVAL_RESOLVE, allow, timeout=5)).data
     )
-    again = resolution(world.key(ATTORNEY), ATTORNEY, approval_id, item["binding_digest"])
+    again = resolution(world.key(ATTORNEY), ATTORNEY, approval_id, digest)
     second = await http(world.console, "POST", "/api/resolve", again, cookie=cookie)
     for refused in (replay.json["reply"], on_bus, second.json["reply"]):
         assert refused["accepted"] is False
@@ -556,8 +582,9 @@ async def test_deny_self_approval_and_expiry_each_answer_their_reason(world: Wor
     key = world.key(ATTORNEY)
 
     async def decide(approval_id: str, decision: str = "allow-once") -> dict[str, Any]:
-        item = await wait_listed(world.console, cookie, approval_id)
-        body = resolution(key, ATTORNEY, approval_id, item["binding_digest"], decision)
+        await wait_listed(world.console, cookie, approval_id)
+        digest = await shown_digest(world, cookie, approval_id)
+        body = resolution(key, ATTORNEY, approval_id, digest, decision)
         answer = await http(world.console, "POST", "/api/resolve", body, cookie=cookie)
         reply: dict[str, Any] = answer.json["reply"]
         return reply
@@ -572,9 +599,10 @@ async def test_deny_self_approval_and_expiry_each_answer_their_reason(world: Wor
     assert (reply["accepted"], reply["reason_codes"]) == (False, ["self_approval"])
 
     late = await hold_filing(world.nc, world.state, "A filing nobody decided in time.")
-    item = await wait_listed(world.console, cookie, late)
+    await wait_listed(world.console, cookie, late)
+    digest = await shown_digest(world, cookie, late)
     world.clock.advance(TENANT_TTL_MS + 1_000)
-    body = resolution(key, ATTORNEY, late, item["binding_digest"])
+    body = resolution(key, ATTORNEY, late, digest)
     reply = (await http(world.console, "POST", "/api/resolve", body, cookie=cookie)).json["reply"]
     assert reply["accepted"] is False
     assert reply["state"] == "expired"
@@ -631,10 +659,10 @@ async def test_the_relay_passes_gate_refusals_on_and_refuses_what_it_cannot_read
     }
 
 
-def announcement(tenant: str, expires_at_ms: int) -> PendingAnnouncement:
-    """A well-formed announcement, as the gate would publish one (identities only)."""
+def a_binding(tenant: str, expires_at_ms: int) -> ApprovalBinding:
+    """A well-formed binding of made-up identities."""
     decision_id = random_identity()
-    binding = ApprovalBinding(
+    return ApprovalBinding(
         approval_id=approval_id_for(decision_id),
         decision_id=decision_id,
         operation_hash=random_identity(),
@@ -653,11 +681,19 @@ def announcement(tenant: str, expires_at_ms: int) -> PendingAnnouncement:
         created_at_ms=expires_at_ms - 60_000,
         expires_at_ms=expires_at_ms,
     )
+
+
+def announcement(tenant: str, expires_at_ms: int) -> PendingAnnouncement:
+    """A well-formed announcement, as the gate would publish one (no binding)."""
+    binding = a_binding(tenant, expires_at_ms)
     return PendingAnnouncement(
-        schema="smf.approval-pending/1",
+        schema="smf.approval-pending/2",
         approval_id=binding.approval_id,
-        binding=binding,
-        binding_digest=binding_digest(binding),
+        tenant_id=binding.tenant_id,
+        required_roles=binding.required_roles,
+        required_approvals=binding.required_approvals,
+        created_at_ms=binding.created_at_ms,
+        expires_at_ms=binding.expires_at_ms,
         capability="transmission",
         channel="court",
         locality="external",

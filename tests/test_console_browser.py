@@ -70,9 +70,10 @@ from selenium.webdriver.support.ui import WebDriverWait
 from approver.console.server import ConsoleSettings, RunningConsole, start_console
 from ops.logs import configure_logging
 from ops.stack import Stack, start_stack
-from ops.state import DEMO_TENANT, StateDir
+from ops.state import CONSOLE, DEMO_TENANT, OPERATOR, StateDir
 from subjects import dsse, names
 from subjects.approvals import ApprovalBinding, ShowRequest, binding_digest
+from subjects.bus_access import connect_options
 from subjects.canonical import canonical_bytes
 from subjects.keys import generate_signing_key, load_private_key, write_private_key
 from tests.clocks import OffsetClock as Clock
@@ -81,7 +82,7 @@ from tests.test_console import (
     FILING,
     PARALEGAL,
     TENANT_TTL_MS,
-    announcement,
+    a_binding,
     hold_filing,
     outbox,
     provision,
@@ -167,9 +168,15 @@ def world(tmp_path: Path) -> Iterator[World]:
         clock = Clock()
         stack.gate.desk.clock = clock
         console = await start_console(
-            ConsoleSettings(nats_url=stack.url, registry=state.registry, refresh_seconds=0.25)
+            ConsoleSettings(
+                nats_url=stack.url,
+                registry=state.registry,
+                refresh_seconds=0.25,
+                credential=state.existing_credential(CONSOLE),
+            )
         )
-        return World(loop, state, stack, console, clock, await nats.connect(stack.url))
+        operator = connect_options(state.existing_credential(OPERATOR))
+        return World(loop, state, stack, console, clock, await nats.connect(stack.url, **operator))
 
     running = loop.run(start())
     try:
@@ -388,7 +395,7 @@ def test_a_held_filing_appears_live_is_checked_and_approved_exactly_once(
     assert driver.execute_script("return window.__sameDocument") == "yes"  # no reload
     assert listed.get_attribute("data-state") == "pending"
     assert "court_efile (external.transmit)" in listed.text
-    assert "requested by paralegal-pat" in listed.text
+    assert PARALEGAL not in listed.text  # the announcement names no person (issue 15)
     assert re.search(r"\b[45]m \d\ds left\b", listed.text), listed.text
     assert not by_id(driver, "empty").is_displayed()
     screenshots(driver, "01-list")
@@ -641,7 +648,7 @@ def test_the_page_signs_the_bytes_python_verifies(
     # A binding with non-ASCII names: the page's digest is the gate's.
     binding = ApprovalBinding(
         **{
-            **msgspec.to_builtins(announcement(DEMO_TENANT, 1_700_000_060_000).binding),
+            **msgspec.to_builtins(a_binding(DEMO_TENANT, 1_700_000_060_000)),
             "matter_id": "Müller v. Ståhl — café",
             "actor_id": "ama\u0301lia",
         }

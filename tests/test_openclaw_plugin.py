@@ -569,10 +569,9 @@ async def test_an_approver_faster_than_the_held_reply_is_not_lost(
 
     async def approve_at_once(msg: Msg) -> None:
         announcement = msgspec.json.decode(msg.data, type=PendingAnnouncement)
+        view = await attorney.show(announcement.approval_id)
         replies.append(
-            await attorney.resolve(
-                announcement.approval_id, "allow-once", announcement.binding_digest
-            )
+            await attorney.resolve(announcement.approval_id, "allow-once", view.binding_digest)
         )
 
     await nc.subscribe(names.approval_pending_subject(DEMO_TENANT), cb=approve_at_once)
@@ -609,7 +608,7 @@ async def test_held_then_allow_once_returns_the_params_exactly_once(
         assert not waiting.done(), waiting.result()
 
         attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
-        _, reply = await attorney.review_and_resolve(approval_id, "allow-once")
+        view, reply = await attorney.review_and_resolve(approval_id, "allow-once")
         assert reply.accepted, reply
         result = await asyncio.wait_for(waiting, 10)
 
@@ -624,7 +623,7 @@ async def test_held_then_allow_once_returns_the_params_exactly_once(
 
         # Once: the approval is spent at the gate, and a forged second allow on the
         # outcome subject reaches nobody (the plugin answered and unsubscribed).
-        second = await attorney.resolve(approval_id, "allow-once", announcement.binding_digest)
+        second = await attorney.resolve(approval_id, "allow-once", view.binding_digest)
         assert not second.accepted
         forged = msgspec.structs.replace(held, outcome="allow", approval_id=approval_id)
         await nc.publish(names.approval_outcome_subject(approval_id), msgspec.json.encode(forged))
@@ -764,13 +763,14 @@ async def test_held_then_expired_blocks(
         await gate.desk.sweep()
         reason = blocked(await asyncio.wait_for(waiting, 10))
         assert await status(nc, announcement.approval_id) == "expired"
-        # a late allow-once cannot revive it
+        # a late allow-once cannot revive it: the gate no longer shows it, and a
+        # resolution signed blind is refused
         attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
-        with contextlib.suppress(ApproverError):
-            late = await attorney.resolve(
-                announcement.approval_id, "allow-once", announcement.binding_digest
-            )
-            assert not late.accepted
+        with pytest.raises(ApproverError):
+            await attorney.show(announcement.approval_id)
+        late = await attorney.resolve(announcement.approval_id, "allow-once", "sha256:" + "0" * 64)
+        assert not late.accepted
+        assert await status(nc, announcement.approval_id) == "expired"
     assert "approval_expired" in reason
 
 

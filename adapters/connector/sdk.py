@@ -76,6 +76,7 @@ from adapters.connector.idempotency import (
     IdempotencyStore,
     Record,
 )
+from subjects.bus_access import connector_durable
 from subjects.dsse import (
     MalformedEnvelopeError,
     PayloadTypeMismatchError,
@@ -344,7 +345,7 @@ class ConnectorRunner:
         self.result_subject: Final = result_subject(connector_id)
         self.connector_id: Final = connector_id
         self.config: Final = config or RunnerConfig()
-        self.durable: Final = self.config.durable or f"smf-connector-{connector_id}"
+        self.durable: Final = self.config.durable or connector_durable(connector_id)
         self.ready: Final = asyncio.Event()
         """Set once the consumer is bound and the runner is fetching."""
         self._nc = nc
@@ -397,6 +398,9 @@ class ConnectorRunner:
             durable=self.durable,
             stream=EXECUTE_STREAM,
             config=ConsumerConfig(
+                # Named, so the create request's subject carries the name and the
+                # filter: the bus lets a connector create only this consumer.
+                name=self.durable,
                 durable_name=self.durable,
                 ack_policy=AckPolicy.EXPLICIT,
                 ack_wait=self.config.ack_wait,

@@ -12,7 +12,7 @@ list at once); a roster that cannot be read lists nobody.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Final, Literal
@@ -21,7 +21,6 @@ import msgspec
 import structlog
 
 from subjects import dsse
-from subjects.approvals import ApprovalBinding
 from subjects.registry import KeyRegistry, Principal, RegistryError, load_registry
 
 log = structlog.get_logger(__name__)
@@ -50,10 +49,11 @@ class ConsoleLogin(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     nonce: Annotated[str, msgspec.Meta(pattern=NONCE_PATTERN)]
 
 
-def entitled(principal: Principal, binding: ApprovalBinding) -> bool:
-    """The gate's rule for who may resolve (and see) an approval: the binding's
-    tenant is one of the approver's, and they hold every required role."""
-    return binding.tenant_id in principal.entry.tenants and set(binding.required_roles) <= set(
+def entitled(principal: Principal, tenant_id: str, required_roles: Iterable[str]) -> bool:
+    """The gate's rule for who may resolve (and see) an approval, for listing only
+    (the gate enforces it): the approval's tenant is one of the approver's, and
+    they hold every required role."""
+    return tenant_id in principal.entry.tenants and set(required_roles) <= set(
         principal.entry.licensed_roles
     )
 

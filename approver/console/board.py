@@ -40,9 +40,6 @@ class ListedApproval(msgspec.Struct, frozen=True):
     approval_id: str
     state: str
     tenant_id: str
-    organization_id: str
-    matter_id: str
-    actor_id: str
     capability: str
     channel: str
     locality: str
@@ -52,7 +49,6 @@ class ListedApproval(msgspec.Struct, frozen=True):
     required_roles: tuple[str, ...]
     created_at_ms: int
     expires_at_ms: int
-    binding_digest: str
 
 
 @dataclass
@@ -142,33 +138,30 @@ class ApprovalBoard:
         self.entries = {
             k: t
             for k, t in self.entries.items()
-            if t.state not in CLOSED_STATES or t.announcement.binding.expires_at_ms >= horizon
+            if t.state not in CLOSED_STATES or t.announcement.expires_at_ms >= horizon
         }
 
     def listed_for(self, principal: Principal) -> list[ListedApproval]:
         return [
-            _listed(t) for t in self.entries.values() if entitled(principal, t.announcement.binding)
+            _listed(t)
+            for t in self.entries.values()
+            if entitled(principal, t.announcement.tenant_id, t.announcement.required_roles)
         ]
 
 
 def _listed(tracked: Tracked) -> ListedApproval:
     a = tracked.announcement
-    b = a.binding
     return ListedApproval(
         approval_id=a.approval_id,
         state=tracked.state,
-        tenant_id=b.tenant_id,
-        organization_id=b.organization_id,
-        matter_id=b.matter_id,
-        actor_id=b.actor_id,
+        tenant_id=a.tenant_id,
         capability=a.capability,
         channel=a.channel,
         locality=a.locality,
         native_tool=a.native_tool,
         rule_ids=a.rule_ids,
         reason_codes=a.reason_codes,
-        required_roles=b.required_roles,
-        created_at_ms=b.created_at_ms,
-        expires_at_ms=b.expires_at_ms,
-        binding_digest=a.binding_digest,
+        required_roles=a.required_roles,
+        created_at_ms=a.created_at_ms,
+        expires_at_ms=a.expires_at_ms,
     )

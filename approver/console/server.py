@@ -57,6 +57,7 @@ from approver.console.http import (
 )
 from subjects import names
 from subjects.approvals import ApprovalView, ResolutionReply
+from subjects.bus_access import BusCredential, connect_options
 from subjects.registry import Principal
 
 log = structlog.get_logger(__name__)
@@ -79,6 +80,8 @@ def wall_clock_ms() -> int:
 class ConsoleSettings:
     nats_url: str
     registry: Path
+    credential: BusCredential | None = None
+    """The console relay's own bus credential (role ``console``, issue 15)."""
     host: str = "127.0.0.1"
     port: int = 0
     """0: any free port (tests); the command line defaults to 8765."""
@@ -342,6 +345,7 @@ async def start_console(settings: ConsoleSettings) -> RunningConsole:
         max_reconnect_attempts=-1,
         reconnect_time_wait=1,
         error_cb=_log_nats_error,
+        **connect_options(settings.credential),
     )
     try:
         board = ApprovalBoard(nc, nc.jetstream(), settings.clock, settings.request_timeout)

@@ -44,10 +44,11 @@ from nats.js.errors import NotFoundError
 
 from approver.client import ApproverClient, ApproverError, content_matches
 from approver.pending import approval_state, read_pending
-from ops.bus import bus_url, connect_bus
+from ops.bus import add_credential_argument, bus_url, connect_bus, credential_for
 from ops.commands.decide import format_instant
 from ops.logs import configure_logging
 from ops.output import emit_json, fail, first_line, say, table
+from ops.state import CONSOLE
 from subjects import names
 from subjects.approvals import (
     ApprovalView,
@@ -55,6 +56,7 @@ from subjects.approvals import (
     ResolutionDecision,
     ResolutionReply,
 )
+from subjects.bus_access import BusCredential
 from subjects.keys import KeyFileError, SigningKey, load_private_key
 
 OPEN_STATES: Final = frozenset({"pending", "approved"})
@@ -122,6 +124,17 @@ def _bus_arguments(p: argparse.ArgumentParser) -> None:
     where.add_argument(
         "--state-dir", type=Path, help="find the bus from the nats.url a running `up` wrote here"
     )
+    add_credential_argument(p, f"<approver> or {CONSOLE}")
+
+
+def _credential(args: argparse.Namespace, approver_id: str | None = None) -> BusCredential | None:
+    """The approver's own bus credential when the state directory holds it, else the
+    console relay's (which may read every tenant's announcements)."""
+    if args.credential is None and approver_id is not None:
+        own = credential_for(None, args.state_dir, approver_id)
+        if own is not None:
+            return own
+    return credential_for(args.credential, args.state_dir, CONSOLE)
 
 
 def _approver_arguments(p: argparse.ArgumentParser) -> None:
@@ -209,8 +222,10 @@ async def _state(nc: Client, approval_id: str) -> str:
         fail(f"unreadable answer on {names.APPROVAL_STATUS}")
 
 
-async def _pending(url: str, tenant: str | None, everything: bool) -> list[Listed]:
-    nc = await connect_bus(url, "smf-approvals-console")
+async def _pending(
+    url: str, credential: BusCredential | None, tenant: str | None, everything: bool
+) -> list[Listed]:
+    nc = await connect_bus(url, "smf-approvals-console", credential)
     try:
         announcements = await _announcements(nc.jetstream(), tenant)
         states = await asyncio.gather(*(_state(nc, a.approval_id) for a in announcements))
@@ -225,7 +240,7 @@ async def _pending(url: str, tenant: str | None, everything: bool) -> list[Liste
 
 def run_pending(args: argparse.Namespace) -> int:
     url = _setup(args)
-    listed = asyncio.run(_pending(url, args.tenant, args.all))
+    listed = asyncio.run(_pending(url, _credential(args), args.tenant, args.all))
     now = _now_ms()
     if args.json:
         emit_json({"approvals": [_listed_json(item, now) for item in listed]})
@@ -241,8 +256,8 @@ def run_pending(args: argparse.Namespace) -> int:
                 item.announcement.native_tool,
                 item.announcement.capability,
                 item.announcement.channel,
-                ", ".join(item.announcement.binding.required_roles),
-                expires_in(item.announcement.binding.expires_at_ms, now),
+                ", ".join(item.announcement.required_roles),
+                expires_in(item.announcement.expires_at_ms, now),
                 item.state,
             )
             for item in listed
@@ -255,16 +270,15 @@ def _listed_json(item: Listed, now: int) -> dict[str, Any]:
     a = item.announcement
     return {
         "approval_id": a.approval_id,
-        "tenant_id": a.binding.tenant_id,
+        "tenant_id": a.tenant_id,
         "native_tool": a.native_tool,
         "capability": a.capability,
         "channel": a.channel,
         "locality": a.locality,
-        "required_roles": list(a.binding.required_roles),
-        "expires_at_ms": a.binding.expires_at_ms,
-        "expires_in_s": max(0, (a.binding.expires_at_ms - now) // 1000),
+        "required_roles": list(a.required_roles),
+        "expires_at_ms": a.expires_at_ms,
+        "expires_in_s": max(0, (a.expires_at_ms - now) // 1000),
         "state": item.state,
-        "binding_digest": a.binding_digest,
         "rule_ids": list(a.rule_ids),
         "reason_codes": list(a.reason_codes),
     }
@@ -285,8 +299,10 @@ async def _fetch_view(client: ApproverClient, approval_id: str) -> ApprovalView:
         fail(_gate_unreachable(names.APPROVAL_SHOW, exc))
 
 
-async def _show(url: str, approval_id: str, key: SigningKey, approver_id: str) -> ApprovalView:
-    nc = await connect_bus(url, "smf-approvals-console")
+async def _show(
+    url: str, credential: BusCredential | None, approval_id: str, key: SigningKey, approver_id: str
+) -> ApprovalView:
+    nc = await connect_bus(url, "smf-approvals-console", credential)
     try:
         return await _fetch_view(ApproverClient(nc, key, approver_id), approval_id)
     finally:
@@ -297,7 +313,7 @@ def run_show(args: argparse.Namespace) -> int:
     approval_id = approval_ref(args.approval_id)
     key, approver_id = _load_key(args.key, args.approver_id)
     url = _setup(args)
-    view = asyncio.run(_show(url, approval_id, key, approver_id))
+    view = asyncio.run(_show(url, _credential(args, approver_id), approval_id, key, approver_id))
     matches = content_matches(view)
     if args.json:
         emit_json(_view_json(view, matches))
@@ -356,9 +372,14 @@ def _print_view(view: ApprovalView, matches: bool) -> None:
 
 
 async def _resolve(
-    url: str, approval_id: str, decision: str, key: SigningKey, approver_id: str
+    url: str,
+    credential: BusCredential | None,
+    approval_id: str,
+    decision: str,
+    key: SigningKey,
+    approver_id: str,
 ) -> ResolutionReply:
-    nc = await connect_bus(url, "smf-approvals-console")
+    nc = await connect_bus(url, "smf-approvals-console", credential)
     try:
         client = ApproverClient(nc, key, approver_id)
         view = await _fetch_view(client, approval_id)
@@ -380,7 +401,8 @@ def run_resolve(args: argparse.Namespace) -> int:
     approval_id = approval_ref(args.approval_id)
     key, approver_id = _load_key(args.key, args.approver_id)
     url = _setup(args)
-    reply = asyncio.run(_resolve(url, approval_id, args.decision, key, approver_id))
+    credential = _credential(args, approver_id)
+    reply = asyncio.run(_resolve(url, credential, approval_id, args.decision, key, approver_id))
     if args.json:
         emit_json({"decision": args.decision, **msgspec.to_builtins(reply)})
     elif reply.accepted:

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Final
 
 from approver.console.server import ConsoleSettings, RunningConsole, start_console
-from ops.bus import bus_url, connect_bus
+from ops.bus import add_credential_argument, bus_url, connect_bus, credential_for
 from ops.logs import LOG_LEVELS, configure_logging
 from ops.output import emit_json, fail, first_line, say
-from ops.state import StateDir, default_state_dir
+from ops.state import CONSOLE, StateDir, default_state_dir
 from subjects.registry import RegistryError, load_registry
 
 DEFAULT_PORT: Final = 8765
@@ -57,6 +57,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="FILE",
         help="the approver roster (default: registry.json in the state dir)",
     )
+    add_credential_argument(p, CONSOLE)
     p.add_argument("--host", default="127.0.0.1", help="listen address (default: 127.0.0.1)")
     p.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"listen port (default: {DEFAULT_PORT})"
@@ -97,7 +98,7 @@ async def _serve(settings: ConsoleSettings, as_json: bool) -> None:
     for sig in _STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     try:
-        probe = await connect_bus(settings.nats_url, "smf-console-probe")
+        probe = await connect_bus(settings.nats_url, "smf-console-probe", settings.credential)
         await probe.close()
         try:
             running = await start_console(settings)
@@ -130,6 +131,7 @@ def run_console(args: argparse.Namespace) -> int:
         )
     settings = ConsoleSettings(
         nats_url=bus_url(args.nats, args.state_dir),
+        credential=credential_for(args.credential, args.state_dir, CONSOLE),
         registry=registry,
         host=args.host,
         port=args.port,

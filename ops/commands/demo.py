@@ -28,10 +28,11 @@ from ops.logs import configure_logging
 from ops.output import Progress, emit_json, fail, table
 from ops.projections import SCENARIO_ENVELOPES, package_path
 from ops.stack import Stack, seed_demo_documents, start_stack
-from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from ops.state import ADAPTER_ID, OPERATOR, RUNTIME_ID, StateDir, provision_demo
 from pipeline.core.release_trust import NoVerifiedReleaseError, ReleaseTrustError
 from subjects import dsse, names
 from subjects.approvals import open_outcome
+from subjects.bus_access import connect_options
 from subjects.keys import VerifyKey
 from subjects.messages import ExecutionReport, Verdict
 from subjects.registry import load_registry
@@ -97,6 +98,10 @@ class ReportWatch:
         return self.reports.get(order_id, "no report")
 
 
+ATTORNEY = "attorney-alex"
+"""The demo's licensed attorney (``ops.state.provision_demo``)."""
+
+
 async def _approve(nc: Client, stack: Stack, held: Verdict) -> Verdict | None:
     """A synthetic licensed attorney reviews the content and allows it once.
 
@@ -128,14 +133,24 @@ async def _approve(nc: Client, stack: Stack, held: Verdict) -> Verdict | None:
             outcome.set_result(verdict)
 
     sub = await nc.subscribe(names.approval_outcome_subject(approval_id), cb=on_outcome)
-    attorney = ApproverClient(nc, stack.state.key("attorney-alex"), "attorney-alex")
-    _, reply = await attorney.review_and_resolve(approval_id, "allow-once")
+    # The attorney is on the bus as herself: her credential may ask resolve and show.
+    desk = await _connect(stack, ATTORNEY, "smf-demo-attorney")
     try:
+        attorney = ApproverClient(desk, stack.state.key(ATTORNEY), ATTORNEY)
+        _, reply = await attorney.review_and_resolve(approval_id, "allow-once")
         if not reply.accepted:
             return None
         return await asyncio.wait_for(outcome, REPORT_WAIT_SECONDS)
     finally:
         await sub.unsubscribe()
+        await desk.drain()
+
+
+async def _connect(stack: Stack, principal: str, name: str) -> Client:
+    """A connection as ``principal``, with its own bus credential (issue 15)."""
+    return await nats.connect(
+        stack.url, name=name, **connect_options(stack.state.existing_credential(principal))
+    )
 
 
 async def _run_one(
@@ -230,11 +245,15 @@ async def _demo(state: StateDir, nats_url: str | None) -> list[Row]:
     provision_demo(state)
     seed_demo_documents(state)
     stack = await start_stack(state, nats_url=nats_url)
-    nc = await nats.connect(stack.url, name="smf-demo-runtime")
+    # The scripted runtime may not read orders or reports (issue 15); what the demo
+    # shows of them it watches as the operator.
+    nc = await _connect(stack, "runtime", "smf-demo-runtime")
+    observer = await _connect(stack, OPERATOR, "smf-demo-observer")
     watch = ReportWatch(load_registry(state.registry).trusted("connector"))
     try:
-        await nc.subscribe("smf.result.>", cb=watch.on_report)
-        await nc.subscribe("smf.execute.>", cb=watch.on_order)
+        await observer.subscribe("smf.result.>", cb=watch.on_report)
+        await observer.subscribe("smf.execute.>", cb=watch.on_order)
+        await observer.flush()
         runtime = ProposalClient(
             nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
         )
@@ -243,11 +262,12 @@ async def _demo(state: StateDir, nats_url: str | None) -> list[Row]:
         for n, action in enumerate(SCENARIOS, start=1):
             rows.append(await _run_one(action, runtime, nc, stack, watch))
             progress.update(n)
-        rows.append(await _swarm_row(nc, stack))
+        rows.append(await _swarm_row(observer, stack))
         progress.close()
         return sorted(rows, key=lambda row: row.scenario)
     finally:
         await nc.drain()
+        await observer.drain()
         await stack.stop()
 
 

@@ -29,10 +29,10 @@ import msgspec
 from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
-from ops.bus import bus_url, connect_bus
+from ops.bus import add_credential_argument, bus_url, connect_bus, credential_for
 from ops.logs import configure_logging
 from ops.output import CommandError, emit_json, fail, first_line, say, table
-from ops.state import StateDir, default_state_dir
+from ops.state import OPERATOR, StateDir, default_state_dir
 from pipeline.stores.ledger import (
     EvidenceStoreUnavailable,
     LedgerIntegrityError,
@@ -41,6 +41,7 @@ from pipeline.stores.ledger import (
     verify_ledger,
 )
 from subjects import names
+from subjects.bus_access import BusCredential
 from subjects.keys import (
     PRIVATE_KEY_KIND,
     PUBLIC_KEY_KIND,
@@ -71,6 +72,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--checkpoints", type=Path, help="read checkpoints from a file (one envelope per line)"
     )
     _gate_argument(verify)
+    add_credential_argument(verify, OPERATOR)
     trust = verify.add_mutually_exclusive_group()
     trust.add_argument(
         "--key", type=Path, help="trusted gate key: a public key record or a registry file"
@@ -107,6 +109,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     checkpoints.add_argument("--out", type=Path, help="file to create (default: stdout)")
     _gate_argument(checkpoints)
+    add_credential_argument(checkpoints, OPERATOR)
     checkpoints.set_defaults(func=run_checkpoints)
 
 
@@ -207,14 +210,18 @@ def _registry_gate_keys(path: Path) -> dict[str, VerifyKey]:
 # --- checkpoints -------------------------------------------------------------------
 
 
-async def fetch_checkpoints(url: str, gate_name: str = names.DEFAULT_GATE_NAME) -> list[bytes]:
+async def fetch_checkpoints(
+    url: str,
+    credential: BusCredential | None,
+    gate_name: str = names.DEFAULT_GATE_NAME,
+) -> list[bytes]:
     """Every envelope one gate published on the checkpoint stream, in stream order.
 
     Only that gate's subject: on a cluster the replicas share the stream, and a
     checkpoint of another replica's ledger would read as a replaced file.
     """
     subject = names.checkpoint_subject(gate_name)
-    nc = await connect_bus(url, "smf-ledger-verify")
+    nc = await connect_bus(url, "smf-ledger-verify", credential)
     try:
         js = nc.jetstream()
         try:
@@ -254,7 +261,8 @@ def run_verify(args: argparse.Namespace) -> int:
     trusted = trusted_gate_keys(args.key, args.state_dir)
     if args.nats:
         gate = _gate_name(args.gate)
-        external = asyncio.run(fetch_checkpoints(args.nats, gate))
+        credential = credential_for(args.credential, args.state_dir, OPERATOR)
+        external = asyncio.run(fetch_checkpoints(args.nats, credential, gate))
         source = f"{names.CHECKPOINT_STREAM} ({gate}) at {args.nats}"
     elif args.checkpoints:
         external = read_checkpoint_file(args.checkpoints)
@@ -321,7 +329,8 @@ def run_export(args: argparse.Namespace) -> int:
 def run_checkpoints(args: argparse.Namespace) -> int:
     _quiet_logs()
     url = bus_url(args.nats, args.state_dir)
-    envelopes = asyncio.run(fetch_checkpoints(url, _gate_name(args.gate)))
+    credential = credential_for(args.credential, args.state_dir, OPERATOR)
+    envelopes = asyncio.run(fetch_checkpoints(url, credential, _gate_name(args.gate)))
     with _output(args.out) as out:
         for envelope in envelopes:
             out.write(envelope.decode("utf-8", "replace") + "\n")

@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats
-from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
+from ops.bus import add_credential_argument, connect_bus, credential_for
 from ops.output import emit_json, fail, say, table
 from ops.releases import (
     DEFAULT_LEASE_HOURS,
@@ -44,7 +43,7 @@ from ops.releases import (
     write_release_dir,
     write_trust_root,
 )
-from ops.state import StateDir
+from ops.state import PUBLISHER, StateDir
 from pipeline.core.release_trust import (
     LastAccepted,
     ReleaseTrust,
@@ -54,6 +53,7 @@ from pipeline.core.release_trust import (
     VerifiedRelease,
 )
 from pipeline.stores.release_state import ReleaseStateStore, StoredRelease
+from subjects.bus_access import BusCredential
 from subjects.keys import KeyFileError, SigningKey, load_private_key
 from subjects.release import ReleaseBundle, ReleaseManifest, encode_bundle
 
@@ -94,6 +94,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     where.add_argument("--nats", metavar="URL", help="publish to the SMF_RELEASES bucket")
     where.add_argument("--state-dir", type=Path, help="publish to this state directory's inbox")
     publish.add_argument("--trust-root", type=Path, help="verify against it before publishing")
+    add_credential_argument(publish, PUBLISHER)
     publish.add_argument("--json", action="store_true", help="print JSON")
     publish.set_defaults(func=run_publish)
 
@@ -101,6 +102,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     where = status.add_mutually_exclusive_group(required=True)
     where.add_argument("--nats", metavar="URL", help="list the SMF_RELEASES bucket")
     where.add_argument("--state-dir", type=Path, help="show this state's accepted release")
+    add_credential_argument(status, PUBLISHER)
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=run_status)
 
@@ -184,27 +186,6 @@ async def _load_state(state_dir: Path) -> StoredRelease | None:
         return await store.load()
     finally:
         await store.close()
-
-
-async def _quiet(_exc: Exception) -> None:
-    """A command reports one line, not nats-py's traceback per attempt."""
-
-
-async def _connect(url: str) -> Client:
-    try:
-        return await nats.connect(
-            url,
-            name="smf-release",
-            connect_timeout=2,
-            allow_reconnect=False,
-            # A bounded attempt count is what makes an unreachable server an
-            # error: nats-py otherwise keeps trying the initial connect forever.
-            max_reconnect_attempts=1,
-            reconnect_time_wait=0.1,
-            error_cb=_quiet,
-        )
-    except (NatsError, OSError, TimeoutError) as exc:
-        fail(f"cannot connect to {url}: {str(exc).strip() or type(exc).__name__}")
 
 
 # -- build ------------------------------------------------------------------------
@@ -313,8 +294,10 @@ def run_verify(args: argparse.Namespace) -> int:
 # -- publish ----------------------------------------------------------------------
 
 
-async def _publish_nats(url: str, bundle: ReleaseBundle) -> tuple[str, int]:
-    nc = await _connect(url)
+async def _publish_nats(
+    url: str, credential: BusCredential | None, bundle: ReleaseBundle
+) -> tuple[str, int]:
+    nc = await connect_bus(url, "smf-release", credential)
     try:
         return await publish_to_bucket(nc.jetstream(), bundle)
     except (NatsError, TimeoutError) as exc:
@@ -336,7 +319,8 @@ def run_publish(args: argparse.Namespace) -> int:
     try:
         manifest = unverified_manifest(bundle)
         if args.nats:
-            key, revision = asyncio.run(_publish_nats(args.nats, bundle))
+            credential = credential_for(args.credential, None, PUBLISHER)
+            key, revision = asyncio.run(_publish_nats(args.nats, credential, bundle))
             where = f"{args.nats} SMF_RELEASES {key} (revision {revision})"
         else:
             path = publish_to_inbox(bundle, StateDir(args.state_dir).release_inbox)
@@ -353,8 +337,8 @@ def run_publish(args: argparse.Namespace) -> int:
 # -- status -----------------------------------------------------------------------
 
 
-async def _bucket_rows(url: str) -> list[dict[str, Any]]:
-    nc = await _connect(url)
+async def _bucket_rows(url: str, credential: BusCredential | None) -> list[dict[str, Any]]:
+    nc = await connect_bus(url, "smf-release", credential)
     try:
         entries = await bucket_entries(nc.jetstream())
     except (NatsError, TimeoutError) as exc:
@@ -376,7 +360,8 @@ async def _bucket_rows(url: str) -> list[dict[str, Any]]:
 
 def run_status(args: argparse.Namespace) -> int:
     if args.nats:
-        rows = asyncio.run(_bucket_rows(args.nats))
+        credential = credential_for(args.credential, None, PUBLISHER)
+        rows = asyncio.run(_bucket_rows(args.nats, credential))
         if args.json:
             emit_json({"bucket": rows, "note": "as published, not verified"})
         else:

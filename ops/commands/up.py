@@ -183,7 +183,8 @@ async def _start(state: StateDir, args: argparse.Namespace) -> Running:
     if args.nats:
         # The gate's own connection retries forever; check once that the
         # server is there, so a wrong URL is one line, not a silent hang.
-        probe = await connect_bus(args.nats, "smf-up-probe")
+        who = CONNECTORS[0] if args.connectors_only else "gate"
+        probe = await connect_bus(args.nats, "smf-up-probe", state.existing_credential(who))
         await probe.close()
     try:
         if args.connectors_only:

@@ -16,9 +16,11 @@ from pathlib import Path
 
 from pipeline.core.normalize import MapperTable, decode_mapper
 from pipeline.core.projection import PolicySet
+from pipeline.core.release_trust import VerifiedRelease
 from pipeline.stages.attestation import RuntimeRequirement
 from pipeline.stages.buffer import BufferLimits
 from subjects import names
+from subjects.bus_access import BusCredential
 from subjects.keys import SigningKey
 from subjects.registry import KeyRegistry
 from subjects.release import TrustRoot
@@ -92,6 +94,8 @@ class GateConfig:
     mapper_tables: Mapping[str, MapperTable] = field(default_factory=shipped_mapper_tables)
     attestation: Mapping[str, RuntimeRequirement] = field(default_factory=dict)
     """Runtimes that must attest before they propose (issue 8), and to what."""
+    credential: BusCredential | None = None
+    """Who the gate is on the bus (issue 15); ``None`` only on a bus without authorization."""
     name: str = names.DEFAULT_GATE_NAME
     co_located: bool = False
     """Call the stages in process (their services still answer on the bus)."""
@@ -102,6 +106,10 @@ class GateConfig:
     buffer_limits: BufferLimits | None = None
     claim_prune_seconds: float = 60.0
     """How often the gate forgets proposal claims past their retention."""
+    on_release: Callable[[VerifiedRelease], None] | None = None
+    """Called after the gate switched to a newly verified release (its registry is in
+    force): what runs the bus may follow it, e.g. regenerate the server's
+    authorization (issue 15). An exception here is logged, never fatal."""
 
     def __post_init__(self) -> None:
         if not self.servers:

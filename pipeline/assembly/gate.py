@@ -50,6 +50,7 @@ from pipeline.stores.claims import ClaimStore, ProposalClaims
 from pipeline.stores.claims_kv import KvClaimStore
 from pipeline.stores.ledger import Ledger
 from subjects import names
+from subjects.bus_access import connect_options
 from subjects.messages import Proposal
 
 log = structlog.get_logger(__name__)
@@ -204,6 +205,7 @@ async def start_gate(config: GateConfig) -> RunningGate:
         name=config.name,
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.5,
+        **connect_options(config.credential),
     )
     async with contextlib.AsyncExitStack() as undo:
         undo.push_async_callback(nc.close)
@@ -317,6 +319,11 @@ async def _assemble(
         def adopt(release: VerifiedRelease) -> None:
             desk.registry = release.registry
             gate.adopt_registry(release.registry)
+            if config.on_release is not None:
+                try:
+                    config.on_release(release)
+                except Exception as exc:  # noqa: BLE001 - a follower's failure is not the gate's
+                    log.error("release_follower_failed", error=type(exc).__name__)
 
         releases.on_switch = adopt
     undo.push_async_callback(running.stop_serving)

@@ -77,7 +77,6 @@ from subjects.approvals import (
     PendingAnnouncement,
     ResolutionReply,
     ShowRequest,
-    binding_digest,
     sign_outcome,
 )
 from subjects.keys import SigningKey, VerifyKey
@@ -159,7 +158,6 @@ class ApprovalDesk:
         )
         ttl_ms = decision.requirements.ttl_seconds * 1000
         binding = bind(held, decision.release_id, decision.projection_id, now, now + ttl_ms)
-        digest = binding_digest(binding)
         try:
             subject = names.approval_pending_subject(binding.tenant_id)
         except SubjectError:
@@ -174,10 +172,13 @@ class ApprovalDesk:
             await self._invalidate(binding.approval_id)
             return deny("evidence_store_unavailable")
         announcement = PendingAnnouncement(
-            schema="smf.approval-pending/1",
+            schema="smf.approval-pending/2",
             approval_id=binding.approval_id,
-            binding=binding,
-            binding_digest=digest,
+            tenant_id=binding.tenant_id,
+            required_roles=binding.required_roles,
+            required_approvals=binding.required_approvals,
+            created_at_ms=binding.created_at_ms,
+            expires_at_ms=binding.expires_at_ms,
             capability=normalized.envelope.capability,
             channel=normalized.envelope.destination.channel,
             locality=normalized.envelope.destination.locality,

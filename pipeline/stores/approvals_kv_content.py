@@ -54,6 +54,7 @@ from nats.js.errors import NotFoundError
 
 from pipeline.stores.approvals import ApprovalStoreUnavailable
 from pipeline.stores.kv import NATS_FAILURES, fail_closed
+from subjects import names
 from subjects.approvals import MAX_TTL_MS
 from subjects.canonical import IDENTITY_PREFIX
 
@@ -70,7 +71,7 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 CONTENT_STREAM: Final = "SMF_APPROVAL_CONTENT"
-CONTENT_SUBJECT_ROOT: Final = "smf.store"
+CONTENT_SUBJECT_ROOT: Final = names.STORE_PREFIX
 """The content stream's subjects are ``smf.store.<stream>.<hex of the id>``:
 storage, not bus contract, so they are not in ``subjects/``; only the gate
 may publish there (NATS permissions, ARCHITECTURE.md "Trust and identity")."""

@@ -416,8 +416,7 @@ function renderList() {
 function makeItem(a) {
   const button = el('button', { type: 'button', class: 'item' },
     el('span', { class: 'title' }, title(a)),
-    el('span', { class: 'meta' },
-      `${a.matter_id} · requested by ${a.actor_id} · ${a.channel} (${a.locality})`),
+    el('span', { class: 'meta' }, `${a.tenant_id} · ${a.channel} (${a.locality})`),
     el('span', { class: 'when' },
       el('span', { class: 'state' }), ' ', el('span', { class: 'countdown' })));
   button.addEventListener('click', () => openDetail(a.approval_id));
@@ -460,7 +459,7 @@ async function openDetail(id) {
   $('reviewable').hidden = true;
   $('closed-note').hidden = true;
   $('outcome-box').hidden = true;
-  $('self-warning').hidden = a.actor_id !== page.me.approver_id;
+  $('self-warning').hidden = true; // who asked is known once the gate shows the binding
   renderFacts(a, null);
   renderList();
   renderLive();
@@ -482,6 +481,7 @@ async function openDetail(id) {
     return;
   }
   page.view = answer.data.view;
+  $('self-warning').hidden = page.view.binding.actor_id !== page.me.approver_id;
   page.checks = await checkView(page.view, a.channel);
   renderFacts(a, page.view);
   renderReview();
@@ -495,16 +495,18 @@ function renderFacts(a, view) {
     fact('Destination', view
       ? `${view.destination_address || '(none)'} · ${a.channel}, ${a.locality}`
       : `${a.channel}, ${a.locality}`),
-    fact('Matter', a.matter_id),
-    fact('Tenant', `${a.tenant_id} · ${a.organization_id}`),
-    fact('Requested by', a.actor_id),
+    // The announcement names no matter or person (issue 15): the gate shows them
+    // to an entitled approver with the binding.
+    fact('Matter', view ? view.binding.matter_id : '(shown once opened)'),
+    fact('Tenant', view ? `${a.tenant_id} · ${view.binding.organization_id}` : a.tenant_id),
+    fact('Requested by', view ? view.binding.actor_id : '(shown once opened)'),
     fact('Required role', a.required_roles.join(', ')),
     fact('Rules requiring approval', a.rule_ids.join(', ') || '(none named)'),
     fact('Reasons', a.reason_codes.join(', ') || '(none)'),
     fact('Expires', new Date(a.expires_at_ms).toLocaleString()),
   ];
   if (view) rows.push(fact('Arguments', view.arguments_json, true));
-  rows.push(fact('Binding digest', view ? page.checks.computedDigest : a.binding_digest, true));
+  if (view) rows.push(fact('Binding digest', page.checks.computedDigest, true));
   $('facts').replaceChildren(...rows.flat());
 }
 

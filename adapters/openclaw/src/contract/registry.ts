@@ -22,8 +22,9 @@ import { VerifyKey } from "./keys.js";
 export const REGISTRY_SCHEMA = "smf.registry/1";
 export const PUBLIC_KEY_KIND = "smf.ed25519.public/1";
 export const MAX_REGISTRY_BYTES = 4 * 1024 * 1024;
-const ROLES = ["runtime", "gate", "connector", "approver"];
-const ENTRY_FIELDS = ["key", "role", "runtime_id", "connector_id", "tenants", "licensed_roles"];
+const ROLES = ["runtime", "gate", "connector", "approver", "console", "publisher", "swarm", "operator"];
+const ENTRY_FIELDS = ["key", "role", "runtime_id", "connector_id", "tenants", "licensed_roles", "nats_user"];
+const NKEY_USER_RE = /^U[A-Z2-7]{55}$/;
 const KEY_FIELDS = ["kind", "key_id", "principal", "public_key"];
 const BASE64_RE = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 
@@ -78,6 +79,9 @@ export function gateKeysOf(doc: unknown): Map<string, VerifyKey> {
     if (typeof role !== "string" || !ROLES.includes(role)) invalid(`${what}.role is not one of ${ROLES.join(", ")}`);
     if (role === "runtime" && (entry.runtime_id === undefined || entry.runtime_id === null)) invalid(`${what}: a runtime has no runtime_id`);
     if (role === "connector" && (entry.connector_id === undefined || entry.connector_id === null)) invalid(`${what}: a connector has no connector_id`);
+    if (entry.nats_user !== undefined && entry.nats_user !== null && (typeof entry.nats_user !== "string" || !NKEY_USER_RE.test(entry.nats_user))) {
+      invalid(`${what}.nats_user is not a NATS user nkey`);
+    }
     if (role === "gate") gate.set(key.keyId, key);
   });
   if (gate.size === 0) throw new RegistryError("smf_gate_keys_missing", "the registry names no key with role gate");

@@ -1,0 +1,132 @@
+"""``bus``: the bus's own authorization, from the registry (issue 15).
+
+- ``bus authorization --state-dir DIR --out FILE``: write the server's
+  accounts for the state's registry (every principal with a credential, its
+  role's permissions; the system account for reloads). The cluster's nodes
+  include this file (deploy/nats/cluster.conf); ``init`` writes it before
+  they start.
+- ``bus follow --state-dir DIR --nats URL --out FILE``: keep that file the
+  one of the release in force and reload every node when it changes, until
+  SIGINT or SIGTERM (``ops.bus_follow``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+from pathlib import Path
+
+from nats.errors import Error as NatsError
+
+from ops.bus import connect_bus
+from ops.bus_auth import (
+    SYSTEM_PRINCIPAL,
+    BusCredentialError,
+    render_authorization,
+    write_authorization,
+)
+from ops.bus_follow import ClusterFollower, follow
+from ops.logs import LOG_LEVELS, configure_logging
+from ops.output import emit_json, fail, first_line, say
+from ops.releases import ReleaseError, load_trust_root
+from ops.state import OPERATOR, StateDir
+from subjects.registry import RegistryError, load_registry
+
+FOLLOW_STATE_FILE = "bus-follow-release-state.db"
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("bus", help="the bus's authorization, generated from the registry")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    auth = actions.add_parser(
+        "authorization",
+        help="write the server's accounts for the registry",
+        description="Write the nats-server include that lets exactly the registry's "
+        "principals connect, each with its role's permissions (no anonymous client).",
+    )
+    auth.add_argument("--state-dir", type=Path, required=True, help="the provisioned state")
+    auth.add_argument("--out", type=Path, required=True, help="the include file to write")
+    auth.add_argument("--json", action="store_true", help="print JSON")
+    auth.set_defaults(func=run_authorization)
+
+    fol = actions.add_parser(
+        "follow",
+        help="keep a cluster's authorization that of the release in force",
+        description="Watch SMF_RELEASES, verify each release against the state's trust "
+        "root, write the include from its registry and reload every node; runs until "
+        "SIGINT or SIGTERM.",
+    )
+    fol.add_argument("--state-dir", type=Path, required=True, help="the provisioned state")
+    fol.add_argument("--nats", metavar="URL[,URL...]", required=True, help="the cluster")
+    fol.add_argument("--out", type=Path, required=True, help="the include file the nodes read")
+    fol.add_argument("--servers", type=int, help="how many nodes must confirm each reload")
+    fol.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")
+    fol.set_defaults(func=run_follow)
+
+
+def _render(state: StateDir) -> str:
+    try:
+        entries = [p.entry for p in load_registry(state.registry).principals.values()]
+        return render_authorization(entries, state.bus_user(SYSTEM_PRINCIPAL))
+    except (RegistryError, BusCredentialError, OSError) as exc:
+        fail(f"cannot generate the bus authorization: {first_line(exc)}")
+
+
+def run_authorization(args: argparse.Namespace) -> int:
+    state = StateDir(args.state_dir)
+    text = _render(state)
+    try:
+        changed = write_authorization(args.out, text)
+    except OSError as exc:
+        fail(f"cannot write {args.out}: {exc.strerror}")
+    users = text.count('"nkey"') - 1
+    if args.json:
+        emit_json({"out": str(args.out), "changed": changed, "principals": users})
+    else:
+        say(f"bus authorization for {users} principals written to {args.out}")
+    return 0
+
+
+async def _follow(args: argparse.Namespace, state: StateDir) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        trust_root = load_trust_root(state.trust_root)
+    except ReleaseError as exc:
+        fail(f"cannot read the trust root: {first_line(exc)}")
+    operator = await connect_bus(args.nats, "smf-bus-follow", state.existing_credential(OPERATOR))
+    system = await connect_bus(
+        args.nats, "smf-bus-follow-system", state.bus_credential(SYSTEM_PRINCIPAL)
+    )
+    try:
+        follower = ClusterFollower(
+            authorization=args.out,
+            system_user=state.bus_user(SYSTEM_PRINCIPAL),
+            system=system,
+            expected_servers=args.servers,
+        )
+        await follow(
+            js_client=operator,
+            follower=follower,
+            trust_root=trust_root,
+            state=state.root / FOLLOW_STATE_FILE,
+            clock=lambda: time.time_ns() // 1_000_000,
+            stop=stop,
+        )
+    except (NatsError, TimeoutError, OSError) as exc:
+        fail(f"the bus follower stopped: {first_line(exc)}")
+    finally:
+        await operator.close()
+        await system.close()
+
+
+def run_follow(args: argparse.Namespace) -> int:
+    configure_logging(json=not sys.stderr.isatty(), level=args.log_level)
+    asyncio.run(_follow(args, StateDir(args.state_dir)))
+    return 0

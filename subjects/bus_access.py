@@ -1,0 +1,276 @@
+"""Who may do what on the bus: the permissions of each role, as the server enforces them.
+
+ARCHITECTURE.md, "Trust and identity on the bus" and "Enforcement outside
+the runtime"; issue 15. Signatures stay the control for authenticity; these
+permissions add confidentiality and stop every other client. They are part
+of the contract (docs/SUBJECTS.md): an adapter that needs a subject not
+listed here for its role is refused by the server.
+
+Rules the table keeps:
+
+- Every principal reads only its own inbox (``_INBOX.<principal>``): replies
+  to one principal's requests, and its consumers' deliveries, reach nobody else.
+- Only the gate publishes orders (``smf.execute.>``), approval outcomes,
+  pending announcements and ledger checkpoints, and only the gate serves the
+  gate's subjects (propose, output, attest, approvals, stages).
+- A runtime proposes, streams output, attests, reports on its own
+  ``smf.result.<runtime_id>``, reads releases and approval outcomes; it reads
+  no order, no announcement and no other principal's replies. (Outcomes are
+  gate-signed ids and a disposition, the ids already public to approvers; their
+  subject does not yet name the runtime, so one runtime can read another's.)
+- A connector consumes only its own durable on ``smf.execute.<own>``, created
+  with exactly that filter, and publishes only ``smf.result.<own>``.
+- An approver asks resolve, show and status, and reads only its tenants'
+  pending announcements; the console relay reads them for every tenant.
+- Release publishers write the release bucket and nothing else; Swarm serves
+  ``smf.swarm.analyze``.
+- Nobody but an operator deletes or purges a stream or a bucket, or a
+  message of the checkpoint, order or result streams.
+
+JetStream is reached through its API subjects (``$JS.API...``); each role gets
+the API calls its code makes and nothing more, so what a permission names is
+what a client can do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from subjects import names
+from subjects.registry import RegistryEntry
+from subjects.release import RELEASE_BUCKET
+
+API: Final = "$JS.API"
+INBOX_ROOT: Final = "_INBOX"
+RELEASE_STREAM: Final = f"KV_{RELEASE_BUCKET}"
+
+OPERATOR_ROLE: Final = "operator"
+BUS_ONLY_ROLES: Final = ("console", "publisher", "swarm", OPERATOR_ROLE)
+"""Roles that exist only on the bus: they sign no message the gate verifies."""
+
+
+def inbox_prefix(principal: str) -> str:
+    """The reply-subject prefix a principal must connect with (nats-py
+    ``inbox_prefix``, nats.js ``inboxPrefix``)."""
+    return f"{INBOX_ROOT}.{names.token(principal)}"
+
+
+@dataclass(frozen=True, slots=True)
+class BusCredential:
+    """Who a client is on the bus: a principal and the file holding its nkey seed.
+
+    The seed never enters a ``repr`` or a log: only its path is held here.
+    """
+
+    principal: str
+    seed_file: Path
+
+    def connect_options(self) -> dict[str, str]:
+        """The keyword arguments ``nats.connect`` takes to connect as this principal."""
+        return {"nkeys_seed": str(self.seed_file), "inbox_prefix": inbox_prefix(self.principal)}
+
+
+def connect_options(credential: BusCredential | None) -> dict[str, str]:
+    """``credential.connect_options()``, or nothing for a bus without authorization."""
+    return {} if credential is None else credential.connect_options()
+
+
+def connector_durable(connector_id: str) -> str:
+    """The one durable consumer a connector may bind on ``SMF_EXECUTE``."""
+    return f"smf-connector-{names.token(connector_id)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """One principal's publish and subscribe allow and deny lists."""
+
+    publish_allow: tuple[str, ...]
+    subscribe_allow: tuple[str, ...]
+    publish_deny: tuple[str, ...] = ()
+    subscribe_deny: tuple[str, ...] = ()
+    allow_responses: bool = False
+    """May publish a reply to a request it received (services do)."""
+
+
+_NO_DESTRUCTION: Final = (
+    f"{API}.STREAM.DELETE.>",
+    f"{API}.STREAM.PURGE.>",
+    f"{API}.ACCOUNT.PURGE.>",
+    f"{API}.STREAM.MSG.DELETE.{names.EXECUTE_STREAM}",
+    f"{API}.STREAM.MSG.DELETE.{names.RESULT_STREAM}",
+    f"{API}.STREAM.MSG.DELETE.{names.CHECKPOINT_STREAM}",
+    f"{API}.STREAM.MSG.DELETE.{names.APPROVAL_STREAM}",
+    f"{API}.STREAM.MSG.DELETE.{RELEASE_STREAM}",
+    f"{API}.STREAM.UPDATE.{names.CHECKPOINT_STREAM}",
+    f"{API}.CONSUMER.DELETE.{names.EXECUTE_STREAM}.>",
+    f"$KV.{RELEASE_BUCKET}.>",
+)
+"""What only an operator may do: no other role deletes or purges evidence,
+orders, reports, announcements or releases, or loosens the checkpoint stream."""
+
+_READ_RELEASES: Final = (
+    f"{API}.STREAM.INFO.{RELEASE_STREAM}",
+    f"{API}.STREAM.MSG.GET.{RELEASE_STREAM}",
+    f"{API}.DIRECT.GET.{RELEASE_STREAM}",
+    f"{API}.DIRECT.GET.{RELEASE_STREAM}.>",
+)
+
+
+_GATE_KEEPS_OFF: Final = (
+    f"{API}.CONSUMER.MSG.NEXT.{names.EXECUTE_STREAM}.>",
+    f"{API}.CONSUMER.CREATE.{names.EXECUTE_STREAM}.>",
+    f"{API}.CONSUMER.CREATE.{names.EXECUTE_STREAM}",
+    f"{API}.CONSUMER.DURABLE.CREATE.{names.EXECUTE_STREAM}.>",
+)
+"""The gate publishes orders; it never consumes them, so it cannot take a
+connector's order from its durable."""
+
+
+def _gate() -> Permissions:
+    return Permissions(
+        publish_allow=(
+            f"{names.EXECUTE_PREFIX}.>",
+            f"{names.APPROVAL_PENDING_PREFIX}.>",
+            f"{names.APPROVAL_OUTCOME_PREFIX}.>",
+            f"{names.CHECKPOINT_PREFIX}.>",
+            f"{names.STAGE_PREFIX}.>",
+            f"{names.STORE_PREFIX}.>",
+            f"{API}.>",
+            "$JS.ACK.>",
+            "$JS.FC.>",
+            "$KV.>",
+        ),
+        publish_deny=(*_NO_DESTRUCTION, *_GATE_KEEPS_OFF),
+        subscribe_allow=(
+            names.PROPOSE,
+            f"{names.OUTPUT_PREFIX}.>",
+            names.ATTEST,
+            names.APPROVAL_RESOLVE,
+            names.APPROVAL_SHOW,
+            names.APPROVAL_STATUS,
+            f"{names.STAGE_PREFIX}.>",
+            "$SRV.>",
+        ),
+        allow_responses=True,
+    )
+
+
+def _runtime(runtime_id: str) -> Permissions:
+    return Permissions(
+        publish_allow=(
+            names.PROPOSE,
+            f"{names.OUTPUT_PREFIX}.>",
+            names.ATTEST,
+            names.result_subject(runtime_id),
+            *_READ_RELEASES,
+        ),
+        subscribe_allow=(f"{names.APPROVAL_OUTCOME_PREFIX}.>",),
+    )
+
+
+def _connector(connector_id: str) -> Permissions:
+    durable = connector_durable(connector_id)
+    stream = names.EXECUTE_STREAM
+    return Permissions(
+        publish_allow=(
+            names.result_subject(connector_id),
+            f"{API}.STREAM.INFO.{stream}",
+            f"{API}.STREAM.NAMES",
+            f"{API}.CONSUMER.INFO.{stream}.{durable}",
+            f"{API}.CONSUMER.CREATE.{stream}.{durable}.{names.execute_subject(connector_id)}",
+            f"{API}.CONSUMER.MSG.NEXT.{stream}.{durable}",
+            f"$JS.ACK.{stream}.{durable}.>",
+        ),
+        subscribe_allow=(),
+    )
+
+
+def _pending_reader(subjects: Iterable[str]) -> tuple[str, ...]:
+    """Read ``SMF_APPROVALS`` through a consumer filtered to ``subjects`` only.
+
+    Any consumer name may be fetched from or asked about (a subject permission
+    cannot match a name's prefix), but the reader names its consumer with 64
+    random bits and no role here may list consumers, so another reader's
+    consumer cannot be found to be read.
+    """
+    stream = names.APPROVAL_STREAM
+    calls = [
+        f"{API}.STREAM.INFO.{stream}",
+        f"{API}.CONSUMER.INFO.{stream}.*",
+        f"{API}.CONSUMER.MSG.NEXT.{stream}.*",
+    ]
+    for subject in subjects:
+        calls.append(f"{API}.CONSUMER.CREATE.{stream}.*.{subject}")
+    calls.append(f"{API}.CONSUMER.DELETE.{stream}.*")
+    return tuple(calls)
+
+
+_APPROVAL_REQUESTS: Final = (names.APPROVAL_RESOLVE, names.APPROVAL_SHOW, names.APPROVAL_STATUS)
+
+
+def _approver(tenants: tuple[str, ...]) -> Permissions:
+    pending = tuple(names.approval_pending_subject(t) for t in tenants)
+    return Permissions(
+        publish_allow=(*_APPROVAL_REQUESTS, *_pending_reader(pending)),
+        subscribe_allow=pending,
+    )
+
+
+def _console() -> Permissions:
+    every = f"{names.APPROVAL_PENDING_PREFIX}.>"
+    return Permissions(
+        publish_allow=(*_APPROVAL_REQUESTS, *_pending_reader((every,))),
+        subscribe_allow=(every,),
+    )
+
+
+def _publisher() -> Permissions:
+    return Permissions(
+        publish_allow=(f"$KV.{RELEASE_BUCKET}.>", *_READ_RELEASES),
+        subscribe_allow=(),
+    )
+
+
+def _swarm() -> Permissions:
+    return Permissions(
+        publish_allow=(),
+        subscribe_allow=(names.SWARM_ANALYZE, "$SRV.>"),
+        allow_responses=True,
+    )
+
+
+def _operator() -> Permissions:
+    return Permissions(publish_allow=(">",), subscribe_allow=(">",), allow_responses=True)
+
+
+def permissions_for(entry: RegistryEntry) -> Permissions:
+    """The permissions of one registry entry: its role's, for its own ids."""
+    own = inbox_prefix(entry.key.principal) + ".>"
+    if entry.role == "gate":
+        base = _gate()
+    elif entry.role == "runtime":
+        assert entry.runtime_id is not None  # the registry refuses a runtime without one
+        base = _runtime(entry.runtime_id)
+    elif entry.role == "connector":
+        assert entry.connector_id is not None
+        base = _connector(entry.connector_id)
+    elif entry.role == "approver":
+        base = _approver(entry.tenants)
+    elif entry.role == "console":
+        base = _console()
+    elif entry.role == "publisher":
+        base = _publisher()
+    elif entry.role == "swarm":
+        base = _swarm()
+    else:
+        base = _operator()
+    return Permissions(
+        publish_allow=base.publish_allow,
+        publish_deny=base.publish_deny,
+        subscribe_allow=(*base.subscribe_allow, own),
+        subscribe_deny=base.subscribe_deny,
+        allow_responses=base.allow_responses,
+    )

@@ -1,0 +1,418 @@
+"""The bus lets no one in where they don't belong (issue 15), as the server enforces it.
+
+Every principal of the demo registry connects with its own real credential
+(``keys/<principal>.nkey``) to a server whose authorization was generated
+from that registry (``ops.bus_auth``), and tries every action of the table
+below. What its role may do must succeed; everything else must be refused BY
+THE SERVER: a permissions violation naming the subject, seen on the client's
+connection, never a timeout that could mean anything. The same table runs on
+one embedded server and on the three-node cluster (``LocalNatsCluster``,
+started from the node config docker-compose.yml mounts).
+
+Also: an anonymous client is refused; an operator may delete and purge (on a
+scratch stream); a runtime revoked by a new release is disconnected, and its
+next connection and publish are refused, within seconds, with no gate restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+import msgspec
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.errors import NoRespondersError
+
+from ops.cluster import LocalNatsCluster
+from ops.natsserver import EmbeddedNatsServer
+from ops.runtimes import provision_runtime
+from ops.stack import start_embedded_server, start_stack
+from ops.state import CONSOLE, OPERATOR, PUBLISHER, StateDir, provision_demo, refresh_demo_release
+from subjects import names
+from subjects.bus_access import BusCredential, connector_durable
+from subjects.registry import RegistryFile, encode_registry
+from subjects.release import RELEASE_BUCKET
+from tests.bus_helpers import registry_entries, wait_for
+
+Outcome = Literal["allowed", "refused"]
+ANSWER_TIMEOUT_S: Final = 5.0
+
+GATE, RUNTIME, DMS, COURT, ATTORNEY = "gate", "runtime", "dms", "court-efiling", "attorney-alex"
+ROLES: Final = (GATE, RUNTIME, DMS, COURT, ATTORNEY, CONSOLE, PUBLISHER, OPERATOR)
+EVERYONE: Final = frozenset(ROLES)
+OTHER_TENANT: Final = "tenant-other"
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    kind: Literal["pub", "sub", "req"]
+    subject: str
+    allowed: frozenset[str]
+    """Who may; the operator may everything."""
+    payload: bytes = b"{}"
+
+
+def who(*roles: str) -> frozenset[str]:
+    return frozenset({*roles, OPERATOR})
+
+
+API = "$JS.API"
+ACTIONS: Final = (
+    Action("read every order", "sub", "smf.execute.>", who()),
+    Action("read the dms orders", "sub", "smf.execute.dms", who()),
+    Action("publish an order", "pub", "smf.execute.dms", who(GATE)),
+    Action("publish an approval outcome", "pub", "smf.approval.outcome." + "ab" * 32, who(GATE)),
+    Action("publish an announcement", "pub", "smf.approval.pending.tenant-acme", who(GATE)),
+    Action("publish a checkpoint", "pub", "smf.ledger.checkpoint.smf-gate", who(GATE)),
+    Action("report as dms", "pub", "smf.result.dms", who(DMS)),
+    Action("report as court-efiling", "pub", "smf.result.court-efiling", who(COURT)),
+    Action("report as the runtime", "pub", "smf.result.scripted-demo", who(RUNTIME)),
+    Action(
+        "consume the dms durable",
+        "req",
+        f"{API}.CONSUMER.MSG.NEXT.{names.EXECUTE_STREAM}.{connector_durable(DMS)}",
+        who(DMS),
+        b'{"batch":1,"no_wait":true}',
+    ),
+    Action(
+        "consume the court-efiling durable",
+        "req",
+        f"{API}.CONSUMER.MSG.NEXT.{names.EXECUTE_STREAM}.{connector_durable(COURT)}",
+        who(COURT),
+        b'{"batch":1,"no_wait":true}',
+    ),
+    Action(
+        "create another connector's consumer",
+        "req",
+        f"{API}.CONSUMER.CREATE.{names.EXECUTE_STREAM}.{connector_durable(DMS)}.smf.execute.court-efiling",
+        who(),
+    ),
+    Action("delete SMF_EXECUTE", "req", f"{API}.STREAM.DELETE.{names.EXECUTE_STREAM}", who()),
+    Action("purge SMF_EXECUTE", "req", f"{API}.STREAM.PURGE.{names.EXECUTE_STREAM}", who()),
+    Action(
+        "delete the checkpoints",
+        "req",
+        f"{API}.STREAM.DELETE.{names.CHECKPOINT_STREAM}",
+        who(),
+    ),
+    Action("purge the checkpoints", "req", f"{API}.STREAM.PURGE.{names.CHECKPOINT_STREAM}", who()),
+    Action("delete the release bucket", "req", f"{API}.STREAM.DELETE.KV_{RELEASE_BUCKET}", who()),
+    Action("purge the release bucket", "req", f"{API}.STREAM.PURGE.KV_{RELEASE_BUCKET}", who()),
+    Action("delete the approvals KV bucket", "req", f"{API}.STREAM.DELETE.KV_smf_approvals", who()),
+    Action(
+        "purge the claims KV bucket", "req", f"{API}.STREAM.PURGE.KV_smf_proposal_claims", who()
+    ),
+    Action("write a release", "pub", f"$KV.{RELEASE_BUCKET}.release.x", who(PUBLISHER)),
+    Action(
+        "read a release",
+        "req",
+        f"{API}.STREAM.INFO.KV_{RELEASE_BUCKET}",
+        who(GATE, RUNTIME, PUBLISHER),
+    ),
+    Action("propose", "req", names.PROPOSE, who(RUNTIME), b"not a proposal"),
+    Action("attest", "req", names.ATTEST, who(RUNTIME), b"not an attestation"),
+    Action("stream output", "pub", "smf.output.s-1", who(RUNTIME)),
+    Action("resolve an approval", "req", names.APPROVAL_RESOLVE, who(ATTORNEY, CONSOLE)),
+    Action("show an approval", "req", names.APPROVAL_SHOW, who(ATTORNEY, CONSOLE)),
+    Action("ask an approval's state", "req", names.APPROVAL_STATUS, who(ATTORNEY, CONSOLE)),
+    Action(
+        "read the tenant's announcements",
+        "sub",
+        "smf.approval.pending.tenant-acme",
+        who(ATTORNEY, CONSOLE),
+    ),
+    Action(
+        "read another tenant's announcements",
+        "sub",
+        f"smf.approval.pending.{OTHER_TENANT}",
+        who(CONSOLE),
+    ),
+    Action(
+        "page another tenant's announcements",
+        "req",
+        f"{API}.CONSUMER.CREATE.{names.APPROVAL_STREAM}.x.smf.approval.pending.{OTHER_TENANT}",
+        who(GATE, CONSOLE),
+    ),
+    Action("serve smf.propose", "sub", names.PROPOSE, who(GATE)),
+    Action("serve a stage", "sub", names.STAGE_DISPATCH, who(GATE)),
+    Action("call the dispatch stage", "req", names.STAGE_DISPATCH, who(GATE)),
+    Action("read the gate's replies", "sub", "_INBOX.gate.>", who(GATE)),
+    Action("read the runtime's replies", "sub", "_INBOX.runtime.>", who(RUNTIME)),
+)
+
+
+def concrete(subject: str) -> str:
+    """A subject a wildcard subscription would receive."""
+    return subject.replace(">", "probe").replace("*", "probe")
+
+
+class Prober:
+    """One principal's connection, telling "allowed" from "refused by the server".
+
+    Both answers are positive observations, never the absence of one: a refusal
+    is the server's permissions violation naming the subject; an allowance is
+    the server acting on the message (a reply, a JetStream acknowledgement, or
+    "no responders" for a request it routed; for a subscription, a message the
+    operator publishes on it arriving). A deadline only bounds a failure.
+    """
+
+    def __init__(self, nc: Client, errors: list[str], changed: asyncio.Event) -> None:
+        self.nc = nc
+        self.errors = errors
+        self.changed = changed
+
+    @classmethod
+    async def connect(cls, servers: list[str], credential: BusCredential) -> Prober:
+        errors: list[str] = []
+        changed = asyncio.Event()
+
+        async def on_error(exc: Exception) -> None:
+            errors.append(str(exc).lower())
+            changed.set()
+
+        nc = await nats.connect(
+            servers=servers,
+            connect_timeout=5,
+            allow_reconnect=False,
+            error_cb=on_error,
+            **credential.connect_options(),
+        )
+        return cls(nc, errors, changed)
+
+    def _refused(self, verb: str, subject: str) -> bool:
+        wanted = f'permissions violation for {verb} to "{subject}"'.lower()
+        return any(wanted in error for error in self.errors)
+
+    async def _race(self, verb: str, subject: str, allowed: asyncio.Future[None]) -> Outcome:
+        deadline = asyncio.get_running_loop().time() + ANSWER_TIMEOUT_S
+        try:
+            while True:
+                if self._refused(verb, subject):
+                    return "refused"
+                if allowed.done():
+                    if allowed.exception() is None:
+                        return "allowed"
+                    raise AssertionError(f"{subject}: {allowed.exception()!r}")
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    raise AssertionError(f"{subject}: neither answered nor refused")
+                self.changed.clear()
+                waiter: asyncio.Future[None] = asyncio.ensure_future(self._error_seen())
+                await asyncio.wait(
+                    (waiter, allowed), timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                )
+                waiter.cancel()
+        finally:
+            if not allowed.done():
+                allowed.cancel()
+
+    async def _error_seen(self) -> None:
+        await self.changed.wait()
+
+    async def _answered(self, subject: str, payload: bytes) -> None:
+        try:
+            await self.nc.request(subject, payload, timeout=ANSWER_TIMEOUT_S)
+        except NoRespondersError:
+            return  # the server routed the request; nobody serves it here
+
+    async def try_action(self, action: Action, operator: Client) -> Outcome:
+        self.errors.clear()
+        if action.kind == "sub":
+            received: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            async def on_msg(_msg: object) -> None:
+                if not received.done():
+                    received.set_result(None)
+
+            sub = await self.nc.subscribe(action.subject, cb=on_msg)
+            await self.nc.flush()
+
+            async def publish_until_received() -> None:
+                while not received.done():
+                    await operator.publish(concrete(action.subject), b"probe")
+                    await operator.flush()
+                    await asyncio.sleep(0.05)
+
+            pusher = asyncio.create_task(publish_until_received())
+            try:
+                return await self._race("subscription", action.subject, received)
+            finally:
+                pusher.cancel()
+                with contextlib.suppress(NatsError, asyncio.CancelledError):
+                    await sub.unsubscribe()
+        answered = asyncio.ensure_future(self._answered(action.subject, action.payload))
+        return await self._race("publish", action.subject, answered)
+
+    async def close(self) -> None:
+        with contextlib.suppress(NatsError):
+            await self.nc.close()
+
+
+async def run_matrix(servers: list[str], state: StateDir) -> list[str]:
+    """Every action for every role; the list of rows that differ from the table."""
+    wrong: list[str] = []
+    operator_credential = state.existing_credential(OPERATOR)
+    assert operator_credential is not None
+    operator = await nats.connect(servers=servers, **operator_credential.connect_options())
+    try:
+        for role in ROLES:
+            wrong += await _role_rows(servers, state, role, operator)
+    finally:
+        await operator.close()
+    return wrong
+
+
+async def _role_rows(servers: list[str], state: StateDir, role: str, operator: Client) -> list[str]:
+    wrong: list[str] = []
+    credential = state.existing_credential(role)
+    assert credential is not None, role
+    prober = await Prober.connect(servers, credential)
+    try:
+        for action in ACTIONS:
+            try:
+                observed = await prober.try_action(action, operator)
+            except AssertionError as exc:
+                wrong.append(f"{role}: {action.name}: {exc}")
+                continue
+            expected: Outcome = "allowed" if role in action.allowed else "refused"
+            if observed != expected:
+                wrong.append(f"{role}: {action.name}: expected {expected}, got {observed}")
+    finally:
+        await prober.close()
+    return wrong
+
+
+async def anonymous_refused(url: str) -> bool:
+    try:
+        nc = await nats.connect(url, connect_timeout=5, allow_reconnect=False)
+    except NatsError as exc:
+        return "authorization violation" in str(exc).lower()
+    await nc.close()
+    return False
+
+
+async def operator_may_destroy(servers: list[str], state: StateDir) -> None:
+    credential = state.existing_credential(OPERATOR)
+    assert credential is not None
+    nc = await nats.connect(servers=servers, **credential.connect_options())
+    try:
+        js = nc.jetstream(timeout=10)
+        await js.add_stream(name="SMF_SCRATCH", subjects=["scratch.>"])
+        await js.publish("scratch.a", b"x")
+        await js.purge_stream("SMF_SCRATCH")
+        assert await js.delete_stream("SMF_SCRATCH")
+    finally:
+        await nc.close()
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> StateDir:
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    return state
+
+
+@pytest.fixture
+def server(state: StateDir) -> Iterator[EmbeddedNatsServer]:
+    server = start_embedded_server(state)
+    yield server
+    server.close()
+
+
+async def test_every_role_may_do_exactly_its_part_on_one_server(
+    server: EmbeddedNatsServer, state: StateDir
+) -> None:
+    assert await anonymous_refused(server.url)
+    assert await run_matrix([server.url], state) == []
+    await operator_may_destroy([server.url], state)
+
+
+async def test_every_role_may_do_exactly_its_part_on_the_cluster(
+    nats_cluster: LocalNatsCluster, state: StateDir
+) -> None:
+    await nats_cluster.authorize(registry_entries(state.registry))
+    for url in nats_cluster.urls:
+        assert await anonymous_refused(url)
+    assert await run_matrix(nats_cluster.urls, state) == []
+    await operator_may_destroy(nats_cluster.urls, state)
+
+
+async def test_the_matrix_sees_a_refusal_it_is_told_to_expect(
+    server: EmbeddedNatsServer, state: StateDir
+) -> None:
+    """A control: the prober reports a real refusal as refused and an allowed
+    action as allowed, so an all-green matrix is not the prober seeing nothing."""
+    credential = state.existing_credential(RUNTIME)
+    assert credential is not None
+    prober = await Prober.connect([server.url], credential)
+    try:
+        operator_credential = state.existing_credential(OPERATOR)
+        assert operator_credential is not None
+        operator = await nats.connect(server.url, **operator_credential.connect_options())
+        assert await prober.try_action(ACTIONS[0], operator) == "refused"
+        allowed = Action("ok", "pub", "smf.output.s-2", EVERYONE)
+        assert await prober.try_action(allowed, operator) == "allowed"
+        await operator.close()
+    finally:
+        await prober.close()
+
+
+# --- revocation by a new release ------------------------------------------------------
+
+REVOKED: Final = "runtime-b"
+
+
+async def test_a_runtime_revoked_by_a_new_release_is_cut_off_without_a_gate_restart(
+    state: StateDir,
+) -> None:
+    provision_runtime(state, REVOKED, "runtime-b-id", require_attestation=False)
+    stack = await start_stack(state, with_connectors=False)
+    credential = state.existing_credential(REVOKED)
+    assert credential is not None
+    closed = asyncio.Event()
+
+    async def on_closed() -> None:
+        closed.set()
+
+    revoked = await nats.connect(
+        stack.url, allow_reconnect=False, closed_cb=on_closed, **credential.connect_options()
+    )
+    try:
+        await revoked.publish("smf.output.s-1", b"before")
+        await revoked.flush()
+        registry = msgspec.json.decode(state.registry.read_bytes(), type=RegistryFile)
+        kept = tuple(e for e in registry.entries if e.key.principal != REVOKED)
+        state.registry.write_bytes(encode_registry(kept))
+        refresh_demo_release(state)  # a new signed release without runtime-b, in the inbox
+        started = time.monotonic()
+        assert stack.gate.releases is not None
+        await stack.gate.releases.scan_inbox()
+        await wait_for(closed.is_set, timeout=10)
+        cut_off = time.monotonic() - started
+        with pytest.raises(NatsError, match="Authorization Violation"):
+            await nats.connect(
+                stack.url, connect_timeout=5, allow_reconnect=False, **credential.connect_options()
+            )
+        assert stack.server is not None
+        assert stack.server.running  # the server reloaded; nothing restarted
+        assert cut_off < 10
+        # The others are still served: the scripted runtime is still in the registry.
+        runtime = state.existing_credential(RUNTIME)
+        assert runtime is not None
+        still = await nats.connect(stack.url, **runtime.connect_options())
+        await still.publish("smf.output.s-3", b"after")
+        await still.flush()
+        await still.close()
+    finally:
+        if not revoked.is_closed:
+            await revoked.close()
+        await stack.stop()
