@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,11 +32,13 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 
+from ops.bus_auth import write_user_seed
 from ops.cluster import LocalNatsCluster
 from ops.natsserver import EmbeddedNatsServer
 from ops.runtimes import provision_runtime
-from ops.stack import start_embedded_server, start_stack
+from ops.stack import gate_config, start_embedded_server, start_stack
 from ops.state import CONSOLE, OPERATOR, PUBLISHER, StateDir, provision_demo, refresh_demo_release
+from pipeline.assembly import BusUnavailableError, start_gate
 from subjects import names
 from subjects.bus_access import BusCredential, connector_durable
 from subjects.registry import RegistryFile, encode_registry
@@ -416,3 +419,19 @@ async def test_a_runtime_revoked_by_a_new_release_is_cut_off_without_a_gate_rest
         if not revoked.is_closed:
             await revoked.close()
         await stack.stop()
+
+
+async def test_a_gate_the_bus_refuses_fails_its_start_with_the_servers_reason(
+    state: StateDir, server: EmbeddedNatsServer, tmp_path: Path
+) -> None:
+    """A gate whose credential is not in the server's authorization ends its start
+    (``BusUnavailableError``, naming the refusal) instead of retrying forever; the
+    same gate with its registered credential starts."""
+    stranger = BusCredential("gate", tmp_path / "gate.nkey")
+    write_user_seed(stranger.seed_file)
+    config = dataclasses.replace(gate_config(state, server.url), join_seconds=2.0)
+    with pytest.raises(BusUnavailableError, match="Authorization Violation"):
+        await start_gate(dataclasses.replace(config, credential=stranger))
+    running = await start_gate(config)
+    assert running.nc.is_connected
+    await running.close()

@@ -444,6 +444,7 @@ async def test_a_cluster_gate_refuses_a_stream_with_fewer_replicas(
     )
     state = StateDir(tmp_path / "state-r1")
     provision_with_extra_approvers(state)
+    await nats_cluster.authorize(registry_entries(state.registry))
     with pytest.raises(RuntimeError, match="has 1 replica"):
         await start_gate(
             gate_config(

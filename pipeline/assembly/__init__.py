@@ -17,9 +17,10 @@ from pipeline.assembly.config import (
     shipped_mapper_tables,
     wall_clock_ms,
 )
-from pipeline.assembly.gate import RunningGate, start_gate
+from pipeline.assembly.gate import BusUnavailableError, RunningGate, start_gate
 
 __all__ = [
+    "BusUnavailableError",
     "ClusterSettings",
     "GateConfig",
     "ReleaseSource",

@@ -101,6 +101,9 @@ class GateConfig:
     """Call the stages in process (their services still answer on the bus)."""
     cluster: ClusterSettings | None = None
     clock: Callable[[], int] = wall_clock_ms
+    join_seconds: float = 30.0
+    """How long the first connection may take before the start fails
+    (``BusUnavailableError``, with the server's last reason)."""
     stage_timeout: float = 2.0
     sweep_seconds: float = 1.0
     buffer_limits: BufferLimits | None = None

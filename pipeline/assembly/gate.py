@@ -20,9 +20,9 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-import nats
 import structlog
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.js.client import JetStreamContext
 from nats.micro.service import Service
 
@@ -198,15 +198,51 @@ def _close_claim(
     return claim
 
 
+class BusUnavailableError(RuntimeError):
+    """No server of the bus let the gate in within ``GateConfig.join_seconds``.
+
+    Issue 15: a credential the bus refuses (revoked, unknown, or none where
+    authorization is on) ends the start with the server's reason; it is not
+    retried forever behind a start that seems to hang.
+    """
+
+
+async def _join_bus(config: GateConfig) -> Client:
+    """The gate's connection: the first join bounded, reconnects after it unbounded
+    (a gate that was in keeps trying to get back; its stages deny meanwhile)."""
+    refused: list[str] = []
+    joined = False
+
+    async def on_error(exc: Exception) -> None:
+        if joined:
+            log.warning("bus_error", error=type(exc).__name__)
+        else:
+            refused.append(str(exc) if isinstance(exc, NatsError) else type(exc).__name__)
+
+    nc = Client()
+    try:
+        async with asyncio.timeout(config.join_seconds):
+            await nc.connect(
+                servers=list(config.servers),
+                name=config.name,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                error_cb=on_error,
+                **connect_options(config.credential),
+            )
+    except TimeoutError:
+        await nc.close()
+        last = refused[-1] if refused else "no answer"
+        raise BusUnavailableError(
+            f"no NATS server let the gate in within {config.join_seconds:g} s ({last})"
+        ) from None
+    joined = True
+    return nc
+
+
 async def start_gate(config: GateConfig) -> RunningGate:
     """Build and start one gate; on failure close what was opened and raise."""
-    nc = await nats.connect(
-        servers=list(config.servers),
-        name=config.name,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=0.5,
-        **connect_options(config.credential),
-    )
+    nc = await _join_bus(config)
     async with contextlib.AsyncExitStack() as undo:
         undo.push_async_callback(nc.close)
         js = nc.jetstream()
