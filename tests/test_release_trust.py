@@ -41,7 +41,7 @@ from pipeline.core.release_trust import (
     check_in_force,
 )
 from subjects import dsse
-from subjects.canonical import sha256_identity
+from subjects.canonical import canonical_bytes, sha256_identity
 from subjects.release import (
     MAX_BUNDLE_BYTES,
     PAYLOAD_RELEASE_MANIFEST,
@@ -173,6 +173,27 @@ def test_a_signed_payload_that_is_not_a_canonical_manifest_is_malformed(
         envelope = dsse.sign(PAYLOAD_RELEASE_MANIFEST, body, list(SIGNERS[:2]))
         with pytest.raises(MalformedReleaseError):
             ReleaseTrust(ROOT).verify_update(data(swap(v1, envelope=envelope)), NOW)
+
+
+@pytest.mark.parametrize("sequence", [0, -1, 2**53], ids=["zero", "negative", "unsafe"])
+def test_a_sequence_that_is_not_a_positive_safe_integer_is_malformed(
+    v1: ReleaseBundle, sequence: int
+) -> None:
+    """Sequences start at 1 (``release.<sequence>`` keys, rollback floors) and stay
+    within what a JavaScript consumer reads exactly (I-JSON)."""
+    manifest = json.loads(base64.b64decode(v1.envelope.payload))
+    manifest["sequence"] = sequence
+    body = json.dumps(manifest, separators=(",", ":"), sort_keys=True).encode()
+    envelope = dsse.sign(PAYLOAD_RELEASE_MANIFEST, body, list(SIGNERS[:2]))
+    with pytest.raises(MalformedReleaseError, match="sequence"):
+        ReleaseTrust(ROOT).verify_update(data(swap(v1, envelope=envelope)), NOW)
+
+
+def test_the_largest_safe_sequence_is_a_valid_release(corpus: Path) -> None:
+    last = 2**53 - 1
+    assert (
+        ReleaseTrust(ROOT).verify_update(data(build(corpus, sequence=last)), NOW).sequence == last
+    )
 
 
 def test_a_lease_ending_before_issue_is_malformed(v1: ReleaseBundle) -> None:
@@ -498,6 +519,47 @@ def test_signed_artifacts_naming_another_release_are_refused(
     )
     bundle = swap(resign(v1, digests=digests), enforcement=other.enforcement)
     with pytest.raises(ReleaseContentError, match="names release rel-other"):
+        ReleaseTrust(ROOT).verify_update(data(bundle), NOW)
+
+
+def _signed_with(bundle: ReleaseBundle, artifact: str, raw: bytes) -> ReleaseBundle:
+    """``bundle`` with ``artifact`` replaced by ``raw`` and a manifest naming its digest,
+    signed by the trust root: the signers' own mistake, not a mix-and-match."""
+    digests = msgspec.structs.replace(
+        manifest_of(bundle).digests, **{artifact: sha256_identity(raw)}
+    )
+    return swap(resign(bundle, digests=digests), **{artifact: raw})
+
+
+@pytest.mark.parametrize("artifact", ["enforcement", "analysis"])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("release_sequence", 2), ("recipe_id", sha256_identity(b"another recipe"))],
+)
+def test_a_signed_projection_naming_another_sequence_or_recipe_is_refused(
+    v1: ReleaseBundle, artifact: str, field: str, value: object
+) -> None:
+    """A projection compiled for release #2 (or by another recipe) under manifest #1
+    would be evaluated as #1's policy: both projections must name the manifest's
+    release, sequence and recipe."""
+    projection = json.loads(getattr(v1, artifact))
+    projection[field] = value
+    bundle = _signed_with(v1, artifact, canonical_bytes(projection))
+    with pytest.raises(ReleaseContentError, match=f"{artifact} projection names release"):
+        ReleaseTrust(ROOT).verify_update(data(bundle), NOW)
+
+
+@pytest.mark.parametrize("artifact", ["enforcement", "analysis"])
+def test_a_signed_projection_with_a_duplicate_key_is_refused(
+    v1: ReleaseBundle, artifact: str
+) -> None:
+    """Two parsers may read two values from one signed projection with a duplicate
+    key (msgspec takes the last, others the first): only the canonical form is used."""
+    raw: bytes = getattr(v1, artifact)
+    doubled = b'{"release_id":"rel-evil",' + raw[1:]
+    assert msgspec.json.decode(doubled)["release_id"] == "rel-test"
+    bundle = _signed_with(v1, artifact, doubled)
+    with pytest.raises(ReleaseContentError, match="canonical"):
         ReleaseTrust(ROOT).verify_update(data(bundle), NOW)
 
 
