@@ -8,6 +8,8 @@ one thing it is about:
   ``BASE_ENVELOPE`` and applies dotted-path overrides; the value ``DELETE``
   removes the field. ``envelope_dict`` does the same without validating, for
   tests that need an invalid envelope.
+- ``proposal_dict({"facts.classification": "unknown"})`` does the same for
+  ``BASE_PROPOSAL``, a runtime's proposal in its JSON form.
 - ``make_rule``, ``make_policy`` and ``make_release`` build corpus records in
   the JSON form the compiler reads (``ops/corpus/scenarios`` is the example);
   ``write_corpus`` writes them as a corpus directory.
@@ -137,6 +139,39 @@ def envelope_json(overrides: Mapping[str, Any] | None = None, /, **more: Any) ->
 def make_envelope(overrides: Mapping[str, Any] | None = None, /, **more: Any) -> OperationEnvelope:
     """A validated ``OperationEnvelope``: ``BASE_ENVELOPE`` plus dotted-path overrides."""
     return envelope_from_builtins(envelope_dict(overrides, **more))
+
+
+BASE_PROPOSAL: Final[Mapping[str, Any]] = {
+    "schema": "smf.proposal/1",
+    "proposal_id": "prop-0001",
+    "runtime_id": "rt-test",
+    "runtime_version": "1.0",
+    "adapter_id": "smf-scripted-adapter",
+    "surface": "tool_call",
+    "native_tool": "dms_read",
+    "arguments": {"document_id": "doc-1207"},
+    "content": "",
+    "destination": {"address": "", "locality": "internal"},
+    "actor": dict(BASE_ENVELOPE["professional"]),
+    "facts": {
+        "classification": "internal",
+        "injection_taint": "clear",
+        "redaction_status": "none",
+        "legal_hold": False,
+        "citation_verification": "not_applicable",
+    },
+    "issued_at_ms": AT_MS,
+}
+"""A valid proposal of the shipped scripted adapter: read one document, every fact known."""
+
+
+def proposal_dict(overrides: Mapping[str, Any] | None = None, /, **more: Any) -> dict[str, Any]:
+    """``BASE_PROPOSAL`` with dotted-path overrides applied (``DELETE`` removes); not
+    validated, so a test can send what the decoder must refuse."""
+    document: dict[str, Any] = copy.deepcopy(dict(BASE_PROPOSAL))
+    for path, value in {**(overrides or {}), **more}.items():
+        set_path(document, path, copy.deepcopy(value))
+    return document
 
 
 CONSEQUENTIAL_TRIGGERS: Final[Mapping[str, Mapping[str, Any]]] = {
