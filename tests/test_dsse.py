@@ -140,6 +140,25 @@ def test_url_safe_base64_is_accepted() -> None:
     assert verify(decode_envelope(encode_envelope(url_safe)), _trusted(ALICE)).payload == payload
 
 
+@pytest.mark.parametrize(
+    ("standard", "url_safe"),
+    [("+", "-"), ("/", "_")],
+    ids=["slash-with-dash", "plus-with-underscore"],
+)
+def test_a_signed_payload_spelled_in_both_alphabets_is_refused(
+    standard: str, url_safe: str
+) -> None:
+    """One signature, one spelling (``_b64decode``): a validly signed payload whose
+    base64 mixes the alphabets, keeping one standard character (``/`` or ``+``)
+    beside URL-safe ones, is not a third spelling of the same message."""
+    payload = b"\xfb\xff\xbf" * 4  # standard base64 "+/+/...": both special characters
+    envelope = sign(PAYLOAD_TYPE, payload, [ALICE])
+    assert "+" in envelope.payload and "/" in envelope.payload
+    mixed = envelope.payload.replace(standard, url_safe)
+    with pytest.raises(MalformedEnvelopeError, match="mixes standard and URL-safe"):
+        decode_envelope(encode_envelope(msgspec.structs.replace(envelope, payload=mixed)))
+
+
 def test_verified_key_ids_lists_every_distinct_verifying_key() -> None:
     envelope = sign(PAYLOAD_TYPE, PAYLOAD, [ALICE, BOB, CAROL])
     verified = verify(envelope, _trusted(ALICE, BOB, CAROL), threshold=2)
