@@ -1,0 +1,231 @@
+"""A value that passed its check cannot be changed afterwards (issue 18).
+
+ARCHITECTURE.md, "Subjects are the public API": the contract's Structs are
+frozen. Checks run once, at the edge (STYLE.md, msgspec), so everything
+after a check trusts the value it checked: a verified manifest's sequence, a
+verification's signer set, a decision's requirements, an approval binding's
+expiry, a normalized envelope's locality. If any of them could be assigned
+to in place, code holding the value after the check (a stage, a plugin, a
+later bug) could loosen what was checked without anyone re-checking it.
+
+Each value here comes out of the production path that checks it (release
+verification, DSSE verification, normalization through the shipped mapper
+table, evaluation under the shipped release, the approval messages'
+decoders), and every attempt to assign one of its fields is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+import pytest
+
+from ops.projections import load_policy_set
+from pipeline.core.decision import Decision
+from pipeline.core.evaluator import evaluate
+from pipeline.core.normalize import Normalized, decode_mapper, normalize
+from pipeline.core.projection import decode_enforcement, projection_bytes
+from pipeline.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
+from pipeline.stages.approvals import HeldAction, bind
+from subjects import dsse, names
+from subjects.approvals import (
+    ApprovalResolution,
+    ApprovalView,
+    PendingAnnouncement,
+    ResolutionReply,
+    ShowRequest,
+    binding_digest,
+)
+from subjects.canonical import identity_of
+from subjects.keys import SigningKey
+from subjects.messages import Proposal
+from subjects.release import decode_bundle, decode_trust_root, encode_trust_root
+from tests.builders import (
+    ALWAYS,
+    AT_MS,
+    enforcement_projection,
+    make_policy,
+    make_rule,
+    proposal_dict,
+)
+from tests.release_helpers import HOUR, SIGNERS, T0, build, data, root_of, small_corpus
+
+MAPPERS: Final = Path(__file__).resolve().parent.parent / "pipeline" / "mappers"
+APPROVER: Final = SigningKey.from_seed(b"\x41" * 32)
+ROOT: Final = root_of(SIGNERS, 2)
+
+
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory: pytest.TempPathFactory) -> VerifiedRelease:
+    bundle = build(small_corpus(tmp_path_factory.mktemp("corpus") / "c"))
+    return ReleaseTrust(ROOT).verify_update(data(bundle), TrustedTime(T0 + HOUR))
+
+
+@cache
+def normalized_filing() -> Normalized:
+    table = decode_mapper((MAPPERS / "smf-scripted-adapter.json").read_bytes())
+    document = proposal_dict(
+        native_tool="court_efile",
+        arguments={"court": "sdny", "document": "brief.pdf"},
+        content="The brief.",
+    )
+    proposal = msgspec.json.decode(json.dumps(document).encode(), type=Proposal)
+    return normalize(proposal, {table.adapter_id: table})
+
+
+def _signed(payload_type: str, value: msgspec.Struct) -> tuple[Any, dsse.Verified]:
+    envelope = dsse.decode_envelope(
+        dsse.encode_envelope(dsse.sign_struct(payload_type, value, [APPROVER]))
+    )
+    return dsse.open_struct(
+        envelope, {APPROVER.key_id: APPROVER.verify_key}, type(value), payload_type
+    )
+
+
+@cache
+def approval_messages() -> dict[str, msgspec.Struct]:
+    """Each approval message as its receiver decodes it."""
+    filing = normalized_filing()
+    decision = evaluate(filing.envelope, load_policy_set(), at_ms=AT_MS)
+    binding = bind(_held(filing, decision), "rel-1", identity_of({"p": 1}), AT_MS, AT_MS + 300_000)
+    digest = binding_digest(binding)
+    resolution, verified = _signed(
+        names.PAYLOAD_RESOLUTION,
+        ApprovalResolution(
+            schema="smf.approval-resolution/1",
+            approval_id=binding.approval_id,
+            decision="allow-once",
+            binding_digest=digest,
+            resolver_id="attorney-ann",
+            resolved_at_ms=AT_MS,
+        ),
+    )
+    show, _ = _signed(
+        names.PAYLOAD_SHOW_REQUEST,
+        ShowRequest(
+            schema="smf.approval-show/1",
+            approval_id=binding.approval_id,
+            resolver_id="attorney-ann",
+            requested_at_ms=AT_MS,
+        ),
+    )
+
+    def received(value: msgspec.Struct) -> msgspec.Struct:
+        return msgspec.json.decode(msgspec.json.encode(value), type=type(value))
+
+    announcement = PendingAnnouncement(
+        schema="smf.approval-pending/1",
+        approval_id=binding.approval_id,
+        binding=binding,
+        binding_digest=digest,
+        capability="external.transmit",
+        channel="electronic_filing",
+        locality="external",
+        native_tool="court_efile",
+        rule_ids=decision.rule_ids,
+        reason_codes=decision.reason_codes,
+    )
+    view = ApprovalView(
+        schema="smf.approval-view/1",
+        binding=binding,
+        binding_digest=digest,
+        state="pending",
+        native_tool="court_efile",
+        destination_address=filing.destination_address,
+        content=filing.content,
+        arguments_json="{}",
+    )
+    reply = ResolutionReply(
+        schema="smf.resolution-reply/1", approval_id=binding.approval_id, accepted=True, state="x"
+    )
+    return {
+        "Decision": decision,
+        "Requirements": decision.requirements,
+        "ApprovalBinding": binding,
+        "ApprovalResolution": resolution,
+        "Verified (resolution)": verified,
+        "ShowRequest": show,
+        "PendingAnnouncement": received(announcement),
+        "ApprovalView": received(view),
+        "ResolutionReply": received(reply),
+    }
+
+
+def _held(filing: Normalized, decision: Decision) -> HeldAction:
+    return HeldAction(
+        proposal_id="prop-0001",
+        connector_id=filing.connector_id,
+        native_tool="court_efile",
+        arguments={"court": "sdny", "document": "brief.pdf"},
+        content=filing.content,
+        destination_address=filing.destination_address,
+        envelope=filing.envelope,
+        decision=decision,
+    )
+
+
+def _requirement_spec() -> msgspec.Struct:
+    policy = make_policy("p", "r", effect="conditional", requirements={"approval_count": 1})
+    raw = projection_bytes(enforcement_projection([make_rule("r", ALWAYS)], [policy]))
+    return decode_enforcement(raw).policies[0].requirements
+
+
+Source = Callable[[VerifiedRelease], Any]
+
+
+def _approval_message(name: str) -> Source:
+    return lambda _release: approval_messages()[name]
+
+
+CHECKED: Final[dict[str, Source]] = {
+    "ReleaseManifest": lambda r: r.manifest,
+    "ReleaseDigests": lambda r: r.manifest.digests,
+    "Revocations": lambda r: r.manifest.revocations,
+    "ReleaseBundle": lambda r: decode_bundle(r.bundle_bytes),
+    "Envelope": lambda r: decode_bundle(r.bundle_bytes).envelope,
+    "Signature": lambda r: decode_bundle(r.bundle_bytes).envelope.signatures[0],
+    "TrustRoot": lambda r: decode_trust_root(encode_trust_root(ROOT)),
+    "MapperTable": lambda r: decode_mapper((MAPPERS / "smf-scripted-adapter.json").read_bytes()),
+    "ToolMapping": lambda r: decode_mapper(
+        (MAPPERS / "smf-scripted-adapter.json").read_bytes()
+    ).tools["court_efile"],
+    "Normalized": lambda r: normalized_filing(),
+    "OperationEnvelope": lambda r: normalized_filing().envelope,
+    "Effects": lambda r: normalized_filing().envelope.effects,
+    "Destination": lambda r: normalized_filing().envelope.destination,
+    "Data": lambda r: normalized_filing().envelope.data,
+    "Professional": lambda r: normalized_filing().envelope.professional,
+    "Workflow": lambda r: normalized_filing().envelope.workflow,
+    "Runtime": lambda r: normalized_filing().envelope.runtime,
+    "RequirementSpec": lambda r: _requirement_spec(),
+    **{
+        name: _approval_message(name)
+        for name in (
+            "Decision",
+            "Requirements",
+            "ApprovalBinding",
+            "ApprovalResolution",
+            "Verified (resolution)",
+            "ShowRequest",
+            "PendingAnnouncement",
+            "ApprovalView",
+            "ResolutionReply",
+        )
+    },
+}
+"""Where each checked value comes from, by the name of its type."""
+
+
+@pytest.mark.parametrize("name", sorted(CHECKED))
+def test_a_checked_value_cannot_be_changed_afterwards(name: str, verified: VerifiedRelease) -> None:
+    value = CHECKED[name](verified)
+    fields = msgspec.structs.fields(value)
+    assert fields, name
+    for field in fields:
+        with pytest.raises(AttributeError):
+            setattr(value, field.name, getattr(value, field.name))
