@@ -305,14 +305,7 @@ class ApprovalDesk:
         return {k: p.verify_key for k, p in self.registry.principals.items()}
 
     def _approver(self, key_ids: frozenset[str], resolver_id: str) -> Principal:
-        signers = [self.registry.principals[k] for k in key_ids]
-        approvers = [p for p in signers if p.entry.role == "approver"]
-        if not approvers:
-            raise DeskError("signer_role_mismatch")
-        for principal in approvers:
-            if principal.name == resolver_id:
-                return principal
-        raise DeskError("resolver_identity_mismatch")
+        return _approver_of(self.registry, key_ids, resolver_id)
 
     @staticmethod
     def _check_entitlement(principal: Principal, binding: ApprovalBinding) -> None:
@@ -665,6 +658,25 @@ def _signed_by_executor(
         and report.order_id == order_id_for(binding.operation_hash, binding.decision_id)
         and any(p.entry.role == "runtime" and p.entry.runtime_id == runtime_id for p in signers)
     )
+
+
+def _approver_of(registry: KeyRegistry, key_ids: frozenset[str], resolver_id: str) -> Principal:
+    """The approver who signed, and who the request says resolves it.
+
+    ARCHITECTURE.md, "Trust and identity on the bus": a signer whose role does
+    not fit is refused (``signer_role_mismatch``: a runtime or connector key is
+    never an approver), and the signed ``resolver_id`` must be that approver's
+    own name (``resolver_identity_mismatch``), so one approver cannot resolve
+    in another's name.
+    """
+    signers = [registry.principals[k] for k in key_ids]
+    approvers = [p for p in signers if p.entry.role == "approver"]
+    if not approvers:
+        raise DeskError("signer_role_mismatch")
+    for principal in approvers:
+        if principal.name == resolver_id:
+            return principal
+    raise DeskError("resolver_identity_mismatch")
 
 
 def _settlement(report: ExecutionReport) -> tuple[Finish, tuple[str, ...]]:
