@@ -9,7 +9,9 @@ one thing it is about:
   removes the field. ``envelope_dict`` does the same without validating, for
   tests that need an invalid envelope.
 - ``proposal_dict({"facts.classification": "unknown"})`` does the same for
-  ``BASE_PROPOSAL``, a runtime's proposal in its JSON form.
+  ``BASE_PROPOSAL``, a runtime's proposal in its JSON form;
+  ``normalized_proposal`` normalizes it through the shipped mapper tables
+  (``shipped_table``).
 - ``make_rule``, ``make_policy`` and ``make_release`` build corpus records in
   the JSON form the compiler reads (``ops/corpus/scenarios`` is the example);
   ``write_corpus`` writes them as a corpus directory.
@@ -35,6 +37,7 @@ from typing import Any, Final
 import msgspec
 
 from pipeline.core.facts import FACT_REGISTRY_VERSION
+from pipeline.core.normalize import MapperTable, Normalized, decode_mapper, normalize
 from pipeline.core.policy import Effect, Layer
 from pipeline.core.projection import (
     ENFORCEMENT_SCHEMA,
@@ -46,6 +49,7 @@ from pipeline.core.projection import (
 )
 from subjects.canonical import sha256_identity
 from subjects.envelope import OperationEnvelope, envelope_from_builtins
+from subjects.messages import Proposal
 
 
 class _Delete:
@@ -172,6 +176,24 @@ def proposal_dict(overrides: Mapping[str, Any] | None = None, /, **more: Any) ->
     for path, value in {**(overrides or {}), **more}.items():
         set_path(document, path, copy.deepcopy(value))
     return document
+
+
+MAPPER_TABLES: Final = Path(__file__).resolve().parent.parent / "pipeline" / "mappers"
+"""The shipped per-adapter mapper tables."""
+SHIPPED_ADAPTERS: Final = ("smf-scripted-adapter", "smf-hermes-adapter", "smf-openclaw-adapter")
+
+
+def shipped_table(adapter_id: str = "smf-scripted-adapter") -> MapperTable:
+    """A shipped mapper table, through the decoder the gate loads them with."""
+    return decode_mapper((MAPPER_TABLES / f"{adapter_id}.json").read_bytes())
+
+
+def normalized_proposal(overrides: Mapping[str, Any] | None = None, /, **more: Any) -> Normalized:
+    """``proposal_dict`` decoded as the proposal a runtime sent and normalized
+    through the shipped mapper tables."""
+    data = json.dumps(proposal_dict(overrides, **more)).encode("utf-8")
+    tables = {t.adapter_id: t for t in map(shipped_table, SHIPPED_ADAPTERS)}
+    return normalize(msgspec.json.decode(data, type=Proposal), tables)
 
 
 CONSEQUENTIAL_TRIGGERS: Final[Mapping[str, Mapping[str, Any]]] = {

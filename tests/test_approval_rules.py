@@ -16,8 +16,6 @@ evaluated under the shipped scenario release, a registry of real keys.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Final
 
 import msgspec
@@ -26,7 +24,6 @@ import pytest
 from ops.projections import load_policy_set
 from pipeline.core.decision import Decision
 from pipeline.core.evaluator import evaluate
-from pipeline.core.normalize import decode_mapper, normalize
 from pipeline.stages.approvals import (
     BINDING_BROKEN,
     PARAMS_MISMATCH,
@@ -40,21 +37,32 @@ from pipeline.stages.approvals import (
     bind,
     binding_tenant_denied,
 )
+from pipeline.stores.approvals import BindingInvalid, admit_binding
 from subjects import dsse
-from subjects.approvals import MAX_TTL_MS, ApprovalBinding, approval_id_for
+from subjects.approvals import (
+    MAX_TTL_MS,
+    ApprovalBinding,
+    OutcomeMismatchError,
+    approval_id_for,
+    binding_digest,
+    open_outcome,
+    sign_outcome,
+)
 from subjects.canonical import identity_of
 from subjects.envelope import content_hash_of, destination_identity_of
 from subjects.keys import SigningKey
-from subjects.messages import ExecutionReport, Proposal, order_id_for
+from subjects.messages import ExecutionReport, Verdict, order_id_for
 from subjects.registry import KeyRegistry, Principal, RegistryFile, entry_for
-from tests.builders import AT_MS, DEFAULT_TENANT, proposal_dict
+from tests.builders import AT_MS, DEFAULT_TENANT, fake_identity, normalized_proposal
 
-MAPPERS: Final = Path(__file__).resolve().parent.parent / "pipeline" / "mappers"
 ANN: Final = SigningKey.from_seed(b"\x21" * 32)
 BOB: Final = SigningKey.from_seed(b"\x22" * 32)
 CONNECTOR: Final = SigningKey.from_seed(b"\x23" * 32)
 RUNTIME: Final = SigningKey.from_seed(b"\x24" * 32)
 OTHER_RUNTIME: Final = SigningKey.from_seed(b"\x25" * 32)
+CAROL: Final = SigningKey.from_seed(b"\x26" * 32)
+RUNTIME_NAMING_CONNECTOR: Final = SigningKey.from_seed(b"\x27" * 32)
+CONNECTOR_NAMING_RUNTIME: Final = SigningKey.from_seed(b"\x28" * 32)
 
 REGISTRY: Final = KeyRegistry.from_file(
     RegistryFile(
@@ -73,6 +81,28 @@ REGISTRY: Final = KeyRegistry.from_file(
             entry_for(CONNECTOR, "court-connector", "connector", connector_id="court-efiling"),
             entry_for(RUNTIME, "runtime-test", "runtime", runtime_id="rt-test"),
             entry_for(OTHER_RUNTIME, "runtime-other", "runtime", runtime_id="rt-other"),
+            entry_for(
+                CAROL,
+                "attorney-carol",
+                "approver",
+                tenants=(DEFAULT_TENANT,),
+                licensed_roles=("licensed_attorney",),
+            ),
+            # Entries whose optional ids name another role's party: the role decides.
+            entry_for(
+                RUNTIME_NAMING_CONNECTOR,
+                "runtime-naming-connector",
+                "runtime",
+                runtime_id="rt-third",
+                connector_id="court-efiling",
+            ),
+            entry_for(
+                CONNECTOR_NAMING_RUNTIME,
+                "connector-naming-runtime",
+                "connector",
+                connector_id="dms",
+                runtime_id="rt-test",
+            ),
         ),
     )
 )
@@ -86,26 +116,23 @@ def principal(key: SigningKey) -> Principal:
 
 def held_filing(**changes: Any) -> HeldAction:
     """A court filing held for approval: normalized and evaluated for real."""
-    table = decode_mapper((MAPPERS / "smf-scripted-adapter.json").read_bytes())
-    document = proposal_dict(
+    normalized = normalized_proposal(
         native_tool="court_efile",
         arguments={"court": "sdny", "document": "brief.pdf"},
         content="The brief, as filed.",
     )
-    proposal = msgspec.json.decode(json.dumps(document).encode(), type=Proposal)
-    normalized = normalize(proposal, {table.adapter_id: table})
     decision = evaluate(normalized.envelope, load_policy_set(), at_ms=AT_MS)
     assert decision.disposition == "conditional"
     held = HeldAction(
-        proposal_id=proposal.proposal_id,
+        proposal_id="prop-0001",
         connector_id=normalized.connector_id,
-        native_tool=proposal.native_tool,
-        arguments=proposal.arguments,
+        native_tool="court_efile",
+        arguments={"court": "sdny", "document": "brief.pdf"},
         content=normalized.content,
         destination_address=normalized.destination_address,
         envelope=normalized.envelope,
         decision=decision,
-        runtime_id=proposal.runtime_id,
+        runtime_id="rt-test",
     )
     return msgspec.structs.replace(held, **changes)
 
@@ -166,10 +193,11 @@ def test_a_binding_lives_more_than_zero_and_at_most_600_seconds() -> None:
 # --- who may resolve --------------------------------------------------------------------
 
 
-def test_an_attorney_of_the_tenant_with_every_required_role_is_entitled() -> None:
+@pytest.mark.parametrize("key", [ANN, CAROL], ids=["more-roles", "exactly-the-roles"])
+def test_an_attorney_of_the_tenant_with_every_required_role_is_entitled(key: SigningKey) -> None:
     binding = binding_of(held_filing())
-    ApprovalDesk._check_entitlement(principal(ANN), binding)
-    assert not binding_tenant_denied(principal(ANN), binding)
+    ApprovalDesk._check_entitlement(principal(key), binding)
+    assert not binding_tenant_denied(principal(key), binding)
 
 
 def test_a_resolver_of_another_tenant_is_not_entitled() -> None:
@@ -225,6 +253,7 @@ def test_a_connector_order_is_settled_by_that_connectors_key_only() -> None:
     good = report(held, "court-efiling")
     assert _signed_by_executor(held, binding, good, [principal(CONNECTOR)])
     assert not _signed_by_executor(held, binding, good, [principal(RUNTIME)])
+    assert not _signed_by_executor(held, binding, good, [principal(RUNTIME_NAMING_CONNECTOR)])
     assert not _signed_by_executor(held, binding, good, [principal(ANN)])
     assert not _signed_by_executor(held, binding, good, [])
     other = report(held, "dms")
@@ -243,8 +272,10 @@ def test_a_runtime_executed_order_is_settled_by_its_proposing_runtime_only() -> 
     assert _signed_by_executor(held, binding, good, [principal(ANN), principal(RUNTIME)])
     assert not _signed_by_executor(held, binding, good, [principal(OTHER_RUNTIME)])
     assert not _signed_by_executor(held, binding, good, [principal(CONNECTOR)])
+    assert not _signed_by_executor(held, binding, good, [principal(CONNECTOR_NAMING_RUNTIME)])
     naming_other = report(held, "rt-other")
     assert not _signed_by_executor(held, binding, naming_other, [principal(OTHER_RUNTIME)])
+    assert not _signed_by_executor(held, binding, naming_other, [principal(RUNTIME)])
     other_order = report(held, "rt-test", order_id="f" * 64)
     assert not _signed_by_executor(held, binding, other_order, [principal(RUNTIME)])
     unknown_proposer = held_filing(connector_id=None, runtime_id=None)
@@ -302,3 +333,139 @@ def test_a_key_that_is_not_an_approvers_never_resolves(key: SigningKey) -> None:
     with pytest.raises(DeskError) as refused:
         _approver_of(REGISTRY, frozenset({key.key_id}), name)
     assert refused.value.reason_code == "signer_role_mismatch"
+
+
+# --- the binding's contract bounds ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tenant_id", ""),
+        ("actor_id", "a" * 257),
+        ("required_roles", ()),
+        ("required_roles", tuple(f"role_{n}" for n in range(17))),
+        ("required_approvals", 0),
+        ("required_approvals", 17),
+    ],
+    ids=["empty-name", "name-257", "no-role", "17-roles", "0-approvals", "17-approvals"],
+)
+def test_a_binding_outside_the_contract_is_never_held(field: str, value: Any) -> None:
+    """The wire contract (``subjects.approvals``, read by the console and the
+    TypeScript adapter alike): names of 1 to 256 characters, 1 to 16 required roles,
+    1 to 16 approvals. The store admits nothing a reader would refuse."""
+    binding = msgspec.structs.replace(binding_of(held_filing()), **{field: value})
+    with pytest.raises(BindingInvalid):
+        admit_binding(binding, AT_MS)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tenant_id", "t"),
+        ("actor_id", "a" * 256),
+        ("required_roles", tuple(f"role_{n}" for n in range(16))),
+        ("required_approvals", 16),
+    ],
+    ids=["name-1", "name-256", "16-roles", "16-approvals"],
+)
+def test_a_binding_at_the_contract_bounds_is_held(field: str, value: Any) -> None:
+    binding = msgspec.structs.replace(binding_of(held_filing()), **{field: value})
+    assert admit_binding(binding, AT_MS) == binding_digest(binding)
+
+
+def test_the_ttl_cap_is_600_seconds() -> None:
+    """ARCHITECTURE.md, "Exact-action approval": TTL at most 600 s."""
+    held = held_filing()
+    projection = identity_of({"projection": 1})
+    assert bind(held, "rel-1", projection, AT_MS, AT_MS + 600_000).expires_at_ms == AT_MS + 600_000
+    with pytest.raises(ValueError, match="TTL"):
+        bind(held, "rel-1", projection, AT_MS, AT_MS + 600_001)
+
+
+# --- the outcome a runtime acts on ------------------------------------------------------------
+
+GATE: Final = SigningKey.from_seed(b"\x29" * 32)
+
+
+def outcome(**fields: Any) -> Verdict:
+    decision_id = fields.pop("decision_id", fake_identity("decision-y"))
+    return Verdict(
+        schema="smf.verdict/1",
+        proposal_id="",
+        outcome=fields.pop("outcome", "allow"),
+        reason_codes=("approved_once",),
+        decision_id=decision_id,
+        operation_hash=fake_identity("operation"),
+        approval_id=fields.pop("approval_id", approval_id_for(decision_id)),
+        **fields,
+    )
+
+
+def opened(verdict: Verdict, *, decision_id: str | None = None) -> Verdict:
+    """The runtime's check of a gate-signed outcome, for the held call it waits on."""
+    held_decision = decision_id or fake_identity("decision-y")
+    return open_outcome(
+        sign_outcome(verdict, GATE),
+        {GATE.key_id: GATE.verify_key},
+        approval_id=approval_id_for(held_decision),
+        decision_id=held_decision,
+        operation_hash=fake_identity("operation"),
+    )
+
+
+def test_the_gate_signed_outcome_of_this_call_is_acted_on() -> None:
+    assert opened(outcome()) == outcome()
+    assert opened(outcome(outcome="deny")).outcome == "deny"
+
+
+@pytest.mark.parametrize(
+    ("verdict", "held_decision", "message"),
+    [
+        (
+            outcome(approval_id=approval_id_for(fake_identity("decision-x"))),
+            None,
+            "another approval",
+        ),
+        (outcome(decision_id=fake_identity("decision-x")), None, "another approval"),
+        (
+            outcome(
+                decision_id=fake_identity("decision-x"),
+                approval_id=approval_id_for(fake_identity("decision-y")),
+            ),
+            None,
+            "is not its approval's decision",
+        ),
+        (
+            outcome(decision_id=None, approval_id=approval_id_for(fake_identity("decision-y"))),
+            None,
+            "is not its approval's decision",
+        ),
+        (outcome(outcome="held"), None, "allow or deny"),
+    ],
+    ids=[
+        "names-another-approval",
+        "for-another-call",
+        "decision-not-derived",
+        "no-decision",
+        "not-final",
+    ],
+)
+def test_an_outcome_not_about_this_call_is_refused(
+    verdict: Verdict, held_decision: str | None, message: str
+) -> None:
+    with pytest.raises(OutcomeMismatchError, match=message):
+        opened(verdict, decision_id=held_decision)
+
+
+def test_an_outcome_is_refused_for_a_call_whose_ids_do_not_agree() -> None:
+    """A runtime whose held verdict named approval Y but another decision: the
+    outcome for Y's decision is not about that call."""
+    with pytest.raises(OutcomeMismatchError, match="another decision"):
+        open_outcome(
+            sign_outcome(outcome(), GATE),
+            {GATE.key_id: GATE.verify_key},
+            approval_id=approval_id_for(fake_identity("decision-y")),
+            decision_id=fake_identity("decision-z"),
+            operation_hash=fake_identity("operation"),
+        )

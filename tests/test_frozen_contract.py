@@ -16,22 +16,16 @@ decoders), and every attempt to assign one of its fields is refused.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import cache
-from pathlib import Path
 from typing import Any, Final
 
 import msgspec
 import pytest
 
-from ops.projections import load_policy_set
-from pipeline.core.decision import Decision
-from pipeline.core.evaluator import evaluate
-from pipeline.core.normalize import Normalized, decode_mapper, normalize
+from pipeline.core.normalize import Normalized
 from pipeline.core.projection import decode_enforcement, projection_bytes
 from pipeline.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
-from pipeline.stages.approvals import HeldAction, bind
 from subjects import dsse, names
 from subjects.approvals import (
     ApprovalResolution,
@@ -41,9 +35,7 @@ from subjects.approvals import (
     ShowRequest,
     binding_digest,
 )
-from subjects.canonical import identity_of
 from subjects.keys import SigningKey
-from subjects.messages import Proposal
 from subjects.release import decode_bundle, decode_trust_root, encode_trust_root
 from tests.builders import (
     ALWAYS,
@@ -51,11 +43,12 @@ from tests.builders import (
     enforcement_projection,
     make_policy,
     make_rule,
-    proposal_dict,
+    normalized_proposal,
+    shipped_table,
 )
 from tests.release_helpers import HOUR, SIGNERS, T0, build, data, root_of, small_corpus
+from tests.test_approval_rules import binding_of, held_filing
 
-MAPPERS: Final = Path(__file__).resolve().parent.parent / "pipeline" / "mappers"
 APPROVER: Final = SigningKey.from_seed(b"\x41" * 32)
 ROOT: Final = root_of(SIGNERS, 2)
 
@@ -68,14 +61,9 @@ def verified(tmp_path_factory: pytest.TempPathFactory) -> VerifiedRelease:
 
 @cache
 def normalized_filing() -> Normalized:
-    table = decode_mapper((MAPPERS / "smf-scripted-adapter.json").read_bytes())
-    document = proposal_dict(
-        native_tool="court_efile",
-        arguments={"court": "sdny", "document": "brief.pdf"},
-        content="The brief.",
+    return normalized_proposal(
+        native_tool="court_efile", arguments={"court": "sdny", "document": "brief.pdf"}
     )
-    proposal = msgspec.json.decode(json.dumps(document).encode(), type=Proposal)
-    return normalize(proposal, {table.adapter_id: table})
 
 
 def _signed(payload_type: str, value: msgspec.Struct) -> tuple[Any, dsse.Verified]:
@@ -90,9 +78,9 @@ def _signed(payload_type: str, value: msgspec.Struct) -> tuple[Any, dsse.Verifie
 @cache
 def approval_messages() -> dict[str, msgspec.Struct]:
     """Each approval message as its receiver decodes it."""
-    filing = normalized_filing()
-    decision = evaluate(filing.envelope, load_policy_set(), at_ms=AT_MS)
-    binding = bind(_held(filing, decision), "rel-1", identity_of({"p": 1}), AT_MS, AT_MS + 300_000)
+    held = held_filing()
+    decision = held.decision
+    binding = binding_of(held)
     digest = binding_digest(binding)
     resolution, verified = _signed(
         names.PAYLOAD_RESOLUTION,
@@ -136,8 +124,8 @@ def approval_messages() -> dict[str, msgspec.Struct]:
         binding_digest=digest,
         state="pending",
         native_tool="court_efile",
-        destination_address=filing.destination_address,
-        content=filing.content,
+        destination_address=held.destination_address,
+        content=held.content,
         arguments_json="{}",
     )
     reply = ResolutionReply(
@@ -154,19 +142,6 @@ def approval_messages() -> dict[str, msgspec.Struct]:
         "ApprovalView": received(view),
         "ResolutionReply": received(reply),
     }
-
-
-def _held(filing: Normalized, decision: Decision) -> HeldAction:
-    return HeldAction(
-        proposal_id="prop-0001",
-        connector_id=filing.connector_id,
-        native_tool="court_efile",
-        arguments={"court": "sdny", "document": "brief.pdf"},
-        content=filing.content,
-        destination_address=filing.destination_address,
-        envelope=filing.envelope,
-        decision=decision,
-    )
 
 
 def _requirement_spec() -> msgspec.Struct:
@@ -190,10 +165,8 @@ CHECKED: Final[dict[str, Source]] = {
     "Envelope": lambda r: decode_bundle(r.bundle_bytes).envelope,
     "Signature": lambda r: decode_bundle(r.bundle_bytes).envelope.signatures[0],
     "TrustRoot": lambda r: decode_trust_root(encode_trust_root(ROOT)),
-    "MapperTable": lambda r: decode_mapper((MAPPERS / "smf-scripted-adapter.json").read_bytes()),
-    "ToolMapping": lambda r: decode_mapper(
-        (MAPPERS / "smf-scripted-adapter.json").read_bytes()
-    ).tools["court_efile"],
+    "MapperTable": lambda r: shipped_table(),
+    "ToolMapping": lambda r: shipped_table().tools["court_efile"],
     "Normalized": lambda r: normalized_filing(),
     "OperationEnvelope": lambda r: normalized_filing().envelope,
     "Effects": lambda r: normalized_filing().envelope.effects,

@@ -16,7 +16,6 @@ shipped table has.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Final
 
 import msgspec
@@ -34,21 +33,21 @@ from pipeline.stages.decide import NormalizeStage
 from pipeline.stages.service import StageRefusal
 from subjects.canonical import identity_of
 from subjects.envelope import content_hash_of, destination_identity_of
-from tests.builders import DELETE, proposal_dict
+from tests.builders import (
+    DELETE,
+    MAPPER_TABLES,
+    SHIPPED_ADAPTERS,
+    proposal_dict,
+    shipped_table,
+)
 
-MAPPERS: Final = Path(__file__).resolve().parent.parent / "pipeline" / "mappers"
-SCRIPTED: Final = "smf-scripted-adapter"
 
-
-def shipped(adapter_id: str = SCRIPTED) -> bytes:
-    return (MAPPERS / f"{adapter_id}.json").read_bytes()
-
-
-SHIPPED: Final = ("smf-scripted-adapter", "smf-hermes-adapter", "smf-openclaw-adapter")
+def shipped(adapter_id: str = "smf-scripted-adapter") -> bytes:
+    return (MAPPER_TABLES / f"{adapter_id}.json").read_bytes()
 
 
 def tables(*extra: MapperTable) -> dict[str, MapperTable]:
-    found = {t.adapter_id: t for t in (decode_mapper(shipped(a)) for a in SHIPPED)}
+    found = {t.adapter_id: t for t in map(shipped_table, SHIPPED_ADAPTERS)}
     found.update({t.adapter_id: t for t in extra})
     return found
 
@@ -235,5 +234,5 @@ def test_a_shipped_table_with_a_field_it_does_not_know_is_refused(
 
 
 def test_every_shipped_table_decodes() -> None:
-    for adapter in SHIPPED:
+    for adapter in SHIPPED_ADAPTERS:
         assert decode_mapper(shipped(adapter)).adapter_id == adapter

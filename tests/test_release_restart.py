@@ -112,6 +112,21 @@ async def restart(state: Path) -> tuple[ReleaseWatcher, str | None]:
     return watcher, refused[-1] if refused else None
 
 
+async def assert_refused_on_restart(state: Path, accepted: str) -> None:
+    """A restart on ``state`` refuses the stored release as not the accepted one,
+    uses no release at all, and keeps the accepted release as its rollback floor."""
+    watcher, refused = await restart(state)
+    try:
+        assert refused == "release_digest_mismatch"
+        assert watcher.active is None
+        with pytest.raises(NoVerifiedReleaseError):
+            watcher.current()
+        assert watcher.last_accepted is not None
+        assert watcher.last_accepted.manifest_hash == accepted
+    finally:
+        await watcher.close()
+
+
 async def test_an_untouched_stored_release_loads_on_restart(
     tmp_path: Path, v1: ReleaseBundle
 ) -> None:
@@ -136,16 +151,7 @@ async def test_an_artifact_swapped_under_the_intact_signed_manifest_is_refused_o
     assert getattr(lookalike, artifact) != getattr(v1, artifact)
     mixed = swap(v1, **{artifact: getattr(lookalike, artifact)})
     tamper(state, bundle=data(mixed))
-    watcher, refused = await restart(state)
-    try:
-        assert refused == "release_digest_mismatch"
-        assert watcher.active is None
-        with pytest.raises(NoVerifiedReleaseError):
-            watcher.current()
-        assert watcher.last_accepted is not None
-        assert watcher.last_accepted.manifest_hash == accepted  # the floor is kept
-    finally:
-        await watcher.close()
+    await assert_refused_on_restart(state, accepted)
 
 
 async def test_another_signed_release_with_the_same_sequence_is_refused_on_restart(
@@ -155,16 +161,7 @@ async def test_another_signed_release_with_the_same_sequence_is_refused_on_resta
     accepted = await accept(state, v1)
     twin = build(corpus, now_ms=T0 + 99)  # sequence 1 again, validly signed, another hash
     tamper(state, bundle=data(twin))
-    watcher, refused = await restart(state)
-    try:
-        assert refused == "release_digest_mismatch"
-        assert watcher.active is None
-        with pytest.raises(NoVerifiedReleaseError):
-            watcher.current()
-        assert watcher.last_accepted is not None
-        assert watcher.last_accepted.manifest_hash == accepted
-    finally:
-        await watcher.close()
+    await assert_refused_on_restart(state, accepted)
 
 
 async def test_a_persisted_sequence_that_is_not_the_stored_releases_is_refused_on_restart(
@@ -173,12 +170,6 @@ async def test_a_persisted_sequence_that_is_not_the_stored_releases_is_refused_o
     """The state row and the bundle it keeps must describe one release; a row moved
     to another sequence (the triggers let a sequence go up) no longer does."""
     state = tmp_path / "release-state.db"
-    await accept(state, v1)
+    accepted = await accept(state, v1)
     tamper(state, sequence=7)
-    watcher, refused = await restart(state)
-    try:
-        assert refused == "release_digest_mismatch"
-        with pytest.raises(NoVerifiedReleaseError):
-            watcher.current()
-    finally:
-        await watcher.close()
+    await assert_refused_on_restart(state, accepted)

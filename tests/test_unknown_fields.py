@@ -7,19 +7,23 @@ would half-read the message: a newer sender's restriction (a revocation, a
 requirement) silently dropped, or a view with more in it than the reader
 checked. Each case below feeds one unknown field through the path that
 decodes that message in production, on real parts (a real nats-server and
-JetStream where the message travels on the bus):
+JetStream where the message travels on the bus, real SQLite stores), next
+to the same message without the field, which goes through:
 
 - the approver's side: pending announcements as the ``approvals`` command
   lists them, the view and the resolution reply as the approver client
   reads them (it signs nothing after a view it could not read);
-- the gate's side: the decision inside a dispatch request;
+- the gate's side: signed resolutions and show requests at the approval
+  desk, the normalized operation at the evaluate stage, the decision inside
+  a dispatch request;
 - releases: a bundle the gate verifies, a trust root file it loads, and the
   manifest of a prior release the publisher chains onto.
 
-Signed payloads (resolutions, show requests, release manifests) are also
-refused by the gate because a decoded value must re-encode to exactly the
-signed bytes (``dsse.open_struct``); the publisher's chaining reads a
-manifest without that check, so the Struct is what refuses there.
+Signed payloads (resolutions, show requests, release manifests) are refused
+by the gate even without the Struct's own check, because a decoded value
+must re-encode to exactly the signed bytes (``dsse.open_struct``); the
+publisher's chaining reads a manifest without that check, so there the
+Struct is what refuses.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,25 +45,33 @@ from ops.commands.approvals import read_announcements
 from ops.projections import load_policy_set
 from ops.releases import ReleaseError, load_trust_root, prior_of
 from ops.scenarios_catalog import load_scenarios
+from pipeline.core.decision import Decision
 from pipeline.core.evaluator import evaluate
 from pipeline.core.release_trust import MalformedReleaseError, ReleaseTrust, TrustedTime
-from pipeline.stages.contracts import DispatchRequest
+from pipeline.stages.approvals import ApprovalDesk
+from pipeline.stages.contracts import DispatchRequest, EvaluateRequest
+from pipeline.stages.decide import EvaluateStage
 from pipeline.stages.dispatch import DispatchStage
-from pipeline.stages.service import StageRefusal
+from pipeline.stages.service import LocalStage, StageRefusal
 from pipeline.stages.streams import ensure_gate_streams
+from pipeline.stores.approvals_sqlite import SqliteApprovalStore
+from pipeline.stores.ledger import Ledger
 from subjects import dsse, names
 from subjects.approvals import (
     ApprovalBinding,
+    ApprovalResolution,
     ApprovalView,
     PendingAnnouncement,
     ResolutionReply,
+    ShowRequest,
     binding_digest,
 )
 from subjects.canonical import canonical_bytes
 from subjects.envelope import content_hash_of
 from subjects.keys import SigningKey
+from subjects.registry import KeyRegistry, RegistryFile, entry_for
 from subjects.release import PAYLOAD_RELEASE_MANIFEST, ReleaseBundle, encode_trust_root
-from tests.builders import AT_MS, DEFAULT_TENANT, fake_identity
+from tests.builders import AT_MS, DEFAULT_TENANT, normalized_proposal
 from tests.release_helpers import (
     HOUR,
     SIGNERS,
@@ -70,6 +82,7 @@ from tests.release_helpers import (
     root_of,
     small_corpus,
 )
+from tests.test_approval_store import make_binding
 
 APPROVER: Final = SigningKey.from_seed(b"\x31" * 32)
 CONTENT: Final = "The brief, as filed."
@@ -86,33 +99,16 @@ def with_extra(value: msgspec.Struct | dict[str, Any], *path: str) -> dict[str, 
     return document
 
 
-def binding() -> ApprovalBinding:
-    return ApprovalBinding(
-        approval_id=fake_identity("approval"),
-        decision_id=fake_identity("decision"),
-        operation_hash=fake_identity("operation"),
-        canonical_args_hash=fake_identity("arguments"),
-        content_hash=content_hash_of(CONTENT),
-        destination_identity_hash=fake_identity("destination"),
-        release_id="rel-1",
-        projection_id=fake_identity("projection"),
-        policy_fingerprint=fake_identity("policy"),
-        tenant_id=DEFAULT_TENANT,
-        organization_id="org-acme-llp",
-        matter_id="matter-2026-0042",
-        actor_id="associate-ann",
-        required_roles=("licensed_attorney",),
-        required_approvals=1,
-        created_at_ms=AT_MS,
-        expires_at_ms=AT_MS + 300_000,
-    )
+def binding(label: str = "filing") -> ApprovalBinding:
+    """The approval store's test binding, covering the content the views show."""
+    return msgspec.structs.replace(make_binding(label), content_hash=content_hash_of(CONTENT))
 
 
-def announcement(approval: str) -> PendingAnnouncement:
-    bound = msgspec.structs.replace(binding(), approval_id=approval)
+def announcement(label: str) -> PendingAnnouncement:
+    bound = binding(label)
     return PendingAnnouncement(
         schema="smf.approval-pending/1",
-        approval_id=approval,
+        approval_id=bound.approval_id,
         binding=bound,
         binding_digest=binding_digest(bound),
         capability="external.transmit",
@@ -160,7 +156,7 @@ async def test_an_announcement_with_an_unknown_field_is_never_listed(
     js = nc.jetstream()
     await ensure_gate_streams(js)
     subject = names.approval_pending_subject(DEFAULT_TENANT)
-    valid, odd = announcement(fake_identity("valid")), announcement(fake_identity("odd"))
+    valid, odd = announcement("valid"), announcement("odd")
     await js.publish(subject, msgspec.json.encode(valid))
     await js.publish(subject, json.dumps(with_extra(odd, *path)).encode())
     listed = await read_announcements(js, DEFAULT_TENANT)
@@ -215,6 +211,84 @@ async def test_a_resolution_reply_with_an_unknown_field_is_refused(nc: Client) -
 # --- the gate's side ---------------------------------------------------------------------
 
 
+@pytest.fixture
+async def desk(nc: Client, tmp_path: Path) -> AsyncIterator[ApprovalDesk]:
+    """The gate's approval desk on real stores, with ``APPROVER`` in its roster."""
+    gate_key = SigningKey.from_seed(b"\x33" * 32)
+    registry = KeyRegistry.from_file(
+        RegistryFile(
+            schema="smf.registry/1",
+            entries=(
+                entry_for(
+                    APPROVER,
+                    "attorney-ann",
+                    "approver",
+                    tenants=(DEFAULT_TENANT,),
+                    licensed_roles=("licensed_attorney",),
+                ),
+            ),
+        )
+    )
+    js = nc.jetstream()
+    store = await SqliteApprovalStore.open(tmp_path / "approvals.db")
+    ledger = await Ledger.open(tmp_path / "ledger.db", signer=gate_key)
+    yield ApprovalDesk(
+        store=store,
+        nc=nc,
+        js=js,
+        registry=registry,
+        ledger=ledger,
+        dispatch=LocalStage(DispatchStage(js, gate_key, lambda: AT_MS)),
+        policy_set=load_policy_set,
+        clock=lambda: AT_MS,
+        tenant_key=b"\x34" * 32,
+        signer=gate_key,
+    )
+    await ledger.close()
+    await store.close()
+
+
+def _signed_payload(payload_type: str, document: dict[str, Any]) -> bytes:
+    """``document`` as a canonical payload signed by ``APPROVER``."""
+    envelope = dsse.sign(payload_type, canonical_bytes(document), [APPROVER])
+    return dsse.encode_envelope(envelope)
+
+
+async def test_a_signed_resolution_with_an_unknown_field_is_refused(desk: ApprovalDesk) -> None:
+    resolution = ApprovalResolution(
+        schema="smf.approval-resolution/1",
+        approval_id=binding().approval_id,
+        decision="allow-once",
+        binding_digest=binding_digest(binding()),
+        resolver_id="attorney-ann",
+        resolved_at_ms=AT_MS,
+    )
+    odd = _signed_payload(names.PAYLOAD_RESOLUTION, with_extra(resolution))
+    reply = msgspec.json.decode(await desk.handle_resolve(odd), type=ResolutionReply)
+    assert (reply.accepted, reply.reason_codes) == (False, ("malformed_resolution",))
+    plain = _signed_payload(names.PAYLOAD_RESOLUTION, msgspec.to_builtins(resolution))
+    reply = msgspec.json.decode(await desk.handle_resolve(plain), type=ResolutionReply)
+    assert reply.reason_codes == ("approval_not_found",)  # the control: read, then looked up
+
+
+async def test_a_signed_show_request_with_an_unknown_field_is_refused(desk: ApprovalDesk) -> None:
+    request = ShowRequest(
+        schema="smf.approval-show/1",
+        approval_id=binding().approval_id,
+        resolver_id="attorney-ann",
+        requested_at_ms=AT_MS,
+    )
+    odd = _signed_payload(names.PAYLOAD_SHOW_REQUEST, with_extra(request))
+    with pytest.raises(StageRefusal) as refused:
+        await desk.handle_show(odd)
+    assert refused.value.reason_code == "malformed_resolution"
+    with pytest.raises(StageRefusal) as refused:
+        await desk.handle_show(
+            _signed_payload(names.PAYLOAD_SHOW_REQUEST, msgspec.to_builtins(request))
+        )
+    assert refused.value.reason_code == "approval_not_found"  # the control
+
+
 @pytest.mark.parametrize("path", [("decision",), ("decision", "requirements")])
 async def test_a_decision_with_an_unknown_field_is_not_dispatched(
     nc: Client, path: tuple[str, ...]
@@ -240,6 +314,20 @@ async def test_a_decision_with_an_unknown_field_is_not_dispatched(
     assert (await js.stream_info(names.EXECUTE_STREAM)).state.messages == 0
     await stage(msgspec.json.encode(request))  # the control: without the field it goes out
     assert (await js.stream_info(names.EXECUTE_STREAM)).state.messages == 1
+
+
+@pytest.mark.parametrize("path", [("normalized",), ("normalized", "envelope")])
+async def test_a_normalized_operation_with_an_unknown_field_is_not_evaluated(
+    path: tuple[str, ...],
+) -> None:
+    """The evaluate stage decides on what normalization produced, all of it."""
+    request = EvaluateRequest(normalized=normalized_proposal(), operation_id="op-1")
+    stage = EvaluateStage(load_policy_set(), lambda: AT_MS)
+    with pytest.raises(StageRefusal) as refused:
+        await stage(json.dumps(with_extra(request, *path)).encode())
+    assert refused.value.reason_code == "malformed_stage_request"
+    decision = msgspec.json.decode(await stage(msgspec.json.encode(request)), type=Decision)
+    assert decision.operation_id == "op-1"  # the control: without the field it is decided
 
 
 # --- releases ------------------------------------------------------------------------------
