@@ -45,14 +45,20 @@ from subjects.canonical import canonical_bytes, sha256_identity
 from subjects.release import (
     MAX_BUNDLE_BYTES,
     PAYLOAD_RELEASE_MANIFEST,
+    AuthenticatedRelease,
     ReleaseBundle,
     ReleaseFormatError,
+    ReleaseSequenceError,
     Revocations,
+    SequenceFloor,
     TrustRoot,
+    authenticate_release,
+    check_sequence_floor,
     decode_trust_root,
     encode_trust_root,
     manifest_hash,
     release_key,
+    release_keys_newest_first,
     trust_root_keys,
 )
 from tests.release_helpers import (
@@ -147,9 +153,11 @@ def test_what_is_not_a_bundle_is_malformed(raw: bytes) -> None:
         ReleaseTrust(ROOT).verify_update(raw, NOW)
 
 
-def test_an_oversized_bundle_is_refused_before_parsing() -> None:
+def test_an_oversized_bundle_is_refused_before_parsing(v1: ReleaseBundle) -> None:
     with pytest.raises(MalformedReleaseError, match="more than"):
         ReleaseTrust(ROOT).verify_update(b" " * (MAX_BUNDLE_BYTES + 1), NOW)
+    padded = data(v1) + b" " * (MAX_BUNDLE_BYTES - len(data(v1)))
+    assert ReleaseTrust(ROOT).verify_update(padded, NOW).sequence == 1  # at the bound
 
 
 def test_invalid_base64_in_the_envelope_is_malformed(v1: ReleaseBundle) -> None:
@@ -377,6 +385,24 @@ def test_the_lease_is_judged_at_the_worst_case_within_the_skew(v1: ReleaseBundle
     with pytest.raises(ExpiredReleaseError):
         trust.verify_update(data(v1), TrustedTime(lease - 1000, max_skew_ms=1000))
     trust.verify_update(data(v1), TrustedTime(lease - 1, max_skew_ms=0))
+
+
+def test_the_default_skew_bound_is_one_minute_for_gate_and_adapters(v1: ReleaseBundle) -> None:
+    """One bound for every consumer (``subjects.release.DEFAULT_MAX_SKEW_MS``)."""
+    lease = manifest_of(v1).lease_expires_at_ms
+    ReleaseTrust(ROOT).verify_update(data(v1), TrustedTime(lease - 60_001))
+    with pytest.raises(ExpiredReleaseError):
+        ReleaseTrust(ROOT).verify_update(data(v1), TrustedTime(lease - 60_000))
+
+
+def test_a_clock_at_exactly_the_seen_high_water_mark_is_trusted(v1: ReleaseBundle) -> None:
+    state = accepted(v1)
+    seen = TrustedTime(state.clock_high_water_ms - 1000, max_skew_ms=1000)  # latest == seen
+    ReleaseTrust(ROOT, state).verify_stored(data(v1), seen)
+    with pytest.raises(UntrustedClockError):
+        ReleaseTrust(ROOT, state).verify_stored(
+            data(v1), TrustedTime(state.clock_high_water_ms - 1001, max_skew_ms=1000)
+        )
 
 
 def test_a_release_from_the_future_means_the_clock_is_untrusted(v1: ReleaseBundle) -> None:
@@ -683,5 +709,38 @@ def test_a_trust_root_file_that_is_not_one_is_refused() -> None:
 
 def test_release_keys_sort_in_sequence_order() -> None:
     assert release_key(2) < release_key(10) < release_key(2**40)
-    with pytest.raises(ValueError, match="positive"):
-        release_key(0)
+    assert release_key(1) == "release.0000000000000001"
+    assert release_key(2**53 - 1) == "release.9007199254740991"
+    for outside in (0, -1, 2**53):
+        with pytest.raises(ValueError, match="positive"):
+            release_key(outside)
+
+
+def test_bucket_keys_are_read_newest_first_and_other_keys_dropped() -> None:
+    keys = [release_key(2), "release.2", release_key(10), "other", release_key(1) + "x"]
+    assert release_keys_newest_first(keys) == [release_key(10), release_key(2)]
+
+
+# --- an in-memory floor (runtime adapters) -----------------------------------------------
+
+
+def test_an_in_memory_floor_refuses_older_and_forked_releases(
+    corpus: Path, v1: ReleaseBundle, v2: ReleaseBundle
+) -> None:
+    """TUF 5.4.3 for a consumer that keeps its floor in memory: the sequence never goes
+    back, one sequence names one release, the same release again is fine."""
+    one, two = (_authenticated(b) for b in (v1, v2))
+    twin = _authenticated(build(corpus, now_ms=T0 + 99))  # sequence 1, another release
+    floor = check_sequence_floor(one.manifest, one.manifest_hash, None)
+    assert floor == SequenceFloor(1, one.manifest_hash)
+    assert check_sequence_floor(one.manifest, one.manifest_hash, floor) == floor
+    higher = check_sequence_floor(two.manifest, two.manifest_hash, floor)
+    assert higher == SequenceFloor(2, two.manifest_hash)
+    with pytest.raises(ReleaseSequenceError, match="below"):
+        check_sequence_floor(one.manifest, one.manifest_hash, higher)
+    with pytest.raises(ReleaseSequenceError, match="another release"):
+        check_sequence_floor(twin.manifest, twin.manifest_hash, floor)
+
+
+def _authenticated(bundle: ReleaseBundle) -> AuthenticatedRelease:
+    return authenticate_release(data(bundle), trust_root_keys(ROOT), ROOT.threshold)
