@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from ops.gateway import GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 from subjects import names
+from tests.bus_helpers import wait_for
 
 
 @pytest.fixture
@@ -66,7 +66,9 @@ async def test_scenarios_get_their_verdicts_and_only_allows_reach_execute(
         assert verdict.reason_codes
         if verdict.outcome == "allow":
             assert verdict.order_id is not None
-    await asyncio.sleep(0.2)
+    # The gate publishes an order (acknowledged by the stream) before it replies,
+    # so after the last verdict the stream holds every order there will be.
     info = await gate.js.stream_info(names.EXECUTE_STREAM)
     assert info.state.messages == 1
+    await wait_for(lambda: seen, timeout=10)
     assert seen == ["smf.execute.dms"]
