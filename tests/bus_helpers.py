@@ -300,12 +300,15 @@ class ExecuteSpy:
         return [(m.headers or {}).get(HEADER_APPROVAL_ID) for m in await self.settled()]
 
 
-async def consumer_drained(js: JetStreamContext, durable: str) -> bool:
-    """True when ``durable`` on SMF_EXECUTE has delivered every order and had each
-    acknowledged. A connector acks only after executing and reporting, so from
-    then on nothing more runs until a new order arrives: this, not a pause, is
-    what makes "nothing else happened" true."""
-    info = await js.consumer_info(EXECUTE_STREAM, durable)
+async def consumer_drained(
+    js: JetStreamContext, durable: str, stream: str = EXECUTE_STREAM
+) -> bool:
+    """True when ``durable`` on ``stream`` has delivered every message and had each
+    acknowledged. A connector acks an order only after executing and reporting it,
+    and the gate acks a report (``smf-gate-results`` on SMF_RESULT) only after
+    handling it, evidence included: from then on nothing more happens until a new
+    message arrives. This, not a pause, is what makes "nothing else happened" true."""
+    info = await js.consumer_info(stream, durable)
     return (info.num_pending, info.num_ack_pending) == (0, 0)
 
 
