@@ -738,7 +738,15 @@ async def test_a_replayed_old_show_request_is_refused(
     reply = await nc.request(names.APPROVAL_SHOW, signed, timeout=5)
     assert reply.headers is not None
     assert reply.headers["Nats-Service-Error"] == "stale_show_request"
-    assert verdict.approval_id.encode() not in reply.data
+    # What a show reveals is the held content and arguments: none of it is in the
+    # refusal, in plain text or base64 (a fresh show, the control, does reveal it).
+    revealed = (COURT_FILING.content, *map(str, COURT_FILING.arguments.values()))
+    for secret in revealed:
+        for form in (secret.encode(), base64.b64encode(secret.encode())):
+            assert form not in reply.data, f"{secret!r} in the refusal"
+    view = await approver(nc, state, ATTORNEY).show(verdict.approval_id)
+    assert view.content == COURT_FILING.content
+    assert json.loads(view.arguments_json) == COURT_FILING.arguments
 
 
 async def test_show_of_an_unknown_approval_is_refused(
