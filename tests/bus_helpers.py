@@ -300,6 +300,11 @@ class ExecuteSpy:
         return [(m.headers or {}).get(HEADER_APPROVAL_ID) for m in await self.settled()]
 
 
+def connector_durable(connector_id: str) -> str:
+    """The durable a ``ConnectorRunner`` binds when its config names none."""
+    return f"smf-connector-{connector_id}"
+
+
 async def consumer_drained(
     js: JetStreamContext, durable: str, stream: str = EXECUTE_STREAM
 ) -> bool:

@@ -58,7 +58,13 @@ from subjects.approvals import open_outcome
 from subjects.keyed import keyed_identifier
 from subjects.messages import Proposal, Verdict
 from subjects.registry import load_registry
-from tests.bus_helpers import ExecuteSpy, ReportInbox, consumer_drained, wait_for
+from tests.bus_helpers import (
+    ExecuteSpy,
+    ReportInbox,
+    connector_durable,
+    consumer_drained,
+    wait_for,
+)
 from tests.test_bus_properties import (
     MODES,
     GateStarter,
@@ -75,8 +81,7 @@ from tests.test_bus_properties import (
 REPO = Path(__file__).resolve().parent.parent
 GATE_CHILD = Path(__file__).with_name("gate_child.py")
 CONNECTOR_CHILD = Path(__file__).with_name("connector_crash_child.py")
-DMS_DURABLE = "smf-connector-dms"
-"""The durable the DMS connector binds (``ConnectorRunner`` names it after its id)."""
+DMS_DURABLE = connector_durable("dms")
 FAST_RUNNER = RunnerConfig(ack_wait=1.0, fetch_timeout=0.1, retry_delay=0.1, stream_wait=5.0)
 
 

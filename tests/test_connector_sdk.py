@@ -77,6 +77,7 @@ from subjects.names import (
 )
 from tests.bus_helpers import (
     ReportInbox,
+    connector_durable,
     consumer_drained,
     ensure_execute_stream,
     ensure_result_stream,
@@ -91,7 +92,7 @@ from tests.bus_helpers import (
 )
 
 CID = "recorder"
-DURABLE = f"smf-connector-{CID}"
+DURABLE = connector_durable(CID)
 FAST = RunnerConfig(
     ack_wait=1.0, fetch_timeout=0.1, retry_delay=0.1, stream_wait=2.0, publish_timeout=2.0
 )

@@ -91,7 +91,7 @@ from subjects.approvals import (
 )
 from subjects.keys import SigningKey
 from subjects.registry import RegistryFile, encode_registry, entry_for
-from tests.bus_helpers import consumer_drained, random_identity, wait_for
+from tests.bus_helpers import connector_durable, consumer_drained, random_identity, wait_for
 from tests.clocks import FrozenClock
 from tests.clocks import OffsetClock as Clock
 
@@ -552,7 +552,7 @@ async def test_allow_once_executes_exactly_once_and_replays_are_refused(world: W
     # The refusals are the gate's answers, so any order it sent is in the stream
     # already; the connector has nothing left to deliver, so nothing more is filed.
     assert (await js.stream_info(names.EXECUTE_STREAM)).state.messages == 1
-    await wait_for(lambda: consumer_drained(js, "smf-connector-court-efiling"), timeout=10)
+    await wait_for(lambda: consumer_drained(js, connector_durable("court-efiling")), timeout=10)
     assert len(outbox(world.state)) == 1
     closed = await http(
         world.console,
