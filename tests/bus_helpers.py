@@ -291,10 +291,6 @@ class ExecuteSpy:
         await wait_for(lambda: self.sub.pending_msgs == 0, timeout=10)
         return list(self.seen)
 
-    async def order_ids(self) -> list[str]:
-        """``Nats-Msg-Id`` of each publish, once :meth:`settled`."""
-        return [(m.headers or {}).get(HEADER_MSG_ID, "") for m in await self.settled()]
-
     async def approval_ids(self) -> list[str | None]:
         """``Smf-Approval-Id`` of each publish, once :meth:`settled`."""
         return [(m.headers or {}).get(HEADER_APPROVAL_ID) for m in await self.settled()]

@@ -14,7 +14,7 @@ from ops.gateway import GateOptions, RunningGate, start_gate
 from ops.natsserver import EmbeddedNatsServer
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 from subjects import names
-from tests.bus_helpers import wait_for
+from tests.bus_helpers import ExecuteSpy
 
 
 @pytest.fixture
@@ -44,12 +44,7 @@ def client(nc: Client, state: StateDir) -> ProposalClient:
 async def test_scenarios_get_their_verdicts_and_only_allows_reach_execute(
     gate: RunningGate, nc: Client, state: StateDir
 ) -> None:
-    seen: list[str] = []
-
-    async def spy(msg) -> None:  # type: ignore[no-untyped-def]
-        seen.append(msg.subject)
-
-    await nc.subscribe("smf.execute.>", cb=spy)
+    spy = await ExecuteSpy.attach(nc)
     runtime = client(nc, state)
     for action in SCENARIOS:
         proposal = runtime.build(
@@ -70,5 +65,4 @@ async def test_scenarios_get_their_verdicts_and_only_allows_reach_execute(
     # so after the last verdict the stream holds every order there will be.
     info = await gate.js.stream_info(names.EXECUTE_STREAM)
     assert info.state.messages == 1
-    await wait_for(lambda: seen, timeout=10)
-    assert seen == ["smf.execute.dms"]
+    assert [m.subject for m in await spy.settled()] == ["smf.execute.dms"]
