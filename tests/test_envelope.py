@@ -252,7 +252,10 @@ def test_issue_vocabularies_are_all_accepted() -> None:
     }
     for path, values in vocabulary.items():
         for value in values:
-            make_envelope({path: value})
+            read: Any = make_envelope({path: value})
+            for part in path.split("."):
+                read = getattr(read, part)
+            assert read == value, path
 
 
 @pytest.mark.parametrize(
