@@ -21,8 +21,6 @@ import msgspec
 import pytest
 
 from ops.projections import load_policy_set
-from pipeline.core.decision import Decision
-from pipeline.core.evaluator import evaluate
 from pipeline.core.approval_rules import (
     BINDING_BROKEN,
     PARAMS_MISMATCH,
@@ -35,6 +33,8 @@ from pipeline.core.approval_rules import (
     settlement,
     signed_by_executor,
 )
+from pipeline.core.decision import Decision
+from pipeline.core.evaluator import evaluate
 from pipeline.stages.evidence import signature_reason
 from pipeline.stores.approvals import BindingInvalid, admit_binding
 from subjects import dsse

@@ -392,7 +392,7 @@ def test_the_signature_bound_itself_is_accepted() -> None:
     not as many."""
     envelope = sign(PAYLOAD_TYPE, PAYLOAD, [ALICE])
     full = _with_signatures(envelope, *([envelope.signatures[0]] * MAX_SIGNATURES))
-    assert len(decode_envelope(encode_envelope(full)).signatures) == MAX_SIGNATURES
+    assert len(decode_envelope(encode_envelope(full)).raw_signatures) == MAX_SIGNATURES
     assert verify(full, _trusted(ALICE)).key_ids == {ALICE.key_id}
     signers = [SigningKey.from_seed(bytes([n + 1]) * 32) for n in range(MAX_SIGNATURES)]
     assert len(sign(PAYLOAD_TYPE, PAYLOAD, signers).signatures) == MAX_SIGNATURES
@@ -401,7 +401,7 @@ def test_the_signature_bound_itself_is_accepted() -> None:
 def test_any_non_empty_keyid_is_a_hint() -> None:
     """``keyid`` is required and only selects a key; one character is a keyid."""
     data = _encoded_with_sig(_b64(b"\x00" * 64), keyid="k")
-    assert decode_envelope(data).signatures[0].keyid == "k"
+    assert decode_envelope(data).envelope.signatures[0].keyid == "k"
 
 
 def test_any_non_empty_payload_type_is_signed_and_verified() -> None:

@@ -107,10 +107,13 @@ def approval_messages() -> dict[str, msgspec.Struct]:
         return msgspec.json.decode(msgspec.json.encode(value), type=type(value))
 
     announcement = PendingAnnouncement(
-        schema="smf.approval-pending/1",
+        schema="smf.approval-pending/2",
         approval_id=binding.approval_id,
-        binding=binding,
-        binding_digest=digest,
+        tenant_id=binding.tenant_id,
+        required_roles=binding.required_roles,
+        required_approvals=binding.required_approvals,
+        created_at_ms=binding.created_at_ms,
+        expires_at_ms=binding.expires_at_ms,
         capability="external.transmit",
         channel="electronic_filing",
         locality="external",

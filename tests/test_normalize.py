@@ -29,10 +29,12 @@ from pipeline.core.normalize import (
     Normalized,
     decode_mapper,
 )
+from pipeline.service import StageRefusal
 from pipeline.stages.decide import NormalizeStage
-from pipeline.stages.service import StageRefusal
+from pipeline.stages.transport import serve
 from subjects.canonical import identity_of
 from subjects.envelope import content_hash_of, destination_identity_of
+from subjects.messages import Proposal
 from tests.builders import (
     DELETE,
     MAPPER_TABLES,
@@ -55,9 +57,9 @@ def tables(*extra: MapperTable) -> dict[str, MapperTable]:
 async def normalized(
     overrides: dict[str, Any], *extra: MapperTable, raw: bytes | None = None
 ) -> Normalized:
-    stage = NormalizeStage(tables(*extra))
+    handle = serve(NormalizeStage(tables(*extra)), Proposal)
     data = raw if raw is not None else json.dumps(proposal_dict(overrides)).encode()
-    return msgspec.json.decode(await stage(data), type=Normalized)
+    return msgspec.json.decode(await handle(data), type=Normalized)
 
 
 async def refusal(overrides: dict[str, Any], *extra: MapperTable) -> str:

@@ -40,20 +40,21 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from adapters.approver import ApproverClient
-from ops.commands.approvals import read_announcements
+from approver.client import ApproverClient
+from approver.pending import read_pending
 from ops.projections import load_policy_set
 from ops.releases import ReleaseError, load_trust_root, prior_of
 from ops.scenarios_catalog import load_scenarios
 from pipeline.core.decision import Decision
 from pipeline.core.evaluator import evaluate
 from pipeline.core.release_trust import MalformedReleaseError, ReleaseTrust, TrustedTime
+from pipeline.service import StageRefusal
 from pipeline.stages.approvals import ApprovalDesk
 from pipeline.stages.contracts import DispatchRequest, EvaluateRequest
 from pipeline.stages.decide import EvaluateStage
 from pipeline.stages.dispatch import DispatchStage
-from pipeline.stages.service import LocalStage, StageRefusal
 from pipeline.stages.streams import ensure_gate_streams
+from pipeline.stages.transport import LocalStage, serve
 from pipeline.stores.approvals_sqlite import SqliteApprovalStore
 from pipeline.stores.ledger import Ledger
 from subjects import dsse, names
@@ -107,10 +108,13 @@ def binding(label: str = "filing") -> ApprovalBinding:
 def announcement(label: str) -> PendingAnnouncement:
     bound = binding(label)
     return PendingAnnouncement(
-        schema="smf.approval-pending/1",
+        schema="smf.approval-pending/2",
         approval_id=bound.approval_id,
-        binding=bound,
-        binding_digest=binding_digest(bound),
+        tenant_id=bound.tenant_id,
+        required_roles=bound.required_roles,
+        required_approvals=bound.required_approvals,
+        created_at_ms=bound.created_at_ms,
+        expires_at_ms=bound.expires_at_ms,
         capability="external.transmit",
         channel="electronic_filing",
         locality="external",
@@ -149,17 +153,14 @@ async def answer(nc: Client, subject: str, reply: Callable[[], bytes]) -> list[b
 # --- the approver's side ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [(), ("binding",)], ids=["announcement", "binding"])
-async def test_an_announcement_with_an_unknown_field_is_never_listed(
-    nc: Client, path: tuple[str, ...]
-) -> None:
+async def test_an_announcement_with_an_unknown_field_is_never_listed(nc: Client) -> None:
     js = nc.jetstream()
     await ensure_gate_streams(js)
     subject = names.approval_pending_subject(DEFAULT_TENANT)
     valid, odd = announcement("valid"), announcement("odd")
     await js.publish(subject, msgspec.json.encode(valid))
-    await js.publish(subject, json.dumps(with_extra(odd, *path)).encode())
-    listed = await read_announcements(js, DEFAULT_TENANT)
+    await js.publish(subject, json.dumps(with_extra(odd)).encode())
+    listed = await read_pending(js, DEFAULT_TENANT)
     assert [a.approval_id for a in listed] == [valid.approval_id]
 
 
@@ -308,25 +309,31 @@ async def test_a_decision_with_an_unknown_field_is_not_dispatched(
     js = nc.jetstream()
     await ensure_gate_streams(js)
     stage = DispatchStage(js, SigningKey.from_seed(b"\x32" * 32), lambda: time.time_ns() // 10**6)
+    handle = serve(stage, DispatchRequest)
     with pytest.raises(StageRefusal) as refused:
-        await stage(json.dumps(with_extra(request, *path)).encode())
+        await handle(json.dumps(with_extra(request, *path)).encode())
     assert refused.value.reason_code == "malformed_stage_request"
     assert (await js.stream_info(names.EXECUTE_STREAM)).state.messages == 0
-    await stage(msgspec.json.encode(request))  # the control: without the field it goes out
+    await handle(msgspec.json.encode(request))  # the control: without the field it goes out
     assert (await js.stream_info(names.EXECUTE_STREAM)).state.messages == 1
 
 
-@pytest.mark.parametrize("path", [("normalized",), ("normalized", "envelope")])
+@pytest.mark.parametrize("path", [("envelope",), ("envelope", "data")])
 async def test_a_normalized_operation_with_an_unknown_field_is_not_evaluated(
     path: tuple[str, ...],
 ) -> None:
     """The evaluate stage decides on what normalization produced, all of it."""
-    request = EvaluateRequest(normalized=normalized_proposal(), operation_id="op-1")
-    stage = EvaluateStage(load_policy_set(), lambda: AT_MS)
+    normalized = normalized_proposal()
+    request = EvaluateRequest(
+        envelope=normalized.envelope,
+        operation_hash=normalized.operation_hash,
+        operation_id="op-1",
+    )
+    handle = serve(EvaluateStage(load_policy_set(), lambda: AT_MS), EvaluateRequest)
     with pytest.raises(StageRefusal) as refused:
-        await stage(json.dumps(with_extra(request, *path)).encode())
+        await handle(json.dumps(with_extra(request, *path)).encode())
     assert refused.value.reason_code == "malformed_stage_request"
-    decision = msgspec.json.decode(await stage(msgspec.json.encode(request)), type=Decision)
+    decision = msgspec.json.decode(await handle(msgspec.json.encode(request)), type=Decision)
     assert decision.operation_id == "op-1"  # the control: without the field it is decided
 
 
