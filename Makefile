@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench clean browser
+.PHONY: demo test lint typecheck unit bench clean browser mutate
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -35,6 +35,12 @@ browser:
 	  { echo "make browser: cannot install chromium and chromium-driver (Debian packages, needs root); the console's browser tests need them" >&2; exit 1; }
 
 test: lint typecheck browser openclaw-unit unit
+
+# Mutation testing of the trust core (issue 18, docs/MUTATION.md): 8 to 20 minutes on
+# two cores, so not part of `make test`. MUTATE_ARGS="--module dsse" runs one module,
+# MUTATE_ARGS=--list lists the mutants.
+mutate: $(STAMP)
+	$(BIN)/python -m ops.mutation $(MUTATE_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/smf-assurance bench

@@ -8,6 +8,10 @@ one thing it is about:
   ``BASE_ENVELOPE`` and applies dotted-path overrides; the value ``DELETE``
   removes the field. ``envelope_dict`` does the same without validating, for
   tests that need an invalid envelope.
+- ``proposal_dict({"facts.classification": "unknown"})`` does the same for
+  ``BASE_PROPOSAL``, a runtime's proposal in its JSON form;
+  ``normalized_proposal`` normalizes it through the shipped mapper tables
+  (``shipped_table``).
 - ``make_rule``, ``make_policy`` and ``make_release`` build corpus records in
   the JSON form the compiler reads (``ops/corpus/scenarios`` is the example);
   ``write_corpus`` writes them as a corpus directory.
@@ -33,6 +37,7 @@ from typing import Any, Final
 import msgspec
 
 from pipeline.core.facts import FACT_REGISTRY_VERSION
+from pipeline.core.normalize import MapperTable, Normalized, decode_mapper, normalize
 from pipeline.core.policy import Effect, Layer
 from pipeline.core.projection import (
     ENFORCEMENT_SCHEMA,
@@ -44,6 +49,7 @@ from pipeline.core.projection import (
 )
 from subjects.canonical import sha256_identity
 from subjects.envelope import OperationEnvelope, envelope_from_builtins
+from subjects.messages import Proposal
 
 
 class _Delete:
@@ -137,6 +143,57 @@ def envelope_json(overrides: Mapping[str, Any] | None = None, /, **more: Any) ->
 def make_envelope(overrides: Mapping[str, Any] | None = None, /, **more: Any) -> OperationEnvelope:
     """A validated ``OperationEnvelope``: ``BASE_ENVELOPE`` plus dotted-path overrides."""
     return envelope_from_builtins(envelope_dict(overrides, **more))
+
+
+BASE_PROPOSAL: Final[Mapping[str, Any]] = {
+    "schema": "smf.proposal/1",
+    "proposal_id": "prop-0001",
+    "runtime_id": "rt-test",
+    "runtime_version": "1.0",
+    "adapter_id": "smf-scripted-adapter",
+    "surface": "tool_call",
+    "native_tool": "dms_read",
+    "arguments": {"document_id": "doc-1207"},
+    "content": "",
+    "destination": {"address": "", "locality": "internal"},
+    "actor": dict(BASE_ENVELOPE["professional"]),
+    "facts": {
+        "classification": "internal",
+        "injection_taint": "clear",
+        "redaction_status": "none",
+        "legal_hold": False,
+        "citation_verification": "not_applicable",
+    },
+    "issued_at_ms": AT_MS,
+}
+"""A valid proposal of the shipped scripted adapter: read one document, every fact known."""
+
+
+def proposal_dict(overrides: Mapping[str, Any] | None = None, /, **more: Any) -> dict[str, Any]:
+    """``BASE_PROPOSAL`` with dotted-path overrides applied (``DELETE`` removes); not
+    validated, so a test can send what the decoder must refuse."""
+    document: dict[str, Any] = copy.deepcopy(dict(BASE_PROPOSAL))
+    for path, value in {**(overrides or {}), **more}.items():
+        set_path(document, path, copy.deepcopy(value))
+    return document
+
+
+MAPPER_TABLES: Final = Path(__file__).resolve().parent.parent / "pipeline" / "mappers"
+"""The shipped per-adapter mapper tables."""
+SHIPPED_ADAPTERS: Final = ("smf-scripted-adapter", "smf-hermes-adapter", "smf-openclaw-adapter")
+
+
+def shipped_table(adapter_id: str = "smf-scripted-adapter") -> MapperTable:
+    """A shipped mapper table, through the decoder the gate loads them with."""
+    return decode_mapper((MAPPER_TABLES / f"{adapter_id}.json").read_bytes())
+
+
+def normalized_proposal(overrides: Mapping[str, Any] | None = None, /, **more: Any) -> Normalized:
+    """``proposal_dict`` decoded as the proposal a runtime sent and normalized
+    through the shipped mapper tables."""
+    data = json.dumps(proposal_dict(overrides, **more)).encode("utf-8")
+    tables = {t.adapter_id: t for t in map(shipped_table, SHIPPED_ADAPTERS)}
+    return normalize(msgspec.json.decode(data, type=Proposal), tables)
 
 
 CONSEQUENTIAL_TRIGGERS: Final[Mapping[str, Mapping[str, Any]]] = {

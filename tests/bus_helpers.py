@@ -13,7 +13,7 @@ import base64
 import hashlib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -227,12 +227,21 @@ class ReportInbox:
         return open_report(msg.data, self.connector_key)
 
     async def nothing_within(self, seconds: float) -> bool:
-        """True when no report arrives for ``seconds``."""
+        """True when no report arrives for ``seconds``. Proves a negative only when a
+        real mechanism bounds when the report would come (say which at the call);
+        otherwise use :meth:`none_pending` after an effect that follows any report."""
         try:
             await self.sub.next_msg(timeout=seconds)
         except TimeoutError:
             return True
         return False
+
+    def none_pending(self) -> bool:
+        """True when no report is waiting to be read. Exact once the caller has seen
+        something the server delivered to this connection after every report it
+        could have sent (a term advisory, a consumer info that says drained): one
+        connection reads its messages in the server's order."""
+        return self.sub.pending_msgs == 0
 
 
 async def wait_for(predicate: Any, timeout: float = 3.0, interval: float = 0.02) -> None:
@@ -247,6 +256,98 @@ async def wait_for(predicate: Any, timeout: float = 3.0, interval: float = 0.02)
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(interval)
+
+
+class ExecuteSpy:
+    """Every publish on ``smf.execute.>``, as a core subscriber sees it.
+
+    JetStream drops a second publish with the same ``Nats-Msg-Id`` inside its
+    duplicate window, so the stream count alone would hide a re-dispatch; the
+    spy sees what was sent, the stream what was kept. Attach it to the
+    connection that receives the gate's replies, and read it with
+    :meth:`settled`.
+    """
+
+    def __init__(self, sub: Subscription) -> None:
+        self.sub = sub
+        self.seen: list[Msg] = []
+
+    @classmethod
+    async def attach(cls, nc: Client) -> ExecuteSpy:
+        async def record(msg: Msg) -> None:
+            spy.seen.append(msg)
+
+        spy = cls(await nc.subscribe(f"{EXECUTE_PREFIX}.>", cb=record))
+        await nc.flush()
+        return spy
+
+    async def settled(self) -> list[Msg]:
+        """Every publish made before the replies this connection has already read.
+
+        A gate publishes an order before it answers the request that caused it, and
+        one server hands this connection the order first, so when a reply has been
+        read the order already sits in this subscription's queue: once the queue is
+        empty (its callback never awaits, so an empty queue means recorded), no
+        publish that came before those replies is still on its way. A publish the
+        gate made after its last reply is outside this bound."""
+        await wait_for(lambda: self.sub.pending_msgs == 0, timeout=10)
+        return list(self.seen)
+
+    async def approval_ids(self) -> list[str | None]:
+        """``Smf-Approval-Id`` of each publish, once :meth:`settled`."""
+        return [(m.headers or {}).get(HEADER_APPROVAL_ID) for m in await self.settled()]
+
+
+def connector_durable(connector_id: str) -> str:
+    """The durable a ``ConnectorRunner`` binds when its config names none."""
+    return f"smf-connector-{connector_id}"
+
+
+async def consumer_drained(
+    js: JetStreamContext, durable: str, stream: str = EXECUTE_STREAM
+) -> bool:
+    """True when ``durable`` on ``stream`` has delivered every message and had each
+    acknowledged. A connector acks an order only after executing and reporting it,
+    and the gate acks a report (``smf-gate-results`` on SMF_RESULT) only after
+    handling it, evidence included: from then on nothing more happens until a new
+    message arrives. This, not a pause, is what makes "nothing else happened" true."""
+    info = await js.consumer_info(stream, durable)
+    return (info.num_pending, info.num_ack_pending) == (0, 0)
+
+
+MARK_PREFIX: Final = b"smf-test-mark-"
+
+
+async def caught_up(
+    publisher: Client, subject: str, received: Callable[[], Iterable[bytes]], timeout: float = 10
+) -> None:
+    """Publish fresh marks on ``subject`` from ``publisher`` until one is in
+    ``received()`` (the payloads one subscription recorded, in arrival order).
+
+    One nats-server hands a subscriber every message in the order it took them,
+    and a subscription's callbacks run in that order: once a mark is recorded,
+    so is every message the server took before it, from any connection. That
+    bounds a "nothing else arrived" check when whoever might have sent more has
+    stopped (or is ``publisher`` itself) before the first mark. A mark is sent
+    again on every poll because a subscription made just now may not yet catch
+    another connection's publish (see :meth:`Rogue.start`); a lost mark only
+    delays the answer. The deadline only bounds a failure."""
+    marks: set[bytes] = set()
+
+    async def arrived() -> bool:
+        mark = MARK_PREFIX + os.urandom(8).hex().encode()
+        marks.add(mark)
+        await publisher.publish(subject, mark)
+        await publisher.flush()
+        await asyncio.sleep(0.01)
+        return not marks.isdisjoint(received())
+
+    await wait_for(arrived, timeout=timeout)
+
+
+def is_mark(data: bytes) -> bool:
+    """A message :func:`caught_up` published, not one the test is about."""
+    return data.startswith(MARK_PREFIX)
 
 
 def gate_reply(data: bytes, gate_keys: Mapping[str, VerifyKey]) -> Verdict | OutputVerdict | None:

@@ -2,6 +2,18 @@
 
 Integration tests run against a real nats-server (ARCHITECTURE.md, "Layers
 of the code": tests use a real nats-server, real SQLite), never a mock.
+
+Hypothesis runs every property under the ``smf`` profile registered below:
+``deadline=None``. Hypothesis's default fails any example slower than 200 ms,
+which is a wall-clock assertion in disguise; properties here write SQLite
+files, compile corpora, sign and verify releases, and share two cores with
+nats-server processes, so one slow example says nothing about the property.
+Performance is measured by ``smf-assurance bench``, never asserted in tests.
+The profile is loaded here, before any test module is imported, so a test
+without its own ``@settings`` cannot fall back to the 200 ms default; a test
+that sets its own ``settings`` inherits ``deadline=None`` from the profile
+unless it names a deadline itself (none does).
+``tests/test_hypothesis_profile.py`` checks the profile is the one in force.
 """
 
 from __future__ import annotations
@@ -12,10 +24,18 @@ from pathlib import Path
 import nats
 import pytest
 import structlog
+from hypothesis import settings
 from nats.aio.client import Client
 
 from ops.cluster import LocalNatsCluster
 from ops.natsserver import EmbeddedNatsServer, reserve_port
+
+# --- hypothesis: no per-example wall-clock deadline (see the module docstring) ---
+
+HYPOTHESIS_PROFILE = "smf"
+settings.register_profile(HYPOTHESIS_PROFILE, deadline=None)
+settings.load_profile(HYPOTHESIS_PROFILE)
+
 
 # --- bus: a real nats-server with JetStream, one per test -------------------
 

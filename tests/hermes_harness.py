@@ -52,7 +52,7 @@ from subjects import names
 from subjects.attestation import AttestationAck
 from subjects.keys import VerifyKey
 from subjects.messages import DataFacts, Verdict
-from tests.bus_helpers import gate_reply
+from tests.bus_helpers import gate_reply, wait_for
 from tests.fake_openai import FakeOpenAI
 
 SAFE_RUNTIME_ID = "hermes-safe"
@@ -139,7 +139,7 @@ class Harness:
         await publish_to_bucket(self.gate.js, release)  # where the adapter verifies it
         self.nc = await nats.connect(self.server.url)
         self.tap = Tap(self.state.gate_keys())
-        await self.nc.subscribe(">", cb=self.tap.record)
+        self.tap_sub = await self.nc.subscribe(">", cb=self.tap.record)
         self.model = FakeOpenAI().start()
 
     async def stop(self) -> None:
@@ -218,8 +218,12 @@ class Harness:
         except TimeoutError:
             proc.kill()
             out, err = await proc.communicate()
-        await asyncio.sleep(0.2)
+        # Every verdict and ack of this run answered a request Hermes waited on (its
+        # hooks block on the reply), so the server had routed our copy before Hermes
+        # could read its own; the flush's PONG comes after it, and once the tap's
+        # queue is empty its callback has recorded it.
         await self.nc.flush()
+        await wait_for(lambda: self.tap_sub.pending_msgs == 0, timeout=10)
         markers = {rel: (root / rel).exists() for rel in command.get("markers", [])}
         return {
             "name": command["name"],

@@ -74,7 +74,6 @@ import msgspec
 import nats
 import pytest
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.client import JetStreamContext
 
@@ -115,7 +114,7 @@ from subjects.messages import (
     order_id_for,
 )
 from subjects.registry import RegistryFile, encode_registry, entry_for, load_registry
-from tests.bus_helpers import random_identity, wait_for
+from tests.bus_helpers import ExecuteSpy, random_identity, wait_for
 from tests.clocks import OffsetClock as Clock
 
 COURT_FILING: Final = SCENARIOS[0]
@@ -298,36 +297,6 @@ async def orders(
     return found
 
 
-class ExecuteSpy:
-    """Every publish on ``smf.execute.>``, as a core subscriber sees it.
-
-    JetStream drops a second publish with the same ``Nats-Msg-Id`` inside its
-    duplicate window, so the stream count alone would hide a re-dispatch of the
-    same order; a core subscription sees every publish. Records the
-    ``Smf-Approval-Id`` header of each.
-    """
-
-    def __init__(self) -> None:
-        self.approval_ids: list[str | None] = []
-
-    @classmethod
-    async def start(cls, nc: Client) -> ExecuteSpy:
-        spy = cls()
-
-        async def seen(msg: Msg) -> None:
-            spy.approval_ids.append((msg.headers or {}).get(names.HEADER_APPROVAL_ID))
-
-        await nc.subscribe(f"{names.EXECUTE_PREFIX}.>", cb=seen)
-        await nc.flush()
-        return spy
-
-    async def settled(self, nc: Client, seconds: float = 0.2) -> list[str | None]:
-        """What was published, after letting anything in flight arrive."""
-        await nc.flush()
-        await asyncio.sleep(seconds)
-        return list(self.approval_ids)
-
-
 async def order_count(js: JetStreamContext) -> int:
     return (await js.stream_info(names.EXECUTE_STREAM)).state.messages
 
@@ -474,7 +443,7 @@ async def test_held_court_filing_is_approved_once_and_filed_once(
     assert verdict.expires_at_ms is not None
     assert verdict.order_id is None
     assert await order_count(gate.js) == 0
-    spy = await ExecuteSpy.start(nc)
+    spy = await ExecuteSpy.attach(nc)
     outcome = await nc.subscribe(names.approval_outcome_subject(approval_id))
     await nc.flush()
 
@@ -514,7 +483,7 @@ async def test_held_court_filing_is_approved_once_and_filed_once(
     outbox = state.connector_dir("court-efiling") / "outbox"
     assert [p.name for p in outbox.iterdir()] == [f"{reply.order_id}.json"]
     assert await order_count(gate.js) == 1
-    assert await spy.settled(nc) == [approval_id]
+    assert await spy.approval_ids() == [approval_id]
     record = await gate.approvals.get(approval_id)
     assert record is not None
     assert record.held_payload is None
@@ -649,7 +618,7 @@ async def test_duplicate_allow_once_is_refused_and_one_order_stands(
     verdict = await held_filing(nc, state)
     approval_id = verdict.approval_id
     assert approval_id is not None
-    spy = await ExecuteSpy.start(nc)
+    spy = await ExecuteSpy.attach(nc)
     attorney = approver(nc, state, ATTORNEY)
     view = await attorney.show(approval_id)
     signed = attorney.sign_resolution(approval_id, "allow-once", view.binding_digest)
@@ -667,7 +636,7 @@ async def test_duplicate_allow_once_is_refused_and_one_order_stands(
         assert reply.order_id is None
     sent = await orders(gate.js, state)
     assert [order.order_id for order, _ in sent] == [first.order_id]
-    assert await spy.settled(nc) == [approval_id]  # not even a de-duplicated second publish
+    assert await spy.approval_ids() == [approval_id]  # not even a de-duplicated second publish
     assert await state_of(gate, approval_id) == "executing"
 
 
@@ -810,7 +779,15 @@ async def test_a_replayed_old_show_request_is_refused(
     reply = await nc.request(names.APPROVAL_SHOW, signed, timeout=5)
     assert reply.headers is not None
     assert reply.headers["Nats-Service-Error"] == "stale_show_request"
-    assert verdict.approval_id.encode() not in reply.data
+    # What a show reveals is the held content and arguments: none of it is in the
+    # refusal, in plain text or base64 (a fresh show, the control, does reveal it).
+    revealed = (COURT_FILING.content, *map(str, COURT_FILING.arguments.values()))
+    for secret in revealed:
+        for form in (secret.encode(), base64.b64encode(secret.encode())):
+            assert form not in reply.data, f"{secret!r} in the refusal"
+    view = await approver(nc, state, ATTORNEY).show(verdict.approval_id)
+    assert view.content == COURT_FILING.content
+    assert json.loads(view.arguments_json) == COURT_FILING.arguments
 
 
 async def test_show_of_an_unknown_approval_is_refused(

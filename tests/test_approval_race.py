@@ -78,12 +78,11 @@ from pipeline.stores.approvals_sqlite import SqliteApprovalStore
 from subjects import names
 from subjects.approvals import ResolutionReply
 from subjects.bus_access import BusCredential
-from tests.bus_helpers import wait_for
+from tests.bus_helpers import ExecuteSpy, wait_for
 from tests.clocks import OffsetClock as Clock
 from tests.test_approval_desk import (
     ATTORNEY,
     CLOSE_TIMEOUT_S,
-    ExecuteSpy,
     approver,
     connectors_running,
     court_filing,
@@ -241,7 +240,7 @@ async def test_one_resolution_sent_to_two_gate_processes_gives_one_order_every_r
 async def race_one_resolution(gates: list[GateProcess], nc: Client, state: StateDir) -> None:
     """Fifty rounds: one signed allow-once sent to both processes at once."""
     js = nc.jetstream()
-    spy = await ExecuteSpy.start(nc)
+    spy = await ExecuteSpy.attach(nc)
     client, attorney = runtime(nc, state), approver(nc, state, ATTORNEY)
     winners: Counter[str] = Counter()
     held: list[str] = []
@@ -267,7 +266,7 @@ async def race_one_resolution(gates: list[GateProcess], nc: Client, state: State
         assert [r.reason_codes for r in refused] == [("approval_not_pending",)], (round_, replies)
         assert await order_count(js) == round_ + 1, round_
 
-    published = await spy.settled(nc)
+    published = await spy.approval_ids()
     assert Counter(published) == dict.fromkeys(held, 1)
     sent = await orders(js, state)
     assert sorted(o.approval_id or "" for o, _ in sent) == sorted(held)
@@ -287,7 +286,7 @@ async def race_one_claim(
 ) -> None:
     """Fifty rounds: an approved approval claimed by both processes at once."""
     js = nc.jetstream()
-    spy = await ExecuteSpy.start(nc)
+    spy = await ExecuteSpy.attach(nc)
     client = runtime(nc, state)
     winners: Counter[str] = Counter()
     held: list[str] = []
@@ -319,7 +318,7 @@ async def race_one_claim(
         for gate in gates:
             assert "invalidated" not in ledger_statuses(gate.ledger, approval_id)
 
-    assert Counter(await spy.settled(nc)) == dict.fromkeys(held, 1)
+    assert Counter(await spy.approval_ids()) == dict.fromkeys(held, 1)
     assert len(await orders(js, state)) == ROUNDS
     for approval_id in held:
         record = await store.get(approval_id)
@@ -352,7 +351,7 @@ async def test_crash_between_claim_and_publish_is_execution_unknown_without_an_o
 ) -> None:
     gate = await spawn("gate-a", own_ledger=False, park_dispatch=True)
     js = nc.jetstream()
-    spy = await ExecuteSpy.start(nc)
+    spy = await ExecuteSpy.attach(nc)
     client, attorney = runtime(nc, state), approver(nc, state, ATTORNEY)
     claimed = (await hold(client, court_filing(client))).approval_id
     pending = (await hold(client, court_filing(client))).approval_id
@@ -392,7 +391,7 @@ async def test_crash_between_claim_and_publish_is_execution_unknown_without_an_o
         assert (replay.accepted, replay.reason_codes) == (False, ("approval_not_pending",))
         late = await attorney.resolve(pending, "allow-once", view.binding_digest)
         assert late.reason_codes == ("approval_not_pending",)
-        assert await spy.settled(nc, 0.5) == []
+        assert await spy.approval_ids() == []
         assert await order_count(js) == 0
     assert replies.pending_msgs == 0  # the killed gate never answered
 
@@ -406,7 +405,7 @@ async def test_crash_between_publish_and_report_is_execution_unknown_and_files_o
 ) -> None:
     gate = await spawn("gate-a", own_ledger=False)
     js = nc.jetstream()
-    spy = await ExecuteSpy.start(nc)
+    spy = await ExecuteSpy.attach(nc)
     client, attorney = runtime(nc, state), approver(nc, state, ATTORNEY)
     approval_id = (await hold(client, court_filing(client))).approval_id
     assert approval_id is not None
@@ -438,7 +437,7 @@ async def test_crash_between_publish_and_report_is_execution_unknown_and_files_o
         record = await store.get(approval_id)
         assert record is not None
         assert record.state == "execution_unknown"
-        assert await spy.settled(nc) == [approval_id]
+        assert await spy.approval_ids() == [approval_id]
     outbox = state.connector_dir("court-efiling") / "outbox"
     assert [p.name for p in outbox.iterdir()] == [f"{reply.order_id}.json"]
     assert await order_count(js) == 1

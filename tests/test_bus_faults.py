@@ -58,10 +58,15 @@ from subjects.approvals import open_outcome
 from subjects.keyed import keyed_identifier
 from subjects.messages import Proposal, Verdict
 from subjects.registry import load_registry
-from tests.bus_helpers import ReportInbox, wait_for
+from tests.bus_helpers import (
+    ExecuteSpy,
+    ReportInbox,
+    connector_durable,
+    consumer_drained,
+    wait_for,
+)
 from tests.test_bus_properties import (
     MODES,
-    ExecuteSpy,
     GateStarter,
     deletion,
     execute_count,
@@ -70,13 +75,13 @@ from tests.test_bus_properties import (
     open_order,
     provisioned_state,
     runtime_client,
-    settle,
     stored_orders,
 )
 
 REPO = Path(__file__).resolve().parent.parent
 GATE_CHILD = Path(__file__).with_name("gate_child.py")
 CONNECTOR_CHILD = Path(__file__).with_name("connector_crash_child.py")
+DMS_DURABLE = connector_durable("dms")
 FAST_RUNNER = RunnerConfig(ack_wait=1.0, fetch_timeout=0.1, retry_delay=0.1, stream_wait=5.0)
 
 
@@ -158,7 +163,8 @@ async def test_nats_server_killed_mid_flight_fails_closed_and_service_resumes(
         in_flight = [asyncio.create_task(runtime.propose(p)) for p in proposals]
         await asyncio.sleep(0.01)
         nats_server.kill()
-        await asyncio.sleep(0.3)  # the clients notice; requests wait or fail
+        # Both sides notice the loss before the server returns: requests wait or fail.
+        await wait_for(lambda: not (nc.is_connected or gate.nc.is_connected), timeout=10)
         nats_server.start()
         verdicts = await asyncio.gather(*in_flight)
 
@@ -222,13 +228,16 @@ def seed_documents(state: StateDir, documents: list[str]) -> Path:
 
 
 def tombstones(store: Path) -> list[Tombstone]:
+    """The DMS connector's completed deletions: one tombstone per order. Not every
+    entry of ``.deleted`` is one: while an order runs the folder also holds its
+    ``<order_id>.doc`` copy and ``create_atomically``'s ``.<name>.*.tmp`` file."""
     deleted = store / DELETED_DIR
     if not deleted.exists():
         return []
     return [
         msgspec.json.decode(path.read_bytes(), type=Tombstone)
         for path in deleted.iterdir()
-        if not path.name.endswith(".doc")
+        if not path.name.endswith(".doc") and not path.name.startswith(".")
     ]
 
 
@@ -309,12 +318,7 @@ async def test_gate_killed_mid_flight_and_restarted_executes_nothing_twice(
 
     # The connector carries out what is stored: each deletion exactly once.
     async with dms_connector(nats_server.url, state, store):
-
-        async def drained() -> bool:
-            info = await js.consumer_info(names.EXECUTE_STREAM, "smf-connector-dms")
-            return bool(info.num_pending == 0 and info.num_ack_pending == 0)
-
-        await wait_for(drained, timeout=20)
+        await wait_for(lambda: consumer_drained(js, DMS_DURABLE), timeout=20)
     done = tombstones(store)
     assert sorted(t.document_id for t in done) == sorted(per_document)
     assert {t.order_id for t in done} == {o.order_id for o in orders}
@@ -415,7 +419,10 @@ async def test_connector_killed_after_executing_before_ack_is_ambiguous_not_repe
             return await approval_state(nc, allowed.approval_id) == "execution_unknown"
 
         await wait_for(unknown, timeout=10)
-        assert await reports.nothing_within(1.5)  # past ack_wait: no redelivery re-executes
+        # Acknowledged: nothing is left to redeliver, so nothing can execute again,
+        # and every report the runner sent before its ack has been read here.
+        await wait_for(lambda: consumer_drained(nc.jetstream(), runner.durable), timeout=10)
+        assert reports.none_pending()
     finally:
         runner.stop()
         await asyncio.wait_for(task, 10)
@@ -471,8 +478,7 @@ async def test_ledger_outage_denies_everything_and_releases_nothing_unrecorded(
         assert verdict.order_id is None
         assert verdict.evidence == ()
 
-    await settle(nc)
-    assert len(spy.seen) == 1
+    assert len(await spy.settled()) == 1
     assert await execute_count(gate.js) == 1
     assert ledger_entries(state) == entries
     await assert_orders_have_evidence(gate.js, state)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from ops.stack import gate_config
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 from pipeline.assembly import RunningGate, start_gate
 from subjects import names
+from tests.bus_helpers import ExecuteSpy
 
 
 @pytest.fixture
@@ -45,12 +45,7 @@ def client(nc: Client, state: StateDir) -> ProposalClient:
 async def test_scenarios_get_their_verdicts_and_only_allows_reach_execute(
     gate: RunningGate, nc: Client, state: StateDir
 ) -> None:
-    seen: list[str] = []
-
-    async def spy(msg) -> None:  # type: ignore[no-untyped-def]
-        seen.append(msg.subject)
-
-    await nc.subscribe("smf.execute.>", cb=spy)
+    spy = await ExecuteSpy.attach(nc)
     runtime = client(nc, state)
     for action in SCENARIOS:
         proposal = runtime.build(
@@ -67,7 +62,8 @@ async def test_scenarios_get_their_verdicts_and_only_allows_reach_execute(
         assert verdict.reason_codes
         if verdict.outcome == "allow":
             assert verdict.order_id is not None
-    await asyncio.sleep(0.2)
+    # The gate publishes an order (acknowledged by the stream) before it replies,
+    # so after the last verdict the stream holds every order there will be.
     info = await gate.js.stream_info(names.EXECUTE_STREAM)
     assert info.state.messages == 1
-    assert seen == ["smf.execute.dms"]
+    assert [m.subject for m in await spy.settled()] == ["smf.execute.dms"]

@@ -61,7 +61,7 @@ from subjects import dsse, names
 from subjects.canonical import canonical_bytes
 from subjects.keys import SigningKey, VerifyKey, generate_signing_key
 from subjects.messages import DataFacts, ExecuteOrder, Proposal, Verdict, order_id_for
-from tests.bus_helpers import gate_reply, wait_for
+from tests.bus_helpers import ExecuteSpy, caught_up, gate_reply, is_mark, wait_for
 
 SERVICE_ERROR_CODE = "Nats-Service-Error-Code"
 SERVICE_ERROR = "Nats-Service-Error"
@@ -95,6 +95,11 @@ class GateStarter:
         )
         self.started.append(gate)
         return gate
+
+    async def stop(self, gate: RunningGate) -> None:
+        """Close ``gate`` now: its connection drained, it sends nothing more."""
+        self.started.remove(gate)
+        await gate.close()
 
     async def close(self) -> None:
         for gate in self.started:
@@ -186,29 +191,6 @@ def ledger_entries(state: StateDir) -> int:
     return int(count)
 
 
-@dataclass
-class ExecuteSpy:
-    """A core subscriber on ``smf.execute.>``: sees every publish, kept or not."""
-
-    seen: list[Msg] = field(default_factory=list)
-
-    async def on_msg(self, msg: Msg) -> None:
-        self.seen.append(msg)
-
-    @classmethod
-    async def attach(cls, nc: Client) -> ExecuteSpy:
-        spy = cls()
-        await nc.subscribe(f"{names.EXECUTE_PREFIX}.>", cb=spy.on_msg)
-        await nc.flush()
-        return spy
-
-
-async def settle(nc: Client, seconds: float = 0.2) -> None:
-    """Let anything still on its way to a subscriber arrive."""
-    await nc.flush()
-    await asyncio.sleep(seconds)
-
-
 def sign_raw(payload: bytes, key: SigningKey, payload_type: str = names.PAYLOAD_PROPOSAL) -> bytes:
     """A DSSE envelope over exactly ``payload``, canonical or not."""
     return dsse.encode_envelope(dsse.sign(payload_type, payload, [key]))
@@ -229,8 +211,7 @@ async def test_denials_and_holds_never_reach_execute(
         assert verdict.outcome == action.expected_outcome, (action.name, verdict)
         assert action.expected_reason in verdict.reason_codes
         assert verdict.order_id is None
-        await settle(nc, 0.05)
-        assert spy.seen == [], action.name
+        assert await spy.settled() == [], action.name
         assert await execute_count(gate.js) == 0, action.name
 
 
@@ -246,9 +227,8 @@ async def test_allow_reaches_execute_once_with_the_verdicts_identities(
     assert verdict.order_id is not None
     assert verdict.decision_id
     assert verdict.operation_hash
-    await settle(nc)
     assert await execute_count(gate.js) == 1
-    assert [m.subject for m in spy.seen] == [names.execute_subject("dms")]
+    assert [m.subject for m in await spy.settled()] == [names.execute_subject("dms")]
 
     (stored,) = await stored_orders(gate.js)
     headers = stored.headers or {}
@@ -479,8 +459,7 @@ async def test_refused_input_gets_an_error_reply_and_changes_nothing(
     verdict = await runtime.send("p-refused-0001", build(runtime, state))
     assert (verdict.outcome, verdict.reason_codes) == ("deny", (reason,))
 
-    await settle(nc, 0.05)
-    assert spy.seen == []
+    assert await spy.settled() == []
     assert await execute_count(gate.js) == 0
     assert ledger_entries(state) == entries
     await assert_still_serving(runtime, gate.js)
@@ -567,8 +546,7 @@ async def test_normalization_failures_are_denials_with_their_reason(
         verdict = await client.propose(proposal)
         assert verdict.outcome == "deny", (tool, verdict)
         assert reason in verdict.reason_codes, verdict.reason_codes
-    await settle(nc, 0.05)
-    assert spy.seen == []
+    assert await spy.settled() == []
     assert await execute_count(gate.js) == 0
 
 
@@ -637,8 +615,7 @@ async def test_a_client_calling_the_dispatch_stage_directly_gets_no_order(
         headers = reply.headers or {}
         assert headers.get(SERVICE_ERROR_CODE) == "401", (subject, reply.data)
         assert headers.get(SERVICE_ERROR) == "stage_unauthenticated"
-    await settle(nc)
-    assert spy.seen == []
+    assert await spy.settled() == []
     assert await execute_count(gate.js) == 0
 
 
@@ -725,8 +702,12 @@ class VerdictWire:
 
     gate_keys: Mapping[str, VerifyKey]
     counts: Counter[str] = field(default_factory=Counter)
+    marks: list[bytes] = field(default_factory=list)
 
     async def on_msg(self, msg: Msg) -> None:
+        if is_mark(msg.data):
+            self.marks.append(msg.data)
+            return
         verdict = gate_reply(msg.data, self.gate_keys)
         if isinstance(verdict, Verdict):  # not a stage reply, a PubAck, ...
             self.counts[verdict.proposal_id] += 1
@@ -758,14 +739,17 @@ async def test_two_hundred_in_flight_each_get_one_verdict_and_only_allows_are_st
         for verdict, allow in by_id.values():
             assert verdict.outcome == ("allow" if allow else "deny"), verdict
         await wait_for(lambda: sum(wire.counts.values()) >= 200, timeout=10)
-        await settle(nc, 0.3)
+        # A second verdict could only come from the gate: stop it (everything it
+        # sent has reached the server), then a mark behind its last message.
+        await running_gates.stop(gate)
+        await caught_up(nc, "_INBOX.smf-test-mark", lambda: wire.marks)
         assert set(wire.counts) == set(by_id)
         assert set(wire.counts.values()) == {1}
 
         allowed = {v.order_id for v, allow in by_id.values() if allow}
         assert len(allowed) == 100
         assert None not in allowed
-        stored = await stored_orders(gate.js)
+        stored = await stored_orders(nc.jetstream())
         stored_ids = [(m.headers or {})[names.HEADER_MSG_ID] for m in stored]
         assert len(stored_ids) == 100
         assert set(stored_ids) == allowed

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import unicodedata
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -279,13 +280,16 @@ def _nested_objects(levels: int) -> Any:
     return value
 
 
-def test_depth_limit() -> None:
-    """A scalar MAX_DEPTH containers deep is accepted; one more level is refused."""
+@pytest.mark.parametrize("prepare", [canonical_bytes, canonical_value])
+def test_depth_limit(prepare: Callable[[Any], Any]) -> None:
+    """A scalar MAX_DEPTH containers deep is accepted; one more level is refused, by
+    the bytes and by the value the compiler reads corpora through alike."""
     assert canonical_bytes(_nested_lists(MAX_DEPTH)).startswith(b"[" * MAX_DEPTH + b"0")
-    canonical_bytes(_nested_objects(MAX_DEPTH))
+    prepare(_nested_lists(MAX_DEPTH))
+    prepare(_nested_objects(MAX_DEPTH))
     for value in (_nested_lists(MAX_DEPTH + 1), _nested_objects(MAX_DEPTH + 1)):
         with pytest.raises(CanonicalJSONError, match="nesting deeper"):
-            canonical_bytes(value)
+            prepare(value)
 
 
 def test_hostile_nesting_is_refused_without_crashing() -> None:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from ops.cli import main
+from ops.cli import build_parser, main
 from ops.commands.demo import _swarm_row
 from ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
 
@@ -199,6 +201,27 @@ def test_demo_runs_the_scenarios_over_the_bus_and_keeps_its_state(
         assert (state / name).exists()
 
 
+def test_demo_exits_non_zero_with_one_line_when_an_outcome_is_not_the_expected_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The allowed deletion's document is a folder in the state the demo is given
+    (seeding leaves existing names alone), so the DMS connector reports it
+    ``failed`` / ``not_found`` instead of ``confirmed``: that one scenario is not
+    as expected, and the run says so on one line and exits 1."""
+    state = tmp_path / "state"
+    (state / "connectors" / "dms" / "store" / "doc-1207").mkdir(parents=True)
+    code, out, err = run(["demo", "--json", "--state-dir", str(state)], capsys)
+    assert code == 1
+    assert err == "smf-assurance: a scenario did not reach its expected outcome\n"
+    report = json.loads(out)
+    assert report["ok"] is False
+    unexpected = [r for r in report["scenarios"] if not r["as_expected"]]
+    assert [(r["scenario"], r["verdict"], r["connector"]) for r in unexpected] == [
+        ("6 retention deletion (allowed)", "allow", "failed")
+    ]
+    assert len(report["scenarios"]) == 6  # every other scenario still ran, as expected
+
+
 def test_demo_table_is_readable(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["demo"], capsys)
     assert code == 0
@@ -220,11 +243,50 @@ def test_bench_evaluator_prints_both_engines_and_the_ratio(
     assert figures["cedar_over_smf_p50_x1000"] > 0
 
 
-def test_every_subcommand_has_help() -> None:
-    for command in ("compile", "eval", "demo", "bench"):
+def subcommands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], str | None, argparse.ArgumentParser]]:
+    """Every subcommand the parser knows, nested ones too, with the summary its
+    parent lists it under: read from the parser, so a new command is covered."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            summaries = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, child in action.choices.items():
+                yield (*path, name), summaries.get(name), child
+                yield from subcommands(child, (*path, name))
+
+
+def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each one is listed with a summary, answers ``--help`` with exit 0 and its own
+    usage line, and every option it takes says what it is for."""
+    found = list(subcommands(build_parser()))
+    assert {path[0] for path, _, _ in found} == {
+        "compile",
+        "eval",
+        "demo",
+        "bench",
+        "up",
+        "keys",
+        "approvals",
+        "ledger",
+        "swarm",
+        "release",
+        "console",
+    }
+    for path, summary, child in found:
+        command = " ".join(path)
+        assert summary, f"{command} is listed without a summary"
         with pytest.raises(SystemExit) as exit_info:
-            main([command, "--help"])
-        assert exit_info.value.code == 0
+            main([*path, "--help"])
+        assert exit_info.value.code == 0, command
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: smf-assurance {command}"), out
+        for action in child._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                continue
+            assert action.help, f"{command}: {action.option_strings or action.dest} has no help"
+            for flag in action.option_strings:
+                assert flag in out, (command, flag)
 
 
 def test_console_script_runs_as_a_module() -> None:

@@ -54,6 +54,7 @@ from subjects.bus_access import connect_options
 from subjects.canonical import identity_of, sha256_identity
 from subjects.keys import PublicKeyRecord, generate_signing_key, load_private_key, public_record
 from subjects.registry import encode_registry, entry_for
+from tests.bus_helpers import connector_durable, consumer_drained, wait_for
 from tests.test_ledger import make_entry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -496,14 +497,12 @@ def bus_as(stack: Stack, principal: str = CONSOLE) -> list[str]:
     return ["--nats", stack.url, "--credential", str(stack.state.bus_credential_path(principal))]
 
 
-async def filings(stack: Stack, count: int) -> list[Path]:
-    outbox = stack.state.connector_dir("court-efiling") / "outbox"
-    for _ in range(200):
-        found = sorted(outbox.glob("*.json"))
-        if len(found) >= count:
-            return found
-        await asyncio.sleep(0.05)
-    return sorted(outbox.glob("*.json"))
+async def filings(stack: Stack) -> list[Path]:
+    """The court connector's filings once it has executed and acknowledged every
+    order in the stream: complete, with nothing still on its way."""
+    js = stack.gate.js
+    await wait_for(lambda: consumer_drained(js, connector_durable("court-efiling")), timeout=10)
+    return sorted((stack.state.connector_dir("court-efiling") / "outbox").glob("*.json"))
 
 
 async def test_an_attorney_sees_and_approves_the_held_filing_exactly_once(
@@ -567,7 +566,7 @@ async def test_an_attorney_sees_and_approves_the_held_filing_exactly_once(
     assert order.headers is not None
     assert order.headers[names.HEADER_MSG_ID] == order_id
     assert order.headers[names.HEADER_APPROVAL_ID] == approval
-    assert len(await filings(stack, 1)) == 1
+    assert len(await filings(stack)) == 1
 
     code, out, err = await arun(
         ["approvals", "resolve", approval, "allow-once", *bus, *key_args(stack, "attorney-alex")],

@@ -39,20 +39,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping, MutableMapping
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 import nats
 import pytest
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
-from nats.js.api import StorageType, StreamConfig, StreamInfo
+from nats.js.api import ConsumerInfo, StorageType, StreamConfig, StreamInfo
+from structlog.testing import capture_logs
 
-from adapters.connectors.dms import DELETED_DIR
 from adapters.output import OutputStreamer, new_stream_id
 from ops.cluster import LocalNatsCluster
 from ops.stack import gate_config, seed_demo_documents
@@ -63,7 +63,7 @@ from subjects import names
 from subjects.keys import VerifyKey
 from subjects.messages import OutputVerdict, Verdict
 from tests.approval_gate_child import OwnLedgerState
-from tests.bus_helpers import gate_reply, registry_entries, wait_for
+from tests.bus_helpers import consumer_drained, gate_reply, registry_entries, wait_for
 from tests.test_approval_desk import (
     ATTORNEY,
     CLOSE_TIMEOUT_S,
@@ -81,6 +81,7 @@ from tests.test_approval_race import (
     race_one_claim,
     race_one_resolution,
 )
+from tests.test_bus_faults import DMS_DURABLE, tombstones
 from tests.test_bus_properties import deletion, open_order, runtime_client, stored_orders
 from tests.test_output_buffer import ASSOCIATE, CLEAN, EXTERNAL, split
 
@@ -244,6 +245,36 @@ async def execute_stream_info(nc: Client) -> StreamInfo | None:
         return None
 
 
+async def stood_down(logs: list[MutableMapping[str, Any]], stream_id: str) -> bool:
+    """A replica lost the close claim for ``stream_id`` and returned without answering
+    (``OutputBuffer._won_close``): from then on neither replica answers that close."""
+    return any(
+        e["event"] == "output_close_answered_elsewhere" and e.get("stream_id") == stream_id
+        for e in logs
+    )
+
+
+async def dms_consumer(nc: Client) -> ConsumerInfo | None:
+    """The DMS connector's durable, or None while its Raft group is electing a
+    leader (see :func:`execute_stream_info`)."""
+    try:
+        info: ConsumerInfo = await nc.jetstream(timeout=2).consumer_info(
+            names.EXECUTE_STREAM, DMS_DURABLE
+        )
+    except (NatsError, TimeoutError):
+        return None
+    return info
+
+
+async def dms_drained(nc: Client) -> bool:
+    """:func:`consumer_drained` for the DMS connector, False while its Raft group
+    elects a leader: once true, the tombstones are final."""
+    try:
+        return await consumer_drained(nc.jetstream(timeout=2), DMS_DURABLE)
+    except (NatsError, TimeoutError):
+        return False
+
+
 async def assert_each_allow_has_one_order(
     nc: Client, state: StateDir, results: list[tuple[str, Verdict]]
 ) -> None:
@@ -310,16 +341,16 @@ async def test_losing_a_nats_node_under_load_loses_no_verdict_and_duplicates_no_
         # Either the reply was lost, or the publish acknowledgement was (the gate
         # cannot know the order was stored, says dispatch_failed, and never retries).
         assert reasons <= TRANSPORT_DENIALS or "dispatch_failed" in reasons, verdict_of[document]
-    deleted = seed_demo_documents(state) / DELETED_DIR
+    order_ids = {
+        open_order(raw.data or b"", state.key("gate")).order_id
+        for raw in await stored_orders(cnc.jetstream())
+    }
+    store = seed_demo_documents(state)
     async with connectors_running(state, nats_cluster.urls[0]):
-
-        def all_deleted() -> bool:
-            return deleted.exists() and len(list(deleted.iterdir())) >= len(ordered)
-
-        await wait_for(all_deleted, timeout=30, interval=0.2)
-        await asyncio.sleep(0.5)
-    assert len(list(deleted.iterdir())) == len(ordered)
-    assert not [p for p in deleted.parent.iterdir() if p.name in ordered]
+        await wait_for(lambda: dms_drained(cnc), timeout=30, interval=0.2)
+    assert {t.order_id for t in tombstones(store)} == order_ids
+    assert {t.document_id for t in tombstones(store)} == ordered
+    assert not [p for p in store.iterdir() if p.name in ordered]
 
 
 async def test_killing_a_replica_mid_flight_fails_its_proposals_closed(
@@ -346,21 +377,30 @@ async def test_killing_a_replica_mid_flight_fails_its_proposals_closed(
 async def test_orders_wait_for_a_cut_off_connector_and_execute_once(
     replicas: list[GateProcess], cnc: Client, state: StateDir, nats_cluster: LocalNatsCluster
 ) -> None:
-    deleted = seed_demo_documents(state) / DELETED_DIR
+    store = seed_demo_documents(state)
     async with connectors_running(state, nats_cluster.urls[2]):
         first = await steady_load(cnc, state, "before-cut")
-        await wait_for(lambda: len(list(deleted.iterdir())) >= LOAD, timeout=30)
+        await wait_for(lambda: dms_drained(cnc), timeout=30)
+    before_cut = {str(v.order_id) for _, v in first if v.outcome == "allow"}
+    assert len(before_cut) == LOAD
+    assert {t.order_id for t in tombstones(store)} == before_cut
     results = await steady_load(cnc, state, "while-cut")  # no connector runs
-    allowed = [d for d, v in results + first if v.outcome == "allow"]
-    assert len(allowed) == 2 * LOAD
-    await asyncio.sleep(0.5)
-    assert len(list(deleted.iterdir())) == LOAD  # the cut-off ones wait in the stream
+    while_cut = {str(v.order_id) for _, v in results if v.outcome == "allow"}
+    assert len(while_cut) == LOAD
+
+    async def waiting_in_the_stream() -> bool:
+        info = await dms_consumer(cnc)
+        return info is not None and (info.num_pending, info.num_ack_pending) == (LOAD, 0)
+
+    await wait_for(waiting_in_the_stream, timeout=30)
+    # No connector runs, so nothing can have executed them.
+    assert {t.order_id for t in tombstones(store)} == before_cut
     for _ in range(2):  # it returns, twice: nothing is carried out again
         async with connectors_running(state, nats_cluster.urls[1]):
-            await wait_for(lambda: len(list(deleted.iterdir())) >= 2 * LOAD, timeout=30)
-    store = deleted.parent
+            await wait_for(lambda: dms_drained(cnc), timeout=30)
+        done = tombstones(store)
+        assert sorted(t.order_id for t in done) == sorted(before_cut | while_cut)
     assert not [p for p in store.iterdir() if p.name.startswith(("before-cut", "while-cut"))]
-    assert len(list(deleted.iterdir())) == 2 * LOAD
 
 
 # --- in-process replicas: output and settings -----------------------------------------
@@ -400,8 +440,7 @@ async def test_an_output_stream_buffered_by_two_replicas_is_answered_once(
         out = OutputStreamer(
             cnc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
         )
-        deliveries: list[Msg] = []
-        await cnc.subscribe(f"{names.EXECUTE_PREFIX}.deliver.>", cb=collect(deliveries))
+        decisions: list[str | None] = []
         for _ in range(5):
             stream_id = new_stream_id()
             committed = await out.send_chunks(stream_id, split("A clean summary for the client."))
@@ -411,24 +450,24 @@ async def test_an_output_stream_buffered_by_two_replicas_is_answered_once(
             inbox = cnc.new_inbox()
             answers = await cnc.subscribe(inbox)
             headers = {names.HEADER_FINAL: "1"}
-            await cnc.publish(names.output_subject(stream_id), signed, reply=inbox, headers=headers)
-            first = await answers.next_msg(timeout=10)
-            await asyncio.sleep(0.5)  # a second answer would have arrived by now
+            with capture_logs() as logs:
+                await cnc.publish(
+                    names.output_subject(stream_id), signed, reply=inbox, headers=headers
+                )
+                first = await answers.next_msg(timeout=10)
+                await wait_for(functools.partial(stood_down, logs, stream_id), timeout=10)
             assert answers.pending_msgs == 0
             await answers.unsubscribe()
             verdict = gate_reply(first.data, state.gate_keys())
             assert isinstance(verdict, OutputVerdict), first.data
             assert verdict.verdict.outcome == "allow", verdict
-        await wait_for(lambda: len(deliveries) >= 5, timeout=10)
-        await asyncio.sleep(0.3)
-        assert len(deliveries) == 5
-
-
-def collect(into: list[Msg]) -> Callable[[Msg], Awaitable[None]]:
-    async def cb(msg: Msg) -> None:
-        into.append(msg)
-
-    return cb
+            decisions.append(verdict.verdict.decision_id)
+        # Each allowed close is one order in the stream, the winner's (a JetStream
+        # publish acknowledged before the reply): counted where every order is kept.
+        stored = await stored_orders(cnc.jetstream())
+        assert {raw.subject for raw in stored} == {f"{names.EXECUTE_PREFIX}.deliver.messaging"}
+        released = [open_order(raw.data or b"", state.key("gate")) for raw in stored]
+        assert [o.decision_id for o in released] == decisions
 
 
 async def test_a_cluster_gate_refuses_a_stream_with_fewer_replicas(

@@ -660,9 +660,18 @@ def test_real_authority_rule_with_matching_snapshot_compiles(tmp_path: Path) -> 
 
 
 def test_synthetic_source_hash_is_over_the_nfc_statement(tmp_path: Path) -> None:
-    rule = make_rule("nfc", statement="Caf\u00e9 rule.")
-    rule["statement"] = "Cafe\u0301 rule."  # same text, decomposed; hash stays the NFC one
-    compile_dir(tmp_path, [rule], [])
+    composed, decomposed = "Caf\u00e9 rule.", "Cafe\u0301 rule."
+    over_nfc = "sha256:" + hashlib.sha256(composed.encode()).hexdigest()
+    over_raw = "sha256:" + hashlib.sha256(decomposed.encode()).hexdigest()
+    assert over_nfc != over_raw  # the two forms really hash apart
+    rule = make_rule("nfc", statement=decomposed, source_hash=over_nfc)
+    compiled = compile_dir(tmp_path / "nfc", [rule], [])
+    assert [r.source_hash for r in compiled.analysis.rules] == [over_nfc]
+    assert [r.source_hash for r in compiled.enforcement.rules] == [over_nfc]
+    # The hash of the statement's bytes as written is not the source hash.
+    wrong = make_rule("nfc", statement=decomposed, source_hash=over_raw)
+    with pytest.raises(CompileError, match="source_hash does not match the statement"):
+        compile_dir(tmp_path / "raw", [wrong], [])
 
 
 # --- write_release -----------------------------------------------------------------

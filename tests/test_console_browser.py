@@ -253,6 +253,16 @@ def screenshots(tmp_path: Path) -> Callable[[webdriver.Chrome, str], Path]:
 # --- driving the page ----------------------------------------------------------------------
 
 
+def list_requests(driver: webdriver.Chrome) -> int:
+    """How many ``/api/approvals`` answers the page has received (the browser's own
+    resource timing: an entry is added when the response has arrived)."""
+    count: int = driver.execute_script(
+        "return performance.getEntriesByType('resource')"
+        ".filter((e) => new URL(e.name).pathname === '/api/approvals').length;"
+    )
+    return count
+
+
 def until(
     driver: webdriver.Chrome, condition: Callable[[webdriver.Chrome], T | Literal[False]], what: str
 ) -> T:
@@ -496,7 +506,11 @@ def test_a_paralegal_sees_nothing_of_the_filing_and_is_refused_a_look(
     driver = browser()
     sign_in(driver, world, PARALEGAL)
     until(driver, lambda d: by_id(d, "empty").is_displayed(), "an empty list")
-    time.sleep(1.5)  # several refreshes of the list while the filing is pending
+    # Two more answers to the page's list request while the filing is pending: the
+    # page renders each answer before it asks again, so the list below is the one
+    # at least one refresh drew after the first.
+    seen = list_requests(driver)
+    until(driver, lambda d: list_requests(d) >= seen + 2, "two more refreshes of the list")
     assert driver.find_elements(By.CSS_SELECTOR, "#approvals li") == []
     assert by_id(driver, "empty").text == "Nothing is waiting for you."
     assert by_id(driver, "who-roles").text == "(paralegal; tenant-acme)"

@@ -140,6 +140,26 @@ def test_url_safe_base64_is_accepted() -> None:
     assert verify(decode_envelope(encode_envelope(url_safe)), _trusted(ALICE)).payload == payload
 
 
+@pytest.mark.parametrize(
+    ("standard", "url_safe"),
+    [("+", "-"), ("/", "_")],
+    ids=["slash-with-dash", "plus-with-underscore"],
+)
+def test_a_signed_payload_spelled_in_both_alphabets_is_refused(
+    standard: str, url_safe: str
+) -> None:
+    """One signature, one spelling (``_b64decode``): a validly signed payload whose
+    base64 mixes the alphabets, keeping one standard character (``/`` or ``+``)
+    beside URL-safe ones, is not a third spelling of the same message."""
+    payload = b"\xfb\xff\xbf" * 4  # standard base64 "+/+/...": both special characters
+    envelope = sign(PAYLOAD_TYPE, payload, [ALICE])
+    assert "+" in envelope.payload
+    assert "/" in envelope.payload
+    mixed = envelope.payload.replace(standard, url_safe)
+    with pytest.raises(MalformedEnvelopeError, match="mixes standard and URL-safe"):
+        decode_envelope(encode_envelope(msgspec.structs.replace(envelope, payload=mixed)))
+
+
 def test_verified_key_ids_lists_every_distinct_verifying_key() -> None:
     envelope = sign(PAYLOAD_TYPE, PAYLOAD, [ALICE, BOB, CAROL])
     verified = verify(envelope, _trusted(ALICE, BOB, CAROL), threshold=2)
@@ -365,6 +385,30 @@ def test_too_many_signatures_are_refused() -> None:
         decode_envelope(encode_envelope(flood))
     with pytest.raises(MalformedEnvelopeError, match="more than"):
         verify(flood, _trusted(ALICE))
+
+
+def test_the_signature_bound_itself_is_accepted() -> None:
+    """Exactly ``MAX_SIGNATURES`` signatures decode and sign: the bound refuses more,
+    not as many."""
+    envelope = sign(PAYLOAD_TYPE, PAYLOAD, [ALICE])
+    full = _with_signatures(envelope, *([envelope.signatures[0]] * MAX_SIGNATURES))
+    assert len(decode_envelope(encode_envelope(full)).raw_signatures) == MAX_SIGNATURES
+    assert verify(full, _trusted(ALICE)).key_ids == {ALICE.key_id}
+    signers = [SigningKey.from_seed(bytes([n + 1]) * 32) for n in range(MAX_SIGNATURES)]
+    assert len(sign(PAYLOAD_TYPE, PAYLOAD, signers).signatures) == MAX_SIGNATURES
+
+
+def test_any_non_empty_keyid_is_a_hint() -> None:
+    """``keyid`` is required and only selects a key; one character is a keyid."""
+    data = _encoded_with_sig(_b64(b"\x00" * 64), keyid="k")
+    assert decode_envelope(data).envelope.signatures[0].keyid == "k"
+
+
+def test_any_non_empty_payload_type_is_signed_and_verified() -> None:
+    """The payload type is authenticated (it is inside the PAE), so a one-character
+    type is as good as any; only an empty one is refused (``empty-type`` above)."""
+    envelope = decode_envelope(encode_envelope(sign("x", PAYLOAD, [ALICE])))
+    assert verify(envelope, _trusted(ALICE), expected_payload_type="x").payload == PAYLOAD
 
 
 def test_oversized_input_is_refused_before_parsing() -> None:

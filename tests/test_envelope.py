@@ -166,6 +166,19 @@ def test_complete_with_evidence_is_accepted() -> None:
     assert envelope.data.redaction_evidence == "ticket-9"
 
 
+@pytest.mark.parametrize("evidence", ["x", "x" * 1024], ids=["1-char", "1024-chars"])
+def test_redaction_evidence_at_its_bounds_is_accepted(evidence: str) -> None:
+    envelope = make_envelope(
+        {"data.redaction_status": "complete", "data.redaction_evidence": evidence}
+    )
+    assert envelope.data.redaction_evidence == evidence
+
+
+def test_a_name_of_256_characters_is_accepted() -> None:
+    """Names are 1 to 256 characters (``"t" * 257`` is refused below)."""
+    assert make_envelope({"professional.tenant_id": "t" * 256}).professional.tenant_id == "t" * 256
+
+
 @pytest.mark.parametrize("evidence", ["", "x" * 1025, None, 7])
 def test_bad_redaction_evidence_values_are_rejected(evidence: Any) -> None:
     message = _error({"data.redaction_status": "complete", "data.redaction_evidence": evidence})
@@ -239,7 +252,10 @@ def test_issue_vocabularies_are_all_accepted() -> None:
     }
     for path, values in vocabulary.items():
         for value in values:
-            make_envelope({path: value})
+            read: Any = make_envelope({path: value})
+            for part in path.split("."):
+                read = getattr(read, part)
+            assert read == value, path
 
 
 @pytest.mark.parametrize(

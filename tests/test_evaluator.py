@@ -243,6 +243,21 @@ def test_conditional_without_approver_fails_closed(requirements: dict[str, Any] 
         assert decision.requirements == NO_REQUIREMENTS
 
 
+def test_an_incomplete_conditional_names_why_first() -> None:
+    """The denial's first reason is that the approval requirement is incomplete,
+    ahead of every reason the policies themselves gave."""
+    ps = policy_set_from(
+        [make_rule("r")],
+        [
+            make_policy("c1", "r", effect="conditional", reason_code="needs_review"),
+            make_policy("c2", "r", layer="customer", effect="conditional", reason_code="second"),
+        ],
+    )
+    decision = evaluate(make_envelope(), ps, at_ms=AT_MS)
+    assert decision.disposition == "deny"
+    assert decision.reason_codes == (APPROVAL_REQUIREMENT_INCOMPLETE, "needs_review", "second")
+
+
 def test_allow_and_conditional_reasons_are_ordered_by_severity_and_deduplicated() -> None:
     ps = policy_set_from(
         [make_rule("r")],
@@ -288,7 +303,9 @@ UNTIL_S = 1_798_761_600  # 2027-01-01T00:00:00Z
 def test_rule_binds_only_inside_its_effective_interval(at_ms: int, applies: bool) -> None:
     rules = [make_rule("dated", ALWAYS, effective_from=FROM_S, effective_until=UNTIL_S)]
     ps = policy_set_from(rules, [make_policy("deny.dated", "dated", reason_code="dated_rule")])
-    decision = evaluate(make_envelope({"effects.egress": True}), ps, at_ms=at_ms)
+    envelope = make_envelope({"effects.egress": True})
+    decision = evaluate(envelope, ps, at_ms=at_ms)
+    assert bool(applicable_policies(envelope, ps, at_ms)) is applies  # the same clock reading
     if applies:
         assert decision.reason_codes == ("dated_rule",)
     else:

@@ -48,7 +48,7 @@ from pipeline.assembly import RunningGate, start_gate
 from subjects import dsse, names
 from subjects.messages import ExecuteOrder, Verdict
 from subjects.registry import load_registry
-from tests.bus_helpers import wait_for
+from tests.bus_helpers import connector_durable, consumer_drained, wait_for
 from tests.clocks import OffsetClock
 from tests.test_approval_desk import connectors_running
 from tests.test_hermes_unit import (
@@ -178,6 +178,14 @@ async def orders(
     return found
 
 
+async def filing_done(gate: RunningGate) -> None:
+    """The court connector has executed and acknowledged every order it was given:
+    from here on it files nothing more until a new order arrives."""
+    await wait_for(
+        lambda: consumer_drained(gate.js, connector_durable("court-efiling")), timeout=10
+    )
+
+
 async def approve(nc: Client, state: StateDir, approval_id: str) -> None:
     attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
     view, reply = await attorney.review_and_resolve(approval_id, "allow-once")
@@ -203,14 +211,14 @@ async def test_a_court_filing_is_held_then_approved_and_filed_exactly_once(
     assert "HELD" in message
     assert "sent" not in message.lower()
     assert "Nothing has been filed yet" in message
-    # Nothing reached the connector before the approval.
-    await asyncio.sleep(0.5)
-    assert outbox(state) == []
+    # Nothing reached the connector before the approval: the gate publishes an
+    # order before it answers, so none was sent, and without one nothing is filed.
     assert await orders(gate.js, state) == []
+    assert outbox(state) == []
 
     await approve(nc, state, result["approval_id"])
     await wait_for(lambda: len(outbox(state)) == 1, timeout=10)
-    await asyncio.sleep(1.0)  # a second execution would have time to land
+    await filing_done(gate)
     [filing] = outbox(state)
     assert (filing.court, filing.document) == ("sdny", "motion-to-compel.pdf")
     assert filing.content_sha256 == hashlib.sha256(FILING["text"].encode()).hexdigest()
@@ -230,10 +238,10 @@ async def test_a_replayed_call_is_a_new_request_with_its_own_hold(
     assert first["approval_id"] != again["approval_id"]
     await approve(nc, state, first["approval_id"])
     await wait_for(lambda: len(outbox(state)) == 1, timeout=10)
-    await asyncio.sleep(1.0)
     # The first approval covered the first request only: the repeat waits for its own.
-    assert len(outbox(state)) == 1
     assert [o.approval_id for o, _ in await orders(gate.js, state)] == [first["approval_id"]]
+    await filing_done(gate)
+    assert len(outbox(state)) == 1
     await approve(nc, state, again["approval_id"])
     await wait_for(lambda: len(outbox(state)) == 2, timeout=10)
     approvals = sorted(o.approval_id or "" for o, _ in await orders(gate.js, state))
@@ -255,9 +263,8 @@ async def test_a_denied_call_says_why_and_nothing_is_executed(
     held_doc = await call_tool(host, "smf_dms_delete", {"document_id": "doc-4711"})
     assert held_doc["status"] == "denied"
     assert "legal_hold_blocks_deletion" in held_doc["reason_codes"]
-    await asyncio.sleep(0.5)
+    assert await orders(gate.js, state) == []  # none sent, so none can run
     assert outbox(state) == []
-    assert await orders(gate.js, state) == []
 
 
 async def test_an_allowed_deletion_returns_the_order_id_and_the_connector_runs_it(

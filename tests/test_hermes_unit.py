@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -408,11 +407,13 @@ async def test_gate_timeout_blocks(
     await nc.flush()
     env = env_for(state, nats_server.url, context_file, SMF_GATE_TIMEOUT="0.5")
     adapter = make_adapter(adapters, env)
-    started = time.monotonic()
     result = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
     assert result["action"] == "block"
     assert "gate_timeout" in result["message"]
-    assert time.monotonic() - started < 5.0
+    # The wait that ran out is the configured one, not the 5 s default (read from
+    # the settings, not measured: timing is never asserted).
+    assert adapter.config is not None
+    assert adapter.config.gate_timeout == 0.5
 
 
 async def test_unreachable_bus_blocks(

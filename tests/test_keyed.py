@@ -117,6 +117,16 @@ def test_bad_domains_are_rejected(domain: str) -> None:
         keyed_identifier(KEY, domain, "value")
 
 
+def test_a_domain_is_exactly_printable_ascii() -> None:
+    """Every control character is refused, the unit separator U+001F and DEL
+    included, and every printable ASCII character (space to tilde) is accepted."""
+    for code in [*range(0x20), *range(0x7F, 0x100)]:
+        with pytest.raises(KeyedIdentifierError, match="printable ASCII"):
+            keyed_identifier(KEY, f"smf{chr(code)}tenant", "value")
+    printable = "".join(chr(code) for code in range(0x20, 0x7F))
+    assert keyed_identifier(KEY, printable, "value").startswith("hmac-sha256:")
+
+
 def test_empty_domain_message() -> None:
     with pytest.raises(KeyedIdentifierError, match="must not be empty"):
         keyed_identifier(KEY, "", "value")

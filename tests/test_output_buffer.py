@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import json
 import secrets
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -35,7 +38,9 @@ from pipeline.assembly import RunningGate, start_gate
 from pipeline.stages.buffer import BufferLimits
 from subjects import names
 from subjects.messages import DataFacts, OutputVerdict, ProposedDestination, Verdict
+from tests.bus_helpers import caught_up, gate_reply, wait_for
 from tests.clocks import FrozenClock as Clock
+from tests.test_bus_properties import open_order
 
 CLEAN = DataFacts(classification="internal", injection_taint="clear", redaction_status="none")
 CONFIDENTIAL = DataFacts(
@@ -100,19 +105,43 @@ def split(text: str, size: int = 7) -> list[bytes]:
     return [raw[i : i + size] for i in range(0, len(raw), size)]
 
 
+@dataclass(frozen=True, slots=True)
+class Seen:
+    subject: str
+    headers: dict[str, str]
+    data: bytes
+
+
 class Tap:
-    """A wildcard subscriber on ``>``: every message, in arrival order."""
+    """A wildcard subscriber on ``>`` on a connection of its own: every message, in
+    the order the server delivered them. One server hands one subscription its
+    messages in the order it took them, and a message that caused another (a
+    close and the order it led to) was taken first, so positions in ``seen`` are
+    a real before and after."""
 
     def __init__(self) -> None:
-        self.seen: list[tuple[str, bytes]] = []
+        self.seen: list[Seen] = []
 
     async def record(self, msg: Msg) -> None:
-        self.seen.append((msg.subject, msg.data))
+        self.seen.append(Seen(msg.subject, dict(msg.headers or {}), msg.data))
 
-    def carrying(self, needle: bytes) -> list[str]:
-        """Subjects whose message holds ``needle``, also inside a DSSE payload
-        (base64), so signed orders cannot hide content from the check."""
-        return [subject for subject, data in self.seen if needle in _readable(data)]
+    async def start(self, tap_nc: Client, *publishers: Client) -> Tap:
+        """Subscribe, and return once a mark from each of ``publishers`` arrived:
+        from then on every message they send reaches the tap."""
+        await tap_nc.subscribe(">", cb=self.record)
+        await tap_nc.flush()
+        for publisher in publishers:
+            await caught_up(publisher, "smf.test.tap", lambda: (m.data for m in self.seen))
+        return self
+
+    def carrying(self, needles: list[bytes]) -> list[int]:
+        """Positions of messages holding any of ``needles``, also inside a DSSE
+        payload (base64), so signed orders cannot hide content from the check."""
+        return [
+            i
+            for i, m in enumerate(self.seen)
+            if any(needle in _readable(m.data) for needle in needles)
+        ]
 
 
 def _readable(data: bytes) -> bytes:
@@ -140,6 +169,12 @@ async def stream_through(
     )
 
 
+def words(count: int) -> str:
+    """Random words of four hex digits: every 7-byte chunk of them holds a space, so
+    no chunk can turn up by chance in a hash, a key or base64 elsewhere on the bus."""
+    return " ".join(secrets.token_hex(2) for _ in range(count))
+
+
 @pytest.mark.parametrize(
     ("facts", "destination", "outcome"),
     [
@@ -151,25 +186,61 @@ async def stream_through(
 )
 async def test_no_chunk_content_leaves_before_the_verdict(
     gate: RunningGate,
+    nats_url: str,
     nc: Client,
     state: StateDir,
     facts: DataFacts,
     destination: ProposedDestination,
     outcome: str,
 ) -> None:
-    marker = "MARK-" + secrets.token_hex(8)
-    text = f"Dear client, the filing deadline is Friday. {marker}"
-    tap = Tap()
-    await nc.subscribe(">", cb=tap.record)
-    verdict = await stream_through(nc, state, text, facts, destination)
-    await nc.flush()
-    await asyncio.sleep(0.2)
-    assert verdict.verdict.outcome == outcome
-    outside = [s for s in tap.carrying(marker.encode()) if not s.startswith("smf.output.")]
+    """Every chunk, wherever it shows up outside the adapter's own subject, shows
+    up only after the close that ends the stream (no verdict can exist before it),
+    and only as the release of that verdict: the order the verdict's decision
+    signed and the verdict's reply itself. Withheld text shows up nowhere, and the
+    buffer keeps none of it, so nothing is left to leak afterwards."""
+    text = f"Dear client, the filing deadline is Friday. {words(12)}"
+    chunks = split(text)
+    assert all(b" " in chunk for chunk in chunks), chunks
+    tap_nc = await nats.connect(nats_url)
+    try:
+        tap = await Tap().start(tap_nc, nc, gate.nc)  # the adapter's and the gate's
+        out = streamer(nc, state)
+        stream_id = new_stream_id()
+        committed = await out.send_chunks(stream_id, chunks)
+        signed = out.close_message(
+            stream_id, committed, actor=ASSOCIATE, facts=facts, destination=destination
+        )
+        verdict = await out.close(stream_id, signed)
+        assert verdict.verdict.outcome == outcome
+
+        def reply_position() -> int | None:
+            for i, m in enumerate(tap.seen):
+                answer = gate_reply(m.data, state.gate_keys())
+                if isinstance(answer, OutputVerdict) and answer.stream_id == stream_id:
+                    return i
+            return None
+
+        await wait_for(lambda: reply_position() is not None, timeout=10)
+    finally:
+        await tap_nc.drain()
+    own = names.output_subject(stream_id)
+    (close,) = [
+        i for i, m in enumerate(tap.seen) if m.subject == own and names.HEADER_FINAL in m.headers
+    ]
+    reply = reply_position()
+    assert reply is not None
+    assert close < reply
+    assert [m.data for m in tap.seen if m.subject == own][:-1] == chunks
+    outside = [i for i in tap.carrying(chunks) if tap.seen[i].subject != own]
+    assert all(i > close for i in outside), [tap.seen[i].subject for i in outside]
     if outcome == "allow":
         assert verdict.released == text
-        delivered = [s for s in outside if s.startswith("smf.execute.")]
-        assert delivered == ["smf.execute.deliver.messaging"]
+        (order_at,) = [i for i in outside if tap.seen[i].subject.startswith("smf.execute.")]
+        assert set(outside) == {order_at, reply}
+        assert tap.seen[order_at].subject == "smf.execute.deliver.messaging"
+        order = open_order(tap.seen[order_at].data, state.key("gate"))
+        assert order.decision_id == verdict.verdict.decision_id
+        assert order.content == text
         info = await gate.js.stream_info(names.EXECUTE_STREAM)
         assert info.state.messages == 1
     else:
@@ -179,6 +250,8 @@ async def test_no_chunk_content_leaves_before_the_verdict(
         assert outside == []
         info = await gate.js.stream_info(names.EXECUTE_STREAM)
         assert info.state.messages == 0
+    remembered = gate.buffer.streams[stream_id]
+    assert (remembered.closed, remembered.chunks, remembered.size) == (True, [], 0)
 
 
 async def test_confidential_and_tainted_text_internally_follows_policy(
@@ -277,15 +350,19 @@ async def test_idle_and_total_timeouts(
     gate: RunningGate, nc: Client, state: StateDir, clock: Clock
 ) -> None:
     idle, slow = new_stream_id(), new_stream_id()
+    streams = gate.buffer.streams
+
+    def holds(stream_id: str, count: int) -> bool:
+        """The buffer took the chunk: it was stamped with the clock's time then."""
+        return stream_id in streams and len(streams[stream_id].chunks) == count
+
     await publish(nc, idle, 0, b"a")
     await publish(nc, slow, 0, b"a")
-    await nc.flush()
-    await asyncio.sleep(0.05)
+    await wait_for(lambda: holds(idle, 1) and holds(slow, 1), timeout=10)
     for step in range(1, 7):  # slow keeps talking every 900 ms; idle says nothing
         clock.now += 900
         await publish(nc, slow, step, b"a")
-        await nc.flush()
-        await asyncio.sleep(0.02)
+        await wait_for(functools.partial(holds, slow, step + 1), timeout=10)
         gate.buffer.sweep()
     assert (await raw_close(nc, state, idle, commitment([b"a"]))).verdict.reason_codes == (
         "output_idle_timeout",
@@ -330,14 +407,14 @@ async def test_a_flood_of_streams_is_refused_not_absorbed(
     ids = [new_stream_id() for _ in range(LIMITS.max_open_streams + 40)]
     for stream_id in ids:
         await publish(nc, stream_id, 0, b"z")
-    await nc.flush()
-    await asyncio.sleep(0.2)
+    # The close is the buffer's next message from this connection: it takes every
+    # chunk above before it, in order, so once it is answered the flood is in.
+    refused = await raw_close(nc, state, ids[LIMITS.max_open_streams], commitment([b"z"]))
+    assert refused.verdict.reason_codes == ("buffer_capacity_exceeded",)
     buffer = gate.buffer
     open_streams = [s for s in buffer.streams.values() if s.failure is None and not s.closed]
     assert len(open_streams) == LIMITS.max_open_streams
     assert len(buffer.streams) <= LIMITS.max_open_streams + LIMITS.max_tombstones
-    refused = await raw_close(nc, state, ids[LIMITS.max_open_streams], commitment([b"z"]))
-    assert refused.verdict.reason_codes == ("buffer_capacity_exceeded",)
     assert buffer.buffered_bytes == len(open_streams)
 
 
@@ -347,8 +424,7 @@ async def test_a_restarted_buffer_drops_streams_in_flight(
     first = await start_gate(gate_config(state=state, nats_url=nats_server.url, co_located=True))
     stream_id = new_stream_id()
     await publish(nc, stream_id, 0, b"half of a ")
-    await nc.flush()
-    await asyncio.sleep(0.1)
+    await wait_for(lambda: stream_id in first.buffer.streams, timeout=10)
     await first.close()
     second = await start_gate(gate_config(state=state, nats_url=nats_server.url, co_located=True))
     try:

@@ -16,6 +16,7 @@ decision and the order of policies does not matter.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,11 +44,13 @@ from pipeline.core.policy import (
     merge_requirements,
     requirements_at_least,
 )
+from pipeline.core.projection import ProjectionError, decode_enforcement, projection_bytes
 from subjects.envelope import OperationEnvelope
 from tests.builders import (
     ALWAYS,
     AT_MS,
     NEVER,
+    enforcement_projection,
     make_envelope,
     make_policy,
     make_rule,
@@ -82,6 +85,49 @@ def assert_requirements_at_least(tighter: Requirements, looser: Requirements) ->
     assert tighter.ttl_seconds <= looser.ttl_seconds
     assert tighter.exact_action_binding or not looser.exact_action_binding
     assert tighter.one_shot or not looser.one_shot
+
+
+# --- what one policy may ask for --------------------------------------------------
+
+
+def _projection_asking(requirements: dict[str, Any]) -> bytes:
+    """Enforcement projection bytes whose one conditional policy asks for
+    ``requirements``, as a signed release would carry them."""
+    policy = make_policy("p", "match", effect="conditional", requirements=STRICT)
+    projection = json.loads(projection_bytes(enforcement_projection(RULES, [policy])))
+    projection["policies"][0]["requirements"] = requirements
+    return json.dumps(projection).encode()
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [
+        {"ttl_seconds": 0},
+        {"ttl_seconds": MAX_TTL_SECONDS + 1},
+        {"approval_count": -1},
+        {"approval_count": 17},
+        {"approval_count": 1, "approvals_waived": True},
+    ],
+    ids=["ttl-0", "ttl-above-600", "negative-count", "count-above-16", "unknown-field"],
+)
+def test_a_requirement_outside_the_language_never_enters_a_policy_set(
+    asked: dict[str, Any],
+) -> None:
+    """ARCHITECTURE.md: TTL at most 600 s, and an approval that lives 0 s can never be
+    given; a requirement the language does not define (a typo, a newer field) is
+    refused rather than ignored, so no policy is read as asking less than it says."""
+    with pytest.raises(ProjectionError):
+        decode_enforcement(_projection_asking(asked))
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [{"ttl_seconds": 1}, {"ttl_seconds": MAX_TTL_SECONDS}, {"approval_count": 16}, {}],
+    ids=["ttl-1", "ttl-600", "count-16", "nothing"],
+)
+def test_a_requirement_at_the_bounds_is_kept_as_written(asked: dict[str, Any]) -> None:
+    decoded = decode_enforcement(_projection_asking(asked))
+    assert decoded.policies[0].requirements == RequirementSpec(**asked)
 
 
 # --- the pure join ------------------------------------------------------------------

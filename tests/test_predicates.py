@@ -355,6 +355,7 @@ COMPILE_ERRORS = [
         id="unknown-nested",
     ),
     pytest.param(leaf("eq", 7, "x"), "$.eq", "unknown fact path", id="fact-not-a-string"),
+    pytest.param(leaf("eq", ["capability"], "x"), "$.eq", "unknown fact path", id="fact-a-list"),
     pytest.param(
         leaf("eq", "professional.actor_roles", "paralegal"), "$.eq", "is a list", id="eq-on-list"
     ),
@@ -481,6 +482,21 @@ def test_budgets_at_their_limits_compile() -> None:
     c(leaf("in", "professional.tenant_id", [f"t{i}" for i in range(MAX_LIST)]))
     # exactly MAX_NODES nodes: all + (any + 31 leaves) + (any + 30 leaves) = 64
     c({"all": [{"any": [T] * 31}, {"any": [T] * (MAX_NODES - 31 - 3)}]})
+
+
+@pytest.mark.parametrize("combinator", ["all", "any", "not"])
+def test_every_combinator_counts_toward_the_depth_budget(combinator: str) -> None:
+    """A policy author cannot nest past the budget by choosing the combinator."""
+
+    def nest(levels: int) -> Any:
+        spec: Any = T
+        for _ in range(levels - 1):
+            spec = {combinator: spec if combinator == "not" else [spec]}
+        return spec
+
+    c(nest(MAX_DEPTH))
+    with pytest.raises(PredicateError, match=f"deeper than {MAX_DEPTH}"):
+        c(nest(MAX_DEPTH + 1))
 
 
 def test_node_budget_is_exact() -> None:

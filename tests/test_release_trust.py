@@ -41,18 +41,24 @@ from pipeline.core.release_trust import (
     check_in_force,
 )
 from subjects import dsse
-from subjects.canonical import sha256_identity
+from subjects.canonical import canonical_bytes, sha256_identity
 from subjects.release import (
     MAX_BUNDLE_BYTES,
     PAYLOAD_RELEASE_MANIFEST,
+    AuthenticatedRelease,
     ReleaseBundle,
     ReleaseFormatError,
+    ReleaseSequenceError,
     Revocations,
+    SequenceFloor,
     TrustRoot,
+    authenticate_release,
+    check_sequence_floor,
     decode_trust_root,
     encode_trust_root,
     manifest_hash,
     release_key,
+    release_keys_newest_first,
     trust_root_keys,
 )
 from tests.release_helpers import (
@@ -147,9 +153,11 @@ def test_what_is_not_a_bundle_is_malformed(raw: bytes) -> None:
         ReleaseTrust(ROOT).verify_update(raw, NOW)
 
 
-def test_an_oversized_bundle_is_refused_before_parsing() -> None:
+def test_an_oversized_bundle_is_refused_before_parsing(v1: ReleaseBundle) -> None:
     with pytest.raises(MalformedReleaseError, match="more than"):
         ReleaseTrust(ROOT).verify_update(b" " * (MAX_BUNDLE_BYTES + 1), NOW)
+    padded = data(v1) + b" " * (MAX_BUNDLE_BYTES - len(data(v1)))
+    assert ReleaseTrust(ROOT).verify_update(padded, NOW).sequence == 1  # at the bound
 
 
 def test_invalid_base64_in_the_envelope_is_malformed(v1: ReleaseBundle) -> None:
@@ -173,6 +181,27 @@ def test_a_signed_payload_that_is_not_a_canonical_manifest_is_malformed(
         envelope = dsse.sign(PAYLOAD_RELEASE_MANIFEST, body, list(SIGNERS[:2]))
         with pytest.raises(MalformedReleaseError):
             ReleaseTrust(ROOT).verify_update(data(swap(v1, envelope=envelope)), NOW)
+
+
+@pytest.mark.parametrize("sequence", [0, -1, 2**53], ids=["zero", "negative", "unsafe"])
+def test_a_sequence_that_is_not_a_positive_safe_integer_is_malformed(
+    v1: ReleaseBundle, sequence: int
+) -> None:
+    """Sequences start at 1 (``release.<sequence>`` keys, rollback floors) and stay
+    within what a JavaScript consumer reads exactly (I-JSON)."""
+    manifest = json.loads(base64.b64decode(v1.envelope.payload))
+    manifest["sequence"] = sequence
+    body = json.dumps(manifest, separators=(",", ":"), sort_keys=True).encode()
+    envelope = dsse.sign(PAYLOAD_RELEASE_MANIFEST, body, list(SIGNERS[:2]))
+    with pytest.raises(MalformedReleaseError, match="sequence"):
+        ReleaseTrust(ROOT).verify_update(data(swap(v1, envelope=envelope)), NOW)
+
+
+def test_the_largest_safe_sequence_is_a_valid_release(corpus: Path) -> None:
+    last = 2**53 - 1
+    assert (
+        ReleaseTrust(ROOT).verify_update(data(build(corpus, sequence=last)), NOW).sequence == last
+    )
 
 
 def test_a_lease_ending_before_issue_is_malformed(v1: ReleaseBundle) -> None:
@@ -358,6 +387,24 @@ def test_the_lease_is_judged_at_the_worst_case_within_the_skew(v1: ReleaseBundle
     trust.verify_update(data(v1), TrustedTime(lease - 1, max_skew_ms=0))
 
 
+def test_the_default_skew_bound_is_one_minute_for_gate_and_adapters(v1: ReleaseBundle) -> None:
+    """One bound for every consumer (``subjects.release.DEFAULT_MAX_SKEW_MS``)."""
+    lease = manifest_of(v1).lease_expires_at_ms
+    ReleaseTrust(ROOT).verify_update(data(v1), TrustedTime(lease - 60_001))
+    with pytest.raises(ExpiredReleaseError):
+        ReleaseTrust(ROOT).verify_update(data(v1), TrustedTime(lease - 60_000))
+
+
+def test_a_clock_at_exactly_the_seen_high_water_mark_is_trusted(v1: ReleaseBundle) -> None:
+    state = accepted(v1)
+    seen = TrustedTime(state.clock_high_water_ms - 1000, max_skew_ms=1000)  # latest == seen
+    ReleaseTrust(ROOT, state).verify_stored(data(v1), seen)
+    with pytest.raises(UntrustedClockError):
+        ReleaseTrust(ROOT, state).verify_stored(
+            data(v1), TrustedTime(state.clock_high_water_ms - 1001, max_skew_ms=1000)
+        )
+
+
 def test_a_release_from_the_future_means_the_clock_is_untrusted(v1: ReleaseBundle) -> None:
     issued = manifest_of(v1).issued_at_ms
     with pytest.raises(UntrustedClockError, match="after the clock"):
@@ -501,6 +548,47 @@ def test_signed_artifacts_naming_another_release_are_refused(
         ReleaseTrust(ROOT).verify_update(data(bundle), NOW)
 
 
+def _signed_with(bundle: ReleaseBundle, artifact: str, raw: bytes) -> ReleaseBundle:
+    """``bundle`` with ``artifact`` replaced by ``raw`` and a manifest naming its digest,
+    signed by the trust root: the signers' own mistake, not a mix-and-match."""
+    digests = msgspec.structs.replace(
+        manifest_of(bundle).digests, **{artifact: sha256_identity(raw)}
+    )
+    return swap(resign(bundle, digests=digests), **{artifact: raw})
+
+
+@pytest.mark.parametrize("artifact", ["enforcement", "analysis"])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("release_sequence", 2), ("recipe_id", sha256_identity(b"another recipe"))],
+)
+def test_a_signed_projection_naming_another_sequence_or_recipe_is_refused(
+    v1: ReleaseBundle, artifact: str, field: str, value: object
+) -> None:
+    """A projection compiled for release #2 (or by another recipe) under manifest #1
+    would be evaluated as #1's policy: both projections must name the manifest's
+    release, sequence and recipe."""
+    projection = json.loads(getattr(v1, artifact))
+    projection[field] = value
+    bundle = _signed_with(v1, artifact, canonical_bytes(projection))
+    with pytest.raises(ReleaseContentError, match=f"{artifact} projection names release"):
+        ReleaseTrust(ROOT).verify_update(data(bundle), NOW)
+
+
+@pytest.mark.parametrize("artifact", ["enforcement", "analysis"])
+def test_a_signed_projection_with_a_duplicate_key_is_refused(
+    v1: ReleaseBundle, artifact: str
+) -> None:
+    """Two parsers may read two values from one signed projection with a duplicate
+    key (msgspec takes the last, others the first): only the canonical form is used."""
+    raw: bytes = getattr(v1, artifact)
+    doubled = b'{"release_id":"rel-evil",' + raw[1:]
+    assert msgspec.json.decode(doubled)["release_id"] == "rel-test"
+    bundle = _signed_with(v1, artifact, doubled)
+    with pytest.raises(ReleaseContentError, match="canonical"):
+        ReleaseTrust(ROOT).verify_update(data(bundle), NOW)
+
+
 def test_signed_but_non_canonical_artifacts_are_refused(v1: ReleaseBundle) -> None:
     spaced = json.dumps(json.loads(v1.registry), indent=2).encode()
     digests = msgspec.structs.replace(manifest_of(v1).digests, registry=sha256_identity(spaced))
@@ -621,5 +709,38 @@ def test_a_trust_root_file_that_is_not_one_is_refused() -> None:
 
 def test_release_keys_sort_in_sequence_order() -> None:
     assert release_key(2) < release_key(10) < release_key(2**40)
-    with pytest.raises(ValueError, match="positive"):
-        release_key(0)
+    assert release_key(1) == "release.0000000000000001"
+    assert release_key(2**53 - 1) == "release.9007199254740991"
+    for outside in (0, -1, 2**53):
+        with pytest.raises(ValueError, match="positive"):
+            release_key(outside)
+
+
+def test_bucket_keys_are_read_newest_first_and_other_keys_dropped() -> None:
+    keys = [release_key(2), "release.2", release_key(10), "other", release_key(1) + "x"]
+    assert release_keys_newest_first(keys) == [release_key(10), release_key(2)]
+
+
+# --- an in-memory floor (runtime adapters) -----------------------------------------------
+
+
+def test_an_in_memory_floor_refuses_older_and_forked_releases(
+    corpus: Path, v1: ReleaseBundle, v2: ReleaseBundle
+) -> None:
+    """TUF 5.4.3 for a consumer that keeps its floor in memory: the sequence never goes
+    back, one sequence names one release, the same release again is fine."""
+    one, two = (_authenticated(b) for b in (v1, v2))
+    twin = _authenticated(build(corpus, now_ms=T0 + 99))  # sequence 1, another release
+    floor = check_sequence_floor(one.manifest, one.manifest_hash, None)
+    assert floor == SequenceFloor(1, one.manifest_hash)
+    assert check_sequence_floor(one.manifest, one.manifest_hash, floor) == floor
+    higher = check_sequence_floor(two.manifest, two.manifest_hash, floor)
+    assert higher == SequenceFloor(2, two.manifest_hash)
+    with pytest.raises(ReleaseSequenceError, match="below"):
+        check_sequence_floor(one.manifest, one.manifest_hash, higher)
+    with pytest.raises(ReleaseSequenceError, match="another release"):
+        check_sequence_floor(twin.manifest, twin.manifest_hash, floor)
+
+
+def _authenticated(bundle: ReleaseBundle) -> AuthenticatedRelease:
+    return authenticate_release(data(bundle), trust_root_keys(ROOT), ROOT.threshold)

@@ -44,6 +44,7 @@ from swarm.service import (
     start_swarm_service,
 )
 from tests import release_helpers
+from tests.bus_helpers import caught_up
 from tests.release_helpers import scenario_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,29 +152,35 @@ async def test_client_raises_the_refusal(nc: Client) -> None:
 # --- separation from enforcement --------------------------------------------------------------
 
 FORBIDDEN = ("smf.propose", "smf.approval.", "smf.execute.")
+MARK_SUBJECT = "smf.test.mark"
 
 
 async def test_swarm_run_publishes_nothing_on_enforcement_subjects(
     nats_url: str, nc: Client
 ) -> None:
     watcher = await nats.connect(nats_url)
-    seen: list[str] = []
+    received: list[Msg] = []
 
     async def record(msg: Msg) -> None:
-        seen.append(msg.subject)
+        received.append(msg)
 
     await watcher.subscribe(">", cb=record)
     await watcher.flush()
     service, _ = await start_swarm_service(nc, RELEASE)
     try:
+        # The run's traffic all goes through ``nc``: marks from it both prove that
+        # the watcher sees ``nc`` and, after the service stopped (it sends nothing
+        # more), that everything the run published has reached the watcher.
+        await caught_up(nc, MARK_SUBJECT, lambda: (m.data for m in received))
         await request_analysis(nc, QUESTION, MATTER.facts, AT_MS, timeout=10)
         await analyze(QUESTION, MATTER.facts, AT_MS, RELEASE)
-        await nc.flush()
-        await asyncio.sleep(0.2)
-        await watcher.flush()
     finally:
         await service.stop()
+    try:
+        await caught_up(nc, MARK_SUBJECT, lambda: (m.data for m in received))
+    finally:
         await watcher.drain()
+    seen = [m.subject for m in received if m.subject != MARK_SUBJECT]
     assert SWARM_ANALYZE in seen  # the watcher does see the run's traffic
     assert [s for s in seen if s == "smf.propose" or s.startswith(FORBIDDEN)] == []
     assert all(s == SWARM_ANALYZE or s.startswith("_INBOX.") for s in seen), seen

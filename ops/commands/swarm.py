@@ -75,7 +75,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     a.add_argument("--facts", type=Path, required=True, help="matter facts JSON file")
     _source_arguments(a)
     a.add_argument("--at", help="evaluation time, RFC 3339 (default: the file's, else now)")
-    a.add_argument("--personas", choices=("offline", "openai"), default="offline")
+    a.add_argument(
+        "--personas",
+        choices=("offline", "openai"),
+        default="offline",
+        help="who answers: the built-in offline personas, or an OpenAI-compatible model",
+    )
     a.add_argument("--base-url", help=f"OpenAI-compatible API root (default: ${BASE_URL_ENV})")
     a.add_argument("--model", help=f"model name (default: ${MODEL_ENV} or {DEFAULT_MODEL})")
     a.add_argument("--timeout", type=float, default=30.0, help="seconds per model call")
@@ -88,7 +93,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     r.add_argument("--reviewer", required=True, help="reviewer id (the key file's principal)")
     r.add_argument("--key", type=Path, required=True, help="reviewer's private key file")
     r.add_argument(
-        "--verdict", required=True, choices=("faithful", "not_faithful", "partially_faithful")
+        "--verdict",
+        required=True,
+        choices=("faithful", "not_faithful", "partially_faithful"),
+        help="the reviewer's finding on the report's semantic faithfulness",
     )
     r.add_argument("--note", required=True, help="what was checked, and what was found")
     _source_arguments(r)

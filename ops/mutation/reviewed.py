@@ -1,0 +1,230 @@
+"""The survivors of ``make mutate`` reviewed as equivalent or harmless, and why.
+
+A survivor listed here is reported with its reason; one that is not fails the
+run. A mutant that any test could kill never belongs here: it gets a test.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+_RESOURCE_BOUND: Final = (
+    "harmless: a resource bound (size or count) moved by one; no check of signatures, "
+    "digests, sequences or requirements depends on its exact value"
+)
+_TESTED_BOUND: Final = _RESOURCE_BOUND + ", and the comparison with it is boundary-tested"
+_UNREACHABLE_ONLY: Final = (
+    "equivalent: approval_id is the primary key, so a single-approval write changes at "
+    "most one row and this branch cannot run"
+)
+_REFUSAL_REACHED: Final = (
+    "equivalent: reached only when the conditional UPDATE matched no row although the row "
+    "exists, is in the source state, is unexpired and (claim) has every expected field, "
+    "so its digest differs; the final 'matched no row' refusal is unreachable"
+)
+_PURE_CACHE: Final = (
+    "equivalent: the outcome cache only saves work; _outcome is a pure function of the "
+    "applied policies, so a cached and a recomputed outcome are equal"
+)
+_POSITIVE_CLOCK: Final = (
+    "equivalent: the default 0 (or 1, or -1) only meets max() or a comparison with a "
+    "unix-ms clock reading, which is never that small"
+)
+_SIGNED_PAYLOAD: Final = (
+    "equivalent: only ever decoded from a signed DSSE payload through dsse.open_struct, "
+    "whose canonical check refuses the payload anyway when the Struct drops a field "
+    "(tests/test_unknown_fields.py sends one through the desk); defence in depth"
+)
+_STILL_REFUSED: Final = (
+    "equivalent: the value is still refused with CanonicalJSONError, by a later check"
+)
+
+EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
+    ("policy", "SEVERITY", "int", "0", "-1"): (
+        "equivalent: SEVERITY is only compared with itself; -1 < 1 < 2 keeps "
+        "allow < conditional < deny"
+    ),
+    ("policy", "SEVERITY", "int", "2", "3"): (
+        "equivalent: SEVERITY is only compared with itself; 0 < 1 < 3 keeps "
+        "allow < conditional < deny"
+    ),
+    (
+        "policy",
+        "merge_disposition",
+        "cmp",
+        "SEVERITY[effect] > SEVERITY[worst]",
+        "SEVERITY[effect] >= SEVERITY[worst]",
+    ): (
+        "equivalent: SEVERITY is one-to-one, so an effect as severe as the worst is the same effect"
+    ),
+    ("evaluator", "_OUTCOME_CACHE_LIMIT", "int", "4096", "4095"): (
+        "harmless: the outcome cache holds one entry fewer; " + _PURE_CACHE
+    ),
+    (
+        "evaluator",
+        "evaluate",
+        "drop-operand",
+        "op_hash or operation_hash(envelope)",
+        "operation_hash(envelope)",
+    ): (
+        "equivalent: callers pass the normalize stage's operation_hash of this same "
+        "envelope; recomputing it gives the same hash"
+    ),
+    ("evaluator", "evaluate", "if-true", "outcome is None", "True"): _PURE_CACHE,
+    (
+        "evaluator",
+        "evaluate",
+        "if-false",
+        "len(policy_set.outcomes) < _OUTCOME_CACHE_LIMIT",
+        "False",
+    ): _PURE_CACHE,
+    ("normalize", "NormalizationError.__init__", "if-true", "detail", "True"): (
+        "harmless: only the message of a refusal without detail changes (a trailing ': '); "
+        "its reason code does not"
+    ),
+    ("release_trust", "VerifiedRelease.accepted_state", "int", "0", "1"): _POSITIVE_CLOCK,
+    ("release_trust", "VerifiedRelease.accepted_state", "int", "0", "-1"): _POSITIVE_CLOCK,
+    ("release_trust", "check_in_force", "int", "0", "1"): _POSITIVE_CLOCK,
+    ("release_trust", "check_in_force", "int", "0", "-1"): _POSITIVE_CLOCK,
+    ("release_trust", "ReleaseTrust.verify_update", "int", "0", "1"): _POSITIVE_CLOCK,
+    ("release_trust", "ReleaseTrust.verify_update", "int", "0", "-1"): _POSITIVE_CLOCK,
+    (
+        "approval_rules",
+        "signed_by_executor",
+        "drop-operand",
+        "runtime_id is not None and report.connector_id == runtime_id and report.order_id == "
+        "order_id_for(binding.operation_hash, binding.decision_id) and any(p.entry.role == "
+        '"runtime" and p.entry.runtime_id == runtime_id for p in signers)',
+        "report.connector_id == runtime_id and report.order_id == order_id_for("
+        "binding.operation_hash, binding.decision_id) and any((p.entry.role == 'runtime' and "
+        "p.entry.runtime_id == runtime_id for p in signers))",
+    ): (
+        "equivalent: a report's connector_id is a ConnectorId, never None, so it cannot equal "
+        "a runtime_id of None; the explicit test narrows the type"
+    ),
+    ("approval_claim_sqlite", "_only", "if-false", "len(rows) > 1", "False"): _UNREACHABLE_ONLY,
+    ("approval_claim_sqlite", "_only", "int", "1", "2"): _UNREACHABLE_ONLY,
+    (
+        "approval_claim_sqlite",
+        "_only",
+        "raise",
+        'raise ApprovalStoreUnavailable("a single-approval write changed several rows")',
+        "pass",
+    ): _UNREACHABLE_ONLY,
+    ("approval_claim_sqlite", "_only", "int", "0", "-1"): (
+        "equivalent: rows holds at most one row (primary key), so rows[-1] is rows[0]"
+    ),
+    ("approval_claim_sqlite", "_refusal", "if-true", 'row["digest"] != digest', "True"): (
+        _REFUSAL_REACHED
+    ),
+    (
+        "approval_claim_sqlite",
+        "_refusal",
+        "return",
+        'return IllegalTransition( f"approval {approval_id}: conditional update matched no '
+        'row", approval_id=approval_id )',
+        "return None",
+    ): _REFUSAL_REACHED,
+    ("canonical", "_ENCODER", "bool", "allow_nan=False", "allow_nan=True"): (
+        "equivalent: no float reaches the encoder; _normalize refuses every float, NaN and "
+        "infinities included"
+    ),
+    ("canonical", "_ENCODER", "bool", "check_circular=False", "check_circular=True"): (
+        "equivalent: _normalize builds a fresh value in which a cycle cannot survive "
+        "(it hits MAX_DEPTH); the check only costs time"
+    ),
+    (
+        "canonical",
+        "_normalize",
+        "drop-operand",
+        "value is None or isinstance(value, bool)",
+        "value is None",
+    ): "equivalent: a bool is an int in the safe range, which the next branch returns as is",
+    (
+        "canonical",
+        "_normalize",
+        "raise",
+        'raise CanonicalJSONError(f"integer outside the I-JSON safe range at {where}")',
+        "pass",
+    ): _STILL_REFUSED + " (the final 'has no JSON form')",
+    ("canonical", "_normalize", "if-true", "not math.isfinite(value)", "True"): (
+        "harmless: only the wording of the refusal of a float changes"
+    ),
+    (
+        "canonical",
+        "_reject_float",
+        "raise",
+        'raise CanonicalJSONError(f"float {text} is not allowed; use integers")',
+        "pass",
+    ): _STILL_REFUSED + " (the parsed value re-encodes differently: 'not in canonical form')",
+    (
+        "canonical",
+        "_reject_constant",
+        "raise",
+        'raise CanonicalJSONError(f"{text} is not allowed")',
+        "pass",
+    ): _STILL_REFUSED + " (the parsed value re-encodes differently: 'not in canonical form')",
+    ("canonical", "struct_identity", "if-false", "raw.isascii()", "False"): (
+        "equivalent: the full canonical path gives the same bytes as the ASCII fast path "
+        "(tested against identity_of); only speed changes"
+    ),
+    ("dsse", "MAX_ENVELOPE_BYTES", "int", "1024 * 1024", "1048577"): _TESTED_BOUND,
+    ("dsse", "MAX_ENVELOPE_BYTES", "int", "1024 * 1024", "1048575"): _TESTED_BOUND,
+    ("dsse", "MAX_SIGNATURES", "int", "32", "33"): _TESTED_BOUND,
+    ("dsse", "MAX_SIGNATURES", "int", "32", "31"): _TESTED_BOUND,
+    ("dsse", "_b64decode", "if-true", "uses_url_safe", "True"): (
+        "equivalent: translating '-_' to '+/' in a text that holds neither is the identity"
+    ),
+    ("dsse", "_Decoded", "bool", "frozen=True", "frozen=False"): (
+        "equivalent: an internal value built and read inside dsse only; nothing assigns to it"
+    ),
+    (
+        "dsse",
+        "verify",
+        "drop-operand",
+        "key_id not in accepted and key.verify(message, signature)",
+        "key.verify(message, signature)",
+    ): (
+        "equivalent: a key already accepted is verified again and added to the set again "
+        "(a no-op); only work, bounded by MAX_SIGNATURES, changes"
+    ),
+    (
+        "approvals",
+        "ApprovalResolution",
+        "bool",
+        "forbid_unknown_fields=True",
+        "forbid_unknown_fields=False",
+    ): (_SIGNED_PAYLOAD),
+    (
+        "approvals",
+        "ShowRequest",
+        "bool",
+        "forbid_unknown_fields=True",
+        "forbid_unknown_fields=False",
+    ): (_SIGNED_PAYLOAD),
+    (
+        "approvals",
+        "open_outcome",
+        "drop-operand",
+        "verdict.decision_id is None or approval_id_for(verdict.decision_id) != approval_id",
+        "approval_id_for(verdict.decision_id) != approval_id",
+    ): (
+        "equivalent: approval_id_for(None) is the identity of {'approval_for': null}, never "
+        "an approval id derived from a decision, so an outcome without a decision id is "
+        "refused by the same check with the same error"
+    ),
+    ("release", "MAX_BUNDLE_BYTES", "int", "900 * 1024", "921601"): (
+        _TESTED_BOUND + "; both values stay below the NATS 1 MiB max_payload"
+    ),
+    ("release", "MAX_BUNDLE_BYTES", "int", "900 * 1024", "921599"): _TESTED_BOUND,
+    ("release", "MAX_TRUST_ROOT_KEYS", "int", "16", "17"): _RESOURCE_BOUND,
+    ("release", "MAX_TRUST_ROOT_KEYS", "int", "16", "15"): _RESOURCE_BOUND,
+    ("release", "MAX_REVOCATIONS", "int", "1024", "1025"): _RESOURCE_BOUND,
+    ("release", "MAX_REVOCATIONS", "int", "1024", "1023"): _RESOURCE_BOUND,
+    ("release", "SequenceNumber", "int", "le=2**53 - 1", "le=9007199254740992"): (
+        "equivalent: a sequence is only read from a signed canonical manifest, and "
+        "canonical_bytes refuses 2**53 (tests/test_release_trust.py, the 'unsafe' case)"
+    ),
+}
+"""Survivors reviewed as equivalent (or harmless), keyed by :attr:`Mutant.key`, with
+why. The report marks them; any survivor not listed here fails the run."""
