@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 from nats.aio.client import Client
@@ -219,17 +220,18 @@ async def _join_bus(config: GateConfig) -> Client:
         else:
             refused.append(str(exc) if isinstance(exc, NatsError) else type(exc).__name__)
 
+    options: dict[str, Any] = {
+        "servers": list(config.servers),
+        "name": config.name,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 0.5,
+        "error_cb": on_error,
+        **connect_options(config.credential),
+    }
     nc = Client()
     try:
         async with asyncio.timeout(config.join_seconds):
-            await nc.connect(
-                servers=list(config.servers),
-                name=config.name,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
-                error_cb=on_error,
-                **connect_options(config.credential),
-            )
+            await nc.connect(**options)
     except TimeoutError:
         await nc.close()
         last = refused[-1] if refused else "no answer"
