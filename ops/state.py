@@ -18,6 +18,7 @@ from ops.bus_auth import AUTHORIZATION_FILE, NKEY_SUFFIX, read_user_public, writ
 from ops.projections import SCENARIO_CORPUS, package_path
 from ops.releases import provision_release
 from subjects.bus_access import BusCredential
+from subjects.keyed import PseudonymKey
 from subjects.keys import (
     SigningKey,
     VerifyKey,
@@ -140,14 +141,15 @@ class StateDir:
         key, _ = load_private_key(path)
         return key
 
-    def pseudonym_key(self) -> bytes:
+    def pseudonym_key(self) -> PseudonymKey:
+        """The tenant pseudonym key, created on first use (0600)."""
         path = self.tenant_key
         if not path.exists():
             self.keys.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(secrets.token_bytes(32))
-        return path.read_bytes()
+        return PseudonymKey(path.read_bytes())
 
 
 def provision_demo(state: StateDir) -> None:

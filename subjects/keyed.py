@@ -46,3 +46,33 @@ def keyed_identifier(key: bytes, domain: str, value: str) -> str:
         raise KeyedIdentifierError("keyed identifier value is not valid Unicode") from exc
     message = _frame(_check_domain(domain)) + _frame(encoded)
     return KEYED_PREFIX + hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+class PseudonymKey:
+    """The secret key of a tenant's keyed identifiers, as the gate carries it.
+
+    Issue 15: a key must never reach a log, an error report or a traceback's
+    locals by way of a repr. Its ``repr`` and ``str`` say ``<redacted>``, it
+    compares by identity only (no equality test that could leak through
+    timing or an assertion message), and it cannot be pickled; the bytes are
+    used only inside :meth:`identifier`.
+    """
+
+    __slots__ = ("_key",)
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) < MIN_KEY_BYTES:
+            raise KeyedIdentifierError(f"a pseudonym key must be at least {MIN_KEY_BYTES} bytes")
+        self._key = bytes(key)
+
+    def identifier(self, domain: str, value: str) -> str:
+        """``keyed_identifier`` under this key."""
+        return keyed_identifier(self._key, domain, value)
+
+    def __repr__(self) -> str:
+        return "PseudonymKey(<redacted>)"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> str:
+        raise TypeError("a pseudonym key is not serialized")

@@ -34,11 +34,12 @@ from ops.state import StateDir
 from pipeline.assembly import RunningGate, start_gate
 from pipeline.stages.gate import GateSettings
 from pipeline.stores.claims import ClaimState, ProposalClaims, StoreUnavailable
+from subjects.keyed import PseudonymKey
 from tests.bus_helpers import wait_for
 from tests.clocks import FrozenClock
 from tests.test_bus_properties import deletion, execute_count, provisioned_state, runtime_client
 
-SETTINGS = GateSettings(tenant_key=b"k" * 32)
+SETTINGS = GateSettings(tenant_key=PseudonymKey(b"k" * 32))
 F = SETTINGS.freshness_ms
 SKEW = SETTINGS.max_clock_skew_ms
 SECOND = 1_000
@@ -46,7 +47,7 @@ SECOND = 1_000
 
 def test_retention_is_two_freshness_windows_and_the_skew() -> None:
     assert SETTINGS.claim_retention_ms == 2 * F + SKEW
-    custom = GateSettings(tenant_key=b"k" * 32, freshness_ms=10, max_clock_skew_ms=3)
+    custom = GateSettings(tenant_key=PseudonymKey(b"k" * 32), freshness_ms=10, max_clock_skew_ms=3)
     assert custom.claim_retention_ms == 23
 
 
@@ -55,7 +56,9 @@ def test_settings_without_a_freshness_window_or_with_negative_skew_are_refused(
     freshness: int, skew: int
 ) -> None:
     with pytest.raises(ValueError, match="freshness_ms"):
-        GateSettings(tenant_key=b"k" * 32, freshness_ms=freshness, max_clock_skew_ms=skew)
+        GateSettings(
+            tenant_key=PseudonymKey(b"k" * 32), freshness_ms=freshness, max_clock_skew_ms=skew
+        )
 
 
 @given(
@@ -83,7 +86,9 @@ def test_no_clock_arrangement_prunes_a_claim_a_replay_can_still_use(
 ) -> None:
     """Times are as each gate's clock reads them; the claiming gate's clock is the
     reference. Any two gates' clocks differ by at most ``skew``."""
-    settings = GateSettings(tenant_key=b"k" * 32, freshness_ms=freshness, max_clock_skew_ms=skew)
+    settings = GateSettings(
+        tenant_key=PseudonymKey(b"k" * 32), freshness_ms=freshness, max_clock_skew_ms=skew
+    )
     assume(abs(replayer) <= skew and abs(pruner) <= skew and abs(replayer - pruner) <= skew)
     issued_at = claimed + issued
     assume(abs(claimed - issued_at) <= freshness)  # the claiming gate accepted it

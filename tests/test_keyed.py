@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from subjects.keyed import (
     KEYED_PREFIX,
     MIN_KEY_BYTES,
     KeyedIdentifierError,
+    PseudonymKey,
     keyed_identifier,
 )
 
@@ -170,3 +172,21 @@ def test_identifier_is_real_hmac_sha256(key: bytes, domain: str, value: str) -> 
     assert result == _reference(key, domain, value)
     assert result.startswith(KEYED_PREFIX)
     assert len(result) == len(KEYED_PREFIX) + 64
+
+
+def test_a_pseudonym_key_never_shows_its_bytes() -> None:
+    """Issue 15: the key the gate carries says ``<redacted>`` wherever it is printed
+    (a dataclass repr, an f-string, a traceback's locals) and is never pickled; its
+    identifiers are those of ``keyed_identifier`` under the same bytes."""
+    secret = bytes(range(32))
+    key = PseudonymKey(secret)
+    assert key.identifier("tenant", "acme") == keyed_identifier(secret, "tenant", "acme")
+    shown = [repr(key), str(key), f"{key}", repr({"settings": key})]
+    assert all("<redacted>" in text for text in shown)
+    for text in shown:
+        assert secret.hex() not in text
+        assert repr(secret)[2:-1][:16] not in text
+    with pytest.raises(TypeError):
+        pickle.dumps(key)
+    with pytest.raises(KeyedIdentifierError):
+        PseudonymKey(secret[:31])

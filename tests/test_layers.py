@@ -207,6 +207,7 @@ CHILD: Final = textwrap.dedent(
     sys.modules["ops"] = None  # any import of ops now raises ImportError
     from pipeline.assembly import GateConfig, StorePaths, start_gate
     from pipeline.core.projection import build_policy_set, decode_enforcement
+    from subjects.keyed import PseudonymKey
     from subjects.keys import load_private_key
     from subjects.registry import load_registry
     from pathlib import Path
@@ -218,7 +219,7 @@ CHILD: Final = textwrap.dedent(
         config = GateConfig(
             servers=(paths["url"],),
             gate_key=key,
-            tenant_key=(root / "keys" / "tenant-pseudonym.key").read_bytes(),
+            tenant_key=PseudonymKey((root / "keys" / "tenant-pseudonym.key").read_bytes()),
             registry=load_registry(root / "registry.json"),
             stores=StorePaths(root / "l.db", root / "c.db", root / "a.db"),
             policy=build_policy_set(decode_enforcement(enforcement.read_bytes())),

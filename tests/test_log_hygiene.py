@@ -69,7 +69,7 @@ def secrets_of(state: StateDir) -> set[str]:
         elif path.suffix == ".nkey":
             seed = path.read_bytes().strip()
             found.add(seed.decode())
-    found |= secret_forms(state.pseudonym_key())
+    found |= secret_forms(state.tenant_key.read_bytes())
     return found
 
 

@@ -69,6 +69,7 @@ from subjects.approvals import (
 )
 from subjects.canonical import canonical_bytes
 from subjects.envelope import content_hash_of
+from subjects.keyed import PseudonymKey
 from subjects.keys import SigningKey
 from subjects.registry import KeyRegistry, RegistryFile, entry_for
 from subjects.release import PAYLOAD_RELEASE_MANIFEST, ReleaseBundle, encode_trust_root
@@ -242,7 +243,7 @@ async def desk(nc: Client, tmp_path: Path) -> AsyncIterator[ApprovalDesk]:
         dispatch=LocalStage(DispatchStage(js, gate_key, lambda: AT_MS)),
         policy_set=load_policy_set,
         clock=lambda: AT_MS,
-        tenant_key=b"\x34" * 32,
+        tenant_key=PseudonymKey(b"\x34" * 32),
         signer=gate_key,
     )
     await ledger.close()

@@ -57,7 +57,6 @@ from pipeline.assembly import start_gate
 from pipeline.stores.claims import ClaimStore
 from pipeline.stores.ledger import Ledger
 from pipeline.stores.ledger_schema import EvidenceEntry
-from subjects.keyed import keyed_identifier
 from subjects.messages import DataFacts, Verdict
 from subjects.verdicts import open_verdict, sign_verdict
 
@@ -365,7 +364,7 @@ async def _durable_steps(root: Path, state: StateDir, client: Client, rounds: in
         decision_id=identity,
         release_id=identity,
         projection_id=identity,
-        tenant_ref=keyed_identifier(state.pseudonym_key(), "smf.tenant", "tenant-acme"),
+        tenant_ref=state.pseudonym_key().identifier("smf.tenant", "tenant-acme"),
         at=int(time.time() * 1000),
         disposition="allow",
         reason_codes=("retention_schedule_deletion",),

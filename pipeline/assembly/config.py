@@ -21,6 +21,7 @@ from pipeline.stages.attestation import RuntimeRequirement
 from pipeline.stages.buffer import BufferLimits
 from subjects import names
 from subjects.bus_access import BusCredential
+from subjects.keyed import PseudonymKey
 from subjects.keys import SigningKey
 from subjects.registry import KeyRegistry
 from subjects.release import TrustRoot
@@ -84,7 +85,7 @@ class GateConfig:
     servers: tuple[str, ...]
     """One NATS URL, or a cluster's seeds."""
     gate_key: SigningKey = field(repr=False)
-    tenant_key: bytes = field(repr=False)
+    tenant_key: PseudonymKey
     registry: KeyRegistry
     """The registry to start with; a verified release's registry replaces it."""
     stores: StorePaths
@@ -117,8 +118,6 @@ class GateConfig:
     def __post_init__(self) -> None:
         if not self.servers:
             raise ValueError("a gate needs at least one NATS server")
-        if len(self.tenant_key) < 16:
-            raise ValueError("the tenant pseudonym key must be at least 16 bytes")
 
     @property
     def replicas(self) -> int:

@@ -79,6 +79,7 @@ from subjects.approvals import (
     ShowRequest,
     sign_outcome,
 )
+from subjects.keyed import PseudonymKey
 from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import ExecutionReport, Proposal, Verdict, order_id_for
 from subjects.names import SubjectError
@@ -111,7 +112,7 @@ class ApprovalDesk:
     dispatch: StageClient[DispatchRequest, DispatchReceipt]
     policy_set: Callable[[], PolicySet]
     clock: Callable[[], int]
-    tenant_key: bytes
+    tenant_key: PseudonymKey
     stage_timeout: float = 2.0
     execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
     signer: SigningKey | None = None

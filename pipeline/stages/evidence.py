@@ -17,7 +17,7 @@ two copies kept in step by hand (issue 19). Here:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from pipeline.core.decision import Decision
@@ -26,7 +26,7 @@ from pipeline.stores.ledger_schema import Disposition, EntryKind, EvidenceEntry,
 from subjects import dsse
 from subjects.approvals import ApprovalBinding
 from subjects.canonical import identity_of
-from subjects.keyed import keyed_identifier
+from subjects.keyed import PseudonymKey
 from subjects.messages import Outcome, Verdict
 
 TENANT_DOMAIN: Final = "smf.tenant"
@@ -75,11 +75,11 @@ class EvidenceWriter:
     """Builds and appends evidence entries for one gate (its ledger, key and clock)."""
 
     ledger: Ledger
-    tenant_key: bytes = field(repr=False)
+    tenant_key: PseudonymKey
     clock: Callable[[], int]
 
     def tenant_ref(self, tenant_id: str) -> str:
-        return keyed_identifier(self.tenant_key, TENANT_DOMAIN, tenant_id)
+        return self.tenant_key.identifier(TENANT_DOMAIN, tenant_id)
 
     def for_decision(
         self,

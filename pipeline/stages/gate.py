@@ -35,6 +35,7 @@ from pipeline.stores.claims import ClaimState, ProposalClaims
 from pipeline.stores.ledger import EvidenceError, Ledger
 from pipeline.stores.sqlite_worker import StoreUnavailable
 from subjects import dsse, names
+from subjects.keyed import PseudonymKey
 from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import Proposal, Verdict
 from subjects.registry import KeyRegistry
@@ -56,7 +57,7 @@ class HoldHandler(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class GateSettings:
-    tenant_key: bytes = field(repr=False)
+    tenant_key: PseudonymKey
     """Key for pseudonymous tenant identities in evidence (``subjects.keyed``)."""
     freshness_ms: int = 120_000
     """A proposal issued further than this from the gate's clock is refused as stale."""
