@@ -101,15 +101,26 @@ class ClusterFollower:
     system_user: str
     system: Client
     expected_servers: int | None = None
+    confirmed: bool = True
+    """Every node confirmed a reload of the file as it is now written. False after
+    a failed reload: a node may still admit a revoked principal, so the next
+    ``apply`` reloads again even though the file did not change."""
 
     async def apply(self, release: VerifiedRelease) -> bool:
-        """Apply one release's registry; whether the file changed (then every node reloaded)."""
+        """Apply one release's registry; whether every node reloaded.
+
+        Raises ``ReloadError`` when a node did not confirm; ``confirmed`` stays
+        False until a later call succeeds.
+        """
         entries = [p.entry for p in release.registry.principals.values()]
-        if not write_authorization(
+        changed = write_authorization(
             self.authorization, render_authorization(entries, self.system_user)
-        ):
+        )
+        if not changed and self.confirmed:
             return False
+        self.confirmed = False
         ids = await reload_all(self.system, self.expected_servers)
+        self.confirmed = True
         log.info(
             "bus_authorization_followed_release",
             release_id=release.release_id,
@@ -126,26 +137,40 @@ async def follow(
     state: Path,
     clock: Callable[[], int],
     tick_seconds: float = 5.0,
+    retry_seconds: float = 2.0,
     stop: asyncio.Event,
 ) -> None:
-    """Run until ``stop``: every release the watcher switches to is applied."""
+    """Run until ``stop``: every release the watcher switches to is applied, and a
+    reload a node did not confirm is tried again every ``retry_seconds`` until
+    every node confirms (or a newer release replaces it)."""
     pending: asyncio.Queue[VerifiedRelease] = asyncio.Queue()
     watcher = await ReleaseWatcher.open(trust_root, state, clock, on_switch=pending.put_nowait)
+
+    async def apply(release: VerifiedRelease) -> None:
+        try:
+            await follower.apply(release)
+        except ReloadError as exc:
+            log.error("bus_authorization_reload_failed", reason=str(exc))
+
     try:
         await watcher.start(js_client.jetstream(), tick_seconds=tick_seconds)
-        if watcher.active is not None:
-            await follower.apply(watcher.active)
+        current = watcher.active
+        if current is not None:
+            await apply(current)
         while not stop.is_set():
             getter = asyncio.ensure_future(pending.get())
             stopper = asyncio.ensure_future(stop.wait())
-            await asyncio.wait((getter, stopper), return_when=asyncio.FIRST_COMPLETED)
+            retry = None if follower.confirmed else retry_seconds
+            await asyncio.wait(
+                (getter, stopper), timeout=retry, return_when=asyncio.FIRST_COMPLETED
+            )
             stopper.cancel()
             if getter.done():
-                try:
-                    await follower.apply(getter.result())
-                except ReloadError as exc:
-                    log.error("bus_authorization_reload_failed", reason=str(exc))
+                current = getter.result()
             else:
                 getter.cancel()
+            due = getter.done() or not follower.confirmed
+            if current is not None and due and not stop.is_set():
+                await apply(current)
     finally:
         await watcher.close()

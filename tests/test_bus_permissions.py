@@ -32,17 +32,21 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 
-from ops.bus_auth import write_user_seed
+from ops.bus_auth import read_user_public, write_user_seed
+from ops.bus_follow import ClusterFollower, ReloadError
+from ops.cli import main
 from ops.cluster import LocalNatsCluster
 from ops.natsserver import EmbeddedNatsServer
+from ops.releases import latest_in_inbox, load_trust_root
 from ops.runtimes import provision_runtime
 from ops.stack import gate_config, start_embedded_server, start_stack
 from ops.state import CONSOLE, OPERATOR, PUBLISHER, StateDir, provision_demo, refresh_demo_release
 from pipeline.assembly import BusUnavailableError, start_gate
+from pipeline.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
 from subjects import names
 from subjects.bus_access import BusCredential, connector_durable
 from subjects.registry import RegistryFile, encode_registry
-from subjects.release import RELEASE_BUCKET
+from subjects.release import RELEASE_BUCKET, encode_bundle
 from tests.bus_helpers import registry_entries, wait_for
 
 Outcome = Literal["allowed", "refused"]
@@ -435,3 +439,91 @@ async def test_a_gate_the_bus_refuses_fails_its_start_with_the_servers_reason(
     running = await start_gate(config)
     assert running.nc.is_connected
     await running.close()
+
+
+def test_the_published_permission_table_is_what_the_server_is_given(
+    state: StateDir, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/BUS-PERMISSIONS.md is ``bus permissions`` for the demo registry: the
+    document readers rely on cannot drift from the authorization generated."""
+    assert main(["bus", "permissions", "--state-dir", str(state.root)]) == 0
+    generated = capsys.readouterr().out
+    document = (Path(__file__).parent.parent / "docs" / "BUS-PERMISSIONS.md").read_text()
+    block = document.split("```text\n", 1)[1].split("```", 1)[0]
+    assert block == generated
+    assert "smf.execute.>" not in {
+        line.split()[-1] for line in generated.splitlines() if " subscribe " in line
+    }
+
+
+def verified_release(state: StateDir) -> VerifiedRelease:
+    """The newest release in the state's inbox, verified as a gate would."""
+    bundle = latest_in_inbox(state.release_inbox)
+    assert bundle is not None
+    now = TrustedTime(time.time_ns() // 1_000_000)
+    return ReleaseTrust(load_trust_root(state.trust_root)).verify_update(encode_bundle(bundle), now)
+
+
+async def test_the_cluster_follower_cuts_a_revoked_principal_off_every_node(
+    state: StateDir, nats_cluster: LocalNatsCluster
+) -> None:
+    """``bus follow``'s follower applies a release without a principal on all three
+    nodes: its connections on every node are closed and it cannot come back; a
+    reload a node does not confirm leaves the follower unconfirmed, and the next
+    apply of the same release reloads again."""
+    provision_runtime(state, REVOKED, "runtime-b-id", require_attestation=False)
+    refresh_demo_release(state)
+    await nats_cluster.authorize(registry_entries(state.registry))
+    credential = state.existing_credential(REVOKED)
+    assert credential is not None
+    closed = [asyncio.Event() for _ in nats_cluster.urls]
+    revoked: list[Client] = []
+    for url, event in zip(nats_cluster.urls, closed, strict=True):
+
+        async def on_closed(event: asyncio.Event = event) -> None:
+            event.set()
+
+        revoked.append(
+            await nats.connect(
+                url, allow_reconnect=False, closed_cb=on_closed, **credential.connect_options()
+            )
+        )
+    system = await nats.connect(nats_cluster.urls[0], **nats_cluster.system.connect_options())
+    try:
+        follower = ClusterFollower(
+            authorization=nats_cluster.authorization_path,
+            system_user=read_user_public(nats_cluster.system.seed_file),
+            system=system,
+            expected_servers=len(nats_cluster.urls) + 1,  # one node too many: never confirmed
+        )
+        registry = msgspec.json.decode(state.registry.read_bytes(), type=RegistryFile)
+        kept = tuple(e for e in registry.entries if e.key.principal != REVOKED)
+        state.registry.write_bytes(encode_registry(kept))
+        refresh_demo_release(state)
+        release = verified_release(state)
+        with pytest.raises(ReloadError, match="3 of 4"):
+            await follower.apply(release)
+        assert not follower.confirmed
+        assert not any(event.is_set() for event in closed)  # nothing reloaded yet
+
+        follower.expected_servers = len(nats_cluster.urls)
+        assert await follower.apply(release)  # the same file, reloaded because unconfirmed
+        assert follower.confirmed
+        for event in closed:
+            await wait_for(event.is_set, timeout=10)
+        for url in nats_cluster.urls:
+            with pytest.raises(NatsError, match="Authorization Violation"):
+                await nats.connect(
+                    url, connect_timeout=5, allow_reconnect=False, **credential.connect_options()
+                )
+        assert not await follower.apply(release)  # confirmed and unchanged: nothing to do
+        runtime = state.existing_credential(RUNTIME)
+        assert runtime is not None
+        for url in nats_cluster.urls:  # the others are still let in on every node
+            still = await nats.connect(url, allow_reconnect=False, **runtime.connect_options())
+            await still.close()
+    finally:
+        for nc in revoked:
+            if not nc.is_closed:
+                await nc.close()
+        await system.close()

@@ -5,6 +5,9 @@
   role's permissions; the system account for reloads). The cluster's nodes
   include this file (deploy/nats/cluster.conf); ``init`` writes it before
   they start.
+- ``bus permissions --state-dir DIR``: what each principal of the registry
+  may publish and subscribe to, as the server enforces it (docs/BUS-PERMISSIONS.md
+  is this command's output for the demo registry).
 - ``bus follow --state-dir DIR --nats URL --out FILE``: keep that file the
   one of the release in force and reload every node when it changes, until
   SIGINT or SIGTERM (``ops.bus_follow``).
@@ -30,9 +33,10 @@ from ops.bus_auth import (
 )
 from ops.bus_follow import ClusterFollower, follow
 from ops.logs import LOG_LEVELS, configure_logging
-from ops.output import emit_json, fail, first_line, say
+from ops.output import emit_json, fail, first_line, say, table
 from ops.releases import ReleaseError, load_trust_root
 from ops.state import OPERATOR, StateDir
+from subjects.bus_access import permissions_for
 from subjects.registry import RegistryError, load_registry
 
 FOLLOW_STATE_FILE = "bus-follow-release-state.db"
@@ -52,6 +56,16 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     auth.add_argument("--out", type=Path, required=True, help="the include file to write")
     auth.add_argument("--json", action="store_true", help="print JSON")
     auth.set_defaults(func=run_authorization)
+
+    perm = actions.add_parser(
+        "permissions",
+        help="list what each principal may publish and subscribe to",
+        description="One row per principal and subject: what the generated authorization "
+        "lets it publish, keeps it from publishing, and lets it subscribe to.",
+    )
+    perm.add_argument("--state-dir", type=Path, required=True, help="the provisioned state")
+    perm.add_argument("--json", action="store_true", help="print JSON")
+    perm.set_defaults(func=run_permissions)
 
     fol = actions.add_parser(
         "follow",
@@ -88,6 +102,38 @@ def run_authorization(args: argparse.Namespace) -> int:
         emit_json({"out": str(args.out), "changed": changed, "principals": users})
     else:
         say(f"bus authorization for {users} principals written to {args.out}")
+    return 0
+
+
+def permission_rows(state: StateDir) -> list[tuple[str, str, str, str]]:
+    """(principal, role, may, subject) for every principal of the state's registry,
+    ordered by principal; ``may`` is ``publish``, ``subscribe`` or their denials."""
+    try:
+        principals = load_registry(state.registry).principals.values()
+    except (RegistryError, OSError) as exc:
+        fail(f"cannot read the registry: {first_line(exc)}")
+    rows: list[tuple[str, str, str, str]] = []
+    for principal in sorted(principals, key=lambda p: p.name):
+        granted = permissions_for(principal.entry)
+        for may, subjects in (
+            ("publish", granted.publish_allow),
+            ("not publish", granted.publish_deny),
+            ("subscribe", granted.subscribe_allow),
+            ("not subscribe", granted.subscribe_deny),
+        ):
+            rows += [(principal.name, principal.entry.role, may, s) for s in subjects]
+        if granted.allow_responses:
+            rows.append((principal.name, principal.entry.role, "publish", "(replies to requests)"))
+    return rows
+
+
+def run_permissions(args: argparse.Namespace) -> int:
+    rows = permission_rows(StateDir(args.state_dir))
+    if args.json:
+        keys = ("principal", "role", "may", "subject")
+        emit_json([dict(zip(keys, row, strict=True)) for row in rows])
+    else:
+        table(("principal", "role", "may", "subject"), rows)
     return 0
 
 
