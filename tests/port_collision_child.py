@@ -47,8 +47,8 @@ def naive_picks(count: int) -> list[int]:
     return picks
 
 
-async def serves(url: str) -> bool:
-    client = await nats.connect(url, connect_timeout=5, allow_reconnect=False)
+async def serves(url: str, **credential: str) -> bool:
+    client = await nats.connect(url, connect_timeout=5, allow_reconnect=False, **credential)
     try:
         await client.flush(timeout=5)
         return True
@@ -71,7 +71,9 @@ async def main(root: Path) -> None:
         single.start()
         await cluster.restart_node("nats-2")
         single.restart()
-        assert all([await serves(url) for url in [*cluster.urls, single.url]])
+        operator = cluster.operator.connect_options()  # the cluster admits no anonymous client
+        assert all([await serves(url, **operator) for url in cluster.urls])
+        assert await serves(single.url)
         ended = [n.settings.client_port for n in cluster.nodes]
         ended += [n.settings.http_port for n in cluster.nodes]
         ended += [n.settings.cluster_port for n in cluster.nodes]

@@ -1783,7 +1783,10 @@ async def test_kv_r3_cluster_two_nodes_race_claims_with_one_winner(
     different nodes. Two stores with ``replicas=3``, connected to two different
     nodes, race to claim each approval (20 rounds, 10 claimants per node): exactly
     one winner, every other claimant NotPending, never unavailable."""
-    clients = [await nats.connect(url, connect_timeout=5) for url in nats_cluster.urls[:2]]
+    operator = nats_cluster.operator.connect_options()
+    clients = [
+        await nats.connect(url, connect_timeout=5, **operator) for url in nats_cluster.urls[:2]
+    ]
     try:
         stores = [await KvApprovalStore.open(c.jetstream(timeout=5), replicas=3) for c in clients]
         info = await clients[0].jetstream().stream_info(f"KV_{approvals_kv.BUCKET}")

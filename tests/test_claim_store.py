@@ -408,7 +408,10 @@ async def test_kv_r3_cluster_two_nodes_race_claims_with_one_winner(
     """ARCHITECTURE.md "Scale": gate instances on different nodes of an R3 cluster.
     Two stores with ``replicas=3`` on two nodes, 10 claimants each, 30 proposals:
     exactly one True per proposal, never an outage."""
-    clients = [await nats.connect(url, connect_timeout=5) for url in nats_cluster.urls[:2]]
+    operator = nats_cluster.operator.connect_options()
+    clients = [
+        await nats.connect(url, connect_timeout=5, **operator) for url in nats_cluster.urls[:2]
+    ]
     try:
         stores = [await KvClaimStore.open(c.jetstream(timeout=5), replicas=3) for c in clients]
         for round_no in range(30):

@@ -65,6 +65,7 @@ from subjects.approvals import ApprovalBinding, approval_id_for
 from subjects.canonical import sha256_identity
 from subjects.envelope import content_hash_of
 from subjects.messages import DataFacts
+from subjects.registry import load_registry
 
 log = structlog.get_logger(__name__)
 
@@ -84,6 +85,7 @@ ECHO_SUBJECT: Final = "smf.bench.echo"
 GATE_SERVICE: Final = "smf-gate"
 GATE_FILES: Final = (
     "keys/gate.key",
+    "keys/gate.nkey",
     "keys/tenant-pseudonym.key",
     "release-trust-root.json",
     "releases",
@@ -531,9 +533,13 @@ async def _measure(root: Path, rounds: int, in_flight: int, progress: Progress) 
     seed = StateDir(root / "seed")
     provision_demo(seed)
     async with LocalNatsCluster(root / "cluster") as cluster:
+        await cluster.authorize(p.entry for p in load_registry(seed.registry).principals.values())
         advance()
-        client = await nats.connect(cluster.urls[CLIENT_NODE], name=CLIENT_NAME)
-        responder = await nats.connect(cluster.urls[0], name="smf-bench-echo")
+        # The bench client is the harness operator: it writes the bench bucket and
+        # proposes; the gates connect as the seed's gate (issue 15).
+        operator = cluster.operator.connect_options()
+        client = await nats.connect(cluster.urls[CLIENT_NODE], name=CLIENT_NAME, **operator)
+        responder = await nats.connect(cluster.urls[0], name="smf-bench-echo", **operator)
         gates: list[GateProcess] = []
         try:
             claims = (
