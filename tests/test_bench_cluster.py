@@ -169,8 +169,9 @@ def test_a_wrong_verdict_fails_the_run_instead_of_printing_a_figure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Without the seed's registry, `up` provisions its own, which does not know the
-    # bench's runtime key: every proposal is denied as from an unknown signer.
-    monkeypatch.setattr(cluster, "GATE_FILES", ("keys/gate.key",))
+    # bench's runtime key: every proposal is denied as from an unknown signer. (The
+    # gate keeps its bus credential, so the cluster still lets it in.)
+    monkeypatch.setattr(cluster, "GATE_FILES", ("keys/gate.key", "keys/gate.nkey"))
     before = children()
     with monkeypatch.context() as patch:
         patch.setattr(tempfile, "tempdir", str(tmp_path))
