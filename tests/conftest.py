@@ -29,6 +29,7 @@ from nats.aio.client import Client
 
 from ops.cluster import LocalNatsCluster
 from ops.natsserver import EmbeddedNatsServer, reserve_port
+from ops.state import StateDir, provision_demo
 
 # --- hypothesis: no per-example wall-clock deadline (see the module docstring) ---
 
@@ -50,6 +51,15 @@ def nats_server(tmp_path: Path) -> Iterator[EmbeddedNatsServer]:
 @pytest.fixture
 def nats_url(nats_server: EmbeddedNatsServer) -> str:
     return nats_server.url
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> StateDir:
+    """A state directory provisioned as ``demo`` and ``up`` provision theirs (a test
+    module with its own ``state`` fixture shadows this one)."""
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    return state
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
@@ -12,17 +11,10 @@ from adapters.client import ProposalClient
 from ops.demo_script import SCENARIOS
 from ops.natsserver import EmbeddedNatsServer
 from ops.stack import gate_config
-from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
 from pipeline.assembly import RunningGate, start_gate
 from subjects import names
 from tests.bus_helpers import ExecuteSpy
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_demo(state)
-    return state
 
 
 @pytest.fixture(params=[False, True], ids=["bus-stages", "co-located"])

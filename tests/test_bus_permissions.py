@@ -40,7 +40,7 @@ from ops.natsserver import EmbeddedNatsServer
 from ops.releases import latest_in_inbox, load_trust_root
 from ops.runtimes import provision_runtime
 from ops.stack import gate_config, start_embedded_server, start_stack
-from ops.state import CONSOLE, OPERATOR, PUBLISHER, StateDir, provision_demo, refresh_demo_release
+from ops.state import CONSOLE, OPERATOR, PUBLISHER, StateDir, refresh_demo_release
 from pipeline.assembly import BusUnavailableError, start_gate
 from pipeline.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
 from subjects import names
@@ -319,13 +319,6 @@ async def operator_may_destroy(servers: list[str], state: StateDir) -> None:
         assert await js.delete_stream("SMF_SCRATCH")
     finally:
         await nc.close()
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_demo(state)
-    return state
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Final
 
 import msgspec
@@ -34,7 +33,7 @@ from ops.demo_script import actor
 from ops.logs import configure_logging
 from ops.natsserver import EmbeddedNatsServer
 from ops.stack import gate_config
-from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
 from pipeline.assembly import RunningGate, start_gate
 from subjects import dsse, names
 from subjects.canonical import canonical_bytes
@@ -90,13 +89,6 @@ def proposal(runtime: ProposalClient, **changes: object) -> Proposal:
 
 def signed(key: SigningKey, payload: bytes, payload_type: str) -> bytes:
     return dsse.encode_envelope(dsse.sign(payload_type, payload, [key]))
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_demo(state)
-    return state
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ import json
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import msgspec
 import nats
@@ -33,7 +32,7 @@ from ops.cli import main
 from ops.demo_script import actor
 from ops.natsserver import EmbeddedNatsServer
 from ops.stack import gate_config
-from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
 from pipeline.assembly import RunningGate, start_gate
 from pipeline.stages.buffer import BufferLimits
 from subjects import names
@@ -50,13 +49,6 @@ TAINTED = DataFacts(classification="internal", injection_taint="tainted", redact
 EXTERNAL = ProposedDestination(address="client@acme-client.example", locality="external")
 INTERNAL = ProposedDestination(address="partner@firm.example", locality="internal")
 ASSOCIATE = actor("associate-ann", "associate")
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_demo(state)
-    return state
 
 
 @pytest.fixture

@@ -65,7 +65,6 @@ from ops.state import (
     RELEASE_SIGNER,
     RUNTIME_ID,
     StateDir,
-    provision_demo,
     refresh_demo_release,
 )
 from pipeline.assembly import RunningGate, start_gate
@@ -184,13 +183,6 @@ def refusals_at(gate: RunningGate, origin_prefix: str) -> set[str]:
     """The reason codes a gate gave for candidates from one origin."""
     assert gate.releases is not None
     return {r.reason_code for r in gate.releases.refusals if r.origin.startswith(origin_prefix)}
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_demo(state)
-    return state
 
 
 GateFactory = Callable[..., Any]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from nats.aio.client import Client
 
 from ops.natsserver import EmbeddedNatsServer
 from ops.stack import gate_config
-from ops.state import StateDir, provision_demo
+from ops.state import StateDir
 from pipeline.assembly import RunningGate, start_gate
 from subjects import names
 from tests.bus_helpers import wait_for
@@ -31,13 +30,6 @@ from tests.test_bus_properties import deletion, runtime_client
 ALLOWED = 5
 DENIED = 3
 MALFORMED = 2
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_demo(state)
-    return state
 
 
 @pytest.fixture
