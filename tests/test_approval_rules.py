@@ -26,6 +26,7 @@ from pipeline.core.approval_rules import (
     PARAMS_MISMATCH,
     ApprovalRuleError,
     HeldAction,
+    SelfApprovalError,
     approver_of,
     bind,
     check_entitled,
@@ -474,3 +475,30 @@ def test_an_outcome_is_refused_for_a_call_whose_ids_do_not_agree() -> None:
             decision_id=fake_identity("decision-z"),
             operation_hash=fake_identity("operation"),
         )
+
+
+# --- the rule errors and the held action's own contract ------------------------------------
+
+
+def test_a_refusal_says_its_reason_unless_it_was_given_a_detail() -> None:
+    """The message of a refusal is its reason code, or the detail it was raised with;
+    the reason code is the same either way."""
+    assert str(SelfApprovalError()) == "self_approval"
+    detailed = SelfApprovalError("attorney-ann requested it")
+    assert str(detailed) == "attorney-ann requested it"
+    assert detailed.reason_code == "self_approval"
+
+
+def test_a_held_action_is_read_back_exactly_or_not_at_all() -> None:
+    """The desk stores the held action and decodes it again to show and to dispatch
+    it: a stored action with a field this gate does not know is refused, and a
+    decoded one cannot be changed in place."""
+    held = held_filing()
+    stored = msgspec.json.encode(held)
+    assert msgspec.json.decode(stored, type=HeldAction) == held
+    extended = msgspec.json.decode(stored)
+    extended["also"] = "unknown"
+    with pytest.raises(msgspec.ValidationError, match="also"):
+        msgspec.json.decode(msgspec.json.encode(extended), type=HeldAction)
+    with pytest.raises(AttributeError):
+        held.content = "another text"  # type: ignore[misc]
