@@ -272,6 +272,7 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         "swarm",
         "release",
         "console",
+        "bus",
     }
     for path, summary, child in found:
         command = " ".join(path)
