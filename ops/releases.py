@@ -53,9 +53,9 @@ from subjects.release import (
     PAYLOAD_RELEASE_MANIFEST,
     RELEASE_KEY_PREFIX,
     TRUST_ROOT_SCHEMA,
+    MalformedReleaseError,
     ReleaseBundle,
     ReleaseDigests,
-    ReleaseFormatError,
     ReleaseManifest,
     Revocations,
     TrustRoot,
@@ -111,7 +111,7 @@ def make_trust_root(records: Sequence[PublicKeyRecord], threshold: int) -> Trust
     root = TrustRoot(schema=TRUST_ROOT_SCHEMA, threshold=threshold, keys=tuple(records))
     try:
         return decode_trust_root(encode_trust_root(root))
-    except ReleaseFormatError as exc:
+    except MalformedReleaseError as exc:
         raise ReleaseError(str(exc)) from exc
 
 
@@ -137,7 +137,7 @@ def write_trust_root(path: Path, root: TrustRoot) -> None:
 def load_trust_root(path: Path) -> TrustRoot:
     try:
         return decode_trust_root(_read(path))
-    except ReleaseFormatError as exc:
+    except MalformedReleaseError as exc:
         raise ReleaseError(f"{path}: {exc}") from exc
 
 
@@ -316,7 +316,7 @@ def read_release_dir(folder: Path) -> ReleaseBundle:
 def read_bundle_file(path: Path) -> ReleaseBundle:
     try:
         return decode_bundle(_read(path))
-    except ReleaseFormatError as exc:
+    except MalformedReleaseError as exc:
         raise ReleaseError(f"{path}: {exc}") from exc
 
 
@@ -390,7 +390,7 @@ async def bucket_entries(js: JetStreamContext) -> list[BucketEntry]:
                 continue
             try:
                 manifest: ReleaseManifest | None = unverified_manifest(decode_bundle(entry.value))
-            except (ReleaseError, ReleaseFormatError):
+            except (ReleaseError, MalformedReleaseError):
                 manifest = None
             entries.append(BucketEntry(entry.key, entry.revision or 0, manifest, len(entry.value)))
     finally:

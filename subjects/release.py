@@ -17,9 +17,11 @@ reading (:func:`check_issued_before`, :func:`check_lease_in_force`). A
 consumer that keeps its floor in memory only (a runtime adapter) adds
 :func:`check_sequence_floor`. The gate's persisted trusted state (rollback
 across restarts, chaining, accumulated revocations, content) stays in
-``pipeline.core.release_trust``, which calls these functions and maps their
-errors to its own named errors. Each error here names the attack it stops and
-carries the same reason code as the gate's error for the same check.
+``pipeline.core.release_trust``, which calls these functions and lets their
+errors through unchanged. The release errors are defined here, once: each names
+the attack it stops and carries one stable reason code, and the gate's own
+refusals are subclasses of :class:`ReleaseCheckError` (no translation table,
+so an adapter and the gate cannot drift apart).
 
 Invariants this module keeps:
 
@@ -80,17 +82,23 @@ SequenceNumber = Annotated[int, msgspec.Meta(ge=1, le=2**53 - 1)]
 
 
 class ReleaseCheckError(ValueError):
-    """A release failed a check every consumer runs; the subclass names the threat.
+    """A release may not be used; the subclass names the threat, ``reason_code`` says it.
 
-    ``reason_code`` is the one the gate reports for the same check
-    (``pipeline.core.release_trust``), so a runtime adapter and the gate name a
-    refusal alike.
+    The one release error hierarchy (STYLE.md, python-tuf: one named error per
+    threat). The checks every consumer runs raise the classes below, and the
+    gate's trusted state (``pipeline.core.release_trust``) raises the very same
+    classes, adding subclasses only for the threats a persisted state alone can
+    see (replay, a broken chain, revocation, unusable content, no release at
+    all). So a runtime adapter and the gate name a refusal with one type and one
+    reason code, and callers tell failures apart without parsing strings. The
+    TypeScript twin (``adapters/openclaw/src/contract/release.ts``) throws its
+    ``ReleaseCheckError`` with the same reason codes.
     """
 
     reason_code: ClassVar[str] = "release_untrusted"
 
 
-class ReleaseFormatError(ReleaseCheckError):
+class MalformedReleaseError(ReleaseCheckError):
     """A bundle, envelope, manifest or trust root does not decode, or contradicts itself.
 
     Stops parser confusion: nothing undecodable or non-canonical is half-used
@@ -100,16 +108,17 @@ class ReleaseFormatError(ReleaseCheckError):
     reason_code = "release_malformed"
 
 
-class ReleaseSignatureError(ReleaseCheckError):
+class BadReleaseSignatureError(ReleaseCheckError):
     """No trust-root key verifies the manifest, or it was signed for another purpose.
 
-    TUF 5.4.2, "Check for an arbitrary software attack".
+    TUF 5.4.2, "Check for an arbitrary software attack": a release not signed
+    by the trust root is never used.
     """
 
     reason_code = "release_bad_signature"
 
 
-class ReleaseThresholdError(ReleaseCheckError):
+class ReleaseBelowThresholdError(ReleaseCheckError):
     """Fewer distinct trust-root keys verified than the threshold.
 
     TUF 5.4.2 with thresholds of unique keys: one compromised key, or one key
@@ -119,42 +128,46 @@ class ReleaseThresholdError(ReleaseCheckError):
     reason_code = "release_below_threshold"
 
 
-class ReleaseDigestError(ReleaseCheckError):
-    """An artifact is not the one the manifest names.
+class ReleaseDigestMismatchError(ReleaseCheckError):
+    """A projection or the registry is not the one the manifest names.
 
-    TUF 5.5.2 and 5.6.2: stops a mix-and-match attack that pairs a signed
-    manifest with other artifacts.
+    TUF 5.5.2 and 5.6.2, "Check against ... hash": stops a mix-and-match
+    attack that pairs a signed manifest with other artifacts.
     """
 
     reason_code = "release_digest_mismatch"
 
 
-class ReleaseIssuedLaterError(ReleaseCheckError):
-    """The release was issued after the latest true time the consumer's clock allows.
+class UntrustedClockError(ReleaseCheckError):
+    """The consumer's clock contradicts what it trusts, beyond the skew bound.
 
-    Either the clock is behind or the manifest is dated ahead: the time checks
-    cannot be trusted (fail closed).
+    Every consumer refuses a release issued after the latest true time its
+    clock allows (the clock is behind or the manifest is dated ahead: the lease
+    check cannot be trusted). The gate also refuses a clock reading earlier
+    than a time it already observed, so a clock set back cannot revive an
+    expired lease (freeze attack by clock rollback). Fail closed either way.
     """
 
     reason_code = "release_clock_untrusted"
 
 
-class ReleaseLeaseError(ReleaseCheckError):
+class ExpiredReleaseError(ReleaseCheckError):
     """The lease has run out under the consumer's clock (worst case within the skew).
 
     TUF 5.4.4, "Check for a freeze attack": a release withheld from updates is
-    usable only until its lease expires.
+    usable only until its lease expires; after that the gate denies everything.
     """
 
     reason_code = "release_expired"
 
 
-class ReleaseSequenceError(ReleaseCheckError):
+class ReleaseRollbackError(ReleaseCheckError):
     """The release is older than one this consumer already used, or forks it.
 
-    TUF 5.4.3, "Check for a rollback attack", for a consumer that keeps its
-    floor in memory (a runtime adapter): within one process the sequence never
-    goes backwards, and one sequence names one release.
+    TUF 5.4.3, "Check for a rollback attack": an older, validly signed release
+    is refused, and one sequence names one release. A runtime adapter keeps its
+    floor in memory (:func:`check_sequence_floor`); the gate persists it, so
+    the refusal holds across restarts.
     """
 
     reason_code = "release_rollback"
@@ -247,11 +260,11 @@ def encode_bundle(bundle: ReleaseBundle) -> bytes:
 def decode_bundle(data: bytes, max_size: int = MAX_BUNDLE_BYTES) -> ReleaseBundle:
     """Decode a bundle, bounded by ``max_size`` before any parsing."""
     if len(data) > max_size:
-        raise ReleaseFormatError(f"release bundle is {len(data)} bytes, more than {max_size}")
+        raise MalformedReleaseError(f"release bundle is {len(data)} bytes, more than {max_size}")
     try:
         return msgspec.json.decode(data, type=ReleaseBundle)
     except msgspec.DecodeError as exc:
-        raise ReleaseFormatError(f"not a release bundle: {exc}") from exc
+        raise MalformedReleaseError(f"not a release bundle: {exc}") from exc
 
 
 def encode_trust_root(root: TrustRoot) -> bytes:
@@ -263,7 +276,7 @@ def decode_trust_root(data: bytes) -> TrustRoot:
     try:
         root = msgspec.json.decode(data, type=TrustRoot)
     except msgspec.DecodeError as exc:
-        raise ReleaseFormatError(f"not a release trust root: {exc}") from exc
+        raise MalformedReleaseError(f"not a release trust root: {exc}") from exc
     trust_root_keys(root)
     return root
 
@@ -280,12 +293,12 @@ def trust_root_keys(root: TrustRoot) -> dict[str, VerifyKey]:
         try:
             key = verify_key_from_record(record)
         except KeyFileError as exc:
-            raise ReleaseFormatError(f"trust root key {record.principal}: {exc}") from exc
+            raise MalformedReleaseError(f"trust root key {record.principal}: {exc}") from exc
         if key.key_id in keys:
-            raise ReleaseFormatError(f"trust root lists key {key.key_id} twice")
+            raise MalformedReleaseError(f"trust root lists key {key.key_id} twice")
         keys[key.key_id] = key
     if root.threshold > len(keys):
-        raise ReleaseFormatError(
+        raise MalformedReleaseError(
             f"trust root threshold {root.threshold} exceeds its {len(keys)} keys"
         )
     return keys
@@ -324,19 +337,19 @@ def authenticate_release(
         )
     except dsse.BelowThresholdError as exc:
         # check for a threshold attack: too few distinct trusted keys
-        raise ReleaseThresholdError(str(exc)) from exc
+        raise ReleaseBelowThresholdError(str(exc)) from exc
     except (
         dsse.UnknownSignerError,
         dsse.BadSignatureError,
         dsse.PayloadTypeMismatchError,
     ) as exc:
         # check for an arbitrary software attack: not signed by the trust root
-        raise ReleaseSignatureError(f"{type(exc).__name__}: {exc}") from exc
+        raise BadReleaseSignatureError(f"{type(exc).__name__}: {exc}") from exc
     except dsse.MalformedEnvelopeError as exc:
-        raise ReleaseFormatError(str(exc)) from exc
+        raise MalformedReleaseError(str(exc)) from exc
     if manifest.lease_expires_at_ms <= manifest.issued_at_ms:
         # a signed contradiction: no instant at which this release is in force
-        raise ReleaseFormatError("lease expires before the release is issued")
+        raise MalformedReleaseError("lease expires before the release is issued")
     return AuthenticatedRelease(bundle, manifest, verified, manifest_hash(verified.payload))
 
 
@@ -349,14 +362,14 @@ def check_release_digests(bundle: ReleaseBundle, manifest: ReleaseManifest) -> N
         ("registry", bundle.registry, digests.registry),
     ):
         if sha256_identity(data) != expected:
-            raise ReleaseDigestError(f"{name} does not match the manifest digest")
+            raise ReleaseDigestMismatchError(f"{name} does not match the manifest digest")
 
 
 def check_issued_before(issued_at_ms: int, latest_ms: int) -> None:
     """A release issued after ``latest_ms`` (clock reading + skew) means the clock
     cannot be trusted for the lease check."""
     if issued_at_ms > latest_ms:
-        raise ReleaseIssuedLaterError(
+        raise UntrustedClockError(
             f"release issued at {issued_at_ms}, after the clock's latest possible time {latest_ms}"
         )
 
@@ -365,7 +378,7 @@ def check_lease_in_force(lease_expires_at_ms: int, latest_ms: int) -> None:
     """TUF 5.4.4, "Check for a freeze attack", against the worst case in the skew:
     the lease must outlast ``latest_ms``, the latest true time the clock allows."""
     if latest_ms >= lease_expires_at_ms:
-        raise ReleaseLeaseError(
+        raise ExpiredReleaseError(
             f"lease expired at {lease_expires_at_ms}; trusted time is up to {latest_ms}"
         )
 
@@ -389,11 +402,11 @@ def check_sequence_floor(
     """
     if floor is not None:
         if manifest.sequence < floor.sequence:
-            raise ReleaseSequenceError(
+            raise ReleaseRollbackError(
                 f"sequence {manifest.sequence} is below the {floor.sequence} already used"
             )
         if manifest.sequence == floor.sequence and digest != floor.manifest_hash:
-            raise ReleaseSequenceError(
+            raise ReleaseRollbackError(
                 f"sequence {manifest.sequence} names another release than the one already used"
             )
     return SequenceFloor(manifest.sequence, digest)

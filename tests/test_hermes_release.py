@@ -57,17 +57,7 @@ from ops.runtimes import HERMES_PRINCIPAL, provision_runtime
 from ops.stack import gate_config
 from ops.state import RELEASE_SIGNER, StateDir, provision_demo
 from pipeline.assembly import RunningGate, start_gate
-from pipeline.core.release_trust import (
-    BadReleaseSignatureError,
-    ExpiredReleaseError,
-    MalformedReleaseError,
-    ReleaseBelowThresholdError,
-    ReleaseDigestMismatchError,
-    ReleaseTrust,
-    ReleaseTrustError,
-    TrustedTime,
-    UntrustedClockError,
-)
+from pipeline.core.release_trust import ReleaseTrust, TrustedTime
 from pipeline.stages.attestation import AttestationDesk, RuntimeRequirement, _judge
 from subjects import names
 from subjects.attestation import AttestationAck, RuntimeAttestation
@@ -78,16 +68,16 @@ from subjects.registry import load_registry
 from subjects.release import (
     DEFAULT_MAX_SKEW_MS,
     RELEASE_BUCKET,
+    BadReleaseSignatureError,
+    ExpiredReleaseError,
+    MalformedReleaseError,
+    ReleaseBelowThresholdError,
     ReleaseBundle,
     ReleaseCheckError,
-    ReleaseDigestError,
-    ReleaseFormatError,
-    ReleaseIssuedLaterError,
-    ReleaseLeaseError,
-    ReleaseSequenceError,
-    ReleaseSignatureError,
-    ReleaseThresholdError,
+    ReleaseDigestMismatchError,
+    ReleaseRollbackError,
     SequenceFloor,
+    UntrustedClockError,
     authenticate_release,
     check_release_digests,
     manifest_hash,
@@ -177,7 +167,7 @@ def test_a_release_whose_registry_names_no_gate_key_is_refused(
     )
     bundle = resign(swap(v1, registry=registry_bytes), digests=digests)
     verifier = ReleaseVerifier(ROOT, fixed(AT))
-    with pytest.raises(ReleaseFormatError, match=match) as caught:
+    with pytest.raises(MalformedReleaseError, match=match) as caught:
         verifier.verify(data(bundle))
     assert caught.value.reason_code == "release_malformed"
     assert verifier.floor is None
@@ -185,7 +175,7 @@ def test_a_release_whose_registry_names_no_gate_key_is_refused(
 
 def test_bad_signature_an_outsiders_release(corpus: Path) -> None:
     """TUF 5.4.2, arbitrary software attack: a key outside the trust root signed it."""
-    with pytest.raises(ReleaseSignatureError, match="UnknownSigner") as caught:
+    with pytest.raises(BadReleaseSignatureError, match="UnknownSigner") as caught:
         ReleaseVerifier(ROOT, fixed(AT)).verify(data(build(corpus, [OUTSIDER])))
     assert caught.value.reason_code == "release_bad_signature"
 
@@ -195,13 +185,13 @@ def test_bad_signature_a_tampered_manifest(v1: ReleaseBundle) -> None:
     longer = msgspec.structs.replace(manifest, lease_expires_at_ms=manifest.lease_expires_at_ms * 2)
     payload = base64.b64encode(msgspec.json.encode(longer, order="sorted")).decode()
     tampered = swap(v1, envelope=msgspec.structs.replace(v1.envelope, payload=payload))
-    with pytest.raises(ReleaseSignatureError):
+    with pytest.raises(BadReleaseSignatureError):
         ReleaseVerifier(ROOT, fixed(AT)).verify(data(tampered))
 
 
 def test_below_threshold_one_key_where_two_must_sign(corpus: Path) -> None:
     """Threshold of distinct keys: one trusted key alone is not enough."""
-    with pytest.raises(ReleaseThresholdError) as caught:
+    with pytest.raises(ReleaseBelowThresholdError) as caught:
         ReleaseVerifier(ROOT, fixed(AT)).verify(data(build(corpus, SIGNERS[:1])))
     assert caught.value.reason_code == "release_below_threshold"
 
@@ -213,10 +203,10 @@ def test_digest_mismatch_a_signed_manifest_with_other_artifacts(
     """TUF 5.5.2/5.6.2, mix-and-match: the signature holds, an artifact is another."""
     mixed = swap(v1, **{artifact: getattr(v1, artifact) + b" "})
     authenticated = authenticate_release(data(mixed), trust_root_keys(ROOT), 2)
-    with pytest.raises(ReleaseDigestError, match=artifact) as caught:
+    with pytest.raises(ReleaseDigestMismatchError, match=artifact) as caught:
         check_release_digests(authenticated.bundle, authenticated.manifest)
     assert caught.value.reason_code == "release_digest_mismatch"
-    with pytest.raises(ReleaseDigestError):
+    with pytest.raises(ReleaseDigestMismatchError):
         ReleaseVerifier(ROOT, fixed(AT)).verify(data(mixed))
 
 
@@ -225,7 +215,7 @@ def test_expired_lease_under_the_adapters_clock(v1: ReleaseBundle) -> None:
     lease = manifest_of(v1).lease_expires_at_ms
     in_force = lease - DEFAULT_MAX_SKEW_MS - 1
     assert ReleaseVerifier(ROOT, fixed(in_force)).verify(data(v1)).sequence == 1
-    with pytest.raises(ReleaseLeaseError) as caught:
+    with pytest.raises(ExpiredReleaseError) as caught:
         ReleaseVerifier(ROOT, fixed(in_force + 1)).verify(data(v1))
     assert caught.value.reason_code == "release_expired"
 
@@ -233,7 +223,7 @@ def test_expired_lease_under_the_adapters_clock(v1: ReleaseBundle) -> None:
 def test_a_release_issued_after_the_clocks_latest_time_is_refused(v1: ReleaseBundle) -> None:
     """A clock far behind cannot judge a lease: refused, not trusted."""
     behind = manifest_of(v1).issued_at_ms - DEFAULT_MAX_SKEW_MS - 1
-    with pytest.raises(ReleaseIssuedLaterError) as caught:
+    with pytest.raises(UntrustedClockError) as caught:
         ReleaseVerifier(ROOT, fixed(behind)).verify(data(v1))
     assert caught.value.reason_code == "release_clock_untrusted"
 
@@ -242,11 +232,11 @@ def test_rollback_within_a_process_is_refused(v1: ReleaseBundle, v2: ReleaseBund
     """TUF 5.4.3 with an in-memory floor: never back, one sequence names one release."""
     verifier = ReleaseVerifier(ROOT, fixed(AT))
     verifier.verify(data(v2))
-    with pytest.raises(ReleaseSequenceError, match="below") as caught:
+    with pytest.raises(ReleaseRollbackError, match="below") as caught:
         verifier.verify(data(v1))
     assert caught.value.reason_code == "release_rollback"
     fork = resign(v2, release_id="rel-test-fork")
-    with pytest.raises(ReleaseSequenceError, match="another release"):
+    with pytest.raises(ReleaseRollbackError, match="another release"):
         verifier.verify(data(fork))
     assert verifier.verify(data(v2)).sequence == 2  # the same release again is fine
     assert verifier.floor == SequenceFloor(2, manifest_hash(base64.b64decode(v2.envelope.payload)))
@@ -256,11 +246,11 @@ def test_a_failed_check_never_moves_the_floor(v1: ReleaseBundle, v2: ReleaseBund
     verifier = ReleaseVerifier(ROOT, fixed(AT))
     verifier.verify(data(v1))
     floor = verifier.floor
-    with pytest.raises(ReleaseDigestError):
+    with pytest.raises(ReleaseDigestMismatchError):
         verifier.verify(data(swap(v2, registry=v2.registry + b" ")))
     late = ReleaseVerifier(ROOT, fixed(manifest_of(v2).lease_expires_at_ms))
     late.floor = floor
-    with pytest.raises(ReleaseLeaseError):
+    with pytest.raises(ExpiredReleaseError):
         late.verify(data(v2))
     assert verifier.floor == floor
     assert late.floor == floor
@@ -269,51 +259,51 @@ def test_a_failed_check_never_moves_the_floor(v1: ReleaseBundle, v2: ReleaseBund
 
 def test_malformed_input_is_refused_before_any_signature_check() -> None:
     for raw in (b"", b"not json", b"{}", b" " * (1024 * 1024)):
-        with pytest.raises(ReleaseFormatError) as caught:
+        with pytest.raises(MalformedReleaseError) as caught:
             ReleaseVerifier(ROOT, fixed(AT)).verify(raw)
         assert caught.value.reason_code == "release_malformed"
 
 
 @pytest.mark.parametrize(
-    ("make", "shared", "gate"),
+    ("make", "error"),
     [
-        (lambda c, b: data(build(c, [OUTSIDER])), ReleaseSignatureError, BadReleaseSignatureError),
-        (
-            lambda c, b: data(build(c, SIGNERS[:1])),
-            ReleaseThresholdError,
-            ReleaseBelowThresholdError,
-        ),
+        (lambda c, b: data(build(c, [OUTSIDER])), BadReleaseSignatureError),
+        (lambda c, b: data(build(c, SIGNERS[:1])), ReleaseBelowThresholdError),
         (
             lambda c, b: data(swap(b, enforcement=b.enforcement + b" ")),
-            ReleaseDigestError,
             ReleaseDigestMismatchError,
         ),
-        (lambda c, b: b"{}", ReleaseFormatError, MalformedReleaseError),
+        (lambda c, b: b"{}", MalformedReleaseError),
     ],
     ids=["signature", "threshold", "digest", "malformed"],
 )
-def test_the_gate_runs_the_same_checks_and_names_them_alike(
+def test_the_gate_runs_the_same_checks_and_raises_the_same_errors(
     corpus: Path,
     v1: ReleaseBundle,
     make: Callable[[Path, ReleaseBundle], bytes],
-    shared: type[ReleaseCheckError],
-    gate: type[ReleaseTrustError],
+    error: type[ReleaseCheckError],
 ) -> None:
-    """One definition: ``ReleaseTrust`` raises its own error, caused by the shared check's."""
-    with pytest.raises(gate) as caught:
-        ReleaseTrust(ROOT).verify_update(make(corpus, v1), TrustedTime(AT))
-    assert isinstance(caught.value.__cause__, shared)
-    assert caught.value.reason_code == shared.reason_code
+    """One definition, one hierarchy: the adapter's verifier and ``ReleaseTrust`` raise
+    the very same class (not a translation of it), so the reason code is one too."""
+    candidate = make(corpus, v1)
+    with pytest.raises(error) as adapter:
+        ReleaseVerifier(ROOT, fixed(AT)).verify(candidate)
+    with pytest.raises(error) as gate:
+        ReleaseTrust(ROOT).verify_update(candidate, TrustedTime(AT))
+    assert type(adapter.value) is type(gate.value) is error
+    assert gate.value.reason_code == adapter.value.reason_code == error.reason_code
 
 
 def test_the_gates_time_checks_are_the_shared_ones(v1: ReleaseBundle) -> None:
     lease = manifest_of(v1).lease_expires_at_ms
-    with pytest.raises(ExpiredReleaseError) as expired:
-        ReleaseTrust(ROOT).verify_update(data(v1), TrustedTime(lease))
-    assert isinstance(expired.value.__cause__, ReleaseLeaseError)
-    with pytest.raises(UntrustedClockError) as behind:
-        ReleaseTrust(ROOT).verify_update(data(v1), TrustedTime(T0 - 10 * DEFAULT_MAX_SKEW_MS))
-    assert isinstance(behind.value.__cause__, ReleaseIssuedLaterError)
+    behind = T0 - 10 * DEFAULT_MAX_SKEW_MS
+    for at, error in ((lease, ExpiredReleaseError), (behind, UntrustedClockError)):
+        with pytest.raises(error) as adapter:
+            ReleaseVerifier(ROOT, fixed(at)).verify(data(v1))
+        with pytest.raises(error) as gate:
+            ReleaseTrust(ROOT).verify_update(data(v1), TrustedTime(at))
+        assert type(adapter.value) is type(gate.value) is error
+        assert gate.value.reason_code == adapter.value.reason_code
 
 
 def test_keys_are_tried_highest_sequence_first_and_junk_is_ignored() -> None:

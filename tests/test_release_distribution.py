@@ -69,7 +69,7 @@ from ops.state import (
 )
 from pipeline.assembly import RunningGate, start_gate
 from pipeline.assembly.gate import _desk_policy_set
-from pipeline.core.release_trust import ExpiredReleaseError, NoVerifiedReleaseError, TrustedTime
+from pipeline.core.release_trust import NoVerifiedReleaseError, TrustedTime
 from pipeline.service import StageRefusal
 from pipeline.stages.approvals import DeskError
 from pipeline.stages.contracts import EvaluateRequest
@@ -80,7 +80,7 @@ from pipeline.stores.release_state import ReleaseStateStore, StoreUnavailable
 from subjects.keys import SigningKey, generate_signing_key, public_record, write_private_key
 from subjects.messages import Verdict
 from subjects.registry import RegistryFile, encode_registry
-from subjects.release import ReleaseBundle, encode_bundle, release_key
+from subjects.release import ExpiredReleaseError, ReleaseBundle, encode_bundle, release_key
 from tests.bus_helpers import wait_for
 from tests.clocks import OffsetClock as Clock
 from tests.release_helpers import manifest_of, scenario_corpus, swap

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core.release_trust import LastAccepted, ReleaseRollbackError
+from pipeline.core.release_trust import LastAccepted
 from pipeline.stores.release_state import (
     ReleaseStateStore,
     StaleReleaseStateError,
     StoreUnavailable,
 )
 from subjects.canonical import sha256_identity
+from subjects.release import ReleaseRollbackError
 
 
 def state(sequence: int, **fields: object) -> LastAccepted:

@@ -21,22 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.core.release_trust import (
-    BadReleaseSignatureError,
     BrokenReleaseChainError,
-    ExpiredReleaseError,
     LastAccepted,
-    MalformedReleaseError,
     NoVerifiedReleaseError,
-    ReleaseBelowThresholdError,
     ReleaseContentError,
-    ReleaseDigestMismatchError,
-    ReleaseRollbackError,
     ReleaseTrust,
-    ReleaseTrustError,
     ReplayedReleaseError,
     RevokedReleaseError,
     TrustedTime,
-    UntrustedClockError,
     VerifiedRelease,
     check_in_force,
 )
@@ -46,12 +38,18 @@ from subjects.release import (
     MAX_BUNDLE_BYTES,
     PAYLOAD_RELEASE_MANIFEST,
     AuthenticatedRelease,
+    BadReleaseSignatureError,
+    ExpiredReleaseError,
+    MalformedReleaseError,
+    ReleaseBelowThresholdError,
     ReleaseBundle,
-    ReleaseFormatError,
-    ReleaseSequenceError,
+    ReleaseCheckError,
+    ReleaseDigestMismatchError,
+    ReleaseRollbackError,
     Revocations,
     SequenceFloor,
     TrustRoot,
+    UntrustedClockError,
     authenticate_release,
     check_sequence_floor,
     decode_trust_root,
@@ -650,30 +648,50 @@ def test_a_rotated_trust_root_no_longer_trusts_the_stored_release(v1: ReleaseBun
 # --- reason codes, trust roots, keys -----------------------------------------------------------
 
 
+REASON_CODES: dict[type[ReleaseCheckError], str] = {
+    ReleaseCheckError: "release_untrusted",
+    MalformedReleaseError: "release_malformed",
+    BadReleaseSignatureError: "release_bad_signature",
+    ReleaseBelowThresholdError: "release_below_threshold",
+    ReleaseDigestMismatchError: "release_digest_mismatch",
+    ReleaseRollbackError: "release_rollback",
+    ReplayedReleaseError: "release_replayed",
+    BrokenReleaseChainError: "release_chain_broken",
+    ExpiredReleaseError: "release_expired",
+    UntrustedClockError: "release_clock_untrusted",
+    RevokedReleaseError: "release_revoked",
+    ReleaseContentError: "release_content_invalid",
+    NoVerifiedReleaseError: "no_verified_release",
+}
+"""Every release error and the reason code the product emits for it (verdicts, the
+CLI, the adapters, the TypeScript twin): stable, so pinned here one by one."""
+
+
 def test_every_threat_has_its_own_reason_code() -> None:
-    errors = [
-        MalformedReleaseError,
-        BadReleaseSignatureError,
-        ReleaseBelowThresholdError,
-        ReleaseDigestMismatchError,
-        ReleaseRollbackError,
-        ReplayedReleaseError,
+    """One hierarchy (STYLE.md, python-tuf): one class per threat under the shared
+    ``ReleaseCheckError``, each with its own stable code."""
+    codes = [error.reason_code for error in REASON_CODES]
+    assert len(set(codes)) == len(codes)
+    assert all(issubclass(error, ReleaseCheckError) for error in REASON_CODES)
+    assert {error: error.reason_code for error in REASON_CODES} == REASON_CODES
+
+
+def test_the_gate_only_refusals_refine_the_shared_hierarchy() -> None:
+    """Replay is a rollback (TUF 5.4.3.1), so a caller catching the shared rollback
+    error also catches it; the other gate-only threats stand beside the shared ones."""
+    assert issubclass(ReplayedReleaseError, ReleaseRollbackError)
+    for error in (
         BrokenReleaseChainError,
-        ExpiredReleaseError,
-        UntrustedClockError,
         RevokedReleaseError,
         ReleaseContentError,
         NoVerifiedReleaseError,
-    ]
-    codes = [error.reason_code for error in errors]
-    assert len(set(codes)) == len(codes)
-    assert all(issubclass(error, ReleaseTrustError) for error in errors)
-    assert ExpiredReleaseError.reason_code == "release_expired"
-    assert NoVerifiedReleaseError.reason_code == "no_verified_release"
+    ):
+        assert error.__module__ == "pipeline.core.release_trust"
+        assert error.__mro__[1] is ReleaseCheckError
 
 
 def test_a_trust_root_must_be_able_to_reach_its_threshold() -> None:
-    with pytest.raises(ReleaseFormatError, match="exceeds"):
+    with pytest.raises(MalformedReleaseError, match="exceeds"):
         decode_trust_root(
             encode_trust_root(
                 TrustRoot(
@@ -688,9 +706,9 @@ def test_a_trust_root_must_be_able_to_reach_its_threshold() -> None:
 def test_a_trust_root_lists_each_key_once() -> None:
     keys = root_of(SIGNERS[:1], 1).keys
     doubled = TrustRoot(schema="smf.release-trust-root/1", threshold=2, keys=keys * 2)
-    with pytest.raises(ReleaseFormatError, match="twice"):
+    with pytest.raises(MalformedReleaseError, match="twice"):
         trust_root_keys(doubled)
-    with pytest.raises(ReleaseFormatError, match="twice"):
+    with pytest.raises(MalformedReleaseError, match="twice"):
         ReleaseTrust(doubled)
 
 
@@ -698,12 +716,12 @@ def test_a_trust_root_key_under_a_false_id_is_refused() -> None:
     record = root_of(SIGNERS[:1], 1).keys[0]
     forged = msgspec.structs.replace(record, key_id=SIGNERS[1].key_id)
     root = TrustRoot(schema="smf.release-trust-root/1", threshold=1, keys=(forged,))
-    with pytest.raises(ReleaseFormatError, match="does not match"):
+    with pytest.raises(MalformedReleaseError, match="does not match"):
         trust_root_keys(root)
 
 
 def test_a_trust_root_file_that_is_not_one_is_refused() -> None:
-    with pytest.raises(ReleaseFormatError):
+    with pytest.raises(MalformedReleaseError):
         decode_trust_root(b'{"schema":"smf.release-trust-root/1","threshold":0,"keys":[]}')
 
 
@@ -736,9 +754,9 @@ def test_an_in_memory_floor_refuses_older_and_forked_releases(
     assert check_sequence_floor(one.manifest, one.manifest_hash, floor) == floor
     higher = check_sequence_floor(two.manifest, two.manifest_hash, floor)
     assert higher == SequenceFloor(2, two.manifest_hash)
-    with pytest.raises(ReleaseSequenceError, match="below"):
+    with pytest.raises(ReleaseRollbackError, match="below"):
         check_sequence_floor(one.manifest, one.manifest_hash, higher)
-    with pytest.raises(ReleaseSequenceError, match="another release"):
+    with pytest.raises(ReleaseRollbackError, match="another release"):
         check_sequence_floor(twin.manifest, twin.manifest_hash, floor)
 
 

@@ -47,7 +47,7 @@ from ops.releases import ReleaseError, load_trust_root, prior_of
 from ops.scenarios_catalog import load_scenarios
 from pipeline.core.decision import Decision
 from pipeline.core.evaluator import evaluate
-from pipeline.core.release_trust import MalformedReleaseError, ReleaseTrust, TrustedTime
+from pipeline.core.release_trust import ReleaseTrust, TrustedTime
 from pipeline.service import StageRefusal
 from pipeline.stages.approvals import ApprovalDesk
 from pipeline.stages.contracts import DispatchRequest, EvaluateRequest
@@ -72,7 +72,12 @@ from subjects.envelope import content_hash_of
 from subjects.keyed import PseudonymKey
 from subjects.keys import SigningKey
 from subjects.registry import KeyRegistry, RegistryFile, entry_for
-from subjects.release import PAYLOAD_RELEASE_MANIFEST, ReleaseBundle, encode_trust_root
+from subjects.release import (
+    PAYLOAD_RELEASE_MANIFEST,
+    MalformedReleaseError,
+    ReleaseBundle,
+    encode_trust_root,
+)
 from tests.builders import AT_MS, DEFAULT_TENANT, normalized_proposal
 from tests.release_helpers import (
     HOUR,

@@ -23,7 +23,7 @@ from typing import Final
 
 from adapters.hermes import mapping
 from subjects.keys import KeyFileError, SigningKey, load_private_key
-from subjects.release import ReleaseFormatError, TrustRoot, decode_trust_root
+from subjects.release import MalformedReleaseError, TrustRoot, decode_trust_root
 
 ADAPTER_ID: Final = "smf-hermes-adapter"
 ADAPTER_VERSION: Final = "0.1.0"
@@ -98,7 +98,7 @@ def _trust_root(path: str) -> TrustRoot:
         raise ConfigError("smf_release_trust_root_invalid", "file too large")
     try:
         return decode_trust_root(data)
-    except ReleaseFormatError as exc:
+    except MalformedReleaseError as exc:
         raise ConfigError("smf_release_trust_root_invalid", str(exc)) from exc
 
 

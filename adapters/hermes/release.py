@@ -47,8 +47,8 @@ from subjects.release import (
     DEFAULT_MAX_SKEW_MS,
     RELEASE_BUCKET,
     RELEASE_KEY_PREFIX,
+    MalformedReleaseError,
     ReleaseCheckError,
-    ReleaseFormatError,
     SequenceFloor,
     TrustRoot,
     authenticate_release,
@@ -116,10 +116,10 @@ class ReleaseVerifier:
         try:
             registry = decode_registry(authenticated.bundle.registry, "release registry")
         except RegistryError as exc:
-            raise ReleaseFormatError(str(exc)) from exc
+            raise MalformedReleaseError(str(exc)) from exc
         gate_keys = registry.trusted("gate")
         if not gate_keys:
-            raise ReleaseFormatError("the release registry names no gate key")
+            raise MalformedReleaseError("the release registry names no gate key")
         with self._lock:
             # check for a rollback within this process: the floor never moves back
             self.floor = check_sequence_floor(manifest, authenticated.manifest_hash, self.floor)

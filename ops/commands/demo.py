@@ -29,13 +29,14 @@ from ops.output import Progress, emit_json, fail, table
 from ops.projections import SCENARIO_ENVELOPES, package_path
 from ops.stack import Stack, seed_demo_documents, start_stack
 from ops.state import ADAPTER_ID, OPERATOR, RUNTIME_ID, StateDir, provision_demo
-from pipeline.core.release_trust import NoVerifiedReleaseError, ReleaseTrustError
+from pipeline.core.release_trust import NoVerifiedReleaseError
 from subjects import dsse, names
 from subjects.approvals import open_outcome
 from subjects.bus_access import connect_options
 from subjects.keys import VerifyKey
 from subjects.messages import ExecutionReport, Verdict
 from subjects.registry import load_registry
+from subjects.release import ReleaseCheckError
 from swarm.selector import analysis_release, decode_matter
 from swarm.service import analyze
 
@@ -211,7 +212,7 @@ async def _swarm_row(nc: Client, stack: Stack) -> Row:
             raise NoVerifiedReleaseError("the gate runs on no verified release")
         watcher.current()  # the lease must still hold
         release = analysis_release(watcher.active.analysis)
-    except ReleaseTrustError as exc:
+    except ReleaseCheckError as exc:
         return Row(
             scenario="4 Swarm legal analysis",
             verdict="refused",

@@ -47,7 +47,6 @@ from ops.state import PUBLISHER, StateDir
 from pipeline.core.release_trust import (
     LastAccepted,
     ReleaseTrust,
-    ReleaseTrustError,
     ReplayedReleaseError,
     TrustedTime,
     VerifiedRelease,
@@ -55,7 +54,7 @@ from pipeline.core.release_trust import (
 from pipeline.stores.release_state import ReleaseStateStore, StoredRelease
 from subjects.bus_access import BusCredential
 from subjects.keys import KeyFileError, SigningKey, load_private_key
-from subjects.release import ReleaseBundle, ReleaseManifest, encode_bundle
+from subjects.release import ReleaseBundle, ReleaseCheckError, ReleaseManifest, encode_bundle
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -265,7 +264,7 @@ def verify_release_dir(
         except ReplayedReleaseError:
             release = trust.verify_stored(data, time)
             note = "verified; it is the state's accepted release"
-    except ReleaseTrustError as exc:
+    except ReleaseCheckError as exc:
         fail(f"release refused ({exc.reason_code}): {exc}")
     return release, last, note
 
@@ -313,9 +312,10 @@ def run_publish(args: argparse.Namespace) -> int:
             ReleaseTrust(load_trust_root(args.trust_root)).verify_update(
                 encode_bundle(bundle), TrustedTime(now_ms())
             )
-        except (ReleaseError, ReleaseTrustError) as exc:
-            reason = getattr(exc, "reason_code", "trust_root")
-            fail(f"not published: release refused ({reason}): {exc}")
+        except ReleaseError as exc:
+            fail(f"not published: release refused (trust_root): {exc}")
+        except ReleaseCheckError as exc:
+            fail(f"not published: release refused ({exc.reason_code}): {exc}")
     try:
         manifest = unverified_manifest(bundle)
         if args.nats:

@@ -32,7 +32,7 @@ from pipeline.assembly.config import GateConfig, ReleaseSource
 from pipeline.core.decision import Decision
 from pipeline.core.normalize import Normalized
 from pipeline.core.projection import PolicySet
-from pipeline.core.release_trust import ReleaseTrustError, VerifiedRelease
+from pipeline.core.release_trust import VerifiedRelease
 from pipeline.service import ConcurrentHandler, Endpoint, StageAuth, start_service
 from pipeline.stages.approvals import ApprovalDesk, DeskError
 from pipeline.stages.attestation import AttestationDesk
@@ -53,6 +53,7 @@ from pipeline.stores.ledger import Ledger
 from subjects import names
 from subjects.bus_access import connect_options
 from subjects.messages import Proposal
+from subjects.release import ReleaseCheckError
 
 log = structlog.get_logger(__name__)
 
@@ -178,7 +179,7 @@ def _desk_policy_set(evaluate: EvaluateStage) -> Callable[[], PolicySet]:
     def current() -> PolicySet:
         try:
             return evaluate.current()
-        except ReleaseTrustError as exc:
+        except ReleaseCheckError as exc:
             raise DeskError(exc.reason_code) from exc
 
     return current

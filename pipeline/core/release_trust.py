@@ -35,10 +35,16 @@ Invariants:
   ==  ===========================================  ============================
 
 - Steps 1-5 and the two time comparisons of step 8 are the checks every
-  consumer runs on a candidate by itself; they are defined once, in
-  ``subjects.release`` (so the runtime adapters, which depend on
-  ``subjects/`` only, run the same code), and their errors are mapped here to
-  the named errors above, with the same reason codes.
+  consumer runs on a candidate by itself; they and their errors are defined
+  once, in ``subjects.release`` (so the runtime adapters, which depend on
+  ``subjects/`` only, run the same code and raise the same types), and this
+  module lets those errors through unchanged. The refusals only a persisted
+  trusted state can make (:class:`ReplayedReleaseError`,
+  :class:`BrokenReleaseChainError`, :class:`RevokedReleaseError`,
+  :class:`ReleaseContentError`, :class:`NoVerifiedReleaseError`) are
+  subclasses of the shared :class:`~subjects.release.ReleaseCheckError`, and
+  the clock check against the persisted high-water mark raises the shared
+  :class:`~subjects.release.UntrustedClockError`.
 - Nothing here changes the trusted state. A caller persists
   :meth:`VerifiedRelease.accepted_state` first and only then switches to the
   release, so a crash between the two can never leave a gate running a release
@@ -51,7 +57,7 @@ Invariants:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Final
+from typing import Final
 
 import msgspec
 
@@ -74,14 +80,11 @@ from subjects.release import (
     AuthenticatedRelease,
     ReleaseBundle,
     ReleaseCheckError,
-    ReleaseDigestError,
-    ReleaseFormatError,
-    ReleaseIssuedLaterError,
-    ReleaseLeaseError,
+    ReleaseDigestMismatchError,
     ReleaseManifest,
-    ReleaseSignatureError,
-    ReleaseThresholdError,
+    ReleaseRollbackError,
     TrustRoot,
+    UntrustedClockError,
     authenticate_release,
     check_issued_before,
     check_lease_in_force,
@@ -94,72 +97,18 @@ DEFAULT_MAX_SKEW_MS: Final = shared.DEFAULT_MAX_SKEW_MS
 worst within this bound (fail closed). One value for the gate and the adapters."""
 
 
-class ReleaseTrustError(Exception):
-    """A release may not be used; the subclass names the threat, ``reason_code`` says it."""
-
-    reason_code: ClassVar[str] = "release_untrusted"
-
-
-class MalformedReleaseError(ReleaseTrustError):
-    """The bundle, envelope or manifest does not decode, or contradicts itself.
-
-    Stops parser confusion: nothing undecodable or non-canonical is half-used
-    (``protocol.md``: "Reject if decoding fails").
-    """
-
-    reason_code = "release_malformed"
-
-
-class BadReleaseSignatureError(ReleaseTrustError):
-    """No trust-root key verifies the manifest, or it was signed for another purpose.
-
-    TUF 5.4.2, "Check for an arbitrary software attack": a release not signed
-    by the trust root is never used.
-    """
-
-    reason_code = "release_bad_signature"
-
-
-class ReleaseBelowThresholdError(ReleaseTrustError):
-    """Fewer distinct trust-root keys verified than the threshold.
-
-    TUF 5.4.2 with thresholds of unique keys: one compromised key, or one key
-    signing twice, cannot stand in for several.
-    """
-
-    reason_code = "release_below_threshold"
-
-
-class ReleaseDigestMismatchError(ReleaseTrustError):
-    """A projection or the registry is not the one the manifest names.
-
-    TUF 5.5.2 and 5.6.2, "Check against ... hash": stops a mix-and-match
-    attack that pairs a signed manifest with other artifacts.
-    """
-
-    reason_code = "release_digest_mismatch"
-
-
-class ReleaseRollbackError(ReleaseTrustError):
-    """The sequence is not strictly greater than the last accepted release's.
-
-    TUF 5.4.3, "Check for a rollback attack": an older, validly signed release
-    is refused, across restarts, because the last accepted sequence is persisted.
-    """
-
-    reason_code = "release_rollback"
-
-
 class ReplayedReleaseError(ReleaseRollbackError):
     """The release IS the last accepted one, offered again: nothing to do.
 
-    TUF 5.4.3.1: an equal version is discarded without switching.
+    TUF 5.4.3.1: an equal version is discarded without switching. A gate-only
+    refinement of the shared rollback error: only a persisted state knows which
+    release was accepted last.
     """
 
     reason_code = "release_replayed"
 
 
-class BrokenReleaseChainError(ReleaseTrustError):
+class BrokenReleaseChainError(ReleaseCheckError):
     """The prior release hash is not the hash of the last accepted release.
 
     TUF 5.3.4/5.3.5, continuity from the trusted state: a release signed for
@@ -170,28 +119,7 @@ class BrokenReleaseChainError(ReleaseTrustError):
     reason_code = "release_chain_broken"
 
 
-class ExpiredReleaseError(ReleaseTrustError):
-    """The lease has run out under the trusted clock (worst case within the skew).
-
-    TUF 5.4.4, "Check for a freeze attack": a release withheld from updates is
-    usable only until its lease expires; after that the gate denies everything.
-    """
-
-    reason_code = "release_expired"
-
-
-class UntrustedClockError(ReleaseTrustError):
-    """The local clock contradicts what is already trusted, beyond the skew bound.
-
-    Either the release was issued after the clock's latest possible time, or
-    the clock reads earlier than a time this consumer already observed. A clock
-    set back cannot revive an expired lease (freeze attack by clock rollback).
-    """
-
-    reason_code = "release_clock_untrusted"
-
-
-class RevokedReleaseError(ReleaseTrustError):
+class RevokedReleaseError(ReleaseCheckError):
     """The release id is revoked, or its threshold is met only with revoked keys.
 
     Revocations accumulate across accepted releases, so a release cannot
@@ -202,14 +130,14 @@ class RevokedReleaseError(ReleaseTrustError):
     reason_code = "release_revoked"
 
 
-class ReleaseContentError(ReleaseTrustError):
+class ReleaseContentError(ReleaseCheckError):
     """Authenticated bytes that are unusable: a projection or registry that does
     not decode canonically, names another release, or does not compile."""
 
     reason_code = "release_content_invalid"
 
 
-class NoVerifiedReleaseError(ReleaseTrustError):
+class NoVerifiedReleaseError(ReleaseCheckError):
     """No verified release is in force: the gate denies everything (fail closed)."""
 
     reason_code = "no_verified_release"
@@ -285,23 +213,6 @@ class VerifiedRelease:
         )
 
 
-_MAPPED: dict[type[ReleaseCheckError], type[ReleaseTrustError]] = {
-    ReleaseFormatError: MalformedReleaseError,
-    ReleaseSignatureError: BadReleaseSignatureError,
-    ReleaseThresholdError: ReleaseBelowThresholdError,
-    ReleaseDigestError: ReleaseDigestMismatchError,
-    ReleaseIssuedLaterError: UntrustedClockError,
-    ReleaseLeaseError: ExpiredReleaseError,
-}
-"""The checks of ``subjects.release`` (shared with the adapters) -> this module's errors."""
-
-
-def _mapped(exc: ReleaseCheckError) -> ReleaseTrustError:
-    """The named error of this module for a failed shared check (same reason code)."""
-    kind = next((v for k, v in _MAPPED.items() if isinstance(exc, k)), ReleaseTrustError)
-    return kind(str(exc))
-
-
 def check_clock(issued_at_ms: int, high_water_ms: int, time: TrustedTime) -> None:
     """Refuse a clock that contradicts what is trusted (:class:`UntrustedClockError`)."""
     if time.latest_ms < high_water_ms:
@@ -309,20 +220,14 @@ def check_clock(issued_at_ms: int, high_water_ms: int, time: TrustedTime) -> Non
             f"clock reads {time.now_ms}, before the already observed {high_water_ms} "
             f"by more than the {time.max_skew_ms} ms skew bound"
         )
-    try:
-        check_issued_before(issued_at_ms, time.latest_ms)
-    except ReleaseCheckError as exc:
-        raise _mapped(exc) from exc
+    check_issued_before(issued_at_ms, time.latest_ms)
 
 
 def check_lease(lease_expires_at_ms: int, time: TrustedTime) -> None:
     """TUF 5.4.4, "Check for a freeze attack", against the worst case in the skew:
     the lease must outlast the latest true time this clock reading allows
     (``subjects.release.check_lease_in_force``)."""
-    try:
-        check_lease_in_force(lease_expires_at_ms, time.latest_ms)
-    except ReleaseCheckError as exc:
-        raise _mapped(exc) from exc
+    check_lease_in_force(lease_expires_at_ms, time.latest_ms)
 
 
 def check_in_force(last: LastAccepted, time: TrustedTime, high_water_ms: int = 0) -> None:
@@ -404,20 +309,14 @@ class ReleaseTrust:
     def _authenticate(self, data: bytes) -> AuthenticatedRelease:
         """Steps 1-4 (``subjects.release.authenticate_release``): decode once, verify a
         threshold of distinct keys, decode the verified payload once (``protocol.md``,
-        "Multi-signature Verification"); errors mapped to this module's."""
-        try:
-            return authenticate_release(data, self._keys, self._threshold)
-        except ReleaseCheckError as exc:
-            raise _mapped(exc) from exc
+        "Multi-signature Verification"); its errors are the shared ones."""
+        return authenticate_release(data, self._keys, self._threshold)
 
     @staticmethod
     def _check_digests(bundle: ReleaseBundle, manifest: ReleaseManifest) -> None:
         """Step 5, TUF 5.5.2/5.6.2: check for a mix-and-match attack
         (``subjects.release.check_release_digests``)."""
-        try:
-            check_release_digests(bundle, manifest)
-        except ReleaseCheckError as exc:
-            raise _mapped(exc) from exc
+        check_release_digests(bundle, manifest)
 
     @staticmethod
     def _check_rollback(manifest: ReleaseManifest, digest: str, last: LastAccepted) -> None:

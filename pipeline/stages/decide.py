@@ -15,10 +15,11 @@ from pipeline.core.decision import Decision
 from pipeline.core.evaluator import evaluate
 from pipeline.core.normalize import MapperTable, NormalizationError, Normalized, normalize
 from pipeline.core.projection import PolicySet
-from pipeline.core.release_trust import NoVerifiedReleaseError, ReleaseTrustError
+from pipeline.core.release_trust import NoVerifiedReleaseError
 from pipeline.service import StageRefusal
 from pipeline.stages.contracts import EvaluateRequest
 from subjects.messages import Proposal
+from subjects.release import ReleaseCheckError
 
 Clock = Callable[[], int]
 """Unix milliseconds; injected so decisions are reproducible."""
@@ -48,7 +49,7 @@ class EvaluateStage:
     release watcher's ``current``) the policy set comes from the verified
     release instead, read once per evaluation; when no verified release is in
     force the evaluation is refused with the reason code of the
-    :class:`ReleaseTrustError` (``no_verified_release``, ``release_expired``),
+    :class:`ReleaseCheckError` (``no_verified_release``, ``release_expired``),
     so the gate denies: it never evaluates unverified policy (fail closed).
     """
 
@@ -57,7 +58,7 @@ class EvaluateStage:
     release: Callable[[], PolicySet] | None = None
 
     def current(self) -> PolicySet:
-        """The one policy set for the next evaluation; raises ``ReleaseTrustError``."""
+        """The one policy set for the next evaluation; raises ``ReleaseCheckError``."""
         if self.release is not None:
             return self.release()
         if self.policy_set is None:
@@ -67,7 +68,7 @@ class EvaluateStage:
     async def __call__(self, request: EvaluateRequest) -> Decision:
         try:
             policy_set = self.current()
-        except ReleaseTrustError as exc:
+        except ReleaseCheckError as exc:
             raise StageRefusal(exc.reason_code, str(exc)) from exc
         return evaluate(
             request.envelope,

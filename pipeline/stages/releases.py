@@ -18,7 +18,7 @@ Invariants:
 - Unverified policy never runs: a refused candidate changes nothing. The gate
   keeps the last good release while its lease holds; once the lease has run
   out under the trusted clock, :meth:`~ReleaseWatcher.current` raises
-  :class:`~pipeline.core.release_trust.ExpiredReleaseError`, and with no
+  :class:`~subjects.release.ExpiredReleaseError`, and with no
   release at all :class:`~pipeline.core.release_trust.NoVerifiedReleaseError`,
   so every evaluation is denied with that reason code (fail closed).
 - Every refusal is logged (``release_refused``, with the reason code naming the
@@ -48,15 +48,11 @@ from pipeline.core.projection import PolicySet
 from pipeline.core.release_trust import (
     DEFAULT_MAX_SKEW_MS,
     BrokenReleaseChainError,
-    ExpiredReleaseError,
     LastAccepted,
     NoVerifiedReleaseError,
-    ReleaseRollbackError,
     ReleaseTrust,
-    ReleaseTrustError,
     ReplayedReleaseError,
     TrustedTime,
-    UntrustedClockError,
     VerifiedRelease,
     check_clock,
     check_lease,
@@ -67,7 +63,16 @@ from pipeline.stores.release_state import (
     StoreUnavailable,
 )
 from subjects.canonical import sha256_identity
-from subjects.release import MAX_BUNDLE_BYTES, RELEASE_BUCKET, RELEASE_KEY_PREFIX, TrustRoot
+from subjects.release import (
+    MAX_BUNDLE_BYTES,
+    RELEASE_BUCKET,
+    RELEASE_KEY_PREFIX,
+    ExpiredReleaseError,
+    ReleaseCheckError,
+    ReleaseRollbackError,
+    TrustRoot,
+    UntrustedClockError,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -140,7 +145,7 @@ class ReleaseWatcher:
         self._inbox = inbox
         self.on_switch = on_switch
         self._active: VerifiedRelease | None = None
-        self._unavailable: tuple[type[ReleaseTrustError], str] = (
+        self._unavailable: tuple[type[ReleaseCheckError], str] = (
             NoVerifiedReleaseError,
             "no verified release has been accepted",
         )
@@ -204,7 +209,7 @@ class ReleaseWatcher:
         try:
             check_clock(release.manifest.issued_at_ms, self._high_water, time)
             check_lease(release.manifest.lease_expires_at_ms, time)
-        except ReleaseTrustError as exc:
+        except ReleaseCheckError as exc:
             if not self._expiry_logged:
                 self._expiry_logged = True
                 log.error(
@@ -260,7 +265,7 @@ class ReleaseWatcher:
             release = ReleaseTrust(self._root, stored.state).verify_stored(
                 stored.bundle, self._time()
             )
-        except ReleaseTrustError as exc:
+        except ReleaseCheckError as exc:
             self._refuse("stored", exc)
             self._active = None  # the persisted state names a release we cannot use
             kind = type(exc) if isinstance(exc, ExpiredReleaseError | UntrustedClockError) else None
@@ -327,7 +332,7 @@ class ReleaseWatcher:
             data = self._pending[origin]
             try:
                 await self._accept(data)
-            except ReleaseTrustError as exc:
+            except ReleaseCheckError as exc:
                 self._refuse(origin, exc)
                 if isinstance(exc, RETRYABLE):
                     self._skip[origin] = tag
@@ -392,7 +397,7 @@ class ReleaseWatcher:
             self._final.clear()
         self._final.add(origin)
 
-    def _refuse(self, origin: str, exc: ReleaseTrustError) -> None:
+    def _refuse(self, origin: str, exc: ReleaseCheckError) -> None:
         self.refusals.append(Refusal(origin, exc.reason_code, str(exc), self._clock()))
         key = (origin, exc.reason_code)
         if key in self._logged:
@@ -461,8 +466,6 @@ class ReleaseWatcher:
 
 
 __all__ = [
-    "ExpiredReleaseError",
-    "NoVerifiedReleaseError",
     "Refusal",
     "ReleaseWatcher",
     "ensure_release_bucket",

@@ -17,7 +17,7 @@ How it keeps the state monotonic:
   re-reads the row, requires it to still be the release the caller verified
   against (:class:`StaleReleaseStateError` otherwise: another writer got there
   first) and the new sequence to be strictly greater
-  (:class:`~pipeline.core.release_trust.ReleaseRollbackError`).
+  (:class:`~subjects.release.ReleaseRollbackError`).
 - Triggers back this up inside SQLite: the row's sequence never decreases and
   never changes hash at the same sequence, the clock high-water mark never
   decreases, the row is never deleted, and history rows are never updated or
@@ -32,8 +32,9 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Final
 
-from pipeline.core.release_trust import LastAccepted, ReleaseRollbackError
+from pipeline.core.release_trust import LastAccepted
 from pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable, immediate
+from subjects.release import ReleaseRollbackError
 
 __all__ = [
     "SCHEMA",
