@@ -42,7 +42,7 @@ from ops.runtime_cache import cache_root, install_lock
 HERMES_VERSION: Final = "0.19.0"
 """The pinned runtime; a conformance run covers this version only (ARCHITECTURE.md)."""
 HERMES_REQUIREMENT: Final = f"hermes-agent=={HERMES_VERSION}"
-PLUGIN_DEPENDENCIES: Final = ("nats-py", "msgspec", "PyNaCl")
+PLUGIN_DEPENDENCIES: Final = ("nats-py", "nkeys", "msgspec", "PyNaCl")
 """What ``adapters/`` and ``subjects/`` import beyond the standard library."""
 COMPLETE_MARKER: Final = ".complete"
 PROJECT_MARKER: Final = ".smf-project"
