@@ -46,7 +46,7 @@ from adapters.client import ProposalClient
 from ops.bus_auth import write_user_seed
 from ops.demo_script import actor
 from ops.logs import configure_logging
-from ops.releases import latest_in_inbox, publish_to_bucket
+from ops.releases import latest_in_inbox
 from ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID, provision_runtime
 from ops.stack import gate_config, start_embedded_server
 from ops.state import OPERATOR, StateDir, provision_demo
@@ -57,6 +57,7 @@ from subjects.keys import VerifyKey
 from subjects.messages import DataFacts, Verdict
 from tests.bus_helpers import gate_reply
 from tests.fake_openai import FakeOpenAI
+from tests.release_helpers import publish_as_publisher
 
 SAFE_RUNTIME_ID = "hermes-safe"
 SAFE_PRINCIPAL = "hermes-safe-runtime"
@@ -140,7 +141,8 @@ class Harness:
         )
         release = latest_in_inbox(self.state.release_inbox)
         assert release is not None
-        await publish_to_bucket(self.gate.js, release)  # where the adapter verifies it
+        # where the adapter verifies it; only the publisher may write the bucket
+        await publish_as_publisher(self.server.url, self.state, release)
         # The tap reads every subject: only the operator may (subjects.bus_access).
         self.nc = await self.connect(OPERATOR)
         self.tap = Tap(self.state.gate_keys())

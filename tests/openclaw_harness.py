@@ -221,11 +221,12 @@ class Harness:
             return
         # Imported here: the probe runs (no gate) must not depend on the gate's code.
         from ops.bus_auth import write_user_seed  # noqa: PLC0415
-        from ops.releases import latest_in_inbox, publish_to_bucket  # noqa: PLC0415
+        from ops.releases import latest_in_inbox  # noqa: PLC0415
         from ops.runtimes import provision_runtime  # noqa: PLC0415
         from ops.stack import gate_config, start_embedded_server  # noqa: PLC0415
         from ops.state import OPERATOR, StateDir, provision_demo  # noqa: PLC0415
         from pipeline.assembly import start_gate  # noqa: PLC0415
+        from tests.release_helpers import publish_as_publisher  # noqa: PLC0415
 
         self.state = StateDir(self.root / "state")
         provision_demo(self.state)
@@ -260,7 +261,7 @@ class Harness:
         # The gate's active release, in the bucket where the plugin verifies it itself.
         release = latest_in_inbox(self.state.release_inbox)
         assert release is not None
-        await publish_to_bucket(self.gate.js, release)
+        await publish_as_publisher(self.server.url, self.state, release)
         # Only the desk moves in time: the gate's freshness check on proposals keeps
         # the wall clock, so calls proposed while an approval is made to expire
         # are judged as they would be (not ``stale_proposal``).
