@@ -22,6 +22,10 @@ bucket) in every run; the gate refuses its attestation otherwise.
 Also: the adapter's connector-backed tool ``smf_court_filing`` (registered
 through ``PluginContext.register_tool``) returns a HELD text with the approval
 id to the model, and no connector order exists before an approval.
+The harness's buses run with authorization generated from the registry
+(issue 15): Hermes's adapter connects with the runtime's own nkey
+(``SMF_BUS_CREDENTIAL``), and without it (a seed the server does not know,
+none, one readable by others) the call is blocked and never runs.
 Does not prove: other Hermes versions, gateway platforms (only the CLI
 path is driven), or that no other path into tools exists (docs/HERMES.md);
 the approval and the single dispatch after it are proven in-process

@@ -25,7 +25,11 @@ allow-once over ``smf.approval.resolve``, and neither a replayed resolution,
 a second approval nor a duplicate outcome runs it again; timeout, expiry and
 the attorney's deny block it; an unreachable gate blocks; killing the
 OpenClaw Gateway while the call is held means it never runs and the approval
-ends ``execution_unknown``. Skipped ONLY when the plugin's build
+ends ``execution_unknown``. The gated harness's buses run with authorization
+generated from the registry (issue 15): the plugin connects with the runtime's
+own nkey (``credentialFile``); without it (a seed the server does not know,
+none, one readable by others) the exec is blocked and never runs, and no order
+exists. Skipped ONLY when the plugin's build
 (``adapters/openclaw/dist/index.js``) is absent.
 
 Proves, for the pinned version and these surfaces only. Does not prove: other

@@ -58,7 +58,9 @@ What these tests prove:
 
 What they do not prove: anything about OpenClaw itself (which hooks it calls,
 in which order, with which params; tests/test_openclaw_conformance.py drives
-the real runtime), NATS account permissions, or timing under load.
+the real runtime), NATS account permissions (this file's server runs without
+authorization; tests/test_openclaw_bus_auth.py drives the plugin on an
+enforcing one), or timing under load.
 """
 
 from __future__ import annotations
