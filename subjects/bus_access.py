@@ -14,8 +14,13 @@ Rules the table keeps:
   pending announcements and ledger checkpoints, and only the gate serves the
   gate's subjects (propose, output, attest, approvals, stages).
 - A runtime proposes, streams output, attests, reports on its own
-  ``smf.result.<runtime_id>``, reads releases and approval outcomes; it reads
-  no order, no announcement and no other principal's replies. (Outcomes are
+  ``smf.result.<runtime_id>``, reads releases and approval outcomes, and asks
+  an approval's state (``smf.approval.status``: the OpenClaw plugin's hold
+  asks it once per held call, for an outcome published before it listened or
+  lost across a reconnect; the reply is the id and a state, which the
+  outcomes it may read already tell); it reads no order, no announcement, no
+  binding (``smf.approval.show``), resolves nothing and reads no other
+  principal's replies. (Outcomes are
   gate-signed ids and a disposition, the ids already public to approvers; their
   subject does not yet name the runtime, so one runtime can read another's.)
 - A connector consumes only its own durable on ``smf.execute.<own>``, created
@@ -237,6 +242,7 @@ def _runtime(runtime_id: str) -> Permissions:
             f"{names.OUTPUT_PREFIX}.>",
             names.ATTEST,
             names.result_subject(runtime_id),
+            names.APPROVAL_STATUS,
             *_READ_RELEASES,
         ),
         subscribe_allow=(f"{names.APPROVAL_OUTCOME_PREFIX}.>",),
