@@ -14,8 +14,10 @@ Invariants:
   ``hermes-agent``) is complete only when ``.complete`` exists; it is written
   last, so an interrupted install is detected and redone from scratch. The
   project layer (our distribution, editable, so the ``hermes_agent.plugins``
-  entry point in ``pyproject.toml`` is found, plus nats-py, msgspec and
-  PyNaCl at the versions of the calling environment) is keyed by the project
+  entry point in ``pyproject.toml`` is found, plus nats-py, nkeys, msgspec
+  and PyNaCl at the versions of the calling environment; nkeys because
+  nats-py signs the bus's nonce with it, issue 15, and does not install it
+  by itself) is keyed by the project
   folder and those versions in ``.smf-project``, because a fresh clone in
   another folder (CI) must not run a plugin from the old folder.
 - One installer at a time: an exclusive ``flock`` on a lock file beside the
@@ -42,8 +44,9 @@ from ops.runtime_cache import cache_root, install_lock
 HERMES_VERSION: Final = "0.19.0"
 """The pinned runtime; a conformance run covers this version only (ARCHITECTURE.md)."""
 HERMES_REQUIREMENT: Final = f"hermes-agent=={HERMES_VERSION}"
-PLUGIN_DEPENDENCIES: Final = ("nats-py", "msgspec", "PyNaCl")
-"""What ``adapters/`` and ``subjects/`` import beyond the standard library."""
+PLUGIN_DEPENDENCIES: Final = ("nats-py", "nkeys", "msgspec", "PyNaCl")
+"""What ``adapters/`` and ``subjects/`` import beyond the standard library (``nkeys``:
+nats-py's ``nkeys_seed`` needs it, the ``[nkeys]`` extra of our own dependency)."""
 COMPLETE_MARKER: Final = ".complete"
 PROJECT_MARKER: Final = ".smf-project"
 INSTALL_TIMEOUT_S: Final = 900.0

@@ -80,6 +80,11 @@ def provision_runtime(
 ) -> Path:
     """Add ``principal`` as runtime ``runtime_id``; return its key file path.
 
+    Its bus credential (issue 15) is created beside the key, as
+    ``keys/<principal>.nkey`` (0600), and its public key registered as the
+    entry's ``nats_user``: the adapter's ``SMF_BUS_CREDENTIAL`` (Hermes) or
+    ``credentialFile`` (OpenClaw).
+
     Idempotent: an existing key is reused (never overwritten) and an entry for
     the same key is not added twice. Requires a provisioned registry.
     ``require_release`` (default, as the Hermes adapter verifies releases): the

@@ -208,9 +208,13 @@ async def start_stack(
     return stack
 
 
-def start_embedded_server(state: StateDir) -> EmbeddedNatsServer:
-    """The state's nats-server, authorization on, allowing exactly the state's registry."""
-    server = EmbeddedNatsServer(state.nats, authorization=True)
+def start_embedded_server(state: StateDir, folder: Path | None = None) -> EmbeddedNatsServer:
+    """The state's nats-server, authorization on, allowing exactly the state's registry.
+
+    ``folder`` (default ``state.nats``) holds the server's store, log and
+    authorization: a second server of the same registry (the tests' "no gate
+    on this bus") gets a folder of its own."""
+    server = EmbeddedNatsServer(state.nats if folder is None else folder, authorization=True)
     entries = [p.entry for p in load_registry(state.registry).principals.values()]
     system_user = state.bus_user(SYSTEM_PRINCIPAL)
     write_authorization(server.authorization_path, render_authorization(entries, system_user))

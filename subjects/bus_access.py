@@ -14,8 +14,13 @@ Rules the table keeps:
   pending announcements and ledger checkpoints, and only the gate serves the
   gate's subjects (propose, output, attest, approvals, stages).
 - A runtime proposes, streams output, attests, reports on its own
-  ``smf.result.<runtime_id>``, reads releases and approval outcomes; it reads
-  no order, no announcement and no other principal's replies. (Outcomes are
+  ``smf.result.<runtime_id>``, reads releases and approval outcomes, and asks
+  an approval's state (``smf.approval.status``: the OpenClaw plugin's hold
+  asks it once per held call, for an outcome published before it listened or
+  lost across a reconnect; the reply is the id and a state, which the
+  outcomes it may read already tell); it reads no order, no announcement, no
+  binding (``smf.approval.show``), resolves nothing and reads no other
+  principal's replies. (Outcomes are
   gate-signed ids and a disposition, the ids already public to approvers; their
   subject does not yet name the runtime, so one runtime can read another's.)
 - A connector consumes only its own durable on ``smf.execute.<own>``, created
@@ -34,6 +39,9 @@ what a client can do.
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +79,75 @@ class BusCredential:
     def connect_options(self) -> dict[str, str]:
         """The keyword arguments ``nats.connect`` takes to connect as this principal."""
         return {"nkeys_seed": str(self.seed_file), "inbox_prefix": inbox_prefix(self.principal)}
+
+
+MAX_SEED_FILE_BYTES: Final = 4096
+USER_SEED_PATTERN: Final = re.compile(r"\ASU[A-Z2-7]{56}\Z")
+"""A NATS user nkey seed as text: base32 of prefix, key and checksum, 58 characters."""
+SEED_FILE_MODE_MASK: Final = 0o077
+"""Permission bits a seed file must not have: none for the group, none for others."""
+
+CREDENTIAL_UNREADABLE: Final = "smf_bus_credential_unreadable"
+CREDENTIAL_TOO_OPEN: Final = "smf_bus_credential_too_open"
+CREDENTIAL_INVALID: Final = "smf_bus_credential_invalid"
+
+
+class CredentialFileError(Exception):
+    """A runtime's seed file cannot be used; ``reason_code`` says why.
+
+    The message names the file and the problem, never a byte of its content.
+    """
+
+    def __init__(self, reason_code: str, detail: str) -> None:
+        super().__init__(f"{reason_code}: {detail}")
+        self.reason_code = reason_code
+        self.detail = detail
+
+
+def read_credential(principal: str, seed_file: str | os.PathLike[str]) -> BusCredential:
+    """Check the seed file a client is about to connect with (issue 15); the
+    TypeScript twin is ``adapters/openclaw/src/contract/bus_access.ts``.
+
+    Refused, each with its reason code: a file that cannot be opened or is not
+    a regular file (``smf_bus_credential_unreadable``); one whose mode grants
+    the group or others any access (``smf_bus_credential_too_open``, as ssh
+    refuses an open private key: a seed another account could read is a
+    credential that may already be someone else's); one that is not a single
+    user nkey seed (``smf_bus_credential_invalid``). The principal names the
+    inbox prefix and must be one subject token.
+    """
+    path = Path(seed_file)
+    try:
+        names.token(principal)
+    except names.SubjectError as exc:
+        raise CredentialFileError(
+            CREDENTIAL_INVALID, "the principal is not a subject token"
+        ) from exc
+    try:
+        with path.open("rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise CredentialFileError(CREDENTIAL_UNREADABLE, f"{path} is not a regular file")
+            if info.st_mode & SEED_FILE_MODE_MASK:
+                raise CredentialFileError(
+                    CREDENTIAL_TOO_OPEN,
+                    f"{path} has mode {stat.S_IMODE(info.st_mode):04o}; "
+                    "it must be 0600 or stricter",
+                )
+            data = handle.read(MAX_SEED_FILE_BYTES + 1)
+    except OSError as exc:
+        raise CredentialFileError(
+            CREDENTIAL_UNREADABLE, f"cannot read {path}: {exc.strerror or type(exc).__name__}"
+        ) from exc
+    try:
+        text = data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        text = ""
+    if len(data) > MAX_SEED_FILE_BYTES or not USER_SEED_PATTERN.fullmatch(text):
+        raise CredentialFileError(
+            CREDENTIAL_INVALID, f"{path} does not hold one NATS user nkey seed"
+        )
+    return BusCredential(principal, path)
 
 
 def connect_options(credential: BusCredential | None) -> dict[str, str]:
@@ -165,6 +242,7 @@ def _runtime(runtime_id: str) -> Permissions:
             f"{names.OUTPUT_PREFIX}.>",
             names.ATTEST,
             names.result_subject(runtime_id),
+            names.APPROVAL_STATUS,
             *_READ_RELEASES,
         ),
         subscribe_allow=(f"{names.APPROVAL_OUTCOME_PREFIX}.>",),

@@ -3,12 +3,14 @@
 Run as ``python tests/hermes_harness.py <json config>``, normally under
 ``unshare -n`` (RUNTIMES.md, "Offline driving": the runtime and everything
 it talks to share one network namespace with loopback only). It brings
-loopback up when asked, starts an embedded nats-server, a gate (with the
-Hermes runtime provisioned and opted into attestation), a second
-nats-server with no gate on it (the "gate unreachable" case) and the
-scripted fake model server; then it reads one JSON command per line on
-stdin, runs ``hermes chat -q`` for it and answers one JSON line on stdout.
-Logs go to stderr. It exits when stdin closes.
+loopback up when asked, starts an embedded nats-server with authorization
+generated from the registry (``ops.stack.start_embedded_server``, as a real
+deployment runs it: every client connects with its own nkey, anonymous
+connections are refused), a gate (with the Hermes runtime provisioned and
+opted into attestation), a second nats-server of the same registry with no
+gate on it (the "gate unreachable" case) and the scripted fake model server;
+then it reads one JSON command per line on stdin, runs ``hermes chat -q`` for
+it and answers one JSON line on stdout. Logs go to stderr. It exits when stdin closes.
 
 The gate's active release is published to the ``SMF_RELEASES`` bucket, where
 the adapter reads and verifies it (``SMF_RELEASE_TRUST_ROOT`` names the
@@ -35,18 +37,19 @@ from typing import Any
 
 import msgspec
 import nats
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from adapters.client import ProposalClient
+from ops.bus_auth import write_user_seed
 from ops.demo_script import actor
 from ops.logs import configure_logging
-from ops.natsserver import EmbeddedNatsServer
-from ops.releases import latest_in_inbox, publish_to_bucket
+from ops.releases import latest_in_inbox
 from ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID, provision_runtime
-from ops.stack import gate_config
-from ops.state import StateDir, provision_demo
+from ops.stack import gate_config, start_embedded_server
+from ops.state import OPERATOR, StateDir, provision_demo
 from pipeline.assembly import start_gate
 from subjects import names
 from subjects.attestation import AttestationAck
@@ -54,6 +57,7 @@ from subjects.keys import VerifyKey
 from subjects.messages import DataFacts, Verdict
 from tests.bus_helpers import gate_reply, wait_for
 from tests.fake_openai import FakeOpenAI
+from tests.release_helpers import publish_as_publisher
 
 SAFE_RUNTIME_ID = "hermes-safe"
 SAFE_PRINCIPAL = "hermes-safe-runtime"
@@ -125,22 +129,48 @@ class Harness:
 
     async def start(self) -> None:
         configure_logging(json=True, level="warning")
-        self.server = EmbeddedNatsServer(self.root / "nats").start()
-        self.idle = EmbeddedNatsServer(self.root / "nats-idle").start()
         self.state = StateDir(self.root / "state")
         provision_demo(self.state)
         provision_runtime(self.state, runtime_pin="0.19.0")
         provision_runtime(self.state, SAFE_PRINCIPAL, SAFE_RUNTIME_ID, runtime_pin="0.19.0")
+        self.server = start_embedded_server(self.state)
+        self.idle = start_embedded_server(self.state, self.root / "nats-idle")
+        self.credentials = self._credentials()
         self.gate = await start_gate(
             gate_config(state=self.state, nats_url=self.server.url, co_located=True)
         )
         release = latest_in_inbox(self.state.release_inbox)
         assert release is not None
-        await publish_to_bucket(self.gate.js, release)  # where the adapter verifies it
-        self.nc = await nats.connect(self.server.url)
+        # where the adapter verifies it; only the publisher may write the bucket
+        await publish_as_publisher(self.server.url, self.state, release)
+        # The tap reads every subject: only the operator may (subjects.bus_access).
+        self.nc = await self.connect(OPERATOR)
         self.tap = Tap(self.state.gate_keys())
         self.tap_sub = await self.nc.subscribe(">", cb=self.tap.record)
         self.model = FakeOpenAI().start()
+
+    async def connect(self, principal: str) -> Client:
+        credential = self.state.existing_credential(principal)
+        assert credential is not None, principal
+        return await nats.connect(self.server.url, **credential.connect_options())
+
+    def _credentials(self) -> dict[str, str]:
+        """Seed files for the runs: each runtime's own, one the registry does not know,
+        and a copy of the runtime's own that the group and others may read."""
+        folder = self.root / "credentials"
+        folder.mkdir(mode=0o700)
+        unknown = folder / "unknown.nkey"
+        write_user_seed(unknown)
+        own = self.state.bus_credential_path(HERMES_PRINCIPAL)
+        too_open = folder / "too-open.nkey"
+        too_open.write_bytes(own.read_bytes())
+        too_open.chmod(0o644)
+        return {
+            "credential": str(own),
+            "safe_credential": str(self.state.bus_credential_path(SAFE_PRINCIPAL)),
+            "unknown_credential": str(unknown),
+            "too_open_credential": str(too_open),
+        }
 
     async def stop(self) -> None:
         self.model.stop()
@@ -156,6 +186,7 @@ class Harness:
             "state_dir": str(self.state.root),
             "runtime_key": str(self.state.key_path(HERMES_PRINCIPAL)),
             "safe_key": str(self.state.key_path(SAFE_PRINCIPAL)),
+            **self.credentials,
         }
 
     async def execute_orders(self) -> int:
@@ -193,15 +224,21 @@ class Harness:
             "SMF_NATS_URL": self.server.url,
             "SMF_RUNTIME_KEY": str(self.state.key_path(HERMES_PRINCIPAL)),
             "SMF_RUNTIME_ID": HERMES_RUNTIME_ID,
+            "SMF_BUS_CREDENTIAL": self.credentials["credential"],
             "SMF_CONTEXT_FILE": str(root / "context.json"),
             "SMF_RELEASE_TRUST_ROOT": str(self.state.trust_root),
             "SMF_GATE_TIMEOUT": "5",
             "NO_COLOR": "1",
         }
-        for key, value in command.get("env", {}).items():
-            env[key] = value.replace("{{idle_url}}", self.idle.url).replace(
-                "{{safe_key}}", str(self.state.key_path(SAFE_PRINCIPAL))
-            )
+        tokens = {"idle_url": self.idle.url, **self.info()}
+        for key, raw in command.get("env", {}).items():
+            value = raw
+            for name, replacement in tokens.items():
+                value = value.replace("{{" + name + "}}", replacement)
+            if value:
+                env[key] = value
+            else:
+                env.pop(key, None)  # an empty value: the setting is absent
         args = [str(self.venv / "bin" / "hermes"), "chat", "-q", command["prompt"], "-Q"]
         args += ["--toolsets", command.get("toolsets", "terminal")]
         started = time.monotonic()
@@ -225,7 +262,9 @@ class Harness:
         await self.nc.flush()
         await wait_for(lambda: self.tap_sub.pending_msgs == 0, timeout=10)
         markers = {rel: (root / rel).exists() for rel in command.get("markers", [])}
+        seeds = [Path(f).read_bytes().strip() for f in self.credentials.values()]
         return {
+            "seed_in_output": any(seed in out or seed in err for seed in seeds),
             "name": command["name"],
             "root": str(root),
             "returncode": proc.returncode,
@@ -239,9 +278,17 @@ class Harness:
         }
 
     async def propose_unattested(self) -> dict[str, Any]:
-        """A proposal signed by the safe-mode runtime's key, which never attested."""
+        """A proposal signed by the safe-mode runtime's key, which never attested, sent on
+        that runtime's own bus connection."""
+        nc = await self.connect(SAFE_PRINCIPAL)
+        try:
+            return await self._propose_unattested(nc)
+        finally:
+            await nc.close()
+
+    async def _propose_unattested(self, nc: Client) -> dict[str, Any]:
         client = ProposalClient(
-            self.nc,
+            nc,
             self.state.key(SAFE_PRINCIPAL),
             SAFE_RUNTIME_ID,
             "0.19.0",

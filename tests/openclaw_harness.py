@@ -4,10 +4,13 @@ Run as ``python tests/openclaw_harness.py <json config>``, normally under
 ``unshare -n`` (RUNTIMES.md, "Offline driving": the runtime and everything it
 talks to share one network namespace with loopback only). It brings loopback
 up when asked, starts the scripted fake model server and, when asked for a
-gate, an embedded nats-server, a gate whose approval desk runs on an offset
+gate, an embedded nats-server with authorization generated from the registry
+(``ops.stack.start_embedded_server``, as a real deployment runs it: the
+plugin connects with the runtime's own nkey, ``credentialFile``; anonymous
+connections are refused), a gate whose approval desk runs on an offset
 clock (so a test can make an approval expire or an execution report go
-overdue without waiting), and a second nats-server with no gate on it (the
-"gate unreachable" case). The gate's active release is published to the
+overdue without waiting), and a second nats-server of the same registry with
+no gate on it (the "gate unreachable" case). The gate's active release is published to the
 ``SMF_RELEASES`` bucket, where the plugin verifies it with the state's trust
 root (``trustRootFile``) before it attests. Then it reads one JSON command per line on stdin,
 runs one OpenClaw turn for it and answers one JSON line on stdout. Logs go to
@@ -61,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import nats
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -216,15 +220,14 @@ class Harness:
         if not gate:
             return
         # Imported here: the probe runs (no gate) must not depend on the gate's code.
-        from ops.natsserver import EmbeddedNatsServer  # noqa: PLC0415
-        from ops.releases import latest_in_inbox, publish_to_bucket  # noqa: PLC0415
+        from ops.bus_auth import write_user_seed  # noqa: PLC0415
+        from ops.releases import latest_in_inbox  # noqa: PLC0415
         from ops.runtimes import provision_runtime  # noqa: PLC0415
-        from ops.stack import gate_config  # noqa: PLC0415
-        from ops.state import StateDir, provision_demo  # noqa: PLC0415
+        from ops.stack import gate_config, start_embedded_server  # noqa: PLC0415
+        from ops.state import OPERATOR, StateDir, provision_demo  # noqa: PLC0415
         from pipeline.assembly import start_gate  # noqa: PLC0415
+        from tests.release_helpers import publish_as_publisher  # noqa: PLC0415
 
-        self.server = EmbeddedNatsServer(self.root / "nats").start()
-        self.idle = EmbeddedNatsServer(self.root / "nats-idle").start()
         self.state = StateDir(self.root / "state")
         provision_demo(self.state)
         runtime = gate["runtime"]
@@ -237,23 +240,53 @@ class Harness:
             required_hooks=tuple(runtime.get("hooks", ())),
         )
         self.runtime = runtime
+        self.server = start_embedded_server(self.state)
+        self.idle = start_embedded_server(self.state, self.root / "nats-idle")
+        # Seed files for the runs: one the registry does not know, and a copy of the
+        # runtime's own that the group and others may read.
+        folder = self.root / "credentials"
+        folder.mkdir(mode=0o700)
+        write_user_seed(folder / "unknown.nkey")
+        own = self.state.bus_credential_path(runtime["principal"])
+        (folder / "too-open.nkey").write_bytes(own.read_bytes())
+        (folder / "too-open.nkey").chmod(0o644)
+        self.credentials = {
+            "credential_file": str(own),
+            "unknown_credential": str(folder / "unknown.nkey"),
+            "too_open_credential": str(folder / "too-open.nkey"),
+        }
         self.gate = await start_gate(
             gate_config(state=self.state, nats_url=self.server.url, co_located=True)
         )
         # The gate's active release, in the bucket where the plugin verifies it itself.
         release = latest_in_inbox(self.state.release_inbox)
         assert release is not None
-        await publish_to_bucket(self.gate.js, release)
+        await publish_as_publisher(self.server.url, self.state, release)
         # Only the desk moves in time: the gate's freshness check on proposals keeps
         # the wall clock, so calls proposed while an approval is made to expire
         # are judged as they would be (not ``stale_proposal``).
         self.gate.desk.clock = self.clock
-        self.nc = await nats.connect(self.server.url)
+        # The tap reads every subject: only the operator may (subjects.bus_access).
+        self.nc = await self._connect(OPERATOR)
         gate_key = self.state.key("gate")
         self.tap = Tap({gate_key.key_id: gate_key.verify_key})
         await self.nc.subscribe(">", cb=self.tap.record)
         await self.nc.subscribe(f"{names.APPROVAL_PENDING_PREFIX}.>", cb=self._on_pending)
-        self.attorney = ApproverClient(self.nc, self.state.key(ATTORNEY), ATTORNEY)
+        # The attorney asks and resolves on its own connection, as an approver would.
+        self.attorney_nc = await self._connect(ATTORNEY)
+        self.attorney = ApproverClient(self.attorney_nc, self.state.key(ATTORNEY), ATTORNEY)
+
+    async def _connect(self, principal: str) -> Client:
+        credential = self.state.existing_credential(principal)
+        assert credential is not None, principal
+        return await nats.connect(self.server.url, **credential.connect_options())
+
+    async def execute_orders(self) -> int:
+        """Messages in SMF_EXECUTE: every order the gate ever dispatched (no connector
+        consumes them here)."""
+        assert self.gate is not None
+        info = await self.gate.js.stream_info(names.EXECUTE_STREAM)
+        return int(info.state.messages)
 
     async def _on_pending(self, msg: Msg) -> None:
         try:
@@ -267,6 +300,7 @@ class Harness:
             reservation.close()
         self.model.stop()
         if self.gate is not None:
+            await self.attorney_nc.drain()
             await self.nc.drain()
             await self.gate.close()
             self.server.close()
@@ -281,6 +315,7 @@ class Harness:
                 "runtime_key": str(self.state.key_path(self.runtime["principal"])),
                 "runtime_id": self.runtime["runtime_id"],
                 "trust_root_file": str(self.state.trust_root),
+                **self.credentials,
             }
         return tokens
 
@@ -462,7 +497,9 @@ class Harness:
         (root / "openclaw.json").write_text(json.dumps(config, indent=2))
         self.model.scripts.set(command["scripts"])
         self.model.scripts.take_requests()
+        orders_before = 0
         if self.gate is not None:
+            orders_before = await self.execute_orders()
             self.tap.take()
             self.tap.outcomes.clear()
             while not self.pending.empty():
@@ -517,8 +554,10 @@ class Harness:
             await _stop(gateway)
             gateway_log = (root / "gateway.log").read_text(errors="replace")[-8000:]
         states: dict[str, str] = {}
+        orders = 0
         if self.gate is not None:
             await self.nc.flush()
+            orders = await self.execute_orders() - orders_before
             for record in approvals:
                 if "approval_id" in record:
                     states[record["approval_id"]] = await self.status(record["approval_id"])
@@ -536,6 +575,8 @@ class Harness:
             "bus": self.tap.take() if self.gate is not None else [],
             "approvals": approvals,
             "approval_states": states,
+            "execute_orders": orders,
+            "seed_in_output": self._seed_in(out + err + gateway_log.encode()),
             "markers": {
                 rel: (root / rel).read_text(errors="replace") if (root / rel).exists() else None
                 for rel in command.get("markers", [])
@@ -544,6 +585,12 @@ class Harness:
         # Kept beside the run for whoever reads a failure (or writes docs/OPENCLAW.md).
         (root / "evidence.json").write_text(json.dumps(evidence, indent=2))
         return evidence
+
+    def _seed_in(self, output: bytes) -> bool:
+        """Whether any seed text of the harness's credentials appears in ``output``."""
+        if self.gate is None:
+            return False
+        return any(Path(f).read_bytes().strip() in output for f in self.credentials.values())
 
 
 async def _stop(proc: asyncio.subprocess.Process) -> None:

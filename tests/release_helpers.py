@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any, Final
 
 import msgspec
+import nats
 
 from ops.projections import SCENARIO_CORPUS, package_path
-from ops.releases import PriorRelease, build_release, make_trust_root, prior_of
+from ops.releases import PriorRelease, build_release, make_trust_root, prior_of, publish_to_bucket
+from ops.state import PUBLISHER, StateDir
 from subjects import dsse
 from subjects.keys import SigningKey, public_record
 from subjects.registry import encode_registry, entry_for
@@ -127,3 +129,17 @@ def scenario_corpus(directory: Path, *, release_id: str, legal_hold_reason: str)
     hits[0]["reason_code"] = legal_hold_reason
     (directory / "policies.json").write_text(json.dumps(policies))
     return directory
+
+
+async def publish_as_publisher(url: str, state: StateDir, bundle: ReleaseBundle) -> None:
+    """Put ``bundle`` into the ``SMF_RELEASES`` bucket as the state's release publisher.
+
+    On a bus with authorization (issue 15) only the publisher (and the operator)
+    may write the bucket; the gate reads it and cannot."""
+    credential = state.existing_credential(PUBLISHER)
+    assert credential is not None, "the state directory has no publisher credential"
+    nc = await nats.connect(url, **credential.connect_options())
+    try:
+        await publish_to_bucket(nc.jetstream(), bundle)
+    finally:
+        await nc.close()

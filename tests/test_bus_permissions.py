@@ -130,7 +130,10 @@ ACTIONS: Final = (
     Action("stream output", "pub", "smf.output.s-1", who(RUNTIME)),
     Action("resolve an approval", "req", names.APPROVAL_RESOLVE, who(ATTORNEY, CONSOLE)),
     Action("show an approval", "req", names.APPROVAL_SHOW, who(ATTORNEY, CONSOLE)),
-    Action("ask an approval's state", "req", names.APPROVAL_STATUS, who(ATTORNEY, CONSOLE)),
+    # The OpenClaw plugin's hold asks it (adapters/openclaw/src/gate.ts); Hermes never does.
+    Action(
+        "ask an approval's state", "req", names.APPROVAL_STATUS, who(ATTORNEY, CONSOLE, RUNTIME)
+    ),
     Action(
         "read the tenant's announcements",
         "sub",

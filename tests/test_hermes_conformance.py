@@ -22,6 +22,10 @@ bucket) in every run; the gate refuses its attestation otherwise.
 Also: the adapter's connector-backed tool ``smf_court_filing`` (registered
 through ``PluginContext.register_tool``) returns a HELD text with the approval
 id to the model, and no connector order exists before an approval.
+The harness's buses run with authorization generated from the registry
+(issue 15): Hermes's adapter connects with the runtime's own nkey
+(``SMF_BUS_CREDENTIAL``), and without it (a seed the server does not know,
+none, one readable by others) the call is blocked and never runs.
 Does not prove: other Hermes versions, gateway platforms (only the CLI
 path is driven), or that no other path into tools exists (docs/HERMES.md);
 the approval and the single dispatch after it are proven in-process
@@ -399,6 +403,46 @@ def test_gate_unreachable_blocks(hermes: HermesRuns) -> None:
     assert run["stdout"].strip() != "x"
 
 
+# --- the bus credential (issue 15) ------------------------------------------------
+# The harness's bus runs with authorization generated from the registry, so every
+# run above connected with the runtime's own nkey. Here the same harmless read that
+# test_allowed_harmless_read_passes_and_runs_once lets run is tried without it.
+
+READ_SCRIPT = {"calls": [call("read_file", path="{{root}}/agenda.txt")], "final": "ok"}
+
+
+@pytest.mark.parametrize(
+    ("credential", "reason"),
+    [
+        ("{{unknown_credential}}", "bus_credential_refused"),
+        ("", "smf_bus_credential_missing"),
+        ("{{too_open_credential}}", "smf_bus_credential_too_open"),
+    ],
+    ids=["unknown-to-the-server", "none", "too-open"],
+)
+def test_without_its_own_credential_the_call_is_blocked_and_never_runs(
+    hermes: HermesRuns, credential: str, reason: str
+) -> None:
+    """A seed the registry does not know is refused by the server; no seed, or one the
+    group and others may read, puts the adapter in refusing mode before it connects.
+    Either way the read does not run, the gate decides nothing, no order exists."""
+    scenario = "credential-" + reason
+    run = hermes.run(
+        scenario,
+        {scenario: READ_SCRIPT},
+        toolsets="file",
+        files={"agenda.txt": "Agenda: 1. discovery schedule"},
+        env={"SMF_BUS_CREDENTIAL": credential},
+    )
+    [result] = tool_results(run, scenario)
+    assert reason in result
+    assert "Agenda" not in result  # the tool did not run
+    assert verdicts(run) == []
+    assert verdicts(run, "ack") == []
+    assert run["execute_orders"] == 0
+    assert run["seed_in_output"] is False  # no seed text in Hermes's output or logs
+
+
 FAULT_PLUGIN = """
 import adapters.hermes.mapping as mapping
 
@@ -498,6 +542,7 @@ def test_safe_mode_loads_no_plugin_and_the_gate_refuses_the_runtime(hermes: Herm
             "HERMES_SAFE_MODE": "1",
             "SMF_RUNTIME_ID": "hermes-safe",
             "SMF_RUNTIME_KEY": "{{safe_key}}",
+            "SMF_BUS_CREDENTIAL": "{{safe_credential}}",
         },
         markers=["MARKER"],
     )

@@ -25,7 +25,11 @@ allow-once over ``smf.approval.resolve``, and neither a replayed resolution,
 a second approval nor a duplicate outcome runs it again; timeout, expiry and
 the attorney's deny block it; an unreachable gate blocks; killing the
 OpenClaw Gateway while the call is held means it never runs and the approval
-ends ``execution_unknown``. Skipped ONLY when the plugin's build
+ends ``execution_unknown``. The gated harness's buses run with authorization
+generated from the registry (issue 15): the plugin connects with the runtime's
+own nkey (``credentialFile``); without it (a seed the server does not know,
+none, one readable by others) the exec is blocked and never runs, and no order
+exists. Skipped ONLY when the plugin's build
 (``adapters/openclaw/dist/index.js``) is absent.
 
 Proves, for the pinned version and these surfaces only. Does not prove: other
@@ -695,9 +699,15 @@ E2E_CONTEXT = {
 
 
 def smf_plugin(
-    nats_url: str = "{{nats_url}}", *, gate_timeout_ms: int = 5000, hold_timeout_ms: int = 6000
+    nats_url: str = "{{nats_url}}",
+    *,
+    gate_timeout_ms: int = 5000,
+    hold_timeout_ms: int = 6000,
+    credential_file: str | None = "{{credential_file}}",
 ) -> dict[str, Any]:
-    """OpenClaw config that loads our plugin from the checkout (adapters/openclaw/README.md)."""
+    """OpenClaw config that loads our plugin from the checkout (adapters/openclaw/README.md);
+    ``credential_file=None`` leaves ``credentialFile`` out."""
+    credential = {} if credential_file is None else {"credentialFile": credential_file}
     return {
         "plugins": {
             "load": {"paths": [str(PLUGIN_DIR)]},
@@ -708,6 +718,7 @@ def smf_plugin(
                         "natsUrl": nats_url,
                         "runtimeId": "{{runtime_id}}",
                         "keyFile": "{{runtime_key}}",
+                        **credential,
                         "trustRootFile": "{{trust_root_file}}",
                         "contextFile": "{{root}}/context.json",
                         "gateTimeoutMs": gate_timeout_ms,
@@ -896,6 +907,46 @@ def test_gate_unreachable_blocks(gated: OpenClawRuns) -> None:
     [result] = tool_results(run, "unreachable")
     assert "did not run" in result
     assert "gate_unreachable" in result or "gate_timeout" in result, result
+
+
+@pytest.mark.parametrize(
+    ("credential", "reason"),
+    [
+        ("{{unknown_credential}}", "bus_credential_refused"),
+        (None, "smf_bus_credential_missing"),
+        ("{{too_open_credential}}", "smf_bus_credential_too_open"),
+    ],
+    ids=["unknown-to-the-server", "none", "too-open"],
+)
+def test_without_its_own_credential_the_call_is_blocked_and_never_runs(
+    gated: OpenClawRuns, credential: str | None, reason: str
+) -> None:
+    """Issue 15: the harness's bus runs with authorization generated from the registry.
+    A seed the registry does not know is refused by the server; no seed, or one the
+    group and others may read, puts the plugin in refusing mode before it connects.
+    Either way the exec does not run, the gate decides nothing, no order exists."""
+    scenario = "credential-" + reason.replace("_", "-")
+    run = gated.run(
+        scenario,
+        {
+            scenario: {
+                "calls": [call("exec", command="touch {{root}}/CREDENTIAL_RAN")],
+                "final": "done",
+            }
+        },
+        files={"context.json": E2E_CONTEXT},
+        config=smf_plugin(gate_timeout_ms=2000, credential_file=credential),
+        markers=["CREDENTIAL_RAN"],
+    )
+    assert run["returncode"] == 0, run["stderr"]
+    assert run["markers"]["CREDENTIAL_RAN"] is None
+    [result] = tool_results(run, scenario)
+    assert "did not run" in result
+    assert reason in result, result
+    assert verdicts(run) == []
+    assert [b for b in run["bus"] if b["kind"] == "ack"] == []
+    assert run["execute_orders"] == 0
+    assert run["seed_in_output"] is False
 
 
 def test_gateway_killed_while_held_never_runs_and_ends_execution_unknown(

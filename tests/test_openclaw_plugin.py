@@ -58,7 +58,9 @@ What these tests prove:
 
 What they do not prove: anything about OpenClaw itself (which hooks it calls,
 in which order, with which params; tests/test_openclaw_conformance.py drives
-the real runtime), NATS account permissions, or timing under load.
+the real runtime), NATS account permissions (this file's server runs without
+authorization; tests/test_openclaw_bus_auth.py drives the plugin on an
+enforcing one), or timing under load.
 """
 
 from __future__ import annotations
@@ -202,6 +204,7 @@ def plugin_config(state: StateDir, url: str, **overrides: Any) -> dict[str, Any]
         "natsUrl": url,
         "runtimeId": OPENCLAW_RUNTIME_ID,
         "keyFile": str(state.key_path("openclaw-runtime")),
+        "credentialFile": str(state.bus_credential_path("openclaw-runtime")),
         "trustRootFile": str(state.trust_root),
         "context": CONTEXT,
         "gateTimeoutMs": 5000,
@@ -1067,6 +1070,7 @@ def test_plugin_files_are_what_openclaw_loads() -> None:
         "natsUrl",
         "runtimeId",
         "keyFile",
+        "credentialFile",
         "trustRootFile",
         "contextFile",
         "context",

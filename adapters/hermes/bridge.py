@@ -6,8 +6,13 @@ owns one event loop on its own daemon thread holding one connection, and a
 hook submits a coroutine to it and waits at most ``deadline`` seconds. Every
 way that wait can end other than with a result raises :class:`BridgeError`
 with a reason code, which the plugin turns into a block: a deadline passed
-(``gate_timeout``), no connection (``gate_unreachable``), the bridge stopped
-or was called from its own thread (``bridge_unavailable``).
+(``gate_timeout``), no connection (``gate_unreachable``), the server refused
+the adapter's bus credential (``bus_credential_refused``, issue 15), the bridge
+stopped or was called from its own thread (``bridge_unavailable``).
+
+The connection carries the runtime's credential (its nkey and the inbox
+prefix ``_INBOX.<principal>``, ``subjects.bus_access``): replies come back
+only on the one inbox the server lets this principal read.
 
 The connection is made lazily and shared; a failed connect is retried by
 the next call, never in a loop of its own. Once connected, nats-py
@@ -26,6 +31,9 @@ from typing import Final, TypeVar
 
 import nats
 from nats.aio.client import Client
+from nats.errors import AuthorizationError
+
+from subjects.bus_access import BusCredential, connect_options
 
 T = TypeVar("T")
 CONNECT_TIMEOUT_S: Final = 2.0
@@ -44,16 +52,31 @@ async def _quiet(*_args: object) -> None:
     verdicts already say what failed, so the callbacks stay quiet."""
 
 
+def _authorization_refused(exc: BaseException) -> bool:
+    """The server's ``-ERR 'Authorization Violation'`` (nats-py raises it as a plain
+    ``nats.errors.Error``, or ``AuthorizationError`` on some paths)."""
+    return isinstance(exc, AuthorizationError) or "authorization violation" in str(exc).lower()
+
+
 class Bridge:
-    def __init__(self, url: str, *, name: str = "smf-hermes-adapter") -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        name: str = "smf-hermes-adapter",
+        credential: BusCredential | None = None,
+    ) -> None:
         self.url = url
         self.name = name
+        self.credential = credential
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="smf-hermes-bridge", daemon=True)
         self._nc: Client | None = None
         self._connecting: asyncio.Future[Client] | None = None
         self._started = threading.Event()
         self._stopped = False
+        self._refused = False
+        """The server refused our credential on the latest connect attempt."""
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -83,9 +106,21 @@ class Bridge:
         try:
             return await asyncio.shield(self._connecting)
         except Exception as exc:
+            if self._refused or _authorization_refused(exc):
+                # nats-py reports the server's refusal to the error callback and then
+                # gives up with NoServersError: the callback is what tells them apart.
+                raise BridgeError(
+                    "bus_credential_refused", "the server refused this runtime's bus credential"
+                ) from exc
             raise BridgeError("gate_unreachable", type(exc).__name__) from exc
 
+    async def _on_error(self, exc: Exception) -> None:
+        """Only remember whether the server refused the credential (never log it)."""
+        if _authorization_refused(exc):
+            self._refused = True
+
     async def _connect(self) -> Client:
+        self._refused = False
         nc = await nats.connect(
             self.url,
             name=self.name,
@@ -96,9 +131,10 @@ class Bridge:
             # A connection that gives up is closed and made anew by the next call.
             max_reconnect_attempts=3,
             reconnect_time_wait=0.2,
-            error_cb=_quiet,
+            error_cb=self._on_error,
             disconnected_cb=_quiet,
             reconnected_cb=_quiet,
+            **connect_options(self.credential),
         )
         self._nc = nc
         return nc

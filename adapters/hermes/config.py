@@ -8,6 +8,10 @@ point turns it into refusing mode (``adapters.hermes.refusing``).
 ``SMF_NATS_URL``        the bus (default ``nats://127.0.0.1:4222``)
 ``SMF_RUNTIME_KEY``     path of this runtime's private key file (required)
 ``SMF_RUNTIME_ID``      the runtime id the registry names for that key (required)
+``SMF_BUS_CREDENTIAL``  path of this runtime's NATS user nkey seed, ``keys/<principal>.nkey``
+                      of the state directory (required; 0600 or stricter). The adapter
+                      connects as the principal the key file names, with the inbox
+                      prefix ``_INBOX.<principal>`` (``subjects.bus_access``)
 ``SMF_CONTEXT_FILE``    the per-matter context file (required; ``mapping.HermesContext``)
 ``SMF_RELEASE_TRUST_ROOT`` the release trust root file (required; ``release trust-root``)
 ``SMF_GATE_TIMEOUT``    seconds to wait for a verdict (default 5, at most 30)
@@ -22,6 +26,12 @@ from pathlib import Path
 from typing import Final
 
 from adapters.hermes import mapping
+from subjects.bus_access import (
+    CREDENTIAL_INVALID,
+    BusCredential,
+    CredentialFileError,
+    read_credential,
+)
 from subjects.keys import KeyFileError, SigningKey, load_private_key
 from subjects.release import MalformedReleaseError, TrustRoot, decode_trust_root
 
@@ -49,6 +59,9 @@ class AdapterConfig:
     attest_interval: float = 60.0
     trust_root: TrustRoot | None = None
     """The release trust root; ``None`` only when built by hand (then: refusing)."""
+    bus_credential: BusCredential | None = None
+    """Who the adapter is on the bus; ``None`` only when built by hand (then it connects
+    with no credential, which a bus with authorization refuses: every call blocks)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AdapterConfig:
@@ -63,9 +76,10 @@ class AdapterConfig:
         if not context_path:
             raise ConfigError("smf_context_missing", "set SMF_CONTEXT_FILE")
         try:
-            key, _ = load_private_key(key_path)
+            key, principal = load_private_key(key_path)
         except KeyFileError as exc:
             raise ConfigError("smf_runtime_key_unreadable", str(exc)) from exc
+        credential = _bus_credential(principal, env.get("SMF_BUS_CREDENTIAL", ""))
         try:
             context = mapping.load_context(Path(context_path))
         except mapping.MappingError as exc:
@@ -80,7 +94,39 @@ class AdapterConfig:
             gate_timeout=_seconds(env.get("SMF_GATE_TIMEOUT"), 5.0, 0.2, 30.0),
             attest_interval=_seconds(env.get("SMF_ATTEST_INTERVAL"), 60.0, 1.0, 600.0),
             trust_root=_trust_root(env.get("SMF_RELEASE_TRUST_ROOT", "")),
+            bus_credential=credential,
         )
+
+
+def _bus_credential(principal: str, path: str) -> BusCredential:
+    """The runtime's bus credential, checked before anything connects with it (issue 15).
+
+    Fails closed with a reason code: not configured, unreadable, readable by the
+    group or others, not a user nkey seed, or nats-py unable to sign with one
+    here (the ``nkeys`` package missing from the runtime's environment). Errors
+    name the file, never its content.
+    """
+    if not path:
+        raise ConfigError(
+            "smf_bus_credential_missing", "set SMF_BUS_CREDENTIAL to the runtime's .nkey file"
+        )
+    try:
+        credential = read_credential(principal, path)
+    except CredentialFileError as exc:
+        raise ConfigError(exc.reason_code, exc.detail) from exc
+    try:
+        import nkeys  # noqa: PLC0415 - nats-py imports it only when it signs, so must we
+    except ImportError as exc:
+        raise ConfigError(
+            "smf_bus_credential_unsupported",
+            "nats-py cannot sign with an nkey here: install nats-py[nkeys]",
+        ) from exc
+    try:
+        with open(path, "rb") as handle:
+            nkeys.from_seed(bytearray(handle.read().strip())).wipe()
+    except Exception as exc:
+        raise ConfigError(CREDENTIAL_INVALID, f"{path} does not hold a valid nkey seed") from exc
+    return credential
 
 
 def _trust_root(path: str) -> TrustRoot:

@@ -51,7 +51,9 @@ class Lifecycle(RefusingMode):
         if self.config is None:
             return
         try:
-            self.bridge = Bridge(self.config.nats_url).start()
+            self.bridge = Bridge(
+                self.config.nats_url, credential=self.config.bus_credential
+            ).start()
             self.bridge.submit(self._attest_forever)
         except Exception as exc:  # noqa: BLE001 - any failure here means refusing mode
             self.refuse("bridge_start_failed", repr(exc))

@@ -37,6 +37,8 @@ import {
 } from "./contract/messages.js";
 import { KeyFileError, loadPrivateKey, type SigningKey } from "./contract/keys.js";
 import { TrustRootError, type TrustRoot } from "./contract/release.js";
+import { CREDENTIAL_INVALID, CredentialFileError, readCredential, readSeed, type BusCredential } from "./contract/bus_access.js";
+import { nkeys } from "@nats-io/transport-node";
 import { loadTrustRoot } from "./release.js";
 
 export const CONTEXT_SCHEMA = "smf.openclaw-context/1";
@@ -73,6 +75,8 @@ export interface PluginConfig {
   natsUrl: string;
   runtimeId: string;
   key: SigningKey;
+  /** Who the plugin is on the bus: the key file's principal and its nkey seed file. */
+  credential: BusCredential;
   /** The release trust root: the gate keys come from a release it verifies, never from a file. */
   trustRoot: TrustRoot;
   attestIntervalMs: number;
@@ -178,7 +182,28 @@ function integer(value: unknown, fallback: number, low: number, high: number, wh
   return value;
 }
 
-const CONFIG_FIELDS = ["natsUrl", "runtimeId", "keyFile", "trustRootFile", "contextFile", "context", "gateTimeoutMs", "holdTimeoutMs", "attestIntervalMs"];
+/** The contract's file checks, then the seed's own checksum (the NATS client's nkeys). */
+function busCredential(principal: string, seedFile: string, add: (code: string, detail: string) => void): BusCredential | undefined {
+  try {
+    const credential = readCredential(principal, seedFile);
+    const seed = readSeed(seedFile);
+    try {
+      nkeys.fromSeed(seed).clear();
+    } catch {
+      add(CREDENTIAL_INVALID, `${seedFile} does not hold a valid nkey seed`);
+      return undefined;
+    } finally {
+      seed.fill(0);
+    }
+    return credential;
+  } catch (error) {
+    if (error instanceof CredentialFileError) add(error.reasonCode, error.detail);
+    else add("smf_bus_credential_unreadable", error instanceof Error ? error.name : "error");
+    return undefined;
+  }
+}
+
+const CONFIG_FIELDS = ["natsUrl", "runtimeId", "keyFile", "credentialFile", "trustRootFile", "contextFile", "context", "gateTimeoutMs", "holdTimeoutMs", "attestIntervalMs"];
 
 /** Read the plugin config; never throws (problems carry reason codes). */
 export function readConfig(raw: unknown): ConfigResult {
@@ -199,13 +224,21 @@ export function readConfig(raw: unknown): ConfigResult {
   }
 
   let key: SigningKey | undefined;
+  let principal: string | undefined;
   if (typeof cfg.keyFile !== "string" || cfg.keyFile.length === 0) add("smf_runtime_key_missing", "set keyFile to the runtime's key file");
   else {
     try {
-      key = loadPrivateKey(cfg.keyFile).key;
+      ({ key, principal } = loadPrivateKey(cfg.keyFile));
     } catch (error) {
       add("smf_runtime_key_unreadable", error instanceof KeyFileError ? error.message : String(error));
     }
+  }
+
+  let credential: BusCredential | undefined;
+  if (typeof cfg.credentialFile !== "string" || cfg.credentialFile.length === 0) {
+    add("smf_bus_credential_missing", "set credentialFile to the runtime's .nkey file");
+  } else if (principal !== undefined) {
+    credential = busCredential(principal, cfg.credentialFile, add);
   }
 
   let trustRoot: TrustRoot | undefined;
@@ -250,6 +283,7 @@ export function readConfig(raw: unknown): ConfigResult {
   if (
     problems.length > 0 ||
     key === undefined ||
+    credential === undefined ||
     trustRoot === undefined ||
     context === undefined ||
     typeof runtimeId !== "string" ||
@@ -257,5 +291,5 @@ export function readConfig(raw: unknown): ConfigResult {
   ) {
     return { config: undefined, problems: problems.length > 0 ? problems : [{ reasonCode: "smf_config_invalid", detail: "" }] };
   }
-  return { config: { natsUrl, runtimeId, key, trustRoot, context, gateTimeoutMs, holdTimeoutMs, attestIntervalMs }, problems: [] };
+  return { config: { natsUrl, runtimeId, key, credential, trustRoot, context, gateTimeoutMs, holdTimeoutMs, attestIntervalMs }, problems: [] };
 }

@@ -128,7 +128,7 @@ export function adapterFor(api: PluginApi): GateAdapter {
         "Every tool call will be BLOCKED until this is fixed.",
     );
   }
-  const bus = config === undefined ? undefined : sharedBus(config.natsUrl);
+  const bus = config === undefined ? undefined : sharedBus(config.natsUrl, config.credential);
   const governance =
     config === undefined || bus === undefined
       ? undefined

@@ -10,10 +10,18 @@
  * Every failure surfaces as a {@link BusError} with a reason code, which the
  * hook turns into a block: `gate_unreachable` (no connection, or nobody serves
  * the subject), `gate_timeout` (no reply within the deadline),
- * `gate_transport_error` (anything else).
+ * `bus_credential_refused` (the server refused this runtime's nkey, issue 15),
+ * the seed file's own reason code when it can no longer be read at connect
+ * (`contract/bus_access.ts`), `gate_transport_error` (anything else).
+ *
+ * The connection carries the runtime's credential: its nkey (the seed is read
+ * from its file at each connect and handed to the client only for the
+ * signature) and the inbox prefix `_INBOX.<principal>`, the one inbox the
+ * server lets this principal read.
  */
 
-import { connect, errors, headers as natsHeaders, type Msg, type NatsConnection } from "@nats-io/transport-node";
+import { connect, errors, headers as natsHeaders, nkeyAuthenticator, type Msg, type NatsConnection } from "@nats-io/transport-node";
+import { CredentialFileError, inboxPrefix, readSeed, type BusCredential } from "./contract/bus_access.js";
 
 export class BusError extends Error {
   override name = "BusError";
@@ -51,6 +59,8 @@ function replyHeaders(msg: Msg): Map<string, string> {
 
 function reasonFor(error: unknown): BusError {
   if (error instanceof BusError) return error;
+  if (error instanceof CredentialFileError) return new BusError(error.reasonCode, error.detail);
+  if (error instanceof errors.AuthorizationError) return new BusError("bus_credential_refused", "the server refused this runtime's bus credential");
   if (error instanceof errors.RequestError && error.isNoResponders()) return new BusError("gate_unreachable", "no responders");
   if (error instanceof errors.NoRespondersError) return new BusError("gate_unreachable", "no responders");
   if (error instanceof errors.TimeoutError) return new BusError("gate_timeout", "no reply in time");
@@ -123,15 +133,18 @@ export class NatsBus implements Bus {
   private nc: NatsConnection | undefined;
   private connecting: Promise<NatsConnection> | undefined;
 
-  constructor(readonly url: string, readonly name = "smf-openclaw-adapter") {}
+  constructor(readonly url: string, readonly credential: BusCredential, readonly name = "smf-openclaw-adapter") {}
 
   private async connection(): Promise<NatsConnection> {
     const current = this.nc;
     if (current !== undefined && !current.isClosed()) return current;
     if (this.connecting === undefined) {
+      const seedFile = this.credential.seedFile;
       this.connecting = connect({
         servers: this.url,
         name: this.name,
+        authenticator: nkeyAuthenticator(() => readSeed(seedFile)),
+        inboxPrefix: inboxPrefix(this.credential.principal),
         timeout: CONNECT_TIMEOUT_MS,
         // A few attempts, not forever: an unreachable bus must fail a call, not
         // hang it; a connection that gives up is made anew by the next call.
@@ -145,6 +158,7 @@ export class NatsBus implements Bus {
         },
         (error: unknown) => {
           this.connecting = undefined;
+          if (error instanceof CredentialFileError || error instanceof errors.AuthorizationError) throw reasonFor(error);
           throw new BusError("gate_unreachable", error instanceof Error ? error.message : "connect failed");
         },
       );
@@ -171,15 +185,23 @@ export class NatsBus implements Bus {
     try {
       const nc = await this.connection();
       let inbox: QueueInbox | undefined;
+      let refused = false;
       const sub = nc.subscribe(subject, {
         callback: (err, msg) => {
           if (err === null) inbox?.push(msg.data);
+          else refused = err instanceof errors.PermissionViolationError;
         },
       });
       inbox = new QueueInbox(() => sub.unsubscribe());
       // The server must know the subscription before anyone acts on it: flush
       // is a round trip after the SUB, so nothing published later is missed.
+      // The server answers a SUB it refuses before that PONG, so a subscription
+      // outside this principal's permissions fails here, not by a silent wait.
       await nc.flush();
+      if (refused) {
+        inbox.close();
+        throw new BusError("bus_permission_denied", `the server refused a subscription to ${subject}`);
+      }
       return inbox;
     } catch (error) {
       throw reasonFor(error);
@@ -195,12 +217,13 @@ export class NatsBus implements Bus {
 
 const shared = new Map<string, NatsBus>();
 
-/** One bus per URL per process, shared by every registration of the plugin. */
-export function sharedBus(url: string): NatsBus {
-  let bus = shared.get(url);
+/** One bus per URL and credential per process, shared by every registration of the plugin. */
+export function sharedBus(url: string, credential: BusCredential): NatsBus {
+  const key = JSON.stringify([url, credential.principal, credential.seedFile]);
+  let bus = shared.get(key);
   if (bus === undefined) {
-    bus = new NatsBus(url);
-    shared.set(url, bus);
+    bus = new NatsBus(url, credential);
+    shared.set(key, bus);
   }
   return bus;
 }

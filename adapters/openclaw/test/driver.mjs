@@ -11,12 +11,19 @@
 //   {"id": 1, "op": "register", "config": {...}, "runtimeVersion": "2026.9.6"}
 //   {"id": 2, "op": "before", "event": {...}, "ctx": {...}}   -> {"id": 2, "result": {...}}
 //   {"id": 3, "op": "after", "event": {...}, "ctx": {...}}    -> {"id": 3, "result": null}
-//   {"id": 4, "op": "close"}
+//   {"id": 4, "op": "subscribe", "subject": "smf.execute.>"}  -> {"id": 4, "result": {"subscribed": bool, "reason": str|null}}
+//   {"id": 5, "op": "close"}
+//
+// "subscribe" asks the plugin's own shared connection (the one its hooks use,
+// with the credential of the registered config) for a subscription.
 import { createInterface } from "node:readline";
 import plugin, { shutdown } from "../dist/index.js";
+import { readConfig } from "../dist/config.js";
+import { sharedBus } from "../dist/transport.js";
 
 const hooks = { before_tool_call: [], after_tool_call: [] };
 const registrations = [];
+let registered;
 
 function answer(message) {
   process.stdout.write(JSON.stringify(message) + "\n");
@@ -42,6 +49,7 @@ function api(config, runtimeVersion) {
 async function run(command) {
   switch (command.op) {
     case "register":
+      registered = command.config;
       plugin.register(api(command.config, command.runtimeVersion ?? "2026.9.6"));
       return { id: plugin.id, registrations };
     case "before": {
@@ -53,6 +61,17 @@ async function run(command) {
       const handler = hooks.after_tool_call.at(command.registration ?? -1);
       await handler(command.event, command.ctx ?? {});
       return null;
+    }
+    case "subscribe": {
+      const { config } = readConfig(registered);
+      if (config === undefined) return { subscribed: false, reason: "not_configured" };
+      try {
+        const inbox = await sharedBus(config.natsUrl, config.credential).subscribe(command.subject);
+        inbox.close();
+        return { subscribed: true, reason: null };
+      } catch (error) {
+        return { subscribed: false, reason: error?.reasonCode ?? String(error) };
+      }
     }
     case "close":
       await shutdown();

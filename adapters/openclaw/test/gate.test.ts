@@ -10,7 +10,7 @@
  */
 
 import assert from "node:assert/strict";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -27,6 +27,8 @@ import { approvalIdFor, PAYLOAD_APPROVAL_OUTCOME, PAYLOAD_PROPOSAL, PAYLOAD_REPO
 import { gateKeysOf } from "../dist/contract/registry.js";
 import { PAYLOAD_RELEASE_MANIFEST } from "../dist/contract/release.js";
 import { BusError, type Bus, type Inbox, type Reply } from "../dist/transport.js";
+import { inboxPrefix } from "../dist/contract/bus_access.js";
+import { nkeys } from "@nats-io/transport-node";
 
 const KEY = SigningKey.fromSeed(Buffer.from("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60", "hex"));
 const TRUSTED = new Map<string, VerifyKey>([[KEY.keyId, KEY.verifyKey]]);
@@ -477,7 +479,7 @@ test("configuration problems are reason codes, never exceptions", () => {
   const badContext = join(dir, "ctx.json");
   writeFileSync(badContext, JSON.stringify({ ...CONTEXT_DOC, surprise: 1 }));
   const codes = (raw: unknown): string[] => readConfig(raw).problems.map((p) => p.reasonCode);
-  assert.deepEqual(codes(undefined).sort(), ["smf_context_missing", "smf_release_trust_root_missing", "smf_runtime_id_missing", "smf_runtime_key_missing"]);
+  assert.deepEqual(codes(undefined).sort(), ["smf_bus_credential_missing", "smf_context_missing", "smf_release_trust_root_missing", "smf_runtime_id_missing", "smf_runtime_key_missing"]);
   assert.ok(codes({ runtimeId: "a.b", keyFile: "/nope", contextFile: badContext }).includes("smf_context_invalid"));
   assert.ok(codes({ runtimeId: "rt", keyFile: "/nope", context: CONTEXT_DOC }).includes("smf_runtime_key_unreadable"));
   assert.ok(codes({ runtimeId: "rt", keyFile: "/nope", context: CONTEXT_DOC, gateTimeoutMs: "5000" }).includes("smf_config_invalid"));
@@ -507,6 +509,14 @@ function trustRootDoc(keys: SigningKey[], threshold = 1): Record<string, unknown
     threshold,
     keys: keys.map((k, i) => ({ kind: "smf.ed25519.public/1", key_id: k.keyId, principal: `release-signer-${i}`, public_key: k.publicBytes.toString("base64") })),
   };
+}
+
+/** A fresh user nkey seed (0600), as `ops.bus_auth.write_user_seed` writes one. */
+function writeSeedFile(dir: string, mode = 0o600): string {
+  const seedFile = join(dir, `runtime-${mode.toString(8)}.nkey`);
+  writeFileSync(seedFile, new TextDecoder().decode(nkeys.createUser().getSeed()) + "\n", { mode });
+  chmodSync(seedFile, mode);
+  return seedFile;
 }
 
 function writeKeyFile(dir: string): string {
@@ -547,7 +557,7 @@ test("trustRootFile: no registryFile any more; missing, unreadable or invalid tr
     writeFileSync(path, typeof doc === "string" ? doc : JSON.stringify(doc));
     return path;
   };
-  const base = { runtimeId: "openclaw-demo", keyFile: writeKeyFile(dir), context: CONTEXT_DOC };
+  const base = { runtimeId: "openclaw-demo", keyFile: writeKeyFile(dir), credentialFile: writeSeedFile(dir), context: CONTEXT_DOC };
   const ok = readConfig({ ...base, trustRootFile: write("ok.json", trustRootDoc([GATE, KEY], 2)) });
   assert.deepEqual(ok.problems, []);
   assert.equal(ok.config?.trustRoot.threshold, 2);
@@ -567,6 +577,36 @@ test("trustRootFile: no registryFile any more; missing, unreadable or invalid tr
   // The old key is refused, not silently ignored: a registry on disk is not a verified release.
   assert.ok(codes(write("ok2.json", good)).length === 0);
   assert.ok(readConfig({ ...base, trustRootFile: write("ok3.json", good), registryFile: "/x" }).problems.some((p) => p.reasonCode === "smf_config_invalid"));
+});
+
+test("credentialFile: the key file's principal, its nkey, the inbox prefix; refused when unusable", () => {
+  const dir = mkdtempSync(join(tmpdir(), "smf-oc-cred-"));
+  const trustRootFile = join(dir, "root.json");
+  writeFileSync(trustRootFile, JSON.stringify(trustRootDoc([GATE])));
+  const base = { runtimeId: "openclaw-demo", keyFile: writeKeyFile(dir), trustRootFile, context: CONTEXT_DOC };
+  const seedFile = writeSeedFile(dir);
+  const ok = readConfig({ ...base, credentialFile: seedFile });
+  assert.deepEqual(ok.problems, []);
+  assert.deepEqual(ok.config?.credential, { principal: "openclaw-runtime", seedFile });
+  assert.equal(inboxPrefix(ok.config?.credential.principal ?? ""), "_INBOX.openclaw-runtime");
+  const badChecksum = join(dir, "checksum.nkey");
+  writeFileSync(badChecksum, "SU" + "A".repeat(56), { mode: 0o600 });
+  const problems = (credentialFile: unknown) => readConfig({ ...base, credentialFile }).problems;
+  const cases: [string, unknown, string][] = [
+    ["not set", undefined, "smf_bus_credential_missing"],
+    ["no such file", join(dir, "missing.nkey"), "smf_bus_credential_unreadable"],
+    ["a directory", dir, "smf_bus_credential_unreadable"],
+    ["group-readable", writeSeedFile(dir, 0o640), "smf_bus_credential_too_open"],
+    ["world-readable", writeSeedFile(dir, 0o644), "smf_bus_credential_too_open"],
+    ["bad checksum", badChecksum, "smf_bus_credential_invalid"],
+  ];
+  for (const [name, path, code] of cases) {
+    const found = problems(path);
+    assert.deepEqual(found.map((p) => p.reasonCode), [code], name);
+    // no byte of a seed in any problem text
+    assert.ok(found.every((p) => !/SU[A-Z2-7]{20}/.test(p.detail)), name);
+  }
+  assert.deepEqual(problems(writeSeedFile(dir, 0o400)), []);
 });
 
 // --- register() ---------------------------------------------------------------------------
@@ -758,7 +798,7 @@ test("register(): a hook budget below the longest approval wait is a problem, at
   const dir = mkdtempSync(join(tmpdir(), "smf-oc-hook-"));
   const trustRootFile = join(dir, "root.json");
   writeFileSync(trustRootFile, JSON.stringify(trustRootDoc([SIGNER])));
-  const base = { natsUrl: "nats://127.0.0.1:1", runtimeId: "openclaw-demo", keyFile: writeKeyFile(dir), trustRootFile, context: CONTEXT_DOC, gateTimeoutMs: 1000 };
+  const base = { natsUrl: "nats://127.0.0.1:1", runtimeId: "openclaw-demo", keyFile: writeKeyFile(dir), credentialFile: writeSeedFile(dir), trustRootFile, context: CONTEXT_DOC, gateTimeoutMs: 1000 };
   const api = (config: Record<string, unknown>, extra: Partial<PluginApi> = {}): PluginApi => ({
     pluginConfig: config, runtime: { version: "2026.9.6" }, logger: silent, on: () => undefined, ...extra,
   });

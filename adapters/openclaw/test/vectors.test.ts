@@ -8,7 +8,9 @@
  */
 
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
@@ -32,6 +34,7 @@ import { openOutcome, OutcomeMismatchError } from "../dist/contract/outcome.js";
 import { openVerdict, readVerdictReply, VerdictMismatchError } from "../dist/contract/verdicts.js";
 import { PAYLOAD_RELEASE_MANIFEST, ReleaseCheckError, trustRootOf } from "../dist/contract/release.js";
 import { ReleaseVerifier } from "../dist/release.js";
+import { CredentialFileError, inboxPrefix, InboxPrefixError, readCredential } from "../dist/contract/bus_access.js";
 
 const VECTORS = fileURLToPath(new URL("../../../tests/vectors/", import.meta.url));
 
@@ -315,3 +318,38 @@ for (const row of rows(messages, "verdicts")) {
     });
   }
 }
+
+// --- the bus credential (bus_access.json; issue 15) ----------------------------------------
+
+test("bus_access.json inbox prefixes", () => {
+  const doc = load("bus_access.json");
+  assert.equal(doc.schema, "smf.vectors.bus-access/1");
+  for (const row of rows(doc, "inbox_prefix")) {
+    if (row.error === true) assert.throws(() => inboxPrefix(s(row, "principal")), InboxPrefixError, row.name);
+    else assert.equal(inboxPrefix(s(row, "principal")), s(row, "prefix"), row.name);
+  }
+});
+
+test("bus_access.json seed files: the same reason codes as subjects.bus_access.read_credential", () => {
+  const doc = load("bus_access.json");
+  const dir = mkdtempSync(join(tmpdir(), "smf-vec-seed-"));
+  for (const row of rows(doc, "seed_files")) {
+    const path = join(dir, row.name);
+    if (row.kind === "directory") mkdirSync(path);
+    else if (row.kind !== "missing") {
+      writeFileSync(path, s(row, "content"), { encoding: "latin1" });
+      chmodSync(path, row.mode as number);
+    }
+    if (row.expect === "ok") {
+      assert.deepEqual(readCredential("hermes-runtime", path), { principal: "hermes-runtime", seedFile: path }, row.name);
+      continue;
+    }
+    assert.throws(
+      () => readCredential("hermes-runtime", path),
+      (error: unknown) => error instanceof CredentialFileError && error.reasonCode === row.expect && !error.message.includes("SUAAAA"),
+      row.name,
+    );
+  }
+  const first = rows(doc, "seed_files")[0] as Row;
+  assert.throws(() => readCredential("a.b", join(dir, first.name)), (e: unknown) => e instanceof CredentialFileError && e.reasonCode === "smf_bus_credential_invalid");
+});
