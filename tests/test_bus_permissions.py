@@ -316,7 +316,18 @@ async def operator_may_destroy(servers: list[str], state: StateDir) -> None:
     nc = await nats.connect(servers=servers, **credential.connect_options())
     try:
         js = nc.jetstream(timeout=10)
-        await js.add_stream(name="SMF_SCRATCH", subjects=["scratch.>"])
+
+        async def created() -> bool:
+            # Right after a cluster's reload JetStream may not answer for a moment
+            # (no responders, or a timeout while its meta leader is elected): that is
+            # not the permission under test, so wait for the stream to be created.
+            try:
+                await js.add_stream(name="SMF_SCRATCH", subjects=["scratch.>"])
+            except (NatsError, TimeoutError):
+                return False
+            return True
+
+        await wait_for(created, timeout=30, interval=0.2)
         await js.publish("scratch.a", b"x")
         await js.purge_stream("SMF_SCRATCH")
         assert await js.delete_stream("SMF_SCRATCH")
