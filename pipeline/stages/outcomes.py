@@ -18,8 +18,9 @@ dropped. Here, for every order given without an approval:
   The book moves ``executing -> outcome`` once, and only the call that moved it
   writes the ledger entry, so a second or replayed report, a report by a wrong
   signer and a report for an order the gate never gave record nothing (each is
-  logged with a reason and the order id, never a payload). A report for an
-  order this book does not hold is passed to the approval desk.
+  logged with a reason and the order id, never a payload). A report is
+  offered to the approval desk first (an approval's order is settled there,
+  as before) and to this book when the desk does not know its order.
 - deadline: an order still ``executing`` ``execution_deadline_ms`` after it
   was given (the approval desk's setting) ends ``execution_unknown``
   (``no_execution_report``), terminal; a late report changes nothing.
@@ -114,7 +115,7 @@ class OutcomeDesk:
     tenant_key: bytes = field(repr=False)
     execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
     approvals: ApprovalReports | None = None
-    """Where a report for an order this book does not hold goes next."""
+    """The approval desk's settle step, offered every report first."""
     _evidence: EvidenceWriter = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -173,9 +174,11 @@ class OutcomeDesk:
         except ReportRefused as exc:
             log.warning("execution_report_refused", error=str(exc))
             return
-        if await self.settle_report(verified):
-            return
+        # The approval desk first: an approval's report takes the road it always
+        # took; an order id belongs to one decision, so at most one of the two knows it.
         if self.approvals is not None and await self.approvals(verified):
+            return
+        if await self.settle_report(verified):
             return
         log.warning("execution_report_unknown_order", order_id=verified.report.order_id)
 
@@ -185,8 +188,7 @@ class OutcomeDesk:
         try:
             order = await self.orders.get(report.order_id)
         except StoreUnavailable as exc:
-            # Not passed on: an approval's order is never in this book, but a direct
-            # order may be, and must not be judged by the desk's rules instead.
+            # Nothing recorded: the deadline sweep ends the order if it stays open.
             log.error("order_read_failed", order_id=report.order_id, error=type(exc).__name__)
             return True
         if order is None:
