@@ -33,9 +33,8 @@ What these tests prove:
   deadline is ended ``execution_unknown`` by the recovery of the restarted gate,
   before any sweep runs.
 
-What they do not prove: that a runtime that executes its own tools reports
-them (only OpenClaw does; a Hermes tool run by the runtime ends
-``execution_unknown`` at the deadline, which these tests do not exercise); a
+What they do not prove: anything about a tool the runtime runs itself on a
+direct allow (not recorded: see ``Gate._open_order``); a
 ledger outage between the store's settle and the ledger entry (the outcome is
 then only in the order book, logged); more than one gate replica racing a
 report (the CAS is covered by the store tests); timing under load.

@@ -4,8 +4,9 @@ ARCHITECTURE.md, "One proposal through the bus":
 
     verify signature -> freshness -> normalize -> evaluate -> evidence ->
     deny  : reply Verdict(deny); nothing reaches smf.execute
-    allow : claim once -> open the order (its outcome is followed) ->
-            dispatch (one ExecuteOrder), or release to the runtime -> reply
+    allow : claim once -> record the connector order (its outcome is
+            followed) -> dispatch (one ExecuteOrder), or release a tool the
+            runtime runs itself -> reply
     hold  : the hold stage persists the binding and announces it
 
 Fail closed everywhere: every refusal, timeout or exception between the
@@ -314,17 +315,20 @@ class Gate:
         return work
 
     async def _open_order(self, work: Work) -> Work | Verdict:
-        """Record the order before it is given, with the executor that must sign its
-        report: the connector, or the proposing runtime (checked against its key at
-        the edge) for a tool it runs itself. Not recorded, not given: the claim is
-        spent, so this is a denial, never a second try (issue 15)."""
-        proposal, decision = work.proposal, work.need_decision()
+        """Record the connector order before it is published, with the connector that
+        must sign its report (issue 15). Not recorded, not published: the claim is
+        spent, so this is a denial, never a second try.
+
+        A tool the runtime runs itself gets no record here: a Hermes runtime does
+        not report its executions and a released output stream has no executor,
+        so such a record could only ever end ``execution_unknown``. (An approved
+        runtime-executed action is followed by the approval desk, as before.)
+        """
         connector = work.need_normalized().connector_id
-        executor = (
-            Executor("runtime", proposal.runtime_id)
-            if connector is None
-            else Executor("connector", connector)
-        )
+        if connector is None:
+            return work
+        proposal, decision = work.proposal, work.need_decision()
+        executor = Executor("connector", connector)
         order_id = await self.outcomes.open(
             proposal.proposal_id, decision, executor, work.tenant_ref
         )

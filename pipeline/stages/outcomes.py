@@ -6,11 +6,13 @@ ambiguous/no report -> execution_unknown". Approved orders are followed by the
 approval desk; issue 15 found the report of a direct allow verified and then
 dropped. Here, for every order given without an approval:
 
-- open: the gate's chain records the order in the order book
-  (:mod:`pipeline.stores.orders`) BEFORE it is published to a connector or
-  released to the runtime that executes it, with the executor that must sign
-  its report. If it cannot be recorded nothing is given (the gate denies
-  ``order_record_failed``; the claim is spent, so there is no second try).
+- open: the gate's chain records each connector order in the order book
+  (:mod:`pipeline.stores.orders`) BEFORE it is published, with the executor
+  that must sign its report. If it cannot be recorded nothing is published
+  (the gate denies ``order_record_failed``; the claim is spent, so there is no
+  second try). A tool a runtime runs itself on a direct allow is not recorded
+  (see ``Gate._open_order``); the book and the rules take a runtime executor
+  all the same, so recording those is a change to the chain only.
 - reports: a report opened against connector and runtime keys
   (:func:`open_report`) settles the order it names only when
   :func:`pipeline.core.execution_rules.signed_by` holds for the order's
