@@ -32,6 +32,10 @@ What these tests prove:
   its deadline (its report, read afterwards, settles it), and one past its
   deadline is ended ``execution_unknown`` by the recovery of the restarted gate,
   before any sweep runs.
+- Fail closed: with the order book down, a direct allow is denied
+  ``order_record_failed`` and nothing reaches SMF_EXECUTE; its retry is a
+  duplicate; a sweep and a report meeting the outage record nothing, raise
+  nothing.
 
 What they do not prove: anything about a tool the runtime runs itself on a
 direct allow (not recorded: see ``Gate._open_order``); a
@@ -388,3 +392,31 @@ async def test_a_restart_past_the_deadline_ends_the_order_unknown(
     ]
     stream = await second.js.stream_info(names.EXECUTE_STREAM)
     assert stream.state.messages == 1
+
+
+# --- fail closed ----------------------------------------------------------------------
+
+
+async def test_an_order_book_outage_publishes_nothing_and_breaks_no_loop(
+    gates: GateFactory, nc: Client, state: StateDir
+) -> None:
+    """Not recorded, not published: the allow becomes a denial (the claim is spent,
+    so a retry of the same proposal is a duplicate, never a second order); a
+    report or a sweep meeting the outage records nothing and raises nothing."""
+    gate = await gates()
+    await gate.orders.close()
+    runtime = runtime_client(nc, state)
+    proposal = deletion(runtime, DOCUMENT)
+    verdict = await runtime.propose(proposal)
+    assert verdict.outcome == "deny"
+    assert "order_record_failed" in verdict.reason_codes
+    assert (await gate.js.stream_info(names.EXECUTE_STREAM)).state.messages == 0
+    assert outcomes(state.ledger, decision_of(verdict)) == [("failed", ("order_record_failed",))]
+    again = await runtime.propose(proposal)
+    assert (again.outcome, again.reason_codes[-1:]) == ("deny", ("duplicate_proposal",))
+
+    assert await gate.outcomes.sweep() == 0
+    stray = order_id_for(verdict.operation_hash or "", decision_of(verdict))
+    await file_report(nc, "dms", report_bytes(state.key("dms"), order_id=stray))
+    assert outcomes(state.ledger, decision_of(verdict)) == [("failed", ("order_record_failed",))]
+    assert (await gate.js.stream_info(names.EXECUTE_STREAM)).state.messages == 0
