@@ -35,8 +35,8 @@ def honour_cancel() -> None:
 async def follow_reports(js: JetStreamContext, outcomes: OutcomeDesk) -> None:
     """A durable consumer on SMF_RESULT: a report that arrives while no gate
     runs is read when one starts (the deadline sweep covers a lost report).
-    Every report goes to the outcome desk, which settles a direct order and
-    passes an approval's report to the approval desk."""
+    Every report goes to the outcome desk, which offers it to the approval desk
+    first and settles a direct order's report itself."""
     sub = await js.pull_subscribe(f"{names.RESULT_PREFIX}.>", durable=REPORTS_DURABLE)
     try:
         while True:
