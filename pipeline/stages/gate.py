@@ -320,8 +320,9 @@ class Gate:
         spent, so this is a denial, never a second try.
 
         A tool the runtime runs itself gets no record here: a Hermes runtime does
-        not report its executions and a released output stream has no executor,
-        so such a record could only ever end ``execution_unknown``. (An approved
+        not report its executions, so such a record could only ever end
+        ``execution_unknown``. (A released output is an order to the
+        ``deliver.<channel>`` connector and is recorded like any other.) (An approved
         runtime-executed action is followed by the approval desk, as before.)
         """
         connector = work.need_normalized().connector_id
