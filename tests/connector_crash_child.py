@@ -2,10 +2,14 @@
 
 Run by ``tests/test_connector_sdk.py`` (issue 3, "Faults: the connector is
 killed after executing but before acking -> on restart the order is reported
-``ambiguous``, not executed again"). Argument: one JSON object with ``url``,
-``state_dir``, ``outbox``, ``connector_id``, ``durable``, ``ack_wait``,
-``gate_public`` (hex) and ``connector_seed`` (hex). It files the order in the
-outbox, then ``os._exit(137)``: no ack, no report, no cleanup, as a SIGKILL.
+``ambiguous``, not executed again") and ``tests/test_direct_outcomes.py``
+(issue 15: a direct allow whose connector dies ends ``execution_unknown``).
+Argument: one JSON object with ``url``, ``state_dir``, ``outbox``,
+``connector_id``, ``durable``, ``ack_wait``, ``gate_public`` (hex) and
+``connector_seed`` (hex), and optionally ``kind``: ``court-efiling`` (the
+default: files the order in the outbox) or ``dms`` (deletes the document from
+the store folder given as ``outbox``, leaving its tombstone). Then
+``os._exit(137)``: no ack, no report, no cleanup, as a SIGKILL.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from pathlib import Path
 
 import nats
 
-from adapters.connector.sdk import ConnectorRunner, ExecutionOutcome, RunnerConfig
+from adapters.connector.sdk import Connector, ConnectorRunner, ExecutionOutcome, RunnerConfig
 from adapters.connectors.court_efiling import CourtEFilingConnector
+from adapters.connectors.dms import DocumentStoreConnector
 from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import ExecuteOrder
 
@@ -32,12 +37,22 @@ class CrashAfterFiling(CourtEFilingConnector):
         os._exit(CRASH_EXIT_CODE)
 
 
+class CrashAfterDeleting(DocumentStoreConnector):
+    async def execute(self, order: ExecuteOrder) -> ExecutionOutcome:
+        await super().execute(order)
+        os._exit(CRASH_EXIT_CODE)
+
+
+def crashing(kind: str, folder: Path) -> Connector:
+    return CrashAfterDeleting(folder) if kind == "dms" else CrashAfterFiling(folder)
+
+
 async def main(config: dict[str, str]) -> None:
     nc = await nats.connect(config["url"], connect_timeout=2)
     gate = VerifyKey(bytes.fromhex(config["gate_public"]))
     runner = ConnectorRunner(
         nc,
-        CrashAfterFiling(Path(config["outbox"])),
+        crashing(config.get("kind", "court-efiling"), Path(config["outbox"])),
         connector_id=config["connector_id"],
         signing_key=SigningKey.from_seed(bytes.fromhex(config["connector_seed"])),
         gate_keys={gate.key_id: gate},

@@ -390,6 +390,12 @@ async def reports_handled(gate: RunningGate) -> None:
     )
 
 
+async def wait_for_ledger(state: StateDir, approval_id: str, wanted: str) -> None:
+    """The store moves first and the ledger entry follows (``ApprovalDesk._finish``),
+    so a test that saw the state waits for the entry before reading the ledger."""
+    await wait_for(lambda: ledger_rows(state.ledger, approval_id)[-1][0] == wanted, timeout=10)
+
+
 async def publish_forgeries(nc: Client, state: StateDir, held: Verdict, drv: Driver) -> None:
     """Allows for this held call that no runtime may act on, on its outcome subject:
     unsigned; signed by keys that are not the gate's; and signed by the GATE key but
@@ -673,6 +679,7 @@ async def test_held_then_allow_once_returns_the_params_exactly_once(
     # second report names no recorded order and changes nothing.
     await wait_for_state(nc, approval_id, "consumed")
     await reports_handled(gate)
+    await wait_for_ledger(state, approval_id, "consumed")
     assert ledger_rows(state.ledger, approval_id)[-1] == ("consumed", ("executed_as_approved",))
 
 
@@ -722,6 +729,7 @@ async def test_the_runtimes_report_settles_a_held_call_that_failed_or_broke_its_
         await wait_for(lambda: len(tap.reports) == 1, timeout=10)
     await wait_for_state(nc, announcement.approval_id, final)
     await reports_handled(gate)
+    await wait_for_ledger(state, announcement.approval_id, final)
     assert ledger_rows(state.ledger, announcement.approval_id)[-1] == (final, evidence)
 
 

@@ -19,6 +19,7 @@ from pipeline.core.projection import PolicySet
 from pipeline.core.release_trust import VerifiedRelease
 from pipeline.stages.attestation import RuntimeRequirement
 from pipeline.stages.buffer import BufferLimits
+from pipeline.stages.outcomes import DEFAULT_EXECUTION_DEADLINE_MS
 from subjects import names
 from subjects.bus_access import BusCredential
 from subjects.keyed import PseudonymKey
@@ -110,6 +111,9 @@ class GateConfig:
     buffer_limits: BufferLimits | None = None
     claim_prune_seconds: float = 60.0
     """How often the gate forgets proposal claims past their retention."""
+    execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
+    """How long an order, approved or allowed directly, may go without its signed
+    report before it ends ``execution_unknown`` (terminal, never retried)."""
     on_release: Callable[[VerifiedRelease], None] | None = None
     """Called after the gate switched to a newly verified release (its registry is in
     force): what runs the bus may follow it, e.g. regenerate the server's
@@ -118,6 +122,8 @@ class GateConfig:
     def __post_init__(self) -> None:
         if not self.servers:
             raise ValueError("a gate needs at least one NATS server")
+        if self.execution_deadline_ms <= 0:
+            raise ValueError("execution_deadline_ms must be positive")
 
     @property
     def replicas(self) -> int:

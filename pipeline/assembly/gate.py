@@ -41,6 +41,7 @@ from pipeline.stages.contracts import DispatchReceipt, DispatchRequest, Evaluate
 from pipeline.stages.decide import EvaluateStage, NormalizeStage
 from pipeline.stages.dispatch import DispatchStage
 from pipeline.stages.gate import Gate, GateSettings
+from pipeline.stages.outcomes import OutcomeDesk
 from pipeline.stages.releases import ReleaseWatcher
 from pipeline.stages.streams import ensure_gate_streams
 from pipeline.stages.transport import BusStage, LocalStage, StageClient, serve
@@ -50,6 +51,8 @@ from pipeline.stores.approvals_sqlite import SqliteApprovalStore
 from pipeline.stores.claims import ClaimStore, ProposalClaims
 from pipeline.stores.claims_kv import KvClaimStore
 from pipeline.stores.ledger import Ledger
+from pipeline.stores.orders import OrderBook, SqliteOrderBook
+from pipeline.stores.orders_kv import KvOrderBook
 from subjects import names
 from subjects.bus_access import connect_options
 from subjects.messages import Proposal
@@ -67,6 +70,8 @@ class RunningGate:
     ledger: Ledger
     claims: ProposalClaims
     approvals: ApprovalStore
+    orders: OrderBook
+    outcomes: OutcomeDesk
     buffer: OutputBuffer
     attestation: AttestationDesk
     services: list[Service] = field(default_factory=list)
@@ -92,6 +97,7 @@ class RunningGate:
         await self.ledger.close()
         await self.claims.close()
         await self.approvals.close()
+        await self.orders.close()
         if not self.nc.is_closed:
             await self.nc.drain()
 
@@ -156,21 +162,27 @@ async def _open_releases(config: GateConfig, js: JetStreamContext) -> ReleaseWat
 
 
 async def _open_stores(
-    config: GateConfig, js: JetStreamContext
-) -> tuple[ProposalClaims, ApprovalStore]:
-    """SQLite files on one machine; replicated JetStream KV on a cluster (issue 11)."""
+    config: GateConfig, js: JetStreamContext, undo: contextlib.AsyncExitStack
+) -> tuple[ProposalClaims, ApprovalStore, OrderBook]:
+    """SQLite files on one machine; replicated JetStream KV on a cluster (issue 11).
+    The order book lives with the claims: in the claim file, or the claim bucket."""
+    claims: ProposalClaims
+    approvals: ApprovalStore
+    orders: OrderBook
     if config.cluster is None:
-        claims: ProposalClaims = await ClaimStore.open(config.stores.claims)
-        try:
-            approvals: ApprovalStore = await SqliteApprovalStore.open(config.stores.approvals)
-        except BaseException:
-            await claims.close()
-            raise
-        return claims, approvals
-    return (
-        await KvClaimStore.open(js, replicas=config.replicas),
-        await KvApprovalStore.open(js, replicas=config.replicas),
-    )
+        claims = await ClaimStore.open(config.stores.claims)
+        undo.push_async_callback(claims.close)
+        approvals = await SqliteApprovalStore.open(config.stores.approvals)
+        undo.push_async_callback(approvals.close)
+        orders = await SqliteOrderBook.open_file(config.stores.claims)
+    else:
+        claims = await KvClaimStore.open(js, replicas=config.replicas)
+        undo.push_async_callback(claims.close)
+        approvals = await KvApprovalStore.open(js, replicas=config.replicas)
+        undo.push_async_callback(approvals.close)
+        orders = await KvOrderBook.open_bucket(js, replicas=config.replicas)
+    undo.push_async_callback(orders.close)
+    return claims, approvals, orders
 
 
 def _desk_policy_set(evaluate: EvaluateStage) -> Callable[[], PolicySet]:
@@ -279,9 +291,7 @@ async def _assemble(
         config.stores.ledger, signer=config.gate_key, on_checkpoint=publish_checkpoint
     )
     undo.push_async_callback(ledger.close)
-    claims, approvals = await _open_stores(config, js)
-    undo.push_async_callback(claims.close)
-    undo.push_async_callback(approvals.close)
+    claims, approvals, orders = await _open_stores(config, js, undo)
 
     if releases is not None:
         evaluate = EvaluateStage(None, config.clock, release=releases.current)
@@ -309,8 +319,22 @@ async def _assemble(
         clock=config.clock,
         tenant_key=config.tenant_key,
         stage_timeout=config.stage_timeout,
+        execution_deadline_ms=config.execution_deadline_ms,
         signer=config.gate_key,  # runtimes act only on outcomes the gate signed
     )
+    outcomes = OutcomeDesk(
+        orders=orders,
+        registry=registry,
+        ledger=ledger,
+        clock=config.clock,
+        tenant_key=config.tenant_key,
+        execution_deadline_ms=config.execution_deadline_ms,
+        approvals=desk.settle_report,
+    )
+    # Direct orders are never resumed; those past their deadline end unknown now,
+    # the others keep waiting for their report (pipeline.stages.outcomes). Safe on
+    # a cluster too: settling is conditional, so one replica records each.
+    await outcomes.recover()
     if config.cluster is None:
         await desk.recover()
     else:
@@ -330,6 +354,7 @@ async def _assemble(
         claims=claims,
         clock=config.clock,
         signer=config.gate_key,
+        outcomes=outcomes,
         hold=desk,
     )
     attestation = _attestation_desk(config, gate, releases, ledger)
@@ -349,6 +374,8 @@ async def _assemble(
         ledger=ledger,
         claims=claims,
         approvals=approvals,
+        orders=orders,
+        outcomes=outcomes,
         buffer=buffer,
         attestation=attestation,
         releases=releases,
@@ -357,6 +384,7 @@ async def _assemble(
 
         def adopt(release: VerifiedRelease) -> None:
             desk.registry = release.registry
+            outcomes.registry = release.registry
             gate.adopt_registry(release.registry)
             if config.on_release is not None:
                 try:
@@ -396,8 +424,8 @@ async def _assemble(
         auth=None,
     )
     running.tasks += [
-        asyncio.create_task(loops.follow_reports(js, desk)),
-        asyncio.create_task(loops.sweep(desk, buffer, config.sweep_seconds)),
+        asyncio.create_task(loops.follow_reports(js, outcomes)),
+        asyncio.create_task(loops.sweep(desk, outcomes, buffer, config.sweep_seconds)),
         asyncio.create_task(loops.prune_claims(gate, config.claim_prune_seconds)),
     ]
     # A round trip, so the server has every subscription above before anyone is

@@ -18,6 +18,7 @@ from nats.js.client import JetStreamContext
 from pipeline.stages.approvals import ApprovalDesk
 from pipeline.stages.buffer import OutputBuffer
 from pipeline.stages.gate import Gate
+from pipeline.stages.outcomes import OutcomeDesk
 from subjects import names
 
 log = structlog.get_logger(__name__)
@@ -31,9 +32,11 @@ def honour_cancel() -> None:
         raise asyncio.CancelledError
 
 
-async def follow_reports(js: JetStreamContext, desk: ApprovalDesk) -> None:
+async def follow_reports(js: JetStreamContext, outcomes: OutcomeDesk) -> None:
     """A durable consumer on SMF_RESULT: a report that arrives while no gate
-    runs is read when one starts (the deadline sweep covers a lost report)."""
+    runs is read when one starts (the deadline sweep covers a lost report).
+    Every report goes to the outcome desk, which offers it to the approval desk
+    first and settles a direct order's report itself."""
     sub = await js.pull_subscribe(f"{names.RESULT_PREFIX}.>", durable=REPORTS_DURABLE)
     try:
         while True:
@@ -52,7 +55,7 @@ async def follow_reports(js: JetStreamContext, desk: ApprovalDesk) -> None:
                 continue
             for msg in messages:
                 try:
-                    await desk.handle_report(msg.data)
+                    await outcomes.handle_report(msg.data)
                 except Exception as exc:  # noqa: BLE001 - fail-closed boundary, logged by type
                     log.error("execution_report_failed", error=type(exc).__name__)
                 await msg.ack()
@@ -65,8 +68,11 @@ async def follow_reports(js: JetStreamContext, desk: ApprovalDesk) -> None:
             log.error("report_subscription_unsubscribe_failed", error=type(exc).__name__)
 
 
-async def sweep(desk: ApprovalDesk, buffer: OutputBuffer, every: float) -> None:
-    """Expire overdue approvals and output streams; unknown executions end unknown."""
+async def sweep(
+    desk: ApprovalDesk, outcomes: OutcomeDesk, buffer: OutputBuffer, every: float
+) -> None:
+    """Expire overdue approvals and output streams; unknown executions, approved
+    or allowed directly, end unknown."""
     while True:
         await asyncio.sleep(every)
         buffer.sweep()
@@ -75,6 +81,11 @@ async def sweep(desk: ApprovalDesk, buffer: OutputBuffer, every: float) -> None:
         except Exception as exc:  # noqa: BLE001 - fail-closed boundary, logged by type
             honour_cancel()
             log.error("approval_sweep_failed", error=type(exc).__name__)
+        try:
+            await outcomes.sweep()
+        except Exception as exc:  # noqa: BLE001 - fail-closed boundary, logged by type
+            honour_cancel()
+            log.error("order_sweep_failed", error=type(exc).__name__)
 
 
 async def prune_claims(gate: Gate, every: float) -> None:

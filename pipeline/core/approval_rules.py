@@ -17,38 +17,52 @@ Invariants:
   resolving, so nobody sees what they could not approve.
 - ``check_not_requester``: nobody approves their own request.
 - ``signed_by_executor``: a report settles an approval only when signed by
-  the party the order was given to.
-- ``settlement``: confirmed -> consumed, failed -> failed, ambiguous ->
-  execution_unknown; a reported params mismatch is a broken binding.
+  the party the order was given to (``execution_rules.signed_by``, the rule
+  every order of the gate is settled by, approved or allowed directly).
+- ``settlement`` (``execution_rules``): confirmed -> consumed, failed ->
+  failed, ambiguous -> execution_unknown; a reported params mismatch is a
+  broken binding.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Final, Literal
+from typing import Any
 
 import msgspec
 
 from pipeline.core.decision import Decision
+from pipeline.core.execution_rules import (
+    BINDING_BROKEN,
+    PARAMS_MISMATCH,
+    REPORT_OUTCOME,
+    Executor,
+    Finish,
+    settlement,
+    signed_by,
+)
 from subjects.approvals import ApprovalBinding, approval_id_for
 from subjects.canonical import identity_of
 from subjects.envelope import OperationEnvelope, content_hash_of, destination_identity_of
 from subjects.messages import ExecutionReport, order_id_for
 from subjects.registry import Principal
 
-Finish = Literal["consumed", "failed", "execution_unknown"]
-REPORT_OUTCOME: Final[dict[str, Finish]] = {
-    "confirmed": "consumed",
-    "failed": "failed",
-    "ambiguous": "execution_unknown",
-}
-"""ARCHITECTURE.md: confirmed -> consumed | failed -> failed | ambiguous -> execution_unknown."""
-PARAMS_MISMATCH: Final = "executed_params_mismatch"
-"""The reason an executor gives when what ran is not what was approved
-(adapters/openclaw/src/gate.ts, ``afterToolCall``)."""
-BINDING_BROKEN: Final = "binding_broken"
-"""Evidence reason for a reported params mismatch: the exact-action binding was
-broken at execution, so the approval ends ``execution_unknown``, never ``consumed``."""
+__all__ = [
+    "BINDING_BROKEN",
+    "PARAMS_MISMATCH",
+    "REPORT_OUTCOME",
+    "ApprovalRuleError",
+    "Finish",
+    "HeldAction",
+    "approver_of",
+    "bind",
+    "check_entitled",
+    "check_may_resolve",
+    "check_not_requester",
+    "executor_of",
+    "settlement",
+    "signed_by_executor",
+]
 
 
 class ApprovalRuleError(Exception):
@@ -176,6 +190,17 @@ def check_may_resolve(principal: Principal, binding: ApprovalBinding) -> None:
     check_not_requester(principal, binding)
 
 
+def executor_of(held: HeldAction) -> Executor | None:
+    """Who the approval's order was given to: the held connector, or the proposing
+    runtime for a runtime-executed action (``None`` for a hold that names neither,
+    which no report settles)."""
+    if held.connector_id is not None:
+        return Executor("connector", held.connector_id)
+    if held.runtime_id is not None:
+        return Executor("runtime", held.runtime_id)
+    return None
+
+
 def signed_by_executor(
     held: HeldAction,
     binding: ApprovalBinding,
@@ -185,34 +210,11 @@ def signed_by_executor(
     """Is this report signed by the party the approval's order was given to?
 
     ARCHITECTURE.md, "Trust and identity on the bus": a signer whose role does
-    not fit is refused. A connector order: a ``connector`` key registered for
-    the held connector, naming it. A runtime-executed action: a ``runtime`` key
-    registered for the runtime id that proposed it, naming it, for exactly the
-    order ``order_id_for(operation_hash, decision_id)`` of this binding.
+    not fit is refused. The order is ``order_id_for(operation_hash,
+    decision_id)`` of this binding (the one dispatched to a connector, or
+    recorded for a runtime-executed action); the executor is
+    :func:`executor_of`; the rule is :func:`execution_rules.signed_by`.
     """
-    signers = tuple(signers)
-    if held.connector_id is not None:
-        return report.connector_id == held.connector_id and any(
-            p.entry.role == "connector" and p.entry.connector_id == held.connector_id
-            for p in signers
-        )
-    runtime_id = held.runtime_id
-    return (
-        runtime_id is not None
-        and report.connector_id == runtime_id
-        and report.order_id == order_id_for(binding.operation_hash, binding.decision_id)
-        and any(p.entry.role == "runtime" and p.entry.runtime_id == runtime_id for p in signers)
-    )
-
-
-def settlement(report: ExecutionReport) -> tuple[Finish, tuple[str, ...]]:
-    """Where a verified report leaves the approval, and the evidence reasons.
-
-    confirmed -> consumed, failed -> failed, ambiguous -> execution_unknown
-    (ARCHITECTURE.md); an executor that says the executed params were not the
-    approved ones broke the binding: ``execution_unknown`` with
-    ``binding_broken``, whatever status it gave.
-    """
-    if report.reason_code == PARAMS_MISMATCH:
-        return "execution_unknown", (BINDING_BROKEN, report.reason_code)
-    return REPORT_OUTCOME[report.status], (report.reason_code,)
+    executor = executor_of(held)
+    order_id = order_id_for(binding.operation_hash, binding.decision_id)
+    return executor is not None and signed_by(executor, order_id, report, signers)

@@ -65,6 +65,12 @@ from pipeline.core.projection import PolicySet
 from pipeline.service import StageRefusal
 from pipeline.stages.contracts import DispatchReceipt, DispatchRequest
 from pipeline.stages.evidence import EvidenceWriter, outcome_verdict, signature_reason, verdict
+from pipeline.stages.outcomes import (
+    DEFAULT_EXECUTION_DEADLINE_MS,
+    ReportRefused,
+    VerifiedReport,
+    open_report,
+)
 from pipeline.stages.transport import StageClient
 from pipeline.stores.approvals import ApprovalError, ApprovalRecord, ApprovalStore
 from pipeline.stores.ledger import EvidenceError, Ledger
@@ -80,14 +86,13 @@ from subjects.approvals import (
     sign_outcome,
 )
 from subjects.keyed import PseudonymKey
-from subjects.keys import SigningKey, VerifyKey
-from subjects.messages import ExecutionReport, Proposal, Verdict, order_id_for
+from subjects.keys import SigningKey
+from subjects.messages import Proposal, Verdict, order_id_for
 from subjects.names import SubjectError
 from subjects.registry import KeyRegistry, Principal
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_EXECUTION_DEADLINE_MS: Final = 120_000
 SHOW_FRESHNESS_MS: Final = 60_000
 """How far a signed show request's time may be from the gate's clock."""
 
@@ -428,48 +433,54 @@ class ApprovalDesk:
     # -- connector reports, deadlines, restart -------------------------------
 
     async def handle_report(self, data: bytes) -> None:
-        """A signed execution report settles the approval whose order it names,
-        when it is signed by whoever was given that order, and only then.
-
-        Verified against connector and runtime keys; then the approval recorded
-        for the order must be ``executing`` and :func:`_signed_by_executor` must
-        hold: a connector order is settled by that connector's key only, a
-        runtime-executed order by the proposing runtime's key only, so a runtime
-        key never settles a connector order or another runtime's order, and a
-        connector key never settles a runtime's. Everything else is ignored
-        (logged), and the deadline sweep ends the approval ``execution_unknown``.
-        """
+        """A signed execution report, opened against connector and runtime keys,
+        then :meth:`settle_report`; a report that does not verify is ignored."""
         try:
-            envelope = dsse.decode_envelope(data)
-            report, verified = dsse.open_struct(
-                envelope, self._reporter_keys(), ExecutionReport, names.PAYLOAD_REPORT
-            )
-        except (dsse.SignatureError, msgspec.ValidationError):
+            verified = open_report(data, self.registry)
+        except ReportRefused:
             log.warning("execution_report_refused")
             return
-        approval_id = await self.store.find_by_order(report.order_id)
+        if not await self.settle_report(verified):
+            log.warning("execution_report_unknown_order", order_id=verified.report.order_id)
+
+    async def settle_report(self, verified: VerifiedReport) -> bool:
+        """A verified report settles the approval whose order it names, when it is
+        signed by whoever was given that order, and only then; True when the order
+        is an approval's (settled now or not), so the report goes no further.
+
+        The approval recorded for the order must be ``executing`` and
+        :func:`signed_by_executor` must hold: a connector order is settled by that
+        connector's key only, a runtime-executed order by the proposing runtime's
+        key only, so a runtime key never settles a connector order or another
+        runtime's order, and a connector key never settles a runtime's. Everything
+        else is ignored (logged), and the deadline sweep ends the approval
+        ``execution_unknown``.
+        """
+        report = verified.report
+        try:
+            approval_id = await self.store.find_by_order(report.order_id)
+        except ApprovalError as exc:
+            log.error("approval_order_lookup_failed", reason=exc.reason_code)
+            return False
         if approval_id is None:
-            return
+            return False
         record = await self._get(approval_id)
         if record is None or record.state != "executing" or record.held_payload is None:
-            return
+            log.info("execution_report_after_outcome", approval_id=approval_id)
+            return True
         try:
             held = msgspec.json.decode(record.held_payload, type=HeldAction)
         except msgspec.DecodeError:
             log.error("held_action_unreadable", approval_id=approval_id)
-            return
-        signers = [p for k in verified.key_ids if (p := self.registry.principal(k)) is not None]
+            return True
         if record.order_id != report.order_id or not signed_by_executor(
-            held, record.binding, report, signers
+            held, record.binding, report, verified.signers
         ):
             log.warning("execution_report_wrong_signer", order_id=report.order_id)
-            return
+            return True
         outcome, reasons = settlement(report)
         await self._finish(record.binding, outcome, reasons)
-
-    def _reporter_keys(self) -> dict[str, VerifyKey]:
-        """Connector and runtime keys: the two roles that execute orders."""
-        return self.registry.trusted("connector") | self.registry.trusted("runtime")
+        return True
 
     async def sweep(self) -> None:
         """Expire overdue approvals; executing work past its deadline is unknown."""

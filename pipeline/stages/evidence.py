@@ -4,7 +4,8 @@ The gate and the approval desk both write to the ledger and both answer
 runtimes; they used to build entries and verdicts each their own way, which
 two copies kept in step by hand (issue 19). Here:
 
-- ``EvidenceWriter`` turns a decision or an approval binding into the
+- ``EvidenceWriter`` turns a decision, an approval binding or a direct-allow
+  order (``pipeline.stores.orders``) into the
   ledger's ``EvidenceEntry`` (ARCHITECTURE.md, "Evidence": identities,
   release/projection ids, disposition, reason codes, status, pseudonymous
   tenant identity and time; never raw values). The tenant appears only as a
@@ -23,6 +24,7 @@ from typing import Final
 from pipeline.core.decision import Decision
 from pipeline.stores.ledger import Ledger, Receipt
 from pipeline.stores.ledger_schema import Disposition, EntryKind, EvidenceEntry, Status
+from pipeline.stores.orders import OrderRecord
 from subjects import dsse
 from subjects.approvals import ApprovalBinding
 from subjects.canonical import identity_of
@@ -119,6 +121,23 @@ class EvidenceWriter:
             tenant_ref=self.tenant_ref(binding.tenant_id),
             at=self.clock(),
             approval_id=binding.approval_id,
+            status=status,
+            reason_codes=unique(reasons)[:MAX_REASONS],
+        )
+
+    def for_order(
+        self, order: OrderRecord, status: Status, reasons: tuple[str, ...] = ()
+    ) -> EvidenceEntry:
+        """A direct-allow order's transition: the decision's identities and the
+        tenant pseudonym the order book holds (no approval id: there is none)."""
+        return EvidenceEntry(
+            kind="transition",
+            operation_hash=order.operation_hash,
+            decision_id=order.decision_id,
+            release_id=release_ref(order.release_id),
+            projection_id=order.projection_id,
+            tenant_ref=order.tenant_ref,
+            at=self.clock(),
             status=status,
             reason_codes=unique(reasons)[:MAX_REASONS],
         )

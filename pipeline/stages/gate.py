@@ -4,7 +4,9 @@ ARCHITECTURE.md, "One proposal through the bus":
 
     verify signature -> freshness -> normalize -> evaluate -> evidence ->
     deny  : reply Verdict(deny); nothing reaches smf.execute
-    allow : claim once -> dispatch (one ExecuteOrder) -> reply
+    allow : claim once -> record the connector order (its outcome is
+            followed) -> dispatch (one ExecuteOrder), or release a tool the
+            runtime runs itself -> reply
     hold  : the hold stage persists the binding and announces it
 
 Fail closed everywhere: every refusal, timeout or exception between the
@@ -25,11 +27,13 @@ import msgspec
 import structlog
 
 from pipeline.core.decision import Decision
+from pipeline.core.execution_rules import Executor
 from pipeline.core.normalize import Normalized
 from pipeline.service import StageRefusal
 from pipeline.stages.attestation import AttestationDesk
 from pipeline.stages.contracts import DispatchReceipt, DispatchRequest, EvaluateRequest
 from pipeline.stages.evidence import EvidenceWriter, signature_reason, verdict
+from pipeline.stages.outcomes import OutcomeDesk
 from pipeline.stages.transport import StageClient
 from pipeline.stores.claims import ClaimState, ProposalClaims
 from pipeline.stores.ledger import EvidenceError, Ledger
@@ -102,6 +106,7 @@ class Work:
     decision: Decision | None = None
     tenant_ref: str = ""
     evidence: tuple[str, ...] = ()
+    order_id: str | None = None
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -136,6 +141,8 @@ class Gate:
     clock: Callable[[], int]
     signer: SigningKey
     """The gate key: signs every verdict this gate answers with."""
+    outcomes: OutcomeDesk
+    """Follows every direct-allow order to its outcome in the ledger (issue 15)."""
     hold: HoldHandler | None = None
     attestation: AttestationDesk | None = None
     """Admission by runtime attestation (issue 8); ``None`` admits every runtime."""
@@ -156,6 +163,7 @@ class Gate:
             self._refuse_denied,
             self._hold_conditional,
             self._claim_once,
+            self._open_order,
             self._dispatch,
         )
 
@@ -199,10 +207,12 @@ class Gate:
         return message
 
     async def prune_claims(self) -> int:
-        """Forget the claims older than :attr:`GateSettings.claim_retention_ms`, so
-        the claim store stays bounded; returns how many. A failure raises and
-        forgets nothing, which only keeps replays refused longer."""
-        return await self.claims.prune(self.clock() - self.settings.claim_retention_ms)
+        """Forget the claims older than :attr:`GateSettings.claim_retention_ms`, and
+        the direct orders settled before it, so both stay bounded; returns how
+        many. A failure raises and forgets nothing, which only keeps replays
+        refused longer. An order still waiting for its outcome is never pruned."""
+        before = self.clock() - self.settings.claim_retention_ms
+        return await self.claims.prune(before) + await self.outcomes.prune(before)
 
     def verify_proposal(self, data: bytes) -> Proposal:
         return self.verify_runtime_message(data, Proposal, names.PAYLOAD_PROPOSAL)
@@ -303,17 +313,41 @@ class Gate:
             return self._deny(work, ("claim_store_unavailable",))
         if not claimed:
             return self._deny(work, ("duplicate_proposal",))
-        if work.need_normalized().connector_id is None:
-            # The runtime executes this tool itself; there is no connector order.
-            await self._settle(proposal_id, "published")
-            return self._answer(work, "allow", work.reasons)
         return work
 
+    async def _open_order(self, work: Work) -> Work | Verdict:
+        """Record the connector order before it is published, with the connector that
+        must sign its report (issue 15). Not recorded, not published: the claim is
+        spent, so this is a denial, never a second try.
+
+        A tool the runtime runs itself gets no record here: a Hermes runtime does
+        not report its executions, so such a record could only ever end
+        ``execution_unknown``. (A released output is an order to the
+        ``deliver.<channel>`` connector and is recorded like any other.) (An approved
+        runtime-executed action is followed by the approval desk, as before.)
+        """
+        connector = work.need_normalized().connector_id
+        if connector is None:
+            return work
+        proposal, decision = work.proposal, work.need_decision()
+        executor = Executor("connector", connector)
+        order_id = await self.outcomes.open(
+            proposal.proposal_id, decision, executor, work.tenant_ref
+        )
+        if order_id is None:
+            await self._settle(proposal.proposal_id, "failed")
+            await self._record_failure(decision, work.tenant_ref, "order_record_failed")
+            return self._deny(work, ("order_record_failed",))
+        return dataclasses.replace(work, order_id=order_id)
+
     async def _dispatch(self, work: Work) -> Work | Verdict:
-        """Exactly one ExecuteOrder, stored in JetStream, before the allow."""
+        """Exactly one ExecuteOrder, stored in JetStream, before the allow; a tool
+        the runtime runs itself is released to it with no connector order."""
         proposal, normalized, decision = work.proposal, work.need_normalized(), work.need_decision()
         connector = normalized.connector_id
-        assert connector is not None  # _claim_once answered a runtime-executed allow
+        if connector is None:
+            await self._settle(proposal.proposal_id, "published")
+            return self._answer(work, "allow", work.reasons)
         request = DispatchRequest(
             decision=decision,
             connector_id=connector,
@@ -326,6 +360,8 @@ class Gate:
             receipt = await self.dispatch.call(request, self.settings.stage_timeout)
         except StageRefusal as refusal:
             await self._settle(proposal.proposal_id, "failed")
+            if work.order_id is not None:
+                await self.outcomes.close_undelivered(work.order_id)
             await self._record_failure(decision, work.tenant_ref, refusal.reason_code)
             return self._deny(work, ("dispatch_failed", refusal.reason_code))
         await self._settle(proposal.proposal_id, "published")
