@@ -51,7 +51,6 @@ import msgspec
 import structlog
 from nats.js.client import JetStreamContext
 from nats.js.errors import (
-    KeyNotFoundError,
     KeyWrongLastSequenceError,
 )
 from nats.js.kv import KeyValue
@@ -90,6 +89,7 @@ from pipeline.stores.kv import (
     fail_closed,
     kv_entries,
     open_strict_bucket,
+    read_entry,
     token,
 )
 from subjects.approvals import (
@@ -320,14 +320,8 @@ class KvApprovalStore:
         key = _approval_key(approval_id)
         if key is None:
             return None
-        with _unavailable("read"):
-            try:
-                entry = await self._kv.get(key)
-            except KeyNotFoundError:
-                return None
-        if entry.revision is None:
-            raise ApprovalStoreUnavailable(f"stored approval {key} has no revision")
-        return _decode(key, entry.value), entry.revision
+        found = await read_entry(self._kv, key, ApprovalStoreUnavailable, "approval")
+        return None if found is None else (_decode(key, found[0]), found[1])
 
     async def _cas(self, stored: _Stored, revision: int) -> bool:
         """Write ``stored`` only if its key is still at ``revision``; False on conflict."""

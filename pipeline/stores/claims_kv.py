@@ -35,7 +35,6 @@ import structlog
 from nats.js.client import JetStreamContext
 from nats.js.errors import (
     APIError,
-    KeyNotFoundError,
     KeyWrongLastSequenceError,
     NotFoundError,
 )
@@ -49,6 +48,7 @@ from pipeline.stores.kv import (
     fail_closed,
     kv_entries,
     open_strict_bucket,
+    read_entry,
     token,
 )
 
@@ -137,14 +137,9 @@ class KvClaimStore:
 
     async def _read(self, proposal_id: str) -> tuple[_Claim, int] | None:
         self._check_open()
-        with _unavailable("read"):
-            try:
-                entry = await self._kv.get(_key(proposal_id))
-            except KeyNotFoundError:
-                return None
-        if entry.revision is None:
-            raise ClaimStoreUnavailable(f"stored claim {_key(proposal_id)} has no revision")
-        return _decode(_key(proposal_id), entry.value), entry.revision
+        key = _key(proposal_id)
+        found = await read_entry(self._kv, key, ClaimStoreUnavailable, "claim")
+        return None if found is None else (_decode(key, found[0]), found[1])
 
     async def claim(
         self, proposal_id: str, operation_hash: str, decision_id: str, at_ms: int

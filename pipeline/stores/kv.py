@@ -34,7 +34,7 @@ import structlog
 from nats.errors import Error as NatsError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType
 from nats.js.client import JetStreamContext
-from nats.js.errors import BucketNotFoundError
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_OP, KV_PURGE, KeyValue
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "fail_closed",
     "kv_entries",
     "open_strict_bucket",
+    "read_entry",
     "token",
 ]
 
@@ -89,6 +90,25 @@ def fail_closed(unavailable: Callable[[str], Exception], store: str, during: str
     except NATS_FAILURES as exc:
         log.warning(f"{store}_store_unavailable", during=during)
         raise unavailable(f"{store} store unavailable during {during}") from exc
+
+
+async def read_entry(
+    kv: KeyValue, key: str, unavailable: Callable[[str], Exception], store: str
+) -> tuple[bytes | None, int] | None:
+    """The value under ``key`` and its revision, or None when the key is absent.
+
+    One read for every KV store of the pipeline (claims, orders, approvals): a bus
+    failure, or an entry without a revision (which no compare-and-set could
+    follow), is the store's ``unavailable`` error, never an empty answer.
+    """
+    with fail_closed(unavailable, store, "read"):
+        try:
+            entry = await kv.get(key)
+        except KeyNotFoundError:
+            return None
+    if entry.revision is None:
+        raise unavailable(f"stored {store} {key} has no revision")
+    return entry.value, entry.revision
 
 
 class Backoff:

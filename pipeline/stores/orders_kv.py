@@ -24,7 +24,7 @@ from typing import Final
 
 import msgspec
 from nats.js.client import JetStreamContext
-from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import APIError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from pipeline.core.execution_rules import Finish
@@ -36,6 +36,7 @@ from pipeline.stores.kv import (
     fail_closed,
     kv_entries,
     open_strict_bucket,
+    read_entry,
     token,
 )
 from pipeline.stores.orders import SETTLED, OrderBookUnavailable, OrderRecord
@@ -108,14 +109,8 @@ class KvOrderBook:
     async def _read(self, order_id: str) -> tuple[OrderRecord, int] | None:
         self._check_open()
         key = _key(order_id)
-        with _unavailable("read"):
-            try:
-                entry = await self._kv.get(key)
-            except KeyNotFoundError:
-                return None
-        if entry.revision is None:
-            raise OrderBookUnavailable(f"stored order {key} has no revision")
-        return _decode(key, entry.value), entry.revision
+        found = await read_entry(self._kv, key, OrderBookUnavailable, "order")
+        return None if found is None else (_decode(key, found[0]), found[1])
 
     async def open(self, order: OrderRecord) -> bool:
         if order.state != "executing" or order.settled_at is not None:
