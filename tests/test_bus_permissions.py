@@ -407,18 +407,15 @@ async def test_a_runtime_revoked_by_a_new_release_is_cut_off_without_a_gate_rest
         kept = tuple(e for e in registry.entries if e.key.principal != REVOKED)
         state.registry.write_bytes(encode_registry(kept))
         refresh_demo_release(state)  # a new signed release without runtime-b, in the inbox
-        started = time.monotonic()
         assert stack.gate.releases is not None
         await stack.gate.releases.scan_inbox()
-        await wait_for(closed.is_set, timeout=10)
-        cut_off = time.monotonic() - started
+        await wait_for(closed.is_set, timeout=10)  # "within seconds": the deadline bounds it
         with pytest.raises(NatsError, match="Authorization Violation"):
             await nats.connect(
                 stack.url, connect_timeout=5, allow_reconnect=False, **credential.connect_options()
             )
         assert stack.server is not None
         assert stack.server.running  # the server reloaded; nothing restarted
-        assert cut_off < 10
         # The others are still served: the scripted runtime is still in the registry.
         runtime = state.existing_credential(RUNTIME)
         assert runtime is not None
