@@ -40,6 +40,8 @@ OPERATOR: Final = "operator"
 CONSOLE: Final = "console"
 """The approvers' console relay: reads every tenant's pending announcements, signs nothing."""
 PUBLISHER: Final = "release-publisher"
+MODEL_GATEWAY: Final = "model-gateway"
+"""The model gateway's principal (issue 16): signs the output closes of the runtimes it serves."""
 """Writes signed releases into the release bucket (the signature is the release key's)."""
 
 
@@ -154,7 +156,8 @@ class StateDir:
 
 def provision_demo(state: StateDir) -> None:
     """Keys and bus credentials for the gate, the scripted runtime, both connectors,
-    two approvers, the console relay, the release publisher and the operator; the
+    two approvers, the console relay, the release publisher, the model gateway and
+    the operator; the
     registry naming them; and a signed release carrying it (issue 6)."""
     state.root.mkdir(parents=True, exist_ok=True)
 
@@ -175,6 +178,7 @@ def provision_demo(state: StateDir) -> None:
         entry("paralegal-pat", "approver", tenants=(DEMO_TENANT,), licensed_roles=("paralegal",)),
         entry(CONSOLE, "console"),
         entry(PUBLISHER, "publisher"),
+        entry(MODEL_GATEWAY, "gateway"),
         entry(OPERATOR, "operator"),
     ]
     entries.extend(entry(c, "connector", connector_id=c) for c in CONNECTORS)

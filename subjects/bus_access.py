@@ -27,6 +27,9 @@ Rules the table keeps:
   with exactly that filter, and publishes only ``smf.result.<own>``.
 - An approver asks resolve, show and status, and reads only its tenants'
   pending announcements; the console relay reads them for every tenant.
+- The model gateway (issue 16) asks ``smf.gateway.admit`` and streams the output
+  of the runtimes it serves (``smf.output.>``, closes signed with its own key);
+  it reads no order, no approval and nothing of another principal.
 - Release publishers write the release bucket and nothing else; Swarm serves
   ``smf.swarm.analyze``.
 - Nobody but an operator deletes or purges a stream or a bucket, or a
@@ -228,6 +231,7 @@ def _gate() -> Permissions:
             names.APPROVAL_RESOLVE,
             names.APPROVAL_SHOW,
             names.APPROVAL_STATUS,
+            names.GATEWAY_ADMIT,
             f"{names.STAGE_PREFIX}.>",
             "$SRV.>",
         ),
@@ -305,6 +309,13 @@ def _console() -> Permissions:
     )
 
 
+def _gateway() -> Permissions:
+    return Permissions(
+        publish_allow=(names.GATEWAY_ADMIT, f"{names.OUTPUT_PREFIX}.>"),
+        subscribe_allow=(),
+    )
+
+
 def _publisher() -> Permissions:
     return Permissions(
         publish_allow=(f"$KV.{RELEASE_BUCKET}.>", *_READ_RELEASES),
@@ -337,6 +348,8 @@ def permissions_for(entry: RegistryEntry) -> Permissions:
         base = _connector(entry.connector_id)
     elif entry.role == "approver":
         base = _approver(entry.tenants)
+    elif entry.role == "gateway":
+        base = _gateway()
     elif entry.role == "console":
         base = _console()
     elif entry.role == "publisher":
@@ -344,6 +357,8 @@ def permissions_for(entry: RegistryEntry) -> Permissions:
     elif entry.role == "swarm":
         base = _swarm()
     else:
+        # never a default: a role added to the registry gets no operator rights by omission
+        assert entry.role == OPERATOR_ROLE, entry.role
         base = _operator()
     return Permissions(
         publish_allow=base.publish_allow,

@@ -38,6 +38,10 @@ SWARM_ANALYZE: Final = "smf.swarm.analyze"
 """Swarm analysis requests; Swarm publishes nothing on propose, approval or execute."""
 ATTEST: Final = "smf.attest"
 """Runtimes request with a signed start-up attestation; the gate replies with an ack (issue 8)."""
+GATEWAY_ADMIT: Final = "smf.gateway.admit"
+"""The model gateway (issue 16) asks whether it may serve a runtime now; the gate replies
+with a GatewayAdmission it signed (:data:`PAYLOAD_GATEWAY_ADMISSION`) and records every
+refusal in its ledger."""
 STORE_PREFIX: Final = "smf.store"
 """``smf.store.<stream>.>``: the gate's own storage streams (held content on a cluster);
 no other principal reads or writes them."""
@@ -89,6 +93,9 @@ PAYLOAD_ATTESTATION: Final = "application/vnd.smf.runtime-attestation+json;v=1"
 PAYLOAD_APPROVAL_OUTCOME: Final = "application/vnd.smf.approval-outcome+json;v=1"
 """A held proposal's final Verdict, signed by the gate key: the approval id, decision id,
 operation hash and outcome it names are what a runtime may act on, and only those."""
+PAYLOAD_GATEWAY_ADMISSION: Final = "application/vnd.smf.gateway-admission+json;v=1"
+"""The gate's reply on :data:`GATEWAY_ADMIT`, signed by the gate key: only the gate can
+tell the model gateway to serve a runtime."""
 PAYLOAD_VERDICT: Final = "application/vnd.smf.verdict+json;v=1"
 """The gate's reply on :data:`PROPOSE`: the Verdict as a DSSE envelope signed by the gate
 key, so no other client on the bus can answer a runtime "allow" (``subjects.verdicts``)."""

@@ -28,9 +28,18 @@ from subjects.keys import (
 from subjects.patterns import SUBJECT_TOKEN_PATTERN, ConnectorId, Token
 
 Role = Literal[
-    "runtime", "gate", "connector", "approver", "console", "publisher", "swarm", "operator"
+    "runtime",
+    "gate",
+    "connector",
+    "approver",
+    "gateway",
+    "console",
+    "publisher",
+    "swarm",
+    "operator",
 ]
-"""The first four sign what the gate verifies; the rest exist only on the bus
+"""The first five sign what the gate verifies (the model gateway, issue 16, signs the
+output closes of the runtimes it serves); the rest exist only on the bus
 (``subjects.bus_access``): the console relay, release publishers, Swarm, operators."""
 REGISTRY_SCHEMA: Final = "smf.registry/1"
 _TOKEN: Final = re.compile(SUBJECT_TOKEN_PATTERN)

@@ -40,7 +40,9 @@ from pipeline.stages.buffer import OutputBuffer
 from pipeline.stages.contracts import DispatchReceipt, DispatchRequest, EvaluateRequest
 from pipeline.stages.decide import EvaluateStage, NormalizeStage
 from pipeline.stages.dispatch import DispatchStage
+from pipeline.stages.evidence import EvidenceWriter
 from pipeline.stages.gate import Gate, GateSettings
+from pipeline.stages.model_admission import ModelAdmissionDesk
 from pipeline.stages.outcomes import OutcomeDesk
 from pipeline.stages.releases import ReleaseWatcher
 from pipeline.stages.streams import ensure_gate_streams
@@ -423,6 +425,18 @@ async def _assemble(
         description="SMF runtime attestation: attest -> ack",
         auth=None,
     )
+    admission = ModelAdmissionDesk(
+        attestation=attestation,
+        evidence=EvidenceWriter(ledger, config.tenant_key, config.clock),
+        release_id=_active_release(releases),
+        signer=config.gate_key,
+    )
+    await running.serve(
+        "smf-gateway-admit",
+        [Endpoint("admit", names.GATEWAY_ADMIT, admission.handle)],
+        description="SMF model gateway admission: admit -> signed admission",
+        auth=None,
+    )
     running.tasks += [
         asyncio.create_task(loops.follow_reports(js, outcomes)),
         asyncio.create_task(loops.sweep(desk, outcomes, buffer, config.sweep_seconds)),
@@ -435,14 +449,19 @@ async def _assemble(
     return running
 
 
+def _active_release(releases: ReleaseWatcher | None) -> Callable[[], str | None]:
+    def release_id() -> str | None:
+        active = releases.active if releases is not None else None
+        return active.release_id if active is not None else None
+
+    return release_id
+
+
 def _attestation_desk(
     config: GateConfig, gate: Gate, releases: ReleaseWatcher | None, ledger: Ledger
 ) -> AttestationDesk:
     """``smf.attest`` (issue 8): the desk the chain's ``admit`` link asks first."""
-
-    def release_id() -> str | None:
-        active = releases.active if releases is not None else None
-        return active.release_id if active is not None else None
+    release_id = _active_release(releases)
 
     async def evidence_probe() -> bool:
         # A real round trip to the store: sign the tail (a no-op when it is signed).

@@ -75,7 +75,7 @@ class RuntimeRequirement:
 
 
 @dataclass(frozen=True, slots=True)
-class _Held:
+class Held:
     issued_at_ms: int
     accepted: bool
     runtime_version: str
@@ -118,7 +118,7 @@ class AttestationDesk:
     release_id: Callable[[], str | None] = lambda: None
     evidence_probe: Callable[[], Awaitable[bool]] | None = None
     freshness_ms: int = 120_000
-    _held: dict[str, _Held] = field(default_factory=dict)
+    _held: dict[str, Held] = field(default_factory=dict)
 
     # -- the ``smf.attest`` endpoint -----------------------------------------
 
@@ -169,7 +169,7 @@ class AttestationDesk:
         active_release = self.release_id()
         reasons = _judge(att, need, active_release)
         accepted = not reasons
-        self._held[att.runtime_id] = _Held(
+        self._held[att.runtime_id] = Held(
             att.issued_at_ms,
             accepted,
             att.runtime_version,
@@ -204,21 +204,35 @@ class AttestationDesk:
 
     # -- admission -------------------------------------------------------------
 
-    def admit(self, proposal: Proposal) -> str | None:
-        """The reason to refuse ``proposal``, or None when its runtime may propose."""
-        need = self.required.get(proposal.runtime_id)
-        if need is None:
-            return None  # opt-in: this runtime does not attest
-        held = self._held.get(proposal.runtime_id)
+    def standing(self, runtime_id: str) -> tuple[str | None, Held | None]:
+        """Whether ``runtime_id`` holds a fresh, accepted attestation, whatever its
+        opt-in: the model gateway (issue 16) serves only attested runtimes, so a
+        runtime that never attests (safe mode, plugin off) is never served.
+        Returns the refusal reason (None when standing) and the attestation held."""
+        need = self.required.get(runtime_id, RuntimeRequirement())
+        held = self._held.get(runtime_id)
         if held is None:
-            return MISSING
+            return MISSING, None
         if not held.accepted:
-            return REJECTED
+            return REJECTED, held
         if self.clock() - held.issued_at_ms > need.lease_ms:
-            return STALE
-        if proposal.runtime_version != held.runtime_version:
-            return VERSION_NOT_ATTESTED
+            return STALE, held
         if need.require_release and held.release_id != self.release_id():
             # the gate switched releases since the runtime attested: it must re-attest
-            return RELEASE_MISMATCH
+            return RELEASE_MISMATCH, held
+        return None, held
+
+    def lease_end(self, runtime_id: str, held: Held) -> int:
+        return held.issued_at_ms + self.required.get(runtime_id, RuntimeRequirement()).lease_ms
+
+    def admit(self, proposal: Proposal) -> str | None:
+        """The reason to refuse ``proposal``, or None when its runtime may propose."""
+        if proposal.runtime_id not in self.required:
+            return None  # opt-in: this runtime does not attest
+        reason, held = self.standing(proposal.runtime_id)
+        if reason is not None:
+            return reason
+        assert held is not None
+        if proposal.runtime_version != held.runtime_version:
+            return VERSION_NOT_ATTESTED
         return None

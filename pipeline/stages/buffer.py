@@ -243,7 +243,9 @@ class OutputBuffer:
     async def on_close(
         self, stream_id: str, data: bytes, chunks: list[bytes] | str
     ) -> OutputVerdict:
-        close = self.gate.verify_runtime_message(data, OutputClose, names.PAYLOAD_OUTPUT_CLOSE)
+        close = self.gate.verify_runtime_message(
+            data, OutputClose, names.PAYLOAD_OUTPUT_CLOSE, gateway_may_sign=True
+        )
 
         def withheld(*reasons: str) -> OutputVerdict:
             verdict = Verdict(

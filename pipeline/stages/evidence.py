@@ -34,6 +34,8 @@ from subjects.messages import Outcome, Verdict
 TENANT_DOMAIN: Final = "smf.tenant"
 """Keyed-identifier domain of tenant pseudonyms in evidence (``subjects.keyed``)."""
 MAX_REASONS: Final = 32
+NO_PROJECTION: Final = identity_of({"projection": None})
+"""The projection id of a refusal no policy decided (``EvidenceWriter.for_refusal``)."""
 LEDGER_DISPOSITION: Final[dict[str, Disposition]] = {
     "allow": "allow",
     "deny": "deny",
@@ -139,6 +141,29 @@ class EvidenceWriter:
             tenant_ref=order.tenant_ref,
             at=self.clock(),
             status=status,
+            reason_codes=unique(reasons)[:MAX_REASONS],
+        )
+
+    def for_refusal(
+        self,
+        subject: dict[str, str],
+        tenant_ref: str,
+        release_id: str | None,
+        reasons: tuple[str, ...],
+    ) -> EvidenceEntry:
+        """A denial made before any policy ran (the model gateway's admission, issue 16):
+        the refused request as an identity of ``subject`` (ids only, never a prompt),
+        decided under no projection."""
+        operation = identity_of({"refused": subject})
+        return EvidenceEntry(
+            kind="decision",
+            operation_hash=operation,
+            decision_id=identity_of({"refusal": operation, "reasons": list(unique(reasons))}),
+            release_id=release_ref(release_id or ""),
+            projection_id=NO_PROJECTION,
+            tenant_ref=tenant_ref,
+            at=self.clock(),
+            disposition="deny",
             reason_codes=unique(reasons)[:MAX_REASONS],
         )
 

@@ -177,12 +177,18 @@ class Gate:
 
     # -- the edge -----------------------------------------------------------
 
-    def verify_runtime_message(self, data: bytes, type_: type[T], payload_type: str) -> T:
+    def verify_runtime_message(
+        self, data: bytes, type_: type[T], payload_type: str, *, gateway_may_sign: bool = False
+    ) -> T:
         """Decode once, verify against the registry, check the signer is that runtime.
 
         Used for proposals and for the signed close of an output stream; the
         message's ``runtime_id`` must be the signer's registered runtime and
         its ``issued_at_ms`` within the freshness window of the gate's clock.
+        ``gateway_may_sign`` (output closes only): a registered model gateway
+        (issue 16) may sign for any runtime, as it streams the model output of
+        the runtimes it authenticated; the decision still admits the close only
+        under that runtime's attestation (``Gate._admit``).
         """
         try:
             envelope = dsse.decode_envelope(data, self.settings.max_proposal_bytes)
@@ -196,9 +202,10 @@ class Gate:
         runtimes = [p for p in signers if p.entry.role == "runtime"]
         runtime_id = getattr(message, "runtime_id", None)
         issued_at = getattr(message, "issued_at_ms", None)
-        if not runtimes:
+        vouched = gateway_may_sign and any(p.entry.role == "gateway" for p in signers)
+        if not runtimes and not vouched:
             raise StageRefusal("signer_role_mismatch")
-        if all(p.entry.runtime_id != runtime_id for p in runtimes):
+        if not vouched and all(p.entry.runtime_id != runtime_id for p in runtimes):
             raise StageRefusal("runtime_identity_mismatch")
         if not isinstance(issued_at, int) or (
             abs(self.clock() - issued_at) > self.settings.freshness_ms

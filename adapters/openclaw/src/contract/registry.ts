@@ -22,7 +22,7 @@ import { VerifyKey } from "./keys.js";
 export const REGISTRY_SCHEMA = "smf.registry/1";
 export const PUBLIC_KEY_KIND = "smf.ed25519.public/1";
 export const MAX_REGISTRY_BYTES = 4 * 1024 * 1024;
-const ROLES = ["runtime", "gate", "connector", "approver", "console", "publisher", "swarm", "operator"];
+const ROLES = ["runtime", "gate", "connector", "approver", "gateway", "console", "publisher", "swarm", "operator"];
 const ENTRY_FIELDS = ["key", "role", "runtime_id", "connector_id", "tenants", "licensed_roles", "nats_user"];
 const NKEY_USER_RE = /^U[A-Z2-7]{55}$/;
 const KEY_FIELDS = ["kind", "key_id", "principal", "public_key"];

@@ -1,0 +1,126 @@
+"""``start_model_gateway``: the model gateway (issue 16) from explicit settings.
+
+Like ``start_gate``, it reads no state directory: the caller names the bus,
+the gateway's credential and key, the gate keys it trusts, the runtimes it
+serves and the provider. The first bus join is bounded; a refused credential
+ends the start with the server's reason instead of a start that hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import structlog
+from aiohttp import web
+from nats.aio.client import Client
+
+from pipeline.assembly.gate import BusUnavailableError
+from pipeline.stages.model_gateway import (
+    GatewayRuntime,
+    GatewaySettings,
+    ModelGateway,
+    Upstream,
+    serve_gateway,
+)
+from subjects.bus_access import BusCredential, connect_options
+from subjects.keys import SigningKey, VerifyKey
+
+log = structlog.get_logger(__name__)
+
+
+class GatewayFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``model-gateway.json``: the provider and the runtimes the gateway serves."""
+
+    schema: Literal["smf.model-gateway/1"]
+    upstream: Upstream
+    runtimes: tuple[GatewayRuntime, ...] = ()
+
+
+class GatewayFileError(ValueError):
+    """The gateway's settings file is missing or invalid."""
+
+
+def load_gateway_file(path: Path) -> GatewayFile:
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=GatewayFile)
+    except OSError as exc:
+        raise GatewayFileError(f"cannot read {path}: {exc.strerror}") from exc
+    except msgspec.DecodeError as exc:
+        raise GatewayFileError(f"{path}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class ModelGatewayConfig:
+    servers: tuple[str, ...]
+    credential: BusCredential | None
+    key: SigningKey
+    gate_keys: Callable[[], Mapping[str, VerifyKey]]
+    settings_file: GatewayFile
+    host: str = "127.0.0.1"
+    port: int = 0
+    gateway: GatewaySettings = field(default_factory=GatewaySettings)
+    join_seconds: float = 10.0
+
+
+@dataclass
+class RunningModelGateway:
+    nc: Client
+    runner: web.AppRunner
+    port: int
+    gateway: ModelGateway
+
+    @property
+    def url(self) -> str:
+        """The ``base_url`` a runtime is pointed at."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+        if not self.nc.is_closed:
+            await self.nc.drain()
+
+
+async def start_model_gateway(config: ModelGatewayConfig) -> RunningModelGateway:
+    nc = Client()
+    refused: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        refused.append(type(exc).__name__)
+
+    options: dict[str, Any] = {
+        "servers": list(config.servers),
+        "name": "smf-model-gateway",
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 0.5,
+        "error_cb": on_error,
+        **connect_options(config.credential),
+    }
+    try:
+        async with asyncio.timeout(config.join_seconds):
+            await nc.connect(**options)
+    except TimeoutError:
+        await nc.close()
+        last = refused[-1] if refused else "no answer"
+        raise BusUnavailableError(
+            f"no NATS server let the model gateway in within {config.join_seconds:g} s ({last})"
+        ) from None
+    gateway = ModelGateway(
+        nc=nc,
+        key=config.key,
+        gate_keys=config.gate_keys,
+        runtimes=config.settings_file.runtimes,
+        upstream=config.settings_file.upstream,
+        settings=config.gateway,
+    )
+    try:
+        runner, port = await serve_gateway(gateway, config.host, config.port)
+    except BaseException:
+        await nc.close()
+        raise
+    log.info("model_gateway_started", port=port, runtimes=len(gateway.runtimes))
+    return RunningModelGateway(nc=nc, runner=runner, port=port, gateway=gateway)

@@ -1,0 +1,414 @@
+"""The model gateway: the model endpoint as an enforcement point the runtime cannot switch off.
+
+Issue 16. Both runtimes reach their model through an OpenAI-compatible
+``base_url``; that endpoint sits outside the runtime and every turn crosses
+it, whatever the runtime's settings, its plugins, or its safe mode. Here:
+
+- **Admission.** Each runtime presents its own bearer token (only its hash is
+  configured here). It is served only while the gate says it holds a fresh,
+  accepted attestation (``smf.gateway.admit``, answered signed by the gate,
+  ``pipeline.stages.model_admission``); the answer is kept for at most
+  :attr:`GatewaySettings.admission_cache_ms` and never past the attestation's
+  lease. A runtime in safe mode, with its plugin disabled, unattested or on
+  another release gets an HTTP error, and the gate records the refusal.
+- **Output held until the verdict.** The provider's answer is assembled whole
+  (``pipeline.core.model_turns``); its text goes through the output buffer
+  (``smf.output.<id>``, the same detectors, policy and evidence as any
+  output, issue 5), as the runtime's declared delivery surface, with a close
+  signed by the gateway's key. Only then is anything written to the runtime:
+  the released turn, or a notice in its place with no tool call. Nothing is
+  streamed through, so no partial text ever reaches it.
+- **Fail closed.** A missing or wrong token, bad JSON, an oversized body, an
+  upstream that hangs, errors or breaks its stream, a gate that does not
+  answer: a clear HTTP error (OpenAI's error shape, our reason code), nothing
+  released, and every other runtime keeps being served.
+
+No prompt, reply or token is logged at any level: only runtime ids, reason
+codes and sizes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+import aiohttp
+import msgspec
+import structlog
+from aiohttp import web
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+
+from adapters.output import OutputStreamer, new_stream_id
+from pipeline.core import model_turns
+from pipeline.core.model_turns import Turn, TurnError
+from subjects import dsse, names
+from subjects.envelope import Name, Surface
+from subjects.keys import SigningKey, VerifyKey
+from subjects.messages import ActorContext, DataFacts, OutputVerdict, ProposedDestination
+from subjects.model_gateway import GatewayAdmission, GatewayAdmit
+from subjects.patterns import Token
+
+log = structlog.get_logger(__name__)
+
+TOKEN_PREFIX: Final = "sha256:"  # noqa: S105 - the prefix of a hash, not a secret
+OUTPUT_CHUNK_BYTES: Final = 32 * 1024
+WITHHELD_NOTICE: Final = "[SMF Assurance Gate: this reply was withheld ({reasons}).]"
+HELD_NOTICE: Final = (
+    "[SMF Assurance Gate: this reply is held for approval ({reasons}); approval {approval}.]"
+)
+
+
+class GatewayRuntime(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One runtime the gateway serves, as its operator declared it.
+
+    ``destination`` and ``surface`` are where the runtime delivers replies
+    (a CLI terminal, a client chat): the output gate decides each reply for
+    that destination, whatever the runtime says at run time.
+    """
+
+    runtime_id: Token
+    token_sha256: str
+    adapter_id: Name
+    actor: ActorContext
+    destination: ProposedDestination
+    surface: Surface = "direct_reply"
+    facts: DataFacts = DataFacts()
+
+
+class Upstream(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The model provider the gateway forwards to (``base_url`` ends in ``/v1``)."""
+
+    base_url: str
+    api_key_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_answer_bytes: int = 8 * 1024 * 1024
+    upstream_connect_s: float = 5.0
+    upstream_read_s: float = 60.0
+    """No byte from the provider for this long ends the turn ``upstream_timeout``."""
+    upstream_total_s: float = 300.0
+    admit_timeout_s: float = 2.0
+    output_timeout_s: float = 10.0
+    admission_cache_ms: int = 1000
+    max_in_flight: int = 16
+    """Per runtime: a runtime cannot take every slot of the gateway."""
+
+
+class Refusal(Exception):
+    """An HTTP error for the runtime: a status and one of our reason codes."""
+
+    def __init__(self, status: int, reason_code: str) -> None:
+        super().__init__(reason_code)
+        self.status = status
+        self.reason_code = reason_code
+
+
+def token_hash(token: str) -> str:
+    return TOKEN_PREFIX + hashlib.sha256(token.encode()).hexdigest()
+
+
+def error_response(status: int, reason_code: str) -> web.Response:
+    """OpenAI's error shape: the runtime shows ``message`` as the failure."""
+    body = {
+        "error": {
+            "message": f"SMF model gateway refused the request: {reason_code}",
+            "type": "smf_gateway_error",
+            "code": reason_code,
+        }
+    }
+    return web.json_response(body, status=status)
+
+
+@dataclass(slots=True)
+class _Standing:
+    runtime_version: str
+    valid_until_ms: int
+
+
+@dataclass
+class ModelGateway:
+    nc: Client
+    key: SigningKey
+    """The gateway's own key: signs the output closes of the runtimes it serves."""
+    gate_keys: Callable[[], Mapping[str, VerifyKey]]
+    runtimes: tuple[GatewayRuntime, ...]
+    upstream: Upstream
+    settings: GatewaySettings = field(default_factory=GatewaySettings)
+    clock: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)
+    _by_token: dict[str, GatewayRuntime] = field(init=False)
+    _standing: dict[str, _Standing] = field(init=False, default_factory=dict)
+    _in_flight: dict[str, int] = field(init=False, default_factory=dict)
+    _session: aiohttp.ClientSession | None = field(init=False, default=None)
+    _upstream_key: str | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self._by_token = {r.token_sha256: r for r in self.runtimes}
+        if len(self._by_token) != len(self.runtimes):
+            raise ValueError("two runtimes share one gateway token")
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=self.settings.max_body_bytes)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.on_startup.append(self._open)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _open(self, _app: web.Application) -> None:
+        if self.upstream.api_key_file is not None:
+            with open(self.upstream.api_key_file, encoding="utf-8") as handle:
+                self._upstream_key = handle.read().strip()
+        timeout = aiohttp.ClientTimeout(
+            total=self.settings.upstream_total_s,
+            sock_connect=self.settings.upstream_connect_s,
+            sock_read=self.settings.upstream_read_s,
+        )
+        self._session = aiohttp.ClientSession(timeout=timeout)
+
+    async def _close(self, _app: web.Application) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    # -- endpoints -------------------------------------------------------------
+
+    async def _models(self, request: web.Request) -> web.StreamResponse:
+        """The provider's model list, for an authenticated runtime (it carries no text)."""
+        try:
+            self._authenticate(request)
+            status, data = await self._upstream_get("/models")
+        except Refusal as refusal:
+            return error_response(refusal.status, refusal.reason_code)
+        return web.Response(status=status, body=data, content_type="application/json")
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            runtime = self._authenticate(request)
+        except Refusal as refusal:
+            return error_response(refusal.status, refusal.reason_code)
+        runtime_id = runtime.runtime_id
+        if self._in_flight.get(runtime_id, 0) >= self.settings.max_in_flight:
+            return error_response(429, "gateway_runtime_busy")
+        self._in_flight[runtime_id] = self._in_flight.get(runtime_id, 0) + 1
+        try:
+            return await self._serve(request, runtime)
+        except Refusal as refusal:
+            log.warning("model_turn_refused", runtime_id=runtime_id, reason=refusal.reason_code)
+            return error_response(refusal.status, refusal.reason_code)
+        finally:
+            self._in_flight[runtime_id] -= 1
+
+    async def _serve(self, request: web.Request, runtime: GatewayRuntime) -> web.StreamResponse:
+        try:
+            data = await request.read()
+        except web.HTTPRequestEntityTooLarge as exc:
+            raise Refusal(413, "request_too_large") from exc
+        try:
+            chat = model_turns.read_request(data)
+        except TurnError as exc:
+            raise Refusal(400, exc.reason_code) from exc
+        version = await self._admit(runtime)
+        turn = await self._ask_upstream(data, chat.stream)
+        turn = await self._gate_output(runtime, version, turn)
+        if chat.stream:
+            return web.Response(
+                body=model_turns.stream_events(turn),
+                content_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        return web.Response(body=model_turns.completion_body(turn), content_type="application/json")
+
+    # -- admission ---------------------------------------------------------------
+
+    def _authenticate(self, request: web.Request) -> GatewayRuntime:
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Refusal(401, "gateway_token_missing")
+        digest = token_hash(token.strip())
+        for known, runtime in self._by_token.items():
+            if hmac.compare_digest(known, digest):
+                return runtime
+        raise Refusal(401, "gateway_token_unknown")
+
+    async def _admit(self, runtime: GatewayRuntime) -> str:
+        """The attested runtime version, or a refusal the gate has recorded."""
+        now = self.clock()
+        cached = self._standing.get(runtime.runtime_id)
+        if cached is not None and now < cached.valid_until_ms:
+            return cached.runtime_version
+        self._standing.pop(runtime.runtime_id, None)
+        ask = GatewayAdmit(
+            schema="smf.gateway-admit/1",
+            request_id="m-" + secrets.token_hex(16),
+            runtime_id=runtime.runtime_id,
+            tenant_id=runtime.actor.tenant_id,
+            issued_at_ms=now,
+        )
+        try:
+            reply = await self.nc.request(
+                names.GATEWAY_ADMIT, msgspec.json.encode(ask), timeout=self.settings.admit_timeout_s
+            )
+        except (NatsError, TimeoutError) as exc:
+            raise Refusal(503, "gate_unreachable") from exc
+        if names.HEADER_SERVICE_ERROR in (reply.headers or {}):
+            raise Refusal(503, "gate_refused_admission_request")
+        try:
+            answer, _ = dsse.open_struct(
+                dsse.decode_envelope(reply.data),
+                self.gate_keys(),
+                GatewayAdmission,
+                names.PAYLOAD_GATEWAY_ADMISSION,
+            )
+        except (dsse.SignatureError, msgspec.ValidationError) as exc:
+            raise Refusal(503, "admission_not_signed_by_gate") from exc
+        if answer.request_id != ask.request_id or answer.runtime_id != runtime.runtime_id:
+            raise Refusal(503, "admission_for_another_request")
+        if not answer.admitted or answer.runtime_version is None:
+            raise Refusal(403, answer.reason_codes[0] if answer.reason_codes else "not_admitted")
+        until = now + self.settings.admission_cache_ms
+        if answer.expires_at_ms is not None:
+            until = min(until, answer.expires_at_ms)
+        self._standing[runtime.runtime_id] = _Standing(answer.runtime_version, until)
+        return answer.runtime_version
+
+    # -- the provider --------------------------------------------------------------
+
+    def _upstream_headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if self._upstream_key:
+            headers["Authorization"] = f"Bearer {self._upstream_key}"
+        return headers
+
+    def _url(self, path: str) -> str:
+        return self.upstream.base_url.rstrip("/") + path
+
+    async def _upstream_get(self, path: str) -> tuple[int, bytes]:
+        assert self._session is not None
+        try:
+            async with self._session.get(self._url(path), headers=self._upstream_headers()) as resp:
+                data = await resp.content.read(self.settings.max_answer_bytes + 1)
+                if resp.status >= 400 or len(data) > self.settings.max_answer_bytes:
+                    raise Refusal(502, "upstream_error")
+                return resp.status, data
+        except TimeoutError as exc:
+            raise Refusal(504, "upstream_timeout") from exc
+        except aiohttp.ClientError as exc:
+            raise Refusal(502, "upstream_unreachable") from exc
+
+    async def _ask_upstream(self, body: bytes, stream: bool) -> Turn:
+        """The provider's whole turn; every way it can fail is a refusal, never a part."""
+        assert self._session is not None
+        limit = self.settings.max_answer_bytes
+        try:
+            async with self._session.post(
+                self._url("/chat/completions"), data=body, headers=self._upstream_headers()
+            ) as resp:
+                if resp.status >= 400:
+                    raise Refusal(502, "upstream_error")
+                if not stream:
+                    data = await resp.content.read(limit + 1)
+                    if len(data) > limit:
+                        raise Refusal(502, "upstream_answer_too_large")
+                    return model_turns.read_completion(data)
+                assembler = model_turns.StreamAssembler()
+                size = 0
+                async for part in resp.content.iter_any():
+                    size += len(part)
+                    if size > limit:
+                        raise Refusal(502, "upstream_answer_too_large")
+                    assembler.feed(part)
+                return assembler.finish()
+        except TurnError as exc:
+            raise Refusal(502, exc.reason_code) from exc
+        except TimeoutError as exc:
+            raise Refusal(504, "upstream_timeout") from exc
+        except aiohttp.ClientPayloadError as exc:
+            raise Refusal(502, "upstream_stream_broken") from exc
+        except aiohttp.ClientError as exc:
+            raise Refusal(502, "upstream_unreachable") from exc
+
+    # -- the output gate -------------------------------------------------------------
+
+    async def _gate_output(self, runtime: GatewayRuntime, version: str, turn: Turn) -> Turn:
+        """The turn the runtime may have: itself when its text is released (or it has
+        none), else the notice alone. A tool call never passes beside withheld text."""
+        if not turn.content:
+            return turn
+        streamer = OutputStreamer(
+            self.nc,
+            self.key,
+            runtime.runtime_id,
+            version,
+            runtime.adapter_id,
+            timeout=self.settings.output_timeout_s,
+            gate_keys=self.gate_keys(),
+        )
+        raw = turn.content.encode()
+        chunks = [raw[i : i + OUTPUT_CHUNK_BYTES] for i in range(0, len(raw), OUTPUT_CHUNK_BYTES)]
+        stream_id = new_stream_id()
+        committed = await streamer.send_chunks(stream_id, chunks)
+        signed = streamer.close_message(
+            stream_id,
+            committed,
+            actor=runtime.actor,
+            facts=runtime.facts,
+            destination=runtime.destination,
+            surface=runtime.surface,
+        )
+        verdict = await streamer.close(stream_id, signed)
+        outcome = _outcome(verdict, turn.content)
+        log.info(
+            "model_turn_decided",
+            runtime_id=runtime.runtime_id,
+            outcome=outcome,
+            reasons=list(verdict.verdict.reason_codes),
+            text_bytes=len(raw),
+            tool_calls=len(turn.tool_calls),
+        )
+        if outcome == "allow":
+            return turn
+        reasons = ", ".join(verdict.verdict.reason_codes) or "no reason given"
+        if outcome == "held":
+            text = HELD_NOTICE.format(reasons=reasons, approval=verdict.verdict.approval_id)
+        else:
+            text = WITHHELD_NOTICE.format(reasons=reasons)
+        return model_turns.notice_turn(turn, text)
+
+
+def _outcome(verdict: OutputVerdict, text: str) -> Literal["allow", "deny", "held"]:
+    """Released only as decided: an allow whose released text is not the text sent
+    counts as withheld."""
+    if verdict.verdict.outcome == "allow" and verdict.released != text:
+        return "deny"
+    return verdict.verdict.outcome
+
+
+async def serve_gateway(gateway: ModelGateway, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Start the HTTP side; returns the runner (``cleanup()`` stops it) and the bound port."""
+    runner = web.AppRunner(gateway.application(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0][1] if runner.addresses else port
+    return runner, int(bound)
+
+
+__all__ = [
+    "GatewayRuntime",
+    "GatewaySettings",
+    "ModelGateway",
+    "Upstream",
+    "serve_gateway",
+    "token_hash",
+]

@@ -1,0 +1,50 @@
+"""The model gateway's question to the gate (issue 16): may this runtime be served now?
+
+Both runtimes reach their model through an OpenAI-compatible endpoint; the
+model gateway is that endpoint, outside the runtime. It serves a runtime
+only while the gate holds a fresh, accepted attestation from it: a runtime
+in safe mode or with its plugin disabled never attests (RUNTIMES.md,
+"Hermes Agent"), so it gets no completion at all, and so no tool call to run.
+
+The gateway asks on ``smf.gateway.admit`` with a :class:`GatewayAdmit`
+(bus permissions let only the gateway role ask, ``subjects.bus_access``);
+the gate answers with a :class:`GatewayAdmission` signed with its key, which
+the gateway verifies before it serves anything.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from subjects.envelope import Name
+from subjects.patterns import Code, MessageId, Millis, Token
+
+
+class GatewayAdmit(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One model request's admission question; ``tenant_id`` names whose ledger
+    pseudonym a refusal is recorded under."""
+
+    schema: Literal["smf.gateway-admit/1"]
+    request_id: MessageId
+    runtime_id: Token
+    tenant_id: Name
+    issued_at_ms: Millis
+
+
+class GatewayAdmission(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The gate's answer: ``admitted`` with the attested runtime version, or the
+    reason codes of the refusal and the ledger entry that records it."""
+
+    schema: Literal["smf.gateway-admission/1"]
+    request_id: str
+    runtime_id: str
+    admitted: bool
+    reason_codes: tuple[Code, ...]
+    runtime_version: str | None = None
+    """The attested version; the gateway's output closes name it (the gate admits
+    a close only under the attested version)."""
+    expires_at_ms: int | None = None
+    """When the attestation's lease ends; the gateway never serves past it."""
+    evidence: tuple[str, ...] = ()

@@ -1,0 +1,402 @@
+"""The model gateway (issue 16) against a real gate, a real nats-server and a fake provider.
+
+Every request crosses the real HTTP server (aiohttp) of the gateway; the
+provider is the fake of ``ops.bench.fake_model`` on 127.0.0.1; the gate is a
+real one (``start_stack``: release, ledger, output buffer, authorization on).
+
+Proves, for these paths: a runtime that holds no fresh, accepted attestation
+gets an HTTP error and no completion (the provider is never asked), and the
+gate's ledger records the refusal; a reply's text reaches the runtime only
+after the output gate released it, whole, once (one delivery order); a reply
+the policy holds or withholds is replaced by a notice, and its tool calls go
+with it; a stream that breaks off, an upstream that hangs, errors or sends
+garbage, bad JSON, an oversized body, a missing or wrong token each end in a
+clear HTTP error with nothing released; a hang never stops others being
+served; an admission no gate key signed is not believed.
+
+Does not prove: anything about the real runtimes (tests/test_hermes_gateway.py
+drives Hermes through the gateway), tool-call accounting, session taint or
+model-egress governance (not built yet; docs/EVIDENCE.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+import nats
+import pytest
+from nats.aio.client import Client
+
+from ops.bench.fake_model import FakeModel, Reply
+from ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
+from ops.runtimes import provision_runtime
+from ops.stack import Stack, start_stack
+from ops.state import OPERATOR, StateDir, provision_demo
+from pipeline.assembly.model_gateway import RunningModelGateway, start_model_gateway
+from pipeline.stages.model_gateway import GatewaySettings
+from pipeline.stores.ledger_audit import export_jsonl
+from subjects import dsse, names
+from subjects.attestation import AttestationAck, RuntimeAttestation
+from subjects.keys import SigningKey
+from subjects.messages import ActorContext, DataFacts, ProposedDestination
+from tests.bus_helpers import wait_for
+
+PIN = "1.0.0"
+RUNTIME_ID = "gw-demo"
+PRINCIPAL = "gw-runtime"
+OTHER_ID = "gw-other"
+OTHER = "gw-other-runtime"
+ACTOR = ActorContext(
+    domain="litigation",
+    tenant_id="tenant-acme",
+    organization_id="org-acme-llp",
+    matter_id="matter-2026-0042",
+    actor_id="associate-ann",
+    actor_roles=("associate",),
+    governing_laws=("US-NY",),
+)
+CLIENT_CHAT = ProposedDestination(address="telegram:client-chat", locality="external")
+TERMINAL = ProposedDestination(address="cli:operator", locality="internal")
+CLEAN = DataFacts(classification="internal", injection_taint="clear", redaction_status="none")
+PRIVILEGED = "PRIVILEGED & CONFIDENTIAL: our strategy is to settle below 2M."
+
+
+@dataclass
+class World:
+    state: StateDir
+    stack: Stack
+    model: FakeModel
+    gateway: RunningModelGateway
+    tokens: dict[str, str]
+    tap: list[str]
+
+    def key(self, principal: str) -> SigningKey:
+        return self.state.key(principal)
+
+
+async def attest(
+    world: World,
+    principal: str,
+    runtime_id: str,
+    *,
+    problems: tuple[str, ...] = (),
+    age_ms: int = 0,
+) -> AttestationAck:
+    att = RuntimeAttestation(
+        schema="smf.runtime-attestation/1",
+        attestation_id="a-" + str(time.time_ns()),
+        runtime_id=runtime_id,
+        runtime_version=PIN,
+        runtime_pin=PIN,
+        adapter_id="smf-hermes-adapter",
+        adapter_version="0.1.0",
+        profile="block-only",
+        hooks_present=(),
+        hooks_missing=(),
+        streaming=(),
+        verified_release_id=None,
+        problems=problems,
+        issued_at_ms=time.time_ns() // 1_000_000 - age_ms,
+    )
+    signed = dsse.encode_envelope(
+        dsse.sign_struct(names.PAYLOAD_ATTESTATION, att, [world.key(principal)])
+    )
+    credential = world.state.existing_credential(principal)
+    assert credential is not None
+    nc = await nats.connect(world.stack.url, **credential.connect_options())
+    try:
+        reply = await nc.request(names.ATTEST, signed, timeout=5)
+    finally:
+        await nc.close()
+    return msgspec.json.decode(reply.data, type=AttestationAck)
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    provision_runtime(state, PRINCIPAL, RUNTIME_ID, runtime_pin=PIN, require_release=False)
+    provision_runtime(state, OTHER, OTHER_ID, runtime_pin=PIN, require_release=False, lease_ms=1500)
+    model = await FakeModel().start()
+    set_upstream(state, model.url)
+    tokens = {
+        RUNTIME_ID: provision_gateway_runtime(
+            state,
+            RUNTIME_ID,
+            adapter_id="smf-hermes-adapter",
+            actor=ACTOR,
+            destination=CLIENT_CHAT,
+            facts=CLEAN,
+        ),
+        OTHER_ID: provision_gateway_runtime(
+            state,
+            OTHER_ID,
+            adapter_id="smf-hermes-adapter",
+            actor=ACTOR,
+            destination=TERMINAL,
+            facts=CLEAN,
+        ),
+    }
+    stack = await start_stack(state, with_connectors=False)
+    settings = GatewaySettings(upstream_read_s=1.0, max_body_bytes=256 * 1024)
+    gateway = await start_model_gateway(gateway_config(state, stack.url, settings=settings))
+    credential = state.existing_credential(OPERATOR)
+    assert credential is not None
+    tap_nc: Client = await nats.connect(stack.url, **credential.connect_options())
+    tap: list[str] = []
+
+    async def record(msg: Any) -> None:
+        tap.append(msg.subject)
+
+    await tap_nc.subscribe(f"{names.EXECUTE_PREFIX}.>", cb=record)
+    try:
+        yield World(state, stack, model, gateway, tokens, tap)
+    finally:
+        await tap_nc.close()
+        await gateway.close()
+        await stack.stop()
+        await model.stop()
+
+
+async def chat(
+    world: World,
+    runtime_id: str | None = RUNTIME_ID,
+    *,
+    stream: bool = True,
+    body: bytes | None = None,
+    token: str | None = None,
+) -> tuple[int, bytes]:
+    headers = {"Content-Type": "application/json"}
+    bearer = token if token is not None else (world.tokens[runtime_id] if runtime_id else None)
+    if bearer is not None:
+        headers["Authorization"] = f"Bearer {bearer}"
+    payload = body
+    if payload is None:
+        request = {
+            "model": "fake-model",
+            "stream": stream,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        payload = json.dumps(request).encode()
+    url = world.gateway.url + "/chat/completions"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=payload, headers=headers) as resp,
+    ):
+        return resp.status, await resp.read()
+
+
+def sse_text(data: bytes) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """The text, tool calls and finish reasons a runtime reads from the gateway's stream."""
+    text = ""
+    calls: list[dict[str, Any]] = []
+    finishes: list[str] = []
+    assert data.endswith(b"data: [DONE]\n\n")
+    for line in data.split(b"\n"):
+        if not line.startswith(b"data: ") or line == b"data: [DONE]":
+            continue
+        choice = json.loads(line[6:])["choices"][0]
+        text += choice["delta"].get("content") or ""
+        calls += choice["delta"].get("tool_calls") or []
+        if choice["finish_reason"]:
+            finishes.append(choice["finish_reason"])
+    return text, calls, finishes
+
+
+def ledger_reasons(state: StateDir) -> list[list[str]]:
+    out = io.StringIO()
+    export_jsonl(state.ledger, out)
+    return [json.loads(line)["reason_codes"] for line in out.getvalue().splitlines()]
+
+
+def error_code(data: bytes) -> str:
+    code = json.loads(data)["error"]["code"]
+    assert isinstance(code, str)
+    return code
+
+
+def decisions(state: StateDir) -> list[str]:
+    """The dispositions of the gate's decision entries, in order (the ledger is
+    written before any verdict is answered, so it is complete when a reply is)."""
+    out = io.StringIO()
+    export_jsonl(state.ledger, out)
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    return [r["disposition"] for r in rows if r["kind"] == "decision"]
+
+
+# -- admission ---------------------------------------------------------------------
+
+
+async def test_an_unattested_runtime_gets_no_completion_and_the_refusal_is_in_the_ledger(
+    world: World,
+) -> None:
+    status, data = await chat(world)
+    assert status == 403
+    assert error_code(data) == "runtime_attestation_missing"
+    assert world.model.requests == []  # the provider was never asked
+    assert ["runtime_attestation_missing", "model_request_refused"] in ledger_reasons(world.state)
+
+
+async def test_a_runtime_whose_attestation_reports_a_problem_is_refused(world: World) -> None:
+    ack = await attest(world, PRINCIPAL, RUNTIME_ID, problems=("runtime_safe_mode",))
+    assert not ack.accepted
+    status, data = await chat(world)
+    assert (status, error_code(data)) == (403, "runtime_attestation_rejected")
+    assert world.model.requests == []
+
+
+async def test_a_lapsed_attestation_stops_the_service(world: World) -> None:
+    """The other runtime's lease is 1.5 s: attested 1 s ago, it is served now and
+    refused once the lease has run out, with no new attestation."""
+    assert (await attest(world, OTHER, OTHER_ID, age_ms=1000)).accepted
+    status, _ = await chat(world, OTHER_ID)
+    assert status == 200
+
+    async def refused() -> bool:
+        return (await chat(world, OTHER_ID))[0] == 403
+
+    deadline = time.monotonic() + 10
+    while not await refused():
+        assert time.monotonic() < deadline, "still served after its lease"
+        await asyncio.sleep(0.1)
+    assert ["runtime_attestation_stale", "model_request_refused"] in ledger_reasons(world.state)
+
+
+@pytest.mark.parametrize(
+    ("token", "code"),
+    [("", "gateway_token_missing"), ("smfgw_not-the-token", "gateway_token_unknown")],
+)
+async def test_a_missing_or_wrong_token_is_refused_before_anything(
+    world: World, token: str, code: str
+) -> None:
+    await attest(world, PRINCIPAL, RUNTIME_ID)
+    status, data = await chat(world, None, token=token or None)
+    assert (status, error_code(data)) == (401, code)
+    assert world.model.requests == []
+
+
+async def test_an_admission_no_gate_key_signed_is_not_believed(world: World) -> None:
+    await attest(world, PRINCIPAL, RUNTIME_ID)
+    stranger = SigningKey.from_seed(b"\x07" * 32).verify_key
+    world.gateway.gateway.gate_keys = lambda: {stranger.key_id: stranger}
+    status, data = await chat(world)
+    assert (status, error_code(data)) == (503, "admission_not_signed_by_gate")
+    assert world.model.requests == []
+
+
+# -- output held until the verdict -------------------------------------------------
+
+
+async def test_an_allowed_reply_reaches_the_runtime_whole_once(world: World) -> None:
+    await attest(world, OTHER, OTHER_ID)
+    world.model.default = Reply(content="The hearing is on Monday at 10.", delta_bytes=4)
+    status, data = await chat(world, OTHER_ID)
+    assert status == 200
+    text, calls, finishes = sse_text(data)
+    assert (text, calls, finishes) == ("The hearing is on Monday at 10.", [], ["stop"])
+    assert decisions(world.state) == ["allow"]  # decided once, before the bytes were sent
+
+
+async def test_a_non_streamed_reply_is_released_as_one_body(world: World) -> None:
+    await attest(world, OTHER, OTHER_ID)
+    world.model.default = Reply(content="Filed.")
+    status, data = await chat(world, OTHER_ID, stream=False)
+    assert status == 200
+    assert json.loads(data)["choices"][0]["message"]["content"] == "Filed."
+
+
+async def test_a_privileged_reply_to_a_client_chat_never_reaches_the_runtime(
+    world: World,
+) -> None:
+    await attest(world, PRINCIPAL, RUNTIME_ID)
+    world.model.default = Reply(
+        content=PRIVILEGED, tool_calls=(("call_1", "send_message", '{"to":"client"}'),)
+    )
+    for stream in (True, False):
+        status, data = await chat(world, stream=stream)
+        assert status == 200
+        assert b"settle below" not in data
+        assert b"PRIVILEGED" not in data
+        assert b"send_message" not in data  # the tool call is withheld with the text
+        assert b"SMF Assurance Gate" in data
+    assert decisions(world.state) == ["hold", "hold"]
+    assert world.tap == []  # no order of any kind
+
+
+# -- the provider misbehaves ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "status", "code"),
+    [
+        ("error", 502, "upstream_error"),
+        ("broken", 502, "upstream_stream_broken"),
+        ("garbage", 502, "upstream_stream_invalid"),
+        ("hang", 504, "upstream_timeout"),
+    ],
+)
+async def test_a_failing_provider_is_an_error_and_nothing_is_released(
+    world: World, behaviour: Any, status: int, code: str
+) -> None:
+    await attest(world, OTHER, OTHER_ID)
+    world.model.queue.append(
+        Reply(content="PARTIAL-STREAMED-" * 8, behaviour=behaviour, delta_bytes=8)
+    )
+    got, data = await chat(world, OTHER_ID)
+    assert (got, error_code(data)) == (status, code)
+    assert b"PARTIAL" not in data
+    assert decisions(world.state) == []  # nothing was offered for release
+
+
+async def test_a_hanging_provider_does_not_stop_others_being_served(world: World) -> None:
+    await attest(world, OTHER, OTHER_ID)
+    await attest(world, PRINCIPAL, RUNTIME_ID)
+    world.model.queue.append(Reply(behaviour="hang"))
+    hung = asyncio.create_task(chat(world, RUNTIME_ID))
+    await wait_for(lambda: len(world.model.requests) == 1, timeout=5)
+    world.model.default = Reply(content="Noted.")
+    status, data = await chat(world, OTHER_ID)
+    assert not hung.done()
+    assert (status, sse_text(data)[0]) == (200, "Noted.")
+    assert (await hung)[0] == 504
+
+
+# -- bad input -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        (b"{not json", 400, "malformed_json"),
+        (b"[1, 2]", 400, "request_not_an_object"),
+        (b'{"model": "m"}', 400, "request_messages_invalid"),
+        (b'{"messages": [{"role": "user"}], "stream": "yes"}', 400, "request_stream_invalid"),
+        (b'{"messages": ["' + b"x" * (300 * 1024) + b'"]}', 413, "request_too_large"),
+    ],
+)
+async def test_bad_input_is_a_clear_error_and_reaches_no_provider(
+    world: World, body: bytes, status: int, code: str
+) -> None:
+    await attest(world, PRINCIPAL, RUNTIME_ID)
+    got, data = await chat(world, body=body)
+    assert (got, error_code(data)) == (status, code)
+    assert world.model.requests == []
+
+
+async def test_the_model_list_needs_a_token(world: World) -> None:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(world.gateway.url + "/models") as resp:
+            assert resp.status == 401
+        headers = {"Authorization": f"Bearer {world.tokens[RUNTIME_ID]}"}
+        async with session.get(world.gateway.url + "/models", headers=headers) as resp:
+            assert resp.status == 200
+            assert (await resp.json())["data"][0]["id"] == "fake-model"
