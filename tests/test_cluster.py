@@ -54,6 +54,7 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import ConsumerInfo, StorageType, StreamConfig, StreamInfo
+from nats.js.client import JetStreamContext
 from structlog.testing import capture_logs
 
 from adapters.output import OutputStreamer, new_stream_id
@@ -120,6 +121,19 @@ async def cnc(nats_cluster: LocalNatsCluster) -> AsyncIterator[Client]:
     await nc.close()
 
 
+JS_API_TIMEOUT: Final = 30.0
+
+
+def js_api(nc: Client) -> JetStreamContext:
+    """The test's JetStream API, with a deadline that fits a loaded machine.
+
+    A replicated stream's creation is a raft proposal across three nodes that
+    each fsync; on two busy cores it once took longer than nats-py's default
+    5 s (issue 18, run 14 of 50 under load), which failed the test at its
+    first line, before anything it asserts."""
+    return nc.jetstream(timeout=JS_API_TIMEOUT)
+
+
 @pytest.fixture
 async def replicas(
     state: StateDir, nats_cluster: LocalNatsCluster, tmp_path: Path
@@ -172,7 +186,7 @@ async def test_replicas_on_two_nodes_racing_one_resolution_give_one_order_every_
 async def test_replicas_on_two_nodes_claiming_one_approval_give_one_order_every_round(
     replicas: list[GateProcess], cnc: Client, state: StateDir
 ) -> None:
-    store = await KvApprovalStore.open(cnc.jetstream(), replicas=REPLICAS)
+    store = await KvApprovalStore.open(js_api(cnc), replicas=REPLICAS)
     try:
         await race_one_claim(replicas, cnc, state, store)
     finally:
@@ -213,7 +227,7 @@ async def test_an_approval_held_by_a_killed_replica_is_resolved_once_by_the_othe
             return await approval_state(cnc, approval_id) == "consumed"
 
         await wait_for(consumed, timeout=20)
-    sent = await orders(cnc.jetstream(), state)
+    sent = await orders(js_api(cnc), state)
     assert [o.approval_id for o, _ in sent] == [approval_id]
     outbox = state.connector_dir("court-efiling") / "outbox"
     assert [p.name for p in outbox.iterdir()] == [f"{reply.order_id}.json"]
@@ -302,8 +316,7 @@ async def assert_each_allow_has_one_order(
     """Fail closed, nothing twice: every allow's order is stored, once; every other
     verdict is a denial with a reason; no document has two orders."""
     stored = [
-        open_order(raw.data or b"", state.key("gate"))
-        for raw in await stored_orders(nc.jetstream())
+        open_order(raw.data or b"", state.key("gate")) for raw in await stored_orders(js_api(nc))
     ]
     by_order = Counter(order.order_id for order in stored)
     assert all(count == 1 for count in by_order.values()), by_order
@@ -353,7 +366,7 @@ async def test_losing_a_nats_node_under_load_loses_no_verdict_and_duplicates_no_
     # policy denial, only when the node took the reply or the publish ack with it.
     ordered = {
         str(open_order(raw.data or b"", state.key("gate")).arguments["document_id"])
-        for raw in await stored_orders(cnc.jetstream())
+        for raw in await stored_orders(js_api(cnc))
     }
     verdict_of = dict(results + after)
     assert {d for d, v in verdict_of.items() if v.outcome == "allow"} <= ordered
@@ -364,7 +377,7 @@ async def test_losing_a_nats_node_under_load_loses_no_verdict_and_duplicates_no_
         assert reasons <= TRANSPORT_DENIALS or "dispatch_failed" in reasons, verdict_of[document]
     order_ids = {
         open_order(raw.data or b"", state.key("gate")).order_id
-        for raw in await stored_orders(cnc.jetstream())
+        for raw in await stored_orders(js_api(cnc))
     }
     store = seed_demo_documents(state)
     async with connectors_running(state, nats_cluster.urls[0]):
@@ -485,7 +498,7 @@ async def test_an_output_stream_buffered_by_two_replicas_is_answered_once(
             decisions.append(verdict.verdict.decision_id)
         # Each allowed close is one order in the stream, the winner's (a JetStream
         # publish acknowledged before the reply): counted where every order is kept.
-        stored = await stored_orders(cnc.jetstream())
+        stored = await stored_orders(js_api(cnc))
         assert {raw.subject for raw in stored} == {f"{names.EXECUTE_PREFIX}.deliver.messaging"}
         released = [open_order(raw.data or b"", state.key("gate")) for raw in stored]
         assert [o.decision_id for o in released] == decisions
@@ -494,7 +507,7 @@ async def test_an_output_stream_buffered_by_two_replicas_is_answered_once(
 async def test_a_cluster_gate_refuses_a_stream_with_fewer_replicas(
     tmp_path: Path, nats_cluster: LocalNatsCluster, cnc: Client
 ) -> None:
-    await cnc.jetstream().add_stream(
+    await js_api(cnc).add_stream(
         StreamConfig(
             name=names.EXECUTE_STREAM,
             subjects=[f"{names.EXECUTE_PREFIX}.>"],
