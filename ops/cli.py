@@ -19,6 +19,7 @@ from ops.commands import (
     demo,
     keys,
     ledger,
+    model_gateway,
     release,
     swarm,
     up,
@@ -32,7 +33,20 @@ def build_parser() -> argparse.ArgumentParser:
         description="SMF Assurance Gate: deterministic decisions for AI-agent actions.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (decide, demo, bench, up, keys, approvals, ledger, swarm, release, console, bus):
+    for module in (
+        decide,
+        demo,
+        bench,
+        up,
+        keys,
+        approvals,
+        ledger,
+        swarm,
+        release,
+        console,
+        bus,
+        model_gateway,
+    ):
         module.add_parsers(sub)
     return parser
 

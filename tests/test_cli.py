@@ -273,6 +273,7 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         "release",
         "console",
         "bus",
+        "model-gateway",
     }
     for path, summary, child in found:
         command = " ".join(path)

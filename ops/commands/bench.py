@@ -17,7 +17,7 @@ import argparse
 import platform
 from typing import Any
 
-from ops.bench import bus, cluster, evaluator, output
+from ops.bench import bus, cluster, evaluator, gateway, output
 from ops.bench.bus import BenchError
 from ops.logs import configure_logging
 from ops.natsserver import NatsServerError
@@ -42,6 +42,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "allows/s through one and two gate replicas vs a bare echo (only when asked)",
     )
     p.add_argument(
+        "--gateway",
+        action="store_true",
+        help="the model gateway: a completion and 4 KB / 64 KB streamed replies direct to a "
+        "fake provider vs through the gateway, and the gateway's own added latency "
+        "(only when asked)",
+    )
+    p.add_argument(
         "--rounds",
         type=int,
         default=None,
@@ -64,7 +71,7 @@ def machine() -> str:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    run_all = not (args.evaluator or args.bus or args.output or args.cluster)
+    run_all = not (args.evaluator or args.bus or args.output or args.cluster or args.gateway)
     report: dict[str, Any] = {"machine": machine()}
     if args.evaluator or run_all:
         rounds = args.rounds if args.rounds is not None else EVALUATOR_ROUNDS
@@ -111,9 +118,48 @@ def run_bench(args: argparse.Namespace) -> int:
         report["cluster"] = _cluster_json(result_cluster)
         if not args.json:
             _print_cluster(result_cluster)
+    if args.gateway:
+        configure_logging(json=False, level="error")
+        rounds = args.rounds if args.rounds is not None else gateway.DEFAULT_ROUNDS
+        try:
+            result_gateway = gateway.run(rounds=max(1, rounds))
+        except gateway.GatewayBenchError as exc:
+            fail(f"bench --gateway: {exc}")
+        report["gateway"] = _gateway_json(result_gateway)
+        if not args.json:
+            _print_gateway(result_gateway)
     if args.json:
         emit_json(report)
     return 0
+
+
+# --- gateway --------------------------------------------------------------------------
+
+
+def _gateway_json(result: gateway.GatewayResult) -> list[dict[str, Any]]:
+    def figures(s: Any) -> dict[str, int]:
+        return {
+            "p50_ns": round(s.p50_us * 1000),
+            "p95_ns": round(s.p95_us * 1000),
+            "p99_ns": round(s.p99_us * 1000),
+        }
+
+    return [
+        {
+            "series": row.direct.label.removesuffix(", direct"),
+            "samples": row.direct.count,
+            "direct": figures(row.direct),
+            "through_gateway": figures(row.gateway),
+            "output_decision": figures(row.decision),
+            "gateway_own_added": figures(row.own),
+        }
+        for row in result.rows
+    ]
+
+
+def _print_gateway(result: gateway.GatewayResult) -> None:
+    rows = [s.row() for r in result.rows for s in (r.direct, r.gateway, r.decision, r.own)]
+    table(("series", "samples", "p50 us", "p95 us", "p99 us"), rows)
 
 
 # --- evaluator ------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from nats.errors import Error as NatsError
 
 from ops.bus import connect_bus, nats_url_path, write_url
 from ops.cluster import seed_urls
+from ops.commands import model_gateway
 from ops.logs import LOG_LEVELS, configure_logging
 from ops.output import emit_json, fail, first_line, say
 from ops.stack import start_connectors, start_stack
@@ -94,6 +95,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         dest="json_logs",
         action="store_false",
         help="log for a person at a terminal (default when stderr is one)",
+    )
+    p.add_argument(
+        "--model-gateway",
+        nargs="?",
+        const=model_gateway.DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help="also run the model gateway (issue 16) beside the gate, on HOST:PORT "
+        f"(default {model_gateway.DEFAULT_LISTEN}); needs `model-gateway upstream` first",
     )
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")
     p.add_argument("--json", action="store_true", help="print the readiness line as JSON")
@@ -158,6 +167,7 @@ def check_flags(args: argparse.Namespace) -> None:
                 ("--gate-name", args.gate_name is not None),
                 ("--no-connectors", args.no_connectors),
                 ("--bus-stages", args.bus_stages),
+                ("--model-gateway", args.model_gateway is not None),
             )
             if given
         ]
@@ -211,7 +221,7 @@ async def _start(state: StateDir, args: argparse.Namespace) -> Running:
         fail(f"cannot start {what}: {first_line(exc)}")
 
 
-def _announce(running: Running, args: argparse.Namespace) -> None:
+def _announce(running: Running, args: argparse.Namespace, gateway_url: str | None) -> None:
     server = embedded(running)
     server_pid = server.pid if server is not None else None
     connectors = [] if args.no_connectors else list(CONNECTORS)
@@ -224,6 +234,7 @@ def _announce(running: Running, args: argparse.Namespace) -> None:
             "nats_server_pid": server_pid,
             "connectors": connectors,
             "stages": stages,
+            "model_gateway_url": gateway_url,
         }
         settings = _cluster_settings(args)
         ready["gate_name"] = args.gate_name
@@ -234,9 +245,10 @@ def _announce(running: Running, args: argparse.Namespace) -> None:
         settings = _cluster_settings(args)
         gate = f", gate {args.gate_name}" if args.gate_name else ""
         cluster = f", cluster R{settings.replicas}" if settings is not None else ""
+        model = f", model gateway {gateway_url}" if gateway_url is not None else ""
         say(
             f"ready: {running.url} ({where}), state {running.state.root}, "
-            f"stages {stages}{gate}{cluster}, connectors {', '.join(connectors) or 'none'}"
+            f"stages {stages}{gate}{cluster}, connectors {', '.join(connectors) or 'none'}{model}"
         )
     # stdout is block-buffered in a pipe: whoever waits for this line needs it now.
     sys.stdout.flush()
@@ -249,13 +261,18 @@ async def _up(state: StateDir, args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         running = await _start(state, args)
+        gateway = None
         try:
+            if args.model_gateway is not None:
+                gateway = await model_gateway.start_beside(state, running.url, args.model_gateway)
             write_url(state.root, running.url)
             log.info("up_ready", nats=running.url, state_dir=str(state.root))
-            _announce(running, args)
+            _announce(running, args, gateway.url if gateway is not None else None)
             reason = await serve_until_stopped(running, stop)
         finally:
             nats_url_path(state.root).unlink(missing_ok=True)
+            if gateway is not None:
+                await gateway.close()
             stopped = await shutdown(running)
         reason = reason or stopped
     finally:

@@ -219,14 +219,20 @@ class ModelGateway:
             raise Refusal(400, exc.reason_code) from exc
         version = await self._admit(runtime)
         turn = await self._ask_upstream(data, chat.stream)
+        started = time.perf_counter_ns()
         turn = await self._gate_output(runtime, version, turn)
+        # Server-Timing (W3C): how long the turn waited for its output decision, so a
+        # benchmark can tell the gateway's own cost from the decision's (no content).
+        timing = {"Server-Timing": f"output;dur={(time.perf_counter_ns() - started) / 1e6:.3f}"}
         if chat.stream:
             return web.Response(
                 body=model_turns.stream_events(turn),
                 content_type="text/event-stream",
-                headers={"Cache-Control": "no-cache"},
+                headers={"Cache-Control": "no-cache", **timing},
             )
-        return web.Response(body=model_turns.completion_body(turn), content_type="application/json")
+        return web.Response(
+            body=model_turns.completion_body(turn), content_type="application/json", headers=timing
+        )
 
     # -- admission ---------------------------------------------------------------
 

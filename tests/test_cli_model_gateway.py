@@ -1,0 +1,218 @@
+"""``smf-assurance model-gateway`` and ``up --model-gateway`` (issue 16), as an operator meets them.
+
+Proves: the settings commands write what ``serve`` reads (the token only to a
+0600 file, never on stdout); bad input is one line and a non-zero exit; ``up
+--model-gateway`` serves the gateway beside the gate as a process, and that
+gateway refuses an unattested runtime with the gate's reason (the figure a
+user sees first), and stops with ``up``. ``bench --gateway`` prints its
+three series with the gateway's own added latency.
+
+Does not prove: the gateway's behaviour in depth (tests/test_model_gateway.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ops.cli import main
+from ops.state import StateDir, provision_demo
+from tests.test_cli_ops import ROOT, assert_one_line_failure, read_line, run
+
+ACTOR = {
+    "domain": "litigation",
+    "tenant_id": "tenant-acme",
+    "organization_id": "org-acme-llp",
+    "matter_id": "matter-2026-0042",
+    "actor_id": "associate-ann",
+    "actor_roles": ["associate"],
+    "governing_laws": ["US-NY"],
+}
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> StateDir:
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    return state
+
+
+def add_runtime(state: StateDir, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    actor = tmp_path / "actor.json"
+    actor.write_text(json.dumps(ACTOR))
+    code, out, _ = run(
+        [
+            "model-gateway",
+            "add-runtime",
+            "scripted-demo",
+            "--adapter",
+            "smf-scripted-adapter",
+            "--actor",
+            str(actor),
+            "--destination",
+            "cli:operator",
+            "--locality",
+            "internal",
+            "--state-dir",
+            str(state.root),
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 0
+    return Path(json.loads(out)["token_file"])
+
+
+def test_settings_are_written_and_listed_and_the_token_never_printed(
+    demo: StateDir, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = str(demo.root)
+    code, out, _ = run(
+        ["model-gateway", "upstream", "http://127.0.0.1:9/v1", "--state-dir", root], capsys
+    )
+    assert code == 0
+    assert "http://127.0.0.1:9/v1" in out
+    token_file = add_runtime(demo, tmp_path, capsys)
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    token = token_file.read_text()
+    assert token.startswith("smfgw_")
+    assert token not in (demo.root / "model-gateway.json").read_text()
+    code, out, _ = run(["model-gateway", "list", "--state-dir", root], capsys)
+    assert code == 0
+    assert token not in out
+    assert "scripted-demo" in out
+    assert "cli:operator" in out
+    code, out, _ = run(["model-gateway", "list", "--state-dir", root, "--json"], capsys)
+    assert json.loads(out) == [
+        {
+            "runtime": "scripted-demo",
+            "adapter": "smf-scripted-adapter",
+            "destination": "cli:operator",
+            "locality": "internal",
+            "surface": "direct_reply",
+        }
+    ]
+    argv = ["model-gateway", "serve", "--listen", "nowhere", "--nats", "nats://127.0.0.1:9"]
+    code, _, err = run([*argv, "--state-dir", root], capsys)
+    assert_one_line_failure(code, err, "is not HOST:PORT")
+
+
+def test_bad_input_is_one_line(
+    demo: StateDir, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = str(demo.root)
+    code, _, err = run(["model-gateway", "list", "--state-dir", root], capsys)
+    assert_one_line_failure(code, err, "model-gateway upstream URL")
+    code, _, err = run(["model-gateway", "upstream", "ftp://x", "--state-dir", root], capsys)
+    assert_one_line_failure(code, err, "is not an http(s) URL")
+    actor = tmp_path / "actor.json"
+    actor.write_text("{not json")
+    argv = ["model-gateway", "add-runtime", "r1", "--adapter", "a", "--actor", str(actor)]
+    argv += ["--destination", "cli:x", "--locality", "internal", "--state-dir", root]
+    code, _, err = run(argv, capsys)
+    assert_one_line_failure(code, err, "--actor")
+    actor.write_text(json.dumps(ACTOR))
+    code, _, err = run(argv, capsys)
+    assert_one_line_failure(code, err, "name the upstream first")
+    code, _, err = run([*argv[:2], "bad.id", *argv[3:]], capsys)
+    assert_one_line_failure(code, err, "is not a runtime id")
+    code, _, err = run(["model-gateway", "list", "--state-dir", str(tmp_path / "none")], capsys)
+    assert_one_line_failure(code, err, "no gate state")
+    code, _, err = run(
+        [
+            "model-gateway",
+            "serve",
+            "--listen",
+            "nowhere",
+            "--nats",
+            "nats://127.0.0.1:9",
+            "--state-dir",
+            root,
+        ],
+        capsys,
+    )
+    assert_one_line_failure(code, err, "model-gateway upstream URL")
+
+
+def test_up_serves_the_gateway_beside_the_gate(
+    demo: StateDir, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = str(demo.root)
+    assert main(["model-gateway", "upstream", "http://127.0.0.1:9/v1", "--state-dir", root]) == 0
+    token = add_runtime(demo, tmp_path, capsys).read_text()
+    log = (tmp_path / "up.log").open("w")
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "ops.cli", "up", "--state-dir", root, "--json"),
+            *("--no-connectors", "--model-gateway", "127.0.0.1:0"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        ready = json.loads(read_line(proc, 60))
+        assert ready["ready"] is True
+        url = ready["model_gateway_url"]
+        request = urllib.request.Request(
+            url + "/chat/completions",
+            data=json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode(),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)  # 127.0.0.1 only
+        assert refused.value.code == 403
+        assert json.loads(refused.value.read())["error"]["code"] == "runtime_attestation_missing"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+        log.close()
+
+
+def test_up_without_gateway_settings_fails_in_one_line(
+    demo: StateDir, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "ops.cli", "up", "--state-dir", str(demo.root)),
+            *("--no-connectors", "--model-gateway", "127.0.0.1:0"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("smf-assurance: cannot start the model gateway:")
+    assert "Traceback" not in proc.stderr
+
+
+def test_bench_gateway_prints_the_three_series(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--gateway", "--rounds", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["gateway"]
+    assert [row["series"] for row in report] == [
+        "completion, not streamed",
+        "4 KB streamed",
+        "64 KB streamed",
+    ]
+    for row in report:
+        assert row["samples"] == 2
+        assert row["through_gateway"]["p50_ns"] > row["output_decision"]["p50_ns"] > 0
