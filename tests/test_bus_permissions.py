@@ -40,7 +40,7 @@ from ops.natsserver import EmbeddedNatsServer
 from ops.releases import latest_in_inbox, load_trust_root
 from ops.runtimes import provision_runtime
 from ops.stack import gate_config, start_embedded_server, start_stack
-from ops.state import CONSOLE, OPERATOR, PUBLISHER, StateDir, refresh_demo_release
+from ops.state import CONSOLE, MODEL_GATEWAY, OPERATOR, PUBLISHER, StateDir, refresh_demo_release
 from pipeline.assembly import BusUnavailableError, start_gate
 from pipeline.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
 from subjects import names
@@ -53,7 +53,7 @@ Outcome = Literal["allowed", "refused"]
 ANSWER_TIMEOUT_S: Final = 5.0
 
 GATE, RUNTIME, DMS, COURT, ATTORNEY = "gate", "runtime", "dms", "court-efiling", "attorney-alex"
-ROLES: Final = (GATE, RUNTIME, DMS, COURT, ATTORNEY, CONSOLE, PUBLISHER, OPERATOR)
+ROLES: Final = (GATE, RUNTIME, DMS, COURT, ATTORNEY, CONSOLE, PUBLISHER, MODEL_GATEWAY, OPERATOR)
 EVERYONE: Final = frozenset(ROLES)
 OTHER_TENANT: Final = "tenant-other"
 
@@ -127,7 +127,9 @@ ACTIONS: Final = (
     ),
     Action("propose", "req", names.PROPOSE, who(RUNTIME), b"not a proposal"),
     Action("attest", "req", names.ATTEST, who(RUNTIME), b"not an attestation"),
-    Action("stream output", "pub", "smf.output.s-1", who(RUNTIME)),
+    Action("stream output", "pub", "smf.output.s-1", who(RUNTIME, MODEL_GATEWAY)),
+    # Only the model gateway asks whom it may serve; each refusal is a ledger entry.
+    Action("ask a model admission", "req", names.GATEWAY_ADMIT, who(MODEL_GATEWAY), b"{}"),
     Action("resolve an approval", "req", names.APPROVAL_RESOLVE, who(ATTORNEY, CONSOLE)),
     Action("show an approval", "req", names.APPROVAL_SHOW, who(ATTORNEY, CONSOLE)),
     # The OpenClaw plugin's hold asks it (adapters/openclaw/src/gate.ts); Hermes never does.
