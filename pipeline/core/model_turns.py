@@ -24,6 +24,9 @@ from typing import Any, Final
 
 import msgspec
 
+from pipeline.core.detectors import detect
+from subjects.messages import DataFacts
+
 MAX_MESSAGES: Final = 4096
 MAX_TOOL_CALLS: Final = 128
 _DONE: Final = b"[DONE]"
@@ -43,6 +46,34 @@ class ChatRequest:
 
     body: dict[str, Any]
     stream: bool
+
+    def tool_results(self) -> str:
+        """The text of every tool result the runtime is showing the model: what an
+        injection arrives in (a fetched page, a read file)."""
+        parts = [
+            _message_text(m.get("content"))
+            for m in self.body["messages"]
+            if m.get("role") == "tool"
+        ]
+        return "\n".join(p for p in parts if p)
+
+
+def _message_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+    return ""
+
+
+def context_facts(facts: DataFacts, chat: ChatRequest) -> tuple[DataFacts, tuple[str, ...]]:
+    """The declared facts of a runtime's replies, raised by what its conversation
+    carries (issue 16, "Session taint outside the runtime"): a reply written by a
+    model that was shown injected text is decided as tainted, whatever the runtime
+    says. Raise only, never lower (``pipeline.core.detectors``)."""
+    return detect(chat.tool_results(), facts)
 
 
 def read_request(data: bytes) -> ChatRequest:

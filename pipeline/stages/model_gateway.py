@@ -220,7 +220,10 @@ class ModelGateway:
         version = await self._admit(runtime)
         turn = await self._ask_upstream(data, chat.stream)
         started = time.perf_counter_ns()
-        turn = await self._gate_output(runtime, version, turn)
+        facts, found = model_turns.context_facts(runtime.facts, chat)
+        if found:
+            log.warning("model_context_tainted", runtime_id=runtime.runtime_id, found=list(found))
+        turn = await self._gate_output(runtime, version, turn, facts)
         # Server-Timing (W3C): how long the turn waited for its output decision, so a
         # benchmark can tell the gateway's own cost from the decision's (no content).
         timing = {"Server-Timing": f"output;dur={(time.perf_counter_ns() - started) / 1e6:.3f}"}
@@ -346,7 +349,9 @@ class ModelGateway:
 
     # -- the output gate -------------------------------------------------------------
 
-    async def _gate_output(self, runtime: GatewayRuntime, version: str, turn: Turn) -> Turn:
+    async def _gate_output(
+        self, runtime: GatewayRuntime, version: str, turn: Turn, facts: DataFacts
+    ) -> Turn:
         """The turn the runtime may have: itself when its text is released (or it has
         none), else the notice alone. A tool call never passes beside withheld text."""
         if not turn.content:
@@ -368,7 +373,7 @@ class ModelGateway:
             stream_id,
             committed,
             actor=runtime.actor,
-            facts=runtime.facts,
+            facts=facts,
             destination=runtime.destination,
             surface=runtime.surface,
         )
