@@ -51,6 +51,15 @@ def validated(value: S) -> S:
 _ENCODER: Final = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False
 )
+_SORTED_ENCODER: Final = json.JSONEncoder(
+    ensure_ascii=False,
+    separators=(",", ":"),
+    allow_nan=False,
+    check_circular=False,
+    sort_keys=True,
+)
+"""The same encoder, ordering keys itself: for ASCII keys, code-point order is the
+UTF-16 code-unit order RFC 8785 asks for (used only on :func:`_is_plain` values)."""
 
 
 class CanonicalJSONError(ValueError):
@@ -100,6 +109,38 @@ def _normalize(value: Any, where: str, depth: int) -> Any:
     raise CanonicalJSONError(f"type {type(value).__name__} has no JSON form at {where}")
 
 
+def _is_plain(value: Any, depth: int) -> bool:
+    """True when the normalizing walk would return ``value`` unchanged but for key order.
+
+    That holds for plain ``dict``/``list``/``tuple`` trees of ASCII strings and
+    keys, safe integers, booleans and ``None`` within the depth bound: an ASCII
+    string is valid UTF-8 and already NFC, so no string changes and no two keys
+    can merge, and ASCII keys sort the same by code point as by UTF-16 code
+    unit. Anything else (a non-ASCII string, a float, an unsafe integer, a
+    subclass, another type, too deep) answers False and takes the full walk,
+    which decides it and words any refusal. Checks only; allocates nothing.
+    """
+    if depth > MAX_DEPTH:
+        return False
+    kind = type(value)
+    if kind is str:
+        text: str = value
+        return text.isascii()
+    if kind is int:
+        number: int = value
+        return -SAFE_INTEGER_MAX <= number <= SAFE_INTEGER_MAX
+    if kind is bool or value is None:
+        return True
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not key.isascii() or not _is_plain(item, depth + 1):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        return all(_is_plain(item, depth + 1) for item in value)
+    return False
+
+
 def canonical_value(value: Any) -> Any:
     """Return the NFC-normalized, key-ordered copy of a JSON value."""
     return _normalize(value, "$", 0)
@@ -111,7 +152,15 @@ def canonical_bytes(value: Any) -> bytes:
     The standard library encoder already emits the JCS string form: the six
     short escapes, ``\\u00xx`` in lower case for the other control characters,
     everything else as literal UTF-8; so only the value is prepared here.
+
+    Issue 19: most values the gate signs, verifies and hashes are plain ASCII
+    (:func:`_is_plain`); for those the normalizing walk would copy the value
+    unchanged, so the same encoder orders the keys itself and the copy is
+    skipped. The bytes are the same either way (checked against the full walk,
+    the golden vectors and the RFC 8785 oracle in the tests).
     """
+    if _is_plain(value, 0):
+        return _SORTED_ENCODER.encode(value).encode("utf-8")
     return _ENCODER.encode(_normalize(value, "$", 0)).encode("utf-8")
 
 

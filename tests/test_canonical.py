@@ -4,7 +4,8 @@ Properties: the golden vectors hold; canonical bytes are a fixed point of
 parse -> re-encode; equivalent values (NFC vs NFD, any key order) give the
 same bytes; keys follow UTF-16 code-unit order; floats, unsafe integers,
 lone surrogates and excessive nesting have no canonical form; and the
-``struct_identity`` fast path always equals the full ``identity_of`` path.
+``struct_identity`` fast path always equals the full ``identity_of`` path,
+as the plain-value path of ``canonical_bytes`` always equals the full walk.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
@@ -21,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from subjects import canonical
 from subjects.canonical import (
     MAX_DEPTH,
     SAFE_INTEGER_MAX,
@@ -395,6 +398,63 @@ def test_canonical_output_has_no_insignificant_whitespace(value: Any) -> None:
     assert raw == json.dumps(json.loads(raw), ensure_ascii=False, separators=(",", ":")).encode(
         "utf-8"
     )
+
+
+# --- canonical_bytes: the plain-value path must equal the full walk ----------------
+
+
+def _full_walk(value: Any) -> bytes:
+    """What ``canonical_bytes`` computes for every value without its plain-value path."""
+    return canonical._ENCODER.encode(canonical._normalize(value, "$", 0)).encode("utf-8")
+
+
+ASCII_TEXT = st.text(alphabet=st.characters(codec="ascii"), max_size=12)
+PLAIN_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), SAFE_INT, ASCII_TEXT),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=4).map(tuple),
+        st.dictionaries(ASCII_TEXT, children, max_size=4),
+    ),
+    max_leaves=20,
+)
+
+
+@SETTINGS
+@given(st.one_of(PLAIN_VALUES, JSON_VALUES))
+def test_canonical_bytes_equals_the_full_walk(value: Any) -> None:
+    """ASCII keys in code-point order are in UTF-16 order, and an ASCII string is NFC:
+    the plain path (taken for ``PLAIN_VALUES``) gives the walk's bytes exactly."""
+    assert canonical_bytes(value) == _full_walk(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "plain"),
+    [
+        ({"b": [1, "x", None, True], "a": {"\x7f\x00": -(2**53 - 1)}}, True),
+        (("a", 1), True),
+        ({"k": "caf\u00e9"}, False),
+        ({"caf\u00e9": 1}, False),
+        ({"k": 1.0}, False),
+        ({"k": 2**53}, False),
+        ({1: "x"}, False),
+        (b"x", False),
+        (MappingProxyType({"a": 1}), False),
+    ],
+)
+def test_only_plain_values_skip_the_walk(value: Any, plain: bool) -> None:
+    """A non-ASCII string, a float, an unsafe integer, a non-string key, bytes or a
+    mapping that is not a dict takes the full walk, which normalizes or refuses it."""
+    assert canonical._is_plain(value, 0) is plain
+
+
+def test_the_plain_path_keeps_the_nesting_bound() -> None:
+    deep: Any = 0
+    for _ in range(MAX_DEPTH + 1):
+        deep = [deep]
+    assert not canonical._is_plain(deep, 0)
+    with pytest.raises(CanonicalJSONError, match="nesting deeper"):
+        canonical_bytes(deep)
 
 
 # --- struct_identity: the fast path must equal the full path ----------------------

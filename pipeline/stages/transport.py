@@ -50,13 +50,20 @@ class StageClient(Protocol[Req_contra, Rep_co]):
 
 @dataclass(frozen=True, slots=True)
 class LocalStage(Generic[Req, Rep]):
-    """Call a co-located stage in process, under the same deadline."""
+    """Call a co-located stage in process, under the same deadline.
+
+    The stage runs in the caller's task under ``asyncio.timeout`` (issue 19):
+    ``asyncio.wait_for`` wrapped each call in a task of its own, which cost a
+    task and its scheduling per stage call for nothing; the deadline and the
+    ``stage_timeout`` refusal are the same.
+    """
 
     stage: Callable[[Req], Awaitable[Rep]]
 
     async def call(self, request: Req, timeout: float) -> Rep:
         try:
-            return await asyncio.wait_for(self.stage(request), timeout)
+            async with asyncio.timeout(timeout):
+                return await self.stage(request)
         except TimeoutError as exc:
             raise StageRefusal("stage_timeout") from exc
 
