@@ -7,7 +7,9 @@ messages, so one server serves a whole suite and a subagent (whose goal
 text carries its own tag) gets its own script.
 
 A script is ``{"calls": [{"name": ..., "arguments": {...}}, ...], "final": str}``
-(optionally ``"final_delay": seconds``).
+(optionally ``"final_delay": seconds``). A call may carry ``"content": str``:
+assistant text sent in the same message as that tool call (the interim text
+a runtime may show while the tool runs); without it the message has none.
 The n-th request of a conversation that offers tools gets ``calls[n]`` as a
 tool call, where n is the number of tool results already in it; once the
 calls are used up (or when no tools are offered), the reply is ``final`` as
@@ -78,7 +80,7 @@ def answer(scripts: Scripts, body: dict[str, Any]) -> dict[str, Any]:
         call = calls[step]
         message = {
             "role": "assistant",
-            "content": None,
+            "content": call.get("content"),
             "tool_calls": [
                 {
                     "id": f"call_{scenario}_{step}_{int(time.time() * 1000) % 100000}",
@@ -104,19 +106,19 @@ def answer(scripts: Scripts, body: dict[str, Any]) -> dict[str, Any]:
 
 def _chunks(message: dict[str, Any], model: str) -> list[dict[str, Any]]:
     base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model}
+    deltas: list[dict[str, Any]] = []
     if message.get("tool_calls"):
+        if message.get("content"):  # interim text first, as providers send it
+            deltas.append({"role": "assistant", "content": message["content"]})
         call = message["tool_calls"][0]
-        delta = {
-            "role": "assistant",
-            "tool_calls": [{"index": 0, **call}],
-        }
+        deltas.append({"role": "assistant", "tool_calls": [{"index": 0, **call}]})
         finish = "tool_calls"
     else:
-        delta = {"role": "assistant", "content": message["content"]}
+        deltas.append({"role": "assistant", "content": message["content"]})
         finish = "stop"
     usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
     return [
-        {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        *({**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas),
         {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
         {**base, "choices": [], "usage": usage},
     ]

@@ -21,11 +21,23 @@ the model was shown (from the fake server), every verdict and attestation
 ack seen on the bus (a wildcard tap), which marker files exist, and how many
 connector orders the run added to ``SMF_EXECUTE`` (no connector runs here, so
 an order stays in the stream).
+
+Through the model gateway (issue 16, tests/test_hermes_gateway.py): a command
+with ``"via_gateway": true`` gets a model gateway of its own for the run
+(``start_model_gateway``), with the run's runtime (``SMF_RUNTIME_ID``)
+provisioned on it for the command's context (actor, reply destination,
+facts); Hermes's ``model.base_url`` and ``model.api_key`` are the gateway's
+url and that runtime's token, and the gateway forwards to the fake model.
+``"display": "default"`` runs Hermes without ``-Q`` (its default CLI display,
+streaming at its default); ``"plugin_enabled": false`` leaves our plugin out
+of ``plugins.enabled``. Each run also reports the ledger entries it added.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -46,32 +58,45 @@ from adapters.client import ProposalClient
 from ops.bus_auth import write_user_seed
 from ops.demo_script import actor
 from ops.logs import configure_logging
+from ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
 from ops.releases import latest_in_inbox
 from ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID, provision_runtime
 from ops.stack import gate_config, start_embedded_server
 from ops.state import OPERATOR, StateDir, provision_demo
 from pipeline.assembly import start_gate
-from subjects import names
-from subjects.attestation import AttestationAck
+from pipeline.assembly.model_gateway import RunningModelGateway, start_model_gateway
+from pipeline.stores.ledger_audit import export_jsonl
+from subjects import dsse, names
+from subjects.attestation import AttestationAck, RuntimeAttestation
 from subjects.keys import VerifyKey
-from subjects.messages import DataFacts, Verdict
+from subjects.messages import ActorContext, DataFacts, ProposedDestination, Verdict
 from tests.bus_helpers import gate_reply, wait_for
 from tests.fake_openai import FakeOpenAI
 from tests.release_helpers import publish_as_publisher
 
 SAFE_RUNTIME_ID = "hermes-safe"
 SAFE_PRINCIPAL = "hermes-safe-runtime"
+OFF_RUNTIME_ID = "hermes-off"
+OFF_PRINCIPAL = "hermes-off-runtime"
 RUN_TIMEOUT_S = 90.0
 
 
 class Tap:
-    """Gate-signed verdicts and acks seen on the bus (replies travel on inbox subjects)."""
+    """Gate-signed verdicts and acks seen on the bus (replies travel on inbox subjects),
+    and what each attestation on ``smf.attest`` claimed (read, not verified: the gate
+    verifies it; this is only the runtime's word, e.g. its streaming settings)."""
 
     def __init__(self, gate_keys: Mapping[str, VerifyKey]) -> None:
         self.gate_keys = gate_keys
         self.seen: list[dict[str, Any]] = []
 
     async def record(self, msg: Msg) -> None:
+        if msg.subject == names.ATTEST:
+            with contextlib.suppress(dsse.SignatureError, msgspec.DecodeError):
+                raw = dsse.decode_envelope(msg.data).raw_payload
+                claim = msgspec.json.decode(raw, type=RuntimeAttestation)
+                self.seen.append({"kind": "attestation", **msgspec.to_builtins(claim)})
+            return
         if not msg.subject.startswith("_INBOX"):
             return
         signed = gate_reply(msg.data, self.gate_keys)
@@ -90,7 +115,15 @@ class Tap:
         return taken
 
 
-def hermes_home(root: Path, model_url: str, extra: dict[str, Any], plugins: list[str]) -> Path:
+def hermes_home(
+    root: Path,
+    model_url: str,
+    extra: dict[str, Any],
+    plugins: list[str],
+    *,
+    api_key: str = "dummy",
+    ours_enabled: bool = True,
+) -> Path:
     home = root / "hermes-home"
     home.mkdir(parents=True)
     config: dict[str, Any] = {
@@ -98,11 +131,11 @@ def hermes_home(root: Path, model_url: str, extra: dict[str, Any], plugins: list
             "provider": "custom",
             "default": "fake-model",
             "base_url": model_url,
-            "api_key": "dummy",
+            "api_key": api_key,
             "context_length": 131072,
         },
         "security": {"tirith_enabled": False},
-        "plugins": {"enabled": ["smf-assurance", *plugins]},
+        "plugins": {"enabled": [*(["smf-assurance"] if ours_enabled else []), *plugins]},
     }
     for key, value in extra.items():
         config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
@@ -126,6 +159,7 @@ class Harness:
         self.root = Path(config["workdir"])
         self.venv = Path(config["venv"])
         self.runs = 0
+        self.gateway: RunningModelGateway | None = None
 
     async def start(self) -> None:
         configure_logging(json=True, level="warning")
@@ -133,6 +167,7 @@ class Harness:
         provision_demo(self.state)
         provision_runtime(self.state, runtime_pin="0.19.0")
         provision_runtime(self.state, SAFE_PRINCIPAL, SAFE_RUNTIME_ID, runtime_pin="0.19.0")
+        provision_runtime(self.state, OFF_PRINCIPAL, OFF_RUNTIME_ID, runtime_pin="0.19.0")
         self.server = start_embedded_server(self.state)
         self.idle = start_embedded_server(self.state, self.root / "nats-idle")
         self.credentials = self._credentials()
@@ -148,6 +183,7 @@ class Harness:
         self.tap = Tap(self.state.gate_keys())
         self.tap_sub = await self.nc.subscribe(">", cb=self.tap.record)
         self.model = FakeOpenAI().start()
+        set_upstream(self.state, self.model.url)
 
     async def connect(self, principal: str) -> Client:
         credential = self.state.existing_credential(principal)
@@ -168,6 +204,7 @@ class Harness:
         return {
             "credential": str(own),
             "safe_credential": str(self.state.bus_credential_path(SAFE_PRINCIPAL)),
+            "off_credential": str(self.state.bus_credential_path(OFF_PRINCIPAL)),
             "unknown_credential": str(unknown),
             "too_open_credential": str(too_open),
         }
@@ -186,6 +223,7 @@ class Harness:
             "state_dir": str(self.state.root),
             "runtime_key": str(self.state.key_path(HERMES_PRINCIPAL)),
             "safe_key": str(self.state.key_path(SAFE_PRINCIPAL)),
+            "off_key": str(self.state.key_path(OFF_PRINCIPAL)),
             **self.credentials,
         }
 
@@ -195,12 +233,50 @@ class Harness:
         info = await self.gate.js.stream_info(names.EXECUTE_STREAM)
         return int(info.state.messages)
 
+    def ledger(self) -> list[dict[str, Any]]:
+        """Every entry of the gate's ledger, as an auditor's export shows it."""
+        out = io.StringIO()
+        export_jsonl(self.state.ledger, out)
+        return [json.loads(line) for line in out.getvalue().splitlines()]
+
+    async def start_gateway(self, runtime_id: str, context: dict[str, Any]) -> tuple[str, str]:
+        """A model gateway for one run serving ``runtime_id`` as ``context`` declares
+        it (actor, reply destination, facts); returns its url and the runtime's token."""
+        token = provision_gateway_runtime(
+            self.state,
+            runtime_id,
+            adapter_id="smf-hermes-adapter",
+            actor=msgspec.convert(context["actor"], ActorContext),
+            destination=msgspec.convert(context["reply"]["destination"], ProposedDestination),
+            facts=msgspec.convert(context["facts"], DataFacts),
+        )
+        self.gateway = await start_model_gateway(gateway_config(self.state, self.server.url))
+        return self.gateway.url, token
+
     async def run(self, command: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await self._run(command)
+        finally:
+            if self.gateway is not None:
+                await self.gateway.close()
+                self.gateway = None
+
+    async def _run(self, command: dict[str, Any]) -> dict[str, Any]:
         self.runs += 1
         root = self.root / f"run-{self.runs:02d}-{command['name']}"
         root.mkdir(parents=True)
+        context = command["context"]
+        runtime_id = command.get("env", {}).get("SMF_RUNTIME_ID") or HERMES_RUNTIME_ID
+        model_url, api_key = self.model.url, "dummy"
+        if command.get("via_gateway"):
+            model_url, api_key = await self.start_gateway(runtime_id, context)
         home = hermes_home(
-            root, self.model.url, command.get("config", {}), list(command.get("plugins", {}))
+            root,
+            model_url,
+            command.get("config", {}),
+            list(command.get("plugins", {})),
+            api_key=api_key,
+            ours_enabled=command.get("plugin_enabled", True),
         )
         for name, source in command.get("plugins", {}).items():
             install_plugin(home, name, source.replace("{{root}}", str(root)))
@@ -208,7 +284,6 @@ class Harness:
             path = root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content)
-        context = command["context"]
         context_text = json.dumps(context).replace("{{root}}", str(root))
         (root / "context.json").write_text(context_text)
         scripts = json.loads(json.dumps(command["scripts"]).replace("{{root}}", str(root)))
@@ -216,6 +291,7 @@ class Harness:
         self.model.scripts.take_requests()
         self.tap.take()
         orders_before = await self.execute_orders()
+        ledger_before = len(self.ledger())
         env = {
             "PATH": f"{self.venv / 'bin'}:/usr/bin:/bin",
             "HOME": str(root),
@@ -239,7 +315,9 @@ class Harness:
                 env[key] = value
             else:
                 env.pop(key, None)  # an empty value: the setting is absent
-        args = [str(self.venv / "bin" / "hermes"), "chat", "-q", command["prompt"], "-Q"]
+        args = [str(self.venv / "bin" / "hermes"), "chat", "-q", command["prompt"]]
+        if command.get("display", "quiet") == "quiet":
+            args.append("-Q")
         args += ["--toolsets", command.get("toolsets", "terminal")]
         started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
@@ -250,11 +328,29 @@ class Harness:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
+        watch = [str(w) for w in command.get("watch", [])]
+        first_seen: dict[str, int | None] = dict.fromkeys(watch)
+        stdout, stderr = bytearray(), bytearray()
+
+        async def pump(stream: asyncio.StreamReader | None, sink: bytearray) -> None:
+            # the wall-clock ms at which each watched text first stood on stdout
+            assert stream is not None
+            while chunk := await stream.read(65536):
+                sink.extend(chunk)
+                now = time.time_ns() // 1_000_000
+                for needle in watch:
+                    if sink is stdout and first_seen[needle] is None and needle.encode() in sink:
+                        first_seen[needle] = now
+
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT_S)
+            await asyncio.wait_for(
+                asyncio.gather(pump(proc.stdout, stdout), pump(proc.stderr, stderr), proc.wait()),
+                RUN_TIMEOUT_S,
+            )
         except TimeoutError:
             proc.kill()
-            out, err = await proc.communicate()
+            await proc.wait()
+        out, err = bytes(stdout), bytes(stderr)
         # Every verdict and ack of this run answered a request Hermes waited on (its
         # hooks block on the reply), so the server had routed our copy before Hermes
         # could read its own; the flush's PONG comes after it, and once the tap's
@@ -269,12 +365,15 @@ class Harness:
             "root": str(root),
             "returncode": proc.returncode,
             "seconds": round(time.monotonic() - started, 2),
-            "stdout": out.decode(errors="replace")[-8000:],
-            "stderr": err.decode(errors="replace")[-8000:],
+            "stdout": out.decode(errors="replace")[-64000:],
+            "stderr": err.decode(errors="replace")[-64000:],
+            "first_seen_ms": first_seen,
             "requests": [msgspec.to_builtins(r) for r in self.model.scripts.take_requests()],
             "bus": self.tap.take(),
             "markers": markers,
             "execute_orders": await self.execute_orders() - orders_before,
+            # written before any verdict or refusal is answered: complete once Hermes exited
+            "ledger": self.ledger()[ledger_before:],
         }
 
     async def propose_unattested(self) -> dict[str, Any]:

@@ -34,6 +34,7 @@ the approval and the single dispatch after it are proven in-process
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -119,6 +120,15 @@ def _progress(request: pytest.FixtureRequest) -> Any:
 def hermes(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[HermesRuns]:
+    with harness(request, tmp_path_factory) as runs:
+        yield runs
+
+
+@contextlib.contextmanager
+def harness(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HermesRuns]:
+    """One harness process for a module (tests/hermes_harness.py), stopped at its end."""
     say = _progress(request)
     started = time.monotonic()
     env = ensure_hermes_env(PROJECT, progress=say)

@@ -1,0 +1,291 @@
+"""The real Hermes (hermes-agent 0.19.0) pointed at the model gateway (issue 16).
+
+Same harness as tests/test_hermes_conformance.py (real nats-server with
+authorization from the registry, a real gate, the scripted fake model on
+127.0.0.1, everything inside ``unshare -n`` when run as root), plus, per
+run, a model gateway (``start_model_gateway``) between Hermes and the fake
+model: Hermes's ``model.base_url`` is the gateway and ``model.api_key`` the
+runtime's gateway token; the runtime is declared on the gateway with the
+run's actor, reply destination and facts.
+
+Hermes runs in its default CLI display (no ``-Q``, no ``display.streaming``
+key: the CLI streams, ``cli.py`` defaults it to true), the display the issue
+caught printing a held reply and interim text.
+
+Proves, for the pinned version, the CLI path and these scenarios:
+
+- a privileged final reply bound for a client chat never reaches Hermes's
+  stdout or stderr; the gateway's held notice is printed in its place, and
+  the gate's ledger holds the hold decision;
+- privileged interim text sent beside a tool call is never printed and the
+  tool call goes with it: the adapter never saw a call (no proposal), the
+  command did not run (marker absent), no tool result went back to the model;
+- an allowed reply reaches stdout exactly once, and not before the gate's
+  ledger recorded the allow (the first time the harness read it on stdout is
+  not earlier than the ledger entry's time: ledger write -> verdict ->
+  gateway -> Hermes -> pipe is one causal chain on one clock);
+- with ``HERMES_SAFE_MODE=1``, and with our plugin left out of
+  ``plugins.enabled``, the gateway serves no completion (HTTP 403, shown by
+  Hermes as the failure of the turn; in this display Hermes still exits 0,
+  so the exit code is not the signal), the ledger records
+  ``runtime_attestation_missing`` / ``model_request_refused``, the fake model
+  got no request, the scripted command did not run.
+
+Negative findings shown here, as they are:
+
+- without the gateway the same default display prints the privileged reply
+  and the interim text, and with the plugin off a command runs ungated (the
+  holes the gateway closes, shown with the same scripts);
+- admission is by runtime id: within the lease of a fresh attestation
+  (180 s in this harness) a Hermes process of the same runtime WITHOUT our
+  plugin is served by the gateway, and its tool calls run ungated (its reply
+  text still passes the output gate). The gateway token is not bound to the
+  process that attested.
+- in this display the CLI streams (``cli.CLI_CONFIG``, the agent's stream
+  callback, read by a probe plugin), while the adapter attests the CLI's
+  streaming off and the gate accepts that attestation. The gateway makes the
+  claim irrelevant for model text; the attestation is still wrong.
+
+Does not prove: OpenClaw, gateway platforms of Hermes (only the CLI), other
+Hermes versions; the tool-progress line the CLI prints for a released tool
+call (its arguments are model text; a turn with tool calls and no text is
+not put to the output gate: read in ``_gate_output``, not driven here);
+that the token is out of reach of the agent's tools (here it sits in
+``config.yaml``, which the agent's ``terminal`` can read); tool call
+accounting, session taint and model-egress governance (not built yet); that
+Hermes cannot reach the model some other way (the network isolation of
+issue 16 step 6 is not built).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_hermes_conformance import (
+    CLIENT_REPLY,
+    HermesRuns,
+    call,
+    context,
+    harness,
+    verdicts,
+)
+
+PRIVILEGED = "PRIVILEGED & CONFIDENTIAL: our settlement floor is 2M."
+INTERIM = "PRIVILEGED & CONFIDENTIAL: checking the settlement memo before replying."
+ALLOWED = "The hearing is on Monday at 10."
+HELD_NOTICE = "[SMF Assurance Gate: this reply is held for approval"
+REFUSED = ("runtime_attestation_missing", "model_request_refused")
+SAFE = {
+    "SMF_RUNTIME_ID": "hermes-safe",
+    "SMF_RUNTIME_KEY": "{{safe_key}}",
+    "SMF_BUS_CREDENTIAL": "{{safe_credential}}",
+}
+OFF = {
+    "SMF_RUNTIME_ID": "hermes-off",
+    "SMF_RUNTIME_KEY": "{{off_key}}",
+    "SMF_BUS_CREDENTIAL": "{{off_credential}}",
+}
+
+
+@pytest.fixture(scope="module")
+def hermes(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HermesRuns]:
+    with harness(request, tmp_path_factory) as runs:
+        yield runs
+
+
+def through_gateway(hermes: HermesRuns, name: str, script: dict[str, Any], **command: Any) -> Any:
+    """One Hermes turn in the default display with the gateway as its model endpoint."""
+    return hermes.run(name, {name: script}, via_gateway=True, display="default", **command)
+
+
+def shown(run: dict[str, Any]) -> str:
+    """Everything Hermes printed (its terminal is stdout and stderr)."""
+    return str(run["stdout"]) + str(run["stderr"])
+
+
+def decisions(run: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    return [(e["disposition"], e["reason_codes"]) for e in run["ledger"] if e["kind"] == "decision"]
+
+
+def marker_script() -> dict[str, Any]:
+    return {"calls": [call("terminal", command="touch {{root}}/MARKER")], "final": "done"}
+
+
+# -- output held until the verdict ----------------------------------------------------
+
+
+def test_a_privileged_reply_never_reaches_stdout_in_the_default_display(
+    hermes: HermesRuns,
+) -> None:
+    run = through_gateway(
+        hermes,
+        "gw-reply",
+        {"calls": [], "final": PRIVILEGED},
+        context=context(reply=CLIENT_REPLY),
+    )
+    assert "PRIVILEGED" not in shown(run)
+    assert "settlement floor" not in shown(run)
+    assert HELD_NOTICE in run["stdout"]
+    assert run["returncode"] == 0
+    gateway_output = verdicts(run, "output")[0]  # the gateway's stream is decided first
+    assert gateway_output["verdict"]["outcome"] == "held"
+    assert gateway_output["released"] is None
+    assert "detected_privilege_marker" in gateway_output["verdict"]["reason_codes"]
+    assert decisions(run)[0][0] == "hold"
+
+
+def test_privileged_interim_text_beside_a_tool_call_is_never_shown_and_the_call_is_dropped(
+    hermes: HermesRuns,
+) -> None:
+    script = {
+        "calls": [{**call("terminal", command="touch {{root}}/MARKER"), "content": INTERIM}],
+        "final": "done",
+    }
+    run = through_gateway(
+        hermes, "gw-interim", script, context=context(reply=CLIENT_REPLY), markers=["MARKER"]
+    )
+    assert "PRIVILEGED" not in shown(run)
+    assert "settlement memo" not in shown(run)
+    assert HELD_NOTICE in run["stdout"]
+    assert run["markers"] == {"MARKER": False}
+    assert verdicts(run) == []  # Hermes never got the call: no proposal reached the gate
+    assert [r["tool_results"] for r in run["requests"]] == [[]]  # asked once, no tool result
+
+
+STREAM_PROBE = """
+import json
+import sys
+from pathlib import Path
+
+def register(ctx):
+    def _probe(**kwargs):
+        cli = sys.modules.get("cli")
+        agent = getattr(cli, "_active_agent_ref", None)
+        seen = {
+            "cli_config_streaming": cli.CLI_CONFIG["display"].get("streaming"),
+            "stream_delta_callback": getattr(agent, "stream_delta_callback", None) is not None,
+        }
+        Path("{{root}}/STREAMING").write_text(json.dumps(seen))
+    ctx.register_hook("pre_llm_call", _probe)
+"""
+
+
+def test_an_allowed_reply_appears_once_and_not_before_the_allow(hermes: HermesRuns) -> None:
+    run = through_gateway(
+        hermes,
+        "gw-allowed",
+        {"calls": [], "final": ALLOWED},
+        watch=[ALLOWED],
+        plugins={"smf-stream-probe": STREAM_PROBE},
+    )
+    assert run["returncode"] == 0
+    assert run["stdout"].count(ALLOWED) == 1
+    allowed = [e for e in run["ledger"] if e["kind"] == "decision"]
+    assert allowed
+    assert allowed[0]["disposition"] == "allow"  # the gateway's stream, decided first
+    assert run["first_seen_ms"][ALLOWED] >= allowed[0]["at"]
+    # FINDING, unchanged by the gateway: this display streams, the adapter attests the
+    # CLI's streaming off (it reads the raw config's default), and the gate accepts it.
+    streaming = json.loads(Path(run["root"], "STREAMING").read_text())
+    assert streaming == {"cli_config_streaming": True, "stream_delta_callback": True}
+    claims = verdicts(run, "attestation")
+    assert claims
+    assert all({"surface": "cli", "enabled": False} in c["streaming"] for c in claims)
+    acks = verdicts(run, "ack")
+    assert acks
+    assert all(a["accepted"] for a in acks)
+
+
+# -- admission: no attestation, no completion -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("how", "command"),
+    [
+        ("safe-mode", {"env": {**SAFE, "HERMES_SAFE_MODE": "1"}}),
+        ("plugin-off", {"env": OFF, "plugin_enabled": False}),
+    ],
+)
+def test_a_runtime_that_never_attests_gets_no_completion(
+    hermes: HermesRuns, how: str, command: dict[str, Any]
+) -> None:
+    run = through_gateway(hermes, f"gw-{how}", marker_script(), markers=["MARKER"], **command)
+    # the turn fails on screen; in this display Hermes still exits 0 (seen: rc 0)
+    assert "Non-retryable client error (HTTP 403). Aborting." in shown(run)
+    assert "refused the request: runtime_attestation_missing" in shown(run)
+    assert run["markers"] == {"MARKER": False}
+    assert run["requests"] == []  # the model never saw this turn
+    assert run["bus"] == []  # nothing of Hermes's on the bus: no proposal, no attestation
+    assert decisions(run) == [("deny", list(REFUSED))]
+
+
+# -- negative findings ----------------------------------------------------------------
+
+
+def test_without_the_gateway_the_default_display_prints_what_the_gate_holds(
+    hermes: HermesRuns,
+) -> None:
+    """NEGATIVE FINDING (the hole the gateway closes): the same scripts straight to the
+    model, default display: the held reply and the interim text are printed."""
+    reply = hermes.run(
+        "direct-reply",
+        {"direct-reply": {"calls": [], "final": PRIVILEGED}},
+        context=context(reply=CLIENT_REPLY),
+        display="default",
+    )
+    assert PRIVILEGED in reply["stdout"], "closed in-process: update docs/HERMES.md"
+    assert verdicts(reply, "output")[0]["verdict"]["outcome"] == "held"
+    script = {
+        "calls": [{**call("read_file", path="{{root}}/agenda.txt"), "content": INTERIM}],
+        "final": "done",
+    }
+    interim = hermes.run(
+        "direct-interim",
+        {"direct-interim": script},
+        context=context(reply=CLIENT_REPLY),
+        display="default",
+        toolsets="file",
+        files={"agenda.txt": "Agenda: 1. discovery schedule"},
+    )
+    assert INTERIM in shown(interim), "interim text is gated in-process: update docs/HERMES.md"
+
+
+def test_without_the_gateway_a_runtime_with_the_plugin_off_runs_tools_ungated(
+    hermes: HermesRuns,
+) -> None:
+    """NEGATIVE FINDING (the hole the gateway closes): plugin off, model direct."""
+    run = hermes.run(
+        "direct-off",
+        {"direct-off": marker_script()},
+        env=OFF,
+        plugin_enabled=False,
+        display="default",
+        markers=["MARKER"],
+    )
+    assert run["markers"] == {"MARKER": True}, "the plugin loads anyway: update docs/HERMES.md"
+    assert run["bus"] == []
+
+
+def test_within_a_fresh_lease_the_gateway_serves_the_same_runtime_without_its_plugin(
+    hermes: HermesRuns,
+) -> None:
+    """NEGATIVE FINDING: admission is by runtime id, not by the process that attested.
+    An attested turn, then the same runtime's Hermes with the plugin off: served, and
+    its command runs with no proposal."""
+    attested = through_gateway(hermes, "gw-lease-attested", {"calls": [], "final": ALLOWED})
+    assert any(a["accepted"] for a in verdicts(attested, "ack"))
+    run = through_gateway(
+        hermes, "gw-lease-off", marker_script(), plugin_enabled=False, markers=["MARKER"]
+    )
+    assert run["markers"] == {"MARKER": True}, "admission is bound to the process now: docs"
+    assert verdicts(run) == []  # no proposal: the command ran with no gate decision
+    assert verdicts(run, "ack") == []  # and this process never attested
+    assert {o["verdict"]["outcome"] for o in verdicts(run, "output")} == {"allow"}  # text gated
+    assert any(r["tool_results"] for r in run["requests"])  # its result went to the model
