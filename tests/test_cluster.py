@@ -63,6 +63,7 @@ from ops.cluster import LocalNatsCluster
 from ops.stack import gate_config, seed_demo_documents
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
 from pipeline.assembly import ClusterSettings, RunningGate, start_gate
+from pipeline.stages.streams import wait_for_jetstream
 from pipeline.stores.approvals_kv import KvApprovalStore
 from subjects import names
 from subjects.approvals import ApprovalView
@@ -117,6 +118,8 @@ async def cnc(nats_cluster: LocalNatsCluster) -> AsyncIterator[Client]:
         reconnect_time_wait=0.2,
         **nats_cluster.operator.connect_options(),
     )
+    # the cluster has just formed: hear JetStream answer this connection first
+    await wait_for_jetstream(nc, JS_API_TIMEOUT)
     yield nc
     await nc.close()
 
@@ -127,10 +130,10 @@ JS_API_TIMEOUT: Final = 30.0
 def js_api(nc: Client) -> JetStreamContext:
     """The test's JetStream API, with a deadline that fits a loaded machine.
 
-    A replicated stream's creation is a raft proposal across three nodes that
-    each fsync; on two busy cores it once took longer than nats-py's default
-    5 s (issue 18, run 14 of 50 under load), which failed the test at its
-    first line, before anything it asserts."""
+    On two busy cores a stream creation on the new cluster once took longer than
+    nats-py's default 5 s (issue 18, run 14 of 50 under load). In a later run the
+    stream was made but the answer never came: that was the reply-interest race
+    ``wait_for_jetstream`` waits out, which ``cnc`` now does before any test uses it."""
     return nc.jetstream(timeout=JS_API_TIMEOUT)
 
 

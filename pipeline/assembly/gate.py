@@ -45,7 +45,11 @@ from pipeline.stages.gate import Gate, GateSettings
 from pipeline.stages.model_admission import ModelAdmissionDesk
 from pipeline.stages.outcomes import OutcomeDesk
 from pipeline.stages.releases import ReleaseWatcher
-from pipeline.stages.streams import ensure_gate_streams
+from pipeline.stages.streams import (
+    JetStreamUnavailableError,
+    ensure_gate_streams,
+    wait_for_jetstream,
+)
 from pipeline.stages.transport import BusStage, LocalStage, StageClient, serve
 from pipeline.stores.approvals import ApprovalStore
 from pipeline.stores.approvals_kv import KvApprovalStore
@@ -263,6 +267,10 @@ async def start_gate(config: GateConfig) -> RunningGate:
     async with contextlib.AsyncExitStack() as undo:
         undo.push_async_callback(nc.close)
         js = nc.jetstream()
+        try:
+            await wait_for_jetstream(nc, config.join_seconds)
+        except JetStreamUnavailableError as exc:
+            raise BusUnavailableError(str(exc)) from None
         await ensure_gate_streams(js, config.replicas)
         releases = await _open_releases(config, js)
         if releases is not None:

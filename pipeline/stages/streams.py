@@ -8,8 +8,13 @@ and the connector's idempotency record.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Final
 
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
@@ -26,6 +31,37 @@ from subjects.names import (
 )
 
 DUPLICATE_WINDOW_SECONDS: Final = 120.0
+PROBE_SECONDS: Final = 2.0
+
+
+class JetStreamUnavailableError(RuntimeError):
+    """JetStream did not answer this connection within the time allowed."""
+
+
+async def wait_for_jetstream(nc: Client, seconds: float) -> None:
+    """Return once JetStream answers this connection, or raise after ``seconds``.
+
+    On a cluster, an API answer comes back from the meta leader over the routes;
+    on a cluster that has just formed, it can be dropped before this connection's
+    reply interest has reached the leader's node. The stream was made; the
+    caller never hears it. This was seen in a test under load: the stream
+    existed, and the creation request timed out after 30 s. So the first API
+    call goes to a read-only probe the meta leader answers (the stream names).
+    It is asked again, with a short deadline, until it is answered. Only then
+    does a call that changes something go out.
+    """
+    js = nc.jetstream(timeout=PROBE_SECONDS)
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            await js.streams_info()
+            return
+        except (NatsTimeoutError, TimeoutError, NatsError) as exc:
+            if time.monotonic() + PROBE_SECONDS > deadline:
+                raise JetStreamUnavailableError(
+                    f"JetStream did not answer within {seconds:g} s ({type(exc).__name__})"
+                ) from exc
+            await asyncio.sleep(0.05)
 
 
 def execute_stream_config(
