@@ -22,21 +22,15 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from ops.cli import main
 from ops.state import StateDir, provision_demo
 from tests.test_cli_ops import ROOT, assert_one_line_failure, read_line, run
+from tests.test_model_gateway import ACTOR as MODEL_ACTOR
 
-ACTOR = {
-    "domain": "litigation",
-    "tenant_id": "tenant-acme",
-    "organization_id": "org-acme-llp",
-    "matter_id": "matter-2026-0042",
-    "actor_id": "associate-ann",
-    "actor_roles": ["associate"],
-    "governing_laws": ["US-NY"],
-}
+ACTOR = msgspec.to_builtins(MODEL_ACTOR)
 
 
 @pytest.fixture

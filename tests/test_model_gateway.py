@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import msgspec
 import nats
 import pytest
 from nats.aio.client import Client
 
 from ops.bench.fake_model import FakeModel, Reply
+from ops.bench.gateway import attest as scripted_attest
 from ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
 from ops.runtimes import provision_runtime
 from ops.stack import Stack, start_stack
@@ -44,8 +44,8 @@ from ops.state import OPERATOR, StateDir, provision_demo
 from pipeline.assembly.model_gateway import RunningModelGateway, start_model_gateway
 from pipeline.stages.model_gateway import GatewaySettings
 from pipeline.stores.ledger_audit import export_jsonl
-from subjects import dsse, names
-from subjects.attestation import AttestationAck, RuntimeAttestation
+from subjects import names
+from subjects.attestation import AttestationAck
 from subjects.keys import SigningKey
 from subjects.messages import ActorContext, DataFacts, ProposedDestination
 from tests.bus_helpers import wait_for
@@ -91,33 +91,9 @@ async def attest(
     problems: tuple[str, ...] = (),
     age_ms: int = 0,
 ) -> AttestationAck:
-    att = RuntimeAttestation(
-        schema="smf.runtime-attestation/1",
-        attestation_id="a-" + str(time.time_ns()),
-        runtime_id=runtime_id,
-        runtime_version=PIN,
-        runtime_pin=PIN,
-        adapter_id="smf-hermes-adapter",
-        adapter_version="0.1.0",
-        profile="block-only",
-        hooks_present=(),
-        hooks_missing=(),
-        streaming=(),
-        verified_release_id=None,
-        problems=problems,
-        issued_at_ms=time.time_ns() // 1_000_000 - age_ms,
+    return await scripted_attest(
+        world.state, world.stack.url, principal, runtime_id, PIN, problems=problems, age_ms=age_ms
     )
-    signed = dsse.encode_envelope(
-        dsse.sign_struct(names.PAYLOAD_ATTESTATION, att, [world.key(principal)])
-    )
-    credential = world.state.existing_credential(principal)
-    assert credential is not None
-    nc = await nats.connect(world.stack.url, **credential.connect_options())
-    try:
-        reply = await nc.request(names.ATTEST, signed, timeout=5)
-    finally:
-        await nc.close()
-    return msgspec.json.decode(reply.data, type=AttestationAck)
 
 
 @pytest.fixture

@@ -119,35 +119,45 @@ def _decision_ns(header: str | None) -> int:
     return round(float(header.removeprefix("output;dur=")) * 1e6)
 
 
-async def _attest(state: StateDir, url: str) -> None:
+async def attest(
+    state: StateDir,
+    url: str,
+    principal: str,
+    runtime_id: str,
+    version: str,
+    *,
+    problems: tuple[str, ...] = (),
+    age_ms: int = 0,
+) -> AttestationAck:
+    """Attest as a scripted runtime would (signed with ``principal``'s key, on its own
+    bus credential), issued ``age_ms`` ago; the gate's ack. For the bench and tests."""
     att = RuntimeAttestation(
         schema="smf.runtime-attestation/1",
         attestation_id="a-" + secrets.token_hex(16),
-        runtime_id=RUNTIME_ID,
-        runtime_version=PIN,
-        runtime_pin=PIN,
+        runtime_id=runtime_id,
+        runtime_version=version,
+        runtime_pin=version,
         adapter_id="smf-hermes-adapter",
-        adapter_version="bench",
+        adapter_version="scripted",
         profile="block-only",
         hooks_present=(),
         hooks_missing=(),
         streaming=(),
         verified_release_id=None,
-        problems=(),
-        issued_at_ms=time.time_ns() // 1_000_000,
+        problems=problems,
+        issued_at_ms=time.time_ns() // 1_000_000 - age_ms,
     )
     signed = dsse.encode_envelope(
-        dsse.sign_struct(names.PAYLOAD_ATTESTATION, att, [state.key(PRINCIPAL)])
+        dsse.sign_struct(names.PAYLOAD_ATTESTATION, att, [state.key(principal)])
     )
-    credential = state.existing_credential(PRINCIPAL)
+    credential = state.existing_credential(principal)
     assert credential is not None
     nc = await nats.connect(url, **credential.connect_options())
     try:
         reply = await nc.request(names.ATTEST, signed, timeout=5)
     finally:
         await nc.close()
-    if not msgspec.json.decode(reply.data, type=AttestationAck).accepted:
-        raise GatewayBenchError("the bench runtime's attestation was refused")
+    return msgspec.json.decode(reply.data, type=AttestationAck)
 
 
 async def _measure(root: Path, rounds: int, progress: Progress) -> GatewayResult:
@@ -168,7 +178,8 @@ async def _measure(root: Path, rounds: int, progress: Progress) -> GatewayResult
     gate = await start_gate(gate_config(state, server.url, co_located=True))
     gateway = await start_model_gateway(gateway_config(state, server.url))
     try:
-        await _attest(state, server.url)
+        if not (await attest(state, server.url, PRINCIPAL, RUNTIME_ID, PIN)).accepted:
+            raise GatewayBenchError("the bench runtime's attestation was refused")
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         rows = []
         done = 0

@@ -60,7 +60,7 @@ from pipeline.stores.ledger import Ledger
 from pipeline.stores.orders import OrderBook, SqliteOrderBook
 from pipeline.stores.orders_kv import KvOrderBook
 from subjects import names
-from subjects.bus_access import connect_options
+from subjects.bus_access import BusCredential, connect_options
 from subjects.messages import Proposal
 from subjects.release import ReleaseCheckError
 
@@ -227,9 +227,16 @@ class BusUnavailableError(RuntimeError):
     """
 
 
-async def _join_bus(config: GateConfig) -> Client:
-    """The gate's connection: the first join bounded, reconnects after it unbounded
-    (a gate that was in keeps trying to get back; its stages deny meanwhile)."""
+async def join_bus(
+    servers: tuple[str, ...] | list[str],
+    name: str,
+    credential: BusCredential | None,
+    seconds: float,
+) -> Client:
+    """A service's connection: the first join bounded by ``seconds``, reconnects
+    after it unbounded (a service that was in keeps trying to get back; the gate's
+    stages deny meanwhile). A bus that refuses the credential ends the join with
+    the server's reason (issue 15)."""
     refused: list[str] = []
     joined = False
 
@@ -240,22 +247,22 @@ async def _join_bus(config: GateConfig) -> Client:
             refused.append(str(exc) if isinstance(exc, NatsError) else type(exc).__name__)
 
     options: dict[str, Any] = {
-        "servers": list(config.servers),
-        "name": config.name,
+        "servers": list(servers),
+        "name": name,
         "max_reconnect_attempts": -1,
         "reconnect_time_wait": 0.5,
         "error_cb": on_error,
-        **connect_options(config.credential),
+        **connect_options(credential),
     }
     nc = Client()
     try:
-        async with asyncio.timeout(config.join_seconds):
+        async with asyncio.timeout(seconds):
             await nc.connect(**options)
     except TimeoutError:
         await nc.close()
         last = refused[-1] if refused else "no answer"
         raise BusUnavailableError(
-            f"no NATS server let the gate in within {config.join_seconds:g} s ({last})"
+            f"no NATS server let {name} in within {seconds:g} s ({last})"
         ) from None
     joined = True
     return nc
@@ -263,7 +270,7 @@ async def _join_bus(config: GateConfig) -> Client:
 
 async def start_gate(config: GateConfig) -> RunningGate:
     """Build and start one gate; on failure close what was opened and raise."""
-    nc = await _join_bus(config)
+    nc = await join_bus(config.servers, config.name, config.credential, config.join_seconds)
     async with contextlib.AsyncExitStack() as undo:
         undo.push_async_callback(nc.close)
         js = nc.jetstream()

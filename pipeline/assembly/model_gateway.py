@@ -8,18 +8,17 @@ ends the start with the server's reason instead of a start that hangs.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 import structlog
 from aiohttp import web
 from nats.aio.client import Client
 
-from pipeline.assembly.gate import BusUnavailableError
+from pipeline.assembly.gate import join_bus
 from pipeline.stages.model_gateway import (
     GatewayRuntime,
     GatewaySettings,
@@ -27,7 +26,7 @@ from pipeline.stages.model_gateway import (
     Upstream,
     serve_gateway,
 )
-from subjects.bus_access import BusCredential, connect_options
+from subjects.bus_access import BusCredential
 from subjects.keys import SigningKey, VerifyKey
 
 log = structlog.get_logger(__name__)
@@ -86,29 +85,7 @@ class RunningModelGateway:
 
 
 async def start_model_gateway(config: ModelGatewayConfig) -> RunningModelGateway:
-    nc = Client()
-    refused: list[str] = []
-
-    async def on_error(exc: Exception) -> None:
-        refused.append(type(exc).__name__)
-
-    options: dict[str, Any] = {
-        "servers": list(config.servers),
-        "name": "smf-model-gateway",
-        "max_reconnect_attempts": -1,
-        "reconnect_time_wait": 0.5,
-        "error_cb": on_error,
-        **connect_options(config.credential),
-    }
-    try:
-        async with asyncio.timeout(config.join_seconds):
-            await nc.connect(**options)
-    except TimeoutError:
-        await nc.close()
-        last = refused[-1] if refused else "no answer"
-        raise BusUnavailableError(
-            f"no NATS server let the model gateway in within {config.join_seconds:g} s ({last})"
-        ) from None
+    nc = await join_bus(config.servers, "smf-model-gateway", config.credential, config.join_seconds)
     gateway = ModelGateway(
         nc=nc,
         key=config.key,
