@@ -20,7 +20,7 @@ values out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 
@@ -115,74 +115,82 @@ class Turn:
     usage: dict[str, Any] | None = None
 
 
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise TurnError("upstream_answer_invalid")
-    return value
+class _Function(msgspec.Struct, frozen=True):
+    name: str | None = None
+    arguments: str | None = None
 
 
-def _head(turn: Turn, obj: dict[str, Any]) -> dict[str, Any]:
-    """The first choice of a provider object, and its id, model and time."""
-    if isinstance(obj.get("id"), str) and not turn.id:
-        turn.id = obj["id"]
-    if isinstance(obj.get("model"), str) and not turn.model:
-        turn.model = obj["model"]
-    if isinstance(obj.get("created"), int) and not turn.created:
-        turn.created = obj["created"]
-    if isinstance(obj.get("usage"), dict):
-        turn.usage = obj["usage"]
-    choices = obj.get("choices")
-    if not isinstance(choices, list):
-        raise TurnError("upstream_answer_invalid")
-    if not choices:
-        return {}
-    choice = choices[0]
-    if not isinstance(choice, dict):
-        raise TurnError("upstream_answer_invalid")
-    reason = choice.get("finish_reason")
-    if reason is not None:
-        turn.finish_reason = _text(reason)
+class _Call(msgspec.Struct, frozen=True):
+    """A tool call in a completion, or one delta of it in a stream (by ``index``)."""
+
+    index: Annotated[int, msgspec.Meta(ge=0, lt=MAX_TOOL_CALLS)] = 0
+    id: str | None = None
+    function: _Function | None = None
+
+
+class _Message(msgspec.Struct, frozen=True):
+    """A completion's message or a stream chunk's delta; other fields (reasoning,
+    refusal, audio, ...) are not read, so they are never carried over."""
+
+    content: str | None = None
+    tool_calls: list[_Call] | None = None
+
+
+class _Choice(msgspec.Struct, frozen=True):
+    message: _Message | None = None
+    delta: _Message | None = None
+    finish_reason: str | None = None
+
+
+class _Answer(msgspec.Struct, frozen=True):
+    """A provider object: a whole completion or one stream chunk. Unknown fields are
+    ignored (providers add their own); a field of the wrong type is refused."""
+
+    id: str | None = None
+    model: str | None = None
+    created: int | None = None
+    choices: list[_Choice] = []
+    usage: dict[str, Any] | None = None
+    error: Any = None
+
+
+_ANSWER: Final = msgspec.json.Decoder(_Answer)
+_CHUNKS: Final = msgspec.json.Decoder(list[_Answer])
+
+
+def _head(turn: Turn, answer: _Answer) -> _Choice | None:
+    """The first choice of a provider object; its id, model, time and usage kept."""
+    if answer.error is not None:
+        raise TurnError("upstream_error")
+    turn.id = turn.id or answer.id or ""
+    turn.model = turn.model or answer.model or ""
+    turn.created = turn.created or answer.created or 0
+    if answer.usage is not None:
+        turn.usage = answer.usage
+    if not answer.choices:
+        return None
+    choice = answer.choices[0]
+    if choice.finish_reason is not None:
+        turn.finish_reason = choice.finish_reason
     return choice
-
-
-def _tool_calls(raw: Any) -> list[dict[str, Any]]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
-        raise TurnError("upstream_answer_invalid")
-    return raw
-
-
-def _function(call: dict[str, Any]) -> dict[str, Any]:
-    function = call.get("function") or {}
-    if not isinstance(function, dict):
-        raise TurnError("upstream_answer_invalid")
-    return function
 
 
 def read_completion(data: bytes) -> Turn:
     """A non-streamed provider answer (one JSON object)."""
     try:
-        obj = msgspec.json.decode(data)
+        answer = _ANSWER.decode(data)
     except msgspec.DecodeError as exc:
         raise TurnError("upstream_answer_invalid") from exc
-    if not isinstance(obj, dict):
-        raise TurnError("upstream_answer_invalid")
     turn = Turn()
-    choice = _head(turn, obj)
-    message = choice.get("message") or {}
-    if not isinstance(message, dict):
-        raise TurnError("upstream_answer_invalid")
-    turn.content = _text(message.get("content"))
-    for call in _tool_calls(message.get("tool_calls")):
-        function = _function(call)
-        turn.tool_calls.append(
-            ToolCall(
-                _text(call.get("id")), _text(function.get("name")), _text(function.get("arguments"))
+    choice = _head(turn, answer)
+    message = choice.message if choice is not None else None
+    if message is not None:
+        turn.content = message.content or ""
+        for call in message.tool_calls or ():
+            function = call.function or _Function()
+            turn.tool_calls.append(
+                ToolCall(call.id or "", function.name or "", function.arguments or "")
             )
-        )
     if turn.finish_reason is None:
         raise TurnError("upstream_answer_incomplete")
     _check_calls(turn)
@@ -198,61 +206,54 @@ def _check_calls(turn: Turn) -> None:
 
 @dataclass(slots=True)
 class StreamAssembler:
-    """Feeds on a provider's SSE bytes; :meth:`finish` gives the turn only when the
-    stream ended as a stream must (a finish reason and ``[DONE]``)."""
+    """Takes a provider's SSE bytes as they come; :meth:`finish` reads them once,
+    whole, and gives the turn only when the stream ended as a stream must (a
+    finish reason, then ``[DONE]`` as its last event)."""
 
-    turn: Turn = field(default_factory=Turn)
-    _pending: bytes = b""
-    _done: bool = False
-    _calls: dict[int, ToolCall] = field(default_factory=dict)
+    _parts: list[bytes] = field(default_factory=list)
 
     def feed(self, data: bytes) -> None:
-        self._pending += data
-        *lines, self._pending = self._pending.split(b"\n")
-        for line in lines:
-            self._line(line.rstrip(b"\r"))
-
-    def _line(self, line: bytes) -> None:
-        if not line.startswith(b"data:"):
-            return  # comments, event names, ids and blank separators carry no turn
-        if self._done:
-            raise TurnError("upstream_stream_invalid")
-        payload = line[5:].strip()
-        if payload == _DONE:
-            self._done = True
-            return
-        try:
-            obj = msgspec.json.decode(payload)
-        except msgspec.DecodeError as exc:
-            raise TurnError("upstream_stream_invalid") from exc
-        if not isinstance(obj, dict):
-            raise TurnError("upstream_stream_invalid")
-        if "error" in obj:
-            raise TurnError("upstream_error")
-        choice = _head(self.turn, obj)
-        delta = choice.get("delta") or {}
-        if not isinstance(delta, dict):
-            raise TurnError("upstream_stream_invalid")
-        self.turn.content += _text(delta.get("content"))
-        for part in _tool_calls(delta.get("tool_calls")):
-            index = part.get("index", 0)
-            if not isinstance(index, int) or index < 0 or index >= MAX_TOOL_CALLS:
-                raise TurnError("upstream_stream_invalid")
-            call = self._calls.setdefault(index, ToolCall())
-            call.id = call.id or _text(part.get("id"))
-            function = _function(part)
-            call.name += _text(function.get("name"))
-            call.arguments += _text(function.get("arguments"))
+        self._parts.append(data)
 
     def finish(self) -> Turn:
-        if self._pending.strip():
-            self._line(self._pending.rstrip(b"\r"))
-            self._pending = b""
-        if not self._done or self.turn.finish_reason is None:
+        payloads: list[bytes] = []
+        done = False
+        for line in b"".join(self._parts).split(b"\n"):
+            if not line.startswith(b"data:"):
+                continue  # comments, event names, ids and blank separators carry no turn
+            if done:
+                raise TurnError("upstream_stream_invalid")  # an event after [DONE]
+            payload = line[5:].strip()
+            if payload == _DONE:
+                done = True
+            else:
+                payloads.append(payload)
+        try:
+            chunks = _CHUNKS.decode(b"[" + b",".join(payloads) + b"]")
+        except msgspec.DecodeError as exc:
+            raise TurnError("upstream_stream_invalid") from exc
+        turn = Turn()
+        text: list[str] = []
+        calls: dict[int, ToolCall] = {}
+        for chunk in chunks:
+            choice = _head(turn, chunk)
+            delta = choice.delta if choice is not None else None
+            if delta is None:
+                continue
+            if delta.content:
+                text.append(delta.content)
+            for part in delta.tool_calls or ():
+                call = calls.setdefault(part.index, ToolCall())
+                call.id = call.id or part.id or ""
+                if part.function is not None:
+                    call.name += part.function.name or ""
+                    call.arguments += part.function.arguments or ""
+        if not done or turn.finish_reason is None:
             raise TurnError("upstream_stream_broken")
-        self.turn.tool_calls = [self._calls[i] for i in sorted(self._calls)]
-        _check_calls(self.turn)
-        return self.turn
+        turn.content = "".join(text)
+        turn.tool_calls = [calls[i] for i in sorted(calls)]
+        _check_calls(turn)
+        return turn
 
 
 def _calls_out(turn: Turn, *, streamed: bool) -> list[dict[str, Any]]:
