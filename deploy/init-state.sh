@@ -16,6 +16,9 @@
 #   connectors  registry, the two example connectors' keys and bus credentials
 #   bus-follow  registry, release trust root, the operator's and the system
 #               account's bus credentials (it reloads the nodes' authorization)
+#   model-gateway  registry, the gateway's key and bus credential, and its
+#               settings naming the provider ($SMF_MODEL_UPSTREAM); runtimes
+#               are added to it with `model-gateway add-runtime`
 #
 # The bus authorization the NATS nodes include (issue 15) is written from the
 # seed's registry into $SMF_NATS_AUTH_DIR before any node starts.
@@ -57,3 +60,8 @@ provision connectors keys/court-efiling.key keys/court-efiling.nkey \
     keys/dms.key keys/dms.nkey registry.json
 provision bus-follow keys/operator.nkey keys/bus-system.nkey \
     release-trust-root.json registry.json
+provision model-gateway keys/model-gateway.key keys/model-gateway.nkey registry.json
+if [ ! -e "$root/model-gateway/model-gateway.json" ]; then
+    smf-assurance model-gateway upstream "${SMF_MODEL_UPSTREAM:-https://api.openai.com/v1}" \
+        --state-dir "$root/model-gateway"
+fi

@@ -149,6 +149,8 @@ def _scalar(text: str, number: int) -> Any:
         return value
     if text.isdigit():
         return int(text)
+    if text in ("true", "false"):
+        return text == "true"
     if _PLAIN.fullmatch(text) is None or text.lower() in _YAML_WORDS:
         raise ComposeSubsetError(f"line {number}: quote {text!r}")
     return text
@@ -344,6 +346,30 @@ def test_every_smf_command_in_the_compose_file_parses(compose: dict[str, Any]) -
     assert any(where.startswith("init-state.sh") for where in seen)
     assert {"gate-1 command", "gate-2 command", "connectors command", "console command"} <= set(
         seen
+    )
+
+
+def test_runtimes_reach_only_the_bus_and_the_model_gateway(compose: dict[str, Any]) -> None:
+    """Issue 16, "Deployment": the network a firm's runtime containers join is
+    internal (no way out) and holds only the NATS nodes and the model gateway; only
+    the gateway is on the providers' network, only the connectors on the external
+    one. (Compose's own enforcement of these networks is not run here: no docker
+    engine; tests/test_model_gateway_netns.py shows the same shape with a real
+    network namespace.)"""
+    networks = compose["networks"]
+    assert networks["runtimes"] == {"internal": True}
+    members: dict[str, set[str]] = {name: set() for name in networks}
+    for name, service in compose["services"].items():
+        for network in service["networks"]:
+            members[network].add(name)
+    assert members["runtimes"] == {"nats-1", "nats-2", "nats-3", "model-gateway"}
+    assert members["providers"] == {"model-gateway"}
+    assert members["external"] == {"connectors"}
+    gateway = parse_cli(compose["services"]["model-gateway"]["command"])
+    assert gateway.gateway_command == "serve"
+    assert (
+        gateway.state_dir
+        == Path(compose["services"]["init"]["environment"]["SMF_STATE_ROOT"]) / "model-gateway"
     )
 
 
