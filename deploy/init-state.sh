@@ -62,6 +62,6 @@ provision bus-follow keys/operator.nkey keys/bus-system.nkey \
     release-trust-root.json registry.json
 provision model-gateway keys/model-gateway.key keys/model-gateway.nkey registry.json
 if [ ! -e "$root/model-gateway/model-gateway.json" ]; then
-    smf-assurance model-gateway upstream "${SMF_MODEL_UPSTREAM:-https://api.openai.com/v1}" \
-        --state-dir "$root/model-gateway"
+    smf-assurance model-gateway upstream "${SMF_MODEL_UPSTREAM:-http://model-provider:8000/v1}" \
+        --provider "${SMF_MODEL_PROVIDER:-local-model}" --state-dir "$root/model-gateway"
 fi

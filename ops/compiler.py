@@ -8,6 +8,9 @@ source, byte-reproducible (reordered input gives identical bytes).
 Corpus layout: ``release.json`` (release metadata), ``rules.json`` (a list
 of rules), ``policies.json`` (a list of policies), and for rules that cite a
 real authority a snapshot file under ``sources/`` holding the quoted text.
+Optional: ``model_providers.json``, the model providers a request may go to
+and the data classifications each may receive (issue 16); without it the
+release names none, and the model gateway sends nothing to any provider.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pipeline.core.projection import (
     Correction,
     EnforcementProjection,
     EnforcementRule,
+    ModelProvider,
     PolicyRecord,
     Review,
     RuleId,
@@ -203,6 +207,9 @@ def _normalized(policy: PolicyRecord) -> PolicyRecord:
     )
 
 
+MODEL_PROVIDERS_FILE: Final = "model_providers.json"
+
+
 def _duplicates(ids: Sequence[str]) -> list[str]:
     return sorted(i for i, n in Counter(ids).items() if n > 1)
 
@@ -265,6 +272,11 @@ def compile_corpus(corpus: Path) -> CompiledRelease:
     rule_ids = {r.rule_id for r in rules}
     for policy in policies:
         _check_policy(policy, rule_ids)
+    providers: tuple[ModelProvider, ...] = ()
+    if (corpus / MODEL_PROVIDERS_FILE).exists():
+        providers = _load(corpus / MODEL_PROVIDERS_FILE, tuple[ModelProvider, ...])
+    if dup := _duplicates([p.provider for p in providers]):
+        raise CompileError(f"duplicate model provider: {', '.join(dup)}")
 
     enforcement = EnforcementProjection(
         schema=ENFORCEMENT_SCHEMA,
@@ -274,6 +286,10 @@ def compile_corpus(corpus: Path) -> CompiledRelease:
         recipe_id=RECIPE_ID,
         rules=tuple(enforcement_rules),
         policies=tuple(sorted(map(_normalized, policies), key=lambda p: p.policy_id)),
+        model_providers=tuple(
+            ModelProvider(p.provider, tuple(sorted(set(p.classifications))))
+            for p in sorted(providers, key=lambda p: p.provider)
+        ),
     )
     analysis = AnalysisProjection(
         schema=ANALYSIS_SCHEMA,

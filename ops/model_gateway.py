@@ -50,11 +50,14 @@ def _write_private(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-def set_upstream(state: StateDir, base_url: str, api_key_file: str | None = None) -> None:
-    """Name the provider the gateway forwards to, keeping the runtimes declared."""
+def set_upstream(
+    state: StateDir, base_url: str, provider: str, api_key_file: str | None = None
+) -> None:
+    """Name the provider the gateway forwards to (by the name the release approves it
+    under), keeping the runtimes declared."""
     path = gateway_file(state)
     runtimes = load_gateway_file(path).runtimes if path.exists() else ()
-    upstream = Upstream(base_url=base_url, api_key_file=api_key_file)
+    upstream = Upstream(provider=provider, base_url=base_url, api_key_file=api_key_file)
     settings = GatewayFile(schema="smf.model-gateway/1", upstream=upstream, runtimes=runtimes)
     _write_private(path, msgspec.json.encode(settings))
 

@@ -14,22 +14,32 @@ the gateway verifies before it serves anything.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
-from subjects.envelope import Name
+from subjects.envelope import Classification, Name
 from subjects.patterns import Code, MessageId, Millis, Token
+
+ProviderName = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}\Z")]
 
 
 class GatewayAdmit(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One model request's admission question; ``tenant_id`` names whose ledger
-    pseudonym a refusal is recorded under."""
+    pseudonym a refusal is recorded under.
+
+    ``provider`` and ``classification`` make the model request a governed egress
+    (issue 16): the provider the request would go to, and the highest
+    classification of what it carries (the runtime's declared facts, raised by
+    the gate's detectors over the messages). The gate admits it only when the
+    release in force names that provider for that classification."""
 
     schema: Literal["smf.gateway-admit/1"]
     request_id: MessageId
     runtime_id: Token
     tenant_id: Name
+    provider: ProviderName
+    classification: Classification
     issued_at_ms: Millis
 
 

@@ -183,7 +183,7 @@ class Harness:
         self.tap = Tap(self.state.gate_keys())
         self.tap_sub = await self.nc.subscribe(">", cb=self.tap.record)
         self.model = FakeOpenAI().start()
-        set_upstream(self.state, self.model.url)
+        set_upstream(self.state, self.model.url, "local-model")
 
     async def connect(self, principal: str) -> Client:
         credential = self.state.existing_credential(principal)

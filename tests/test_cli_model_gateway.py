@@ -31,6 +31,7 @@ from tests.test_cli_ops import ROOT, assert_one_line_failure, read_line, run
 from tests.test_model_gateway import ACTOR as MODEL_ACTOR
 
 ACTOR = msgspec.to_builtins(MODEL_ACTOR)
+UPSTREAM = ("model-gateway", "upstream", "http://127.0.0.1:9/v1", "--provider", "local-model")
 
 
 @pytest.fixture
@@ -70,9 +71,7 @@ def test_settings_are_written_and_listed_and_the_token_never_printed(
     demo: StateDir, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = str(demo.root)
-    code, out, _ = run(
-        ["model-gateway", "upstream", "http://127.0.0.1:9/v1", "--state-dir", root], capsys
-    )
+    code, out, _ = run([*UPSTREAM, "--state-dir", root], capsys)
     assert code == 0
     assert "http://127.0.0.1:9/v1" in out
     token_file = add_runtime(demo, tmp_path, capsys)
@@ -106,8 +105,15 @@ def test_bad_input_is_one_line(
     root = str(demo.root)
     code, _, err = run(["model-gateway", "list", "--state-dir", root], capsys)
     assert_one_line_failure(code, err, "model-gateway upstream URL")
-    code, _, err = run(["model-gateway", "upstream", "ftp://x", "--state-dir", root], capsys)
+    code, _, err = run(
+        ["model-gateway", "upstream", "ftp://x", "--provider", "p", "--state-dir", root], capsys
+    )
     assert_one_line_failure(code, err, "is not an http(s) URL")
+    code, _, err = run(
+        ["model-gateway", "upstream", "http://x/v1", "--provider", "Bad Name", "--state-dir", root],
+        capsys,
+    )
+    assert_one_line_failure(code, err, "is not a provider name")
     actor = tmp_path / "actor.json"
     actor.write_text("{not json")
     argv = ["model-gateway", "add-runtime", "r1", "--adapter", "a", "--actor", str(actor)]
@@ -141,7 +147,7 @@ def test_up_serves_the_gateway_beside_the_gate(
     demo: StateDir, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = str(demo.root)
-    assert main(["model-gateway", "upstream", "http://127.0.0.1:9/v1", "--state-dir", root]) == 0
+    assert main([*UPSTREAM, "--state-dir", root]) == 0
     token = add_runtime(demo, tmp_path, capsys).read_text()
     log = (tmp_path / "up.log").open("w")
     proc = subprocess.Popen(

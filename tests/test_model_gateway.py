@@ -42,7 +42,7 @@ from ops.runtimes import provision_runtime
 from ops.stack import Stack, start_stack
 from ops.state import OPERATOR, StateDir, provision_demo
 from pipeline.assembly.model_gateway import RunningModelGateway, start_model_gateway
-from pipeline.stages.model_gateway import GatewaySettings
+from pipeline.stages.model_gateway import GatewaySettings, Upstream
 from pipeline.stores.ledger_audit import export_jsonl
 from subjects import names
 from subjects.attestation import AttestationAck
@@ -103,7 +103,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     provision_runtime(state, PRINCIPAL, RUNTIME_ID, runtime_pin=PIN, require_release=False)
     provision_runtime(state, OTHER, OTHER_ID, runtime_pin=PIN, require_release=False, lease_ms=1500)
     model = await FakeModel().start()
-    set_upstream(state, model.url)
+    set_upstream(state, model.url, "local-model")
     tokens = {
         RUNTIME_ID: provision_gateway_runtime(
             state,
@@ -266,6 +266,44 @@ async def test_an_admission_no_gate_key_signed_is_not_believed(world: World) -> 
     world.gateway.gateway.gate_keys = lambda: {stranger.key_id: stranger}
     status, data = await chat(world)
     assert (status, error_code(data)) == (503, "admission_not_signed_by_gate")
+    assert world.model.requests == []
+
+
+# -- model egress, governed by the release ----------------------------------------
+
+
+def request_body(*contents: str) -> bytes:
+    messages = [{"role": "user", "content": c} for c in contents]
+    return json.dumps({"model": "m", "stream": False, "messages": messages}).encode()
+
+
+async def test_privileged_content_never_goes_to_a_provider_not_approved_for_it(
+    world: World,
+) -> None:
+    """The shipped release approves ``local-model`` for public and internal data only.
+    A clean request is served (and its admission kept); within that second, one whose
+    messages carry a privilege marker is refused before the provider is asked, and
+    the refusal is in the ledger with the request's ids only."""
+    await attest(world, OTHER, OTHER_ID)
+    world.model.default = Reply(content="Done.")
+    status, _ = await chat(world, OTHER_ID, body=request_body("Draft the cover letter."))
+    assert status == 200
+    asked = len(world.model.requests)
+    status, data = await chat(world, OTHER_ID, body=request_body("Summarise: " + PRIVILEGED))
+    assert (status, error_code(data)) == (403, "model_egress_not_approved")
+    assert len(world.model.requests) == asked
+    assert ["model_egress_not_approved", "model_request_refused"] in ledger_reasons(world.state)
+    out = io.StringIO()
+    export_jsonl(world.state.ledger, out)
+    assert "settle below" not in out.getvalue()
+
+
+async def test_a_provider_the_release_does_not_name_receives_nothing(world: World) -> None:
+    await attest(world, OTHER, OTHER_ID)
+    gateway = world.gateway.gateway
+    gateway.upstream = Upstream(provider="unlisted-model", base_url=world.model.url)
+    status, data = await chat(world, OTHER_ID, body=request_body("hello"))
+    assert (status, error_code(data)) == (403, "model_provider_not_in_release")
     assert world.model.requests == []
 
 

@@ -144,7 +144,7 @@ async def deployment(
     provision_demo(state)
     provision_runtime(state, OTHER, OTHER_ID, runtime_pin=PIN, require_release=False)
     model = await FakeModel().start()
-    set_upstream(state, model.url)
+    set_upstream(state, model.url, "local-model")
     token = provision_gateway_runtime(
         state,
         OTHER_ID,

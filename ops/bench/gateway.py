@@ -165,7 +165,7 @@ async def _measure(root: Path, rounds: int, progress: Progress) -> GatewayResult
     provision_demo(state)
     provision_runtime(state, PRINCIPAL, RUNTIME_ID, runtime_pin=PIN, require_release=False)
     model = await FakeModel().start()
-    set_upstream(state, model.url)
+    set_upstream(state, model.url, "local-model")
     token = provision_gateway_runtime(
         state,
         RUNTIME_ID,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import signal
 import sys
 from pathlib import Path
@@ -43,6 +44,8 @@ from subjects.names import SubjectError, token
 
 T = TypeVar("T")
 DEFAULT_LISTEN: Final = "127.0.0.1:8787"
+PROVIDER_NAME: Final = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+"""``subjects.model_gateway.ProviderName``, checked before it is written to the settings."""
 _SURFACES: Final = ("direct_reply", "stream", "gateway_delivery", "cron", "background")
 
 
@@ -71,6 +74,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
     q = inner.add_parser("upstream", help="name the provider the gateway forwards to")
     q.add_argument("base_url", help="the provider's OpenAI-compatible base URL, ending in /v1")
+    q.add_argument(
+        "--provider",
+        required=True,
+        help="the provider's name in the release's model_providers (what it may receive)",
+    )
     q.add_argument("--api-key-file", help="a file holding the provider's API key")
     common(q)
     q.set_defaults(func=run_upstream)
@@ -129,7 +137,9 @@ def run_upstream(args: argparse.Namespace) -> int:
     state = _state(args)
     if not args.base_url.startswith(("http://", "https://")):
         fail(f"{args.base_url!r} is not an http(s) URL")
-    set_upstream(state, args.base_url, args.api_key_file)
+    if not PROVIDER_NAME.fullmatch(args.provider):
+        fail(f"--provider: {args.provider!r} is not a provider name (a-z, 0-9, . _ -)")
+    set_upstream(state, args.base_url, args.provider, args.api_key_file)
     if args.json:
         emit_json({"upstream": args.base_url, "file": str(gateway_file(state))})
     else:

@@ -444,6 +444,7 @@ async def _assemble(
         attestation=attestation,
         evidence=EvidenceWriter(ledger, config.tenant_key, config.clock),
         release_id=_active_release(releases),
+        policy_set=evaluate.current,
         signer=config.gate_key,
     )
     await running.serve(

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Final
 import msgspec
 
 from pipeline.core.detectors import detect
+from subjects.envelope import Classification
 from subjects.messages import DataFacts
 
 MAX_MESSAGES: Final = 4096
@@ -66,6 +67,13 @@ def _message_text(content: Any) -> str:
             p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
         )
     return ""
+
+
+def request_classification(facts: DataFacts, chat: ChatRequest) -> Classification:
+    """The highest classification a request carries to its provider: the runtime's
+    declared classification, raised by the detectors over every message's text."""
+    text = "\n".join(_message_text(m.get("content")) for m in chat.body["messages"])
+    return detect(text, facts)[0].classification
 
 
 def context_facts(facts: DataFacts, chat: ChatRequest) -> tuple[DataFacts, tuple[str, ...]]:

@@ -24,6 +24,7 @@ from subjects.canonical import (
     canonical_bytes,
     sha256_identity,
 )
+from subjects.envelope import Classification
 
 ENFORCEMENT_SCHEMA: Final = "smf.enforcement-projection/1"
 ANALYSIS_SCHEMA: Final = "smf.analysis-projection/1"
@@ -96,7 +97,21 @@ class AnalysisRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     when: dict[str, Any]
 
 
-class EnforcementProjection(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class ModelProvider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A model provider as a destination (issue 16, "Model egress is governed"): the
+    data classifications a request to it may carry. A provider the release does not
+    name receives nothing; ``unknown`` is a classification it must be approved for."""
+
+    provider: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}\Z")]
+    classifications: tuple[Classification, ...]
+
+
+class EnforcementProjection(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """``omit_defaults``: a projection with no model providers has the same bytes,
+    and so the same id, as before providers existed."""
+
     schema: Literal["smf.enforcement-projection/1"]
     release_id: str
     release_sequence: int
@@ -104,6 +119,7 @@ class EnforcementProjection(msgspec.Struct, frozen=True, forbid_unknown_fields=T
     recipe_id: Identity
     rules: tuple[EnforcementRule, ...]
     policies: tuple[PolicyRecord, ...]
+    model_providers: tuple[ModelProvider, ...] = ()
 
 
 class AnalysisProjection(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -188,6 +204,8 @@ class PolicySet:
     projection_id: str
     policies: tuple[CompiledPolicy, ...]
     outcomes: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    model_providers: Mapping[str, frozenset[str]] = field(default_factory=dict, compare=False)
+    """Provider name -> the classifications the release lets a request to it carry."""
 
 
 def decode_enforcement(data: bytes) -> EnforcementProjection:
@@ -237,9 +255,13 @@ def build_policy_set(projection: EnforcementProjection) -> PolicySet:
             )
         )
     compiled.sort(key=lambda p: (p.layer_rank, p.record.policy_id))
+    providers = {p.provider: frozenset(p.classifications) for p in projection.model_providers}
+    if len(providers) != len(projection.model_providers):
+        raise ProjectionError("a model provider is named twice")
     return PolicySet(
         release_id=projection.release_id,
         release_sequence=projection.release_sequence,
         projection_id=projection_id(projection),
         policies=tuple(compiled),
+        model_providers=providers,
     )

@@ -7,6 +7,10 @@ so only while the runtime holds a fresh, accepted attestation
 a runtime in safe mode or with its plugin disabled never attests, and so gets
 no completion at all (RUNTIMES.md, "Hermes Agent").
 
+It also governs the request as an egress (issue 16): the provider must be
+one the release in force names, for the request's classification
+(``model_provider_not_in_release``, ``model_egress_not_approved``).
+
 Every refusal is evidence: one ledger entry (the request's ids and the
 reasons, never the prompt) before the reply. A ledger outage adds
 ``evidence_store_unavailable`` to the refusal; it never turns one into an
@@ -23,6 +27,7 @@ from typing import Final
 import msgspec
 import structlog
 
+from pipeline.core.projection import PolicySet
 from pipeline.service import StageRefusal
 from pipeline.stages.attestation import AttestationDesk
 from pipeline.stages.evidence import EvidenceWriter
@@ -30,11 +35,14 @@ from pipeline.stores.ledger import EvidenceError
 from subjects import dsse, names
 from subjects.keys import SigningKey
 from subjects.model_gateway import GatewayAdmission, GatewayAdmit
+from subjects.release import ReleaseCheckError
 
 log = structlog.get_logger(__name__)
 
 MAX_ADMIT_BYTES: Final = 4096
 REFUSED: Final = "model_request_refused"
+PROVIDER_NOT_IN_RELEASE: Final = "model_provider_not_in_release"
+EGRESS_NOT_APPROVED: Final = "model_egress_not_approved"
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,8 @@ class ModelAdmissionDesk:
     attestation: AttestationDesk
     evidence: EvidenceWriter
     release_id: Callable[[], str | None]
+    policy_set: Callable[[], PolicySet]
+    """The release in force; raises ``ReleaseCheckError`` when there is none to use."""
     signer: SigningKey
 
     async def handle(self, data: bytes) -> bytes:
@@ -55,6 +65,8 @@ class ModelAdmissionDesk:
         except msgspec.DecodeError as exc:
             raise StageRefusal("malformed_admit", "not JSON") from exc
         reason, held = self.attestation.standing(ask.runtime_id)
+        if reason is None:
+            reason = self._egress(ask)
         if reason is None and held is not None:
             answer = GatewayAdmission(
                 schema="smf.gateway-admission/1",
@@ -71,9 +83,28 @@ class ModelAdmissionDesk:
             dsse.sign_struct(names.PAYLOAD_GATEWAY_ADMISSION, answer, [self.signer])
         )
 
+    def _egress(self, ask: GatewayAdmit) -> str | None:
+        """Why the release in force does not let this request go to its provider
+        (issue 16, "Model egress is governed"), or None."""
+        try:
+            providers = self.policy_set().model_providers
+        except ReleaseCheckError as exc:
+            return exc.reason_code
+        approved = providers.get(ask.provider)
+        if approved is None:
+            return PROVIDER_NOT_IN_RELEASE
+        if ask.classification not in approved:
+            return EGRESS_NOT_APPROVED
+        return None
+
     async def _refuse(self, ask: GatewayAdmit, reasons: tuple[str, ...]) -> GatewayAdmission:
         entry = self.evidence.for_refusal(
-            {"model_request": ask.request_id, "runtime_id": ask.runtime_id},
+            {
+                "model_request": ask.request_id,
+                "runtime_id": ask.runtime_id,
+                "provider": ask.provider,
+                "classification": ask.classification,
+            },
             self.evidence.tenant_ref(ask.tenant_id),
             self.release_id(),
             reasons,

@@ -48,10 +48,10 @@ from adapters.output import OutputStreamer, new_stream_id
 from pipeline.core import model_turns
 from pipeline.core.model_turns import Turn, TurnError
 from subjects import dsse, names
-from subjects.envelope import Name, Surface
+from subjects.envelope import Classification, Name, Surface
 from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import ActorContext, DataFacts, OutputVerdict, ProposedDestination
-from subjects.model_gateway import GatewayAdmission, GatewayAdmit
+from subjects.model_gateway import GatewayAdmission, GatewayAdmit, ProviderName
 from subjects.patterns import Token
 
 log = structlog.get_logger(__name__)
@@ -82,8 +82,10 @@ class GatewayRuntime(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class Upstream(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The model provider the gateway forwards to (``base_url`` ends in ``/v1``)."""
+    """The model provider the gateway forwards to (``base_url`` ends in ``/v1``), by
+    the name the release approves it under (``model_providers`` of the release)."""
 
+    provider: ProviderName
     base_url: str
     api_key_file: str | None = None
 
@@ -145,7 +147,7 @@ class ModelGateway:
     settings: GatewaySettings = field(default_factory=GatewaySettings)
     clock: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)
     _by_token: dict[str, GatewayRuntime] = field(init=False)
-    _standing: dict[str, _Standing] = field(init=False, default_factory=dict)
+    _standing: dict[tuple[str, str], _Standing] = field(init=False, default_factory=dict)
     _in_flight: dict[str, int] = field(init=False, default_factory=dict)
     _session: aiohttp.ClientSession | None = field(init=False, default=None)
     _upstream_key: str | None = field(init=False, default=None)
@@ -217,7 +219,8 @@ class ModelGateway:
             chat = model_turns.read_request(data)
         except TurnError as exc:
             raise Refusal(400, exc.reason_code) from exc
-        version = await self._admit(runtime)
+        classification = model_turns.request_classification(runtime.facts, chat)
+        version = await self._admit(runtime, classification)
         turn = await self._ask_upstream(data, chat.stream)
         started = time.perf_counter_ns()
         facts, found = model_turns.context_facts(runtime.facts, chat)
@@ -250,18 +253,23 @@ class ModelGateway:
                 return runtime
         raise Refusal(401, "gateway_token_unknown")
 
-    async def _admit(self, runtime: GatewayRuntime) -> str:
-        """The attested runtime version, or a refusal the gate has recorded."""
+    async def _admit(self, runtime: GatewayRuntime, classification: Classification) -> str:
+        """The attested runtime version, or a refusal the gate has recorded. The gate
+        also decides the request as an egress to the provider, for its classification,
+        so an admission is kept per runtime and classification."""
         now = self.clock()
-        cached = self._standing.get(runtime.runtime_id)
+        key = (runtime.runtime_id, classification)
+        cached = self._standing.get(key)
         if cached is not None and now < cached.valid_until_ms:
             return cached.runtime_version
-        self._standing.pop(runtime.runtime_id, None)
+        self._standing.pop(key, None)
         ask = GatewayAdmit(
             schema="smf.gateway-admit/1",
             request_id="m-" + secrets.token_hex(16),
             runtime_id=runtime.runtime_id,
             tenant_id=runtime.actor.tenant_id,
+            provider=self.upstream.provider,
+            classification=classification,
             issued_at_ms=now,
         )
         try:
@@ -288,7 +296,7 @@ class ModelGateway:
         until = now + self.settings.admission_cache_ms
         if answer.expires_at_ms is not None:
             until = min(until, answer.expires_at_ms)
-        self._standing[runtime.runtime_id] = _Standing(answer.runtime_version, until)
+        self._standing[key] = _Standing(answer.runtime_version, until)
         return answer.runtime_version
 
     # -- the provider --------------------------------------------------------------
