@@ -50,6 +50,7 @@ from pipeline.stages.streams import (
     ensure_gate_streams,
     wait_for_jetstream,
 )
+from pipeline.stages.tool_calls import DecidedCalls, ToolCallDesk
 from pipeline.stages.transport import BusStage, LocalStage, StageClient, serve
 from pipeline.stores.approvals import ApprovalStore
 from pipeline.stores.approvals_kv import KvApprovalStore
@@ -366,6 +367,7 @@ async def _assemble(
         signer=config.gate_key,
         outcomes=outcomes,
         hold=desk,
+        decided_calls=DecidedCalls(),
     )
     attestation = _attestation_desk(config, gate, releases, ledger)
     gate.attestation = attestation
@@ -433,6 +435,25 @@ async def _assemble(
         description="SMF runtime attestation: attest -> ack",
         auth=None,
     )
+    await _serve_model_gateway_desks(running, config, releases)
+    running.tasks += [
+        asyncio.create_task(loops.follow_reports(js, outcomes)),
+        asyncio.create_task(loops.sweep(desk, outcomes, buffer, config.sweep_seconds)),
+        asyncio.create_task(loops.prune_claims(gate, config.claim_prune_seconds)),
+    ]
+    # A round trip, so the server has every subscription above before anyone is
+    # told the gate serves; otherwise an early proposal finds no responder.
+    await nc.flush()
+    log.info("gate_started", gate=config.name, co_located=config.co_located)
+    return running
+
+
+async def _serve_model_gateway_desks(
+    running: RunningGate, config: GateConfig, releases: ReleaseWatcher | None
+) -> None:
+    """What the model gateway (issue 16) asks the gate: admission and tool-call
+    accounting (its ``smf.gateway.clear`` is for operators only)."""
+    attestation, ledger, gate = running.attestation, running.ledger, running.gate
     admission = ModelAdmissionDesk(
         attestation=attestation,
         evidence=EvidenceWriter(ledger, config.tenant_key, config.clock),
@@ -445,16 +466,23 @@ async def _assemble(
         description="SMF model gateway admission: admit -> signed admission",
         auth=None,
     )
-    running.tasks += [
-        asyncio.create_task(loops.follow_reports(js, outcomes)),
-        asyncio.create_task(loops.sweep(desk, outcomes, buffer, config.sweep_seconds)),
-        asyncio.create_task(loops.prune_claims(gate, config.claim_prune_seconds)),
-    ]
-    # A round trip, so the server has every subscription above before anyone is
-    # told the gate serves; otherwise an early proposal finds no responder.
-    await nc.flush()
-    log.info("gate_started", gate=config.name, co_located=config.co_located)
-    return running
+    assert gate.decided_calls is not None
+    accounting = ToolCallDesk(
+        calls=gate.decided_calls,
+        attestation=attestation,
+        evidence=EvidenceWriter(ledger, config.tenant_key, config.clock),
+        release_id=_active_release(releases),
+        signer=config.gate_key,
+    )
+    await running.serve(
+        "smf-gateway-calls",
+        [
+            Endpoint("calls", names.GATEWAY_CALLS, accounting.handle_calls),
+            Endpoint("clear", names.GATEWAY_CLEAR, accounting.handle_clear),
+        ],
+        description="SMF tool-call accounting: calls -> signed answer; clear (operators)",
+        auth=None,
+    )
 
 
 def _active_release(releases: ReleaseWatcher | None) -> Callable[[], str | None]:

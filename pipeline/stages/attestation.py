@@ -119,6 +119,8 @@ class AttestationDesk:
     evidence_probe: Callable[[], Awaitable[bool]] | None = None
     freshness_ms: int = 120_000
     _held: dict[str, Held] = field(default_factory=dict)
+    _stopped: dict[str, str] = field(default_factory=dict)
+    """Runtimes stopped until an operator clears them (tool-call accounting, issue 16)."""
 
     # -- the ``smf.attest`` endpoint -----------------------------------------
 
@@ -202,15 +204,41 @@ class AttestationDesk:
             evidence_store=None if evidence is None else "reachable" if evidence else "unavailable",
         )
 
+    # -- stops (tool-call accounting, ``pipeline.stages.tool_calls``) ----------
+
+    def known_runtimes(self) -> frozenset[str]:
+        """The runtime ids of the registry's runtime keys."""
+        return frozenset(
+            p.entry.runtime_id
+            for p in self.registry().principals.values()
+            if p.entry.role == "runtime" and p.entry.runtime_id is not None
+        )
+
+    def stop(self, runtime_id: str, reason: str) -> None:
+        """Refuse ``runtime_id`` with ``reason``, whatever it attests, until cleared."""
+        self._stopped[runtime_id] = reason
+
+    def clear(self, runtime_id: str) -> bool:
+        """Lift a stop (an operator's act); the runtime must attest again before it is
+        served or may propose. Returns whether it was stopped."""
+        was = self._stopped.pop(runtime_id, None) is not None
+        if was:
+            self._held.pop(runtime_id, None)
+        return was
+
     # -- admission -------------------------------------------------------------
 
     def standing(self, runtime_id: str) -> tuple[str | None, Held | None]:
         """Whether ``runtime_id`` holds a fresh, accepted attestation, whatever its
         opt-in: the model gateway (issue 16) serves only attested runtimes, so a
-        runtime that never attests (safe mode, plugin off) is never served.
+        runtime that never attests (safe mode, plugin off) is never served. A
+        stopped runtime (an ungated tool result) is refused first, whatever it holds.
         Returns the refusal reason (None when standing) and the attestation held."""
         need = self.required.get(runtime_id, RuntimeRequirement())
         held = self._held.get(runtime_id)
+        stopped = self._stopped.get(runtime_id)
+        if stopped is not None:
+            return stopped, held
         if held is None:
             return MISSING, None
         if not held.accepted:
@@ -227,6 +255,9 @@ class AttestationDesk:
 
     def admit(self, proposal: Proposal) -> str | None:
         """The reason to refuse ``proposal``, or None when its runtime may propose."""
+        stopped = self._stopped.get(proposal.runtime_id)
+        if stopped is not None:
+            return stopped  # stopped, whatever its opt-in
         if proposal.runtime_id not in self.required:
             return None  # opt-in: this runtime does not attest
         reason, held = self.standing(proposal.runtime_id)
