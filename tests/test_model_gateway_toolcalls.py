@@ -44,8 +44,8 @@ from pipeline.stages.model_gateway import GatewaySettings, _Bounded, new_call_id
 from pipeline.stages.tool_calls import DecidedCalls
 from subjects.keys import SigningKey
 from subjects.messages import Verdict
-from subjects.model_gateway import GatewayClear, GatewayCleared
-from subjects.names import GATEWAY_CLEAR
+from subjects.model_gateway import GatewayCalls, GatewayClear, GatewayCleared
+from subjects.names import GATEWAY_CALLS, GATEWAY_CLEAR, HEADER_SERVICE_ERROR
 from subjects.registry import load_registry
 from tests.builders import normalized_proposal
 from tests.test_model_gateway import (
@@ -279,6 +279,28 @@ async def test_a_result_for_an_id_the_gateway_never_issued_is_not_checked(
     world.model.default = Reply(content="Old history.")
     status, _ = await chat(world, TOOLS_ID, body=with_result("call_from_before"))
     assert status == 200
+
+
+async def test_a_malformed_calls_question_or_an_unknown_runtime_is_refused(world: World) -> None:
+    """Only what the contract says is answered, and only for a registered runtime:
+    an error reply, which the gateway treats as no answer (503, fail closed)."""
+    nc = world.gateway.nc  # the gateway's own connection: it may ask
+    ask = GatewayCalls(
+        schema="smf.gateway-calls/1",
+        request_id="m-" + "0" * 32,
+        runtime_id="no-such-runtime",
+        tenant_id=ACTOR.tenant_id,
+        tool_call_ids=(new_call_id(),),
+        issued_at_ms=1,
+    )
+    for data, reason in (
+        (b"{}", "malformed_calls"),
+        (b"not json", "malformed_calls"),
+        (msgspec.json.encode(ask), "unknown_runtime"),
+    ):
+        reply = await nc.request(GATEWAY_CALLS, data, timeout=5)
+        assert (reply.headers or {}).get(HEADER_SERVICE_ERROR) == reason
+    assert UNGATED not in ledger_reasons(world.state)
 
 
 # -- units --------------------------------------------------------------------------------
