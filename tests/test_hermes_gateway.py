@@ -68,7 +68,6 @@ from typing import Any
 
 import pytest
 
-from ops.cli import main
 from ops.runtimes import HERMES_RUNTIME_ID
 from tests.test_hermes_conformance import (
     CLIENT_REPLY,
@@ -305,9 +304,12 @@ def test_within_a_fresh_lease_a_runtime_without_its_plugin_is_stopped_at_its_too
     assert ALLOWED not in shown(stopped)
     assert run_requests(stopped) == 0
     assert [STOPPED, "model_request_refused"] in [e["reason_codes"] for e in stopped["ledger"]]
-    info = hermes.info
-    clear = ["model-gateway", "clear", HERMES_RUNTIME_ID, "--state-dir", info["state_dir"]]
-    assert main([*clear, "--nats", info["nats_url"]]) == 0
+    cleared = hermes.send({"op": "clear", "runtime_id": HERMES_RUNTIME_ID})  # the CLI
+    assert cleared["returncode"] == 0, cleared["stderr"]
+    assert json.loads(cleared["last_line"]) == {
+        "runtime_id": HERMES_RUNTIME_ID,
+        "was_stopped": True,
+    }
     served = through_gateway(hermes, "gw-lease-cleared", {"calls": [], "final": ALLOWED})
     assert ALLOWED in served["stdout"]
 
