@@ -10,11 +10,12 @@ might forget to treat as a denial.
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
@@ -25,6 +26,17 @@ from subjects.envelope import Surface
 from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import ActorContext, DataFacts, Proposal, ProposedDestination, Verdict
 from subjects.verdicts import NOT_SIGNED_BY_GATE, VerdictMismatchError, open_verdict
+
+_TOOL_CALL_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+def tool_call_id_of(raw: object) -> str | None:
+    """The model's tool-call id as a proposal may carry it (``subjects.patterns.ToolCallId``),
+    or None: an id the contract cannot carry is left out rather than make the
+    proposal malformed (its result is then reported ungated, fail closed)."""
+    if isinstance(raw, str) and _TOOL_CALL_ID.fullmatch(raw):
+        return raw
+    return None
 
 
 def new_proposal_id() -> str:
@@ -60,6 +72,7 @@ class ProposalClient:
         surface: Surface = "tool_call",
         proposal_id: str | None = None,
         issued_at_ms: int | None = None,
+        tool_call_id: str | None = None,
     ) -> Proposal:
         return Proposal(
             schema="smf.proposal/1",
@@ -75,6 +88,7 @@ class ProposalClient:
             actor=actor,
             facts=facts,
             issued_at_ms=issued_at_ms if issued_at_ms is not None else int(time.time() * 1000),
+            tool_call_id=tool_call_id,
         )
 
     def sign(self, proposal: Proposal) -> bytes:

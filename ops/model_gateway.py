@@ -71,9 +71,12 @@ def provision_gateway_runtime(
     destination: ProposedDestination,
     surface: Surface = "direct_reply",
     facts: DataFacts | None = None,
+    account_tool_calls: bool = True,
 ) -> str:
     """Issue ``runtime_id`` a new gateway token and declare its delivery; returns the
-    token (also written to :func:`token_path`). A second call replaces the token."""
+    token (also written to :func:`token_path`). A second call replaces the token.
+    ``account_tool_calls``: False only for a runtime whose adapter does not put the
+    model's tool-call ids into its proposals (OpenClaw, docs/OPENCLAW.md)."""
     path = gateway_file(state)
     if not path.exists():
         raise FileNotFoundError(f"{path}: name the upstream first (set_upstream)")
@@ -87,6 +90,7 @@ def provision_gateway_runtime(
         destination=destination,
         surface=surface,
         facts=facts or DataFacts(),
+        account_tool_calls=account_tool_calls,
     )
     others = tuple(r for r in current.runtimes if r.runtime_id != runtime_id)
     updated = msgspec.structs.replace(current, runtimes=(*others, runtime))

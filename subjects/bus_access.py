@@ -27,11 +27,15 @@ Rules the table keeps:
   with exactly that filter, and publishes only ``smf.result.<own>``.
 - An approver asks resolve, show and status, and reads only its tenants'
   pending announcements; the console relay reads them for every tenant.
-- The model gateway (issue 16) asks ``smf.gateway.admit`` and streams the output
+- Gate replicas tell each other what they learn (``smf.gate.sync.>``: attestations,
+  decided tool-call ids, stops); nobody else reads or writes it.
+- The model gateway (issue 16) asks ``smf.gateway.admit`` and ``smf.gateway.calls``
+  (tool-call accounting) and streams the output
   of the runtimes it serves (``smf.output.>``, closes signed with its own key);
   it reads no order, no approval and nothing of another principal.
 - Release publishers write the release bucket and nothing else; Swarm serves
   ``smf.swarm.analyze``.
+- Only an operator lifts a runtime's stop (``smf.gateway.clear``).
 - Nobody but an operator deletes or purges a stream or a bucket, or a
   message of the checkpoint, order or result streams.
 
@@ -218,6 +222,7 @@ def _gate() -> Permissions:
             f"{names.CHECKPOINT_PREFIX}.>",
             f"{names.STAGE_PREFIX}.>",
             f"{names.STORE_PREFIX}.>",
+            f"{names.GATE_SYNC_PREFIX}.>",
             f"{API}.>",
             "$JS.ACK.>",
             "$JS.FC.>",
@@ -232,7 +237,10 @@ def _gate() -> Permissions:
             names.APPROVAL_SHOW,
             names.APPROVAL_STATUS,
             names.GATEWAY_ADMIT,
+            names.GATEWAY_CALLS,
+            names.GATEWAY_CLEAR,
             f"{names.STAGE_PREFIX}.>",
+            f"{names.GATE_SYNC_PREFIX}.>",
             "$SRV.>",
         ),
         allow_responses=True,
@@ -311,7 +319,7 @@ def _console() -> Permissions:
 
 def _gateway() -> Permissions:
     return Permissions(
-        publish_allow=(names.GATEWAY_ADMIT, f"{names.OUTPUT_PREFIX}.>"),
+        publish_allow=(names.GATEWAY_ADMIT, names.GATEWAY_CALLS, f"{names.OUTPUT_PREFIX}.>"),
         subscribe_allow=(),
     )
 

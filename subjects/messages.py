@@ -22,7 +22,7 @@ from subjects.envelope import (
     RedactionStatus,
     Surface,
 )
-from subjects.patterns import Code, ConnectorId, MessageId, Millis, OrderId, Token
+from subjects.patterns import Code, ConnectorId, MessageId, Millis, OrderId, Token, ToolCallId
 
 MAX_CONTENT_CHARS: Final = 512 * 1024
 
@@ -55,8 +55,12 @@ class ProposedDestination(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
     locality: Locality = "unknown"
 
 
-class Proposal(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A runtime's proposed action, with the final arguments it will execute."""
+class Proposal(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A runtime's proposed action, with the final arguments it will execute.
+
+    ``omit_defaults``: only ``tool_call_id`` has a default, so every proposal
+    without one encodes (and signs) byte for byte as before it existed.
+    """
 
     schema: Literal["smf.proposal/1"]
     proposal_id: MessageId
@@ -71,6 +75,11 @@ class Proposal(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     actor: ActorContext
     facts: DataFacts
     issued_at_ms: Millis
+    tool_call_id: ToolCallId | None = None
+    """The model's id of the tool call this proposal decides, when the runtime has one
+    (issue 16, tool-call accounting): metadata for the model gateway's check that
+    every tool result it sees was decided. It is not part of the operation: it
+    enters neither the normalized envelope nor the operation hash."""
 
 
 Outcome = Literal["allow", "deny", "held"]

@@ -14,12 +14,16 @@ the gateway verifies before it serves anything.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
 
 from subjects.envelope import Classification, Name
-from subjects.patterns import Code, MessageId, Millis, Token
+from subjects.patterns import Code, MessageId, Millis, Token, ToolCallId
+
+MAX_CALLS_PER_ASK: Final = 256
+"""At most this many tool-call ids in one :class:`GatewayCalls`; the gateway asks in
+batches of it."""
 
 ProviderName = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}\Z")]
 
@@ -58,3 +62,46 @@ class GatewayAdmission(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     expires_at_ms: int | None = None
     """When the attestation's lease ends; the gateway never serves past it."""
     evidence: tuple[str, ...] = ()
+
+
+class GatewayCalls(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``smf.gateway.calls`` (tool-call accounting): did the gate decide a proposal for
+    each of these tool calls of this runtime? The ids are those the gateway issued
+    itself, for tool results a request now carries back to the model."""
+
+    schema: Literal["smf.gateway-calls/1"]
+    request_id: MessageId
+    runtime_id: Token
+    tenant_id: Name
+    tool_call_ids: Annotated[
+        tuple[ToolCallId, ...], msgspec.Meta(min_length=1, max_length=MAX_CALLS_PER_ASK)
+    ]
+    issued_at_ms: Millis
+
+
+class GatewayCallsAnswer(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The gate's answer, signed with its key: the ids no verified proposal carried.
+    When any is uncovered the gate has recorded ``ungated_tool_result`` and stopped
+    the runtime (``stopped``) until an operator clears it."""
+
+    schema: Literal["smf.gateway-calls-answer/1"]
+    request_id: str
+    runtime_id: str
+    uncovered: tuple[str, ...]
+    stopped: bool = False
+    reason_codes: tuple[Code, ...] = ()
+    evidence: tuple[str, ...] = ()
+
+
+class GatewayClear(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``smf.gateway.clear``: an operator lifts the stop of one runtime (only the
+    operator role may publish it, ``subjects.bus_access``)."""
+
+    schema: Literal["smf.gateway-clear/1"]
+    runtime_id: Token
+
+
+class GatewayCleared(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    schema: Literal["smf.gateway-cleared/1"]
+    runtime_id: str
+    was_stopped: bool

@@ -42,6 +42,16 @@ GATEWAY_ADMIT: Final = "smf.gateway.admit"
 """The model gateway (issue 16) asks whether it may serve a runtime now; the gate replies
 with a GatewayAdmission it signed (:data:`PAYLOAD_GATEWAY_ADMISSION`) and records every
 refusal in its ledger."""
+GATEWAY_CALLS: Final = "smf.gateway.calls"
+"""The model gateway asks whether the gate decided a proposal for each tool call whose
+result a request carries (tool-call accounting); the gate replies with a
+GatewayCallsAnswer it signed (:data:`PAYLOAD_GATEWAY_CALLS`), and stops a runtime
+that ran a tool no proposal covered."""
+GATEWAY_CLEAR: Final = "smf.gateway.clear"
+"""Operators request: lift the stop of one runtime (``model-gateway clear``)."""
+GATE_SYNC_PREFIX: Final = "smf.gate.sync"
+"""``smf.gate.sync.<kind>``: what gate replicas tell each other (attestations, decided
+tool-call ids, stops; ``pipeline.stages.replica_sync``); gates only."""
 STORE_PREFIX: Final = "smf.store"
 """``smf.store.<stream>.>``: the gate's own storage streams (held content on a cluster);
 no other principal reads or writes them."""
@@ -96,6 +106,9 @@ operation hash and outcome it names are what a runtime may act on, and only thos
 PAYLOAD_GATEWAY_ADMISSION: Final = "application/vnd.smf.gateway-admission+json;v=1"
 """The gate's reply on :data:`GATEWAY_ADMIT`, signed by the gate key: only the gate can
 tell the model gateway to serve a runtime."""
+PAYLOAD_GATEWAY_CALLS: Final = "application/vnd.smf.gateway-calls-answer+json;v=1"
+"""The gate's reply on :data:`GATEWAY_CALLS`, signed by the gate key: only the gate can
+tell the model gateway a tool result was decided."""
 PAYLOAD_VERDICT: Final = "application/vnd.smf.verdict+json;v=1"
 """The gate's reply on :data:`PROPOSE`: the Verdict as a DSSE envelope signed by the gate
 key, so no other client on the bus can answer a runtime "allow" (``subjects.verdicts``)."""

@@ -376,6 +376,33 @@ class Harness:
             "ledger": self.ledger()[ledger_before:],
         }
 
+    async def clear(self, runtime_id: str) -> dict[str, Any]:
+        """``smf-assurance model-gateway clear`` as the operator runs it, inside the
+        harness's network namespace (the test's own process cannot reach this bus)."""
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "ops.cli",
+            "model-gateway",
+            "clear",
+            runtime_id,
+            "--state-dir",
+            str(self.state.root),
+            "--nats",
+            self.server.url,
+            "--json",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        lines = out.decode().strip().splitlines()
+        return {
+            "returncode": proc.returncode,
+            "last_line": lines[-1] if lines else "",
+            "stderr": err.decode(),
+        }
+
     async def propose_unattested(self) -> dict[str, Any]:
         """A proposal signed by the safe-mode runtime's key, which never attested, sent on
         that runtime's own bus connection."""
@@ -420,6 +447,8 @@ async def main(config: dict[str, Any]) -> None:
             try:
                 if command.get("op") == "propose_unattested":
                     reply: dict[str, Any] = await harness.propose_unattested()
+                elif command.get("op") == "clear":
+                    reply = await harness.clear(command["runtime_id"])
                 else:
                     reply = await harness.run(command)
             except Exception as exc:

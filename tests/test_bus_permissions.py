@@ -130,6 +130,12 @@ ACTIONS: Final = (
     Action("stream output", "pub", "smf.output.s-1", who(RUNTIME, MODEL_GATEWAY)),
     # Only the model gateway asks whom it may serve; each refusal is a ledger entry.
     Action("ask a model admission", "req", names.GATEWAY_ADMIT, who(MODEL_GATEWAY), b"{}"),
+    # what gate replicas tell each other (attestations, decided tool calls, stops)
+    Action("publish a replica sync", "pub", f"{names.GATE_SYNC_PREFIX}.stop", who(GATE)),
+    Action("read the replica sync", "sub", f"{names.GATE_SYNC_PREFIX}.>", who(GATE)),
+    # Tool-call accounting: only the gateway asks; only an operator lifts a stop.
+    Action("ask the tool-call accounting", "req", names.GATEWAY_CALLS, who(MODEL_GATEWAY), b"{}"),
+    Action("clear a runtime's stop", "req", names.GATEWAY_CLEAR, who(), b"{}"),
     Action("resolve an approval", "req", names.APPROVAL_RESOLVE, who(ATTORNEY, CONSOLE)),
     Action("show an approval", "req", names.APPROVAL_SHOW, who(ATTORNEY, CONSOLE)),
     # The OpenClaw plugin's hold asks it (adapters/openclaw/src/gate.ts); Hermes never does.

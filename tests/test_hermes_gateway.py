@@ -38,9 +38,11 @@ Negative findings shown here, as they are:
   holes the gateway closes, shown with the same scripts);
 - admission is by runtime id: within the lease of a fresh attestation
   (180 s in this harness) a Hermes process of the same runtime WITHOUT our
-  plugin is served by the gateway, and its tool calls run ungated (its reply
-  text still passes the output gate). The gateway token is not bound to the
-  process that attested.
+  plugin is served by the gateway, and its first tool call runs ungated. The
+  gateway token is not bound to the process that attested. Tool-call
+  accounting then stops it: the tool result is refused ``ungated_tool_result``
+  (the model never sees it), recorded, and the runtime refused until an
+  operator clears it (``model-gateway clear``).
 - in this display the CLI streams (``cli.CLI_CONFIG``, the agent's stream
   callback, read by a probe plugin), while the adapter attests the CLI's
   streaming off and the gate accepts that attestation. The gateway makes the
@@ -66,6 +68,7 @@ from typing import Any
 
 import pytest
 
+from ops.runtimes import HERMES_RUNTIME_ID
 from tests.test_hermes_conformance import (
     CLIENT_REPLY,
     HermesRuns,
@@ -80,6 +83,7 @@ INTERIM = "PRIVILEGED & CONFIDENTIAL: checking the settlement memo before replyi
 ALLOWED = "The hearing is on Monday at 10."
 HELD_NOTICE = "[SMF Assurance Gate: this reply is held for approval"
 REFUSED = ("runtime_attestation_missing", "model_request_refused")
+STOPPED = "runtime_stopped_ungated_tool_result"
 SAFE = {
     "SMF_RUNTIME_ID": "hermes-safe",
     "SMF_RUNTIME_KEY": "{{safe_key}}",
@@ -273,12 +277,16 @@ def test_without_the_gateway_a_runtime_with_the_plugin_off_runs_tools_ungated(
     assert run["bus"] == []
 
 
-def test_within_a_fresh_lease_the_gateway_serves_the_same_runtime_without_its_plugin(
+def test_within_a_fresh_lease_a_runtime_without_its_plugin_is_stopped_at_its_tool_result(
     hermes: HermesRuns,
 ) -> None:
-    """NEGATIVE FINDING: admission is by runtime id, not by the process that attested.
-    An attested turn, then the same runtime's Hermes with the plugin off: served, and
-    its command runs with no proposal."""
+    """Admission is by runtime id, not by the process that attested (finding 10): an
+    attested turn, then the same runtime's Hermes with the plugin off is served its
+    first turn and its command runs with no proposal. Tool-call accounting then
+    stops the session: the tool result it sends back is for a call no proposal
+    carried, so that request is refused ``ungated_tool_result`` (the model never sees
+    the result), recorded, and the runtime is refused, attested or not, until an
+    operator clears it."""
     attested = through_gateway(hermes, "gw-lease-attested", {"calls": [], "final": ALLOWED})
     assert any(a["accepted"] for a in verdicts(attested, "ack"))
     run = through_gateway(
@@ -287,5 +295,24 @@ def test_within_a_fresh_lease_the_gateway_serves_the_same_runtime_without_its_pl
     assert run["markers"] == {"MARKER": True}, "admission is bound to the process now: docs"
     assert verdicts(run) == []  # no proposal: the command ran with no gate decision
     assert verdicts(run, "ack") == []  # and this process never attested
-    assert {o["verdict"]["outcome"] for o in verdicts(run, "output")} == {"allow"}  # text gated
-    assert any(r["tool_results"] for r in run["requests"])  # its result went to the model
+    assert not any(r["tool_results"] for r in run["requests"])  # its result never reached it
+    assert ["ungated_tool_result", "model_request_refused"] in [
+        e["reason_codes"] for e in run["ledger"]
+    ]
+    stopped = through_gateway(hermes, "gw-lease-stopped", {"calls": [], "final": ALLOWED})
+    assert any(a["accepted"] for a in verdicts(stopped, "ack"))  # it attests, and still:
+    assert ALLOWED not in shown(stopped)
+    assert run_requests(stopped) == 0
+    assert [STOPPED, "model_request_refused"] in [e["reason_codes"] for e in stopped["ledger"]]
+    cleared = hermes.send({"op": "clear", "runtime_id": HERMES_RUNTIME_ID})  # the CLI
+    assert cleared["returncode"] == 0, cleared["stderr"]
+    assert json.loads(cleared["last_line"]) == {
+        "runtime_id": HERMES_RUNTIME_ID,
+        "was_stopped": True,
+    }
+    served = through_gateway(hermes, "gw-lease-cleared", {"calls": [], "final": ALLOWED})
+    assert ALLOWED in served["stdout"]
+
+
+def run_requests(run: dict[str, Any]) -> int:
+    return len(run["requests"])

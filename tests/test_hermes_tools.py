@@ -41,7 +41,7 @@ from adapters.hermes import plugin, tools
 from approver.client import ApproverClient
 from ops.natsserver import EmbeddedNatsServer
 from ops.releases import latest_in_inbox, publish_to_bucket
-from ops.runtimes import provision_runtime
+from ops.runtimes import HERMES_RUNTIME_ID, provision_runtime
 from ops.stack import gate_config
 from ops.state import StateDir, provision_demo
 from pipeline.assembly import RunningGate, start_gate
@@ -447,3 +447,17 @@ async def test_a_lost_verdict_is_reported_as_unknown(
     assert result["status"] == "unknown", result
     assert received, "the proposal was sent"
     assert adapter.release is not None
+
+
+async def test_the_handler_proposes_with_the_call_id_the_hook_saw(
+    hermes: plugin.HermesAdapter, host: FakeHost, gate: RunningGate
+) -> None:
+    """Tool-call accounting (issue 16): Hermes gives a tool handler no tool-call id, so
+    the hook hands it over; the gate then knows the call was decided."""
+    assert gate.gate.decided_calls is not None
+    call = pre("smf_court_filing", dict(FILING), tool_call_id="call-77")
+    assert await hook(hermes.pre_tool_call, **call) is None
+    assert not gate.gate.decided_calls.covered(HERMES_RUNTIME_ID, "call-77")
+    result = await call_tool(host, "smf_court_filing", FILING)
+    assert result["status"] == "held", result
+    assert gate.gate.decided_calls.covered(HERMES_RUNTIME_ID, "call-77")

@@ -305,6 +305,27 @@ async def test_allowed_read_runs_and_only_with_the_allowed_arguments(
     assert ran == [1]
 
 
+async def test_a_proposal_carries_the_tool_call_id_the_contract_can_carry(
+    hermes: plugin.HermesAdapter, gate: RunningGate, tmp_path: Path
+) -> None:
+    """Tool-call accounting (issue 16): the gate records the call id of every proposal,
+    whatever its verdict; an id the contract cannot carry is left out, never sent
+    malformed (its result is then reported ungated by the model gateway: fail closed)."""
+    calls = gate.gate.decided_calls
+    assert calls is not None
+    args = {"path": str(tmp_path / "notes.txt")}
+    assert await hook(hermes.pre_tool_call, **pre("read_file", args, tool_call_id="smfc01")) is None
+    denied = await hook(
+        hermes.pre_tool_call, **pre("terminal", {"command": "id"}, tool_call_id="c2")
+    )
+    assert denied["action"] == "block"
+    odd = pre("read_file", args, tool_call_id="functions.read_file:0")
+    assert await hook(hermes.pre_tool_call, **odd) is None  # still decided, without the id
+    assert calls.covered(HERMES_RUNTIME_ID, "smfc01")
+    assert calls.covered(HERMES_RUNTIME_ID, "c2")
+    assert not calls.covered(HERMES_RUNTIME_ID, "functions.read_file:0")
+
+
 async def test_terminal_is_denied_with_the_reason_codes(hermes: plugin.HermesAdapter) -> None:
     result = await hook(hermes.pre_tool_call, **pre("terminal", {"command": "touch /tmp/x"}))
     assert result["action"] == "block"

@@ -258,6 +258,13 @@ def test_a_gate_starts_from_pipeline_alone(tmp_path: Path, nats_server: Embedded
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {
-        "services": ["smf-approvals", "smf-attest", "smf-gate", "smf-gateway-admit", "smf-stages"],
+        "services": [
+            "smf-approvals",
+            "smf-attest",
+            "smf-gate",
+            "smf-gateway-admit",
+            "smf-gateway-calls",
+            "smf-stages",
+        ],
         "ops_loaded": False,
     }

@@ -48,3 +48,46 @@ class AllowedCalls:
         with self._lock:
             expiry = self._approved.get((tool_call_id, digest))
         return expiry is not None and expiry >= time.monotonic()
+
+
+PENDING_TTL_S: Final = 300.0
+MAX_PENDING: Final = 4096
+
+
+@dataclass
+class PendingCallIds:
+    """The tool-call ids ``pre_tool_call`` saw for our connector tools, until their
+    handler proposes (Hermes passes a handler no tool-call id, ``model_tools.py``
+    0.19.0): keyed by session and tool, first in first out, bounded in size and
+    time. Two parallel calls of one tool may swap ids; both are still carried by a
+    proposal, which is all the model gateway's accounting asks (issue 16)."""
+
+    _ids: dict[tuple[str, str], list[tuple[str, float]]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def put(self, session_id: str, tool: str, tool_call_id: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if sum(len(v) for v in self._ids.values()) >= MAX_PENDING:
+                self._drop_expired(now)
+            if sum(len(v) for v in self._ids.values()) < MAX_PENDING:
+                self._ids.setdefault((session_id, tool), []).append(
+                    (tool_call_id, now + PENDING_TTL_S)
+                )
+
+    def take(self, session_id: str, tool: str) -> str | None:
+        now = time.monotonic()
+        with self._lock:
+            queue = self._ids.get((session_id, tool), [])
+            while queue:
+                call_id, expiry = queue.pop(0)
+                if expiry >= now:
+                    return call_id
+            self._ids.pop((session_id, tool), None)
+        return None
+
+    def _drop_expired(self, now: float) -> None:
+        for key in list(self._ids):
+            self._ids[key] = [(i, t) for i, t in self._ids[key] if t >= now]
+            if not self._ids[key]:
+                del self._ids[key]

@@ -19,7 +19,7 @@ from nats.aio.client import Client
 
 from adapters.client import ProposalClient
 from adapters.hermes import mapping
-from adapters.hermes.allowed import AllowedCalls
+from adapters.hermes.allowed import AllowedCalls, PendingCallIds
 from adapters.hermes.attestation import Host
 from adapters.hermes.bridge import Bridge
 from adapters.hermes.config import ADAPTER_ID, AdapterConfig
@@ -51,6 +51,8 @@ class AdapterCore(ABC):
     """Our connector tools' handlers, by tool name (compared by identity)."""
     allowed: AllowedCalls = field(default_factory=AllowedCalls)
     """The calls the gate allowed, for the executed-arguments check."""
+    pending_ids: PendingCallIds = field(default_factory=PendingCallIds)
+    """Tool-call ids of our connector tools, from ``pre_tool_call`` to their handler."""
     _attested: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:

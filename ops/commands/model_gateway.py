@@ -5,6 +5,9 @@
   (written to a 0600 file, never printed) and declare where its replies go
   and for whom it works; the output gate decides each reply for that.
 - ``model-gateway list``: the runtimes the gateway serves.
+- ``model-gateway clear RUNTIME_ID``: lift the stop the gate put on a runtime
+  that ran a tool no proposal decided (``ungated_tool_result``); as the
+  operator, on ``smf.gateway.clear``. The runtime must attest again.
 - ``model-gateway serve``: run it until SIGINT or SIGTERM against the gate's
   bus (``up --model-gateway`` runs it beside the gate instead).
 """
@@ -22,7 +25,7 @@ from typing import Final, TypeVar
 import msgspec
 from nats.errors import Error as NatsError
 
-from ops.bus import bus_url
+from ops.bus import bus_url, connect_bus
 from ops.model_gateway import (
     gateway_config,
     gateway_file,
@@ -31,7 +34,7 @@ from ops.model_gateway import (
     token_path,
 )
 from ops.output import emit_json, fail, first_line, say, table
-from ops.state import StateDir, default_state_dir
+from ops.state import OPERATOR, StateDir, default_state_dir
 from pipeline.assembly.gate import BusUnavailableError
 from pipeline.assembly.model_gateway import (
     GatewayFileError,
@@ -39,7 +42,9 @@ from pipeline.assembly.model_gateway import (
     load_gateway_file,
     start_model_gateway,
 )
+from subjects import names
 from subjects.messages import ActorContext, DataFacts, ProposedDestination
+from subjects.model_gateway import GatewayClear, GatewayCleared
 from subjects.names import SubjectError, token
 
 T = TypeVar("T")
@@ -60,7 +65,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "model-gateway",
-        help="the model endpoint runtimes are pointed at: serve, upstream, add-runtime, list",
+        help="the model endpoint runtimes are pointed at: serve, upstream, add-runtime, list, "
+        "clear",
         description="The OpenAI-compatible model gateway (issue 16): serves only attested "
         "runtimes and releases model text only after the output gate decided it.",
     )
@@ -103,8 +109,20 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="the runtime surface its replies are delivered on (default: direct_reply)",
     )
     q.add_argument("--facts", type=Path, help="JSON file: the DataFacts of its replies")
+    q.add_argument(
+        "--no-tool-call-accounting",
+        action="store_true",
+        help="do not check its tool results against the gate's decisions (only for an "
+        "adapter that sends no tool-call ids, e.g. OpenClaw's today)",
+    )
     common(q)
     q.set_defaults(func=run_add_runtime)
+
+    q = inner.add_parser("clear", help="lift a runtime's ungated_tool_result stop (operator)")
+    q.add_argument("runtime_id", help="the stopped runtime's id")
+    q.add_argument("--nats", metavar="URL[,URL...]", help="the gate's bus (default: up's)")
+    common(q)
+    q.set_defaults(func=run_clear)
 
     q = inner.add_parser("list", help="the runtimes the gateway serves")
     common(q)
@@ -165,6 +183,7 @@ def run_add_runtime(args: argparse.Namespace) -> int:
             destination=destination,
             surface=args.surface,
             facts=facts,
+            account_tool_calls=not args.no_tool_call_accounting,
         )
     except (FileNotFoundError, GatewayFileError) as exc:
         fail(first_line(exc))
@@ -173,6 +192,40 @@ def run_add_runtime(args: argparse.Namespace) -> int:
         emit_json({"runtime_id": args.runtime_id, "token_file": str(path)})
     else:
         say(f"{args.runtime_id}: token in {path} (give it to the runtime as its model API key)")
+    return 0
+
+
+async def _clear(url: str, state: StateDir, runtime_id: str) -> GatewayCleared:
+    nc = await connect_bus(url, "smf-model-gateway-clear", state.existing_credential(OPERATOR))
+    try:
+        ask = GatewayClear(schema="smf.gateway-clear/1", runtime_id=runtime_id)
+        reply = await nc.request(names.GATEWAY_CLEAR, msgspec.json.encode(ask), timeout=5)
+    except (NatsError, TimeoutError) as exc:
+        fail(f"the gate did not answer on {names.GATEWAY_CLEAR}: {first_line(exc) or 'timeout'}")
+    finally:
+        await nc.close()
+    headers = reply.headers or {}
+    if names.HEADER_SERVICE_ERROR in headers:
+        fail(f"the gate refused the clear: {headers[names.HEADER_SERVICE_ERROR]}")
+    try:
+        return msgspec.json.decode(reply.data, type=GatewayCleared)
+    except msgspec.DecodeError as exc:
+        fail(f"unreadable answer from the gate: {first_line(exc)}")
+
+
+def run_clear(args: argparse.Namespace) -> int:
+    state = _state(args)
+    try:
+        token(args.runtime_id)
+    except SubjectError:
+        fail(f"{args.runtime_id!r} is not a runtime id")
+    cleared = asyncio.run(_clear(bus_url(args.nats, state.root), state, args.runtime_id))
+    if args.json:
+        emit_json({"runtime_id": cleared.runtime_id, "was_stopped": cleared.was_stopped})
+    elif cleared.was_stopped:
+        say(f"{cleared.runtime_id}: stop lifted; it is served again once it attests")
+    else:
+        say(f"{cleared.runtime_id}: was not stopped")
     return 0
 
 

@@ -45,11 +45,13 @@ from pipeline.stages.gate import Gate, GateSettings
 from pipeline.stages.model_admission import ModelAdmissionDesk
 from pipeline.stages.outcomes import OutcomeDesk
 from pipeline.stages.releases import ReleaseWatcher
+from pipeline.stages.replica_sync import ReplicaSync
 from pipeline.stages.streams import (
     JetStreamUnavailableError,
     ensure_gate_streams,
     wait_for_jetstream,
 )
+from pipeline.stages.tool_calls import DecidedCalls, ToolCallDesk
 from pipeline.stages.transport import BusStage, LocalStage, StageClient, serve
 from pipeline.stores.approvals import ApprovalStore
 from pipeline.stores.approvals_kv import KvApprovalStore
@@ -84,6 +86,7 @@ class RunningGate:
     handlers: list[ConcurrentHandler] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     releases: ReleaseWatcher | None = None
+    syncs: list[ReplicaSync] = field(default_factory=list)
 
     async def stop_serving(self) -> None:
         """Stop the loops, the buffer and every service, and finish requests in flight."""
@@ -91,6 +94,8 @@ class RunningGate:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.buffer.stop()
+        for sync in self.syncs:
+            await sync.stop()
         for service in self.services:
             await service.stop()
         for handler in self.handlers:
@@ -373,9 +378,11 @@ async def _assemble(
         signer=config.gate_key,
         outcomes=outcomes,
         hold=desk,
+        decided_calls=DecidedCalls(),
     )
     attestation = _attestation_desk(config, gate, releases, ledger)
     gate.attestation = attestation
+    sync = _replica_sync(config, nc, stages.auth, gate, attestation)
     buffer = OutputBuffer(
         nc,
         gate,
@@ -440,19 +447,7 @@ async def _assemble(
         description="SMF runtime attestation: attest -> ack",
         auth=None,
     )
-    admission = ModelAdmissionDesk(
-        attestation=attestation,
-        evidence=EvidenceWriter(ledger, config.tenant_key, config.clock),
-        release_id=_active_release(releases),
-        policy_set=evaluate.current,
-        signer=config.gate_key,
-    )
-    await running.serve(
-        "smf-gateway-admit",
-        [Endpoint("admit", names.GATEWAY_ADMIT, admission.handle)],
-        description="SMF model gateway admission: admit -> signed admission",
-        auth=None,
-    )
+    await _serve_runtime_state(running, config, releases, evaluate.current, sync)
     running.tasks += [
         asyncio.create_task(loops.follow_reports(js, outcomes)),
         asyncio.create_task(loops.sweep(desk, outcomes, buffer, config.sweep_seconds)),
@@ -463,6 +458,68 @@ async def _assemble(
     await nc.flush()
     log.info("gate_started", gate=config.name, co_located=config.co_located)
     return running
+
+
+async def _serve_runtime_state(
+    running: RunningGate,
+    config: GateConfig,
+    releases: ReleaseWatcher | None,
+    policy_set: Callable[[], PolicySet],
+    sync: ReplicaSync | None,
+) -> None:
+    """What the gate knows of runtimes beyond one proposal: the replicas' sync on a
+    cluster, and what the model gateway (issue 16) asks: admission and tool-call
+    accounting (its ``smf.gateway.clear`` is for operators only)."""
+    if sync is not None:
+        await sync.start()
+        running.syncs.append(sync)
+    attestation, ledger, gate = running.attestation, running.ledger, running.gate
+    admission = ModelAdmissionDesk(
+        attestation=attestation,
+        evidence=EvidenceWriter(ledger, config.tenant_key, config.clock),
+        release_id=_active_release(releases),
+        policy_set=policy_set,
+        signer=config.gate_key,
+    )
+    await running.serve(
+        "smf-gateway-admit",
+        [Endpoint("admit", names.GATEWAY_ADMIT, admission.handle)],
+        description="SMF model gateway admission: admit -> signed admission",
+        auth=None,
+    )
+    assert gate.decided_calls is not None
+    accounting = ToolCallDesk(
+        calls=gate.decided_calls,
+        attestation=attestation,
+        evidence=EvidenceWriter(ledger, config.tenant_key, config.clock),
+        release_id=_active_release(releases),
+        signer=config.gate_key,
+        share_stop=sync.stopped if sync is not None else None,
+        share_clear=sync.cleared if sync is not None else None,
+    )
+    await running.serve(
+        "smf-gateway-calls",
+        [
+            Endpoint("calls", names.GATEWAY_CALLS, accounting.handle_calls),
+            Endpoint("clear", names.GATEWAY_CLEAR, accounting.handle_clear),
+        ],
+        description="SMF tool-call accounting: calls -> signed answer; clear (operators)",
+        auth=None,
+    )
+
+
+def _replica_sync(
+    config: GateConfig, nc: Client, auth: StageAuth, gate: Gate, attestation: AttestationDesk
+) -> ReplicaSync | None:
+    """On a cluster, replicas share attestations, decided tool-call ids and stops
+    (``pipeline.stages.replica_sync``); each still verifies attestations itself."""
+    if config.cluster is None:
+        return None
+    assert gate.decided_calls is not None
+    sync = ReplicaSync(nc, auth, config.name, attestation, gate.decided_calls)
+    attestation.share = sync.attested
+    gate.share_call = sync.noted
+    return sync
 
 
 def _active_release(releases: ReleaseWatcher | None) -> Callable[[], str | None]:

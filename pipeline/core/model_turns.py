@@ -58,6 +58,15 @@ class ChatRequest:
         ]
         return "\n".join(p for p in parts if p)
 
+    def tool_result_ids(self) -> list[str]:
+        """The ``tool_call_id`` of every tool result in the conversation (the ids
+        the runtime says the results answer; only strings count)."""
+        return [
+            m["tool_call_id"]
+            for m in self.body["messages"]
+            if m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str)
+        ]
+
 
 def _message_text(content: Any) -> str:
     if isinstance(content, str):

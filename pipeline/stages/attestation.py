@@ -119,6 +119,11 @@ class AttestationDesk:
     evidence_probe: Callable[[], Awaitable[bool]] | None = None
     freshness_ms: int = 120_000
     _held: dict[str, Held] = field(default_factory=dict)
+    _stopped: dict[str, str] = field(default_factory=dict)
+    """Runtimes stopped until an operator clears them (tool-call accounting, issue 16)."""
+    share: Callable[[bytes], Awaitable[None]] | None = None
+    """On a cluster: tell the other replicas of an attestation this one verified
+    (``pipeline.stages.replica_sync``); they verify and judge it themselves."""
 
     # -- the ``smf.attest`` endpoint -----------------------------------------
 
@@ -136,7 +141,24 @@ class AttestationDesk:
                     reason_codes=(refusal.reason_code,),
                 )
             )
-        return msgspec.json.encode(await self.record(att))
+        ack = await self.record(att)
+        if self.share is not None:
+            try:
+                await self.share(data)
+            except Exception as exc:  # noqa: BLE001 - the others then refuse it: fails closed
+                log.error("attestation_share_failed", error=type(exc).__name__)
+        return msgspec.json.encode(ack)
+
+    async def adopt(self, data: bytes) -> None:
+        """An attestation another replica verified: verified and judged here again,
+        as if it had come on ``smf.attest`` (no ack, no evidence probe). One this
+        replica refuses (replayed, stale, unknown signer) is only logged."""
+        try:
+            att = self._verify(data)
+        except StageRefusal as refusal:
+            log.warning("attestation_not_adopted", reason=refusal.reason_code)
+            return
+        self._remember(att)
 
     def _verify(self, data: bytes) -> RuntimeAttestation:
         registry = self.registry()
@@ -164,18 +186,24 @@ class AttestationDesk:
             raise StageRefusal("attestation_replayed")
         return att
 
-    async def record(self, att: RuntimeAttestation) -> AttestationAck:
+    def _remember(self, att: RuntimeAttestation) -> tuple[str, ...]:
+        """Judge a verified attestation and hold it; the reasons it was refused for."""
         need = self.required.get(att.runtime_id, RuntimeRequirement())
-        active_release = self.release_id()
-        reasons = _judge(att, need, active_release)
-        accepted = not reasons
+        reasons = _judge(att, need, self.release_id())
         self._held[att.runtime_id] = Held(
             att.issued_at_ms,
-            accepted,
+            not reasons,
             att.runtime_version,
             reasons or ("accepted",),
             att.verified_release_id,
         )
+        return reasons
+
+    async def record(self, att: RuntimeAttestation) -> AttestationAck:
+        need = self.required.get(att.runtime_id, RuntimeRequirement())
+        active_release = self.release_id()
+        reasons = self._remember(att)
+        accepted = not reasons
         evidence: bool | None = None
         if self.evidence_probe is not None:
             try:
@@ -202,15 +230,41 @@ class AttestationDesk:
             evidence_store=None if evidence is None else "reachable" if evidence else "unavailable",
         )
 
+    # -- stops (tool-call accounting, ``pipeline.stages.tool_calls``) ----------
+
+    def known_runtimes(self) -> frozenset[str]:
+        """The runtime ids of the registry's runtime keys."""
+        return frozenset(
+            p.entry.runtime_id
+            for p in self.registry().principals.values()
+            if p.entry.role == "runtime" and p.entry.runtime_id is not None
+        )
+
+    def stop(self, runtime_id: str, reason: str) -> None:
+        """Refuse ``runtime_id`` with ``reason``, whatever it attests, until cleared."""
+        self._stopped[runtime_id] = reason
+
+    def clear(self, runtime_id: str) -> bool:
+        """Lift a stop (an operator's act); the runtime must attest again before it is
+        served or may propose. Returns whether it was stopped."""
+        was = self._stopped.pop(runtime_id, None) is not None
+        if was:
+            self._held.pop(runtime_id, None)
+        return was
+
     # -- admission -------------------------------------------------------------
 
     def standing(self, runtime_id: str) -> tuple[str | None, Held | None]:
         """Whether ``runtime_id`` holds a fresh, accepted attestation, whatever its
         opt-in: the model gateway (issue 16) serves only attested runtimes, so a
-        runtime that never attests (safe mode, plugin off) is never served.
+        runtime that never attests (safe mode, plugin off) is never served. A
+        stopped runtime (an ungated tool result) is refused first, whatever it holds.
         Returns the refusal reason (None when standing) and the attestation held."""
         need = self.required.get(runtime_id, RuntimeRequirement())
         held = self._held.get(runtime_id)
+        stopped = self._stopped.get(runtime_id)
+        if stopped is not None:
+            return stopped, held
         if held is None:
             return MISSING, None
         if not held.accepted:
@@ -227,6 +281,9 @@ class AttestationDesk:
 
     def admit(self, proposal: Proposal) -> str | None:
         """The reason to refuse ``proposal``, or None when its runtime may propose."""
+        stopped = self._stopped.get(proposal.runtime_id)
+        if stopped is not None:
+            return stopped  # stopped, whatever its opt-in
         if proposal.runtime_id not in self.required:
             return None  # opt-in: this runtime does not attest
         reason, held = self.standing(proposal.runtime_id)

@@ -2,7 +2,8 @@
 
 ARCHITECTURE.md, "One proposal through the bus":
 
-    verify signature -> freshness -> normalize -> evaluate -> evidence ->
+    verify signature -> freshness -> note the tool call (issue 16) -> admit ->
+    normalize -> evaluate -> evidence ->
     deny  : reply Verdict(deny); nothing reaches smf.execute
     allow : claim once -> record the connector order (its outcome is
             followed) -> dispatch (one ExecuteOrder), or release a tool the
@@ -34,6 +35,7 @@ from pipeline.stages.attestation import AttestationDesk
 from pipeline.stages.contracts import DispatchReceipt, DispatchRequest, EvaluateRequest
 from pipeline.stages.evidence import EvidenceWriter, signature_reason, verdict
 from pipeline.stages.outcomes import OutcomeDesk
+from pipeline.stages.tool_calls import DecidedCalls
 from pipeline.stages.transport import StageClient
 from pipeline.stores.claims import ClaimState, ProposalClaims
 from pipeline.stores.ledger import EvidenceError, Ledger
@@ -146,6 +148,11 @@ class Gate:
     hold: HoldHandler | None = None
     attestation: AttestationDesk | None = None
     """Admission by runtime attestation (issue 8); ``None`` admits every runtime."""
+    decided_calls: DecidedCalls | None = None
+    """Tool-call accounting (issue 16): the tool-call ids of every verified proposal."""
+    share_call: Callable[[str, str], Awaitable[None]] | None = None
+    """On a cluster: tell the other replicas of a noted tool-call id
+    (``pipeline.stages.replica_sync``), before this proposal's verdict is answered."""
     _all_keys: dict[str, VerifyKey] = field(init=False)
     _evidence: EvidenceWriter = field(init=False, repr=False)
     chain: tuple[Link, ...] = field(init=False, repr=False)
@@ -156,6 +163,7 @@ class Gate:
         # ARCHITECTURE.md, "One proposal through the bus", in order. A link that
         # returns a Verdict ends the proposal's way; nothing after it runs.
         self.chain = (
+            self._note_tool_call,
             self._admit,
             self._normalize,
             self._evaluate,
@@ -254,6 +262,16 @@ class Gate:
         raise AssertionError("the chain ends with dispatch, which always answers")
 
     # -- the chain, one link each ----------------------------------------------
+
+    async def _note_tool_call(self, work: Work) -> Work | Verdict:
+        """Tool-call accounting first (issue 16): a verified proposal's tool call was
+        decided, whatever the outcome, so its result is not an ungated one."""
+        call_id = work.proposal.tool_call_id
+        if self.decided_calls is not None and call_id is not None:
+            self.decided_calls.add(work.proposal.runtime_id, call_id)
+            if self.share_call is not None:
+                await self.share_call(work.proposal.runtime_id, call_id)
+        return work
 
     async def _admit(self, work: Work) -> Work | Verdict:
         """Runtime attestation first (issue 8): no attestation, no decision."""

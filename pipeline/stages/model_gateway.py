@@ -18,6 +18,13 @@ it, whatever the runtime's settings, its plugins, or its safe mode. Here:
   signed by the gateway's key. Only then is anything written to the runtime:
   the released turn, or a notice in its place with no tool call. Nothing is
   streamed through, so no partial text ever reaches it.
+- **Tool-call accounting.** Every tool call in a turn the gateway returns gets
+  an id it issued (:func:`new_call_id`, remembered per runtime, bounded). When
+  a later request carries a tool result for one of them that the gate has not
+  yet said was decided, the gateway asks (``smf.gateway.calls``, answered
+  signed by the gate, ``pipeline.stages.tool_calls``); a result no proposal
+  covered is refused ``ungated_tool_result`` before the provider is asked, and
+  the gate has stopped the runtime until an operator clears it.
 - **Fail closed.** A missing or wrong token, bad JSON, an oversized body, an
   upstream that hangs, errors or breaks its stream, a gate that does not
   answer: a clear HTTP error (OpenAI's error shape, our reason code), nothing
@@ -33,6 +40,7 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -51,7 +59,14 @@ from subjects import dsse, names
 from subjects.envelope import Classification, Name, Surface
 from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import ActorContext, DataFacts, OutputVerdict, ProposedDestination
-from subjects.model_gateway import GatewayAdmission, GatewayAdmit, ProviderName
+from subjects.model_gateway import (
+    MAX_CALLS_PER_ASK,
+    GatewayAdmission,
+    GatewayAdmit,
+    GatewayCalls,
+    GatewayCallsAnswer,
+    ProviderName,
+)
 from subjects.patterns import Token
 
 log = structlog.get_logger(__name__)
@@ -79,6 +94,10 @@ class GatewayRuntime(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     destination: ProposedDestination
     surface: Surface = "direct_reply"
     facts: DataFacts = DataFacts()
+    account_tool_calls: bool = True
+    """Tool-call accounting: a tool result for a call this gateway issued must have been
+    decided by the gate. Only for a runtime whose adapter puts the call id into its
+    proposals (Hermes does; the OpenClaw adapter does not yet, docs/OPENCLAW.md)."""
 
 
 class Upstream(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -103,6 +122,12 @@ class GatewaySettings:
     admission_cache_ms: int = 1000
     max_in_flight: int = 16
     """Per runtime: a runtime cannot take every slot of the gateway."""
+    calls_timeout_s: float = 2.0
+    max_issued_calls: int = 8192
+    """Per runtime: the tool-call ids this gateway issued and still checks (oldest
+    forgotten first; a result for a forgotten id is not checked, docs/EVIDENCE.md)."""
+    max_covered_calls: int = 8192
+    """Per runtime: ids the gate said were decided, not asked again."""
 
 
 class Refusal(Exception):
@@ -130,6 +155,32 @@ def error_response(status: int, reason_code: str) -> web.Response:
     return web.json_response(body, status=status)
 
 
+CALL_ID_PREFIX: Final = "smfc"
+
+
+def new_call_id() -> str:
+    """A gateway tool-call id: ``smfc`` and 24 lowercase hex digits, alphanumeric, so a
+    runtime that sanitizes ids (OpenClaw's ``sanitizeToolCallId``) keeps it as is."""
+    return CALL_ID_PREFIX + secrets.token_hex(12)
+
+
+@dataclass
+class _Bounded:
+    """A set of ids, oldest dropped first beyond ``limit``."""
+
+    limit: int
+    _ids: OrderedDict[str, None] = field(default_factory=OrderedDict)
+
+    def add(self, value: str) -> None:
+        self._ids[value] = None
+        self._ids.move_to_end(value)
+        while len(self._ids) > self.limit:
+            self._ids.popitem(last=False)
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._ids
+
+
 @dataclass(slots=True)
 class _Standing:
     runtime_version: str
@@ -149,6 +200,8 @@ class ModelGateway:
     _by_token: dict[str, GatewayRuntime] = field(init=False)
     _standing: dict[tuple[str, str], _Standing] = field(init=False, default_factory=dict)
     _in_flight: dict[str, int] = field(init=False, default_factory=dict)
+    _issued: dict[str, _Bounded] = field(init=False, default_factory=dict)
+    _covered: dict[str, _Bounded] = field(init=False, default_factory=dict)
     _session: aiohttp.ClientSession | None = field(init=False, default=None)
     _upstream_key: str | None = field(init=False, default=None)
 
@@ -221,12 +274,15 @@ class ModelGateway:
             raise Refusal(400, exc.reason_code) from exc
         classification = model_turns.request_classification(runtime.facts, chat)
         version = await self._admit(runtime, classification)
+        if runtime.account_tool_calls:
+            await self._account(runtime, chat)
         turn = await self._ask_upstream(data, chat.stream)
         started = time.perf_counter_ns()
         facts, found = model_turns.context_facts(runtime.facts, chat)
         if found:
             log.warning("model_context_tainted", runtime_id=runtime.runtime_id, found=list(found))
         turn = await self._gate_output(runtime, version, turn, facts)
+        self._issue_call_ids(runtime, turn)
         # Server-Timing (W3C): how long the turn waited for its output decision, so a
         # benchmark can tell the gateway's own cost from the decision's (no content).
         timing = {"Server-Timing": f"output;dur={(time.perf_counter_ns() - started) / 1e6:.3f}"}
@@ -298,6 +354,72 @@ class ModelGateway:
             until = min(until, answer.expires_at_ms)
         self._standing[key] = _Standing(answer.runtime_version, until)
         return answer.runtime_version
+
+    # -- tool-call accounting ------------------------------------------------------
+
+    def _issue_call_ids(self, runtime: GatewayRuntime, turn: Turn) -> None:
+        """Every tool call the runtime gets carries an id this gateway issued and
+        remembers, so its result can be checked against the gate's decisions."""
+        if not turn.tool_calls:
+            return
+        issued = self._issued.setdefault(
+            runtime.runtime_id, _Bounded(self.settings.max_issued_calls)
+        )
+        for call in turn.tool_calls:
+            call.id = new_call_id()
+            issued.add(call.id)
+
+    async def _account(self, runtime: GatewayRuntime, chat: model_turns.ChatRequest) -> None:
+        """Refuse a request carrying a tool result for a call this gateway issued that no
+        proposal decided (``ungated_tool_result``: the gate has recorded it and stopped
+        the runtime). Results for ids it never issued are not checked."""
+        issued = self._issued.get(runtime.runtime_id)
+        if issued is None:
+            return
+        covered = self._covered.setdefault(
+            runtime.runtime_id, _Bounded(self.settings.max_covered_calls)
+        )
+        ask = [i for i in dict.fromkeys(chat.tool_result_ids()) if i in issued and i not in covered]
+        for start in range(0, len(ask), MAX_CALLS_PER_ASK):
+            batch = tuple(ask[start : start + MAX_CALLS_PER_ASK])
+            uncovered = await self._ask_calls(runtime, batch)
+            if uncovered:
+                # stopped: every kept admission of this runtime is void, ask the gate again
+                for key in [k for k in self._standing if k[0] == runtime.runtime_id]:
+                    del self._standing[key]
+                raise Refusal(403, "ungated_tool_result")
+            for call_id in batch:
+                covered.add(call_id)
+
+    async def _ask_calls(self, runtime: GatewayRuntime, batch: tuple[str, ...]) -> tuple[str, ...]:
+        ask = GatewayCalls(
+            schema="smf.gateway-calls/1",
+            request_id="m-" + secrets.token_hex(16),
+            runtime_id=runtime.runtime_id,
+            tenant_id=runtime.actor.tenant_id,
+            tool_call_ids=batch,
+            issued_at_ms=self.clock(),
+        )
+        try:
+            reply = await self.nc.request(
+                names.GATEWAY_CALLS, msgspec.json.encode(ask), timeout=self.settings.calls_timeout_s
+            )
+        except (NatsError, TimeoutError) as exc:
+            raise Refusal(503, "gate_unreachable") from exc
+        if names.HEADER_SERVICE_ERROR in (reply.headers or {}):
+            raise Refusal(503, "gate_refused_calls_request")
+        try:
+            answer, _ = dsse.open_struct(
+                dsse.decode_envelope(reply.data),
+                self.gate_keys(),
+                GatewayCallsAnswer,
+                names.PAYLOAD_GATEWAY_CALLS,
+            )
+        except (dsse.SignatureError, msgspec.ValidationError) as exc:
+            raise Refusal(503, "calls_answer_not_signed_by_gate") from exc
+        if answer.request_id != ask.request_id or answer.runtime_id != runtime.runtime_id:
+            raise Refusal(503, "calls_answer_for_another_request")
+        return answer.uncovered
 
     # -- the provider --------------------------------------------------------------
 

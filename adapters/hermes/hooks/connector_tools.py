@@ -67,6 +67,7 @@ class ConnectorToolHandlers(Lifecycle):
         refusal = self._release_in_force()
         if refusal is not None:
             return tools.blocked(tool, (refusal,))
+        call_id = self.pending_ids.take(session, tool.name)
 
         async def ask(nc: Client) -> Verdict:
             client = self._proposal_client(nc, config)
@@ -79,6 +80,7 @@ class ConnectorToolHandlers(Lifecycle):
                 content=call.content,
                 destination=call.destination,
                 surface=surface,
+                tool_call_id=call_id,
             )
             return await client.propose(proposal)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
+from adapters.client import tool_call_id_of
 from adapters.hermes import mapping
 from adapters.hermes.allowed import call_digest
 from adapters.hermes.bridge import BridgeError
@@ -81,6 +82,7 @@ class ToolCallHook(Lifecycle):
                 facts=call.facts,
                 destination=call.destination,
                 surface=call.surface,
+                tool_call_id=tool_call_id_of(kwargs.get("tool_call_id")),
             )
             return await client.propose(proposal)
 
@@ -101,6 +103,9 @@ class ToolCallHook(Lifecycle):
             )
         arguments = mapping.final_arguments(tool, kwargs.get("args"), self.host.coerce)
         self.allowed.remember(str(kwargs.get("tool_call_id") or ""), call_digest(tool, arguments))
+        call_id = tool_call_id_of(kwargs.get("tool_call_id"))
+        if call_id is not None:  # the handler proposes, and Hermes gives it no call id
+            self.pending_ids.put(str(kwargs.get("session_id") or ""), tool, call_id)
         return None
 
     def _directive(

@@ -1,0 +1,361 @@
+"""Tool-call accounting (issue 16, item 3) against a real gate, a real nats-server and a
+fake provider, through the gateway's real HTTP server.
+
+Proves: every tool call the gateway returns carries an id it issued (``smfc`` and 24
+lowercase hex), never the provider's; a tool result for such an id that a verified
+proposal carried is served; one that no proposal carried is refused
+``ungated_tool_result`` before the provider is asked, recorded in the ledger, and
+stops the runtime: its next request (even one with no tool result) and its proposals
+are refused ``runtime_stopped_ungated_tool_result`` until an operator clears it on
+``smf.gateway.clear`` (or with ``model-gateway clear``) and it attests again; a calls
+answer no gate key signed is not believed; a runtime whose profile says
+``account_tool_calls: false`` is not checked. The gate's index and the gateway's id
+sets are bounded (unit tests). A proposal's ``tool_call_id`` is not part of the
+operation: its operation hash and normalized envelope are those of the same
+proposal without it.
+
+Does not prove: anything about the real runtimes (the Hermes adapter's ids are
+tested in tests/test_hermes_unit.py), persistence across a gate restart (none:
+docs/EVIDENCE.md), accounting across gate replicas (per gate process, not built).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+import pytest
+
+from adapters.client import ProposalClient, tool_call_id_of
+from ops.bench.fake_model import FakeModel, Reply
+from ops.cli import main
+from ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
+from ops.runtimes import provision_runtime
+from ops.stack import start_stack
+from ops.state import OPERATOR, StateDir, provision_demo
+from pipeline.assembly.model_gateway import start_model_gateway
+from pipeline.stages.model_gateway import GatewaySettings, _Bounded, new_call_id
+from pipeline.stages.tool_calls import DecidedCalls
+from subjects.keys import SigningKey
+from subjects.messages import Verdict
+from subjects.model_gateway import GatewayCalls, GatewayClear, GatewayCleared
+from subjects.names import GATEWAY_CALLS, GATEWAY_CLEAR, HEADER_SERVICE_ERROR
+from subjects.registry import load_registry
+from tests.builders import normalized_proposal
+from tests.test_model_gateway import (
+    ACTOR,
+    CLEAN,
+    PIN,
+    TERMINAL,
+    World,
+    attest,
+    chat,
+    error_code,
+    ledger_reasons,
+    sse_text,
+)
+
+TOOLS_ID = "gw-tools"
+TOOLS = "gw-tools-runtime"
+LOOSE_ID = "gw-loose"
+LOOSE = "gw-loose-runtime"
+CALL_ID = re.compile(r"smfc[0-9a-f]{24}")
+UNGATED = ["ungated_tool_result", "model_request_refused"]
+STOPPED = "runtime_stopped_ungated_tool_result"
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    provision_runtime(state, TOOLS, TOOLS_ID, runtime_pin=PIN, require_release=False)
+    provision_runtime(state, LOOSE, LOOSE_ID, runtime_pin=PIN, require_release=False)
+    model = await FakeModel().start()
+    set_upstream(state, model.url, "local-model")
+    common: dict[str, Any] = {
+        "adapter_id": "smf-hermes-adapter",
+        "actor": ACTOR,
+        "destination": TERMINAL,
+        "facts": CLEAN,
+    }
+    tokens = {
+        TOOLS_ID: provision_gateway_runtime(state, TOOLS_ID, **common),
+        LOOSE_ID: provision_gateway_runtime(state, LOOSE_ID, account_tool_calls=False, **common),
+    }
+    stack = await start_stack(state, with_connectors=False)
+    # a long admission cache: a stop must end the gateway's cached admission itself
+    settings = GatewaySettings(upstream_read_s=5.0, admission_cache_ms=60_000)
+    gateway = await start_model_gateway(gateway_config(state, stack.url, settings=settings))
+    try:
+        yield World(state, stack, model, gateway, tokens, [])
+    finally:
+        await gateway.close()
+        await stack.stop()
+        await model.stop()
+
+
+async def propose(
+    world: World, principal: str, runtime_id: str, call_id: str | None, version: str = PIN
+) -> Verdict:
+    credential = world.state.existing_credential(principal)
+    assert credential is not None
+    nc = await nats.connect(world.stack.url, **credential.connect_options())
+    try:
+        client = ProposalClient(
+            nc,
+            world.key(principal),
+            runtime_id,
+            version,
+            "smf-hermes-adapter",
+            gate_keys=load_registry(world.state.registry).trusted("gate"),
+        )
+        proposal = client.build(
+            native_tool="read_file",
+            arguments={"path": "notes.txt"},
+            actor=ACTOR,
+            facts=CLEAN,
+            tool_call_id=call_id,
+        )
+        return await client.propose(proposal)
+    finally:
+        await nc.close()
+
+
+async def emitted_call(world: World, runtime_id: str) -> str:
+    """Let the model emit one tool call; the id the runtime gets back."""
+    world.model.queue.append(
+        Reply(content="", tool_calls=(("call_up1", "read_file", '{"path": "notes.txt"}'),))
+    )
+    status, data = await chat(world, runtime_id)
+    assert status == 200
+    _, calls, finishes = sse_text(data)
+    assert finishes == ["tool_calls"]
+    assert len(calls) == 1
+    call_id = calls[0]["id"]
+    assert isinstance(call_id, str)
+    return call_id
+
+
+def with_result(call_id: str) -> bytes:
+    messages = [
+        {"role": "user", "content": "Read my notes."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "notes.txt"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": call_id, "content": "Hearing on Monday."},
+    ]
+    return json.dumps({"model": "fake-model", "stream": True, "messages": messages}).encode()
+
+
+async def clear(world: World, runtime_id: str) -> GatewayCleared:
+    credential = world.state.existing_credential(OPERATOR)
+    assert credential is not None
+    nc = await nats.connect(world.stack.url, **credential.connect_options())
+    try:
+        ask = GatewayClear(schema="smf.gateway-clear/1", runtime_id=runtime_id)
+        reply = await nc.request(GATEWAY_CLEAR, msgspec.json.encode(ask), timeout=5)
+    finally:
+        await nc.close()
+    return msgspec.json.decode(reply.data, type=GatewayCleared)
+
+
+# -- through the gateway --------------------------------------------------------------
+
+
+async def test_a_decided_tool_call_gets_a_gateway_id_and_its_result_is_served(
+    world: World,
+) -> None:
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    call_id = await emitted_call(world, TOOLS_ID)
+    assert CALL_ID.fullmatch(call_id)  # the gateway's, not the provider's "call_up1"
+    verdict = await propose(world, TOOLS, TOOLS_ID, call_id)
+    assert STOPPED not in verdict.reason_codes
+    world.model.default = Reply(content="Your hearing is on Monday.")
+    status, data = await chat(world, TOOLS_ID, body=with_result(call_id))
+    assert status == 200
+    assert sse_text(data)[0] == "Your hearing is on Monday."
+    assert len(world.model.requests) == 2
+    assert UNGATED not in ledger_reasons(world.state)
+
+
+async def test_an_ungated_tool_result_stops_the_runtime_until_an_operator_clears_it(
+    world: World,
+) -> None:
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    call_id = await emitted_call(world, TOOLS_ID)
+    # the tool ran with no proposal (a hook removed, ``ctx.dispatch_tool``)
+    status, data = await chat(world, TOOLS_ID, body=with_result(call_id))
+    assert (status, error_code(data)) == (403, "ungated_tool_result")
+    assert len(world.model.requests) == 1  # the provider was not asked again
+    assert UNGATED in ledger_reasons(world.state)
+
+    # stopped: a clean request, and a proposal, are refused; attesting again does not help
+    status, data = await chat(world, TOOLS_ID)
+    assert (status, error_code(data)) == (403, STOPPED)
+    assert [STOPPED, "model_request_refused"] in ledger_reasons(world.state)
+    assert (await propose(world, TOOLS, TOOLS_ID, None)).reason_codes == (STOPPED,)
+    await attest(world, TOOLS, TOOLS_ID)
+    assert (await chat(world, TOOLS_ID))[0] == 403
+    assert len(world.model.requests) == 1
+
+    # the operator clears it; it is served once it has attested again
+    assert (await clear(world, TOOLS_ID)).was_stopped
+    status, data = await chat(world, TOOLS_ID)
+    assert (status, error_code(data)) == (403, "runtime_attestation_missing")
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    world.model.default = Reply(content="Back.")
+    status, data = await chat(world, TOOLS_ID)
+    assert (status, sse_text(data)[0]) == (200, "Back.")
+    assert not (await clear(world, TOOLS_ID)).was_stopped
+
+
+async def test_the_cli_clears_a_stop(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    call_id = await emitted_call(world, TOOLS_ID)
+    assert (await chat(world, TOOLS_ID, body=with_result(call_id)))[0] == 403
+    args = ["model-gateway", "clear", TOOLS_ID, "--state-dir", str(world.state.root)]
+    args += ["--nats", world.stack.url, "--json"]
+    assert await asyncio.to_thread(main, args) == 0
+    out = capsys.readouterr().out.strip().splitlines()[-1]  # logs go to stdout too
+    assert json.loads(out) == {"runtime_id": TOOLS_ID, "was_stopped": True}
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    world.model.default = Reply(content="Back.")
+    assert (await chat(world, TOOLS_ID))[0] == 200
+
+
+async def test_a_refused_proposal_still_counts_as_decided(world: World) -> None:
+    """Recorded before admission: a proposal the gate refused was decided (the hook
+    blocked the call), so its result does not stop the runtime."""
+    call_id = await attest_and_emit(world)
+    verdict = await propose(world, TOOLS, TOOLS_ID, call_id, version="9.9.9")
+    assert (verdict.outcome, verdict.reason_codes) == ("deny", ("runtime_version_not_attested",))
+    world.model.default = Reply(content="It was blocked.")
+    assert (await chat(world, TOOLS_ID, body=with_result(call_id)))[0] == 200
+
+
+async def attest_and_emit(world: World) -> str:
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    return await emitted_call(world, TOOLS_ID)
+
+
+async def test_a_calls_answer_no_gate_key_signed_is_not_believed(world: World) -> None:
+    call_id = await attest_and_emit(world)  # admitted and cached with the real gate keys
+    await propose(world, TOOLS, TOOLS_ID, call_id)
+    stranger = SigningKey.from_seed(b"\x07" * 32).verify_key
+    world.gateway.gateway.gate_keys = lambda: {stranger.key_id: stranger}
+    status, data = await chat(world, TOOLS_ID, body=with_result(call_id))
+    assert (status, error_code(data)) == (503, "calls_answer_not_signed_by_gate")
+    assert len(world.model.requests) == 1
+
+
+async def test_a_runtime_without_accounting_is_not_checked(world: World) -> None:
+    assert (await attest(world, LOOSE, LOOSE_ID)).accepted
+    call_id = await emitted_call(world, LOOSE_ID)
+    world.model.default = Reply(content="Unchecked.")
+    status, data = await chat(world, LOOSE_ID, body=with_result(call_id))
+    assert (status, sse_text(data)[0]) == (200, "Unchecked.")
+    assert UNGATED not in ledger_reasons(world.state)
+
+
+async def test_a_result_for_an_id_the_gateway_never_issued_is_not_checked(
+    world: World,
+) -> None:
+    """History from before this gateway: no id of ours, nothing to check."""
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    world.model.default = Reply(content="Old history.")
+    status, _ = await chat(world, TOOLS_ID, body=with_result("call_from_before"))
+    assert status == 200
+
+
+async def test_a_malformed_calls_question_or_an_unknown_runtime_is_refused(world: World) -> None:
+    """Only what the contract says is answered, and only for a registered runtime:
+    an error reply, which the gateway treats as no answer (503, fail closed)."""
+    nc = world.gateway.nc  # the gateway's own connection: it may ask
+    ask = GatewayCalls(
+        schema="smf.gateway-calls/1",
+        request_id="m-" + "0" * 32,
+        runtime_id="no-such-runtime",
+        tenant_id=ACTOR.tenant_id,
+        tool_call_ids=(new_call_id(),),
+        issued_at_ms=1,
+    )
+    for data, reason in (
+        (b"{}", "malformed_calls"),
+        (b"not json", "malformed_calls"),
+        (msgspec.json.encode(ask), "unknown_runtime"),
+    ):
+        reply = await nc.request(GATEWAY_CALLS, data, timeout=5)
+        assert (reply.headers or {}).get(HEADER_SERVICE_ERROR) == reason
+    assert UNGATED not in ledger_reasons(world.state)
+
+
+# -- units --------------------------------------------------------------------------------
+
+
+def test_the_gate_index_forgets_the_oldest_ids_of_a_runtime_first() -> None:
+    calls = DecidedCalls(per_runtime=3, max_runtimes=2)
+    for call_id in ("a", "b", "c", "d"):
+        calls.add("r1", call_id)
+    assert [calls.covered("r1", i) for i in "abcd"] == [False, True, True, True]
+    assert len(calls) == 3
+    calls.add("r1", "b")  # seen again: the newest now
+    calls.add("r1", "e")
+    assert [calls.covered("r1", i) for i in "bcde"] == [True, False, True, True]
+
+
+def test_the_gate_index_keeps_a_bounded_number_of_runtimes() -> None:
+    calls = DecidedCalls(per_runtime=4, max_runtimes=2)
+    calls.add("r1", "x")
+    calls.add("r2", "x")
+    calls.add("r1", "y")  # r1 is the most recent runtime now
+    calls.add("r3", "x")  # forgets r2, the least recent
+    assert (calls.covered("r1", "x"), calls.covered("r2", "x"), calls.covered("r3", "x")) == (
+        True,
+        False,
+        True,
+    )
+    assert not calls.covered("r4", "x")
+
+
+def test_the_gateway_id_sets_are_bounded() -> None:
+    ids = _Bounded(limit=2)
+    for value in ("a", "b", "c"):
+        ids.add(value)
+    assert ("a" in ids, "b" in ids, "c" in ids) == (False, True, True)
+    assert all(CALL_ID.fullmatch(new_call_id()) for _ in range(100))
+    assert len({new_call_id() for _ in range(100)}) == 100
+
+
+def test_a_tool_call_id_is_not_part_of_the_operation() -> None:
+    plain = normalized_proposal()
+    with_id = normalized_proposal(tool_call_id="smfc" + "0" * 24)
+    assert with_id.operation_hash == plain.operation_hash
+    assert with_id.envelope == plain.envelope
+
+
+@pytest.mark.parametrize(
+    ("raw", "kept"),
+    [
+        ("call_abc-1", True),
+        ("functions.read:0", False),
+        ("", False),
+        (None, False),
+        ("x" * 129, False),
+    ],
+)
+def test_only_an_id_the_contract_can_carry_goes_into_a_proposal(raw: object, kept: bool) -> None:
+    assert tool_call_id_of(raw) == (raw if kept else None)
