@@ -38,7 +38,8 @@ resolution, and a re-publication of the outcome verdict the runtime was sent
 while the call is held, then the approval is resolved); or ``expire`` (the
 approval desk's clock moves past the TTL); or ``none``.
 
-Evidence returned per run: exit code and output, the tool results the model
+Evidence returned per run: exit code and output (the whole stdout is also kept
+as ``openclaw.stdout`` in the run's folder), the tool results the model
 was shown (from the fake server), the JSON lines of every log file asked for
 (the probe plugin's records), every verdict seen on the bus that the gate
 signed (replies on ``smf.propose`` and output closes, approval outcomes;
@@ -46,6 +47,16 @@ signed (replies on ``smf.propose`` and output closes, approval outcomes;
 is not listed), attestation acks, what the attorney did and what the gate
 answered, approval states at the end, and which marker files exist (with
 their contents).
+
+With ``gate.model_gateway`` (tests/test_openclaw_gateway.py) the harness also
+runs the model gateway (issue 16) on the same bus, in front of the fake model
+(``set_upstream``), serving the runtimes listed there, each provisioned with
+its declared destination and its own token (``provision_gateway_runtime``):
+``{{gateway_url}}`` and ``{{gateway_token:<runtime_id>}}`` point OpenClaw's
+provider at it instead of the fake model, and ``{{runtime_key:<runtime_id>}}``
+/ ``{{credential_file:<runtime_id>}}`` give the plugin that runtime's key and
+nkey. Every run then also returns the ledger entries the gate wrote during it
+(kind, disposition and reason codes only).
 """
 
 from __future__ import annotations
@@ -82,6 +93,7 @@ from tests.fake_openai import FakeOpenAI
 
 if TYPE_CHECKING:
     from pipeline.assembly import RunningGate
+    from pipeline.assembly.model_gateway import RunningModelGateway
 
 RUN_TIMEOUT_S = 240.0
 GATEWAY_START_S = 90.0
@@ -207,6 +219,8 @@ class Harness:
         self.openclaw = config["openclaw"]
         self.runs = 0
         self.gate: RunningGate | None = None
+        self.model_gateway: RunningModelGateway | None = None
+        self.gateway_tokens: dict[str, str] = {}
         self.clock = OffsetClock()
         """The approval desk's clock only: moving it expires approvals and makes
         execution reports overdue without making new proposals look stale."""
@@ -240,6 +254,20 @@ class Harness:
             required_hooks=tuple(runtime.get("hooks", ())),
         )
         self.runtime = runtime
+        served = gate.get("model_gateway", {}).get("runtimes", [])
+        for other in served:
+            # Another runtime the gateway serves, attested the same way as the first.
+            if other["runtime_id"] != runtime["runtime_id"]:
+                provision_runtime(
+                    self.state,
+                    other["principal"],
+                    other["runtime_id"],
+                    require_attestation=bool(runtime.get("require_attestation", False)),
+                    runtime_pin=runtime.get("pin"),
+                    required_hooks=tuple(runtime.get("hooks", ())),
+                )
+        self.served = {other["runtime_id"]: other["principal"] for other in served}
+        self.served.setdefault(runtime["runtime_id"], runtime["principal"])
         self.server = start_embedded_server(self.state)
         self.idle = start_embedded_server(self.state, self.root / "nats-idle")
         # Seed files for the runs: one the registry does not know, and a copy of the
@@ -266,6 +294,8 @@ class Harness:
         # the wall clock, so calls proposed while an approval is made to expire
         # are judged as they would be (not ``stale_proposal``).
         self.gate.desk.clock = self.clock
+        if served:
+            await self._start_model_gateway(served)
         # The tap reads every subject: only the operator may (subjects.bus_access).
         self.nc = await self._connect(OPERATOR)
         gate_key = self.state.key("gate")
@@ -275,6 +305,41 @@ class Harness:
         # The attorney asks and resolves on its own connection, as an approver would.
         self.attorney_nc = await self._connect(ATTORNEY)
         self.attorney = ApproverClient(self.attorney_nc, self.state.key(ATTORNEY), ATTORNEY)
+
+    async def _start_model_gateway(self, served: list[dict[str, Any]]) -> None:
+        """The model gateway on the gate's bus, in front of the fake model (issue 16)."""
+        from ops.model_gateway import (  # noqa: PLC0415
+            gateway_config,
+            provision_gateway_runtime,
+            set_upstream,
+        )
+        from pipeline.assembly.model_gateway import start_model_gateway  # noqa: PLC0415
+        from subjects.messages import ActorContext, DataFacts, ProposedDestination  # noqa: PLC0415
+
+        set_upstream(self.state, self.model.url, "local-model")
+        for entry in served:
+            self.gateway_tokens[entry["runtime_id"]] = provision_gateway_runtime(
+                self.state,
+                entry["runtime_id"],
+                adapter_id="smf-openclaw-adapter",
+                actor=msgspec.convert(entry["actor"], ActorContext),
+                destination=msgspec.convert(entry["destination"], ProposedDestination),
+                facts=msgspec.convert(entry["facts"], DataFacts),
+                # the OpenClaw adapter sends no tool-call ids yet (docs/OPENCLAW.md, finding 8)
+                account_tool_calls=False,
+            )
+        self.model_gateway = await start_model_gateway(gateway_config(self.state, self.server.url))
+
+    def ledger(self) -> list[dict[str, Any]]:
+        """The gate's ledger entries so far: kind, disposition and reason codes only."""
+        import io  # noqa: PLC0415
+
+        from pipeline.stores.ledger_audit import export_jsonl  # noqa: PLC0415
+
+        out = io.StringIO()
+        export_jsonl(self.state.ledger, out)
+        rows = [json.loads(line) for line in out.getvalue().splitlines()]
+        return [{k: r.get(k) for k in ("kind", "disposition", "reason_codes")} for r in rows]
 
     async def _connect(self, principal: str) -> Client:
         credential = self.state.existing_credential(principal)
@@ -298,6 +363,8 @@ class Harness:
     async def stop(self) -> None:
         for reservation in self.reservations:
             reservation.close()
+        if self.model_gateway is not None:
+            await self.model_gateway.close()
         self.model.stop()
         if self.gate is not None:
             await self.attorney_nc.drain()
@@ -317,6 +384,14 @@ class Harness:
                 "trust_root_file": str(self.state.trust_root),
                 **self.credentials,
             }
+        if self.model_gateway is not None:
+            tokens["gateway_url"] = self.model_gateway.url
+            for runtime_id, principal in self.served.items():
+                tokens[f"gateway_token:{runtime_id}"] = self.gateway_tokens.get(runtime_id, "")
+                tokens[f"runtime_key:{runtime_id}"] = str(self.state.key_path(principal))
+                tokens[f"credential_file:{runtime_id}"] = str(
+                    self.state.bus_credential_path(principal)
+                )
         return tokens
 
     # -- the synthetic attorney -------------------------------------------------
@@ -498,8 +573,10 @@ class Harness:
         self.model.scripts.set(command["scripts"])
         self.model.scripts.take_requests()
         orders_before = 0
+        ledger_before = 0
         if self.gate is not None:
             orders_before = await self.execute_orders()
+            ledger_before = len(self.ledger()) if self.model_gateway is not None else 0
             self.tap.take()
             self.tap.outcomes.clear()
             while not self.pending.empty():
@@ -542,6 +619,8 @@ class Harness:
                 os.killpg(proc.pid, signal.SIGKILL)
             out, err = await proc.communicate()
         seconds = round(time.monotonic() - started, 2)
+        # Whole, beside the run: the evidence keeps only the tail of a long ``--json``.
+        (root / "openclaw.stdout").write_bytes(out)
         approvals: list[dict[str, Any]] = []
         if attorney is not None:
             approvals = await asyncio.wait_for(attorney, PENDING_WAIT_S)
@@ -576,6 +655,7 @@ class Harness:
             "approvals": approvals,
             "approval_states": states,
             "execute_orders": orders,
+            "ledger": self.ledger()[ledger_before:] if self.model_gateway is not None else [],
             "seed_in_output": self._seed_in(out + err + gateway_log.encode()),
             "markers": {
                 rel: (root / rel).read_text(errors="replace") if (root / rel).exists() else None
