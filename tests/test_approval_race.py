@@ -177,7 +177,8 @@ async def launch_gate_process(
     deadline = time.monotonic() + READY_TIMEOUT_S
     while b"READY" not in log.read_bytes():
         if proc.returncode is not None or time.monotonic() > deadline:
-            proc.kill()
+            if proc.returncode is None:  # killing one that exited raises, hiding its log
+                proc.kill()
             await proc.wait()
             tail = log.read_bytes()[-3000:].decode(errors="replace")
             raise AssertionError(f"gate {name} did not start:\n{tail}")
