@@ -417,6 +417,19 @@ async def test_a_hanging_provider_does_not_stop_others_being_served(world: World
     assert (await hung)[0] == 504
 
 
+async def test_a_bus_lost_mid_turn_releases_nothing(world: World) -> None:
+    """Admitted (and the admission kept), then the gateway's bus connection is gone: the
+    turn cannot reach the output gate, so it ends in an error and no text."""
+    await attest(world, OTHER, OTHER_ID)
+    world.model.default = Reply(content="Released once.")
+    assert (await chat(world, OTHER_ID))[0] == 200
+    await world.gateway.nc.close()
+    world.model.default = Reply(content="Never released.")
+    status, data = await chat(world, OTHER_ID)
+    assert (status, error_code(data)) == (500, "gateway_internal_error")
+    assert b"Never released" not in data
+
+
 # -- bad input -----------------------------------------------------------------------
 
 

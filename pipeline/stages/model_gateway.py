@@ -260,6 +260,9 @@ class ModelGateway:
         except Refusal as refusal:
             log.warning("model_turn_refused", runtime_id=runtime_id, reason=refusal.reason_code)
             return error_response(refusal.status, refusal.reason_code)
+        except Exception as exc:  # noqa: BLE001 - fail closed, logged by type, never by value
+            log.error("model_turn_failed", runtime_id=runtime_id, error=type(exc).__name__)
+            return error_response(500, "gateway_internal_error")
         finally:
             self._in_flight[runtime_id] -= 1
 
