@@ -325,8 +325,6 @@ class Harness:
                 actor=msgspec.convert(entry["actor"], ActorContext),
                 destination=msgspec.convert(entry["destination"], ProposedDestination),
                 facts=msgspec.convert(entry["facts"], DataFacts),
-                # the OpenClaw adapter sends no tool-call ids yet (docs/OPENCLAW.md, finding 8)
-                account_tool_calls=False,
             )
         self.model_gateway = await start_model_gateway(gateway_config(self.state, self.server.url))
 

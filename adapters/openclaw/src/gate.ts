@@ -61,6 +61,7 @@ import {
   APPROVAL_OUTCOME_PREFIX,
   approvalIdFor,
   checkProposal,
+  TOOL_CALL_ID_RE,
   decodeApprovalStatus,
   denial,
   MessageError,
@@ -343,7 +344,7 @@ export class GateAdapter {
     const refusal = settings.governance.refusal();
     if (refusal !== undefined) throw new Blocked([`adapter_refuses_to_run(${refusal})`], "adapter");
     const call = proposeCall(event.toolName, event.params, str(ctx.sessionKey), settings.context, this.taint);
-    const proposal = this.buildProposal(settings, call);
+    const proposal = this.buildProposal(settings, call, str(event.toolCallId ?? ctx.toolCallId));
     // Subscribed before proposing: an approver may answer before `held` does.
     const watch = settings.holdTimeoutMs > 0 ? await this.outcomes(settings) : undefined;
     const verdict = await this.propose(settings, proposal);
@@ -383,7 +384,7 @@ export class GateAdapter {
     return this.watch;
   }
 
-  private buildProposal(settings: AdapterSettings, call: ProposedCall): Proposal {
+  private buildProposal(settings: AdapterSettings, call: ProposedCall, toolCallId?: string): Proposal {
     const proposal: Proposal = {
       schema: "smf.proposal/1",
       proposal_id: newProposalId(),
@@ -399,6 +400,8 @@ export class GateAdapter {
       facts: call.facts,
       issued_at_ms: this.clock(),
     };
+    // The call's id, when the contract can carry it (model-gateway accounting, issue 16).
+    if (toolCallId !== undefined && TOOL_CALL_ID_RE.test(toolCallId)) proposal.tool_call_id = toolCallId;
     checkProposal(proposal);
     return proposal;
   }

@@ -192,6 +192,21 @@ test("allow returns exactly the signed canonical params", async () => {
   assert.equal((result.params as { path: string }).path, "/srv/caf\u00e9.txt");
 });
 
+test("a proposal carries the call's id when the contract can carry it, and only then", async () => {
+  const sent: Array<{ tool_call_id?: string }> = [];
+  const bus = new FakeBus((_s, data) => {
+    const p = proposalOf(data);
+    sent.push(p as { tool_call_id?: string });
+    return reply(verdict({ proposal_id: p.proposal_id, outcome: "deny", reason_codes: ["x"] }));
+  });
+  const a = adapter(bus);
+  await a.beforeToolCall({ toolName: "read", params: { path: "/srv/a" }, toolCallId: "smfc0123abcd" }, {});
+  await a.beforeToolCall({ toolName: "read", params: { path: "/srv/a" }, toolCallId: "functions.read:0" }, {});
+  await a.beforeToolCall({ toolName: "read", params: { path: "/srv/a" } }, {});
+  assert.deepEqual(sent.map((p) => p.tool_call_id), ["smfc0123abcd", undefined, undefined]);
+  assert.ok(sent.slice(1).every((p) => !("tool_call_id" in p)));
+});
+
 test("deny blocks with the gate's reason codes", async () => {
   const bus = new FakeBus((_s, data) => reply(verdict({ proposal_id: proposalOf(data).proposal_id, outcome: "deny", reason_codes: ["legal_hold_blocks_deletion"] })));
   const reason = blockReason(await adapter(bus).beforeToolCall({ toolName: "write", params: { path: "/srv/held/a", content: "x" } }, {}));

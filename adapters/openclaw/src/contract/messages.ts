@@ -86,7 +86,13 @@ export interface Proposal {
   actor: ActorContext;
   facts: DataFacts;
   issued_at_ms: number;
+  /** The model's tool-call id (`subjects/messages.py`: additive, absent when unknown),
+   * so the model gateway's tool-call accounting finds this call decided (issue 16). */
+  tool_call_id?: string;
 }
+
+/** `subjects.patterns.ToolCallId`: an id the contract cannot carry is left out. */
+export const TOOL_CALL_ID_RE = /^[A-Za-z0-9_-]{1,128}$/;
 
 export interface Verdict {
   schema: "smf.verdict/1";
@@ -276,6 +282,7 @@ export function checkProposal(p: Proposal): void {
   if (p.content.length > 512 * 1024) bad("content");
   if (p.destination.address.length > 2048) bad("destination.address");
   if (!Number.isSafeInteger(p.issued_at_ms) || p.issued_at_ms < 0) bad("issued_at_ms");
+  if (p.tool_call_id !== undefined && !TOOL_CALL_ID_RE.test(p.tool_call_id)) bad("tool_call_id");
 }
 
 export function isOrderId(text: string): boolean {
