@@ -21,8 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+import structlog
+
 from pipeline.core.decision import Decision
-from pipeline.stores.ledger import Ledger, Receipt
+from pipeline.stores.ledger import EvidenceError, Ledger, Receipt
 from pipeline.stores.ledger_schema import Disposition, EntryKind, EvidenceEntry, Status
 from pipeline.stores.orders import OrderRecord
 from subjects import dsse
@@ -30,6 +32,8 @@ from subjects.approvals import ApprovalBinding
 from subjects.canonical import identity_of
 from subjects.keyed import PseudonymKey
 from subjects.messages import Outcome, Verdict
+
+log = structlog.get_logger(__name__)
 
 TENANT_DOMAIN: Final = "smf.tenant"
 """Keyed-identifier domain of tenant pseudonyms in evidence (``subjects.keyed``)."""
@@ -166,6 +170,23 @@ class EvidenceWriter:
             disposition="deny",
             reason_codes=unique(reasons)[:MAX_REASONS],
         )
+
+    async def refuse(
+        self,
+        subject: dict[str, str],
+        tenant_id: str,
+        release_id: str | None,
+        reasons: tuple[str, ...],
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Write a refusal (:meth:`for_refusal`) and return its reasons and receipt.
+        A ledger outage adds ``evidence_store_unavailable`` and never turns the
+        refusal into anything else: the caller refuses either way."""
+        entry = self.for_refusal(subject, self.tenant_ref(tenant_id), release_id, reasons)
+        try:
+            return reasons, ((await self.append(entry)).entry_hash,)
+        except EvidenceError:
+            log.error("evidence_unavailable_for_refusal")
+            return (*reasons, "evidence_store_unavailable"), ()
 
     async def append(self, entry: EvidenceEntry) -> Receipt:
         """Write one entry; raises ``EvidenceError`` (callers fail closed)."""

@@ -31,7 +31,6 @@ from pipeline.core.projection import PolicySet
 from pipeline.service import StageRefusal
 from pipeline.stages.attestation import AttestationDesk
 from pipeline.stages.evidence import EvidenceWriter
-from pipeline.stores.ledger import EvidenceError
 from subjects import dsse, names
 from subjects.keys import SigningKey
 from subjects.model_gateway import GatewayAdmission, GatewayAdmit
@@ -98,23 +97,15 @@ class ModelAdmissionDesk:
         return None
 
     async def _refuse(self, ask: GatewayAdmit, reasons: tuple[str, ...]) -> GatewayAdmission:
-        entry = self.evidence.for_refusal(
-            {
-                "model_request": ask.request_id,
-                "runtime_id": ask.runtime_id,
-                "provider": ask.provider,
-                "classification": ask.classification,
-            },
-            self.evidence.tenant_ref(ask.tenant_id),
-            self.release_id(),
-            reasons,
+        subject = {
+            "model_request": ask.request_id,
+            "runtime_id": ask.runtime_id,
+            "provider": ask.provider,
+            "classification": ask.classification,
+        }
+        reasons, recorded = await self.evidence.refuse(
+            subject, ask.tenant_id, self.release_id(), reasons
         )
-        recorded: tuple[str, ...] = ()
-        try:
-            recorded = ((await self.evidence.append(entry)).entry_hash,)
-        except EvidenceError:
-            log.error("evidence_unavailable", request_id=ask.request_id)
-            reasons = (*reasons, "evidence_store_unavailable")
         log.warning("model_request_refused", runtime_id=ask.runtime_id, reasons=list(reasons))
         return GatewayAdmission(
             schema="smf.gateway-admission/1",

@@ -43,7 +43,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 import aiohttp
 import msgspec
@@ -70,6 +70,7 @@ from subjects.model_gateway import (
 from subjects.patterns import Token
 
 log = structlog.get_logger(__name__)
+A = TypeVar("A", GatewayAdmission, GatewayCallsAnswer)
 
 TOKEN_PREFIX: Final = "sha256:"  # noqa: S105 - the prefix of a hash, not a secret
 OUTPUT_CHUNK_BYTES: Final = 32 * 1024
@@ -331,25 +332,14 @@ class ModelGateway:
             classification=classification,
             issued_at_ms=now,
         )
-        try:
-            reply = await self.nc.request(
-                names.GATEWAY_ADMIT, msgspec.json.encode(ask), timeout=self.settings.admit_timeout_s
-            )
-        except (NatsError, TimeoutError) as exc:
-            raise Refusal(503, "gate_unreachable") from exc
-        if names.HEADER_SERVICE_ERROR in (reply.headers or {}):
-            raise Refusal(503, "gate_refused_admission_request")
-        try:
-            answer, _ = dsse.open_struct(
-                dsse.decode_envelope(reply.data),
-                self.gate_keys(),
-                GatewayAdmission,
-                names.PAYLOAD_GATEWAY_ADMISSION,
-            )
-        except (dsse.SignatureError, msgspec.ValidationError) as exc:
-            raise Refusal(503, "admission_not_signed_by_gate") from exc
-        if answer.request_id != ask.request_id or answer.runtime_id != runtime.runtime_id:
-            raise Refusal(503, "admission_for_another_request")
+        answer = await self._ask_gate(
+            names.GATEWAY_ADMIT,
+            ask,
+            GatewayAdmission,
+            names.PAYLOAD_GATEWAY_ADMISSION,
+            self.settings.admit_timeout_s,
+            "admission",
+        )
         if not answer.admitted or answer.runtime_version is None:
             raise Refusal(403, answer.reason_codes[0] if answer.reason_codes else "not_admitted")
         until = now + self.settings.admission_cache_ms
@@ -403,26 +393,47 @@ class ModelGateway:
             tool_call_ids=batch,
             issued_at_ms=self.clock(),
         )
+        answer = await self._ask_gate(
+            names.GATEWAY_CALLS,
+            ask,
+            GatewayCallsAnswer,
+            names.PAYLOAD_GATEWAY_CALLS,
+            self.settings.calls_timeout_s,
+            "calls_answer",
+        )
+        return answer.uncovered
+
+    async def _ask_gate(
+        self,
+        subject: str,
+        ask: GatewayAdmit | GatewayCalls,
+        answer_type: type[A],
+        payload_type: str,
+        timeout: float,
+        what: str,
+    ) -> A:
+        """Ask the gate and believe only its signed answer to this very question;
+        every other ending is a 503 with its reason (the runtime gets nothing)."""
         try:
-            reply = await self.nc.request(
-                names.GATEWAY_CALLS, msgspec.json.encode(ask), timeout=self.settings.calls_timeout_s
-            )
+            reply = await self.nc.request(subject, msgspec.json.encode(ask), timeout=timeout)
         except (NatsError, TimeoutError) as exc:
             raise Refusal(503, "gate_unreachable") from exc
         if names.HEADER_SERVICE_ERROR in (reply.headers or {}):
-            raise Refusal(503, "gate_refused_calls_request")
+            refused = (
+                "gate_refused_admission_request"
+                if what == "admission"
+                else ("gate_refused_calls_request")
+            )
+            raise Refusal(503, refused)
         try:
             answer, _ = dsse.open_struct(
-                dsse.decode_envelope(reply.data),
-                self.gate_keys(),
-                GatewayCallsAnswer,
-                names.PAYLOAD_GATEWAY_CALLS,
+                dsse.decode_envelope(reply.data), self.gate_keys(), answer_type, payload_type
             )
         except (dsse.SignatureError, msgspec.ValidationError) as exc:
-            raise Refusal(503, "calls_answer_not_signed_by_gate") from exc
-        if answer.request_id != ask.request_id or answer.runtime_id != runtime.runtime_id:
-            raise Refusal(503, "calls_answer_for_another_request")
-        return answer.uncovered
+            raise Refusal(503, f"{what}_not_signed_by_gate") from exc
+        if answer.request_id != ask.request_id or answer.runtime_id != ask.runtime_id:
+            raise Refusal(503, f"{what}_for_another_request")
+        return answer
 
     # -- the provider --------------------------------------------------------------
 

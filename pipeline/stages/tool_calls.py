@@ -42,7 +42,6 @@ import structlog
 from pipeline.service import StageRefusal
 from pipeline.stages.attestation import AttestationDesk
 from pipeline.stages.evidence import EvidenceWriter
-from pipeline.stores.ledger import EvidenceError
 from subjects import dsse, names
 from subjects.keys import SigningKey
 from subjects.model_gateway import GatewayCalls, GatewayCallsAnswer, GatewayClear, GatewayCleared
@@ -117,23 +116,14 @@ class ToolCallDesk:
         )
 
     async def _stop(self, ask: GatewayCalls, answer: GatewayCallsAnswer) -> GatewayCallsAnswer:
-        reasons: tuple[str, ...] = (UNGATED, REFUSED)
-        entry = self.evidence.for_refusal(
-            {
-                "model_request": ask.request_id,
-                "runtime_id": ask.runtime_id,
-                "tool_call_ids": ",".join(answer.uncovered),
-            },
-            self.evidence.tenant_ref(ask.tenant_id),
-            self.release_id(),
-            reasons,
+        subject = {
+            "model_request": ask.request_id,
+            "runtime_id": ask.runtime_id,
+            "tool_call_ids": ",".join(answer.uncovered),
+        }
+        reasons, recorded = await self.evidence.refuse(
+            subject, ask.tenant_id, self.release_id(), (UNGATED, REFUSED)
         )
-        recorded: tuple[str, ...] = ()
-        try:
-            recorded = ((await self.evidence.append(entry)).entry_hash,)
-        except EvidenceError:
-            log.error("evidence_unavailable", request_id=ask.request_id)
-            reasons = (*reasons, "evidence_store_unavailable")
         # the stop stands whether or not its evidence was written: fail closed
         self.attestation.stop(ask.runtime_id, STOPPED)
         if self.share_stop is not None:
