@@ -35,6 +35,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
+from ops.bench import gateway as scripted
 from ops.bench.fake_model import FakeModel, Reply
 from ops.bench.gateway import attest as scripted_attest
 from ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
@@ -47,7 +48,7 @@ from pipeline.stores.ledger_audit import export_jsonl
 from subjects import names
 from subjects.attestation import AttestationAck
 from subjects.keys import SigningKey
-from subjects.messages import ActorContext, DataFacts, ProposedDestination
+from subjects.messages import ProposedDestination
 from tests.bus_helpers import wait_for
 
 PIN = "1.0.0"
@@ -55,18 +56,10 @@ RUNTIME_ID = "gw-demo"
 PRINCIPAL = "gw-runtime"
 OTHER_ID = "gw-other"
 OTHER = "gw-other-runtime"
-ACTOR = ActorContext(
-    domain="litigation",
-    tenant_id="tenant-acme",
-    organization_id="org-acme-llp",
-    matter_id="matter-2026-0042",
-    actor_id="associate-ann",
-    actor_roles=("associate",),
-    governing_laws=("US-NY",),
-)
+ACTOR = scripted.ACTOR
 CLIENT_CHAT = ProposedDestination(address="telegram:client-chat", locality="external")
 TERMINAL = ProposedDestination(address="cli:operator", locality="internal")
-CLEAN = DataFacts(classification="internal", injection_taint="clear", redaction_status="none")
+CLEAN = scripted.FACTS
 PRIVILEGED = "PRIVILEGED & CONFIDENTIAL: our strategy is to settle below 2M."
 
 

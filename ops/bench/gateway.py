@@ -51,10 +51,11 @@ WARM_UP: Final = 5
 RUNTIME_ID: Final = "bench-gateway"
 PRINCIPAL: Final = "bench-gateway-runtime"
 PIN: Final = "bench-1"
-_FACTS: Final = DataFacts(
+FACTS: Final = DataFacts(
     classification="internal", injection_taint="clear", redaction_status="none"
 )
-_ACTOR: Final = ActorContext(
+"""What the scripted runtime declares of its replies (the bench's and the tests')."""
+ACTOR: Final = ActorContext(
     domain="litigation",
     tenant_id="tenant-acme",
     organization_id="org-acme-llp",
@@ -170,9 +171,9 @@ async def _measure(root: Path, rounds: int, progress: Progress) -> GatewayResult
         state,
         RUNTIME_ID,
         adapter_id="smf-hermes-adapter",
-        actor=_ACTOR,
+        actor=ACTOR,
         destination=ProposedDestination(address="cli:operator", locality="internal"),
-        facts=_FACTS,
+        facts=FACTS,
     )
     server = start_embedded_server(state)
     gate = await start_gate(gate_config(state, server.url, co_located=True))
