@@ -42,9 +42,13 @@ def token_path(state: StateDir, runtime_id: str) -> Path:
 
 
 def _write_private(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``, readable by its owner only. The temporary file
+    is made new (``O_EXCL``): a leftover one would keep its own, wider mode, and the
+    token written through it would be readable by others."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
     tmp.replace(path)

@@ -74,6 +74,10 @@ def test_settings_are_written_and_listed_and_the_token_never_printed(
     code, out, _ = run([*UPSTREAM, "--state-dir", root], capsys)
     assert code == 0
     assert "http://127.0.0.1:9/v1" in out
+    # a leftover temporary file readable by others must not lend the token its mode
+    leftover = demo.keys / "scripted-demo.gateway-token.tmp"
+    leftover.write_text("")
+    leftover.chmod(0o644)
     token_file = add_runtime(demo, tmp_path, capsys)
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     token = token_file.read_text()
