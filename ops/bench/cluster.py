@@ -48,6 +48,7 @@ import nats
 import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from adapters.client import ProposalClient
@@ -58,6 +59,7 @@ from ops.demo_script import actor
 from ops.natsserver import parent_death_guard
 from ops.output import Progress
 from ops.state import ADAPTER_ID, DEMO_TENANT, RUNTIME_ID, StateDir, provision_demo
+from pipeline.stages.streams import wait_for_jetstream
 from pipeline.stores.approvals import ApprovalStore
 from pipeline.stores.approvals_kv import KvApprovalStore
 from pipeline.stores.approvals_sqlite import SqliteApprovalStore
@@ -215,6 +217,7 @@ SPARE_DOCUMENTS: Final = 1_000_000
 """Offset of the warm-up documents, so they never share an id with a timed one."""
 MAX_SPREAD_PROPOSALS: Final = 200
 SPREAD_RETRY_S: Final = 0.05
+ECHO_REACH_S: Final = 30.0
 NOT_YET_REACHABLE: Final = frozenset({"gate_unreachable", "gate_timeout"})
 """What the runtime's client says before a new replica's interest reached its node."""
 
@@ -331,6 +334,25 @@ async def allow_series(
     return dataclasses.replace(rate, served=served)
 
 
+async def _until_echo_answers(client: Client, payload: bytes) -> None:
+    """Untimed requests until one is answered: the responder sits on another node, and
+    its subscription reaches the client's node over the routes some time after its own
+    flush (CI saw ``no responders`` on the warm-up; the client's inbox has the same
+    way to go back). An answer proves both directions; none within
+    ``ECHO_REACH_S`` is a bench error, not a figure."""
+    deadline = time.monotonic() + ECHO_REACH_S
+    while True:
+        try:
+            await client.request(ECHO_SUBJECT, payload, timeout=SPREAD_RETRY_S * 10)
+            return
+        except (NoRespondersError, NatsTimeoutError) as exc:
+            if time.monotonic() > deadline:
+                raise BenchError(
+                    f"echo: no answer within {ECHO_REACH_S:g} s ({type(exc).__name__})"
+                ) from exc
+            await asyncio.sleep(SPREAD_RETRY_S)
+
+
 async def echo_series(
     client: Client, responder: Client, payload: bytes, requests: int, in_flight: int
 ) -> Rate:
@@ -341,6 +363,7 @@ async def echo_series(
 
     sub = await responder.subscribe(ECHO_SUBJECT, cb=echo_back)
     await responder.flush()
+    await _until_echo_answers(client, payload)
 
     async def echo(n: int) -> None:
         reply = await client.request(ECHO_SUBJECT, payload, timeout=REQUEST_TIMEOUT_S)
@@ -542,6 +565,7 @@ async def _measure(root: Path, rounds: int, in_flight: int, progress: Progress) 
         responder = await nats.connect(cluster.urls[0], name="smf-bench-echo", **operator)
         gates: list[GateProcess] = []
         try:
+            await wait_for_jetstream(client, REQUEST_TIMEOUT_S)
             claims = (
                 await _claims_sqlite(root / "approvals.db", rounds),
                 await _claims_kv(client, rounds),
