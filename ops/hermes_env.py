@@ -4,35 +4,42 @@ RUNTIMES.md, "Hermes Agent": ``hermes-agent==0.19.0`` installs in about 22 s
 and 230 MB with exact pins of its own (openai, pydantic, httpx, ...) and ships
 generic top-level modules (``agent``, ``tools``, ``utils``, ...), so it never
 goes into the project's environment. It gets its own venv under a per-user
-cache folder keyed by the pinned version::
+cache folder keyed by the pinned version and the plugin's dependency pins::
 
-    ${XDG_CACHE_HOME:-~/.cache}/smf-assurance/hermes-agent-0.19.0/
+    ${XDG_CACHE_HOME:-~/.cache}/smf-assurance/hermes-agent-0.19.0-<pins>/
 
 Invariants:
 
-- Two layers, two markers. The Hermes layer (the venv and the pinned
-  ``hermes-agent``) is complete only when ``.complete`` exists; it is written
-  last, so an interrupted install is detected and redone from scratch. The
-  project layer (our distribution, editable, so the ``hermes_agent.plugins``
-  entry point in ``pyproject.toml`` is found, plus nats-py, nkeys, msgspec
-  and PyNaCl at the versions of the calling environment; nkeys because
-  nats-py signs the bus's nonce with it, issue 15, and does not install it
-  by itself) is keyed by the project
-  folder and those versions in ``.smf-project``, because a fresh clone in
-  another folder (CI) must not run a plugin from the old folder.
+- The shared venv is never changed once complete. It holds Hermes and the
+  plugin's dependencies (nats-py, nkeys, msgspec and PyNaCl at the versions of
+  the calling environment; nkeys because nats-py signs the bus's nonce with
+  it, issue 15, and does not install it by itself), and both are in its name.
+  It is complete only when ``.complete`` exists; that is written last, so an
+  interrupted install is detected and redone from scratch.
+- Our code is never installed into it. The brief: "never let two checkouts
+  share one mutable install". An editable install of one checkout into the
+  shared venv made every other checkout's Hermes run that checkout's plugin
+  (issue 18). Each checkout instead gets an overlay in its own ``.cache/``:
+  a ``dist-info`` naming the ``hermes_agent.plugins`` entry point, read from
+  that checkout's ``pyproject.toml``. :attr:`HermesEnv.pythonpath` puts the
+  overlay and the checkout first on Hermes's ``sys.path``.
 - One installer at a time: an exclusive ``flock`` on a lock file beside the
-  folder serialises concurrent test processes.
+  folder serialises concurrent test processes; the overlay's files are
+  written whole (a temporary file renamed over the old one).
 - Only the ordinary pip client talks to the package registry.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -48,7 +55,6 @@ PLUGIN_DEPENDENCIES: Final = ("nats-py", "nkeys", "msgspec", "PyNaCl")
 """What ``adapters/`` and ``subjects/`` import beyond the standard library (``nkeys``:
 nats-py's ``nkeys_seed`` needs it, the ``[nkeys]`` extra of our own dependency)."""
 COMPLETE_MARKER: Final = ".complete"
-PROJECT_MARKER: Final = ".smf-project"
 INSTALL_TIMEOUT_S: Final = 900.0
 
 Progress = Callable[[str], None]
@@ -61,10 +67,11 @@ class HermesEnvError(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class HermesEnv:
     root: Path
+    overlay: Path
+    """This checkout's ``dist-info`` folder (see the module docstring)."""
+    project: Path
     cold_seconds: float | None
-    """Seconds spent installing the Hermes layer now; ``None`` when it was reused."""
-    project_seconds: float | None
-    """Seconds spent installing our distribution now; ``None`` when it was reused."""
+    """Seconds spent installing the shared venv now; ``None`` when it was reused."""
 
     @property
     def python(self) -> Path:
@@ -74,9 +81,18 @@ class HermesEnv:
     def hermes(self) -> Path:
         return self.root / "bin" / "hermes"
 
+    @property
+    def pythonpath(self) -> str:
+        """``PYTHONPATH`` for every Hermes process: this checkout's plugin, then Hermes."""
+        return os.pathsep.join((str(self.overlay), str(self.project)))
+
+
+def _pins_key(requirements: list[str]) -> str:
+    return hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:10]
+
 
 def default_env_dir(version: str = HERMES_VERSION) -> Path:
-    return cache_root() / f"hermes-agent-{version}"
+    return cache_root() / f"hermes-agent-{version}-{_pins_key(_plugin_requirements())}"
 
 
 def _stderr(line: str) -> None:
@@ -121,7 +137,7 @@ def installed_hermes_version(root: Path) -> str | None:
     return None
 
 
-def _hermes_layer(root: Path, progress: Progress) -> float | None:
+def _hermes_layer(root: Path, requirements: list[str], progress: Progress) -> float | None:
     marker = root / COMPLETE_MARKER
     if marker.exists() and installed_hermes_version(root) == HERMES_VERSION:
         progress(f"reusing {root} (hermes-agent {HERMES_VERSION})")
@@ -138,62 +154,69 @@ def _hermes_layer(root: Path, progress: Progress) -> float | None:
         progress,
         "pip install hermes-agent",
     )
-    found = installed_hermes_version(root)
-    if found != HERMES_VERSION:
-        raise HermesEnvError(f"installed hermes-agent is {found!r}, not {HERMES_VERSION}")
-    marker.write_text(json.dumps({"hermes_agent": HERMES_VERSION, "at": time.time()}))
-    return time.monotonic() - started
-
-
-def _project_layer(root: Path, project: Path, progress: Progress) -> float | None:
-    wanted = {"project": str(project.resolve()), "requirements": _plugin_requirements()}
-    marker = root / PROJECT_MARKER
-    try:
-        if json.loads(marker.read_text()) == wanted:
-            progress(f"reusing smf-assurance from {project} in the Hermes venv")
-            return None
-    except (OSError, ValueError):
-        pass
-    started = time.monotonic()
-    marker.unlink(missing_ok=True)
-    python = str(root / "bin" / "python")
-    # ``wheel`` lets the venv's own setuptools build the editable install
-    # without build isolation (no second download of setuptools).
     _run(
-        [python, "-m", "pip", "install", "--quiet", "--no-input", "wheel", *wanted["requirements"]],
+        [python, "-m", "pip", "install", "--quiet", "--no-input", *requirements],
         progress,
         "pip install plugin dependencies",
     )
-    # Editable, without dependencies: Hermes's own pins stay untouched, and the
-    # entry point ``hermes_agent.plugins`` of our distribution becomes visible.
-    _run(
-        [
-            *(python, "-m", "pip", "install", "--quiet", "--no-input", "--no-deps"),
-            *("--no-build-isolation", "-e", str(project)),
-        ],
-        progress,
-        "pip install -e smf-assurance",
-    )
-    marker.write_text(json.dumps(wanted))
+    found = installed_hermes_version(root)
+    if found != HERMES_VERSION:
+        raise HermesEnvError(f"installed hermes-agent is {found!r}, not {HERMES_VERSION}")
+    record = {"hermes_agent": HERMES_VERSION, "requirements": requirements, "at": time.time()}
+    marker.write_text(json.dumps(record))
     return time.monotonic() - started
+
+
+def _write_whole(path: Path, text: str) -> None:
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(name, path)
+
+
+def project_overlay(project: Path) -> Path:
+    """Write this checkout's plugin ``dist-info`` and return the folder holding it.
+
+    Only the entry point is needed: Hermes finds plugins through the
+    ``hermes_agent.plugins`` group (``importlib.metadata``), and the code is
+    imported from the checkout on ``PYTHONPATH``."""
+    try:
+        meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+        name, version = str(meta["name"]), str(meta["version"])
+        plugins = meta["entry-points"]["hermes_agent.plugins"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
+        raise HermesEnvError(f"{project}/pyproject.toml names no Hermes plugin ({exc})") from exc
+    overlay = project / ".cache" / f"hermes-overlay-{HERMES_VERSION}"
+    info = overlay / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    for stale in overlay.glob("*.dist-info"):
+        if stale != info:
+            shutil.rmtree(stale, ignore_errors=True)
+    _write_whole(info / "METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    points = "".join(f"{key} = {value}\n" for key, value in sorted(plugins.items()))
+    _write_whole(info / "entry_points.txt", f"[hermes_agent.plugins]\n{points}")
+    return overlay
 
 
 def ensure_hermes_env(
     project: Path, *, root: Path | None = None, progress: Progress = _stderr
 ) -> HermesEnv:
-    """Install (or reuse) the pinned Hermes venv with our plugin in it."""
+    """Install (or reuse) the pinned, shared Hermes venv, and this checkout's overlay."""
+    requirements = _plugin_requirements()
     root = root or default_env_dir()
     with install_lock(root):
-        cold = _hermes_layer(root, progress)
-        project_seconds = _project_layer(root, project, progress)
-    return HermesEnv(root=root, cold_seconds=cold, project_seconds=project_seconds)
+        cold = _hermes_layer(root, requirements, progress)
+    project = project.resolve()
+    overlay = project_overlay(project)
+    return HermesEnv(root=root, overlay=overlay, project=project, cold_seconds=cold)
 
 
 def main() -> None:
-    """``python -m ops.hermes_env [project]``: install or reuse, print the venv path."""
+    """``python -m ops.hermes_env [project]``: install or reuse; print the venv path and
+    the ``PYTHONPATH`` a Hermes process of this checkout needs."""
     project = Path(sys.argv[1]) if len(sys.argv) > 1 else Path.cwd()
     env = ensure_hermes_env(project)
-    sys.stdout.write(f"{env.root}\n")
+    sys.stdout.write(f"{env.root}\nPYTHONPATH={env.pythonpath}\n")
 
 
 if __name__ == "__main__":

@@ -158,6 +158,7 @@ class Harness:
         self.config = config
         self.root = Path(config["workdir"])
         self.venv = Path(config["venv"])
+        self.pythonpath = str(config["pythonpath"])
         self.runs = 0
         self.gateway: RunningModelGateway | None = None
 
@@ -294,6 +295,7 @@ class Harness:
         ledger_before = len(self.ledger())
         env = {
             "PATH": f"{self.venv / 'bin'}:/usr/bin:/bin",
+            "PYTHONPATH": self.pythonpath,
             "HOME": str(root),
             "HERMES_HOME": str(home),
             "TERMINAL_CWD": str(root),

@@ -133,14 +133,15 @@ def harness(
     started = time.monotonic()
     env = ensure_hermes_env(PROJECT, progress=say)
     cold = f"cold {env.cold_seconds:.1f}s" if env.cold_seconds else "reused"
-    plugin = f"installed {env.project_seconds:.1f}s" if env.project_seconds else "reused"
-    say(
-        f"hermes venv ready in {time.monotonic() - started:.1f}s "
-        f"(hermes layer {cold}, plugin layer {plugin})"
-    )
+    say(f"hermes venv ready in {time.monotonic() - started:.1f}s ({cold}; plugin {env.overlay})")
     workdir = tmp_path_factory.mktemp("hermes")
     isolated = netns_available()
-    config = {"workdir": str(workdir), "venv": str(env.root), "bring_up_loopback": isolated}
+    config = {
+        "workdir": str(workdir),
+        "venv": str(env.root),
+        "pythonpath": env.pythonpath,
+        "bring_up_loopback": isolated,
+    }
     prefix = ["unshare", "-n"] if isolated else []
     say("network: " + ("unshare -n, loopback only" if isolated else "no namespace; 127.0.0.1 only"))
     log = (workdir / "harness.log").open("w")
@@ -215,6 +216,38 @@ def test_file_write_under_legal_hold_is_denied(hermes: HermesRuns) -> None:
     [result] = tool_results(run, "legal-hold")
     assert "legal_hold_blocks_deletion" in result
     assert Path(run["root"], "held", "brief.txt").read_text() == "original"
+
+
+PATCH_VARIANTS = (
+    "*** Begin Patch\n***Update File: {{root}}/held/brief.txt\n@@\n-original\n+rewritten\n"
+    "*** End Patch\n",
+    "*** Begin Patch\n*** Move File: {{root}}/free.txt -> {{root}}/held/moved.txt\n*** End Patch\n",
+    "*** Begin Patch\n*** Delete  File: {{root}}/held/brief.txt\n*** End Patch\n",
+)
+
+
+def test_patch_spellings_hermes_accepts_are_seen_under_legal_hold(hermes: HermesRuns) -> None:
+    """Issue 17: each of these was proposed as ``legal_hold: false``; now each is
+    denied by the legal-hold floor, and no file changed."""
+    run = hermes.run(
+        "patch-hold",
+        {
+            "patch-hold": {
+                "calls": [call("patch", mode="patch", patch=text) for text in PATCH_VARIANTS],
+                "final": "ok",
+            }
+        },
+        toolsets="file",
+        files={"held/brief.txt": "original\n", "free.txt": "free\n"},
+    )
+    results = tool_results(run, "patch-hold")
+    assert len(results) == len(PATCH_VARIANTS)
+    assert all("legal_hold_blocks_deletion" in result for result in results), results
+    assert [v["outcome"] for v in verdicts(run)] == ["deny"] * len(PATCH_VARIANTS)
+    root = Path(run["root"])
+    assert (root / "held" / "brief.txt").read_text() == "original\n"
+    assert (root / "free.txt").read_text() == "free\n"
+    assert not (root / "held" / "moved.txt").exists()
 
 
 def test_egress_after_untrusted_input_is_denied_as_tainted(hermes: HermesRuns) -> None:

@@ -119,6 +119,15 @@ class FakeHost:
     def coerce(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         return args
 
+    def patch_targets(self, text: str) -> list[str]:
+        """No Hermes here: the plain ``*** Update File: x`` headers stand in for its
+        parser (the real one is checked against Hermes in test_hermes_patch.py)."""
+        return [
+            line[len("*** Update File: ") :].strip()
+            for line in text.splitlines()
+            if line.startswith("*** Update File: ")
+        ]
+
     def tool_handler(self, name: str) -> Callable[..., Any] | None:
         held = self.manager._tools.get(name)
         return None if held is None else held[1]
@@ -795,8 +804,58 @@ def test_legal_hold_is_known_only_where_the_operator_said(tmp_path: Path) -> Non
     assert mapping.legal_hold_of("write_file", {"path": "held/a"}, None, cwd) is None
     assert mapping.legal_hold_of("patch", {}, held, cwd) is None
     patch = "*** Begin Patch\n*** Update File: held/b.txt\n@@\n-a\n+b\n*** End Patch"
-    assert mapping.legal_hold_of("patch", {"patch": patch}, held, cwd) is True
+    assert mapping.legal_hold_of("patch", {"patch": patch}, held, cwd, parse_none) is True
     assert mapping.legal_hold_of("terminal", {"command": "rm -rf held"}, held, cwd) is None
+
+
+def parse_none(text: str) -> list[str]:
+    """A parser that finds nothing: what the header patterns add is visible alone."""
+    return []
+
+
+def test_a_patch_without_the_runtimes_parser_is_refused(tmp_path: Path) -> None:
+    """Issue 17: our own reading of a patch alone could differ from Hermes's."""
+    held = (str(tmp_path / "held"),)
+    patch = {"patch": "*** Update File: free.txt\n@@\n-a\n+b"}
+    with pytest.raises(mapping.MappingError) as missing:
+        mapping.legal_hold_of("patch", patch, held, str(tmp_path))
+    assert missing.value.reason_code == "patch_parser_unavailable"
+
+    def broken(text: str) -> list[str]:
+        raise ImportError("tools.patch_parser")
+
+    with pytest.raises(mapping.MappingError) as failing:
+        mapping.legal_hold_of("patch", patch, held, str(tmp_path), broken)
+    assert failing.value.reason_code == "patch_parser_unavailable"
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "***Update File: held/b.txt",
+        "*** Move File: free.txt -> held/b.txt",
+        "*** Delete  File: held/b.txt",
+        "***\tAdd\tFile:held/b.txt",
+        "*** Begin Patch\n*** End Patch\n*** Delete File: held/b.txt",
+    ],
+)
+def test_every_header_hermes_accepts_is_read_as_a_target(tmp_path: Path, header: str) -> None:
+    """The three variants of issue 17 (and a tab and a header after an early End
+    Patch): the legal hold is seen even when the parser reports nothing."""
+    held = (str(tmp_path / "held"),)
+    text = {"patch": f"{header}\n@@\n-a\n+b\n"}
+    assert mapping.legal_hold_of("patch", text, held, str(tmp_path), parse_none) is True
+
+
+def test_a_move_destination_found_only_by_the_parser_counts(tmp_path: Path) -> None:
+    held = (str(tmp_path / "held"),)
+
+    def parser(text: str) -> list[str]:
+        return ["free.txt", "held/moved.txt"]
+
+    text = {"patch": "no header our patterns know"}
+    assert mapping.legal_hold_of("patch", text, held, str(tmp_path), parser) is True
+    assert mapping.target_paths("patch", text, parser) == ["free.txt", "held/moved.txt"]
 
 
 def test_send_message_destination_and_surfaces() -> None:

@@ -52,6 +52,8 @@ class Host(Protocol):
 
     def coerce(self, tool: str, args: dict[str, Any]) -> dict[str, Any]: ...
 
+    def patch_targets(self, text: str) -> list[str]: ...
+
     def tool_handler(self, name: str) -> Callable[..., Any] | None: ...
 
 
@@ -140,6 +142,18 @@ class HermesHost:
     def coerce(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         coerced = importlib.import_module("model_tools").coerce_tool_args(tool, args)
         return coerced if isinstance(coerced, dict) else args
+
+    def patch_targets(self, text: str) -> list[str]:
+        """Every path Hermes's own V4A parser finds in ``text``, move destinations too
+        (``tools/patch_parser.py`` 0.19.0: ``parse_v4a_patch`` returns ``(ops, error)``;
+        it reads no file; the ``patch`` tool applies exactly these operations)."""
+        operations, _ = importlib.import_module("tools.patch_parser").parse_v4a_patch(text)
+        paths: list[str] = []
+        for operation in operations:
+            paths.append(str(operation.file_path))
+            if operation.new_path:
+                paths.append(str(operation.new_path))
+        return paths
 
     def tool_handler(self, name: str) -> Callable[..., Any] | None:
         """The handler Hermes's tool registry runs for ``name`` (``tools/registry.py``

@@ -61,11 +61,16 @@ DEFAULT_UNTRUSTED: Final = (
 )
 """Tools whose output may carry someone else's instructions into the session."""
 PATH_TOOLS: Final = frozenset({"write_file", "patch", "read_file", "search_files"})
-_PATCH_PATH: Final = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.MULTILINE)
+_V4A_HEADER: Final = re.compile(r"^\*\*\*\s*(?:Update|Add|Delete)\s+File:\s*(.+)$", re.MULTILINE)
+_V4A_MOVE: Final = re.compile(r"^\*\*\*\s*Move\s+File:\s*(.+?)\s*->\s*(.+)$", re.MULTILINE)
+"""Hermes 0.19.0's own header patterns (``tools/file_tools.py`` ``patch_tool``, the
+sensitive-path check; ``tools/patch_parser.py`` uses the same leniency)."""
 _TAINT_RANK: Final = {"clear": 0, "suspected": 1, "unknown": 2, "tainted": 3}
 MAX_SESSIONS: Final = 10_000
 
 Coercer = Callable[[str, dict[str, Any]], dict[str, Any]]
+PatchParser = Callable[[str], list[str]]
+"""The paths the runtime's own V4A parser finds in a patch text (issue 17)."""
 
 
 class MappingError(Exception):
@@ -188,23 +193,48 @@ def _under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix.rstrip(os.sep) + os.sep)
 
 
-def target_paths(tool: str, args: Mapping[str, Any]) -> list[str]:
-    """The file paths a path tool touches (``patch`` may name them inside its text)."""
+def target_paths(
+    tool: str, args: Mapping[str, Any], parse_patch: PatchParser | None = None
+) -> list[str]:
+    """The file paths a path tool touches (``patch`` may name them inside its text).
+
+    Issue 17: a regex of our own missed ``***Update File:``, ``*** Move File: a -> b``
+    and ``*** Delete  File:``, which Hermes's parser accepts, so a patch under legal
+    hold was proposed as clear. For a patch text the targets are now the union of
+    what Hermes's own parser finds (``parse_patch``, the function its ``patch`` tool
+    runs) and what Hermes's own header patterns match anywhere in the text (they
+    also see headers after an early ``End Patch``, which the parser skips): a
+    superset of what the tool can write. Without the runtime's parser the call is
+    refused (``patch_parser_unavailable``): our reading alone could differ."""
     paths: list[str] = []
     if isinstance(args.get("path"), str):
         paths.append(args["path"])
-    if tool == "patch" and isinstance(args.get("patch"), str):
-        paths.extend(m.strip() for m in _PATCH_PATH.findall(args["patch"]))
+    text = args.get("patch")
+    if tool == "patch" and isinstance(text, str):
+        if parse_patch is None:
+            raise MappingError("patch_parser_unavailable")
+        try:
+            parsed = parse_patch(text)
+        except Exception as exc:
+            raise MappingError("patch_parser_unavailable", type(exc).__name__) from exc
+        paths.extend(parsed)
+        paths.extend(m.strip() for m in _V4A_HEADER.findall(text))
+        for source, destination in _V4A_MOVE.findall(text):
+            paths.extend((source.strip(), destination.strip()))
     return paths
 
 
 def legal_hold_of(
-    tool: str, args: Mapping[str, Any], held: tuple[str, ...] | None, cwd: str
+    tool: str,
+    args: Mapping[str, Any],
+    held: tuple[str, ...] | None,
+    cwd: str,
+    parse_patch: PatchParser | None = None,
 ) -> bool | None:
     """True under a held prefix, False when every target is clear, None when unknown."""
     if tool not in PATH_TOOLS or held is None:
         return None
-    paths = target_paths(tool, args)
+    paths = target_paths(tool, args, parse_patch)
     if not paths:
         return None
     prefixes = [_resolve(p, cwd) for p in held]
@@ -253,6 +283,7 @@ def propose_call(
     context: HermesContext,
     taint: SessionTaint,
     coerce: Coercer | None = None,
+    parse_patch: PatchParser | None = None,
     cwd: str | None = None,
     platform: str = "",
 ) -> ProposedCall:
@@ -264,7 +295,7 @@ def propose_call(
     facts = session_facts(
         context,
         taint.is_tainted(session_id),
-        legal_hold_of(tool_name, arguments, context.legal_hold_paths, where),
+        legal_hold_of(tool_name, arguments, context.legal_hold_paths, where, parse_patch),
     )
     destination = ProposedDestination()
     if tool_name == "send_message":

@@ -67,6 +67,7 @@ class ToolCallHook(Lifecycle):
             context=config.context,
             taint=self.taint,
             coerce=self.host.coerce,
+            parse_patch=self.host.patch_targets,
         )
         self._ensure_attested()
         refusal = self._release_in_force()

@@ -34,7 +34,13 @@ import type { OpenClawContext } from "./config.js";
 import type { DataFacts, InjectionTaint, ProposedDestination, Surface } from "./contract/messages.js";
 
 export const PATH_TOOLS = new Set(["read", "write", "edit", "apply_patch"]);
-const PATCH_PATH = /^\*\*\* (?:Add File|Update File|Delete File|Move to): (.+)$/gm;
+/**
+ * Issue 17: OpenClaw 2026.9.6's executor trims each header line before it
+ * matches `*** Add File: ` and the rest (`parseOneHunk`), so a header with a
+ * leading space escaped an anchored regex. The adapter reads every trimmed line
+ * with a looser pattern than the executor's (spacing and case free), a superset.
+ */
+const PATCH_HEADER = /^\*\*\*\s*(?:(?:Add|Update|Delete)\s*File|Move\s*(?:to|File))\s*:\s*(.+)$/i;
 const TAINT_RANK: Record<InjectionTaint, number> = { clear: 0, suspected: 1, unknown: 2, tainted: 3 };
 
 export class MappingError extends Error {
@@ -114,14 +120,29 @@ function under(path: string, prefix: string): boolean {
   return path === trimmed || path.startsWith(trimmed === sep ? sep : trimmed + sep);
 }
 
+/**
+ * Both readings of a path OpenClaw may give it: its file tools strip one leading
+ * `@` (a file reference) unless a file of that literal name exists
+ * (`normalizeFileReferencePrefix`, `preserveAtPrefixedRelativePath`), which the
+ * adapter cannot know before the call runs; so both count.
+ */
+function readings(raw: string): string[] {
+  if (!raw.startsWith("@")) return [raw];
+  const referenced = raw.slice(1);
+  return [raw, referenced.startsWith("@") ? `./${referenced}` : referenced];
+}
+
 /** The file paths a file tool touches (`apply_patch` names them inside its text). */
 export function targetPaths(tool: string, args: JsonObject): string[] {
-  const paths: string[] = [];
-  if (typeof args.path === "string") paths.push(args.path);
+  const raw: string[] = [];
+  if (typeof args.path === "string") raw.push(args.path);
   if (tool === "apply_patch" && typeof args.input === "string") {
-    for (const m of args.input.matchAll(PATCH_PATH)) if (m[1] !== undefined) paths.push(m[1].trim());
+    for (const line of args.input.split(/\r?\n/)) {
+      const m = PATCH_HEADER.exec(line.trim());
+      if (m?.[1] !== undefined) raw.push(m[1].trim());
+    }
   }
-  return paths;
+  return raw.flatMap(readings);
 }
 
 /** True under a held prefix, false when every target is resolved and clear, null when unknown. */

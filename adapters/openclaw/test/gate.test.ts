@@ -22,7 +22,7 @@ import { decodeEnvelope, encodeEnvelope, signEnvelope, signValue, verifyEnvelope
 import { GateAdapter, type BeforeResult } from "../dist/gate.js";
 import plugin, { adapterFor, HOOK_PRIORITY, hookTimeoutMs, shutdown, type PluginApi } from "../dist/index.js";
 import { SigningKey, type VerifyKey } from "../dist/contract/keys.js";
-import { finalArguments, legalHoldOf, ProcessTaint, proposeCall } from "../dist/mapping.js";
+import { finalArguments, legalHoldOf, ProcessTaint, proposeCall, targetPaths } from "../dist/mapping.js";
 import { approvalIdFor, PAYLOAD_APPROVAL_OUTCOME, PAYLOAD_PROPOSAL, PAYLOAD_REPORT, PAYLOAD_VERDICT, type Verdict } from "../dist/contract/messages.js";
 import { gateKeysOf } from "../dist/contract/registry.js";
 import { PAYLOAD_RELEASE_MANIFEST } from "../dist/contract/release.js";
@@ -480,6 +480,20 @@ test("mapping: canonical arguments, legal hold, message destination, surface", (
   assert.equal(legalHoldOf("apply_patch", { input: "*** Begin Patch\n*** Update File: /srv/held/a\n*** End Patch" }, CONTEXT), true);
   assert.equal(legalHoldOf("exec", { command: "rm /srv/held/x" }, CONTEXT), null);
   const taint = new ProcessTaint();
+  // Issue 17: OpenClaw trims header lines before matching them, and strips a leading "@".
+  for (const header of [
+    "  *** Update File: /srv/held/a",
+    "*** Delete File: /srv/held/a  ",
+    "*** Update File: /srv/free/a\n   *** Move to: /srv/held/b",
+    "*** update  file: /srv/held/a",
+    "***Add File:/srv/held/a",
+  ]) {
+    const input = `*** Begin Patch\r\n${header.replace("\n", "\r\n")}\r\n+x\r\n*** End Patch`;
+    assert.equal(legalHoldOf("apply_patch", { input }, CONTEXT), true, header);
+  }
+  assert.equal(legalHoldOf("write", { path: "@/srv/held/x" }, CONTEXT), true);
+  assert.equal(legalHoldOf("apply_patch", { input: "*** Add File: @/srv/held/y\n+x" }, CONTEXT), true);
+  assert.deepEqual(targetPaths("read", { path: "@@x" }), ["@@x", "./@x"]);
   const internal = proposeCall("message", { action: "send", channel: "slack", target: "#partners", message: "m" }, undefined, CONTEXT, taint);
   assert.deepEqual(internal.destination, { address: "slack:#partners", locality: "internal" });
   assert.equal(internal.content, "m");

@@ -1,0 +1,145 @@
+"""The paths a Hermes ``patch`` names, read the way Hermes reads them (issue 17).
+
+Finding: the adapter's own regex missed ``***Update File:`` (no space),
+``*** Move File: free -> held`` and ``*** Delete  File:``, which Hermes's
+parser accepts; a patch under legal hold was proposed as ``legal_hold: false``.
+
+Proves, against the pinned Hermes 0.19.0 (its own venv, no network): for a few
+hundred generated patch texts (header spellings, moves, Begin/End markers in odd
+places, CRLF, hunks that apply and hunks that do not), every file that Hermes's
+real ``patch`` tool changed on disk is among the targets the adapter names, and
+every path Hermes's parser reports is too; the three variants of the finding
+apply and are named. Does not prove: the gate's decision on them (the
+conformance case in tests/test_hermes_conformance.py shows that), or any other
+Hermes version.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ops.hermes_env import HermesEnv, ensure_hermes_env
+from tests.test_hermes_conformance import PROJECT, netns_available
+
+FILES = ("free.txt", "other.txt", "held/a.txt", "held/b.txt", "new.txt", "held/new.txt")
+STARS = ("***", "*** ", "***\t", "***  ", " ***")
+SEPARATORS = (" File: ", "  File: ", "\tFile:", " File:", " file: ", "File: ")
+KINDS = ("Update", "Add", "Delete", "Move")
+BODY = ("@@", "@@ a @@", " a", "-b", "+X", " c", "+Y", "-a", "", "+text *** End Patch here")
+MARKERS = ("*** Begin Patch", "*** End Patch", "***Begin Patch", "***End Patch")
+FINDING = (
+    "*** Begin Patch\n***Update File: {dir}/held/a.txt\n@@\n a\n-b\n+X\n c\n*** End Patch\n",
+    "*** Begin Patch\n*** Move File: {dir}/free.txt -> {dir}/held/moved.txt\n*** End Patch\n",
+    "*** Begin Patch\n*** Delete  File: {dir}/held/b.txt\n*** End Patch\n",
+)
+GENERATED = 300
+
+
+@st.composite
+def header(draw: st.DrawFn) -> str:
+    kind = draw(st.sampled_from(KINDS))
+    name = draw(st.sampled_from(FILES))
+    path = f"{{dir}}/{name}" if draw(st.booleans()) else name
+    line = draw(st.sampled_from(STARS)) + kind + draw(st.sampled_from(SEPARATORS)) + path
+    if kind == "Move":
+        line += " -> {dir}/" + draw(st.sampled_from(FILES))
+    return line
+
+
+@st.composite
+def patch_text(draw: st.DrawFn) -> str:
+    lines: list[str] = []
+    if draw(st.booleans()):
+        lines.append(draw(st.sampled_from(MARKERS[:1] + MARKERS[2:3])))
+    for _ in range(draw(st.integers(1, 3))):
+        lines.append(draw(header()))
+        lines += draw(st.lists(st.sampled_from(BODY), max_size=6))
+        if draw(st.integers(0, 9)) == 0:
+            lines.append(draw(st.sampled_from(MARKERS)))
+    if draw(st.booleans()):
+        lines.append("*** End Patch")
+    return draw(st.sampled_from(("\n", "\r\n"))).join(lines) + "\n"
+
+
+def generated_texts() -> list[str]:
+    """Hypothesis draws the texts; Hermes applies them in one process afterwards
+    (one Hermes start per text would take minutes)."""
+    texts: list[str] = []
+
+    @settings(
+        max_examples=GENERATED,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(patch_text())
+    def collect(text: str) -> None:
+        texts.append(text)
+
+    collect()
+    return texts
+
+
+@pytest.fixture(scope="module")
+def hermes_env() -> HermesEnv:
+    return ensure_hermes_env(PROJECT)
+
+
+def probe(env: HermesEnv, texts: list[str], tmp_path: Path) -> list[dict[str, Any]]:
+    prefix = ["unshare", "-n"] if netns_available() else []
+    done = subprocess.run(
+        [*prefix, str(env.python), str(PROJECT / "tests" / "hermes_patch_probe.py")],
+        input=json.dumps({"texts": texts}),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": env.pythonpath, "HOME": str(tmp_path)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(reports) == len(texts)
+    return reports
+
+
+def test_the_findings_variants_apply_and_the_adapter_names_their_targets(
+    hermes_env: HermesEnv, tmp_path: Path
+) -> None:
+    updated, moved, deleted = probe(hermes_env, list(FINDING), tmp_path)
+    for report in (updated, moved, deleted):
+        assert report["applied"], report
+        assert report["changed"], report
+        assert set(report["changed"]) <= set(report["targets"]), report
+    assert [p.rsplit("/", 2)[-2:] for p in updated["changed"]] == [["held", "a.txt"]]
+    assert {"/".join(p.rsplit("/", 2)[-2:]) for p in moved["changed"]} == {
+        f"{moved['changed'][0].rsplit('/', 2)[-2]}/free.txt",
+        "held/moved.txt",
+    }
+    assert [p.rsplit("/", 2)[-2:] for p in deleted["changed"]] == [["held", "b.txt"]]
+
+
+def test_every_file_hermes_changes_is_a_target_the_adapter_names(
+    hermes_env: HermesEnv, tmp_path: Path
+) -> None:
+    texts = generated_texts()
+    reports = probe(hermes_env, texts, tmp_path)
+    missed = [
+        (texts[r["case"]], sorted(set(r["changed"]) - set(r["targets"])))
+        for r in reports
+        if not set(r["changed"]) <= set(r["targets"])
+    ]
+    assert not missed, missed[:3]
+    unparsed = [texts[r["case"]] for r in reports if not set(r["parsed"]) <= set(r["targets"])]
+    assert not unparsed, unparsed[:3]
+    # Not vacuous: a good share of the texts changed files, moves and deletes among them.
+    applied = [r for r in reports if r["changed"]]
+    assert len(applied) >= GENERATED // 10, len(applied)
+    assert any(len(r["changed"]) > 1 for r in applied)
