@@ -528,6 +528,36 @@ def test_streaming_enabled_refuses_to_run(hermes: HermesRuns) -> None:
     assert not acks[0]["accepted"]
 
 
+def test_the_runtimes_key_never_reaches_the_model(hermes: HermesRuns) -> None:
+    """Issue 17: ``read_file`` of the adapter's own key was allowed (``internal_read``)
+    and its seed went to the model. Now the read, a terminal ``cat`` and code for
+    ``execute_code`` that name it are blocked by the adapter before any proposal."""
+    key = hermes.info["runtime_key"]
+    seed = json.loads(Path(key).read_text())["secret_seed"]
+    run = hermes.run(
+        "key",
+        {
+            "key": {
+                "calls": [
+                    call("read_file", path=key),
+                    call("terminal", command=f"cat {key}"),
+                    call("execute_code", code=f"print(open({key!r}).read())"),
+                    call("search_files", path=str(Path(key).parent), pattern="secret_seed"),
+                ],
+                "final": "ok",
+            }
+        },
+        toolsets="file,terminal,code_execution",
+    )
+    results = tool_results(run, "key")
+    assert len(results) == 4
+    assert all("credential_access" in result for result in results), results
+    assert verdicts(run) == []  # blocked before anything was proposed
+    for request in run["requests"]:
+        assert all(seed not in text for text in request["tool_results"])
+    assert seed not in run["stdout"] and seed not in run["stderr"]
+
+
 # --- negative findings: holes this profile cannot close ------------------------------------
 
 

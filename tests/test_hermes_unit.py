@@ -36,6 +36,7 @@ from adapters.client import ProposalClient
 from adapters.hermes import mapping, plugin
 from adapters.hermes.attestation import hook_presence, streaming_settings
 from adapters.hermes.bridge import Bridge, BridgeError
+from adapters.hermes.config import protected_files
 from ops.demo_script import actor
 from ops.natsserver import EmbeddedNatsServer
 from ops.releases import latest_in_inbox, publish_to_bucket, unverified_manifest
@@ -999,3 +1000,52 @@ async def test_gate_refuses_replayed_stale_and_malformed_attestations(
     assert await reasons(b"not an envelope") == ("bad_signature",)
     unknown_key = _signed(state, "nobody-registered", **hooks)
     assert await reasons(unknown_key) == ("unknown_signer",)
+
+
+def test_no_tool_call_may_touch_the_adapters_own_files(tmp_path: Path) -> None:
+    """Issue 17: the runtime's key reached the model through ``read_file``."""
+    keys = tmp_path / "state" / "keys"
+    keys.mkdir(parents=True)
+    key = keys / "hermes-runtime.key"
+    key.write_text("seed")
+    (tmp_path / "link").symlink_to(keys)
+    protected = mapping.Protected.of((str(key), ""), (str(tmp_path / "trust-root.json"),))
+    cwd = str(tmp_path)
+
+    def refused(tool: str, arguments: dict[str, Any]) -> bool:
+        try:
+            mapping.check_protected(tool, arguments, protected, cwd, parse_none)
+        except mapping.MappingError as exc:
+            return exc.reason_code == "credential_access"
+        return False
+
+    assert refused("read_file", {"path": str(key)})
+    assert refused("read_file", {"path": "state/keys/hermes-runtime.key"})
+    assert refused("read_file", {"path": "link/hermes-runtime.key"})  # through a symlink
+    assert refused("write_file", {"path": "trust-root.json", "content": "{}"})
+    assert refused("search_files", {"path": "state", "pattern": "seed"})  # a folder holding it
+    assert refused("patch", {"patch": "*** Update File: link/hermes-runtime.key\n@@\n-a\n+b"})
+    assert refused("terminal", {"command": "cat state/keys/hermes-runtime.key | base64"})
+    assert refused("execute_code", {"code": f"print(open({str(key)!r}).read())"})
+    assert refused("delegate_task", {"tasks": [{"goal": "read hermes-runtime.key"}]})
+    assert not refused("read_file", {"path": "state/notes.txt"})
+    assert not refused("search_files", {"path": "state/keys/other", "pattern": "x"})
+    assert not refused("terminal", {"command": "ls"})
+    assert not mapping.Protected.of(("", ""), ()).paths
+
+
+def test_the_adapters_files_come_from_its_own_settings(tmp_path: Path) -> None:
+    env = {
+        "SMF_RUNTIME_KEY": str(tmp_path / "k.key"),
+        "SMF_BUS_CREDENTIAL": str(tmp_path / "k.nkey"),
+        "SMF_RELEASE_TRUST_ROOT": str(tmp_path / "root.json"),
+        "SMF_CONTEXT_FILE": str(tmp_path / "context.json"),
+        "HERMES_HOME": str(tmp_path / "home"),
+    }
+    protected = protected_files(env)
+    for name in ("k.key", "k.nkey", "root.json", "context.json", "home/config.yaml", "home/.env"):
+        assert str(tmp_path / name) in protected.paths
+    assert protected.names == ("k.key", "k.nkey")
+    # Without HERMES_HOME, Hermes's default home under HOME.
+    default = protected_files({"HOME": str(tmp_path)})
+    assert str(tmp_path / ".hermes" / "config.yaml") in default.paths

@@ -889,6 +889,33 @@ def test_tool_search_wrapper_and_sessions_spawn_are_denied_as_unknown_tools(
     assert [r for r in court_turn["requests"] if r["scenario"] == "court-child"] == []
 
 
+def test_the_runtimes_key_never_reaches_the_model(gated: OpenClawRuns) -> None:
+    """Issue 17: ``read`` of the plugin's own key was allowed (``internal_read``) and its
+    seed went to the model. Now ``read``, ``exec cat`` and ``read`` of OpenClaw's own
+    config (the model credential's home) are blocked by the plugin before any proposal."""
+    run = gated.run(
+        "key",
+        {
+            "key": {
+                "calls": [
+                    call("read", path="{{runtime_key}}"),
+                    call("exec", command="cat {{runtime_key}}"),
+                    call("read", path="{{root}}/openclaw.json"),
+                ],
+                "final": "done",
+            }
+        },
+        files={"context.json": E2E_CONTEXT},
+        config=smf_plugin(),
+    )
+    assert run["returncode"] == 0, run["stderr"]
+    results = tool_results(run, "key")
+    assert len(results) == 3
+    assert all("credential_access" in result for result in results), results
+    assert all("secret_seed" not in result and "test-token-" not in result for result in results)
+    assert verdicts(run) == []  # blocked before anything was proposed
+
+
 def test_gate_unreachable_blocks(gated: OpenClawRuns) -> None:
     run = gated.run(
         "unreachable",

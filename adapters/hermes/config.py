@@ -62,6 +62,8 @@ class AdapterConfig:
     bus_credential: BusCredential | None = None
     """Who the adapter is on the bus; ``None`` only when built by hand (then it connects
     with no credential, which a bus with authorization refuses: every call blocks)."""
+    protected: mapping.Protected = mapping.NOTHING_PROTECTED
+    """The adapter's own files and Hermes's credential files, out of every tool's reach."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AdapterConfig:
@@ -95,7 +97,25 @@ class AdapterConfig:
             attest_interval=_seconds(env.get("SMF_ATTEST_INTERVAL"), 60.0, 1.0, 600.0),
             trust_root=_trust_root(env.get("SMF_RELEASE_TRUST_ROOT", "")),
             bus_credential=credential,
+            protected=protected_files(env),
         )
+
+
+def protected_files(env: Mapping[str, str]) -> mapping.Protected:
+    """The runtime's key and bus seed (secrets: their names are looked for too), the
+    trust root and context file (whoever rewrites them changes what the adapter
+    trusts and who it says acts), and Hermes's own ``config.yaml`` and ``.env``
+    (``model.api_key`` there is the runtime's model-gateway token, issue 16)."""
+    home = env.get("HERMES_HOME") or str(Path(env.get("HOME") or Path.home()) / ".hermes")
+    return mapping.Protected.of(
+        (env.get("SMF_RUNTIME_KEY", ""), env.get("SMF_BUS_CREDENTIAL", "")),
+        (
+            env.get("SMF_RELEASE_TRUST_ROOT", ""),
+            env.get("SMF_CONTEXT_FILE", ""),
+            str(Path(home) / "config.yaml"),
+            str(Path(home) / ".env"),
+        ),
+    )
 
 
 def _bus_credential(principal: str, path: str) -> BusCredential:

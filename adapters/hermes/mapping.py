@@ -242,6 +242,67 @@ def legal_hold_of(
     return any(_under(p, h) for p in resolved for h in prefixes)
 
 
+@dataclass(frozen=True, slots=True)
+class Protected:
+    """The adapter's own files, which no tool call may read or write (issue 17).
+
+    Finding: ``read_file`` of the adapter's key file was allowed as an internal
+    read and its seed went to the model provider; whoever holds it signs as the
+    runtime. ``paths`` are the files as configured and resolved; ``names`` the
+    secret files' own names, looked for in any argument of any tool (a terminal
+    ``cat``, code for ``execute_code``). A name spelled some other way in a shell
+    command is not found; the floor denies terminals anyway, and docs/HERMES.md
+    says how to keep the files out of the runtime's tools' reach by the OS."""
+
+    paths: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, secrets: tuple[str, ...], others: tuple[str, ...]) -> Protected:
+        configured = tuple(p for p in (*secrets, *others) if p)
+        paths = {os.path.abspath(os.path.expanduser(p)) for p in configured}
+        paths |= {os.path.realpath(p) for p in paths}
+        names = {os.path.basename(p) for p in secrets if p}
+        return cls(paths=tuple(sorted(paths)), names=tuple(sorted(n for n in names if n)))
+
+
+NOTHING_PROTECTED: Final = Protected()
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list | tuple):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
+def check_protected(
+    tool: str,
+    arguments: Mapping[str, Any],
+    protected: Protected,
+    cwd: str,
+    parse_patch: PatchParser | None = None,
+) -> None:
+    """Raise ``credential_access`` when a call names one of the adapter's own files:
+    a path tool's target is one (or, for ``search_files``, a folder holding one),
+    or any string argument holds its path or a secret's name."""
+    if not protected.paths:
+        return
+    if tool in PATH_TOOLS:
+        for target in target_paths(tool, arguments, parse_patch):
+            resolved = _resolve(target, cwd)
+            for path in protected.paths:
+                if _under(resolved, path) or (tool == "search_files" and _under(path, resolved)):
+                    raise MappingError("credential_access")
+    needles = (*protected.paths, *protected.names)
+    for text in _strings(arguments):
+        if any(needle in text for needle in needles):
+            raise MappingError("credential_access")
+
+
 def final_arguments(tool: str, args: object, coerce: Coercer | None) -> dict[str, Any]:
     """A JSON copy of the arguments, coerced as Hermes will before executing."""
     if not isinstance(args, dict):
@@ -284,6 +345,7 @@ def propose_call(
     taint: SessionTaint,
     coerce: Coercer | None = None,
     parse_patch: PatchParser | None = None,
+    protected: Protected = NOTHING_PROTECTED,
     cwd: str | None = None,
     platform: str = "",
 ) -> ProposedCall:
@@ -292,6 +354,7 @@ def propose_call(
         raise MappingError("tool_name_invalid")
     arguments = final_arguments(tool_name, args, coerce)
     where = cwd or os.environ.get("TERMINAL_CWD") or os.getcwd()
+    check_protected(tool_name, arguments, protected, where, parse_patch)
     facts = session_facts(
         context,
         taint.is_tainted(session_id),

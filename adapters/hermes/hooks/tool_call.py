@@ -68,6 +68,7 @@ class ToolCallHook(Lifecycle):
             taint=self.taint,
             coerce=self.host.coerce,
             parse_patch=self.host.patch_targets,
+            protected=config.protected,
         )
         self._ensure_attested()
         refusal = self._release_in_force()

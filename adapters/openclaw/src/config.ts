@@ -23,7 +23,8 @@
  */
 
 import { readFileSync } from "node:fs";
-import { isAbsolute } from "node:path";
+import { homedir } from "node:os";
+import { isAbsolute, join } from "node:path";
 import {
   CITATIONS,
   CLASSIFICATIONS,
@@ -36,6 +37,7 @@ import {
   type RedactionStatus,
 } from "./contract/messages.js";
 import { KeyFileError, loadPrivateKey, type SigningKey } from "./contract/keys.js";
+import { protectedOf, type Protected } from "./mapping.js";
 import { TrustRootError, type TrustRoot } from "./contract/release.js";
 import { CREDENTIAL_INVALID, CredentialFileError, readCredential, readSeed, type BusCredential } from "./contract/bus_access.js";
 import { nkeys } from "@nats-io/transport-node";
@@ -83,6 +85,8 @@ export interface PluginConfig {
   context: OpenClawContext;
   gateTimeoutMs: number;
   holdTimeoutMs: number;
+  /** The plugin's files and OpenClaw's config file, out of every tool's reach (issue 17). */
+  protected: Protected;
 }
 
 export interface ConfigProblem {
@@ -205,8 +209,25 @@ function busCredential(principal: string, seedFile: string, add: (code: string, 
 
 const CONFIG_FIELDS = ["natsUrl", "runtimeId", "keyFile", "credentialFile", "trustRootFile", "contextFile", "context", "gateTimeoutMs", "holdTimeoutMs", "attestIntervalMs"];
 
+function text(value: unknown): string {
+  return typeof value === "string" ? value : "";
+}
+
+/**
+ * The key and the bus seed (secrets: their names are looked for too), the trust
+ * root and context file (whoever rewrites them changes what the plugin trusts
+ * and who it says acts), and OpenClaw's own config file, which holds the
+ * model-gateway token (`OPENCLAW_CONFIG_PATH`, else `openclaw.json` in the state
+ * folder).
+ */
+export function protectedFiles(cfg: Record<string, unknown>, env: NodeJS.ProcessEnv): Protected {
+  const stateDir = env.OPENCLAW_STATE_DIR ?? join(env.HOME ?? homedir(), ".openclaw");
+  const openclawConfig = env.OPENCLAW_CONFIG_PATH ?? join(stateDir, "openclaw.json");
+  return protectedOf([text(cfg.keyFile), text(cfg.credentialFile)], [text(cfg.trustRootFile), text(cfg.contextFile), openclawConfig]);
+}
+
 /** Read the plugin config; never throws (problems carry reason codes). */
-export function readConfig(raw: unknown): ConfigResult {
+export function readConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env): ConfigResult {
   const problems: ConfigProblem[] = [];
   const add = (reasonCode: string, detail: string): void => {
     problems.push({ reasonCode, detail });
@@ -291,5 +312,9 @@ export function readConfig(raw: unknown): ConfigResult {
   ) {
     return { config: undefined, problems: problems.length > 0 ? problems : [{ reasonCode: "smf_config_invalid", detail: "" }] };
   }
-  return { config: { natsUrl, runtimeId, key, credential, trustRoot, context, gateTimeoutMs, holdTimeoutMs, attestIntervalMs }, problems: [] };
+  const guard = protectedFiles(cfg, env);
+  return {
+    config: { natsUrl, runtimeId, key, credential, trustRoot, context, gateTimeoutMs, holdTimeoutMs, attestIntervalMs, protected: guard },
+    problems: [],
+  };
 }

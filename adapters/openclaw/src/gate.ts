@@ -54,7 +54,7 @@ import { encodeEnvelope, signValue } from "./contract/dsse.js";
 import type { SigningKey } from "./contract/keys.js";
 import type { VerifyKey } from "./contract/keys.js";
 import type { Governed } from "./attest.js";
-import { isUntrusted, MappingError, ProcessTaint, proposeCall, type ProposedCall } from "./mapping.js";
+import { isUntrusted, MappingError, ProcessTaint, proposeCall, type Protected, type ProposedCall } from "./mapping.js";
 import type { OpenClawContext } from "./config.js";
 import {
   APPROVAL_STATUS,
@@ -125,6 +125,8 @@ export interface AdapterSettings {
   context: OpenClawContext;
   gateTimeoutMs: number;
   holdTimeoutMs: number;
+  /** The plugin's own files (issue 17); absent only when built by hand in tests. */
+  protected?: Protected;
 }
 
 /** What the gate allowed for one tool call, kept until its after_tool_call. */
@@ -343,7 +345,7 @@ export class GateAdapter {
     await settings.governance.ensure();
     const refusal = settings.governance.refusal();
     if (refusal !== undefined) throw new Blocked([`adapter_refuses_to_run(${refusal})`], "adapter");
-    const call = proposeCall(event.toolName, event.params, str(ctx.sessionKey), settings.context, this.taint);
+    const call = proposeCall(event.toolName, event.params, str(ctx.sessionKey), settings.context, this.taint, settings.protected);
     const proposal = this.buildProposal(settings, call, str(event.toolCallId ?? ctx.toolCallId));
     // Subscribed before proposing: an approver may answer before `held` does.
     const watch = settings.holdTimeoutMs > 0 ? await this.outcomes(settings) : undefined;

@@ -158,6 +158,7 @@ export function adapterFor(api: PluginApi): GateAdapter {
           context: config.context,
           gateTimeoutMs: config.gateTimeoutMs,
           holdTimeoutMs: config.holdTimeoutMs,
+          protected: config.protected,
         },
     [...new Set(reasons)],
     bus,

@@ -187,6 +187,57 @@ function messageDestination(args: JsonObject, context: OpenClawContext): Propose
   return { address: address.slice(0, 2048), locality: internal ? "internal" : "unknown" };
 }
 
+/**
+ * The plugin's own files, which no tool call may read or write (issue 17).
+ * Finding: `read` of the adapter's key file was allowed as an internal read and
+ * its seed went to the model provider; whoever holds it signs as the runtime.
+ * `paths` are the files as configured and resolved; `names` the secret files'
+ * own names, looked for in every string argument of every tool (an `exec`
+ * `cat`). A name spelled some other way in a shell command is not found; the
+ * floor denies `exec` without approval, and docs/OPENCLAW.md says how to keep
+ * the files out of the tools' reach by the OS.
+ */
+export interface Protected {
+  paths: string[];
+  names: string[];
+}
+
+export const NOTHING_PROTECTED: Protected = { paths: [], names: [] };
+
+export function protectedOf(secrets: string[], others: string[]): Protected {
+  const paths = new Set<string>();
+  for (const p of [...secrets, ...others]) {
+    if (p.length === 0) continue;
+    const absolute = resolve(p === "~" || p.startsWith("~/") ? join(homedir(), p.slice(1)) : p);
+    paths.add(absolute);
+    paths.add(realpathLoose(absolute));
+  }
+  const names = new Set(secrets.filter((p) => p.length > 0).map((p) => basename(p)));
+  return { paths: [...paths].sort(), names: [...names].filter((n) => n.length > 0).sort() };
+}
+
+function strings(value: unknown): string[] {
+  if (typeof value === "string") return [value];
+  if (Array.isArray(value)) return value.flatMap(strings);
+  if (typeof value === "object" && value !== null) return Object.values(value).flatMap(strings);
+  return [];
+}
+
+/** Throw `credential_access` when a call names one of the plugin's own files. */
+export function checkProtected(tool: string, args: JsonObject, guard: Protected, context: OpenClawContext): void {
+  if (guard.paths.length === 0) return;
+  if (PATH_TOOLS.has(tool)) {
+    for (const target of targetPaths(tool, args)) {
+      const resolved = resolvePath(target, context.workspaceDir);
+      if (resolved !== null && guard.paths.some((p) => under(resolved, p))) throw new MappingError("credential_access");
+    }
+  }
+  const needles = [...guard.paths, ...guard.names];
+  for (const text of strings(args)) {
+    if (needles.some((needle) => text.includes(needle))) throw new MappingError("credential_access");
+  }
+}
+
 /** Map one `before_tool_call` into what the adapter proposes; raises MappingError. */
 export function proposeCall(
   toolName: unknown,
@@ -194,9 +245,11 @@ export function proposeCall(
   sessionKey: string | undefined,
   context: OpenClawContext,
   taint: ProcessTaint,
+  guard: Protected = NOTHING_PROTECTED,
 ): ProposedCall {
   if (typeof toolName !== "string" || toolName.length < 1 || toolName.length > 256) throw new MappingError("tool_name_invalid");
   const args = finalArguments(params);
+  checkProtected(toolName, args, guard, context);
   const facts = sessionFacts(context, taint.isTainted(), legalHoldOf(toolName, args, context));
   let destination: ProposedDestination = { address: "", locality: "unknown" };
   let content = "";

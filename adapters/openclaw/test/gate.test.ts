@@ -10,14 +10,14 @@
  */
 
 import assert from "node:assert/strict";
-import { chmodSync, mkdtempSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
 import { Governance, PAYLOAD_ATTESTATION, type Governed } from "../dist/attest.js";
 import { canonicalBytes, canonicalText, identityOf, sha256Identity } from "../dist/contract/canonical.js";
-import { parseContext, readConfig } from "../dist/config.js";
+import { parseContext, protectedFiles, readConfig } from "../dist/config.js";
 import { decodeEnvelope, encodeEnvelope, signEnvelope, signValue, verifyEnvelope } from "../dist/contract/dsse.js";
 import { GateAdapter, type BeforeResult } from "../dist/gate.js";
 import plugin, { adapterFor, HOOK_PRIORITY, hookTimeoutMs, shutdown, type PluginApi } from "../dist/index.js";
@@ -836,4 +836,34 @@ test("register(): a hook budget below the longest approval wait is a problem, at
   const override = { config: { plugins: { entries: { "smf-assurance": { hooks: { timeouts: { before_tool_call: 30_000 } } } } } } };
   assert.deepEqual(adapterFor(api({ ...base, holdTimeoutMs: 60_001 }, override)).problems, ["hook_timeout_below_approval_wait"]);
   await shutdown();
+});
+
+test("mapping: no tool call may touch the plugin's own files (issue 17)", () => {
+  const dir = mkdtempSync(join(tmpdir(), "smf-protected-"));
+  mkdirSync(join(dir, "keys"));
+  const key = join(dir, "keys", "openclaw-runtime.key");
+  writeFileSync(key, "seed");
+  symlinkSync(join(dir, "keys"), join(dir, "link"));
+  const guard = protectedFiles({ keyFile: key, trustRootFile: join(dir, "root.json") }, { OPENCLAW_CONFIG_PATH: join(dir, "openclaw.json") });
+  const context = { ...CONTEXT, workspaceDir: dir };
+  const refused = (tool: string, args: Record<string, unknown>): boolean => {
+    try {
+      proposeCall(tool, args, undefined, context, new ProcessTaint(), guard);
+      return false;
+    } catch (error) {
+      return error instanceof Error && /credential_access/.test(error.message);
+    }
+  };
+  assert.ok(refused("read", { path: key }));
+  assert.ok(refused("read", { path: "link/openclaw-runtime.key" }));
+  assert.ok(refused("read", { path: "@link/openclaw-runtime.key" }));
+  assert.ok(refused("write", { path: "root.json", content: "{}" }));
+  assert.ok(refused("edit", { path: join(dir, "openclaw.json"), oldText: "a", newText: "b" }));
+  assert.ok(refused("apply_patch", { input: "*** Begin Patch\n*** Update File: link/openclaw-runtime.key\n*** End Patch" }));
+  assert.ok(refused("exec", { command: "cat keys/openclaw-runtime.key | base64" }));
+  assert.ok(!refused("read", { path: "notes.txt" }));
+  assert.ok(!refused("exec", { command: "ls" }));
+  assert.deepEqual(guard.names, ["openclaw-runtime.key"]);
+  // Without OPENCLAW_CONFIG_PATH: openclaw.json in the state folder.
+  assert.ok(protectedFiles({}, { OPENCLAW_STATE_DIR: dir }).paths.includes(join(dir, "openclaw.json")));
 });
