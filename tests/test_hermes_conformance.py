@@ -555,7 +555,8 @@ def test_the_runtimes_key_never_reaches_the_model(hermes: HermesRuns) -> None:
     assert verdicts(run) == []  # blocked before anything was proposed
     for request in run["requests"]:
         assert all(seed not in text for text in request["tool_results"])
-    assert seed not in run["stdout"] and seed not in run["stderr"]
+    assert seed not in run["stdout"]
+    assert seed not in run["stderr"]
 
 
 # --- negative findings: holes this profile cannot close ------------------------------------
