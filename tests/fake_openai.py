@@ -35,6 +35,8 @@ class Recorded:
     scenario: str
     tool_results: list[str]
     answered: str
+    offered: list[str] = field(default_factory=list)
+    """The names of the tools the request offered the model (``tools[].function.name``)."""
 
 
 @dataclass
@@ -100,7 +102,12 @@ def answer(scripts: Scripts, body: dict[str, Any]) -> dict[str, Any]:
         message = {"role": "assistant", "content": str(script.get("final", "OK."))}
         answered = "text"
     with scripts.lock:
-        scripts.requests.append(Recorded(scenario, tool_results, answered))
+        offered = sorted(
+            str(t.get("function", {}).get("name", ""))
+            for t in body.get("tools") or []
+            if isinstance(t, dict)
+        )
+        scripts.requests.append(Recorded(scenario, tool_results, answered, offered))
     return message
 
 

@@ -54,9 +54,7 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from adapters.client import ProposalClient
 from ops.bus_auth import write_user_seed
-from ops.demo_script import actor
 from ops.logs import configure_logging
 from ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
 from ops.releases import latest_in_inbox
@@ -405,32 +403,6 @@ class Harness:
             "stderr": err.decode(),
         }
 
-    async def propose_unattested(self) -> dict[str, Any]:
-        """A proposal signed by the safe-mode runtime's key, which never attested, sent on
-        that runtime's own bus connection."""
-        nc = await self.connect(SAFE_PRINCIPAL)
-        try:
-            return await self._propose_unattested(nc)
-        finally:
-            await nc.close()
-
-    async def _propose_unattested(self, nc: Client) -> dict[str, Any]:
-        client = ProposalClient(
-            nc,
-            self.state.key(SAFE_PRINCIPAL),
-            SAFE_RUNTIME_ID,
-            "0.19.0",
-            "smf-hermes-adapter",
-            gate_keys=self.state.gate_keys(),
-        )
-        proposal = client.build(
-            native_tool="terminal",
-            arguments={"command": "true"},
-            actor=actor("associate-ann", "associate"),
-            facts=DataFacts(),
-        )
-        return msgspec.to_builtins(await client.propose(proposal))  # type: ignore[no-any-return]
-
 
 async def main(config: dict[str, Any]) -> None:
     if config.get("bring_up_loopback"):
@@ -447,10 +419,8 @@ async def main(config: dict[str, Any]) -> None:
                 break
             command = json.loads(line)
             try:
-                if command.get("op") == "propose_unattested":
-                    reply: dict[str, Any] = await harness.propose_unattested()
-                elif command.get("op") == "clear":
-                    reply = await harness.clear(command["runtime_id"])
+                if command.get("op") == "clear":
+                    reply: dict[str, Any] = await harness.clear(command["runtime_id"])
                 else:
                     reply = await harness.run(command)
             except Exception as exc:

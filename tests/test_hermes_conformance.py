@@ -601,9 +601,16 @@ def test_dispatch_tool_from_another_plugin_bypasses_the_gate(hermes: HermesRuns)
     assert verdicts(run) == []
 
 
-def test_safe_mode_loads_no_plugin_and_the_gate_refuses_the_runtime(hermes: HermesRuns) -> None:
-    """NEGATIVE FINDING: ``HERMES_SAFE_MODE=1`` skips every plugin, so tools run ungated;
-    the runtime never attests, and the gate refuses any proposal in its name."""
+def test_safe_mode_with_the_attested_runtimes_own_id_runs_tools_ungated(
+    hermes: HermesRuns,
+) -> None:
+    """NEGATIVE FINDING: ``HERMES_SAFE_MODE=1`` skips every plugin. With the same
+    runtime id, key and credential as the runtime the other tests attest, the
+    command runs and nothing reaches the bus: without the model gateway the gate
+    cannot tell this process from an idle one. Through the gateway it is stopped
+    at its first tool result (tests/test_hermes_gateway.py, ``[safe-mode]``)."""
+    attested = hermes.run("safe-before", {"safe-before": {"calls": [], "final": "ok"}})
+    assert any(b["kind"] == "ack" and b["accepted"] for b in attested["bus"])
     run = hermes.run(
         "safe-mode",
         {
@@ -612,16 +619,9 @@ def test_safe_mode_loads_no_plugin_and_the_gate_refuses_the_runtime(hermes: Herm
                 "final": "ok",
             }
         },
-        env={
-            "HERMES_SAFE_MODE": "1",
-            "SMF_RUNTIME_ID": "hermes-safe",
-            "SMF_RUNTIME_KEY": "{{safe_key}}",
-            "SMF_BUS_CREDENTIAL": "{{safe_credential}}",
-        },
+        env={"HERMES_SAFE_MODE": "1"},
         markers=["MARKER"],
     )
     assert run["markers"] == {"MARKER": True}, "safe mode now loads plugins: update docs"
     assert run["bus"] == []
-    refused = hermes.send({"op": "propose_unattested"})
-    assert refused["outcome"] == "deny"
-    assert refused["reason_codes"] == ["runtime_attestation_missing"]
+    assert run["ledger"] == []

@@ -277,8 +277,15 @@ def test_without_the_gateway_a_runtime_with_the_plugin_off_runs_tools_ungated(
     assert run["bus"] == []
 
 
+@pytest.mark.parametrize(
+    ("how", "command"),
+    [
+        ("plugin-off", {"plugin_enabled": False}),
+        ("safe-mode", {"env": {"HERMES_SAFE_MODE": "1"}}),
+    ],
+)
 def test_within_a_fresh_lease_a_runtime_without_its_plugin_is_stopped_at_its_tool_result(
-    hermes: HermesRuns,
+    hermes: HermesRuns, how: str, command: dict[str, Any]
 ) -> None:
     """Admission is by runtime id, not by the process that attested (finding 10): an
     attested turn, then the same runtime's Hermes with the plugin off is served its
@@ -287,11 +294,10 @@ def test_within_a_fresh_lease_a_runtime_without_its_plugin_is_stopped_at_its_too
     carried, so that request is refused ``ungated_tool_result`` (the model never sees
     the result), recorded, and the runtime is refused, attested or not, until an
     operator clears it."""
-    attested = through_gateway(hermes, "gw-lease-attested", {"calls": [], "final": ALLOWED})
+    attested = through_gateway(hermes, f"gw-{how}-attested", {"calls": [], "final": ALLOWED})
     assert any(a["accepted"] for a in verdicts(attested, "ack"))
-    run = through_gateway(
-        hermes, "gw-lease-off", marker_script(), plugin_enabled=False, markers=["MARKER"]
-    )
+    # the same runtime id, key and gateway token as the attested turn
+    run = through_gateway(hermes, f"gw-{how}-off", marker_script(), markers=["MARKER"], **command)
     assert run["markers"] == {"MARKER": True}, "admission is bound to the process now: docs"
     assert verdicts(run) == []  # no proposal: the command ran with no gate decision
     assert verdicts(run, "ack") == []  # and this process never attested
@@ -299,7 +305,7 @@ def test_within_a_fresh_lease_a_runtime_without_its_plugin_is_stopped_at_its_too
     assert ["ungated_tool_result", "model_request_refused"] in [
         e["reason_codes"] for e in run["ledger"]
     ]
-    stopped = through_gateway(hermes, "gw-lease-stopped", {"calls": [], "final": ALLOWED})
+    stopped = through_gateway(hermes, f"gw-{how}-stopped", {"calls": [], "final": ALLOWED})
     assert any(a["accepted"] for a in verdicts(stopped, "ack"))  # it attests, and still:
     assert ALLOWED not in shown(stopped)
     assert run_requests(stopped) == 0
@@ -310,7 +316,7 @@ def test_within_a_fresh_lease_a_runtime_without_its_plugin_is_stopped_at_its_too
         "runtime_id": HERMES_RUNTIME_ID,
         "was_stopped": True,
     }
-    served = through_gateway(hermes, "gw-lease-cleared", {"calls": [], "final": ALLOWED})
+    served = through_gateway(hermes, f"gw-{how}-cleared", {"calls": [], "final": ALLOWED})
     assert ALLOWED in served["stdout"]
 
 

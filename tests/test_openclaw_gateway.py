@@ -375,3 +375,41 @@ def test_a_withheld_reply_never_reaches_the_operator_nor_the_transcript(
     assert assistant_texts(transcript(run))[-1] == shown
     leaked = [rel for rel, data in written_files(run).items() if AFTER_INJECTION.encode() in data]
     assert leaked == []
+
+
+def test_agent_exec_with_the_plugin_gets_no_completion_and_runs_no_tool(
+    gated: OpenClawRuns,
+) -> None:
+    """``openclaw agent exec`` loads the plugin in discovery mode only and never calls its
+    hooks (docs/OPENCLAW.md finding 1), so the plugin cannot refuse its tools. What
+    stops it is the gateway: the process never attests, so no completion is served,
+    the model is never asked, and the command it would have run does not run. The
+    plugin says on stderr that this process is not gated. (A runtime id another
+    process attested within its lease would be served; tool-call accounting then
+    stops it at its first tool result, as for Hermes.)"""
+    name = "gw-agent-exec"
+    run = gated.send(
+        {
+            "name": name,
+            "prompt": f"SCENARIO:{name} do what the script says.",
+            "scripts": {
+                name: {
+                    "calls": [
+                        {"name": "exec", "arguments": {"command": "touch {{root}}/UNGUARDED"}}
+                    ],
+                    "final": ALLOWED,
+                }
+            },
+            "files": {"context.json": E2E_CONTEXT},
+            "config": through_gateway(BARE_ID),
+            "mode": "agent-exec",
+            "markers": ["UNGUARDED"],
+        }
+    )
+    assert run["markers"]["UNGUARDED"] is None
+    assert model_calls(run) == []
+    assert [b for b in run["bus"] if b["kind"] == "ack"] == []
+    refusals = [e for e in run["ledger"] if "model_request_refused" in e["reason_codes"]]
+    assert refusals, run["ledger"]
+    assert all("runtime_attestation_missing" in e["reason_codes"] for e in refusals)
+    assert "tool calls in this process are NOT gated" in run["stderr"] + run["stdout"]

@@ -971,6 +971,46 @@ async def test_a_hook_budget_below_the_approval_wait_is_attested_and_refused(
     assert tap.proposals == []
 
 
+ROGUE: Final[dict[str, Any]] = {
+    "pluginId": "rogue",
+    "hookName": "before_tool_call",
+    "priority": -1e308,
+}
+"""Issue 17's finding: a second plugin's hook below ours, whose params OpenClaw takes."""
+
+
+async def test_a_foreign_hook_after_ours_blocks_every_call_and_is_attested(
+    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+) -> None:
+    acks = await AttestTap().start(nc)
+    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+        await wait_for(lambda: len(acks.acks) >= 1, timeout=10)
+        assert acks.acks[0].accepted
+        await drv.call("foreign", **ROGUE)
+        reason = blocked(await drv.before("read", {"path": "/x"}, "c-rogue"))
+        assert "adapter_refuses_to_run(foreign_param_hooks)" in reason
+        await wait_for(lambda: "foreign_param_hooks" in acks.acks[-1].reason_codes, timeout=10)
+        again = blocked(await drv.before("read", {"path": "/y"}, "c-rogue-2"))
+        assert "foreign_param_hooks" in again
+    assert not acks.acks[-1].accepted
+    assert tap.proposals == []  # nothing was proposed while the hook was loaded
+
+
+async def test_a_foreign_hook_loaded_while_a_call_is_held_blocks_it_after_the_approval(
+    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+) -> None:
+    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+        event = {"toolName": "message", "params": FILING_MESSAGE, "toolCallId": "c-held"}
+        waiting = drv.start("before", event=event, ctx={"toolCallId": "c-held"})
+        approval_id = (await _announced(tap)).approval_id
+        await drv.call("foreign", **ROGUE)
+        attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
+        _, reply = await attorney.review_and_resolve(approval_id, "allow-once")
+        assert reply.accepted, reply
+        result = await asyncio.wait_for(waiting, 10)
+    assert "adapter_refuses_to_run(foreign_param_hooks)" in blocked(result)  # no params back
+
+
 def forged_release(state: StateDir, signer: str, *, expired: bool = False) -> ReleaseBundle:
     """The gate's release re-issued one sequence later: signed by ``signer``, and
     with a lease that already ran out when ``expired``."""

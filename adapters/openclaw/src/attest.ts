@@ -54,6 +54,11 @@ export interface Governed {
   gateKeys(): ReadonlyMap<string, VerifyKey>;
   /** A verdict arrived: a gate that moved to another release makes us re-attest first. */
   noteVerdict(reasonCodes: readonly string[]): void;
+  /**
+   * A problem found at run time (a foreign hook): kept for good, attested at once.
+   * True the first time this problem is noted.
+   */
+  noteProblem(problem: string): boolean;
 }
 
 export interface GovernanceSettings {
@@ -213,6 +218,15 @@ export class Governance implements Governed {
 
   noteVerdict(reasonCodes: readonly string[]): void {
     if (reasonCodes.includes(RELEASE_MISMATCH)) this.attested = false;
+  }
+
+  noteProblem(problem: string): boolean {
+    if (this.problems.includes(problem)) return false;
+    this.problems = [...this.problems, problem];
+    this.attestOnce().catch((error: unknown) => {
+      this.log.warn(`smf attestation not delivered: ${error instanceof BusError ? error.reasonCode : String(error)}`);
+    });
+    return true;
   }
 
   /** Attest after `firstMs`, then every `attestIntervalMs` (sooner while unattested or refused); timers are unref'd. */

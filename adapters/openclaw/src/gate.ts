@@ -127,6 +127,11 @@ export interface AdapterSettings {
   holdTimeoutMs: number;
   /** The plugin's own files (issue 17); absent only when built by hand in tests. */
   protected?: Protected;
+  /**
+   * Other plugins' hooks that can change a call after ours (`foreign.ts`); `null`
+   * when the registry cannot be read. Absent only when built by hand in tests.
+   */
+  inspect?: () => string[] | null;
 }
 
 /** What the gate allowed for one tool call, kept until its after_tool_call. */
@@ -325,6 +330,23 @@ export class GateAdapter {
     }
   }
 
+  /**
+   * Block (and attest the problem) while another plugin can change the call after
+   * us, or while the registry that would show it cannot be read (`foreign.ts`).
+   */
+  private refuseForeignHooks(settings: AdapterSettings): void {
+    const found = settings.inspect?.();
+    if (found === undefined || (found !== null && found.length === 0)) return;
+    const problem = found === null ? "plugin_registry_unreadable" : "foreign_param_hooks";
+    if (settings.governance.noteProblem(problem)) {
+      this.log.error(
+        `SMF Assurance adapter REFUSES to run (${problem}${found === null ? "" : `: ${found.join(", ")}`}). ` +
+          "Every tool call will be BLOCKED until the operator removes the plugin.",
+      );
+    }
+    throw new Blocked([`adapter_refuses_to_run(${problem})`], "adapter");
+  }
+
   private blockMessage(label: string, blocked: Blocked): string {
     const reasons = blocked.reasons.join(", ") || "no reason given";
     if (blocked.kind === "gate") return `SMF Assurance gate denied ${label}: ${reasons}. It did not run.`;
@@ -339,6 +361,7 @@ export class GateAdapter {
     if (this.problems.length > 0 || settings === undefined || this.bus === undefined) {
       throw new Blocked([`adapter_refuses_to_run(${this.problems.join(",") || "adapter_not_configured"})`], "adapter");
     }
+    this.refuseForeignHooks(settings);
     const signal = ctx.abortSignal instanceof AbortSignal ? ctx.abortSignal : undefined;
     // Attested (the release checked first) before the gate is asked; fail closed
     // while no release verifies or its lease ran out.
@@ -364,6 +387,8 @@ export class GateAdapter {
     }
     if (verdict.outcome === "held") {
       const outcome = await this.awaitApproval(settings, verdict, watch, signal);
+      // A plugin loaded while the call was held would run after us on the approved params.
+      this.refuseForeignHooks(settings);
       this.remember(key, label, argsHash, outcome, outcome.approval_id);
       this.log.info(`smf allow-once ${label} approval=${outcome.approval_id ?? "?"}`);
       return { params: call.arguments };

@@ -22,6 +22,7 @@
 import { Governance } from "./attest.js";
 import { readConfig } from "./config.js";
 import { ADAPTER_ID, GateAdapter, type BeforeResult, type Logger, type ToolContext, type ToolEvent } from "./gate.js";
+import { currentRegistry, foreignParamHooks } from "./foreign.js";
 import { closeSharedBuses, sharedBus } from "./transport.js";
 
 export const PLUGIN_ID = "smf-assurance";
@@ -159,6 +160,7 @@ export function adapterFor(api: PluginApi): GateAdapter {
           gateTimeoutMs: config.gateTimeoutMs,
           holdTimeoutMs: config.holdTimeoutMs,
           protected: config.protected,
+          inspect: () => foreignParamHooks(currentRegistry(), PLUGIN_ID, HOOK_PRIORITY),
         },
     [...new Set(reasons)],
     bus,
@@ -176,8 +178,35 @@ export function hookTimeoutMs(adapter: GateAdapter): number {
   return Math.min(budget, MAX_HOOK_TIMEOUT_MS);
 }
 
+/** What this process has seen of its registrations (one per process; tests pass their own). */
+export interface RegistrationsSeen {
+  full: boolean;
+  warned: boolean;
+}
+
+const SEEN: RegistrationsSeen = { full: false, warned: false };
+
+/**
+ * OpenClaw's `agent exec` registers plugins in "discovery" mode only and never
+ * calls their hooks (docs/OPENCLAW.md finding 1): nothing this plugin does can
+ * gate its tools. Say so, once, where the operator reads; the model gateway is
+ * what refuses such a process (it never attests). `agent --local` also
+ * registers in discovery mode, after a full registration: no warning then.
+ */
+export function warnIfUngated(api: PluginApi, seen: RegistrationsSeen = SEEN): boolean {
+  if (api.registrationMode === "full") seen.full = true;
+  if (api.registrationMode !== "discovery" || seen.full || seen.warned) return false;
+  seen.warned = true;
+  logger(api).error(
+    "SMF Assurance adapter: OpenClaw loaded this plugin in discovery mode only (openclaw agent exec); " +
+      "its hooks are never called, so tool calls in this process are NOT gated. Use agent --local or the Gateway.",
+  );
+  return true;
+}
+
 function register(api: PluginApi): void {
   try {
+    warnIfUngated(api);
     const adapter = adapterFor(api);
     api.on("before_tool_call", (event, ctx) => adapter.beforeToolCall(event ?? {}, ctx ?? {}), {
       priority: HOOK_PRIORITY,

@@ -12,7 +12,12 @@
 //   {"id": 2, "op": "before", "event": {...}, "ctx": {...}}   -> {"id": 2, "result": {...}}
 //   {"id": 3, "op": "after", "event": {...}, "ctx": {...}}    -> {"id": 3, "result": null}
 //   {"id": 4, "op": "subscribe", "subject": "smf.execute.>"}  -> {"id": 4, "result": {"subscribed": bool, "reason": str|null}}
-//   {"id": 5, "op": "close"}
+//   {"id": 5, "op": "foreign", "pluginId": "rogue", "hookName": "before_tool_call", "priority": -1e308}
+//   {"id": 6, "op": "close"}
+//
+// The stand-in also keeps the hook registry where OpenClaw 2026.9.6 keeps the one
+// it dispatches from (src/foreign.ts): every api.on lands there under our plugin
+// id, and "foreign" adds another plugin's hook, as a second plugin would.
 //
 // "subscribe" asks the plugin's own shared connection (the one its hooks use,
 // with the credential of the registered config) for a subscription.
@@ -24,6 +29,10 @@ import { sharedBus } from "../dist/transport.js";
 const hooks = { before_tool_call: [], after_tool_call: [] };
 const registrations = [];
 let registered;
+const registry = { typedHooks: [] };
+globalThis[Symbol.for("openclaw.pluginInstanceInvocation")] = {
+  getFrame: () => ({ generationRegistry: registry }),
+};
 
 function answer(message) {
   process.stdout.write(JSON.stringify(message) + "\n");
@@ -41,6 +50,7 @@ function api(config, runtimeVersion) {
     },
     on(name, handler, opts) {
       hooks[name]?.push(handler);
+      registry.typedHooks.push({ pluginId: plugin.id, hookName: name, handler, priority: opts?.priority });
       registrations.push({ hook: name, priority: opts?.priority ?? null, timeoutMs: opts?.timeoutMs ?? null });
     },
   };
@@ -73,6 +83,9 @@ async function run(command) {
         return { subscribed: false, reason: error?.reasonCode ?? String(error) };
       }
     }
+    case "foreign":
+      registry.typedHooks.push({ pluginId: command.pluginId, hookName: command.hookName, handler: () => undefined, priority: command.priority });
+      return { hooks: registry.typedHooks.length };
     case "close":
       await shutdown();
       setImmediate(() => process.exit(0));

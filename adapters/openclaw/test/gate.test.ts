@@ -20,9 +20,10 @@ import { canonicalBytes, canonicalText, identityOf, sha256Identity } from "../di
 import { parseContext, protectedFiles, readConfig } from "../dist/config.js";
 import { decodeEnvelope, encodeEnvelope, signEnvelope, signValue, verifyEnvelope } from "../dist/contract/dsse.js";
 import { GateAdapter, type BeforeResult } from "../dist/gate.js";
-import plugin, { adapterFor, HOOK_PRIORITY, hookTimeoutMs, shutdown, type PluginApi } from "../dist/index.js";
+import plugin, { adapterFor, HOOK_PRIORITY, hookTimeoutMs, shutdown, warnIfUngated, type PluginApi } from "../dist/index.js";
 import { SigningKey, type VerifyKey } from "../dist/contract/keys.js";
 import { finalArguments, legalHoldOf, ProcessTaint, proposeCall, targetPaths } from "../dist/mapping.js";
+import { currentRegistry, foreignParamHooks } from "../dist/foreign.js";
 import { approvalIdFor, PAYLOAD_APPROVAL_OUTCOME, PAYLOAD_PROPOSAL, PAYLOAD_REPORT, PAYLOAD_VERDICT, type Verdict } from "../dist/contract/messages.js";
 import { gateKeysOf } from "../dist/contract/registry.js";
 import { PAYLOAD_RELEASE_MANIFEST } from "../dist/contract/release.js";
@@ -133,7 +134,13 @@ function proposalOf(data: Uint8Array): { proposal_id: string; arguments: unknown
 }
 
 /** Governance that has attested with a verified release whose registry names GATE (attest.ts is tested below). */
-const GOVERNED: Governed = { ensure: async () => undefined, refusal: () => undefined, gateKeys: () => GATE_KEYS, noteVerdict: () => undefined };
+const GOVERNED: Governed = {
+  ensure: async () => undefined,
+  refusal: () => undefined,
+  gateKeys: () => GATE_KEYS,
+  noteVerdict: () => undefined,
+  noteProblem: () => true,
+};
 
 function adapter(bus: Bus | undefined, holdTimeoutMs = 2000, problems: string[] = [], governance: Governed = GOVERNED): GateAdapter {
   return new GateAdapter(
@@ -866,4 +873,65 @@ test("mapping: no tool call may touch the plugin's own files (issue 17)", () => 
   assert.deepEqual(guard.names, ["openclaw-runtime.key"]);
   // Without OPENCLAW_CONFIG_PATH: openclaw.json in the state folder.
   assert.ok(protectedFiles({}, { OPENCLAW_STATE_DIR: dir }).paths.includes(join(dir, "openclaw.json")));
+});
+
+test("foreign hooks: another plugin that can change a call after ours is found (issue 17)", () => {
+  const entry = (pluginId: string, hookName: string, priority?: number) => ({ pluginId, hookName, priority });
+  const ours = entry("smf-assurance", "before_tool_call", Number.MIN_SAFE_INTEGER);
+  const found = (...hooks: unknown[]) => foreignParamHooks({ typedHooks: [ours, ...hooks] }, "smf-assurance", Number.MIN_SAFE_INTEGER);
+  assert.deepEqual(found(), []);
+  assert.deepEqual(found(entry("memory", "before_tool_call", 0), entry("x", "after_tool_call", -Infinity)), []);
+  assert.deepEqual(found(entry("rogue", "before_tool_call", -Infinity)), ["rogue:before_tool_call@-Infinity"]);
+  assert.deepEqual(found(entry("tie", "before_tool_call", Number.MIN_SAFE_INTEGER)), [`tie:before_tool_call@${Number.MIN_SAFE_INTEGER}`]);
+  assert.deepEqual(found(entry("nan", "before_tool_call", Number.NaN)), ["nan:before_tool_call@NaN"]);
+  assert.deepEqual(found(entry("env", "resolve_exec_env")), ["env:resolve_exec_env"]);
+  assert.equal(foreignParamHooks(undefined, "smf-assurance", 0), null);
+  assert.equal(foreignParamHooks({ typedHooks: "no" }, "smf-assurance", 0), null);
+  // Where OpenClaw keeps it: the frame's generation registry first, else the active one.
+  const generation = { typedHooks: [] };
+  const active = { typedHooks: [ours] };
+  const INVOCATION = Symbol.for("openclaw.pluginInstanceInvocation");
+  const STATE = Symbol.for("openclaw.pluginRegistryState");
+  assert.equal(currentRegistry({ [INVOCATION]: { getFrame: () => ({ generationRegistry: generation }) }, [STATE]: { activeRegistry: active } }), generation);
+  assert.equal(currentRegistry({ [INVOCATION]: { getFrame: () => undefined }, [STATE]: { activeRegistry: active } }), active);
+  assert.equal(currentRegistry({}), undefined);
+  const throwing = { getFrame: () => { throw new Error("boom"); } };
+  assert.equal(currentRegistry({ [INVOCATION]: throwing }), undefined);
+});
+
+test("foreign hooks: the adapter blocks every call and attests the problem while one is loaded", async () => {
+  const noted: string[] = [];
+  const governance: Governed = { ...GOVERNED, noteProblem: (p) => { const first = !noted.includes(p); noted.push(p); return first; } };
+  let seen: string[] | null = ["rogue:before_tool_call@-Infinity"];
+  // the bus must never be asked: the block comes before anything is proposed
+  const bus = { request: async () => { throw new Error("must not be asked"); } } as unknown as Bus;
+  const b = new GateAdapter(
+    { runtimeId: "openclaw-demo", runtimeVersion: "2026.9.6", key: KEY, governance, context: CONTEXT, gateTimeoutMs: 1000, holdTimeoutMs: 2000, inspect: () => seen },
+    [],
+    bus,
+    silent,
+  );
+  assert.match(blockReason(await b.beforeToolCall({ toolName: "read", params: { path: "/srv/a" } }, {})), /adapter_refuses_to_run\(foreign_param_hooks\)/);
+  seen = null;
+  assert.match(blockReason(await b.beforeToolCall({ toolName: "read", params: { path: "/srv/a" } }, {})), /adapter_refuses_to_run\(plugin_registry_unreadable\)/);
+  assert.deepEqual(noted, ["foreign_param_hooks", "plugin_registry_unreadable"]);
+});
+
+test("agent exec: a discovery-only registration says its tools are not gated, once (issue 17)", () => {
+  const lines: string[] = [];
+  const api = (mode: string): PluginApi => ({
+    registrationMode: mode,
+    logger: { error: (m: string) => lines.push(m) },
+    on: () => undefined,
+  });
+  const seen = { full: false, warned: false };
+  assert.equal(warnIfUngated(api("discovery"), seen), true);
+  assert.equal(warnIfUngated(api("discovery"), seen), false);
+  assert.equal(lines.length, 1);
+  assert.match(lines[0] ?? "", /NOT gated/);
+  // agent --local: full first, then discovery: nothing to say
+  const local = { full: false, warned: false };
+  assert.equal(warnIfUngated(api("full"), local), false);
+  assert.equal(warnIfUngated(api("discovery"), local), false);
+  assert.equal(lines.length, 1);
 });
