@@ -188,11 +188,14 @@ def call(name: str, **arguments: Any) -> dict[str, Any]:
 # --- surfaces ------------------------------------------------------------------------
 
 
-def test_terminal_command_is_denied_and_never_runs(hermes: HermesRuns) -> None:
+@pytest.mark.parametrize("display", ["quiet", "default"])
+def test_terminal_command_is_denied_and_never_runs(hermes: HermesRuns, display: str) -> None:
+    """In ``-Q`` and in the default CLI display a firm runs (issue 17)."""
     run = hermes.run(
         "terminal",
         {"terminal": {"calls": [call("terminal", command="touch {{root}}/MARKER")], "final": "ok"}},
         markers=["MARKER"],
+        display=display,
     )
     assert run["markers"] == {"MARKER": False}
     [result] = tool_results(run, "terminal")
@@ -201,7 +204,8 @@ def test_terminal_command_is_denied_and_never_runs(hermes: HermesRuns) -> None:
     assert [v["outcome"] for v in verdicts(run)] == ["deny"]
 
 
-def test_file_write_under_legal_hold_is_denied(hermes: HermesRuns) -> None:
+@pytest.mark.parametrize("display", ["quiet", "default"])
+def test_file_write_under_legal_hold_is_denied(hermes: HermesRuns, display: str) -> None:
     run = hermes.run(
         "legal-hold",
         {
@@ -212,6 +216,7 @@ def test_file_write_under_legal_hold_is_denied(hermes: HermesRuns) -> None:
         },
         toolsets="file",
         files={"held/brief.txt": "original"},
+        display=display,
     )
     [result] = tool_results(run, "legal-hold")
     assert "legal_hold_blocks_deletion" in result
