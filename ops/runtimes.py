@@ -19,7 +19,9 @@ from typing import Final
 
 import msgspec
 
+from ops.model_gateway import gateway_file
 from ops.state import RELEASE_SIGNER, StateDir, refresh_demo_release
+from pipeline.assembly.model_gateway import load_gateway_file
 from pipeline.stages.attestation import RuntimeRequirement
 from subjects.registry import RegistryFile, encode_registry, entry_for
 
@@ -47,17 +49,33 @@ def attestation_settings_path(state: StateDir) -> Path:
 
 
 def load_attestation_requirements(state: StateDir) -> dict[str, RuntimeRequirement]:
-    """The runtimes that must attest, and what they must attest to (none: no file)."""
+    """The runtimes that must attest, and what they must attest to (none: no file).
+
+    A runtime the model gateway serves (``model-gateway.json``, written by
+    ``ops.model_gateway.provision_gateway_runtime``) may stream: the gateway holds
+    each turn until its verdict (``RuntimeRequirement.output_via_gateway``)."""
     path = attestation_settings_path(state)
     if not path.exists():
         return {}
     parsed = msgspec.json.decode(path.read_bytes(), type=AttestationFile)
+    served = _gateway_served(state)
     return {
         runtime_id: RuntimeRequirement(
-            s.runtime_pin, s.lease_ms, s.required_hooks, s.require_release
+            s.runtime_pin,
+            s.lease_ms,
+            s.required_hooks,
+            s.require_release,
+            output_via_gateway=runtime_id in served,
         )
         for runtime_id, s in parsed.runtimes.items()
     }
+
+
+def _gateway_served(state: StateDir) -> frozenset[str]:
+    path = gateway_file(state)
+    if not path.exists():
+        return frozenset()
+    return frozenset(r.runtime_id for r in load_gateway_file(path).runtimes)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

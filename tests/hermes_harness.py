@@ -55,6 +55,7 @@ from nats.aio.msg import Msg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ops.bus_auth import write_user_seed
+from ops.demo_script import actor
 from ops.logs import configure_logging
 from ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
 from ops.releases import latest_in_inbox
@@ -170,6 +171,18 @@ class Harness:
         self.server = start_embedded_server(self.state)
         self.idle = start_embedded_server(self.state, self.root / "nats-idle")
         self.credentials = self._credentials()
+        self.model = FakeOpenAI().start()
+        set_upstream(self.state, self.model.url, "local-model")
+        # Served by the model gateway before the gate starts, so the gate lets this
+        # runtime stream (issue 17, ``RuntimeRequirement.output_via_gateway``); each
+        # gateway run provisions it again with that run's context and a new token.
+        provision_gateway_runtime(
+            self.state,
+            HERMES_RUNTIME_ID,
+            adapter_id="smf-hermes-adapter",
+            actor=actor("associate-ann", "associate"),
+            destination=ProposedDestination(address="operator-terminal", locality="internal"),
+        )
         self.gate = await start_gate(
             gate_config(state=self.state, nats_url=self.server.url, co_located=True)
         )
@@ -181,8 +194,6 @@ class Harness:
         self.nc = await self.connect(OPERATOR)
         self.tap = Tap(self.state.gate_keys())
         self.tap_sub = await self.nc.subscribe(">", cb=self.tap.record)
-        self.model = FakeOpenAI().start()
-        set_upstream(self.state, self.model.url, "local-model")
 
     async def connect(self, principal: str) -> Client:
         credential = self.state.existing_credential(principal)

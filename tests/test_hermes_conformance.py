@@ -516,21 +516,49 @@ def test_plugin_hook_raising_internally_blocks(hermes: HermesRuns) -> None:
     assert verdicts(run) == []
 
 
-def test_streaming_enabled_refuses_to_run(hermes: HermesRuns) -> None:
+@pytest.mark.parametrize(
+    ("how", "command"),
+    [
+        (
+            "platform-override",
+            {"config": {"display": {"platforms": {"telegram": {"streaming": True}}}}},
+        ),
+        ("default-cli-display", {"display": "default"}),
+    ],
+)
+def test_a_streaming_runtime_the_gateway_does_not_serve_is_refused(
+    hermes: HermesRuns, how: str, command: dict[str, Any]
+) -> None:
+    """Streaming is attested as Hermes does it (issue 17: the default CLI display
+    streams, which the adapter used to attest as off), and the gate refuses a
+    streaming runtime the model gateway does not serve: the call is blocked and the
+    command never runs. (A runtime id the gateway serves may stream: the gateway holds
+    each turn whole, tests/test_hermes_gateway.py.)"""
+    env = {
+        "SMF_RUNTIME_ID": "hermes-off",
+        "SMF_RUNTIME_KEY": "{{off_key}}",
+        "SMF_BUS_CREDENTIAL": "{{off_credential}}",
+    }
     run = hermes.run(
-        "streaming",
-        {"streaming": {"calls": [call("terminal", command="touch {{root}}/MARKER")], "final": "x"}},
-        config={"display": {"platforms": {"telegram": {"streaming": True}}}},
+        f"streaming-{how}",
+        {
+            f"streaming-{how}": {
+                "calls": [call("terminal", command="touch {{root}}/MARKER")],
+                "final": "x",
+            }
+        },
+        env=env,
         markers=["MARKER"],
+        **command,
     )
     assert run["markers"] == {"MARKER": False}
-    assert "REFUSES to run (runtime_streaming_enabled" in run["stderr"]
-    assert "streaming.enabled: false" in run["stderr"]
-    [result] = tool_results(run, "streaming")
-    assert "runtime_streaming_enabled" in result
+    [result] = tool_results(run, f"streaming-{how}")
+    assert "runtime_attestation_rejected" in result, result
     acks = verdicts(run, "ack")
     assert acks
-    assert not acks[0]["accepted"]
+    assert not acks[-1]["accepted"]
+    assert "runtime_streaming_enabled" in acks[-1]["reason_codes"]
+    assert [v for v in verdicts(run) if v["outcome"] != "deny"] == []
 
 
 def test_the_runtimes_key_never_reaches_the_model(hermes: HermesRuns) -> None:

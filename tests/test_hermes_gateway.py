@@ -44,9 +44,9 @@ Negative findings shown here, as they are:
   (the model never sees it), recorded, and the runtime refused until an
   operator clears it (``model-gateway clear``).
 - in this display the CLI streams (``cli.CLI_CONFIG``, the agent's stream
-  callback, read by a probe plugin), while the adapter attests the CLI's
-  streaming off and the gate accepts that attestation. The gateway makes the
-  claim irrelevant for model text; the attestation is still wrong.
+  callback, read by a probe plugin); the adapter attests it streaming (issue 17:
+  read from the running CLI), and the gate accepts that because the gateway
+  serves this runtime.
 
 Does not prove: OpenClaw, gateway platforms of Hermes (only the CLI), other
 Hermes versions; the tool-progress line the CLI prints for a released tool
@@ -195,13 +195,14 @@ def test_an_allowed_reply_appears_once_and_not_before_the_allow(hermes: HermesRu
     assert allowed
     assert allowed[0]["disposition"] == "allow"  # the gateway's stream, decided first
     assert run["first_seen_ms"][ALLOWED] >= allowed[0]["at"]
-    # FINDING, unchanged by the gateway: this display streams, the adapter attests the
-    # CLI's streaming off (it reads the raw config's default), and the gate accepts it.
+    # Issue 17: this display streams (the probe reads the running CLI), the adapter
+    # attests just that, and the gate accepts it because the gateway serves this
+    # runtime and holds each turn whole until its verdict.
     streaming = json.loads(Path(run["root"], "STREAMING").read_text())
     assert streaming == {"cli_config_streaming": True, "stream_delta_callback": True}
     claims = verdicts(run, "attestation")
     assert claims
-    assert all({"surface": "cli", "enabled": False} in c["streaming"] for c in claims)
+    assert all({"surface": "cli", "enabled": True} in c["streaming"] for c in claims)
     acks = verdicts(run, "ack")
     assert acks
     assert all(a["accepted"] for a in acks)

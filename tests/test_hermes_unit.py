@@ -34,10 +34,16 @@ from nats.aio.client import Client
 
 from adapters.client import ProposalClient
 from adapters.hermes import mapping, plugin
-from adapters.hermes.attestation import hook_presence, streaming_settings
+from adapters.hermes.attestation import (
+    hook_presence,
+    observed_cli_streaming,
+    streaming_settings,
+    with_observed_cli,
+)
 from adapters.hermes.bridge import Bridge, BridgeError
 from adapters.hermes.config import protected_files
 from ops.demo_script import actor
+from ops.model_gateway import provision_gateway_runtime, set_upstream
 from ops.natsserver import EmbeddedNatsServer
 from ops.releases import latest_in_inbox, publish_to_bucket, unverified_manifest
 from ops.runtimes import (
@@ -115,7 +121,8 @@ class FakeHost:
         return self.manager._hooks
 
     def streaming(self) -> tuple[StreamingSetting, ...]:
-        return self._streaming
+        """As ``HermesHost`` composes it: the configured value, then the running CLI's."""
+        return with_observed_cli(self._streaming, sys.modules.get("cli"))
 
     def coerce(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         return args
@@ -598,29 +605,69 @@ def _streaming_on() -> tuple[StreamingSetting, ...]:
     )
 
 
-async def test_streaming_enabled_refuses_loudly_and_blocks_everything(
+async def test_streaming_is_attested_and_the_gate_refuses_the_runtime(
     gate: RunningGate,
     state: StateDir,
     nats_server: EmbeddedNatsServer,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
-    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Issue 17: streaming is attested as Hermes does it and judged by the gate, which
+    refuses a streaming runtime the model gateway does not serve: every call blocked,
+    every reply withheld. The operator is told how to turn it off."""
     host = FakeHost(streaming=_streaming_on())
     adapter = make_adapter(adapters, env_for(state, nats_server.url, context_file), host)
-    err = capsys.readouterr().err
-    assert "REFUSES to run (runtime_streaming_enabled" in err
-    assert "streaming.enabled: false" in err
-    assert "gateway:telegram" in err
+    assert "streaming.enabled: false" in caplog.text
+    assert "gateway:telegram" in caplog.text
     result = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
-    assert "runtime_streaming_enabled" in result["message"]
+    assert "runtime_attestation_rejected" in result["message"]
     reply = await hook(adapter.transform_llm_output, response_text="hi")
     assert reply != "hi"
-    assert "runtime_streaming_enabled" in reply
-    # The refusal is reported to the gate, which then refuses this runtime too.
-    ack = await asyncio.to_thread(adapter.bridge.call, adapter._attest_once, 2.0)  # type: ignore[union-attr]
+    ack = adapter.last_ack
+    assert ack is not None
     assert not ack.accepted
     assert "runtime_streaming_enabled" in ack.reason_codes
+
+
+async def test_a_cli_that_starts_streaming_is_attested_before_the_next_proposal(
+    gate: RunningGate,
+    state: StateDir,
+    nats_server: EmbeddedNatsServer,
+    context_file: Path,
+    adapters: list[plugin.HermesAdapter],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Attested off at start-up (no CLI yet); once the CLI's agent streams, the next
+    call first attests what it does, and the gate refuses the runtime."""
+    adapter = make_adapter(adapters, env_for(state, nats_server.url, context_file), FakeHost())
+    allowed = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
+    assert allowed is None
+    assert adapter.last_ack is not None
+    assert adapter.last_ack.accepted
+    monkeypatch.setitem(sys.modules, "cli", FakeCli(FakeAgent(print), {"streaming": True}))
+    blocked = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "b"}))
+    assert "runtime_attestation_rejected" in blocked["message"]
+    assert not adapter.last_ack.accepted
+    assert "runtime_streaming_enabled" in adapter.last_ack.reason_codes
+    assert adapter.streaming == (StreamingSetting(surface="cli", enabled=True),)
+
+
+def test_a_runtime_the_model_gateway_serves_may_stream(state: StateDir) -> None:
+    """The gateway holds each turn whole until its verdict (issue 16), so its runtimes'
+    streaming is not refused; every other runtime's is."""
+    set_upstream(state, "http://127.0.0.1:9/v1", "local-model")
+    provision_gateway_runtime(
+        state,
+        HERMES_RUNTIME_ID,
+        adapter_id="smf-hermes-adapter",
+        actor=actor("associate-ann", "associate"),
+        destination=ProposedDestination(address="operator-terminal", locality="internal"),
+    )
+    provision_runtime(state, "other-runtime", "hermes-other", runtime_pin=PIN)
+    need = load_attestation_requirements(state)
+    assert need[HERMES_RUNTIME_ID].output_via_gateway
+    assert not need["hermes-other"].output_via_gateway
 
 
 @pytest.mark.parametrize(
@@ -767,17 +814,50 @@ def test_streaming_settings_follow_hermes_precedence() -> None:
     def per_platform(raw: Mapping[str, Any], name: str) -> object:
         return ((raw.get("display") or {}).get("platforms") or {}).get(name, {}).get("streaming")
 
-    off = streaming_settings({}, ["telegram"], per_platform)
+    # Nothing set: the CLI streams (its own default, cli.py 510); the gateway does not.
+    default = {s.surface: s.enabled for s in streaming_settings({}, ["telegram"], per_platform)}
+    assert default == {"cli": True, "gateway": False, "gateway:telegram": False}
+    quiet = {"display": {"streaming": False}}
+    off = streaming_settings(quiet, ["telegram"], per_platform)
     assert not any(s.enabled for s in off)
     master = {"streaming": {"enabled": True}}
     assert all(s.enabled for s in streaming_settings(master, ["telegram"], per_platform)[1:])
-    transport_off = {"streaming": {"enabled": True, "transport": "off"}}
+    transport_off = {"streaming": {"enabled": True, "transport": "off"}, **quiet}
     assert not any(s.enabled for s in streaming_settings(transport_off, ["x"], per_platform))
-    override = {"display": {"platforms": {"telegram": {"streaming": True}}}}
+    override = {"display": {"streaming": False, "platforms": {"telegram": {"streaming": True}}}}
     found = {s.surface: s.enabled for s in streaming_settings(override, [], per_platform)}
     assert found == {"cli": False, "gateway": False, "gateway:telegram": True}
     cli = {"display": {"streaming": "yes"}}
     assert streaming_settings(cli, [], per_platform)[0].enabled
+
+
+class FakeAgent:
+    def __init__(self, stream: object) -> None:
+        self.stream_delta_callback = stream
+
+
+class FakeCli:
+    """What the adapter reads of Hermes's ``cli`` module (cli.py 0.19.0)."""
+
+    def __init__(self, agent: FakeAgent | None, display: dict[str, Any] | None) -> None:
+        self._active_agent_ref = agent
+        self.CLI_CONFIG = {} if display is None else {"display": display}
+
+
+def test_the_cli_surface_is_what_the_running_cli_does() -> None:
+    """Issue 17: the adapter attested streaming off while the default CLI streamed."""
+    configured = (StreamingSetting(surface="cli", enabled=False),)
+    streams = with_observed_cli(configured, FakeCli(FakeAgent(print), {"streaming": False}))
+    assert streams == (StreamingSetting(surface="cli", enabled=True),)
+    # -Q clears the agent's callback although the merged config still says on
+    quiet = with_observed_cli(streams, FakeCli(FakeAgent(None), {"streaming": True}))
+    assert quiet == (StreamingSetting(surface="cli", enabled=False),)
+    # before the agent exists: the CLI's merged config (its defaults applied)
+    assert with_observed_cli(configured, FakeCli(None, {"streaming": True}))[0].enabled
+    # no CLI in this process, or nothing readable: the configured value stays
+    assert with_observed_cli(streams, None) == streams
+    assert with_observed_cli(streams, FakeCli(None, None)) == streams
+    assert observed_cli_streaming(FakeCli(None, {"other": 1})) is None
 
 
 def test_hook_presence_requires_ours_first_on_the_reply() -> None:

@@ -13,7 +13,10 @@ Every probe reads the running Hermes, not a copy of its defaults:
   plugin ahead of ours could deliver a text we never saw.
 - streaming: RUNTIMES.md, "transform_llm_output ... Hermes always streams from
   the provider"; streamed text is delivered before the final-reply seam.
-  CLI: ``display.streaming`` (default false). Gateway, per platform, exactly
+  CLI: what the running CLI does (``observed_cli_streaming``), else
+  ``display.streaming`` with the CLI's own default, true (issue 17: the
+  project used to assume false, as ``hermes_cli/config.py`` says, while the
+  default CLI streamed). Gateway, per platform, exactly
   as ``gateway/run.py`` decides it in 0.19.0: the per-platform override
   ``display.platforms.<p>.streaming`` when set (it wins over the master
   switch, contrary to the comment in ``hermes_cli/config.py``), else
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
@@ -77,7 +81,9 @@ def streaming_settings(
         str(stream_cfg.get("transport", "auto")).strip().lower() != "off"
     )
     settings = [
-        StreamingSetting(surface="cli", enabled=_truthy(display.get("streaming", False))),
+        # The CLI's own default is on (cli.py 510, ``load_cli_config``), although
+        # ``hermes_cli/config.py`` says off: the CLI is what prints.
+        StreamingSetting(surface="cli", enabled=_truthy(display.get("streaming", True))),
         StreamingSetting(surface="gateway", enabled=master),
     ]
     overrides = display.get("platforms") or {}
@@ -104,6 +110,41 @@ def hook_presence(
     if transform is not None and first and first[0] != transform:
         problems.append("transform_llm_output_not_first")
     return tuple(present), tuple(missing), tuple(problems)
+
+
+def observed_cli_streaming(cli: object) -> bool | None:
+    """Whether Hermes's CLI streams right now, read from the running CLI (issue 17).
+
+    The raw config said "off" while the default CLI streamed: what counts is what the
+    CLI does. Its agent streams exactly when it has a ``stream_delta_callback``
+    (``hermes_cli/cli_agent_setup_mixin.py`` 399; ``-Q`` clears it, cli.py 15976);
+    before the agent exists, the CLI's merged config (``CLI_CONFIG``, defaults
+    applied) says what it will do. ``None``: no CLI in this process, or nothing
+    readable. The ``cli`` module is only read when Hermes has imported it: importing
+    it writes the environment (RUNTIMES.md)."""
+    if cli is None:
+        return None
+    agent = getattr(cli, "_active_agent_ref", None)
+    if agent is not None and hasattr(agent, "stream_delta_callback"):
+        return agent.stream_delta_callback is not None
+    config = getattr(cli, "CLI_CONFIG", None)
+    display = config.get("display") if isinstance(config, Mapping) else None
+    if isinstance(display, Mapping) and "streaming" in display:
+        return _truthy(display["streaming"])
+    return None
+
+
+def with_observed_cli(
+    settings: tuple[StreamingSetting, ...], cli: object
+) -> tuple[StreamingSetting, ...]:
+    """``settings`` with the CLI's surface replaced by what the running CLI does."""
+    observed = observed_cli_streaming(cli)
+    if observed is None:
+        return settings
+    return tuple(
+        StreamingSetting(surface="cli", enabled=observed) if s.surface == "cli" else s
+        for s in settings
+    )
 
 
 class HermesHost:
@@ -137,7 +178,10 @@ class HermesHost:
         def per_platform(cfg: Mapping[str, Any], name: str) -> object:
             return display_config.resolve_display_setting(dict(cfg), name, "streaming")
 
-        return streaming_settings(raw if isinstance(raw, Mapping) else {}, platforms, per_platform)
+        configured = streaming_settings(
+            raw if isinstance(raw, Mapping) else {}, platforms, per_platform
+        )
+        return with_observed_cli(configured, sys.modules.get("cli"))
 
     def coerce(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         coerced = importlib.import_module("model_tools").coerce_tool_args(tool, args)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import sys
 import time
 from typing import Final
 
@@ -25,13 +26,13 @@ import msgspec
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 
-from adapters.hermes.attestation import HERMES_PIN, hook_presence
+from adapters.hermes.attestation import HERMES_PIN, hook_presence, observed_cli_streaming
 from adapters.hermes.bridge import Bridge, BridgeError
 from adapters.hermes.config import ADAPTER_ID, ADAPTER_VERSION, PROFILE
 from adapters.hermes.refusing import RefusingMode, shout
 from adapters.hermes.release import UNAVAILABLE, ReleaseUnavailableError, read_newest
 from subjects import names
-from subjects.attestation import AttestationAck, RuntimeAttestation
+from subjects.attestation import AttestationAck, RuntimeAttestation, StreamingSetting
 from subjects.dsse import encode_envelope, sign_struct
 from subjects.messages import Verdict
 from subjects.release import ReleaseCheckError
@@ -122,7 +123,7 @@ class Lifecycle(RefusingMode):
             profile=PROFILE,
             hooks_present=present,
             hooks_missing=missing,
-            streaming=self.streaming,
+            streaming=self._current_streaming(),
             verified_release_id=(
                 self.release.release_id
                 if self.release is not None and self._release_refusal() is None
@@ -188,9 +189,30 @@ class Lifecycle(RefusingMode):
         ack = self.last_ack
         mismatch = ack is not None and GATE_RELEASE_MISMATCH in ack.reason_codes
         # while no release verifies, every call checks the bucket again first
-        if self._attested.is_set() and not mismatch and self.release_problem is None:
+        streaming_moved = self._cli_streaming_moved()
+        if (
+            self._attested.is_set()
+            and not mismatch
+            and self.release_problem is None
+            and not streaming_moved
+        ):
             return
         self.bridge.call(self._attest_once, self.config.gate_timeout)
+
+    def _current_streaming(self) -> tuple[StreamingSetting, ...]:
+        """What Hermes streams now (the running CLI's own state once it exists)."""
+        try:
+            self.streaming = self.host.streaming()
+        except Exception:  # noqa: BLE001 - fail closed on anything (RUNTIMES.md, FAIL-OPEN)
+            self.refuse("streaming_settings_unreadable")
+        return self.streaming
+
+    def _cli_streaming_moved(self) -> bool:
+        """The running CLI streams otherwise than last attested (it did not exist yet,
+        or ``-Q`` switched the agent's stream off): attest again before proposing."""
+        observed = observed_cli_streaming(sys.modules.get("cli"))
+        attested = next((s.enabled for s in self.streaming if s.surface == "cli"), None)
+        return observed is not None and observed != attested
 
     def _note_verdict(self, verdict: Verdict) -> None:
         """A gate that moved to another release refuses our attested one: re-attest first."""

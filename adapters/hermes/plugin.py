@@ -18,11 +18,14 @@ it; each concern lives in its own module:
 
 Fail-open traps this module is built around (RUNTIMES.md, "FAIL-OPEN"): a
 ``register()`` that raises lets the tools run, so ``register()`` never
-raises. A configuration problem, a Hermes version off the pin or streaming
-switched on does not stop registration: the hooks are registered in refusing
-mode (every call blocked, every reply withheld), the problem is logged at
-CRITICAL and printed to stderr, and it is reported to the gate in the
-start-up attestation.
+raises. A configuration problem or a Hermes version off the pin does not
+stop registration: the hooks are registered in refusing mode (every call
+blocked, every reply withheld), the problem is logged at CRITICAL and printed
+to stderr, and it is reported to the gate in the start-up attestation.
+Streaming is attested as Hermes does it (issue 17: read from the running CLI,
+``attestation.observed_cli_streaming``), and the gate judges it: it refuses a
+streaming runtime unless the model gateway serves that runtime (the gateway
+holds each turn whole until its verdict, docs/HERMES.md).
 """
 
 from __future__ import annotations
@@ -113,8 +116,12 @@ def build_adapter(
         streaming = host.streaming()
         on = [s.surface for s in streaming if s.enabled]
         if on:
-            problems.append("runtime_streaming_enabled")
-            details.append(f"streaming is enabled for {', '.join(on)}: {STREAMING_OFF_HELP}")
+            log.warning(
+                "smf: streaming is enabled for %s; the gate refuses this runtime unless the "
+                "model gateway serves it: %s",
+                ", ".join(on),
+                STREAMING_OFF_HELP,
+            )
     except Exception as exc:  # noqa: BLE001 - fail closed on anything (RUNTIMES.md, FAIL-OPEN)
         problems.append("streaming_settings_unreadable")
         details.append(repr(exc))

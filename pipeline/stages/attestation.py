@@ -72,6 +72,12 @@ class RuntimeRequirement:
     required_hooks: tuple[str, ...] = ()
     require_release: bool = False
     """When set, the runtime must have verified the gate's active release itself."""
+    output_via_gateway: bool = False
+    """The model gateway serves this runtime (issue 16): it holds each turn whole until
+    the output verdict, so a runtime that streams what it receives shows nothing the
+    gate did not release, and streaming is not refused (issue 17). Taken on the
+    operator's word that the runtime reaches its model only through the gateway (the
+    deployment's networks make it so; no attestation can show it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +98,7 @@ def _judge(
         reasons.append("runtime_hook_missing")
     if any(hook not in att.hooks_present for hook in need.required_hooks):
         reasons.append("runtime_hook_missing")
-    if any(s.enabled for s in att.streaming):
+    if any(s.enabled for s in att.streaming) and not need.output_via_gateway:
         reasons.append("runtime_streaming_enabled")
     if att.runtime_version != att.runtime_pin:
         reasons.append("runtime_version_not_pinned")
