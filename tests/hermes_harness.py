@@ -58,10 +58,10 @@ from ops.bus_auth import write_user_seed
 from ops.demo_script import actor
 from ops.logs import configure_logging
 from ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
-from ops.releases import latest_in_inbox
+from ops.releases import build_release, latest_in_inbox, prior_of, publish_to_inbox
 from ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID, provision_runtime
 from ops.stack import gate_config, start_embedded_server
-from ops.state import OPERATOR, StateDir, provision_demo
+from ops.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
 from pipeline.assembly import start_gate
 from pipeline.assembly.model_gateway import RunningModelGateway, start_model_gateway
 from pipeline.stores.ledger_audit import export_jsonl
@@ -170,6 +170,8 @@ class Harness:
         provision_runtime(self.state, OFF_PRINCIPAL, OFF_RUNTIME_ID, runtime_pin="0.19.0")
         self.server = start_embedded_server(self.state)
         self.idle = start_embedded_server(self.state, self.root / "nats-idle")
+        if self.config.get("corpus"):
+            self._release_of(Path(self.config["corpus"]))
         self.credentials = self._credentials()
         self.model = FakeOpenAI().start()
         set_upstream(self.state, self.model.url, "local-model")
@@ -194,6 +196,20 @@ class Harness:
         self.nc = await self.connect(OPERATOR)
         self.tap = Tap(self.state.gate_keys())
         self.tap_sub = await self.nc.subscribe(">", cb=self.tap.record)
+
+    def _release_of(self, corpus: Path) -> None:
+        """A signed release of ``corpus``, chained to the demo's, newest in the inbox:
+        the gate starts on it (a firm's release instead of the demo's)."""
+        latest = latest_in_inbox(self.state.release_inbox)
+        assert latest is not None
+        bundle = build_release(
+            corpus,
+            [self.state.key(RELEASE_SIGNER)],
+            self.state.registry.read_bytes(),
+            now_ms=time.time_ns() // 1_000_000,
+            prior=prior_of(latest),
+        )
+        publish_to_inbox(bundle, self.state.release_inbox)
 
     async def connect(self, principal: str) -> Client:
         credential = self.state.existing_credential(principal)

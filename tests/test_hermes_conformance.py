@@ -126,9 +126,12 @@ def hermes(
 
 @contextlib.contextmanager
 def harness(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    corpus: Path | None = None,
 ) -> Iterator[HermesRuns]:
-    """One harness process for a module (tests/hermes_harness.py), stopped at its end."""
+    """One harness process for a module (tests/hermes_harness.py), stopped at its end;
+    its gate runs on a release of ``corpus`` when one is given (else the demo's)."""
     say = _progress(request)
     started = time.monotonic()
     env = ensure_hermes_env(PROJECT, progress=say)
@@ -141,6 +144,7 @@ def harness(
         "venv": str(env.root),
         "pythonpath": env.pythonpath,
         "bring_up_loopback": isolated,
+        "corpus": None if corpus is None else str(corpus),
     }
     prefix = ["unshare", "-n"] if isolated else []
     say("network: " + ("unshare -n, loopback only" if isolated else "no namespace; 127.0.0.1 only"))
