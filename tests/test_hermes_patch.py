@@ -21,11 +21,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ops.hermes_env import HermesEnv, ensure_hermes_env
+from ops.hermes_env import ensure_hermes_env
 from tests.test_hermes_conformance import PROJECT, netns_available
 
 FILES = ("free.txt", "other.txt", "held/a.txt", "held/b.txt", "new.txt", "held/new.txt")
@@ -87,33 +86,34 @@ def generated_texts() -> list[str]:
     return texts
 
 
-@pytest.fixture(scope="module")
-def hermes_env() -> HermesEnv:
-    return ensure_hermes_env(PROJECT)
-
-
-def probe(env: HermesEnv, texts: list[str], tmp_path: Path) -> list[dict[str, Any]]:
+def run_probe(script: str, tmp_path: Path, stdin: str = "", timeout: float = 600) -> str:
+    """Run ``tests/<script>`` in the pinned Hermes venv with this checkout's plugin on its
+    path, no network where a namespace can be made; its stdout."""
+    env = ensure_hermes_env(PROJECT)
     prefix = ["unshare", "-n"] if netns_available() else []
     done = subprocess.run(
-        [*prefix, str(env.python), str(PROJECT / "tests" / "hermes_patch_probe.py")],
-        input=json.dumps({"texts": texts}),
+        [*prefix, str(env.python), str(PROJECT / "tests" / script)],
+        input=stdin,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
         cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": env.pythonpath, "HOME": str(tmp_path)},
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    reports = [json.loads(line) for line in done.stdout.splitlines()]
+    return done.stdout
+
+
+def probe(texts: list[str], tmp_path: Path) -> list[dict[str, Any]]:
+    out = run_probe("hermes_patch_probe.py", tmp_path, json.dumps({"texts": texts}))
+    reports = [json.loads(line) for line in out.splitlines()]
     assert len(reports) == len(texts)
     return reports
 
 
-def test_the_findings_variants_apply_and_the_adapter_names_their_targets(
-    hermes_env: HermesEnv, tmp_path: Path
-) -> None:
-    updated, moved, deleted = probe(hermes_env, list(FINDING), tmp_path)
+def test_the_findings_variants_apply_and_the_adapter_names_their_targets(tmp_path: Path) -> None:
+    updated, moved, deleted = probe(list(FINDING), tmp_path)
     for report in (updated, moved, deleted):
         assert report["applied"], report
         assert report["changed"], report
@@ -126,11 +126,9 @@ def test_the_findings_variants_apply_and_the_adapter_names_their_targets(
     assert [p.rsplit("/", 2)[-2:] for p in deleted["changed"]] == [["held", "b.txt"]]
 
 
-def test_every_file_hermes_changes_is_a_target_the_adapter_names(
-    hermes_env: HermesEnv, tmp_path: Path
-) -> None:
+def test_every_file_hermes_changes_is_a_target_the_adapter_names(tmp_path: Path) -> None:
     texts = generated_texts()
-    reports = probe(hermes_env, texts, tmp_path)
+    reports = probe(texts, tmp_path)
     missed = [
         (texts[r["case"]], sorted(set(r["changed"]) - set(r["targets"])))
         for r in reports

@@ -30,7 +30,6 @@ import pytest
 from ops.projections import SCENARIO_CORPUS, package_path
 from subjects.canonical import sha256_identity
 from tests.test_hermes_conformance import (
-    PATCH_VARIANTS,
     HermesRuns,
     call,
     harness,
@@ -95,6 +94,13 @@ def hermes(
         yield runs
 
 
+PATCH_VARIANTS = (
+    "*** Begin Patch\n***Update File: {{root}}/held/brief.txt\n@@\n-original\n+rewritten\n"
+    "*** End Patch\n",
+    "*** Begin Patch\n*** Move File: {{root}}/free.txt -> {{root}}/held/moved.txt\n*** End Patch\n",
+    "*** Begin Patch\n*** Delete  File: {{root}}/held/brief.txt\n*** End Patch\n",
+)
+"""The three spellings of the finding, each touching a held file."""
 FILES = {"held/brief.txt": "original\n", "free.txt": "free\n"}
 
 

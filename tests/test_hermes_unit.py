@@ -829,6 +829,10 @@ def test_streaming_settings_follow_hermes_precedence() -> None:
     assert found == {"cli": False, "gateway": False, "gateway:telegram": True}
     cli = {"display": {"streaming": "yes"}}
     assert streaming_settings(cli, [], per_platform)[0].enabled
+    # The gateway's own loader wins over the raw file for the master switch.
+    alias = {"streaming": {"mode": "auto"}, **quiet}
+    loaded = {s.surface: s.enabled for s in streaming_settings(alias, ["x"], per_platform, True)}
+    assert loaded == {"cli": False, "gateway": True, "gateway:x": True}
 
 
 class FakeAgent:

@@ -11,12 +11,10 @@ MCP servers or platforms add at run time (the gate denies any it does not map).
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
-from ops.hermes_env import ensure_hermes_env
 from tests.surface_matrix import ROOT, compare, mapper_capabilities, render
-from tests.test_hermes_conformance import netns_available
+from tests.test_hermes_patch import run_probe
 
 ADAPTER_ID = "smf-hermes-adapter"
 OWN_TOOLS = ("smf_court_filing", "smf_dms_delete", "send_message")
@@ -26,19 +24,8 @@ registers (``tools/send_message_tool.py``)."""
 
 
 def registry_tools(tmp_path: Path) -> dict[str, str]:
-    env = ensure_hermes_env(ROOT)
-    prefix = ["unshare", "-n"] if netns_available() else []
-    done = subprocess.run(
-        [*prefix, str(env.python), str(ROOT / "tests" / "hermes_tools_probe.py")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": env.pythonpath, "HOME": str(tmp_path)},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    tools: dict[str, str] = json.loads(done.stdout.splitlines()[-1])
+    out = run_probe("hermes_tools_probe.py", tmp_path, timeout=300)
+    tools: dict[str, str] = json.loads(out.splitlines()[-1])
     return tools
 
 

@@ -71,14 +71,21 @@ def streaming_settings(
     raw: Mapping[str, Any],
     platforms: list[str],
     per_platform: Callable[[Mapping[str, Any], str], object],
+    gateway_master: bool | None = None,
 ) -> tuple[StreamingSetting, ...]:
-    """Every place streaming could be on, decided the way Hermes 0.19.0 decides it."""
+    """Every place streaming could be on, decided the way Hermes 0.19.0 decides it.
+
+    ``gateway_master``: the gateway's master switch as Hermes's own loader reads it
+    (``HermesHost.streaming``); without it, read from ``raw`` here."""
     display = raw.get("display") or {}
     stream_cfg = raw.get("streaming") or {}
     if not isinstance(display, Mapping) or not isinstance(stream_cfg, Mapping):
         raise ValueError("display/streaming sections are not mappings")
-    master = _truthy(stream_cfg.get("enabled", False)) and (
-        str(stream_cfg.get("transport", "auto")).strip().lower() != "off"
+    master = (
+        gateway_master
+        if gateway_master is not None
+        else _truthy(stream_cfg.get("enabled", False))
+        and (str(stream_cfg.get("transport", "auto")).strip().lower() != "off")
     )
     settings = [
         # The CLI's own default is on (cli.py 510, ``load_cli_config``), although
@@ -178,8 +185,14 @@ class HermesHost:
         def per_platform(cfg: Mapping[str, Any], name: str) -> object:
             return display_config.resolve_display_setting(dict(cfg), name, "streaming")
 
+        # The master switch as the gateway itself loads it (issue 17): the raw file
+        # missed ``streaming: {mode: auto}`` (an alias that turns it on), the
+        # ``gateway.streaming`` fallback and the managed overlay (RUNTIMES.md;
+        # ``gateway/config.py`` 733-782, 1187-1320). Read-only: file reads and logs.
+        loaded = importlib.import_module("gateway.config").load_gateway_config().streaming
+        master = bool(loaded.enabled) and str(loaded.transport).strip().lower() != "off"
         configured = streaming_settings(
-            raw if isinstance(raw, Mapping) else {}, platforms, per_platform
+            raw if isinstance(raw, Mapping) else {}, platforms, per_platform, master
         )
         return with_observed_cli(configured, sys.modules.get("cli"))
 

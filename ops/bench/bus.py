@@ -44,6 +44,8 @@ from typing import Final
 import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import StorageType, StreamConfig
 
 from adapters.client import ProposalClient
@@ -81,6 +83,32 @@ throughput; three durable steps."""
 
 class BenchError(RuntimeError):
     """A series did not get the outcomes it measures: its figures would mislead."""
+
+
+REACH_S: Final = 30.0
+REACH_RETRY_S: Final = 0.05
+
+
+async def until_answered(client: Client, subject: str, payload: bytes) -> None:
+    """Untimed requests until one is answered, before a series is timed.
+
+    A responder's subscription reaches another connection's requests some time
+    after the responder's own flush: on one nats-server 2.15.1 a request right
+    after it found no responder a few times in a hundred (tests/bus_helpers.py,
+    ``Rogue.start``), and on a cluster it has the routes to cross as well (CI saw
+    ``no responders`` on both benches' warm-up). An answer proves the path both
+    ways; none within ``REACH_S`` is a bench error, not a figure."""
+    deadline = time.monotonic() + REACH_S
+    while True:
+        try:
+            await client.request(subject, payload, timeout=REACH_RETRY_S * 10)
+            return
+        except (NoRespondersError, NatsTimeoutError) as exc:
+            if time.monotonic() > deadline:
+                raise BenchError(
+                    f"{subject}: no answer within {REACH_S:g} s ({type(exc).__name__})"
+                ) from exc
+            await asyncio.sleep(REACH_RETRY_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +347,7 @@ async def _measure(
         await responder.subscribe(ECHO_SUBJECT, cb=echo_back)
         await responder.flush()
         payload = proposals.allows(1)[0][1]
+        await until_answered(client, ECHO_SUBJECT, payload)
 
         async def echo(n: int) -> None:
             await client.request(ECHO_SUBJECT, payload, timeout=30.0)

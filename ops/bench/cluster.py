@@ -48,11 +48,17 @@ import nats
 import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from adapters.client import ProposalClient
-from ops.bench.bus import DEFAULT_IN_FLIGHT, WARM_UP, BenchError, cpu_model
+from ops.bench.bus import (
+    DEFAULT_IN_FLIGHT,
+    ECHO_SUBJECT,
+    WARM_UP,
+    BenchError,
+    cpu_model,
+    until_answered,
+)
 from ops.bench.stats import Summary, summarize
 from ops.cluster import LocalNatsCluster
 from ops.demo_script import actor
@@ -83,7 +89,6 @@ CLIENT_NODE: Final = len(GATES)
 CLIENT_NAME: Final = "smf-bench-cluster-client"
 BENCH_BUCKET: Final = "smf_bench_approvals"
 BENCH_CONTENT: Final = "SMF_BENCH_APPROVAL_CONTENT"
-ECHO_SUBJECT: Final = "smf.bench.echo"
 GATE_SERVICE: Final = "smf-gate"
 GATE_FILES: Final = (
     "keys/gate.key",
@@ -217,7 +222,6 @@ SPARE_DOCUMENTS: Final = 1_000_000
 """Offset of the warm-up documents, so they never share an id with a timed one."""
 MAX_SPREAD_PROPOSALS: Final = 200
 SPREAD_RETRY_S: Final = 0.05
-ECHO_REACH_S: Final = 30.0
 NOT_YET_REACHABLE: Final = frozenset({"gate_unreachable", "gate_timeout"})
 """What the runtime's client says before a new replica's interest reached its node."""
 
@@ -334,25 +338,6 @@ async def allow_series(
     return dataclasses.replace(rate, served=served)
 
 
-async def _until_echo_answers(client: Client, payload: bytes) -> None:
-    """Untimed requests until one is answered: the responder sits on another node, and
-    its subscription reaches the client's node over the routes some time after its own
-    flush (CI saw ``no responders`` on the warm-up; the client's inbox has the same
-    way to go back). An answer proves both directions; none within
-    ``ECHO_REACH_S`` is a bench error, not a figure."""
-    deadline = time.monotonic() + ECHO_REACH_S
-    while True:
-        try:
-            await client.request(ECHO_SUBJECT, payload, timeout=SPREAD_RETRY_S * 10)
-            return
-        except (NoRespondersError, NatsTimeoutError) as exc:
-            if time.monotonic() > deadline:
-                raise BenchError(
-                    f"echo: no answer within {ECHO_REACH_S:g} s ({type(exc).__name__})"
-                ) from exc
-            await asyncio.sleep(SPREAD_RETRY_S)
-
-
 async def echo_series(
     client: Client, responder: Client, payload: bytes, requests: int, in_flight: int
 ) -> Rate:
@@ -363,7 +348,7 @@ async def echo_series(
 
     sub = await responder.subscribe(ECHO_SUBJECT, cb=echo_back)
     await responder.flush()
-    await _until_echo_answers(client, payload)
+    await until_answered(client, ECHO_SUBJECT, payload)
 
     async def echo(n: int) -> None:
         reply = await client.request(ECHO_SUBJECT, payload, timeout=REQUEST_TIMEOUT_S)
