@@ -978,6 +978,33 @@ def test_a_lower_priority_hook_never_runs_its_swapped_command(gated: OpenClawRun
     assert any("foreign_param_hooks" in a["reason_codes"] for a in problems), run["bus"]
 
 
+def test_a_hook_budget_cut_by_the_operator_is_seen_as_openclaw_applied_it(
+    gated: OpenClawRuns,
+) -> None:
+    """Issue 17, effective settings: ``plugins.entries.<id>.hooks.timeoutMs`` cuts every
+    hook of the plugin to 1 s (OpenClaw's loader puts it into the registry entry),
+    below what a held call may wait. The plugin reads it from OpenClaw's config at
+    start-up (before, only ``hooks.timeouts.before_tool_call`` was read, and this
+    budget went unseen) and again, at call time, from the registry entry OpenClaw made
+    (``gate.test.ts``, "hook budget"); it refuses: the exec is blocked before anything
+    is proposed, and the attestation carries the problem."""
+    config = smf_plugin()
+    config["plugins"]["entries"][PLUGIN_ID]["hooks"] = {"timeoutMs": 1000}
+    run = gated.run(
+        "budget",
+        {"budget": {"calls": [call("exec", command="touch {{root}}/BUDGET_RAN")], "final": "done"}},
+        files={"context.json": E2E_CONTEXT},
+        config=config,
+        markers=["BUDGET_RAN"],
+    )
+    assert run["markers"]["BUDGET_RAN"] is None
+    [result] = tool_results(run, "budget")
+    assert "hook_timeout_below_approval_wait" in result, result
+    assert verdicts(run) == []
+    refused = [a for a in run["bus"] if a["kind"] == "ack" and not a["accepted"]]
+    assert any("hook_timeout_below_approval_wait" in a["reason_codes"] for a in refused)
+
+
 def test_gate_unreachable_blocks(gated: OpenClawRuns) -> None:
     run = gated.run(
         "unreachable",

@@ -76,3 +76,15 @@ export function foreignParamHooks(registry: unknown, ourId: string, ourPriority:
   }
   return [...found].sort();
 }
+
+/**
+ * The budget OpenClaw gives our own hook, as it registered it: the loader resolves
+ * the operator's `plugins.entries.<id>.hooks.timeouts.<hook>` over the plugin's own
+ * `timeoutMs` into the entry (`resolveTypedHookTimeoutMs`, 2026.9.6). `undefined`
+ * when the registry or our entry cannot be read, or names no budget.
+ */
+export function ownHookTimeoutMs(registry: unknown, ourId: string, hookName: string): number | undefined {
+  const hooks = hooksOf(registry);
+  const entry = hooks?.find((h) => h.pluginId === ourId && h.hookName === hookName) as { timeoutMs?: unknown } | undefined;
+  return typeof entry?.timeoutMs === "number" && Number.isFinite(entry.timeoutMs) ? entry.timeoutMs : undefined;
+}

@@ -132,6 +132,11 @@ export interface AdapterSettings {
    * when the registry cannot be read. Absent only when built by hand in tests.
    */
   inspect?: () => string[] | null;
+  /**
+   * The budget OpenClaw gives our `before_tool_call` as it registered it
+   * (`foreign.ts`, `ownHookTimeoutMs`), and the least a held call needs.
+   */
+  hookBudget?: { effectiveMs: () => number | undefined; neededMs: number };
 }
 
 /** What the gate allowed for one tool call, kept until its after_tool_call. */
@@ -336,12 +341,21 @@ export class GateAdapter {
    */
   private refuseForeignHooks(settings: AdapterSettings): void {
     const found = settings.inspect?.();
-    if (found === undefined || (found !== null && found.length === 0)) return;
-    const problem = found === null ? "plugin_registry_unreadable" : "foreign_param_hooks";
+    let problem: string | undefined;
+    let detail = "";
+    if (found === null) problem = "plugin_registry_unreadable";
+    else if (found !== undefined && found.length > 0) [problem, detail] = ["foreign_param_hooks", found.join(", ")];
+    const budget = settings.hookBudget;
+    const effective = budget?.effectiveMs();
+    if (problem === undefined && budget !== undefined && effective !== undefined && effective < budget.neededMs) {
+      // The operator's override as OpenClaw applied it: a held call would be cut short.
+      [problem, detail] = ["hook_timeout_below_approval_wait", `${effective} ms < ${budget.neededMs} ms`];
+    }
+    if (problem === undefined) return;
     if (settings.governance.noteProblem(problem)) {
       this.log.error(
-        `SMF Assurance adapter REFUSES to run (${problem}${found === null ? "" : `: ${found.join(", ")}`}). ` +
-          "Every tool call will be BLOCKED until the operator removes the plugin.",
+        `SMF Assurance adapter REFUSES to run (${problem}${detail ? `: ${detail}` : ""}). ` +
+          "Every tool call will be BLOCKED until the operator fixes this and restarts OpenClaw.",
       );
     }
     throw new Blocked([`adapter_refuses_to_run(${problem})`], "adapter");

@@ -22,7 +22,7 @@
 import { Governance } from "./attest.js";
 import { readConfig } from "./config.js";
 import { ADAPTER_ID, GateAdapter, type BeforeResult, type Logger, type ToolContext, type ToolEvent } from "./gate.js";
-import { currentRegistry, foreignParamHooks } from "./foreign.js";
+import { currentRegistry, foreignParamHooks, ownHookTimeoutMs } from "./foreign.js";
 import { closeSharedBuses, sharedBus } from "./transport.js";
 
 export const PLUGIN_ID = "smf-assurance";
@@ -62,13 +62,20 @@ export function neededHookMs(gateTimeoutMs: number, holdTimeoutMs: number): numb
   return 2 * gateTimeoutMs + holdTimeoutMs + HOOK_MARGIN_MS;
 }
 
-/** The operator's `plugins.entries.smf-assurance.hooks.timeouts.before_tool_call`, when OpenClaw shows it. */
+/**
+ * The operator's budget for our `before_tool_call`, when OpenClaw shows its config:
+ * `plugins.entries.smf-assurance.hooks.timeouts.before_tool_call`, else the plugin's
+ * `hooks.timeoutMs` (the order OpenClaw's loader applies, `resolveTypedHookTimeoutMs`).
+ * What OpenClaw actually registered is checked again at call time (`foreign.ts`).
+ */
 function operatorHookTimeout(api: PluginApi): number | undefined {
   try {
     const entries = (api.config as { plugins?: { entries?: Record<string, unknown> } } | undefined)?.plugins?.entries;
-    const value = (entries?.[PLUGIN_ID] as { hooks?: { timeouts?: { before_tool_call?: unknown } } } | undefined)?.hooks?.timeouts
-      ?.before_tool_call;
-    return typeof value === "number" && Number.isFinite(value) ? value : undefined;
+    const hooks = (entries?.[PLUGIN_ID] as { hooks?: { timeouts?: { before_tool_call?: unknown }; timeoutMs?: unknown } } | undefined)?.hooks;
+    for (const value of [hooks?.timeouts?.before_tool_call, hooks?.timeoutMs]) {
+      if (typeof value === "number" && Number.isFinite(value) && value > 0) return value;
+    }
+    return undefined;
   } catch {
     return undefined;
   }
@@ -161,6 +168,10 @@ export function adapterFor(api: PluginApi): GateAdapter {
           holdTimeoutMs: config.holdTimeoutMs,
           protected: config.protected,
           inspect: () => foreignParamHooks(currentRegistry(), PLUGIN_ID, HOOK_PRIORITY),
+          hookBudget: {
+            effectiveMs: () => ownHookTimeoutMs(currentRegistry(), PLUGIN_ID, "before_tool_call"),
+            neededMs: neededHookMs(config.gateTimeoutMs, config.holdTimeoutMs),
+          },
         },
     [...new Set(reasons)],
     bus,

@@ -50,7 +50,7 @@ function api(config, runtimeVersion) {
     },
     on(name, handler, opts) {
       hooks[name]?.push(handler);
-      registry.typedHooks.push({ pluginId: plugin.id, hookName: name, handler, priority: opts?.priority });
+      registry.typedHooks.push({ pluginId: plugin.id, hookName: name, handler, priority: opts?.priority, timeoutMs: opts?.timeoutMs });
       registrations.push({ hook: name, priority: opts?.priority ?? null, timeoutMs: opts?.timeoutMs ?? null });
     },
   };

@@ -23,7 +23,7 @@ import { GateAdapter, type BeforeResult } from "../dist/gate.js";
 import plugin, { adapterFor, HOOK_PRIORITY, hookTimeoutMs, shutdown, warnIfUngated, type PluginApi } from "../dist/index.js";
 import { SigningKey, type VerifyKey } from "../dist/contract/keys.js";
 import { finalArguments, legalHoldOf, ProcessTaint, proposeCall, targetPaths } from "../dist/mapping.js";
-import { currentRegistry, foreignParamHooks } from "../dist/foreign.js";
+import { currentRegistry, foreignParamHooks, ownHookTimeoutMs } from "../dist/foreign.js";
 import { approvalIdFor, PAYLOAD_APPROVAL_OUTCOME, PAYLOAD_PROPOSAL, PAYLOAD_REPORT, PAYLOAD_VERDICT, type Verdict } from "../dist/contract/messages.js";
 import { gateKeysOf } from "../dist/contract/registry.js";
 import { PAYLOAD_RELEASE_MANIFEST } from "../dist/contract/release.js";
@@ -934,4 +934,32 @@ test("agent exec: a discovery-only registration says its tools are not gated, on
   assert.equal(warnIfUngated(api("full"), local), false);
   assert.equal(warnIfUngated(api("discovery"), local), false);
   assert.equal(lines.length, 1);
+});
+
+test("hook budget: the budget OpenClaw gave our hook, as registered, must cover a held call (issue 17)", async () => {
+  const registry = { typedHooks: [{ pluginId: "smf-assurance", hookName: "before_tool_call", timeoutMs: 9000 }] };
+  assert.equal(ownHookTimeoutMs(registry, "smf-assurance", "before_tool_call"), 9000);
+  assert.equal(ownHookTimeoutMs(registry, "smf-assurance", "after_tool_call"), undefined);
+  assert.equal(ownHookTimeoutMs(undefined, "smf-assurance", "before_tool_call"), undefined);
+  const noted: string[] = [];
+  const governance: Governed = { ...GOVERNED, noteProblem: (p) => (noted.push(p), true) };
+  const bus = { request: async () => { throw new Error("must not be asked"); } } as unknown as Bus;
+  const a = new GateAdapter(
+    {
+      runtimeId: "openclaw-demo",
+      runtimeVersion: "2026.9.6",
+      key: KEY,
+      governance,
+      context: CONTEXT,
+      gateTimeoutMs: 1000,
+      holdTimeoutMs: 2000,
+      inspect: () => [],
+      hookBudget: { effectiveMs: () => ownHookTimeoutMs(registry, "smf-assurance", "before_tool_call"), neededMs: 10_000 },
+    },
+    [],
+    bus,
+    silent,
+  );
+  assert.match(blockReason(await a.beforeToolCall({ toolName: "read", params: { path: "/srv/a" } }, {})), /adapter_refuses_to_run\(hook_timeout_below_approval_wait\)/);
+  assert.deepEqual(noted, ["hook_timeout_below_approval_wait"]);
 });
