@@ -105,7 +105,8 @@ class GateConfig:
     clock: Callable[[], int] = wall_clock_ms
     join_seconds: float = 30.0
     """How long the first connection may take before the start fails
-    (``BusUnavailableError``, with the server's last reason)."""
+    (``BusUnavailableError``, with the server's reason); a refusal of the
+    credential ends it at once."""
     stage_timeout: float = 2.0
     sweep_seconds: float = 1.0
     buffer_limits: BufferLimits | None = None

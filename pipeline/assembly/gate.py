@@ -240,16 +240,26 @@ async def join_bus(
 ) -> Client:
     """A service's connection: the first join bounded by ``seconds``, reconnects
     after it unbounded (a service that was in keeps trying to get back; the gate's
-    stages deny meanwhile). A bus that refuses the credential ends the join with
-    the server's reason (issue 15)."""
-    refused: list[str] = []
+    stages deny meanwhile). A bus that refuses the credential ends the join at once
+    with the server's reason (issue 15).
+
+    The server writes its ``-ERR 'Authorization Violation'`` and closes; a client
+    that has more bytes in flight can see the close as a reset first and never
+    read the reason (seen in a fresh-clone run: "ConnectionResetError"). So every
+    attempt's error is kept, and a reason the server gave wins over a transport
+    error in what the failure says."""
+    failures: list[str] = []
+    refused = asyncio.Event()
     joined = False
 
     async def on_error(exc: Exception) -> None:
         if joined:
             log.warning("bus_error", error=type(exc).__name__)
-        else:
-            refused.append(str(exc) if isinstance(exc, NatsError) else type(exc).__name__)
+            return
+        reason = str(exc) if isinstance(exc, NatsError) else type(exc).__name__
+        failures.append(reason)
+        if isinstance(exc, NatsError) and "authoriz" in reason.lower():
+            refused.set()
 
     options: dict[str, Any] = {
         "servers": list(servers),
@@ -260,17 +270,27 @@ async def join_bus(
         **connect_options(credential),
     }
     nc = Client()
+    connecting = asyncio.ensure_future(nc.connect(**options))
+    refusal = asyncio.ensure_future(refused.wait())
     try:
-        async with asyncio.timeout(seconds):
-            await nc.connect(**options)
-    except TimeoutError:
-        await nc.close()
-        last = refused[-1] if refused else "no answer"
-        raise BusUnavailableError(
-            f"no NATS server let {name} in within {seconds:g} s ({last})"
-        ) from None
-    joined = True
-    return nc
+        done, _ = await asyncio.wait(
+            {connecting, refusal}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        refusal.cancel()
+    if connecting in done:
+        connecting.result()  # a connect that failed outright raises here
+        joined = True
+        return nc
+    connecting.cancel()
+    with contextlib.suppress(BaseException):
+        await connecting
+    await nc.close()
+    given = [f for f in failures if f.startswith("nats:")]
+    last = given[-1] if given else failures[-1] if failures else "no answer"
+    if refused.is_set():
+        raise BusUnavailableError(f"the NATS server refused {name} ({last})")
+    raise BusUnavailableError(f"no NATS server let {name} in within {seconds:g} s ({last})")
 
 
 async def start_gate(config: GateConfig) -> RunningGate:
