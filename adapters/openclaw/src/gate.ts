@@ -336,8 +336,9 @@ export class GateAdapter {
   }
 
   /**
-   * Block (and attest the problem) while another plugin can change the call after
-   * us, or while the registry that would show it cannot be read (`foreign.ts`).
+   * Block (and attest the problem) while the registry OpenClaw dispatches from shows
+   * another plugin that can change the call after us, or a budget for our hook
+   * shorter than a held call may wait, or cannot be read (`foreign.ts`).
    */
   private refuseForeignHooks(settings: AdapterSettings): void {
     const found = settings.inspect?.();
