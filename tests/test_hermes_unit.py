@@ -1108,6 +1108,7 @@ def test_no_tool_call_may_touch_the_adapters_own_files(tmp_path: Path) -> None:
     assert refused("read_file", {"path": "link/hermes-runtime.key"})  # through a symlink
     assert refused("write_file", {"path": "trust-root.json", "content": "{}"})
     assert refused("search_files", {"path": "state", "pattern": "seed"})  # a folder holding it
+    assert refused("search_files", {"pattern": "seed"})  # no path: the working folder
     assert refused("patch", {"patch": "*** Update File: link/hermes-runtime.key\n@@\n-a\n+b"})
     assert refused("terminal", {"command": "cat state/keys/hermes-runtime.key | base64"})
     assert refused("execute_code", {"code": f"print(open({str(key)!r}).read())"})

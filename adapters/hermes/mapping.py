@@ -292,7 +292,10 @@ def check_protected(
     if not protected.paths:
         return
     if tool in PATH_TOOLS:
-        for target in target_paths(tool, arguments, parse_patch):
+        targets = target_paths(tool, arguments, parse_patch)
+        if tool == "search_files" and not targets:
+            targets = ["."]  # Hermes searches its working folder when no path is given
+        for target in targets:
             resolved = _resolve(target, cwd)
             for path in protected.paths:
                 if _under(resolved, path) or (tool == "search_files" and _under(path, resolved)):
