@@ -236,11 +236,37 @@ def test_bench_evaluator_prints_both_engines_and_the_ratio(
     assert code == 0
     assert "smf evaluator" in out
     assert "cedarpy" in out
-    assert out.splitlines()[-1].endswith("x")
+    assert any(line.startswith("cedarpy p50 / smf p50") for line in out.splitlines())
     code, out, _ = run(["bench", "--evaluator", "--rounds", "20", "--json"], capsys)
     figures = json.loads(out)
     assert {s["label"] for s in figures["evaluator"]} >= {"cedarpy is_authorized"}
     assert figures["cedar_over_smf_p50_x1000"] > 0
+    targets = {t["measure"]: t for t in figures["targets"]}
+    over = targets["cedarpy p50 / ours"]
+    assert over["measured_x1000"] == figures["cedar_over_smf_p50_x1000"]
+    assert over["met"] is (over["measured_x1000"] >= over["limit_x1000"] == 6000)
+    p50 = next(s for s in figures["evaluator"] if s["label"] == "smf evaluator (hash given)")
+    assert targets["p50 us"]["measured_x1000"] == p50["p50_ns"]
+
+
+def test_bench_evaluator_growth_prints_each_size_beside_its_baselines_and_the_target(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 20: every size has the indexed series, the linear scan and cedarpy; the
+    growth target is computed from the printed figures and reported, rc 0 either way."""
+    code, out, _ = run(["bench", "--evaluator-growth", "--rounds", "3", "--json"], capsys)
+    assert code == 0
+    rows = json.loads(out)["evaluator_growth"]
+    assert [r["extra_policies"] for r in rows] == [10, 100, 1000, 10000]
+    assert all(r[k]["count"] == 12 for r in rows for k in ("indexed", "linear_scan", "cedarpy"))
+    (target,) = json.loads(out)["targets"]
+    ratio = rows[-1]["indexed"]["p50_ns"] / rows[0]["indexed"]["p50_ns"]
+    assert abs(target["measured_x1000"] - ratio * 1000) <= 1
+    assert target["met"] is (target["measured_x1000"] <= target["limit_x1000"] == 2000)
+    code, out, _ = run(["bench", "--evaluator-growth", "--rounds", "3"], capsys)
+    assert code == 0
+    assert "smf linear scan, +10000" in out and "cedarpy, +10000" in out
+    assert "p50 at +10,000 / p50 at +10" in out
 
 
 def subcommands(

@@ -17,13 +17,20 @@ import argparse
 import platform
 from typing import Any
 
-from ops.bench import bus, cluster, evaluator, gateway, output
+from ops.bench import bus, cluster, evaluator, gateway, growth, output
 from ops.bench.bus import BenchError
+from ops.bench.targets import HEADERS, Target
 from ops.logs import configure_logging
 from ops.natsserver import NatsServerError
 from ops.output import emit_json, fail, say, table
 
 EVALUATOR_ROUNDS = 5000
+EVALUATOR_P50_US = 8.0
+"""Issue 20: the evaluator's p50 on the four scenario requests, hash given (the gate's call)."""
+OVER_CEDAR = 6.0
+"""Issue 20: at least this many times faster than cedarpy (our p50 with the hash inside)."""
+GROWTH = 2.0
+"""Issue 20: p50 at 10,000 extra policies over p50 at 10, with the policy index."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -49,12 +56,18 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "(only when asked)",
     )
     p.add_argument(
+        "--evaluator-growth",
+        action="store_true",
+        help="the evaluator with 10, 100, 1,000 and 10,000 other tenants' policies added: "
+        "indexed vs a linear scan vs cedarpy (only when asked)",
+    )
+    p.add_argument(
         "--rounds",
         type=int,
         default=None,
         help=f"samples per series (default: evaluator {EVALUATOR_ROUNDS}, "
-        f"bus {bus.DEFAULT_ROUNDS}, output {output.DEFAULT_ROUNDS}, "
-        f"cluster {cluster.DEFAULT_ROUNDS})",
+        f"growth {growth.DEFAULT_ROUNDS}, bus {bus.DEFAULT_ROUNDS}, "
+        f"output {output.DEFAULT_ROUNDS}, cluster {cluster.DEFAULT_ROUNDS})",
     )
     p.add_argument(
         "--in-flight",
@@ -71,13 +84,10 @@ def machine() -> str:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    run_all = not (args.evaluator or args.bus or args.output or args.cluster or args.gateway)
+    asked = (args.evaluator, args.bus, args.output, args.cluster, args.gateway)
+    run_all = not (any(asked) or args.evaluator_growth)
     report: dict[str, Any] = {"machine": machine()}
-    if args.evaluator or run_all:
-        rounds = args.rounds if args.rounds is not None else EVALUATOR_ROUNDS
-        report.update(_evaluator_json(evaluator.run(rounds=max(10, rounds))))
-        if not args.json:
-            _print_evaluator(report)
+    targets = _run_evaluator(args, run_all, report)
     if args.bus or run_all:
         # The gate logs through structlog; keep stdout for the figures.
         configure_logging(json=False, level="error")
@@ -128,6 +138,11 @@ def run_bench(args: argparse.Namespace) -> int:
         report["gateway"] = _gateway_json(result_gateway)
         if not args.json:
             _print_gateway(result_gateway)
+    if targets:
+        report["targets"] = [t.json() for t in targets]
+        if not args.json:
+            say("targets (informative: the exit code does not depend on them):")
+            table(HEADERS, [t.row() for t in targets])
     if args.json:
         emit_json(report)
     return 0
@@ -199,6 +214,82 @@ def _print_evaluator(report: dict[str, Any]) -> None:
     )
     ratio = report["cedar_over_smf_p50_x1000"] / 1000
     say(f"cedarpy p50 / smf p50 (hash inside): {ratio:.1f}x")
+
+
+def _run_evaluator(args: argparse.Namespace, run_all: bool, report: dict[str, Any]) -> list[Target]:
+    """The evaluator series and the growth series, each when asked; their targets."""
+    targets: list[Target] = []
+    if args.evaluator or run_all:
+        rounds = args.rounds if args.rounds is not None else EVALUATOR_ROUNDS
+        result_evaluator = evaluator.run(rounds=max(10, rounds))
+        report.update(_evaluator_json(result_evaluator))
+        targets += _evaluator_targets(result_evaluator)
+        if not args.json:
+            _print_evaluator(report)
+    if args.evaluator_growth:
+        rounds = args.rounds if args.rounds is not None else growth.DEFAULT_ROUNDS
+        result_growth = growth.run(rounds=max(1, rounds))
+        report["evaluator_growth"] = _growth_json(result_growth)
+        targets.append(
+            Target(
+                "smf indexed",
+                "p50 at +10,000 / p50 at +10",
+                "at_most",
+                GROWTH,
+                result_growth.growth(),
+            )
+        )
+        if not args.json:
+            _print_growth(result_growth)
+    return targets
+
+
+def _evaluator_targets(result: evaluator.EvaluatorResult) -> list[Target]:
+    return [
+        Target(
+            result.ours_prehashed.label,
+            "p50 us",
+            "at_most",
+            EVALUATOR_P50_US,
+            result.ours_prehashed.p50_us,
+        ),
+        Target(
+            result.ours_with_hash.label,
+            "cedarpy p50 / ours",
+            "at_least",
+            OVER_CEDAR,
+            result.ratio,
+        ),
+    ]
+
+
+# --- evaluator growth -----------------------------------------------------------------
+
+
+def _growth_json(result: growth.GrowthResult) -> list[dict[str, Any]]:
+    def figures(s: Any) -> dict[str, int]:
+        return {
+            "count": s.count,
+            "p50_ns": round(s.p50_us * 1000),
+            "p95_ns": round(s.p95_us * 1000),
+            "p99_ns": round(s.p99_us * 1000),
+        }
+
+    return [
+        {
+            "extra_policies": row.extra,
+            "indexed": figures(row.indexed),
+            "linear_scan": figures(row.linear),
+            "cedarpy": figures(row.cedar),
+        }
+        for row in result.rows
+    ]
+
+
+def _print_growth(result: growth.GrowthResult) -> None:
+    say("evaluator growth: the four scenario requests, hash given, other tenants' policies added")
+    rows = [s.row() for r in result.rows for s in (r.indexed, r.linear, r.cedar)]
+    table(("series", "samples", "p50 us", "p95 us", "p99 us"), rows)
 
 
 # --- bus ------------------------------------------------------------------------------

@@ -66,7 +66,16 @@ TARGETS: Final[tuple[Target, ...]] = (
             _FROZEN,
         ),
     ),
-    Target("predicates", "pipeline.core.predicates", ("tests/test_predicates.py",)),
+    Target(
+        "predicates",
+        "pipeline.core.predicates",
+        ("tests/test_predicates.py", "tests/test_policy_index.py"),
+    ),
+    Target(
+        "policy_index",
+        "pipeline.core.policy_index",
+        ("tests/test_policy_index.py", "tests/test_evaluator.py"),
+    ),
     Target(
         "evaluator",
         "pipeline.core.evaluator",

@@ -11,6 +11,8 @@ Rules it enforces:
   least one role, otherwise it fails closed as a denial.
 - Customer, matter and user policies apply only within their scope.
 - Time comes from the caller's clock, so the same inputs give the same bytes.
+- Only the policies the index leaves can apply are checked
+  (``pipeline.core.policy_index``); the applied set is the linear scan's.
 """
 
 from __future__ import annotations
@@ -62,7 +64,12 @@ def applicable_policies(
     """The policies in scope, in force at ``at_ms`` and whose rule matches, strongest first."""
     facts = facts_of(envelope)
     at_seconds = at_ms // 1000
-    return [policy for policy in policy_set.policies if policy.check(facts, at_seconds)]
+    policies = policy_set.policies
+    return [
+        policies[i]
+        for i in policy_set.index.candidates(facts)
+        if policies[i].check(facts, at_seconds)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +162,9 @@ def evaluate(
     facts = facts_of(envelope)
     at_seconds = at_ms // 1000
     policies = policy_set.policies
-    applied = tuple(i for i, p in enumerate(policies) if p.check(facts, at_seconds))
+    applied = tuple(
+        i for i in policy_set.index.candidates(facts) if policies[i].check(facts, at_seconds)
+    )
     consequential = is_consequential(envelope)
     key = (applied, consequential)
     outcome: _Outcome | None = policy_set.outcomes.get(key)

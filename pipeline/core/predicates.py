@@ -91,10 +91,15 @@ class _Leaf(Node):
 
 
 def _all_test(children: tuple[Node, ...]) -> Test:
+    """Explicit loops, not ``all()`` over a generator: this runs for every candidate
+    policy on every decision, and a generator costs more than the leaves it calls."""
     tests = tuple(child.test for child in children)
 
     def test(facts: Facts) -> bool:
-        return all(child(facts) for child in tests)
+        for child in tests:  # noqa: SIM110 - see the docstring of _all_test
+            if not child(facts):
+                return False
+        return True
 
     return test
 
@@ -103,7 +108,10 @@ def _any_test(children: tuple[Node, ...]) -> Test:
     tests = tuple(child.test for child in children)
 
     def test(facts: Facts) -> bool:
-        return any(child(facts) for child in tests)
+        for child in tests:  # noqa: SIM110 - see the docstring of _all_test
+            if child(facts):
+                return True
+        return False
 
     return test
 
@@ -247,3 +255,35 @@ def compile_predicate(spec: Any, rule_id: str, registry: Mapping[str, Fact] = RE
 def missing_paths(node: Node, facts: Facts) -> Sequence[str]:
     """The facts the predicate reads that are not present, sorted."""
     return sorted(p for p in node.paths() if p not in facts)
+
+
+Allowed = dict[str, frozenset[Any]]
+"""Fact path -> the values a predicate can be true under; a path not named is free."""
+
+
+def necessary(node: Node) -> Allowed:
+    """The scalar fact values ``node`` cannot be true without (issue 20's policy index).
+
+    Only ``eq`` and ``in`` constrain, the two leaves whose truth is membership of
+    the fact's value in a set; ``all`` intersects its members' constraints, ``any``
+    keeps a fact only when every branch constrains it (the union of their values),
+    and ``not``, ``neq``, ``not_in``, ``exists``, ``not_exists`` and ``contains``
+    constrain nothing. So a value outside the result makes the predicate false.
+    """
+    if isinstance(node, _Leaf):
+        if node.op == "eq":
+            return {node.path: frozenset((node.value,))}
+        if node.op == "in":
+            return {node.path: node.value}
+        return {}
+    if isinstance(node, _All):
+        merged: Allowed = {}
+        for child in node.children:
+            for path, values in necessary(child).items():
+                merged[path] = merged[path] & values if path in merged else values
+        return merged
+    if isinstance(node, _Any):
+        each = [necessary(child) for child in node.children]
+        common = set(each[0]).intersection(*each[1:])
+        return {path: frozenset().union(*(b[path] for b in each)) for path in common}
+    return {}

@@ -9,6 +9,7 @@ them and the gate and Swarm read them, so there is one definition.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final, Literal
@@ -17,7 +18,8 @@ import msgspec
 
 from pipeline.core.facts import FACT_REGISTRY_VERSION
 from pipeline.core.policy import LAYER_RANK, Effect, Layer, ReasonCode, RequirementSpec
-from pipeline.core.predicates import Node, compile_predicate
+from pipeline.core.policy_index import PolicyIndex, build_index, scan_all, with_scope
+from pipeline.core.predicates import Node, compile_predicate, necessary
 from subjects.canonical import (
     SAFE_INTEGER_MAX,
     Identity,
@@ -203,9 +205,17 @@ class PolicySet:
     release_sequence: int
     projection_id: str
     policies: tuple[CompiledPolicy, ...]
+    index: PolicyIndex
+    """Which of ``policies`` may apply to given facts (``pipeline.core.policy_index``)."""
     outcomes: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
     model_providers: Mapping[str, frozenset[str]] = field(default_factory=dict, compare=False)
     """Provider name -> the classifications the release lets a request to it carry."""
+
+
+def scanned_policy_set(policy_set: PolicySet) -> PolicySet:
+    """The same policies with every one checked on every decision: the linear scan the
+    index replaced, kept as the reference it must equal (tests, ``bench --evaluator-growth``)."""
+    return dataclasses.replace(policy_set, index=scan_all(len(policy_set.policies)), outcomes={})
 
 
 def decode_enforcement(data: bytes) -> EnforcementProjection:
@@ -263,5 +273,8 @@ def build_policy_set(projection: EnforcementProjection) -> PolicySet:
         release_sequence=projection.release_sequence,
         projection_id=projection_id(projection),
         policies=tuple(compiled),
+        index=build_index(
+            [with_scope(necessary(p.predicate), _scope_pairs(p.record.scope)) for p in compiled]
+        ),
         model_providers=providers,
     )
