@@ -12,8 +12,9 @@ import asyncio
 import io
 import re
 import sqlite3
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -246,6 +247,167 @@ async def test_cancelled_append_leaves_a_valid_chain(db: Path, key: SigningKey) 
         receipt = await ledger.append(make_entry(2))
     assert receipt.seq in (1, 2)  # the cancelled one may or may not have committed
     assert verify_ledger(db, [], trusted(key)).ok
+
+
+# --- group commit (issue 20) ------------------------------------------------
+
+
+@asynccontextmanager
+async def held_worker(ledger: Ledger) -> AsyncIterator[Callable[[], None]]:
+    """Park the ledger's worker thread on a job until the returned callable releases
+    it, so appends made meanwhile queue up; always released on exit."""
+    gate = threading.Event()
+    parked = threading.Event()
+
+    def park(_: sqlite3.Connection) -> None:
+        parked.set()
+        gate.wait(timeout=60)
+
+    job = asyncio.ensure_future(ledger._worker.run(park))
+    try:
+        assert await asyncio.to_thread(parked.wait, 60)
+        yield gate.set
+    finally:
+        gate.set()
+        await job
+
+
+async def statements(ledger: Ledger) -> list[str]:
+    """Record every SQL statement the worker's connection runs from now on."""
+    seen: list[str] = []
+    await ledger._worker.run(lambda conn: conn.set_trace_callback(seen.append))
+    return seen
+
+
+async def test_appends_that_wait_share_one_transaction(db: Path, key: SigningKey) -> None:
+    """Issue 20: what queued while a commit was in flight commits together, one
+    COMMIT (one fsync) for all; each receipt is durable when its caller has it."""
+    async with await Ledger.open(db, signer=key, checkpoint_every=NEVER) as ledger:
+        seen = await statements(ledger)
+        visible: list[bool] = []
+
+        async def append_and_look(i: int) -> Receipt:
+            receipt = await ledger.append(make_entry(i))
+            with attacker(db) as other:
+                found = other.execute(
+                    "SELECT entry_hash FROM evidence_entries WHERE seq = ?", (receipt.seq,)
+                ).fetchone()
+            visible.append(found == (receipt.entry_hash,))
+            return receipt
+
+        async with held_worker(ledger) as release:
+            tasks = [asyncio.create_task(append_and_look(i)) for i in range(1, 41)]
+            await asyncio.sleep(0)
+            release()
+            receipts = await asyncio.gather(*tasks)
+    commits = [sql for sql in seen if sql == "COMMIT"]
+    assert [r.seq for r in receipts] == list(range(1, 41))  # chain order = arrival order
+    assert 1 <= len(commits) <= 2, commits  # the first may have gone alone
+    assert visible == [True] * 40
+    report = verify_ledger(db, [], trusted(key))
+    assert report.ok
+    assert report.last_seq == 40
+
+
+async def test_a_batch_checkpoints_exactly_where_single_appends_would(
+    tmp_path: Path, key: SigningKey
+) -> None:
+    single, grouped = tmp_path / "single.db", tmp_path / "grouped.db"
+    await fill(single, key, 20, every=7)
+    async with await Ledger.open(
+        grouped, signer=key, checkpoint_every=7, checkpoint_seconds=NEVER
+    ) as ledger:
+        seen = await statements(ledger)
+        async with held_worker(ledger) as release:
+            tasks = [asyncio.create_task(ledger.append(make_entry(i))) for i in range(1, 21)]
+            await asyncio.sleep(0)
+            release()
+            await asyncio.gather(*tasks)
+    assert seen.count("COMMIT") <= 2
+    grouped_rows, single_rows = snapshot(grouped), snapshot(single)
+    assert grouped_rows["evidence_entries"] == single_rows["evidence_entries"]
+    assert [row[:3] for row in grouped_rows["ledger_checkpoints"]] == [
+        row[:3] for row in single_rows["ledger_checkpoints"]
+    ]
+    assert [row[0] for row in grouped_rows["ledger_checkpoints"]] == [7, 14]
+
+
+async def test_a_failed_group_commit_fails_every_caller_in_it(db: Path, key: SigningKey) -> None:
+    async with await Ledger.open(db, signer=key, busy_timeout_ms=50) as ledger:
+        await ledger.append(make_entry(1))
+        with attacker(db) as holder:
+            holder.execute("BEGIN EXCLUSIVE")
+            results = await asyncio.gather(
+                *(ledger.append(make_entry(i)) for i in range(2, 7)), return_exceptions=True
+            )
+            holder.execute("ROLLBACK")
+        failures = [r for r in results if isinstance(r, EvidenceStoreUnavailable)]
+        assert len(failures) == 5, results
+        assert all(isinstance(r.__cause__, sqlite3.OperationalError) for r in failures)
+        assert len({id(r) for r in failures}) == 5  # one exception per caller
+        assert (await ledger.append(make_entry(7))).seq == 2
+    report = verify_ledger(db, [], trusted(key))
+    assert report.ok
+    assert report.last_seq == 2
+
+
+async def test_a_caller_that_gave_up_before_its_batch_is_not_written(
+    db: Path, key: SigningKey
+) -> None:
+    async with await Ledger.open(db, signer=key) as ledger:
+        async with held_worker(ledger) as release:
+            first = asyncio.create_task(ledger.append(make_entry(1)))
+            await asyncio.sleep(0)  # taken into the first batch, behind the parked job
+            gave_up = asyncio.create_task(ledger.append(make_entry(2)))
+            kept = asyncio.create_task(ledger.append(make_entry(3)))
+            await asyncio.sleep(0)
+            gave_up.cancel()
+            release()
+            receipts = [await first, await kept]
+        with pytest.raises(asyncio.CancelledError):
+            await gave_up
+    assert [r.seq for r in receipts] == [1, 2]
+    with attacker(db) as conn:
+        written = [h for (h,) in conn.execute("SELECT operation_hash FROM evidence_entries")]
+    assert written == [make_entry(1).operation_hash, make_entry(3).operation_hash]
+
+
+@pytest.mark.parametrize("when", ["before_its_first_step", "mid_commit"])
+async def test_a_stopped_committer_fails_its_callers_instead_of_leaving_them_waiting(
+    db: Path, key: SigningKey, when: str
+) -> None:
+    ledger = await Ledger.open(db, signer=key)
+    async with held_worker(ledger) as release:
+        waiting = [asyncio.create_task(ledger.append(make_entry(i))) for i in (1, 2)]
+        await asyncio.sleep(0)
+        if when == "mid_commit":
+            await asyncio.sleep(0)  # the committer has taken the batch and waits on the worker
+        assert ledger._flusher is not None
+        ledger._flusher.cancel()
+        results = await asyncio.gather(*waiting, return_exceptions=True)
+        release()
+    assert all(isinstance(r, EvidenceStoreUnavailable) for r in results), results
+    assert all("stopped" in str(r) for r in results)
+    after = await ledger.append(make_entry(3))  # a new committer, on the true tail
+    await ledger.close()
+    report = verify_ledger(db, [], trusted(key))
+    assert report.ok
+    assert report.last_seq == after.seq
+
+
+async def test_close_commits_what_is_queued_and_then_refuses(db: Path, key: SigningKey) -> None:
+    ledger = await Ledger.open(db, signer=key)
+    async with held_worker(ledger) as release:
+        queued = [asyncio.create_task(ledger.append(make_entry(i))) for i in (1, 2, 3)]
+        await asyncio.sleep(0)
+        closing_task = asyncio.create_task(ledger.close())
+        await asyncio.sleep(0)
+        with pytest.raises(EvidenceStoreUnavailable, match="closed"):
+            await ledger.append(make_entry(4))
+        release()
+        await closing_task
+    assert [r.seq for r in await asyncio.gather(*queued)] == [1, 2, 3]
+    assert verify_ledger(db, [], trusted(key)).last_seq == 3
 
 
 # --- append-only, attacked through sqlite3 -----------------------------------

@@ -40,7 +40,7 @@ import asyncio
 import os
 import sqlite3
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from types import TracebackType
 from typing import Final, Self, TypeVar
@@ -197,10 +197,10 @@ class _Writer:
         if found != (self.tail_seq, self.tail_hash):
             raise LedgerIntegrityError(TAIL_MISMATCH, self.tail_seq + 1)
 
-    def _checkpoint_due(self, seq: int, at: int) -> bool:
-        if seq - self._cp_seq >= self._every:
+    def _checkpoint_due(self, seq: int, at: int, cp_seq: int, cp_at: int | None) -> bool:
+        if seq - cp_seq >= self._every:
             return True
-        window_start = self._cp_at if self._cp_at is not None else at
+        window_start = cp_at if cp_at is not None else at
         return at - window_start >= self._window_ms
 
     def _insert_checkpoint(
@@ -219,27 +219,41 @@ class _Writer:
         self.outbox.append(envelope)
         logger.info("ledger.checkpoint_written", ledger_id=self.ledger_id, seq=seq)
 
-    def append(self, conn: sqlite3.Connection, entry: EvidenceEntry) -> Receipt:
-        """Insert one entry, and a checkpoint when due, in one IMMEDIATE
-        transaction; state changes only after COMMIT returns."""
+    def append(self, conn: sqlite3.Connection, entries: Sequence[EvidenceEntry]) -> list[Receipt]:
+        """Insert ``entries`` in order, each followed by a checkpoint when one is due, in
+        one IMMEDIATE transaction (one fsync); state changes only after COMMIT returns.
 
-        def body(conn: sqlite3.Connection) -> tuple[int, str, bytes | None]:
+        Issue 20, group commit: the chain order is the order of ``entries``, and the
+        cadence is judged entry by entry exactly as if each had its own transaction.
+        """
+
+        def body(conn: sqlite3.Connection) -> tuple[list[Receipt], list[tuple[int, int, bytes]]]:
             self._check_tail(conn)
-            seq, prev_hash = self.tail_seq + 1, self.tail_hash
-            entry_hash = entry_hash_of(seq, prev_hash, entry)
-            conn.execute(INSERT_ENTRY, entry_row(seq, prev_hash, entry_hash, entry))
-            envelope = None
-            if self._checkpoint_due(seq, entry.at):
-                envelope = self._insert_checkpoint(conn, seq, entry_hash, entry.at)
-            return seq, entry_hash, envelope
+            seq, prev_hash = self.tail_seq, self.tail_hash
+            cp_seq, cp_at = self._cp_seq, self._cp_at
+            receipts: list[Receipt] = []
+            checkpoints: list[tuple[int, int, bytes]] = []
+            for entry in entries:
+                seq += 1
+                entry_hash = entry_hash_of(seq, prev_hash, entry)
+                conn.execute(INSERT_ENTRY, entry_row(seq, prev_hash, entry_hash, entry))
+                if self._checkpoint_due(seq, entry.at, cp_seq, cp_at):
+                    envelope = self._insert_checkpoint(conn, seq, entry_hash, entry.at)
+                    checkpoints.append((seq, entry.at, envelope))
+                    cp_seq, cp_at = seq, entry.at
+                elif cp_at is None:
+                    cp_at = entry.at
+                receipts.append(Receipt(seq=seq, entry_hash=entry_hash))
+                prev_hash = entry_hash
+            return receipts, checkpoints
 
-        seq, entry_hash, envelope = immediate(conn, body)
-        self.tail_seq, self.tail_hash = seq, entry_hash
-        if envelope is not None:
-            self._checkpointed(seq, entry.at, envelope)
-        elif self._cp_at is None:
-            self._cp_at = entry.at
-        return Receipt(seq=seq, entry_hash=entry_hash)
+        receipts, checkpoints = immediate(conn, body)
+        self.tail_seq, self.tail_hash = receipts[-1].seq, receipts[-1].entry_hash
+        for seq, at, envelope in checkpoints:
+            self._checkpointed(seq, at, envelope)
+        if self._cp_at is None:
+            self._cp_at = entries[0].at
+        return receipts
 
     def checkpoint(self, conn: sqlite3.Connection, at: int) -> bytes | None:
         """Sign the current tail now, unless it is already signed."""
@@ -298,14 +312,26 @@ async def _close(worker: SqliteWorker | None) -> None:
         await worker.close()
 
 
+MAX_BATCH: Final = 256
+"""Entries in one group commit at most, so one transaction's size stays bounded."""
+
+
 class Ledger:
     """The evidence ledger store (issue 7). Create with :meth:`open`.
 
-    The file is the stores' one SQLite idiom (:class:`SqliteWorker`): an
-    append is a whole transaction and runs as one job on the worker thread,
-    so a cancelled await never splits it and two appends never interleave on
-    the connection. The asyncio.Lock orders appends with their checkpoint
-    hand-off.
+    The file is the stores' one SQLite idiom (:class:`SqliteWorker`): a
+    transaction runs as one job on the worker thread, so a cancelled await
+    never splits it and two transactions never interleave on the connection.
+
+    Group commit (issue 20): appends that arrive while a commit is in flight
+    wait in ``_pending`` and go into the next transaction together, one fsync
+    for all of them; each caller is released only when the transaction holding
+    its own entry has committed (write before release, per entry), or gets the
+    failure that stopped it. The commits run in one task of the store's own
+    (``_flusher``), so a caller's cancellation cannot strand the others' entries
+    mid-batch; an entry whose caller gave up before its batch was taken is
+    never written. The asyncio.Lock orders commits, explicit checkpoints and
+    the checkpoint hand-off.
     """
 
     def __init__(
@@ -319,6 +345,8 @@ class Ledger:
         self._on_checkpoint = on_checkpoint
         self._lock = asyncio.Lock()
         self._closed = False
+        self._pending: deque[tuple[EvidenceEntry, asyncio.Future[Receipt]]] = deque()
+        self._flusher: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -382,7 +410,7 @@ class Ledger:
 
     async def _run(self, operation: str, job: Callable[[sqlite3.Connection], T]) -> T:
         """One job on the worker; any failure is EvidenceStoreUnavailable (a denial)."""
-        if self._closed:
+        if self._worker.closed:
             logger.error("ledger.unavailable", operation=operation, error="closed")
             raise EvidenceStoreUnavailable("evidence ledger is closed")
         try:
@@ -431,11 +459,71 @@ class Ledger:
         except EvidenceEntryRejected as exc:
             logger.warning("ledger.entry_rejected", field=exc.field)
             raise
-        async with self._lock:
-            receipt = await self._run("append", partial(self._writer.append, entry=entry))
-            await self._publish_pending()
+        if self._closed:
+            logger.error("ledger.unavailable", operation="append", error="closed")
+            raise EvidenceStoreUnavailable("evidence ledger is closed")
+        future: asyncio.Future[Receipt] = asyncio.get_running_loop().create_future()
+        self._pending.append((entry, future))
+        if self._flusher is None or self._flusher.done():
+            self._start_flusher()
+        receipt = await future
         logger.debug("ledger.appended", seq=receipt.seq, kind=entry.kind)
         return receipt
+
+    def _start_flusher(self) -> None:
+        inflight: list[tuple[EvidenceEntry, asyncio.Future[Receipt]]] = []
+        task = asyncio.create_task(self._flush(inflight), name="ledger-group-commit")
+        task.add_done_callback(partial(self._flusher_ended, inflight))
+        self._flusher = task
+
+    async def _flush(self, inflight: list[tuple[EvidenceEntry, asyncio.Future[Receipt]]]) -> None:
+        """Commit what is pending, batch after batch, until nothing is."""
+        while self._pending:
+            inflight.clear()
+            while self._pending and len(inflight) < MAX_BATCH:
+                item = self._pending.popleft()
+                if not item[1].done():  # a caller that gave up is not written
+                    inflight.append(item)
+            if inflight:
+                await self._commit(inflight)
+        inflight.clear()
+
+    def _flusher_ended(
+        self,
+        inflight: list[tuple[EvidenceEntry, asyncio.Future[Receipt]]],
+        task: asyncio.Task[None],
+    ) -> None:
+        """A committer stopped from outside (cancelled, even before its first step, or
+        failed) fails every caller it held rather than leave one waiting: fail closed,
+        never hang. Entries queued after it are a later committer's, unless none exists."""
+        if not task.cancelled() and task.exception() is None:
+            return
+        stranded = list(inflight)
+        if self._flusher is task:
+            stranded += self._pending
+            self._pending.clear()
+        logger.error("ledger.unavailable", operation="append", error="committer_stopped")
+        for _, future in stranded:
+            if not future.done():
+                future.set_exception(EvidenceStoreUnavailable("evidence ledger stopped"))
+
+    async def _commit(self, batch: list[tuple[EvidenceEntry, asyncio.Future[Receipt]]]) -> None:
+        entries = [entry for entry, _ in batch]
+        async with self._lock:
+            try:
+                receipts = await self._run("append", partial(self._writer.append, entries=entries))
+            except EvidenceStoreUnavailable as exc:
+                for _, future in batch:
+                    if not future.done():
+                        failure = EvidenceStoreUnavailable(str(exc))
+                        failure.__cause__ = exc.__cause__
+                        future.set_exception(failure)
+                return
+            finally:
+                await self._publish_pending()
+        for (_, future), receipt in zip(batch, receipts, strict=True):
+            if not future.done():
+                future.set_result(receipt)
 
     async def checkpoint(self, at: int) -> bytes | None:
         """Sign the current tail now, with ``at`` from the caller's clock.
@@ -446,6 +534,9 @@ class Ledger:
         """
         if type(at) is not int or not 0 <= at <= SAFE_INTEGER_MAX:
             raise ValueError("at must be unix milliseconds")
+        if self._closed:
+            logger.error("ledger.unavailable", operation="checkpoint", error="closed")
+            raise EvidenceStoreUnavailable("evidence ledger is closed")
         async with self._lock:
             envelope = await self._run("checkpoint", partial(self._writer.checkpoint, at=at))
             await self._publish_pending()
@@ -454,11 +545,13 @@ class Ledger:
     async def close(self) -> None:
         """Wait for the append in flight, offer queued checkpoints once more,
         then close the file. Idempotent; appends afterwards are refused."""
+        self._closed = True
+        if self._flusher is not None:
+            await asyncio.wait([self._flusher])
         async with self._lock:
-            if self._closed:
+            if self._worker.closed:
                 return
             await self._publish_pending()
-            self._closed = True
             await self._worker.close()
         logger.info("ledger.closed", ledger_id=self.ledger_id)
 

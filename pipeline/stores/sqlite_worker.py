@@ -96,6 +96,10 @@ class SqliteWorker:
             raise StoreUnavailable(f"{name} store could not be opened: {exc}") from exc
         return cls(conn, executor)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     async def run(self, job: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``job`` with the connection on the worker thread, as one hop.
 
