@@ -792,3 +792,14 @@ def test_bench_bus_smoke_prints_the_expected_keys(capsys: pytest.CaptureFixture[
     assert all(row["requests_per_s"] > 0 for row in bus["throughput"])
     for row in bus["ratios"]:
         assert set(row) >= {"label", "p50_x1000", "p99_x1000", "throughput_x1000"}
+    # Issue 20: each co-located series has its floor target, computed from the steps above.
+    p50 = {row["label"]: row["p50_ns"] for row in bus["latency"]}
+    floor = {"deny": p50["echo"] + p50["ledger append"] + p50["verdict sign + open"]}
+    floor["allow"] = floor["deny"] + p50["jetstream publish + ack"]
+    targets = {(t["series"], t["measure"]): t for t in report["targets"]}
+    for outcome in ("allow", "deny"):
+        series = f"propose {outcome} (co-located)"
+        target = targets[(series, "p50 / floor p50")]
+        assert abs(target["measured_x1000"] - 1000 * p50[series] / floor[outcome]) <= 1
+        assert target["met"] is (target["measured_x1000"] <= target["limit_x1000"])
+    assert targets[("propose allow (co-located)", "requests/s")]["comparison"] == "at_least"

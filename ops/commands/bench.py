@@ -29,6 +29,13 @@ EVALUATOR_P50_US = 8.0
 """Issue 20: the evaluator's p50 on the four scenario requests, hash given (the gate's call)."""
 OVER_CEDAR = 6.0
 """Issue 20: at least this many times faster than cedarpy (our p50 with the hash inside)."""
+FLOOR_RATIO = 1.5
+"""Issue 20: a co-located allow (deny) p50 over its floor, the durable steps measured alone
+in the same run: echo + ledger append + JetStream PubAck + verdict sign/open (no PubAck
+for a deny)."""
+THROUGHPUT_PER_S = 5000.0
+THROUGHPUT_OVER_ECHO = 0.15
+"""Issue 20: at 64 in flight, at least 5,000/s or 0.15x echo, whichever is lower."""
 GROWTH = 2.0
 """Issue 20: p50 at 10,000 extra policies over p50 at 10, with the policy index."""
 
@@ -94,6 +101,7 @@ def run_bench(args: argparse.Namespace) -> int:
         rounds = args.rounds if args.rounds is not None else bus.DEFAULT_ROUNDS
         result = bus.run(rounds=max(1, rounds), in_flight=max(1, args.in_flight))
         report["bus"] = _bus_json(result)
+        targets += _bus_targets(result)
         if not args.json:
             _print_bus(result)
     if args.output or run_all:
@@ -261,6 +269,27 @@ def _evaluator_targets(result: evaluator.EvaluatorResult) -> list[Target]:
             result.ratio,
         ),
     ]
+
+
+def _bus_targets(result: bus.BusResult) -> list[Target]:
+    p50 = {s.label: s.p50_us for s in result.latency}
+    rates = {t.label: t.per_second for t in result.throughput}
+    steps = ("echo", "ledger append", "verdict sign + open")
+    if not all(label in p50 for label in (*steps, "jetstream publish + ack")):
+        return []
+    deny_floor = sum(p50[label] for label in steps)
+    allow_floor = deny_floor + p50["jetstream publish + ack"]
+    targets = []
+    for outcome, floor in (("allow", allow_floor), ("deny", deny_floor)):
+        label = f"propose {outcome} (co-located)"
+        if label in p50:
+            targets.append(
+                Target(label, "p50 / floor p50", "at_most", FLOOR_RATIO, p50[label] / floor)
+            )
+        if label in rates and "echo" in rates:
+            wanted = min(THROUGHPUT_PER_S, THROUGHPUT_OVER_ECHO * rates["echo"])
+            targets.append(Target(label, "requests/s", "at_least", wanted, rates[label]))
+    return targets
 
 
 # --- evaluator growth -----------------------------------------------------------------

@@ -25,7 +25,7 @@ import os
 import sqlite3
 from typing import Final, Literal, Protocol
 
-from pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable, immediate
+from pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable
 
 __all__ = [
     "SCHEMA",
@@ -85,7 +85,8 @@ class ProposalClaims(Protocol):
 
 class ClaimStore:
     """:class:`ProposalClaims` on a SQLite file: the claim is an INSERT on the
-    primary key inside ``BEGIN IMMEDIATE``."""
+    primary key inside ``BEGIN IMMEDIATE``, group-committed with the claims
+    and settles beside it (:meth:`SqliteWorker.transact`)."""
 
     def __init__(self, worker: SqliteWorker) -> None:
         self._worker = worker
@@ -109,7 +110,7 @@ class ClaimStore:
                 return False
             return True
 
-        return await self._worker.run(lambda conn: immediate(conn, body))
+        return await self._worker.transact(body)
 
     async def settle(self, proposal_id: str, state: ClaimState) -> None:
         def body(conn: sqlite3.Connection) -> None:
@@ -118,7 +119,7 @@ class ClaimStore:
                 (state, proposal_id),
             )
 
-        await self._worker.run(lambda conn: immediate(conn, body))
+        await self._worker.transact(body)
 
     async def state(self, proposal_id: str) -> ClaimState | None:
         def body(conn: sqlite3.Connection) -> ClaimState | None:
@@ -137,7 +138,7 @@ class ClaimStore:
                 "DELETE FROM proposal_claims WHERE claimed_at < ?", (before_ms,)
             ).rowcount
 
-        return await self._worker.run(lambda conn: immediate(conn, body))
+        return await self._worker.transact(body)
 
     async def close(self) -> None:
         await self._worker.close()

@@ -34,7 +34,7 @@ from typing import Final, Literal, Protocol, get_args
 import msgspec
 
 from pipeline.core.execution_rules import Executor, ExecutorRole, Finish
-from pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable, immediate
+from pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable
 
 __all__ = [
     "ORDER_STATES",
@@ -153,7 +153,8 @@ def _record(row: tuple[object, ...]) -> OrderRecord:
 
 class SqliteOrderBook:
     """:class:`OrderBook` on the gate's claim file: ``open`` is an INSERT on the
-    primary key and ``settle`` a conditional UPDATE, each in ``BEGIN IMMEDIATE``."""
+    primary key and ``settle`` a conditional UPDATE, each in ``BEGIN IMMEDIATE``,
+    group-committed with those beside it (:meth:`SqliteWorker.transact`)."""
 
     def __init__(self, worker: SqliteWorker) -> None:
         self._worker = worker
@@ -174,7 +175,7 @@ class SqliteOrderBook:
                 return False
             return True
 
-        return await self._worker.run(lambda conn: immediate(conn, body))
+        return await self._worker.transact(body)
 
     async def get(self, order_id: str) -> OrderRecord | None:
         def body(conn: sqlite3.Connection) -> OrderRecord | None:
@@ -198,7 +199,7 @@ class SqliteOrderBook:
             row = conn.execute(f"{_SELECT} WHERE order_id = ?", (order_id,)).fetchone()
             return _record(row)
 
-        return await self._worker.run(lambda conn: immediate(conn, body))
+        return await self._worker.transact(body)
 
     async def overdue(self, before_ms: int) -> list[OrderRecord]:
         def body(conn: sqlite3.Connection) -> list[OrderRecord]:
@@ -217,7 +218,7 @@ class SqliteOrderBook:
                 (before_ms,),
             ).rowcount
 
-        return await self._worker.run(lambda conn: immediate(conn, body))
+        return await self._worker.transact(body)
 
     async def close(self) -> None:
         await self._worker.close()

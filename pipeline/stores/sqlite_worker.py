@@ -29,11 +29,18 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from functools import partial
+from typing import Any, Final, TypeVar
 
 T = TypeVar("T")
+
+MAX_GROUP: Final = 256
+"""Transactions merged into one commit at most (:meth:`SqliteWorker.transact`)."""
+
+_Queued = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
 
 
 class StoreUnavailable(Exception):
@@ -54,6 +61,9 @@ class SqliteWorker:
         self._conn = conn
         self._executor = executor
         self._closed = False
+        self._closing = False
+        self._queued: deque[_Queued] = deque()
+        self._committer: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -113,8 +123,77 @@ class SqliteWorker:
         except (sqlite3.OperationalError, sqlite3.DatabaseError, OSError) as exc:
             raise StoreUnavailable(str(exc)) from exc
 
+    async def transact(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``body`` as one transaction, committed together with those queued beside it.
+
+        Group commit (issue 20): the bodies that queue while a commit is in flight run
+        in the next ``BEGIN IMMEDIATE`` ... ``COMMIT``, each inside its own SAVEPOINT, in
+        the order they were queued, so each sees the ones before it exactly as if they
+        had committed first. One fsync serves them all; each caller is released only
+        after the COMMIT that holds its body (or with the failure that stopped it). A
+        body's own exception rolls back its savepoint only and reaches its caller (a
+        SQLite or OS error as :class:`StoreUnavailable`); a failed BEGIN or COMMIT fails
+        every caller of the group. A caller that gave up before its group was taken is
+        not run; one that gives up later may still have committed, as with :meth:`run`.
+        """
+        if self._closing:
+            raise StoreUnavailable("store is closed")
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queued.append((body, future))
+        if self._committer is None or self._committer.done():
+            taken: list[_Queued] = []
+            self._committer = asyncio.create_task(self._commit_queued(taken))
+            self._committer.add_done_callback(partial(self._committer_ended, taken))
+        return await future
+
+    async def _commit_queued(self, taken: list[_Queued]) -> None:
+        while self._queued:
+            taken.clear()
+            while self._queued and len(taken) < MAX_GROUP:
+                item = self._queued.popleft()
+                if not item[1].done():
+                    taken.append(item)
+            if not taken:
+                continue
+            bodies = [body for body, _ in taken]
+            try:
+                outcomes = await self.run(partial(_group, bodies=bodies))
+            except StoreUnavailable as exc:
+                for _, future in taken:
+                    if not future.done():
+                        failure = StoreUnavailable(str(exc))
+                        failure.__cause__ = exc.__cause__
+                        future.set_exception(failure)
+                continue
+            for (_, future), (ok, value) in zip(taken, outcomes, strict=True):
+                if future.done():
+                    continue
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
+        taken.clear()
+
+    def _committer_ended(self, taken: list[_Queued], task: asyncio.Task[None]) -> None:
+        """A committer stopped from outside fails its callers rather than leave them waiting."""
+        if not task.cancelled() and task.exception() is None:
+            return
+        stranded = list(taken)
+        if self._committer is task:
+            stranded += self._queued
+            self._queued.clear()
+        for _, future in stranded:
+            if not future.done():
+                future.set_exception(StoreUnavailable("store stopped"))
+
     async def close(self) -> None:
-        """Close the connection on its thread and stop the thread; idempotent."""
+        """Commit what is queued, close the connection on its thread and stop the
+        thread; idempotent."""
+        if self._closed:
+            return
+        self._closing = True
+        if self._committer is not None:
+            await asyncio.wait([self._committer])
         if self._closed:
             return
         self._closed = True
@@ -141,3 +220,33 @@ def immediate(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T])
             conn.execute("ROLLBACK")
         raise
     return result
+
+
+def _group(
+    conn: sqlite3.Connection, bodies: list[Callable[[sqlite3.Connection], Any]]
+) -> list[tuple[bool, Any]]:
+    """The worker-thread half of :meth:`SqliteWorker.transact`: one transaction, one
+    savepoint per body; ``(True, result)`` or ``(False, exception)`` per body."""
+
+    def run_all(conn: sqlite3.Connection) -> list[tuple[bool, Any]]:
+        outcomes: list[tuple[bool, Any]] = []
+        for body in bodies:
+            conn.execute("SAVEPOINT smf_item")
+            try:
+                value = body(conn)
+            except (sqlite3.OperationalError, sqlite3.DatabaseError, OSError) as exc:
+                conn.execute("ROLLBACK TO smf_item")
+                conn.execute("RELEASE smf_item")
+                failure = StoreUnavailable(str(exc))
+                failure.__cause__ = exc
+                outcomes.append((False, failure))
+            except Exception as exc:  # noqa: BLE001 - a store's own refusal, for its caller alone
+                conn.execute("ROLLBACK TO smf_item")
+                conn.execute("RELEASE smf_item")
+                outcomes.append((False, exc))
+            else:
+                conn.execute("RELEASE smf_item")
+                outcomes.append((True, value))
+        return outcomes
+
+    return immediate(conn, run_all)
