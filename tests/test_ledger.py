@@ -12,9 +12,8 @@ import asyncio
 import io
 import re
 import sqlite3
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, closing, contextmanager
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +59,7 @@ from subjects import dsse
 from subjects.canonical import canonical_bytes, identity_of, parse_canonical
 from subjects.keyed import keyed_identifier
 from subjects.keys import SigningKey, VerifyKey, generate_signing_key
+from tests.store_helpers import parked, statements
 
 TENANT_KEY = b"k" * 32
 TENANT = keyed_identifier(TENANT_KEY, "tenant", "acme-legal")
@@ -252,38 +252,11 @@ async def test_cancelled_append_leaves_a_valid_chain(db: Path, key: SigningKey) 
 # --- group commit (issue 20) ------------------------------------------------
 
 
-@asynccontextmanager
-async def held_worker(ledger: Ledger) -> AsyncIterator[Callable[[], None]]:
-    """Park the ledger's worker thread on a job until the returned callable releases
-    it, so appends made meanwhile queue up; always released on exit."""
-    gate = threading.Event()
-    parked = threading.Event()
-
-    def park(_: sqlite3.Connection) -> None:
-        parked.set()
-        gate.wait(timeout=60)
-
-    job = asyncio.ensure_future(ledger._worker.run(park))
-    try:
-        assert await asyncio.to_thread(parked.wait, 60)
-        yield gate.set
-    finally:
-        gate.set()
-        await job
-
-
-async def statements(ledger: Ledger) -> list[str]:
-    """Record every SQL statement the worker's connection runs from now on."""
-    seen: list[str] = []
-    await ledger._worker.run(lambda conn: conn.set_trace_callback(seen.append))
-    return seen
-
-
 async def test_appends_that_wait_share_one_transaction(db: Path, key: SigningKey) -> None:
     """Issue 20: what queued while a commit was in flight commits together, one
     COMMIT (one fsync) for all; each receipt is durable when its caller has it."""
     async with await Ledger.open(db, signer=key, checkpoint_every=NEVER) as ledger:
-        seen = await statements(ledger)
+        seen = await statements(ledger._worker)
         visible: list[bool] = []
 
         async def append_and_look(i: int) -> Receipt:
@@ -295,7 +268,7 @@ async def test_appends_that_wait_share_one_transaction(db: Path, key: SigningKey
             visible.append(found == (receipt.entry_hash,))
             return receipt
 
-        async with held_worker(ledger) as release:
+        async with parked(ledger._worker) as release:
             tasks = [asyncio.create_task(append_and_look(i)) for i in range(1, 41)]
             await asyncio.sleep(0)
             release()
@@ -317,8 +290,8 @@ async def test_a_batch_checkpoints_exactly_where_single_appends_would(
     async with await Ledger.open(
         grouped, signer=key, checkpoint_every=7, checkpoint_seconds=NEVER
     ) as ledger:
-        seen = await statements(ledger)
-        async with held_worker(ledger) as release:
+        seen = await statements(ledger._worker)
+        async with parked(ledger._worker) as release:
             tasks = [asyncio.create_task(ledger.append(make_entry(i))) for i in range(1, 21)]
             await asyncio.sleep(0)
             release()
@@ -355,7 +328,7 @@ async def test_a_caller_that_gave_up_before_its_batch_is_not_written(
     db: Path, key: SigningKey
 ) -> None:
     async with await Ledger.open(db, signer=key) as ledger:
-        async with held_worker(ledger) as release:
+        async with parked(ledger._worker) as release:
             first = asyncio.create_task(ledger.append(make_entry(1)))
             await asyncio.sleep(0)  # taken into the first batch, behind the parked job
             gave_up = asyncio.create_task(ledger.append(make_entry(2)))
@@ -377,13 +350,13 @@ async def test_a_stopped_committer_fails_its_callers_instead_of_leaving_them_wai
     db: Path, key: SigningKey, when: str
 ) -> None:
     ledger = await Ledger.open(db, signer=key)
-    async with held_worker(ledger) as release:
+    async with parked(ledger._worker) as release:
         waiting = [asyncio.create_task(ledger.append(make_entry(i))) for i in (1, 2)]
         await asyncio.sleep(0)
         if when == "mid_commit":
             await asyncio.sleep(0)  # the committer has taken the batch and waits on the worker
-        assert ledger._flusher is not None
-        ledger._flusher.cancel()
+        assert ledger._grouped.task is not None
+        ledger._grouped.task.cancel()
         results = await asyncio.gather(*waiting, return_exceptions=True)
         release()
     assert all(isinstance(r, EvidenceStoreUnavailable) for r in results), results
@@ -397,7 +370,7 @@ async def test_a_stopped_committer_fails_its_callers_instead_of_leaving_them_wai
 
 async def test_close_commits_what_is_queued_and_then_refuses(db: Path, key: SigningKey) -> None:
     ledger = await Ledger.open(db, signer=key)
-    async with held_worker(ledger) as release:
+    async with parked(ledger._worker) as release:
         queued = [asyncio.create_task(ledger.append(make_entry(i))) for i in (1, 2, 3)]
         await asyncio.sleep(0)
         closing_task = asyncio.create_task(ledger.close())

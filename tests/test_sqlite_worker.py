@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import threading
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
 from pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable
+from tests.store_helpers import parked, statements
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v INTEGER NOT NULL);"
 
@@ -35,24 +34,6 @@ async def worker(tmp_path: Path) -> AsyncIterator[SqliteWorker]:
         yield opened
     finally:
         await opened.close()
-
-
-@asynccontextmanager
-async def parked(worker: SqliteWorker) -> AsyncIterator[Callable[[], None]]:
-    """Hold the worker thread on a job until released, so transactions queue up."""
-    gate, holding = threading.Event(), threading.Event()
-
-    def park(_: sqlite3.Connection) -> None:
-        holding.set()
-        gate.wait(timeout=60)
-
-    job = asyncio.ensure_future(worker.run(park))
-    try:
-        assert await asyncio.to_thread(holding.wait, 60)
-        yield gate.set
-    finally:
-        gate.set()
-        await job
 
 
 def insert(key: str, value: int) -> Callable[[sqlite3.Connection], int]:
@@ -69,16 +50,10 @@ def stored(path: Path) -> dict[str, int]:
         return dict(conn.execute("SELECT k, v FROM t ORDER BY k").fetchall())
 
 
-async def trace(worker: SqliteWorker) -> list[str]:
-    seen: list[str] = []
-    await worker.run(lambda conn: conn.set_trace_callback(seen.append))
-    return seen
-
-
 async def test_queued_transactions_commit_together_in_queue_order(
     worker: SqliteWorker, tmp_path: Path
 ) -> None:
-    seen = await trace(worker)
+    seen = await statements(worker)
     committed: list[bool] = []
 
     async def one(n: int) -> int:
@@ -167,8 +142,8 @@ async def test_a_stopped_committer_fails_its_callers(
         await asyncio.sleep(0)
         if when == "mid_commit":
             await asyncio.sleep(0)
-        assert worker._committer is not None
-        worker._committer.cancel()
+        assert worker._grouped.task is not None
+        worker._grouped.task.cancel()
         results = await asyncio.gather(*waiting, return_exceptions=True)
         release()
     assert all(isinstance(r, StoreUnavailable) for r in results), results

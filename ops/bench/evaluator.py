@@ -87,7 +87,10 @@ class EvaluatorResult:
         return self.cedar.p50_us / self.ours_with_hash.p50_us
 
 
-def _time(calls: Sequence[Callable[[], object]], rounds: int, progress: Progress) -> list[int]:
+def time_calls(
+    calls: Sequence[Callable[[], object]], rounds: int, progress: Progress | None = None
+) -> list[int]:
+    """Nanoseconds of each call, ``rounds`` times over ``calls``."""
     samples: list[int] = []
     clock = time.perf_counter_ns
     for n in range(rounds):
@@ -95,7 +98,7 @@ def _time(calls: Sequence[Callable[[], object]], rounds: int, progress: Progress
             start = clock()
             call()
             samples.append(clock() - start)
-        if n % 500 == 0:
+        if progress is not None and n % 500 == 0:
             progress.update(n)
     return samples
 
@@ -132,8 +135,8 @@ def run(rounds: int = 5000, progress: Progress | None = None) -> EvaluatorResult
     gc.disable()
     try:
         for label, calls in series.items():
-            _time(calls, rounds // 10, Progress("warm-up", 0, progress.stream))
-            summaries.append(summarize(label, _time(calls, rounds, progress)))
+            time_calls(calls, rounds // 10)
+            summaries.append(summarize(label, time_calls(calls, rounds, progress)))
     finally:
         gc.enable()
         progress.close()

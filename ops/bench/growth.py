@@ -16,14 +16,13 @@ selection and merging only.
 from __future__ import annotations
 
 import gc
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from ops.bench.evaluator import CEDAR_POLICIES, cedar_request
+from ops.bench.evaluator import CEDAR_POLICIES, cedar_request, time_calls
 from ops.bench.stats import Summary, summarize
 from ops.output import Progress
 from ops.projections import SCENARIO_PROJECTION, package_path
@@ -126,17 +125,6 @@ def grown(extra: int) -> tuple[PolicySet, str]:
     return build_policy_set(bigger), "\n".join(cedar)
 
 
-def _time(calls: Sequence[Callable[[], object]], rounds: int) -> list[int]:
-    samples: list[int] = []
-    clock = time.perf_counter_ns
-    for _ in range(rounds):
-        for call in calls:
-            start = clock()
-            call()
-            samples.append(clock() - start)
-    return samples
-
-
 def run(
     rounds: int = DEFAULT_ROUNDS, sizes: Sequence[int] = SIZES, progress: Progress | None = None
 ) -> GrowthResult:
@@ -173,8 +161,8 @@ def run(
                 series,
                 strict=True,
             ):
-                _time(calls, max(1, rounds // 10))
-                summaries.append(summarize(label, _time(calls, rounds)))
+                time_calls(calls, max(1, rounds // 10))
+                summaries.append(summarize(label, time_calls(calls, rounds)))
                 done += 1
                 progress.update(done)
             rows.append(GrowthRow(extra, *summaries))

@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from types import TracebackType
-from typing import Final, Self, TypeVar
+from typing import Any, Final, Self, TypeVar
 
 import msgspec
 import structlog
@@ -80,7 +80,12 @@ from pipeline.stores.ledger_schema import (
     entry_row,
     validate_entry,
 )
-from pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable, immediate
+from pipeline.stores.sqlite_worker import (
+    GroupCommitter,
+    SqliteWorker,
+    StoreUnavailable,
+    immediate,
+)
 from subjects import dsse
 from subjects.canonical import SAFE_INTEGER_MAX, sha256_identity
 from subjects.keys import SigningKey
@@ -307,13 +312,14 @@ def _unavailable(operation: str, cause: BaseException | None, message: str) -> E
 _NOT_OPENED: Final = "evidence ledger could not be opened"
 
 
+def _stopped() -> Exception:
+    logger.error("ledger.unavailable", operation="append", error="committer_stopped")
+    return EvidenceStoreUnavailable("evidence ledger stopped")
+
+
 async def _close(worker: SqliteWorker | None) -> None:
     if worker is not None:
         await worker.close()
-
-
-MAX_BATCH: Final = 256
-"""Entries in one group commit at most, so one transaction's size stays bounded."""
 
 
 class Ledger:
@@ -323,15 +329,14 @@ class Ledger:
     transaction runs as one job on the worker thread, so a cancelled await
     never splits it and two transactions never interleave on the connection.
 
-    Group commit (issue 20): appends that arrive while a commit is in flight
-    wait in ``_pending`` and go into the next transaction together, one fsync
-    for all of them; each caller is released only when the transaction holding
-    its own entry has committed (write before release, per entry), or gets the
-    failure that stopped it. The commits run in one task of the store's own
-    (``_flusher``), so a caller's cancellation cannot strand the others' entries
-    mid-batch; an entry whose caller gave up before its batch was taken is
-    never written. The asyncio.Lock orders commits, explicit checkpoints and
-    the checkpoint hand-off.
+    Group commit (issue 20, :class:`GroupCommitter`): appends that arrive while a
+    commit is in flight go into the next transaction together, one fsync for all
+    of them; each caller is released only when the transaction holding its own
+    entry has committed (write before release, per entry), or gets the failure
+    that stopped it; an entry whose caller gave up before its group was taken is
+    never written. A group is all or nothing, so the chain held in memory is only
+    ever the committed one. The asyncio.Lock orders commits, explicit checkpoints
+    and the checkpoint hand-off.
     """
 
     def __init__(
@@ -345,8 +350,10 @@ class Ledger:
         self._on_checkpoint = on_checkpoint
         self._lock = asyncio.Lock()
         self._closed = False
-        self._pending: deque[tuple[EvidenceEntry, asyncio.Future[Receipt]]] = deque()
-        self._flusher: asyncio.Task[None] | None = None
+        self._grouped: GroupCommitter[EvidenceEntry, Receipt] = GroupCommitter(
+            self._commit,
+            stopped=_stopped,
+        )
 
     @classmethod
     async def open(
@@ -462,68 +469,18 @@ class Ledger:
         if self._closed:
             logger.error("ledger.unavailable", operation="append", error="closed")
             raise EvidenceStoreUnavailable("evidence ledger is closed")
-        future: asyncio.Future[Receipt] = asyncio.get_running_loop().create_future()
-        self._pending.append((entry, future))
-        if self._flusher is None or self._flusher.done():
-            self._start_flusher()
-        receipt = await future
+        receipt: Receipt = await self._grouped.submit(entry)
         logger.debug("ledger.appended", seq=receipt.seq, kind=entry.kind)
         return receipt
 
-    def _start_flusher(self) -> None:
-        inflight: list[tuple[EvidenceEntry, asyncio.Future[Receipt]]] = []
-        task = asyncio.create_task(self._flush(inflight), name="ledger-group-commit")
-        task.add_done_callback(partial(self._flusher_ended, inflight))
-        self._flusher = task
-
-    async def _flush(self, inflight: list[tuple[EvidenceEntry, asyncio.Future[Receipt]]]) -> None:
-        """Commit what is pending, batch after batch, until nothing is."""
-        while self._pending:
-            inflight.clear()
-            while self._pending and len(inflight) < MAX_BATCH:
-                item = self._pending.popleft()
-                if not item[1].done():  # a caller that gave up is not written
-                    inflight.append(item)
-            if inflight:
-                await self._commit(inflight)
-        inflight.clear()
-
-    def _flusher_ended(
-        self,
-        inflight: list[tuple[EvidenceEntry, asyncio.Future[Receipt]]],
-        task: asyncio.Task[None],
-    ) -> None:
-        """A committer stopped from outside (cancelled, even before its first step, or
-        failed) fails every caller it held rather than leave one waiting: fail closed,
-        never hang. Entries queued after it are a later committer's, unless none exists."""
-        if not task.cancelled() and task.exception() is None:
-            return
-        stranded = list(inflight)
-        if self._flusher is task:
-            stranded += self._pending
-            self._pending.clear()
-        logger.error("ledger.unavailable", operation="append", error="committer_stopped")
-        for _, future in stranded:
-            if not future.done():
-                future.set_exception(EvidenceStoreUnavailable("evidence ledger stopped"))
-
-    async def _commit(self, batch: list[tuple[EvidenceEntry, asyncio.Future[Receipt]]]) -> None:
-        entries = [entry for entry, _ in batch]
+    async def _commit(self, entries: list[EvidenceEntry]) -> list[tuple[bool, Any]]:
+        """One group: all of ``entries`` in one transaction, or none of them."""
         async with self._lock:
             try:
                 receipts = await self._run("append", partial(self._writer.append, entries=entries))
-            except EvidenceStoreUnavailable as exc:
-                for _, future in batch:
-                    if not future.done():
-                        failure = EvidenceStoreUnavailable(str(exc))
-                        failure.__cause__ = exc.__cause__
-                        future.set_exception(failure)
-                return
             finally:
                 await self._publish_pending()
-        for (_, future), receipt in zip(batch, receipts, strict=True):
-            if not future.done():
-                future.set_result(receipt)
+        return [(True, receipt) for receipt in receipts]
 
     async def checkpoint(self, at: int) -> bytes | None:
         """Sign the current tail now, with ``at`` from the caller's clock.
@@ -546,8 +503,7 @@ class Ledger:
         """Wait for the append in flight, offer queued checkpoints once more,
         then close the file. Idempotent; appends afterwards are refused."""
         self._closed = True
-        if self._flusher is not None:
-            await asyncio.wait([self._flusher])
+        await self._grouped.drained()
         async with self._lock:
             if self._worker.closed:
                 return

@@ -30,21 +30,104 @@ import contextlib
 import os
 import sqlite3
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 T = TypeVar("T")
 
 MAX_GROUP: Final = 256
 """Transactions merged into one commit at most (:meth:`SqliteWorker.transact`)."""
 
-_Queued = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
+ItemT = TypeVar("ItemT")
+ResultT = TypeVar("ResultT")
+
+
+class GroupCommitter(Generic[ItemT, ResultT]):
+    """Group commit (issue 20): items that arrive while a commit is in flight go into
+    the next one, in arrival order, at most ``limit`` at a time.
+
+    ``commit`` receives a group and returns one ``(True, result)`` or ``(False,
+    exception)`` per item, or raises, which fails every item of the group (each caller
+    gets its own copy of the exception, its cause kept). Each caller is released only
+    when its group's commit has returned. The commits run in one task of the
+    committer's own, so a caller's cancellation cannot strand the others mid-group; an
+    item whose caller gave up before its group was taken is never committed. If that
+    task is stopped from outside (cancelled, even before its first step), every caller
+    it holds is failed with ``stopped()`` rather than left waiting: fail closed, never
+    hang.
+    """
+
+    def __init__(
+        self,
+        commit: Callable[[list[ItemT]], Awaitable[list[tuple[bool, Any]]]],
+        *,
+        stopped: Callable[[], BaseException],
+        limit: int = MAX_GROUP,
+    ) -> None:
+        self._commit = commit
+        self._stopped = stopped
+        self._limit = limit
+        self._queued: deque[tuple[ItemT, asyncio.Future[ResultT]]] = deque()
+        self.task: asyncio.Task[None] | None = None
+
+    async def submit(self, item: ItemT) -> ResultT:
+        future: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
+        self._queued.append((item, future))
+        if self.task is None or self.task.done():
+            taken: list[tuple[ItemT, asyncio.Future[ResultT]]] = []
+            self.task = asyncio.create_task(self._run(taken), name="group-commit")
+            self.task.add_done_callback(partial(self._ended, taken))
+        return await future
+
+    async def drained(self) -> None:
+        """Wait until what is queued has been committed (or failed)."""
+        if self.task is not None:
+            await asyncio.wait([self.task])
+
+    async def _run(self, taken: list[tuple[ItemT, asyncio.Future[ResultT]]]) -> None:
+        while self._queued:
+            taken.clear()
+            while self._queued and len(taken) < self._limit:
+                queued = self._queued.popleft()
+                if not queued[1].done():  # a caller that gave up is not committed
+                    taken.append(queued)
+            if not taken:
+                continue
+            try:
+                outcomes = await self._commit([item for item, _ in taken])
+            except Exception as exc:  # noqa: BLE001 - the group's failure, for each caller
+                for _, future in taken:
+                    if not future.done():
+                        failure = type(exc)(*exc.args)
+                        failure.__cause__ = exc.__cause__
+                        future.set_exception(failure)
+                continue
+            for (_, future), (ok, value) in zip(taken, outcomes, strict=True):
+                if not future.done():
+                    if ok:
+                        future.set_result(value)
+                    else:
+                        future.set_exception(value)
+        taken.clear()
+
+    def _ended(
+        self, taken: list[tuple[ItemT, asyncio.Future[ResultT]]], task: asyncio.Task[None]
+    ) -> None:
+        if not task.cancelled() and task.exception() is None:
+            return
+        stranded = list(taken)
+        if self.task is task:
+            stranded += self._queued
+            self._queued.clear()
+        for _, future in stranded:
+            if not future.done():
+                future.set_exception(self._stopped())
 
 
 class StoreUnavailable(Exception):
-    """The store could not run the job (closed, locked past the timeout, I/O error).
+    """The store could not run the job (closed, locked past the timeout, ItemT/O error).
 
     The SQLite or OS error is chained as ``__cause__``.
     """
@@ -62,8 +145,9 @@ class SqliteWorker:
         self._executor = executor
         self._closed = False
         self._closing = False
-        self._queued: deque[_Queued] = deque()
-        self._committer: asyncio.Task[None] | None = None
+        self._grouped: GroupCommitter[Callable[[sqlite3.Connection], Any], Any] = GroupCommitter(
+            self._commit_group, stopped=lambda: StoreUnavailable("store stopped")
+        )
 
     @classmethod
     async def open(
@@ -133,58 +217,17 @@ class SqliteWorker:
         after the COMMIT that holds its body (or with the failure that stopped it). A
         body's own exception rolls back its savepoint only and reaches its caller (a
         SQLite or OS error as :class:`StoreUnavailable`); a failed BEGIN or COMMIT fails
-        every caller of the group. A caller that gave up before its group was taken is
-        not run; one that gives up later may still have committed, as with :meth:`run`.
+        every caller of the group (:class:`GroupCommitter`).
         """
         if self._closing:
             raise StoreUnavailable("store is closed")
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queued.append((body, future))
-        if self._committer is None or self._committer.done():
-            taken: list[_Queued] = []
-            self._committer = asyncio.create_task(self._commit_queued(taken))
-            self._committer.add_done_callback(partial(self._committer_ended, taken))
-        return await future
+        result: T = await self._grouped.submit(body)
+        return result
 
-    async def _commit_queued(self, taken: list[_Queued]) -> None:
-        while self._queued:
-            taken.clear()
-            while self._queued and len(taken) < MAX_GROUP:
-                item = self._queued.popleft()
-                if not item[1].done():
-                    taken.append(item)
-            if not taken:
-                continue
-            bodies = [body for body, _ in taken]
-            try:
-                outcomes = await self.run(partial(_group, bodies=bodies))
-            except StoreUnavailable as exc:
-                for _, future in taken:
-                    if not future.done():
-                        failure = StoreUnavailable(str(exc))
-                        failure.__cause__ = exc.__cause__
-                        future.set_exception(failure)
-                continue
-            for (_, future), (ok, value) in zip(taken, outcomes, strict=True):
-                if future.done():
-                    continue
-                if ok:
-                    future.set_result(value)
-                else:
-                    future.set_exception(value)
-        taken.clear()
-
-    def _committer_ended(self, taken: list[_Queued], task: asyncio.Task[None]) -> None:
-        """A committer stopped from outside fails its callers rather than leave them waiting."""
-        if not task.cancelled() and task.exception() is None:
-            return
-        stranded = list(taken)
-        if self._committer is task:
-            stranded += self._queued
-            self._queued.clear()
-        for _, future in stranded:
-            if not future.done():
-                future.set_exception(StoreUnavailable("store stopped"))
+    async def _commit_group(
+        self, bodies: list[Callable[[sqlite3.Connection], Any]]
+    ) -> list[tuple[bool, Any]]:
+        return await self.run(partial(_group, bodies=bodies))
 
     async def close(self) -> None:
         """Commit what is queued, close the connection on its thread and stop the
@@ -192,8 +235,7 @@ class SqliteWorker:
         if self._closed:
             return
         self._closing = True
-        if self._committer is not None:
-            await asyncio.wait([self._committer])
+        await self._grouped.drained()
         if self._closed:
             return
         self._closed = True
