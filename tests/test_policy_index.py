@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from pipeline.core.evaluator import applicable_policies, evaluate
 from pipeline.core.facts import facts_of
-from pipeline.core.policy_index import build_index, scan_all
+from pipeline.core.policy_index import MAX_COLUMNS, LinearScan, PolicyIndex, build_index
 from pipeline.core.predicates import compile_predicate, necessary
 from pipeline.core.projection import PolicySet, scanned_policy_set
 from tests.builders import AT_MS, make_envelope, make_policy, make_rule, policy_set_from
@@ -109,7 +109,7 @@ def test_decisions_are_byte_identical_to_the_linear_scan(
     policy_set: PolicySet, batch: list[Any], at_ms: int
 ) -> None:
     reference = scanned_policy_set(policy_set)
-    assert reference.index.columns == ()
+    assert reference.index == LinearScan(len(policy_set.policies))
     for envelope in batch:
         indexed = evaluate(envelope, policy_set, at_ms=at_ms)
         scanned = evaluate(envelope, reference, at_ms=at_ms)
@@ -150,8 +150,10 @@ def test_a_contradictory_policy_is_never_a_candidate() -> None:
         "all": [leaf("eq", "capability", "document.read"), leaf("eq", "capability", "unknown")]
     }
     policy_set = policy_set_from([make_rule("r0", contradiction)], [make_policy("p", "r0")])
-    assert policy_set.index.columns[0].by_value == {}
-    assert policy_set.index.columns[0].other == 0
+    index = policy_set.index
+    assert isinstance(index, PolicyIndex)
+    assert index.columns[0].by_value == {}
+    assert index.columns[0].other == 0
     for capability in ("document.read", "unknown"):
         envelope = make_envelope({"capability": capability})
         assert evaluate(envelope, policy_set, at_ms=AT_MS).applied_policies == ()
@@ -186,13 +188,27 @@ def test_an_empty_release_has_no_candidates() -> None:
 
 
 def test_many_candidates_come_out_in_order() -> None:
-    """Past the sparse limit the mask is read byte by byte; the order is the same."""
     allowed = [{} if n % 5 else {"capability": frozenset({"x"})} for n in range(200)]
     index = build_index(allowed)
-    assert list(index.candidates({"capability": "x"})) == list(range(200))
-    assert list(index.candidates({"capability": "y"})) == [n for n in range(200) if n % 5]
-    assert list(scan_all(200).candidates({})) == list(range(200))
-    assert list(scan_all(0).candidates({})) == []
+    assert index.candidates({"capability": "x"}) == list(range(200))
+    assert index.candidates({"capability": "y"}) == [n for n in range(200) if n % 5]
+    assert LinearScan(200).candidates({}) == list(range(200))
+    assert LinearScan(0).candidates({}) == []
+
+
+def test_the_index_keeps_the_most_selective_facts() -> None:
+    """At most MAX_COLUMNS facts, those that leave the fewest policies unconstrained,
+    most selective first (ties by path), so most decisions are pruned by the first."""
+    paths = ["capability", "destination.channel", "effects.egress", "professional.tenant_id"]
+    paths += ["workflow.legal_hold", "data.classification"]
+    allowed = [
+        {path: frozenset({"v"}) for path in paths[: n % (len(paths) + 1)]} for n in range(70)
+    ]
+    index = build_index(allowed)
+    assert [c.path for c in index.columns] == paths[:MAX_COLUMNS]
+    others = [c.other.bit_count() for c in index.columns]
+    assert others == sorted(others)
+    assert MAX_COLUMNS == 4
 
 
 def test_a_scope_narrows_what_the_predicate_allows_and_never_widens_it() -> None:
@@ -210,6 +226,12 @@ def test_a_scope_narrows_what_the_predicate_allows_and_never_widens_it() -> None
     assert checked("tenant-a") == ["free", "scoped"]
     assert checked("tenant-b") == ["free"]
     assert checked("tenant-c") == []
+    # A scope the rule excludes: the policy can never apply, so it is never checked.
+    rules = [make_rule("r0", leaf("eq", "professional.tenant_id", "tenant-b"))]
+    never = policy_set_from(rules, [scoped])
+    for tenant in ("tenant-a", "tenant-b"):
+        facts = facts_of(make_envelope({"professional.tenant_id": tenant}))
+        assert never.index.candidates(facts) == []
 
 
 def test_candidates_are_exactly_the_policies_allowing_the_value() -> None:
@@ -219,7 +241,6 @@ def test_candidates_are_exactly_the_policies_allowing_the_value() -> None:
     assert index.candidates({"capability": "z"}) == [2]
 
 
-@pytest.mark.parametrize("count", [33, 40, 41, 64, 65])
-def test_dense_masks_of_every_length_are_read_whole(count: int) -> None:
-    """Lengths that are not a multiple of eight keep their last policy."""
+@pytest.mark.parametrize("count", [1, 33, 64, 65, 1000])
+def test_an_unconstrained_release_leaves_every_policy(count: int) -> None:
     assert build_index([{}] * count).candidates({}) == list(range(count))

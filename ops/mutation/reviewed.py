@@ -39,60 +39,10 @@ _STILL_REFUSED: Final = (
     "equivalent: the value is still refused with CanonicalJSONError, by a later check"
 )
 
-_PRUNING_ONLY: Final = (
-    "equivalent: it changes only how many policies the index leaves, or how it lists them; "
-    "every candidate is still checked in full and the list stays ascending, so the applied "
-    "policies are the same (tests/test_policy_index.py compares with the linear scan)"
-)
-
 EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
     ("predicates", "necessary", "int", "1", "0"): (
         "equivalent: each[0:] includes each[0], and intersecting a set with itself is the set"
     ),
-    ("policy_index", "MAX_COLUMNS", "int", "4", "5"): _PRUNING_ONLY,
-    ("policy_index", "MAX_COLUMNS", "int", "4", "3"): _PRUNING_ONLY,
-    ("policy_index", "_SPARSE", "int", "32", "33"): _PRUNING_ONLY,
-    ("policy_index", "_SPARSE", "int", "32", "31"): _PRUNING_ONLY,
-    ("policy_index", "_BITS", "int", "8", "9"): (
-        "equivalent: a byte has no bit 8, so the table gains no position"
-    ),
-    ("policy_index", "_BITS", "int", "256", "257"): (
-        "equivalent: a byte is at most 255; entry 256 is never read"
-    ),
-    ("policy_index", "PolicyIndex.candidates", "if-false", "not mask", "False"): _PRUNING_ONLY,
-    ("policy_index", "PolicyIndex.candidates", "if-true", "mask.bit_count() <= _SPARSE", "True"): (
-        _PRUNING_ONLY
-    ),
-    (
-        "policy_index",
-        "PolicyIndex.candidates",
-        "if-false",
-        "mask.bit_count() <= _SPARSE",
-        "False",
-    ): _PRUNING_ONLY,
-    (
-        "policy_index",
-        "PolicyIndex.candidates",
-        "cmp",
-        "mask.bit_count() <= _SPARSE",
-        "mask.bit_count() < _SPARSE",
-    ): _PRUNING_ONLY,
-    ("policy_index", "PolicyIndex.candidates", "int", "7", "8"): (
-        "equivalent: one more byte than needed, always zero, so no position is added"
-    ),
-    ("policy_index", "PolicyIndex.candidates", "int", "8", "7"): (
-        "equivalent: (bits + 7) // 7 bytes is at least (bits + 7) // 8, the extra ones zero"
-    ),
-    ("policy_index", "PolicyIndex.candidates", "if-true", "byte", "True"): (
-        "equivalent: a zero byte has no bits in _BITS, so skipping it only saves work"
-    ),
-    (
-        "policy_index",
-        "build_index",
-        "stmt",
-        "columns.sort(key=lambda c: (c.other.bit_count(), c.path))",
-        "pass",
-    ): _PRUNING_ONLY,
     ("policy", "SEVERITY", "int", "0", "-1"): (
         "equivalent: SEVERITY is only compared with itself; -1 < 1 < 2 keeps "
         "allow < conditional < deny"

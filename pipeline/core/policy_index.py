@@ -41,11 +41,8 @@ def with_scope(allowed: Allowed, scope: Sequence[tuple[str, str]]) -> Allowed:
 
 
 MAX_COLUMNS: Final = 4
-"""Facts indexed at most; any subset of the columns is sound, the rest only prunes less."""
-_SPARSE: Final = 32
-"""Up to this many candidates, peel bits off the mask; above it, read the mask's bytes
-(peeling is O(size of the mask) per candidate, so quadratic for a dense mask)."""
-_BITS: Final = tuple(tuple(b for b in range(8) if byte >> b & 1) for byte in range(256))
+"""Facts indexed at most: the most selective ones. Any subset of the columns is sound;
+past four a column's lookup costs about what the checks it saves would."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +56,12 @@ class _Column:
 
 @dataclass(frozen=True, slots=True)
 class PolicyIndex:
-    """Bit masks over policy positions; bit ``i`` stands for ``policies[i]``."""
+    """Bit masks over policy positions; bit ``i`` stands for ``policies[i]``.
+
+    Reading the positions off the mask costs O(mask size) per candidate, so a
+    decision pays O(candidates x policies / 64) word operations there; the columns
+    are the most selective facts so that candidates stay few.
+    """
 
     columns: tuple[_Column, ...]
     everything: int
@@ -73,22 +75,23 @@ class PolicyIndex:
                 mask &= column.by_value.get(value, column.other)
             except TypeError:  # an unhashable value equals no indexed value
                 mask &= column.other
-            if not mask:
-                return []
-        if mask.bit_count() <= _SPARSE:
-            found = []
-            while mask:
-                low = mask & -mask
-                found.append(low.bit_length() - 1)
-                mask ^= low
-            return found
-        data = mask.to_bytes((mask.bit_length() + 7) // 8, "little")
-        return [offset * 8 + bit for offset, byte in enumerate(data) if byte for bit in _BITS[byte]]
+        found = []
+        while mask:
+            low = mask & -mask
+            found.append(low.bit_length() - 1)
+            mask ^= low
+        return found
 
 
-def scan_all(count: int) -> PolicyIndex:
-    """An index that leaves every one of ``count`` policies: the linear scan."""
-    return PolicyIndex(columns=(), everything=(1 << count) - 1)
+@dataclass(frozen=True, slots=True)
+class LinearScan:
+    """Every one of ``count`` policies is a candidate: the scan the index replaced, kept
+    as the reference it must equal (tests, ``bench --evaluator-growth``)."""
+
+    count: int
+
+    def candidates(self, facts: Mapping[str, Any]) -> list[int]:
+        return list(range(self.count))
 
 
 def build_index(allowed: Sequence[Allowed]) -> PolicyIndex:
@@ -97,7 +100,7 @@ def build_index(allowed: Sequence[Allowed]) -> PolicyIndex:
     A policy whose requirements on one fact are contradictory (an empty set)
     is in no mask: it can never apply.
     """
-    everything = scan_all(len(allowed)).everything
+    everything = (1 << len(allowed)) - 1
     paths = sorted({path for each in allowed for path in each})
     columns = []
     for path in paths:

@@ -18,7 +18,7 @@ import msgspec
 
 from pipeline.core.facts import FACT_REGISTRY_VERSION
 from pipeline.core.policy import LAYER_RANK, Effect, Layer, ReasonCode, RequirementSpec
-from pipeline.core.policy_index import PolicyIndex, build_index, scan_all, with_scope
+from pipeline.core.policy_index import LinearScan, PolicyIndex, build_index, with_scope
 from pipeline.core.predicates import Node, compile_predicate, necessary
 from subjects.canonical import (
     SAFE_INTEGER_MAX,
@@ -205,7 +205,7 @@ class PolicySet:
     release_sequence: int
     projection_id: str
     policies: tuple[CompiledPolicy, ...]
-    index: PolicyIndex
+    index: PolicyIndex | LinearScan
     """Which of ``policies`` may apply to given facts (``pipeline.core.policy_index``)."""
     outcomes: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
     model_providers: Mapping[str, frozenset[str]] = field(default_factory=dict, compare=False)
@@ -215,7 +215,7 @@ class PolicySet:
 def scanned_policy_set(policy_set: PolicySet) -> PolicySet:
     """The same policies with every one checked on every decision: the linear scan the
     index replaced, kept as the reference it must equal (tests, ``bench --evaluator-growth``)."""
-    return dataclasses.replace(policy_set, index=scan_all(len(policy_set.policies)), outcomes={})
+    return dataclasses.replace(policy_set, index=LinearScan(len(policy_set.policies)), outcomes={})
 
 
 def decode_enforcement(data: bytes) -> EnforcementProjection:
