@@ -274,6 +274,7 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         "console",
         "bus",
         "model-gateway",
+        "completion",
     }
     for path, summary, child in found:
         command = " ".join(path)

@@ -93,7 +93,9 @@ class SqliteWorker:
             conn = await asyncio.get_running_loop().run_in_executor(executor, connect)
         except (sqlite3.Error, OSError) as exc:
             executor.shutdown(wait=False)
-            raise StoreUnavailable(f"{name} store could not be opened: {exc}") from exc
+            raise StoreUnavailable(
+                f"{name} store {os.fspath(path)} could not be opened: {exc}"
+            ) from exc
         return cls(conn, executor)
 
     async def run(self, job: Callable[[sqlite3.Connection], T]) -> T:
