@@ -839,7 +839,7 @@ def test_ledger_verify_passes_on_a_clean_demo_state_dir(
     db = str(demo_state / "ledger.db")
     code, out, err = run(["ledger", "verify", "--db", db, "--state-dir", str(demo_state)], capsys)
     assert (code, err) == (0, "")
-    assert table_value(out, "result") == "ok"
+    assert table_value(out, "result") == "self-consistent"
     assert table_value(out, "external checkpoints") == "none"
     assert "proves only that the file agrees with itself" in out
     code, out, _ = run(
@@ -862,7 +862,7 @@ def test_ledger_verify_names_the_entry_an_attacker_edited(
     )
     assert code == 1
     assert err == "smf-assurance: ledger verify failed: entry_hash_mismatch at seq 3\n"
-    assert table_value(out, "result") == "FAILED"
+    assert table_value(out, "result") == "failed"
     assert table_value(out, "first bad seq") == "3"
     code, out, err = run(
         ["ledger", "verify", "--db", str(db), "--state-dir", str(demo_state), "--json"], capsys

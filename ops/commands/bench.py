@@ -21,7 +21,7 @@ from ops.bench import bus, cluster, evaluator, gateway, output
 from ops.bench.bus import BenchError
 from ops.logs import configure_logging
 from ops.natsserver import NatsServerError
-from ops.output import emit_json, fail, say, table
+from ops.output import emit_json, fail, positive_int, say, table
 
 EVALUATOR_ROUNDS = 5000
 
@@ -50,7 +50,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument(
         "--rounds",
-        type=int,
+        type=positive_int,
         default=None,
         help=f"samples per series (default: evaluator {EVALUATOR_ROUNDS}, "
         f"bus {bus.DEFAULT_ROUNDS}, output {output.DEFAULT_ROUNDS}, "
@@ -58,7 +58,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument(
         "--in-flight",
-        type=int,
+        type=positive_int,
         default=bus.DEFAULT_IN_FLIGHT,
         help="outstanding requests in the bus and cluster throughput series",
     )

@@ -219,7 +219,21 @@ def run_analyze(args: argparse.Namespace) -> int:
         emit_json(msgspec.to_builtins(report))
     else:
         say(render_markdown(report).rstrip("\n"))
+    refuse_if_nobody_answered(report)
     return 0
+
+
+def refuse_if_nobody_answered(report: Report) -> None:
+    """A report no persona answered analyses nothing (issue 22: it exited 0).
+
+    The report is still printed and written, so the failures can be read;
+    the exit status says that no analysis was made."""
+    if report.personas and all(p.status == "failed" for p in report.personas):
+        reasons = sorted({p.failure or "unknown" for p in report.personas})
+        fail(
+            f"every persona failed ({', '.join(reasons)}): no analysis was made; "
+            "check --base-url, the model and the server, then run again"
+        )
 
 
 def _load_report(path: Path) -> Report:

@@ -80,9 +80,27 @@ class LedgerReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
 
 
 def _open_read_only(db_path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """Read-only, so verifying or exporting can never modify the evidence."""
-    uri = Path(db_path).resolve().as_uri() + "?mode=ro"
-    return sqlite3.connect(uri, uri=True)
+    """Read-only, so verifying or exporting can never modify the evidence.
+
+    Issue 22: an auditor's copy sits in a folder they may not write, where
+    SQLite cannot create the ``-shm`` a WAL file needs even to read
+    (``mode=ro`` alone fails). Then the file is opened ``immutable=1``, which
+    reads the main file only, and so only when no write-ahead log beside it
+    holds entries that reading the main file alone would miss (fail closed:
+    the audit is refused, not run on part of the evidence).
+    """
+    path = Path(db_path).resolve()
+    conn = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError:
+        conn.close()
+    else:
+        return conn
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise sqlite3.OperationalError(f"{wal} cannot be read in a read-only folder")
+    return sqlite3.connect(path.as_uri() + "?immutable=1", uri=True)
 
 
 def _read_checkpoint(data: object, trusted: Mapping[str, VerifyKey]) -> CheckpointClaim | str:
