@@ -1172,6 +1172,11 @@ async def test_a_refused_resolution_is_one_line_and_signed_only_what_was_checked
         assert_one_line_failure(code, err, needle)
         assert out == ""
         resolutions.pop()
+    else:
+        # Issue 22: a refusal before the gate's answer printed nothing on stdout.
+        refusal = json.loads(out)
+        assert (refusal["accepted"], refusal["approval_id"]) == (False, view.binding.approval_id)
+        assert needle in refusal["refusal"]
     if reply is not None:
         (signed,) = resolutions
         payload = json.loads(base64.b64decode(json.loads(signed)["payload"]))

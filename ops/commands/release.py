@@ -25,7 +25,7 @@ import msgspec
 from nats.errors import Error as NatsError
 
 from ops.bus import add_credential_argument, connect_bus, credential_for
-from ops.output import emit_json, fail, say, table
+from ops.output import emit_json, fail, positive_int, say, table
 from ops.releases import (
     DEFAULT_LEASE_HOURS,
     ReleaseError,
@@ -70,9 +70,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     build.add_argument(
         "--registry", type=Path, help="registry file (default: CORPUS/registry.json)"
     )
-    build.add_argument("--lease-hours", type=int, default=DEFAULT_LEASE_HOURS, help="default: 168")
+    build.add_argument(
+        "--lease-hours", type=positive_int, default=DEFAULT_LEASE_HOURS, help="default: 168"
+    )
     build.add_argument("--prior", type=Path, help="the release folder this one replaces")
-    build.add_argument("--sequence", type=int, help="default: the prior's + 1, or the corpus's")
+    build.add_argument(
+        "--sequence", type=positive_int, help="default: the prior's + 1, or the corpus's"
+    )
     build.add_argument("--release-id", help="default: the corpus's release id")
     build.add_argument("--revoke-key", action="append", default=[], help="revoke a signing key id")
     build.add_argument("--revoke-release", action="append", default=[], help="revoke a release id")
@@ -109,7 +113,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     root.add_argument(
         "--key", type=Path, action="append", required=True, help="private key or public record"
     )
-    root.add_argument("--threshold", type=int, default=1, help="distinct signers (default: 1)")
+    root.add_argument(
+        "--threshold", type=positive_int, default=1, help="distinct signers (default: 1)"
+    )
     root.add_argument("--out", type=Path, required=True, help="trust root file to create")
     root.add_argument("--json", action="store_true", help="print JSON")
     root.set_defaults(func=run_trust_root)

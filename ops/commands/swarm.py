@@ -36,7 +36,7 @@ import msgspec
 
 from ops.commands.decide import format_instant, parse_instant
 from ops.commands.release import verify_release_dir
-from ops.output import Progress, emit_json, fail, say, table
+from ops.output import Progress, emit_json, fail, positive_float, say, table
 from ops.projections import SCENARIO_PROJECTION, package_path
 from pipeline.core.projection import ProjectionError
 from subjects.keys import KeyFileError, load_private_key
@@ -83,7 +83,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     a.add_argument("--base-url", help=f"OpenAI-compatible API root (default: ${BASE_URL_ENV})")
     a.add_argument("--model", help=f"model name (default: ${MODEL_ENV} or {DEFAULT_MODEL})")
-    a.add_argument("--timeout", type=float, default=30.0, help="seconds per model call")
+    a.add_argument("--timeout", type=positive_float, default=30.0, help="seconds per model call")
     a.add_argument("--out", type=Path, help="also write the JSON report to this new file")
     a.add_argument("--json", action="store_true", help="print the report as canonical JSON")
     a.set_defaults(func=run_analyze)
