@@ -45,8 +45,11 @@ from ops.logs import colour_wanted
 from ops.natsserver import reserve_port
 from ops.output import Progress, table
 from ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
+from ops.releases import write_release_dir
+from ops.state import StateDir
 from tests.test_cli import AT, subcommands
 from tests.test_cli_ops import table_value
+from tests.test_release_distribution import current_inbox, next_release
 
 TIMEOUT = 120.0
 """Bounds a hang; a case that works ends long before."""
@@ -812,3 +815,31 @@ def test_tables_print_words_not_python_values() -> None:
     out = io.StringIO()
     table(("a", "b", "c", "d", "e"), [(True, False, [], None, ["x", "y"])], out)
     assert out.getvalue().splitlines()[-1].split() == ["yes", "no", "-", "-", "x,", "y"]
+
+
+def test_publish_to_a_state_dir_refuses_what_its_gate_would_refuse(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A release chained to one the gate never accepted is not written to the
+    inbox, and the reason is the gate's (issue 22: "published", then
+    ``release_chain_broken`` in the gate's log only). The chained successor
+    of the accepted release is published."""
+    state = StateDir(work / "state")
+    v1 = current_inbox(state)
+    v2 = next_release(state, work, v1, "careless-v2")
+    v3 = next_release(state, work, v2, "careless-v3")
+    write_release_dir(v3, work / "v3")
+    write_release_dir(v2, work / "v2")
+    before = sorted(state.release_inbox.iterdir())
+    code, err = call(
+        ["release", "publish", str(work / "v3"), "--state-dir", str(state.root)], capsys
+    )
+    assert code == 1
+    assert_one_refusal(code, err, ("release", "publish"))
+    assert "would refuse it: release refused (release_chain_broken)" in err
+    assert sorted(state.release_inbox.iterdir()) == before
+    code, err = call(
+        ["release", "publish", str(work / "v2"), "--state-dir", str(state.root)], capsys
+    )
+    assert (code, err) == (0, "")
+    assert len(list(state.release_inbox.iterdir())) == len(before) + 1

@@ -25,7 +25,7 @@ import msgspec
 from nats.errors import Error as NatsError
 
 from ops.bus import add_credential_argument, connect_bus, credential_for
-from ops.output import emit_json, fail, positive_int, say, table
+from ops.output import CommandError, emit_json, fail, positive_int, say, table
 from ops.releases import (
     DEFAULT_LEASE_HOURS,
     ReleaseError,
@@ -311,8 +311,27 @@ async def _publish_nats(
         await nc.drain()
 
 
+def gate_would_refuse(folder: Path, state_dir: Path) -> None:
+    """Issue 22: ``publish --state-dir`` said "published" for a release the gate
+    of that state then refused (``release_chain_broken``, in its log only). The
+    inbox is that gate's, so its trust root and accepted release are here to
+    check against first, with the checks the gate makes (``verify_release_dir``);
+    a refusal is reported and nothing is written. The gate's own adoption is not
+    waited for: it keeps its refusals in memory and its log, nowhere a
+    publisher can read them."""
+    state = StateDir(state_dir)
+    if not state.trust_root.exists():
+        return
+    try:
+        verify_release_dir(folder, state.trust_root, state_dir, None)
+    except CommandError as exc:
+        fail(f"not published: the gate of {state_dir} would refuse it: {exc}")
+
+
 def run_publish(args: argparse.Namespace) -> int:
     bundle = _read_dir(args.folder)
+    if args.state_dir is not None:
+        gate_would_refuse(args.folder, args.state_dir)
     if args.trust_root:
         try:
             ReleaseTrust(load_trust_root(args.trust_root)).verify_update(
