@@ -430,7 +430,12 @@ def read_only(folder: Path) -> tuple[str, ...]:
     return ("unshare", "-m", "sh", "-c", script, str(folder))
 
 
-READS_ONLY = {("ledger", "verify"), ("ledger", "export"), ("bus", "permissions")}
+READS_ONLY = {
+    ("ledger", "verify"),
+    ("ledger", "export"),
+    ("bus", "permissions"),
+    ("release", "status"),
+}
 """Commands that only read a state dir: they must work on a read-only one."""
 
 STATE_ROWS = sorted(STATE_CALLS)

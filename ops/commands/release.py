@@ -51,7 +51,7 @@ from pipeline.core.release_trust import (
     TrustedTime,
     VerifiedRelease,
 )
-from pipeline.stores.release_state import ReleaseStateStore, StoredRelease
+from pipeline.stores.release_state import StoredRelease, read_release_state
 from subjects.bus_access import BusCredential
 from subjects.keys import KeyFileError, SigningKey, load_private_key
 from subjects.release import ReleaseBundle, ReleaseCheckError, ReleaseManifest, encode_bundle
@@ -183,14 +183,12 @@ def _read_dir(folder: Path) -> ReleaseBundle:
 
 
 async def _load_state(state_dir: Path) -> StoredRelease | None:
+    """Read only (issue 22): a status or a check never needs to write the
+    gate's state, which may be read-only or in use by a running gate."""
     path = StateDir(state_dir).release_state
     if not path.exists():
         return None
-    store = await ReleaseStateStore.open(path)
-    try:
-        return await store.load()
-    finally:
-        await store.close()
+    return await asyncio.to_thread(read_release_state, path)
 
 
 # -- build ------------------------------------------------------------------------

@@ -21,7 +21,6 @@ import contextlib
 import os
 import sqlite3
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TextIO
 
 import msgspec
@@ -48,6 +47,7 @@ from pipeline.stores.ledger_schema import (
     parse_checkpoint_payload,
     stored_entry,
 )
+from pipeline.stores.sqlite_worker import open_read_only
 from subjects import dsse
 from subjects.canonical import canonical_bytes
 from subjects.keys import VerifyKey
@@ -77,30 +77,6 @@ class LedgerReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     last_entry_hash: str
     checkpoints: int
     checkpoint_seq: int
-
-
-def _open_read_only(db_path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """Read-only, so verifying or exporting can never modify the evidence.
-
-    Issue 22: an auditor's copy sits in a folder they may not write, where
-    SQLite cannot create the ``-shm`` a WAL file needs even to read
-    (``mode=ro`` alone fails). Then the file is opened ``immutable=1``, which
-    reads the main file only, and so only when no write-ahead log beside it
-    holds entries that reading the main file alone would miss (fail closed:
-    the audit is refused, not run on part of the evidence).
-    """
-    path = Path(db_path).resolve()
-    conn = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True)
-    try:
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.OperationalError:
-        conn.close()
-    else:
-        return conn
-    wal = path.with_name(path.name + "-wal")
-    if wal.exists() and wal.stat().st_size > 0:
-        raise sqlite3.OperationalError(f"{wal} cannot be read in a read-only folder")
-    return sqlite3.connect(path.as_uri() + "?immutable=1", uri=True)
 
 
 def _read_checkpoint(data: object, trusted: Mapping[str, VerifyKey]) -> CheckpointClaim | str:
@@ -198,7 +174,7 @@ def _verify(
 ) -> LedgerReport:
     walk = ChainWalk(0, GENESIS_HASH)
     try:
-        conn = _open_read_only(db_path)
+        conn = open_read_only(db_path)
     except sqlite3.Error:
         return _report(walk, None, (), LEDGER_UNREADABLE)
     with contextlib.closing(conn):
@@ -238,7 +214,7 @@ def export_jsonl(db_path: str | os.PathLike[str], out: TextIO) -> int:
     """
     count = 0
     try:
-        conn = _open_read_only(db_path)
+        conn = open_read_only(db_path)
         with contextlib.closing(conn):
             for row in conn.execute(SELECT_ENTRIES_AFTER, (0,)):
                 try:

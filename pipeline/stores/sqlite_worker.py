@@ -31,6 +31,7 @@ import os
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -139,3 +140,27 @@ def immediate(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T])
             conn.execute("ROLLBACK")
         raise
     return result
+
+
+def open_read_only(db_path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """A connection that can only read: an audit or a status never modifies a store.
+
+    Issue 22: an auditor's copy sits in a folder they may not write, where
+    SQLite cannot create the ``-shm`` a WAL file needs even to read
+    (``mode=ro`` alone fails). Then the file is opened ``immutable=1``, which
+    reads the main file only, and so only when no write-ahead log beside it
+    holds entries that reading the main file alone would miss (fail closed:
+    the audit is refused, not run on part of the evidence).
+    """
+    path = Path(db_path).resolve()
+    conn = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError:
+        conn.close()
+    else:
+        return conn
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise sqlite3.OperationalError(f"{wal} cannot be read in a read-only folder")
+    return sqlite3.connect(path.as_uri() + "?immutable=1", uri=True)
