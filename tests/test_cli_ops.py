@@ -1006,6 +1006,29 @@ def test_ledger_verify_takes_its_trusted_gate_key_from_a_record_or_a_registry(
     assert_one_line_failure(code, err, "no trusted gate key")
 
 
+async def test_verify_on_a_bus_without_a_checkpoint_is_unanchored_not_ok(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 22: ``ledger verify --nats`` said "ok" after checking no external
+    checkpoint and dropped the note that the file then only agrees with
+    itself. Now: ``unanchored``, the note, exit 1. The stream holds nothing of
+    the gate named (``--gate``), whatever the running gate has signed."""
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    configure_logging(json=True, level="error")
+    stack = await start_stack(state, with_connectors=False)
+    try:
+        await hold_court_filing(stack)
+        verify = ["ledger", "verify", "--db", str(state.ledger), "--state-dir", str(state.root)]
+        elsewhere = ["--gate", "smf-gate-elsewhere"]
+        code, out, err = await arun([*verify, *bus_as(stack, OPERATOR), *elsewhere], capsys)
+        assert_one_line_failure(code, err, "no external checkpoints checked from SMF_LEDGER")
+        assert table_value(out, "result") == "unanchored"
+        assert "proves only that the file agrees with itself" in out
+    finally:
+        await stack.stop()
+
+
 async def test_checkpoints_on_the_bus_catch_a_truncated_ledger(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
