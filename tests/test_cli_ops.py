@@ -707,6 +707,36 @@ async def stand_in_gate(
     return resolutions
 
 
+async def test_a_resolve_whose_show_is_refused_says_resolve_and_signs_nothing(
+    nc: Client, nats_url: str, attorney_key: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 22: a resolve the gate would not show said "refused to show"; it
+    now names the resolve, and with ``--json`` prints its refusal on stdout."""
+    resolutions: list[bytes] = []
+
+    async def refuse_show(msg: Msg) -> None:
+        headers = {"Nats-Service-Error": "approver_not_entitled", "Nats-Service-Error-Code": "403"}
+        assert msg.reply
+        await nc.publish(msg.reply, b"", headers=headers)
+
+    async def on_resolve(msg: Msg) -> None:
+        resolutions.append(msg.data)
+
+    await nc.subscribe(names.APPROVAL_SHOW, cb=refuse_show)
+    await nc.subscribe(names.APPROVAL_RESOLVE, cb=on_resolve)
+    await nc.flush()
+    approval = "sha256:" + "cd" * 32
+    argv = ["approvals", "resolve", approval, "allow-once", "--nats", nats_url]
+    code, out, err = await arun([*argv, "--key", str(attorney_key), "--json"], capsys)
+    assert_one_line_failure(
+        code, err, f"cannot resolve {approval}: the gate refused to show its content first"
+    )
+    assert "approver_not_entitled" in err
+    refusal = json.loads(out)
+    assert (refusal["accepted"], refusal["approval_id"]) == (False, approval)
+    assert resolutions == []
+
+
 async def test_content_that_does_not_match_its_digest_is_flagged_and_never_signed(
     nc: Client, nats_url: str, attorney_key: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
