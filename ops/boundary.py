@@ -20,6 +20,7 @@ traceback (``--debug`` re-raises instead). The rules it keeps:
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sqlite3
@@ -136,10 +137,14 @@ def _first_line(exc: BaseException) -> str:
 def _os_error(exc: OSError) -> str:
     where = f" {exc.filename}" if exc.filename else ""
     reason = exc.strerror or type(exc).__name__
-    if isinstance(exc, PermissionError) or exc.errno == 30:
+    if exc.errno == errno.EROFS:
         return (
-            f"cannot write{where}: {reason}; use a state dir you may write "
-            "(--state-dir DIR) or fix the folder's permissions"
+            f"cannot write{where}: {reason}; use a state dir on a writable disk (--state-dir DIR)"
+        )
+    if isinstance(exc, PermissionError):
+        return (
+            f"cannot use{where}: {reason}; use a state dir you may write "
+            "(--state-dir DIR) or fix the file's permissions"
         )
     return f"cannot use{where}: {reason}; check the path and that the disk has room"
 

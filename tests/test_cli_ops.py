@@ -1275,16 +1275,22 @@ async def test_pending_skips_junk_on_the_stream_and_needs_a_gate_for_states(
     assert_one_line_failure(code, err, "unreadable answer on smf.approval.status")
     await sub.unsubscribe()
 
-    async def expired(msg: Msg) -> None:
+    answer = {"state": "expired"}
+
+    async def closed(msg: Msg) -> None:
         await msg.respond(
-            json.dumps({"approval_id": msg.data.decode(), "state": "expired"}).encode()
+            json.dumps({"approval_id": msg.data.decode(), "state": answer["state"]}).encode()
         )
 
-    await nc.subscribe(names.APPROVAL_STATUS, cb=expired)
+    await nc.subscribe(names.APPROVAL_STATUS, cb=closed)
     await nc.flush()
-    code, out, _ = await arun(bus, capsys)
-    assert code == 0
-    (row,) = [line for line in out.splitlines() if line.startswith("sha256:")]
-    assert row.split()[-2:] == ["expired", "expired"]
+    # A closed approval has no time left to show (issue 22: a consumed one
+    # read "expired" in the expires-in column).
+    for state in ("expired", "consumed"):
+        answer["state"] = state
+        code, out, _ = await arun(bus, capsys)
+        assert code == 0
+        (row,) = [line for line in out.splitlines() if line.startswith("sha256:")]
+        assert row.split()[-2:] == ["-", state]
     code, out, _ = await arun(bus[:-1], capsys)
     assert out == "no open approvals\n"

@@ -257,7 +257,11 @@ def run_pending(args: argparse.Namespace) -> int:
                 item.announcement.capability,
                 item.announcement.channel,
                 ", ".join(item.announcement.required_roles),
-                expires_in(item.announcement.expires_at_ms, now),
+                # Issue 22: a consumed approval's time has passed too, but it
+                # did not expire; only an open one has time left to show.
+                expires_in(item.announcement.expires_at_ms, now)
+                if item.state in OPEN_STATES
+                else "-",
                 item.state,
             )
             for item in listed
