@@ -104,4 +104,7 @@ async def connect_bus(url: str, name: str, credential: BusCredential | None = No
             **connect_options(credential),
         )
     except (OSError, NatsError, ValueError) as exc:
-        fail(f"cannot connect to NATS at {url}: {first_line(exc)}")
+        fail(
+            f"cannot connect to NATS at {url}: {first_line(exc)}; "
+            "start the server, or check the URL given with --nats"
+        )

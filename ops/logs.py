@@ -10,8 +10,9 @@ that decides how events are rendered.
 from __future__ import annotations
 
 import logging
+import os
 import sys
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
@@ -45,6 +46,12 @@ def exception_type_only(_logger: WrappedLogger, _method: str, event: EventDict) 
     return event
 
 
+def colour_wanted(stream: TextIO) -> bool:
+    """Colour only on a terminal, and never when ``NO_COLOR`` is set to anything
+    but the empty string (https://no-color.org; issue 22)."""
+    return stream.isatty() and not os.environ.get("NO_COLOR")
+
+
 def configure_logging(json: bool, level: str = "info") -> None:
     """Render events as JSON lines (``json=True``) or for a console, from ``level`` up.
 
@@ -64,7 +71,7 @@ def configure_logging(json: bool, level: str = "info") -> None:
     if json:
         processors.append(structlog.processors.JSONRenderer())
     else:
-        processors.append(structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
+        processors.append(structlog.dev.ConsoleRenderer(colors=colour_wanted(sys.stderr)))
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(levels[level.upper()]),

@@ -8,6 +8,7 @@ stays clean for pipes.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from collections.abc import Sequence
@@ -28,6 +29,40 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise CommandError(message, code)
 
 
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for a count: a whole number above zero, else a usage
+    error (exit 2). Issue 22: ``bench --rounds 0`` ran 40 samples without a word."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive whole number")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse ``type`` for a duration in seconds: a number above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def port_number(text: str) -> int:
+    """An argparse ``type`` for a TCP port: 0 (any free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0 to 65535)")
+    return value
+
+
 def first_line(exc: BaseException) -> str:
     """An exception as one line for a refusal: its first line, or its type's name."""
     text = str(exc).strip()
@@ -44,9 +79,21 @@ def emit_json(value: Any, out: TextIO | None = None) -> None:
     (out or sys.stdout).write(canonical_bytes(value).decode("utf-8") + "\n")
 
 
+def cell(value: Any) -> str:
+    """A value as a person reads it in a table (issue 22: tables printed Python's
+    ``True`` and ``[]``): yes/no, ``-`` for nothing, a list as ``a, b``."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return ", ".join(cell(v) for v in value) or "-"
+    return str(value)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO | None = None) -> None:
     out = out or sys.stdout
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    cells = [[str(h) for h in headers]] + [[cell(c) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for n, row in enumerate(cells):
         out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")

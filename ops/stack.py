@@ -52,6 +52,7 @@ from subjects.registry import load_registry
 log = structlog.get_logger(__name__)
 
 STOP_GRACE_SECONDS = 5.0
+CONNECT_TIMEOUT_SECONDS = 2.0
 
 
 def gate_config(
@@ -250,6 +251,12 @@ async def start_connectors(state: StateDir, nats_url: str) -> Connectors:
     return connectors
 
 
+async def _log_bus_error(exc: Exception) -> None:
+    """nats-py's default error callback prints a traceback per failed attempt
+    (issue 22: twice a second on a dead bus); the type is what an operator needs."""
+    log.warning("connector_bus_error", error=type(exc).__name__)
+
+
 async def _start_runners(connectors: Connectors) -> None:
     state = connectors.state
     registry = load_registry(state.registry)
@@ -257,6 +264,8 @@ async def _start_runners(connectors: Connectors) -> None:
         nc = await nats.connect(
             nats_servers(connectors.url),
             name=f"smf-connector-{connector_id}",
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            error_cb=_log_bus_error,
             **connect_options(state.existing_credential(connector_id)),
         )
         connectors.connections.append(nc)

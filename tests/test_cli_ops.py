@@ -707,6 +707,36 @@ async def stand_in_gate(
     return resolutions
 
 
+async def test_a_resolve_whose_show_is_refused_says_resolve_and_signs_nothing(
+    nc: Client, nats_url: str, attorney_key: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 22: a resolve the gate would not show said "refused to show"; it
+    now names the resolve, and with ``--json`` prints its refusal on stdout."""
+    resolutions: list[bytes] = []
+
+    async def refuse_show(msg: Msg) -> None:
+        headers = {"Nats-Service-Error": "approver_not_entitled", "Nats-Service-Error-Code": "403"}
+        assert msg.reply
+        await nc.publish(msg.reply, b"", headers=headers)
+
+    async def on_resolve(msg: Msg) -> None:
+        resolutions.append(msg.data)
+
+    await nc.subscribe(names.APPROVAL_SHOW, cb=refuse_show)
+    await nc.subscribe(names.APPROVAL_RESOLVE, cb=on_resolve)
+    await nc.flush()
+    approval = "sha256:" + "cd" * 32
+    argv = ["approvals", "resolve", approval, "allow-once", "--nats", nats_url]
+    code, out, err = await arun([*argv, "--key", str(attorney_key), "--json"], capsys)
+    assert_one_line_failure(
+        code, err, f"cannot resolve {approval}: the gate refused to show its content first"
+    )
+    assert "approver_not_entitled" in err
+    refusal = json.loads(out)
+    assert (refusal["accepted"], refusal["approval_id"]) == (False, approval)
+    assert resolutions == []
+
+
 async def test_content_that_does_not_match_its_digest_is_flagged_and_never_signed(
     nc: Client, nats_url: str, attorney_key: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -839,7 +869,7 @@ def test_ledger_verify_passes_on_a_clean_demo_state_dir(
     db = str(demo_state / "ledger.db")
     code, out, err = run(["ledger", "verify", "--db", db, "--state-dir", str(demo_state)], capsys)
     assert (code, err) == (0, "")
-    assert table_value(out, "result") == "ok"
+    assert table_value(out, "result") == "self-consistent"
     assert table_value(out, "external checkpoints") == "none"
     assert "proves only that the file agrees with itself" in out
     code, out, _ = run(
@@ -862,7 +892,7 @@ def test_ledger_verify_names_the_entry_an_attacker_edited(
     )
     assert code == 1
     assert err == "smf-assurance: ledger verify failed: entry_hash_mismatch at seq 3\n"
-    assert table_value(out, "result") == "FAILED"
+    assert table_value(out, "result") == "failed"
     assert table_value(out, "first bad seq") == "3"
     code, out, err = run(
         ["ledger", "verify", "--db", str(db), "--state-dir", str(demo_state), "--json"], capsys
@@ -1004,6 +1034,29 @@ def test_ledger_verify_takes_its_trusted_gate_key_from_a_record_or_a_registry(
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "empty"))
     code, _, err = run(db, capsys)
     assert_one_line_failure(code, err, "no trusted gate key")
+
+
+async def test_verify_on_a_bus_without_a_checkpoint_is_unanchored_not_ok(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 22: ``ledger verify --nats`` said "ok" after checking no external
+    checkpoint and dropped the note that the file then only agrees with
+    itself. Now: ``unanchored``, the note, exit 1. The stream holds nothing of
+    the gate named (``--gate``), whatever the running gate has signed."""
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    configure_logging(json=True, level="error")
+    stack = await start_stack(state, with_connectors=False)
+    try:
+        await hold_court_filing(stack)
+        verify = ["ledger", "verify", "--db", str(state.ledger), "--state-dir", str(state.root)]
+        elsewhere = ["--gate", "smf-gate-elsewhere"]
+        code, out, err = await arun([*verify, *bus_as(stack, OPERATOR), *elsewhere], capsys)
+        assert_one_line_failure(code, err, "no external checkpoints checked from SMF_LEDGER")
+        assert table_value(out, "result") == "unanchored"
+        assert "proves only that the file agrees with itself" in out
+    finally:
+        await stack.stop()
 
 
 async def test_checkpoints_on_the_bus_catch_a_truncated_ledger(
@@ -1172,6 +1225,11 @@ async def test_a_refused_resolution_is_one_line_and_signed_only_what_was_checked
         assert_one_line_failure(code, err, needle)
         assert out == ""
         resolutions.pop()
+    else:
+        # Issue 22: a refusal before the gate's answer printed nothing on stdout.
+        refusal = json.loads(out)
+        assert (refusal["accepted"], refusal["approval_id"]) == (False, view.binding.approval_id)
+        assert needle in refusal["refusal"]
     if reply is not None:
         (signed,) = resolutions
         payload = json.loads(base64.b64decode(json.loads(signed)["payload"]))
@@ -1217,16 +1275,22 @@ async def test_pending_skips_junk_on_the_stream_and_needs_a_gate_for_states(
     assert_one_line_failure(code, err, "unreadable answer on smf.approval.status")
     await sub.unsubscribe()
 
-    async def expired(msg: Msg) -> None:
+    answer = {"state": "expired"}
+
+    async def closed(msg: Msg) -> None:
         await msg.respond(
-            json.dumps({"approval_id": msg.data.decode(), "state": "expired"}).encode()
+            json.dumps({"approval_id": msg.data.decode(), "state": answer["state"]}).encode()
         )
 
-    await nc.subscribe(names.APPROVAL_STATUS, cb=expired)
+    await nc.subscribe(names.APPROVAL_STATUS, cb=closed)
     await nc.flush()
-    code, out, _ = await arun(bus, capsys)
-    assert code == 0
-    (row,) = [line for line in out.splitlines() if line.startswith("sha256:")]
-    assert row.split()[-2:] == ["expired", "expired"]
+    # A closed approval has no time left to show (issue 22: a consumed one
+    # read "expired" in the expires-in column).
+    for state in ("expired", "consumed"):
+        answer["state"] = state
+        code, out, _ = await arun(bus, capsys)
+        assert code == 0
+        (row,) = [line for line in out.splitlines() if line.startswith("sha256:")]
+        assert row.split()[-2:] == ["-", state]
     code, out, _ = await arun(bus[:-1], capsys)
     assert out == "no open approvals\n"

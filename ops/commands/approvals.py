@@ -47,7 +47,7 @@ from approver.pending import approval_state, read_pending
 from ops.bus import add_credential_argument, bus_url, connect_bus, credential_for
 from ops.commands.decide import format_instant
 from ops.logs import configure_logging
-from ops.output import emit_json, fail, first_line, say, table
+from ops.output import CommandError, emit_json, fail, first_line, say, table
 from ops.state import CONSOLE
 from subjects import names
 from subjects.approvals import (
@@ -257,7 +257,11 @@ def run_pending(args: argparse.Namespace) -> int:
                 item.announcement.capability,
                 item.announcement.channel,
                 ", ".join(item.announcement.required_roles),
-                expires_in(item.announcement.expires_at_ms, now),
+                # Issue 22: a consumed approval's time has passed too, but it
+                # did not expire; only an open one has time left to show.
+                expires_in(item.announcement.expires_at_ms, now)
+                if item.state in OPEN_STATES
+                else "-",
                 item.state,
             )
             for item in listed
@@ -287,14 +291,24 @@ def _listed_json(item: Listed, now: int) -> dict[str, Any]:
 # --- show ----------------------------------------------------------------------
 
 
-async def _fetch_view(client: ApproverClient, approval_id: str) -> ApprovalView:
+async def _fetch_view(
+    client: ApproverClient, approval_id: str, purpose: str = "show"
+) -> ApprovalView:
+    """The approval's content and binding, or one line saying why not; a resolve
+    reads it first, so its refusal says "resolve" (issue 22: it said "refused
+    to show" for a resolve)."""
     try:
         return await client.show(approval_id)
     except ApproverError as exc:
         if exc.reason_code == "approval_closed":
             state = await _state(client.nc, approval_id)
             fail(f"approval {approval_id} is closed: approval_not_pending (state {state})")
-        fail(f"the gate refused to show {approval_id}: {exc.reason_code}")
+        if purpose == "show":
+            fail(f"the gate refused to show {approval_id}: {exc.reason_code}")
+        fail(
+            f"cannot resolve {approval_id}: the gate refused to show its content first "
+            f"({exc.reason_code}); nothing was signed"
+        )
     except (NatsError, TimeoutError) as exc:
         fail(_gate_unreachable(names.APPROVAL_SHOW, exc))
 
@@ -382,7 +396,7 @@ async def _resolve(
     nc = await connect_bus(url, "smf-approvals-console", credential)
     try:
         client = ApproverClient(nc, key, approver_id)
-        view = await _fetch_view(client, approval_id)
+        view = await _fetch_view(client, approval_id, "resolve")
         if not content_matches(view):
             fail("refusing to sign: the content shown does not match the binding digest")
         if view.state != "pending":
@@ -402,7 +416,21 @@ def run_resolve(args: argparse.Namespace) -> int:
     key, approver_id = _load_key(args.key, args.approver_id)
     url = _setup(args)
     credential = _credential(args, approver_id)
-    reply = asyncio.run(_resolve(url, credential, approval_id, args.decision, key, approver_id))
+    try:
+        reply = asyncio.run(_resolve(url, credential, approval_id, args.decision, key, approver_id))
+    except CommandError as exc:
+        if args.json:
+            # Issue 22: a refusal printed nothing on stdout, so a script reading
+            # the JSON saw no answer at all.
+            emit_json(
+                {
+                    "approval_id": approval_id,
+                    "decision": args.decision,
+                    "accepted": False,
+                    "refusal": str(exc),
+                }
+            )
+        raise
     if args.json:
         emit_json({"decision": args.decision, **msgspec.to_builtins(reply)})
     elif reply.accepted:

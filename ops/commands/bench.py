@@ -22,7 +22,7 @@ from ops.bench.bus import BenchError
 from ops.bench.targets import HEADERS, Target
 from ops.logs import configure_logging
 from ops.natsserver import NatsServerError
-from ops.output import emit_json, fail, say, table
+from ops.output import emit_json, fail, positive_int, say, table
 
 EVALUATOR_ROUNDS = 5000
 EVALUATOR_P50_US = 8.0
@@ -70,7 +70,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument(
         "--rounds",
-        type=int,
+        type=positive_int,
         default=None,
         help=f"samples per series (default: evaluator {EVALUATOR_ROUNDS}, "
         f"growth {growth.DEFAULT_ROUNDS}, bus {bus.DEFAULT_ROUNDS}, "
@@ -78,7 +78,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument(
         "--in-flight",
-        type=int,
+        type=positive_int,
         default=bus.DEFAULT_IN_FLIGHT,
         help="outstanding requests in the bus and cluster throughput series",
     )

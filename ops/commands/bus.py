@@ -33,7 +33,7 @@ from ops.bus_auth import (
 )
 from ops.bus_follow import ClusterFollower, follow
 from ops.logs import LOG_LEVELS, configure_logging
-from ops.output import emit_json, fail, first_line, say, table
+from ops.output import emit_json, fail, first_line, positive_int, say, table
 from ops.releases import ReleaseError, load_trust_root
 from ops.state import OPERATOR, StateDir
 from subjects.bus_access import permissions_for
@@ -77,7 +77,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     fol.add_argument("--state-dir", type=Path, required=True, help="the provisioned state")
     fol.add_argument("--nats", metavar="URL[,URL...]", required=True, help="the cluster")
     fol.add_argument("--out", type=Path, required=True, help="the include file the nodes read")
-    fol.add_argument("--servers", type=int, help="how many nodes must confirm each reload")
+    fol.add_argument("--servers", type=positive_int, help="how many nodes must confirm each reload")
     fol.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")
     fol.set_defaults(func=run_follow)
 

@@ -30,7 +30,7 @@ from typing import Final
 from approver.console.server import ConsoleSettings, RunningConsole, start_console
 from ops.bus import add_credential_argument, bus_url, connect_bus, credential_for
 from ops.logs import LOG_LEVELS, configure_logging
-from ops.output import emit_json, fail, first_line, say
+from ops.output import emit_json, fail, first_line, port_number, say
 from ops.state import CONSOLE, StateDir, default_state_dir
 from subjects.registry import RegistryError, load_registry
 
@@ -60,7 +60,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add_credential_argument(p, CONSOLE)
     p.add_argument("--host", default="127.0.0.1", help="listen address (default: 127.0.0.1)")
     p.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"listen port (default: {DEFAULT_PORT})"
+        "--port",
+        type=port_number,
+        default=DEFAULT_PORT,
+        help=f"listen port (default: {DEFAULT_PORT})",
     )
     p.add_argument("--json", action="store_true", help="print the readiness line as JSON")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")

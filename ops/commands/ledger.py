@@ -270,25 +270,57 @@ def run_verify(args: argparse.Namespace) -> int:
     else:
         external, source = [], None
     report = verify_ledger(args.db, external, trusted)
+    result = verdict(report, len(external), source)
     if args.json:
         emit_json(
             {
                 **msgspec.to_builtins(report),
+                "result": result,
                 "external_checkpoints": len(external),
                 "checkpoint_source": source,
             }
         )
     else:
-        _print_report(report, len(external), source)
+        _print_report(report, result, len(external), source)
     if not report.ok:
         where = f" at seq {report.seq}" if report.seq is not None else ""
         fail(f"ledger verify failed: {report.reason}{where}")
+    if result == UNANCHORED:
+        fail(
+            f"no external checkpoints checked from {source}: the file agrees with itself, "
+            "but a cut tail or a replaced file would not show; check that the gate publishes "
+            "checkpoints there (--gate NAME), or pass a checkpoint file (--checkpoints)"
+        )
     return 0
 
 
-def _print_report(report: LedgerReport, external: int, source: str | None) -> None:
+VERIFIED = "verified"
+SELF_CONSISTENT = "self-consistent"
+UNANCHORED = "unanchored"
+FAILED = "failed"
+
+
+def verdict(report: LedgerReport, external: int, source: str | None) -> str:
+    """One word for what the check proved (issue 22: ``--nats`` said "ok" after
+    checking no external checkpoint).
+
+    ``verified``: the chain holds and agrees with external checkpoints.
+    ``self-consistent``: no external source was asked for; the file agrees
+    with itself (exit 0, with the note saying what that does not prove).
+    ``unanchored``: an external source was asked for and gave nothing to check;
+    an auditor asked for more than was proved, so it exits 1.
+    ``failed``: the chain or a checkpoint is bad.
+    """
+    if not report.ok:
+        return FAILED
+    if external:
+        return VERIFIED
+    return SELF_CONSISTENT if source is None else UNANCHORED
+
+
+def _print_report(report: LedgerReport, result: str, external: int, source: str | None) -> None:
     rows: list[tuple[str, Any]] = [
-        ("result", "ok" if report.ok else "FAILED"),
+        ("result", result),
         ("reason", report.reason or "-"),
         ("first bad seq", report.seq if report.seq is not None else "-"),
         ("ledger id", report.ledger_id or "-"),
@@ -300,7 +332,7 @@ def _print_report(report: LedgerReport, external: int, source: str | None) -> No
         ("external checkpoints", f"{external} from {source}" if source else "none"),
     ]
     table(("check", "value"), rows)
-    if source is None:
+    if not external:
         say(
             "note: without external checkpoints (--nats or --checkpoints) this proves only "
             "that the file agrees with itself; a cut tail or a replaced file is not detected"

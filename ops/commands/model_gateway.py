@@ -34,7 +34,7 @@ from ops.model_gateway import (
     token_path,
 )
 from ops.output import emit_json, fail, first_line, say, table
-from ops.state import OPERATOR, StateDir, default_state_dir
+from ops.state import MODEL_GATEWAY, OPERATOR, StateDir, default_state_dir
 from pipeline.assembly.gate import BusUnavailableError
 from pipeline.assembly.model_gateway import (
     GatewayFileError,
@@ -276,7 +276,15 @@ async def _serve(state: StateDir, args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    gateway = await start_beside(state, bus_url(args.nats, state.root), args.listen)
+    parse_listen(args.listen)  # a bad --listen is a usage error before any connect
+    url = bus_url(args.nats, state.root)
+    # Issue 22: the gateway's join waits for a bus that may come; asked once
+    # first, a wrong URL is one line at once.
+    probe = await connect_bus(
+        url, "smf-model-gateway-probe", state.existing_credential(MODEL_GATEWAY)
+    )
+    await probe.close()
+    gateway = await start_beside(state, url, args.listen)
     try:
         announce(gateway, args.json)
         await stop.wait()

@@ -25,7 +25,7 @@ import msgspec
 from nats.errors import Error as NatsError
 
 from ops.bus import add_credential_argument, connect_bus, credential_for
-from ops.output import emit_json, fail, say, table
+from ops.output import CommandError, emit_json, fail, positive_int, say, table
 from ops.releases import (
     DEFAULT_LEASE_HOURS,
     ReleaseError,
@@ -51,7 +51,7 @@ from pipeline.core.release_trust import (
     TrustedTime,
     VerifiedRelease,
 )
-from pipeline.stores.release_state import ReleaseStateStore, StoredRelease
+from pipeline.stores.release_state import StoredRelease, read_release_state
 from subjects.bus_access import BusCredential
 from subjects.keys import KeyFileError, SigningKey, load_private_key
 from subjects.release import ReleaseBundle, ReleaseCheckError, ReleaseManifest, encode_bundle
@@ -70,9 +70,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     build.add_argument(
         "--registry", type=Path, help="registry file (default: CORPUS/registry.json)"
     )
-    build.add_argument("--lease-hours", type=int, default=DEFAULT_LEASE_HOURS, help="default: 168")
+    build.add_argument(
+        "--lease-hours", type=positive_int, default=DEFAULT_LEASE_HOURS, help="default: 168"
+    )
     build.add_argument("--prior", type=Path, help="the release folder this one replaces")
-    build.add_argument("--sequence", type=int, help="default: the prior's + 1, or the corpus's")
+    build.add_argument(
+        "--sequence", type=positive_int, help="default: the prior's + 1, or the corpus's"
+    )
     build.add_argument("--release-id", help="default: the corpus's release id")
     build.add_argument("--revoke-key", action="append", default=[], help="revoke a signing key id")
     build.add_argument("--revoke-release", action="append", default=[], help="revoke a release id")
@@ -109,7 +113,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     root.add_argument(
         "--key", type=Path, action="append", required=True, help="private key or public record"
     )
-    root.add_argument("--threshold", type=int, default=1, help="distinct signers (default: 1)")
+    root.add_argument(
+        "--threshold", type=positive_int, default=1, help="distinct signers (default: 1)"
+    )
     root.add_argument("--out", type=Path, required=True, help="trust root file to create")
     root.add_argument("--json", action="store_true", help="print JSON")
     root.set_defaults(func=run_trust_root)
@@ -177,14 +183,12 @@ def _read_dir(folder: Path) -> ReleaseBundle:
 
 
 async def _load_state(state_dir: Path) -> StoredRelease | None:
+    """Read only (issue 22): a status or a check never needs to write the
+    gate's state, which may be read-only or in use by a running gate."""
     path = StateDir(state_dir).release_state
     if not path.exists():
         return None
-    store = await ReleaseStateStore.open(path)
-    try:
-        return await store.load()
-    finally:
-        await store.close()
+    return await asyncio.to_thread(read_release_state, path)
 
 
 # -- build ------------------------------------------------------------------------
@@ -305,8 +309,27 @@ async def _publish_nats(
         await nc.drain()
 
 
+def gate_would_refuse(folder: Path, state_dir: Path) -> None:
+    """Issue 22: ``publish --state-dir`` said "published" for a release the gate
+    of that state then refused (``release_chain_broken``, in its log only). The
+    inbox is that gate's, so its trust root and accepted release are here to
+    check against first, with the checks the gate makes (``verify_release_dir``);
+    a refusal is reported and nothing is written. The gate's own adoption is not
+    waited for: it keeps its refusals in memory and its log, nowhere a
+    publisher can read them."""
+    state = StateDir(state_dir)
+    if not state.trust_root.exists():
+        return
+    try:
+        verify_release_dir(folder, state.trust_root, state_dir, None)
+    except CommandError as exc:
+        fail(f"not published: the gate of {state_dir} would refuse it: {exc}")
+
+
 def run_publish(args: argparse.Namespace) -> int:
     bundle = _read_dir(args.folder)
+    if args.state_dir is not None:
+        gate_would_refuse(args.folder, args.state_dir)
     if args.trust_root:
         try:
             ReleaseTrust(load_trust_root(args.trust_root)).verify_update(

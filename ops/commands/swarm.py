@@ -36,7 +36,7 @@ import msgspec
 
 from ops.commands.decide import format_instant, parse_instant
 from ops.commands.release import verify_release_dir
-from ops.output import Progress, emit_json, fail, say, table
+from ops.output import Progress, emit_json, fail, positive_float, say, table
 from ops.projections import SCENARIO_PROJECTION, package_path
 from pipeline.core.projection import ProjectionError
 from subjects.keys import KeyFileError, load_private_key
@@ -83,7 +83,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     a.add_argument("--base-url", help=f"OpenAI-compatible API root (default: ${BASE_URL_ENV})")
     a.add_argument("--model", help=f"model name (default: ${MODEL_ENV} or {DEFAULT_MODEL})")
-    a.add_argument("--timeout", type=float, default=30.0, help="seconds per model call")
+    a.add_argument("--timeout", type=positive_float, default=30.0, help="seconds per model call")
     a.add_argument("--out", type=Path, help="also write the JSON report to this new file")
     a.add_argument("--json", action="store_true", help="print the report as canonical JSON")
     a.set_defaults(func=run_analyze)
@@ -219,7 +219,21 @@ def run_analyze(args: argparse.Namespace) -> int:
         emit_json(msgspec.to_builtins(report))
     else:
         say(render_markdown(report).rstrip("\n"))
+    refuse_if_nobody_answered(report)
     return 0
+
+
+def refuse_if_nobody_answered(report: Report) -> None:
+    """A report no persona answered analyses nothing (issue 22: it exited 0).
+
+    The report is still printed and written, so the failures can be read;
+    the exit status says that no analysis was made."""
+    if report.personas and all(p.status == "failed" for p in report.personas):
+        reasons = sorted({p.failure or "unknown" for p in report.personas})
+        fail(
+            f"every persona failed ({', '.join(reasons)}): no analysis was made; "
+            "check --base-url, the model and the server, then run again"
+        )
 
 
 def _load_report(path: Path) -> Report:

@@ -392,7 +392,7 @@ class SqliteApprovalStore:
             )
         except StoreUnavailable as exc:
             log.warning("approval_store_unavailable", during="open")
-            raise ApprovalStoreUnavailable("approval store could not be opened") from exc
+            raise ApprovalStoreUnavailable(str(exc)) from exc
         return cls(worker)
 
     async def _run(self, job: Callable[[sqlite3.Connection], T]) -> T:

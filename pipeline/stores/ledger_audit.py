@@ -21,7 +21,6 @@ import contextlib
 import os
 import sqlite3
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TextIO
 
 import msgspec
@@ -48,6 +47,7 @@ from pipeline.stores.ledger_schema import (
     parse_checkpoint_payload,
     stored_entry,
 )
+from pipeline.stores.sqlite_worker import open_read_only
 from subjects import dsse
 from subjects.canonical import canonical_bytes
 from subjects.keys import VerifyKey
@@ -77,12 +77,6 @@ class LedgerReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     last_entry_hash: str
     checkpoints: int
     checkpoint_seq: int
-
-
-def _open_read_only(db_path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """Read-only, so verifying or exporting can never modify the evidence."""
-    uri = Path(db_path).resolve().as_uri() + "?mode=ro"
-    return sqlite3.connect(uri, uri=True)
 
 
 def _read_checkpoint(data: object, trusted: Mapping[str, VerifyKey]) -> CheckpointClaim | str:
@@ -180,7 +174,7 @@ def _verify(
 ) -> LedgerReport:
     walk = ChainWalk(0, GENESIS_HASH)
     try:
-        conn = _open_read_only(db_path)
+        conn = open_read_only(db_path)
     except sqlite3.Error:
         return _report(walk, None, (), LEDGER_UNREADABLE)
     with contextlib.closing(conn):
@@ -220,7 +214,7 @@ def export_jsonl(db_path: str | os.PathLike[str], out: TextIO) -> int:
     """
     count = 0
     try:
-        conn = _open_read_only(db_path)
+        conn = open_read_only(db_path)
         with contextlib.closing(conn):
             for row in conn.execute(SELECT_ENTRIES_AFTER, (0,)):
                 try:

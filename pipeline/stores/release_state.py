@@ -26,6 +26,7 @@ How it keeps the state monotonic:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -33,7 +34,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pipeline.core.release_trust import LastAccepted
-from pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable, immediate
+from pipeline.stores.sqlite_worker import (
+    SqliteWorker,
+    StoreUnavailable,
+    immediate,
+    open_read_only,
+)
 from subjects.release import ReleaseRollbackError
 
 __all__ = [
@@ -136,6 +142,20 @@ def _row_to_stored(row: tuple[Any, ...]) -> StoredRelease:
 def _read(conn: sqlite3.Connection) -> StoredRelease | None:
     row = conn.execute(f"SELECT {_COLUMNS} FROM release_state WHERE id = 1").fetchone()  # noqa: S608 - constant columns
     return None if row is None else _row_to_stored(row)
+
+
+def read_release_state(path: str | os.PathLike[str]) -> StoredRelease | None:
+    """The last accepted release, read without opening the file for writing
+    (issue 22: ``release status`` on a read-only state dir, or beside a running
+    gate, must not need to write). Blocking; raises :class:`StoreUnavailable`
+    naming the file when it cannot be read."""
+    try:
+        with contextlib.closing(open_read_only(path)) as conn:
+            return _read(conn)
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(
+            f"release-state store {os.fspath(path)} could not be read: {exc}"
+        ) from exc
 
 
 class ReleaseStateStore:

@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
 
 T = TypeVar("T")
@@ -187,7 +188,9 @@ class SqliteWorker:
             conn = await asyncio.get_running_loop().run_in_executor(executor, connect)
         except (sqlite3.Error, OSError) as exc:
             executor.shutdown(wait=False)
-            raise StoreUnavailable(f"{name} store could not be opened: {exc}") from exc
+            raise StoreUnavailable(
+                f"{name} store {os.fspath(path)} could not be opened: {exc}"
+            ) from exc
         return cls(conn, executor)
 
     @property
@@ -292,3 +295,27 @@ def _group(
         return outcomes
 
     return immediate(conn, run_all)
+
+
+def open_read_only(db_path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """A connection that can only read: an audit or a status never modifies a store.
+
+    Issue 22: an auditor's copy sits in a folder they may not write, where
+    SQLite cannot create the ``-shm`` a WAL file needs even to read
+    (``mode=ro`` alone fails). Then the file is opened ``immutable=1``, which
+    reads the main file only, and so only when no write-ahead log beside it
+    holds entries that reading the main file alone would miss (fail closed:
+    the audit is refused, not run on part of the evidence).
+    """
+    path = Path(db_path).resolve()
+    conn = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError:
+        conn.close()
+    else:
+        return conn
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise sqlite3.OperationalError(f"{wal} cannot be read in a read-only folder")
+    return sqlite3.connect(path.as_uri() + "?immutable=1", uri=True)
