@@ -187,11 +187,21 @@ def test_demo_runs_the_scenarios_over_the_bus_and_keeps_its_state(
     verdicts = {r["scenario"][0]: r for r in report["scenarios"]}
     assert sorted(verdicts) == ["1", "2", "3", "4", "5", "6"]
     assert all(r["as_expected"] for r in report["scenarios"])
-    assert verdicts["1"]["verdict"] == "held -> allow"
-    assert verdicts["1"]["connector"] == "confirmed"
-    assert [verdicts[n]["executed"] for n in "2345"] == ["nothing"] * 4
-    assert verdicts["4"]["verdict"].startswith("report:")
-    assert verdicts["6"]["connector"] == "confirmed"
+    assert (verdicts["1"]["outcome"], verdicts["1"]["final_outcome"]) == ("held", "allow")
+    assert verdicts["1"]["connector_report"] == "confirmed"
+    assert verdicts["1"]["connector_id"] == "court-efiling"
+    assert [verdicts[n]["order_id"] for n in "2345"] == [None] * 4
+    assert verdicts["4"]["outcome"] == "report"
+    assert verdicts["4"]["rule_backed"] >= 1
+    assert verdicts["6"]["connector_report"] == "confirmed"
+    # Issue 22: machine values, not display strings: full ids and the gate's own words.
+    for row in report["scenarios"]:
+        assert row["outcome"] in {"allow", "deny", "held", "report"}
+        for key in ("order_id", "evidence"):
+            if row[key] is not None:
+                assert len(row[key].removeprefix("sha256:")) == 64, (key, row[key])
+    assert verdicts["6"]["order_id"] is not None
+    assert verdicts["2"]["evidence"] is not None
     # Every piece of state is under --state-dir: the filing, the deletion, the stores.
     filings = list((state / "connectors" / "court-efiling" / "outbox").glob("*.json"))
     assert len(filings) == 1
@@ -216,7 +226,7 @@ def test_demo_exits_non_zero_with_one_line_when_an_outcome_is_not_the_expected_o
     report = json.loads(out)
     assert report["ok"] is False
     unexpected = [r for r in report["scenarios"] if not r["as_expected"]]
-    assert [(r["scenario"], r["verdict"], r["connector"]) for r in unexpected] == [
+    assert [(r["scenario"], r["outcome"], r["connector_report"]) for r in unexpected] == [
         ("6 retention deletion (allowed)", "allow", "failed")
     ]
     assert len(report["scenarios"]) == 6  # every other scenario still ran, as expected
@@ -381,6 +391,7 @@ async def test_demo_swarm_scenario_refuses_without_a_verified_release(nc: object
     with no verified release it is refused, never run on unverified rules."""
     stack = SimpleNamespace(gate=SimpleNamespace(releases=None))
     row = await _swarm_row(nc, stack)  # type: ignore[arg-type]
-    assert row.verdict == "refused"
+    assert row.outcome == "refused"
+    assert row.cells()[1] == "refused"
     assert row.reasons == ("no_verified_release",)
     assert row.as_expected is False

@@ -53,13 +53,59 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 @dataclass
 class Row:
+    """One scenario's result in machine values (issue 22: ``--json`` carries full ids
+    and the gate's own words); the table's display strings are derived in ``cells``."""
+
     scenario: str
-    verdict: str
+    outcome: str
+    """The gate's first verdict (``allow``, ``deny``, ``held``), ``report`` for Swarm,
+    ``refused`` when Swarm had no verified release."""
     reasons: tuple[str, ...]
-    executed: str
-    connector: str
-    evidence: str
     as_expected: bool
+    final_outcome: str | None = None
+    """The outcome after the attorney's approval, for a held verdict."""
+    order_id: str | None = None
+    connector_id: str | None = None
+    connector_report: str | None = None
+    """What the connector's signed report said (``confirmed``, ``failed``, ...)."""
+    evidence: str | None = None
+    """The ledger entry hash of the decision, or the Swarm report id."""
+    rule_backed: int | None = None
+    rejected: int | None = None
+
+    def cells(self) -> tuple[str, str, str, str, str, str, str]:
+        verdict = self.outcome
+        if self.final_outcome is not None:
+            verdict = f"{self.outcome} -> {self.final_outcome}"
+        if self.rule_backed is not None:
+            verdict = f"report: {self.rule_backed} rule-backed, {self.rejected} rejected"
+        executed = "nothing"
+        if self.order_id is not None:
+            executed = f"{self.connector_id} order {self.order_id[:12]}"
+        return (
+            self.scenario,
+            verdict,
+            self.reasons[0] if self.reasons else "-",
+            executed,
+            self.connector_report or "-",
+            self.evidence[:19] if self.evidence else "-",
+            "yes" if self.as_expected else "NO",
+        )
+
+    def json(self) -> dict[str, object]:
+        return {
+            "scenario": self.scenario,
+            "outcome": self.outcome,
+            "final_outcome": self.final_outcome,
+            "reason_codes": list(self.reasons),
+            "order_id": self.order_id,
+            "connector_id": self.connector_id,
+            "connector_report": self.connector_report,
+            "evidence": self.evidence,
+            "rule_backed": self.rule_backed,
+            "rejected": self.rejected,
+            "as_expected": self.as_expected,
+        }
 
 
 class ReportWatch:
@@ -166,14 +212,14 @@ async def _run_one(
     )
     verdict = await runtime.propose(proposal)
     final = verdict
-    shown: str = verdict.outcome
+    final_outcome: str | None = None
     if verdict.outcome == "held" and verdict.approval_id is not None:
         approved = await _approve(nc, stack, verdict)
         if approved is not None:
             final = approved
-            shown = f"held -> {approved.outcome}"
+            final_outcome = approved.outcome
     order = final.order_id
-    connector = await watch.wait_for(order) if order else "-"
+    connector = await watch.wait_for(order) if order else None
     expected_final = "allow" if action.expected_outcome in ("held", "allow") else "deny"
     ok = (
         verdict.outcome == action.expected_outcome
@@ -184,11 +230,13 @@ async def _run_one(
     )
     return Row(
         scenario=action.name,
-        verdict=shown,
+        outcome=verdict.outcome,
+        final_outcome=final_outcome,
         reasons=verdict.reason_codes,
-        executed=f"{final.connector_id} order {order[:12]}" if order else "nothing",
-        connector=connector,
-        evidence=(verdict.evidence[0][:19] if verdict.evidence else "-"),
+        order_id=order,
+        connector_id=final.connector_id if order else None,
+        connector_report=connector,
+        evidence=verdict.evidence[0] if verdict.evidence else None,
         as_expected=ok,
     )
 
@@ -214,11 +262,8 @@ async def _swarm_row(nc: Client, stack: Stack) -> Row:
     except ReleaseCheckError as exc:
         return Row(
             scenario="4 Swarm legal analysis",
-            verdict="refused",
+            outcome="refused",
             reasons=(exc.reason_code,),
-            executed="nothing",
-            connector="-",
-            evidence="-",
             as_expected=False,
         )
     if matter.question is None or matter.at_ms is None:
@@ -232,11 +277,11 @@ async def _swarm_row(nc: Client, stack: Stack) -> Row:
     ok = bool(rule_backed) and bool(report.rejected) and cites_selected_only and not leaked
     return Row(
         scenario="4 Swarm legal analysis",
-        verdict=f"report: {len(rule_backed)} rule-backed, {len(report.rejected)} rejected",
+        outcome="report",
         reasons=("citations_limited_to_selected_rules",),
-        executed="nothing",
-        connector="-",
-        evidence=report.report_id[:19],
+        evidence=report.report_id,
+        rule_backed=len(rule_backed),
+        rejected=len(report.rejected),
         as_expected=ok,
     )
 
@@ -289,18 +334,7 @@ def run_demo(args: argparse.Namespace) -> int:
         emit_json(
             {
                 "ok": ok,
-                "scenarios": [
-                    {
-                        "scenario": r.scenario,
-                        "verdict": r.verdict,
-                        "reason_codes": list(r.reasons),
-                        "executed": r.executed,
-                        "connector": r.connector,
-                        "evidence": r.evidence,
-                        "as_expected": r.as_expected,
-                    }
-                    for r in rows
-                ],
+                "scenarios": [r.json() for r in rows],
             }
         )
     else:
@@ -314,18 +348,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 "evidence",
                 "ok",
             ),
-            [
-                (
-                    r.scenario,
-                    r.verdict,
-                    r.reasons[0] if r.reasons else "-",
-                    r.executed,
-                    r.connector,
-                    r.evidence,
-                    "yes" if r.as_expected else "NO",
-                )
-                for r in rows
-            ],
+            [r.cells() for r in rows],
         )
     if not ok:
         fail("a scenario did not reach its expected outcome")
