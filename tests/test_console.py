@@ -945,8 +945,11 @@ def test_console_fails_in_one_line(
     )
     assert code == 1
     assert err.startswith("smf-assurance: cannot read the approver roster: cannot read registry")
-    code, _, err = run(["console", "--nats", nats_server.url, "--port", "70000"], capsys)
-    assert (code, err) == (2, "smf-assurance: --port: 70000 is not a TCP port\n")
+    with pytest.raises(SystemExit) as usage:
+        main(["console", "--nats", nats_server.url, "--port", "70000"])
+    assert usage.value.code == 2
+    err = capsys.readouterr().err
+    assert err.endswith("error: argument --port: 70000 is not a port number (0 to 65535)\n")
     unused = closed_port
     code, _, err = run(
         [

@@ -491,5 +491,7 @@ def test_cli_analyze_with_openai_personas(
     ]
     assert {p["status"] for p in report["personas"]} == {"answered"}
     assert len(fake.requests) == 3
-    assert main([*argv, "--timeout", "0"]) == 2
-    assert "--timeout must be positive" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:
+        main([*argv, "--timeout", "0"])
+    assert usage.value.code == 2
+    assert "error: argument --timeout: 0 is not a positive number" in capsys.readouterr().err
