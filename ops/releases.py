@@ -23,30 +23,33 @@ a status line), never for a decision.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import msgspec
+from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 from nats.js.errors import KeyWrongLastSequenceError
 
 from ops.compiler import CompileError, compile_corpus
 from pipeline.core.projection import projection_bytes
 from pipeline.stages.releases import ensure_release_bucket
-from subjects import dsse
+from subjects import dsse, names
 from subjects.canonical import canonical_bytes, sha256_identity
 from subjects.keys import (
     KeyFileError,
     PublicKeyRecord,
     SigningKey,
+    VerifyKey,
     load_private_key,
     public_record,
 )
-from subjects.registry import KeyRegistry, RegistryError, RegistryFile
+from subjects.registry import KeyRegistry, RegistryError, RegistryFile, decode_registry
 from subjects.release import (
     BUNDLE_SCHEMA,
     MANIFEST_SCHEMA,
@@ -57,6 +60,8 @@ from subjects.release import (
     ReleaseBundle,
     ReleaseDigests,
     ReleaseManifest,
+    ReleaseReport,
+    ReleaseReportRequest,
     Revocations,
     TrustRoot,
     decode_bundle,
@@ -64,6 +69,7 @@ from subjects.release import (
     encode_bundle,
     encode_trust_root,
     manifest_hash,
+    open_release_report,
     release_key,
 )
 
@@ -375,6 +381,8 @@ class BucketEntry:
     revision: int
     manifest: ReleaseManifest | None
     size: int
+    gate_keys: dict[str, VerifyKey]
+    """The gate keys its registry names (:func:`gate_keys_of`), if it decodes."""
 
 
 async def bucket_entries(js: JetStreamContext) -> list[BucketEntry]:
@@ -388,14 +396,109 @@ async def bucket_entries(js: JetStreamContext) -> list[BucketEntry]:
                 break
             if entry.value is None:
                 continue
+            manifest: ReleaseManifest | None = None
+            gate_keys: dict[str, VerifyKey] = {}
             try:
-                manifest: ReleaseManifest | None = unverified_manifest(decode_bundle(entry.value))
+                bundle = decode_bundle(entry.value)
+                manifest = unverified_manifest(bundle)
+                gate_keys = gate_keys_of(bundle)
             except (ReleaseError, MalformedReleaseError):
-                manifest = None
-            entries.append(BucketEntry(entry.key, entry.revision or 0, manifest, len(entry.value)))
+                pass
+            entries.append(
+                BucketEntry(entry.key, entry.revision or 0, manifest, len(entry.value), gate_keys)
+            )
     finally:
         await watcher.stop()  # type: ignore[no-untyped-call]
     return entries
+
+
+# -- what the gates did with it (issue 22) ------------------------------------------
+
+REPORT_WINDOW_SECONDS: Final = 0.5
+"""How long one round of :func:`ask_gates` listens for answers: every gate on the
+bus answers ``smf.release.report`` (a queue group per gate), so a round gathers
+replies until this window closes rather than taking the first."""
+
+
+SETTLED: Final = frozenset({"adopted", "superseded", "refused"})
+"""A gate's answers that will not change by asking again soon."""
+
+
+@dataclass(frozen=True, slots=True)
+class GateAnswers:
+    """One round of ``smf.release.report``: the reports a trusted gate key signed,
+    by gate name, and how many answers were not (never counted)."""
+
+    reports: dict[str, ReleaseReport]
+    unverified: int
+
+
+def gate_keys_of(bundle: ReleaseBundle) -> dict[str, VerifyKey]:
+    """The gate keys a release's own registry names: whose reports about it count.
+
+    The registry is read as published, unverified, which is enough here: a
+    report is news to the publisher, never a decision, and the gates verify the
+    release itself before they adopt it."""
+    try:
+        return decode_registry(bundle.registry, "the release's registry").trusted("gate")
+    except RegistryError as exc:
+        raise ReleaseError(f"its registry does not decode: {exc}") from None
+
+
+async def ask_gates(
+    nc: Client,
+    request: ReleaseReportRequest,
+    gate_keys: Mapping[str, VerifyKey],
+    window: float = REPORT_WINDOW_SECONDS,
+) -> GateAnswers:
+    """Ask every gate on the bus for its release report; gather for ``window`` seconds."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    reports: dict[str, ReleaseReport] = {}
+    unverified = 0
+    loop = asyncio.get_running_loop()
+    try:
+        await nc.publish(names.RELEASE_REPORT, msgspec.json.encode(request), reply=inbox)
+        deadline = loop.time() + window
+        while (left := deadline - loop.time()) > 0:
+            try:
+                msg = await sub.next_msg(timeout=left)
+            except TimeoutError:
+                break
+            try:
+                report = open_release_report(msg.data, gate_keys)
+            except (dsse.SignatureError, msgspec.DecodeError):
+                unverified += 1
+                continue
+            reports[report.gate] = report
+    finally:
+        await sub.unsubscribe()
+    return GateAnswers(reports, unverified)
+
+
+async def wait_for_adoption(
+    nc: Client,
+    request: ReleaseReportRequest,
+    gate_keys: Mapping[str, VerifyKey],
+    wait_seconds: float,
+    on_tick: Callable[[float], None] | None = None,
+) -> GateAnswers:
+    """Ask until every gate that answers has adopted or refused the candidate, or
+    ``wait_seconds`` passed; returns the last round. A gate that has not yet seen
+    the bucket's new value answers ``unseen``/``pending`` and is asked again."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while True:
+        answers = await ask_gates(nc, request, gate_keys)
+        elapsed = loop.time() - started
+        if on_tick is not None:
+            on_tick(elapsed)
+        settled = [r for r in answers.reports.values() if r.asked in SETTLED]
+        if answers.reports and len(settled) == len(answers.reports):
+            return answers
+        if elapsed >= wait_seconds:
+            return answers
+        await asyncio.sleep(0.1)
 
 
 # -- the demo's signed release ------------------------------------------------------

@@ -33,7 +33,9 @@ Rules the table keeps:
   (tool-call accounting) and streams the output
   of the runtimes it serves (``smf.output.>``, closes signed with its own key);
   it reads no order, no approval and nothing of another principal.
-- Release publishers write the release bucket and nothing else; Swarm serves
+- Release publishers write the release bucket and ask the gates what they did
+  with it (``smf.release.report``: every gate answers with its active release and
+  recent refusals, ids and reason codes only), and nothing else; Swarm serves
   ``smf.swarm.analyze``.
 - Only an operator lifts a runtime's stop (``smf.gateway.clear``).
 - Nobody but an operator deletes or purges a stream or a bucket, or a
@@ -239,6 +241,7 @@ def _gate() -> Permissions:
             names.GATEWAY_ADMIT,
             names.GATEWAY_CALLS,
             names.GATEWAY_CLEAR,
+            names.RELEASE_REPORT,
             f"{names.STAGE_PREFIX}.>",
             f"{names.GATE_SYNC_PREFIX}.>",
             "$SRV.>",
@@ -326,7 +329,7 @@ def _gateway() -> Permissions:
 
 def _publisher() -> Permissions:
     return Permissions(
-        publish_allow=(f"$KV.{RELEASE_BUCKET}.>", *_READ_RELEASES),
+        publish_allow=(f"$KV.{RELEASE_BUCKET}.>", *_READ_RELEASES, names.RELEASE_REPORT),
         subscribe_allow=(),
     )
 

@@ -49,6 +49,10 @@ GatewayCallsAnswer it signed (:data:`PAYLOAD_GATEWAY_CALLS`), and stops a runtim
 that ran a tool no proposal covered."""
 GATEWAY_CLEAR: Final = "smf.gateway.clear"
 """Operators request: lift the stop of one runtime (``model-gateway clear``)."""
+RELEASE_REPORT: Final = "smf.release.report"
+"""Publishers and operators request (a ReleaseReportRequest); EVERY gate replies with a
+ReleaseReport it signed (:data:`subjects.release.PAYLOAD_RELEASE_REPORT`): its active
+release and its recent refusals (issue 22)."""
 GATE_SYNC_PREFIX: Final = "smf.gate.sync"
 """``smf.gate.sync.<kind>``: what gate replicas tell each other (attestations, decided
 tool-call ids, stops; ``pipeline.stages.replica_sync``); gates only."""

@@ -51,7 +51,13 @@ import msgspec
 from subjects import dsse
 from subjects.canonical import Identity, sha256_identity
 from subjects.dsse import Envelope
-from subjects.keys import KeyFileError, PublicKeyRecord, VerifyKey, verify_key_from_record
+from subjects.keys import (
+    KeyFileError,
+    PublicKeyRecord,
+    SigningKey,
+    VerifyKey,
+    verify_key_from_record,
+)
 from subjects.patterns import Millis
 
 PAYLOAD_RELEASE_MANIFEST: Final = "application/vnd.smf.release-manifest+json;v=1"
@@ -410,6 +416,88 @@ def check_sequence_floor(
                 f"sequence {manifest.sequence} names another release than the one already used"
             )
     return SequenceFloor(manifest.sequence, digest)
+
+
+# -- what a gate reports of its releases (issue 22) ---------------------------------
+
+PAYLOAD_RELEASE_REPORT: Final = "application/vnd.smf.release-report+json;v=1"
+"""DSSE payload type of a gate's :class:`ReleaseReport`."""
+RELEASE_REPORT_SCHEMA: Final = "smf.release-report/1"
+MAX_REPORTED_REFUSALS: Final = 32
+MAX_REPORT_TEXT: Final = 300
+"""Bound on a refusal's detail in a report: the reason code is the machine value;
+the detail is a sentence for a person and never holds a payload."""
+
+ReportText = Annotated[str, msgspec.Meta(max_length=MAX_REPORT_TEXT)]
+ReleaseOutcome = Literal["adopted", "superseded", "refused", "pending", "unseen"]
+"""What a gate did with one candidate: ``adopted`` (it is the gate's active
+release), ``superseded`` (adopted, then replaced by a later release),
+``refused`` (with a reason code; a ``retryable`` refusal such as
+``release_chain_broken`` is tried again when the gate's state moves),
+``pending`` (seen, not yet decided) or ``unseen``."""
+
+
+class ReleaseReportRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``smf.release.report``: which candidate the asker wants news of, if any.
+
+    ``origin`` is where the gate found it (``kv:<key>@<revision>`` for the
+    bucket, as the publisher's ``create`` returned it); ``manifest_hash`` is
+    what the publisher signed."""
+
+    manifest_hash: Identity | None = None
+    origin: ReportText | None = None
+
+
+class ReportedRelease(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    release_id: ReleaseId
+    sequence: SequenceNumber
+    manifest_hash: Identity
+    lease_expires_at_ms: Millis
+
+
+class ReportedRefusal(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    origin: ReportText
+    reason_code: ReportText
+    detail: ReportText
+    at_ms: Millis
+    retryable: bool
+
+
+class ReleaseReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A gate's own account of its releases, signed with its gate key.
+
+    Issue 22: ``release publish`` said "published" for a release the gate then
+    refused, visible only in the gate's log. The gate's refusals are now told
+    to whoever may ask (publishers and operators, docs/BUS-PERMISSIONS.md),
+    and a publisher counts an answer only when a gate key of the registry it
+    trusts signed it. ``in_force`` is whether the gate decides anything now
+    (a release whose lease ran out is ``active`` but not in force)."""
+
+    schema: Literal["smf.release-report/1"]
+    gate: ReportText
+    at_ms: Millis
+    active: ReportedRelease | None
+    in_force: bool
+    refusals: Annotated[tuple[ReportedRefusal, ...], msgspec.Meta(max_length=MAX_REPORTED_REFUSALS)]
+    asked: ReleaseOutcome | None = None
+    asked_refusal: ReportedRefusal | None = None
+
+
+def sign_release_report(report: ReleaseReport, gate_key: SigningKey) -> bytes:
+    return dsse.encode_envelope(dsse.sign_struct(PAYLOAD_RELEASE_REPORT, report, [gate_key]))
+
+
+def open_release_report(data: bytes, gate_keys: Mapping[str, VerifyKey]) -> ReleaseReport:
+    """The report, if a gate key of ``gate_keys`` signed it; raises
+    :class:`~subjects.dsse.SignatureError` otherwise (an unsigned or foreign
+    answer never counts as an adoption)."""
+    report, _ = dsse.open_struct(
+        dsse.decode_envelope(data, MAX_BUNDLE_BYTES),
+        gate_keys,
+        ReleaseReport,
+        PAYLOAD_RELEASE_REPORT,
+    )
+    return report
 
 
 def release_keys_newest_first(keys: Iterable[str]) -> list[str]:

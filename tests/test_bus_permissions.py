@@ -125,6 +125,9 @@ ACTIONS: Final = (
         f"{API}.STREAM.INFO.KV_{RELEASE_BUCKET}",
         who(GATE, RUNTIME, PUBLISHER),
     ),
+    # Issue 22: publishers ask each gate what it did with a release; only gates answer.
+    Action("ask the gates' release report", "req", names.RELEASE_REPORT, who(PUBLISHER), b"{}"),
+    Action("serve the release report", "sub", names.RELEASE_REPORT, who(GATE)),
     Action("propose", "req", names.PROPOSE, who(RUNTIME), b"not a proposal"),
     Action("attest", "req", names.ATTEST, who(RUNTIME), b"not an attestation"),
     Action("stream output", "pub", "smf.output.s-1", who(RUNTIME, MODEL_GATEWAY)),

@@ -850,7 +850,8 @@ def test_publish_to_a_state_dir_refuses_what_its_gate_would_refuse(
     """A release chained to one the gate never accepted is not written to the
     inbox, and the reason is the gate's (issue 22: "published", then
     ``release_chain_broken`` in the gate's log only). The chained successor
-    of the accepted release is published."""
+    of the accepted release is published, and without a gate to adopt it the
+    command says so and exits 1 unless told ``--no-wait``."""
     state = StateDir(work / "state")
     v1 = current_inbox(state)
     v2 = next_release(state, work, v1, "careless-v2")
@@ -866,7 +867,15 @@ def test_publish_to_a_state_dir_refuses_what_its_gate_would_refuse(
     assert "would refuse it: release refused (release_chain_broken)" in err
     assert sorted(state.release_inbox.iterdir()) == before
     code, err = call(
-        ["release", "publish", str(work / "v2"), "--state-dir", str(state.root)], capsys
+        ["release", "publish", str(work / "v2"), "--state-dir", str(state.root), "--wait", "0.5"],
+        capsys,
+    )
+    # written, but no gate runs on this state: not adopted is not success (issue 22)
+    assert_one_refusal(code, err, ("release", "publish"))
+    assert "no gate reported adopting it within 0.5 s" in err
+    assert len(list(state.release_inbox.iterdir())) == len(before) + 1
+    code, err = call(
+        ["release", "publish", str(work / "v2"), "--state-dir", str(state.root), "--no-wait"],
+        capsys,
     )
     assert (code, err) == (0, "")
-    assert len(list(state.release_inbox.iterdir())) == len(before) + 1

@@ -16,7 +16,10 @@ Proves:
   release published later is picked up and decisions resume;
 - releases published out of order, or missed while a gate was down, still
   chain; a new release's registry replaces the gate's;
-- the ``release`` commands build, verify, publish and report.
+- the ``release`` commands build, verify, publish and report;
+- ``release publish`` waits for every gate's signed report and exits 1 on a
+  refusal (with the gate and reason) or when no gate's signed word came;
+  ``release status`` shows each gate's release and refusals (issue 22).
 
 Does not prove: convergence across a NATS cluster (one server here), or an
 adapter or Swarm consumer verifying releases (they are not wired yet).
@@ -77,10 +80,22 @@ from pipeline.stages.decide import EvaluateStage
 from pipeline.stages.releases import ReleaseWatcher, ensure_release_bucket
 from pipeline.stages.transport import serve
 from pipeline.stores.release_state import ReleaseStateStore, StoreUnavailable
+from subjects import names
 from subjects.keys import SigningKey, generate_signing_key, public_record, write_private_key
 from subjects.messages import Verdict
 from subjects.registry import RegistryFile, encode_registry
-from subjects.release import ExpiredReleaseError, ReleaseBundle, encode_bundle, release_key
+from subjects.release import (
+    MAX_REPORT_TEXT,
+    RELEASE_REPORT_SCHEMA,
+    ExpiredReleaseError,
+    ReleaseBundle,
+    ReleaseReport,
+    ReleaseReportRequest,
+    ReportedRelease,
+    encode_bundle,
+    release_key,
+    sign_release_report,
+)
 from tests.bus_helpers import wait_for
 from tests.clocks import OffsetClock as Clock
 from tests.release_helpers import manifest_of, scenario_corpus, swap
@@ -940,3 +955,170 @@ async def test_status_shows_a_bucket_entry_that_is_not_a_release(
     await kv.put(release_key(5), b"garbage")
     entries = await bucket_entries(nc.jetstream())
     assert [(e.key, e.manifest) for e in entries] == [(release_key(5), None)]
+
+
+# --- publishers hear what the gates did (issue 22) -------------------------------------
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+async def test_publish_reports_each_gates_refusal_then_adoption(
+    state: StateDir,
+    gates: GateFactory,
+    nats_server: EmbeddedNatsServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 22: ``release publish`` said "published" for a release every gate then
+    refused (``release_chain_broken``, in the gates' logs only). Now it waits
+    for each gate's signed report: a refusal exits 1 with the gate and reason,
+    ``status`` lists each gate's refusals, and an adoption names every gate that
+    answered (two gates here, one queue group each, so both are heard)."""
+    configure_logging(json=True, level="critical")
+    v1 = current_inbox(state)
+    other = twin_state(state, tmp_path / "other")
+    gate_a = await gates(state, name="gate-a")
+    gate_b = await gates(other, name="gate-b")
+    first = active_id(gate_a)
+    v2 = next_release(state, tmp_path, v1, "heard-v2")
+    v3 = next_release(state, tmp_path, v2, "heard-v3")
+    write_release_dir(v2, tmp_path / "v2")
+    write_release_dir(v3, tmp_path / "v3")
+    url = nats_server.url
+
+    code, out, err = await acli(
+        ["release", "publish", str(tmp_path / "v3"), "--nats", url, "--json"], capsys
+    )
+    assert code == 1
+    line = one_line(err)
+    assert "refused it (release_chain_broken)" in line
+    assert "tried again" in line
+    assert {(g["gate"], g["outcome"], g["reason_code"]) for g in json.loads(out)["gates"]} == {
+        ("gate-a", "refused", "release_chain_broken"),
+        ("gate-b", "refused", "release_chain_broken"),
+    }
+    assert active_id(gate_a) == active_id(gate_b) == first  # the refusal changed nothing
+
+    code, out, _ = await acli(["release", "status", "--nats", url, "--json"], capsys)
+    assert code == 0
+    reported = {g["gate"]: g for g in json.loads(out)["gates"]}
+    assert set(reported) == {"gate-a", "gate-b"}
+    for gate in reported.values():
+        assert gate["active_release_id"] == first
+        assert gate["in_force"] is True
+        assert any(
+            r["reason_code"] == "release_chain_broken"
+            and r["origin"].startswith("kv:release.0000000000000003@")
+            and r["retryable"] is True
+            for r in gate["refusals"]
+        )
+    code, out, _ = await acli(["release", "status", "--nats", url], capsys)
+    assert f"gate gate-a: {first}" in out
+    assert "(release_chain_broken)" in out
+
+    # v2 fills the chain: each gate adopts v2, retries v3 and adopts it too, so v2
+    # is already superseded when the publisher asks; that is an adoption.
+    code, out, err = await acli(["release", "publish", str(tmp_path / "v2"), "--nats", url], capsys)
+    assert (code, err) == (0, "")
+    assert "adopted by gate-a, gate-b" in out
+    await wait_for(lambda: active_id(gate_a) == active_id(gate_b) == "heard-v3", timeout=10)
+    code, out, err = await acli(
+        ["release", "publish", str(tmp_path / "v3"), "--nats", url, "--json"], capsys
+    )
+    assert (code, err) == (0, "")
+    assert {g["outcome"] for g in json.loads(out)["gates"]} == {"adopted"}
+
+    # A request that does not decode gets an unsigned refusal, which counts for nothing.
+    reply = await gate_a.nc.request(names.RELEASE_REPORT, b"not json", timeout=5)
+    assert reply.data == b'{"error":"malformed_request"}'
+
+
+async def test_publish_without_a_gates_signed_word_is_not_success(
+    state: StateDir,
+    nats_server: EmbeddedNatsServer,
+    nc: Client,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """No gate on the bus: the release is in the bucket, but publish exits 1 saying no
+    gate adopted it. Answers that claim adoption are ignored unless a gate key
+    of the release's registry signed them: here one is signed by a stranger's
+    key and one is not signed at all. ``--no-wait`` publishes and says it did not ask."""
+    configure_logging(json=True, level="critical")
+    v2 = next_release(state, tmp_path, current_inbox(state), "unheard-v2")
+    write_release_dir(v2, tmp_path / "v2")
+    url = nats_server.url
+    args = ["release", "publish", str(tmp_path / "v2"), "--nats", url, "--wait", "1"]
+
+    code, out, err = await acli(args, capsys)
+    assert (code, out) == (1, "")
+    assert "no gate reported adopting it within 1 s" in one_line(err)
+    assert [e.key for e in await bucket_entries(nc.jetstream())] == [release_key(2)]
+
+    stranger = generate_signing_key()
+    prior = prior_of(v2)
+
+    async def forge(msg: Any) -> None:
+        claim = ReleaseReport(
+            schema=RELEASE_REPORT_SCHEMA,
+            gate="forged",
+            at_ms=now_ms(),
+            active=ReportedRelease(
+                release_id="unheard-v2",
+                sequence=2,
+                manifest_hash=prior.manifest_hash,
+                lease_expires_at_ms=now_ms() + DAY,
+            ),
+            in_force=True,
+            refusals=(),
+            asked="adopted",
+        )
+        await nc.publish(msg.reply, sign_release_report(claim, stranger))
+        await nc.publish(msg.reply, msgspec.json.encode(claim))
+
+    await nc.subscribe(names.RELEASE_REPORT, cb=forge)
+    await nc.flush()
+    code, out, err = await acli(args, capsys)
+    assert code == 1
+    line = one_line(err)
+    assert "no gate reported adopting it" in line
+    assert "answer(s) not signed by a gate key of its registry ignored" in line
+
+    code, out, err = await acli([*args, "--no-wait"], capsys)
+    assert (code, err) == (0, "")
+    assert "adoption not checked (--no-wait)" in out
+
+
+async def test_the_watcher_reports_what_it_did_with_each_candidate(
+    watcher: ReleaseWatcher,
+) -> None:
+    """What ``smf.release.report`` answers, straight from the watcher: nothing in force
+    without a release; ``unseen`` for a candidate it never had, ``pending`` for
+    one it holds undecided, ``adopted`` for its release, the refusal for a bad one."""
+    empty = watcher.report("g", ReleaseReportRequest())
+    assert (empty.active, empty.in_force, empty.asked) == (None, False, None)
+    assert watcher.report("g", ReleaseReportRequest(origin="kv:x@1")).asked == "unseen"
+    await watcher.scan_inbox()
+    active = watcher.active
+    assert active is not None
+    adopted = watcher.report("g", ReleaseReportRequest(manifest_hash=active.manifest_hash))
+    assert (adopted.asked, adopted.in_force) == ("adopted", True)
+    watcher._pending["kv:held@1"] = b""  # a candidate not yet drained
+    assert watcher.report("g", ReleaseReportRequest(origin="kv:held@1")).asked == "pending"
+    del watcher._pending["kv:held@1"]
+    await watcher.offer("kv:junk@2", b"not a bundle")
+    refused = watcher.report("g", ReleaseReportRequest(origin="kv:junk@2"))
+    assert refused.asked == "refused"
+    assert refused.asked_refusal is not None
+    assert refused.asked_refusal.reason_code == "release_malformed"
+    assert refused.asked_refusal.retryable is False
+    long = "x" * 1000
+    await watcher.offer(long, b"not a bundle")
+    assert all(
+        len(r.origin) <= MAX_REPORT_TEXT
+        for r in watcher.report("g", ReleaseReportRequest()).refusals
+    )

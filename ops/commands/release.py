@@ -17,7 +17,8 @@ import argparse
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +26,24 @@ import msgspec
 from nats.errors import Error as NatsError
 
 from ops.bus import add_credential_argument, connect_bus, credential_for
-from ops.output import CommandError, emit_json, fail, positive_int, say, table
+from ops.output import (
+    CommandError,
+    Progress,
+    emit_json,
+    fail,
+    positive_float,
+    positive_int,
+    say,
+    table,
+)
 from ops.releases import (
     DEFAULT_LEASE_HOURS,
+    GateAnswers,
     ReleaseError,
+    ask_gates,
     bucket_entries,
     build_release,
+    gate_keys_of,
     latest_in_inbox,
     load_trust_root,
     make_trust_root,
@@ -40,6 +53,7 @@ from ops.releases import (
     read_public_record,
     read_release_dir,
     unverified_manifest,
+    wait_for_adoption,
     write_release_dir,
     write_trust_root,
 )
@@ -53,8 +67,18 @@ from pipeline.core.release_trust import (
 )
 from pipeline.stores.release_state import StoredRelease, read_release_state
 from subjects.bus_access import BusCredential
-from subjects.keys import KeyFileError, SigningKey, load_private_key
-from subjects.release import ReleaseBundle, ReleaseCheckError, ReleaseManifest, encode_bundle
+from subjects.keys import KeyFileError, SigningKey, VerifyKey, load_private_key
+from subjects.release import (
+    RELEASE_REPORT_SCHEMA,
+    ReleaseBundle,
+    ReleaseCheckError,
+    ReleaseManifest,
+    ReleaseReport,
+    ReleaseReportRequest,
+    ReportedRefusal,
+    ReportedRelease,
+    encode_bundle,
+)
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -97,6 +121,16 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     where.add_argument("--nats", metavar="URL", help="publish to the SMF_RELEASES bucket")
     where.add_argument("--state-dir", type=Path, help="publish to this state directory's inbox")
     publish.add_argument("--trust-root", type=Path, help="verify against it before publishing")
+    publish.add_argument(
+        "--wait",
+        type=positive_float,
+        default=DEFAULT_ADOPTION_WAIT_SECONDS,
+        metavar="SECONDS",
+        help="how long to wait for the gates to adopt or refuse it (default %(default)s)",
+    )
+    publish.add_argument(
+        "--no-wait", action="store_true", help="publish without asking the gates what they did"
+    )
     add_credential_argument(publish, PUBLISHER)
     publish.add_argument("--json", action="store_true", help="print JSON")
     publish.set_defaults(func=run_publish)
@@ -296,17 +330,119 @@ def run_verify(args: argparse.Namespace) -> int:
 
 # -- publish ----------------------------------------------------------------------
 
+DEFAULT_ADOPTION_WAIT_SECONDS = 15.0
+"""Longer than a gate's inbox rescan (``release_tick_seconds``, 5 s by default)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """Where a release went and what the gates said of it (issue 22)."""
+
+    manifest: ReleaseManifest
+    manifest_hash: str
+    to: str
+    reports: dict[str, ReleaseReport]
+    unverified: int = 0
+    waited: bool = True
+
+    def adopted_by(self) -> list[str]:
+        return sorted(g for g, r in self.reports.items() if r.asked in ("adopted", "superseded"))
+
+    def refused_by(self) -> list[tuple[str, ReportedRefusal]]:
+        return sorted(
+            (
+                (g, r.asked_refusal)
+                for g, r in self.reports.items()
+                if r.asked == "refused" and r.asked_refusal is not None
+            ),
+            key=lambda pair: pair[0],
+        )
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "release_id": self.manifest.release_id,
+            "sequence": self.manifest.sequence,
+            "manifest_hash": self.manifest_hash,
+            "to": self.to,
+            "waited": self.waited,
+            "gates": [
+                {
+                    "gate": gate,
+                    "outcome": report.asked,
+                    "reason_code": None
+                    if report.asked_refusal is None
+                    else report.asked_refusal.reason_code,
+                    "detail": None if report.asked_refusal is None else report.asked_refusal.detail,
+                    "retryable": None
+                    if report.asked_refusal is None
+                    else report.asked_refusal.retryable,
+                    "active_release_id": None
+                    if report.active is None
+                    else report.active.release_id,
+                }
+                for gate, report in sorted(self.reports.items())
+            ],
+            "unverified_answers": self.unverified,
+        }
+
+
+def _waiting(wait_seconds: float) -> tuple[Progress, Callable[[float], None]]:
+    progress = Progress("waiting for the gates (s)", max(1, round(wait_seconds)))
+    return progress, lambda elapsed: progress.update(min(progress.total, int(elapsed)))
+
 
 async def _publish_nats(
-    url: str, credential: BusCredential | None, bundle: ReleaseBundle
-) -> tuple[str, int]:
+    url: str,
+    credential: BusCredential | None,
+    bundle: ReleaseBundle,
+    wait_seconds: float | None,
+) -> Published:
+    """Put the bundle into the bucket, then (unless ``wait_seconds`` is None) ask the
+    gates until each that answers adopted or refused exactly this revision."""
+    prior = prior_of(bundle)
+    gate_keys = gate_keys_of(bundle)
     nc = await connect_bus(url, "smf-release", credential)
     try:
-        return await publish_to_bucket(nc.jetstream(), bundle)
+        key, revision = await publish_to_bucket(nc.jetstream(), bundle)
+        to = f"{url} SMF_RELEASES {key} (revision {revision})"
+        manifest = unverified_manifest(bundle)
+        if wait_seconds is None:
+            return Published(manifest, prior.manifest_hash, to, {}, waited=False)
+        request = ReleaseReportRequest(
+            manifest_hash=prior.manifest_hash, origin=f"kv:{key}@{revision}"
+        )
+        progress, tick = _waiting(wait_seconds)
+        try:
+            answers = await wait_for_adoption(nc, request, gate_keys, wait_seconds, tick)
+        finally:
+            progress.close()
+        return Published(manifest, prior.manifest_hash, to, answers.reports, answers.unverified)
     except (NatsError, TimeoutError) as exc:
         fail(f"cannot publish to {url}: {str(exc).strip() or type(exc).__name__}")
     finally:
         await nc.drain()
+
+
+async def _adopted_from_state(
+    state_dir: Path, wanted: str, wait_seconds: float
+) -> StoredRelease | None:
+    """The state's accepted release once it is ``wanted`` (a manifest hash), or the
+    last one read when ``wait_seconds`` ran out. Read-only, like ``status``."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    progress, tick = _waiting(wait_seconds)
+    try:
+        while True:
+            stored = await _load_state(state_dir)
+            elapsed = loop.time() - started
+            tick(elapsed)
+            if stored is not None and stored.state.manifest_hash == wanted:
+                return stored
+            if elapsed >= wait_seconds:
+                return stored
+            await asyncio.sleep(0.2)
+    finally:
+        progress.close()
 
 
 def gate_would_refuse(folder: Path, state_dir: Path) -> None:
@@ -314,9 +450,8 @@ def gate_would_refuse(folder: Path, state_dir: Path) -> None:
     of that state then refused (``release_chain_broken``, in its log only). The
     inbox is that gate's, so its trust root and accepted release are here to
     check against first, with the checks the gate makes (``verify_release_dir``);
-    a refusal is reported and nothing is written. The gate's own adoption is not
-    waited for: it keeps its refusals in memory and its log, nowhere a
-    publisher can read them."""
+    a refusal is reported and nothing is written. Adoption is then waited for
+    in the state's accepted release (:func:`_adopted_from_state`)."""
     state = StateDir(state_dir)
     if not state.trust_root.exists():
         return
@@ -324,6 +459,85 @@ def gate_would_refuse(folder: Path, state_dir: Path) -> None:
         verify_release_dir(folder, state.trust_root, state_dir, None)
     except CommandError as exc:
         fail(f"not published: the gate of {state_dir} would refuse it: {exc}")
+
+
+def _publish_to_state(
+    bundle: ReleaseBundle, state_dir: Path, wait_seconds: float | None
+) -> Published:
+    prior = prior_of(bundle)
+    path = publish_to_inbox(bundle, StateDir(state_dir).release_inbox)
+    manifest = unverified_manifest(bundle)
+    if wait_seconds is None:
+        return Published(manifest, prior.manifest_hash, str(path), {}, waited=False)
+    stored = asyncio.run(_adopted_from_state(state_dir, prior.manifest_hash, wait_seconds))
+    reports: dict[str, ReleaseReport] = {}
+    if stored is not None and stored.state.manifest_hash == prior.manifest_hash:
+        reports[f"the gate of {state_dir}"] = _state_adoption(stored)
+    return Published(manifest, prior.manifest_hash, str(path), reports)
+
+
+def _state_adoption(stored: StoredRelease) -> ReleaseReport:
+    """A state directory's accepted release, in the words of a gate's report: the
+    gate writes it only after every check passed (``pipeline.stores.release_state``)."""
+    s = stored.state
+    return ReleaseReport(
+        schema=RELEASE_REPORT_SCHEMA,
+        gate="state",
+        at_ms=s.accepted_at_ms,
+        active=ReportedRelease(
+            release_id=s.release_id,
+            sequence=s.sequence,
+            manifest_hash=s.manifest_hash,
+            lease_expires_at_ms=s.lease_expires_at_ms,
+        ),
+        in_force=True,
+        refusals=(),
+        asked="adopted",
+    )
+
+
+def _say_published(args: argparse.Namespace, done: Published) -> int:
+    """Report the gates' answers; exit 1 unless every gate that answered adopted it.
+
+    Issue 22, "a command that asks something of the gate waits for the gate's
+    answer and reports it (publish -> adopted or refused with the reason)"."""
+    if args.json:
+        emit_json(done.json())
+    head = f"published {done.manifest.release_id} (sequence {done.manifest.sequence}) to {done.to}"
+    ignored = (
+        f"; {done.unverified} answer(s) not signed by a gate key of its registry ignored"
+        if done.unverified
+        else ""
+    )
+    if not done.waited:
+        if not args.json:
+            say(f"{head}; adoption not checked (--no-wait)")
+        return 0
+    refused = done.refused_by()
+    if refused:
+        gate, refusal = refused[0]
+        again = (
+            "; it is tried again when the gate's release state moves" if refusal.retryable else ""
+        )
+        more = f" (and {len(refused) - 1} other gate(s))" if len(refused) > 1 else ""
+        fail(
+            f"{head}, but gate {gate}{more} refused it ({refusal.reason_code}): "
+            f"{refusal.detail}{again}"
+        )
+    adopted = done.adopted_by()
+    if not adopted:
+        waiting = sorted(f"{g}: {r.asked}" for g, r in done.reports.items())
+        heard = f" (heard: {', '.join(waiting)})" if waiting else ""
+        fail(
+            f"{head}, but no gate reported adopting it within {args.wait:g} s{heard}{ignored}: "
+            "is a gate running there? (--no-wait publishes without asking)"
+        )
+    if len(adopted) < len(done.reports):
+        late = sorted(set(done.reports) - set(adopted))
+        fail(f"{head}; adopted by {', '.join(adopted)} but not yet by {', '.join(late)}{ignored}")
+    if not args.json:
+        say(f"{head}; adopted by {', '.join(adopted)}{ignored}")
+    return 0
 
 
 def run_publish(args: argparse.Namespace) -> int:
@@ -339,70 +553,113 @@ def run_publish(args: argparse.Namespace) -> int:
             fail(f"not published: release refused (trust_root): {exc}")
         except ReleaseCheckError as exc:
             fail(f"not published: release refused ({exc.reason_code}): {exc}")
+    wait = None if args.no_wait else args.wait
     try:
-        manifest = unverified_manifest(bundle)
         if args.nats:
             credential = credential_for(args.credential, None, PUBLISHER)
-            key, revision = asyncio.run(_publish_nats(args.nats, credential, bundle))
-            where = f"{args.nats} SMF_RELEASES {key} (revision {revision})"
+            done = asyncio.run(_publish_nats(args.nats, credential, bundle, wait))
         else:
-            path = publish_to_inbox(bundle, StateDir(args.state_dir).release_inbox)
-            where = str(path)
+            done = _publish_to_state(bundle, args.state_dir, wait)
     except ReleaseError as exc:
         fail(f"not published: {exc}")
-    if args.json:
-        emit_json({"release_id": manifest.release_id, "sequence": manifest.sequence, "to": where})
-    else:
-        say(f"published {manifest.release_id} (sequence {manifest.sequence}) to {where}")
-    return 0
+    return _say_published(args, done)
 
 
 # -- status -----------------------------------------------------------------------
 
 
-async def _bucket_rows(url: str, credential: BusCredential | None) -> list[dict[str, Any]]:
+STATUS_WINDOW_SECONDS = 1.0
+"""How long ``status --nats`` listens for the gates' reports."""
+
+
+async def _bucket_and_gates(
+    url: str, credential: BusCredential | None
+) -> tuple[list[dict[str, Any]], GateAnswers]:
+    """What the bucket holds, and what every gate on the bus says it did with it
+    (issue 22: ``status`` hid the gates' refusals). A report counts only when a
+    gate key named by a registry in the bucket signed it."""
     nc = await connect_bus(url, "smf-release", credential)
     try:
         entries = await bucket_entries(nc.jetstream())
+        keys: dict[str, VerifyKey] = {}
+        for entry in entries:
+            keys.update(entry.gate_keys)
+        answers = await ask_gates(nc, ReleaseReportRequest(), keys, STATUS_WINDOW_SECONDS)
     except (NatsError, TimeoutError) as exc:
         fail(f"cannot read the release bucket at {url}: {str(exc).strip() or type(exc).__name__}")
     finally:
         await nc.drain()
-    return [
+    rows = [
         {
             "key": e.key,
             "revision": e.revision,
             "bytes": e.size,
             "release_id": e.manifest.release_id if e.manifest else None,
             "sequence": e.manifest.sequence if e.manifest else None,
-            "lease_expires": instant(e.manifest.lease_expires_at_ms) if e.manifest else None,
+            "lease_expires_at_ms": e.manifest.lease_expires_at_ms if e.manifest else None,
         }
         for e in entries
     ]
+    return rows, answers
+
+
+def _gate_json(report: ReleaseReport) -> dict[str, Any]:
+    active = report.active
+    return {
+        "gate": report.gate,
+        "active_release_id": None if active is None else active.release_id,
+        "sequence": None if active is None else active.sequence,
+        "manifest_hash": None if active is None else active.manifest_hash,
+        "lease_expires_at_ms": None if active is None else active.lease_expires_at_ms,
+        "in_force": report.in_force,
+        "refusals": [msgspec.to_builtins(r) for r in report.refusals],
+    }
+
+
+def _say_bucket_status(rows: list[dict[str, Any]], answers: GateAnswers) -> None:
+    table(
+        ("key", "rev", "release", "seq", "lease expires", "bytes"),
+        [
+            (
+                r["key"],
+                r["revision"],
+                r["release_id"],
+                r["sequence"],
+                None if r["lease_expires_at_ms"] is None else instant(r["lease_expires_at_ms"]),
+                r["bytes"],
+            )
+            for r in rows
+        ],
+    )
+    say("(as published, not verified: gates verify each release before use)")
+    if not answers.reports:
+        say(f"no gate answered within {STATUS_WINDOW_SECONDS:g} s")
+    for gate, report in sorted(answers.reports.items()):
+        active = report.active
+        using = "no release" if active is None else f"{active.release_id} (seq {active.sequence})"
+        force = "in force" if report.in_force else "NOT in force: it denies everything"
+        say(f"gate {gate}: {using}, {force}; {len(report.refusals)} recent refusal(s)")
+        for refusal in report.refusals[-5:]:
+            say(f"  refused {refusal.origin} ({refusal.reason_code}) at {instant(refusal.at_ms)}")
+    if answers.unverified:
+        say(f"{answers.unverified} answer(s) not signed by a gate key of the bucket's registries")
 
 
 def run_status(args: argparse.Namespace) -> int:
     if args.nats:
         credential = credential_for(args.credential, None, PUBLISHER)
-        rows = asyncio.run(_bucket_rows(args.nats, credential))
+        rows, answers = asyncio.run(_bucket_and_gates(args.nats, credential))
         if args.json:
-            emit_json({"bucket": rows, "note": "as published, not verified"})
-        else:
-            table(
-                ("key", "rev", "release", "seq", "lease expires", "bytes"),
-                [
-                    (
-                        r["key"],
-                        r["revision"],
-                        r["release_id"],
-                        r["sequence"],
-                        r["lease_expires"],
-                        r["bytes"],
-                    )
-                    for r in rows
-                ],
+            emit_json(
+                {
+                    "bucket": rows,
+                    "note": "as published, not verified",
+                    "gates": [_gate_json(r) for _, r in sorted(answers.reports.items())],
+                    "unverified_answers": answers.unverified,
+                }
             )
-            say("(as published, not verified: gates verify each release before use)")
+        else:
+            _say_bucket_status(rows, answers)
         return 0
     state = StateDir(args.state_dir)
     stored = asyncio.run(_load_state(args.state_dir))
@@ -420,8 +677,8 @@ def run_status(args: argparse.Namespace) -> int:
             "release_id": s.release_id,
             "sequence": s.sequence,
             "manifest_hash": s.manifest_hash,
-            "accepted_at": instant(s.accepted_at_ms),
-            "lease_expires": instant(s.lease_expires_at_ms),
+            "accepted_at_ms": s.accepted_at_ms,
+            "lease_expires_at_ms": s.lease_expires_at_ms,
             "lease_in_force": now < s.lease_expires_at_ms,
             "revoked_key_ids": sorted(s.revoked_key_ids),
             "revoked_release_ids": sorted(s.revoked_release_ids),
@@ -433,7 +690,11 @@ def run_status(args: argparse.Namespace) -> int:
     if accepted is None:
         say("no release accepted yet in this state directory")
     else:
-        table(("field", "value"), [(k.replace("_", " "), v) for k, v in accepted.items()])
+        shown = {k: instant(v) if k.endswith("_at_ms") else v for k, v in accepted.items()}
+        table(
+            ("field", "value"),
+            [(k.removesuffix("_at_ms").replace("_", " "), v) for k, v in shown.items()],
+        )
     if newest is not None:
         say(f"newest in inbox: {newest['release_id']} (sequence {newest['sequence']})")
     return 0

@@ -19,8 +19,9 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
+import msgspec
 import structlog
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
@@ -33,7 +34,7 @@ from pipeline.core.decision import Decision
 from pipeline.core.normalize import Normalized
 from pipeline.core.projection import PolicySet
 from pipeline.core.release_trust import VerifiedRelease
-from pipeline.service import ConcurrentHandler, Endpoint, StageAuth, start_service
+from pipeline.service import ConcurrentHandler, Endpoint, Handler, StageAuth, start_service
 from pipeline.stages.approvals import ApprovalDesk, DeskError
 from pipeline.stages.attestation import AttestationDesk
 from pipeline.stages.buffer import OutputBuffer
@@ -64,7 +65,7 @@ from pipeline.stores.orders_kv import KvOrderBook
 from subjects import names
 from subjects.bus_access import BusCredential, connect_options
 from subjects.messages import Proposal
-from subjects.release import ReleaseCheckError
+from subjects.release import ReleaseCheckError, ReleaseReportRequest, sign_release_report
 
 log = structlog.get_logger(__name__)
 
@@ -113,10 +114,16 @@ class RunningGate:
             await self.nc.drain()
 
     async def serve(
-        self, name: str, endpoints: list[Endpoint], *, description: str, auth: StageAuth | None
+        self,
+        name: str,
+        endpoints: list[Endpoint],
+        *,
+        description: str,
+        auth: StageAuth | None,
+        queue_group: str = names.QUEUE_GROUP,
     ) -> None:
         service, handlers = await start_service(
-            self.nc, name, endpoints, description=description, auth=auth
+            self.nc, name, endpoints, description=description, auth=auth, queue_group=queue_group
         )
         self.services.append(service)
         self.handlers.extend(handlers)
@@ -445,28 +452,7 @@ async def _assemble(
         description="SMF gate stages: normalize, evaluate, dispatch",
         auth=stages.auth,
     )
-    await running.serve(
-        "smf-gate",
-        [Endpoint("propose", names.PROPOSE, gate.handle_propose)],
-        description="SMF Assurance Gate: propose -> verdict",
-        auth=None,
-    )
-    await running.serve(
-        "smf-approvals",
-        [
-            Endpoint("resolve", names.APPROVAL_RESOLVE, desk.handle_resolve),
-            Endpoint("show", names.APPROVAL_SHOW, desk.handle_show),
-            Endpoint("status", names.APPROVAL_STATUS, desk.handle_status),
-        ],
-        description="SMF approval desk: resolve, show, status",
-        auth=None,
-    )
-    await running.serve(
-        "smf-attest",
-        [Endpoint("attest", names.ATTEST, attestation.handle)],
-        description="SMF runtime attestation: attest -> ack",
-        auth=None,
-    )
+    await _serve_public(running, config, releases)
     await _serve_runtime_state(running, config, releases, evaluate.current, sync)
     running.tasks += [
         asyncio.create_task(loops.follow_reports(js, outcomes)),
@@ -478,6 +464,71 @@ async def _assemble(
     await nc.flush()
     log.info("gate_started", gate=config.name, co_located=config.co_located)
     return running
+
+
+_MALFORMED_REPORT_REQUEST: Final = b'{"error":"malformed_request"}'
+
+
+async def _serve_public(
+    running: RunningGate, config: GateConfig, releases: ReleaseWatcher | None
+) -> None:
+    """The subjects other principals call, with no stage MAC: each checks its caller's
+    signature itself, or (the release report) tells only what the caller's bus
+    permission already entitles it to read."""
+    await running.serve(
+        "smf-gate",
+        [Endpoint("propose", names.PROPOSE, running.gate.handle_propose)],
+        description="SMF Assurance Gate: propose -> verdict",
+        auth=None,
+    )
+    await running.serve(
+        "smf-approvals",
+        [
+            Endpoint("resolve", names.APPROVAL_RESOLVE, running.desk.handle_resolve),
+            Endpoint("show", names.APPROVAL_SHOW, running.desk.handle_show),
+            Endpoint("status", names.APPROVAL_STATUS, running.desk.handle_status),
+        ],
+        description="SMF approval desk: resolve, show, status",
+        auth=None,
+    )
+    await running.serve(
+        "smf-attest",
+        [Endpoint("attest", names.ATTEST, running.attestation.handle)],
+        description="SMF runtime attestation: attest -> ack",
+        auth=None,
+    )
+    await _serve_release_report(running, config, releases)
+
+
+async def _serve_release_report(
+    running: RunningGate, config: GateConfig, releases: ReleaseWatcher | None
+) -> None:
+    if releases is None:
+        return  # a gate on a projection folder has no release to report
+    await running.serve(
+        "smf-release-report",
+        [Endpoint("report", names.RELEASE_REPORT, _release_reporter(config, releases))],
+        description="SMF gate releases: report -> this gate's signed release report",
+        auth=None,
+        # a queue group of its own per gate: every replica answers, so a
+        # publisher hears each gate's adoption or refusal, not one of them
+        queue_group=f"{names.QUEUE_GROUP}.report.{names.token(config.name)}",
+    )
+
+
+def _release_reporter(config: GateConfig, releases: ReleaseWatcher) -> Handler:
+    """``smf.release.report`` (issue 22): the watcher's report, signed with the gate
+    key. A request that does not decode gets an unsigned refusal, which no
+    publisher counts as an answer."""
+
+    async def handle(data: bytes) -> bytes:
+        try:
+            request = msgspec.json.decode(data or b"{}", type=ReleaseReportRequest)
+        except msgspec.DecodeError:  # ValidationError is a DecodeError
+            return _MALFORMED_REPORT_REQUEST
+        return sign_release_report(releases.report(config.name, request), config.gate_key)
+
+    return handle
 
 
 async def _serve_runtime_state(

@@ -22,7 +22,8 @@ Invariants:
   release at all :class:`~pipeline.core.release_trust.NoVerifiedReleaseError`,
   so every evaluation is denied with that reason code (fail closed).
 - Every refusal is logged (``release_refused``, with the reason code naming the
-  threat) and kept in :attr:`ReleaseWatcher.refusals`.
+  threat) and kept in :attr:`ReleaseWatcher.refusals`; :meth:`ReleaseWatcher.report`
+  tells them, and the active release, to publishers (``smf.release.report``, issue 22).
 - Candidates are tried in bucket-key order and retried when the trusted state
   moves, so releases published out of order still chain; a refusal that can
   never turn into an acceptance (bad signature, rollback, ...) is dropped.
@@ -65,11 +66,19 @@ from pipeline.stores.release_state import (
 from subjects.canonical import sha256_identity
 from subjects.release import (
     MAX_BUNDLE_BYTES,
+    MAX_REPORT_TEXT,
+    MAX_REPORTED_REFUSALS,
     RELEASE_BUCKET,
     RELEASE_KEY_PREFIX,
+    RELEASE_REPORT_SCHEMA,
     ExpiredReleaseError,
     ReleaseCheckError,
+    ReleaseOutcome,
+    ReleaseReport,
+    ReleaseReportRequest,
     ReleaseRollbackError,
+    ReportedRefusal,
+    ReportedRelease,
     TrustRoot,
     UntrustedClockError,
 )
@@ -110,18 +119,35 @@ async def ensure_release_bucket(js: JetStreamContext, replicas: int = 1) -> KeyV
 
 
 class Refusal:
-    """One refused candidate: where it came from and which threat it was."""
+    """One refused candidate: where it came from, which threat it was, and whether
+    a later state may still turn it into an acceptance (:data:`RETRYABLE`)."""
 
-    __slots__ = ("at_ms", "detail", "origin", "reason_code")
+    __slots__ = ("at_ms", "detail", "origin", "reason_code", "retryable")
 
-    def __init__(self, origin: str, reason_code: str, detail: str, at_ms: int) -> None:
+    def __init__(
+        self, origin: str, reason_code: str, detail: str, at_ms: int, *, retryable: bool = False
+    ) -> None:
         self.origin = origin
         self.reason_code = reason_code
         self.detail = detail
         self.at_ms = at_ms
+        self.retryable = retryable
+
+    def reported(self) -> ReportedRefusal:
+        return ReportedRefusal(
+            origin=_bounded(self.origin),
+            reason_code=_bounded(self.reason_code),
+            detail=_bounded(self.detail),
+            at_ms=self.at_ms,
+            retryable=self.retryable,
+        )
 
     def __repr__(self) -> str:
         return f"Refusal({self.origin!r}, {self.reason_code!r})"
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= MAX_REPORT_TEXT else text[: MAX_REPORT_TEXT - 3] + "..."
 
 
 class ReleaseWatcher:
@@ -155,6 +181,8 @@ class ReleaseWatcher:
         self._pending: dict[str, bytes] = {}
         self._skip: dict[str, str | None] = {}
         self._final: set[str] = set()
+        self._adopted: set[str] = set()
+        """Manifest hashes this gate has switched to since it started (bounded)."""
         self._logged: set[tuple[str, str]] = set()
         self._expiry_logged = False
         self._lock = asyncio.Lock()
@@ -222,6 +250,55 @@ class ReleaseWatcher:
             raise
         self._high_water = max(self._high_water, time.now_ms)
         return release.policy_set
+
+    def report(self, gate: str, request: ReleaseReportRequest) -> ReleaseReport:
+        """What this gate did with its candidates, for ``smf.release.report`` (issue 22).
+
+        ``asked`` answers the request's candidate: ``adopted`` only when the
+        active release is exactly the manifest asked about, ``superseded`` when
+        this gate used it and has since switched on; otherwise the newest refusal
+        of that origin, or ``pending``/``unseen``. Nothing here is raw:
+        ids, reason codes and the refusals' one-line details."""
+        release = self._active
+        try:
+            self.current()
+            in_force = True
+        except ReleaseCheckError:
+            in_force = False
+        active = (
+            None
+            if release is None
+            else ReportedRelease(
+                release_id=release.release_id,
+                sequence=release.sequence,
+                manifest_hash=release.manifest_hash,
+                lease_expires_at_ms=release.manifest.lease_expires_at_ms,
+            )
+        )
+        asked: ReleaseOutcome | None = None
+        asked_refusal: ReportedRefusal | None = None
+        if request.manifest_hash is not None or request.origin is not None:
+            asked = "unseen"
+            newest = next((r for r in reversed(self.refusals) if r.origin == request.origin), None)
+            if release is not None and release.manifest_hash == request.manifest_hash:
+                asked = "adopted"
+            elif request.manifest_hash in self._adopted:
+                asked = "superseded"
+            elif newest is not None:
+                asked, asked_refusal = "refused", newest.reported()
+            elif request.origin in self._pending:
+                asked = "pending"
+        recent = list(self.refusals)[-MAX_REPORTED_REFUSALS:]
+        return ReleaseReport(
+            schema=RELEASE_REPORT_SCHEMA,
+            gate=_bounded(gate),
+            at_ms=self._clock(),
+            active=active,
+            in_force=in_force,
+            refusals=tuple(r.reported() for r in recent),
+            asked=asked,
+            asked_refusal=asked_refusal,
+        )
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -372,6 +449,9 @@ class ReleaseWatcher:
         if self.on_switch is not None:
             self.on_switch(release)
         self._active = release
+        if len(self._adopted) >= MAX_FINAL_REMEMBERED:
+            self._adopted.clear()
+        self._adopted.add(release.manifest_hash)
         self._expiry_logged = False
         log.info(
             "release_switched",
@@ -398,7 +478,15 @@ class ReleaseWatcher:
         self._final.add(origin)
 
     def _refuse(self, origin: str, exc: ReleaseCheckError) -> None:
-        self.refusals.append(Refusal(origin, exc.reason_code, str(exc), self._clock()))
+        self.refusals.append(
+            Refusal(
+                origin,
+                exc.reason_code,
+                str(exc),
+                self._clock(),
+                retryable=isinstance(exc, RETRYABLE),
+            )
+        )
         key = (origin, exc.reason_code)
         if key in self._logged:
             return
