@@ -499,3 +499,53 @@ async def test_gate_shutdown_completes_every_time(tmp_path: Path) -> None:
             starter = GateStarter(state, server.url)
             await starter(co_located=cycle % 2 == 1)
             await asyncio.wait_for(starter.close(), 10)
+
+
+# --- (d) killed between the claim's commit and the evidence's (issue 20) --------------
+
+
+async def test_a_gate_killed_after_the_claim_before_its_evidence_gives_no_order(
+    running_gates: GateStarter, nats_server: EmbeddedNatsServer, nc: Client, state: StateDir
+) -> None:
+    """The crash point the joint commit creates: the claim and its order have
+    committed in the claim file, the evidence entry has not (the test holds the
+    ledger file's write lock, so the gate's ledger commit waits), and the gate
+    process is SIGKILLed there. Nothing was published; the same signed bytes to
+    a restarted gate are a duplicate, and SMF_EXECUTE stays empty: a replay never
+    produces an order, and no order exists without its evidence."""
+    seed_documents(state, ["doc-crash"])
+    runtime = runtime_client(nc, state, timeout=2.0)
+    js = nc.jetstream()
+    proposal = deletion(runtime, "doc-crash")
+    signed = runtime.sign(proposal)
+
+    def claimed() -> bool:
+        uri = state.claims.resolve().as_uri() + "?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM direct_orders WHERE proposal_id = ?",
+                (proposal.proposal_id,),
+            ).fetchone()
+        return bool(row[0])
+
+    async with gate_process(nats_server.url, state, co_located=True) as child:
+        lock = sqlite3.connect(state.ledger, isolation_level=None, timeout=10)
+        try:
+            lock.execute("BEGIN IMMEDIATE")  # the gate's ledger commit now waits
+            answer = asyncio.create_task(runtime.send(proposal.proposal_id, signed))
+            await wait_for(claimed, timeout=10, interval=0.005)
+            child.kill()  # SIGKILL between the two commits: no shutdown code runs
+            await child.wait()
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        first = await answer
+    assert first.outcome == "deny"  # no reply came: the client's own timeout
+    assert ledger_decisions(state) == set()  # the evidence never committed
+    assert await count_or_zero(js) == 0
+
+    gate = await running_gates(True)
+    again = await runtime.send(proposal.proposal_id, signed)
+    assert (again.outcome, again.reason_codes[-1:]) == ("deny", ("duplicate_proposal",))
+    assert await execute_count(gate.js) == 0
+    await assert_orders_have_evidence(js, state)

@@ -33,9 +33,10 @@ What these tests prove:
   deadline is ended ``execution_unknown`` by the recovery of the restarted gate,
   before any sweep runs.
 - Fail closed: with the order book down, a direct allow is denied
-  ``order_record_failed`` and nothing reaches SMF_EXECUTE; its retry is a
-  duplicate; a sweep and a report meeting the outage record nothing, raise
-  nothing.
+  (``order_record_failed`` on KV, whose retry is a duplicate;
+  ``claim_store_unavailable`` in the SQLite claim file, where claim and order
+  are one transaction) and nothing reaches SMF_EXECUTE; a sweep and a report
+  meeting the outage record nothing, raise nothing.
 
 What they do not prove: anything about a tool the runtime runs itself on a
 direct allow (not recorded: see ``Gate._open_order``); a
@@ -398,25 +399,80 @@ async def test_a_restart_past_the_deadline_ends_the_order_unknown(
 
 
 async def test_an_order_book_outage_publishes_nothing_and_breaks_no_loop(
-    gates: GateFactory, nc: Client, state: StateDir
+    gates: GateFactory, nc: Client, state: StateDir, backend: ClusterSettings | None
 ) -> None:
-    """Not recorded, not published: the allow becomes a denial (the claim is spent,
-    so a retry of the same proposal is a duplicate, never a second order); a
-    report or a sweep meeting the outage records nothing and raises nothing."""
+    """Not recorded, not published: the allow becomes a denial; a report or a sweep
+    meeting the outage records nothing and raises nothing.
+
+    On the KV bucket the claim is spent before the order book fails, so a retry
+    of the same proposal is a duplicate, never a second order. In the SQLite
+    claim file the claim and its order are one transaction (issue 20), so the
+    book's outage is the claim file's: ``claim_store_unavailable``, and nothing
+    of either was written (the retry meets the same outage)."""
     gate = await gates()
     await gate.orders.close()
     runtime = runtime_client(nc, state)
     proposal = deletion(runtime, DOCUMENT)
     verdict = await runtime.propose(proposal)
     assert verdict.outcome == "deny"
-    assert "order_record_failed" in verdict.reason_codes
     assert (await gate.js.stream_info(names.EXECUTE_STREAM)).state.messages == 0
-    assert outcomes(state.ledger, decision_of(verdict)) == [("failed", ("order_record_failed",))]
+    if backend is None:
+        assert verdict.reason_codes == ("claim_store_unavailable",)
+        recorded: list[tuple[str | None, tuple[str, ...]]] = []
+        retry = ("deny", ("claim_store_unavailable",))
+    else:
+        assert "order_record_failed" in verdict.reason_codes
+        recorded = [("failed", ("order_record_failed",))]
+        retry = ("deny", ("duplicate_proposal",))
+    assert outcomes(state.ledger, decision_of(verdict)) == recorded
     again = await runtime.propose(proposal)
-    assert (again.outcome, again.reason_codes[-1:]) == ("deny", ("duplicate_proposal",))
+    assert (again.outcome, again.reason_codes[-1:]) == retry
 
     assert await gate.outcomes.sweep() == 0
     stray = order_id_for(verdict.operation_hash or "", decision_of(verdict))
     await file_report(nc, "dms", report_bytes(state.key("dms"), order_id=stray))
-    assert outcomes(state.ledger, decision_of(verdict)) == [("failed", ("order_record_failed",))]
+    assert outcomes(state.ledger, decision_of(verdict)) == recorded
     assert (await gate.js.stream_info(names.EXECUTE_STREAM)).state.messages == 0
+
+
+# --- one durable commit per decision (issue 20) --------------------------------------
+
+
+def claim_and_order_states(state: StateDir, proposal_id: str) -> tuple[str | None, list[str]]:
+    """The claim's state and its orders' states, read from the claim file."""
+    uri = state.claims.resolve().as_uri() + "?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+        claim = conn.execute(
+            "SELECT state FROM proposal_claims WHERE proposal_id = ?", (proposal_id,)
+        ).fetchone()
+        orders = conn.execute(
+            "SELECT state FROM direct_orders WHERE proposal_id = ?", (proposal_id,)
+        ).fetchall()
+    return (None if claim is None else claim[0]), [row[0] for row in orders]
+
+
+@pytest.mark.parametrize("backend", [None], ids=["sqlite"])
+async def test_evidence_that_does_not_commit_releases_nothing_and_spends_the_claim(
+    gates: GateFactory, nc: Client, state: StateDir
+) -> None:
+    """The claim and its order commit beside the evidence entry (issue 20): when the
+    evidence does not commit, the allow is denied ``evidence_store_unavailable``,
+    nothing reaches SMF_EXECUTE, the claim ends ``failed`` and its order is closed
+    ``failed``; the same signed proposal sent to a restarted gate is a duplicate,
+    and still no order is given."""
+    gate = await gates()
+    runtime = runtime_client(nc, state)
+    proposal = deletion(runtime, DOCUMENT)
+    signed = runtime.sign(proposal)
+    await gate.ledger.close()
+    verdict = await runtime.send(proposal.proposal_id, signed)
+    assert (verdict.outcome, verdict.reason_codes) == ("deny", ("evidence_store_unavailable",))
+    assert (await gate.js.stream_info(names.EXECUTE_STREAM)).state.messages == 0
+    assert claim_and_order_states(state, proposal.proposal_id) == ("failed", ["failed"])
+
+    await asyncio.wait_for(gate.close(), CLOSE_TIMEOUT_S)
+    second = await gates()
+    again = await runtime.send(proposal.proposal_id, signed)
+    assert (again.outcome, again.reason_codes[-1:]) == ("deny", ("duplicate_proposal",))
+    assert (await second.js.stream_info(names.EXECUTE_STREAM)).state.messages == 0
+    assert claim_and_order_states(state, proposal.proposal_id) == ("failed", ["failed"])

@@ -28,13 +28,14 @@ from nats.aio.client import Client
 
 from ops.natsserver import EmbeddedNatsServer
 from pipeline.stores import claims_kv
-from pipeline.stores.claims import ClaimStore
+from pipeline.stores.claims import ClaimAndOrder, ClaimStore
 from pipeline.stores.claims_kv import KvClaimStore
 from pipeline.stores.kv import token
 from pipeline.stores.orders import OrderBook, OrderRecord, SqliteOrderBook
 from pipeline.stores.orders_kv import ORDER_KEY, KvOrderBook
 from pipeline.stores.sqlite_worker import StoreUnavailable
 from tests.builders import AT_MS, fake_identity
+from tests.store_helpers import statements
 
 T0: Final = AT_MS
 
@@ -66,10 +67,9 @@ class SqliteBackend:
     path: Path
 
     async def open(self) -> OrderBook:
-        # The gate's claim file: the claims table is there first.
-        claims = await ClaimStore.open(self.path)
-        await claims.close()
-        return await SqliteOrderBook.open_file(self.path)
+        # As the gate opens it: the book on the claim store's worker (one file, one
+        # connection), closed with it.
+        return SqliteOrderBook.beside((await ClaimStore.open(self.path)).worker)
 
     async def aclose(self) -> None:
         return None
@@ -235,3 +235,55 @@ async def test_kv_book_fails_closed(kv_backend: KvBackend) -> None:
     await book.close()
     with pytest.raises(StoreUnavailable):
         await book.open(order("d"))
+
+
+# --- one transaction for a claim and its order (issue 20) -----------------------------
+
+
+async def test_a_claim_and_its_order_commit_in_one_transaction(tmp_path: Path) -> None:
+    """``ClaimStore.claim_and_record``: the first claim of a proposal and its order
+    are written by ONE COMMIT (seen in SQLite's statement trace); a replay writes
+    neither; an order id already recorded leaves the book as it was; an order
+    that is not ``executing`` is refused before anything is written. Each effect
+    is read back from a second connection on the file."""
+    claims = await ClaimStore.open(tmp_path / "claims.db")
+    book = SqliteOrderBook.beside(claims.worker)
+    seen = await statements(claims.worker)
+    first = order("a")
+    done = await claims.claim_and_record(
+        first.proposal_id, first.operation_hash, first.decision_id, T0, first
+    )
+    assert done == ClaimAndOrder(claimed=True, order_recorded=True)
+    assert [s for s in seen if s == "COMMIT"] == ["COMMIT"]
+    other = await ClaimStore.open(tmp_path / "claims.db")
+    other_book = SqliteOrderBook.beside(other.worker)
+    assert await other.state(first.proposal_id) == "claimed"
+    assert await other_book.get(first.order_id) == first
+
+    replay = await claims.claim_and_record(
+        first.proposal_id, first.operation_hash, first.decision_id, T0 + 1, order("b")
+    )
+    assert replay == ClaimAndOrder(claimed=False, order_recorded=False)
+    assert await other_book.get(order("b").order_id) is None
+
+    clash = msgspec.structs.replace(order("c"), order_id=first.order_id)
+    fault = await claims.claim_and_record(
+        clash.proposal_id, clash.operation_hash, clash.decision_id, T0, clash
+    )
+    assert fault == ClaimAndOrder(claimed=True, order_recorded=False)
+    assert await other_book.get(first.order_id) == first
+
+    alone = await claims.claim_and_record("p-alone", first.operation_hash, "d", T0, None)
+    assert alone == ClaimAndOrder(claimed=True, order_recorded=False)
+    assert await other.state("p-alone") == "claimed"
+
+    with pytest.raises(ValueError, match="executing"):
+        await claims.claim_and_record(
+            "p-settled", first.operation_hash, "d", T0, order("d", state="consumed")
+        )
+    assert await other.state("p-settled") is None
+    await book.close()
+    await claims.close()  # the same worker: closing twice is a no-op
+    await other.close()
+    with pytest.raises(StoreUnavailable):
+        await claims.claim_and_record("p-late", first.operation_hash, "d", T0, None)

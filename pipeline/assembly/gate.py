@@ -192,7 +192,7 @@ async def _open_stores(
         undo.push_async_callback(claims.close)
         approvals = await SqliteApprovalStore.open(config.stores.approvals)
         undo.push_async_callback(approvals.close)
-        orders = await SqliteOrderBook.open_file(config.stores.claims)
+        orders = SqliteOrderBook.beside(claims.worker)
     else:
         claims = await KvClaimStore.open(js, replicas=config.replicas)
         undo.push_async_callback(claims.close)
@@ -406,6 +406,7 @@ async def _assemble(
         outcomes=outcomes,
         hold=desk,
         decided_calls=DecidedCalls(),
+        claim_and_record=claims.claim_and_record if isinstance(claims, ClaimStore) else None,
     )
     attestation = _attestation_desk(config, gate, releases, ledger)
     gate.attestation = attestation

@@ -8,6 +8,8 @@ ARCHITECTURE.md, "One proposal through the bus":
     allow : claim once -> record the connector order (its outcome is
             followed) -> dispatch (one ExecuteOrder), or release a tool the
             runtime runs itself -> reply
+            (on one machine the claim and its order are one transaction,
+            committed while the evidence entry commits: issue 20)
     hold  : the hold stage persists the binding and announces it
 
 Fail closed everywhere: every refusal, timeout or exception between the
@@ -19,6 +21,7 @@ decision is never released before its evidence entry has committed (issue
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -37,13 +40,14 @@ from pipeline.stages.evidence import EvidenceWriter, signature_reason, verdict
 from pipeline.stages.outcomes import OutcomeDesk
 from pipeline.stages.tool_calls import DecidedCalls
 from pipeline.stages.transport import StageClient
-from pipeline.stores.claims import ClaimState, ProposalClaims
-from pipeline.stores.ledger import EvidenceError, Ledger
+from pipeline.stores.claims import ClaimAndOrder, ClaimState, ProposalClaims
+from pipeline.stores.ledger import EvidenceError, Ledger, Receipt
+from pipeline.stores.orders import OrderRecord
 from pipeline.stores.sqlite_worker import StoreUnavailable
 from subjects import dsse, names
 from subjects.keyed import PseudonymKey
 from subjects.keys import SigningKey, VerifyKey
-from subjects.messages import Proposal, Verdict
+from subjects.messages import Proposal, Verdict, order_id_for
 from subjects.registry import KeyRegistry
 from subjects.verdicts import sign_verdict
 
@@ -51,6 +55,10 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T", bound=msgspec.Struct)
 
 EVIDENCE_UNAVAILABLE: Final = "evidence_store_unavailable"
+
+ClaimAndRecord = Callable[[str, str, str, int, OrderRecord | None], Awaitable[ClaimAndOrder]]
+"""``(proposal_id, operation_hash, decision_id, at_ms, order)``: claim and record in one
+transaction (:meth:`pipeline.stores.claims.ClaimStore.claim_and_record`)."""
 
 
 class HoldHandler(Protocol):
@@ -109,6 +117,8 @@ class Work:
     tenant_ref: str = ""
     evidence: tuple[str, ...] = ()
     order_id: str | None = None
+    claim: ClaimAndOrder | None = None
+    """Set when the claim (and its order) committed beside the evidence (issue 20)."""
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -150,6 +160,10 @@ class Gate:
     """Admission by runtime attestation (issue 8); ``None`` admits every runtime."""
     decided_calls: DecidedCalls | None = None
     """Tool-call accounting (issue 16): the tool-call ids of every verified proposal."""
+    claim_and_record: ClaimAndRecord | None = None
+    """Where the claims and the order book share one SQLite file (one machine): the
+    claim and its order in one transaction, committed beside the evidence entry
+    (issue 20). ``None`` (a cluster's KV stores): claim, then record the order."""
     share_call: Callable[[str, str], Awaitable[None]] | None = None
     """On a cluster: tell the other replicas of a noted tool-call id
     (``pipeline.stages.replica_sync``), before this proposal's verdict is answered."""
@@ -297,18 +311,78 @@ class Gate:
 
     async def _record(self, work: Work) -> Work | Verdict:
         """Write-before-release (issue 7): the decision's evidence commits first;
-        a ledger outage is a denial."""
+        a ledger outage is a denial.
+
+        Issue 20, one durable commit per decision: for an allow, where the stores
+        allow it (:attr:`claim_and_record`), the claim and its order commit in
+        their one transaction WHILE the evidence entry commits in the ledger's,
+        so an allow waits for one commit's time, not three in a row. Nothing is
+        released before both have committed; if the evidence did not commit, the
+        claim is spent (a replay stays refused) and the order is closed
+        ``failed`` before anything was published."""
         decision = work.need_decision()
         tenant_ref = self._evidence.tenant_ref(work.proposal.actor.tenant_id)
         work = dataclasses.replace(work, tenant_ref=tenant_ref)
-        try:
-            receipt = await self._evidence.append(
-                self._evidence.for_decision(decision, tenant_ref, reasons=work.reasons)
+        entry = self._evidence.for_decision(decision, tenant_ref, reasons=work.reasons)
+        if decision.disposition != "allow" or self.claim_and_record is None:
+            try:
+                receipt = await self._evidence.append(entry)
+            except EvidenceError:
+                return self._evidence_unavailable(work)
+            return dataclasses.replace(work, evidence=(receipt.entry_hash,))
+        connector = work.need_normalized().connector_id
+        order = (
+            None
+            if connector is None
+            else self.outcomes.order_for(
+                work.proposal.proposal_id,
+                decision,
+                Executor("connector", connector),
+                tenant_ref,
             )
-        except EvidenceError:
-            log.error("evidence_unavailable", proposal_id=work.proposal.proposal_id)
-            return self._deny(work, (EVIDENCE_UNAVAILABLE,))
-        return dataclasses.replace(work, evidence=(receipt.entry_hash,))
+        )
+        evidence, claim = await asyncio.gather(
+            self._evidence.append(entry),
+            self.claim_and_record(
+                work.proposal.proposal_id,
+                decision.operation_hash,
+                decision.decision_id,
+                self.clock(),
+                order,
+            ),
+            return_exceptions=True,
+        )
+        return await self._joined(work, order, evidence, claim)
+
+    async def _joined(
+        self,
+        work: Work,
+        order: OrderRecord | None,
+        evidence: Receipt | BaseException,
+        claim: ClaimAndOrder | BaseException,
+    ) -> Work | Verdict:
+        """The two commits of :meth:`_record`, judged together, evidence first."""
+        for outcome in (evidence, claim):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+                raise outcome  # cancellation: the boundary above owns it
+        if isinstance(evidence, BaseException):
+            if isinstance(claim, ClaimAndOrder) and claim.claimed:
+                await self._settle(work.proposal.proposal_id, "failed")
+                if order is not None and claim.order_recorded:
+                    await self.outcomes.close_undelivered(order.order_id)
+            if isinstance(evidence, EvidenceError):
+                return self._evidence_unavailable(work)
+            raise evidence
+        work = dataclasses.replace(work, evidence=(evidence.entry_hash,))
+        if isinstance(claim, StoreUnavailable):
+            return self._deny(work, ("claim_store_unavailable",))
+        if isinstance(claim, BaseException):
+            raise claim
+        return dataclasses.replace(work, claim=claim)
+
+    def _evidence_unavailable(self, work: Work) -> Verdict:
+        log.error("evidence_unavailable", proposal_id=work.proposal.proposal_id)
+        return self._deny(work, (EVIDENCE_UNAVAILABLE,))
 
     async def _refuse_denied(self, work: Work) -> Work | Verdict:
         if work.need_decision().disposition == "deny":
@@ -330,6 +404,8 @@ class Gate:
         """Claim the proposal once: a replay never produces a second order."""
         decision = work.need_decision()
         proposal_id = work.proposal.proposal_id
+        if work.claim is not None:
+            return work if work.claim.claimed else self._deny(work, ("duplicate_proposal",))
         try:
             claimed = await self.claims.claim(
                 proposal_id, decision.operation_hash, decision.decision_id, self.clock()
@@ -355,10 +431,18 @@ class Gate:
         if connector is None:
             return work
         proposal, decision = work.proposal, work.need_decision()
-        executor = Executor("connector", connector)
-        order_id = await self.outcomes.open(
-            proposal.proposal_id, decision, executor, work.tenant_ref
-        )
+        order_id: str | None
+        if work.claim is not None:  # recorded with the claim, or refused there
+            order_id = (
+                order_id_for(decision.operation_hash, decision.decision_id)
+                if work.claim.order_recorded
+                else None
+            )
+        else:
+            executor = Executor("connector", connector)
+            order_id = await self.outcomes.open(
+                proposal.proposal_id, decision, executor, work.tenant_ref
+            )
         if order_id is None:
             await self._settle(proposal.proposal_id, "failed")
             await self._record_failure(decision, work.tenant_ref, "order_record_failed")

@@ -129,14 +129,12 @@ class OutcomeDesk:
 
     # -- open ------------------------------------------------------------------
 
-    async def open(
+    def order_for(
         self, proposal_id: str, decision: Decision, executor: Executor, tenant_ref: str
-    ) -> str | None:
-        """Record the order a direct allow gives, before it is given; its id, or None
-        when it could not be recorded (the caller then gives nothing)."""
-        order_id = order_id_for(decision.operation_hash, decision.decision_id)
-        order = OrderRecord(
-            order_id=order_id,
+    ) -> OrderRecord:
+        """The record of the order a direct allow gives (identities and times only)."""
+        return OrderRecord(
+            order_id=order_id_for(decision.operation_hash, decision.decision_id),
             proposal_id=proposal_id,
             operation_hash=decision.operation_hash,
             decision_id=decision.decision_id,
@@ -147,6 +145,14 @@ class OutcomeDesk:
             executor_id=executor.executor_id,
             dispatched_at=self.clock(),
         )
+
+    async def open(
+        self, proposal_id: str, decision: Decision, executor: Executor, tenant_ref: str
+    ) -> str | None:
+        """Record the order a direct allow gives, before it is given; its id, or None
+        when it could not be recorded (the caller then gives nothing)."""
+        order = self.order_for(proposal_id, decision, executor, tenant_ref)
+        order_id = order.order_id
         try:
             opened = await self.orders.open(order)
         except StoreUnavailable as exc:

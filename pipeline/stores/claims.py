@@ -12,7 +12,9 @@ between gates), after which a replay is refused as stale before its claim is
 looked at; the gate then prunes them (``Gate.prune_claims``).
 
 :class:`ProposalClaims` is the interface the gate uses; :class:`ClaimStore`
-implements it on one SQLite file (one machine) and
+implements it on one SQLite file (one machine; the order book's table lives in
+the same file, on the same connection, so a claim and its order commit as one
+transaction: :meth:`ClaimStore.claim_and_record`, issue 20) and
 :class:`pipeline.stores.claims_kv.KvClaimStore` on JetStream KV (a cluster,
 ARCHITECTURE.md "Scale"). Both raise :class:`StoreUnavailable` (or a
 subclass) when they cannot answer, which the gate turns into the denial
@@ -23,12 +25,15 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from typing import Final, Literal, Protocol
+from typing import Final, Literal, NamedTuple, Protocol
 
+from pipeline.stores.orders import SCHEMA as ORDERS_SCHEMA
+from pipeline.stores.orders import OrderRecord, insert_order, order_row
 from pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable
 
 __all__ = [
     "SCHEMA",
+    "ClaimAndOrder",
     "ClaimState",
     "ClaimStore",
     "ClaimStoreUnavailable",
@@ -47,6 +52,21 @@ CREATE TABLE IF NOT EXISTS proposal_claims (
 """
 
 ClaimState = Literal["claimed", "published", "failed"]
+
+
+class ClaimAndOrder(NamedTuple):
+    claimed: bool
+    """The first claim of the proposal: False for a replay (nothing was written)."""
+    order_recorded: bool
+    """Its order is in the book (False when none was asked for, or its id existed)."""
+
+
+def _insert_claim(conn: sqlite3.Connection, row: tuple[str, str, str, int]) -> bool:
+    try:
+        conn.execute("INSERT INTO proposal_claims VALUES (?, ?, ?, ?, 'claimed')", row)
+    except sqlite3.IntegrityError:
+        return False
+    return True
 
 
 class ClaimStoreUnavailable(StoreUnavailable):
@@ -93,22 +113,42 @@ class ClaimStore:
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str]) -> ClaimStore:
-        return cls(await SqliteWorker.open(path, SCHEMA, name="claims"))
+        """The claim file, holding the order book's table too (one worker, one
+        connection: :meth:`claim_and_record` commits a claim and its order together)."""
+        return cls(await SqliteWorker.open(path, SCHEMA + ORDERS_SCHEMA, name="claims"))
+
+    @property
+    def worker(self) -> SqliteWorker:
+        return self._worker
 
     async def claim(
         self, proposal_id: str, operation_hash: str, decision_id: str, at_ms: int
     ) -> bool:
         """True for the first claim of ``proposal_id``; False for every later one."""
+        row = (proposal_id, operation_hash, decision_id, at_ms)
+        return await self._worker.transact(lambda conn: _insert_claim(conn, row))
 
-        def body(conn: sqlite3.Connection) -> bool:
-            try:
-                conn.execute(
-                    "INSERT INTO proposal_claims VALUES (?, ?, ?, ?, 'claimed')",
-                    (proposal_id, operation_hash, decision_id, at_ms),
-                )
-            except sqlite3.IntegrityError:
-                return False
-            return True
+    async def claim_and_record(
+        self,
+        proposal_id: str,
+        operation_hash: str,
+        decision_id: str,
+        at_ms: int,
+        order: OrderRecord | None,
+    ) -> ClaimAndOrder:
+        """Claim the proposal and, if that is its first claim, record its order, in
+        ONE transaction (issue 20, "one durable commit per decision"): the order
+        exists exactly when the claim does, so no crash can leave an order recorded
+        for a claim that was not made, or a claim whose order is missing."""
+        claim = (proposal_id, operation_hash, decision_id, at_ms)
+        row = None if order is None else order_row(order)
+
+        def body(conn: sqlite3.Connection) -> ClaimAndOrder:
+            if not _insert_claim(conn, claim):
+                return ClaimAndOrder(claimed=False, order_recorded=False)
+            return ClaimAndOrder(
+                claimed=True, order_recorded=row is not None and insert_order(conn, row)
+            )
 
         return await self._worker.transact(body)
 

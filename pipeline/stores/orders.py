@@ -27,7 +27,6 @@ identities, ids and times only, never content, arguments or recipients.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from typing import Final, Literal, Protocol, get_args
 
@@ -147,6 +146,22 @@ if _SELECTED != _COLUMNS or _INSERTED != _COLUMNS or _INSERT.count("?") != len(_
     raise RuntimeError("direct_orders SQL disagrees with OrderRecord")
 
 
+def order_row(order: OrderRecord) -> tuple[object, ...]:
+    """The row of a new order; refuses one that is not ``executing`` and unsettled."""
+    if order.state != "executing" or order.settled_at is not None:
+        raise ValueError("an order is recorded executing, before any outcome")
+    return tuple(getattr(order, name) for name in _COLUMNS)
+
+
+def insert_order(conn: sqlite3.Connection, row: tuple[object, ...]) -> bool:
+    """Record one order inside the caller's transaction: False if its id is recorded."""
+    try:
+        conn.execute(_INSERT, row)
+    except sqlite3.IntegrityError:
+        return False
+    return True
+
+
 def _record(row: tuple[object, ...]) -> OrderRecord:
     return msgspec.convert(dict(zip(_COLUMNS, row, strict=True)), OrderRecord)
 
@@ -160,22 +175,15 @@ class SqliteOrderBook:
         self._worker = worker
 
     @classmethod
-    async def open_file(cls, path: str | os.PathLike[str]) -> SqliteOrderBook:
-        return cls(await SqliteWorker.open(path, SCHEMA, name="orders"))
+    def beside(cls, worker: SqliteWorker) -> SqliteOrderBook:
+        """The book on the claim store's own worker (its file and connection, the
+        schema installed with :data:`SCHEMA`), so a claim and its order can commit
+        in one transaction (:meth:`pipeline.stores.claims.ClaimStore.claim_and_record`)."""
+        return cls(worker)
 
     async def open(self, order: OrderRecord) -> bool:
-        if order.state != "executing" or order.settled_at is not None:
-            raise ValueError("an order is recorded executing, before any outcome")
-        values = tuple(getattr(order, name) for name in _COLUMNS)
-
-        def body(conn: sqlite3.Connection) -> bool:
-            try:
-                conn.execute(_INSERT, values)
-            except sqlite3.IntegrityError:
-                return False
-            return True
-
-        return await self._worker.transact(body)
+        values = order_row(order)
+        return await self._worker.transact(lambda conn: insert_order(conn, values))
 
     async def get(self, order_id: str) -> OrderRecord | None:
         def body(conn: sqlite3.Connection) -> OrderRecord | None:
