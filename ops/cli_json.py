@@ -407,6 +407,9 @@ class TrustRootJson(CliJson, kw_only=True):
 
 # --- approvals ------------------------------------------------------------------------
 
+GateState = ApprovalState | Literal["unknown"]
+"""An approval's state as the gate reports it; ``unknown`` when it holds no record."""
+
 
 class PendingItem(CliJson, kw_only=True):
     """One announced approval and its current state."""
@@ -420,7 +423,7 @@ class PendingItem(CliJson, kw_only=True):
     required_roles: Annotated[tuple[str, ...], _("professional roles that may approve")]
     expires_at_ms: Annotated[Millis, _("when the approval expires, Unix ms")]
     expires_in_s: Annotated[Count, _("seconds left when listed (0 when passed)")]
-    state: Annotated[ApprovalState, _("its current state, asked from the gate")]
+    state: Annotated[GateState, _("its current state, asked from the gate (unknown: no record)")]
     rule_ids: Annotated[tuple[str, ...], _("rules that held it")]
     reason_codes: Annotated[tuple[Code, ...], _("why it was held")]
 
@@ -452,7 +455,7 @@ class ApprovalsResolveJson(CliJson, kw_only=True):
     schema: Annotated[Literal["smf.resolution-reply/1"], _("the gate's reply schema")]
     approval_id: Annotated[Identity, _("the approval's id")]
     accepted: Annotated[bool, _("whether the gate accepted the resolution")]
-    state: Annotated[ApprovalState, _("the approval's state after it")]
+    state: Annotated[GateState, _("the approval's state after it (unknown: no record)")]
     reason_codes: Annotated[tuple[Code, ...], _("the gate's reasons for a refusal")]
     order_id: Annotated[OrderId | None, _("the order sent on allow-once, or null")]
 
@@ -464,7 +467,7 @@ class ApprovalsResolveRefusal(CliJson, kw_only=True):
     decision: Annotated[ResolutionDecision, _("what would have been signed")]
     accepted: Annotated[Literal[False], _("always false")]
     reason_code: Annotated[
-        Code | None, _("why, in the gate's words, or null when the bus or key failed first")
+        Code | None, _("why, in the gate's words; null when the bus could not be reached")
     ]
     refusal: Annotated[str, _("the one line printed on stderr, for people")]
 
@@ -651,14 +654,19 @@ def _describe(component: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _json(value: object) -> str:
+    """An enum member as it appears in the output: ``held``, ``false``, ``1``."""
+    return value if isinstance(value, str) else msgspec.json.encode(value).decode()
+
+
 def _kind(schema: dict[str, Any]) -> str:
     """A short type for the table; the schema below has the whole of it."""
     if "$ref" in schema:
         return f"`{str(schema['$ref']).rsplit('/', 1)[-1]}`"
     if "enum" in schema:
-        return " | ".join(f"`{v}`" for v in schema["enum"])
+        return " | ".join(f"`{_json(v)}`" for v in schema["enum"])
     if "const" in schema:
-        return f"`{msgspec.json.encode(schema['const']).decode()}`"
+        return f"`{_json(schema['const'])}`"
     if "anyOf" in schema:
         return " | ".join(_kind(s) for s in schema["anyOf"])
     kind = schema.get("type", "any")

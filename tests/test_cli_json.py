@@ -296,6 +296,10 @@ def check_resolve_refusal(out: cli_json.ApprovalsResolveRefusal, _: World) -> No
     assert out.reason_code == "resolver_lacks_required_role", out
 
 
+def check_not_pending(out: cli_json.ApprovalsResolveRefusal, world: World) -> None:
+    assert (out.reason_code, out.approval_id) == ("approval_not_pending", world.approval_id)
+
+
 def check_ledger(out: cli_json.LedgerVerifyJson, _: World) -> None:
     assert (out.result, out.ok) == ("self-consistent", True)
     full(IDENTITY, out.last_entry_hash)
@@ -421,6 +425,7 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
             check_resolve_refusal,
         ),
         Case(("{approval}", "allow-once", "--nats", "{nats}", *ATTORNEY), check=check_resolve),
+        Case(("{approval}", "deny", "--nats", "{nats}", *ATTORNEY), 1, 1, check_not_pending),
     ),
     ("ledger", "verify"): (
         Case(("--db", "{state}/ledger.db", "--state-dir", "{state}"), check=check_ledger),
