@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench clean browser mutate
+.PHONY: demo test lint typecheck unit bench clean browser mutate cli-json
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -44,6 +44,11 @@ mutate: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/smf-assurance bench
+
+# docs/CLI-JSON.md from the declared --json types (ops/cli_json.py, issue 22);
+# tests/test_cli_json.py fails when it is stale.
+cli-json: $(STAMP)
+	$(BIN)/python -m ops.cli_json
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .coverage

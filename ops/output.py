@@ -14,19 +14,26 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn, TextIO
 
+import msgspec
+
+from ops.cli_json import CliJson
 from subjects.canonical import canonical_bytes
 
 
 class CommandError(Exception):
-    """A failure the user can act on; printed as one line, exit status ``code``."""
+    """A failure the user can act on; printed as one line, exit status ``code``.
 
-    def __init__(self, message: str, code: int = 1) -> None:
+    ``reason_code``, when the failure has one in the gate's words, is what a
+    JSON refusal carries for a script (issue 22: the refusal was only prose)."""
+
+    def __init__(self, message: str, code: int = 1, reason_code: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.reason_code = reason_code
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
-    raise CommandError(message, code)
+def fail(message: str, code: int = 1, reason_code: str | None = None) -> NoReturn:
+    raise CommandError(message, code, reason_code)
 
 
 def positive_int(text: str) -> int:
@@ -74,8 +81,25 @@ def say(text: str, out: TextIO | None = None) -> None:
     (out or sys.stdout).write(text + "\n")
 
 
+def emit(value: CliJson, out: TextIO | None = None) -> None:
+    """A command's ``--json`` output: its declared type (``ops.cli_json``), checked
+    against that type, as canonical JSON on one line (the same input always prints
+    the same bytes).
+
+    Issue 22, "a documented schema per command": only a declared Struct can be
+    printed, so no undeclared field reaches a script, and the value is validated
+    against its own type first, so an id cut short or a display string where an
+    enum belongs is an error here rather than a surprise for the reader."""
+    builtins = msgspec.to_builtins(value)
+    msgspec.convert(builtins, type=type(value))
+    (out or sys.stdout).write(canonical_bytes(builtins).decode("utf-8") + "\n")
+
+
 def emit_json(value: Any, out: TextIO | None = None) -> None:
-    """Canonical JSON, one line: the same input always prints the same bytes."""
+    """Canonical JSON of an undeclared value, one line: only for ``release publish``
+    and ``release status``, whose output is changing to report the gate's adoption
+    and gets its declared types with that change; every other command uses
+    :func:`emit` (``tests/test_cli_json.py`` checks both)."""
     (out or sys.stdout).write(canonical_bytes(value).decode("utf-8") + "\n")
 
 

@@ -89,15 +89,17 @@ def test_settings_are_written_and_listed_and_the_token_never_printed(
     assert "scripted-demo" in out
     assert "cli:operator" in out
     code, out, _ = run(["model-gateway", "list", "--state-dir", root, "--json"], capsys)
-    assert json.loads(out) == [
-        {
-            "runtime": "scripted-demo",
-            "adapter": "smf-scripted-adapter",
-            "destination": "cli:operator",
-            "locality": "internal",
-            "surface": "direct_reply",
-        }
-    ]
+    assert json.loads(out) == {
+        "runtimes": [
+            {
+                "runtime": "scripted-demo",
+                "adapter": "smf-scripted-adapter",
+                "destination": "cli:operator",
+                "locality": "internal",
+                "surface": "direct_reply",
+            }
+        ]
+    }
     argv = ["model-gateway", "serve", "--listen", "nowhere", "--nats", "nats://127.0.0.1:9"]
     code, _, err = run([*argv, "--state-dir", root], capsys)
     assert_one_line_failure(code, err, "is not HOST:PORT")

@@ -33,7 +33,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 from nats.aio.client import Client
@@ -45,9 +45,16 @@ from nats.js.errors import NotFoundError
 from approver.client import ApproverClient, ApproverError, content_matches
 from approver.pending import approval_state, read_pending
 from ops.bus import add_credential_argument, bus_url, connect_bus, credential_for
+from ops.cli_json import (
+    ApprovalsPendingJson,
+    ApprovalsResolveJson,
+    ApprovalsResolveRefusal,
+    ApprovalsShowJson,
+    PendingItem,
+)
 from ops.commands.decide import format_instant
 from ops.logs import configure_logging
-from ops.output import CommandError, emit_json, fail, first_line, say, table
+from ops.output import CommandError, emit, fail, first_line, say, table
 from ops.state import CONSOLE
 from subjects import names
 from subjects.approvals import (
@@ -65,6 +72,10 @@ REQUEST_TIMEOUT_SECONDS: Final = 5.0
 DECISIONS: Final[dict[str, ResolutionDecision]] = {"allow-once": "allow-once", "deny": "deny"}
 """Only these two exist (ARCHITECTURE.md, "Exact-action approval")."""
 _HEX_ID: Final = re.compile(r"[0-9a-f]{64}")
+CONTENT_MISMATCH: Final = "content_does_not_match_binding"
+"""The console's own refusal to sign: the content shown is not what the digest covers."""
+GATE_UNREACHABLE: Final = "gate_unreachable"
+"""No gate answered the request (no responders, or no answer in time)."""
 _KEEP: Final = frozenset("\n\t")
 
 
@@ -243,7 +254,7 @@ def run_pending(args: argparse.Namespace) -> int:
     listed = asyncio.run(_pending(url, _credential(args), args.tenant, args.all))
     now = _now_ms()
     if args.json:
-        emit_json({"approvals": [_listed_json(item, now) for item in listed]})
+        emit(ApprovalsPendingJson(approvals=tuple(_listed_json(item, now) for item in listed)))
         return 0
     if not listed:
         say("no open approvals" if not args.all else "no approvals on the stream")
@@ -270,22 +281,25 @@ def run_pending(args: argparse.Namespace) -> int:
     return 0
 
 
-def _listed_json(item: Listed, now: int) -> dict[str, Any]:
+def _listed_json(item: Listed, now: int) -> PendingItem:
     a = item.announcement
-    return {
+    listed = {
         "approval_id": a.approval_id,
         "tenant_id": a.tenant_id,
         "native_tool": a.native_tool,
         "capability": a.capability,
         "channel": a.channel,
         "locality": a.locality,
-        "required_roles": list(a.required_roles),
+        "required_roles": a.required_roles,
         "expires_at_ms": a.expires_at_ms,
         "expires_in_s": max(0, (a.expires_at_ms - now) // 1000),
         "state": item.state,
-        "rule_ids": list(a.rule_ids),
-        "reason_codes": list(a.reason_codes),
+        "rule_ids": a.rule_ids,
+        "reason_codes": a.reason_codes,
     }
+    # The announcement's capability, channel, locality and state are words of the
+    # gate's closed vocabularies on the wire as plain strings; convert checks them.
+    return msgspec.convert(listed, type=PendingItem)
 
 
 # --- show ----------------------------------------------------------------------
@@ -302,15 +316,22 @@ async def _fetch_view(
     except ApproverError as exc:
         if exc.reason_code == "approval_closed":
             state = await _state(client.nc, approval_id)
-            fail(f"approval {approval_id} is closed: approval_not_pending (state {state})")
+            fail(
+                f"approval {approval_id} is closed: approval_not_pending (state {state})",
+                reason_code="approval_not_pending",
+            )
         if purpose == "show":
-            fail(f"the gate refused to show {approval_id}: {exc.reason_code}")
+            fail(
+                f"the gate refused to show {approval_id}: {exc.reason_code}",
+                reason_code=exc.reason_code,
+            )
         fail(
             f"cannot resolve {approval_id}: the gate refused to show its content first "
-            f"({exc.reason_code}); nothing was signed"
+            f"({exc.reason_code}); nothing was signed",
+            reason_code=exc.reason_code,
         )
     except (NatsError, TimeoutError) as exc:
-        fail(_gate_unreachable(names.APPROVAL_SHOW, exc))
+        fail(_gate_unreachable(names.APPROVAL_SHOW, exc), reason_code=GATE_UNREACHABLE)
 
 
 async def _show(
@@ -330,7 +351,7 @@ def run_show(args: argparse.Namespace) -> int:
     view = asyncio.run(_show(url, _credential(args, approver_id), approval_id, key, approver_id))
     matches = content_matches(view)
     if args.json:
-        emit_json(_view_json(view, matches))
+        emit(_view_json(view, matches))
     else:
         _print_view(view, matches)
     if not matches:
@@ -338,18 +359,19 @@ def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _view_json(view: ApprovalView, matches: bool) -> dict[str, Any]:
-    return {
+def _view_json(view: ApprovalView, matches: bool) -> ApprovalsShowJson:
+    shown = {
         "approval_id": view.binding.approval_id,
         "state": view.state,
         "native_tool": view.native_tool,
         "destination_address": view.destination_address,
         "arguments_json": view.arguments_json,
         "content": view.content,
-        "binding": msgspec.to_builtins(view.binding),
+        "binding": view.binding,
         "binding_digest": view.binding_digest,
         "content_matches": matches,
     }
+    return msgspec.convert(msgspec.to_builtins(shown), type=ApprovalsShowJson)
 
 
 def _print_view(view: ApprovalView, matches: bool) -> None:
@@ -398,15 +420,21 @@ async def _resolve(
         client = ApproverClient(nc, key, approver_id)
         view = await _fetch_view(client, approval_id, "resolve")
         if not content_matches(view):
-            fail("refusing to sign: the content shown does not match the binding digest")
+            fail(
+                "refusing to sign: the content shown does not match the binding digest",
+                reason_code=CONTENT_MISMATCH,
+            )
         if view.state != "pending":
-            fail(f"cannot resolve {approval_id}: approval_not_pending (state {view.state})")
+            fail(
+                f"cannot resolve {approval_id}: approval_not_pending (state {view.state})",
+                reason_code="approval_not_pending",
+            )
         try:
             return await client.resolve(approval_id, DECISIONS[decision], view.binding_digest)
         except ApproverError as exc:
-            fail(f"resolution refused: {exc.reason_code}")
+            fail(f"resolution refused: {exc.reason_code}", reason_code=exc.reason_code)
         except (NatsError, TimeoutError) as exc:
-            fail(_gate_unreachable(names.APPROVAL_RESOLVE, exc))
+            fail(_gate_unreachable(names.APPROVAL_RESOLVE, exc), reason_code=GATE_UNREACHABLE)
     finally:
         await nc.close()
 
@@ -422,17 +450,19 @@ def run_resolve(args: argparse.Namespace) -> int:
         if args.json:
             # Issue 22: a refusal printed nothing on stdout, so a script reading
             # the JSON saw no answer at all.
-            emit_json(
-                {
-                    "approval_id": approval_id,
-                    "decision": args.decision,
-                    "accepted": False,
-                    "refusal": str(exc),
-                }
+            emit(
+                ApprovalsResolveRefusal(
+                    approval_id=approval_id,
+                    decision=args.decision,
+                    accepted=False,
+                    reason_code=exc.reason_code,
+                    refusal=str(exc),
+                )
             )
         raise
     if args.json:
-        emit_json({"decision": args.decision, **msgspec.to_builtins(reply)})
+        answer = {"decision": args.decision, **msgspec.to_builtins(reply)}
+        emit(msgspec.convert(answer, type=ApprovalsResolveJson))
     elif reply.accepted:
         table(
             ("field", "value"),

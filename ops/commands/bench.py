@@ -17,12 +17,15 @@ import argparse
 import platform
 from typing import Any
 
+import msgspec
+
 from ops.bench import bus, cluster, evaluator, gateway, growth, output
 from ops.bench.bus import BenchError
 from ops.bench.targets import HEADERS, Target
+from ops.cli_json import BenchJson
 from ops.logs import configure_logging
 from ops.natsserver import NatsServerError
-from ops.output import emit_json, fail, positive_int, say, table
+from ops.output import emit, fail, positive_int, say, table
 
 EVALUATOR_ROUNDS = 5000
 EVALUATOR_P50_US = 8.0
@@ -152,7 +155,7 @@ def run_bench(args: argparse.Namespace) -> int:
             say("targets (informative: the exit code does not depend on them):")
             table(HEADERS, [t.row() for t in targets])
     if args.json:
-        emit_json(report)
+        emit(msgspec.convert(report, type=BenchJson))
     return 0
 
 

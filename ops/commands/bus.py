@@ -20,6 +20,7 @@ import asyncio
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from nats.errors import Error as NatsError
@@ -32,8 +33,9 @@ from ops.bus_auth import (
     write_authorization,
 )
 from ops.bus_follow import ClusterFollower, follow
+from ops.cli_json import BusAuthorizationJson, BusPermissionsJson, May, PermissionRow
 from ops.logs import LOG_LEVELS, configure_logging
-from ops.output import emit_json, fail, first_line, positive_int, say, table
+from ops.output import emit, fail, first_line, positive_int, say, table
 from ops.releases import ReleaseError, load_trust_root
 from ops.state import OPERATOR, StateDir
 from subjects.bus_access import permissions_for
@@ -99,41 +101,52 @@ def run_authorization(args: argparse.Namespace) -> int:
         fail(f"cannot write {args.out}: {exc.strerror}")
     users = text.count('"nkey"') - 1
     if args.json:
-        emit_json({"out": str(args.out), "changed": changed, "principals": users})
+        emit(BusAuthorizationJson(out=str(args.out), changed=changed, principals=users))
     else:
         say(f"bus authorization for {users} principals written to {args.out}")
     return 0
 
 
-def permission_rows(state: StateDir) -> list[tuple[str, str, str, str]]:
-    """(principal, role, may, subject) for every principal of the state's registry,
-    ordered by principal; ``may`` is ``publish``, ``subscribe`` or their denials."""
+def permission_rows(state: StateDir) -> list[PermissionRow]:
+    """Every grant and denial of every principal of the state's registry, ordered by
+    principal; ``may`` is ``publish``, ``subscribe``, their denials, or ``publish
+    replies`` (NATS ``allow_responses``: answer requests made to it; no subject)."""
     try:
         principals = load_registry(state.registry).principals.values()
     except (RegistryError, OSError) as exc:
         fail(f"cannot read the registry: {first_line(exc)}")
-    rows: list[tuple[str, str, str, str]] = []
+    rows: list[PermissionRow] = []
     for principal in sorted(principals, key=lambda p: p.name):
         granted = permissions_for(principal.entry)
-        for may, subjects in (
+        grants: tuple[tuple[May, Sequence[str | None]], ...] = (
             ("publish", granted.publish_allow),
             ("not publish", granted.publish_deny),
             ("subscribe", granted.subscribe_allow),
             ("not subscribe", granted.subscribe_deny),
-        ):
-            rows += [(principal.name, principal.entry.role, may, s) for s in subjects]
-        if granted.allow_responses:
-            rows.append((principal.name, principal.entry.role, "publish", "(replies to requests)"))
+            ("publish replies", (None,) if granted.allow_responses else ()),
+        )
+        for may, subjects in grants:
+            rows += [
+                PermissionRow(
+                    principal=principal.name, role=principal.entry.role, may=may, subject=s
+                )
+                for s in subjects
+            ]
     return rows
+
+
+def _permission_cells(row: PermissionRow) -> tuple[str, str, str, str]:
+    if row.may == "publish replies":
+        return (row.principal, row.role, "publish", "(replies to requests)")
+    return (row.principal, row.role, row.may, row.subject or "-")
 
 
 def run_permissions(args: argparse.Namespace) -> int:
     rows = permission_rows(StateDir(args.state_dir))
     if args.json:
-        keys = ("principal", "role", "may", "subject")
-        emit_json([dict(zip(keys, row, strict=True)) for row in rows])
+        emit(BusPermissionsJson(permissions=tuple(rows)))
     else:
-        table(("principal", "role", "may", "subject"), rows)
+        table(("principal", "role", "may", "subject"), [_permission_cells(r) for r in rows])
     return 0
 
 

@@ -29,8 +29,9 @@ from typing import Final
 
 from approver.console.server import ConsoleSettings, RunningConsole, start_console
 from ops.bus import add_credential_argument, bus_url, connect_bus, credential_for
+from ops.cli_json import ConsoleJson
 from ops.logs import LOG_LEVELS, configure_logging
-from ops.output import emit_json, fail, first_line, port_number, say
+from ops.output import emit, fail, first_line, port_number, say
 from ops.state import CONSOLE, StateDir, default_state_dir
 from subjects.registry import RegistryError, load_registry
 
@@ -80,13 +81,13 @@ def _loopback(host: str) -> bool:
 
 def _announce(running: RunningConsole, settings: ConsoleSettings, as_json: bool) -> None:
     if as_json:
-        emit_json(
-            {
-                "ready": True,
-                "url": running.url,
-                "nats_url": settings.nats_url,
-                "registry": str(settings.registry),
-            }
+        emit(
+            ConsoleJson(
+                ready=True,
+                url=running.url,
+                nats_url=settings.nats_url,
+                registry=str(settings.registry),
+            )
         )
     else:
         say(f"console: {running.url} (bus {settings.nats_url}, roster {settings.registry})")

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import msgspec
 
+from ops.cli_json import CompileJson, EvalJson
 from ops.compiler import CompileError, compile_corpus, write_release
-from ops.output import emit_json, fail, table
+from ops.output import emit, fail, table
 from ops.projections import load_policy_set
 from pipeline.core.decision import Decision
 from pipeline.core.evaluator import evaluate
@@ -57,7 +58,7 @@ def run_compile(args: argparse.Namespace) -> int:
     files = compiled.files()
     if args.json:
         paths = {name: str(path) for name, path in written.items()}
-        emit_json({"recipe_id": compiled.recipe_id, "files": paths})
+        emit(CompileJson(recipe_id=compiled.recipe_id, files=paths))
     else:
         rows = [(name, str(path), len(files[name])) for name, path in written.items()]
         table(("file", "path", "bytes"), rows)
@@ -80,7 +81,7 @@ def run_eval(args: argparse.Namespace) -> int:
         fail(f"cannot load projection: {exc}")
     decision = evaluate(envelope, policy_set, at_ms=at_ms)
     if args.json:
-        emit_json(msgspec.to_builtins(decision))
+        emit(msgspec.convert(msgspec.to_builtins(decision), type=EvalJson))
     else:
         print_decision(decision)
     return 0

@@ -24,9 +24,10 @@ from nats.aio.msg import Msg
 from adapters.client import ProposalClient
 from approver.client import ApproverClient
 from ops.bus import connect_bus
+from ops.cli_json import ConnectorReport, DemoJson, DemoOutcome, DemoScenario
 from ops.demo_script import SCENARIOS, ScriptedAction
 from ops.logs import configure_logging
-from ops.output import Progress, emit_json, fail, table
+from ops.output import Progress, emit, fail, table
 from ops.projections import SCENARIO_ENVELOPES, package_path
 from ops.stack import Stack, seed_demo_documents, start_stack
 from ops.state import ADAPTER_ID, OPERATOR, RUNTIME_ID, StateDir, provision_demo
@@ -34,7 +35,7 @@ from pipeline.core.release_trust import NoVerifiedReleaseError
 from subjects import dsse, names
 from subjects.approvals import open_outcome
 from subjects.keys import VerifyKey
-from subjects.messages import ExecutionReport, Verdict
+from subjects.messages import ExecutionReport, Outcome, Verdict
 from subjects.registry import load_registry
 from subjects.release import ReleaseCheckError
 from swarm.selector import analysis_release, decode_matter
@@ -57,16 +58,16 @@ class Row:
     and the gate's own words); the table's display strings are derived in ``cells``."""
 
     scenario: str
-    outcome: str
+    outcome: DemoOutcome
     """The gate's first verdict (``allow``, ``deny``, ``held``), ``report`` for Swarm,
     ``refused`` when Swarm had no verified release."""
     reasons: tuple[str, ...]
     as_expected: bool
-    final_outcome: str | None = None
+    final_outcome: Outcome | None = None
     """The outcome after the attorney's approval, for a held verdict."""
     order_id: str | None = None
     connector_id: str | None = None
-    connector_report: str | None = None
+    connector_report: ConnectorReport | None = None
     """What the connector's signed report said (``confirmed``, ``failed``, ...)."""
     evidence: str | None = None
     """The ledger entry hash of the decision, or the Swarm report id."""
@@ -74,7 +75,7 @@ class Row:
     rejected: int | None = None
 
     def cells(self) -> tuple[str, str, str, str, str, str, str]:
-        verdict = self.outcome
+        verdict: str = self.outcome
         if self.final_outcome is not None:
             verdict = f"{self.outcome} -> {self.final_outcome}"
         if self.rule_backed is not None:
@@ -92,20 +93,20 @@ class Row:
             "yes" if self.as_expected else "NO",
         )
 
-    def json(self) -> dict[str, object]:
-        return {
-            "scenario": self.scenario,
-            "outcome": self.outcome,
-            "final_outcome": self.final_outcome,
-            "reason_codes": list(self.reasons),
-            "order_id": self.order_id,
-            "connector_id": self.connector_id,
-            "connector_report": self.connector_report,
-            "evidence": self.evidence,
-            "rule_backed": self.rule_backed,
-            "rejected": self.rejected,
-            "as_expected": self.as_expected,
-        }
+    def json(self) -> DemoScenario:
+        return DemoScenario(
+            scenario=self.scenario,
+            outcome=self.outcome,
+            final_outcome=self.final_outcome,
+            reason_codes=self.reasons,
+            order_id=self.order_id,
+            connector_id=self.connector_id,
+            connector_report=self.connector_report,
+            evidence=self.evidence,
+            rule_backed=self.rule_backed,
+            rejected=self.rejected,
+            as_expected=self.as_expected,
+        )
 
 
 class ReportWatch:
@@ -113,7 +114,7 @@ class ReportWatch:
 
     def __init__(self, connector_keys: Mapping[str, VerifyKey]) -> None:
         self.connector_keys = connector_keys
-        self.reports: dict[str, str] = {}
+        self.reports: dict[str, ConnectorReport] = {}
         self.orders: list[str] = []
         self.changed = asyncio.Event()
 
@@ -133,7 +134,7 @@ class ReportWatch:
     async def on_order(self, msg: Msg) -> None:
         self.orders.append(msg.subject)
 
-    async def wait_for(self, order_id: str) -> str:
+    async def wait_for(self, order_id: str) -> ConnectorReport:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + REPORT_WAIT_SECONDS
         while order_id not in self.reports and loop.time() < deadline:
@@ -212,7 +213,7 @@ async def _run_one(
     )
     verdict = await runtime.propose(proposal)
     final = verdict
-    final_outcome: str | None = None
+    final_outcome: Outcome | None = None
     if verdict.outcome == "held" and verdict.approval_id is not None:
         approved = await _approve(nc, stack, verdict)
         if approved is not None:
@@ -331,12 +332,7 @@ def run_demo(args: argparse.Namespace) -> int:
             rows = asyncio.run(_demo(StateDir(Path(tmp)), args.nats))
     ok = all(r.as_expected for r in rows)
     if args.json:
-        emit_json(
-            {
-                "ok": ok,
-                "scenarios": [r.json() for r in rows],
-            }
-        )
+        emit(DemoJson(ok=ok, scenarios=tuple(r.json() for r in rows)))
     else:
         table(
             (

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import msgspec
 
-from ops.output import emit_json, fail, first_line, table
+from ops.cli_json import KeyRecordJson
+from ops.output import emit, fail, first_line, table
 from subjects.keys import (
     KeyFileError,
     PublicKeyRecord,
@@ -55,7 +56,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def _print_record(record: PublicKeyRecord, path: Path, as_json: bool) -> None:
     if as_json:
-        emit_json(msgspec.to_builtins(record))
+        emit(msgspec.convert(msgspec.to_builtins(record), type=KeyRecordJson))
         return
     mode = stat.S_IMODE(path.stat().st_mode)
     table(

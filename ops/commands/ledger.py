@@ -30,8 +30,9 @@ from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
 from ops.bus import add_credential_argument, bus_url, connect_bus, credential_for
+from ops.cli_json import LedgerVerifyJson
 from ops.logs import configure_logging
-from ops.output import CommandError, emit_json, fail, first_line, say, table
+from ops.output import CommandError, emit, fail, first_line, say, table
 from ops.state import OPERATOR, StateDir, default_state_dir
 from pipeline.stores.ledger import (
     EvidenceStoreUnavailable,
@@ -272,14 +273,13 @@ def run_verify(args: argparse.Namespace) -> int:
     report = verify_ledger(args.db, external, trusted)
     result = verdict(report, len(external), source)
     if args.json:
-        emit_json(
-            {
-                **msgspec.to_builtins(report),
-                "result": result,
-                "external_checkpoints": len(external),
-                "checkpoint_source": source,
-            }
-        )
+        checked = {
+            **msgspec.to_builtins(report),
+            "result": result,
+            "external_checkpoints": len(external),
+            "checkpoint_source": source,
+        }
+        emit(msgspec.convert(checked, type=LedgerVerifyJson))
     else:
         _print_report(report, result, len(external), source)
     if not report.ok:

@@ -26,6 +26,15 @@ import msgspec
 from nats.errors import Error as NatsError
 
 from ops.bus import bus_url, connect_bus
+from ops.cli_json import (
+    GatewayRuntime,
+    ModelGatewayAddRuntimeJson,
+    ModelGatewayClearJson,
+    ModelGatewayListJson,
+    ModelGatewayServeJson,
+    ModelGatewayUpstreamJson,
+)
+from ops.logs import configure_logging
 from ops.model_gateway import (
     gateway_config,
     gateway_file,
@@ -33,7 +42,7 @@ from ops.model_gateway import (
     set_upstream,
     token_path,
 )
-from ops.output import emit_json, fail, first_line, say, table
+from ops.output import emit, fail, first_line, say, table
 from ops.state import MODEL_GATEWAY, OPERATOR, StateDir, default_state_dir
 from pipeline.assembly.gate import BusUnavailableError
 from pipeline.assembly.model_gateway import (
@@ -159,7 +168,7 @@ def run_upstream(args: argparse.Namespace) -> int:
         fail(f"--provider: {args.provider!r} is not a provider name (a-z, 0-9, . _ -)")
     set_upstream(state, args.base_url, args.provider, args.api_key_file)
     if args.json:
-        emit_json({"upstream": args.base_url, "file": str(gateway_file(state))})
+        emit(ModelGatewayUpstreamJson(upstream=args.base_url, file=str(gateway_file(state))))
     else:
         say(f"upstream: {args.base_url} ({gateway_file(state)})")
     return 0
@@ -189,7 +198,7 @@ def run_add_runtime(args: argparse.Namespace) -> int:
         fail(first_line(exc))
     path = token_path(state, args.runtime_id)
     if args.json:
-        emit_json({"runtime_id": args.runtime_id, "token_file": str(path)})
+        emit(ModelGatewayAddRuntimeJson(runtime_id=args.runtime_id, token_file=str(path)))
     else:
         say(f"{args.runtime_id}: token in {path} (give it to the runtime as its model API key)")
     return 0
@@ -214,6 +223,7 @@ async def _clear(url: str, state: StateDir, runtime_id: str) -> GatewayCleared:
 
 
 def run_clear(args: argparse.Namespace) -> int:
+    configure_logging(json=not sys.stderr.isatty(), level="warning")
     state = _state(args)
     try:
         token(args.runtime_id)
@@ -221,7 +231,7 @@ def run_clear(args: argparse.Namespace) -> int:
         fail(f"{args.runtime_id!r} is not a runtime id")
     cleared = asyncio.run(_clear(bus_url(args.nats, state.root), state, args.runtime_id))
     if args.json:
-        emit_json({"runtime_id": cleared.runtime_id, "was_stopped": cleared.was_stopped})
+        emit(ModelGatewayClearJson(runtime_id=cleared.runtime_id, was_stopped=cleared.was_stopped))
     elif cleared.was_stopped:
         say(f"{cleared.runtime_id}: stop lifted; it is served again once it attests")
     else:
@@ -244,7 +254,11 @@ def run_list(args: argparse.Namespace) -> int:
     rows = _load(_state(args))
     headers = ["runtime", "adapter", "destination", "locality", "surface"]
     if args.json:
-        emit_json([dict(zip(headers, row, strict=True)) for row in rows])
+        runtimes = tuple(
+            msgspec.convert(dict(zip(headers, row, strict=True)), type=GatewayRuntime)
+            for row in rows
+        )
+        emit(ModelGatewayListJson(runtimes=runtimes))
     else:
         table(headers, rows)
     return 0
@@ -265,7 +279,7 @@ async def start_beside(state: StateDir, nats_url: str, listen: str) -> RunningMo
 
 def announce(gateway: RunningModelGateway, json_out: bool) -> None:
     if json_out:
-        emit_json({"ready": True, "model_gateway_url": gateway.url})
+        emit(ModelGatewayServeJson(ready=True, model_gateway_url=gateway.url))
     else:
         say(f"model gateway: {gateway.url}")
     sys.stdout.flush()
@@ -293,6 +307,8 @@ async def _serve(state: StateDir, args: argparse.Namespace) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    # Logs on stderr (issue 22): stdout is the readiness line, one JSON object with --json.
+    configure_logging(json=not sys.stderr.isatty())
     state = _state(args)
     _load(state)
     asyncio.run(_serve(state, args))

@@ -26,9 +26,11 @@ import msgspec
 from nats.errors import Error as NatsError
 
 from ops.bus import add_credential_argument, connect_bus, credential_for
+from ops.cli_json import ReleaseBuildJson, ReleaseVerifyJson, TrustRootJson
 from ops.output import (
     CommandError,
     Progress,
+    emit,
     emit_json,
     fail,
     positive_float,
@@ -256,13 +258,12 @@ def run_build(args: argparse.Namespace) -> int:
     manifest = unverified_manifest(bundle)
     digest = prior_of(bundle).manifest_hash
     if args.json:
-        emit_json(
-            {
-                "manifest": _manifest_json(manifest, digest),
-                "signers": [key.key_id for key in signers],
-                "files": {name: str(path) for name, path in written.items()},
-            }
-        )
+        built = {
+            "manifest": _manifest_json(manifest, digest),
+            "signers": [key.key_id for key in signers],
+            "files": {name: str(path) for name, path in written.items()},
+        }
+        emit(msgspec.convert(built, type=ReleaseBuildJson))
     else:
         rows = _manifest_rows(manifest, digest)
         rows.append(("signed by", ", ".join(key.key_id for key in signers)))
@@ -310,15 +311,14 @@ def verify_release_dir(
 def run_verify(args: argparse.Namespace) -> int:
     release, last, note = verify_release_dir(args.folder, args.trust_root, args.state_dir, args.at)
     if args.json:
-        emit_json(
-            {
-                "ok": True,
-                "note": note,
-                "manifest": _manifest_json(release.manifest, release.manifest_hash),
-                "signers": sorted(release.signer_key_ids),
-                "checked_against": None if last is None else last.manifest_hash,
-            }
-        )
+        verified = {
+            "ok": True,
+            "note": note,
+            "manifest": _manifest_json(release.manifest, release.manifest_hash),
+            "signers": sorted(release.signer_key_ids),
+            "checked_against": None if last is None else last.manifest_hash,
+        }
+        emit(msgspec.convert(verified, type=ReleaseVerifyJson))
     else:
         rows = _manifest_rows(release.manifest, release.manifest_hash)
         rows.append(("signed by", ", ".join(sorted(release.signer_key_ids))))
@@ -711,7 +711,7 @@ def run_trust_root(args: argparse.Namespace) -> int:
     except ReleaseError as exc:
         fail(f"trust root not written: {exc}")
     if args.json:
-        emit_json(msgspec.to_builtins(root))
+        emit(msgspec.convert(msgspec.to_builtins(root), type=TrustRootJson))
     else:
         table(
             ("key id", "principal"),

@@ -34,9 +34,10 @@ from typing import Final
 
 import msgspec
 
+from ops.cli_json import SwarmReportJson
 from ops.commands.decide import format_instant, parse_instant
 from ops.commands.release import verify_release_dir
-from ops.output import Progress, emit_json, fail, positive_float, say, table
+from ops.output import Progress, emit, fail, positive_float, say, table
 from ops.projections import SCENARIO_PROJECTION, package_path
 from pipeline.core.projection import ProjectionError
 from subjects.keys import KeyFileError, load_private_key
@@ -216,7 +217,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     if args.out is not None:
         _write_new(args.out, report_bytes(report) + b"\n")
     if args.json:
-        emit_json(msgspec.to_builtins(report))
+        emit(msgspec.convert(msgspec.to_builtins(report), type=SwarmReportJson))
     else:
         say(render_markdown(report).rstrip("\n"))
     refuse_if_nobody_answered(report)
@@ -266,7 +267,7 @@ def run_review(args: argparse.Namespace) -> int:
     out = args.out or args.report.with_suffix(".reviewed.json")
     _write_new(out, report_bytes(reviewed) + b"\n")
     if args.json:
-        emit_json(msgspec.to_builtins(reviewed))
+        emit(msgspec.convert(msgspec.to_builtins(reviewed), type=SwarmReportJson))
     else:
         faith = reviewed.semantic_faithfulness
         rows = [

@@ -40,10 +40,11 @@ import structlog
 from nats.errors import Error as NatsError
 
 from ops.bus import connect_bus, nats_url_path, write_url
+from ops.cli_json import Stages, UpJson
 from ops.cluster import seed_urls
 from ops.commands import model_gateway
 from ops.logs import LOG_LEVELS, configure_logging
-from ops.output import emit_json, fail, first_line, say
+from ops.output import emit, fail, first_line, say
 from ops.stack import start_connectors, start_stack
 from ops.state import CONNECTORS, StateDir, default_state_dir, provision_demo
 from ops.supervisor import Running, embedded, exclusive, serve_until_stopped, shutdown
@@ -225,21 +226,22 @@ def _announce(running: Running, args: argparse.Namespace, gateway_url: str | Non
     server = embedded(running)
     server_pid = server.pid if server is not None else None
     connectors = [] if args.no_connectors else list(CONNECTORS)
-    stages = "none" if args.connectors_only else "bus" if args.bus_stages else "co-located"
+    stages: Stages = "none" if args.connectors_only else "bus" if args.bus_stages else "co-located"
     if args.json:
-        ready = {
-            "ready": True,
-            "nats_url": running.url,
-            "state_dir": str(running.state.root),
-            "nats_server_pid": server_pid,
-            "connectors": connectors,
-            "stages": stages,
-            "model_gateway_url": gateway_url,
-        }
         settings = _cluster_settings(args)
-        ready["gate_name"] = args.gate_name
-        ready["cluster_replicas"] = settings.replicas if settings is not None else None
-        emit_json(ready)
+        emit(
+            UpJson(
+                ready=True,
+                nats_url=running.url,
+                state_dir=str(running.state.root),
+                nats_server_pid=server_pid,
+                connectors=tuple(connectors),
+                stages=stages,
+                model_gateway_url=gateway_url,
+                gate_name=args.gate_name,
+                cluster_replicas=settings.replicas if settings is not None else None,
+            )
+        )
     else:
         where = f"nats-server pid {server_pid}" if server_pid is not None else "external NATS"
         settings = _cluster_settings(args)

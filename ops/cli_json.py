@@ -1,0 +1,746 @@
+"""The ``--json`` output of every subcommand, one declared type each (issue 22).
+
+Issue 22, "The command line under a careless user": "``--json`` everywhere
+carries machine values (full ids, enums, numbers) with a documented schema per
+command". So each command's JSON is a :class:`CliJson` Struct declared here,
+and :func:`ops.output.emit` prints only such a value, checked against its own
+type first: a field nobody declared cannot be printed, and an id cut to a
+display prefix fails its pattern instead of reaching a script.
+
+- Ids and hashes are whole (``sha256:`` and 64 hex digits, order ids of 64
+  hex digits, ``ed25519:`` key ids), enums are closed ``Literal`` sets in the
+  gate's own words, counts and figures are integers (the output is canonical
+  JSON, which has no floats: ratios are ``_x1000``), and times are Unix
+  milliseconds. Display strings ("held -> allow", "3m 02s") stay in tables.
+- Where a command reports a product record as it is (a Decision, a Swarm
+  report, a public key record), its type here repeats that record's fields
+  with their meaning, so the record and its printout cannot drift apart
+  unnoticed: :func:`ops.output.emit` refuses a value its type rejects.
+- :data:`COMMANDS` maps each command path to its types, the first for what
+  the command prints when it runs, any others for a refusal it prints.
+  ``release publish`` and ``release status`` have none yet: they are being
+  changed to report the gate's adoption, and get theirs with it.
+
+``docs/CLI-JSON.md`` is generated from these types (``python -m ops.cli_json``);
+``tests/test_cli_json.py`` fails when it is stale.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+import msgspec
+
+from ops.bench.targets import Comparison
+from pipeline.core.decision import AppliedPolicy, Disposition, RuleSource
+from pipeline.core.policy import Requirements
+from subjects.approvals import ApprovalBinding, ApprovalState, ResolutionDecision
+from subjects.canonical import Identity
+from subjects.envelope import Capability, Channel, Locality, Surface
+from subjects.keys import Principal
+from subjects.messages import Outcome
+from subjects.patterns import Code, ConnectorId, Millis, OrderId, Token
+from subjects.registry import Role
+from subjects.release import KeyId, ReleaseDigests, ReleaseId, Revocations
+from swarm.claims import AcceptedClaim, RejectedClaim
+from swarm.report import Faithfulness, PersonaReport, SelectionSets
+
+
+def _(meaning: str) -> msgspec.Meta:
+    """A field's one-line meaning, as its JSON Schema ``description``."""
+    return msgspec.Meta(description=meaning)
+
+
+Count = Annotated[int, msgspec.Meta(ge=0)]
+Nanoseconds = Annotated[int, msgspec.Meta(ge=0)]
+X1000 = Annotated[int, msgspec.Meta(ge=0)]
+"""A ratio or a limit times 1000, as an integer (canonical JSON has no floats)."""
+OperationId = Annotated[str, msgspec.Meta(pattern=r"^op-[0-9a-f]{32}\Z")]
+PublicKey = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9+/]{43}=\Z")]
+"""An Ed25519 public key: 32 bytes, standard base64."""
+Path_ = Annotated[str, msgspec.Meta(min_length=1)]
+"""A file system path as the command used it."""
+
+
+class CliJson(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Base of every ``--json`` output: closed (an unknown field is an error) and
+    keyword-only, so a reader decodes it strictly and a writer names each field."""
+
+
+# --- compile, eval ------------------------------------------------------------------
+
+
+class CompileJson(CliJson, kw_only=True):
+    """``compile --json``: what was written."""
+
+    recipe_id: Annotated[Identity, _("identity of the compiled corpus (the recipe)")]
+    files: Annotated[dict[str, Path_], _("each projection file's name and the path written")]
+
+
+class EvalJson(CliJson, kw_only=True):
+    """``eval --json``: the Decision of ``pipeline.core.decision``, every field as decided."""
+
+    schema: Annotated[Literal["smf.decision/1"], _("record schema")]
+    decision_id: Annotated[Identity, _("identity of this decision (envelope, release, time)")]
+    operation_id: Annotated[OperationId, _("the operation's id: op- and 32 hex of its hash")]
+    operation_hash: Annotated[Identity, _("SHA-256 of the canonical operation envelope")]
+    release_id: Annotated[str, _("release the policies came from")]
+    release_sequence: Annotated[int, _("that release's sequence number")]
+    projection_id: Annotated[Identity, _("identity of the enforcement projection used")]
+    policy_fingerprint: Annotated[Identity, _("identity of the policy set evaluated")]
+    disposition: Annotated[Disposition, _("the evaluator's decision; conditional needs approval")]
+    consequential: Annotated[bool, _("whether the operation has effects the floor governs")]
+    requirements: Annotated[Requirements, _("what an approval must satisfy (merged)")]
+    rule_ids: Annotated[tuple[str, ...], _("rules the applied policies cite")]
+    rule_sources: Annotated[tuple[RuleSource, ...], _("each cited rule with its source hash")]
+    applied_policies: Annotated[tuple[AppliedPolicy, ...], _("policies that matched, by layer")]
+    reason_codes: Annotated[tuple[Code, ...], _("why, most decisive first")]
+    evaluated_at_ms: Annotated[Millis, _("evaluation time, Unix ms")]
+
+
+# --- demo -----------------------------------------------------------------------------
+
+DemoOutcome = Literal["allow", "deny", "held", "report", "refused"]
+ConnectorReport = Literal["confirmed", "failed", "ambiguous", "no report"]
+
+
+class DemoScenario(CliJson, kw_only=True):
+    """One scenario's result."""
+
+    scenario: Annotated[str, _("the scenario's name")]
+    outcome: Annotated[
+        DemoOutcome,
+        _("the gate's first verdict; report for Swarm, refused when Swarm had no release"),
+    ]
+    final_outcome: Annotated[
+        Outcome | None, _("the verdict after the attorney's approval, for held; else null")
+    ]
+    reason_codes: Annotated[tuple[Code, ...], _("the first verdict's reason codes")]
+    order_id: Annotated[OrderId | None, _("the order sent to smf.execute, or null")]
+    connector_id: Annotated[ConnectorId | None, _("the connector the order went to, or null")]
+    connector_report: Annotated[
+        ConnectorReport | None, _("what the connector's signed report said; null with no order")
+    ]
+    evidence: Annotated[Identity | None, _("the ledger entry hash, or the Swarm report id")]
+    rule_backed: Annotated[Count | None, _("Swarm: rule-backed claims accepted; else null")]
+    rejected: Annotated[Count | None, _("Swarm: claims rejected; else null")]
+    as_expected: Annotated[bool, _("whether the scenario reached its expected outcome")]
+
+
+class DemoJson(CliJson, kw_only=True):
+    """``demo --json``; printed also when a scenario went wrong (then exit 1)."""
+
+    ok: Annotated[bool, _("every scenario as expected")]
+    scenarios: Annotated[tuple[DemoScenario, ...], _("one per scenario, by name")]
+
+
+# --- bench ----------------------------------------------------------------------------
+
+
+class Percentiles(CliJson, kw_only=True):
+    """Latency percentiles of one series."""
+
+    p50_ns: Annotated[Nanoseconds, _("median, ns")]
+    p95_ns: Annotated[Nanoseconds, _("95th percentile, ns")]
+    p99_ns: Annotated[Nanoseconds, _("99th percentile, ns")]
+
+
+class Counted(Percentiles, kw_only=True):
+    """Latency percentiles and the number of samples."""
+
+    count: Annotated[Count, _("samples")]
+
+
+class Series(Counted, kw_only=True):
+    """A named latency series."""
+
+    label: Annotated[str, _("what was timed")]
+
+
+class GrowthRow(CliJson, kw_only=True):
+    """One step of ``--evaluator-growth``."""
+
+    extra_policies: Annotated[Count, _("other tenants' policies added")]
+    indexed: Annotated[Counted, _("the evaluator with its policy index")]
+    linear_scan: Annotated[Counted, _("the evaluator scanning every policy")]
+    cedarpy: Annotated[Counted, _("cedarpy on the same requests")]
+
+
+class BusThroughput(CliJson, kw_only=True):
+    """One throughput series of ``--bus``."""
+
+    label: Annotated[str, _("the series")]
+    requests: Annotated[Count, _("requests sent")]
+    in_flight: Annotated[Count, _("requests outstanding at once")]
+    requests_per_s: Annotated[Count, _("requests per second")]
+
+
+class BusRatio(CliJson, kw_only=True):
+    """One ``--bus`` series over the bare echo on the same server."""
+
+    label: Annotated[str, _("the series, over the echo floor")]
+    p50_x1000: Annotated[X1000 | None, _("p50 over echo's p50, x1000")]
+    p99_x1000: Annotated[X1000 | None, _("p99 over echo's p99, x1000")]
+    throughput_x1000: Annotated[X1000 | None, _("requests/s over echo's, x1000")]
+
+
+class BusTargets(CliJson, kw_only=True):
+    """The ``--bus`` ratio targets."""
+
+    p50_at_most: Annotated[X1000, _("p50 ratio target, x1000")]
+    p99_at_most: Annotated[X1000, _("p99 ratio target, x1000")]
+    throughput_at_least: Annotated[X1000, _("throughput ratio target, x1000")]
+
+
+class BusBench(CliJson, kw_only=True):
+    """``--bus``: propose -> verdict through the gate beside a bare NATS echo."""
+
+    nats_server: Annotated[str, _("nats-server version")]
+    cpus: Annotated[Count, _("CPUs of the machine")]
+    cpu_model: Annotated[str, _("CPU model name")]
+    rounds: Annotated[Count, _("sequential requests per latency series")]
+    in_flight: Annotated[Count, _("outstanding requests in the throughput series")]
+    throughput_requests: Annotated[Count, _("requests per throughput series")]
+    latency: Annotated[tuple[Series, ...], _("latency series")]
+    throughput: Annotated[tuple[BusThroughput, ...], _("throughput series")]
+    ratios: Annotated[tuple[BusRatio, ...], _("each series over the echo floor")]
+    targets_x1000: Annotated[BusTargets, _("the ratio targets")]
+
+
+class OutputRow(CliJson, kw_only=True):
+    """One response size of ``--output``."""
+
+    size: Annotated[str, _("response size (4 KB, 256 KB)")]
+    straight_p50_ns: Annotated[Nanoseconds, _("straight through, p50 ns")]
+    gated_p50_ns: Annotated[Nanoseconds, _("through the buffer gate, p50 ns")]
+    gated_p99_ns: Annotated[Nanoseconds, _("through the buffer gate, p99 ns")]
+    ratio_p50_x1000: Annotated[X1000, _("gated p50 over straight p50, x1000")]
+
+
+class Placement(CliJson, kw_only=True):
+    """Where one ``--cluster`` connection is."""
+
+    connection: Annotated[str, _("a connection of the bench")]
+    node: Annotated[str, _("the cluster node it is on")]
+
+
+class Leader(CliJson, kw_only=True):
+    """Which node leads one stream in ``--cluster``."""
+
+    stream: Annotated[str, _("a JetStream stream or bucket")]
+    node: Annotated[str, _("the node leading it")]
+
+
+class Served(CliJson, kw_only=True):
+    """Requests one gate replica served."""
+
+    gate: Annotated[str, _("a gate replica")]
+    requests: Annotated[Count, _("requests it served")]
+
+
+class ClusterThroughput(CliJson, kw_only=True):
+    """One ``--cluster`` throughput series."""
+
+    label: Annotated[str, _("the series")]
+    replicas: Annotated[Count, _("gate replicas")]
+    requests: Annotated[Count, _("requests sent")]
+    in_flight: Annotated[Count, _("requests outstanding at once")]
+    elapsed_us: Annotated[Count, _("wall time, us")]
+    requests_per_s: Annotated[Count, _("requests per second")]
+    over_echo_x1000: Annotated[X1000, _("requests/s over the echo's, x1000")]
+    served: Annotated[tuple[Served, ...], _("requests per replica")]
+
+
+class ClusterBench(CliJson, kw_only=True):
+    """``--cluster``: claims on SQLite beside KV R3, allows through one and two replicas."""
+
+    nats_server: Annotated[str, _("nats-server version")]
+    nodes: Annotated[Count, _("cluster nodes")]
+    cpus: Annotated[Count, _("CPUs of the machine")]
+    cpu_model: Annotated[str, _("CPU model name")]
+    rounds: Annotated[Count, _("claims per store")]
+    in_flight: Annotated[Count, _("outstanding requests in the throughput series")]
+    requests: Annotated[Count, _("requests per throughput series")]
+    placement: Annotated[tuple[Placement, ...], _("where each connection is")]
+    leaders: Annotated[tuple[Leader, ...], _("which node leads each stream")]
+    claim: Annotated[tuple[Series, ...], _("approval claim latency per store")]
+    claim_kv_over_sqlite_p50_x1000: Annotated[X1000, _("KV claim p50 over SQLite's, x1000")]
+    claim_kv_over_sqlite_p99_x1000: Annotated[X1000, _("KV claim p99 over SQLite's, x1000")]
+    throughput: Annotated[tuple[ClusterThroughput, ...], _("allows/s, echo first")]
+    two_over_one_replica_x1000: Annotated[X1000, _("two replicas' requests/s over one's, x1000")]
+
+
+class GatewayRow(CliJson, kw_only=True):
+    """One ``--gateway`` series."""
+
+    series: Annotated[str, _("what was requested")]
+    samples: Annotated[Count, _("samples")]
+    direct: Annotated[Percentiles, _("straight to the fake provider")]
+    through_gateway: Annotated[Percentiles, _("through the model gateway")]
+    output_decision: Annotated[Percentiles, _("the output gate's decision inside it")]
+    gateway_own_added: Annotated[Percentiles, _("the gateway's own added latency")]
+
+
+class TargetJson(CliJson, kw_only=True):
+    """A series' target, its measured value and whether it was met."""
+
+    series: Annotated[str, _("the series the target is for")]
+    measure: Annotated[str, _("what is compared, with its unit")]
+    comparison: Annotated[Comparison, _("how the measured value must compare to the limit")]
+    limit_x1000: Annotated[X1000, _("the target, x1000")]
+    measured_x1000: Annotated[X1000, _("the measured value, x1000")]
+    met: Annotated[bool, _("whether the target was met (informative; not the exit code)")]
+
+
+class BenchJson(CliJson, kw_only=True, omit_defaults=True):
+    """``bench --json``: each section is present only when its series ran."""
+
+    machine: Annotated[str, _("architecture and Python")]
+    evaluator: Annotated[tuple[Series, ...] | None, _("decision core and cedarpy latency")] = None
+    cedar_over_smf_p50_x1000: Annotated[
+        X1000 | None, _("cedarpy p50 over ours (hash inside), x1000")
+    ] = None
+    evaluator_growth: Annotated[
+        tuple[GrowthRow, ...] | None, _("latency as other tenants' policies are added")
+    ] = None
+    bus: Annotated[BusBench | None, _("propose -> verdict over NATS beside an echo")] = None
+    output: Annotated[tuple[OutputRow, ...] | None, _("the buffer gate beside straight")] = None
+    cluster: Annotated[ClusterBench | None, _("claims and allows on a 3-node cluster")] = None
+    gateway: Annotated[tuple[GatewayRow, ...] | None, _("the model gateway's series")] = None
+    targets: Annotated[tuple[TargetJson, ...] | None, _("each target beside its figure")] = None
+
+
+# --- up, console, model-gateway serve: readiness lines ---------------------------------
+
+Stages = Literal["co-located", "bus", "none"]
+
+
+class UpJson(CliJson, kw_only=True):
+    """``up --json``: the readiness line, printed once everything is started."""
+
+    ready: Annotated[Literal[True], _("always true: printed only when ready")]
+    nats_url: Annotated[str, _("the bus the gate is on")]
+    state_dir: Annotated[Path_, _("the state directory")]
+    nats_server_pid: Annotated[int | None, _("the embedded nats-server's pid; null if external")]
+    connectors: Annotated[tuple[Token, ...], _("example connectors started")]
+    stages: Annotated[Stages, _("where the gate's stages run; none with --connectors-only")]
+    model_gateway_url: Annotated[str | None, _("the model gateway's URL, or null")]
+    gate_name: Annotated[str | None, _("this replica's name (--gate-name), or null")]
+    cluster_replicas: Annotated[Count | None, _("claim-store replicas with --cluster, or null")]
+
+
+class ConsoleJson(CliJson, kw_only=True):
+    """``console --json``: the readiness line."""
+
+    ready: Annotated[Literal[True], _("always true: printed only when listening")]
+    url: Annotated[str, _("the console's URL")]
+    nats_url: Annotated[str, _("the bus it relays to")]
+    registry: Annotated[Path_, _("the roster file it reads")]
+
+
+class ModelGatewayServeJson(CliJson, kw_only=True):
+    """``model-gateway serve --json``: the readiness line."""
+
+    ready: Annotated[Literal[True], _("always true: printed only when listening")]
+    model_gateway_url: Annotated[str, _("the gateway's URL")]
+
+
+# --- keys, release ------------------------------------------------------------------------
+
+
+class KeyRecordJson(CliJson, kw_only=True):
+    """A public key record (``smf.ed25519.public/1``), exactly as a roster takes it."""
+
+    kind: Annotated[Literal["smf.ed25519.public/1"], _("record kind")]
+    key_id: Annotated[KeyId, _("ed25519: and the SHA-256 hex of the public key")]
+    principal: Annotated[Principal, _("who the key belongs to")]
+    public_key: Annotated[PublicKey, _("the 32-byte public key, base64")]
+
+
+class ManifestJson(CliJson, kw_only=True):
+    """A release manifest with its hash."""
+
+    schema: Annotated[Literal["smf.release-manifest/1"], _("record schema")]
+    release_id: Annotated[ReleaseId, _("the release's id")]
+    sequence: Annotated[int, _("its sequence number (rollback protection)")]
+    prior_release_hash: Annotated[Identity | None, _("manifest hash it replaces; null first")]
+    issued_at_ms: Annotated[Millis, _("issue time, Unix ms")]
+    lease_expires_at_ms: Annotated[Millis, _("the lease's end, Unix ms")]
+    recipe_id: Annotated[Identity, _("identity of the compiled corpus")]
+    digests: Annotated[ReleaseDigests, _("digests of the projections and registry")]
+    revocations: Annotated[Revocations, _("revoked key and release ids")]
+    manifest_hash: Annotated[Identity, _("SHA-256 of the signed manifest payload")]
+
+
+class ReleaseBuildJson(CliJson, kw_only=True):
+    """``release build --json``."""
+
+    manifest: Annotated[ManifestJson, _("the signed manifest")]
+    signers: Annotated[tuple[KeyId, ...], _("key ids that signed it")]
+    files: Annotated[dict[str, Path_], _("each file of the release folder and its path")]
+
+
+class ReleaseVerifyJson(CliJson, kw_only=True):
+    """``release verify --json``; a refusal is one line on stderr, exit 1."""
+
+    ok: Annotated[Literal[True], _("always true: a refused release prints no JSON")]
+    note: Annotated[
+        Literal["verified", "verified; it is the state's accepted release"],
+        _("verified, or verified as the state's already accepted release"),
+    ]
+    manifest: Annotated[ManifestJson, _("the verified manifest")]
+    signers: Annotated[tuple[KeyId, ...], _("key ids whose signatures counted")]
+    checked_against: Annotated[
+        Identity | None, _("the state's accepted manifest hash it was checked against, or null")
+    ]
+
+
+class TrustRootJson(CliJson, kw_only=True):
+    """``release trust-root --json``: the trust root file as written."""
+
+    schema: Annotated[Literal["smf.release-trust-root/1"], _("record schema")]
+    threshold: Annotated[int, _("distinct signers a release needs")]
+    keys: Annotated[tuple[KeyRecordJson, ...], _("the trusted release-signing keys")]
+
+
+# --- approvals ------------------------------------------------------------------------
+
+GateState = ApprovalState | Literal["unknown"]
+"""An approval's state as the gate reports it; ``unknown`` when it holds no record."""
+
+
+class PendingItem(CliJson, kw_only=True):
+    """One announced approval and its current state."""
+
+    approval_id: Annotated[Identity, _("the approval's id")]
+    tenant_id: Annotated[str, _("the tenant it belongs to")]
+    native_tool: Annotated[str, _("the runtime's tool that proposed it")]
+    capability: Annotated[Capability, _("what the action does")]
+    channel: Annotated[Channel, _("where it would go")]
+    locality: Annotated[Locality, _("internal or external")]
+    required_roles: Annotated[tuple[str, ...], _("professional roles that may approve")]
+    expires_at_ms: Annotated[Millis, _("when the approval expires, Unix ms")]
+    expires_in_s: Annotated[Count, _("seconds left when listed (0 when passed)")]
+    state: Annotated[GateState, _("its current state, asked from the gate (unknown: no record)")]
+    rule_ids: Annotated[tuple[str, ...], _("rules that held it")]
+    reason_codes: Annotated[tuple[Code, ...], _("why it was held")]
+
+
+class ApprovalsPendingJson(CliJson, kw_only=True):
+    """``approvals pending --json``."""
+
+    approvals: Annotated[tuple[PendingItem, ...], _("open approvals (all with --all)")]
+
+
+class ApprovalsShowJson(CliJson, kw_only=True):
+    """``approvals show --json``; printed also on a mismatch (then exit 1)."""
+
+    approval_id: Annotated[Identity, _("the approval's id")]
+    state: Annotated[ApprovalState, _("its state at the gate")]
+    native_tool: Annotated[str, _("the runtime's tool")]
+    destination_address: Annotated[str, _("where it would be sent, as given")]
+    arguments_json: Annotated[str, _("the tool's arguments as JSON text")]
+    content: Annotated[str, _("what would be sent, unescaped")]
+    binding: Annotated[ApprovalBinding, _("everything the approval is bound to")]
+    binding_digest: Annotated[Identity, _("the digest an approver signs")]
+    content_matches: Annotated[bool, _("the content and binding match the digest")]
+
+
+class ApprovalsResolveJson(CliJson, kw_only=True):
+    """``approvals resolve --json``: the gate's answer (exit 1 when not accepted)."""
+
+    decision: Annotated[ResolutionDecision, _("what was signed")]
+    schema: Annotated[Literal["smf.resolution-reply/1"], _("the gate's reply schema")]
+    approval_id: Annotated[Identity, _("the approval's id")]
+    accepted: Annotated[bool, _("whether the gate accepted the resolution")]
+    state: Annotated[GateState, _("the approval's state after it (unknown: no record)")]
+    reason_codes: Annotated[tuple[Code, ...], _("the gate's reasons for a refusal")]
+    order_id: Annotated[OrderId | None, _("the order sent on allow-once, or null")]
+
+
+class ApprovalsResolveRefusal(CliJson, kw_only=True):
+    """``approvals resolve --json`` refused before the gate answered (exit 1)."""
+
+    approval_id: Annotated[Identity, _("the approval's id")]
+    decision: Annotated[ResolutionDecision, _("what would have been signed")]
+    accepted: Annotated[Literal[False], _("always false")]
+    reason_code: Annotated[
+        Code | None, _("why, in the gate's words; null when the bus could not be reached")
+    ]
+    refusal: Annotated[str, _("the one line printed on stderr, for people")]
+
+
+# --- ledger -----------------------------------------------------------------------------
+
+LedgerResult = Literal["verified", "self-consistent", "unanchored", "failed"]
+
+
+class LedgerVerifyJson(CliJson, kw_only=True):
+    """``ledger verify --json``; printed also when it fails or is unanchored (exit 1)."""
+
+    result: Annotated[
+        LedgerResult,
+        _("verified against checkpoints; self-consistent (none asked); unanchored; failed"),
+    ]
+    ok: Annotated[bool, _("the chain and every checkpoint verified")]
+    reason: Annotated[Code | None, _("what is wrong, or null")]
+    seq: Annotated[int | None, _("the first bad entry's seq, or null")]
+    ledger_id: Annotated[str | None, _("the ledger's id, or null when unreadable")]
+    entries: Annotated[Count, _("entries verified")]
+    last_seq: Annotated[int, _("the end of the verified prefix")]
+    last_entry_hash: Annotated[str, _("that entry's hash")]
+    checkpoints: Annotated[Count, _("distinct checkpoints verified")]
+    checkpoint_seq: Annotated[int, _("the highest checkpoint's seq")]
+    external_checkpoints: Annotated[Count, _("checkpoints read from --nats or --checkpoints")]
+    checkpoint_source: Annotated[str | None, _("where they were read, or null")]
+
+
+# --- swarm ------------------------------------------------------------------------------
+
+
+class SwarmReportJson(CliJson, kw_only=True):
+    """``swarm analyze --json`` and ``swarm review --json``: the report, byte for byte
+    the file written (``smf.swarm-report/1``); analyze prints it also when every
+    persona failed (then exit 1)."""
+
+    schema: Annotated[Literal["smf.swarm-report/1"], _("record schema")]
+    report_id: Annotated[Identity, _("identity of the report body")]
+    release_id: Annotated[str, _("the release analysed from")]
+    release_sequence: Annotated[int, _("its sequence")]
+    projection_id: Annotated[Identity, _("the analysis projection's identity")]
+    question: Annotated[str, _("the question asked")]
+    at_ms: Annotated[Millis, _("the time the rules were judged at, Unix ms")]
+    facts: Annotated[dict[str, Any], _("the matter's facts")]
+    facts_id: Annotated[Identity, _("identity of the facts")]
+    selection: Annotated[SelectionSets, _("rules selected, unresolved and excluded")]
+    personas: Annotated[tuple[PersonaReport, ...], _("each persona's run")]
+    accepted: Annotated[tuple[AcceptedClaim, ...], _("claims accepted")]
+    rejected: Annotated[tuple[RejectedClaim, ...], _("claims rejected, with why")]
+    limits: Annotated[str, _("what the check does not prove")]
+    semantic_faithfulness: Annotated[Faithfulness, _("the signed review, or not reviewed")]
+
+
+# --- bus ---------------------------------------------------------------------------------
+
+May = Literal["publish", "not publish", "subscribe", "not subscribe", "publish replies"]
+
+
+class BusAuthorizationJson(CliJson, kw_only=True):
+    """``bus authorization --json``."""
+
+    out: Annotated[Path_, _("the authorization file")]
+    changed: Annotated[bool, _("whether its content changed")]
+    principals: Annotated[Count, _("principals it names")]
+
+
+class PermissionRow(CliJson, kw_only=True):
+    """One grant or denial of one principal."""
+
+    principal: Annotated[str, _("the principal")]
+    role: Annotated[Role, _("its registry role")]
+    may: Annotated[May, _("granted or denied; publish replies: may answer requests made to it")]
+    subject: Annotated[str | None, _("the subject pattern; null for publish replies")]
+
+
+class BusPermissionsJson(CliJson, kw_only=True):
+    """``bus permissions --json``."""
+
+    permissions: Annotated[tuple[PermissionRow, ...], _("by principal")]
+
+
+# --- model-gateway -------------------------------------------------------------------------
+
+
+class ModelGatewayUpstreamJson(CliJson, kw_only=True):
+    """``model-gateway upstream --json``."""
+
+    upstream: Annotated[str, _("the provider's base URL")]
+    file: Annotated[Path_, _("the gateway settings file written")]
+
+
+class ModelGatewayAddRuntimeJson(CliJson, kw_only=True):
+    """``model-gateway add-runtime --json``."""
+
+    runtime_id: Annotated[Token, _("the runtime")]
+    token_file: Annotated[Path_, _("its bearer token file (0600)")]
+
+
+class ModelGatewayClearJson(CliJson, kw_only=True):
+    """``model-gateway clear --json``: the gate's answer."""
+
+    runtime_id: Annotated[Token, _("the runtime")]
+    was_stopped: Annotated[bool, _("whether it was stopped before the clear")]
+
+
+class GatewayRuntime(CliJson, kw_only=True):
+    """One runtime the model gateway serves."""
+
+    runtime: Annotated[Token, _("the runtime's id")]
+    adapter: Annotated[str, _("its adapter's id")]
+    destination: Annotated[str, _("where it delivers replies")]
+    locality: Annotated[Locality, _("internal or external")]
+    surface: Annotated[Surface, _("its delivery surface")]
+
+
+class ModelGatewayListJson(CliJson, kw_only=True):
+    """``model-gateway list --json``."""
+
+    runtimes: Annotated[tuple[GatewayRuntime, ...], _("runtimes the gateway serves")]
+
+
+# --- the table of commands -----------------------------------------------------------------
+
+COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
+    ("compile",): (CompileJson,),
+    ("eval",): (EvalJson,),
+    ("demo",): (DemoJson,),
+    ("bench",): (BenchJson,),
+    ("up",): (UpJson,),
+    ("keys", "new"): (KeyRecordJson,),
+    ("keys", "public"): (KeyRecordJson,),
+    ("approvals", "pending"): (ApprovalsPendingJson,),
+    ("approvals", "show"): (ApprovalsShowJson,),
+    ("approvals", "resolve"): (ApprovalsResolveJson, ApprovalsResolveRefusal),
+    ("ledger", "verify"): (LedgerVerifyJson,),
+    ("swarm", "analyze"): (SwarmReportJson,),
+    ("swarm", "review"): (SwarmReportJson,),
+    ("release", "build"): (ReleaseBuildJson,),
+    ("release", "verify"): (ReleaseVerifyJson,),
+    ("release", "trust-root"): (TrustRootJson,),
+    ("console",): (ConsoleJson,),
+    ("bus", "authorization"): (BusAuthorizationJson,),
+    ("bus", "permissions"): (BusPermissionsJson,),
+    ("model-gateway", "upstream"): (ModelGatewayUpstreamJson,),
+    ("model-gateway", "add-runtime"): (ModelGatewayAddRuntimeJson,),
+    ("model-gateway", "clear"): (ModelGatewayClearJson,),
+    ("model-gateway", "list"): (ModelGatewayListJson,),
+    ("model-gateway", "serve"): (ModelGatewayServeJson,),
+}
+"""Each command with ``--json`` and its types: what it prints, then any refusal it prints."""
+
+
+# --- the document ----------------------------------------------------------------------------
+
+DOC: Final = Path(__file__).resolve().parent.parent / "docs" / "CLI-JSON.md"
+
+_HEAD = """\
+# The `--json` output of each command
+
+Generated from `ops/cli_json.py` by `python -m ops.cli_json` (or `make cli-json`);
+`tests/test_cli_json.py` fails when this page is stale. Do not edit it by hand.
+
+Issue 22: `--json` carries machine values. Every command prints one line of
+canonical JSON (RFC 8785 key order), one object, closed: a reader may decode
+it strictly, and an unknown field is an error. Ids and hashes are whole
+(`sha256:` and 64 hex digits; order ids 64 hex digits; `ed25519:` key ids),
+enums are closed sets, numbers are integers (ratios `_x1000`, latencies in
+ns), times are Unix milliseconds. What a table shows for people (`held ->
+allow`, `3m 02s`, an id cut to 12 digits) is never in the JSON.
+
+A command that fails prints nothing on stdout and one line on stderr, unless
+its entry below names what it prints then. `release publish` and `release
+status` are not listed yet: their output is changing to report the gate's
+adoption.
+"""
+
+
+def _describe(component: dict[str, Any]) -> list[str]:
+    lines = ["| field | type | meaning |", "| --- | --- | --- |"]
+    for name, schema in component["properties"].items():
+        kind = _kind(schema).replace("|", "\\|")
+        lines.append(f"| `{name}` | {kind} | {schema.get('description', '')} |")
+    return lines
+
+
+def _json(value: object) -> str:
+    """An enum member as it appears in the output: ``held``, ``false``, ``1``."""
+    return value if isinstance(value, str) else msgspec.json.encode(value).decode()
+
+
+def _kind(schema: dict[str, Any]) -> str:
+    """A short type for the table; the schema below has the whole of it."""
+    if "$ref" in schema:
+        return f"`{str(schema['$ref']).rsplit('/', 1)[-1]}`"
+    if "enum" in schema:
+        return " | ".join(f"`{_json(v)}`" for v in schema["enum"])
+    if "const" in schema:
+        return f"`{_json(schema['const'])}`"
+    if "anyOf" in schema:
+        return " | ".join(_kind(s) for s in schema["anyOf"])
+    kind = schema.get("type", "any")
+    if kind == "array":
+        return f"list of {_kind(schema.get('items', {}))}"
+    if kind == "object" and "additionalProperties" in schema:
+        return f"map to {_kind(schema['additionalProperties'])}"
+    pattern = schema.get("pattern")
+    return f"{kind} `{pattern}`" if pattern else str(kind)
+
+
+def _first_line(struct: type) -> str:
+    lines = (struct.__doc__ or "").strip().splitlines()
+    return lines[0].replace("``", "`") if lines else ""
+
+
+def render() -> str:
+    """The whole of ``docs/CLI-JSON.md``, from the types."""
+    printed = {t for ts in COMMANDS.values() for t in ts}
+    _, components = msgspec.json.schema_components(
+        sorted(printed, key=lambda t: t.__name__), ref_template="#/$defs/{name}"
+    )
+    out = [_HEAD]
+    for path, declared in COMMANDS.items():
+        out.append(f"## `{' '.join(path)} --json`\n")
+        for n, struct in enumerate(declared):
+            role = "Prints" if n == 0 else "When refused, prints"
+            out.append(f"{role} `{struct.__name__}`: {_first_line(struct)}\n")
+            out.extend(_describe(components[struct.__name__]))
+            out.append("")
+    nested = {t.__name__: t for t in _nested(CliJson) if t not in printed}
+    out.append("## Types inside them\n")
+    for name in sorted(components):
+        if name in nested:
+            out.append(f"### `{name}`\n")
+            line = _first_line(nested[name])
+            out.extend([f"{line}\n"] if line else [])
+            out.extend(_describe(components[name]))
+            out.append("")
+    product = sorted(
+        name
+        for name in components
+        if name not in nested and name not in {t.__name__ for t in printed}
+    )
+    out.append(
+        "Records of the gate and of Swarm, reported as they are (their meaning is in "
+        "their modules and in `docs/SUBJECTS.md`): "
+        + ", ".join(f"`{name}`" for name in product)
+        + ".\n"
+    )
+    out.append("## Schemas\n")
+    out.append("Every type above and every type it uses, as JSON Schema (`$defs`).\n")
+    out.append("```json")
+    whole = {"$defs": dict(sorted(components.items()))}
+    out.append(msgspec.json.format(msgspec.json.encode(whole), indent=2).decode())
+    out.append("```\n")
+    return "\n".join(out)
+
+
+def _nested(base: type[CliJson]) -> list[type[CliJson]]:
+    found: list[type[CliJson]] = []
+    for sub in base.__subclasses__():
+        found += [sub, *_nested(sub)]
+    return found
+
+
+def main(argv: list[str]) -> int:
+    """Write ``docs/CLI-JSON.md``; with ``--check``, exit 1 if it differs."""
+    text = render()
+    if "--check" in argv:
+        return 0 if DOC.exists() and DOC.read_text(encoding="utf-8") == text else 1
+    DOC.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,668 @@
+"""Every ``--json`` output has a declared, documented schema (issue 22).
+
+Commands are read from the parser (``tests.test_cli.subcommands``): one with
+``--json`` and no declared type in ``ops.cli_json.COMMANDS`` fails here, and so
+does one without a case in ``CASES``. Each case runs the real command (in
+process through ``ops.cli.main``, or as a process for the ones that run until
+stopped) against a demo's state and, for the bus, a real ``up`` (nats-server
+and gate); stdout is decoded strictly with the declared type, so an unknown
+field, a cut id or a word outside an enum fails the decode. A refusal either
+prints its declared refusal type or nothing on stdout, as ``docs/CLI-JSON.md``
+says for that command.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+import pytest
+
+from adapters.client import ProposalClient
+from ops import cli_json
+from ops.cli import build_parser, main
+from ops.cli_json import COMMANDS, CliJson
+from ops.demo_script import SCENARIOS
+from ops.natsserver import reserve_port
+from ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
+from ops.state import ADAPTER_ID, CONSOLE, RUNTIME_ID, StateDir
+from subjects.bus_access import connect_options
+from tests.test_cli import AT, subcommands
+from tests.test_cli_model_gateway import ACTOR
+from tests.test_cli_ops import read_line
+
+ROOT = Path(__file__).resolve().parents[1]
+PROG = (sys.executable, "-m", "ops.cli")
+TIMEOUT = 60.0
+IDENTITY = r"sha256:[0-9a-f]{64}"
+ORDER_ID = r"[0-9a-f]{64}"
+KEY_ID = r"ed25519:[0-9a-f]{64}"
+
+ADOPTION_PENDING: frozenset[tuple[str, ...]] = frozenset(
+    {("release", "publish"), ("release", "status")}
+)
+"""Types added with the adoption report: these two are being changed to report
+the gate's adoption, and get their declared types with that change."""
+
+JSON_COMMANDS = sorted(
+    path
+    for path, _, parser in subcommands(build_parser())
+    if any("--json" in action.option_strings for action in parser._actions)
+)
+
+
+# --- the table covers the parser -----------------------------------------------------------
+
+
+def test_every_command_with_json_has_a_declared_type() -> None:
+    for path in JSON_COMMANDS:
+        assert path in COMMANDS or path in ADOPTION_PENDING, f"{path}: no type in ops.cli_json"
+    assert set(COMMANDS) <= set(JSON_COMMANDS), "a type for a command without --json"
+    assert not ADOPTION_PENDING & set(COMMANDS)
+
+
+def declared() -> list[type[CliJson]]:
+    found: list[type[CliJson]] = []
+
+    def walk(base: type[CliJson]) -> None:
+        for sub in base.__subclasses__():
+            found.append(sub)
+            walk(sub)
+
+    walk(CliJson)
+    return found
+
+
+@pytest.mark.parametrize("struct", declared(), ids=lambda t: t.__name__)
+def test_every_type_is_closed_keyword_only_and_says_what_each_field_means(
+    struct: type[CliJson],
+) -> None:
+    assert struct.__struct_config__.forbid_unknown_fields
+    params = inspect.signature(struct).parameters.values()
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params)
+    assert (struct.__doc__ or "").strip(), struct
+    _, components = msgspec.json.schema_components([struct])
+    for name, field in components[struct.__name__]["properties"].items():
+        assert field.get("description"), f"{struct.__name__}.{name} has no meaning"
+
+
+def test_only_the_two_exempt_commands_print_an_undeclared_value() -> None:
+    """Every other ``--json`` goes through ``ops.output.emit``, which takes a declared
+    type only; ``emit_json`` is called from ``release publish`` and ``status`` alone."""
+    calls = []
+    for path in sorted((ROOT / "ops").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "emit_json":
+                    calls.append((path.relative_to(ROOT).as_posix(), function.name))
+    assert sorted(set(calls)) == [
+        ("ops/commands/release.py", "run_publish"),
+        ("ops/commands/release.py", "run_status"),
+    ]
+
+
+def test_the_document_is_generated_from_the_types() -> None:
+    """``docs/CLI-JSON.md`` is stale: run ``python -m ops.cli_json`` (``make cli-json``)."""
+    assert cli_json.DOC.read_text(encoding="utf-8") == cli_json.render()
+    for path in COMMANDS:
+        assert f"## `{' '.join(path)} --json`" in cli_json.render()
+
+
+def test_emit_refuses_a_value_its_own_type_rejects(capsys: pytest.CaptureFixture[str]) -> None:
+    """An id cut to a display prefix is an error, not a line a script reads."""
+    from ops.output import emit  # noqa: PLC0415 - the one function under test here
+
+    cut = cli_json.ModelGatewayClearJson(runtime_id="not a token", was_stopped=False)
+    with pytest.raises(msgspec.ValidationError):
+        emit(cut)
+    assert capsys.readouterr().out == ""
+
+
+# --- running each command ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class World:
+    """What the cases run against: a demo's state, the demo's own output, a gate."""
+
+    work: Path
+    state: StateDir
+    demo_out: str
+    up_line: str
+    nats_url: str
+    approval_id: str
+
+
+def copy_state(world: World, into: Path) -> StateDir:
+    shutil.copytree(world.state.root, into, ignore=shutil.ignore_patterns("nats", "nats.url"))
+    return StateDir(into)
+
+
+async def hold_filing(url: str, state: StateDir) -> str:
+    """Scenario 1 proposed as the scripted runtime: the gate holds it for an attorney."""
+    filing = SCENARIOS[0]
+    nc = await nats.connect(url, **connect_options(state.existing_credential("runtime")))
+    try:
+        runtime = ProposalClient(
+            nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
+        )
+        verdict = await runtime.propose(
+            runtime.build(
+                native_tool=filing.native_tool,
+                arguments=filing.arguments,
+                actor=filing.actor,
+                facts=filing.facts,
+                content=filing.content,
+                destination=filing.destination,
+            )
+        )
+    finally:
+        await nc.drain()
+    assert verdict.outcome == "held", verdict
+    assert verdict.approval_id is not None
+    return verdict.approval_id
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """``demo --json`` once (its output is the demo case), then ``up --json`` on a
+    copy of that state: a real nats-server and gate for the bus commands."""
+    work = tmp_path_factory.mktemp("cli-json")
+    demo = subprocess.run(
+        [*PROG, "demo", "--state-dir", str(work / "demo"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT * 2,
+        check=True,
+    )
+    shutil.copytree(work / "demo", work / "state", ignore=shutil.ignore_patterns("nats"))
+    state = StateDir(work / "state")
+    up = subprocess.Popen(
+        [*PROG, "up", "--state-dir", str(state.root), "--json", "--log-level", "error"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        line = read_line(up, TIMEOUT)
+        url = json.loads(line)["nats_url"]
+        approval = asyncio.run(hold_filing(url, state))
+        yield World(work, state, demo.stdout, line, url, approval)
+    finally:
+        stop(up)
+
+
+def ready_line(argv: list[str]) -> str:
+    """The readiness line of a command that runs until stopped; then stop it."""
+    proc = subprocess.Popen(
+        [*PROG, *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        return read_line(proc, TIMEOUT)
+    finally:
+        stop(proc)
+
+
+Check = Callable[[Any, World], None]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One run of one command: its arguments (``{state}``, ``{work}``, ... filled in),
+    the exit status, which of its declared types stdout holds (None: stdout is
+    empty), and what to check of the decoded value."""
+
+    argv: tuple[str, ...]
+    code: int = 0
+    prints: int | None = 0
+    check: Check | None = None
+    process: bool = False
+    """Runs until stopped: its readiness line is read from a process."""
+
+
+def full(pattern: str, value: object) -> None:
+    assert isinstance(value, str), value
+    assert re.fullmatch(pattern, value), value
+
+
+def check_demo(out: cli_json.DemoJson, _: World) -> None:
+    assert out.ok
+    held = next(s for s in out.scenarios if s.outcome == "held")
+    assert (held.final_outcome, held.connector_report) == ("allow", "confirmed")
+    full(ORDER_ID, held.order_id)
+    for scenario in out.scenarios:
+        full(IDENTITY, scenario.evidence)
+
+
+def check_eval(out: cli_json.EvalJson, _: World) -> None:
+    assert out.disposition == "conditional"
+    for value in (out.decision_id, out.operation_hash, out.projection_id):
+        full(IDENTITY, value)
+
+
+def check_key(out: cli_json.KeyRecordJson, _: World) -> None:
+    full(KEY_ID, out.key_id)
+
+
+def check_pending(out: cli_json.ApprovalsPendingJson, world: World) -> None:
+    (item,) = (a for a in out.approvals if a.approval_id == world.approval_id)
+    assert item.state in ("pending", "approved", "executing", "consumed")
+    assert item.capability == "external.transmit"
+
+
+def check_show(out: cli_json.ApprovalsShowJson, world: World) -> None:
+    assert (out.content_matches, out.approval_id) == (True, world.approval_id)
+    full(IDENTITY, out.binding_digest)
+
+
+def check_resolve(out: cli_json.ApprovalsResolveJson, world: World) -> None:
+    assert (out.accepted, out.decision, out.approval_id) == (True, "allow-once", world.approval_id)
+    full(ORDER_ID, out.order_id)
+
+
+def check_resolve_refusal(out: cli_json.ApprovalsResolveRefusal, _: World) -> None:
+    assert out.accepted is False
+    assert out.reason_code == "resolver_lacks_required_role", out
+
+
+def check_not_pending(out: cli_json.ApprovalsResolveRefusal, world: World) -> None:
+    assert (out.reason_code, out.approval_id) == ("approval_not_pending", world.approval_id)
+
+
+def check_ledger(out: cli_json.LedgerVerifyJson, _: World) -> None:
+    assert (out.result, out.ok) == ("self-consistent", True)
+    full(IDENTITY, out.last_entry_hash)
+
+
+def check_unanchored(out: cli_json.LedgerVerifyJson, _: World) -> None:
+    assert (out.result, out.external_checkpoints) == ("unanchored", 0)
+
+
+def check_report(out: cli_json.SwarmReportJson, _: World) -> None:
+    full(IDENTITY, out.report_id)
+    assert out.accepted
+
+
+def check_failed_personas(out: cli_json.SwarmReportJson, _: World) -> None:
+    assert {p.status for p in out.personas} == {"failed"}
+
+
+def check_reviewed(out: cli_json.SwarmReportJson, _: World) -> None:
+    assert out.semantic_faithfulness.status == "faithful"
+
+
+def check_build(out: cli_json.ReleaseBuildJson, _: World) -> None:
+    full(IDENTITY, out.manifest.manifest_hash)
+    for signer in out.signers:
+        full(KEY_ID, signer)
+
+
+def check_verify(out: cli_json.ReleaseVerifyJson, _: World) -> None:
+    assert out.note == "verified"
+    full(IDENTITY, out.manifest.manifest_hash)
+
+
+def check_permissions(out: cli_json.BusPermissionsJson, _: World) -> None:
+    replies = [p for p in out.permissions if p.may == "publish replies"]
+    assert replies
+    assert all(p.subject is None for p in replies)
+    assert all(p.subject for p in out.permissions if p.may != "publish replies")
+
+
+def check_up(out: cli_json.UpJson, world: World) -> None:
+    assert (out.stages, out.state_dir) == ("co-located", str(world.state.root))
+    assert isinstance(out.nats_server_pid, int)
+
+
+def check_bench(out: cli_json.BenchJson, _: World) -> None:
+    assert out.evaluator
+    assert out.targets
+    assert out.bus is None
+    assert all(t.comparison in ("at_most", "at_least") for t in out.targets)
+
+
+def check_runtimes(out: cli_json.ModelGatewayListJson, _: World) -> None:
+    assert [r.runtime for r in out.runtimes] == ["rt-json"]
+
+
+MATTER = str(package_path(SCENARIO_ENVELOPES) / "swarm-matter.json")
+ENVELOPE = str(package_path(SCENARIO_ENVELOPES) / "1-court-filing-approval.json")
+ATTORNEY = (
+    "--key",
+    "{state}/keys/attorney-alex.key",
+    "--credential",
+    "{state}/keys/attorney-alex.nkey",
+)
+PARALEGAL = (
+    "--key",
+    "{state}/keys/paralegal-pat.key",
+    "--credential",
+    "{state}/keys/paralegal-pat.nkey",
+)
+SIGNER = ("--key", "{state}/keys/release-signer.key")
+RUNTIME = (
+    "rt-json",
+    *("--adapter", "hermes", "--actor", "{work}/actor.json"),
+    *("--destination", "internal", "--locality", "internal"),
+)
+
+CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
+    ("compile",): (
+        Case(("--corpus", str(package_path(SCENARIO_CORPUS)), "--out", "{work}/compiled")),
+        Case(("--corpus", "{work}/nowhere", "--out", "{work}/c2"), 1, None),
+    ),
+    ("eval",): (
+        Case(("--at", AT, ENVELOPE), check=check_eval),
+        Case(("--at", AT, "{work}/garbage"), 2, None),
+    ),
+    ("demo",): (
+        Case((), check=check_demo),
+        Case(("--nats", "{dead}"), 1, None),
+    ),
+    ("bench",): (
+        Case(("--evaluator", "--rounds", "10"), check=check_bench),
+        Case(("--rounds", "0"), 2, None),
+    ),
+    ("up",): (
+        Case((), check=check_up),
+        Case(("--state-dir", "{work}/up2", "--nats", "{dead}"), 1, None, process=True),
+    ),
+    ("keys", "new"): (
+        Case(("--id", "someone", "--out", "{work}/someone.key"), check=check_key),
+        Case(("--id", "someone", "--out", "{state}/keys/runtime.key"), 1, None),
+    ),
+    ("keys", "public"): (
+        Case(("--key", "{state}/keys/runtime.key"), check=check_key),
+        Case(("--key", "{work}/garbage"), 1, None),
+    ),
+    ("approvals", "pending"): (
+        Case(
+            ("--nats", "{nats}", "--credential", f"{{state}}/keys/{CONSOLE}.nkey", "--all"),
+            check=check_pending,
+        ),
+        Case(("--nats", "{dead}"), 1, None),
+    ),
+    ("approvals", "show"): (
+        Case(("{approval}", "--nats", "{nats}", *ATTORNEY), check=check_show),
+        Case(("sha256:" + "ab" * 32, "--nats", "{nats}", *ATTORNEY), 1, None),
+    ),
+    ("approvals", "resolve"): (
+        Case(
+            ("{approval}", "allow-once", "--nats", "{nats}", *PARALEGAL),
+            1,
+            1,
+            check_resolve_refusal,
+        ),
+        Case(("{approval}", "allow-once", "--nats", "{nats}", *ATTORNEY), check=check_resolve),
+        Case(("{approval}", "deny", "--nats", "{nats}", *ATTORNEY), 1, 1, check_not_pending),
+    ),
+    ("ledger", "verify"): (
+        Case(("--db", "{state}/ledger.db", "--state-dir", "{state}"), check=check_ledger),
+        Case(
+            (
+                "--db",
+                "{state}/ledger.db",
+                "--state-dir",
+                "{state}",
+                "--checkpoints",
+                "{work}/empty",
+            ),
+            1,
+            0,
+            check_unanchored,
+        ),
+    ),
+    ("swarm", "analyze"): (
+        Case(("--facts", MATTER, "--out", "{work}/report.json"), check=check_report),
+        Case(
+            (
+                "--facts",
+                MATTER,
+                "--personas",
+                "openai",
+                "--base-url",
+                "{dead_http}",
+                "--timeout",
+                "5",
+            ),
+            1,
+            0,
+            check_failed_personas,
+        ),
+    ),
+    ("swarm", "review"): (
+        Case(
+            (
+                "--report",
+                "{work}/report.json",
+                "--reviewer",
+                "reviewer-rita",
+                "--key",
+                "{work}/rita.key",
+                "--verdict",
+                "faithful",
+                "--note",
+                "checked",
+            ),
+            check=check_reviewed,
+        ),
+        Case(
+            (
+                "--report",
+                "{work}/garbage",
+                "--reviewer",
+                "reviewer-rita",
+                "--key",
+                "{work}/rita.key",
+                "--verdict",
+                "faithful",
+                "--note",
+                "-",
+            ),
+            1,
+            None,
+        ),
+    ),
+    ("release", "build"): (
+        Case(
+            (
+                "--corpus",
+                str(package_path(SCENARIO_CORPUS)),
+                *SIGNER,
+                "--registry",
+                "{state}/registry.json",
+                "--out",
+                "{work}/release",
+                "--sequence",
+                "7",
+            ),
+            check=check_build,
+        ),
+        Case(
+            (
+                "--corpus",
+                "{work}/nowhere",
+                *SIGNER,
+                "--registry",
+                "{state}/registry.json",
+                "--out",
+                "{work}/release2",
+            ),
+            1,
+            None,
+        ),
+    ),
+    ("release", "trust-root"): (
+        Case(("--key", "{work}/someone.key", "--out", "{work}/other-root.json")),
+        Case(("--key", "{work}/garbage", "--out", "{work}/root3.json"), 1, None),
+    ),
+    ("release", "verify"): (
+        Case(
+            ("{work}/release", "--trust-root", "{state}/release-trust-root.json"),
+            check=check_verify,
+        ),
+        Case(("{work}/release", "--trust-root", "{work}/other-root.json"), 1, None),
+    ),
+    ("console",): (
+        Case(
+            (
+                "--nats",
+                "{nats}",
+                "--registry",
+                "{state}/registry.json",
+                "--credential",
+                f"{{state}}/keys/{CONSOLE}.nkey",
+                "--port",
+                "0",
+                "--log-level",
+                "error",
+            ),
+            process=True,
+        ),
+        Case(("--nats", "{nats}", "--registry", "{work}/garbage"), 1, None),
+    ),
+    ("bus", "authorization"): (
+        Case(("--state-dir", "{state}", "--out", "{work}/auth.conf")),
+        Case(("--state-dir", "{work}/nostate", "--out", "{work}/auth2.conf"), 1, None),
+    ),
+    ("bus", "permissions"): (
+        Case(("--state-dir", "{state}"), check=check_permissions),
+        Case(("--state-dir", "{work}/nostate"), 1, None),
+    ),
+    ("model-gateway", "upstream"): (
+        Case(("http://127.0.0.1:9", "--provider", "openai", "--state-dir", "{state}")),
+        Case(("not-a-url", "--provider", "openai", "--state-dir", "{state}"), 1, None),
+    ),
+    ("model-gateway", "add-runtime"): (
+        Case((*RUNTIME, "--state-dir", "{state}")),
+        Case((*RUNTIME, "--state-dir", "{work}/nostate"), 1, None),
+    ),
+    ("model-gateway", "list"): (
+        Case(("--state-dir", "{state}"), check=check_runtimes),
+        Case(("--state-dir", "{work}/nostate"), 1, None),
+    ),
+    ("model-gateway", "clear"): (
+        Case(("rt-json", "--state-dir", "{state}", "--nats", "{nats}")),
+        Case(("not a runtime", "--state-dir", "{state}", "--nats", "{nats}"), 1, None),
+    ),
+    ("model-gateway", "serve"): (
+        Case(
+            ("--state-dir", "{state}", "--nats", "{nats}", "--listen", "127.0.0.1:0"), process=True
+        ),
+        Case(("--state-dir", "{state}", "--nats", "{dead}", "--listen", "127.0.0.1:0"), 1, None),
+    ),
+}
+"""Cases run in this order (a later one may use what an earlier one wrote): per
+command, a success and, where it can refuse, a refusal."""
+
+ROWS = [(path, n, case) for path, cases in CASES.items() for n, case in enumerate(cases)]
+
+
+def test_every_declared_command_has_a_success_and_a_refusal_case() -> None:
+    assert set(CASES) == set(COMMANDS)
+    for path, cases in CASES.items():
+        assert any(c.code == 0 for c in cases), path
+        assert any(c.code != 0 for c in cases), path
+
+
+@pytest.fixture(scope="module")
+def scratch(world: World) -> Iterator[dict[str, str]]:
+    """The values cases are filled with, and the scratch files they read."""
+    work = world.work
+    (work / "garbage").write_bytes(b"\xff\x00 not json, not a key\n")
+    (work / "empty").write_text("")
+    (work / "actor.json").write_text(json.dumps(ACTOR))
+    from subjects.keys import generate_signing_key, write_private_key  # noqa: PLC0415
+
+    write_private_key(work / "rita.key", generate_signing_key(), "reviewer-rita")
+    dead, dead_http = reserve_port(), reserve_port()
+    try:
+        yield {
+            "state": str(world.state.root),
+            "work": str(work),
+            "nats": world.nats_url,
+            "approval": world.approval_id,
+            "dead": f"nats://127.0.0.1:{dead.port}",
+            "dead_http": f"http://127.0.0.1:{dead_http.port}",
+        }
+    finally:
+        dead.close()
+        dead_http.close()
+
+
+def run_case(
+    path: tuple[str, ...], case: Case, world: World, values: dict[str, str], capsys: Any
+) -> tuple[int, str]:
+    argv = [*path, *(part.format(**values) for part in case.argv), "--json"]
+    if path == ("demo",) and case.code == 0:
+        return 0, world.demo_out
+    if path == ("up",) and case.code == 0:
+        return 0, world.up_line
+    if case.process:
+        if case.code == 0:
+            return 0, ready_line(argv)
+        done = subprocess.run(
+            [*PROG, *argv], capture_output=True, text=True, timeout=TIMEOUT, check=False
+        )
+        return done.returncode, done.stdout
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("path", "n", "case"), ROWS, ids=[f"{'-'.join(p)}-{n}" for p, n, _ in ROWS]
+)
+def test_the_output_decodes_strictly_as_its_declared_type(
+    path: tuple[str, ...],
+    n: int,
+    case: Case,
+    world: World,
+    scratch: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out = run_case(path, case, world, scratch, capsys)
+    assert code == case.code, (path, n, out)
+    if case.prints is None:
+        assert out == "", out
+        return
+    assert out.count("\n") == 1, out
+    assert out.endswith("\n"), out
+    struct = COMMANDS[path][case.prints]
+    value = msgspec.json.decode(out.encode(), type=struct)
+    if case.check is not None:
+        case.check(value, world)
