@@ -18,8 +18,6 @@ display prefix fails its pattern instead of reaching a script.
   unnoticed: :func:`ops.output.emit` refuses a value its type rejects.
 - :data:`COMMANDS` maps each command path to its types, the first for what
   the command prints when it runs, any others for a refusal it prints.
-  ``release publish`` and ``release status`` have none yet: they are being
-  changed to report the gate's adoption, and get theirs with it.
 
 ``docs/CLI-JSON.md`` is generated from these types (``python -m ops.cli_json``);
 ``tests/test_cli_json.py`` fails when it is stale.
@@ -43,7 +41,7 @@ from subjects.keys import Principal
 from subjects.messages import Outcome
 from subjects.patterns import Code, ConnectorId, Millis, OrderId, Token
 from subjects.registry import Role
-from subjects.release import KeyId, ReleaseDigests, ReleaseId, Revocations
+from subjects.release import KeyId, ReleaseDigests, ReleaseId, ReleaseOutcome, Revocations
 from swarm.claims import AcceptedClaim, RejectedClaim
 from swarm.report import Faithfulness, PersonaReport, SelectionSets
 
@@ -405,6 +403,106 @@ class TrustRootJson(CliJson, kw_only=True):
     keys: Annotated[tuple[KeyRecordJson, ...], _("the trusted release-signing keys")]
 
 
+class PublishedToGate(CliJson, kw_only=True):
+    """What one gate said of the published revision, in its signed report."""
+
+    gate: Annotated[str, _("the gate's name (each gate answers for itself)")]
+    outcome: Annotated[
+        ReleaseOutcome,
+        _("adopted, superseded (adopted, then replaced), refused, pending or unseen"),
+    ]
+    reason_code: Annotated[Code | None, _("why it refused; null unless refused")]
+    detail: Annotated[str | None, _("the refusal in one sentence; null unless refused")]
+    retryable: Annotated[
+        bool | None, _("whether the gate tries a refused one again when its state moves")
+    ]
+    active_release_id: Annotated[ReleaseId | None, _("the release the gate uses now, or null")]
+
+
+class ReleasePublishJson(CliJson, kw_only=True):
+    """``release publish --json``: also printed when it exits 1 (a gate refused it,
+    or no gate's signed word came within ``--wait``)."""
+
+    release_id: Annotated[ReleaseId, _("the release published")]
+    sequence: Annotated[int, _("its sequence number")]
+    manifest_hash: Annotated[Identity, _("SHA-256 of its signed manifest payload")]
+    to: Annotated[str, _("the bucket key and revision, or the inbox file, it went to")]
+    waited: Annotated[bool, _("false with --no-wait: the gates were not asked")]
+    gates: Annotated[
+        tuple[PublishedToGate, ...],
+        _("each gate that answered with a report a gate key of its registry signed"),
+    ]
+    unverified_answers: Annotated[Count, _("answers not signed so, and not counted")]
+
+
+class BucketRow(CliJson, kw_only=True):
+    """One value of the ``SMF_RELEASES`` bucket, as published (not verified)."""
+
+    key: Annotated[str, _("the bucket key (release.<sequence>)")]
+    revision: Annotated[Count, _("its bucket revision")]
+    bytes: Annotated[Count, _("its size")]
+    release_id: Annotated[ReleaseId | None, _("the manifest's release id; null if not a release")]
+    sequence: Annotated[int | None, _("the manifest's sequence; null if not a release")]
+    lease_expires_at_ms: Annotated[Millis | None, _("the manifest's lease end, Unix ms")]
+
+
+class RefusalJson(CliJson, kw_only=True):
+    """One candidate a gate refused, from its signed report."""
+
+    origin: Annotated[str, _("where the gate found it: kv:<key>@<revision>, inbox:<file>")]
+    reason_code: Annotated[str, _("the threat it was refused for")]
+    detail: Annotated[str, _("the refusal in one sentence")]
+    at_ms: Annotated[Millis, _("when, Unix ms on the gate's clock")]
+    retryable: Annotated[bool, _("whether the gate tries it again when its state moves")]
+
+
+class GateReleaseJson(CliJson, kw_only=True):
+    """One gate's release, from its signed report."""
+
+    gate: Annotated[str, _("the gate's name")]
+    active_release_id: Annotated[ReleaseId | None, _("the release it uses, or null")]
+    sequence: Annotated[int | None, _("that release's sequence")]
+    manifest_hash: Annotated[Identity | None, _("that release's manifest hash")]
+    lease_expires_at_ms: Annotated[Millis | None, _("that release's lease end, Unix ms")]
+    in_force: Annotated[bool, _("false: the gate denies everything (no release, lease out)")]
+    refusals: Annotated[tuple[RefusalJson, ...], _("its most recent refusals, oldest first")]
+
+
+class AcceptedJson(CliJson, kw_only=True):
+    """The release a state directory's gate accepted (its persisted trusted state)."""
+
+    release_id: Annotated[ReleaseId, _("the accepted release")]
+    sequence: Annotated[int, _("its sequence number")]
+    manifest_hash: Annotated[Identity, _("its manifest hash")]
+    accepted_at_ms: Annotated[Millis, _("when the gate accepted it, Unix ms")]
+    lease_expires_at_ms: Annotated[Millis, _("its lease end, Unix ms")]
+    lease_in_force: Annotated[bool, _("whether the lease has not run out now")]
+    revoked_key_ids: Annotated[tuple[KeyId, ...], _("release keys revoked so far")]
+    revoked_release_ids: Annotated[tuple[ReleaseId, ...], _("releases revoked so far")]
+
+
+class InboxNewestJson(CliJson, kw_only=True):
+    """The newest bundle in a state directory's inbox, as written (not verified)."""
+
+    release_id: Annotated[ReleaseId, _("its release id")]
+    sequence: Annotated[int, _("its sequence number")]
+
+
+class ReleaseStatusJson(CliJson, kw_only=True):
+    """``release status --json``: with ``--nats`` the bucket and every gate's report
+    (``accepted`` and ``inbox_newest`` null); with ``--state-dir`` what that state
+    accepted (``bucket`` and ``gates`` null)."""
+
+    source: Annotated[Literal["bus", "state"], _("--nats (bus) or --state-dir (state)")]
+    bucket: Annotated[
+        tuple[BucketRow, ...] | None, _("the bucket's values, as published, not verified")
+    ]
+    gates: Annotated[tuple[GateReleaseJson, ...] | None, _("each gate that answered")]
+    unverified_answers: Annotated[Count | None, _("answers no gate key signed, not counted")]
+    accepted: Annotated[AcceptedJson | None, _("the state's accepted release, or null")]
+    inbox_newest: Annotated[InboxNewestJson | None, _("the inbox's newest bundle, or null")]
+
+
 # --- approvals ------------------------------------------------------------------------
 
 GateState = ApprovalState | Literal["unknown"]
@@ -609,6 +707,8 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("release", "build"): (ReleaseBuildJson,),
     ("release", "verify"): (ReleaseVerifyJson,),
     ("release", "trust-root"): (TrustRootJson,),
+    ("release", "publish"): (ReleasePublishJson,),
+    ("release", "status"): (ReleaseStatusJson,),
     ("console",): (ConsoleJson,),
     ("bus", "authorization"): (BusAuthorizationJson,),
     ("bus", "permissions"): (BusPermissionsJson,),
@@ -640,9 +740,7 @@ ns), times are Unix milliseconds. What a table shows for people (`held ->
 allow`, `3m 02s`, an id cut to 12 digits) is never in the JSON.
 
 A command that fails prints nothing on stdout and one line on stderr, unless
-its entry below names what it prints then. `release publish` and `release
-status` are not listed yet: their output is changing to report the gate's
-adoption.
+its entry below names what it prints then.
 """
 
 

@@ -95,14 +95,6 @@ def emit(value: CliJson, out: TextIO | None = None) -> None:
     (out or sys.stdout).write(canonical_bytes(builtins).decode("utf-8") + "\n")
 
 
-def emit_json(value: Any, out: TextIO | None = None) -> None:
-    """Canonical JSON of an undeclared value, one line: only for ``release publish``
-    and ``release status``, whose output is changing to report the gate's adoption
-    and gets its declared types with that change; every other command uses
-    :func:`emit` (``tests/test_cli_json.py`` checks both)."""
-    (out or sys.stdout).write(canonical_bytes(value).decode("utf-8") + "\n")
-
-
 def cell(value: Any) -> str:
     """A value as a person reads it in a table (issue 22: tables printed Python's
     ``True`` and ``[]``): yes/no, ``-`` for nothing, a list as ``a, b``."""

@@ -34,12 +34,13 @@ from typing import Final
 import msgspec
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
-from nats.js.errors import KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from ops.compiler import CompileError, compile_corpus
 from pipeline.core.projection import projection_bytes
 from pipeline.stages.releases import ensure_release_bucket
 from subjects import dsse, names
+from subjects.bus_access import RELEASE_STREAM
 from subjects.canonical import canonical_bytes, sha256_identity
 from subjects.keys import (
     KeyFileError,
@@ -54,6 +55,7 @@ from subjects.release import (
     BUNDLE_SCHEMA,
     MANIFEST_SCHEMA,
     PAYLOAD_RELEASE_MANIFEST,
+    RELEASE_BUCKET,
     RELEASE_KEY_PREFIX,
     TRUST_ROOT_SCHEMA,
     MalformedReleaseError,
@@ -386,29 +388,34 @@ class BucketEntry:
 
 
 async def bucket_entries(js: JetStreamContext) -> list[BucketEntry]:
-    """What the release bucket holds (manifests as written, not verified)."""
+    """What the release bucket holds (manifests as written, not verified), in key order.
+
+    Read with the calls a publisher may make (docs/BUS-PERMISSIONS.md): the
+    stream's subjects from its info, then each value by a direct get. A watch
+    would need a consumer, which only gates and operators may create, so on a
+    bus with authorization ``release status`` timed out (found by
+    tests/test_cli_json.py running it as the publisher)."""
     kv = await ensure_release_bucket(js)
-    watcher = await kv.watch(f"{RELEASE_KEY_PREFIX}>")
+    prefix = f"$KV.{RELEASE_BUCKET}."
+    info = await js.stream_info(RELEASE_STREAM, subjects_filter=f"{prefix}{RELEASE_KEY_PREFIX}>")
     entries: list[BucketEntry] = []
-    try:
-        async for entry in watcher:
-            if entry is None:
-                break
-            if entry.value is None:
-                continue
-            manifest: ReleaseManifest | None = None
-            gate_keys: dict[str, VerifyKey] = {}
-            try:
-                bundle = decode_bundle(entry.value)
-                manifest = unverified_manifest(bundle)
-                gate_keys = gate_keys_of(bundle)
-            except (ReleaseError, MalformedReleaseError):
-                pass
-            entries.append(
-                BucketEntry(entry.key, entry.revision or 0, manifest, len(entry.value), gate_keys)
-            )
-    finally:
-        await watcher.stop()  # type: ignore[no-untyped-call]
+    for subject in sorted(info.state.subjects or {}):
+        key = subject.removeprefix(prefix)
+        try:
+            entry = await kv.get(key)
+        except KeyNotFoundError:  # deleted or purged since the info was read
+            continue
+        if entry.value is None:
+            continue
+        manifest: ReleaseManifest | None = None
+        gate_keys: dict[str, VerifyKey] = {}
+        try:
+            bundle = decode_bundle(entry.value)
+            manifest = unverified_manifest(bundle)
+            gate_keys = gate_keys_of(bundle)
+        except (ReleaseError, MalformedReleaseError):
+            pass
+        entries.append(BucketEntry(key, entry.revision or 0, manifest, len(entry.value), gate_keys))
     return entries
 
 

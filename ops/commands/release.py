@@ -26,12 +26,23 @@ import msgspec
 from nats.errors import Error as NatsError
 
 from ops.bus import add_credential_argument, connect_bus, credential_for
-from ops.cli_json import ReleaseBuildJson, ReleaseVerifyJson, TrustRootJson
+from ops.cli_json import (
+    AcceptedJson,
+    BucketRow,
+    GateReleaseJson,
+    InboxNewestJson,
+    PublishedToGate,
+    RefusalJson,
+    ReleaseBuildJson,
+    ReleasePublishJson,
+    ReleaseStatusJson,
+    ReleaseVerifyJson,
+    TrustRootJson,
+)
 from ops.output import (
     CommandError,
     Progress,
     emit,
-    emit_json,
     fail,
     positive_float,
     positive_int,
@@ -358,32 +369,26 @@ class Published:
             key=lambda pair: pair[0],
         )
 
-    def json(self) -> dict[str, Any]:
-        return {
-            "release_id": self.manifest.release_id,
-            "sequence": self.manifest.sequence,
-            "manifest_hash": self.manifest_hash,
-            "to": self.to,
-            "waited": self.waited,
-            "gates": [
-                {
-                    "gate": gate,
-                    "outcome": report.asked,
-                    "reason_code": None
-                    if report.asked_refusal is None
-                    else report.asked_refusal.reason_code,
-                    "detail": None if report.asked_refusal is None else report.asked_refusal.detail,
-                    "retryable": None
-                    if report.asked_refusal is None
-                    else report.asked_refusal.retryable,
-                    "active_release_id": None
-                    if report.active is None
-                    else report.active.release_id,
-                }
+    def json(self) -> ReleasePublishJson:
+        return ReleasePublishJson(
+            release_id=self.manifest.release_id,
+            sequence=self.manifest.sequence,
+            manifest_hash=self.manifest_hash,
+            to=self.to,
+            waited=self.waited,
+            gates=tuple(
+                PublishedToGate(
+                    gate=gate,
+                    outcome=report.asked or "unseen",
+                    reason_code=None if (r := report.asked_refusal) is None else r.reason_code,
+                    detail=None if r is None else r.detail,
+                    retryable=None if r is None else r.retryable,
+                    active_release_id=None if report.active is None else report.active.release_id,
+                )
                 for gate, report in sorted(self.reports.items())
-            ],
-            "unverified_answers": self.unverified,
-        }
+            ),
+            unverified_answers=self.unverified,
+        )
 
 
 def _waiting(wait_seconds: float) -> tuple[Progress, Callable[[float], None]]:
@@ -502,7 +507,7 @@ def _say_published(args: argparse.Namespace, done: Published) -> int:
     Issue 22, "a command that asks something of the gate waits for the gate's
     answer and reports it (publish -> adopted or refused with the reason)"."""
     if args.json:
-        emit_json(done.json())
+        emit(done.json())
     head = f"published {done.manifest.release_id} (sequence {done.manifest.sequence}) to {done.to}"
     ignored = (
         f"; {done.unverified} answer(s) not signed by a gate key of its registry ignored"
@@ -603,17 +608,19 @@ async def _bucket_and_gates(
     return rows, answers
 
 
-def _gate_json(report: ReleaseReport) -> dict[str, Any]:
+def _gate_json(report: ReleaseReport) -> GateReleaseJson:
     active = report.active
-    return {
-        "gate": report.gate,
-        "active_release_id": None if active is None else active.release_id,
-        "sequence": None if active is None else active.sequence,
-        "manifest_hash": None if active is None else active.manifest_hash,
-        "lease_expires_at_ms": None if active is None else active.lease_expires_at_ms,
-        "in_force": report.in_force,
-        "refusals": [msgspec.to_builtins(r) for r in report.refusals],
-    }
+    return GateReleaseJson(
+        gate=report.gate,
+        active_release_id=None if active is None else active.release_id,
+        sequence=None if active is None else active.sequence,
+        manifest_hash=None if active is None else active.manifest_hash,
+        lease_expires_at_ms=None if active is None else active.lease_expires_at_ms,
+        in_force=report.in_force,
+        refusals=tuple(
+            msgspec.convert(msgspec.to_builtins(r), RefusalJson) for r in report.refusals
+        ),
+    )
 
 
 def _say_bucket_status(rows: list[dict[str, Any]], answers: GateAnswers) -> None:
@@ -650,13 +657,15 @@ def run_status(args: argparse.Namespace) -> int:
         credential = credential_for(args.credential, None, PUBLISHER)
         rows, answers = asyncio.run(_bucket_and_gates(args.nats, credential))
         if args.json:
-            emit_json(
-                {
-                    "bucket": rows,
-                    "note": "as published, not verified",
-                    "gates": [_gate_json(r) for _, r in sorted(answers.reports.items())],
-                    "unverified_answers": answers.unverified,
-                }
+            emit(
+                ReleaseStatusJson(
+                    source="bus",
+                    bucket=tuple(msgspec.convert(row, BucketRow) for row in rows),
+                    gates=tuple(_gate_json(r) for _, r in sorted(answers.reports.items())),
+                    unverified_answers=answers.unverified,
+                    accepted=None,
+                    inbox_newest=None,
+                )
             )
         else:
             _say_bucket_status(rows, answers)
@@ -685,7 +694,16 @@ def run_status(args: argparse.Namespace) -> int:
         }
     newest = None if inbox is None else {"release_id": inbox.release_id, "sequence": inbox.sequence}
     if args.json:
-        emit_json({"accepted": accepted, "inbox_newest": newest})
+        emit(
+            ReleaseStatusJson(
+                source="state",
+                bucket=None,
+                gates=None,
+                unverified_answers=None,
+                accepted=None if accepted is None else msgspec.convert(accepted, AcceptedJson),
+                inbox_newest=None if newest is None else msgspec.convert(newest, InboxNewestJson),
+            )
+        )
         return 0
     if accepted is None:
         say("no release accepted yet in this state directory")
