@@ -501,51 +501,52 @@ async def test_gate_shutdown_completes_every_time(tmp_path: Path) -> None:
             await asyncio.wait_for(starter.close(), 10)
 
 
-# --- (d) killed between the claim's commit and the evidence's (issue 20) --------------
+# --- (d) killed while the decision's one commit waits (issue 20) ---------------------
 
 
-async def test_a_gate_killed_after_the_claim_before_its_evidence_gives_no_order(
+async def test_a_gate_killed_before_its_one_commit_records_nothing_and_orders_once(
     running_gates: GateStarter, nats_server: EmbeddedNatsServer, nc: Client, state: StateDir
 ) -> None:
-    """The crash point the joint commit creates: the claim and its order have
-    committed in the claim file, the evidence entry has not (the test holds the
-    ledger file's write lock, so the gate's ledger commit waits), and the gate
-    process is SIGKILLed there. Nothing was published; the same signed bytes to
-    a restarted gate are a duplicate, and SMF_EXECUTE stays empty: a replay never
-    produces an order, and no order exists without its evidence."""
+    """The claim, its order and the evidence entry are one transaction in the ledger
+    file (issue 20). The test holds the ledger file's write lock, so that commit
+    waits, and SIGKILLs the gate process there: no claim, no order record, no
+    evidence and nothing in SMF_EXECUTE. The same signed bytes sent to a
+    restarted gate are allowed once, with one order and its evidence; sent
+    again, they are a duplicate."""
     seed_documents(state, ["doc-crash"])
     runtime = runtime_client(nc, state, timeout=2.0)
     js = nc.jetstream()
     proposal = deletion(runtime, "doc-crash")
     signed = runtime.sign(proposal)
 
-    def claimed() -> bool:
-        uri = state.claims.resolve().as_uri() + "?mode=ro"
+    def rows_of(table: str) -> int:
+        uri = state.ledger.resolve().as_uri() + "?mode=ro"
         with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
-            row = conn.execute(
-                "SELECT count(*) FROM direct_orders WHERE proposal_id = ?",
-                (proposal.proposal_id,),
-            ).fetchone()
-        return bool(row[0])
+            return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
 
     async with gate_process(nats_server.url, state, co_located=True) as child:
         lock = sqlite3.connect(state.ledger, isolation_level=None, timeout=10)
         try:
-            lock.execute("BEGIN IMMEDIATE")  # the gate's ledger commit now waits
-            answer = asyncio.create_task(runtime.send(proposal.proposal_id, signed))
-            await wait_for(claimed, timeout=10, interval=0.005)
-            child.kill()  # SIGKILL between the two commits: no shutdown code runs
+            lock.execute("BEGIN IMMEDIATE")  # the gate's commit now waits for the lock
+            # The client gives up after its 2 s; the gate's commit waits up to its
+            # busy timeout (5 s) for the lock, so at the client's timeout the gate
+            # has decided and is inside its one commit, not yet committed.
+            first = await runtime.send(proposal.proposal_id, signed)
+            assert (first.outcome, first.reason_codes) == ("deny", ("gate_timeout",)), first
+            child.kill()  # SIGKILL while the commit waits: no shutdown code runs
             await child.wait()
         finally:
             lock.execute("ROLLBACK")
             lock.close()
-        first = await answer
-    assert first.outcome == "deny"  # no reply came: the client's own timeout
-    assert ledger_decisions(state) == set()  # the evidence never committed
+    assert (rows_of("proposal_claims"), rows_of("direct_orders")) == (0, 0)
+    assert ledger_decisions(state) == set()
     assert await count_or_zero(js) == 0
 
     gate = await running_gates(True)
+    allowed = await runtime.send(proposal.proposal_id, signed)
+    assert allowed.outcome == "allow", allowed
     again = await runtime.send(proposal.proposal_id, signed)
     assert (again.outcome, again.reason_codes[-1:]) == ("deny", ("duplicate_proposal",))
-    assert await execute_count(gate.js) == 0
+    assert await execute_count(gate.js) == 1
+    assert (rows_of("proposal_claims"), rows_of("direct_orders")) == (1, 1)
     await assert_orders_have_evidence(js, state)

@@ -68,6 +68,9 @@ from ops.stack import gate_config, seed_demo_documents
 from ops.state import StateDir, provision_demo
 from pipeline.assembly import RunningGate, start_gate
 from pipeline.assembly.config import ClusterSettings
+from pipeline.stores.claims import MERGED_SUFFIX
+from pipeline.stores.claims import SCHEMA as CLAIMS_SCHEMA
+from pipeline.stores.orders import SCHEMA as ORDERS_SCHEMA
 from subjects import names
 from subjects.dsse import encode_envelope, sign_struct
 from subjects.keys import SigningKey, generate_signing_key
@@ -439,8 +442,9 @@ async def test_an_order_book_outage_publishes_nothing_and_breaks_no_loop(
 
 
 def claim_and_order_states(state: StateDir, proposal_id: str) -> tuple[str | None, list[str]]:
-    """The claim's state and its orders' states, read from the claim file."""
-    uri = state.claims.resolve().as_uri() + "?mode=ro"
+    """The claim's state and its orders' states, read from the ledger file (where one
+    machine keeps them, issue 20)."""
+    uri = state.ledger.resolve().as_uri() + "?mode=ro"
     with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
         claim = conn.execute(
             "SELECT state FROM proposal_claims WHERE proposal_id = ?", (proposal_id,)
@@ -452,14 +456,15 @@ def claim_and_order_states(state: StateDir, proposal_id: str) -> tuple[str | Non
 
 
 @pytest.mark.parametrize("backend", [None], ids=["sqlite"])
-async def test_evidence_that_does_not_commit_releases_nothing_and_spends_the_claim(
+async def test_evidence_that_does_not_commit_writes_no_claim_and_gives_no_order(
     gates: GateFactory, nc: Client, state: StateDir
 ) -> None:
-    """The claim and its order commit beside the evidence entry (issue 20): when the
-    evidence does not commit, the allow is denied ``evidence_store_unavailable``,
-    nothing reaches SMF_EXECUTE, the claim ends ``failed`` and its order is closed
-    ``failed``; the same signed proposal sent to a restarted gate is a duplicate,
-    and still no order is given."""
+    """The claim and its order are written in the evidence entry's transaction (issue
+    20): when the ledger cannot commit, the allow is denied
+    ``evidence_store_unavailable`` and neither a claim nor an order exists. The
+    same signed proposal, sent to a restarted gate, is decided afresh and
+    allowed ONCE: one order, its evidence in the ledger; sent again, it is a
+    duplicate."""
     gate = await gates()
     runtime = runtime_client(nc, state)
     proposal = deletion(runtime, DOCUMENT)
@@ -468,11 +473,62 @@ async def test_evidence_that_does_not_commit_releases_nothing_and_spends_the_cla
     verdict = await runtime.send(proposal.proposal_id, signed)
     assert (verdict.outcome, verdict.reason_codes) == ("deny", ("evidence_store_unavailable",))
     assert (await gate.js.stream_info(names.EXECUTE_STREAM)).state.messages == 0
-    assert claim_and_order_states(state, proposal.proposal_id) == ("failed", ["failed"])
+    assert claim_and_order_states(state, proposal.proposal_id) == (None, [])
 
     await asyncio.wait_for(gate.close(), CLOSE_TIMEOUT_S)
     second = await gates()
+    allowed = await runtime.send(proposal.proposal_id, signed)
+    assert allowed.outcome == "allow", allowed
+    assert claim_and_order_states(state, proposal.proposal_id) == ("published", ["executing"])
+    assert [k for k, *_ in rows(state.ledger, decision_of(allowed))] == ["decision"]
     again = await runtime.send(proposal.proposal_id, signed)
     assert (again.outcome, again.reason_codes[-1:]) == ("deny", ("duplicate_proposal",))
-    assert (await second.js.stream_info(names.EXECUTE_STREAM)).state.messages == 0
-    assert claim_and_order_states(state, proposal.proposal_id) == ("failed", ["failed"])
+    assert (await second.js.stream_info(names.EXECUTE_STREAM)).state.messages == 1
+
+
+async def test_an_earlier_claim_file_is_merged_into_the_ledger(
+    gates: GateFactory, nc: Client, state: StateDir, backend: ClusterSettings | None
+) -> None:
+    """A state from before issue 20 kept its claims and orders in ``claims.db``. At
+    start the gate merges them into the ledger file and sets the old file aside:
+    the old claim still refuses its replay, and the old open order is still
+    followed (its connector's report settles it in the ledger)."""
+    if backend is not None:
+        pytest.skip("a cluster keeps its claims in the claim bucket")
+    first = await gates()
+    runtime = runtime_client(nc, state)
+    proposal = deletion(runtime, DOCUMENT)
+    signed = runtime.sign(proposal)
+    verdict = await allowed_deletion_signed(runtime, proposal.proposal_id, signed)
+    await asyncio.wait_for(first.close(), CLOSE_TIMEOUT_S)
+    # Move the rows out into a claim file as an earlier version kept it.
+    uri = state.ledger.resolve()
+    with contextlib.closing(sqlite3.connect(state.claims)) as old:
+        old.executescript(CLAIMS_SCHEMA + ORDERS_SCHEMA)
+        old.execute(f"ATTACH DATABASE '{uri}' AS ledger")
+        old.execute("INSERT INTO proposal_claims SELECT * FROM ledger.proposal_claims")
+        old.execute("INSERT INTO direct_orders SELECT * FROM ledger.direct_orders")
+        old.execute("DELETE FROM ledger.proposal_claims")
+        old.execute("DELETE FROM ledger.direct_orders")
+        old.commit()
+    assert claim_and_order_states(state, proposal.proposal_id) == (None, [])
+
+    second = await gates()
+    assert claim_and_order_states(state, proposal.proposal_id) == ("published", ["executing"])
+    assert not state.claims.exists()
+    assert state.claims.with_name("claims.db" + MERGED_SUFFIX).exists()
+    again = await runtime.send(proposal.proposal_id, signed)
+    assert (again.outcome, again.reason_codes[-1:]) == ("deny", ("duplicate_proposal",))
+    assert verdict.order_id is not None
+    await file_report(nc, "dms", report_bytes(state.key("dms"), order_id=verdict.order_id))
+    await wait_for_outcome(state.ledger, decision_of(verdict))
+    assert outcomes(state.ledger, decision_of(verdict)) == [("consumed", ("executed",))]
+    assert (await second.js.stream_info(names.EXECUTE_STREAM)).state.messages == 1
+
+
+async def allowed_deletion_signed(
+    runtime: ProposalClient, proposal_id: str, signed: bytes
+) -> Verdict:
+    verdict = await runtime.send(proposal_id, signed)
+    assert verdict.outcome == "allow", verdict
+    return verdict

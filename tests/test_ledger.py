@@ -12,7 +12,7 @@ import asyncio
 import io
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ from pipeline.stores.ledger_schema import (
     parse_checkpoint_payload,
     parse_export_line,
 )
+from pipeline.stores.sqlite_worker import StoreUnavailable
 from subjects import dsse
 from subjects.canonical import canonical_bytes, identity_of, parse_canonical
 from subjects.keyed import keyed_identifier
@@ -280,6 +281,52 @@ async def test_appends_that_wait_share_one_transaction(db: Path, key: SigningKey
     report = verify_ledger(db, [], trusted(key))
     assert report.ok
     assert report.last_seq == 40
+
+
+async def test_a_write_beside_an_entry_commits_with_it_or_alone_fails(
+    db: Path, key: SigningKey
+) -> None:
+    """Issue 20, ``Ledger.append_beside``: a caller's write beside its entry is in the
+    entry's transaction (one COMMIT for the whole group, the row visible to
+    another connection when the caller is released); a write that fails is
+    undone alone and is that caller's ``StoreUnavailable``, while its entry and
+    the other callers' entries and writes commit; a stopped ledger writes
+    neither."""
+    async with await Ledger.open(db, signer=key, checkpoint_every=NEVER) as ledger:
+        await ledger.worker.run(lambda c: c.execute("CREATE TABLE beside (n INTEGER UNIQUE)"))
+        seen = await statements(ledger.worker)
+
+        def insert(n: int) -> Callable[[sqlite3.Connection], int]:
+            def body(conn: sqlite3.Connection) -> int:
+                conn.execute("INSERT INTO beside VALUES (?)", (n,))
+                if n == 3:
+                    conn.execute("INSERT INTO beside VALUES (?)", (n,))  # a duplicate: fails
+                return n
+
+            return body
+
+        async with parked(ledger.worker) as release:
+            tasks = [
+                asyncio.create_task(ledger.append_beside(make_entry(i), insert(i)))
+                for i in range(1, 6)
+            ]
+            await asyncio.sleep(0)
+            release()
+            results = await asyncio.gather(*tasks)
+        assert [r.seq for r, _ in results] == [1, 2, 3, 4, 5]
+        assert [w for _, w in results if not isinstance(w, StoreUnavailable)] == [1, 2, 4, 5]
+        failed = results[2][1]
+        assert isinstance(failed, StoreUnavailable)
+        assert isinstance(failed.__cause__, sqlite3.IntegrityError)
+        assert len([sql for sql in seen if sql == "COMMIT"]) <= 2
+        with attacker(db) as other:
+            assert [n for (n,) in other.execute("SELECT n FROM beside ORDER BY n")] == [1, 2, 4, 5]
+    report = verify_ledger(db, [], trusted(key))
+    assert (report.ok, report.last_seq) == (True, 5)
+    with pytest.raises(EvidenceStoreUnavailable):
+        await ledger.append_beside(make_entry(6), insert(6))
+    with attacker(db) as other:
+        assert other.execute("SELECT count(*) FROM beside WHERE n = 6").fetchone() == (0,)
 
 
 async def test_a_batch_checkpoints_exactly_where_single_appends_would(

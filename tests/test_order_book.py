@@ -31,9 +31,11 @@ from pipeline.stores import claims_kv
 from pipeline.stores.claims import ClaimAndOrder, ClaimStore
 from pipeline.stores.claims_kv import KvClaimStore
 from pipeline.stores.kv import token
+from pipeline.stores.ledger import EvidenceEntry, Ledger
 from pipeline.stores.orders import OrderBook, OrderRecord, SqliteOrderBook
 from pipeline.stores.orders_kv import ORDER_KEY, KvOrderBook
 from pipeline.stores.sqlite_worker import StoreUnavailable
+from subjects.keys import generate_signing_key
 from tests.builders import AT_MS, fake_identity
 from tests.store_helpers import statements
 
@@ -237,53 +239,72 @@ async def test_kv_book_fails_closed(kv_backend: KvBackend) -> None:
         await book.open(order("d"))
 
 
-# --- one transaction for a claim and its order (issue 20) -----------------------------
+# --- one transaction for a claim, its order and its evidence (issue 20) ---------------
 
 
-async def test_a_claim_and_its_order_commit_in_one_transaction(tmp_path: Path) -> None:
-    """``ClaimStore.claim_and_record``: the first claim of a proposal and its order
-    are written by ONE COMMIT (seen in SQLite's statement trace); a replay writes
-    neither; an order id already recorded leaves the book as it was; an order
-    that is not ``executing`` is refused before anything is written. Each effect
-    is read back from a second connection on the file."""
-    claims = await ClaimStore.open(tmp_path / "claims.db")
+async def test_a_claim_and_its_order_commit_in_the_evidence_transaction(tmp_path: Path) -> None:
+    """``ClaimStore.claim_and_record_beside`` on the ledger file: the first claim of a
+    proposal, its order and the decision's evidence entry are written by ONE
+    COMMIT (seen in SQLite's statement trace); a replay writes neither claim nor
+    order (its entry is still evidence); an order id already recorded leaves the
+    book as it was; an order that is not ``executing`` is refused before
+    anything is written; a closed claim store refuses before the ledger is
+    asked. Each effect is read back from a second connection on the file."""
+    ledger_file = tmp_path / "ledger.db"
+    ledger = await Ledger.open(ledger_file, signer=generate_signing_key())
+    claims = await ClaimStore.in_ledger(ledger.worker)
     book = SqliteOrderBook.beside(claims.worker)
-    seen = await statements(claims.worker)
+    seen = await statements(ledger.worker)
+
+    async def claim(proposal: str, record: OrderRecord | None, n: int) -> ClaimAndOrder:
+        beside = claims.claim_and_record_beside(
+            proposal, fake_identity("op"), fake_identity(f"d{n}"), T0, record
+        )
+        receipt, written = await ledger.append_beside(entry(n), beside)
+        assert receipt.seq == n
+        assert isinstance(written, ClaimAndOrder)
+        return written
+
     first = order("a")
-    done = await claims.claim_and_record(
-        first.proposal_id, first.operation_hash, first.decision_id, T0, first
-    )
-    assert done == ClaimAndOrder(claimed=True, order_recorded=True)
+    assert await claim(first.proposal_id, first, 1) == ClaimAndOrder(True, True)
     assert [s for s in seen if s == "COMMIT"] == ["COMMIT"]
-    other = await ClaimStore.open(tmp_path / "claims.db")
+    other = await ClaimStore.open(ledger_file)
     other_book = SqliteOrderBook.beside(other.worker)
     assert await other.state(first.proposal_id) == "claimed"
     assert await other_book.get(first.order_id) == first
 
-    replay = await claims.claim_and_record(
-        first.proposal_id, first.operation_hash, first.decision_id, T0 + 1, order("b")
-    )
-    assert replay == ClaimAndOrder(claimed=False, order_recorded=False)
+    assert await claim(first.proposal_id, order("b"), 2) == ClaimAndOrder(False, False)
     assert await other_book.get(order("b").order_id) is None
 
     clash = msgspec.structs.replace(order("c"), order_id=first.order_id)
-    fault = await claims.claim_and_record(
-        clash.proposal_id, clash.operation_hash, clash.decision_id, T0, clash
-    )
-    assert fault == ClaimAndOrder(claimed=True, order_recorded=False)
+    assert await claim(clash.proposal_id, clash, 3) == ClaimAndOrder(True, False)
     assert await other_book.get(first.order_id) == first
 
-    alone = await claims.claim_and_record("p-alone", first.operation_hash, "d", T0, None)
-    assert alone == ClaimAndOrder(claimed=True, order_recorded=False)
+    assert await claim("p-alone", None, 4) == ClaimAndOrder(True, False)
     assert await other.state("p-alone") == "claimed"
 
     with pytest.raises(ValueError, match="executing"):
-        await claims.claim_and_record(
-            "p-settled", first.operation_hash, "d", T0, order("d", state="consumed")
+        claims.claim_and_record_beside(
+            "p-settled", fake_identity("op"), "d", T0, order("d", state="consumed")
         )
-    assert await other.state("p-settled") is None
-    await book.close()
-    await claims.close()  # the same worker: closing twice is a no-op
-    await other.close()
+    await book.close()  # ends the loan; the ledger's connection stays
     with pytest.raises(StoreUnavailable):
-        await claims.claim_and_record("p-late", first.operation_hash, "d", T0, None)
+        claims.claim_and_record_beside("p-late", fake_identity("op"), "d", T0, None)
+    assert await other.state("p-late") is None
+    await other.close()
+    await claims.close()
+    await ledger.close()
+
+
+def entry(n: int) -> EvidenceEntry:
+    return EvidenceEntry(
+        kind="decision",
+        operation_hash=fake_identity("op"),
+        decision_id=fake_identity(f"d{n}"),
+        release_id=fake_identity("release"),
+        projection_id=fake_identity("projection"),
+        tenant_ref="hmac-sha256:" + "0" * 64,
+        at=T0 + n,
+        disposition="allow",
+        reason_codes=("retention_schedule_deletion",),
+    )

@@ -164,3 +164,37 @@ async def test_close_commits_what_is_queued_and_then_refuses(tmp_path: Path) -> 
     assert await asyncio.gather(*queued) == [1, 3]
     assert stored(tmp_path / "w.db") == {"k1": 1, "k2": 2}
     await worker.close()  # idempotent
+
+
+# --- a loan of the connection (issue 20) -------------------------------------------
+
+
+async def test_a_loan_shares_the_connection_and_ends_without_closing_it(tmp_path: Path) -> None:
+    """``SqliteWorker.lend``: the loan's transactions run on the lender's connection
+    (its schema installed there); closing the loan leaves the lender working, and
+    closing the lender makes the loan unavailable."""
+    lender = await SqliteWorker.open(tmp_path / "shared.db", name="lender")
+    loan = await lender.lend("CREATE TABLE IF NOT EXISTS lent (n INTEGER)", name="loan")
+    await loan.transact(lambda c: c.execute("INSERT INTO lent VALUES (1)"))
+    assert await lender.run(lambda c: c.execute("SELECT n FROM lent").fetchall()) == [(1,)]
+    await loan.close()
+    assert loan.closed
+    assert not lender.closed
+    with pytest.raises(StoreUnavailable):
+        await loan.run(lambda c: None)
+    assert await lender.run(lambda c: c.execute("SELECT count(*) FROM lent").fetchone()) == (1,)
+    second = await lender.lend(name="second")
+    await lender.close()
+    assert second.closed
+    with pytest.raises(StoreUnavailable):
+        await second.run(lambda c: None)
+    await second.close()  # ending a loan whose lender is gone is quiet
+
+
+async def test_a_loan_whose_schema_does_not_install_is_refused(tmp_path: Path) -> None:
+    lender = await SqliteWorker.open(tmp_path / "shared.db", name="lender")
+    try:
+        with pytest.raises(StoreUnavailable, match="could not be installed"):
+            await lender.lend("CREATE TABLE (", name="broken")
+    finally:
+        await lender.close()

@@ -60,7 +60,11 @@ class StorePaths:
     """The SQLite files of one gate (the claim and approval files are not used on a cluster)."""
 
     ledger: Path
+    """The evidence ledger; on one machine it holds the claims and the order book too
+    (issue 20: a claim and its order commit with the decision's evidence entry)."""
     claims: Path
+    """Where earlier versions kept the claims and the order book: merged into the
+    ledger file at start (:func:`pipeline.stores.claims.merge_claim_file`)."""
     approvals: Path
 
 

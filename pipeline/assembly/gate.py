@@ -57,7 +57,7 @@ from pipeline.stages.transport import BusStage, LocalStage, StageClient, serve
 from pipeline.stores.approvals import ApprovalStore
 from pipeline.stores.approvals_kv import KvApprovalStore
 from pipeline.stores.approvals_sqlite import SqliteApprovalStore
-from pipeline.stores.claims import ClaimStore, ProposalClaims
+from pipeline.stores.claims import ClaimStore, ProposalClaims, merge_claim_file
 from pipeline.stores.claims_kv import KvClaimStore
 from pipeline.stores.ledger import Ledger
 from pipeline.stores.orders import OrderBook, SqliteOrderBook
@@ -180,16 +180,21 @@ async def _open_releases(config: GateConfig, js: JetStreamContext) -> ReleaseWat
 
 
 async def _open_stores(
-    config: GateConfig, js: JetStreamContext, undo: contextlib.AsyncExitStack
+    config: GateConfig, js: JetStreamContext, undo: contextlib.AsyncExitStack, ledger: Ledger
 ) -> tuple[ProposalClaims, ApprovalStore, OrderBook]:
     """SQLite files on one machine; replicated JetStream KV on a cluster (issue 11).
-    The order book lives with the claims: in the claim file, or the claim bucket."""
+    The order book lives with the claims: on one machine both in the ledger file
+    (issue 20, so a claim and its order commit with the evidence entry; an earlier
+    version's claim file is merged in first), on a cluster in the claim bucket."""
     claims: ProposalClaims
     approvals: ApprovalStore
     orders: OrderBook
     if config.cluster is None:
-        claims = await ClaimStore.open(config.stores.claims)
+        claims = await ClaimStore.in_ledger(ledger.worker)
         undo.push_async_callback(claims.close)
+        merged = await merge_claim_file(claims, config.stores.claims)
+        if merged:
+            log.info("claim_file_merged_into_ledger", rows=merged)
         approvals = await SqliteApprovalStore.open(config.stores.approvals)
         undo.push_async_callback(approvals.close)
         orders = SqliteOrderBook.beside(claims.worker)
@@ -340,7 +345,7 @@ async def _assemble(
         config.stores.ledger, signer=config.gate_key, on_checkpoint=publish_checkpoint
     )
     undo.push_async_callback(ledger.close)
-    claims, approvals, orders = await _open_stores(config, js, undo)
+    claims, approvals, orders = await _open_stores(config, js, undo, ledger)
 
     if releases is not None:
         evaluate = EvaluateStage(None, config.clock, release=releases.current)
@@ -406,7 +411,7 @@ async def _assemble(
         outcomes=outcomes,
         hold=desk,
         decided_calls=DecidedCalls(),
-        claim_and_record=claims.claim_and_record if isinstance(claims, ClaimStore) else None,
+        claim_beside=claims.claim_and_record_beside if isinstance(claims, ClaimStore) else None,
     )
     attestation = _attestation_desk(config, gate, releases, ledger)
     gate.attestation = attestation

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import structlog
 
 from pipeline.core.decision import Decision
-from pipeline.stores.ledger import EvidenceError, Ledger, Receipt
+from pipeline.stores.ledger import Beside, EvidenceError, Ledger, Receipt
 from pipeline.stores.ledger_schema import Disposition, EntryKind, EvidenceEntry, Status
 from pipeline.stores.orders import OrderRecord
 from subjects import dsse
@@ -191,6 +191,11 @@ class EvidenceWriter:
     async def append(self, entry: EvidenceEntry) -> Receipt:
         """Write one entry; raises ``EvidenceError`` (callers fail closed)."""
         return await self.ledger.append(entry)
+
+    async def append_beside(self, entry: EvidenceEntry, beside: Beside) -> tuple[Receipt, Any]:
+        """Write one entry and ``beside`` in one transaction (issue 20); raises
+        ``EvidenceError`` when the entry did not commit (then neither did ``beside``)."""
+        return await self.ledger.append_beside(entry, beside)
 
 
 def verdict(

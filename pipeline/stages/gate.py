@@ -8,8 +8,8 @@ ARCHITECTURE.md, "One proposal through the bus":
     allow : claim once -> record the connector order (its outcome is
             followed) -> dispatch (one ExecuteOrder), or release a tool the
             runtime runs itself -> reply
-            (on one machine the claim and its order are one transaction,
-            committed while the evidence entry commits: issue 20)
+            (on one machine the claim and its order are written in the
+            evidence entry's own transaction: issue 20)
     hold  : the hold stage persists the binding and announces it
 
 Fail closed everywhere: every refusal, timeout or exception between the
@@ -21,7 +21,6 @@ decision is never released before its evidence entry has committed (issue
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from pipeline.stages.outcomes import OutcomeDesk
 from pipeline.stages.tool_calls import DecidedCalls
 from pipeline.stages.transport import StageClient
 from pipeline.stores.claims import ClaimAndOrder, ClaimState, ProposalClaims
-from pipeline.stores.ledger import EvidenceError, Ledger, Receipt
+from pipeline.stores.ledger import Beside, EvidenceError, Ledger
 from pipeline.stores.orders import OrderRecord
 from pipeline.stores.sqlite_worker import StoreUnavailable
 from subjects import dsse, names
@@ -56,9 +55,10 @@ T = TypeVar("T", bound=msgspec.Struct)
 
 EVIDENCE_UNAVAILABLE: Final = "evidence_store_unavailable"
 
-ClaimAndRecord = Callable[[str, str, str, int, OrderRecord | None], Awaitable[ClaimAndOrder]]
-"""``(proposal_id, operation_hash, decision_id, at_ms, order)``: claim and record in one
-transaction (:meth:`pipeline.stores.claims.ClaimStore.claim_and_record`)."""
+ClaimBeside = Callable[[str, str, str, int, OrderRecord | None], Beside]
+"""``(proposal_id, operation_hash, decision_id, at_ms, order)``: the claim and its order
+as a write beside an evidence entry
+(:meth:`pipeline.stores.claims.ClaimStore.claim_and_record_beside`)."""
 
 
 class HoldHandler(Protocol):
@@ -160,10 +160,10 @@ class Gate:
     """Admission by runtime attestation (issue 8); ``None`` admits every runtime."""
     decided_calls: DecidedCalls | None = None
     """Tool-call accounting (issue 16): the tool-call ids of every verified proposal."""
-    claim_and_record: ClaimAndRecord | None = None
-    """Where the claims and the order book share one SQLite file (one machine): the
-    claim and its order in one transaction, committed beside the evidence entry
-    (issue 20). ``None`` (a cluster's KV stores): claim, then record the order."""
+    claim_beside: ClaimBeside | None = None
+    """Where the claims and the order book live in the ledger file (one machine): the
+    claim and its order as a write in the evidence entry's transaction (issue 20).
+    ``None`` (a cluster's KV stores): claim, then record the order."""
     share_call: Callable[[str, str], Awaitable[None]] | None = None
     """On a cluster: tell the other replicas of a noted tool-call id
     (``pipeline.stages.replica_sync``), before this proposal's verdict is answered."""
@@ -313,76 +313,53 @@ class Gate:
         """Write-before-release (issue 7): the decision's evidence commits first;
         a ledger outage is a denial.
 
-        Issue 20, one durable commit per decision: for an allow, where the stores
-        allow it (:attr:`claim_and_record`), the claim and its order commit in
-        their one transaction WHILE the evidence entry commits in the ledger's,
-        so an allow waits for one commit's time, not three in a row. Nothing is
-        released before both have committed; if the evidence did not commit, the
-        claim is spent (a replay stays refused) and the order is closed
-        ``failed`` before anything was published."""
+        Issue 20, one durable commit per decision: for an allow, where the claim
+        store lives in the ledger file (:attr:`claim_beside`), the claim and its
+        order are written in the SAME transaction as the evidence entry: one
+        commit, and no crash can leave a claim or an order without the evidence
+        of its decision, or the reverse."""
         decision = work.need_decision()
         tenant_ref = self._evidence.tenant_ref(work.proposal.actor.tenant_id)
         work = dataclasses.replace(work, tenant_ref=tenant_ref)
         entry = self._evidence.for_decision(decision, tenant_ref, reasons=work.reasons)
-        if decision.disposition != "allow" or self.claim_and_record is None:
-            try:
+        try:
+            if decision.disposition != "allow" or self.claim_beside is None:
                 receipt = await self._evidence.append(entry)
-            except EvidenceError:
-                return self._evidence_unavailable(work)
-            return dataclasses.replace(work, evidence=(receipt.entry_hash,))
+                return dataclasses.replace(work, evidence=(receipt.entry_hash,))
+            try:
+                beside = self._claim_beside(work, decision, tenant_ref)
+            except StoreUnavailable:
+                receipt = await self._evidence.append(entry)
+                claim: ClaimAndOrder | StoreUnavailable = StoreUnavailable("claim store closed")
+            else:
+                receipt, claim = await self._evidence.append_beside(entry, beside)
+        except EvidenceError:
+            log.error("evidence_unavailable", proposal_id=work.proposal.proposal_id)
+            return self._deny(work, (EVIDENCE_UNAVAILABLE,))
+        work = dataclasses.replace(work, evidence=(receipt.entry_hash,))
+        if isinstance(claim, StoreUnavailable):
+            return self._deny(work, ("claim_store_unavailable",))
+        return dataclasses.replace(work, claim=claim)
+
+    def _claim_beside(self, work: Work, decision: Decision, tenant_ref: str) -> Beside:
+        """The claim of this proposal and, for a connector, its order: the write that
+        commits with the decision's evidence entry."""
+        assert self.claim_beside is not None
         connector = work.need_normalized().connector_id
         order = (
             None
             if connector is None
             else self.outcomes.order_for(
-                work.proposal.proposal_id,
-                decision,
-                Executor("connector", connector),
-                tenant_ref,
+                work.proposal.proposal_id, decision, Executor("connector", connector), tenant_ref
             )
         )
-        evidence, claim = await asyncio.gather(
-            self._evidence.append(entry),
-            self.claim_and_record(
-                work.proposal.proposal_id,
-                decision.operation_hash,
-                decision.decision_id,
-                self.clock(),
-                order,
-            ),
-            return_exceptions=True,
+        return self.claim_beside(
+            work.proposal.proposal_id,
+            decision.operation_hash,
+            decision.decision_id,
+            self.clock(),
+            order,
         )
-        return await self._joined(work, order, evidence, claim)
-
-    async def _joined(
-        self,
-        work: Work,
-        order: OrderRecord | None,
-        evidence: Receipt | BaseException,
-        claim: ClaimAndOrder | BaseException,
-    ) -> Work | Verdict:
-        """The two commits of :meth:`_record`, judged together, evidence first."""
-        for outcome in (evidence, claim):
-            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
-                raise outcome  # cancellation: the boundary above owns it
-        if isinstance(evidence, BaseException):
-            if isinstance(claim, ClaimAndOrder) and claim.claimed:
-                await self._settle(work.proposal.proposal_id, "failed")
-                if order is not None and claim.order_recorded:
-                    await self.outcomes.close_undelivered(order.order_id)
-            if isinstance(evidence, EvidenceError):
-                return self._evidence_unavailable(work)
-            raise evidence
-        work = dataclasses.replace(work, evidence=(evidence.entry_hash,))
-        if isinstance(claim, StoreUnavailable):
-            return self._deny(work, ("claim_store_unavailable",))
-        if isinstance(claim, BaseException):
-            raise claim
-        return dataclasses.replace(work, claim=claim)
-
-    def _evidence_unavailable(self, work: Work) -> Verdict:
-        log.error("evidence_unavailable", proposal_id=work.proposal.proposal_id)
-        return self._deny(work, (EVIDENCE_UNAVAILABLE,))
 
     async def _refuse_denied(self, work: Work) -> Work | Verdict:
         if work.need_decision().disposition == "deny":

@@ -12,9 +12,10 @@ between gates), after which a replay is refused as stale before its claim is
 looked at; the gate then prunes them (``Gate.prune_claims``).
 
 :class:`ProposalClaims` is the interface the gate uses; :class:`ClaimStore`
-implements it on one SQLite file (one machine; the order book's table lives in
-the same file, on the same connection, so a claim and its order commit as one
-transaction: :meth:`ClaimStore.claim_and_record`, issue 20) and
+implements it in SQLite on one machine: in the ledger file, on its connection,
+with the order book's table beside it, so a claim, its order and the decision's
+evidence entry commit as one transaction (:meth:`ClaimStore.claim_and_record_beside`,
+issue 20); and
 :class:`pipeline.stores.claims_kv.KvClaimStore` on JetStream KV (a cluster,
 ARCHITECTURE.md "Scale"). Both raise :class:`StoreUnavailable` (or a
 subclass) when they cannot answer, which the gate turns into the denial
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
+from pathlib import Path
 from typing import Final, Literal, NamedTuple, Protocol
 
 from pipeline.stores.orders import SCHEMA as ORDERS_SCHEMA
@@ -39,6 +42,7 @@ __all__ = [
     "ClaimStoreUnavailable",
     "ProposalClaims",
     "StoreUnavailable",
+    "merge_claim_file",
 ]
 
 SCHEMA: Final = """
@@ -113,9 +117,17 @@ class ClaimStore:
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str]) -> ClaimStore:
-        """The claim file, holding the order book's table too (one worker, one
-        connection: :meth:`claim_and_record` commits a claim and its order together)."""
+        """A claim file of its own, holding the order book's table too: how older
+        versions kept them (:func:`merge_claim_file` moves them into the ledger),
+        and what the store's contract tests open."""
         return cls(await SqliteWorker.open(path, SCHEMA + ORDERS_SCHEMA, name="claims"))
+
+    @classmethod
+    async def in_ledger(cls, ledger_worker: SqliteWorker) -> ClaimStore:
+        """The claims and the order book's table in the LEDGER file, on a loan of its
+        worker (issue 20): a claim and its order then commit in the transaction of
+        the decision's evidence entry (:meth:`claim_and_record_beside`)."""
+        return cls(await ledger_worker.lend(SCHEMA + ORDERS_SCHEMA, name="claims"))
 
     @property
     def worker(self) -> SqliteWorker:
@@ -128,18 +140,22 @@ class ClaimStore:
         row = (proposal_id, operation_hash, decision_id, at_ms)
         return await self._worker.transact(lambda conn: _insert_claim(conn, row))
 
-    async def claim_and_record(
+    def claim_and_record_beside(
         self,
         proposal_id: str,
         operation_hash: str,
         decision_id: str,
         at_ms: int,
         order: OrderRecord | None,
-    ) -> ClaimAndOrder:
-        """Claim the proposal and, if that is its first claim, record its order, in
-        ONE transaction (issue 20, "one durable commit per decision"): the order
-        exists exactly when the claim does, so no crash can leave an order recorded
-        for a claim that was not made, or a claim whose order is missing."""
+    ) -> Callable[[sqlite3.Connection], ClaimAndOrder]:
+        """Claim the proposal and, if that is its first claim, record its order: a
+        write for the ledger's transaction beside the decision's evidence entry
+        (:meth:`pipeline.stores.ledger.Ledger.append_beside`; issue 20, "one durable
+        commit per decision"), so the order exists exactly when the claim does, and
+        both exactly when the evidence does. Raises :class:`StoreUnavailable` now if
+        the store is closed, and ``ValueError`` for an order not ``executing``."""
+        if self._worker.closed:
+            raise StoreUnavailable("claim store is closed")
         claim = (proposal_id, operation_hash, decision_id, at_ms)
         row = None if order is None else order_row(order)
 
@@ -150,7 +166,7 @@ class ClaimStore:
                 claimed=True, order_recorded=row is not None and insert_order(conn, row)
             )
 
-        return await self._worker.transact(body)
+        return body
 
     async def settle(self, proposal_id: str, state: ClaimState) -> None:
         def body(conn: sqlite3.Connection) -> None:
@@ -182,3 +198,53 @@ class ClaimStore:
 
     async def close(self) -> None:
         await self._worker.close()
+
+
+MERGED_SUFFIX: Final = ".merged-into-ledger"
+
+
+async def merge_claim_file(store: ClaimStore, old: Path) -> int:
+    """Move the claims and orders of an earlier version's claim file into ``store``
+    (issue 20: they now live in the ledger file); returns how many rows were new.
+
+    Nothing is lost: a claim keeps refusing its replays and an open order is
+    still followed to its outcome. The copy is one transaction on the store's
+    connection (``INSERT OR IGNORE``: a row already here, perhaps settled since,
+    is kept), and only after it commits is the old file renamed aside
+    (``claims.db.merged-into-ledger``), so a crash in between only repeats the
+    copy at the next start."""
+    if not old.exists():
+        return 0
+
+    def copy(conn: sqlite3.Connection) -> int:
+        conn.execute("ATTACH DATABASE ? AS old", (os.fspath(old),))
+        try:
+            tables = {row[0] for row in conn.execute("SELECT name FROM old.sqlite_master")}
+            before = conn.total_changes
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if "proposal_claims" in tables:
+                    conn.execute(
+                        "INSERT OR IGNORE INTO main.proposal_claims"
+                        " SELECT * FROM old.proposal_claims"
+                    )
+                if "direct_orders" in tables:
+                    conn.execute(
+                        "INSERT OR IGNORE INTO main.direct_orders SELECT * FROM old.direct_orders"
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            if "proposal_claims" in tables or "direct_orders" in tables:
+                conn.execute("PRAGMA old.wal_checkpoint(TRUNCATE)")
+            return conn.total_changes - before
+        finally:
+            conn.execute("DETACH DATABASE old")
+
+    merged = await store.worker.run(copy)
+    for suffix in ("", "-wal", "-shm"):
+        part = old.with_name(old.name + suffix)
+        if part.exists():
+            part.replace(part.with_name(old.name + MERGED_SUFFIX + suffix))
+    return merged

@@ -120,6 +120,9 @@ logger = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 CheckpointSink = Callable[[bytes], Awaitable[None]]
+Beside = Callable[[sqlite3.Connection], Any]
+"""A write that must commit in the same transaction as one evidence entry (issue 20:
+a proposal's claim and its order, :meth:`Ledger.append_beside`)."""
 """Receives each encoded checkpoint envelope, e.g. to publish it to a JetStream
 stream with DenyDelete/DenyPurge. It must tolerate duplicates: the last stored
 checkpoint is offered again at every open, in case a crash lost it."""
@@ -224,21 +227,29 @@ class _Writer:
         self.outbox.append(envelope)
         logger.info("ledger.checkpoint_written", ledger_id=self.ledger_id, seq=seq)
 
-    def append(self, conn: sqlite3.Connection, entries: Sequence[EvidenceEntry]) -> list[Receipt]:
+    def append(
+        self, conn: sqlite3.Connection, entries: Sequence[tuple[EvidenceEntry, Beside | None]]
+    ) -> list[tuple[Receipt, Any]]:
         """Insert ``entries`` in order, each followed by a checkpoint when one is due, in
         one IMMEDIATE transaction (one fsync); state changes only after COMMIT returns.
 
         Issue 20, group commit: the chain order is the order of ``entries``, and the
         cadence is judged entry by entry exactly as if each had its own transaction.
+        An entry's ``beside`` write (:meth:`Ledger.append_beside`) runs just before
+        it, in a savepoint of the same transaction: its failure undoes its own
+        writes only and is that caller's result; the entry is written either way.
         """
 
-        def body(conn: sqlite3.Connection) -> tuple[list[Receipt], list[tuple[int, int, bytes]]]:
+        def body(
+            conn: sqlite3.Connection,
+        ) -> tuple[list[tuple[Receipt, Any]], list[tuple[int, int, bytes]]]:
             self._check_tail(conn)
             seq, prev_hash = self.tail_seq, self.tail_hash
             cp_seq, cp_at = self._cp_seq, self._cp_at
-            receipts: list[Receipt] = []
+            receipts: list[tuple[Receipt, Any]] = []
             checkpoints: list[tuple[int, int, bytes]] = []
-            for entry in entries:
+            for entry, beside in entries:
+                written = None if beside is None else _run_beside(conn, beside)
                 seq += 1
                 entry_hash = entry_hash_of(seq, prev_hash, entry)
                 conn.execute(INSERT_ENTRY, entry_row(seq, prev_hash, entry_hash, entry))
@@ -248,16 +259,17 @@ class _Writer:
                     cp_seq, cp_at = seq, entry.at
                 elif cp_at is None:
                     cp_at = entry.at
-                receipts.append(Receipt(seq=seq, entry_hash=entry_hash))
+                receipts.append((Receipt(seq=seq, entry_hash=entry_hash), written))
                 prev_hash = entry_hash
             return receipts, checkpoints
 
         receipts, checkpoints = immediate(conn, body)
-        self.tail_seq, self.tail_hash = receipts[-1].seq, receipts[-1].entry_hash
+        last = receipts[-1][0]
+        self.tail_seq, self.tail_hash = last.seq, last.entry_hash
         for seq, at, envelope in checkpoints:
             self._checkpointed(seq, at, envelope)
         if self._cp_at is None:
-            self._cp_at = entries[0].at
+            self._cp_at = entries[0][0].at
         return receipts
 
     def checkpoint(self, conn: sqlite3.Connection, at: int) -> bytes | None:
@@ -272,6 +284,22 @@ class _Writer:
         envelope = immediate(conn, body)
         self._checkpointed(self.tail_seq, at, envelope)
         return envelope
+
+
+def _run_beside(conn: sqlite3.Connection, beside: Beside) -> Any:
+    """One caller's write beside its entry, in its own savepoint; a failure is that
+    caller's :class:`StoreUnavailable` (its cause kept), never the group's."""
+    conn.execute("SAVEPOINT smf_beside")
+    try:
+        value = beside(conn)
+    except Exception as exc:  # noqa: BLE001 - one caller's store refusal, for it alone
+        conn.execute("ROLLBACK TO smf_beside")
+        conn.execute("RELEASE smf_beside")
+        failure = StoreUnavailable(f"write beside the evidence failed: {type(exc).__name__}")
+        failure.__cause__ = exc
+        return failure
+    conn.execute("RELEASE smf_beside")
+    return value
 
 
 def _install_schema(conn: sqlite3.Connection) -> str:
@@ -350,10 +378,8 @@ class Ledger:
         self._on_checkpoint = on_checkpoint
         self._lock = asyncio.Lock()
         self._closed = False
-        self._grouped: GroupCommitter[EvidenceEntry, Receipt] = GroupCommitter(
-            self._commit,
-            stopped=_stopped,
-        )
+        self._grouped: GroupCommitter[tuple[EvidenceEntry, Beside | None], tuple[Receipt, Any]]
+        self._grouped = GroupCommitter(self._commit, stopped=_stopped)
 
     @classmethod
     async def open(
@@ -454,6 +480,13 @@ class Ledger:
                 return
             outbox.popleft()
 
+    @property
+    def worker(self) -> SqliteWorker:
+        """The ledger file's worker, for stores whose writes must commit with an entry
+        (the claim store and order book on one machine, issue 20). They may run
+        their own jobs on it; they never close it."""
+        return self._worker
+
     async def append(self, entry: EvidenceEntry) -> Receipt:
         """Durably append ``entry``; return only after it has committed.
 
@@ -461,6 +494,17 @@ class Ledger:
         is not an identity, vocabulary word, reason code or time, and
         :class:`EvidenceStoreUnavailable` for anything that stops the write.
         """
+        receipt, _ = await self._submit(entry, None)
+        return receipt
+
+    async def append_beside(self, entry: EvidenceEntry, beside: Beside) -> tuple[Receipt, Any]:
+        """Append ``entry`` and run ``beside`` in the SAME transaction: both commit, or
+        neither (issue 20, "one durable commit per decision"). Returns the receipt and
+        what ``beside`` returned, or the :class:`StoreUnavailable` it failed with
+        (then its writes were undone and the entry was written all the same)."""
+        return await self._submit(entry, beside)
+
+    async def _submit(self, entry: EvidenceEntry, beside: Beside | None) -> tuple[Receipt, Any]:
         try:
             validate_entry(entry)
         except EvidenceEntryRejected as exc:
@@ -469,11 +513,13 @@ class Ledger:
         if self._closed:
             logger.error("ledger.unavailable", operation="append", error="closed")
             raise EvidenceStoreUnavailable("evidence ledger is closed")
-        receipt: Receipt = await self._grouped.submit(entry)
+        receipt, written = await self._grouped.submit((entry, beside))
         logger.debug("ledger.appended", seq=receipt.seq, kind=entry.kind)
-        return receipt
+        return receipt, written
 
-    async def _commit(self, entries: list[EvidenceEntry]) -> list[tuple[bool, Any]]:
+    async def _commit(
+        self, entries: list[tuple[EvidenceEntry, Beside | None]]
+    ) -> list[tuple[bool, Any]]:
         """One group: all of ``entries`` in one transaction, or none of them."""
         async with self._lock:
             try:

@@ -178,7 +178,7 @@ class SqliteOrderBook:
     def beside(cls, worker: SqliteWorker) -> SqliteOrderBook:
         """The book on the claim store's own worker (its file and connection, the
         schema installed with :data:`SCHEMA`), so a claim and its order can commit
-        in one transaction (:meth:`pipeline.stores.claims.ClaimStore.claim_and_record`)."""
+        in one transaction (:meth:`pipeline.stores.claims.ClaimStore.claim_and_record_beside`)."""
         return cls(worker)
 
     async def open(self, order: OrderRecord) -> bool:

@@ -146,6 +146,7 @@ class SqliteWorker:
         self._executor = executor
         self._closed = False
         self._closing = False
+        self._lender: SqliteWorker | None = None
         self._grouped: GroupCommitter[Callable[[sqlite3.Connection], Any], Any] = GroupCommitter(
             self._commit_group, stopped=lambda: StoreUnavailable("store stopped")
         )
@@ -193,9 +194,26 @@ class SqliteWorker:
             ) from exc
         return cls(conn, executor)
 
+    async def lend(self, schema: str = "", *, name: str) -> SqliteWorker:
+        """A worker on this one's connection and thread, for a store whose writes must
+        commit in this one's transactions (issue 20: the claim store and the order
+        book in the ledger file, :meth:`pipeline.stores.ledger.Ledger.append_beside`).
+
+        ``schema`` is installed first. The loan has its own group commit, and its
+        own ``close``, which ends the loan only: the connection is the lender's, and
+        once the lender is closed the loan is unavailable too."""
+        if schema:
+            try:
+                await self.run(lambda conn: conn.executescript(schema))
+            except StoreUnavailable as exc:
+                raise StoreUnavailable(f"{name} store could not be installed: {exc}") from exc
+        loan = SqliteWorker(self._conn, self._executor)
+        loan._lender = self
+        return loan
+
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._closed or (self._lender is not None and self._lender.closed)
 
     async def run(self, job: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``job`` with the connection on the worker thread, as one hop.
@@ -203,7 +221,7 @@ class SqliteWorker:
         A SQLite or OS failure becomes :class:`StoreUnavailable`; anything else
         the job raises (a store's own refusal) reaches the caller as it is.
         """
-        if self._closed:
+        if self.closed:
             raise StoreUnavailable("store is closed")
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, job, self._conn)
@@ -242,6 +260,8 @@ class SqliteWorker:
         if self._closed:
             return
         self._closed = True
+        if self._lender is not None:
+            return  # a loan ends; the lender's connection stays open
         try:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._conn.close)
         finally:
