@@ -207,8 +207,10 @@ def test_demo_runs_the_scenarios_over_the_bus_and_keeps_its_state(
     assert len(filings) == 1
     assert not (state / "connectors" / "dms" / "store" / "doc-1207").exists()
     assert (state / "connectors" / "dms" / "store" / "doc-4711").exists()
-    for name in ("ledger.db", "claims.db", "approvals.db", "registry.json"):
+    for name in ("ledger.db", "approvals.db", "registry.json"):
         assert (state / name).exists()
+    # the claims and the order book live in the ledger file (issue 20)
+    assert not (state / "claims.db").exists()
 
 
 def test_demo_exits_non_zero_with_one_line_when_an_outcome_is_not_the_expected_one(

@@ -479,7 +479,11 @@ async def test_evidence_that_does_not_commit_writes_no_claim_and_gives_no_order(
     second = await gates()
     allowed = await runtime.send(proposal.proposal_id, signed)
     assert allowed.outcome == "allow", allowed
-    assert claim_and_order_states(state, proposal.proposal_id) == ("published", ["executing"])
+    # the claim's "published" is recorded after the answer (Gate._settle_soon)
+    await wait_for(
+        lambda: claim_and_order_states(state, proposal.proposal_id) == ("published", ["executing"]),
+        timeout=10,
+    )
     assert [k for k, *_ in rows(state.ledger, decision_of(allowed))] == ["decision"]
     again = await runtime.send(proposal.proposal_id, signed)
     assert (again.outcome, again.reason_codes[-1:]) == ("deny", ("duplicate_proposal",))

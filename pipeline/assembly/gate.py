@@ -101,6 +101,7 @@ class RunningGate:
             await service.stop()
         for handler in self.handlers:
             await handler.drain()
+        await self.gate.settled()
 
     async def close(self) -> None:
         await self.stop_serving()

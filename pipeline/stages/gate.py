@@ -21,6 +21,7 @@ decision is never released before its evidence entry has committed (issue
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -167,6 +168,7 @@ class Gate:
     share_call: Callable[[str, str], Awaitable[None]] | None = None
     """On a cluster: tell the other replicas of a noted tool-call id
     (``pipeline.stages.replica_sync``), before this proposal's verdict is answered."""
+    _settling: set[asyncio.Future[None]] = field(init=False, default_factory=set, repr=False)
     _all_keys: dict[str, VerifyKey] = field(init=False)
     _evidence: EvidenceWriter = field(init=False, repr=False)
     chain: tuple[Link, ...] = field(init=False, repr=False)
@@ -432,7 +434,7 @@ class Gate:
         proposal, normalized, decision = work.proposal, work.need_normalized(), work.need_decision()
         connector = normalized.connector_id
         if connector is None:
-            await self._settle(proposal.proposal_id, "published")
+            self._settle_soon(proposal.proposal_id, "published")
             return self._answer(work, "allow", work.reasons)
         request = DispatchRequest(
             decision=decision,
@@ -450,7 +452,7 @@ class Gate:
                 await self.outcomes.close_undelivered(work.order_id)
             await self._record_failure(decision, work.tenant_ref, refusal.reason_code)
             return self._deny(work, ("dispatch_failed", refusal.reason_code))
-        await self._settle(proposal.proposal_id, "published")
+        self._settle_soon(proposal.proposal_id, "published")
         return msgspec.structs.replace(
             self._answer(work, "allow", work.reasons),
             order_id=receipt.order_id,
@@ -467,6 +469,21 @@ class Gate:
             await self.claims.settle(proposal_id, state)
         except StoreUnavailable:
             log.error("claim_settle_failed", proposal_id=proposal_id, state=state)
+
+    def _settle_soon(self, proposal_id: str, state: ClaimState) -> None:
+        """Issue 20: the ``published`` settle of an allow is written after the answer,
+        not before it. It is a record of how the claim ended, never a control: the
+        claim already stops every replay and the order is already in the stream
+        (a crash before it lands leaves the claim ``claimed``, as a crash after the
+        publish always could). :meth:`settled` waits for these writes."""
+        task = asyncio.ensure_future(self._settle(proposal_id, state))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def settled(self) -> None:
+        """Wait for the settles :meth:`_settle_soon` started (before the stores close)."""
+        while self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
 
     async def _record_failure(self, decision: Decision, tenant_ref: str, reason: str) -> None:
         try:

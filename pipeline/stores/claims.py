@@ -242,7 +242,12 @@ async def merge_claim_file(store: ClaimStore, old: Path) -> int:
         finally:
             conn.execute("DETACH DATABASE old")
 
-    merged = await store.worker.run(copy)
+    try:
+        merged = await store.worker.run(copy)
+    except StoreUnavailable as exc:
+        raise StoreUnavailable(
+            f"claims store {os.fspath(old)} could not be merged into the ledger: {exc}"
+        ) from exc.__cause__
     for suffix in ("", "-wal", "-shm"):
         part = old.with_name(old.name + suffix)
         if part.exists():
