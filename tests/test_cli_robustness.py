@@ -27,11 +27,12 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from importlib.metadata import version
 from pathlib import Path
 from typing import TextIO
@@ -96,6 +97,7 @@ STATE_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
     ),
     ("swarm", "analyze"): ("--facts", "{matter}", "--state-dir", "{state}"),
     ("keys", "public"): ("--key", "{state}/keys/runtime.key"),
+    ("explain",): ("{decision}", "--state-dir", "{state}"),
 }
 """A sound call of each command that reads or writes a state directory."""
 
@@ -174,6 +176,7 @@ CLOSED_STDOUT: tuple[tuple[str, ...], ...] = (
     ("ledger", "export", "--db", "{state}/ledger.db"),
     ("bus", "permissions", "--state-dir", "{state}"),
     ("release", "status", "--state-dir", "{state}"),
+    ("explain", "{decision}", "--state-dir", "{state}"),
 )
 
 
@@ -261,6 +264,13 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def first_decision(ledger: Path) -> str:
+    """The id of the first decision a demo's ledger holds (``explain``'s argument)."""
+    with closing(sqlite3.connect(ledger)) as conn:
+        row = conn.execute("SELECT decision_id FROM evidence_entries WHERE seq = 1").fetchone()
+    return str(row[0])
+
+
 def fill(template: tuple[str, ...], work: Path, nats: str = "") -> list[str]:
     values = {
         "state": str(work / "state"),
@@ -270,6 +280,8 @@ def fill(template: tuple[str, ...], work: Path, nats: str = "") -> list[str]:
         "envelope": str(package_path(SCENARIO_ENVELOPES) / "1-court-filing-approval.json"),
         "corpus": str(package_path(SCENARIO_CORPUS)),
     }
+    if any("{decision}" in part for part in template):
+        values["decision"] = first_decision(work / "state" / "ledger.db")
     return [part.format(**values) for part in template]
 
 
@@ -436,6 +448,7 @@ READS_ONLY = {
     ("ledger", "export"),
     ("bus", "permissions"),
     ("release", "status"),
+    ("explain",),
 }
 """Commands that only read a state dir: they must work on a read-only one."""
 
