@@ -162,6 +162,7 @@ ARGUMENT_ONLY: dict[tuple[str, ...], str] = {
     ("release", "verify"): "reads a release folder; --state-dir only for its rollback floor",
     ("release", "publish"): "needs a built release folder; its bus call is release status's",
     ("release", "trust-root"): "writes one new file from public records",
+    ("release", "diff"): "reads two release folders; no state, no bus",
     ("swarm", "review"): "needs a report; reads --state-dir only for its rollback floor",
     ("completion",): "prints a script; in the closed-stdout class",
 }
