@@ -24,7 +24,8 @@ from ops.cli import main
 from ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
 from ops.releases import write_release_dir
 from ops.state import StateDir, provision_demo
-from tests.builders import envelope_json
+from tests.builders import envelope_json, make_policy, make_rule, write_corpus
+from tests.test_cli_explain import run
 from tests.test_release_distribution import current_inbox, next_release
 
 AT = "2026-11-29T10:00:00Z"
@@ -41,16 +42,6 @@ RETENTION_DELETE = envelope_json(
     }
 )
 """A deletion the shipped customer overlay allows (``customer.acme.retention-deletion``)."""
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_line(path: Path) -> bytes:
@@ -245,3 +236,20 @@ def test_against_a_release_the_trust_root_does_not_sign_is_refused(
     assert code == 1
     assert out == ""
     assert err.startswith("smf-assurance: release refused (release_bad_signature)")
+
+
+def test_explain_says_the_gates_own_reasons_and_the_non_consequential_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = write_corpus(
+        tmp_path / "corpus",
+        [make_rule("delete", {"eq": {"fact": "capability", "value": "document.delete"}})],
+        [make_policy("ba.hold", "delete", effect="conditional")],
+    )
+    assert main(["compile", "--corpus", str(corpus), "--out", str(tmp_path / "p")]) == 0
+    source = jsonl(tmp_path, envelope_json(), envelope_json({"capability": "document.delete"}))
+    argv = ["eval", "--jsonl", "--explain", "--projection", str(tmp_path / "p"), str(source)]
+    code, out, _ = run([*argv, "--at", AT], capsys)
+    assert code == 0
+    assert "the operation is not consequential: allowed" in out
+    assert "reason approval_requirement_incomplete: a conditional policy applied" in out

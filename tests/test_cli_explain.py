@@ -53,7 +53,9 @@ EXPECTED: dict[str, list[tuple[str, str]]] = {
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    capsys.readouterr()  # what a test's own setup logged
+    """``main`` in-process: exit status (argparse's too), stdout, stderr; what the
+    test's own setup logged before is dropped."""
+    capsys.readouterr()
     try:
         code = main(argv)
     except SystemExit as exc:
@@ -245,7 +247,9 @@ def test_a_missing_release_is_refused_not_replaced(
     (state / "release-state.db").unlink()
     for path in (state / "releases").iterdir():
         path.unlink()
+    (state / "releases" / "release.0000000000000009-garbage.json").write_bytes(b"garbage")
     err = refusal(["explain", decision_id, "--state-dir", str(state)], capsys)
+    assert "1 releases" in err
     assert "is not in" in err
     assert "not explained under another release" in err
 
@@ -262,6 +266,9 @@ def test_a_release_that_does_not_authenticate_is_not_used(
     decision_id, _ = decisions(state / "ledger.db")[0]
     err = refusal(["explain", decision_id, "--state-dir", str(state)], capsys)
     assert "not explained under another release" in err
+    trust_root.write_bytes(b"not a trust root")
+    err = refusal(["explain", decision_id, "--state-dir", str(state)], capsys)
+    assert str(trust_root) in err
     trust_root.unlink()
     err = refusal(["explain", decision_id, "--state-dir", str(state)], capsys)
     assert "no release trust root" in err

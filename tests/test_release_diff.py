@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from ops.cli import main
 from ops.compiler import CompiledRelease, compile_corpus
 from ops.projections import SCENARIO_CORPUS, package_path
 from ops.releases import write_release_dir, write_trust_root
 from pipeline.core.release_diff import FieldChange, diff_releases
 from tests.builders import make_policy, make_release, make_rule, write_corpus
 from tests.release_helpers import OUTSIDER, SIGNERS, build, root_of
+from tests.test_cli_explain import run
 
 HOLD = {"eq": {"fact": "workflow.legal_hold", "value": True}}
 SEND = {"eq": {"fact": "capability", "value": "external.transmit"}}
@@ -191,16 +191,6 @@ def scenario_copy(directory: Path, *, widen: bool) -> Path:
     return directory
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.fixture
 def folders(tmp_path: Path) -> tuple[Path, Path, Path]:
     """Two signed release folders of the scenario corpus (the second tightens the
@@ -268,3 +258,26 @@ def test_a_folder_the_trust_root_does_not_sign_is_refused(
     code, _, err = run(["release", "diff", str(r1), str(tmp_path / "nowhere")], capsys)
     assert code == 2
     assert len(err.splitlines()) == 1
+    argv = ["release", "diff", str(r1), str(r2), "--trust-root", str(r1 / "analysis.json")]
+    code, _, err = run(argv, capsys)
+    assert code == 2
+    assert len(err.splitlines()) == 1
+
+
+def test_the_table_names_added_and_removed_rules_and_policies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    new = new_corpus(tmp_path / "new")
+    rename_moving_policy(new)
+    write_release_dir(build(old_corpus(tmp_path / "old")), tmp_path / "r-old")
+    write_release_dir(build(new), tmp_path / "r-new")
+    argv = ["release", "diff", str(tmp_path / "r-old"), str(tmp_path / "r-new")]
+    code, out, _ = run(argv, capsys)
+    assert code == 0
+    rows = {tuple(line.split()[:4]) for line in out.splitlines()[3:]}
+    assert ("rule", "urn:smf:rule:fresh", "added", "title") in rows
+    assert ("rule", "urn:smf:rule:gone", "removed", "title") in rows
+    assert ("policy", "customer.gone", "removed", "layer") in rows
+    assert ("policy", "matter.moves", "changed", "scope") in rows
+    hold = [line for line in out.splitlines() if "urn:smf:rule:hold" in line and " when " in line]
+    assert hold[0].rstrip().endswith("...")  # a long predicate is cut in the table

@@ -46,7 +46,6 @@ from pipeline.core.projection import projection_id
 from pipeline.stages.evidence import NO_PROJECTION, TENANT_DOMAIN, release_ref
 from pipeline.stores.ledger import (
     CHECKPOINT_BAD_SIGNATURE,
-    LedgerIntegrityError,
     decision_entries,
     verify_ledger,
 )
@@ -86,10 +85,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _decision_entry(db: Path, decision_id: str) -> tuple[StoredEntry, list[StoredEntry]]:
-    try:
-        entries = decision_entries(db, decision_id)
-    except LedgerIntegrityError as exc:
-        fail(f"ledger {db}: {exc.reason} at seq {exc.seq}")
+    entries = decision_entries(db, decision_id)
     decisions = [e for e in entries if e.entry.kind == "decision"]
     if not decisions:
         fail(f"no decision {decision_id} in ledger {db}")
