@@ -32,8 +32,10 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 
 from ops.bench.targets import Comparison
-from pipeline.core.decision import AppliedPolicy, Disposition, RuleSource
+from pipeline.core.decision import AppliedPolicy, Decision, Disposition, RuleSource
+from pipeline.core.explanation import Explanation
 from pipeline.core.policy import Requirements
+from pipeline.core.release_diff import PolicyChange, ProviderChange, RuleChange
 from subjects.approvals import ApprovalBinding, ApprovalState, ResolutionDecision
 from subjects.canonical import Identity
 from subjects.envelope import Capability, Channel, Locality, Surface
@@ -688,11 +690,160 @@ class ModelGatewayListJson(CliJson, kw_only=True):
     runtimes: Annotated[tuple[GatewayRuntime, ...], _("runtimes the gateway serves")]
 
 
+# --- explain, eval with its issue-25 flags, release diff ------------------------------------
+
+
+class LedgerStepJson(CliJson, kw_only=True):
+    """One ledger entry of the decision, in order."""
+
+    seq: Annotated[int, _("its place in the ledger's chain")]
+    kind: Annotated[str, _("decision, or what happened after it (transition, ...)")]
+    status: Annotated[str | None, _("the transition's status (consumed, failed, ...), or null")]
+    reason_codes: Annotated[tuple[str, ...], _("its reason codes")]
+    at: Annotated[Millis, _("when, Unix ms")]
+
+
+class ExplainLedgerJson(CliJson, kw_only=True):
+    """Where ``explain`` read the decision: the ledger entry and its history."""
+
+    db: Annotated[Path_, _("the ledger file read (read-only)")]
+    seq: Annotated[int, _("the decision entry's place in the chain")]
+    entry_hash: Annotated[Identity, _("the decision entry's hash")]
+    at: Annotated[Millis, _("when it was decided, Unix ms")]
+    checkpoints: Annotated[Count, _("signed checkpoints the ledger was held against")]
+    history: Annotated[tuple[LedgerStepJson, ...], _("every entry of the decision, in order")]
+
+
+class ExplainReleaseJson(CliJson, kw_only=True):
+    """The release that made the decision, authenticated against the trust root."""
+
+    release_id: Annotated[ReleaseId, _("the release's id")]
+    sequence: Annotated[int, _("its sequence number")]
+    manifest_hash: Annotated[Identity, _("its manifest hash")]
+    source: Annotated[str, _("where it was found: the accepted release, or an inbox file")]
+
+
+class ExplainJson(CliJson, kw_only=True):
+    """``explain DECISION_ID --json``: the decision in words, from the ledger and the
+    release that made it (issue 25)."""
+
+    explanation: Annotated[Explanation, _("which policies, rules and layers decided it")]
+    ledger: Annotated[ExplainLedgerJson, _("the ledger entry it was read from")]
+    release: Annotated[ExplainReleaseJson, _("the release that decided it")]
+
+
+class EvalExplainedJson(CliJson, kw_only=True):
+    """``eval --explain --json``: the Decision and its explanation."""
+
+    decision: Annotated[Decision, _("the Decision, as ``eval --json`` prints it")]
+    explanation: Annotated[Explanation | None, _("the decision in words")]
+
+
+class EvalLineJson(CliJson, kw_only=True):
+    """One envelope of a JSON Lines file and its Decision."""
+
+    line: Annotated[int, _("the line number of the envelope")]
+    decision: Annotated[Decision, _("its Decision")]
+    explanation: Annotated[Explanation | None, _("with --explain, the decision in words")]
+
+
+class EvalLinesJson(CliJson, kw_only=True):
+    """``eval --jsonl --json``: a Decision per envelope line."""
+
+    results: Annotated[tuple[EvalLineJson, ...], _("one per envelope, in line order")]
+
+
+class EvalSideJson(CliJson, kw_only=True):
+    """What one side of ``eval --against`` decided with."""
+
+    release_id: Annotated[str, _("the release id its projection names")]
+    projection: Annotated[Path_ | None, _("the projection folder (the base side)")] = None
+    folder: Annotated[Path_ | None, _("the release folder (the --against side)")] = None
+    sequence: Annotated[int | None, _("the verified release's sequence")] = None
+    manifest_hash: Annotated[Identity | None, _("the verified release's manifest hash")] = None
+
+
+class EvalOutcomeJson(CliJson, kw_only=True):
+    """One side's decision of one envelope."""
+
+    disposition: Annotated[Disposition, _("allow, conditional or deny")]
+    reason_codes: Annotated[tuple[str, ...], _("its reason codes")]
+    decision_id: Annotated[Identity, _("its decision id")]
+
+
+class EvalExplanationsJson(CliJson, kw_only=True):
+    """With --explain, each side's decision in words."""
+
+    base: Annotated[Explanation | None, _("under the base")]
+    against: Annotated[Explanation | None, _("under --against")]
+
+
+class EvalComparedJson(CliJson, kw_only=True):
+    """One envelope decided under both."""
+
+    line: Annotated[int, _("the envelope's line number")]
+    operation_hash: Annotated[Identity, _("the operation's identity")]
+    base: Annotated[EvalOutcomeJson, _("its decision under the base")]
+    against: Annotated[EvalOutcomeJson, _("its decision under --against")]
+    changed: Annotated[bool, _("whether the disposition or reason codes differ")]
+    explanations: Annotated[EvalExplanationsJson | None, _("with --explain, both in words")]
+
+
+class EvalMoveJson(CliJson, kw_only=True):
+    """How many envelopes went from one disposition to another."""
+
+    from_: Annotated[Disposition, _("under the base")] = msgspec.field(name="from")
+    to: Annotated[Disposition, _("under --against")]
+    count: Annotated[Count, _("envelopes")]
+
+
+class EvalAgainstJson(CliJson, kw_only=True):
+    """``eval --against RELEASE --json``: every envelope under both, and the moves."""
+
+    base: Annotated[EvalSideJson, _("what the base decided with")]
+    against: Annotated[EvalSideJson, _("the verified --against release")]
+    results: Annotated[tuple[EvalComparedJson, ...], _("one per envelope, in line order")]
+    counts: Annotated[tuple[EvalMoveJson, ...], _("from -> to disposition counts")]
+    total: Annotated[Count, _("envelopes decided")]
+    changed: Annotated[Count, _("envelopes that decide differently")]
+
+
+class DiffSideJson(CliJson, kw_only=True):
+    """One release of ``release diff``."""
+
+    release_id: Annotated[str, _("its release id")]
+    release_sequence: Annotated[int, _("its sequence")]
+    manifest_hash: Annotated[Identity, _("its manifest hash")]
+
+
+class ReleaseDiffJson(CliJson, kw_only=True):
+    """``release diff OLD NEW --json``: rules, policies and model providers added,
+    removed or changed, and per policy each requirement that changed (issue 25)."""
+
+    schema: Annotated[Literal["smf.release-diff/1"], _("record schema")]
+    old: Annotated[DiffSideJson, _("the release compared from")]
+    new: Annotated[DiffSideJson, _("the release compared to")]
+    rules: Annotated[tuple[RuleChange, ...], _("rules added, removed or changed")]
+    policies: Annotated[tuple[PolicyChange, ...], _("policies added, removed or changed")]
+    model_providers: Annotated[tuple[ProviderChange, ...], _("model providers that changed")]
+    authenticated: Annotated[bool, _("both read through --trust-root (else as written)")]
+    unchanged: Annotated[bool, _("nothing differs")]
+
+
+VARIANTS: Final[dict[type[CliJson], str]] = {
+    EvalExplainedJson: "--explain",
+    EvalLinesJson: "--jsonl",
+    EvalAgainstJson: "--against",
+}
+"""Types a command prints instead of its first one when given a flag (not refusals)."""
+
+
 # --- the table of commands -----------------------------------------------------------------
 
 COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("compile",): (CompileJson,),
-    ("eval",): (EvalJson,),
+    ("eval",): (EvalJson, EvalExplainedJson, EvalLinesJson, EvalAgainstJson),
+    ("explain",): (ExplainJson,),
     ("demo",): (DemoJson,),
     ("bench",): (BenchJson,),
     ("up",): (UpJson,),
@@ -709,6 +860,7 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("release", "trust-root"): (TrustRootJson,),
     ("release", "publish"): (ReleasePublishJson,),
     ("release", "status"): (ReleaseStatusJson,),
+    ("release", "diff"): (ReleaseDiffJson,),
     ("console",): (ConsoleJson,),
     ("bus", "authorization"): (BusAuthorizationJson,),
     ("bus", "permissions"): (BusPermissionsJson,),
@@ -791,7 +943,14 @@ def render() -> str:
     for path, declared in COMMANDS.items():
         out.append(f"## `{' '.join(path)} --json`\n")
         for n, struct in enumerate(declared):
-            role = "Prints" if n == 0 else "When refused, prints"
+            flag = VARIANTS.get(struct)
+            role = (
+                "Prints"
+                if n == 0
+                else f"With `{flag}`, prints"
+                if flag is not None
+                else "When refused, prints"
+            )
             out.append(f"{role} `{struct.__name__}`: {_first_line(struct)}\n")
             out.extend(_describe(components[struct.__name__]))
             out.append("")

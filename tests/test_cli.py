@@ -308,6 +308,7 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         "keys",
         "approvals",
         "ledger",
+        "explain",
         "swarm",
         "release",
         "console",

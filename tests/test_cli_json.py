@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,11 +39,13 @@ from ops.cli_json import COMMANDS, CliJson
 from ops.demo_script import SCENARIOS
 from ops.natsserver import reserve_port
 from ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
-from ops.state import ADAPTER_ID, CONSOLE, PUBLISHER, RUNTIME_ID, StateDir
+from ops.releases import build_release, write_release_dir
+from ops.state import ADAPTER_ID, CONSOLE, PUBLISHER, RELEASE_SIGNER, RUNTIME_ID, StateDir
 from subjects.bus_access import connect_options
 from tests.test_cli import AT, subcommands
 from tests.test_cli_model_gateway import ACTOR
 from tests.test_cli_ops import read_line
+from tests.test_cli_robustness import first_decision
 
 ROOT = Path(__file__).resolve().parents[1]
 PROG = (sys.executable, "-m", "ops.cli")
@@ -395,6 +398,38 @@ def check_status_state(out: cli_json.ReleaseStatusJson, _: World) -> None:
     assert out.accepted.lease_in_force
 
 
+def check_eval_explained(out: cli_json.EvalExplainedJson, _: World) -> None:
+    assert out.decision.disposition == "conditional"
+    assert out.explanation is not None
+    assert out.explanation.decision_id == out.decision.decision_id
+    assert out.explanation.policies
+
+
+def check_eval_lines(out: cli_json.EvalLinesJson, _: World) -> None:
+    assert [r.line for r in out.results] == [1, 2]
+    for result in out.results:
+        full(IDENTITY, result.decision.decision_id)
+
+
+def check_eval_against(out: cli_json.EvalAgainstJson, _: World) -> None:
+    assert (out.total, out.changed) == (2, 0)  # the same corpus, released again
+    assert sum(m.count for m in out.counts) == 2
+    assert out.against.manifest_hash is not None
+    full(IDENTITY, out.against.manifest_hash)
+
+
+def check_explain(out: cli_json.ExplainJson, _: World) -> None:
+    full(IDENTITY, out.explanation.decision_id)
+    full(IDENTITY, out.ledger.entry_hash)
+    full(IDENTITY, out.release.manifest_hash)
+    assert out.ledger.history[0].kind == "decision"
+
+
+def check_diff(out: cli_json.ReleaseDiffJson, _: World) -> None:
+    assert (out.old.release_sequence, out.new.release_sequence) == (1, 7)
+    assert out.authenticated is False
+
+
 CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
     ("compile",): (
         Case(("--corpus", str(package_path(SCENARIO_CORPUS)), "--out", "{work}/compiled")),
@@ -403,6 +438,24 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
     ("eval",): (
         Case(("--at", AT, ENVELOPE), check=check_eval),
         Case(("--at", AT, "{work}/garbage"), 2, None),
+        Case(("--at", AT, "--explain", ENVELOPE), prints=1, check=check_eval_explained),
+        Case(("--at", AT, "--jsonl", "{work}/envelopes.jsonl"), prints=2, check=check_eval_lines),
+        Case(
+            (  # no --at: the release just built is verified at the time it is now
+                "--jsonl",
+                "{work}/envelopes.jsonl",
+                "--against",
+                "{work}/against",
+                "--trust-root",
+                "{state}/release-trust-root.json",
+            ),
+            prints=3,
+            check=check_eval_against,
+        ),
+    ),
+    ("explain",): (
+        Case(("{decision}", "--state-dir", "{state}"), check=check_explain),
+        Case(("sha256:" + "0" * 64, "--state-dir", "{state}"), 1, None),
     ),
     ("demo",): (
         Case((), check=check_demo),
@@ -562,6 +615,10 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
         ),
         Case(("{work}/release", "--nats", "{dead}"), 1, None),
     ),
+    ("release", "diff"): (
+        Case(("{work}/against", "{work}/release"), check=check_diff),
+        Case(("{work}/nowhere", "{work}/release"), 2, None),  # as verify: a usage error
+    ),
     ("release", "status"): (
         Case(("--nats", "{nats}", *PUBLISHER_CREDENTIAL), check=check_status_bus),
         Case(("--state-dir", "{state}"), check=check_status_state),
@@ -639,9 +696,23 @@ def scratch(world: World) -> Iterator[dict[str, str]]:
     from subjects.keys import generate_signing_key, write_private_key  # noqa: PLC0415
 
     write_private_key(work / "rita.key", generate_signing_key(), "reviewer-rita")
+    lines = [
+        json.dumps(json.loads((package_path(SCENARIO_ENVELOPES) / name).read_text()))
+        for name in ("1-court-filing-approval.json", "2-legal-hold-deletion.json")
+    ]
+    (work / "envelopes.jsonl").write_text("\n".join(lines) + "\n")
+    state = world.state
+    again = build_release(
+        package_path(SCENARIO_CORPUS),
+        [state.key(RELEASE_SIGNER)],
+        state.registry.read_bytes(),
+        now_ms=time.time_ns() // 1_000_000,
+    )
+    write_release_dir(again, work / "against")
     dead, dead_http = reserve_port(), reserve_port()
     try:
         yield {
+            "decision": first_decision(world.state.ledger),
             "state": str(world.state.root),
             "work": str(work),
             "nats": world.nats_url,

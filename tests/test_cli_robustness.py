@@ -27,11 +27,12 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from importlib.metadata import version
 from pathlib import Path
 from typing import TextIO
@@ -96,6 +97,7 @@ STATE_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
     ),
     ("swarm", "analyze"): ("--facts", "{matter}", "--state-dir", "{state}"),
     ("keys", "public"): ("--key", "{state}/keys/runtime.key"),
+    ("explain",): ("{decision}", "--state-dir", "{state}"),
 }
 """A sound call of each command that reads or writes a state directory."""
 
@@ -160,6 +162,7 @@ ARGUMENT_ONLY: dict[tuple[str, ...], str] = {
     ("release", "verify"): "reads a release folder; --state-dir only for its rollback floor",
     ("release", "publish"): "needs a built release folder; its bus call is release status's",
     ("release", "trust-root"): "writes one new file from public records",
+    ("release", "diff"): "reads two release folders; no state, no bus",
     ("swarm", "review"): "needs a report; reads --state-dir only for its rollback floor",
     ("completion",): "prints a script; in the closed-stdout class",
 }
@@ -174,6 +177,7 @@ CLOSED_STDOUT: tuple[tuple[str, ...], ...] = (
     ("ledger", "export", "--db", "{state}/ledger.db"),
     ("bus", "permissions", "--state-dir", "{state}"),
     ("release", "status", "--state-dir", "{state}"),
+    ("explain", "{decision}", "--state-dir", "{state}"),
 )
 
 
@@ -261,6 +265,13 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def first_decision(ledger: Path) -> str:
+    """The id of the first decision a demo's ledger holds (``explain``'s argument)."""
+    with closing(sqlite3.connect(ledger)) as conn:
+        row = conn.execute("SELECT decision_id FROM evidence_entries WHERE seq = 1").fetchone()
+    return str(row[0])
+
+
 def fill(template: tuple[str, ...], work: Path, nats: str = "") -> list[str]:
     values = {
         "state": str(work / "state"),
@@ -270,6 +281,8 @@ def fill(template: tuple[str, ...], work: Path, nats: str = "") -> list[str]:
         "envelope": str(package_path(SCENARIO_ENVELOPES) / "1-court-filing-approval.json"),
         "corpus": str(package_path(SCENARIO_CORPUS)),
     }
+    if any("{decision}" in part for part in template):
+        values["decision"] = first_decision(work / "state" / "ledger.db")
     return [part.format(**values) for part in template]
 
 
@@ -436,6 +449,7 @@ READS_ONLY = {
     ("ledger", "export"),
     ("bus", "permissions"),
     ("release", "status"),
+    ("explain",),
 }
 """Commands that only read a state dir: they must work on a read-only one."""
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import msgspec
 
 from ops.cli_json import CompileJson, EvalJson
+from ops.commands import eval_many
 from ops.compiler import CompileError, compile_corpus, write_release
 from ops.output import emit, fail, table
 from ops.projections import load_policy_set
@@ -46,6 +47,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--projection", type=Path, help="projection folder (default: shipped scenarios)")
     p.add_argument("--at", help="evaluation time, RFC 3339 (default: now)")
     p.add_argument("--json", action="store_true", help="print the Decision as canonical JSON")
+    eval_many.add_arguments(p)
     p.set_defaults(func=run_eval)
 
 
@@ -67,6 +69,8 @@ def run_compile(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> int:
     at_ms = parse_instant(args.at) if args.at else int(dt.datetime.now(dt.UTC).timestamp() * 1000)
+    if eval_many.wanted(args):
+        return eval_many.run(args, at_ms, print_decision)
     try:
         data = sys.stdin.buffer.read() if args.envelope == "-" else Path(args.envelope).read_bytes()
     except OSError as exc:

@@ -9,6 +9,8 @@
   directory's inbox (``--state-dir``); running gates verify before use.
 - ``release status``: what a bucket holds, or what a state directory accepted.
 - ``release trust-root``: write the trust root file gates verify against.
+- ``release diff``: the rules, policies and requirements two release folders
+  differ in (issue 25; ``pipeline.core.release_diff``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ops.cli_json import (
     PublishedToGate,
     RefusalJson,
     ReleaseBuildJson,
+    ReleaseDiffJson,
     ReleasePublishJson,
     ReleaseStatusJson,
     ReleaseVerifyJson,
@@ -49,6 +52,7 @@ from ops.output import (
     say,
     table,
 )
+from ops.release_text import ReleaseText, release_text
 from ops.releases import (
     DEFAULT_LEASE_HOURS,
     GateAnswers,
@@ -71,6 +75,7 @@ from ops.releases import (
     write_trust_root,
 )
 from ops.state import PUBLISHER, StateDir
+from pipeline.core.release_diff import FieldChange, ReleaseDiff, diff_releases
 from pipeline.core.release_trust import (
     LastAccepted,
     ReleaseTrust,
@@ -80,6 +85,7 @@ from pipeline.core.release_trust import (
 )
 from pipeline.stores.release_state import StoredRelease, read_release_state
 from subjects.bus_access import BusCredential
+from subjects.canonical import canonical_bytes
 from subjects.keys import KeyFileError, SigningKey, VerifyKey, load_private_key
 from subjects.release import (
     RELEASE_REPORT_SCHEMA,
@@ -90,6 +96,7 @@ from subjects.release import (
     ReleaseReportRequest,
     ReportedRefusal,
     ReportedRelease,
+    TrustRoot,
     encode_bundle,
 )
 
@@ -166,6 +173,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     root.add_argument("--out", type=Path, required=True, help="trust root file to create")
     root.add_argument("--json", action="store_true", help="print JSON")
     root.set_defaults(func=run_trust_root)
+
+    add_diff_parser(actions)
 
 
 # -- helpers --------------------------------------------------------------------
@@ -736,4 +745,96 @@ def run_trust_root(args: argparse.Namespace) -> int:
             [(record.key_id, record.principal) for record in root.keys],
         )
         say(f"threshold {root.threshold} of {len(root.keys)}; written to {args.out}")
+    return 0
+
+
+# -- diff (issue 25) ----------------------------------------------------------------
+
+
+def add_diff_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    diff = actions.add_parser(
+        "diff",
+        help="what changes between two release folders: rules, policies, requirements",
+        description="Rules, policies and model providers added, removed or changed from OLD "
+        "to NEW, and each policy's requirement changes (approvals, roles, TTL, binding, "
+        "one shot) with its layer. Exits 0 whether or not anything changed.",
+    )
+    diff.add_argument("old", type=Path, metavar="OLD_DIR", help="the release folder before")
+    diff.add_argument("new", type=Path, metavar="NEW_DIR", help="the release folder after")
+    diff.add_argument(
+        "--trust-root",
+        type=Path,
+        help="authenticate both folders with it first (signatures, digests; not the lease)",
+    )
+    diff.add_argument("--json", action="store_true", help="print JSON")
+    diff.set_defaults(func=run_diff)
+
+
+DIFF_CELL = 60
+"""A value longer than this is cut in the table (``--json`` has it whole)."""
+
+
+def _diff_text(folder: Path, root: TrustRoot | None) -> ReleaseText:
+    try:
+        return release_text(_read_dir(folder), root)
+    except ReleaseError as exc:
+        fail(f"{folder}: {exc}")
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "-"
+    text = value if isinstance(value, str) else canonical_bytes(value).decode("utf-8")
+    return text if len(text) <= DIFF_CELL else text[: DIFF_CELL - 3] + "..."
+
+
+def _diff_rows(diff: ReleaseDiff) -> list[tuple[str, str, str, str, str, str]]:
+    rows = []
+    for rule in diff.rules:
+        changes = rule.fields or (FieldChange("title", None, rule.title),)
+        for change in changes:
+            rows.append(("rule", rule.rule_id, rule.change, change.field, change.old, change.new))
+    for policy in diff.policies:
+        changes = policy.fields + policy.requirements
+        if not changes:
+            changes = (FieldChange("layer", None, policy.layer),)
+        for change in changes:
+            row = (policy.policy_id, policy.change, change.field, change.old, change.new)
+            rows.append(("policy", *row))
+    for provider in diff.model_providers:
+        for change in provider.fields:
+            row = (provider.provider, provider.change, change.field, change.old, change.new)
+            rows.append(("model provider", *row))
+    return [(a, b, c, d, _shown(old), _shown(new)) for a, b, c, d, old, new in rows]
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    """``release diff OLD NEW``: the static diff of two releases' projections
+    (``pipeline.core.release_diff``), read as written or authenticated with
+    ``--trust-root`` (``ops.release_text``)."""
+    root = None
+    if args.trust_root is not None:
+        try:
+            root = load_trust_root(args.trust_root)
+        except ReleaseError as exc:
+            fail(str(exc), 2)
+    old, new = _diff_text(args.old, root), _diff_text(args.new, root)
+    diff = diff_releases(old.enforcement, old.analysis, new.enforcement, new.analysis)
+    if args.json:
+        value: dict[str, Any] = msgspec.to_builtins(diff)
+        value["old"]["manifest_hash"] = old.manifest_hash
+        value["new"]["manifest_hash"] = new.manifest_hash
+        value["authenticated"] = root is not None
+        value["unchanged"] = diff.unchanged
+        emit(msgspec.convert(value, ReleaseDiffJson))
+        return 0
+    how = "authenticated with the trust root" if root is not None else "read as written"
+    say(
+        f"{diff.old.release_id} (seq {diff.old.release_sequence}) -> "
+        f"{diff.new.release_id} (seq {diff.new.release_sequence}), {how}"
+    )
+    if diff.unchanged:
+        say("no change: the same rules, policies, requirements and model providers")
+        return 0
+    table(("what", "id", "change", "field", "old", "new"), _diff_rows(diff))
     return 0

@@ -58,6 +58,26 @@ def is_consequential(envelope: OperationEnvelope) -> bool:
     )
 
 
+def consequential_triggers(envelope: OperationEnvelope) -> tuple[str, ...]:
+    """Which of :func:`is_consequential`'s conditions hold, as closed words.
+
+    Issue 25: a safety-floor denial is explained by the trigger that made the
+    operation consequential. Kept beside ``is_consequential`` (same sets) so
+    the two cannot drift; the hot path keeps the boolean form.
+    """
+    effects = envelope.effects
+    triggers: list[str] = []
+    if effects.egress:
+        triggers.append("egress")
+    if effects.persistence in _CONSEQUENTIAL_PERSISTENCE:
+        triggers.append(f"persistence_{effects.persistence}")
+    if effects.reversibility in _CONSEQUENTIAL_REVERSIBILITY:
+        triggers.append(f"reversibility_{effects.reversibility}")
+    if envelope.capability == "unknown":
+        triggers.append("capability_unknown")
+    return tuple(triggers)
+
+
 def applicable_policies(
     envelope: OperationEnvelope, policy_set: PolicySet, at_ms: int
 ) -> list[CompiledPolicy]:

@@ -48,7 +48,12 @@ from typing import Any, Final, Self, TypeVar
 import msgspec
 import structlog
 
-from pipeline.stores.ledger_audit import LedgerReport, export_jsonl, verify_ledger
+from pipeline.stores.ledger_audit import (
+    LedgerReport,
+    decision_entries,
+    export_jsonl,
+    verify_ledger,
+)
 from pipeline.stores.ledger_chain import (
     CHAIN_BROKEN,
     CHECKPOINT_BAD_SIGNATURE,
@@ -111,6 +116,7 @@ __all__ = [
     "LedgerIntegrityError",
     "LedgerReport",
     "Receipt",
+    "decision_entries",
     "export_jsonl",
     "verify_ledger",
 ]

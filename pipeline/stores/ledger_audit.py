@@ -8,7 +8,8 @@ that is here: :func:`verify_ledger` re-walks the hash chain
 uses) and holds the file against the signed checkpoints kept outside it,
 naming the first bad entry with one reason code per threat
 (:mod:`pipeline.stores.ledger_chain`). :func:`export_jsonl` gives auditors
-every entry as canonical JSON they can re-hash on their own.
+every entry as canonical JSON they can re-hash on their own;
+:func:`decision_entries` the entries of one decision, for ``explain`` (issue 25).
 
 Both open the file read-only and never through the writer, so an audit can
 never modify the evidence; they are blocking, for ``smf-assurance ledger``
@@ -21,7 +22,7 @@ import contextlib
 import os
 import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import TextIO
+from typing import Final, TextIO
 
 import msgspec
 import structlog
@@ -39,10 +40,12 @@ from pipeline.stores.ledger_chain import (
 )
 from pipeline.stores.ledger_schema import (
     CHECKPOINT_PAYLOAD_TYPE,
+    ENTRY_COLUMNS,
     GENESIS_HASH,
     SELECT_ENTRIES_AFTER,
     CheckpointClaim,
     MalformedEntry,
+    StoredEntry,
     export_document,
     parse_checkpoint_payload,
     stored_entry,
@@ -52,7 +55,7 @@ from subjects import dsse
 from subjects.canonical import canonical_bytes
 from subjects.keys import VerifyKey
 
-__all__ = ["LedgerReport", "export_jsonl", "verify_ledger"]
+__all__ = ["LedgerReport", "decision_entries", "export_jsonl", "verify_ledger"]
 
 logger = structlog.get_logger(__name__)
 
@@ -226,3 +229,32 @@ def export_jsonl(db_path: str | os.PathLike[str], out: TextIO) -> int:
     except sqlite3.Error as exc:
         raise EvidenceStoreUnavailable("evidence ledger could not be read") from exc
     return count
+
+
+_SELECT_DECISION: Final = (
+    f"SELECT {', '.join(ENTRY_COLUMNS)} FROM evidence_entries "  # noqa: S608 - constant columns
+    "WHERE decision_id = ? ORDER BY seq"
+)
+
+
+def decision_entries(db_path: str | os.PathLike[str], decision_id: str) -> list[StoredEntry]:
+    """Every entry naming ``decision_id`` (its decision, then its transitions), in seq
+    order, read-only. Issue 25: ``explain`` reads a decision from the evidence.
+
+    Each row is decoded as the audit decodes it (a malformed one raises
+    :class:`LedgerIntegrityError`); whether the chain holds is :func:`verify_ledger`'s
+    question, which the caller asks first.
+    """
+    try:
+        conn = open_read_only(db_path)
+        with contextlib.closing(conn):
+            rows = conn.execute(_SELECT_DECISION, (decision_id,)).fetchall()
+    except sqlite3.Error as exc:
+        raise EvidenceStoreUnavailable("evidence ledger could not be read") from exc
+    found = []
+    for row in rows:
+        try:
+            found.append(stored_entry(row))
+        except MalformedEntry as exc:
+            raise LedgerIntegrityError(ENTRY_MALFORMED, row[0]) from exc
+    return found
