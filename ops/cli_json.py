@@ -103,7 +103,7 @@ class EvalJson(CliJson, kw_only=True):
 # --- demo -----------------------------------------------------------------------------
 
 DemoOutcome = Literal["allow", "deny", "held", "report", "refused"]
-ConnectorReport = Literal["confirmed", "failed", "ambiguous", "no report"]
+ConnectorReport = Literal["confirmed", "failed", "ambiguous"]
 
 
 class DemoScenario(CliJson, kw_only=True):
@@ -121,7 +121,8 @@ class DemoScenario(CliJson, kw_only=True):
     order_id: Annotated[OrderId | None, _("the order sent to smf.execute, or null")]
     connector_id: Annotated[ConnectorId | None, _("the connector the order went to, or null")]
     connector_report: Annotated[
-        ConnectorReport | None, _("what the connector's signed report said; null with no order")
+        ConnectorReport | None,
+        _("what the connector's signed report said; null with no order or no report yet"),
     ]
     evidence: Annotated[Identity | None, _("the ledger entry hash, or the Swarm report id")]
     rule_backed: Annotated[Count | None, _("Swarm: rule-backed claims accepted; else null")]
@@ -386,9 +387,8 @@ class ReleaseVerifyJson(CliJson, kw_only=True):
     """``release verify --json``; a refusal is one line on stderr, exit 1."""
 
     ok: Annotated[Literal[True], _("always true: a refused release prints no JSON")]
-    note: Annotated[
-        Literal["verified", "verified; it is the state's accepted release"],
-        _("verified, or verified as the state's already accepted release"),
+    already_accepted: Annotated[
+        bool, _("it is the --state-dir's accepted release already (verified as stored)")
     ]
     manifest: Annotated[ManifestJson, _("the verified manifest")]
     signers: Annotated[tuple[KeyId, ...], _("key ids whose signatures counted")]
@@ -594,7 +594,11 @@ class LedgerVerifyJson(CliJson, kw_only=True):
     checkpoints: Annotated[Count, _("distinct checkpoints verified")]
     checkpoint_seq: Annotated[int, _("the highest checkpoint's seq")]
     external_checkpoints: Annotated[Count, _("checkpoints read from --nats or --checkpoints")]
-    checkpoint_source: Annotated[str | None, _("where they were read, or null")]
+    checkpoints_from: Annotated[
+        Literal["nats", "file"] | None, _("--nats or --checkpoints; null when none was asked")
+    ]
+    checkpoints_at: Annotated[str | None, _("the server URL or the file path, or null")]
+    checkpoints_gate: Annotated[str | None, _("with --nats: whose checkpoint stream, or null")]
 
 
 # --- swarm ------------------------------------------------------------------------------

@@ -878,7 +878,7 @@ def test_ledger_verify_passes_on_a_clean_demo_state_dir(
     report = json.loads(out)
     assert report["ok"] is True
     assert report["entries"] == report["last_seq"] > 5
-    assert (report["external_checkpoints"], report["checkpoint_source"]) == (0, None)
+    assert (report["external_checkpoints"], report["checkpoints_from"]) == (0, None)
 
 
 def test_ledger_verify_names_the_entry_an_attacker_edited(

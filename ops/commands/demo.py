@@ -88,7 +88,7 @@ class Row:
             verdict,
             self.reasons[0] if self.reasons else "-",
             executed,
-            self.connector_report or "-",
+            self.connector_report or ("no report" if self.order_id is not None else "-"),
             self.evidence[:19] if self.evidence else "-",
             "yes" if self.as_expected else "NO",
         )
@@ -134,7 +134,8 @@ class ReportWatch:
     async def on_order(self, msg: Msg) -> None:
         self.orders.append(msg.subject)
 
-    async def wait_for(self, order_id: str) -> ConnectorReport:
+    async def wait_for(self, order_id: str) -> ConnectorReport | None:
+        """The connector's report of ``order_id``, or None when none came in time."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + REPORT_WAIT_SECONDS
         while order_id not in self.reports and loop.time() < deadline:
@@ -143,7 +144,7 @@ class ReportWatch:
                 await asyncio.wait_for(self.changed.wait(), max(0.0, deadline - loop.time()))
             except TimeoutError:
                 break
-        return self.reports.get(order_id, "no report")
+        return self.reports.get(order_id)
 
 
 ATTORNEY = "attorney-alex"

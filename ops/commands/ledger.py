@@ -260,14 +260,21 @@ def run_verify(args: argparse.Namespace) -> int:
     _quiet_logs()
     _require_file(args.db, "--db")
     trusted = trusted_gate_keys(args.key, args.state_dir)
+    read_from: dict[str, str | None] = {
+        "checkpoints_from": None,
+        "checkpoints_at": None,
+        "checkpoints_gate": None,
+    }
     if args.nats:
         gate = _gate_name(args.gate)
         credential = credential_for(args.credential, args.state_dir, OPERATOR)
         external = asyncio.run(fetch_checkpoints(args.nats, credential, gate))
         source = f"{names.CHECKPOINT_STREAM} ({gate}) at {args.nats}"
+        read_from.update(checkpoints_from="nats", checkpoints_at=args.nats, checkpoints_gate=gate)
     elif args.checkpoints:
         external = read_checkpoint_file(args.checkpoints)
         source = str(args.checkpoints)
+        read_from.update(checkpoints_from="file", checkpoints_at=source)
     else:
         external, source = [], None
     report = verify_ledger(args.db, external, trusted)
@@ -277,14 +284,14 @@ def run_verify(args: argparse.Namespace) -> int:
             **msgspec.to_builtins(report),
             "result": result,
             "external_checkpoints": len(external),
-            "checkpoint_source": source,
+            **read_from,
         }
         emit(msgspec.convert(checked, type=LedgerVerifyJson))
     else:
         _print_report(report, result, len(external), source)
     if not report.ok:
-        where = f" at seq {report.seq}" if report.seq is not None else ""
-        fail(f"ledger verify failed: {report.reason}{where}")
+        at_seq = f" at seq {report.seq}" if report.seq is not None else ""
+        fail(f"ledger verify failed: {report.reason}{at_seq}")
     if result == UNANCHORED:
         fail(
             f"no external checkpoints checked from {source}: the file agrees with itself, "

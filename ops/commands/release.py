@@ -333,7 +333,7 @@ def run_verify(args: argparse.Namespace) -> int:
     if args.json:
         verified = {
             "ok": True,
-            "note": note,
+            "already_accepted": note != "verified",
             "manifest": _manifest_json(release.manifest, release.manifest_hash),
             "signers": sorted(release.signer_key_ids),
             "checked_against": None if last is None else last.manifest_hash,
