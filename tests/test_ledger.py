@@ -329,6 +329,41 @@ async def test_a_write_beside_an_entry_commits_with_it_or_alone_fails(
         assert other.execute("SELECT count(*) FROM beside WHERE n = 6").fetchone() == (0,)
 
 
+async def test_a_write_with_no_entry_rides_in_the_next_group(db: Path, key: SigningKey) -> None:
+    """Issue 20, ``Ledger.write_beside``: a write with no entry of its own (a claim's
+    settle) commits in the group queued with it: one COMMIT for it and the
+    entries, no seq taken, the chain continuing where it was; alone, it is a
+    group of its own; a closed ledger refuses it."""
+    async with await Ledger.open(db, signer=key, checkpoint_every=NEVER) as ledger:
+        await ledger.worker.run(lambda c: c.execute("CREATE TABLE settles (n INTEGER)"))
+        assert await ledger.write_beside(lambda c: c.execute("INSERT INTO settles VALUES (0)"))
+        seen = await statements(ledger.worker)
+
+        def settle(n: int) -> Callable[[sqlite3.Connection], int]:
+            def body(conn: sqlite3.Connection) -> int:
+                conn.execute("INSERT INTO settles VALUES (?)", (n,))
+                return n
+
+            return body
+
+        async with parked(ledger.worker) as release:
+            appends = [asyncio.create_task(ledger.append(make_entry(i))) for i in (1, 2)]
+            writes = [asyncio.create_task(ledger.write_beside(settle(n))) for n in (10, 11)]
+            await asyncio.sleep(0)
+            release()
+            receipts = await asyncio.gather(*appends)
+            written = await asyncio.gather(*writes)
+        assert [r.seq for r in receipts] == [1, 2]
+        assert written == [10, 11]
+        assert [sql for sql in seen if sql == "COMMIT"] == ["COMMIT"]
+        assert (await ledger.append(make_entry(3))).seq == 3
+        with attacker(db) as other:
+            assert [n for (n,) in other.execute("SELECT n FROM settles ORDER BY n")] == [0, 10, 11]
+    assert verify_ledger(db, [], trusted(key)).last_seq == 3
+    with pytest.raises(EvidenceStoreUnavailable):
+        await ledger.write_beside(settle(12))
+
+
 async def test_a_batch_checkpoints_exactly_where_single_appends_would(
     tmp_path: Path, key: SigningKey
 ) -> None:

@@ -413,6 +413,7 @@ async def _assemble(
         hold=desk,
         decided_calls=DecidedCalls(),
         claim_beside=claims.claim_and_record_beside if isinstance(claims, ClaimStore) else None,
+        settle_beside=claims.settle_beside if isinstance(claims, ClaimStore) else None,
     )
     attestation = _attestation_desk(config, gate, releases, ledger)
     gate.attestation = attestation

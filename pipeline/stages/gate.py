@@ -165,6 +165,9 @@ class Gate:
     """Where the claims and the order book live in the ledger file (one machine): the
     claim and its order as a write in the evidence entry's transaction (issue 20).
     ``None`` (a cluster's KV stores): claim, then record the order."""
+    settle_beside: Callable[[str, ClaimState], Beside] | None = None
+    """With :attr:`claim_beside`: a claim's settle as a write for the ledger's next
+    group commit, so it shares the fsync of the evidence queued with it (issue 20)."""
     share_call: Callable[[str, str], Awaitable[None]] | None = None
     """On a cluster: tell the other replicas of a noted tool-call id
     (``pipeline.stages.replica_sync``), before this proposal's verdict is answered."""
@@ -466,8 +469,13 @@ class Gate:
         replay, and the order (if any) is already in the stream. A store outage here
         must not turn an order that exists into a reply that says "deny"."""
         try:
-            await self.claims.settle(proposal_id, state)
-        except StoreUnavailable:
+            if self.settle_beside is None:
+                await self.claims.settle(proposal_id, state)
+            else:
+                written = await self.ledger.write_beside(self.settle_beside(proposal_id, state))
+                if isinstance(written, StoreUnavailable):
+                    raise written
+        except (StoreUnavailable, EvidenceError):
             log.error("claim_settle_failed", proposal_id=proposal_id, state=state)
 
     def _settle_soon(self, proposal_id: str, state: ClaimState) -> None:

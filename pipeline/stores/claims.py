@@ -73,6 +73,13 @@ def _insert_claim(conn: sqlite3.Connection, row: tuple[str, str, str, int]) -> b
     return True
 
 
+def _settle(conn: sqlite3.Connection, proposal_id: str, state: ClaimState) -> None:
+    conn.execute(
+        "UPDATE proposal_claims SET state = ? WHERE proposal_id = ? AND state = 'claimed'",
+        (state, proposal_id),
+    )
+
+
 class ClaimStoreUnavailable(StoreUnavailable):
     """A claim store other than SQLite cannot answer (server unreachable, timeout,
     a stored value that does not decode). A :class:`StoreUnavailable`, so the gate's
@@ -140,6 +147,16 @@ class ClaimStore:
         row = (proposal_id, operation_hash, decision_id, at_ms)
         return await self._worker.transact(lambda conn: _insert_claim(conn, row))
 
+    def settle_beside(
+        self, proposal_id: str, state: ClaimState
+    ) -> Callable[[sqlite3.Connection], None]:
+        """:meth:`settle` as a write for the ledger's next group commit
+        (:meth:`pipeline.stores.ledger.Ledger.write_beside`); raises
+        :class:`StoreUnavailable` now if the store is closed."""
+        if self._worker.closed:
+            raise StoreUnavailable("claim store is closed")
+        return lambda conn: _settle(conn, proposal_id, state)
+
     def claim_and_record_beside(
         self,
         proposal_id: str,
@@ -169,13 +186,7 @@ class ClaimStore:
         return body
 
     async def settle(self, proposal_id: str, state: ClaimState) -> None:
-        def body(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "UPDATE proposal_claims SET state = ? WHERE proposal_id = ? AND state = 'claimed'",
-                (state, proposal_id),
-            )
-
-        await self._worker.transact(body)
+        await self._worker.transact(lambda conn: _settle(conn, proposal_id, state))
 
     async def state(self, proposal_id: str) -> ClaimState | None:
         def body(conn: sqlite3.Connection) -> ClaimState | None:

@@ -234,8 +234,10 @@ class _Writer:
         logger.info("ledger.checkpoint_written", ledger_id=self.ledger_id, seq=seq)
 
     def append(
-        self, conn: sqlite3.Connection, entries: Sequence[tuple[EvidenceEntry, Beside | None]]
-    ) -> list[tuple[Receipt, Any]]:
+        self,
+        conn: sqlite3.Connection,
+        entries: Sequence[tuple[EvidenceEntry | None, Beside | None]],
+    ) -> list[tuple[Receipt | None, Any]]:
         """Insert ``entries`` in order, each followed by a checkpoint when one is due, in
         one IMMEDIATE transaction (one fsync); state changes only after COMMIT returns.
 
@@ -248,14 +250,17 @@ class _Writer:
 
         def body(
             conn: sqlite3.Connection,
-        ) -> tuple[list[tuple[Receipt, Any]], list[tuple[int, int, bytes]]]:
+        ) -> tuple[list[tuple[Receipt | None, Any]], list[tuple[int, int, bytes]]]:
             self._check_tail(conn)
             seq, prev_hash = self.tail_seq, self.tail_hash
             cp_seq, cp_at = self._cp_seq, self._cp_at
-            receipts: list[tuple[Receipt, Any]] = []
+            receipts: list[tuple[Receipt | None, Any]] = []
             checkpoints: list[tuple[int, int, bytes]] = []
             for entry, beside in entries:
                 written = None if beside is None else _run_beside(conn, beside)
+                if entry is None:  # a write alone (Ledger.write_beside): no entry, no seq
+                    receipts.append((None, written))
+                    continue
                 seq += 1
                 entry_hash = entry_hash_of(seq, prev_hash, entry)
                 conn.execute(INSERT_ENTRY, entry_row(seq, prev_hash, entry_hash, entry))
@@ -270,12 +275,14 @@ class _Writer:
             return receipts, checkpoints
 
         receipts, checkpoints = immediate(conn, body)
-        last = receipts[-1][0]
-        self.tail_seq, self.tail_hash = last.seq, last.entry_hash
+        written_entries = [r for r, _ in receipts if r is not None]
+        if written_entries:
+            self.tail_seq, self.tail_hash = written_entries[-1].seq, written_entries[-1].entry_hash
         for seq, at, envelope in checkpoints:
             self._checkpointed(seq, at, envelope)
-        if self._cp_at is None:
-            self._cp_at = entries[0][0].at
+        first = next((e.at for e, _ in entries if e is not None), None)
+        if self._cp_at is None and first is not None:
+            self._cp_at = first
         return receipts
 
     def checkpoint(self, conn: sqlite3.Connection, at: int) -> bytes | None:
@@ -384,7 +391,9 @@ class Ledger:
         self._on_checkpoint = on_checkpoint
         self._lock = asyncio.Lock()
         self._closed = False
-        self._grouped: GroupCommitter[tuple[EvidenceEntry, Beside | None], tuple[Receipt, Any]]
+        self._grouped: GroupCommitter[
+            tuple[EvidenceEntry | None, Beside | None], tuple[Receipt | None, Any]
+        ]
         self._grouped = GroupCommitter(self._commit, stopped=_stopped)
 
     @classmethod
@@ -510,6 +519,18 @@ class Ledger:
         (then its writes were undone and the entry was written all the same)."""
         return await self._submit(entry, beside)
 
+    async def write_beside(self, beside: Beside) -> Any:
+        """Run ``beside`` in the next group commit, with no entry of its own (issue 20:
+        a claim's settle rides in the transaction of the evidence queued with it,
+        one fsync for all). Returns what it returned, or the
+        :class:`StoreUnavailable` it failed with; raises
+        :class:`EvidenceStoreUnavailable` when the ledger cannot commit."""
+        if self._closed:
+            logger.error("ledger.unavailable", operation="write_beside", error="closed")
+            raise EvidenceStoreUnavailable("evidence ledger is closed")
+        _, written = await self._grouped.submit((None, beside))
+        return written
+
     async def _submit(self, entry: EvidenceEntry, beside: Beside | None) -> tuple[Receipt, Any]:
         try:
             validate_entry(entry)
@@ -520,11 +541,12 @@ class Ledger:
             logger.error("ledger.unavailable", operation="append", error="closed")
             raise EvidenceStoreUnavailable("evidence ledger is closed")
         receipt, written = await self._grouped.submit((entry, beside))
+        assert receipt is not None  # an entry always has its receipt
         logger.debug("ledger.appended", seq=receipt.seq, kind=entry.kind)
         return receipt, written
 
     async def _commit(
-        self, entries: list[tuple[EvidenceEntry, Beside | None]]
+        self, entries: list[tuple[EvidenceEntry | None, Beside | None]]
     ) -> list[tuple[bool, Any]]:
         """One group: all of ``entries`` in one transaction, or none of them."""
         async with self._lock:
