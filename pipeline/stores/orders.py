@@ -18,10 +18,11 @@ outcome reaches the evidence ledger:
   deadline sweep ends those ``execution_unknown``, never re-dispatches them.
 - ``prune`` forgets settled orders only; an open order is never forgotten.
 
-:class:`OrderBook` is the interface; :class:`SqliteOrderBook` keeps it in the
-gate's claim file (one machine) and :class:`pipeline.stores.orders_kv.KvOrderBook`
-in the claim bucket (a cluster, ARCHITECTURE.md "Scale"). Both raise
-:class:`StoreUnavailable` (or a subclass) when they cannot answer. Records hold
+:class:`OrderBook` is the interface; :class:`SqliteOrderBook` keeps it beside
+the claims (one machine: in the ledger file, issue 20) and
+:class:`pipeline.stores.orders_kv.KvOrderBook` in the claim bucket (a cluster,
+ARCHITECTURE.md "Scale"). Both raise :class:`StoreUnavailable` (or a subclass)
+when they cannot answer. Records hold
 identities, ids and times only, never content, arguments or recipients.
 """
 
@@ -67,7 +68,7 @@ CREATE TABLE IF NOT EXISTS direct_orders (
 );
 CREATE INDEX IF NOT EXISTS direct_orders_open ON direct_orders (state, dispatched_at);
 """
-"""In the claim file beside ``proposal_claims``: a new table, so an existing file
+"""Beside ``proposal_claims`` (in the ledger file on one machine): a new table, so an existing file
 gains it on open and the claims table (whose CHECK names its states) is untouched."""
 
 
@@ -167,7 +168,7 @@ def _record(row: tuple[object, ...]) -> OrderRecord:
 
 
 class SqliteOrderBook:
-    """:class:`OrderBook` on the gate's claim file: ``open`` is an INSERT on the
+    """:class:`OrderBook` beside the gate's claims: ``open`` is an INSERT on the
     primary key and ``settle`` a conditional UPDATE, each in ``BEGIN IMMEDIATE``,
     group-committed with those beside it (:meth:`SqliteWorker.transact`)."""
 
