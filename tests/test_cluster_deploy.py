@@ -884,7 +884,7 @@ async def propose_the_allowed_deletion(seeds: str, seed: StateDir) -> tuple[Any,
         )
         verdict = await runtime.propose(proposal)
         report = await watch.wait_for(verdict.order_id) if verdict.order_id else "no order"
-        return verdict, report
+        return verdict, report or "no report"
     finally:
         await nc.close()
         await observer.close()
