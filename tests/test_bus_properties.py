@@ -319,15 +319,28 @@ async def test_an_order_already_published_is_answered_allow_when_the_settle_fail
     running_gates: GateStarter, nc: Client, state: StateDir
 ) -> None:
     """A store outage after the order is in the stream must not reply "deny": the
-    runtime would be told no while the connector carries the order out."""
+    runtime would be told no while the connector carries the order out.
+
+    On one machine the settle is a write in the ledger's next group commit
+    (issue 20); here that write fails inside the transaction as a disk error
+    would, and the entries committed beside it are unaffected."""
     gate: RunningGate = await running_gates(True)
     real = gate.gate.claims
     gate.gate.claims = SettleUnavailable(real)
+
+    def failing_settle(proposal_id: str, claim_state: ClaimState) -> Callable[[Any], None]:
+        def body(conn: Any) -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        return body
+
+    gate.gate.settle_beside = failing_settle
     runtime = runtime_client(nc, state)
     proposal = deletion(runtime, "doc-settle-outage")
     signed = runtime.sign(proposal)
     verdict = await runtime.send(proposal.proposal_id, signed)
     assert verdict.outcome == "allow", verdict
+    await gate.gate.settled()
     gate_key = state.key("gate")
     stored = [open_order(raw.data or b"", gate_key) for raw in await stored_orders(gate.js)]
     assert [o.order_id for o in stored] == [verdict.order_id]
