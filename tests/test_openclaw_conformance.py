@@ -126,6 +126,7 @@ def _start_harness(
         "workdir": str(workdir),
         "node_bin": str(env.node_bin),
         "openclaw": str(env.openclaw),
+        "openclaw_package": str(env.package),
         "bring_up_loopback": isolated,
         "gate": gate,
     }
