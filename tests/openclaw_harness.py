@@ -57,6 +57,16 @@ provider at it instead of the fake model, and ``{{runtime_key:<runtime_id>}}``
 / ``{{credential_file:<runtime_id>}}`` give the plugin that runtime's key and
 nkey. Every run then also returns the ledger entries the gate wrote during it
 (kind, disposition and reason codes only).
+
+A long-lived Gateway (tests/test_openclaw_gateway_entry.py): ``op:
+gateway-start`` starts ``openclaw gateway run`` in its own folder with an
+operator client on it (``tests/openclaw_gateway_host.py``), ``op:
+gateway-turn`` sends one ``openclaw agent`` turn through it (a session key of
+its own; the operator's event frames, ``chat.history`` and the usual
+evidence come back), ``op: gateway-stop`` stops both.
+
+``record_headers`` (a list of header names) makes the fake model keep those
+request headers, and only those, with each request (none by default).
 """
 
 from __future__ import annotations
@@ -575,6 +585,11 @@ class Harness:
         (root / "openclaw.json").write_text(json.dumps(config, indent=2))
         self.model.scripts.set(command["scripts"])
         self.model.scripts.take_requests()
+        # only the headers a command names are kept (none by default: no credential lands
+        # in the evidence unless a test put it there on purpose)
+        self.model.scripts.record_headers = frozenset(
+            name.lower() for name in command.get("record_headers", ())
+        )
         orders_before = 0
         ledger_before = 0
         if self.gate is not None:
@@ -767,6 +782,9 @@ class Harness:
             path.write_text(content if isinstance(content, str) else json.dumps(content))
         self.model.scripts.set(command["scripts"])
         self.model.scripts.take_requests()
+        self.model.scripts.record_headers = frozenset(
+            name.lower() for name in command.get("record_headers", ())
+        )
         ledger_before = len(self.ledger()) if self.model_gateway is not None else 0
         if self.gate is not None:
             self.tap.take()
@@ -775,6 +793,8 @@ class Harness:
         await operator.request("sessions.messages.subscribe", {"key": session_key})
         since = operator.count()
         args = [self.openclaw, "agent", "--agent", "main", "--session-key", session_key]
+        if command.get("model"):
+            args += ["--model", command["model"]]
         args += ["--message", command["prompt"], "--json"]
         started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
@@ -808,6 +828,7 @@ class Harness:
             "stdout": out.decode(errors="replace")[-6000:],
             "stderr": err.decode(errors="replace")[-8000:],
             "run_ended_for_operator": ended,
+            "logs": {rel: _jsonl(hosted.root / rel) for rel in command.get("logs", [])},
             "events": operator.lines()[since:],
             "requests": [msgspec.to_builtins(r) for r in self.model.scripts.take_requests()],
             "bus": self.tap.take() if self.gate is not None else [],
