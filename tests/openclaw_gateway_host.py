@@ -88,7 +88,10 @@ class OperatorClient:
     async def _read(self) -> None:
         assert self.proc.stdout is not None
         while line := await self.proc.stdout.readline():
-            said = json.loads(line)
+            try:
+                said = json.loads(line)
+            except ValueError:
+                continue  # not one of the client's own lines (a stray print)
             if "hello" in said or "connect_error" in said:
                 if self._hello is not None and not self._hello.done():
                     if "hello" in said:
