@@ -56,8 +56,9 @@ export interface Governed {
   /** A verdict arrived: a gate that moved to another release makes us re-attest first. */
   noteVerdict(reasonCodes: readonly string[]): void;
   /**
-   * A problem found at run time (a foreign hook): kept for good, attested at once.
-   * True the first time this problem is noted.
+   * A problem found at run time (a foreign hook): kept for good by the whole process
+   * (every adapter's attestations carry it), attested at once. True the first time
+   * this problem is noted in the process.
    */
   noteProblem(problem: string): boolean;
 }
@@ -149,7 +150,7 @@ export class Governance implements Governed {
   /** The attestation this adapter would sign now; it names this process's instance (issue 16). */
   attestation(): RuntimeAttestation {
     const refusal = this.refusal();
-    const problems = [...new Set([...this.problems, ...(refusal === undefined ? [] : [refusal])])];
+    const problems = [...new Set([...this.problems, ...this.binding.problems, ...(refusal === undefined ? [] : [refusal])])];
     return runtimeAttestation({
       attestation_id: "a-" + randomBytes(16).toString("hex"),
       runtime_id: this.settings.runtimeId,
@@ -229,8 +230,9 @@ export class Governance implements Governed {
   }
 
   noteProblem(problem: string): boolean {
-    if (this.problems.includes(problem)) return false;
-    this.problems = [...this.problems, problem];
+    // process-wide (binding.ts): OpenClaw runs several module instances of this plugin per process
+    if (this.binding.problems.includes(problem)) return false;
+    this.binding.problems = [...this.binding.problems, problem];
     this.attestOnce().catch((error: unknown) => {
       this.log.warn(`smf attestation not delivered: ${error instanceof BusError ? error.reasonCode : String(error)}`);
     });

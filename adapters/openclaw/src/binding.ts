@@ -58,6 +58,13 @@ export interface ProcessBinding {
   pending: Promise<unknown> | undefined;
   /** The proof last sealed, reused while it is young. */
   sealed: { runtimeId: string; keyId: string; atMs: number; value: string } | undefined;
+  /**
+   * Problems an adapter of this process found at run time (a foreign hook, a hook
+   * budget cut): every attestation of the process carries them, whichever of its
+   * adapters sends it, so the gate's latest word on the process cannot flip back
+   * to "accepted" because another module instance attested without them.
+   */
+  problems: string[];
 }
 
 const BINDING = Symbol.for("smf-assurance.process-binding");
@@ -67,7 +74,7 @@ export function processBinding(): ProcessBinding {
   const holder = globalThis as unknown as Record<symbol, ProcessBinding | undefined>;
   let binding = holder[BINDING];
   if (binding === undefined) {
-    binding = { instanceId: newInstanceId(), full: false, attested: undefined, pending: undefined, sealed: undefined };
+    binding = newProcessBinding();
     holder[BINDING] = binding;
   }
   return binding;
@@ -75,7 +82,7 @@ export function processBinding(): ProcessBinding {
 
 /** A fresh binding, for tests. */
 export function newProcessBinding(): ProcessBinding {
-  return { instanceId: newInstanceId(), full: false, attested: undefined, pending: undefined, sealed: undefined };
+  return { instanceId: newInstanceId(), full: false, attested: undefined, pending: undefined, sealed: undefined, problems: [] };
 }
 
 /** Record the gate's answer to this process's attestation (`attest.ts`). */

@@ -796,6 +796,19 @@ test("the attestation names this process's instance, and the gate's answer is wh
   assert.equal((bus.attestations[2] as Record<string, unknown>).instance_id, binding.instanceId);
 });
 
+test("a problem one adapter of the process found is in every adapter's attestation (one process, several module instances)", async () => {
+  const bus = new GovernedBus({ "release.0000000000000001": bundleOf() });
+  const binding = newProcessBinding();
+  const [found, other] = [governed(bus, () => NOW, binding), governed(bus, () => NOW, binding)];
+  assert.equal(found.noteProblem("foreign_param_hooks"), true);
+  assert.equal(other.noteProblem("foreign_param_hooks"), false); // noted once per process
+  await other.attestOnce();
+  const last = bus.attestations.at(-1) as Record<string, unknown>;
+  assert.deepEqual(last.problems, ["foreign_param_hooks"]);
+  // the gate refuses it, and the other adapter's periodic attestation cannot turn that back
+  assert.deepEqual(binding.attested, { accepted: false });
+});
+
 test("no release, a forged, expired or rolled-back release: refusing, attested as such, nothing proposed, no gate keys", async () => {
   const cases: [string, Record<string, Uint8Array | null> | undefined, string, number?][] = [
     ["no bucket", undefined, "release_unavailable"],
