@@ -313,10 +313,15 @@ def test_within_a_fresh_lease_a_runtime_without_its_plugin_is_stopped_at_its_too
     assert [STOPPED, "model_request_refused"] in [e["reason_codes"] for e in stopped["ledger"]]
     cleared = hermes.send({"op": "clear", "runtime_id": HERMES_RUNTIME_ID})  # the CLI
     assert cleared["returncode"] == 0, cleared["stderr"]
-    assert json.loads(cleared["last_line"]) == {
+    printed = json.loads(cleared["last_line"])
+    assert printed == {
         "runtime_id": HERMES_RUNTIME_ID,
         "was_stopped": True,
+        "stopped": False,
+        "reason_codes": [],
+        "evidence": printed["evidence"],  # the clear's own ledger entry
     }
+    assert len(printed["evidence"]) == 1
     served = through_gateway(hermes, f"gw-{how}-cleared", {"calls": [], "final": ALLOWED})
     assert ALLOWED in served["stdout"]
 

@@ -233,35 +233,48 @@ async def _open_tool_calls(
     return store
 
 
-async def _runtime_stops(
+def _runtime_stops(
     config: GateConfig,
     store: ToolCallStore,
     attestation: AttestationDesk,
     ledger: Ledger,
     releases: ReleaseWatcher | None,
 ) -> RuntimeStops:
-    """The gate's stops, every stored one in force before anything is served (issue 16,
-    item 3); a stop that does not decode ends the start (never read as "not stopped")."""
-    stops = RuntimeStops(
+    """The gate's stops (issue 16, item 3), loaded by :func:`_start_accounting`."""
+    return RuntimeStops(
         store=store,
         attestation=attestation,
         evidence=EvidenceWriter(ledger, config.tenant_key, config.clock),
         release_id=_active_release(releases),
         clear_beside=store.clear_beside if isinstance(store, SqliteToolCallStore) else None,
     )
+
+
+async def _start_accounting(
+    config: GateConfig,
+    nc: Client,
+    auth: StageAuth,
+    gate: Gate,
+    stops: RuntimeStops,
+    store: ToolCallStore,
+) -> ReplicaSync | None:
+    """The decided-call index and the stops as they stood, before anything is served
+    (issue 16, item 3): the stored notes within the index's bounds, oldest first (one
+    that does not decode is left out: its id is reported uncovered), and every stored
+    stop in force (one that does not decode ends the start: never read as "not
+    stopped"). On a cluster the replicas' sync is heard first, so what another
+    replica tells meanwhile is not lost between the read and the serving."""
+    sync = _replica_sync(config, nc, auth, gate, stops.attestation, stops)
+    if sync is not None:
+        await sync.start()
+    calls = gate.decided_calls
+    assert calls is not None
+    await store.prune_notes(calls.per_runtime, calls.max_runtimes)
+    calls.load(await store.notes())
     loaded = await stops.load()
     if loaded:
         log.warning("runtime_stops_loaded", count=loaded)
-    return stops
-
-
-async def _load_decided_calls(store: ToolCallStore) -> DecidedCalls:
-    """The decided-call index as it stood: the stored notes within its bounds, oldest
-    first (a note that does not decode is left out: its id is reported uncovered)."""
-    calls = DecidedCalls()
-    await store.prune_notes(calls.per_runtime, calls.max_runtimes)
-    calls.load(await store.notes())
-    return calls
+    return sync
 
 
 def _desk_policy_set(evaluate: EvaluateStage) -> Callable[[], PolicySet]:
@@ -467,7 +480,7 @@ async def _assemble(
         signer=config.gate_key,
         outcomes=outcomes,
         hold=desk,
-        decided_calls=await _load_decided_calls(tool_calls),
+        decided_calls=DecidedCalls(),
         claim_beside=claims.claim_and_record_beside if isinstance(claims, ClaimStore) else None,
         settle_beside=claims.settle_beside if isinstance(claims, ClaimStore) else None,
         call_store=tool_calls,
@@ -477,8 +490,8 @@ async def _assemble(
     )
     attestation = _attestation_desk(config, gate, releases, ledger)
     gate.attestation = attestation
-    stops = await _runtime_stops(config, tool_calls, attestation, ledger, releases)
-    sync = _replica_sync(config, nc, stages.auth, gate, attestation, stops)
+    stops = _runtime_stops(config, tool_calls, attestation, ledger, releases)
+    sync = await _start_accounting(config, nc, stages.auth, gate, stops, tool_calls)
     buffer = OutputBuffer(
         nc,
         gate,
@@ -501,6 +514,7 @@ async def _assemble(
         releases=releases,
         tool_calls=tool_calls,
         stops=stops,
+        syncs=[] if sync is None else [sync],
     )
     if releases is not None:
 
@@ -524,7 +538,7 @@ async def _assemble(
         auth=stages.auth,
     )
     await _serve_public(running, config, releases)
-    await _serve_runtime_state(running, config, releases, evaluate.current, sync)
+    await _serve_runtime_state(running, config, releases, evaluate.current)
     running.tasks += [
         asyncio.create_task(loops.follow_reports(js, outcomes)),
         asyncio.create_task(loops.sweep(desk, outcomes, buffer, config.sweep_seconds)),
@@ -607,14 +621,10 @@ async def _serve_runtime_state(
     config: GateConfig,
     releases: ReleaseWatcher | None,
     policy_set: Callable[[], PolicySet],
-    sync: ReplicaSync | None,
 ) -> None:
     """What the gate knows of runtimes beyond one proposal: the replicas' sync on a
     cluster, and what the model gateway (issue 16) asks: admission and tool-call
     accounting (its ``smf.gateway.clear`` is for operators only)."""
-    if sync is not None:
-        await sync.start()
-        running.syncs.append(sync)
     attestation, ledger, gate, stops = (
         running.attestation,
         running.ledger,

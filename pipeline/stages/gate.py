@@ -61,12 +61,12 @@ T = TypeVar("T", bound=msgspec.Struct)
 EVIDENCE_UNAVAILABLE: Final = "evidence_store_unavailable"
 
 ClaimBeside = Callable[[str, str, str, int, OrderRecord | None], Beside]
-NoteBeside = Callable[[str, str, int], Beside]
-"""``(runtime_id, tool_call_id, at_ms)``: a decided tool call's note as a write beside an
-evidence entry (:meth:`pipeline.stores.tool_calls.SqliteToolCallStore.note_beside`)."""
 """``(proposal_id, operation_hash, decision_id, at_ms, order)``: the claim and its order
 as a write beside an evidence entry
 (:meth:`pipeline.stores.claims.ClaimStore.claim_and_record_beside`)."""
+NoteBeside = Callable[[str, str, int], Beside]
+"""``(runtime_id, tool_call_id, at_ms)``: a decided tool call's note as a write beside an
+evidence entry (:meth:`pipeline.stores.tool_calls.SqliteToolCallStore.note_beside`)."""
 
 
 class HoldHandler(Protocol):

@@ -95,9 +95,10 @@ class RuntimeStops:
     async def load(self) -> int:
         """Put every stored stop in force (before the gate serves); raises
         :class:`StoreUnavailable` when the store cannot list them all."""
-        stops = await self.store.stops()
-        for stop in stops.values():
-            self._hold(stop)
+        async with self._lock:  # after a clear another replica told meanwhile, not before
+            stops = await self.store.stops()
+            for stop in stops.values():
+                self._hold(stop)
         return len(stops)
 
     async def stop(self, stop: Stop) -> bool:
@@ -113,7 +114,7 @@ class RuntimeStops:
             if not self._writing[runtime_id]:
                 del self._writing[runtime_id]
         if self.share_stop is not None:
-            await self.share_stop(stop)
+            await _tell(self.share_stop(stop), "stop")
         return stored
 
     async def _store(self, stop: Stop) -> bool:
@@ -132,7 +133,7 @@ class RuntimeStops:
         async with self._lock:
             answer = await self._clear(runtime_id)
         if answer.was_stopped and not answer.stopped and self.share_clear is not None:
-            await self.share_clear(runtime_id)
+            await _tell(self.share_clear(runtime_id), "clear")
         log.warning(
             "runtime_stop_cleared" if not answer.reason_codes else "runtime_stop_not_cleared",
             runtime_id=runtime_id,
@@ -212,6 +213,17 @@ class RuntimeStops:
                 self._hold(stored)
             elif runtime_id not in self._writing:
                 self._lift(runtime_id)
+
+
+async def _tell(telling: Awaitable[None], kind: str) -> None:
+    """Tell the other replicas, or log why not: the stop or clear stands here and in the
+    shared store either way. A running replica that did not hear a stop serves the
+    runtime until it restarts and reads the store (the one gap this leaves open);
+    one that did not hear a clear keeps refusing it (fails closed)."""
+    try:
+        await telling
+    except Exception as exc:  # noqa: BLE001 - a failed publish is logged by type, never fatal
+        log.error("replica_sync_not_sent", kind=kind, error=type(exc).__name__)
 
 
 def _answer(
