@@ -679,7 +679,9 @@ class ModelGatewayClearJson(CliJson, kw_only=True):
     stopped: Annotated[
         bool, _("still stopped: the clear was not recorded or stored, or a newer stop stands")
     ]
-    reason_codes: Annotated[tuple[Code, ...], _("why the stop stands; empty when lifted")]
+    reason_codes: Annotated[
+        tuple[Code, ...], _("why the clear did not take effect; empty when it did")
+    ]
     evidence: Annotated[tuple[Identity, ...], _("the ledger entry that records the clear")]
 
 

@@ -17,7 +17,9 @@ from anyone but an operator is refused by the server, replayed bytes included;
 stops and clears racing on the bus leave the gate's memory and its store the same,
 and a restart finds what was there; a stop that does not decode keeps the gate
 from starting (never read as "not stopped"); a decided call's note adds no commit
-to a decision (SQLite's statement trace of the ledger connection).
+to a decision (SQLite's statement trace of the ledger connection); a stop whose write
+fails is in force all the same and the calls answer says so
+(``runtime_stop_store_unavailable``), and, the documented limit, a restart lifts it.
 
 Does not prove: the KV backend through a gate (tests/test_replica_sync.py); a crash
 between a stop's write and its evidence entry (the order is argued in
@@ -47,7 +49,7 @@ from ops.state import ADAPTER_ID, MODEL_GATEWAY, RUNTIME_ID, StateDir
 from pipeline.assembly import RunningGate, start_gate
 from pipeline.stages.model_gateway import new_call_id
 from pipeline.stores.sqlite_worker import StoreUnavailable
-from subjects import names
+from subjects import dsse, names
 from subjects.messages import DataFacts, Proposal
 from subjects.model_gateway import GatewayCalls, GatewayClear, GatewayCleared
 from tests.store_helpers import statements
@@ -113,6 +115,24 @@ async def cli_clear(
     captured = capsys.readouterr()
     printed = json.loads(captured.out.strip().splitlines()[-1])  # logs go to stdout too
     return code, printed, captured.err
+
+
+async def ask_calls(world: World) -> dict[str, Any]:
+    """The gateway's question with an id no proposal carried: it stops the runtime. The
+    gate's signed answer."""
+    ask = GatewayCalls(
+        schema="smf.gateway-calls/1",
+        request_id="m-" + new_call_id()[4:] * 2,
+        runtime_id=TOOLS_ID,
+        tenant_id=ACTOR.tenant_id,
+        tool_call_ids=(new_call_id(),),
+        issued_at_ms=running(world).gate.clock(),
+    )
+    reply = await world.gateway.nc.request(
+        names.GATEWAY_CALLS, msgspec.json.encode(ask), timeout=10
+    )
+    answer: dict[str, Any] = json.loads(dsse.decode_envelope(reply.data).raw_payload)
+    return answer
 
 
 def stored_stop(state: StateDir) -> tuple[object, ...] | None:
@@ -258,6 +278,37 @@ async def test_a_clear_that_cannot_be_recorded_leaves_the_stop_in_force(
     assert (code, printed["stopped"], len(printed["evidence"])) == (0, False, 1)
 
 
+# -- a stop that cannot be stored -----------------------------------------------------------
+
+
+async def test_a_stop_that_cannot_be_stored_is_in_force_and_the_answer_says_so(
+    world: World,
+) -> None:
+    """The stop's write fails (a trigger on the table, as a broken file would) while the
+    ledger takes entries: the calls answer still says stopped, and why; the runtime is
+    refused; the refusal is in the ledger. The documented limit: that stop lives in
+    this process only, so a restart lifts it (a negative finding, docs/EVIDENCE.md)."""
+    with sqlite3.connect(world.state.ledger) as conn:
+        conn.execute(
+            "CREATE TRIGGER test_refuse_stops BEFORE INSERT ON runtime_stops"
+            " BEGIN SELECT RAISE(ABORT, 'no room'); END"
+        )
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    answer = await ask_calls(world)
+    assert answer["stopped"] is True
+    assert answer["reason_codes"] == [*UNGATED, "runtime_stop_store_unavailable"]
+    assert len(answer["evidence"]) == 1
+    assert stored_stop(world.state) is None
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    status, data = await chat(world, TOOLS_ID)
+    assert (status, error_code(data)) == (403, STOPPED)
+
+    await restart_gate(world)
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    world.model.default = Reply(content="Lifted by the restart.")
+    assert (await chat(world, TOOLS_ID))[0] == 200
+
+
 # -- only an operator clears -----------------------------------------------------------
 
 
@@ -290,19 +341,6 @@ async def test_a_clear_from_anyone_but_an_operator_is_refused_by_the_bus(world: 
 
 
 # -- stops and clears racing -------------------------------------------------------------
-
-
-async def ask_calls(world: World) -> None:
-    """The gateway's question with an id no proposal carried: it stops the runtime."""
-    ask = GatewayCalls(
-        schema="smf.gateway-calls/1",
-        request_id="m-" + new_call_id()[4:] * 2,
-        runtime_id=TOOLS_ID,
-        tenant_id=ACTOR.tenant_id,
-        tool_call_ids=(new_call_id(),),
-        issued_at_ms=running(world).gate.clock(),
-    )
-    await world.gateway.nc.request(names.GATEWAY_CALLS, msgspec.json.encode(ask), timeout=10)
 
 
 async def test_stops_and_clears_racing_leave_memory_and_store_the_same(world: World) -> None:

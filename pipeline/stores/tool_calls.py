@@ -110,6 +110,10 @@ class ToolCallStoreUnavailable(StoreUnavailable):
 
 _STOP_COLUMNS: Final = tuple(Stop.__struct_fields__)
 _NOTE_COLUMNS: Final = tuple(Note.__struct_fields__)
+_SELECT_STOPS: Final = (
+    "SELECT runtime_id, reason, operation_hash, decision_id, tenant_ref, stopped_at"
+    " FROM runtime_stops"
+)
 
 
 def _decode_stop(row: tuple[object, ...]) -> Stop:
@@ -164,11 +168,7 @@ def _stop_row(stop: Stop) -> tuple[object, ...]:
 
 
 def _read_stop(conn: sqlite3.Connection, runtime_id: str) -> Stop | None:
-    row = conn.execute(
-        "SELECT runtime_id, reason, operation_hash, decision_id, tenant_ref, stopped_at"
-        " FROM runtime_stops WHERE runtime_id = ?",
-        (runtime_id,),
-    ).fetchone()
+    row = conn.execute(f"{_SELECT_STOPS} WHERE runtime_id = ?", (runtime_id,)).fetchone()
     if row is None:
         return None
     return _decode_stop(row)
@@ -229,10 +229,7 @@ class SqliteToolCallStore:
 
     async def stops(self) -> dict[str, Stop]:
         def body(conn: sqlite3.Connection) -> dict[str, Stop]:
-            rows = conn.execute(
-                "SELECT runtime_id, reason, operation_hash, decision_id, tenant_ref, stopped_at"
-                " FROM runtime_stops"
-            ).fetchall()
+            rows = conn.execute(_SELECT_STOPS).fetchall()
             stops = [_decode_stop(row) for row in rows]
             return {stop.runtime_id: stop for stop in stops}
 
