@@ -37,6 +37,9 @@ class AttestationSetting(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     require_release: bool = True
     """The runtime must attest the gate's active release, verified by itself (issue 6);
     absent from a settings file means required (fail closed)."""
+    instance_bound: bool = False
+    """The model gateway serves it only for a proof of an attested process, even when its
+    attestations name none (``RuntimeRequirement.instance_bound``)."""
 
 
 class AttestationFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -66,6 +69,7 @@ def load_attestation_requirements(state: StateDir) -> dict[str, RuntimeRequireme
             s.required_hooks,
             s.require_release,
             output_via_gateway=runtime_id in served,
+            instance_bound=s.instance_bound,
         )
         for runtime_id, s in parsed.runtimes.items()
     }
@@ -95,6 +99,7 @@ def provision_runtime(
     required_hooks: tuple[str, ...] = (),
     lease_ms: int = 180_000,
     require_release: bool = True,
+    instance_bound: bool = False,
 ) -> Path:
     """Add ``principal`` as runtime ``runtime_id``; return its key file path.
 
@@ -128,7 +133,7 @@ def provision_runtime(
     runtimes = dict(settings.runtimes)
     if require_attestation:
         runtimes[runtime_id] = AttestationSetting(
-            runtime_pin, lease_ms, required_hooks, require_release
+            runtime_pin, lease_ms, required_hooks, require_release, instance_bound
         )
     else:
         runtimes.pop(runtime_id, None)

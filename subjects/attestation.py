@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from subjects.envelope import Name
-from subjects.patterns import Code, MessageId, Millis, Token
+from subjects.patterns import Code, InstanceId, MessageId, Millis, Token
 
 EvidenceStoreState = Literal["reachable", "unavailable"]
 Profile = Literal["block-only", "exact-hold"]
@@ -36,8 +36,13 @@ class StreamingSetting(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     enabled: bool
 
 
-class RuntimeAttestation(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Signed by the runtime key; sent as a request on ``smf.attest``."""
+class RuntimeAttestation(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """Signed by the runtime key; sent as a request on ``smf.attest``.
+
+    ``omit_defaults``: only ``instance_id`` has a default, so an attestation without
+    one encodes exactly as before it existed (the OpenClaw plugin's, the vectors)."""
 
     schema: Literal["smf.runtime-attestation/1"]
     attestation_id: MessageId
@@ -57,6 +62,10 @@ class RuntimeAttestation(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     problems: tuple[Code, ...]
     """What the adapter refuses to run with; non-empty means it blocks every call."""
     issued_at_ms: Millis
+    instance_id: InstanceId | None = None
+    """The adapter's process (``subjects.model_gateway``): when set, the model gateway
+    serves this runtime only for requests carrying a fresh proof of an instance the
+    gate holds a fresh, accepted attestation from."""
 
 
 class AttestationAck(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

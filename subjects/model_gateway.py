@@ -10,22 +10,89 @@ The gateway asks on ``smf.gateway.admit`` with a :class:`GatewayAdmit`
 (bus permissions let only the gateway role ask, ``subjects.bus_access``);
 the gate answers with a :class:`GatewayAdmission` signed with its key, which
 the gateway verifies before it serves anything.
+
+Admission is bound to the process that attested (docs/HERMES.md, finding 10):
+a second process of the same runtime id without our plugin (safe mode, the
+plugin left out of ``plugins.enabled``) holds the runtime's gateway token,
+which lives in the runtime's configuration, but not its adapter. The adapter
+draws a random :data:`~subjects.patterns.InstanceId` at start, attests it,
+and puts an :class:`InstanceProof` signed with the runtime key on every model
+request (HTTP header :data:`~subjects.names.HEADER_INSTANCE_PROOF`). The gate
+serves a runtime whose attestation names an instance only for a fresh proof of
+an instance it holds a fresh, accepted attestation from.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import secrets
+from collections.abc import Mapping
 from typing import Annotated, Final, Literal
 
 import msgspec
 
+from subjects import dsse, names
 from subjects.envelope import Classification, Name
-from subjects.patterns import Code, MessageId, Millis, Token, ToolCallId
+from subjects.keys import SigningKey, VerifyKey
+from subjects.patterns import Code, InstanceId, MessageId, Millis, Token, ToolCallId
 
 MAX_CALLS_PER_ASK: Final = 256
 """At most this many tool-call ids in one :class:`GatewayCalls`; the gateway asks in
 batches of it."""
 
 ProviderName = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}\Z")]
+
+MAX_INSTANCE_PROOF_CHARS: Final = 2048
+"""Bound on the header's value, checked before any decoding (a sealed proof is ~600)."""
+SealedProof = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_INSTANCE_PROOF_CHARS)]
+
+
+class InstanceProof(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """ "This model request comes from the adapter process ``instance_id`` of
+    ``runtime_id``", signed with the runtime key (:data:`names.PAYLOAD_INSTANCE_PROOF`).
+
+    It names no request: an adapter seals one and reuses it for a short while, and
+    the gate accepts it only within its freshness window. What it proves is that
+    the sender holds the runtime key now, which the plugin-less process of the same
+    runtime does not (the adapter's key file is denied to the agent's own tools,
+    ``credential_access``, issue 17)."""
+
+    schema: Literal["smf.instance-proof/1"]
+    runtime_id: Token
+    instance_id: InstanceId
+    issued_at_ms: Millis
+
+
+def new_instance_id() -> str:
+    """A fresh process id: ``i-`` and 128 random bits in hex."""
+    return "i-" + secrets.token_hex(16)
+
+
+def seal_instance_proof(proof: InstanceProof, key: SigningKey) -> str:
+    """The header value: the DSSE envelope's JSON in unpadded base64url (header-safe)."""
+    envelope = dsse.encode_envelope(dsse.sign_struct(names.PAYLOAD_INSTANCE_PROOF, proof, [key]))
+    return base64.urlsafe_b64encode(envelope).rstrip(b"=").decode("ascii")
+
+
+def open_instance_proof(
+    sealed: str, trusted: Mapping[str, VerifyKey]
+) -> tuple[InstanceProof, dsse.Verified]:
+    """Verify a header value against ``trusted`` (the runtime keys of the registry).
+
+    Raises a :class:`dsse.SignatureError` subclass named after what it stops, or
+    ``msgspec.ValidationError`` for a verified payload that is not a proof."""
+    if not sealed or len(sealed) > MAX_INSTANCE_PROOF_CHARS:
+        raise dsse.MalformedEnvelopeError("instance proof is empty or too long")
+    try:
+        raw = base64.b64decode(sealed + "=" * (-len(sealed) % 4), altchars=b"-_", validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise dsse.MalformedEnvelopeError("instance proof is not base64url") from exc
+    if base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii") != sealed:
+        # one proof, one spelling: the gateway keys its admissions by the header's text
+        raise dsse.MalformedEnvelopeError("instance proof is not canonical base64url")
+    envelope = dsse.decode_envelope(raw, MAX_INSTANCE_PROOF_CHARS)
+    return dsse.open_struct(envelope, trusted, InstanceProof, names.PAYLOAD_INSTANCE_PROOF)
 
 
 class GatewayAdmit(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -45,6 +112,9 @@ class GatewayAdmit(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     provider: ProviderName
     classification: Classification
     issued_at_ms: Millis
+    instance_proof: SealedProof | None = None
+    """The request's :data:`names.HEADER_INSTANCE_PROOF`, as the runtime sent it (the
+    gate verifies it; the gateway holds no runtime keys)."""
 
 
 class GatewayAdmission(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

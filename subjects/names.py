@@ -89,6 +89,9 @@ HEADER_SEQUENCE: Final = "Smf-Sequence"
 """Output chunks: 0, 1, 2, ... per stream; a gap, duplicate or reordering fails the stream."""
 HEADER_FINAL: Final = "Smf-Final"
 """Marks the signed close of an output stream (a request; the reply is the verdict)."""
+HEADER_INSTANCE_PROOF: Final = "Smf-Instance-Proof"
+"""HTTP, runtime -> model gateway: the adapter's signed :class:`InstanceProof` on every
+model request (``subjects.model_gateway``), so only the process that attested is served."""
 HEADER_SERVICE_ERROR_CODE: Final = "Nats-Service-Error-Code"
 HEADER_SERVICE_ERROR: Final = "Nats-Service-Error"
 """The NATS service-error headers (the nats.micro convention, ADR-32): an error reply
@@ -110,6 +113,8 @@ operation hash and outcome it names are what a runtime may act on, and only thos
 PAYLOAD_GATEWAY_ADMISSION: Final = "application/vnd.smf.gateway-admission+json;v=1"
 """The gate's reply on :data:`GATEWAY_ADMIT`, signed by the gate key: only the gate can
 tell the model gateway to serve a runtime."""
+PAYLOAD_INSTANCE_PROOF: Final = "application/vnd.smf.instance-proof+json;v=1"
+"""A runtime adapter's :class:`InstanceProof`, signed by the runtime key."""
 PAYLOAD_GATEWAY_CALLS: Final = "application/vnd.smf.gateway-calls-answer+json;v=1"
 """The gate's reply on :data:`GATEWAY_CALLS`, signed by the gate key: only the gate can
 tell the model gateway a tool result was decided."""

@@ -25,6 +25,9 @@ Code = Annotated[str, msgspec.Meta(pattern=CODE_PATTERN)]
 MessageId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._:-]{8,128}\Z")]
 OrderId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}\Z")]
 Millis = Annotated[int, msgspec.Meta(ge=0, le=2**53 - 1)]
+"""Unix milliseconds within the I-JSON safe integer range."""
 ToolCallId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,128}\Z")]
 """A model's tool-call id as the runtime received it (issue 16, tool-call accounting)."""
-"""Unix milliseconds within the I-JSON safe integer range."""
+InstanceId = Annotated[str, msgspec.Meta(pattern=r"^i-[0-9a-f]{32}\Z")]
+"""One runtime process: a random id its adapter draws at start and attests (issue 16,
+admission bound to the process that attested, ``subjects.model_gateway.InstanceProof``)."""

@@ -23,6 +23,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -37,6 +38,9 @@ class Recorded:
     answered: str
     offered: list[str] = field(default_factory=list)
     """The names of the tools the request offered the model (``tools[].function.name``)."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """The request's headers named in ``Scripts.record_headers`` (lowercase names), and
+    no other: nothing is kept unless a test asks for it by name."""
 
 
 @dataclass
@@ -44,6 +48,8 @@ class Scripts:
     scripts: dict[str, dict[str, Any]] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    record_headers: frozenset[str] = frozenset()
+    """Lowercase names of the request headers to keep with each request (default none)."""
 
     def set(self, scripts: dict[str, dict[str, Any]]) -> None:
         with self.lock:
@@ -63,7 +69,9 @@ def _text(content: Any) -> str:
     return ""
 
 
-def answer(scripts: Scripts, body: dict[str, Any]) -> dict[str, Any]:
+def answer(
+    scripts: Scripts, body: dict[str, Any], headers: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The assistant message for one chat completion request."""
     messages = body.get("messages") or []
     tags = [
@@ -107,7 +115,12 @@ def answer(scripts: Scripts, body: dict[str, Any]) -> dict[str, Any]:
             for t in body.get("tools") or []
             if isinstance(t, dict)
         )
-        scripts.requests.append(Recorded(scenario, tool_results, answered, offered))
+        kept = {
+            name.lower(): value
+            for name, value in (headers or {}).items()
+            if name.lower() in scripts.record_headers
+        }
+        scripts.requests.append(Recorded(scenario, tool_results, answered, offered, kept))
     return message
 
 
@@ -159,7 +172,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.path.rstrip("/").endswith("/chat/completions"):
             self._json(404, {"error": {"message": "not found"}})
             return
-        message = answer(self.scripts, body)
+        message = answer(self.scripts, body, dict(self.headers.items()))
         if not body.get("stream"):
             finish = "tool_calls" if message.get("tool_calls") else "stop"
             self._json(

@@ -57,6 +57,16 @@ provider at it instead of the fake model, and ``{{runtime_key:<runtime_id>}}``
 / ``{{credential_file:<runtime_id>}}`` give the plugin that runtime's key and
 nkey. Every run then also returns the ledger entries the gate wrote during it
 (kind, disposition and reason codes only).
+
+A long-lived Gateway (tests/test_openclaw_gateway_entry.py): ``op:
+gateway-start`` starts ``openclaw gateway run`` in its own folder with an
+operator client on it (``tests/openclaw_gateway_host.py``), ``op:
+gateway-turn`` sends one ``openclaw agent`` turn through it (a session key of
+its own; the operator's event frames, ``chat.history`` and the usual
+evidence come back), ``op: gateway-stop`` stops both.
+
+``record_headers`` (a list of header names) makes the fake model keep those
+request headers, and only those, with each request (none by default).
 """
 
 from __future__ import annotations
@@ -90,6 +100,7 @@ from subjects.keys import VerifyKey
 from subjects.messages import OutputVerdict, Verdict
 from tests.clocks import OffsetClock
 from tests.fake_openai import FakeOpenAI
+from tests.openclaw_gateway_host import HostedGateway, OperatorClient, stop_group
 
 if TYPE_CHECKING:
     from pipeline.assembly import RunningGate
@@ -226,6 +237,8 @@ class Harness:
         execution reports overdue without making new proposals look stale."""
         self.pending: asyncio.Queue[PendingAnnouncement] = asyncio.Queue()
         self.reservations: list[PortReservation] = []
+        self.hosted: dict[str, HostedGateway] = {}
+        """Long-lived Gateways (``op: gateway-start``), by name."""
 
     async def start(self) -> None:
         configure_logging(json=True, level="warning")
@@ -359,6 +372,8 @@ class Harness:
         await self.pending.put(announcement)
 
     async def stop(self) -> None:
+        for hosted in self.hosted.values():
+            await hosted.stop()
         for reservation in self.reservations:
             reservation.close()
         if self.model_gateway is not None:
@@ -570,6 +585,11 @@ class Harness:
         (root / "openclaw.json").write_text(json.dumps(config, indent=2))
         self.model.scripts.set(command["scripts"])
         self.model.scripts.take_requests()
+        # only the headers a command names are kept (none by default: no credential lands
+        # in the evidence unless a test put it there on purpose)
+        self.model.scripts.record_headers = frozenset(
+            name.lower() for name in command.get("record_headers", ())
+        )
         orders_before = 0
         ledger_before = 0
         if self.gate is not None:
@@ -664,6 +684,172 @@ class Harness:
         (root / "evidence.json").write_text(json.dumps(evidence, indent=2))
         return evidence
 
+    # -- a long-lived Gateway, several turns through it ------------------------------
+
+    async def host_gateway(self, command: dict[str, Any]) -> dict[str, Any]:
+        """``op: gateway-start``: one ``openclaw gateway run`` in its own folder
+        (``gateway-<name>/``: state, home, workspace, config, its file log
+        ``openclaw.log``), and the operator client connected to it. With
+        ``await_attestation`` it returns once the gate answered an attestation
+        (the plugin in the Gateway process attested), so no turn races it."""
+        name = command["name"]
+        root = self.root / f"gateway-{name}"
+        for sub in ("workspace", "home", "state"):
+            (root / sub).mkdir(parents=True)
+        command = substitute(command, self.tokens(root))
+        for rel, content in command.get("files", {}).items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content if isinstance(content, str) else json.dumps(content))
+        reservation = reserve_port()
+        self.reservations.append(reservation)
+        port, token = reservation.port, f"test-token-{time.monotonic_ns()}"
+        config = deep_merge(base_config(root, self.model.url), command.get("config", {}))
+        config = deep_merge(
+            config,
+            {
+                "gateway": {
+                    "mode": "local",
+                    "port": port,
+                    "bind": "loopback",
+                    "auth": {"mode": "token", "token": token},
+                },
+                # OpenClaw's own file log, in the folder the tests search byte for byte
+                "logging": {"file": str(root / "openclaw.log")},
+            },
+        )
+        (root / "openclaw.json").write_text(json.dumps(config, indent=2))
+        ledger_before = len(self.ledger()) if self.model_gateway is not None else 0
+        if self.gate is not None:
+            self.tap.take()
+        started = time.monotonic()
+        proc, env = await self._start_gateway(
+            root, self._env(root, command.get("env", {})), port, token
+        )
+        listening_s = round(time.monotonic() - started, 2)
+        try:
+            operator = await OperatorClient.start(
+                node=Path(self.node_bin) / "node",
+                package=Path(self.config["openclaw_package"]),
+                url=f"ws://127.0.0.1:{port}",
+                token=token,
+                events=root / "operator-events.jsonl",
+                env=env,
+                cwd=root,
+                stderr=root / "operator.stderr",
+            )
+        except Exception:
+            await stop_group(proc, grace_s=20)
+            raise
+        hosted = self.hosted[name] = HostedGateway(
+            name, root, port, env, proc, operator, round(time.monotonic() - started, 2)
+        )
+        acks: list[dict[str, Any]] = []
+        if command.get("await_attestation") and self.gate is not None:
+            deadline = time.monotonic() + GATEWAY_START_S
+            while not acks and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+                acks = [b for b in self.tap.seen if b["kind"] == "ack"]
+        return {
+            "name": name,
+            "root": str(root),
+            "listening_s": listening_s,
+            "seconds": hosted.started_s,
+            "attested_after_s": round(time.monotonic() - started, 2),
+            "hello": operator.hello,
+            "plugins": hosted.loaded_plugins(),
+            "bus": self.tap.take() if self.gate is not None else [],
+            "ledger": self.ledger()[ledger_before:] if self.model_gateway is not None else [],
+        }
+
+    async def turn_through(self, command: dict[str, Any]) -> dict[str, Any]:
+        """``op: gateway-turn``: ``openclaw agent --agent main --session-key
+        agent:main:<name> --message ... --json`` through the hosted Gateway
+        ``command["gateway"]`` (the CLI with the Gateway's config and env). The
+        operator client subscribes to that session's messages first; after the CLI
+        exits the turn waits for the client's terminal ``chat`` event of the session
+        (an observable end, not a sleep), then reads the session back with
+        ``chat.history`` as an operator reopening it would. ``{{root}}`` is the
+        Gateway's folder; ``files`` are written there."""
+        hosted = self.hosted[command["gateway"]]
+        self.runs += 1
+        run_root = self.root / f"run-{self.runs:02d}-{command['name']}"
+        run_root.mkdir(parents=True)
+        command = substitute(command, self.tokens(hosted.root))
+        for rel, content in command.get("files", {}).items():
+            path = hosted.root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content if isinstance(content, str) else json.dumps(content))
+        self.model.scripts.set(command["scripts"])
+        self.model.scripts.take_requests()
+        self.model.scripts.record_headers = frozenset(
+            name.lower() for name in command.get("record_headers", ())
+        )
+        ledger_before = len(self.ledger()) if self.model_gateway is not None else 0
+        if self.gate is not None:
+            self.tap.take()
+        session_key = f"agent:main:{command['name']}"
+        operator = hosted.operator
+        await operator.request("sessions.messages.subscribe", {"key": session_key})
+        since = operator.count()
+        args = [self.openclaw, "agent", "--agent", "main", "--session-key", session_key]
+        if command.get("model"):
+            args += ["--model", command["model"]]
+        args += ["--message", command["prompt"], "--json"]
+        started = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            *args,
+            cwd=hosted.root,
+            env=hosted.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT_S)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, err = await proc.communicate()
+        cli_seconds = round(time.monotonic() - started, 2)
+        ended = await operator.wait_for_run_end(session_key, since, float(command.get("end_s", 30)))
+        history = await operator.request("chat.history", {"sessionKey": session_key})
+        (run_root / "openclaw.stdout").write_bytes(out)
+        (run_root / "chat-history.json").write_text(json.dumps(history, indent=2))
+        evidence = {
+            "name": command["name"],
+            "root": str(run_root),
+            "gateway_root": str(hosted.root),
+            "session_key": session_key,
+            "returncode": proc.returncode,
+            "seconds": round(time.monotonic() - started, 2),
+            "cli_seconds": cli_seconds,
+            "stdout": out.decode(errors="replace")[-6000:],
+            "stderr": err.decode(errors="replace")[-8000:],
+            "run_ended_for_operator": ended,
+            "logs": {rel: _jsonl(hosted.root / rel) for rel in command.get("logs", [])},
+            "events": operator.lines()[since:],
+            "requests": [msgspec.to_builtins(r) for r in self.model.scripts.take_requests()],
+            "bus": self.tap.take() if self.gate is not None else [],
+            "ledger": self.ledger()[ledger_before:] if self.model_gateway is not None else [],
+        }
+        (run_root / "evidence.json").write_text(json.dumps(evidence, indent=2))
+        return evidence
+
+    async def unhost_gateway(self, name: str) -> dict[str, Any]:
+        """``op: gateway-stop``: the operator client, then the Gateway (SIGTERM to the
+        group, SIGKILL after 20 s); where to read everything they left."""
+        hosted = self.hosted.pop(name)
+        returncode = await hosted.stop()
+        return {
+            "name": name,
+            "root": str(hosted.root),
+            "returncode": returncode,
+            "events_file": str(hosted.operator.events),
+            "gateway_log": hosted.log()[-8000:],
+        }
+
     def _seed_in(self, output: bytes) -> bool:
         """Whether any seed text of the harness's credentials appears in ``output``."""
         if self.gate is None:
@@ -673,17 +859,7 @@ class Harness:
 
 async def _stop(proc: asyncio.subprocess.Process) -> None:
     """SIGTERM the process group, SIGKILL it if it is still there after 20 s."""
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), 20)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    await stop_group(proc, grace_s=20)
 
 
 async def _wait_port(port: int, seconds: float) -> bool:
@@ -719,7 +895,16 @@ async def main(config: dict[str, Any]) -> None:
             if not line:
                 break
             try:
-                reply = await harness.run(json.loads(line))
+                command = json.loads(line)
+                op = command.get("op", "run")
+                if op == "gateway-start":
+                    reply = await harness.host_gateway(command)
+                elif op == "gateway-turn":
+                    reply = await harness.turn_through(command)
+                elif op == "gateway-stop":
+                    reply = await harness.unhost_gateway(command["gateway"])
+                else:
+                    reply = await harness.run(command)
             except Exception as exc:
                 reply = {"error": repr(exc)}
             sys.stdout.write(json.dumps(reply) + "\n")

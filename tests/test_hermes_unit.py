@@ -42,6 +42,7 @@ from adapters.hermes.attestation import (
 )
 from adapters.hermes.bridge import Bridge, BridgeError
 from adapters.hermes.config import protected_files
+from adapters.hermes.hooks.model_request import PROOF_REUSE_MS
 from ops.demo_script import actor
 from ops.model_gateway import provision_gateway_runtime, set_upstream
 from ops.natsserver import EmbeddedNatsServer
@@ -55,11 +56,17 @@ from ops.runtimes import (
 from ops.stack import gate_config
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 from pipeline.assembly import RunningGate, start_gate
-from pipeline.stages.attestation import AttestationDesk
+from pipeline.stages.attestation import MAX_INSTANCES, AttestationDesk
 from subjects import names
 from subjects.attestation import AttestationAck, StreamingSetting
 from subjects.dsse import encode_envelope, sign_struct
 from subjects.messages import DataFacts, ProposedDestination
+from subjects.model_gateway import (
+    InstanceProof,
+    new_instance_id,
+    open_instance_proof,
+    seal_instance_proof,
+)
 from subjects.registry import load_registry
 from subjects.verdicts import NOT_SIGNED_BY_GATE
 from tests.bus_helpers import FORGED_TEXT, Rogue, unsigned
@@ -719,6 +726,7 @@ def test_register_never_raises_and_registers_every_hook(
     plugin.register(ctx)
     assert sorted(ctx._manager._hooks) == sorted(plugin._ADAPTER.callbacks())  # type: ignore[union-attr]
     assert ctx._manager._middleware["tool_execution"]
+    assert ctx._manager._middleware["llm_request"] == [plugin._ADAPTER.llm_request]  # type: ignore[union-attr]
     assert sorted(ctx._manager._tools) == ["smf_court_filing", "smf_dms_delete"]
     assert {toolset for toolset, _ in ctx._manager._tools.values()} == {"smf_connectors"}
     broken = FakeCtx(fail_on="transform_llm_output")
@@ -726,6 +734,56 @@ def test_register_never_raises_and_registers_every_hook(
     assert "pre_tool_call" in broken._manager._hooks
     if plugin._ADAPTER is not None and plugin._ADAPTER.bridge is not None:
         plugin._ADAPTER.bridge.stop(1.0)
+
+
+# --- every model request proves its process (issue 16, docs/HERMES.md finding 10) --------
+
+
+def test_every_model_request_carries_a_proof_of_this_process(
+    state: StateDir, context_file: Path, adapters: list[plugin.HermesAdapter]
+) -> None:
+    """The proof the middleware adds verifies with this runtime's key and names the
+    instance the adapter attests; headers already set are kept; one proof is reused
+    for a while, then sealed again; an adapter with no key adds none (the gateway
+    then refuses the request, so nothing is let through)."""
+    now = [1_800_000_000_000]
+    adapter = make_adapter(
+        adapters, env_for(state, "nats://127.0.0.1:1", context_file), clock=lambda: now[0]
+    )
+    assert adapter.config is not None
+    request = {"model": "m", "messages": [], "extra_headers": {"X-Keep": "1"}}
+    changed = adapter.llm_request(request=request, session_id="s-1")
+    assert changed is not None
+    headers = changed["request"]["extra_headers"]
+    assert headers["X-Keep"] == "1"
+    assert request["extra_headers"] == {"X-Keep": "1"}  # Hermes's own dict is not changed
+    runtime_keys = load_registry(state.registry).trusted("runtime")
+    proof, verified = open_instance_proof(headers[names.HEADER_INSTANCE_PROOF], runtime_keys)
+    assert (proof.runtime_id, proof.instance_id) == (
+        adapter.config.runtime_id,
+        adapter.instance_id,
+    )
+    assert verified.key_ids == {adapter.config.key.key_id}
+    assert adapter.attestation().instance_id == adapter.instance_id
+    assert proof.issued_at_ms == now[0]
+
+    def sealed() -> str:
+        out = adapter.llm_request(request={"messages": []})
+        assert out is not None
+        value = out["request"]["extra_headers"][names.HEADER_INSTANCE_PROOF]
+        assert isinstance(value, str)
+        return value
+
+    first = sealed()
+    now[0] += PROOF_REUSE_MS - 1
+    assert sealed() == first
+    now[0] += 1
+    assert sealed() != first
+    other = make_adapter(adapters, env_for(state, "nats://127.0.0.1:1", context_file))
+    assert other.instance_id != adapter.instance_id  # one id per process
+    unconfigured = make_adapter(adapters, {})
+    assert unconfigured.llm_request(request={"messages": []}) is None
+    assert adapter.llm_request(request="not a dict") is None
 
 
 # --- the gate's side of attestation -------------------------------------------------------
@@ -1084,6 +1142,75 @@ async def test_gate_refuses_replayed_stale_and_malformed_attestations(
     assert await reasons(b"not an envelope") == ("bad_signature",)
     unknown_key = _signed(state, "nobody-registered", **hooks)
     assert await reasons(unknown_key) == ("unknown_signer",)
+
+
+async def test_the_gate_holds_a_bounded_number_of_processes_each_to_its_lease(
+    state: StateDir, clock: Clock
+) -> None:
+    """``AttestationDesk.admit_instance``: the oldest of more than ``MAX_INSTANCES``
+    attested processes is forgotten (and refused: fails closed), and a process whose
+    own attestation is older than the lease is refused although a newer process of the
+    same runtime keeps the runtime standing."""
+    desk = AttestationDesk(
+        required=load_attestation_requirements(state),
+        registry=lambda: load_registry(state.registry),
+        clock=clock,
+        release_id=lambda: RELEASE_ID,
+    )
+    key = state.key(HERMES_PRINCIPAL)
+    hooks = {"hooks_present": plugin.REQUIRED_HOOKS}
+
+    def sealed(instance: str) -> str:
+        return seal_instance_proof(
+            InstanceProof(
+                schema="smf.instance-proof/1",
+                runtime_id=HERMES_RUNTIME_ID,
+                instance_id=instance,
+                issued_at_ms=clock.now,
+            ),
+            key,
+        )
+
+    def admitted(instance: str) -> str | None:
+        reason, held = desk.standing(HERMES_RUNTIME_ID)
+        assert reason is None
+        assert held is not None
+        return desk.admit_instance(HERMES_RUNTIME_ID, held, sealed(instance))[0]
+
+    instances = [new_instance_id() for _ in range(MAX_INSTANCES + 1)]
+    issued: list[int] = []
+    for instance in instances:
+        clock.now += 1
+        issued.append(clock.now)
+        data = _signed(
+            state, HERMES_PRINCIPAL, issued_at_ms=clock.now, instance_id=instance, **hooks
+        )
+        ack = msgspec.json.decode(await desk.handle(data), type=AttestationAck)
+        assert ack.accepted, ack
+    assert admitted(instances[0]) == "runtime_instance_not_attested"  # forgotten
+    assert admitted(instances[1]) is None
+    assert admitted(instances[-1]) is None
+    lease = load_attestation_requirements(state)[HERMES_RUNTIME_ID].lease_ms
+    clock.now = issued[1] + lease + 1  # instances[1] is just past its lease, the last not
+    assert admitted(instances[1]) == "runtime_instance_not_attested"
+    assert admitted(instances[-1]) is None
+
+
+def test_a_proof_that_cannot_be_sealed_is_left_out_never_raised(
+    state: StateDir,
+    context_file: Path,
+    adapters: list[plugin.HermesAdapter],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A raising middleware is skipped by Hermes (the request goes without a proof and
+    the gateway refuses it); ours returns None instead of raising."""
+    adapter = make_adapter(adapters, env_for(state, "nats://127.0.0.1:1", context_file))
+
+    def broken(*_args: Any) -> str:
+        raise RuntimeError("no signer")
+
+    monkeypatch.setattr("adapters.hermes.hooks.model_request.seal_instance_proof", broken)
+    assert adapter.llm_request(request={"messages": []}) is None
 
 
 def test_no_tool_call_may_touch_the_adapters_own_files(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ model-egress governance (not built yet; docs/EVIDENCE.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import time
@@ -56,6 +57,9 @@ RUNTIME_ID = "gw-demo"
 PRINCIPAL = "gw-runtime"
 OTHER_ID = "gw-other"
 OTHER = "gw-other-runtime"
+BOUND_ID = "gw-bound"
+BOUND = "gw-bound-runtime"
+"""Provisioned ``instance_bound``: served only for a proof of an attested process."""
 ACTOR = scripted.ACTOR
 CLIENT_CHAT = ProposedDestination(address="telegram:client-chat", locality="external")
 TERMINAL = ProposedDestination(address="cli:operator", locality="internal")
@@ -83,18 +87,36 @@ async def attest(
     *,
     problems: tuple[str, ...] = (),
     age_ms: int = 0,
+    instance_id: str | None = None,
 ) -> AttestationAck:
     return await scripted_attest(
-        world.state, world.stack.url, principal, runtime_id, PIN, problems=problems, age_ms=age_ms
+        world.state,
+        world.stack.url,
+        principal,
+        runtime_id,
+        PIN,
+        problems=problems,
+        age_ms=age_ms,
+        instance_id=instance_id,
     )
 
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
+    async with gateway_world(tmp_path) as made:
+        yield made
+
+
+@contextlib.asynccontextmanager
+async def gateway_world(tmp_path: Path) -> AsyncIterator[World]:
+    """A gate, the fake provider and the model gateway serving three runtimes."""
     state = StateDir(tmp_path / "state")
     provision_demo(state)
     provision_runtime(state, PRINCIPAL, RUNTIME_ID, runtime_pin=PIN, require_release=False)
     provision_runtime(state, OTHER, OTHER_ID, runtime_pin=PIN, require_release=False, lease_ms=1500)
+    provision_runtime(
+        state, BOUND, BOUND_ID, runtime_pin=PIN, require_release=False, instance_bound=True
+    )
     model = await FakeModel().start()
     set_upstream(state, model.url, "local-model")
     tokens = {
@@ -109,6 +131,14 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         OTHER_ID: provision_gateway_runtime(
             state,
             OTHER_ID,
+            adapter_id="smf-hermes-adapter",
+            actor=ACTOR,
+            destination=TERMINAL,
+            facts=CLEAN,
+        ),
+        BOUND_ID: provision_gateway_runtime(
+            state,
+            BOUND_ID,
             adapter_id="smf-hermes-adapter",
             actor=ACTOR,
             destination=TERMINAL,
@@ -143,8 +173,9 @@ async def chat(
     stream: bool = True,
     body: bytes | None = None,
     token: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, bytes]:
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", **(headers or {})}
     bearer = token if token is not None else (world.tokens[runtime_id] if runtime_id else None)
     if bearer is not None:
         headers["Authorization"] = f"Bearer {bearer}"

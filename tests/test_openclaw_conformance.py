@@ -58,8 +58,13 @@ from tests.surface_matrix import compare, mapper_capabilities, render
 PROJECT = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = PROJECT / "adapters" / "openclaw"
 PLUGIN_DIST = PLUGIN_DIR / "dist" / "index.js"
-OPENCLAW_TMP = (Path("/tmp/openclaw"), Path(f"/tmp/openclaw-state-locks-{os.getuid()}"))
-"""OpenClaw always creates these (RUNTIMES.md); the module removes the ones it created."""
+OPENCLAW_TMP = (
+    Path("/tmp/openclaw"),
+    Path(f"/tmp/openclaw-state-locks-{os.getuid()}"),
+    Path(f"/tmp/.openclaw-terminal-staging-{os.getuid()}"),
+)
+"""OpenClaw always creates the first two (RUNTIMES.md), a Gateway the third (its terminal
+upload lock); the module removes the ones it created."""
 
 pytestmark = pytest.mark.slow
 
@@ -126,6 +131,7 @@ def _start_harness(
         "workdir": str(workdir),
         "node_bin": str(env.node_bin),
         "openclaw": str(env.openclaw),
+        "openclaw_package": str(env.package),
         "bring_up_loopback": isolated,
         "gate": gate,
     }

@@ -31,11 +31,12 @@ operator's output and once in the transcript; OpenClaw without our plugin
 never attests, gets HTTP 403 and no completion, and the ledger says why.
 
 Does not prove: the Gateway entry point (``openclaw gateway run`` + ``openclaw
-agent``) nor its chat events, channels, streaming to a live client (the
-``--json`` result is printed at the end of the turn), interim text beside
-tool calls, tool-call accounting, other OpenClaw versions; nor that OpenClaw
-cannot reach a model by another path (network isolation, issue 16 step 6).
-The token sits in ``openclaw.json`` here, a file the agent's tools could read.
+agent``) nor its chat events (tests/test_openclaw_gateway_entry.py does),
+channels, streaming to a live client (the ``--json`` result is printed at the
+end of the turn), interim text beside tool calls, other OpenClaw versions; nor
+that OpenClaw cannot reach a model by another path (network isolation, issue
+16 step 6). The token sits in ``openclaw.json`` here: the plugin blocks a tool
+call naming that file (issue 17), not a command that builds its name.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from adapters.hermes.config import ADAPTER_ID, AdapterConfig
 from adapters.hermes.release import ReleaseVerifier, UsableRelease, wall_clock_ms
 from subjects.attestation import AttestationAck, StreamingSetting
 from subjects.keys import VerifyKey
+from subjects.model_gateway import new_instance_id
 from subjects.release import ReleaseCheckError
 
 
@@ -53,7 +54,13 @@ class AdapterCore(ABC):
     """The calls the gate allowed, for the executed-arguments check."""
     pending_ids: PendingCallIds = field(default_factory=PendingCallIds)
     """Tool-call ids of our connector tools, from ``pre_tool_call`` to their handler."""
+    instance_id: str = field(default_factory=new_instance_id)
+    """This process, attested and proven on every model request (issue 16,
+    ``hooks.model_request``)."""
     _attested: threading.Event = field(default_factory=threading.Event)
+    _proof: tuple[int, str] | None = None
+    """The sealed instance proof and when it was issued (``hooks.model_request``)."""
+    _proof_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         root = self.config.trust_root if self.config is not None else None

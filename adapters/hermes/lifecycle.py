@@ -131,6 +131,7 @@ class Lifecycle(RefusingMode):
             ),
             problems=self.refusals(),
             issued_at_ms=time.time_ns() // 1_000_000,
+            instance_id=self.instance_id,
         )
 
     async def _attest_once(self, nc: Client) -> AttestationAck:

@@ -13,8 +13,9 @@ it; each concern lives in its own module:
 - ``refusing``: refusing mode, and the texts of a block or a withheld reply;
 - ``lifecycle``: the bridge, the governed release, attestation;
 - ``hooks``: one module per hook family (``pre_tool_call``, the connector
-  tools' handlers, the ``tool_execution`` middleware, the session observers,
-  ``transform_llm_output``).
+  tools' handlers, the ``tool_execution`` middleware, the ``llm_request``
+  middleware that proves this process to the model gateway, the session
+  observers, ``transform_llm_output``).
 
 Fail-open traps this module is built around (RUNTIMES.md, "FAIL-OPEN"): a
 ``register()`` that raises lets the tools run, so ``register()`` never
@@ -41,6 +42,7 @@ from adapters.hermes.attestation import HERMES_PIN, STREAMING_OFF_HELP, HermesHo
 from adapters.hermes.config import AdapterConfig, ConfigError
 from adapters.hermes.hooks.connector_tools import ConnectorToolHandlers
 from adapters.hermes.hooks.execution import ExecutionMiddleware
+from adapters.hermes.hooks.model_request import ModelRequestMiddleware
 from adapters.hermes.hooks.observers import SessionObservers
 from adapters.hermes.hooks.reply import ReplyHook
 from adapters.hermes.hooks.tool_call import ToolCallHook
@@ -66,7 +68,12 @@ REQUIRED_HOOKS: Final = ("pre_tool_call", "transform_llm_output")
 
 
 class HermesAdapter(
-    ToolCallHook, ConnectorToolHandlers, ExecutionMiddleware, SessionObservers, ReplyHook
+    ToolCallHook,
+    ConnectorToolHandlers,
+    ExecutionMiddleware,
+    ModelRequestMiddleware,
+    SessionObservers,
+    ReplyHook,
 ):
     """The plugin's state and hooks: one per Hermes process, created by :func:`register`."""
 
@@ -143,6 +150,7 @@ def register(ctx: Any) -> None:
         for name, callback in adapter.callbacks().items():
             ctx.register_hook(name, callback)
         ctx.register_middleware("tool_execution", adapter.tool_execution)
+        ctx.register_middleware("llm_request", adapter.llm_request)
         register_connector_tools(ctx, adapter)
         adapter.start()
     except Exception as exc:  # noqa: BLE001 - fail closed on anything (RUNTIMES.md, FAIL-OPEN)

@@ -129,9 +129,11 @@ async def attest(
     *,
     problems: tuple[str, ...] = (),
     age_ms: int = 0,
+    instance_id: str | None = None,
 ) -> AttestationAck:
     """Attest as a scripted runtime would (signed with ``principal``'s key, on its own
-    bus credential), issued ``age_ms`` ago; the gate's ack. For the bench and tests."""
+    bus credential), issued ``age_ms`` ago, for process ``instance_id`` when given;
+    the gate's ack. For the bench and tests."""
     att = RuntimeAttestation(
         schema="smf.runtime-attestation/1",
         attestation_id="a-" + secrets.token_hex(16),
@@ -147,6 +149,7 @@ async def attest(
         verified_release_id=None,
         problems=problems,
         issued_at_ms=time.time_ns() // 1_000_000 - age_ms,
+        instance_id=instance_id,
     )
     signed = dsse.encode_envelope(
         dsse.sign_struct(names.PAYLOAD_ATTESTATION, att, [state.key(principal)])

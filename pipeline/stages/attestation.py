@@ -28,6 +28,14 @@ Invariants this stage keeps, each checked where it is named:
   refused with ``runtime_release_mismatch`` too when the gate has moved to
   another release since the runtime attested: the runtime re-attests.
 
+Admission bound to the process (issue 16; docs/HERMES.md, finding 10): an
+attestation may name the adapter's process (``instance_id``). Each accepted
+one is held per instance too (bounded, oldest forgotten first), and the model
+gateway is then served only for a fresh :class:`InstanceProof` of an instance
+whose own latest attestation was accepted within its lease
+(:meth:`AttestationDesk.admit_instance`): a second process of the runtime
+without our plugin holds the gateway token but cannot prove an instance.
+
 Attestations live in memory: a gate restart forgets them, so every runtime
 that must attest is refused until it re-attests (adapters re-attest on a
 timer and before their first proposal). RUNTIMES.md, "Hermes Agent":
@@ -37,6 +45,7 @@ gate refuses that runtime's proposals, which is the point.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -48,6 +57,7 @@ from pipeline.service import StageRefusal
 from subjects import dsse, names
 from subjects.attestation import AttestationAck, RuntimeAttestation
 from subjects.messages import Proposal
+from subjects.model_gateway import open_instance_proof
 from subjects.registry import KeyRegistry
 
 log = structlog.get_logger(__name__)
@@ -59,6 +69,13 @@ VERSION_NOT_ATTESTED: Final = "runtime_version_not_attested"
 RELEASE_NOT_VERIFIED: Final = "runtime_release_not_verified"
 RELEASE_MISMATCH: Final = "runtime_release_mismatch"
 MAX_ATTESTATION_BYTES: Final = 64 * 1024
+INSTANCE_PROOF_MISSING: Final = "instance_proof_missing"
+INSTANCE_PROOF_INVALID: Final = "instance_proof_invalid"
+INSTANCE_PROOF_STALE: Final = "instance_proof_stale"
+INSTANCE_NOT_ATTESTED: Final = "runtime_instance_not_attested"
+MAX_INSTANCES: Final = 64
+"""Per runtime: the attested processes held (oldest forgotten first; a forgotten one
+is refused ``runtime_instance_not_attested`` until it attests again: fails closed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +95,11 @@ class RuntimeRequirement:
     gate did not release, and streaming is not refused (issue 17). Taken on the
     operator's word that the runtime reaches its model only through the gateway (the
     deployment's networks make it so; no attestation can show it)."""
+    instance_bound: bool = False
+    """The model gateway serves this runtime only for a proof of an attested process,
+    even while its attestations name none (an adapter that cannot prove its process
+    then gets no completion). Runtimes whose attestation names an instance are held
+    to it whatever this says."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +109,7 @@ class Held:
     runtime_version: str
     reasons: tuple[str, ...]
     release_id: str | None = None
+    instance_id: str | None = None
 
 
 def _judge(
@@ -125,6 +148,9 @@ class AttestationDesk:
     evidence_probe: Callable[[], Awaitable[bool]] | None = None
     freshness_ms: int = 120_000
     _held: dict[str, Held] = field(default_factory=dict)
+    _instances: dict[str, OrderedDict[str, int]] = field(default_factory=dict)
+    """Per runtime: each process whose latest attestation was accepted, and when it
+    was issued."""
     _stopped: dict[str, str] = field(default_factory=dict)
     """Runtimes stopped until an operator clears them (tool-call accounting, issue 16)."""
     share: Callable[[bytes], Awaitable[None]] | None = None
@@ -202,7 +228,15 @@ class AttestationDesk:
             att.runtime_version,
             reasons or ("accepted",),
             att.verified_release_id,
+            att.instance_id,
         )
+        if att.instance_id is not None:
+            instances = self._instances.setdefault(att.runtime_id, OrderedDict())
+            instances.pop(att.instance_id, None)
+            if not reasons:
+                instances[att.instance_id] = att.issued_at_ms
+                while len(instances) > MAX_INSTANCES:
+                    instances.popitem(last=False)
         return reasons
 
     async def record(self, att: RuntimeAttestation) -> AttestationAck:
@@ -256,6 +290,7 @@ class AttestationDesk:
         was = self._stopped.pop(runtime_id, None) is not None
         if was:
             self._held.pop(runtime_id, None)
+            self._instances.pop(runtime_id, None)
         return was
 
     # -- admission -------------------------------------------------------------
@@ -284,6 +319,42 @@ class AttestationDesk:
 
     def lease_end(self, runtime_id: str, held: Held) -> int:
         return held.issued_at_ms + self.required.get(runtime_id, RuntimeRequirement()).lease_ms
+
+    def admit_instance(
+        self, runtime_id: str, held: Held, sealed: str | None
+    ) -> tuple[str | None, int | None]:
+        """Whether a model request of a standing ``runtime_id`` comes from a process
+        that attested (issue 16, admission bound to the process): the refusal reason,
+        or None and when that process's lease ends (None: not instance-bound).
+
+        Bound when the runtime's requirement says so or its latest accepted
+        attestation names an instance; then the request must carry a proof signed by
+        a key of that very runtime (one runtime cannot prove for another), issued
+        within the freshness window (a captured proof is not replayed later), of an
+        instance whose latest attestation was accepted within its lease."""
+        need = self.required.get(runtime_id, RuntimeRequirement())
+        if not need.instance_bound and held.instance_id is None:
+            return None, None
+        if sealed is None:
+            return INSTANCE_PROOF_MISSING, None
+        registry = self.registry()
+        try:
+            proof, verified = open_instance_proof(sealed, registry.trusted("runtime"))
+        except (dsse.SignatureError, msgspec.ValidationError):
+            return INSTANCE_PROOF_INVALID, None
+        signers = [registry.principals[k] for k in verified.key_ids]
+        # check the signer is that runtime, and the proof is for the runtime asked about
+        if proof.runtime_id != runtime_id or all(p.entry.runtime_id != runtime_id for p in signers):
+            return INSTANCE_PROOF_INVALID, None
+        now = self.clock()
+        # check freshness: a proof seen on the wire is not good for long
+        if abs(now - proof.issued_at_ms) > self.freshness_ms:
+            return INSTANCE_PROOF_STALE, None
+        instances = self._instances.get(runtime_id)
+        attested = None if instances is None else instances.get(proof.instance_id)
+        if attested is None or now - attested > need.lease_ms:
+            return INSTANCE_NOT_ATTESTED, None
+        return None, attested + need.lease_ms
 
     def admit(self, proposal: Proposal) -> str | None:
         """The reason to refuse ``proposal``, or None when its runtime may propose."""

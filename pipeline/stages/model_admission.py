@@ -5,7 +5,10 @@ runtime. It serves a runtime only while this desk says so, and this desk says
 so only while the runtime holds a fresh, accepted attestation
 (``AttestationDesk.standing``), whatever the runtime's opt-in for proposals:
 a runtime in safe mode or with its plugin disabled never attests, and so gets
-no completion at all (RUNTIMES.md, "Hermes Agent").
+no completion at all (RUNTIMES.md, "Hermes Agent"). When the runtime's
+attestation names its process, the request must also prove that process
+(``AttestationDesk.admit_instance``): another process of the same runtime id,
+within the lease of the first, is refused too.
 
 It also governs the request as an egress (issue 16): the provider must be
 one the release in force names, for the request's classification
@@ -64,9 +67,15 @@ class ModelAdmissionDesk:
         except msgspec.DecodeError as exc:
             raise StageRefusal("malformed_admit", "not JSON") from exc
         reason, held = self.attestation.standing(ask.runtime_id)
+        instance_end: int | None = None
+        if reason is None and held is not None:
+            reason, instance_end = self.attestation.admit_instance(
+                ask.runtime_id, held, ask.instance_proof
+            )
         if reason is None:
             reason = self._egress(ask)
         if reason is None and held is not None:
+            expires = self.attestation.lease_end(ask.runtime_id, held)
             answer = GatewayAdmission(
                 schema="smf.gateway-admission/1",
                 request_id=ask.request_id,
@@ -74,7 +83,7 @@ class ModelAdmissionDesk:
                 admitted=True,
                 reason_codes=(),
                 runtime_version=held.runtime_version,
-                expires_at_ms=self.attestation.lease_end(ask.runtime_id, held),
+                expires_at_ms=expires if instance_end is None else min(expires, instance_end),
             )
         else:
             answer = await self._refuse(ask, (reason or "runtime_attestation_missing", REFUSED))

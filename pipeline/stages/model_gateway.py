@@ -10,7 +10,10 @@ it, whatever the runtime's settings, its plugins, or its safe mode. Here:
   ``pipeline.stages.model_admission``); the answer is kept for at most
   :attr:`GatewaySettings.admission_cache_ms` and never past the attestation's
   lease. A runtime in safe mode, with its plugin disabled, unattested or on
-  another release gets an HTTP error, and the gate records the refusal.
+  another release gets an HTTP error, and the gate records the refusal. The
+  request's instance proof (header ``Smf-Instance-Proof``) goes to the gate
+  with the question, so a runtime whose adapter proves its process is served
+  only in that process; admissions are kept per proof.
 - **Output held until the verdict.** The provider's answer is assembled whole
   (``pipeline.core.model_turns``); its text goes through the output buffer
   (``smf.output.<id>``, the same detectors, policy and evidence as any
@@ -61,6 +64,7 @@ from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import ActorContext, DataFacts, OutputVerdict, ProposedDestination
 from subjects.model_gateway import (
     MAX_CALLS_PER_ASK,
+    MAX_INSTANCE_PROOF_CHARS,
     GatewayAdmission,
     GatewayAdmit,
     GatewayCalls,
@@ -199,7 +203,10 @@ class ModelGateway:
     settings: GatewaySettings = field(default_factory=GatewaySettings)
     clock: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)
     _by_token: dict[str, GatewayRuntime] = field(init=False)
-    _standing: dict[tuple[str, str], _Standing] = field(init=False, default_factory=dict)
+    _standing: dict[tuple[str, str, str | None], _Standing] = field(
+        init=False, default_factory=dict
+    )
+    """Kept admissions by (runtime, classification, the request's instance proof)."""
     _in_flight: dict[str, int] = field(init=False, default_factory=dict)
     _issued: dict[str, _Bounded] = field(init=False, default_factory=dict)
     _covered: dict[str, _Bounded] = field(init=False, default_factory=dict)
@@ -277,7 +284,10 @@ class ModelGateway:
         except TurnError as exc:
             raise Refusal(400, exc.reason_code) from exc
         classification = model_turns.request_classification(runtime.facts, chat)
-        version = await self._admit(runtime, classification)
+        proof = request.headers.get(names.HEADER_INSTANCE_PROOF)
+        if proof is not None and not 0 < len(proof) <= MAX_INSTANCE_PROOF_CHARS:
+            raise Refusal(400, "instance_proof_malformed")
+        version = await self._admit(runtime, classification, proof)
         if runtime.account_tool_calls:
             await self._account(runtime, chat)
         turn = await self._ask_upstream(data, chat.stream)
@@ -313,16 +323,21 @@ class ModelGateway:
                 return runtime
         raise Refusal(401, "gateway_token_unknown")
 
-    async def _admit(self, runtime: GatewayRuntime, classification: Classification) -> str:
+    async def _admit(
+        self, runtime: GatewayRuntime, classification: Classification, proof: str | None
+    ) -> str:
         """The attested runtime version, or a refusal the gate has recorded. The gate
         also decides the request as an egress to the provider, for its classification,
-        so an admission is kept per runtime and classification."""
+        and checks the process proof, so an admission is kept per runtime,
+        classification and proof (another process's request is asked about afresh)."""
         now = self.clock()
-        key = (runtime.runtime_id, classification)
+        key = (runtime.runtime_id, classification, proof)
         cached = self._standing.get(key)
         if cached is not None and now < cached.valid_until_ms:
             return cached.runtime_version
-        self._standing.pop(key, None)
+        # proofs rotate, so a kept admission's key is often never asked again
+        for old in [k for k, v in self._standing.items() if v.valid_until_ms <= now]:
+            del self._standing[old]
         ask = GatewayAdmit(
             schema="smf.gateway-admit/1",
             request_id="m-" + secrets.token_hex(16),
@@ -331,6 +346,7 @@ class ModelGateway:
             provider=self.upstream.provider,
             classification=classification,
             issued_at_ms=now,
+            instance_proof=proof,
         )
         answer = await self._ask_gate(
             names.GATEWAY_ADMIT,
