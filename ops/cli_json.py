@@ -672,10 +672,17 @@ class ModelGatewayAddRuntimeJson(CliJson, kw_only=True):
 
 
 class ModelGatewayClearJson(CliJson, kw_only=True):
-    """``model-gateway clear --json``: the gate's answer."""
+    """``model-gateway clear --json``: the gate's answer (exit 1 when the stop stands)."""
 
     runtime_id: Annotated[Token, _("the runtime")]
     was_stopped: Annotated[bool, _("whether it was stopped before the clear")]
+    stopped: Annotated[
+        bool, _("still stopped: the clear was not recorded or stored, or a newer stop stands")
+    ]
+    reason_codes: Annotated[
+        tuple[Code, ...], _("why the clear did not take effect; empty when it did")
+    ]
+    evidence: Annotated[tuple[Identity, ...], _("the ledger entry that records the clear")]
 
 
 class GatewayRuntime(CliJson, kw_only=True):

@@ -28,7 +28,10 @@ Rules the table keeps:
 - An approver asks resolve, show and status, and reads only its tenants'
   pending announcements; the console relay reads them for every tenant.
 - Gate replicas tell each other what they learn (``smf.gate.sync.>``: attestations,
-  decided tool-call ids, stops); nobody else reads or writes it.
+  decided tool-call ids, stops); nobody else reads or writes it. Only gates read or
+  write the KV buckets behind them (``$KV.>``: on a cluster the runtime stops and
+  decided tool calls of ``smf_tool_calls``, the claims, the approvals); besides the
+  operator, only release publishers hold a ``$KV`` subject, their bucket's.
 - The model gateway (issue 16) asks ``smf.gateway.admit`` and ``smf.gateway.calls``
   (tool-call accounting) and streams the output
   of the runtimes it serves (``smf.output.>``, closes signed with its own key);

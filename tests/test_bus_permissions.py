@@ -43,6 +43,7 @@ from ops.stack import gate_config, start_embedded_server, start_stack
 from ops.state import CONSOLE, MODEL_GATEWAY, OPERATOR, PUBLISHER, StateDir, refresh_demo_release
 from pipeline.assembly import BusUnavailableError, start_gate
 from pipeline.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
+from pipeline.stores.tool_calls_kv import BUCKET as TOOL_CALLS
 from subjects import names
 from subjects.bus_access import BusCredential, connector_durable
 from subjects.registry import RegistryFile, encode_registry
@@ -119,6 +120,10 @@ ACTIONS: Final = (
         "purge the claims KV bucket", "req", f"{API}.STREAM.PURGE.KV_smf_proposal_claims", who()
     ),
     Action("write a release", "pub", f"$KV.{RELEASE_BUCKET}.release.x", who(PUBLISHER)),
+    # Issue 16: runtime stops and decided tool calls, on a cluster; gates only.
+    Action("read the tool-call bucket", "req", f"{API}.STREAM.INFO.KV_{TOOL_CALLS}", who(GATE)),
+    Action("note a decided tool call", "pub", f"$KV.{TOOL_CALLS}.note.x", who(GATE)),
+    Action("purge the tool-call bucket", "req", f"{API}.STREAM.PURGE.KV_{TOOL_CALLS}", who()),
     Action(
         "read a release",
         "req",

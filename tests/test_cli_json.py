@@ -118,7 +118,9 @@ def test_emit_refuses_a_value_its_own_type_rejects(capsys: pytest.CaptureFixture
     """An id cut to a display prefix is an error, not a line a script reads."""
     from ops.output import emit  # noqa: PLC0415 - the one function under test here
 
-    cut = cli_json.ModelGatewayClearJson(runtime_id="not a token", was_stopped=False)
+    cut = cli_json.ModelGatewayClearJson(
+        runtime_id="not a token", was_stopped=False, stopped=False, reason_codes=(), evidence=()
+    )
     with pytest.raises(msgspec.ValidationError):
         emit(cut)
     assert capsys.readouterr().out == ""

@@ -357,10 +357,15 @@ def test_a_tool_run_past_a_removed_hook_stops_the_runtime_at_its_result(
     assert [STOPPED, "model_request_refused"] in [e["reason_codes"] for e in stopped["ledger"]]
     cleared = hermes.send({"op": "clear", "runtime_id": HERMES_RUNTIME_ID})  # the CLI
     assert cleared["returncode"] == 0, cleared["stderr"]
-    assert json.loads(cleared["last_line"]) == {
+    printed = json.loads(cleared["last_line"])
+    assert printed == {
         "runtime_id": HERMES_RUNTIME_ID,
         "was_stopped": True,
+        "stopped": False,
+        "reason_codes": [],
+        "evidence": printed["evidence"],  # the clear's own ledger entry
     }
+    assert len(printed["evidence"]) == 1
     served = through_gateway(hermes, "gw-thief-cleared", {"calls": [], "final": ALLOWED})
     assert ALLOWED in served["stdout"]
 
