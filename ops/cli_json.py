@@ -148,6 +148,15 @@ class Percentiles(CliJson, kw_only=True):
     p99_ns: Annotated[Nanoseconds, _("99th percentile, ns")]
 
 
+class Differences(CliJson, kw_only=True):
+    """Percentiles of a per-sample difference of two timings, which can fall below zero
+    when the baseline sample of a pair happened to be the slower one."""
+
+    p50_ns: Annotated[int, _("median, ns (may be negative)")]
+    p95_ns: Annotated[int, _("95th percentile, ns (may be negative)")]
+    p99_ns: Annotated[int, _("99th percentile, ns (may be negative)")]
+
+
 class Counted(Percentiles, kw_only=True):
     """Latency percentiles and the number of samples."""
 
@@ -281,7 +290,9 @@ class GatewayRow(CliJson, kw_only=True):
     direct: Annotated[Percentiles, _("straight to the fake provider")]
     through_gateway: Annotated[Percentiles, _("through the model gateway")]
     output_decision: Annotated[Percentiles, _("the output gate's decision inside it")]
-    gateway_own_added: Annotated[Percentiles, _("the gateway's own added latency")]
+    gateway_own_added: Annotated[
+        Differences, _("the gateway's own added latency: through - direct - decision, per pair")
+    ]
 
 
 class TargetJson(CliJson, kw_only=True):
