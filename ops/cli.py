@@ -25,6 +25,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from ops.commands import (
     approvals,
+    approver,
     bench,
     bus,
     completion,
@@ -36,6 +37,7 @@ from ops.commands import (
     ledger,
     model_gateway,
     release,
+    runtime,
     swarm,
     up,
 )
@@ -81,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
         console,
         bus,
         model_gateway,
+        runtime,
+        approver,
         completion,
     ):
         module.add_parsers(sub)

@@ -314,6 +314,8 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         "console",
         "bus",
         "model-gateway",
+        "runtime",
+        "approver",
         "completion",
     }
     for path, summary, child in found:
