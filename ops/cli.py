@@ -32,6 +32,7 @@ from ops.commands import (
     console,
     decide,
     demo,
+    doctor,
     explain,
     keys,
     ledger,
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         model_gateway,
         runtime,
         approver,
+        doctor,
         completion,
     ):
         module.add_parsers(sub)

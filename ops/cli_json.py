@@ -926,6 +926,39 @@ class ApproverRemoveJson(CliJson, kw_only=True):
     release: Annotated[ReleasePublishJson, _("the release without it, and the gates' word")]
 
 
+DoctorStatus = Literal["ok", "warn", "fail", "skip"]
+"""ok: checked and fine; warn: checked, works, needs attention soon; fail: checked and
+broken; skip: not checked (the row says why), never counted as ok."""
+DoctorKind = Literal["bus", "release", "service", "runtime", "connector", "ledger", "console"]
+
+
+class DoctorCheckJson(CliJson, kw_only=True):
+    """One check of ``doctor``."""
+
+    kind: Annotated[DoctorKind, _("what was checked")]
+    subject: Annotated[str | None, _("which one: a service, runtime, connector, gate; or null")]
+    status: Annotated[DoctorStatus, _("ok, warn, fail, or skip (not checked)")]
+    detail: Annotated[str, _("what was found, in one line")]
+    fix: Annotated[str | None, _("what to do about it; null when ok")]
+    age_ms: Annotated[
+        Count | None,
+        _("age of what was found: an attestation, a checkpoint, unanchored entries' wait"),
+    ]
+    remaining_ms: Annotated[int | None, _("a release's lease left (negative: ended); or null")]
+
+
+class DoctorJson(CliJson, kw_only=True):
+    """``doctor --json``; printed also when a check failed (then exit 1)."""
+
+    ok: Annotated[bool, _("no check failed")]
+    nats_url: Annotated[str, _("the bus checked")]
+    checks: Annotated[tuple[DoctorCheckJson, ...], _("every check, in order")]
+    failed: Annotated[Count, _("checks that failed")]
+    warned: Annotated[Count, _("checks that warned")]
+    lease_warn_hours: Annotated[Count, _("a lease ending sooner than this warns")]
+    checkpoint_age_s: Annotated[Count, _("entries unanchored longer than this warn")]
+
+
 VARIANTS: Final[dict[type[CliJson], str]] = {
     EvalExplainedJson: "--explain",
     EvalLinesJson: "--jsonl",
@@ -970,6 +1003,7 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("runtime", "remove"): (RuntimeRemoveJson,),
     ("approver", "add"): (ApproverAddJson,),
     ("approver", "remove"): (ApproverRemoveJson,),
+    ("doctor",): (DoctorJson,),
 }
 """Each command with ``--json`` and its types: what it prints, then any refusal it prints."""
 

@@ -67,6 +67,9 @@ class LedgerStanding(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The seq the newest checkpoint signed (0: none yet)."""
     pending_checkpoints: Annotated[int, msgspec.Meta(ge=0)]
     """Checkpoints signed but not yet accepted by the bus (a sink that fails)."""
+    window_start_ms: Millis | None
+    """Since when the entries after the last checkpoint wait for the next one: the last
+    checkpoint's time, or the first entry's when none was signed (None: empty)."""
 
 
 class GateStatus(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

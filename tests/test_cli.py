@@ -316,6 +316,7 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         "model-gateway",
         "runtime",
         "approver",
+        "doctor",
         "completion",
     }
     for path, summary, child in found:

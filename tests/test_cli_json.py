@@ -472,6 +472,19 @@ def check_approver_remove(out: cli_json.ApproverRemoveJson, _: World) -> None:
     adopted(out.release)
 
 
+def check_doctor(out: cli_json.DoctorJson, _: World) -> None:
+    assert (out.ok, out.failed) == (True, 0), out
+    kinds = {c.kind for c in out.checks if c.status in ("ok", "warn")}
+    assert kinds == {"bus", "release", "service", "connector", "ledger"}, out
+
+
+def check_doctor_dead(out: cli_json.DoctorJson, _: World) -> None:
+    assert (out.ok, out.failed) == (False, 1)
+    (bus,) = (c for c in out.checks if c.kind == "bus")
+    assert bus.status == "fail"
+    assert {c.status for c in out.checks if c.kind != "bus"} == {"skip"}
+
+
 RELEASE_KEY = ("--release-key", "{state}/keys/release-signer.key", "--state-dir", "{state}")
 NEW_RUNTIME = ("--kind", "hermes", "--id", "hermes-json", "--tenant", "tenant-acme")
 NEW_APPROVER = (
@@ -742,6 +755,10 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
     ("approver", "remove"): (
         Case(("--id", "attorney-json", *RELEASE_KEY), check=check_approver_remove),
         Case(("--id", "attorney-json", *RELEASE_KEY), 1, None),
+    ),
+    ("doctor",): (
+        Case(("--state-dir", "{state}", "--nats", "{nats}"), check=check_doctor),
+        Case(("--state-dir", "{state}", "--nats", "{dead}"), 1, 0, check_doctor_dead),
     ),
 }
 """Cases run in this order (a later one may use what an earlier one wrote): per

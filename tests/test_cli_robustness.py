@@ -180,6 +180,7 @@ BUS_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
         *("--release-key", "{state}/keys/release-signer.key", "--state-dir", "{state}"),
         *("--nats", "{nats}"),
     ),
+    ("doctor",): ("--state-dir", "{state}", "--nats", "{nats}"),
 }
 """A sound call of each command that connects to a bus."""
 

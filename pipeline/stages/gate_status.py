@@ -60,6 +60,7 @@ class GateStatusDesk:
                 tail_seq=self.ledger.tail_seq,
                 checkpoint_seq=self.ledger.checkpoint_seq,
                 pending_checkpoints=self.ledger.pending_checkpoints,
+                window_start_ms=self.ledger.checkpoint_window_start,
             ),
         )
 
