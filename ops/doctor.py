@@ -9,10 +9,9 @@ credential, and only what the operator role may ask (docs/BUS-PERMISSIONS.md):
   release each gate runs on, found in the state directory or the bucket and
   verified here (signature threshold, digests, lease, content);
 - **service**: each of the gate's ``nats.micro`` services answering
-  ``$SRV.PING.<name>`` (asked by name: a bare ``$SRV.PING`` reaches every
-  service of the gate's one connection at once, and the bus lets that
-  connection answer only one message per request, so it gets no answer at all
-  on a bus with authorization);
+  ``$SRV.PING.<name>`` (asked by name: to a bare ``$SRV.PING``, which reaches
+  every service of the gate's one connection at once, a bus with authorization
+  refuses the gate's replies as publish violations; docs/EVIDENCE.md, issue 21);
 - **runtime**: every gate's signed ``smf.gate.status``: each runtime of the
   registry, whether it must attest, its last attestation and its age, and why
   the gate would refuse it now;

@@ -38,6 +38,9 @@ from ops.releases import build_release, prior_of, write_release_dir
 from ops.stack import start_embedded_server
 from ops.state import RELEASE_SIGNER, RUNTIME_ID, StateDir, provision_demo
 from pipeline.stores.release_state import read_release_state
+from subjects import dsse, names
+from subjects.gate_status import GateStatus, LedgerStanding, open_gate_status, sign_gate_status
+from subjects.keys import generate_signing_key
 from subjects.release import ReleaseBundle
 from tests.test_cli_json import hold_filing
 from tests.test_cli_ops import read_line
@@ -352,3 +355,32 @@ def test_doctor_warns_of_a_lease_ending_and_fails_once_it_ended(
         assert release.remaining_ms < SKEW_MS
     finally:
         stop(proc)
+
+
+def test_a_status_no_gate_key_signed_is_not_a_gates_word() -> None:
+    """``smf.gate.status`` is opened only with the registry's gate keys: an answer signed
+    by any other key (or for another payload type) is not counted, so no other client
+    on the bus can tell the operator a runtime attested."""
+    gate, other = generate_signing_key(), generate_signing_key()
+    status = GateStatus(
+        schema="smf.gate-status/1",
+        gate="smf-gate",
+        at_ms=1,
+        release_id=None,
+        runtimes=(),
+        runtimes_truncated=False,
+        ledger=LedgerStanding(
+            ledger_id="l",
+            tail_seq=0,
+            checkpoint_seq=0,
+            pending_checkpoints=0,
+            window_start_ms=None,
+        ),
+    )
+    trusted = {gate.key_id: gate.verify_key}
+    assert open_gate_status(sign_gate_status(status, gate), trusted) == status
+    with pytest.raises(dsse.SignatureError):
+        open_gate_status(sign_gate_status(status, other), trusted)
+    report = dsse.encode_envelope(dsse.sign_struct(names.PAYLOAD_VERDICT, status, [gate]))
+    with pytest.raises(dsse.SignatureError):
+        open_gate_status(report, trusted)

@@ -39,7 +39,8 @@ from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from types import SimpleNamespace
+from typing import Any, Final, cast
 
 import msgspec
 import nats
@@ -54,15 +55,19 @@ from ops.model_gateway import set_upstream
 from ops.natsserver import reserve_port
 from ops.onboarding import Changes, OnboardingError
 from ops.releases import latest_in_inbox, write_release_dir
-from ops.runtimes import attestation_settings_path
+from ops.runtimes import LiveRequirements, attestation_settings_path, provision_runtime
 from ops.state import RUNTIME_ID, StateDir, provision_demo
+from pipeline.core.release_trust import VerifiedRelease
+from pipeline.stages.attestation import RuntimeRequirement
 from pipeline.stages.model_gateway import token_hash
 from subjects import dsse, names
 from subjects.attestation import AttestationAck, RuntimeAttestation
 from subjects.bus_access import BusCredential, connect_options, read_credential
 from subjects.keys import generate_signing_key, load_private_key, write_private_key
 from subjects.messages import ActorContext, DataFacts, Verdict
+from subjects.registry import KeyRegistry, RegistryFile, entry_for
 from subjects.release import decode_trust_root
+from tests.bus_helpers import registry_entries
 from tests.test_cli_json import hold_filing
 from tests.test_cli_ops import read_line
 
@@ -723,3 +728,40 @@ def test_changes_undo_what_they_wrote_when_one_write_fails(tmp_path: Path) -> No
     assert kept.read_bytes() == b"before"
     with pytest.raises(OnboardingError):
         changes.create(kept, b"exists")
+
+
+# --- what a running gate requires ---------------------------------------------------------------
+
+
+def registry_with(state: StateDir, *runtime_ids: str) -> KeyRegistry:
+    """The state's registry plus runtimes ``runtime_ids`` (new keys)."""
+    entries = list(registry_entries(state.registry))
+    for runtime_id in runtime_ids:
+        entries.append(
+            entry_for(generate_signing_key(), runtime_id, "runtime", runtime_id=runtime_id)
+        )
+    return KeyRegistry.from_file(RegistryFile(schema="smf.registry/1", entries=tuple(entries)))
+
+
+def switched_to(registry: KeyRegistry) -> VerifiedRelease:
+    """A release switch as ``LiveRequirements.follow`` sees it: only its registry is read."""
+    return cast(VerifiedRelease, SimpleNamespace(registry=registry))
+
+
+def test_a_gate_requires_what_the_state_names_at_each_release_switch(quiet_state: StateDir) -> None:
+    """``LiveRequirements``: read again at every switch; a runtime new since start that the
+    file does not name must attest the gate's release (fails closed); the scripted runtime,
+    exempt at start, stays exempt; an unreadable file keeps what was held."""
+    state = quiet_state
+    live = LiveRequirements(state, registry_with(state))
+    assert dict(live) == {}
+    provision_runtime(state, "rt-named", "rt-named", runtime_pin="9.9")  # the operator's file
+    live.follow(switched_to(registry_with(state, "rt-unnamed")))
+    assert live["rt-named"].runtime_pin == "9.9"
+    assert live["rt-unnamed"] == RuntimeRequirement(require_release=True)
+    assert RUNTIME_ID not in live
+    attestation_settings_path(state).write_bytes(b"{not json")
+    live.follow(switched_to(registry_with(state, "rt-later")))
+    assert live["rt-named"].runtime_pin == "9.9"
+    assert live["rt-later"] == RuntimeRequirement(require_release=True)
+    assert RUNTIME_ID not in live
