@@ -213,11 +213,14 @@ def sign_and_publish(
             wait_seconds=None if args.no_wait else args.wait,
             on_published=on_published,
         )
-    except BaseException as exc:
+    except ReleaseError as exc:
+        if left:  # pragma: no cover - publish_bundle raises it only before the release left
+            fail(f"published, then: {exc}")
+        changes.undo()
+        fail(f"not published, nothing changed: {exc}")
+    except BaseException:
         if not left:
             changes.undo()
-        if isinstance(exc, ReleaseError):
-            fail(f"not published, nothing changed: {exc}")
         raise
     return Outcome(done, "prior" if authority.corpus is None else "corpus")
 
