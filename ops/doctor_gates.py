@@ -75,7 +75,7 @@ _WHY: Final = {
 }
 
 
-def _runtime_check(status: GateStatus, standing: RuntimeStanding, subject: str, now: int) -> Check:
+def runtime_check(status: GateStatus, standing: RuntimeStanding, subject: str, now: int) -> Check:
     age = None if standing.attested_at_ms is None else max(0, now - standing.attested_at_ms)
     seen = (
         "no attestation"
@@ -142,7 +142,7 @@ def runtimes(settings: Settings, statuses: Mapping[str, GateStatus]) -> list[Che
                     )
                 )
                 continue
-            checks.append(_runtime_check(status, standing, subject, now))
+            checks.append(runtime_check(status, standing, subject, now))
         if status.runtimes_truncated:
             checks.append(
                 Check(
@@ -277,14 +277,14 @@ async def ledgers(
             )
             continue
         found = None if raw is None else _checkpoint(raw.data or b"", gate_keys)
-        checks.append(_ledger_check(settings, gate, status, raw is not None, found))
+        checks.append(ledger_check(settings, gate, status, raw is not None, found))
     return checks
 
 
 _FIX_SINK: Final = "check the gate's log (ledger.checkpoint_publish_failed) and the stream"
 
 
-def _ledger_check(
+def ledger_check(
     settings: Settings,
     gate: str,
     status: GateStatus,

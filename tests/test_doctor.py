@@ -26,21 +26,34 @@ from pathlib import Path
 from typing import Final
 
 import msgspec
+import nats
 import pytest
 
+from ops.bench.gateway import attest
 from ops.cli import main
 from ops.cli_json import DoctorCheckJson, DoctorJson
 from ops.doctor import GATE_SERVICES, RELEASE_SERVICE
+from ops.doctor_checks import Settings
+from ops.doctor_gates import ledger_check, runtime_check
 from ops.model_gateway import set_upstream
 from ops.natsserver import EmbeddedNatsServer, reserve_port
 from ops.projections import SCENARIO_CORPUS, package_path
 from ops.releases import build_release, prior_of, write_release_dir
-from ops.stack import start_embedded_server
+from ops.runtimes import provision_runtime
+from ops.stack import start_embedded_server, start_stack
 from ops.state import RELEASE_SIGNER, RUNTIME_ID, StateDir, provision_demo
 from pipeline.stores.release_state import read_release_state
 from subjects import dsse, names
-from subjects.gate_status import GateStatus, LedgerStanding, open_gate_status, sign_gate_status
+from subjects.bus_access import connect_options
+from subjects.gate_status import (
+    GateStatus,
+    LedgerStanding,
+    RuntimeStanding,
+    open_gate_status,
+    sign_gate_status,
+)
 from subjects.keys import generate_signing_key
+from subjects.registry import load_registry
 from subjects.release import ReleaseBundle
 from tests.test_cli_json import hold_filing
 from tests.test_cli_ops import read_line
@@ -48,6 +61,7 @@ from tests.test_cli_ops import read_line
 PROG: Final = (sys.executable, "-m", "ops.cli")
 TIMEOUT: Final = 60.0
 HOUR_MS: Final = 3_600_000
+PIN_FOR_TEST: Final = "1.0"
 SKEW_MS: Final = 60_000
 """The gates' clock-skew bound: a lease counts only while it outlasts now + this."""
 
@@ -384,3 +398,146 @@ def test_a_status_no_gate_key_signed_is_not_a_gates_word() -> None:
     report = dsse.encode_envelope(dsse.sign_struct(names.PAYLOAD_VERDICT, status, [gate]))
     with pytest.raises(dsse.SignatureError):
         open_gate_status(report, trusted)
+
+
+# --- each judgement, on the gate's word as it would come ----------------------------------------
+
+
+NOW: Final = 10_000_000
+
+
+def status_of(*runtimes: RuntimeStanding, **ledger: int | None) -> GateStatus:
+    fields: dict[str, int | None] = {
+        "tail_seq": 10,
+        "checkpoint_seq": 0,
+        "pending_checkpoints": 0,
+        "window_start_ms": NOW - 1000,
+    }
+    fields.update(ledger)
+    return GateStatus(
+        schema="smf.gate-status/1",
+        gate="smf-gate",
+        at_ms=NOW,
+        release_id="r",
+        runtimes=runtimes,
+        runtimes_truncated=False,
+        ledger=msgspec.convert({"ledger_id": "ledger-a", **fields}, type=LedgerStanding),
+    )
+
+
+def settings_for(state: StateDir) -> Settings:
+    return Settings(
+        url="nats://unused",
+        credential=None,
+        registry=load_registry(state.registry),
+        trust_root=None,
+        state=None,
+        console=None,
+        clock=lambda: NOW,
+    )
+
+
+def standing(reason: str | None, *, must: bool = True, age: int | None = 5000) -> RuntimeStanding:
+    return RuntimeStanding(
+        runtime_id="rt",
+        must_attest=must,
+        lease_ms=180_000,
+        attested_at_ms=None if age is None else NOW - age,
+        accepted=None if age is None else reason != "runtime_attestation_rejected",
+        reason_codes=("runtime_hook_missing",) if reason == "runtime_attestation_rejected" else (),
+        standing=reason,
+    )
+
+
+@pytest.mark.parametrize(
+    ("reason", "status", "said"),
+    [
+        (None, "ok", "accepted"),
+        ("runtime_attestation_missing", "fail", "never attested"),
+        ("runtime_attestation_stale", "fail", "older than its lease"),
+        ("runtime_attestation_rejected", "fail", "refused (runtime_hook_missing)"),
+        ("runtime_release_mismatch", "fail", "another release"),
+        ("runtime_stopped_ungated_tool_result", "fail", "stopped"),
+    ],
+)
+def test_each_runtime_standing_is_judged_as_the_gate_would_refuse_it(
+    reason: str | None, status: str, said: str
+) -> None:
+    age = None if reason == "runtime_attestation_missing" else 5000
+    check = runtime_check(status_of(), standing(reason, age=age), "rt", NOW)
+    assert (check.status, check.age_ms) == (status, age)
+    assert said in check.detail
+    assert (check.fix is None) == (status == "ok")
+    exempt = runtime_check(status_of(), standing(None, must=False), "rt", NOW)
+    assert exempt.status == "skip"  # not required to attest: not judged, never ok
+
+
+@pytest.mark.parametrize(
+    ("ledger", "found", "status", "said"),
+    [
+        ({"tail_seq": 0, "window_start_ms": None}, None, "ok", "empty"),
+        ({"pending_checkpoints": 2}, None, "fail", "not on the bus"),
+        ({}, None, "ok", "10 entries after the newest checkpoint (seq 0), waiting 1 s"),
+        ({"window_start_ms": NOW - 600_000}, None, "warn", "more than 120 s"),
+        ({"checkpoint_seq": 10}, None, "fail", "the stream holds none"),
+        ({"checkpoint_seq": 10}, ("ledger-a", 10, NOW - 5000), "ok", "anchored"),
+        ({"checkpoint_seq": 8}, ("ledger-a", 6, NOW - 5000), "fail", "seq 6 at most"),
+        ({}, ("ledger-b", 4, NOW), "fail", "replaced or truncated"),
+        ({}, ("ledger-a", 11, NOW), "fail", "replaced or truncated"),
+    ],
+)
+def test_each_ledger_standing_is_judged_against_the_checkpoint_on_the_bus(
+    ledger: dict[str, int | None],
+    found: tuple[str, int, int] | None,
+    status: str,
+    said: str,
+    quiet: StateDir,
+) -> None:
+    published = found is not None
+    check = ledger_check(settings_for(quiet), "smf-gate", status_of(**ledger), published, found)
+    assert check.status == status, check
+    assert said in check.detail, check
+    stranger = ledger_check(settings_for(quiet), "smf-gate", status_of(), True, None)
+    assert "not signed by a gate key" in stranger.detail
+
+
+@pytest.fixture
+def quiet(tmp_path: Path) -> StateDir:
+    state = StateDir(tmp_path / "quiet")
+    provision_demo(state)
+    return state
+
+
+async def test_a_gate_answers_its_status_signed_and_read_only(quiet: StateDir) -> None:
+    """The gate side of ``smf.gate.status`` in process: the scripted runtime exempt, a
+    runtime that must attest missing until it attests, the ledger's tail, and a request
+    that is not one answered unsigned (no asker counts it)."""
+    provision_runtime(quiet, "rt-must", "rt-must", runtime_pin=PIN_FOR_TEST, require_release=False)
+    stack = await start_stack(quiet, with_connectors=False)
+    try:
+        nc = await nats.connect(stack.url, **connect_options(quiet.existing_credential("operator")))
+        try:
+
+            async def ask(payload: bytes = b"{}") -> bytes:
+                reply = await nc.request(names.GATE_STATUS, payload, timeout=5)
+                data: bytes = reply.data
+                return data
+
+            status = open_gate_status(await ask(), quiet.gate_keys())
+            assert [(r.runtime_id, r.must_attest, r.standing) for r in status.runtimes] == [
+                ("rt-must", True, "runtime_attestation_missing"),
+                (RUNTIME_ID, False, "runtime_attestation_missing"),
+            ]
+            assert status.release_id is not None
+            ack = await attest(quiet, stack.url, "rt-must", "rt-must", PIN_FOR_TEST)
+            assert ack.accepted, ack
+            again = open_gate_status(await ask(), quiet.gate_keys())
+            (must,) = (r for r in again.runtimes if r.runtime_id == "rt-must")
+            assert (must.standing, must.accepted) == (None, True)
+            assert must.attested_at_ms is not None
+            assert again.ledger.tail_seq >= status.ledger.tail_seq
+            assert await ask(b"not json") == b'{"error":"malformed_request"}'
+        finally:
+            await nc.close()
+    finally:
+        await stack.stop()

@@ -50,6 +50,7 @@ from nats.errors import Error as NatsError
 
 from adapters.client import ProposalClient
 from adapters.hermes.config import AdapterConfig
+from ops.bus_auth import new_user_seed, public_user
 from ops.cli import main
 from ops.model_gateway import set_upstream
 from ops.natsserver import reserve_port
@@ -63,7 +64,12 @@ from pipeline.stages.model_gateway import token_hash
 from subjects import dsse, names
 from subjects.attestation import AttestationAck, RuntimeAttestation
 from subjects.bus_access import BusCredential, connect_options, read_credential
-from subjects.keys import generate_signing_key, load_private_key, write_private_key
+from subjects.keys import (
+    generate_signing_key,
+    load_private_key,
+    public_record,
+    write_private_key,
+)
 from subjects.messages import ActorContext, DataFacts, Verdict
 from subjects.registry import KeyRegistry, RegistryFile, entry_for
 from subjects.release import decode_trust_root
@@ -765,3 +771,72 @@ def test_a_gate_requires_what_the_state_names_at_each_release_switch(quiet_state
     assert live["rt-named"].runtime_pin == "9.9"
     assert live["rt-later"] == RuntimeRequirement(require_release=True)
     assert RUNTIME_ID not in live
+
+
+def test_approver_refusals_are_one_line_and_change_nothing(
+    quiet_state: StateDir, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = quiet_state
+    mine = generate_signing_key()
+    record = tmp_path / "attorney-bea.pub.json"
+    record.write_bytes(msgspec.json.encode(public_record(mine, "attorney-bea")))
+    alex, _ = load_private_key(state.key_path("attorney-alex"))
+    borrowed = tmp_path / "attorney-cy.pub.json"  # attorney-alex's key under another name
+    borrowed.write_bytes(msgspec.json.encode(public_record(alex, "attorney-cy")))
+    user = public_user(new_user_seed())
+    taken = public_user(state.bus_credential_path("attorney-alex").read_bytes())
+    flipped = user[:-1] + ("A" if user[-1] != "A" else "B")
+
+    def add(principal: str, key: Path, bus_user: str, *extra: str) -> list[str]:
+        return [
+            *("approver", "add", "--id", principal, "--role", "licensed_attorney"),
+            *("--tenant", TENANT, "--public-key", str(key), "--bus-user", bus_user),
+            *("--release-key", str(state.key_path("release-signer"))),
+            *("--state-dir", str(state.root), "--no-wait", *extra),
+        ]
+
+    before = snapshot(state.root)
+    refusals = [
+        (add("attorney-bee", record, user), "attorney-bea's, not attorney-bee's"),
+        (add("attorney-bea", record, "not-a-user"), "is not a NATS user public key"),
+        (add("attorney-bea", record, flipped), "wrong checksum"),
+        (add("attorney-bea", record, user, "--role", "Licensed Attorney"), "is not a role"),
+        (add("attorney-bea", record, user, "--tenant", "a.b"), "is not a tenant id"),
+        (add("attorney-bea", record, taken), "is already attorney-alex's"),
+        (add("attorney-cy", borrowed, user), "is already registered (attorney-alex)"),
+        (add("attorney-bea", tmp_path / "absent.json", user), "cannot read"),
+        (add("attorney-bea", state.registry, user), "is not a public key record"),
+        (
+            [
+                *("approver", "remove", "--id", "runtime", "--state-dir", str(state.root)),
+                *("--release-key", str(state.key_path("release-signer"))),
+            ],
+            "no approver runtime",
+        ),
+    ]
+    for argv, needle in refusals:
+        code, out, err = cli(argv, capsys)
+        assert_one_line(code, err, needle)
+        assert out == ""
+        assert snapshot(state.root) == before, argv
+
+
+def test_keys_nkey_refuses_a_name_it_cannot_connect_with_or_a_file_already_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, status, needle in [
+        ("ann.key", 2, "must be named <principal>.nkey"),
+        ("two words.nkey", 2, "is not a principal"),
+    ]:
+        code, _, err = cli(["keys", "nkey", "--out", str(tmp_path / name)], capsys)
+        assert (code, needle in err) == (status, True), err
+        assert not (tmp_path / name).exists()
+    seed = tmp_path / "ann.nkey"
+    code, out, _ = cli(["keys", "nkey", "--out", str(seed)], capsys)
+    assert code == 0
+    assert public_user(seed.read_bytes()) in out
+    assert seed.read_text().strip() not in out
+    before = seed.read_bytes()
+    code, _, err = cli(["keys", "nkey", "--out", str(seed)], capsys)
+    assert_one_line(code, err, "never overwritten")
+    assert seed.read_bytes() == before
