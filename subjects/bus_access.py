@@ -40,7 +40,10 @@ Rules the table keeps:
   with it (``smf.release.report``: every gate answers with its active release and
   recent refusals, ids and reason codes only), and nothing else; Swarm serves
   ``smf.swarm.analyze``.
-- Only an operator lifts a runtime's stop (``smf.gateway.clear``).
+- Only an operator lifts a runtime's stop (``smf.gateway.clear``), and only an
+  operator asks the gates' status (``smf.gate.status``: each runtime's last
+  attestation and the ledger's tail against its last checkpoint, issue 21); every
+  gate answers, signed.
 - Nobody but an operator deletes or purges a stream or a bucket, or a
   message of the checkpoint, order or result streams.
 
@@ -245,6 +248,7 @@ def _gate() -> Permissions:
             names.GATEWAY_CALLS,
             names.GATEWAY_CLEAR,
             names.RELEASE_REPORT,
+            names.GATE_STATUS,
             f"{names.STAGE_PREFIX}.>",
             f"{names.GATE_SYNC_PREFIX}.>",
             "$SRV.>",

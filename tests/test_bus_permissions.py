@@ -144,6 +144,10 @@ ACTIONS: Final = (
     # Tool-call accounting: only the gateway asks; only an operator lifts a stop.
     Action("ask the tool-call accounting", "req", names.GATEWAY_CALLS, who(MODEL_GATEWAY), b"{}"),
     Action("clear a runtime's stop", "req", names.GATEWAY_CLEAR, who(), b"{}"),
+    # Issue 21: only an operator asks the gates' status (runtimes' attestations, ledger
+    # tail); only gates answer it.
+    Action("ask the gates' status", "req", names.GATE_STATUS, who(), b"{}"),
+    Action("serve the gate status", "sub", names.GATE_STATUS, who(GATE)),
     Action("resolve an approval", "req", names.APPROVAL_RESOLVE, who(ATTORNEY, CONSOLE)),
     Action("show an approval", "req", names.APPROVAL_SHOW, who(ATTORNEY, CONSOLE)),
     # The OpenClaw plugin's hold asks it (adapters/openclaw/src/gate.ts); Hermes never does.

@@ -43,6 +43,7 @@ from pipeline.stages.decide import EvaluateStage, NormalizeStage
 from pipeline.stages.dispatch import DispatchStage
 from pipeline.stages.evidence import EvidenceWriter
 from pipeline.stages.gate import Gate, GateSettings
+from pipeline.stages.gate_status import GateStatusDesk
 from pipeline.stages.model_admission import ModelAdmissionDesk
 from pipeline.stages.outcomes import OutcomeDesk
 from pipeline.stages.releases import ReleaseWatcher
@@ -662,6 +663,22 @@ async def _serve_runtime_state(
         ],
         description="SMF tool-call accounting: calls -> signed answer; clear (operators)",
         auth=None,
+    )
+    status = GateStatusDesk(
+        gate=config.name,
+        attestation=attestation,
+        ledger=ledger,
+        release_id=_active_release(releases),
+        clock=config.clock,
+        signer=config.gate_key,
+    )
+    await running.serve(
+        "smf-gate-status",
+        [Endpoint("status", names.GATE_STATUS, status.handle)],
+        description="SMF gate status: status -> this gate's signed runtimes and ledger (operators)",
+        auth=None,
+        # every replica answers for itself, as with the release report
+        queue_group=f"{names.QUEUE_GROUP}.status.{names.token(config.name)}",
     )
 
 
