@@ -10,10 +10,13 @@ cache folder keyed by the pinned version and the plugin's dependency pins::
 
 Invariants:
 
-- The shared venv is never changed once complete. It holds Hermes and the
+- The shared venv is never changed once complete. It holds Hermes, the
   plugin's dependencies (nats-py, nkeys, msgspec and PyNaCl at the versions of
   the calling environment; nkeys because nats-py signs the bus's nonce with
-  it, issue 15, and does not install it by itself), and both are in its name.
+  it, issue 15, and does not install it by itself) and the packages the
+  conformance tests need to drive Hermes's own surfaces (:data:`SURFACE_PACKAGES`:
+  the MCP SDK and the Telegram client, issue 26, at the versions Hermes pins in
+  its own extras), and all of them are in its name.
   It is complete only when ``.complete`` exists; that is written last, so an
   interrupted install is detected and redone from scratch.
 - Our code is never installed into it. The brief: "never let two checkouts
@@ -54,6 +57,12 @@ HERMES_REQUIREMENT: Final = f"hermes-agent=={HERMES_VERSION}"
 PLUGIN_DEPENDENCIES: Final = ("nats-py", "nkeys", "msgspec", "PyNaCl")
 """What ``adapters/`` and ``subjects/`` import beyond the standard library (``nkeys``:
 nats-py's ``nkeys_seed`` needs it, the ``[nkeys]`` extra of our own dependency)."""
+SURFACE_PACKAGES: Final = ("mcp==1.26.0", "starlette==1.0.1", "python-telegram-bot==22.6")
+"""What Hermes needs for the surfaces issue 26 drives, pinned as ``hermes-agent`` 0.19.0
+pins them in its own extras (``mcp``: its MCP client, and the SDK the tests' MCP
+server is written with; ``messaging``: python-telegram-bot, for its Telegram
+gateway platform against a local fake Bot API). Not our plugin's dependencies:
+the adapter imports none of them."""
 COMPLETE_MARKER: Final = ".complete"
 INSTALL_TIMEOUT_S: Final = 900.0
 
@@ -118,14 +127,15 @@ def _run(args: list[str], progress: Progress, what: str) -> None:
 
 
 def _plugin_requirements() -> list[str]:
-    """Our plugin's dependencies at the versions this environment runs (tested together)."""
+    """Our plugin's dependencies at the versions this environment runs (tested together),
+    then the pinned surface packages (:data:`SURFACE_PACKAGES`); all in the folder's name."""
     pins = []
     for name in PLUGIN_DEPENDENCIES:
         try:
             pins.append(f"{name}=={metadata.version(name)}")
         except metadata.PackageNotFoundError:
             pins.append(name)
-    return pins
+    return [*pins, *SURFACE_PACKAGES]
 
 
 def installed_hermes_version(root: Path) -> str | None:
@@ -157,7 +167,7 @@ def _hermes_layer(root: Path, requirements: list[str], progress: Progress) -> fl
     _run(
         [python, "-m", "pip", "install", "--quiet", "--no-input", *requirements],
         progress,
-        "pip install plugin dependencies",
+        "pip install plugin dependencies and surface packages",
     )
     found = installed_hermes_version(root)
     if found != HERMES_VERSION:
