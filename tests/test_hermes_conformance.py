@@ -129,9 +129,11 @@ def harness(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     corpus: Path | None = None,
+    mapper_extra: dict[str, Any] | None = None,
 ) -> Iterator[HermesRuns]:
     """One harness process for a module (tests/hermes_harness.py), stopped at its end;
-    its gate runs on a release of ``corpus`` when one is given (else the demo's)."""
+    its gate runs on a release of ``corpus`` when one is given (else the demo's), with
+    ``mapper_extra`` tools added to its mapper table for Hermes."""
     say = _progress(request)
     started = time.monotonic()
     env = ensure_hermes_env(PROJECT, progress=say)
@@ -145,6 +147,7 @@ def harness(
         "pythonpath": env.pythonpath,
         "bring_up_loopback": isolated,
         "corpus": None if corpus is None else str(corpus),
+        "mapper_extra": mapper_extra or {},
     }
     prefix = ["unshare", "-n"] if isolated else []
     say("network: " + ("unshare -n, loopback only" if isolated else "no namespace; 127.0.0.1 only"))
