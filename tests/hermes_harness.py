@@ -39,8 +39,9 @@ command with its ``op``:
   pointed at a fake Bot API in this process (``tests/fake_telegram.py``,
   ``platforms.telegram.extra.base_url``); the command's ``messages`` are
   pushed one at a time, each waited for by the reply the fake platform
-  receives, then the gateway is stopped (SIGTERM) and every call it made to
-  the platform is returned (``telegram``).
+  receives in its chat (a message or edit holding one of its ``expect``
+  texts, no longer being edited), then the gateway is stopped (SIGTERM) and
+  every call it made to the platform is returned (``telegram``).
 - ``"op": "cron"``: the command's ``jobs`` are created with ``hermes cron
   create`` (a ``no_agent`` job's script under ``$HERMES_HOME/scripts``) and
   run with ``hermes cron run <id>``, Hermes's documented run-now command,
@@ -585,13 +586,17 @@ class Harness:
             for message in command["messages"]:
                 since = len(fake.state.sent)
                 fake.push_text(message["chat"], int(message["user"]), message["text"])
-                expect, chat = str(message["expect"]), str(message["chat"]["id"])
+                wanted = message["expect"]
+                expect = [wanted] if isinstance(wanted, str) else [str(w) for w in wanted]
+                chat = str(message["chat"]["id"])
 
-                def replied(since: int = since, expect: str = expect, chat: str = chat) -> bool:
+                def replied(
+                    since: int = since, expect: list[str] = expect, chat: str = chat
+                ) -> bool:
                     return proc.returncode is not None or any(
                         s.method in {"sendMessage", "sendRichMessage", "editMessageText"}
                         and str(s.params.get("chat_id")) == chat
-                        and expect in s.text
+                        and any(e in s.text for e in expect)
                         and CURSOR not in s.text
                         for s in fake.state.sent[since:]
                     )

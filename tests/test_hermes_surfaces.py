@@ -15,7 +15,7 @@ two customer policies): writes are allowed outside legal hold, and the
 ``terminal`` tool's commands are allowed (its other process tools are not),
 so each surface shows an allowed call doing its work and a denied one leaving
 no effect. Its mapper table adds the two tools an operator maps for the MCP
-server the test adds (``mcp_matter_list_notes``, ``mcp_matter_write_note``).
+server the test adds (``mcp__matter__list_notes``, ``mcp__matter__write_note``).
 
 Surfaces, one test each (docs/HERMES.md, surface matrix):
 
@@ -79,7 +79,7 @@ TELEGRAM_STREAMING = {"display": {"platforms": {"telegram": {"streaming": True}}
 (the gateway reads the raw file, so the shipped default applies only once it is there)."""
 
 MCP_TOOLS = {
-    "mcp_matter_list_notes": {
+    "mcp__matter__list_notes": {
         "capability": "document.read",
         "effects": {"egress": False, "persistence": "none", "reversibility": "full"},
         "channel": "filesystem",
@@ -87,7 +87,7 @@ MCP_TOOLS = {
         "target_arg": "folder",
         "required_args": ["folder"],
     },
-    "mcp_matter_write_note": {
+    "mcp__matter__write_note": {
         "capability": "document.write",
         "effects": {"egress": False, "persistence": "local", "reversibility": "limited"},
         "channel": "filesystem",
@@ -98,7 +98,7 @@ MCP_TOOLS = {
         "required_facts": ["legal_hold"],
     },
 }
-"""How the operator maps the test MCP server's tools (``mcp_<server>_<tool>``); its
+"""How the operator maps the test MCP server's tools (``mcp__<server>__<tool>`` in 0.19.0); its
 ``send_notice`` stays unmapped."""
 
 
@@ -196,7 +196,10 @@ def texts(run: dict[str, Any]) -> list[str]:
 # -- 1. gateway delivery: Telegram ---------------------------------------------------------
 
 
-def telegram_messages(scenario: str, expect: str) -> list[dict[str, Any]]:
+def telegram_messages(scenario: str, expect: str | list[str]) -> list[dict[str, Any]]:
+    """One message in the client's private chat, one in the matter team's group (which
+    mentions the bot, as Hermes requires in groups by default); ``expect``: the reply's
+    text the harness waits for (any of them)."""
     return [
         {
             "chat": PRIVATE_CHAT,
@@ -267,6 +270,10 @@ def test_telegram_delivery_never_carries_held_text_and_delivers_an_allowed_reply
     holds = [d for d in decisions(held) if d[0] == "hold"]
     assert len(holds) == 2, decisions(held)  # one per message, by the gateway's output gate
     assert all("detected_privilege_marker" in reasons for _, reasons in holds)
+    # The only refusals: Hermes's auxiliary session-title request, which does not pass
+    # the ``llm_request`` middleware and so carries no instance proof (finding 10).
+    refused = [reasons for disposition, reasons in decisions(held) if disposition == "deny"]
+    assert all(r == ["instance_proof_missing", "model_request_refused"] for r in refused)
 
     name = f"tg-allowed-{streaming}"
     allowed = gated(
@@ -331,6 +338,7 @@ def test_a_cron_agent_jobs_tool_calls_are_decided_by_the_gate(hermes: HermesRuns
         ("deny", ["legal_hold_blocks_deletion"]),
     ]
     allowed, denied = tool_results(run, name)
+    assert "SMF Assurance gate denied" not in allowed
     assert "SMF Assurance gate denied write_file" in denied
     ledger = [
         d for d in decisions(run) if d[1] != ["instance_proof_missing", "model_request_refused"]
@@ -446,6 +454,7 @@ def test_a_background_subagents_calls_are_decided_while_the_parent_waits(
     assert run["markers"] == {"CHILD_MARKER": True}
     assert Path(run["root"], "held", "brief.txt").read_text() == "original"
     ran, denied = tool_results(run, child)
+    assert "SMF Assurance gate denied" not in ran
     assert "SMF Assurance gate denied write_file" in denied
     assert outcomes(run) == [
         ("allow", ["no_applicable_policy_non_consequential"]),
@@ -515,9 +524,9 @@ def test_a_real_mcp_servers_calls_are_proposed_and_decided(hermes: HermesRuns) -
     name = "mcp-real"
     script = {
         "calls": [
-            call("mcp_matter_list_notes", folder="{{root}}/notes"),
-            call("mcp_matter_write_note", path="{{root}}/notes/strategy.txt", text="Offer 2M."),
-            call("mcp_matter_send_notice", recipient="opposing-counsel", text="Offer 2M."),
+            call("mcp__matter__list_notes", folder="{{root}}/notes"),
+            call("mcp__matter__write_note", path="{{root}}/notes/strategy.txt", text="Offer 2M."),
+            call("mcp__matter__send_notice", recipient="opposing-counsel", text="Offer 2M."),
         ],
         "final": "done",
     }
@@ -550,4 +559,37 @@ def test_a_real_mcp_servers_calls_are_proposed_and_decided(hermes: HermesRuns) -
     [read, write, notice] = outcomes(run)
     assert read == ("allow", ["internal_read"])
     assert write[0] == notice[0] == "deny"
-    assert "unknown_tool" in notice[1] or notice[1], notice
+    assert "missing_required_fact" in write[1], write
+    assert "unknown_tool" in notice[1], notice
+
+
+def test_without_the_model_gateway_telegram_streams_a_held_reply_before_any_hook(
+    hermes: HermesRuns,
+) -> None:
+    """NEGATIVE FINDING (the hole the model gateway closes on this surface): the same
+    held reply with streaming on, Hermes reaching the model directly. The stream
+    consumer sends the text to Telegram (a draft, then a message in each chat) before
+    ``transform_llm_output``, our only seam on the reply, decides; the hook's
+    withheld notice arrives afterwards as an edit of a message already delivered."""
+    name = "tg-direct"
+    run = hermes.run(
+        name,
+        {name: {"calls": [], "final": PRIVILEGED}},
+        op="telegram",
+        config=TELEGRAM_STREAMING,
+        context=context({"destination": CLIENT_TELEGRAM}),
+        messages=telegram_messages(name, ["settlement floor", HELD_NOTICE, "SMF Assurance"]),
+        platform_env={"TELEGRAM_ALLOWED_USERS": str(CLIENT)},
+    )
+    for chat in (PRIVATE_CHAT, GROUP_CHAT):
+        # a message the client has, with the reply's text, not only a draft
+        assert delivered(run, chat, "settlement floor"), "closed in-process: update docs"
+        edits = [
+            s
+            for s in run["telegram"]
+            if s["method"] == "editMessageText" and s["params"].get("chat_id") == chat["id"]
+        ]
+        # the hook's withheld notice came afterwards, as an edit of that message
+        assert "SMF Assurance" in str(edits[-1]["params"]["text"])
+    held = [o for o in verdicts(run, "output") if o["verdict"]["outcome"] != "allow"]
+    assert held  # the adapter's hook did hold it, after the platform had it
