@@ -101,7 +101,7 @@ from pipeline.stores.ledger_audit import export_jsonl
 from subjects import dsse, names
 from subjects.attestation import AttestationAck, RuntimeAttestation
 from subjects.keys import VerifyKey
-from subjects.messages import ActorContext, DataFacts, ProposedDestination, Verdict
+from subjects.messages import ActorContext, DataFacts, Proposal, ProposedDestination, Verdict
 from tests.bus_helpers import gate_reply, wait_for
 from tests.fake_openai import FakeOpenAI
 from tests.fake_telegram import TOKEN as TELEGRAM_TOKEN
@@ -122,7 +122,8 @@ CURSOR = "\u2589"
 
 class Tap:
     """Gate-signed verdicts and acks seen on the bus (replies travel on inbox subjects),
-    and what each attestation on ``smf.attest`` claimed (read, not verified: the gate
+    which tool each proposal on ``smf.propose`` named (its id, runtime and surface, no
+    arguments), and what each attestation on ``smf.attest`` claimed (read, not verified: the gate
     verifies it; this is only the runtime's word, e.g. its streaming settings)."""
 
     def __init__(self, gate_keys: Mapping[str, VerifyKey]) -> None:
@@ -130,6 +131,21 @@ class Tap:
         self.seen: list[dict[str, Any]] = []
 
     async def record(self, msg: Msg) -> None:
+        if msg.subject == names.PROPOSE:
+            # who proposed which tool, not what: no arguments, content or facts kept
+            with contextlib.suppress(dsse.SignatureError, msgspec.DecodeError):
+                raw = dsse.decode_envelope(msg.data).raw_payload
+                proposal = msgspec.json.decode(raw, type=Proposal)
+                self.seen.append(
+                    {
+                        "kind": "proposal",
+                        "proposal_id": proposal.proposal_id,
+                        "runtime_id": proposal.runtime_id,
+                        "surface": proposal.surface,
+                        "native_tool": proposal.native_tool,
+                    }
+                )
+            return
         if msg.subject == names.ATTEST:
             with contextlib.suppress(dsse.SignatureError, msgspec.DecodeError):
                 raw = dsse.decode_envelope(msg.data).raw_payload

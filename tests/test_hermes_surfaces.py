@@ -184,6 +184,25 @@ def outcomes(run: dict[str, Any]) -> list[tuple[str, list[str]]]:
     return [(v["outcome"], v["reason_codes"]) for v in verdicts(run)]
 
 
+def decided(run: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Each proposal on the bus (the tool it named), joined with the gate's signed verdict
+    for it and the ledger's decision entry for that verdict: (tool, outcome, disposition).
+    A proposal without a verdict, or a verdict without its evidence, fails here."""
+    answers = {v["proposal_id"]: v for v in verdicts(run)}
+    evidence = {e["decision_id"]: e for e in run["ledger"] if e["kind"] == "decision"}
+    rows = []
+    for proposal in verdicts(run, "proposal"):
+        verdict = answers[proposal["proposal_id"]]
+        rows.append(
+            (
+                proposal["native_tool"],
+                verdict["outcome"],
+                evidence[verdict["decision_id"]]["disposition"],
+            )
+        )
+    return rows
+
+
 def texts(run: dict[str, Any]) -> list[str]:
     """Every text Hermes sent to the fake Telegram: messages, drafts, edits."""
     return [
@@ -337,6 +356,7 @@ def test_a_cron_agent_jobs_tool_calls_are_decided_by_the_gate(hermes: HermesRuns
         ("allow", [TERMINAL_ALLOWED]),
         ("deny", ["legal_hold_blocks_deletion"]),
     ]
+    assert decided(run) == [("terminal", "allow", "allow"), ("write_file", "deny", "deny")]
     allowed, denied = tool_results(run, name)
     assert "SMF Assurance gate denied" not in allowed
     assert "SMF Assurance gate denied write_file" in denied
@@ -373,6 +393,7 @@ def test_a_cron_no_agent_script_job_runs_with_nothing_on_the_bus(hermes: HermesR
     assert run["markers"] == {"CRON_SCRIPT": True}, "no_agent scripts are gated: update docs"
     assert "swept" in (step["output"] or "")
     assert verdicts(run) == []
+    assert verdicts(run, "proposal") == []
     assert run["requests"] == []  # no model turn
     assert decisions(run) == []
 
@@ -408,6 +429,11 @@ def test_a_background_process_is_started_by_one_call_and_later_calls_are_decided
     assert "SMF Assurance gate denied process" in killed
     assert all("BG-OUT-7731" not in r for r in (polled, killed))
     assert run["markers"] == {"BG_FINISHED": True}  # the denied kill did not stop it
+    assert decided(run) == [
+        ("terminal", "allow", "allow"),
+        ("process", "deny", "deny"),
+        ("process", "deny", "deny"),
+    ]
     [start, poll, kill] = outcomes(run)
     assert start == ("allow", [TERMINAL_ALLOWED])
     assert poll[0] == kill[0] == "deny"
@@ -460,6 +486,11 @@ def test_a_background_subagents_calls_are_decided_while_the_parent_waits(
         ("allow", ["no_applicable_policy_non_consequential"]),
         ("allow", [TERMINAL_ALLOWED]),
         ("deny", ["legal_hold_blocks_deletion"]),
+    ]
+    assert decided(run) == [
+        ("delegate_task", "allow", "allow"),
+        ("terminal", "allow", "allow"),
+        ("write_file", "deny", "deny"),
     ]
 
 
@@ -556,6 +587,11 @@ def test_a_real_mcp_servers_calls_are_proposed_and_decided(hermes: HermesRuns) -
     ]
     assert run["notices"] == []
     assert not Path(run["root"], "notes", "strategy.txt").exists()
+    assert decided(run) == [
+        ("mcp__matter__list_notes", "allow", "allow"),
+        ("mcp__matter__write_note", "deny", "deny"),
+        ("mcp__matter__send_notice", "deny", "deny"),
+    ]
     [read, write, notice] = outcomes(run)
     assert read == ("allow", ["internal_read"])
     assert write[0] == notice[0] == "deny"
