@@ -184,10 +184,11 @@ def outcomes(run: dict[str, Any]) -> list[tuple[str, list[str]]]:
     return [(v["outcome"], v["reason_codes"]) for v in verdicts(run)]
 
 
-def decided(run: dict[str, Any]) -> list[tuple[str, str, str]]:
+def decided(run: dict[str, Any]) -> list[tuple[str, str, str | None]]:
     """Each proposal on the bus (the tool it named), joined with the gate's signed verdict
     for it and the ledger's decision entry for that verdict: (tool, outcome, disposition).
-    A proposal without a verdict, or a verdict without its evidence, fails here."""
+    A proposal without a verdict, or a verdict naming a decision the ledger does not
+    hold, fails here; a refusal before any decision (no decision id) has ``None``."""
     answers = {v["proposal_id"]: v for v in verdicts(run)}
     evidence = {e["decision_id"]: e for e in run["ledger"] if e["kind"] == "decision"}
     rows = []
@@ -197,7 +198,9 @@ def decided(run: dict[str, Any]) -> list[tuple[str, str, str]]:
             (
                 proposal["native_tool"],
                 verdict["outcome"],
-                evidence[verdict["decision_id"]]["disposition"],
+                None
+                if verdict["decision_id"] is None
+                else evidence[verdict["decision_id"]]["disposition"],
             )
         )
     return rows
@@ -589,7 +592,8 @@ def test_a_real_mcp_servers_calls_are_proposed_and_decided(hermes: HermesRuns) -
     assert not Path(run["root"], "notes", "strategy.txt").exists()
     assert decided(run) == [
         ("mcp__matter__list_notes", "allow", "allow"),
-        ("mcp__matter__write_note", "deny", "deny"),
+        # refused at normalization, before any decision: signed, but not in the ledger
+        ("mcp__matter__write_note", "deny", None),
         ("mcp__matter__send_notice", "deny", "deny"),
     ]
     [read, write, notice] = outcomes(run)
