@@ -517,13 +517,16 @@ class Harness:
             *args,
             cwd=run.root,
             env=run.env,
-            stdin=subprocess.PIPE,
+            # /dev/null unless there is input: Hermes's CLI treats a pipe on stdin as
+            # input of its own (the default display's runs then did not take the turn)
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        assert proc.stdin is not None
-        proc.stdin.write(stdin)
-        proc.stdin.close()
+        if stdin:
+            assert proc.stdin is not None
+            proc.stdin.write(stdin)
+            proc.stdin.close()
         needles = watch or []
         first_seen: dict[str, int | None] = dict.fromkeys(needles)
         stdout, stderr = bytearray(), bytearray()

@@ -53,6 +53,7 @@ from typing import Any
 
 import pytest
 
+from subjects.canonical import sha256_identity
 from tests.test_hermes_conformance import (
     ACTOR,
     HermesRuns,
@@ -109,8 +110,6 @@ def firm_corpus(directory: Path) -> Path:
     rules = json.loads((directory / "rules.json").read_text())
     template = rules[-1]
     statement = "A command in the matter workspace's terminal may be run."
-    from subjects.canonical import sha256_identity  # noqa: PLC0415 - test helper only
-
     rules.append(
         {
             **template,
@@ -148,7 +147,7 @@ def hermes(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[HermesRuns]:
     corpus = firm_corpus(tmp_path_factory.mktemp("corpus") / "firm")
-    with harness(request, tmp_path_factory, corpus, MCP_TOOLS) as runs:
+    with harness(request, tmp_path_factory, corpus, MCP_TOOLS, surfaces=True) as runs:
         yield runs
 
 
