@@ -116,6 +116,8 @@ RUN_TIMEOUT_S = 90.0
 GATEWAY_READY_S = 90.0
 """How long ``hermes gateway run`` may take to poll the fake platform (about 6 s idle)."""
 REPLY_TIMEOUT_S = 90.0
+CRON_TICK_TIMEOUT_S = 180.0
+"""A job due a minute after it was created, fired by a ticker that ticks every 60 s."""
 CURSOR = "\u2589"
 """The block Hermes's stream consumer puts at the end of a message it is still editing."""
 
@@ -585,6 +587,9 @@ class Harness:
         fake = self.telegram
         env = {**run.env, **command.get("platform_env", {})}
         started = time.monotonic()
+        for message in command["messages"]:
+            if "cron" in message:
+                await self._cron_job_for(run, message["cron"], message["chat"])
         proc = await asyncio.create_subprocess_exec(
             str(self.venv / "bin" / "hermes"),
             "gateway",
@@ -603,8 +608,10 @@ class Harness:
                 interval=0.1,
             )
             for message in command["messages"]:
-                since = len(fake.state.sent)
-                fake.push_text(message["chat"], int(message["user"]), message["text"])
+                # a cron job's delivery comes by itself, maybe before an earlier one's
+                since = 0 if "cron" in message else len(fake.state.sent)
+                if "cron" not in message:
+                    fake.push_text(message["chat"], int(message["user"]), message["text"])
                 wanted = message["expect"]
                 expect = [wanted] if isinstance(wanted, str) else [str(w) for w in wanted]
                 chat = str(message["chat"]["id"])
@@ -621,7 +628,8 @@ class Harness:
                     )
 
                 began = time.monotonic()
-                await wait_for(replied, timeout=REPLY_TIMEOUT_S, interval=0.05)
+                timeout = CRON_TICK_TIMEOUT_S if "cron" in message else REPLY_TIMEOUT_S
+                await wait_for(replied, timeout=timeout, interval=0.05)
                 replies.append({"seconds": round(time.monotonic() - began, 2)})
         finally:
             if proc.returncode is None:
@@ -639,6 +647,27 @@ class Harness:
             seconds=round(time.monotonic() - started, 2),
             extra={"telegram": sent, "replies": replies},
         )
+
+    async def _cron_job_for(self, run: Prepared, job: dict[str, Any], chat: dict[str, Any]) -> None:
+        """Create ``job`` delivering to ``chat``, before the gateway starts. Its schedule
+        makes it due later (``1m``); the gateway's in-process scheduler, which ticks when
+        it starts and then every 60 s, runs it at the first tick after that and delivers
+        through the live Telegram adapter. (``hermes cron run`` would run it at once in
+        the CLI's own process, with the standalone delivery.)"""
+        job = _substitute(job, self._tokens(run))
+        args = ["cron", "create", job.get("schedule", "every 1h")]
+        if job.get("prompt"):
+            args.append(job["prompt"])
+        args += ["--name", job["name"], "--deliver", f"telegram:{chat['id']}"]
+        if job.get("script"):
+            scripts = run.home / "scripts"
+            scripts.mkdir(exist_ok=True)
+            (scripts / job["script"]["name"]).write_text(job["script"]["text"])
+            args += ["--script", job["script"]["name"]]
+        if job.get("no_agent"):
+            args.append("--no-agent")
+        created = await self._hermes(run, args)
+        assert created.returncode == 0, created.stdout[-2000:]
 
     async def _cron(self, run: Prepared, command: dict[str, Any]) -> Ran:
         """Each job created with ``hermes cron create``, then run with ``hermes cron run``."""

@@ -27,7 +27,9 @@ Surfaces, one test each (docs/HERMES.md, surface matrix):
    fake platform receives for a held reply, and for an allowed one.
 2. Cron, run by Hermes's own scheduler: an agent job (its tool calls are
    proposed and decided) and a ``no_agent`` script job (runs with nothing on
-   the bus: a negative finding).
+   the bus: a negative finding), both run with ``hermes cron run``; and both
+   kinds delivering to Telegram, fired by a running gateway's ticker (the
+   agent's reply decided at the model gateway, the script's output ungated).
 3. Background work: a process started by one ``terminal`` call and polled and
    killed by later ``process`` calls, each decided on its own; a subagent
    started with ``delegate_task(background=true)`` whose calls are decided
@@ -38,10 +40,10 @@ Surfaces, one test each (docs/HERMES.md, surface matrix):
    unmapped tool is ``unknown_tool``; a refused call reaches neither the
    server nor its downstream.
 
-Does not prove: other platforms, other Hermes versions, a cron job fired by a
-running gateway's ticker (the run-now command uses the same
-``run_one_job``), or that the background process and the MCP server are
-confined by the OS (they run as the same user as Hermes).
+Does not prove: other platforms, other Hermes versions, cron's standalone
+delivery (no gateway running: it goes to the public Bot API, not drivable
+offline), or that the background process and the MCP server are confined by
+the OS (they run as the same user as Hermes).
 """
 
 from __future__ import annotations
@@ -398,6 +400,63 @@ def test_a_cron_no_agent_script_job_runs_with_nothing_on_the_bus(hermes: HermesR
     assert verdicts(run, "proposal") == []
     assert run["requests"] == []  # no model turn
     assert decisions(run) == []
+
+
+def test_cron_delivery_through_the_running_gateway_decides_the_reply_not_the_script(
+    hermes: HermesRuns,
+) -> None:
+    """Two jobs delivering to Telegram, fired by the running gateway's own scheduler:
+    created due in a minute (``1m``), then ``hermes gateway run``, whose in-process
+    ticker (at start, then every 60 s) runs them and delivers through the live Telegram
+    adapter; the test waits for each delivery.
+
+    The agent job's privileged reply to the client was decided at the model gateway:
+    the client's chat got the held notice, no byte of the reply, and the hold is in the
+    ledger. NEGATIVE FINDING (docs/HERMES.md, finding 3): the ``no_agent`` job's script
+    output went to the team's group verbatim, with no proposal, no output verdict and
+    no ledger entry. (``hermes cron run`` runs a job at once in the CLI's own process
+    even while a gateway runs, and that standalone delivery goes to the public Bot API
+    whatever ``extra.base_url`` says, ``tools/send_message_tool.py`` ``_send_telegram``:
+    not drivable offline.)"""
+    name = "cron-telegram"
+    status = "MATTER-STATUS: settlement floor 2M"
+    run = gated(
+        hermes,
+        name,
+        {name: {"calls": [], "final": PRIVILEGED}},
+        op="telegram",
+        context=context({"destination": CLIENT_TELEGRAM}),
+        messages=[
+            {
+                "cron": {
+                    "name": "report-to-client",
+                    "schedule": "1m",
+                    "prompt": f"SCENARIO:{name} report the matter status to the client",
+                },
+                "chat": PRIVATE_CHAT,
+                "expect": HELD_NOTICE,
+            },
+            {
+                "cron": {
+                    "name": "status-to-team",
+                    "schedule": "1m",
+                    "no_agent": True,
+                    "script": {"name": "status.sh", "text": f"echo '{status}'\n"},
+                },
+                "chat": GROUP_CHAT,
+                "expect": "settlement floor 2M",  # the platform gets it MarkdownV2-escaped
+            },
+        ],
+        platform_env={"TELEGRAM_ALLOWED_USERS": str(CLIENT)},
+    )
+    to_client = [s for s in run["telegram"] if s["params"].get("chat_id") == CLIENT]
+    assert "PRIVILEGED" not in json.dumps(to_client)
+    assert "settlement floor" not in json.dumps(to_client)
+    assert delivered(run, PRIVATE_CHAT, HELD_NOTICE), run["telegram"]
+    assert [r["scenario"] for r in run["requests"]] == [name]  # the job's one model turn
+    assert [d[0] for d in decisions(run) if d[0] != "deny"][:1] == ["hold"], decisions(run)
+    assert delivered(run, GROUP_CHAT, "settlement floor 2M"), "gated now: update docs"
+    assert verdicts(run, "proposal") == []  # neither job proposed anything
 
 
 # -- 3. background work ------------------------------------------------------------------------
