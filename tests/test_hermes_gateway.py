@@ -53,7 +53,8 @@ Negative findings shown here, as they are:
   read from the running CLI), and the gate accepts that because the gateway
   serves this runtime.
 
-Does not prove: OpenClaw, gateway platforms of Hermes (only the CLI), other
+Does not prove: OpenClaw, gateway platforms of Hermes (only the CLI here; the
+Telegram platform through the gateway: tests/test_hermes_surfaces.py), other
 Hermes versions; the tool-progress line the CLI prints for a released tool
 call (its arguments are model text; a turn with tool calls and no text is
 not put to the output gate: read in ``_gate_output``, not driven here);
