@@ -83,6 +83,16 @@ def read_user_public(path: Path) -> str:
         raise BusCredentialError(f"cannot read {path}: {exc.strerror}") from exc
 
 
+RESPONSES_PER_REQUEST: Final = 32
+"""How many replies a principal with ``allow_responses`` may send to one request it
+received. The server's default is one, and a gate holds all of its ``nats.micro``
+services on one connection: a bare ``$SRV.PING``/``INFO``/``STATS`` reaches every one of
+them, and with one reply allowed the server refused them all as publish violations,
+so NATS tooling (``nats micro ls``) saw no gate on an authorizing bus (issue 21's
+finding). Above the number of services one process serves; it widens nothing beyond
+the reply subject of a request that principal was allowed to receive."""
+
+
 def _permissions_block(permissions: Permissions) -> dict[str, object]:
     publish: dict[str, object] = {"allow": list(permissions.publish_allow)}
     if permissions.publish_deny:
@@ -92,7 +102,7 @@ def _permissions_block(permissions: Permissions) -> dict[str, object]:
         subscribe["deny"] = list(permissions.subscribe_deny)
     block: dict[str, object] = {"publish": publish, "subscribe": subscribe}
     if permissions.allow_responses:
-        block["allow_responses"] = True
+        block["allow_responses"] = {"max": RESPONSES_PER_REQUEST}
     return block
 
 

@@ -25,17 +25,20 @@ from importlib.metadata import PackageNotFoundError, version
 
 from ops.commands import (
     approvals,
+    approver,
     bench,
     bus,
     completion,
     console,
     decide,
     demo,
+    doctor,
     explain,
     keys,
     ledger,
     model_gateway,
     release,
+    runtime,
     swarm,
     up,
 )
@@ -81,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
         console,
         bus,
         model_gateway,
+        runtime,
+        approver,
+        doctor,
         completion,
     ):
         module.add_parsers(sub)

@@ -42,7 +42,7 @@ from subjects.envelope import Capability, Channel, Locality, Surface
 from subjects.keys import Principal
 from subjects.messages import Outcome
 from subjects.patterns import Code, ConnectorId, Millis, OrderId, Token
-from subjects.registry import Role
+from subjects.registry import NkeyUser, Role
 from subjects.release import KeyId, ReleaseDigests, ReleaseId, ReleaseOutcome, Revocations
 from swarm.claims import AcceptedClaim, RejectedClaim
 from swarm.report import Faithfulness, PersonaReport, SelectionSets
@@ -146,6 +146,15 @@ class Percentiles(CliJson, kw_only=True):
     p50_ns: Annotated[Nanoseconds, _("median, ns")]
     p95_ns: Annotated[Nanoseconds, _("95th percentile, ns")]
     p99_ns: Annotated[Nanoseconds, _("99th percentile, ns")]
+
+
+class Differences(CliJson, kw_only=True):
+    """Percentiles of a per-sample difference of two timings, which can fall below zero
+    when the baseline sample of a pair happened to be the slower one."""
+
+    p50_ns: Annotated[int, _("median, ns (may be negative)")]
+    p95_ns: Annotated[int, _("95th percentile, ns (may be negative)")]
+    p99_ns: Annotated[int, _("99th percentile, ns (may be negative)")]
 
 
 class Counted(Percentiles, kw_only=True):
@@ -281,7 +290,9 @@ class GatewayRow(CliJson, kw_only=True):
     direct: Annotated[Percentiles, _("straight to the fake provider")]
     through_gateway: Annotated[Percentiles, _("through the model gateway")]
     output_decision: Annotated[Percentiles, _("the output gate's decision inside it")]
-    gateway_own_added: Annotated[Percentiles, _("the gateway's own added latency")]
+    gateway_own_added: Annotated[
+        Differences, _("the gateway's own added latency: through - direct - decision, per pair")
+    ]
 
 
 class TargetJson(CliJson, kw_only=True):
@@ -672,10 +683,17 @@ class ModelGatewayAddRuntimeJson(CliJson, kw_only=True):
 
 
 class ModelGatewayClearJson(CliJson, kw_only=True):
-    """``model-gateway clear --json``: the gate's answer."""
+    """``model-gateway clear --json``: the gate's answer (exit 1 when the stop stands)."""
 
     runtime_id: Annotated[Token, _("the runtime")]
     was_stopped: Annotated[bool, _("whether it was stopped before the clear")]
+    stopped: Annotated[
+        bool, _("still stopped: the clear was not recorded or stored, or a newer stop stands")
+    ]
+    reason_codes: Annotated[
+        tuple[Code, ...], _("why the clear did not take effect; empty when it did")
+    ]
+    evidence: Annotated[tuple[Identity, ...], _("the ledger entry that records the clear")]
 
 
 class GatewayRuntime(CliJson, kw_only=True):
@@ -834,6 +852,131 @@ class ReleaseDiffJson(CliJson, kw_only=True):
     unchanged: Annotated[bool, _("nothing differs")]
 
 
+# --- onboarding and doctor (issue 21) ---------------------------------------------------------
+
+
+class BusUserJson(CliJson, kw_only=True):
+    """``keys nkey --json``: a new bus credential's public half, the one thing to hand over."""
+
+    principal: Annotated[Token, _("who connects with it: the seed file's name before .nkey")]
+    nats_user: Annotated[NkeyUser, _("its public user key, for `approver add --bus-user`")]
+    seed_file: Annotated[Path_, _("the seed file written (0600; never handed over)")]
+
+
+class AttestationRequirementJson(CliJson, kw_only=True):
+    """What the gate requires of a runtime's start-up attestation (``ops.runtimes``)."""
+
+    runtime_pin: Annotated[str | None, _("the runtime version it must attest, or null")]
+    required_hooks: Annotated[tuple[str, ...], _("hooks it must attest as present")]
+    lease_ms: Annotated[Count, _("how long an accepted attestation counts, ms")]
+    require_release: Annotated[bool, _("it must attest the gate's active release")]
+    instance_bound: Annotated[
+        bool, _("the model gateway serves only a process that proves it attested")
+    ]
+
+
+class RuntimeFilesJson(CliJson, kw_only=True):
+    """A new runtime's files on this machine."""
+
+    key: Annotated[Path_, _("its Ed25519 key file (0600)")]
+    bus_credential: Annotated[Path_, _("its bus nkey seed (0600)")]
+    gateway_token: Annotated[Path_, _("its model-gateway token (0600)")]
+    context: Annotated[Path_, _("its per-matter context file (0600)")]
+    snippet: Annotated[Path_, _("its configuration snippet (0600; holds the token)")]
+
+
+PoliciesFrom = Literal["prior", "corpus"]
+"""Where the new release's policies came from: the prior release, carried forward
+unchanged, or ``--corpus`` compiled."""
+
+
+class RuntimeAddJson(CliJson, kw_only=True):
+    """``runtime add --json``; printed also when the gates refused or did not adopt the
+    release (exit 1; the release is out, the files stay)."""
+
+    runtime_id: Annotated[Token, _("the runtime's id")]
+    kind: Annotated[Literal["hermes", "openclaw"], _("its runtime")]
+    principal: Annotated[Principal, _("its principal in the registry")]
+    tenant_id: Annotated[str, _("the tenant it works for")]
+    key_id: Annotated[KeyId, _("its signing key's id")]
+    nats_user: Annotated[NkeyUser, _("its bus credential's public user key")]
+    adapter_id: Annotated[str, _("its adapter (mapper table)")]
+    attestation: Annotated[AttestationRequirementJson, _("what it must attest")]
+    files: Annotated[RuntimeFilesJson, _("its files (no secret is printed)")]
+    policies_from: Annotated[PoliciesFrom, _("prior (carried forward) or corpus")]
+    release: Annotated[ReleasePublishJson, _("the release that names it, and the gates' word")]
+
+
+class RuntimeRemoveJson(CliJson, kw_only=True):
+    """``runtime remove --json``; printed also when the gates refused or did not adopt the
+    release (exit 1)."""
+
+    runtime_id: Annotated[Token, _("the runtime revoked")]
+    principals: Annotated[tuple[Principal, ...], _("its registry principals removed")]
+    key_ids: Annotated[tuple[KeyId, ...], _("their key ids, no longer trusted")]
+    attestation_requirement_removed: Annotated[bool, _("its attestation requirement was removed")]
+    gateway_profile_removed: Annotated[bool, _("its model-gateway profile was removed")]
+    left_files: Annotated[tuple[Path_, ...], _("its files left in place (keys, token, snippet)")]
+    policies_from: Annotated[PoliciesFrom, _("prior (carried forward) or corpus")]
+    release: Annotated[ReleasePublishJson, _("the release without it, and the gates' word")]
+
+
+class ApproverAddJson(CliJson, kw_only=True):
+    """``approver add --json``; printed also when the gates refused or did not adopt the
+    release (exit 1)."""
+
+    principal: Annotated[Principal, _("the approver")]
+    key_id: Annotated[KeyId, _("the key id of the public record handed over")]
+    licensed_roles: Annotated[tuple[str, ...], _("the professional roles it holds")]
+    tenants: Annotated[tuple[Token, ...], _("the tenants it approves for")]
+    nats_user: Annotated[NkeyUser, _("its bus credential's public user key")]
+    policies_from: Annotated[PoliciesFrom, _("prior (carried forward) or corpus")]
+    release: Annotated[ReleasePublishJson, _("the release that names it, and the gates' word")]
+
+
+class ApproverRemoveJson(CliJson, kw_only=True):
+    """``approver remove --json``; printed also when the gates refused or did not adopt
+    the release (exit 1)."""
+
+    principal: Annotated[Principal, _("the approver removed")]
+    key_ids: Annotated[tuple[KeyId, ...], _("its key ids, no longer trusted")]
+    policies_from: Annotated[PoliciesFrom, _("prior (carried forward) or corpus")]
+    release: Annotated[ReleasePublishJson, _("the release without it, and the gates' word")]
+
+
+DoctorStatus = Literal["ok", "warn", "fail", "skip"]
+"""ok: checked and fine; warn: checked, works, needs attention soon; fail: checked and
+broken; skip: not checked (the row says why), never counted as ok."""
+DoctorKind = Literal["bus", "release", "service", "runtime", "connector", "ledger", "console"]
+
+
+class DoctorCheckJson(CliJson, kw_only=True):
+    """One check of ``doctor``."""
+
+    kind: Annotated[DoctorKind, _("what was checked")]
+    subject: Annotated[str | None, _("which one: a service, runtime, connector, gate; or null")]
+    status: Annotated[DoctorStatus, _("ok, warn, fail, or skip (not checked)")]
+    detail: Annotated[str, _("what was found, in one line")]
+    fix: Annotated[str | None, _("what to do about it; null when ok")]
+    age_ms: Annotated[
+        Count | None,
+        _("age of what was found: an attestation, a checkpoint, unanchored entries' wait"),
+    ]
+    remaining_ms: Annotated[int | None, _("a release's lease left (negative: ended); or null")]
+
+
+class DoctorJson(CliJson, kw_only=True):
+    """``doctor --json``; printed also when a check failed (then exit 1)."""
+
+    ok: Annotated[bool, _("no check failed")]
+    nats_url: Annotated[str, _("the bus checked")]
+    checks: Annotated[tuple[DoctorCheckJson, ...], _("every check, in order")]
+    failed: Annotated[Count, _("checks that failed")]
+    warned: Annotated[Count, _("checks that warned")]
+    lease_warn_hours: Annotated[Count, _("a lease ending sooner than this warns")]
+    checkpoint_age_s: Annotated[Count, _("entries unanchored longer than this warn")]
+
+
 VARIANTS: Final[dict[type[CliJson], str]] = {
     EvalExplainedJson: "--explain",
     EvalLinesJson: "--jsonl",
@@ -873,6 +1016,12 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("model-gateway", "clear"): (ModelGatewayClearJson,),
     ("model-gateway", "list"): (ModelGatewayListJson,),
     ("model-gateway", "serve"): (ModelGatewayServeJson,),
+    ("keys", "nkey"): (BusUserJson,),
+    ("runtime", "add"): (RuntimeAddJson,),
+    ("runtime", "remove"): (RuntimeRemoveJson,),
+    ("approver", "add"): (ApproverAddJson,),
+    ("approver", "remove"): (ApproverRemoveJson,),
+    ("doctor",): (DoctorJson,),
 }
 """Each command with ``--json`` and its types: what it prints, then any refusal it prints."""
 

@@ -14,6 +14,14 @@ Invariants:
   plugin's dependencies (nats-py, nkeys, msgspec and PyNaCl at the versions of
   the calling environment; nkeys because nats-py signs the bus's nonce with
   it, issue 15, and does not install it by itself), and both are in its name.
+- A second venv, asked for with ``surfaces=True``, also holds the packages
+  the tests need to drive Hermes's own surfaces (:data:`SURFACE_PACKAGES`: the
+  MCP SDK and the Telegram client, issue 26, at the versions Hermes pins in its
+  own extras); they are in its name too, so it is a folder of its own and the
+  first one is never changed. The conformance modules keep the venv without
+  them: with the MCP SDK installed the CLI's one-shot turn lives long enough
+  for its background session-title request to go out (seen in the default
+  display, docs/HERMES.md finding 10), which changes what those modules see.
   It is complete only when ``.complete`` exists; that is written last, so an
   interrupted install is detected and redone from scratch.
 - Our code is never installed into it. The brief: "never let two checkouts
@@ -54,6 +62,12 @@ HERMES_REQUIREMENT: Final = f"hermes-agent=={HERMES_VERSION}"
 PLUGIN_DEPENDENCIES: Final = ("nats-py", "nkeys", "msgspec", "PyNaCl")
 """What ``adapters/`` and ``subjects/`` import beyond the standard library (``nkeys``:
 nats-py's ``nkeys_seed`` needs it, the ``[nkeys]`` extra of our own dependency)."""
+SURFACE_PACKAGES: Final = ("mcp==1.26.0", "starlette==1.0.1", "python-telegram-bot==22.6")
+"""What Hermes needs for the surfaces issue 26 drives (``surfaces=True``), pinned as
+``hermes-agent`` 0.19.0 pins them in its own extras (``mcp``: its MCP client, and
+the SDK the tests' MCP server is written with; ``messaging``: python-telegram-bot,
+for its Telegram gateway platform against a local fake Bot API). Not our plugin's
+dependencies: the adapter imports none of them."""
 COMPLETE_MARKER: Final = ".complete"
 INSTALL_TIMEOUT_S: Final = 900.0
 
@@ -91,8 +105,9 @@ def _pins_key(requirements: list[str]) -> str:
     return hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:10]
 
 
-def default_env_dir(version: str = HERMES_VERSION) -> Path:
-    return cache_root() / f"hermes-agent-{version}-{_pins_key(_plugin_requirements())}"
+def default_env_dir(version: str = HERMES_VERSION, *, surfaces: bool = False) -> Path:
+    key = _pins_key(_requirements(surfaces=surfaces))
+    return cache_root() / f"hermes-agent-{version}-{key}"
 
 
 def _stderr(line: str) -> None:
@@ -128,6 +143,11 @@ def _plugin_requirements() -> list[str]:
     return pins
 
 
+def _requirements(*, surfaces: bool) -> list[str]:
+    """What goes into the venv beside Hermes; all of it is in the folder's name."""
+    return [*_plugin_requirements(), *(SURFACE_PACKAGES if surfaces else ())]
+
+
 def installed_hermes_version(root: Path) -> str | None:
     """The ``hermes-agent`` version inside the venv, read from its metadata."""
     for dist in (root / "lib").glob("python*/site-packages/hermes_agent-*.dist-info"):
@@ -157,7 +177,8 @@ def _hermes_layer(root: Path, requirements: list[str], progress: Progress) -> fl
     _run(
         [python, "-m", "pip", "install", "--quiet", "--no-input", *requirements],
         progress,
-        "pip install plugin dependencies",
+        "pip install plugin dependencies"
+        + (" and surface packages" if set(SURFACE_PACKAGES) <= set(requirements) else ""),
     )
     found = installed_hermes_version(root)
     if found != HERMES_VERSION:
@@ -199,11 +220,16 @@ def project_overlay(project: Path) -> Path:
 
 
 def ensure_hermes_env(
-    project: Path, *, root: Path | None = None, progress: Progress = _stderr
+    project: Path,
+    *,
+    root: Path | None = None,
+    progress: Progress = _stderr,
+    surfaces: bool = False,
 ) -> HermesEnv:
-    """Install (or reuse) the pinned, shared Hermes venv, and this checkout's overlay."""
-    requirements = _plugin_requirements()
-    root = root or default_env_dir()
+    """Install (or reuse) the pinned, shared Hermes venv, and this checkout's overlay;
+    with ``surfaces`` the venv that also holds :data:`SURFACE_PACKAGES`."""
+    requirements = _requirements(surfaces=surfaces)
+    root = root or default_env_dir(surfaces=surfaces)
     with install_lock(root):
         cold = _hermes_layer(root, requirements, progress)
     project = project.resolve()

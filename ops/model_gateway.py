@@ -41,7 +41,7 @@ def token_path(state: StateDir, runtime_id: str) -> Path:
     return state.keys / f"{runtime_id}{TOKEN_SUFFIX}"
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data``, readable by its owner only. The temporary file
     is made new (``O_EXCL``): a leftover one would keep its own, wider mode, and the
     token written through it would be readable by others."""
@@ -63,7 +63,47 @@ def set_upstream(
     runtimes = load_gateway_file(path).runtimes if path.exists() else ()
     upstream = Upstream(provider=provider, base_url=base_url, api_key_file=api_key_file)
     settings = GatewayFile(schema="smf.model-gateway/1", upstream=upstream, runtimes=runtimes)
-    _write_private(path, msgspec.json.encode(settings))
+    write_private(path, msgspec.json.encode(settings))
+
+
+def new_gateway_token() -> str:
+    """A runtime's bearer token for the gateway: only its hash is ever stored."""
+    return "smfgw_" + secrets.token_urlsafe(32)
+
+
+def with_gateway_runtime(
+    current: GatewayFile,
+    runtime_id: str,
+    token: str,
+    *,
+    adapter_id: str,
+    actor: ActorContext,
+    destination: ProposedDestination,
+    surface: Surface = "direct_reply",
+    facts: DataFacts | None = None,
+    account_tool_calls: bool = True,
+) -> GatewayFile:
+    """``current`` serving ``runtime_id`` with ``token`` (its hash) for the declared
+    delivery, replacing any profile it had: the pure half of
+    :func:`provision_gateway_runtime`, shared with ``runtime add`` (issue 21)."""
+    runtime = GatewayRuntime(
+        runtime_id=runtime_id,
+        token_sha256=token_hash(token),
+        adapter_id=adapter_id,
+        actor=actor,
+        destination=destination,
+        surface=surface,
+        facts=facts or DataFacts(),
+        account_tool_calls=account_tool_calls,
+    )
+    others = tuple(r for r in current.runtimes if r.runtime_id != runtime_id)
+    return msgspec.structs.replace(current, runtimes=(*others, runtime))
+
+
+def without_gateway_runtime(current: GatewayFile, runtime_id: str) -> GatewayFile:
+    """``current`` no longer serving ``runtime_id`` (its token is dead once read)."""
+    kept = tuple(r for r in current.runtimes if r.runtime_id != runtime_id)
+    return msgspec.structs.replace(current, runtimes=kept)
 
 
 def provision_gateway_runtime(
@@ -84,22 +124,20 @@ def provision_gateway_runtime(
     path = gateway_file(state)
     if not path.exists():
         raise FileNotFoundError(f"{path}: name the upstream first (set_upstream)")
-    current = load_gateway_file(path)
-    token = "smfgw_" + secrets.token_urlsafe(32)
-    runtime = GatewayRuntime(
-        runtime_id=runtime_id,
-        token_sha256=token_hash(token),
+    token = new_gateway_token()
+    updated = with_gateway_runtime(
+        load_gateway_file(path),
+        runtime_id,
+        token,
         adapter_id=adapter_id,
         actor=actor,
         destination=destination,
         surface=surface,
-        facts=facts or DataFacts(),
+        facts=facts,
         account_tool_calls=account_tool_calls,
     )
-    others = tuple(r for r in current.runtimes if r.runtime_id != runtime_id)
-    updated = msgspec.structs.replace(current, runtimes=(*others, runtime))
-    _write_private(token_path(state, runtime_id), token.encode())
-    _write_private(path, msgspec.json.encode(updated))
+    write_private(token_path(state, runtime_id), token.encode())
+    write_private(path, msgspec.json.encode(updated))
     return token
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,14 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from ops.compiler import CompileError, compile_corpus
-from pipeline.core.projection import projection_bytes
+from pipeline.core.projection import (
+    AnalysisProjection,
+    EnforcementProjection,
+    ProjectionError,
+    decode_analysis,
+    decode_enforcement,
+    projection_bytes,
+)
 from pipeline.stages.releases import ensure_release_bucket
 from subjects import dsse, names
 from subjects.bus_access import RELEASE_STREAM
@@ -203,23 +211,100 @@ def build_release(
         compiled = compile_corpus(corpus)
     except CompileError as exc:
         raise ReleaseError(f"compile failed: {exc}") from exc
-    registry_bytes = canonical_registry(registry)
     base_id = compiled.enforcement.release_id
     if sequence is None:
         sequence = prior.sequence + 1 if prior else compiled.enforcement.release_sequence
-    if prior is not None and sequence <= prior.sequence:
-        raise ReleaseError(f"sequence {sequence} is not above the prior {prior.sequence}")
     if release_id is None:
         release_id = base_id if prior is None or prior.release_id != base_id else None
         release_id = release_id or f"{base_id}-r{sequence}"
+    return sign_release(
+        compiled.enforcement,
+        compiled.analysis,
+        compiled.recipe_id,
+        signers,
+        registry,
+        now_ms=now_ms,
+        lease_hours=lease_hours,
+        prior=prior,
+        sequence=sequence,
+        release_id=release_id,
+        revoke_key_ids=revoke_key_ids,
+        revoke_release_ids=revoke_release_ids,
+    )
+
+
+_REVISION_SUFFIX: Final = re.compile(r"-r[0-9]+\Z")
+
+
+def carry_release(
+    prior_bundle: ReleaseBundle,
+    signers: Sequence[SigningKey],
+    registry: bytes,
+    *,
+    now_ms: int,
+    lease_hours: int = DEFAULT_LEASE_HOURS,
+) -> ReleaseBundle:
+    """The next release after ``prior_bundle``: the same policies and rules, with
+    ``registry`` (issue 21, ``runtime add``/``approver add``: a change of who may
+    sign must not carry a change of policy along unseen, so no corpus is compiled).
+
+    The prior's projections are taken as written (the gates verified them under
+    the prior's signature; the new signature covers them again, and every gate
+    verifies them again before use), renamed to the new release id
+    (``<base>-r<sequence>``, unique as sequences are) and sequence; recipe and
+    revocations carry forward."""
+    if not 1 <= lease_hours <= MAX_LEASE_HOURS:
+        raise ReleaseError(f"lease must be 1 to {MAX_LEASE_HOURS} hours")
+    prior = prior_of(prior_bundle)
+    try:
+        enforcement = decode_enforcement(prior_bundle.enforcement)
+        analysis = decode_analysis(prior_bundle.analysis)
+    except ProjectionError as exc:
+        raise ReleaseError(f"the prior release {prior.release_id}: {exc}") from exc
+    sequence = prior.sequence + 1
+    base_id = _REVISION_SUFFIX.sub("", prior.release_id)
+    return sign_release(
+        enforcement,
+        analysis,
+        unverified_manifest(prior_bundle).recipe_id,
+        signers,
+        registry,
+        now_ms=now_ms,
+        lease_hours=lease_hours,
+        prior=prior,
+        sequence=sequence,
+        release_id=f"{base_id}-r{sequence}",
+    )
+
+
+def sign_release(
+    enforcement: EnforcementProjection,
+    analysis: AnalysisProjection,
+    recipe_id: str,
+    signers: Sequence[SigningKey],
+    registry: bytes,
+    *,
+    now_ms: int,
+    lease_hours: int,
+    prior: PriorRelease | None,
+    sequence: int,
+    release_id: str,
+    revoke_key_ids: Sequence[str] = (),
+    revoke_release_ids: Sequence[str] = (),
+) -> ReleaseBundle:
+    """Name both projections ``release_id``/``sequence``, bind ``registry``, chain to
+    ``prior`` (its revocations carried forward) and sign the manifest."""
+    if not 1 <= lease_hours <= MAX_LEASE_HOURS:
+        raise ReleaseError(f"lease must be 1 to {MAX_LEASE_HOURS} hours")
+    registry_bytes = canonical_registry(registry)
+    if prior is not None and sequence <= prior.sequence:
+        raise ReleaseError(f"sequence {sequence} is not above the prior {prior.sequence}")
     if prior is not None and release_id == prior.release_id:
         raise ReleaseError(f"release id {release_id} is the prior release's; ids are unique")
     enforcement = msgspec.structs.replace(
-        compiled.enforcement, release_id=release_id, release_sequence=sequence
+        enforcement, release_id=release_id, release_sequence=sequence
     )
-    analysis = msgspec.structs.replace(
-        compiled.analysis, release_id=release_id, release_sequence=sequence
-    )
+    analysis = msgspec.structs.replace(analysis, release_id=release_id, release_sequence=sequence)
     enforcement_bytes = projection_bytes(enforcement)
     analysis_bytes = projection_bytes(analysis)
     carried = prior.revocations if prior is not None else Revocations()
@@ -230,7 +315,7 @@ def build_release(
         prior_release_hash=None if prior is None else prior.manifest_hash,
         issued_at_ms=now_ms,
         lease_expires_at_ms=now_ms + lease_hours * HOUR_MS,
-        recipe_id=compiled.recipe_id,
+        recipe_id=recipe_id,
         digests=ReleaseDigests(
             enforcement=sha256_identity(enforcement_bytes),
             analysis=sha256_identity(analysis_bytes),

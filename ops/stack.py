@@ -31,7 +31,7 @@ from ops.cluster import nats_servers, seed_urls
 from ops.natsserver import EmbeddedNatsServer
 from ops.projections import load_policy_set
 from ops.releases import load_trust_root
-from ops.runtimes import load_attestation_requirements
+from ops.runtimes import LiveRequirements
 from ops.state import RELEASE_SIGNER, StateDir, refresh_demo_release
 from pipeline.assembly import (
     ClusterSettings,
@@ -78,7 +78,10 @@ def gate_config(
     authority (``demo``, ``up``) first signs its current registry as the next
     release. Without a trust root the gate runs on the projection in
     ``projection_dir`` (the shipped scenarios by default), which a trust root
-    forbids: it would bypass the verified release.
+    forbids: it would bypass the verified release. The attestation requirements
+    are read again at every release switch (``ops.runtimes.LiveRequirements``,
+    the config's ``on_release``), so a runtime ``runtime add`` published must
+    attest from the moment its key is trusted.
     """
     policy: ReleaseSource | PolicySet
     if state.trust_root.exists():
@@ -94,15 +97,18 @@ def gate_config(
         )
     else:
         policy = load_policy_set(projection_dir)
+    registry = load_registry(state.registry)
+    requirements = LiveRequirements(state, registry)
     return GateConfig(
         servers=seed_urls(nats_url),
         gate_key=state.key("gate"),
         tenant_key=state.pseudonym_key(),
-        registry=load_registry(state.registry),
+        registry=registry,
         stores=StorePaths(ledger=state.ledger, claims=state.claims, approvals=state.approvals),
         policy=policy,
         credential=state.existing_credential("gate"),
-        attestation=load_attestation_requirements(state),
+        attestation=requirements,
+        on_release=requirements.follow,
         name=name,
         co_located=co_located,
         cluster=cluster,
@@ -193,7 +199,9 @@ async def start_stack(
         if gate_name is not None:
             config = dataclasses.replace(config, name=gate_name)
         if server is not None:
-            config = dataclasses.replace(config, on_release=follow_releases(state, server))
+            config = dataclasses.replace(
+                config, on_release=both(config.on_release, follow_releases(state, server))
+            )
         gate = await start_gate(config)
     except BaseException:
         if server is not None:
@@ -220,6 +228,22 @@ def start_embedded_server(state: StateDir, folder: Path | None = None) -> Embedd
     system_user = state.bus_user(SYSTEM_PRINCIPAL)
     write_authorization(server.authorization_path, render_authorization(entries, system_user))
     return server.start()
+
+
+def both(
+    first: Callable[[VerifiedRelease], None] | None, second: Callable[[VerifiedRelease], None]
+) -> Callable[[VerifiedRelease], None]:
+    """Two followers of the release in force, in order: the second runs even when the
+    first failed (the gate logs the failure)."""
+
+    def follow(release: VerifiedRelease) -> None:
+        try:
+            if first is not None:
+                first(release)
+        finally:
+            second(release)
+
+    return follow
 
 
 def follow_releases(

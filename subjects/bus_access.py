@@ -28,7 +28,10 @@ Rules the table keeps:
 - An approver asks resolve, show and status, and reads only its tenants'
   pending announcements; the console relay reads them for every tenant.
 - Gate replicas tell each other what they learn (``smf.gate.sync.>``: attestations,
-  decided tool-call ids, stops); nobody else reads or writes it.
+  decided tool-call ids, stops); nobody else reads or writes it. Only gates read or
+  write the KV buckets behind them (``$KV.>``: on a cluster the runtime stops and
+  decided tool calls of ``smf_tool_calls``, the claims, the approvals); besides the
+  operator, only release publishers hold a ``$KV`` subject, their bucket's.
 - The model gateway (issue 16) asks ``smf.gateway.admit`` and ``smf.gateway.calls``
   (tool-call accounting) and streams the output
   of the runtimes it serves (``smf.output.>``, closes signed with its own key);
@@ -37,7 +40,10 @@ Rules the table keeps:
   with it (``smf.release.report``: every gate answers with its active release and
   recent refusals, ids and reason codes only), and nothing else; Swarm serves
   ``smf.swarm.analyze``.
-- Only an operator lifts a runtime's stop (``smf.gateway.clear``).
+- Only an operator lifts a runtime's stop (``smf.gateway.clear``), and only an
+  operator asks the gates' status (``smf.gate.status``: each runtime's last
+  attestation and the ledger's tail against its last checkpoint, issue 21); every
+  gate answers, signed.
 - Nobody but an operator deletes or purges a stream or a bucket, or a
   message of the checkpoint, order or result streams.
 
@@ -242,6 +248,7 @@ def _gate() -> Permissions:
             names.GATEWAY_CALLS,
             names.GATEWAY_CLEAR,
             names.RELEASE_REPORT,
+            names.GATE_STATUS,
             f"{names.STAGE_PREFIX}.>",
             f"{names.GATE_SYNC_PREFIX}.>",
             "$SRV.>",

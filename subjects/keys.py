@@ -208,14 +208,11 @@ def verify_key_from_record(record: PublicKeyRecord) -> VerifyKey:
     return _verify_key_checked(record.key_id, record.public_key)
 
 
-def write_private_key(path: str | os.PathLike[str], key: SigningKey, principal: str) -> None:
-    """Create a 0600 private key file at ``path``; refuse if anything is there.
-
-    ``O_CREAT | O_EXCL`` makes the refusal atomic and also refuses a symlink
-    planted at ``path``; ``fchmod`` pins the mode whatever the umask.
-    """
+def private_key_document(key: SigningKey, principal: str) -> bytes:
+    """The bytes :func:`write_private_key` writes (without its newline), for a writer
+    that creates the file itself (``ops.onboarding``: all files of a change or none)."""
     _check_principal(principal)
-    document = msgspec.json.encode(
+    return msgspec.json.encode(
         PrivateKeyFile(
             kind=PRIVATE_KEY_KIND,
             key_id=key.key_id,
@@ -224,6 +221,15 @@ def write_private_key(path: str | os.PathLike[str], key: SigningKey, principal: 
             secret_seed=_b64encode(key.seed()),
         )
     )
+
+
+def write_private_key(path: str | os.PathLike[str], key: SigningKey, principal: str) -> None:
+    """Create a 0600 private key file at ``path``; refuse if anything is there.
+
+    ``O_CREAT | O_EXCL`` makes the refusal atomic and also refuses a symlink
+    planted at ``path``; ``fchmod`` pins the mode whatever the umask.
+    """
+    document = private_key_document(key, principal)
     target = Path(path)
     try:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)

@@ -172,6 +172,15 @@ class GatewayClear(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class GatewayCleared(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The gate's answer to a clear. A stop is lifted only once the clear is in the
+    gate's ledger (``evidence``) and the stop is gone from its store; otherwise the
+    runtime stays ``stopped`` and ``reason_codes`` say why (issue 16, item 3)."""
+
     schema: Literal["smf.gateway-cleared/1"]
     runtime_id: str
     was_stopped: bool
+    stopped: bool = False
+    """Still stopped after this clear (it could not be recorded or stored, or a newer
+    stop stands)."""
+    reason_codes: tuple[Code, ...] = ()
+    evidence: tuple[str, ...] = ()

@@ -53,6 +53,11 @@ RELEASE_REPORT: Final = "smf.release.report"
 """Publishers and operators request (a ReleaseReportRequest); EVERY gate replies with a
 ReleaseReport it signed (:data:`subjects.release.PAYLOAD_RELEASE_REPORT`): its active
 release and its recent refusals (issue 22)."""
+GATE_STATUS: Final = "smf.gate.status"
+"""Operators request (a GateStatusRequest); EVERY gate replies with a GateStatus it signed
+(:data:`PAYLOAD_GATE_STATUS`): each runtime's last attestation and standing, and its
+ledger's tail against its last checkpoint (issue 21, ``smf-assurance doctor``;
+``subjects.gate_status``)."""
 GATE_SYNC_PREFIX: Final = "smf.gate.sync"
 """``smf.gate.sync.<kind>``: what gate replicas tell each other (attestations, decided
 tool-call ids, stops; ``pipeline.stages.replica_sync``); gates only."""
@@ -118,6 +123,9 @@ PAYLOAD_INSTANCE_PROOF: Final = "application/vnd.smf.instance-proof+json;v=1"
 PAYLOAD_GATEWAY_CALLS: Final = "application/vnd.smf.gateway-calls-answer+json;v=1"
 """The gate's reply on :data:`GATEWAY_CALLS`, signed by the gate key: only the gate can
 tell the model gateway a tool result was decided."""
+PAYLOAD_GATE_STATUS: Final = "application/vnd.smf.gate-status+json;v=1"
+"""The gate's reply on :data:`GATE_STATUS`, signed by the gate key: no other client can
+tell an operator that a runtime attested or the ledger is anchored."""
 PAYLOAD_VERDICT: Final = "application/vnd.smf.verdict+json;v=1"
 """The gate's reply on :data:`PROPOSE`: the Verdict as a DSSE envelope signed by the gate
 key, so no other client on the bus can answer a runtime "allow" (``subjects.verdicts``)."""

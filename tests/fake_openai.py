@@ -7,7 +7,13 @@ messages, so one server serves a whole suite and a subagent (whose goal
 text carries its own tag) gets its own script.
 
 A script is ``{"calls": [{"name": ..., "arguments": {...}}, ...], "final": str}``
-(optionally ``"final_delay": seconds``). A call may carry ``"content": str``:
+(optionally ``"final_delay": seconds``; ``"final_after": "<scenario>"`` holds the
+final answer until that scenario's conversation got its own final answer, and
+``"final_after_file": path`` until that file exists, each at most
+``WAIT_CAP_S``: background work finishes inside the turn, waited for by its
+effect). A call's string argument may hold ``{{result:REGEX}}``, replaced by the
+first group of REGEX's first match in the tool results shown so far (a process
+session id a previous call returned). A call may carry ``"content": str``:
 assistant text sent in the same message as that tool call (the interim text
 a runtime may show while the tool runs); without it the message has none.
 The n-th request of a conversation that offers tools gets ``calls[n]`` as a
@@ -26,9 +32,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 _TAG = re.compile(r"SCENARIO:([A-Za-z0-9_-]+)")
+_FROM_RESULT = re.compile(r"\{\{result:(.+?)\}\}")
+WAIT_CAP_S = 60.0
 
 
 @dataclass
@@ -59,6 +68,42 @@ class Scripts:
         with self.lock:
             taken, self.requests = self.requests, []
         return taken
+
+    def answered_text(self, scenario: str) -> bool:
+        with self.lock:
+            return any(r.scenario == scenario and r.answered == "text" for r in self.requests)
+
+
+def _from_results(value: Any, results: list[str]) -> Any:
+    """``{{result:REGEX}}`` in a string argument -> REGEX's first group in the results."""
+    if isinstance(value, dict):
+        return {k: _from_results(v, results) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_results(v, results) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def pick(match: re.Match[str]) -> str:
+        pattern = re.compile(match.group(1))
+        for text in results:
+            found = pattern.search(text)
+            if found:
+                return found.group(1)
+        return "no-match"
+
+    return _FROM_RESULT.sub(pick, value)
+
+
+def _hold_final(scripts: Scripts, script: dict[str, Any]) -> None:
+    """Wait for the effect the script names before its final answer (bounded)."""
+    deadline = time.monotonic() + WAIT_CAP_S
+    after, path = script.get("final_after"), script.get("final_after_file")
+    while time.monotonic() < deadline:
+        if (after is None or scripts.answered_text(str(after))) and (
+            path is None or Path(str(path)).exists()
+        ):
+            return
+        time.sleep(0.05)
 
 
 def _text(content: Any) -> str:
@@ -97,7 +142,9 @@ def answer(
                     "type": "function",
                     "function": {
                         "name": call["name"],
-                        "arguments": json.dumps(call.get("arguments", {})),
+                        "arguments": json.dumps(
+                            _from_results(call.get("arguments", {}), tool_results)
+                        ),
                     },
                 }
             ],
@@ -107,6 +154,7 @@ def answer(
         # ``final_delay``: hold the final answer, so background work (a
         # subagent) finishes inside the turn instead of racing the exit.
         time.sleep(float(script.get("final_delay", 0)))
+        _hold_final(scripts, script)
         message = {"role": "assistant", "content": str(script.get("final", "OK."))}
         answered = "text"
     with scripts.lock:

@@ -31,24 +31,54 @@ url and that runtime's token, and the gateway forwards to the fake model.
 ``"display": "default"`` runs Hermes without ``-Q`` (its default CLI display,
 streaming at its default); ``"plugin_enabled": false`` leaves our plugin out
 of ``plugins.enabled``. Each run also reports the ledger entries it added.
+
+Hermes's other surfaces (issue 26, tests/test_hermes_surfaces.py), each a
+command with its ``op``:
+
+- ``"op": "telegram"``: ``hermes gateway run`` with its Telegram platform
+  pointed at a fake Bot API in this process (``tests/fake_telegram.py``,
+  ``platforms.telegram.extra.base_url``); the command's ``messages`` are
+  pushed one at a time, each waited for by the reply the fake platform
+  receives in its chat (a message or edit holding one of its ``expect``
+  texts, no longer being edited), then the gateway is stopped (SIGTERM) and
+  every call it made to the platform is returned (``telegram``).
+- ``"op": "cron"``: the command's ``jobs`` are created with ``hermes cron
+  create`` (a ``no_agent`` job's script under ``$HERMES_HOME/scripts``) and
+  run with ``hermes cron run <id>``, Hermes's documented run-now command,
+  which with no gateway running executes the job at once through the
+  scheduler's own ``cron.scheduler.run_one_job``.
+- ``"mcp_add"`` on a chat run: the operator adds a stdio MCP server with
+  ``hermes mcp add NAME --command <Hermes's python> --args ...`` before the
+  turn (Hermes's own MCP configuration); the server is a file of the command
+  written with the MCP SDK, and logs each call it receives to
+  ``mcp-calls.jsonl`` in the run folder; what it sends onwards goes to a
+  recording endpoint in this process (``notices``).
+
+``"mapper_extra"`` in the harness's config adds entries to the gate's mapper
+table for Hermes (the names an operator gives an MCP server's tools); the
+shipped table is otherwise unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import nats
+from aiohttp import web
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -58,19 +88,24 @@ from ops.bus_auth import write_user_seed
 from ops.demo_script import actor
 from ops.logs import configure_logging
 from ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
+from ops.natsserver import HOST, PortReservation
 from ops.releases import build_release, latest_in_inbox, prior_of, publish_to_inbox
 from ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID, provision_runtime
 from ops.stack import gate_config, start_embedded_server
 from ops.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
 from pipeline.assembly import start_gate
+from pipeline.assembly.config import shipped_mapper_tables
 from pipeline.assembly.model_gateway import RunningModelGateway, start_model_gateway
+from pipeline.core.normalize import MapperTable, ToolMapping
 from pipeline.stores.ledger_audit import export_jsonl
 from subjects import dsse, names
 from subjects.attestation import AttestationAck, RuntimeAttestation
 from subjects.keys import VerifyKey
-from subjects.messages import ActorContext, DataFacts, ProposedDestination, Verdict
+from subjects.messages import ActorContext, DataFacts, Proposal, ProposedDestination, Verdict
 from tests.bus_helpers import gate_reply, wait_for
 from tests.fake_openai import FakeOpenAI
+from tests.fake_telegram import TOKEN as TELEGRAM_TOKEN
+from tests.fake_telegram import FakeTelegram
 from tests.release_helpers import publish_as_publisher
 
 SAFE_RUNTIME_ID = "hermes-safe"
@@ -78,11 +113,19 @@ SAFE_PRINCIPAL = "hermes-safe-runtime"
 OFF_RUNTIME_ID = "hermes-off"
 OFF_PRINCIPAL = "hermes-off-runtime"
 RUN_TIMEOUT_S = 90.0
+GATEWAY_READY_S = 90.0
+"""How long ``hermes gateway run`` may take to poll the fake platform (about 6 s idle)."""
+REPLY_TIMEOUT_S = 90.0
+CRON_TICK_TIMEOUT_S = 180.0
+"""A job due a minute after it was created, fired by a ticker that ticks every 60 s."""
+CURSOR = "\u2589"
+"""The block Hermes's stream consumer puts at the end of a message it is still editing."""
 
 
 class Tap:
     """Gate-signed verdicts and acks seen on the bus (replies travel on inbox subjects),
-    and what each attestation on ``smf.attest`` claimed (read, not verified: the gate
+    which tool each proposal on ``smf.propose`` named (its id, runtime and surface, no
+    arguments), and what each attestation on ``smf.attest`` claimed (read, not verified: the gate
     verifies it; this is only the runtime's word, e.g. its streaming settings)."""
 
     def __init__(self, gate_keys: Mapping[str, VerifyKey]) -> None:
@@ -90,6 +133,21 @@ class Tap:
         self.seen: list[dict[str, Any]] = []
 
     async def record(self, msg: Msg) -> None:
+        if msg.subject == names.PROPOSE:
+            # who proposed which tool, not what: no arguments, content or facts kept
+            with contextlib.suppress(dsse.SignatureError, msgspec.DecodeError):
+                raw = dsse.decode_envelope(msg.data).raw_payload
+                proposal = msgspec.json.decode(raw, type=Proposal)
+                self.seen.append(
+                    {
+                        "kind": "proposal",
+                        "proposal_id": proposal.proposal_id,
+                        "runtime_id": proposal.runtime_id,
+                        "surface": proposal.surface,
+                        "native_tool": proposal.native_tool,
+                    }
+                )
+            return
         if msg.subject == names.ATTEST:
             with contextlib.suppress(dsse.SignatureError, msgspec.DecodeError):
                 raw = dsse.decode_envelope(msg.data).raw_payload
@@ -112,6 +170,72 @@ class Tap:
     def take(self) -> list[dict[str, Any]]:
         taken, self.seen = self.seen, []
         return taken
+
+
+class NoticeSink:
+    """A recording HTTP endpoint on 127.0.0.1: what an MCP server's tool sends onwards
+    (the fake downstream of a consequential MCP tool). The port is reserved from start
+    to stop."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        self._reservation = PortReservation()
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self._reservation.port}/notices"
+
+    async def start(self) -> NoticeSink:
+        app = web.Application()
+        app.router.add_post("/notices", self._notice)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, HOST, self._reservation.port, reuse_address=True).start()
+        return self
+
+    async def _notice(self, request: web.Request) -> web.Response:
+        self.received.append(await request.json())
+        return web.json_response({"ok": True})
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self._reservation.close()
+
+    def take(self) -> list[dict[str, Any]]:
+        taken, self.received = self.received, []
+        return taken
+
+
+@dataclass
+class Prepared:
+    """One run's folder, Hermes home and environment, and the counts before it."""
+
+    root: Path
+    home: Path
+    env: dict[str, str]
+    orders_before: int
+    ledger_before: int
+
+
+@dataclass
+class Ran:
+    """What a Hermes process of the run did (the last one, for a series of commands)."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+    first_seen_ms: dict[str, int | None] = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _substitute(value: Any, tokens: Mapping[str, str]) -> Any:
+    text = json.dumps(value)
+    for name, replacement in tokens.items():
+        text = text.replace("{{" + name + "}}", replacement)
+    return json.loads(text)
 
 
 def hermes_home(
@@ -185,9 +309,13 @@ class Harness:
             actor=actor("associate-ann", "associate"),
             destination=ProposedDestination(address="operator-terminal", locality="internal"),
         )
-        self.gate = await start_gate(
-            gate_config(state=self.state, nats_url=self.server.url, co_located=True)
-        )
+        self.telegram = await FakeTelegram().start()
+        self.notices = await NoticeSink().start()
+        config = gate_config(state=self.state, nats_url=self.server.url, co_located=True)
+        extra = self.config.get("mapper_extra") or {}
+        if extra:
+            config = dataclasses.replace(config, mapper_tables=self._mapper_tables(extra))
+        self.gate = await start_gate(config)
         release = latest_in_inbox(self.state.release_inbox)
         assert release is not None
         # where the adapter verifies it; only the publisher may write the bucket
@@ -196,6 +324,18 @@ class Harness:
         self.nc = await self.connect(OPERATOR)
         self.tap = Tap(self.state.gate_keys())
         self.tap_sub = await self.nc.subscribe(">", cb=self.tap.record)
+
+    @staticmethod
+    def _mapper_tables(extra: dict[str, Any]) -> dict[str, MapperTable]:
+        """The shipped tables, with ``extra`` tools added to Hermes's (none replaced)."""
+        tables = shipped_mapper_tables()
+        hermes = tables["smf-hermes-adapter"]
+        added = {name: msgspec.convert(entry, ToolMapping) for name, entry in extra.items()}
+        assert not set(added) & set(hermes.tools), "mapper_extra may only add tools"
+        tables["smf-hermes-adapter"] = msgspec.structs.replace(
+            hermes, tools={**hermes.tools, **added}
+        )
+        return tables
 
     def _release_of(self, corpus: Path) -> None:
         """A signed release of ``corpus``, chained to the demo's, newest in the inbox:
@@ -236,6 +376,8 @@ class Harness:
         }
 
     async def stop(self) -> None:
+        await self.telegram.stop()
+        await self.notices.stop()
         self.model.stop()
         await self.nc.drain()
         await self.gate.close()
@@ -246,6 +388,8 @@ class Harness:
         return {
             "nats_url": self.server.url,
             "idle_url": self.idle.url,
+            "notices_url": self.notices.url,
+            "hermes_python": str(self.venv / "bin" / "python"),
             "state_dir": str(self.state.root),
             "runtime_key": str(self.state.key_path(HERMES_PRINCIPAL)),
             "safe_key": str(self.state.key_path(SAFE_PRINCIPAL)),
@@ -288,6 +432,17 @@ class Harness:
                 self.gateway = None
 
     async def _run(self, command: dict[str, Any]) -> dict[str, Any]:
+        run = await self._prepare(command)
+        op = command.get("op", "chat")
+        if op == "telegram":
+            ran = await self._telegram(run, command)
+        elif op == "cron":
+            ran = await self._cron(run, command)
+        else:
+            ran = await self._chat(run, command)
+        return await self._collect(run, command, ran)
+
+    async def _prepare(self, command: dict[str, Any]) -> Prepared:
         self.runs += 1
         root = self.root / f"run-{self.runs:02d}-{command['name']}"
         root.mkdir(parents=True)
@@ -296,10 +451,16 @@ class Harness:
         model_url, api_key = self.model.url, "dummy"
         if command.get("via_gateway"):
             model_url, api_key = await self.start_gateway(runtime_id, context)
+        extra_config = dict(command.get("config", {}))
+        if command.get("op") == "telegram":
+            self.telegram.reset()
+            telegram = {"enabled": True, "token": TELEGRAM_TOKEN}
+            telegram["extra"] = {"base_url": self.telegram.base_url}
+            extra_config["platforms"] = {"telegram": telegram}
         home = hermes_home(
             root,
             model_url,
-            command.get("config", {}),
+            extra_config,
             list(command.get("plugins", {})),
             api_key=api_key,
             ours_enabled=command.get("plugin_enabled", True),
@@ -316,6 +477,7 @@ class Harness:
         self.model.scripts.set(scripts)
         self.model.scripts.take_requests()
         self.tap.take()
+        self.notices.take()
         orders_before = await self.execute_orders()
         ledger_before = len(self.ledger())
         env = {
@@ -342,21 +504,33 @@ class Harness:
                 env[key] = value
             else:
                 env.pop(key, None)  # an empty value: the setting is absent
-        args = [str(self.venv / "bin" / "hermes"), "chat", "-q", command["prompt"]]
-        if command.get("display", "quiet") == "quiet":
-            args.append("-Q")
-        args += ["--toolsets", command.get("toolsets", "terminal")]
+        return Prepared(root, home, env, orders_before, ledger_before)
+
+    def _tokens(self, run: Prepared) -> dict[str, str]:
+        return {"root": str(run.root), "home": str(run.home), **self.info()}
+
+    async def _hermes(
+        self, run: Prepared, args: list[str], *, stdin: bytes = b"", watch: list[str] | None = None
+    ) -> Ran:
+        """One Hermes command to its end (at most ``RUN_TIMEOUT_S``)."""
         started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
+            str(self.venv / "bin" / "hermes"),
             *args,
-            cwd=root,
-            env=env,
-            stdin=subprocess.DEVNULL,
+            cwd=run.root,
+            env=run.env,
+            # /dev/null unless there is input: Hermes's CLI treats a pipe on stdin as
+            # input of its own (the default display's runs then did not take the turn)
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        watch = [str(w) for w in command.get("watch", [])]
-        first_seen: dict[str, int | None] = dict.fromkeys(watch)
+        if stdin:
+            assert proc.stdin is not None
+            proc.stdin.write(stdin)
+            proc.stdin.close()
+        needles = watch or []
+        first_seen: dict[str, int | None] = dict.fromkeys(needles)
         stdout, stderr = bytearray(), bytearray()
 
         async def pump(stream: asyncio.StreamReader | None, sink: bytearray) -> None:
@@ -365,7 +539,7 @@ class Harness:
             while chunk := await stream.read(65536):
                 sink.extend(chunk)
                 now = time.time_ns() // 1_000_000
-                for needle in watch:
+                for needle in needles:
                     if sink is stdout and first_seen[needle] is None and needle.encode() in sink:
                         first_seen[needle] = now
 
@@ -377,30 +551,197 @@ class Harness:
         except TimeoutError:
             proc.kill()
             await proc.wait()
-        out, err = bytes(stdout), bytes(stderr)
+        return Ran(
+            returncode=proc.returncode,
+            stdout=bytes(stdout).decode(errors="replace"),
+            stderr=bytes(stderr).decode(errors="replace"),
+            seconds=round(time.monotonic() - started, 2),
+            first_seen_ms=first_seen,
+        )
+
+    async def _chat(self, run: Prepared, command: dict[str, Any]) -> Ran:
+        extra: dict[str, Any] = {}
+        mcp = command.get("mcp_add")
+        if mcp is not None:
+            # The operator adds the server as Hermes documents it; Hermes connects,
+            # lists its tools and asks "Enable all N tools? [Y/n/select]" (Enter: all).
+            mcp = _substitute(mcp, self._tokens(run))
+            added = await self._hermes(
+                run,
+                ["mcp", "add", mcp["name"], "--command", mcp["command"], "--args", *mcp["args"]],
+                stdin=b"\n",
+            )
+            extra["mcp_add"] = {"returncode": added.returncode, "stdout": added.stdout[-4000:]}
+        args = ["chat", "-q", command["prompt"]]
+        if command.get("display", "quiet") == "quiet":
+            args.append("-Q")
+        args += ["--toolsets", command.get("toolsets", "terminal")]
+        ran = await self._hermes(run, args, watch=[str(w) for w in command.get("watch", [])])
+        ran.extra.update(extra)
+        return ran
+
+    async def _telegram(self, run: Prepared, command: dict[str, Any]) -> Ran:
+        """``hermes gateway run`` against the fake Bot API: each message pushed, its reply
+        waited for (a text holding ``expect`` that is no longer being edited), then the
+        gateway stopped, so every call it made is in."""
+        fake = self.telegram
+        env = {**run.env, **command.get("platform_env", {})}
+        started = time.monotonic()
+        for message in command["messages"]:
+            if "cron" in message:
+                await self._cron_job_for(run, message["cron"], message["chat"])
+        proc = await asyncio.create_subprocess_exec(
+            str(self.venv / "bin" / "hermes"),
+            "gateway",
+            "run",
+            cwd=run.root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=(run.root / "gateway.out").open("wb"),
+            stderr=(run.root / "gateway.err").open("wb"),
+        )
+        replies: list[dict[str, Any]] = []
+        try:
+            await wait_for(
+                lambda: fake.state.polls > 0 or proc.returncode is not None,
+                timeout=GATEWAY_READY_S,
+                interval=0.1,
+            )
+            for message in command["messages"]:
+                # a cron job's delivery comes by itself, maybe before an earlier one's
+                since = 0 if "cron" in message else len(fake.state.sent)
+                if "cron" not in message:
+                    fake.push_text(message["chat"], int(message["user"]), message["text"])
+                wanted = message["expect"]
+                expect = [wanted] if isinstance(wanted, str) else [str(w) for w in wanted]
+                chat = str(message["chat"]["id"])
+
+                def replied(
+                    since: int = since, expect: list[str] = expect, chat: str = chat
+                ) -> bool:
+                    return proc.returncode is not None or any(
+                        s.method in {"sendMessage", "sendRichMessage", "editMessageText"}
+                        and str(s.params.get("chat_id")) == chat
+                        and any(e in s.text for e in expect)
+                        and CURSOR not in s.text
+                        for s in fake.state.sent[since:]
+                    )
+
+                began = time.monotonic()
+                timeout = CRON_TICK_TIMEOUT_S if "cron" in message else REPLY_TIMEOUT_S
+                await wait_for(replied, timeout=timeout, interval=0.05)
+                replies.append({"seconds": round(time.monotonic() - began, 2)})
+        finally:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(proc.wait(), 30)
+                except TimeoutError:
+                    proc.kill()
+                    await proc.wait()
+        sent = [{"method": s.method, "params": s.params, "at_ms": s.at_ms} for s in fake.state.sent]
+        return Ran(
+            returncode=proc.returncode,
+            stdout=(run.root / "gateway.out").read_text(errors="replace")[-64000:],
+            stderr=(run.root / "gateway.err").read_text(errors="replace")[-64000:],
+            seconds=round(time.monotonic() - started, 2),
+            extra={"telegram": sent, "replies": replies},
+        )
+
+    async def _cron_job_for(self, run: Prepared, job: dict[str, Any], chat: dict[str, Any]) -> None:
+        """Create ``job`` delivering to ``chat``, before the gateway starts. Its schedule
+        makes it due later (``1m``); the gateway's in-process scheduler, which ticks when
+        it starts and then every 60 s, runs it at the first tick after that and delivers
+        through the live Telegram adapter. (``hermes cron run`` would run it at once in
+        the CLI's own process, with the standalone delivery.)"""
+        job = _substitute(job, self._tokens(run))
+        args = ["cron", "create", job.get("schedule", "every 1h")]
+        if job.get("prompt"):
+            args.append(job["prompt"])
+        args += ["--name", job["name"], "--deliver", f"telegram:{chat['id']}"]
+        if job.get("script"):
+            scripts = run.home / "scripts"
+            scripts.mkdir(exist_ok=True)
+            (scripts / job["script"]["name"]).write_text(job["script"]["text"])
+            args += ["--script", job["script"]["name"]]
+        if job.get("no_agent"):
+            args.append("--no-agent")
+        created = await self._hermes(run, args)
+        assert created.returncode == 0, created.stdout[-2000:]
+
+    async def _cron(self, run: Prepared, command: dict[str, Any]) -> Ran:
+        """Each job created with ``hermes cron create``, then run with ``hermes cron run``."""
+        jobs = _substitute(command["jobs"], self._tokens(run))
+        scripts = run.home / "scripts"
+        scripts.mkdir(exist_ok=True)
+        steps: list[dict[str, Any]] = []
+        started = time.monotonic()
+        last: Ran | None = None
+        for job in jobs:
+            args = ["cron", "create", job.get("schedule", "every 1h")]
+            if job.get("prompt"):
+                args.append(job["prompt"])
+            args += ["--name", job["name"], "--deliver", "local"]
+            if job.get("script"):
+                (scripts / job["script"]["name"]).write_text(job["script"]["text"])
+                args += ["--script", job["script"]["name"]]
+            if job.get("no_agent"):
+                args.append("--no-agent")
+            created = await self._hermes(run, args)
+            listed = json.loads((run.home / "cron" / "jobs.json").read_text())["jobs"]
+            [job_id] = [j["id"] for j in listed if j["name"] == job["name"]]
+            last = await self._hermes(run, ["cron", "run", job_id])
+            outputs = sorted((run.home / "cron" / "output" / job_id).glob("*.md"))
+            steps.append(
+                {
+                    "name": job["name"],
+                    "created": created.returncode,
+                    "run_stdout": last.stdout[-4000:],
+                    "run_returncode": last.returncode,
+                    "output": outputs[-1].read_text() if outputs else None,
+                }
+            )
+        assert last is not None
+        return Ran(
+            returncode=last.returncode,
+            stdout=last.stdout,
+            stderr=last.stderr,
+            seconds=round(time.monotonic() - started, 2),
+            extra={"cron": steps},
+        )
+
+    async def _collect(self, run: Prepared, command: dict[str, Any], ran: Ran) -> dict[str, Any]:
         # Every verdict and ack of this run answered a request Hermes waited on (its
         # hooks block on the reply), so the server had routed our copy before Hermes
         # could read its own; the flush's PONG comes after it, and once the tap's
         # queue is empty its callback has recorded it.
         await self.nc.flush()
         await wait_for(lambda: self.tap_sub.pending_msgs == 0, timeout=10)
+        root = run.root
         markers = {rel: (root / rel).exists() for rel in command.get("markers", [])}
         seeds = [Path(f).read_bytes().strip() for f in self.credentials.values()]
+        out, err = ran.stdout.encode(), ran.stderr.encode()
+        calls = root / "mcp-calls.jsonl"
         return {
             "seed_in_output": any(seed in out or seed in err for seed in seeds),
             "name": command["name"],
             "root": str(root),
-            "returncode": proc.returncode,
-            "seconds": round(time.monotonic() - started, 2),
-            "stdout": out.decode(errors="replace")[-64000:],
-            "stderr": err.decode(errors="replace")[-64000:],
-            "first_seen_ms": first_seen,
+            "returncode": ran.returncode,
+            "seconds": ran.seconds,
+            "stdout": ran.stdout[-64000:],
+            "stderr": ran.stderr[-64000:],
+            "first_seen_ms": ran.first_seen_ms,
             "requests": [msgspec.to_builtins(r) for r in self.model.scripts.take_requests()],
             "bus": self.tap.take(),
             "markers": markers,
-            "execute_orders": await self.execute_orders() - orders_before,
+            "execute_orders": await self.execute_orders() - run.orders_before,
             # written before any verdict or refusal is answered: complete once Hermes exited
-            "ledger": self.ledger()[ledger_before:],
+            "ledger": self.ledger()[run.ledger_before :],
+            "mcp_calls": [json.loads(line) for line in calls.read_text().splitlines()]
+            if calls.exists()
+            else [],
+            "notices": self.notices.take(),
+            **ran.extra,
         }
 
     async def clear(self, runtime_id: str) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from ops.stack import gate_config, start_embedded_server, start_stack
 from ops.state import CONSOLE, MODEL_GATEWAY, OPERATOR, PUBLISHER, StateDir, refresh_demo_release
 from pipeline.assembly import BusUnavailableError, start_gate
 from pipeline.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
+from pipeline.stores.tool_calls_kv import BUCKET as TOOL_CALLS
 from subjects import names
 from subjects.bus_access import BusCredential, connector_durable
 from subjects.registry import RegistryFile, encode_registry
@@ -119,6 +120,10 @@ ACTIONS: Final = (
         "purge the claims KV bucket", "req", f"{API}.STREAM.PURGE.KV_smf_proposal_claims", who()
     ),
     Action("write a release", "pub", f"$KV.{RELEASE_BUCKET}.release.x", who(PUBLISHER)),
+    # Issue 16: runtime stops and decided tool calls, on a cluster; gates only.
+    Action("read the tool-call bucket", "req", f"{API}.STREAM.INFO.KV_{TOOL_CALLS}", who(GATE)),
+    Action("note a decided tool call", "pub", f"$KV.{TOOL_CALLS}.note.x", who(GATE)),
+    Action("purge the tool-call bucket", "req", f"{API}.STREAM.PURGE.KV_{TOOL_CALLS}", who()),
     Action(
         "read a release",
         "req",
@@ -139,6 +144,10 @@ ACTIONS: Final = (
     # Tool-call accounting: only the gateway asks; only an operator lifts a stop.
     Action("ask the tool-call accounting", "req", names.GATEWAY_CALLS, who(MODEL_GATEWAY), b"{}"),
     Action("clear a runtime's stop", "req", names.GATEWAY_CLEAR, who(), b"{}"),
+    # Issue 21: only an operator asks the gates' status (runtimes' attestations, ledger
+    # tail); only gates answer it.
+    Action("ask the gates' status", "req", names.GATE_STATUS, who(), b"{}"),
+    Action("serve the gate status", "sub", names.GATE_STATUS, who(GATE)),
     Action("resolve an approval", "req", names.APPROVAL_RESOLVE, who(ATTORNEY, CONSOLE)),
     Action("show an approval", "req", names.APPROVAL_SHOW, who(ATTORNEY, CONSOLE)),
     # The OpenClaw plugin's hold asks it (adapters/openclaw/src/gate.ts); Hermes never does.

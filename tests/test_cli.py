@@ -314,6 +314,9 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         "console",
         "bus",
         "model-gateway",
+        "runtime",
+        "approver",
+        "doctor",
         "completion",
     }
     for path, summary, child in found:

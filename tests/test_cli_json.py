@@ -34,6 +34,7 @@ import pytest
 
 from adapters.client import ProposalClient
 from ops import cli_json
+from ops.bus_auth import new_user_seed, public_user
 from ops.cli import build_parser, main
 from ops.cli_json import COMMANDS, CliJson
 from ops.demo_script import SCENARIOS
@@ -118,7 +119,9 @@ def test_emit_refuses_a_value_its_own_type_rejects(capsys: pytest.CaptureFixture
     """An id cut to a display prefix is an error, not a line a script reads."""
     from ops.output import emit  # noqa: PLC0415 - the one function under test here
 
-    cut = cli_json.ModelGatewayClearJson(runtime_id="not a token", was_stopped=False)
+    cut = cli_json.ModelGatewayClearJson(
+        runtime_id="not a token", was_stopped=False, stopped=False, reason_codes=(), evidence=()
+    )
     with pytest.raises(msgspec.ValidationError):
         emit(cut)
     assert capsys.readouterr().out == ""
@@ -430,6 +433,68 @@ def check_diff(out: cli_json.ReleaseDiffJson, _: World) -> None:
     assert out.authenticated is False
 
 
+def check_nkey(out: cli_json.BusUserJson, _: World) -> None:
+    assert out.principal == "attorney-nkey"
+    assert Path(out.seed_file).stat().st_mode & 0o077 == 0
+    assert Path(out.seed_file).read_text().strip() != out.nats_user
+
+
+def adopted(release: cli_json.ReleasePublishJson) -> None:
+    full(IDENTITY, release.manifest_hash)
+    (gate,) = release.gates
+    assert (release.waited, gate.outcome) == (True, "adopted"), release
+
+
+def check_runtime_add(out: cli_json.RuntimeAddJson, _: World) -> None:
+    assert (out.kind, out.runtime_id, out.policies_from) == ("hermes", "hermes-json", "prior")
+    full(KEY_ID, out.key_id)
+    assert out.attestation.instance_bound
+    assert out.attestation.required_hooks == ("pre_tool_call", "transform_llm_output")
+    for path in msgspec.structs.asdict(out.files).values():
+        assert Path(path).stat().st_mode & 0o077 == 0, path
+    adopted(out.release)
+
+
+def check_runtime_remove(out: cli_json.RuntimeRemoveJson, _: World) -> None:
+    assert out.principals == ("hermes-json",)
+    assert out.attestation_requirement_removed
+    assert out.gateway_profile_removed
+    assert out.left_files
+    adopted(out.release)
+
+
+def check_approver_add(out: cli_json.ApproverAddJson, _: World) -> None:
+    assert (out.licensed_roles, out.tenants) == (("licensed_attorney",), ("tenant-acme",))
+    full(KEY_ID, out.key_id)
+    adopted(out.release)
+
+
+def check_approver_remove(out: cli_json.ApproverRemoveJson, _: World) -> None:
+    assert out.principal == "attorney-json"
+    adopted(out.release)
+
+
+def check_doctor(out: cli_json.DoctorJson, _: World) -> None:
+    assert (out.ok, out.failed) == (True, 0), out
+    kinds = {c.kind for c in out.checks if c.status in ("ok", "warn")}
+    assert kinds == {"bus", "release", "service", "connector", "ledger"}, out
+
+
+def check_doctor_dead(out: cli_json.DoctorJson, _: World) -> None:
+    assert (out.ok, out.failed) == (False, 1)
+    (bus,) = (c for c in out.checks if c.kind == "bus")
+    assert bus.status == "fail"
+    assert {c.status for c in out.checks if c.kind != "bus"} == {"skip"}
+
+
+RELEASE_KEY = ("--release-key", "{state}/keys/release-signer.key", "--state-dir", "{state}")
+NEW_RUNTIME = ("--kind", "hermes", "--id", "hermes-json", "--tenant", "tenant-acme")
+NEW_APPROVER = (
+    *("--id", "attorney-json", "--role", "licensed_attorney", "--tenant", "tenant-acme"),
+    *("--public-key", "{work}/attorney-json.pub.json", "--bus-user", "{approver_user}"),
+)
+
+
 CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
     ("compile",): (
         Case(("--corpus", str(package_path(SCENARIO_CORPUS)), "--out", "{work}/compiled")),
@@ -672,6 +737,31 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
         ),
         Case(("--state-dir", "{state}", "--nats", "{dead}", "--listen", "127.0.0.1:0"), 1, None),
     ),
+    # issue 21: onboarding in releases the running gate adopts, then the deployment checked
+    ("keys", "nkey"): (
+        Case(("--out", "{work}/attorney-nkey.nkey"), check=check_nkey),
+        Case(("--out", "{work}/attorney-nkey.nkey"), 1, None),  # never over a seed
+    ),
+    ("runtime", "add"): (
+        Case((*NEW_RUNTIME, *RELEASE_KEY), check=check_runtime_add),
+        Case((*NEW_RUNTIME, *RELEASE_KEY), 1, None),  # the same id again
+    ),
+    ("runtime", "remove"): (
+        Case(("--id", "hermes-json", *RELEASE_KEY), check=check_runtime_remove),
+        Case(("--id", "hermes-json", *RELEASE_KEY), 1, None),  # no longer there
+    ),
+    ("approver", "add"): (
+        Case((*NEW_APPROVER, *RELEASE_KEY), check=check_approver_add),
+        Case((*NEW_APPROVER, *RELEASE_KEY), 1, None),  # the same principal again
+    ),
+    ("approver", "remove"): (
+        Case(("--id", "attorney-json", *RELEASE_KEY), check=check_approver_remove),
+        Case(("--id", "attorney-json", *RELEASE_KEY), 1, None),
+    ),
+    ("doctor",): (
+        Case(("--state-dir", "{state}", "--nats", "{nats}"), check=check_doctor),
+        Case(("--state-dir", "{state}", "--nats", "{dead}"), 1, 0, check_doctor_dead),
+    ),
 }
 """Cases run in this order (a later one may use what an earlier one wrote): per
 command, a success and, where it can refuse, a refusal."""
@@ -693,7 +783,11 @@ def scratch(world: World) -> Iterator[dict[str, str]]:
     (work / "garbage").write_bytes(b"\xff\x00 not json, not a key\n")
     (work / "empty").write_text("")
     (work / "actor.json").write_text(json.dumps(ACTOR))
-    from subjects.keys import generate_signing_key, write_private_key  # noqa: PLC0415
+    from subjects.keys import (  # noqa: PLC0415
+        generate_signing_key,
+        public_record,
+        write_private_key,
+    )
 
     write_private_key(work / "rita.key", generate_signing_key(), "reviewer-rita")
     lines = [
@@ -709,6 +803,8 @@ def scratch(world: World) -> Iterator[dict[str, str]]:
         now_ms=time.time_ns() // 1_000_000,
     )
     write_release_dir(again, work / "against")
+    approver = public_record(generate_signing_key(), "attorney-json")
+    (work / "attorney-json.pub.json").write_bytes(msgspec.json.encode(approver))
     dead, dead_http = reserve_port(), reserve_port()
     try:
         yield {
@@ -719,6 +815,7 @@ def scratch(world: World) -> Iterator[dict[str, str]]:
             "approval": world.approval_id,
             "dead": f"nats://127.0.0.1:{dead.port}",
             "dead_http": f"http://127.0.0.1:{dead_http.port}",
+            "approver_user": public_user(new_user_seed()),
         }
     finally:
         dead.close()

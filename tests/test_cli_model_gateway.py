@@ -26,6 +26,7 @@ import msgspec
 import pytest
 
 from ops.cli import main
+from ops.cli_json import GatewayRow
 from ops.state import StateDir, provision_demo
 from tests.test_cli_ops import ROOT, assert_one_line_failure, read_line, run
 from tests.test_model_gateway import ACTOR as MODEL_ACTOR
@@ -209,6 +210,24 @@ def test_up_without_gateway_settings_fails_in_one_line(
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("smf-assurance: cannot start the model gateway:")
     assert "Traceback" not in proc.stderr
+
+
+def test_the_gateways_own_added_latency_may_be_negative() -> None:
+    """It is a difference of two timed requests per pair: under load the direct one can be
+    the slower, and the bench used to fail on that figure (a declared unsigned type)."""
+    figures = {"p50_ns": 1, "p95_ns": 2, "p99_ns": 3}
+    row = {
+        "series": "4 KB streamed",
+        "samples": 2,
+        "direct": figures,
+        "through_gateway": figures,
+        "output_decision": figures,
+        "gateway_own_added": {"p50_ns": -250_000, "p95_ns": -1, "p99_ns": 40_000},
+    }
+    decoded = msgspec.convert(row, GatewayRow)
+    assert decoded.gateway_own_added.p50_ns == -250_000
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({**row, "direct": {**figures, "p50_ns": -1}}, GatewayRow)
 
 
 def test_bench_gateway_prints_the_three_series(capsys: pytest.CaptureFixture[str]) -> None:

@@ -37,9 +37,11 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TextIO
 
+import msgspec
 import pytest
 
 from ops.bench import bus as bench_bus
+from ops.bus_auth import new_user_seed, public_user
 from ops.cli import build_parser, main
 from ops.commands import completion
 from ops.commands import demo as demo_command
@@ -49,6 +51,7 @@ from ops.output import Progress, table
 from ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
 from ops.releases import write_release_dir
 from ops.state import StateDir
+from subjects.keys import generate_signing_key, public_record
 from tests.test_cli import AT, subcommands
 from tests.test_cli_ops import table_value
 from tests.test_release_distribution import current_inbox, next_release
@@ -59,6 +62,9 @@ PROG = (sys.executable, "-m", "ops.cli")
 APPROVAL = "sha256:" + "ab" * 32
 GARBAGE = b"\xff\x00 not json, not a key, not a database\n"
 DATABASES = ("approvals.db", "claims.db", "release-state.db")
+APPROVER_USER = public_user(new_user_seed())
+"""A bus user an approver made on its own machine (``keys nkey``): only this public half
+is handed to ``approver add``."""
 
 LEAVES = [
     (path, parser)
@@ -98,6 +104,25 @@ STATE_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("swarm", "analyze"): ("--facts", "{matter}", "--state-dir", "{state}"),
     ("keys", "public"): ("--key", "{state}/keys/runtime.key"),
     ("explain",): ("{decision}", "--state-dir", "{state}"),
+    ("runtime", "add"): (
+        *("--kind", "hermes", "--id", "rt-careless", "--tenant", "tenant-acme"),
+        *("--release-key", "{state}/keys/release-signer.key", "--state-dir", "{state}"),
+        "--no-wait",
+    ),
+    ("runtime", "remove"): (
+        *("--id", "scripted-demo", "--release-key", "{state}/keys/release-signer.key"),
+        *("--state-dir", "{state}", "--no-wait"),
+    ),
+    ("approver", "add"): (
+        *("--id", "attorney-careless", "--role", "licensed_attorney", "--tenant", "tenant-acme"),
+        *("--public-key", "{work}/attorney-careless.pub.json", "--bus-user", APPROVER_USER),
+        *("--release-key", "{state}/keys/release-signer.key", "--state-dir", "{state}"),
+        "--no-wait",
+    ),
+    ("approver", "remove"): (
+        *("--id", "paralegal-pat", "--release-key", "{state}/keys/release-signer.key"),
+        *("--state-dir", "{state}", "--no-wait"),
+    ),
 }
 """A sound call of each command that reads or writes a state directory."""
 
@@ -150,6 +175,12 @@ BUS_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
         "--listen",
         "127.0.0.1:0",
     ),
+    ("runtime", "add"): (
+        *("--kind", "openclaw", "--id", "rt-careless", "--tenant", "tenant-acme"),
+        *("--release-key", "{state}/keys/release-signer.key", "--state-dir", "{state}"),
+        *("--nats", "{nats}"),
+    ),
+    ("doctor",): ("--state-dir", "{state}", "--nats", "{nats}"),
 }
 """A sound call of each command that connects to a bus."""
 
@@ -158,6 +189,7 @@ ARGUMENT_ONLY: dict[tuple[str, ...], str] = {
     ("eval",): "offline; in the closed-stdout class",
     ("bench",): "builds its own state and servers; its counts are in the argument classes",
     ("keys", "new"): "writes one new file outside any state dir",
+    ("keys", "nkey"): "writes one new file outside any state dir",
     ("release", "build"): "reads a corpus and keys, writes a new folder",
     ("release", "verify"): "reads a release folder; --state-dir only for its rollback floor",
     ("release", "publish"): "needs a built release folder; its bus call is release status's",
@@ -252,6 +284,8 @@ def work(tmp_path: Path, demo_state: Path) -> Path:
     shutil.copytree(demo_state, tmp_path / "state")
     (tmp_path / "tmp").mkdir()
     (tmp_path / "garbage").write_bytes(GARBAGE)
+    approver = public_record(generate_signing_key(), "attorney-careless")
+    (tmp_path / "attorney-careless.pub.json").write_bytes(msgspec.json.encode(approver))
     return tmp_path
 
 

@@ -26,8 +26,9 @@ The harness's buses run with authorization generated from the registry
 (issue 15): Hermes's adapter connects with the runtime's own nkey
 (``SMF_BUS_CREDENTIAL``), and without it (a seed the server does not know,
 none, one readable by others) the call is blocked and never runs.
-Does not prove: other Hermes versions, gateway platforms (only the CLI
-path is driven), or that no other path into tools exists (docs/HERMES.md);
+Does not prove: other Hermes versions, gateway platforms (the CLI path here;
+Telegram, cron, background work and a real MCP server in
+tests/test_hermes_surfaces.py), or that no other path into tools exists (docs/HERMES.md);
 the approval and the single dispatch after it are proven in-process
 (tests/test_hermes_tools.py), not with Hermes running.
 """
@@ -129,12 +130,16 @@ def harness(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     corpus: Path | None = None,
+    mapper_extra: dict[str, Any] | None = None,
+    surfaces: bool = False,
 ) -> Iterator[HermesRuns]:
     """One harness process for a module (tests/hermes_harness.py), stopped at its end;
-    its gate runs on a release of ``corpus`` when one is given (else the demo's)."""
+    its gate runs on a release of ``corpus`` when one is given (else the demo's), with
+    ``mapper_extra`` tools added to its mapper table for Hermes; ``surfaces``: Hermes
+    from the venv that also holds the MCP SDK and python-telegram-bot (issue 26)."""
     say = _progress(request)
     started = time.monotonic()
-    env = ensure_hermes_env(PROJECT, progress=say)
+    env = ensure_hermes_env(PROJECT, progress=say, surfaces=surfaces)
     cold = f"cold {env.cold_seconds:.1f}s" if env.cold_seconds else "reused"
     say(f"hermes venv ready in {time.monotonic() - started:.1f}s ({cold}; plugin {env.overlay})")
     workdir = tmp_path_factory.mktemp("hermes")
@@ -145,6 +150,7 @@ def harness(
         "pythonpath": env.pythonpath,
         "bring_up_loopback": isolated,
         "corpus": None if corpus is None else str(corpus),
+        "mapper_extra": mapper_extra or {},
     }
     prefix = ["unshare", "-n"] if isolated else []
     say("network: " + ("unshare -n, loopback only" if isolated else "no namespace; 127.0.0.1 only"))

@@ -19,7 +19,13 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-from ops.hermes_env import ensure_hermes_env
+from ops.hermes_env import (
+    SURFACE_PACKAGES,
+    _pins_key,
+    _plugin_requirements,
+    default_env_dir,
+    ensure_hermes_env,
+)
 from tests.surface_matrix import ROOT
 
 PROBE = (
@@ -81,3 +87,14 @@ def test_two_checkouts_share_the_pinned_venv_without_changing_it(tmp_path: Path)
         seen = json.loads(done.stdout)
         assert seen["points"] == [["smf-assurance", "adapters.hermes.plugin"]]
         assert Path(seen["adapters"]).is_relative_to(project)
+
+
+def test_the_surfaces_venv_is_a_folder_of_its_own() -> None:
+    """Issue 26: the packages that drive Hermes's other surfaces (the MCP SDK,
+    python-telegram-bot) go into a venv whose name covers them, never into the
+    shared one; the conformance modules' venv is named as before."""
+    base, surfaces = default_env_dir(), default_env_dir(surfaces=True)
+    assert base != surfaces
+    assert base.name.endswith(_pins_key(_plugin_requirements()))
+    assert surfaces.name.endswith(_pins_key([*_plugin_requirements(), *SURFACE_PACKAGES]))
+    assert all("==" in pin for pin in SURFACE_PACKAGES)  # pinned, as Hermes pins them

@@ -53,7 +53,8 @@ Negative findings shown here, as they are:
   read from the running CLI), and the gate accepts that because the gateway
   serves this runtime.
 
-Does not prove: OpenClaw, gateway platforms of Hermes (only the CLI), other
+Does not prove: OpenClaw, gateway platforms of Hermes (only the CLI here; the
+Telegram platform through the gateway: tests/test_hermes_surfaces.py), other
 Hermes versions; the tool-progress line the CLI prints for a released tool
 call (its arguments are model text; a turn with tool calls and no text is
 not put to the output gate: read in ``_gate_output``, not driven here);
@@ -357,10 +358,15 @@ def test_a_tool_run_past_a_removed_hook_stops_the_runtime_at_its_result(
     assert [STOPPED, "model_request_refused"] in [e["reason_codes"] for e in stopped["ledger"]]
     cleared = hermes.send({"op": "clear", "runtime_id": HERMES_RUNTIME_ID})  # the CLI
     assert cleared["returncode"] == 0, cleared["stderr"]
-    assert json.loads(cleared["last_line"]) == {
+    printed = json.loads(cleared["last_line"])
+    assert printed == {
         "runtime_id": HERMES_RUNTIME_ID,
         "was_stopped": True,
+        "stopped": False,
+        "reason_codes": [],
+        "evidence": printed["evidence"],  # the clear's own ledger entry
     }
+    assert len(printed["evidence"]) == 1
     served = through_gateway(hermes, "gw-thief-cleared", {"calls": [], "final": ALLOWED})
     assert ALLOWED in served["stdout"]
 

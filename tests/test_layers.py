@@ -262,6 +262,7 @@ def test_a_gate_starts_from_pipeline_alone(tmp_path: Path, nats_server: Embedded
             "smf-approvals",
             "smf-attest",
             "smf-gate",
+            "smf-gate-status",
             "smf-gateway-admit",
             "smf-gateway-calls",
             "smf-stages",

@@ -7,24 +7,27 @@ proposal carried is served; one that no proposal carried is refused
 ``ungated_tool_result`` before the provider is asked, recorded in the ledger, and
 stops the runtime: its next request (even one with no tool result) and its proposals
 are refused ``runtime_stopped_ungated_tool_result`` until an operator clears it on
-``smf.gateway.clear`` (or with ``model-gateway clear``) and it attests again; a calls
-answer no gate key signed is not believed; a runtime whose profile says
-``account_tool_calls: false`` is not checked. The gate's index and the gateway's id
-sets are bounded (unit tests). A proposal's ``tool_call_id`` is not part of the
-operation: its operation hash and normalized envelope are those of the same
-proposal without it.
+``smf.gateway.clear`` (or with ``model-gateway clear``, whose clear is in the ledger)
+and it attests again; a calls answer no gate key signed is not believed; a runtime
+whose profile says ``account_tool_calls: false`` is not checked. The gate's index and
+the gateway's id sets are bounded (unit tests). A proposal's ``tool_call_id`` is not
+part of the operation: its operation hash and normalized envelope are those of the
+same proposal without it.
 
 Does not prove: anything about the real runtimes (the Hermes adapter's ids are
-tested in tests/test_hermes_unit.py), persistence across a gate restart (none:
-docs/EVIDENCE.md), accounting across gate replicas (per gate process, not built).
+tested in tests/test_hermes_unit.py), persistence across a gate restart
+(tests/test_tool_call_restart.py), accounting across gate replicas
+(tests/test_replica_sync.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import re
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,7 @@ from ops.state import OPERATOR, StateDir, provision_demo
 from pipeline.assembly.model_gateway import start_model_gateway
 from pipeline.stages.model_gateway import GatewaySettings, _Bounded, new_call_id
 from pipeline.stages.tool_calls import DecidedCalls
+from pipeline.stores.ledger_audit import export_jsonl
 from subjects.keys import SigningKey
 from subjects.messages import Verdict
 from subjects.model_gateway import GatewayCalls, GatewayClear, GatewayCleared
@@ -72,6 +76,13 @@ STOPPED = "runtime_stopped_ungated_tool_result"
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
+    async with tool_call_world(tmp_path) as built:
+        yield built
+
+
+@asynccontextmanager
+async def tool_call_world(tmp_path: Path) -> AsyncIterator[World]:
+    """Two runtimes the gateway serves, one with tool-call accounting and one without."""
     state = StateDir(tmp_path / "state")
     provision_demo(state)
     provision_runtime(state, TOOLS, TOOLS_ID, runtime_pin=PIN, require_release=False)
@@ -231,10 +242,29 @@ async def test_the_cli_clears_a_stop(world: World, capsys: pytest.CaptureFixture
     args += ["--nats", world.stack.url, "--json"]
     assert await asyncio.to_thread(main, args) == 0
     out = capsys.readouterr().out.strip().splitlines()[-1]  # logs go to stdout too
-    assert json.loads(out) == {"runtime_id": TOOLS_ID, "was_stopped": True}
+    printed = json.loads(out)
+    assert printed == {
+        "runtime_id": TOOLS_ID,
+        "was_stopped": True,
+        "stopped": False,
+        "reason_codes": [],
+        "evidence": printed["evidence"],
+    }
+    # the clear is in the ledger: the entry it names, a transition of the stop's refusal
+    (cleared,) = ledger_entries(world.state, printed["evidence"][0])
+    assert (cleared["kind"], cleared["reason_codes"]) == ("transition", ["runtime_stop_cleared"])
     assert (await attest(world, TOOLS, TOOLS_ID)).accepted
     world.model.default = Reply(content="Back.")
     assert (await chat(world, TOOLS_ID))[0] == 200
+
+
+def ledger_entries(state: StateDir, entry_hash: str | None = None) -> list[dict[str, Any]]:
+    """The ledger's entries as its export prints them (with ``entry_hash``), or the one
+    with that hash."""
+    out = io.StringIO()
+    export_jsonl(state.ledger, out)
+    entries = [json.loads(line) for line in out.getvalue().splitlines()]
+    return [e for e in entries if entry_hash is None or e["entry_hash"] == entry_hash]
 
 
 async def test_a_refused_proposal_still_counts_as_decided(world: World) -> None:

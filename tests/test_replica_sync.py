@@ -6,14 +6,20 @@ at both (each verified it itself); a tool-call id noted by one replica from a
 verified proposal is covered at the other, so the model gateway's question
 can go to either; a stop made by either stops the runtime at both, and an
 operator's clear lifts it at both; a sync message without the gates' MAC
-changes nothing. Does not prove: a replica that (re)starts after a message
-was sent learns it (it starts empty and refuses, which fails closed).
+changes nothing. A replica that restarts after a stop and a decided call loads
+both from the shared KV bucket before it serves (it heard no message of them);
+a clear whose evidence cannot be written lifts nothing at either replica nor in
+the bucket; one that is recorded lifts the stop at both and in the bucket, so a
+replica restarted after it is not stopped. Does not prove: a replica that was
+down when a note failed to reach the bucket learns it (it then reports the call
+uncovered: fails closed).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -34,6 +40,7 @@ from pipeline.stages.replica_sync import ORIGIN_HEADER
 from pipeline.stages.tool_calls import STOPPED
 from subjects import dsse, names
 from subjects.messages import DataFacts, Proposal, ProposedDestination
+from subjects.model_gateway import GatewayCleared
 from tests.approval_gate_child import OwnLedgerState
 from tests.bus_helpers import registry_entries, wait_for
 from tests.test_model_gateway import ACTOR
@@ -55,14 +62,7 @@ async def pair(
     operator = None
     try:
         for index, name in enumerate(("gate-a", "gate-b")):
-            own = OwnLedgerState(state.root, own_ledger=state.root / f"{name}-ledger.db")
-            config = gate_config(
-                own,
-                nats_cluster.urls[index],
-                co_located=True,
-                cluster=ClusterSettings(replicas=3),
-            )
-            gates.append(await start_gate(dataclasses.replace(config, name=name)))
+            gates.append(await start_replica(state, nats_cluster, index, name))
         credential = state.existing_credential(OPERATOR)
         assert credential is not None
         operator = await nats.connect(nats_cluster.urls[2], **credential.connect_options())
@@ -71,7 +71,23 @@ async def pair(
         if operator is not None:
             await operator.close()
         for gate in gates:
-            await gate.close()
+            if not gate.nc.is_closed:  # a test may have stopped one and started another
+                await gate.close()
+
+
+async def start_replica(
+    state: StateDir, cluster: LocalNatsCluster, index: int, name: str
+) -> RunningGate:
+    """Gate replica ``name`` on node ``index``, with its own ledger file."""
+    own = OwnLedgerState(state.root, own_ledger=ledger_of(state, name))
+    config = gate_config(
+        own, cluster.urls[index], co_located=True, cluster=ClusterSettings(replicas=3)
+    )
+    return await start_gate(dataclasses.replace(config, name=name))
+
+
+def ledger_of(state: StateDir, name: str) -> Path:
+    return state.root / f"{name}-ledger.db"
 
 
 def standing(gate: RunningGate) -> str | None:
@@ -166,3 +182,89 @@ async def test_a_sync_message_without_the_gates_mac_changes_nothing(
         assert calls is not None
         await wait_for(lambda c=calls: c.covered(RUNTIME_ID, "smfc" + "3" * 24), timeout=10)
         assert gate.attestation.standing(RUNTIME_ID)[0] != STOPPED
+
+
+async def ask_calls(state: StateDir, url: str, call_id: str) -> list[str]:
+    """The model gateway's question for one tool call; the ids the gate found uncovered."""
+    ask = {
+        "schema": "smf.gateway-calls/1",
+        "request_id": "m-" + call_id[4:] * 2,
+        "runtime_id": RUNTIME_ID,
+        "tenant_id": "tenant-acme",
+        "tool_call_ids": [call_id],
+        "issued_at_ms": time.time_ns() // 1_000_000,
+    }
+    gateway = state.existing_credential("model-gateway")
+    assert gateway is not None
+    nc = await nats.connect(url, **gateway.connect_options())
+    try:
+        reply = await nc.request(names.GATEWAY_CALLS, json.dumps(ask).encode(), timeout=10)
+    finally:
+        await nc.close()
+    uncovered: list[str] = json.loads(dsse.decode_envelope(reply.data).raw_payload)["uncovered"]
+    return uncovered
+
+
+async def clear_runtime(operator: Client) -> GatewayCleared:
+    clear = msgspec.json.encode({"schema": "smf.gateway-clear/1", "runtime_id": RUNTIME_ID})
+    reply = await operator.request(names.GATEWAY_CLEAR, clear, timeout=10)
+    return msgspec.json.decode(reply.data, type=GatewayCleared)
+
+
+def refuse_evidence(ledgers: list[Path], refuse: bool) -> None:
+    """Every evidence write of these ledgers fails inside its transaction (a trigger
+    another connection puts on each file), or no longer does."""
+    for path in ledgers:
+        with sqlite3.connect(path) as conn:
+            conn.execute(
+                "CREATE TRIGGER test_refuse_entries BEFORE INSERT ON evidence_entries"
+                " BEGIN SELECT RAISE(ABORT, 'no room'); END"
+                if refuse
+                else "DROP TRIGGER test_refuse_entries"
+            )
+
+
+async def test_a_restarted_replica_loads_stops_and_decided_calls_from_the_bucket(
+    pair: tuple[StateDir, RunningGate, RunningGate, Client], nats_cluster: LocalNatsCluster
+) -> None:
+    state, gate_a, gate_b, operator = pair
+    url = nats_cluster.urls[0]
+    ack = await attest(state, url, PRINCIPAL, RUNTIME_ID, PIN)
+    assert ack.accepted
+    await wait_for(lambda: standing(gate_a) is None and standing(gate_b) is None, timeout=10)
+    decided = "smfc" + "4" * 24
+    await gate_a.gate.decide(proposal_with_call(decided))  # its note is in the bucket
+    assert await ask_calls(state, url, "smfc" + "5" * 24) == ["smfc" + "5" * 24]
+    await wait_for(lambda: standing(gate_a) == STOPPED == standing(gate_b), timeout=10)
+
+    await gate_b.close()
+    restarted = await start_replica(state, nats_cluster, 1, "gate-b")
+    try:
+        # at once, and with no message from gate-a: loaded from the bucket
+        assert standing(restarted) == STOPPED
+        calls = restarted.gate.decided_calls
+        assert calls is not None
+        assert calls.covered(RUNTIME_ID, decided)
+        assert not calls.covered(RUNTIME_ID, "smfc" + "5" * 24)
+
+        ledgers = [ledger_of(state, "gate-a"), ledger_of(state, "gate-b")]
+        refuse_evidence(ledgers, True)
+        refused = await clear_runtime(operator)
+        assert (refused.stopped, refused.reason_codes) == (True, ("evidence_store_unavailable",))
+        assert restarted.tool_calls is not None
+        assert await restarted.tool_calls.stop_of(RUNTIME_ID) is not None
+        assert standing(gate_a) == STOPPED == standing(restarted)
+        refuse_evidence(ledgers, False)
+
+        cleared = await clear_runtime(operator)
+        assert (cleared.was_stopped, cleared.stopped, cleared.reason_codes) == (True, False, ())
+        await wait_for(
+            lambda: standing(gate_a) == standing(restarted) == "runtime_attestation_missing",
+            timeout=10,
+        )
+        assert await restarted.tool_calls.stop_of(RUNTIME_ID) is None
+        await restarted.close()
+        restarted = await start_replica(state, nats_cluster, 1, "gate-b")
+        assert standing(restarted) == "runtime_attestation_missing"
+    finally:
+        await restarted.close()

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from ops.natsserver import EmbeddedNatsServer
-from ops.stack import gate_config
-from ops.state import StateDir
+from ops.stack import gate_config, start_stack
+from ops.state import OPERATOR, StateDir, provision_demo
 from pipeline.assembly import RunningGate, start_gate
 from subjects import names
 from tests.bus_helpers import wait_for
@@ -30,6 +33,16 @@ from tests.test_bus_properties import deletion, runtime_client
 ALLOWED = 5
 DENIED = 3
 MALFORMED = 2
+GATE_SERVICES = {
+    "smf-gate",
+    "smf-stages",
+    "smf-attest",
+    "smf-approvals",
+    "smf-gateway-admit",
+    "smf-gateway-calls",
+    "smf-release-report",
+    "smf-gate-status",
+}
 
 
 @pytest.fixture
@@ -85,3 +98,36 @@ async def test_stage_refusals_are_counted_as_errors(gate: RunningGate, nc: Clien
     dispatch = (await stats(nc, "smf-stages"))["dispatch"]
     assert (dispatch["num_requests"], dispatch["num_errors"]) == (1, 1)
     assert dispatch["last_error"] == "stage_unauthenticated"
+
+
+async def test_a_bare_ping_on_an_authorizing_bus_is_answered_by_every_gate_service(
+    tmp_path: Path,
+) -> None:
+    """NATS tooling lists services with a bare ``$SRV.PING`` (and reads ``$SRV.STATS``
+    the same way). A gate holds all its services on one connection, and the server
+    allowed it one reply per request: on a bus with authorization every reply to a bare
+    ping was refused as a publish violation, and tooling saw no gate at all (issue 21's
+    finding, ``ops.bus_auth.RESPONSES_PER_REQUEST``)."""
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    stack = await start_stack(state, with_connectors=False)
+    try:
+        credential = state.existing_credential(OPERATOR)
+        assert credential is not None
+        operator = await nats.connect(stack.url, **credential.connect_options())
+        try:
+            for verb in ("PING", "STATS"):
+                answers: list[str] = []
+
+                async def heard(msg: Msg) -> None:
+                    answers.append(json.loads(msg.data)["name"])  # noqa: B023 - awaited below
+
+                inbox = operator.new_inbox()
+                sub = await operator.subscribe(inbox, cb=heard)
+                await operator.publish(f"$SRV.{verb}", b"", reply=inbox)
+                await wait_for(lambda: set(answers) >= GATE_SERVICES, timeout=10)  # noqa: B023
+                await sub.unsubscribe()
+        finally:
+            await operator.close()
+    finally:
+        await stack.stop()

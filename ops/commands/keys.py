@@ -6,6 +6,11 @@ file, so a second ``keys new`` cannot silently replace an identity a roster
 already trusts. What is printed is only the public record; with ``--json`` it
 is exactly a ``smf.ed25519.public/1`` record, so it can be saved and handed to
 a roster or to ``ledger verify --key`` as it is.
+
+Issue 21: ``keys nkey --out PRINCIPAL.nkey`` makes a principal's bus credential
+where the principal is (an approver's machine): a 0600 NATS user nkey seed,
+never over an existing file, and prints only its public user key, the one
+thing ``approver add --bus-user`` needs.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from pathlib import Path
 
 import msgspec
 
-from ops.cli_json import KeyRecordJson
+from ops.bus_auth import NKEY_SUFFIX, BusCredentialError, write_user_seed
+from ops.cli_json import BusUserJson, KeyRecordJson
 from ops.output import emit, fail, first_line, table
 from subjects.keys import (
     KeyFileError,
@@ -26,6 +32,7 @@ from subjects.keys import (
     public_record,
     write_private_key,
 )
+from subjects.names import SubjectError, token
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,6 +59,19 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     public.add_argument("--key", required=True, type=Path, help="private key file")
     public.add_argument("--json", action="store_true", help="print the public record as JSON")
     public.set_defaults(func=run_public)
+
+    nkey = actions.add_parser(
+        "nkey",
+        help="make a bus credential: a 0600 nkey seed file and its public user key",
+        description="Write a new NATS user nkey seed (mode 0600, never over an existing "
+        "file) named PRINCIPAL.nkey, as `--credential` takes it, and print its public user "
+        "key (U...), the one thing to hand over.",
+    )
+    nkey.add_argument(
+        "--out", required=True, type=Path, help="seed file to create, named <principal>.nkey"
+    )
+    nkey.add_argument("--json", action="store_true", help="print the public user key as JSON")
+    nkey.set_defaults(func=run_nkey)
 
 
 def _print_record(record: PublicKeyRecord, path: Path, as_json: bool) -> None:
@@ -91,4 +111,32 @@ def run_public(args: argparse.Namespace) -> int:
     except KeyFileError as exc:
         fail(first_line(exc))
     _print_record(public_record(key, principal), args.key, args.json)
+    return 0
+
+
+def run_nkey(args: argparse.Namespace) -> int:
+    path: Path = args.out
+    if path.suffix != NKEY_SUFFIX:
+        fail(f"--out: {path} must be named <principal>{NKEY_SUFFIX} (as --credential takes it)", 2)
+    try:
+        principal = token(path.stem)
+    except SubjectError:
+        fail(f"--out: {path.stem!r} is not a principal (letters, digits, - and _)", 2)
+    try:
+        user = write_user_seed(path)
+    except BusCredentialError as exc:
+        fail(first_line(exc))
+    except OSError as exc:
+        fail(f"cannot write {path}: {exc.strerror}")
+    if args.json:
+        emit(BusUserJson(principal=principal, nats_user=user, seed_file=str(path)))
+    else:
+        table(
+            ("field", "value"),
+            [
+                ("principal", principal),
+                ("bus user", user),
+                ("seed file", f"{path} (mode 0600; never hand it over)"),
+            ],
+        )
     return 0

@@ -7,7 +7,9 @@
 - ``model-gateway list``: the runtimes the gateway serves.
 - ``model-gateway clear RUNTIME_ID``: lift the stop the gate put on a runtime
   that ran a tool no proposal decided (``ungated_tool_result``); as the
-  operator, on ``smf.gateway.clear``. The runtime must attest again.
+  operator, on ``smf.gateway.clear``. The runtime must attest again. The gate
+  lifts it only once the clear is in its ledger; when it is not, the stop
+  stands, the reasons are printed and the exit status is 1.
 - ``model-gateway serve``: run it until SIGINT or SIGTERM against the gate's
   bus (``up --model-gateway`` runs it beside the gate instead).
 """
@@ -231,11 +233,26 @@ def run_clear(args: argparse.Namespace) -> int:
         fail(f"{args.runtime_id!r} is not a runtime id")
     cleared = asyncio.run(_clear(bus_url(args.nats, state.root), state, args.runtime_id))
     if args.json:
-        emit(ModelGatewayClearJson(runtime_id=cleared.runtime_id, was_stopped=cleared.was_stopped))
-    elif cleared.was_stopped:
-        say(f"{cleared.runtime_id}: stop lifted; it is served again once it attests")
-    else:
+        emit(
+            ModelGatewayClearJson(
+                runtime_id=cleared.runtime_id,
+                was_stopped=cleared.was_stopped,
+                stopped=cleared.stopped,
+                reason_codes=cleared.reason_codes,
+                evidence=cleared.evidence,
+            )
+        )
+    elif not cleared.reason_codes and cleared.was_stopped:
+        say(
+            f"{cleared.runtime_id}: stop lifted, recorded in the ledger; it is served again"
+            " once it attests"
+        )
+    elif not cleared.reason_codes:
         say(f"{cleared.runtime_id}: was not stopped")
+    if cleared.reason_codes:
+        reasons = ", ".join(cleared.reason_codes)
+        state_now = "still stopped" if cleared.stopped else "not stopped here"
+        fail(f"{cleared.runtime_id}: the clear did not take effect ({reasons}); {state_now}")
     return 0
 
 

@@ -410,6 +410,7 @@ async def _publish_nats(
     credential: BusCredential | None,
     bundle: ReleaseBundle,
     wait_seconds: float | None,
+    on_published: Callable[[], None] | None = None,
 ) -> Published:
     """Put the bundle into the bucket, then (unless ``wait_seconds`` is None) ask the
     gates until each that answers adopted or refused exactly this revision."""
@@ -418,6 +419,8 @@ async def _publish_nats(
     nc = await connect_bus(url, "smf-release", credential)
     try:
         key, revision = await publish_to_bucket(nc.jetstream(), bundle)
+        if on_published is not None:
+            on_published()
         to = f"{url} SMF_RELEASES {key} (revision {revision})"
         manifest = unverified_manifest(bundle)
         if wait_seconds is None:
@@ -476,10 +479,15 @@ def gate_would_refuse(folder: Path, state_dir: Path) -> None:
 
 
 def _publish_to_state(
-    bundle: ReleaseBundle, state_dir: Path, wait_seconds: float | None
+    bundle: ReleaseBundle,
+    state_dir: Path,
+    wait_seconds: float | None,
+    on_published: Callable[[], None] | None = None,
 ) -> Published:
     prior = prior_of(bundle)
     path = publish_to_inbox(bundle, StateDir(state_dir).release_inbox)
+    if on_published is not None:
+        on_published()
     manifest = unverified_manifest(bundle)
     if wait_seconds is None:
         return Published(manifest, prior.manifest_hash, str(path), {}, waited=False)
@@ -510,23 +518,24 @@ def _state_adoption(stored: StoredRelease) -> ReleaseReport:
     )
 
 
-def _say_published(args: argparse.Namespace, done: Published) -> int:
-    """Report the gates' answers; exit 1 unless every gate that answered adopted it.
+def published_line(done: Published) -> str:
+    return f"published {done.manifest.release_id} (sequence {done.manifest.sequence}) to {done.to}"
+
+
+def adoption_problem(done: Published, wait_seconds: float) -> str | None:
+    """Why a publication is not a success, in one line, or None: every gate that
+    answered adopted it (or the gates were not asked, ``--no-wait``).
 
     Issue 22, "a command that asks something of the gate waits for the gate's
     answer and reports it (publish -> adopted or refused with the reason)"."""
-    if args.json:
-        emit(done.json())
-    head = f"published {done.manifest.release_id} (sequence {done.manifest.sequence}) to {done.to}"
+    if not done.waited:
+        return None
+    head = published_line(done)
     ignored = (
         f"; {done.unverified} answer(s) not signed by a gate key of its registry ignored"
         if done.unverified
         else ""
     )
-    if not done.waited:
-        if not args.json:
-            say(f"{head}; adoption not checked (--no-wait)")
-        return 0
     refused = done.refused_by()
     if refused:
         gate, refusal = refused[0]
@@ -534,7 +543,7 @@ def _say_published(args: argparse.Namespace, done: Published) -> int:
             "; it is tried again when the gate's release state moves" if refusal.retryable else ""
         )
         more = f" (and {len(refused) - 1} other gate(s))" if len(refused) > 1 else ""
-        fail(
+        return (
             f"{head}, but gate {gate}{more} refused it ({refusal.reason_code}): "
             f"{refusal.detail}{again}"
         )
@@ -542,16 +551,60 @@ def _say_published(args: argparse.Namespace, done: Published) -> int:
     if not adopted:
         waiting = sorted(f"{g}: {r.asked}" for g, r in done.reports.items())
         heard = f" (heard: {', '.join(waiting)})" if waiting else ""
-        fail(
-            f"{head}, but no gate reported adopting it within {args.wait:g} s{heard}{ignored}: "
+        return (
+            f"{head}, but no gate reported adopting it within {wait_seconds:g} s{heard}{ignored}: "
             "is a gate running there? (--no-wait publishes without asking)"
         )
     if len(adopted) < len(done.reports):
         late = sorted(set(done.reports) - set(adopted))
-        fail(f"{head}; adopted by {', '.join(adopted)} but not yet by {', '.join(late)}{ignored}")
+        return f"{head}; adopted by {', '.join(adopted)} but not yet by {', '.join(late)}{ignored}"
+    return None
+
+
+def adoption_line(done: Published) -> str:
+    """What a successful publication says: who adopted it, or that nobody was asked."""
+    head = published_line(done)
+    if not done.waited:
+        return f"{head}; adoption not checked (--no-wait)"
+    ignored = (
+        f"; {done.unverified} answer(s) not signed by a gate key of its registry ignored"
+        if done.unverified
+        else ""
+    )
+    return f"{head}; adopted by {', '.join(done.adopted_by())}{ignored}"
+
+
+def _say_published(args: argparse.Namespace, done: Published) -> int:
+    """Report the gates' answers; exit 1 unless every gate that answered adopted it."""
+    if args.json:
+        emit(done.json())
+    problem = adoption_problem(done, args.wait)
+    if problem is not None:
+        fail(problem)
     if not args.json:
-        say(f"{head}; adopted by {', '.join(adopted)}{ignored}")
+        say(adoption_line(done))
     return 0
+
+
+def publish_bundle(
+    bundle: ReleaseBundle,
+    *,
+    nats: str | None,
+    state_dir: Path | None,
+    credential: BusCredential | None,
+    wait_seconds: float | None,
+    on_published: Callable[[], None] | None = None,
+) -> Published:
+    """Publish exactly as ``release publish`` does: to the ``SMF_RELEASES`` bucket on
+    ``nats``, else into ``state_dir``'s inbox; then (unless ``wait_seconds`` is None)
+    wait for the gates' signed word. ``on_published`` is called the moment the
+    release has left (the bucket value created, the inbox file written): what fails
+    after it fails with the release out. Raises :class:`ReleaseError` when the
+    release could not be published."""
+    if nats is not None:
+        return asyncio.run(_publish_nats(nats, credential, bundle, wait_seconds, on_published))
+    assert state_dir is not None
+    return _publish_to_state(bundle, state_dir, wait_seconds, on_published)
 
 
 def run_publish(args: argparse.Namespace) -> int:
@@ -568,12 +621,15 @@ def run_publish(args: argparse.Namespace) -> int:
         except ReleaseCheckError as exc:
             fail(f"not published: release refused ({exc.reason_code}): {exc}")
     wait = None if args.no_wait else args.wait
+    credential = credential_for(args.credential, None, PUBLISHER) if args.nats else None
     try:
-        if args.nats:
-            credential = credential_for(args.credential, None, PUBLISHER)
-            done = asyncio.run(_publish_nats(args.nats, credential, bundle, wait))
-        else:
-            done = _publish_to_state(bundle, args.state_dir, wait)
+        done = publish_bundle(
+            bundle,
+            nats=args.nats,
+            state_dir=args.state_dir,
+            credential=credential,
+            wait_seconds=wait,
+        )
     except ReleaseError as exc:
         fail(f"not published: {exc}")
     return _say_published(args, done)

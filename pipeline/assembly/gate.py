@@ -43,10 +43,12 @@ from pipeline.stages.decide import EvaluateStage, NormalizeStage
 from pipeline.stages.dispatch import DispatchStage
 from pipeline.stages.evidence import EvidenceWriter
 from pipeline.stages.gate import Gate, GateSettings
+from pipeline.stages.gate_status import GateStatusDesk
 from pipeline.stages.model_admission import ModelAdmissionDesk
 from pipeline.stages.outcomes import OutcomeDesk
 from pipeline.stages.releases import ReleaseWatcher
 from pipeline.stages.replica_sync import ReplicaSync
+from pipeline.stages.runtime_stops import RuntimeStops
 from pipeline.stages.streams import (
     JetStreamUnavailableError,
     ensure_gate_streams,
@@ -62,6 +64,8 @@ from pipeline.stores.claims_kv import KvClaimStore
 from pipeline.stores.ledger import Ledger
 from pipeline.stores.orders import OrderBook, SqliteOrderBook
 from pipeline.stores.orders_kv import KvOrderBook
+from pipeline.stores.tool_calls import SqliteToolCallStore, ToolCallStore
+from pipeline.stores.tool_calls_kv import KvToolCallStore
 from subjects import names
 from subjects.bus_access import BusCredential, connect_options
 from subjects.messages import Proposal
@@ -88,6 +92,9 @@ class RunningGate:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     releases: ReleaseWatcher | None = None
     syncs: list[ReplicaSync] = field(default_factory=list)
+    tool_calls: ToolCallStore | None = None
+    """The stops and decided tool calls kept across a restart (issue 16, item 3)."""
+    stops: RuntimeStops | None = None
 
     async def stop_serving(self) -> None:
         """Stop the loops, the buffer and every service, and finish requests in flight."""
@@ -109,6 +116,8 @@ class RunningGate:
             await self.releases.close()
         await self.ledger.close()
         await self.claims.close()
+        if self.tool_calls is not None:
+            await self.tool_calls.close()
         await self.approvals.close()
         await self.orders.close()
         if not self.nc.is_closed:
@@ -207,6 +216,66 @@ async def _open_stores(
         orders = await KvOrderBook.open_bucket(js, replicas=config.replicas)
     undo.push_async_callback(orders.close)
     return claims, approvals, orders
+
+
+async def _open_tool_calls(
+    config: GateConfig, js: JetStreamContext, undo: contextlib.AsyncExitStack, ledger: Ledger
+) -> ToolCallStore:
+    """Stops and decided tool calls (issue 16, item 3): tables in the ledger file on one
+    machine, so a note rides in the decision's evidence transaction and a clear
+    commits with its entry; a replicated KV bucket on a cluster, which a restarted
+    replica loads from."""
+    store: ToolCallStore
+    if config.cluster is None:
+        store = await SqliteToolCallStore.in_ledger(ledger.worker)
+    else:
+        store = await KvToolCallStore.open(js, replicas=config.replicas)
+    undo.push_async_callback(store.close)
+    return store
+
+
+def _runtime_stops(
+    config: GateConfig,
+    store: ToolCallStore,
+    attestation: AttestationDesk,
+    ledger: Ledger,
+    releases: ReleaseWatcher | None,
+) -> RuntimeStops:
+    """The gate's stops (issue 16, item 3), loaded by :func:`_start_accounting`."""
+    return RuntimeStops(
+        store=store,
+        attestation=attestation,
+        evidence=EvidenceWriter(ledger, config.tenant_key, config.clock),
+        release_id=_active_release(releases),
+        clear_beside=store.clear_beside if isinstance(store, SqliteToolCallStore) else None,
+    )
+
+
+async def _start_accounting(
+    config: GateConfig,
+    nc: Client,
+    auth: StageAuth,
+    gate: Gate,
+    stops: RuntimeStops,
+    store: ToolCallStore,
+) -> ReplicaSync | None:
+    """The decided-call index and the stops as they stood, before anything is served
+    (issue 16, item 3): the stored notes within the index's bounds, oldest first (one
+    that does not decode is left out: its id is reported uncovered), and every stored
+    stop in force (one that does not decode ends the start: never read as "not
+    stopped"). On a cluster the replicas' sync is heard first, so what another
+    replica tells meanwhile is not lost between the read and the serving."""
+    sync = _replica_sync(config, nc, auth, gate, stops.attestation, stops)
+    if sync is not None:
+        await sync.start()
+    calls = gate.decided_calls
+    assert calls is not None
+    await store.prune_notes(calls.per_runtime, calls.max_runtimes)
+    calls.load(await store.notes())
+    loaded = await stops.load()
+    if loaded:
+        log.warning("runtime_stops_loaded", count=loaded)
+    return sync
 
 
 def _desk_policy_set(evaluate: EvaluateStage) -> Callable[[], PolicySet]:
@@ -347,6 +416,7 @@ async def _assemble(
     )
     undo.push_async_callback(ledger.close)
     claims, approvals, orders = await _open_stores(config, js, undo, ledger)
+    tool_calls = await _open_tool_calls(config, js, undo, ledger)
 
     if releases is not None:
         evaluate = EvaluateStage(None, config.clock, release=releases.current)
@@ -414,10 +484,15 @@ async def _assemble(
         decided_calls=DecidedCalls(),
         claim_beside=claims.claim_and_record_beside if isinstance(claims, ClaimStore) else None,
         settle_beside=claims.settle_beside if isinstance(claims, ClaimStore) else None,
+        call_store=tool_calls,
+        note_beside=(
+            tool_calls.note_beside if isinstance(tool_calls, SqliteToolCallStore) else None
+        ),
     )
     attestation = _attestation_desk(config, gate, releases, ledger)
     gate.attestation = attestation
-    sync = _replica_sync(config, nc, stages.auth, gate, attestation)
+    stops = _runtime_stops(config, tool_calls, attestation, ledger, releases)
+    sync = await _start_accounting(config, nc, stages.auth, gate, stops, tool_calls)
     buffer = OutputBuffer(
         nc,
         gate,
@@ -438,6 +513,9 @@ async def _assemble(
         buffer=buffer,
         attestation=attestation,
         releases=releases,
+        tool_calls=tool_calls,
+        stops=stops,
+        syncs=[] if sync is None else [sync],
     )
     if releases is not None:
 
@@ -461,7 +539,7 @@ async def _assemble(
         auth=stages.auth,
     )
     await _serve_public(running, config, releases)
-    await _serve_runtime_state(running, config, releases, evaluate.current, sync)
+    await _serve_runtime_state(running, config, releases, evaluate.current)
     running.tasks += [
         asyncio.create_task(loops.follow_reports(js, outcomes)),
         asyncio.create_task(loops.sweep(desk, outcomes, buffer, config.sweep_seconds)),
@@ -544,15 +622,16 @@ async def _serve_runtime_state(
     config: GateConfig,
     releases: ReleaseWatcher | None,
     policy_set: Callable[[], PolicySet],
-    sync: ReplicaSync | None,
 ) -> None:
     """What the gate knows of runtimes beyond one proposal: the replicas' sync on a
     cluster, and what the model gateway (issue 16) asks: admission and tool-call
     accounting (its ``smf.gateway.clear`` is for operators only)."""
-    if sync is not None:
-        await sync.start()
-        running.syncs.append(sync)
-    attestation, ledger, gate = running.attestation, running.ledger, running.gate
+    attestation, ledger, gate, stops = (
+        running.attestation,
+        running.ledger,
+        running.gate,
+        running.stops,
+    )
     admission = ModelAdmissionDesk(
         attestation=attestation,
         evidence=EvidenceWriter(ledger, config.tenant_key, config.clock),
@@ -567,14 +646,14 @@ async def _serve_runtime_state(
         auth=None,
     )
     assert gate.decided_calls is not None
+    assert stops is not None
     accounting = ToolCallDesk(
         calls=gate.decided_calls,
         attestation=attestation,
+        stops=stops,
         evidence=EvidenceWriter(ledger, config.tenant_key, config.clock),
         release_id=_active_release(releases),
         signer=config.gate_key,
-        share_stop=sync.stopped if sync is not None else None,
-        share_clear=sync.cleared if sync is not None else None,
     )
     await running.serve(
         "smf-gateway-calls",
@@ -585,19 +664,42 @@ async def _serve_runtime_state(
         description="SMF tool-call accounting: calls -> signed answer; clear (operators)",
         auth=None,
     )
+    status = GateStatusDesk(
+        gate=config.name,
+        attestation=attestation,
+        ledger=ledger,
+        release_id=_active_release(releases),
+        clock=config.clock,
+        signer=config.gate_key,
+    )
+    await running.serve(
+        "smf-gate-status",
+        [Endpoint("status", names.GATE_STATUS, status.handle)],
+        description="SMF gate status: status -> this gate's signed runtimes and ledger (operators)",
+        auth=None,
+        # every replica answers for itself, as with the release report
+        queue_group=f"{names.QUEUE_GROUP}.status.{names.token(config.name)}",
+    )
 
 
 def _replica_sync(
-    config: GateConfig, nc: Client, auth: StageAuth, gate: Gate, attestation: AttestationDesk
+    config: GateConfig,
+    nc: Client,
+    auth: StageAuth,
+    gate: Gate,
+    attestation: AttestationDesk,
+    stops: RuntimeStops,
 ) -> ReplicaSync | None:
-    """On a cluster, replicas share attestations, decided tool-call ids and stops
-    (``pipeline.stages.replica_sync``); each still verifies attestations itself."""
+    """On a cluster, replicas share attestations, decided tool-call ids, stops and
+    clears (``pipeline.stages.replica_sync``); each still verifies attestations itself."""
     if config.cluster is None:
         return None
     assert gate.decided_calls is not None
-    sync = ReplicaSync(nc, auth, config.name, attestation, gate.decided_calls)
+    sync = ReplicaSync(nc, auth, config.name, attestation, gate.decided_calls, stops)
     attestation.share = sync.attested
     gate.share_call = sync.noted
+    stops.share_stop = sync.stopped
+    stops.share_clear = sync.cleared
     return sync
 
 

@@ -27,6 +27,7 @@ from pipeline.core.decision import Decision
 from pipeline.stores.ledger import Beside, EvidenceError, Ledger, Receipt
 from pipeline.stores.ledger_schema import Disposition, EntryKind, EvidenceEntry, Status
 from pipeline.stores.orders import OrderRecord
+from pipeline.stores.tool_calls import Stop
 from subjects import dsse
 from subjects.approvals import ApprovalBinding
 from subjects.canonical import identity_of
@@ -182,11 +183,34 @@ class EvidenceWriter:
         A ledger outage adds ``evidence_store_unavailable`` and never turns the
         refusal into anything else: the caller refuses either way."""
         entry = self.for_refusal(subject, self.tenant_ref(tenant_id), release_id, reasons)
+        return await self.record_refusal(entry)
+
+    async def record_refusal(self, entry: EvidenceEntry) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Write a refusal built with :meth:`for_refusal` (whose ids a caller needed
+        first, as a runtime stop does) and return its reasons and receipt, as
+        :meth:`refuse` does."""
         try:
-            return reasons, ((await self.append(entry)).entry_hash,)
+            return entry.reason_codes, ((await self.append(entry)).entry_hash,)
         except EvidenceError:
             log.error("evidence_unavailable_for_refusal")
-            return (*reasons, "evidence_store_unavailable"), ()
+            return (*entry.reason_codes, "evidence_store_unavailable"), ()
+
+    def for_stop(
+        self, stop: Stop, release_id: str | None, reasons: tuple[str, ...]
+    ) -> EvidenceEntry:
+        """What became of a runtime stop (issue 16, item 3: an operator's clear is
+        evidence): a transition of the stop's own refusal (its operation and decision
+        ids, its tenant pseudonym), under the release in force; ids only."""
+        return EvidenceEntry(
+            kind="transition",
+            operation_hash=stop.operation_hash,
+            decision_id=stop.decision_id,
+            release_id=release_ref(release_id or ""),
+            projection_id=NO_PROJECTION,
+            tenant_ref=stop.tenant_ref,
+            at=self.clock(),
+            reason_codes=unique(reasons)[:MAX_REASONS],
+        )
 
     async def append(self, entry: EvidenceEntry) -> Receipt:
         """Write one entry; raises ``EvidenceError`` (callers fail closed)."""

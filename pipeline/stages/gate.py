@@ -11,6 +11,8 @@ ARCHITECTURE.md, "One proposal through the bus":
             (on one machine the claim and its order are written in the
             evidence entry's own transaction: issue 20)
     hold  : the hold stage persists the binding and announces it
+    and   : the tool call's note is stored before the verdict is answered
+            (on one machine in the evidence entry's transaction, issue 16)
 
 Fail closed everywhere: every refusal, timeout or exception between the
 signature check and the reply becomes a ``deny`` with a reason code, and a
@@ -23,9 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final, Literal, Protocol, TypeVar
+from typing import Any, Final, Literal, Protocol, TypeVar
 
 import msgspec
 import structlog
@@ -44,6 +47,7 @@ from pipeline.stores.claims import ClaimAndOrder, ClaimState, ProposalClaims
 from pipeline.stores.ledger import Beside, EvidenceError, Ledger
 from pipeline.stores.orders import OrderRecord
 from pipeline.stores.sqlite_worker import StoreUnavailable
+from pipeline.stores.tool_calls import ToolCallStore
 from subjects import dsse, names
 from subjects.keyed import PseudonymKey
 from subjects.keys import SigningKey, VerifyKey
@@ -60,6 +64,9 @@ ClaimBeside = Callable[[str, str, str, int, OrderRecord | None], Beside]
 """``(proposal_id, operation_hash, decision_id, at_ms, order)``: the claim and its order
 as a write beside an evidence entry
 (:meth:`pipeline.stores.claims.ClaimStore.claim_and_record_beside`)."""
+NoteBeside = Callable[[str, str, int], Beside]
+"""``(runtime_id, tool_call_id, at_ms)``: a decided tool call's note as a write beside an
+evidence entry (:meth:`pipeline.stores.tool_calls.SqliteToolCallStore.note_beside`)."""
 
 
 class HoldHandler(Protocol):
@@ -120,6 +127,8 @@ class Work:
     order_id: str | None = None
     claim: ClaimAndOrder | None = None
     """Set when the claim (and its order) committed beside the evidence (issue 20)."""
+    note_stored: bool = False
+    """The tool call's note committed beside the evidence (issue 16)."""
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -171,6 +180,15 @@ class Gate:
     share_call: Callable[[str, str], Awaitable[None]] | None = None
     """On a cluster: tell the other replicas of a noted tool-call id
     (``pipeline.stages.replica_sync``), before this proposal's verdict is answered."""
+    call_store: ToolCallStore | None = None
+    """Where :attr:`decided_calls` is kept across a restart (issue 16, item 3); on a
+    cluster (KV) each note is written beside the chain and waited for before the
+    verdict is answered."""
+    note_beside: NoteBeside | None = None
+    """Where that store lives in the ledger file (one machine): a note as a write in
+    the decision's evidence transaction, so it adds no commit of its own (issue 20);
+    a proposal refused before any evidence was written has its note in the ledger's
+    next group commit instead."""
     _settling: set[asyncio.Future[None]] = field(init=False, default_factory=set, repr=False)
     _all_keys: dict[str, VerifyKey] = field(init=False)
     _evidence: EvidenceWriter = field(init=False, repr=False)
@@ -244,9 +262,15 @@ class Gate:
         """Forget the claims older than :attr:`GateSettings.claim_retention_ms`, and
         the direct orders settled before it, so both stay bounded; returns how
         many. A failure raises and forgets nothing, which only keeps replays
-        refused longer. An order still waiting for its outcome is never pruned."""
+        refused longer. An order still waiting for its outcome is never pruned.
+        The stored tool-call notes are kept within the bounds of
+        :attr:`decided_calls` too (issue 16: the oldest forgotten first)."""
         before = self.clock() - self.settings.claim_retention_ms
-        return await self.claims.prune(before) + await self.outcomes.prune(before)
+        pruned = await self.claims.prune(before) + await self.outcomes.prune(before)
+        calls = self.decided_calls
+        if self.call_store is not None and calls is not None:
+            pruned += await self.call_store.prune_notes(calls.per_runtime, calls.max_runtimes)
+        return pruned
 
     def verify_proposal(self, data: bytes) -> Proposal:
         return self.verify_runtime_message(data, Proposal, names.PAYLOAD_PROPOSAL)
@@ -263,21 +287,30 @@ class Gate:
 
     async def decide(self, proposal: Proposal, notes: tuple[str, ...] = ()) -> Verdict:
         """Run the chain for a verified proposal; never raises (an internal error,
-        of any link, is a denial; it is logged by type, never with its values)."""
-        work = Work(proposal, notes)
+        of any link, is a denial; it is logged by type, never with its values).
+        The proposal's tool-call note is stored before the verdict is returned."""
+        noting = self._note_soon(proposal)
+        work, answer = await self._run(Work(proposal, notes))
+        await self._store_note(work, noting)
+        return answer
+
+    async def _run(self, work: Work) -> tuple[Work, Verdict]:
+        """The chain; the verdict, and the work as the link that answered received it."""
         try:
             for link in self.chain:
                 step = await link(work)
                 if isinstance(step, Verdict):
-                    return step
+                    return work, step
                 work = step
         except StageRefusal as refusal:
-            return self._deny(work, (refusal.reason_code,))
+            return work, self._deny(work, (refusal.reason_code,))
         except Exception as exc:  # noqa: BLE001 - fail-closed boundary, logged by type
             log.error(
-                "gate_internal_error", proposal_id=proposal.proposal_id, error=type(exc).__name__
+                "gate_internal_error",
+                proposal_id=work.proposal.proposal_id,
+                error=type(exc).__name__,
             )
-            return self._deny(work, ("gate_internal_error",))
+            return work, self._deny(work, ("gate_internal_error",))
         raise AssertionError("the chain ends with dispatch, which always answers")
 
     # -- the chain, one link each ----------------------------------------------
@@ -322,26 +355,35 @@ class Gate:
         store lives in the ledger file (:attr:`claim_beside`), the claim and its
         order are written in the SAME transaction as the evidence entry: one
         commit, and no crash can leave a claim or an order without the evidence
-        of its decision, or the reverse."""
+        of its decision, or the reverse. The note of the proposal's tool call
+        (issue 16, :attr:`note_beside`) rides in that transaction too, for every
+        disposition: it adds no commit."""
         decision = work.need_decision()
         tenant_ref = self._evidence.tenant_ref(work.proposal.actor.tenant_id)
         work = dataclasses.replace(work, tenant_ref=tenant_ref)
         entry = self._evidence.for_decision(decision, tenant_ref, reasons=work.reasons)
+        note = self._note_beside(work.proposal)
+        noted = False
         try:
             if decision.disposition != "allow" or self.claim_beside is None:
-                receipt = await self._evidence.append(entry)
-                return dataclasses.replace(work, evidence=(receipt.entry_hash,))
+                if note is None:
+                    receipt = await self._evidence.append(entry)
+                else:
+                    receipt, written = await self._evidence.append_beside(entry, note)
+                    noted = not isinstance(written, StoreUnavailable)
+                return dataclasses.replace(work, evidence=(receipt.entry_hash,), note_stored=noted)
             try:
                 beside = self._claim_beside(work, decision, tenant_ref)
             except StoreUnavailable:
                 receipt = await self._evidence.append(entry)
                 claim: ClaimAndOrder | StoreUnavailable = StoreUnavailable("claim store closed")
             else:
-                receipt, claim = await self._evidence.append_beside(entry, beside)
+                receipt, claim = await self._evidence.append_beside(entry, _then(note, beside))
+                noted = note is not None and not isinstance(claim, StoreUnavailable)
         except EvidenceError:
             log.error("evidence_unavailable", proposal_id=work.proposal.proposal_id)
             return self._deny(work, (EVIDENCE_UNAVAILABLE,))
-        work = dataclasses.replace(work, evidence=(receipt.entry_hash,))
+        work = dataclasses.replace(work, evidence=(receipt.entry_hash,), note_stored=noted)
         if isinstance(claim, StoreUnavailable):
             return self._deny(work, ("claim_store_unavailable",))
         return dataclasses.replace(work, claim=claim)
@@ -462,6 +504,59 @@ class Gate:
             connector_id=connector,
         )
 
+    # -- the tool call's note (issue 16, item 3) ---------------------------------
+
+    def _note_beside(self, proposal: Proposal) -> Beside | None:
+        """The proposal's note as a write beside its decision's evidence entry (one
+        machine), or None (no tool call, no accounting, a KV store, a closed store)."""
+        call_id = proposal.tool_call_id
+        if self.decided_calls is None or self.note_beside is None or call_id is None:
+            return None
+        try:
+            return self.note_beside(proposal.runtime_id, call_id, self.clock())
+        except StoreUnavailable:
+            return None  # written after the chain, or logged there
+
+    def _note_soon(self, proposal: Proposal) -> asyncio.Future[None] | None:
+        """On KV: the note's write, started now so it runs beside the chain."""
+        call_id = proposal.tool_call_id
+        if (
+            self.decided_calls is None
+            or self.call_store is None
+            or self.note_beside is not None
+            or call_id is None
+        ):
+            return None
+        return asyncio.ensure_future(
+            self.call_store.note(proposal.runtime_id, call_id, self.clock())
+        )
+
+    async def _store_note(self, work: Work, noting: asyncio.Future[None] | None) -> None:
+        """The note is durable before the verdict is answered, so a tool result that
+        comes back after a restart is still covered. One that did not ride in the
+        decision's evidence entry (none was written: refused before evaluation, or the
+        ledger failed) goes into the ledger's next group commit. A note that cannot be
+        stored changes no verdict: its id is then covered until a restart only, after
+        which its result is reported uncovered (fails closed)."""
+        proposal = work.proposal
+        call_id = proposal.tool_call_id
+        if call_id is None or work.note_stored or self.decided_calls is None:
+            return
+        try:
+            if noting is not None:
+                await noting
+            elif self.note_beside is not None:
+                note = self.note_beside(proposal.runtime_id, call_id, self.clock())
+                written = await self.ledger.write_beside(note)
+                if isinstance(written, StoreUnavailable):
+                    raise written
+        except (StoreUnavailable, EvidenceError) as exc:
+            log.error(
+                "tool_call_note_not_stored",
+                runtime_id=proposal.runtime_id,
+                error=type(exc).__name__,
+            )
+
     # -- helpers ----------------------------------------------------------------
 
     async def _settle(self, proposal_id: str, state: ClaimState) -> None:
@@ -510,3 +605,15 @@ class Gate:
 
     def _deny(self, work: Work, reasons: tuple[str, ...]) -> Verdict:
         return self._answer(work, "deny", reasons)
+
+
+def _then(first: Beside | None, beside: Beside) -> Beside:
+    """``first`` and then ``beside``, as one write beside an entry (``beside``'s result)."""
+    if first is None:
+        return beside
+
+    def both(conn: sqlite3.Connection) -> Any:
+        first(conn)
+        return beside(conn)
+
+    return both

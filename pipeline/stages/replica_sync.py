@@ -17,15 +17,23 @@ replica applies it:
   verified proposal. It is published before that proposal's verdict is
   answered, so it reaches every replica long before the tool's result can
   come back.
-- ``stop`` and ``clear``: a runtime stopped for an ungated tool result, or
-  cleared by an operator.
+- ``stop``: a runtime stopped for an ungated tool result, with its stop record
+  (ids only), published once the stop is stored, so it is in force at every
+  replica at once.
+- ``clear``: an operator's clear, published once it is recorded and done. A
+  replica that hears it reads the shared store (``pipeline.stores.tool_calls_kv``)
+  and lifts its own copy only when no stop of that runtime stands there
+  (``RuntimeStops.adopt_clear``): a stop made meanwhile elsewhere is never lifted
+  by a clear of an older one.
 
 Only gate principals may publish or read these subjects
 (``subjects.bus_access``). Each message also carries the gate's stage MAC
 (``pipeline.service.StageAuth``), so a message without it is ignored, as are
 a replica's own messages. What this does not give: an order between the kinds,
-or anything for a replica that (re)starts after a message was sent. A
-restarted replica starts empty, which fails closed.
+or a message to a replica that was not running when it was sent. A replica
+that (re)starts loads every stop and note from the shared KV store before it
+serves (``pipeline.assembly``), so it misses only what was noted in memory but
+not stored (a failed write, which fails closed).
 """
 
 from __future__ import annotations
@@ -41,7 +49,9 @@ from nats.aio.subscription import Subscription
 
 from pipeline.service import STAGE_MAC_HEADER, StageAuth
 from pipeline.stages.attestation import AttestationDesk
-from pipeline.stages.tool_calls import STOPPED, DecidedCalls
+from pipeline.stages.runtime_stops import RuntimeStops
+from pipeline.stages.tool_calls import DecidedCalls
+from pipeline.stores.tool_calls import Stop
 from subjects import names
 
 log = structlog.get_logger(__name__)
@@ -63,6 +73,7 @@ class ReplicaSync:
     """This gate's name: its own messages come back to it and are skipped."""
     attestation: AttestationDesk
     calls: DecidedCalls
+    stops: RuntimeStops
     _sub: Subscription | None = field(default=None, init=False)
 
     async def start(self) -> None:
@@ -89,8 +100,8 @@ class ReplicaSync:
     async def noted(self, runtime_id: str, tool_call_id: str) -> None:
         await self._publish("call", msgspec.json.encode(_RuntimeCall(runtime_id, tool_call_id)))
 
-    async def stopped(self, runtime_id: str) -> None:
-        await self._publish("stop", msgspec.json.encode(_RuntimeCall(runtime_id)))
+    async def stopped(self, stop: Stop) -> None:
+        await self._publish("stop", msgspec.json.encode(stop))
 
     async def cleared(self, runtime_id: str) -> None:
         await self._publish("clear", msgspec.json.encode(_RuntimeCall(runtime_id)))
@@ -111,13 +122,14 @@ class ReplicaSync:
             if kind == "attest":
                 await self.attestation.adopt(msg.data)
                 return
+            if kind == "stop":
+                self.stops.adopt_stop(msgspec.json.decode(msg.data, type=Stop))
+                return
             said = msgspec.json.decode(msg.data, type=_RuntimeCall)
         except Exception as exc:  # noqa: BLE001 - a bad message is dropped, logged by type
             log.warning("replica_sync_refused", kind=kind, error=type(exc).__name__)
             return
         if kind == "call" and said.tool_call_id:
             self.calls.add(said.runtime_id, said.tool_call_id)
-        elif kind == "stop":
-            self.attestation.stop(said.runtime_id, STOPPED)
         elif kind == "clear":
-            self.attestation.clear(said.runtime_id)
+            await self.stops.adopt_clear(said.runtime_id)

@@ -13,26 +13,27 @@ Invariants this module keeps:
 - **Bounded.** At most :attr:`DecidedCalls.per_runtime` ids per runtime and
   :attr:`DecidedCalls.max_runtimes` runtimes, oldest forgotten first. A
   forgotten id is reported uncovered: the index fails closed, never open.
-- **Uncovered stops the runtime.** One ledger entry (``ungated_tool_result``,
-  ``model_request_refused``; ids only) before the answer, then
-  :meth:`AttestationDesk.stop`: the gateway's admission and the runtime's
-  proposals are refused with ``runtime_stopped_ungated_tool_result`` until an
-  operator clears it (``smf.gateway.clear``). A ledger outage does not
-  prevent the stop.
+- **Uncovered stops the runtime.** The stop is in force at once, then stored
+  (``pipeline.stages.runtime_stops``), then one ledger entry
+  (``ungated_tool_result``, ``model_request_refused``; ids only) is written,
+  all before the answer: the gateway's admission and the runtime's proposals
+  are refused with ``runtime_stopped_ungated_tool_result`` until an operator
+  clears it (``smf.gateway.clear``), whose clear is recorded in the ledger. A
+  ledger or store outage does not prevent the stop (the answer names it).
 - **Signed answers.** The answer is signed with the gate key
   (:data:`names.PAYLOAD_GATEWAY_CALLS`): no other client can tell the gateway
   that a tool result was decided.
-
-In memory only: a gate restart forgets both the index and every stop. After a
-restart, a tool result for a call decided before it is reported uncovered
-(fails closed: the runtime is stopped and an operator clears it); a stop made
-before it is lifted (the runtime must still re-attest, as after any restart).
+- **Kept across a restart.** Stops and notes are stored
+  (``pipeline.stores.tool_calls``: in the ledger file on one machine, where a
+  note rides in the decision's evidence transaction, ``Gate._record``; JetStream
+  KV on a cluster) and loaded before the gate serves; :class:`DecidedCalls` is
+  their in-memory mirror, which every answer reads.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
@@ -42,9 +43,12 @@ import structlog
 from pipeline.service import StageRefusal
 from pipeline.stages.attestation import AttestationDesk
 from pipeline.stages.evidence import EvidenceWriter
+from pipeline.stages.runtime_stops import STORE_UNAVAILABLE as STOP_NOT_STORED
+from pipeline.stages.runtime_stops import RuntimeStops
+from pipeline.stores.tool_calls import Stop
 from subjects import dsse, names
 from subjects.keys import SigningKey
-from subjects.model_gateway import GatewayCalls, GatewayCallsAnswer, GatewayClear, GatewayCleared
+from subjects.model_gateway import GatewayCalls, GatewayCallsAnswer, GatewayClear
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -75,6 +79,11 @@ class DecidedCalls:
         while len(ids) > self.per_runtime:
             ids.popitem(last=False)
 
+    def load(self, notes: list[tuple[str, str]]) -> None:
+        """Stored notes, oldest first, noted again in their order (at a gate's start)."""
+        for runtime_id, tool_call_id in notes:
+            self.add(runtime_id, tool_call_id)
+
     def covered(self, runtime_id: str, tool_call_id: str) -> bool:
         ids = self._seen.get(runtime_id)
         return ids is not None and tool_call_id in ids
@@ -89,12 +98,10 @@ class ToolCallDesk:
 
     calls: DecidedCalls
     attestation: AttestationDesk
+    stops: RuntimeStops
     evidence: EvidenceWriter
     release_id: Callable[[], str | None]
     signer: SigningKey
-    share_stop: Callable[[str], Awaitable[None]] | None = None
-    share_clear: Callable[[str], Awaitable[None]] | None = None
-    """On a cluster: tell the other replicas (``pipeline.stages.replica_sync``)."""
 
     async def handle_calls(self, data: bytes) -> bytes:
         ask = _decode(data, GatewayCalls, "malformed_calls")
@@ -121,29 +128,34 @@ class ToolCallDesk:
             "runtime_id": ask.runtime_id,
             "tool_call_ids": ",".join(answer.uncovered),
         }
-        reasons, recorded = await self.evidence.refuse(
-            subject, ask.tenant_id, self.release_id(), (UNGATED, REFUSED)
+        entry = self.evidence.for_refusal(
+            subject, self.evidence.tenant_ref(ask.tenant_id), self.release_id(), (UNGATED, REFUSED)
         )
-        # the stop stands whether or not its evidence was written: fail closed
-        self.attestation.stop(ask.runtime_id, STOPPED)
-        if self.share_stop is not None:
-            await self.share_stop(ask.runtime_id)
+        stop = Stop(
+            runtime_id=ask.runtime_id,
+            reason=STOPPED,
+            operation_hash=entry.operation_hash,
+            decision_id=entry.decision_id,
+            tenant_ref=entry.tenant_ref,
+            stopped_at=entry.at,
+        )
+        # stopped and stored before the evidence: a crash between them leaves a stop
+        # without its entry (fails closed), never an entry without its stop
+        stored = await self.stops.stop(stop)
+        reasons, recorded = await self.evidence.record_refusal(entry)
+        if not stored:
+            reasons = (*reasons, STOP_NOT_STORED)
         log.warning("runtime_stopped", runtime_id=ask.runtime_id, uncovered=len(answer.uncovered))
         return msgspec.structs.replace(
             answer, stopped=True, reason_codes=reasons, evidence=recorded
         )
 
     async def handle_clear(self, data: bytes) -> bytes:
+        """An operator's clear (only the operator role may publish it,
+        ``subjects.bus_access``): lifted only once it is in the ledger
+        (:meth:`RuntimeStops.clear`)."""
         ask = _decode(data, GatewayClear, "malformed_clear")
-        was = self.attestation.clear(ask.runtime_id)
-        if self.share_clear is not None:
-            await self.share_clear(ask.runtime_id)
-        log.warning("runtime_stop_cleared", runtime_id=ask.runtime_id, was_stopped=was)
-        return msgspec.json.encode(
-            GatewayCleared(
-                schema="smf.gateway-cleared/1", runtime_id=ask.runtime_id, was_stopped=was
-            )
-        )
+        return msgspec.json.encode(await self.stops.clear(ask.runtime_id))
 
 
 def _decode(data: bytes, type_: type[T], reason: str) -> T:

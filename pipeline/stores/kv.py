@@ -14,6 +14,7 @@ lives here once:
   the write that won), wait (:class:`Backoff`) instead of deciding again on a
   state already known to be stale.
 - :func:`kv_entries`: a complete listing of a key prefix.
+- :func:`delete_at`: a delete conditional on the revision that was judged.
 - :func:`fail_closed`: a NATS failure is the store's "unavailable" error, so
   the gate denies (an outage is a denial, never an allow).
 - :func:`token`: any string as a KV key token.
@@ -34,7 +35,7 @@ import structlog
 from nats.errors import Error as NatsError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType
 from nats.js.client import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError
+from nats.js.errors import APIError, BucketNotFoundError, KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_OP, KV_PURGE, KeyValue
 
 __all__ = [
@@ -42,10 +43,12 @@ __all__ = [
     "MAX_STALE_READ_BACKOFF",
     "NATS_FAILURES",
     "STALE_READ_BACKOFF",
+    "WRONG_LAST_SEQUENCE",
     "Backoff",
     "KvEntry",
     "Retry",
     "compare_and_set",
+    "delete_at",
     "fail_closed",
     "kv_entries",
     "open_strict_bucket",
@@ -109,6 +112,23 @@ async def read_entry(
     if entry.revision is None:
         raise unavailable(f"stored {store} {key} has no revision")
     return entry.value, entry.revision
+
+
+WRONG_LAST_SEQUENCE: Final = frozenset({10071, 10164})
+"""JetStream's error codes for a failed expected-last-sequence check (nats-py turns
+them into KeyWrongLastSequenceError for create and update, not for delete)."""
+
+
+async def delete_at(kv: KeyValue, key: str, revision: int) -> bool:
+    """Delete ``key`` only if it is still at ``revision``: False (nothing deleted) when
+    another write moved it on. Any other failure raises, for :func:`fail_closed`."""
+    try:
+        await kv.delete(key, last=revision)
+    except APIError as exc:
+        if exc.err_code not in WRONG_LAST_SEQUENCE:
+            raise
+        return False
+    return True
 
 
 class Backoff:

@@ -228,6 +228,17 @@ class _Writer:
         )
         return envelope
 
+    @property
+    def checkpoint_seq(self) -> int:
+        """The seq the newest checkpoint signed (0: none yet)."""
+        return self._cp_seq
+
+    @property
+    def window_start(self) -> int | None:
+        """The start of the current checkpoint window: the newest checkpoint's time, or
+        the first entry's when none was signed (None: an empty ledger)."""
+        return self._cp_at
+
     def _checkpointed(self, seq: int, at: int, envelope: bytes) -> None:
         self._cp_seq, self._cp_at = seq, at
         self.outbox.append(envelope)
@@ -455,6 +466,23 @@ class Ledger:
     def pending_checkpoints(self) -> int:
         """Checkpoints the sink has not yet accepted (for health checks)."""
         return len(self._writer.outbox)
+
+    @property
+    def tail_seq(self) -> int:
+        """The seq of the last committed entry (0: empty), for health checks (issue 21,
+        ``smf.gate.status``): set on the worker thread, read here as it stands."""
+        return self._writer.tail_seq
+
+    @property
+    def checkpoint_seq(self) -> int:
+        """The seq the newest signed checkpoint covers (0: none yet), for health checks."""
+        return self._writer.checkpoint_seq
+
+    @property
+    def checkpoint_window_start(self) -> int | None:
+        """Since when the entries after the newest checkpoint wait for the next one
+        (its ``at``, or the first entry's when none was signed; None: empty)."""
+        return self._writer.window_start
 
     async def _run(self, operation: str, job: Callable[[sqlite3.Connection], T]) -> T:
         """One job on the worker; any failure is EvidenceStoreUnavailable (a denial)."""

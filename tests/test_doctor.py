@@ -1,0 +1,543 @@
+"""``doctor`` on a running deployment (issue 21): it passes when the deployment is
+healthy and names each failure when it is not.
+
+A nats-server of the test (authorization from the demo registry, as ``up`` would
+generate it) stays up while real ``up`` processes come and go on it with the
+demo state: the whole stack, then no connectors (``--no-connectors``), then no
+gate (``--connectors-only``). ``doctor`` runs as the operator does, through
+``ops.cli.main`` with ``--json`` decoded strictly as its declared type, and the
+table once. Also: a runtime that never attested, a release whose lease runs out
+under a running gate, a console that does and does not answer, and a bus that
+is not there. A check that could not look must say ``skip``, never ``ok``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import msgspec
+import nats
+import pytest
+
+from ops.bench.gateway import attest
+from ops.cli import main
+from ops.cli_json import DoctorCheckJson, DoctorJson
+from ops.doctor import GATE_SERVICES, RELEASE_SERVICE
+from ops.doctor_checks import Settings
+from ops.doctor_gates import ledger_check, runtime_check
+from ops.model_gateway import set_upstream
+from ops.natsserver import EmbeddedNatsServer, reserve_port
+from ops.projections import SCENARIO_CORPUS, package_path
+from ops.releases import build_release, prior_of, write_release_dir
+from ops.runtimes import provision_runtime
+from ops.stack import start_embedded_server, start_stack
+from ops.state import RELEASE_SIGNER, RUNTIME_ID, StateDir, provision_demo
+from pipeline.stores.release_state import read_release_state
+from subjects import dsse, names
+from subjects.bus_access import connect_options
+from subjects.gate_status import (
+    GateStatus,
+    LedgerStanding,
+    RuntimeStanding,
+    open_gate_status,
+    sign_gate_status,
+)
+from subjects.keys import generate_signing_key
+from subjects.registry import load_registry
+from subjects.release import ReleaseBundle
+from tests.test_cli_json import hold_filing
+from tests.test_cli_ops import read_line
+
+PROG: Final = (sys.executable, "-m", "ops.cli")
+TIMEOUT: Final = 60.0
+HOUR_MS: Final = 3_600_000
+PIN_FOR_TEST: Final = "1.0"
+SKEW_MS: Final = 60_000
+"""The gates' clock-skew bound: a lease counts only while it outlasts now + this."""
+
+
+@dataclass(frozen=True)
+class Bus:
+    work: Path
+    state: StateDir
+    server: EmbeddedNatsServer
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+@pytest.fixture
+def bus(tmp_path: Path) -> Iterator[Bus]:
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    set_upstream(state, "http://127.0.0.1:9/v1", "local-model")
+    server = start_embedded_server(state, tmp_path / "nats")
+    try:
+        yield Bus(tmp_path, state, server)
+    finally:
+        server.close()
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(TIMEOUT)
+
+
+def up(bus: Bus, *flags: str) -> subprocess.Popen[str]:
+    """``up`` on the test's server, once it is ready."""
+    proc = subprocess.Popen(
+        [
+            *PROG,
+            "up",
+            "--state-dir",
+            str(bus.state.root),
+            "--nats",
+            bus.url,
+            "--json",
+            "--log-level",
+            "error",
+            *flags,
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        json.loads(read_line(proc, TIMEOUT))
+    except BaseException:
+        stop(proc)
+        raise
+    return proc
+
+
+def doctor(
+    bus: Bus, capsys: pytest.CaptureFixture[str], *extra: str, url: str | None = None
+) -> tuple[int, DoctorJson, str]:
+    capsys.readouterr()
+    argv = ["doctor", "--state-dir", str(bus.state.root), "--nats", url or bus.url, *extra]
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert out.count("\n") == 1, out
+    return code, msgspec.json.decode(out.encode(), type=DoctorJson), err
+
+
+def rows(report: DoctorJson, kind: str) -> list[DoctorCheckJson]:
+    return [c for c in report.checks if c.kind == kind]
+
+
+def row(report: DoctorJson, kind: str, subject: str | None) -> DoctorCheckJson:
+    (found,) = (c for c in report.checks if (c.kind, c.subject) == (kind, subject))
+    return found
+
+
+def assert_fails_with(code: int, report: DoctorJson, err: str, *needles: str) -> None:
+    assert code == 1
+    assert not report.ok
+    assert report.failed == sum(1 for c in report.checks if c.status == "fail")
+    assert err.startswith("smf-assurance: doctor: "), err
+    assert err.count("\n") == 1, err
+    for needle in needles:
+        assert needle in err, err
+
+
+def assert_never_ok_without_looking(report: DoctorJson) -> None:
+    """A row that says it did not check is never ``ok``."""
+    for check in report.checks:
+        if "not checked" in check.detail or "not verified" in check.detail:
+            assert check.status == "skip", check
+
+
+class Console(http.server.BaseHTTPRequestHandler):
+    """Answers 200 as the console's page does (enough for a reachability check)."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"console")
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet."""
+
+
+@pytest.fixture
+def console() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Console)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_doctor_passes_on_a_healthy_up_and_names_each_failure(
+    bus: Bus, console: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    signer = ["--release-key", str(bus.state.key_path(RELEASE_SIGNER))]
+    state = ["--state-dir", str(bus.state.root)]
+    proc = up(bus)
+    try:
+        asyncio.run(hold_filing(bus.url, bus.state))
+        code, report, err = doctor(bus, capsys, "--console", console)
+        assert code == 0, err
+        assert (report.ok, report.failed, report.nats_url) == (True, 0, bus.url)
+        assert row(report, "bus", bus.url).status == "ok"
+        (release,) = [
+            c for c in rows(report, "release") if not (c.subject or "").endswith("verified")
+        ]
+        assert release.status == "ok"
+        assert release.remaining_ms is not None
+        assert release.remaining_ms > 24 * HOUR_MS
+        verified = [c for c in rows(report, "release") if (c.subject or "").endswith("verified")]
+        assert [c.status for c in verified] == ["ok"]
+        services = {c.subject: c.status for c in rows(report, "service")}
+        assert services == dict.fromkeys((*GATE_SERVICES, RELEASE_SERVICE), "ok")
+        scripted = row(report, "runtime", RUNTIME_ID)
+        assert scripted.status == "skip"  # it does not attest, so it was not judged
+        assert {c.subject: c.status for c in rows(report, "connector")} == {
+            "court-efiling": "ok",
+            "dms": "ok",
+        }
+        ledger = row(report, "ledger", "smf-gate")
+        assert ledger.status == "ok", ledger
+        assert "within" in ledger.detail or "anchored" in ledger.detail
+        assert row(report, "console", console).status == "ok"
+        assert_never_ok_without_looking(report)
+
+        capsys.readouterr()  # the table, once
+        assert main(["doctor", *state, "--nats", bus.url]) == 0
+        out = capsys.readouterr().out
+        assert out.splitlines()[0].split() == ["check", "status", "found", "fix"]
+        assert "0 failed" in out
+
+        dead_http = reserve_port()
+        try:
+            code, report, err = doctor(
+                bus, capsys, "--console", f"http://127.0.0.1:{dead_http.port}/"
+            )
+        finally:
+            dead_http.close()
+        assert_fails_with(code, report, err, "console")
+        assert [c.kind for c in report.checks if c.status == "fail"] == ["console"]
+
+        # a runtime that never attested
+        code, _, err_add = cli_add(bus, capsys, signer, state)
+        assert code == 0, err_add
+        code, report, err = doctor(bus, capsys)
+        assert_fails_with(code, report, err, "runtime hermes-new", "runtime_attestation_missing")
+        failing = row(report, "runtime", "hermes-new")
+        assert (failing.status, failing.age_ms) == ("fail", None)
+        assert "never attested" in failing.detail
+        assert failing.fix is not None
+        assert [c.kind for c in report.checks if c.status == "fail"] == ["runtime"]
+        capsys.readouterr()
+        removed = main(["runtime", "remove", "--id", "hermes-new", *state, *signer])
+        assert removed == 0, capsys.readouterr().err
+        code, report, err = doctor(bus, capsys)
+        assert code == 0, err
+    finally:
+        stop(proc)
+
+    # the connectors stopped: their durables stay, nobody pulls
+    proc = up(bus, "--no-connectors")
+    try:
+        code, report, err = doctor(bus, capsys)
+        assert_fails_with(code, report, err, "connector")
+        assert {c.subject: c.status for c in rows(report, "connector")} == {
+            "court-efiling": "fail",
+            "dms": "fail",
+        }
+        assert "not bound" in row(report, "connector", "dms").detail
+        assert {c.kind for c in report.checks if c.status == "fail"} == {"connector"}
+    finally:
+        stop(proc)
+
+    # the gate stopped: only the connectors run
+    proc = up(bus, "--connectors-only")
+    try:
+        code, report, err = doctor(bus, capsys)
+        assert_fails_with(code, report, err)
+        kinds = {c.kind for c in report.checks if c.status == "fail"}
+        assert kinds == {"release", "service", "runtime"}, report.checks
+        assert all(c.status == "fail" for c in rows(report, "service"))
+        assert row(report, "ledger", None).status == "skip"  # it could not look
+        assert {c.status for c in rows(report, "connector")} == {"ok"}
+        assert_never_ok_without_looking(report)
+    finally:
+        stop(proc)
+
+
+def cli_add(
+    bus: Bus, capsys: pytest.CaptureFixture[str], signer: list[str], state: list[str]
+) -> tuple[int, str, str]:
+    capsys.readouterr()
+    argv = [
+        "runtime",
+        "add",
+        "--kind",
+        "hermes",
+        "--id",
+        "hermes-new",
+        "--tenant",
+        "tenant-acme",
+        *state,
+        *signer,
+    ]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_doctor_names_an_unreachable_bus_and_checks_nothing_else(
+    bus: Bus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead = reserve_port()
+    try:
+        url = f"nats://127.0.0.1:{dead.port}"
+        started = time.monotonic()
+        code, report, err = doctor(bus, capsys, url=url)
+    finally:
+        dead.close()
+    assert time.monotonic() - started < 10
+    assert_fails_with(code, report, err, url)
+    assert row(report, "bus", url).status == "fail"
+    assert {c.status for c in report.checks if c.kind != "bus"} == {"skip"}
+    assert_never_ok_without_looking(report)
+
+
+def accepted(state: StateDir) -> ReleaseBundle:
+    stored = read_release_state(state.release_state)
+    assert stored is not None
+    return msgspec.json.decode(stored.bundle, type=ReleaseBundle)
+
+
+def test_doctor_warns_of_a_lease_ending_and_fails_once_it_ended(
+    bus: Bus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A release whose lease ends 75 s from now: adopted (it outlasts the 60 s skew),
+    reported near its end at once, then not in force once only the skew is left."""
+    proc = up(bus)
+    try:
+        now = time.time_ns() // 1_000_000
+        ending = now + SKEW_MS + 15_000
+        short = build_release(
+            package_path(SCENARIO_CORPUS),
+            [bus.state.key(RELEASE_SIGNER)],
+            bus.state.registry.read_bytes(),
+            now_ms=ending - HOUR_MS,  # issued an hour before its end: a one-hour lease
+            lease_hours=1,
+            prior=prior_of(accepted(bus.state)),
+        )
+        write_release_dir(short, bus.work / "short")
+        capsys.readouterr()
+        published = main(
+            ["release", "publish", str(bus.work / "short"), "--state-dir", str(bus.state.root)]
+        )
+        assert published == 0, capsys.readouterr().err
+        code, report, err = doctor(bus, capsys)
+        (release,) = [c for c in rows(report, "release") if c.subject == "smf-gate"]
+        assert release.status == "warn", release  # in force, under the 24 h threshold
+        assert "24 h" in release.detail
+        assert code == 0, err
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            code, report, err = doctor(bus, capsys)
+            (release,) = [c for c in rows(report, "release") if c.subject == "smf-gate"]
+            if release.status == "fail":
+                break
+            time.sleep(1)
+        assert_fails_with(code, report, err, "release smf-gate", "release_expired")
+        assert release.remaining_ms is not None
+        assert release.remaining_ms < SKEW_MS
+    finally:
+        stop(proc)
+
+
+def test_a_status_no_gate_key_signed_is_not_a_gates_word() -> None:
+    """``smf.gate.status`` is opened only with the registry's gate keys: an answer signed
+    by any other key (or for another payload type) is not counted, so no other client
+    on the bus can tell the operator a runtime attested."""
+    gate, other = generate_signing_key(), generate_signing_key()
+    status = GateStatus(
+        schema="smf.gate-status/1",
+        gate="smf-gate",
+        at_ms=1,
+        release_id=None,
+        runtimes=(),
+        runtimes_truncated=False,
+        ledger=LedgerStanding(
+            ledger_id="l",
+            tail_seq=0,
+            checkpoint_seq=0,
+            pending_checkpoints=0,
+            window_start_ms=None,
+        ),
+    )
+    trusted = {gate.key_id: gate.verify_key}
+    assert open_gate_status(sign_gate_status(status, gate), trusted) == status
+    with pytest.raises(dsse.SignatureError):
+        open_gate_status(sign_gate_status(status, other), trusted)
+    report = dsse.encode_envelope(dsse.sign_struct(names.PAYLOAD_VERDICT, status, [gate]))
+    with pytest.raises(dsse.SignatureError):
+        open_gate_status(report, trusted)
+
+
+# --- each judgement, on the gate's word as it would come ----------------------------------------
+
+
+NOW: Final = 10_000_000
+
+
+def status_of(*runtimes: RuntimeStanding, **ledger: int | None) -> GateStatus:
+    fields: dict[str, int | None] = {
+        "tail_seq": 10,
+        "checkpoint_seq": 0,
+        "pending_checkpoints": 0,
+        "window_start_ms": NOW - 1000,
+    }
+    fields.update(ledger)
+    return GateStatus(
+        schema="smf.gate-status/1",
+        gate="smf-gate",
+        at_ms=NOW,
+        release_id="r",
+        runtimes=runtimes,
+        runtimes_truncated=False,
+        ledger=msgspec.convert({"ledger_id": "ledger-a", **fields}, type=LedgerStanding),
+    )
+
+
+def settings_for(state: StateDir) -> Settings:
+    return Settings(
+        url="nats://unused",
+        credential=None,
+        registry=load_registry(state.registry),
+        trust_root=None,
+        state=None,
+        console=None,
+        clock=lambda: NOW,
+    )
+
+
+def standing(reason: str | None, *, must: bool = True, age: int | None = 5000) -> RuntimeStanding:
+    return RuntimeStanding(
+        runtime_id="rt",
+        must_attest=must,
+        lease_ms=180_000,
+        attested_at_ms=None if age is None else NOW - age,
+        accepted=None if age is None else reason != "runtime_attestation_rejected",
+        reason_codes=("runtime_hook_missing",) if reason == "runtime_attestation_rejected" else (),
+        standing=reason,
+    )
+
+
+@pytest.mark.parametrize(
+    ("reason", "status", "said"),
+    [
+        (None, "ok", "accepted"),
+        ("runtime_attestation_missing", "fail", "never attested"),
+        ("runtime_attestation_stale", "fail", "older than its lease"),
+        ("runtime_attestation_rejected", "fail", "refused (runtime_hook_missing)"),
+        ("runtime_release_mismatch", "fail", "another release"),
+        ("runtime_stopped_ungated_tool_result", "fail", "stopped"),
+    ],
+)
+def test_each_runtime_standing_is_judged_as_the_gate_would_refuse_it(
+    reason: str | None, status: str, said: str
+) -> None:
+    age = None if reason == "runtime_attestation_missing" else 5000
+    check = runtime_check(status_of(), standing(reason, age=age), "rt", NOW)
+    assert (check.status, check.age_ms) == (status, age)
+    assert said in check.detail
+    assert (check.fix is None) == (status == "ok")
+    exempt = runtime_check(status_of(), standing(None, must=False), "rt", NOW)
+    assert exempt.status == "skip"  # not required to attest: not judged, never ok
+
+
+@pytest.mark.parametrize(
+    ("ledger", "found", "status", "said"),
+    [
+        ({"tail_seq": 0, "window_start_ms": None}, None, "ok", "empty"),
+        ({"pending_checkpoints": 2}, None, "fail", "not on the bus"),
+        ({}, None, "ok", "10 entries after the newest checkpoint (seq 0), waiting 1 s"),
+        ({"window_start_ms": NOW - 600_000}, None, "warn", "more than 120 s"),
+        ({"checkpoint_seq": 10}, None, "fail", "the stream holds none"),
+        ({"checkpoint_seq": 10}, ("ledger-a", 10, NOW - 5000), "ok", "anchored"),
+        ({"checkpoint_seq": 8}, ("ledger-a", 6, NOW - 5000), "fail", "seq 6 at most"),
+        ({}, ("ledger-b", 4, NOW), "fail", "replaced or truncated"),
+        ({}, ("ledger-a", 11, NOW), "fail", "replaced or truncated"),
+    ],
+)
+def test_each_ledger_standing_is_judged_against_the_checkpoint_on_the_bus(
+    ledger: dict[str, int | None],
+    found: tuple[str, int, int] | None,
+    status: str,
+    said: str,
+    quiet: StateDir,
+) -> None:
+    published = found is not None
+    check = ledger_check(settings_for(quiet), "smf-gate", status_of(**ledger), published, found)
+    assert check.status == status, check
+    assert said in check.detail, check
+    stranger = ledger_check(settings_for(quiet), "smf-gate", status_of(), True, None)
+    assert "not signed by a gate key" in stranger.detail
+
+
+@pytest.fixture
+def quiet(tmp_path: Path) -> StateDir:
+    state = StateDir(tmp_path / "quiet")
+    provision_demo(state)
+    return state
+
+
+async def test_a_gate_answers_its_status_signed_and_read_only(quiet: StateDir) -> None:
+    """The gate side of ``smf.gate.status`` in process: the scripted runtime exempt, a
+    runtime that must attest missing until it attests, the ledger's tail, and a request
+    that is not one answered unsigned (no asker counts it)."""
+    provision_runtime(quiet, "rt-must", "rt-must", runtime_pin=PIN_FOR_TEST, require_release=False)
+    stack = await start_stack(quiet, with_connectors=False)
+    try:
+        nc = await nats.connect(stack.url, **connect_options(quiet.existing_credential("operator")))
+        try:
+
+            async def ask(payload: bytes = b"{}") -> bytes:
+                reply = await nc.request(names.GATE_STATUS, payload, timeout=5)
+                data: bytes = reply.data
+                return data
+
+            status = open_gate_status(await ask(), quiet.gate_keys())
+            assert [(r.runtime_id, r.must_attest, r.standing) for r in status.runtimes] == [
+                ("rt-must", True, "runtime_attestation_missing"),
+                (RUNTIME_ID, False, "runtime_attestation_missing"),
+            ]
+            assert status.release_id is not None
+            ack = await attest(quiet, stack.url, "rt-must", "rt-must", PIN_FOR_TEST)
+            assert ack.accepted, ack
+            again = open_gate_status(await ask(), quiet.gate_keys())
+            (must,) = (r for r in again.runtimes if r.runtime_id == "rt-must")
+            assert (must.standing, must.accepted) == (None, True)
+            assert must.attested_at_ms is not None
+            assert again.ledger.tail_seq >= status.ledger.tail_seq
+            assert await ask(b"not json") == b'{"error":"malformed_request"}'
+        finally:
+            await nc.close()
+    finally:
+        await stack.stop()
