@@ -56,7 +56,12 @@ its declared destination and its own token (``provision_gateway_runtime``):
 provider at it instead of the fake model, and ``{{runtime_key:<runtime_id>}}``
 / ``{{credential_file:<runtime_id>}}`` give the plugin that runtime's key and
 nkey. Every run then also returns the ledger entries the gate wrote during it
-(kind, disposition and reason codes only).
+(kind, disposition and reason codes only). The tests name the gateway as the
+provider ``smf-gateway`` (``"provider": "smf-gateway"`` in the command: OpenClaw's
+only provider is then ``models.providers.smf-gateway``, the id our plugin's
+provider wrappers prove the process on, issue 16); the attestations the runtimes
+sent on ``smf.attest`` are in the bus evidence too (kind ``attestation``: runtime
+id, instance id and problems, as the runtime's key signed them).
 
 A long-lived Gateway (tests/test_openclaw_gateway_entry.py): ``op:
 gateway-start`` starts ``openclaw gateway run`` in its own folder with an
@@ -95,7 +100,7 @@ from ops.logs import configure_logging
 from ops.natsserver import PortReservation, reserve_port
 from subjects import dsse, names
 from subjects.approvals import PendingAnnouncement
-from subjects.attestation import AttestationAck
+from subjects.attestation import AttestationAck, RuntimeAttestation
 from subjects.keys import VerifyKey
 from subjects.messages import OutputVerdict, Verdict
 from tests.clocks import OffsetClock
@@ -130,21 +135,23 @@ def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def base_config(root: Path, model_url: str) -> dict[str, Any]:
-    """Offline OpenClaw config with the fake model as the only provider (RUNTIMES.md)."""
+def base_config(root: Path, model_url: str, provider: str = "fake") -> dict[str, Any]:
+    """Offline OpenClaw config with one provider, ``provider``, as the only one
+    (RUNTIMES.md): the fake model, unless the command's config points it elsewhere
+    (the model gateway, as ``smf-gateway``)."""
     return {
         "update": {"checkOnStart": False},
         "telemetry": {"enabled": False},
         "agents": {
             "defaults": {
-                "model": {"primary": "fake/fake-model"},
+                "model": {"primary": f"{provider}/fake-model"},
                 "workspace": str(root / "workspace"),
             }
         },
         "models": {
             "mode": "replace",
             "providers": {
-                "fake": {
+                provider: {
                     "baseUrl": model_url,
                     "apiKey": "dummy",
                     "api": "openai-completions",
@@ -165,16 +172,21 @@ def base_config(root: Path, model_url: str) -> dict[str, Any]:
 
 
 class Tap:
-    """The gate's signed verdicts and output verdicts, and attestation acks, seen on the
-    bus, plus outcome messages as sent.
+    """The gate's signed verdicts and output verdicts, attestation acks, and the runtimes'
+    attestations, seen on the bus, plus outcome messages as sent.
 
     Verdicts are opened as a runtime opens them (``subjects.verdicts``): a DSSE
     envelope signed by the gate key for the payload type of where it was seen,
     so the evidence lists only what the gate said, never a message another
-    client sent in its name."""
+    client sent in its name. Attestations are listed only when a runtime key of
+    the harness signed them for the runtime they name (ids and problems only)."""
 
-    def __init__(self, gate_keys: Mapping[str, VerifyKey]) -> None:
+    def __init__(
+        self, gate_keys: Mapping[str, VerifyKey], runtime_keys: Mapping[str, VerifyKey]
+    ) -> None:
+        """``runtime_keys``: each runtime id's verify key."""
         self.gate_keys = gate_keys
+        self.runtime_keys = runtime_keys
         self.seen: list[dict[str, Any]] = []
         self.outcomes: list[tuple[str, bytes]] = []
 
@@ -199,7 +211,31 @@ class Tap:
             return kind, value
         return None
 
+    def _attestation(self, data: bytes) -> dict[str, Any] | None:
+        trusted = {key.key_id: key for key in self.runtime_keys.values()}
+        try:
+            attestation, verified = dsse.open_struct(
+                dsse.decode_envelope(data), trusted, RuntimeAttestation, names.PAYLOAD_ATTESTATION
+            )
+        except (dsse.SignatureError, msgspec.ValidationError):
+            return None
+        own = self.runtime_keys.get(attestation.runtime_id)
+        if own is None or own.key_id not in verified.key_ids:
+            return None  # signed by another runtime's key: not this runtime's word
+        return {
+            "kind": "attestation",
+            "via": names.ATTEST,
+            "runtime_id": attestation.runtime_id,
+            "instance_id": attestation.instance_id,
+            "problems": list(attestation.problems),
+        }
+
     async def record(self, msg: Msg) -> None:
+        if msg.subject == names.ATTEST:
+            sent = self._attestation(msg.data)
+            if sent is not None:
+                self.seen.append(sent)
+            return
         if msg.subject.startswith(names.APPROVAL_OUTCOME_PREFIX + "."):
             self.outcomes.append((msg.subject, msg.data))
             via = "outcome"
@@ -312,7 +348,11 @@ class Harness:
         # The tap reads every subject: only the operator may (subjects.bus_access).
         self.nc = await self._connect(OPERATOR)
         gate_key = self.state.key("gate")
-        self.tap = Tap({gate_key.key_id: gate_key.verify_key})
+        runtime_keys = {
+            runtime_id: self.state.key(principal).verify_key
+            for runtime_id, principal in self.served.items()
+        }
+        self.tap = Tap({gate_key.key_id: gate_key.verify_key}, runtime_keys)
         await self.nc.subscribe(">", cb=self.tap.record)
         await self.nc.subscribe(f"{names.APPROVAL_PENDING_PREFIX}.>", cb=self._on_pending)
         # The attorney asks and resolves on its own connection, as an approver would.
@@ -564,7 +604,10 @@ class Harness:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content if isinstance(content, str) else json.dumps(content))
         mode = command.get("mode", "local")
-        config = deep_merge(base_config(root, self.model.url), command.get("config", {}))
+        config = deep_merge(
+            base_config(root, self.model.url, command.get("provider", "fake")),
+            command.get("config", {}),
+        )
         # The Gateway binds this port itself; the reservation keeps every other
         # process off it for the harness's lifetime (ops.natsserver.PortReservation).
         reservation = reserve_port()
@@ -704,7 +747,10 @@ class Harness:
         reservation = reserve_port()
         self.reservations.append(reservation)
         port, token = reservation.port, f"test-token-{time.monotonic_ns()}"
-        config = deep_merge(base_config(root, self.model.url), command.get("config", {}))
+        config = deep_merge(
+            base_config(root, self.model.url, command.get("provider", "fake")),
+            command.get("config", {}),
+        )
         config = deep_merge(
             config,
             {

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -60,6 +61,7 @@ from tests.test_openclaw_conformance import (
     PLUGIN_DIST,
     PLUGIN_ID,
     OpenClawRuns,
+    _progress,
     _start_harness,
     smf_plugin,
 )
@@ -119,15 +121,28 @@ def gated(
     yield from _start_harness(request, tmp_path_factory, "openclaw-gateway", gate)
 
 
+GATEWAY_PROVIDER = "smf-gateway"
+"""The provider id OpenClaw is configured to reach the model gateway under
+(``models.providers.smf-gateway``): our plugin registers it and its stream wrappers put
+the process's instance proof on every request to it (docs/OPENCLAW.md, "Binding model
+requests to the process"). The harness's ``provider`` makes it the only provider."""
+
+
+def gateway_provider(runtime_id: str) -> dict[str, Any]:
+    """The model gateway as ``smf-gateway``, with ``runtime_id``'s gateway token."""
+    provider = {"baseUrl": "{{gateway_url}}", "apiKey": "{{gateway_token:" + runtime_id + "}}"}
+    return {"models": {"providers": {GATEWAY_PROVIDER: provider}}}
+
+
 def through_gateway(runtime_id: str) -> dict[str, Any]:
-    """Our plugin as ``runtime_id`` (its key and nkey), and the gateway as the only provider."""
+    """Our plugin as ``runtime_id`` (its key and nkey), and the gateway as the only
+    provider (with ``"provider": GATEWAY_PROVIDER`` in the harness command)."""
     config = smf_plugin()
     plugin = config["plugins"]["entries"][PLUGIN_ID]["config"]
     plugin["runtimeId"] = runtime_id
     plugin["keyFile"] = "{{runtime_key:" + runtime_id + "}}"
     plugin["credentialFile"] = "{{credential_file:" + runtime_id + "}}"
-    provider = {"baseUrl": "{{gateway_url}}", "apiKey": "{{gateway_token:" + runtime_id + "}}"}
-    return {**config, "models": {"providers": {"fake": provider}}}
+    return {**config, **gateway_provider(runtime_id)}
 
 
 def turn(
@@ -137,6 +152,7 @@ def turn(
     final: str,
     calls: tuple[dict[str, Any], ...] = (),
     files: dict[str, str] | None = None,
+    **command: Any,
 ) -> dict[str, Any]:
     return gated.send(
         {
@@ -144,7 +160,9 @@ def turn(
             "prompt": f"SCENARIO:{name} answer.",
             "scripts": {name: {"calls": list(calls), "final": final}},
             "files": {"context.json": E2E_CONTEXT, **(files or {})},
+            "provider": GATEWAY_PROVIDER,
             "config": through_gateway(runtime_id),
+            **command,
         }
     )
 
@@ -153,15 +171,68 @@ def turn(
 def bare_turn(gated: OpenClawRuns) -> dict[str, Any]:
     """OpenClaw with the gateway as its provider and no plugin at all."""
     name = "gw-bare"
-    provider = {"baseUrl": "{{gateway_url}}", "apiKey": "{{gateway_token:" + BARE_ID + "}}"}
     return gated.send(
         {
             "name": name,
             "prompt": f"SCENARIO:{name} answer.",
             "scripts": {name: {"calls": [], "final": ALLOWED}},
-            "config": {"models": {"providers": {"fake": provider}}},
+            "provider": GATEWAY_PROVIDER,
+            "config": gateway_provider(BARE_ID),
         }
     )
+
+
+UNGUARDED_EXEC = {
+    "calls": [{"name": "exec", "arguments": {"command": "touch {{root}}/UNGUARDED"}}],
+    "final": ALLOWED,
+}
+"""What the model would script for a process that gets a completion: a command, then
+a plain reply (internal, so it would be released)."""
+
+
+@pytest.fixture(scope="module")
+def within_lease(gated: OpenClawRuns, request: pytest.FixtureRequest) -> dict[str, dict[str, Any]]:
+    """One runtime id (``openclaw-desk``), one key file, nkey and gateway token, three
+    OpenClaw processes one after another: ``agent --local`` with our plugin (it attests
+    its instance and is served), then, inside the lease of that attestation (180 s; the
+    three runs take well under a minute), ``openclaw agent exec`` with the same config,
+    and ``agent --local`` with our plugin's entry disabled. The model would answer the
+    last two with an ``exec`` and then a reply."""
+    say = _progress(request)
+    attested = turn(gated, "gw-lease-attested", DESK_ID, ALLOWED)
+    common = {
+        "files": {"context.json": E2E_CONTEXT},
+        "provider": GATEWAY_PROVIDER,
+        "markers": ["UNGUARDED"],
+    }
+    name = "gw-lease-exec"
+    exec_run = gated.send(
+        {
+            "name": name,
+            "prompt": f"SCENARIO:{name} do what the script says.",
+            "scripts": {name: UNGUARDED_EXEC},
+            "config": through_gateway(DESK_ID),
+            "mode": "agent-exec",
+            **common,
+        }
+    )
+    disabled = through_gateway(DESK_ID)
+    disabled["plugins"]["entries"][PLUGIN_ID]["enabled"] = False
+    name = "gw-lease-disabled"
+    disabled_run = gated.send(
+        {
+            "name": name,
+            "prompt": f"SCENARIO:{name} do what the script says.",
+            "scripts": {name: UNGUARDED_EXEC},
+            "config": disabled,
+            **common,
+        }
+    )
+    say(
+        f"within the lease: attested turn {attested['seconds']}s, agent exec "
+        f"{exec_run['seconds']}s, plugin disabled {disabled_run['seconds']}s"
+    )
+    return {"attested": attested, "exec": exec_run, "disabled": disabled_run}
 
 
 @pytest.fixture(scope="module")
@@ -264,6 +335,102 @@ def payload_texts(run: dict[str, Any]) -> list[str]:
 def model_calls(run: dict[str, Any]) -> list[dict[str, Any]]:
     """The requests the fake provider answered for this run's scenario."""
     return [r for r in run["requests"] if r["scenario"] == run["name"]]
+
+
+PROOF_REFUSALS = frozenset(
+    {
+        "instance_proof_missing",
+        "instance_proof_invalid",
+        "instance_proof_stale",
+        "runtime_instance_not_attested",
+    }
+)
+"""The gate's reasons for refusing a model request of an instance-bound runtime
+(``pipeline.stages.attestation``, ``AttestationDesk.admit_instance``)."""
+REFUSED_WITHOUT_PROOF = ["instance_proof_missing", "model_request_refused"]
+INSTANCE_ID = re.compile(r"^i-[0-9a-f]{32}\Z")
+
+
+def attestations(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the runtime attested on ``smf.attest`` during the run (signed by its key)."""
+    return [b for b in run["bus"] if b["kind"] == "attestation"]
+
+
+def refusals(run: dict[str, Any]) -> list[list[str]]:
+    """The reason codes of every model request the gate refused during the run."""
+    return [
+        e["reason_codes"] for e in run["ledger"] if "model_request_refused" in e["reason_codes"]
+    ]
+
+
+@pytest.mark.parametrize(
+    "turn_name", ["held_turn", "allowed_turn", "withheld_turn", "within_lease"]
+)
+def test_every_model_request_of_the_attested_process_carries_its_proof(
+    request: pytest.FixtureRequest, turn_name: str
+) -> None:
+    """Our plugin attests a random instance id of its own process, so the gate serves
+    this runtime only for requests carrying a proof of an instance it accepted (issue
+    16). Every model request of the turn was served (one, or two around a ``read``) and
+    the ledger holds no refusal at all, proof or other: each carried a valid, fresh
+    proof, added by the provider ``smf-gateway``'s stream wrapper."""
+    found = request.getfixturevalue(turn_name)
+    run: dict[str, Any] = found["attested"] if turn_name == "within_lease" else found
+    assert run["returncode"] == 0, run["stderr"]
+    [attested] = {(a["runtime_id"], a["instance_id"]) for a in attestations(run)}
+    assert INSTANCE_ID.match(attested[1]), attested
+    acks = [b for b in run["bus"] if b["kind"] == "ack"]
+    assert acks, run["bus"]
+    assert all(a["accepted"] for a in acks), acks
+    assert len(model_calls(run)) == (2 if turn_name == "withheld_turn" else 1), run["requests"]
+    assert refusals(run) == []
+    assert not any(PROOF_REFUSALS & set(e["reason_codes"]) for e in run["ledger"])
+
+
+def test_agent_exec_within_the_lease_of_an_attested_process_gets_no_completion(
+    within_lease: dict[str, dict[str, Any]],
+) -> None:
+    """``openclaw agent exec`` with the config, key and gateway token of a runtime whose
+    attestation the gate holds fresh and accepted (the refusal names the proof, not the
+    attestation): it registers our plugin in discovery mode only, so our provider's
+    wrapper adds no proof and nothing attests. The gateway answers HTTP 403
+    ``instance_proof_missing`` before the provider is asked; the command the model
+    would have scripted does not run; the ledger says why."""
+    run = within_lease["exec"]
+    assert run["markers"]["UNGUARDED"] is None
+    assert model_calls(run) == []
+    assert attestations(run) == []
+    assert [b for b in run["bus"] if b["kind"] == "ack"] == []
+    assert refusals(run), run["ledger"]
+    assert all(codes == REFUSED_WITHOUT_PROOF for codes in refusals(run)), run["ledger"]
+    shown = run["stderr"] + run["stdout"]
+    assert "403" in shown
+    assert "instance_proof_missing" in shown
+    assert "tool calls in this process are NOT gated" in shown
+    assert "smf instance proof NOT added to model requests (not_full_registration)" in shown
+    assert ALLOWED not in run["stdout"]
+
+
+def test_a_process_with_the_plugin_disabled_within_the_lease_gets_no_completion(
+    within_lease: dict[str, dict[str, Any]],
+) -> None:
+    """``agent --local`` with our plugin's entry disabled, same runtime id, key and token,
+    inside the lease of the attested turn: no plugin, so no provider wrapper and no
+    proof. HTTP 403 ``instance_proof_missing``, no completion, nothing ran, the ledger
+    says why."""
+    run = within_lease["disabled"]
+    assert run["markers"]["UNGUARDED"] is None
+    assert model_calls(run) == []
+    assert attestations(run) == []
+    assert [b for b in run["bus"] if b["kind"] == "ack"] == []
+    assert refusals(run), run["ledger"]
+    assert all(codes == REFUSED_WITHOUT_PROOF for codes in refusals(run)), run["ledger"]
+    assert run["returncode"] != 0
+    shown = json.loads(client_output(run))
+    assert shown["ok"] is False
+    assert "HTTP 403" in shown["error"]["message"]
+    assert "instance_proof_missing" in run["stderr"]
+    assert ALLOWED not in client_output(run)
 
 
 @pytest.mark.parametrize("turn_name", ["held_turn", "allowed_turn"])
@@ -386,8 +553,8 @@ def test_agent_exec_with_the_plugin_gets_no_completion_and_runs_no_tool(
     stops it is the gateway: the process never attests, so no completion is served,
     the model is never asked, and the command it would have run does not run. The
     plugin says on stderr that this process is not gated. (A runtime id another
-    process attested within its lease would be served; tool-call accounting then
-    stops it at its first tool result, as for Hermes.)"""
+    process attested within its lease is refused too, for want of the process's
+    proof: ``test_agent_exec_within_the_lease_of_an_attested_process_gets_no_completion``.)"""
     name = "gw-agent-exec"
     run = gated.send(
         {
@@ -402,6 +569,7 @@ def test_agent_exec_with_the_plugin_gets_no_completion_and_runs_no_tool(
                 }
             },
             "files": {"context.json": E2E_CONTEXT},
+            "provider": GATEWAY_PROVIDER,
             "config": through_gateway(BARE_ID),
             "mode": "agent-exec",
             "markers": ["UNGUARDED"],

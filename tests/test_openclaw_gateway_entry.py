@@ -47,9 +47,13 @@ Does not prove: channels and their delivery hooks, a reply approved later
 (the runtime would ask again), streaming of long replies in several deltas
 (the gateway releases a reply in one write, so the client sees one delta),
 other OpenClaw versions, and that a Gateway cannot reach a model some other
-way (network layer, issue 16 step 6). A Gateway that shares a runtime id with
-an attested process is served (admission is per runtime id, not per process;
-docs/OPENCLAW.md, "Binding model requests to the process").
+way (network layer, issue 16 step 6). Admission is bound to the process (issue
+16): the Gateway's plugin attests an instance id of the Gateway process and the
+provider ``smf-gateway`` (the model gateway's id in the config) proves it on
+every model request; a Gateway without the plugin that shares a runtime id with
+an attested process is refused for want of that proof (shown for ``agent
+--local`` and ``agent exec`` in tests/test_openclaw_gateway.py, not for a
+Gateway).
 """
 
 from __future__ import annotations
@@ -79,10 +83,14 @@ from tests.test_openclaw_gateway import (
     ALLOWED,
     BARE_ID,
     CLIENT_CHAT_ID,
+    GATEWAY_PROVIDER,
+    INSTANCE_ID,
     NOTICE,
     PRIVILEGED,
+    PROOF_REFUSALS,
     SECRET,
     SERVED,
+    attestations,
     through_gateway,
 )
 
@@ -127,6 +135,7 @@ def host(entry: OpenClawRuns, name: str, config: dict[str, Any], *, attests: boo
             "op": "gateway-start",
             "name": name,
             "files": {"context.json": E2E_CONTEXT},
+            "provider": GATEWAY_PROVIDER,
             "config": config,
             "await_attestation": attests,
         }
@@ -310,6 +319,28 @@ def test_the_gateway_loads_our_plugin_and_it_attests_from_the_gateway_process(
         assert all("model_request_refused" not in e["reason_codes"] for e in run["ledger"])
         expected = ["tool:read", "text"] if TURNS[name]["calls"] else ["text"]
         assert [r["answered"] for r in run["requests"]] == expected, (name, run["requests"])
+
+
+def test_every_model_request_of_the_gateway_carries_the_gateway_processs_proof(
+    served: dict[str, Any],
+) -> None:
+    """The plugin in the Gateway process attested a random instance id of that process
+    (issue 16), so the gate serves ``openclaw-demo`` only for requests carrying a proof
+    of it. The turns' model calls ran in the Gateway process, where our provider
+    ``smf-gateway``'s stream wrapper added the proof: every one was served and the ledger
+    holds no proof refusal; the CLI that sent the turns attested nothing and needed no
+    proof."""
+    started = served["start"]
+    [(runtime_id, instance_id)] = {
+        (a["runtime_id"], a["instance_id"]) for a in attestations(started)
+    }
+    assert runtime_id == CLIENT_CHAT_ID
+    assert INSTANCE_ID.match(instance_id), instance_id
+    for name, run in served["turns"].items():
+        assert run["requests"], name
+        assert not any(PROOF_REFUSALS & set(e["reason_codes"]) for e in run["ledger"]), name
+        # the Gateway's re-attestations (if any) name the same process; the CLI attests nothing
+        assert {a["instance_id"] for a in attestations(run)} <= {instance_id}, name
 
 
 def test_the_operator_client_missed_no_event(served: dict[str, Any], bare: dict[str, Any]) -> None:

@@ -1,21 +1,23 @@
-"""Can an OpenClaw plugin bind the model requests to its own process? (issue 16, research)
+"""Which OpenClaw seams can NOT bind model requests to the process (issue 16, research).
 
 The model gateway admits a runtime by its bearer token while the gate holds a
-fresh attestation for that runtime id, so within the lease another OpenClaw
-process of the same runtime id without our plugin (or ``openclaw agent
-exec``, which never calls tool hooks) is served. For Hermes the plugin
-attaches a per-process proof to every model request. This module asks the
-real OpenClaw 2026.9.6 (npm, Node 24, inside ``unshare -n`` when root; the
-fake model on 127.0.0.1 keeps the request headers a run names, and nothing
-else) which seams can do the same, with a PROBE plugin in plain JavaScript
-written by the test (``smf-request-probe``, provider id ``smfgw``):
+fresh attestation for that runtime id. Our plugin now binds each model request
+to its process through a provider plugin's stream wrapper (``smf-gateway``,
+``adapters/openclaw/src/binding.ts``); the plugin's own tests against the real
+runtime show the positive seam: every request of an attested ``agent --local``
+process and of a Gateway is proven, ``agent exec`` and a process with the plugin
+disabled are refused within the lease (tests/test_openclaw_gateway.py,
+tests/test_openclaw_gateway_entry.py). What is left here is the evidence those
+tests cannot give: which other seams do not work, and why the wrapper must decide
+from process state. It asks the real OpenClaw 2026.9.6 (npm, Node 24, inside
+``unshare -n`` when root; the fake model on 127.0.0.1 keeps the request headers a
+run names, and nothing else), with a PROBE plugin in plain JavaScript written by
+the test (``smf-request-probe``, provider id ``smfgw``):
 
 - a provider plugin (``api.registerProvider`` whose id is the configured
-  provider's id, ``models.providers.smfgw``): ``wrapStreamFn`` adds a header
-  on every model call, including a real Ed25519 signature over the process's
-  random instance id, a counter and an issue time (the shape of Hermes's
-  ``Smf-Instance-Proof``); ``resolveTransportTurnState`` adds one per call;
-  ``prepareRuntimeAuth`` rewrites the bearer key (once per run);
+  provider's id, ``models.providers.smfgw``) whose ``wrapStreamFn`` records the
+  mode of the registration it came from and whether its process registered the
+  probe in full mode, and tags each request (``x-probe-seam``);
 - the same probe sets an environment variable in ``register()`` and in every
   hook that fires before a model call (``before_model_resolve``,
   ``agent_turn_prepare``, ``before_prompt_build``, ``before_agent_run``,
@@ -31,36 +33,35 @@ run``, start about 20 s) with a turn through ``smfgw`` (4-15 s) and one with
 ``--model envgw/fake-model`` (3 s); ``agent --local`` with the probe disabled
 (15 s).
 
-Proves, for the pinned version: a provider plugin's ``wrapStreamFn`` runs on
-every model request to its provider and its headers arrive, in ``agent
---local`` and in the Gateway process; the hooks it uses come from a
-``discovery`` registration even in those processes, and ``agent exec`` (which
-registers plugins in discovery mode only) runs them too, so a wrapper must
-decide from process state (a full registration, an accepted attestation), not
-from its registration's mode: the probe's signed header is absent from
-``agent exec``'s requests and present elsewhere; without the plugin no probe
-header is sent, while config headers are static and sent by any process.
-An environment secret the plugin sets is read once, before any hook, in
-``agent --local`` and never in the Gateway (whose snapshot resolves before
-plugins load: the provider is unavailable) nor in ``agent exec`` (which fails
-before loading plugins). No hook before a model call can return a header
-(their result types, read) nor change one through the environment (run).
-docs/OPENCLAW.md, "Binding model requests to the process", has the
-evidence and the recommendation. Does not prove: other model callers than the
-embedded agent's stream (``wrapSimpleCompletionStreamFn``, read only),
-subagents, compaction, other versions.
+Proves, for the pinned version: the provider hooks that run come from a
+``discovery`` registration even in a process that registered the plugin in
+``full`` mode (``agent --local``, the Gateway), and ``agent exec`` (which
+registers plugins in discovery mode only and calls no tool hook) runs them
+too, so a wrapper must decide from process state (a full registration, an
+accepted attestation), not from its registration's mode; without the plugin no
+probe hook runs, while config headers are static and sent by any process. An
+environment secret the plugin sets is read once, before any hook, in ``agent
+--local`` and never in the Gateway (whose snapshot resolves before plugins
+load: the provider is unavailable) nor in ``agent exec`` (which fails before
+loading plugins). No hook before a model call can return a header (their
+result types, read) nor change one through the environment (run).
+docs/OPENCLAW.md, "Binding model requests to the process", has the evidence.
+Does not prove: other model callers than the embedded agent's stream
+(``wrapSimpleCompletionStreamFn``, read only), subagents, compaction, other
+versions. Removed when the plugin's own tests took over (issue 16): the
+positive runs of ``wrapStreamFn`` (a signed header on every request, in
+``agent --local`` and in the Gateway), ``resolveTransportTurnState`` (a header
+per request) and ``prepareRuntimeAuth`` (a bearer per run); their findings
+stay in docs/OPENCLAW.md with the commit that ran them (72896dd).
 """
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from nacl.exceptions import BadSignatureError
-from nacl.signing import VerifyKey
 
 from tests.test_openclaw_conformance import OpenClawRuns, _progress, _start_harness
 
@@ -71,14 +72,7 @@ PROVIDER = "smfgw"
 ENV_PROVIDER = "envgw"
 CONFIG_KEY = "probe-config-key"
 """The configured apiKey of ``smfgw``: a test value, not a credential."""
-HEADERS = (
-    "authorization",
-    "x-probe-seam",
-    "x-probe-instance-proof",
-    "x-probe-turn",
-    "x-probe-config",
-    "x-probe-env",
-)
+HEADERS = ("authorization", "x-probe-seam", "x-probe-config", "x-probe-env")
 """The only request headers the fake model keeps for these runs."""
 BEFORE_MODEL_HOOKS = (
     "before_model_resolve",
@@ -93,34 +87,27 @@ PROBE_JS = """
 import crypto from "node:crypto";
 import fs from "node:fs";
 
-// Which OpenClaw seams can put a per-process value on a model request
+// Which OpenClaw seams cannot bind a model request to the process
 // (tests/test_openclaw_model_request_seam.py). One state per process.
 const state = (globalThis.__smfRequestProbe ??= {
   instance: crypto.randomUUID(),
-  keys: crypto.generateKeyPairSync("ed25519"),
   full: false,
   calls: 0,
-  auths: 0,
 });
 const log = (record) =>
   fs.appendFileSync(
     process.env.PROBE_LOG,
     JSON.stringify({ argv: process.argv.slice(2, 4), instance: state.instance, ...record }) + "\\n",
   );
-const b64u = (bytes) => Buffer.from(bytes).toString("base64url");
 
 export default {
   id: "smf-request-probe",
   name: "SMF request probe",
-  description: "Which seams can add a header to a model request.",
+  description: "Which seams run where, and which cannot carry a per-request value.",
   register(api) {
     const mode = api.registrationMode ?? null;
     if (mode === "full") state.full = true;
-    log({
-      hook: "register",
-      mode,
-      publicKey: state.keys.publicKey.export({ format: "jwk" }).x,
-    });
+    log({ hook: "register", mode });
     process.env.SMF_PROBE_ENV_PROOF = `register:${mode}:${state.instance}`;
     api.registerProvider({
       id: "smfgw",
@@ -132,30 +119,13 @@ export default {
         if (!inner) return undefined;
         return (model, context, options) => {
           state.calls += 1;
-          const headers = { "x-probe-seam": `${state.instance}:${state.calls}` };
-          // What our plugin would do: sign only in a process that registered it in
-          // full mode (decided now, from process state, not from this registration).
-          if (state.full) {
-            const claim = { instance: state.instance, n: state.calls, issued_at_ms: Date.now() };
-            const payload = Buffer.from(JSON.stringify(claim));
-            const signature = crypto.sign(null, payload, state.keys.privateKey);
-            headers["x-probe-instance-proof"] = `${b64u(payload)}.${b64u(signature)}`;
-          }
           log({ hook: "wrapped-call", mode, n: state.calls, fullInProcess: state.full });
+          const seam = `${state.instance}:${state.calls}`;
           return inner(model, context, {
             ...options,
-            headers: { ...(options?.headers ?? {}), ...headers },
+            headers: { ...(options?.headers ?? {}), "x-probe-seam": seam },
           });
         };
-      },
-      resolveTransportTurnState: (ctx) => {
-        log({ hook: "resolveTransportTurnState", mode, turnId: ctx?.turnId ?? null });
-        return { headers: { "x-probe-turn": `${state.instance}:${ctx?.turnId ?? ""}` } };
-      },
-      prepareRuntimeAuth: async (ctx) => {
-        state.auths += 1;
-        log({ hook: "prepareRuntimeAuth", mode, n: state.auths });
-        return { apiKey: `${ctx.apiKey}.${state.instance}.${state.auths}` };
       },
     });
     for (const hook of BEFORE_MODEL_HOOKS) {
@@ -321,61 +291,6 @@ def header(run: dict[str, Any], name: str) -> list[str | None]:
     return [r["headers"].get(name) for r in run["requests"] if r["scenario"] == run["name"]]
 
 
-def verify_proof(value: str, public_key: str) -> dict[str, Any]:
-    """Open the probe's ``<payload>.<signature>`` (base64url) with its Ed25519 key."""
-    payload, signature = (base64.urlsafe_b64decode(part + "==") for part in value.split("."))
-    key = VerifyKey(base64.urlsafe_b64decode(public_key + "=="))
-    claim: dict[str, Any] = json.loads(key.verify(payload, signature))
-    return claim
-
-
-@pytest.mark.parametrize("key", ["local", "gateway"])
-def test_a_provider_plugin_puts_a_signed_header_on_every_model_request(
-    runs: dict[str, dict[str, Any]], key: str
-) -> None:
-    """``wrapStreamFn`` of the provider the config names runs once per model call, in
-    the process that makes it (``agent --local``, or ``gateway run`` for a Gateway
-    turn), and its headers reach the provider: one value per request, this process's
-    instance, a counter, a signature the process's key verifies."""
-    run = runs[key]
-    assert run["returncode"] == 0, run["stderr"]
-    assert [r["answered"] for r in run["requests"]] == ["tool:read", "text"]
-    calls = records(run, "wrapped-call")[-2:]
-    argv = ["gateway", "run"] if key == "gateway" else ["agent", "--local"]
-    assert [c["argv"] for c in calls] == [argv, argv]
-    [instance] = {c["instance"] for c in calls}
-    seams = header(run, "x-probe-seam")
-    assert seams == [f"{instance}:{c['n']}" for c in calls]
-    assert len(set(seams)) == 2  # one value per request
-    [public_key] = {r["publicKey"] for r in records(run, "register") if r["instance"] == instance}
-    claims = [
-        verify_proof(str(value), public_key) for value in header(run, "x-probe-instance-proof")
-    ]
-    assert [(c["instance"], c["n"]) for c in claims] == [(instance, c["n"]) for c in calls]
-    # A forged or replayed-and-edited value does not verify.
-    forged = str(header(run, "x-probe-instance-proof")[0]).replace(".", ".A", 1)
-    with pytest.raises((BadSignatureError, ValueError)):
-        verify_proof(forged, public_key)
-
-
-@pytest.mark.parametrize("key", ["local", "gateway"])
-def test_the_turn_state_and_runtime_auth_hooks_reach_the_request_too(
-    runs: dict[str, dict[str, Any]], key: str
-) -> None:
-    """``resolveTransportTurnState`` adds its headers to each request (a fresh turn id
-    per call); ``prepareRuntimeAuth`` gets the configured key and what it returns is
-    the bearer, once per run (both calls carry the same value); the config's static
-    header rides along."""
-    run = runs[key]
-    turns = header(run, "x-probe-turn")
-    assert all(value is not None for value in turns)
-    assert len(set(turns)) == 2
-    bearers = header(run, "authorization")
-    [instance] = {str(value).split(".")[1] for value in bearers}
-    assert bearers == [f"Bearer {CONFIG_KEY}.{instance}.1"] * 2
-    assert header(run, "x-probe-config") == ["static", "static"]
-
-
 @pytest.mark.parametrize("key", ["local", "gateway"])
 def test_the_hooks_come_from_a_discovery_registration_even_in_a_full_process(
     runs: dict[str, dict[str, Any]], key: str
@@ -384,10 +299,16 @@ def test_the_hooks_come_from_a_discovery_registration_even_in_a_full_process(
     ran were those of a ``discovery`` registration: a wrapper cannot trust the mode it
     was registered in, only process state."""
     run = runs[key]
+    assert run["returncode"] == 0, run["stderr"]
+    assert [r["answered"] for r in run["requests"]] == ["tool:read", "text"]
     calls = records(run, "wrapped-call")[-2:]
+    argv = ["gateway", "run"] if key == "gateway" else ["agent", "--local"]
+    assert [c["argv"] for c in calls] == [argv, argv]  # in the process that asks the model
     assert {c["mode"] for c in calls} == {"discovery"}
     assert all(c["fullInProcess"] for c in calls)
     instance = calls[0]["instance"]
+    # these wrapped calls are the requests the model got, one tag per request
+    assert header(run, "x-probe-seam") == [f"{instance}:{c['n']}" for c in calls]
     modes = {r["mode"] for r in records(run, "register") if r["instance"] == instance}
     assert "full" in modes
 
@@ -397,17 +318,16 @@ def test_agent_exec_runs_the_provider_seam_but_never_registers_in_full_mode(
 ) -> None:
     """``openclaw agent exec`` loads plugins in discovery mode only and never calls tool
     hooks (docs/OPENCLAW.md finding 1), but it DOES call a provider plugin's
-    ``wrapStreamFn``, ``resolveTransportTurnState`` and ``prepareRuntimeAuth``. A
-    wrapper that signs only in a process with a full registration sends no proof
-    there."""
+    ``wrapStreamFn`` (its other provider hooks too: ``resolveTransportTurnState``,
+    ``prepareRuntimeAuth``, in the research run). A wrapper that signed whenever it
+    ran would prove ``agent exec``; ours signs only in a process with a full
+    registration (tests/test_openclaw_gateway.py shows ``agent exec`` refused)."""
     run = runs["exec"]
     assert run["returncode"] == 0, run["stderr"]
     assert [r["answered"] for r in run["requests"]] == ["tool:read", "text"]
     assert {r["mode"] for r in records(run, "register")} == {"discovery"}
     assert [c["fullInProcess"] for c in records(run, "wrapped-call")] == [False, False]
     assert all(value is not None for value in header(run, "x-probe-seam"))
-    assert header(run, "x-probe-instance-proof") == [None, None]
-    assert all(value is not None for value in header(run, "x-probe-turn"))
     # None of the tool-call or conversation hooks ran in that process.
     assert not any(records(run, hook) for hook in BEFORE_MODEL_HOOKS)
 
@@ -421,8 +341,7 @@ def test_without_the_plugin_only_the_static_config_header_is_sent(
     run = runs["off"]
     assert run["returncode"] == 0, run["stderr"]
     assert run["logs"]["probe.jsonl"] == []
-    for name in ("x-probe-seam", "x-probe-instance-proof", "x-probe-turn"):
-        assert header(run, name) == [None, None], name
+    assert header(run, "x-probe-seam") == [None, None]
     assert header(run, "authorization") == [f"Bearer {CONFIG_KEY}"] * 2
     assert header(run, "x-probe-config") == ["static", "static"]
 

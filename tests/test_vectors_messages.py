@@ -20,7 +20,11 @@ it refuses (unsigned, another signer, the gate's signature for another payload
 type, edited, signatures stripped, another proposal, a payload that is not the
 one canonical Verdict) with which error class, and the reason code
 ``ProposalClient.send`` turns each refusal into (the one the TypeScript hook
-gives), and the extra canonical-JSON vectors of ``canonical_more.json``.
+gives), a runtime attestation's canonical bytes with and without its additive
+``instance_id`` and its signed envelope, the exact header value
+``seal_instance_proof`` writes for a fixed key, proof and time and which header
+values ``open_instance_proof`` refuses with which error class (issue 16), and the
+extra canonical-JSON vectors of ``canonical_more.json``.
 
 Does not prove: anything about the TypeScript side (its own test does), or
 that the vectors are complete.
@@ -43,11 +47,18 @@ from adapters.hermes.release import ReleaseVerifier
 from pipeline.core.normalize import decode_mapper, normalize
 from subjects import dsse, names
 from subjects.approvals import OutcomeMismatchError, approval_id_for, open_outcome
+from subjects.attestation import RuntimeAttestation
 from subjects.canonical import CanonicalJSONError, canonical_bytes, identity_of, parse_canonical
 from subjects.dsse import decode_envelope, encode_envelope, sign_struct, verify
 from subjects.envelope import content_hash_of, envelope_builtins
 from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import ExecutionReport, Proposal, Verdict, order_id_for
+from subjects.model_gateway import (
+    MAX_INSTANCE_PROOF_CHARS,
+    InstanceProof,
+    open_instance_proof,
+    seal_instance_proof,
+)
 from subjects.registry import KeyRegistry, RegistryFile
 from subjects.release import ReleaseCheckError, decode_bundle, decode_trust_root
 from subjects.verdicts import VerdictMismatchError, open_verdict
@@ -60,12 +71,14 @@ TYPES: dict[str, type[msgspec.Struct]] = {
     "Proposal": Proposal,
     "ExecutionReport": ExecutionReport,
     "Verdict": Verdict,
+    "RuntimeAttestation": RuntimeAttestation,
 }
 PAYLOAD_TYPES: dict[str, type[msgspec.Struct]] = {
     names.PAYLOAD_PROPOSAL: Proposal,
     names.PAYLOAD_REPORT: ExecutionReport,
     names.PAYLOAD_APPROVAL_OUTCOME: Verdict,
     names.PAYLOAD_VERDICT: Verdict,
+    names.PAYLOAD_ATTESTATION: RuntimeAttestation,
 }
 
 
@@ -264,6 +277,65 @@ async def test_signed_verdict_as_the_python_client_reads_it(vector: dict[str, An
         assert verdict.release_id == "release-0001"  # the gate's, not one the client made
         return
     assert (verdict.outcome, verdict.reason_codes) == ("deny", (vector["reason_code"],))
+
+
+# --- runtime attestations and the instance proof (issue 16) -------------------------------
+
+
+def test_an_attestation_names_its_instance_only_when_it_has_one() -> None:
+    """``RuntimeAttestation.instance_id`` is additive (docs/SUBJECTS.md): absent from the
+    canonical bytes when unset, present when set (the TypeScript builder must agree)."""
+    without = _message("runtime_attestation_without_instance")
+    with_instance = _message("runtime_attestation_with_instance")
+    assert "instance_id" not in without["canonical"]
+    assert f'"instance_id":"{with_instance["value"]["instance_id"]}"' in with_instance["canonical"]
+    struct = msgspec.convert(without["value"], RuntimeAttestation)
+    assert struct.instance_id is None
+    assert "instance_id" not in msgspec.to_builtins(struct)
+
+
+INSTANCE_PROOFS = MESSAGES["instance_proofs"]
+
+
+def test_instance_proof_constants_are_the_contracts() -> None:
+    assert INSTANCE_PROOFS["payload_type"] == names.PAYLOAD_INSTANCE_PROOF
+    assert INSTANCE_PROOFS["header"] == names.HEADER_INSTANCE_PROOF
+    assert INSTANCE_PROOFS["max_chars"] == MAX_INSTANCE_PROOF_CHARS
+
+
+@pytest.mark.parametrize("vector", INSTANCE_PROOFS["seal"], ids=lambda v: v["name"])
+def test_instance_proof_sealing(vector: dict[str, Any]) -> None:
+    """``seal_instance_proof`` writes the vector's header value for that key, payload and
+    time, byte for byte (``sealInstanceProof`` in TypeScript must too), and opens it."""
+    key = _key(INSTANCE_PROOFS["runtime_key"])
+    proof = msgspec.convert(vector["proof"], InstanceProof)
+    assert canonical_bytes(msgspec.to_builtins(proof)) == vector["canonical"].encode()
+    sealed = seal_instance_proof(proof, key)
+    assert sealed == vector["sealed"]
+    assert encode_envelope(sign_struct(names.PAYLOAD_INSTANCE_PROOF, proof, [key])) == vector[
+        "envelope"
+    ].encode("utf-8")
+    opened, verified = open_instance_proof(sealed, {key.key_id: key.verify_key})
+    assert opened == proof
+    assert verified.key_ids == frozenset({key.key_id})
+
+
+@pytest.mark.parametrize("vector", INSTANCE_PROOFS["open"], ids=lambda v: v["name"])
+def test_instance_proof_opening(vector: dict[str, Any]) -> None:
+    """What the gate accepts as a proof, and every other header value with the exact class
+    ``open_instance_proof`` raises (``openInstanceProof`` in TypeScript raises the same)."""
+    key = _key(INSTANCE_PROOFS["runtime_key"]).verify_key
+
+    def check() -> InstanceProof:
+        proof, _ = open_instance_proof(vector["sealed"], {key.key_id: key})
+        return proof
+
+    if "proof" in vector:
+        assert msgspec.to_builtins(check()) == vector["proof"]
+        return
+    with pytest.raises(_ERRORS[vector["error"]]) as caught:
+        check()
+    assert type(caught.value) is _ERRORS[vector["error"]]
 
 
 # --- identities ---------------------------------------------------------------------------

@@ -55,6 +55,10 @@ PAYLOAD_PROPOSAL = "application/vnd.smf.proposal+json;v=1"
 PAYLOAD_REPORT = "application/vnd.smf.execution-report+json;v=1"
 PAYLOAD_APPROVAL_OUTCOME = "application/vnd.smf.approval-outcome+json;v=1"
 PAYLOAD_VERDICT = "application/vnd.smf.verdict+json;v=1"
+PAYLOAD_ATTESTATION = "application/vnd.smf.runtime-attestation+json;v=1"
+PAYLOAD_INSTANCE_PROOF = "application/vnd.smf.instance-proof+json;v=1"
+HEADER_INSTANCE_PROOF = "Smf-Instance-Proof"
+MAX_INSTANCE_PROOF_CHARS = 2048
 
 
 # --- independent helpers ------------------------------------------------------
@@ -309,6 +313,38 @@ VERDICT_HELD = verdict_value(
     expires_at_ms=1767225900000,
     required_roles=["licensed_attorney"],
 )
+
+
+INSTANCE_ID = "i-" + "0123456789abcdef" * 2
+ATTESTATION_WITHOUT_INSTANCE: dict[str, Any] = {
+    "schema": "smf.runtime-attestation/1",
+    "attestation_id": "a-" + "0" * 31 + "1",
+    "runtime_id": "openclaw-demo",
+    "runtime_version": "2026.9.6",
+    "runtime_pin": "2026.9.6",
+    "adapter_id": "smf-openclaw-adapter",
+    "adapter_version": "0.1.0",
+    "profile": "exact-hold",
+    "hooks_present": ["after_tool_call", "before_tool_call"],
+    "hooks_missing": [],
+    "streaming": [],
+    "verified_release_id": "release-0001",
+    "problems": [],
+    "issued_at_ms": 1767225600000,
+}
+"""What the OpenClaw plugin attested before issue 16: ``instance_id`` absent
+(``omit_defaults``), every other field present (``verified_release_id`` may be null)."""
+ATTESTATION_WITH_INSTANCE = ATTESTATION_WITHOUT_INSTANCE | {
+    "attestation_id": "a-" + "0" * 31 + "2",
+    "instance_id": INSTANCE_ID,
+}
+"""The same process naming its instance (issue 16): present when set."""
+PROOF = {
+    "schema": "smf.instance-proof/1",
+    "runtime_id": "openclaw-demo",
+    "instance_id": INSTANCE_ID,
+    "issued_at_ms": 1767225600000,
+}
 
 
 def message_vector(name: str, kind: str, value: dict[str, Any]) -> dict[str, Any]:
@@ -583,6 +619,112 @@ def signed_verdict_vectors() -> dict[str, Any]:
     }
 
 
+def _base64url(raw: bytes) -> str:
+    """Unpadded base64url (RFC 4648 section 5, padding dropped): the header's spelling."""
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def instance_proof_vectors() -> dict[str, Any]:
+    """The header ``Smf-Instance-Proof`` (issue 16): unpadded base64url of the DSSE
+    envelope JSON of the canonical InstanceProof, signed with the runtime key (here
+    the test key). ``seal``: what ``subjects.model_gateway.seal_instance_proof`` and
+    ``adapters/openclaw/src/contract/model_gateway.ts`` ``sealInstanceProof`` write
+    for that key, payload and time, byte for byte. ``open``: header values opened
+    with the test key as the only runtime key by ``open_instance_proof`` and
+    ``openInstanceProof``: the proof, or the exact error class both raise."""
+    runtime = RFC8032_TEST1["seed_hex"]
+    other = RFC8032_TEST2["seed_hex"]
+
+    def sealed(
+        value: dict[str, Any], seed: str = runtime, ptype: str = PAYLOAD_INSTANCE_PROOF
+    ) -> str:
+        return _base64url(_signed_text(seed, simple_canonical(value).encode(), ptype).encode())
+
+    def seal_case(name: str, value: dict[str, Any]) -> dict[str, Any]:
+        canonical = simple_canonical(value)
+        envelope = _signed_text(runtime, canonical.encode(), PAYLOAD_INSTANCE_PROOF)
+        return {
+            "name": name,
+            "proof": value,
+            "canonical": canonical,
+            "envelope": envelope,
+            "sealed": _base64url(envelope.encode()),
+        }
+
+    seal = [
+        seal_case("openclaw_process", PROOF),
+        seal_case(
+            "latest_safe_time",
+            PROOF
+            | {
+                "runtime_id": "hermes-demo",
+                "instance_id": "i-" + "f" * 32,
+                "issued_at_ms": 2**53 - 1,
+            },
+        ),
+    ]
+    good = seal[0]["sealed"]
+    envelope = json.loads(seal[0]["envelope"])
+    # A character of the standard alphabet: Python's decoder reads "+" as "-" would be
+    # read, so only the one-spelling check (re-encode and compare) refuses it.
+    standard = good[:10] + "+" + good[11:]
+    assert standard != good
+    edited_payload = simple_canonical(PROOF | {"instance_id": "i-" + "e" * 32})
+    edited = dict(envelope, payload=base64.b64encode(edited_payload.encode()).decode())
+    unsorted = json.dumps(PROOF, separators=(",", ":"))
+    assert unsorted != simple_canonical(PROOF)
+    malformed = "MalformedEnvelopeError"
+    opened: list[dict[str, Any]] = [
+        {"name": "sealed_by_the_runtime", "sealed": good, "proof": PROOF},
+        {"name": "padded", "sealed": good + "=" * (-len(good) % 4 or 4), "error": malformed},
+        {"name": "standard_alphabet_character", "sealed": standard, "error": malformed},
+        {"name": "truncated", "sealed": good[:-8], "error": malformed},
+        {"name": "empty", "sealed": "", "error": malformed},
+        {"name": "too_long", "sealed": "A" * (MAX_INSTANCE_PROOF_CHARS + 1), "error": malformed},
+        {"name": "not_base64url", "sealed": "not a proof!", "error": malformed},
+        {
+            "name": "signed_by_a_key_that_is_not_a_runtime_key",
+            "sealed": sealed(PROOF, other),
+            "error": "UnknownSignerError",
+        },
+        {
+            "name": "signed_by_the_runtime_for_another_purpose",
+            "sealed": sealed(PROOF, runtime, PAYLOAD_ATTESTATION),
+            "error": "PayloadTypeMismatchError",
+        },
+        {
+            "name": "another_instance_edited_in",
+            "sealed": _base64url(json.dumps(edited, separators=(",", ":")).encode()),
+            "error": "BadSignatureError",
+        },
+        {
+            "name": "signed_payload_not_canonical",
+            "sealed": _base64url(
+                _signed_text(runtime, unsorted.encode(), PAYLOAD_INSTANCE_PROOF).encode()
+            ),
+            "error": "MalformedPayloadError",
+        },
+        {
+            "name": "signed_payload_not_an_instance_proof",
+            "sealed": sealed(ATTESTATION_WITH_INSTANCE),
+            "error": "MalformedPayloadError",
+        },
+        {
+            "name": "signed_payload_names_no_instance_id",
+            "sealed": sealed(PROOF | {"instance_id": "i-not-hex"}),
+            "error": "MalformedPayloadError",
+        },
+    ]
+    return {
+        "payload_type": PAYLOAD_INSTANCE_PROOF,
+        "header": HEADER_INSTANCE_PROOF,
+        "max_chars": MAX_INSTANCE_PROOF_CHARS,
+        "runtime_key": "test_key",
+        "seal": seal,
+        "open": opened,
+    }
+
+
 def verify_vectors(signed: dict[str, Any]) -> list[dict[str, Any]]:
     """DSSE envelopes both implementations must accept, or refuse with the named error."""
     good = json.loads(signed["envelope"])
@@ -804,12 +946,19 @@ def messages() -> dict[str, Any]:
     report_bad = message_vector("execution_report_mismatch", "ExecutionReport", REPORT_MISMATCH)
     outcome_allow = message_vector("approval_outcome_allow", "Verdict", OUTCOME_ALLOW)
     verdict_allow = message_vector("verdict_allow", "Verdict", VERDICT_ALLOW)
+    attestation = message_vector(
+        "runtime_attestation_with_instance", "RuntimeAttestation", ATTESTATION_WITH_INSTANCE
+    )
+    attestation_without = message_vector(
+        "runtime_attestation_without_instance", "RuntimeAttestation", ATTESTATION_WITHOUT_INSTANCE
+    )
     signed_exec = signed_vector("proposal_exec_signed", proposal_exec, PAYLOAD_PROPOSAL)
     return {
         "schema": "smf.vectors.messages/1",
         "description": "Wire messages of the OpenClaw adapter: canonical bytes, identities, DSSE envelopes "
-        "signed with a fixed key, verdict decoding, the operation hash of a native call, and gate-signed "
-        "approval outcomes with what a runtime must ignore. See README.md.",
+        "signed with a fixed key, verdict decoding, the operation hash of a native call, gate-signed "
+        "approval outcomes with what a runtime must ignore, runtime attestations with and without an "
+        "instance id, and the instance proof header. See README.md.",
         "test_key": {
             "source": "RFC 8032 section 7.1 TEST 1",
             "seed_hex": RFC8032_TEST1["seed_hex"],
@@ -837,6 +986,8 @@ def messages() -> dict[str, Any]:
             report_bad,
             outcome_allow,
             verdict_allow,
+            attestation,
+            attestation_without,
         ],
         "envelopes": [
             signed_exec,
@@ -844,6 +995,7 @@ def messages() -> dict[str, Any]:
             signed_vector("execution_report_signed", report_ok, PAYLOAD_REPORT),
             signed_vector("approval_outcome_signed", outcome_allow, PAYLOAD_APPROVAL_OUTCOME),
             signed_vector("verdict_signed", verdict_allow, PAYLOAD_VERDICT),
+            signed_vector("runtime_attestation_signed", attestation, PAYLOAD_ATTESTATION),
         ],
         "verify": verify_vectors(signed_exec),
         "identities": [
@@ -868,6 +1020,7 @@ def messages() -> dict[str, Any]:
         "verdicts": VERDICTS,
         "outcomes": outcome_vectors(),
         "signed_verdicts": signed_verdict_vectors(),
+        "instance_proofs": instance_proof_vectors(),
     }
 
 

@@ -22,14 +22,15 @@
  */
 
 import { randomBytes } from "node:crypto";
+import { noteAttestation, processBinding, type ProcessBinding } from "./binding.js";
+import { ATTEST, PAYLOAD_ATTESTATION, runtimeAttestation, type RuntimeAttestation } from "./contract/attestation.js";
 import { encodeEnvelope, signValue } from "./contract/dsse.js";
 import type { SigningKey, VerifyKey } from "./contract/keys.js";
 import { checkLeaseInForce, DEFAULT_MAX_SKEW_MS, ReleaseCheckError, type TrustRoot } from "./contract/release.js";
 import { readNewest, ReleaseVerifier, UNAVAILABLE, type UsableRelease } from "./release.js";
 import { BusError, type Bus } from "./transport.js";
 
-export const ATTEST = "smf.attest";
-export const PAYLOAD_ATTESTATION = "application/vnd.smf.runtime-attestation+json;v=1";
+export { ATTEST, PAYLOAD_ATTESTATION };
 export const PROFILE = "exact-hold";
 export const ADAPTER_VERSION = "0.1.0";
 export const RELEASE_MISMATCH = "runtime_release_mismatch";
@@ -55,8 +56,9 @@ export interface Governed {
   /** A verdict arrived: a gate that moved to another release makes us re-attest first. */
   noteVerdict(reasonCodes: readonly string[]): void;
   /**
-   * A problem found at run time (a foreign hook): kept for good, attested at once.
-   * True the first time this problem is noted.
+   * A problem found at run time (a foreign hook): kept for good by the whole process
+   * (every adapter's attestations carry it), attested at once. True the first time
+   * this problem is noted in the process.
    */
   noteProblem(problem: string): boolean;
 }
@@ -97,6 +99,8 @@ export class Governance implements Governed {
     private readonly bus: Bus,
     private readonly log: Log,
     private readonly clock: () => number = Date.now,
+    /** This process's instance (`binding.ts`): attested here, proven on model requests. */
+    readonly binding: ProcessBinding = processBinding(),
   ) {
     this.verifier = new ReleaseVerifier(settings.trustRoot, clock);
   }
@@ -143,12 +147,11 @@ export class Governance implements Governed {
     this.releaseProblem = undefined;
   }
 
-  /** The attestation this adapter would sign now. */
-  attestation(): Record<string, unknown> {
+  /** The attestation this adapter would sign now; it names this process's instance (issue 16). */
+  attestation(): RuntimeAttestation {
     const refusal = this.refusal();
-    const problems = [...new Set([...this.problems, ...(refusal === undefined ? [] : [refusal])])];
-    return {
-      schema: "smf.runtime-attestation/1",
+    const problems = [...new Set([...this.problems, ...this.binding.problems, ...(refusal === undefined ? [] : [refusal])])];
+    return runtimeAttestation({
       attestation_id: "a-" + randomBytes(16).toString("hex"),
       runtime_id: this.settings.runtimeId,
       runtime_version: this.settings.runtimeVersion,
@@ -162,15 +165,19 @@ export class Governance implements Governed {
       verified_release_id: this.release !== undefined && refusal === undefined ? this.release.releaseId : null,
       problems,
       issued_at_ms: this.clock(),
-    };
+      instance_id: this.binding.instanceId,
+    });
   }
 
   /** Check the release, then attest; throws {@link BusError} when the gate does not answer. */
   attestOnce(): Promise<AttestationAck> {
     if (this.inFlight === undefined) {
-      this.inFlight = this.doAttest().finally(() => {
+      const inFlight = this.doAttest().finally(() => {
         this.inFlight = undefined;
+        if (this.binding.pending === inFlight) this.binding.pending = undefined;
       });
+      this.inFlight = inFlight;
+      this.binding.pending = inFlight;
     }
     return this.inFlight;
   }
@@ -196,6 +203,8 @@ export class Governance implements Governed {
     const previous = this.lastAck;
     this.lastAck = ack;
     this.attested = true;
+    // the model-request proof follows the gate's latest word on this process (binding.ts)
+    noteAttestation(this.binding, this.settings.runtimeId, this.settings.key, ack);
     const same = previous !== undefined && previous.accepted === ack.accepted && previous.reason_codes.join() === ack.reason_codes.join();
     if (!same) {
       const line = `smf attestation ${ack.accepted ? "accepted" : "REFUSED"} by the gate: reasons=${ack.reason_codes.join(",") || "-"} release=${ack.release_id ?? "-"}`;
@@ -221,8 +230,9 @@ export class Governance implements Governed {
   }
 
   noteProblem(problem: string): boolean {
-    if (this.problems.includes(problem)) return false;
-    this.problems = [...this.problems, problem];
+    // process-wide (binding.ts): OpenClaw runs several module instances of this plugin per process
+    if (this.binding.problems.includes(problem)) return false;
+    this.binding.problems = [...this.binding.problems, problem];
     this.attestOnce().catch((error: unknown) => {
       this.log.warn(`smf attestation not delivered: ${error instanceof BusError ? error.reasonCode : String(error)}`);
     });

@@ -20,6 +20,7 @@
  */
 
 import { Governance } from "./attest.js";
+import { InstanceProver, processBinding, PROVIDER_ID, type ProcessBinding, type StreamFn } from "./binding.js";
 import { readConfig } from "./config.js";
 import { ADAPTER_ID, GateAdapter, type BeforeResult, type Logger, type ToolContext, type ToolEvent } from "./gate.js";
 import { currentRegistry, foreignParamHooks, ownHookTimeoutMs } from "./foreign.js";
@@ -46,6 +47,17 @@ export interface PluginApi {
     handler: (event: ToolEvent, ctx: ToolContext) => Promise<BeforeResult | void>,
     opts?: { priority?: number; timeoutMs?: number },
   ): void;
+  /** A provider plugin's hooks (`ProviderPlugin`, 2026.9.6); absent: no proof is ever sent, and the gateway refuses. */
+  registerProvider?(provider: ProviderRegistration): void;
+}
+
+/** The part of OpenClaw's `ProviderPlugin` this plugin registers. */
+export interface ProviderRegistration {
+  id: string;
+  label: string;
+  auth: never[];
+  wrapStreamFn(ctx: { streamFn?: StreamFn }): StreamFn | undefined;
+  wrapSimpleCompletionStreamFn(ctx: { streamFn?: StreamFn }): StreamFn | undefined;
 }
 
 const adapters = new Map<string, GateAdapter>();
@@ -195,7 +207,16 @@ export interface RegistrationsSeen {
   warned: boolean;
 }
 
-const SEEN: RegistrationsSeen = { full: false, warned: false };
+/**
+ * Process-wide, on `globalThis`: OpenClaw 2026.9.6 registers the plugin from more than
+ * one module instance per process (run: with a module-level record, `agent --local`
+ * printed the warning below twice, after its full registration had attested).
+ */
+function processRegistrations(): RegistrationsSeen {
+  const holder = globalThis as unknown as Record<symbol, RegistrationsSeen | undefined>;
+  const key = Symbol.for("smf-assurance.registrations-seen");
+  return (holder[key] ??= { full: false, warned: false });
+}
 
 /**
  * OpenClaw's `agent exec` registers plugins in "discovery" mode only and never
@@ -204,7 +225,7 @@ const SEEN: RegistrationsSeen = { full: false, warned: false };
  * what refuses such a process (it never attests). `agent --local` also
  * registers in discovery mode, after a full registration: no warning then.
  */
-export function warnIfUngated(api: PluginApi, seen: RegistrationsSeen = SEEN): boolean {
+export function warnIfUngated(api: PluginApi, seen: RegistrationsSeen = processRegistrations()): boolean {
   if (api.registrationMode === "full") seen.full = true;
   if (api.registrationMode !== "discovery" || seen.full || seen.warned) return false;
   seen.warned = true;
@@ -215,7 +236,50 @@ export function warnIfUngated(api: PluginApi, seen: RegistrationsSeen = SEEN): b
   return true;
 }
 
+/**
+ * The provider `smf-gateway` (issue 16): its stream wrappers put this process's
+ * instance proof on every model request to it (`binding.ts`), or nothing. The
+ * operator configures the model gateway under this id; any other id gets no proof
+ * and is refused by the gateway. Registered in every mode, because OpenClaw calls
+ * the provider hooks of a discovery registration; whether to sign is decided per
+ * request from process state. A factory that fails returns no wrapper: OpenClaw's
+ * own stream then sends no proof.
+ */
+export function provider(api: PluginApi, binding: ProcessBinding = processBinding()): ProviderRegistration {
+  const prover = new InstanceProver(binding, logger(api));
+  const wrap = (ctx: { streamFn?: StreamFn } | undefined, mayWait: boolean): StreamFn | undefined => {
+    try {
+      return prover.wrap(ctx?.streamFn, mayWait);
+    } catch {
+      return undefined;
+    }
+  };
+  return {
+    id: PROVIDER_ID,
+    label: "SMF model gateway",
+    auth: [],
+    wrapStreamFn: (ctx) => wrap(ctx, true),
+    wrapSimpleCompletionStreamFn: (ctx) => wrap(ctx, false),
+  };
+}
+
+/** Note a full registration in this process's binding: the one thing that lets the wrapper sign. */
+export function noteRegistration(api: PluginApi, binding: ProcessBinding = processBinding()): void {
+  if (api.registrationMode === "full") binding.full = true;
+}
+
 function register(api: PluginApi): void {
+  try {
+    noteRegistration(api);
+    api.registerProvider?.(provider(api));
+  } catch (error) {
+    // No provider: requests to smf-gateway go without a proof and are refused.
+    try {
+      process.stderr.write(`[smf-assurance] failed to register its provider: ${String(error)}\n`);
+    } catch {
+      // stay silent rather than throw
+    }
+  }
   try {
     warnIfUngated(api);
     const adapter = adapterFor(api);

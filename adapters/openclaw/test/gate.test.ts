@@ -16,6 +16,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 
 import { Governance, PAYLOAD_ATTESTATION, type Governed } from "../dist/attest.js";
+import { newProcessBinding, type ProcessBinding } from "../dist/binding.js";
 import { canonicalBytes, canonicalText, identityOf, sha256Identity } from "../dist/contract/canonical.js";
 import { parseContext, protectedFiles, readConfig } from "../dist/config.js";
 import { decodeEnvelope, encodeEnvelope, signEnvelope, signValue, verifyEnvelope } from "../dist/contract/dsse.js";
@@ -738,10 +739,10 @@ class GovernedBus extends FakeBus {
   }
 }
 
-function governed(bus: Bus, clock: () => number = () => NOW): Governance {
+function governed(bus: Bus, clock: () => number = () => NOW, binding: ProcessBinding = newProcessBinding()): Governance {
   const g = new Governance(
     { runtimeId: "openclaw-demo", runtimeVersion: "2026.9.6", runtimePin: "2026.9.6", adapterId: "smf-openclaw-adapter", key: KEY, trustRoot: ROOT, gateTimeoutMs: 1000, attestIntervalMs: 60_000 },
-    bus, silent, clock,
+    bus, silent, clock, binding,
   );
   g.hooksPresent = ["after_tool_call", "before_tool_call"];
   return g;
@@ -766,6 +767,46 @@ test("attests with the verified release and profile exact-hold, then proposes; g
   // attested once: the next call does not attest again
   await adapter(bus, 2000, [], g).beforeToolCall({ ...EXEC, toolCallId: "c2" }, {});
   assert.equal(bus.attestations.length, 1);
+});
+
+test("the attestation names this process's instance, and the gate's answer is what the model-request proof follows (issue 16)", async () => {
+  const bus = new GovernedBus({ "release.0000000000000001": bundleOf() });
+  const binding = newProcessBinding();
+  const g = governed(bus, () => NOW, binding);
+  const first = g.attestOnce();
+  assert.equal(binding.pending, first); // a first model call may wait for it
+  const ack = await first;
+  assert.equal(ack.accepted, true);
+  assert.equal(binding.pending, undefined);
+  assert.equal((bus.attestations[0] as Record<string, unknown>).instance_id, binding.instanceId);
+  assert.match(binding.instanceId, /^i-[0-9a-f]{32}$/);
+  assert.deepEqual(binding.attested, { accepted: true, runtimeId: "openclaw-demo", key: KEY, expiresAtMs: null });
+  // the gate refuses the next one: the proof stops with it
+  bus.accept = false;
+  await g.attestOnce();
+  assert.deepEqual(binding.attested, { accepted: false });
+  // a gate that does not answer changes nothing the gate said last
+  bus.accept = true;
+  await g.attestOnce();
+  const silentGate = new GovernedBus({ "release.0000000000000001": bundleOf() }, false);
+  const quiet = governed(silentGate, () => NOW, binding);
+  await assert.rejects(quiet.attestOnce());
+  assert.equal(binding.attested?.accepted, true);
+  // one process, one instance: a second adapter of the process attests the same id
+  assert.equal((bus.attestations[2] as Record<string, unknown>).instance_id, binding.instanceId);
+});
+
+test("a problem one adapter of the process found is in every adapter's attestation (one process, several module instances)", async () => {
+  const bus = new GovernedBus({ "release.0000000000000001": bundleOf() });
+  const binding = newProcessBinding();
+  const [found, other] = [governed(bus, () => NOW, binding), governed(bus, () => NOW, binding)];
+  assert.equal(found.noteProblem("foreign_param_hooks"), true);
+  assert.equal(other.noteProblem("foreign_param_hooks"), false); // noted once per process
+  await other.attestOnce();
+  const last = bus.attestations.at(-1) as Record<string, unknown>;
+  assert.deepEqual(last.problems, ["foreign_param_hooks"]);
+  // the gate refuses it, and the other adapter's periodic attestation cannot turn that back
+  assert.deepEqual(binding.attested, { accepted: false });
 });
 
 test("no release, a forged, expired or rolled-back release: refusing, attested as such, nothing proposed, no gate keys", async () => {

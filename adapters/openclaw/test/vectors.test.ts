@@ -35,6 +35,16 @@ import { openVerdict, readVerdictReply, VerdictMismatchError } from "../dist/con
 import { PAYLOAD_RELEASE_MANIFEST, ReleaseCheckError, trustRootOf } from "../dist/contract/release.js";
 import { ReleaseVerifier } from "../dist/release.js";
 import { CredentialFileError, inboxPrefix, InboxPrefixError, readCredential } from "../dist/contract/bus_access.js";
+import { runtimeAttestation, type AttestationFields } from "../dist/contract/attestation.js";
+import {
+  HEADER_INSTANCE_PROOF,
+  instanceProof,
+  MAX_INSTANCE_PROOF_CHARS,
+  openInstanceProof,
+  PAYLOAD_INSTANCE_PROOF,
+  sealInstanceProof,
+  type InstanceProof,
+} from "../dist/contract/model_gateway.js";
 
 const VECTORS = fileURLToPath(new URL("../../../tests/vectors/", import.meta.url));
 
@@ -184,6 +194,68 @@ for (const row of rows(messages, "verify")) {
       return true;
     });
   });
+}
+
+// --- runtime attestations and the instance proof (issue 16) --------------------------------
+
+for (const row of rows(messages, "messages").filter((m) => m.type === "RuntimeAttestation")) {
+  test(`messages.json attestation ${row.name}: the builder writes exactly this value`, () => {
+    const { schema, ...fields } = row.value as Record<string, unknown>;
+    assert.equal(schema, "smf.runtime-attestation/1");
+    const built = runtimeAttestation(fields as unknown as AttestationFields);
+    assert.deepEqual(built, row.value);
+    assert.equal(canonicalText(built), s(row, "canonical"));
+    // instance_id present only when set, as msgspec's omit_defaults writes it
+    assert.equal("instance_id" in built, "instance_id" in (row.value as object));
+    assert.equal(canonicalText(runtimeAttestation({ ...(fields as unknown as AttestationFields), instance_id: undefined })).includes("instance_id"), false);
+  });
+}
+
+{
+  const proofs = messages.instance_proofs as {
+    payload_type: string;
+    header: string;
+    max_chars: number;
+    runtime_key: string;
+    seal: Row[];
+    open: Row[];
+  };
+  const runtimeDoc = messages[proofs.runtime_key] as Record<string, string>;
+  const runtime = SigningKey.fromSeed(Buffer.from(runtimeDoc.seed_hex ?? "", "hex"));
+  const trusted = new Map<string, VerifyKey>([[runtime.keyId, runtime.verifyKey]]);
+  test("messages.json instance proofs: payload type, header, bound", () => {
+    assert.equal(proofs.payload_type, PAYLOAD_INSTANCE_PROOF);
+    assert.equal(proofs.header, HEADER_INSTANCE_PROOF);
+    assert.equal(proofs.max_chars, MAX_INSTANCE_PROOF_CHARS);
+  });
+  for (const row of proofs.seal) {
+    test(`messages.json instance proof seal ${row.name}`, () => {
+      const p = row.proof as InstanceProof;
+      const proof = instanceProof(p.runtime_id, p.instance_id, p.issued_at_ms);
+      assert.deepEqual(proof, p);
+      assert.equal(canonicalText(proof), s(row, "canonical"));
+      assert.equal(encodeEnvelope(signValue(PAYLOAD_INSTANCE_PROOF, proof, [runtime])).toString("utf8"), s(row, "envelope"));
+      const sealed = sealInstanceProof(proof, runtime);
+      assert.equal(sealed, s(row, "sealed"));
+      assert.deepEqual(openInstanceProof(sealed, trusted).proof, p);
+    });
+  }
+  for (const row of proofs.open) {
+    test(`messages.json instance proof open ${row.name}`, () => {
+      const open = () => openInstanceProof(s(row, "sealed"), trusted).proof;
+      if (row.proof !== undefined) {
+        assert.deepEqual(open(), row.proof);
+        return;
+      }
+      const error = ERRORS[s(row, "error")];
+      assert.ok(error !== undefined, s(row, "error"));
+      assert.throws(open, (caught: unknown) => {
+        // the exact class, not a subclass: each names a different attack
+        assert.equal((caught as Error).constructor, error, (caught as Error).message);
+        return true;
+      });
+    });
+  }
 }
 
 test("messages.json identities", () => {
