@@ -296,7 +296,9 @@ def provision_openclaw_runtime(
     the plugin has attested OpenClaw ``OPENCLAW_PIN`` with both of its hooks
     present and the gate's active release, verified by the plugin itself
     (``adapters/openclaw/src/attest.ts``). An OpenClaw surface that never loads
-    the plugin (``openclaw agent exec``) never attests, so it is refused here.
+    the plugin (``openclaw agent exec``) never attests, so it is refused here, and
+    the model gateway serves it only for a proof of an attested process
+    (``instance_bound``: the plugin's ``smf-gateway`` provider adds one).
     ``require_attestation=False`` only for tests that propose under the runtime
     key without the plugin.
     """
@@ -308,4 +310,5 @@ def provision_openclaw_runtime(
         runtime_pin=OPENCLAW_PIN,
         required_hooks=OPENCLAW_HOOKS,
         require_release=True,
+        instance_bound=True,
     )

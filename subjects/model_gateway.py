@@ -80,8 +80,8 @@ def open_instance_proof(
 ) -> tuple[InstanceProof, dsse.Verified]:
     """Verify a header value against ``trusted`` (the runtime keys of the registry).
 
-    Raises a :class:`dsse.SignatureError` subclass named after what it stops, or
-    ``msgspec.ValidationError`` for a verified payload that is not a proof."""
+    Raises a :class:`dsse.SignatureError` subclass named after what it stops
+    (``dsse.MalformedPayloadError`` for a verified payload that is not a proof)."""
     if not sealed or len(sealed) > MAX_INSTANCE_PROOF_CHARS:
         raise dsse.MalformedEnvelopeError("instance proof is empty or too long")
     try:

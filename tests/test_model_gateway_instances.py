@@ -11,8 +11,9 @@ one issued outside the freshness window, one that is garbage, non-canonical or t
 long, is refused before the provider is asked, and the gate's ledger records why; a
 runtime provisioned ``instance_bound`` is held to it even when its attestation names
 no instance; an admission kept for one proof is not reused for a request without it;
-a runtime whose attestation names no instance (the OpenClaw plugin's) is served by
-its token as before (every other test of the gateway).
+a runtime whose attestation names no instance (an adapter that cannot prove its process,
+and was not provisioned ``instance_bound``) is served by its token as before (every other
+test of the gateway).
 
 Does not prove: that the plugin-less process cannot get a proof some other way (the
 runtime key is denied to the agent's tools, issue 17, but the OS user can read it);
@@ -208,8 +209,8 @@ async def test_a_runtime_provisioned_instance_bound_needs_a_proof_whatever_it_at
 
 
 async def test_a_runtime_that_names_no_instance_is_served_by_its_token(world: World) -> None:
-    """The OpenClaw plugin attests no instance (docs/OPENCLAW.md): unchanged, and a
-    proof it does not need is not held against it."""
+    """An adapter that cannot prove its process attests no instance: served as before
+    unless it was provisioned ``instance_bound`` (both shipped adapters do prove it)."""
     assert (await attest(world, OTHER, OTHER_ID)).accepted
     status, _ = await chat(world, OTHER_ID)
     assert status == 200

@@ -124,7 +124,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--no-tool-call-accounting",
         action="store_true",
         help="do not check its tool results against the gate's decisions (only for an "
-        "adapter that sends no tool-call ids, e.g. OpenClaw's today)",
+        "adapter that puts no tool-call ids into its proposals; both shipped adapters do)",
     )
     common(q)
     q.set_defaults(func=run_add_runtime)

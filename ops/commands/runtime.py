@@ -116,12 +116,17 @@ KINDS: Final[dict[str, KindProfile]] = {
     ),
     "openclaw": KindProfile(
         adapter_id=OPENCLAW_ADAPTER,
-        # adapters/openclaw/README.md: the pin, both hooks, the release it verified
+        # adapters/openclaw/README.md: the pin, both hooks, the release it verified; the
+        # plugin proves its process on every model request through its smf-gateway
+        # provider (docs/OPENCLAW.md, "Binding model requests to the process")
         setting=AttestationSetting(
-            runtime_pin=OPENCLAW_PIN, required_hooks=OPENCLAW_HOOKS, require_release=True
+            runtime_pin=OPENCLAW_PIN,
+            required_hooks=OPENCLAW_HOOKS,
+            require_release=True,
+            instance_bound=True,
         ),
-        # the plugin sends no tool-call ids yet (docs/OPENCLAW.md)
-        account_tool_calls=False,
+        # the plugin puts the call's id into its proposals (docs/OPENCLAW.md finding 8)
+        account_tool_calls=True,
         snippet_suffix="openclaw.json",
     ),
 }
