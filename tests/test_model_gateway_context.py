@@ -280,7 +280,8 @@ async def test_taint_is_sticky_after_the_injected_text_left_the_history(world: W
     """Turn 1 reads injected text and emits call B (recorded tainted); the runtime then
     compacts its history: the injected text is gone, the call B it made is still named.
     After a gateway restart (nothing in memory) the next call C inherits B's context
-    from the bucket and is decided tainted; the same shape with a clean B is not."""
+    from the bucket and is decided tainted, and so is the reply written in that
+    history; the same shape with a clean B is not."""
     assert (await attest(world, TOOLS, TOOLS_ID)).accepted
     b = await emitted(world, tainted_history(), READ)
     read = await propose(world, build(b, READ))
@@ -294,6 +295,12 @@ async def test_taint_is_sticky_after_the_injected_text_left_the_history(world: W
     assert "injection_tainted_egress" in verdict.reason_codes
     assert "call_context_inherited" in last_reasons(world)
     assert "detected_injection_marker" not in last_reasons(world)  # not in this history
+    # the reply the model writes in that history is decided under the same context
+    world.model.queue.append(Reply(content="All sent as you asked."))
+    status, data = await chat(world, TOOLS_ID, body=compacted)
+    assert status == 200
+    assert b"All sent" not in data
+    assert b"withheld" in data
 
     clean = await emitted(world, body(USER), READ)
     assert (await propose(world, build(clean, READ))).outcome == "allow"
