@@ -231,9 +231,13 @@ class CallContextMirror:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def forget(self) -> None:
-        """Drop every kept record (the next lookups read the bucket)."""
-        self._kept.clear()
+    def forget(self, key: tuple[str, str] | None = None) -> None:
+        """Drop the kept record of one ``(runtime_id, tool_call_id)``, or every one: the
+        next lookup reads the bucket (as for a record the watch has not delivered)."""
+        if key is None:
+            self._kept.clear()
+        else:
+            self._kept.pop(key, None)
 
     async def _on_record(self, msg: Msg) -> None:
         key = msg.subject[len(CALL_CONTEXT_SUBJECT_PREFIX) :]
