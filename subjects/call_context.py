@@ -32,7 +32,7 @@ from typing import Annotated, Final, Literal, TypeGuard
 
 import msgspec
 
-from subjects.envelope import Classification, InjectionTaint
+from subjects.envelope import Classification, InjectionTaint, Name
 from subjects.patterns import Code, Millis, Token
 
 CALL_CONTEXT_BUCKET: Final = "SMF_CALL_CONTEXT"
@@ -74,6 +74,9 @@ class CallContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     schema: Literal["smf.call-context/1"]
     runtime_id: Token
     tool_call_id: GatewayCallId
+    tool_name: Name
+    """The function the model called under this id. A proposal carrying the id must be
+    for that tool: a runtime cannot lend a clean call's id to another tool's call."""
     classification: Classification
     injection_taint: InjectionTaint
     found: Annotated[tuple[Code, ...], msgspec.Meta(max_length=16)]

@@ -15,8 +15,9 @@ operation hash its adapter computed; taint is sticky: a call made after the
 injected text left the history inherits it from the earlier call the history still
 names, across a gateway restart; a history naming a gateway id with no record
 makes the next call's context unknown; a gateway-form id with no record is denied
-``tool_call_context_unknown`` (in the ledger); a record no gateway key signed, or one
-stored under another call's key, is denied ``tool_call_context_invalid``; a runtime
+``tool_call_context_unknown`` (in the ledger); the id of a clean call proposed for
+another tool is denied ``tool_call_context_mismatch``; a record no gateway key
+signed, or one stored under another call's key, is denied ``tool_call_context_invalid``; a runtime
 cannot write the bucket (the server refuses it); a bucket that is gone refuses the
 gateway's turn (503 ``call_context_unavailable``, no tool call released, no output
 decided) and denies the gate's lookup (``tool_call_context_unavailable``); a held call
@@ -336,6 +337,18 @@ async def test_a_gateway_form_id_with_no_record_is_denied_and_recorded(world: Wo
     assert other.outcome == "allow"
 
 
+async def test_a_clean_calls_id_lent_to_another_tool_is_denied(world: World) -> None:
+    """The id of a call made in a clean context vouches for that call only: a runtime
+    that proposes another tool's call under it (made later, in a tainted context, and
+    renamed in its history) is denied ``tool_call_context_mismatch``."""
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    clean_read = await emitted(world, body(USER), READ)
+    verdict = await propose(world, build(clean_read, DELIVER))
+    assert (verdict.outcome, verdict.reason_codes) == ("deny", ("tool_call_context_mismatch",))
+    assert last_reasons(world) == ["tool_call_context_mismatch"]
+    assert (await propose(world, build(clean_read, READ))).outcome == "allow"
+
+
 # -- who may write a record ---------------------------------------------------------------
 
 
@@ -478,6 +491,7 @@ def context_record(call_id: str, **facts: Any) -> CallContext:
         schema="smf.call-context/1",
         runtime_id=TOOLS_ID,
         tool_call_id=call_id,
+        tool_name=DELIVER[0],
         classification=facts.get("classification", "public"),
         injection_taint=facts.get("injection_taint", "clear"),
         found=(),

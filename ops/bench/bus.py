@@ -317,6 +317,7 @@ class _Proposals:
                     schema="smf.call-context/1",
                     runtime_id=self.runtime.runtime_id,
                     tool_call_id=call_id,
+                    tool_name="dms_delete",
                     classification="public",
                     injection_taint="clear",
                     found=(),

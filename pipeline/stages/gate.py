@@ -67,6 +67,7 @@ CONTEXT_RAISED: Final = "facts_raised_by_call_context"
 CONTEXT_UNKNOWN: Final = "tool_call_context_unknown"
 CONTEXT_UNAVAILABLE: Final = "tool_call_context_unavailable"
 CONTEXT_INVALID: Final = "tool_call_context_invalid"
+CONTEXT_MISMATCH: Final = "tool_call_context_mismatch"
 
 ClaimBeside = Callable[[str, str, str, int, OrderRecord | None], Beside]
 """``(proposal_id, operation_hash, decision_id, at_ms, order)``: the claim and its order
@@ -373,9 +374,11 @@ class Gate:
           adapter computed.
         - Fail closed: no record (``tool_call_context_unknown``: an id the
           gateway never issued, or whose record expired), a bucket that does not
-          answer (``tool_call_context_unavailable``) or a record no gateway key
-          signed for that very call (``tool_call_context_invalid``) is a denial,
-          recorded in the ledger with ids only.
+          answer (``tool_call_context_unavailable``), a record no gateway key
+          signed for that very call (``tool_call_context_invalid``) or one of a
+          call to another tool (``tool_call_context_mismatch``: the id of a call
+          made in a clean context, lent to a call made later in a tainted one)
+          is a denial, recorded in the ledger with ids only.
         """
         proposal = work.proposal
         call_id = proposal.tool_call_id
@@ -391,6 +394,9 @@ class Gate:
             return await self._refuse_context(work, CONTEXT_INVALID)
         if record is None:
             return await self._refuse_context(work, CONTEXT_UNKNOWN)
+        if record.tool_name != proposal.native_tool:
+            # a clean call's id lent to another tool's call (made in another context)
+            return await self._refuse_context(work, CONTEXT_MISMATCH)
         facts = raise_facts(proposal.facts, record.classification, record.injection_taint)
         if facts == proposal.facts:
             return work

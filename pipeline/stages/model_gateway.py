@@ -428,6 +428,7 @@ class ModelGateway:
                 schema="smf.call-context/1",
                 runtime_id=runtime.runtime_id,
                 tool_call_id=call.id,
+                tool_name=call.name,
                 classification=context.classification,
                 injection_taint=context.injection_taint,
                 found=found,
