@@ -17,7 +17,9 @@ names, across a gateway restart; a history naming a gateway id with no record
 makes the next call's context unknown; a gateway-form id with no record is denied
 ``tool_call_context_unknown`` (in the ledger); the id of a clean call proposed for
 another tool is denied ``tool_call_context_mismatch``; a record no gateway key
-signed, or one stored under another call's key, is denied ``tool_call_context_invalid``; a runtime
+signed, or one stored under another call's key, is denied ``tool_call_context_invalid``
+(and refuses the gateway's turn whose history names it: 503 ``call_context_invalid``,
+as a history naming more gateway ids than it reads is refused 413); a runtime
 cannot write the bucket (the server refuses it); a bucket that is gone refuses the
 gateway's turn (503 ``call_context_unavailable``, no tool call released, no output
 decided) and denies the gate's lookup (``tool_call_context_unavailable``); a held call
@@ -34,6 +36,7 @@ from), a cluster of gates (the mirror is per gate; a miss reads the leader).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import secrets
 import time
@@ -394,6 +397,36 @@ async def test_a_record_no_gateway_signed_for_that_call_is_denied(
         await operator.close()
     verdict = await propose(world, build(forged_id))
     assert (verdict.outcome, verdict.reason_codes) == ("deny", ("tool_call_context_invalid",))
+
+
+async def test_a_history_naming_a_forged_record_or_too_many_ids_is_refused(world: World) -> None:
+    """The gateway reads back the records its history names as the gate does: one no
+    gateway key signed refuses the turn (503 ``call_context_invalid``) before the
+    provider is asked; a history naming more gateway ids than it reads is refused
+    whole (413 ``request_too_many_tool_calls``), never judged on part of it."""
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    forged_id = new_call_id()
+    operator = await connect(world, OPERATOR)
+    try:
+        subject = CALL_CONTEXT_SUBJECT_PREFIX + call_context_key(TOOLS_ID, forged_id)
+        await operator.jetstream().publish(
+            subject, signed(context_record(forged_id), world.key(TOOLS))
+        )
+    finally:
+        await operator.close()
+    asked = len(world.model.requests)
+    status, data = await chat(
+        world, TOOLS_ID, body=body(USER, called(forged_id), result(forged_id, "x"))
+    )
+    assert (status, error_code(data)) == (503, "call_context_invalid")
+    a, b = new_call_id(), new_call_id()
+    gateway = world.gateway.gateway
+    gateway.settings = dataclasses.replace(gateway.settings, max_lineage_ids=1)
+    status, data = await chat(
+        world, TOOLS_ID, body=body(USER, called(a), result(a, "x"), called(b), result(b, "y"))
+    )
+    assert (status, error_code(data)) == (413, "request_too_many_tool_calls")
+    assert len(world.model.requests) == asked  # the provider was asked neither time
 
 
 # -- outages ------------------------------------------------------------------------------
