@@ -150,8 +150,11 @@ def gateway_config(
     settings: GatewaySettings | None = None,
 ) -> ModelGatewayConfig:
     """The gateway of ``state``: its own key and bus credential, the registry's gate
-    keys, and ``model-gateway.json``."""
-    keys = load_registry(state.registry).trusted("gate")
+    keys (whose answers it believes) and gateway keys (whose call-context records it
+    reads, issue 16 item 4), and ``model-gateway.json``."""
+    registry = load_registry(state.registry)
+    keys = registry.trusted("gate")
+    gateways = registry.trusted("gateway")
     return ModelGatewayConfig(
         servers=tuple(u.strip() for u in nats_url.split(",") if u.strip()),
         credential=state.existing_credential(MODEL_GATEWAY),
@@ -161,4 +164,5 @@ def gateway_config(
         host=host,
         port=port,
         gateway=settings or GatewaySettings(),
+        call_context_keys=lambda: gateways,
     )

@@ -36,6 +36,13 @@ Rules the table keeps:
   (tool-call accounting) and streams the output
   of the runtimes it serves (``smf.output.>``, closes signed with its own key);
   it reads no order, no approval and nothing of another principal.
+- Only the model gateway writes the call-context bucket (``SMF_CALL_CONTEXT``,
+  ``subjects.call_context``: the context each tool call it issued was made in);
+  and reads records back one key at a time (lineage). Gates read and watch it
+  (and create it when absent), and may not write, delete or reconfigure it;
+  runtimes and everyone else may do neither, so no runtime can record a clean
+  context for its own call. (A record removed is a call of unknown context to
+  the gate and the gateway: removal can only make decisions stricter.)
 - Release publishers write the release bucket and ask the gates what they did
   with it (``smf.release.report``: every gate answers with its active release and
   recent refusals, ids and reason codes only), and nothing else; Swarm serves
@@ -63,6 +70,7 @@ from pathlib import Path
 from typing import Final
 
 from subjects import names
+from subjects.call_context import CALL_CONTEXT_BUCKET, CALL_CONTEXT_STREAM
 from subjects.registry import RegistryEntry
 from subjects.release import RELEASE_BUCKET
 
@@ -196,12 +204,14 @@ _NO_DESTRUCTION: Final = (
     f"{API}.STREAM.MSG.DELETE.{names.CHECKPOINT_STREAM}",
     f"{API}.STREAM.MSG.DELETE.{names.APPROVAL_STREAM}",
     f"{API}.STREAM.MSG.DELETE.{RELEASE_STREAM}",
+    f"{API}.STREAM.MSG.DELETE.{CALL_CONTEXT_STREAM}",
     f"{API}.STREAM.UPDATE.{names.CHECKPOINT_STREAM}",
     f"{API}.CONSUMER.DELETE.{names.EXECUTE_STREAM}.>",
     f"$KV.{RELEASE_BUCKET}.>",
 )
 """What only an operator may do: no other role deletes or purges evidence,
-orders, reports, announcements or releases, or loosens the checkpoint stream."""
+orders, reports, announcements, releases or call contexts, or loosens the
+checkpoint stream."""
 
 _READ_RELEASES: Final = (
     f"{API}.STREAM.INFO.{RELEASE_STREAM}",
@@ -220,6 +230,13 @@ _GATE_KEEPS_OFF: Final = (
 """The gate publishes orders; it never consumes them, so it cannot take a
 connector's order from its durable."""
 
+_GATE_READS_ONLY: Final = (
+    f"$KV.{CALL_CONTEXT_BUCKET}.>",
+    f"{API}.STREAM.UPDATE.{CALL_CONTEXT_STREAM}",
+)
+"""The gate reads the call contexts the model gateway records (issue 16); it
+writes none and cannot shorten how long they are kept."""
+
 
 def _gate() -> Permissions:
     return Permissions(
@@ -236,7 +253,7 @@ def _gate() -> Permissions:
             "$JS.FC.>",
             "$KV.>",
         ),
-        publish_deny=(*_NO_DESTRUCTION, *_GATE_KEEPS_OFF),
+        publish_deny=(*_NO_DESTRUCTION, *_GATE_KEEPS_OFF, *_GATE_READS_ONLY),
         subscribe_allow=(
             names.PROPOSE,
             f"{names.OUTPUT_PREFIX}.>",
@@ -329,7 +346,13 @@ def _console() -> Permissions:
 
 def _gateway() -> Permissions:
     return Permissions(
-        publish_allow=(names.GATEWAY_ADMIT, names.GATEWAY_CALLS, f"{names.OUTPUT_PREFIX}.>"),
+        publish_allow=(
+            names.GATEWAY_ADMIT,
+            names.GATEWAY_CALLS,
+            f"{names.OUTPUT_PREFIX}.>",
+            f"$KV.{CALL_CONTEXT_BUCKET}.>",
+            f"{API}.STREAM.MSG.GET.{CALL_CONTEXT_STREAM}",
+        ),
         subscribe_allow=(),
     )
 

@@ -57,6 +57,14 @@ command with its ``op``:
 ``"mapper_extra"`` in the harness's config adds entries to the gate's mapper
 table for Hermes (the names an operator gives an MCP server's tools); the
 shipped table is otherwise unchanged.
+
+Resuming (issue 16, "Session taint outside the runtime"): a chat command with
+``"continue_from": "<an earlier run's name>"`` runs ``hermes chat --continue``
+in that run's folder and ``HERMES_HOME`` (its config rewritten for this run's
+model endpoint and token): a new Hermes process that resumes the most recent
+session. The tap's proposal entries also carry the call's id and the facts the
+adapter declared (no arguments or content), so a test can show what the adapter
+said beside what the gate decided.
 """
 
 from __future__ import annotations
@@ -124,9 +132,10 @@ CURSOR = "\u2589"
 
 class Tap:
     """Gate-signed verdicts and acks seen on the bus (replies travel on inbox subjects),
-    which tool each proposal on ``smf.propose`` named (its id, runtime and surface, no
-    arguments), and what each attestation on ``smf.attest`` claimed (read, not verified: the gate
-    verifies it; this is only the runtime's word, e.g. its streaming settings)."""
+    which tool each proposal on ``smf.propose`` named (its id, runtime, surface, tool-call
+    id and declared facts; no arguments or content), and what each attestation on
+    ``smf.attest`` claimed (read, not verified: the gate verifies them; this is only the
+    runtime's word, e.g. its streaming settings or a call's taint)."""
 
     def __init__(self, gate_keys: Mapping[str, VerifyKey]) -> None:
         self.gate_keys = gate_keys
@@ -134,7 +143,9 @@ class Tap:
 
     async def record(self, msg: Msg) -> None:
         if msg.subject == names.PROPOSE:
-            # who proposed which tool, not what: no arguments, content or facts kept
+            # who proposed which tool, not what: no arguments or content kept; the
+            # declared facts are the adapter's word, which the taint tests set beside
+            # the gate's decision
             with contextlib.suppress(dsse.SignatureError, msgspec.DecodeError):
                 raw = dsse.decode_envelope(msg.data).raw_payload
                 proposal = msgspec.json.decode(raw, type=Proposal)
@@ -145,6 +156,8 @@ class Tap:
                         "runtime_id": proposal.runtime_id,
                         "surface": proposal.surface,
                         "native_tool": proposal.native_tool,
+                        "tool_call_id": proposal.tool_call_id,
+                        "facts": msgspec.to_builtins(proposal.facts),
                     }
                 )
             return
@@ -246,9 +259,12 @@ def hermes_home(
     *,
     api_key: str = "dummy",
     ours_enabled: bool = True,
+    reuse: bool = False,
 ) -> Path:
+    """Hermes's home in ``root``; ``reuse``: the one an earlier run left there (its
+    sessions kept), with this run's config written over the old one."""
     home = root / "hermes-home"
-    home.mkdir(parents=True)
+    home.mkdir(parents=True, exist_ok=reuse)
     config: dict[str, Any] = {
         "model": {
             "provider": "custom",
@@ -271,7 +287,7 @@ def hermes_home(
 
 def install_plugin(home: Path, name: str, source: str) -> None:
     folder = home / "plugins" / name
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "plugin.yaml").write_text(f"name: {name}\nversion: 0.0.1\ndescription: test\n")
     (folder / "__init__.py").write_text(source)
 
@@ -284,6 +300,8 @@ class Harness:
         self.pythonpath = str(config["pythonpath"])
         self.runs = 0
         self.gateway: RunningModelGateway | None = None
+        self.roots: dict[str, Path] = {}
+        """Each run's folder by its name, for a later ``continue_from``."""
 
     async def start(self) -> None:
         configure_logging(json=True, level="warning")
@@ -444,8 +462,13 @@ class Harness:
 
     async def _prepare(self, command: dict[str, Any]) -> Prepared:
         self.runs += 1
-        root = self.root / f"run-{self.runs:02d}-{command['name']}"
-        root.mkdir(parents=True)
+        resumed = command.get("continue_from")
+        if resumed:
+            root = self.roots[resumed]  # the same folder, HOME and HERMES_HOME
+        else:
+            root = self.root / f"run-{self.runs:02d}-{command['name']}"
+            root.mkdir(parents=True)
+            self.roots[command["name"]] = root
         context = command["context"]
         runtime_id = command.get("env", {}).get("SMF_RUNTIME_ID") or HERMES_RUNTIME_ID
         model_url, api_key = self.model.url, "dummy"
@@ -464,6 +487,7 @@ class Harness:
             list(command.get("plugins", {})),
             api_key=api_key,
             ours_enabled=command.get("plugin_enabled", True),
+            reuse=bool(resumed),
         )
         for name, source in command.get("plugins", {}).items():
             install_plugin(home, name, source.replace("{{root}}", str(root)))
@@ -573,6 +597,8 @@ class Harness:
             )
             extra["mcp_add"] = {"returncode": added.returncode, "stdout": added.stdout[-4000:]}
         args = ["chat", "-q", command["prompt"]]
+        if command.get("continue_from"):
+            args.append("--continue")  # the most recent session of this HERMES_HOME
         if command.get("display", "quiet") == "quiet":
             args.append("-Q")
         args += ["--toolsets", command.get("toolsets", "terminal")]

@@ -46,6 +46,7 @@ from pipeline.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelea
 from pipeline.stores.tool_calls_kv import BUCKET as TOOL_CALLS
 from subjects import names
 from subjects.bus_access import BusCredential, connector_durable
+from subjects.call_context import CALL_CONTEXT_BUCKET, CALL_CONTEXT_STREAM
 from subjects.registry import RegistryFile, encode_registry
 from subjects.release import RELEASE_BUCKET, encode_bundle
 from tests.bus_helpers import registry_entries, wait_for
@@ -148,6 +149,30 @@ ACTIONS: Final = (
     # tail); only gates answer it.
     Action("ask the gates' status", "req", names.GATE_STATUS, who(), b"{}"),
     Action("serve the gate status", "sub", names.GATE_STATUS, who(GATE)),
+    # Session taint outside the runtime: only the gateway records the context of a call
+    # it issued; gates read (and watch) it; no runtime can write a clean one for its call.
+    Action(
+        "write a call context",
+        "pub",
+        f"$KV.{CALL_CONTEXT_BUCKET}.scripted-demo.smfc{'0' * 24}",
+        who(MODEL_GATEWAY),
+    ),
+    Action(
+        "read a call context",
+        "req",
+        f"{API}.STREAM.MSG.GET.{CALL_CONTEXT_STREAM}",
+        who(GATE, MODEL_GATEWAY),
+    ),
+    Action(
+        "watch the call contexts",
+        "req",
+        f"{API}.CONSUMER.CREATE.{CALL_CONTEXT_STREAM}.x.$KV.{CALL_CONTEXT_BUCKET}.probe",
+        who(GATE),
+    ),
+    Action("delete a call context", "req", f"{API}.STREAM.MSG.DELETE.{CALL_CONTEXT_STREAM}", who()),
+    Action(
+        "reconfigure the call contexts", "req", f"{API}.STREAM.UPDATE.{CALL_CONTEXT_STREAM}", who()
+    ),
     Action("resolve an approval", "req", names.APPROVAL_RESOLVE, who(ATTORNEY, CONSOLE)),
     Action("show an approval", "req", names.APPROVAL_SHOW, who(ATTORNEY, CONSOLE)),
     # The OpenClaw plugin's hold asks it (adapters/openclaw/src/gate.ts); Hermes never does.

@@ -791,6 +791,12 @@ def test_bench_bus_smoke_prints_the_expected_keys(capsys: pytest.CaptureFixture[
         "propose deny (bus stages)",
         "propose allow (co-located)",
         "propose deny (co-located)",
+        "propose allow (co-located, no call id, paired)",
+        "propose allow (co-located, call context kept)",
+        "propose allow (co-located, call context read)",
+        "call context write (gateway)",
+        "call context lookup (kept)",
+        "call context lookup (read)",
         "ledger append",
         "verdict sign + open",
     }

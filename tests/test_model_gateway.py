@@ -15,8 +15,9 @@ clear HTTP error with nothing released; a hang never stops others being
 served; an admission no gate key signed is not believed.
 
 Does not prove: anything about the real runtimes (tests/test_hermes_gateway.py
-drives Hermes through the gateway), tool-call accounting, session taint or
-model-egress governance (not built yet; docs/EVIDENCE.md).
+drives Hermes through the gateway), tool-call accounting
+(tests/test_model_gateway_toolcalls.py), the taint of the tool calls the model
+emits (tests/test_model_gateway_context.py).
 """
 
 from __future__ import annotations

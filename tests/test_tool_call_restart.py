@@ -48,8 +48,10 @@ from ops.stack import follow_releases, gate_config
 from ops.state import ADAPTER_ID, MODEL_GATEWAY, RUNTIME_ID, StateDir
 from pipeline.assembly import RunningGate, start_gate
 from pipeline.stages.model_gateway import new_call_id
+from pipeline.stores.call_context import CallContextWriter
 from pipeline.stores.sqlite_worker import StoreUnavailable
 from subjects import dsse, names
+from subjects.call_context import CallContext
 from subjects.messages import DataFacts, Proposal
 from subjects.model_gateway import GatewayCalls, GatewayClear, GatewayCleared
 from tests.store_helpers import statements
@@ -404,6 +406,22 @@ async def test_a_decided_calls_note_adds_no_commit_to_its_decision(world: World)
     )
     gate = running(world).gate
     seen = await statements(running(world).ledger.worker)
+    # a gateway-issued id has its context recorded before any runtime sees it (issue 16,
+    # item 4): written here as the model gateway writes it, clean
+    gateway_nc = await nats.connect(world.stack.url, **connect_options(world.state, MODEL_GATEWAY))
+    contexts = CallContextWriter(gateway_nc.jetstream(), world.state.key(MODEL_GATEWAY))
+
+    def issued(call_id: str) -> CallContext:
+        return CallContext(
+            schema="smf.call-context/1",
+            runtime_id=RUNTIME_ID,
+            tool_call_id=call_id,
+            tool_name="dms_delete",
+            classification="public",
+            injection_taint="clear",
+            found=(),
+            issued_at_ms=0,
+        )
 
     def proposal(document: str, call_id: str | None) -> Proposal:
         return client.build(
@@ -421,6 +439,8 @@ async def test_a_decided_calls_note_adds_no_commit_to_its_decision(world: World)
     try:
         for document, outcome in (("doc-trace-1", "allow"), ("doc-4711", "deny")):
             for call_id in (new_call_id(), None):
+                if call_id is not None:
+                    await contexts.create(issued(call_id))
                 seen.clear()
                 verdict = await gate.decide(proposal(document, call_id))
                 assert verdict.outcome == outcome, verdict.reason_codes
@@ -438,6 +458,7 @@ async def test_a_decided_calls_note_adds_no_commit_to_its_decision(world: World)
                 await gate.settled()
     finally:
         await nc.close()
+        await gateway_nc.close()
 
 
 def connect_options(state: StateDir, principal: str) -> dict[str, Any]:

@@ -11,7 +11,14 @@ temporary store), measure
    deny (the legal hold: the same up to the evidence append, then the reply);
 3. the same with the stages co-located (called in-process);
 4. throughput with ``in_flight`` requests outstanding, echo vs allow (and
-   deny, which shows what the allow's two extra fsync'd commits cost).
+   deny, which shows what the allow's two extra fsync'd commits cost);
+5. the co-located allow again, with and without a tool-call id the model
+   gateway issued (issue 16, item 4), for which the gate looks up the recorded
+   context first: kept from the gate's watch of ``SMF_CALL_CONTEXT`` (the
+   usual case), or read from the bucket (one ``STREAM.MSG.GET`` and a
+   signature check). The three are interleaved request by request on one gate,
+   so they meet the same load; every record is clean, so the decision is the
+   plain allow's and the difference is the lookup.
 
 and, as a second baseline that explains the gap, the durable steps alone:
 one evidence append (SQLite WAL, ``synchronous=FULL``: an fsync per commit),
@@ -54,11 +61,14 @@ from ops.demo_script import actor
 from ops.natsserver import EmbeddedNatsServer
 from ops.output import Progress
 from ops.stack import gate_config
-from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from ops.state import ADAPTER_ID, MODEL_GATEWAY, RUNTIME_ID, StateDir, provision_demo
 from pipeline.assembly import start_gate
+from pipeline.stages.model_gateway import new_call_id
+from pipeline.stores.call_context import CallContextWriter
 from pipeline.stores.claims import ClaimStore
 from pipeline.stores.ledger import Ledger
 from pipeline.stores.ledger_schema import EvidenceEntry
+from subjects.call_context import CallContext
 from subjects.messages import DataFacts, Verdict
 from subjects.verdicts import open_verdict, sign_verdict
 
@@ -83,10 +93,27 @@ DURABLE_STEPS: Final = (
     "verdict sign + open",
 )
 """The steps an allow waits for besides the bus, each timed on its own."""
-SERIES: Final = 2 + 4 * len(MODES) + len(DURABLE_STEPS)
+CALL_CONTEXT_SERIES: Final = (
+    "propose allow (co-located, no call id, paired)",
+    "propose allow (co-located, call context kept)",
+    "propose allow (co-located, call context read)",
+)
+"""Series 5: the co-located allow without a tool-call id, and with a gateway-issued one
+whose record the gate kept from its watch, or had to read from the bucket."""
+CALL_CONTEXT_STEPS: Final = (
+    "call context write (gateway)",
+    "call context lookup (kept)",
+    "call context lookup (read)",
+)
+"""The gateway's signed create of one record, and the gate's lookup alone
+(``CallContextMirror.get``) of the same records, kept and read."""
+SERIES: Final = (
+    2 + 4 * len(MODES) + len(CALL_CONTEXT_SERIES) + len(CALL_CONTEXT_STEPS) + len(DURABLE_STEPS)
+)
 """Echo latency and throughput; per mode allow and deny, each latency and
-throughput; the durable steps (issue 22: the count was written by hand as
-three beside four steps, and the progress ended at 14/13)."""
+throughput; the allow with a call-context lookup; the durable steps (issue 22:
+the count was written by hand as three beside four steps, and the progress
+ended at 14/13)."""
 
 
 class BenchError(RuntimeError):
@@ -278,13 +305,35 @@ class _Proposals:
         """Deletions of the document under legal hold: the floor denies them."""
         return [self._signed(hold=True) for _ in range(count)]
 
-    def _signed(self, *, hold: bool) -> tuple[str, bytes]:
+    def allows_with_calls(self, count: int) -> tuple[list[tuple[str, bytes]], list[CallContext]]:
+        """Allowed deletions, each for a tool call the model gateway issued, and the
+        clean record of each call's context (written before the series)."""
+        signed, records = [], []
+        for _ in range(count):
+            call_id = new_call_id()
+            signed.append(self._signed(hold=False, tool_call_id=call_id))
+            records.append(
+                CallContext(
+                    schema="smf.call-context/1",
+                    runtime_id=self.runtime.runtime_id,
+                    tool_call_id=call_id,
+                    tool_name="dms_delete",
+                    classification="public",
+                    injection_taint="clear",
+                    found=(),
+                    issued_at_ms=int(time.time() * 1000),
+                )
+            )
+        return signed, records
+
+    def _signed(self, *, hold: bool, tool_call_id: str | None = None) -> tuple[str, bytes]:
         self._serial += 1
         proposal = self.runtime.build(
             native_tool="dms_delete",
             arguments={"document_id": "doc-4711" if hold else f"doc-bench-{self._serial}"},
             actor=actor("associate-ann", "associate"),
             facts=DataFacts(classification="internal", injection_taint="clear", legal_hold=hold),
+            tool_call_id=tool_call_id,
         )
         return proposal.proposal_id, self.runtime.sign(proposal)
 
@@ -382,6 +431,10 @@ async def _measure(
             finally:
                 await gate.close()
 
+        # 5. The co-located allow with a call-context lookup, kept and read.
+        for summary in await _call_context_lookups(state, url, client, proposals, rounds):
+            done(summary)
+
         # The durable steps alone: what an allow waits for besides the bus.
         for summary in await _durable_steps(root, state, client, rounds):
             done(summary)
@@ -389,6 +442,64 @@ async def _measure(
         await responder.drain()
         await client.drain()
     return latency, throughput
+
+
+async def _call_context_lookups(
+    state: StateDir, url: str, client: Client, proposals: _Proposals, rounds: int
+) -> list[Summary]:
+    """Series 5 on one co-located gate, interleaved round by round so all three meet
+    the same load: a plain allow, an allow whose record the gate kept from its watch,
+    and one whose record it must read (dropped from the mirror just before, untimed).
+    The records are written first with the model gateway's key, as the gateway
+    writes them before a runtime ever sees the call."""
+    writer = CallContextWriter(client.jetstream(), state.key(MODEL_GATEWAY), timeout=30.0)
+    count = WARM_UP + rounds
+    plain = proposals.allows(count)
+    kept, kept_records = proposals.allows_with_calls(count)
+    read, read_records = proposals.allows_with_calls(count)
+    gate = await start_gate(gate_config(state, url, co_located=True))
+    try:
+        mirror = gate.call_contexts
+        assert mirror is not None
+        clock = time.perf_counter_ns
+        writes: list[int] = []
+        for record in (*kept_records, *read_records):
+            start = clock()
+            await writer.create(record)
+            writes.append(clock() - start)
+        deadline = time.monotonic() + REACH_S
+        while len(mirror) < 2 * count:
+            if time.monotonic() > deadline:
+                raise BenchError(f"the gate's watch kept {len(mirror)} of {2 * count} records")
+            await asyncio.sleep(REACH_RETRY_S)
+        calls = [_expecting(proposals.runtime, signed, "allow") for signed in (plain, kept, read)]
+        samples: list[list[int]] = [[], [], []]
+        for n in range(count):
+            mirror.forget((read_records[n].runtime_id, read_records[n].tool_call_id))
+            for series, (call, _) in enumerate(calls):
+                start = clock()
+                await call(n)
+                if n >= WARM_UP:
+                    samples[series].append(clock() - start)
+        for label, (_, wrong) in zip(CALL_CONTEXT_SERIES, calls, strict=True):
+            _check(label, wrong)
+        # the lookup alone, kept and read, for the records just used
+        steps: list[list[int]] = [[], []]
+        for n in range(WARM_UP, count):
+            for step, record in enumerate((kept_records[n], read_records[n])):
+                key = (record.runtime_id, record.tool_call_id)
+                if step == 1:
+                    mirror.forget(key)
+                start = clock()
+                found = await mirror.get(*key)
+                steps[step].append(clock() - start)
+                if found != record:
+                    raise BenchError(f"{CALL_CONTEXT_STEPS[step + 1]}: another record came back")
+        labels = (*CALL_CONTEXT_SERIES, *CALL_CONTEXT_STEPS)
+        taken = (*samples, writes[-rounds:], *steps)
+        return [summarize(label, t) for label, t in zip(labels, taken, strict=True)]
+    finally:
+        await gate.close()
 
 
 async def _durable_steps(root: Path, state: StateDir, client: Client, rounds: int) -> list[Summary]:

@@ -20,6 +20,7 @@ from pipeline.core.release_trust import VerifiedRelease
 from pipeline.stages.attestation import RuntimeRequirement
 from pipeline.stages.buffer import BufferLimits
 from pipeline.stages.outcomes import DEFAULT_EXECUTION_DEADLINE_MS
+from pipeline.stores.call_context import DEFAULT_MAX_AGE_S, DEFAULT_MIRROR_RECORDS
 from subjects import names
 from subjects.bus_access import BusCredential
 from subjects.keyed import PseudonymKey
@@ -119,6 +120,14 @@ class GateConfig:
     execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
     """How long an order, approved or allowed directly, may go without its signed
     report before it ends ``execution_unknown`` (terminal, never retried)."""
+    call_context_max_age_s: float = DEFAULT_MAX_AGE_S
+    """How long the ``SMF_CALL_CONTEXT`` bucket keeps a tool call's recorded context
+    when this gate creates it (issue 16, item 4; why 30 days:
+    ``pipeline.stores.call_context``)."""
+    call_context_mirror: int = DEFAULT_MIRROR_RECORDS
+    """How many recent call contexts the gate keeps from its watch of the bucket; a
+    proposal whose record is not kept reads it from the bucket. 0: no watch, every
+    lookup a direct read."""
     on_release: Callable[[VerifiedRelease], None] | None = None
     """Called after the gate switched to a newly verified release (its registry is in
     force): what runs the bus may follow it, e.g. regenerate the server's
@@ -129,6 +138,10 @@ class GateConfig:
             raise ValueError("a gate needs at least one NATS server")
         if self.execution_deadline_ms <= 0:
             raise ValueError("execution_deadline_ms must be positive")
+        if self.call_context_max_age_s <= 0 or self.call_context_mirror < 0:
+            raise ValueError(
+                "call_context_max_age_s must be positive and call_context_mirror not negative"
+            )
 
     @property
     def replicas(self) -> int:

@@ -59,6 +59,7 @@ from pipeline.stages.transport import BusStage, LocalStage, StageClient, serve
 from pipeline.stores.approvals import ApprovalStore
 from pipeline.stores.approvals_kv import KvApprovalStore
 from pipeline.stores.approvals_sqlite import SqliteApprovalStore
+from pipeline.stores.call_context import CallContextMirror, ensure_call_context_bucket
 from pipeline.stores.claims import ClaimStore, ProposalClaims, merge_claim_file
 from pipeline.stores.claims_kv import KvClaimStore
 from pipeline.stores.ledger import Ledger
@@ -68,6 +69,7 @@ from pipeline.stores.tool_calls import SqliteToolCallStore, ToolCallStore
 from pipeline.stores.tool_calls_kv import KvToolCallStore
 from subjects import names
 from subjects.bus_access import BusCredential, connect_options
+from subjects.keys import VerifyKey
 from subjects.messages import Proposal
 from subjects.release import ReleaseCheckError, ReleaseReportRequest, sign_release_report
 
@@ -95,6 +97,8 @@ class RunningGate:
     tool_calls: ToolCallStore | None = None
     """The stops and decided tool calls kept across a restart (issue 16, item 3)."""
     stops: RuntimeStops | None = None
+    call_contexts: CallContextMirror | None = None
+    """The tool-call contexts the model gateway recorded (issue 16, item 4)."""
 
     async def stop_serving(self) -> None:
         """Stop the loops, the buffer and every service, and finish requests in flight."""
@@ -102,6 +106,8 @@ class RunningGate:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.buffer.stop()
+        if self.call_contexts is not None:
+            await self.call_contexts.stop()
         for sync in self.syncs:
             await sync.stop()
         for service in self.services:
@@ -389,7 +395,9 @@ async def start_gate(config: GateConfig) -> RunningGate:
         releases = await _open_releases(config, js)
         if releases is not None:
             undo.push_async_callback(releases.close)
-        running = await _assemble(config, nc, js, releases, undo)
+        call_contexts = await _open_call_contexts(config, nc, js, releases)
+        undo.push_async_callback(call_contexts.stop)
+        running = await _assemble(config, nc, js, releases, undo, call_contexts)
         undo.pop_all()
         return running
     raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
@@ -401,6 +409,7 @@ async def _assemble(
     js: JetStreamContext,
     releases: ReleaseWatcher | None,
     undo: contextlib.AsyncExitStack,
+    call_contexts: CallContextMirror,
 ) -> RunningGate:
     registry = config.registry
     if releases is not None and releases.active is not None:
@@ -488,6 +497,7 @@ async def _assemble(
         note_beside=(
             tool_calls.note_beside if isinstance(tool_calls, SqliteToolCallStore) else None
         ),
+        call_contexts=call_contexts,
     )
     attestation = _attestation_desk(config, gate, releases, ledger)
     gate.attestation = attestation
@@ -516,6 +526,7 @@ async def _assemble(
         tool_calls=tool_calls,
         stops=stops,
         syncs=[] if sync is None else [sync],
+        call_contexts=call_contexts,
     )
     if releases is not None:
 
@@ -701,6 +712,28 @@ def _replica_sync(
     stops.share_stop = sync.stopped
     stops.share_clear = sync.cleared
     return sync
+
+
+async def _open_call_contexts(
+    config: GateConfig, nc: Client, js: JetStreamContext, releases: ReleaseWatcher | None
+) -> CallContextMirror:
+    """What the chain's ``raise call context`` link reads (issue 16, item 4): the bucket
+    (created when absent, refused with other settings) and the gate's watch of it. A
+    record counts only when a ``gateway`` key of the registry in force signed it: the
+    active release's registry, as the gate adopts it at every switch, else the
+    configured one."""
+    await ensure_call_context_bucket(js, config.replicas, config.call_context_max_age_s)
+
+    def gateway_keys() -> dict[str, VerifyKey]:
+        active = releases.active if releases is not None else None
+        registry = active.registry if active is not None else config.registry
+        return registry.trusted("gateway")
+
+    mirror = CallContextMirror(
+        nc.jetstream(timeout=config.stage_timeout), gateway_keys, config.call_context_mirror
+    )
+    await mirror.start()
+    return mirror
 
 
 def _active_release(releases: ReleaseWatcher | None) -> Callable[[], str | None]:

@@ -64,6 +64,9 @@ class ModelGatewayConfig:
     port: int = 0
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
     join_seconds: float = 10.0
+    call_context_keys: Callable[[], Mapping[str, VerifyKey]] | None = None
+    """The keys call-context records may be signed by (the registry's ``gateway`` role,
+    issue 16 item 4); ``None``: the gateway's own key only."""
 
 
 @dataclass
@@ -93,6 +96,7 @@ async def start_model_gateway(config: ModelGatewayConfig) -> RunningModelGateway
         runtimes=config.settings_file.runtimes,
         upstream=config.settings_file.upstream,
         settings=config.gateway,
+        call_context_keys=config.call_context_keys,
     )
     try:
         runner, port = await serve_gateway(gateway, config.host, config.port)

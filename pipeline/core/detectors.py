@@ -14,6 +14,9 @@ from __future__ import annotations
 import re
 from typing import Final
 
+import msgspec
+
+from subjects.envelope import Classification, InjectionTaint
 from subjects.messages import DataFacts
 
 _PRIVILEGE: Final = re.compile(
@@ -32,27 +35,32 @@ _CLASS_RANK: Final = {"public": 0, "internal": 1, "confidential": 2, "unknown": 
 _TAINT_RANK: Final = {"clear": 0, "suspected": 1, "unknown": 2, "tainted": 3}
 
 
+def raise_facts(
+    facts: DataFacts, classification: Classification, injection_taint: InjectionTaint
+) -> DataFacts:
+    """``facts`` with its classification and taint raised to at least the given ones,
+    never lowered (the ranks above; an unknown classification ranks above
+    confidential, an unknown taint above suspected: what is not known is assumed
+    worse). The one way a fact is raised, so the detectors, the output buffer and
+    the gate's call-context link (issue 16) all raise alike."""
+    if _CLASS_RANK[classification] > _CLASS_RANK[facts.classification]:
+        facts = msgspec.structs.replace(facts, classification=classification)
+    if _TAINT_RANK[injection_taint] > _TAINT_RANK[facts.injection_taint]:
+        facts = msgspec.structs.replace(facts, injection_taint=injection_taint)
+    return facts
+
+
 def detect(text: str, facts: DataFacts) -> tuple[DataFacts, tuple[str, ...]]:
     """Raise facts from markers in ``text``; return the facts and what was found."""
     found: list[str] = []
-    classification = facts.classification
-    taint = facts.injection_taint
-    if _PRIVILEGE.search(text) and _CLASS_RANK[classification] < _CLASS_RANK["privileged"]:
+    classification: Classification = "public"
+    taint: InjectionTaint = "clear"
+    if _PRIVILEGE.search(text) and _CLASS_RANK[facts.classification] < _CLASS_RANK["privileged"]:
         classification = "privileged"
         found.append("detected_privilege_marker")
-    if _INJECTION.search(text) and _TAINT_RANK[taint] < _TAINT_RANK["suspected"]:
+    if _INJECTION.search(text) and _TAINT_RANK[facts.injection_taint] < _TAINT_RANK["suspected"]:
         taint = "suspected"
         found.append("detected_injection_marker")
     if not found:
         return facts, ()
-    return (
-        DataFacts(
-            classification=classification,
-            injection_taint=taint,
-            redaction_status=facts.redaction_status,
-            redaction_evidence=facts.redaction_evidence,
-            legal_hold=facts.legal_hold,
-            citation_verification=facts.citation_verification,
-        ),
-        tuple(found),
-    )
+    return raise_facts(facts, classification, taint), tuple(found)

@@ -19,18 +19,29 @@ values out.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
 import msgspec
 
-from pipeline.core.detectors import detect
+from pipeline.core.detectors import detect, raise_facts
+from subjects.call_context import CallContext, is_gateway_call_id
 from subjects.envelope import Classification
 from subjects.messages import DataFacts
 
 MAX_MESSAGES: Final = 4096
 MAX_TOOL_CALLS: Final = 128
 _DONE: Final = b"[DONE]"
+
+CONTEXT_BASELINE: Final = DataFacts(classification="public", injection_taint="clear")
+"""Where a call's context starts before anything raises it: the record holds only what
+the gateway found, so a call in a clean context is decided as its proposal declared."""
+INHERITED: Final = "call_context_inherited"
+"""A call named in the request's history had a raised context: the new calls inherit it."""
+LINEAGE_UNKNOWN: Final = "call_context_lineage_unknown"
+"""A gateway id in the history has no record (expired, lost or never issued): the
+context it stood for is not known, so it is assumed the worst (unknown)."""
 
 
 class TurnError(ValueError):
@@ -57,6 +68,19 @@ class ChatRequest:
             if m.get("role") == "tool"
         ]
         return "\n".join(p for p in parts if p)
+
+    def history_call_ids(self) -> list[str]:
+        """Every id of the model gateway's form the conversation names, once each, in
+        order: the ids of the assistant's tool calls and those tool results answer.
+        These are the calls whose contexts the next calls inherit (lineage)."""
+        ids: list[object] = []
+        for message in self.body["messages"]:
+            calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+            if isinstance(calls, list):
+                ids += [c.get("id") for c in calls if isinstance(c, dict)]
+            if message.get("role") == "tool":
+                ids.append(message.get("tool_call_id"))
+        return list(dict.fromkeys(i for i in ids if is_gateway_call_id(i)))
 
     def tool_result_ids(self) -> list[str]:
         """The ``tool_call_id`` of every tool result in the conversation (the ids
@@ -91,6 +115,30 @@ def context_facts(facts: DataFacts, chat: ChatRequest) -> tuple[DataFacts, tuple
     model that was shown injected text is decided as tainted, whatever the runtime
     says. Raise only, never lower (``pipeline.core.detectors``)."""
     return detect(chat.tool_results(), facts)
+
+
+def call_context(
+    chat: ChatRequest, ancestors: Iterable[CallContext | None]
+) -> tuple[DataFacts, tuple[str, ...]]:
+    """The context of the tool calls a model emits for ``chat`` (issue 16, "Session
+    taint outside the runtime"): what the detectors raise over its tool results
+    (:func:`context_facts`, from :data:`CONTEXT_BASELINE`), raised again by the
+    record of every call its history names (``None``: a gateway id with no
+    record, assumed unknown). Sticky: once a call's context is raised, every call
+    made in a conversation that names it is raised too, after a resume, a restart,
+    a new session id, or a history the runtime compacted. Raise only."""
+    facts, detected = context_facts(CONTEXT_BASELINE, chat)
+    found = list(detected)
+    for ancestor in ancestors:
+        if ancestor is None:
+            raised, code = raise_facts(facts, "unknown", "unknown"), LINEAGE_UNKNOWN
+        else:
+            raised = raise_facts(facts, ancestor.classification, ancestor.injection_taint)
+            code = INHERITED
+        if raised != facts and code not in found:
+            found.append(code)
+        facts = raised
+    return facts, tuple(found)
 
 
 def read_request(data: bytes) -> ChatRequest:

@@ -3,6 +3,7 @@
 ARCHITECTURE.md, "One proposal through the bus":
 
     verify signature -> freshness -> note the tool call (issue 16) -> admit ->
+    raise the facts by the call's recorded context (issue 16) ->
     normalize -> evaluate -> evidence ->
     deny  : reply Verdict(deny); nothing reaches smf.execute
     allow : claim once -> record the connector order (its outcome is
@@ -34,6 +35,7 @@ import msgspec
 import structlog
 
 from pipeline.core.decision import Decision
+from pipeline.core.detectors import raise_facts
 from pipeline.core.execution_rules import Executor
 from pipeline.core.normalize import Normalized
 from pipeline.service import StageRefusal
@@ -43,12 +45,14 @@ from pipeline.stages.evidence import EvidenceWriter, signature_reason, verdict
 from pipeline.stages.outcomes import OutcomeDesk
 from pipeline.stages.tool_calls import DecidedCalls
 from pipeline.stages.transport import StageClient
+from pipeline.stores.call_context import CallContextInvalid, CallContextUnavailable
 from pipeline.stores.claims import ClaimAndOrder, ClaimState, ProposalClaims
 from pipeline.stores.ledger import Beside, EvidenceError, Ledger
 from pipeline.stores.orders import OrderRecord
 from pipeline.stores.sqlite_worker import StoreUnavailable
 from pipeline.stores.tool_calls import ToolCallStore
 from subjects import dsse, names
+from subjects.call_context import CallContext, is_gateway_call_id
 from subjects.keyed import PseudonymKey
 from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import Proposal, Verdict, order_id_for
@@ -59,6 +63,11 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T", bound=msgspec.Struct)
 
 EVIDENCE_UNAVAILABLE: Final = "evidence_store_unavailable"
+CONTEXT_RAISED: Final = "facts_raised_by_call_context"
+CONTEXT_UNKNOWN: Final = "tool_call_context_unknown"
+CONTEXT_UNAVAILABLE: Final = "tool_call_context_unavailable"
+CONTEXT_INVALID: Final = "tool_call_context_invalid"
+CONTEXT_MISMATCH: Final = "tool_call_context_mismatch"
 
 ClaimBeside = Callable[[str, str, str, int, OrderRecord | None], Beside]
 """``(proposal_id, operation_hash, decision_id, at_ms, order)``: the claim and its order
@@ -67,6 +76,13 @@ as a write beside an evidence entry
 NoteBeside = Callable[[str, str, int], Beside]
 """``(runtime_id, tool_call_id, at_ms)``: a decided tool call's note as a write beside an
 evidence entry (:meth:`pipeline.stores.tool_calls.SqliteToolCallStore.note_beside`)."""
+
+
+class CallContexts(Protocol):
+    """Where the gate reads the context the model gateway recorded for a tool call
+    (``pipeline.stores.call_context.CallContextMirror``)."""
+
+    async def get(self, runtime_id: str, tool_call_id: str) -> CallContext | None: ...
 
 
 class HoldHandler(Protocol):
@@ -119,6 +135,8 @@ class Work:
     """
 
     proposal: Proposal
+    """The verified proposal; from the ``raise call context`` link on, with its facts
+    raised by the context the model gateway recorded for its tool call (issue 16)."""
     notes: tuple[str, ...] = ()
     normalized: Normalized | None = None
     decision: Decision | None = None
@@ -189,6 +207,10 @@ class Gate:
     the decision's evidence transaction, so it adds no commit of its own (issue 20);
     a proposal refused before any evidence was written has its note in the ledger's
     next group commit instead."""
+    call_contexts: CallContexts | None = None
+    """Session taint outside the runtime (issue 16, item 4): the contexts the model
+    gateway recorded for the tool-call ids it issued. ``None``: none can be read, so
+    a proposal carrying such an id is denied (``tool_call_context_unavailable``)."""
     _settling: set[asyncio.Future[None]] = field(init=False, default_factory=set, repr=False)
     _all_keys: dict[str, VerifyKey] = field(init=False)
     _evidence: EvidenceWriter = field(init=False, repr=False)
@@ -202,6 +224,7 @@ class Gate:
         self.chain = (
             self._note_tool_call,
             self._admit,
+            self._raise_call_context,
             self._normalize,
             self._evaluate,
             self._record,
@@ -332,6 +355,70 @@ class Gate:
             if refusal is not None:
                 return self._deny(work, (refusal,))
         return work
+
+    async def _raise_call_context(self, work: Work) -> Work | Verdict:
+        """Session taint outside the runtime (issue 16, item 4): a proposal for a tool
+        call the model gateway issued is decided under the context the gateway
+        recorded for it, not only under what its adapter declares.
+
+        - Only an id of the gateway's form (``smfc`` + 24 hex) has a record; any
+          other id, or none, leaves the proposal as declared.
+        - Raise only, never lower (``pipeline.core.detectors.raise_facts``, the
+          output buffer's way): the proposal that goes on is the signed one with
+          its classification and taint raised to the record's, and the notes say
+          so (``facts_raised_by_call_context`` and what raised it). Everything
+          after this link (envelope, operation hash, decision, evidence, an
+          approval's binding, the verdict's operation hash) is of that proposal,
+          so an approval binds to exactly what was decided. A proposal the record
+          does not raise goes on unchanged: its operation hash is the one its
+          adapter computed.
+        - Fail closed: no record (``tool_call_context_unknown``: an id the
+          gateway never issued, or whose record expired), a bucket that does not
+          answer (``tool_call_context_unavailable``), a record no gateway key
+          signed for that very call (``tool_call_context_invalid``) or one of a
+          call to another tool (``tool_call_context_mismatch``: the id of a call
+          made in a clean context, lent to a call made later in a tainted one)
+          is a denial, recorded in the ledger with ids only.
+        """
+        proposal = work.proposal
+        call_id = proposal.tool_call_id
+        if not is_gateway_call_id(call_id):
+            return work
+        try:
+            if self.call_contexts is None:
+                raise CallContextUnavailable("no call-context reader")
+            record = await self.call_contexts.get(proposal.runtime_id, call_id)
+        except CallContextUnavailable:
+            return await self._refuse_context(work, CONTEXT_UNAVAILABLE)
+        except CallContextInvalid:
+            return await self._refuse_context(work, CONTEXT_INVALID)
+        if record is None:
+            return await self._refuse_context(work, CONTEXT_UNKNOWN)
+        if record.tool_name != proposal.native_tool:
+            # a clean call's id lent to another tool's call (made in another context)
+            return await self._refuse_context(work, CONTEXT_MISMATCH)
+        facts = raise_facts(proposal.facts, record.classification, record.injection_taint)
+        if facts == proposal.facts:
+            return work
+        return dataclasses.replace(
+            work,
+            proposal=msgspec.structs.replace(proposal, facts=facts),
+            notes=tuple(dict.fromkeys((*work.notes, CONTEXT_RAISED, *record.found))),
+        )
+
+    async def _refuse_context(self, work: Work, reason: str) -> Verdict:
+        """A denial before any policy ran, in the ledger with ids only."""
+        proposal = work.proposal
+        subject = {
+            "proposal": proposal.proposal_id,
+            "runtime_id": proposal.runtime_id,
+            "tool_call_id": proposal.tool_call_id or "",
+        }
+        reasons, recorded = await self._evidence.refuse(
+            subject, proposal.actor.tenant_id, None, (reason,)
+        )
+        log.warning("call_context_refused", proposal_id=proposal.proposal_id, reason=reason)
+        return msgspec.structs.replace(self._deny(work, reasons), evidence=recorded)
 
     async def _normalize(self, work: Work) -> Work | Verdict:
         normalized = await self.normalize.call(work.proposal, self.settings.stage_timeout)

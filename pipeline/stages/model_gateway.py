@@ -28,6 +28,15 @@ it, whatever the runtime's settings, its plugins, or its safe mode. Here:
   signed by the gate, ``pipeline.stages.tool_calls``); a result no proposal
   covered is refused ``ungated_tool_result`` before the provider is asked, and
   the gate has stopped the runtime until an operator clears it.
+- **Session taint outside the runtime** (item 4). Before a turn with tool calls
+  is returned, each issued id gets its record in ``SMF_CALL_CONTEXT``
+  (``subjects.call_context``): what the detectors raised over the request's
+  tool results, raised again by the records of every gateway id the history
+  names (lineage, so taint survives a resume, a restart, a new session id and
+  a compacted history). The gate raises the proposal of that id by it. A
+  record that cannot be written, or a history whose records cannot be read,
+  refuses the turn (``call_context_unavailable``): no call goes out without
+  its record. The reply is decided under the same context.
 - **Fail closed.** A missing or wrong token, bad JSON, an oversized body, an
   upstream that hangs, errors or breaks its stream, a gate that does not
   answer: a clear HTTP error (OpenAI's error shape, our reason code), nothing
@@ -39,6 +48,7 @@ codes and sizes.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import secrets
@@ -57,8 +67,16 @@ from nats.errors import Error as NatsError
 
 from adapters.output import OutputStreamer, new_stream_id
 from pipeline.core import model_turns
+from pipeline.core.detectors import raise_facts
 from pipeline.core.model_turns import Turn, TurnError
+from pipeline.stores.call_context import (
+    CallContextInvalid,
+    CallContextUnavailable,
+    CallContextWriter,
+    read_call_context,
+)
 from subjects import dsse, names
+from subjects.call_context import CALL_ID_PREFIX, CallContext
 from subjects.envelope import Classification, Name, Surface
 from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import ActorContext, DataFacts, OutputVerdict, ProposedDestination
@@ -133,6 +151,16 @@ class GatewaySettings:
     forgotten first; a result for a forgotten id is not checked, docs/EVIDENCE.md)."""
     max_covered_calls: int = 8192
     """Per runtime: ids the gate said were decided, not asked again."""
+    context_timeout_s: float = 2.0
+    """One write or read of the call-context bucket; past it the turn is refused."""
+    max_kept_contexts: int = 65_536
+    """Call contexts kept in memory (written or read here), oldest forgotten first; a
+    forgotten one is read from the bucket again."""
+    max_lineage_ids: int = 4096
+    """Gateway ids one request's history may name; more is refused
+    (``request_too_many_tool_calls``), never read in part."""
+    lineage_reads: int = 64
+    """Reads of the bucket in flight at once for one request."""
 
 
 class Refusal(Exception):
@@ -158,9 +186,6 @@ def error_response(status: int, reason_code: str) -> web.Response:
         }
     }
     return web.json_response(body, status=status)
-
-
-CALL_ID_PREFIX: Final = "smfc"
 
 
 def new_call_id() -> str:
@@ -212,11 +237,23 @@ class ModelGateway:
     _covered: dict[str, _Bounded] = field(init=False, default_factory=dict)
     _session: aiohttp.ClientSession | None = field(init=False, default=None)
     _upstream_key: str | None = field(init=False, default=None)
+    call_context_keys: Callable[[], Mapping[str, VerifyKey]] | None = None
+    """The keys a call-context record may be signed by (the registry's ``gateway``
+    role: another gateway replica wrote it); ``None``: this gateway's own key only."""
+    _contexts: OrderedDict[tuple[str, str], CallContext] = field(
+        init=False, default_factory=OrderedDict
+    )
+    _writer: CallContextWriter = field(init=False)
 
     def __post_init__(self) -> None:
         self._by_token = {r.token_sha256: r for r in self.runtimes}
         if len(self._by_token) != len(self.runtimes):
             raise ValueError("two runtimes share one gateway token")
+        self._writer = CallContextWriter(
+            self.nc.jetstream(timeout=self.settings.context_timeout_s),
+            self.key,
+            self.settings.context_timeout_s,
+        )
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -290,13 +327,14 @@ class ModelGateway:
         version = await self._admit(runtime, classification, proof)
         if runtime.account_tool_calls:
             await self._account(runtime, chat)
-        turn = await self._ask_upstream(data, chat.stream)
-        started = time.perf_counter_ns()
-        facts, found = model_turns.context_facts(runtime.facts, chat)
+        context, found = await self._context(runtime, chat)
         if found:
             log.warning("model_context_tainted", runtime_id=runtime.runtime_id, found=list(found))
+        turn = await self._ask_upstream(data, chat.stream)
+        await self._issue_call_ids(runtime, turn, context, found)
+        started = time.perf_counter_ns()
+        facts = raise_facts(runtime.facts, context.classification, context.injection_taint)
         turn = await self._gate_output(runtime, version, turn, facts)
-        self._issue_call_ids(runtime, turn)
         # Server-Timing (W3C): how long the turn waited for its output decision, so a
         # benchmark can tell the gateway's own cost from the decision's (no content).
         timing = {"Server-Timing": f"output;dur={(time.perf_counter_ns() - started) / 1e6:.3f}"}
@@ -366,9 +404,18 @@ class ModelGateway:
 
     # -- tool-call accounting ------------------------------------------------------
 
-    def _issue_call_ids(self, runtime: GatewayRuntime, turn: Turn) -> None:
+    async def _issue_call_ids(
+        self,
+        runtime: GatewayRuntime,
+        turn: Turn,
+        context: DataFacts,
+        found: tuple[str, ...],
+    ) -> None:
         """Every tool call the runtime gets carries an id this gateway issued and
-        remembers, so its result can be checked against the gate's decisions."""
+        remembers, so its result can be checked against the gate's decisions, and
+        has its context recorded first (issue 16, item 4): the gate raises the
+        proposal of that id by it. A record not written refuses the whole turn
+        before anything is decided or released (fail closed)."""
         if not turn.tool_calls:
             return
         issued = self._issued.setdefault(
@@ -376,7 +423,70 @@ class ModelGateway:
         )
         for call in turn.tool_calls:
             call.id = new_call_id()
-            issued.add(call.id)
+        records = [
+            CallContext(
+                schema="smf.call-context/1",
+                runtime_id=runtime.runtime_id,
+                tool_call_id=call.id,
+                tool_name=call.name,
+                classification=context.classification,
+                injection_taint=context.injection_taint,
+                found=found,
+                issued_at_ms=self.clock(),
+            )
+            for call in turn.tool_calls
+        ]
+        try:
+            await asyncio.gather(*(self._writer.create(r) for r in records))
+        except CallContextUnavailable as exc:
+            log.error("call_context_not_written", runtime_id=runtime.runtime_id, calls=len(records))
+            raise Refusal(503, "call_context_unavailable") from exc
+        for record in records:
+            self._keep_context(record)
+            issued.add(record.tool_call_id)
+
+    def _keep_context(self, record: CallContext) -> None:
+        key = (record.runtime_id, record.tool_call_id)
+        self._contexts[key] = record
+        self._contexts.move_to_end(key)
+        while len(self._contexts) > self.settings.max_kept_contexts:
+            self._contexts.popitem(last=False)
+
+    async def _context(
+        self, runtime: GatewayRuntime, chat: model_turns.ChatRequest
+    ) -> tuple[DataFacts, tuple[str, ...]]:
+        """The context the model answers this request in: the detectors over its tool
+        results, raised by the record of every gateway id its history names (kept
+        here, or read from the bucket). A history whose records cannot all be read
+        is refused, never judged on part of it."""
+        ids = chat.history_call_ids()
+        if len(ids) > self.settings.max_lineage_ids:
+            raise Refusal(413, "request_too_many_tool_calls")
+        known = {i: self._contexts.get((runtime.runtime_id, i)) for i in ids}
+        missing = [i for i, record in known.items() if record is None]
+        keys = (
+            self.call_context_keys()
+            if self.call_context_keys is not None
+            else {self.key.key_id: self.key.verify_key}
+        )
+        step = max(1, self.settings.lineage_reads)
+        for start in range(0, len(missing), step):
+            batch = missing[start : start + step]
+            reads = await asyncio.gather(
+                *(read_call_context(self._writer.js, keys, runtime.runtime_id, i) for i in batch),
+                return_exceptions=True,
+            )
+            for call_id, read in zip(batch, reads, strict=True):
+                if isinstance(read, CallContextInvalid):
+                    log.error("call_context_refused", runtime_id=runtime.runtime_id)
+                    raise Refusal(503, "call_context_invalid") from read
+                if isinstance(read, BaseException):
+                    log.error("call_context_not_read", runtime_id=runtime.runtime_id)
+                    raise Refusal(503, "call_context_unavailable") from read
+                if read is not None:
+                    self._keep_context(read[0])
+                    known[call_id] = read[0]
+        return model_turns.call_context(chat, known.values())
 
     async def _account(self, runtime: GatewayRuntime, chat: model_turns.ChatRequest) -> None:
         """Refuse a request carrying a tool result for a call this gateway issued that no
