@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import sqlite3
 import time
@@ -56,6 +57,7 @@ from pipeline.core.policy import NO_REQUIREMENTS
 from pipeline.service import STAGE_MAC_HEADER, StageRefusal
 from pipeline.stages.contracts import DispatchRequest, EvaluateRequest
 from pipeline.stores.claims import ClaimState, ProposalClaims
+from pipeline.stores.ledger_audit import export_jsonl
 from pipeline.stores.sqlite_worker import StoreUnavailable
 from subjects import dsse, names
 from subjects.canonical import canonical_bytes
@@ -189,6 +191,16 @@ def ledger_entries(state: StateDir) -> int:
     with sqlite3.connect(uri, uri=True) as conn:
         (count,) = conn.execute("SELECT count(*) FROM evidence_entries").fetchone()
     return int(count)
+
+
+def ledger_row(state: StateDir, entry_hash: str) -> dict[str, Any]:
+    """One entry of the ledger as an auditor's export shows it."""
+    out = io.StringIO()
+    export_jsonl(state.ledger, out)
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    (row,) = [r for r in rows if r["entry_hash"] == entry_hash]
+    assert isinstance(row, dict)
+    return row
 
 
 def sign_raw(payload: bytes, key: SigningKey, payload_type: str = names.PAYLOAD_PROPOSAL) -> bytes:
@@ -556,9 +568,18 @@ async def test_normalization_failures_are_denials_with_their_reason(
             actor=ALLOW_SCENARIO.actor,
             facts=ALLOW_SCENARIO.facts,
         )
+        before = ledger_entries(state)
         verdict = await client.propose(proposal)
         assert verdict.outcome == "deny", (tool, verdict)
         assert reason in verdict.reason_codes, verdict.reason_codes
+        # refused before any policy ran, and still evidence: one entry, named in the
+        # verdict, with the reason and nothing raw (ARCHITECTURE.md, "Evidence")
+        assert ledger_entries(state) == before + 1
+        (entry_hash,) = verdict.evidence
+        entry = ledger_row(state, entry_hash)
+        assert (entry["disposition"], reason in entry["reason_codes"]) == ("deny", True)
+        exported = json.dumps(entry)
+        assert not [raw for raw in (tool, *arguments.values()) if raw in exported], entry
     assert await spy.settled() == []
     assert await execute_count(gate.js) == 0
 

@@ -620,8 +620,9 @@ def test_safe_mode_with_the_attested_runtimes_own_id_runs_tools_ungated(
     """NEGATIVE FINDING: ``HERMES_SAFE_MODE=1`` skips every plugin. With the same
     runtime id, key and credential as the runtime the other tests attest, the
     command runs and nothing reaches the bus: without the model gateway the gate
-    cannot tell this process from an idle one. Through the gateway it is stopped
-    at its first tool result (tests/test_hermes_gateway.py, ``[safe-mode]``)."""
+    cannot tell this process from an idle one. Through the gateway it gets no
+    completion: it cannot prove the attested process (tests/test_hermes_gateway.py,
+    ``test_within_a_fresh_lease_the_same_runtime_without_its_plugin_gets_no_completion``)."""
     attested = hermes.run("safe-before", {"safe-before": {"calls": [], "final": "ok"}})
     assert any(b["kind"] == "ack" and b["accepted"] for b in attested["bus"])
     run = hermes.run(

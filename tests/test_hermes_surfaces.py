@@ -189,21 +189,20 @@ def decided(run: dict[str, Any]) -> list[tuple[str, str, str | None]]:
     """Each proposal on the bus (the tool it named), joined with the gate's signed verdict
     for it and the ledger's decision entry for that verdict: (tool, outcome, disposition).
     A proposal without a verdict, or a verdict naming a decision the ledger does not
-    hold, fails here; a refusal before any decision (no decision id) has ``None``."""
+    hold, fails here; a refusal before any decision (no decision id) is found by the
+    refusal entry its verdict names (every denial is evidence, ``Gate._recorded``)."""
     answers = {v["proposal_id"]: v for v in verdicts(run)}
     evidence = {e["decision_id"]: e for e in run["ledger"] if e["kind"] == "decision"}
+    entries = {e["entry_hash"]: e for e in run["ledger"]}
     rows = []
     for proposal in verdicts(run, "proposal"):
         verdict = answers[proposal["proposal_id"]]
-        rows.append(
-            (
-                proposal["native_tool"],
-                verdict["outcome"],
-                None
-                if verdict["decision_id"] is None
-                else evidence[verdict["decision_id"]]["disposition"],
-            )
-        )
+        if verdict["decision_id"] is not None:
+            entry = evidence[verdict["decision_id"]]
+        else:
+            (entry_hash,) = verdict["evidence"]
+            entry = entries[entry_hash]
+        rows.append((proposal["native_tool"], verdict["outcome"], entry["disposition"]))
     return rows
 
 
@@ -650,8 +649,8 @@ def test_a_real_mcp_servers_calls_are_proposed_and_decided(hermes: HermesRuns) -
     assert not Path(run["root"], "notes", "strategy.txt").exists()
     assert decided(run) == [
         ("mcp__matter__list_notes", "allow", "allow"),
-        # refused at normalization, before any decision: signed, but not in the ledger
-        ("mcp__matter__write_note", "deny", None),
+        # refused at normalization, before any decision: signed, and its refusal recorded
+        ("mcp__matter__write_note", "deny", "deny"),
         ("mcp__matter__send_notice", "deny", "deny"),
     ]
     [read, write, notice] = outcomes(run)

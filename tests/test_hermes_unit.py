@@ -21,6 +21,7 @@ Does not prove: anything about Hermes itself (tests/test_hermes_conformance.py).
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -57,6 +58,7 @@ from ops.stack import gate_config
 from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 from pipeline.assembly import RunningGate, start_gate
 from pipeline.stages.attestation import MAX_INSTANCES, AttestationDesk
+from pipeline.stores.ledger_audit import export_jsonl
 from subjects import names
 from subjects.attestation import AttestationAck, StreamingSetting
 from subjects.dsse import encode_envelope, sign_struct
@@ -810,6 +812,14 @@ async def test_gate_refuses_a_runtime_that_has_not_attested_and_serves_the_scrip
     verdict = await hermes_client.propose(proposal)
     assert verdict.outcome == "deny"
     assert verdict.reason_codes == ("runtime_attestation_missing",)
+    # refused at admission, before any policy, and still in the ledger (issue 16)
+    (entry,) = verdict.evidence
+    out = io.StringIO()
+    export_jsonl(state.ledger, out)
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["disposition"], r["reason_codes"]) for r in rows if r["entry_hash"] == entry] == [
+        ("deny", ["runtime_attestation_missing"])
+    ]
     scripted = ProposalClient(
         nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
     )

@@ -314,8 +314,32 @@ class Gate:
         The proposal's tool-call note is stored before the verdict is returned."""
         noting = self._note_soon(proposal)
         work, answer = await self._run(Work(proposal, notes))
+        if answer.outcome == "deny" and not answer.evidence:
+            answer = await self._recorded(work, answer)
         await self._store_note(work, noting)
         return answer
+
+    async def _recorded(self, work: Work, denial: Verdict) -> Verdict:
+        """A verified proposal refused before its decision's evidence was written (at
+        admission, by its call context, at normalization, a stage timeout, an internal
+        error, or a ledger that failed) is still evidence (ARCHITECTURE.md,
+        "Evidence"): one refusal entry with its ids and reasons, never anything raw,
+        so an auditor sees every attempt the gate turned away, not only the ones a
+        policy decided. A ledger that cannot take it adds
+        ``evidence_store_unavailable``; the answer is a denial either way."""
+        proposal = work.proposal
+        subject = {
+            "proposal": proposal.proposal_id,
+            "runtime_id": proposal.runtime_id,
+            "tool_call_id": proposal.tool_call_id or "",
+        }
+        reasons, recorded = await self._evidence.refuse(
+            subject, proposal.actor.tenant_id, None, denial.reason_codes
+        )
+        added = tuple(r for r in reasons if r not in denial.reason_codes)
+        return msgspec.structs.replace(
+            denial, reason_codes=(*denial.reason_codes, *added), evidence=recorded
+        )
 
     async def _run(self, work: Work) -> tuple[Work, Verdict]:
         """The chain; the verdict, and the work as the link that answered received it."""
@@ -407,18 +431,9 @@ class Gate:
         )
 
     async def _refuse_context(self, work: Work, reason: str) -> Verdict:
-        """A denial before any policy ran, in the ledger with ids only."""
-        proposal = work.proposal
-        subject = {
-            "proposal": proposal.proposal_id,
-            "runtime_id": proposal.runtime_id,
-            "tool_call_id": proposal.tool_call_id or "",
-        }
-        reasons, recorded = await self._evidence.refuse(
-            subject, proposal.actor.tenant_id, None, (reason,)
-        )
-        log.warning("call_context_refused", proposal_id=proposal.proposal_id, reason=reason)
-        return msgspec.structs.replace(self._deny(work, reasons), evidence=recorded)
+        """A denial before any policy ran (recorded by :meth:`decide`, ids only)."""
+        log.warning("call_context_refused", proposal_id=work.proposal.proposal_id, reason=reason)
+        return self._deny(work, (reason,))
 
     async def _normalize(self, work: Work) -> Work | Verdict:
         normalized = await self.normalize.call(work.proposal, self.settings.stage_timeout)
