@@ -40,14 +40,14 @@ from pipeline.stores.ledger_chain import (
 )
 from pipeline.stores.ledger_schema import (
     CHECKPOINT_PAYLOAD_TYPE,
-    ENTRY_COLUMNS,
     GENESIS_HASH,
-    SELECT_ENTRIES_AFTER,
     CheckpointClaim,
     MalformedEntry,
     StoredEntry,
+    entry_columns_sql,
     export_document,
     parse_checkpoint_payload,
+    select_entries_after,
     stored_entry,
 )
 from pipeline.stores.sqlite_worker import open_read_only
@@ -198,7 +198,7 @@ def _verify(
             # The same checkpoint inside the file and on the stream counts once.
             claims = sorted(found, key=lambda claim: claim.seq)
             walk = ChainWalk(0, GENESIS_HASH, watch=(claim.seq for claim in claims))
-            walk.run(conn.execute(SELECT_ENTRIES_AFTER, (0,)))
+            walk.run(conn.execute(select_entries_after(conn), (0,)))
         except sqlite3.Error:
             return _report(walk, None, (), LEDGER_UNREADABLE)
     if CHECKPOINT_BAD_SIGNATURE in refusals:
@@ -219,7 +219,7 @@ def export_jsonl(db_path: str | os.PathLike[str], out: TextIO) -> int:
     try:
         conn = open_read_only(db_path)
         with contextlib.closing(conn):
-            for row in conn.execute(SELECT_ENTRIES_AFTER, (0,)):
+            for row in conn.execute(select_entries_after(conn), (0,)):
                 try:
                     stored = stored_entry(row)
                 except MalformedEntry as exc:
@@ -232,8 +232,7 @@ def export_jsonl(db_path: str | os.PathLike[str], out: TextIO) -> int:
 
 
 _SELECT_DECISION: Final = (
-    f"SELECT {', '.join(ENTRY_COLUMNS)} FROM evidence_entries "  # noqa: S608 - constant columns
-    "WHERE decision_id = ? ORDER BY seq"
+    "SELECT {columns} FROM evidence_entries WHERE decision_id = ? ORDER BY seq"
 )
 
 
@@ -248,7 +247,8 @@ def decision_entries(db_path: str | os.PathLike[str], decision_id: str) -> list[
     try:
         conn = open_read_only(db_path)
         with contextlib.closing(conn):
-            rows = conn.execute(_SELECT_DECISION, (decision_id,)).fetchall()
+            select = _SELECT_DECISION.format(columns=entry_columns_sql(conn))
+            rows = conn.execute(select, (decision_id,)).fetchall()
     except sqlite3.Error as exc:
         raise EvidenceStoreUnavailable("evidence ledger could not be read") from exc
     found = []
