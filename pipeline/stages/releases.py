@@ -221,6 +221,35 @@ class ReleaseWatcher:
     def last_accepted(self) -> LastAccepted | None:
         return self._last
 
+    @property
+    def store(self) -> ReleaseStateStore:
+        """The persisted state, which the shadow release is kept in too (issue 25)."""
+        return self._store
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        """Held while a candidate is verified against the trusted state and accepted:
+        a shadow candidate is verified under it too, so never against a state that
+        is moving (``pipeline.stages.shadow_releases``)."""
+        return self._lock
+
+    def trusted_time(self) -> TrustedTime:
+        """One clock reading, judged against the clock's observed high-water mark
+        as every check of this watcher judges it."""
+        return self._time()
+
+    @property
+    def high_water_ms(self) -> int:
+        """The latest clock reading known to have happened (never decreases)."""
+        return self._high_water
+
+    def refuse(self, origin: str, exc: ReleaseCheckError, *, retryable: bool = False) -> None:
+        """Keep and log a refusal of a candidate from ``origin`` (a shadow candidate's
+        too, so ``smf.release.report`` tells a publisher why, as for any release).
+        Nothing here tries such a candidate again, so it is not ``retryable`` unless
+        the caller says so."""
+        self._refuse(origin, exc, retryable=retryable)
+
     def current(self) -> PolicySet:
         """The policy set to evaluate ONE proposal with, or a refusal naming why not.
 
@@ -477,14 +506,16 @@ class ReleaseWatcher:
             self._final.clear()
         self._final.add(origin)
 
-    def _refuse(self, origin: str, exc: ReleaseCheckError) -> None:
+    def _refuse(
+        self, origin: str, exc: ReleaseCheckError, *, retryable: bool | None = None
+    ) -> None:
         self.refusals.append(
             Refusal(
                 origin,
                 exc.reason_code,
                 str(exc),
                 self._clock(),
-                retryable=isinstance(exc, RETRYABLE),
+                retryable=isinstance(exc, RETRYABLE) if retryable is None else retryable,
             )
         )
         key = (origin, exc.reason_code)
