@@ -88,8 +88,9 @@ RETAIN = next(a for a in SCENARIOS if a.expected_reason == "retention_schedule_d
 
 
 def tight_corpus(tmp: Path, name: str) -> Path:
-    """The shipped corpus with the retention deletion held for a licensed attorney and
-    the internal output delivery denied; written where ``next_release`` looks."""
+    """The shipped corpus with the retention deletion held for a licensed attorney, the
+    internal output delivery denied and the retention rule retitled; written where
+    ``next_release`` looks."""
     corpus = tmp / f"corpus-{name}"
     shutil.copytree(package_path(SCENARIO_CORPUS), corpus)
     policies = json.loads((corpus / "policies.json").read_text())
@@ -101,6 +102,10 @@ def tight_corpus(tmp: Path, name: str) -> Path:
     )
     by_id[OUTPUT].update(effect="deny", reason_code="internal_output_withheld")
     (corpus / "policies.json").write_text(json.dumps(policies))
+    rules = json.loads((corpus / "rules.json").read_text())
+    (retention,) = [r for r in rules if r["rule_id"] == RETENTION_RULE]
+    retention["title"] += " (attorney review)"  # analysis words only: no decision changes
+    (corpus / "rules.json").write_text(json.dumps(rules))
     return corpus
 
 

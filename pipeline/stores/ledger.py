@@ -52,6 +52,7 @@ from pipeline.stores.ledger_audit import (
     LedgerReport,
     decision_entries,
     export_jsonl,
+    shadow_entries,
     verify_ledger,
 )
 from pipeline.stores.ledger_chain import (
@@ -119,6 +120,7 @@ __all__ = [
     "Receipt",
     "decision_entries",
     "export_jsonl",
+    "shadow_entries",
     "verify_ledger",
 ]
 

@@ -55,7 +55,7 @@ from subjects import dsse
 from subjects.canonical import canonical_bytes
 from subjects.keys import VerifyKey
 
-__all__ = ["LedgerReport", "decision_entries", "export_jsonl", "verify_ledger"]
+__all__ = ["LedgerReport", "decision_entries", "export_jsonl", "shadow_entries", "verify_ledger"]
 
 logger = structlog.get_logger(__name__)
 
@@ -249,6 +249,34 @@ def decision_entries(db_path: str | os.PathLike[str], decision_id: str) -> list[
         with contextlib.closing(conn):
             select = _SELECT_DECISION.format(columns=entry_columns_sql(conn))
             rows = conn.execute(select, (decision_id,)).fetchall()
+    except sqlite3.Error as exc:
+        raise EvidenceStoreUnavailable("evidence ledger could not be read") from exc
+    found = []
+    for row in rows:
+        try:
+            found.append(stored_entry(row))
+        except MalformedEntry as exc:
+            raise LedgerIntegrityError(ENTRY_MALFORMED, row[0]) from exc
+    return found
+
+
+_SELECT_SHADOW: Final = (
+    "SELECT {columns} FROM evidence_entries "
+    "WHERE kind = 'shadow' AND at >= ? AND at < ? ORDER BY seq"
+)
+
+
+def shadow_entries(
+    db_path: str | os.PathLike[str], since_ms: int = 0, until_ms: int = 2**53
+) -> list[StoredEntry]:
+    """Every ``shadow`` entry recorded at ``since_ms <= at < until_ms``, in seq order,
+    read-only (issue 25: ``release diff`` over recorded traffic). Decoded and refused
+    as :func:`decision_entries` does; the caller asks :func:`verify_ledger` first."""
+    try:
+        conn = open_read_only(db_path)
+        with contextlib.closing(conn):
+            select = _SELECT_SHADOW.format(columns=entry_columns_sql(conn))
+            rows = conn.execute(select, (since_ms, until_ms)).fetchall()
     except sqlite3.Error as exc:
         raise EvidenceStoreUnavailable("evidence ledger could not be read") from exc
     found = []
