@@ -515,10 +515,13 @@ class ReleaseReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     refusals: Annotated[tuple[ReportedRefusal, ...], msgspec.Meta(max_length=MAX_REPORTED_REFUSALS)]
     asked: ReleaseOutcome | None = None
     asked_refusal: ReportedRefusal | None = None
-    shadow: ReportedRelease | None = None
-    """The shadow release the gate runs beside its active one (issue 25), or None."""
-    shadow_counts: ShadowCounts | None = None
-    """What the gate did with it (None without a shadow)."""
+    shadow: ReportedRelease | msgspec.UnsetType = msgspec.UNSET
+    """The shadow release the gate runs beside its active one (issue 25). Unset (left
+    out of the encoding) when it runs none, so a report without a shadow has the
+    bytes it had before the field existed (docs/SUBJECTS.md, "Additive optional
+    fields")."""
+    shadow_counts: ShadowCounts | msgspec.UnsetType = msgspec.UNSET
+    """What the gate did with its shadow; unset without one."""
 
 
 def sign_release_report(report: ReleaseReport, gate_key: SigningKey) -> bytes:

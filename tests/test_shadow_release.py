@@ -280,6 +280,9 @@ async def test_a_tightening_shadow_records_exactly_the_decisions_that_would_chan
     assert (counts.dropped, counts.unrecorded, counts.failed, counts.skipped) == (0, 0, 0, 0)
     assert verify_ledger(state.ledger, [], {}).ok
     text = state.ledger.read_bytes()
+    wal = Path(f"{state.ledger}-wal")
+    text += wal.read_bytes() if wal.exists() else b""
+    assert entries[0].entry_hash.encode() in text  # the bytes read hold the shadow's rows
     for raw in ("doc-shadow-0", "tenant-acme", "customer.acme", "The memo is ready"):
         assert raw.encode() not in text
 

@@ -716,7 +716,9 @@ class Withdrawn:
     waited: bool
 
     def still_running(self) -> list[str]:
-        return sorted(g for g, r in self.reports.items() if r.shadow is not None)
+        return sorted(
+            g for g, r in self.reports.items() if not isinstance(r.shadow, msgspec.UnsetType)
+        )
 
     def json(self) -> ReleaseWithdrawShadowJson:
         return ReleaseWithdrawShadowJson(
@@ -726,7 +728,9 @@ class Withdrawn:
             gates=tuple(
                 WithdrawnAtGateJson(
                     gate=gate,
-                    shadow_release_id=None if r.shadow is None else r.shadow.release_id,
+                    shadow_release_id=None
+                    if isinstance(r.shadow, msgspec.UnsetType)
+                    else r.shadow.release_id,
                 )
                 for gate, r in sorted(self.reports.items())
             ),
@@ -844,7 +848,7 @@ async def _bucket_and_gates(
 
 def _gate_shadow_json(report: ReleaseReport) -> GateShadowJson | None:
     shadow = report.shadow
-    if shadow is None:
+    if isinstance(shadow, msgspec.UnsetType):
         return None
     counts = report.shadow_counts
     return GateShadowJson(
@@ -853,7 +857,7 @@ def _gate_shadow_json(report: ReleaseReport) -> GateShadowJson | None:
         manifest_hash=shadow.manifest_hash,
         lease_expires_at_ms=shadow.lease_expires_at_ms,
         counts=None
-        if counts is None
+        if isinstance(counts, msgspec.UnsetType)
         else msgspec.convert(msgspec.to_builtins(counts), ShadowCountsJson),
     )
 
@@ -897,11 +901,11 @@ def _say_bucket_status(rows: list[dict[str, Any]], answers: GateAnswers) -> None
         using = "no release" if active is None else f"{active.release_id} (seq {active.sequence})"
         force = "in force" if report.in_force else "NOT in force: it denies everything"
         say(f"gate {gate}: {using}, {force}; {len(report.refusals)} recent refusal(s)")
-        if report.shadow is not None:
+        if not isinstance(report.shadow, msgspec.UnsetType):
             c = report.shadow_counts
             counted = (
                 ""
-                if c is None
+                if isinstance(c, msgspec.UnsetType)
                 else f": {c.evaluated} evaluated, {c.disagreed} would differ, {c.recorded} "
                 f"recorded, {c.dropped} dropped, {c.unrecorded} unrecorded, {c.skipped} "
                 f"skipped, {c.failed} failed"

@@ -701,10 +701,11 @@ def _release_reporter(
         report = releases.report(config.name, request)
         running = None if shadows is None else shadows.active
         if running is not None:
+            counts = None if shadow is None else shadow.counts()
             report = msgspec.structs.replace(
                 report,
                 shadow=running.reported(),
-                shadow_counts=None if shadow is None else shadow.counts(),
+                shadow_counts=msgspec.UNSET if counts is None else counts,
             )
             if request.manifest_hash == running.release.manifest_hash:
                 report = msgspec.structs.replace(report, asked="adopted", asked_refusal=None)
