@@ -23,8 +23,7 @@ from __future__ import annotations
 import io
 import shutil
 import sqlite3
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Final
 
@@ -54,6 +53,7 @@ from pipeline.stores.ledger_schema import (
 from subjects.canonical import identity_of
 from subjects.keyed import keyed_identifier
 from subjects.keys import SigningKey, VerifyKey
+from tests.test_ledger import attacker
 
 FIXTURE: Final = Path(__file__).parent / "data" / "ledger-v1.db"
 FIXTURE_KEY: Final = SigningKey.from_seed(b"\x0b" * 32)
@@ -64,31 +64,6 @@ RAW: Final = "Dear Ms. Smith, re matter 2024-117: settlement draft attached"
 
 def trusted(key: SigningKey = FIXTURE_KEY) -> dict[str, VerifyKey]:
     return {key.key_id: key.verify_key}
-
-
-def shadow_entry(i: int, **changes: Any) -> EvidenceEntry:
-    """What the gate writes when a shadow release would have held an allowed deletion."""
-    fields: dict[str, Any] = {
-        "kind": "shadow",
-        "operation_hash": identity_of({"operation": i}),
-        "decision_id": identity_of({"decision": i}),
-        "release_id": identity_of({"release_id": "active"}),
-        "projection_id": identity_of({"projection": "active"}),
-        "tenant_ref": TENANT,
-        "at": 1_700_000_000_000 + i,
-        "disposition": "allow",
-        "reason_codes": ("retention_schedule_deletion",),
-        "shadow_release_id": identity_of({"release_id": "shadow"}),
-        "shadow_projection_id": identity_of({"projection": "shadow"}),
-        "shadow_disposition": "hold",
-        "shadow_reason_codes": ("retention_deletion_needs_attorney",),
-        "capability": "document.delete",
-        "differing_policy_refs": (identity_of({"policy_id": "customer.acme.retention"}),),
-        "differing_rule_refs": (identity_of({"rule_id": "urn:smf:rule:retention"}),),
-        "differing_layers": ("customer",),
-    }
-    fields.update(changes)
-    return EvidenceEntry(**fields)
 
 
 def decision_entry(i: int, **changes: Any) -> EvidenceEntry:
@@ -107,13 +82,20 @@ def decision_entry(i: int, **changes: Any) -> EvidenceEntry:
     return EvidenceEntry(**fields)
 
 
-@contextmanager
-def attacker(db: Path) -> Iterator[sqlite3.Connection]:
-    conn = sqlite3.connect(db, isolation_level=None)
-    try:
-        yield conn
-    finally:
-        conn.close()
+def shadow_entry(i: int, **changes: Any) -> EvidenceEntry:
+    """What the gate writes when a shadow release would have held an allowed deletion."""
+    shadow: dict[str, Any] = {
+        "kind": "shadow",
+        "shadow_release_id": identity_of({"release_id": "shadow"}),
+        "shadow_projection_id": identity_of({"projection": "shadow"}),
+        "shadow_disposition": "hold",
+        "shadow_reason_codes": ("retention_deletion_needs_attorney",),
+        "capability": "document.delete",
+        "differing_policy_refs": (identity_of({"policy_id": "customer.acme.retention"}),),
+        "differing_rule_refs": (identity_of({"rule_id": "urn:smf:rule:retention"}),),
+        "differing_layers": ("customer",),
+    }
+    return decision_entry(i, **{**shadow, **changes})
 
 
 def rows(db: Path, columns: tuple[str, ...] = V1_COLUMNS) -> list[tuple[Any, ...]]:

@@ -157,15 +157,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     where.add_argument("--nats", metavar="URL", help="publish to the SMF_RELEASES bucket")
     where.add_argument("--state-dir", type=Path, help="publish to this state directory's inbox")
     publish.add_argument("--trust-root", type=Path, help="verify against it before publishing")
-    publish.add_argument(
-        "--wait",
-        type=positive_float,
-        default=DEFAULT_ADOPTION_WAIT_SECONDS,
-        metavar="SECONDS",
-        help="how long to wait for the gates to adopt or refuse it (default %(default)s)",
-    )
-    publish.add_argument(
-        "--no-wait", action="store_true", help="publish without asking the gates what they did"
+    add_wait_arguments(
+        publish,
+        "how long to wait for the gates to adopt or refuse it",
+        "publish without asking the gates what they did",
     )
     publish.add_argument(
         "--shadow",
@@ -201,6 +196,19 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 # -- helpers --------------------------------------------------------------------
+
+
+def add_wait_arguments(parser: argparse.ArgumentParser, wait: str, no_wait: str) -> None:
+    """``--wait SECONDS`` and ``--no-wait``: how long a command asks the gates for their
+    signed word after it changed the bucket (issue 22), or that it does not ask."""
+    parser.add_argument(
+        "--wait",
+        type=positive_float,
+        default=DEFAULT_ADOPTION_WAIT_SECONDS,
+        metavar="SECONDS",
+        help=f"{wait} (default %(default)s)",
+    )
+    parser.add_argument("--no-wait", action="store_true", help=no_wait)
 
 
 def now_ms() -> int:
@@ -692,15 +700,10 @@ def add_withdraw_parser(actions: argparse._SubParsersAction[argparse.ArgumentPar
         "runs a shadow. Exits 1 when a gate still runs one, or no gate answered.",
     )
     withdraw.add_argument("--nats", metavar="URL", required=True, help="the bus")
-    withdraw.add_argument(
-        "--wait",
-        type=positive_float,
-        default=DEFAULT_ADOPTION_WAIT_SECONDS,
-        metavar="SECONDS",
-        help="how long to wait for the gates to stop it (default %(default)s)",
-    )
-    withdraw.add_argument(
-        "--no-wait", action="store_true", help="withdraw without asking the gates"
+    add_wait_arguments(
+        withdraw,
+        "how long to wait for the gates to stop it",
+        "withdraw without asking the gates",
     )
     add_credential_argument(withdraw, PUBLISHER)
     withdraw.add_argument("--json", action="store_true", help="print JSON")

@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
@@ -116,6 +116,23 @@ async def ensure_release_bucket(js: JetStreamContext, replicas: int = 1) -> KeyV
         return await js.key_value(RELEASE_BUCKET)
     except BucketNotFoundError:
         return await js.create_key_value(config=release_bucket_config(replicas))
+
+
+async def keep_watching(
+    watch: Callable[[], Awaitable[None]], ready: asyncio.Event, failed: str
+) -> None:
+    """Run ``watch`` until cancelled, starting it again a second after it fails (logged
+    as ``failed``); ``ready`` is set on a failure, so a start waiting for the first
+    values is not held up by a watch that cannot run."""
+    while True:
+        try:
+            await watch()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(failed)
+            ready.set()
+            await asyncio.sleep(1.0)
 
 
 class Refusal:
@@ -543,15 +560,7 @@ class ReleaseWatcher:
 
     async def _follow(self, kv: KeyValue, ready: asyncio.Event) -> None:
         """Watch the bucket; reconnect the watch if it fails."""
-        while True:
-            try:
-                await self._watch(kv, ready)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("release_watch_failed")
-                ready.set()
-                await asyncio.sleep(1.0)
+        await keep_watching(lambda: self._watch(kv, ready), ready, "release_watch_failed")
 
     async def _watch(self, kv: KeyValue, ready: asyncio.Event) -> None:
         watcher = await kv.watch(f"{RELEASE_KEY_PREFIX}>")
@@ -588,5 +597,6 @@ __all__ = [
     "Refusal",
     "ReleaseWatcher",
     "ensure_release_bucket",
+    "keep_watching",
     "release_bucket_config",
 ]

@@ -55,7 +55,12 @@ from pipeline.core.release_trust import (
     check_clock,
     check_lease,
 )
-from pipeline.stages.releases import INITIAL_SYNC_SECONDS, ReleaseWatcher, ensure_release_bucket
+from pipeline.stages.releases import (
+    INITIAL_SYNC_SECONDS,
+    ReleaseWatcher,
+    ensure_release_bucket,
+    keep_watching,
+)
 from pipeline.stores.release_state import StoredShadow, StoreUnavailable
 from subjects.release import (
     SHADOW_KEY,
@@ -314,15 +319,7 @@ class ShadowReleases:
 
     async def _follow(self, kv: KeyValue, ready: asyncio.Event) -> None:
         """Watch the shadow key; reconnect the watch if it fails."""
-        while True:
-            try:
-                await self._watch(kv, ready)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("shadow_watch_failed")
-                ready.set()
-                await asyncio.sleep(1.0)
+        await keep_watching(lambda: self._watch(kv, ready), ready, "shadow_watch_failed")
 
     async def _watch(self, kv: KeyValue, ready: asyncio.Event) -> None:
         watcher = await kv.watch(SHADOW_KEY)

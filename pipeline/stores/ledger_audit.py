@@ -244,11 +244,19 @@ def decision_entries(db_path: str | os.PathLike[str], decision_id: str) -> list[
     :class:`LedgerIntegrityError`); whether the chain holds is :func:`verify_ledger`'s
     question, which the caller asks first.
     """
+    return _entries_where(db_path, _SELECT_DECISION, (decision_id,))
+
+
+def _entries_where(
+    db_path: str | os.PathLike[str], select: str, params: tuple[object, ...]
+) -> list[StoredEntry]:
+    """The entries ``select`` (with ``{columns}`` for this file's columns) finds,
+    read-only, decoded as the audit decodes them."""
     try:
         conn = open_read_only(db_path)
         with contextlib.closing(conn):
-            select = _SELECT_DECISION.format(columns=entry_columns_sql(conn))
-            rows = conn.execute(select, (decision_id,)).fetchall()
+            query = select.format(columns=entry_columns_sql(conn))
+            rows = conn.execute(query, params).fetchall()
     except sqlite3.Error as exc:
         raise EvidenceStoreUnavailable("evidence ledger could not be read") from exc
     found = []
@@ -272,17 +280,4 @@ def shadow_entries(
     """Every ``shadow`` entry recorded at ``since_ms <= at < until_ms``, in seq order,
     read-only (issue 25: ``release diff`` over recorded traffic). Decoded and refused
     as :func:`decision_entries` does; the caller asks :func:`verify_ledger` first."""
-    try:
-        conn = open_read_only(db_path)
-        with contextlib.closing(conn):
-            select = _SELECT_SHADOW.format(columns=entry_columns_sql(conn))
-            rows = conn.execute(select, (since_ms, until_ms)).fetchall()
-    except sqlite3.Error as exc:
-        raise EvidenceStoreUnavailable("evidence ledger could not be read") from exc
-    found = []
-    for row in rows:
-        try:
-            found.append(stored_entry(row))
-        except MalformedEntry as exc:
-            raise LedgerIntegrityError(ENTRY_MALFORMED, row[0]) from exc
-    return found
+    return _entries_where(db_path, _SELECT_SHADOW, (since_ms, until_ms))
