@@ -446,12 +446,16 @@ class ReleasePublishJson(CliJson, kw_only=True):
         _("each gate that answered with a report a gate key of its registry signed"),
     ]
     unverified_answers: Annotated[Count, _("answers not signed so, and not counted")]
+    shadow: Annotated[
+        bool,
+        _("published as the shadow (--shadow, issue 25): verified, run beside, decides nothing"),
+    ] = False
 
 
 class BucketRow(CliJson, kw_only=True):
     """One value of the ``SMF_RELEASES`` bucket, as published (not verified)."""
 
-    key: Annotated[str, _("the bucket key (release.<sequence>)")]
+    key: Annotated[str, _("the bucket key (release.<sequence>, or shadow for the shadow)")]
     revision: Annotated[Count, _("its bucket revision")]
     bytes: Annotated[Count, _("its size")]
     release_id: Annotated[ReleaseId | None, _("the manifest's release id; null if not a release")]
@@ -469,6 +473,30 @@ class RefusalJson(CliJson, kw_only=True):
     retryable: Annotated[bool, _("whether the gate tries it again when its state moves")]
 
 
+class ShadowCountsJson(CliJson, kw_only=True):
+    """What a gate did with its shadow release since it was loaded (issue 25)."""
+
+    evaluated: Annotated[Count, _("decisions evaluated under the shadow")]
+    disagreed: Annotated[Count, _("of those, the ones it would have decided otherwise")]
+    recorded: Annotated[Count, _("disagreements written to the ledger as shadow entries")]
+    unrecorded: Annotated[Count, _("disagreements the ledger did not take (an outage)")]
+    dropped: Annotated[Count, _("decisions or disagreements dropped: the shadow's queue was full")]
+    skipped: Annotated[
+        Count, _("decisions not evaluated: the shadow not in force, or another release decided")
+    ]
+    failed: Annotated[Count, _("shadow evaluations that raised (no verdict changed)")]
+
+
+class GateShadowJson(CliJson, kw_only=True):
+    """The shadow release a gate runs beside its active one (issue 25), from its report."""
+
+    release_id: Annotated[ReleaseId, _("the shadow release")]
+    sequence: Annotated[int, _("its sequence")]
+    manifest_hash: Annotated[Identity, _("its manifest hash")]
+    lease_expires_at_ms: Annotated[Millis, _("its lease end, Unix ms")]
+    counts: Annotated[ShadowCountsJson | None, _("what the gate did with it")]
+
+
 class GateReleaseJson(CliJson, kw_only=True):
     """One gate's release, from its signed report."""
 
@@ -479,6 +507,7 @@ class GateReleaseJson(CliJson, kw_only=True):
     lease_expires_at_ms: Annotated[Millis | None, _("that release's lease end, Unix ms")]
     in_force: Annotated[bool, _("false: the gate denies everything (no release, lease out)")]
     refusals: Annotated[tuple[RefusalJson, ...], _("its most recent refusals, oldest first")]
+    shadow: Annotated[GateShadowJson | None, _("the shadow release it runs, or null")] = None
 
 
 class AcceptedJson(CliJson, kw_only=True):
@@ -501,6 +530,18 @@ class InboxNewestJson(CliJson, kw_only=True):
     sequence: Annotated[int, _("its sequence number")]
 
 
+class StoredShadowJson(CliJson, kw_only=True):
+    """The shadow release a state directory's gate keeps (issue 25), as stored: the
+    gate verifies it again at every start."""
+
+    release_id: Annotated[ReleaseId, _("the shadow release")]
+    sequence: Annotated[int, _("its sequence")]
+    manifest_hash: Annotated[Identity, _("its manifest hash")]
+    beside_manifest_hash: Annotated[Identity, _("the accepted release it was verified against")]
+    origin: Annotated[str, _("where the gate found it (kv:shadow@<revision>)")]
+    loaded_at_ms: Annotated[Millis, _("when the gate loaded it, Unix ms")]
+
+
 class ReleaseStatusJson(CliJson, kw_only=True):
     """``release status --json``: with ``--nats`` the bucket and every gate's report
     (``accepted`` and ``inbox_newest`` null); with ``--state-dir`` what that state
@@ -514,6 +555,31 @@ class ReleaseStatusJson(CliJson, kw_only=True):
     unverified_answers: Annotated[Count | None, _("answers no gate key signed, not counted")]
     accepted: Annotated[AcceptedJson | None, _("the state's accepted release, or null")]
     inbox_newest: Annotated[InboxNewestJson | None, _("the inbox's newest bundle, or null")]
+    shadow: Annotated[
+        StoredShadowJson | None, _("with --state-dir, the shadow its gate keeps, or null")
+    ] = None
+
+
+class WithdrawnAtGateJson(CliJson, kw_only=True):
+    """What one gate said after the shadow was withdrawn, in its signed report."""
+
+    gate: Annotated[str, _("the gate's name")]
+    shadow_release_id: Annotated[
+        ReleaseId | None, _("the shadow it still runs, or null: it runs none")
+    ]
+
+
+class ReleaseWithdrawShadowJson(CliJson, kw_only=True):
+    """``release withdraw-shadow --json`` (issue 25); also printed when it exits 1 (a
+    gate still runs a shadow, or no gate's signed word came within ``--wait``)."""
+
+    withdrawn: Annotated[
+        bool, _("the bucket held a shadow and a delete marker was written (false: none held)")
+    ]
+    release_id: Annotated[ReleaseId | None, _("the shadow withdrawn, as published, or null")]
+    waited: Annotated[bool, _("false with --no-wait: the gates were not asked")]
+    gates: Annotated[tuple[WithdrawnAtGateJson, ...], _("each gate that answered, signed")]
+    unverified_answers: Annotated[Count, _("answers no known gate key signed, not counted")]
 
 
 # --- approvals ------------------------------------------------------------------------
@@ -719,10 +785,16 @@ class LedgerStepJson(CliJson, kw_only=True):
     """One ledger entry of the decision, in order."""
 
     seq: Annotated[int, _("its place in the ledger's chain")]
-    kind: Annotated[str, _("decision, or what happened after it (transition, ...)")]
+    kind: Annotated[str, _("decision, or what happened after it (transition, shadow, ...)")]
     status: Annotated[str | None, _("the transition's status (consumed, failed, ...), or null")]
     reason_codes: Annotated[tuple[str, ...], _("its reason codes")]
     at: Annotated[Millis, _("when, Unix ms")]
+    shadow_disposition: Annotated[
+        str | None, _("a shadow entry: what the shadow release would have decided; else null")
+    ] = None
+    shadow_reason_codes: Annotated[
+        tuple[str, ...] | None, _("a shadow entry: the shadow's reason codes; else null")
+    ] = None
 
 
 class ExplainLedgerJson(CliJson, kw_only=True):
@@ -850,6 +922,52 @@ class ReleaseDiffJson(CliJson, kw_only=True):
     model_providers: Annotated[tuple[ProviderChange, ...], _("model providers that changed")]
     authenticated: Annotated[bool, _("both read through --trust-root (else as written)")]
     unchanged: Annotated[bool, _("nothing differs")]
+
+
+class TalliedJson(CliJson, kw_only=True):
+    """Recorded decisions that would change, for one value of one dimension."""
+
+    value: Annotated[str, _("the capability, rule, policy, layer or tenant pseudonym")]
+    count: Annotated[Count, _("decisions (one differing in two policies counts under each)")]
+    examples: Annotated[tuple[Identity, ...], _("up to three of their decision ids")]
+
+
+class MoveJson(CliJson, kw_only=True):
+    """Recorded decisions that would go from one disposition to another."""
+
+    from_: Annotated[Literal["allow", "hold", "deny"], _("enforced")] = msgspec.field(name="from")
+    to: Annotated[Literal["allow", "hold", "deny"], _("under the shadow")]
+    count: Annotated[Count, _("decisions")]
+    examples: Annotated[tuple[Identity, ...], _("up to three of their decision ids")]
+
+
+class RecordedTrafficJson(CliJson, kw_only=True):
+    """What the ledger's shadow entries of a pair say (issue 25, recorded traffic)."""
+
+    ledger: Annotated[Path_, _("the ledger file read (verified first, read-only)")]
+    checkpoints: Annotated[Count, _("signed checkpoints the ledger was held against")]
+    since_ms: Annotated[Millis | None, _("the window's start (--since), Unix ms, or null")]
+    until_ms: Annotated[Millis | None, _("the window's end (--until, excluded), or null")]
+    total: Annotated[Count, _("decisions made under OLD that NEW would decide otherwise")]
+    moves: Annotated[tuple[MoveJson, ...], _("from -> to disposition counts, most first")]
+    by_capability: Annotated[tuple[TalliedJson, ...], _("by the operation's capability")]
+    by_rule: Annotated[tuple[TalliedJson, ...], _("by rule a differing policy rests on")]
+    by_policy: Annotated[tuple[TalliedJson, ...], _("by differing policy")]
+    by_layer: Annotated[tuple[TalliedJson, ...], _("by the differing policies' layers")]
+    by_tenant: Annotated[tuple[TalliedJson, ...], _("by tenant pseudonym (never a name)")]
+    unresolved: Annotated[
+        tuple[Identity, ...], _("policy or rule identities neither release names")
+    ]
+
+
+class ReleaseTrafficDiffJson(CliJson, kw_only=True):
+    """``release diff --state-dir ... --json`` (``--shadow``, ``--from/--to`` or OLD NEW
+    with a state): the static diff and the recorded traffic (issue 25)."""
+
+    schema: Annotated[Literal["smf.release-traffic-diff/1"], _("record schema")]
+    diff: Annotated[ReleaseDiffJson, _("the static diff of the two releases")]
+    recorded: Annotated[RecordedTrafficJson, _("what the ledger's shadow entries say")]
+    chart: Annotated[Path_ | None, _("the SVG chart written (--chart), or null")]
 
 
 # --- onboarding and doctor (issue 21) ---------------------------------------------------------
@@ -981,6 +1099,7 @@ VARIANTS: Final[dict[type[CliJson], str]] = {
     EvalExplainedJson: "--explain",
     EvalLinesJson: "--jsonl",
     EvalAgainstJson: "--against",
+    ReleaseTrafficDiffJson: "--state-dir",
 }
 """Types a command prints instead of its first one when given a flag (not refusals)."""
 
@@ -1007,7 +1126,8 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("release", "trust-root"): (TrustRootJson,),
     ("release", "publish"): (ReleasePublishJson,),
     ("release", "status"): (ReleaseStatusJson,),
-    ("release", "diff"): (ReleaseDiffJson,),
+    ("release", "diff"): (ReleaseDiffJson, ReleaseTrafficDiffJson),
+    ("release", "withdraw-shadow"): (ReleaseWithdrawShadowJson,),
     ("console",): (ConsoleJson,),
     ("bus", "authorization"): (BusAuthorizationJson,),
     ("bus", "permissions"): (BusPermissionsJson,),

@@ -9,6 +9,7 @@ stays clean for pipes.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import sys
 import time
 from collections.abc import Sequence
@@ -68,6 +69,18 @@ def port_number(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port number (0 to 65535)")
     return value
+
+
+def parse_time(text: str, option: str) -> int:
+    """An RFC 3339 time with a zone (``2026-11-30T12:00:00Z``) as Unix ms, or a usage
+    error naming ``option``: a time without a zone would mean this machine's."""
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        fail(f"{option}: {text!r} is not an RFC 3339 timestamp", 2)
+    if moment.tzinfo is None:
+        fail(f"{option}: the timestamp needs a time zone (e.g. Z)", 2)
+    return int(moment.timestamp() * 1000)
 
 
 def first_line(exc: BaseException) -> str:

@@ -35,7 +35,7 @@ from typing import Final
 import msgspec
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 
 from ops.compiler import CompileError, compile_corpus
 from pipeline.core.projection import (
@@ -65,6 +65,7 @@ from subjects.release import (
     PAYLOAD_RELEASE_MANIFEST,
     RELEASE_BUCKET,
     RELEASE_KEY_PREFIX,
+    SHADOW_KEY,
     TRUST_ROOT_SCHEMA,
     MalformedReleaseError,
     ReleaseBundle,
@@ -462,6 +463,38 @@ async def publish_to_bucket(js: JetStreamContext, bundle: ReleaseBundle) -> tupl
         raise ReleasePublishError(f"{key} is already published with different content") from None
 
 
+async def publish_shadow_to_bucket(js: JetStreamContext, bundle: ReleaseBundle) -> tuple[str, int]:
+    """Publish the bundle as the shadow release (issue 25) under ``shadow``; returns
+    (key, revision). Unlike a release's ``create``, this replaces a shadow already
+    there: there is one shadow at a time, and publishing another one is trying the
+    next candidate. Every gate verifies it as the release it would become."""
+    kv = await ensure_release_bucket(js)
+    return SHADOW_KEY, await kv.put(SHADOW_KEY, encode_bundle(bundle))
+
+
+async def withdraw_shadow_from_bucket(js: JetStreamContext) -> bool:
+    """Withdraw the shadow (issue 25): a delete marker on ``shadow``, which every gate
+    honours, also one that was down when it was written. Returns False when the
+    bucket held no shadow (nothing was written)."""
+    if await bucket_shadow(js) is None:
+        return False
+    kv = await ensure_release_bucket(js)
+    await kv.delete(SHADOW_KEY)
+    return True
+
+
+async def bucket_shadow(js: JetStreamContext) -> BucketEntry | None:
+    """The shadow the bucket holds (as published, not verified), or None."""
+    kv = await ensure_release_bucket(js)
+    try:
+        entry = await kv.get(SHADOW_KEY)
+    except (KeyNotFoundError, KeyDeletedError):  # never published, or withdrawn
+        return None
+    if entry.value is None:
+        return None
+    return _bucket_entry(SHADOW_KEY, entry.revision or 0, entry.value)
+
+
 @dataclass(frozen=True, slots=True)
 class BucketEntry:
     key: str
@@ -492,16 +525,20 @@ async def bucket_entries(js: JetStreamContext) -> list[BucketEntry]:
             continue
         if entry.value is None:
             continue
-        manifest: ReleaseManifest | None = None
-        gate_keys: dict[str, VerifyKey] = {}
-        try:
-            bundle = decode_bundle(entry.value)
-            manifest = unverified_manifest(bundle)
-            gate_keys = gate_keys_of(bundle)
-        except (ReleaseError, MalformedReleaseError):
-            pass
-        entries.append(BucketEntry(key, entry.revision or 0, manifest, len(entry.value), gate_keys))
+        entries.append(_bucket_entry(key, entry.revision or 0, entry.value))
     return entries
+
+
+def _bucket_entry(key: str, revision: int, value: bytes) -> BucketEntry:
+    manifest: ReleaseManifest | None = None
+    gate_keys: dict[str, VerifyKey] = {}
+    try:
+        bundle = decode_bundle(value)
+        manifest = unverified_manifest(bundle)
+        gate_keys = gate_keys_of(bundle)
+    except (ReleaseError, MalformedReleaseError):
+        pass
+    return BucketEntry(key, revision, manifest, len(value), gate_keys)
 
 
 # -- what the gates did with it (issue 22) ------------------------------------------

@@ -70,6 +70,13 @@ TRUST_ROOT_SCHEMA: Final = "smf.release-trust-root/1"
 RELEASE_BUCKET: Final = "SMF_RELEASES"
 """The JetStream key-value bucket releases are published to; gates watch it."""
 RELEASE_KEY_PREFIX: Final = "release."
+SHADOW_KEY: Final = "shadow"
+"""The ``SMF_RELEASES`` key of the shadow release (issue 25): one value, a bundle as
+any release's, which every gate verifies as it verifies a release and runs beside
+its active one without deciding anything with it; a delete of the key withdraws
+it. It is outside ``release.>`` on purpose: nothing that looks for releases to use
+(a gate's release watch, the Hermes adapter, ``release status``'s list) takes it
+for one."""
 
 MAX_BUNDLE_BYTES: Final = 900 * 1024
 """Bound on an encoded bundle, checked before parsing; below the NATS default
@@ -463,6 +470,33 @@ class ReportedRefusal(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     retryable: bool
 
 
+Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class ShadowCounts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What a gate did with its shadow release since that shadow was loaded (issue 25).
+
+    The shadow never waits in the way of a verdict: each decision is handed to it
+    after the verdict is answered, into a bounded queue, so under overload some are
+    ``dropped`` (counted, never waited for)."""
+
+    evaluated: Count
+    """Decisions evaluated under the shadow."""
+    disagreed: Count
+    """Of those, the ones the shadow would have decided otherwise."""
+    recorded: Count
+    """Disagreements written to the ledger as ``shadow`` entries."""
+    unrecorded: Count
+    """Disagreements the ledger did not take (an outage): counted, not retried."""
+    dropped: Count
+    """Decisions or disagreements dropped because the shadow's queue was full."""
+    skipped: Count
+    """Decisions not evaluated: the shadow was not in force, or the decision was made
+    under another release than the one the shadow runs beside."""
+    failed: Count
+    """Shadow evaluations that raised (logged by type): no effect on any verdict."""
+
+
 class ReleaseReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A gate's own account of its releases, signed with its gate key.
 
@@ -481,6 +515,13 @@ class ReleaseReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     refusals: Annotated[tuple[ReportedRefusal, ...], msgspec.Meta(max_length=MAX_REPORTED_REFUSALS)]
     asked: ReleaseOutcome | None = None
     asked_refusal: ReportedRefusal | None = None
+    shadow: ReportedRelease | msgspec.UnsetType = msgspec.UNSET
+    """The shadow release the gate runs beside its active one (issue 25). Unset (left
+    out of the encoding) when it runs none, so a report without a shadow has the
+    bytes it had before the field existed (docs/SUBJECTS.md, "Additive optional
+    fields")."""
+    shadow_counts: ShadowCounts | msgspec.UnsetType = msgspec.UNSET
+    """What the gate did with its shadow; unset without one."""
 
 
 def sign_release_report(report: ReleaseReport, gate_key: SigningKey) -> bytes:

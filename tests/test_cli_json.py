@@ -433,6 +433,16 @@ def check_diff(out: cli_json.ReleaseDiffJson, _: World) -> None:
     assert out.authenticated is False
 
 
+def check_traffic_diff(out: cli_json.ReleaseTrafficDiffJson, _: World) -> None:
+    assert out.diff.authenticated  # with the state's trust root
+    assert (out.recorded.total, out.recorded.moves) == (0, ())  # never shadow and active
+    assert out.chart is None
+
+
+def check_withdraw(out: cli_json.ReleaseWithdrawShadowJson, _: World) -> None:
+    assert (out.withdrawn, out.waited, out.gates) == (False, False, ())  # none was held
+
+
 def check_nkey(out: cli_json.BusUserJson, _: World) -> None:
     assert out.principal == "attorney-nkey"
     assert Path(out.seed_file).stat().st_mode & 0o077 == 0
@@ -683,6 +693,16 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
     ("release", "diff"): (
         Case(("{work}/against", "{work}/release"), check=check_diff),
         Case(("{work}/nowhere", "{work}/release"), 2, None),  # as verify: a usage error
+        Case(
+            ("{work}/against", "{work}/release", "--state-dir", "{state}"),
+            prints=1,
+            check=check_traffic_diff,
+        ),
+        Case(("--shadow", "--state-dir", "{state}"), 1, None),  # its gate keeps no shadow
+    ),
+    ("release", "withdraw-shadow"): (
+        Case(("--nats", "{nats}", *PUBLISHER_CREDENTIAL), check=check_withdraw),
+        Case(("--nats", "{dead}"), 1, None),
     ),
     ("release", "status"): (
         Case(("--nats", "{nats}", *PUBLISHER_CREDENTIAL), check=check_status_bus),

@@ -104,6 +104,7 @@ STATE_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("swarm", "analyze"): ("--facts", "{matter}", "--state-dir", "{state}"),
     ("keys", "public"): ("--key", "{state}/keys/runtime.key"),
     ("explain",): ("{decision}", "--state-dir", "{state}"),
+    ("release", "diff"): ("--shadow", "--state-dir", "{state}"),
     ("runtime", "add"): (
         *("--kind", "hermes", "--id", "rt-careless", "--tenant", "tenant-acme"),
         *("--release-key", "{state}/keys/release-signer.key", "--state-dir", "{state}"),
@@ -155,6 +156,7 @@ BUS_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
     ),
     ("ledger", "checkpoints"): ("--nats", "{nats}"),
     ("release", "status"): ("--nats", "{nats}"),
+    ("release", "withdraw-shadow"): ("--nats", "{nats}"),
     ("console",): (
         "--nats",
         "{nats}",
@@ -194,7 +196,6 @@ ARGUMENT_ONLY: dict[tuple[str, ...], str] = {
     ("release", "verify"): "reads a release folder; --state-dir only for its rollback floor",
     ("release", "publish"): "needs a built release folder; its bus call is release status's",
     ("release", "trust-root"): "writes one new file from public records",
-    ("release", "diff"): "reads two release folders; no state, no bus",
     ("swarm", "review"): "needs a report; reads --state-dir only for its rollback floor",
     ("completion",): "prints a script; in the closed-stdout class",
 }

@@ -1047,7 +1047,8 @@ async def test_open_of_an_unsupported_schema_version_is_unavailable(
     with attacker(db) as conn:
         for statement in DDL:
             conn.execute(statement)
-        conn.execute("INSERT INTO ledger_meta VALUES (1, ?, 2)", (identity_of("future"),))
+        future = ledger_schema.SCHEMA_VERSION + 1  # 2 until schema 2 (issue 25) was written
+        conn.execute(f"INSERT INTO ledger_meta VALUES (1, ?, {future})", (identity_of("future"),))
     with pytest.raises(EvidenceStoreUnavailable, match="opened"):
         await Ledger.open(db, signer=key)
 

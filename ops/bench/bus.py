@@ -18,7 +18,15 @@ temporary store), measure
    usual case), or read from the bucket (one ``STREAM.MSG.GET`` and a
    signature check). The three are interleaved request by request on one gate,
    so they meet the same load; every record is clean, so the decision is the
-   plain allow's and the difference is the lookup.
+   plain allow's and the difference is the lookup;
+6. the co-located allow again, with a shadow release beside the active one
+   (issue 25) and without, interleaved request by request on one gate: the
+   shadow holds every one of these deletions for an attorney, so each allow is
+   also judged under it after its verdict and writes a ``shadow`` entry (the
+   worst case: a disagreement every time). Without, the gate's shadow desk is
+   unhooked for that request (``Gate.shadow``), so nothing is handed to it; the
+   shadow's entries of earlier requests are still written when their window
+   closes, as in production. The shadow's evaluation alone is timed as a step.
 
 and, as a second baseline that explains the gap, the durable steps alone:
 one evidence append (SQLite WAL, ``synchronous=FULL``: an fsync per commit),
@@ -40,7 +48,9 @@ expected verdict is an error, never a figure.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -60,16 +70,32 @@ from ops.bench.stats import Summary, summarize
 from ops.demo_script import actor
 from ops.natsserver import EmbeddedNatsServer
 from ops.output import Progress
+from ops.projections import SCENARIO_CORPUS, package_path
+from ops.releases import build_release, prior_of, publish_shadow_to_bucket
 from ops.stack import gate_config
-from ops.state import ADAPTER_ID, MODEL_GATEWAY, RUNTIME_ID, StateDir, provision_demo
-from pipeline.assembly import start_gate
+from ops.state import (
+    ADAPTER_ID,
+    MODEL_GATEWAY,
+    RELEASE_SIGNER,
+    RUNTIME_ID,
+    StateDir,
+    provision_demo,
+)
+from pipeline.assembly import RunningGate, start_gate
+from pipeline.core.evaluator import evaluate
+from pipeline.core.release_trust import VerifiedRelease
+from pipeline.core.shadow import difference, shadow_decision
+from pipeline.stages.evidence import EvidenceWriter
 from pipeline.stages.model_gateway import new_call_id
+from pipeline.stages.shadow_releases import ShadowReleases
 from pipeline.stores.call_context import CallContextWriter
 from pipeline.stores.claims import ClaimStore
 from pipeline.stores.ledger import Ledger
 from pipeline.stores.ledger_schema import EvidenceEntry
 from subjects.call_context import CallContext
+from subjects.keyed import PseudonymKey
 from subjects.messages import DataFacts, Verdict
+from subjects.release import ReleaseBundle, decode_bundle
 from subjects.verdicts import open_verdict, sign_verdict
 
 DEFAULT_ROUNDS: Final = 1000
@@ -107,8 +133,23 @@ CALL_CONTEXT_STEPS: Final = (
 )
 """The gateway's signed create of one record, and the gate's lookup alone
 (``CallContextMirror.get``) of the same records, kept and read."""
+SHADOW_SERIES: Final = (
+    "propose allow (co-located, no shadow, paired)",
+    "propose allow (co-located, shadow beside)",
+)
+"""Series 6: the co-located allow without and with a shadow release beside the active one."""
+SHADOW_STEPS: Final = ("shadow judge alone (CPU)",)
+"""The shadow's evaluation of one decision and its entry built (no I/O)."""
+SHADOW_TARGET: Final = 1.10
+"""Issue 25: the allow's p50 with a shadow within 10 % of without."""
 SERIES: Final = (
-    2 + 4 * len(MODES) + len(CALL_CONTEXT_SERIES) + len(CALL_CONTEXT_STEPS) + len(DURABLE_STEPS)
+    2
+    + 4 * len(MODES)
+    + len(CALL_CONTEXT_SERIES)
+    + len(CALL_CONTEXT_STEPS)
+    + len(SHADOW_SERIES)
+    + len(SHADOW_STEPS)
+    + len(DURABLE_STEPS)
 )
 """Echo latency and throughput; per mode allow and deny, each latency and
 throughput; the allow with a call-context lookup; the durable steps (issue 22:
@@ -435,6 +476,10 @@ async def _measure(
         for summary in await _call_context_lookups(state, url, client, proposals, rounds):
             done(summary)
 
+        # 6. The co-located allow with a shadow release beside the active one, and without.
+        for summary in await _shadow_beside(root, state, url, client, proposals, rounds):
+            done(summary)
+
         # The durable steps alone: what an allow waits for besides the bus.
         for summary in await _durable_steps(root, state, client, rounds):
             done(summary)
@@ -500,6 +545,128 @@ async def _call_context_lookups(
         return [summarize(label, t) for label, t in zip(labels, taken, strict=True)]
     finally:
         await gate.close()
+
+
+def _tight_shadow(root: Path, active: VerifiedRelease, state: StateDir) -> ReleaseBundle:
+    """The next release after ``active``, signed by the bench state's release key, in
+    which the retention deletion (every allow this bench sends) is held for a licensed
+    attorney: the shadow disagrees with every allow."""
+    corpus = root / "corpus-shadow"
+    shutil.copytree(package_path(SCENARIO_CORPUS), corpus)
+    policies = json.loads((corpus / "policies.json").read_text(encoding="utf-8"))
+    for policy in policies:
+        if policy["policy_id"] == "customer.acme.retention-deletion":
+            policy.update(
+                effect="conditional",
+                reason_code="retention_deletion_needs_attorney",
+                requirements={"approval_count": 1, "required_roles": ["licensed_attorney"]},
+            )
+    (corpus / "policies.json").write_text(json.dumps(policies), encoding="utf-8")
+    return build_release(
+        corpus,
+        [state.key(RELEASE_SIGNER)],
+        state.registry.read_bytes(),
+        now_ms=int(time.time() * 1000),
+        prior=prior_of(decode_bundle(active.bundle_bytes)),
+    )
+
+
+async def _shadow_beside(
+    root: Path, state: StateDir, url: str, client: Client, proposals: _Proposals, rounds: int
+) -> list[Summary]:
+    """Series 6 on one co-located gate, interleaved round by round: an allow with the
+    gate's shadow desk unhooked, then one with it (module docstring). Every shadow
+    judgement must be recorded, none dropped: a dropped one would be work not
+    measured, so the run fails instead of printing."""
+    count = WARM_UP + rounds
+    plain, beside = proposals.allows(count), proposals.allows(count)
+    gate = await start_gate(gate_config(state, url, co_located=True))
+    try:
+        assert gate.releases is not None
+        active = gate.releases.active
+        desk, shadows = gate.shadow, gate.shadows
+        if active is None or desk is None or shadows is None:
+            raise BenchError("the bench gate runs no verified release, so no shadow")
+        shadow = _tight_shadow(root, active, state)
+        await publish_shadow_to_bucket(client.jetstream(), shadow)
+        deadline = time.monotonic() + REACH_S
+        while shadows.active is None:
+            if time.monotonic() > deadline:
+                raise BenchError(
+                    f"the gate did not load the shadow: {list(gate.releases.refusals)}"
+                )
+            await asyncio.sleep(REACH_RETRY_S)
+        calls = [_expecting(proposals.runtime, signed, "allow") for signed in (plain, beside)]
+        samples: list[list[int]] = [[], []]
+        clock = time.perf_counter_ns
+        for n in range(count):
+            for series, (call, _) in enumerate(calls):
+                gate.gate.shadow = desk if series == 1 else None
+                start = clock()
+                await call(n)
+                if n >= WARM_UP:
+                    samples[series].append(clock() - start)
+        gate.gate.shadow = desk
+        for label, (_, wrong) in zip(SHADOW_SERIES, calls, strict=True):
+            _check(label, wrong)
+        await desk.settled()
+        counts = desk.counts()
+        if counts is None or (counts.disagreed, counts.recorded, counts.dropped) != (
+            count,
+            count,
+            0,
+        ):
+            raise BenchError(f"{SHADOW_SERIES[1]}: the shadow did not record every allow: {counts}")
+        judge = await _shadow_judge_alone(gate, shadows, proposals, rounds)
+        return [
+            *(summarize(label, t) for label, t in zip(SHADOW_SERIES, samples, strict=True)),
+            summarize(SHADOW_STEPS[0], judge),
+        ]
+    finally:
+        await gate.close()
+
+
+async def _shadow_judge_alone(
+    gate: RunningGate, shadows: ShadowReleases, proposals: _Proposals, rounds: int
+) -> list[int]:
+    """The shadow's work for one decision, without the queue or the ledger: evaluate the
+    envelope under the shadow, compare, build the entry (CPU only)."""
+    running = shadows.current()
+    active = gate.releases.active if gate.releases is not None else None
+    if running is None or active is None:
+        raise BenchError("the shadow is not in force for its step")
+    proposal = proposals.runtime.build(
+        native_tool="dms_delete",
+        arguments={"document_id": "doc-bench-judge"},
+        actor=actor("associate-ann", "associate"),
+        facts=DataFacts(classification="internal", injection_taint="clear", legal_hold=False),
+    )
+    normalized = await gate.gate.normalize.call(proposal, 5.0)
+    envelope = normalized.envelope
+    enforced = evaluate(
+        envelope,
+        active.policy_set,
+        at_ms=int(time.time() * 1000),
+        op_hash=normalized.operation_hash,
+    )
+    writer = EvidenceWriter(gate.ledger, state_key(gate), lambda: int(time.time() * 1000))
+    tenant = writer.tenant_ref("tenant-acme")
+    clock = time.perf_counter_ns
+    taken = []
+    for _ in range(WARM_UP + rounds):
+        start = clock()
+        judged = shadow_decision(envelope, enforced, running.release.policy_set)
+        found = difference(enforced, judged)
+        if found is None:
+            raise BenchError(f"{SHADOW_STEPS[0]}: the shadow agreed with the allow")
+        writer.for_shadow(enforced, judged, found, tenant, envelope.capability)
+        taken.append(clock() - start)
+    return taken[WARM_UP:]
+
+
+def state_key(gate: RunningGate) -> PseudonymKey:
+    """The gate's tenant pseudonym key (the shadow's entries name tenants by it)."""
+    return gate.gate.settings.tenant_key
 
 
 async def _durable_steps(root: Path, state: StateDir, client: Client, rounds: int) -> list[Summary]:

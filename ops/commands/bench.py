@@ -292,6 +292,12 @@ def _bus_targets(result: bus.BusResult) -> list[Target]:
         if label in rates and "echo" in rates:
             wanted = min(THROUGHPUT_PER_S, THROUGHPUT_OVER_ECHO * rates["echo"])
             targets.append(Target(label, "requests/s", "at_least", wanted, rates[label]))
+    without, beside = bus.SHADOW_SERIES
+    if without in p50 and beside in p50:  # issue 25: the shadow never holds a verdict up
+        measured = p50[beside] / p50[without]
+        targets.append(
+            Target(beside, "p50 / paired p50 without", "at_most", bus.SHADOW_TARGET, measured)
+        )
     return targets
 
 

@@ -95,7 +95,7 @@ def _decision_entry(db: Path, decision_id: str) -> tuple[StoredEntry, list[Store
     return decisions[0], entries
 
 
-def _verified_ledger(db: Path, state: StateDir) -> int:  # noqa: RET503 - fail() ends it
+def verified_ledger(db: Path, state: StateDir) -> int:  # noqa: RET503 - fail() ends it
     """The chain holds and every checkpoint in the file is this state's gate's; returns
     how many checkpoints tie the file to this state (0: nothing does yet, and the
     output says so: a checkpoint is signed every ``checkpoint_every`` entries or
@@ -171,7 +171,7 @@ def run_explain(args: argparse.Namespace) -> int:
     db: Path = args.db or state.ledger
     if not db.is_file():
         fail(f"no ledger at {db}")
-    anchors = _verified_ledger(db, state)
+    anchors = verified_ledger(db, state)
     stored, history = _decision_entry(db, decision_id)
     entry = stored.entry
     if entry.projection_id == NO_PROJECTION:
@@ -208,6 +208,8 @@ def run_explain(args: argparse.Namespace) -> int:
                 "status": e.entry.status,
                 "reason_codes": list(e.entry.reason_codes),
                 "at": e.entry.at,
+                "shadow_disposition": e.entry.shadow_disposition,
+                "shadow_reason_codes": e.entry.shadow_reason_codes,
             }
             for e in history
         ],
@@ -239,6 +241,20 @@ def run_explain(args: argparse.Namespace) -> int:
     if later:
         table(
             ("seq", "then", "status", "reason codes"),
-            [(e.seq, e.entry.kind, e.entry.status, e.entry.reason_codes) for e in later],
+            [_step(e) for e in later],
         )
     return 0
+
+
+def _step(stored: StoredEntry) -> tuple[object, ...]:
+    """A later entry of the decision as a row; a ``shadow`` entry (issue 25) says what
+    the shadow release would have decided, and why, in its status and codes."""
+    e = stored.entry
+    if e.kind == "shadow":
+        return (
+            stored.seq,
+            "shadow",
+            f"would be {e.shadow_disposition}",
+            e.shadow_reason_codes or (),
+        )
+    return (stored.seq, e.kind, e.status, e.reason_codes)

@@ -6,11 +6,17 @@
   and against a state directory's accepted release: rollback, chain,
   revocation), with the lease judged now or ``--at``.
 - ``release publish``: to the ``SMF_RELEASES`` bucket (``--nats``) or a state
-  directory's inbox (``--state-dir``); running gates verify before use.
-- ``release status``: what a bucket holds, or what a state directory accepted.
+  directory's inbox (``--state-dir``); running gates verify before use. With
+  ``--shadow`` (issue 25) to the bucket's ``shadow`` key: every gate verifies it
+  as the release it would become and runs it beside its active release, deciding
+  nothing with it.
+- ``release withdraw-shadow``: delete the ``shadow`` key; every gate stops it.
+- ``release status``: what a bucket holds, or what a state directory accepted
+  (and the shadow each gate runs, or the state keeps).
 - ``release trust-root``: write the trust root file gates verify against.
 - ``release diff``: the rules, policies and requirements two release folders
-  differ in (issue 25; ``pipeline.core.release_diff``).
+  differ in (issue 25; ``pipeline.core.release_diff``); with a state directory
+  also the recorded decisions that would change (``ops.release_traffic``).
 """
 
 from __future__ import annotations
@@ -32,50 +38,57 @@ from ops.cli_json import (
     AcceptedJson,
     BucketRow,
     GateReleaseJson,
+    GateShadowJson,
     InboxNewestJson,
     PublishedToGate,
     RefusalJson,
     ReleaseBuildJson,
-    ReleaseDiffJson,
     ReleasePublishJson,
     ReleaseStatusJson,
     ReleaseVerifyJson,
+    ReleaseWithdrawShadowJson,
+    ShadowCountsJson,
+    StoredShadowJson,
     TrustRootJson,
+    WithdrawnAtGateJson,
 )
+from ops.commands.release_diff import add_diff_parser
 from ops.output import (
     CommandError,
     Progress,
     emit,
     fail,
+    parse_time,
     positive_float,
     positive_int,
     say,
     table,
 )
-from ops.release_text import ReleaseText, release_text
 from ops.releases import (
     DEFAULT_LEASE_HOURS,
     GateAnswers,
     ReleaseError,
     ask_gates,
     bucket_entries,
+    bucket_shadow,
     build_release,
     gate_keys_of,
     latest_in_inbox,
     load_trust_root,
     make_trust_root,
     prior_of,
+    publish_shadow_to_bucket,
     publish_to_bucket,
     publish_to_inbox,
     read_public_record,
     read_release_dir,
     unverified_manifest,
     wait_for_adoption,
+    withdraw_shadow_from_bucket,
     write_release_dir,
     write_trust_root,
 )
 from ops.state import PUBLISHER, StateDir
-from pipeline.core.release_diff import FieldChange, ReleaseDiff, diff_releases
 from pipeline.core.release_trust import (
     LastAccepted,
     ReleaseTrust,
@@ -83,9 +96,13 @@ from pipeline.core.release_trust import (
     TrustedTime,
     VerifiedRelease,
 )
-from pipeline.stores.release_state import StoredRelease, read_release_state
+from pipeline.stores.release_state import (
+    StoredRelease,
+    StoredShadow,
+    read_release_state,
+    read_shadow_state,
+)
 from subjects.bus_access import BusCredential
-from subjects.canonical import canonical_bytes
 from subjects.keys import KeyFileError, SigningKey, VerifyKey, load_private_key
 from subjects.release import (
     RELEASE_REPORT_SCHEMA,
@@ -96,7 +113,6 @@ from subjects.release import (
     ReleaseReportRequest,
     ReportedRefusal,
     ReportedRelease,
-    TrustRoot,
     encode_bundle,
 )
 
@@ -141,15 +157,16 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     where.add_argument("--nats", metavar="URL", help="publish to the SMF_RELEASES bucket")
     where.add_argument("--state-dir", type=Path, help="publish to this state directory's inbox")
     publish.add_argument("--trust-root", type=Path, help="verify against it before publishing")
-    publish.add_argument(
-        "--wait",
-        type=positive_float,
-        default=DEFAULT_ADOPTION_WAIT_SECONDS,
-        metavar="SECONDS",
-        help="how long to wait for the gates to adopt or refuse it (default %(default)s)",
+    add_wait_arguments(
+        publish,
+        "how long to wait for the gates to adopt or refuse it",
+        "publish without asking the gates what they did",
     )
     publish.add_argument(
-        "--no-wait", action="store_true", help="publish without asking the gates what they did"
+        "--shadow",
+        action="store_true",
+        help="publish as the shadow (bus only): gates verify it and run it beside the "
+        "active release, recording where it would decide otherwise; it decides nothing",
     )
     add_credential_argument(publish, PUBLISHER)
     publish.add_argument("--json", action="store_true", help="print JSON")
@@ -174,10 +191,24 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     root.add_argument("--json", action="store_true", help="print JSON")
     root.set_defaults(func=run_trust_root)
 
-    add_diff_parser(actions)
+    add_withdraw_parser(actions)
+    add_diff_parser(actions)  # ops.commands.release_diff
 
 
 # -- helpers --------------------------------------------------------------------
+
+
+def add_wait_arguments(parser: argparse.ArgumentParser, wait: str, no_wait: str) -> None:
+    """``--wait SECONDS`` and ``--no-wait``: how long a command asks the gates for their
+    signed word after it changed the bucket (issue 22), or that it does not ask."""
+    parser.add_argument(
+        "--wait",
+        type=positive_float,
+        default=DEFAULT_ADOPTION_WAIT_SECONDS,
+        metavar="SECONDS",
+        help=f"{wait} (default %(default)s)",
+    )
+    parser.add_argument("--no-wait", action="store_true", help=no_wait)
 
 
 def now_ms() -> int:
@@ -189,13 +220,7 @@ def instant(ms: int) -> str:
 
 
 def parse_at(text: str) -> int:
-    try:
-        moment = dt.datetime.fromisoformat(text)
-    except ValueError:
-        fail(f"--at: {text!r} is not an RFC 3339 timestamp", 2)
-    if moment.tzinfo is None:
-        fail("--at: the timestamp needs a time zone (e.g. Z)", 2)
-    return int(moment.timestamp() * 1000)
+    return parse_time(text, "--at")
 
 
 def _keys(paths: Sequence[Path]) -> list[SigningKey]:
@@ -364,6 +389,8 @@ class Published:
     reports: dict[str, ReleaseReport]
     unverified: int = 0
     waited: bool = True
+    shadow: bool = False
+    """Published as the shadow (issue 25): ``adopted`` then means the gate runs it."""
 
     def adopted_by(self) -> list[str]:
         return sorted(g for g, r in self.reports.items() if r.asked in ("adopted", "superseded"))
@@ -397,6 +424,7 @@ class Published:
                 for gate, report in sorted(self.reports.items())
             ),
             unverified_answers=self.unverified,
+            shadow=self.shadow,
         )
 
 
@@ -411,20 +439,24 @@ async def _publish_nats(
     bundle: ReleaseBundle,
     wait_seconds: float | None,
     on_published: Callable[[], None] | None = None,
+    *,
+    shadow: bool = False,
 ) -> Published:
-    """Put the bundle into the bucket, then (unless ``wait_seconds`` is None) ask the
-    gates until each that answers adopted or refused exactly this revision."""
+    """Put the bundle into the bucket (as the shadow with ``shadow``), then (unless
+    ``wait_seconds`` is None) ask the gates until each that answers adopted or refused
+    exactly this revision."""
     prior = prior_of(bundle)
     gate_keys = gate_keys_of(bundle)
     nc = await connect_bus(url, "smf-release", credential)
     try:
-        key, revision = await publish_to_bucket(nc.jetstream(), bundle)
+        put = publish_shadow_to_bucket if shadow else publish_to_bucket
+        key, revision = await put(nc.jetstream(), bundle)
         if on_published is not None:
             on_published()
         to = f"{url} SMF_RELEASES {key} (revision {revision})"
         manifest = unverified_manifest(bundle)
         if wait_seconds is None:
-            return Published(manifest, prior.manifest_hash, to, {}, waited=False)
+            return Published(manifest, prior.manifest_hash, to, {}, waited=False, shadow=shadow)
         request = ReleaseReportRequest(
             manifest_hash=prior.manifest_hash, origin=f"kv:{key}@{revision}"
         )
@@ -433,7 +465,14 @@ async def _publish_nats(
             answers = await wait_for_adoption(nc, request, gate_keys, wait_seconds, tick)
         finally:
             progress.close()
-        return Published(manifest, prior.manifest_hash, to, answers.reports, answers.unverified)
+        return Published(
+            manifest,
+            prior.manifest_hash,
+            to,
+            answers.reports,
+            answers.unverified,
+            shadow=shadow,
+        )
     except (NatsError, TimeoutError) as exc:
         fail(f"cannot publish to {url}: {str(exc).strip() or type(exc).__name__}")
     finally:
@@ -519,7 +558,11 @@ def _state_adoption(stored: StoredRelease) -> ReleaseReport:
 
 
 def published_line(done: Published) -> str:
-    return f"published {done.manifest.release_id} (sequence {done.manifest.sequence}) to {done.to}"
+    what = " as the shadow" if done.shadow else ""
+    return (
+        f"published {done.manifest.release_id} (sequence {done.manifest.sequence}){what} "
+        f"to {done.to}"
+    )
 
 
 def adoption_problem(done: Published, wait_seconds: float) -> str | None:
@@ -571,7 +614,8 @@ def adoption_line(done: Published) -> str:
         if done.unverified
         else ""
     )
-    return f"{head}; adopted by {', '.join(done.adopted_by())}{ignored}"
+    verb = "running beside the active release at" if done.shadow else "adopted by"
+    return f"{head}; {verb} {', '.join(done.adopted_by())}{ignored}"
 
 
 def _say_published(args: argparse.Namespace, done: Published) -> int:
@@ -608,6 +652,12 @@ def publish_bundle(
 
 
 def run_publish(args: argparse.Namespace) -> int:
+    if args.shadow and args.state_dir is not None:
+        fail(
+            "--shadow publishes to the SMF_RELEASES bucket, which every gate watches: "
+            "use --nats URL (a state directory's inbox holds releases to adopt)",
+            2,
+        )
     bundle = _read_dir(args.folder)
     if args.state_dir is not None:
         gate_would_refuse(args.folder, args.state_dir)
@@ -622,6 +672,9 @@ def run_publish(args: argparse.Namespace) -> int:
             fail(f"not published: release refused ({exc.reason_code}): {exc}")
     wait = None if args.no_wait else args.wait
     credential = credential_for(args.credential, None, PUBLISHER) if args.nats else None
+    if args.shadow:
+        done = asyncio.run(_publish_nats(args.nats, credential, bundle, wait, shadow=True))
+        return _say_published(args, done)
     try:
         done = publish_bundle(
             bundle,
@@ -633,6 +686,126 @@ def run_publish(args: argparse.Namespace) -> int:
     except ReleaseError as exc:
         fail(f"not published: {exc}")
     return _say_published(args, done)
+
+
+# -- withdraw-shadow (issue 25) ----------------------------------------------------
+
+
+def add_withdraw_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    withdraw = actions.add_parser(
+        "withdraw-shadow",
+        help="withdraw the shadow release: every gate stops running it",
+        description="Delete the shadow key of the SMF_RELEASES bucket (a delete marker "
+        "every gate honours, also one that was down), then ask the gates until none "
+        "runs a shadow. Exits 1 when a gate still runs one, or no gate answered.",
+    )
+    withdraw.add_argument("--nats", metavar="URL", required=True, help="the bus")
+    add_wait_arguments(
+        withdraw,
+        "how long to wait for the gates to stop it",
+        "withdraw without asking the gates",
+    )
+    add_credential_argument(withdraw, PUBLISHER)
+    withdraw.add_argument("--json", action="store_true", help="print JSON")
+    withdraw.set_defaults(func=run_withdraw_shadow)
+
+
+@dataclass(frozen=True, slots=True)
+class Withdrawn:
+    withdrawn: bool
+    release_id: str | None
+    reports: dict[str, ReleaseReport]
+    unverified: int
+    waited: bool
+
+    def still_running(self) -> list[str]:
+        return sorted(
+            g for g, r in self.reports.items() if not isinstance(r.shadow, msgspec.UnsetType)
+        )
+
+    def json(self) -> ReleaseWithdrawShadowJson:
+        return ReleaseWithdrawShadowJson(
+            withdrawn=self.withdrawn,
+            release_id=self.release_id,
+            waited=self.waited,
+            gates=tuple(
+                WithdrawnAtGateJson(
+                    gate=gate,
+                    shadow_release_id=None
+                    if isinstance(r.shadow, msgspec.UnsetType)
+                    else r.shadow.release_id,
+                )
+                for gate, r in sorted(self.reports.items())
+            ),
+            unverified_answers=self.unverified,
+        )
+
+
+async def _withdraw_nats(
+    url: str, credential: BusCredential | None, wait_seconds: float | None
+) -> Withdrawn:
+    """Delete the shadow key, then ask every gate until none runs a shadow. A report
+    counts only when a gate key of a release in the bucket (or of the shadow) signed it."""
+    nc = await connect_bus(url, "smf-release", credential)
+    try:
+        js = nc.jetstream()
+        held = await bucket_shadow(js)
+        keys: dict[str, VerifyKey] = {} if held is None else dict(held.gate_keys)
+        for entry in await bucket_entries(js):
+            keys.update(entry.gate_keys)
+        withdrawn = await withdraw_shadow_from_bucket(js)
+        release_id = None if held is None or held.manifest is None else held.manifest.release_id
+        if wait_seconds is None or not withdrawn:  # nothing written: nothing to wait for
+            return Withdrawn(withdrawn, release_id, {}, 0, waited=False)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        progress, tick = _waiting(wait_seconds)
+        try:
+            while True:
+                answers = await ask_gates(nc, ReleaseReportRequest(), keys)
+                elapsed = loop.time() - started
+                tick(elapsed)
+                done = Withdrawn(withdrawn, release_id, answers.reports, answers.unverified, True)
+                if (answers.reports and not done.still_running()) or elapsed >= wait_seconds:
+                    return done
+                await asyncio.sleep(0.1)
+        finally:
+            progress.close()
+    except (NatsError, TimeoutError) as exc:
+        fail(f"cannot withdraw at {url}: {str(exc).strip() or type(exc).__name__}")
+    finally:
+        await nc.drain()
+
+
+def run_withdraw_shadow(args: argparse.Namespace) -> int:
+    """``release withdraw-shadow``: every gate stops its shadow (docs/RELEASES.md)."""
+    credential = credential_for(args.credential, None, PUBLISHER)
+    wait = None if args.no_wait else args.wait
+    done = asyncio.run(_withdraw_nats(args.nats, credential, wait))
+    if args.json:
+        emit(done.json())
+    head = (
+        f"withdrew the shadow {done.release_id or ''}".rstrip()
+        if done.withdrawn
+        else "the bucket holds no shadow"
+    )
+    running = done.still_running()
+    if done.waited and running:
+        fail(f"{head}, but gate {', '.join(running)} still runs one after {args.wait:g} s")
+    if done.waited and not done.reports:
+        fail(
+            f"{head}, but no gate reported within {args.wait:g} s: is a gate running there? "
+            "(--no-wait withdraws without asking)"
+        )
+    if not args.json:
+        if not done.withdrawn:
+            tail = ": nothing to withdraw"
+        elif not done.waited:
+            tail = "; the gates were not asked (--no-wait)"
+        else:
+            tail = f"; no shadow runs at {', '.join(sorted(done.reports))}"
+        say(head + tail)
+    return 0
 
 
 # -- status -----------------------------------------------------------------------
@@ -651,6 +824,9 @@ async def _bucket_and_gates(
     nc = await connect_bus(url, "smf-release", credential)
     try:
         entries = await bucket_entries(nc.jetstream())
+        shadow = await bucket_shadow(nc.jetstream())
+        if shadow is not None:
+            entries.append(shadow)
         keys: dict[str, VerifyKey] = {}
         for entry in entries:
             keys.update(entry.gate_keys)
@@ -673,6 +849,22 @@ async def _bucket_and_gates(
     return rows, answers
 
 
+def _gate_shadow_json(report: ReleaseReport) -> GateShadowJson | None:
+    shadow = report.shadow
+    if isinstance(shadow, msgspec.UnsetType):
+        return None
+    counts = report.shadow_counts
+    return GateShadowJson(
+        release_id=shadow.release_id,
+        sequence=shadow.sequence,
+        manifest_hash=shadow.manifest_hash,
+        lease_expires_at_ms=shadow.lease_expires_at_ms,
+        counts=None
+        if isinstance(counts, msgspec.UnsetType)
+        else msgspec.convert(msgspec.to_builtins(counts), ShadowCountsJson),
+    )
+
+
 def _gate_json(report: ReleaseReport) -> GateReleaseJson:
     active = report.active
     return GateReleaseJson(
@@ -685,6 +877,7 @@ def _gate_json(report: ReleaseReport) -> GateReleaseJson:
         refusals=tuple(
             msgspec.convert(msgspec.to_builtins(r), RefusalJson) for r in report.refusals
         ),
+        shadow=_gate_shadow_json(report),
     )
 
 
@@ -711,6 +904,19 @@ def _say_bucket_status(rows: list[dict[str, Any]], answers: GateAnswers) -> None
         using = "no release" if active is None else f"{active.release_id} (seq {active.sequence})"
         force = "in force" if report.in_force else "NOT in force: it denies everything"
         say(f"gate {gate}: {using}, {force}; {len(report.refusals)} recent refusal(s)")
+        if not isinstance(report.shadow, msgspec.UnsetType):
+            c = report.shadow_counts
+            counted = (
+                ""
+                if isinstance(c, msgspec.UnsetType)
+                else f": {c.evaluated} evaluated, {c.disagreed} would differ, {c.recorded} "
+                f"recorded, {c.dropped} dropped, {c.unrecorded} unrecorded, {c.skipped} "
+                f"skipped, {c.failed} failed"
+            )
+            say(
+                f"  shadow {report.shadow.release_id} (seq {report.shadow.sequence}) runs "
+                f"beside it{counted}"
+            )
         for refusal in report.refusals[-5:]:
             say(f"  refused {refusal.origin} ({refusal.reason_code}) at {instant(refusal.at_ms)}")
     if answers.unverified:
@@ -737,6 +943,7 @@ def run_status(args: argparse.Namespace) -> int:
         return 0
     state = StateDir(args.state_dir)
     stored = asyncio.run(_load_state(args.state_dir))
+    kept = read_shadow_state(state.release_state) if state.release_state.exists() else None
     try:
         latest = latest_in_inbox(state.release_inbox)
     except ReleaseError as exc:
@@ -767,6 +974,7 @@ def run_status(args: argparse.Namespace) -> int:
                 unverified_answers=None,
                 accepted=None if accepted is None else msgspec.convert(accepted, AcceptedJson),
                 inbox_newest=None if newest is None else msgspec.convert(newest, InboxNewestJson),
+                shadow=None if kept is None else _stored_shadow_json(kept),
             )
         )
         return 0
@@ -780,7 +988,23 @@ def run_status(args: argparse.Namespace) -> int:
         )
     if newest is not None:
         say(f"newest in inbox: {newest['release_id']} (sequence {newest['sequence']})")
+    if kept is not None:
+        say(
+            f"shadow kept: {kept.release_id} (sequence {kept.sequence}), loaded "
+            f"{instant(kept.loaded_at_ms)} from {kept.origin} (verified again at every start)"
+        )
     return 0
+
+
+def _stored_shadow_json(kept: StoredShadow) -> StoredShadowJson:
+    return StoredShadowJson(
+        release_id=kept.release_id,
+        sequence=kept.sequence,
+        manifest_hash=kept.manifest_hash,
+        beside_manifest_hash=kept.beside_manifest_hash,
+        origin=kept.origin,
+        loaded_at_ms=kept.loaded_at_ms,
+    )
 
 
 # -- trust root -------------------------------------------------------------------
@@ -801,96 +1025,4 @@ def run_trust_root(args: argparse.Namespace) -> int:
             [(record.key_id, record.principal) for record in root.keys],
         )
         say(f"threshold {root.threshold} of {len(root.keys)}; written to {args.out}")
-    return 0
-
-
-# -- diff (issue 25) ----------------------------------------------------------------
-
-
-def add_diff_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    diff = actions.add_parser(
-        "diff",
-        help="what changes between two release folders: rules, policies, requirements",
-        description="Rules, policies and model providers added, removed or changed from OLD "
-        "to NEW, and each policy's requirement changes (approvals, roles, TTL, binding, "
-        "one shot) with its layer. Exits 0 whether or not anything changed.",
-    )
-    diff.add_argument("old", type=Path, metavar="OLD_DIR", help="the release folder before")
-    diff.add_argument("new", type=Path, metavar="NEW_DIR", help="the release folder after")
-    diff.add_argument(
-        "--trust-root",
-        type=Path,
-        help="authenticate both folders with it first (signatures, digests; not the lease)",
-    )
-    diff.add_argument("--json", action="store_true", help="print JSON")
-    diff.set_defaults(func=run_diff)
-
-
-DIFF_CELL = 60
-"""A value longer than this is cut in the table (``--json`` has it whole)."""
-
-
-def _diff_text(folder: Path, root: TrustRoot | None) -> ReleaseText:
-    try:
-        return release_text(_read_dir(folder), root)
-    except ReleaseError as exc:
-        fail(f"{folder}: {exc}")
-
-
-def _shown(value: Any) -> str:
-    if value is None:
-        return "-"
-    text = value if isinstance(value, str) else canonical_bytes(value).decode("utf-8")
-    return text if len(text) <= DIFF_CELL else text[: DIFF_CELL - 3] + "..."
-
-
-def _diff_rows(diff: ReleaseDiff) -> list[tuple[str, str, str, str, str, str]]:
-    rows = []
-    for rule in diff.rules:
-        changes = rule.fields or (FieldChange("title", None, rule.title),)
-        for change in changes:
-            rows.append(("rule", rule.rule_id, rule.change, change.field, change.old, change.new))
-    for policy in diff.policies:
-        changes = policy.fields + policy.requirements
-        if not changes:
-            changes = (FieldChange("layer", None, policy.layer),)
-        for change in changes:
-            row = (policy.policy_id, policy.change, change.field, change.old, change.new)
-            rows.append(("policy", *row))
-    for provider in diff.model_providers:
-        for change in provider.fields:
-            row = (provider.provider, provider.change, change.field, change.old, change.new)
-            rows.append(("model provider", *row))
-    return [(a, b, c, d, _shown(old), _shown(new)) for a, b, c, d, old, new in rows]
-
-
-def run_diff(args: argparse.Namespace) -> int:
-    """``release diff OLD NEW``: the static diff of two releases' projections
-    (``pipeline.core.release_diff``), read as written or authenticated with
-    ``--trust-root`` (``ops.release_text``)."""
-    root = None
-    if args.trust_root is not None:
-        try:
-            root = load_trust_root(args.trust_root)
-        except ReleaseError as exc:
-            fail(str(exc), 2)
-    old, new = _diff_text(args.old, root), _diff_text(args.new, root)
-    diff = diff_releases(old.enforcement, old.analysis, new.enforcement, new.analysis)
-    if args.json:
-        value: dict[str, Any] = msgspec.to_builtins(diff)
-        value["old"]["manifest_hash"] = old.manifest_hash
-        value["new"]["manifest_hash"] = new.manifest_hash
-        value["authenticated"] = root is not None
-        value["unchanged"] = diff.unchanged
-        emit(msgspec.convert(value, ReleaseDiffJson))
-        return 0
-    how = "authenticated with the trust root" if root is not None else "read as written"
-    say(
-        f"{diff.old.release_id} (seq {diff.old.release_sequence}) -> "
-        f"{diff.new.release_id} (seq {diff.new.release_sequence}), {how}"
-    )
-    if diff.unchanged:
-        say("no change: the same rules, policies, requirements and model providers")
-        return 0
-    table(("what", "id", "change", "field", "old", "new"), _diff_rows(diff))
     return 0

@@ -49,6 +49,8 @@ from pipeline.stages.outcomes import OutcomeDesk
 from pipeline.stages.releases import ReleaseWatcher
 from pipeline.stages.replica_sync import ReplicaSync
 from pipeline.stages.runtime_stops import RuntimeStops
+from pipeline.stages.shadow import ShadowDesk
+from pipeline.stages.shadow_releases import ShadowReleases
 from pipeline.stages.streams import (
     JetStreamUnavailableError,
     ensure_gate_streams,
@@ -99,6 +101,10 @@ class RunningGate:
     stops: RuntimeStops | None = None
     call_contexts: CallContextMirror | None = None
     """The tool-call contexts the model gateway recorded (issue 16, item 4)."""
+    shadows: ShadowReleases | None = None
+    """The shadow release beside the active one (issue 25); release mode only."""
+    shadow: ShadowDesk | None = None
+    """Where each decision is judged again under the shadow, after its verdict."""
 
     async def stop_serving(self) -> None:
         """Stop the loops, the buffer and every service, and finish requests in flight."""
@@ -115,9 +121,13 @@ class RunningGate:
         for handler in self.handlers:
             await handler.drain()
         await self.gate.settled()
+        if self.shadow is not None:
+            await self.shadow.close()  # its last entries, before the ledger closes
 
     async def close(self) -> None:
         await self.stop_serving()
+        if self.shadows is not None:
+            await self.shadows.close()
         if self.releases is not None:
             await self.releases.close()
         await self.ledger.close()
@@ -175,6 +185,61 @@ class _Stages:
             Endpoint("evaluate", names.STAGE_EVALUATE, serve(self.evaluate, EvaluateRequest)),
             Endpoint("dispatch", names.STAGE_DISPATCH, serve(self.dispatch, DispatchRequest)),
         ]
+
+
+async def _open_shadows(
+    config: GateConfig, js: JetStreamContext, releases: ReleaseWatcher | None
+) -> ShadowReleases | None:
+    """Issue 25: the shadow release, verified against the release just loaded; only in
+    release mode (a projection folder has no trusted state to verify one against)."""
+    source = config.policy
+    if releases is None or not isinstance(source, ReleaseSource):
+        return None
+    shadows = ShadowReleases(releases, source.trust_root, config.clock)
+    try:
+        await shadows.start(js, replicas=config.replicas)
+    except BaseException:
+        await shadows.close()
+        raise
+    return shadows
+
+
+def _on_switch(
+    config: GateConfig, running: RunningGate, shadows: ShadowReleases | None
+) -> Callable[[VerifiedRelease], None]:
+    """What a release switch changes, in the switch itself: the shadow stops (issue 25:
+    it was a candidate for the release now gone), and the new registry replaces the
+    approval desk's, the outcome desk's and the gate's."""
+
+    def adopt(release: VerifiedRelease) -> None:
+        if shadows is not None:
+            shadows.on_active_switch(release)  # before the new release decides
+        running.desk.registry = release.registry
+        running.outcomes.registry = release.registry
+        running.gate.adopt_registry(release.registry)
+        if config.on_release is not None:
+            try:
+                config.on_release(release)
+            except Exception as exc:  # noqa: BLE001 - a follower's failure is not the gate's
+                log.error("release_follower_failed", error=type(exc).__name__)
+
+    return adopt
+
+
+def _shadow_desk(
+    config: GateConfig,
+    shadows: ShadowReleases | None,
+    ledger: Ledger,
+    undo: contextlib.AsyncExitStack,
+) -> ShadowDesk | None:
+    """Issue 25: the desk that judges each decision under the shadow after its verdict
+    and writes the disagreements to this gate's ledger."""
+    if shadows is None:
+        return None
+    desk = ShadowDesk(shadows, EvidenceWriter(ledger, config.tenant_key, config.clock))
+    desk.start()
+    undo.push_async_callback(desk.close)
+    return desk
 
 
 async def _open_releases(config: GateConfig, js: JetStreamContext) -> ReleaseWatcher | None:
@@ -395,9 +460,12 @@ async def start_gate(config: GateConfig) -> RunningGate:
         releases = await _open_releases(config, js)
         if releases is not None:
             undo.push_async_callback(releases.close)
+        shadows = await _open_shadows(config, js, releases)
+        if shadows is not None:
+            undo.push_async_callback(shadows.close)
         call_contexts = await _open_call_contexts(config, nc, js, releases)
         undo.push_async_callback(call_contexts.stop)
-        running = await _assemble(config, nc, js, releases, undo, call_contexts)
+        running = await _assemble(config, nc, js, releases, undo, call_contexts, shadows)
         undo.pop_all()
         return running
     raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
@@ -410,6 +478,7 @@ async def _assemble(
     releases: ReleaseWatcher | None,
     undo: contextlib.AsyncExitStack,
     call_contexts: CallContextMirror,
+    shadows: ShadowReleases | None = None,
 ) -> RunningGate:
     registry = config.registry
     if releases is not None and releases.active is not None:
@@ -499,6 +568,8 @@ async def _assemble(
         ),
         call_contexts=call_contexts,
     )
+    shadow = _shadow_desk(config, shadows, ledger, undo)
+    gate.shadow = shadow
     attestation = _attestation_desk(config, gate, releases, ledger)
     gate.attestation = attestation
     stops = _runtime_stops(config, tool_calls, attestation, ledger, releases)
@@ -527,20 +598,11 @@ async def _assemble(
         stops=stops,
         syncs=[] if sync is None else [sync],
         call_contexts=call_contexts,
+        shadows=shadows,
+        shadow=shadow,
     )
     if releases is not None:
-
-        def adopt(release: VerifiedRelease) -> None:
-            desk.registry = release.registry
-            outcomes.registry = release.registry
-            gate.adopt_registry(release.registry)
-            if config.on_release is not None:
-                try:
-                    config.on_release(release)
-                except Exception as exc:  # noqa: BLE001 - a follower's failure is not the gate's
-                    log.error("release_follower_failed", error=type(exc).__name__)
-
-        releases.on_switch = adopt
+        releases.on_switch = _on_switch(config, running, shadows)
     undo.push_async_callback(running.stop_serving)
     await buffer.start()
     await running.serve(
@@ -604,7 +666,13 @@ async def _serve_release_report(
         return  # a gate on a projection folder has no release to report
     await running.serve(
         "smf-release-report",
-        [Endpoint("report", names.RELEASE_REPORT, _release_reporter(config, releases))],
+        [
+            Endpoint(
+                "report",
+                names.RELEASE_REPORT,
+                _release_reporter(config, releases, running.shadows, running.shadow),
+            )
+        ],
         description="SMF gate releases: report -> this gate's signed release report",
         auth=None,
         # a queue group of its own per gate: every replica answers, so a
@@ -613,17 +681,35 @@ async def _serve_release_report(
     )
 
 
-def _release_reporter(config: GateConfig, releases: ReleaseWatcher) -> Handler:
+def _release_reporter(
+    config: GateConfig,
+    releases: ReleaseWatcher,
+    shadows: ShadowReleases | None = None,
+    shadow: ShadowDesk | None = None,
+) -> Handler:
     """``smf.release.report`` (issue 22): the watcher's report, signed with the gate
     key. A request that does not decode gets an unsigned refusal, which no
-    publisher counts as an answer."""
+    publisher counts as an answer. Issue 25: the report names the shadow release and
+    what the gate did with it, and a publisher asking after a shadow it published
+    hears ``adopted`` once it runs (a refusal of it is told as any release's)."""
 
     async def handle(data: bytes) -> bytes:
         try:
             request = msgspec.json.decode(data or b"{}", type=ReleaseReportRequest)
         except msgspec.DecodeError:  # ValidationError is a DecodeError
             return _MALFORMED_REPORT_REQUEST
-        return sign_release_report(releases.report(config.name, request), config.gate_key)
+        report = releases.report(config.name, request)
+        running = None if shadows is None else shadows.active
+        if running is not None:
+            counts = None if shadow is None else shadow.counts()
+            report = msgspec.structs.replace(
+                report,
+                shadow=running.reported(),
+                shadow_counts=msgspec.UNSET if counts is None else counts,
+            )
+            if request.manifest_hash == running.release.manifest_hash:
+                report = msgspec.structs.replace(report, asked="adopted", asked_refusal=None)
+        return sign_release_report(report, config.gate_key)
 
     return handle
 

@@ -19,18 +19,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import structlog
 
 from pipeline.core.decision import Decision
+from pipeline.core.policy import Layer
+from pipeline.core.shadow import Difference, policy_ref, rule_ref
 from pipeline.stores.ledger import Beside, EvidenceError, Ledger, Receipt
-from pipeline.stores.ledger_schema import Disposition, EntryKind, EvidenceEntry, Status
+from pipeline.stores.ledger_schema import (
+    MAX_DIFFERING,
+    Disposition,
+    EntryKind,
+    EvidenceEntry,
+    Status,
+)
 from pipeline.stores.orders import OrderRecord
 from pipeline.stores.tool_calls import Stop
 from subjects import dsse
 from subjects.approvals import ApprovalBinding
 from subjects.canonical import identity_of
+from subjects.envelope import Capability
 from subjects.keyed import PseudonymKey
 from subjects.messages import Outcome, Verdict
 
@@ -194,6 +203,42 @@ class EvidenceWriter:
         except EvidenceError:
             log.error("evidence_unavailable_for_refusal")
             return (*entry.reason_codes, "evidence_store_unavailable"), ()
+
+    def for_shadow(
+        self,
+        enforced: Decision,
+        shadow: Decision,
+        difference: Difference,
+        tenant_ref: str,
+        capability: Capability,
+    ) -> EvidenceEntry:
+        """A disagreement of a shadow release with the enforced decision (issue 25): the
+        enforced decision's ids, release, disposition and reason codes, the shadow's
+        release, projection, disposition and reason codes, the operation's capability
+        and the differing policies and rules as identities (``policy_ref``,
+        ``rule_ref``: a customer's policy id may name the customer) with their layers.
+        Both sides' codes are the Decisions' own, so the two compare like for like."""
+        return EvidenceEntry(
+            kind="shadow",
+            operation_hash=enforced.operation_hash,
+            decision_id=enforced.decision_id,
+            release_id=release_ref(enforced.release_id),
+            projection_id=enforced.projection_id,
+            tenant_ref=tenant_ref,
+            at=self.clock(),
+            disposition=LEDGER_DISPOSITION[enforced.disposition],
+            reason_codes=unique(enforced.reason_codes)[:MAX_REASONS],
+            shadow_release_id=release_ref(shadow.release_id),
+            shadow_projection_id=shadow.projection_id,
+            shadow_disposition=LEDGER_DISPOSITION[shadow.disposition],
+            shadow_reason_codes=unique(shadow.reason_codes)[:MAX_REASONS],
+            capability=capability,
+            differing_policy_refs=tuple(policy_ref(p) for p in difference.policy_ids)[
+                :MAX_DIFFERING
+            ],
+            differing_rule_refs=tuple(rule_ref(r) for r in difference.rule_ids)[:MAX_DIFFERING],
+            differing_layers=cast("tuple[Layer, ...]", difference.layers[:MAX_DIFFERING]),
+        )
 
     def for_stop(
         self, stop: Stop, release_id: str | None, reasons: tuple[str, ...]

@@ -14,6 +14,8 @@ ARCHITECTURE.md, "One proposal through the bus":
     hold  : the hold stage persists the binding and announces it
     and   : the tool call's note is stored before the verdict is answered
             (on one machine in the evidence entry's transaction, issue 16)
+    then  : a decision is handed to the shadow release, if one runs (issue 25),
+            which judges it after the verdict and never holds it up
 
 Fail closed everywhere: every refusal, timeout or exception between the
 signature check and the reply becomes a ``deny`` with a reason code, and a
@@ -53,6 +55,7 @@ from pipeline.stores.sqlite_worker import StoreUnavailable
 from pipeline.stores.tool_calls import ToolCallStore
 from subjects import dsse, names
 from subjects.call_context import CallContext, is_gateway_call_id
+from subjects.envelope import OperationEnvelope
 from subjects.keyed import PseudonymKey
 from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import Proposal, Verdict, order_id_for
@@ -83,6 +86,12 @@ class CallContexts(Protocol):
     (``pipeline.stores.call_context.CallContextMirror``)."""
 
     async def get(self, runtime_id: str, tool_call_id: str) -> CallContext | None: ...
+
+
+class ShadowObserver(Protocol):
+    """Where a decision goes after its verdict (``pipeline.stages.shadow.ShadowDesk``)."""
+
+    def observe(self, envelope: OperationEnvelope, decision: Decision, tenant_id: str) -> None: ...
 
 
 class HoldHandler(Protocol):
@@ -211,6 +220,9 @@ class Gate:
     """Session taint outside the runtime (issue 16, item 4): the contexts the model
     gateway recorded for the tool-call ids it issued. ``None``: none can be read, so
     a proposal carrying such an id is denied (``tool_call_context_unavailable``)."""
+    shadow: ShadowObserver | None = None
+    """The shadow release's desk (issue 25): each decision, after its verdict is
+    settled; ``None`` when the gate runs no shadow. It never changes a verdict."""
     _settling: set[asyncio.Future[None]] = field(init=False, default_factory=set, repr=False)
     _all_keys: dict[str, VerifyKey] = field(init=False)
     _evidence: EvidenceWriter = field(init=False, repr=False)
@@ -317,7 +329,20 @@ class Gate:
         if answer.outcome == "deny" and not answer.evidence:
             answer = await self._recorded(work, answer)
         await self._store_note(work, noting)
+        self._to_shadow(work)
         return answer
+
+    def _to_shadow(self, work: Work) -> None:
+        """Issue 25: the decision, once its verdict is settled, to the shadow release (if
+        one runs), for the same normalized envelope. Synchronous and bounded: the
+        verdict is returned right after, and nothing the shadow does reaches it."""
+        shadow, normalized, decision = self.shadow, work.normalized, work.decision
+        if shadow is None or normalized is None or decision is None:
+            return
+        try:
+            shadow.observe(normalized.envelope, decision, work.proposal.actor.tenant_id)
+        except Exception as exc:  # noqa: BLE001 - a shadow's failure never reaches a verdict
+            log.error("shadow_observe_failed", error=type(exc).__name__)
 
     async def _recorded(self, work: Work, denial: Verdict) -> Verdict:
         """A verified proposal refused before its decision's evidence was written (at
@@ -326,19 +351,33 @@ class Gate:
         "Evidence"): one refusal entry with its ids and reasons, never anything raw,
         so an auditor sees every attempt the gate turned away, not only the ones a
         policy decided. A ledger that cannot take it adds
-        ``evidence_store_unavailable``; the answer is a denial either way."""
+        ``evidence_store_unavailable``; the answer is a denial either way.
+
+        Issue 25, "explain in every denial a runtime shows": the verdict names the
+        refusal entry's decision id (the field every verdict already carries, empty
+        here before), so ``explain`` finds what the ledger kept of it."""
         proposal = work.proposal
         subject = {
             "proposal": proposal.proposal_id,
             "runtime_id": proposal.runtime_id,
             "tool_call_id": proposal.tool_call_id or "",
         }
-        reasons, recorded = await self._evidence.refuse(
-            subject, proposal.actor.tenant_id, None, denial.reason_codes
+        entry = self._evidence.for_refusal(
+            subject,
+            self._evidence.tenant_ref(proposal.actor.tenant_id),
+            None,
+            denial.reason_codes,
         )
+        reasons, recorded = await self._evidence.record_refusal(entry)
         added = tuple(r for r in reasons if r not in denial.reason_codes)
+        named = denial.decision_id
+        if named is None and recorded:
+            named = entry.decision_id  # issue 25: every recorded denial names an id to explain
         return msgspec.structs.replace(
-            denial, reason_codes=(*denial.reason_codes, *added), evidence=recorded
+            denial,
+            reason_codes=(*denial.reason_codes, *added),
+            evidence=recorded,
+            decision_id=named,
         )
 
     async def _run(self, work: Work) -> tuple[Work, Verdict]:

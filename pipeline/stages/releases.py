@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
@@ -116,6 +116,23 @@ async def ensure_release_bucket(js: JetStreamContext, replicas: int = 1) -> KeyV
         return await js.key_value(RELEASE_BUCKET)
     except BucketNotFoundError:
         return await js.create_key_value(config=release_bucket_config(replicas))
+
+
+async def keep_watching(
+    watch: Callable[[], Awaitable[None]], ready: asyncio.Event, failed: str
+) -> None:
+    """Run ``watch`` until cancelled, starting it again a second after it fails (logged
+    as ``failed``); ``ready`` is set on a failure, so a start waiting for the first
+    values is not held up by a watch that cannot run."""
+    while True:
+        try:
+            await watch()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(failed)
+            ready.set()
+            await asyncio.sleep(1.0)
 
 
 class Refusal:
@@ -220,6 +237,35 @@ class ReleaseWatcher:
     @property
     def last_accepted(self) -> LastAccepted | None:
         return self._last
+
+    @property
+    def store(self) -> ReleaseStateStore:
+        """The persisted state, which the shadow release is kept in too (issue 25)."""
+        return self._store
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        """Held while a candidate is verified against the trusted state and accepted:
+        a shadow candidate is verified under it too, so never against a state that
+        is moving (``pipeline.stages.shadow_releases``)."""
+        return self._lock
+
+    def trusted_time(self) -> TrustedTime:
+        """One clock reading, judged against the clock's observed high-water mark
+        as every check of this watcher judges it."""
+        return self._time()
+
+    @property
+    def high_water_ms(self) -> int:
+        """The latest clock reading known to have happened (never decreases)."""
+        return self._high_water
+
+    def refuse(self, origin: str, exc: ReleaseCheckError, *, retryable: bool = False) -> None:
+        """Keep and log a refusal of a candidate from ``origin`` (a shadow candidate's
+        too, so ``smf.release.report`` tells a publisher why, as for any release).
+        Nothing here tries such a candidate again, so it is not ``retryable`` unless
+        the caller says so."""
+        self._refuse(origin, exc, retryable=retryable)
 
     def current(self) -> PolicySet:
         """The policy set to evaluate ONE proposal with, or a refusal naming why not.
@@ -477,14 +523,16 @@ class ReleaseWatcher:
             self._final.clear()
         self._final.add(origin)
 
-    def _refuse(self, origin: str, exc: ReleaseCheckError) -> None:
+    def _refuse(
+        self, origin: str, exc: ReleaseCheckError, *, retryable: bool | None = None
+    ) -> None:
         self.refusals.append(
             Refusal(
                 origin,
                 exc.reason_code,
                 str(exc),
                 self._clock(),
-                retryable=isinstance(exc, RETRYABLE),
+                retryable=isinstance(exc, RETRYABLE) if retryable is None else retryable,
             )
         )
         key = (origin, exc.reason_code)
@@ -512,15 +560,7 @@ class ReleaseWatcher:
 
     async def _follow(self, kv: KeyValue, ready: asyncio.Event) -> None:
         """Watch the bucket; reconnect the watch if it fails."""
-        while True:
-            try:
-                await self._watch(kv, ready)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("release_watch_failed")
-                ready.set()
-                await asyncio.sleep(1.0)
+        await keep_watching(lambda: self._watch(kv, ready), ready, "release_watch_failed")
 
     async def _watch(self, kv: KeyValue, ready: asyncio.Event) -> None:
         watcher = await kv.watch(f"{RELEASE_KEY_PREFIX}>")
@@ -557,5 +597,6 @@ __all__ = [
     "Refusal",
     "ReleaseWatcher",
     "ensure_release_bucket",
+    "keep_watching",
     "release_bucket_config",
 ]

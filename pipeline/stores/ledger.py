@@ -52,6 +52,7 @@ from pipeline.stores.ledger_audit import (
     LedgerReport,
     decision_entries,
     export_jsonl,
+    shadow_entries,
     verify_ledger,
 )
 from pipeline.stores.ledger_chain import (
@@ -83,6 +84,7 @@ from pipeline.stores.ledger_schema import (
     checkpoint_payload,
     entry_hash_of,
     entry_row,
+    migrate_v1,
     validate_entry,
 )
 from pipeline.stores.sqlite_worker import (
@@ -118,6 +120,7 @@ __all__ = [
     "Receipt",
     "decision_entries",
     "export_jsonl",
+    "shadow_entries",
     "verify_ledger",
 ]
 
@@ -327,11 +330,18 @@ def _run_beside(conn: sqlite3.Connection, beside: Beside) -> Any:
 
 
 def _install_schema(conn: sqlite3.Connection) -> str:
-    """Create the schema if absent and return the ledger's identity.
+    """Create the schema if absent, migrate a schema-1 file, and return the ledger's
+    identity.
 
     The ledger id is random, fixed at creation and named by every checkpoint,
-    so a checkpoint of one ledger never vouches for another file.
+    so a checkpoint of one ledger never vouches for another file. A file of
+    schema 1 (before issue 25's ``shadow`` kind) is rebuilt as schema 2 in this
+    same transaction (:func:`ledger_schema.migrate_v1`), before the schema's
+    triggers are created again; any other version is refused.
     """
+    if _schema_version(conn) == 1:
+        migrate_v1(conn)
+        logger.warning("ledger.migrated", from_version=1, to_version=SCHEMA_VERSION)
     for statement in DDL:
         conn.execute(statement)
     row = conn.execute(
@@ -348,6 +358,17 @@ def _install_schema(conn: sqlite3.Connection) -> str:
     else:
         ledger_id = row[0]
     return str(ledger_id)
+
+
+def _schema_version(conn: sqlite3.Connection) -> int | None:
+    """The file's schema version, or None for a file with no ledger yet."""
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_meta'"
+    ).fetchone()
+    if exists is None:
+        return None
+    row = conn.execute("SELECT schema_version FROM ledger_meta WHERE singleton = 1").fetchone()
+    return None if row is None else int(row[0])
 
 
 def _unavailable(operation: str, cause: BaseException | None, message: str) -> Exception:

@@ -40,14 +40,14 @@ from pipeline.stores.ledger_chain import (
 )
 from pipeline.stores.ledger_schema import (
     CHECKPOINT_PAYLOAD_TYPE,
-    ENTRY_COLUMNS,
     GENESIS_HASH,
-    SELECT_ENTRIES_AFTER,
     CheckpointClaim,
     MalformedEntry,
     StoredEntry,
+    entry_columns_sql,
     export_document,
     parse_checkpoint_payload,
+    select_entries_after,
     stored_entry,
 )
 from pipeline.stores.sqlite_worker import open_read_only
@@ -55,7 +55,7 @@ from subjects import dsse
 from subjects.canonical import canonical_bytes
 from subjects.keys import VerifyKey
 
-__all__ = ["LedgerReport", "decision_entries", "export_jsonl", "verify_ledger"]
+__all__ = ["LedgerReport", "decision_entries", "export_jsonl", "shadow_entries", "verify_ledger"]
 
 logger = structlog.get_logger(__name__)
 
@@ -198,7 +198,7 @@ def _verify(
             # The same checkpoint inside the file and on the stream counts once.
             claims = sorted(found, key=lambda claim: claim.seq)
             walk = ChainWalk(0, GENESIS_HASH, watch=(claim.seq for claim in claims))
-            walk.run(conn.execute(SELECT_ENTRIES_AFTER, (0,)))
+            walk.run(conn.execute(select_entries_after(conn), (0,)))
         except sqlite3.Error:
             return _report(walk, None, (), LEDGER_UNREADABLE)
     if CHECKPOINT_BAD_SIGNATURE in refusals:
@@ -219,7 +219,7 @@ def export_jsonl(db_path: str | os.PathLike[str], out: TextIO) -> int:
     try:
         conn = open_read_only(db_path)
         with contextlib.closing(conn):
-            for row in conn.execute(SELECT_ENTRIES_AFTER, (0,)):
+            for row in conn.execute(select_entries_after(conn), (0,)):
                 try:
                     stored = stored_entry(row)
                 except MalformedEntry as exc:
@@ -232,8 +232,7 @@ def export_jsonl(db_path: str | os.PathLike[str], out: TextIO) -> int:
 
 
 _SELECT_DECISION: Final = (
-    f"SELECT {', '.join(ENTRY_COLUMNS)} FROM evidence_entries "  # noqa: S608 - constant columns
-    "WHERE decision_id = ? ORDER BY seq"
+    "SELECT {columns} FROM evidence_entries WHERE decision_id = ? ORDER BY seq"
 )
 
 
@@ -245,10 +244,19 @@ def decision_entries(db_path: str | os.PathLike[str], decision_id: str) -> list[
     :class:`LedgerIntegrityError`); whether the chain holds is :func:`verify_ledger`'s
     question, which the caller asks first.
     """
+    return _entries_where(db_path, _SELECT_DECISION, (decision_id,))
+
+
+def _entries_where(
+    db_path: str | os.PathLike[str], select: str, params: tuple[object, ...]
+) -> list[StoredEntry]:
+    """The entries ``select`` (with ``{columns}`` for this file's columns) finds,
+    read-only, decoded as the audit decodes them."""
     try:
         conn = open_read_only(db_path)
         with contextlib.closing(conn):
-            rows = conn.execute(_SELECT_DECISION, (decision_id,)).fetchall()
+            query = select.format(columns=entry_columns_sql(conn))
+            rows = conn.execute(query, params).fetchall()
     except sqlite3.Error as exc:
         raise EvidenceStoreUnavailable("evidence ledger could not be read") from exc
     found = []
@@ -258,3 +266,18 @@ def decision_entries(db_path: str | os.PathLike[str], decision_id: str) -> list[
         except MalformedEntry as exc:
             raise LedgerIntegrityError(ENTRY_MALFORMED, row[0]) from exc
     return found
+
+
+_SELECT_SHADOW: Final = (
+    "SELECT {columns} FROM evidence_entries "
+    "WHERE kind = 'shadow' AND at >= ? AND at < ? ORDER BY seq"
+)
+
+
+def shadow_entries(
+    db_path: str | os.PathLike[str], since_ms: int = 0, until_ms: int = 2**53
+) -> list[StoredEntry]:
+    """Every ``shadow`` entry recorded at ``since_ms <= at < until_ms``, in seq order,
+    read-only (issue 25: ``release diff`` over recorded traffic). Decoded and refused
+    as :func:`decision_entries` does; the caller asks :func:`verify_ledger` first."""
+    return _entries_where(db_path, _SELECT_SHADOW, (since_ms, until_ms))

@@ -11,7 +11,8 @@ promise in a comment: every column is one of
   the caller with :func:`subjects.keyed.keyed_identifier`);
 - a closed vocabulary (kind, disposition, status);
 - an integer (seq, unix milliseconds);
-- a JSON array of reason codes, each ``[a-z][a-z0-9_]{0,63}``;
+- a JSON array of reason codes, each ``[a-z][a-z0-9_]{0,63}``, of layer
+  words, or of ``sha256:`` identities;
 - (checkpoints only) a bounded signed DSSE envelope whose payload is four
   identity or integer fields.
 
@@ -30,18 +31,35 @@ checkpoints (``ledger.verify_ledger``) are what detect that.
 
 Changing a vocabulary changes the CHECK baked into existing files, so it
 needs a new :data:`SCHEMA_VERSION` and a migration, not just an edit here.
+
+Schema 2 (issue 25, shadow releases) adds the entry kind ``shadow``: one
+decision on which a shadow release disagrees with the release that decided
+it. Its own columns (:data:`SHADOW_FIELDS`: the shadow's release and
+projection ids, disposition and reason codes, the operation's capability, and
+the policies, rules and layers whose application differs, as identities and
+layer words) are NULL in every other kind's row, and a table CHECK keeps them
+so. An entry's hashed document names them only for a ``shadow`` entry, so
+every entry written under schema 1 keeps its hash, its chain and its signed
+checkpoints: :func:`migrate_v1` rebuilds a schema-1 table in place
+(SQLite's documented table-rebuild procedure, one transaction) without
+touching a row.
 """
 
 from __future__ import annotations
 
 import re
+import sqlite3
+from collections.abc import Callable
 from typing import Annotated, Any, Final, Literal, NamedTuple, get_args
 
 import msgspec
 
+from pipeline.core.policy import Layer
 from subjects.canonical import SAFE_INTEGER_MAX, canonical_bytes, identity_of, parse_canonical
+from subjects.envelope import Capability
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+"""1: issue 7. 2: issue 25, the ``shadow`` kind and its columns (:func:`migrate_v1`)."""
 
 CHECKPOINT_PAYLOAD_TYPE: Final = "application/vnd.smf.ledger-checkpoint+json;v=1"
 """DSSE payload type of a ledger checkpoint; inside the PAE, so a checkpoint
@@ -60,7 +78,7 @@ MAX_ENVELOPE_BYTES: Final = 8192
 """A checkpoint envelope is well under 1 KiB; the bound keeps the one BLOB
 column from becoming a place to store anything else."""
 
-EntryKind = Literal["decision", "transition", "output", "recovery", "release"]
+EntryKind = Literal["decision", "transition", "output", "recovery", "release", "shadow"]
 Disposition = Literal["allow", "deny", "hold"]
 Status = Literal[
     "pending",
@@ -80,6 +98,10 @@ Status = Literal[
 ENTRY_KINDS: Final[tuple[str, ...]] = get_args(EntryKind)
 DISPOSITIONS: Final[tuple[str, ...]] = get_args(Disposition)
 STATUSES: Final[tuple[str, ...]] = get_args(Status)
+CAPABILITIES: Final[tuple[str, ...]] = get_args(Capability)
+LAYERS: Final[tuple[str, ...]] = get_args(Layer)
+MAX_DIFFERING: Final = 32
+"""Bound on each list of differing policies, rules and layers in a ``shadow`` entry."""
 
 # fullmatch, not match with "$": "$" also matches before a trailing newline.
 _SHA256_RE: Final = re.compile(r"sha256:[0-9a-f]{64}")
@@ -96,6 +118,9 @@ KeyedId = Annotated[
 ]
 ReasonCode = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]*$", min_length=1, max_length=64)]
 UnixMillis = Annotated[int, msgspec.Meta(ge=0, le=SAFE_INTEGER_MAX)]
+ReasonCodes = Annotated[tuple[ReasonCode, ...], msgspec.Meta(max_length=32)]
+Refs = Annotated[tuple[Sha256Id, ...], msgspec.Meta(max_length=MAX_DIFFERING)]
+Layers = Annotated[tuple[Layer, ...], msgspec.Meta(max_length=MAX_DIFFERING)]
 
 
 class EvidenceEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -118,7 +143,24 @@ class EvidenceEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     approval_id: Sha256Id | None = None
     disposition: Disposition | None = None
     status: Status | None = None
-    reason_codes: Annotated[tuple[ReasonCode, ...], msgspec.Meta(max_length=32)] = ()
+    reason_codes: ReasonCodes = ()
+    # -- a ``shadow`` entry only (issue 25); None in every other kind ---------------
+    shadow_release_id: Sha256Id | None = None
+    """The shadow release, as an identity (``release_ref``, as ``release_id``)."""
+    shadow_projection_id: Sha256Id | None = None
+    shadow_disposition: Disposition | None = None
+    """What the shadow would have decided; ``disposition`` is what was enforced."""
+    shadow_reason_codes: ReasonCodes | None = None
+    capability: Capability | None = None
+    """The operation's capability (a closed word of the envelope's vocabulary)."""
+    differing_policy_refs: Refs | None = None
+    """Policies applied under one release and not the other (or with another
+    effect, reason, rule or layer), each as ``identity_of({"policy_id": id})``:
+    a customer's policy id may name the customer, so only its identity is kept."""
+    differing_rule_refs: Refs | None = None
+    """Their rules, each as ``identity_of({"rule_id": id})``."""
+    differing_layers: Layers | None = None
+    """Their layers."""
 
 
 class EvidenceError(Exception):
@@ -140,6 +182,24 @@ class EvidenceEntryRejected(EvidenceError, ValueError):
 
 
 _SHA256_FIELDS: Final = ("operation_hash", "decision_id", "release_id", "projection_id")
+SHADOW_FIELDS: Final = (
+    "shadow_release_id",
+    "shadow_projection_id",
+    "shadow_disposition",
+    "shadow_reason_codes",
+    "capability",
+    "differing_policy_refs",
+    "differing_rule_refs",
+    "differing_layers",
+)
+"""The columns only a ``shadow`` entry fills (schema 2), in column order."""
+_LIST_FIELDS: Final = (
+    "shadow_reason_codes",
+    "differing_policy_refs",
+    "differing_rule_refs",
+    "differing_layers",
+)
+"""The shadow columns stored as a JSON array."""
 
 
 def _check_identity(entry: EvidenceEntry, name: str, pattern: re.Pattern[str]) -> None:
@@ -172,15 +232,61 @@ def validate_entry(entry: EvidenceEntry) -> None:
     _check_identity(entry, "tenant_ref", _KEYED_RE)
     _check_word(entry.disposition, "disposition", DISPOSITIONS, optional=True)
     _check_word(entry.status, "status", STATUSES, optional=True)
-    codes = entry.reason_codes
-    if not isinstance(codes, tuple) or len(codes) > MAX_REASON_CODES:
-        raise EvidenceEntryRejected("reason_codes")
-    for index, code in enumerate(codes):
-        if not isinstance(code, str) or _REASON_RE.fullmatch(code) is None:
-            raise EvidenceEntryRejected(f"reason_codes[{index}]")
+    _check_codes(entry.reason_codes, "reason_codes")
     at = entry.at
     if type(at) is not int or not 0 <= at <= SAFE_INTEGER_MAX:
         raise EvidenceEntryRejected("at")
+    if entry.kind == "shadow":
+        _validate_shadow(entry)
+    else:
+        for name in SHADOW_FIELDS:
+            if getattr(entry, name) is not None:
+                raise EvidenceEntryRejected(name)
+
+
+def _check_codes(codes: object, name: str) -> None:
+    if not isinstance(codes, tuple) or len(codes) > MAX_REASON_CODES:
+        raise EvidenceEntryRejected(name)
+    for index, code in enumerate(codes):
+        if not isinstance(code, str) or _REASON_RE.fullmatch(code) is None:
+            raise EvidenceEntryRejected(f"{name}[{index}]")
+
+
+def _check_list(value: object, name: str, ok: Callable[[object], bool]) -> None:
+    if not isinstance(value, tuple) or len(value) > MAX_DIFFERING:
+        raise EvidenceEntryRejected(name)
+    for index, item in enumerate(value):
+        if not ok(item):
+            raise EvidenceEntryRejected(f"{name}[{index}]")
+
+
+def _is_identity(item: object) -> bool:
+    return isinstance(item, str) and _SHA256_RE.fullmatch(item) is not None
+
+
+def _is_layer(item: object) -> bool:
+    return isinstance(item, str) and item in LAYERS
+
+
+def _validate_shadow(entry: EvidenceEntry) -> None:
+    """A ``shadow`` entry (issue 25) names both sides: what was enforced
+    (``disposition``, ``reason_codes``, ``release_id``) and what the shadow would
+    have decided, and nothing but identities and closed words."""
+    if entry.disposition is None:
+        raise EvidenceEntryRejected("disposition")
+    if entry.status is not None:
+        raise EvidenceEntryRejected("status")
+    if entry.approval_id is not None:
+        raise EvidenceEntryRejected("approval_id")
+    for name in ("shadow_release_id", "shadow_projection_id"):
+        if not _is_identity(getattr(entry, name)):
+            raise EvidenceEntryRejected(name)
+    _check_word(entry.shadow_disposition, "shadow_disposition", DISPOSITIONS, optional=False)
+    _check_word(entry.capability, "capability", CAPABILITIES, optional=False)
+    _check_codes(entry.shadow_reason_codes, "shadow_reason_codes")
+    _check_list(entry.differing_policy_refs, "differing_policy_refs", _is_identity)
+    _check_list(entry.differing_rule_refs, "differing_rule_refs", _is_identity)
+    _check_list(entry.differing_layers, "differing_layers", _is_layer)
 
 
 ENTRY_FIELDS: Final = (
@@ -196,19 +302,30 @@ ENTRY_FIELDS: Final = (
     "tenant_ref",
     "at",
 )
-ENTRY_COLUMNS: Final = ("seq", "prev_hash", "entry_hash", *ENTRY_FIELDS)
+ENTRY_COLUMNS: Final = ("seq", "prev_hash", "entry_hash", *ENTRY_FIELDS, *SHADOW_FIELDS)
+V1_COLUMNS: Final = ("seq", "prev_hash", "entry_hash", *ENTRY_FIELDS)
+"""The columns of a schema-1 ``evidence_entries`` table (what :func:`migrate_v1` copies)."""
+
+
+def fields_of(kind: str) -> tuple[str, ...]:
+    """The fields an entry of ``kind`` is hashed and exported with: schema 1's for
+    every kind, and :data:`SHADOW_FIELDS` too for a ``shadow`` entry (whose kind is
+    in the document, so the two forms can never be taken for one another)."""
+    return (*ENTRY_FIELDS, *SHADOW_FIELDS) if kind == "shadow" else ENTRY_FIELDS
 
 
 def entry_document(seq: int, prev_hash: str, entry: EvidenceEntry) -> dict[str, Any]:
-    """The JSON value an entry hash covers: seq, prev_hash and every field.
+    """The JSON value an entry hash covers: seq, prev_hash and every field of its kind
+    (:func:`fields_of`).
 
     Absent optional fields are explicit nulls, so adding a value later can
-    never produce the same document as leaving it out.
+    never produce the same document as leaving it out. A schema-1 entry's
+    document is unchanged by schema 2: its hash still recomputes.
     """
     document: dict[str, Any] = {"seq": seq, "prev_hash": prev_hash}
-    for name in ENTRY_FIELDS:
-        document[name] = getattr(entry, name)
-    document["reason_codes"] = list(entry.reason_codes)
+    for name in fields_of(entry.kind):
+        value = getattr(entry, name)
+        document[name] = list(value) if isinstance(value, tuple) else value
     return document
 
 
@@ -220,9 +337,11 @@ def entry_hash_of(seq: int, prev_hash: str, entry: EvidenceEntry) -> str:
 def entry_row(seq: int, prev_hash: str, entry_hash: str, entry: EvidenceEntry) -> tuple[Any, ...]:
     """The row for ``evidence_entries`` in :data:`ENTRY_COLUMNS` order."""
     values: dict[str, Any] = {"seq": seq, "prev_hash": prev_hash, "entry_hash": entry_hash}
-    for name in ENTRY_FIELDS:
+    for name in (*ENTRY_FIELDS, *SHADOW_FIELDS):
         values[name] = getattr(entry, name)
-    values["reason_codes"] = canonical_bytes(list(entry.reason_codes)).decode("utf-8")
+    for name in ("reason_codes", *_LIST_FIELDS):
+        if values[name] is not None:
+            values[name] = canonical_bytes(list(values[name])).decode("utf-8")
     return tuple(values[name] for name in ENTRY_COLUMNS)
 
 
@@ -249,23 +368,29 @@ def stored_entry(row: tuple[Any, ...]) -> StoredEntry:
         raise MalformedEntry("seq, prev_hash or entry_hash has the wrong type")
     if _SHA256_RE.fullmatch(prev_hash) is None or _SHA256_RE.fullmatch(entry_hash) is None:
         raise MalformedEntry("prev_hash or entry_hash is not an identity")
-    text = values["reason_codes"]
-    if not isinstance(text, str):
-        raise MalformedEntry("reason_codes is not text")
-    try:
-        codes = parse_canonical(text)
-    except ValueError as exc:
-        raise MalformedEntry("reason_codes is not canonical JSON") from exc
-    if not isinstance(codes, list):
-        raise MalformedEntry("reason_codes is not a JSON array")
-    fields = {name: values[name] for name in ENTRY_FIELDS}
-    fields["reason_codes"] = tuple(codes)
+    fields = {name: values[name] for name in (*ENTRY_FIELDS, *SHADOW_FIELDS)}
+    for name in ("reason_codes", *_LIST_FIELDS):
+        if name != "reason_codes" and fields[name] is None:
+            continue
+        fields[name] = _json_list(fields[name], name)
     entry = EvidenceEntry(**fields)
     try:
         validate_entry(entry)
     except EvidenceEntryRejected as exc:
         raise MalformedEntry(f"field {exc.field!r} is not an allowed value") from exc
     return StoredEntry(seq, prev_hash, entry_hash, entry)
+
+
+def _json_list(text: object, name: str) -> tuple[Any, ...]:
+    if not isinstance(text, str):
+        raise MalformedEntry(f"{name} is not text")
+    try:
+        items = parse_canonical(text)
+    except ValueError as exc:
+        raise MalformedEntry(f"{name} is not canonical JSON") from exc
+    if not isinstance(items, list):
+        raise MalformedEntry(f"{name} is not a JSON array")
+    return tuple(items)
 
 
 def export_document(stored: StoredEntry) -> dict[str, Any]:
@@ -285,15 +410,18 @@ def parse_export_line(line: str) -> StoredEntry:
         value = parse_canonical(line.rstrip("\n"))
     except ValueError as exc:
         raise MalformedEntry("export line is not canonical JSON") from exc
-    if not isinstance(value, dict) or set(value) != set(ENTRY_COLUMNS):
+    if not isinstance(value, dict):
         raise MalformedEntry("export line does not have exactly the entry fields")
-    codes = value["reason_codes"]
-    if not isinstance(codes, list):
-        raise MalformedEntry("reason_codes is not a JSON array")
-    row = tuple(value[name] for name in ENTRY_COLUMNS)
-    index = ENTRY_COLUMNS.index("reason_codes")
-    text = canonical_bytes(codes).decode("utf-8")
-    return stored_entry((*row[:index], text, *row[index + 1 :]))
+    expected = {"seq", "prev_hash", "entry_hash", *fields_of(str(value.get("kind")))}
+    if set(value) != expected:
+        raise MalformedEntry("export line does not have exactly the entry fields")
+    for name in ("reason_codes", *_LIST_FIELDS):
+        items = value.get(name)
+        if name in value and (name == "reason_codes" or items is not None):
+            if not isinstance(items, list):
+                raise MalformedEntry(f"{name} is not a JSON array")
+            value[name] = canonical_bytes(items).decode("utf-8")
+    return stored_entry(tuple(value.get(name) for name in ENTRY_COLUMNS))
 
 
 def checkpoint_payload(ledger_id: str, seq: int, entry_hash: str, at: int) -> bytes:
@@ -384,8 +512,76 @@ here and Python checks each code."""
 
 _SHA = SHA256_PREFIX
 
-_ENTRIES_TABLE: Final = f"""
-CREATE TABLE IF NOT EXISTS evidence_entries (
+_IDENTITY_LIST_MAX_TEXT: Final = 2 + MAX_DIFFERING * (len(SHA256_PREFIX) + _HEX_DIGITS + 3)
+_LAYERS_MAX_TEXT: Final = 2 + MAX_DIFFERING * (max(len(word) for word in LAYERS) + 3)
+
+
+def _identity_list(column: str) -> str:
+    """SQL: ``column`` is NULL or a canonical JSON array of ``sha256:`` identities:
+    every element is 73 characters (quotes included) and opens with ``"sha256:``,
+    and between the brackets only hex digits, the prefix's letters, colons,
+    quotes and commas appear. Python checks each identity exactly (as it checks
+    each reason code's length, which SQL cannot without a subquery); this is the
+    second line, for a writer who bypasses it: no free text fits."""
+    inner = f"substr({column}, 2, length({column}) - 2)"
+    return f"""({column} IS NULL OR (
+        typeof({column}) = 'text'
+        AND length({column}) <= {_IDENTITY_LIST_MAX_TEXT}
+        AND json_valid({column})
+        AND json_type({column}) = 'array'
+        AND ({column} = '[]' OR (
+            (length({column}) - 1) % 74 = 0
+            AND {column} GLOB '[[]"sha256:*"[]]'
+            AND NOT ({inner} GLOB '*[^0-9a-f:sh",]*')
+            AND replace({inner}, '","', '') GLOB '"sha256:*"'
+            AND length(replace({inner}, '"sha256:', '')) = (length({column}) - 1) / 74 * 66 - 1
+        ))
+    ))"""
+
+
+def _word_list(column: str, max_text: int, nullable: bool) -> str:
+    """SQL: a JSON array of words ``[a-z][a-z0-9_]*`` (the reason-code check,
+    :data:`_REASON_CODES_CHECK`, for ``column``); optionally NULL."""
+    check = _REASON_CODES_CHECK.replace("reason_codes", column).replace(
+        str(_REASON_CODES_MAX_TEXT), str(max_text)
+    )
+    return f"({column} IS NULL OR {check})" if nullable else check
+
+
+_SHADOW_CHECKS: Final = {
+    "shadow_release_id": _optional("shadow_release_id", _hex_identity("shadow_release_id", _SHA)),
+    "shadow_projection_id": _optional(
+        "shadow_projection_id", _hex_identity("shadow_projection_id", _SHA)
+    ),
+    "shadow_disposition": _optional(
+        "shadow_disposition", _one_of("shadow_disposition", DISPOSITIONS)
+    ),
+    "shadow_reason_codes": _word_list("shadow_reason_codes", _REASON_CODES_MAX_TEXT, True),
+    "capability": _optional("capability", _one_of("capability", CAPABILITIES)),
+    "differing_policy_refs": _identity_list("differing_policy_refs"),
+    "differing_rule_refs": _identity_list("differing_rule_refs"),
+    "differing_layers": _word_list("differing_layers", _LAYERS_MAX_TEXT, True),
+}
+"""Each shadow column's CHECK (all NULL outside a ``shadow`` row: :data:`_SHADOW_ROW`)."""
+_SHADOW_COLUMN_DEFINITIONS: Final = "".join(
+    f"    {name} TEXT CHECK {_SHADOW_CHECKS[name]},\n" for name in SHADOW_FIELDS
+)
+
+_SHADOW_ROW: Final = (
+    "(kind = 'shadow' AND disposition IS NOT NULL AND status IS NULL AND approval_id IS NULL"
+    + "".join(f" AND {name} IS NOT NULL" for name in SHADOW_FIELDS)
+    + ") OR (kind <> 'shadow'"
+    + "".join(f" AND {name} IS NULL" for name in SHADOW_FIELDS)
+    + ")"
+)
+"""A ``shadow`` row fills every shadow column (and names no approval or status);
+every other row leaves them all NULL (schema 2)."""
+
+
+def _entries_table(name: str) -> str:
+    """``evidence_entries`` under ``name`` (the migration builds it aside first)."""
+    return f"""
+CREATE TABLE IF NOT EXISTS {name} (
     seq INTEGER PRIMARY KEY CHECK (seq >= 1),
     prev_hash TEXT NOT NULL CHECK {_hex_identity("prev_hash", _SHA)},
     entry_hash TEXT NOT NULL CHECK {_hex_identity("entry_hash", _SHA)},
@@ -399,9 +595,13 @@ CREATE TABLE IF NOT EXISTS evidence_entries (
     status TEXT CHECK {_optional("status", _one_of("status", STATUSES))},
     reason_codes TEXT NOT NULL CHECK {_REASON_CODES_CHECK},
     tenant_ref TEXT NOT NULL CHECK {_hex_identity("tenant_ref", KEYED_PREFIX)},
-    at INTEGER NOT NULL CHECK (at >= 0)
+    at INTEGER NOT NULL CHECK (at >= 0),
+{_SHADOW_COLUMN_DEFINITIONS}    CHECK ({_SHADOW_ROW})
 ) STRICT
 """
+
+
+_ENTRIES_TABLE: Final = _entries_table("evidence_entries")
 # No UNIQUE besides the primary key: a UNIQUE column would give REPLACE a
 # second way to find, and silently delete, an older row.
 
@@ -493,15 +693,69 @@ DDL: Final[tuple[str, ...]] = (
 INSERT_ENTRY: Final = """
 INSERT INTO evidence_entries (
     seq, prev_hash, entry_hash, kind, operation_hash, decision_id, approval_id,
-    release_id, projection_id, disposition, status, reason_codes, tenant_ref, at
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    release_id, projection_id, disposition, status, reason_codes, tenant_ref, at,
+    shadow_release_id, shadow_projection_id, shadow_disposition, shadow_reason_codes,
+    capability, differing_policy_refs, differing_rule_refs, differing_layers
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 """Columns in :data:`ENTRY_COLUMNS` order (a test keeps the two in step)."""
 
 SELECT_ENTRIES_AFTER: Final = """
 SELECT
     seq, prev_hash, entry_hash, kind, operation_hash, decision_id, approval_id,
-    release_id, projection_id, disposition, status, reason_codes, tenant_ref, at
+    release_id, projection_id, disposition, status, reason_codes, tenant_ref, at,
+    shadow_release_id, shadow_projection_id, shadow_disposition, shadow_reason_codes,
+    capability, differing_policy_refs, differing_rule_refs, differing_layers
 FROM evidence_entries WHERE seq > ? ORDER BY seq
 """
 """Columns in :data:`ENTRY_COLUMNS` order (a test keeps the two in step)."""
+
+_V1_SELECT: Final = ", ".join((*V1_COLUMNS, *(f"NULL AS {name}" for name in SHADOW_FIELDS)))
+
+
+def entry_columns_sql(conn: sqlite3.Connection) -> str:
+    """The SELECT list of :data:`ENTRY_COLUMNS` for this file's table: a schema-1 file
+    (read by the offline audit, which never migrates what it reads) has no shadow
+    columns, so they are read as NULL, as a schema-1 entry's are anyway."""
+    names = {row[1] for row in conn.execute("PRAGMA table_info(evidence_entries)")}
+    return ", ".join(ENTRY_COLUMNS) if set(SHADOW_FIELDS) <= names else _V1_SELECT
+
+
+def select_entries_after(conn: sqlite3.Connection) -> str:
+    """:data:`SELECT_ENTRIES_AFTER` for this file (:func:`entry_columns_sql`)."""
+    return f"SELECT {entry_columns_sql(conn)} FROM evidence_entries WHERE seq > ? ORDER BY seq"  # noqa: S608 - constant columns
+
+
+# --- schema 1 -> 2 ---------------------------------------------------------------
+
+
+def migrate_v1(conn: sqlite3.Connection) -> None:
+    """Rebuild a schema-1 ledger file as schema 2, inside the caller's transaction.
+
+    Schema 2 widens the ``kind`` CHECK (``shadow``) and adds the shadow columns
+    (module docstring). A CHECK baked into a table cannot be changed in place, so
+    this follows SQLite's documented procedure for other schema changes
+    (https://sqlite.org/lang_altertable.html, "Making Other Kinds Of Table Schema
+    Changes"): build the new table aside, copy every row as it is, drop the old
+    table (its triggers go with it; the implicit delete fires none), rename the new
+    one into place, and create the triggers again (:data:`DDL`, which the caller
+    runs next). The trigger on ``ledger_checkpoints`` names ``evidence_entries``, so
+    it is dropped first and recreated with the rest; the version mark is raised
+    under a dropped-and-recreated ``ledger_meta`` update guard.
+
+    Every row is copied byte for byte and a schema-1 entry's hashed document is
+    unchanged by schema 2 (:func:`fields_of`), so each entry hash, the chain and
+    every signed checkpoint still verify; the caller re-walks the tail before it
+    appends. All of it commits as one transaction, or none of it does.
+    """
+    columns = ", ".join(V1_COLUMNS)
+    conn.execute("DROP TRIGGER IF EXISTS ledger_checkpoints_forward_only")
+    conn.execute("DROP TRIGGER IF EXISTS ledger_meta_no_update")
+    conn.execute(_entries_table("evidence_entries_v2"))
+    conn.execute(
+        f"INSERT INTO evidence_entries_v2 ({columns}) "  # noqa: S608 - constant columns
+        f"SELECT {columns} FROM evidence_entries ORDER BY seq"
+    )
+    conn.execute("DROP TABLE evidence_entries")
+    conn.execute("ALTER TABLE evidence_entries_v2 RENAME TO evidence_entries")
+    conn.execute("UPDATE ledger_meta SET schema_version = 2 WHERE schema_version = 1")

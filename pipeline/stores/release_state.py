@@ -10,6 +10,12 @@ thread (:class:`~pipeline.stores.sqlite_worker.SqliteWorker`):
   revocations, and the exact bundle bytes that were verified, so a restarted
   gate re-verifies exactly what it accepted.
 - ``release_history``: one row per accepted release, append-only.
+- ``release_shadow`` (issue 25): at most one row, the shadow release the gate
+  runs beside its accepted one (its exact bundle bytes, where it came from and
+  the accepted release it was verified against), so a restarted gate verifies
+  it again and keeps running it. A shadow decides nothing and sets no floor:
+  its row is replaced when another shadow is loaded and deleted when it is
+  withdrawn, promoted or can no longer chain; it never touches the state above.
 
 How it keeps the state monotonic:
 
@@ -49,6 +55,8 @@ __all__ = [
     "StaleReleaseStateError",
     "StoreUnavailable",
     "StoredRelease",
+    "StoredShadow",
+    "read_shadow_state",
 ]
 
 SCHEMA: Final = """
@@ -88,6 +96,16 @@ BEGIN SELECT RAISE(ABORT, 'release history is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS release_history_no_delete
 BEFORE DELETE ON release_history
 BEGIN SELECT RAISE(ABORT, 'release history is append-only'); END;
+CREATE TABLE IF NOT EXISTS release_shadow (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    release_id TEXT NOT NULL,
+    sequence INTEGER NOT NULL CHECK (sequence >= 1),
+    manifest_hash TEXT NOT NULL,
+    beside_manifest_hash TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    loaded_at_ms INTEGER NOT NULL,
+    bundle BLOB NOT NULL
+);
 """
 
 _COLUMNS: Final = (
@@ -105,6 +123,58 @@ class StaleReleaseStateError(Exception):
 class StoredRelease:
     state: LastAccepted
     bundle: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StoredShadow:
+    """The persisted shadow release (issue 25): unverified bytes until a gate
+    verifies them again against its accepted release."""
+
+    release_id: str
+    sequence: int
+    manifest_hash: str
+    beside_manifest_hash: str
+    """The accepted release it was verified against (its prior)."""
+    origin: str
+    """Where the gate found it (``kv:shadow@<revision>``)."""
+    loaded_at_ms: int
+    bundle: bytes
+
+
+_SHADOW_COLUMNS: Final = (
+    "release_id, sequence, manifest_hash, beside_manifest_hash, origin, loaded_at_ms, bundle"
+)
+
+
+def _read_shadow(conn: sqlite3.Connection) -> StoredShadow | None:
+    row = conn.execute(f"SELECT {_SHADOW_COLUMNS} FROM release_shadow WHERE id = 1").fetchone()  # noqa: S608 - constant columns
+    if row is None:
+        return None
+    return StoredShadow(
+        release_id=row[0],
+        sequence=row[1],
+        manifest_hash=row[2],
+        beside_manifest_hash=row[3],
+        origin=row[4],
+        loaded_at_ms=row[5],
+        bundle=bytes(row[6]),
+    )
+
+
+def read_shadow_state(path: str | os.PathLike[str]) -> StoredShadow | None:
+    """The persisted shadow release, read without opening the file for writing (as
+    :func:`read_release_state`); None when there is none, or the file predates
+    shadows. Raises :class:`StoreUnavailable` naming the file when it cannot be read."""
+    try:
+        with contextlib.closing(open_read_only(path)) as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'release_shadow'"
+            ).fetchone()
+            return None if exists is None else _read_shadow(conn)
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(
+            f"release-state store {os.fspath(path)} could not be read: {exc}"
+        ) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +326,45 @@ class ReleaseStateStore:
                 "SELECT clock_high_water_ms FROM release_state WHERE id = 1"
             ).fetchone()
             return 0 if row is None else int(row[0])
+
+        return await self._worker.run(lambda conn: immediate(conn, body))
+
+    async def load_shadow(self) -> StoredShadow | None:
+        """The persisted shadow release, or None."""
+        return await self._worker.run(_read_shadow)
+
+    async def save_shadow(self, shadow: StoredShadow) -> None:
+        """Persist ``shadow`` as the one shadow release, replacing any before it."""
+
+        def body(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                f"INSERT OR REPLACE INTO release_shadow (id, {_SHADOW_COLUMNS}) "  # noqa: S608 - constant columns
+                "VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    shadow.release_id,
+                    shadow.sequence,
+                    shadow.manifest_hash,
+                    shadow.beside_manifest_hash,
+                    shadow.origin,
+                    shadow.loaded_at_ms,
+                    shadow.bundle,
+                ),
+            )
+
+        await self._worker.run(lambda conn: immediate(conn, body))
+
+    async def clear_shadow(self, manifest_hash: str | None = None) -> bool:
+        """Forget the persisted shadow (withdrawn, promoted, or no longer chaining);
+        with ``manifest_hash``, only if it is that one. Returns whether one was."""
+
+        def body(conn: sqlite3.Connection) -> bool:
+            if manifest_hash is None:
+                cursor = conn.execute("DELETE FROM release_shadow")
+            else:
+                cursor = conn.execute(
+                    "DELETE FROM release_shadow WHERE manifest_hash = ?", (manifest_hash,)
+                )
+            return cursor.rowcount > 0
 
         return await self._worker.run(lambda conn: immediate(conn, body))
 
