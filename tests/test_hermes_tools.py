@@ -259,6 +259,9 @@ async def test_a_denied_call_says_why_and_nothing_is_executed(
     assert tainted["status"] == "denied", tainted
     assert "injection_tainted_egress" in tainted["reason_codes"]
     assert "injection_tainted_egress" in tainted["message"]
+    # the decision it rests on, for `smf-assurance explain` (issue 25)
+    assert tainted["decision_id"].startswith("sha256:")
+    assert f"smf-assurance explain {tainted['decision_id']}" in tainted["message"]
     assert "Nothing has been filed." in tainted["message"]
     held_doc = await call_tool(host, "smf_dms_delete", {"document_id": "doc-4711"})
     assert held_doc["status"] == "denied"

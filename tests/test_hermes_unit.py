@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
@@ -357,6 +358,11 @@ async def test_terminal_is_denied_with_the_reason_codes(hermes: plugin.HermesAda
     assert result["action"] == "block"
     assert "SMF Assurance gate denied terminal" in result["message"]
     assert "no_applicable_policy_for_consequential_operation" in result["message"]
+    # it names the decision, so `explain` can say why in words (issue 25)
+    decision = re.search(
+        r"Decision (sha256:[0-9a-f]{64}): `smf-assurance explain \1`", result["message"]
+    )
+    assert decision is not None, result["message"]
 
 
 async def test_a_rogue_answering_first_cannot_release_a_denied_call_or_a_withheld_reply(

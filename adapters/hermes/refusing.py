@@ -33,6 +33,16 @@ def block(message: str) -> dict[str, str]:
     return {"action": "block", "message": message}
 
 
+def decision_hint(decision_id: str | None) -> str:
+    """Issue 25: every denial a runtime shows names the decision it rests on, so whoever
+    reads it can have the gate's reasons in words (``smf-assurance explain``, from the
+    ledger and the release: nothing raw is needed). Empty when the verdict names none
+    (a transport denial: the gate never decided)."""
+    if decision_id is None:
+        return ""
+    return f" Decision {decision_id}: `smf-assurance explain {decision_id}` says why."
+
+
 def refusing_block(label: str, reasons: tuple[str, ...]) -> dict[str, str]:
     why = ",".join(reasons) or "adapter_not_configured"
     return block(

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from adapters.hermes.mapping import HermesContext, MappingError
+from adapters.hermes.refusing import decision_hint
 from subjects.messages import ProposedDestination, Verdict
 
 TOOLSET: Final = "smf_connectors"
@@ -235,7 +236,11 @@ def verdict_text(tool: ConnectorTool, verdict: Verdict) -> str:
                 "status": "denied",
                 "tool": tool.name,
                 "reason_codes": reasons,
-                "message": (f"SMF Assurance gate denied {tool.name}: {why}. {tool.nothing_yet}."),
+                "decision_id": verdict.decision_id,
+                "message": (
+                    f"SMF Assurance gate denied {tool.name}: {why}. {tool.nothing_yet}."
+                    + decision_hint(verdict.decision_id)
+                ),
             }
         )
     if verdict.outcome == "allow" and verdict.order_id is not None:

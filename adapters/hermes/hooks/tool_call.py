@@ -23,7 +23,7 @@ from adapters.hermes import mapping
 from adapters.hermes.allowed import call_digest
 from adapters.hermes.bridge import BridgeError
 from adapters.hermes.lifecycle import Lifecycle
-from adapters.hermes.refusing import INTERNAL_ERROR, block, refusing_block
+from adapters.hermes.refusing import INTERNAL_ERROR, block, decision_hint, refusing_block
 from subjects.messages import Verdict
 
 log = logging.getLogger("smf.hermes")
@@ -124,5 +124,8 @@ class ToolCallHook(Lifecycle):
                 "did not run, and will not run even if the approval is granted."
             )
         if verdict.outcome == "deny":
-            return block(f"SMF Assurance gate denied {label}: {reasons}. It did not run.")
+            return block(
+                f"SMF Assurance gate denied {label}: {reasons}. It did not run."
+                + decision_hint(verdict.decision_id)
+            )
         return block(f"SMF Assurance adapter blocked {label}: unknown_verdict. It did not run.")

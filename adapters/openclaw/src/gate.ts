@@ -150,9 +150,20 @@ interface Allowed {
 }
 
 class Blocked extends Error {
-  constructor(readonly reasons: readonly string[], readonly kind: "gate" | "adapter" | "approval") {
+  constructor(
+    readonly reasons: readonly string[],
+    readonly kind: "gate" | "adapter" | "approval",
+    readonly decisionId: string | null = null,
+  ) {
     super(reasons.join(","));
   }
+}
+
+/** Issue 25: every denial names the decision it rests on, so whoever reads it can have
+ * the gate's reasons in words (`smf-assurance explain`, from the ledger and the release).
+ * Empty when the verdict names none (the gate never decided). */
+export function decisionHint(decisionId: string | null | undefined): string {
+  return decisionId ? ` Decision ${decisionId}: \`smf-assurance explain ${decisionId}\` says why.` : "";
 }
 
 function str(value: unknown): string | undefined {
@@ -364,7 +375,9 @@ export class GateAdapter {
 
   private blockMessage(label: string, blocked: Blocked): string {
     const reasons = blocked.reasons.join(", ") || "no reason given";
-    if (blocked.kind === "gate") return `SMF Assurance gate denied ${label}: ${reasons}. It did not run.`;
+    if (blocked.kind === "gate") {
+      return `SMF Assurance gate denied ${label}: ${reasons}. It did not run.${decisionHint(blocked.decisionId)}`;
+    }
     if (blocked.kind === "approval") {
       return `SMF Assurance gate did not approve ${label}: ${reasons}. It did not run and will not run for this request.`;
     }
@@ -392,7 +405,7 @@ export class GateAdapter {
 
     if (verdict.outcome === "deny") {
       settings.governance.noteVerdict(verdict.reason_codes);
-      throw new Blocked(verdict.reason_codes, "gate");
+      throw new Blocked(verdict.reason_codes, "gate", verdict.decision_id ?? null);
     }
     if (verdict.outcome === "allow") {
       this.checkAllow(verdict, null, null);

@@ -221,6 +221,18 @@ test("deny blocks with the gate's reason codes", async () => {
   assert.match(reason, /^SMF Assurance gate denied write: legal_hold_blocks_deletion\. It did not run\.$/);
 });
 
+test("a denial names the decision it rests on, so explain can say why (issue 25)", async () => {
+  const decision = "sha256:" + "ab".repeat(32);
+  const bus = new FakeBus((_s, data) =>
+    reply(verdict({ proposal_id: proposalOf(data).proposal_id, outcome: "deny", reason_codes: ["legal_hold_blocks_deletion"], decision_id: decision })),
+  );
+  const reason = blockReason(await adapter(bus).beforeToolCall({ toolName: "write", params: { path: "/srv/held/a", content: "x" } }, {}));
+  assert.equal(
+    reason,
+    `SMF Assurance gate denied write: legal_hold_blocks_deletion. It did not run. Decision ${decision}: \`smf-assurance explain ${decision}\` says why.`,
+  );
+});
+
 test("every bad reply blocks", async () => {
   const cases: [string, (data: Uint8Array) => Reply | Promise<Reply>, RegExp][] = [
     ["service error header", () => reply(Buffer.from(""), { "Nats-Service-Error-Code": "400", "Nats-Service-Error": "bad_signature" }), /bad_signature/],
