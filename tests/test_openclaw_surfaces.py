@@ -18,8 +18,8 @@ Tool Search on (MCP tools reachable through ``tool_call``), automations on. The
 config says only what a firm must: the provider, the plugin, a bot token with
 its API root, who may talk to the bot (``allowFrom``, groups behind a mention).
 Where a case needs another setting it says which, and why. OpenClaw's recurring
-heartbeat stays on (a main-session model turn every 30 minutes at a per-install
-phase): the fake model answers it ``HEARTBEAT_OK``, as a model with nothing to
+heartbeat stays on (a main-session model turn every 30 minutes at a fixed phase,
+its job's ``anchorMs``): the fake model answers it ``HEARTBEAT_OK``, as a model with nothing to
 report does, and the cases leave its traffic out (``HEARTBEAT``), since it may
 fall into any case's window.
 
@@ -571,8 +571,10 @@ def test_a_cron_script_jobs_tool_calls_are_gated_but_its_notify_text_is_not(
     assert run["requests"] == []  # no model turn
     # OpenClaw calls no after_tool_call for a script's calls: the allowed write ran and
     # our plugin never reported it (an agent turn's write is reported, test above)
-    assert [b for b in run["bus"] if b["kind"] == "report"] == []
-    assert messages_holding(run, CRON_SCRIPT_CHAT, SCRIPT_STATUS), "decided now: update docs"
+    assert [b for b in run["bus"] if b["kind"] == "report"] == [], "docs/OPENCLAW.md finding 12"
+    assert messages_holding(run, CRON_SCRIPT_CHAT, SCRIPT_STATUS), (
+        "notify decided now: update docs/OPENCLAW.md (finding 11)"
+    )
     assert outputs(run) == []  # nothing decided what the group was told
     assert removed["returncode"] == 0, removed
 
@@ -588,8 +590,9 @@ def test_cron_command_and_stream_jobs_run_and_deliver_with_nothing_on_the_bus(
     keeps running from the moment the job is saved) likewise ran (its marker appeared;
     its lines match nothing, so its payload never fired). Neither made a proposal, a
     verdict, an output verdict, a model request or a ledger entry. (The model cannot
-    create either: ``automations`` is behind Tool Search, denied ``unknown_tool`` at
-    ``tool_call``; the docs reserve command payloads for ``operator.admin``.)"""
+    create either: its ``automations`` tool is denied ``unknown_tool``, behind
+    ``tool_call`` by default and unmapped when offered directly; the docs reserve
+    command payloads for ``operator.admin``.)"""
     name = "cron-command"
     status = "COMMAND-STATUS: settlement floor 2M"
     source = json.dumps(["sh", "-c", "touch {{root}}/workspace/stream-ran; echo tick; sleep 300"])
@@ -622,11 +625,13 @@ def test_cron_command_and_stream_jobs_run_and_deliver_with_nothing_on_the_bus(
     assert created["returncode"] == 0, created
     assert ran["returncode"] == 0, ran
     assert streaming["returncode"] == 0, streaming
-    assert stream_ran["exists"], "stream sources gated: update docs"
+    assert stream_ran["exists"], "stream sources gated: update docs/OPENCLAW.md (finding 11)"
     assert all(r["returncode"] == 0 for r in removed), removed
     run = heartbeat_free(run)
     assert run["markers"] == {"workspace/command-ran": "", "workspace/stream-ran": ""}
-    assert messages_holding(run, CRON_COMMAND_CHAT, status), "command jobs gated: update docs"
+    assert messages_holding(run, CRON_COMMAND_CHAT, status), (
+        "command jobs gated: update docs/OPENCLAW.md (finding 11)"
+    )
     assert [b for b in run["bus"] if b["kind"] in {"proposal", "verdict", "output"}] == []
     assert run["requests"] == []
     assert run["ledger"] == []
@@ -713,7 +718,8 @@ def test_a_real_mcp_server_added_at_run_time_is_gated_call_by_call(gateways: Gat
     mcp add`` while the Gateway runs (the Gateway's hot reload takes ``mcp.servers``, the
     next turn discovers its tools as ``matter__*``).
 
-    In the default Tool Search its tools are reachable only through ``tool_call``, whose
+    In the default Tool Search (docs/OPENCLAW.md, finding 13) its tools are reachable only
+    through ``tool_call``, whose
     hook fires first: the wrapper is proposed and denied ``unknown_tool`` (the mapper
     table has no ``tool_call``), so the inner MCP call never runs (nothing in the server's
     call log). With direct tool schemas (``tools.toolSearch: false``, set and unset with
@@ -777,7 +783,8 @@ def test_a_real_mcp_server_added_at_run_time_is_gated_call_by_call(gateways: Gat
     run = heartbeat_free(run)
     offered = {r["scenario"]: r["offered"] for r in run["requests"]}
     assert "tool_call" in offered[search]
-    assert not any(t.startswith("matter__") for t in offered[search])  # deferred
+    # deferred behind Tool Search (docs/OPENCLAW.md, finding 13)
+    assert not any(t.startswith("matter__") for t in offered[search])
     assert {"matter__list_notes", "matter__write_note", "matter__send_notice"} <= set(
         offered[direct]
     )
@@ -954,7 +961,8 @@ def test_a_system_event_wakes_the_heartbeat_and_its_alert_is_decided_by_the_outp
 
 
 def test_without_the_model_gateway_telegram_carries_a_held_reply(gateways: Gateways) -> None:
-    """NEGATIVE FINDING (the hole the model gateway closes on this surface): the same
+    """NEGATIVE FINDING (docs/OPENCLAW.md, finding 14: the hole the model gateway closes on
+    this surface): the same
     privileged reply with OpenClaw reaching the model directly and our plugin loaded and
     attested. Our plugin registers no reply hook, so nothing decides the reply: in the
     default preview the group gets it as a message; with ``streaming.mode: partial`` it
@@ -982,7 +990,9 @@ def test_without_the_model_gateway_telegram_carries_a_held_reply(gateways: Gatew
         ],
     )
     run = heartbeat_free(run)
-    assert messages_holding(run, default, SECRET), "closed without the gateway: update docs"
+    assert messages_holding(run, default, SECRET), (
+        "closed without the gateway: update docs/OPENCLAW.md (finding 14)"
+    )
     streamed = [s for s in in_chat(run, partial) if "PRIVILEGED" in shown(s)]
     assert streamed, run["telegram"]
     # a preview with part of the text went out before the whole of it
