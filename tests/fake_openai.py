@@ -11,7 +11,10 @@ A script is ``{"calls": [{"name": ..., "arguments": {...}}, ...], "final": str}`
 final answer until that scenario's conversation got its own final answer, and
 ``"final_after_file": path`` until that file exists, each at most
 ``WAIT_CAP_S``: background work finishes inside the turn, waited for by its
-effect). A call's string argument may hold ``{{result:REGEX}}``, replaced by the
+effect; ``"final_chunks": n`` with ``"chunk_delay_s": seconds`` streams the final
+answer in ``n`` content deltas that far apart, as a provider streams a long reply,
+so a runtime's live preview has partial text to show). A call's string argument
+may hold ``{{result:REGEX}}``, replaced by the
 first group of REGEX's first match in the tool results shown so far (a process
 session id a previous call returned). A call may carry ``"content": str``:
 assistant text sent in the same message as that tool call (the interim text
@@ -36,6 +39,9 @@ from pathlib import Path
 from typing import Any
 
 _TAG = re.compile(r"SCENARIO:([A-Za-z0-9_-]+)")
+PACE = "_pace"
+"""Key of an answer's streaming plan (deltas, seconds between them), taken off the
+message before it is sent."""
 _FROM_RESULT = re.compile(r"\{\{result:(.+?)\}\}")
 WAIT_CAP_S = 60.0
 
@@ -156,6 +162,9 @@ def answer(
         time.sleep(float(script.get("final_delay", 0)))
         _hold_final(scripts, script)
         message = {"role": "assistant", "content": str(script.get("final", "OK."))}
+        pace = (int(script.get("final_chunks", 1)), float(script.get("chunk_delay_s", 0)))
+        if pace[0] > 1:
+            message[PACE] = pace
         answered = "text"
     with scripts.lock:
         offered = sorted(
@@ -172,7 +181,13 @@ def answer(
     return message
 
 
-def _chunks(message: dict[str, Any], model: str) -> list[dict[str, Any]]:
+def _split(text: str, parts: int) -> list[str]:
+    """``text`` in ``parts`` consecutive pieces (the last takes the remainder)."""
+    size = max(1, -(-len(text) // parts))
+    return [text[i : i + size] for i in range(0, len(text), size)] or [text]
+
+
+def _chunks(message: dict[str, Any], model: str, parts: int = 1) -> list[dict[str, Any]]:
     base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model}
     deltas: list[dict[str, Any]] = []
     if message.get("tool_calls"):
@@ -182,7 +197,8 @@ def _chunks(message: dict[str, Any], model: str) -> list[dict[str, Any]]:
         deltas.append({"role": "assistant", "tool_calls": [{"index": 0, **call}]})
         finish = "tool_calls"
     else:
-        deltas.append({"role": "assistant", "content": message["content"]})
+        for piece in _split(message["content"], parts):
+            deltas.append({"role": "assistant", "content": piece})
         finish = "stop"
     usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
     return [
@@ -221,6 +237,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": {"message": "not found"}})
             return
         message = answer(self.scripts, body, dict(self.headers.items()))
+        parts, delay = message.pop(PACE, (1, 0.0))
         if not body.get("stream"):
             finish = "tool_calls" if message.get("tool_calls") else "stop"
             self._json(
@@ -239,7 +256,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
-        for chunk in _chunks(message, self.model):
+        for index, chunk in enumerate(_chunks(message, self.model, parts)):
+            if index and delay and chunk["choices"] and chunk["choices"][0]["delta"]:
+                self.wfile.flush()  # what was sent so far reaches the client now
+                time.sleep(delay)  # the next content delta, as a provider paces one
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()

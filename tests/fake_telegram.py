@@ -1,18 +1,19 @@
-"""A fake Telegram Bot API on 127.0.0.1, for driving Hermes's Telegram platform offline.
+"""A fake Telegram Bot API on 127.0.0.1, for driving a runtime's Telegram channel offline.
 
 Hermes 0.19.0's Telegram platform (``plugins/platforms/telegram``, on
 python-telegram-bot 22.6) takes a ``platforms.telegram.extra.base_url`` for a
-locally hosted Bot API server; this is such a server, in the harness's
-process. It speaks what the platform uses: ``getMe``, long-polled
-``getUpdates`` (the updates a test pushes), and the outbound methods, each
-recorded with its parameters (``sendMessage``, ``editMessageText``,
-``sendMessageDraft``, ``sendChatAction``, ...). A recorded call is the only
-thing the fake platform "shows a user": a test reads every text Hermes ever
-sent, drafts and edits included.
+locally hosted Bot API server, and OpenClaw 2026.9.6's Telegram channel (on
+grammY) a ``channels.telegram.apiRoot`` (the root, without ``/bot<TOKEN>``); this
+is such a server, in the harness's process. It speaks what the platforms use:
+``getMe``, long-polled ``getUpdates`` (the updates a test pushes), and the
+outbound methods, each recorded with its parameters (``sendMessage``,
+``editMessageText``, ``sendMessageDraft``, ``sendChatAction``, ...). A recorded
+call is the only thing the fake platform "shows a user": a test reads every text
+the runtime ever sent, drafts and edits included.
 
-Requests come as python-telegram-bot sends them: form fields (or multipart),
-each value JSON-encoded when it is not a plain string. The port is held by
-``ops.natsserver.PortReservation`` from start to stop.
+Requests come as python-telegram-bot sends them (form fields or multipart, each
+value JSON-encoded when it is not a plain string) or as grammY sends them (a JSON
+body). The port is held by ``ops.natsserver.PortReservation`` from start to stop.
 """
 
 from __future__ import annotations

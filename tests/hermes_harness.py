@@ -86,7 +86,6 @@ from typing import Any
 
 import msgspec
 import nats
-from aiohttp import web
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -96,7 +95,6 @@ from ops.bus_auth import write_user_seed
 from ops.demo_script import actor
 from ops.logs import configure_logging
 from ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
-from ops.natsserver import HOST, PortReservation
 from ops.releases import build_release, latest_in_inbox, prior_of, publish_to_inbox
 from ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID, provision_runtime
 from ops.stack import gate_config, start_embedded_server
@@ -111,6 +109,7 @@ from subjects.attestation import AttestationAck, RuntimeAttestation
 from subjects.keys import VerifyKey
 from subjects.messages import ActorContext, DataFacts, Proposal, ProposedDestination, Verdict
 from tests.bus_helpers import gate_reply, wait_for
+from tests.fake_notices import NoticeSink
 from tests.fake_openai import FakeOpenAI
 from tests.fake_telegram import TOKEN as TELEGRAM_TOKEN
 from tests.fake_telegram import FakeTelegram
@@ -182,42 +181,6 @@ class Tap:
 
     def take(self) -> list[dict[str, Any]]:
         taken, self.seen = self.seen, []
-        return taken
-
-
-class NoticeSink:
-    """A recording HTTP endpoint on 127.0.0.1: what an MCP server's tool sends onwards
-    (the fake downstream of a consequential MCP tool). The port is reserved from start
-    to stop."""
-
-    def __init__(self) -> None:
-        self.received: list[dict[str, Any]] = []
-        self._reservation = PortReservation()
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self._reservation.port}/notices"
-
-    async def start(self) -> NoticeSink:
-        app = web.Application()
-        app.router.add_post("/notices", self._notice)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, HOST, self._reservation.port, reuse_address=True).start()
-        return self
-
-    async def _notice(self, request: web.Request) -> web.Response:
-        self.received.append(await request.json())
-        return web.json_response({"ok": True})
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        self._reservation.close()
-
-    def take(self) -> list[dict[str, Any]]:
-        taken, self.received = self.received, []
         return taken
 
 

@@ -146,6 +146,27 @@ class OperatorClient:
                 return False
             await asyncio.sleep(0.1)
 
+    async def wait_for_session_phase(
+        self, session_key: str, phase: str, since: int, seconds: float
+    ) -> bool:
+        """Whether a ``sessions.changed`` event of ``session_key`` in ``phase`` (``start``,
+        ``end``) arrived (after line ``since``) within ``seconds``: the session list the
+        client subscribed to reports every session's runs, a channel's included."""
+        deadline = time.monotonic() + seconds
+        while True:
+            for line in self.lines()[since:]:
+                frame = line.get("event") or {}
+                payload = frame.get("payload") or {}
+                if (
+                    frame.get("event") == "sessions.changed"
+                    and payload.get("sessionKey") == session_key
+                    and payload.get("phase") == phase
+                ):
+                    return True
+            if time.monotonic() >= deadline or self.proc.returncode is not None:
+                return False
+            await asyncio.sleep(0.1)
+
     async def stop(self) -> None:
         await stop_group(self.proc, grace_s=10)
         if self._reader is not None:

@@ -72,14 +72,32 @@ evidence come back), ``op: gateway-stop`` stops both.
 
 ``record_headers`` (a list of header names) makes the fake model keep those
 request headers, and only those, with each request (none by default).
+
+OpenClaw's other surfaces (issue 26, tests/test_openclaw_surfaces.py): the gate
+config may carry ``corpus`` (a corpus folder: a release of it, chained to the
+demo's, is the one the gate starts on and the plugin verifies), ``mapper_extra``
+(tools added to OpenClaw's mapper table, the names an operator gives an MCP
+server's tools) and ``fake_platforms`` (a fake Telegram Bot API,
+``tests/fake_telegram.py``, and a recording notices endpoint,
+``tests/fake_notices.py``, in this process: tokens ``{{telegram_api_root}}``,
+``{{telegram_token}}``, ``{{notices_url}}``). ``{{node}}`` and ``{{mcp_sdk}}`` name
+the pinned node and the MCP SDK the pinned OpenClaw installs beside itself. ``op:
+gateway-steps`` runs what an operator and a platform's users do to a hosted
+Gateway, step by step (``openclaw`` commands, Telegram messages, a file a process
+of the Gateway writes), and returns the run's evidence. The tap also lists
+proposals (ids and tool) and execution reports (status) the runtimes signed, and
+the ledger rows carry their decision id, entry hash and time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import html
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -102,19 +120,29 @@ from subjects import dsse, names
 from subjects.approvals import PendingAnnouncement
 from subjects.attestation import AttestationAck, RuntimeAttestation
 from subjects.keys import VerifyKey
-from subjects.messages import OutputVerdict, Verdict
+from subjects.messages import ExecutionReport, OutputVerdict, Proposal, Verdict
 from tests.clocks import OffsetClock
+from tests.fake_notices import NoticeSink
 from tests.fake_openai import FakeOpenAI
+from tests.fake_telegram import TOKEN as TELEGRAM_TOKEN
+from tests.fake_telegram import FakeTelegram
 from tests.openclaw_gateway_host import HostedGateway, OperatorClient, stop_group
 
 if TYPE_CHECKING:
     from pipeline.assembly import RunningGate
     from pipeline.assembly.model_gateway import RunningModelGateway
+    from pipeline.core.normalize import MapperTable
 
 RUN_TIMEOUT_S = 240.0
 GATEWAY_START_S = 90.0
 PENDING_WAIT_S = 120.0
+RELOAD_WAIT_S = 60.0
+"""How long a config change an operator made may take to show in the Gateway's log."""
+PLATFORM_WAIT_S = 120.0
+"""How long a message pushed to the fake Telegram may take to be answered there."""
 ATTORNEY = "attorney-alex"
+TELEGRAM_TEXT_METHODS = frozenset({"sendMessage", "editMessageText", "sendRichMessage"})
+"""The Bot API calls that show a user text: a message, or an edit of one."""
 
 
 def substitute(value: Any, tokens: dict[str, str]) -> Any:
@@ -171,9 +199,26 @@ def base_config(root: Path, model_url: str, provider: str = "fake") -> dict[str,
     }
 
 
+def _mapper_tables(extra: dict[str, Any]) -> dict[str, MapperTable]:
+    """The shipped mapper tables, with ``extra`` tools added to OpenClaw's (none replaced):
+    the names an operator gives an MCP server's tools."""
+    from pipeline.assembly.config import shipped_mapper_tables  # noqa: PLC0415
+    from pipeline.core.normalize import ToolMapping  # noqa: PLC0415
+
+    tables = shipped_mapper_tables()
+    openclaw = tables["smf-openclaw-adapter"]
+    added = {name: msgspec.convert(entry, ToolMapping) for name, entry in extra.items()}
+    assert not set(added) & set(openclaw.tools), "mapper_extra may only add tools"
+    tables["smf-openclaw-adapter"] = msgspec.structs.replace(
+        openclaw, tools={**openclaw.tools, **added}
+    )
+    return tables
+
+
 class Tap:
     """The gate's signed verdicts and output verdicts, attestation acks, and the runtimes'
-    attestations, seen on the bus, plus outcome messages as sent.
+    attestations, proposals (ids and tool) and execution reports (status), seen on the
+    bus, plus outcome messages as sent.
 
     Verdicts are opened as a runtime opens them (``subjects.verdicts``): a DSSE
     envelope signed by the gate key for the payload type of where it was seen,
@@ -230,7 +275,45 @@ class Tap:
             "problems": list(attestation.problems),
         }
 
+    def _runtime_signed(
+        self, data: bytes, type_: type[msgspec.Struct], payload_type: str
+    ) -> msgspec.Struct | None:
+        """A message one of the harness's runtime keys signed, or ``None``."""
+        trusted = {key.key_id: key for key in self.runtime_keys.values()}
+        try:
+            value, _ = dsse.open_struct(dsse.decode_envelope(data), trusted, type_, payload_type)
+        except (dsse.SignatureError, msgspec.ValidationError, msgspec.DecodeError):
+            return None
+        return value
+
     async def record(self, msg: Msg) -> None:
+        if msg.subject == names.PROPOSE:
+            # which tool a runtime proposed, not what: no arguments or content kept
+            proposal = self._runtime_signed(msg.data, Proposal, names.PAYLOAD_PROPOSAL)
+            if isinstance(proposal, Proposal):
+                self.seen.append(
+                    {
+                        "kind": "proposal",
+                        "via": names.PROPOSE,
+                        "proposal_id": proposal.proposal_id,
+                        "runtime_id": proposal.runtime_id,
+                        "native_tool": proposal.native_tool,
+                        "tool_call_id": proposal.tool_call_id,
+                    }
+                )
+            return
+        if msg.subject.startswith(names.RESULT_PREFIX + "."):
+            report = self._runtime_signed(msg.data, ExecutionReport, names.PAYLOAD_REPORT)
+            if isinstance(report, ExecutionReport):
+                self.seen.append(
+                    {
+                        "kind": "report",
+                        "via": msg.subject,
+                        "status": report.status,
+                        "reason_code": report.reason_code,
+                    }
+                )
+            return
         if msg.subject == names.ATTEST:
             sent = self._attestation(msg.data)
             if sent is not None:
@@ -275,6 +358,10 @@ class Harness:
         self.reservations: list[PortReservation] = []
         self.hosted: dict[str, HostedGateway] = {}
         """Long-lived Gateways (``op: gateway-start``), by name."""
+        self.telegram: FakeTelegram | None = None
+        self.notices: NoticeSink | None = None
+        """The fake platforms (``gate.fake_platforms``): a Telegram Bot API and the MCP
+        server's downstream endpoint."""
 
     async def start(self) -> None:
         configure_logging(json=True, level="warning")
@@ -291,6 +378,9 @@ class Harness:
         from pipeline.assembly import start_gate  # noqa: PLC0415
         from tests.release_helpers import publish_as_publisher  # noqa: PLC0415
 
+        if gate.get("fake_platforms"):
+            self.telegram = await FakeTelegram().start()
+            self.notices = await NoticeSink().start()
         self.state = StateDir(self.root / "state")
         provision_demo(self.state)
         runtime = gate["runtime"]
@@ -332,9 +422,12 @@ class Harness:
             "unknown_credential": str(folder / "unknown.nkey"),
             "too_open_credential": str(folder / "too-open.nkey"),
         }
-        self.gate = await start_gate(
-            gate_config(state=self.state, nats_url=self.server.url, co_located=True)
-        )
+        if gate.get("corpus"):
+            self._release_of(Path(gate["corpus"]))
+        config = gate_config(state=self.state, nats_url=self.server.url, co_located=True)
+        if gate.get("mapper_extra"):
+            config = dataclasses.replace(config, mapper_tables=_mapper_tables(gate["mapper_extra"]))
+        self.gate = await start_gate(config)
         # The gate's active release, in the bucket where the plugin verifies it itself.
         release = latest_in_inbox(self.state.release_inbox)
         assert release is not None
@@ -359,6 +452,29 @@ class Harness:
         self.attorney_nc = await self._connect(ATTORNEY)
         self.attorney = ApproverClient(self.attorney_nc, self.state.key(ATTORNEY), ATTORNEY)
 
+    def _release_of(self, corpus: Path) -> None:
+        """A signed release of ``corpus``, chained to the demo's and newest in the inbox:
+        the gate starts on it (a firm's release instead of the demo's), and it is the one
+        published to ``SMF_RELEASES`` for the plugin to verify."""
+        from ops.releases import (  # noqa: PLC0415
+            build_release,
+            latest_in_inbox,
+            prior_of,
+            publish_to_inbox,
+        )
+        from ops.state import RELEASE_SIGNER  # noqa: PLC0415
+
+        current = latest_in_inbox(self.state.release_inbox)
+        assert current is not None
+        bundle = build_release(
+            corpus,
+            [self.state.key(RELEASE_SIGNER)],
+            self.state.registry.read_bytes(),
+            now_ms=time.time_ns() // 1_000_000,
+            prior=prior_of(current),
+        )
+        publish_to_inbox(bundle, self.state.release_inbox)
+
     async def _start_model_gateway(self, served: list[dict[str, Any]]) -> None:
         """The model gateway on the gate's bus, in front of the fake model (issue 16)."""
         from ops.model_gateway import (  # noqa: PLC0415
@@ -382,7 +498,8 @@ class Harness:
         self.model_gateway = await start_model_gateway(gateway_config(self.state, self.server.url))
 
     def ledger(self) -> list[dict[str, Any]]:
-        """The gate's ledger entries so far: kind, disposition and reason codes only."""
+        """The gate's ledger entries so far: kind, disposition, reason codes, the decision
+        id, the entry's hash (what a verdict's ``evidence`` names) and its time only."""
         import io  # noqa: PLC0415
 
         from pipeline.stores.ledger_audit import export_jsonl  # noqa: PLC0415
@@ -390,7 +507,8 @@ class Harness:
         out = io.StringIO()
         export_jsonl(self.state.ledger, out)
         rows = [json.loads(line) for line in out.getvalue().splitlines()]
-        return [{k: r.get(k) for k in ("kind", "disposition", "reason_codes")} for r in rows]
+        kept = ("kind", "disposition", "reason_codes", "decision_id", "entry_hash", "at")
+        return [{k: r.get(k) for k in kept} for r in rows]
 
     async def _connect(self, principal: str) -> Client:
         credential = self.state.existing_credential(principal)
@@ -418,6 +536,10 @@ class Harness:
             reservation.close()
         if self.model_gateway is not None:
             await self.model_gateway.close()
+        if self.telegram is not None:
+            await self.telegram.stop()
+        if self.notices is not None:
+            await self.notices.stop()
         self.model.stop()
         if self.gate is not None:
             await self.attorney_nc.drain()
@@ -427,7 +549,20 @@ class Harness:
             self.idle.close()
 
     def tokens(self, root: Path) -> dict[str, str]:
-        tokens = {"root": str(root), "model_url": self.model.url}
+        package = Path(self.config["openclaw_package"])
+        tokens = {
+            "root": str(root),
+            "model_url": self.model.url,
+            # the pinned node, and the MCP SDK the pinned OpenClaw depends on (exact
+            # version in its package.json), for a test's own MCP server
+            "node": str(Path(self.node_bin) / "node"),
+            "mcp_sdk": str(package.parent / "@modelcontextprotocol" / "sdk"),
+        }
+        if self.telegram is not None and self.notices is not None:
+            # OpenClaw's ``channels.telegram.apiRoot`` is the Bot API root, without /bot<TOKEN>
+            tokens["telegram_api_root"] = self.telegram.base_url.removesuffix("/bot")
+            tokens["telegram_token"] = TELEGRAM_TOKEN
+            tokens["notices_url"] = self.notices.url
         if self.gate is not None:
             tokens |= {
                 "nats_url": self.server.url,
@@ -896,6 +1031,163 @@ class Harness:
             "gateway_log": hosted.log()[-8000:],
         }
 
+    # -- operator commands and platform messages against a hosted Gateway -----------
+
+    async def steps_through(self, command: dict[str, Any]) -> dict[str, Any]:
+        """``op: gateway-steps``: what an operator and a platform's users do to a hosted
+        Gateway, in order, as one run (issue 26): each step is either
+
+        - ``{"cli": [args...]}``: ``openclaw <args>`` with the Gateway's config and env
+          (``automations add|run``, ``mcp add``, ``config set``, ``agent``, ...); with
+          ``"save": name`` the ``id`` of its JSON output is kept for later steps as
+          ``{{saved:name}}``; with ``"logged": regex`` the step ends when a line of the
+          Gateway's log written after it began matches (the running Gateway took an
+          operator's change: ``config hot reload applied (mcp.servers)``, not a sleep);
+        - ``{"telegram": {"chat", "user", "text", "expect", "session_key"}}``: the fake
+          Telegram queues a message from ``user`` in ``chat``, and the step ends when the
+          fake platform received text holding one of ``expect`` in that chat AND the
+          operator client saw the session ``session_key`` end a run (``sessions.changed``
+          phase ``end``) after the message was queued. Without ``text`` nothing is queued
+          (a delivery the Gateway makes on its own, a scheduled job's); without
+          ``session_key`` the step ends at the delivery;
+        - ``{"file": rel}``: the step ends when that file exists under the Gateway's
+          folder (what a process the Gateway started on its own did).
+
+        Then, after ``settle`` seconds for anything late, the evidence of the whole run:
+        each step's result, the bus (proposals, verdicts, output verdicts, reports), the
+        ledger entries added, the model requests, every call the fake Telegram received
+        since the run began, the test MCP server's call log (``mcp_calls``, a file under
+        the Gateway's folder), what reached the notices endpoint, and ``markers``."""
+        hosted = self.hosted[command["gateway"]]
+        self.runs += 1
+        run_root = self.root / f"run-{self.runs:02d}-{command['name']}"
+        run_root.mkdir(parents=True)
+        command = substitute(command, self.tokens(hosted.root))
+        for rel, content in command.get("files", {}).items():
+            path = hosted.root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content if isinstance(content, str) else json.dumps(content))
+        self.model.scripts.set(command.get("scripts", {}))
+        self.model.scripts.take_requests()
+        ledger_before = len(self.ledger()) if self.gate is not None else 0
+        if self.gate is not None:
+            self.tap.take()
+        sent_before = len(self.telegram.state.sent) if self.telegram is not None else 0
+        if self.notices is not None:
+            self.notices.take()
+        saved: dict[str, str] = {}
+        done: list[dict[str, Any]] = []
+        started = time.monotonic()
+        for planned in command["steps"]:
+            step = substitute(planned, {f"saved:{k}": v for k, v in saved.items()})
+            if "cli" in step:
+                done.append(await self._cli_step(hosted, step, saved))
+            elif "file" in step:
+                done.append(await _file_step(hosted.root / step["file"]))
+            else:
+                done.append(await self._telegram_step(hosted, step["telegram"]))
+        await asyncio.sleep(float(command.get("settle", 1.0)))
+        mcp_calls = hosted.root / command.get("mcp_calls", "mcp-calls.jsonl")
+        evidence = {
+            "name": command["name"],
+            "root": str(run_root),
+            "gateway_root": str(hosted.root),
+            "seconds": round(time.monotonic() - started, 2),
+            "steps": done,
+            "requests": [msgspec.to_builtins(r) for r in self.model.scripts.take_requests()],
+            "bus": self.tap.take() if self.gate is not None else [],
+            "ledger": self.ledger()[ledger_before:] if self.gate is not None else [],
+            "telegram": [
+                dataclasses.asdict(sent)
+                for sent in (self.telegram.state.sent[sent_before:] if self.telegram else [])
+            ],
+            "mcp_calls": _jsonl(mcp_calls),
+            "notices": self.notices.take() if self.notices is not None else [],
+            "markers": {
+                rel: (hosted.root / rel).read_text(errors="replace")
+                if (hosted.root / rel).exists()
+                else None
+                for rel in command.get("markers", [])
+            },
+        }
+        (run_root / "evidence.json").write_text(json.dumps(evidence, indent=2))
+        return evidence
+
+    async def _cli_step(
+        self, hosted: HostedGateway, step: dict[str, Any], saved: dict[str, str]
+    ) -> dict[str, Any]:
+        log = hosted.root / "gateway.log"
+        offset = log.stat().st_size
+        started = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            self.openclaw,
+            *step["cli"],
+            cwd=hosted.root,
+            env=hosted.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT_S)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, err = await proc.communicate()
+        stdout = out.decode(errors="replace")
+        done: dict[str, Any] = {
+            "cli": step["cli"][:2],
+            "returncode": proc.returncode,
+            "seconds": round(time.monotonic() - started, 2),
+            "stdout": stdout[-8000:],
+            "stderr": err.decode(errors="replace")[-4000:],
+        }
+        if step.get("save"):
+            found = _json_object(stdout)
+            if found is not None and isinstance(found.get("id"), str):
+                saved[step["save"]] = done["saved"] = found["id"]
+        if step.get("logged"):
+            pattern = re.compile(step["logged"])
+            done["logged"] = await _logged(log, offset, pattern, RELOAD_WAIT_S)
+        return done
+
+    async def _telegram_step(
+        self, hosted: HostedGateway, message: dict[str, Any]
+    ) -> dict[str, Any]:
+        assert self.telegram is not None, "the harness runs no fake Telegram (fake_platforms)"
+        fake = self.telegram
+        chat = message["chat"]
+        since, events_since = len(fake.state.sent), hosted.operator.count()
+        started = time.monotonic()
+        if "text" in message:
+            fake.push_text(chat, int(message["user"]), message["text"])
+        needles = [message["expect"]] if isinstance(message["expect"], str) else message["expect"]
+
+        def answered() -> bool:
+            return any(
+                sent.method in TELEGRAM_TEXT_METHODS
+                and str(sent.params.get("chat_id")) == str(chat["id"])
+                and any(needle in html.unescape(sent.text) for needle in needles)
+                for sent in fake.state.sent[since:]
+            )
+
+        deadline = started + PLATFORM_WAIT_S
+        while not answered() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        seen = answered()
+        ended = None
+        if "session_key" in message:
+            ended = await hosted.operator.wait_for_session_phase(
+                message["session_key"], "end", events_since, max(1.0, deadline - time.monotonic())
+            )
+        return {
+            "telegram": chat["id"],
+            "answered": seen,
+            "run_ended": ended,
+            "seconds": round(time.monotonic() - started, 2),
+        }
+
     def _seed_in(self, output: bytes) -> bool:
         """Whether any seed text of the harness's credentials appears in ``output``."""
         if self.gate is None:
@@ -919,6 +1211,43 @@ async def _wait_port(port: int, seconds: float) -> bool:
         writer.close()
         return True
     return False
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """The first JSON object in a CLI's output (it may print a line before it)."""
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text[start:])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+async def _file_step(path: Path) -> dict[str, Any]:
+    started = time.monotonic()
+    while not path.exists() and time.monotonic() - started < PLATFORM_WAIT_S:
+        await asyncio.sleep(0.1)
+    return {
+        "file": path.name,
+        "exists": path.exists(),
+        "seconds": round(time.monotonic() - started, 2),
+    }
+
+
+async def _logged(log: Path, offset: int, pattern: re.Pattern[str], seconds: float) -> bool:
+    """Whether a line matching ``pattern`` appeared in ``log`` after byte ``offset``
+    within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        with log.open("rb") as handle:
+            handle.seek(offset)
+            if pattern.search(handle.read().decode(errors="replace")):
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.1)
 
 
 def _jsonl(path: Path) -> list[Any]:
@@ -949,6 +1278,8 @@ async def main(config: dict[str, Any]) -> None:
                     reply = await harness.turn_through(command)
                 elif op == "gateway-stop":
                     reply = await harness.unhost_gateway(command["gateway"])
+                elif op == "gateway-steps":
+                    reply = await harness.steps_through(command)
                 else:
                     reply = await harness.run(command)
             except Exception as exc:
