@@ -211,16 +211,18 @@ async def test_a_stop_survives_a_restart_until_an_operator_clears_it(
 
 
 async def test_a_call_decided_before_a_restart_is_covered_after_it(world: World) -> None:
-    """Three decided calls: one the policy decided (its note rode in the decision's
-    evidence entry), one refused at admission before any evidence (its note was
-    written on its own), and each result is served after the restart."""
+    """Two decided calls: one the policy decided (its note rode in the decision's
+    evidence entry), one refused at admission before evaluation (its refusal is an
+    entry of its own and its note was written on its own), and each result is
+    served after the restart."""
     assert (await attest(world, TOOLS, TOOLS_ID)).accepted
     decided = await emitted_call(world, TOOLS_ID)
     verdict = await propose(world, TOOLS, TOOLS_ID, decided)
     assert verdict.evidence  # decided by policy: in the ledger
     refused = await emitted_call(world, TOOLS_ID)
     verdict = await propose(world, TOOLS, TOOLS_ID, refused, version="9.9.9")
-    assert (verdict.reason_codes, verdict.evidence) == (("runtime_version_not_attested",), ())
+    assert verdict.reason_codes == ("runtime_version_not_attested",)
+    assert verdict.evidence and verdict.decision_id  # the refusal is evidence too
 
     await restart_gate(world)
     assert (await attest(world, TOOLS, TOOLS_ID)).accepted
