@@ -294,16 +294,12 @@ class KvApprovalStore:
         may lag the CAS it is re-checked against), or with fewer replicas than
         asked, would weaken what this store promises.
         """
+        description = "SMF approval records (content lives in the content stream)"
+        kv = await open_strict_bucket(
+            js, bucket, description, replicas, ApprovalStoreUnavailable, "approval"
+        )
         with _unavailable("open"):
-            kv = await open_strict_bucket(
-                js,
-                bucket,
-                "SMF approval records (content lives in the content stream)",
-                replicas,
-            )
             content_fits = await ensure_content_stream(js, content_stream, replicas)
-        if kv is None:
-            raise ApprovalStoreUnavailable(f"bucket {bucket} exists with other settings")
         if not content_fits:
             raise ApprovalStoreUnavailable(f"stream {content_stream} exists with other settings")
         return cls(js, kv, bucket=bucket, content_stream=content_stream, timeout=timeout)

@@ -116,8 +116,9 @@ async def ensure_call_context_bucket(
     except BucketNotFoundError:
         await js.create_key_value(config=call_context_bucket_config(replicas, max_age_s))
     description = "SMF tool-call contexts"
-    if await open_strict_bucket(js, CALL_CONTEXT_BUCKET, description, replicas) is None:
-        raise RuntimeError(f"bucket {CALL_CONTEXT_BUCKET} exists with other settings")
+    await open_strict_bucket(
+        js, CALL_CONTEXT_BUCKET, description, replicas, RuntimeError, "call_context"
+    )
 
 
 def _subject(runtime_id: str, tool_call_id: str) -> str:

@@ -123,12 +123,10 @@ class KvClaimStore:
         refused: memory storage would forget claims on restart, fewer replicas
         than asked would lose them with a node, direct gets may read a replica
         that has not seen the latest claim."""
-        with _unavailable("open"):
-            kv = await open_strict_bucket(
-                js, bucket, "SMF proposal claims: one gate acts on each proposal", replicas
-            )
-        if kv is None:
-            raise ClaimStoreUnavailable(f"bucket {bucket} exists with other settings")
+        description = "SMF proposal claims: one gate acts on each proposal"
+        kv = await open_strict_bucket(
+            js, bucket, description, replicas, ClaimStoreUnavailable, "claim"
+        )
         return cls(js, kv, bucket=bucket, timeout=timeout)
 
     def _check_open(self) -> None:

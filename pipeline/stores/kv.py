@@ -7,7 +7,7 @@ revision)". Both KV stores (:mod:`pipeline.stores.approvals_kv`,
 lives here once:
 
 - :func:`open_strict_bucket`: a bucket whose settings the compare-and-set can
-  rely on, or none.
+  rely on, or the store's "unavailable" error.
 - :func:`compare_and_set`: read, decide, write by revision; on a conflict read
   again and decide again, never overwrite. When the re-read still shows the
   revision that lost (a cluster's leader can refuse a CAS before it applies
@@ -255,31 +255,38 @@ async def kv_entries(
 
 
 async def open_strict_bucket(
-    js: JetStreamContext, bucket: str, description: str, replicas: int
-) -> KeyValue | None:
-    """Bind ``bucket``, creating it if absent, as both KV stores need it: history 1,
-    file storage, ``replicas`` copies, no direct gets. ``None`` when it exists with
-    other settings: history would keep superseded values, memory storage forgets
-    on restart, fewer replicas lose writes with a node, and direct gets may read a
+    js: JetStreamContext,
+    bucket: str,
+    description: str,
+    replicas: int,
+    unavailable: Callable[[str], Exception],
+    store: str,
+) -> KeyValue:
+    """Bind ``bucket``, creating it if absent, as every KV store needs it: history 1,
+    file storage, ``replicas`` copies, no direct gets. A bucket that exists with
+    other settings is refused with the store's ``unavailable`` error, as is an
+    outage: history would keep superseded values, memory storage forgets on
+    restart, fewer replicas lose writes with a node, and direct gets may read a
     replica that lags the compare-and-set the stores re-check against.
     """
-    try:
-        kv = await js.key_value(bucket)
-    except BucketNotFoundError:
-        kv = await js.create_key_value(
-            bucket=bucket,
-            description=description,
-            history=1,
-            storage=StorageType.FILE,
-            replicas=replicas,
-            direct=False,
-        )
-    info = (await js.stream_info(f"KV_{bucket}")).config
+    with fail_closed(unavailable, store, "open"):
+        try:
+            kv = await js.key_value(bucket)
+        except BucketNotFoundError:
+            kv = await js.create_key_value(
+                bucket=bucket,
+                description=description,
+                history=1,
+                storage=StorageType.FILE,
+                replicas=replicas,
+                direct=False,
+            )
+        info = (await js.stream_info(f"KV_{bucket}")).config
     if (
         info.max_msgs_per_subject != 1
         or info.storage != StorageType.FILE
         or info.num_replicas != replicas
         or info.allow_direct
     ):
-        return None
+        raise unavailable(f"bucket {bucket} exists with other settings")
     return kv

@@ -94,12 +94,10 @@ class KvOrderBook:
     ) -> KvOrderBook:
         """Bind the claim bucket (creating it as the claim store would); a bucket with
         other settings is refused, for the claim store's reasons."""
-        with _unavailable("open"):
-            kv = await open_strict_bucket(
-                js, bucket, "SMF proposal claims: one gate acts on each proposal", replicas
-            )
-        if kv is None:
-            raise OrderBookUnavailable(f"bucket {bucket} exists with other settings")
+        description = "SMF proposal claims: one gate acts on each proposal"
+        kv = await open_strict_bucket(
+            js, bucket, description, replicas, OrderBookUnavailable, "order"
+        )
         return cls(js, kv, bucket=bucket, timeout=timeout)
 
     def _check_open(self) -> None:

@@ -108,12 +108,10 @@ class KvToolCallStore:
         """Bind the bucket, creating it if absent; one with other settings is refused
         (memory storage would forget stops on restart, fewer replicas lose them with a
         node, direct gets may read a replica that has not seen the latest clear)."""
-        with _unavailable("open"):
-            kv = await open_strict_bucket(
-                js, bucket, "SMF tool-call accounting: runtime stops, decided calls", replicas
-            )
-        if kv is None:
-            raise ToolCallStoreUnavailable(f"bucket {bucket} exists with other settings")
+        description = "SMF tool-call accounting: runtime stops, decided calls"
+        kv = await open_strict_bucket(
+            js, bucket, description, replicas, ToolCallStoreUnavailable, "tool_call"
+        )
         return cls(js, kv, bucket=bucket, timeout=timeout)
 
     def _check_open(self) -> None:
