@@ -76,6 +76,7 @@ from subjects.release import decode_trust_root
 from tests.bus_helpers import registry_entries
 from tests.test_cli_json import hold_filing
 from tests.test_cli_ops import read_line
+from tests.test_openclaw_conformance import build_plugin
 
 PROG: Final = (sys.executable, "-m", "ops.cli")
 TIMEOUT: Final = 60.0
@@ -304,14 +305,7 @@ def openclaw_fields() -> list[str]:
 
 def openclaw_read_config(snippet: Path) -> dict[str, Any]:
     """The compiled plugin's own ``readConfig`` on the snippet's plugin block."""
-    built = subprocess.run(
-        [str(PLUGIN / "scripts" / "build.sh")],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert built.returncode == 0, built.stderr[-3000:]
+    build_plugin()
     node = subprocess.run(
         [str(PLUGIN / "scripts" / "node.sh")], check=True, capture_output=True, text=True
     ).stdout.strip()

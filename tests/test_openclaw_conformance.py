@@ -58,6 +58,23 @@ from tests.surface_matrix import compare, mapper_capabilities, render
 PROJECT = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = PROJECT / "adapters" / "openclaw"
 PLUGIN_DIST = PLUGIN_DIR / "dist" / "index.js"
+
+
+def build_plugin() -> None:
+    """Build the plugin's dist/ (scripts/build.sh: idempotent, locked) or fail: a
+    missing dist/ must never turn these tests into skips, or a fresh clone would
+    "pass" without gating anything."""
+    built = subprocess.run(
+        [str(PLUGIN_DIR / "scripts" / "build.sh")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert built.returncode == 0, f"plugin build failed:\n{built.stderr[-4000:]}"
+    assert PLUGIN_DIST.exists(), f"{PLUGIN_DIST} was not built"
+
+
 OPENCLAW_TMP = (
     Path("/tmp/openclaw"),
     Path(f"/tmp/openclaw-state-locks-{os.getuid()}"),
@@ -760,17 +777,7 @@ def gated(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OpenClawRuns]:
     """The harness with a nats-server, a gate and the synthetic attorney."""
-    # Build the plugin (idempotent, locked): a missing dist/ must never turn these
-    # tests into skips, or a fresh clone would "pass" without gating anything.
-    built = subprocess.run(
-        [str(PLUGIN_DIR / "scripts" / "build.sh")],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert built.returncode == 0, f"plugin build failed:\n{built.stderr[-4000:]}"
-    assert PLUGIN_DIST.exists(), f"{PLUGIN_DIST} was not built"
+    build_plugin()
     assert (PLUGIN_DIR / "node_modules").is_dir(), "the plugin's node_modules are missing"
     yield from _start_harness(request, tmp_path_factory, "openclaw-gated", {"runtime": E2E_RUNTIME})
 

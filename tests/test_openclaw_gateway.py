@@ -45,7 +45,6 @@ import contextlib
 import json
 import re
 import sqlite3
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,12 +56,11 @@ from tests.test_openclaw_conformance import (
     ACTOR,
     E2E_CONTEXT,
     E2E_RUNTIME,
-    PLUGIN_DIR,
-    PLUGIN_DIST,
     PLUGIN_ID,
     OpenClawRuns,
     _progress,
     _start_harness,
+    build_plugin,
     smf_plugin,
 )
 
@@ -108,15 +106,7 @@ def gated(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OpenClawRuns]:
     """The gated harness with the model gateway serving the three runtimes."""
-    built = subprocess.run(
-        [str(PLUGIN_DIR / "scripts" / "build.sh")],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert built.returncode == 0, f"plugin build failed:\n{built.stderr[-4000:]}"
-    assert PLUGIN_DIST.exists(), f"{PLUGIN_DIST} was not built"
+    build_plugin()
     gate = {"runtime": E2E_RUNTIME, "model_gateway": {"runtimes": SERVED}}
     yield from _start_harness(request, tmp_path_factory, "openclaw-gateway", gate)
 

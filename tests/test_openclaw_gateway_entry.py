@@ -61,7 +61,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,12 +70,11 @@ import pytest
 from tests.test_openclaw_conformance import (
     E2E_CONTEXT,
     E2E_RUNTIME,
-    PLUGIN_DIR,
-    PLUGIN_DIST,
     PLUGIN_ID,
     OpenClawRuns,
     _progress,
     _start_harness,
+    build_plugin,
 )
 from tests.test_openclaw_gateway import (
     AFTER_INJECTION,
@@ -116,15 +114,7 @@ def entry(
 ) -> Iterator[OpenClawRuns]:
     """The gated harness with the model gateway serving ``openclaw-demo`` and
     ``openclaw-bare`` (``SERVED``)."""
-    built = subprocess.run(
-        [str(PLUGIN_DIR / "scripts" / "build.sh")],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert built.returncode == 0, f"plugin build failed:\n{built.stderr[-4000:]}"
-    assert PLUGIN_DIST.exists(), f"{PLUGIN_DIST} was not built"
+    build_plugin()
     gate = {"runtime": E2E_RUNTIME, "model_gateway": {"runtimes": SERVED}}
     yield from _start_harness(request, tmp_path_factory, "openclaw-gateway-entry", gate)
 

@@ -119,6 +119,7 @@ from tests.bus_helpers import (
 )
 from tests.clocks import OffsetClock
 from tests.test_approval_desk import ledger_rows
+from tests.test_openclaw_conformance import build_plugin
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 PLUGIN: Final = ROOT / "adapters" / "openclaw"
@@ -159,14 +160,7 @@ FILING_MESSAGE: Final = {
 @pytest.fixture(scope="module")
 def node_bin() -> str:
     """The pinned Node 24 bin dir; builds dist/ first (scripts/build.sh, idempotent, locked)."""
-    built = subprocess.run(
-        [str(PLUGIN / "scripts" / "build.sh")],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert built.returncode == 0, f"plugin build failed:\n{built.stderr[-4000:]}"
+    build_plugin()
     return subprocess.run(
         [str(PLUGIN / "scripts" / "node.sh")], check=True, capture_output=True, text=True
     ).stdout.strip()

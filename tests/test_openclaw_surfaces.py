@@ -66,7 +66,6 @@ from __future__ import annotations
 import html
 import json
 import shlex
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,11 +77,10 @@ from tests.test_hermes_patch_release import ALLOWED_WRITE, permissive_corpus
 from tests.test_openclaw_conformance import (
     ACTOR,
     E2E_RUNTIME,
-    PLUGIN_DIR,
-    PLUGIN_DIST,
     OpenClawRuns,
     _progress,
     _start_harness,
+    build_plugin,
 )
 from tests.test_openclaw_gateway import (
     AFTER_INJECTION,
@@ -149,15 +147,7 @@ def surfaces(
     """The gated harness: the model gateway serving the runtimes of
     tests/test_openclaw_gateway.py, the firm's release, the MCP mapping, the fake
     Telegram and the notices endpoint."""
-    built = subprocess.run(
-        [str(PLUGIN_DIR / "scripts" / "build.sh")],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert built.returncode == 0, f"plugin build failed:\n{built.stderr[-4000:]}"
-    assert PLUGIN_DIST.exists(), f"{PLUGIN_DIST} was not built"
+    build_plugin()
     corpus = permissive_corpus(tmp_path_factory.mktemp("corpus") / "firm")
     gate = {
         "runtime": E2E_RUNTIME,
