@@ -222,7 +222,8 @@ async def test_a_call_decided_before_a_restart_is_covered_after_it(world: World)
     refused = await emitted_call(world, TOOLS_ID)
     verdict = await propose(world, TOOLS, TOOLS_ID, refused, version="9.9.9")
     assert verdict.reason_codes == ("runtime_version_not_attested",)
-    assert verdict.evidence and verdict.decision_id  # the refusal is evidence too
+    assert verdict.evidence  # the refusal is evidence too
+    assert verdict.decision_id
 
     await restart_gate(world)
     assert (await attest(world, TOOLS, TOOLS_ID)).accepted
