@@ -758,6 +758,64 @@ async def test_healthz_says_when_no_gate_answers_or_the_board_is_not_fed(
         assert stale.json["board_age_ms"] >= 3 * 50 + 2 * 300  # whole ms, rounded down
 
 
+async def metrics(console: RunningConsole) -> dict[str, int]:
+    """``/metrics`` as sample name (with labels) -> value; its format checked on the way."""
+    reply = await http(console, "GET", "/metrics")
+    assert reply.status == 200
+    assert reply.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert_guarded(reply)
+    samples = {}
+    for line in reply.body.decode().splitlines():
+        if not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = int(value)
+    return samples
+
+
+def answered(route: str, status: int) -> str:
+    return f'smf_console_http_responses_total{{route="{route}",status="{status}"}}'
+
+
+async def test_metrics_count_answers_by_route_and_status_and_pending_approvals(
+    world: World,
+) -> None:
+    """Counts only: a client's own path or bytes never become a label, and the
+    pending gauge follows the board (one held, then none once it is denied)."""
+    before = await metrics(world.console)
+    assert before["smf_console_approvals_pending"] == 0
+    content = "Motion to compel, counted."
+    approval_id = await hold_filing(world.nc, world.state, content)
+    cookie = await sign_in(world.console, world.key(ATTORNEY), ATTORNEY)
+    await wait_listed(world.console, cookie, approval_id)
+    for _ in range(3):
+        await http(world.console, "GET", "/api/approvals")  # no cookie: 401
+    await http(world.console, "GET", "/smf-invented-path")
+    await exchange(world.console.port, b"GET / HTTP/1.1\r\nHost: x\r\nsmf-bad-header\r\n\r\n")
+    too_large = b"POST /api/show HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n"
+    await exchange(world.console.port, too_large)
+    during = await metrics(world.console)
+    assert during["smf_console_approvals_pending"] == 1
+
+    def grew(route: str, status: int) -> int:
+        return during.get(answered(route, status), 0) - before.get(answered(route, status), 0)
+
+    assert grew("/api/approvals", 401) == 3
+    assert grew("other", 404) == 1
+    assert grew("other", 400) == 1
+    assert grew("/api/show", 413) == 1
+    assert grew("/api/session", 200) == 1
+    assert grew("/metrics", 200) == 1  # the first scrape, counted once answered
+    reply = await http(world.console, "GET", "/metrics")
+    for private in (approval_id, DEMO_TENANT, ATTORNEY, content, "smf-invented", "smf-bad"):
+        assert private.encode() not in reply.body, private
+
+    digest = await shown_digest(world, cookie, approval_id)
+    body = resolution(world.key(ATTORNEY), ATTORNEY, approval_id, digest, "deny")
+    await http(world.console, "POST", "/api/resolve", body, cookie=cookie)
+    await wait_listed(world.console, cookie, approval_id, "denied")
+    assert (await metrics(world.console))["smf_console_approvals_pending"] == 0
+
+
 def a_binding(tenant: str, expires_at_ms: int) -> ApprovalBinding:
     """A well-formed binding of made-up identities."""
     decision_id = random_identity()
@@ -997,13 +1055,21 @@ async def test_a_refused_requests_bytes_never_reach_the_log(
 ) -> None:
     """aiohttp's error for a malformed header quotes the line (its answer shows it),
     and its own logger would print that to stderr with a traceback: a session
-    cookie in a malformed request would be logged. Only the error type is."""
+    cookie in a malformed request would be logged. Only the error type is; nor is
+    anything of a body whose client left before sending it all."""
     secret = "smf_console=TOKEN-NEVER-LOGGED"
     configure_logging(json=True, level="debug")
     raw = f"GET / HTTP/1.1\r\nHost: x\r\nCookie: {secret}\x01\r\n\r\n".encode()
     reply = parse(await exchange(bare.port, raw))
     assert reply.status == 400
     assert secret.encode() in reply.body  # the exception carried it
+    left = f"POST /api/session HTTP/1.1\r\nHost: x\r\nContent-Length: 99\r\n\r\n{secret}"
+    reader, writer = await asyncio.open_connection("127.0.0.1", bare.port)
+    writer.write(left.encode())
+    writer.write_eof()
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.close()
+    await writer.wait_closed()
     err = capfd.readouterr().err
     assert secret not in err
     assert "Traceback" not in err

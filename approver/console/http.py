@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Final
@@ -106,6 +107,22 @@ Route = Callable[[Request], Awaitable[Response]]
 _Handler = Callable[[web.BaseRequest], Awaitable[web.Response]]
 
 
+class AnswerCounts:
+    """Answers by route and status, for ``GET /metrics`` (issue 23): counts only.
+
+    A path that is not one of ``routes`` counts as ``other``, so a client can
+    neither grow the set of labels nor put text of its own into them.
+    """
+
+    def __init__(self, routes: Iterable[str]) -> None:
+        self.routes = frozenset(routes)
+        self.counts: Counter[tuple[str, int]] = Counter()
+
+    def add(self, method: str, path: str, status: int) -> None:
+        known = method in ("GET", "POST") and path in self.routes
+        self.counts[path if known else "other", status] += 1
+
+
 class _GuardedRequest(web.BaseRequest):
     """aiohttp's request, whose every answer gets the security headers and closes.
 
@@ -113,13 +130,20 @@ class _GuardedRequest(web.BaseRequest):
     it runs for every answer on the connection, the ones aiohttp writes for a
     request it could not parse included, which no middleware or signal sees.
     ``test_console.py::test_aiohttp_refuses_a_request_read_two_ways`` fails if an
-    aiohttp release stops calling it there.
+    aiohttp release stops calling it there. It counts the answer too.
     """
+
+    ATTRS = web.BaseRequest.ATTRS | frozenset(["counts"])
+
+    def __init__(self, *args: Any, counts: AnswerCounts, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.counts = counts
 
     async def _prepare_hook(self, response: web.StreamResponse) -> None:
         response.headers.extend(SECURITY_HEADERS)
         response.headers["Connection"] = "close"
         response.force_close()
+        self.counts.add(self.method, self.path, response.status)
 
 
 class _TypeOnlyLog(logging.Logger):
@@ -128,16 +152,16 @@ class _TypeOnlyLog(logging.Logger):
     aiohttp logs a request it could not parse with its exception, whose message
     quotes the offending bytes (a cookie, a body); stdlib logging is not
     configured here, so they would reach stderr through its last-resort handler.
-    Its records without an exception (traces in asyncio debug mode) are dropped.
+    Every record becomes one event naming the exception's type (``none`` for the
+    rare record without one); aiohttp's debug traces are off (no ``debug=True``).
     """
 
     def __init__(self) -> None:
         super().__init__(__name__, logging.DEBUG)
 
     def handle(self, record: logging.LogRecord) -> None:
-        error = record.exc_info[1] if record.exc_info else None
-        if error is not None:
-            log.info("console_http_refused", error=type(error).__name__)
+        error = record.exc_info[0] if record.exc_info else None
+        log.info("console_http_refused", error=getattr(error, "__name__", "none"))
 
 
 def _answer(response: Response) -> web.Response:
@@ -177,8 +201,11 @@ def _handler(route: Route, read_timeout: float) -> _Handler:
     return handle
 
 
-async def serve(route: Route, host: str, port: int, read_timeout: float) -> web.ServerRunner:
-    """Serve ``route`` on ``host:port`` until the returned runner's ``cleanup()``.
+async def serve(
+    route: Route, host: str, port: int, read_timeout: float, counts: AnswerCounts
+) -> web.ServerRunner:
+    """Serve ``route`` on ``host:port`` until the returned runner's ``cleanup()``;
+    every answer is counted in ``counts``.
 
     Raises ``OSError`` when the address cannot be bound (nothing is left running).
     """
@@ -198,6 +225,7 @@ async def serve(route: Route, host: str, port: int, read_timeout: float) -> web.
             task,
             asyncio.get_running_loop(),
             client_max_size=MAX_BODY_BYTES,
+            counts=counts,
         )
 
     server = web.Server(

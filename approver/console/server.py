@@ -47,6 +47,7 @@ from approver.console.access import LoginRefused, Roster, Sessions
 from approver.console.board import ApprovalBoard
 from approver.console.http import (
     READ_TIMEOUT_SECONDS,
+    AnswerCounts,
     Request,
     Response,
     bound_port,
@@ -139,7 +140,9 @@ class Console:
             ("POST", "/api/show"): self._signed_in(self._show),
             ("POST", "/api/resolve"): self._signed_in(self._resolve),
             ("GET", "/healthz"): self._health,
+            ("GET", "/metrics"): self._metrics,
         }
+        self.answers = AnswerCounts([*self.static, *(path for _, path in self.routes)])
 
     async def handle(self, request: Request) -> Response:
         if request.path in self.static:
@@ -220,7 +223,7 @@ class Console:
             }
         )
 
-    # -- health -------------------------------------------------------------
+    # -- health and counts --------------------------------------------------
 
     async def _health(self, _request: Request) -> Response:
         """Whether this console can show approvers what is held now (issue 23, ``/healthz``).
@@ -249,6 +252,24 @@ class Console:
         )
         status = HTTPStatus.OK if health.ok else HTTPStatus.SERVICE_UNAVAILABLE
         return json_response(health, status)
+
+    async def _metrics(self, _request: Request) -> Response:
+        """Counts in Prometheus's text format (issue 23): answers by route and status,
+        and the approvals the board holds as pending; no id, tenant or name."""
+        pending = sum(1 for t in self.board.entries.values() if t.state == "pending")
+        lines = [
+            "# HELP smf_console_http_responses_total Answers by route and status.",
+            "# TYPE smf_console_http_responses_total counter",
+            *(
+                f'smf_console_http_responses_total{{route="{route}",status="{status}"}} {n}'
+                for (route, status), n in sorted(self.answers.counts.items())
+            ),
+            "# HELP smf_console_approvals_pending Approvals the board holds as pending.",
+            "# TYPE smf_console_approvals_pending gauge",
+            f"smf_console_approvals_pending {pending}",
+        ]
+        body = ("\n".join(lines) + "\n").encode()
+        return Response(HTTPStatus.OK, body, "text/plain; version=0.0.4; charset=utf-8")
 
     # -- the relay ----------------------------------------------------------
 
@@ -358,7 +379,9 @@ async def start_console(settings: ConsoleSettings) -> RunningConsole:
         with contextlib.suppress(NatsError, TimeoutError):
             await board.refresh()
         console = Console(settings, nc, board)
-        runner = await serve(console.handle, settings.host, settings.port, settings.read_timeout)
+        runner = await serve(
+            console.handle, settings.host, settings.port, settings.read_timeout, console.answers
+        )
     except BaseException:
         await nc.close()
         raise
