@@ -381,9 +381,15 @@ async def test_the_page_and_its_assets_are_served_with_a_strict_policy(world: Wo
     style = await http(world.console, "GET", "/static/style.css")
     assert style.headers["content-type"] == "text/css; charset=utf-8"
     for path in ("/static/../server.py", "/static/index.html", "/server.py", "/api"):
-        assert (await http(world.console, "GET", path)).status == 404, path
-    assert (await http(world.console, "POST", "/", b"{}")).status == 405
-    assert (await http(world.console, "GET", "/api/session")).status == 405
+        missing = await http(world.console, "GET", path)
+        assert (missing.status, missing.json["reason"]) == (404, "not_found"), path
+        assert_guarded(missing)
+    for method, path in (("POST", "/"), ("GET", "/api/session"), ("PUT", "/api/show")):
+        wrong = await http(world.console, method, path, b"{}" if method != "GET" else None)
+        assert (wrong.status, wrong.json["reason"]) == (405, "method_not_allowed"), path
+        assert_guarded(wrong)
+    for reply in (page, script, style):
+        assert_guarded(reply)
     assert (await http(world.console, "GET", "/?x=1")).status == 200
 
 

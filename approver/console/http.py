@@ -14,9 +14,8 @@ promised when it parsed requests itself (issue 12, docs/CONSOLE.md):
   the console refuses any ``Transfer-Encoding`` (501) and a declared body
   over :data:`MAX_BODY_BYTES` (413), both unread.
 - A slow client holds one connection for at most the read timeout: a request
-  head not complete by then is dropped (aiohttp's keep-alive timer, which
-  runs from the moment a connection opens), a body not complete by then is
-  answered 408.
+  head not complete by then is dropped (:class:`_ConsoleServer`), a body not
+  complete by then is answered 408.
 - Nothing a client sent reaches a log: aiohttp's own log of a malformed
   request quotes its bytes, so it is replaced by :class:`_TypeOnlyLog`,
   which logs the error's type and nothing else (issue 15).
@@ -201,22 +200,49 @@ def _handler(route: Route, read_timeout: float) -> _Handler:
     return handle
 
 
-async def serve(
-    route: Route, host: str, port: int, read_timeout: float, counts: AnswerCounts
-) -> web.ServerRunner:
-    """Serve ``route`` on ``host:port`` until the returned runner's ``cleanup()``;
-    every answer is counted in ``counts``.
+class _ConsoleServer(web.Server):
+    """aiohttp's low-level server, with the console's request type and a head deadline.
 
-    Raises ``OSError`` when the address cannot be bound (nothing is left running).
+    A connection whose request head is not complete ``read_timeout`` after it
+    opened is closed unanswered (issue 23: a slow client cannot hold the
+    console). aiohttp's own keep-alive timer does this from connect only in its
+    newest releases, and bytes arriving reset nothing here, so trickling a head
+    does not extend it. Once the head is complete the body has its own timeout
+    (:func:`_read`).
     """
 
-    def guarded(
+    def __init__(
+        self, route: Route, read_timeout: float, counts: AnswerCounts, **kwargs: Any
+    ) -> None:
+        super().__init__(_handler(route, read_timeout), request_factory=self._request, **kwargs)
+        self.read_timeout = read_timeout
+        self.counts = counts
+        self.deadlines: dict[RequestHandler, asyncio.TimerHandle] = {}
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        loop = asyncio.get_running_loop()
+        self.deadlines[handler] = loop.call_later(self.read_timeout, transport.close)
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        self._head_done(handler)
+        super().connection_lost(handler, exc)
+
+    def _head_done(self, handler: RequestHandler) -> None:
+        deadline = self.deadlines.pop(handler, None)
+        if deadline is not None:
+            deadline.cancel()
+
+    def _request(
+        self,
         message: RawRequestMessage,
         payload: StreamReader,
         protocol: RequestHandler,
         writer: AbstractStreamWriter,
         task: asyncio.Task[None],
     ) -> web.BaseRequest:
+        """aiohttp calls this once a head is parsed (or refused): the deadline is met."""
+        self._head_done(protocol)
         return _GuardedRequest(
             message,
             payload,
@@ -225,14 +251,23 @@ async def serve(
             task,
             asyncio.get_running_loop(),
             client_max_size=MAX_BODY_BYTES,
-            counts=counts,
+            counts=self.counts,
         )
 
-    server = web.Server(
-        _handler(route, read_timeout),
-        request_factory=guarded,
+
+async def serve(
+    route: Route, host: str, port: int, read_timeout: float, counts: AnswerCounts
+) -> web.ServerRunner:
+    """Serve ``route`` on ``host:port`` until the returned runner's ``cleanup()``;
+    every answer is counted in ``counts``.
+
+    Raises ``OSError`` when the address cannot be bound (nothing is left running).
+    """
+    server = _ConsoleServer(
+        route,
+        read_timeout,
+        counts,
         handler_cancellation=True,
-        keepalive_timeout=read_timeout,
         lingering_time=0,
         max_line_size=MAX_LINE_BYTES,
         max_field_size=MAX_LINE_BYTES,
