@@ -16,9 +16,9 @@ promised when it parsed requests itself (issue 12, docs/CONSOLE.md):
 - A slow client holds one connection for at most the read timeout: a request
   head not complete by then is dropped (:class:`_ConsoleServer`), a body not
   complete by then is answered 408.
-- Nothing a client sent reaches a log: aiohttp's own log of a malformed
-  request quotes its bytes, so it is replaced by :class:`_TypeOnlyLog`,
-  which logs the error's type and nothing else (issue 15).
+- No request bytes in the log: aiohttp's own log of a malformed request
+  quotes them, so it is replaced by :class:`_TypeOnlyLog`, which logs the
+  error's type and nothing else (issue 15); there is no access log.
 
 Routes see :class:`Request` (method, path, lower-cased headers, the whole
 bounded body) and answer :class:`Response`; they never touch aiohttp.
@@ -261,6 +261,9 @@ async def serve(
     """Serve ``route`` on ``host:port`` until the returned runner's ``cleanup()``;
     every answer is counted in ``counts``.
 
+    A client that hangs up mid-request cancels its handler, so it holds nothing
+    after it left; a signed resolution already relayed still reaches the gate,
+    which alone decides (only the gate's answer to that client is lost).
     Raises ``OSError`` when the address cannot be bound (nothing is left running).
     """
     server = _ConsoleServer(
