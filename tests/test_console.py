@@ -2,8 +2,8 @@
 
 Issue 12; docs/CONSOLE.md. A real nats-server, the full stack from
 ``ops.stack.start_stack`` (gate and example connectors), the console from
-``approver.console.server.start_console`` on a free port, and raw HTTP over asyncio
-streams, so that malformed requests can be sent too. Requests that the page
+``approver.console.server.start_console`` on a free port (aiohttp), and raw HTTP
+over asyncio streams, so that malformed requests can be sent too. Requests that the page
 would sign in the browser are signed here with the same keys, in Python.
 
 What these tests prove:
@@ -29,7 +29,17 @@ What these tests prove:
   self-approval and an expired approval are refused with their reasons.
 - Without a gate the list is empty and says the gate is not answering, and
   the relay answers ``gate_unreachable``.
-- The HTTP reader refuses what it does not handle, each with its status.
+- HTTP (issue 23: aiohttp parses): every answer, aiohttp's own refusals of a
+  malformed request included, carries the security headers and closes the
+  connection; a request that could be read two ways (two lengths, a length and
+  chunked) is refused and nothing smuggled after it is answered; a body over
+  64 KiB, chunked bodies and HTTP/0.9 are refused unread with their reasons; a
+  malformed request's bytes never reach the log; twenty clients trickling their
+  heads cannot keep the page from others and are cut off by the read timeout.
+- ``/healthz`` answers 200 with a gate behind a live bus, 503 with
+  ``bus_disconnected`` while nats-server is down (200 again once it is back),
+  ``gate_not_answering`` without a gate and ``board_not_fed`` once the board's
+  refresh loop has stopped; it names nothing held.
 - ``smf-assurance console`` serves until SIGTERM, prints one readiness line,
   and fails in one line on a bad roster, port or bus.
 
@@ -46,6 +56,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import threading
@@ -59,6 +70,7 @@ from typing import Any
 import msgspec
 import nats
 import pytest
+import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -228,14 +240,13 @@ async def http(
     cookie: str | None = None,
     content_type: str = "application/json",
 ) -> Reply:
-    port = console.server.sockets[0].getsockname()[1]
     lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1"]
     if cookie:
         lines.append(f"Cookie: {cookie}")
     if body is not None:
         lines += [f"Content-Type: {content_type}", f"Content-Length: {len(body)}"]
     raw = ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
-    return parse(await exchange(port, raw))
+    return parse(await exchange(console.port, raw))
 
 
 async def sign_in(console: RunningConsole, key: SigningKey, approver: str) -> str:
@@ -318,8 +329,7 @@ class Bare:
 
     @property
     def port(self) -> int:
-        port: int = self.console.server.sockets[0].getsockname()[1]
-        return port
+        return self.console.port
 
 
 @contextlib.asynccontextmanager
@@ -371,9 +381,15 @@ async def test_the_page_and_its_assets_are_served_with_a_strict_policy(world: Wo
     style = await http(world.console, "GET", "/static/style.css")
     assert style.headers["content-type"] == "text/css; charset=utf-8"
     for path in ("/static/../server.py", "/static/index.html", "/server.py", "/api"):
-        assert (await http(world.console, "GET", path)).status == 404, path
-    assert (await http(world.console, "POST", "/", b"{}")).status == 405
-    assert (await http(world.console, "GET", "/api/session")).status == 405
+        missing = await http(world.console, "GET", path)
+        assert (missing.status, missing.json["reason"]) == (404, "not_found"), path
+        assert_guarded(missing)
+    for method, path in (("POST", "/"), ("GET", "/api/session"), ("PUT", "/api/show")):
+        wrong = await http(world.console, method, path, b"{}" if method != "GET" else None)
+        assert (wrong.status, wrong.json["reason"]) == (405, "method_not_allowed"), path
+        assert_guarded(wrong)
+    for reply in (page, script, style):
+        assert_guarded(reply)
     assert (await http(world.console, "GET", "/?x=1")).status == 200
 
 
@@ -680,6 +696,132 @@ async def test_the_relay_passes_gate_refusals_on_and_refuses_what_it_cannot_read
     }
 
 
+# --- /healthz (issue 23) ------------------------------------------------------------------
+
+
+async def health_becomes(console: RunningConsole, status: int, reason: str | None) -> Reply:
+    """The first ``/healthz`` answer with this status and reason (15 s at most)."""
+    seen: list[Reply] = []
+
+    async def answered() -> bool:
+        seen.append(await http(console, "GET", "/healthz"))
+        return (seen[-1].status, seen[-1].json["reason"]) == (status, reason)
+
+    try:
+        await wait_for(answered, timeout=15.0)
+    except AssertionError as exc:
+        raise AssertionError(f"/healthz never {status} {reason}: last {seen[-1]}") from exc
+    return seen[-1]
+
+
+async def test_healthz_is_ok_with_a_gate_and_names_nothing_held(world: World) -> None:
+    content = "Motion to compel, health check."
+    approval_id = await hold_filing(world.nc, world.state, content)
+    cookie = await sign_in(world.console, world.key(ATTORNEY), ATTORNEY)
+    await wait_listed(world.console, cookie, approval_id)
+    reply = await health_becomes(world.console, 200, None)
+    body = reply.json
+    age = body.pop("board_age_ms")
+    assert body == {"ok": True, "reason": None, "bus_connected": True, "gate_answering": True}
+    assert 0 <= age < 5_000
+    assert_guarded(reply)
+    for held in (approval_id, DEMO_TENANT, ATTORNEY, PARALEGAL, content, FILING.native_tool):
+        assert held.encode() not in reply.body, held
+
+
+async def test_healthz_says_when_the_bus_is_gone_and_when_it_is_back(
+    tmp_path: Path, nats_server: EmbeddedNatsServer, nc: Client
+) -> None:
+    """A stand-in gate answers the status probe; then the bus itself stops and starts."""
+
+    async def status(msg: Msg) -> None:
+        await msg.respond(msgspec.json.encode({"approval_id": "", "state": "unknown"}))
+
+    await nc.subscribe(names.APPROVAL_STATUS, cb=status)
+    await nc.flush()
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    async with bare_console(state, nats_server.url, request_timeout=1.0) as console:
+        await health_becomes(console, 200, None)
+        await asyncio.to_thread(nats_server.stop)
+        gone = await health_becomes(console, 503, "bus_disconnected")
+        assert gone.json["bus_connected"] is False
+        assert_guarded(gone)
+        await asyncio.to_thread(nats_server.start)
+        await health_becomes(console, 200, None)
+
+
+async def test_healthz_says_when_no_gate_answers_or_the_board_is_not_fed(
+    tmp_path: Path, nats_server: EmbeddedNatsServer
+) -> None:
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    async with bare_console(state, nats_server.url, request_timeout=0.3) as console:
+        no_gate = await health_becomes(console, 503, "gate_not_answering")
+        assert (no_gate.json["bus_connected"], no_gate.json["gate_answering"]) == (True, False)
+        console.tasks[0].cancel()  # the board's refresh loop ends: nothing feeds it any more
+        stale = await health_becomes(console, 503, "board_not_fed")
+        assert stale.json["board_age_ms"] >= 3 * 50 + 2 * 300  # whole ms, rounded down
+
+
+async def metrics(console: RunningConsole) -> dict[str, int]:
+    """``/metrics`` as sample name (with labels) -> value; its format checked on the way."""
+    reply = await http(console, "GET", "/metrics")
+    assert reply.status == 200
+    assert reply.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert_guarded(reply)
+    samples = {}
+    for line in reply.body.decode().splitlines():
+        if not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = int(value)
+    return samples
+
+
+def answered(route: str, status: int) -> str:
+    return f'smf_console_http_responses_total{{route="{route}",status="{status}"}}'
+
+
+async def test_metrics_count_answers_by_route_and_status_and_pending_approvals(
+    world: World,
+) -> None:
+    """Counts only: a client's own path or bytes never become a label, and the
+    pending gauge follows the board (one held, then none once it is denied)."""
+    before = await metrics(world.console)
+    assert before["smf_console_approvals_pending"] == 0
+    content = "Motion to compel, counted."
+    approval_id = await hold_filing(world.nc, world.state, content)
+    cookie = await sign_in(world.console, world.key(ATTORNEY), ATTORNEY)
+    await wait_listed(world.console, cookie, approval_id)
+    for _ in range(3):
+        await http(world.console, "GET", "/api/approvals")  # no cookie: 401
+    await http(world.console, "GET", "/smf-invented-path")
+    await exchange(world.console.port, b"GET / HTTP/1.1\r\nHost: x\r\nsmf-bad-header\r\n\r\n")
+    too_large = b"POST /api/show HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n"
+    await exchange(world.console.port, too_large)
+    during = await metrics(world.console)
+    assert during["smf_console_approvals_pending"] == 1
+
+    def grew(route: str, status: int) -> int:
+        return during.get(answered(route, status), 0) - before.get(answered(route, status), 0)
+
+    assert grew("/api/approvals", 401) == 3
+    assert grew("other", 404) == 1
+    assert grew("other", 400) == 1
+    assert grew("/api/show", 413) == 1
+    assert grew("/api/session", 200) == 1
+    assert grew("/metrics", 200) == 1  # the first scrape, counted once answered
+    reply = await http(world.console, "GET", "/metrics")
+    for private in (approval_id, DEMO_TENANT, ATTORNEY, content, "smf-invented", "smf-bad"):
+        assert private.encode() not in reply.body, private
+
+    digest = await shown_digest(world, cookie, approval_id)
+    body = resolution(world.key(ATTORNEY), ATTORNEY, approval_id, digest, "deny")
+    await http(world.console, "POST", "/api/resolve", body, cookie=cookie)
+    await wait_listed(world.console, cookie, approval_id, "denied")
+    assert (await metrics(world.console))["smf_console_approvals_pending"] == 0
+
+
 def a_binding(tenant: str, expires_at_ms: int) -> ApprovalBinding:
     """A well-formed binding of made-up identities."""
     decision_id = random_identity()
@@ -793,73 +935,229 @@ async def test_announcements_the_gate_would_not_publish_are_never_listed(world: 
 async def test_a_failing_request_answers_500_and_the_console_keeps_serving(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def broken(_request: object) -> None:
+    """A bug inside one route: that request is refused, the next one is served."""
+
+    def broken() -> tuple[str, int]:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(world.console.console, "handle", broken)
-    reply = await http(world.console, "GET", "/")
+    monkeypatch.setattr(world.console.console.sessions, "challenge", broken)
+    reply = await http(world.console, "GET", "/api/challenge")
     assert (reply.status, reply.json["reason"]) == (500, "internal_error")
+    assert reply.headers["content-security-policy"].startswith("default-src 'none'")
     monkeypatch.undo()
-    assert (await http(world.console, "GET", "/")).status == 200
+    assert len((await http(world.console, "GET", "/api/challenge")).json["nonce"]) == 43
 
 
-# --- HTTP --------------------------------------------------------------------------------
+# --- HTTP (issue 23: aiohttp parses; the console keeps its limits) ----------------------
+
+CHALLENGE = b"GET /api/challenge HTTP/1.1\r\nHost: x\r\n\r\n"
+"""Pipelined after a refused request: a second answer (a nonce) would mean the
+connection was read on past the refusal."""
+
+
+def answers(data: bytes) -> int:
+    """How many responses ``data`` holds (status lines; a body never starts a line so)."""
+    return len(re.findall(rb"(?:\A|\r\n)HTTP/\d\.\d \d{3} ", data))
+
+
+def assert_guarded(reply: Reply) -> None:
+    """The security headers and ``Connection: close`` that every answer carries."""
+    assert reply.headers["content-security-policy"].startswith("default-src 'none';")
+    assert "frame-ancestors 'none'" in reply.headers["content-security-policy"]
+    assert reply.headers["x-content-type-options"] == "nosniff"
+    assert reply.headers["x-frame-options"] == "DENY"
+    assert reply.headers["cache-control"] == "no-store"
+    assert reply.headers["connection"] == "close"
 
 
 @pytest.mark.parametrize(
     ("raw", "status", "reason"),
     [
-        (b"GET /\r\n\r\n", 400, "malformed_request_line"),
-        (b"GET / SPDY/3\r\n\r\n", 400, "malformed_request_line"),
-        (b"GET / HTTP/1.1\r\nno colon\r\n\r\n", 400, "malformed_header"),
-        (b"GET / HTTP/1.1\r\n folded: x\r\n\r\n", 400, "malformed_header"),
-        (b"GET / HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n", 431, "line_too_long"),
-        (b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 70 + b"\r\n", 431, "too_many_headers"),
         (
-            b"POST /api/session HTTP/1.1\r\nContent-Length: 70000\r\n\r\n",
+            b"POST /api/session HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n",
             413,
             "body_too_large",
         ),
         (
-            b"POST /api/session HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            b"POST /api/session HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
             501,
             "transfer_encoding_not_supported",
         ),
         (
-            b"POST /api/session HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
-            400,
-            "duplicate_content_length",
-        ),
-        (
-            b"POST /api/session HTTP/1.1\r\nContent-Length: -2\r\n\r\n{}",
-            400,
-            "malformed_content_length",
-        ),
-        (
-            b"POST /api/session HTTP/1.1\r\nContent-Type: text/plain\r\n"
+            b"POST /api/session HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
             b"Content-Length: 2\r\n\r\n{}",
             415,
             "json_required",
         ),
     ],
 )
-async def test_the_http_reader_refuses_what_it_does_not_handle(
+async def test_requests_the_console_does_not_take_are_refused_with_their_reason(
     bare: Bare, raw: bytes, status: int, reason: str
 ) -> None:
+    data = await exchange(bare.port, raw + CHALLENGE)
+    reply = parse(data)
+    assert (reply.status, reply.json) == (status, {"ok": False, "reason": reason})
+    assert_guarded(reply)
+    assert answers(data) == 1
+    assert b"nonce" not in data
+
+
+async def test_only_http_1_is_served(bare: Bare) -> None:
+    """An HTTP/0.9 request (no headers) is refused; followed by anything, aiohttp
+    refuses it itself (``test_aiohttp_refuses_a_request_read_two_ways``)."""
+    reply = parse(await exchange(bare.port, b"GET /\r\n\r\n"))
+    assert (reply.status, reply.json["reason"]) == (505, "http_version_not_supported")
+    assert_guarded(reply)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(b"GET / SPDY/3\r\n\r\n", id="not-http"),
+        pytest.param(b"GET /\r\n\r\n", id="http-0.9-then-more"),
+        pytest.param(b"GET / HTTP/1.1\r\n\r\n", id="no-host"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\nno colon\r\n\r\n", id="no-colon"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\n folded: x\r\n\r\n", id="folded"),
+        pytest.param(
+            b"GET / HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 9000 + b"\r\n\r\n", id="long-line"
+        ),
+        pytest.param(
+            b"GET / HTTP/1.1\r\nHost: x\r\n" + b"X: y\r\n" * 70 + b"\r\n", id="many-headers"
+        ),
+        pytest.param(
+            b"POST /api/logout HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 2\r\nContent-Length: 45\r\n\r\n{}" + CHALLENGE[:43],
+            id="two-lengths",
+        ),
+        pytest.param(
+            b"POST /api/logout HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 45\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + CHALLENGE,
+            id="length-and-chunked",
+        ),
+        pytest.param(
+            b"POST /api/logout HTTP/1.1\r\nHost: x\r\nContent-Length: -2\r\n\r\n{}",
+            id="negative-length",
+        ),
+    ],
+)
+async def test_aiohttp_refuses_a_request_read_two_ways(bare: Bare, raw: bytes) -> None:
+    """aiohttp's parser refuses these (400) before any route runs; the answer still
+    carries the console's security headers, and nothing after it on the connection
+    is read: a request smuggled in a body that could be read two ways gets no answer."""
+    with structlog.testing.capture_logs() as logs:
+        data = await exchange(bare.port, raw + CHALLENGE)
+    reply = parse(data)
+    assert reply.status == 400
+    assert reply.headers["content-type"].startswith("text/plain")
+    assert_guarded(reply)
+    assert answers(data) == 1
+    assert b"nonce" not in data
+    refused = [e for e in logs if e["event"] == "console_http_refused"]
+    assert [set(e) for e in refused] == [{"event", "error", "log_level"}]
+
+
+async def test_a_refused_requests_bytes_never_reach_the_log(
+    bare: Bare, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """aiohttp's error for a malformed header quotes the line (its answer shows it),
+    and its own logger would print that to stderr with a traceback: a session
+    cookie in a malformed request would be logged. Only the error type is; nor is
+    anything of a body whose client left before sending it all."""
+    secret = "smf_console=TOKEN-NEVER-LOGGED"
+    configure_logging(json=True, level="debug")
+    raw = f"GET / HTTP/1.1\r\nHost: x\r\nCookie: {secret}\x01\r\n\r\n".encode()
     reply = parse(await exchange(bare.port, raw))
-    assert (reply.status, reply.json["reason"]) == (status, reason)
-    assert reply.headers["connection"] == "close"
+    assert reply.status == 400
+    assert secret.encode() in reply.body  # the exception carried it
+    left = f"POST /api/session HTTP/1.1\r\nHost: x\r\nContent-Length: 99\r\n\r\n{secret}"
+    reader, writer = await asyncio.open_connection("127.0.0.1", bare.port)
+    writer.write(left.encode())
+    writer.write_eof()
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.close()
+    await writer.wait_closed()
+    err = capfd.readouterr().err
+    assert secret not in err
+    assert "Traceback" not in err
+    refused = [json.loads(line) for line in err.splitlines() if "console_http_refused" in line]
+    assert [(e["error"], e["level"]) for e in refused] == [("BadHttpMessage", "info")]
 
 
 async def test_silent_and_truncated_clients_get_no_answer(bare: Bare) -> None:
     port = bare.port
-    for raw in (b"", b"POST /api/session HTTP/1.1\r\nContent-Length: 10\r\n\r\n{}"):
+    for raw in (b"", b"POST /api/session HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{}"):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(raw)
         writer.write_eof()
         assert await asyncio.wait_for(reader.read(), 5) == b""
         writer.close()
         await writer.wait_closed()
+
+
+async def test_slow_clients_are_cut_off_and_cannot_hold_the_console(
+    tmp_path: Path, nats_server: EmbeddedNatsServer
+) -> None:
+    """Twenty clients trickling a request head one byte at a time (a head that would
+    take over a minute) and one trickling a body: while they send, the page is served
+    to others, and each slow one is cut off by the read timeout, not by its own end.
+    A body that stops arriving is answered 408 (a trickler may see a reset instead:
+    the console closes without reading what it still sends)."""
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    settings = ConsoleSettings(
+        nats_url=nats_server.url, registry=state.registry, refresh_seconds=0.05, read_timeout=1.0
+    )
+    console = await start_console(settings)
+    head = b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"z" * 4000 + b"\r\n\r\n"
+
+    async def trickle(raw: bytes, at_once: bytes = b"") -> tuple[bytes, int]:
+        """Send ``at_once``, then ``raw`` a byte every 20 ms until the server closes;
+        what it answered and how many bytes of ``raw`` were sent."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", console.port)
+        answer = asyncio.create_task(reader.read())  # until the server closes
+        writer.write(at_once)
+        sent = 0
+        with contextlib.suppress(ConnectionError):
+            for sent in range(len(raw)):
+                if answer.done():
+                    break
+                writer.write(raw[sent : sent + 1])
+                await writer.drain()
+                await asyncio.sleep(0.02)  # the attacker's pace, not a wait for an event
+        try:
+            data = await asyncio.wait_for(answer, 10)
+        except ConnectionResetError:
+            data = b""
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+        return data, sent
+
+    try:
+        heads = [asyncio.create_task(trickle(head)) for _ in range(20)]
+        body = asyncio.create_task(
+            trickle(
+                b"{" * 4000,
+                at_once=b"POST /api/session HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 4000\r\n\r\n",
+            )
+        )
+        page = await http(console, "GET", "/")
+        assert page.status == 200
+        assert not any(t.done() for t in (*heads, body))  # served while they were all sending
+        for data, sent in await asyncio.gather(*heads):
+            assert data == b""  # dropped without an answer...
+            assert sent < len(head) // 2  # ...long before its head was sent
+        data, sent = await body
+        assert sent < 4000 // 2
+        assert data == b"" or parse(data).json["reason"] == "read_timeout"
+        stalled = b"POST /api/session HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{}"
+        timed_out = parse(await exchange(console.port, stalled))
+        assert (timed_out.status, timed_out.json["reason"]) == (408, "read_timeout")
+        assert_guarded(timed_out)
+        assert (await http(console, "GET", "/")).status == 200
+    finally:
+        await console.close()
 
 
 # --- the command ---------------------------------------------------------------------------

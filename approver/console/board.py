@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -75,6 +76,8 @@ class ApprovalBoard:
         self.timeout = timeout
         self.entries: dict[str, Tracked] = {}
         self.gate_answering = False
+        self.fed_at: float | None = None
+        """``time.monotonic()`` of the last refresh that completed (``/healthz``, issue 23)."""
         self.reader = PendingReader(js)
         self._wake = asyncio.Event()
 
@@ -107,6 +110,7 @@ class ApprovalBoard:
         await self._read_announcements()
         await self._refresh_states()
         self._prune()
+        self.fed_at = time.monotonic()
 
     async def _read_announcements(self) -> None:
         try:

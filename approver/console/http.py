@@ -1,30 +1,58 @@
-"""Just enough HTTP/1.1 for one page and a small JSON API, on asyncio streams.
+"""The console's HTTP transport, on aiohttp's low-level server (issue 23, last item).
 
-The console runs on the same event loop as its NATS connection, and the
-standard library's ``http.server`` is thread-based, so requests are parsed
-here, deliberately narrowly: one request per connection (``Connection:
-close``, no keep-alive state), bodies only by one ``Content-Length`` of at
-most ``MAX_BODY_BYTES`` (no chunked bodies, no duplicate lengths: stops a
-request being read two ways), bounded line length and header count (stops
-memory exhaustion), and every answer carries the security headers below.
+aiohttp parses HTTP/1.1; this module keeps true around it what the console
+promised when it parsed requests itself (issue 12, docs/CONSOLE.md):
+
+- Every answer carries :data:`SECURITY_HEADERS`, aiohttp's own refusals of a
+  malformed request included (:class:`_GuardedRequest`): held content is
+  written by an agent, and no answer of this origin may run a script or be
+  framed.
+- HTTP/1.x only, one request per connection (``Connection: close`` on every
+  answer): no keep-alive or pipelining state to get wrong.
+- A request is read one way only: aiohttp refuses duplicate
+  ``Content-Length`` and ``Content-Length`` beside ``Transfer-Encoding``;
+  the console refuses any ``Transfer-Encoding`` (501) and a declared body
+  over :data:`MAX_BODY_BYTES` (413), both unread.
+- A slow client holds one connection for at most the read timeout: a request
+  head not complete by then is dropped (:class:`_ConsoleServer`), a body not
+  complete by then is answered 408.
+- No request bytes in the log: aiohttp's own log of a malformed request
+  quotes them, so it is replaced by :class:`_TypeOnlyLog`, which logs the
+  error's type and nothing else (issue 15); there is no access log.
+
+Routes see :class:`Request` (method, path, lower-cased headers, the whole
+bounded body) and answer :class:`Response`; they never touch aiohttp.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 import msgspec
+import structlog
+from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.http_parser import RawRequestMessage
+from aiohttp.streams import StreamReader
+from aiohttp.web_protocol import RequestHandler
+
+log = structlog.get_logger(__name__)
 
 MAX_LINE_BYTES: Final = 8192
+"""Longest request line and header field aiohttp accepts (stops memory exhaustion)."""
 MAX_HEADERS: Final = 64
 MAX_BODY_BYTES: Final = 64 * 1024
 """A signed envelope is a few hundred bytes; anything larger is refused unread."""
 READ_TIMEOUT_SECONDS: Final = 10.0
 """A client that sends its request slower than this is disconnected."""
+SHUTDOWN_GRACE_SECONDS: Final = 5.0
+"""How long closing waits for answers in progress."""
 SECURITY_HEADERS: Final = (
     # Held content is written by an agent: the page renders it as text, and even
     # a markup injection could run no script and reach no other origin.
@@ -39,15 +67,6 @@ SECURITY_HEADERS: Final = (
     ("Cross-Origin-Opener-Policy", "same-origin"),
     ("Cache-Control", "no-store"),
 )
-
-
-class HttpError(Exception):
-    """A request that is refused before it reaches a route."""
-
-    def __init__(self, status: HTTPStatus, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,58 +102,192 @@ def refusal(status: HTTPStatus, reason: str) -> Response:
     return json_response({"ok": False, "reason": reason}, status)
 
 
-async def _line(reader: asyncio.StreamReader) -> bytes:
-    try:
-        return await reader.readline()
-    except ValueError as exc:  # longer than the reader's limit
-        raise HttpError(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "line_too_long") from exc
+Route = Callable[[Request], Awaitable[Response]]
+_Handler = Callable[[web.BaseRequest], Awaitable[web.Response]]
 
 
-async def read_request(reader: asyncio.StreamReader) -> Request | None:
-    """One request, or ``None`` when the client closed before sending one.
+class AnswerCounts:
+    """Answers by route and status, for ``GET /metrics`` (issue 23): counts only.
 
-    Only ``Content-Length`` bodies, at most ``MAX_BODY_BYTES``; one
-    ``Content-Length`` header (two could be read two ways); no chunked bodies.
+    A path that is not one of ``routes`` counts as ``other``, so a client can
+    neither grow the set of labels nor put text of its own into them.
     """
-    first = await _line(reader)
-    if not first:
-        return None
-    parts = first.decode("latin-1").rstrip("\r\n").split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise HttpError(HTTPStatus.BAD_REQUEST, "malformed_request_line")
-    method, target, _ = parts
-    headers: dict[str, str] = {}
-    for _ in range(MAX_HEADERS + 1):
-        raw = await _line(reader)
-        if raw in (b"\r\n", b"\n"):
-            break
-        name, sep, value = raw.decode("latin-1").partition(":")
-        key = name.lower()
-        if not raw.endswith(b"\n") or not sep or not key or key != key.strip():
-            raise HttpError(HTTPStatus.BAD_REQUEST, "malformed_header")
-        if key == "content-length" and key in headers:
-            raise HttpError(HTTPStatus.BAD_REQUEST, "duplicate_content_length")
-        headers[key] = value.strip()
-    else:
-        raise HttpError(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "too_many_headers")
-    if "transfer-encoding" in headers:
-        raise HttpError(HTTPStatus.NOT_IMPLEMENTED, "transfer_encoding_not_supported")
-    length = headers.get("content-length", "0")
-    if not length.isascii() or not length.isdigit():
-        raise HttpError(HTTPStatus.BAD_REQUEST, "malformed_content_length")
-    if int(length) > MAX_BODY_BYTES:
-        raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body_too_large")
-    body = await reader.readexactly(int(length)) if int(length) else b""
-    return Request(method, urlsplit(target).path, headers, body)
+
+    def __init__(self, routes: Iterable[str]) -> None:
+        self.routes = frozenset(routes)
+        self.counts: Counter[tuple[str, int]] = Counter()
+
+    def add(self, method: str, path: str, status: int) -> None:
+        known = method in ("GET", "POST") and path in self.routes
+        self.counts[path if known else "other", status] += 1
 
 
-def encode_response(response: Response) -> bytes:
-    status = response.status
-    lines = [
-        f"HTTP/1.1 {status.value} {status.phrase}",
-        f"Content-Type: {response.content_type}",
-        f"Content-Length: {len(response.body)}",
-        "Connection: close",
-        *(f"{k}: {v}" for k, v in SECURITY_HEADERS + response.headers),
-    ]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + response.body
+class _GuardedRequest(web.BaseRequest):
+    """aiohttp's request, whose every answer gets the security headers and closes.
+
+    ``_prepare_hook`` is where aiohttp itself attaches ``on_response_prepare``;
+    it runs for every answer on the connection, the ones aiohttp writes for a
+    request it could not parse included, which no middleware or signal sees.
+    ``test_console.py::test_aiohttp_refuses_a_request_read_two_ways`` fails if an
+    aiohttp release stops calling it there. It counts the answer too.
+    """
+
+    ATTRS = web.BaseRequest.ATTRS | frozenset(["counts"])
+
+    def __init__(self, *args: Any, counts: AnswerCounts, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.counts = counts
+
+    async def _prepare_hook(self, response: web.StreamResponse) -> None:
+        response.headers.extend(SECURITY_HEADERS)
+        response.headers["Connection"] = "close"
+        response.force_close()
+        self.counts.add(self.method, self.path, response.status)
+
+
+class _TypeOnlyLog(logging.Logger):
+    """aiohttp's server log, reduced to the error's type (issue 15: no payload in logs).
+
+    aiohttp logs a request it could not parse with its exception, whose message
+    quotes the offending bytes (a cookie, a body); stdlib logging is not
+    configured here, so they would reach stderr through its last-resort handler.
+    Every record becomes one event naming the exception's type (``none`` for the
+    rare record without one); aiohttp's debug traces are off (no ``debug=True``).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(__name__, logging.DEBUG)
+
+    def handle(self, record: logging.LogRecord) -> None:
+        error = record.exc_info[0] if record.exc_info else None
+        log.info("console_http_refused", error=getattr(error, "__name__", "none"))
+
+
+def _answer(response: Response) -> web.Response:
+    headers = [("Content-Type", response.content_type), *response.headers]
+    return web.Response(status=response.status, body=response.body, headers=headers)
+
+
+async def _read(request: web.BaseRequest, read_timeout: float) -> Request | Response:
+    """The request as routes see it, or the refusal of one that is not read at all."""
+    if request.version.major != 1:  # HTTP/0.9 has no headers to refuse a body by
+        return refusal(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, "http_version_not_supported")
+    if "Transfer-Encoding" in request.headers:
+        return refusal(HTTPStatus.NOT_IMPLEMENTED, "transfer_encoding_not_supported")
+    length = request.content_length or 0
+    if length > MAX_BODY_BYTES:
+        return refusal(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body_too_large")
+    try:
+        async with asyncio.timeout(read_timeout):
+            body = await request.read() if length else b""
+    except TimeoutError:
+        return refusal(HTTPStatus.REQUEST_TIMEOUT, "read_timeout")
+    headers = {name.lower(): value for name, value in request.headers.items()}
+    return Request(request.method, request.path, headers, body)
+
+
+def _handler(route: Route, read_timeout: float) -> _Handler:
+    async def handle(request: web.BaseRequest) -> web.Response:
+        read = await _read(request, read_timeout)
+        if isinstance(read, Response):
+            return _answer(read)
+        try:
+            return _answer(await route(read))
+        except Exception:  # one failed request must not take the console down
+            log.exception("console_request_failed", path=read.path)
+            return _answer(refusal(HTTPStatus.INTERNAL_SERVER_ERROR, "internal_error"))
+
+    return handle
+
+
+class _ConsoleServer(web.Server):
+    """aiohttp's low-level server, with the console's request type and a head deadline.
+
+    A connection whose request head is not complete ``read_timeout`` after it
+    opened is closed unanswered (issue 23: a slow client cannot hold the
+    console). aiohttp's own keep-alive timer does this from connect only in its
+    newest releases, and bytes arriving reset nothing here, so trickling a head
+    does not extend it. Once the head is complete the body has its own timeout
+    (:func:`_read`).
+    """
+
+    def __init__(
+        self, route: Route, read_timeout: float, counts: AnswerCounts, **kwargs: Any
+    ) -> None:
+        super().__init__(_handler(route, read_timeout), request_factory=self._request, **kwargs)
+        self.read_timeout = read_timeout
+        self.counts = counts
+        self.deadlines: dict[RequestHandler, asyncio.TimerHandle] = {}
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        loop = asyncio.get_running_loop()
+        self.deadlines[handler] = loop.call_later(self.read_timeout, transport.close)
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        self._head_done(handler)
+        super().connection_lost(handler, exc)
+
+    def _head_done(self, handler: RequestHandler) -> None:
+        deadline = self.deadlines.pop(handler, None)
+        if deadline is not None:
+            deadline.cancel()
+
+    def _request(
+        self,
+        message: RawRequestMessage,
+        payload: StreamReader,
+        protocol: RequestHandler,
+        writer: AbstractStreamWriter,
+        task: asyncio.Task[None],
+    ) -> web.BaseRequest:
+        """aiohttp calls this once a head is parsed (or refused): the deadline is met."""
+        self._head_done(protocol)
+        return _GuardedRequest(
+            message,
+            payload,
+            protocol,
+            writer,
+            task,
+            asyncio.get_running_loop(),
+            client_max_size=MAX_BODY_BYTES,
+            counts=self.counts,
+        )
+
+
+async def serve(
+    route: Route, host: str, port: int, read_timeout: float, counts: AnswerCounts
+) -> web.ServerRunner:
+    """Serve ``route`` on ``host:port`` until the returned runner's ``cleanup()``;
+    every answer is counted in ``counts``.
+
+    A client that hangs up mid-request cancels its handler, so it holds nothing
+    after it left; a signed resolution already relayed still reaches the gate,
+    which alone decides (only the gate's answer to that client is lost).
+    Raises ``OSError`` when the address cannot be bound (nothing is left running).
+    """
+    server = _ConsoleServer(
+        route,
+        read_timeout,
+        counts,
+        handler_cancellation=True,
+        lingering_time=0,
+        max_line_size=MAX_LINE_BYTES,
+        max_field_size=MAX_LINE_BYTES,
+        max_headers=MAX_HEADERS,
+        access_log=None,
+        logger=_TypeOnlyLog(),
+    )
+    runner = web.ServerRunner(server, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner
+
+
+def bound_port(runner: web.ServerRunner) -> tuple[str, int]:
+    host, port = runner.addresses[0][:2]
+    return str(host), int(port)

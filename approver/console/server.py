@@ -32,11 +32,12 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 import msgspec
 import nats
 import structlog
+from aiohttp import web
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
@@ -45,15 +46,14 @@ from nats.errors import NoRespondersError
 from approver.console.access import LoginRefused, Roster, Sessions
 from approver.console.board import ApprovalBoard
 from approver.console.http import (
-    MAX_LINE_BYTES,
     READ_TIMEOUT_SECONDS,
-    HttpError,
+    AnswerCounts,
     Request,
     Response,
-    encode_response,
+    bound_port,
     json_response,
-    read_request,
     refusal,
+    serve,
 )
 from subjects import names
 from subjects.approvals import ApprovalView, ResolutionReply
@@ -64,7 +64,7 @@ log = structlog.get_logger(__name__)
 
 SESSION_COOKIE: Final = "smf_console"
 CLOSE_GRACE_SECONDS: Final = 5.0
-"""How long closing waits for the refresh loop and open connections to end."""
+"""How long closing waits for the refresh loop to end."""
 STATIC_FILES: Final = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -89,7 +89,23 @@ class ConsoleSettings:
     request_timeout: float = 5.0
     challenge_seconds: int = 120
     session_seconds: int = 8 * 3600
+    read_timeout: float = READ_TIMEOUT_SECONDS
+    """A client whose request takes longer to arrive is cut off (issue 23)."""
     clock: Callable[[], int] = wall_clock_ms
+
+
+HealthReason = Literal["bus_disconnected", "board_not_fed", "gate_not_answering"]
+
+
+class Health(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /healthz``: states and an age, never an approval, a tenant or a key."""
+
+    ok: bool
+    reason: HealthReason | None
+    bus_connected: bool
+    gate_answering: bool
+    board_age_ms: int | None
+    """Since the board's last complete refresh; ``None`` before its first."""
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -111,10 +127,6 @@ class Console:
         self.settings = settings
         self.nc = nc
         self.board = board
-        self.connections: set[asyncio.Task[None]] = set()
-        """Live connection handlers, so closing the console ends them instead of
-        waiting on a client that never hangs up (``asyncio.Server.wait_closed``
-        waits for every connection)."""
         self.roster = Roster(settings.registry)
         self.sessions = Sessions(
             settings.clock, settings.challenge_seconds * 1000, settings.session_seconds * 1000
@@ -127,7 +139,10 @@ class Console:
             ("GET", "/api/approvals"): self._signed_in(self._approvals),
             ("POST", "/api/show"): self._signed_in(self._show),
             ("POST", "/api/resolve"): self._signed_in(self._resolve),
+            ("GET", "/healthz"): self._health,
+            ("GET", "/metrics"): self._metrics,
         }
+        self.answers = AnswerCounts([*self.static, *(path for _, path in self.routes)])
 
     async def handle(self, request: Request) -> Response:
         if request.path in self.static:
@@ -208,6 +223,54 @@ class Console:
             }
         )
 
+    # -- health and counts --------------------------------------------------
+
+    async def _health(self, _request: Request) -> Response:
+        """Whether this console can show approvers what is held now (issue 23, ``/healthz``).
+
+        200 only while its bus connection is up, its board completed a refresh
+        recently and the gate answered that refresh; otherwise 503 naming the
+        first of these that fails, so a console whose bus is gone says so. It
+        names no approval, tenant or approver, so it asks for no session.
+        """
+        fed_at = self.board.fed_at
+        age = None if fed_at is None else time.monotonic() - fed_at
+        stale_after = 3 * self.settings.refresh_seconds + 2 * self.settings.request_timeout
+        reason: HealthReason | None = None
+        if not self.nc.is_connected:
+            reason = "bus_disconnected"
+        elif age is None or age > stale_after:
+            reason = "board_not_fed"
+        elif not self.board.gate_answering:
+            reason = "gate_not_answering"
+        health = Health(
+            ok=reason is None,
+            reason=reason,
+            bus_connected=self.nc.is_connected,
+            gate_answering=self.board.gate_answering,
+            board_age_ms=None if age is None else int(age * 1000),
+        )
+        status = HTTPStatus.OK if health.ok else HTTPStatus.SERVICE_UNAVAILABLE
+        return json_response(health, status)
+
+    async def _metrics(self, _request: Request) -> Response:
+        """Counts in Prometheus's text format (issue 23): answers by route and status,
+        and the approvals the board holds as pending; no id, tenant or name."""
+        pending = sum(1 for t in self.board.entries.values() if t.state == "pending")
+        lines = [
+            "# HELP smf_console_http_responses_total Answers by route and status.",
+            "# TYPE smf_console_http_responses_total counter",
+            *(
+                f'smf_console_http_responses_total{{route="{route}",status="{status}"}} {n}'
+                for (route, status), n in sorted(self.answers.counts.items())
+            ),
+            "# HELP smf_console_approvals_pending Approvals the board holds as pending.",
+            "# TYPE smf_console_approvals_pending gauge",
+            f"smf_console_approvals_pending {pending}",
+        ]
+        body = ("\n".join(lines) + "\n").encode()
+        return Response(HTTPStatus.OK, body, "text/plain; version=0.0.4; charset=utf-8")
+
     # -- the relay ----------------------------------------------------------
 
     async def _relay(self, subject: str, body: bytes) -> Msg | Response:
@@ -261,44 +324,6 @@ class Console:
         )
         return json_response({"ok": True, "reply": answer})
 
-    # -- connections --------------------------------------------------------
-
-    async def serve_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        """One request per connection, then close: no keep-alive state to get wrong."""
-        task = asyncio.current_task()
-        if task is not None:
-            self.connections.add(task)
-        try:
-            try:
-                request = await asyncio.wait_for(read_request(reader), READ_TIMEOUT_SECONDS)
-            except HttpError as exc:
-                response = refusal(exc.status, exc.reason)
-            else:
-                if request is None:
-                    return
-                response = await self._answer(request)
-            writer.write(encode_response(response))
-            await writer.drain()
-        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-            return  # a slow, truncated or vanished client: nothing to answer
-        finally:
-            try:
-                writer.close()
-                with contextlib.suppress(ConnectionError):
-                    await writer.wait_closed()
-            finally:
-                if task is not None:
-                    self.connections.discard(task)
-
-    async def _answer(self, request: Request) -> Response:
-        try:
-            return await self.handle(request)
-        except Exception:  # one failed request must not take the console down
-            log.exception("console_request_failed", path=request.path)
-            return refusal(HTTPStatus.INTERNAL_SERVER_ERROR, "internal_error")
-
 
 # --- running it -------------------------------------------------------------------
 
@@ -306,27 +331,29 @@ class Console:
 @dataclass
 class RunningConsole:
     console: Console
-    server: asyncio.Server
+    runner: web.ServerRunner
     nc: Client
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @property
+    def port(self) -> int:
+        return bound_port(self.runner)[1]
+
+    @property
     def url(self) -> str:
-        host, port = self.server.sockets[0].getsockname()[:2]
+        host, port = bound_port(self.runner)
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{port}/"
 
     async def close(self) -> None:
-        self.server.close()
-        pending = [*self.tasks, *self.console.connections]
-        for task in pending:
+        for task in self.tasks:
             task.cancel()
-        if pending:
+        if self.tasks:
             # Bounded: a task that swallowed its cancel must not hold shutdown forever.
-            _, stuck = await asyncio.wait(pending, timeout=CLOSE_GRACE_SECONDS)
+            _, stuck = await asyncio.wait(self.tasks, timeout=CLOSE_GRACE_SECONDS)
             for task in stuck:
                 log.error("console_task_did_not_stop", task=task.get_name())
-        await self.server.wait_closed()
+        await self.runner.cleanup()
         if not self.nc.is_closed:
             await self.nc.close()
 
@@ -352,12 +379,12 @@ async def start_console(settings: ConsoleSettings) -> RunningConsole:
         with contextlib.suppress(NatsError, TimeoutError):
             await board.refresh()
         console = Console(settings, nc, board)
-        server = await asyncio.start_server(
-            console.serve_connection, settings.host, settings.port, limit=MAX_LINE_BYTES
+        runner = await serve(
+            console.handle, settings.host, settings.port, settings.read_timeout, console.answers
         )
     except BaseException:
         await nc.close()
         raise
-    running = RunningConsole(console, server, nc)
+    running = RunningConsole(console, runner, nc)
     running.tasks.append(asyncio.create_task(board.run(settings.refresh_seconds)))
     return running
