@@ -352,6 +352,18 @@ class ConsoleJson(CliJson, kw_only=True):
     registry: Annotated[Path_, _("the roster file it reads")]
 
 
+class NotifyJson(CliJson, kw_only=True):
+    """``notify --json``: the readiness line."""
+
+    ready: Annotated[Literal[True], _("always true: printed only once the loop runs")]
+    nats_url: Annotated[str, _("the bus it reads announcements from")]
+    registry: Annotated[Path_, _("the roster file it reads")]
+    config: Annotated[Path_, _("the notifier's TOML file")]
+    record: Annotated[Path_, _("the SQLite record of what was sent")]
+    tenants: Annotated[Count, _("tenants with notifier settings")]
+    contacts: Annotated[Count, _("approver contacts across those tenants")]
+
+
 class ModelGatewayServeJson(CliJson, kw_only=True):
     """``model-gateway serve --json``: the readiness line."""
 
@@ -1129,6 +1141,7 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("release", "diff"): (ReleaseDiffJson, ReleaseTrafficDiffJson),
     ("release", "withdraw-shadow"): (ReleaseWithdrawShadowJson,),
     ("console",): (ConsoleJson,),
+    ("notify",): (NotifyJson,),
     ("bus", "authorization"): (BusAuthorizationJson,),
     ("bus", "permissions"): (BusPermissionsJson,),
     ("model-gateway", "upstream"): (ModelGatewayUpstreamJson,),
