@@ -52,6 +52,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import msgspec
 import nats
 import pytest
@@ -69,13 +71,24 @@ from nats.aio.client import Client
 
 from adapters.client import ProposalClient
 from approver.client import ApproverClient
+from approver.console.access import Roster
 from approver.notify.config import NotifyConfig, NotifyConfigError, load_config
-from approver.notify.service import NotifierSettings, RunningNotifier, start_notifier
+from approver.notify.sent import SentRecord
+from approver.notify.service import (
+    Notifier,
+    NotifierSettings,
+    RunningNotifier,
+    start_notifier,
+    wall_clock_ms,
+)
 from ops.cli import main
 from ops.demo_script import SCENARIOS
 from ops.logs import configure_logging
+from ops.natsserver import EmbeddedNatsServer
 from ops.stack import Stack, start_stack
-from ops.state import ADAPTER_ID, CONSOLE, OPERATOR, RUNTIME_ID, StateDir
+from ops.state import ADAPTER_ID, CONSOLE, OPERATOR, RUNTIME_ID, StateDir, provision_demo
+from pipeline.stages.streams import approval_stream_config
+from subjects.approvals import PendingAnnouncement
 from subjects.bus_access import connect_options
 from subjects.messages import ProposedDestination
 from subjects.registry import RegistryFile, encode_registry, entry_for
@@ -526,6 +539,85 @@ async def test_a_restart_sends_what_it_missed_and_nothing_twice(world: World) ->
     assert len(world.receiver.received) == 4
 
 
+async def test_an_announcement_the_gate_does_not_hold_notifies_nobody(world: World) -> None:
+    """Only the gate may publish announcements; one the gate holds no record of
+    (an operator's stray publish, or from before a gate restart) is ``unknown``
+    on ``smf.approval.status`` and nobody is told of it."""
+    now = world.clock()
+    stray = PendingAnnouncement(
+        schema="smf.approval-pending/2",
+        approval_id="sha256:" + os.urandom(32).hex(),
+        tenant_id="tenant-acme",
+        required_roles=("licensed_attorney",),
+        required_approvals=1,
+        created_at_ms=now,
+        expires_at_ms=now + TTL_MS,
+        capability="transmit",
+        channel="court",
+        locality="external",
+        native_tool=FILING.native_tool,
+        rule_ids=(),
+        reason_codes=(),
+    )
+    await world.nc.jetstream().publish(
+        "smf.approval.pending.tenant-acme", msgspec.json.encode(stray)
+    )
+    await world.start()
+    real = await world.hold(f"after the stray {os.urandom(6).hex()}")
+    await until(lambda: len(of(real, world.mail.received)) == 2)
+    await until(lambda: len(of(real, world.receiver.received)) == 2)
+    await world.rounds(5)
+    assert await world.state_of(stray.approval_id) == "unknown"
+    assert of(stray.approval_id, world.mail.received) == []
+    assert of(stray.approval_id, world.receiver.received) == []
+    assert len(world.mail.received) == 2
+
+
+async def test_without_a_gate_to_confirm_pending_nothing_is_sent(
+    demo_state: StateDir, nats_server: EmbeddedNatsServer, tmp_path: Path
+) -> None:
+    """Fail closed: no stream yet, then an announcement on a bus where no gate
+    answers ``smf.approval.status``: each round sends nothing, to anyone."""
+    async with mail_server() as mail, webhook_receiver() as receiver:
+        config = load_config(write_config(tmp_path / "notify.toml", mail, receiver))
+        nc = await nats.connect(nats_server.url)
+        record = await SentRecord.open(config.record)
+        session = aiohttp.ClientSession()
+        notifier = Notifier(config, nc, Roster(demo_state.registry), record, session)
+        try:
+            await notifier.step()  # no SMF_APPROVALS stream on this bus
+            assert notifier.open == {}
+            js = nc.jetstream()
+            await js.add_stream(approval_stream_config())
+            now = wall_clock_ms()
+            announcement = PendingAnnouncement(
+                schema="smf.approval-pending/2",
+                approval_id="sha256:" + os.urandom(32).hex(),
+                tenant_id="tenant-acme",
+                required_roles=("licensed_attorney",),
+                required_approvals=1,
+                created_at_ms=now,
+                expires_at_ms=now + TTL_MS,
+                capability="transmit",
+                channel="court",
+                locality="external",
+                native_tool=FILING.native_tool,
+                rule_ids=(),
+                reason_codes=(),
+            )
+            await js.publish("smf.approval.pending.tenant-acme", msgspec.json.encode(announcement))
+            for _ in range(3):
+                await notifier.step()
+            assert list(notifier.open) == [announcement.approval_id]  # still waiting to know
+        finally:
+            await notifier.reader.close()
+            await session.close()
+            await record.close()
+            await nc.close()
+    assert mail.received == []
+    assert receiver.attempts == {}
+
+
 # --- configuration and the command line -----------------------------------------------
 
 
@@ -586,6 +678,84 @@ def test_notify_help_and_a_bad_config_in_one_line(
         "smf-assurance: bad notifier config: tenants.acme.approvers.a: "
         "names neither email nor webhook_url\n"
     )
+
+
+def run_until_record(
+    argv: list[str], record: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
+    """``main(argv)`` in this thread; another sends SIGTERM once the record file exists
+    (opened after the command installed its handlers), never before."""
+    finished = threading.Event()
+
+    def stop_when_running() -> None:
+        deadline = time.monotonic() + 30
+        while not finished.is_set() and time.monotonic() < deadline:
+            if record.exists():
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=stop_when_running)
+    thread.start()
+    try:
+        code = main(argv)
+    finally:
+        finished.set()
+        thread.join(30)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_notify_command_prints_one_readiness_line_and_stops_on_sigterm(
+    demo_state: StateDir,
+    nats_server: EmbeddedNatsServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = tmp_path / "notify.toml"
+    config.write_text(
+        'console_url = "https://console.example/"\nrecord = "one.sqlite"\n'
+        '[tenants.tenant-acme.approvers.attorney-alex]\nwebhook_url = "https://h.example/x"\n'
+        '[tenants.tenant-acme.webhook]\nsecret_env = "SMF_TEST_HOOK_SECRET"\n'
+    )
+    os.environ["SMF_TEST_HOOK_SECRET"] = WEBHOOK_SECRET
+    try:
+        base = ["notify", "--config", str(config), "--nats", nats_server.url]
+        base += ["--registry", str(demo_state.registry), "--log-level", "error"]
+        code, out, _ = run_until_record([*base, "--json"], tmp_path / "one.sqlite", capsys)
+        assert code == 0
+        assert json.loads(out) == {
+            "ready": True,
+            "nats_url": nats_server.url,
+            "registry": str(demo_state.registry),
+            "config": str(config),
+            "record": str(tmp_path / "one.sqlite"),
+            "tenants": 1,
+            "contacts": 1,
+        }
+        config.write_text(config.read_text().replace("one.sqlite", "two.sqlite"))
+        code, out, _ = run_until_record(base, tmp_path / "two.sqlite", capsys)
+        assert code == 0
+        assert out.startswith("notify: 1 tenant(s), 1 contact(s) (bus nats://127.0.0.1:")
+        assert WEBHOOK_SECRET not in out
+
+        code = main([*base[:-2], "--registry", str(tmp_path / "none.json")])
+        assert code == 1
+        assert capsys.readouterr().err.startswith(
+            "smf-assurance: cannot read the approver roster: cannot read registry"
+        )
+        config.write_text(config.read_text().replace("two.sqlite", "no/such/dir/r.sqlite"))
+        assert main(base) == 1
+        assert capsys.readouterr().err.startswith("smf-assurance: cannot open the record ")
+    finally:
+        del os.environ["SMF_TEST_HOOK_SECRET"]
+
+
+@pytest.fixture
+def demo_state(tmp_path: Path) -> StateDir:
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    return state
 
 
 async def test_notify_command_delivers_until_sigterm(world: World) -> None:
