@@ -7,11 +7,15 @@ while it was down, within the stream's retention), and sends a notice only
 when this record does not hold its key yet; a notice is recorded as soon as
 its server accepted it. What that does not cover: a crash in the instant
 between a server's acceptance and the record's commit sends that one notice
-again after the restart (at least once, never zero times).
+again after the restart (at least once, never zero times). Two notifiers on one
+record would each send: :meth:`SentRecord.open` locks it for one process
+(:class:`RecordInUseError`).
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 from pathlib import Path
 from typing import Final, Literal
 
@@ -33,23 +37,37 @@ SentKey = tuple[str, str, Channel, str]
 """(approval id, approver id, channel, notice kind)."""
 
 
+class RecordInUseError(OSError):
+    """Another notifier holds this record: two would send every notice twice."""
+
+
 class SentRecord:
     """One connection to the record file; keys are written once and never changed."""
 
-    def __init__(self, db: aiosqlite.Connection) -> None:
+    def __init__(self, db: aiosqlite.Connection, lock_fd: int) -> None:
         self._db = db
+        self._lock_fd = lock_fd
 
     @classmethod
     async def open(cls, path: Path) -> SentRecord:
-        db = await aiosqlite.connect(path)
+        lock_fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            await db.execute("PRAGMA journal_mode=WAL")
-            await db.execute(SCHEMA)
-            await db.commit()
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as exc:
+                raise RecordInUseError(f"{path} is held by another notifier") from exc
+            db = await aiosqlite.connect(path)
+            try:
+                await db.execute("PRAGMA journal_mode=WAL")
+                await db.execute(SCHEMA)
+                await db.commit()
+            except BaseException:
+                await db.close()
+                raise
         except BaseException:
-            await db.close()
+            os.close(lock_fd)
             raise
-        return cls(db)
+        return cls(db, lock_fd)
 
     async def sent(self, key: SentKey) -> bool:
         async with self._db.execute(
@@ -63,4 +81,7 @@ class SentRecord:
         await self._db.commit()
 
     async def close(self) -> None:
-        await self._db.close()
+        try:
+            await self._db.close()
+        finally:
+            os.close(self._lock_fd)

@@ -61,6 +61,7 @@ from subjects.registry import Principal
 log = structlog.get_logger(__name__)
 
 CLOSE_GRACE_SECONDS: Final = 5.0
+"""How long closing waits for a loop that did not finish its round in time, once cancelled."""
 
 
 def wall_clock_ms() -> int:
@@ -97,11 +98,16 @@ class Notifier:
         self.open: dict[str, PendingAnnouncement] = {}
         self._retries: dict[SentKey, _Retry] = {}
         self.rounds = 0
+        self._stopping = asyncio.Event()
         """Rounds completed: what a test or a health probe waits on, never a sleep."""
+
+    def stop(self) -> None:
+        """End :meth:`run` after the round in flight, so what it sends is recorded."""
+        self._stopping.set()
 
     async def run(self, interval: float) -> None:
         task = asyncio.current_task()
-        while True:
+        while not self._stopping.is_set():
             try:
                 await self.step()
             except (NatsError, TimeoutError) as exc:
@@ -112,7 +118,9 @@ class Notifier:
             # requests) can swallow a cancel; honour it here so close() returns.
             if task is not None and task.cancelling():
                 raise asyncio.CancelledError
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self._stopping.wait()
 
     async def step(self) -> None:
         await self._read()
@@ -272,13 +280,22 @@ class RunningNotifier:
     record: SentRecord
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
+    finish_seconds: float = CLOSE_GRACE_SECONDS
+    """How long a round may still take: its sends end within their own timeouts."""
+
     async def close(self) -> None:
-        for task in self.tasks:
-            task.cancel()
+        """Let the round in flight finish and record what it sent (a notice cancelled
+        between the server's acceptance and the record would go out again after a
+        restart), then cancel whatever is still running."""
+        self.notifier.stop()
         if self.tasks:
-            _, stuck = await asyncio.wait(self.tasks, timeout=CLOSE_GRACE_SECONDS)
-            for task in stuck:
-                log.error("notify_task_did_not_stop", task=task.get_name())
+            _, late = await asyncio.wait(self.tasks, timeout=self.finish_seconds)
+            for task in late:
+                task.cancel()
+            if late:
+                _, stuck = await asyncio.wait(late, timeout=CLOSE_GRACE_SECONDS)
+                for task in stuck:
+                    log.error("notify_task_did_not_stop", task=task.get_name())
         with contextlib.suppress(NatsError, TimeoutError):
             await self.notifier.reader.close()
         await self.session.close()
@@ -317,6 +334,12 @@ async def start_notifier(settings: NotifierSettings) -> RunningNotifier:
         settings.clock,
         settings.status_timeout,
     )
+    config = settings.config
+    slowest_send = max(
+        [config.webhook_timeout_seconds]
+        + [t.smtp.timeout_seconds for t in config.tenants.values() if t.smtp is not None]
+    )
     running = RunningNotifier(notifier, nc, session, record)
+    running.finish_seconds = settings.status_timeout + slowest_send + CLOSE_GRACE_SECONDS
     running.tasks.append(asyncio.create_task(notifier.run(settings.interval_seconds)))
     return running
