@@ -341,6 +341,9 @@ class UpJson(CliJson, kw_only=True):
     model_gateway_url: Annotated[str | None, _("the model gateway's URL, or null")]
     gate_name: Annotated[str | None, _("this replica's name (--gate-name), or null")]
     cluster_replicas: Annotated[Count | None, _("claim-store replicas with --cluster, or null")]
+    notify_config: Annotated[Path_ | None, _("the notifier's TOML file with --notify, or null")] = (
+        None
+    )
 
 
 class ConsoleJson(CliJson, kw_only=True):

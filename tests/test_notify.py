@@ -673,6 +673,12 @@ def test_notify_help_and_a_bad_config_in_one_line(
         "smf-assurance: bad notifier config: tenants.acme.approvers.a: "
         "names neither email nor webhook_url\n"
     )
+    assert main(["up", "--state-dir", str(tmp_path / "state"), "--notify", str(bad)]) == 1
+    assert capsys.readouterr().err.startswith("smf-assurance: bad notifier config: ")
+    assert not (tmp_path / "state").exists()  # refused before anything was made
+    clash = ["up", "--connectors-only", "--nats", "nats://127.0.0.1:1", "--notify", str(bad)]
+    assert main(clash) == 2
+    assert "--connectors-only runs no gate: drop --notify" in capsys.readouterr().err
 
 
 def run_until_record(
@@ -744,6 +750,80 @@ def test_notify_command_prints_one_readiness_line_and_stops_on_sigterm(
         assert capsys.readouterr().err.startswith("smf-assurance: cannot open the record ")
     finally:
         del os.environ["SMF_TEST_HOOK_SECRET"]
+
+
+def test_up_runs_the_notifier_beside_the_gate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``up --notify FILE``: a filing held by that gate reaches its attorney by
+    e-mail and webhook; SIGTERM stops both. The servers and the runtime run in a
+    helper thread's own loop while ``main`` holds this thread."""
+    state = StateDir(tmp_path / "state")
+    config_path = tmp_path / "notify.toml"
+    configured = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    async def drive() -> None:
+        async with mail_server() as mail, webhook_receiver() as receiver:
+            write_config(config_path, mail, receiver)
+            configured.set()
+            url_file = state.root / "nats.url"
+            await until(url_file.exists, timeout=60)
+            nc = await nats.connect(
+                url_file.read_text().strip(),
+                **connect_options(state.existing_credential(OPERATOR)),
+            )
+            try:
+                runtime = ProposalClient(
+                    nc,
+                    state.key("runtime"),
+                    RUNTIME_ID,
+                    "1.0",
+                    ADAPTER_ID,
+                    gate_keys=state.gate_keys(),
+                )
+                verdict = await runtime.propose(
+                    runtime.build(
+                        native_tool=FILING.native_tool,
+                        arguments=FILING.arguments,
+                        actor=FILING.actor,
+                        facts=FILING.facts,
+                        content=f"held by up {os.urandom(6).hex()}",
+                        destination=FILING.destination,
+                    )
+                )
+                outcome["held"] = verdict.outcome
+                await until(lambda: len(mail.received) >= 1 and len(receiver.received) >= 1)
+                outcome["mail"] = [m.recipients for m in mail.received]
+                outcome["hooks"] = [h.approver for h in receiver.received]
+            finally:
+                await nc.drain()
+
+    def helper() -> None:
+        try:
+            asyncio.run(drive())
+        except BaseException as exc:  # reported below; the test must still stop `up`
+            outcome["error"] = repr(exc)
+        finally:
+            configured.set()
+            if (state.root / "nats.url").exists():
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=helper)
+    thread.start()
+    try:
+        assert configured.wait(30)
+        argv = ["up", "--state-dir", str(state.root), "--notify", str(config_path)]
+        code = main([*argv, "--json", "--log-level", "error"])
+    finally:
+        thread.join(60)
+    out = capsys.readouterr().out
+    assert outcome.get("error") is None, outcome
+    assert code == 0
+    assert json.loads(out.splitlines()[0])["notify_config"] == str(config_path)
+    assert outcome["held"] == "held"
+    assert outcome["mail"] == [(mailbox(ATTORNEY),)]  # the demo roster's one attorney
+    assert outcome["hooks"] == [ATTORNEY]
 
 
 @pytest.fixture

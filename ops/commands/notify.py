@@ -110,16 +110,32 @@ async def _serve(settings: NotifierSettings, config_path: Path, as_json: bool) -
             loop.remove_signal_handler(sig)
 
 
-def _config(path: Path) -> NotifyConfig:
+def read_config(path: Path) -> NotifyConfig:
+    """The notifier's file, or a one-line refusal (also for ``up --notify``)."""
     try:
         return load_config(path)
     except NotifyConfigError as exc:
         fail(f"bad notifier config: {first_line(exc)}")
 
 
+async def start_beside(state: StateDir, nats_url: str, config: NotifyConfig) -> RunningNotifier:
+    """``up --notify``: the notifier on the gate's bus, as the state's console principal,
+    reading the state's roster; a one-line failure if it cannot start."""
+    settings = NotifierSettings(
+        nats_url=nats_url,
+        registry=state.registry,
+        config=config,
+        credential=state.existing_credential(CONSOLE),
+    )
+    try:
+        return await start_notifier(settings)
+    except (OSError, sqlite3.Error) as exc:
+        fail(f"cannot start the notifier: {first_line(exc)}")
+
+
 def run_notify(args: argparse.Namespace) -> int:
     configure_logging(json=not sys.stderr.isatty(), level=args.log_level)
-    config = _config(args.config)
+    config = read_config(args.config)
     registry = args.registry or StateDir(args.state_dir or default_state_dir()).registry
     try:
         load_registry(registry)
