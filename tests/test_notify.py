@@ -634,6 +634,13 @@ def test_a_bad_config_is_refused_naming_the_key_never_the_secret(tmp_path: Path)
         'console_url = "https://c.example/"\n[tenants.acme.smtp]\nhost = "h"\n'
         'sender = "s@x"\nusername = "u"\n[tenants.acme.approvers]\n': "come together",
         "console_url = [": "is not TOML",
+        'console_url = "https://c.example/"\n[tenants.acme.smtp]\nhost = "h"\n'
+        f'sender = "s@x"\nusername = "u"\npassword_file = "{secret}"\n[tenants.acme.approvers]\n': (
+            "a login needs starttls = true"
+        ),
+        base + '[tenants.acme.approvers.a]\nwebhook_url = "http://hooks.example/x"\n': (
+            "https required off this machine"
+        ),
         'console_url = "https://c.example/"\nsurprise = 1\n[tenants]\n': "unknown field",
     }
     for text, reason in cases.items():

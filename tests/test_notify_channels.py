@@ -178,7 +178,7 @@ def test_a_secret_file_is_read_stripped_and_an_empty_one_refused(tmp_path: Path)
     text = (
         'console_url = "https://c.example/"\n'
         "[tenants.acme.smtp]\n"
-        'host = "127.0.0.1"\nsender = "a@x.example"\nusername = "smf"\n'
+        'host = "127.0.0.1"\nsender = "a@x.example"\nusername = "smf"\nstarttls = true\n'
         'password_file = "{file}"\n'
         "[tenants.acme.approvers.a]\n"
         'email = "a@x.example"\n'

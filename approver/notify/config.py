@@ -21,7 +21,7 @@ Example::
     port = 587
     sender = "approvals@firm.example"
     starttls = true
-    username = "smf"
+    username = "smf"                    # a login needs starttls = true
     password_file = "/run/secrets/smtp-password"
 
     [tenants.tenant-acme.webhook]
@@ -30,11 +30,12 @@ Example::
     [tenants.tenant-acme.approvers.attorney-alex]
     email = "alex@firm.example"
     webhook_url = "https://hooks.slack.com/services/..."
-    webhook_format = "slack"            # or "teams"
+    webhook_format = "slack"            # or "teams"; https unless on loopback
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -211,7 +212,7 @@ def _tenant(tenant: str, section: _Tenant, base: Path, env: Mapping[str, str]) -
         if entry.email is not None and ("@" not in entry.email or "\n" in entry.email):
             raise NotifyConfigError(f"{at}.email: not an address")
         if entry.webhook_url is not None:
-            _check_url(entry.webhook_url, f"{at}.webhook_url")
+            _check_url(entry.webhook_url, f"{at}.webhook_url", https_unless_loopback=True)
             if webhook_secret is None:
                 raise NotifyConfigError(f"{at}: a webhook needs [{where}.webhook] and its secret")
         contacts[approver] = Contact(
@@ -230,6 +231,8 @@ def _smtp(section: _Smtp, where: str, base: Path, env: Mapping[str, str]) -> Smt
         )
     if (password is None) != (section.username is None):
         raise NotifyConfigError(f"{where}: username and a password come together")
+    if password is not None and not section.starttls:
+        raise NotifyConfigError(f"{where}: a login needs starttls = true (no password in clear)")
     return SmtpSettings(
         host=section.host,
         port=section.port,
@@ -271,7 +274,20 @@ def _secret(
     return Secret(text)
 
 
-def _check_url(url: str, where: str) -> None:
+def _check_url(url: str, where: str, *, https_unless_loopback: bool = False) -> None:
+    """An http(s) URL; a webhook's must be https unless it stays on this machine
+    (its body is signed, but the URL itself may be the receiver's credential)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise NotifyConfigError(f"{where}: not an http(s) URL")
+    if https_unless_loopback and parts.scheme == "http" and not _loopback(parts.hostname):
+        raise NotifyConfigError(f"{where}: https required off this machine")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
