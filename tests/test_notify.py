@@ -82,6 +82,7 @@ from approver.notify.service import (
     start_notifier,
     wall_clock_ms,
 )
+from approver.pending import approval_state
 from ops.cli import main
 from ops.demo_script import SCENARIOS
 from ops.logs import configure_logging
@@ -95,7 +96,14 @@ from subjects.messages import ProposedDestination
 from subjects.registry import RegistryFile, encode_registry, entry_for
 from tests.bus_helpers import wait_for
 from tests.clocks import OffsetClock
-from tests.test_console import ATTORNEY, OTHER_TENANT_ATTORNEY, PARALEGAL, outbox, provision
+from tests.test_console import (
+    ATTORNEY,
+    OTHER_TENANT_ATTORNEY,
+    PARALEGAL,
+    hold_filing,
+    outbox,
+    provision,
+)
 
 FILING = SCENARIOS[0]
 SECOND_ATTORNEY = "attorney-bea"
@@ -348,9 +356,7 @@ class World:
         return ApproverClient(self.nc, self.state.key(principal), principal)
 
     async def state_of(self, approval_id: str) -> str:
-        reply = await self.nc.request("smf.approval.status", approval_id.encode(), timeout=5)
-        state: str = json.loads(reply.data)["state"]
-        return state
+        return await approval_state(self.nc, approval_id, 5)
 
 
 @pytest.fixture
@@ -781,25 +787,8 @@ def test_up_runs_the_notifier_beside_the_gate(
                 **connect_options(state.existing_credential(OPERATOR)),
             )
             try:
-                runtime = ProposalClient(
-                    nc,
-                    state.key("runtime"),
-                    RUNTIME_ID,
-                    "1.0",
-                    ADAPTER_ID,
-                    gate_keys=state.gate_keys(),
-                )
-                verdict = await runtime.propose(
-                    runtime.build(
-                        native_tool=FILING.native_tool,
-                        arguments=FILING.arguments,
-                        actor=FILING.actor,
-                        facts=FILING.facts,
-                        content=f"held by up {os.urandom(6).hex()}",
-                        destination=FILING.destination,
-                    )
-                )
-                outcome["held"] = verdict.outcome
+                held = await hold_filing(nc, state, f"held by up {os.urandom(6).hex()}")
+                outcome["state"] = await approval_state(nc, held, 5)
                 await until(lambda: len(mail.received) >= 1 and len(receiver.received) >= 1)
                 outcome["mail"] = [m.recipients for m in mail.received]
                 outcome["hooks"] = [h.approver for h in receiver.received]
@@ -828,7 +817,7 @@ def test_up_runs_the_notifier_beside_the_gate(
     assert outcome.get("error") is None, outcome
     assert code == 0
     assert json.loads(out.splitlines()[0])["notify_config"] == str(config_path)
-    assert outcome["held"] == "held"
+    assert outcome["state"] == "pending"
     assert outcome["mail"] == [(mailbox(ATTORNEY),)]  # the demo roster's one attorney
     assert outcome["hooks"] == [ATTORNEY]
 
