@@ -341,6 +341,9 @@ class UpJson(CliJson, kw_only=True):
     model_gateway_url: Annotated[str | None, _("the model gateway's URL, or null")]
     gate_name: Annotated[str | None, _("this replica's name (--gate-name), or null")]
     cluster_replicas: Annotated[Count | None, _("claim-store replicas with --cluster, or null")]
+    notify_config: Annotated[Path_ | None, _("the notifier's TOML file with --notify, or null")] = (
+        None
+    )
 
 
 class ConsoleJson(CliJson, kw_only=True):
@@ -350,6 +353,18 @@ class ConsoleJson(CliJson, kw_only=True):
     url: Annotated[str, _("the console's URL")]
     nats_url: Annotated[str, _("the bus it relays to")]
     registry: Annotated[Path_, _("the roster file it reads")]
+
+
+class NotifyJson(CliJson, kw_only=True):
+    """``notify --json``: the readiness line."""
+
+    ready: Annotated[Literal[True], _("always true: printed only once the loop runs")]
+    nats_url: Annotated[str, _("the bus it reads announcements from")]
+    registry: Annotated[Path_, _("the roster file it reads")]
+    config: Annotated[Path_, _("the notifier's TOML file")]
+    record: Annotated[Path_, _("the SQLite record of what was sent")]
+    tenants: Annotated[Count, _("tenants with notifier settings")]
+    contacts: Annotated[Count, _("approver contacts across those tenants")]
 
 
 class ModelGatewayServeJson(CliJson, kw_only=True):
@@ -1129,6 +1144,7 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("release", "diff"): (ReleaseDiffJson, ReleaseTrafficDiffJson),
     ("release", "withdraw-shadow"): (ReleaseWithdrawShadowJson,),
     ("console",): (ConsoleJson,),
+    ("notify",): (NotifyJson,),
     ("bus", "authorization"): (BusAuthorizationJson,),
     ("bus", "permissions"): (BusPermissionsJson,),
     ("model-gateway", "upstream"): (ModelGatewayUpstreamJson,),

@@ -312,6 +312,7 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         "swarm",
         "release",
         "console",
+        "notify",
         "bus",
         "model-gateway",
         "runtime",

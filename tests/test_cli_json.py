@@ -727,6 +727,17 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
         ),
         Case(("--nats", "{nats}", "--registry", "{work}/garbage"), 1, None),
     ),
+    ("notify",): (
+        Case(
+            (
+                *("--config", "{work}/notify.toml", "--nats", "{nats}"),
+                *("--registry", "{state}/registry.json", "--log-level", "error"),
+                *("--credential", f"{{state}}/keys/{CONSOLE}.nkey"),
+            ),
+            process=True,
+        ),
+        Case(("--config", "{work}/garbage", "--nats", "{nats}"), 1, None),
+    ),
     ("bus", "authorization"): (
         Case(("--state-dir", "{state}", "--out", "{work}/auth.conf")),
         Case(("--state-dir", "{work}/nostate", "--out", "{work}/auth2.conf"), 1, None),
@@ -802,6 +813,9 @@ def scratch(world: World) -> Iterator[dict[str, str]]:
     work = world.work
     (work / "garbage").write_bytes(b"\xff\x00 not json, not a key\n")
     (work / "empty").write_text("")
+    (work / "notify.toml").write_text(
+        'console_url = "https://console.example/"\n[tenants.tenant-acme.approvers]\n'
+    )
     (work / "actor.json").write_text(json.dumps(ACTOR))
     from subjects.keys import (  # noqa: PLC0415
         generate_signing_key,

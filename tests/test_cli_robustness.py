@@ -167,6 +167,10 @@ BUS_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
         "--log-level",
         "error",
     ),
+    ("notify",): (
+        *("--config", "{work}/notify.toml", "--registry", "{state}/registry.json"),
+        *("--nats", "{nats}", "--log-level", "error"),
+    ),
     ("bus", "follow"): ("--state-dir", "{state}", "--nats", "{nats}", "--out", "{work}/a.conf"),
     ("model-gateway", "clear"): ("rt-careless", "--state-dir", "{state}", "--nats", "{nats}"),
     ("model-gateway", "serve"): (
@@ -287,6 +291,9 @@ def work(tmp_path: Path, demo_state: Path) -> Path:
     (tmp_path / "garbage").write_bytes(GARBAGE)
     approver = public_record(generate_signing_key(), "attorney-careless")
     (tmp_path / "attorney-careless.pub.json").write_bytes(msgspec.json.encode(approver))
+    (tmp_path / "notify.toml").write_text(
+        'console_url = "https://console.example/"\n[tenants.tenant-acme.approvers]\n'
+    )
     return tmp_path
 
 

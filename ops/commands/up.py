@@ -39,10 +39,11 @@ from typing import Final
 import structlog
 from nats.errors import Error as NatsError
 
+from approver.notify.config import NotifyConfig
 from ops.bus import connect_bus, nats_url_path, write_url
 from ops.cli_json import Stages, UpJson
 from ops.cluster import seed_urls
-from ops.commands import model_gateway
+from ops.commands import model_gateway, notify
 from ops.logs import LOG_LEVELS, configure_logging
 from ops.output import emit, fail, first_line, say
 from ops.stack import start_connectors, start_stack
@@ -104,6 +105,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="HOST:PORT",
         help="also run the model gateway (issue 16) beside the gate, on HOST:PORT "
         f"(default {model_gateway.DEFAULT_LISTEN}); needs `model-gateway upstream` first",
+    )
+    p.add_argument(
+        "--notify",
+        type=Path,
+        metavar="FILE",
+        help="also run the approvers' notifier (issue 23) beside the gate, configured by this "
+        "TOML file (see `notify --help`)",
     )
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")
     p.add_argument("--json", action="store_true", help="print the readiness line as JSON")
@@ -169,6 +177,7 @@ def check_flags(args: argparse.Namespace) -> None:
                 ("--no-connectors", args.no_connectors),
                 ("--bus-stages", args.bus_stages),
                 ("--model-gateway", args.model_gateway is not None),
+                ("--notify", args.notify is not None),
             )
             if given
         ]
@@ -240,6 +249,7 @@ def _announce(running: Running, args: argparse.Namespace, gateway_url: str | Non
                 model_gateway_url=gateway_url,
                 gate_name=args.gate_name,
                 cluster_replicas=settings.replicas if settings is not None else None,
+                notify_config=str(args.notify) if args.notify is not None else None,
             )
         )
     else:
@@ -248,15 +258,19 @@ def _announce(running: Running, args: argparse.Namespace, gateway_url: str | Non
         gate = f", gate {args.gate_name}" if args.gate_name else ""
         cluster = f", cluster R{settings.replicas}" if settings is not None else ""
         model = f", model gateway {gateway_url}" if gateway_url is not None else ""
+        notifier = f", notifier {args.notify}" if args.notify is not None else ""
         say(
             f"ready: {running.url} ({where}), state {running.state.root}, "
-            f"stages {stages}{gate}{cluster}, connectors {', '.join(connectors) or 'none'}{model}"
+            f"stages {stages}{gate}{cluster}, connectors {', '.join(connectors) or 'none'}"
+            f"{model}{notifier}"
         )
     # stdout is block-buffered in a pipe: whoever waits for this line needs it now.
     sys.stdout.flush()
 
 
-async def _up(state: StateDir, args: argparse.Namespace) -> None:
+async def _up(
+    state: StateDir, args: argparse.Namespace, notify_config: NotifyConfig | None
+) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in _STOP_SIGNALS:
@@ -264,15 +278,20 @@ async def _up(state: StateDir, args: argparse.Namespace) -> None:
     try:
         running = await _start(state, args)
         gateway = None
+        notifier = None
         try:
             if args.model_gateway is not None:
                 gateway = await model_gateway.start_beside(state, running.url, args.model_gateway)
+            if notify_config is not None:
+                notifier = await notify.start_beside(state, running.url, notify_config)
             write_url(state.root, running.url)
             log.info("up_ready", nats=running.url, state_dir=str(state.root))
             _announce(running, args, gateway.url if gateway is not None else None)
             reason = await serve_until_stopped(running, stop)
         finally:
             nats_url_path(state.root).unlink(missing_ok=True)
+            if notifier is not None:
+                await notifier.close()
             if gateway is not None:
                 await gateway.close()
             stopped = await shutdown(running)
@@ -304,6 +323,7 @@ def run_up(args: argparse.Namespace) -> int:
     check_flags(args)
     json_logs: bool = args.json_logs if args.json_logs is not None else not sys.stderr.isatty()
     configure_logging(json=json_logs, level=args.log_level)
+    notify_config = notify.read_config(args.notify) if args.notify is not None else None
     state = StateDir(args.state_dir or default_state_dir())
     try:
         state.root.mkdir(parents=True, exist_ok=True)
@@ -315,5 +335,5 @@ def run_up(args: argparse.Namespace) -> int:
         elif not state.registry.exists():
             provision_demo(state)
             log.info("state_provisioned", state_dir=str(state.root))
-        asyncio.run(_up(state, args))
+        asyncio.run(_up(state, args, notify_config))
     return 0
