@@ -62,7 +62,9 @@ import select
 import shutil
 import signal
 import subprocess
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -394,6 +396,37 @@ async def test_the_stand_in_names_its_url_only_while_it_answers(tmp_path: Path) 
     async with asyncio.timeout(10):
         await served
     assert not url_file.exists()  # a stopped stand-in is never named
+
+
+def test_the_stand_in_command_serves_until_interrupted_and_then_names_nothing(
+    tmp_path: Path,
+) -> None:
+    """``python -m ops.bench.fake_model`` as the README runs it, in this process: a
+    thread waits for the URL file, asks once, then interrupts the command as the
+    README's ``kill`` does (SIGINT here: were it not handled, pytest would stop)."""
+    url_file = tmp_path / "model.url"
+    answers: list[str] = []
+
+    def ask_then_interrupt() -> None:
+        deadline = time.monotonic() + 10
+        while not url_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with contextlib.suppress(OSError):
+            request = urllib.request.Request(
+                url_file.read_text().strip() + "/chat/completions",
+                data=json.dumps({"messages": []}).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                answers.append(json.load(answer)["choices"][0]["message"]["content"])
+        os.kill(os.getpid(), signal.SIGINT)
+
+    asker = threading.Thread(target=ask_then_interrupt)
+    asker.start()
+    assert fake_model.main(["--url-file", str(url_file)]) == 0
+    asker.join(10)
+    assert answers == [fake_model.DEFAULT_REPLY]
+    assert not url_file.exists()
 
 
 def test_the_stand_in_refuses_a_url_file_in_no_folder(tmp_path: Path) -> None:
