@@ -6,18 +6,31 @@ request is answered by the :class:`Reply` at the head of the queue, or by
 :attr:`FakeModel.default`: text or tool calls, streamed as SSE in small
 deltas or as one JSON body, or a failure (hang, HTTP 500, a stream broken off
 part way, bytes that are not SSE).
+
+``python -m ops.bench.fake_model --url-file FILE [--reply TEXT]`` runs it on
+its own as the README's quick start does (issue 21): a stand-in for a real
+provider, answering every request with the same text, on a port the kernel
+chooses (no fixed port), whose base URL it writes to ``FILE`` once it serves;
+it stops on SIGINT or SIGTERM.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import signal
+import sys
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Final, Literal
 
 from aiohttp import web
 
+from ops.model_gateway import write_private
+
+DEFAULT_REPLY: Final = "Hello from the local stand-in model."
 Behaviour = Literal["answer", "hang", "error", "broken", "garbage"]
 
 
@@ -133,3 +146,55 @@ def _events(reply: Reply) -> list[bytes]:
     events.append(event({}, "tool_calls" if reply.tool_calls else "stop"))
     events.append(b"data: [DONE]\n\n")
     return events
+
+
+async def serve(reply: str, url_file: Path, stop: asyncio.Event) -> None:
+    """Serve ``reply`` to every request until ``stop`` is set; the URL file names the
+    server only while it serves (written whole once bound, so a reader waiting for it
+    never reads half a URL; removed when it stops)."""
+    model = await FakeModel(default=Reply(content=reply)).start()
+    try:
+        write_private(url_file, (model.url + "\n").encode())
+        sys.stdout.write(f"fake model: {model.url} (answers every request with {reply!r})\n")
+        sys.stdout.flush()
+        await stop.wait()
+    finally:
+        url_file.unlink(missing_ok=True)
+        await model.stop()
+
+
+async def _until_signalled(reply: str, url_file: Path) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await serve(reply, url_file, stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ops.bench.fake_model``: the quick start's stand-in model provider."""
+    parser = argparse.ArgumentParser(
+        prog="python -m ops.bench.fake_model",
+        description="A stand-in for a real OpenAI-compatible model provider, on 127.0.0.1 "
+        "and a port the kernel chooses: every chat completion is answered with --reply. "
+        "For trying the gate on one machine; never a model.",
+    )
+    parser.add_argument(
+        "--url-file",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="write the server's base URL (http://127.0.0.1:PORT/v1) here once it serves",
+    )
+    parser.add_argument(
+        "--reply", default=DEFAULT_REPLY, help="the text of every answer (default: %(default)s)"
+    )
+    args = parser.parse_args(argv)
+    if not args.url_file.parent.is_dir():
+        parser.exit(1, f"fake model: no folder {args.url_file.parent} for --url-file\n")
+    asyncio.run(_until_signalled(args.reply, args.url_file))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
