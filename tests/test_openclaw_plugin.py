@@ -773,6 +773,36 @@ async def test_held_then_denied_blocks(
     assert "approver_denied" in reason
 
 
+async def test_a_reasoned_deny_tells_the_runtime_its_code_and_note(
+    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+) -> None:
+    """Issue 23: the attorney's closed reason and note, signed with the deny, reach the
+    plugin in the gate-signed outcome; its block names the code and quotes the note."""
+    note = "Wrong recipient: send it to opposing counsel's new address.\nCall me."
+    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+        waiting = drv.start(
+            "before",
+            event={
+                "toolName": "message",
+                "params": FILING_MESSAGE,
+                "runId": "run-1",
+                "toolCallId": "c-2r",
+            },
+            ctx={},
+        )
+        announcement = await _announced(tap)
+        attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
+        _, reply = await attorney.review_and_resolve(
+            announcement.approval_id, "deny", deny_reason="wrong_recipient", note=note
+        )
+        assert reply.accepted
+        reason = blocked(await asyncio.wait_for(waiting, 10))
+    assert "approver_denied, approver_denied_wrong_recipient" in reason
+    assert reason.endswith(f"The approver's note: {json.dumps(note)}")
+    rows = ledger_rows(state.ledger, announcement.approval_id)
+    assert rows[-1] == ("denied", ("approver_denied", "approver_denied_wrong_recipient"))
+
+
 async def test_held_then_expired_blocks(
     node_bin: str,
     state: StateDir,
