@@ -18,6 +18,7 @@ from subjects import names
 from subjects.approvals import (
     ApprovalResolution,
     ApprovalView,
+    DenyReason,
     ResolutionDecision,
     ResolutionReply,
     ShowRequest,
@@ -69,14 +70,30 @@ class ApproverClient:
             raise ApproverError(headers.get(names.HEADER_SERVICE_ERROR, "gate_error"))
         return msgspec.json.decode(reply.data, type=ApprovalView)
 
-    def sign_resolution(self, approval_id: str, decision: ResolutionDecision, digest: str) -> bytes:
-        resolution = ApprovalResolution(
-            schema="smf.approval-resolution/1",
-            approval_id=approval_id,
-            decision=decision,
-            binding_digest=digest,
-            resolver_id=self.approver_id,
-            resolved_at_ms=self._now(),
+    def sign_resolution(
+        self,
+        approval_id: str,
+        decision: ResolutionDecision,
+        digest: str,
+        *,
+        deny_reason: DenyReason | None = None,
+        note: str | None = None,
+    ) -> bytes:
+        """Sign a resolution; a deny's closed reason and note are signed with it
+        (issue 23), so the gate receives them as the approver wrote them or not at all.
+        ``msgspec.ValidationError`` when the combination is not one the gate accepts."""
+        resolution = msgspec.convert(
+            {
+                "schema": "smf.approval-resolution/1",
+                "approval_id": approval_id,
+                "decision": decision,
+                "binding_digest": digest,
+                "resolver_id": self.approver_id,
+                "resolved_at_ms": self._now(),
+                "deny_reason": deny_reason,
+                "note": note,
+            },
+            type=ApprovalResolution,
         )
         return encode_envelope(sign_struct(names.PAYLOAD_RESOLUTION, resolution, [self.key]))
 
@@ -88,15 +105,32 @@ class ApproverClient:
         return msgspec.json.decode(reply.data, type=ResolutionReply)
 
     async def resolve(
-        self, approval_id: str, decision: ResolutionDecision, digest: str
+        self,
+        approval_id: str,
+        decision: ResolutionDecision,
+        digest: str,
+        *,
+        deny_reason: DenyReason | None = None,
+        note: str | None = None,
     ) -> ResolutionReply:
-        return await self.send(self.sign_resolution(approval_id, decision, digest))
+        signed = self.sign_resolution(
+            approval_id, decision, digest, deny_reason=deny_reason, note=note
+        )
+        return await self.send(signed)
 
     async def review_and_resolve(
-        self, approval_id: str, decision: ResolutionDecision
+        self,
+        approval_id: str,
+        decision: ResolutionDecision,
+        *,
+        deny_reason: DenyReason | None = None,
+        note: str | None = None,
     ) -> tuple[ApprovalView, ResolutionReply]:
         """Fetch, check content against the digest, then sign what was checked."""
         view = await self.show(approval_id)
         if not content_matches(view):
             raise ApproverError("content_digest_mismatch")
-        return view, await self.resolve(approval_id, decision, view.binding_digest)
+        reply = await self.resolve(
+            approval_id, decision, view.binding_digest, deny_reason=deny_reason, note=note
+        )
+        return view, reply

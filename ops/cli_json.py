@@ -648,7 +648,9 @@ class ApprovalsResolveJson(CliJson, kw_only=True):
     approval_id: Annotated[Identity, _("the approval's id")]
     accepted: Annotated[bool, _("whether the gate accepted the resolution")]
     state: Annotated[GateState, _("the approval's state after it (unknown: no record)")]
-    reason_codes: Annotated[tuple[Code, ...], _("the gate's reasons for a refusal")]
+    reason_codes: Annotated[
+        tuple[Code, ...], _("the gate's reasons for a refusal, or the reason codes a deny recorded")
+    ]
     order_id: Annotated[OrderId | None, _("the order sent on allow-once, or null")]
 
 
@@ -659,7 +661,11 @@ class ApprovalsResolveRefusal(CliJson, kw_only=True):
     decision: Annotated[ResolutionDecision, _("what would have been signed")]
     accepted: Annotated[Literal[False], _("always false")]
     reason_code: Annotated[
-        Code | None, _("why, in the gate's words; null when the bus could not be reached")
+        Code | None,
+        _(
+            "why, in the gate's words, or confirmation_required / not_confirmed when "
+            "nothing was signed (issue 23); null when the bus could not be reached"
+        ),
     ]
     refusal: Annotated[str, _("the one line printed on stderr, for people")]
 

@@ -29,7 +29,7 @@ from subjects import dsse, names
 from subjects.canonical import Identity, identity_of, struct_identity
 from subjects.keys import SigningKey, VerifyKey
 from subjects.messages import Verdict
-from subjects.patterns import Code, Millis
+from subjects.patterns import ApproverNote, Code, Millis
 
 MAX_TTL_MS: Final = 600_000
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
@@ -49,6 +49,26 @@ TERMINAL_STATES: Final = frozenset(
     {"consumed", "execution_unknown", "denied", "expired", "invalidated", "failed"}
 )
 ResolutionDecision = Literal["allow-once", "deny"]
+DenyReason = Literal[
+    "wrong_recipient", "wrong_document", "needs_changes", "not_authorized", "other"
+]
+"""Why an approver denied (issue 23, "Deliberate decisions"): a closed list, so that
+the evidence holds a reason code and never the approver's words."""
+DENY_REASONS: Final[dict[DenyReason, str]] = {
+    "wrong_recipient": "Wrong recipient or destination",
+    "wrong_document": "Wrong document or content",
+    "needs_changes": "Needs changes before it can go",
+    "not_authorized": "Not authorized for this matter or client",
+    "other": "Other (see the note)",
+}
+"""Each reason with the label approvers read; the console's form
+(``approver/console/static/index.html``) and the command line offer exactly these."""
+DENIED_BY_APPROVER: Final = "approver_denied"
+
+
+def deny_reason_code(reason: DenyReason) -> str:
+    """The reason code a denial for ``reason`` carries into evidence and the outcome."""
+    return f"{DENIED_BY_APPROVER}_{reason}"
 
 
 class ApprovalBinding(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -89,8 +109,20 @@ def approval_id_for(decision_id: str) -> str:
     return identity_of({"approval_for": decision_id})
 
 
-class ApprovalResolution(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """An approver's signed answer to one approval (payload of a DSSE envelope)."""
+class ApprovalResolution(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """An approver's signed answer to one approval (payload of a DSSE envelope).
+
+    Issue 23, "Deliberate decisions": a deny may name a ``deny_reason`` from the
+    closed list and carry a free-text ``note`` for the requester. Both are inside
+    the signed payload, so nobody between the approver and the gate can change
+    or strip them. They are optional and omitted when absent (``omit_defaults``),
+    so a resolution signed before they existed has the same canonical bytes and
+    its signature still verifies. An allow-once carries neither, and a note
+    comes only with a reason: anything else does not decode (the gate answers
+    ``malformed_resolution``).
+    """
 
     schema: Literal["smf.approval-resolution/1"]
     approval_id: Identity
@@ -98,6 +130,22 @@ class ApprovalResolution(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     binding_digest: Identity
     resolver_id: Name
     resolved_at_ms: Millis
+    deny_reason: DenyReason | None = None
+    note: ApproverNote | None = None
+
+    def __post_init__(self) -> None:
+        """A reason or note only on a deny; a note only with a reason (issue 23)."""
+        if self.decision != "deny" and (self.deny_reason is not None or self.note is not None):
+            raise ValueError("only a deny carries a reason or a note")
+        if self.note is not None and self.deny_reason is None:
+            raise ValueError("a note comes with a closed deny reason")
+
+    def denial_reason_codes(self) -> tuple[str, ...]:
+        """What a deny records as evidence and tells the runtime: ``approver_denied``,
+        then the closed reason's code when there is one (never the note)."""
+        if self.deny_reason is None:
+            return (DENIED_BY_APPROVER,)
+        return (DENIED_BY_APPROVER, deny_reason_code(self.deny_reason))
 
 
 class ResolutionReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -22,7 +22,16 @@ from subjects.envelope import (
     RedactionStatus,
     Surface,
 )
-from subjects.patterns import Code, ConnectorId, MessageId, Millis, OrderId, Token, ToolCallId
+from subjects.patterns import (
+    ApproverNote,
+    Code,
+    ConnectorId,
+    MessageId,
+    Millis,
+    OrderId,
+    Token,
+    ToolCallId,
+)
 
 MAX_CONTENT_CHARS: Final = 512 * 1024
 
@@ -101,6 +110,10 @@ class Verdict(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     expires_at_ms: int | None = None
     required_roles: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()
+    approver_note: ApproverNote | msgspec.UnsetType = msgspec.UNSET
+    """The denying approver's note to the requester, on a held proposal's final deny
+    only (issue 23, "Deliberate decisions"). Unset is left out of the encoding, so
+    every Verdict without one has exactly the bytes it had before this field."""
 
 
 class ExecuteOrder(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

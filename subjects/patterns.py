@@ -31,3 +31,12 @@ ToolCallId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,128}\Z")]
 InstanceId = Annotated[str, msgspec.Meta(pattern=r"^i-[0-9a-f]{32}\Z")]
 """One runtime process: a random id its adapter draws at start and attests (issue 16,
 admission bound to the process that attested, ``subjects.model_gateway.InstanceProof``)."""
+MAX_NOTE_CHARS: Final = 500
+NOTE_PATTERN: Final = r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]*\Z"
+ApproverNote = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_NOTE_CHARS, pattern=NOTE_PATTERN)
+]
+"""An approver's free-text note to the requester (issue 23, "Deliberate decisions"):
+bounded, plain text (newlines and tabs only; no other control characters, no bidi
+overrides or isolates that could make it read as something else). It travels signed to
+the gate and back to the runtime and never enters the ledger or any log."""

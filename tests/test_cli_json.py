@@ -565,13 +565,21 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
     ),
     ("approvals", "resolve"): (
         Case(
-            ("{approval}", "allow-once", "--nats", "{nats}", *PARALEGAL),
+            ("{approval}", "allow-once", "--yes", "--nats", "{nats}", *PARALEGAL),
             1,
             1,
             check_resolve_refusal,
         ),
-        Case(("{approval}", "allow-once", "--nats", "{nats}", *ATTORNEY), check=check_resolve),
-        Case(("{approval}", "deny", "--nats", "{nats}", *ATTORNEY), 1, 1, check_not_pending),
+        Case(
+            ("{approval}", "allow-once", "--yes", "--nats", "{nats}", *ATTORNEY),
+            check=check_resolve,
+        ),
+        Case(
+            ("{approval}", "deny", "--yes", "--reason", "other", "--nats", "{nats}", *ATTORNEY),
+            1,
+            1,
+            check_not_pending,
+        ),
     ),
     ("ledger", "verify"): (
         Case(("--db", "{state}/ledger.db", "--state-dir", "{state}"), check=check_ledger),

@@ -546,14 +546,30 @@ async def test_an_attorney_sees_and_approves_the_held_filing_exactly_once(
     # The requesting paralegal holds no licensed_attorney role: the gate neither
     # shows the content nor accepts a resolution.
     code, out, err = await arun(
-        ["approvals", "resolve", approval, "allow-once", *bus, *key_args(stack, "paralegal-pat")],
+        [
+            "approvals",
+            "resolve",
+            approval,
+            "allow-once",
+            "--yes",
+            *bus,
+            *key_args(stack, "paralegal-pat"),
+        ],
         capsys,
     )
     assert_one_line_failure(code, err, "resolver_lacks_required_role")
     assert out == ""
 
     code, out, err = await arun(
-        ["approvals", "resolve", approval, "allow-once", *bus, *key_args(stack, "attorney-alex")],
+        [
+            "approvals",
+            "resolve",
+            approval,
+            "allow-once",
+            "--yes",
+            *bus,
+            *key_args(stack, "attorney-alex"),
+        ],
         capsys,
     )
     assert (code, err) == (0, "")
@@ -569,7 +585,15 @@ async def test_an_attorney_sees_and_approves_the_held_filing_exactly_once(
     assert len(await filings(stack)) == 1
 
     code, out, err = await arun(
-        ["approvals", "resolve", approval, "allow-once", *bus, *key_args(stack, "attorney-alex")],
+        [
+            "approvals",
+            "resolve",
+            approval,
+            "allow-once",
+            "--yes",
+            *bus,
+            *key_args(stack, "attorney-alex"),
+        ],
         capsys,
     )
     assert_one_line_failure(code, err, "approval_not_pending")
@@ -592,7 +616,19 @@ async def test_a_deny_sends_nothing_and_closes_the_approval(
     bare_hex = approval.removeprefix("sha256:")
 
     code, out, _ = await arun(
-        ["approvals", "resolve", bare_hex, "deny", *bus, *alex, "--json"], capsys
+        [
+            "approvals",
+            "resolve",
+            bare_hex,
+            "deny",
+            "--yes",
+            "--reason",
+            "other",
+            *bus,
+            *alex,
+            "--json",
+        ],
+        capsys,
     )
     assert code == 0
     reply = json.loads(out)
@@ -604,7 +640,9 @@ async def test_a_deny_sends_nothing_and_closes_the_approval(
     # Closed: its content is purged, so there is nothing left to show or sign.
     code, _, err = await arun(["approvals", "show", approval, *bus, *alex], capsys)
     assert_one_line_failure(code, err, "approval_not_pending", "state denied")
-    code, _, err = await arun(["approvals", "resolve", approval, "allow-once", *bus, *alex], capsys)
+    code, _, err = await arun(
+        ["approvals", "resolve", approval, "allow-once", "--yes", *bus, *alex], capsys
+    )
     assert_one_line_failure(code, err, "approval_not_pending")
     assert (await stack.gate.js.stream_info(names.EXECUTE_STREAM)).state.messages == 0
 
@@ -726,7 +764,7 @@ async def test_a_resolve_whose_show_is_refused_says_resolve_and_signs_nothing(
     await nc.subscribe(names.APPROVAL_RESOLVE, cb=on_resolve)
     await nc.flush()
     approval = "sha256:" + "cd" * 32
-    argv = ["approvals", "resolve", approval, "allow-once", "--nats", nats_url]
+    argv = ["approvals", "resolve", approval, "allow-once", "--yes", "--nats", nats_url]
     code, out, err = await arun([*argv, "--key", str(attorney_key), "--json"], capsys)
     assert_one_line_failure(
         code, err, f"cannot resolve {approval}: the gate refused to show its content first"
@@ -756,7 +794,9 @@ async def test_content_that_does_not_match_its_digest_is_flagged_and_never_signe
     assert code == 1
     assert json.loads(out)["content_matches"] is False
 
-    code, out, err = await arun(["approvals", "resolve", approval, "allow-once", *args], capsys)
+    code, out, err = await arun(
+        ["approvals", "resolve", approval, "allow-once", "--yes", *args], capsys
+    )
     assert_one_line_failure(code, err, "refusing to sign")
     assert out == ""
     await nc.flush()
@@ -774,6 +814,7 @@ async def test_an_approval_that_is_no_longer_pending_is_not_signed(
             "resolve",
             view.binding.approval_id,
             "allow-once",
+            "--yes",
             "--nats",
             nats_url,
             "--key",
@@ -794,7 +835,21 @@ def test_approvals_without_a_gate_fail_with_one_line(
     assert_one_line_failure(code, err, "no SMF_APPROVALS stream")
     code, _, err = run(["approvals", "show", approval, "--nats", nats_url, *key], capsys)
     assert_one_line_failure(code, err, "no gate answers on smf.approval.show")
-    code, _, err = run(["approvals", "resolve", approval, "deny", "--nats", nats_url, *key], capsys)
+    code, _, err = run(
+        [
+            "approvals",
+            "resolve",
+            approval,
+            "deny",
+            "--yes",
+            "--reason",
+            "other",
+            "--nats",
+            nats_url,
+            *key,
+        ],
+        capsys,
+    )
     assert_one_line_failure(code, err, "no gate answers on smf.approval.show")
 
 
@@ -1215,7 +1270,15 @@ async def test_a_refused_resolution_is_one_line_and_signed_only_what_was_checked
 ) -> None:
     view = forged_view("the real filing")
     resolutions = await stand_in_gate(nc, view, reply, headers)
-    argv = ["approvals", "resolve", view.binding.approval_id, "allow-once", "--nats", nats_url]
+    argv = [
+        "approvals",
+        "resolve",
+        view.binding.approval_id,
+        "allow-once",
+        "--yes",
+        "--nats",
+        nats_url,
+    ]
     code, out, err = await arun([*argv, "--key", str(attorney_key), "--json"], capsys)
     assert_one_line_failure(code, err, needle)
     if reply == REFUSED:

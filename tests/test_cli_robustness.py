@@ -141,6 +141,7 @@ BUS_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("approvals", "resolve"): (
         APPROVAL,
         "allow-once",
+        "--yes",
         "--key",
         "{state}/keys/attorney-alex.key",
         "--nats",

@@ -16,7 +16,7 @@ What these tests prove:
   destination, the matter, the requesting actor, the rules and reasons, the
   time left, the content, and the page's own check that the content (and the
   arguments, the destination and the binding) match the binding digest.
-- Allow once, pressed with the keyboard, is accepted and followed to
+- Allow once, pressed with the keyboard and confirmed (issue 23), is accepted and followed to
   ``consumed``; the connector filed exactly once (one file in the outbox, one
   order on the stream). Replaying the page's signed resolution (through the
   console and straight on the bus) is refused ``approval_not_pending``; a
@@ -25,16 +25,23 @@ What these tests prove:
 - A paralegal of the same tenant sees nothing of it, and the gate refuses her
   a look even when her page asks directly; self-approval and an expired
   approval are refused with their reasons, and the expired one greys out; a
-  deny is accepted and sends nothing.
+  deny with a reason from the form is accepted and sends nothing.
 - The page's canonical JSON agrees byte for byte with the shared golden
   vectors, its signatures verify in Python (``subjects.dsse.open_struct``), and
   it refuses a key file whose parts do not belong together.
 - Every control has a name, focus moves to what was opened and back, and the
   text/background pairs on screen have a contrast of at least 4.5:1.
+- Deliberate decisions (issue 23): Allow once opens a confirm step naming the
+  tool and the destination, reachable and cancellable with the keyboard (Tab,
+  Enter, Escape); cancelling signs nothing, leaves the approval pending and
+  puts no order on the stream. Deny opens a form that cannot be sent without a
+  closed reason and refuses a note with a direction override; a deny with a
+  reason and a note reaches the runtime's outcome subject as the gate-signed
+  code and note, while the ledger holds the code and no store holds the note.
 
 Screenshots of the list, the detail view, the outcome, the paralegal's empty
-list and the expired approval are written to the test's tmp dir and copied to
-``.artifacts/console/``.
+list, the expired approval, the confirm step and the deny form are written to
+the test's tmp dir and copied to ``.artifacts/console/``.
 
 What they do not prove: other browsers (Firefox and Safari implement
 Ed25519 in WebCrypto too, but are not run here), screen-reader output (only
@@ -44,6 +51,7 @@ the names and live regions it would read), or the page over HTTPS.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import re
@@ -72,11 +80,13 @@ from ops.logs import configure_logging
 from ops.stack import Stack, start_stack
 from ops.state import CONSOLE, DEMO_TENANT, OPERATOR, StateDir
 from subjects import dsse, names
-from subjects.approvals import ApprovalBinding, ShowRequest, binding_digest
+from subjects.approvals import ApprovalBinding, ShowRequest, binding_digest, open_outcome
 from subjects.bus_access import connect_options
 from subjects.canonical import canonical_bytes
 from subjects.keys import generate_signing_key, load_private_key, write_private_key
+from subjects.registry import load_registry
 from tests.clocks import OffsetClock as Clock
+from tests.test_approval_desk import ledger_rows
 from tests.test_console import (
     ATTORNEY,
     FILING,
@@ -305,6 +315,22 @@ def answer(driver: webdriver.Chrome, kind: str) -> str:
     return text
 
 
+def confirm_allow(driver: webdriver.Chrome) -> None:
+    """Issue 23: Allow once opens a confirm step; "Yes, allow once" signs."""
+    until(driver, lambda d: by_id(d, "allow-confirm").is_displayed(), "the confirm step")
+    by_id(driver, "allow-yes").send_keys(Keys.ENTER)
+
+
+def deny_with(driver: webdriver.Chrome, reason: str, note: str = "") -> None:
+    """Issue 23: Deny opens the reason form; choose ``reason``, type ``note``, send."""
+    until(driver, lambda d: by_id(d, "deny-form").is_displayed(), "the deny form")
+    radio = driver.find_element(By.CSS_SELECTOR, f'input[name="deny-reason"][value="{reason}"]')
+    radio.send_keys(Keys.SPACE)
+    if note:
+        by_id(driver, "deny-note").send_keys(note)
+    by_id(driver, "deny-send").send_keys(Keys.ENTER)
+
+
 def freeze_updates(driver: webdriver.Chrome, frozen: bool) -> None:
     """Block (or unblock) this tab's list updates: a stale view, as on a slow network."""
     driver.execute_cdp_cmd("Network.enable", {})
@@ -446,6 +472,7 @@ def test_a_held_filing_appears_live_is_checked_and_approved_exactly_once(
     allow = by_id(driver, "allow")
     assert allow.is_enabled()
     allow.send_keys(Keys.ENTER)
+    confirm_allow(driver)
     assert answer(driver, "accepted").startswith("Accepted: allowed once.")
     assert driver.switch_to.active_element == by_id(driver, "answer")
     until(
@@ -477,6 +504,7 @@ def test_a_held_filing_appears_live_is_checked_and_approved_exactly_once(
     stale_allow = by_id(driver, "allow")
     assert stale_allow.is_enabled()
     stale_allow.click()
+    confirm_allow(driver)
     refusal = answer(driver, "refused")
     assert refusal.startswith("Refused: already resolved."), refusal
     assert "(approval_not_pending)" in refusal
@@ -567,6 +595,7 @@ def test_self_approval_is_refused_and_a_denial_sends_nothing(
     open_detail(driver, approval_id)
     assert by_id(driver, "self-warning").is_displayed()
     by_id(driver, "allow").click()
+    confirm_allow(driver)
     refusal = answer(driver, "refused")
     assert refusal.startswith("Refused: self-approval."), refusal
     assert "(self_approval)" in refusal
@@ -576,7 +605,11 @@ def test_self_approval_is_refused_and_a_denial_sends_nothing(
     denied = world.hold("A filing the attorney denies.")
     open_detail(driver, denied)
     by_id(driver, "deny").send_keys(Keys.ENTER)
-    assert answer(driver, "accepted") == "Accepted: your denial is recorded; nothing will be sent."
+    deny_with(driver, "needs_changes")
+    assert answer(driver, "accepted") == (
+        "Accepted: your denial is recorded (approver_denied, approver_denied_needs_changes); "
+        "nothing will be sent."
+    )
     until(
         driver,
         lambda d: d.find_element(By.CSS_SELECTOR, '#outcome li[data-state="denied"]'),
@@ -600,6 +633,7 @@ def test_an_expired_approval_cannot_be_approved_and_greys_out(
     world.clock.advance(TENANT_TTL_MS + 1_000)  # the gate's clock: its TTL has passed
     assert by_id(driver, "allow").is_enabled()  # this stale page does not know yet
     by_id(driver, "allow").click()
+    confirm_allow(driver)
     refusal = answer(driver, "refused")
     assert refusal.startswith("Refused: expired."), refusal
     freeze_updates(driver, False)
@@ -734,3 +768,145 @@ def test_the_page_signs_the_bytes_python_verifies(
         "this file is not an approver key file (it is not JSON)",
         "this file is not an smf.ed25519.private/1 key file",
     ]
+
+
+# --- deliberate decisions (issue 23) ------------------------------------------------------
+
+
+def gate_state(world: World, approval_id: str) -> str:
+    record = world.loop.run(world.stack.gate.approvals.get(approval_id))
+    assert record is not None
+    return record.state
+
+
+def test_allow_once_asks_first_and_cancelling_resolves_nothing(
+    world: World,
+    browser: Callable[[], webdriver.Chrome],
+    screenshots: Callable[[webdriver.Chrome, str], Path],
+) -> None:
+    """Keyboard only: Enter on Allow once opens a confirm step naming the tool and the
+    destination; Cancel and Escape close it with nothing signed, nothing on the stream."""
+    approval_id = world.hold("Motion to compel discovery, Acme v. Globex.")
+    driver = browser()
+    sign_in(driver, world, ATTORNEY)
+    open_detail(driver, approval_id)
+    record_resolutions(driver)
+    address = FILING.destination.address
+
+    by_id(driver, "allow").send_keys(Keys.ENTER)
+    step = until(driver, lambda d: by_id(d, "allow-confirm").is_displayed(), "the confirm step")
+    assert step
+    assert driver.switch_to.active_element == by_id(driver, "allow-confirm-title")
+    text = by_id(driver, "allow-confirm-text").text
+    assert text.startswith(f"Allow once: {FILING.native_tool}, sending the content shown above to ")
+    assert f"{address} (electronic_filing, external)" in text
+    audit(driver)
+    screenshots(driver, "06-confirm-allow")
+    # Tab from the step's title reaches "Yes, allow once", then Cancel.
+    driver.switch_to.active_element.send_keys(Keys.TAB)
+    assert driver.switch_to.active_element == by_id(driver, "allow-yes")
+    driver.switch_to.active_element.send_keys(Keys.TAB)
+    assert driver.switch_to.active_element == by_id(driver, "allow-cancel")
+    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    until(driver, lambda d: not by_id(d, "allow-confirm").is_displayed(), "the step closed")
+    assert driver.switch_to.active_element == by_id(driver, "allow")
+
+    # Escape leaves the step, not the approval.
+    by_id(driver, "allow").send_keys(Keys.ENTER)
+    until(driver, lambda d: by_id(d, "allow-confirm").is_displayed(), "the confirm step again")
+    driver.switch_to.active_element.send_keys(Keys.ESCAPE)
+    until(driver, lambda d: not by_id(d, "allow-confirm").is_displayed(), "closed by Escape")
+    assert by_id(driver, "detail").is_displayed()
+
+    # Two more list refreshes: anything sent would have changed the state by now.
+    seen = list_requests(driver)
+    until(driver, lambda d: list_requests(d) >= seen + 2, "two more refreshes of the list")
+    assert driver.execute_script("return window.__sent") == []
+    assert gate_state(world, approval_id) == "pending"
+    assert world.stream_count() == 0
+    assert by_id(driver, "answer").text == ""
+
+    # Confirmed, it goes through, once.
+    by_id(driver, "allow").send_keys(Keys.ENTER)
+    confirm_allow(driver)
+    assert answer(driver, "accepted").startswith("Accepted: allowed once.")
+    assert len(driver.execute_script("return window.__sent")) == 1
+    until(driver, lambda _: world.stream_count() == 1, "one order on the stream")
+
+
+def test_a_deny_needs_a_reason_and_its_note_reaches_the_runtime_not_the_ledger(
+    world: World,
+    browser: Callable[[], webdriver.Chrome],
+    screenshots: Callable[[webdriver.Chrome, str], Path],
+) -> None:
+    """The form cannot be sent without a closed reason; a note that is not plain text
+    is refused in the page; the denial's code and note reach the runtime's outcome
+    subject (opened as a runtime opens it), and the ledger holds the code only."""
+    approval_id = world.hold("Letter to the client, Acme v. Globex.")
+    record = world.loop.run(world.stack.gate.approvals.get(approval_id))
+    assert record is not None
+    outcome = world.loop.run(world.nc.subscribe(names.approval_outcome_subject(approval_id)))
+    world.loop.run(world.nc.flush())
+    driver = browser()
+    sign_in(driver, world, ATTORNEY)
+    open_detail(driver, approval_id)
+    record_resolutions(driver)
+
+    by_id(driver, "deny").send_keys(Keys.ENTER)
+    until(driver, lambda d: by_id(d, "deny-form").is_displayed(), "the deny form")
+    assert driver.switch_to.active_element == by_id(driver, "deny-form-title")
+    denying = by_id(driver, "deny-form-text").text
+    assert denying.startswith(f"Deny: {FILING.native_tool}, sending the content shown above to ")
+    assert denying.endswith(
+        f"{FILING.destination.address} (electronic_filing, external). Nothing will be sent."
+    )
+    assert not by_id(driver, "deny-send").is_enabled()  # no reason chosen yet
+    # Submitting anyway (the form's own submit path, as a script could) signs nothing.
+    driver.execute_script("document.getElementById('deny-form').requestSubmit()")
+    error = by_id(driver, "deny-error")
+    assert error.text == "Choose a reason: a denial cannot be sent without one."
+    assert driver.execute_script("return window.__sent") == []
+    audit(driver)
+
+    note = "Wrong court: refile in the Eastern District.\n<b>Not bold</b> — Ståhl."
+    radio = driver.find_element(By.CSS_SELECTOR, 'input[name="deny-reason"][value="other"]')
+    radio.send_keys(Keys.SPACE)
+    assert by_id(driver, "deny-send").is_enabled()
+    # A direction override in the note is refused by the page before signing.
+    driver.execute_script(
+        "document.getElementById('deny-note').value = arguments[0];", "abc\u202edef"
+    )
+    by_id(driver, "deny-send").send_keys(Keys.ENTER)
+    assert error.text.startswith("The note may hold plain text")
+    assert driver.execute_script("return window.__sent") == []
+    driver.execute_script("document.getElementById('deny-note').value = '';")
+    screenshots(driver, "07-deny-form")
+
+    # Arrow keys move the choice within the list, as a radio group does.
+    radio.send_keys(Keys.ARROW_UP)
+    chosen = driver.find_element(By.CSS_SELECTOR, 'input[name="deny-reason"]:checked')
+    assert chosen.get_attribute("value") == "not_authorized"
+    deny_with(driver, "wrong_recipient", note)
+    codes = ["approver_denied", "approver_denied_wrong_recipient"]
+    assert answer(driver, "accepted") == (
+        f"Accepted: your denial is recorded ({', '.join(codes)}); nothing will be sent."
+    )
+    (sent,) = driver.execute_script("return window.__sent")
+    signed = json.loads(base64.b64decode(json.loads(sent)["payload"]))
+    assert (signed["deny_reason"], signed["note"]) == ("wrong_recipient", note)
+
+    message = world.loop.run(outcome.next_msg(timeout=WAIT_SECONDS))
+    final = open_outcome(
+        message.data,
+        load_registry(world.state.registry).trusted("gate"),
+        approval_id=approval_id,
+        decision_id=record.binding.decision_id,
+        operation_hash=record.binding.operation_hash,
+    )
+    assert (final.outcome, list(final.reason_codes), final.approver_note) == ("deny", codes, note)
+    assert ledger_rows(world.state.ledger, approval_id)[-1] == ("denied", tuple(codes))
+    for stored in world.state.root.glob("*.db*"):
+        assert b"Eastern District" not in stored.read_bytes(), stored
+    assert gate_state(world, approval_id) == "denied"
+    assert world.stream_count() == 0
+    assert outbox(world.state) == []

@@ -543,7 +543,7 @@ def test_an_approver_added_may_approve_for_its_tenant_until_removed(
     assert code == 0, err
     assert json.loads(out)["content_matches"] is True
     code, out, err = cli(
-        ["approvals", "resolve", approval, "allow-once", *approver, "--json"], capsys
+        ["approvals", "resolve", approval, "allow-once", "--yes", *approver, "--json"], capsys
     )
     assert code == 0, err
     assert json.loads(out)["accepted"] is True
@@ -554,13 +554,26 @@ def test_an_approver_added_may_approve_for_its_tenant_until_removed(
     assert code == 0, err
     assert json.loads(out)["key_ids"] == [added["key_id"]]
     held = asyncio.run(hold_filing(url, state))
-    code, out, err = cli(["approvals", "resolve", held, "allow-once", *approver, "--json"], capsys)
+    code, out, err = cli(
+        ["approvals", "resolve", held, "allow-once", "--yes", *approver, "--json"], capsys
+    )
     assert code == 1
     assert "Authorization Violation" in err, err  # the server no longer knows its credential
     # its signature is not the roster's either, on a credential the bus still admits
     console = ["--credential", str(state.bus_credential_path("console")), "--nats", url]
     code, out, err = cli(
-        ["approvals", "resolve", held, "allow-once", "--key", str(key), *console, "--json"], capsys
+        [
+            "approvals",
+            "resolve",
+            held,
+            "allow-once",
+            "--yes",
+            "--key",
+            str(key),
+            *console,
+            "--json",
+        ],
+        capsys,
     )
     assert code == 1
     assert json.loads(out)["accepted"] is False, out

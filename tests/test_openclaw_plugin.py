@@ -95,7 +95,7 @@ from ops.stack import gate_config
 from ops.state import DEMO_TENANT, RELEASE_SIGNER, StateDir, provision_demo
 from pipeline.assembly import RunningGate, start_gate
 from subjects import dsse, names
-from subjects.approvals import PendingAnnouncement, approval_id_for
+from subjects.approvals import DenyReason, PendingAnnouncement, approval_id_for
 from subjects.attestation import AttestationAck
 from subjects.canonical import canonical_bytes, canonical_value
 from subjects.keys import SigningKey, VerifyKey, load_private_key
@@ -751,9 +751,27 @@ async def test_forged_outcomes_alone_never_release_a_held_call(
     assert await status(nc, announcement.approval_id) == "pending"
 
 
+REASONED_NOTE = "Wrong recipient: send it to opposing counsel's new address.\nCall me."
+
+
+@pytest.mark.parametrize(
+    ("deny_reason", "note"),
+    [(None, None), ("wrong_recipient", REASONED_NOTE)],
+    ids=["no-reason", "reason-and-note"],
+)
 async def test_held_then_denied_blocks(
-    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+    deny_reason: DenyReason | None,
+    note: str | None,
+    node_bin: str,
+    state: StateDir,
+    gate: RunningGate,
+    nats_url: str,
+    nc: Client,
+    tap: Tap,
 ) -> None:
+    """A deny blocks. Issue 23: the attorney's closed reason and note, signed with the
+    deny, reach the plugin in the gate-signed outcome; its block names the reason's
+    code and quotes the note, and the ledger holds the code."""
     async with driver(node_bin, plugin_config(state, nats_url)) as drv:
         waiting = drv.start(
             "before",
@@ -767,10 +785,21 @@ async def test_held_then_denied_blocks(
         )
         announcement = await _announced(tap)
         attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
-        _, reply = await attorney.review_and_resolve(announcement.approval_id, "deny")
-        assert reply.accepted
+        _, reply = await attorney.review_and_resolve(
+            announcement.approval_id, "deny", deny_reason=deny_reason, note=note
+        )
         reason = blocked(await asyncio.wait_for(waiting, 10))
-    assert "approver_denied" in reason
+    codes: tuple[str, ...] = ("approver_denied",)
+    if deny_reason is not None:
+        codes += (f"approver_denied_{deny_reason}",)
+    assert (reply.accepted, reply.reason_codes) == (True, codes)
+    assert f"{', '.join(codes)}. It did not run" in reason
+    if note is None:
+        assert "note" not in reason
+    else:
+        assert reason.endswith(f"The approver's note: {json.dumps(note)}")
+    rows = ledger_rows(state.ledger, announcement.approval_id)
+    assert rows[-1] == ("denied", codes)
 
 
 async def test_held_then_expired_blocks(

@@ -202,7 +202,13 @@ def test_approval_outcome(vector: dict[str, Any]) -> None:
         )
 
     if "outcome" in vector:
-        assert check().outcome == vector["outcome"]
+        opened = check()
+        assert opened.outcome == vector["outcome"]
+        if "approver_note" in vector:  # issue 23: the deny's code and note, as sent
+            assert list(opened.reason_codes) == vector["reason_codes"]
+            assert opened.approver_note == vector["approver_note"]
+        else:
+            assert opened.approver_note is msgspec.UNSET
         return
     with pytest.raises(_ERRORS[vector["error"]]) as caught:
         check()

@@ -16,6 +16,13 @@ approval". What the commands guarantee an approver:
   sign when the content does not match the digest or the approval is no
   longer pending, and signs the digest it checked, so the signature cannot be
   spent on any other action. The gate's refusal is the exit status.
+- ``resolve`` is deliberate (issue 23, "Deliberate decisions"): it names the
+  action and its destination and signs only after the approver types ``yes``,
+  unless ``--yes``; with no terminal on stdin and no ``--yes`` it signs
+  nothing. A deny names its reason from the closed list
+  (``subjects.approvals.DENY_REASONS``) with ``--reason``, and may carry a
+  ``--note`` for the requester; both are signed. A reason outside the list,
+  or a note that is not bounded plain text, is refused before anything is sent.
 
 Content an agent produced may carry terminal control sequences; it is shown
 with every control and format character escaped, so it cannot rewrite the
@@ -58,13 +65,16 @@ from ops.output import CommandError, emit, fail, first_line, say, table
 from ops.state import CONSOLE
 from subjects import names
 from subjects.approvals import (
+    DENY_REASONS,
     ApprovalView,
+    DenyReason,
     PendingAnnouncement,
     ResolutionDecision,
     ResolutionReply,
 )
 from subjects.bus_access import BusCredential
 from subjects.keys import KeyFileError, SigningKey, load_private_key
+from subjects.patterns import MAX_NOTE_CHARS, ApproverNote
 
 OPEN_STATES: Final = frozenset({"pending", "approved"})
 """States in which an approval still waits on an approver or on its claim."""
@@ -77,6 +87,10 @@ CONTENT_MISMATCH: Final = "content_does_not_match_binding"
 GATE_UNREACHABLE: Final = "gate_unreachable"
 """No gate answered the request (no responders, or no answer in time)."""
 _KEEP: Final = frozenset("\n\t")
+CONFIRMATION_REQUIRED: Final = "confirmation_required"
+"""No ``--yes`` and no terminal to ask on: nothing is signed (issue 23)."""
+NOT_CONFIRMED: Final = "not_confirmed"
+"""The approver did not type ``yes``: nothing is signed (issue 23)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +132,26 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "resolve",
         help="sign allow-once or deny for one approval",
         description="Fetch the approval, refuse to sign unless its content matches the "
-        "binding digest and it is pending, sign the checked digest, send it, and print "
-        "the gate's answer. Exits 1 when the gate refuses.",
+        "binding digest and it is pending, name the action and its destination and ask "
+        "you to type yes (unless --yes), sign the checked digest, send it, and print "
+        "the gate's answer. A deny needs --reason. Exits 1 when the gate refuses, when "
+        "you do not confirm, or when there is no terminal to ask on and no --yes.",
     )
     resolve.add_argument("approval_id", metavar="ID", help="approval id (sha256:<hex> or <hex>)")
     resolve.add_argument("decision", choices=tuple(DECISIONS), help="allow-once or deny")
+    resolve.add_argument(
+        "--reason",
+        choices=tuple(DENY_REASONS),
+        help="why you deny (required with deny): "
+        + "; ".join(f"{code}: {label}" for code, label in DENY_REASONS.items()),
+    )
+    resolve.add_argument(
+        "--note",
+        metavar="TEXT",
+        help=f"a note to the requester with a deny (plain text, at most {MAX_NOTE_CHARS} "
+        "characters; it goes to the requester and the runtime, never into the ledger)",
+    )
+    resolve.add_argument("--yes", action="store_true", help="sign without asking for confirmation")
     _bus_arguments(resolve)
     _approver_arguments(resolve)
     resolve.add_argument("--json", action="store_true", help="print JSON")
@@ -407,11 +436,63 @@ def _print_view(view: ApprovalView, matches: bool) -> None:
 # --- resolve -------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """What the approver asked to sign: the decision, a deny's reason and note,
+    and whether they confirmed it up front (``--yes``)."""
+
+    decision: ResolutionDecision
+    deny_reason: DenyReason | None = None
+    note: str | None = None
+    confirmed: bool = False
+
+
+def choice_of(args: argparse.Namespace) -> Choice:
+    """The approver's choice, or a usage error (exit 2) before anything is sent:
+    a deny without ``--reason``, a reason or note on an allow-once, or a note
+    that is not bounded plain text (``subjects.patterns.ApproverNote``)."""
+    decision = DECISIONS[args.decision]
+    if decision == "deny" and args.reason is None:
+        fail(f"deny needs --reason, one of: {', '.join(DENY_REASONS)}", 2)
+    if decision != "deny" and (args.reason is not None or args.note is not None):
+        fail("--reason and --note go with deny only", 2)
+    if args.note is not None:
+        try:
+            msgspec.convert(args.note, type=ApproverNote)
+        except msgspec.ValidationError:
+            fail(
+                f"--note must be plain text of 1 to {MAX_NOTE_CHARS} characters "
+                "(newlines and tabs allowed, no other control characters)",
+                2,
+            )
+    return Choice(decision, args.reason, args.note, bool(args.yes))
+
+
+def _question(view: ApprovalView, choice: Choice) -> str:
+    what = "ALLOW ONCE" if choice.decision == "allow-once" else f"DENY ({choice.deny_reason})"
+    destination = printable(view.destination_address) or "(no destination address)"
+    return (
+        f"{what}: {printable(view.native_tool)} to {destination}, "
+        f"approval {view.binding.approval_id}. Type yes to sign: "
+    )
+
+
+async def _confirm(view: ApprovalView, choice: Choice) -> None:
+    """Issue 23: name the action and its destination and sign only on ``yes``."""
+    if choice.confirmed:
+        return
+    sys.stderr.write(_question(view, choice))
+    sys.stderr.flush()
+    answer = await asyncio.to_thread(sys.stdin.readline)
+    if answer.strip().lower() not in ("yes", "y"):
+        fail("not confirmed: nothing was signed", reason_code=NOT_CONFIRMED)
+
+
 async def _resolve(
     url: str,
     credential: BusCredential | None,
     approval_id: str,
-    decision: str,
+    choice: Choice,
     key: SigningKey,
     approver_id: str,
 ) -> ResolutionReply:
@@ -429,8 +510,15 @@ async def _resolve(
                 f"cannot resolve {approval_id}: approval_not_pending (state {view.state})",
                 reason_code="approval_not_pending",
             )
+        await _confirm(view, choice)
         try:
-            return await client.resolve(approval_id, DECISIONS[decision], view.binding_digest)
+            return await client.resolve(
+                approval_id,
+                choice.decision,
+                view.binding_digest,
+                deny_reason=choice.deny_reason,
+                note=choice.note,
+            )
         except ApproverError as exc:
             fail(f"resolution refused: {exc.reason_code}", reason_code=exc.reason_code)
         except (NatsError, TimeoutError) as exc:
@@ -441,11 +529,18 @@ async def _resolve(
 
 def run_resolve(args: argparse.Namespace) -> int:
     approval_id = approval_ref(args.approval_id)
+    choice = choice_of(args)
     key, approver_id = _load_key(args.key, args.approver_id)
     url = _setup(args)
     credential = _credential(args, approver_id)
     try:
-        reply = asyncio.run(_resolve(url, credential, approval_id, args.decision, key, approver_id))
+        if not choice.confirmed and not sys.stdin.isatty():
+            fail(
+                "no terminal to confirm on: pass --yes to resolve without asking; "
+                "nothing was signed",
+                reason_code=CONFIRMATION_REQUIRED,
+            )
+        reply = asyncio.run(_resolve(url, credential, approval_id, choice, key, approver_id))
     except CommandError as exc:
         if args.json:
             # Issue 22: a refusal printed nothing on stdout, so a script reading
@@ -469,6 +564,7 @@ def run_resolve(args: argparse.Namespace) -> int:
             [
                 ("approval id", reply.approval_id),
                 ("decision", args.decision),
+                ("reason", ", ".join(reply.reason_codes) or "-"),
                 ("accepted", "yes"),
                 ("state", reply.state),
                 ("order id", reply.order_id or "-"),

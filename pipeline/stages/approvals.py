@@ -297,15 +297,33 @@ class ApprovalDesk:
         except ApprovalError as exc:
             raise DeskError(exc.reason_code) from exc
         if resolution.decision == "deny":
-            await self._safe_record(binding, "denied", ("approver_denied",))
-            await self._notify(binding, outcome_verdict(binding, "deny", ("approver_denied",)))
-            return _accepted(binding.approval_id, "denied")
+            return await self._denied(binding, resolution)
         try:
             await self._record(binding, "approved")
         except EvidenceError:
             await self._invalidate(binding.approval_id)
             raise DeskError("evidence_store_unavailable") from None
         return await self._claim_and_dispatch(record)
+
+    async def _denied(
+        self, binding: ApprovalBinding, resolution: ApprovalResolution
+    ) -> ResolutionReply:
+        """Record and announce an approver's deny (issue 23, "Deliberate decisions").
+
+        The evidence and the outcome carry the closed reason as a reason code
+        (``ApprovalResolution.denial_reason_codes``); the approver's note goes to
+        the waiting runtime in the gate-signed outcome only, never to the ledger
+        or a log line.
+        """
+        reasons = resolution.denial_reason_codes()
+        await self._safe_record(binding, "denied", reasons)
+        outcome = outcome_verdict(binding, "deny", reasons)
+        if resolution.note is not None:
+            outcome = msgspec.structs.replace(outcome, approver_note=resolution.note)
+        await self._notify(binding, outcome)
+        return msgspec.structs.replace(
+            _accepted(binding.approval_id, "denied"), reason_codes=reasons
+        )
 
     async def _claim_and_dispatch(self, record: ApprovalRecord) -> ResolutionReply:
         stored = record.binding

@@ -274,6 +274,12 @@ def outcome_value(**changes: Any) -> dict[str, Any]:
 
 OUTCOME_ALLOW = outcome_value()
 OUTCOME_DENY = outcome_value(outcome="deny", reason_codes=["approver_denied"])
+OUTCOME_DENY_WITH_NOTE = outcome_value(
+    outcome="deny",
+    reason_codes=["approver_denied", "approver_denied_wrong_recipient"],
+    approver_note="Wrong court.\nRefile in the Eastern District.",
+)
+"""Issue 23: an approver's deny with its reason code and note (present only when sent)."""
 
 
 def verdict_value(**changes: Any) -> dict[str, Any]:
@@ -455,6 +461,18 @@ def outcome_vectors() -> dict[str, Any]:
     cases: list[dict[str, Any]] = [
         {"name": "gate_allow", "envelope": signed(OUTCOME_ALLOW), "outcome": "allow"},
         {"name": "gate_deny", "envelope": signed(OUTCOME_DENY), "outcome": "deny"},
+        {
+            "name": "gate_deny_with_reason_and_note",
+            "envelope": signed(OUTCOME_DENY_WITH_NOTE),
+            "outcome": "deny",
+            "reason_codes": OUTCOME_DENY_WITH_NOTE["reason_codes"],
+            "approver_note": OUTCOME_DENY_WITH_NOTE["approver_note"],
+        },
+        {
+            "name": "gate_deny_with_a_note_that_is_not_plain_text",
+            "envelope": signed(dict(OUTCOME_DENY_WITH_NOTE, approver_note="ok\u001b[2J")),
+            "error": "MalformedPayloadError",
+        },
         {"name": "unsigned_allow", "envelope": allow_text, "error": "MalformedEnvelopeError"},
         {
             "name": "allow_signed_by_a_key_that_is_not_the_gate",

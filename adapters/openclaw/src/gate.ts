@@ -154,6 +154,8 @@ class Blocked extends Error {
     readonly reasons: readonly string[],
     readonly kind: "gate" | "adapter" | "approval",
     readonly decisionId: string | null = null,
+    /** The denying approver's note (issue 23): told to the requester, never logged. */
+    readonly note: string | null = null,
   ) {
     super(reasons.join(","));
   }
@@ -379,7 +381,8 @@ export class GateAdapter {
       return `SMF Assurance gate denied ${label}: ${reasons}. It did not run.${decisionHint(blocked.decisionId)}`;
     }
     if (blocked.kind === "approval") {
-      return `SMF Assurance gate did not approve ${label}: ${reasons}. It did not run and will not run for this request.`;
+      const note = blocked.note === null ? "" : ` The approver's note: ${JSON.stringify(blocked.note)}`;
+      return `SMF Assurance gate did not approve ${label}: ${reasons}. It did not run and will not run for this request.${note}`;
     }
     return `SMF Assurance adapter blocked ${label}: ${reasons}. It did not run.`;
   }
@@ -554,7 +557,10 @@ export class GateAdapter {
     if (outcome.approval_id !== approvalId || outcome.decision_id !== decisionId || outcome.operation_hash !== held.operation_hash) {
       throw new Blocked(["approval_outcome_mismatch"], "approval");
     }
-    if (outcome.outcome !== "allow") throw new Blocked(outcome.reason_codes.length > 0 ? outcome.reason_codes : ["approval_not_granted"], "approval");
+    if (outcome.outcome !== "allow") {
+      const reasons = outcome.reason_codes.length > 0 ? outcome.reason_codes : ["approval_not_granted"];
+      throw new Blocked(reasons, "approval", null, outcome.approver_note ?? null);
+    }
     this.checkAllow(outcome, approvalId, decisionId);
     // At most once per approval id in this process, whatever arrives later.
     if (this.consumedApprovals.has(approvalId)) throw new Blocked(["approval_already_used"], "approval");

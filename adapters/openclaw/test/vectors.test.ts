@@ -310,7 +310,11 @@ for (const row of rows(messages, "verdicts")) {
     test(`messages.json outcome ${row.name}`, () => {
       const open = () => openOutcome(Buffer.from(s(row, "envelope"), "utf8"), gateKeys, expected);
       if (typeof row.outcome === "string") {
-        assert.equal(open().outcome, row.outcome);
+        const opened = open();
+        assert.equal(opened.outcome, row.outcome);
+        // Issue 23: the deny's code and note, as sent; absent from every other outcome.
+        assert.equal(opened.approver_note, row.approver_note);
+        if (row.approver_note !== undefined) assert.deepEqual(opened.reason_codes, row.reason_codes);
         return;
       }
       const error = ERRORS[s(row, "error")];

@@ -8,6 +8,12 @@
 // the argument hash, the destination hash and the binding digest from what it
 // displays, and signs the digest it computed, so an approval can only ever be
 // spent on the action that was shown.
+//
+// Decisions are deliberate (issue 23): Allow once opens a confirm step naming the
+// action and its destination, and only "Yes, allow once" signs; Deny opens a form
+// that cannot be sent without a reason from the closed list (the radio buttons in
+// index.html, the list subjects/approvals.py DENY_REASONS declares), with an optional
+// plain-text note. Reason and note are inside the signed resolution.
 
 const LOGIN_TYPE = 'application/vnd.smf.console-login+json;v=1';
 const SHOW_TYPE = 'application/vnd.smf.approval-show+json;v=1';
@@ -19,6 +25,10 @@ const FINISHED = new Set([
   'consumed', 'failed', 'execution_unknown', 'denied', 'expired', 'invalidated', 'unknown',
 ]);
 const RETRYABLE = new Set(['gate_unreachable', 'gate_timeout', 'gate_transport_error']);
+const MAX_NOTE_CHARS = 500;
+// subjects/patterns.py NOTE_PATTERN: newlines and tabs, no other control character,
+// no line/paragraph separator, no bidi override or isolate.
+const NOTE_FORBIDDEN = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/u;
 const utf8 = new TextEncoder();
 
 // --- canonical JSON (RFC 8785 JCS + NFC), identities, DSSE ---------------------
@@ -171,6 +181,17 @@ export async function checkView(view, channel) {
     digest: digest === view.binding_digest,
     computedDigest: digest,
   };
+}
+
+/** Why a deny note cannot be sent, or '' when it can (subjects.patterns.ApproverNote). */
+export function noteProblem(note) {
+  if ([...note.normalize('NFC')].length > MAX_NOTE_CHARS) {
+    return `The note is longer than ${MAX_NOTE_CHARS} characters.`;
+  }
+  if (NOTE_FORBIDDEN.test(note)) {
+    return 'The note may hold plain text, new lines and tabs only (no control or direction characters).';
+  }
+  return '';
 }
 
 function allChecksPass(checks) {
@@ -460,6 +481,10 @@ async function openDetail(id) {
   $('closed-note').hidden = true;
   $('outcome-box').hidden = true;
   $('self-warning').hidden = true; // who asked is known once the gate shows the binding
+  closeSteps();
+  $('deny-form').reset();
+  $('deny-send').disabled = true;
+  $('deny-error').textContent = '';
   renderFacts(a, null);
   renderList();
   renderLive();
@@ -540,6 +565,7 @@ function renderLive() {
     && !page.decided && !page.final;
   $('allow').disabled = !(decidable && allChecksPass(page.checks));
   $('deny').disabled = !decidable;
+  if (!decidable && openStep()) closeSteps();
   let note = '';
   if (page.decided) note = 'Your decision was accepted; no other can be sent.';
   else if (page.final) note = 'No decision can be sent: see the gate\'s answer below.';
@@ -567,9 +593,77 @@ function renderOutcome(a) {
   $('outcome-box').hidden = false;
 }
 
-async function decide(decision) {
+// --- the confirm step and the deny form (issue 23) -------------------------------------
+
+function openStep() {
+  if (!$('allow-confirm').hidden) return 'allow';
+  if (!$('deny-form').hidden) return 'deny';
+  return null;
+}
+
+function closeSteps() {
+  $('allow-confirm').hidden = true;
+  $('deny-form').hidden = true;
+}
+
+function actionLine() {
+  const a = page.approvals.get(page.selected);
+  const where = a ? ` (${a.channel}, ${a.locality})` : '';
+  return `${page.view.native_tool}, sending the content shown above to `
+    + `${page.view.destination_address || '(no address)'}${where}.`;
+}
+
+function askAllow() {
+  if (!page.view || $('allow').disabled) return;
+  closeSteps();
+  $('allow-confirm-text').textContent = `Allow once: ${actionLine()} It runs once and cannot be undone.`;
+  $('allow-confirm').hidden = false;
+  $('allow-confirm-title').focus();
+}
+
+function askDeny() {
+  if (!page.view || $('deny').disabled) return;
+  closeSteps();
+  $('deny-form-text').textContent = `Deny: ${actionLine()} Nothing will be sent.`;
+  $('deny-error').textContent = '';
+  $('deny-form').hidden = false;
+  $('deny-form-title').focus();
+}
+
+function cancelStep() {
+  const step = openStep();
+  closeSteps();
+  $(step === 'deny' ? 'deny' : 'allow').focus();
+}
+
+function chosenReason() {
+  const checked = $('deny-form').querySelector('input[name="deny-reason"]:checked');
+  return checked ? checked.value : null;
+}
+
+function sendDenial(event) {
+  event.preventDefault();
+  const reason = chosenReason();
+  if (!reason) {
+    $('deny-error').textContent = 'Choose a reason: a denial cannot be sent without one.';
+    $('deny-form').querySelector('input[name="deny-reason"]').focus();
+    return;
+  }
+  const note = $('deny-note').value;
+  const problem = note.trim() ? noteProblem(note) : '';
+  if (problem) {
+    $('deny-error').textContent = problem;
+    $('deny-note').focus();
+    return;
+  }
+  closeSteps();
+  decide('deny', reason, note.trim() ? note : null);
+}
+
+async function decide(decision, denyReason = null, note = null) {
   const id = page.selected;
   if (!page.view || (decision === 'allow-once' && !allChecksPass(page.checks))) return;
+  if (decision === 'deny' && !denyReason) return; // never a denial without a closed reason
   $('allow').disabled = true;
   $('deny').disabled = true;
   const answer = $('answer');
@@ -583,6 +677,8 @@ async function decide(decision) {
     resolver_id: page.me.principal,
     resolved_at_ms: Date.now(),
   };
+  if (decision === 'deny') resolution.deny_reason = denyReason;
+  if (decision === 'deny' && note) resolution.note = note;
   const sent = await api('POST', '/api/resolve', await signEnvelope(page.me, RESOLUTION_TYPE, resolution));
   if (page.selected !== id) return;
   if (!sent.data.ok) {
@@ -596,7 +692,7 @@ async function decide(decision) {
     if (a) a.state = reply.state;
     answer.dataset.kind = 'accepted';
     answer.textContent = decision === 'deny'
-      ? 'Accepted: your denial is recorded; nothing will be sent.'
+      ? `Accepted: your denial is recorded (${reply.reason_codes.join(', ')}); nothing will be sent.`
       : `Accepted: allowed once. The gate claimed it (${reply.state}).`;
   } else {
     const reply = sent.data.reply;
@@ -636,10 +732,23 @@ function start() {
   });
   $('sign-out').addEventListener('click', () => signOut());
   $('back').addEventListener('click', backToList);
-  $('allow').addEventListener('click', () => decide('allow-once'));
-  $('deny').addEventListener('click', () => decide('deny'));
+  $('allow').addEventListener('click', askAllow);
+  $('deny').addEventListener('click', askDeny);
+  $('allow-yes').addEventListener('click', () => {
+    closeSteps();
+    decide('allow-once');
+  });
+  $('allow-cancel').addEventListener('click', cancelStep);
+  $('deny-cancel').addEventListener('click', cancelStep);
+  $('deny-form').addEventListener('submit', sendDenial);
+  $('deny-form').addEventListener('change', () => {
+    $('deny-send').disabled = !chosenReason();
+    if (chosenReason()) $('deny-error').textContent = '';
+  });
   document.addEventListener('keydown', (event) => {
-    if (event.key === 'Escape' && page.selected) backToList();
+    if (event.key !== 'Escape' || !page.selected) return;
+    if (openStep()) cancelStep(); // Escape leaves the step first, nothing is signed
+    else backToList();
   });
   if (!globalThis.isSecureContext || !crypto.subtle) {
     signinStatus('This page must be opened over HTTPS or on this machine (localhost): '

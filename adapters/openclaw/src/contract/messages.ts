@@ -108,6 +108,9 @@ export interface Verdict {
   expires_at_ms: number | null;
   required_roles: string[];
   evidence: string[];
+  /** The denying approver's note to the requester (issue 23); present only when the
+   * gate's final deny of a held call carries one (`subjects.messages.Verdict`). */
+  approver_note?: string;
 }
 
 export interface ExecutionReport {
@@ -208,7 +211,18 @@ const VERDICT_FIELDS: Record<string, Check> = {
   expires_at_ms: optInt,
   required_roles: strList(),
   evidence: strList(),
+  approver_note: (v, f) => {
+    if (v !== undefined && !(typeof v === "string" && isApproverNote(v))) fail(f, "is not a plain-text note");
+  },
 };
+
+/** `subjects.patterns.ApproverNote`: 1 to 500 characters of plain text (newlines and tabs only). */
+const MAX_NOTE_CHARS = 500;
+const NOTE_FORBIDDEN = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/u;
+function isApproverNote(note: string): boolean {
+  const length = [...note].length;
+  return length >= 1 && length <= MAX_NOTE_CHARS && !NOTE_FORBIDDEN.test(note);
+}
 
 /**
  * Decode Verdict JSON as msgspec would (`Verdict`, forbid_unknown_fields); raises
@@ -245,6 +259,8 @@ export function verdictFrom(value: JsonValue): Verdict {
     expires_at_ms: get<number | null>("expires_at_ms", null),
     required_roles: get<string[]>("required_roles", []),
     evidence: get<string[]>("evidence", []),
+    // Present only when sent: the verdict's canonical bytes are then the payload's.
+    ...(typeof value.approver_note === "string" ? { approver_note: value.approver_note } : {}),
   };
 }
 
