@@ -133,6 +133,15 @@ def test_client_and_replicas_run_on_three_different_nodes(report: dict[str, Any]
     assert {row["node"] for row in figures["leaders"]} <= {"nats-1", "nats-2", "nats-3"}
 
 
+def within(printed: float, numerator: float, denominator: float, *, half_unit: float) -> bool:
+    """Whether a ratio printed to two decimals is ``numerator / denominator`` for some
+    values the printed columns round to (each within ``half_unit``). A fixed tolerance
+    fails when the machine is slow: 18 and 7 req/s may be 17.6 and 6.96 (2.53, not 2.57)."""
+    low = (numerator - half_unit) / (denominator + half_unit)
+    high = (numerator + half_unit) / (denominator - half_unit)
+    return low - 0.005 <= printed <= high + 0.005
+
+
 def test_the_table_shows_each_series_and_ratios_from_its_own_columns(tmp_path: Path) -> None:
     out = run_bench([], tmp_path)
     p50 = {}
@@ -143,7 +152,7 @@ def test_the_table_shows_each_series_and_ratios_from_its_own_columns(tmp_path: P
         p50[label] = float(median)
     claim = re.search(r"claim kv / claim sqlite: p50 ([0-9.]+)x", out)
     assert claim is not None
-    assert float(claim.group(1)) == pytest.approx(p50[CLAIM_KV] / p50[CLAIM_SQLITE], abs=0.01)
+    assert within(float(claim.group(1)), p50[CLAIM_KV], p50[CLAIM_SQLITE], half_unit=0.005)
     per_second = {}
     for label in ("echo", "allow, 1 replica", "allow, 2 replicas"):
         row = next(line for line in out.splitlines() if line.startswith(label + " "))
@@ -151,8 +160,8 @@ def test_the_table_shows_each_series_and_ratios_from_its_own_columns(tmp_path: P
     scale = re.search(r"two replicas / one replica: ([0-9.]+)x", out)
     assert scale is not None
     # The ratio comes from the elapsed times; the req/s column is rounded to integers.
-    expected = per_second["allow, 2 replicas"] / per_second["allow, 1 replica"]
-    assert float(scale.group(1)) == pytest.approx(expected, abs=0.02)
+    two, one = per_second["allow, 2 replicas"], per_second["allow, 1 replica"]
+    assert within(float(scale.group(1)), two, one, half_unit=0.5)
     assert "gate-1 on nats-1, gate-2 on nats-2" in out
 
 

@@ -147,7 +147,8 @@ class Rate:
         return (2_000_000 * self.requests + self.elapsed_us) // (2 * self.elapsed_us)
 
     def over_x1000(self, other: Rate) -> int:
-        """This rate over ``other``'s, from the integers printed for both."""
+        """This rate over ``other``'s, from the request counts and elapsed times behind
+        the printed rates (the req/s column is rounded to integers; this is not)."""
         return ratio_x1000(self.requests * other.elapsed_us, other.requests * self.elapsed_us)
 
 
