@@ -60,8 +60,9 @@ from pipeline.core.approval_rules import (
     signed_by_executor,
 )
 from pipeline.core.decision import Decision
+from pipeline.core.explanation import reason_words, rule_texts
 from pipeline.core.normalize import Normalized
-from pipeline.core.projection import PolicySet
+from pipeline.core.projection import AnalysisProjection, PolicySet
 from pipeline.service import StageRefusal
 from pipeline.stages.contracts import DispatchReceipt, DispatchRequest
 from pipeline.stages.evidence import EvidenceWriter, outcome_verdict, signature_reason, verdict
@@ -81,7 +82,9 @@ from subjects.approvals import (
     ApprovalResolution,
     ApprovalView,
     PendingAnnouncement,
+    ReasonShown,
     ResolutionReply,
+    RuleShown,
     ShowRequest,
     sign_outcome,
 )
@@ -122,6 +125,9 @@ class ApprovalDesk:
     execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
     signer: SigningKey | None = None
     """The gate key that signs approval outcomes; without it no outcome is published."""
+    analysis: Callable[[], AnalysisProjection | None] = field(default=lambda: None)
+    """The active release's analysis projection (None on a projection folder): where a
+    shown approval's rules are read in the release's own words (issue 23)."""
     _evidence: EvidenceWriter = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -565,8 +571,41 @@ class ApprovalDesk:
             destination_address=held.destination_address,
             content=held.content,
             arguments_json=msgspec.json.encode(held.arguments).decode(),
+            rules=self._rules_shown(held.decision),
+            reasons=tuple(
+                ReasonShown(code=code, words=reason_words(code))
+                for code in held.decision.reason_codes
+            ),
         )
         return msgspec.json.encode(view)
+
+    def _rules_shown(self, decision: Decision) -> tuple[RuleShown, ...]:
+        """Each rule that requires the approval, in the words of the release that made the
+        decision (issue 23). Only that release's text is used: a gate now on another
+        release, or on a projection folder, or a release that does not describe a rule,
+        shows the rule by id alone, never another release's or our own text."""
+        analysis = self.analysis()
+        texts = {}
+        if analysis is not None and (analysis.release_id, analysis.release_sequence) == (
+            decision.release_id,
+            decision.release_sequence,
+        ):
+            texts = rule_texts(analysis)
+        shown = []
+        for rule_id in decision.rule_ids:
+            text = texts.get(rule_id)
+            if text is None:
+                shown.append(RuleShown(rule_id=rule_id))
+            else:
+                shown.append(
+                    RuleShown(
+                        rule_id=rule_id,
+                        title=text.title,
+                        statement=text.statement,
+                        citation=text.citation,
+                    )
+                )
+        return tuple(shown)
 
     async def handle_status(self, data: bytes) -> bytes:
         approval_id = data.decode("utf-8", "replace").strip()
