@@ -571,7 +571,7 @@ class ApprovalDesk:
             destination_address=held.destination_address,
             content=held.content,
             arguments_json=msgspec.json.encode(held.arguments).decode(),
-            rules=self._rules_shown(held.decision),
+            rules=rules_requiring_approval(held.decision, self.analysis()),
             reasons=tuple(
                 ReasonShown(code=code, words=reason_words(code))
                 for code in held.decision.reason_codes
@@ -579,40 +579,44 @@ class ApprovalDesk:
         )
         return msgspec.json.encode(view)
 
-    def _rules_shown(self, decision: Decision) -> tuple[RuleShown, ...]:
-        """Each rule that requires the approval, in the words of the release that made the
-        decision (issue 23). Only that release's text is used: a gate now on another
-        release, or on a projection folder, or a release that does not describe a rule,
-        shows the rule by id alone, never another release's or our own text."""
-        analysis = self.analysis()
-        texts = {}
-        if analysis is not None and (analysis.release_id, analysis.release_sequence) == (
-            decision.release_id,
-            decision.release_sequence,
-        ):
-            texts = rule_texts(analysis)
-        shown = []
-        for rule_id in decision.rule_ids:
-            text = texts.get(rule_id)
-            if text is None:
-                shown.append(RuleShown(rule_id=rule_id))
-            else:
-                shown.append(
-                    RuleShown(
-                        rule_id=rule_id,
-                        title=text.title,
-                        statement=text.statement,
-                        citation=text.citation,
-                    )
-                )
-        return tuple(shown)
-
     async def handle_status(self, data: bytes) -> bytes:
         approval_id = data.decode("utf-8", "replace").strip()
         record = await self._get(approval_id)
         return msgspec.json.encode(
             {"approval_id": approval_id, "state": record.state if record else "unknown"}
         )
+
+
+def rules_requiring_approval(
+    decision: Decision, analysis: AnalysisProjection | None
+) -> tuple[RuleShown, ...]:
+    """Each rule that requires the approval (a conditional policy that applied rests on
+    it), in the words of the release that made the decision (issue 23). Only that
+    release's text is used: given another release's projection, or none, or a release
+    that does not describe the rule, the rule is shown by id alone, never with another
+    release's text or ours."""
+    texts = {}
+    if analysis is not None and (analysis.release_id, analysis.release_sequence) == (
+        decision.release_id,
+        decision.release_sequence,
+    ):
+        texts = rule_texts(analysis)
+    requiring = {p.rule_id for p in decision.applied_policies if p.effect == "conditional"}
+    shown = []
+    for rule_id in (r for r in decision.rule_ids if r in requiring):
+        text = texts.get(rule_id)
+        if text is None:
+            shown.append(RuleShown(rule_id=rule_id))
+        else:
+            shown.append(
+                RuleShown(
+                    rule_id=rule_id,
+                    title=text.title,
+                    statement=text.statement,
+                    citation=text.citation,
+                )
+            )
+    return tuple(shown)
 
 
 def _accepted(approval_id: str, state: str) -> ResolutionReply:
