@@ -626,6 +626,23 @@ class ApprovalsPendingJson(CliJson, kw_only=True):
     approvals: Annotated[tuple[PendingItem, ...], _("open approvals (all with --all)")]
 
 
+class ShownRule(CliJson, kw_only=True):
+    """A rule that requires the approval, in the deciding release's words (issue 23)."""
+
+    rule_id: Annotated[str, _("the rule's id")]
+    described: Annotated[bool, _("the deciding release describes it (false: id only)")]
+    title: Annotated[str | None, _("its title in the release, or null")]
+    statement: Annotated[str | None, _("its statement in the release, or null")]
+    citation: Annotated[str | None, _("its citation in the release, or null")]
+
+
+class ShownReason(CliJson, kw_only=True):
+    """A reason code the decision carries, with its plain-English words (issue 23)."""
+
+    code: Annotated[Code, _("the reason code")]
+    words: Annotated[str | None, _("what it means in plain English, or null (no entry)")]
+
+
 class ApprovalsShowJson(CliJson, kw_only=True):
     """``approvals show --json``; printed also on a mismatch (then exit 1)."""
 
@@ -638,6 +655,8 @@ class ApprovalsShowJson(CliJson, kw_only=True):
     binding: Annotated[ApprovalBinding, _("everything the approval is bound to")]
     binding_digest: Annotated[Identity, _("the digest an approver signs")]
     content_matches: Annotated[bool, _("the content and binding match the digest")]
+    rules: Annotated[tuple[ShownRule, ...], _("each rule that requires the approval")]
+    reasons: Annotated[tuple[ShownReason, ...], _("each reason code, explained")]
 
 
 class ApprovalsResolveJson(CliJson, kw_only=True):

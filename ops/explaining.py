@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Final
 
 from ops.output import say, table
-from pipeline.core.decision import APPROVAL_REQUIREMENT_INCOMPLETE
 from pipeline.core.explanation import (
     GAP_APPLIED_FROM_REASONS,
     GAP_MATTER_ACTOR,
@@ -21,6 +20,7 @@ from pipeline.core.explanation import (
     GAP_TRIGGER,
     Explanation,
     PolicyExplained,
+    reason_words,
 )
 
 GAP_WORDS: Final[dict[str, str]] = {
@@ -46,11 +46,6 @@ TRIGGER_WORDS: Final[dict[str, str]] = {
     "reversibility_none": "it cannot be undone",
     "reversibility_unknown": "whether it can be undone is unknown",
     "capability_unknown": "its capability is unknown",
-}
-
-REASON_WORDS: Final[dict[str, str]] = {
-    APPROVAL_REQUIREMENT_INCOMPLETE: "a conditional policy applied but its layer names no "
-    "approver, so it fails closed as a denial",
 }
 
 OWN_REASON: Final = "carried by no policy of this release (the gate's own word)"
@@ -126,6 +121,6 @@ def print_explanation(explanation: Explanation) -> None:
         say("")
         say(f"safety floor: {floor}")
     for code in x.other_reasons:
-        say(f"reason {code}: {REASON_WORDS.get(code, OWN_REASON)}")
+        say(f"reason {code}: {reason_words(code) or OWN_REASON}")
     for gap in x.gaps:
         say(f"not known: {GAP_WORDS.get(gap, gap)}")

@@ -198,11 +198,40 @@ class ShowRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     requested_at_ms: Millis
 
 
-class ApprovalView(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+RULE_NOT_DESCRIBED: Final = "no description in the release"
+"""What is shown for a rule the deciding release does not describe (issue 23): its id
+and these words, never text of our own in the release's place."""
+
+
+class RuleShown(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A rule that requires the approval, in the deciding release's own words (issue 23,
+    "each rule that requires approval with its title, statement and citation from the
+    verified release"). ``title``, ``statement`` and ``citation`` are all ``None`` when
+    the release does not describe the rule: the reader shows :data:`RULE_NOT_DESCRIBED`."""
+
+    rule_id: str
+    title: str | None = None
+    statement: str | None = None
+    citation: str | None = None
+
+
+class ReasonShown(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A reason code with its plain-English words (issue 23: reason codes were shown
+    as snake_case, unexplained). ``words`` is ``None`` for a code the gate's table has
+    no entry for: the reader shows the code itself."""
+
+    code: str
+    words: str | None = None
+
+
+class ApprovalView(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """What an entitled approver is shown: the binding, its digest, and what will be sent.
 
     The approver checks ``content`` against ``binding.content_hash`` before
-    signing (ARCHITECTURE.md, "Exact-action approval").
+    signing (ARCHITECTURE.md, "Exact-action approval"). ``rules`` and ``reasons``
+    (issue 23) say in words why the approval is required; they are additive and
+    default to empty, so a view from a gate before them still decodes. They are
+    not part of the binding: they explain it, they do not change what is approved.
     """
 
     schema: Literal["smf.approval-view/1"]
@@ -213,6 +242,8 @@ class ApprovalView(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     destination_address: str
     content: str
     arguments_json: str
+    rules: tuple[RuleShown, ...] = ()
+    reasons: tuple[ReasonShown, ...] = ()
 
 
 # --- the signed outcome of a held proposal -------------------------------------------

@@ -34,6 +34,7 @@ from nats.aio.msg import Msg
 
 from adapters.client import ProposalClient
 from ops.cli import main
+from ops.commands.approvals import _print_view, _view_json
 from ops.demo_script import SCENARIOS
 from ops.logs import configure_logging
 from ops.natsserver import EmbeddedNatsServer
@@ -47,6 +48,7 @@ from subjects.approvals import (
     ApprovalBinding,
     ApprovalView,
     PendingAnnouncement,
+    ReasonShown,
     ResolutionReply,
     binding_digest,
 )
@@ -55,6 +57,7 @@ from subjects.canonical import identity_of, sha256_identity
 from subjects.keys import PublicKeyRecord, generate_signing_key, load_private_key, public_record
 from subjects.registry import encode_registry, entry_for
 from tests.bus_helpers import connector_durable, consumer_drained, wait_for
+from tests.test_console import FILING_RULES, a_binding
 from tests.test_ledger import make_entry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -505,6 +508,34 @@ async def filings(stack: Stack) -> list[Path]:
     return sorted((stack.state.connector_dir("court-efiling") / "outbox").glob("*.json"))
 
 
+def test_a_reason_code_without_words_is_shown_as_the_code_alone(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 23: a code the words table has no entry for (another release's) is printed as
+    the code itself, with no words guessed; --json says ``words: null``."""
+    view = ApprovalView(
+        schema="smf.approval-view/1",
+        binding=a_binding("tenant-acme", 1_000_000),
+        binding_digest="sha256:" + "c" * 64,
+        state="pending",
+        native_tool="court_efile",
+        destination_address="sdny",
+        content="text",
+        arguments_json="{}",
+        reasons=(
+            ReasonShown(code="another_releases_code"),
+            ReasonShown(code="attorney_approval_required_for_transmission", words="in words"),
+        ),
+    )
+    _print_view(view, True)
+    out = capsys.readouterr().out.splitlines()
+    assert "reason another_releases_code" in out
+    assert "reason attorney_approval_required_for_transmission: in words" in out
+    shown = msgspec.to_builtins(_view_json(view, True))
+    assert shown["reasons"][0] == {"code": "another_releases_code", "words": None}
+    assert not shown["rules"]
+
+
 async def test_an_attorney_sees_and_approves_the_held_filing_exactly_once(
     stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -535,6 +566,18 @@ async def test_an_attorney_sees_and_approves_the_held_filing_exactly_once(
     assert out.splitlines()[-1] == "content check: matches the binding digest"
     assert table_value(out, "state") == "pending"
     assert table_value(out, "requested by") == "paralegal-pat"
+    # Issue 23: each rule in the deciding release's words, each reason code explained.
+    release = stack.gate.releases.active if stack.gate.releases else None
+    assert release is not None
+    described = {r.rule_id: r for r in release.analysis.rules}
+    for rule_id, title in FILING_RULES.items():
+        assert f"rule {rule_id}: {title}" in out
+        assert f"  {described[rule_id].statement}" in out
+        assert f"  citation: {described[rule_id].citation}" in out
+    assert (
+        "reason attorney_approval_required_for_transmission: a licensed attorney must approve"
+        in out
+    )
     code, out, _ = await arun(
         ["approvals", "show", approval, *bus, *key_args(stack, "attorney-alex"), "--json"], capsys
     )
@@ -542,6 +585,26 @@ async def test_an_attorney_sees_and_approves_the_held_filing_exactly_once(
     assert view["content"] == FILING.content
     assert view["content_matches"] is True
     assert view["binding"]["approval_id"] == approval
+    assert {r["rule_id"]: (r["described"], r["title"]) for r in view["rules"]} == {
+        rule_id: (True, title) for rule_id, title in FILING_RULES.items()
+    }
+    assert all(r["citation"] == described[r["rule_id"]].citation for r in view["rules"])
+    words = {r["code"]: r["words"] for r in view["reasons"]}
+    assert words["attorney_approval_required_for_transmission"].startswith("a licensed attorney")
+
+    # A rule the release does not describe: its id and the words saying so, nothing invented.
+    stack.gate.desk.analysis = lambda: msgspec.structs.replace(release.analysis, rules=())
+    code, out, _ = await arun(
+        ["approvals", "show", approval, *bus, *key_args(stack, "attorney-alex")], capsys
+    )
+    assert code == 0
+    for rule_id in FILING_RULES:
+        assert f"rule {rule_id}: no description in the release" in out
+    code, out, _ = await arun(
+        ["approvals", "show", approval, *bus, *key_args(stack, "attorney-alex"), "--json"], capsys
+    )
+    assert [r["described"] for r in json.loads(out)["rules"]] == [False] * len(FILING_RULES)
+    stack.gate.desk.analysis = lambda: release.analysis
 
     # The requesting paralegal holds no licensed_attorney role: the gate neither
     # shows the content nor accepts a resolution.

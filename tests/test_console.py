@@ -65,7 +65,7 @@ import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import nats
@@ -75,6 +75,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from adapters.client import ProposalClient
+from approver import console as console_package
 from approver.client import content_matches
 from approver.console.access import LOGIN_PAYLOAD_TYPE, ConsoleLogin, LoginRefused, Roster, Sessions
 from approver.console.board import ApprovalBoard
@@ -101,10 +102,12 @@ from ops.state import (
 )
 from subjects import dsse, names
 from subjects.approvals import (
+    RULE_NOT_DESCRIBED,
     ApprovalBinding,
     ApprovalResolution,
     ApprovalView,
     PendingAnnouncement,
+    RuleShown,
     ShowRequest,
     approval_id_for,
 )
@@ -553,8 +556,8 @@ async def test_only_an_entitled_approver_sees_the_held_filing_and_never_its_cont
     assert refused.json == {"ok": False, "reason": "resolver_lacks_required_role"}
 
 
-async def shown_digest(world: World, cookie: str, approval_id: str) -> str:
-    """The binding digest as an attorney learns it: from the gate's view, after entitlement."""
+async def shown_view(world: World, cookie: str, approval_id: str) -> ApprovalView:
+    """The gate's view as the attorney's console relays it."""
     shown = await http(
         world.console,
         "POST",
@@ -562,8 +565,109 @@ async def shown_digest(world: World, cookie: str, approval_id: str) -> str:
         show_request(world.key(ATTORNEY), ATTORNEY, approval_id),
         cookie=cookie,
     )
-    digest: str = shown.json["view"]["binding_digest"]
-    return digest
+    return msgspec.convert(shown.json["view"], ApprovalView)
+
+
+FILING_RULES: Final = {
+    "urn:smf:rule:scenario:attorney-approval-transmission": (
+        "Attorney approval before a client or court transmission"
+    ),
+    "urn:smf:rule:scenario:confidential-external-egress": (
+        "Attorney approval before unredacted confidential data leaves the firm"
+    ),
+}
+"""The rules that hold the demo's privileged court filing, with their titles in
+ops/corpus/scenarios/rules.json (the demo release's analysis projection)."""
+
+
+async def test_the_view_names_each_rule_in_the_deciding_releases_words(world: World) -> None:
+    """Issue 23: each rule that requires the approval, with its title, statement and
+    citation from the verified release that decided it; each reason code explained."""
+    approval_id = await hold_filing(world.nc, world.state, "Motion to compel, rules test.")
+    attorney = await sign_in(world.console, world.key(ATTORNEY), ATTORNEY)
+    await wait_listed(world.console, attorney, approval_id)
+    view = await shown_view(world, attorney, approval_id)
+
+    release = world.stack.gate.releases.active if world.stack.gate.releases else None
+    assert release is not None
+    described = {rule.rule_id: rule for rule in release.analysis.rules}
+    assert {rule.rule_id: rule.title for rule in view.rules} == FILING_RULES
+    for rule in view.rules:
+        source = described[rule.rule_id]
+        assert (rule.title, rule.statement, rule.citation) == (
+            source.title,
+            source.statement,
+            source.citation,
+        )
+    assert all(rule.statement and rule.citation for rule in view.rules)
+    reasons = {reason.code: reason.words for reason in view.reasons}
+    assert "attorney_approval_required_for_transmission" in reasons
+    assert all(words for words in reasons.values()), reasons
+    assert "licensed attorney" in (reasons["attorney_approval_required_for_transmission"] or "")
+
+
+async def test_a_rule_the_deciding_release_does_not_describe_is_shown_by_id_alone(
+    world: World,
+) -> None:
+    """Issue 23: never invented text. A release whose analysis projection lacks a rule,
+    and a release other than the one that decided, both leave the rule undescribed."""
+    approval_id = await hold_filing(world.nc, world.state, "Motion to compel, gap test.")
+    attorney = await sign_in(world.console, world.key(ATTORNEY), ATTORNEY)
+    await wait_listed(world.console, attorney, approval_id)
+    release = world.stack.gate.releases.active if world.stack.gate.releases else None
+    assert release is not None
+    full = release.analysis
+    missing = "urn:smf:rule:scenario:attorney-approval-transmission"
+    without = msgspec.structs.replace(
+        full, rules=tuple(rule for rule in full.rules if rule.rule_id != missing)
+    )
+    world.stack.gate.desk.analysis = lambda: without
+    view = await shown_view(world, attorney, approval_id)
+    shown = {rule.rule_id: rule for rule in view.rules}
+    assert shown[missing] == RuleShown(rule_id=missing)
+    assert set(shown) == set(FILING_RULES)
+    assert all(shown[r].title == FILING_RULES[r] for r in FILING_RULES if r != missing)
+
+    # A gate now on another release shows none of that release's text for this decision.
+    other = msgspec.structs.replace(full, release_sequence=full.release_sequence + 1)
+    world.stack.gate.desk.analysis = lambda: other
+    view = await shown_view(world, attorney, approval_id)
+    assert [rule.title for rule in view.rules] == [None] * len(FILING_RULES)
+    world.stack.gate.desk.analysis = lambda: None
+    view = await shown_view(world, attorney, approval_id)
+    assert {rule.rule_id for rule in view.rules} == set(FILING_RULES)
+    assert all(rule == RuleShown(rule_id=rule.rule_id) for rule in view.rules)
+
+
+def test_the_page_says_the_contracts_words_for_an_undescribed_rule() -> None:
+    """The words for a rule the release does not describe are the contract's
+    (``subjects.approvals.RULE_NOT_DESCRIBED``): the page says exactly them."""
+    script = (Path(console_package.__file__).parent / "static" / "app.js").read_text()
+    assert f"const RULE_NOT_DESCRIBED = '{RULE_NOT_DESCRIBED}';" in script
+
+
+def test_a_view_from_before_rules_and_reasons_still_decodes() -> None:
+    """Issue 23's fields are additive: an old gate's view decodes, with none of them, and a
+    view without them encodes exactly as before (omit_defaults)."""
+    binding = a_binding("tenant-acme", 1_000_000)
+    old = {
+        "schema": "smf.approval-view/1",
+        "binding": json.loads(msgspec.json.encode(binding)),
+        "binding_digest": "sha256:" + "c" * 64,
+        "state": "pending",
+        "native_tool": "court_efile",
+        "destination_address": "sdny",
+        "content": "text",
+        "arguments_json": "{}",
+    }
+    view = msgspec.json.decode(json.dumps(old).encode(), type=ApprovalView)
+    assert (view.rules, view.reasons) == ((), ())
+    assert json.loads(msgspec.json.encode(view)) == old
+
+
+async def shown_digest(world: World, cookie: str, approval_id: str) -> str:
+    """The binding digest as an attorney learns it: from the gate's view, after entitlement."""
+    return (await shown_view(world, cookie, approval_id)).binding_digest
 
 
 async def test_allow_once_executes_exactly_once_and_replays_are_refused(world: World) -> None:

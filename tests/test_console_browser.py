@@ -80,7 +80,13 @@ from ops.logs import configure_logging
 from ops.stack import Stack, start_stack
 from ops.state import CONSOLE, DEMO_TENANT, OPERATOR, StateDir
 from subjects import dsse, names
-from subjects.approvals import ApprovalBinding, ShowRequest, binding_digest, open_outcome
+from subjects.approvals import (
+    RULE_NOT_DESCRIBED,
+    ApprovalBinding,
+    ShowRequest,
+    binding_digest,
+    open_outcome,
+)
 from subjects.bus_access import connect_options
 from subjects.canonical import canonical_bytes
 from subjects.keys import generate_signing_key, load_private_key, write_private_key
@@ -90,6 +96,7 @@ from tests.test_approval_desk import ledger_rows
 from tests.test_console import (
     ATTORNEY,
     FILING,
+    FILING_RULES,
     PARALEGAL,
     TENANT_TTL_MS,
     a_binding,
@@ -910,3 +917,58 @@ def test_a_deny_needs_a_reason_and_its_note_reaches_the_runtime_not_the_ledger(
     assert gate_state(world, approval_id) == "denied"
     assert world.stream_count() == 0
     assert outbox(world.state) == []
+
+
+def rule_texts(driver: webdriver.Chrome, css: str) -> list[str]:
+    return [e.text for e in by_id(driver, "facts").find_elements(By.CSS_SELECTOR, css)]
+
+
+def test_each_rule_is_shown_in_the_releases_words_and_only_as_text(
+    world: World,
+    browser: Callable[[], webdriver.Chrome],
+    screenshots: Callable[[webdriver.Chrome, str], Path],
+) -> None:
+    """Issue 23: the detail view shows each rule that requires the approval with its
+    title, statement and citation from the deciding release, and each reason code in
+    words; a release's text is set as text, never interpreted as markup."""
+    approval_id = world.hold("Motion to compel discovery, Acme v. Globex (rules in words).")
+    driver = browser()
+    sign_in(driver, world, ATTORNEY)
+    open_detail(driver, approval_id)
+    until(driver, lambda d: rule_texts(d, ".rule-title"), "the rules in words")
+    assert sorted(rule_texts(driver, ".rule-title")) == sorted(FILING_RULES.values())
+    release = world.stack.gate.releases.active if world.stack.gate.releases else None
+    assert release is not None
+    held_by = [r for r in release.analysis.rules if r.rule_id in FILING_RULES]
+    assert set(rule_texts(driver, ".rule-citation")) == {f"Citation: {r.citation}" for r in held_by}
+    assert set(rule_texts(driver, ".rule-statement")) == {r.statement for r in held_by}
+    for css in (".rule-title", ".rule-citation"):
+        assert all(e.is_displayed() for e in driver.find_elements(By.CSS_SELECTOR, css))
+    reasons = facts(driver)["Reasons"]
+    assert "A licensed attorney must approve a transmission" in reasons
+    assert "attorney_approval_required_for_transmission" in reasons
+    screenshots(driver, "08-rules-in-words")
+
+    # A release whose text carries markup: the page shows the characters, builds no element.
+    hostile = '<img id="injected" src="x"><b>bold</b>'
+    analysis = release.analysis
+    world.stack.gate.desk.analysis = lambda: msgspec.structs.replace(
+        analysis,
+        rules=tuple(
+            msgspec.structs.replace(rule, title=hostile) if rule.rule_id in FILING_RULES else rule
+            for rule in analysis.rules
+        ),
+    )
+    second = world.hold("Motion to compel discovery, Acme v. Globex (markup in a title).")
+    open_detail(driver, second)
+    until(driver, lambda d: hostile in rule_texts(d, ".rule-title"), "the title as text")
+    assert driver.find_elements(By.ID, "injected") == []
+    assert by_id(driver, "facts").find_elements(By.TAG_NAME, "b") == []
+
+    # A gate that cannot read the deciding release's text shows each rule by id alone.
+    world.stack.gate.desk.analysis = lambda: None
+    third = world.hold("Motion to compel discovery, Acme v. Globex (no release text).")
+    open_detail(driver, third)
+    expected = sorted(f"{rule_id} — {RULE_NOT_DESCRIBED}" for rule_id in FILING_RULES)
+    until(driver, lambda d: sorted(rule_texts(d, ".rule")) == expected, "the ids alone")
+    assert rule_texts(driver, ".rule-title") == []

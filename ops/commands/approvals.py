@@ -66,6 +66,7 @@ from ops.state import CONSOLE
 from subjects import names
 from subjects.approvals import (
     DENY_REASONS,
+    RULE_NOT_DESCRIBED,
     ApprovalView,
     DenyReason,
     PendingAnnouncement,
@@ -399,8 +400,35 @@ def _view_json(view: ApprovalView, matches: bool) -> ApprovalsShowJson:
         "binding": view.binding,
         "binding_digest": view.binding_digest,
         "content_matches": matches,
+        "rules": [
+            {
+                "rule_id": r.rule_id,
+                "described": r.title is not None,
+                "title": r.title,
+                "statement": r.statement,
+                "citation": r.citation,
+            }
+            for r in view.rules
+        ],
+        "reasons": [{"code": r.code, "words": r.words} for r in view.reasons],
     }
     return msgspec.convert(msgspec.to_builtins(shown), type=ApprovalsShowJson)
+
+
+def _print_reasons(view: ApprovalView) -> None:
+    """Why the approval is required, in words (issue 23): each rule as the deciding release
+    words it, or its id and :data:`RULE_NOT_DESCRIBED`; each reason code with its words,
+    or the code alone."""
+    for rule in view.rules:
+        if rule.title is None:
+            say(f"rule {printable(rule.rule_id)}: {RULE_NOT_DESCRIBED}")
+            continue
+        say(f"rule {printable(rule.rule_id)}: {printable(rule.title)}")
+        say(f"  {printable(rule.statement or '')}")
+        say(f"  citation: {printable(rule.citation or '')}")
+    for reason in view.reasons:
+        words = f": {printable(reason.words)}" if reason.words else ""
+        say(f"reason {printable(reason.code)}{words}")
 
 
 def _print_view(view: ApprovalView, matches: bool) -> None:
@@ -423,6 +451,9 @@ def _print_view(view: ApprovalView, matches: bool) -> None:
         ("binding digest", view.binding_digest),
     ]
     table(("field", "value"), rows)
+    if view.rules or view.reasons:
+        say("")
+        _print_reasons(view)
     say("")
     say(f"--- content ({len(view.content)} characters) ---")
     say(printable(view.content))

@@ -32,7 +32,7 @@ from pipeline.assembly import loops
 from pipeline.assembly.config import GateConfig, ReleaseSource
 from pipeline.core.decision import Decision
 from pipeline.core.normalize import Normalized
-from pipeline.core.projection import PolicySet
+from pipeline.core.projection import AnalysisProjection, PolicySet
 from pipeline.core.release_trust import VerifiedRelease
 from pipeline.service import ConcurrentHandler, Endpoint, Handler, StageAuth, start_service
 from pipeline.stages.approvals import ApprovalDesk, DeskError
@@ -349,6 +349,16 @@ async def _start_accounting(
     return sync
 
 
+def _active_analysis(
+    releases: ReleaseWatcher | None,
+) -> Callable[[], AnalysisProjection | None]:
+    """The verified active release's analysis projection, for the desk to show each rule
+    in the release's words (issue 23); a gate on a projection folder has none."""
+    if releases is None:
+        return lambda: None
+    return lambda: None if releases.active is None else releases.active.analysis
+
+
 def _desk_policy_set(evaluate: EvaluateStage) -> Callable[[], PolicySet]:
     """The approval desk re-binds to the release in force, or refuses with its reason."""
 
@@ -524,6 +534,7 @@ async def _assemble(
         stage_timeout=config.stage_timeout,
         execution_deadline_ms=config.execution_deadline_ms,
         signer=config.gate_key,  # runtimes act only on outcomes the gate signed
+        analysis=_active_analysis(releases),
     )
     outcomes = OutcomeDesk(
         orders=orders,

@@ -36,6 +36,7 @@ from typing import Final, Literal
 import msgspec
 
 from pipeline.core.decision import (
+    APPROVAL_REQUIREMENT_INCOMPLETE,
     NO_APPLICABLE_POLICY,
     NON_CONSEQUENTIAL_DEFAULT,
     AppliedPolicy,
@@ -171,6 +172,37 @@ def record_of(decision: Decision, triggers: tuple[str, ...] | None = None) -> De
         consequential=decision.consequential,
         triggers=triggers,
     )
+
+
+REASON_WORDS: Final[dict[str, str]] = {
+    APPROVAL_REQUIREMENT_INCOMPLETE: "a conditional policy applied but its layer names no "
+    "approver, so it fails closed as a denial",
+    "attorney_approval_required_for_transmission": "a licensed attorney must approve a "
+    "transmission to a client or a court before it leaves the firm",
+    "customer_transmission_review_window": "the client's own policy asks that every "
+    "transmission be reviewed and approved before it is sent",
+    "confidential_egress_requires_attorney_approval": "confidential or privileged "
+    "information may leave the firm only with a licensed attorney's approval",
+}
+"""Reason codes in plain English: the one table the approver's desk (issue 23: reason
+codes were shown as snake_case, unexplained) and ``explain`` (issue 25) both read. A
+code without an entry is shown as the code itself, never with words guessed for it."""
+
+
+def reason_words(code: str) -> str | None:
+    """The plain-English words for ``code``, or None when :data:`REASON_WORDS` has none."""
+    return REASON_WORDS.get(code)
+
+
+def rule_texts(analysis: AnalysisProjection) -> dict[str, RuleText]:
+    """Every rule the analysis projection describes, by id, in the release's own words.
+
+    The one lookup of a rule's title, statement and citation: ``explain`` (issue 25)
+    and the approver's desk (issue 23, "each rule that requires approval with its
+    title, statement and citation from the verified release") both use it. A rule id
+    missing here is one the release does not describe.
+    """
+    return {rule.rule_id: _rule_text(rule) for rule in analysis.rules}
 
 
 def _rule_text(rule: AnalysisRule) -> RuleText:
@@ -328,7 +360,7 @@ def explain(
         matched = _from_decision(record.applied, enforcement)
     else:
         matched = _matched(record, enforcement, in_tenant)
-    rules = {rule.rule_id: rule for rule in analysis.rules}
+    rules = rule_texts(analysis)
     policies = []
     for policy, certain in matched:
         rule = rules.get(policy.rule_id)
@@ -340,7 +372,7 @@ def explain(
                 layer=policy.layer,
                 effect=policy.effect,
                 reason_code=policy.reason_code,
-                rule=_rule_text(rule),
+                rule=rule,
                 certain=certain,
             )
         )

@@ -60,8 +60,9 @@ from pipeline.core.approval_rules import (
     signed_by_executor,
 )
 from pipeline.core.decision import Decision
+from pipeline.core.explanation import reason_words, rule_texts
 from pipeline.core.normalize import Normalized
-from pipeline.core.projection import PolicySet
+from pipeline.core.projection import AnalysisProjection, PolicySet
 from pipeline.service import StageRefusal
 from pipeline.stages.contracts import DispatchReceipt, DispatchRequest
 from pipeline.stages.evidence import EvidenceWriter, outcome_verdict, signature_reason, verdict
@@ -81,7 +82,9 @@ from subjects.approvals import (
     ApprovalResolution,
     ApprovalView,
     PendingAnnouncement,
+    ReasonShown,
     ResolutionReply,
+    RuleShown,
     ShowRequest,
     sign_outcome,
 )
@@ -122,6 +125,9 @@ class ApprovalDesk:
     execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
     signer: SigningKey | None = None
     """The gate key that signs approval outcomes; without it no outcome is published."""
+    analysis: Callable[[], AnalysisProjection | None] = field(default=lambda: None)
+    """The active release's analysis projection (None on a projection folder): where a
+    shown approval's rules are read in the release's own words (issue 23)."""
     _evidence: EvidenceWriter = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -565,6 +571,11 @@ class ApprovalDesk:
             destination_address=held.destination_address,
             content=held.content,
             arguments_json=msgspec.json.encode(held.arguments).decode(),
+            rules=rules_requiring_approval(held.decision, self.analysis()),
+            reasons=tuple(
+                ReasonShown(code=code, words=reason_words(code))
+                for code in held.decision.reason_codes
+            ),
         )
         return msgspec.json.encode(view)
 
@@ -574,6 +585,38 @@ class ApprovalDesk:
         return msgspec.json.encode(
             {"approval_id": approval_id, "state": record.state if record else "unknown"}
         )
+
+
+def rules_requiring_approval(
+    decision: Decision, analysis: AnalysisProjection | None
+) -> tuple[RuleShown, ...]:
+    """Each rule that requires the approval (a conditional policy that applied rests on
+    it), in the words of the release that made the decision (issue 23). Only that
+    release's text is used: given another release's projection, or none, or a release
+    that does not describe the rule, the rule is shown by id alone, never with another
+    release's text or ours."""
+    texts = {}
+    if analysis is not None and (analysis.release_id, analysis.release_sequence) == (
+        decision.release_id,
+        decision.release_sequence,
+    ):
+        texts = rule_texts(analysis)
+    requiring = {p.rule_id for p in decision.applied_policies if p.effect == "conditional"}
+    shown = []
+    for rule_id in (r for r in decision.rule_ids if r in requiring):
+        text = texts.get(rule_id)
+        if text is None:
+            shown.append(RuleShown(rule_id=rule_id))
+        else:
+            shown.append(
+                RuleShown(
+                    rule_id=rule_id,
+                    title=text.title,
+                    statement=text.statement,
+                    citation=text.citation,
+                )
+            )
+    return tuple(shown)
 
 
 def _accepted(approval_id: str, state: str) -> ResolutionReply:

@@ -465,6 +465,28 @@ function tick() {
 
 // --- one approval ------------------------------------------------------------------
 
+// Why the approval is required, in words (issue 23). The gate sends each rule as the
+// release that made the decision words it (subjects/approvals.py RuleShown) and each
+// reason code with the words of its one table (pipeline/core/explanation.py
+// REASON_WORDS). All of it is set as text, never as HTML.
+const RULE_NOT_DESCRIBED = 'no description in the release'; // subjects/approvals.py RULE_NOT_DESCRIBED
+
+function rulesShown(rules) {
+  return el('ul', { class: 'rules' }, ...rules.map((rule) => (rule.title == null
+    ? el('li', { class: 'rule' }, el('code', {}, rule.rule_id), ` — ${RULE_NOT_DESCRIBED}`)
+    : el('li', { class: 'rule' },
+      el('strong', { class: 'rule-title' }, rule.title),
+      el('p', { class: 'rule-statement' }, rule.statement || ''),
+      el('p', { class: 'rule-citation' }, 'Citation: ', el('cite', {}, rule.citation || '')),
+      el('code', { class: 'rule-id' }, rule.rule_id)))));
+}
+
+function reasonsShown(reasons) {
+  return el('ul', { class: 'reasons' }, ...reasons.map((reason) => (reason.words
+    ? el('li', {}, `${reason.words[0].toUpperCase()}${reason.words.slice(1)} `, el('code', {}, reason.code))
+    : el('li', {}, el('code', {}, reason.code)))));
+}
+
 function fact(term, value, asCode = false) {
   return [el('dt', {}, term), el('dd', {}, asCode ? el('code', {}, value) : value)];
 }
@@ -526,8 +548,8 @@ function renderFacts(a, view) {
     fact('Tenant', view ? `${a.tenant_id} · ${view.binding.organization_id}` : a.tenant_id),
     fact('Requested by', view ? view.binding.actor_id : '(shown once opened)'),
     fact('Required role', a.required_roles.join(', ')),
-    fact('Rules requiring approval', a.rule_ids.join(', ') || '(none named)'),
-    fact('Reasons', a.reason_codes.join(', ') || '(none)'),
+    fact('Rules requiring approval', view && view.rules ? rulesShown(view.rules) : a.rule_ids.join(', ') || '(none named)'),
+    fact('Reasons', view && view.reasons ? reasonsShown(view.reasons) : a.reason_codes.join(', ') || '(none)'),
     fact('Expires', new Date(a.expires_at_ms).toLocaleString()),
   ];
   if (view) rows.push(fact('Arguments', view.arguments_json, true));
