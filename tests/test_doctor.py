@@ -101,32 +101,26 @@ def stop(proc: subprocess.Popen[str]) -> None:
         proc.wait(TIMEOUT)
 
 
-def up(bus: Bus, *flags: str) -> subprocess.Popen[str]:
-    """``up`` on the test's server, once it is ready."""
+def started(*argv: str) -> tuple[subprocess.Popen[str], dict[str, object]]:
+    """A command of ours as a process, once it printed its ``--json`` readiness line."""
     proc = subprocess.Popen(
-        [
-            *PROG,
-            "up",
-            "--state-dir",
-            str(bus.state.root),
-            "--nats",
-            bus.url,
-            "--json",
-            "--log-level",
-            "error",
-            *flags,
-        ],
+        [*PROG, *argv, "--json", "--log-level", "error"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
     )
     try:
-        json.loads(read_line(proc, TIMEOUT))
+        ready: dict[str, object] = json.loads(read_line(proc, TIMEOUT))
     except BaseException:
         stop(proc)
         raise
-    return proc
+    return proc, ready
+
+
+def up(bus: Bus, *flags: str) -> subprocess.Popen[str]:
+    """``up`` on the test's server, once it is ready."""
+    return started("up", "--state-dir", str(bus.state.root), "--nats", bus.url, *flags)[0]
 
 
 def doctor(
@@ -170,30 +164,19 @@ def assert_never_ok_without_looking(report: DoctorJson) -> None:
 def console(bus: Bus) -> Iterator[str]:
     """The real console (``smf-assurance console``) on the test's bus, on a free port;
     it outlives the ``up`` runs of a test, as an operator's console does."""
-    proc = subprocess.Popen(
-        [
-            *PROG,
-            "console",
-            "--nats",
-            bus.url,
-            "--registry",
-            str(bus.state.registry),
-            "--credential",
-            str(bus.state.bus_credential_path(CONSOLE)),
-            "--port",
-            "0",
-            "--json",
-            "--log-level",
-            "error",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+    proc, ready = started(
+        "console",
+        "--nats",
+        bus.url,
+        "--registry",
+        str(bus.state.registry),
+        "--credential",
+        str(bus.state.bus_credential_path(CONSOLE)),
+        "--port",
+        "0",
     )
     try:
-        url: str = json.loads(read_line(proc, TIMEOUT))["url"]
-        yield url
+        yield str(ready["url"])
     finally:
         stop(proc)
 
