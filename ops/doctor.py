@@ -19,7 +19,8 @@ credential, and only what the operator role may ask (docs/BUS-PERMISSIONS.md):
   bound when a pull request of the connector is waiting on it;
 - **ledger**: each gate's newest checkpoint on ``SMF_LEDGER_CHECKPOINTS``,
   verified with the gate keys, against the gate's ledger tail from its status;
-- **console**: the approvers' console answering HTTP, when one is named.
+- **console**: the approvers' console's ``GET /healthz``, when one is named: ``ok``
+  only on its 200, a failure naming its reason code on its 503 (issue 23).
 
 Every check says ``ok``, ``warn``, ``fail`` or ``skip``; a check that could not
 look (the bus is down, nothing was named) is ``skip`` with the reason, never
@@ -36,11 +37,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 import aiohttp
+import msgspec
 import nats
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.errors import NoServersError
 
+from approver.console.server import Health, HealthReason
 from ops import doctor_gates
 from ops.cluster import nats_servers
 from ops.doctor_checks import (
@@ -393,14 +396,42 @@ async def _services(settings: Settings, nc: Client) -> list[Check]:
 # --- console ----------------------------------------------------------------------------------
 
 
+HEALTH_BODY_LIMIT: Final = 4096
+"""More than any ``/healthz`` answer of the console; a longer one is not a console's."""
+
+HEALTH_FIXES: Final[Mapping[HealthReason, str]] = {
+    "bus_disconnected": "the console lost the bus: check NATS and the console's credential",
+    "board_not_fed": "the console's list is stale: check its log and the approvals stream",
+    "gate_not_answering": "no gate answers the console: start the gate (`smf-assurance up`)",
+}
+
+
+def _health(body: bytes) -> Health | None:
+    try:
+        return msgspec.json.decode(body, type=Health)
+    except msgspec.DecodeError:  # ValidationError is one
+        return None
+
+
 async def _console(settings: Settings) -> Check:
+    """The console's ``GET /healthz`` (issue 23): a page that answers is not enough,
+    the console must say it can show what is held now.
+
+    Fail closed: ``ok`` only on a 200 whose body is the console's health saying
+    ``ok``; a 503 fails naming its reason code; any other answer (a redirect, a
+    404 from something that is not the console, a body that is not its health)
+    fails too."""
     url = settings.console
     if url is None:
         return Check("console", None, "skip", "no console named (--console URL)")
     try:
         timeout = aiohttp.ClientTimeout(total=CONNECT_TIMEOUT_S)
-        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as response:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(f"{url.rstrip('/')}/healthz", allow_redirects=False) as response,
+        ):
             status = response.status
+            body = await response.content.read(HEALTH_BODY_LIMIT + 1)
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         return Check(
             "console",
@@ -409,9 +440,19 @@ async def _console(settings: Settings) -> Check:
             f"does not answer: {type(exc).__name__}",
             "start it (`smf-assurance console`) or check the URL",
         )
-    if status != 200:
-        return Check("console", url, "fail", f"answers HTTP {status}", "check the URL")
-    return Check("console", url, "ok", "answers HTTP 200")
+    health = _health(body) if len(body) <= HEALTH_BODY_LIMIT else None
+    if status == 200 and health is not None and health.ok:
+        return Check("console", url, "ok", "/healthz answers 200: it shows what is held now")
+    if status == 503 and health is not None and health.reason is not None:
+        detail = f"/healthz answers 503: {health.reason}"
+        return Check("console", url, "fail", detail, HEALTH_FIXES[health.reason])
+    return Check(
+        "console",
+        url,
+        "fail",
+        f"/healthz answers HTTP {status} without the console's health",
+        "check the URL: it must be the smf-assurance console's",
+    )
 
 
 def failed(checks: Sequence[Check]) -> list[Check]:

@@ -60,8 +60,11 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import quote
+from zoneinfo import ZoneInfo
 
 import msgspec
 import nats
@@ -76,6 +79,7 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
 from approver.console.server import ConsoleSettings, RunningConsole, start_console
+from approver.notify.notice import notice_for
 from ops.logs import configure_logging
 from ops.stack import Stack, start_stack
 from ops.state import CONSOLE, DEMO_TENANT, OPERATOR, StateDir
@@ -83,6 +87,7 @@ from subjects import dsse, names
 from subjects.approvals import (
     RULE_NOT_DESCRIBED,
     ApprovalBinding,
+    PendingAnnouncement,
     ShowRequest,
     binding_digest,
     open_outcome,
@@ -190,6 +195,7 @@ def world(tmp_path: Path) -> Iterator[World]:
                 registry=state.registry,
                 refresh_seconds=0.25,
                 credential=state.existing_credential(CONSOLE),
+                clock=clock,  # the gate's clock: the page's countdown agrees with the gate
             )
         )
         operator = connect_options(state.existing_credential(OPERATOR))
@@ -281,7 +287,10 @@ def list_requests(driver: webdriver.Chrome) -> int:
 
 
 def until(
-    driver: webdriver.Chrome, condition: Callable[[webdriver.Chrome], T | Literal[False]], what: str
+    driver: webdriver.Chrome,
+    condition: Callable[[webdriver.Chrome], T | Literal[False]],
+    what: str,
+    seconds: float = WAIT_SECONDS,
 ) -> T:
     def attempt(d: webdriver.Chrome) -> T | Literal[False]:
         try:
@@ -289,7 +298,7 @@ def until(
         except NoSuchElementException:
             return False
 
-    result: T = WebDriverWait(driver, WAIT_SECONDS, poll_frequency=0.05).until(attempt, what)
+    result: T = WebDriverWait(driver, seconds, poll_frequency=0.05).until(attempt, what)
     return result
 
 
@@ -301,9 +310,10 @@ def item(driver: webdriver.Chrome, approval_id: str) -> WebElement:
     return driver.find_element(By.CSS_SELECTOR, f'li[data-id="{approval_id}"]')
 
 
-def sign_in(driver: webdriver.Chrome, world: World, principal: str) -> None:
-    """Open the page and choose the key file, as the approver does."""
-    driver.get(world.url)
+def sign_in(driver: webdriver.Chrome, world: World, principal: str, url: str = "") -> None:
+    """Open the page (``url``, or the console's root) and choose the key file, as the
+    approver does."""
+    driver.get(url or world.url)
     by_id(driver, "key-file").send_keys(str(world.key_path(principal)))
     until(driver, lambda d: by_id(d, "workspace").is_displayed(), f"{principal} signed in")
     assert by_id(driver, "who-name").text == principal
@@ -368,6 +378,19 @@ def post_from_page(driver: webdriver.Chrome, path: str, body: str) -> dict[str, 
         """,
         path,
         body,
+    )
+    return result
+
+
+def get_from_page(driver: webdriver.Chrome, path: str) -> dict[str, Any]:
+    """GET ``path`` from the page, with its session cookie, as the page itself would."""
+    result: dict[str, Any] = driver.execute_async_script(
+        """
+        const [path, done] = arguments;
+        fetch(path, {cache: 'no-store'})
+          .then((r) => r.json()).then(done, (e) => done({error: String(e)}));
+        """,
+        path,
     )
     return result
 
@@ -439,7 +462,7 @@ def test_a_held_filing_appears_live_is_checked_and_approved_exactly_once(
     assert listed.get_attribute("data-state") == "pending"
     assert "court_efile (external.transmit)" in listed.text
     assert PARALEGAL not in listed.text  # the announcement names no person (issue 15)
-    assert re.search(r"\b[45]m \d\ds left\b", listed.text), listed.text
+    assert re.search(r"\bexpires in [45] min \d{1,2} s\b", listed.text), listed.text
     assert not by_id(driver, "empty").is_displayed()
     screenshots(driver, "01-list")
 
@@ -470,7 +493,7 @@ def test_a_held_filing_appears_live_is_checked_and_approved_exactly_once(
     assert "attorney_approval_required_for_transmission" in shown["Reasons"]
     assert shown["Rules requiring approval"] not in ("", "(none named)")
     assert json.loads(shown["Arguments"]) == FILING.arguments
-    assert re.fullmatch(r"[45]m \d\ds left", by_id(driver, "detail-countdown").text)
+    assert re.fullmatch(r"expires in [45] min \d{1,2} s", by_id(driver, "detail-countdown").text)
     assert not by_id(driver, "self-warning").is_displayed()
     audit(driver)
     screenshots(driver, "02-detail")
@@ -666,6 +689,208 @@ def test_an_expired_approval_cannot_be_approved_and_greys_out(
     audit(driver)
     screenshots(driver, "05-expired")
     assert world.stream_count() == 0
+
+
+RECORD_CHANGES = """
+// Every text the countdown and its live region are given, in order (issue 23).
+const record = (id, into) => {
+  window[into] = [];
+  const node = document.getElementById(id);
+  new MutationObserver(() => window[into].push(node.textContent))
+    .observe(node, {childList: true, characterData: true, subtree: true});
+};
+record('detail-countdown', '__shown');
+record('expiry-live', '__spoken');
+"""
+LEFT = re.compile(r"expires in (?:(\d+) min )?(\d+) s")
+
+
+def seconds_left(text: str) -> int:
+    found = LEFT.fullmatch(text)
+    assert found is not None, text
+    return int(found[1] or 0) * 60 + int(found[2])
+
+
+def test_the_expiry_names_its_zone_counts_down_and_closes_allow_when_it_passes(
+    world: World,
+    browser: Callable[[], webdriver.Chrome],
+    screenshots: Callable[[webdriver.Chrome, str], Path],
+) -> None:
+    """Issue 23: the absolute expiry with its time zone, a countdown that decreases each
+    second, a polite live region that speaks at minute boundaries and at expiry only, and
+    an approval that expires while open shows "expired" with Allow once disabled."""
+    approval_id = world.hold("A filing whose time runs out while the attorney reads it.")
+    driver = browser()
+    zone = "Australia/Adelaide"  # a half-hour offset, with summer time in December
+    driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": zone})
+    sign_in(driver, world, ATTORNEY)
+    open_detail(driver, approval_id)
+
+    listed = get_from_page(driver, "/api/approvals")["approvals"]
+    expires_at_ms = next(a["expires_at_ms"] for a in listed if a["approval_id"] == approval_id)
+    local = datetime.fromtimestamp(expires_at_ms / 1000, ZoneInfo(zone))
+    offset = f"{local:%z}"  # +1030 or +0930, as the date falls
+    assert facts(driver)["Expires"] == (
+        f"{local:%Y-%m-%d %H:%M:%S} UTC{offset[:3]}:{offset[3:]} ({zone})"
+    )
+    countdown, live = by_id(driver, "detail-countdown"), by_id(driver, "expiry-live")
+    assert countdown.get_attribute("aria-hidden") == "true"  # read out by the region only
+    assert (live.get_attribute("aria-live"), live.get_attribute("role")) == ("polite", "status")
+    assert re.fullmatch(r"Expires in [45] minutes\.", live.get_attribute("textContent") or "")
+
+    # The gate's and the console's clock move on: the open page learns it from the list.
+    world.clock.advance(TENANT_TTL_MS - 15_000)
+    until(
+        driver,
+        lambda d: seconds_left(by_id(d, "detail-countdown").text) <= 15,
+        "15 s or less left",
+    )
+    driver.execute_script(RECORD_CHANGES)
+    assert live.get_attribute("textContent") == "Expires in less than a minute."
+    first = seconds_left(countdown.text)
+    assert 0 < first <= 15
+    assert by_id(driver, "allow").is_enabled()
+    audit(driver)
+
+    until(
+        driver,
+        lambda d: by_id(d, "detail-countdown").text == "expired",
+        "the countdown reaches expired",
+        seconds=first + WAIT_SECONDS,
+    )
+    texts: list[str] = driver.execute_script("return window.__shown")
+    shown = [t for i, t in enumerate(texts) if i == 0 or t != texts[i - 1]]
+    assert shown[-1] == "expired", shown
+    ticks = [seconds_left(t) for t in shown[:-1]]
+    assert len(ticks) >= 3, shown  # it moved every second while open
+    assert ticks == sorted(set(ticks), reverse=True), shown  # strictly decreasing
+    # Spoken once, at expiry: not at each of the seconds the visible text changed.
+    spoken = driver.execute_script("return window.__spoken")
+    assert spoken == ["Expired: no decision can be sent."], spoken
+    assert by_id(driver, "detail-state").get_attribute("textContent") == "expired"
+    assert not by_id(driver, "allow").is_enabled()
+    assert not by_id(driver, "deny").is_enabled()
+    assert (
+        by_id(driver, "decision-note").text == "No decision can be sent: this approval is expired."
+    )
+    assert "expired" in item(driver, approval_id).text.lower()
+    screenshots(driver, "08-expired-while-open")
+    assert world.stream_count() == 0
+
+
+def test_the_countdown_wording_and_when_it_is_spoken(
+    world: World, browser: Callable[[], webdriver.Chrome]
+) -> None:
+    """The page's own formatting (issue 23): minutes and seconds spelled out, one
+    announcement per whole minute, and the zone offset in force at the expiry instant
+    (summer time in New York is UTC-04:00, winter UTC-05:00)."""
+    driver = browser()
+    driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "America/New_York"})
+    driver.get(world.url)
+    found = driver.execute_async_script(
+        """
+        const done = arguments[0];
+        import('/static/app.js').then((app) => {
+          const minute = [];
+          for (let ms = 120000; ms < 180000; ms += 1000) minute.push(app.announceLeft(ms));
+          done({
+            left: [252000, 60000, 59999, 1000, 0, -5].map(app.formatLeft),
+            spoken: [125000, 119999, 59999, 0].map(app.announceLeft),
+            sameMinute: [...new Set(minute)],
+            summer: app.formatExpiry(Date.UTC(2026, 6, 1, 12, 0, 5)),
+            winter: app.formatExpiry(Date.UTC(2026, 11, 2, 12, 0, 5)),
+          });
+        }).catch((e) => done({error: String(e)}));
+        """
+    )
+    assert found == {
+        "left": [
+            "expires in 4 min 12 s",
+            "expires in 1 min 0 s",
+            "expires in 59 s",
+            "expires in 1 s",
+            "expired",
+            "expired",
+        ],
+        "spoken": [
+            "Expires in 2 minutes.",
+            "Expires in 1 minute.",
+            "Expires in less than a minute.",
+            "Expired: no decision can be sent.",
+        ],
+        "sameMinute": ["Expires in 2 minutes."],
+        "summer": "2026-07-01 08:00:05 UTC-04:00 (America/New_York)",
+        "winter": "2026-12-02 07:00:05 UTC-05:00 (America/New_York)",
+    }
+
+
+def notification_link(world: World, approval_id: str) -> str:
+    """The link the notifier sends for the gate's own announcement of ``approval_id``."""
+    raw = world.loop.run(
+        world.nc.jetstream().get_last_msg(
+            names.APPROVAL_STREAM, names.approval_pending_subject(DEMO_TENANT)
+        )
+    )
+    assert raw.data is not None
+    announcement = msgspec.json.decode(raw.data, type=PendingAnnouncement)
+    assert announcement.approval_id == approval_id
+    return notice_for(announcement, "pending", world.url).link
+
+
+def test_the_notification_link_opens_its_approval_after_sign_in(
+    world: World, browser: Callable[[], webdriver.Chrome]
+) -> None:
+    """Issue 23: the notifier's ``/?approval=<id>`` opens that approval's detail once the
+    approver has signed in (not before: nothing is shown to a page without a key)."""
+    world.hold("An earlier filing, listed first.")
+    content = "The filing the notification is about."
+    approval_id = world.hold(content)
+    link = notification_link(world, approval_id)
+    driver = browser()
+    driver.get(link)
+    assert not by_id(driver, "workspace").is_displayed()
+    assert not by_id(driver, "detail").is_displayed()
+    sign_in(driver, world, ATTORNEY, link)
+    until(driver, lambda d: by_id(d, "digest-check").get_attribute("data-ok"), "checks made")
+    assert by_id(driver, "content").text == content
+    assert driver.switch_to.active_element == by_id(driver, "detail-title")
+    assert (
+        item(driver, approval_id).find_element(By.TAG_NAME, "button").get_attribute("aria-current")
+        == "true"
+    )
+    assert not by_id(driver, "link-note").is_displayed()
+
+
+@pytest.mark.parametrize(
+    "wanted",
+    [
+        "sha256:" + "0" * 64,  # well formed, held by no gate
+        '<img src=x onerror="window.__injected=1">',
+        '"]; window.__injected = 1; //',
+    ],
+)
+def test_a_link_to_an_approval_not_in_the_list_opens_nothing_and_injects_nothing(
+    world: World, browser: Callable[[], webdriver.Chrome], wanted: str
+) -> None:
+    """An id the approver's list does not hold gets a plain message; it is never written
+    into the page, as markup or as text, and no detail is opened or asked of the gate."""
+    approval_id = world.hold("A filing the link does not name.")
+    driver = browser()
+    sign_in(driver, world, ATTORNEY, f"{world.url}?approval={quote(wanted, safe='')}")
+    note = until(
+        driver, lambda d: by_id(d, "link-note").is_displayed() and by_id(d, "link-note"), "note"
+    )
+    assert note.text.startswith("The approval in your link is not in your list")
+    until(driver, lambda d: item(d, approval_id), "the list is shown")
+    assert not by_id(driver, "detail").is_displayed()
+    assert driver.execute_script("return window.__injected") is None
+    assert driver.find_elements(By.CSS_SELECTOR, "main img") == []
+    assert wanted not in driver.execute_script("return document.body.innerHTML")
+    shows = driver.execute_script(
+        "return performance.getEntriesByType('resource')"
+        ".filter((e) => new URL(e.name).pathname === '/api/show').length;"
+    )
+    assert shows == 0
 
 
 def test_the_page_signs_the_bytes_python_verifies(

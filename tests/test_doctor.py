@@ -20,7 +20,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -41,7 +43,7 @@ from ops.projections import SCENARIO_CORPUS, package_path
 from ops.releases import build_release, prior_of, write_release_dir
 from ops.runtimes import provision_runtime
 from ops.stack import start_embedded_server, start_stack
-from ops.state import RELEASE_SIGNER, RUNTIME_ID, StateDir, provision_demo
+from ops.state import CONSOLE, RELEASE_SIGNER, RUNTIME_ID, StateDir, provision_demo
 from pipeline.stores.release_state import read_release_state
 from subjects import dsse, names
 from subjects.bus_access import connect_options
@@ -99,32 +101,26 @@ def stop(proc: subprocess.Popen[str]) -> None:
         proc.wait(TIMEOUT)
 
 
-def up(bus: Bus, *flags: str) -> subprocess.Popen[str]:
-    """``up`` on the test's server, once it is ready."""
+def started(*argv: str) -> tuple[subprocess.Popen[str], dict[str, object]]:
+    """A command of ours as a process, once it printed its ``--json`` readiness line."""
     proc = subprocess.Popen(
-        [
-            *PROG,
-            "up",
-            "--state-dir",
-            str(bus.state.root),
-            "--nats",
-            bus.url,
-            "--json",
-            "--log-level",
-            "error",
-            *flags,
-        ],
+        [*PROG, *argv, "--json", "--log-level", "error"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
     )
     try:
-        json.loads(read_line(proc, TIMEOUT))
+        ready: dict[str, object] = json.loads(read_line(proc, TIMEOUT))
     except BaseException:
         stop(proc)
         raise
-    return proc
+    return proc, ready
+
+
+def up(bus: Bus, *flags: str) -> subprocess.Popen[str]:
+    """``up`` on the test's server, once it is ready."""
+    return started("up", "--state-dir", str(bus.state.root), "--nats", bus.url, *flags)[0]
 
 
 def doctor(
@@ -164,28 +160,40 @@ def assert_never_ok_without_looking(report: DoctorJson) -> None:
             assert check.status == "skip", check
 
 
-class Console(http.server.BaseHTTPRequestHandler):
-    """Answers 200 as the console's page does (enough for a reachability check)."""
-
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"console")
-
-    def log_message(self, format: str, *args: object) -> None:
-        """Quiet."""
-
-
 @pytest.fixture
-def console() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Console)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+def console(bus: Bus) -> Iterator[str]:
+    """The real console (``smf-assurance console``) on the test's bus, on a free port;
+    it outlives the ``up`` runs of a test, as an operator's console does."""
+    proc, ready = started(
+        "console",
+        "--nats",
+        bus.url,
+        "--registry",
+        str(bus.state.registry),
+        "--credential",
+        str(bus.state.bus_credential_path(CONSOLE)),
+        "--port",
+        "0",
+    )
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
+        yield str(ready["url"])
     finally:
-        server.shutdown()
-        server.server_close()
+        stop(proc)
+
+
+def console_health(url: str, wanted: Callable[[int, dict[str, object]], bool]) -> None:
+    """Wait, with a deadline, until the console's own ``/healthz`` answers as ``wanted``."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}healthz", timeout=5) as answer:
+                status, body = answer.status, answer.read()
+        except urllib.error.HTTPError as refused:
+            status, body = refused.code, refused.read()
+        if wanted(status, json.loads(body)):
+            return
+        assert time.monotonic() < deadline, (status, body)
+        time.sleep(0.1)
 
 
 def test_doctor_passes_on_a_healthy_up_and_names_each_failure(
@@ -196,6 +204,7 @@ def test_doctor_passes_on_a_healthy_up_and_names_each_failure(
     proc = up(bus)
     try:
         asyncio.run(hold_filing(bus.url, bus.state))
+        console_health(console, lambda status, _: status == 200)
         code, report, err = doctor(bus, capsys, "--console", console)
         assert code == 0, err
         assert (report.ok, report.failed, report.nats_url) == (True, 0, bus.url)
@@ -219,7 +228,11 @@ def test_doctor_passes_on_a_healthy_up_and_names_each_failure(
         ledger = row(report, "ledger", "smf-gate")
         assert ledger.status == "ok", ledger
         assert "within" in ledger.detail or "anchored" in ledger.detail
-        assert row(report, "console", console).status == "ok"
+        healthy = row(report, "console", console)
+        assert (healthy.status, healthy.detail) == (
+            "ok",
+            "/healthz answers 200: it shows what is held now",
+        )
         assert_never_ok_without_looking(report)
 
         capsys.readouterr()  # the table, once
@@ -273,16 +286,98 @@ def test_doctor_passes_on_a_healthy_up_and_names_each_failure(
     # the gate stopped: only the connectors run
     proc = up(bus, "--connectors-only")
     try:
-        code, report, err = doctor(bus, capsys)
+        # The console's page still answers 200; its /healthz says no gate answers it.
+        console_health(
+            console,
+            lambda status, body: status == 503 and body["reason"] == "gate_not_answering",
+        )
+        code, report, err = doctor(bus, capsys, "--console", console)
         assert_fails_with(code, report, err)
         kinds = {c.kind for c in report.checks if c.status == "fail"}
-        assert kinds == {"release", "service", "runtime"}, report.checks
+        assert kinds == {"release", "service", "runtime", "console"}, report.checks
+        unhealthy = row(report, "console", console)
+        assert unhealthy.detail == "/healthz answers 503: gate_not_answering"
+        assert unhealthy.fix is not None
+        assert "start the gate" in unhealthy.fix
         assert all(c.status == "fail" for c in rows(report, "service"))
         assert row(report, "ledger", None).status == "skip"  # it could not look
         assert {c.status for c in rows(report, "connector")} == {"ok"}
         assert_never_ok_without_looking(report)
     finally:
         stop(proc)
+
+
+def stand_in(status: int, body: bytes, headers: dict[str, str]) -> type[Handler]:
+    """Something at the console's URL that is not a healthy console: it answers every
+    path, ``/healthz`` included, with ``status`` and ``body``."""
+
+    class StandIn(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Quiet."""
+
+    return StandIn
+
+
+Handler = http.server.BaseHTTPRequestHandler
+HEALTHY = b'{"ok":true,"reason":null,"bus_connected":true,"gate_answering":true,"board_age_ms":1}'
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "headers", "detail"),
+    [
+        (200, b"<html>a page</html>", {}, "/healthz answers HTTP 200 without the console's health"),
+        (404, b"not found", {}, "/healthz answers HTTP 404 without the console's health"),
+        (302, b"", {"Location": "/healthz-elsewhere"}, "/healthz answers HTTP 302 without"),
+        (503, b'{"ok": false}', {}, "/healthz answers HTTP 503 without the console's health"),
+        (503, HEALTHY.replace(b"null", b'"bus_exploded"'), {}, "/healthz answers HTTP 503"),
+        (200, HEALTHY.replace(b"true,", b"false,", 1), {}, "/healthz answers HTTP 200 without"),
+        (200, HEALTHY + b" " * 5000, {}, "/healthz answers HTTP 200 without"),
+        (500, HEALTHY, {}, "/healthz answers HTTP 500 without the console's health"),
+    ],
+    ids=[
+        "a-page-not-its-health",
+        "not-found",
+        "redirect",
+        "503-without-reason",
+        "503-unknown-reason",
+        "200-saying-not-ok",
+        "oversized",
+        "500",
+    ],
+)
+def test_doctor_fails_a_console_url_whose_healthz_is_not_a_healthy_console(
+    bus: Bus,
+    capsys: pytest.CaptureFixture[str],
+    status: int,
+    body: bytes,
+    headers: dict[str, str],
+    detail: str,
+) -> None:
+    """Issue 23: ``ok`` only on the console's own health saying ``ok`` with 200; anything
+    else at the URL fails (fail closed), and the one-line reason names the console."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), stand_in(status, body, headers))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        code, report, err = doctor(bus, capsys, "--console", url)
+    finally:
+        server.shutdown()
+        server.server_close()
+    found = row(report, "console", url)
+    assert found.status == "fail"
+    assert found.detail.startswith(detail), found.detail
+    assert code == 1
+    assert "console" in {c.kind for c in report.checks if c.status == "fail"}
+    assert err.count("\n") == 1, err
 
 
 def cli_add(

@@ -3,7 +3,7 @@
 Connects as the operator (the state's ``keys/operator.nkey``, or
 ``--credential``) and asks what the operator role may ask: the gates' signed
 release reports and status, ``$SRV.PING`` of the gate's services, the
-connectors' consumers, the checkpoint stream, and the console over HTTP
+connectors' consumers, the checkpoint stream, and the console's ``/healthz``
 (``ops.doctor`` says what each check looks at). Prints a table (check, status,
 what was found, what to fix) or ``--json``; exits 1 when any check failed,
 with one line on stderr naming the first failure. A check that could not look
@@ -59,7 +59,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="FILE",
         help="verify the gates' release against it (default: the state's, when it has one)",
     )
-    p.add_argument("--console", metavar="URL", help="the approvers' console to check, if any")
+    p.add_argument(
+        "--console",
+        metavar="URL",
+        help="the approvers' console to check, if any: its GET URL/healthz must answer 200",
+    )
     p.add_argument(
         "--lease-warn-hours",
         type=positive_int,

@@ -252,6 +252,7 @@ const page = {
   decided: null, // { decision, order_id }
   final: false, // true once the gate's answer means no further decision can help
   polling: false,
+  linkHandled: false, // the notification's ?approval= is acted on once per page load
   pollTimer: null,
   tickTimer: null,
 };
@@ -276,12 +277,38 @@ function timeLeft(approval) {
   return approval.expires_at_ms - now();
 }
 
-function formatLeft(ms) {
+/** Time left as an attorney reads it (issue 23): "expires in 4 min 12 s", or "expired". */
+export function formatLeft(ms) {
   if (ms <= 0) return 'expired';
   const total = Math.floor(ms / 1000);
   const minutes = Math.floor(total / 60);
-  const seconds = String(total % 60).padStart(2, '0');
-  return minutes ? `${minutes}m ${seconds}s left` : `${total % 60}s left`;
+  const seconds = total % 60;
+  return minutes ? `expires in ${minutes} min ${seconds} s` : `expires in ${seconds} s`;
+}
+
+/** What the countdown's live region says (issue 23): it changes only when the whole
+ *  minutes left change and at expiry, so a screen reader is not told every second. */
+export function announceLeft(ms) {
+  if (ms <= 0) return 'Expired: no decision can be sent.';
+  const minutes = Math.floor(ms / 60000);
+  if (!minutes) return 'Expires in less than a minute.';
+  return `Expires in ${minutes} minute${minutes > 1 ? 's' : ''}.`;
+}
+
+const pad = (n, width = 2) => String(n).padStart(width, '0');
+
+/** The absolute expiry in this browser's time zone, unambiguous (issue 23):
+ *  "2026-12-02 18:35:19 UTC+05:30 (Asia/Kolkata)"; the offset is the one in force
+ *  at that instant, so a daylight-saving change in between is accounted for. */
+export function formatExpiry(ms) {
+  const at = new Date(ms);
+  const offset = -at.getTimezoneOffset();
+  const sign = offset < 0 ? '-' : '+';
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  return `${at.getFullYear()}-${pad(at.getMonth() + 1)}-${pad(at.getDate())} `
+    + `${pad(at.getHours())}:${pad(at.getMinutes())}:${pad(at.getSeconds())} `
+    + `UTC${sign}${pad(Math.floor(Math.abs(offset) / 60))}:${pad(Math.abs(offset) % 60)}`
+    + (zone ? ` (${zone})` : '');
 }
 
 function isOpen(approval) {
@@ -342,10 +369,10 @@ async function signIn(file) {
   $('signin').hidden = true;
   $('workspace').hidden = false;
   signinStatus('');
+  $('board-title').focus?.();
   await poll();
   page.pollTimer = setInterval(poll, POLL_MS);
   page.tickTimer = setInterval(tick, 1000);
-  $('board-title').focus?.();
 }
 
 function signOut(message) {
@@ -401,6 +428,23 @@ async function poll() {
   }
   renderList();
   if (page.selected) renderLive();
+  openLinked();
+}
+
+/** The notification's link, `/?approval=<id>` (issue 23): after sign-in and the first
+ *  list, open that approval if it is one this approver is shown. The id is only looked
+ *  up in that list, never written into the page; any other id gets a plain message. */
+function openLinked() {
+  const wanted = new URLSearchParams(location.search).get('approval');
+  if (wanted === null || page.linkHandled) return;
+  page.linkHandled = true;
+  if (page.approvals.has(wanted)) {
+    openDetail(wanted);
+    return;
+  }
+  $('link-note').textContent = 'The approval in your link is not in your list: it may have been '
+    + 'decided and removed, it may not be for your tenants or roles, or the link is damaged.';
+  $('link-note').hidden = false;
 }
 
 function showGateStatus(text) {
@@ -494,9 +538,11 @@ function fact(term, value, asCode = false) {
 async function openDetail(id) {
   const a = page.approvals.get(id);
   if (!a || !page.me) return;
+  $('link-note').hidden = true;
   Object.assign(page, { selected: id, view: null, checks: null, closedReason: null, decided: null, final: false });
   $('detail').hidden = false;
   $('detail-title').textContent = title(a);
+  $('expiry-live').textContent = '';
   $('answer').textContent = '';
   $('answer').removeAttribute('data-kind');
   $('reviewable').hidden = true;
@@ -550,7 +596,7 @@ function renderFacts(a, view) {
     fact('Required role', a.required_roles.join(', ')),
     fact('Rules requiring approval', view && view.rules ? rulesShown(view.rules) : a.rule_ids.join(', ') || '(none named)'),
     fact('Reasons', view && view.reasons ? reasonsShown(view.reasons) : a.reason_codes.join(', ') || '(none)'),
-    fact('Expires', new Date(a.expires_at_ms).toLocaleString()),
+    fact('Expires', formatExpiry(a.expires_at_ms)),
   ];
   if (view) rows.push(fact('Arguments', view.arguments_json, true));
   if (view) rows.push(fact('Binding digest', page.checks.computedDigest, true));
@@ -582,7 +628,12 @@ function renderLive() {
   const a = page.approvals.get(page.selected);
   if (!a) return;
   $('detail-state').textContent = shownState(a);
-  $('detail-countdown').textContent = isOpen(a) ? formatLeft(timeLeft(a)) : '';
+  let left = null;
+  if (a.state === 'pending') left = timeLeft(a);
+  else if (a.state === 'expired') left = 0;
+  $('detail-countdown').textContent = left === null ? '' : formatLeft(left);
+  const spoken = left === null ? '' : announceLeft(left);
+  if ($('expiry-live').textContent !== spoken) $('expiry-live').textContent = spoken;
   const decidable = Boolean(page.view) && page.view.state === 'pending' && isOpen(a)
     && !page.decided && !page.final;
   $('allow').disabled = !(decidable && allChecksPass(page.checks));
