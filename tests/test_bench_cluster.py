@@ -20,7 +20,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -133,13 +133,26 @@ def test_client_and_replicas_run_on_three_different_nodes(report: dict[str, Any]
     assert {row["node"] for row in figures["leaders"]} <= {"nats-1", "nats-2", "nats-3"}
 
 
+PRINTED_RATIO_SLACK: Final = 0.0005 + 0.005 + 1e-9
+"""A ratio is rounded twice before it is printed: to thousandths (``ratio_x1000``),
+then to two decimals; each rounding moves it by at most half its unit."""
+
+
 def within(printed: float, numerator: float, denominator: float, *, half_unit: float) -> bool:
     """Whether a ratio printed to two decimals is ``numerator / denominator`` for some
     values the printed columns round to (each within ``half_unit``). A fixed tolerance
     fails when the machine is slow: 18 and 7 req/s may be 17.6 and 6.96 (2.53, not 2.57)."""
     low = (numerator - half_unit) / (denominator + half_unit)
     high = (numerator + half_unit) / (denominator - half_unit)
-    return low - 0.005 <= printed <= high + 0.005
+    return low - PRINTED_RATIO_SLACK <= printed <= high + PRINTED_RATIO_SLACK
+
+
+def test_within_allows_both_roundings_and_no_more() -> None:
+    # 1.2345 is 1.235 in thousandths (half up), printed 1.24: 0.0055 from the truth
+    assert within(1.24, 1.2345, 1.0, half_unit=0.0)
+    assert not within(1.25, 1.2345, 1.0, half_unit=0.0)
+    assert within(2.53, 18, 7, half_unit=0.5)
+    assert not within(2.9, 18, 7, half_unit=0.5)
 
 
 def test_the_table_shows_each_series_and_ratios_from_its_own_columns(tmp_path: Path) -> None:
