@@ -12,12 +12,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # not kept in the image.
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY subjects ./subjects
-COPY pipeline ./pipeline
-COPY adapters ./adapters
-COPY approver ./approver
-COPY swarm ./swarm
-COPY ops ./ops
+COPY smf_assurance ./smf_assurance
 RUN pip install . && rm -rf /src
 
 # A non-root user owns the state; a named volume mounted on /var/lib/smf takes

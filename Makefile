@@ -18,11 +18,11 @@ demo: $(STAMP)
 	$(BIN)/smf-assurance demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check subjects pipeline adapters approver swarm ops tests
-	$(BIN)/ruff format --check subjects pipeline adapters approver swarm ops tests
+	$(BIN)/ruff check smf_assurance tests
+	$(BIN)/ruff format --check smf_assurance tests
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict subjects pipeline adapters approver swarm ops tests
+	$(BIN)/mypy --strict smf_assurance tests
 
 unit: $(STAMP)
 	$(BIN)/pytest --cov --cov-branch --cov-report=term --cov-fail-under=90
@@ -40,24 +40,24 @@ test: lint typecheck browser openclaw-unit unit
 # two cores, so not part of `make test`. MUTATE_ARGS="--module dsse" runs one module,
 # MUTATE_ARGS=--list lists the mutants.
 mutate: $(STAMP)
-	$(BIN)/python -m ops.mutation $(MUTATE_ARGS)
+	$(BIN)/python -m smf_assurance.ops.mutation $(MUTATE_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/smf-assurance bench
 
-# docs/CLI-JSON.md from the declared --json types (ops/cli_json.py, issue 22);
+# docs/CLI-JSON.md from the declared --json types (smf_assurance/ops/cli_json.py, issue 22);
 # tests/test_cli_json.py fails when it is stale.
 cli-json: $(STAMP)
-	$(BIN)/python -m ops.cli_json
+	$(BIN)/python -m smf_assurance.ops.cli_json
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .coverage
 
-# The OpenClaw plugin (adapters/openclaw, TypeScript, issue 10): the pinned Node 24
+# The OpenClaw plugin (smf_assurance/adapters/openclaw, TypeScript, issue 10): the pinned Node 24
 # into the per-user cache when missing (scripts/node.sh, from the npm registry),
 # npm ci when package-lock.json changed, tsc (dist/ is built here, never committed),
 # then Node's own test runner on the compiled JavaScript.
 .PHONY: openclaw-unit
 openclaw-unit:
-	adapters/openclaw/scripts/build.sh >/dev/null
-	cd adapters/openclaw && PATH="$$(scripts/node.sh):$$PATH" node --test 'dist-test/**/*.test.js'
+	smf_assurance/adapters/openclaw/scripts/build.sh >/dev/null
+	cd smf_assurance/adapters/openclaw && PATH="$$(scripts/node.sh):$$PATH" node --test 'dist-test/**/*.test.js'

@@ -7,7 +7,7 @@ between publish and report"). Argument: one JSON object with
 - ``url``: the nats-server; ``state``: the state directory (keys, registry,
   ``approvals.db``), shared by every gate process of a test;
 - ``ledger``: this process's own ledger file. The evidence ledger has one
-  writer per chain (``pipeline.stores.ledger``: an append checks that the
+  writer per chain (``smf_assurance.pipeline.stores.ledger``: an append checks that the
   file's last entry is the one this writer wrote), so gate instances that
   share an approval store keep separate ledgers;
 - ``name``: the process's name, also its test subject prefix ``smf-test.<name>``;
@@ -57,12 +57,12 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from ops.stack import gate_config
-from ops.state import StateDir
-from pipeline.assembly import ClusterSettings, RunningGate, start_gate
-from pipeline.stages.approvals import DeskError
-from pipeline.stages.contracts import DispatchReceipt, DispatchRequest
-from subjects.bus_access import BusCredential, connect_options
+from smf_assurance.ops.stack import gate_config
+from smf_assurance.ops.state import StateDir
+from smf_assurance.pipeline.assembly import ClusterSettings, RunningGate, start_gate
+from smf_assurance.pipeline.stages.approvals import DeskError
+from smf_assurance.pipeline.stages.contracts import DispatchReceipt, DispatchRequest
+from smf_assurance.subjects.bus_access import BusCredential, connect_options
 
 TEST_PREFIX = "smf-test"
 

@@ -13,7 +13,7 @@ one thing it is about:
   ``normalized_proposal`` normalizes it through the shipped mapper tables
   (``shipped_table``).
 - ``make_rule``, ``make_policy`` and ``make_release`` build corpus records in
-  the JSON form the compiler reads (``ops/corpus/scenarios`` is the example);
+  the JSON form the compiler reads (``smf_assurance/ops/corpus/scenarios`` is the example);
   ``write_corpus`` writes them as a corpus directory.
 - ``policy_set_from`` builds the gate's ``PolicySet`` from the same records
   in memory, without the compiler and without touching the disk, for fast
@@ -36,10 +36,10 @@ from typing import Any, Final
 
 import msgspec
 
-from pipeline.core.facts import FACT_REGISTRY_VERSION
-from pipeline.core.normalize import MapperTable, Normalized, decode_mapper, normalize
-from pipeline.core.policy import Effect, Layer
-from pipeline.core.projection import (
+from smf_assurance.pipeline.core.facts import FACT_REGISTRY_VERSION
+from smf_assurance.pipeline.core.normalize import MapperTable, Normalized, decode_mapper, normalize
+from smf_assurance.pipeline.core.policy import Effect, Layer
+from smf_assurance.pipeline.core.projection import (
     ENFORCEMENT_SCHEMA,
     EnforcementProjection,
     EnforcementRule,
@@ -47,9 +47,9 @@ from pipeline.core.projection import (
     PolicySet,
     build_policy_set,
 )
-from subjects.canonical import sha256_identity
-from subjects.envelope import OperationEnvelope, envelope_from_builtins
-from subjects.messages import Proposal
+from smf_assurance.subjects.canonical import sha256_identity
+from smf_assurance.subjects.envelope import OperationEnvelope, envelope_from_builtins
+from smf_assurance.subjects.messages import Proposal
 
 
 class _Delete:
@@ -178,7 +178,9 @@ def proposal_dict(overrides: Mapping[str, Any] | None = None, /, **more: Any) ->
     return document
 
 
-MAPPER_TABLES: Final = Path(__file__).resolve().parent.parent / "pipeline" / "mappers"
+MAPPER_TABLES: Final = (
+    Path(__file__).resolve().parent.parent / "smf_assurance" / "pipeline" / "mappers"
+)
 """The shipped per-adapter mapper tables."""
 SHIPPED_ADAPTERS: Final = ("smf-scripted-adapter", "smf-hermes-adapter", "smf-openclaw-adapter")
 

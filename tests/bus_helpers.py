@@ -25,17 +25,17 @@ from nats.js.api import PubAck, StorageType, StreamInfo
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from subjects.canonical import identity_of
-from subjects.dsse import (
+from smf_assurance.subjects.canonical import identity_of
+from smf_assurance.subjects.dsse import (
     SignatureError,
     decode_envelope,
     encode_envelope,
     open_struct,
     sign_struct,
 )
-from subjects.keys import SigningKey, VerifyKey
-from subjects.messages import ExecuteOrder, ExecutionReport, OutputVerdict, Verdict
-from subjects.names import (
+from smf_assurance.subjects.keys import SigningKey, VerifyKey
+from smf_assurance.subjects.messages import ExecuteOrder, ExecutionReport, OutputVerdict, Verdict
+from smf_assurance.subjects.names import (
     EXECUTE_PREFIX,
     EXECUTE_STREAM,
     HEADER_APPROVAL_ID,
@@ -55,7 +55,7 @@ from subjects.names import (
     execute_subject,
     result_subject,
 )
-from subjects.registry import RegistryEntry, load_registry
+from smf_assurance.subjects.registry import RegistryEntry, load_registry
 
 DUPLICATE_WINDOW_S = 120.0
 """The execute stream's de-duplication window in tests (the gate sets its own)."""
@@ -351,7 +351,8 @@ def is_mark(data: bytes) -> bool:
 
 
 def gate_reply(data: bytes, gate_keys: Mapping[str, VerifyKey]) -> Verdict | OutputVerdict | None:
-    """A gate-signed Verdict or OutputVerdict seen on the wire (``subjects.verdicts``);
+    """A gate-signed Verdict or OutputVerdict seen on the wire
+    (``smf_assurance.subjects.verdicts``);
     None for anything else: a stage reply, a PubAck, an unsigned or foreign message."""
     try:
         envelope = decode_envelope(data)
@@ -487,5 +488,5 @@ class Rogue:
 
 def registry_entries(path: Path) -> list[RegistryEntry]:
     """The entries of a registry file, in order: what a server's authorization is
-    generated from (``ops.bus_auth.render_authorization``)."""
+    generated from (``smf_assurance.ops.bus_auth.render_authorization``)."""
     return [p.entry for p in load_registry(path).principals.values()]

@@ -22,11 +22,16 @@ from pathlib import Path
 
 import nats
 
-from adapters.connector.sdk import Connector, ConnectorRunner, ExecutionOutcome, RunnerConfig
-from adapters.connectors.court_efiling import CourtEFilingConnector
-from adapters.connectors.dms import DocumentStoreConnector
-from subjects.keys import SigningKey, VerifyKey
-from subjects.messages import ExecuteOrder
+from smf_assurance.adapters.connector.sdk import (
+    Connector,
+    ConnectorRunner,
+    ExecutionOutcome,
+    RunnerConfig,
+)
+from smf_assurance.adapters.connectors.court_efiling import CourtEFilingConnector
+from smf_assurance.adapters.connectors.dms import DocumentStoreConnector
+from smf_assurance.subjects.keys import SigningKey, VerifyKey
+from smf_assurance.subjects.messages import ExecuteOrder
 
 CRASH_EXIT_CODE = 137
 

@@ -22,10 +22,10 @@ import sys
 import threading
 from pathlib import Path
 
-from ops.logs import configure_logging
-from ops.stack import gate_config
-from ops.state import StateDir
-from pipeline.assembly import start_gate
+from smf_assurance.ops.logs import configure_logging
+from smf_assurance.ops.stack import gate_config
+from smf_assurance.ops.state import StateDir
+from smf_assurance.pipeline.assembly import start_gate
 
 
 def _exit_with_parent() -> None:

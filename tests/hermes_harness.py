@@ -4,7 +4,7 @@ Run as ``python tests/hermes_harness.py <json config>``, normally under
 ``unshare -n`` (RUNTIMES.md, "Offline driving": the runtime and everything
 it talks to share one network namespace with loopback only). It brings
 loopback up when asked, starts an embedded nats-server with authorization
-generated from the registry (``ops.stack.start_embedded_server``, as a real
+generated from the registry (``smf_assurance.ops.stack.start_embedded_server``, as a real
 deployment runs it: every client connects with its own nkey, anonymous
 connections are refused), a gate (with the Hermes runtime provisioned and
 opted into attestation), a second nats-server of the same registry with no
@@ -91,23 +91,29 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ops.bus_auth import write_user_seed
-from ops.demo_script import actor
-from ops.logs import configure_logging
-from ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
-from ops.releases import build_release, latest_in_inbox, prior_of, publish_to_inbox
-from ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID, provision_runtime
-from ops.stack import gate_config, start_embedded_server
-from ops.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
-from pipeline.assembly import start_gate
-from pipeline.assembly.config import shipped_mapper_tables
-from pipeline.assembly.model_gateway import RunningModelGateway, start_model_gateway
-from pipeline.core.normalize import MapperTable, ToolMapping
-from pipeline.stores.ledger_audit import export_jsonl
-from subjects import dsse, names
-from subjects.attestation import AttestationAck, RuntimeAttestation
-from subjects.keys import VerifyKey
-from subjects.messages import ActorContext, DataFacts, Proposal, ProposedDestination, Verdict
+from smf_assurance.ops.bus_auth import write_user_seed
+from smf_assurance.ops.demo_script import actor
+from smf_assurance.ops.logs import configure_logging
+from smf_assurance.ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
+from smf_assurance.ops.releases import build_release, latest_in_inbox, prior_of, publish_to_inbox
+from smf_assurance.ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID, provision_runtime
+from smf_assurance.ops.stack import gate_config, start_embedded_server
+from smf_assurance.ops.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
+from smf_assurance.pipeline.assembly import start_gate
+from smf_assurance.pipeline.assembly.config import shipped_mapper_tables
+from smf_assurance.pipeline.assembly.model_gateway import RunningModelGateway, start_model_gateway
+from smf_assurance.pipeline.core.normalize import MapperTable, ToolMapping
+from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
+from smf_assurance.subjects.keys import VerifyKey
+from smf_assurance.subjects.messages import (
+    ActorContext,
+    DataFacts,
+    Proposal,
+    ProposedDestination,
+    Verdict,
+)
 from tests.bus_helpers import gate_reply, wait_for
 from tests.fake_notices import NoticeSink
 from tests.fake_openai import FakeOpenAI
@@ -301,7 +307,7 @@ class Harness:
         assert release is not None
         # where the adapter verifies it; only the publisher may write the bucket
         await publish_as_publisher(self.server.url, self.state, release)
-        # The tap reads every subject: only the operator may (subjects.bus_access).
+        # The tap reads every subject: only the operator may (smf_assurance.subjects.bus_access).
         self.nc = await self.connect(OPERATOR)
         self.tap = Tap(self.state.gate_keys())
         self.tap_sub = await self.nc.subscribe(">", cb=self.tap.record)
@@ -739,7 +745,7 @@ class Harness:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "ops.cli",
+            "smf_assurance.ops.cli",
             "model-gateway",
             "clear",
             runtime_id,

@@ -2,7 +2,7 @@
 
 For each patch text on stdin (JSON ``{"texts": [...]}``, ``{dir}`` standing for
 a fresh folder), it seeds the folder, asks the adapter which paths the patch
-targets (``adapters.hermes.mapping.target_paths`` with Hermes's own parser, as
+targets (``smf_assurance.adapters.hermes.mapping.target_paths`` with Hermes's own parser, as
 the plugin does), applies the text with Hermes's real ``patch`` tool, and
 reports which files changed on disk. One JSON line per text on stdout.
 """
@@ -34,8 +34,8 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="smf-patch-"))
     os.environ["HERMES_HOME"] = str(root / "home")
     os.environ["TERMINAL_CWD"] = str(root)
-    mapping = importlib.import_module("adapters.hermes.mapping")
-    host = importlib.import_module("adapters.hermes.attestation").HermesHost(None)
+    mapping = importlib.import_module("smf_assurance.adapters.hermes.mapping")
+    host = importlib.import_module("smf_assurance.adapters.hermes.attestation").HermesHost(None)
     patch_tool = importlib.import_module("tools.file_tools").patch_tool
     texts: list[str] = json.loads(sys.stdin.read())["texts"]
     for n, template in enumerate(texts):

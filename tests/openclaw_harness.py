@@ -5,7 +5,7 @@ Run as ``python tests/openclaw_harness.py <json config>``, normally under
 talks to share one network namespace with loopback only). It brings loopback
 up when asked, starts the scripted fake model server and, when asked for a
 gate, an embedded nats-server with authorization generated from the registry
-(``ops.stack.start_embedded_server``, as a real deployment runs it: the
+(``smf_assurance.ops.stack.start_embedded_server``, as a real deployment runs it: the
 plugin connects with the runtime's own nkey, ``credentialFile``; anonymous
 connections are refused), a gate whose approval desk runs on an offset
 clock (so a test can make an approval expire or an execution report go
@@ -43,7 +43,7 @@ as ``openclaw.stdout`` in the run's folder), the tool results the model
 was shown (from the fake server), the JSON lines of every log file asked for
 (the probe plugin's records), every verdict seen on the bus that the gate
 signed (replies on ``smf.propose`` and output closes, approval outcomes;
-``subjects.verdicts``: an unsigned or otherwise signed one is not the gate's and
+``smf_assurance.subjects.verdicts``: an unsigned or otherwise signed one is not the gate's and
 is not listed), attestation acks, what the attorney did and what the gate
 answered, approval states at the end, and which marker files exist (with
 their contents).
@@ -113,14 +113,14 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from approver.client import ApproverClient, ApproverError, content_matches
-from ops.logs import configure_logging
-from ops.natsserver import PortReservation, reserve_port
-from subjects import dsse, names
-from subjects.approvals import PendingAnnouncement
-from subjects.attestation import AttestationAck, RuntimeAttestation
-from subjects.keys import VerifyKey
-from subjects.messages import ExecutionReport, OutputVerdict, Proposal, Verdict
+from smf_assurance.approver.client import ApproverClient, ApproverError, content_matches
+from smf_assurance.ops.logs import configure_logging
+from smf_assurance.ops.natsserver import PortReservation, reserve_port
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.approvals import PendingAnnouncement
+from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
+from smf_assurance.subjects.keys import VerifyKey
+from smf_assurance.subjects.messages import ExecutionReport, OutputVerdict, Proposal, Verdict
 from tests.clocks import OffsetClock
 from tests.fake_notices import NoticeSink
 from tests.fake_openai import FakeOpenAI
@@ -129,9 +129,9 @@ from tests.fake_telegram import FakeTelegram
 from tests.openclaw_gateway_host import HostedGateway, OperatorClient, stop_group
 
 if TYPE_CHECKING:
-    from pipeline.assembly import RunningGate
-    from pipeline.assembly.model_gateway import RunningModelGateway
-    from pipeline.core.normalize import MapperTable
+    from smf_assurance.pipeline.assembly import RunningGate
+    from smf_assurance.pipeline.assembly.model_gateway import RunningModelGateway
+    from smf_assurance.pipeline.core.normalize import MapperTable
 
 RUN_TIMEOUT_S = 240.0
 GATEWAY_START_S = 90.0
@@ -202,8 +202,8 @@ def base_config(root: Path, model_url: str, provider: str = "fake") -> dict[str,
 def _mapper_tables(extra: dict[str, Any]) -> dict[str, MapperTable]:
     """The shipped mapper tables, with ``extra`` tools added to OpenClaw's (none replaced):
     the names an operator gives an MCP server's tools."""
-    from pipeline.assembly.config import shipped_mapper_tables  # noqa: PLC0415
-    from pipeline.core.normalize import ToolMapping  # noqa: PLC0415
+    from smf_assurance.pipeline.assembly.config import shipped_mapper_tables  # noqa: PLC0415
+    from smf_assurance.pipeline.core.normalize import ToolMapping  # noqa: PLC0415
 
     tables = shipped_mapper_tables()
     openclaw = tables["smf-openclaw-adapter"]
@@ -220,7 +220,7 @@ class Tap:
     attestations, proposals (ids and tool) and execution reports (status), seen on the
     bus, plus outcome messages as sent.
 
-    Verdicts are opened as a runtime opens them (``subjects.verdicts``): a DSSE
+    Verdicts are opened as a runtime opens them (``smf_assurance.subjects.verdicts``): a DSSE
     envelope signed by the gate key for the payload type of where it was seen,
     so the evidence lists only what the gate said, never a message another
     client sent in its name. Attestations are listed only when a runtime key of
@@ -370,12 +370,12 @@ class Harness:
         if not gate:
             return
         # Imported here: the probe runs (no gate) must not depend on the gate's code.
-        from ops.bus_auth import write_user_seed  # noqa: PLC0415
-        from ops.releases import latest_in_inbox  # noqa: PLC0415
-        from ops.runtimes import provision_runtime  # noqa: PLC0415
-        from ops.stack import gate_config, start_embedded_server  # noqa: PLC0415
-        from ops.state import OPERATOR, StateDir, provision_demo  # noqa: PLC0415
-        from pipeline.assembly import start_gate  # noqa: PLC0415
+        from smf_assurance.ops.bus_auth import write_user_seed  # noqa: PLC0415
+        from smf_assurance.ops.releases import latest_in_inbox  # noqa: PLC0415
+        from smf_assurance.ops.runtimes import provision_runtime  # noqa: PLC0415
+        from smf_assurance.ops.stack import gate_config, start_embedded_server  # noqa: PLC0415
+        from smf_assurance.ops.state import OPERATOR, StateDir, provision_demo  # noqa: PLC0415
+        from smf_assurance.pipeline.assembly import start_gate  # noqa: PLC0415
         from tests.release_helpers import publish_as_publisher  # noqa: PLC0415
 
         if gate.get("fake_platforms"):
@@ -438,7 +438,7 @@ class Harness:
         self.gate.desk.clock = self.clock
         if served:
             await self._start_model_gateway(served)
-        # The tap reads every subject: only the operator may (subjects.bus_access).
+        # The tap reads every subject: only the operator may (smf_assurance.subjects.bus_access).
         self.nc = await self._connect(OPERATOR)
         gate_key = self.state.key("gate")
         runtime_keys = {
@@ -456,13 +456,13 @@ class Harness:
         """A signed release of ``corpus``, chained to the demo's and newest in the inbox:
         the gate starts on it (a firm's release instead of the demo's), and it is the one
         published to ``SMF_RELEASES`` for the plugin to verify."""
-        from ops.releases import (  # noqa: PLC0415
+        from smf_assurance.ops.releases import (  # noqa: PLC0415
             build_release,
             latest_in_inbox,
             prior_of,
             publish_to_inbox,
         )
-        from ops.state import RELEASE_SIGNER  # noqa: PLC0415
+        from smf_assurance.ops.state import RELEASE_SIGNER  # noqa: PLC0415
 
         current = latest_in_inbox(self.state.release_inbox)
         assert current is not None
@@ -477,13 +477,13 @@ class Harness:
 
     async def _start_model_gateway(self, served: list[dict[str, Any]]) -> None:
         """The model gateway on the gate's bus, in front of the fake model (issue 16)."""
-        from ops.model_gateway import (  # noqa: PLC0415
+        from smf_assurance.ops.model_gateway import (  # noqa: PLC0415
             gateway_config,
             provision_gateway_runtime,
             set_upstream,
         )
-        from pipeline.assembly.model_gateway import start_model_gateway  # noqa: PLC0415
-        from subjects.messages import ActorContext, DataFacts, ProposedDestination  # noqa: PLC0415
+        from smf_assurance.pipeline.assembly.model_gateway import start_model_gateway  # noqa: PLC0415
+        from smf_assurance.subjects.messages import ActorContext, DataFacts, ProposedDestination  # noqa: PLC0415
 
         set_upstream(self.state, self.model.url, "local-model")
         for entry in served:
@@ -502,7 +502,7 @@ class Harness:
         id, the entry's hash (what a verdict's ``evidence`` names) and its time only."""
         import io  # noqa: PLC0415
 
-        from pipeline.stores.ledger_audit import export_jsonl  # noqa: PLC0415
+        from smf_assurance.pipeline.stores.ledger_audit import export_jsonl  # noqa: PLC0415
 
         out = io.StringIO()
         export_jsonl(self.state.ledger, out)
@@ -744,7 +744,7 @@ class Harness:
             command.get("config", {}),
         )
         # The Gateway binds this port itself; the reservation keeps every other
-        # process off it for the harness's lifetime (ops.natsserver.PortReservation).
+        # process off it for the harness's lifetime (smf_assurance.ops.natsserver.PortReservation).
         reservation = reserve_port()
         self.reservations.append(reservation)
         port, token = reservation.port, f"test-token-{time.monotonic_ns()}"

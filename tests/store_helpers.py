@@ -8,7 +8,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from pipeline.stores.sqlite_worker import SqliteWorker
+from smf_assurance.pipeline.stores.sqlite_worker import SqliteWorker
 
 
 @asynccontextmanager

@@ -4,7 +4,7 @@ The tables in docs/HERMES.md and docs/OPENCLAW.md between the ``surface-matrix``
 markers are generated here, from what the installed runtime itself offers
 (Hermes: its tool registry, ``tests/hermes_tools_probe.py``; OpenClaw: the
 ``tools`` of the model request of a default turn), and the gate's mapper table
-(``pipeline/mappers/<adapter>.json``). A tool the table does not map is
+(``smf_assurance/pipeline/mappers/<adapter>.json``). A tool the table does not map is
 denied by the gate as ``unknown_tool``. The tests fail when the runtime offers
 a tool the docs do not name, or the docs name one it does not offer; run them
 with ``SMF_UPDATE_SURFACES=1`` to rewrite the tables instead.
@@ -24,7 +24,9 @@ UPDATE_ENV: Final = "SMF_UPDATE_SURFACES"
 
 def mapper_capabilities(adapter_id: str) -> dict[str, str]:
     """Native tool -> capability, from the gate's mapper table for ``adapter_id``."""
-    table = json.loads((ROOT / "pipeline" / "mappers" / f"{adapter_id}.json").read_text())
+    table = json.loads(
+        (ROOT / "smf_assurance" / "pipeline" / "mappers" / f"{adapter_id}.json").read_text()
+    )
     return {name: str(entry["capability"]) for name, entry in table["tools"].items()}
 
 

@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from pipeline.stores.approvals import ApprovalStore, BindingChanged, DigestMismatch
-from subjects.approvals import binding_digest
+from smf_assurance.pipeline.stores.approvals import ApprovalStore, BindingChanged, DigestMismatch
+from smf_assurance.subjects.approvals import binding_digest
 from tests.test_approval_store import ATTORNEY, BACKENDS, T0, approved, held, state_of
 
 

@@ -3,8 +3,8 @@
 Issue 4 ("The hold stage and the approvers' subjects", "Tests"); ARCHITECTURE.md,
 "Exact-action approval". Real nats-server (JetStream streams as the gate
 creates them), real SQLite files in a provisioned state directory, the full
-gate from ``pipeline.assembly.start_gate`` with its stages on the bus. Approvers are
-synthetic: :class:`approver.client.ApproverClient` with keys from the state
+gate from ``smf_assurance.pipeline.assembly.start_gate`` with its stages on the bus. Approvers are
+synthetic: :class:`smf_assurance.approver.client.ApproverClient` with keys from the state
 directory's registry (plus a few extra principals written into it here). The
 gate's clock is a :class:`Clock` the test advances; the background sweep is
 switched off and ``desk.sweep()`` is called where a test needs it.
@@ -77,20 +77,24 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 from nats.js.client import JetStreamContext
 
-from adapters.client import ProposalClient
-from adapters.connector.sdk import ConnectorRunner, RunnerConfig
-from approver.client import ApproverClient, ApproverError, content_matches
-from ops.compiler import compile_corpus, write_release
-from ops.demo_script import SCENARIOS
-from ops.natsserver import EmbeddedNatsServer
-from ops.projections import SCENARIO_CORPUS, load_policy_set, package_path
-from ops.runtimes import OPENCLAW_PRINCIPAL, OPENCLAW_RUNTIME_ID, provision_openclaw_runtime
-from ops.stack import example_connectors, gate_config
-from ops.state import ADAPTER_ID, DEMO_TENANT, RUNTIME_ID, StateDir, provision_demo
-from pipeline.assembly import RunningGate, start_gate
-from pipeline.core.projection import PolicySet
-from subjects import dsse, names
-from subjects.approvals import (
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.adapters.connector.sdk import ConnectorRunner, RunnerConfig
+from smf_assurance.approver.client import ApproverClient, ApproverError, content_matches
+from smf_assurance.ops.compiler import compile_corpus, write_release
+from smf_assurance.ops.demo_script import SCENARIOS
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.projections import SCENARIO_CORPUS, load_policy_set, package_path
+from smf_assurance.ops.runtimes import (
+    OPENCLAW_PRINCIPAL,
+    OPENCLAW_RUNTIME_ID,
+    provision_openclaw_runtime,
+)
+from smf_assurance.ops.stack import example_connectors, gate_config
+from smf_assurance.ops.state import ADAPTER_ID, DEMO_TENANT, RUNTIME_ID, StateDir, provision_demo
+from smf_assurance.pipeline.assembly import RunningGate, start_gate
+from smf_assurance.pipeline.core.projection import PolicySet
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.approvals import (
     MAX_TTL_MS,
     ApprovalResolution,
     OutcomeMismatchError,
@@ -99,12 +103,12 @@ from subjects.approvals import (
     ShowRequest,
     open_outcome,
 )
-from subjects.bus_access import connect_options
-from subjects.canonical import canonical_bytes, identity_of
-from subjects.dsse import encode_envelope, sign_struct
-from subjects.envelope import content_hash_of, destination_identity_of
-from subjects.keys import SigningKey, generate_signing_key
-from subjects.messages import (
+from smf_assurance.subjects.bus_access import connect_options
+from smf_assurance.subjects.canonical import canonical_bytes, identity_of
+from smf_assurance.subjects.dsse import encode_envelope, sign_struct
+from smf_assurance.subjects.envelope import content_hash_of, destination_identity_of
+from smf_assurance.subjects.keys import SigningKey, generate_signing_key
+from smf_assurance.subjects.messages import (
     DataFacts,
     ExecuteOrder,
     ExecutionReport,
@@ -113,7 +117,7 @@ from subjects.messages import (
     Verdict,
     order_id_for,
 )
-from subjects.registry import RegistryFile, encode_registry, entry_for, load_registry
+from smf_assurance.subjects.registry import RegistryFile, encode_registry, entry_for, load_registry
 from tests.bus_helpers import ExecuteSpy, random_identity, wait_for
 from tests.clocks import OffsetClock as Clock
 
@@ -127,7 +131,7 @@ OTHER_TENANT_ATTORNEY: Final = "olive-other"
 OTHER_TENANT: Final = "tenant-beta"
 CLOSE_TIMEOUT_S: Final = 15.0
 CUSTOMER_TTL_MS: Final = 300_000
-"""customer.acme.transmission-window in ops/corpus/scenarios/policies.json."""
+"""customer.acme.transmission-window in smf_assurance/ops/corpus/scenarios/policies.json."""
 
 
 # --- the clock, the state directory and the gate ------------------------------
@@ -187,7 +191,7 @@ async def gate(
 @contextlib.asynccontextmanager
 async def connectors_running(state: StateDir, url: str) -> AsyncIterator[None]:
     """The example connectors, each on its own connection with its own credential,
-    as ``ops.stack`` runs them (issue 15)."""
+    as ``smf_assurance.ops.stack`` runs them (issue 15)."""
     registry = load_registry(state.registry)
     connections: list[Client] = []
     runners: list[ConnectorRunner] = []

@@ -69,15 +69,15 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 
-from ops.natsserver import EmbeddedNatsServer
-from ops.stack import gate_config
-from ops.state import StateDir
-from pipeline.assembly import start_gate
-from pipeline.stores.approvals import ApprovalStore
-from pipeline.stores.approvals_sqlite import SqliteApprovalStore
-from subjects import names
-from subjects.approvals import ResolutionReply
-from subjects.bus_access import BusCredential
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.stack import gate_config
+from smf_assurance.ops.state import StateDir
+from smf_assurance.pipeline.assembly import start_gate
+from smf_assurance.pipeline.stores.approvals import ApprovalStore
+from smf_assurance.pipeline.stores.approvals_sqlite import SqliteApprovalStore
+from smf_assurance.subjects import names
+from smf_assurance.subjects.approvals import ResolutionReply
+from smf_assurance.subjects.bus_access import BusCredential
 from tests.bus_helpers import ExecuteSpy, wait_for
 from tests.clocks import OffsetClock as Clock
 from tests.test_approval_desk import (

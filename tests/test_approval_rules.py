@@ -1,11 +1,12 @@
-"""The pure approval rules of the desk, without a bus (pipeline/core/approval_rules.py).
+"""The pure approval rules of the desk, without a bus
+(smf_assurance/pipeline/core/approval_rules.py).
 
 ARCHITECTURE.md, "Exact-action approval": the binding covers what will
 actually be sent; the resolver must hold every required role in the governed
 roster for the binding's tenant and must not be the requesting actor; only
 the party an order was given to settles it; a report that the executed
 parameters were not the approved ones breaks the binding. The checks are the
-pure functions of ``pipeline/core/approval_rules.py``; the desk's bus tests
+pure functions of ``smf_assurance/pipeline/core/approval_rules.py``; the desk's bus tests
 (``tests/test_approval_desk.py``) prove them end to end, these prove each
 rule alone, fast enough to run against every mutant of it.
 
@@ -20,8 +21,8 @@ from typing import Any, Final
 import msgspec
 import pytest
 
-from ops.projections import load_policy_set
-from pipeline.core.approval_rules import (
+from smf_assurance.ops.projections import load_policy_set
+from smf_assurance.pipeline.core.approval_rules import (
     BINDING_BROKEN,
     PARAMS_MISMATCH,
     ApprovalRuleError,
@@ -34,12 +35,12 @@ from pipeline.core.approval_rules import (
     settlement,
     signed_by_executor,
 )
-from pipeline.core.decision import Decision
-from pipeline.core.evaluator import evaluate
-from pipeline.stages.evidence import signature_reason
-from pipeline.stores.approvals import BindingInvalid, admit_binding
-from subjects import dsse
-from subjects.approvals import (
+from smf_assurance.pipeline.core.decision import Decision
+from smf_assurance.pipeline.core.evaluator import evaluate
+from smf_assurance.pipeline.stages.evidence import signature_reason
+from smf_assurance.pipeline.stores.approvals import BindingInvalid, admit_binding
+from smf_assurance.subjects import dsse
+from smf_assurance.subjects.approvals import (
     MAX_TTL_MS,
     ApprovalBinding,
     OutcomeMismatchError,
@@ -48,11 +49,11 @@ from subjects.approvals import (
     open_outcome,
     sign_outcome,
 )
-from subjects.canonical import identity_of
-from subjects.envelope import content_hash_of, destination_identity_of
-from subjects.keys import SigningKey
-from subjects.messages import ExecutionReport, Verdict, order_id_for
-from subjects.registry import KeyRegistry, Principal, RegistryFile, entry_for
+from smf_assurance.subjects.canonical import identity_of
+from smf_assurance.subjects.envelope import content_hash_of, destination_identity_of
+from smf_assurance.subjects.keys import SigningKey
+from smf_assurance.subjects.messages import ExecutionReport, Verdict, order_id_for
+from smf_assurance.subjects.registry import KeyRegistry, Principal, RegistryFile, entry_for
 from tests.builders import AT_MS, DEFAULT_TENANT, fake_identity, normalized_proposal
 
 ANN: Final = SigningKey.from_seed(b"\x21" * 32)
@@ -357,7 +358,7 @@ def test_a_key_that_is_not_an_approvers_never_resolves(key: SigningKey) -> None:
     ids=["empty-name", "name-257", "no-role", "17-roles", "0-approvals", "17-approvals"],
 )
 def test_a_binding_outside_the_contract_is_never_held(field: str, value: Any) -> None:
-    """The wire contract (``subjects.approvals``, read by the console and the
+    """The wire contract (``smf_assurance.subjects.approvals``, read by the console and the
     TypeScript adapter alike): names of 1 to 256 characters, 1 to 16 required roles,
     1 to 16 approvals. The store admits nothing a reader would refuse."""
     binding = msgspec.structs.replace(binding_of(held_filing()), **{field: value})

@@ -32,7 +32,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
-from pipeline.stores.approvals import (
+from smf_assurance.pipeline.stores.approvals import (
     ApprovalError,
     ApprovalExpired,
     ApprovalRecord,
@@ -42,8 +42,13 @@ from pipeline.stores.approvals import (
     IllegalTransition,
     NotPending,
 )
-from pipeline.stores.approvals_sqlite import BINDING_FIELDS, SqliteApprovalStore
-from subjects.approvals import MAX_TTL_MS, TERMINAL_STATES, ApprovalBinding, binding_digest
+from smf_assurance.pipeline.stores.approvals_sqlite import BINDING_FIELDS, SqliteApprovalStore
+from smf_assurance.subjects.approvals import (
+    MAX_TTL_MS,
+    TERMINAL_STATES,
+    ApprovalBinding,
+    binding_digest,
+)
 from tests.test_approval_store import ATTORNEY, T0, changed, make_binding
 
 R = TypeVar("R")

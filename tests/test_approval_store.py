@@ -42,10 +42,10 @@ from nats.js.errors import (
 )
 from nats.js.kv import KeyValue
 
-from ops.cluster import LocalNatsCluster
-from ops.natsserver import EmbeddedNatsServer
-from pipeline.stores import approvals_kv
-from pipeline.stores.approvals import (
+from smf_assurance.ops.cluster import LocalNatsCluster
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.pipeline.stores import approvals_kv
+from smf_assurance.pipeline.stores.approvals import (
     ALL_STATES,
     TRANSITIONS,
     ApprovalError,
@@ -64,9 +64,9 @@ from pipeline.stores.approvals import (
     TtlExceeded,
     check_transition,
 )
-from pipeline.stores.approvals_kv import KvApprovalStore
-from pipeline.stores.approvals_sqlite import BINDING_FIELDS, SqliteApprovalStore
-from subjects.approvals import (
+from smf_assurance.pipeline.stores.approvals_kv import KvApprovalStore
+from smf_assurance.pipeline.stores.approvals_sqlite import BINDING_FIELDS, SqliteApprovalStore
+from smf_assurance.subjects.approvals import (
     MAX_TTL_MS,
     TERMINAL_STATES,
     ApprovalBinding,

@@ -1,4 +1,4 @@
-"""The approval step rules both approval stores share (pipeline/stores/approvals.py),
+"""The approval step rules both approval stores share (smf_assurance/pipeline/stores/approvals.py),
 as pure functions, without a store: which refusal wins when several apply.
 
 The contract suite (tests/test_approval_store.py) checks each refusal through
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.stores.approvals import (
+from smf_assurance.pipeline.stores.approvals import (
     ApprovalError,
     ApprovalExpired,
     BindingChanged,
@@ -23,7 +23,7 @@ from pipeline.stores.approvals import (
     step_refusal,
     transition_refusal,
 )
-from subjects.approvals import ApprovalState
+from smf_assurance.subjects.approvals import ApprovalState
 
 ID = "sha256:" + "a" * 64
 NOW = 1_000

@@ -24,9 +24,9 @@ from typing import Any, Final
 
 import pytest
 
-from ops.bench import cluster
-from ops.bench.cluster import CLAIM_KV, CLAIM_SQLITE, ratio_x1000
-from ops.cli import main
+from smf_assurance.ops.bench import cluster
+from smf_assurance.ops.bench.cluster import CLAIM_KV, CLAIM_SQLITE, ratio_x1000
+from smf_assurance.ops.cli import main
 
 ROUNDS = 6
 IN_FLIGHT = 2

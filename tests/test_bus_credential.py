@@ -1,9 +1,9 @@
 """A runtime's bus credential, as both adapters read it (issue 15).
 
-``subjects.bus_access.read_credential`` and ``inbox_prefix`` against the golden
+``smf_assurance.subjects.bus_access.read_credential`` and ``inbox_prefix`` against the golden
 vectors of ``tests/vectors/bus_access.json``, which the TypeScript twin
-(``adapters/openclaw/src/contract/bus_access.ts``) reads in
-``adapters/openclaw/test/vectors.test.ts``: the same files give the same
+(``smf_assurance/adapters/openclaw/src/contract/bus_access.ts``) reads in
+``smf_assurance/adapters/openclaw/test/vectors.test.ts``: the same files give the same
 reason codes on both sides. Also: no error names a byte of the seed.
 
 Does not prove that the server enforces anything (tests/test_bus_permissions.py,
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from subjects.bus_access import CredentialFileError, inbox_prefix, read_credential
-from subjects.names import SubjectError
+from smf_assurance.subjects.bus_access import CredentialFileError, inbox_prefix, read_credential
+from smf_assurance.subjects.names import SubjectError
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "bus_access.json").read_text())
 

@@ -43,21 +43,21 @@ import pytest
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 
-from adapters.client import ProposalClient
-from adapters.connector.sdk import ConnectorRunner, RunnerConfig
-from adapters.connectors.court_efiling import CourtEFilingConnector
-from adapters.connectors.dms import DELETED_DIR, DocumentStoreConnector, Tombstone
-from approver.client import ApproverClient
-from ops.demo_script import SCENARIOS
-from ops.natsserver import EmbeddedNatsServer
-from ops.state import StateDir
-from pipeline.stores.ledger import Ledger
-from pipeline.stores.ledger_schema import EvidenceEntry
-from subjects import names
-from subjects.approvals import open_outcome
-from subjects.keyed import keyed_identifier
-from subjects.messages import Proposal, Verdict
-from subjects.registry import load_registry
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.adapters.connector.sdk import ConnectorRunner, RunnerConfig
+from smf_assurance.adapters.connectors.court_efiling import CourtEFilingConnector
+from smf_assurance.adapters.connectors.dms import DELETED_DIR, DocumentStoreConnector, Tombstone
+from smf_assurance.approver.client import ApproverClient
+from smf_assurance.ops.demo_script import SCENARIOS
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.state import StateDir
+from smf_assurance.pipeline.stores.ledger import Ledger
+from smf_assurance.pipeline.stores.ledger_schema import EvidenceEntry
+from smf_assurance.subjects import names
+from smf_assurance.subjects.approvals import open_outcome
+from smf_assurance.subjects.keyed import keyed_identifier
+from smf_assurance.subjects.messages import Proposal, Verdict
+from smf_assurance.subjects.registry import load_registry
 from tests.bus_helpers import (
     ExecuteSpy,
     ReportInbox,

@@ -2,7 +2,7 @@
 
 Every principal of the demo registry connects with its own real credential
 (``keys/<principal>.nkey``) to a server whose authorization was generated
-from that registry (``ops.bus_auth``), and tries every action of the table
+from that registry (``smf_assurance.ops.bus_auth``), and tries every action of the table
 below. What its role may do must succeed; everything else must be refused BY
 THE SERVER: a permissions violation naming the subject, seen on the client's
 connection, never a timeout that could mean anything. The same table runs on
@@ -32,23 +32,30 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 
-from ops.bus_auth import read_user_public, write_user_seed
-from ops.bus_follow import ClusterFollower, ReloadError
-from ops.cli import main
-from ops.cluster import LocalNatsCluster
-from ops.natsserver import EmbeddedNatsServer
-from ops.releases import latest_in_inbox, load_trust_root
-from ops.runtimes import provision_runtime
-from ops.stack import gate_config, start_embedded_server, start_stack
-from ops.state import CONSOLE, MODEL_GATEWAY, OPERATOR, PUBLISHER, StateDir, refresh_demo_release
-from pipeline.assembly import BusUnavailableError, start_gate
-from pipeline.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
-from pipeline.stores.tool_calls_kv import BUCKET as TOOL_CALLS
-from subjects import names
-from subjects.bus_access import BusCredential, connector_durable
-from subjects.call_context import CALL_CONTEXT_BUCKET, CALL_CONTEXT_STREAM
-from subjects.registry import RegistryFile, encode_registry
-from subjects.release import RELEASE_BUCKET, encode_bundle
+from smf_assurance.ops.bus_auth import read_user_public, write_user_seed
+from smf_assurance.ops.bus_follow import ClusterFollower, ReloadError
+from smf_assurance.ops.cli import main
+from smf_assurance.ops.cluster import LocalNatsCluster
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.releases import latest_in_inbox, load_trust_root
+from smf_assurance.ops.runtimes import provision_runtime
+from smf_assurance.ops.stack import gate_config, start_embedded_server, start_stack
+from smf_assurance.ops.state import (
+    CONSOLE,
+    MODEL_GATEWAY,
+    OPERATOR,
+    PUBLISHER,
+    StateDir,
+    refresh_demo_release,
+)
+from smf_assurance.pipeline.assembly import BusUnavailableError, start_gate
+from smf_assurance.pipeline.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
+from smf_assurance.pipeline.stores.tool_calls_kv import BUCKET as TOOL_CALLS
+from smf_assurance.subjects import names
+from smf_assurance.subjects.bus_access import BusCredential, connector_durable
+from smf_assurance.subjects.call_context import CALL_CONTEXT_BUCKET, CALL_CONTEXT_STREAM
+from smf_assurance.subjects.registry import RegistryFile, encode_registry
+from smf_assurance.subjects.release import RELEASE_BUCKET, encode_bundle
 from tests.bus_helpers import registry_entries, wait_for
 
 Outcome = Literal["allowed", "refused"]
@@ -175,7 +182,8 @@ ACTIONS: Final = (
     ),
     Action("resolve an approval", "req", names.APPROVAL_RESOLVE, who(ATTORNEY, CONSOLE)),
     Action("show an approval", "req", names.APPROVAL_SHOW, who(ATTORNEY, CONSOLE)),
-    # The OpenClaw plugin's hold asks it (adapters/openclaw/src/gate.ts); Hermes never does.
+    # The OpenClaw plugin's hold asks it (smf_assurance/adapters/openclaw/src/gate.ts); Hermes
+    # never does.
     Action(
         "ask an approval's state", "req", names.APPROVAL_STATUS, who(ATTORNEY, CONSOLE, RUNTIME)
     ),

@@ -46,23 +46,23 @@ from nats.aio.msg import Msg
 from nats.js.api import RawStreamMsg
 from nats.js.client import JetStreamContext
 
-from adapters.client import ProposalClient
-from ops.demo_script import SCENARIOS, ScriptedAction
-from ops.demo_script import actor as demo_actor
-from ops.natsserver import EmbeddedNatsServer
-from ops.stack import gate_config
-from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
-from pipeline.assembly import RunningGate, start_gate
-from pipeline.core.policy import NO_REQUIREMENTS
-from pipeline.service import STAGE_MAC_HEADER, StageRefusal
-from pipeline.stages.contracts import DispatchRequest, EvaluateRequest
-from pipeline.stores.claims import ClaimState, ProposalClaims
-from pipeline.stores.ledger_audit import export_jsonl
-from pipeline.stores.sqlite_worker import StoreUnavailable
-from subjects import dsse, names
-from subjects.canonical import canonical_bytes
-from subjects.keys import SigningKey, VerifyKey, generate_signing_key
-from subjects.messages import DataFacts, ExecuteOrder, Proposal, Verdict, order_id_for
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.ops.demo_script import SCENARIOS, ScriptedAction
+from smf_assurance.ops.demo_script import actor as demo_actor
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.stack import gate_config
+from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from smf_assurance.pipeline.assembly import RunningGate, start_gate
+from smf_assurance.pipeline.core.policy import NO_REQUIREMENTS
+from smf_assurance.pipeline.service import STAGE_MAC_HEADER, StageRefusal
+from smf_assurance.pipeline.stages.contracts import DispatchRequest, EvaluateRequest
+from smf_assurance.pipeline.stores.claims import ClaimState, ProposalClaims
+from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
+from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.canonical import canonical_bytes
+from smf_assurance.subjects.keys import SigningKey, VerifyKey, generate_signing_key
+from smf_assurance.subjects.messages import DataFacts, ExecuteOrder, Proposal, Verdict, order_id_for
 from tests.bus_helpers import ExecuteSpy, caught_up, gate_reply, is_mark, wait_for
 
 SERVICE_ERROR_CODE = "Nats-Service-Error-Code"
@@ -797,7 +797,7 @@ async def test_two_hundred_in_flight_each_get_one_verdict_and_only_allows_are_st
 
 def test_bench_bus_smoke_prints_the_expected_keys(capsys: pytest.CaptureFixture[str]) -> None:
     """No timing assertions: only that the run completes and reports its series."""
-    from ops.cli import main  # noqa: PLC0415 - keep CLI imports out of the other tests
+    from smf_assurance.ops.cli import main  # noqa: PLC0415 - keep CLI imports out of the other tests
 
     assert main(["bench", "--bus", "--rounds", "20", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

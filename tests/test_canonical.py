@@ -1,4 +1,4 @@
-"""Canonical JSON and identities (subjects/canonical.py).
+"""Canonical JSON and identities (smf_assurance/subjects/canonical.py).
 
 Properties: the golden vectors hold; canonical bytes are a fixed point of
 parse -> re-encode; equivalent values (NFC vs NFD, any key order) give the
@@ -23,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from subjects import canonical
-from subjects.canonical import (
+from smf_assurance.subjects import canonical
+from smf_assurance.subjects.canonical import (
     MAX_DEPTH,
     SAFE_INTEGER_MAX,
     CanonicalJSONError,
@@ -36,7 +36,7 @@ from subjects.canonical import (
     sha256_identity,
     struct_identity,
 )
-from subjects.envelope import OperationEnvelope
+from smf_assurance.subjects.envelope import OperationEnvelope
 from tests.builders import envelope_dict
 
 VECTORS = Path(__file__).parent / "vectors"

@@ -3,7 +3,7 @@
 ARCHITECTURE.md, "Canonical bytes": every identity is SHA-256 over RFC 8785
 (JCS) canonical JSON. The golden vectors were written by hand; this test adds
 a second oracle that we did not write: for every value,
-``subjects.canonical.canonical_bytes`` must equal ``rfc8785.dumps`` of the same
+``smf_assurance.subjects.canonical.canonical_bytes`` must equal ``rfc8785.dumps`` of the same
 value, and refuse exactly what it refuses, on the golden vectors
 (``tests/vectors/``) and on hypothesis-generated JSON.
 
@@ -25,7 +25,7 @@ applies each of them (and nothing else) before handing the value to
    (NaN, infinities) are NOT excluded: JCS refuses them too, and the oracle's
    own refusal is checked.
 4. **Nesting bound.** We refuse a value nested deeper than
-   ``subjects.canonical.MAX_DEPTH`` (the top-level value is at depth 0), so a
+   ``smf_assurance.subjects.canonical.MAX_DEPTH`` (the top-level value is at depth 0), so a
    hostile value cannot exhaust the stack; JCS has no bound. Such a value is
    excluded and must be refused by us.
 
@@ -52,7 +52,7 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from subjects.canonical import (
+from smf_assurance.subjects.canonical import (
     MAX_DEPTH,
     SAFE_INTEGER_MAX,
     CanonicalJSONError,

@@ -2,7 +2,7 @@
 
 The claim store would grow forever if nothing pruned it; the gate prunes claims
 older than :attr:`GateSettings.claim_retention_ms` (``Gate.prune_claims``, run by
-``pipeline.assembly`` every ``claim_prune_seconds``). The invariant attacked here: a
+``smf_assurance.pipeline.assembly`` every ``claim_prune_seconds``). The invariant attacked here: a
 replay that still passes the freshness check always meets its claim (refused
 ``duplicate_proposal``), and a replay after the retention is refused as
 ``stale_proposal``; in no case a second order.
@@ -28,13 +28,13 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from nats.aio.client import Client
 
-from ops.natsserver import EmbeddedNatsServer
-from ops.stack import gate_config
-from ops.state import StateDir
-from pipeline.assembly import RunningGate, start_gate
-from pipeline.stages.gate import GateSettings
-from pipeline.stores.claims import ClaimState, ProposalClaims, StoreUnavailable
-from subjects.keyed import PseudonymKey
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.stack import gate_config
+from smf_assurance.ops.state import StateDir
+from smf_assurance.pipeline.assembly import RunningGate, start_gate
+from smf_assurance.pipeline.stages.gate import GateSettings
+from smf_assurance.pipeline.stores.claims import ClaimState, ProposalClaims, StoreUnavailable
+from smf_assurance.subjects.keyed import PseudonymKey
 from tests.bus_helpers import wait_for
 from tests.clocks import FrozenClock
 from tests.test_bus_properties import deletion, execute_count, provisioned_state, runtime_client

@@ -24,17 +24,17 @@ from nats.js.api import StorageType
 from nats.js.errors import KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from ops.cluster import LocalNatsCluster
-from ops.natsserver import EmbeddedNatsServer
-from pipeline.stores import claims_kv
-from pipeline.stores.approvals_kv import token
-from pipeline.stores.claims import (
+from smf_assurance.ops.cluster import LocalNatsCluster
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.pipeline.stores import claims_kv
+from smf_assurance.pipeline.stores.approvals_kv import token
+from smf_assurance.pipeline.stores.claims import (
     ClaimStore,
     ClaimStoreUnavailable,
     ProposalClaims,
     StoreUnavailable,
 )
-from pipeline.stores.claims_kv import KvClaimStore
+from smf_assurance.pipeline.stores.claims_kv import KvClaimStore
 from tests.builders import AT_MS, fake_identity
 from tests.bus_helpers import wait_for
 

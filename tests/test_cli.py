@@ -14,9 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ops.cli import build_parser, main
-from ops.commands.demo import _swarm_row
-from ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
+from smf_assurance.ops.cli import build_parser, main
+from smf_assurance.ops.commands.demo import _swarm_row
+from smf_assurance.ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
 
 SCENARIOS = package_path(SCENARIO_ENVELOPES)
 AT = "2026-11-29T10:00:00Z"
@@ -338,7 +338,10 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_console_script_runs_as_a_module() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "ops.cli", "--help"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "smf_assurance.ops.cli", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0
     assert "smf-assurance" in result.stdout

@@ -23,15 +23,19 @@ from typing import Any
 
 import pytest
 
-from ops.cli import main
-from ops.demo_script import SCENARIOS
-from ops.releases import make_trust_root, write_trust_root
-from ops.state import StateDir, provision_demo
-from pipeline.core.decision import NO_APPLICABLE_POLICY
-from pipeline.core.explanation import GAP_APPLIED_FROM_REASONS, GAP_TENANT, GAP_TRIGGER
-from pipeline.stages.evidence import EvidenceWriter
-from pipeline.stores.ledger import Ledger
-from subjects.keys import SigningKey, public_record
+from smf_assurance.ops.cli import main
+from smf_assurance.ops.demo_script import SCENARIOS
+from smf_assurance.ops.releases import make_trust_root, write_trust_root
+from smf_assurance.ops.state import StateDir, provision_demo
+from smf_assurance.pipeline.core.decision import NO_APPLICABLE_POLICY
+from smf_assurance.pipeline.core.explanation import (
+    GAP_APPLIED_FROM_REASONS,
+    GAP_TENANT,
+    GAP_TRIGGER,
+)
+from smf_assurance.pipeline.stages.evidence import EvidenceWriter
+from smf_assurance.pipeline.stores.ledger import Ledger
+from smf_assurance.subjects.keys import SigningKey, public_record
 
 EXPECTED: dict[str, list[tuple[str, str]]] = {
     "attorney_approval_required_for_transmission": [

@@ -1,9 +1,9 @@
 """Every ``--json`` output has a declared, documented schema (issue 22).
 
 Commands are read from the parser (``tests.test_cli.subcommands``): one with
-``--json`` and no declared type in ``ops.cli_json.COMMANDS`` fails here, and so
+``--json`` and no declared type in ``smf_assurance.ops.cli_json.COMMANDS`` fails here, and so
 does one without a case in ``CASES``. Each case runs the real command (in
-process through ``ops.cli.main``, or as a process for the ones that run until
+process through ``smf_assurance.ops.cli.main``, or as a process for the ones that run until
 stopped) against a demo's state and, for the bus, a real ``up`` (nats-server
 and gate); stdout is decoded strictly with the declared type, so an unknown
 field, a cut id or a word outside an enum fails the decode. A refusal either
@@ -32,24 +32,31 @@ import msgspec
 import nats
 import pytest
 
-from adapters.client import ProposalClient
-from ops import cli_json
-from ops.bus_auth import new_user_seed, public_user
-from ops.cli import build_parser, main
-from ops.cli_json import COMMANDS, CliJson
-from ops.demo_script import SCENARIOS
-from ops.natsserver import reserve_port
-from ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
-from ops.releases import build_release, write_release_dir
-from ops.state import ADAPTER_ID, CONSOLE, PUBLISHER, RELEASE_SIGNER, RUNTIME_ID, StateDir
-from subjects.bus_access import connect_options
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.ops import cli_json
+from smf_assurance.ops.bus_auth import new_user_seed, public_user
+from smf_assurance.ops.cli import build_parser, main
+from smf_assurance.ops.cli_json import COMMANDS, CliJson
+from smf_assurance.ops.demo_script import SCENARIOS
+from smf_assurance.ops.natsserver import reserve_port
+from smf_assurance.ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
+from smf_assurance.ops.releases import build_release, write_release_dir
+from smf_assurance.ops.state import (
+    ADAPTER_ID,
+    CONSOLE,
+    PUBLISHER,
+    RELEASE_SIGNER,
+    RUNTIME_ID,
+    StateDir,
+)
+from smf_assurance.subjects.bus_access import connect_options
 from tests.test_cli import AT, subcommands
 from tests.test_cli_model_gateway import ACTOR
 from tests.test_cli_ops import read_line
 from tests.test_cli_robustness import first_decision
 
 ROOT = Path(__file__).resolve().parents[1]
-PROG = (sys.executable, "-m", "ops.cli")
+PROG = (sys.executable, "-m", "smf_assurance.ops.cli")
 TIMEOUT = 60.0
 IDENTITY = r"sha256:[0-9a-f]{64}"
 ORDER_ID = r"[0-9a-f]{64}"
@@ -67,7 +74,7 @@ JSON_COMMANDS = sorted(
 
 def test_every_command_with_json_has_a_declared_type() -> None:
     for path in JSON_COMMANDS:
-        assert path in COMMANDS, f"{path}: no type in ops.cli_json"
+        assert path in COMMANDS, f"{path}: no type in smf_assurance.ops.cli_json"
     assert set(COMMANDS) <= set(JSON_COMMANDS), "a type for a command without --json"
 
 
@@ -97,11 +104,11 @@ def test_every_type_is_closed_keyword_only_and_says_what_each_field_means(
 
 
 def test_no_command_prints_an_undeclared_value() -> None:
-    """Every ``--json`` goes through ``ops.output.emit``, which takes a declared type
+    """Every ``--json`` goes through ``smf_assurance.ops.output.emit``, which takes a declared type
     only: no code under ops/ writes JSON to stdout another way."""
-    import ops.output  # noqa: PLC0415
+    import smf_assurance.ops.output  # noqa: PLC0415
 
-    assert not hasattr(ops.output, "emit_json")
+    assert not hasattr(smf_assurance.ops.output, "emit_json")
     for path in sorted((ROOT / "ops").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call):
@@ -109,7 +116,8 @@ def test_no_command_prints_an_undeclared_value() -> None:
 
 
 def test_the_document_is_generated_from_the_types() -> None:
-    """``docs/CLI-JSON.md`` is stale: run ``python -m ops.cli_json`` (``make cli-json``)."""
+    """``docs/CLI-JSON.md`` is stale: run ``python -m smf_assurance.ops.cli_json`` (``make
+    cli-json``)."""
     assert cli_json.DOC.read_text(encoding="utf-8") == cli_json.render()
     for path in COMMANDS:
         assert f"## `{' '.join(path)} --json`" in cli_json.render()
@@ -117,7 +125,7 @@ def test_the_document_is_generated_from_the_types() -> None:
 
 def test_emit_refuses_a_value_its_own_type_rejects(capsys: pytest.CaptureFixture[str]) -> None:
     """An id cut to a display prefix is an error, not a line a script reads."""
-    from ops.output import emit  # noqa: PLC0415 - the one function under test here
+    from smf_assurance.ops.output import emit  # noqa: PLC0415 - the one function under test here
 
     cut = cli_json.ModelGatewayClearJson(
         runtime_id="not a token", was_stopped=False, stopped=False, reason_codes=(), evidence=()
@@ -825,7 +833,7 @@ def scratch(world: World) -> Iterator[dict[str, str]]:
         'console_url = "https://console.example/"\n[tenants.tenant-acme.approvers]\n'
     )
     (work / "actor.json").write_text(json.dumps(ACTOR))
-    from subjects.keys import (  # noqa: PLC0415
+    from smf_assurance.subjects.keys import (  # noqa: PLC0415
         generate_signing_key,
         public_record,
         write_private_key,

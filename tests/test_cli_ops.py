@@ -1,7 +1,7 @@
 """The operator's and approver's command line: up, keys, approvals, ledger.
 
 Issues 3, 4 and 7, as a user meets them: a real nats-server, real key files,
-real SQLite ledgers, the CLI called through ``ops.cli.main`` (or as a process
+real SQLite ledgers, the CLI called through ``smf_assurance.ops.cli.main`` (or as a process
 for ``up``), and its promises checked from the outside: one readiness line,
 a clean stop that leaves no nats-server behind, one-line failures with a
 non-zero exit, and an approver who never signs what they did not see.
@@ -32,19 +32,26 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from adapters.client import ProposalClient
-from ops.cli import main
-from ops.commands.approvals import _print_view, _view_json
-from ops.demo_script import SCENARIOS
-from ops.logs import configure_logging
-from ops.natsserver import EmbeddedNatsServer
-from ops.stack import Stack, start_stack
-from ops.state import ADAPTER_ID, CONSOLE, OPERATOR, RUNTIME_ID, StateDir, provision_demo
-from pipeline.stages.streams import approval_stream_config, ensure_stream
-from pipeline.stores.ledger import Ledger
-from pipeline.stores.ledger_schema import entry_hash_of, parse_export_line
-from subjects import names
-from subjects.approvals import (
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.ops.cli import main
+from smf_assurance.ops.commands.approvals import _print_view, _view_json
+from smf_assurance.ops.demo_script import SCENARIOS
+from smf_assurance.ops.logs import configure_logging
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.stack import Stack, start_stack
+from smf_assurance.ops.state import (
+    ADAPTER_ID,
+    CONSOLE,
+    OPERATOR,
+    RUNTIME_ID,
+    StateDir,
+    provision_demo,
+)
+from smf_assurance.pipeline.stages.streams import approval_stream_config, ensure_stream
+from smf_assurance.pipeline.stores.ledger import Ledger
+from smf_assurance.pipeline.stores.ledger_schema import entry_hash_of, parse_export_line
+from smf_assurance.subjects import names
+from smf_assurance.subjects.approvals import (
     ApprovalBinding,
     ApprovalView,
     PendingAnnouncement,
@@ -52,10 +59,15 @@ from subjects.approvals import (
     ResolutionReply,
     binding_digest,
 )
-from subjects.bus_access import connect_options
-from subjects.canonical import identity_of, sha256_identity
-from subjects.keys import PublicKeyRecord, generate_signing_key, load_private_key, public_record
-from subjects.registry import encode_registry, entry_for
+from smf_assurance.subjects.bus_access import connect_options
+from smf_assurance.subjects.canonical import identity_of, sha256_identity
+from smf_assurance.subjects.keys import (
+    PublicKeyRecord,
+    generate_signing_key,
+    load_private_key,
+    public_record,
+)
+from smf_assurance.subjects.registry import encode_registry, entry_for
 from tests.bus_helpers import connector_durable, consumer_drained, wait_for
 from tests.test_console import FILING_RULES, a_binding
 from tests.test_ledger import make_entry
@@ -236,7 +248,15 @@ def test_up_runs_until_signalled_then_stops_and_leaves_no_nats_server(
     log = tmp_path / "up.log"
     with log.open("w") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ops.cli", "up", "--state-dir", str(state), "--json"],
+            [
+                sys.executable,
+                "-m",
+                "smf_assurance.ops.cli",
+                "up",
+                "--state-dir",
+                str(state),
+                "--json",
+            ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=log_file,

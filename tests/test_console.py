@@ -1,8 +1,8 @@
 """The approvers' console server, without a browser: sign-in, the list, the relay, HTTP.
 
 Issue 12; docs/CONSOLE.md. A real nats-server, the full stack from
-``ops.stack.start_stack`` (gate and example connectors), the console from
-``approver.console.server.start_console`` on a free port (aiohttp), and raw HTTP
+``smf_assurance.ops.stack.start_stack`` (gate and example connectors), the console from
+``smf_assurance.approver.console.server.start_console`` on a free port (aiohttp), and raw HTTP
 over asyncio streams, so that malformed requests can be sent too. Requests that the page
 would sign in the browser are signed here with the same keys, in Python.
 
@@ -74,24 +74,30 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from adapters.client import ProposalClient
-from approver import console as console_package
-from approver.client import content_matches
-from approver.console.access import LOGIN_PAYLOAD_TYPE, ConsoleLogin, LoginRefused, Roster, Sessions
-from approver.console.board import ApprovalBoard
-from approver.console.server import (
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.approver import console as console_package
+from smf_assurance.approver.client import content_matches
+from smf_assurance.approver.console.access import (
+    LOGIN_PAYLOAD_TYPE,
+    ConsoleLogin,
+    LoginRefused,
+    Roster,
+    Sessions,
+)
+from smf_assurance.approver.console.board import ApprovalBoard
+from smf_assurance.approver.console.server import (
     SESSION_COOKIE,
     ConsoleSettings,
     RunningConsole,
     start_console,
 )
-from ops.cli import main
-from ops.commands.console import _loopback
-from ops.demo_script import SCENARIOS
-from ops.logs import configure_logging
-from ops.natsserver import EmbeddedNatsServer, reserve_port
-from ops.stack import Stack, start_stack
-from ops.state import (
+from smf_assurance.ops.cli import main
+from smf_assurance.ops.commands.console import _loopback
+from smf_assurance.ops.demo_script import SCENARIOS
+from smf_assurance.ops.logs import configure_logging
+from smf_assurance.ops.natsserver import EmbeddedNatsServer, reserve_port
+from smf_assurance.ops.stack import Stack, start_stack
+from smf_assurance.ops.state import (
     ADAPTER_ID,
     CONSOLE,
     DEMO_TENANT,
@@ -100,8 +106,8 @@ from ops.state import (
     StateDir,
     provision_demo,
 )
-from subjects import dsse, names
-from subjects.approvals import (
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.approvals import (
     RULE_NOT_DESCRIBED,
     ApprovalBinding,
     ApprovalResolution,
@@ -111,9 +117,9 @@ from subjects.approvals import (
     ShowRequest,
     approval_id_for,
 )
-from subjects.bus_access import connect_options
-from subjects.keys import SigningKey
-from subjects.registry import RegistryFile, encode_registry, entry_for
+from smf_assurance.subjects.bus_access import connect_options
+from smf_assurance.subjects.keys import SigningKey
+from smf_assurance.subjects.registry import RegistryFile, encode_registry, entry_for
 from tests.bus_helpers import connector_durable, consumer_drained, random_identity, wait_for
 from tests.clocks import FrozenClock
 from tests.clocks import OffsetClock as Clock
@@ -123,7 +129,7 @@ ATTORNEY = "attorney-alex"
 PARALEGAL = "paralegal-pat"
 OTHER_TENANT_ATTORNEY = "olive-other"
 TENANT_TTL_MS = 300_000
-"""customer.acme.transmission-window in ops/corpus/scenarios/policies.json."""
+"""customer.acme.transmission-window in smf_assurance/ops/corpus/scenarios/policies.json."""
 
 
 # --- shared with tests/test_console_browser.py -------------------------------------
@@ -577,7 +583,7 @@ FILING_RULES: Final = {
     ),
 }
 """The rules that hold the demo's privileged court filing, with their titles in
-ops/corpus/scenarios/rules.json (the demo release's analysis projection)."""
+smf_assurance/ops/corpus/scenarios/rules.json (the demo release's analysis projection)."""
 
 
 async def test_the_view_names_each_rule_in_the_deciding_releases_words(world: World) -> None:
@@ -641,7 +647,7 @@ async def test_a_rule_the_deciding_release_does_not_describe_is_shown_by_id_alon
 
 def test_the_page_says_the_contracts_words_for_an_undescribed_rule() -> None:
     """The words for a rule the release does not describe are the contract's
-    (``subjects.approvals.RULE_NOT_DESCRIBED``): the page says exactly them."""
+    (``smf_assurance.subjects.approvals.RULE_NOT_DESCRIBED``): the page says exactly them."""
     script = (Path(console_package.__file__).parent / "static" / "app.js").read_text()
     assert f"const RULE_NOT_DESCRIBED = '{RULE_NOT_DESCRIBED}';" in script
 

@@ -3,7 +3,7 @@
 Issue 12, "Tests". Debian's ``chromium`` and ``chromium-driver`` (no browser
 download; ``make browser`` installs them, and these tests fail, never skip,
 when they are missing). Each test gets a real nats-server, the full stack with
-the example connectors (``ops.stack.start_stack``), the console, and a fresh
+the example connectors (``smf_assurance.ops.stack.start_stack``), the console, and a fresh
 browser profile. The stack runs on its own event loop in a background thread,
 because Selenium blocks the thread that drives it. The approver signs in by
 choosing their key file in the page, as a person would; the page signs with
@@ -27,7 +27,7 @@ What these tests prove:
   approval are refused with their reasons, and the expired one greys out; a
   deny with a reason from the form is accepted and sends nothing.
 - The page's canonical JSON agrees byte for byte with the shared golden
-  vectors, its signatures verify in Python (``subjects.dsse.open_struct``), and
+  vectors, its signatures verify in Python (``smf_assurance.subjects.dsse.open_struct``), and
   it refuses a key file whose parts do not belong together.
 - Every control has a name, focus moves to what was opened and back, and the
   text/background pairs on screen have a contrast of at least 4.5:1.
@@ -78,13 +78,13 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
-from approver.console.server import ConsoleSettings, RunningConsole, start_console
-from approver.notify.notice import notice_for
-from ops.logs import configure_logging
-from ops.stack import Stack, start_stack
-from ops.state import CONSOLE, DEMO_TENANT, OPERATOR, StateDir
-from subjects import dsse, names
-from subjects.approvals import (
+from smf_assurance.approver.console.server import ConsoleSettings, RunningConsole, start_console
+from smf_assurance.approver.notify.notice import notice_for
+from smf_assurance.ops.logs import configure_logging
+from smf_assurance.ops.stack import Stack, start_stack
+from smf_assurance.ops.state import CONSOLE, DEMO_TENANT, OPERATOR, StateDir
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.approvals import (
     RULE_NOT_DESCRIBED,
     ApprovalBinding,
     PendingAnnouncement,
@@ -92,10 +92,10 @@ from subjects.approvals import (
     binding_digest,
     open_outcome,
 )
-from subjects.bus_access import connect_options
-from subjects.canonical import canonical_bytes
-from subjects.keys import generate_signing_key, load_private_key, write_private_key
-from subjects.registry import load_registry
+from smf_assurance.subjects.bus_access import connect_options
+from smf_assurance.subjects.canonical import canonical_bytes
+from smf_assurance.subjects.keys import generate_signing_key, load_private_key, write_private_key
+from smf_assurance.subjects.registry import load_registry
 from tests.clocks import OffsetClock as Clock
 from tests.test_approval_desk import ledger_rows
 from tests.test_console import (
@@ -973,7 +973,8 @@ def test_the_page_signs_the_bytes_python_verifies(
     assert msgspec.to_builtins(value) == request
     assert verified.payload == canonical_bytes(request)
 
-    # Key files whose parts do not belong together are refused, as subjects/keys.py does.
+    # Key files whose parts do not belong together are refused, as smf_assurance/subjects/keys.py
+    # does.
     document = json.loads(key_file.read_text())
     other_file = tmp_path / "other.key"
     write_private_key(other_file, generate_signing_key(), "other")

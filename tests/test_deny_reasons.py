@@ -1,7 +1,8 @@
 """A deny with a reason, through the whole gate (issue 23, "Deliberate decisions").
 
 Real nats-server, real SQLite files, the full gate from
-``pipeline.assembly.start_gate``; approvers are ``approver.client.ApproverClient``
+``smf_assurance.pipeline.assembly.start_gate``; approvers are
+``smf_assurance.approver.client.ApproverClient``
 with keys from the provisioned registry, as in ``tests/test_approval_desk.py``.
 
 What these tests prove:
@@ -23,12 +24,12 @@ What these tests prove:
   override, a note over 500 characters.
 - A resolution signed before reasons existed (six fields) still verifies and
   still denies, with ``approver_denied`` alone and no note.
-- The closed list is declared once (``subjects.approvals.DENY_REASONS``): the
+- The closed list is declared once (``smf_assurance.subjects.approvals.DENY_REASONS``): the
   console's form offers exactly it, with the same labels.
 
 What they do not prove: what a runtime does with the note beyond receiving it
 (the OpenClaw plugin's block message: ``tests/test_openclaw_plugin.py`` and
-``adapters/openclaw/test/gate.test.ts``); the console's form in a browser
+``smf_assurance/adapters/openclaw/test/gate.test.ts``); the console's form in a browser
 (``tests/test_console_decisions.py``).
 """
 
@@ -48,15 +49,15 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
-from ops.logs import configure_logging
-from ops.natsserver import EmbeddedNatsServer
-from ops.stack import gate_config
-from ops.state import StateDir
-from pipeline.assembly import RunningGate, start_gate
-from subjects import dsse, names
-from subjects.approvals import DENY_REASONS, ApprovalResolution, DenyReason
-from subjects.canonical import canonical_bytes
-from subjects.messages import Verdict
+from smf_assurance.ops.logs import configure_logging
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.stack import gate_config
+from smf_assurance.ops.state import StateDir
+from smf_assurance.pipeline.assembly import RunningGate, start_gate
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.approvals import DENY_REASONS, ApprovalResolution, DenyReason
+from smf_assurance.subjects.canonical import canonical_bytes
+from smf_assurance.subjects.messages import Verdict
 from tests.clocks import OffsetClock as Clock
 from tests.test_approval_desk import (
     ATTORNEY,
@@ -272,5 +273,7 @@ class _Radios(HTMLParser):
 def test_the_closed_list_is_declared_once_and_the_console_offers_exactly_it() -> None:
     assert tuple(DENY_REASONS) == get_args(DenyReason)
     page = _Radios()
-    page.feed((ROOT / "approver" / "console" / "static" / "index.html").read_text())
+    page.feed(
+        (ROOT / "smf_assurance" / "approver" / "console" / "static" / "index.html").read_text()
+    )
     assert page.found == list(DENY_REASONS.items())

@@ -5,8 +5,8 @@ ARCHITECTURE.md, "One proposal through the bus": the connector reports on
 ambiguous/no report -> execution_unknown. Before issue 15 a direct allow's
 report was verified and dropped. Real nats-server (the ``nats_server``
 fixture, 127.0.0.1, a random port), real SQLite files in a provisioned state
-directory, the whole gate from ``pipeline.assembly.start_gate``, the example
-DMS connector (``ops.stack.example_connectors``) on its own connection, and a
+directory, the whole gate from ``smf_assurance.pipeline.assembly.start_gate``, the example
+DMS connector (``smf_assurance.ops.stack.example_connectors``) on its own connection, and a
 connector process killed mid-order (``tests/connector_crash_child.py``). Every
 test runs on both store backends: the SQLite claim file of one gate, and the
 JetStream KV claim bucket of a cluster replica (``ClusterSettings(replicas=1)``
@@ -62,19 +62,19 @@ from typing import Final
 import pytest
 from nats.aio.client import Client
 
-from adapters.client import ProposalClient
-from ops.natsserver import EmbeddedNatsServer
-from ops.stack import gate_config, seed_demo_documents
-from ops.state import StateDir, provision_demo
-from pipeline.assembly import RunningGate, start_gate
-from pipeline.assembly.config import ClusterSettings
-from pipeline.stores.claims import MERGED_SUFFIX
-from pipeline.stores.claims import SCHEMA as CLAIMS_SCHEMA
-from pipeline.stores.orders import SCHEMA as ORDERS_SCHEMA
-from subjects import names
-from subjects.dsse import encode_envelope, sign_struct
-from subjects.keys import SigningKey, generate_signing_key
-from subjects.messages import ExecutionReport, Verdict, order_id_for
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.stack import gate_config, seed_demo_documents
+from smf_assurance.ops.state import StateDir, provision_demo
+from smf_assurance.pipeline.assembly import RunningGate, start_gate
+from smf_assurance.pipeline.assembly.config import ClusterSettings
+from smf_assurance.pipeline.stores.claims import MERGED_SUFFIX
+from smf_assurance.pipeline.stores.claims import SCHEMA as CLAIMS_SCHEMA
+from smf_assurance.pipeline.stores.orders import SCHEMA as ORDERS_SCHEMA
+from smf_assurance.subjects import names
+from smf_assurance.subjects.dsse import encode_envelope, sign_struct
+from smf_assurance.subjects.keys import SigningKey, generate_signing_key
+from smf_assurance.subjects.messages import ExecutionReport, Verdict, order_id_for
 from tests.bus_helpers import wait_for
 from tests.clocks import OffsetClock
 from tests.test_approval_desk import connectors_running, file_report

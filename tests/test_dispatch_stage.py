@@ -14,18 +14,18 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 
-from ops.projections import load_policy_set
-from ops.scenarios_catalog import load_scenarios
-from pipeline.core.decision import Decision
-from pipeline.core.evaluator import evaluate
-from pipeline.service import StageRefusal
-from pipeline.stages.contracts import DispatchRequest
-from pipeline.stages.dispatch import DispatchStage
-from pipeline.stages.streams import ensure_gate_streams
-from pipeline.stages.transport import serve
-from subjects import dsse, names
-from subjects.keys import generate_signing_key
-from subjects.messages import ExecuteOrder
+from smf_assurance.ops.projections import load_policy_set
+from smf_assurance.ops.scenarios_catalog import load_scenarios
+from smf_assurance.pipeline.core.decision import Decision
+from smf_assurance.pipeline.core.evaluator import evaluate
+from smf_assurance.pipeline.service import StageRefusal
+from smf_assurance.pipeline.stages.contracts import DispatchRequest
+from smf_assurance.pipeline.stages.dispatch import DispatchStage
+from smf_assurance.pipeline.stages.streams import ensure_gate_streams
+from smf_assurance.pipeline.stages.transport import serve
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.keys import generate_signing_key
+from smf_assurance.subjects.messages import ExecuteOrder
 
 
 def decision_for(name: str) -> Decision:

@@ -1,4 +1,4 @@
-"""DSSE envelopes (subjects/dsse.py): one test per threat the verifier stops."""
+"""DSSE envelopes (smf_assurance/subjects/dsse.py): one test per threat the verifier stops."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from subjects.canonical import canonical_bytes
-from subjects.dsse import (
+from smf_assurance.subjects.canonical import canonical_bytes
+from smf_assurance.subjects.dsse import (
     MAX_ENVELOPE_BYTES,
     MAX_SIGNATURES,
     BadSignatureError,
@@ -34,7 +34,7 @@ from subjects.dsse import (
     sign_struct,
     verify,
 )
-from subjects.keys import SigningKey, VerifyKey, generate_signing_key
+from smf_assurance.subjects.keys import SigningKey, VerifyKey, generate_signing_key
 
 PAYLOAD_TYPE = "application/vnd.smf.test+json"
 PAYLOAD = b'{"action":"transmit"}'

@@ -1,4 +1,4 @@
-"""The operation envelope (subjects/envelope.py).
+"""The operation envelope (smf_assurance/subjects/envelope.py).
 
 Properties: the schema is the validator — every group and every field is
 required, unknown fields are rejected at every level, vocabularies are
@@ -18,8 +18,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from subjects.canonical import identity_of
-from subjects.envelope import (
+from smf_assurance.subjects.canonical import identity_of
+from smf_assurance.subjects.envelope import (
     ENVELOPE_SCHEMA,
     EnvelopeError,
     OperationEnvelope,
@@ -37,7 +37,7 @@ from tests.builders import (
     make_envelope,
 )
 
-SCENARIOS = Path(__file__).resolve().parents[1] / "ops" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[1] / "smf_assurance" / "ops" / "scenarios"
 GROUPS = ("effects", "destination", "data", "professional", "workflow", "runtime")
 
 

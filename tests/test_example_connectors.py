@@ -18,15 +18,20 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 
-from adapters.connector import AmbiguousExecution, ConnectorRunner, ExecutionOutcome, RunnerConfig
-from adapters.connectors import create_atomically
-from adapters.connectors.court_efiling import (
+from smf_assurance.adapters.connector import (
+    AmbiguousExecution,
+    ConnectorRunner,
+    ExecutionOutcome,
+    RunnerConfig,
+)
+from smf_assurance.adapters.connectors import create_atomically
+from smf_assurance.adapters.connectors.court_efiling import (
     REASON_FILING_CONFLICT,
     REASON_FILING_UNREADABLE,
     CourtEFilingConnector,
     Filing,
 )
-from adapters.connectors.dms import (
+from smf_assurance.adapters.connectors.dms import (
     REASON_NOT_FOUND,
     REASON_TOMBSTONE_CONFLICT,
     REASON_TOMBSTONE_UNREADABLE,
@@ -34,8 +39,8 @@ from adapters.connectors.dms import (
     Tombstone,
     valid_document_id,
 )
-from subjects.keys import generate_signing_key
-from subjects.messages import ExecuteOrder
+from smf_assurance.subjects.keys import generate_signing_key
+from smf_assurance.subjects.messages import ExecuteOrder
 from tests.bus_helpers import ReportInbox, ensure_execute_stream, make_order, publish_order
 
 INVALID = "invalid_arguments"

@@ -1,4 +1,5 @@
-"""The pure rules for who settles an order and how (``pipeline.core.execution_rules``).
+"""The pure rules for who settles an order and how
+(``smf_assurance.pipeline.core.execution_rules``).
 
 ARCHITECTURE.md, "Trust and identity on the bus" and "One proposal through
 the bus". No bus, no store: principals are built from registry entries here.
@@ -14,10 +15,10 @@ from typing import Any, Final
 
 import pytest
 
-from pipeline.core.execution_rules import Executor, settlement, signed_by
-from subjects.keys import generate_signing_key
-from subjects.messages import ExecutionReport
-from subjects.registry import Principal, entry_for
+from smf_assurance.pipeline.core.execution_rules import Executor, settlement, signed_by
+from smf_assurance.subjects.keys import generate_signing_key
+from smf_assurance.subjects.messages import ExecutionReport
+from smf_assurance.subjects.registry import Principal, entry_for
 
 ORDER: Final = "a" * 64
 

@@ -1,4 +1,4 @@
-"""Decisions explained in words (issue 25): ``pipeline.core.explanation``.
+"""Decisions explained in words (issue 25): ``smf_assurance.pipeline.core.explanation``.
 
 From a Decision (what ``eval`` has) the explanation names exactly the applied
 policies, their layers and rules in the release's words, where each
@@ -16,12 +16,15 @@ from typing import Any
 
 import pytest
 
-from ops.compiler import CompiledRelease, compile_corpus
-from ops.projections import SCENARIO_CORPUS, package_path
-from ops.scenarios_catalog import load_scenarios
-from pipeline.core.decision import APPROVAL_REQUIREMENT_INCOMPLETE, NO_APPLICABLE_POLICY
-from pipeline.core.evaluator import consequential_triggers, evaluate, is_consequential
-from pipeline.core.explanation import (
+from smf_assurance.ops.compiler import CompiledRelease, compile_corpus
+from smf_assurance.ops.projections import SCENARIO_CORPUS, package_path
+from smf_assurance.ops.scenarios_catalog import load_scenarios
+from smf_assurance.pipeline.core.decision import (
+    APPROVAL_REQUIREMENT_INCOMPLETE,
+    NO_APPLICABLE_POLICY,
+)
+from smf_assurance.pipeline.core.evaluator import consequential_triggers, evaluate, is_consequential
+from smf_assurance.pipeline.core.explanation import (
     GAP_APPLIED_FROM_REASONS,
     GAP_MATTER_ACTOR,
     GAP_REQUIREMENTS,
@@ -33,7 +36,7 @@ from pipeline.core.explanation import (
     explain,
     record_of,
 )
-from pipeline.core.projection import build_policy_set
+from smf_assurance.pipeline.core.projection import build_policy_set
 from tests.builders import (
     AT_MS,
     CONSEQUENTIAL_TRIGGERS,
@@ -62,7 +65,8 @@ EXPECTED_POLICIES = {
     ],
     "4-uncovered-consequential": [],
 }
-"""What each shipped scenario's decision rests on (ops/corpus/scenarios/policies.json)."""
+"""What each shipped scenario's decision rests on
+(smf_assurance/ops/corpus/scenarios/policies.json)."""
 
 
 def ledger_record(decision: Any) -> DecisionRecord:

@@ -23,11 +23,11 @@ from typing import Any, Final
 import msgspec
 import pytest
 
-from pipeline.core.normalize import Normalized
-from pipeline.core.projection import decode_enforcement, projection_bytes
-from pipeline.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
-from subjects import dsse, names
-from subjects.approvals import (
+from smf_assurance.pipeline.core.normalize import Normalized
+from smf_assurance.pipeline.core.projection import decode_enforcement, projection_bytes
+from smf_assurance.pipeline.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.approvals import (
     ApprovalResolution,
     ApprovalView,
     PendingAnnouncement,
@@ -35,8 +35,8 @@ from subjects.approvals import (
     ShowRequest,
     binding_digest,
 )
-from subjects.keys import SigningKey
-from subjects.release import decode_bundle, decode_trust_root, encode_trust_root
+from smf_assurance.subjects.keys import SigningKey
+from smf_assurance.subjects.release import decode_bundle, decode_trust_root, encode_trust_root
 from tests.builders import (
     ALWAYS,
     AT_MS,

@@ -19,7 +19,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-from ops.hermes_env import (
+from smf_assurance.ops.hermes_env import (
     SURFACE_PACKAGES,
     _pins_key,
     _plugin_requirements,
@@ -29,15 +29,15 @@ from ops.hermes_env import (
 from tests.surface_matrix import ROOT
 
 PROBE = (
-    "import importlib.metadata as m, json, adapters\n"
+    "import importlib.metadata as m, json, smf_assurance.adapters as adapters\n"
     "points = [(e.name, e.value) for e in m.entry_points(group='hermes_agent.plugins')]\n"
     "print(json.dumps({'points': points, 'adapters': adapters.__file__}))\n"
 )
 
 
 def checkout(folder: Path, version: str) -> Path:
-    """A stand-in checkout: our pyproject under another version, and an ``adapters``
-    package that says which checkout it is."""
+    """A stand-in checkout: our pyproject under another version, and an
+    ``smf_assurance.adapters`` package that says which checkout it is."""
     folder.mkdir()
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     points = meta["entry-points"]["hermes_agent.plugins"]
@@ -49,8 +49,9 @@ def checkout(folder: Path, version: str) -> Path:
         *(f'{key} = "{value}"' for key, value in points.items()),
     ]
     (folder / "pyproject.toml").write_text("\n".join(lines) + "\n")
-    (folder / "adapters").mkdir()
-    (folder / "adapters" / "__init__.py").write_text(f"CHECKOUT = {version!r}\n")
+    (folder / "smf_assurance" / "adapters").mkdir(parents=True)
+    (folder / "smf_assurance" / "__init__.py").write_text("")
+    (folder / "smf_assurance" / "adapters" / "__init__.py").write_text(f"CHECKOUT = {version!r}\n")
     return folder
 
 
@@ -85,7 +86,7 @@ def test_two_checkouts_share_the_pinned_venv_without_changing_it(tmp_path: Path)
         )
         assert done.returncode == 0, done.stderr[-2000:]
         seen = json.loads(done.stdout)
-        assert seen["points"] == [["smf-assurance", "adapters.hermes.plugin"]]
+        assert seen["points"] == [["smf-assurance", "smf_assurance.adapters.hermes.plugin"]]
         assert Path(seen["adapters"]).is_relative_to(project)
 
 

@@ -87,8 +87,8 @@ from typing import Any
 
 import pytest
 
-from ops.runtimes import HERMES_RUNTIME_ID
-from subjects.call_context import is_gateway_call_id
+from smf_assurance.ops.runtimes import HERMES_RUNTIME_ID
+from smf_assurance.subjects.call_context import is_gateway_call_id
 from tests.test_hermes_conformance import (
     CLIENT_REPLY,
     HermesRuns,
@@ -339,7 +339,8 @@ def register(ctx):
         for table, name in ((manager._hooks, "pre_tool_call"),
                             (manager._middleware, "tool_execution")):
             table[name] = [cb for cb in table.get(name, [])
-                           if not getattr(cb, "__module__", "").startswith("adapters.hermes")]
+                           if not getattr(cb, "__module__",
+                           "").startswith("smf_assurance.adapters.hermes")]
     ctx.register_hook("pre_llm_call", steal)
 """
 

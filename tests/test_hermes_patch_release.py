@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from ops.projections import SCENARIO_CORPUS, package_path
-from subjects.canonical import sha256_identity
+from smf_assurance.ops.projections import SCENARIO_CORPUS, package_path
+from smf_assurance.subjects.canonical import sha256_identity
 from tests.test_hermes_conformance import (
     HermesRuns,
     call,

@@ -3,7 +3,7 @@
 Two halves.
 
 Pure (no bus): the checks every consumer runs, defined once in
-``subjects.release`` and used both by the adapter's ``ReleaseVerifier`` and
+``smf_assurance.subjects.release`` and used both by the adapter's ``ReleaseVerifier`` and
 by the gate's ``ReleaseTrust``: one test per subjects-level error (bad
 signature, below threshold, digest mismatch, issued later / expired lease,
 rollback within a process), that a failed check never moves the in-memory
@@ -40,32 +40,32 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 
-from adapters.client import ProposalClient
-from adapters.hermes import plugin
-from adapters.hermes.release import ReleaseVerifier
-from ops.demo_script import actor
-from ops.natsserver import EmbeddedNatsServer
-from ops.projections import SCENARIO_CORPUS, package_path
-from ops.releases import (
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.adapters.hermes import plugin
+from smf_assurance.adapters.hermes.release import ReleaseVerifier
+from smf_assurance.ops.demo_script import actor
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.projections import SCENARIO_CORPUS, package_path
+from smf_assurance.ops.releases import (
     build_release,
     latest_in_inbox,
     prior_of,
     publish_to_bucket,
     unverified_manifest,
 )
-from ops.runtimes import HERMES_PRINCIPAL, provision_runtime
-from ops.stack import gate_config
-from ops.state import RELEASE_SIGNER, StateDir, provision_demo
-from pipeline.assembly import RunningGate, start_gate
-from pipeline.core.release_trust import ReleaseTrust, TrustedTime
-from pipeline.stages.attestation import AttestationDesk, RuntimeRequirement, _judge
-from subjects import names
-from subjects.attestation import AttestationAck, RuntimeAttestation
-from subjects.canonical import sha256_identity
-from subjects.dsse import encode_envelope, sign_struct
-from subjects.messages import DataFacts
-from subjects.registry import load_registry
-from subjects.release import (
+from smf_assurance.ops.runtimes import HERMES_PRINCIPAL, provision_runtime
+from smf_assurance.ops.stack import gate_config
+from smf_assurance.ops.state import RELEASE_SIGNER, StateDir, provision_demo
+from smf_assurance.pipeline.assembly import RunningGate, start_gate
+from smf_assurance.pipeline.core.release_trust import ReleaseTrust, TrustedTime
+from smf_assurance.pipeline.stages.attestation import AttestationDesk, RuntimeRequirement, _judge
+from smf_assurance.subjects import names
+from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
+from smf_assurance.subjects.canonical import sha256_identity
+from smf_assurance.subjects.dsse import encode_envelope, sign_struct
+from smf_assurance.subjects.messages import DataFacts
+from smf_assurance.subjects.registry import load_registry
+from smf_assurance.subjects.release import (
     DEFAULT_MAX_SKEW_MS,
     RELEASE_BUCKET,
     BadReleaseSignatureError,

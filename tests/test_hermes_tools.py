@@ -5,7 +5,7 @@ handlers the plugin registers are called the way Hermes's tool registry calls
 them (``handler(args, task_id=..., session_id=...)``, from a thread), against
 a real gate, a real nats-server and the gate's example connectors
 (``court-efiling``, ``dms``) consuming ``smf.execute.<connector>``, with the
-approver's client (``approver/client.py``) resolving holds.
+approver's client (``smf_assurance/approver/client.py``) resolving holds.
 
 Proves: a court filing is HELD (the model's text names the approval id and
 expiry and never says it was sent), nothing reaches the connector before the
@@ -36,18 +36,18 @@ import pytest
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 
-from adapters.connectors.court_efiling import Filing
-from adapters.hermes import plugin, tools
-from approver.client import ApproverClient
-from ops.natsserver import EmbeddedNatsServer
-from ops.releases import latest_in_inbox, publish_to_bucket
-from ops.runtimes import HERMES_RUNTIME_ID, provision_runtime
-from ops.stack import gate_config
-from ops.state import StateDir, provision_demo
-from pipeline.assembly import RunningGate, start_gate
-from subjects import dsse, names
-from subjects.messages import ExecuteOrder, Verdict
-from subjects.registry import load_registry
+from smf_assurance.adapters.connectors.court_efiling import Filing
+from smf_assurance.adapters.hermes import plugin, tools
+from smf_assurance.approver.client import ApproverClient
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.releases import latest_in_inbox, publish_to_bucket
+from smf_assurance.ops.runtimes import HERMES_RUNTIME_ID, provision_runtime
+from smf_assurance.ops.stack import gate_config
+from smf_assurance.ops.state import StateDir, provision_demo
+from smf_assurance.pipeline.assembly import RunningGate, start_gate
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.messages import ExecuteOrder, Verdict
+from smf_assurance.subjects.registry import load_registry
 from tests.bus_helpers import connector_durable, consumer_drained, wait_for
 from tests.clocks import OffsetClock
 from tests.test_approval_desk import connectors_running
@@ -107,7 +107,7 @@ async def gate(state: StateDir, nats_server: EmbeddedNatsServer) -> AsyncIterato
 
 @pytest.fixture
 async def connectors(gate: RunningGate, state: StateDir, nats_url: str) -> AsyncIterator[None]:
-    """The example connectors on their own connection, as ``ops.stack`` runs them."""
+    """The example connectors on their own connection, as ``smf_assurance.ops.stack`` runs them."""
     async with connectors_running(state, nats_url):
         yield
 

@@ -34,44 +34,44 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from adapters.client import ProposalClient
-from adapters.hermes import mapping, plugin
-from adapters.hermes.attestation import (
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.adapters.hermes import mapping, plugin
+from smf_assurance.adapters.hermes.attestation import (
     hook_presence,
     observed_cli_streaming,
     streaming_settings,
     with_observed_cli,
 )
-from adapters.hermes.bridge import Bridge, BridgeError
-from adapters.hermes.config import protected_files
-from adapters.hermes.hooks.model_request import PROOF_REUSE_MS
-from ops.demo_script import actor
-from ops.model_gateway import provision_gateway_runtime, set_upstream
-from ops.natsserver import EmbeddedNatsServer
-from ops.releases import latest_in_inbox, publish_to_bucket, unverified_manifest
-from ops.runtimes import (
+from smf_assurance.adapters.hermes.bridge import Bridge, BridgeError
+from smf_assurance.adapters.hermes.config import protected_files
+from smf_assurance.adapters.hermes.hooks.model_request import PROOF_REUSE_MS
+from smf_assurance.ops.demo_script import actor
+from smf_assurance.ops.model_gateway import provision_gateway_runtime, set_upstream
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.releases import latest_in_inbox, publish_to_bucket, unverified_manifest
+from smf_assurance.ops.runtimes import (
     HERMES_PRINCIPAL,
     HERMES_RUNTIME_ID,
     load_attestation_requirements,
     provision_runtime,
 )
-from ops.stack import gate_config
-from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
-from pipeline.assembly import RunningGate, start_gate
-from pipeline.stages.attestation import MAX_INSTANCES, AttestationDesk
-from pipeline.stores.ledger_audit import export_jsonl
-from subjects import names
-from subjects.attestation import AttestationAck, StreamingSetting
-from subjects.dsse import encode_envelope, sign_struct
-from subjects.messages import DataFacts, ProposedDestination
-from subjects.model_gateway import (
+from smf_assurance.ops.stack import gate_config
+from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from smf_assurance.pipeline.assembly import RunningGate, start_gate
+from smf_assurance.pipeline.stages.attestation import MAX_INSTANCES, AttestationDesk
+from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
+from smf_assurance.subjects import names
+from smf_assurance.subjects.attestation import AttestationAck, StreamingSetting
+from smf_assurance.subjects.dsse import encode_envelope, sign_struct
+from smf_assurance.subjects.messages import DataFacts, ProposedDestination
+from smf_assurance.subjects.model_gateway import (
     InstanceProof,
     new_instance_id,
     open_instance_proof,
     seal_instance_proof,
 )
-from subjects.registry import load_registry
-from subjects.verdicts import NOT_SIGNED_BY_GATE
+from smf_assurance.subjects.registry import load_registry
+from smf_assurance.subjects.verdicts import NOT_SIGNED_BY_GATE
 from tests.bus_helpers import FORGED_TEXT, Rogue, unsigned
 from tests.clocks import FrozenClock as Clock
 
@@ -376,7 +376,8 @@ async def test_a_rogue_answering_first_cannot_release_a_denied_call_or_a_withhel
 ) -> None:
     """A client on the bus answers proposals and output closes with an unsigned
     allow before the gate can: the adapter reads only verdicts a gate key of its
-    verified release signed (``subjects.verdicts``), so it still blocks and withholds."""
+    verified release signed (``smf_assurance.subjects.verdicts``), so it still blocks and
+    withholds."""
     context = tmp_path / "external.json"
     external = {"address": "telegram:client-chat", "locality": "external"}
     write_context(context, held_dir, reply={"destination": external})
@@ -1225,7 +1226,9 @@ def test_a_proof_that_cannot_be_sealed_is_left_out_never_raised(
     def broken(*_args: Any) -> str:
         raise RuntimeError("no signer")
 
-    monkeypatch.setattr("adapters.hermes.hooks.model_request.seal_instance_proof", broken)
+    monkeypatch.setattr(
+        "smf_assurance.adapters.hermes.hooks.model_request.seal_instance_proof", broken
+    )
     assert adapter.llm_request(request={"messages": []}) is None
 
 

@@ -1,4 +1,4 @@
-"""Keyed identifiers (subjects/keyed.py).
+"""Keyed identifiers (smf_assurance/subjects/keyed.py).
 
 Properties: the golden vectors hold; the identifier is a real HMAC-SHA-256
 over length-framed domain and value; framing makes (domain, value) pairs
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from subjects.keyed import (
+from smf_assurance.subjects.keyed import (
     KEYED_PREFIX,
     MIN_KEY_BYTES,
     KeyedIdentifierError,

@@ -1,4 +1,4 @@
-"""Ed25519 keys, key ids and key files (subjects/keys.py)."""
+"""Ed25519 keys, key ids and key files (smf_assurance/subjects/keys.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from subjects.keys import (
+from smf_assurance.subjects.keys import (
     KEY_ID_PREFIX,
     MAX_KEY_FILE_BYTES,
     PRIVATE_KEY_KIND,

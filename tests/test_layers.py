@@ -2,7 +2,7 @@
 
 Every ``import`` and ``from ... import`` in every product module is read with
 the ``ast`` module, including imports inside functions, and held against the
-rules:
+rules (every package named without the ``smf_assurance`` namespace):
 
 - ``subjects/`` (the bus contract) imports nothing of ours;
 - ``pipeline/core`` does no I/O: besides itself and ``subjects`` it imports
@@ -30,11 +30,13 @@ from typing import Final
 
 import pytest
 
-from ops.natsserver import EmbeddedNatsServer
-from ops.state import StateDir, provision_demo
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.state import StateDir, provision_demo
 
 ROOT: Final = Path(__file__).resolve().parents[1]
+NAMESPACE: Final = "smf_assurance"
 OURS: Final = ("subjects", "pipeline", "adapters", "approver", "swarm", "ops")
+"""Our packages, named here without the ``smf_assurance.`` namespace they all live in."""
 PURE_STDLIB: Final = frozenset(
     {
         "__future__",
@@ -63,13 +65,13 @@ process, thread, clock or event-loop module."""
 
 def modules() -> Iterator[tuple[str, Path]]:
     for package in OURS:
-        folder = ROOT / package
+        folder = ROOT / NAMESPACE / package
         if not folder.is_dir():
             continue
         for path in sorted(folder.rglob("*.py")):
             if "node_modules" in path.parts:
                 continue
-            parts = path.relative_to(ROOT).with_suffix("").parts
+            parts = path.relative_to(ROOT / NAMESPACE).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             yield name, path
 
@@ -79,7 +81,8 @@ MODULES: Final = dict(modules())
 
 def imported(name: str, path: Path) -> set[str]:
     """Every module ``path`` imports, anywhere in it, as absolute dotted names:
-    ``from a import b`` counts as ``a.b`` when that is a module of ours, else as ``a``."""
+    ``from a import b`` counts as ``a.b`` when that is a module of ours, else as ``a``;
+    ours without the namespace prefix."""
     found: set[str] = set()
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -93,9 +96,13 @@ def imported(name: str, path: Path) -> set[str]:
             else:
                 target = node.module or ""
             for alias in node.names:
-                child = f"{target}.{alias.name}"
-                found.add(child if child in MODULES else target)
-    return found
+                child = _local(f"{target}.{alias.name}")
+                found.add(child if child in MODULES else _local(target))
+    return {_local(n) for n in found}
+
+
+def _local(module: str) -> str:
+    return module.removeprefix(NAMESPACE + ".")
 
 
 def top(module: str) -> str:
@@ -127,7 +134,14 @@ def test_subjects_import_nothing_of_ours() -> None:
 
 
 def test_the_core_does_no_io() -> None:
-    assert violations("pipeline.core", ("pipeline.core", "subjects"), stdlib_only=True) == []
+    assert (
+        violations(
+            "pipeline.core",
+            ("pipeline.core", "subjects"),
+            stdlib_only=True,
+        )
+        == []
+    )
 
 
 def test_nothing_outside_ops_imports_ops() -> None:
@@ -204,12 +218,12 @@ def test_the_rules_read_real_imports() -> None:
 CHILD: Final = textwrap.dedent(
     """
     import asyncio, json, sys
-    sys.modules["ops"] = None  # any import of ops now raises ImportError
-    from pipeline.assembly import GateConfig, StorePaths, start_gate
-    from pipeline.core.projection import build_policy_set, decode_enforcement
-    from subjects.keyed import PseudonymKey
-    from subjects.keys import load_private_key
-    from subjects.registry import load_registry
+    sys.modules["smf_assurance.ops"] = None  # any import of ops now raises ImportError
+    from smf_assurance.pipeline.assembly import GateConfig, StorePaths, start_gate
+    from smf_assurance.pipeline.core.projection import build_policy_set, decode_enforcement
+    from smf_assurance.subjects.keyed import PseudonymKey
+    from smf_assurance.subjects.keys import load_private_key
+    from smf_assurance.subjects.registry import load_registry
     from pathlib import Path
 
     async def main(paths):
@@ -229,7 +243,7 @@ CHILD: Final = textwrap.dedent(
         stats = [s.stats() for s in running.services]
         await running.close()
         print(json.dumps({"services": sorted(s.name for s in stats),
-                          "ops_loaded": any(m == "ops" or m.startswith("ops.")
+                          "ops_loaded": any(m.startswith("smf_assurance.ops")
                                             for m, v in sys.modules.items() if v is not None)}))
 
     asyncio.run(main(json.loads(sys.argv[1])))
@@ -238,7 +252,7 @@ CHILD: Final = textwrap.dedent(
 
 
 def test_a_gate_starts_from_pipeline_alone(tmp_path: Path, nats_server: EmbeddedNatsServer) -> None:
-    from ops.projections import SCENARIO_PROJECTION, package_path  # noqa: PLC0415
+    from smf_assurance.ops.projections import SCENARIO_PROJECTION, package_path  # noqa: PLC0415
 
     state = StateDir(tmp_path / "state")
     provision_demo(state)

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from pipeline.stores import ledger_schema
-from pipeline.stores.ledger import (
+from smf_assurance.pipeline.stores import ledger_schema
+from smf_assurance.pipeline.stores.ledger import (
     CHAIN_BROKEN,
     CHECKPOINT_BAD_SIGNATURE,
     CHECKPOINT_MALFORMED,
@@ -42,7 +42,7 @@ from pipeline.stores.ledger import (
     export_jsonl,
     verify_ledger,
 )
-from pipeline.stores.ledger_schema import (
+from smf_assurance.pipeline.stores.ledger_schema import (
     CHECKPOINT_PAYLOAD_TYPE,
     DDL,
     ENTRY_COLUMNS,
@@ -55,11 +55,11 @@ from pipeline.stores.ledger_schema import (
     parse_checkpoint_payload,
     parse_export_line,
 )
-from pipeline.stores.sqlite_worker import StoreUnavailable
-from subjects import dsse
-from subjects.canonical import canonical_bytes, identity_of, parse_canonical
-from subjects.keyed import keyed_identifier
-from subjects.keys import SigningKey, VerifyKey, generate_signing_key
+from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
+from smf_assurance.subjects import dsse
+from smf_assurance.subjects.canonical import canonical_bytes, identity_of, parse_canonical
+from smf_assurance.subjects.keyed import keyed_identifier
+from smf_assurance.subjects.keys import SigningKey, VerifyKey, generate_signing_key
 from tests.store_helpers import parked, statements
 
 TENANT_KEY = b"k" * 32

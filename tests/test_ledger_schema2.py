@@ -30,9 +30,9 @@ from typing import Any, Final
 import pytest
 from structlog.testing import capture_logs
 
-from pipeline.stores import ledger_schema
-from pipeline.stores.claims import ClaimStore
-from pipeline.stores.ledger import (
+from smf_assurance.pipeline.stores import ledger_schema
+from smf_assurance.pipeline.stores.claims import ClaimStore
+from smf_assurance.pipeline.stores.ledger import (
     EvidenceEntry,
     EvidenceEntryRejected,
     EvidenceStoreUnavailable,
@@ -40,7 +40,7 @@ from pipeline.stores.ledger import (
     export_jsonl,
     verify_ledger,
 )
-from pipeline.stores.ledger_schema import (
+from smf_assurance.pipeline.stores.ledger_schema import (
     DDL,
     ENTRY_COLUMNS,
     GENESIS_HASH,
@@ -50,9 +50,9 @@ from pipeline.stores.ledger_schema import (
     entry_hash_of,
     parse_export_line,
 )
-from subjects.canonical import identity_of
-from subjects.keyed import keyed_identifier
-from subjects.keys import SigningKey, VerifyKey
+from smf_assurance.subjects.canonical import identity_of
+from smf_assurance.subjects.keyed import keyed_identifier
+from smf_assurance.subjects.keys import SigningKey, VerifyKey
 from tests.test_ledger import attacker
 
 FIXTURE: Final = Path(__file__).parent / "data" / "ledger-v1.db"

@@ -1,7 +1,7 @@
 """The model gateway (issue 16) against a real gate, a real nats-server and a fake provider.
 
 Every request crosses the real HTTP server (aiohttp) of the gateway; the
-provider is the fake of ``ops.bench.fake_model`` on 127.0.0.1; the gate is a
+provider is the fake of ``smf_assurance.ops.bench.fake_model`` on 127.0.0.1; the gate is a
 real one (``start_stack``: release, ledger, output buffer, authorization on).
 
 Proves, for these paths: a runtime that holds no fresh, accepted attestation
@@ -37,20 +37,20 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from ops.bench import gateway as scripted
-from ops.bench.fake_model import FakeModel, Reply
-from ops.bench.gateway import attest as scripted_attest
-from ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
-from ops.runtimes import provision_runtime
-from ops.stack import Stack, start_stack
-from ops.state import OPERATOR, StateDir, provision_demo
-from pipeline.assembly.model_gateway import RunningModelGateway, start_model_gateway
-from pipeline.stages.model_gateway import GatewaySettings, Upstream
-from pipeline.stores.ledger_audit import export_jsonl
-from subjects import names
-from subjects.attestation import AttestationAck
-from subjects.keys import SigningKey
-from subjects.messages import ProposedDestination
+from smf_assurance.ops.bench import gateway as scripted
+from smf_assurance.ops.bench.fake_model import FakeModel, Reply
+from smf_assurance.ops.bench.gateway import attest as scripted_attest
+from smf_assurance.ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
+from smf_assurance.ops.runtimes import provision_runtime
+from smf_assurance.ops.stack import Stack, start_stack
+from smf_assurance.ops.state import OPERATOR, StateDir, provision_demo
+from smf_assurance.pipeline.assembly.model_gateway import RunningModelGateway, start_model_gateway
+from smf_assurance.pipeline.stages.model_gateway import GatewaySettings, Upstream
+from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
+from smf_assurance.subjects import names
+from smf_assurance.subjects.attestation import AttestationAck
+from smf_assurance.subjects.keys import SigningKey
+from smf_assurance.subjects.messages import ProposedDestination
 from tests.bus_helpers import wait_for
 
 PIN = "1.0.0"

@@ -49,23 +49,23 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from adapters.client import ProposalClient
-from approver.client import ApproverClient
-from ops.bench.fake_model import FakeModel, Reply
-from ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
-from ops.runtimes import provision_runtime
-from ops.stack import start_stack
-from ops.state import MODEL_GATEWAY, OPERATOR, StateDir, provision_demo
-from pipeline.assembly.config import shipped_mapper_tables
-from pipeline.assembly.model_gateway import start_model_gateway
-from pipeline.core import model_turns
-from pipeline.core.detectors import raise_facts
-from pipeline.core.normalize import normalize
-from pipeline.stages.model_gateway import GatewaySettings, Upstream, new_call_id
-from pipeline.stores.call_context import CallContextInvalid, open_call_context
-from subjects import dsse, names
-from subjects.approvals import open_outcome
-from subjects.call_context import (
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.approver.client import ApproverClient
+from smf_assurance.ops.bench.fake_model import FakeModel, Reply
+from smf_assurance.ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
+from smf_assurance.ops.runtimes import provision_runtime
+from smf_assurance.ops.stack import start_stack
+from smf_assurance.ops.state import MODEL_GATEWAY, OPERATOR, StateDir, provision_demo
+from smf_assurance.pipeline.assembly.config import shipped_mapper_tables
+from smf_assurance.pipeline.assembly.model_gateway import start_model_gateway
+from smf_assurance.pipeline.core import model_turns
+from smf_assurance.pipeline.core.detectors import raise_facts
+from smf_assurance.pipeline.core.normalize import normalize
+from smf_assurance.pipeline.stages.model_gateway import GatewaySettings, Upstream, new_call_id
+from smf_assurance.pipeline.stores.call_context import CallContextInvalid, open_call_context
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.approvals import open_outcome
+from smf_assurance.subjects.call_context import (
     CALL_CONTEXT_STREAM,
     CALL_CONTEXT_SUBJECT_PREFIX,
     PAYLOAD_CALL_CONTEXT,
@@ -73,10 +73,10 @@ from subjects.call_context import (
     call_context_key,
     is_gateway_call_id,
 )
-from subjects.envelope import Classification, InjectionTaint
-from subjects.keys import SigningKey
-from subjects.messages import DataFacts, Proposal, ProposedDestination, Verdict
-from subjects.registry import load_registry
+from smf_assurance.subjects.envelope import Classification, InjectionTaint
+from smf_assurance.subjects.keys import SigningKey
+from smf_assurance.subjects.messages import DataFacts, Proposal, ProposedDestination, Verdict
+from smf_assurance.subjects.registry import load_registry
 from tests.bus_helpers import wait_for
 from tests.test_model_gateway import (
     ACTOR,

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from subjects import names
-from subjects.keys import SigningKey
-from subjects.model_gateway import (
+from smf_assurance.subjects import names
+from smf_assurance.subjects.keys import SigningKey
+from smf_assurance.subjects.model_gateway import (
     MAX_INSTANCE_PROOF_CHARS,
     InstanceProof,
     new_instance_id,

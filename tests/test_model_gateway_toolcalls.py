@@ -35,22 +35,22 @@ import msgspec
 import nats
 import pytest
 
-from adapters.client import ProposalClient, tool_call_id_of
-from ops.bench.fake_model import FakeModel, Reply
-from ops.cli import main
-from ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
-from ops.runtimes import provision_runtime
-from ops.stack import start_stack
-from ops.state import OPERATOR, StateDir, provision_demo
-from pipeline.assembly.model_gateway import start_model_gateway
-from pipeline.stages.model_gateway import GatewaySettings, _Bounded, new_call_id
-from pipeline.stages.tool_calls import DecidedCalls
-from pipeline.stores.ledger_audit import export_jsonl
-from subjects.keys import SigningKey
-from subjects.messages import Verdict
-from subjects.model_gateway import GatewayCalls, GatewayClear, GatewayCleared
-from subjects.names import GATEWAY_CALLS, GATEWAY_CLEAR, HEADER_SERVICE_ERROR
-from subjects.registry import load_registry
+from smf_assurance.adapters.client import ProposalClient, tool_call_id_of
+from smf_assurance.ops.bench.fake_model import FakeModel, Reply
+from smf_assurance.ops.cli import main
+from smf_assurance.ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
+from smf_assurance.ops.runtimes import provision_runtime
+from smf_assurance.ops.stack import start_stack
+from smf_assurance.ops.state import OPERATOR, StateDir, provision_demo
+from smf_assurance.pipeline.assembly.model_gateway import start_model_gateway
+from smf_assurance.pipeline.stages.model_gateway import GatewaySettings, _Bounded, new_call_id
+from smf_assurance.pipeline.stages.tool_calls import DecidedCalls
+from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
+from smf_assurance.subjects.keys import SigningKey
+from smf_assurance.subjects.messages import Verdict
+from smf_assurance.subjects.model_gateway import GatewayCalls, GatewayClear, GatewayCleared
+from smf_assurance.subjects.names import GATEWAY_CALLS, GATEWAY_CLEAR, HEADER_SERVICE_ERROR
+from smf_assurance.subjects.registry import load_registry
 from tests.builders import normalized_proposal
 from tests.test_model_gateway import (
     ACTOR,

@@ -1,4 +1,4 @@
-"""A model turn read whole and written back (``pipeline.core.model_turns``, issue 16).
+"""A model turn read whole and written back (``smf_assurance.pipeline.core.model_turns``, issue 16).
 
 Proves: however a provider's SSE bytes are split on the wire, the assembled
 turn is the same; a stream without its finish and ``[DONE]`` is refused, so a
@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ops.bench.fake_model import Reply, _completion, _events
-from pipeline.core import model_turns
-from pipeline.core.model_turns import StreamAssembler, Turn, TurnError
+from smf_assurance.ops.bench.fake_model import Reply, _completion, _events
+from smf_assurance.pipeline.core import model_turns
+from smf_assurance.pipeline.core.model_turns import StreamAssembler, Turn, TurnError
 
 CALLS = (("call_a", "terminal", '{"command": "ls"}'), ("call_b", "read_file", '{"path": "x"}'))
 

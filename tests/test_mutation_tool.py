@@ -1,4 +1,4 @@
-"""The mutation tool itself (ops/mutation/, ``make mutate``).
+"""The mutation tool itself (smf_assurance/ops/mutation/, ``make mutate``).
 
 Proves: each operator makes the one change it names and nothing is mutated
 where the tool says it skips (docstrings, messages, logging, ``__repr__``,
@@ -17,11 +17,11 @@ import textwrap
 
 import pytest
 
-from ops.mutation.cli import main, report
-from ops.mutation.operators import OPERATORS, Mutant, mutants_in
-from ops.mutation.reviewed import EQUIVALENT
-from ops.mutation.runner import Result, Run, Status, run
-from ops.mutation.targets import Target
+from smf_assurance.ops.mutation.cli import main, report
+from smf_assurance.ops.mutation.operators import OPERATORS, Mutant, mutants_in
+from smf_assurance.ops.mutation.reviewed import EQUIVALENT
+from smf_assurance.ops.mutation.runner import Result, Run, Status, run
+from smf_assurance.ops.mutation.targets import Target
 
 SAMPLE = Target("sample", "pkg.sample", ("tests/test_sample.py",))
 
@@ -178,7 +178,9 @@ def test_every_operator_is_documented() -> None:
 
 # --- a real run --------------------------------------------------------------------------
 
-KEYED = Target("keyed", "subjects.keyed", ("tests/test_keyed.py::test_empty_domain_message",))
+KEYED = Target(
+    "keyed", "smf_assurance.subjects.keyed", ("tests/test_keyed.py::test_empty_domain_message",)
+)
 """The real keyed-identifier module against one real test: an empty domain is refused."""
 
 
@@ -199,7 +201,7 @@ def test_a_real_run_kills_what_the_tests_catch_and_reports_the_rest() -> None:
 
 
 def test_an_unmutated_failure_means_the_module_is_not_scored() -> None:
-    broken = Target("keyed", "subjects.keyed", ("tests/test_keyed.py::no_such_test",))
+    broken = Target("keyed", "smf_assurance.subjects.keyed", ("tests/test_keyed.py::no_such_test",))
     outcome = run([broken], jobs=1, match=["keyed.py:27  raise"])
     assert "keyed" in outcome.broken
     assert outcome.results == []
@@ -234,8 +236,8 @@ def test_the_gate_needs_90_percent_and_every_survivor_reviewed(
 def test_list_prints_every_mutant_of_a_module(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--list", "--module", "keyed"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("# keyed (subjects/keyed.py):")
-    assert "subjects/keyed.py:27  raise" in out
+    assert out.startswith("# keyed (smf_assurance/subjects/keyed.py):")
+    assert "smf_assurance/subjects/keyed.py:27  raise" in out
 
 
 def test_make_mutate_passes_when_every_survivor_is_reviewed(

@@ -1,13 +1,13 @@
 """Notifications to entitled approvers (issue 23, "Notifications"), end to end.
 
-A real nats-server with the full stack (``ops.stack.start_stack``: gate and
+A real nats-server with the full stack (``smf_assurance.ops.stack.start_stack``: gate and
 example connectors, bus permissions on), real held filings proposed through
 the gate (``tests.test_console.hold_filing``), the notifier from
-``approver.notify.service.start_notifier`` connected as the ``console``
+``smf_assurance.approver.notify.service.start_notifier`` connected as the ``console``
 principal, a real SMTP server (aiosmtpd's protocol on 127.0.0.1, port 0) and a
 real aiohttp webhook receiver on 127.0.0.1 that checks every request's
 signature with its own HMAC code, written from the documented algorithm (not
-with ``approver.notify.channels``).
+with ``smf_assurance.approver.notify.channels``).
 
 The roster: ``attorney-alex`` and ``attorney-bea`` (tenant-acme, licensed
 attorneys: entitled), ``paralegal-pat`` (tenant-acme, no licensed role: the
@@ -40,7 +40,7 @@ What these tests prove:
 What they do not prove: delivery through real Slack, Teams or a mail relay
 with STARTTLS and login (the local SMTP server speaks plain SMTP without
 authentication); the window between a server's acceptance and the record's
-commit (``approver.notify.sent``).
+commit (``smf_assurance.approver.notify.sent``).
 """
 
 from __future__ import annotations
@@ -70,30 +70,37 @@ from aiohttp import web
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from nats.aio.client import Client
 
-from adapters.client import ProposalClient
-from approver.client import ApproverClient
-from approver.console.access import Roster
-from approver.notify.config import NotifyConfig, NotifyConfigError, load_config
-from approver.notify.sent import RecordInUseError, SentRecord
-from approver.notify.service import (
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.approver.client import ApproverClient
+from smf_assurance.approver.console.access import Roster
+from smf_assurance.approver.notify.config import NotifyConfig, NotifyConfigError, load_config
+from smf_assurance.approver.notify.sent import RecordInUseError, SentRecord
+from smf_assurance.approver.notify.service import (
     Notifier,
     NotifierSettings,
     RunningNotifier,
     start_notifier,
     wall_clock_ms,
 )
-from approver.pending import approval_state
-from ops.cli import main
-from ops.demo_script import SCENARIOS
-from ops.logs import configure_logging
-from ops.natsserver import EmbeddedNatsServer
-from ops.stack import Stack, start_stack
-from ops.state import ADAPTER_ID, CONSOLE, OPERATOR, RUNTIME_ID, StateDir, provision_demo
-from pipeline.stages.streams import approval_stream_config
-from subjects.approvals import PendingAnnouncement
-from subjects.bus_access import connect_options
-from subjects.messages import ProposedDestination
-from subjects.registry import RegistryFile, encode_registry, entry_for
+from smf_assurance.approver.pending import approval_state
+from smf_assurance.ops.cli import main
+from smf_assurance.ops.demo_script import SCENARIOS
+from smf_assurance.ops.logs import configure_logging
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.stack import Stack, start_stack
+from smf_assurance.ops.state import (
+    ADAPTER_ID,
+    CONSOLE,
+    OPERATOR,
+    RUNTIME_ID,
+    StateDir,
+    provision_demo,
+)
+from smf_assurance.pipeline.stages.streams import approval_stream_config
+from smf_assurance.subjects.approvals import PendingAnnouncement
+from smf_assurance.subjects.bus_access import connect_options
+from smf_assurance.subjects.messages import ProposedDestination
+from smf_assurance.subjects.registry import RegistryFile, encode_registry, entry_for
 from tests.bus_helpers import wait_for
 from tests.clocks import OffsetClock
 from tests.test_console import (
@@ -113,7 +120,7 @@ WEBHOOK_SECRET = "whsec-acme-0123456789abcdef"
 DESTINATION = "clerk-intake@sdny.example"
 LEAD_S = 60
 TTL_MS = 300_000
-"""customer.acme.transmission-window in ops/corpus/scenarios/policies.json."""
+"""customer.acme.transmission-window in smf_assurance/ops/corpus/scenarios/policies.json."""
 
 
 def mailbox(principal: str) -> str:
@@ -834,7 +841,7 @@ async def test_notify_command_delivers_until_sigterm(world: World) -> None:
     child = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "ops.cli",
+        "smf_assurance.ops.cli",
         "notify",
         "--config",
         str(world.config_path),

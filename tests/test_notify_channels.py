@@ -31,15 +31,15 @@ import pytest
 from aiohttp import web
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
-from approver.notify.channels import (
+from smf_assurance.approver.notify.channels import (
     DeliveryError,
     post_webhook,
     send_email,
     signature,
     verify_signature,
 )
-from approver.notify.config import Secret, SmtpSettings, load_config
-from approver.notify.notice import Notice, email_for
+from smf_assurance.approver.notify.config import Secret, SmtpSettings, load_config
+from smf_assurance.approver.notify.notice import Notice, email_for
 
 PASSWORD = "correct horse battery staple"
 SECRET = Secret("tenant-acme-webhook-secret")

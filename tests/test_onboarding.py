@@ -3,7 +3,7 @@
 A real ``up`` (its embedded nats-server, authorization generated from the
 registry and following every release the gate adopts; the gate; the example
 connectors) runs on a demo state whose release key plays the operator's. The
-commands run through ``ops.cli.main`` as an operator runs them, and what they
+commands run through ``smf_assurance.ops.cli.main`` as an operator runs them, and what they
 promise is checked from the outside:
 
 - ``runtime add`` then a proposal signed by the new key, on the new bus
@@ -48,39 +48,43 @@ import pytest
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from adapters.client import ProposalClient
-from adapters.hermes.config import AdapterConfig
-from ops.bus_auth import new_user_seed, public_user
-from ops.cli import main
-from ops.model_gateway import set_upstream
-from ops.natsserver import reserve_port
-from ops.onboarding import Changes, OnboardingError
-from ops.releases import latest_in_inbox, write_release_dir
-from ops.runtimes import LiveRequirements, attestation_settings_path, provision_runtime
-from ops.state import RUNTIME_ID, StateDir, provision_demo
-from pipeline.core.release_trust import VerifiedRelease
-from pipeline.stages.attestation import RuntimeRequirement
-from pipeline.stages.model_gateway import token_hash
-from subjects import dsse, names
-from subjects.attestation import AttestationAck, RuntimeAttestation
-from subjects.bus_access import BusCredential, connect_options, read_credential
-from subjects.keys import (
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.adapters.hermes.config import AdapterConfig
+from smf_assurance.ops.bus_auth import new_user_seed, public_user
+from smf_assurance.ops.cli import main
+from smf_assurance.ops.model_gateway import set_upstream
+from smf_assurance.ops.natsserver import reserve_port
+from smf_assurance.ops.onboarding import Changes, OnboardingError
+from smf_assurance.ops.releases import latest_in_inbox, write_release_dir
+from smf_assurance.ops.runtimes import (
+    LiveRequirements,
+    attestation_settings_path,
+    provision_runtime,
+)
+from smf_assurance.ops.state import RUNTIME_ID, StateDir, provision_demo
+from smf_assurance.pipeline.core.release_trust import VerifiedRelease
+from smf_assurance.pipeline.stages.attestation import RuntimeRequirement
+from smf_assurance.pipeline.stages.model_gateway import token_hash
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
+from smf_assurance.subjects.bus_access import BusCredential, connect_options, read_credential
+from smf_assurance.subjects.keys import (
     generate_signing_key,
     load_private_key,
     public_record,
     write_private_key,
 )
-from subjects.messages import ActorContext, DataFacts, Verdict
-from subjects.registry import KeyRegistry, RegistryFile, entry_for
-from subjects.release import decode_trust_root
+from smf_assurance.subjects.messages import ActorContext, DataFacts, Verdict
+from smf_assurance.subjects.registry import KeyRegistry, RegistryFile, entry_for
+from smf_assurance.subjects.release import decode_trust_root
 from tests.bus_helpers import registry_entries
 from tests.test_cli_json import hold_filing
 from tests.test_cli_ops import read_line
 from tests.test_openclaw_conformance import build_plugin
 
-PROG: Final = (sys.executable, "-m", "ops.cli")
+PROG: Final = (sys.executable, "-m", "smf_assurance.ops.cli")
 TIMEOUT: Final = 60.0
-PLUGIN: Final = Path(__file__).resolve().parents[1] / "adapters" / "openclaw"
+PLUGIN: Final = Path(__file__).resolve().parents[1] / "smf_assurance" / "adapters" / "openclaw"
 TENANT: Final = "tenant-acme"
 PINS: Final = {"hermes": "0.19.0", "openclaw": "2026.9.6"}
 HOOKS: Final = {
@@ -175,7 +179,7 @@ def actor() -> ActorContext:
 
 async def active_release(url: str, state: StateDir) -> str:
     """The release the gate decides with, from its signed status."""
-    from subjects.gate_status import GateStatusRequest, open_gate_status  # noqa: PLC0415
+    from smf_assurance.subjects.gate_status import GateStatusRequest, open_gate_status  # noqa: PLC0415
 
     nc = await nats.connect(url, **connect_options(state.existing_credential("operator")))
     try:

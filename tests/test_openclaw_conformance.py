@@ -6,7 +6,7 @@ and, for part 2, a nats-server, a gate and a synthetic attorney. Everything
 runs inside one network namespace with loopback only (``unshare -n``) when the
 machine allows it (root); otherwise on 127.0.0.1 only, and the module says so
 in its log. OpenClaw and its own Node 24 live in a per-user cache folder
-(``ops.openclaw_env``): installed once per machine (about 45 s, 840 MB),
+(``smf_assurance.ops.openclaw_env``): installed once per machine (about 45 s, 840 MB),
 reused afterwards.
 
 Part 1, the seams (the evidence for the binding statement in docs/OPENCLAW.md):
@@ -19,7 +19,7 @@ and one test per seam reads its part of the evidence. A Gateway turn
 plugins the Gateway loads; an ``agent exec`` turn shows that entry point
 never calls the hook.
 
-Part 2, end to end with our plugin (``adapters/openclaw``): a denied ``exec``
+Part 2, end to end with our plugin (``smf_assurance/adapters/openclaw``): a denied ``exec``
 never runs; a held one runs exactly once after a synthetic attorney's
 allow-once over ``smf.approval.resolve``, and neither a replayed resolution,
 a second approval nor a duplicate outcome runs it again; timeout, expiry and
@@ -30,7 +30,7 @@ generated from the registry (issue 15): the plugin connects with the runtime's
 own nkey (``credentialFile``); without it (a seed the server does not know,
 none, one readable by others) the exec is blocked and never runs, and no order
 exists. Skipped ONLY when the plugin's build
-(``adapters/openclaw/dist/index.js``) is absent.
+(``smf_assurance/adapters/openclaw/dist/index.js``) is absent.
 
 Proves, for the pinned version and these surfaces only. Does not prove: other
 OpenClaw versions, channels and their delivery hooks, cron, replies, or that
@@ -51,12 +51,12 @@ from typing import Any
 
 import pytest
 
-from ops.openclaw_env import OPENCLAW_VERSION, OpenClawEnv, ensure_openclaw_env
+from smf_assurance.ops.openclaw_env import OPENCLAW_VERSION, OpenClawEnv, ensure_openclaw_env
 from tests.harness_client import HarnessClient
 from tests.surface_matrix import compare, mapper_capabilities, render
 
 PROJECT = Path(__file__).resolve().parent.parent
-PLUGIN_DIR = PROJECT / "adapters" / "openclaw"
+PLUGIN_DIR = PROJECT / "smf_assurance" / "adapters" / "openclaw"
 PLUGIN_DIST = PLUGIN_DIR / "dist" / "index.js"
 
 
@@ -92,7 +92,8 @@ E2E_RUNTIME = {
     "require_attestation": True,
     "hooks": ["before_tool_call", "after_tool_call"],
 }
-"""The OpenClaw runtime principal the gate knows, as ``ops.runtimes.provision_openclaw_runtime``
+"""The OpenClaw runtime principal the gate knows, as
+``smf_assurance.ops.runtimes.provision_openclaw_runtime``
 provisions it: the gate refuses its proposals until the plugin has attested (profile
 ``exact-hold``) the pin, both hooks and the release it verified itself."""
 
@@ -747,7 +748,8 @@ def smf_plugin(
     hold_timeout_ms: int = 6000,
     credential_file: str | None = "{{credential_file}}",
 ) -> dict[str, Any]:
-    """OpenClaw config that loads our plugin from the checkout (adapters/openclaw/README.md);
+    """OpenClaw config that loads our plugin from the checkout
+    (smf_assurance/adapters/openclaw/README.md);
     ``credential_file=None`` leaves ``credentialFile`` out."""
     credential = {} if credential_file is None else {"credentialFile": credential_file}
     return {

@@ -1,6 +1,6 @@
 """The OpenClaw plugin's TypeScript twins of ``subjects/`` stand on their own.
 
-``adapters/openclaw/src/contract/`` holds the TypeScript twins of the bus
+``smf_assurance/adapters/openclaw/src/contract/`` holds the TypeScript twins of the bus
 contract (its README.md lists them), proven byte for byte by the golden
 vectors in ``tests/vectors/``. As ``subjects/`` imports nothing else of ours
 (ARCHITECTURE.md, "Layers of the code"), the twins import only each other
@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTRACT = ROOT / "adapters" / "openclaw" / "src" / "contract"
+CONTRACT = ROOT / "smf_assurance" / "adapters" / "openclaw" / "src" / "contract"
 IMPORT = re.compile(r'^\s*(?:import|export)\b[^;]*?\bfrom\s+"([^"]+)"', re.MULTILINE)
 
 

@@ -3,7 +3,7 @@
 The model gateway admits a runtime by its bearer token while the gate holds a
 fresh attestation for that runtime id. Our plugin now binds each model request
 to its process through a provider plugin's stream wrapper (``smf-gateway``,
-``adapters/openclaw/src/binding.ts``); the plugin's own tests against the real
+``smf_assurance/adapters/openclaw/src/binding.ts``); the plugin's own tests against the real
 runtime show the positive seam: every request of an attested ``agent --local``
 process and of a Gateway is proven, ``agent exec`` and a process with the plugin
 disabled are refused within the lease (tests/test_openclaw_gateway.py,

@@ -1,13 +1,13 @@
 """The compiled OpenClaw plugin's hooks against a real gate over a real nats-server.
 
-Issue 10. The plugin (``adapters/openclaw``, TypeScript) is built by
-``adapters/openclaw/scripts/build.sh`` and loaded by a Node 24 child process
-(``adapters/openclaw/test/driver.mjs``) exactly as OpenClaw loads it: the
+Issue 10. The plugin (``smf_assurance/adapters/openclaw``, TypeScript) is built by
+``smf_assurance/adapters/openclaw/scripts/build.sh`` and loaded by a Node 24 child process
+(``smf_assurance/adapters/openclaw/test/driver.mjs``) exactly as OpenClaw loads it: the
 default export's ``register(api)`` against a stand-in for the part of the
-plugin API it uses. The gate is ``pipeline.assembly.start_gate`` with all its stages
+plugin API it uses. The gate is ``smf_assurance.pipeline.assembly.start_gate`` with all its stages
 on a real nats-server on 127.0.0.1 and real SQLite files; the runtime key is
-provisioned by ``ops.runtimes.provision_openclaw_runtime``; the approver is
-synthetic (``approver.client.ApproverClient``, the demo's attorney).
+provisioned by ``smf_assurance.ops.runtimes.provision_openclaw_runtime``; the approver is
+synthetic (``smf_assurance.approver.client.ApproverClient``, the demo's attorney).
 
 What these tests prove:
 
@@ -81,25 +81,25 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from adapters.client import ProposalClient
-from approver.client import ApproverClient, ApproverError
-from ops.natsserver import EmbeddedNatsServer
-from ops.releases import latest_in_inbox, publish_to_bucket, unverified_manifest
-from ops.runtimes import (
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.approver.client import ApproverClient, ApproverError
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.releases import latest_in_inbox, publish_to_bucket, unverified_manifest
+from smf_assurance.ops.runtimes import (
     OPENCLAW_PIN,
     OPENCLAW_PRINCIPAL,
     OPENCLAW_RUNTIME_ID,
     provision_openclaw_runtime,
 )
-from ops.stack import gate_config
-from ops.state import DEMO_TENANT, RELEASE_SIGNER, StateDir, provision_demo
-from pipeline.assembly import RunningGate, start_gate
-from subjects import dsse, names
-from subjects.approvals import DenyReason, PendingAnnouncement, approval_id_for
-from subjects.attestation import AttestationAck
-from subjects.canonical import canonical_bytes, canonical_value
-from subjects.keys import SigningKey, VerifyKey, load_private_key
-from subjects.messages import (
+from smf_assurance.ops.stack import gate_config
+from smf_assurance.ops.state import DEMO_TENANT, RELEASE_SIGNER, StateDir, provision_demo
+from smf_assurance.pipeline.assembly import RunningGate, start_gate
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.approvals import DenyReason, PendingAnnouncement, approval_id_for
+from smf_assurance.subjects.attestation import AttestationAck
+from smf_assurance.subjects.canonical import canonical_bytes, canonical_value
+from smf_assurance.subjects.keys import SigningKey, VerifyKey, load_private_key
+from smf_assurance.subjects.messages import (
     ActorContext,
     DataFacts,
     ExecutionReport,
@@ -107,7 +107,7 @@ from subjects.messages import (
     Verdict,
     order_id_for,
 )
-from subjects.release import PAYLOAD_RELEASE_MANIFEST, ReleaseBundle
+from smf_assurance.subjects.release import PAYLOAD_RELEASE_MANIFEST, ReleaseBundle
 from tests.bus_helpers import (
     Rogue,
     consumer_drained,
@@ -122,12 +122,12 @@ from tests.test_approval_desk import ledger_rows
 from tests.test_openclaw_conformance import build_plugin
 
 ROOT: Final = Path(__file__).resolve().parent.parent
-PLUGIN: Final = ROOT / "adapters" / "openclaw"
+PLUGIN: Final = ROOT / "smf_assurance" / "adapters" / "openclaw"
 DRIVER: Final = PLUGIN / "test" / "driver.mjs"
 ATTORNEY: Final = "attorney-alex"
 CLOSE_TIMEOUT_S: Final = 15.0
 CUSTOMER_TTL_MS: Final = 300_000
-"""customer.acme.transmission-window (ops/corpus/scenarios/policies.json)."""
+"""customer.acme.transmission-window (smf_assurance/ops/corpus/scenarios/policies.json)."""
 
 CONTEXT: Final = {
     "schema": "smf.openclaw-context/1",

@@ -1,6 +1,6 @@
 """Contract tests of the direct-allow order book (issue 15), on both backends.
 
-``pipeline.stores.orders``: an order is recorded once, settled once
+``smf_assurance.pipeline.stores.orders``: an order is recorded once, settled once
 (``executing -> consumed | failed | execution_unknown``), listed as overdue
 only while it is open, and pruned only once settled. Every test runs on the
 SQLite book (the gate's claim file, beside the claims table) and the KV book
@@ -26,16 +26,16 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from ops.natsserver import EmbeddedNatsServer
-from pipeline.stores import claims_kv
-from pipeline.stores.claims import ClaimAndOrder, ClaimStore
-from pipeline.stores.claims_kv import KvClaimStore
-from pipeline.stores.kv import token
-from pipeline.stores.ledger import EvidenceEntry, Ledger
-from pipeline.stores.orders import OrderBook, OrderRecord, SqliteOrderBook
-from pipeline.stores.orders_kv import ORDER_KEY, KvOrderBook
-from pipeline.stores.sqlite_worker import StoreUnavailable
-from subjects.keys import generate_signing_key
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.pipeline.stores import claims_kv
+from smf_assurance.pipeline.stores.claims import ClaimAndOrder, ClaimStore
+from smf_assurance.pipeline.stores.claims_kv import KvClaimStore
+from smf_assurance.pipeline.stores.kv import token
+from smf_assurance.pipeline.stores.ledger import EvidenceEntry, Ledger
+from smf_assurance.pipeline.stores.orders import OrderBook, OrderRecord, SqliteOrderBook
+from smf_assurance.pipeline.stores.orders_kv import ORDER_KEY, KvOrderBook
+from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
+from smf_assurance.subjects.keys import generate_signing_key
 from tests.builders import AT_MS, fake_identity
 from tests.store_helpers import statements
 

@@ -1,4 +1,5 @@
-"""Layered policy and the monotonic merge (pipeline/core/policy.py, through the evaluator).
+"""Layered policy and the monotonic merge (smf_assurance/pipeline/core/policy.py, through the
+evaluator).
 
 ARCHITECTURE.md, "Layered policy": a weaker layer can add restrictions but
 never remove one — for dispositions (deny dominates) AND for requirements
@@ -24,13 +25,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.core.decision import (
+from smf_assurance.pipeline.core.decision import (
     APPROVAL_REQUIREMENT_INCOMPLETE,
     NO_APPLICABLE_POLICY,
     Decision,
 )
-from pipeline.core.evaluator import evaluate
-from pipeline.core.policy import (
+from smf_assurance.pipeline.core.evaluator import evaluate
+from smf_assurance.pipeline.core.policy import (
     LAYER_RANK,
     LAYERS,
     MAX_TTL_SECONDS,
@@ -44,8 +45,12 @@ from pipeline.core.policy import (
     merge_requirements,
     requirements_at_least,
 )
-from pipeline.core.projection import ProjectionError, decode_enforcement, projection_bytes
-from subjects.envelope import OperationEnvelope
+from smf_assurance.pipeline.core.projection import (
+    ProjectionError,
+    decode_enforcement,
+    projection_bytes,
+)
+from smf_assurance.subjects.envelope import OperationEnvelope
 from tests.builders import (
     ALWAYS,
     AT_MS,

@@ -10,7 +10,7 @@ How the README is read: every fenced block whose info string is
 ``sh quickstart`` is one step, in the README's order; its text is run as it
 stands, except for the one line the README tells the reader to choose,
 ``GATEWAY_PORT=8787`` (a free port), which gets a port reserved now
-(:func:`ops.natsserver.reserve_port`). Nothing else is added to or taken from
+(:func:`smf_assurance.ops.natsserver.reserve_port`). Nothing else is added to or taken from
 a block. The steps run in one bash (``set -eu -o pipefail``, so a README
 command that fails ends the run and fails this module, naming the step),
 started from the checkout's root, as a reader's shell is. ``HOME`` and
@@ -73,12 +73,12 @@ from typing import Any, Final
 import aiohttp
 import pytest
 
-from ops.bench import fake_model
-from ops.hermes_env import ensure_hermes_env
-from ops.natsserver import reserve_port
-from ops.openclaw_env import ensure_openclaw_env
-from ops.runtime_cache import cache_root
-from pipeline.stores.ledger_audit import export_jsonl
+from smf_assurance.ops.bench import fake_model
+from smf_assurance.ops.hermes_env import ensure_hermes_env
+from smf_assurance.ops.natsserver import reserve_port
+from smf_assurance.ops.openclaw_env import ensure_openclaw_env
+from smf_assurance.ops.runtime_cache import cache_root
+from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
 from tests.test_hermes_conformance import netns_available
 from tests.test_openclaw_conformance import OPENCLAW_TMP, build_plugin
 
@@ -93,7 +93,8 @@ STEPS: Final = 7
 STEP_DEADLINE_S: Final = 300.0
 """A step's bound: the OpenClaw turn takes 60-110 s on a busy two-core machine."""
 REPLY: Final = "Hello from the local stand-in model."
-"""What ``ops.bench.fake_model`` answers by default, the README's stand-in provider."""
+"""What ``smf_assurance.ops.bench.fake_model`` answers by default, the README's stand-in
+provider."""
 KEPT: Final = ("model.url", "hermes-home/config.yaml", "openclaw/openclaw.json")
 """Files of the run's folder read after each step (the stop step removes the folder)."""
 OUTPUT_ALLOWED: Final = ("allow", ["internal_output_delivery"])
@@ -401,7 +402,7 @@ async def test_the_stand_in_names_its_url_only_while_it_answers(tmp_path: Path) 
 def test_the_stand_in_command_serves_until_interrupted_and_then_names_nothing(
     tmp_path: Path,
 ) -> None:
-    """``python -m ops.bench.fake_model`` as the README runs it, in this process: a
+    """``python -m smf_assurance.ops.bench.fake_model`` as the README runs it, in this process: a
     thread waits for the URL file, asks once, then interrupts the command as the
     README's ``kill`` does (SIGINT here: were it not handled, pytest would stop)."""
     url_file = tmp_path / "model.url"

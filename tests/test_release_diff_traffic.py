@@ -33,16 +33,16 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 
-from adapters.output import OutputStreamer
-from ops.demo_script import SCENARIOS
-from ops.logs import configure_logging
-from ops.natsserver import EmbeddedNatsServer
-from ops.releases import write_release_dir
-from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
-from pipeline.core.shadow import policy_ref, rule_ref
-from pipeline.stages.evidence import TENANT_DOMAIN
-from subjects.keys import generate_signing_key
-from subjects.messages import Verdict
+from smf_assurance.adapters.output import OutputStreamer
+from smf_assurance.ops.demo_script import SCENARIOS
+from smf_assurance.ops.logs import configure_logging
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.releases import write_release_dir
+from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
+from smf_assurance.pipeline.core.shadow import policy_ref, rule_ref
+from smf_assurance.pipeline.stages.evidence import TENANT_DOMAIN
+from smf_assurance.subjects.keys import generate_signing_key
+from smf_assurance.subjects.messages import Verdict
 from tests.bus_helpers import wait_for
 from tests.test_release_distribution import acli, current_inbox, next_release
 from tests.test_shadow_release import (

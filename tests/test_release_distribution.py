@@ -40,12 +40,12 @@ import pytest
 from nats.aio.client import Client
 from structlog.testing import capture_logs
 
-from adapters.client import ProposalClient
-from ops.cli import main
-from ops.demo_script import SCENARIOS
-from ops.logs import configure_logging
-from ops.natsserver import EmbeddedNatsServer
-from ops.releases import (
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.ops.cli import main
+from smf_assurance.ops.demo_script import SCENARIOS
+from smf_assurance.ops.logs import configure_logging
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.releases import (
     ReleaseError,
     bucket_entries,
     build_release,
@@ -62,29 +62,34 @@ from ops.releases import (
     write_release_dir,
     write_trust_root,
 )
-from ops.stack import gate_config
-from ops.state import (
+from smf_assurance.ops.stack import gate_config
+from smf_assurance.ops.state import (
     ADAPTER_ID,
     RELEASE_SIGNER,
     RUNTIME_ID,
     StateDir,
     refresh_demo_release,
 )
-from pipeline.assembly import RunningGate, start_gate
-from pipeline.assembly.gate import _desk_policy_set
-from pipeline.core.release_trust import NoVerifiedReleaseError, TrustedTime
-from pipeline.service import StageRefusal
-from pipeline.stages.approvals import DeskError
-from pipeline.stages.contracts import EvaluateRequest
-from pipeline.stages.decide import EvaluateStage
-from pipeline.stages.releases import ReleaseWatcher, ensure_release_bucket
-from pipeline.stages.transport import serve
-from pipeline.stores.release_state import ReleaseStateStore, StoreUnavailable
-from subjects import names
-from subjects.keys import SigningKey, generate_signing_key, public_record, write_private_key
-from subjects.messages import Verdict
-from subjects.registry import RegistryFile, encode_registry
-from subjects.release import (
+from smf_assurance.pipeline.assembly import RunningGate, start_gate
+from smf_assurance.pipeline.assembly.gate import _desk_policy_set
+from smf_assurance.pipeline.core.release_trust import NoVerifiedReleaseError, TrustedTime
+from smf_assurance.pipeline.service import StageRefusal
+from smf_assurance.pipeline.stages.approvals import DeskError
+from smf_assurance.pipeline.stages.contracts import EvaluateRequest
+from smf_assurance.pipeline.stages.decide import EvaluateStage
+from smf_assurance.pipeline.stages.releases import ReleaseWatcher, ensure_release_bucket
+from smf_assurance.pipeline.stages.transport import serve
+from smf_assurance.pipeline.stores.release_state import ReleaseStateStore, StoreUnavailable
+from smf_assurance.subjects import names
+from smf_assurance.subjects.keys import (
+    SigningKey,
+    generate_signing_key,
+    public_record,
+    write_private_key,
+)
+from smf_assurance.subjects.messages import Verdict
+from smf_assurance.subjects.registry import RegistryFile, encode_registry
+from smf_assurance.subjects.release import (
     MAX_REPORT_TEXT,
     RELEASE_REPORT_SCHEMA,
     ExpiredReleaseError,

@@ -1,4 +1,4 @@
-"""The persisted release state (pipeline/stores/release_state.py) on real SQLite.
+"""The persisted release state (smf_assurance/pipeline/stores/release_state.py) on real SQLite.
 
 Proves: the last accepted release survives a restart with its exact bytes;
 the sequence only goes up, both in the store's own check and in SQLite
@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core.release_trust import LastAccepted
-from pipeline.stores.release_state import (
+from smf_assurance.pipeline.core.release_trust import LastAccepted
+from smf_assurance.pipeline.stores.release_state import (
     ReleaseStateStore,
     StaleReleaseStateError,
     StoreUnavailable,
 )
-from subjects.canonical import sha256_identity
-from subjects.release import ReleaseRollbackError
+from smf_assurance.subjects.canonical import sha256_identity
+from smf_assurance.subjects.release import ReleaseRollbackError
 
 
 def state(sequence: int, **fields: object) -> LastAccepted:

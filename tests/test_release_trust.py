@@ -1,4 +1,4 @@
-"""The trusted release state machine (pipeline/core/release_trust.py).
+"""The trusted release state machine (smf_assurance/pipeline/core/release_trust.py).
 
 One regression test per threat (TUF specification, "Detailed client
 workflow"; DSSE ``protocol.md``): bad signature, below threshold,
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.core.release_trust import (
+from smf_assurance.pipeline.core.release_trust import (
     BrokenReleaseChainError,
     LastAccepted,
     NoVerifiedReleaseError,
@@ -32,9 +32,9 @@ from pipeline.core.release_trust import (
     VerifiedRelease,
     check_in_force,
 )
-from subjects import dsse
-from subjects.canonical import canonical_bytes, sha256_identity
-from subjects.release import (
+from smf_assurance.subjects import dsse
+from smf_assurance.subjects.canonical import canonical_bytes, sha256_identity
+from smf_assurance.subjects.release import (
     MAX_BUNDLE_BYTES,
     PAYLOAD_RELEASE_MANIFEST,
     AuthenticatedRelease,
@@ -386,7 +386,7 @@ def test_the_lease_is_judged_at_the_worst_case_within_the_skew(v1: ReleaseBundle
 
 
 def test_the_default_skew_bound_is_one_minute_for_gate_and_adapters(v1: ReleaseBundle) -> None:
-    """One bound for every consumer (``subjects.release.DEFAULT_MAX_SKEW_MS``)."""
+    """One bound for every consumer (``smf_assurance.subjects.release.DEFAULT_MAX_SKEW_MS``)."""
     lease = manifest_of(v1).lease_expires_at_ms
     ReleaseTrust(ROOT).verify_update(data(v1), TrustedTime(lease - 60_001))
     with pytest.raises(ExpiredReleaseError):
@@ -686,7 +686,7 @@ def test_the_gate_only_refusals_refine_the_shared_hierarchy() -> None:
         ReleaseContentError,
         NoVerifiedReleaseError,
     ):
-        assert error.__module__ == "pipeline.core.release_trust"
+        assert error.__module__ == "smf_assurance.pipeline.core.release_trust"
         assert error.__mro__[1] is ReleaseCheckError
 
 

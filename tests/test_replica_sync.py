@@ -1,4 +1,5 @@
-"""Gate replicas tell each other what they learn of runtimes (``pipeline.stages.replica_sync``).
+"""Gate replicas tell each other what they learn of runtimes
+(``smf_assurance.pipeline.stages.replica_sync``).
 
 On a three-node cluster, two gate replicas (each with its own ledger) of one
 registry. Proves: an attestation answered by one replica admits the runtime
@@ -29,18 +30,18 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from ops.bench.gateway import attest
-from ops.cluster import LocalNatsCluster
-from ops.runtimes import provision_runtime
-from ops.stack import gate_config
-from ops.state import OPERATOR, StateDir, provision_demo
-from pipeline.assembly import ClusterSettings, RunningGate, start_gate
-from pipeline.service import STAGE_MAC_HEADER, StageAuth
-from pipeline.stages.replica_sync import ORIGIN_HEADER
-from pipeline.stages.tool_calls import STOPPED
-from subjects import dsse, names
-from subjects.messages import DataFacts, Proposal, ProposedDestination
-from subjects.model_gateway import GatewayCleared
+from smf_assurance.ops.bench.gateway import attest
+from smf_assurance.ops.cluster import LocalNatsCluster
+from smf_assurance.ops.runtimes import provision_runtime
+from smf_assurance.ops.stack import gate_config
+from smf_assurance.ops.state import OPERATOR, StateDir, provision_demo
+from smf_assurance.pipeline.assembly import ClusterSettings, RunningGate, start_gate
+from smf_assurance.pipeline.service import STAGE_MAC_HEADER, StageAuth
+from smf_assurance.pipeline.stages.replica_sync import ORIGIN_HEADER
+from smf_assurance.pipeline.stages.tool_calls import STOPPED
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.messages import DataFacts, Proposal, ProposedDestination
+from smf_assurance.subjects.model_gateway import GatewayCleared
 from tests.approval_gate_child import OwnLedgerState
 from tests.bus_helpers import registry_entries, wait_for
 from tests.test_model_gateway import ACTOR

@@ -42,29 +42,33 @@ from typing import Any, Final
 import pytest
 from nats.aio.client import Client
 
-from adapters.client import ProposalClient
-from adapters.output import OutputStreamer
-from ops.demo_script import SCENARIOS, actor
-from ops.natsserver import EmbeddedNatsServer
-from ops.projections import SCENARIO_CORPUS, package_path
-from ops.releases import (
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.adapters.output import OutputStreamer
+from smf_assurance.ops.demo_script import SCENARIOS, actor
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.projections import SCENARIO_CORPUS, package_path
+from smf_assurance.ops.releases import (
     prior_of,
     publish_shadow_to_bucket,
     publish_to_bucket,
     withdraw_shadow_from_bucket,
 )
-from ops.stack import gate_config
-from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
-from pipeline.assembly import RunningGate, start_gate
-from pipeline.core.shadow import policy_ref, rule_ref
-from pipeline.stages.evidence import TENANT_DOMAIN, release_ref
-from pipeline.stages.releases import ensure_release_bucket
-from pipeline.stores.ledger import verify_ledger
-from pipeline.stores.ledger_schema import StoredEntry, select_entries_after, stored_entry
-from pipeline.stores.release_state import read_shadow_state
-from subjects.keys import generate_signing_key
-from subjects.messages import DataFacts, ProposedDestination, Verdict
-from subjects.release import SHADOW_KEY, ReleaseBundle, encode_bundle
+from smf_assurance.ops.stack import gate_config
+from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
+from smf_assurance.pipeline.assembly import RunningGate, start_gate
+from smf_assurance.pipeline.core.shadow import policy_ref, rule_ref
+from smf_assurance.pipeline.stages.evidence import TENANT_DOMAIN, release_ref
+from smf_assurance.pipeline.stages.releases import ensure_release_bucket
+from smf_assurance.pipeline.stores.ledger import verify_ledger
+from smf_assurance.pipeline.stores.ledger_schema import (
+    StoredEntry,
+    select_entries_after,
+    stored_entry,
+)
+from smf_assurance.pipeline.stores.release_state import read_shadow_state
+from smf_assurance.subjects.keys import generate_signing_key
+from smf_assurance.subjects.messages import DataFacts, ProposedDestination, Verdict
+from smf_assurance.subjects.release import SHADOW_KEY, ReleaseBundle, encode_bundle
 from tests.bus_helpers import wait_for
 from tests.clocks import FrozenClock
 from tests.release_helpers import swap
@@ -501,7 +505,7 @@ async def test_a_shadow_that_fails_verification_is_refused_and_changes_nothing(
 
 
 def _asked() -> Any:
-    from subjects.release import ReleaseReportRequest  # noqa: PLC0415
+    from smf_assurance.subjects.release import ReleaseReportRequest  # noqa: PLC0415
 
     return ReleaseReportRequest()
 
@@ -584,8 +588,8 @@ async def test_an_overloaded_shadow_drops_and_counts_and_never_holds_a_verdict(
     """A desk whose worker is not running (as if it could not keep up) with room for
     two: every verdict still comes, the rest are dropped and counted; a ledger that
     then fails loses the entries waiting (counted ``unrecorded``), raising nothing."""
-    from pipeline.stages.evidence import EvidenceWriter  # noqa: PLC0415
-    from pipeline.stages.shadow import ShadowDesk  # noqa: PLC0415
+    from smf_assurance.pipeline.stages.evidence import EvidenceWriter  # noqa: PLC0415
+    from smf_assurance.pipeline.stages.shadow import ShadowDesk  # noqa: PLC0415
 
     gate = await gates(state)
     await with_shadow(gate, tight_shadow(state, tmp_path))

@@ -1,4 +1,4 @@
-"""A runtime acts only on a verdict the gate signed (``subjects.verdicts``).
+"""A runtime acts only on a verdict the gate signed (``smf_assurance.subjects.verdicts``).
 
 The attack: a client on the bus answers ``smf.propose`` (or an output close)
 before the gate, with an allow it made. Before verdicts were signed, only NATS
@@ -23,16 +23,16 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from adapters.client import ProposalClient
-from adapters.output import OutputStreamer
-from ops.demo_script import actor
-from ops.natsserver import EmbeddedNatsServer
-from ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
-from subjects import dsse, names
-from subjects.canonical import canonical_bytes
-from subjects.keys import generate_signing_key
-from subjects.messages import DataFacts, OutputVerdict, ProposedDestination, Verdict
-from subjects.verdicts import (
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.adapters.output import OutputStreamer
+from smf_assurance.ops.demo_script import actor
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.canonical import canonical_bytes
+from smf_assurance.subjects.keys import generate_signing_key
+from smf_assurance.subjects.messages import DataFacts, OutputVerdict, ProposedDestination, Verdict
+from smf_assurance.subjects.verdicts import (
     NOT_SIGNED_BY_GATE,
     VerdictMismatchError,
     open_output_verdict,

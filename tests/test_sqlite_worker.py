@@ -1,4 +1,5 @@
-"""Group commit in the stores' SQLite idiom (pipeline/stores/sqlite_worker.py, issue 20).
+"""Group commit in the stores' SQLite idiom (smf_assurance/pipeline/stores/sqlite_worker.py, issue
+20).
 
 Properties, on a real SQLite file: transactions queued while a commit is in
 flight commit together (one COMMIT in the connection's statement trace) and
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable
+from smf_assurance.pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable
 from tests.store_helpers import parked, statements
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v INTEGER NOT NULL);"

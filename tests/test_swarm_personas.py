@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from ops.cli import main
-from ops.compiler import compile_corpus
-from swarm.claims import PersonaOutput, parse_output
-from swarm.personas import (
+from smf_assurance.ops.cli import main
+from smf_assurance.ops.compiler import compile_corpus
+from smf_assurance.swarm.claims import PersonaOutput, parse_output
+from smf_assurance.swarm.personas import (
     INVENTED_RULE_ID,
     ChatCompletionsPersona,
     ChatConfig,
@@ -36,9 +36,9 @@ from swarm.personas import (
     offline_personas,
     run_personas,
 )
-from swarm.report import build_report, report_bytes
-from swarm.selector import analysis_release, select_rules, validate_facts
-from swarm.service import analyze
+from smf_assurance.swarm.report import build_report, report_bytes
+from smf_assurance.swarm.selector import analysis_release, select_rules, validate_facts
+from smf_assurance.swarm.service import analyze
 
 CORPUS = Path(__file__).parent / "data" / "swarm" / "corpus"
 AT_MS = int(dt.datetime(2026, 6, 1, tzinfo=dt.UTC).timestamp() * 1000)

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ops.compiler import compile_corpus
-from ops.projections import SCENARIO_ENVELOPES, SCENARIO_PROJECTION, package_path
-from pipeline.core.projection import ProjectionError, projection_bytes
-from swarm.selector import (
+from smf_assurance.ops.compiler import compile_corpus
+from smf_assurance.ops.projections import SCENARIO_ENVELOPES, SCENARIO_PROJECTION, package_path
+from smf_assurance.pipeline.core.projection import ProjectionError, projection_bytes
+from smf_assurance.swarm.selector import (
     AnalysisRelease,
     FactError,
     MatterError,

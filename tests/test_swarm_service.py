@@ -25,19 +25,24 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from ops.cli import main
-from ops.compiler import compile_corpus
-from ops.projections import SCENARIO_ENVELOPES, SCENARIO_PROJECTION, load_policy_set, package_path
-from ops.releases import read_release_dir, write_release_dir, write_trust_root
-from ops.scenarios_catalog import load_scenarios
-from pipeline.core.evaluator import evaluate
-from pipeline.service import StageRefusal
-from subjects.canonical import canonical_bytes
-from subjects.keys import generate_signing_key, write_private_key
-from subjects.names import SWARM_ANALYZE
-from swarm.report import decode_report, report_bytes, verified_faithfulness
-from swarm.selector import AnalysisRelease, decode_matter, load_analysis_release
-from swarm.service import (
+from smf_assurance.ops.cli import main
+from smf_assurance.ops.compiler import compile_corpus
+from smf_assurance.ops.projections import (
+    SCENARIO_ENVELOPES,
+    SCENARIO_PROJECTION,
+    load_policy_set,
+    package_path,
+)
+from smf_assurance.ops.releases import read_release_dir, write_release_dir, write_trust_root
+from smf_assurance.ops.scenarios_catalog import load_scenarios
+from smf_assurance.pipeline.core.evaluator import evaluate
+from smf_assurance.pipeline.service import StageRefusal
+from smf_assurance.subjects.canonical import canonical_bytes
+from smf_assurance.subjects.keys import generate_signing_key, write_private_key
+from smf_assurance.subjects.names import SWARM_ANALYZE
+from smf_assurance.swarm.report import decode_report, report_bytes, verified_faithfulness
+from smf_assurance.swarm.selector import AnalysisRelease, decode_matter, load_analysis_release
+from smf_assurance.swarm.service import (
     REQUEST_SCHEMA,
     analyze,
     request_analysis,
@@ -197,16 +202,16 @@ def gate_decisions() -> list[bytes]:
 FRESH_GATE = f"""
 import sys
 import msgspec
-from ops.projections import load_policy_set
-from ops.scenarios_catalog import load_scenarios
-from pipeline.core.evaluator import evaluate
-from subjects.canonical import canonical_bytes
+from smf_assurance.ops.projections import load_policy_set
+from smf_assurance.ops.scenarios_catalog import load_scenarios
+from smf_assurance.pipeline.core.evaluator import evaluate
+from smf_assurance.subjects.canonical import canonical_bytes
 policy_set = load_policy_set()
 out = [
     canonical_bytes(msgspec.to_builtins(evaluate(s.envelope, policy_set, at_ms={GATE_AT_MS})))
     for s in load_scenarios()
 ]
-assert not [m for m in sys.modules if m == "swarm" or m.startswith("swarm.")], "swarm loaded"
+assert not [m for m in sys.modules if m.startswith("smf_assurance.swarm")], "swarm loaded"
 sys.stdout.buffer.write(b"\\n".join(out))
 """
 
@@ -243,15 +248,20 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_layering_swarm_and_gate_do_not_import_each_other() -> None:
-    for path in sorted((ROOT / "swarm").glob("*.py")):
-        allowed = {"pipeline.service"} if path.name == "service.py" else set()
+    for path in sorted((ROOT / "smf_assurance" / "swarm").glob("*.py")):
+        allowed = {"smf_assurance.pipeline.service"} if path.name == "service.py" else set()
         for name in _imports(path) - allowed:
-            assert not name.startswith(("ops", "pipeline.stages", "pipeline.stores", "adapters")), (
-                f"{path.name} imports {name}"
-            )
+            assert not name.startswith(
+                (
+                    "smf_assurance.ops",
+                    "smf_assurance.pipeline.stages",
+                    "smf_assurance.pipeline.stores",
+                    "smf_assurance.adapters",
+                )
+            ), f"{path.name} imports {name}"
     for package in ("pipeline", "subjects", "adapters"):
-        for path in sorted((ROOT / package).rglob("*.py")):
-            assert not any(n == "swarm" or n.startswith("swarm.") for n in _imports(path)), path
+        for path in sorted((ROOT / "smf_assurance" / package).rglob("*.py")):
+            assert not any(n.startswith("smf_assurance.swarm") for n in _imports(path)), path
 
 
 # --- the command line ---------------------------------------------------------------------------

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ops.compiler import compile_corpus
-from subjects.keys import generate_signing_key
-from swarm.claims import (
+from smf_assurance.ops.compiler import compile_corpus
+from smf_assurance.subjects.keys import generate_signing_key
+from smf_assurance.swarm.claims import (
     AcceptedClaim,
     RejectedClaim,
     ShapeError,
@@ -28,8 +28,8 @@ from swarm.claims import (
     parse_output,
     validate_claim,
 )
-from swarm.personas import PersonaInfo, PersonaResult
-from swarm.report import (
+from smf_assurance.swarm.personas import PersonaInfo, PersonaResult
+from smf_assurance.swarm.report import (
     NOT_REVIEWED,
     ProjectionMismatchError,
     ReleaseMismatchError,
@@ -46,7 +46,12 @@ from swarm.report import (
     sign_review,
     verified_faithfulness,
 )
-from swarm.selector import AnalysisRelease, analysis_release, select_rules, validate_facts
+from smf_assurance.swarm.selector import (
+    AnalysisRelease,
+    analysis_release,
+    select_rules,
+    validate_facts,
+)
 
 CORPUS = Path(__file__).parent / "data" / "swarm" / "corpus"
 AT_MS = int(dt.datetime(2026, 6, 1, tzinfo=dt.UTC).timestamp() * 1000)

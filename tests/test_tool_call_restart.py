@@ -23,7 +23,7 @@ fails is in force all the same and the calls answer says so
 
 Does not prove: the KV backend through a gate (tests/test_replica_sync.py); a crash
 between a stop's write and its evidence entry (the order is argued in
-``pipeline.stages.tool_calls``, not killed here); real runtimes.
+``smf_assurance.pipeline.stages.tool_calls``, not killed here); real runtimes.
 """
 
 from __future__ import annotations
@@ -40,20 +40,20 @@ import msgspec
 import nats
 import pytest
 
-from adapters.client import ProposalClient
-from ops.bench.fake_model import Reply
-from ops.cli import main
-from ops.demo_script import actor
-from ops.stack import follow_releases, gate_config
-from ops.state import ADAPTER_ID, MODEL_GATEWAY, RUNTIME_ID, StateDir
-from pipeline.assembly import RunningGate, start_gate
-from pipeline.stages.model_gateway import new_call_id
-from pipeline.stores.call_context import CallContextWriter
-from pipeline.stores.sqlite_worker import StoreUnavailable
-from subjects import dsse, names
-from subjects.call_context import CallContext
-from subjects.messages import DataFacts, Proposal
-from subjects.model_gateway import GatewayCalls, GatewayClear, GatewayCleared
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.ops.bench.fake_model import Reply
+from smf_assurance.ops.cli import main
+from smf_assurance.ops.demo_script import actor
+from smf_assurance.ops.stack import follow_releases, gate_config
+from smf_assurance.ops.state import ADAPTER_ID, MODEL_GATEWAY, RUNTIME_ID, StateDir
+from smf_assurance.pipeline.assembly import RunningGate, start_gate
+from smf_assurance.pipeline.stages.model_gateway import new_call_id
+from smf_assurance.pipeline.stores.call_context import CallContextWriter
+from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.call_context import CallContext
+from smf_assurance.subjects.messages import DataFacts, Proposal
+from smf_assurance.subjects.model_gateway import GatewayCalls, GatewayClear, GatewayCleared
 from tests.store_helpers import statements
 from tests.test_model_gateway import (
     ACTOR,

@@ -1,6 +1,6 @@
 """Contract tests of the tool-call accounting store (issue 16, item 3), on both backends.
 
-``pipeline.stores.tool_calls``: a stop stands until a clear removes exactly it (a
+``smf_assurance.pipeline.stores.tool_calls``: a stop stands until a clear removes exactly it (a
 newer stop survives a clear of an older one, also when the two race on two
 instances); notes come back oldest first, a note made again is the newest, and
 pruning keeps the in-memory index's bounds; a stop that does not decode is refused,
@@ -33,19 +33,19 @@ import pytest
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
-from ops.natsserver import EmbeddedNatsServer
-from pipeline.stores import tool_calls_kv
-from pipeline.stores.kv import token
-from pipeline.stores.ledger import EvidenceEntry, EvidenceStoreUnavailable, Ledger
-from pipeline.stores.sqlite_worker import StoreUnavailable
-from pipeline.stores.tool_calls import (
+from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.pipeline.stores import tool_calls_kv
+from smf_assurance.pipeline.stores.kv import token
+from smf_assurance.pipeline.stores.ledger import EvidenceEntry, EvidenceStoreUnavailable, Ledger
+from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
+from smf_assurance.pipeline.stores.tool_calls import (
     SqliteToolCallStore,
     Stop,
     ToolCallStore,
     ToolCallStoreUnavailable,
 )
-from pipeline.stores.tool_calls_kv import KvToolCallStore
-from subjects.keys import generate_signing_key
+from smf_assurance.pipeline.stores.tool_calls_kv import KvToolCallStore
+from smf_assurance.subjects.keys import generate_signing_key
 from tests.builders import AT_MS, fake_identity
 from tests.bus_helpers import wait_for
 from tests.store_helpers import statements

@@ -40,25 +40,25 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from approver.client import ApproverClient
-from approver.pending import read_pending
-from ops.projections import load_policy_set
-from ops.releases import ReleaseError, load_trust_root, prior_of
-from ops.scenarios_catalog import load_scenarios
-from pipeline.core.decision import Decision
-from pipeline.core.evaluator import evaluate
-from pipeline.core.release_trust import ReleaseTrust, TrustedTime
-from pipeline.service import StageRefusal
-from pipeline.stages.approvals import ApprovalDesk
-from pipeline.stages.contracts import DispatchRequest, EvaluateRequest
-from pipeline.stages.decide import EvaluateStage
-from pipeline.stages.dispatch import DispatchStage
-from pipeline.stages.streams import ensure_gate_streams
-from pipeline.stages.transport import LocalStage, serve
-from pipeline.stores.approvals_sqlite import SqliteApprovalStore
-from pipeline.stores.ledger import Ledger
-from subjects import dsse, names
-from subjects.approvals import (
+from smf_assurance.approver.client import ApproverClient
+from smf_assurance.approver.pending import read_pending
+from smf_assurance.ops.projections import load_policy_set
+from smf_assurance.ops.releases import ReleaseError, load_trust_root, prior_of
+from smf_assurance.ops.scenarios_catalog import load_scenarios
+from smf_assurance.pipeline.core.decision import Decision
+from smf_assurance.pipeline.core.evaluator import evaluate
+from smf_assurance.pipeline.core.release_trust import ReleaseTrust, TrustedTime
+from smf_assurance.pipeline.service import StageRefusal
+from smf_assurance.pipeline.stages.approvals import ApprovalDesk
+from smf_assurance.pipeline.stages.contracts import DispatchRequest, EvaluateRequest
+from smf_assurance.pipeline.stages.decide import EvaluateStage
+from smf_assurance.pipeline.stages.dispatch import DispatchStage
+from smf_assurance.pipeline.stages.streams import ensure_gate_streams
+from smf_assurance.pipeline.stages.transport import LocalStage, serve
+from smf_assurance.pipeline.stores.approvals_sqlite import SqliteApprovalStore
+from smf_assurance.pipeline.stores.ledger import Ledger
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.approvals import (
     ApprovalBinding,
     ApprovalResolution,
     ApprovalView,
@@ -67,12 +67,12 @@ from subjects.approvals import (
     ShowRequest,
     binding_digest,
 )
-from subjects.canonical import canonical_bytes
-from subjects.envelope import content_hash_of
-from subjects.keyed import PseudonymKey
-from subjects.keys import SigningKey
-from subjects.registry import KeyRegistry, RegistryFile, entry_for
-from subjects.release import (
+from smf_assurance.subjects.canonical import canonical_bytes
+from smf_assurance.subjects.envelope import content_hash_of
+from smf_assurance.subjects.keyed import PseudonymKey
+from smf_assurance.subjects.keys import SigningKey
+from smf_assurance.subjects.registry import KeyRegistry, RegistryFile, entry_for
+from smf_assurance.subjects.release import (
     PAYLOAD_RELEASE_MANIFEST,
     MalformedReleaseError,
     ReleaseBundle,

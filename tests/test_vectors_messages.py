@@ -1,6 +1,6 @@
 """The issue-10 golden vectors, consumed by the Python side (``subjects/``).
 
-The TypeScript side (``adapters/openclaw/test/vectors.test.ts``) consumes the
+The TypeScript side (``smf_assurance/adapters/openclaw/test/vectors.test.ts``) consumes the
 same files, so every vector here is checked by both implementations
 (ARCHITECTURE.md, "Canonical bytes": byte for byte, proven by shared golden
 vectors). How each expected value was produced: ``tests/vectors/README.md``.
@@ -11,11 +11,11 @@ envelope bytes of those messages signed with a fixed RFC 8032 key
 (deterministic Ed25519), which tampered or malformed envelopes are refused and
 with which error class, the order-id and approval-id derivations, the verdict
 decoding rules (msgspec), the operation hash the gate computes for an OpenClaw
-``exec`` call through ``pipeline/mappers/smf-openclaw-adapter.json``, which
+``exec`` call through ``smf_assurance/pipeline/mappers/smf-openclaw-adapter.json``, which
 signed approval outcomes ``open_outcome`` acts on and which it refuses (unsigned,
 another signer, another purpose, edited, another approval, decision or
 operation, not final, not canonical) with which error class, which signed
-replies on ``smf.propose`` ``subjects.verdicts.open_verdict`` accepts and which
+replies on ``smf.propose`` ``smf_assurance.subjects.verdicts.open_verdict`` accepts and which
 it refuses (unsigned, another signer, the gate's signature for another payload
 type, edited, signatures stripped, another proposal, a payload that is not the
 one canonical Verdict) with which error class, and the reason code
@@ -42,26 +42,31 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 
-from adapters.client import ProposalClient
-from adapters.hermes.release import ReleaseVerifier
-from pipeline.core.normalize import decode_mapper, normalize
-from subjects import dsse, names
-from subjects.approvals import OutcomeMismatchError, approval_id_for, open_outcome
-from subjects.attestation import RuntimeAttestation
-from subjects.canonical import CanonicalJSONError, canonical_bytes, identity_of, parse_canonical
-from subjects.dsse import decode_envelope, encode_envelope, sign_struct, verify
-from subjects.envelope import content_hash_of, envelope_builtins
-from subjects.keys import SigningKey, VerifyKey
-from subjects.messages import ExecutionReport, Proposal, Verdict, order_id_for
-from subjects.model_gateway import (
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.adapters.hermes.release import ReleaseVerifier
+from smf_assurance.pipeline.core.normalize import decode_mapper, normalize
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.approvals import OutcomeMismatchError, approval_id_for, open_outcome
+from smf_assurance.subjects.attestation import RuntimeAttestation
+from smf_assurance.subjects.canonical import (
+    CanonicalJSONError,
+    canonical_bytes,
+    identity_of,
+    parse_canonical,
+)
+from smf_assurance.subjects.dsse import decode_envelope, encode_envelope, sign_struct, verify
+from smf_assurance.subjects.envelope import content_hash_of, envelope_builtins
+from smf_assurance.subjects.keys import SigningKey, VerifyKey
+from smf_assurance.subjects.messages import ExecutionReport, Proposal, Verdict, order_id_for
+from smf_assurance.subjects.model_gateway import (
     MAX_INSTANCE_PROOF_CHARS,
     InstanceProof,
     open_instance_proof,
     seal_instance_proof,
 )
-from subjects.registry import KeyRegistry, RegistryFile
-from subjects.release import ReleaseCheckError, decode_bundle, decode_trust_root
-from subjects.verdicts import VerdictMismatchError, open_verdict
+from smf_assurance.subjects.registry import KeyRegistry, RegistryFile
+from smf_assurance.subjects.release import ReleaseCheckError, decode_bundle, decode_trust_root
+from smf_assurance.subjects.verdicts import VerdictMismatchError, open_verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "tests" / "vectors"
@@ -265,7 +270,8 @@ class _OneReply:
 @pytest.mark.parametrize("vector", SIGNED_VERDICTS["cases"], ids=lambda v: v["name"])
 async def test_signed_verdict_as_the_python_client_reads_it(vector: dict[str, Any]) -> None:
     """``ProposalClient.send`` acts on the gate's Verdict and denies everything else with
-    the vector's reason code, the one ``adapters/openclaw/src/contract/verdicts.ts`` gives."""
+    the vector's reason code, the one ``smf_assurance/adapters/openclaw/src/contract/verdicts.ts``
+    gives."""
     gate = _key(SIGNED_VERDICTS["gate_key"]).verify_key
     proposal_id: str = SIGNED_VERDICTS["proposal_id"]
     client = ProposalClient(
@@ -360,7 +366,9 @@ def test_order_and_approval_ids() -> None:
 @pytest.mark.parametrize("vector", MESSAGES["operations"], ids=lambda v: v["name"])
 def test_operation_hash_of_a_native_call(vector: dict[str, Any]) -> None:
     """What the gate computes for the OpenClaw call, through the shipped mapper table."""
-    table = decode_mapper((ROOT / "pipeline" / "mappers" / f"{vector['mapper']}.json").read_bytes())
+    table = decode_mapper(
+        (ROOT / "smf_assurance" / "pipeline" / "mappers" / f"{vector['mapper']}.json").read_bytes()
+    )
     proposal = msgspec.convert(vector["proposal"], Proposal)
     normalized = normalize(proposal, {table.adapter_id: table})
     built = canonical_bytes(envelope_builtins(normalized.envelope))
@@ -412,12 +420,13 @@ def test_unicode_divergence_python_column(vector: dict[str, Any]) -> None:
 
 
 def test_typescript_unicode_guard_matches_this_python() -> None:
-    """``adapters/openclaw/src/contract/unicode14.ts`` lists what THIS Python calls unassigned:
+    """``smf_assurance/adapters/openclaw/src/contract/unicode14.ts`` lists what THIS Python calls
+    unassigned:
     after a Python upgrade (newer ``unicodedata``) it must be regenerated
-    (``adapters/openclaw/scripts/gen_unicode14.py``), or the guard is wrong."""
-    table = (ROOT / "adapters" / "openclaw" / "src" / "contract" / "unicode14.ts").read_text(
-        encoding="ascii"
-    )
+    (``smf_assurance/adapters/openclaw/scripts/gen_unicode14.py``), or the guard is wrong."""
+    table = (
+        ROOT / "smf_assurance" / "adapters" / "openclaw" / "src" / "contract" / "unicode14.ts"
+    ).read_text(encoding="ascii")
     assert f'PYTHON_UNICODE_VERSION = "{unicodedata.unidata_version}"' in table
 
 
@@ -428,9 +437,10 @@ RELEASES = json.loads((VECTORS / "releases.json").read_text(encoding="ascii"))
 
 @pytest.mark.parametrize("vector", RELEASES["cases"], ids=lambda v: v["name"])
 def test_release_bundle_verification(vector: dict[str, Any]) -> None:
-    """Every consumer's checks (``subjects.release`` through the runtime verifier): the
+    """Every consumer's checks (``smf_assurance.subjects.release`` through the runtime verifier):
+    the
     accepted release and its registry's gate keys, or the reason code of the refusal;
-    ``adapters/openclaw/test/vectors.test.ts`` expects the same of TypeScript."""
+    ``smf_assurance/adapters/openclaw/test/vectors.test.ts`` expects the same of TypeScript."""
     root = decode_trust_root(json.dumps(RELEASES["trust_root"]).encode())
     verifier = ReleaseVerifier(
         root, clock=lambda: int(RELEASES["clock_ms"]), max_skew_ms=RELEASES["max_skew_ms"]

@@ -4,7 +4,7 @@
 Run from the repository root: ``.venv/bin/python tests/vectors/make_message_vectors.py``.
 
 The expected values are NOT produced by either implementation under test
-(``subjects/`` in Python, ``adapters/openclaw/src/contract`` in TypeScript):
+(``subjects/`` in Python, ``smf_assurance/adapters/openclaw/src/contract`` in TypeScript):
 
 - canonical texts: written by hand below (``canonical_more.json``), or, for
   the message vectors, by ``json.dumps(sort_keys=True, separators=(",", ":"),
@@ -21,8 +21,8 @@ The expected values are NOT produced by either implementation under test
 
 Two places pin current Python behaviour as a cross-language contract rather
 than derive it from a spec, and README.md says so: the NFC of the Unicode
-vectors (``unicodedata`` is also what ``subjects/canonical.py`` uses) and the
-operation envelope's exact shape (what ``pipeline.core.normalize`` builds from
+vectors (``unicodedata`` is also what ``smf_assurance/subjects/canonical.py`` uses) and the
+operation envelope's exact shape (what ``smf_assurance.pipeline.core.normalize`` builds from
 the OpenClaw mapper table, written out here by hand from that table).
 """
 
@@ -252,7 +252,7 @@ OTHER_DECISION_ID = sha("another decision")
 
 def outcome_value(**changes: Any) -> dict[str, Any]:
     """A held proposal's final Verdict as the gate signs it: every field of
-    ``subjects.messages.Verdict`` present (``msgspec.to_builtins``), optional ones null."""
+    ``smf_assurance.subjects.messages.Verdict`` present (``msgspec.to_builtins``), optional ones null."""
     value: dict[str, Any] = {
         "schema": "smf.verdict/1",
         "proposal_id": "",
@@ -284,7 +284,7 @@ OUTCOME_DENY_WITH_NOTE = outcome_value(
 
 def verdict_value(**changes: Any) -> dict[str, Any]:
     """The gate's reply to PROPOSAL_EXEC on ``smf.propose`` as it signs it: every field
-    of ``subjects.messages.Verdict`` present, optional ones null."""
+    of ``smf_assurance.subjects.messages.Verdict`` present, optional ones null."""
     value: dict[str, Any] = {
         "schema": "smf.verdict/1",
         "proposal_id": PROPOSAL_EXEC["proposal_id"],
@@ -380,8 +380,8 @@ def signed_vector(name: str, message: dict[str, Any], payload_type: str) -> dict
 
 
 def operation_vector() -> dict[str, Any]:
-    """The envelope ``pipeline.core.normalize`` builds for PROPOSAL_EXEC, by hand from
-    ``pipeline/mappers/smf-openclaw-adapter.json`` ("exec"): ``content_arg`` command,
+    """The envelope ``smf_assurance.pipeline.core.normalize`` builds for PROPOSAL_EXEC, by hand from
+    ``smf_assurance/pipeline/mappers/smf-openclaw-adapter.json`` ("exec"): ``content_arg`` command,
     no ``target_arg`` (address ""), ``Data.redaction_evidence`` omitted when None
     (``omit_defaults``), ``workflow.legal_hold`` = bool(None) = false."""
     args_hash = sha(simple_canonical(EXEC_ARGS))
@@ -437,8 +437,8 @@ def _signed_text(seed_hex: str, payload: bytes, payload_type: str) -> str:
 def outcome_vectors() -> dict[str, Any]:
     """Signed approval outcomes (``smf.approval.outcome.<approval>``): the gate key is
     the test key; what a runtime must act on, and everything it must ignore, each
-    with the error class both ``subjects.approvals.open_outcome`` and
-    ``adapters/openclaw/src/contract/outcome.ts`` raise."""
+    with the error class both ``smf_assurance.subjects.approvals.open_outcome`` and
+    ``smf_assurance/adapters/openclaw/src/contract/outcome.ts`` raise."""
     gate = RFC8032_TEST1["seed_hex"]
     other = RFC8032_TEST2["seed_hex"]
 
@@ -541,9 +541,9 @@ def outcome_vectors() -> dict[str, Any]:
 def signed_verdict_vectors() -> dict[str, Any]:
     """Replies on ``smf.propose``: the gate key is the test key; the Verdict a runtime
     may act on and every reply it must turn into a deny, each with the error class
-    both ``subjects.verdicts.open_verdict`` and ``adapters/openclaw/src/contract/verdicts.ts``
+    both ``smf_assurance.subjects.verdicts.open_verdict`` and ``smf_assurance/adapters/openclaw/src/contract/verdicts.ts``
     ``openVerdict`` raise and the reason code both clients deny with
-    (``adapters/client.py`` ``ProposalClient.send``, ``readVerdictReply``)."""
+    (``smf_assurance/adapters/client.py`` ``ProposalClient.send``, ``readVerdictReply``)."""
     gate = RFC8032_TEST1["seed_hex"]
     other = RFC8032_TEST2["seed_hex"]
     not_signed = "verdict_not_signed_by_gate"
@@ -645,8 +645,8 @@ def _base64url(raw: bytes) -> str:
 def instance_proof_vectors() -> dict[str, Any]:
     """The header ``Smf-Instance-Proof`` (issue 16): unpadded base64url of the DSSE
     envelope JSON of the canonical InstanceProof, signed with the runtime key (here
-    the test key). ``seal``: what ``subjects.model_gateway.seal_instance_proof`` and
-    ``adapters/openclaw/src/contract/model_gateway.ts`` ``sealInstanceProof`` write
+    the test key). ``seal``: what ``smf_assurance.subjects.model_gateway.seal_instance_proof`` and
+    ``smf_assurance/adapters/openclaw/src/contract/model_gateway.ts`` ``sealInstanceProof`` write
     for that key, payload and time, byte for byte. ``open``: header values opened
     with the test key as the only runtime key by ``open_instance_proof`` and
     ``openInstanceProof``: the proof, or the exact error class both raise."""

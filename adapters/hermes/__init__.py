@@ -1,5 +1,0 @@
-"""The Hermes Agent adapter (issue 8): a block-only plugin that asks the SMF gate.
-
-``adapters.hermes.plugin`` is the ``hermes_agent.plugins`` entry point; see
-docs/HERMES.md for installation, configuration and the known holes.
-"""

@@ -1,0 +1,833 @@
+// SMF approver console: plain JavaScript, no framework, no third-party code.
+//
+// Trust model (docs/CONSOLE.md): the approver's Ed25519 key is imported into
+// WebCrypto as a non-extractable key and never leaves this tab. This page signs
+// its sign-in, every show request and every resolution itself (DSSE over the
+// canonical JSON bytes, exactly as smf_assurance/subjects/dsse.py does); the console server only
+// relays. Before an allow-once is signed, this page recomputes the content hash,
+// the argument hash, the destination hash and the binding digest from what it
+// displays, and signs the digest it computed, so an approval can only ever be
+// spent on the action that was shown.
+//
+// Decisions are deliberate (issue 23): Allow once opens a confirm step naming the
+// action and its destination, and only "Yes, allow once" signs; Deny opens a form
+// that cannot be sent without a reason from the closed list (the radio buttons in
+// index.html, the list smf_assurance/subjects/approvals.py DENY_REASONS declares), with an optional
+// plain-text note. Reason and note are inside the signed resolution.
+
+const LOGIN_TYPE = 'application/vnd.smf.console-login+json;v=1';
+const SHOW_TYPE = 'application/vnd.smf.approval-show+json;v=1';
+const RESOLUTION_TYPE = 'application/vnd.smf.approval-resolution+json;v=1';
+const POLL_MS = 1000;
+const MAX_DEPTH = 64;
+const IN_PROGRESS = new Set(['approved', 'executing']);
+const FINISHED = new Set([
+  'consumed', 'failed', 'execution_unknown', 'denied', 'expired', 'invalidated', 'unknown',
+]);
+const RETRYABLE = new Set(['gate_unreachable', 'gate_timeout', 'gate_transport_error']);
+const MAX_NOTE_CHARS = 500;
+// smf_assurance/subjects/patterns.py NOTE_PATTERN: newlines and tabs, no other control character,
+// no line/paragraph separator, no bidi override or isolate.
+const NOTE_FORBIDDEN = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/u;
+const utf8 = new TextEncoder();
+
+// --- canonical JSON (RFC 8785 JCS + NFC), identities, DSSE ---------------------
+
+export class CanonicalError extends Error {}
+
+function nfc(text) {
+  if (!text.isWellFormed()) throw new CanonicalError('lone surrogate');
+  return text.normalize('NFC');
+}
+
+function canon(value, depth) {
+  if (depth > MAX_DEPTH) throw new CanonicalError(`nesting deeper than ${MAX_DEPTH}`);
+  if (value === null || value === true || value === false) return String(value);
+  if (typeof value === 'number') {
+    if (!Number.isSafeInteger(value)) {
+      throw new CanonicalError('only integers within the I-JSON safe range');
+    }
+    return String(value); // String(-0) is "0", as the integer -0 is 0
+  }
+  // JCS serializes strings exactly as JSON.stringify does.
+  if (typeof value === 'string') return JSON.stringify(nfc(value));
+  if (Array.isArray(value)) return `[${value.map((v) => canon(v, depth + 1)).join(',')}]`;
+  if (typeof value === 'object') {
+    const items = new Map();
+    for (const [key, item] of Object.entries(value)) {
+      const normal = nfc(key);
+      if (items.has(normal)) throw new CanonicalError('duplicate key after NFC normalization');
+      items.set(normal, item);
+    }
+    // Array.prototype.sort compares UTF-16 code units: the order JCS requires.
+    const keys = [...items.keys()].sort();
+    return `{${keys.map((k) => `${JSON.stringify(k)}:${canon(items.get(k), depth + 1)}`).join(',')}}`;
+  }
+  throw new CanonicalError(`no JSON form for ${typeof value}`);
+}
+
+export function canonicalJson(value) {
+  return canon(value, 0);
+}
+
+function hex(bytes) {
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+export function b64encode(bytes) {
+  let text = '';
+  for (const b of bytes) text += String.fromCharCode(b);
+  return btoa(text);
+}
+
+function b64decode(text) {
+  return Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+}
+
+function b64url(bytes) {
+  return b64encode(bytes).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+}
+
+export async function sha256Identity(bytes) {
+  return `sha256:${hex(new Uint8Array(await crypto.subtle.digest('SHA-256', bytes)))}`;
+}
+
+export async function identityOf(value) {
+  return sha256Identity(utf8.encode(canonicalJson(value)));
+}
+
+/** DSSE pre-authentication encoding: "DSSEv1" SP len(type) SP type SP len(body) SP body. */
+export function pae(payloadType, payload) {
+  const type = utf8.encode(payloadType);
+  const head = utf8.encode(`DSSEv1 ${type.length} ${payloadType} ${payload.length} `);
+  const out = new Uint8Array(head.length + payload.length);
+  out.set(head);
+  out.set(payload, head.length);
+  return out;
+}
+
+/** Read an smf.ed25519.private/1 key file into a non-extractable signing key.
+ *  Checks what smf_assurance/subjects/keys.py checks: the key id is the public key's, and the
+ *  secret seed derives that public key. */
+export async function importKeyFile(text) {
+  let doc;
+  try {
+    doc = JSON.parse(text);
+  } catch {
+    throw new Error('this file is not an approver key file (it is not JSON)');
+  }
+  if (doc === null || doc.kind !== 'smf.ed25519.private/1') {
+    throw new Error('this file is not an smf.ed25519.private/1 key file');
+  }
+  const seed = b64decode(doc.secret_seed);
+  const publicBytes = b64decode(doc.public_key);
+  if (seed.length !== 32 || publicBytes.length !== 32) throw new Error('the key file is damaged');
+  const keyId = `ed25519:${hex(new Uint8Array(await crypto.subtle.digest('SHA-256', publicBytes)))}`;
+  if (keyId !== doc.key_id) throw new Error('the key file\'s key_id does not match its public key');
+  const mismatch = 'the key file\'s secret does not belong to its public key';
+  const jwk = { kty: 'OKP', crv: 'Ed25519', d: b64url(seed), x: b64url(publicBytes) };
+  let privateKey;
+  try {
+    privateKey = await crypto.subtle.importKey('jwk', jwk, { name: 'Ed25519' }, false, ['sign']);
+  } catch {
+    throw new Error(mismatch); // Chromium checks that d derives x on import
+  } finally {
+    seed.fill(0);
+    jwk.d = '';
+  }
+  const publicKey = await crypto.subtle.importKey('raw', publicBytes, { name: 'Ed25519' }, false, ['verify']);
+  const probe = utf8.encode('smf-console key check');
+  const signature = await crypto.subtle.sign({ name: 'Ed25519' }, privateKey, probe);
+  if (!(await crypto.subtle.verify({ name: 'Ed25519' }, publicKey, signature, probe))) {
+    throw new Error(mismatch); // and where a browser does not, this probe does
+  }
+  return { principal: doc.principal, keyId, privateKey };
+}
+
+/** A DSSE envelope over the canonical JSON of `value`, signed by `signer`. */
+export async function signEnvelope(signer, payloadType, value) {
+  const payload = utf8.encode(canonicalJson(value));
+  const message = pae(payloadType, payload);
+  const signature = new Uint8Array(
+    await crypto.subtle.sign({ name: 'Ed25519' }, signer.privateKey, message),
+  );
+  return {
+    payload: b64encode(payload),
+    payloadType,
+    signatures: [{ keyid: signer.keyId, sig: b64encode(signature) }],
+  };
+}
+
+async function matches(compute, expected) {
+  try {
+    return (await compute()) === expected;
+  } catch {
+    return false; // no canonical form: it cannot match anything the gate bound
+  }
+}
+
+/** Everything shown is what the binding covers: recomputed here, not taken on trust. */
+export async function checkView(view, channel) {
+  const binding = view.binding;
+  const digest = await identityOf(binding);
+  return {
+    content: await matches(
+      () => sha256Identity(utf8.encode(nfc(view.content))), binding.content_hash),
+    arguments: await matches(
+      () => identityOf(JSON.parse(view.arguments_json)), binding.canonical_args_hash),
+    destination: await matches(
+      () => identityOf({ channel, address: view.destination_address }),
+      binding.destination_identity_hash),
+    digest: digest === view.binding_digest,
+    computedDigest: digest,
+  };
+}
+
+/** Why a deny note cannot be sent, or '' when it can (smf_assurance.subjects.patterns.ApproverNote). */
+export function noteProblem(note) {
+  if ([...note.normalize('NFC')].length > MAX_NOTE_CHARS) {
+    return `The note is longer than ${MAX_NOTE_CHARS} characters.`;
+  }
+  if (NOTE_FORBIDDEN.test(note)) {
+    return 'The note may hold plain text, new lines and tabs only (no control or direction characters).';
+  }
+  return '';
+}
+
+function allChecksPass(checks) {
+  return Boolean(checks && checks.content && checks.arguments && checks.destination && checks.digest);
+}
+
+// --- what the gate's answers mean to a person ----------------------------------
+
+const REFUSALS = {
+  approval_expired: ['expired', 'the approval expired before your decision reached the gate'],
+  approval_not_pending: ['already resolved', 'someone already decided it, or it was claimed'],
+  resolver_lacks_required_role: ['wrong role', 'you do not hold every role this action requires'],
+  resolver_not_entitled_for_tenant: ['wrong tenant', 'you are not an approver for this tenant'],
+  self_approval: ['self-approval', 'you requested this action, so you cannot approve it'],
+  binding_digest_mismatch: ['digest mismatch', 'what you saw is not what the gate holds'],
+  binding_changed: ['binding changed', 'the release or the action changed since it was held'],
+  approval_not_found: ['not found', 'the gate holds no such approval'],
+  approval_closed: ['closed', 'the approval is closed and its content has been purged'],
+  unknown_signer: ['unknown key', 'your key is not on the approver roster'],
+  bad_signature: ['bad signature', 'your signature did not verify'],
+  signer_role_mismatch: ['not an approver', 'your key is not an approver key'],
+  resolver_identity_mismatch: ['identity mismatch', 'the signature is not from the named approver'],
+  gate_unreachable: ['gate unreachable', 'no gate answered; nothing was decided'],
+  gate_timeout: ['gate timeout', 'the gate did not answer in time; check the state before retrying'],
+};
+
+function refusalText(reasons, state) {
+  const code = reasons[0] || 'refused';
+  let [label, why] = REFUSALS[code] || [code.replace(/_/g, ' '), 'the gate refused it'];
+  if (code === 'approval_not_pending' && (state === 'expired' || state === 'invalidated')) {
+    [label, why] = [state, `the approval is ${state}`];
+  }
+  return `Refused: ${label}. ${why[0].toUpperCase()}${why.slice(1)} (${reasons.join(', ') || code}).`;
+}
+
+const OUTCOMES = {
+  approved: 'Approved: the gate is claiming it',
+  executing: 'Executing: the order went to the connector',
+  consumed: 'Consumed: the connector confirmed it ran once',
+  failed: 'Failed: the connector reported a failure; nothing is retried',
+  execution_unknown: 'Execution unknown: no confirmation; it is never retried automatically',
+  denied: 'Denied: nothing was sent',
+  expired: 'Expired: nothing was sent',
+  invalidated: 'Invalidated: nothing was sent',
+};
+
+// --- page state ------------------------------------------------------------------
+
+const page = {
+  me: null, // { principal, keyId, privateKey, tenants, licensed_roles }
+  approvals: new Map(),
+  known: new Set(),
+  offsetMs: 0,
+  selected: null,
+  view: null,
+  checks: null,
+  closedReason: null,
+  decided: null, // { decision, order_id }
+  final: false, // true once the gate's answer means no further decision can help
+  polling: false,
+  linkHandled: false, // the notification's ?approval= is acted on once per page load
+  pollTimer: null,
+  tickTimer: null,
+};
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (name === 'class') node.className = value;
+    else node.setAttribute(name, value);
+  }
+  for (const child of children) node.append(child); // text is always a text node
+  return node;
+}
+
+function now() {
+  return Date.now() + page.offsetMs;
+}
+
+function timeLeft(approval) {
+  return approval.expires_at_ms - now();
+}
+
+/** Time left as an attorney reads it (issue 23): "expires in 4 min 12 s", or "expired". */
+export function formatLeft(ms) {
+  if (ms <= 0) return 'expired';
+  const total = Math.floor(ms / 1000);
+  const minutes = Math.floor(total / 60);
+  const seconds = total % 60;
+  return minutes ? `expires in ${minutes} min ${seconds} s` : `expires in ${seconds} s`;
+}
+
+/** What the countdown's live region says (issue 23): it changes only when the whole
+ *  minutes left change and at expiry, so a screen reader is not told every second. */
+export function announceLeft(ms) {
+  if (ms <= 0) return 'Expired: no decision can be sent.';
+  const minutes = Math.floor(ms / 60000);
+  if (!minutes) return 'Expires in less than a minute.';
+  return `Expires in ${minutes} minute${minutes > 1 ? 's' : ''}.`;
+}
+
+const pad = (n, width = 2) => String(n).padStart(width, '0');
+
+/** The absolute expiry in this browser's time zone, unambiguous (issue 23):
+ *  "2026-12-02 18:35:19 UTC+05:30 (Asia/Kolkata)"; the offset is the one in force
+ *  at that instant, so a daylight-saving change in between is accounted for. */
+export function formatExpiry(ms) {
+  const at = new Date(ms);
+  const offset = -at.getTimezoneOffset();
+  const sign = offset < 0 ? '-' : '+';
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  return `${at.getFullYear()}-${pad(at.getMonth() + 1)}-${pad(at.getDate())} `
+    + `${pad(at.getHours())}:${pad(at.getMinutes())}:${pad(at.getSeconds())} `
+    + `UTC${sign}${pad(Math.floor(Math.abs(offset) / 60))}:${pad(Math.abs(offset) % 60)}`
+    + (zone ? ` (${zone})` : '');
+}
+
+function isOpen(approval) {
+  return approval.state === 'pending' && timeLeft(approval) > 0;
+}
+
+function shownState(approval) {
+  if (approval.state === 'pending' && timeLeft(approval) <= 0) return 'expired';
+  return approval.state.replace(/_/g, ' ');
+}
+
+async function api(method, path, body) {
+  const init = { method, credentials: 'same-origin', cache: 'no-store', headers: {} };
+  if (body !== undefined) {
+    init.headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch {
+    return { status: 0, data: { ok: false, reason: 'console_unreachable' } };
+  }
+  let data = null;
+  try {
+    data = await response.json();
+  } catch {
+    data = { ok: false, reason: 'unreadable_answer' };
+  }
+  return { status: response.status, data };
+}
+
+// --- sign-in -----------------------------------------------------------------------
+
+function signinStatus(text) {
+  $('signin-status').textContent = text;
+}
+
+async function signIn(file) {
+  signinStatus('Checking your key…');
+  const signer = await importKeyFile(await file.text());
+  const challenge = await api('GET', '/api/challenge');
+  if (challenge.status !== 200) throw new Error('the console did not issue a sign-in challenge');
+  const login = await signEnvelope(signer, LOGIN_TYPE, {
+    schema: 'smf.console-login/1',
+    approver_id: signer.principal,
+    nonce: challenge.data.nonce,
+  });
+  const session = await api('POST', '/api/session', login);
+  if (session.status !== 200) {
+    throw new Error(`the console refused the sign-in (${session.data.reason})`);
+  }
+  page.me = { ...signer, ...session.data };
+  $('who-name').textContent = page.me.approver_id;
+  $('who-roles').textContent =
+    `(${page.me.licensed_roles.join(', ') || 'no roles'}; ${page.me.tenants.join(', ') || 'no tenants'})`;
+  $('who').hidden = false;
+  $('signin').hidden = true;
+  $('workspace').hidden = false;
+  signinStatus('');
+  $('board-title').focus?.();
+  await poll();
+  page.pollTimer = setInterval(poll, POLL_MS);
+  page.tickTimer = setInterval(tick, 1000);
+}
+
+function signOut(message) {
+  clearInterval(page.pollTimer);
+  clearInterval(page.tickTimer);
+  api('POST', '/api/logout', {});
+  page.me = null; // the only reference to the CryptoKey
+  page.approvals.clear();
+  page.known.clear();
+  page.selected = null;
+  $('approvals').replaceChildren();
+  $('detail').hidden = true;
+  $('workspace').hidden = true;
+  $('who').hidden = true;
+  $('signin').hidden = false;
+  signinStatus(message || 'Signed out. Your key is no longer held by this page.');
+  $('key-file').focus();
+}
+
+// --- the list ----------------------------------------------------------------------
+
+async function poll() {
+  if (!page.me || page.polling) return; // one request at a time, however slow the network
+  page.polling = true;
+  let answer;
+  try {
+    answer = await api('GET', '/api/approvals');
+  } finally {
+    page.polling = false;
+  }
+  if (answer.status === 401) {
+    signOut(`Your session ended (${answer.data.reason}). Sign in again with your key.`);
+    return;
+  }
+  if (answer.status !== 200) {
+    showGateStatus('The console is not answering; what you see may be out of date.');
+    return;
+  }
+  page.offsetMs = answer.data.server_now_ms - Date.now();
+  showGateStatus(answer.data.gate_answering
+    ? '' : 'The gate is not answering; states may be out of date and decisions cannot be sent.');
+  const fresh = [];
+  page.approvals = new Map(answer.data.approvals.map((a) => [a.approval_id, a]));
+  for (const a of page.approvals.values()) {
+    if (!page.known.has(a.approval_id)) {
+      page.known.add(a.approval_id);
+      if (a.state === 'pending') fresh.push(a);
+    }
+  }
+  if (fresh.length) {
+    $('announcer').textContent =
+      `${fresh.length} new held action${fresh.length > 1 ? 's' : ''}: ${fresh.map(title).join('; ')}`;
+  }
+  renderList();
+  if (page.selected) renderLive();
+  openLinked();
+}
+
+/** The notification's link, `/?approval=<id>` (issue 23): after sign-in and the first
+ *  list, open that approval if it is one this approver is shown. The id is only looked
+ *  up in that list, never written into the page; any other id gets a plain message. */
+function openLinked() {
+  const wanted = new URLSearchParams(location.search).get('approval');
+  if (wanted === null || page.linkHandled) return;
+  page.linkHandled = true;
+  if (page.approvals.has(wanted)) {
+    openDetail(wanted);
+    return;
+  }
+  $('link-note').textContent = 'The approval in your link is not in your list: it may have been '
+    + 'decided and removed, it may not be for your tenants or roles, or the link is damaged.';
+  $('link-note').hidden = false;
+}
+
+function showGateStatus(text) {
+  $('gate-status').textContent = text;
+  $('gate-status').hidden = !text;
+}
+
+function title(a) {
+  return `${a.native_tool} (${a.capability})`;
+}
+
+function sortKey(a) {
+  // Open ones first, oldest (most urgent) first; then closed ones, newest first.
+  return isOpen(a) || IN_PROGRESS.has(a.state) ? [0, a.created_at_ms] : [1, -a.created_at_ms];
+}
+
+function renderList() {
+  const list = $('approvals');
+  const items = [...page.approvals.values()].sort((x, y) => {
+    const [a, b] = [sortKey(x), sortKey(y)];
+    return a[0] - b[0] || a[1] - b[1];
+  });
+  const wanted = new Set(items.map((a) => a.approval_id));
+  for (const li of [...list.children]) if (!wanted.has(li.dataset.id)) li.remove();
+  items.forEach((a, index) => {
+    let li = list.querySelector(`li[data-id="${CSS.escape(a.approval_id)}"]`);
+    if (!li) li = makeItem(a);
+    updateItem(li, a);
+    if (list.children[index] !== li) list.insertBefore(li, list.children[index] || null);
+  });
+  $('empty').hidden = items.length > 0;
+}
+
+function makeItem(a) {
+  const button = el('button', { type: 'button', class: 'item' },
+    el('span', { class: 'title' }, title(a)),
+    el('span', { class: 'meta' }, `${a.tenant_id} · ${a.channel} (${a.locality})`),
+    el('span', { class: 'when' },
+      el('span', { class: 'state' }), ' ', el('span', { class: 'countdown' })));
+  button.addEventListener('click', () => openDetail(a.approval_id));
+  const li = el('li', {}, button);
+  li.dataset.id = a.approval_id;
+  return li;
+}
+
+function updateItem(li, a) {
+  const open = isOpen(a);
+  li.classList.toggle('closed', !open && !IN_PROGRESS.has(a.state));
+  li.dataset.state = open ? 'pending' : shownState(a).replace(/ /g, '_');
+  li.querySelector('.state').textContent = shownState(a);
+  li.querySelector('.countdown').textContent = open ? formatLeft(timeLeft(a)) : '';
+  li.querySelector('button').setAttribute('aria-current', String(page.selected === a.approval_id));
+}
+
+function tick() {
+  for (const li of $('approvals').children) {
+    const a = page.approvals.get(li.dataset.id);
+    if (a) updateItem(li, a);
+  }
+  if (page.selected) renderLive();
+}
+
+// --- one approval ------------------------------------------------------------------
+
+// Why the approval is required, in words (issue 23). The gate sends each rule as the
+// release that made the decision words it (smf_assurance/subjects/approvals.py RuleShown) and each
+// reason code with the words of its one table (smf_assurance/pipeline/core/explanation.py
+// REASON_WORDS). All of it is set as text, never as HTML.
+const RULE_NOT_DESCRIBED = 'no description in the release'; // smf_assurance/subjects/approvals.py RULE_NOT_DESCRIBED
+
+function rulesShown(rules) {
+  return el('ul', { class: 'rules' }, ...rules.map((rule) => (rule.title == null
+    ? el('li', { class: 'rule' }, el('code', {}, rule.rule_id), ` — ${RULE_NOT_DESCRIBED}`)
+    : el('li', { class: 'rule' },
+      el('strong', { class: 'rule-title' }, rule.title),
+      el('p', { class: 'rule-statement' }, rule.statement || ''),
+      el('p', { class: 'rule-citation' }, 'Citation: ', el('cite', {}, rule.citation || '')),
+      el('code', { class: 'rule-id' }, rule.rule_id)))));
+}
+
+function reasonsShown(reasons) {
+  return el('ul', { class: 'reasons' }, ...reasons.map((reason) => (reason.words
+    ? el('li', {}, `${reason.words[0].toUpperCase()}${reason.words.slice(1)} `, el('code', {}, reason.code))
+    : el('li', {}, el('code', {}, reason.code)))));
+}
+
+function fact(term, value, asCode = false) {
+  return [el('dt', {}, term), el('dd', {}, asCode ? el('code', {}, value) : value)];
+}
+
+async function openDetail(id) {
+  const a = page.approvals.get(id);
+  if (!a || !page.me) return;
+  $('link-note').hidden = true;
+  Object.assign(page, { selected: id, view: null, checks: null, closedReason: null, decided: null, final: false });
+  $('detail').hidden = false;
+  $('detail-title').textContent = title(a);
+  $('expiry-live').textContent = '';
+  $('answer').textContent = '';
+  $('answer').removeAttribute('data-kind');
+  $('reviewable').hidden = true;
+  $('closed-note').hidden = true;
+  $('outcome-box').hidden = true;
+  $('self-warning').hidden = true; // who asked is known once the gate shows the binding
+  closeSteps();
+  $('deny-form').reset();
+  $('deny-send').disabled = true;
+  $('deny-error').textContent = '';
+  renderFacts(a, null);
+  renderList();
+  renderLive();
+  $('detail-title').focus();
+  const request = {
+    schema: 'smf.approval-show/1',
+    approval_id: id,
+    resolver_id: page.me.principal,
+    requested_at_ms: Date.now(),
+  };
+  const answer = await api('POST', '/api/show', await signEnvelope(page.me, SHOW_TYPE, request));
+  if (page.selected !== id) return; // the approver moved on meanwhile
+  if (!answer.data.ok) {
+    page.closedReason = answer.data.reason;
+    const [label, why] = REFUSALS[answer.data.reason] || [answer.data.reason, 'the gate refused to show it'];
+    $('closed-note').textContent = `Not shown: ${label}. ${why} (${answer.data.reason}).`;
+    $('closed-note').hidden = false;
+    renderLive();
+    return;
+  }
+  page.view = answer.data.view;
+  $('self-warning').hidden = page.view.binding.actor_id !== page.me.approver_id;
+  page.checks = await checkView(page.view, a.channel);
+  renderFacts(a, page.view);
+  renderReview();
+  renderLive();
+}
+
+function renderFacts(a, view) {
+  const rows = [
+    fact('Capability', a.capability),
+    fact('Tool', a.native_tool),
+    fact('Destination', view
+      ? `${view.destination_address || '(none)'} · ${a.channel}, ${a.locality}`
+      : `${a.channel}, ${a.locality}`),
+    // The announcement names no matter or person (issue 15): the gate shows them
+    // to an entitled approver with the binding.
+    fact('Matter', view ? view.binding.matter_id : '(shown once opened)'),
+    fact('Tenant', view ? `${a.tenant_id} · ${view.binding.organization_id}` : a.tenant_id),
+    fact('Requested by', view ? view.binding.actor_id : '(shown once opened)'),
+    fact('Required role', a.required_roles.join(', ')),
+    fact('Rules requiring approval', view && view.rules ? rulesShown(view.rules) : a.rule_ids.join(', ') || '(none named)'),
+    fact('Reasons', view && view.reasons ? reasonsShown(view.reasons) : a.reason_codes.join(', ') || '(none)'),
+    fact('Expires', formatExpiry(a.expires_at_ms)),
+  ];
+  if (view) rows.push(fact('Arguments', view.arguments_json, true));
+  if (view) rows.push(fact('Binding digest', page.checks.computedDigest, true));
+  $('facts').replaceChildren(...rows.flat());
+}
+
+function renderReview() {
+  const view = page.view;
+  const checks = page.checks;
+  $('content').textContent = view.content;
+  const ok = allChecksPass(checks);
+  const summary = $('digest-check');
+  summary.dataset.ok = String(ok);
+  summary.textContent = ok
+    ? '✓ Content matches the digest in the binding'
+    : '✗ Mismatch: what is shown is not what the binding covers. Do not allow it.';
+  const line = (passed, text) => el('li', { class: passed ? 'ok' : 'bad' },
+    `${passed ? '✓ matches' : '✗ DOES NOT MATCH'}: ${text}`);
+  $('checks').replaceChildren(
+    line(checks.content, 'SHA-256 of the content shown = content hash in the binding'),
+    line(checks.arguments, 'canonical hash of the arguments shown = argument hash in the binding'),
+    line(checks.destination, 'hash of the destination shown = destination hash in the binding'),
+    line(checks.digest, 'digest recomputed here from the binding = the gate\'s binding digest'),
+  );
+  $('reviewable').hidden = false;
+}
+
+function renderLive() {
+  const a = page.approvals.get(page.selected);
+  if (!a) return;
+  $('detail-state').textContent = shownState(a);
+  let left = null;
+  if (a.state === 'pending') left = timeLeft(a);
+  else if (a.state === 'expired') left = 0;
+  $('detail-countdown').textContent = left === null ? '' : formatLeft(left);
+  const spoken = left === null ? '' : announceLeft(left);
+  if ($('expiry-live').textContent !== spoken) $('expiry-live').textContent = spoken;
+  const decidable = Boolean(page.view) && page.view.state === 'pending' && isOpen(a)
+    && !page.decided && !page.final;
+  $('allow').disabled = !(decidable && allChecksPass(page.checks));
+  $('deny').disabled = !decidable;
+  if (!decidable && openStep()) closeSteps();
+  let note = '';
+  if (page.decided) note = 'Your decision was accepted; no other can be sent.';
+  else if (page.final) note = 'No decision can be sent: see the gate\'s answer below.';
+  else if (page.view && !decidable) note = `No decision can be sent: this approval is ${shownState(a)}.`;
+  else if (page.view && !allChecksPass(page.checks)) note = 'Allow once is off: the checks above failed.';
+  $('decision-note').textContent = note;
+  if (page.closedReason === 'approval_closed') {
+    $('closed-note').textContent =
+      `Closed (${shownState(a)}): the gate has purged its content; nothing can be decided.`;
+  }
+  if (page.decided) renderOutcome(a);
+}
+
+function renderOutcome(a) {
+  const steps = page.decided.decision === 'deny'
+    ? ['denied']
+    : ['approved', 'executing', ...(FINISHED.has(a.state) ? [a.state] : [])];
+  $('outcome').replaceChildren(...steps.map((state, index) => {
+    const item = el('li', {}, OUTCOMES[state] || state.replace(/_/g, ' '));
+    item.dataset.state = state;
+    item.dataset.current = String(index === steps.length - 1);
+    return item;
+  }));
+  $('order-line').textContent = page.decided.order_id ? `Order ${page.decided.order_id}` : '';
+  $('outcome-box').hidden = false;
+}
+
+// --- the confirm step and the deny form (issue 23) -------------------------------------
+
+function openStep() {
+  if (!$('allow-confirm').hidden) return 'allow';
+  if (!$('deny-form').hidden) return 'deny';
+  return null;
+}
+
+function closeSteps() {
+  $('allow-confirm').hidden = true;
+  $('deny-form').hidden = true;
+}
+
+function actionLine() {
+  const a = page.approvals.get(page.selected);
+  const where = a ? ` (${a.channel}, ${a.locality})` : '';
+  return `${page.view.native_tool}, sending the content shown above to `
+    + `${page.view.destination_address || '(no address)'}${where}.`;
+}
+
+function askAllow() {
+  if (!page.view || $('allow').disabled) return;
+  closeSteps();
+  $('allow-confirm-text').textContent = `Allow once: ${actionLine()} It runs once and cannot be undone.`;
+  $('allow-confirm').hidden = false;
+  $('allow-confirm-title').focus();
+}
+
+function askDeny() {
+  if (!page.view || $('deny').disabled) return;
+  closeSteps();
+  $('deny-form-text').textContent = `Deny: ${actionLine()} Nothing will be sent.`;
+  $('deny-error').textContent = '';
+  $('deny-form').hidden = false;
+  $('deny-form-title').focus();
+}
+
+function cancelStep() {
+  const step = openStep();
+  closeSteps();
+  $(step === 'deny' ? 'deny' : 'allow').focus();
+}
+
+function chosenReason() {
+  const checked = $('deny-form').querySelector('input[name="deny-reason"]:checked');
+  return checked ? checked.value : null;
+}
+
+function sendDenial(event) {
+  event.preventDefault();
+  const reason = chosenReason();
+  if (!reason) {
+    $('deny-error').textContent = 'Choose a reason: a denial cannot be sent without one.';
+    $('deny-form').querySelector('input[name="deny-reason"]').focus();
+    return;
+  }
+  const note = $('deny-note').value;
+  const problem = note.trim() ? noteProblem(note) : '';
+  if (problem) {
+    $('deny-error').textContent = problem;
+    $('deny-note').focus();
+    return;
+  }
+  closeSteps();
+  decide('deny', reason, note.trim() ? note : null);
+}
+
+async function decide(decision, denyReason = null, note = null) {
+  const id = page.selected;
+  if (!page.view || (decision === 'allow-once' && !allChecksPass(page.checks))) return;
+  if (decision === 'deny' && !denyReason) return; // never a denial without a closed reason
+  $('allow').disabled = true;
+  $('deny').disabled = true;
+  const answer = $('answer');
+  answer.removeAttribute('data-kind');
+  answer.textContent = 'Signing your decision in this browser and sending it…';
+  const resolution = {
+    schema: 'smf.approval-resolution/1',
+    approval_id: id,
+    decision,
+    binding_digest: page.checks.computedDigest, // the digest of what was shown, computed here
+    resolver_id: page.me.principal,
+    resolved_at_ms: Date.now(),
+  };
+  if (decision === 'deny') resolution.deny_reason = denyReason;
+  if (decision === 'deny' && note) resolution.note = note;
+  const sent = await api('POST', '/api/resolve', await signEnvelope(page.me, RESOLUTION_TYPE, resolution));
+  if (page.selected !== id) return;
+  if (!sent.data.ok) {
+    page.final = !RETRYABLE.has(sent.data.reason);
+    answer.dataset.kind = 'refused';
+    answer.textContent = refusalText([sent.data.reason], '');
+  } else if (sent.data.reply.accepted) {
+    const reply = sent.data.reply;
+    page.decided = { decision, order_id: reply.order_id };
+    const a = page.approvals.get(id);
+    if (a) a.state = reply.state;
+    answer.dataset.kind = 'accepted';
+    answer.textContent = decision === 'deny'
+      ? `Accepted: your denial is recorded (${reply.reason_codes.join(', ')}); nothing will be sent.`
+      : `Accepted: allowed once. The gate claimed it (${reply.state}).`;
+  } else {
+    const reply = sent.data.reply;
+    page.final = true;
+    answer.dataset.kind = 'refused';
+    answer.textContent = refusalText(reply.reason_codes, reply.state);
+  }
+  renderList();
+  renderLive();
+  answer.focus(); // the pressed button is now disabled: keep the keyboard user on the answer
+}
+
+function backToList() {
+  const id = page.selected;
+  page.selected = null;
+  $('detail').hidden = true;
+  renderList();
+  const li = id && $('approvals').querySelector(`li[data-id="${CSS.escape(id)}"] button`);
+  (li || $('board-title')).focus();
+}
+
+// --- wiring ------------------------------------------------------------------------
+
+function start() {
+  $('board-title').tabIndex = -1;
+  $('key-file').addEventListener('change', async (event) => {
+    const input = event.target;
+    const file = input.files[0];
+    input.value = '';
+    if (!file) return;
+    try {
+      await signIn(file);
+    } catch (err) {
+      page.me = null;
+      signinStatus(`Not signed in: ${err.message}.`);
+    }
+  });
+  $('sign-out').addEventListener('click', () => signOut());
+  $('back').addEventListener('click', backToList);
+  $('allow').addEventListener('click', askAllow);
+  $('deny').addEventListener('click', askDeny);
+  $('allow-yes').addEventListener('click', () => {
+    closeSteps();
+    decide('allow-once');
+  });
+  $('allow-cancel').addEventListener('click', cancelStep);
+  $('deny-cancel').addEventListener('click', cancelStep);
+  $('deny-form').addEventListener('submit', sendDenial);
+  $('deny-form').addEventListener('change', () => {
+    $('deny-send').disabled = !chosenReason();
+    if (chosenReason()) $('deny-error').textContent = '';
+  });
+  document.addEventListener('keydown', (event) => {
+    if (event.key !== 'Escape' || !page.selected) return;
+    if (openStep()) cancelStep(); // Escape leaves the step first, nothing is signed
+    else backToList();
+  });
+  if (!globalThis.isSecureContext || !crypto.subtle) {
+    signinStatus('This page must be opened over HTTPS or on this machine (localhost): '
+      + 'the browser signs only in a secure context.');
+    $('key-file').disabled = true;
+  }
+}
+
+start();

@@ -1,0 +1,201 @@
+"""A fake OpenAI-compatible provider on 127.0.0.1 (aiohttp), for the model gateway.
+
+Outside our system (the LLM provider), so faked, as a real local HTTP
+server: the gateway's bench (``bench --gateway``) and its tests drive it. Each
+request is answered by the :class:`Reply` at the head of the queue, or by
+:attr:`FakeModel.default`: text or tool calls, streamed as SSE in small
+deltas or as one JSON body, or a failure (hang, HTTP 500, a stream broken off
+part way, bytes that are not SSE).
+
+``python -m smf_assurance.ops.bench.fake_model --url-file FILE [--reply TEXT]`` runs it on
+its own as the README's quick start does (issue 21): a stand-in for a real
+provider, answering every request with the same text, on a port the kernel
+chooses (no fixed port), whose base URL it writes to ``FILE`` once it serves;
+it stops on SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from aiohttp import web
+
+from smf_assurance.ops.model_gateway import write_private
+
+DEFAULT_REPLY: Final = "Hello from the local stand-in model."
+Behaviour = Literal["answer", "hang", "error", "broken", "garbage"]
+
+
+@dataclass(frozen=True)
+class Reply:
+    content: str = "OK."
+    tool_calls: tuple[tuple[str, str, str], ...] = ()
+    """(id, name, JSON arguments) of each tool call."""
+    behaviour: Behaviour = "answer"
+    delta_bytes: int = 64
+
+
+@dataclass
+class FakeModel:
+    default: Reply = field(default_factory=Reply)
+    queue: deque[Reply] = field(default_factory=deque)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    port: int = 0
+    _runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def start(self) -> FakeModel:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _models(self, _request: web.Request) -> web.Response:
+        return web.json_response(
+            {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
+        )
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        reply = self.queue.popleft() if self.queue else self.default
+        if reply.behaviour == "hang":
+            await asyncio.sleep(3600)
+        if reply.behaviour == "error":
+            return web.json_response({"error": {"message": "upstream failed"}}, status=500)
+        if not body.get("stream"):
+            if reply.behaviour != "answer":
+                return web.Response(body=b"{not json", content_type="application/json")
+            return web.json_response(_completion(reply))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        if reply.behaviour == "garbage":
+            await response.write(b"data: {this is not json}\n\n")
+            await response.write_eof()
+            return response
+        events = _events(reply)
+        if reply.behaviour == "broken":
+            # part of the text, then the connection is gone: no finish, no [DONE]
+            await response.write(events[0] + events[1])
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        await response.write(b"".join(events))
+        await response.write_eof()
+        return response
+
+
+def _completion(reply: Reply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+            for i, n, a in reply.tool_calls
+        ]
+    finish = "tool_calls" if reply.tool_calls else "stop"
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "fake-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+    }
+
+
+def _events(reply: Reply) -> list[bytes]:
+    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        chunk = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "fake-model",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    text = reply.content
+    step = max(1, reply.delta_bytes)
+    events = [event({"role": "assistant", "content": ""})]
+    events += [event({"content": text[i : i + step]}) for i in range(0, len(text), step)]
+    for index, (call_id, name, arguments) in enumerate(reply.tool_calls):
+        head = {"index": index, "id": call_id, "type": "function", "function": {"name": name}}
+        events.append(event({"tool_calls": [head]}))
+        events.append(
+            event({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
+        )
+    events.append(event({}, "tool_calls" if reply.tool_calls else "stop"))
+    events.append(b"data: [DONE]\n\n")
+    return events
+
+
+async def serve(reply: str, url_file: Path, stop: asyncio.Event) -> None:
+    """Serve ``reply`` to every request until ``stop`` is set; the URL file names the
+    server only while it serves (written whole once bound, so a reader waiting for it
+    never reads half a URL; removed when it stops)."""
+    model = await FakeModel(default=Reply(content=reply)).start()
+    try:
+        write_private(url_file, (model.url + "\n").encode())
+        sys.stdout.write(f"fake model: {model.url} (answers every request with {reply!r})\n")
+        sys.stdout.flush()
+        await stop.wait()
+    finally:
+        url_file.unlink(missing_ok=True)
+        await model.stop()
+
+
+async def _until_signalled(reply: str, url_file: Path) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await serve(reply, url_file, stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m smf_assurance.ops.bench.fake_model``: the quick start's stand-in model
+    provider."""
+    parser = argparse.ArgumentParser(
+        prog="python -m smf_assurance.ops.bench.fake_model",
+        description="A stand-in for a real OpenAI-compatible model provider, on 127.0.0.1 "
+        "and a port the kernel chooses: every chat completion is answered with --reply. "
+        "For trying the gate on one machine; never a model.",
+    )
+    parser.add_argument(
+        "--url-file",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="write the server's base URL (http://127.0.0.1:PORT/v1) here once it serves",
+    )
+    parser.add_argument(
+        "--reply", default=DEFAULT_REPLY, help="the text of every answer (default: %(default)s)"
+    )
+    args = parser.parse_args(argv)
+    if not args.url_file.parent.is_dir():
+        parser.exit(1, f"fake model: no folder {args.url_file.parent} for --url-file\n")
+    asyncio.run(_until_signalled(args.reply, args.url_file))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

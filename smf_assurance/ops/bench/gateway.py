@@ -1,0 +1,241 @@
+"""Model-gateway benchmark (issue 16): what putting the gateway in front of the model costs.
+
+Three series, each run direct to the fake provider (``smf_assurance.ops.bench.fake_model``)
+and through the gateway, alternately, in one process and one run, over one
+kept-alive HTTP connection each:
+
+- a short non-streamed completion;
+- a 4 KB streamed reply (64-byte SSE deltas, as a provider streams);
+- a 64 KB streamed reply.
+
+Through the gateway every request is admitted (the gate's answer is kept for
+up to a second), the provider's answer assembled whole, its text decided by
+the real output gate (signed close, detectors, policy, an fsync'd ledger
+entry) and the released turn written back. The gateway reports the time its
+turn waited for that decision (``Server-Timing: output``), so the report
+gives the gateway's own added latency, per sample: through the gateway,
+minus direct, minus the wait for the decision. Every reply through the
+gateway must be the exact text the provider sent, or the run fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import aiohttp
+import msgspec
+import nats
+
+from smf_assurance.ops.bench.fake_model import FakeModel, Reply
+from smf_assurance.ops.bench.stats import Summary, summarize
+from smf_assurance.ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
+from smf_assurance.ops.output import Progress
+from smf_assurance.ops.runtimes import provision_runtime
+from smf_assurance.ops.stack import gate_config, start_embedded_server
+from smf_assurance.ops.state import StateDir, provision_demo
+from smf_assurance.pipeline.assembly import start_gate
+from smf_assurance.pipeline.assembly.model_gateway import start_model_gateway
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
+from smf_assurance.subjects.messages import ActorContext, DataFacts, ProposedDestination
+
+DEFAULT_ROUNDS: Final = 60
+WARM_UP: Final = 5
+RUNTIME_ID: Final = "bench-gateway"
+PRINCIPAL: Final = "bench-gateway-runtime"
+PIN: Final = "bench-1"
+FACTS: Final = DataFacts(
+    classification="internal", injection_taint="clear", redaction_status="none"
+)
+"""What the scripted runtime declares of its replies (the bench's and the tests')."""
+ACTOR: Final = ActorContext(
+    domain="litigation",
+    tenant_id="tenant-acme",
+    organization_id="org-acme-llp",
+    matter_id="matter-2026-0042",
+    actor_id="associate-ann",
+    actor_roles=("associate",),
+    governing_laws=("US-NY",),
+)
+SERIES: Final = (
+    ("completion, not streamed", 16, False),
+    ("4 KB streamed", 4096, True),
+    ("64 KB streamed", 65536, True),
+)
+
+
+class GatewayBenchError(RuntimeError):
+    """The gateway did not return what the provider sent."""
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayRow:
+    direct: Summary
+    gateway: Summary
+    decision: Summary
+    own: Summary
+    """Per sample: through the gateway - direct - the wait for the output decision."""
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayResult:
+    rows: tuple[GatewayRow, ...]
+    rounds: int
+
+
+def _text(size: int) -> str:
+    return secrets.token_hex(size // 2)[:size]
+
+
+def _body(stream: bool) -> bytes:
+    request = {
+        "model": "fake-model",
+        "stream": stream,
+        "messages": [{"role": "user", "content": "benchmark"}],
+    }
+    return json.dumps(request).encode()
+
+
+def _released(data: bytes, stream: bool) -> str:
+    if not stream:
+        content = json.loads(data)["choices"][0]["message"]["content"]
+        return str(content)
+    text = ""
+    for line in data.split(b"\n"):
+        if line.startswith(b"data: {"):
+            text += json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+    return text
+
+
+def _decision_ns(header: str | None) -> int:
+    if header is None or not header.startswith("output;dur="):
+        raise GatewayBenchError("the gateway reported no output decision time")
+    return round(float(header.removeprefix("output;dur=")) * 1e6)
+
+
+async def attest(
+    state: StateDir,
+    url: str,
+    principal: str,
+    runtime_id: str,
+    version: str,
+    *,
+    problems: tuple[str, ...] = (),
+    age_ms: int = 0,
+    instance_id: str | None = None,
+) -> AttestationAck:
+    """Attest as a scripted runtime would (signed with ``principal``'s key, on its own
+    bus credential), issued ``age_ms`` ago, for process ``instance_id`` when given;
+    the gate's ack. For the bench and tests."""
+    att = RuntimeAttestation(
+        schema="smf.runtime-attestation/1",
+        attestation_id="a-" + secrets.token_hex(16),
+        runtime_id=runtime_id,
+        runtime_version=version,
+        runtime_pin=version,
+        adapter_id="smf-hermes-adapter",
+        adapter_version="scripted",
+        profile="block-only",
+        hooks_present=(),
+        hooks_missing=(),
+        streaming=(),
+        verified_release_id=None,
+        problems=problems,
+        issued_at_ms=time.time_ns() // 1_000_000 - age_ms,
+        instance_id=instance_id,
+    )
+    signed = dsse.encode_envelope(
+        dsse.sign_struct(names.PAYLOAD_ATTESTATION, att, [state.key(principal)])
+    )
+    credential = state.existing_credential(principal)
+    assert credential is not None
+    nc = await nats.connect(url, **credential.connect_options())
+    try:
+        reply = await nc.request(names.ATTEST, signed, timeout=5)
+    finally:
+        await nc.close()
+    return msgspec.json.decode(reply.data, type=AttestationAck)
+
+
+async def _measure(root: Path, rounds: int, progress: Progress) -> GatewayResult:
+    state = StateDir(root / "state")
+    provision_demo(state)
+    provision_runtime(state, PRINCIPAL, RUNTIME_ID, runtime_pin=PIN, require_release=False)
+    model = await FakeModel().start()
+    set_upstream(state, model.url, "local-model")
+    token = provision_gateway_runtime(
+        state,
+        RUNTIME_ID,
+        adapter_id="smf-hermes-adapter",
+        actor=ACTOR,
+        destination=ProposedDestination(address="cli:operator", locality="internal"),
+        facts=FACTS,
+    )
+    server = start_embedded_server(state)
+    gate = await start_gate(gate_config(state, server.url, co_located=True))
+    gateway = await start_model_gateway(gateway_config(state, server.url))
+    try:
+        if not (await attest(state, server.url, PRINCIPAL, RUNTIME_ID, PIN)).accepted:
+            raise GatewayBenchError("the bench runtime's attestation was refused")
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        rows = []
+        done = 0
+        async with aiohttp.ClientSession() as direct, aiohttp.ClientSession() as through:
+            for label, size, stream in SERIES:
+                text = _text(size)
+                model.default = Reply(content=text, delta_bytes=64)
+                body = _body(stream)
+                samples: dict[str, list[int]] = {"direct": [], "gateway": [], "decision": []}
+                own: list[int] = []
+                for n in range(rounds + WARM_UP):
+                    start = time.perf_counter_ns()
+                    async with direct.post(model.url + "/chat/completions", data=body) as resp:
+                        await resp.read()
+                    direct_ns = time.perf_counter_ns() - start
+                    start = time.perf_counter_ns()
+                    async with through.post(
+                        gateway.url + "/chat/completions", data=body, headers=headers
+                    ) as resp:
+                        data = await resp.read()
+                        timing = resp.headers.get("Server-Timing")
+                    gateway_ns = time.perf_counter_ns() - start
+                    if resp.status != 200 or _released(data, stream) != text:
+                        raise GatewayBenchError(f"{label}: the gateway did not release the reply")
+                    decision_ns = _decision_ns(timing)
+                    if n >= WARM_UP:
+                        samples["direct"].append(direct_ns)
+                        samples["gateway"].append(gateway_ns)
+                        samples["decision"].append(decision_ns)
+                        own.append(gateway_ns - direct_ns - decision_ns)
+                    done += 1
+                    progress.update(done)
+                rows.append(
+                    GatewayRow(
+                        direct=summarize(f"{label}, direct", samples["direct"]),
+                        gateway=summarize(f"{label}, through the gateway", samples["gateway"]),
+                        decision=summarize(f"{label}, output decision", samples["decision"]),
+                        own=summarize(f"{label}, gateway's own added", own),
+                    )
+                )
+        return GatewayResult(tuple(rows), rounds)
+    finally:
+        await gateway.close()
+        await gate.close()
+        server.close()
+        await model.stop()
+
+
+def run(rounds: int = DEFAULT_ROUNDS) -> GatewayResult:
+    progress = Progress("gateway bench", (rounds + WARM_UP) * len(SERIES))
+    try:
+        with tempfile.TemporaryDirectory(prefix="smf-bench-gateway-") as tmp:
+            return asyncio.run(_measure(Path(tmp), rounds, progress))
+    finally:
+        progress.close()

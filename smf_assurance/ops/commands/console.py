@@ -1,0 +1,144 @@
+"""``console``: serve the approvers' web console until SIGINT or SIGTERM.
+
+Issue 12; docs/CONSOLE.md. What the command promises:
+
+- It finds the bus like the ``approvals`` commands (``--nats``, else the URL a
+  running ``up`` wrote into the state directory) and checks once that it
+  answers, so a wrong URL is one line, not a silent hang.
+- It reads the approver roster (``--registry``, else the state directory's
+  ``registry.json``) and refuses to start on one it cannot read.
+- It prints one readiness line (the page's URL) once it serves, and flushes it.
+- It holds no key and asks for none: approvers load their own key file into
+  the page, which signs in the browser.
+- It listens on loopback unless told otherwise, and says so when told
+  otherwise: the page signs with WebCrypto, which browsers allow only in a
+  secure context (HTTPS, or loopback), and the session cookie must not cross
+  a network in clear.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import signal
+import sys
+from pathlib import Path
+from typing import Final
+
+from smf_assurance.approver.console.server import ConsoleSettings, RunningConsole, start_console
+from smf_assurance.ops.bus import add_credential_argument, bus_url, connect_bus, credential_for
+from smf_assurance.ops.cli_json import ConsoleJson
+from smf_assurance.ops.logs import LOG_LEVELS, configure_logging
+from smf_assurance.ops.output import emit, fail, first_line, port_number, say
+from smf_assurance.ops.state import CONSOLE, StateDir, default_state_dir
+from smf_assurance.subjects.registry import RegistryError, load_registry
+
+DEFAULT_PORT: Final = 8765
+_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "console",
+        help="serve the approvers' web console",
+        description="Serve the approvers' web page: held actions of your tenants, live; what "
+        "each would send, checked against its digest in your browser; allow-once or deny, "
+        "signed in your browser with your own key. Runs until SIGINT or SIGTERM.",
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--nats", metavar="URL", help="NATS server of the gate")
+    where.add_argument(
+        "--state-dir", type=Path, help="find the bus from the nats.url a running `up` wrote here"
+    )
+    p.add_argument(
+        "--registry",
+        type=Path,
+        metavar="FILE",
+        help="the approver roster (default: registry.json in the state dir)",
+    )
+    add_credential_argument(p, CONSOLE)
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default: 127.0.0.1)")
+    p.add_argument(
+        "--port",
+        type=port_number,
+        default=DEFAULT_PORT,
+        help=f"listen port (default: {DEFAULT_PORT})",
+    )
+    p.add_argument("--json", action="store_true", help="print the readiness line as JSON")
+    p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")
+    p.set_defaults(func=run_console)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host).is_loopback
+    return False
+
+
+def _announce(running: RunningConsole, settings: ConsoleSettings, as_json: bool) -> None:
+    if as_json:
+        emit(
+            ConsoleJson(
+                ready=True,
+                url=running.url,
+                nats_url=settings.nats_url,
+                registry=str(settings.registry),
+            )
+        )
+    else:
+        say(f"console: {running.url} (bus {settings.nats_url}, roster {settings.registry})")
+    sys.stdout.flush()
+
+
+async def _serve(settings: ConsoleSettings, as_json: bool) -> None:
+    # Handlers first: a client may reach the page (and a supervisor stop it) the
+    # moment the listener is up, before the readiness line is even printed.
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in _STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        probe = await connect_bus(settings.nats_url, "smf-console-probe", settings.credential)
+        await probe.close()
+        try:
+            running = await start_console(settings)
+        except OSError as exc:
+            reason = exc.strerror or first_line(exc)
+            fail(f"cannot listen on {settings.host}:{settings.port}: {reason}")
+        try:
+            _announce(running, settings, as_json)
+            await stop.wait()
+        finally:
+            await running.close()
+    finally:
+        for sig in _STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+
+
+def run_console(args: argparse.Namespace) -> int:
+    configure_logging(json=not sys.stderr.isatty(), level=args.log_level)
+    if not 0 <= args.port <= 65535:
+        fail(f"--port: {args.port} is not a TCP port", 2)
+    registry = args.registry or StateDir(args.state_dir or default_state_dir()).registry
+    try:
+        load_registry(registry)
+    except RegistryError as exc:
+        fail(f"cannot read the approver roster: {first_line(exc)}")
+    if not _loopback(args.host):
+        sys.stderr.write(
+            f"smf-assurance: warning: serving on {args.host}: browsers sign only in a secure "
+            "context, so put the console behind HTTPS for anyone not on this machine\n"
+        )
+    settings = ConsoleSettings(
+        nats_url=bus_url(args.nats, args.state_dir),
+        credential=credential_for(args.credential, args.state_dir, CONSOLE),
+        registry=registry,
+        host=args.host,
+        port=args.port,
+    )
+    asyncio.run(_serve(settings, args.json))
+    return 0

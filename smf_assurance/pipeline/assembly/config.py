@@ -1,0 +1,148 @@
+"""What a gate is built from: explicit settings, nothing read from a state directory.
+
+Every field is a value the caller decided: the bus servers, the gate's key
+and the tenant pseudonym key, the registry, where the stores live, where
+policy comes from (a verified release source, or a policy set the caller
+loaded), which runtimes must attest. Keys never appear in a ``repr``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from smf_assurance.pipeline.core.normalize import MapperTable, decode_mapper
+from smf_assurance.pipeline.core.projection import PolicySet
+from smf_assurance.pipeline.core.release_trust import VerifiedRelease
+from smf_assurance.pipeline.stages.attestation import RuntimeRequirement
+from smf_assurance.pipeline.stages.buffer import BufferLimits
+from smf_assurance.pipeline.stages.outcomes import DEFAULT_EXECUTION_DEADLINE_MS
+from smf_assurance.pipeline.stores.call_context import DEFAULT_MAX_AGE_S, DEFAULT_MIRROR_RECORDS
+from smf_assurance.subjects import names
+from smf_assurance.subjects.bus_access import BusCredential
+from smf_assurance.subjects.keyed import PseudonymKey
+from smf_assurance.subjects.keys import SigningKey
+from smf_assurance.subjects.registry import KeyRegistry
+from smf_assurance.subjects.release import TrustRoot
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def shipped_mapper_tables() -> dict[str, MapperTable]:
+    """The shipped per-adapter mapper tables (``smf_assurance/pipeline/mappers/*.json``)."""
+    tables: dict[str, MapperTable] = {}
+    folder = resources.files("smf_assurance.pipeline").joinpath("mappers")
+    for entry in folder.iterdir():
+        if entry.name.endswith(".json"):
+            table = decode_mapper(entry.read_bytes())
+            tables[table.adapter_id] = table
+    return tables
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Run as one replica of several on a NATS cluster (issue 11; ARCHITECTURE.md, "Scale").
+
+    The approval and proposal-claim stores move to replicated JetStream KV
+    buckets (compare-and-set by revision), and every stream and bucket the gate
+    creates gets ``replicas`` copies.
+    """
+
+    replicas: int = 3
+
+
+@dataclass(frozen=True)
+class StorePaths:
+    """The SQLite files of one gate (the claim and approval files are not used on a cluster)."""
+
+    ledger: Path
+    """The evidence ledger; on one machine it holds the claims and the order book too
+    (issue 20: a claim and its order commit with the decision's evidence entry)."""
+    claims: Path
+    """Where earlier versions kept the claims and the order book: merged into the
+    ledger file at start (:func:`smf_assurance.pipeline.stores.claims.merge_claim_file`)."""
+    approvals: Path
+
+
+@dataclass(frozen=True)
+class ReleaseSource:
+    """Release mode (issue 6): the gate decides only under a verified release.
+
+    Candidates come from the ``SMF_RELEASES`` bucket and, when given, an inbox
+    folder; the last accepted release is persisted at ``state`` (rollback
+    protection across restarts).
+    """
+
+    trust_root: TrustRoot
+    state: Path
+    inbox: Path | None = None
+    tick_seconds: float = 5.0
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Everything ``start_gate`` needs, explicitly."""
+
+    servers: tuple[str, ...]
+    """One NATS URL, or a cluster's seeds."""
+    gate_key: SigningKey = field(repr=False)
+    tenant_key: PseudonymKey
+    registry: KeyRegistry
+    """The registry to start with; a verified release's registry replaces it."""
+    stores: StorePaths
+    policy: ReleaseSource | PolicySet
+    """Where decisions get their policy: a verified release (production), or a
+    policy set the caller loaded and vouches for (tests, offline evaluation)."""
+    mapper_tables: Mapping[str, MapperTable] = field(default_factory=shipped_mapper_tables)
+    attestation: Mapping[str, RuntimeRequirement] = field(default_factory=dict)
+    """Runtimes that must attest before they propose (issue 8), and to what."""
+    credential: BusCredential | None = None
+    """Who the gate is on the bus (issue 15); ``None`` only on a bus without authorization."""
+    name: str = names.DEFAULT_GATE_NAME
+    co_located: bool = False
+    """Call the stages in process (their services still answer on the bus)."""
+    cluster: ClusterSettings | None = None
+    clock: Callable[[], int] = wall_clock_ms
+    join_seconds: float = 30.0
+    """How long the first connection may take before the start fails
+    (``BusUnavailableError``, with the server's reason); a refusal of the
+    credential ends it at once."""
+    stage_timeout: float = 2.0
+    sweep_seconds: float = 1.0
+    buffer_limits: BufferLimits | None = None
+    claim_prune_seconds: float = 60.0
+    """How often the gate forgets proposal claims past their retention."""
+    execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
+    """How long an order, approved or allowed directly, may go without its signed
+    report before it ends ``execution_unknown`` (terminal, never retried)."""
+    call_context_max_age_s: float = DEFAULT_MAX_AGE_S
+    """How long the ``SMF_CALL_CONTEXT`` bucket keeps a tool call's recorded context
+    when this gate creates it (issue 16, item 4; why 30 days:
+    ``smf_assurance.pipeline.stores.call_context``)."""
+    call_context_mirror: int = DEFAULT_MIRROR_RECORDS
+    """How many recent call contexts the gate keeps from its watch of the bucket; a
+    proposal whose record is not kept reads it from the bucket. 0: no watch, every
+    lookup a direct read."""
+    on_release: Callable[[VerifiedRelease], None] | None = None
+    """Called after the gate switched to a newly verified release (its registry is in
+    force): what runs the bus may follow it, e.g. regenerate the server's
+    authorization (issue 15). An exception here is logged, never fatal."""
+
+    def __post_init__(self) -> None:
+        if not self.servers:
+            raise ValueError("a gate needs at least one NATS server")
+        if self.execution_deadline_ms <= 0:
+            raise ValueError("execution_deadline_ms must be positive")
+        if self.call_context_max_age_s <= 0 or self.call_context_mirror < 0:
+            raise ValueError(
+                "call_context_max_age_s must be positive and call_context_mirror not negative"
+            )
+
+    @property
+    def replicas(self) -> int:
+        return 1 if self.cluster is None else self.cluster.replicas

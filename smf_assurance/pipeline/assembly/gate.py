@@ -1,0 +1,876 @@
+"""``start_gate``: stores, stages, the chain, services and loops, in order.
+
+A deployment can run each stage in its own process or all in one (issue 3);
+``co_located`` additionally calls the stages in process, passing Structs,
+instead of over their subjects (the services still answer on the bus for
+other gates and for ``$SRV`` tooling). Both paths run the same typed stage
+code under the same refusal contract (``smf_assurance.pipeline.stages.transport``).
+
+Order matters and is kept here: streams before anything publishes; the
+release before the registry is trusted; evidence and claim stores before any
+stage can decide; recovery before the first proposal; every subscription
+flushed to the server before ``start_gate`` returns, so an early proposal
+never finds no responder. A failure part way closes what was opened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+import structlog
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.js.client import JetStreamContext
+from nats.micro.service import Service
+
+from smf_assurance.pipeline.assembly import loops
+from smf_assurance.pipeline.assembly.config import GateConfig, ReleaseSource
+from smf_assurance.pipeline.core.decision import Decision
+from smf_assurance.pipeline.core.normalize import Normalized
+from smf_assurance.pipeline.core.projection import AnalysisProjection, PolicySet
+from smf_assurance.pipeline.core.release_trust import VerifiedRelease
+from smf_assurance.pipeline.service import (
+    ConcurrentHandler,
+    Endpoint,
+    Handler,
+    StageAuth,
+    start_service,
+)
+from smf_assurance.pipeline.stages.approvals import ApprovalDesk, DeskError
+from smf_assurance.pipeline.stages.attestation import AttestationDesk
+from smf_assurance.pipeline.stages.buffer import OutputBuffer
+from smf_assurance.pipeline.stages.contracts import (
+    DispatchReceipt,
+    DispatchRequest,
+    EvaluateRequest,
+)
+from smf_assurance.pipeline.stages.decide import EvaluateStage, NormalizeStage
+from smf_assurance.pipeline.stages.dispatch import DispatchStage
+from smf_assurance.pipeline.stages.evidence import EvidenceWriter
+from smf_assurance.pipeline.stages.gate import Gate, GateSettings
+from smf_assurance.pipeline.stages.gate_status import GateStatusDesk
+from smf_assurance.pipeline.stages.model_admission import ModelAdmissionDesk
+from smf_assurance.pipeline.stages.outcomes import OutcomeDesk
+from smf_assurance.pipeline.stages.releases import ReleaseWatcher
+from smf_assurance.pipeline.stages.replica_sync import ReplicaSync
+from smf_assurance.pipeline.stages.runtime_stops import RuntimeStops
+from smf_assurance.pipeline.stages.shadow import ShadowDesk
+from smf_assurance.pipeline.stages.shadow_releases import ShadowReleases
+from smf_assurance.pipeline.stages.streams import (
+    JetStreamUnavailableError,
+    ensure_gate_streams,
+    wait_for_jetstream,
+)
+from smf_assurance.pipeline.stages.tool_calls import DecidedCalls, ToolCallDesk
+from smf_assurance.pipeline.stages.transport import BusStage, LocalStage, StageClient, serve
+from smf_assurance.pipeline.stores.approvals import ApprovalStore
+from smf_assurance.pipeline.stores.approvals_kv import KvApprovalStore
+from smf_assurance.pipeline.stores.approvals_sqlite import SqliteApprovalStore
+from smf_assurance.pipeline.stores.call_context import CallContextMirror, ensure_call_context_bucket
+from smf_assurance.pipeline.stores.claims import ClaimStore, ProposalClaims, merge_claim_file
+from smf_assurance.pipeline.stores.claims_kv import KvClaimStore
+from smf_assurance.pipeline.stores.ledger import Ledger
+from smf_assurance.pipeline.stores.orders import OrderBook, SqliteOrderBook
+from smf_assurance.pipeline.stores.orders_kv import KvOrderBook
+from smf_assurance.pipeline.stores.tool_calls import SqliteToolCallStore, ToolCallStore
+from smf_assurance.pipeline.stores.tool_calls_kv import KvToolCallStore
+from smf_assurance.subjects import names
+from smf_assurance.subjects.bus_access import BusCredential, connect_options
+from smf_assurance.subjects.keys import VerifyKey
+from smf_assurance.subjects.messages import Proposal
+from smf_assurance.subjects.release import (
+    ReleaseCheckError,
+    ReleaseReportRequest,
+    sign_release_report,
+)
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class RunningGate:
+    nc: Client
+    js: JetStreamContext
+    gate: Gate
+    desk: ApprovalDesk
+    ledger: Ledger
+    claims: ProposalClaims
+    approvals: ApprovalStore
+    orders: OrderBook
+    outcomes: OutcomeDesk
+    buffer: OutputBuffer
+    attestation: AttestationDesk
+    services: list[Service] = field(default_factory=list)
+    handlers: list[ConcurrentHandler] = field(default_factory=list)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    releases: ReleaseWatcher | None = None
+    syncs: list[ReplicaSync] = field(default_factory=list)
+    tool_calls: ToolCallStore | None = None
+    """The stops and decided tool calls kept across a restart (issue 16, item 3)."""
+    stops: RuntimeStops | None = None
+    call_contexts: CallContextMirror | None = None
+    """The tool-call contexts the model gateway recorded (issue 16, item 4)."""
+    shadows: ShadowReleases | None = None
+    """The shadow release beside the active one (issue 25); release mode only."""
+    shadow: ShadowDesk | None = None
+    """Where each decision is judged again under the shadow, after its verdict."""
+
+    async def stop_serving(self) -> None:
+        """Stop the loops, the buffer and every service, and finish requests in flight."""
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.buffer.stop()
+        if self.call_contexts is not None:
+            await self.call_contexts.stop()
+        for sync in self.syncs:
+            await sync.stop()
+        for service in self.services:
+            await service.stop()
+        for handler in self.handlers:
+            await handler.drain()
+        await self.gate.settled()
+        if self.shadow is not None:
+            await self.shadow.close()  # its last entries, before the ledger closes
+
+    async def close(self) -> None:
+        await self.stop_serving()
+        if self.shadows is not None:
+            await self.shadows.close()
+        if self.releases is not None:
+            await self.releases.close()
+        await self.ledger.close()
+        await self.claims.close()
+        if self.tool_calls is not None:
+            await self.tool_calls.close()
+        await self.approvals.close()
+        await self.orders.close()
+        if not self.nc.is_closed:
+            await self.nc.drain()
+
+    async def serve(
+        self,
+        name: str,
+        endpoints: list[Endpoint],
+        *,
+        description: str,
+        auth: StageAuth | None,
+        queue_group: str = names.QUEUE_GROUP,
+    ) -> None:
+        service, handlers = await start_service(
+            self.nc, name, endpoints, description=description, auth=auth, queue_group=queue_group
+        )
+        self.services.append(service)
+        self.handlers.extend(handlers)
+
+
+@dataclass(frozen=True)
+class _Stages:
+    """The three typed stages and how the gate reaches each."""
+
+    normalize: NormalizeStage
+    evaluate: EvaluateStage
+    dispatch: DispatchStage
+    auth: StageAuth
+
+    def clients(
+        self, nc: Client, co_located: bool
+    ) -> tuple[
+        StageClient[Proposal, Normalized],
+        StageClient[EvaluateRequest, Decision],
+        StageClient[DispatchRequest, DispatchReceipt],
+    ]:
+        if co_located:
+            return LocalStage(self.normalize), LocalStage(self.evaluate), LocalStage(self.dispatch)
+        return (
+            BusStage(nc, names.STAGE_NORMALIZE, Normalized, self.auth),
+            BusStage(nc, names.STAGE_EVALUATE, Decision, self.auth),
+            BusStage(nc, names.STAGE_DISPATCH, DispatchReceipt, self.auth),
+        )
+
+    def endpoints(self) -> list[Endpoint]:
+        return [
+            Endpoint("normalize", names.STAGE_NORMALIZE, serve(self.normalize, Proposal)),
+            Endpoint("evaluate", names.STAGE_EVALUATE, serve(self.evaluate, EvaluateRequest)),
+            Endpoint("dispatch", names.STAGE_DISPATCH, serve(self.dispatch, DispatchRequest)),
+        ]
+
+
+async def _open_shadows(
+    config: GateConfig, js: JetStreamContext, releases: ReleaseWatcher | None
+) -> ShadowReleases | None:
+    """Issue 25: the shadow release, verified against the release just loaded; only in
+    release mode (a projection folder has no trusted state to verify one against)."""
+    source = config.policy
+    if releases is None or not isinstance(source, ReleaseSource):
+        return None
+    shadows = ShadowReleases(releases, source.trust_root, config.clock)
+    try:
+        await shadows.start(js, replicas=config.replicas)
+    except BaseException:
+        await shadows.close()
+        raise
+    return shadows
+
+
+def _on_switch(
+    config: GateConfig, running: RunningGate, shadows: ShadowReleases | None
+) -> Callable[[VerifiedRelease], None]:
+    """What a release switch changes, in the switch itself: the shadow stops (issue 25:
+    it was a candidate for the release now gone), and the new registry replaces the
+    approval desk's, the outcome desk's and the gate's."""
+
+    def adopt(release: VerifiedRelease) -> None:
+        if shadows is not None:
+            shadows.on_active_switch(release)  # before the new release decides
+        running.desk.registry = release.registry
+        running.outcomes.registry = release.registry
+        running.gate.adopt_registry(release.registry)
+        if config.on_release is not None:
+            try:
+                config.on_release(release)
+            except Exception as exc:  # noqa: BLE001 - a follower's failure is not the gate's
+                log.error("release_follower_failed", error=type(exc).__name__)
+
+    return adopt
+
+
+def _shadow_desk(
+    config: GateConfig,
+    shadows: ShadowReleases | None,
+    ledger: Ledger,
+    undo: contextlib.AsyncExitStack,
+) -> ShadowDesk | None:
+    """Issue 25: the desk that judges each decision under the shadow after its verdict
+    and writes the disagreements to this gate's ledger."""
+    if shadows is None:
+        return None
+    desk = ShadowDesk(shadows, EvidenceWriter(ledger, config.tenant_key, config.clock))
+    desk.start()
+    undo.push_async_callback(desk.close)
+    return desk
+
+
+async def _open_releases(config: GateConfig, js: JetStreamContext) -> ReleaseWatcher | None:
+    """Release mode (issue 6): run only on verified releases, from the bucket and inbox."""
+    source = config.policy
+    if not isinstance(source, ReleaseSource):
+        return None
+    watcher = await ReleaseWatcher.open(
+        source.trust_root, source.state, config.clock, inbox=source.inbox
+    )
+    try:
+        await watcher.start(js, tick_seconds=source.tick_seconds, replicas=config.replicas)
+    except BaseException:
+        await watcher.close()
+        raise
+    if watcher.active is None:
+        log.error("gate_has_no_verified_release", gate=config.name)
+    return watcher
+
+
+async def _open_stores(
+    config: GateConfig, js: JetStreamContext, undo: contextlib.AsyncExitStack, ledger: Ledger
+) -> tuple[ProposalClaims, ApprovalStore, OrderBook]:
+    """SQLite files on one machine; replicated JetStream KV on a cluster (issue 11).
+    The order book lives with the claims: on one machine both in the ledger file
+    (issue 20, so a claim and its order commit with the evidence entry; an earlier
+    version's claim file is merged in first), on a cluster in the claim bucket."""
+    claims: ProposalClaims
+    approvals: ApprovalStore
+    orders: OrderBook
+    if config.cluster is None:
+        claims = await ClaimStore.in_ledger(ledger.worker)
+        undo.push_async_callback(claims.close)
+        merged = await merge_claim_file(claims, config.stores.claims)
+        if merged:
+            log.info("claim_file_merged_into_ledger", rows=merged)
+        approvals = await SqliteApprovalStore.open(config.stores.approvals)
+        undo.push_async_callback(approvals.close)
+        orders = SqliteOrderBook.beside(claims.worker)
+    else:
+        claims = await KvClaimStore.open(js, replicas=config.replicas)
+        undo.push_async_callback(claims.close)
+        approvals = await KvApprovalStore.open(js, replicas=config.replicas)
+        undo.push_async_callback(approvals.close)
+        orders = await KvOrderBook.open_bucket(js, replicas=config.replicas)
+    undo.push_async_callback(orders.close)
+    return claims, approvals, orders
+
+
+async def _open_tool_calls(
+    config: GateConfig, js: JetStreamContext, undo: contextlib.AsyncExitStack, ledger: Ledger
+) -> ToolCallStore:
+    """Stops and decided tool calls (issue 16, item 3): tables in the ledger file on one
+    machine, so a note rides in the decision's evidence transaction and a clear
+    commits with its entry; a replicated KV bucket on a cluster, which a restarted
+    replica loads from."""
+    store: ToolCallStore
+    if config.cluster is None:
+        store = await SqliteToolCallStore.in_ledger(ledger.worker)
+    else:
+        store = await KvToolCallStore.open(js, replicas=config.replicas)
+    undo.push_async_callback(store.close)
+    return store
+
+
+def _runtime_stops(
+    config: GateConfig,
+    store: ToolCallStore,
+    attestation: AttestationDesk,
+    ledger: Ledger,
+    releases: ReleaseWatcher | None,
+) -> RuntimeStops:
+    """The gate's stops (issue 16, item 3), loaded by :func:`_start_accounting`."""
+    return RuntimeStops(
+        store=store,
+        attestation=attestation,
+        evidence=EvidenceWriter(ledger, config.tenant_key, config.clock),
+        release_id=_active_release(releases),
+        clear_beside=store.clear_beside if isinstance(store, SqliteToolCallStore) else None,
+    )
+
+
+async def _start_accounting(
+    config: GateConfig,
+    nc: Client,
+    auth: StageAuth,
+    gate: Gate,
+    stops: RuntimeStops,
+    store: ToolCallStore,
+) -> ReplicaSync | None:
+    """The decided-call index and the stops as they stood, before anything is served
+    (issue 16, item 3): the stored notes within the index's bounds, oldest first (one
+    that does not decode is left out: its id is reported uncovered), and every stored
+    stop in force (one that does not decode ends the start: never read as "not
+    stopped"). On a cluster the replicas' sync is heard first, so what another
+    replica tells meanwhile is not lost between the read and the serving."""
+    sync = _replica_sync(config, nc, auth, gate, stops.attestation, stops)
+    if sync is not None:
+        await sync.start()
+    calls = gate.decided_calls
+    assert calls is not None
+    await store.prune_notes(calls.per_runtime, calls.max_runtimes)
+    calls.load(await store.notes())
+    loaded = await stops.load()
+    if loaded:
+        log.warning("runtime_stops_loaded", count=loaded)
+    return sync
+
+
+def _active_analysis(
+    releases: ReleaseWatcher | None,
+) -> Callable[[], AnalysisProjection | None]:
+    """The verified active release's analysis projection, for the desk to show each rule
+    in the release's words (issue 23); a gate on a projection folder has none."""
+    if releases is None:
+        return lambda: None
+    return lambda: None if releases.active is None else releases.active.analysis
+
+
+def _desk_policy_set(evaluate: EvaluateStage) -> Callable[[], PolicySet]:
+    """The approval desk re-binds to the release in force, or refuses with its reason."""
+
+    def current() -> PolicySet:
+        try:
+            return evaluate.current()
+        except ReleaseCheckError as exc:
+            raise DeskError(exc.reason_code) from exc
+
+    return current
+
+
+def _close_claim(
+    claims: ProposalClaims, clock: Callable[[], int]
+) -> Callable[[str], Awaitable[bool]]:
+    """One replica answers each output close: the one whose claim on it lands first.
+
+    The claim lives in the proposal-claim store under its own prefix, so it is as
+    durable and as atomic across replicas as the claim of a proposal.
+    """
+
+    async def claim(stream_id: str) -> bool:
+        return await claims.claim(f"output-close:{stream_id}", "output-close", stream_id, clock())
+
+    return claim
+
+
+class BusUnavailableError(RuntimeError):
+    """No server of the bus let the gate in within ``GateConfig.join_seconds``.
+
+    Issue 15: a credential the bus refuses (revoked, unknown, or none where
+    authorization is on) ends the start with the server's reason; it is not
+    retried forever behind a start that seems to hang.
+    """
+
+
+async def join_bus(
+    servers: tuple[str, ...] | list[str],
+    name: str,
+    credential: BusCredential | None,
+    seconds: float,
+) -> Client:
+    """A service's connection: the first join bounded by ``seconds``, reconnects
+    after it unbounded (a service that was in keeps trying to get back; the gate's
+    stages deny meanwhile). A bus that refuses the credential ends the join at once
+    with the server's reason (issue 15).
+
+    The server writes its ``-ERR 'Authorization Violation'`` and closes; a client
+    that has more bytes in flight can see the close as a reset first and never
+    read the reason (seen in a fresh-clone run: "ConnectionResetError"). So every
+    attempt's error is kept, and a reason the server gave wins over a transport
+    error in what the failure says."""
+    failures: list[str] = []
+    refused = asyncio.Event()
+    joined = False
+
+    async def on_error(exc: Exception) -> None:
+        if joined:
+            log.warning("bus_error", error=type(exc).__name__)
+            return
+        reason = str(exc) if isinstance(exc, NatsError) else type(exc).__name__
+        failures.append(reason)
+        if isinstance(exc, NatsError) and "authoriz" in reason.lower():
+            refused.set()
+
+    options: dict[str, Any] = {
+        "servers": list(servers),
+        "name": name,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 0.5,
+        "error_cb": on_error,
+        **connect_options(credential),
+    }
+    nc = Client()
+    connecting = asyncio.ensure_future(nc.connect(**options))
+    refusal = asyncio.ensure_future(refused.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {connecting, refusal}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        refusal.cancel()
+    if connecting in done:
+        connecting.result()  # a connect that failed outright raises here
+        joined = True
+        return nc
+    connecting.cancel()
+    with contextlib.suppress(BaseException):
+        await connecting
+    await nc.close()
+    given = [f for f in failures if f.startswith("nats:")]
+    last = given[-1] if given else failures[-1] if failures else "no answer"
+    if refused.is_set():
+        raise BusUnavailableError(f"the NATS server refused {name} ({last})")
+    raise BusUnavailableError(f"no NATS server let {name} in within {seconds:g} s ({last})")
+
+
+async def start_gate(config: GateConfig) -> RunningGate:
+    """Build and start one gate; on failure close what was opened and raise."""
+    nc = await join_bus(config.servers, config.name, config.credential, config.join_seconds)
+    async with contextlib.AsyncExitStack() as undo:
+        undo.push_async_callback(nc.close)
+        js = nc.jetstream()
+        try:
+            await wait_for_jetstream(nc, config.join_seconds)
+        except JetStreamUnavailableError as exc:
+            raise BusUnavailableError(str(exc)) from None
+        await ensure_gate_streams(js, config.replicas)
+        releases = await _open_releases(config, js)
+        if releases is not None:
+            undo.push_async_callback(releases.close)
+        shadows = await _open_shadows(config, js, releases)
+        if shadows is not None:
+            undo.push_async_callback(shadows.close)
+        call_contexts = await _open_call_contexts(config, nc, js, releases)
+        undo.push_async_callback(call_contexts.stop)
+        running = await _assemble(config, nc, js, releases, undo, call_contexts, shadows)
+        undo.pop_all()
+        return running
+    raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
+
+
+async def _assemble(
+    config: GateConfig,
+    nc: Client,
+    js: JetStreamContext,
+    releases: ReleaseWatcher | None,
+    undo: contextlib.AsyncExitStack,
+    call_contexts: CallContextMirror,
+    shadows: ShadowReleases | None = None,
+) -> RunningGate:
+    registry = config.registry
+    if releases is not None and releases.active is not None:
+        registry = releases.active.registry
+
+    checkpoint_subject = names.checkpoint_subject(config.name)
+
+    async def publish_checkpoint(envelope: bytes) -> None:
+        await js.publish(checkpoint_subject, envelope)
+
+    ledger = await Ledger.open(
+        config.stores.ledger, signer=config.gate_key, on_checkpoint=publish_checkpoint
+    )
+    undo.push_async_callback(ledger.close)
+    claims, approvals, orders = await _open_stores(config, js, undo, ledger)
+    tool_calls = await _open_tool_calls(config, js, undo, ledger)
+
+    if releases is not None:
+        evaluate = EvaluateStage(None, config.clock, release=releases.current)
+    else:
+        assert isinstance(config.policy, PolicySet)
+        evaluate = EvaluateStage(config.policy, config.clock)
+    # Stage traffic on the bus is authenticated with a key only the gate holds:
+    # otherwise any client could call the dispatch stage, or answer a stage first.
+    stages = _Stages(
+        normalize=NormalizeStage(config.mapper_tables),
+        evaluate=evaluate,
+        dispatch=DispatchStage(js, config.gate_key, config.clock),
+        auth=StageAuth.from_seed(config.gate_key.seed()),
+    )
+    normalize, evaluate_client, dispatch = stages.clients(nc, config.co_located)
+
+    desk = ApprovalDesk(
+        store=approvals,
+        nc=nc,
+        js=js,
+        registry=registry,
+        ledger=ledger,
+        dispatch=dispatch,
+        policy_set=_desk_policy_set(evaluate),
+        clock=config.clock,
+        tenant_key=config.tenant_key,
+        stage_timeout=config.stage_timeout,
+        execution_deadline_ms=config.execution_deadline_ms,
+        signer=config.gate_key,  # runtimes act only on outcomes the gate signed
+        analysis=_active_analysis(releases),
+    )
+    outcomes = OutcomeDesk(
+        orders=orders,
+        registry=registry,
+        ledger=ledger,
+        clock=config.clock,
+        tenant_key=config.tenant_key,
+        execution_deadline_ms=config.execution_deadline_ms,
+        approvals=desk.settle_report,
+    )
+    # Direct orders are never resumed; those past their deadline end unknown now,
+    # the others keep waiting for their report (smf_assurance.pipeline.stages.outcomes). Safe on
+    # a cluster too: settling is conditional, so one replica records each.
+    await outcomes.recover()
+    if config.cluster is None:
+        await desk.recover()
+    else:
+        # On a cluster the open approvals belong to every replica, not to this one: a
+        # replica that (re)starts must not invalidate what another holds. Executing
+        # work a crashed replica left behind ends execution_unknown by the execution
+        # deadline sweep (ApprovalDesk.sweep), never claimed again (issue 11).
+        log.info("gate_recovery_left_to_the_cluster", gate=config.name)
+
+    gate = Gate(
+        settings=GateSettings(tenant_key=config.tenant_key, stage_timeout=config.stage_timeout),
+        registry=registry,
+        normalize=normalize,
+        evaluate=evaluate_client,
+        dispatch=dispatch,
+        ledger=ledger,
+        claims=claims,
+        clock=config.clock,
+        signer=config.gate_key,
+        outcomes=outcomes,
+        hold=desk,
+        decided_calls=DecidedCalls(),
+        claim_beside=claims.claim_and_record_beside if isinstance(claims, ClaimStore) else None,
+        settle_beside=claims.settle_beside if isinstance(claims, ClaimStore) else None,
+        call_store=tool_calls,
+        note_beside=(
+            tool_calls.note_beside if isinstance(tool_calls, SqliteToolCallStore) else None
+        ),
+        call_contexts=call_contexts,
+    )
+    shadow = _shadow_desk(config, shadows, ledger, undo)
+    gate.shadow = shadow
+    attestation = _attestation_desk(config, gate, releases, ledger)
+    gate.attestation = attestation
+    stops = _runtime_stops(config, tool_calls, attestation, ledger, releases)
+    sync = await _start_accounting(config, nc, stages.auth, gate, stops, tool_calls)
+    buffer = OutputBuffer(
+        nc,
+        gate,
+        config.clock,
+        config.buffer_limits,
+        close_claim=None if config.cluster is None else _close_claim(claims, config.clock),
+    )
+    running = RunningGate(
+        nc=nc,
+        js=js,
+        gate=gate,
+        desk=desk,
+        ledger=ledger,
+        claims=claims,
+        approvals=approvals,
+        orders=orders,
+        outcomes=outcomes,
+        buffer=buffer,
+        attestation=attestation,
+        releases=releases,
+        tool_calls=tool_calls,
+        stops=stops,
+        syncs=[] if sync is None else [sync],
+        call_contexts=call_contexts,
+        shadows=shadows,
+        shadow=shadow,
+    )
+    if releases is not None:
+        releases.on_switch = _on_switch(config, running, shadows)
+    undo.push_async_callback(running.stop_serving)
+    await buffer.start()
+    await running.serve(
+        "smf-stages",
+        stages.endpoints(),
+        description="SMF gate stages: normalize, evaluate, dispatch",
+        auth=stages.auth,
+    )
+    await _serve_public(running, config, releases)
+    await _serve_runtime_state(running, config, releases, evaluate.current)
+    running.tasks += [
+        asyncio.create_task(loops.follow_reports(js, outcomes)),
+        asyncio.create_task(loops.sweep(desk, outcomes, buffer, config.sweep_seconds)),
+        asyncio.create_task(loops.prune_claims(gate, config.claim_prune_seconds)),
+    ]
+    # A round trip, so the server has every subscription above before anyone is
+    # told the gate serves; otherwise an early proposal finds no responder.
+    await nc.flush()
+    log.info("gate_started", gate=config.name, co_located=config.co_located)
+    return running
+
+
+_MALFORMED_REPORT_REQUEST: Final = b'{"error":"malformed_request"}'
+
+
+async def _serve_public(
+    running: RunningGate, config: GateConfig, releases: ReleaseWatcher | None
+) -> None:
+    """The subjects other principals call, with no stage MAC: each checks its caller's
+    signature itself, or (the release report) tells only what the caller's bus
+    permission already entitles it to read."""
+    await running.serve(
+        "smf-gate",
+        [Endpoint("propose", names.PROPOSE, running.gate.handle_propose)],
+        description="SMF Assurance Gate: propose -> verdict",
+        auth=None,
+    )
+    await running.serve(
+        "smf-approvals",
+        [
+            Endpoint("resolve", names.APPROVAL_RESOLVE, running.desk.handle_resolve),
+            Endpoint("show", names.APPROVAL_SHOW, running.desk.handle_show),
+            Endpoint("status", names.APPROVAL_STATUS, running.desk.handle_status),
+        ],
+        description="SMF approval desk: resolve, show, status",
+        auth=None,
+    )
+    await running.serve(
+        "smf-attest",
+        [Endpoint("attest", names.ATTEST, running.attestation.handle)],
+        description="SMF runtime attestation: attest -> ack",
+        auth=None,
+    )
+    await _serve_release_report(running, config, releases)
+
+
+async def _serve_release_report(
+    running: RunningGate, config: GateConfig, releases: ReleaseWatcher | None
+) -> None:
+    if releases is None:
+        return  # a gate on a projection folder has no release to report
+    await running.serve(
+        "smf-release-report",
+        [
+            Endpoint(
+                "report",
+                names.RELEASE_REPORT,
+                _release_reporter(config, releases, running.shadows, running.shadow),
+            )
+        ],
+        description="SMF gate releases: report -> this gate's signed release report",
+        auth=None,
+        # a queue group of its own per gate: every replica answers, so a
+        # publisher hears each gate's adoption or refusal, not one of them
+        queue_group=f"{names.QUEUE_GROUP}.report.{names.token(config.name)}",
+    )
+
+
+def _release_reporter(
+    config: GateConfig,
+    releases: ReleaseWatcher,
+    shadows: ShadowReleases | None = None,
+    shadow: ShadowDesk | None = None,
+) -> Handler:
+    """``smf.release.report`` (issue 22): the watcher's report, signed with the gate
+    key. A request that does not decode gets an unsigned refusal, which no
+    publisher counts as an answer. Issue 25: the report names the shadow release and
+    what the gate did with it, and a publisher asking after a shadow it published
+    hears ``adopted`` once it runs (a refusal of it is told as any release's)."""
+
+    async def handle(data: bytes) -> bytes:
+        try:
+            request = msgspec.json.decode(data or b"{}", type=ReleaseReportRequest)
+        except msgspec.DecodeError:  # ValidationError is a DecodeError
+            return _MALFORMED_REPORT_REQUEST
+        report = releases.report(config.name, request)
+        running = None if shadows is None else shadows.active
+        if running is not None:
+            counts = None if shadow is None else shadow.counts()
+            report = msgspec.structs.replace(
+                report,
+                shadow=running.reported(),
+                shadow_counts=msgspec.UNSET if counts is None else counts,
+            )
+            if request.manifest_hash == running.release.manifest_hash:
+                report = msgspec.structs.replace(report, asked="adopted", asked_refusal=None)
+        return sign_release_report(report, config.gate_key)
+
+    return handle
+
+
+async def _serve_runtime_state(
+    running: RunningGate,
+    config: GateConfig,
+    releases: ReleaseWatcher | None,
+    policy_set: Callable[[], PolicySet],
+) -> None:
+    """What the gate knows of runtimes beyond one proposal: the replicas' sync on a
+    cluster, and what the model gateway (issue 16) asks: admission and tool-call
+    accounting (its ``smf.gateway.clear`` is for operators only)."""
+    attestation, ledger, gate, stops = (
+        running.attestation,
+        running.ledger,
+        running.gate,
+        running.stops,
+    )
+    admission = ModelAdmissionDesk(
+        attestation=attestation,
+        evidence=EvidenceWriter(ledger, config.tenant_key, config.clock),
+        release_id=_active_release(releases),
+        policy_set=policy_set,
+        signer=config.gate_key,
+    )
+    await running.serve(
+        "smf-gateway-admit",
+        [Endpoint("admit", names.GATEWAY_ADMIT, admission.handle)],
+        description="SMF model gateway admission: admit -> signed admission",
+        auth=None,
+    )
+    assert gate.decided_calls is not None
+    assert stops is not None
+    accounting = ToolCallDesk(
+        calls=gate.decided_calls,
+        attestation=attestation,
+        stops=stops,
+        evidence=EvidenceWriter(ledger, config.tenant_key, config.clock),
+        release_id=_active_release(releases),
+        signer=config.gate_key,
+    )
+    await running.serve(
+        "smf-gateway-calls",
+        [
+            Endpoint("calls", names.GATEWAY_CALLS, accounting.handle_calls),
+            Endpoint("clear", names.GATEWAY_CLEAR, accounting.handle_clear),
+        ],
+        description="SMF tool-call accounting: calls -> signed answer; clear (operators)",
+        auth=None,
+    )
+    status = GateStatusDesk(
+        gate=config.name,
+        attestation=attestation,
+        ledger=ledger,
+        release_id=_active_release(releases),
+        clock=config.clock,
+        signer=config.gate_key,
+    )
+    await running.serve(
+        "smf-gate-status",
+        [Endpoint("status", names.GATE_STATUS, status.handle)],
+        description="SMF gate status: status -> this gate's signed runtimes and ledger (operators)",
+        auth=None,
+        # every replica answers for itself, as with the release report
+        queue_group=f"{names.QUEUE_GROUP}.status.{names.token(config.name)}",
+    )
+
+
+def _replica_sync(
+    config: GateConfig,
+    nc: Client,
+    auth: StageAuth,
+    gate: Gate,
+    attestation: AttestationDesk,
+    stops: RuntimeStops,
+) -> ReplicaSync | None:
+    """On a cluster, replicas share attestations, decided tool-call ids, stops and
+    clears (``smf_assurance.pipeline.stages.replica_sync``); each still verifies attestations
+    itself."""
+    if config.cluster is None:
+        return None
+    assert gate.decided_calls is not None
+    sync = ReplicaSync(nc, auth, config.name, attestation, gate.decided_calls, stops)
+    attestation.share = sync.attested
+    gate.share_call = sync.noted
+    stops.share_stop = sync.stopped
+    stops.share_clear = sync.cleared
+    return sync
+
+
+async def _open_call_contexts(
+    config: GateConfig, nc: Client, js: JetStreamContext, releases: ReleaseWatcher | None
+) -> CallContextMirror:
+    """What the chain's ``raise call context`` link reads (issue 16, item 4): the bucket
+    (created when absent, refused with other settings) and the gate's watch of it. A
+    record counts only when a ``gateway`` key of the registry in force signed it: the
+    active release's registry, as the gate adopts it at every switch, else the
+    configured one."""
+    await ensure_call_context_bucket(js, config.replicas, config.call_context_max_age_s)
+
+    def gateway_keys() -> dict[str, VerifyKey]:
+        active = releases.active if releases is not None else None
+        registry = active.registry if active is not None else config.registry
+        return registry.trusted("gateway")
+
+    mirror = CallContextMirror(
+        nc.jetstream(timeout=config.stage_timeout), gateway_keys, config.call_context_mirror
+    )
+    await mirror.start()
+    return mirror
+
+
+def _active_release(releases: ReleaseWatcher | None) -> Callable[[], str | None]:
+    def release_id() -> str | None:
+        active = releases.active if releases is not None else None
+        return active.release_id if active is not None else None
+
+    return release_id
+
+
+def _attestation_desk(
+    config: GateConfig, gate: Gate, releases: ReleaseWatcher | None, ledger: Ledger
+) -> AttestationDesk:
+    """``smf.attest`` (issue 8): the desk the chain's ``admit`` link asks first."""
+    release_id = _active_release(releases)
+
+    async def evidence_probe() -> bool:
+        # A real round trip to the store: sign the tail (a no-op when it is signed).
+        await ledger.checkpoint(gate.clock())
+        return True
+
+    return AttestationDesk(
+        required=config.attestation,
+        registry=lambda: gate.registry,
+        clock=gate.clock,
+        release_id=release_id,
+        evidence_probe=evidence_probe,
+    )

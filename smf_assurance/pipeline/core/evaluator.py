@@ -1,0 +1,222 @@
+"""The evaluator: envelope + policy set + time -> Decision. Pure and deterministic.
+
+Rules it enforces:
+- Default deny for consequential work (ARCHITECTURE.md, "The four governed
+  scenarios"): an operation with egress, external or unknown persistence,
+  limited/none/unknown reversibility, or capability ``unknown`` that no policy
+  covers is denied with ``no_applicable_policy_for_consequential_operation``.
+- Monotonic layering (ARCHITECTURE.md, "Layered policy"): see
+  ``smf_assurance.pipeline.core.policy``; deny dominates, requirements only tighten.
+- A conditional decision must be satisfiable: at least one approval and at
+  least one role, otherwise it fails closed as a denial.
+- Customer, matter and user policies apply only within their scope.
+- Time comes from the caller's clock, so the same inputs give the same bytes.
+- Only the policies the index leaves can apply are checked
+  (``smf_assurance.pipeline.core.policy_index``); the applied set is the linear scan's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from smf_assurance.pipeline.core.decision import (
+    APPROVAL_REQUIREMENT_INCOMPLETE,
+    NO_APPLICABLE_POLICY,
+    NON_CONSEQUENTIAL_DEFAULT,
+    AppliedPolicy,
+    Decision,
+    Disposition,
+    RuleSource,
+)
+from smf_assurance.pipeline.core.facts import FACT_REGISTRY_VERSION, facts_of
+from smf_assurance.pipeline.core.policy import (
+    NO_REQUIREMENTS,
+    SEVERITY,
+    Requirements,
+    merge_disposition,
+    merge_requirements,
+)
+from smf_assurance.pipeline.core.projection import CompiledPolicy, PolicySet
+from smf_assurance.subjects.canonical import SAFE_INTEGER_MAX, identity_of, struct_identity
+from smf_assurance.subjects.envelope import OperationEnvelope, operation_hash
+
+_CONSEQUENTIAL_PERSISTENCE: Final = frozenset({"external_persistent", "unknown"})
+_CONSEQUENTIAL_REVERSIBILITY: Final = frozenset({"limited", "none", "unknown"})
+_OUTCOME_CACHE_LIMIT: Final = 4096
+
+
+def is_consequential(envelope: OperationEnvelope) -> bool:
+    """Whether the safety floor must deny this operation when nothing covers it."""
+    effects = envelope.effects
+    return (
+        effects.egress
+        or effects.persistence in _CONSEQUENTIAL_PERSISTENCE
+        or effects.reversibility in _CONSEQUENTIAL_REVERSIBILITY
+        or envelope.capability == "unknown"
+    )
+
+
+def consequential_triggers(envelope: OperationEnvelope) -> tuple[str, ...]:
+    """Which of :func:`is_consequential`'s conditions hold, as closed words.
+
+    Issue 25: a safety-floor denial is explained by the trigger that made the
+    operation consequential. Kept beside ``is_consequential`` (same sets) so
+    the two cannot drift; the hot path keeps the boolean form.
+    """
+    effects = envelope.effects
+    triggers: list[str] = []
+    if effects.egress:
+        triggers.append("egress")
+    if effects.persistence in _CONSEQUENTIAL_PERSISTENCE:
+        triggers.append(f"persistence_{effects.persistence}")
+    if effects.reversibility in _CONSEQUENTIAL_REVERSIBILITY:
+        triggers.append(f"reversibility_{effects.reversibility}")
+    if envelope.capability == "unknown":
+        triggers.append("capability_unknown")
+    return tuple(triggers)
+
+
+def applicable_policies(
+    envelope: OperationEnvelope, policy_set: PolicySet, at_ms: int
+) -> list[CompiledPolicy]:
+    """The policies in scope, in force at ``at_ms`` and whose rule matches, strongest first."""
+    facts = facts_of(envelope)
+    at_seconds = at_ms // 1000
+    policies = policy_set.policies
+    return [
+        policies[i]
+        for i in policy_set.index.candidates(facts)
+        if policies[i].check(facts, at_seconds)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """Everything in a decision that depends only on which policies applied."""
+
+    disposition: Disposition
+    requirements: Requirements
+    reason_codes: tuple[str, ...]
+    rule_ids: tuple[str, ...]
+    rule_sources: tuple[RuleSource, ...]
+    applied: tuple[AppliedPolicy, ...]
+    fingerprint: str
+
+
+def _satisfiable(applied: Sequence[CompiledPolicy]) -> bool:
+    """Whether the strongest conditional layer itself names an approver.
+
+    Completeness is judged only from policies at least as strong as the
+    strongest conditional one, so a weaker layer can never turn a stronger
+    layer's incomplete (and so denied) conditional into an approvable one by
+    naming a role of its choosing (ARCHITECTURE.md, "Layered policy": a
+    weaker layer never relaxes a stronger one).
+    """
+    top = min(p.layer_rank for p in applied if p.record.effect == "conditional")
+    strong = merge_requirements(p.record.requirements for p in applied if p.layer_rank <= top)
+    return strong.approval_count >= 1 and bool(strong.required_roles)
+
+
+def _outcome(
+    applied: Sequence[CompiledPolicy], consequential: bool, projection_id: str
+) -> _Outcome:
+    disposition = merge_disposition(p.record.effect for p in applied)
+    requirements = merge_requirements(p.record.requirements for p in applied)
+    reasons: list[str] = []
+    for policy in sorted(applied, key=lambda p: -SEVERITY[p.record.effect]):
+        if policy.record.reason_code not in reasons:
+            reasons.append(policy.record.reason_code)
+    if disposition is None:
+        disposition = "deny" if consequential else "allow"
+        reasons = [NO_APPLICABLE_POLICY if consequential else NON_CONSEQUENTIAL_DEFAULT]
+    elif disposition == "conditional" and not _satisfiable(applied):
+        disposition = "deny"
+        reasons.insert(0, APPROVAL_REQUIREMENT_INCOMPLETE)
+    if disposition == "deny":
+        requirements = NO_REQUIREMENTS
+
+    sources = sorted({(p.record.rule_id, p.source_hash) for p in applied})
+    records = tuple(
+        AppliedPolicy(
+            policy_id=p.record.policy_id,
+            layer=p.record.layer,
+            rule_id=p.record.rule_id,
+            effect=p.record.effect,
+            reason_code=p.record.reason_code,
+        )
+        for p in applied
+    )
+    fingerprint = identity_of(
+        {
+            "fact_registry_version": FACT_REGISTRY_VERSION,
+            "projection_id": projection_id,
+            "applied": [[a.policy_id, a.layer, a.effect] for a in records],
+        }
+    )
+    return _Outcome(
+        disposition=disposition,
+        requirements=requirements,
+        reason_codes=tuple(reasons),
+        rule_ids=tuple(rule_id for rule_id, _ in sources),
+        rule_sources=tuple(RuleSource(rule_id=r, source_hash=h) for r, h in sources),
+        applied=records,
+        fingerprint=fingerprint,
+    )
+
+
+def evaluate(
+    envelope: OperationEnvelope,
+    policy_set: PolicySet,
+    *,
+    at_ms: int,
+    operation_id: str | None = None,
+    op_hash: str | None = None,
+) -> Decision:
+    """Decide one operation. ``op_hash`` may be passed when the caller computed it."""
+    if not 0 <= at_ms <= SAFE_INTEGER_MAX:
+        raise ValueError("evaluation time is outside the representable range")
+    op_hash = op_hash or operation_hash(envelope)
+    operation_id = operation_id or "op-" + op_hash.removeprefix("sha256:")[:32]
+    facts = facts_of(envelope)
+    at_seconds = at_ms // 1000
+    policies = policy_set.policies
+    applied = tuple(
+        i for i in policy_set.index.candidates(facts) if policies[i].check(facts, at_seconds)
+    )
+    consequential = is_consequential(envelope)
+    key = (applied, consequential)
+    outcome: _Outcome | None = policy_set.outcomes.get(key)
+    if outcome is None:
+        outcome = _outcome([policies[i] for i in applied], consequential, policy_set.projection_id)
+        if len(policy_set.outcomes) < _OUTCOME_CACHE_LIMIT:
+            policy_set.outcomes[key] = outcome
+    decision_id = struct_identity(
+        {
+            "operation_id": operation_id,
+            "operation_hash": op_hash,
+            "release_id": policy_set.release_id,
+            "projection_id": policy_set.projection_id,
+            "policy_fingerprint": outcome.fingerprint,
+            "evaluated_at_ms": at_ms,
+        }
+    )
+    return Decision(
+        schema="smf.decision/1",
+        decision_id=decision_id,
+        operation_id=operation_id,
+        operation_hash=op_hash,
+        release_id=policy_set.release_id,
+        release_sequence=policy_set.release_sequence,
+        projection_id=policy_set.projection_id,
+        policy_fingerprint=outcome.fingerprint,
+        disposition=outcome.disposition,
+        consequential=consequential,
+        requirements=outcome.requirements,
+        rule_ids=outcome.rule_ids,
+        rule_sources=outcome.rule_sources,
+        applied_policies=outcome.applied,
+        reason_codes=outcome.reason_codes,
+        evaluated_at_ms=at_ms,
+    )

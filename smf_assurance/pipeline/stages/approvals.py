@@ -1,0 +1,630 @@
+"""The approval desk: hold, resolve, claim once, follow the order to its outcome.
+
+ARCHITECTURE.md, "Exact-action approval", and issue 4:
+
+- hold: a conditional decision becomes an ApprovalBinding persisted in the
+  approval store, announced on ``smf.approval.pending.<tenant>`` (JetStream,
+  so a console that connects later still sees it), and answered ``held``.
+- resolve: an approver's signed allow-once or deny is accepted only when the
+  signature verifies against the approver roster, the resolver holds every
+  required role for the binding's tenant, is not the requesting actor, the
+  approval is pending and unexpired and the binding digest matches. Every
+  refusal has its own reason code.
+- claim: the binding is rebuilt from what the gate holds now (arguments,
+  content, destination, current release and projection) and the store moves
+  ``approved -> executing`` only if the whole binding is unchanged; exactly
+  one claimant wins. Then exactly one ExecuteOrder is dispatched.
+- outcome: the held proposal's final Verdict goes to its runtime on
+  ``smf.approval.outcome.<approval>`` signed with the gate key
+  (``smf_assurance.subjects.approvals.sign_outcome``): the pending announcement makes the
+  approval id, decision id and operation hash public, so an unsigned outcome
+  would let any bus client release a held call. No key, no outcome (the
+  runtime times out and blocks).
+- reports: the signed report of whoever was given the order moves the
+  approval to ``consumed``, ``failed`` or ``execution_unknown``: for a
+  connector order, that connector's key; for a runtime-executed action (no
+  connector), the key of the runtime that proposed it, for exactly the order
+  ``order_id_for(operation_hash, decision_id)`` recorded at the claim. A
+  report that the executed params were not the approved ones is a broken
+  binding (``binding_broken``), ``execution_unknown``, never ``consumed``. No
+  report by the deadline -> ``execution_unknown``, terminal, never retried.
+- restart: pending and approved work is invalidated, executing work becomes
+  ``execution_unknown``; both are written to the evidence ledger.
+
+Every state change is written to the evidence ledger before anything is
+released to a runtime or a connector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+import structlog
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.js.client import JetStreamContext
+from nats.js.errors import Error as JetStreamError
+
+from smf_assurance.pipeline.core.approval_rules import (
+    ApprovalRuleError,
+    Finish,
+    HeldAction,
+    approver_of,
+    bind,
+    check_entitled,
+    check_may_resolve,
+    settlement,
+    signed_by_executor,
+)
+from smf_assurance.pipeline.core.decision import Decision
+from smf_assurance.pipeline.core.explanation import reason_words, rule_texts
+from smf_assurance.pipeline.core.normalize import Normalized
+from smf_assurance.pipeline.core.projection import AnalysisProjection, PolicySet
+from smf_assurance.pipeline.service import StageRefusal
+from smf_assurance.pipeline.stages.contracts import DispatchReceipt, DispatchRequest
+from smf_assurance.pipeline.stages.evidence import (
+    EvidenceWriter,
+    outcome_verdict,
+    signature_reason,
+    verdict,
+)
+from smf_assurance.pipeline.stages.outcomes import (
+    DEFAULT_EXECUTION_DEADLINE_MS,
+    ReportRefused,
+    VerifiedReport,
+    open_report,
+)
+from smf_assurance.pipeline.stages.transport import StageClient
+from smf_assurance.pipeline.stores.approvals import ApprovalError, ApprovalRecord, ApprovalStore
+from smf_assurance.pipeline.stores.ledger import EvidenceError, Ledger
+from smf_assurance.pipeline.stores.ledger_schema import Status
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.approvals import (
+    ApprovalBinding,
+    ApprovalResolution,
+    ApprovalView,
+    PendingAnnouncement,
+    ReasonShown,
+    ResolutionReply,
+    RuleShown,
+    ShowRequest,
+    sign_outcome,
+)
+from smf_assurance.subjects.keyed import PseudonymKey
+from smf_assurance.subjects.keys import SigningKey
+from smf_assurance.subjects.messages import Proposal, Verdict, order_id_for
+from smf_assurance.subjects.names import SubjectError
+from smf_assurance.subjects.registry import KeyRegistry, Principal
+
+log = structlog.get_logger(__name__)
+
+SHOW_FRESHNESS_MS: Final = 60_000
+"""How far a signed show request's time may be from the gate's clock."""
+
+__all__ = ["ApprovalDesk", "DeskError", "HeldAction", "bind"]
+
+
+class DeskError(Exception):
+    """A resolution or show request is refused; ``reason_code`` says why."""
+
+    def __init__(self, reason_code: str) -> None:
+        super().__init__(reason_code)
+        self.reason_code = reason_code
+
+
+@dataclass
+class ApprovalDesk:
+    store: ApprovalStore
+    nc: Client
+    js: JetStreamContext
+    registry: KeyRegistry
+    ledger: Ledger
+    dispatch: StageClient[DispatchRequest, DispatchReceipt]
+    policy_set: Callable[[], PolicySet]
+    clock: Callable[[], int]
+    tenant_key: PseudonymKey
+    stage_timeout: float = 2.0
+    execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
+    signer: SigningKey | None = None
+    """The gate key that signs approval outcomes; without it no outcome is published."""
+    analysis: Callable[[], AnalysisProjection | None] = field(default=lambda: None)
+    """The active release's analysis projection (None on a projection folder): where a
+    shown approval's rules are read in the release's own words (issue 23)."""
+    _evidence: EvidenceWriter = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Through _now: tests and operators may replace ``clock`` on a running desk.
+        self._evidence = EvidenceWriter(self.ledger, self.tenant_key, self._now)
+
+    def _now(self) -> int:
+        return self.clock()
+
+    # -- evidence -----------------------------------------------------------
+
+    async def _record(
+        self, binding: ApprovalBinding, status: Status, reasons: tuple[str, ...] = ()
+    ) -> str:
+        """Write one transition; raises EvidenceError (callers fail closed)."""
+        entry = self._evidence.for_binding(binding, status, reasons)
+        return (await self._evidence.append(entry)).entry_hash
+
+    # -- hold ---------------------------------------------------------------
+
+    async def hold(self, proposal: Proposal, normalized: Normalized, decision: Decision) -> Verdict:
+        """Persist, record, announce, then answer ``held``; any failure denies."""
+
+        def deny(*reasons: str) -> Verdict:
+            return verdict(proposal.proposal_id, "deny", reasons, decision)
+
+        if decision.requirements.approval_count > 1:
+            return deny("multiple_approvals_unsupported")
+        now = self.clock()
+        held = HeldAction(
+            proposal_id=proposal.proposal_id,
+            connector_id=normalized.connector_id,
+            native_tool=proposal.native_tool,
+            arguments=proposal.arguments,
+            content=normalized.content,
+            destination_address=normalized.destination_address,
+            envelope=normalized.envelope,
+            decision=decision,
+            runtime_id=proposal.runtime_id,
+        )
+        ttl_ms = decision.requirements.ttl_seconds * 1000
+        binding = bind(held, decision.release_id, decision.projection_id, now, now + ttl_ms)
+        try:
+            subject = names.approval_pending_subject(binding.tenant_id)
+        except SubjectError:
+            return deny("tenant_not_addressable")
+        try:
+            await self.store.create(binding, msgspec.json.encode(held), now)
+        except ApprovalError as exc:
+            return deny(exc.reason_code)
+        try:
+            evidence = await self._record(binding, "held", decision.reason_codes)
+        except EvidenceError:
+            await self._invalidate(binding.approval_id)
+            return deny("evidence_store_unavailable")
+        announcement = PendingAnnouncement(
+            schema="smf.approval-pending/2",
+            approval_id=binding.approval_id,
+            tenant_id=binding.tenant_id,
+            required_roles=binding.required_roles,
+            required_approvals=binding.required_approvals,
+            created_at_ms=binding.created_at_ms,
+            expires_at_ms=binding.expires_at_ms,
+            capability=normalized.envelope.capability,
+            channel=normalized.envelope.destination.channel,
+            locality=normalized.envelope.destination.locality,
+            native_tool=proposal.native_tool,
+            rule_ids=decision.rule_ids,
+            reason_codes=decision.reason_codes,
+        )
+        try:
+            await self.js.publish(
+                subject,
+                msgspec.json.encode(announcement),
+                timeout=self.stage_timeout,
+                headers={names.HEADER_MSG_ID: binding.approval_id},
+            )
+        except (NatsError, JetStreamError, TimeoutError):
+            await self._invalidate(binding.approval_id)
+            return deny("approval_announcement_failed")
+        log.info("approval_held", approval_id=binding.approval_id)
+        return msgspec.structs.replace(
+            verdict(proposal.proposal_id, "held", decision.reason_codes, decision, (evidence,)),
+            approval_id=binding.approval_id,
+            expires_at_ms=binding.expires_at_ms,
+            required_roles=binding.required_roles,
+        )
+
+    async def _invalidate(self, approval_id: str) -> None:
+        try:
+            await self.store.invalidate(approval_id, self.clock())
+        except ApprovalError:
+            log.exception("approval_invalidate_failed", approval_id=approval_id)
+
+    # -- resolve ------------------------------------------------------------
+
+    def _verify_resolution(self, data: bytes) -> tuple[ApprovalResolution, Principal]:
+        try:
+            envelope = dsse.decode_envelope(data)
+            resolution, verified = dsse.open_struct(
+                envelope, self._all_keys(), ApprovalResolution, names.PAYLOAD_RESOLUTION
+            )
+        except dsse.SignatureError as exc:
+            raise DeskError(signature_reason(exc, "malformed_resolution")) from exc
+        except msgspec.ValidationError as exc:
+            raise DeskError("malformed_resolution") from exc
+        return resolution, self._approver(verified.key_ids, resolution.resolver_id)
+
+    def _all_keys(self) -> dict[str, Any]:
+        return {k: p.verify_key for k, p in self.registry.principals.items()}
+
+    def _approver(self, key_ids: frozenset[str], resolver_id: str) -> Principal:
+        try:
+            return approver_of((self.registry.principals[k] for k in key_ids), resolver_id)
+        except ApprovalRuleError as exc:
+            raise DeskError(exc.reason_code) from exc
+
+    async def handle_resolve(self, data: bytes) -> bytes:
+        """The ``smf.approval.resolve`` handler; always answers a ResolutionReply."""
+        approval_id = ""
+        try:
+            resolution, principal = self._verify_resolution(data)
+            approval_id = resolution.approval_id
+            reply = await self._resolve(resolution, principal)
+        except DeskError as exc:
+            log.info("resolution_refused", approval_id=approval_id, reason=exc.reason_code)
+            reply = await self._refusal(approval_id, exc.reason_code)
+        return msgspec.json.encode(reply)
+
+    async def _refusal(self, approval_id: str, reason: str) -> ResolutionReply:
+        """Refusals are recorded too (issue 4), when the approval is known."""
+        record = await self._get(approval_id) if approval_id else None
+        if record is not None:
+            try:
+                await self._record(record.binding, record.state, (reason,))
+            except EvidenceError:
+                log.error("evidence_unavailable_for_refusal", approval_id=approval_id)
+        return ResolutionReply(
+            schema="smf.resolution-reply/1",
+            approval_id=approval_id,
+            accepted=False,
+            state=record.state if record is not None else "unknown",
+            reason_codes=(reason,),
+        )
+
+    async def _get(self, approval_id: str) -> ApprovalRecord | None:
+        try:
+            return await self.store.get(approval_id)
+        except ApprovalError:
+            return None
+
+    async def _resolve(
+        self, resolution: ApprovalResolution, principal: Principal
+    ) -> ResolutionReply:
+        record = await self._get(resolution.approval_id)
+        if record is None:
+            raise DeskError("approval_not_found")
+        binding = record.binding
+        try:
+            check_may_resolve(principal, binding)
+        except ApprovalRuleError as exc:
+            raise DeskError(exc.reason_code) from exc
+        now = self.clock()
+        try:
+            if resolution.decision == "deny":
+                record = await self.store.deny(
+                    binding.approval_id, resolution.binding_digest, principal.name, now
+                )
+            else:
+                record = await self.store.approve(
+                    binding.approval_id, resolution.binding_digest, principal.name, now
+                )
+        except ApprovalError as exc:
+            raise DeskError(exc.reason_code) from exc
+        if resolution.decision == "deny":
+            return await self._denied(binding, resolution)
+        try:
+            await self._record(binding, "approved")
+        except EvidenceError:
+            await self._invalidate(binding.approval_id)
+            raise DeskError("evidence_store_unavailable") from None
+        return await self._claim_and_dispatch(record)
+
+    async def _denied(
+        self, binding: ApprovalBinding, resolution: ApprovalResolution
+    ) -> ResolutionReply:
+        """Record and announce an approver's deny (issue 23, "Deliberate decisions").
+
+        The evidence and the outcome carry the closed reason as a reason code
+        (``ApprovalResolution.denial_reason_codes``); the approver's note goes to
+        the waiting runtime in the gate-signed outcome only, never to the ledger
+        or a log line.
+        """
+        reasons = resolution.denial_reason_codes()
+        await self._safe_record(binding, "denied", reasons)
+        outcome = outcome_verdict(binding, "deny", reasons)
+        if resolution.note is not None:
+            outcome = msgspec.structs.replace(outcome, approver_note=resolution.note)
+        await self._notify(binding, outcome)
+        return msgspec.structs.replace(
+            _accepted(binding.approval_id, "denied"), reason_codes=reasons
+        )
+
+    async def _claim_and_dispatch(self, record: ApprovalRecord) -> ResolutionReply:
+        stored = record.binding
+        if record.held_payload is None:
+            raise DeskError("held_action_missing")
+        held = msgspec.json.decode(record.held_payload, type=HeldAction)
+        current = self.policy_set()
+        expected = bind(
+            held,
+            current.release_id,
+            current.projection_id,
+            stored.created_at_ms,
+            stored.expires_at_ms,
+        )
+        try:
+            claimed = await self.store.claim(stored.approval_id, expected, self.clock())
+        except ApprovalError as exc:
+            # A refused claim never leaves the approval open to a later claim, and the
+            # evidence names the state the store now holds (``invalidated`` here, or
+            # ``executing`` when another claimant won), not one it does not.
+            await self._invalidate(stored.approval_id)
+            after = await self._get(stored.approval_id)
+            status = after.state if after is not None else "invalidated"
+            await self._safe_record(stored, status, (exc.reason_code,))
+            raise DeskError(exc.reason_code) from exc
+        held = msgspec.json.decode(claimed.held_payload or record.held_payload, type=HeldAction)
+        try:
+            await self._record(stored, "executing")
+        except EvidenceError:
+            await self._finish(stored, "execution_unknown", ("evidence_store_unavailable",))
+            raise DeskError("evidence_store_unavailable") from None
+        if held.connector_id is None:
+            return await self._release_to_runtime(stored)
+        request = DispatchRequest(
+            decision=held.decision,
+            connector_id=held.connector_id,
+            native_tool=held.native_tool,
+            arguments=held.arguments,
+            content=held.content,
+            destination_address=held.destination_address,
+            approval_id=stored.approval_id,
+        )
+        try:
+            receipt = await self.dispatch.call(request, self.stage_timeout)
+        except StageRefusal as refusal:
+            # The publish may or may not have reached the stream: unknown, never retried.
+            await self._finish(
+                stored, "execution_unknown", ("dispatch_failed", refusal.reason_code)
+            )
+            await self._notify(stored, outcome_verdict(stored, "deny", ("dispatch_failed",)))
+            raise DeskError("dispatch_failed") from None
+        await self.store.record_order(stored.approval_id, receipt.order_id, self.clock())
+        verdict = msgspec.structs.replace(
+            outcome_verdict(stored, "allow", ("approved_once",)),
+            order_id=receipt.order_id,
+            connector_id=held.connector_id,
+        )
+        await self._notify(stored, verdict)
+        return msgspec.structs.replace(
+            _accepted(stored.approval_id, "executing"), order_id=receipt.order_id
+        )
+
+    async def _release_to_runtime(self, stored: ApprovalBinding) -> ResolutionReply:
+        """The runtime executes this action itself: record its order, then release it.
+
+        The order id is ``order_id_for(operation_hash, decision_id)``, the one the
+        runtime reports on, recorded BEFORE the allow is published so that the
+        report can never arrive first (an approval without a recorded order can
+        only end ``execution_unknown``). If it cannot be recorded nothing is
+        released: the claim is spent, the approval ends ``execution_unknown`` and
+        the runtime is told ``deny`` (fail closed).
+        """
+        order_id = order_id_for(stored.operation_hash, stored.decision_id)
+        try:
+            await self.store.record_order(stored.approval_id, order_id, self.clock())
+        except ApprovalError as exc:
+            await self._finish(
+                stored, "execution_unknown", ("order_record_failed", exc.reason_code)
+            )
+            await self._notify(stored, outcome_verdict(stored, "deny", ("order_record_failed",)))
+            raise DeskError("order_record_failed") from None
+        await self._notify(stored, outcome_verdict(stored, "allow", ("approved_once",)))
+        return _accepted(stored.approval_id, "executing")
+
+    async def _finish(
+        self, binding: ApprovalBinding, outcome: Finish, reasons: tuple[str, ...]
+    ) -> None:
+        try:
+            await self.store.finish(binding.approval_id, outcome, self.clock())
+        except ApprovalError as exc:
+            log.error(
+                "approval_finish_failed", approval_id=binding.approval_id, reason=exc.reason_code
+            )
+            return
+        await self._safe_record(binding, outcome, reasons)
+
+    async def _safe_record(
+        self, binding: ApprovalBinding, status: Status, reasons: tuple[str, ...]
+    ) -> None:
+        try:
+            await self._record(binding, status, reasons)
+        except EvidenceError:
+            log.error("evidence_unavailable", approval_id=binding.approval_id, status=status)
+
+    async def _notify(self, binding: ApprovalBinding, verdict: Verdict) -> None:
+        """Tell the waiting runtime adapter, signed with the gate key; best effort
+        (the adapter also times out closed).
+
+        Signed because the approval id, decision id and operation hash are public
+        (the pending announcement carries them): an unsigned allow could be
+        forged by any bus client (docs/SUBJECTS.md, ``smf.approval.outcome``).
+        Without a gate key nothing is published rather than something unsigned.
+        """
+        if self.signer is None:
+            log.error("approval_outcome_unsigned_withheld", approval_id=binding.approval_id)
+            return
+        try:
+            await self.nc.publish(
+                names.approval_outcome_subject(binding.approval_id),
+                sign_outcome(verdict, self.signer),
+            )
+        except NatsError:
+            log.warning("approval_outcome_publish_failed", approval_id=binding.approval_id)
+
+    # -- connector reports, deadlines, restart -------------------------------
+
+    async def handle_report(self, data: bytes) -> None:
+        """A signed execution report, opened against connector and runtime keys,
+        then :meth:`settle_report`; a report that does not verify is ignored."""
+        try:
+            verified = open_report(data, self.registry)
+        except ReportRefused:
+            log.warning("execution_report_refused")
+            return
+        if not await self.settle_report(verified):
+            log.warning("execution_report_unknown_order", order_id=verified.report.order_id)
+
+    async def settle_report(self, verified: VerifiedReport) -> bool:
+        """A verified report settles the approval whose order it names, when it is
+        signed by whoever was given that order, and only then; True when the order
+        is an approval's (settled now or not), so the report goes no further.
+
+        The approval recorded for the order must be ``executing`` and
+        :func:`signed_by_executor` must hold: a connector order is settled by that
+        connector's key only, a runtime-executed order by the proposing runtime's
+        key only, so a runtime key never settles a connector order or another
+        runtime's order, and a connector key never settles a runtime's. Everything
+        else is ignored (logged), and the deadline sweep ends the approval
+        ``execution_unknown``.
+        """
+        report = verified.report
+        try:
+            approval_id = await self.store.find_by_order(report.order_id)
+        except ApprovalError as exc:
+            log.error("approval_order_lookup_failed", reason=exc.reason_code)
+            return False
+        if approval_id is None:
+            return False
+        record = await self._get(approval_id)
+        if record is None or record.state != "executing" or record.held_payload is None:
+            log.info("execution_report_after_outcome", approval_id=approval_id)
+            return True
+        try:
+            held = msgspec.json.decode(record.held_payload, type=HeldAction)
+        except msgspec.DecodeError:
+            log.error("held_action_unreadable", approval_id=approval_id)
+            return True
+        if record.order_id != report.order_id or not signed_by_executor(
+            held, record.binding, report, verified.signers
+        ):
+            log.warning("execution_report_wrong_signer", order_id=report.order_id)
+            return True
+        outcome, reasons = settlement(report)
+        await self._finish(record.binding, outcome, reasons)
+        return True
+
+    async def sweep(self) -> None:
+        """Expire overdue approvals; executing work past its deadline is unknown."""
+        now = self.clock()
+        for approval_id in await self.store.expire_due(now):
+            record = await self._get(approval_id)
+            if record is not None:
+                await self._safe_record(record.binding, "expired", ("approval_expired",))
+                await self._notify(
+                    record.binding, outcome_verdict(record.binding, "deny", ("approval_expired",))
+                )
+        for record in await self.store.list_executing(before_ms=now - self.execution_deadline_ms):
+            await self._finish(record.binding, "execution_unknown", ("no_execution_report",))
+
+    async def recover(self) -> None:
+        """Start-up recovery (issue 4): never resume work a crash interrupted."""
+        invalidated, unknown = await self.store.recover(self.clock())
+        ended: list[tuple[str, Status]] = [(a, "invalidated") for a in invalidated]
+        ended += [(a, "execution_unknown") for a in unknown]
+        for approval_id, status in ended:
+            record = await self._get(approval_id)
+            if record is not None:
+                await self._safe_record(record.binding, status, ("gate_restarted",))
+
+    # -- show and status --------------------------------------------------------
+
+    async def handle_show(self, data: bytes) -> bytes:
+        """An entitled approver sees the binding and exactly what would be sent."""
+        try:
+            envelope = dsse.decode_envelope(data)
+            request, verified = dsse.open_struct(
+                envelope, self._all_keys(), ShowRequest, names.PAYLOAD_SHOW_REQUEST
+            )
+        except (dsse.SignatureError, msgspec.ValidationError) as exc:
+            reason = (
+                signature_reason(exc, "malformed_resolution")
+                if isinstance(exc, dsse.SignatureError)
+                else "malformed_request"
+            )
+            raise StageRefusal(reason) from exc
+        try:
+            principal = self._approver(verified.key_ids, request.resolver_id)
+            record = await self._get(request.approval_id)
+            if record is None:
+                raise DeskError("approval_not_found")
+            # The content is shown only to an approver who could resolve it here.
+            check_entitled(principal, record.binding)
+        except ApprovalRuleError as exc:
+            raise StageRefusal(exc.reason_code) from exc
+        except DeskError as exc:
+            raise StageRefusal(exc.reason_code) from exc
+        if record.held_payload is None:
+            raise StageRefusal("approval_closed")
+        if abs(self.clock() - request.requested_at_ms) > SHOW_FRESHNESS_MS:
+            # A captured show request must not reopen the content later.
+            raise StageRefusal("stale_show_request")
+        held = msgspec.json.decode(record.held_payload, type=HeldAction)
+        view = ApprovalView(
+            schema="smf.approval-view/1",
+            binding=record.binding,
+            binding_digest=record.digest,
+            state=record.state,
+            native_tool=held.native_tool,
+            destination_address=held.destination_address,
+            content=held.content,
+            arguments_json=msgspec.json.encode(held.arguments).decode(),
+            rules=rules_requiring_approval(held.decision, self.analysis()),
+            reasons=tuple(
+                ReasonShown(code=code, words=reason_words(code))
+                for code in held.decision.reason_codes
+            ),
+        )
+        return msgspec.json.encode(view)
+
+    async def handle_status(self, data: bytes) -> bytes:
+        approval_id = data.decode("utf-8", "replace").strip()
+        record = await self._get(approval_id)
+        return msgspec.json.encode(
+            {"approval_id": approval_id, "state": record.state if record else "unknown"}
+        )
+
+
+def rules_requiring_approval(
+    decision: Decision, analysis: AnalysisProjection | None
+) -> tuple[RuleShown, ...]:
+    """Each rule that requires the approval (a conditional policy that applied rests on
+    it), in the words of the release that made the decision (issue 23). Only that
+    release's text is used: given another release's projection, or none, or a release
+    that does not describe the rule, the rule is shown by id alone, never with another
+    release's text or ours."""
+    texts = {}
+    if analysis is not None and (analysis.release_id, analysis.release_sequence) == (
+        decision.release_id,
+        decision.release_sequence,
+    ):
+        texts = rule_texts(analysis)
+    requiring = {p.rule_id for p in decision.applied_policies if p.effect == "conditional"}
+    shown = []
+    for rule_id in (r for r in decision.rule_ids if r in requiring):
+        text = texts.get(rule_id)
+        if text is None:
+            shown.append(RuleShown(rule_id=rule_id))
+        else:
+            shown.append(
+                RuleShown(
+                    rule_id=rule_id,
+                    title=text.title,
+                    statement=text.statement,
+                    citation=text.citation,
+                )
+            )
+    return tuple(shown)
+
+
+def _accepted(approval_id: str, state: str) -> ResolutionReply:
+    return ResolutionReply(
+        schema="smf.resolution-reply/1", approval_id=approval_id, accepted=True, state=state
+    )

@@ -1,0 +1,43 @@
+"""Messages between the gate's own stages (internal: not part of the public bus API).
+
+Each stage takes exactly what it reads (issue 19): evaluation gets the
+envelope and its hash, never the content it does not look at; dispatch gets
+what it signs into the order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from smf_assurance.pipeline.core.decision import Decision
+from smf_assurance.subjects.canonical import Identity
+from smf_assurance.subjects.envelope import OperationEnvelope
+
+
+class EvaluateRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``(envelope, operation hash) -> Decision``; ``operation_id`` names the decision."""
+
+    envelope: OperationEnvelope
+    operation_hash: Identity
+    operation_id: str
+
+
+class DispatchRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Everything the dispatch stage needs to build and sign one order."""
+
+    decision: Decision
+    connector_id: str
+    native_tool: str
+    arguments: dict[str, Any]
+    content: str
+    destination_address: str
+    approval_id: str | None = None
+
+
+class DispatchReceipt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    order_id: str
+    stream: str
+    stream_seq: int
+    duplicate: bool

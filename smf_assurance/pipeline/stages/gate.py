@@ -1,0 +1,766 @@
+"""The gate: the orchestration behind ``smf.propose``.
+
+ARCHITECTURE.md, "One proposal through the bus":
+
+    verify signature -> freshness -> note the tool call (issue 16) -> admit ->
+    raise the facts by the call's recorded context (issue 16) ->
+    normalize -> evaluate -> evidence ->
+    deny  : reply Verdict(deny); nothing reaches smf.execute
+    allow : claim once -> record the connector order (its outcome is
+            followed) -> dispatch (one ExecuteOrder), or release a tool the
+            runtime runs itself -> reply
+            (on one machine the claim and its order are written in the
+            evidence entry's own transaction: issue 20)
+    hold  : the hold stage persists the binding and announces it
+    and   : the tool call's note is stored before the verdict is answered
+            (on one machine in the evidence entry's transaction, issue 16)
+    then  : a decision is handed to the shadow release, if one runs (issue 25),
+            which judges it after the verdict and never holds it up
+
+Fail closed everywhere: every refusal, timeout or exception between the
+signature check and the reply becomes a ``deny`` with a reason code, and a
+decision is never released before its evidence entry has committed (issue
+7, "write-before-release"); a ledger outage is itself a denial
+(``evidence_store_unavailable``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sqlite3
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, Protocol, TypeVar
+
+import msgspec
+import structlog
+
+from smf_assurance.pipeline.core.decision import Decision
+from smf_assurance.pipeline.core.detectors import raise_facts
+from smf_assurance.pipeline.core.execution_rules import Executor
+from smf_assurance.pipeline.core.normalize import Normalized
+from smf_assurance.pipeline.service import StageRefusal
+from smf_assurance.pipeline.stages.attestation import AttestationDesk
+from smf_assurance.pipeline.stages.contracts import (
+    DispatchReceipt,
+    DispatchRequest,
+    EvaluateRequest,
+)
+from smf_assurance.pipeline.stages.evidence import EvidenceWriter, signature_reason, verdict
+from smf_assurance.pipeline.stages.outcomes import OutcomeDesk
+from smf_assurance.pipeline.stages.tool_calls import DecidedCalls
+from smf_assurance.pipeline.stages.transport import StageClient
+from smf_assurance.pipeline.stores.call_context import CallContextInvalid, CallContextUnavailable
+from smf_assurance.pipeline.stores.claims import ClaimAndOrder, ClaimState, ProposalClaims
+from smf_assurance.pipeline.stores.ledger import Beside, EvidenceError, Ledger
+from smf_assurance.pipeline.stores.orders import OrderRecord
+from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
+from smf_assurance.pipeline.stores.tool_calls import ToolCallStore
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.call_context import CallContext, is_gateway_call_id
+from smf_assurance.subjects.envelope import OperationEnvelope
+from smf_assurance.subjects.keyed import PseudonymKey
+from smf_assurance.subjects.keys import SigningKey, VerifyKey
+from smf_assurance.subjects.messages import Proposal, Verdict, order_id_for
+from smf_assurance.subjects.registry import KeyRegistry
+from smf_assurance.subjects.verdicts import sign_verdict
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T", bound=msgspec.Struct)
+
+EVIDENCE_UNAVAILABLE: Final = "evidence_store_unavailable"
+CONTEXT_RAISED: Final = "facts_raised_by_call_context"
+CONTEXT_UNKNOWN: Final = "tool_call_context_unknown"
+CONTEXT_UNAVAILABLE: Final = "tool_call_context_unavailable"
+CONTEXT_INVALID: Final = "tool_call_context_invalid"
+CONTEXT_MISMATCH: Final = "tool_call_context_mismatch"
+
+ClaimBeside = Callable[[str, str, str, int, OrderRecord | None], Beside]
+"""``(proposal_id, operation_hash, decision_id, at_ms, order)``: the claim and its order
+as a write beside an evidence entry
+(:meth:`smf_assurance.pipeline.stores.claims.ClaimStore.claim_and_record_beside`)."""
+NoteBeside = Callable[[str, str, int], Beside]
+"""``(runtime_id, tool_call_id, at_ms)``: a decided tool call's note as a write beside an
+evidence entry
+(:meth:`smf_assurance.pipeline.stores.tool_calls.SqliteToolCallStore.note_beside`)."""
+
+
+class CallContexts(Protocol):
+    """Where the gate reads the context the model gateway recorded for a tool call
+    (``smf_assurance.pipeline.stores.call_context.CallContextMirror``)."""
+
+    async def get(self, runtime_id: str, tool_call_id: str) -> CallContext | None: ...
+
+
+class ShadowObserver(Protocol):
+    """Where a decision goes after its verdict
+    (``smf_assurance.pipeline.stages.shadow.ShadowDesk``)."""
+
+    def observe(self, envelope: OperationEnvelope, decision: Decision, tenant_id: str) -> None: ...
+
+
+class HoldHandler(Protocol):
+    """What the gate needs from the approval hold stage (issue 4)."""
+
+    async def hold(
+        self, proposal: Proposal, normalized: Normalized, decision: Decision
+    ) -> Verdict: ...
+
+
+@dataclass(frozen=True, slots=True)
+class GateSettings:
+    tenant_key: PseudonymKey
+    """Key for pseudonymous tenant identities in evidence (``smf_assurance.subjects.keyed``)."""
+    freshness_ms: int = 120_000
+    """A proposal issued further than this from the gate's clock is refused as stale."""
+    stage_timeout: float = 2.0
+    max_proposal_bytes: int = dsse.MAX_ENVELOPE_BYTES
+    max_clock_skew_ms: int = 60_000
+    """How far apart the clocks of two gates sharing one claim store may be."""
+
+    def __post_init__(self) -> None:
+        if self.freshness_ms <= 0 or self.max_clock_skew_ms < 0:
+            raise ValueError("freshness_ms must be positive and max_clock_skew_ms not negative")
+
+    @property
+    def claim_retention_ms(self) -> int:
+        """How long a proposal claim must be kept: until no replay of its proposal
+        can pass the freshness check (ARCHITECTURE.md, "One proposal through the
+        bus": a replay must never produce a second order).
+
+        A proposal issued at ``t`` is accepted while a gate's clock reads within
+        ``freshness_ms`` (F) of ``t``. Claimed when the claimer's clock read ``c``,
+        ``t <= c + F``, so a replay is fresh only until ``t + F <= c + 2F`` on the
+        claimer's clock, which is at most ``c + 2F + skew`` on the clock of the gate
+        that prunes. Retention ``2F + skew`` never forgets a claim a replay can still
+        use; after it the replay is refused as ``stale_proposal`` before any claim
+        is looked at.
+        """
+        return 2 * self.freshness_ms + self.max_clock_skew_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One proposal on its way down the chain; each link returns a fuller copy.
+
+    Immutable (STYLE.md, structlog: ``bind()`` returns a new carrier). A field a
+    link needs but an earlier link did not fill is a programming error, which
+    ``Gate.decide`` turns into a ``gate_internal_error`` denial.
+    """
+
+    proposal: Proposal
+    """The verified proposal; from the ``raise call context`` link on, with its facts
+    raised by the context the model gateway recorded for its tool call (issue 16)."""
+    notes: tuple[str, ...] = ()
+    normalized: Normalized | None = None
+    decision: Decision | None = None
+    tenant_ref: str = ""
+    evidence: tuple[str, ...] = ()
+    order_id: str | None = None
+    claim: ClaimAndOrder | None = None
+    """Set when the claim (and its order) committed beside the evidence (issue 20)."""
+    note_stored: bool = False
+    """The tool call's note committed beside the evidence (issue 16)."""
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        decision_reasons = self.decision.reason_codes if self.decision is not None else ()
+        own = self.normalized.notes if self.normalized is not None else ()
+        return (*decision_reasons, *own, *self.notes)
+
+    def need_normalized(self) -> Normalized:
+        if self.normalized is None:
+            raise RuntimeError("link ran before normalize")
+        return self.normalized
+
+    def need_decision(self) -> Decision:
+        if self.decision is None:
+            raise RuntimeError("link ran before evaluate")
+        return self.decision
+
+
+Link = Callable[[Work], Awaitable["Work | Verdict"]]
+"""One step of the chain: the work to pass on, or the Verdict that ends it."""
+
+
+@dataclass
+class Gate:
+    settings: GateSettings
+    registry: KeyRegistry
+    normalize: StageClient[Proposal, Normalized]
+    evaluate: StageClient[EvaluateRequest, Decision]
+    dispatch: StageClient[DispatchRequest, DispatchReceipt]
+    ledger: Ledger
+    claims: ProposalClaims
+    clock: Callable[[], int]
+    signer: SigningKey
+    """The gate key: signs every verdict this gate answers with."""
+    outcomes: OutcomeDesk
+    """Follows every direct-allow order to its outcome in the ledger (issue 15)."""
+    hold: HoldHandler | None = None
+    attestation: AttestationDesk | None = None
+    """Admission by runtime attestation (issue 8); ``None`` admits every runtime."""
+    decided_calls: DecidedCalls | None = None
+    """Tool-call accounting (issue 16): the tool-call ids of every verified proposal."""
+    claim_beside: ClaimBeside | None = None
+    """Where the claims and the order book live in the ledger file (one machine): the
+    claim and its order as a write in the evidence entry's transaction (issue 20).
+    ``None`` (a cluster's KV stores): claim, then record the order."""
+    settle_beside: Callable[[str, ClaimState], Beside] | None = None
+    """With :attr:`claim_beside`: a claim's settle as a write for the ledger's next
+    group commit, so it shares the fsync of the evidence queued with it (issue 20)."""
+    share_call: Callable[[str, str], Awaitable[None]] | None = None
+    """On a cluster: tell the other replicas of a noted tool-call id
+    (``smf_assurance.pipeline.stages.replica_sync``), before this proposal's verdict is answered."""
+    call_store: ToolCallStore | None = None
+    """Where :attr:`decided_calls` is kept across a restart (issue 16, item 3); on a
+    cluster (KV) each note is written beside the chain and waited for before the
+    verdict is answered."""
+    note_beside: NoteBeside | None = None
+    """Where that store lives in the ledger file (one machine): a note as a write in
+    the decision's evidence transaction, so it adds no commit of its own (issue 20);
+    a proposal refused before any evidence was written has its note in the ledger's
+    next group commit instead."""
+    call_contexts: CallContexts | None = None
+    """Session taint outside the runtime (issue 16, item 4): the contexts the model
+    gateway recorded for the tool-call ids it issued. ``None``: none can be read, so
+    a proposal carrying such an id is denied (``tool_call_context_unavailable``)."""
+    shadow: ShadowObserver | None = None
+    """The shadow release's desk (issue 25): each decision, after its verdict is
+    settled; ``None`` when the gate runs no shadow. It never changes a verdict."""
+    _settling: set[asyncio.Future[None]] = field(init=False, default_factory=set, repr=False)
+    _all_keys: dict[str, VerifyKey] = field(init=False)
+    _evidence: EvidenceWriter = field(init=False, repr=False)
+    chain: tuple[Link, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.adopt_registry(self.registry)
+        self._evidence = EvidenceWriter(self.ledger, self.settings.tenant_key, self._now)
+        # ARCHITECTURE.md, "One proposal through the bus", in order. A link that
+        # returns a Verdict ends the proposal's way; nothing after it runs.
+        self.chain = (
+            self._note_tool_call,
+            self._admit,
+            self._raise_call_context,
+            self._normalize,
+            self._evaluate,
+            self._record,
+            self._refuse_denied,
+            self._hold_conditional,
+            self._claim_once,
+            self._open_order,
+            self._dispatch,
+        )
+
+    def _now(self) -> int:
+        return self.clock()
+
+    def adopt_registry(self, registry: KeyRegistry) -> None:
+        """A new release's registry replaces the running one, between two messages."""
+        self.registry = registry
+        self._all_keys = {k: p.verify_key for k, p in registry.principals.items()}
+
+    # -- the edge -----------------------------------------------------------
+
+    def verify_runtime_message(
+        self, data: bytes, type_: type[T], payload_type: str, *, gateway_may_sign: bool = False
+    ) -> T:
+        """Decode once, verify against the registry, check the signer is that runtime.
+
+        Used for proposals and for the signed close of an output stream; the
+        message's ``runtime_id`` must be the signer's registered runtime and
+        its ``issued_at_ms`` within the freshness window of the gate's clock.
+        ``gateway_may_sign`` (output closes only): a registered model gateway
+        (issue 16) may sign for any runtime, as it streams the model output of
+        the runtimes it authenticated; the decision still admits the close only
+        under that runtime's attestation (``Gate._admit``).
+        """
+        try:
+            envelope = dsse.decode_envelope(data, self.settings.max_proposal_bytes)
+            message, verified = dsse.open_struct(envelope, self._all_keys, type_, payload_type)
+        except dsse.SignatureError as exc:
+            reason = signature_reason(exc, "malformed_proposal", "proposal_too_large")
+            raise StageRefusal(reason, type(exc).__name__) from exc
+        except msgspec.ValidationError as exc:
+            raise StageRefusal("malformed_proposal", "invalid message") from exc
+        signers = [self.registry.principals[k] for k in verified.key_ids]
+        runtimes = [p for p in signers if p.entry.role == "runtime"]
+        runtime_id = getattr(message, "runtime_id", None)
+        issued_at = getattr(message, "issued_at_ms", None)
+        vouched = gateway_may_sign and any(p.entry.role == "gateway" for p in signers)
+        if not runtimes and not vouched:
+            raise StageRefusal("signer_role_mismatch")
+        if not vouched and all(p.entry.runtime_id != runtime_id for p in runtimes):
+            raise StageRefusal("runtime_identity_mismatch")
+        if not isinstance(issued_at, int) or (
+            abs(self.clock() - issued_at) > self.settings.freshness_ms
+        ):
+            raise StageRefusal("stale_proposal")
+        return message
+
+    async def prune_claims(self) -> int:
+        """Forget the claims older than :attr:`GateSettings.claim_retention_ms`, and
+        the direct orders settled before it, so both stay bounded; returns how
+        many. A failure raises and forgets nothing, which only keeps replays
+        refused longer. An order still waiting for its outcome is never pruned.
+        The stored tool-call notes are kept within the bounds of
+        :attr:`decided_calls` too (issue 16: the oldest forgotten first)."""
+        before = self.clock() - self.settings.claim_retention_ms
+        pruned = await self.claims.prune(before) + await self.outcomes.prune(before)
+        calls = self.decided_calls
+        if self.call_store is not None and calls is not None:
+            pruned += await self.call_store.prune_notes(calls.per_runtime, calls.max_runtimes)
+        return pruned
+
+    def verify_proposal(self, data: bytes) -> Proposal:
+        return self.verify_runtime_message(data, Proposal, names.PAYLOAD_PROPOSAL)
+
+    async def handle_propose(self, data: bytes) -> bytes:
+        """The ``smf.propose`` handler: a Verdict for a verified proposal.
+
+        Input that is not a verified proposal is refused (error reply, nothing
+        changes). Everything after verification yields a Verdict, signed with the
+        gate key (``smf_assurance.subjects.verdicts``): a runtime acts only on a verdict it can
+        verify, so no other client answering ``smf.propose`` can release a call.
+        """
+        return sign_verdict(await self.decide(self.verify_proposal(data)), self.signer)
+
+    async def decide(self, proposal: Proposal, notes: tuple[str, ...] = ()) -> Verdict:
+        """Run the chain for a verified proposal; never raises (an internal error,
+        of any link, is a denial; it is logged by type, never with its values).
+        The proposal's tool-call note is stored before the verdict is returned."""
+        noting = self._note_soon(proposal)
+        work, answer = await self._run(Work(proposal, notes))
+        if answer.outcome == "deny" and not answer.evidence:
+            answer = await self._recorded(work, answer)
+        await self._store_note(work, noting)
+        self._to_shadow(work)
+        return answer
+
+    def _to_shadow(self, work: Work) -> None:
+        """Issue 25: the decision, once its verdict is settled, to the shadow release (if
+        one runs), for the same normalized envelope. Synchronous and bounded: the
+        verdict is returned right after, and nothing the shadow does reaches it."""
+        shadow, normalized, decision = self.shadow, work.normalized, work.decision
+        if shadow is None or normalized is None or decision is None:
+            return
+        try:
+            shadow.observe(normalized.envelope, decision, work.proposal.actor.tenant_id)
+        except Exception as exc:  # noqa: BLE001 - a shadow's failure never reaches a verdict
+            log.error("shadow_observe_failed", error=type(exc).__name__)
+
+    async def _recorded(self, work: Work, denial: Verdict) -> Verdict:
+        """A verified proposal refused before its decision's evidence was written (at
+        admission, by its call context, at normalization, a stage timeout, an internal
+        error, or a ledger that failed) is still evidence (ARCHITECTURE.md,
+        "Evidence"): one refusal entry with its ids and reasons, never anything raw,
+        so an auditor sees every attempt the gate turned away, not only the ones a
+        policy decided. A ledger that cannot take it adds
+        ``evidence_store_unavailable``; the answer is a denial either way.
+
+        Issue 25, "explain in every denial a runtime shows": the verdict names the
+        refusal entry's decision id (the field every verdict already carries, empty
+        here before), so ``explain`` finds what the ledger kept of it."""
+        proposal = work.proposal
+        subject = {
+            "proposal": proposal.proposal_id,
+            "runtime_id": proposal.runtime_id,
+            "tool_call_id": proposal.tool_call_id or "",
+        }
+        entry = self._evidence.for_refusal(
+            subject,
+            self._evidence.tenant_ref(proposal.actor.tenant_id),
+            None,
+            denial.reason_codes,
+        )
+        reasons, recorded = await self._evidence.record_refusal(entry)
+        added = tuple(r for r in reasons if r not in denial.reason_codes)
+        named = denial.decision_id
+        if named is None and recorded:
+            named = entry.decision_id  # issue 25: every recorded denial names an id to explain
+        return msgspec.structs.replace(
+            denial,
+            reason_codes=(*denial.reason_codes, *added),
+            evidence=recorded,
+            decision_id=named,
+        )
+
+    async def _run(self, work: Work) -> tuple[Work, Verdict]:
+        """The chain; the verdict, and the work as the link that answered received it."""
+        try:
+            for link in self.chain:
+                step = await link(work)
+                if isinstance(step, Verdict):
+                    return work, step
+                work = step
+        except StageRefusal as refusal:
+            return work, self._deny(work, (refusal.reason_code,))
+        except Exception as exc:  # noqa: BLE001 - fail-closed boundary, logged by type
+            log.error(
+                "gate_internal_error",
+                proposal_id=work.proposal.proposal_id,
+                error=type(exc).__name__,
+            )
+            return work, self._deny(work, ("gate_internal_error",))
+        raise AssertionError("the chain ends with dispatch, which always answers")
+
+    # -- the chain, one link each ----------------------------------------------
+
+    async def _note_tool_call(self, work: Work) -> Work | Verdict:
+        """Tool-call accounting first (issue 16): a verified proposal's tool call was
+        decided, whatever the outcome, so its result is not an ungated one."""
+        call_id = work.proposal.tool_call_id
+        if self.decided_calls is not None and call_id is not None:
+            self.decided_calls.add(work.proposal.runtime_id, call_id)
+            if self.share_call is not None:
+                await self.share_call(work.proposal.runtime_id, call_id)
+        return work
+
+    async def _admit(self, work: Work) -> Work | Verdict:
+        """Runtime attestation first (issue 8): no attestation, no decision."""
+        if self.attestation is not None:
+            refusal = self.attestation.admit(work.proposal)
+            if refusal is not None:
+                return self._deny(work, (refusal,))
+        return work
+
+    async def _raise_call_context(self, work: Work) -> Work | Verdict:
+        """Session taint outside the runtime (issue 16, item 4): a proposal for a tool
+        call the model gateway issued is decided under the context the gateway
+        recorded for it, not only under what its adapter declares.
+
+        - Only an id of the gateway's form (``smfc`` + 24 hex) has a record; any
+          other id, or none, leaves the proposal as declared.
+        - Raise only, never lower (``smf_assurance.pipeline.core.detectors.raise_facts``, the
+          output buffer's way): the proposal that goes on is the signed one with
+          its classification and taint raised to the record's, and the notes say
+          so (``facts_raised_by_call_context`` and what raised it). Everything
+          after this link (envelope, operation hash, decision, evidence, an
+          approval's binding, the verdict's operation hash) is of that proposal,
+          so an approval binds to exactly what was decided. A proposal the record
+          does not raise goes on unchanged: its operation hash is the one its
+          adapter computed.
+        - Fail closed: no record (``tool_call_context_unknown``: an id the
+          gateway never issued, or whose record expired), a bucket that does not
+          answer (``tool_call_context_unavailable``), a record no gateway key
+          signed for that very call (``tool_call_context_invalid``) or one of a
+          call to another tool (``tool_call_context_mismatch``: the id of a call
+          made in a clean context, lent to a call made later in a tainted one)
+          is a denial, recorded in the ledger with ids only.
+        """
+        proposal = work.proposal
+        call_id = proposal.tool_call_id
+        if not is_gateway_call_id(call_id):
+            return work
+        try:
+            if self.call_contexts is None:
+                raise CallContextUnavailable("no call-context reader")
+            record = await self.call_contexts.get(proposal.runtime_id, call_id)
+        except CallContextUnavailable:
+            return await self._refuse_context(work, CONTEXT_UNAVAILABLE)
+        except CallContextInvalid:
+            return await self._refuse_context(work, CONTEXT_INVALID)
+        if record is None:
+            return await self._refuse_context(work, CONTEXT_UNKNOWN)
+        if record.tool_name != proposal.native_tool:
+            # a clean call's id lent to another tool's call (made in another context)
+            return await self._refuse_context(work, CONTEXT_MISMATCH)
+        facts = raise_facts(proposal.facts, record.classification, record.injection_taint)
+        if facts == proposal.facts:
+            return work
+        return dataclasses.replace(
+            work,
+            proposal=msgspec.structs.replace(proposal, facts=facts),
+            notes=tuple(dict.fromkeys((*work.notes, CONTEXT_RAISED, *record.found))),
+        )
+
+    async def _refuse_context(self, work: Work, reason: str) -> Verdict:
+        """A denial before any policy ran (recorded by :meth:`decide`, ids only)."""
+        log.warning("call_context_refused", proposal_id=work.proposal.proposal_id, reason=reason)
+        return self._deny(work, (reason,))
+
+    async def _normalize(self, work: Work) -> Work | Verdict:
+        normalized = await self.normalize.call(work.proposal, self.settings.stage_timeout)
+        return dataclasses.replace(work, normalized=normalized)
+
+    async def _evaluate(self, work: Work) -> Work | Verdict:
+        normalized = work.need_normalized()
+        request = EvaluateRequest(
+            envelope=normalized.envelope,
+            operation_hash=normalized.operation_hash,
+            operation_id=work.proposal.proposal_id,
+        )
+        decision = await self.evaluate.call(request, self.settings.stage_timeout)
+        return dataclasses.replace(work, decision=decision)
+
+    async def _record(self, work: Work) -> Work | Verdict:
+        """Write-before-release (issue 7): the decision's evidence commits first;
+        a ledger outage is a denial.
+
+        Issue 20, one durable commit per decision: for an allow, where the claim
+        store lives in the ledger file (:attr:`claim_beside`), the claim and its
+        order are written in the SAME transaction as the evidence entry: one
+        commit, and no crash can leave a claim or an order without the evidence
+        of its decision, or the reverse. The note of the proposal's tool call
+        (issue 16, :attr:`note_beside`) rides in that transaction too, for every
+        disposition: it adds no commit."""
+        decision = work.need_decision()
+        tenant_ref = self._evidence.tenant_ref(work.proposal.actor.tenant_id)
+        work = dataclasses.replace(work, tenant_ref=tenant_ref)
+        entry = self._evidence.for_decision(decision, tenant_ref, reasons=work.reasons)
+        note = self._note_beside(work.proposal)
+        noted = False
+        try:
+            if decision.disposition != "allow" or self.claim_beside is None:
+                if note is None:
+                    receipt = await self._evidence.append(entry)
+                else:
+                    receipt, written = await self._evidence.append_beside(entry, note)
+                    noted = not isinstance(written, StoreUnavailable)
+                return dataclasses.replace(work, evidence=(receipt.entry_hash,), note_stored=noted)
+            try:
+                beside = self._claim_beside(work, decision, tenant_ref)
+            except StoreUnavailable:
+                receipt = await self._evidence.append(entry)
+                claim: ClaimAndOrder | StoreUnavailable = StoreUnavailable("claim store closed")
+            else:
+                receipt, claim = await self._evidence.append_beside(entry, _then(note, beside))
+                noted = note is not None and not isinstance(claim, StoreUnavailable)
+        except EvidenceError:
+            log.error("evidence_unavailable", proposal_id=work.proposal.proposal_id)
+            return self._deny(work, (EVIDENCE_UNAVAILABLE,))
+        work = dataclasses.replace(work, evidence=(receipt.entry_hash,), note_stored=noted)
+        if isinstance(claim, StoreUnavailable):
+            return self._deny(work, ("claim_store_unavailable",))
+        return dataclasses.replace(work, claim=claim)
+
+    def _claim_beside(self, work: Work, decision: Decision, tenant_ref: str) -> Beside:
+        """The claim of this proposal and, for a connector, its order: the write that
+        commits with the decision's evidence entry."""
+        assert self.claim_beside is not None
+        connector = work.need_normalized().connector_id
+        order = (
+            None
+            if connector is None
+            else self.outcomes.order_for(
+                work.proposal.proposal_id, decision, Executor("connector", connector), tenant_ref
+            )
+        )
+        return self.claim_beside(
+            work.proposal.proposal_id,
+            decision.operation_hash,
+            decision.decision_id,
+            self.clock(),
+            order,
+        )
+
+    async def _refuse_denied(self, work: Work) -> Work | Verdict:
+        if work.need_decision().disposition == "deny":
+            return self._deny(work, work.reasons)
+        return work
+
+    async def _hold_conditional(self, work: Work) -> Work | Verdict:
+        decision = work.need_decision()
+        if decision.disposition != "conditional":
+            return work
+        if self.hold is None:
+            return self._deny(work, ("approval_hold_unavailable",))
+        held = await self.hold.hold(work.proposal, work.need_normalized(), decision)
+        return msgspec.structs.replace(
+            held, reason_codes=tuple(dict.fromkeys((*held.reason_codes, *work.reasons)))
+        )
+
+    async def _claim_once(self, work: Work) -> Work | Verdict:
+        """Claim the proposal once: a replay never produces a second order."""
+        decision = work.need_decision()
+        proposal_id = work.proposal.proposal_id
+        if work.claim is not None:
+            return work if work.claim.claimed else self._deny(work, ("duplicate_proposal",))
+        try:
+            claimed = await self.claims.claim(
+                proposal_id, decision.operation_hash, decision.decision_id, self.clock()
+            )
+        except StoreUnavailable:
+            return self._deny(work, ("claim_store_unavailable",))
+        if not claimed:
+            return self._deny(work, ("duplicate_proposal",))
+        return work
+
+    async def _open_order(self, work: Work) -> Work | Verdict:
+        """Record the connector order before it is published, with the connector that
+        must sign its report (issue 15). Not recorded, not published: the claim is
+        spent, so this is a denial, never a second try.
+
+        A tool the runtime runs itself gets no record here: a Hermes runtime does
+        not report its executions, so such a record could only ever end
+        ``execution_unknown``. (A released output is an order to the
+        ``deliver.<channel>`` connector and is recorded like any other.) (An approved
+        runtime-executed action is followed by the approval desk, as before.)
+        """
+        connector = work.need_normalized().connector_id
+        if connector is None:
+            return work
+        proposal, decision = work.proposal, work.need_decision()
+        order_id: str | None
+        if work.claim is not None:  # recorded with the claim, or refused there
+            order_id = (
+                order_id_for(decision.operation_hash, decision.decision_id)
+                if work.claim.order_recorded
+                else None
+            )
+        else:
+            executor = Executor("connector", connector)
+            order_id = await self.outcomes.open(
+                proposal.proposal_id, decision, executor, work.tenant_ref
+            )
+        if order_id is None:
+            await self._settle(proposal.proposal_id, "failed")
+            await self._record_failure(decision, work.tenant_ref, "order_record_failed")
+            return self._deny(work, ("order_record_failed",))
+        return dataclasses.replace(work, order_id=order_id)
+
+    async def _dispatch(self, work: Work) -> Work | Verdict:
+        """Exactly one ExecuteOrder, stored in JetStream, before the allow; a tool
+        the runtime runs itself is released to it with no connector order."""
+        proposal, normalized, decision = work.proposal, work.need_normalized(), work.need_decision()
+        connector = normalized.connector_id
+        if connector is None:
+            self._settle_soon(proposal.proposal_id, "published")
+            return self._answer(work, "allow", work.reasons)
+        request = DispatchRequest(
+            decision=decision,
+            connector_id=connector,
+            native_tool=proposal.native_tool,
+            arguments=proposal.arguments,
+            content=normalized.content,
+            destination_address=normalized.destination_address,
+        )
+        try:
+            receipt = await self.dispatch.call(request, self.settings.stage_timeout)
+        except StageRefusal as refusal:
+            await self._settle(proposal.proposal_id, "failed")
+            if work.order_id is not None:
+                await self.outcomes.close_undelivered(work.order_id)
+            await self._record_failure(decision, work.tenant_ref, refusal.reason_code)
+            return self._deny(work, ("dispatch_failed", refusal.reason_code))
+        self._settle_soon(proposal.proposal_id, "published")
+        return msgspec.structs.replace(
+            self._answer(work, "allow", work.reasons),
+            order_id=receipt.order_id,
+            connector_id=connector,
+        )
+
+    # -- the tool call's note (issue 16, item 3) ---------------------------------
+
+    def _note_beside(self, proposal: Proposal) -> Beside | None:
+        """The proposal's note as a write beside its decision's evidence entry (one
+        machine), or None (no tool call, no accounting, a KV store, a closed store)."""
+        call_id = proposal.tool_call_id
+        if self.decided_calls is None or self.note_beside is None or call_id is None:
+            return None
+        try:
+            return self.note_beside(proposal.runtime_id, call_id, self.clock())
+        except StoreUnavailable:
+            return None  # written after the chain, or logged there
+
+    def _note_soon(self, proposal: Proposal) -> asyncio.Future[None] | None:
+        """On KV: the note's write, started now so it runs beside the chain."""
+        call_id = proposal.tool_call_id
+        if (
+            self.decided_calls is None
+            or self.call_store is None
+            or self.note_beside is not None
+            or call_id is None
+        ):
+            return None
+        return asyncio.ensure_future(
+            self.call_store.note(proposal.runtime_id, call_id, self.clock())
+        )
+
+    async def _store_note(self, work: Work, noting: asyncio.Future[None] | None) -> None:
+        """The note is durable before the verdict is answered, so a tool result that
+        comes back after a restart is still covered. One that did not ride in the
+        decision's evidence entry (none was written: refused before evaluation, or the
+        ledger failed) goes into the ledger's next group commit. A note that cannot be
+        stored changes no verdict: its id is then covered until a restart only, after
+        which its result is reported uncovered (fails closed)."""
+        proposal = work.proposal
+        call_id = proposal.tool_call_id
+        if call_id is None or work.note_stored or self.decided_calls is None:
+            return
+        try:
+            if noting is not None:
+                await noting
+            elif self.note_beside is not None:
+                note = self.note_beside(proposal.runtime_id, call_id, self.clock())
+                written = await self.ledger.write_beside(note)
+                if isinstance(written, StoreUnavailable):
+                    raise written
+        except (StoreUnavailable, EvidenceError) as exc:
+            log.error(
+                "tool_call_note_not_stored",
+                runtime_id=proposal.runtime_id,
+                error=type(exc).__name__,
+            )
+
+    # -- helpers ----------------------------------------------------------------
+
+    async def _settle(self, proposal_id: str, state: ClaimState) -> None:
+        """Record how a claim ended, best effort: the claim itself already stops any
+        replay, and the order (if any) is already in the stream. A store outage here
+        must not turn an order that exists into a reply that says "deny"."""
+        try:
+            if self.settle_beside is None:
+                await self.claims.settle(proposal_id, state)
+            else:
+                written = await self.ledger.write_beside(self.settle_beside(proposal_id, state))
+                if isinstance(written, StoreUnavailable):
+                    raise written
+        except (StoreUnavailable, EvidenceError):
+            log.error("claim_settle_failed", proposal_id=proposal_id, state=state)
+
+    def _settle_soon(self, proposal_id: str, state: ClaimState) -> None:
+        """Issue 20: the ``published`` settle of an allow is written after the answer,
+        not before it. It is a record of how the claim ended, never a control: the
+        claim already stops every replay and the order is already in the stream
+        (a crash before it lands leaves the claim ``claimed``, as a crash after the
+        publish always could). :meth:`settled` waits for these writes."""
+        task = asyncio.ensure_future(self._settle(proposal_id, state))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def settled(self) -> None:
+        """Wait for the settles :meth:`_settle_soon` started (before the stores close)."""
+        while self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
+
+    async def _record_failure(self, decision: Decision, tenant_ref: str, reason: str) -> None:
+        try:
+            await self._evidence.append(
+                self._evidence.for_decision(
+                    decision, tenant_ref, "transition", status="failed", reasons=(reason,)
+                )
+            )
+        except EvidenceError:
+            log.error("evidence_unavailable_for_failure", decision_id=decision.decision_id)
+
+    def _answer(
+        self, work: Work, outcome: Literal["allow", "deny"], reasons: tuple[str, ...]
+    ) -> Verdict:
+        return verdict(work.proposal.proposal_id, outcome, reasons, work.decision, work.evidence)
+
+    def _deny(self, work: Work, reasons: tuple[str, ...]) -> Verdict:
+        return self._answer(work, "deny", reasons)
+
+
+def _then(first: Beside | None, beside: Beside) -> Beside:
+    """``first`` and then ``beside``, as one write beside an entry (``beside``'s result)."""
+    if first is None:
+        return beside
+
+    def both(conn: sqlite3.Connection) -> Any:
+        first(conn)
+        return beside(conn)
+
+    return both

@@ -1,0 +1,126 @@
+"""``smf.gateway.admit``: the gate tells the model gateway whom it may serve (issue 16).
+
+The model gateway is the one place every model turn crosses, outside the
+runtime. It serves a runtime only while this desk says so, and this desk says
+so only while the runtime holds a fresh, accepted attestation
+(``AttestationDesk.standing``), whatever the runtime's opt-in for proposals:
+a runtime in safe mode or with its plugin disabled never attests, and so gets
+no completion at all (RUNTIMES.md, "Hermes Agent"). When the runtime's
+attestation names its process, the request must also prove that process
+(``AttestationDesk.admit_instance``): another process of the same runtime id,
+within the lease of the first, is refused too.
+
+It also governs the request as an egress (issue 16): the provider must be
+one the release in force names, for the request's classification
+(``model_provider_not_in_release``, ``model_egress_not_approved``).
+
+Every refusal is evidence: one ledger entry (the request's ids and the
+reasons, never the prompt) before the reply. A ledger outage adds
+``evidence_store_unavailable`` to the refusal; it never turns one into an
+admission. The reply is signed with the gate key, so no other client on the
+bus can tell the gateway to serve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import msgspec
+import structlog
+
+from smf_assurance.pipeline.core.projection import PolicySet
+from smf_assurance.pipeline.service import StageRefusal
+from smf_assurance.pipeline.stages.attestation import AttestationDesk
+from smf_assurance.pipeline.stages.evidence import EvidenceWriter
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.keys import SigningKey
+from smf_assurance.subjects.model_gateway import GatewayAdmission, GatewayAdmit
+from smf_assurance.subjects.release import ReleaseCheckError
+
+log = structlog.get_logger(__name__)
+
+MAX_ADMIT_BYTES: Final = 4096
+REFUSED: Final = "model_request_refused"
+PROVIDER_NOT_IN_RELEASE: Final = "model_provider_not_in_release"
+EGRESS_NOT_APPROVED: Final = "model_egress_not_approved"
+
+
+@dataclass(frozen=True)
+class ModelAdmissionDesk:
+    attestation: AttestationDesk
+    evidence: EvidenceWriter
+    release_id: Callable[[], str | None]
+    policy_set: Callable[[], PolicySet]
+    """The release in force; raises ``ReleaseCheckError`` when there is none to use."""
+    signer: SigningKey
+
+    async def handle(self, data: bytes) -> bytes:
+        """Answer one admission question; input that is not one is refused."""
+        if len(data) > MAX_ADMIT_BYTES:
+            raise StageRefusal("malformed_admit", "too large")
+        try:
+            ask = msgspec.json.decode(data, type=GatewayAdmit)
+        except msgspec.ValidationError as exc:
+            raise StageRefusal("malformed_admit", "invalid message") from exc
+        except msgspec.DecodeError as exc:
+            raise StageRefusal("malformed_admit", "not JSON") from exc
+        reason, held = self.attestation.standing(ask.runtime_id)
+        instance_end: int | None = None
+        if reason is None and held is not None:
+            reason, instance_end = self.attestation.admit_instance(
+                ask.runtime_id, held, ask.instance_proof
+            )
+        if reason is None:
+            reason = self._egress(ask)
+        if reason is None and held is not None:
+            expires = self.attestation.lease_end(ask.runtime_id, held)
+            answer = GatewayAdmission(
+                schema="smf.gateway-admission/1",
+                request_id=ask.request_id,
+                runtime_id=ask.runtime_id,
+                admitted=True,
+                reason_codes=(),
+                runtime_version=held.runtime_version,
+                expires_at_ms=expires if instance_end is None else min(expires, instance_end),
+            )
+        else:
+            answer = await self._refuse(ask, (reason or "runtime_attestation_missing", REFUSED))
+        return dsse.encode_envelope(
+            dsse.sign_struct(names.PAYLOAD_GATEWAY_ADMISSION, answer, [self.signer])
+        )
+
+    def _egress(self, ask: GatewayAdmit) -> str | None:
+        """Why the release in force does not let this request go to its provider
+        (issue 16, "Model egress is governed"), or None."""
+        try:
+            providers = self.policy_set().model_providers
+        except ReleaseCheckError as exc:
+            return exc.reason_code
+        approved = providers.get(ask.provider)
+        if approved is None:
+            return PROVIDER_NOT_IN_RELEASE
+        if ask.classification not in approved:
+            return EGRESS_NOT_APPROVED
+        return None
+
+    async def _refuse(self, ask: GatewayAdmit, reasons: tuple[str, ...]) -> GatewayAdmission:
+        subject = {
+            "model_request": ask.request_id,
+            "runtime_id": ask.runtime_id,
+            "provider": ask.provider,
+            "classification": ask.classification,
+        }
+        reasons, recorded = await self.evidence.refuse(
+            subject, ask.tenant_id, self.release_id(), reasons
+        )
+        log.warning("model_request_refused", runtime_id=ask.runtime_id, reasons=list(reasons))
+        return GatewayAdmission(
+            schema="smf.gateway-admission/1",
+            request_id=ask.request_id,
+            runtime_id=ask.runtime_id,
+            admitted=False,
+            reason_codes=reasons,
+            evidence=recorded,
+        )

@@ -1,0 +1,700 @@
+"""The model gateway: the model endpoint as an enforcement point the runtime cannot switch off.
+
+Issue 16. Both runtimes reach their model through an OpenAI-compatible
+``base_url``; that endpoint sits outside the runtime and every turn crosses
+it, whatever the runtime's settings, its plugins, or its safe mode. Here:
+
+- **Admission.** Each runtime presents its own bearer token (only its hash is
+  configured here). It is served only while the gate says it holds a fresh,
+  accepted attestation (``smf.gateway.admit``, answered signed by the gate,
+  ``smf_assurance.pipeline.stages.model_admission``); the answer is kept for at most
+  :attr:`GatewaySettings.admission_cache_ms` and never past the attestation's
+  lease. A runtime in safe mode, with its plugin disabled, unattested or on
+  another release gets an HTTP error, and the gate records the refusal. The
+  request's instance proof (header ``Smf-Instance-Proof``) goes to the gate
+  with the question, so a runtime whose adapter proves its process is served
+  only in that process; admissions are kept per proof.
+- **Output held until the verdict.** The provider's answer is assembled whole
+  (``smf_assurance.pipeline.core.model_turns``); its text goes through the output buffer
+  (``smf.output.<id>``, the same detectors, policy and evidence as any
+  output, issue 5), as the runtime's declared delivery surface, with a close
+  signed by the gateway's key. Only then is anything written to the runtime:
+  the released turn, or a notice in its place with no tool call. Nothing is
+  streamed through, so no partial text ever reaches it.
+- **Tool-call accounting.** Every tool call in a turn the gateway returns gets
+  an id it issued (:func:`new_call_id`, remembered per runtime, bounded). When
+  a later request carries a tool result for one of them that the gate has not
+  yet said was decided, the gateway asks (``smf.gateway.calls``, answered
+  signed by the gate, ``smf_assurance.pipeline.stages.tool_calls``); a result no proposal
+  covered is refused ``ungated_tool_result`` before the provider is asked, and
+  the gate has stopped the runtime until an operator clears it.
+- **Session taint outside the runtime** (item 4). Before a turn with tool calls
+  is returned, each issued id gets its record in ``SMF_CALL_CONTEXT``
+  (``smf_assurance.subjects.call_context``): what the detectors raised over the request's
+  tool results, raised again by the records of every gateway id the history
+  names (lineage, so taint survives a resume, a restart, a new session id and
+  a compacted history). The gate raises the proposal of that id by it. A
+  record that cannot be written, or a history whose records cannot be read,
+  refuses the turn (``call_context_unavailable``): no call goes out without
+  its record. The reply is decided under the same context.
+- **Fail closed.** A missing or wrong token, bad JSON, an oversized body, an
+  upstream that hangs, errors or breaks its stream, a gate that does not
+  answer: a clear HTTP error (OpenAI's error shape, our reason code), nothing
+  released, and every other runtime keeps being served.
+
+No prompt, reply or token is logged at any level: only runtime ids, reason
+codes and sizes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final, Literal, TypeVar
+
+import aiohttp
+import msgspec
+import structlog
+from aiohttp import web
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+
+from smf_assurance.adapters.output import OutputStreamer, new_stream_id
+from smf_assurance.pipeline.core import model_turns
+from smf_assurance.pipeline.core.detectors import raise_facts
+from smf_assurance.pipeline.core.model_turns import Turn, TurnError
+from smf_assurance.pipeline.stores.call_context import (
+    CallContextInvalid,
+    CallContextUnavailable,
+    CallContextWriter,
+    read_call_context,
+)
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.call_context import CALL_ID_PREFIX, CallContext
+from smf_assurance.subjects.envelope import Classification, Name, Surface
+from smf_assurance.subjects.keys import SigningKey, VerifyKey
+from smf_assurance.subjects.messages import (
+    ActorContext,
+    DataFacts,
+    OutputVerdict,
+    ProposedDestination,
+)
+from smf_assurance.subjects.model_gateway import (
+    MAX_CALLS_PER_ASK,
+    MAX_INSTANCE_PROOF_CHARS,
+    GatewayAdmission,
+    GatewayAdmit,
+    GatewayCalls,
+    GatewayCallsAnswer,
+    ProviderName,
+)
+from smf_assurance.subjects.patterns import Token
+
+log = structlog.get_logger(__name__)
+A = TypeVar("A", GatewayAdmission, GatewayCallsAnswer)
+
+TOKEN_PREFIX: Final = "sha256:"  # noqa: S105 - the prefix of a hash, not a secret
+OUTPUT_CHUNK_BYTES: Final = 32 * 1024
+WITHHELD_NOTICE: Final = "[SMF Assurance Gate: this reply was withheld ({reasons}).]"
+HELD_NOTICE: Final = (
+    "[SMF Assurance Gate: this reply is held for approval ({reasons}); approval {approval}.]"
+)
+
+
+class GatewayRuntime(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One runtime the gateway serves, as its operator declared it.
+
+    ``destination`` and ``surface`` are where the runtime delivers replies
+    (a CLI terminal, a client chat): the output gate decides each reply for
+    that destination, whatever the runtime says at run time.
+    """
+
+    runtime_id: Token
+    token_sha256: str
+    adapter_id: Name
+    actor: ActorContext
+    destination: ProposedDestination
+    surface: Surface = "direct_reply"
+    facts: DataFacts = DataFacts()
+    account_tool_calls: bool = True
+    """Tool-call accounting: a tool result for a call this gateway issued must have been
+    decided by the gate. Only for a runtime whose adapter puts the call id into its
+    proposals (Hermes does; the OpenClaw adapter does not yet, docs/OPENCLAW.md)."""
+
+
+class Upstream(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The model provider the gateway forwards to (``base_url`` ends in ``/v1``), by
+    the name the release approves it under (``model_providers`` of the release)."""
+
+    provider: ProviderName
+    base_url: str
+    api_key_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_answer_bytes: int = 8 * 1024 * 1024
+    upstream_connect_s: float = 5.0
+    upstream_read_s: float = 60.0
+    """No byte from the provider for this long ends the turn ``upstream_timeout``."""
+    upstream_total_s: float = 300.0
+    admit_timeout_s: float = 2.0
+    output_timeout_s: float = 10.0
+    admission_cache_ms: int = 1000
+    max_in_flight: int = 16
+    """Per runtime: a runtime cannot take every slot of the gateway."""
+    calls_timeout_s: float = 2.0
+    max_issued_calls: int = 8192
+    """Per runtime: the tool-call ids this gateway issued and still checks (oldest
+    forgotten first; a result for a forgotten id is not checked, docs/EVIDENCE.md)."""
+    max_covered_calls: int = 8192
+    """Per runtime: ids the gate said were decided, not asked again."""
+    context_timeout_s: float = 2.0
+    """One write or read of the call-context bucket; past it the turn is refused."""
+    max_kept_contexts: int = 65_536
+    """Call contexts kept in memory (written or read here), oldest forgotten first; a
+    forgotten one is read from the bucket again."""
+    max_lineage_ids: int = 4096
+    """Gateway ids one request's history may name; more is refused
+    (``request_too_many_tool_calls``), never read in part."""
+    lineage_reads: int = 64
+    """Reads of the bucket in flight at once for one request."""
+
+
+class Refusal(Exception):
+    """An HTTP error for the runtime: a status and one of our reason codes."""
+
+    def __init__(self, status: int, reason_code: str) -> None:
+        super().__init__(reason_code)
+        self.status = status
+        self.reason_code = reason_code
+
+
+def token_hash(token: str) -> str:
+    return TOKEN_PREFIX + hashlib.sha256(token.encode()).hexdigest()
+
+
+def error_response(status: int, reason_code: str) -> web.Response:
+    """OpenAI's error shape: the runtime shows ``message`` as the failure."""
+    body = {
+        "error": {
+            "message": f"SMF model gateway refused the request: {reason_code}",
+            "type": "smf_gateway_error",
+            "code": reason_code,
+        }
+    }
+    return web.json_response(body, status=status)
+
+
+def new_call_id() -> str:
+    """A gateway tool-call id: ``smfc`` and 24 lowercase hex digits, alphanumeric, so a
+    runtime that sanitizes ids (OpenClaw's ``sanitizeToolCallId``) keeps it as is."""
+    return CALL_ID_PREFIX + secrets.token_hex(12)
+
+
+@dataclass
+class _Bounded:
+    """A set of ids, oldest dropped first beyond ``limit``."""
+
+    limit: int
+    _ids: OrderedDict[str, None] = field(default_factory=OrderedDict)
+
+    def add(self, value: str) -> None:
+        self._ids[value] = None
+        self._ids.move_to_end(value)
+        while len(self._ids) > self.limit:
+            self._ids.popitem(last=False)
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._ids
+
+
+@dataclass(slots=True)
+class _Standing:
+    runtime_version: str
+    valid_until_ms: int
+
+
+@dataclass
+class ModelGateway:
+    nc: Client
+    key: SigningKey
+    """The gateway's own key: signs the output closes of the runtimes it serves."""
+    gate_keys: Callable[[], Mapping[str, VerifyKey]]
+    runtimes: tuple[GatewayRuntime, ...]
+    upstream: Upstream
+    settings: GatewaySettings = field(default_factory=GatewaySettings)
+    clock: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)
+    _by_token: dict[str, GatewayRuntime] = field(init=False)
+    _standing: dict[tuple[str, str, str | None], _Standing] = field(
+        init=False, default_factory=dict
+    )
+    """Kept admissions by (runtime, classification, the request's instance proof)."""
+    _in_flight: dict[str, int] = field(init=False, default_factory=dict)
+    _issued: dict[str, _Bounded] = field(init=False, default_factory=dict)
+    _covered: dict[str, _Bounded] = field(init=False, default_factory=dict)
+    _session: aiohttp.ClientSession | None = field(init=False, default=None)
+    _upstream_key: str | None = field(init=False, default=None)
+    call_context_keys: Callable[[], Mapping[str, VerifyKey]] | None = None
+    """The keys a call-context record may be signed by (the registry's ``gateway``
+    role: another gateway replica wrote it); ``None``: this gateway's own key only."""
+    _contexts: OrderedDict[tuple[str, str], CallContext] = field(
+        init=False, default_factory=OrderedDict
+    )
+    _writer: CallContextWriter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._by_token = {r.token_sha256: r for r in self.runtimes}
+        if len(self._by_token) != len(self.runtimes):
+            raise ValueError("two runtimes share one gateway token")
+        self._writer = CallContextWriter(
+            self.nc.jetstream(timeout=self.settings.context_timeout_s),
+            self.key,
+            self.settings.context_timeout_s,
+        )
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=self.settings.max_body_bytes)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.on_startup.append(self._open)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _open(self, _app: web.Application) -> None:
+        if self.upstream.api_key_file is not None:
+            with open(self.upstream.api_key_file, encoding="utf-8") as handle:
+                self._upstream_key = handle.read().strip()
+        timeout = aiohttp.ClientTimeout(
+            total=self.settings.upstream_total_s,
+            sock_connect=self.settings.upstream_connect_s,
+            sock_read=self.settings.upstream_read_s,
+        )
+        self._session = aiohttp.ClientSession(timeout=timeout)
+
+    async def _close(self, _app: web.Application) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    # -- endpoints -------------------------------------------------------------
+
+    async def _models(self, request: web.Request) -> web.StreamResponse:
+        """The provider's model list, for an authenticated runtime (it carries no text)."""
+        try:
+            self._authenticate(request)
+            status, data = await self._upstream_get("/models")
+        except Refusal as refusal:
+            return error_response(refusal.status, refusal.reason_code)
+        return web.Response(status=status, body=data, content_type="application/json")
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            runtime = self._authenticate(request)
+        except Refusal as refusal:
+            return error_response(refusal.status, refusal.reason_code)
+        runtime_id = runtime.runtime_id
+        if self._in_flight.get(runtime_id, 0) >= self.settings.max_in_flight:
+            return error_response(429, "gateway_runtime_busy")
+        self._in_flight[runtime_id] = self._in_flight.get(runtime_id, 0) + 1
+        try:
+            return await self._serve(request, runtime)
+        except Refusal as refusal:
+            log.warning("model_turn_refused", runtime_id=runtime_id, reason=refusal.reason_code)
+            return error_response(refusal.status, refusal.reason_code)
+        except Exception as exc:  # noqa: BLE001 - fail closed, logged by type, never by value
+            log.error("model_turn_failed", runtime_id=runtime_id, error=type(exc).__name__)
+            return error_response(500, "gateway_internal_error")
+        finally:
+            self._in_flight[runtime_id] -= 1
+
+    async def _serve(self, request: web.Request, runtime: GatewayRuntime) -> web.StreamResponse:
+        try:
+            data = await request.read()
+        except web.HTTPRequestEntityTooLarge as exc:
+            raise Refusal(413, "request_too_large") from exc
+        try:
+            chat = model_turns.read_request(data)
+        except TurnError as exc:
+            raise Refusal(400, exc.reason_code) from exc
+        classification = model_turns.request_classification(runtime.facts, chat)
+        proof = request.headers.get(names.HEADER_INSTANCE_PROOF)
+        if proof is not None and not 0 < len(proof) <= MAX_INSTANCE_PROOF_CHARS:
+            raise Refusal(400, "instance_proof_malformed")
+        version = await self._admit(runtime, classification, proof)
+        if runtime.account_tool_calls:
+            await self._account(runtime, chat)
+        context, found = await self._context(runtime, chat)
+        if found:
+            log.warning("model_context_tainted", runtime_id=runtime.runtime_id, found=list(found))
+        turn = await self._ask_upstream(data, chat.stream)
+        await self._issue_call_ids(runtime, turn, context, found)
+        started = time.perf_counter_ns()
+        facts = raise_facts(runtime.facts, context.classification, context.injection_taint)
+        turn = await self._gate_output(runtime, version, turn, facts)
+        # Server-Timing (W3C): how long the turn waited for its output decision, so a
+        # benchmark can tell the gateway's own cost from the decision's (no content).
+        timing = {"Server-Timing": f"output;dur={(time.perf_counter_ns() - started) / 1e6:.3f}"}
+        if chat.stream:
+            return web.Response(
+                body=model_turns.stream_events(turn),
+                content_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", **timing},
+            )
+        return web.Response(
+            body=model_turns.completion_body(turn), content_type="application/json", headers=timing
+        )
+
+    # -- admission ---------------------------------------------------------------
+
+    def _authenticate(self, request: web.Request) -> GatewayRuntime:
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Refusal(401, "gateway_token_missing")
+        digest = token_hash(token.strip())
+        for known, runtime in self._by_token.items():
+            if hmac.compare_digest(known, digest):
+                return runtime
+        raise Refusal(401, "gateway_token_unknown")
+
+    async def _admit(
+        self, runtime: GatewayRuntime, classification: Classification, proof: str | None
+    ) -> str:
+        """The attested runtime version, or a refusal the gate has recorded. The gate
+        also decides the request as an egress to the provider, for its classification,
+        and checks the process proof, so an admission is kept per runtime,
+        classification and proof (another process's request is asked about afresh)."""
+        now = self.clock()
+        key = (runtime.runtime_id, classification, proof)
+        cached = self._standing.get(key)
+        if cached is not None and now < cached.valid_until_ms:
+            return cached.runtime_version
+        # proofs rotate, so a kept admission's key is often never asked again
+        for old in [k for k, v in self._standing.items() if v.valid_until_ms <= now]:
+            del self._standing[old]
+        ask = GatewayAdmit(
+            schema="smf.gateway-admit/1",
+            request_id="m-" + secrets.token_hex(16),
+            runtime_id=runtime.runtime_id,
+            tenant_id=runtime.actor.tenant_id,
+            provider=self.upstream.provider,
+            classification=classification,
+            issued_at_ms=now,
+            instance_proof=proof,
+        )
+        answer = await self._ask_gate(
+            names.GATEWAY_ADMIT,
+            ask,
+            GatewayAdmission,
+            names.PAYLOAD_GATEWAY_ADMISSION,
+            self.settings.admit_timeout_s,
+            "admission",
+        )
+        if not answer.admitted or answer.runtime_version is None:
+            raise Refusal(403, answer.reason_codes[0] if answer.reason_codes else "not_admitted")
+        until = now + self.settings.admission_cache_ms
+        if answer.expires_at_ms is not None:
+            until = min(until, answer.expires_at_ms)
+        self._standing[key] = _Standing(answer.runtime_version, until)
+        return answer.runtime_version
+
+    # -- tool-call accounting ------------------------------------------------------
+
+    async def _issue_call_ids(
+        self,
+        runtime: GatewayRuntime,
+        turn: Turn,
+        context: DataFacts,
+        found: tuple[str, ...],
+    ) -> None:
+        """Every tool call the runtime gets carries an id this gateway issued and
+        remembers, so its result can be checked against the gate's decisions, and
+        has its context recorded first (issue 16, item 4): the gate raises the
+        proposal of that id by it. A record not written refuses the whole turn
+        before anything is decided or released (fail closed)."""
+        if not turn.tool_calls:
+            return
+        issued = self._issued.setdefault(
+            runtime.runtime_id, _Bounded(self.settings.max_issued_calls)
+        )
+        for call in turn.tool_calls:
+            call.id = new_call_id()
+        records = [
+            CallContext(
+                schema="smf.call-context/1",
+                runtime_id=runtime.runtime_id,
+                tool_call_id=call.id,
+                tool_name=call.name,
+                classification=context.classification,
+                injection_taint=context.injection_taint,
+                found=found,
+                issued_at_ms=self.clock(),
+            )
+            for call in turn.tool_calls
+        ]
+        try:
+            await asyncio.gather(*(self._writer.create(r) for r in records))
+        except CallContextUnavailable as exc:
+            log.error("call_context_not_written", runtime_id=runtime.runtime_id, calls=len(records))
+            raise Refusal(503, "call_context_unavailable") from exc
+        for record in records:
+            self._keep_context(record)
+            issued.add(record.tool_call_id)
+
+    def _keep_context(self, record: CallContext) -> None:
+        key = (record.runtime_id, record.tool_call_id)
+        self._contexts[key] = record
+        self._contexts.move_to_end(key)
+        while len(self._contexts) > self.settings.max_kept_contexts:
+            self._contexts.popitem(last=False)
+
+    async def _context(
+        self, runtime: GatewayRuntime, chat: model_turns.ChatRequest
+    ) -> tuple[DataFacts, tuple[str, ...]]:
+        """The context the model answers this request in: the detectors over its tool
+        results, raised by the record of every gateway id its history names (kept
+        here, or read from the bucket). A history whose records cannot all be read
+        is refused, never judged on part of it."""
+        ids = chat.history_call_ids()
+        if len(ids) > self.settings.max_lineage_ids:
+            raise Refusal(413, "request_too_many_tool_calls")
+        known = {i: self._contexts.get((runtime.runtime_id, i)) for i in ids}
+        missing = [i for i, record in known.items() if record is None]
+        keys = (
+            self.call_context_keys()
+            if self.call_context_keys is not None
+            else {self.key.key_id: self.key.verify_key}
+        )
+        step = max(1, self.settings.lineage_reads)
+        for start in range(0, len(missing), step):
+            batch = missing[start : start + step]
+            reads = await asyncio.gather(
+                *(read_call_context(self._writer.js, keys, runtime.runtime_id, i) for i in batch),
+                return_exceptions=True,
+            )
+            for call_id, read in zip(batch, reads, strict=True):
+                if isinstance(read, CallContextInvalid):
+                    log.error("call_context_refused", runtime_id=runtime.runtime_id)
+                    raise Refusal(503, "call_context_invalid") from read
+                if isinstance(read, BaseException):
+                    log.error("call_context_not_read", runtime_id=runtime.runtime_id)
+                    raise Refusal(503, "call_context_unavailable") from read
+                if read is not None:
+                    self._keep_context(read[0])
+                    known[call_id] = read[0]
+        return model_turns.call_context(chat, known.values())
+
+    async def _account(self, runtime: GatewayRuntime, chat: model_turns.ChatRequest) -> None:
+        """Refuse a request carrying a tool result for a call this gateway issued that no
+        proposal decided (``ungated_tool_result``: the gate has recorded it and stopped
+        the runtime). Results for ids it never issued are not checked."""
+        issued = self._issued.get(runtime.runtime_id)
+        if issued is None:
+            return
+        covered = self._covered.setdefault(
+            runtime.runtime_id, _Bounded(self.settings.max_covered_calls)
+        )
+        ask = [i for i in dict.fromkeys(chat.tool_result_ids()) if i in issued and i not in covered]
+        for start in range(0, len(ask), MAX_CALLS_PER_ASK):
+            batch = tuple(ask[start : start + MAX_CALLS_PER_ASK])
+            uncovered = await self._ask_calls(runtime, batch)
+            if uncovered:
+                # stopped: every kept admission of this runtime is void, ask the gate again
+                for key in [k for k in self._standing if k[0] == runtime.runtime_id]:
+                    del self._standing[key]
+                raise Refusal(403, "ungated_tool_result")
+            for call_id in batch:
+                covered.add(call_id)
+
+    async def _ask_calls(self, runtime: GatewayRuntime, batch: tuple[str, ...]) -> tuple[str, ...]:
+        ask = GatewayCalls(
+            schema="smf.gateway-calls/1",
+            request_id="m-" + secrets.token_hex(16),
+            runtime_id=runtime.runtime_id,
+            tenant_id=runtime.actor.tenant_id,
+            tool_call_ids=batch,
+            issued_at_ms=self.clock(),
+        )
+        answer = await self._ask_gate(
+            names.GATEWAY_CALLS,
+            ask,
+            GatewayCallsAnswer,
+            names.PAYLOAD_GATEWAY_CALLS,
+            self.settings.calls_timeout_s,
+            "calls_answer",
+        )
+        return answer.uncovered
+
+    async def _ask_gate(
+        self,
+        subject: str,
+        ask: GatewayAdmit | GatewayCalls,
+        answer_type: type[A],
+        payload_type: str,
+        timeout: float,
+        what: str,
+    ) -> A:
+        """Ask the gate and believe only its signed answer to this very question;
+        every other ending is a 503 with its reason (the runtime gets nothing)."""
+        try:
+            reply = await self.nc.request(subject, msgspec.json.encode(ask), timeout=timeout)
+        except (NatsError, TimeoutError) as exc:
+            raise Refusal(503, "gate_unreachable") from exc
+        if names.HEADER_SERVICE_ERROR in (reply.headers or {}):
+            refused = (
+                "gate_refused_admission_request"
+                if what == "admission"
+                else ("gate_refused_calls_request")
+            )
+            raise Refusal(503, refused)
+        try:
+            answer, _ = dsse.open_struct(
+                dsse.decode_envelope(reply.data), self.gate_keys(), answer_type, payload_type
+            )
+        except (dsse.SignatureError, msgspec.ValidationError) as exc:
+            raise Refusal(503, f"{what}_not_signed_by_gate") from exc
+        if answer.request_id != ask.request_id or answer.runtime_id != ask.runtime_id:
+            raise Refusal(503, f"{what}_for_another_request")
+        return answer
+
+    # -- the provider --------------------------------------------------------------
+
+    def _upstream_headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if self._upstream_key:
+            headers["Authorization"] = f"Bearer {self._upstream_key}"
+        return headers
+
+    def _url(self, path: str) -> str:
+        return self.upstream.base_url.rstrip("/") + path
+
+    async def _upstream_get(self, path: str) -> tuple[int, bytes]:
+        assert self._session is not None
+        try:
+            async with self._session.get(self._url(path), headers=self._upstream_headers()) as resp:
+                data = await resp.content.read(self.settings.max_answer_bytes + 1)
+                if resp.status >= 400 or len(data) > self.settings.max_answer_bytes:
+                    raise Refusal(502, "upstream_error")
+                return resp.status, data
+        except TimeoutError as exc:
+            raise Refusal(504, "upstream_timeout") from exc
+        except aiohttp.ClientError as exc:
+            raise Refusal(502, "upstream_unreachable") from exc
+
+    async def _ask_upstream(self, body: bytes, stream: bool) -> Turn:
+        """The provider's whole turn; every way it can fail is a refusal, never a part."""
+        assert self._session is not None
+        limit = self.settings.max_answer_bytes
+        try:
+            async with self._session.post(
+                self._url("/chat/completions"), data=body, headers=self._upstream_headers()
+            ) as resp:
+                if resp.status >= 400:
+                    raise Refusal(502, "upstream_error")
+                if not stream:
+                    data = await resp.content.read(limit + 1)
+                    if len(data) > limit:
+                        raise Refusal(502, "upstream_answer_too_large")
+                    return model_turns.read_completion(data)
+                assembler = model_turns.StreamAssembler()
+                size = 0
+                async for part in resp.content.iter_any():
+                    size += len(part)
+                    if size > limit:
+                        raise Refusal(502, "upstream_answer_too_large")
+                    assembler.feed(part)
+                return assembler.finish()
+        except TurnError as exc:
+            raise Refusal(502, exc.reason_code) from exc
+        except TimeoutError as exc:
+            raise Refusal(504, "upstream_timeout") from exc
+        except aiohttp.ClientPayloadError as exc:
+            raise Refusal(502, "upstream_stream_broken") from exc
+        except aiohttp.ClientError as exc:
+            raise Refusal(502, "upstream_unreachable") from exc
+
+    # -- the output gate -------------------------------------------------------------
+
+    async def _gate_output(
+        self, runtime: GatewayRuntime, version: str, turn: Turn, facts: DataFacts
+    ) -> Turn:
+        """The turn the runtime may have: itself when its text is released (or it has
+        none), else the notice alone. A tool call never passes beside withheld text."""
+        if not turn.content:
+            return turn
+        streamer = OutputStreamer(
+            self.nc,
+            self.key,
+            runtime.runtime_id,
+            version,
+            runtime.adapter_id,
+            timeout=self.settings.output_timeout_s,
+            gate_keys=self.gate_keys(),
+        )
+        raw = turn.content.encode()
+        chunks = [raw[i : i + OUTPUT_CHUNK_BYTES] for i in range(0, len(raw), OUTPUT_CHUNK_BYTES)]
+        stream_id = new_stream_id()
+        committed = await streamer.send_chunks(stream_id, chunks)
+        signed = streamer.close_message(
+            stream_id,
+            committed,
+            actor=runtime.actor,
+            facts=facts,
+            destination=runtime.destination,
+            surface=runtime.surface,
+        )
+        verdict = await streamer.close(stream_id, signed)
+        outcome = _outcome(verdict, turn.content)
+        log.info(
+            "model_turn_decided",
+            runtime_id=runtime.runtime_id,
+            outcome=outcome,
+            reasons=list(verdict.verdict.reason_codes),
+            text_bytes=len(raw),
+            tool_calls=len(turn.tool_calls),
+        )
+        if outcome == "allow":
+            return turn
+        reasons = ", ".join(verdict.verdict.reason_codes) or "no reason given"
+        if outcome == "held":
+            text = HELD_NOTICE.format(reasons=reasons, approval=verdict.verdict.approval_id)
+        else:
+            text = WITHHELD_NOTICE.format(reasons=reasons)
+        return model_turns.notice_turn(turn, text)
+
+
+def _outcome(verdict: OutputVerdict, text: str) -> Literal["allow", "deny", "held"]:
+    """Released only as decided: an allow whose released text is not the text sent
+    counts as withheld."""
+    if verdict.verdict.outcome == "allow" and verdict.released != text:
+        return "deny"
+    return verdict.verdict.outcome
+
+
+async def serve_gateway(gateway: ModelGateway, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Start the HTTP side; returns the runner (``cleanup()`` stops it) and the bound port."""
+    runner = web.AppRunner(gateway.application(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0][1] if runner.addresses else port
+    return runner, int(bound)
+
+
+__all__ = [
+    "GatewayRuntime",
+    "GatewaySettings",
+    "ModelGateway",
+    "Upstream",
+    "serve_gateway",
+    "token_hash",
+]

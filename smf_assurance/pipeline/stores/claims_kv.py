@@ -1,0 +1,234 @@
+"""The proposal claim store on JetStream KV, for gates on more than one machine.
+
+Implements :class:`smf_assurance.pipeline.stores.claims.ProposalClaims` (ARCHITECTURE.md,
+"One proposal through the bus": allow means "claim once, then publish";
+"Scale": beyond one machine the claim is "atomic across instances (JetStream
+KV compare-and-set by revision)"):
+
+- A claim creates ``claim.<token of the proposal id>``: JetStream stores it
+  only if the key has no live value (expected last subject sequence 0, or the
+  sequence of a delete marker ``prune`` left), so of any number of gate
+  instances exactly one creates it and every other gets False, whichever
+  machine it runs on. ``Nats-Msg-Id`` de-duplication is not involved.
+- ``settle`` is a CAS by revision from ``claimed`` only
+  (:func:`smf_assurance.pipeline.stores.kv.compare_and_set`, the approval store's loop); a
+  conflict is re-read and re-checked, never overwritten.
+- ``prune`` deletes old claims with a delete marker, each conditional on the
+  revision it judged, so a replay after the freshness window can claim again
+  (as with the SQLite store) while a claim written meanwhile is kept.
+- Fail closed: a NATS error, a timeout, a closed store, or a value that does not
+  decode raises :class:`ClaimStoreUnavailable`, which the gate denies as
+  ``claim_store_unavailable``. A ``claim`` whose write timed out may still have
+  landed; it reports unavailable, never True, so nothing is published for it.
+
+The values are identities and times only (no content), so the superseded
+revisions a KV update leaves on disk hold nothing to purge.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Final, get_args
+
+import msgspec
+import structlog
+from nats.js.client import JetStreamContext
+from nats.js.errors import (
+    APIError,
+    KeyWrongLastSequenceError,
+    NotFoundError,
+)
+from nats.js.kv import KV_DEL, KV_OP, KV_PURGE, KeyValue
+
+from smf_assurance.pipeline.stores.claims import ClaimState, ClaimStoreUnavailable
+from smf_assurance.pipeline.stores.kv import (
+    DEFAULT_TIMEOUT,
+    Retry,
+    compare_and_set,
+    fail_closed,
+    kv_entries,
+    open_strict_bucket,
+    read_entry,
+    token,
+)
+
+__all__ = ["BUCKET", "KvClaimStore"]
+
+log = structlog.get_logger(__name__)
+
+BUCKET: Final = "smf_proposal_claims"
+CLAIM_STATES: Final[frozenset[str]] = frozenset(get_args(ClaimState))
+CLAIM_KEY: Final = "claim."
+MAX_ATTEMPTS: Final = 8
+"""CAS retries for ``settle``: a claim changes state once, so a second conflict
+is already unusual; more than this is a fault."""
+
+_WRONG_LAST_SEQUENCE: Final = frozenset({10071, 10164})
+"""JetStream's error codes for a failed expected-last-sequence check (nats-py
+turns them into KeyWrongLastSequenceError for create/update, not for delete)."""
+
+
+class _Claim(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One claim as stored: the columns of the SQLite table, keyed by proposal id."""
+
+    proposal_id: str
+    operation_hash: str
+    decision_id: str
+    claimed_at: int
+    state: ClaimState
+
+
+def _key(proposal_id: str) -> str:
+    return CLAIM_KEY + token(proposal_id)
+
+
+def _decode(key: str, value: bytes | None) -> _Claim:
+    """A stored claim, or ClaimStoreUnavailable for a value no write of this store
+    produces (including a valid claim filed under another proposal's key)."""
+    try:
+        claim = msgspec.json.decode(value or b"", type=_Claim)
+    except msgspec.MsgspecError as exc:
+        raise ClaimStoreUnavailable(f"stored claim {key} does not decode") from exc
+    if _key(claim.proposal_id) != key:
+        raise ClaimStoreUnavailable(f"stored claim {key} names another proposal")
+    return claim
+
+
+def _unavailable(during: str) -> contextlib.AbstractContextManager[None]:
+    return fail_closed(ClaimStoreUnavailable, "claim", during)
+
+
+class KvClaimStore:
+    """:class:`~smf_assurance.pipeline.stores.claims.ProposalClaims` on JetStream KV; any number of
+    instances may share the bucket. The NATS connection belongs to the caller."""
+
+    def __init__(self, js: JetStreamContext, kv: KeyValue, *, bucket: str, timeout: float) -> None:
+        self._js = js
+        self._kv = kv
+        self._bucket = bucket
+        self._timeout = timeout
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        js: JetStreamContext,
+        *,
+        bucket: str = BUCKET,
+        replicas: int = 1,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> KvClaimStore:
+        """Bind the bucket, creating it (history 1, file storage, ``replicas``
+        copies; a cluster uses 3) if absent. A bucket with other settings is
+        refused: memory storage would forget claims on restart, fewer replicas
+        than asked would lose them with a node, direct gets may read a replica
+        that has not seen the latest claim."""
+        description = "SMF proposal claims: one gate acts on each proposal"
+        kv = await open_strict_bucket(
+            js, bucket, description, replicas, ClaimStoreUnavailable, "claim"
+        )
+        return cls(js, kv, bucket=bucket, timeout=timeout)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClaimStoreUnavailable("claim store is closed")
+
+    async def _read(self, proposal_id: str) -> tuple[_Claim, int] | None:
+        self._check_open()
+        key = _key(proposal_id)
+        found = await read_entry(self._kv, key, ClaimStoreUnavailable, "claim")
+        return None if found is None else (_decode(key, found[0]), found[1])
+
+    async def claim(
+        self, proposal_id: str, operation_hash: str, decision_id: str, at_ms: int
+    ) -> bool:
+        """True for the first claim of ``proposal_id`` across every instance.
+
+        The write requires expected last sequence 0 (no message for the key). If
+        the key has one, it is a live claim (False), a delete marker left by
+        :meth:`prune` (claim over it by CAS on the marker's revision), or a write
+        not yet readable, which on a cluster is another instance's claim in
+        flight (False). nats-py's ``kv.create`` would instead raise
+        KeyNotFoundError there.
+        """
+        self._check_open()
+        key = _key(proposal_id)
+        value = msgspec.json.encode(
+            _Claim(proposal_id, operation_hash, decision_id, at_ms, "claimed")
+        )
+        with _unavailable("claim"):
+            try:
+                await self._kv.update(key, value, last=0)
+            except KeyWrongLastSequenceError:
+                pass
+            else:
+                return True
+            try:
+                last = await self._js.get_msg(f"KV_{self._bucket}", subject=self._subject(key))
+            except NotFoundError:
+                return False
+            if last.seq is None or (last.headers or {}).get(KV_OP) not in (KV_DEL, KV_PURGE):
+                return False
+            try:
+                await self._kv.update(key, value, last=last.seq)
+            except KeyWrongLastSequenceError:
+                return False
+        return True
+
+    def _subject(self, key: str) -> str:
+        return f"$KV.{self._bucket}.{key}"
+
+    async def settle(self, proposal_id: str, state: ClaimState) -> None:
+        """``claimed -> state`` by CAS; anything else is left as it is. A state outside
+        the vocabulary is refused before any write, as the SQLite table's CHECK
+        refuses it, so no claim is left undecodable."""
+        if state not in CLAIM_STATES:
+            raise ClaimStoreUnavailable(f"claim {_key(proposal_id)}: {state!r} is no claim state")
+        key = _key(proposal_id)
+
+        async def attempt(current: _Claim, revision: int) -> Retry | None:
+            if current.state != "claimed":
+                return None
+            settled = msgspec.structs.replace(current, state=state)
+            with _unavailable("settle"):
+                try:
+                    await self._kv.update(key, msgspec.json.encode(settled), last=revision)
+                except KeyWrongLastSequenceError:
+                    return Retry.LOST
+            return None
+
+        await compare_and_set(
+            lambda: self._read(proposal_id),
+            attempt,
+            attempts=MAX_ATTEMPTS,
+            exhausted=lambda: ClaimStoreUnavailable(f"claim {key}: no settle in {MAX_ATTEMPTS}"),
+        )
+
+    async def state(self, proposal_id: str) -> ClaimState | None:
+        found = await self._read(proposal_id)
+        return None if found is None else found[0].state
+
+    async def prune(self, before_ms: int) -> int:
+        """Forget claims made before ``before_ms`` (a replay is stale by then). Each
+        delete requires the revision that was judged old, so a claim re-made or
+        settled meanwhile is kept (and pruned next time if still old)."""
+        self._check_open()
+        with _unavailable("prune"):
+            entries = await kv_entries(self._js, self._bucket, CLAIM_KEY, self._timeout)
+        pruned = 0
+        old = {k: e for k, e in entries.items() if _decode(k, e.value).claimed_at < before_ms}
+        for key, entry in old.items():
+            self._check_open()
+            with _unavailable("prune"):
+                try:
+                    await self._kv.delete(key, last=entry.revision)
+                except APIError as exc:
+                    if exc.err_code not in _WRONG_LAST_SEQUENCE:
+                        raise
+                    continue
+            pruned += 1
+        return pruned
+
+    async def close(self) -> None:
+        """Stop this instance; every later call raises ClaimStoreUnavailable."""
+        self._closed = True

@@ -1,0 +1,307 @@
+"""The approval contract: the exact-action binding, resolutions, announcements.
+
+ARCHITECTURE.md, "Exact-action approval": an ApprovalBinding covers the
+decision, the operation, the canonical argument hash, the content hash, the
+destination identity, release, projection, policy fingerprint, tenant,
+organization, matter, actor, required role, creation time and expiry (TTL at
+most 600 s). An approver signs a resolution that names the binding digest it
+saw, so an approval of one thing can never be spent on another. Only
+``allow-once`` or ``deny`` exist.
+
+The final outcome of a held proposal travels back to its runtime on
+``smf.approval.outcome.<approval hex>`` signed by the gate
+(:func:`sign_outcome`), and a runtime acts on it only after
+:func:`open_outcome` (or its TypeScript twin,
+``smf_assurance/adapters/openclaw/src/contract/outcome.ts``)
+has verified the signature against the gate keys it trusts and checked that
+it names this approval, this decision and this operation: the pending
+announcement makes all three public, so an unsigned outcome would let any bus
+client release a held call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Final, Literal
+
+import msgspec
+
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.canonical import Identity, identity_of, struct_identity
+from smf_assurance.subjects.keys import SigningKey, VerifyKey
+from smf_assurance.subjects.messages import Verdict
+from smf_assurance.subjects.patterns import ApproverNote, Code, Millis
+
+MAX_TTL_MS: Final = 600_000
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+
+ApprovalState = Literal[
+    "pending",
+    "approved",
+    "executing",
+    "consumed",
+    "execution_unknown",
+    "denied",
+    "expired",
+    "invalidated",
+    "failed",
+]
+TERMINAL_STATES: Final = frozenset(
+    {"consumed", "execution_unknown", "denied", "expired", "invalidated", "failed"}
+)
+ResolutionDecision = Literal["allow-once", "deny"]
+DenyReason = Literal[
+    "wrong_recipient", "wrong_document", "needs_changes", "not_authorized", "other"
+]
+"""Why an approver denied (issue 23, "Deliberate decisions"): a closed list, so that
+the evidence holds a reason code and never the approver's words."""
+DENY_REASONS: Final[dict[DenyReason, str]] = {
+    "wrong_recipient": "Wrong recipient or destination",
+    "wrong_document": "Wrong document or content",
+    "needs_changes": "Needs changes before it can go",
+    "not_authorized": "Not authorized for this matter or client",
+    "other": "Other (see the note)",
+}
+"""Each reason with the label approvers read; the console's form
+(``smf_assurance/approver/console/static/index.html``) and the command line offer exactly these."""
+DENIED_BY_APPROVER: Final = "approver_denied"
+
+
+def deny_reason_code(reason: DenyReason) -> str:
+    """The reason code a denial for ``reason`` carries into evidence and the outcome."""
+    return f"{DENIED_BY_APPROVER}_{reason}"
+
+
+class ApprovalBinding(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Everything an approval is bound to; its digest is what approvers sign."""
+
+    approval_id: Identity
+    decision_id: Identity
+    operation_hash: Identity
+    canonical_args_hash: Identity
+    content_hash: Identity
+    destination_identity_hash: Identity
+    release_id: Name
+    projection_id: Identity
+    policy_fingerprint: Identity
+    tenant_id: Name
+    organization_id: Name
+    matter_id: Name
+    actor_id: Name
+    required_roles: Annotated[tuple[Name, ...], msgspec.Meta(min_length=1, max_length=16)]
+    required_approvals: Annotated[int, msgspec.Meta(ge=1, le=16)]
+    created_at_ms: Millis
+    expires_at_ms: Millis
+
+    def __post_init__(self) -> None:
+        """TTL at most 600 s (ARCHITECTURE.md, "Exact-action approval")."""
+        ttl = self.expires_at_ms - self.created_at_ms
+        if not 0 < ttl <= MAX_TTL_MS:
+            raise ValueError(f"approval TTL must be within (0, {MAX_TTL_MS}] ms")
+
+
+def binding_digest(binding: ApprovalBinding) -> str:
+    """The identity an approver's resolution must name."""
+    return struct_identity(binding)
+
+
+def approval_id_for(decision_id: str) -> str:
+    """One approval per decision: a new decision (any changed field) is a new approval."""
+    return identity_of({"approval_for": decision_id})
+
+
+class ApprovalResolution(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """An approver's signed answer to one approval (payload of a DSSE envelope).
+
+    Issue 23, "Deliberate decisions": a deny may name a ``deny_reason`` from the
+    closed list and carry a free-text ``note`` for the requester. Both are inside
+    the signed payload, so nobody between the approver and the gate can change
+    or strip them. They are optional and omitted when absent (``omit_defaults``),
+    so a resolution signed before they existed has the same canonical bytes and
+    its signature still verifies. An allow-once carries neither, and a note
+    comes only with a reason: anything else does not decode (the gate answers
+    ``malformed_resolution``).
+    """
+
+    schema: Literal["smf.approval-resolution/1"]
+    approval_id: Identity
+    decision: ResolutionDecision
+    binding_digest: Identity
+    resolver_id: Name
+    resolved_at_ms: Millis
+    deny_reason: DenyReason | None = None
+    note: ApproverNote | None = None
+
+    def __post_init__(self) -> None:
+        """A reason or note only on a deny; a note only with a reason (issue 23)."""
+        if self.decision != "deny" and (self.deny_reason is not None or self.note is not None):
+            raise ValueError("only a deny carries a reason or a note")
+        if self.note is not None and self.deny_reason is None:
+            raise ValueError("a note comes with a closed deny reason")
+
+    def denial_reason_codes(self) -> tuple[str, ...]:
+        """What a deny records as evidence and tells the runtime: ``approver_denied``,
+        then the closed reason's code when there is one (never the note)."""
+        if self.deny_reason is None:
+            return (DENIED_BY_APPROVER,)
+        return (DENIED_BY_APPROVER, deny_reason_code(self.deny_reason))
+
+
+class ResolutionReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The gate's answer on ``smf.approval.resolve``."""
+
+    schema: Literal["smf.resolution-reply/1"]
+    approval_id: str
+    accepted: bool
+    state: str
+    reason_codes: tuple[Code, ...] = ()
+    order_id: str | None = None
+
+
+class PendingAnnouncement(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """That an approval waits, announced on ``smf.approval.pending.<tenant>``.
+
+    Issue 15: an announcement reaches every reader of its tenant's subject, so
+    it tells them only what lets an approver find it and decide to look: the
+    kind of action, the rules and reasons, who may approve, until when. It
+    carries no hash of the content, the arguments or the destination (an
+    unkeyed hash would confirm a guessed recipient or argument offline), no
+    binding digest, and no matter, organization or actor id. The whole
+    binding, and what would be sent, are shown only to an entitled approver
+    (``smf.approval.show``), who checks the content against the digest there.
+    The tenant is named: the subject routes by it and the bus permits
+    approvers by it; it names the firm's customer, not a person or a matter.
+    """
+
+    schema: Literal["smf.approval-pending/2"]
+    approval_id: Identity
+    tenant_id: Name
+    required_roles: tuple[Name, ...]
+    required_approvals: Annotated[int, msgspec.Meta(ge=1, le=16)]
+    created_at_ms: Millis
+    expires_at_ms: Millis
+    capability: str
+    channel: str
+    locality: str
+    native_tool: str
+    rule_ids: tuple[str, ...]
+    reason_codes: tuple[str, ...]
+
+
+class ShowRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An approver's signed request to see one approval's binding and content."""
+
+    schema: Literal["smf.approval-show/1"]
+    approval_id: Identity
+    resolver_id: Name
+    requested_at_ms: Millis
+
+
+RULE_NOT_DESCRIBED: Final = "no description in the release"
+"""What is shown for a rule the deciding release does not describe (issue 23): its id
+and these words, never text of our own in the release's place."""
+
+
+class RuleShown(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A rule that requires the approval, in the deciding release's own words (issue 23,
+    "each rule that requires approval with its title, statement and citation from the
+    verified release"). ``title``, ``statement`` and ``citation`` are all ``None`` when
+    the release does not describe the rule: the reader shows :data:`RULE_NOT_DESCRIBED`."""
+
+    rule_id: str
+    title: str | None = None
+    statement: str | None = None
+    citation: str | None = None
+
+
+class ReasonShown(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A reason code with its plain-English words (issue 23: reason codes were shown
+    as snake_case, unexplained). ``words`` is ``None`` for a code the gate's table has
+    no entry for: the reader shows the code itself."""
+
+    code: str
+    words: str | None = None
+
+
+class ApprovalView(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """What an entitled approver is shown: the binding, its digest, and what will be sent.
+
+    The approver checks ``content`` against ``binding.content_hash`` before
+    signing (ARCHITECTURE.md, "Exact-action approval"). ``rules`` and ``reasons``
+    (issue 23) say in words why the approval is required; they are additive and
+    default to empty, so a view from a gate before them still decodes. They are
+    not part of the binding: they explain it, they do not change what is approved.
+    """
+
+    schema: Literal["smf.approval-view/1"]
+    binding: ApprovalBinding
+    binding_digest: Identity
+    state: str
+    native_tool: str
+    destination_address: str
+    content: str
+    arguments_json: str
+    rules: tuple[RuleShown, ...] = ()
+    reasons: tuple[ReasonShown, ...] = ()
+
+
+# --- the signed outcome of a held proposal -------------------------------------------
+
+
+class OutcomeMismatchError(dsse.SignatureError):
+    """A gate-signed outcome that is not about the call waiting for it.
+
+    Stops a replay of an authentic outcome: the gate's allow for one approval
+    re-published on another approval's subject, an outcome whose decision id
+    does not derive its approval id (``approval_id_for``), or one naming
+    another decision or operation than the held verdict did. Also refuses an
+    outcome that is not final (``held``): only ``allow`` or ``deny`` end a wait.
+    """
+
+
+def sign_outcome(verdict: Verdict, gate_key: SigningKey) -> bytes:
+    """The outcome as the gate publishes it: a DSSE envelope over the Verdict's
+    canonical JSON, payload type :data:`names.PAYLOAD_APPROVAL_OUTCOME`, so the
+    signature cannot be taken for an execute order or a checkpoint of the same key."""
+    return dsse.encode_envelope(
+        dsse.sign_struct(names.PAYLOAD_APPROVAL_OUTCOME, verdict, [gate_key])
+    )
+
+
+def open_outcome(
+    data: bytes,
+    gate_keys: Mapping[str, VerifyKey],
+    *,
+    approval_id: str,
+    decision_id: str,
+    operation_hash: str,
+) -> Verdict:
+    """Verify an approval outcome before anything acts on it.
+
+    ARCHITECTURE.md, "Trust and identity on the bus": a receiver verifies
+    against the keys the registry names for the role, here ``gate``. In order:
+
+    1. a DSSE envelope signed by one of ``gate_keys`` for the approval-outcome
+       payload type (``dsse`` errors: unsigned, unknown signer, forged,
+       signed for another purpose);
+    2. a canonical Verdict (:class:`dsse.MalformedPayloadError`);
+    3. about this approval, a decision that derives it, this decision and this
+       operation, and final (:class:`OutcomeMismatchError`).
+
+    ``gate_keys`` empty refuses everything (:class:`dsse.UnknownSignerError`).
+    """
+    envelope = dsse.decode_envelope(data)
+    verdict, _ = dsse.open_struct(envelope, gate_keys, Verdict, names.PAYLOAD_APPROVAL_OUTCOME)
+    if verdict.approval_id != approval_id:
+        raise OutcomeMismatchError("the outcome names another approval")
+    if verdict.decision_id is None or approval_id_for(verdict.decision_id) != approval_id:
+        raise OutcomeMismatchError("the outcome's decision is not its approval's decision")
+    if verdict.decision_id != decision_id:
+        raise OutcomeMismatchError("the outcome names another decision")
+    if verdict.operation_hash != operation_hash:
+        raise OutcomeMismatchError("the outcome names another operation")
+    if verdict.outcome not in ("allow", "deny"):
+        raise OutcomeMismatchError(f"an outcome is allow or deny, not {verdict.outcome}")
+    return verdict

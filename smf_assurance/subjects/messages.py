@@ -1,0 +1,208 @@
+"""Wire messages of the bus contract, version 1.
+
+One frozen Struct per message, unknown fields rejected, closed vocabularies
+(STYLE.md, "msgspec — Structs as the contract"): decoded once at the edge,
+never re-validated inside the gate. Signed messages travel as DSSE envelopes
+(``smf_assurance.subjects.dsse``) whose payload is the canonical JSON of one of these.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+import msgspec
+
+from smf_assurance.subjects.canonical import Identity, identity_of
+from smf_assurance.subjects.envelope import (
+    CitationVerification,
+    Classification,
+    InjectionTaint,
+    Locality,
+    Name,
+    RedactionStatus,
+    Surface,
+)
+from smf_assurance.subjects.patterns import (
+    ApproverNote,
+    Code,
+    ConnectorId,
+    MessageId,
+    Millis,
+    OrderId,
+    Token,
+    ToolCallId,
+)
+
+MAX_CONTENT_CHARS: Final = 512 * 1024
+
+
+class ActorContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Who asks, for which client matter; copied into the envelope's professional group."""
+
+    domain: Name
+    tenant_id: Name
+    organization_id: Name
+    matter_id: Name
+    actor_id: Name
+    actor_roles: tuple[Name, ...]
+    governing_laws: tuple[Name, ...]
+
+
+class DataFacts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What the adapter knows about the data; every omission defaults to ``unknown``."""
+
+    classification: Classification = "unknown"
+    injection_taint: InjectionTaint = "unknown"
+    redaction_status: RedactionStatus = "unknown"
+    redaction_evidence: Annotated[str, msgspec.Meta(max_length=1024)] | None = None
+    legal_hold: bool | None = None
+    citation_verification: CitationVerification = "unknown"
+
+
+class ProposedDestination(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    address: Annotated[str, msgspec.Meta(max_length=2048)] = ""
+    locality: Locality = "unknown"
+
+
+class Proposal(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A runtime's proposed action, with the final arguments it will execute.
+
+    ``omit_defaults``: only ``tool_call_id`` has a default, so every proposal
+    without one encodes (and signs) byte for byte as before it existed.
+    """
+
+    schema: Literal["smf.proposal/1"]
+    proposal_id: MessageId
+    runtime_id: Token
+    runtime_version: Name
+    adapter_id: Name
+    surface: Surface
+    native_tool: Name
+    arguments: dict[str, Any]
+    content: Annotated[str, msgspec.Meta(max_length=MAX_CONTENT_CHARS)]
+    destination: ProposedDestination
+    actor: ActorContext
+    facts: DataFacts
+    issued_at_ms: Millis
+    tool_call_id: ToolCallId | None = None
+    """The model's id of the tool call this proposal decides, when the runtime has one
+    (issue 16, tool-call accounting): metadata for the model gateway's check that
+    every tool result it sees was decided. It is not part of the operation: it
+    enters neither the normalized envelope nor the operation hash."""
+
+
+Outcome = Literal["allow", "deny", "held"]
+
+
+class Verdict(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The gate's answer to a proposal. ``deny`` always carries reason codes."""
+
+    schema: Literal["smf.verdict/1"]
+    proposal_id: str
+    outcome: Outcome
+    reason_codes: tuple[Code, ...]
+    decision_id: str | None = None
+    operation_hash: str | None = None
+    release_id: str | None = None
+    order_id: str | None = None
+    connector_id: str | None = None
+    approval_id: str | None = None
+    expires_at_ms: int | None = None
+    required_roles: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+    approver_note: ApproverNote | msgspec.UnsetType = msgspec.UNSET
+    """The denying approver's note to the requester, on a held proposal's final deny
+    only (issue 23, "Deliberate decisions"). Unset is left out of the encoding, so
+    every Verdict without one has exactly the bytes it had before this field."""
+
+
+class ExecuteOrder(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A gated order to one connector; signed by the gate.
+
+    ``order_id`` is the idempotency key: derived from the operation hash and
+    the decision id, so a different payload can never share a key.
+    """
+
+    schema: Literal["smf.execute-order/1"]
+    order_id: OrderId
+    connector_id: ConnectorId
+    operation_hash: Identity
+    decision_id: Identity
+    release_id: Name
+    approval_id: str | None
+    native_tool: Name
+    arguments: dict[str, Any]
+    content: Annotated[str, msgspec.Meta(max_length=MAX_CONTENT_CHARS)]
+    destination_address: Annotated[str, msgspec.Meta(max_length=2048)]
+    issued_at_ms: Millis
+    not_after_ms: Millis
+
+
+ReportStatus = Literal["confirmed", "failed", "ambiguous"]
+
+
+class ExecutionReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A connector's account of one order; signed by the connector."""
+
+    schema: Literal["smf.execution-report/1"]
+    order_id: OrderId
+    connector_id: ConnectorId
+    status: ReportStatus
+    reason_code: Code
+    at_ms: Millis
+    external_ref: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+
+
+class ErrorReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Reply of an internal stage that refused its input."""
+
+    schema: Literal["smf.error/1"]
+    reason_code: Code
+    detail: Annotated[str, msgspec.Meta(max_length=512)] = ""
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    """JSON bytes of a message (unsigned replies; signed ones go through DSSE)."""
+    return msgspec.json.encode(message)
+
+
+def order_id_for(operation_hash: str, decision_id: str) -> str:
+    """The idempotency key of an order (``Nats-Msg-Id``): bound to exactly one
+    operation and one decision, so a different payload can never share it."""
+    return identity_of({"operation_hash": operation_hash, "decision_id": decision_id}).removeprefix(
+        "sha256:"
+    )
+
+
+class OutputClose(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The signed end of a streamed output (issue 5), sent as a request on
+    ``smf.output.<stream_id>``.
+
+    Chunks travel unsigned; this message commits to their count, total size
+    and content hash, so an injected, dropped or altered chunk makes the
+    assembled text fail the check and the output is withheld.
+    """
+
+    schema: Literal["smf.output-close/1"]
+    stream_id: Token
+    proposal_id: MessageId
+    runtime_id: Token
+    runtime_version: Name
+    adapter_id: Name
+    surface: Surface
+    chunk_count: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
+    total_bytes: Annotated[int, msgspec.Meta(ge=0, le=2**31)]
+    content_hash: Identity
+    destination: ProposedDestination
+    actor: ActorContext
+    facts: DataFacts
+    issued_at_ms: Millis
+
+
+class OutputVerdict(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The buffer's answer: the gate's verdict and, only when allowed, the text."""
+
+    schema: Literal["smf.output-verdict/1"]
+    stream_id: str
+    verdict: Verdict
+    released: str | None = None

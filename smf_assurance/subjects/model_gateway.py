@@ -1,0 +1,186 @@
+"""The model gateway's question to the gate (issue 16): may this runtime be served now?
+
+Both runtimes reach their model through an OpenAI-compatible endpoint; the
+model gateway is that endpoint, outside the runtime. It serves a runtime
+only while the gate holds a fresh, accepted attestation from it: a runtime
+in safe mode or with its plugin disabled never attests (RUNTIMES.md,
+"Hermes Agent"), so it gets no completion at all, and so no tool call to run.
+
+The gateway asks on ``smf.gateway.admit`` with a :class:`GatewayAdmit`
+(bus permissions let only the gateway role ask, ``smf_assurance.subjects.bus_access``);
+the gate answers with a :class:`GatewayAdmission` signed with its key, which
+the gateway verifies before it serves anything.
+
+Admission is bound to the process that attested (docs/HERMES.md, finding 10):
+a second process of the same runtime id without our plugin (safe mode, the
+plugin left out of ``plugins.enabled``) holds the runtime's gateway token,
+which lives in the runtime's configuration, but not its adapter. The adapter
+draws a random :data:`~smf_assurance.subjects.patterns.InstanceId` at start, attests it,
+and puts an :class:`InstanceProof` signed with the runtime key on every model
+request (HTTP header :data:`~smf_assurance.subjects.names.HEADER_INSTANCE_PROOF`). The gate
+serves a runtime whose attestation names an instance only for a fresh proof of
+an instance it holds a fresh, accepted attestation from.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import secrets
+from collections.abc import Mapping
+from typing import Annotated, Final, Literal
+
+import msgspec
+
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.envelope import Classification, Name
+from smf_assurance.subjects.keys import SigningKey, VerifyKey
+from smf_assurance.subjects.patterns import Code, InstanceId, MessageId, Millis, Token, ToolCallId
+
+MAX_CALLS_PER_ASK: Final = 256
+"""At most this many tool-call ids in one :class:`GatewayCalls`; the gateway asks in
+batches of it."""
+
+ProviderName = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}\Z")]
+
+MAX_INSTANCE_PROOF_CHARS: Final = 2048
+"""Bound on the header's value, checked before any decoding (a sealed proof is ~600)."""
+SealedProof = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_INSTANCE_PROOF_CHARS)]
+
+
+class InstanceProof(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """ "This model request comes from the adapter process ``instance_id`` of
+    ``runtime_id``", signed with the runtime key (:data:`names.PAYLOAD_INSTANCE_PROOF`).
+
+    It names no request: an adapter seals one and reuses it for a short while, and
+    the gate accepts it only within its freshness window. What it proves is that
+    the sender holds the runtime key now, which the plugin-less process of the same
+    runtime does not (the adapter's key file is denied to the agent's own tools,
+    ``credential_access``, issue 17)."""
+
+    schema: Literal["smf.instance-proof/1"]
+    runtime_id: Token
+    instance_id: InstanceId
+    issued_at_ms: Millis
+
+
+def new_instance_id() -> str:
+    """A fresh process id: ``i-`` and 128 random bits in hex."""
+    return "i-" + secrets.token_hex(16)
+
+
+def seal_instance_proof(proof: InstanceProof, key: SigningKey) -> str:
+    """The header value: the DSSE envelope's JSON in unpadded base64url (header-safe)."""
+    envelope = dsse.encode_envelope(dsse.sign_struct(names.PAYLOAD_INSTANCE_PROOF, proof, [key]))
+    return base64.urlsafe_b64encode(envelope).rstrip(b"=").decode("ascii")
+
+
+def open_instance_proof(
+    sealed: str, trusted: Mapping[str, VerifyKey]
+) -> tuple[InstanceProof, dsse.Verified]:
+    """Verify a header value against ``trusted`` (the runtime keys of the registry).
+
+    Raises a :class:`dsse.SignatureError` subclass named after what it stops
+    (``dsse.MalformedPayloadError`` for a verified payload that is not a proof)."""
+    if not sealed or len(sealed) > MAX_INSTANCE_PROOF_CHARS:
+        raise dsse.MalformedEnvelopeError("instance proof is empty or too long")
+    try:
+        raw = base64.b64decode(sealed + "=" * (-len(sealed) % 4), altchars=b"-_", validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise dsse.MalformedEnvelopeError("instance proof is not base64url") from exc
+    if base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii") != sealed:
+        # one proof, one spelling: the gateway keys its admissions by the header's text
+        raise dsse.MalformedEnvelopeError("instance proof is not canonical base64url")
+    envelope = dsse.decode_envelope(raw, MAX_INSTANCE_PROOF_CHARS)
+    return dsse.open_struct(envelope, trusted, InstanceProof, names.PAYLOAD_INSTANCE_PROOF)
+
+
+class GatewayAdmit(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One model request's admission question; ``tenant_id`` names whose ledger
+    pseudonym a refusal is recorded under.
+
+    ``provider`` and ``classification`` make the model request a governed egress
+    (issue 16): the provider the request would go to, and the highest
+    classification of what it carries (the runtime's declared facts, raised by
+    the gate's detectors over the messages). The gate admits it only when the
+    release in force names that provider for that classification."""
+
+    schema: Literal["smf.gateway-admit/1"]
+    request_id: MessageId
+    runtime_id: Token
+    tenant_id: Name
+    provider: ProviderName
+    classification: Classification
+    issued_at_ms: Millis
+    instance_proof: SealedProof | None = None
+    """The request's :data:`names.HEADER_INSTANCE_PROOF`, as the runtime sent it (the
+    gate verifies it; the gateway holds no runtime keys)."""
+
+
+class GatewayAdmission(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The gate's answer: ``admitted`` with the attested runtime version, or the
+    reason codes of the refusal and the ledger entry that records it."""
+
+    schema: Literal["smf.gateway-admission/1"]
+    request_id: str
+    runtime_id: str
+    admitted: bool
+    reason_codes: tuple[Code, ...]
+    runtime_version: str | None = None
+    """The attested version; the gateway's output closes name it (the gate admits
+    a close only under the attested version)."""
+    expires_at_ms: int | None = None
+    """When the attestation's lease ends; the gateway never serves past it."""
+    evidence: tuple[str, ...] = ()
+
+
+class GatewayCalls(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``smf.gateway.calls`` (tool-call accounting): did the gate decide a proposal for
+    each of these tool calls of this runtime? The ids are those the gateway issued
+    itself, for tool results a request now carries back to the model."""
+
+    schema: Literal["smf.gateway-calls/1"]
+    request_id: MessageId
+    runtime_id: Token
+    tenant_id: Name
+    tool_call_ids: Annotated[
+        tuple[ToolCallId, ...], msgspec.Meta(min_length=1, max_length=MAX_CALLS_PER_ASK)
+    ]
+    issued_at_ms: Millis
+
+
+class GatewayCallsAnswer(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The gate's answer, signed with its key: the ids no verified proposal carried.
+    When any is uncovered the gate has recorded ``ungated_tool_result`` and stopped
+    the runtime (``stopped``) until an operator clears it."""
+
+    schema: Literal["smf.gateway-calls-answer/1"]
+    request_id: str
+    runtime_id: str
+    uncovered: tuple[str, ...]
+    stopped: bool = False
+    reason_codes: tuple[Code, ...] = ()
+    evidence: tuple[str, ...] = ()
+
+
+class GatewayClear(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``smf.gateway.clear``: an operator lifts the stop of one runtime (only the
+    operator role may publish it, ``smf_assurance.subjects.bus_access``)."""
+
+    schema: Literal["smf.gateway-clear/1"]
+    runtime_id: Token
+
+
+class GatewayCleared(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The gate's answer to a clear. A stop is lifted only once the clear is in the
+    gate's ledger (``evidence``) and the stop is gone from its store; otherwise the
+    runtime stays ``stopped`` and ``reason_codes`` say why (issue 16, item 3)."""
+
+    schema: Literal["smf.gateway-cleared/1"]
+    runtime_id: str
+    was_stopped: bool
+    stopped: bool = False
+    """Still stopped after this clear (it could not be recorded or stored, or a newer
+    stop stands)."""
+    reason_codes: tuple[Code, ...] = ()
+    evidence: tuple[str, ...] = ()

@@ -1,0 +1,168 @@
+"""The key registry: who may sign what on the bus.
+
+ARCHITECTURE.md, "Trust and identity on the bus": receivers verify against
+keys named in a registry (runtime registry, approver roster with licensed
+roles per tenant, connector registry). A message whose signer is unknown or
+whose role does not fit the subject is refused with a reason code. Until
+signed releases carry it (issue 6), the registry is a local file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Final, Literal
+
+import msgspec
+
+from smf_assurance.subjects.keys import (
+    KeyFileError,
+    PublicKeyRecord,
+    SigningKey,
+    VerifyKey,
+    public_record,
+    verify_key_from_record,
+)
+from smf_assurance.subjects.patterns import SUBJECT_TOKEN_PATTERN, ConnectorId, Token
+
+Role = Literal[
+    "runtime",
+    "gate",
+    "connector",
+    "approver",
+    "gateway",
+    "console",
+    "publisher",
+    "swarm",
+    "operator",
+]
+"""The first five sign what the gate verifies (the model gateway, issue 16, signs the
+output closes of the runtimes it serves); the rest exist only on the bus
+(``smf_assurance.subjects.bus_access``): the console relay, release publishers, Swarm, operators."""
+REGISTRY_SCHEMA: Final = "smf.registry/1"
+_TOKEN: Final = re.compile(SUBJECT_TOKEN_PATTERN)
+NkeyUser = Annotated[str, msgspec.Meta(pattern=r"^U[A-Z2-7]{55}\Z")]
+"""A NATS user nkey's public key (base32, ``U`` prefix): how the principal
+authenticates to the bus. Never the Ed25519 key it signs with: a server asks
+a client to sign a nonce of its choice, and a signature over attacker-chosen
+bytes with a signing key would be a forged message (issue 15)."""
+
+
+class RegistryError(ValueError):
+    """The registry file is missing, malformed, or inconsistent."""
+
+
+class RegistryEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One principal: its key, its bus role and what it is entitled to."""
+
+    key: PublicKeyRecord
+    role: Role
+    runtime_id: Token | None = None
+    connector_id: ConnectorId | None = None
+    tenants: tuple[str, ...] = ()
+    licensed_roles: tuple[str, ...] = ()
+    nats_user: NkeyUser | None = None
+    """The principal's bus credential; without it the principal cannot connect."""
+
+
+class RegistryFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    schema: Literal["smf.registry/1"]
+    entries: tuple[RegistryEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """A verified registry entry with its key parsed."""
+
+    entry: RegistryEntry
+    verify_key: VerifyKey
+
+    @property
+    def name(self) -> str:
+        return self.entry.key.principal
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRegistry:
+    """Lookup by key id, and the trusted-key maps each receiver verifies against."""
+
+    principals: Mapping[str, Principal]
+
+    @classmethod
+    def from_file(cls, data: RegistryFile) -> KeyRegistry:
+        principals: dict[str, Principal] = {}
+        bus_users: set[str] = set()
+        for entry in data.entries:
+            try:
+                key = verify_key_from_record(entry.key)
+            except KeyFileError as exc:
+                raise RegistryError(f"registry entry {entry.key.principal}: {exc}") from exc
+            if key.key_id in principals:
+                raise RegistryError(f"key {key.key_id} is registered twice")
+            if entry.role == "runtime" and entry.runtime_id is None:
+                raise RegistryError(f"runtime {entry.key.principal} has no runtime_id")
+            if entry.role == "connector" and entry.connector_id is None:
+                raise RegistryError(f"connector {entry.key.principal} has no connector_id")
+            if entry.nats_user is not None:
+                if entry.nats_user in bus_users:
+                    raise RegistryError(f"bus credential {entry.nats_user} is registered twice")
+                if _TOKEN.fullmatch(entry.key.principal) is None:
+                    raise RegistryError(
+                        f"principal {entry.key.principal!r} cannot name an inbox on the bus"
+                    )
+                bus_users.add(entry.nats_user)
+            principals[key.key_id] = Principal(entry, key)
+        return cls(principals)
+
+    def trusted(self, role: Role) -> dict[str, VerifyKey]:
+        """Keys of one role: a signature by any other key does not count."""
+        return {kid: p.verify_key for kid, p in self.principals.items() if p.entry.role == role}
+
+    def principal(self, key_id: str) -> Principal | None:
+        return self.principals.get(key_id)
+
+
+def load_registry(path: Path) -> KeyRegistry:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise RegistryError(f"cannot read registry {path}: {exc.strerror}") from exc
+    return decode_registry(data, f"registry {path}")
+
+
+def decode_registry(data: bytes, source: str = "registry") -> KeyRegistry:
+    """A registry from its bytes (a file, or the artifact of a verified release)."""
+    try:
+        parsed = msgspec.json.decode(data, type=RegistryFile)
+    except msgspec.DecodeError as exc:
+        raise RegistryError(f"{source}: {exc}") from exc
+    return KeyRegistry.from_file(parsed)
+
+
+def entry_for(
+    key: SigningKey | VerifyKey,
+    principal: str,
+    role: Role,
+    *,
+    runtime_id: str | None = None,
+    connector_id: str | None = None,
+    tenants: tuple[str, ...] = (),
+    licensed_roles: tuple[str, ...] = (),
+    nats_user: str | None = None,
+) -> RegistryEntry:
+    """Build a registry entry for a key (used by ``keys`` tooling and tests)."""
+    return RegistryEntry(
+        key=public_record(key, principal),
+        role=role,
+        runtime_id=runtime_id,
+        connector_id=connector_id,
+        tenants=tenants,
+        licensed_roles=licensed_roles,
+        nats_user=nats_user,
+    )
+
+
+def encode_registry(entries: tuple[RegistryEntry, ...]) -> bytes:
+    return msgspec.json.encode(RegistryFile(schema=REGISTRY_SCHEMA, entries=entries))
