@@ -298,6 +298,7 @@ def test_a_report_settles_where_its_status_says(status: str, outcome: str) -> No
     assert settled == (outcome, ("filed",))
 
 
+@pytest.mark.claim("exact-action-approval.binding-changed")
 @pytest.mark.parametrize("status", ["confirmed", "failed", "ambiguous"])
 def test_executed_params_that_were_not_approved_break_the_binding(status: str) -> None:
     mismatch = report(held_filing(), "court-efiling", PARAMS_MISMATCH, status=status)
