@@ -182,6 +182,8 @@ ACTIONS: Final = (
     ),
     Action("resolve an approval", "req", names.APPROVAL_RESOLVE, who(ATTORNEY, CONSOLE)),
     Action("show an approval", "req", names.APPROVAL_SHOW, who(ATTORNEY, CONSOLE)),
+    # Issue 23: a person's signed question of where their requests stand.
+    Action("track approvals", "req", names.APPROVAL_TRACK, who(ATTORNEY, CONSOLE)),
     # The OpenClaw plugin's hold asks it (smf_assurance/adapters/openclaw/src/gate.ts); Hermes
     # never does.
     Action(

@@ -9,6 +9,7 @@ Depends on ``subjects/`` only.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -22,6 +23,8 @@ from smf_assurance.subjects.approvals import (
     ResolutionDecision,
     ResolutionReply,
     ShowRequest,
+    TrackReply,
+    TrackRequest,
     binding_digest,
 )
 from smf_assurance.subjects.dsse import encode_envelope, sign_struct
@@ -69,6 +72,22 @@ class ApproverClient:
         if names.HEADER_SERVICE_ERROR_CODE in headers:
             raise ApproverError(headers.get(names.HEADER_SERVICE_ERROR, "gate_error"))
         return msgspec.json.decode(reply.data, type=ApprovalView)
+
+    async def track(self, approval_ids: Sequence[str]) -> TrackReply:
+        """Where these approvals stand, as far as the gate lets this person see (issue 23):
+        their own requests and those they may resolve; any other id is left out."""
+        request = TrackRequest(
+            schema="smf.approval-track/1",
+            viewer_id=self.approver_id,
+            approval_ids=tuple(approval_ids),
+            requested_at_ms=self._now(),
+        )
+        signed = encode_envelope(sign_struct(names.PAYLOAD_TRACK_REQUEST, request, [self.key]))
+        reply = await self.nc.request(names.APPROVAL_TRACK, signed, timeout=self.timeout)
+        headers = reply.headers or {}
+        if names.HEADER_SERVICE_ERROR_CODE in headers:
+            raise ApproverError(headers.get(names.HEADER_SERVICE_ERROR, "gate_error"))
+        return msgspec.json.decode(reply.data, type=TrackReply)
 
     def sign_resolution(
         self,

@@ -261,6 +261,7 @@ def _gate() -> Permissions:
             names.APPROVAL_RESOLVE,
             names.APPROVAL_SHOW,
             names.APPROVAL_STATUS,
+            names.APPROVAL_TRACK,
             names.GATEWAY_ADMIT,
             names.GATEWAY_CALLS,
             names.GATEWAY_CLEAR,
@@ -325,7 +326,12 @@ def _pending_reader(subjects: Iterable[str]) -> tuple[str, ...]:
     return tuple(calls)
 
 
-_APPROVAL_REQUESTS: Final = (names.APPROVAL_RESOLVE, names.APPROVAL_SHOW, names.APPROVAL_STATUS)
+_APPROVAL_REQUESTS: Final = (
+    names.APPROVAL_RESOLVE,
+    names.APPROVAL_SHOW,
+    names.APPROVAL_STATUS,
+    names.APPROVAL_TRACK,
+)
 
 
 def _approver(tenants: tuple[str, ...]) -> Permissions:

@@ -347,7 +347,8 @@ async def _fetch_view(
         if exc.reason_code == "approval_closed":
             state = await _state(client.nc, approval_id)
             fail(
-                f"approval {approval_id} is closed: approval_not_pending (state {state})",
+                f"approval {approval_id} is closed: approval_not_pending (state {state})"
+                + await _standing(client, approval_id),
                 reason_code="approval_not_pending",
             )
         if purpose == "show":
@@ -362,6 +363,23 @@ async def _fetch_view(
         )
     except (NatsError, TimeoutError) as exc:
         fail(_gate_unreachable(names.APPROVAL_SHOW, exc), reason_code=GATE_UNREACHABLE)
+
+
+async def _standing(client: ApproverClient, approval_id: str) -> str:
+    """What a closed approval ended with, as far as the gate lets this person see
+    (issue 23): a denial's reason codes, the connector's receipt; '' when nothing
+    more can be said (not theirs to see, or the gate does not answer)."""
+    try:
+        reply = await client.track([approval_id])
+    except (ApproverError, NatsError, TimeoutError):
+        return ""
+    parts = []
+    for tracked in reply.approvals:
+        if tracked.outcome_codes:
+            parts.append(f"reasons {', '.join(tracked.outcome_codes)}")
+        if tracked.receipt is not None:
+            parts.append(f"the connector's receipt {printable(tracked.receipt)}")
+    return "".join(f"; {part}" for part in parts)
 
 
 async def _show(

@@ -91,6 +91,10 @@ from smf_assurance.subjects.approvals import (
     ResolutionReply,
     RuleShown,
     ShowRequest,
+    TrackedApproval,
+    TrackRelation,
+    TrackReply,
+    TrackRequest,
     sign_outcome,
 )
 from smf_assurance.subjects.keyed import PseudonymKey
@@ -299,7 +303,11 @@ class ApprovalDesk:
         try:
             if resolution.decision == "deny":
                 record = await self.store.deny(
-                    binding.approval_id, resolution.binding_digest, principal.name, now
+                    binding.approval_id,
+                    resolution.binding_digest,
+                    principal.name,
+                    now,
+                    resolution.denial_reason_codes(),
                 )
             else:
                 record = await self.store.approve(
@@ -420,10 +428,16 @@ class ApprovalDesk:
         return _accepted(stored.approval_id, "executing")
 
     async def _finish(
-        self, binding: ApprovalBinding, outcome: Finish, reasons: tuple[str, ...]
+        self,
+        binding: ApprovalBinding,
+        outcome: Finish,
+        reasons: tuple[str, ...],
+        receipt: str | None = None,
     ) -> None:
+        """End a claimed approval; the connector's receipt goes to the store with it
+        (issue 23), never to the ledger (whose entry has the reason codes only)."""
         try:
-            await self.store.finish(binding.approval_id, outcome, self.clock())
+            await self.store.finish(binding.approval_id, outcome, self.clock(), receipt)
         except ApprovalError as exc:
             log.error(
                 "approval_finish_failed", approval_id=binding.approval_id, reason=exc.reason_code
@@ -508,7 +522,7 @@ class ApprovalDesk:
             log.warning("execution_report_wrong_signer", order_id=report.order_id)
             return True
         outcome, reasons = settlement(report)
-        await self._finish(record.binding, outcome, reasons)
+        await self._finish(record.binding, outcome, reasons, report.external_ref)
         return True
 
     async def sweep(self) -> None:
@@ -584,12 +598,81 @@ class ApprovalDesk:
         )
         return msgspec.json.encode(view)
 
+    async def handle_track(self, data: bytes) -> bytes:
+        """Where approvals stand, for the person who signed the request (issue 23, "the
+        requester sees the state of their own requests ... and only their own").
+
+        The signer must be a person on the roster (an ``approver`` key) naming
+        themselves, and the request must be fresh, like a show request. Of the ids
+        asked about, the answer holds only those whose binding names the signer as
+        the requesting actor within one of the signer's tenants (``requester``), or
+        that the signer could resolve (``approver``); every other id is left out,
+        as an id the gate never held is, so nobody learns of another's request.
+        A store that cannot answer for an id leaves it out too (fail closed).
+        """
+        try:
+            envelope = dsse.decode_envelope(data)
+            request, verified = dsse.open_struct(
+                envelope, self._all_keys(), TrackRequest, names.PAYLOAD_TRACK_REQUEST
+            )
+        except (dsse.SignatureError, msgspec.ValidationError) as exc:
+            reason = (
+                signature_reason(exc, "malformed_request")
+                if isinstance(exc, dsse.SignatureError)
+                else "malformed_request"
+            )
+            raise StageRefusal(reason) from exc
+        try:
+            principal = self._approver(verified.key_ids, request.viewer_id)
+        except DeskError as exc:
+            raise StageRefusal(exc.reason_code) from exc
+        if abs(self.clock() - request.requested_at_ms) > SHOW_FRESHNESS_MS:
+            raise StageRefusal("stale_track_request")
+        shown = []
+        for approval_id in dict.fromkeys(request.approval_ids):
+            record = await self._get(approval_id)
+            relation = None if record is None else track_relation(principal, record.binding)
+            if record is not None and relation is not None:
+                shown.append(tracked(record, relation))
+        reply = TrackReply(schema="smf.approval-track-reply/1", approvals=tuple(shown))
+        return msgspec.json.encode(reply)
+
     async def handle_status(self, data: bytes) -> bytes:
         approval_id = data.decode("utf-8", "replace").strip()
         record = await self._get(approval_id)
         return msgspec.json.encode(
             {"approval_id": approval_id, "state": record.state if record else "unknown"}
         )
+
+
+def track_relation(principal: Principal, binding: ApprovalBinding) -> TrackRelation | None:
+    """How ``principal`` may see this approval's standing, or None when they may not:
+    its requester (the binding's actor, in one of their tenants) or an approver the
+    gate would let resolve it (issue 23)."""
+    if binding.actor_id == principal.name and binding.tenant_id in principal.entry.tenants:
+        return "requester"
+    try:
+        check_entitled(principal, binding)
+    except ApprovalRuleError:
+        return None
+    return "approver"
+
+
+def tracked(record: ApprovalRecord, relation: TrackRelation) -> TrackedApproval:
+    """An approval's standing as ``smf.approval.track`` answers it: identities, state,
+    a denial's codes and the connector's receipt; never content, matter or recipient."""
+    b = record.binding
+    return TrackedApproval(
+        approval_id=b.approval_id,
+        state=record.state,
+        relation=relation,
+        tenant_id=b.tenant_id,
+        created_at_ms=b.created_at_ms,
+        expires_at_ms=b.expires_at_ms,
+        outcome_codes=record.outcome_codes,
+        receipt=record.receipt,
+        order_id=record.order_id,
+    )
 
 
 def rules_requiring_approval(
