@@ -56,7 +56,15 @@ from smf_assurance.approver.console.http import (
     serve,
 )
 from smf_assurance.subjects import names
-from smf_assurance.subjects.approvals import ApprovalView, ResolutionReply
+from smf_assurance.subjects.approvals import (
+    DENIED_BY_APPROVER,
+    DENY_REASONS,
+    ApprovalView,
+    ResolutionReply,
+    TrackedApproval,
+    TrackReply,
+    deny_reason_code,
+)
 from smf_assurance.subjects.bus_access import BusCredential, connect_options
 from smf_assurance.subjects.registry import Principal
 
@@ -139,6 +147,8 @@ class Console:
             ("GET", "/api/approvals"): self._signed_in(self._approvals),
             ("POST", "/api/show"): self._signed_in(self._show),
             ("POST", "/api/resolve"): self._signed_in(self._resolve),
+            ("GET", "/api/requests"): self._signed_in(self._request_candidates),
+            ("POST", "/api/track"): self._signed_in(self._track),
             ("GET", "/healthz"): self._health,
             ("GET", "/metrics"): self._metrics,
         }
@@ -323,6 +333,53 @@ class Console:
             reason_codes=list(answer.reason_codes),
         )
         return json_response({"ok": True, "reply": answer})
+
+    # -- the requester's view and the receipt (issue 23) ---------------------
+
+    async def _request_candidates(self, _request: Request, principal: Principal) -> Response:
+        """The ids held for the principal's tenants, for the page to ask the gate about
+        in a signed track request. Ids only; which are the principal's own, and what
+        they ended with, only the gate says (:meth:`_track`)."""
+        return json_response(
+            {"server_now_ms": self.settings.clock(), "candidates": self.board.tenant_ids(principal)}
+        )
+
+    async def _track(self, request: Request, person: Principal) -> Response:
+        """Relay a signed track request; show each approval the gate answered for, with
+        what the announcement says of it (tool, capability, channel) and the words of
+        a denial's closed reason. The gate alone decides whose requests these are: the
+        console adds nothing the gate left out."""
+        reply = await self._relay(names.APPROVAL_TRACK, request.body)
+        if isinstance(reply, Response):
+            return reply
+        headers = reply.headers or {}
+        if names.HEADER_SERVICE_ERROR_CODE in headers:
+            reason = headers.get(names.HEADER_SERVICE_ERROR, "gate_error")
+            log.info("console_track_refused", principal=person.name, reason=reason)
+            return json_response({"ok": False, "reason": reason})
+        try:
+            answer = msgspec.json.decode(reply.data, type=TrackReply)
+        except msgspec.DecodeError:
+            return refusal(HTTPStatus.BAD_GATEWAY, "unreadable_gate_answer")
+        return json_response({"ok": True, "approvals": [self._shown(t) for t in answer.approvals]})
+
+    def _shown(self, tracked: TrackedApproval) -> dict[str, object]:
+        listed = self.board.listed(tracked.approval_id)
+        return {
+            **msgspec.to_builtins(tracked),
+            "native_tool": listed.native_tool if listed else None,
+            "capability": listed.capability if listed else None,
+            "channel": listed.channel if listed else None,
+            "locality": listed.locality if listed else None,
+            "reason_words": [_DENY_WORDS.get(code, code) for code in tracked.outcome_codes],
+        }
+
+
+_DENY_WORDS: Final = {
+    DENIED_BY_APPROVER: "denied by the approver",
+    **{deny_reason_code(reason): label for reason, label in DENY_REASONS.items()},
+}
+"""A denial's reason codes in the words the approver chose them by (issue 23)."""
 
 
 # --- running it -------------------------------------------------------------------

@@ -18,6 +18,8 @@
 const LOGIN_TYPE = 'application/vnd.smf.console-login+json;v=1';
 const SHOW_TYPE = 'application/vnd.smf.approval-show+json;v=1';
 const RESOLUTION_TYPE = 'application/vnd.smf.approval-resolution+json;v=1';
+const TRACK_TYPE = 'application/vnd.smf.approval-track+json;v=1';
+const REQUESTS_POLL_MS = 2000;
 const POLL_MS = 1000;
 const MAX_DEPTH = 64;
 const IN_PROGRESS = new Set(['approved', 'executing']);
@@ -255,6 +257,10 @@ const page = {
   linkHandled: false, // the notification's ?approval= is acted on once per page load
   pollTimer: null,
   tickTimer: null,
+  requests: new Map(), // the signed-in person's own requests, as the gate answered (issue 23)
+  requestsPolling: false,
+  requestsTimer: null,
+  receipts: new Map(), // approval id -> the connector's receipt, once the gate has shown it
 };
 
 const $ = (id) => document.getElementById(id);
@@ -373,11 +379,17 @@ async function signIn(file) {
   await poll();
   page.pollTimer = setInterval(poll, POLL_MS);
   page.tickTimer = setInterval(tick, 1000);
+  await pollRequests();
+  page.requestsTimer = setInterval(pollRequests, REQUESTS_POLL_MS);
 }
 
 function signOut(message) {
   clearInterval(page.pollTimer);
   clearInterval(page.tickTimer);
+  clearInterval(page.requestsTimer);
+  page.requests.clear();
+  page.receipts.clear();
+  $('requests-list').replaceChildren();
   api('POST', '/api/logout', {});
   page.me = null; // the only reference to the CryptoKey
   page.approvals.clear();
@@ -663,6 +675,7 @@ function renderOutcome(a) {
     return item;
   }));
   $('order-line').textContent = page.decided.order_id ? `Order ${page.decided.order_id}` : '';
+  showReceipt(a);
   $('outcome-box').hidden = false;
 }
 
@@ -785,6 +798,99 @@ function backToList() {
   renderList();
   const li = id && $('approvals').querySelector(`li[data-id="${CSS.escape(id)}"] button`);
   (li || $('board-title')).focus();
+}
+
+// --- the requester's view and the connector's receipt (issue 23) ----------------------
+// The console names candidate ids (what is held for this person's tenants); the page
+// signs a track request for them and the gate answers only for the person's own
+// requests and those they may resolve. Nothing here is taken from the console alone.
+
+/** Ask the gate, signed by this person, where these approvals stand. */
+async function track(ids) {
+  const request = {
+    schema: 'smf.approval-track/1',
+    viewer_id: page.me.principal,
+    approval_ids: ids,
+    requested_at_ms: Date.now(),
+  };
+  return api('POST', '/api/track', await signEnvelope(page.me, TRACK_TYPE, request));
+}
+
+async function pollRequests() {
+  if (!page.me || page.requestsPolling) return;
+  page.requestsPolling = true;
+  try {
+    const candidates = await api('GET', '/api/requests');
+    if (candidates.status !== 200) return;
+    const ids = candidates.data.candidates.slice(-256);
+    const answer = ids.length ? await track(ids) : { data: { ok: true, approvals: [] } };
+    if (!answer.data.ok) {
+      $('requests-status').textContent =
+        `Where your requests stand cannot be shown now (${answer.data.reason}).`;
+      return;
+    }
+    $('requests-status').textContent = '';
+    page.requests = new Map(answer.data.approvals
+      .filter((r) => r.relation === 'requester').map((r) => [r.approval_id, r]));
+    for (const r of answer.data.approvals) if (r.receipt) page.receipts.set(r.approval_id, r.receipt);
+    renderRequests();
+  } finally {
+    page.requestsPolling = false;
+  }
+}
+
+/** One request's standing in words: the state, a denial's reasons, the receipt. */
+export function requestStanding(r, nowMs) {
+  switch (r.state) {
+    case 'pending':
+      return r.expires_at_ms > nowMs
+        ? `Waiting for an approver, ${formatLeft(r.expires_at_ms - nowMs)}`
+        : 'Expired: nothing was sent';
+    case 'denied':
+      return `Denied: ${(r.reason_words || []).join('; ') || 'no reason given'}. Nothing was sent`;
+    case 'consumed':
+      return r.receipt
+        ? `Done: the connector confirmed it. Receipt: ${r.receipt}`
+        : 'Done: the connector confirmed it (it gave no receipt)';
+    default:
+      return OUTCOMES[r.state] || r.state.replace(/_/g, ' ');
+  }
+}
+
+function requestTitle(r) {
+  return r.native_tool ? `${r.native_tool} (${r.capability})` : 'A held action';
+}
+
+function renderRequests() {
+  const list = $('requests-list');
+  const items = [...page.requests.values()].sort((x, y) => y.created_at_ms - x.created_at_ms);
+  list.replaceChildren(...items.map((r) => {
+    const li = el('li', { class: 'request' },
+      el('span', { class: 'title' }, requestTitle(r)),
+      el('span', { class: 'meta' }, `${r.tenant_id} · asked ${formatExpiry(r.created_at_ms)}`),
+      el('span', { class: 'standing' }, requestStanding(r, now())));
+    li.dataset.id = r.approval_id;
+    li.dataset.state = r.state === 'pending' && r.expires_at_ms <= now() ? 'expired' : r.state;
+    if (r.receipt) li.dataset.receipt = r.receipt;
+    return li;
+  }));
+  $('requests-empty').hidden = items.length > 0;
+}
+
+/** After execution, the approver sees the connector's receipt (e.g. the court's filing
+ *  number) rather than only the order id; asked of the gate once the approval is consumed. */
+function showReceipt(a) {
+  const receipt = page.receipts.get(a.approval_id);
+  $('receipt-line').textContent = receipt ? `Receipt from the connector: ${receipt}` : '';
+  $('receipt-line').hidden = !receipt;
+  if (receipt || a.state !== 'consumed' || page.receipts.has(`asked:${a.approval_id}`)) return;
+  page.receipts.set(`asked:${a.approval_id}`, '');
+  track([a.approval_id]).then((answer) => {
+    const found = answer.data.ok && answer.data.approvals.find((r) => r.approval_id === a.approval_id);
+    if (found && found.receipt) page.receipts.set(a.approval_id, found.receipt);
+    else page.receipts.delete(`asked:${a.approval_id}`); // ask again on the next refresh
+    if (page.selected === a.approval_id && page.decided) renderOutcome(a);
+  });
 }
 
 // --- wiring ------------------------------------------------------------------------
