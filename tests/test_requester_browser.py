@@ -20,8 +20,14 @@ What these tests prove:
 
 Screenshots are kept in the test's tmp dir and ``.artifacts/console/``.
 
-What they do not prove: re-requesting an expired approval (not built; see
-docs/CONSOLE.md), other browsers, or screen-reader speech.
+- An expired request offers "Ask again", reached with Tab at 420 px; the gate
+  accepts it, the runtime proposes the filing anew, and a new request (a new
+  approval id and binding) appears while the old stays expired; an allow-once
+  for the old binding is refused; the attorney approves the new one at 200% zoom
+  and the connector files it once, with its filing number shown to the requester.
+
+What they do not prove: the Hermes and OpenClaw adapters asking again (they keep
+no held proposals; docs/CONSOLE.md), other browsers, or screen-reader speech.
 """
 
 from __future__ import annotations
@@ -36,9 +42,13 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 
+from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.adapters.connectors.court_efiling import filing_number
+from smf_assurance.adapters.rerequest import HeldProposals
+from smf_assurance.approver.client import ApproverClient
+from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID
 from tests import test_console_browser as page
-from tests.test_console import ATTORNEY, PARALEGAL, outbox
+from tests.test_console import ATTORNEY, FILING, PARALEGAL, TENANT_TTL_MS, outbox
 from tests.test_console_browser import (
     World,
     answer,
@@ -227,3 +237,120 @@ def test_requests_and_the_receipt_fit_at_420_px_and_200_percent_zoom_by_keyboard
         )
         == by_id(attorney, "receipt-line").text.rsplit(" ", 1)[-1]
     )
+
+
+def held_runtime(world: World) -> HeldProposals:
+    """The runtime side that keeps what it proposed, listening for re-requests."""
+    client = ProposalClient(
+        world.nc,
+        world.state.key("runtime"),
+        RUNTIME_ID,
+        "1.0",
+        ADAPTER_ID,
+        gate_keys=world.state.gate_keys(),
+    )
+    held = HeldProposals(client)
+    world.loop.run(held.serve())
+    return held
+
+
+def propose_filing(world: World, held: HeldProposals, content: str) -> str:
+    proposal = held.client.build(
+        native_tool=FILING.native_tool,
+        arguments=FILING.arguments,
+        actor=FILING.actor,
+        facts=FILING.facts,
+        content=content,
+        destination=FILING.destination,
+    )
+    verdict = world.loop.run(held.propose(proposal))
+    assert verdict.outcome == "held", verdict
+    assert verdict.approval_id is not None
+    return verdict.approval_id
+
+
+def test_an_expired_request_is_asked_again_by_keyboard_and_approved_as_a_new_binding(
+    world: World,
+    browser: Callable[[], webdriver.Chrome],
+    screenshots: Callable[[webdriver.Chrome, str], Path],
+) -> None:
+    held = held_runtime(world)
+    old_id = propose_filing(world, held, "Motion to compel, filed too late to be decided.")
+    old = world.loop.run(world.stack.gate.approvals.get(old_id))
+    assert old is not None
+    paralegal = browser()
+    paralegal.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+    )
+    sign_in(paralegal, world, PARALEGAL)
+    request_state(paralegal, old_id, "pending")
+    world.clock.advance(TENANT_TTL_MS + 1_000)  # the gate's clock: its TTL has passed
+    world.loop.run(world.stack.gate.desk.sweep())
+    world.clock.offset_ms = 0  # expired is terminal; the runtime proposes in wall time
+    expired = request_state(paralegal, old_id, "expired")
+    assert expired.find_element(By.CLASS_NAME, "standing").text == "Expired: nothing was sent"
+    again = until(
+        paralegal,
+        lambda d: (
+            expired.find_element(By.CLASS_NAME, "again").is_displayed()
+            and expired.find_element(By.CLASS_NAME, "again")
+        ),
+        "Ask again offered",
+    )
+    fits_without_scrolling(paralegal, "requests", "requests-list")
+    screenshots(paralegal, "25-requester-expired-420px")
+
+    # Keyboard only: Tab from "Sign out" reaches Ask again; Enter asks.
+    paralegal.execute_script("document.getElementById('sign-out').focus()")
+    for _ in range(20):
+        if paralegal.switch_to.active_element == again:
+            break
+        paralegal.switch_to.active_element.send_keys(Keys.TAB)
+    assert paralegal.switch_to.active_element == again, "Ask again is reached with Tab"
+    again.send_keys(Keys.ENTER)
+    until(
+        paralegal,
+        lambda d: by_id(d, "requests-status").text.startswith("Asked again"),
+        "the gate accepted the re-request",
+    )
+
+    def new_request(d: webdriver.Chrome) -> str | Literal[False]:
+        ids = [
+            li.get_attribute("data-id")
+            for li in d.find_elements(By.CSS_SELECTOR, "#requests-list li")
+            if li.get_attribute("data-state") == "pending"
+        ]
+        fresh = [i for i in ids if i and i != old_id]
+        return fresh[0] if fresh else False
+
+    new_id = until(paralegal, new_request, "the new request appears")
+    assert request_item(paralegal, old_id).get_attribute("data-state") == "expired"
+    fits_without_scrolling(paralegal, "requests", "requests-list")
+    screenshots(paralegal, "26-requester-asked-again-420px")
+
+    # The old binding is dead: an allow-once signed for its digest is refused.
+    attorney_client = ApproverClient(world.nc, world.state.key(ATTORNEY), ATTORNEY)
+    stale = world.loop.run(attorney_client.resolve(old_id, "allow-once", old.digest))
+    assert (stale.accepted, stale.reason_codes) == (False, ("approval_not_pending",))
+
+    # The new one is a new binding the attorney approves; it is filed once.
+    attorney = browser()
+    attorney.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 640, "height": 450, "deviceScaleFactor": 2, "mobile": False},
+    )
+    sign_in(attorney, world, ATTORNEY)
+    open_detail(attorney, new_id)
+    by_id(attorney, "allow").send_keys(Keys.ENTER)
+    confirm_allow(attorney)
+    assert answer(attorney, "accepted").startswith("Accepted: allowed once.")
+    done = request_state(paralegal, new_id, "consumed")
+    (filing,) = outbox(world.state)
+    assert done.get_attribute("data-receipt") == filing_number(filing.stem)
+    assert request_item(paralegal, old_id).get_attribute("data-state") == "expired"
+    new = world.loop.run(world.stack.gate.approvals.get(new_id))
+    assert new is not None
+    assert (new.binding.decision_id, new.digest) != (old.binding.decision_id, old.digest)
+    page.audit(paralegal)
+    screenshots(paralegal, "27-requester-new-binding-filed")

@@ -20,6 +20,8 @@ from smf_assurance.subjects.approvals import (
     ApprovalResolution,
     ApprovalView,
     DenyReason,
+    ReRequest,
+    ReRequestReply,
     ResolutionDecision,
     ResolutionReply,
     ShowRequest,
@@ -88,6 +90,19 @@ class ApproverClient:
         if names.HEADER_SERVICE_ERROR_CODE in headers:
             raise ApproverError(headers.get(names.HEADER_SERVICE_ERROR, "gate_error"))
         return msgspec.json.decode(reply.data, type=TrackReply)
+
+    async def rerequest(self, approval_id: str) -> ReRequestReply:
+        """Ask the gate to have an expired request of this person's asked anew (issue 23):
+        a new proposal and binding, never the old one revived."""
+        request = ReRequest(
+            schema="smf.approval-rerequest/1",
+            approval_id=approval_id,
+            requester_id=self.approver_id,
+            requested_at_ms=self._now(),
+        )
+        signed = encode_envelope(sign_struct(names.PAYLOAD_REREQUEST, request, [self.key]))
+        reply = await self.nc.request(names.APPROVAL_REREQUEST, signed, timeout=self.timeout)
+        return msgspec.json.decode(reply.data, type=ReRequestReply)
 
     def sign_resolution(
         self,

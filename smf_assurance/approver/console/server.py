@@ -60,6 +60,7 @@ from smf_assurance.subjects.approvals import (
     DENIED_BY_APPROVER,
     DENY_REASONS,
     ApprovalView,
+    ReRequestReply,
     ResolutionReply,
     TrackedApproval,
     TrackReply,
@@ -149,6 +150,7 @@ class Console:
             ("POST", "/api/resolve"): self._signed_in(self._resolve),
             ("GET", "/api/requests"): self._signed_in(self._request_candidates),
             ("POST", "/api/track"): self._signed_in(self._track),
+            ("POST", "/api/rerequest"): self._signed_in(self._rerequest),
             ("GET", "/healthz"): self._health,
             ("GET", "/metrics"): self._metrics,
         }
@@ -362,6 +364,26 @@ class Console:
         except msgspec.DecodeError:
             return refusal(HTTPStatus.BAD_GATEWAY, "unreadable_gate_answer")
         return json_response({"ok": True, "approvals": [self._shown(t) for t in answer.approvals]})
+
+    async def _rerequest(self, request: Request, person: Principal) -> Response:
+        """Relay a signed re-request of an expired approval; the gate decides whether it is
+        the signer's and expired, and the runtime proposes the action anew."""
+        reply = await self._relay(names.APPROVAL_REREQUEST, request.body)
+        if isinstance(reply, Response):
+            return reply
+        try:
+            answer = msgspec.json.decode(reply.data, type=ReRequestReply)
+        except msgspec.DecodeError:
+            return refusal(HTTPStatus.BAD_GATEWAY, "unreadable_gate_answer")
+        self.board.wake()
+        log.info(
+            "console_rerequest_relayed",
+            principal=person.name,
+            approval_id=answer.approval_id,
+            accepted=answer.accepted,
+            reason_codes=list(answer.reason_codes),
+        )
+        return json_response({"ok": True, "reply": answer})
 
     def _shown(self, tracked: TrackedApproval) -> dict[str, object]:
         listed = self.board.listed(tracked.approval_id)

@@ -37,6 +37,7 @@ released to a runtime or a connector.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -86,8 +87,11 @@ from smf_assurance.subjects.approvals import (
     ApprovalBinding,
     ApprovalResolution,
     ApprovalView,
+    AskAgain,
     PendingAnnouncement,
     ReasonShown,
+    ReRequest,
+    ReRequestReply,
     ResolutionReply,
     RuleShown,
     ShowRequest,
@@ -95,6 +99,7 @@ from smf_assurance.subjects.approvals import (
     TrackRelation,
     TrackReply,
     TrackRequest,
+    sign_ask_again,
     sign_outcome,
 )
 from smf_assurance.subjects.keyed import PseudonymKey
@@ -636,6 +641,86 @@ class ApprovalDesk:
                 shown.append(tracked(record, relation))
         reply = TrackReply(schema="smf.approval-track-reply/1", approvals=tuple(shown))
         return msgspec.json.encode(reply)
+
+    async def handle_rerequest(self, data: bytes) -> bytes:
+        """Ask an expired approval again (issue 23: "a new proposal, a new binding; never
+        a revival of the old one"); always answers a ReRequestReply.
+
+        Accepted only for a fresh request signed by a person on the roster naming
+        themselves, about an approval whose binding names them as the requesting actor
+        within one of their tenants (any other id is ``approval_not_found``, as an id
+        never held) and which is ``expired``. The old approval is not touched: it stays
+        expired, its binding and digest cannot be claimed (the store's transition table
+        has no way out of ``expired``). The request is written to the evidence ledger
+        against the old binding, then the gate-signed :class:`AskAgain` goes to the
+        runtimes; the one holding that proposal proposes it anew, and the gate decides
+        that new proposal from the start. No evidence, no key or no bus: nothing is sent.
+        """
+        approval_id = ""
+        try:
+            request, principal = self._verify_rerequest(data)
+            approval_id = request.approval_id
+            await self._rerequest(request, principal)
+        except DeskError as exc:
+            log.info("rerequest_refused", approval_id=approval_id, reason=exc.reason_code)
+            return msgspec.json.encode(
+                ReRequestReply(
+                    schema="smf.approval-rerequest-reply/1",
+                    approval_id=approval_id,
+                    accepted=False,
+                    reason_codes=(exc.reason_code,),
+                )
+            )
+        log.info("rerequest_sent", approval_id=approval_id)
+        return msgspec.json.encode(
+            ReRequestReply(
+                schema="smf.approval-rerequest-reply/1", approval_id=approval_id, accepted=True
+            )
+        )
+
+    def _verify_rerequest(self, data: bytes) -> tuple[ReRequest, Principal]:
+        try:
+            envelope = dsse.decode_envelope(data)
+            request, verified = dsse.open_struct(
+                envelope, self._all_keys(), ReRequest, names.PAYLOAD_REREQUEST
+            )
+        except dsse.SignatureError as exc:
+            raise DeskError(signature_reason(exc, "malformed_request")) from exc
+        except msgspec.ValidationError as exc:
+            raise DeskError("malformed_request") from exc
+        principal = self._approver(verified.key_ids, request.requester_id)
+        if abs(self.clock() - request.requested_at_ms) > SHOW_FRESHNESS_MS:
+            raise DeskError("stale_rerequest")
+        return request, principal
+
+    async def _rerequest(self, request: ReRequest, principal: Principal) -> None:
+        record = await self._get(request.approval_id)
+        if record is None or track_relation(principal, record.binding) != "requester":
+            raise DeskError("approval_not_found")
+        if record.state != "expired":
+            raise DeskError("approval_not_expired")
+        if self.signer is None:
+            raise DeskError("gate_key_missing")
+        binding = record.binding
+        try:
+            await self._record(binding, "expired", ("approval_rerequested",))
+        except EvidenceError:
+            raise DeskError("evidence_store_unavailable") from None
+        notice = AskAgain(
+            schema="smf.approval-ask-again/1",
+            approval_id=binding.approval_id,
+            decision_id=binding.decision_id,
+            operation_hash=binding.operation_hash,
+            asked_at_ms=self.clock(),
+        )
+        try:
+            await self.nc.publish(
+                names.approval_again_subject(binding.approval_id),
+                sign_ask_again(notice, self.signer),
+            )
+            await self.nc.flush(timeout=math.ceil(self.stage_timeout))
+        except (NatsError, TimeoutError):
+            raise DeskError("rerequest_publish_failed") from None
 
     async def handle_status(self, data: bytes) -> bytes:
         approval_id = data.decode("utf-8", "replace").strip()

@@ -19,6 +19,7 @@ const LOGIN_TYPE = 'application/vnd.smf.console-login+json;v=1';
 const SHOW_TYPE = 'application/vnd.smf.approval-show+json;v=1';
 const RESOLUTION_TYPE = 'application/vnd.smf.approval-resolution+json;v=1';
 const TRACK_TYPE = 'application/vnd.smf.approval-track+json;v=1';
+const REREQUEST_TYPE = 'application/vnd.smf.approval-rerequest+json;v=1';
 const REQUESTS_POLL_MS = 2000;
 const POLL_MS = 1000;
 const MAX_DEPTH = 64;
@@ -259,6 +260,7 @@ const page = {
   tickTimer: null,
   requests: new Map(), // the signed-in person's own requests, as the gate answered (issue 23)
   requestsPolling: false,
+  requestsTrouble: false, // the requests' status line shows a failure to clear once it passes
   requestsTimer: null,
   receipts: new Map(), // approval id -> the connector's receipt, once the gate has shown it
 };
@@ -811,7 +813,7 @@ async function track(ids) {
     schema: 'smf.approval-track/1',
     viewer_id: page.me.principal,
     approval_ids: ids,
-    requested_at_ms: Date.now(),
+    requested_at_ms: now(), // the console's clock, which the gate keeps too
   };
   return api('POST', '/api/track', await signEnvelope(page.me, TRACK_TYPE, request));
 }
@@ -825,11 +827,13 @@ async function pollRequests() {
     const ids = candidates.data.candidates.slice(-256);
     const answer = ids.length ? await track(ids) : { data: { ok: true, approvals: [] } };
     if (!answer.data.ok) {
+      page.requestsTrouble = true;
       $('requests-status').textContent =
         `Where your requests stand cannot be shown now (${answer.data.reason}).`;
       return;
     }
-    $('requests-status').textContent = '';
+    if (page.requestsTrouble) $('requests-status').textContent = '';
+    page.requestsTrouble = false;
     page.requests = new Map(answer.data.approvals
       .filter((r) => r.relation === 'requester').map((r) => [r.approval_id, r]));
     for (const r of answer.data.approvals) if (r.receipt) page.receipts.set(r.approval_id, r.receipt);
@@ -861,20 +865,65 @@ function requestTitle(r) {
   return r.native_tool ? `${r.native_tool} (${r.capability})` : 'A held action';
 }
 
+function isExpired(r) {
+  return r.state === 'expired' || (r.state === 'pending' && r.expires_at_ms <= now());
+}
+
+/** Updated in place (not rebuilt), so a keyboard user's focus on "Ask again" survives
+ *  each refresh. */
 function renderRequests() {
   const list = $('requests-list');
   const items = [...page.requests.values()].sort((x, y) => y.created_at_ms - x.created_at_ms);
-  list.replaceChildren(...items.map((r) => {
-    const li = el('li', { class: 'request' },
-      el('span', { class: 'title' }, requestTitle(r)),
-      el('span', { class: 'meta' }, `${r.tenant_id} · asked ${formatExpiry(r.created_at_ms)}`),
-      el('span', { class: 'standing' }, requestStanding(r, now())));
-    li.dataset.id = r.approval_id;
-    li.dataset.state = r.state === 'pending' && r.expires_at_ms <= now() ? 'expired' : r.state;
+  const wanted = new Set(items.map((r) => r.approval_id));
+  for (const li of [...list.children]) if (!wanted.has(li.dataset.id)) li.remove();
+  items.forEach((r, index) => {
+    let li = list.querySelector(`li[data-id="${CSS.escape(r.approval_id)}"]`);
+    if (!li) li = makeRequest(r);
+    li.dataset.state = isExpired(r) ? 'expired' : r.state;
     if (r.receipt) li.dataset.receipt = r.receipt;
-    return li;
-  }));
+    li.querySelector('.standing').textContent = requestStanding(r, now());
+    li.querySelector('.again').hidden = r.state !== 'expired'; // as the gate says, not the clock
+    if (list.children[index] !== li) list.insertBefore(li, list.children[index] || null);
+  });
   $('requests-empty').hidden = items.length > 0;
+}
+
+function makeRequest(r) {
+  const again = el('button', { type: 'button', class: 'again' }, 'Ask again');
+  again.setAttribute('aria-label', `Ask again: ${requestTitle(r)}, asked ${formatExpiry(r.created_at_ms)}`);
+  again.addEventListener('click', () => askAgain(r.approval_id, again));
+  const li = el('li', { class: 'request' },
+    el('span', { class: 'title' }, requestTitle(r)),
+    el('span', { class: 'meta' }, `${r.tenant_id} · asked ${formatExpiry(r.created_at_ms)}`),
+    el('span', { class: 'standing' }),
+    again);
+  li.dataset.id = r.approval_id;
+  return li;
+}
+
+/** Issue 23: an expired request is asked again as a NEW proposal (a new binding and
+ *  approval id, decided from the start), never by reviving the old one; the page signs
+ *  the request with this person's key and the gate checks it is theirs and expired. */
+async function askAgain(id, button) {
+  if (!page.me) return;
+  button.disabled = true;
+  const request = {
+    schema: 'smf.approval-rerequest/1',
+    approval_id: id,
+    requester_id: page.me.principal,
+    requested_at_ms: now(),
+  };
+  const sent = await api('POST', '/api/rerequest', await signEnvelope(page.me, REREQUEST_TYPE, request));
+  const reply = sent.data.ok ? sent.data.reply : null;
+  if (reply && reply.accepted) {
+    $('requests-status').textContent = 'Asked again: the runtime proposes it anew, and it '
+      + 'appears in this list as a new request once the gate holds it. The expired one stays expired.';
+  } else {
+    button.disabled = false;
+    const reason = reply ? reply.reason_codes.join(', ') : sent.data.reason;
+    $('requests-status').textContent = `Not asked again (${reason}).`;
+  }
+  await pollRequests();
 }
 
 /** After execution, the approver sees the connector's receipt (e.g. the court's filing
