@@ -19,9 +19,7 @@ What they do not prove: the console's page (tests/test_requester_browser.py).
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -32,18 +30,16 @@ from smf_assurance.adapters.connectors.court_efiling import filing_number
 from smf_assurance.approver.client import ApproverClient, ApproverError
 from smf_assurance.ops.bus import NATS_URL_FILE
 from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import gate_config
 from smf_assurance.ops.state import StateDir
-from smf_assurance.pipeline.assembly import RunningGate, start_gate
+from smf_assurance.pipeline.assembly import RunningGate
 from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import TrackRequest
 from smf_assurance.subjects.dsse import encode_envelope, sign_struct
 from smf_assurance.subjects.keys import generate_signing_key
+from tests import test_approval_desk as desk
 from tests.bus_helpers import random_identity, wait_for
-from tests.clocks import OffsetClock as Clock
 from tests.test_approval_desk import (
     ATTORNEY,
-    CLOSE_TIMEOUT_S,
     OTHER_TENANT_ATTORNEY,
     PARALEGAL,
     SELF_APPROVER,
@@ -52,26 +48,14 @@ from tests.test_approval_desk import (
     connectors_running,
     held_filing,
     ledger_rows,
-    provision_with_extra_approvers,
     status,
 )
 from tests.test_cli_ops import arun, assert_one_line_failure
 
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_with_extra_approvers(state)
-    return state
-
-
-@pytest.fixture
-async def gate(state: StateDir, nats_server: EmbeddedNatsServer) -> AsyncIterator[RunningGate]:
-    running = await start_gate(
-        gate_config(state=state, nats_url=nats_server.url, clock=Clock(), sweep_seconds=3600.0)
-    )
-    yield running
-    await asyncio.wait_for(running.close(), CLOSE_TIMEOUT_S)
+# The approval desk's fixtures, shared rather than copied.
+state = desk.state
+clock = desk.clock
+gate = desk.gate
 
 
 def ledger_bytes(ledger: Path) -> bytes:

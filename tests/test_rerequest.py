@@ -23,9 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import cast
 
 import msgspec
@@ -37,25 +35,25 @@ from nats.aio.subscription import Subscription
 from smf_assurance.adapters.rerequest import HeldProposals
 from smf_assurance.approver.client import ApproverError
 from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import gate_config
 from smf_assurance.ops.state import StateDir
-from smf_assurance.pipeline.assembly import RunningGate, start_gate
+from smf_assurance.pipeline.assembly import RunningGate
 from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import (
     AskAgain,
     ReRequest,
     ReRequestReply,
+    TrackRequest,
     binding_digest,
     sign_ask_again,
 )
 from smf_assurance.subjects.dsse import encode_envelope, sign_struct
 from smf_assurance.subjects.keys import generate_signing_key
 from smf_assurance.subjects.messages import Verdict
+from tests import test_approval_desk as desk
 from tests.bus_helpers import wait_for
 from tests.clocks import OffsetClock as Clock
 from tests.test_approval_desk import (
     ATTORNEY,
-    CLOSE_TIMEOUT_S,
     CUSTOMER_TTL_MS,
     PARALEGAL,
     approve,
@@ -63,34 +61,15 @@ from tests.test_approval_desk import (
     connectors_running,
     court_filing,
     ledger_rows,
-    provision_with_extra_approvers,
     runtime,
     status,
 )
 from tests.test_cli_ops import arun, assert_one_line_failure
 
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_with_extra_approvers(state)
-    return state
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-async def gate(
-    state: StateDir, nats_server: EmbeddedNatsServer, clock: Clock
-) -> AsyncIterator[RunningGate]:
-    running = await start_gate(
-        gate_config(state=state, nats_url=nats_server.url, clock=clock, sweep_seconds=3600.0)
-    )
-    yield running
-    await asyncio.wait_for(running.close(), CLOSE_TIMEOUT_S)
+# The approval desk's fixtures, shared rather than copied.
+state = desk.state
+clock = desk.clock
+gate = desk.gate
 
 
 def rerequest_bytes(state: StateDir, signer: str, approval_id: str, *, age_ms: int = 0) -> bytes:
@@ -309,3 +288,73 @@ async def test_a_notice_the_gate_did_not_sign_or_for_another_approval_proposes_n
         cast(Msg, FakeDelivery(names.approval_again_subject(one.approval_id), genuine))
     )
     assert len(proposed) == 1, "once per held proposal"
+
+
+async def test_no_evidence_no_key_or_a_malformed_request_tells_no_runtime(
+    gate: RunningGate, nc: Client, state: StateDir, clock: Clock
+) -> None:
+    """Fail closed: a re-request that cannot be written to the ledger, or that the gate
+    cannot sign a notice for, is refused and nothing reaches a runtime; a signed
+    envelope whose payload is no ReRequest is ``malformed_request``."""
+    client = runtime(nc, state)
+    held = HeldProposals(client)
+    verdict = await held.propose(court_filing(client, content="Expired, asked again in vain."))
+    assert verdict.approval_id is not None
+    clock.advance(CUSTOMER_TTL_MS + 1_000)
+    await gate.desk.sweep()
+    clock.offset_ms = 0
+    seen = await nc.subscribe(f"{names.APPROVAL_AGAIN_PREFIX}.>")
+
+    # A track request signed under the re-request's payload type: not a ReRequest.
+    track = TrackRequest(
+        schema="smf.approval-track/1",
+        viewer_id=PARALEGAL,
+        approval_ids=(verdict.approval_id,),
+        requested_at_ms=time.time_ns() // 1_000_000,
+    )
+    odd = encode_envelope(sign_struct(names.PAYLOAD_REREQUEST, track, [state.key(PARALEGAL)]))
+    assert (await rerequest(nc, odd)).reason_codes == ("malformed_request",)
+    signer, gate.desk.signer = gate.desk.signer, None
+    reply = await rerequest(nc, rerequest_bytes(state, PARALEGAL, verdict.approval_id))
+    assert reply.reason_codes == ("gate_key_missing",)
+    gate.desk.signer = signer
+    await gate.ledger.close()
+    reply = await rerequest(nc, rerequest_bytes(state, PARALEGAL, verdict.approval_id))
+    assert (reply.accepted, reply.reason_codes) == (False, ("evidence_store_unavailable",))
+    await nc.flush()
+    assert seen.pending_msgs == 0
+    await seen.unsubscribe()
+
+
+async def test_a_notice_for_another_operation_or_a_forgotten_proposal_proposes_nothing(
+    gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    """A gate-signed notice naming the held approval and its decision but another
+    operation proposes nothing; beyond its capacity the runtime forgets the oldest
+    held proposal, and a notice for it proposes nothing either."""
+    proposed: list[Verdict] = []
+
+    async def told(verdict: Verdict) -> None:
+        proposed.append(verdict)
+
+    client = runtime(nc, state)
+    held = HeldProposals(client, capacity=1, on_verdict=told)
+    first = await held.propose(court_filing(client, content="First."))
+    second = await held.propose(court_filing(client, content="Second."))
+    for verdict, operation in ((second, "sha256:" + "0" * 64), (first, first.operation_hash)):
+        assert verdict.approval_id is not None
+        assert verdict.decision_id is not None
+        assert operation is not None
+        notice = AskAgain(
+            schema="smf.approval-ask-again/1",
+            approval_id=verdict.approval_id,
+            decision_id=verdict.decision_id,
+            operation_hash=operation,
+            asked_at_ms=time.time_ns() // 1_000_000,
+        )
+        delivery = FakeDelivery(
+            names.approval_again_subject(verdict.approval_id),
+            sign_ask_again(notice, state.key("gate")),
+        )
+        await held._on_notice(cast(Msg, delivery))
+    assert proposed == []

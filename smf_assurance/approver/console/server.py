@@ -6,8 +6,9 @@ server keeps true:
 - It holds no signing key and never signs. The approver's key is loaded into
   the page, which signs its login, every show request and every resolution
   with WebCrypto Ed25519; the server relays the signed envelopes to
-  ``smf.approval.show`` and ``smf.approval.resolve`` and hands back the gate's
-  answer. The gate verifies every signature against the roster, and an
+  ``smf.approval.show`` and ``smf.approval.resolve`` (and, for a person's own
+  requests, ``smf.approval.track`` and ``smf.approval.rerequest``, issue 23) and
+  hands back the gate's answer. The gate verifies every signature against the roster, and an
   allow-once names the binding digest the page computed from what it showed,
   so neither this process nor anyone on the bus can forge or redirect one.
 - It lists for an approver only what the roster lets them resolve, to a
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 import msgspec
 import nats
@@ -118,6 +119,7 @@ class Health(msgspec.Struct, frozen=True, kw_only=True):
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+GateAnswer = TypeVar("GateAnswer", TrackReply, ReRequestReply)
 SessionHandler = Callable[[Request, Principal], Awaitable[Response]]
 
 
@@ -338,6 +340,24 @@ class Console:
 
     # -- the requester's view and the receipt (issue 23) ---------------------
 
+    async def _ask_gate(
+        self, subject: str, body: bytes, kind: type[GateAnswer]
+    ) -> GateAnswer | Response:
+        """Relay a signed request and decode the gate's answer; a refusal (service error
+        header: ``{"ok": false, "reason"}``), an unreachable gate or an answer that does
+        not decode comes back as the page's Response, never as an answer."""
+        reply = await self._relay(subject, body)
+        if isinstance(reply, Response):
+            return reply
+        headers = reply.headers or {}
+        if names.HEADER_SERVICE_ERROR_CODE in headers:
+            reason = headers.get(names.HEADER_SERVICE_ERROR, "gate_error")
+            return json_response({"ok": False, "reason": reason})
+        try:
+            return msgspec.json.decode(reply.data, type=kind)
+        except msgspec.DecodeError:
+            return refusal(HTTPStatus.BAD_GATEWAY, "unreadable_gate_answer")
+
     async def _request_candidates(self, _request: Request, principal: Principal) -> Response:
         """The ids held for the principal's tenants, for the page to ask the gate about
         in a signed track request. Ids only; which are the principal's own, and what
@@ -351,30 +371,18 @@ class Console:
         what the announcement says of it (tool, capability, channel) and the words of
         a denial's closed reason. The gate alone decides whose requests these are: the
         console adds nothing the gate left out."""
-        reply = await self._relay(names.APPROVAL_TRACK, request.body)
-        if isinstance(reply, Response):
-            return reply
-        headers = reply.headers or {}
-        if names.HEADER_SERVICE_ERROR_CODE in headers:
-            reason = headers.get(names.HEADER_SERVICE_ERROR, "gate_error")
-            log.info("console_track_refused", principal=person.name, reason=reason)
-            return json_response({"ok": False, "reason": reason})
-        try:
-            answer = msgspec.json.decode(reply.data, type=TrackReply)
-        except msgspec.DecodeError:
-            return refusal(HTTPStatus.BAD_GATEWAY, "unreadable_gate_answer")
+        answer = await self._ask_gate(names.APPROVAL_TRACK, request.body, TrackReply)
+        if isinstance(answer, Response):
+            log.info("console_track_refused", principal=person.name)
+            return answer
         return json_response({"ok": True, "approvals": [self._shown(t) for t in answer.approvals]})
 
     async def _rerequest(self, request: Request, person: Principal) -> Response:
         """Relay a signed re-request of an expired approval; the gate decides whether it is
         the signer's and expired, and the runtime proposes the action anew."""
-        reply = await self._relay(names.APPROVAL_REREQUEST, request.body)
-        if isinstance(reply, Response):
-            return reply
-        try:
-            answer = msgspec.json.decode(reply.data, type=ReRequestReply)
-        except msgspec.DecodeError:
-            return refusal(HTTPStatus.BAD_GATEWAY, "unreadable_gate_answer")
+        answer = await self._ask_gate(names.APPROVAL_REREQUEST, request.body, ReRequestReply)
+        if isinstance(answer, Response):
+            return answer
         self.board.wake()
         log.info(
             "console_rerequest_relayed",

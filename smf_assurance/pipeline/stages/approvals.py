@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 import structlog
@@ -109,6 +109,8 @@ from smf_assurance.subjects.names import SubjectError
 from smf_assurance.subjects.registry import KeyRegistry, Principal
 
 log = structlog.get_logger(__name__)
+
+PersonRequest = TypeVar("PersonRequest", TrackRequest, ReRequest)
 
 SHOW_FRESHNESS_MS: Final = 60_000
 """How far a signed show request's time may be from the gate's clock."""
@@ -616,23 +618,11 @@ class ApprovalDesk:
         A store that cannot answer for an id leaves it out too (fail closed).
         """
         try:
-            envelope = dsse.decode_envelope(data)
-            request, verified = dsse.open_struct(
-                envelope, self._all_keys(), TrackRequest, names.PAYLOAD_TRACK_REQUEST
+            request, principal = self._person_request(
+                data, TrackRequest, names.PAYLOAD_TRACK_REQUEST, "stale_track_request"
             )
-        except (dsse.SignatureError, msgspec.ValidationError) as exc:
-            reason = (
-                signature_reason(exc, "malformed_request")
-                if isinstance(exc, dsse.SignatureError)
-                else "malformed_request"
-            )
-            raise StageRefusal(reason) from exc
-        try:
-            principal = self._approver(verified.key_ids, request.viewer_id)
         except DeskError as exc:
             raise StageRefusal(exc.reason_code) from exc
-        if abs(self.clock() - request.requested_at_ms) > SHOW_FRESHNESS_MS:
-            raise StageRefusal("stale_track_request")
         shown = []
         for approval_id in dict.fromkeys(request.approval_ids):
             record = await self._get(approval_id)
@@ -658,7 +648,9 @@ class ApprovalDesk:
         """
         approval_id = ""
         try:
-            request, principal = self._verify_rerequest(data)
+            request, principal = self._person_request(
+                data, ReRequest, names.PAYLOAD_REREQUEST, "stale_rerequest"
+            )
             approval_id = request.approval_id
             await self._rerequest(request, principal)
         except DeskError as exc:
@@ -678,19 +670,23 @@ class ApprovalDesk:
             )
         )
 
-    def _verify_rerequest(self, data: bytes) -> tuple[ReRequest, Principal]:
+    def _person_request(
+        self, data: bytes, kind: type[PersonRequest], payload_type: str, stale: str
+    ) -> tuple[PersonRequest, Principal]:
+        """A signed request of a person on the roster, about their own standing (issue 23):
+        signed by an ``approver`` key naming itself (``viewer_id`` / ``requester_id``), and
+        fresh, so a captured one cannot be replayed later (``stale``); raises DeskError."""
         try:
             envelope = dsse.decode_envelope(data)
-            request, verified = dsse.open_struct(
-                envelope, self._all_keys(), ReRequest, names.PAYLOAD_REREQUEST
-            )
+            request, verified = dsse.open_struct(envelope, self._all_keys(), kind, payload_type)
         except dsse.SignatureError as exc:
             raise DeskError(signature_reason(exc, "malformed_request")) from exc
         except msgspec.ValidationError as exc:
             raise DeskError("malformed_request") from exc
-        principal = self._approver(verified.key_ids, request.requester_id)
+        named = request.viewer_id if isinstance(request, TrackRequest) else request.requester_id
+        principal = self._approver(verified.key_ids, named)
         if abs(self.clock() - request.requested_at_ms) > SHOW_FRESHNESS_MS:
-            raise DeskError("stale_rerequest")
+            raise DeskError(stale)
         return request, principal
 
     async def _rerequest(self, request: ReRequest, principal: Principal) -> None:

@@ -327,6 +327,7 @@ def _record(row: sqlite3.Row) -> ApprovalRecord:
             f: msgspec.json.decode(row[f]) if f in _JSON_FIELDS else row[f] for f in BINDING_FIELDS
         }
         binding = msgspec.convert(fields, ApprovalBinding)
+        outcome_codes = _codes(row["outcome_codes"])
     except (msgspec.MsgspecError, TypeError) as exc:
         raise ApprovalStoreUnavailable(
             f"stored approval {row['approval_id']} does not decode",
@@ -340,7 +341,7 @@ def _record(row: sqlite3.Row) -> ApprovalRecord:
         order_id=row["order_id"],
         held_payload=row["held_payload"],
         updated_at_ms=row["updated_at_ms"],
-        outcome_codes=_codes(row["outcome_codes"]),
+        outcome_codes=outcome_codes,
         receipt=row["receipt"],
     )
 

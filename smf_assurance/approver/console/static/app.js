@@ -263,6 +263,7 @@ const page = {
   requestsTrouble: false, // the requests' status line shows a failure to clear once it passes
   requestsTimer: null,
   receipts: new Map(), // approval id -> the connector's receipt, once the gate has shown it
+  receiptAsked: new Set(), // approval ids whose receipt is being asked of the gate
 };
 
 const $ = (id) => document.getElementById(id);
@@ -391,6 +392,7 @@ function signOut(message) {
   clearInterval(page.requestsTimer);
   page.requests.clear();
   page.receipts.clear();
+  page.receiptAsked.clear();
   $('requests-list').replaceChildren();
   api('POST', '/api/logout', {});
   page.me = null; // the only reference to the CryptoKey
@@ -929,15 +931,17 @@ async function askAgain(id, button) {
 /** After execution, the approver sees the connector's receipt (e.g. the court's filing
  *  number) rather than only the order id; asked of the gate once the approval is consumed. */
 function showReceipt(a) {
-  const receipt = page.receipts.get(a.approval_id);
+  const receipt = page.receipts.get(a.approval_id); // null: the gate said it has none
   $('receipt-line').textContent = receipt ? `Receipt from the connector: ${receipt}` : '';
   $('receipt-line').hidden = !receipt;
-  if (receipt || a.state !== 'consumed' || page.receipts.has(`asked:${a.approval_id}`)) return;
-  page.receipts.set(`asked:${a.approval_id}`, '');
+  if (page.receipts.has(a.approval_id) || a.state !== 'consumed') return;
+  if (page.receiptAsked.has(a.approval_id)) return;
+  page.receiptAsked.add(a.approval_id);
   track([a.approval_id]).then((answer) => {
-    const found = answer.data.ok && answer.data.approvals.find((r) => r.approval_id === a.approval_id);
-    if (found && found.receipt) page.receipts.set(a.approval_id, found.receipt);
-    else page.receipts.delete(`asked:${a.approval_id}`); // ask again on the next refresh
+    page.receiptAsked.delete(a.approval_id); // an unanswered ask is made again on the next tick
+    if (!answer.data.ok) return;
+    const found = answer.data.approvals.find((r) => r.approval_id === a.approval_id);
+    if (found) page.receipts.set(a.approval_id, found.receipt || null);
     if (page.selected === a.approval_id && page.decided) renderOutcome(a);
   });
 }
