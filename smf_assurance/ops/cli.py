@@ -28,6 +28,7 @@ from smf_assurance.ops.commands import (
     approver,
     bench,
     bus,
+    candidate,
     completion,
     console,
     decide,
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         runtime,
         approver,
         doctor,
+        candidate,
         completion,
     ):
         module.add_parsers(sub)
