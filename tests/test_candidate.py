@@ -354,13 +354,25 @@ def test_a_failing_errored_skipped_or_missing_test_opens_its_row_and_only_its_ro
             del cases[test]
         else:
             cases[test] = outcome
+    # A packaging claim's test missing too: two reasons, the table shows the first.
+    console = claimed_tests(project)["packaging.console-script"]
+    for test in console:
+        del cases[test]
     junit = write_junit(tmp_path / "j.xml", cases, commit.sha, commit.tree)
-    candidate = built_from(project, release_key[0], tmp_path / "out", capsys, junit)
-    by_id = {row.id: row for row in candidate.claims}
+    code, stdout, _ = build(
+        project, release_key[0], tmp_path / "out", capsys, "--junit", str(junit), "--no-dist"
+    )
+    assert code == 0
+    by_id = {row.id: row for row in built(tmp_path / "out").claims}
     for outcome, (claim, test) in chosen.items():
         row = by_id[claim]
         assert (row.state, row.open_because) == ("open", (f"{test} {outcome}",))
         assert [(r.test, r.outcome) for r in row.results] == [(test, outcome)]
+        assert f"{test} {outcome}" in stdout
+    packaging = by_id["packaging.console-script"]
+    assert packaging.open_because[0] == f"{console[0]} missing"
+    assert len(packaging.open_because) == 2
+    assert f"{console[0]} missing (+1 more)" in stdout
     moved = {claim for claim, _ in chosen.values()}
     for row in by_id.values():
         if row.id not in moved:

@@ -58,6 +58,14 @@ def _progress(text: str) -> None:
         sys.stderr.write(f"candidate build: {text}\n")
 
 
+def _first(reasons: tuple[str, ...]) -> str:
+    """A row's reasons in a table cell: the first, and how many more (all are in the
+    files and in --json)."""
+    if len(reasons) > 1:
+        return f"{reasons[0]} (+{len(reasons) - 1} more)"
+    return reasons[0] if reasons else "-"
+
+
 def run_build(args: argparse.Namespace) -> int:
     try:
         key, _ = load_private_key(args.key)
@@ -103,10 +111,7 @@ def run_build(args: argparse.Namespace) -> int:
         return 0
     table(
         ("claim", "state", "tests", "open because"),
-        [
-            (row.id, row.state, len(row.tests), "; ".join(row.open_because) or "-")
-            for row in candidate.claims
-        ],
+        [(row.id, row.state, len(row.tests), _first(row.open_because)) for row in candidate.claims],
     )
     say(
         f"candidate {candidate.sha}: {green} green, {len(candidate.claims) - green} open; "
