@@ -431,18 +431,33 @@ def test_a_junit_for_another_commit_or_none_is_refused(
     assert not out.exists()
 
 
-def test_a_junit_that_is_not_a_report_is_refused(tmp_path: Path) -> None:
+LAUGHS = (
+    '<?xml version="1.0"?><!DOCTYPE t [<!ENTITY l0 "lol">'
+    + "".join(f'<!ENTITY l{i + 1} "{f"&l{i};" * 10}">' for i in range(9))
+    + "]><testsuites><testsuite>&l9;</testsuite></testsuites>"
+)
+"""A billion laughs: ten to the ninth expansions of three bytes from 1 KB of XML."""
+
+
+def test_a_junit_that_is_not_a_report_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     commit = Commit(sha="a" * 40, tree="b" * 40)
     for text, says in (
         ("<testsuites/>", "no testsuite"),
         ("not xml", "not XML"),
         ("<x/>", "no testsuite"),
+        (LAUGHS, "not XML: limit on input amplification"),
     ):
         (tmp_path / "j.xml").write_text(text)
         with pytest.raises(JUnitError, match=says):
             read_results(tmp_path / "j.xml", commit)
     with pytest.raises(JUnitError, match="cannot read"):
         read_results(tmp_path / "absent.xml", commit)
+    monkeypatch.setattr("smf_assurance.ops.candidate.junit.MAX_JUNIT_BYTES", 16)
+    (tmp_path / "j.xml").write_text("<testsuites>" + " " * 16 + "</testsuites>")
+    with pytest.raises(JUnitError, match="larger than 16 bytes"):
+        read_results(tmp_path / "j.xml", commit)
 
 
 def test_the_suites_own_junit_names_the_clean_commit_it_ran_and_nothing_when_dirty(
