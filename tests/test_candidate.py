@@ -34,15 +34,25 @@ from smf_assurance.ops.candidate.junit import (
 from smf_assurance.ops.candidate.matrix import (
     NOT_REVIEWED,
     Candidate,
+    SuiteRun,
     decode_candidate,
+    encode_candidate,
     open_candidate,
+    sign_candidate,
 )
 from smf_assurance.ops.candidate.source import Commit, head_commit
 from smf_assurance.ops.cli import main
 from smf_assurance.ops.hermes_env import HERMES_VERSION
 from smf_assurance.ops.runtimes import OPENCLAW_PIN
-from smf_assurance.subjects.dsse import BadSignatureError, UnknownSignerError
+from smf_assurance.subjects.dsse import (
+    BadSignatureError,
+    PayloadTypeMismatchError,
+    UnknownSignerError,
+    encode_envelope,
+    sign,
+)
 from smf_assurance.subjects.keys import SigningKey, generate_signing_key, write_private_key
+from smf_assurance.subjects.release import PAYLOAD_RELEASE_MANIFEST
 
 ROOT = Path(__file__).resolve().parents[1]
 GIT_ENV = {
@@ -734,3 +744,26 @@ def test_the_identity_a_run_records_is_heads_only_when_the_tree_is_clean(
     (repo / "untracked.txt").write_text("x\n")
     assert identity_properties(repo) == ()
     assert identity_properties(tmp_path) == ()  # no repository at all
+
+
+def test_a_release_keys_signature_for_another_purpose_is_no_candidate() -> None:
+    """The payload type is inside the signature: the same bytes signed by the same
+    release key as, say, a release manifest do not open as a candidate."""
+    key = generate_signing_key()
+    candidate = Candidate(
+        schema="smf.candidate/1",
+        sha="a" * 40,
+        tree="b" * 40,
+        suite=SuiteRun(source="file", junit_sha256="sha256:" + "c" * 64, exit_status=None),
+        dist="skipped",
+        artifacts=(),
+        runtimes={},
+        claims=(),
+    )
+    trusted = {key.key_id: key.verify_key}
+    assert open_candidate(sign_candidate(candidate, key), trusted) == candidate
+    other_purpose = encode_envelope(
+        sign(PAYLOAD_RELEASE_MANIFEST, encode_candidate(candidate).strip(), [key])
+    )
+    with pytest.raises(PayloadTypeMismatchError):
+        open_candidate(other_purpose, trusted)
