@@ -239,8 +239,7 @@ def ensure_hermes_env(
 
 def main() -> None:
     """``python -m smf_assurance.ops.hermes_env [project]``: install or reuse; print the venv path
-    and
-    the ``PYTHONPATH`` a Hermes process of this checkout needs."""
+    and the ``PYTHONPATH`` a Hermes process of this checkout needs."""
     project = Path(sys.argv[1]) if len(sys.argv) > 1 else Path.cwd()
     env = ensure_hermes_env(project)
     sys.stdout.write(f"{env.root}\nPYTHONPATH={env.pythonpath}\n")
