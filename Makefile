@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench clean browser mutate cli-json
+.PHONY: demo test lint typecheck unit bench clean browser mutate cli-json dist
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -49,6 +49,12 @@ bench: $(STAMP)
 # tests/test_cli_json.py fails when it is stale.
 cli-json: $(STAMP)
 	$(BIN)/python -m smf_assurance.ops.cli_json
+
+# The three distributions (issue 21): the gate's wheel and sdist, the Hermes adapter wheel
+# (smf-assurance-hermes) and the OpenClaw plugin tarball, each checked, into dist/ with
+# their sha256 digests (smf_assurance/ops/dist.py; docs/HERMES.md, docs/OPENCLAW.md).
+dist: $(STAMP)
+	$(BIN)/python -m smf_assurance.ops.dist --out dist
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .coverage

@@ -132,7 +132,7 @@ def _run(args: list[str], progress: Progress, what: str) -> None:
     progress(f"{what}: done in {time.monotonic() - started:.1f}s")
 
 
-def _plugin_requirements() -> list[str]:
+def plugin_requirements() -> list[str]:
     """Our plugin's dependencies at the versions this environment runs (tested together)."""
     pins = []
     for name in PLUGIN_DEPENDENCIES:
@@ -145,7 +145,7 @@ def _plugin_requirements() -> list[str]:
 
 def _requirements(*, surfaces: bool) -> list[str]:
     """What goes into the venv beside Hermes; all of it is in the folder's name."""
-    return [*_plugin_requirements(), *(SURFACE_PACKAGES if surfaces else ())]
+    return [*plugin_requirements(), *(SURFACE_PACKAGES if surfaces else ())]
 
 
 def installed_hermes_version(root: Path) -> str | None:
