@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench clean browser mutate cli-json dist
+.PHONY: demo test lint typecheck unit bench clean browser mutate cli-json dist bypass
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -41,6 +41,12 @@ test: lint typecheck browser openclaw-unit unit
 # MUTATE_ARGS=--list lists the mutants.
 mutate: $(STAMP)
 	$(BIN)/python -m smf_assurance.ops.mutation $(MUTATE_ARGS)
+
+# The bypass matrix as one suite (issue 24): every case of docs/bypass.toml, its tests run
+# once, one row per case (surface, expected, observed); fails when a row did not pass.
+# The runtime rows need the pinned Hermes and OpenClaw; not part of `make test`.
+bypass: $(STAMP)
+	$(BIN)/python -m smf_assurance.ops.candidate.bypass
 
 bench: $(STAMP)
 	$(BIN)/smf-assurance bench
