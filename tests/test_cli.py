@@ -318,6 +318,8 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         "runtime",
         "approver",
         "doctor",
+        "review",
+        "candidate",
         "completion",
     }
     for path, summary, child in found:

@@ -40,6 +40,7 @@ from smf_assurance.ops.commands import (
     model_gateway,
     notify,
     release,
+    review,
     runtime,
     swarm,
     up,
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         runtime,
         approver,
         doctor,
+        review,
         candidate,
         completion,
     ):

@@ -1143,6 +1143,64 @@ class DoctorJson(CliJson, kw_only=True):
     checkpoint_age_s: Annotated[Count, _("entries unanchored longer than this warn")]
 
 
+# --- review, candidate status (issue 24) ---------------------------------------------
+
+CommitSha = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{40}\Z")]
+"""A git commit or tree named whole: 40 lowercase hex digits."""
+ReviewVerdict = Literal["pass", "fail", "pass-with-notes"]
+
+
+class ReviewStartJson(CliJson, kw_only=True):
+    """``review start --json``: the candidate's commit was checked out, clean, then."""
+
+    sha: Annotated[CommitSha, _("the candidate's commit, attested at the start")]
+    tree: Annotated[CommitSha, _("its tree")]
+    started_at_ms: Annotated[Millis, _("when the review started")]
+    start_file: Annotated[Path_, _("where the start was recorded (inside the git directory)")]
+
+
+class ReviewSignJson(CliJson, kw_only=True):
+    """``review sign --json``: the signed review record that was written."""
+
+    sha: Annotated[CommitSha, _("the commit the verdict is for (start and end attested it)")]
+    scope: Annotated[Literal["claim", "family"], _("what was reviewed: one claim or a family")]
+    target: Annotated[str, _("the claim id or the family")]
+    verdict: Annotated[ReviewVerdict, _("pass, fail or pass-with-notes")]
+    reviewer: Annotated[Principal, _("the reviewer: the key's registry principal")]
+    key_id: Annotated[KeyId, _("the key that signed the record")]
+    started_at_ms: Annotated[Millis, _("when the review started")]
+    signed_at_ms: Annotated[Millis, _("when it was signed")]
+    file: Annotated[Path_, _("the record written (a DSSE envelope)")]
+
+
+class ReviewRowJson(CliJson, kw_only=True):
+    """One row of ``candidate status``: a review, or the absence of one."""
+
+    family: Annotated[str | None, _("the gate family; null for a refused record")]
+    claim: Annotated[str | None, _("the claim; null for a family review or a refused record")]
+    state: Annotated[
+        Literal["current", "stale", "missing", "refused"],
+        _(
+            "current: holds for this SHA; stale: what it rests on changed; missing: no current "
+            "review; refused: the record does not count"
+        ),
+    ]
+    verdict: Annotated[ReviewVerdict | None, _("the signed verdict; null when missing or refused")]
+    reviewer: Annotated[Principal | None, _("who signed it; null when missing or refused")]
+    reviewed_sha: Annotated[CommitSha | None, _("the commit it was signed for")]
+    file: Annotated[str | None, _("the record's file name in the reviews folder")]
+    why: Annotated[str, _("why this state: the changed files, or the refusal's reason code")]
+
+
+class CandidateStatusJson(CliJson, kw_only=True):
+    """``candidate status --json``."""
+
+    sha: Annotated[CommitSha, _("the candidate's commit")]
+    tree: Annotated[CommitSha, _("its tree")]
+    complete: Annotated[bool, _("every claim has a current review that did not fail")]
+    rows: Annotated[tuple[ReviewRowJson, ...], _("per family, then per claim; refused last")]
+
+
 VARIANTS: Final[dict[type[CliJson], str]] = {
     EvalExplainedJson: "--explain",
     EvalLinesJson: "--jsonl",
@@ -1152,12 +1210,7 @@ VARIANTS: Final[dict[type[CliJson], str]] = {
 """Types a command prints instead of its first one when given a flag (not refusals)."""
 
 
-# --- the table of commands -----------------------------------------------------------------
-
 # --- candidate (issue 24) ----------------------------------------------------------------
-
-CommitSha = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{40}\Z")]
-"""A git object name: 40 hex digits (SHA-1)."""
 
 
 class CandidateClaimJson(CliJson, kw_only=True):
@@ -1191,6 +1244,8 @@ class CandidateBuildJson(CliJson, kw_only=True):
     claims: Annotated[tuple[CandidateClaimJson, ...], _("every declared claim, in file order")]
     files: Annotated[dict[str, Path_], _("json, markdown, dsse, junit: the files written")]
 
+
+# --- the table of commands -----------------------------------------------------------------
 
 COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("compile",): (CompileJson,),
@@ -1230,6 +1285,9 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("approver", "remove"): (ApproverRemoveJson,),
     ("doctor",): (DoctorJson,),
     ("candidate", "build"): (CandidateBuildJson,),
+    ("review", "start"): (ReviewStartJson,),
+    ("review", "sign"): (ReviewSignJson,),
+    ("candidate", "status"): (CandidateStatusJson,),
 }
 """Each command with ``--json`` and its types: what it prints, then any refusal it prints."""
 

@@ -3,24 +3,26 @@
 Issue 24, "``candidate build``: refuses a dirty tree or an untracked file that
 would ship; records the commit SHA and tree hash; runs the suite from a clean
 clone of that commit". A green suite in a dirty working tree proves nothing
-about any commit, so the check counts every modified, staged, deleted and
-untracked-not-ignored file, and the suite never runs in the working tree: it
-runs in a ``git clone`` checked out at the SHA.
+about any commit, so every modified, staged, deleted, renamed and
+untracked-not-ignored file refuses the build, and the suite never runs in the
+working tree: it runs in a clone checked out at the SHA. git is asked through
+:mod:`smf_assurance.ops.candidate.gitrepo`, the one place the candidate asks it.
 """
 
 from __future__ import annotations
 
-import re
-import subprocess
 from pathlib import Path
-from typing import Final
 
 import msgspec
 
-GIT_TIMEOUT_S: Final = 120.0
-"""Bounds a hung git (a lock, a network remote); local commands end long before."""
-
-_HEX40: Final = re.compile(r"^[0-9a-f]{40}\Z")
+from smf_assurance.ops.candidate.gitrepo import (
+    SHA,
+    GitError,
+    clone_commit,
+    commit_of,
+    dirty_files,
+    tree_of,
+)
 
 
 class SourceError(Exception):
@@ -43,51 +45,16 @@ class Commit(msgspec.Struct, frozen=True):
     tree: str
 
 
-def git(repo: Path, *args: str) -> str:
-    """Run git in ``repo`` and return its stdout; any failure is a :class:`SourceError`."""
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(repo), *args],
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SourceError(f"git {args[0]} failed: {type(exc).__name__}") from exc
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines()
-        raise SourceError(f"git {args[0]} failed: {lines[0] if lines else done.returncode}")
-    return done.stdout
-
-
-def changed_files(repo: Path) -> tuple[str, ...]:
-    """Every path that differs from HEAD: modified, staged, deleted, renamed, and
-    untracked unless ignored (``--untracked-files=all`` lists each file, not its folder)."""
-    out = git(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all")
-    entries = out.split("\0")
-    files: list[str] = []
-    skip = False
-    for entry in entries:
-        if skip:
-            skip = False
-            continue
-        if not entry:
-            continue
-        files.append(entry[3:])
-        # A rename or copy is followed by its source path, which is not a second change.
-        skip = entry[0] in "RC" or entry[1] in "RC"
-    return tuple(sorted(set(files)))
-
-
 def head_commit(repo: Path) -> Commit:
     """HEAD's SHA and tree, after refusing a working tree that differs from it."""
-    files = changed_files(repo)
-    if files:
-        raise DirtyTreeError(files)
-    sha = git(repo, "rev-parse", "--verify", "HEAD^{commit}").strip()
-    tree = git(repo, "rev-parse", "--verify", "HEAD^{tree}").strip()
-    if not (_HEX40.match(sha) and _HEX40.match(tree)):
+    try:
+        files = tuple(dirty_files(repo))
+        if files:
+            raise DirtyTreeError(files)
+        sha, tree = commit_of(repo, "HEAD"), tree_of(repo, "HEAD")
+    except GitError as exc:
+        raise SourceError(str(exc)) from exc
+    if not (SHA.match(sha) and SHA.match(tree)):
         raise SourceError(f"git named HEAD {sha!r} with tree {tree!r}: not SHA-1 hex")
     return Commit(sha=sha, tree=tree)
 
@@ -102,11 +69,12 @@ def clean_commit(repo: Path) -> Commit | None:
 
 
 def clone_at(repo: Path, commit: Commit, into: Path) -> Path:
-    """A fresh clone of ``repo`` checked out at ``commit``, whose tree is checked to be
-    the recorded one: nothing of the working tree (ignored files included) comes along."""
-    git(repo, "clone", "--quiet", "--no-checkout", "--", str(repo.resolve()), str(into))
-    git(into, "-c", "advice.detachedHead=false", "checkout", "--quiet", commit.sha)
-    tree = git(into, "rev-parse", "HEAD^{tree}").strip()
+    """A fresh clone of ``repo`` at ``commit``, whose tree is checked to be the recorded one."""
+    try:
+        clone_commit(repo, commit.sha, into)
+        tree = tree_of(into, "HEAD")
+    except GitError as exc:
+        raise SourceError(str(exc)) from exc
     if tree != commit.tree:
         raise SourceError(f"the clone's tree is {tree}, not {commit.tree}")
     return into

@@ -1,10 +1,12 @@
-"""``candidate``: one immutable candidate and its evidence matrix (issue 24).
+"""``candidate``: one immutable candidate of the product and what holds for it (issue 24).
 
 - ``candidate build``: refuses a dirty tree naming its files; records the commit's
   SHA and tree; takes the suite's results from ``make test`` in a fresh clone (or a
   ``--junit`` report bound to that SHA and tree); builds ``make dist`` there when the
   commit has it; writes the matrix as JSON, Markdown and a DSSE envelope signed by a
   release key (``smf_assurance.ops.candidate.build``).
+- ``candidate status``: which signed reviews hold for a candidate's commit
+  (``smf_assurance.ops.candidate.status``).
 """
 
 from __future__ import annotations
@@ -14,14 +16,17 @@ import sys
 from pathlib import Path
 
 from smf_assurance.ops.candidate.build import BuildError, build_candidate
+from smf_assurance.ops.candidate.status import add_status_parser
 from smf_assurance.ops.cli_json import CandidateBuildJson, CandidateClaimJson
 from smf_assurance.ops.output import emit, fail, say, table
 from smf_assurance.subjects.keys import KeyFileError, load_private_key
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("candidate", help="build a commit's signed evidence matrix")
-    actions = p.add_subparsers(dest="candidate_command", required=True, metavar="ACTION")
+    p = sub.add_parser(
+        "candidate", help="one immutable candidate: its signed evidence matrix and its reviews"
+    )
+    actions = p.add_subparsers(dest="candidate_command", required=True, metavar="SUBCOMMAND")
 
     build = actions.add_parser(
         "build",
@@ -50,6 +55,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     build.add_argument("--json", action="store_true", help="print the result as JSON")
     build.set_defaults(func=run_build)
+    add_status_parser(actions)
 
 
 def _progress(text: str) -> None:
