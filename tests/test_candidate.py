@@ -40,6 +40,7 @@ from smf_assurance.ops.candidate.matrix import (
     open_candidate,
     sign_candidate,
 )
+from smf_assurance.ops.candidate.reviews import load_candidate
 from smf_assurance.ops.candidate.source import Commit, head_commit
 from smf_assurance.ops.cli import main
 from smf_assurance.ops.hermes_env import HERMES_VERSION
@@ -250,6 +251,12 @@ def test_a_clean_commit_writes_a_matrix_every_row_naming_its_sha_signed_by_the_r
         assert row.review == NOT_REVIEWED
         expected = bool(row.tests) and row.family != "packaging"
         assert (row.state == "green") is expected, row
+    # candidate status and review sign read the same file (the contract between them).
+    as_reviewed = load_candidate(out / "candidate.json")
+    assert (as_reviewed.sha, as_reviewed.tree) == (commit.sha, commit.tree)
+    assert [(c.id, c.family, c.tests) for c in as_reviewed.claims] == [
+        (r.id, r.family, r.tests) for r in candidate.claims
+    ]
     markdown = (out / "candidate.md").read_text()
     table = [line for line in markdown.splitlines() if line.startswith(f"| {commit.sha} |")]
     assert len(table) == len(declared)
