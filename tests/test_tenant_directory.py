@@ -203,6 +203,19 @@ def test_a_malformed_file_is_refused_whole_in_one_line(tmp_path: Path, case: str
     assert str(folder / f"{TENANT}.toml") in message
 
 
+def test_a_tenant_id_that_is_no_tenant_and_an_unreadable_file_are_refused(
+    tmp_path: Path,
+) -> None:
+    spaced = DIRECTORY_TOML.replace(f'"{TENANT}"', '"tenant acme"')
+    folder = write_directory(tmp_path / "spaced", spaced, "tenant acme")
+    with pytest.raises(DirectoryError, match="tenant_id is not a tenant id"):
+        load_directory(folder)
+    unreadable = tmp_path / "unreadable"
+    (unreadable / f"{TENANT}.toml").mkdir(parents=True)
+    with pytest.raises(DirectoryError, match="cannot read"):
+        load_directory(unreadable)
+
+
 def test_a_folder_that_is_a_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "directory"
     path.write_text("")
