@@ -37,14 +37,19 @@ import re
 import sqlite3
 from typing import Any, Final
 
+import msgspec
 import pytest
 from nats.aio.client import Client
 
 from smf_assurance.approver.client import content_matches
+from smf_assurance.approver.directory import Directory
+from smf_assurance.ops.commands.approvals import _print_view
 from smf_assurance.ops.demo_script import MOTION_PDF, SCENARIOS, one_page_pdf
+from smf_assurance.ops.stack import Stack
 from smf_assurance.ops.state import StateDir
 from smf_assurance.pipeline.assembly import RunningGate
 from smf_assurance.subjects import names
+from smf_assurance.subjects.approvals import ApprovalView
 from smf_assurance.subjects.attachments import (
     MAX_ATTACHMENT_BYTES,
     AttachmentError,
@@ -66,8 +71,10 @@ from tests.test_approval_desk import (
     state,
     state_of,
 )
+from tests.test_cli_ops import arun, hold_court_filing, key_args, stack, table_value
+from tests.test_console import a_binding
 
-__all__ = ["clock", "gate", "state"]
+__all__ = ["clock", "gate", "stack", "state"]
 
 FILING: Final = SCENARIOS[0]
 OTHER_PDF: Final = one_page_pdf(("MOTION TO DISMISS", "Not the document the attorney saw."))
@@ -213,3 +220,60 @@ async def test_a_document_changed_after_approval_breaks_the_binding_and_nothing_
     assert connector_subject.pending_msgs == 0
     assert await state_of(gate, approval_id) == "invalidated"
     assert ("invalidated", ("binding_changed",)) in ledger_rows(state.ledger, approval_id)
+
+
+# --- the approver's command line -------------------------------------------------------
+
+
+async def test_the_python_check_refuses_a_swapped_or_broken_document(
+    gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    """``content_matches`` (the CLI's and the Python approver's check) covers the
+    arguments and each document, as the page's checks do."""
+    verdict = await held_filing(nc, state)
+    assert verdict.approval_id is not None
+    view = await approver(nc, state, ATTORNEY).show(verdict.approval_id)
+    assert content_matches(view)
+    arguments = json.loads(view.arguments_json)
+    swapped = attachment_argument("motion-to-compel.pdf", "application/pdf", OTHER_PDF)
+    broken = arguments["document_file"] | {"sha256": sha256_identity(OTHER_PDF)}
+    for changed in (
+        json.dumps({**arguments, "document_file": swapped}),  # a true digest, not the bound one
+        json.dumps({**arguments, "document_file": broken}),
+        "not json",
+        "[]",
+    ):
+        assert not content_matches(msgspec.structs.replace(view, arguments_json=changed))
+
+
+async def test_approvals_show_names_each_document_and_leaves_its_bytes_out(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    approval = await hold_court_filing(stack)
+    argv = ["approvals", "show", approval, "--nats", stack.url, *key_args(stack, "attorney-alex")]
+    code, out, _ = await arun(argv, capsys)
+    assert code == 0, out
+    assert table_value(out, "document document_file") == (
+        f"motion-to-compel.pdf, application/pdf, {len(MOTION_PDF)} bytes, "
+        f"{sha256_identity(MOTION_PDF)} (matches its bytes)"
+    )
+    data_b64 = FILING.arguments["document_file"]["data_b64"]
+    assert data_b64[:40] not in out
+    assert "(the bytes of document document_file)" in table_value(out, "arguments")
+
+    # A document whose bytes are not its digest: named, not described, and a mismatch.
+    broken = _with(data_b64=base64.b64encode(OTHER_PDF).decode())
+    view = ApprovalView(
+        schema="smf.approval-view/1",
+        binding=a_binding("tenant-acme", 1_000_000),
+        binding_digest="sha256:" + "c" * 64,
+        state="pending",
+        native_tool="court_efile",
+        destination_address="sdny",
+        content="text",
+        arguments_json=json.dumps({"document_file": broken}),
+    )
+    assert not content_matches(view)
+    _print_view(view, False, Directory().shown("tenant-acme", "m", "sdny", None))
+    printed = capsys.readouterr().out
+    assert table_value(printed, "document document_file") == "NOT SHOWN: attachment_digest_mismatch"

@@ -40,7 +40,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 from nats.aio.client import Client
@@ -74,6 +74,7 @@ from smf_assurance.subjects.approvals import (
     ResolutionDecision,
     ResolutionReply,
 )
+from smf_assurance.subjects.attachments import AttachmentError, claims_attachment, open_attachment
 from smf_assurance.subjects.bus_access import BusCredential
 from smf_assurance.subjects.keys import KeyFileError, SigningKey, load_private_key
 from smf_assurance.subjects.patterns import MAX_NOTE_CHARS, ApproverNote
@@ -472,15 +473,39 @@ def _directory_rows(display: DirectoryShown) -> list[tuple[str, str]]:
     return rows
 
 
+def _documents(view: ApprovalView) -> tuple[str, list[tuple[str, str]]]:
+    """The arguments with each document's bytes left out, and a row per document: its
+    name, type, size and digest once its bytes match it, or why not (issue 23)."""
+    try:
+        arguments = msgspec.json.decode(view.arguments_json, type=dict[str, Any])
+    except msgspec.DecodeError:
+        return printable(view.arguments_json), []
+    rows = []
+    for name, value in sorted(arguments.items()):
+        if not claims_attachment(value):
+            continue
+        try:
+            attachment, data = open_attachment(value)
+        except AttachmentError as exc:
+            rows.append((f"document {name}", f"NOT SHOWN: {exc.reason_code}"))
+            continue
+        shown = f"{printable(attachment.filename)}, {attachment.media_type}, {len(data)} bytes"
+        rows.append((f"document {name}", f"{shown}, {attachment.sha256} (matches its bytes)"))
+        arguments[name] = {**value, "data_b64": f"(the bytes of document {name})"}
+    return printable(msgspec.json.encode(arguments).decode()), rows
+
+
 def _print_view(view: ApprovalView, matches: bool, display: DirectoryShown) -> None:
     b = view.binding
     now = _now_ms()
+    arguments, documents = _documents(view)
     rows: Sequence[tuple[str, str]] = [
         ("approval id", b.approval_id),
         ("state", view.state),
         ("tool", view.native_tool),
         *_directory_rows(display),
-        ("arguments", printable(view.arguments_json)),
+        ("arguments", arguments),
+        *documents,
         ("required roles", ", ".join(b.required_roles)),
         ("tenant / organization", f"{b.tenant_id} / {b.organization_id}"),
         ("requested by", b.actor_id),
