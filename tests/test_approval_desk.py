@@ -504,8 +504,11 @@ async def test_held_court_filing_is_approved_once_and_filed_once(
         for suffix in ("", "-wal")
         if Path(f"{state.ledger}{suffix}").exists()
     )
-    for secret in (COURT_FILING.content, *COURT_FILING.arguments.values(), "matter-2026-0042"):
+    document = COURT_FILING.arguments["document_file"]  # issue 23: the filing's PDF
+    texts = [v for v in COURT_FILING.arguments.values() if isinstance(v, str)]
+    for secret in (COURT_FILING.content, *texts, document["data_b64"][:64], "matter-2026-0042"):
         assert secret.encode() not in evidence, f"{secret!r} reached the ledger file"
+    assert base64.b64decode(document["data_b64"])[:200] not in evidence
 
 
 # --- refusals: each its own reason, each changing nothing -----------------------

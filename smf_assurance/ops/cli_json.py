@@ -650,6 +650,33 @@ class ShownReason(CliJson, kw_only=True):
     words: Annotated[str | None, _("what it means in plain English, or null (no entry)")]
 
 
+class ShownDestination(CliJson, kw_only=True):
+    """The destination as the tenant directory names it (issue 23); never guessed."""
+
+    id: Annotated[str, _("the raw destination address, as bound")]
+    kind: Annotated[Literal["court", "recipient", "other"], _("which directory section")]
+    in_directory: Annotated[bool, _("the directory names it (false: shown as the raw id)")]
+    name: Annotated[str | None, _("the court's or recipient's name, or null")] = None
+    caption: Annotated[str | None, _("the matter's case caption at this court, or null")] = None
+    docket: Annotated[str | None, _("the matter's docket at this court, or null")] = None
+
+
+class ShownMatter(CliJson, kw_only=True):
+    """The matter and its client as the tenant directory names them (issue 23)."""
+
+    id: Annotated[str, _("the raw matter id, as bound")]
+    in_directory: Annotated[bool, _("the directory names it (false: shown as the raw id)")]
+    name: Annotated[str | None, _("the matter's display name, or null")] = None
+    client: Annotated[str | None, _("the client's display name, or null")] = None
+
+
+class ShownDirectory(CliJson, kw_only=True):
+    """Display names from the operator's tenant directory; not part of the binding."""
+
+    destination: Annotated[ShownDestination, _("the destination's display form")]
+    matter: Annotated[ShownMatter, _("the matter's display form")]
+
+
 class ApprovalsShowJson(CliJson, kw_only=True):
     """``approvals show --json``; printed also on a mismatch (then exit 1)."""
 
@@ -664,6 +691,7 @@ class ApprovalsShowJson(CliJson, kw_only=True):
     content_matches: Annotated[bool, _("the content and binding match the digest")]
     rules: Annotated[tuple[ShownRule, ...], _("each rule that requires the approval")]
     reasons: Annotated[tuple[ShownReason, ...], _("each reason code, explained")]
+    display: Annotated[ShownDirectory, _("destination and matter by the tenant directory's names")]
 
 
 class ApprovalsResolveJson(CliJson, kw_only=True):
