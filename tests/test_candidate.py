@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
@@ -151,24 +152,35 @@ def all_passing(repo: Path) -> dict[str, str]:
     return {test: "passed" for tests in claimed_tests(repo).values() for test in tests}
 
 
-def build(
-    repo: Path, key: Path, out: Path, capsys: pytest.CaptureFixture[str], *extra: str
-) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(
-        ["candidate", "build", "--repo", str(repo), "--key", str(key), "--out", str(out), *extra]
-    )
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+@dataclass(frozen=True)
+class Builder:
+    """``candidate build`` run in-process with the module's release key: what a test
+    needs of it, so each test names only the repository and the folder."""
+
+    key: Path
+    signing: SigningKey
+    capsys: pytest.CaptureFixture[str]
+
+    def run(
+        self, repo: Path, out: Path, *extra: str, key: Path | None = None
+    ) -> tuple[int, str, str]:
+        """Exit status, stdout and stderr of one build."""
+        self.capsys.readouterr()
+        argv = ("--repo", str(repo), "--key", str(key or self.key), "--out", str(out))
+        code = main(["candidate", "build", *argv, *extra])
+        captured = self.capsys.readouterr()
+        return code, captured.out, captured.err
+
+    def built(self, repo: Path, out: Path, junit: Path) -> Candidate:
+        """The candidate ``--junit`` gives without artifacts, after asserting it was built."""
+        code, stdout, err = self.run(repo, out, "--junit", str(junit), "--no-dist")
+        assert code == 0, (stdout, err)
+        return built(out)
 
 
-def built_from(
-    repo: Path, key: Path, out: Path, capsys: pytest.CaptureFixture[str], junit: Path
-) -> Candidate:
-    """The candidate ``--junit`` gives without artifacts, after asserting it was built."""
-    code, stdout, err = build(repo, key, out, capsys, "--junit", str(junit), "--no-dist")
-    assert code == 0, (stdout, err)
-    return built(out)
+@pytest.fixture
+def cli(release_key: tuple[Path, SigningKey], capsys: pytest.CaptureFixture[str]) -> Builder:
+    return Builder(key=release_key[0], signing=release_key[1], capsys=capsys)
 
 
 def built(out: Path) -> Candidate:
@@ -184,9 +196,8 @@ def rows(candidate: Candidate) -> dict[str, str]:
 
 def test_a_dirty_tree_exits_1_naming_the_modified_and_untracked_files(
     project: Path,
-    release_key: tuple[Path, SigningKey],
+    cli: Builder,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
 ) -> None:
     (project / "README.md").write_text("changed after the commit\n")
     (project / "smf_assurance" / "ops" / "stray.py").write_text("SHIPPED = True\n")
@@ -195,7 +206,7 @@ def test_a_dirty_tree_exits_1_naming_the_modified_and_untracked_files(
     (project / ".venv" / "ignored.txt").write_text("ignored by .gitignore: never ships\n")
     out = tmp_path / "out"
     junit = write_junit(tmp_path / "j.xml", {}, "0" * 40, "0" * 40)
-    code, stdout, err = build(project, release_key[0], out, capsys, "--junit", str(junit))
+    code, stdout, err = cli.run(project, out, "--junit", str(junit))
     assert code == 1
     assert stdout == ""
     assert len(err.splitlines()) == 1, err
@@ -207,15 +218,12 @@ def test_a_dirty_tree_exits_1_naming_the_modified_and_untracked_files(
 
 def test_a_staged_change_alone_is_refused(
     project: Path,
-    release_key: tuple[Path, SigningKey],
+    cli: Builder,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
 ) -> None:
     (project / "NOTES.md").write_text("staged, never committed\n")
     git(project, "add", "NOTES.md")
-    code, _, err = build(
-        project, release_key[0], tmp_path / "out", capsys, "--junit", str(tmp_path / "x")
-    )
+    code, _, err = cli.run(project, tmp_path / "out", "--junit", str(tmp_path / "x"))
     assert code == 1
     assert "NOTES.md" in err
 
@@ -225,16 +233,13 @@ def test_a_staged_change_alone_is_refused(
 
 def test_a_clean_commit_writes_a_matrix_every_row_naming_its_sha_signed_by_the_release_key(
     project: Path,
-    release_key: tuple[Path, SigningKey],
+    cli: Builder,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
 ) -> None:
     commit = head_commit(project)
     junit = write_junit(tmp_path / "j.xml", all_passing(project), commit.sha, commit.tree)
     out = tmp_path / "out"
-    code, stdout, _ = build(
-        project, release_key[0], out, capsys, "--junit", str(junit), "--no-dist"
-    )
+    code, stdout, _ = cli.run(project, out, "--junit", str(junit), "--no-dist")
     assert code == 0, stdout
     candidate = built(out)
     document = json.loads((out / "candidate.json").read_text())
@@ -262,7 +267,7 @@ def test_a_clean_commit_writes_a_matrix_every_row_naming_its_sha_signed_by_the_r
     assert len(table) == len(declared)
     assert commit.sha in markdown.splitlines()[0]
     # The envelope opens with the release key, and says what the JSON file says.
-    _, key = release_key
+    key = cli.signing
     signed = (out / "candidate.dsse.json").read_bytes()
     assert open_candidate(signed, {key.key_id: key.verify_key}) == candidate
     other = generate_signing_key().verify_key
@@ -281,13 +286,12 @@ def test_a_clean_commit_writes_a_matrix_every_row_naming_its_sha_signed_by_the_r
 
 def test_conformance_rows_name_the_runtime_pins_of_the_commit(
     project: Path,
-    release_key: tuple[Path, SigningKey],
+    cli: Builder,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
 ) -> None:
     commit = head_commit(project)
     junit = write_junit(tmp_path / "j.xml", all_passing(project), commit.sha, commit.tree)
-    candidate = built_from(project, release_key[0], tmp_path / "out", capsys, junit)
+    candidate = cli.built(project, tmp_path / "out", junit)
     assert candidate.runtimes == {"hermes-agent": HERMES_VERSION, "openclaw": OPENCLAW_PIN}
     by_family = {row.family: row for row in candidate.claims if row.tests}
     assert by_family["runtime-block-hermes"].runtimes == {"hermes-agent": HERMES_VERSION}
@@ -328,16 +332,13 @@ def _delete_test(repo: Path, node_id: str) -> None:
 
 def test_deleting_a_claims_only_test_opens_its_row(
     project: Path,
-    release_key: tuple[Path, SigningKey],
+    cli: Builder,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
 ) -> None:
     claim, test = _one_test_claims(project)[0]
     before = head_commit(project)
     junit = write_junit(tmp_path / "a.xml", all_passing(project), before.sha, before.tree)
-    assert (
-        rows(built_from(project, release_key[0], tmp_path / "a", capsys, junit))[claim] == "green"
-    )
+    assert rows(cli.built(project, tmp_path / "a", junit))[claim] == "green"
     _delete_test(project, test)
     after = commit_all(project, f"delete {test}")
     # The report still says the deleted test passed: a report cannot prove a claim
@@ -345,7 +346,7 @@ def test_deleting_a_claims_only_test_opens_its_row(
     junit = write_junit(
         tmp_path / "b.xml", {**all_passing(project), test: "passed"}, after.sha, after.tree
     )
-    candidate = built_from(project, release_key[0], tmp_path / "b", capsys, junit)
+    candidate = cli.built(project, tmp_path / "b", junit)
     row = next(r for r in candidate.claims if r.id == claim)
     assert (row.state, row.tests, row.sha) == ("open", (), after.sha)
     assert row.open_because == ("no test carries its marker",)
@@ -356,9 +357,8 @@ OUTCOMES = ("failed", "error", "skipped", "missing")
 
 def test_a_failing_errored_skipped_or_missing_test_opens_its_row_and_only_its_row(
     project: Path,
-    release_key: tuple[Path, SigningKey],
+    cli: Builder,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Four claims proven by one test each: each test's outcome is one of the four, in
     one report; exactly those four rows open, each naming its test and outcome."""
@@ -376,9 +376,7 @@ def test_a_failing_errored_skipped_or_missing_test_opens_its_row_and_only_its_ro
     for test in console:
         del cases[test]
     junit = write_junit(tmp_path / "j.xml", cases, commit.sha, commit.tree)
-    code, stdout, _ = build(
-        project, release_key[0], tmp_path / "out", capsys, "--junit", str(junit), "--no-dist"
-    )
+    code, stdout, _ = cli.run(project, tmp_path / "out", "--junit", str(junit), "--no-dist")
     assert code == 0
     by_id = {row.id: row for row in built(tmp_path / "out").claims}
     for outcome, (claim, test) in chosen.items():
@@ -426,9 +424,8 @@ def test_a_junit_for_another_commit_or_none_is_refused(
     tree: str | None,
     says: str,
     project: Path,
-    release_key: tuple[Path, SigningKey],
+    cli: Builder,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
 ) -> None:
     commit = head_commit(project)
     junit = write_junit(
@@ -438,9 +435,7 @@ def test_a_junit_for_another_commit_or_none_is_refused(
         commit.tree if tree is None and sha is not None else tree,
     )
     out = tmp_path / "out"
-    code, stdout, err = build(
-        project, release_key[0], out, capsys, "--junit", str(junit), "--no-dist"
-    )
+    code, stdout, err = cli.run(project, out, "--junit", str(junit), "--no-dist")
     assert code == 1
     assert stdout == ""
     assert says in err
@@ -520,26 +515,24 @@ def test_the_suites_own_junit_names_the_clean_commit_it_ran_and_nothing_when_dir
 
 def test_out_must_be_new_or_empty_and_the_key_a_key(
     project: Path,
-    release_key: tuple[Path, SigningKey],
+    cli: Builder,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
 ) -> None:
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine\n")
-    code, _, err = build(project, release_key[0], tmp_path / "full", capsys, "--junit", "x")
+    code, _, err = cli.run(project, tmp_path / "full", "--junit", "x")
     assert (code, (tmp_path / "full" / "keep.txt").read_text()) == (1, "mine\n")
     assert "not an empty folder" in err
     (tmp_path / "garbage.key").write_text("{}")
-    code, _, err = build(project, tmp_path / "garbage.key", tmp_path / "o", capsys, "--junit", "x")
+    code, _, err = cli.run(project, tmp_path / "o", "--junit", "x", key=tmp_path / "garbage.key")
     assert code == 2
     assert "garbage.key" in err
 
 
 def test_a_marker_naming_an_undeclared_claim_is_refused(
     project: Path,
-    release_key: tuple[Path, SigningKey],
+    cli: Builder,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
 ) -> None:
     (project / "tests" / "test_typo.py").write_text(
         "import pytest\n\n\n@pytest.mark.claim('bus-access.no-such-claim')\n"
@@ -547,7 +540,7 @@ def test_a_marker_naming_an_undeclared_claim_is_refused(
     )
     commit = commit_all(project, "a typo")
     junit = write_junit(tmp_path / "j.xml", {}, commit.sha, commit.tree)
-    code, _, err = build(project, release_key[0], tmp_path / "out", capsys, "--junit", str(junit))
+    code, _, err = cli.run(project, tmp_path / "out", "--junit", str(junit))
     assert code == 1
     assert "bus-access.no-such-claim" in err
 
@@ -621,16 +614,14 @@ def fake_project(path: Path, *, outcome: str = "", status: int = 0, dist: bool =
     return commit_all(path, "a fake project")
 
 
-def test_make_test_and_make_dist_run_in_a_clean_clone(
-    release_key: tuple[Path, SigningKey], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_make_test_and_make_dist_run_in_a_clean_clone(cli: Builder, tmp_path: Path) -> None:
     repo = tmp_path / "fake"
     commit = fake_project(repo)
     # What the working tree has but the commit does not must not reach the build.
     (repo / "dist").mkdir()
     (repo / "dist" / "planted.whl").write_text("not built from the commit")
     out = tmp_path / "out"
-    code, stdout, _ = build(repo, release_key[0], out, capsys, "--json")
+    code, stdout, _ = cli.run(repo, out, "--json")
     assert code == 0
     printed = json.loads(stdout)
     candidate = built(out)
@@ -651,20 +642,18 @@ def test_make_test_and_make_dist_run_in_a_clean_clone(
 
 
 def test_a_failing_suite_in_the_clone_opens_its_rows_and_records_its_exit(
-    release_key: tuple[Path, SigningKey], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cli: Builder, tmp_path: Path
 ) -> None:
     fake_project(tmp_path / "fake", outcome="<failure message='no'/>", status=2)
-    assert build(tmp_path / "fake", release_key[0], tmp_path / "out", capsys)[0] == 0
+    assert cli.run(tmp_path / "fake", tmp_path / "out")[0] == 0
     candidate = built(tmp_path / "out")
     assert candidate.suite.exit_status == 2
     assert rows(candidate) == {"bus-access.fake": "open", "packaging.fake-wheel": "green"}
 
 
-def test_without_a_dist_target_the_packaging_rows_stay_open(
-    release_key: tuple[Path, SigningKey], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_without_a_dist_target_the_packaging_rows_stay_open(cli: Builder, tmp_path: Path) -> None:
     fake_project(tmp_path / "fake", dist=False)
-    assert build(tmp_path / "fake", release_key[0], tmp_path / "out", capsys)[0] == 0
+    assert cli.run(tmp_path / "fake", tmp_path / "out")[0] == 0
     candidate = built(tmp_path / "out")
     assert (candidate.dist, candidate.artifacts) == ("no-target", ())
     row = next(r for r in candidate.claims if r.family == "packaging")
@@ -673,41 +662,35 @@ def test_without_a_dist_target_the_packaging_rows_stay_open(
     assert not (tmp_path / "out" / "artifacts").exists()
 
 
-def test_a_suite_that_writes_no_report_is_refused(
-    release_key: tuple[Path, SigningKey], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_suite_that_writes_no_report_is_refused(cli: Builder, tmp_path: Path) -> None:
     repo = tmp_path / "fake"
     fake_project(repo)
     (repo / "Makefile").write_text(".PHONY: test\ntest:\n\t@exit 3\n")
     commit_all(repo, "a suite that reports nothing")
-    code, stdout, err = build(repo, release_key[0], tmp_path / "out", capsys)
+    code, stdout, err = cli.run(repo, tmp_path / "out")
     assert (code, stdout) == (1, "")
     assert "make test exited 2 and wrote no JUnit report" in err
     # The log of the make that ran is kept for whoever must find out why; nothing else.
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["make-test.log"]
 
 
-def test_a_failing_dist_is_refused(
-    release_key: tuple[Path, SigningKey], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_failing_dist_is_refused(cli: Builder, tmp_path: Path) -> None:
     repo = tmp_path / "fake"
     fake_project(repo)
     (repo / "Makefile").write_text(
         (repo / "Makefile").read_text().split("dist:\n")[0] + "dist:\n\t@exit 4\n"
     )
     commit_all(repo, "a dist that fails")
-    code, _, err = build(repo, release_key[0], tmp_path / "out", capsys)
+    code, _, err = cli.run(repo, tmp_path / "out")
     assert code == 1
     assert "make dist exited 2" in err
     assert not (tmp_path / "out" / "candidate.json").exists()
     assert not (tmp_path / "out" / "junit.xml").exists()
 
 
-def test_a_folder_that_is_no_sha1_git_repository_is_refused(
-    release_key: tuple[Path, SigningKey], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_folder_that_is_no_sha1_git_repository_is_refused(cli: Builder, tmp_path: Path) -> None:
     (tmp_path / "plain").mkdir()
-    code, _, err = build(tmp_path / "plain", release_key[0], tmp_path / "o1", capsys)
+    code, _, err = cli.run(tmp_path / "plain", tmp_path / "o1")
     assert code == 1
     assert "not a git repository" in err
     assert len(err.splitlines()) == 1
@@ -718,21 +701,19 @@ def test_a_folder_that_is_no_sha1_git_repository_is_refused(
     (repo / "README").write_text("x\n")
     git(repo, "add", "-A")
     git(repo, "commit", "--quiet", "-m", "one")
-    code, _, err = build(repo, release_key[0], tmp_path / "o2", capsys)
+    code, _, err = cli.run(repo, tmp_path / "o2")
     assert code == 1
     assert "not SHA-1 hex" in err
     assert not (tmp_path / "o1").exists()
     assert not (tmp_path / "o2").exists()
 
 
-def test_a_commit_without_its_claims_file_is_refused(
-    release_key: tuple[Path, SigningKey], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_commit_without_its_claims_file_is_refused(cli: Builder, tmp_path: Path) -> None:
     repo = tmp_path / "fake"
     fake_project(repo)
     (repo / CLAIMS_FILE).unlink()
     commit = commit_all(repo, "no claims")
-    code, stdout, err = build(repo, release_key[0], tmp_path / "out", capsys)
+    code, stdout, err = cli.run(repo, tmp_path / "out")
     assert (code, stdout) == (1, "")
     assert f"claims at {commit.sha}: cannot read" in err
     assert not (tmp_path / "out").exists()
