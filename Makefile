@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench clean browser mutate cli-json dist bypass
+.PHONY: demo test lint typecheck unit bench clean browser mutate cli-json evidence dist bypass
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -55,6 +55,12 @@ bench: $(STAMP)
 # tests/test_cli_json.py fails when it is stale.
 cli-json: $(STAMP)
 	$(BIN)/python -m smf_assurance.ops.cli_json
+
+# docs/EVIDENCE.md's claim table from docs/claims.toml and the tests' claim markers
+# (smf_assurance/ops/candidate/evidence.py, issue 24); tests/test_candidate_evidence.py
+# fails when it is stale.
+evidence: $(STAMP)
+	$(BIN)/python -m smf_assurance.ops.candidate.evidence
 
 # The three distributions (issue 21): the gate's wheel and sdist, the Hermes adapter wheel
 # (smf-assurance-hermes) and the OpenClaw plugin tarball, each checked, into dist/ with

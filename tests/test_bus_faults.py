@@ -453,6 +453,7 @@ async def _second_writer(state: StateDir) -> None:
         )
 
 
+@pytest.mark.claim("protected-evidence.outage-denies")
 @MODES
 @pytest.mark.parametrize("outage", ["closed", "second-writer"])
 async def test_ledger_outage_denies_everything_and_releases_nothing_unrecorded(

@@ -52,6 +52,7 @@ from smf_assurance.ops.state import (
 from smf_assurance.subjects.bus_access import connect_options
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.registry import encode_registry, entry_for
+from tests.test_candidate import fake_project
 from tests.test_cli import AT, subcommands
 from tests.test_cli_model_gateway import ACTOR
 from tests.test_cli_ops import read_line
@@ -494,6 +495,18 @@ def check_approver_remove(out: cli_json.ApproverRemoveJson, _: World) -> None:
     adopted(out.release)
 
 
+CANDIDATE = (
+    *("--repo", "{work}/candidate-repo", "--key", "{state}/keys/release-signer.key"),
+    *("--out", "{work}/candidate-out"),
+)
+
+
+def check_candidate(out: cli_json.CandidateBuildJson, _: World) -> None:
+    full(r"[0-9a-f]{40}", out.sha)
+    assert (out.green, out.open, out.dist) == (2, 0, "built"), out
+    assert [c.state for c in out.claims] == ["green", "green"], out
+
+
 def check_doctor(out: cli_json.DoctorJson, _: World) -> None:
     assert (out.ok, out.failed) == (True, 0), out
     kinds = {c.kind for c in out.checks if c.status in ("ok", "warn")}
@@ -838,6 +851,10 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
         Case(("--state-dir", "{state}", "--nats", "{nats}"), check=check_doctor),
         Case(("--state-dir", "{state}", "--nats", "{dead}"), 1, 0, check_doctor_dead),
     ),
+    ("candidate", "build"): (
+        Case(CANDIDATE, check=check_candidate),
+        Case(CANDIDATE, 1, None),  # its --out is no longer empty
+    ),
     # issue 24: a review of a candidate's claim, bound to its commit, then its status
     ("review", "start"): (
         Case(("--candidate", "{work}/candidate.json", *REPO), check=check_review_start),
@@ -908,6 +925,7 @@ def scratch(world: World) -> Iterator[dict[str, str]]:
         now_ms=time.time_ns() // 1_000_000,
     )
     write_release_dir(again, work / "against")
+    fake_project(work / "candidate-repo")
     approver = public_record(generate_signing_key(), "attorney-json")
     (work / "attorney-json.pub.json").write_bytes(msgspec.json.encode(approver))
     dead, dead_http = reserve_port(), reserve_port()

@@ -343,6 +343,7 @@ def _installed_venv(wheel: Path, where: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.claim("packaging.package-data-installed")
 def test_the_gate_wheel_and_sdist_ship_their_data_and_no_node_file(tmp_path: Path) -> None:
     project = git_copy(tmp_path / "project")
     out = tmp_path / "out"
@@ -379,6 +380,7 @@ def test_the_gate_wheel_and_sdist_ship_their_data_and_no_node_file(tmp_path: Pat
 
 
 @pytest.mark.slow
+@pytest.mark.claim("packaging.package-data-installed")
 def test_the_packaging_gate_names_a_deleted_package_data_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1238,6 +1238,41 @@ VARIANTS: Final[dict[type[CliJson], str]] = {
 """Types a command prints instead of its first one when given a flag (not refusals)."""
 
 
+# --- candidate (issue 24) ----------------------------------------------------------------
+
+
+class CandidateClaimJson(CliJson, kw_only=True):
+    """One claim's row, as the matrix has it at this commit."""
+
+    id: Annotated[str, _("the claim's id (family.name) in docs/claims.toml")]
+    family: Annotated[str, _("its gate family")]
+    state: Annotated[
+        Literal["green", "open"],
+        _("green: every test carrying its marker passed at this commit; else open"),
+    ]
+    tests: Annotated[Count, _("how many tests carry its marker at this commit")]
+    open_because: Annotated[tuple[str, ...], _("why it is open (empty when green)")]
+
+
+class CandidateBuildJson(CliJson, kw_only=True):
+    """``candidate build --json``: the matrix written and signed for one commit."""
+
+    schema: Annotated[Literal["smf.candidate/1"], _("the matrix's schema")]
+    sha: Annotated[CommitSha, _("the commit every row names")]
+    tree: Annotated[CommitSha, _("that commit's tree hash")]
+    signed_by: Annotated[KeyId, _("the release key that signed candidate.dsse.json")]
+    dist: Annotated[
+        Literal["built", "no-target", "skipped"],
+        _("make dist ran / the commit has no dist target / --no-dist"),
+    ]
+    artifacts: Annotated[dict[str, Identity], _("each built file's name and sha256")]
+    runtimes: Annotated[dict[str, str], _("runtime -> version pinned at this commit")]
+    green: Annotated[Count, _("claims whose every test passed")]
+    open: Annotated[Count, _("claims with a missing, skipped, failing or no test")]
+    claims: Annotated[tuple[CandidateClaimJson, ...], _("every declared claim, in file order")]
+    files: Annotated[dict[str, Path_], _("json, markdown, dsse, junit: the files written")]
+
+
 # --- the table of commands -----------------------------------------------------------------
 
 COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
@@ -1277,6 +1312,7 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("approver", "add"): (ApproverAddJson,),
     ("approver", "remove"): (ApproverRemoveJson,),
     ("doctor",): (DoctorJson,),
+    ("candidate", "build"): (CandidateBuildJson,),
     ("review", "start"): (ReviewStartJson,),
     ("review", "sign"): (ReviewSignJson,),
     ("candidate", "status"): (CandidateStatusJson,),

@@ -52,10 +52,20 @@ def tree_of(repo: Path, rev: str) -> str:
 
 
 def dirty_files(repo: Path) -> list[str]:
-    """Every modified, staged or untracked path (ignored files aside): a tree that has
-    any is not the commit it sits on."""
+    """Every modified, staged, renamed or untracked path (ignored files aside): a tree
+    that has any is not the commit it sits on. With ``-z`` a rename or copy entry is
+    followed by its source path, bare: that path is taken whole, not cut as an entry."""
     out = _git(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all")
-    return sorted({entry[3:] for entry in out.split("\0") if len(entry) > 3})
+    files: set[str] = set()
+    source_follows = False
+    for entry in filter(None, out.split("\0")):
+        if source_follows:
+            files.add(entry)
+            source_follows = False
+            continue
+        files.add(entry[3:])
+        source_follows = "R" in entry[:2] or "C" in entry[:2]
+    return sorted(files)
 
 
 def changed_files(repo: Path, old: str, new: str) -> frozenset[str]:
@@ -77,3 +87,11 @@ def git_dir_path(repo: Path, name: str) -> Path:
     """Where ``name`` lives inside the repository's git directory: a file kept there is
     out of the working tree, so keeping it does not make the tree dirty."""
     return Path(repo, _git(repo, "rev-parse", "--git-path", name).strip())
+
+
+def clone_commit(repo: Path, sha: str, into: Path) -> Path:
+    """A fresh clone of ``repo`` into ``into`` with ``sha`` checked out: the files of that
+    commit and nothing of the working tree, ignored files included."""
+    _git(repo, "clone", "--quiet", "--no-checkout", "--", str(repo.resolve()), str(into))
+    _git(into, "-c", "advice.detachedHead=false", "checkout", "--quiet", sha)
+    return into
