@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench clean browser mutate cli-json
+.PHONY: demo test lint typecheck unit bench clean browser mutate cli-json evidence dist bypass
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -42,6 +42,12 @@ test: lint typecheck browser openclaw-unit unit
 mutate: $(STAMP)
 	$(BIN)/python -m smf_assurance.ops.mutation $(MUTATE_ARGS)
 
+# The bypass matrix as one suite (issue 24): every case of docs/bypass.toml, its tests run
+# once, one row per case (surface, expected, observed); fails when a row did not pass.
+# The runtime rows need the pinned Hermes and OpenClaw; not part of `make test`.
+bypass: $(STAMP)
+	$(BIN)/python -m smf_assurance.ops.candidate.bypass
+
 bench: $(STAMP)
 	$(BIN)/smf-assurance bench
 
@@ -49,6 +55,18 @@ bench: $(STAMP)
 # tests/test_cli_json.py fails when it is stale.
 cli-json: $(STAMP)
 	$(BIN)/python -m smf_assurance.ops.cli_json
+
+# docs/EVIDENCE.md's claim table from docs/claims.toml and the tests' claim markers
+# (smf_assurance/ops/candidate/evidence.py, issue 24); tests/test_candidate_evidence.py
+# fails when it is stale.
+evidence: $(STAMP)
+	$(BIN)/python -m smf_assurance.ops.candidate.evidence
+
+# The three distributions (issue 21): the gate's wheel and sdist, the Hermes adapter wheel
+# (smf-assurance-hermes) and the OpenClaw plugin tarball, each checked, into dist/ with
+# their sha256 digests (smf_assurance/ops/dist.py; docs/HERMES.md, docs/OPENCLAW.md).
+dist: $(STAMP)
+	$(BIN)/python -m smf_assurance.ops.dist --out dist
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .coverage

@@ -18,7 +18,7 @@ unless it names a deadline itself (none does).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import nats
@@ -27,6 +27,7 @@ import structlog
 from hypothesis import settings
 from nats.aio.client import Client
 
+from smf_assurance.ops.candidate.junit import identity_properties
 from smf_assurance.ops.cluster import LocalNatsCluster
 from smf_assurance.ops.natsserver import EmbeddedNatsServer, reserve_port
 from smf_assurance.ops.state import StateDir, provision_demo
@@ -101,3 +102,20 @@ async def nats_cluster(tmp_path: Path) -> AsyncIterator[LocalNatsCluster]:
     and logs live in this test's ``tmp_path / "cluster"``; stopped afterwards."""
     async with LocalNatsCluster(tmp_path / "cluster") as cluster:
         yield cluster
+
+
+# --- candidate: a JUnit report names the commit it ran against (issue 24) ---------
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _candidate_identity(
+    pytestconfig: pytest.Config,
+    record_testsuite_property: Callable[[str, object], None],
+) -> None:
+    """With ``--junitxml``, the report names HEAD's SHA and tree when the working tree
+    is clean at the session's first test, and nothing when it is not: ``candidate
+    build --junit`` refuses a report that does not name its commit
+    (``smf_assurance.ops.candidate.junit``)."""
+    if pytestconfig.getoption("xmlpath", None):
+        for name, value in identity_properties(pytestconfig.rootpath):
+            record_testsuite_property(name, value)

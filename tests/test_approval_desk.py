@@ -504,8 +504,11 @@ async def test_held_court_filing_is_approved_once_and_filed_once(
         for suffix in ("", "-wal")
         if Path(f"{state.ledger}{suffix}").exists()
     )
-    for secret in (COURT_FILING.content, *COURT_FILING.arguments.values(), "matter-2026-0042"):
+    document = COURT_FILING.arguments["document_file"]  # issue 23: the filing's PDF
+    texts = [v for v in COURT_FILING.arguments.values() if isinstance(v, str)]
+    for secret in (COURT_FILING.content, *texts, document["data_b64"][:64], "matter-2026-0042"):
         assert secret.encode() not in evidence, f"{secret!r} reached the ledger file"
+    assert base64.b64decode(document["data_b64"])[:200] not in evidence
 
 
 # --- refusals: each its own reason, each changing nothing -----------------------
@@ -603,6 +606,7 @@ async def test_refused_resolution_has_its_reason_and_changes_nothing(
     assert await order_count(gate.js) == 1
 
 
+@pytest.mark.claim("approver-desk.refusals-change-nothing")
 async def test_self_approval_is_refused(gate: RunningGate, nc: Client, state: StateDir) -> None:
     """The roster makes sam-self a licensed attorney; sam-self asked for this filing."""
     verdict = await held_filing(nc, state, actor_id=SELF_APPROVER)
@@ -616,6 +620,7 @@ async def test_self_approval_is_refused(gate: RunningGate, nc: Client, state: St
     assert await order_count(gate.js) == 0
 
 
+@pytest.mark.claim("approver-desk.refusals-change-nothing")
 async def test_duplicate_allow_once_is_refused_and_one_order_stands(
     gate: RunningGate, nc: Client, state: StateDir
 ) -> None:
@@ -677,6 +682,7 @@ async def test_old_resolution_and_old_digest_do_not_cover_a_new_approval(
     assert await order_count(gate.js) == 1
 
 
+@pytest.mark.claim("approver-desk.refusals-change-nothing")
 async def test_resolution_after_expiry_is_refused(
     gate: RunningGate, nc: Client, state: StateDir, clock: Clock
 ) -> None:
@@ -720,6 +726,7 @@ async def test_sweep_expires_an_unanswered_approval_and_tells_the_runtime(
     assert await order_count(gate.js) == 0
 
 
+@pytest.mark.claim("approver-desk.refusals-change-nothing")
 async def test_deny_then_allow_is_refused(gate: RunningGate, nc: Client, state: StateDir) -> None:
     verdict = await held_filing(nc, state)
     approval_id = verdict.approval_id

@@ -674,6 +674,7 @@ async def test_unknown_approval_is_not_found(store: ApprovalStore) -> None:
 # --- orders -----------------------------------------------------------------
 
 
+@pytest.mark.claim("exact-action-approval.one-claimant")
 async def test_one_claim_one_order(store: ApprovalStore) -> None:
     first = await executing(store, "first")
     second = await executing(store, "second")
@@ -868,6 +869,7 @@ async def test_find_by_order_unknown_is_none(store: ApprovalStore) -> None:
 # --- concurrency ------------------------------------------------------------
 
 
+@pytest.mark.claim("exact-action-approval.one-claimant")
 async def test_racing_claimants_have_exactly_one_winner(
     backend: Backend, store: ApprovalStore
 ) -> None:

@@ -89,6 +89,7 @@ def test_only_the_cluster_series_run_and_every_series_has_its_samples(
         assert row["elapsed_us"] > 0
 
 
+@pytest.mark.claim("performance-budgets.honest-figures")
 def test_every_ratio_is_computed_from_the_printed_figures(report: dict[str, Any]) -> None:
     figures = report["cluster"]
     sqlite, kv = figures["claim"]
@@ -187,6 +188,7 @@ def test_ratios_are_thousandths_rounded_half_up_in_integers() -> None:
         ratio_x1000(1, 0)
 
 
+@pytest.mark.claim("performance-budgets.honest-figures")
 def test_a_wrong_verdict_fails_the_run_instead_of_printing_a_figure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

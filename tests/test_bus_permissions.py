@@ -403,6 +403,7 @@ def server(state: StateDir) -> Iterator[EmbeddedNatsServer]:
     server.close()
 
 
+@pytest.mark.claim("bus-access.each-role-its-part")
 async def test_every_role_may_do_exactly_its_part_on_one_server(
     server: EmbeddedNatsServer, state: StateDir
 ) -> None:
@@ -411,6 +412,7 @@ async def test_every_role_may_do_exactly_its_part_on_one_server(
     await operator_may_destroy([server.url], state)
 
 
+@pytest.mark.claim("bus-access.each-role-its-part")
 async def test_every_role_may_do_exactly_its_part_on_the_cluster(
     nats_cluster: LocalNatsCluster, state: StateDir
 ) -> None:
@@ -446,6 +448,7 @@ async def test_the_matrix_sees_a_refusal_it_is_told_to_expect(
 REVOKED: Final = "runtime-b"
 
 
+@pytest.mark.claim("bus-access.revoked-cut-off")
 async def test_a_runtime_revoked_by_a_new_release_is_cut_off_without_a_gate_restart(
     state: StateDir,
 ) -> None:

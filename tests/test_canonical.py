@@ -162,6 +162,7 @@ def _encode_id(vector: dict[str, Any]) -> str:
     return str(vector["name"])
 
 
+@pytest.mark.claim("canonical-identities.jcs-bytes")
 @pytest.mark.parametrize("vector", CANONICAL_VECTORS["encode"], ids=_encode_id)
 def test_encode_vector(vector: dict[str, Any]) -> None:
     value = json.loads(vector["input"])
@@ -204,6 +205,7 @@ def test_precomposed_and_decomposed_vectors_share_an_identity() -> None:
 # --- canonical_bytes: rules -------------------------------------------------------
 
 
+@pytest.mark.claim("canonical-identities.jcs-bytes")
 def test_utf16_key_order_differs_from_python_sort() -> None:
     """JCS orders by UTF-16 code units; Python's str sort would put U+E000 first."""
     value = {"\ue000": 1, "\U0001f600": 2}
@@ -211,6 +213,7 @@ def test_utf16_key_order_differs_from_python_sort() -> None:
     assert canonical_bytes(value) == '{"\U0001f600":2,"\ue000":1}'.encode()
 
 
+@pytest.mark.claim("canonical-identities.jcs-bytes")
 @pytest.mark.parametrize(
     "value",
     [
@@ -362,6 +365,7 @@ def test_canonical_bytes_is_a_fixed_point_of_parse_and_reencode(value: Any) -> N
     raw.decode("utf-8")  # always valid UTF-8
 
 
+@pytest.mark.claim("canonical-identities.jcs-bytes")
 @SETTINGS
 @given(JSON_VALUES)
 def test_equivalent_spellings_give_identical_bytes(value: Any) -> None:

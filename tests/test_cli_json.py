@@ -52,6 +52,9 @@ from smf_assurance.ops.state import (
     StateDir,
 )
 from smf_assurance.subjects.bus_access import connect_options
+from smf_assurance.subjects.keys import SigningKey
+from smf_assurance.subjects.registry import encode_registry, entry_for
+from tests.test_candidate import fake_project
 from tests.test_cli import AT, subcommands
 from tests.test_cli_model_gateway import ACTOR
 from tests.test_cli_ops import read_line
@@ -518,6 +521,18 @@ def check_approver_remove(out: cli_json.ApproverRemoveJson, _: World) -> None:
     adopted(out.release)
 
 
+CANDIDATE = (
+    *("--repo", "{work}/candidate-repo", "--key", "{state}/keys/release-signer.key"),
+    *("--out", "{work}/candidate-out"),
+)
+
+
+def check_candidate(out: cli_json.CandidateBuildJson, _: World) -> None:
+    full(r"[0-9a-f]{40}", out.sha)
+    assert (out.green, out.open, out.dist) == (2, 0, "built"), out
+    assert [c.state for c in out.claims] == ["green", "green"], out
+
+
 def check_doctor(out: cli_json.DoctorJson, _: World) -> None:
     assert (out.ok, out.failed) == (True, 0), out
     kinds = {c.kind for c in out.checks if c.status in ("ok", "warn")}
@@ -531,6 +546,33 @@ def check_doctor_dead(out: cli_json.DoctorJson, _: World) -> None:
     assert {c.status for c in out.checks if c.kind != "bus"} == {"skip"}
 
 
+def check_review_start(out: cli_json.ReviewStartJson, world: World) -> None:
+    assert out.sha == (world.work / "candidate.sha").read_text()
+    assert Path(out.start_file).is_file()
+
+
+def check_review_sign(out: cli_json.ReviewSignJson, _: World) -> None:
+    assert (out.scope, out.target, out.verdict, out.reviewer) == (
+        "claim",
+        "bus-access.one",
+        "pass",
+        "reviewer-rita",
+    )
+    full(KEY_ID, out.key_id)
+    assert Path(out.file).is_file()
+
+
+def check_candidate_status(out: cli_json.CandidateStatusJson, _: World) -> None:
+    assert out.complete
+    (row,) = out.rows
+    assert (row.claim, row.state, row.reviewer) == ("bus-access.one", "current", "reviewer-rita")
+
+
+REPO = ("--repo", "{work}/reviewed")
+REVIEW = (
+    *("--candidate", "{work}/candidate.json", "--claim", "bus-access.one", "--verdict", "pass"),
+    *("--registry", "{work}/reviewers.json", "--reviews", "{work}/reviews", *REPO),
+)
 RELEASE_KEY = ("--release-key", "{state}/keys/release-signer.key", "--state-dir", "{state}")
 NEW_RUNTIME = ("--kind", "hermes", "--id", "hermes-json", "--tenant", "tenant-acme")
 NEW_APPROVER = (
@@ -839,6 +881,34 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
         Case(("--state-dir", "{state}", "--nats", "{nats}"), check=check_doctor),
         Case(("--state-dir", "{state}", "--nats", "{dead}"), 1, 0, check_doctor_dead),
     ),
+    ("candidate", "build"): (
+        Case(CANDIDATE, check=check_candidate),
+        Case(CANDIDATE, 1, None),  # its --out is no longer empty
+    ),
+    # issue 24: a review of a candidate's claim, bound to its commit, then its status
+    ("review", "start"): (
+        Case(("--candidate", "{work}/candidate.json", *REPO), check=check_review_start),
+        Case(("--candidate", "{work}/garbage", *REPO), 1, None),
+    ),
+    ("review", "sign"): (
+        Case((*REVIEW, "--key", "{work}/rita.key"), check=check_review_sign),
+        Case((*REVIEW, "--key", "{state}/keys/runtime.key"), 1, None),  # not a reviewer
+    ),
+    ("candidate", "status"): (
+        Case(
+            (
+                "--candidate",
+                "{work}/candidate.json",
+                "--reviews",
+                "{work}/reviews",
+                *REPO,
+                "--registry",
+                "{work}/reviewers.json",
+            ),
+            check=check_candidate_status,
+        ),
+        Case(("--candidate", "{work}/garbage", "--reviews", "{work}/reviews"), 1, None),
+    ),
 }
 """Cases run in this order (a later one may use what an earlier one wrote): per
 command, a success and, where it can refuse, a refusal."""
@@ -869,7 +939,9 @@ def scratch(world: World) -> Iterator[dict[str, str]]:
         write_private_key,
     )
 
-    write_private_key(work / "rita.key", generate_signing_key(), "reviewer-rita")
+    rita = generate_signing_key()
+    write_private_key(work / "rita.key", rita, "reviewer-rita")
+    reviewed_repo(work, rita)
     lines = [
         json.dumps(json.loads((package_path(SCENARIO_ENVELOPES) / name).read_text()))
         for name in ("1-court-filing-approval.json", "2-legal-hold-deletion.json")
@@ -883,6 +955,7 @@ def scratch(world: World) -> Iterator[dict[str, str]]:
         now_ms=time.time_ns() // 1_000_000,
     )
     write_release_dir(again, work / "against")
+    fake_project(work / "candidate-repo")
     approver = public_record(generate_signing_key(), "attorney-json")
     (work / "attorney-json.pub.json").write_bytes(msgspec.json.encode(approver))
     dead, dead_http = reserve_port(), reserve_port()
@@ -901,6 +974,32 @@ def scratch(world: World) -> Iterator[dict[str, str]]:
     finally:
         dead.close()
         dead_http.close()
+
+
+def reviewed_repo(work: Path, reviewer: SigningKey) -> None:
+    """A git repository of one commit, its candidate and a registry naming the reviewer."""
+    repo = work / "reviewed"
+    repo.mkdir()
+    (repo / "a.py").write_text("A = 1\n")
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ("git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org", *args),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "one")
+    sha = git("rev-parse", "HEAD")
+    (work / "candidate.sha").write_text(sha)
+    claim = {"id": "bus-access.one", "family": "bus-access", "tests": []}
+    candidate = {"schema": "smf.candidate/1", "sha": sha, "tree": git("rev-parse", "HEAD^{tree}")}
+    (work / "candidate.json").write_text(json.dumps({**candidate, "claims": [claim]}))
+    entry = entry_for(reviewer, "reviewer-rita", "operator", licensed_roles=("reviewer",))
+    (work / "reviewers.json").write_bytes(encode_registry((entry,)))
 
 
 def run_case(

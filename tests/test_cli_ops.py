@@ -33,6 +33,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.approver.directory import Directory
 from smf_assurance.ops.cli import main
 from smf_assurance.ops.commands.approvals import _print_view, _view_json
 from smf_assurance.ops.demo_script import SCENARIOS
@@ -547,11 +548,12 @@ def test_a_reason_code_without_words_is_shown_as_the_code_alone(
             ReasonShown(code="attorney_approval_required_for_transmission", words="in words"),
         ),
     )
-    _print_view(view, True)
+    display = Directory().shown("tenant-acme", "m", "sdny", None)
+    _print_view(view, True, display)
     out = capsys.readouterr().out.splitlines()
     assert "reason another_releases_code" in out
     assert "reason attorney_approval_required_for_transmission: in words" in out
-    shown = msgspec.to_builtins(_view_json(view, True))
+    shown = msgspec.to_builtins(_view_json(view, True, display))
     assert shown["reasons"][0] == {"code": "another_releases_code", "words": None}
     assert not shown["rules"]
 

@@ -210,6 +210,10 @@ ARGUMENT_ONLY: dict[tuple[str, ...], str] = {
     ("release", "trust-root"): "writes one new file from public records",
     ("swarm", "review"): "needs a report; reads --state-dir only for its rollback floor",
     ("completion",): "prints a script; in the closed-stdout class",
+    ("candidate", "build"): "reads a git repository and a key, writes a new folder; no state",
+    ("review", "start"): "reads a candidate and a git working tree; no state, no bus",
+    ("review", "sign"): "reads a candidate, a key, a registry and a working tree; no bus",
+    ("candidate", "status"): "reads a candidate, review records, a registry and git; no bus",
 }
 """Commands the environment classes do not run, and why."""
 

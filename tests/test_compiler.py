@@ -116,6 +116,7 @@ def cli_compile(corpus: Path, out: Path, *, as_json: bool = False) -> int:
 # --- freshness and reproducibility -------------------------------------------------
 
 
+@pytest.mark.claim("projection-integrity.reproducible")
 def test_shipped_compiled_projection_is_fresh() -> None:
     """The projection shipped in the package is exactly what the shipped corpus compiles to."""
     compiled = compile_corpus(SHIPPED_CORPUS)
@@ -147,6 +148,7 @@ def _shuffled_corpus_is_identical(
     assert again == base
 
 
+@pytest.mark.claim("projection-integrity.reproducible")
 @settings(max_examples=30, deadline=None)
 @given(st.randoms(use_true_random=False))
 def test_reordered_shipped_corpus_gives_identical_bytes(rng: Any) -> None:
@@ -610,6 +612,7 @@ def _prepare(tmp_path: Path, mutate: Mutator) -> tuple[Path, Path]:
     return corpus, out
 
 
+@pytest.mark.claim("projection-integrity.rejected-before-writing")
 @pytest.mark.parametrize(("mutate", "expected"), REJECTIONS)
 def test_inconsistent_corpus_is_rejected_before_writing(
     mutate: Mutator, expected: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -58,7 +58,9 @@ from smf_assurance.adapters.connector import (
     now_ms,
 )
 from smf_assurance.adapters.connectors.court_efiling import CourtEFilingConnector
+from smf_assurance.ops.demo_script import MOTION_PDF
 from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.subjects.attachments import attachment_argument
 from smf_assurance.subjects.dsse import (
     Envelope,
     UnknownSignerError,
@@ -264,6 +266,19 @@ def test_check_accepts_a_gate_signed_order_with_its_headers(
 ) -> None:
     order, signed = make_signed_order(gate_key, CID, approval_id="appr-1")
     assert _check(signed, order_headers(order), gate_keys) == Accepted(order)
+
+
+def test_check_refuses_an_attachment_that_is_not_its_digest(
+    gate_key: SigningKey, gate_keys: dict[str, VerifyKey]
+) -> None:
+    """Issue 23: even gate-signed, a document whose bytes are not its digest is not filed."""
+    pdf = attachment_argument("m.pdf", "application/pdf", MOTION_PDF)
+    good, signed = make_signed_order(gate_key, CID, arguments={"document_file": pdf})
+    assert _check(signed, order_headers(good), gate_keys) == Accepted(good)
+    swapped = pdf | {"data_b64": base64.b64encode(MOTION_PDF + b" ").decode()}
+    order, signed = make_signed_order(gate_key, CID, arguments={"document_file": swapped})
+    refused = Refused("attachment_digest_mismatch", order.order_id)
+    assert _check(signed, order_headers(order), gate_keys) == refused
 
 
 @pytest.mark.parametrize(

@@ -520,6 +520,7 @@ def test_challenges_and_sessions_expire_and_are_bounded(tmp_path: Path) -> None:
 # --- the list and the relay --------------------------------------------------------------
 
 
+@pytest.mark.claim("approver-desk.console-entitled-only")
 async def test_only_an_entitled_approver_sees_the_held_filing_and_never_its_content(
     world: World,
 ) -> None:
@@ -676,6 +677,7 @@ async def shown_digest(world: World, cookie: str, approval_id: str) -> str:
     return (await shown_view(world, cookie, approval_id)).binding_digest
 
 
+@pytest.mark.claim("approver-desk.console-entitled-only")
 async def test_allow_once_executes_exactly_once_and_replays_are_refused(world: World) -> None:
     content = "Motion to compel, exactly once."
     approval_id = await hold_filing(world.nc, world.state, content)

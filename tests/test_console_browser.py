@@ -193,6 +193,7 @@ def world(tmp_path: Path) -> Iterator[World]:
             ConsoleSettings(
                 nats_url=stack.url,
                 registry=state.registry,
+                directory=state.directory,  # none here; tests/test_lawyer_view.py writes one
                 refresh_seconds=0.25,
                 credential=state.existing_credential(CONSOLE),
                 clock=clock,  # the gate's clock: the page's countdown agrees with the gate
@@ -481,18 +482,24 @@ def test_a_held_filing_appears_live_is_checked_and_approved_exactly_once(
         "✓ Content matches the digest in the binding",
     )
     checks = [li.text for li in by_id(driver, "checks").find_elements(By.TAG_NAME, "li")]
-    assert len(checks) == 4
+    assert len(checks) == 5  # content, arguments, destination, digest, the PDF (issue 23)
     assert all(line.startswith("✓ matches:") for line in checks), checks
     shown = facts(driver)
     assert shown["Capability"] == "external.transmit"
     assert shown["Tool"] == FILING.native_tool
     assert shown["Destination"].endswith("electronic_filing, external")
-    assert shown["Matter"] == FILING.actor.matter_id
+    # No tenant directory here: the raw id, marked (issue 23; tests/test_lawyer_view.py has one).
+    assert shown["Matter"] == f"{FILING.actor.matter_id} (not in the directory)"
     assert shown["Requested by"] == PARALEGAL
     assert shown["Required role"] == "licensed_attorney"
     assert "attorney_approval_required_for_transmission" in shown["Reasons"]
     assert shown["Rules requiring approval"] not in ("", "(none named)")
-    assert json.loads(shown["Arguments"]) == FILING.arguments
+    # Issue 23: the PDF's bytes are shown as the document, not as base64 in the arguments.
+    arguments = json.loads(shown["Arguments"])
+    pointer = arguments["document_file"]["data_b64"]
+    assert pointer.startswith("(the document's bytes: shown under")
+    elided = {**FILING.arguments["document_file"], "data_b64": pointer}
+    assert arguments == {**FILING.arguments, "document_file": elided}
     assert re.fullmatch(r"expires in [45] min \d{1,2} s", by_id(driver, "detail-countdown").text)
     assert not by_id(driver, "self-warning").is_displayed()
     audit(driver)

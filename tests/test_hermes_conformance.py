@@ -198,6 +198,7 @@ def call(name: str, **arguments: Any) -> dict[str, Any]:
 # --- surfaces ------------------------------------------------------------------------
 
 
+@pytest.mark.claim("runtime-block-hermes.denied-never-runs")
 @pytest.mark.parametrize("display", ["quiet", "default"])
 def test_terminal_command_is_denied_and_never_runs(hermes: HermesRuns, display: str) -> None:
     """In ``-Q`` and in the default CLI display a firm runs (issue 17)."""
@@ -214,6 +215,7 @@ def test_terminal_command_is_denied_and_never_runs(hermes: HermesRuns, display: 
     assert [v["outcome"] for v in verdicts(run)] == ["deny"]
 
 
+@pytest.mark.claim("runtime-block-hermes.denied-never-runs")
 @pytest.mark.parametrize("display", ["quiet", "default"])
 def test_file_write_under_legal_hold_is_denied(hermes: HermesRuns, display: str) -> None:
     run = hermes.run(

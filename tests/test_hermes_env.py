@@ -22,9 +22,9 @@ from pathlib import Path
 from smf_assurance.ops.hermes_env import (
     SURFACE_PACKAGES,
     _pins_key,
-    _plugin_requirements,
     default_env_dir,
     ensure_hermes_env,
+    plugin_requirements,
 )
 from tests.surface_matrix import ROOT
 
@@ -96,6 +96,6 @@ def test_the_surfaces_venv_is_a_folder_of_its_own() -> None:
     shared one; the conformance modules' venv is named as before."""
     base, surfaces = default_env_dir(), default_env_dir(surfaces=True)
     assert base != surfaces
-    assert base.name.endswith(_pins_key(_plugin_requirements()))
-    assert surfaces.name.endswith(_pins_key([*_plugin_requirements(), *SURFACE_PACKAGES]))
+    assert base.name.endswith(_pins_key(plugin_requirements()))
+    assert surfaces.name.endswith(_pins_key([*plugin_requirements(), *SURFACE_PACKAGES]))
     assert all("==" in pin for pin in SURFACE_PACKAGES)  # pinned, as Hermes pins them

@@ -447,6 +447,7 @@ async def test_untrusted_output_taints_the_session_family(
 # --- pre_tool_call: every failure blocks ---------------------------------------------
 
 
+@pytest.mark.claim("runtime-block-hermes.hooks-fail-closed")
 async def test_gate_timeout_blocks(
     nats_server: EmbeddedNatsServer,
     nc: Client,
@@ -471,6 +472,7 @@ async def test_gate_timeout_blocks(
     assert adapter.config.gate_timeout == 0.5
 
 
+@pytest.mark.claim("runtime-block-hermes.hooks-fail-closed")
 async def test_unreachable_bus_blocks(
     state: StateDir, context_file: Path, adapters: list[plugin.HermesAdapter], closed_port: int
 ) -> None:
@@ -496,6 +498,7 @@ async def test_bus_without_a_gate_blocks(
     assert "did not run" in result["message"]
 
 
+@pytest.mark.claim("runtime-block-hermes.hooks-fail-closed")
 async def test_internal_error_blocks_and_withholds(
     hermes: plugin.HermesAdapter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -578,6 +581,7 @@ def test_a_failing_subagent_link_taints_everything(
 # --- transform_llm_output -------------------------------------------------------------
 
 
+@pytest.mark.claim("runtime-block-hermes.hooks-fail-closed")
 async def test_reply_is_released_only_on_allow(hermes: plugin.HermesAdapter) -> None:
     text = "The hearing is on Friday at 10:00."
     assert await hook(hermes.transform_llm_output, response_text=text, session_id="s-r") == text

@@ -91,6 +91,7 @@ def test_split_point_changes_the_identifier() -> None:
     assert len(ids) == 3
 
 
+@pytest.mark.claim("canonical-identities.keyed-framing")
 @SETTINGS
 @given(
     st.text(
@@ -159,6 +160,7 @@ def test_identifier_depends_on_key_domain_and_value() -> None:
     assert keyed_identifier(KEY, "tenant", "acme") == base
 
 
+@pytest.mark.claim("canonical-identities.keyed-framing")
 @SETTINGS
 @given(
     st.binary(min_size=MIN_KEY_BYTES, max_size=80),

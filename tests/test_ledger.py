@@ -487,6 +487,7 @@ ATTACKS: dict[str, list[str]] = {
 }
 
 
+@pytest.mark.claim("protected-evidence.append-only")
 @pytest.mark.parametrize("attack", list(ATTACKS), ids=list(ATTACKS))
 async def test_append_only_against_sql(attack: str, db: Path, key: SigningKey, sink: Sink) -> None:
     await fill(db, key, 3, sink, every=3)
@@ -583,6 +584,7 @@ async def test_store_refuses_to_extend_a_chain_it_did_not_write(
 # --- tampering detected by the chain and the checkpoints ------------------------
 
 
+@pytest.mark.claim("protected-evidence.append-only")
 async def test_edited_byte_in_the_file_is_detected(db: Path, key: SigningKey, sink: Sink) -> None:
     await fill(db, key, 6, sink, every=100)  # the ledger is closed: WAL merged
     target = identity_of({"operation": 3}).encode()
@@ -634,6 +636,7 @@ async def test_rewritten_history_is_caught_by_a_signed_checkpoint(
     assert (report.reason, report.seq) == (CHECKPOINT_MISMATCH, 4)
 
 
+@pytest.mark.claim("protected-evidence.append-only")
 async def test_removed_middle_entry_is_detected(db: Path, key: SigningKey) -> None:
     await fill(db, key, 8)
     with attacker(db) as conn:
@@ -643,6 +646,7 @@ async def test_removed_middle_entry_is_detected(db: Path, key: SigningKey) -> No
     assert (report.reason, report.seq, report.last_seq) == (SEQ_GAP, 5, 4)
 
 
+@pytest.mark.claim("protected-evidence.append-only")
 async def test_truncated_tail_is_detected_by_an_external_checkpoint(
     db: Path, key: SigningKey, sink: Sink
 ) -> None:

@@ -237,6 +237,7 @@ def decisions(state: StateDir) -> list[str]:
 # -- admission ---------------------------------------------------------------------
 
 
+@pytest.mark.claim("model-gateway.unattested-refused")
 async def test_an_unattested_runtime_gets_no_completion_and_the_refusal_is_in_the_ledger(
     world: World,
 ) -> None:
@@ -255,6 +256,7 @@ async def test_a_runtime_whose_attestation_reports_a_problem_is_refused(world: W
     assert world.model.requests == []
 
 
+@pytest.mark.claim("model-gateway.unattested-refused")
 async def test_a_lapsed_attestation_stops_the_service(world: World) -> None:
     """The other runtime's lease is 1.5 s: attested 1 s ago, it is served now and
     refused once the lease has run out, with no new attestation."""

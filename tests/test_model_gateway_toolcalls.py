@@ -203,6 +203,7 @@ async def test_a_decided_tool_call_gets_a_gateway_id_and_its_result_is_served(
     assert UNGATED not in ledger_reasons(world.state)
 
 
+@pytest.mark.claim("model-gateway.ungated-result-stops")
 async def test_an_ungated_tool_result_stops_the_runtime_until_an_operator_clears_it(
     world: World,
 ) -> None:

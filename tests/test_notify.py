@@ -411,6 +411,7 @@ async def until(predicate: Callable[[], bool | Awaitable[bool]], timeout: float 
 # --- the tests -------------------------------------------------------------------------
 
 
+@pytest.mark.claim("notifications.entitled-only")
 async def test_each_entitled_approver_gets_one_email_and_one_webhook_without_content(
     world: World,
 ) -> None:
@@ -491,6 +492,7 @@ async def test_reminder_before_expiry_once_and_none_after_resolution_or_expiry(
     assert len(of(waiting, world.mail.received)) == 4
 
 
+@pytest.mark.claim("notifications.outage-stays-pending")
 async def test_outage_leaves_the_approval_pending_and_resolvable(
     world: World, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -536,6 +538,7 @@ async def _is(world: World, approval_id: str, state: str) -> bool:
     return await world.state_of(approval_id) == state
 
 
+@pytest.mark.claim("notifications.outage-stays-pending")
 async def test_a_restart_sends_what_it_missed_and_nothing_twice(world: World) -> None:
     await world.start()
     with pytest.raises(RecordInUseError, match="held by another notifier"):

@@ -392,6 +392,7 @@ def check_snippet(kind: str, added: dict[str, Any], state: StateDir) -> None:
 # --- runtime add / remove ---------------------------------------------------------------
 
 
+@pytest.mark.claim("onboarding.added-then-removed")
 @pytest.mark.parametrize("kind", ["hermes", "openclaw"])
 def test_a_runtime_added_is_decided_by_the_running_gate_and_refused_once_removed(
     kind: str, deployment: Deployment, capsys: pytest.CaptureFixture[str]
@@ -497,6 +498,7 @@ def test_a_runtime_added_is_decided_by_the_running_gate_and_refused_once_removed
 # --- approver add / remove --------------------------------------------------------------
 
 
+@pytest.mark.claim("onboarding.added-then-removed")
 def test_an_approver_added_may_approve_for_its_tenant_until_removed(
     deployment: Deployment, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -704,6 +706,7 @@ def test_a_dead_bus_is_refused_before_anything_is_written(
     assert snapshot(state.root) == before
 
 
+@pytest.mark.claim("onboarding.failed-change-undone")
 def test_a_publication_that_fails_undoes_every_file(
     quiet_state: StateDir, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -729,6 +732,7 @@ def test_a_publication_that_fails_undoes_every_file(
     assert snapshot(state.root) == before
 
 
+@pytest.mark.claim("onboarding.failed-change-undone")
 def test_changes_undo_what_they_wrote_when_one_write_fails(tmp_path: Path) -> None:
     """``Changes.apply``: a write that fails puts back every file written before it."""
     kept = tmp_path / "kept.json"

@@ -844,6 +844,7 @@ def test_e2e_turn_completed(court_turn: dict[str, Any]) -> None:
     assert all(a["native_tool"] == "exec" for a in court_turn["approvals"])
 
 
+@pytest.mark.claim("runtime-hold-openclaw.held-once")
 def test_held_exec_approved_once_runs_exactly_once(court_turn: dict[str, Any]) -> None:
     approved = court_turn["approvals"][0]
     assert approved["state_when_seen"] == "pending"
@@ -858,6 +859,7 @@ def test_held_exec_approved_once_runs_exactly_once(court_turn: dict[str, Any]) -
     assert state == "consumed", state
 
 
+@pytest.mark.claim("runtime-hold-openclaw.held-once")
 def test_replay_second_approval_and_duplicate_resume_do_not_run_it_again(
     court_turn: dict[str, Any],
 ) -> None:

@@ -448,6 +448,7 @@ def blocked(result: Any) -> str:
 # --- allow, deny -------------------------------------------------------------------------
 
 
+@pytest.mark.claim("runtime-hold-openclaw.exact-params")
 async def test_allow_returns_exactly_the_params_the_gate_hashed(
     node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
 ) -> None:
@@ -616,6 +617,7 @@ async def test_an_approver_faster_than_the_held_reply_is_not_lost(
     assert canonical_bytes(result["params"]) == canonical_bytes(tap.proposals[0].arguments)
 
 
+@pytest.mark.claim("runtime-hold-openclaw.exact-params")
 async def test_held_then_allow_once_returns_the_params_exactly_once(
     node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
 ) -> None:

@@ -167,6 +167,7 @@ def words(count: int) -> str:
     return " ".join(secrets.token_hex(2) for _ in range(count))
 
 
+@pytest.mark.claim("output-gating.nothing-before-the-verdict")
 @pytest.mark.parametrize(
     ("facts", "destination", "outcome"),
     [
@@ -296,6 +297,7 @@ def commitment(chunks: list[bytes]) -> tuple[int, int, str]:
     return len(chunks), len(raw), "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
+@pytest.mark.claim("output-gating.limits-fail-closed")
 @pytest.mark.parametrize(
     ("sequence", "reason"),
     [
@@ -320,6 +322,7 @@ async def test_a_broken_sequence_fails_the_stream(
     assert verdict.released is None
 
 
+@pytest.mark.claim("output-gating.limits-fail-closed")
 async def test_stream_size_and_chunk_limits(gate: RunningGate, nc: Client, state: StateDir) -> None:
     big = new_stream_id()
     chunks = [b"x" * 1000] * 5  # 5000 > 4096 bytes
@@ -338,6 +341,7 @@ async def test_stream_size_and_chunk_limits(gate: RunningGate, nc: Client, state
     )
 
 
+@pytest.mark.claim("output-gating.limits-fail-closed")
 async def test_idle_and_total_timeouts(
     gate: RunningGate, nc: Client, state: StateDir, clock: Clock
 ) -> None:
@@ -381,6 +385,7 @@ async def test_chunk_after_close_unknown_stream_and_duplicate_close(
     assert unknown.verdict.reason_codes == ("unknown_stream",)
 
 
+@pytest.mark.claim("output-gating.limits-fail-closed")
 async def test_an_injected_or_altered_chunk_is_withheld(
     gate: RunningGate, nc: Client, state: StateDir
 ) -> None:
@@ -393,6 +398,7 @@ async def test_an_injected_or_altered_chunk_is_withheld(
     assert verdict.released is None
 
 
+@pytest.mark.claim("output-gating.limits-fail-closed")
 async def test_a_flood_of_streams_is_refused_not_absorbed(
     gate: RunningGate, nc: Client, state: StateDir
 ) -> None:

@@ -209,6 +209,7 @@ def test_disjoint_roles_are_not_at_least() -> None:
 OVERLAY_LAYERS: tuple[Layer, ...] = ("customer", "matter", "user")
 
 
+@pytest.mark.claim("monotonic-policy.stronger-layer-stands")
 @pytest.mark.parametrize(
     "overlays",
     [c for n in range(1, 4) for c in itertools.combinations(OVERLAY_LAYERS, n)],
@@ -339,6 +340,7 @@ def test_customer_policy_of_another_tenant_leaves_the_floor_in_charge() -> None:
 # --- regression found by the property tests below ---------------------------------------
 
 
+@pytest.mark.claim("monotonic-policy.stronger-layer-stands")
 @pytest.mark.parametrize(
     ("weaker_layer", "weaker_effect"), [("user", "conditional"), ("customer", "allow")]
 )
@@ -508,6 +510,7 @@ def test_pure_join_is_monotone_and_order_free(
     assert merge_disposition(data.draw(st.permutations([*effects, added]))) == new
 
 
+@pytest.mark.claim("monotonic-policy.never-relaxes")
 @SETTINGS
 @given(STACKS, ENVELOPES, st.data())
 def test_result_is_independent_of_policy_order(
@@ -527,6 +530,7 @@ def _check_not_relaxed(before: Decision, after: Decision) -> None:
         assert_requirements_at_least(after.requirements, before.requirements)
 
 
+@pytest.mark.claim("monotonic-policy.never-relaxes")
 @SETTINGS
 @given(STACKS, policy_specs(), ENVELOPES)
 def test_adding_any_policy_never_relaxes_the_decision(
@@ -555,6 +559,7 @@ def test_adding_any_policy_never_relaxes_the_decision(
 APPROVER_SPEC: dict[str, Any] = {"approval_count": 1, "required_roles": ["paralegal"]}
 
 
+@pytest.mark.claim("monotonic-policy.never-relaxes")
 @SETTINGS
 @given(
     st.lists(policy_specs(layers=LAYERS[:-1]), min_size=1, max_size=6),

@@ -386,6 +386,7 @@ async def test_every_running_gate_refuses_unsafe_releases_and_logs_them(
     assert verdict.reason_codes[0] == "hold_good"
 
 
+@pytest.mark.claim("release-state.restart-keeps-the-floor")
 async def test_a_restarted_gate_still_refuses_a_rollback(
     state: StateDir, gates: GateFactory, nc: Client, tmp_path: Path
 ) -> None:
@@ -411,6 +412,7 @@ async def test_a_restarted_gate_still_refuses_a_rollback(
 # --- freeze: the gate denies everything once the lease is gone ----------------------------
 
 
+@pytest.mark.claim("release-state.restart-keeps-the-floor")
 async def test_once_the_lease_is_gone_the_gate_denies_everything(
     state: StateDir, gates: GateFactory, nc: Client, tmp_path: Path
 ) -> None:

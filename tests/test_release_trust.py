@@ -304,6 +304,7 @@ def test_any_flipped_bit_in_an_artifact_is_caught(
 # --- 5. rollback and replay (TUF 5.4.3) ---------------------------------------------------
 
 
+@pytest.mark.claim("release-state.rollback-refused")
 def test_an_older_release_is_a_rollback(v1: ReleaseBundle, v2: ReleaseBundle) -> None:
     state = accepted(v2, accepted(v1))
     with pytest.raises(ReleaseRollbackError) as caught:
@@ -320,6 +321,7 @@ def test_the_same_sequence_with_other_content_is_a_rollback(
         ReleaseTrust(ROOT, state).verify_update(data(twin), NOW)
 
 
+@pytest.mark.claim("release-state.rollback-refused")
 def test_the_accepted_release_offered_again_is_a_replay(v1: ReleaseBundle) -> None:
     state = accepted(v1)
     with pytest.raises(ReplayedReleaseError) as caught:
@@ -343,6 +345,7 @@ def test_no_sequence_at_or_below_the_accepted_one_passes(
 # --- 6. chain ---------------------------------------------------------------------------
 
 
+@pytest.mark.claim("release-state.rollback-refused")
 def test_a_release_chained_to_another_history_is_refused(corpus: Path, v1: ReleaseBundle) -> None:
     state = accepted(v1)
     fork_base = build(corpus, now_ms=T0 + 5)  # another sequence-1 release

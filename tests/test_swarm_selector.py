@@ -122,6 +122,7 @@ def test_rule_metadata_marks_synthetic_rules(release: AnalysisRelease) -> None:
     assert firm.source_hash == release.rules[RULE + "firm-policy"].source_hash
 
 
+@pytest.mark.claim("swarm-traceability.deterministic-report")
 def test_selection_is_deterministic_bytes(release: AnalysisRelease) -> None:
     reordered = dict(reversed(list(MATTER.items())))
     first = selection_bytes(select_rules(release, validate_facts(MATTER), AT_MS))

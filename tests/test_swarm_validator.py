@@ -104,6 +104,7 @@ def normative(*citations: Any, **extra: Any) -> dict[str, Any]:
 # --- the rejections the issue names ------------------------------------------------
 
 
+@pytest.mark.claim("swarm-traceability.only-selected-rules")
 def test_invented_rule_id_is_rejected() -> None:
     assert reasons(judge(normative(INVENTED))) == ["cites_unknown_rule"]
     assert reasons(judge(normative("not a rule id at all"))) == ["cites_unknown_rule"]
@@ -331,6 +332,7 @@ CITATION_POOL = [
 ]
 
 
+@pytest.mark.claim("swarm-traceability.only-selected-rules")
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
@@ -412,6 +414,7 @@ def test_report_carries_selection_claims_and_persona_outcomes() -> None:
     assert "does not prove that each sentence follows" in report.limits
 
 
+@pytest.mark.claim("swarm-traceability.deterministic-report")
 def test_report_bytes_are_deterministic_and_round_trip() -> None:
     first = report_bytes(make_report())
     assert first == report_bytes(make_report())

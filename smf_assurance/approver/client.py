@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client
@@ -29,6 +30,8 @@ from smf_assurance.subjects.approvals import (
     TrackRequest,
     binding_digest,
 )
+from smf_assurance.subjects.attachments import AttachmentError, check_attachments
+from smf_assurance.subjects.canonical import CanonicalJSONError, identity_of
 from smf_assurance.subjects.dsse import encode_envelope, sign_struct
 from smf_assurance.subjects.envelope import content_hash_of
 from smf_assurance.subjects.keys import SigningKey
@@ -43,11 +46,22 @@ class ApproverError(Exception):
 
 
 def content_matches(view: ApprovalView) -> bool:
-    """The visible check: the content shown is the content the binding covers,
-    and the binding shown is the one whose digest will be signed."""
+    """The visible check: the content and the arguments shown are the ones the binding
+    covers, every document in those arguments is the bytes its digest names (issue 23,
+    :mod:`smf_assurance.subjects.attachments`), and the binding shown is the one whose
+    digest will be signed. Arguments that do not parse or have no canonical form match
+    nothing."""
     shown = content_hash_of(view.content)
+    try:
+        arguments = msgspec.json.decode(view.arguments_json, type=dict[str, Any])
+        check_attachments(arguments)
+        arguments_match = identity_of(arguments) == view.binding.canonical_args_hash
+    except (msgspec.DecodeError, CanonicalJSONError, AttachmentError):
+        return False
     return (
-        shown == view.binding.content_hash and binding_digest(view.binding) == view.binding_digest
+        arguments_match
+        and shown == view.binding.content_hash
+        and binding_digest(view.binding) == view.binding_digest
     )
 
 

@@ -28,6 +28,7 @@ from smf_assurance.ops.commands import (
     approver,
     bench,
     bus,
+    candidate,
     completion,
     console,
     decide,
@@ -39,6 +40,7 @@ from smf_assurance.ops.commands import (
     model_gateway,
     notify,
     release,
+    review,
     runtime,
     swarm,
     up,
@@ -89,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
         runtime,
         approver,
         doctor,
+        review,
+        candidate,
         completion,
     ):
         module.add_parsers(sub)

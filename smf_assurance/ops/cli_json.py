@@ -650,6 +650,33 @@ class ShownReason(CliJson, kw_only=True):
     words: Annotated[str | None, _("what it means in plain English, or null (no entry)")]
 
 
+class ShownDestination(CliJson, kw_only=True):
+    """The destination as the tenant directory names it (issue 23); never guessed."""
+
+    id: Annotated[str, _("the raw destination address, as bound")]
+    kind: Annotated[Literal["court", "recipient", "other"], _("which directory section")]
+    in_directory: Annotated[bool, _("the directory names it (false: shown as the raw id)")]
+    name: Annotated[str | None, _("the court's or recipient's name, or null")] = None
+    caption: Annotated[str | None, _("the matter's case caption at this court, or null")] = None
+    docket: Annotated[str | None, _("the matter's docket at this court, or null")] = None
+
+
+class ShownMatter(CliJson, kw_only=True):
+    """The matter and its client as the tenant directory names them (issue 23)."""
+
+    id: Annotated[str, _("the raw matter id, as bound")]
+    in_directory: Annotated[bool, _("the directory names it (false: shown as the raw id)")]
+    name: Annotated[str | None, _("the matter's display name, or null")] = None
+    client: Annotated[str | None, _("the client's display name, or null")] = None
+
+
+class ShownDirectory(CliJson, kw_only=True):
+    """Display names from the operator's tenant directory; not part of the binding."""
+
+    destination: Annotated[ShownDestination, _("the destination's display form")]
+    matter: Annotated[ShownMatter, _("the matter's display form")]
+
+
 class ApprovalsShowJson(CliJson, kw_only=True):
     """``approvals show --json``; printed also on a mismatch (then exit 1)."""
 
@@ -664,6 +691,7 @@ class ApprovalsShowJson(CliJson, kw_only=True):
     content_matches: Annotated[bool, _("the content and binding match the digest")]
     rules: Annotated[tuple[ShownRule, ...], _("each rule that requires the approval")]
     reasons: Annotated[tuple[ShownReason, ...], _("each reason code, explained")]
+    display: Annotated[ShownDirectory, _("destination and matter by the tenant directory's names")]
 
 
 class ApprovalsResolveJson(CliJson, kw_only=True):
@@ -1153,6 +1181,64 @@ class DoctorJson(CliJson, kw_only=True):
     checkpoint_age_s: Annotated[Count, _("entries unanchored longer than this warn")]
 
 
+# --- review, candidate status (issue 24) ---------------------------------------------
+
+CommitSha = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{40}\Z")]
+"""A git commit or tree named whole: 40 lowercase hex digits."""
+ReviewVerdict = Literal["pass", "fail", "pass-with-notes"]
+
+
+class ReviewStartJson(CliJson, kw_only=True):
+    """``review start --json``: the candidate's commit was checked out, clean, then."""
+
+    sha: Annotated[CommitSha, _("the candidate's commit, attested at the start")]
+    tree: Annotated[CommitSha, _("its tree")]
+    started_at_ms: Annotated[Millis, _("when the review started")]
+    start_file: Annotated[Path_, _("where the start was recorded (inside the git directory)")]
+
+
+class ReviewSignJson(CliJson, kw_only=True):
+    """``review sign --json``: the signed review record that was written."""
+
+    sha: Annotated[CommitSha, _("the commit the verdict is for (start and end attested it)")]
+    scope: Annotated[Literal["claim", "family"], _("what was reviewed: one claim or a family")]
+    target: Annotated[str, _("the claim id or the family")]
+    verdict: Annotated[ReviewVerdict, _("pass, fail or pass-with-notes")]
+    reviewer: Annotated[Principal, _("the reviewer: the key's registry principal")]
+    key_id: Annotated[KeyId, _("the key that signed the record")]
+    started_at_ms: Annotated[Millis, _("when the review started")]
+    signed_at_ms: Annotated[Millis, _("when it was signed")]
+    file: Annotated[Path_, _("the record written (a DSSE envelope)")]
+
+
+class ReviewRowJson(CliJson, kw_only=True):
+    """One row of ``candidate status``: a review, or the absence of one."""
+
+    family: Annotated[str | None, _("the gate family; null for a refused record")]
+    claim: Annotated[str | None, _("the claim; null for a family review or a refused record")]
+    state: Annotated[
+        Literal["current", "stale", "missing", "refused"],
+        _(
+            "current: holds for this SHA; stale: what it rests on changed; missing: no current "
+            "review; refused: the record does not count"
+        ),
+    ]
+    verdict: Annotated[ReviewVerdict | None, _("the signed verdict; null when missing or refused")]
+    reviewer: Annotated[Principal | None, _("who signed it; null when missing or refused")]
+    reviewed_sha: Annotated[CommitSha | None, _("the commit it was signed for")]
+    file: Annotated[str | None, _("the record's file name in the reviews folder")]
+    why: Annotated[str, _("why this state: the changed files, or the refusal's reason code")]
+
+
+class CandidateStatusJson(CliJson, kw_only=True):
+    """``candidate status --json``."""
+
+    sha: Annotated[CommitSha, _("the candidate's commit")]
+    tree: Annotated[CommitSha, _("its tree")]
+    complete: Annotated[bool, _("every claim has a current review that did not fail")]
+    rows: Annotated[tuple[ReviewRowJson, ...], _("per family, then per claim; refused last")]
+
+
 VARIANTS: Final[dict[type[CliJson], str]] = {
     EvalExplainedJson: "--explain",
     EvalLinesJson: "--jsonl",
@@ -1160,6 +1246,41 @@ VARIANTS: Final[dict[type[CliJson], str]] = {
     ReleaseTrafficDiffJson: "--state-dir",
 }
 """Types a command prints instead of its first one when given a flag (not refusals)."""
+
+
+# --- candidate (issue 24) ----------------------------------------------------------------
+
+
+class CandidateClaimJson(CliJson, kw_only=True):
+    """One claim's row, as the matrix has it at this commit."""
+
+    id: Annotated[str, _("the claim's id (family.name) in docs/claims.toml")]
+    family: Annotated[str, _("its gate family")]
+    state: Annotated[
+        Literal["green", "open"],
+        _("green: every test carrying its marker passed at this commit; else open"),
+    ]
+    tests: Annotated[Count, _("how many tests carry its marker at this commit")]
+    open_because: Annotated[tuple[str, ...], _("why it is open (empty when green)")]
+
+
+class CandidateBuildJson(CliJson, kw_only=True):
+    """``candidate build --json``: the matrix written and signed for one commit."""
+
+    schema: Annotated[Literal["smf.candidate/1"], _("the matrix's schema")]
+    sha: Annotated[CommitSha, _("the commit every row names")]
+    tree: Annotated[CommitSha, _("that commit's tree hash")]
+    signed_by: Annotated[KeyId, _("the release key that signed candidate.dsse.json")]
+    dist: Annotated[
+        Literal["built", "no-target", "skipped"],
+        _("make dist ran / the commit has no dist target / --no-dist"),
+    ]
+    artifacts: Annotated[dict[str, Identity], _("each built file's name and sha256")]
+    runtimes: Annotated[dict[str, str], _("runtime -> version pinned at this commit")]
+    green: Annotated[Count, _("claims whose every test passed")]
+    open: Annotated[Count, _("claims with a missing, skipped, failing or no test")]
+    claims: Annotated[tuple[CandidateClaimJson, ...], _("every declared claim, in file order")]
+    files: Annotated[dict[str, Path_], _("json, markdown, dsse, junit: the files written")]
 
 
 # --- the table of commands -----------------------------------------------------------------
@@ -1202,6 +1323,10 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("approver", "add"): (ApproverAddJson,),
     ("approver", "remove"): (ApproverRemoveJson,),
     ("doctor",): (DoctorJson,),
+    ("candidate", "build"): (CandidateBuildJson,),
+    ("review", "start"): (ReviewStartJson,),
+    ("review", "sign"): (ReviewSignJson,),
+    ("candidate", "status"): (CandidateStatusJson,),
 }
 """Each command with ``--json`` and its types: what it prints, then any refusal it prints."""
 

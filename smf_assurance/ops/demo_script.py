@@ -10,7 +10,54 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from smf_assurance.subjects.attachments import attachment_argument
 from smf_assurance.subjects.messages import ActorContext, DataFacts, ProposedDestination
+
+
+def one_page_pdf(lines: tuple[str, ...]) -> bytes:
+    """A real one-page PDF (PDF 1.4, Helvetica, one line per entry of ``lines``, ASCII),
+    written byte by byte with a correct cross-reference table, so any PDF reader opens
+    it; the demo's filing attaches one (issue 23) and the tests need one without a new
+    dependency."""
+
+    def literal(text: str) -> str:
+        escaped = text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+        return f"({escaped.encode('ascii', 'replace').decode('ascii')})"
+
+    shown = " 0 -22 Td ".join(f"{literal(line)} Tj" for line in lines)
+    stream = f"BT /F1 14 Tf 72 720 Td {shown} ET".encode("ascii")
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+        b"/Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream),
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
+    return bytes(out)
+
+
+MOTION_PDF: Final = one_page_pdf(
+    (
+        "UNITED STATES DISTRICT COURT, SOUTHERN DISTRICT OF NEW YORK",
+        "Acme Corp. v. Globex Inc.",
+        "MOTION TO COMPEL DISCOVERY",
+        "Plaintiff moves to compel production of documents.",
+    )
+)
+"""Scenario 1's filing, as the court would receive it (issue 23: the approver sees it)."""
 
 
 def actor(actor_id: str, *roles: str) -> ActorContext:
@@ -46,7 +93,13 @@ SCENARIOS: Final[tuple[ScriptedAction, ...]] = (
         expected_outcome="held",
         expected_reason="attorney_approval_required_for_transmission",
         native_tool="court_efile",
-        arguments={"court": "sdny", "document": "motion-to-compel.pdf"},
+        arguments={
+            "court": "sdny",
+            "document": "motion-to-compel.pdf",
+            "document_file": attachment_argument(
+                "motion-to-compel.pdf", "application/pdf", MOTION_PDF
+            ),
+        },
         content="Motion to compel discovery, Acme v. Globex (privileged draft).",
         actor=actor("paralegal-pat", "paralegal"),
         facts=DataFacts(

@@ -132,7 +132,7 @@ def _run(args: list[str], progress: Progress, what: str) -> None:
     progress(f"{what}: done in {time.monotonic() - started:.1f}s")
 
 
-def _plugin_requirements() -> list[str]:
+def plugin_requirements() -> list[str]:
     """Our plugin's dependencies at the versions this environment runs (tested together)."""
     pins = []
     for name in PLUGIN_DEPENDENCIES:
@@ -145,7 +145,7 @@ def _plugin_requirements() -> list[str]:
 
 def _requirements(*, surfaces: bool) -> list[str]:
     """What goes into the venv beside Hermes; all of it is in the folder's name."""
-    return [*_plugin_requirements(), *(SURFACE_PACKAGES if surfaces else ())]
+    return [*plugin_requirements(), *(SURFACE_PACKAGES if surfaces else ())]
 
 
 def installed_hermes_version(root: Path) -> str | None:
@@ -239,8 +239,7 @@ def ensure_hermes_env(
 
 def main() -> None:
     """``python -m smf_assurance.ops.hermes_env [project]``: install or reuse; print the venv path
-    and
-    the ``PYTHONPATH`` a Hermes process of this checkout needs."""
+    and the ``PYTHONPATH`` a Hermes process of this checkout needs."""
     project = Path(sys.argv[1]) if len(sys.argv) > 1 else Path.cwd()
     env = ensure_hermes_env(project)
     sys.stdout.write(f"{env.root}\nPYTHONPATH={env.pythonpath}\n")

@@ -160,8 +160,7 @@ def say_recorded(recorded: Recorded, old: ReleaseText, new: ReleaseText) -> None
 
 def write_chart(recorded: Recorded, old: ReleaseText, new: ReleaseText, path: Path) -> None:
     """Changed decisions per rule, as SVG (``smf_assurance.ops.charts``): where a person would
-    rather
-    look than read the table."""
+    rather look than read the table."""
     title = (
         f"Decisions that would change per rule: {old.manifest.release_id} -> "
         f"{new.manifest.release_id} ({recorded.traffic.total} in all)"

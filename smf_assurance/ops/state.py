@@ -74,6 +74,12 @@ class StateDir:
         return self.root / "registry.json"
 
     @property
+    def directory(self) -> Path:
+        """The tenant directory (issue 23): one ``<tenant>.toml`` per tenant, display
+        names for the console and ``approvals show``; never read by the gate."""
+        return self.root / "directory"
+
+    @property
     def ledger(self) -> Path:
         return self.root / "ledger.db"
 

@@ -76,6 +76,7 @@ from smf_assurance.adapters.connector.idempotency import (
     IdempotencyStore,
     Record,
 )
+from smf_assurance.subjects.attachments import AttachmentError, check_attachments
 from smf_assurance.subjects.bus_access import connector_durable
 from smf_assurance.subjects.dsse import (
     MalformedEnvelopeError,
@@ -265,6 +266,12 @@ def check_order(
         # A genuine order replayed under a fresh Nats-Msg-Id, to slip past
         # JetStream de-duplication, or headers rewritten in transit.
         return Refused(REASON_HEADER_MISMATCH, order.order_id)
+    try:
+        # Issue 23: a document whose bytes are not the digest it carries is not the one
+        # the approver saw; the gate refuses it first, and a connector never files it.
+        check_attachments(order.arguments)
+    except AttachmentError as exc:
+        return Refused(exc.reason_code, order.order_id)
     return Accepted(order)
 
 

@@ -56,10 +56,15 @@ SHUTDOWN_GRACE_SECONDS: Final = 5.0
 SECURITY_HEADERS: Final = (
     # Held content is written by an agent: the page renders it as text, and even
     # a markup injection could run no script and reach no other origin.
+    # ``frame-src blob:`` (issue 23), the one extension: a held PDF is shown in a frame
+    # whose source is a blob the page made from bytes whose SHA-256 it checked. Only
+    # this page can mint its blob: URLs, so no frame can load anything from elsewhere,
+    # and a blob document inherits this policy (no script, no connection).
     (
         "Content-Security-Policy",
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-        "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        "img-src 'self'; frame-src blob:; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'",
     ),
     ("X-Content-Type-Options", "nosniff"),
     ("X-Frame-Options", "DENY"),

@@ -56,6 +56,7 @@ from smf_assurance.approver.console.http import (
     refusal,
     serve,
 )
+from smf_assurance.approver.directory import Directory, DirectoryShown, load_directory
 from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import (
     DENIED_BY_APPROVER,
@@ -102,6 +103,9 @@ class ConsoleSettings:
     read_timeout: float = READ_TIMEOUT_SECONDS
     """A client whose request takes longer to arrive is cut off (issue 23)."""
     clock: Callable[[], int] = wall_clock_ms
+    directory: Path | None = None
+    """The tenant directory's folder (issue 23, :mod:`smf_assurance.approver.directory`):
+    read once at start; a malformed file stops the start. ``None``: every id shown raw."""
 
 
 HealthReason = Literal["bus_disconnected", "board_not_fed", "gate_not_answering"]
@@ -134,11 +138,14 @@ def _static_files() -> dict[str, tuple[bytes, str]]:
 class Console:
     """The HTTP application: static page, sign-in, the list, and the relay."""
 
-    def __init__(self, settings: ConsoleSettings, nc: Client, board: ApprovalBoard) -> None:
+    def __init__(
+        self, settings: ConsoleSettings, nc: Client, board: ApprovalBoard, directory: Directory
+    ) -> None:
         self.settings = settings
         self.nc = nc
         self.board = board
         self.roster = Roster(settings.registry)
+        self.directory = directory
         self.sessions = Sessions(
             settings.clock, settings.challenge_seconds * 1000, settings.session_seconds * 1000
         )
@@ -312,7 +319,16 @@ class Console:
         except msgspec.DecodeError:
             return refusal(HTTPStatus.BAD_GATEWAY, "unreadable_gate_answer")
         log.info("console_show", approver_id=approver.name, approval_id=view.binding.approval_id)
-        return json_response({"ok": True, "view": view})
+        return json_response({"ok": True, "view": view, "display": self._display(view)})
+
+    def _display(self, view: ApprovalView) -> DirectoryShown:
+        """The destination and matter by the names the operator's directory gives them
+        (issue 23). Beside the view, never inside it: the page checks the view's raw
+        ids against the binding, and these names change nothing that is signed."""
+        tracked = self.board.entries.get(view.binding.approval_id)
+        channel = tracked.announcement.channel if tracked is not None else None
+        b = view.binding
+        return self.directory.shown(b.tenant_id, b.matter_id, view.destination_address, channel)
 
     async def _resolve(self, request: Request, approver: Principal) -> Response:
         """Relay a signed resolution and hand back the gate's answer, as it gave it."""
@@ -451,7 +467,11 @@ async def _log_nats_error(exc: Exception) -> None:
 
 async def start_console(settings: ConsoleSettings) -> RunningConsole:
     """Connect to the bus (reconnecting for as long as the console runs), read what
-    is held, then serve. The caller checks first that the bus answers at all."""
+    is held, then serve. The caller checks first that the bus answers at all.
+
+    The tenant directory is read first: a malformed one raises
+    :class:`~smf_assurance.approver.directory.DirectoryError` before anything connects."""
+    directory = load_directory(settings.directory)
     nc = await nats.connect(
         settings.nats_url,
         name="smf-approver-console",
@@ -465,7 +485,7 @@ async def start_console(settings: ConsoleSettings) -> RunningConsole:
         board = ApprovalBoard(nc, nc.jetstream(), settings.clock, settings.request_timeout)
         with contextlib.suppress(NatsError, TimeoutError):
             await board.refresh()
-        console = Console(settings, nc, board)
+        console = Console(settings, nc, board, directory)
         runner = await serve(
             console.handle, settings.host, settings.port, settings.read_timeout, console.answers
         )

@@ -40,9 +40,11 @@ FAMILIES: Final = (
     "approver-desk",
     "notifications",
     "onboarding",
+    "bypass-matrix",
 )
 """The gate families of issue 24, and what the product has grown since (the
-approver's desk, its notifications, onboarding)."""
+approver's desk, its notifications, onboarding, and the bypass matrix: every bypass
+case the docs name, run as one suite by ``make bypass``)."""
 
 _ID: Final = re.compile(r"^[a-z0-9-]+\.[a-z0-9-]+(?:\.[a-z0-9-]+)*$")
 
@@ -68,13 +70,20 @@ class _File(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def load_claims(path: Path) -> tuple[Claim, ...]:
-    """Every declared claim; refuses an unknown family, a malformed or repeated id,
-    an id outside its family, an empty sentence or an empty ``not_proven``."""
+    """Every declared claim in the file at ``path`` (see :func:`decode_claims`)."""
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        claims = msgspec.convert(raw, _File).claim
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ClaimsError(f"cannot read {path}: {exc.strerror}") from exc
+    return decode_claims(text, str(path))
+
+
+def decode_claims(text: str, path: str) -> tuple[Claim, ...]:
+    """Every claim declared in ``text`` (read from ``path``, a file or a commit's copy);
+    refuses an unknown family, a malformed or repeated id, an id outside its family,
+    an empty sentence or an empty ``not_proven``."""
+    try:
+        claims = msgspec.convert(tomllib.loads(text), _File).claim
     except (tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
         raise ClaimsError(f"{path}: {exc}") from exc
     seen: set[str] = set()
@@ -107,6 +116,44 @@ def claimed_tests(root: Path, tests: str = "tests") -> dict[str, tuple[str, ...]
             for claim in (*module_claims, *claims):
                 found.setdefault(claim, []).append(node_id)
     return {claim: tuple(dict.fromkeys(ids)) for claim, ids in sorted(found.items())}
+
+
+def covered(path: str, globs: Iterable[str]) -> bool:
+    """Whether ``path`` (relative, ``/``-separated) matches one of a claim's ``covers``
+    globs: ``*`` and ``?`` stay inside one path segment, ``**`` spans segments."""
+    return any(_glob(pattern).fullmatch(path) for pattern in globs)
+
+
+def _glob(pattern: str) -> re.Pattern[str]:
+    parts: list[str] = []
+    index = 0
+    while index < len(pattern):
+        if pattern.startswith("**/", index):
+            parts.append("(?:.*/)?")
+            index += 3
+        elif pattern.startswith("**", index):
+            parts.append(".*")
+            index += 2
+        elif pattern[index] == "*":
+            parts.append("[^/]*")
+            index += 1
+        elif pattern[index] == "?":
+            parts.append("[^/]")
+            index += 1
+        else:
+            parts.append(re.escape(pattern[index]))
+            index += 1
+    return re.compile("".join(parts))
+
+
+def test_node_ids(root: Path, relative: str) -> tuple[str, ...]:
+    """Every test node id the file ``relative`` (under ``root``) defines, read from its
+    source; none when it does not exist."""
+    path = root / relative
+    if not path.is_file():
+        return ()
+    tree = ast.parse(path.read_text(encoding="utf-8"), relative)
+    return tuple(node_id for node_id, _ in _marked(tree.body, relative))
 
 
 def undeclared(claims: Iterable[Claim], marked: Mapping[str, object]) -> list[str]:

@@ -40,7 +40,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 from nats.aio.client import Client
@@ -50,6 +50,7 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from smf_assurance.approver.client import ApproverClient, ApproverError, content_matches
+from smf_assurance.approver.directory import DirectoryError, DirectoryShown, load_directory
 from smf_assurance.approver.pending import approval_state, read_pending
 from smf_assurance.ops.bus import add_credential_argument, bus_url, connect_bus, credential_for
 from smf_assurance.ops.cli_json import (
@@ -63,7 +64,7 @@ from smf_assurance.ops.cli_json import (
 from smf_assurance.ops.commands.decide import format_instant
 from smf_assurance.ops.logs import configure_logging
 from smf_assurance.ops.output import CommandError, emit, fail, first_line, say, table
-from smf_assurance.ops.state import CONSOLE
+from smf_assurance.ops.state import CONSOLE, StateDir, default_state_dir
 from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import (
     DENY_REASONS,
@@ -75,6 +76,7 @@ from smf_assurance.subjects.approvals import (
     ResolutionDecision,
     ResolutionReply,
 )
+from smf_assurance.subjects.attachments import AttachmentError, claims_attachment, open_attachment
 from smf_assurance.subjects.bus_access import BusCredential
 from smf_assurance.subjects.keys import KeyFileError, SigningKey, load_private_key
 from smf_assurance.subjects.patterns import MAX_NOTE_CHARS, ApproverNote
@@ -128,6 +130,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     show.add_argument("approval_id", metavar="ID", help="approval id (sha256:<hex> or <hex>)")
     _bus_arguments(show)
     _approver_arguments(show)
+    show.add_argument(
+        "--directory",
+        type=Path,
+        metavar="DIR",
+        help="the tenant directory, one <tenant>.toml each (default: directory/ in the state dir)",
+    )
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=run_show)
 
@@ -413,18 +421,26 @@ def run_show(args: argparse.Namespace) -> int:
     approval_id = approval_ref(args.approval_id)
     key, approver_id = _load_key(args.key, args.approver_id)
     url = _setup(args)
+    try:
+        directory = load_directory(
+            args.directory or StateDir(args.state_dir or default_state_dir()).directory
+        )
+    except DirectoryError as exc:
+        fail(f"cannot read the tenant directory: {first_line(exc)}")
     view = asyncio.run(_show(url, _credential(args, approver_id), approval_id, key, approver_id))
     matches = content_matches(view)
+    b = view.binding
+    display = directory.shown(b.tenant_id, b.matter_id, view.destination_address, None)
     if args.json:
-        emit(_view_json(view, matches))
+        emit(_view_json(view, matches, display))
     else:
-        _print_view(view, matches)
+        _print_view(view, matches, display)
     if not matches:
         fail("the content shown does not match the binding digest: do not approve it")
     return 0
 
 
-def _view_json(view: ApprovalView, matches: bool) -> ApprovalsShowJson:
+def _view_json(view: ApprovalView, matches: bool, display: DirectoryShown) -> ApprovalsShowJson:
     shown = {
         "approval_id": view.binding.approval_id,
         "state": view.state,
@@ -446,6 +462,7 @@ def _view_json(view: ApprovalView, matches: bool) -> ApprovalsShowJson:
             for r in view.rules
         ],
         "reasons": [{"code": r.code, "words": r.words} for r in view.reasons],
+        "display": display,
     }
     return msgspec.convert(msgspec.to_builtins(shown), type=ApprovalsShowJson)
 
@@ -466,18 +483,66 @@ def _print_reasons(view: ApprovalView) -> None:
         say(f"reason {printable(reason.code)}{words}")
 
 
-def _print_view(view: ApprovalView, matches: bool) -> None:
+def _directory_rows(display: DirectoryShown) -> list[tuple[str, str]]:
+    """The destination and matter by their directory names, each with its raw id; an id
+    the directory does not hold is printed raw and marked so (issue 23)."""
+    d, m = display.destination, display.matter
+    raw = printable(d.id) or "-"
+    if not d.in_directory:
+        rows = [("destination", f"{raw} (not in the directory)")]
+    elif d.kind == "court":
+        rows = [("court", f"{printable(d.name or '')} ({raw})")]
+        case = (
+            f"{printable(d.caption)}, docket {printable(d.docket or '')}"
+            if d.caption is not None
+            else "(no case for this matter at this court in the directory)"
+        )
+        rows.append(("case", case))
+    else:
+        rows = [("recipient", f"{printable(d.name or '')} <{raw}>")]
+    if m.in_directory:
+        rows.append(("matter", f"{printable(m.name or '')} ({printable(m.id)})"))
+        rows.append(("client", printable(m.client or "")))
+    else:
+        rows.append(("matter", f"{printable(m.id)} (not in the directory)"))
+    return rows
+
+
+def _documents(view: ApprovalView) -> tuple[str, list[tuple[str, str]]]:
+    """The arguments with each document's bytes left out, and a row per document: its
+    name, type, size and digest once its bytes match it, or why not (issue 23)."""
+    try:
+        arguments = msgspec.json.decode(view.arguments_json, type=dict[str, Any])
+    except msgspec.DecodeError:
+        return printable(view.arguments_json), []
+    rows = []
+    for name, value in sorted(arguments.items()):
+        if not claims_attachment(value):
+            continue
+        try:
+            attachment, data = open_attachment(value)
+        except AttachmentError as exc:
+            rows.append((f"document {name}", f"NOT SHOWN: {exc.reason_code}"))
+            continue
+        shown = f"{printable(attachment.filename)}, {attachment.media_type}, {len(data)} bytes"
+        rows.append((f"document {name}", f"{shown}, {attachment.sha256} (matches its bytes)"))
+        arguments[name] = {**value, "data_b64": f"(the bytes of document {name})"}
+    return printable(msgspec.json.encode(arguments).decode()), rows
+
+
+def _print_view(view: ApprovalView, matches: bool, display: DirectoryShown) -> None:
     b = view.binding
     now = _now_ms()
+    arguments, documents = _documents(view)
     rows: Sequence[tuple[str, str]] = [
         ("approval id", b.approval_id),
         ("state", view.state),
         ("tool", view.native_tool),
-        ("destination", printable(view.destination_address) or "-"),
-        ("arguments", printable(view.arguments_json)),
+        *_directory_rows(display),
+        ("arguments", arguments),
+        *documents,
         ("required roles", ", ".join(b.required_roles)),
         ("tenant / organization", f"{b.tenant_id} / {b.organization_id}"),
-        ("matter", b.matter_id),
         ("requested by", b.actor_id),
         ("created", format_instant(b.created_at_ms)),
         ("expires", f"{format_instant(b.expires_at_ms)} ({expires_in(b.expires_at_ms, now)})"),

@@ -7,6 +7,9 @@ Issue 12; docs/CONSOLE.md. What the command promises:
   answers, so a wrong URL is one line, not a silent hang.
 - It reads the approver roster (``--registry``, else the state directory's
   ``registry.json``) and refuses to start on one it cannot read.
+- It reads the tenant directory (``--directory``, else the state directory's
+  ``directory/``) and refuses to start on a malformed file, in one line
+  naming it (issue 23).
 - It prints one readiness line (the page's URL) once it serves, and flushes it.
 - It holds no key and asks for none: approvers load their own key file into
   the page, which signs in the browser.
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Final
 
 from smf_assurance.approver.console.server import ConsoleSettings, RunningConsole, start_console
+from smf_assurance.approver.directory import DirectoryError, load_directory
 from smf_assurance.ops.bus import add_credential_argument, bus_url, connect_bus, credential_for
 from smf_assurance.ops.cli_json import ConsoleJson
 from smf_assurance.ops.logs import LOG_LEVELS, configure_logging
@@ -57,6 +61,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         type=Path,
         metavar="FILE",
         help="the approver roster (default: registry.json in the state dir)",
+    )
+    p.add_argument(
+        "--directory",
+        type=Path,
+        metavar="DIR",
+        help="the tenant directory, one <tenant>.toml each (default: directory/ in the state dir)",
     )
     add_credential_argument(p, CONSOLE)
     p.add_argument("--host", default="127.0.0.1", help="listen address (default: 127.0.0.1)")
@@ -123,11 +133,17 @@ def run_console(args: argparse.Namespace) -> int:
     configure_logging(json=not sys.stderr.isatty(), level=args.log_level)
     if not 0 <= args.port <= 65535:
         fail(f"--port: {args.port} is not a TCP port", 2)
-    registry = args.registry or StateDir(args.state_dir or default_state_dir()).registry
+    state = StateDir(args.state_dir or default_state_dir())
+    registry = args.registry or state.registry
+    directory = args.directory or state.directory
     try:
         load_registry(registry)
     except RegistryError as exc:
         fail(f"cannot read the approver roster: {first_line(exc)}")
+    try:
+        load_directory(directory)
+    except DirectoryError as exc:
+        fail(f"cannot read the tenant directory: {first_line(exc)}")
     if not _loopback(args.host):
         sys.stderr.write(
             f"smf-assurance: warning: serving on {args.host}: browsers sign only in a secure "
@@ -137,6 +153,7 @@ def run_console(args: argparse.Namespace) -> int:
         nats_url=bus_url(args.nats, args.state_dir),
         credential=credential_for(args.credential, args.state_dir, CONSOLE),
         registry=registry,
+        directory=directory,
         host=args.host,
         port=args.port,
     )

@@ -3,8 +3,9 @@
 Issue 3: normalization maps through versioned, per-runtime mapper tables
 (data files, not code branches). An unknown tool yields ``capability:
 unknown`` (which the safety floor denies); a missing required argument or
-fact, arguments without a canonical form, or any failure of the mapping
-itself is a rejection. Neither can ever become an allow.
+fact, arguments without a canonical form, an attachment that is not what
+it claims (issue 23, :mod:`smf_assurance.subjects.attachments`), or any failure
+of the mapping itself is a rejection. Neither can ever become an allow.
 
 Identities computed here, once, for the whole pipeline: the canonical
 argument hash, the content hash, the destination identity hash and the
@@ -18,6 +19,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
+from smf_assurance.subjects.attachments import AttachmentError, check_attachments
 from smf_assurance.subjects.canonical import CanonicalJSONError, identity_of
 from smf_assurance.subjects.envelope import (
     Capability,
@@ -66,6 +68,10 @@ class ToolMapping(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     connector: ConnectorId | None = None
     required_args: tuple[ArgName, ...] = ()
     required_facts: tuple[RequiredFact, ...] = ()
+    attachment_args: tuple[ArgName, ...] = ()
+    """The arguments that carry a document the action sends (issue 23): each present
+    one must be a valid :class:`~smf_assurance.subjects.attachments.Attachment`, so the
+    bytes are in the arguments, bound by their hash, and shown to the approver."""
 
 
 class MapperTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -120,6 +126,10 @@ def normalize(proposal: Proposal, tables: Mapping[str, MapperTable]) -> Normaliz
     for name in mapping.required_args:
         if name not in args:
             raise NormalizationError("missing_required_argument", name)
+    try:
+        check_attachments(args, mapping.attachment_args)
+    except AttachmentError as exc:
+        raise NormalizationError(exc.reason_code) from exc
     facts = proposal.facts
     for fact in mapping.required_facts:
         missing = (

@@ -308,8 +308,7 @@ class ReleaseTrust:
 
     def _authenticate(self, data: bytes) -> AuthenticatedRelease:
         """Steps 1-4 (``smf_assurance.subjects.release.authenticate_release``): decode once, verify
-        a
-        threshold of distinct keys, decode the verified payload once (``protocol.md``,
+        a threshold of distinct keys, decode the verified payload once (``protocol.md``,
         "Multi-signature Verification"); its errors are the shared ones."""
         return authenticate_release(data, self._keys, self._threshold)
 

@@ -87,8 +87,7 @@ def _unavailable(during: str) -> contextlib.AbstractContextManager[None]:
 
 class KvToolCallStore:
     """:class:`~smf_assurance.pipeline.stores.tool_calls.ToolCallStore` on JetStream KV; any number
-    of
-    replicas share the bucket. The NATS connection belongs to the caller."""
+    of replicas share the bucket. The NATS connection belongs to the caller."""
 
     def __init__(self, js: JetStreamContext, kv: KeyValue, *, bucket: str, timeout: float) -> None:
         self._js = js

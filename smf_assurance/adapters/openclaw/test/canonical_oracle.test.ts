@@ -31,7 +31,7 @@ import canonicalize from "canonicalize";
 
 import { canonicalText, parseCanonical, parseJson } from "../dist/contract/canonical.js";
 
-const VECTORS = fileURLToPath(new URL("../../../tests/vectors/", import.meta.url));
+const VECTORS = fileURLToPath(new URL("../../../../tests/vectors/", import.meta.url));
 
 type Row = Record<string, unknown> & { name: string };
 

@@ -46,7 +46,7 @@ import {
   type InstanceProof,
 } from "../dist/contract/model_gateway.js";
 
-const VECTORS = fileURLToPath(new URL("../../../tests/vectors/", import.meta.url));
+const VECTORS = fileURLToPath(new URL("../../../../tests/vectors/", import.meta.url));
 
 type Row = Record<string, unknown> & { name: string };
 

@@ -183,6 +183,7 @@ export async function checkView(view, channel) {
       binding.destination_identity_hash),
     digest: digest === view.binding_digest,
     computedDigest: digest,
+    attachments: await checkAttachments(view.arguments_json),
   };
 }
 
@@ -198,7 +199,8 @@ export function noteProblem(note) {
 }
 
 function allChecksPass(checks) {
-  return Boolean(checks && checks.content && checks.arguments && checks.destination && checks.digest);
+  return Boolean(checks && checks.content && checks.arguments && checks.destination && checks.digest
+    && checks.attachments.every((a) => a.ok));
 }
 
 // --- what the gate's answers mean to a person ----------------------------------
@@ -257,6 +259,7 @@ const page = {
   polling: false,
   linkHandled: false, // the notification's ?approval= is acted on once per page load
   pollTimer: null,
+  blobUrls: [], // the documents on show (issue 23); revoked when others replace them
   tickTimer: null,
   requests: new Map(), // the signed-in person's own requests, as the gate answered (issue 23)
   requestsPolling: false,
@@ -555,7 +558,9 @@ async function openDetail(id) {
   const a = page.approvals.get(id);
   if (!a || !page.me) return;
   $('link-note').hidden = true;
-  Object.assign(page, { selected: id, view: null, checks: null, closedReason: null, decided: null, final: false });
+  Object.assign(page, {
+    selected: id, view: null, display: null, checks: null, closedReason: null, decided: null, final: false,
+  });
   $('detail').hidden = false;
   $('detail-title').textContent = title(a);
   $('expiry-live').textContent = '';
@@ -590,6 +595,7 @@ async function openDetail(id) {
     return;
   }
   page.view = answer.data.view;
+  page.display = answer.data.display || null;
   $('self-warning').hidden = page.view.binding.actor_id !== page.me.approver_id;
   page.checks = await checkView(page.view, a.channel);
   renderFacts(a, page.view);
@@ -602,11 +608,11 @@ function renderFacts(a, view) {
     fact('Capability', a.capability),
     fact('Tool', a.native_tool),
     fact('Destination', view
-      ? `${view.destination_address || '(none)'} · ${a.channel}, ${a.locality}`
+      ? destinationShown(page.display, view, a)
       : `${a.channel}, ${a.locality}`),
     // The announcement names no matter or person (issue 15): the gate shows them
     // to an entitled approver with the binding.
-    fact('Matter', view ? view.binding.matter_id : '(shown once opened)'),
+    fact('Matter', view ? matterShown(page.display, view) : '(shown once opened)'),
     fact('Tenant', view ? `${a.tenant_id} · ${view.binding.organization_id}` : a.tenant_id),
     fact('Requested by', view ? view.binding.actor_id : '(shown once opened)'),
     fact('Required role', a.required_roles.join(', ')),
@@ -614,7 +620,7 @@ function renderFacts(a, view) {
     fact('Reasons', view && view.reasons ? reasonsShown(view.reasons) : a.reason_codes.join(', ') || '(none)'),
     fact('Expires', formatExpiry(a.expires_at_ms)),
   ];
-  if (view) rows.push(fact('Arguments', view.arguments_json, true));
+  if (view) rows.push(fact('Arguments', argumentsShown(view.arguments_json), true));
   if (view) rows.push(fact('Binding digest', page.checks.computedDigest, true));
   $('facts').replaceChildren(...rows.flat());
 }
@@ -636,7 +642,10 @@ function renderReview() {
     line(checks.arguments, 'canonical hash of the arguments shown = argument hash in the binding'),
     line(checks.destination, 'hash of the destination shown = destination hash in the binding'),
     line(checks.digest, 'digest recomputed here from the binding = the gate\'s binding digest'),
+    ...checks.attachments.map((a) => line(a.ok,
+      `SHA-256 of ${a.filename || a.arg} computed here = its digest in the bound arguments`)),
   );
+  renderAttachments(checks.attachments);
   $('reviewable').hidden = false;
 }
 
@@ -683,6 +692,139 @@ function renderOutcome(a) {
   $('outcome-box').hidden = false;
 }
 
+// --- the tenant directory's names (issue 23: the action as a lawyer reads it) ----------
+// The console's server looks the bound ids up in the operator's tenant directory
+// (smf_assurance/approver/directory.py) and sends the names beside the view. The raw id
+// is always shown with them: it is what the checks below compare with the binding. An id
+// the directory does not hold is shown raw and marked so, never guessed.
+
+const NOT_IN_DIRECTORY = 'not in the directory';
+
+function unlisted(id) {
+  return el('span', { class: 'unlisted' }, el('code', {}, id || '(none)'), ` (${NOT_IN_DIRECTORY})`);
+}
+
+function destinationShown(display, view, a) {
+  const d = display && display.destination;
+  const where = el('span', { class: 'muted' }, ` · ${a.channel}, ${a.locality}`);
+  if (!d || !d.in_directory || d.id !== view.destination_address) {
+    return el('span', { id: 'destination-shown' }, unlisted(view.destination_address), where);
+  }
+  if (d.kind === 'recipient') {
+    return el('span', { id: 'destination-shown' },
+      el('strong', { class: 'recipient-name' }, d.name), ' <', el('code', {}, d.id), '>', where);
+  }
+  const caseLine = d.caption
+    ? el('span', { class: 'case' }, el('cite', { class: 'caption' }, d.caption),
+      el('span', { class: 'docket' }, `Docket No. ${d.docket}`))
+    : el('span', { class: 'case unlisted' }, `no case for this matter at this court (${NOT_IN_DIRECTORY})`);
+  return el('span', { id: 'destination-shown', class: 'court' },
+    el('strong', { class: 'court-name' }, d.name), ' ', el('code', {}, d.id), where, caseLine);
+}
+
+function matterShown(display, view) {
+  const m = display && display.matter;
+  if (!m || !m.in_directory || m.id !== view.binding.matter_id) {
+    return el('span', { id: 'matter-shown' }, unlisted(view.binding.matter_id));
+  }
+  return el('span', { id: 'matter-shown', class: 'matter' },
+    el('strong', { class: 'matter-name' }, m.name), ' ', el('code', {}, m.id),
+    el('span', { class: 'client' }, `Client: ${m.client}`));
+}
+
+function destinationWords(display, view) {
+  const d = display && display.destination;
+  const raw = view.destination_address || '(no address)';
+  if (!d || !d.in_directory || d.id !== view.destination_address) return `${raw} (${NOT_IN_DIRECTORY})`;
+  if (d.kind === 'recipient') return `${d.name} <${raw}>`;
+  return d.caption ? `${d.name} (${raw}), ${d.caption}, Docket No. ${d.docket}` : `${d.name} (${raw})`;
+}
+
+// --- the documents the action sends (issue 23: attachments shown and bound) --------------
+// The runtime puts each document's bytes in an argument with their SHA-256
+// (smf_assurance/subjects/attachments.py), so the argument hash in the binding covers
+// them. Here each one's SHA-256 is recomputed with SubtleCrypto from the bytes about to
+// be shown and compared with the digest in those arguments; only bytes that match are
+// rendered (a PDF in a frame from a blob made of exactly those bytes, text as text), and
+// any mismatch keeps Allow once off.
+
+const ATTACHMENT_SCHEMA = 'smf.attachment/1';
+const RENDERED_TYPES = new Set(['application/pdf', 'text/plain']);
+
+function attachmentsIn(argumentsJson) {
+  let args;
+  try {
+    args = JSON.parse(argumentsJson);
+  } catch {
+    return [];
+  }
+  if (!args || typeof args !== 'object' || Array.isArray(args)) return [];
+  return Object.keys(args).sort()
+    .filter((name) => args[name] && typeof args[name] === 'object' && args[name].schema === ATTACHMENT_SCHEMA)
+    .map((name) => ({ ...args[name], arg: name }));
+}
+
+/** Each attachment, its bytes, and whether their SHA-256 is the digest it carries. */
+export async function checkAttachments(argumentsJson) {
+  return Promise.all(attachmentsIn(argumentsJson).map(async (a) => {
+    let bytes = null;
+    let computed = null;
+    try {
+      bytes = b64decode(a.data_b64);
+      computed = await sha256Identity(bytes);
+    } catch {
+      bytes = null; // not base64: it cannot match anything the gate bound
+    }
+    const ok = computed !== null && computed === a.sha256 && RENDERED_TYPES.has(a.media_type);
+    return { arg: a.arg, filename: a.filename, mediaType: a.media_type, sha256: a.sha256, computed, ok,
+      bytes: ok ? bytes : null };
+  }));
+}
+
+/** The arguments as JSON, each document's bytes replaced by a pointer to where they are shown. */
+function argumentsShown(argumentsJson) {
+  try {
+    const args = JSON.parse(argumentsJson);
+    for (const a of attachmentsIn(argumentsJson)) {
+      args[a.arg] = { ...args[a.arg], data_b64: '(the document\'s bytes: shown under "Documents to be sent")' };
+    }
+    return JSON.stringify(args);
+  } catch {
+    return argumentsJson;
+  }
+}
+
+function attachmentShown(a) {
+  const size = a.bytes ? ` · ${a.bytes.length.toLocaleString('en-US')} bytes` : '';
+  const figure = el('figure', { class: 'attachment', 'data-arg': a.arg, 'data-ok': String(a.ok) },
+    el('figcaption', {}, el('strong', {}, a.filename || a.arg), ` · ${a.mediaType}${size}`));
+  if (!a.ok) {
+    figure.append(el('p', { class: 'error', role: 'alert' },
+      `✗ Not shown: the SHA-256 of ${a.filename || a.arg} computed here does not match the digest `
+      + 'the approval is bound to. Do not allow it.'));
+    return figure;
+  }
+  if (a.mediaType === 'application/pdf') {
+    const url = URL.createObjectURL(new Blob([a.bytes], { type: 'application/pdf' }));
+    page.blobUrls.push(url);
+    // The viewer's open parameters: the page at the frame's width, no thumbnail pane.
+    figure.append(el('iframe', {
+      class: 'pdf', src: `${url}#navpanes=0&view=FitH`, title: `${a.filename} (PDF, as it will be filed)`,
+    }));
+  } else {
+    figure.append(el('pre', { class: 'content', tabindex: '0', 'aria-label': a.filename },
+      new TextDecoder('utf-8').decode(a.bytes)));
+  }
+  figure.append(el('p', { class: 'muted digest' }, el('code', {}, a.computed)));
+  return figure;
+}
+
+function renderAttachments(attachments) {
+  for (const url of page.blobUrls.splice(0)) URL.revokeObjectURL(url);
+  $('attachments').replaceChildren(...attachments.map(attachmentShown));
+  $('attachments-box').hidden = attachments.length === 0;
+}
+
 // --- the confirm step and the deny form (issue 23) -------------------------------------
 
 function openStep() {
@@ -700,7 +842,7 @@ function actionLine() {
   const a = page.approvals.get(page.selected);
   const where = a ? ` (${a.channel}, ${a.locality})` : '';
   return `${page.view.native_tool}, sending the content shown above to `
-    + `${page.view.destination_address || '(no address)'}${where}.`;
+    + `${destinationWords(page.display, page.view)}${where}.`;
 }
 
 function askAllow() {
