@@ -66,6 +66,7 @@ def ledger_bytes(ledger: Path) -> bytes:
     )
 
 
+@pytest.mark.claim("approver-desk.requester-sees-own-only")
 async def test_the_filing_number_is_kept_with_the_outcome_for_requester_and_approver(
     gate: RunningGate,
     nc: Client,
@@ -139,6 +140,7 @@ async def test_a_denials_reason_reaches_its_requester_and_the_note_does_not(
     assert note not in repr(mine)
 
 
+@pytest.mark.claim("approver-desk.requester-sees-own-only")
 async def test_nobody_else_learns_of_a_request(
     gate: RunningGate, nc: Client, state: StateDir
 ) -> None:

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -120,6 +121,7 @@ def fits_without_scrolling(driver: webdriver.Chrome, *element_ids: str) -> None:
     assert found["wide"] == [], found
 
 
+@pytest.mark.claim("approver-desk.requester-sees-own-only")
 def test_the_requester_sees_her_own_requests_only_and_each_outcome_in_words(
     world: World,
     browser: Callable[[], webdriver.Chrome],
@@ -269,6 +271,7 @@ def propose_filing(world: World, held: HeldProposals, content: str) -> str:
     return verdict.approval_id
 
 
+@pytest.mark.claim("approver-desk.rerequest-new-binding")
 def test_an_expired_request_is_asked_again_by_keyboard_and_approved_as_a_new_binding(
     world: World,
     browser: Callable[[], webdriver.Chrome],

@@ -98,6 +98,7 @@ async def expire(gate: RunningGate, clock: Clock, approval_id: str) -> None:
     assert record.state == "expired"
 
 
+@pytest.mark.claim("approver-desk.rerequest-new-binding")
 async def test_an_expired_filing_asked_again_is_a_new_binding_and_the_old_stays_dead(
     gate: RunningGate, nc: Client, state: StateDir, clock: Clock, nats_server: EmbeddedNatsServer
 ) -> None:
@@ -155,6 +156,7 @@ async def test_an_expired_filing_asked_again_is_a_new_binding_and_the_old_stays_
     await sub.unsubscribe()
 
 
+@pytest.mark.claim("approver-desk.rerequest-new-binding")
 async def test_only_the_requester_may_ask_again_and_only_an_expired_approval(
     gate: RunningGate,
     nc: Client,
