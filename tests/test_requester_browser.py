@@ -99,6 +99,17 @@ def request_state(driver: webdriver.Chrome, approval_id: str, state: str) -> Web
     return until(driver, shown, f"the request shown {state}")
 
 
+def tab_to(driver: webdriver.Chrome, start_id: str, target: WebElement, most: int = 20) -> None:
+    """Focus ``start_id``, then press Tab until ``target`` has the focus (at most
+    ``most`` presses): the control is reachable by keyboard alone, in the page's order."""
+    driver.execute_script("arguments[0].focus()", by_id(driver, start_id))
+    for _ in range(most):
+        if driver.switch_to.active_element == target:
+            return
+        driver.switch_to.active_element.send_keys(Keys.TAB)
+    assert driver.switch_to.active_element == target, f"not reached with Tab from {start_id}"
+
+
 def fits_without_scrolling(driver: webdriver.Chrome, *element_ids: str) -> None:
     """No horizontal scrolling, and every named element within the viewport's width."""
     found: dict[str, Any] = driver.execute_script(
@@ -220,8 +231,7 @@ def test_requests_and_the_receipt_fit_at_420_px_and_200_percent_zoom_by_keyboard
         if name == "420px":
             open_detail(attorney, approval_id)
             # Keyboard only: Tab from the content reaches Allow once; Enter, then confirm.
-            attorney.find_element(By.ID, "content").send_keys(Keys.TAB)
-            assert attorney.switch_to.active_element == by_id(attorney, "allow")
+            tab_to(attorney, "content", by_id(attorney, "allow"))
             attorney.switch_to.active_element.send_keys(Keys.ENTER)
             confirm_allow(attorney)
             until(
@@ -305,12 +315,7 @@ def test_an_expired_request_is_asked_again_by_keyboard_and_approved_as_a_new_bin
     screenshots(paralegal, "25-requester-expired-420px")
 
     # Keyboard only: Tab from "Sign out" reaches Ask again; Enter asks.
-    paralegal.execute_script("document.getElementById('sign-out').focus()")
-    for _ in range(20):
-        if paralegal.switch_to.active_element == again:
-            break
-        paralegal.switch_to.active_element.send_keys(Keys.TAB)
-    assert paralegal.switch_to.active_element == again, "Ask again is reached with Tab"
+    tab_to(paralegal, "sign-out", again)
     again.send_keys(Keys.ENTER)
     until(
         paralegal,
