@@ -185,6 +185,7 @@ def test_the_requester_sees_her_own_requests_only_and_each_outcome_in_words(
     assert receipt.text == f"Receipt from the connector: {number}"
     assert by_id(attorney, "order-line").text == f"Order {filing.stem}"
     page.audit(attorney)
+    attorney.execute_script("arguments[0].scrollIntoView({block: 'center'})", receipt)
     screenshots(attorney, "21-approver-sees-the-filing-number")
 
     done = request_state(paralegal, hers, "consumed")
