@@ -44,7 +44,7 @@ from nats.js.kv import KeyValue
 
 from smf_assurance.ops.cluster import LocalNatsCluster
 from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.pipeline.stores import approvals_kv
+from smf_assurance.pipeline.stores import approvals_kv, approvals_sqlite
 from smf_assurance.pipeline.stores.approvals import (
     ALL_STATES,
     TRANSITIONS,
@@ -440,6 +440,67 @@ async def test_approve_claim_record_finish_consumed(store: ApprovalStore) -> Non
     assert (done.resolver_id, done.updated_at_ms) == (ATTORNEY, T0 + 4)
     assert await store.get(binding.approval_id) == done
     assert await store.find_by_order("order-1") == binding.approval_id
+
+
+@pytest.mark.parametrize("outcome", ["consumed", "failed", "execution_unknown"])
+async def test_the_connectors_receipt_is_kept_with_consumed_only(
+    store: ApprovalStore, outcome: Any
+) -> None:
+    """Issue 23: the connector's receipt (a court's filing number) is kept with the
+    approval's outcome, in the same write that ends it, and read back by ``get``; a
+    receipt offered with any other outcome is not kept (nothing was confirmed)."""
+    binding = await executing(store)
+    done = await store.finish(binding.approval_id, outcome, T0 + 4, "ECF-00004711")
+    kept = "ECF-00004711" if outcome == "consumed" else None
+    assert (done.state, done.receipt) == (outcome, kept)
+    again = await store.get(binding.approval_id)
+    assert again is not None
+    assert (again.state, again.receipt, again.outcome_codes) == (outcome, kept, ())
+    assert "ECF-00004711" not in repr(again), "the receipt stays out of logs and tracebacks"
+
+
+async def test_a_denials_reason_codes_are_kept_with_it(store: ApprovalStore) -> None:
+    """Issue 23: the requester sees why; the deny's codes are written with the deny,
+    and an approve stores none."""
+    binding = await held(store)
+    codes = ("approver_denied", "approver_denied_wrong_document")
+    denied = await store.deny(binding.approval_id, binding_digest(binding), ATTORNEY, T0 + 1, codes)
+    assert (denied.state, denied.outcome_codes) == ("denied", codes)
+    again = await store.get(binding.approval_id)
+    assert again is not None
+    assert (again.outcome_codes, again.receipt) == (codes, None)
+    other = await approved(store, "other")
+    record = await store.get(other.approval_id)
+    assert record is not None
+    assert record.outcome_codes == ()
+
+
+async def test_a_store_file_from_before_receipts_is_brought_up_to_date(tmp_path: Path) -> None:
+    """An approvals file made before ``outcome_codes`` and ``receipt`` existed keeps its
+    rows and gains both columns at open (issue 23), and opening it twice adds nothing
+    twice."""
+    path = tmp_path / "old.db"
+    old_schema = re.sub(
+        r"\n    outcome_codes TEXT,\n    receipt TEXT,", "", approvals_sqlite.SCHEMA
+    )
+    assert "receipt" not in old_schema
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        raw.executescript(old_schema)
+    first = await SqliteApprovalStore.open(path)
+    binding = await held(first)
+    await first.close()
+    second = await SqliteApprovalStore.open(path)
+    try:
+        await second.approve(binding.approval_id, binding_digest(binding), ATTORNEY, T0 + 1)
+        await second.claim(binding.approval_id, binding, T0 + 2)
+        done = await second.finish(binding.approval_id, "consumed", T0 + 3, "ECF-00000042")
+        assert done.receipt == "ECF-00000042"
+    finally:
+        await second.close()
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        columns = [row[1] for row in raw.execute("PRAGMA table_info(approvals)")]
+    assert columns.count("receipt") == 1
+    assert columns.count("outcome_codes") == 1
 
 
 async def test_claim_just_before_expiry_wins(store: ApprovalStore) -> None:

@@ -87,6 +87,9 @@ ACTIONS: Final = (
     Action("read the dms orders", "sub", "smf.execute.dms", who()),
     Action("publish an order", "pub", "smf.execute.dms", who(GATE)),
     Action("publish an approval outcome", "pub", "smf.approval.outcome." + "ab" * 32, who(GATE)),
+    # Issue 23: only the gate tells runtimes to ask an expired approval again; they listen.
+    Action("tell runtimes to ask again", "pub", "smf.approval.again." + "ab" * 32, who(GATE)),
+    Action("hear an ask-again", "sub", "smf.approval.again." + "ab" * 32, who(RUNTIME)),
     Action("publish an announcement", "pub", "smf.approval.pending.tenant-acme", who(GATE)),
     Action("publish a checkpoint", "pub", "smf.ledger.checkpoint.smf-gate", who(GATE)),
     Action("report as dms", "pub", "smf.result.dms", who(DMS)),
@@ -182,6 +185,11 @@ ACTIONS: Final = (
     ),
     Action("resolve an approval", "req", names.APPROVAL_RESOLVE, who(ATTORNEY, CONSOLE)),
     Action("show an approval", "req", names.APPROVAL_SHOW, who(ATTORNEY, CONSOLE)),
+    # Issue 23: a person's signed question of where their requests stand.
+    Action("track approvals", "req", names.APPROVAL_TRACK, who(ATTORNEY, CONSOLE)),
+    Action(
+        "ask an expired approval again", "req", names.APPROVAL_REREQUEST, who(ATTORNEY, CONSOLE)
+    ),
     # The OpenClaw plugin's hold asks it (smf_assurance/adapters/openclaw/src/gate.ts); Hermes
     # never does.
     Action(

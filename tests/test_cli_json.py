@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import inspect
 import json
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -151,6 +153,20 @@ class World:
     up_line: str
     nats_url: str
     approval_id: str
+    expired_id: str
+    """A second filing, expired (``approvals rerequest`` asks only an expired one again)."""
+
+
+def expire_in_store(state: StateDir, approval_id: str) -> None:
+    """What the gate's sweep writes once the approval's TTL has passed (pending ->
+    expired, content purged), written now rather than after five minutes."""
+    with contextlib.closing(sqlite3.connect(state.root / "approvals.db")) as db, db:
+        moved = db.execute(
+            "UPDATE approvals SET state = 'expired', held_payload = NULL "
+            "WHERE approval_id = ? AND state = 'pending'",
+            (approval_id,),
+        ).rowcount
+    assert moved == 1
 
 
 def copy_state(world: World, into: Path) -> StateDir:
@@ -218,7 +234,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         line = read_line(up, TIMEOUT)
         url = json.loads(line)["nats_url"]
         approval = asyncio.run(hold_filing(url, state))
-        yield World(work, state, demo.stdout, line, url, approval)
+        expired = asyncio.run(hold_filing(url, state))
+        expire_in_store(state, expired)
+        yield World(work, state, demo.stdout, line, url, approval, expired)
     finally:
         stop(up)
 
@@ -302,6 +320,14 @@ def check_resolve_refusal(out: cli_json.ApprovalsResolveRefusal, _: World) -> No
 
 def check_not_pending(out: cli_json.ApprovalsResolveRefusal, world: World) -> None:
     assert (out.reason_code, out.approval_id) == ("approval_not_pending", world.approval_id)
+
+
+def check_rerequest(out: cli_json.ApprovalsRerequestJson, world: World) -> None:
+    assert (out.approval_id, out.accepted, out.reason_codes) == (world.expired_id, True, ())
+
+
+def check_rerequest_refused(out: cli_json.ApprovalsRerequestJson, world: World) -> None:
+    assert (out.accepted, out.reason_codes) == (False, ("approval_not_found",))
 
 
 def check_ledger(out: cli_json.LedgerVerifyJson, _: World) -> None:
@@ -631,6 +657,10 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
             check_not_pending,
         ),
     ),
+    ("approvals", "rerequest"): (
+        Case(("{expired}", "--nats", "{nats}", *PARALEGAL), check=check_rerequest),
+        Case(("{expired}", "--nats", "{nats}", *ATTORNEY), 1, 0, check_rerequest_refused),
+    ),
     ("ledger", "verify"): (
         Case(("--db", "{state}/ledger.db", "--state-dir", "{state}"), check=check_ledger),
         Case(
@@ -936,6 +966,7 @@ def scratch(world: World) -> Iterator[dict[str, str]]:
             "work": str(work),
             "nats": world.nats_url,
             "approval": world.approval_id,
+            "expired": world.expired_id,
             "dead": f"nats://127.0.0.1:{dead.port}",
             "dead_http": f"http://127.0.0.1:{dead_http.port}",
             "approver_user": public_user(new_user_seed()),

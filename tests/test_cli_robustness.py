@@ -147,6 +147,13 @@ BUS_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
         "--nats",
         "{nats}",
     ),
+    ("approvals", "rerequest"): (
+        APPROVAL,
+        "--key",
+        "{state}/keys/paralegal-pat.key",
+        "--nats",
+        "{nats}",
+    ),
     ("ledger", "verify"): (
         "--db",
         "{state}/ledger.db",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from smf_assurance.adapters.connectors.court_efiling import (
     REASON_FILING_UNREADABLE,
     CourtEFilingConnector,
     Filing,
+    filing_number,
 )
 from smf_assurance.adapters.connectors.dms import (
     REASON_NOT_FOUND,
@@ -83,7 +85,9 @@ async def test_filing_is_written_whole_with_its_fields(tmp_path: Path) -> None:
     connector = CourtEFilingConnector(tmp_path / "outbox", clock=fixed_clock(1_700_000_000_000))
     order = court_order()
     outcome = await connector.execute(order)
-    assert outcome == ExecutionOutcome.confirmed(f"filing:{order.order_id}")
+    number = filing_number(order.order_id)
+    assert re.fullmatch(r"ECF-[0-9]{8}", number), number
+    assert outcome == ExecutionOutcome.confirmed(number), "the receipt is the filing number"
     assert names(tmp_path / "outbox") == [f"{order.order_id}.json"]
     filing = msgspec.json.decode(connector.filing_path(order.order_id).read_bytes(), type=Filing)
     assert filing == Filing(
@@ -92,7 +96,27 @@ async def test_filing_is_written_whole_with_its_fields(tmp_path: Path) -> None:
         document=FILING_ARGS["document"],
         content_sha256=hashlib.sha256(b"The filing text.").hexdigest(),
         filed_at=1_700_000_000_000,
+        filing_number=number,
     )
+
+
+async def test_a_filing_written_before_its_number_is_confirmed_with_the_same_number(
+    tmp_path: Path,
+) -> None:
+    """A filing in the outbox from before filing numbers (no ``filing_number``) still
+    decodes, and a repeat of its submission is answered with the number the court
+    gives that submission id, the one a new filing under it would get (issue 23)."""
+    order = court_order()
+    old = {
+        "order_id": order.order_id,
+        "court": FILING_ARGS["court"],
+        "document": FILING_ARGS["document"],
+        "content_sha256": hashlib.sha256(b"The filing text.").hexdigest(),
+        "filed_at": 1,
+    }
+    (tmp_path / f"{order.order_id}.json").write_bytes(msgspec.json.encode(old))
+    again = await CourtEFilingConnector(tmp_path, clock=fixed_clock(2)).execute(order)
+    assert again == ExecutionOutcome.confirmed(filing_number(order.order_id))
 
 
 async def test_second_execution_of_the_same_order_files_nothing_new(tmp_path: Path) -> None:
@@ -307,7 +331,10 @@ async def test_example_connector_runs_behind_the_sdk(
         await asyncio.wait_for(task, 3)
     assert (report.status, report.order_id) == ("confirmed", order.order_id)
     assert report.external_ref is not None
-    assert report.external_ref.endswith(order.order_id)
+    if which == "court_efiling":
+        assert report.external_ref == filing_number(order.order_id)
+    else:
+        assert report.external_ref.endswith(order.order_id)
     if which == "court_efiling":
         assert names(tmp_path / "outbox") == [f"{order.order_id}.json"]
     else:

@@ -9,6 +9,7 @@ Depends on ``subjects/`` only.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,9 +21,13 @@ from smf_assurance.subjects.approvals import (
     ApprovalResolution,
     ApprovalView,
     DenyReason,
+    ReRequest,
+    ReRequestReply,
     ResolutionDecision,
     ResolutionReply,
     ShowRequest,
+    TrackReply,
+    TrackRequest,
     binding_digest,
 )
 from smf_assurance.subjects.attachments import AttachmentError, check_attachments
@@ -83,6 +88,35 @@ class ApproverClient:
         if names.HEADER_SERVICE_ERROR_CODE in headers:
             raise ApproverError(headers.get(names.HEADER_SERVICE_ERROR, "gate_error"))
         return msgspec.json.decode(reply.data, type=ApprovalView)
+
+    async def track(self, approval_ids: Sequence[str]) -> TrackReply:
+        """Where these approvals stand, as far as the gate lets this person see (issue 23):
+        their own requests and those they may resolve; any other id is left out."""
+        request = TrackRequest(
+            schema="smf.approval-track/1",
+            viewer_id=self.approver_id,
+            approval_ids=tuple(approval_ids),
+            requested_at_ms=self._now(),
+        )
+        signed = encode_envelope(sign_struct(names.PAYLOAD_TRACK_REQUEST, request, [self.key]))
+        reply = await self.nc.request(names.APPROVAL_TRACK, signed, timeout=self.timeout)
+        headers = reply.headers or {}
+        if names.HEADER_SERVICE_ERROR_CODE in headers:
+            raise ApproverError(headers.get(names.HEADER_SERVICE_ERROR, "gate_error"))
+        return msgspec.json.decode(reply.data, type=TrackReply)
+
+    async def rerequest(self, approval_id: str) -> ReRequestReply:
+        """Ask the gate to have an expired request of this person's asked anew (issue 23):
+        a new proposal and binding, never the old one revived."""
+        request = ReRequest(
+            schema="smf.approval-rerequest/1",
+            approval_id=approval_id,
+            requester_id=self.approver_id,
+            requested_at_ms=self._now(),
+        )
+        signed = encode_envelope(sign_struct(names.PAYLOAD_REREQUEST, request, [self.key]))
+        reply = await self.nc.request(names.APPROVAL_REREQUEST, signed, timeout=self.timeout)
+        return msgspec.json.decode(reply.data, type=ReRequestReply)
 
     def sign_resolution(
         self,

@@ -724,6 +724,16 @@ class ApprovalsResolveRefusal(CliJson, kw_only=True):
     refusal: Annotated[str, _("the one line printed on stderr, for people")]
 
 
+class ApprovalsRerequestJson(CliJson, kw_only=True):
+    """``approvals rerequest --json``: the gate's answer (exit 1 when not accepted)."""
+
+    approval_id: Annotated[Identity, _("the expired approval asked again")]
+    accepted: Annotated[
+        bool, _("whether the gate told the runtime to propose it anew (a new approval)")
+    ]
+    reason_codes: Annotated[tuple[Code, ...], _("why not, when refused")]
+
+
 # --- ledger -----------------------------------------------------------------------------
 
 LedgerResult = Literal["verified", "self-consistent", "unanchored", "failed"]
@@ -1287,6 +1297,7 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("approvals", "pending"): (ApprovalsPendingJson,),
     ("approvals", "show"): (ApprovalsShowJson,),
     ("approvals", "resolve"): (ApprovalsResolveJson, ApprovalsResolveRefusal),
+    ("approvals", "rerequest"): (ApprovalsRerequestJson,),
     ("ledger", "verify"): (LedgerVerifyJson,),
     ("swarm", "analyze"): (SwarmReportJson,),
     ("swarm", "review"): (SwarmReportJson,),

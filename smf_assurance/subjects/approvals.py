@@ -199,6 +199,116 @@ class ShowRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     requested_at_ms: Millis
 
 
+MAX_TRACKED: Final = 256
+"""How many approval ids one track request may ask about."""
+MAX_RECEIPT_CHARS: Final = 256
+"""A connector's receipt, as long as ``ExecutionReport.external_ref`` may be."""
+Receipt = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_RECEIPT_CHARS)]
+
+
+class TrackRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A person's signed request to see where approvals stand (issue 23, "the requester
+    sees the state of their own requests"), on ``smf.approval.track``.
+
+    ``approval_ids`` are only candidates: the gate answers for an id only when the
+    signer is the binding's requesting actor in one of their tenants, or could resolve
+    it; every other id is left out of the answer, exactly as an id the gate never held,
+    so the answer tells nobody that someone else's request exists.
+    """
+
+    schema: Literal["smf.approval-track/1"]
+    viewer_id: Name
+    approval_ids: Annotated[tuple[Identity, ...], msgspec.Meta(max_length=MAX_TRACKED)]
+    requested_at_ms: Millis
+
+
+TrackRelation = Literal["requester", "approver"]
+
+
+class TrackedApproval(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """Where one approval stands, for its requester or an approver who may resolve it.
+
+    ``outcome_codes`` are a denial's reason codes (the closed list, never the note);
+    ``receipt`` is what the connector returned with a confirmed execution (a court's
+    filing number, a message id), kept with the outcome and never in the ledger or a log.
+    """
+
+    approval_id: Identity
+    state: ApprovalState
+    relation: TrackRelation
+    tenant_id: Name
+    created_at_ms: Millis
+    expires_at_ms: Millis
+    outcome_codes: tuple[Code, ...] = ()
+    receipt: Receipt | None = None
+    order_id: str | None = None
+
+
+class TrackReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The gate's answer on ``smf.approval.track``: only the approvals the signer may see."""
+
+    schema: Literal["smf.approval-track-reply/1"]
+    approvals: tuple[TrackedApproval, ...]
+
+
+class ReRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A requester's signed request to ask an expired approval of theirs again (issue 23:
+    "an expired approval is a dead end"), on ``smf.approval.rerequest``.
+
+    Never a revival: the expired approval stays expired and its binding unusable. The
+    gate only tells the runtime that proposed it (:class:`AskAgain`), which proposes the
+    action anew: a new proposal, decided again under the release in force, so a new
+    decision, a new binding and a new approval id, approved or denied on its own.
+    """
+
+    schema: Literal["smf.approval-rerequest/1"]
+    approval_id: Identity
+    requester_id: Name
+    requested_at_ms: Millis
+
+
+class ReRequestReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The gate's answer on ``smf.approval.rerequest``."""
+
+    schema: Literal["smf.approval-rerequest-reply/1"]
+    approval_id: str
+    accepted: bool
+    reason_codes: tuple[Code, ...] = ()
+
+
+class AskAgain(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The gate-signed notice on ``smf.approval.again.<approval hex>`` that the requester
+    asked for this expired approval again; the runtime holding the proposal it was made
+    from acts on it only after :func:`open_ask_again` (the approval, decision and
+    operation ids are public in the announcement and the outcome, so the signature is
+    the control, as for outcomes)."""
+
+    schema: Literal["smf.approval-ask-again/1"]
+    approval_id: Identity
+    decision_id: Identity
+    operation_hash: Identity
+    asked_at_ms: Millis
+
+
+def sign_ask_again(notice: AskAgain, gate_key: SigningKey) -> bytes:
+    return dsse.encode_envelope(dsse.sign_struct(names.PAYLOAD_ASK_AGAIN, notice, [gate_key]))
+
+
+def open_ask_again(
+    data: bytes, gate_keys: Mapping[str, VerifyKey], *, approval_id: str
+) -> AskAgain:
+    """Verify a notice against the gate keys and check that it is about ``approval_id``
+    (a genuine notice re-published on another approval's subject is refused)."""
+    notice, _ = dsse.open_struct(
+        dsse.decode_envelope(data), gate_keys, AskAgain, names.PAYLOAD_ASK_AGAIN
+    )
+    if notice.approval_id != approval_id:
+        raise OutcomeMismatchError("the notice names another approval")
+    if approval_id_for(notice.decision_id) != approval_id:
+        raise OutcomeMismatchError("the notice's decision is not its approval's decision")
+    return notice
+
+
 RULE_NOT_DESCRIBED: Final = "no description in the release"
 """What is shown for a rule the deciding release does not describe (issue 23): its id
 and these words, never text of our own in the release's place."""

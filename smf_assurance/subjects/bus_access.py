@@ -244,6 +244,7 @@ def _gate() -> Permissions:
             f"{names.EXECUTE_PREFIX}.>",
             f"{names.APPROVAL_PENDING_PREFIX}.>",
             f"{names.APPROVAL_OUTCOME_PREFIX}.>",
+            f"{names.APPROVAL_AGAIN_PREFIX}.>",
             f"{names.CHECKPOINT_PREFIX}.>",
             f"{names.STAGE_PREFIX}.>",
             f"{names.STORE_PREFIX}.>",
@@ -261,6 +262,8 @@ def _gate() -> Permissions:
             names.APPROVAL_RESOLVE,
             names.APPROVAL_SHOW,
             names.APPROVAL_STATUS,
+            names.APPROVAL_TRACK,
+            names.APPROVAL_REREQUEST,
             names.GATEWAY_ADMIT,
             names.GATEWAY_CALLS,
             names.GATEWAY_CLEAR,
@@ -284,7 +287,7 @@ def _runtime(runtime_id: str) -> Permissions:
             names.APPROVAL_STATUS,
             *_READ_RELEASES,
         ),
-        subscribe_allow=(f"{names.APPROVAL_OUTCOME_PREFIX}.>",),
+        subscribe_allow=(f"{names.APPROVAL_OUTCOME_PREFIX}.>", f"{names.APPROVAL_AGAIN_PREFIX}.>"),
     )
 
 
@@ -325,7 +328,13 @@ def _pending_reader(subjects: Iterable[str]) -> tuple[str, ...]:
     return tuple(calls)
 
 
-_APPROVAL_REQUESTS: Final = (names.APPROVAL_RESOLVE, names.APPROVAL_SHOW, names.APPROVAL_STATUS)
+_APPROVAL_REQUESTS: Final = (
+    names.APPROVAL_RESOLVE,
+    names.APPROVAL_SHOW,
+    names.APPROVAL_STATUS,
+    names.APPROVAL_TRACK,
+    names.APPROVAL_REREQUEST,
+)
 
 
 def _approver(tenants: tuple[str, ...]) -> Permissions:

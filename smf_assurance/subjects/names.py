@@ -34,6 +34,14 @@ APPROVAL_SHOW: Final = "smf.approval.show"
 """Approvers request (signed) the binding and held content of one approval."""
 APPROVAL_STATUS: Final = "smf.approval.status"
 """Anyone on the bus may ask the state of an approval id (no content)."""
+APPROVAL_REREQUEST: Final = "smf.approval.rerequest"
+"""A requester asks (signed) that an expired approval of theirs be asked again (issue 23)."""
+APPROVAL_AGAIN_PREFIX: Final = "smf.approval.again"
+"""``smf.approval.again.<approval hex>``: the gate-signed notice that the requester asked for
+an expired approval again; the runtime that proposed it proposes it anew (issue 23)."""
+APPROVAL_TRACK: Final = "smf.approval.track"
+"""A person on the roster requests (signed) where approvals stand: their own requests, and
+those they may resolve, with a denial's reason codes and the connector's receipt (issue 23)."""
 SWARM_ANALYZE: Final = "smf.swarm.analyze"
 """Swarm analysis requests; Swarm publishes nothing on propose, approval or execute."""
 ATTEST: Final = "smf.attest"
@@ -112,6 +120,9 @@ PAYLOAD_RESOLUTION: Final = "application/vnd.smf.approval-resolution+json;v=1"
 PAYLOAD_OUTPUT_CLOSE: Final = "application/vnd.smf.output-close+json;v=1"
 PAYLOAD_SWARM_REVIEW: Final = "application/vnd.smf.swarm-review+json;v=1"
 PAYLOAD_SHOW_REQUEST: Final = "application/vnd.smf.approval-show+json;v=1"
+PAYLOAD_TRACK_REQUEST: Final = "application/vnd.smf.approval-track+json;v=1"
+PAYLOAD_REREQUEST: Final = "application/vnd.smf.approval-rerequest+json;v=1"
+PAYLOAD_ASK_AGAIN: Final = "application/vnd.smf.approval-ask-again+json;v=1"
 PAYLOAD_ATTESTATION: Final = "application/vnd.smf.runtime-attestation+json;v=1"
 PAYLOAD_APPROVAL_OUTCOME: Final = "application/vnd.smf.approval-outcome+json;v=1"
 """A held proposal's final Verdict, signed by the gate key: the approval id, decision id,
@@ -176,6 +187,11 @@ def output_subject(stream_id: str) -> str:
 
 def approval_pending_subject(tenant_id: str) -> str:
     return f"{APPROVAL_PENDING_PREFIX}.{token(tenant_id)}"
+
+
+def approval_again_subject(approval_id: str) -> str:
+    """Where the gate tells runtimes that this expired approval is asked for again."""
+    return f"{APPROVAL_AGAIN_PREFIX}.{token(approval_id.removeprefix('sha256:'))}"
 
 
 def approval_outcome_subject(approval_id: str) -> str:

@@ -1,7 +1,7 @@
 """Court e-filing: scenario 1's transmission to a court, as a filing outbox.
 
 A filing is ``outbox/<order_id>.json`` holding ``{order_id, court, document,
-content_sha256, filed_at}``. The order id is the submission id, as a court's
+content_sha256, filed_at, filing_number}``. The order id is the submission id, as a court's
 e-filing API takes a client-chosen submission id and answers a repeat with
 the filing it already has (issue 3: "passes the idempotency key to the
 external system where that system supports one"). So:
@@ -16,8 +16,13 @@ external system where that system supports one"). So:
 - Missing or invalid ``court`` / ``document`` arguments: ``failed`` /
   ``invalid_arguments``, before anything is written.
 
-The reference names the order, not the court or the document, so reports and
-the evidence built from them carry no argument values.
+The receipt is the court's filing number (issue 23: "show the connector's
+receipt (e.g. the court's filing number)"), ``ECF-`` and eight digits derived
+from the order id, as a court numbers a submission it accepts: a repeat of
+the same submission gets the same number. It names neither the court nor the
+document, so the report carries no argument values; the gate keeps it with
+the approval's outcome for the requester and the approver, never in the
+evidence ledger.
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ from smf_assurance.subjects.messages import ExecuteOrder
 REASON_INVALID_ARGUMENTS: Final = "invalid_arguments"
 REASON_FILING_CONFLICT: Final = "filing_conflict"
 REASON_FILING_UNREADABLE: Final = "filing_unreadable"
-REFERENCE_PREFIX: Final = "filing:"
+FILING_NUMBER_PREFIX: Final = "ECF-"
+FILING_NUMBER_DIGITS: Final = 8
 MAX_FILING_BYTES: Final = 64 * 1024
 
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
@@ -63,6 +69,16 @@ class Filing(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     document: str
     content_sha256: str
     filed_at: int
+    filing_number: str = ""
+    """The court's number for the filing; empty in a filing written before it had one."""
+
+
+def filing_number(order_id: str) -> str:
+    """The number the court gives a submission: fixed by its submission id (the order
+    id), so a repeated submission is answered with the number it already has."""
+    return FILING_NUMBER_PREFIX + str(int(order_id, 16) % 10**FILING_NUMBER_DIGITS).zfill(
+        FILING_NUMBER_DIGITS
+    )
 
 
 def _arguments(arguments: dict[str, Any]) -> FilingArguments | None:
@@ -92,6 +108,7 @@ class CourtEFilingConnector(Connector):
             document=arguments.document,
             content_sha256=hashlib.sha256(order.content.encode("utf-8")).hexdigest(),
             filed_at=self._clock(),
+            filing_number=filing_number(order.order_id),
         )
         return await asyncio.to_thread(self._file, filing)
 
@@ -99,7 +116,7 @@ class CourtEFilingConnector(Connector):
         self.outbox.mkdir(parents=True, exist_ok=True)
         path = self.filing_path(filing.order_id)
         if create_atomically(path, msgspec.json.encode(filing)):
-            return ExecutionOutcome.confirmed(REFERENCE_PREFIX + filing.order_id)
+            return ExecutionOutcome.confirmed(filing.filing_number)
         return self._existing(path, filing)
 
     def _existing(self, path: Path, filing: Filing) -> ExecutionOutcome:
@@ -114,4 +131,6 @@ class CourtEFilingConnector(Connector):
         same = (existing.order_id, existing.court, existing.document, existing.content_sha256)
         if same != (filing.order_id, filing.court, filing.document, filing.content_sha256):
             return ExecutionOutcome.failed(REASON_FILING_CONFLICT)
-        return ExecutionOutcome.confirmed(REFERENCE_PREFIX + existing.order_id)
+        return ExecutionOutcome.confirmed(
+            existing.filing_number or filing_number(existing.order_id)
+        )

@@ -145,6 +145,16 @@ class ApprovalBoard:
             if t.state not in CLOSED_STATES or t.announcement.expires_at_ms >= horizon
         }
 
+    def tenant_ids(self, principal: Principal) -> list[str]:
+        """Ids held for the principal's tenants: candidates for their own requests (issue
+        23). The gate, not this list, decides which are theirs (``smf.approval.track``)."""
+        tenants = set(principal.entry.tenants)
+        return [k for k, t in self.entries.items() if t.announcement.tenant_id in tenants]
+
+    def listed(self, approval_id: str) -> ListedApproval | None:
+        tracked = self.entries.get(approval_id)
+        return None if tracked is None else _listed(tracked)
+
     def listed_for(self, principal: Principal) -> list[ListedApproval]:
         return [
             _listed(t)

@@ -6,8 +6,9 @@ server keeps true:
 - It holds no signing key and never signs. The approver's key is loaded into
   the page, which signs its login, every show request and every resolution
   with WebCrypto Ed25519; the server relays the signed envelopes to
-  ``smf.approval.show`` and ``smf.approval.resolve`` and hands back the gate's
-  answer. The gate verifies every signature against the roster, and an
+  ``smf.approval.show`` and ``smf.approval.resolve`` (and, for a person's own
+  requests, ``smf.approval.track`` and ``smf.approval.rerequest``, issue 23) and
+  hands back the gate's answer. The gate verifies every signature against the roster, and an
   allow-once names the binding digest the page computed from what it showed,
   so neither this process nor anyone on the bus can forge or redirect one.
 - It lists for an approver only what the roster lets them resolve, to a
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 import msgspec
 import nats
@@ -57,7 +58,16 @@ from smf_assurance.approver.console.http import (
 )
 from smf_assurance.approver.directory import Directory, DirectoryShown, load_directory
 from smf_assurance.subjects import names
-from smf_assurance.subjects.approvals import ApprovalView, ResolutionReply
+from smf_assurance.subjects.approvals import (
+    DENIED_BY_APPROVER,
+    DENY_REASONS,
+    ApprovalView,
+    ReRequestReply,
+    ResolutionReply,
+    TrackedApproval,
+    TrackReply,
+    deny_reason_code,
+)
 from smf_assurance.subjects.bus_access import BusCredential, connect_options
 from smf_assurance.subjects.registry import Principal
 
@@ -113,6 +123,7 @@ class Health(msgspec.Struct, frozen=True, kw_only=True):
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+GateAnswer = TypeVar("GateAnswer", TrackReply, ReRequestReply)
 SessionHandler = Callable[[Request, Principal], Awaitable[Response]]
 
 
@@ -146,6 +157,9 @@ class Console:
             ("GET", "/api/approvals"): self._signed_in(self._approvals),
             ("POST", "/api/show"): self._signed_in(self._show),
             ("POST", "/api/resolve"): self._signed_in(self._resolve),
+            ("GET", "/api/requests"): self._signed_in(self._request_candidates),
+            ("POST", "/api/track"): self._signed_in(self._track),
+            ("POST", "/api/rerequest"): self._signed_in(self._rerequest),
             ("GET", "/healthz"): self._health,
             ("GET", "/metrics"): self._metrics,
         }
@@ -339,6 +353,79 @@ class Console:
             reason_codes=list(answer.reason_codes),
         )
         return json_response({"ok": True, "reply": answer})
+
+    # -- the requester's view and the receipt (issue 23) ---------------------
+
+    async def _ask_gate(
+        self, subject: str, body: bytes, kind: type[GateAnswer]
+    ) -> GateAnswer | Response:
+        """Relay a signed request and decode the gate's answer; a refusal (service error
+        header: ``{"ok": false, "reason"}``), an unreachable gate or an answer that does
+        not decode comes back as the page's Response, never as an answer."""
+        reply = await self._relay(subject, body)
+        if isinstance(reply, Response):
+            return reply
+        headers = reply.headers or {}
+        if names.HEADER_SERVICE_ERROR_CODE in headers:
+            reason = headers.get(names.HEADER_SERVICE_ERROR, "gate_error")
+            return json_response({"ok": False, "reason": reason})
+        try:
+            return msgspec.json.decode(reply.data, type=kind)
+        except msgspec.DecodeError:
+            return refusal(HTTPStatus.BAD_GATEWAY, "unreadable_gate_answer")
+
+    async def _request_candidates(self, _request: Request, principal: Principal) -> Response:
+        """The ids held for the principal's tenants, for the page to ask the gate about
+        in a signed track request. Ids only; which are the principal's own, and what
+        they ended with, only the gate says (:meth:`_track`)."""
+        return json_response(
+            {"server_now_ms": self.settings.clock(), "candidates": self.board.tenant_ids(principal)}
+        )
+
+    async def _track(self, request: Request, person: Principal) -> Response:
+        """Relay a signed track request; show each approval the gate answered for, with
+        what the announcement says of it (tool, capability, channel) and the words of
+        a denial's closed reason. The gate alone decides whose requests these are: the
+        console adds nothing the gate left out."""
+        answer = await self._ask_gate(names.APPROVAL_TRACK, request.body, TrackReply)
+        if isinstance(answer, Response):
+            log.info("console_track_refused", principal=person.name)
+            return answer
+        return json_response({"ok": True, "approvals": [self._shown(t) for t in answer.approvals]})
+
+    async def _rerequest(self, request: Request, person: Principal) -> Response:
+        """Relay a signed re-request of an expired approval; the gate decides whether it is
+        the signer's and expired, and the runtime proposes the action anew."""
+        answer = await self._ask_gate(names.APPROVAL_REREQUEST, request.body, ReRequestReply)
+        if isinstance(answer, Response):
+            return answer
+        self.board.wake()
+        log.info(
+            "console_rerequest_relayed",
+            principal=person.name,
+            approval_id=answer.approval_id,
+            accepted=answer.accepted,
+            reason_codes=list(answer.reason_codes),
+        )
+        return json_response({"ok": True, "reply": answer})
+
+    def _shown(self, tracked: TrackedApproval) -> dict[str, object]:
+        listed = self.board.listed(tracked.approval_id)
+        return {
+            **msgspec.to_builtins(tracked),
+            "native_tool": listed.native_tool if listed else None,
+            "capability": listed.capability if listed else None,
+            "channel": listed.channel if listed else None,
+            "locality": listed.locality if listed else None,
+            "reason_words": [_DENY_WORDS.get(code, code) for code in tracked.outcome_codes],
+        }
+
+
+_DENY_WORDS: Final = {
+    DENIED_BY_APPROVER: "denied by the approver",
+    **{deny_reason_code(reason): label for reason, label in DENY_REASONS.items()},
+}
+"""A denial's reason codes in the words the approver chose them by (issue 23)."""
 
 
 # --- running it -------------------------------------------------------------------

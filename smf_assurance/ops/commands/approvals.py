@@ -55,6 +55,7 @@ from smf_assurance.approver.pending import approval_state, read_pending
 from smf_assurance.ops.bus import add_credential_argument, bus_url, connect_bus, credential_for
 from smf_assurance.ops.cli_json import (
     ApprovalsPendingJson,
+    ApprovalsRerequestJson,
     ApprovalsResolveJson,
     ApprovalsResolveRefusal,
     ApprovalsShowJson,
@@ -71,6 +72,7 @@ from smf_assurance.subjects.approvals import (
     ApprovalView,
     DenyReason,
     PendingAnnouncement,
+    ReRequestReply,
     ResolutionDecision,
     ResolutionReply,
 )
@@ -165,6 +167,21 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     _approver_arguments(resolve)
     resolve.add_argument("--json", action="store_true", help="print JSON")
     resolve.set_defaults(func=run_resolve)
+
+    again = actions.add_parser(
+        "rerequest",
+        help="ask an expired approval of yours again, as a new approval",
+        description="Sign, with your key, a request that your expired approval be asked "
+        "again (issue 23). The gate checks that you requested it and that it expired, "
+        "and tells the runtime that proposed it, which proposes the action anew: a new "
+        "approval with a new binding, decided from the start. The expired one stays "
+        "expired. Exits 1 when the gate refuses.",
+    )
+    again.add_argument("approval_id", metavar="ID", help="approval id (sha256:<hex> or <hex>)")
+    _bus_arguments(again)
+    _approver_arguments(again)
+    again.add_argument("--json", action="store_true", help="print JSON")
+    again.set_defaults(func=run_rerequest)
 
 
 def _bus_arguments(p: argparse.ArgumentParser) -> None:
@@ -355,7 +372,8 @@ async def _fetch_view(
         if exc.reason_code == "approval_closed":
             state = await _state(client.nc, approval_id)
             fail(
-                f"approval {approval_id} is closed: approval_not_pending (state {state})",
+                f"approval {approval_id} is closed: approval_not_pending (state {state})"
+                + await _standing(client, approval_id),
                 reason_code="approval_not_pending",
             )
         if purpose == "show":
@@ -370,6 +388,23 @@ async def _fetch_view(
         )
     except (NatsError, TimeoutError) as exc:
         fail(_gate_unreachable(names.APPROVAL_SHOW, exc), reason_code=GATE_UNREACHABLE)
+
+
+async def _standing(client: ApproverClient, approval_id: str) -> str:
+    """What a closed approval ended with, as far as the gate lets this person see
+    (issue 23): a denial's reason codes, the connector's receipt; '' when nothing
+    more can be said (not theirs to see, or the gate does not answer)."""
+    try:
+        reply = await client.track([approval_id])
+    except (ApproverError, NatsError, TimeoutError):
+        return ""
+    parts = []
+    for tracked in reply.approvals:
+        if tracked.outcome_codes:
+            parts.append(f"reasons {', '.join(tracked.outcome_codes)}")
+        if tracked.receipt is not None:
+            parts.append(f"the connector's receipt {printable(tracked.receipt)}")
+    return "".join(f"; {part}" for part in parts)
 
 
 async def _show(
@@ -669,4 +704,46 @@ def run_resolve(args: argparse.Namespace) -> int:
     if not reply.accepted:
         reasons = ", ".join(reply.reason_codes) or "no reason given"
         fail(f"resolution refused: {reasons} (state {reply.state})")
+    return 0
+
+
+# --- rerequest -----------------------------------------------------------------
+
+
+async def _rerequest(
+    url: str, credential: BusCredential | None, approval_id: str, key: SigningKey, person: str
+) -> ReRequestReply:
+    nc = await connect_bus(url, "smf-approvals-console", credential)
+    try:
+        return await ApproverClient(nc, key, person).rerequest(approval_id)
+    except (NatsError, TimeoutError) as exc:
+        fail(_gate_unreachable(names.APPROVAL_REREQUEST, exc), reason_code=GATE_UNREACHABLE)
+    except msgspec.DecodeError:
+        fail(f"unreadable answer on {names.APPROVAL_REREQUEST}")
+    finally:
+        await nc.close()
+
+
+def run_rerequest(args: argparse.Namespace) -> int:
+    """Issue 23: an expired approval is asked again as a new one, never revived."""
+    approval_id = approval_ref(args.approval_id)
+    key, person = _load_key(args.key, args.approver_id)
+    url = _setup(args)
+    reply = asyncio.run(_rerequest(url, _credential(args, person), approval_id, key, person))
+    if args.json:
+        emit(
+            ApprovalsRerequestJson(
+                approval_id=approval_id, accepted=reply.accepted, reason_codes=reply.reason_codes
+            )
+        )
+    elif reply.accepted:
+        table(
+            ("field", "value"),
+            [
+                ("approval id", approval_id),
+                ("asked again", "yes: the runtime proposes it anew, as a new approval"),
+            ],
+        )
+    if not reply.accepted:
+        fail(f"not asked again: {', '.join(reply.reason_codes) or 'no reason given'}")
     return 0

@@ -671,8 +671,10 @@ async def _serve_public(
             Endpoint("resolve", names.APPROVAL_RESOLVE, running.desk.handle_resolve),
             Endpoint("show", names.APPROVAL_SHOW, running.desk.handle_show),
             Endpoint("status", names.APPROVAL_STATUS, running.desk.handle_status),
+            Endpoint("track", names.APPROVAL_TRACK, running.desk.handle_track),
+            Endpoint("rerequest", names.APPROVAL_REREQUEST, running.desk.handle_rerequest),
         ],
-        description="SMF approval desk: resolve, show, status",
+        description="SMF approval desk: resolve, show, status, track, rerequest",
         auth=None,
     )
     await running.serve(

@@ -37,9 +37,10 @@ released to a runtime or a connector.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 import structlog
@@ -86,11 +87,19 @@ from smf_assurance.subjects.approvals import (
     ApprovalBinding,
     ApprovalResolution,
     ApprovalView,
+    AskAgain,
     PendingAnnouncement,
     ReasonShown,
+    ReRequest,
+    ReRequestReply,
     ResolutionReply,
     RuleShown,
     ShowRequest,
+    TrackedApproval,
+    TrackRelation,
+    TrackReply,
+    TrackRequest,
+    sign_ask_again,
     sign_outcome,
 )
 from smf_assurance.subjects.keyed import PseudonymKey
@@ -100,6 +109,8 @@ from smf_assurance.subjects.names import SubjectError
 from smf_assurance.subjects.registry import KeyRegistry, Principal
 
 log = structlog.get_logger(__name__)
+
+PersonRequest = TypeVar("PersonRequest", TrackRequest, ReRequest)
 
 SHOW_FRESHNESS_MS: Final = 60_000
 """How far a signed show request's time may be from the gate's clock."""
@@ -299,7 +310,11 @@ class ApprovalDesk:
         try:
             if resolution.decision == "deny":
                 record = await self.store.deny(
-                    binding.approval_id, resolution.binding_digest, principal.name, now
+                    binding.approval_id,
+                    resolution.binding_digest,
+                    principal.name,
+                    now,
+                    resolution.denial_reason_codes(),
                 )
             else:
                 record = await self.store.approve(
@@ -420,10 +435,16 @@ class ApprovalDesk:
         return _accepted(stored.approval_id, "executing")
 
     async def _finish(
-        self, binding: ApprovalBinding, outcome: Finish, reasons: tuple[str, ...]
+        self,
+        binding: ApprovalBinding,
+        outcome: Finish,
+        reasons: tuple[str, ...],
+        receipt: str | None = None,
     ) -> None:
+        """End a claimed approval; the connector's receipt goes to the store with it
+        (issue 23), never to the ledger (whose entry has the reason codes only)."""
         try:
-            await self.store.finish(binding.approval_id, outcome, self.clock())
+            await self.store.finish(binding.approval_id, outcome, self.clock(), receipt)
         except ApprovalError as exc:
             log.error(
                 "approval_finish_failed", approval_id=binding.approval_id, reason=exc.reason_code
@@ -508,7 +529,7 @@ class ApprovalDesk:
             log.warning("execution_report_wrong_signer", order_id=report.order_id)
             return True
         outcome, reasons = settlement(report)
-        await self._finish(record.binding, outcome, reasons)
+        await self._finish(record.binding, outcome, reasons, report.external_ref)
         return True
 
     async def sweep(self) -> None:
@@ -584,12 +605,155 @@ class ApprovalDesk:
         )
         return msgspec.json.encode(view)
 
+    async def handle_track(self, data: bytes) -> bytes:
+        """Where approvals stand, for the person who signed the request (issue 23, "the
+        requester sees the state of their own requests ... and only their own").
+
+        The signer must be a person on the roster (an ``approver`` key) naming
+        themselves, and the request must be fresh, like a show request. Of the ids
+        asked about, the answer holds only those whose binding names the signer as
+        the requesting actor within one of the signer's tenants (``requester``), or
+        that the signer could resolve (``approver``); every other id is left out,
+        as an id the gate never held is, so nobody learns of another's request.
+        A store that cannot answer for an id leaves it out too (fail closed).
+        """
+        try:
+            request, principal = self._person_request(
+                data, TrackRequest, names.PAYLOAD_TRACK_REQUEST, "stale_track_request"
+            )
+        except DeskError as exc:
+            raise StageRefusal(exc.reason_code) from exc
+        shown = []
+        for approval_id in dict.fromkeys(request.approval_ids):
+            record = await self._get(approval_id)
+            relation = None if record is None else track_relation(principal, record.binding)
+            if record is not None and relation is not None:
+                shown.append(tracked(record, relation))
+        reply = TrackReply(schema="smf.approval-track-reply/1", approvals=tuple(shown))
+        return msgspec.json.encode(reply)
+
+    async def handle_rerequest(self, data: bytes) -> bytes:
+        """Ask an expired approval again (issue 23: "a new proposal, a new binding; never
+        a revival of the old one"); always answers a ReRequestReply.
+
+        Accepted only for a fresh request signed by a person on the roster naming
+        themselves, about an approval whose binding names them as the requesting actor
+        within one of their tenants (any other id is ``approval_not_found``, as an id
+        never held) and which is ``expired``. The old approval is not touched: it stays
+        expired, its binding and digest cannot be claimed (the store's transition table
+        has no way out of ``expired``). The request is written to the evidence ledger
+        against the old binding, then the gate-signed :class:`AskAgain` goes to the
+        runtimes; the one holding that proposal proposes it anew, and the gate decides
+        that new proposal from the start. No evidence, no key or no bus: nothing is sent.
+        """
+        approval_id = ""
+        try:
+            request, principal = self._person_request(
+                data, ReRequest, names.PAYLOAD_REREQUEST, "stale_rerequest"
+            )
+            approval_id = request.approval_id
+            await self._rerequest(request, principal)
+        except DeskError as exc:
+            log.info("rerequest_refused", approval_id=approval_id, reason=exc.reason_code)
+            return msgspec.json.encode(
+                ReRequestReply(
+                    schema="smf.approval-rerequest-reply/1",
+                    approval_id=approval_id,
+                    accepted=False,
+                    reason_codes=(exc.reason_code,),
+                )
+            )
+        log.info("rerequest_sent", approval_id=approval_id)
+        return msgspec.json.encode(
+            ReRequestReply(
+                schema="smf.approval-rerequest-reply/1", approval_id=approval_id, accepted=True
+            )
+        )
+
+    def _person_request(
+        self, data: bytes, kind: type[PersonRequest], payload_type: str, stale: str
+    ) -> tuple[PersonRequest, Principal]:
+        """A signed request of a person on the roster, about their own standing (issue 23):
+        signed by an ``approver`` key naming itself (``viewer_id`` / ``requester_id``), and
+        fresh, so a captured one cannot be replayed later (``stale``); raises DeskError."""
+        try:
+            envelope = dsse.decode_envelope(data)
+            request, verified = dsse.open_struct(envelope, self._all_keys(), kind, payload_type)
+        except dsse.SignatureError as exc:
+            raise DeskError(signature_reason(exc, "malformed_request")) from exc
+        except msgspec.ValidationError as exc:
+            raise DeskError("malformed_request") from exc
+        named = request.viewer_id if isinstance(request, TrackRequest) else request.requester_id
+        principal = self._approver(verified.key_ids, named)
+        if abs(self.clock() - request.requested_at_ms) > SHOW_FRESHNESS_MS:
+            raise DeskError(stale)
+        return request, principal
+
+    async def _rerequest(self, request: ReRequest, principal: Principal) -> None:
+        record = await self._get(request.approval_id)
+        if record is None or track_relation(principal, record.binding) != "requester":
+            raise DeskError("approval_not_found")
+        if record.state != "expired":
+            raise DeskError("approval_not_expired")
+        if self.signer is None:
+            raise DeskError("gate_key_missing")
+        binding = record.binding
+        try:
+            await self._record(binding, "expired", ("approval_rerequested",))
+        except EvidenceError:
+            raise DeskError("evidence_store_unavailable") from None
+        notice = AskAgain(
+            schema="smf.approval-ask-again/1",
+            approval_id=binding.approval_id,
+            decision_id=binding.decision_id,
+            operation_hash=binding.operation_hash,
+            asked_at_ms=self.clock(),
+        )
+        try:
+            await self.nc.publish(
+                names.approval_again_subject(binding.approval_id),
+                sign_ask_again(notice, self.signer),
+            )
+            await self.nc.flush(timeout=math.ceil(self.stage_timeout))
+        except (NatsError, TimeoutError):
+            raise DeskError("rerequest_publish_failed") from None
+
     async def handle_status(self, data: bytes) -> bytes:
         approval_id = data.decode("utf-8", "replace").strip()
         record = await self._get(approval_id)
         return msgspec.json.encode(
             {"approval_id": approval_id, "state": record.state if record else "unknown"}
         )
+
+
+def track_relation(principal: Principal, binding: ApprovalBinding) -> TrackRelation | None:
+    """How ``principal`` may see this approval's standing, or None when they may not:
+    its requester (the binding's actor, in one of their tenants) or an approver the
+    gate would let resolve it (issue 23)."""
+    if binding.actor_id == principal.name and binding.tenant_id in principal.entry.tenants:
+        return "requester"
+    try:
+        check_entitled(principal, binding)
+    except ApprovalRuleError:
+        return None
+    return "approver"
+
+
+def tracked(record: ApprovalRecord, relation: TrackRelation) -> TrackedApproval:
+    """An approval's standing as ``smf.approval.track`` answers it: identities, state,
+    a denial's codes and the connector's receipt; never content, matter or recipient."""
+    b = record.binding
+    return TrackedApproval(
+        approval_id=b.approval_id,
+        state=record.state,
+        relation=relation,
+        tenant_id=b.tenant_id,
+        created_at_ms=b.created_at_ms,
+        expires_at_ms=b.expires_at_ms,
+        outcome_codes=record.outcome_codes,
+        receipt=record.receipt,
+        order_id=record.order_id,
+    )
 
 
 def rules_requiring_approval(

@@ -347,6 +347,10 @@ class ApprovalRecord(msgspec.Struct, frozen=True):
     order_id: str | None
     held_payload: bytes | None
     updated_at_ms: int
+    outcome_codes: tuple[str, ...] = ()
+    """A denial's reason codes (issue 23: the requester sees why), from the closed list."""
+    receipt: str | None = None
+    """The connector's receipt of a ``consumed`` execution (issue 23), when it gave one."""
 
     @property
     def approval_id(self) -> str:
@@ -358,7 +362,8 @@ class ApprovalRecord(msgspec.Struct, frozen=True):
             f"ApprovalRecord(approval_id={self.binding.approval_id!r}, state={self.state!r}, "
             f"digest={self.digest!r}, resolver_id={self.resolver_id!r}, "
             f"order_id={self.order_id!r}, held_payload={held}, "
-            f"updated_at_ms={self.updated_at_ms})"
+            f"updated_at_ms={self.updated_at_ms}, outcome_codes={self.outcome_codes!r}, "
+            f"receipt={'None' if self.receipt is None else '<receipt>'})"
         )
 
 
@@ -395,9 +400,15 @@ class ApprovalStore(Protocol):
         ...
 
     async def deny(
-        self, approval_id: str, digest: str, resolver_id: str, now_ms: int
+        self,
+        approval_id: str,
+        digest: str,
+        resolver_id: str,
+        now_ms: int,
+        reasons: tuple[str, ...] = (),
     ) -> ApprovalRecord:
-        """``pending -> denied`` (terminal; content purged), with approve's checks."""
+        """``pending -> denied`` (terminal; content purged), with approve's checks;
+        ``reasons`` (the denial's reason codes) are kept with it for the requester."""
         ...
 
     async def claim(
@@ -425,9 +436,16 @@ class ApprovalStore(Protocol):
         """
         ...
 
-    async def finish(self, approval_id: str, outcome: FinishOutcome, now_ms: int) -> ApprovalRecord:
+    async def finish(
+        self,
+        approval_id: str,
+        outcome: FinishOutcome,
+        now_ms: int,
+        receipt: str | None = None,
+    ) -> ApprovalRecord:
         """``executing -> outcome`` (terminal; content purged); IllegalTransition
-        from any other state, including a second report for a finished approval."""
+        from any other state, including a second report for a finished approval.
+        ``receipt`` is the connector's, kept only with ``consumed``."""
         ...
 
     async def expire_due(self, now_ms: int) -> list[str]:

@@ -150,6 +150,10 @@ class _Stored(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     order_id: str | None
     updated_at_ms: int
     content_seq: int | None
+    outcome_codes: tuple[str, ...] = ()
+    """A denial's reason codes (issue 23); absent from records written before them."""
+    receipt: str | None = None
+    """The connector's receipt of a ``consumed`` execution (issue 23)."""
 
     @property
     def approval_id(self) -> str:
@@ -173,7 +177,7 @@ def _decode(key: str, value: bytes | None) -> _Stored:
     return stored
 
 
-def _moved(stored: _Stored, target: ApprovalState, now_ms: int, **changes: str) -> _Stored:
+def _moved(stored: _Stored, target: ApprovalState, now_ms: int, **changes: object) -> _Stored:
     """The record after ``stored.state -> target``: the one place a state changes.
 
     Checks the transition table first (IllegalTransition before any write) and
@@ -503,12 +507,23 @@ class KvApprovalStore:
         return await self._resolve(approval_id, digest, resolver_id, now_ms, "approved")
 
     async def deny(
-        self, approval_id: str, digest: str, resolver_id: str, now_ms: int
+        self,
+        approval_id: str,
+        digest: str,
+        resolver_id: str,
+        now_ms: int,
+        reasons: tuple[str, ...] = (),
     ) -> ApprovalRecord:
-        return await self._resolve(approval_id, digest, resolver_id, now_ms, "denied")
+        return await self._resolve(approval_id, digest, resolver_id, now_ms, "denied", reasons)
 
     async def _resolve(
-        self, approval_id: str, digest: str, resolver_id: str, now_ms: int, target: ApprovalState
+        self,
+        approval_id: str,
+        digest: str,
+        resolver_id: str,
+        now_ms: int,
+        target: ApprovalState,
+        reasons: tuple[str, ...] = (),
     ) -> ApprovalRecord:
         """An approver's answer, accepted only while "the approval is still pending
         and unexpired; the binding digest matches" (issue 4), in that order."""
@@ -517,7 +532,9 @@ class KvApprovalStore:
             refused = _checked(stored, "pending", target, now_ms, digest)
             if refused is not None:
                 return refused
-            return _Step(_moved(stored, target, now_ms, resolver_id=resolver_id))
+            return _Step(
+                _moved(stored, target, now_ms, resolver_id=resolver_id, outcome_codes=reasons)
+            )
 
         return (await self._must(approval_id, decide)).record()
 
@@ -573,15 +590,23 @@ class KvApprovalStore:
         await self._must(approval_id, decide, with_content=False)
         log.info("approval_order_recorded", approval_id=approval_id)
 
-    async def finish(self, approval_id: str, outcome: FinishOutcome, now_ms: int) -> ApprovalRecord:
-        """``executing -> consumed | failed | execution_unknown``; the content is erased."""
+    async def finish(
+        self,
+        approval_id: str,
+        outcome: FinishOutcome,
+        now_ms: int,
+        receipt: str | None = None,
+    ) -> ApprovalRecord:
+        """``executing -> consumed | failed | execution_unknown``; the content is erased.
+        The connector's receipt is kept with ``consumed`` only (issue 23)."""
         check_transition(approval_id, "executing", outcome)
+        kept = receipt if outcome == "consumed" else None
 
         def decide(stored: _Stored) -> _Step:
             refusal = transition_refusal(approval_id, stored.state, outcome)
             if refusal is not None:
                 return _refuse(refusal)
-            return _Step(_moved(stored, outcome, now_ms))
+            return _Step(_moved(stored, outcome, now_ms, receipt=kept))
 
         return (await self._must(approval_id, decide)).record()
 
@@ -693,6 +718,8 @@ def _record(stored: _Stored, payload: bytes | None) -> ApprovalRecord:
         order_id=stored.order_id,
         held_payload=payload,
         updated_at_ms=stored.updated_at_ms,
+        outcome_codes=stored.outcome_codes,
+        receipt=stored.receipt,
     )
 
 

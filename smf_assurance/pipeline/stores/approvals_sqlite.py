@@ -131,6 +131,8 @@ CREATE TABLE IF NOT EXISTS approvals (
     order_id TEXT UNIQUE,
     held_payload BLOB,
     updated_at_ms INTEGER NOT NULL,
+    outcome_codes TEXT,
+    receipt TEXT,
     CHECK (expires_at_ms > created_at_ms AND expires_at_ms - created_at_ms <= {MAX_TTL_MS}),
     CHECK ((held_payload IS NULL) = (state IN ({_sql_list(sorted(TERMINAL_STATES))})))
 ) STRICT;
@@ -138,7 +140,13 @@ CREATE INDEX IF NOT EXISTS approvals_by_state ON approvals (state, tenant_id);
 """
 """``secure_delete`` is a per-connection setting, so it sits in the script every
 connection runs at open. The two table ``CHECK`` s are the TTL cap and the purge
-rule (held content exists exactly while the approval is not terminal)."""
+rule (held content exists exactly while the approval is not terminal).
+``outcome_codes`` and ``receipt`` (issue 23) are added to a file made before them
+by :data:`OUTCOME_COLUMNS`."""
+
+OUTCOME_COLUMNS: Final = (("outcome_codes", "TEXT"), ("receipt", "TEXT"))
+"""Columns added after the first release of the table (issue 23: a denial's reason codes
+and the connector's receipt, for the requester's view); added at open when missing."""
 
 _INSERT: Final = """
 INSERT INTO approvals (
@@ -188,7 +196,8 @@ UPDATE approvals SET
     state = :target,
     updated_at_ms = :now_ms,
     held_payload = CASE WHEN :purge THEN NULL ELSE held_payload END,
-    resolver_id = :resolver_id
+    resolver_id = :resolver_id,
+    outcome_codes = :outcome_codes
 WHERE approval_id = :approval_id AND state = :source
   AND expires_at_ms > :now_ms AND digest = :digest
 RETURNING *
@@ -224,6 +233,11 @@ RETURNING *
 expected binding's field, ``digest`` is ``binding_digest(expected)``."""
 
 _MOVE_ONE: Final = _SET_STATE + "WHERE approval_id = :approval_id AND state = :source RETURNING *"
+
+_FINISH: Final = (
+    _SET_STATE
+    + ", receipt = :receipt WHERE approval_id = :approval_id AND state = :source RETURNING *"
+)
 
 _EXPIRE_ONE: Final = (
     _SET_STATE
@@ -313,6 +327,7 @@ def _record(row: sqlite3.Row) -> ApprovalRecord:
             f: msgspec.json.decode(row[f]) if f in _JSON_FIELDS else row[f] for f in BINDING_FIELDS
         }
         binding = msgspec.convert(fields, ApprovalBinding)
+        outcome_codes = _codes(row["outcome_codes"])
     except (msgspec.MsgspecError, TypeError) as exc:
         raise ApprovalStoreUnavailable(
             f"stored approval {row['approval_id']} does not decode",
@@ -326,7 +341,29 @@ def _record(row: sqlite3.Row) -> ApprovalRecord:
         order_id=row["order_id"],
         held_payload=row["held_payload"],
         updated_at_ms=row["updated_at_ms"],
+        outcome_codes=outcome_codes,
+        receipt=row["receipt"],
     )
+
+
+def _codes(stored: str | None) -> tuple[str, ...]:
+    """A denial's reason codes from their JSON text (``None``: none were kept)."""
+    if stored is None:
+        return ()
+    return tuple(msgspec.json.decode(stored, type=list[str]))
+
+
+def _add_outcome_columns(conn: sqlite3.Connection) -> None:
+    """Bring a table made before :data:`OUTCOME_COLUMNS` up to date, in one write
+    transaction so that two processes opening one file do not both add a column."""
+
+    def body(conn: sqlite3.Connection) -> None:
+        present = {row[1] for row in conn.execute("PRAGMA table_info(approvals)")}
+        for name, kind in OUTCOME_COLUMNS:
+            if name not in present:
+                conn.execute(f"ALTER TABLE approvals ADD COLUMN {name} {kind}")
+
+    immediate(conn, body)
 
 
 def _refusal(
@@ -393,7 +430,13 @@ class SqliteApprovalStore:
         except StoreUnavailable as exc:
             log.warning("approval_store_unavailable", during="open")
             raise ApprovalStoreUnavailable(str(exc)) from exc
-        return cls(worker)
+        store = cls(worker)
+        try:
+            await store._run(_add_outcome_columns)
+        except ApprovalStoreUnavailable:
+            await worker.close()
+            raise
+        return store
 
     async def _run(self, job: Callable[[sqlite3.Connection], T]) -> T:
         """One job on the worker; an outage becomes ApprovalStoreUnavailable (a denial)."""
@@ -469,12 +512,23 @@ class SqliteApprovalStore:
         return await self._resolve(approval_id, digest, resolver_id, now_ms, "approved")
 
     async def deny(
-        self, approval_id: str, digest: str, resolver_id: str, now_ms: int
+        self,
+        approval_id: str,
+        digest: str,
+        resolver_id: str,
+        now_ms: int,
+        reasons: tuple[str, ...] = (),
     ) -> ApprovalRecord:
-        return await self._resolve(approval_id, digest, resolver_id, now_ms, "denied")
+        return await self._resolve(approval_id, digest, resolver_id, now_ms, "denied", reasons)
 
     async def _resolve(
-        self, approval_id: str, digest: str, resolver_id: str, now_ms: int, target: ApprovalState
+        self,
+        approval_id: str,
+        digest: str,
+        resolver_id: str,
+        now_ms: int,
+        target: ApprovalState,
+        reasons: tuple[str, ...] = (),
     ) -> ApprovalRecord:
         """An approver's answer, in one conditional UPDATE (issue 4: accepted only
         while "the approval is still pending and unexpired; the binding digest
@@ -489,6 +543,7 @@ class SqliteApprovalStore:
                 now_ms,
                 digest=digest,
                 resolver_id=resolver_id,
+                outcome_codes=msgspec.json.encode(reasons).decode() if reasons else None,
             )
             row = _only(rows)
             if row is not None:
@@ -549,11 +604,19 @@ class SqliteApprovalStore:
         await self._transact(body)
         log.info("approval_order_recorded", approval_id=approval_id)
 
-    async def finish(self, approval_id: str, outcome: FinishOutcome, now_ms: int) -> ApprovalRecord:
-        """``executing -> consumed | failed | execution_unknown``; the content is purged."""
+    async def finish(
+        self,
+        approval_id: str,
+        outcome: FinishOutcome,
+        now_ms: int,
+        receipt: str | None = None,
+    ) -> ApprovalRecord:
+        """``executing -> consumed | failed | execution_unknown``; the content is purged.
+        The connector's receipt is kept with ``consumed`` only (issue 23)."""
+        kept = receipt if outcome == "consumed" else None
 
         def body(tx: _Tx) -> ApprovalRecord | ApprovalError:
-            row = _only(tx.move(_MOVE_ONE, approval_id, "executing", outcome, now_ms))
+            row = _only(tx.move(_FINISH, approval_id, "executing", outcome, now_ms, receipt=kept))
             if row is not None:
                 return _record(row)
             current = tx.get(approval_id)

@@ -18,6 +18,9 @@
 const LOGIN_TYPE = 'application/vnd.smf.console-login+json;v=1';
 const SHOW_TYPE = 'application/vnd.smf.approval-show+json;v=1';
 const RESOLUTION_TYPE = 'application/vnd.smf.approval-resolution+json;v=1';
+const TRACK_TYPE = 'application/vnd.smf.approval-track+json;v=1';
+const REREQUEST_TYPE = 'application/vnd.smf.approval-rerequest+json;v=1';
+const REQUESTS_POLL_MS = 2000;
 const POLL_MS = 1000;
 const MAX_DEPTH = 64;
 const IN_PROGRESS = new Set(['approved', 'executing']);
@@ -258,6 +261,12 @@ const page = {
   pollTimer: null,
   blobUrls: [], // the documents on show (issue 23); revoked when others replace them
   tickTimer: null,
+  requests: new Map(), // the signed-in person's own requests, as the gate answered (issue 23)
+  requestsPolling: false,
+  requestsTrouble: false, // the requests' status line shows a failure to clear once it passes
+  requestsTimer: null,
+  receipts: new Map(), // approval id -> the connector's receipt, once the gate has shown it
+  receiptAsked: new Set(), // approval ids whose receipt is being asked of the gate
 };
 
 const $ = (id) => document.getElementById(id);
@@ -376,11 +385,18 @@ async function signIn(file) {
   await poll();
   page.pollTimer = setInterval(poll, POLL_MS);
   page.tickTimer = setInterval(tick, 1000);
+  await pollRequests();
+  page.requestsTimer = setInterval(pollRequests, REQUESTS_POLL_MS);
 }
 
 function signOut(message) {
   clearInterval(page.pollTimer);
   clearInterval(page.tickTimer);
+  clearInterval(page.requestsTimer);
+  page.requests.clear();
+  page.receipts.clear();
+  page.receiptAsked.clear();
+  $('requests-list').replaceChildren();
   api('POST', '/api/logout', {});
   page.me = null; // the only reference to the CryptoKey
   page.approvals.clear();
@@ -672,6 +688,7 @@ function renderOutcome(a) {
     return item;
   }));
   $('order-line').textContent = page.decided.order_id ? `Order ${page.decided.order_id}` : '';
+  showReceipt(a);
   $('outcome-box').hidden = false;
 }
 
@@ -927,6 +944,148 @@ function backToList() {
   renderList();
   const li = id && $('approvals').querySelector(`li[data-id="${CSS.escape(id)}"] button`);
   (li || $('board-title')).focus();
+}
+
+// --- the requester's view and the connector's receipt (issue 23) ----------------------
+// The console names candidate ids (what is held for this person's tenants); the page
+// signs a track request for them and the gate answers only for the person's own
+// requests and those they may resolve. Nothing here is taken from the console alone.
+
+/** Ask the gate, signed by this person, where these approvals stand. */
+async function track(ids) {
+  const request = {
+    schema: 'smf.approval-track/1',
+    viewer_id: page.me.principal,
+    approval_ids: ids,
+    requested_at_ms: now(), // the console's clock, which the gate keeps too
+  };
+  return api('POST', '/api/track', await signEnvelope(page.me, TRACK_TYPE, request));
+}
+
+async function pollRequests() {
+  if (!page.me || page.requestsPolling) return;
+  page.requestsPolling = true;
+  try {
+    const candidates = await api('GET', '/api/requests');
+    if (candidates.status !== 200) return;
+    const ids = candidates.data.candidates.slice(-256);
+    const answer = ids.length ? await track(ids) : { data: { ok: true, approvals: [] } };
+    if (!answer.data.ok) {
+      page.requestsTrouble = true;
+      $('requests-status').textContent =
+        `Where your requests stand cannot be shown now (${answer.data.reason}).`;
+      return;
+    }
+    if (page.requestsTrouble) $('requests-status').textContent = '';
+    page.requestsTrouble = false;
+    page.requests = new Map(answer.data.approvals
+      .filter((r) => r.relation === 'requester').map((r) => [r.approval_id, r]));
+    for (const r of answer.data.approvals) if (r.receipt) page.receipts.set(r.approval_id, r.receipt);
+    renderRequests();
+  } finally {
+    page.requestsPolling = false;
+  }
+}
+
+/** One request's standing in words: the state, a denial's reasons, the receipt. */
+export function requestStanding(r, nowMs) {
+  switch (r.state) {
+    case 'pending':
+      return r.expires_at_ms > nowMs
+        ? `Waiting for an approver, ${formatLeft(r.expires_at_ms - nowMs)}`
+        : 'Expired: nothing was sent';
+    case 'denied':
+      return `Denied: ${(r.reason_words || []).join('; ') || 'no reason given'}. Nothing was sent`;
+    case 'consumed':
+      return r.receipt
+        ? `Done: the connector confirmed it. Receipt: ${r.receipt}`
+        : 'Done: the connector confirmed it (it gave no receipt)';
+    default:
+      return OUTCOMES[r.state] || r.state.replace(/_/g, ' ');
+  }
+}
+
+function requestTitle(r) {
+  return r.native_tool ? `${r.native_tool} (${r.capability})` : 'A held action';
+}
+
+function isExpired(r) {
+  return r.state === 'expired' || (r.state === 'pending' && r.expires_at_ms <= now());
+}
+
+/** Updated in place (not rebuilt), so a keyboard user's focus on "Ask again" survives
+ *  each refresh. */
+function renderRequests() {
+  const list = $('requests-list');
+  const items = [...page.requests.values()].sort((x, y) => y.created_at_ms - x.created_at_ms);
+  const wanted = new Set(items.map((r) => r.approval_id));
+  for (const li of [...list.children]) if (!wanted.has(li.dataset.id)) li.remove();
+  items.forEach((r, index) => {
+    let li = list.querySelector(`li[data-id="${CSS.escape(r.approval_id)}"]`);
+    if (!li) li = makeRequest(r);
+    li.dataset.state = isExpired(r) ? 'expired' : r.state;
+    if (r.receipt) li.dataset.receipt = r.receipt;
+    li.querySelector('.standing').textContent = requestStanding(r, now());
+    li.querySelector('.again').hidden = r.state !== 'expired'; // as the gate says, not the clock
+    if (list.children[index] !== li) list.insertBefore(li, list.children[index] || null);
+  });
+  $('requests-empty').hidden = items.length > 0;
+}
+
+function makeRequest(r) {
+  const again = el('button', { type: 'button', class: 'again' }, 'Ask again');
+  again.setAttribute('aria-label', `Ask again: ${requestTitle(r)}, asked ${formatExpiry(r.created_at_ms)}`);
+  again.addEventListener('click', () => askAgain(r.approval_id, again));
+  const li = el('li', { class: 'request' },
+    el('span', { class: 'title' }, requestTitle(r)),
+    el('span', { class: 'meta' }, `${r.tenant_id} · asked ${formatExpiry(r.created_at_ms)}`),
+    el('span', { class: 'standing' }),
+    again);
+  li.dataset.id = r.approval_id;
+  return li;
+}
+
+/** Issue 23: an expired request is asked again as a NEW proposal (a new binding and
+ *  approval id, decided from the start), never by reviving the old one; the page signs
+ *  the request with this person's key and the gate checks it is theirs and expired. */
+async function askAgain(id, button) {
+  if (!page.me) return;
+  button.disabled = true;
+  const request = {
+    schema: 'smf.approval-rerequest/1',
+    approval_id: id,
+    requester_id: page.me.principal,
+    requested_at_ms: now(),
+  };
+  const sent = await api('POST', '/api/rerequest', await signEnvelope(page.me, REREQUEST_TYPE, request));
+  const reply = sent.data.ok ? sent.data.reply : null;
+  if (reply && reply.accepted) {
+    $('requests-status').textContent = 'Asked again: the runtime proposes it anew, and it '
+      + 'appears in this list as a new request once the gate holds it. The expired one stays expired.';
+  } else {
+    button.disabled = false;
+    const reason = reply ? reply.reason_codes.join(', ') : sent.data.reason;
+    $('requests-status').textContent = `Not asked again (${reason}).`;
+  }
+  await pollRequests();
+}
+
+/** After execution, the approver sees the connector's receipt (e.g. the court's filing
+ *  number) rather than only the order id; asked of the gate once the approval is consumed. */
+function showReceipt(a) {
+  const receipt = page.receipts.get(a.approval_id); // null: the gate said it has none
+  $('receipt-line').textContent = receipt ? `Receipt from the connector: ${receipt}` : '';
+  $('receipt-line').hidden = !receipt;
+  if (page.receipts.has(a.approval_id) || a.state !== 'consumed') return;
+  if (page.receiptAsked.has(a.approval_id)) return;
+  page.receiptAsked.add(a.approval_id);
+  track([a.approval_id]).then((answer) => {
+    page.receiptAsked.delete(a.approval_id); // an unanswered ask is made again on the next tick
+    if (!answer.data.ok) return;
+    const found = answer.data.approvals.find((r) => r.approval_id === a.approval_id);
+    if (found) page.receipts.set(a.approval_id, found.receipt || null);
+    if (page.selected === a.approval_id && page.decided) renderOutcome(a);
+  });
 }
 
 // --- wiring ------------------------------------------------------------------------
