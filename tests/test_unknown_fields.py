@@ -67,7 +67,7 @@ from smf_assurance.subjects.approvals import (
     ShowRequest,
     binding_digest,
 )
-from smf_assurance.subjects.canonical import canonical_bytes
+from smf_assurance.subjects.canonical import canonical_bytes, identity_of
 from smf_assurance.subjects.envelope import content_hash_of
 from smf_assurance.subjects.keyed import PseudonymKey
 from smf_assurance.subjects.keys import SigningKey
@@ -106,9 +106,17 @@ def with_extra(value: msgspec.Struct | dict[str, Any], *path: str) -> dict[str, 
     return document
 
 
+ARGUMENTS: Final = '{"court":"sdny"}'
+
+
 def binding(label: str = "filing") -> ApprovalBinding:
-    """The approval store's test binding, covering the content the views show."""
-    return msgspec.structs.replace(make_binding(label), content_hash=content_hash_of(CONTENT))
+    """The approval store's test binding, covering the content and the arguments the views
+    show (the approver's check compares both, issue 23)."""
+    return msgspec.structs.replace(
+        make_binding(label),
+        content_hash=content_hash_of(CONTENT),
+        canonical_args_hash=identity_of(json.loads(ARGUMENTS)),
+    )
 
 
 def announcement(label: str) -> PendingAnnouncement:
@@ -140,7 +148,7 @@ def view() -> ApprovalView:
         native_tool="court_efile",
         destination_address="sdny",
         content=CONTENT,
-        arguments_json='{"court":"sdny"}',
+        arguments_json=ARGUMENTS,
     )
 
 
