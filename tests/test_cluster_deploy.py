@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 import nats
 import pytest
+from aiohttp import web
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.js.api import KeyValueConfig, StreamConfig, StreamInfo
@@ -347,6 +348,42 @@ def test_every_smf_command_in_the_compose_file_parses(compose: dict[str, Any]) -
     assert {"gate-1 command", "gate-2 command", "connectors command", "console command"} <= set(
         seen
     )
+
+
+@pytest.mark.parametrize(("status", "healthy"), [(200, True), (503, False)])
+async def test_the_console_health_check_is_its_healthz_and_fails_on_503(
+    compose: dict[str, Any], status: int, healthy: bool
+) -> None:
+    """Issue 23: compose asks the console's ``/healthz`` (200 only with the bus
+    connected, the board fed and the gate answering; 503 naming what is wrong), not its
+    page, which answers while the console is cut off. The check's own command is run
+    against a real local HTTP server answering ``status`` on that path."""
+    test = compose["services"]["console"]["healthcheck"]["test"]
+    assert test[:3] == ["CMD", "python", "-c"]
+    assert "http://127.0.0.1:8765/healthz" in test[3]
+    asked: list[str] = []
+
+    async def healthz(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        return web.Response(status=status, text="bus_disconnected" if status != 200 else "ok")
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        code = test[3].replace("127.0.0.1:8765", f"127.0.0.1:{port}")
+        done = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", code, stderr=asyncio.subprocess.DEVNULL
+        )
+        returncode = await asyncio.wait_for(done.wait(), timeout=30)
+    finally:
+        await runner.cleanup()
+    assert asked == ["/healthz"]
+    assert (returncode == 0) is healthy
 
 
 def test_runtimes_reach_only_the_bus_and_the_model_gateway(compose: dict[str, Any]) -> None:
