@@ -226,13 +226,17 @@ def test_a_folder_that_is_a_file_is_refused(tmp_path: Path) -> None:
 async def test_the_console_does_not_start_on_a_malformed_directory(tmp_path: Path) -> None:
     """Refused before it connects: the bus URL here has nothing listening."""
     folder = write_directory(tmp_path / "directory", "schema = ")
-    settings = ConsoleSettings(
-        nats_url=f"nats://127.0.0.1:{reserve_port()}",
-        registry=tmp_path / "registry.json",
-        directory=folder,
-    )
-    with pytest.raises(DirectoryError, match="is not TOML"):
-        await start_console(settings)
+    dead = reserve_port()
+    try:
+        settings = ConsoleSettings(
+            nats_url=f"nats://127.0.0.1:{dead.port}",
+            registry=tmp_path / "registry.json",
+            directory=folder,
+        )
+        with pytest.raises(DirectoryError, match="is not TOML"):
+            await start_console(settings)
+    finally:
+        dead.close()
 
 
 async def test_the_console_command_refuses_a_malformed_directory_in_one_line(
