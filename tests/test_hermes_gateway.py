@@ -317,8 +317,14 @@ def test_within_a_fresh_lease_the_same_runtime_without_its_plugin_gets_no_comple
     attested = through_gateway(hermes, f"gw-{how}-attested", {"calls": [], "final": ALLOWED})
     assert any(a["accepted"] for a in verdicts(attested, "ack"))
     assert ALLOWED in attested["stdout"]  # the attested process is served
-    # every request it made carried its proof
-    assert all(e["reason_codes"][:1] != ["instance_proof_missing"] for e in attested["ledger"])
+    # its agent requests (those offering tools) carried its proof and reached the model
+    assert [r for r in attested["requests"] if r["offered"]]
+    # Hermes's background session-title request (no tools; agent/title_generator.py)
+    # does not pass the llm_request middleware, so it carries no proof; when it leaves
+    # before the one-shot CLI exits (timing: CI of stop 32) it alone is refused
+    # (docs/HERMES.md, finding 10). A refused agent request would have aborted the turn.
+    missing = [e for e in attested["ledger"] if e["reason_codes"][:1] == ["instance_proof_missing"]]
+    assert len(missing) <= 1
     # the same runtime id, key and gateway token as the attested turn
     run = through_gateway(hermes, f"gw-{how}-off", marker_script(), markers=["MARKER"], **command)
     assert "Non-retryable client error (HTTP 403). Aborting." in shown(run)
