@@ -636,3 +636,73 @@ async def test_a_gate_answers_its_status_signed_and_read_only(quiet: StateDir) -
             await nc.close()
     finally:
         await stack.stop()
+
+
+# --- the tenant directory (issue 23) -------------------------------------------------------
+
+OTHER_TENANT: Final = """\
+schema = "smf.tenant-directory/1"
+tenant_id = "tenant-other"
+
+[courts.sdny]
+name = "U.S. District Court, Southern District of New York"
+"""
+
+
+def test_doctor_reads_the_tenant_directory_and_warns_of_a_roster_tenant_it_names_nothing_for(
+    bus: Bus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The directory is checked from the files, so the answer does not wait on the bus:
+    with none kept the row is ``skip`` (approvers read raw ids); with one file for
+    another tenant it is ``ok`` naming that tenant, and the demo roster's own tenant,
+    which has no file, is a warning naming the file to add."""
+    dead = reserve_port()
+    try:
+        url = f"nats://127.0.0.1:{dead.port}"
+        _, report, _ = doctor(bus, capsys, url=url)
+        assert [(c.status, c.subject) for c in rows(report, "directory")] == [("skip", None)]
+        bus.state.directory.mkdir()
+        (bus.state.directory / "tenant-other.toml").write_text(OTHER_TENANT)
+        _, report, _ = doctor(bus, capsys, url=url)
+    finally:
+        dead.close()
+    folder = str(bus.state.directory)
+    assert row(report, "directory", folder).status == "ok"
+    assert "tenant-other" in row(report, "directory", folder).detail
+    missing = row(report, "directory", "tenant-acme")
+    assert missing.status == "warn"
+    assert missing.fix is not None
+    assert str(bus.state.directory / "tenant-acme.toml") in missing.fix
+
+
+def test_doctor_fails_on_the_directory_the_console_refuses_naming_the_file_and_key(
+    bus: Bus, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A case at a court the file does not name: the console refuses to start on it,
+    and doctor fails with the same line, so the operator learns it before an
+    approver opens the console; ``--directory`` names another folder."""
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    broken = OTHER_TENANT + (
+        '\n[matters.m1]\nname = "M"\nclient = "C"\n'
+        '[matters.m1.cases.ndca]\ncaption = "A v. B"\ndocket = "1"\n'
+    )
+    (folder / "tenant-other.toml").write_text(broken)
+    dead = reserve_port()
+    try:
+        url = f"nats://127.0.0.1:{dead.port}"
+        code, report, err = doctor(bus, capsys, "--directory", str(folder), url=url)
+    finally:
+        dead.close()
+    assert_fails_with(code, report, err)
+    check = row(report, "directory", str(folder))
+    assert check.status == "fail"
+    assert "tenant-other.toml" in check.detail
+    assert "matters.m1.cases.ndca" in check.detail
+    assert "no [courts.ndca]" in check.detail
+    capsys.readouterr()
+    argv = ["console", "--state-dir", str(bus.state.root), "--directory", str(folder)]
+    assert main([*argv, "--port", "0"]) == 1
+    refused = capsys.readouterr().err
+    assert refused.count("\n") == 1
+    assert check.detail in refused

@@ -1151,7 +1151,9 @@ class ApproverRemoveJson(CliJson, kw_only=True):
 DoctorStatus = Literal["ok", "warn", "fail", "skip"]
 """ok: checked and fine; warn: checked, works, needs attention soon; fail: checked and
 broken; skip: not checked (the row says why), never counted as ok."""
-DoctorKind = Literal["bus", "release", "service", "runtime", "connector", "ledger", "console"]
+DoctorKind = Literal[
+    "bus", "release", "service", "runtime", "connector", "ledger", "console", "directory"
+]
 
 
 class DoctorCheckJson(CliJson, kw_only=True):

@@ -20,7 +20,11 @@ credential, and only what the operator role may ask (docs/BUS-PERMISSIONS.md):
 - **ledger**: each gate's newest checkpoint on ``SMF_LEDGER_CHECKPOINTS``,
   verified with the gate keys, against the gate's ledger tail from its status;
 - **console**: the approvers' console's ``GET /healthz``, when one is named: ``ok``
-  only on its 200, a failure naming its reason code on its 503 (issue 23).
+  only on its 200, a failure naming its reason code on its 503 (issue 23);
+- **directory**: the tenant directory the console reads, checked here as the
+  console checks it when it starts (which refuses a malformed file): a failure
+  naming the file and key, and a warning for each tenant of the roster it names
+  nothing for (its approvers read raw ids); asked of the files, not the bus.
 
 Every check says ``ok``, ``warn``, ``fail`` or ``skip``; a check that could not
 look (the bus is down, nothing was named) is ``skip`` with the reason, never
@@ -44,6 +48,7 @@ from nats.errors import Error as NatsError
 from nats.errors import NoServersError
 
 from smf_assurance.approver.console.server import Health, HealthReason
+from smf_assurance.approver.directory import DirectoryError, load_directory
 from smf_assurance.ops import doctor_gates
 from smf_assurance.ops.cluster import nats_servers
 from smf_assurance.ops.doctor_checks import (
@@ -57,6 +62,7 @@ from smf_assurance.ops.doctor_checks import (
     gather,
     say_age,
 )
+from smf_assurance.ops.output import first_line
 from smf_assurance.ops.releases import ReleaseError, ask_gates, prior_of, read_bundle_file
 from smf_assurance.pipeline.core.release_trust import ReleaseTrust, TrustedTime
 from smf_assurance.pipeline.stores.release_state import read_release_state
@@ -112,6 +118,7 @@ async def run(settings: Settings, progress: Callable[[int], None] = lambda _: No
         for kind in skipped:
             checks.append(Check(kind, None, "skip", "not checked: the bus is unreachable"))
         checks.append(await _console(settings))
+        checks += directory_checks(settings)
         progress(STEPS)
         return checks
     try:
@@ -133,6 +140,7 @@ async def run(settings: Settings, progress: Callable[[int], None] = lambda _: No
         with contextlib.suppress(NatsError, OSError, TimeoutError):
             await nc.close()
     checks.append(await _console(settings))
+    checks += directory_checks(settings)
     progress(STEPS)
     return checks
 
@@ -453,6 +461,50 @@ async def _console(settings: Settings) -> Check:
         f"/healthz answers HTTP {status} without the console's health",
         "check the URL: it must be the smf-assurance console's",
     )
+
+
+# --- tenant directory -------------------------------------------------------------------
+
+
+def directory_checks(settings: Settings) -> list[Check]:
+    """The tenant directory as the console will read it (issue 23, "display names from a
+    tenant directory the operator maintains").
+
+    ``fail`` when the console would refuse to start on it (the loader's one line
+    names the file and key); ``skip`` when none is kept, since approvers then read
+    raw ids by design; ``ok`` naming the tenants it holds, and a ``warn`` for each
+    tenant of the roster it holds no file for."""
+    folder = settings.directory
+    if folder is None or not folder.exists():
+        where = "no tenant directory" if folder is None else f"no tenant directory at {folder}"
+        return [Check("directory", None, "skip", f"{where}: approvers read raw ids")]
+    try:
+        directory = load_directory(folder)
+    except DirectoryError as exc:
+        fix = "correct the file: the console refuses to start on it"
+        return [Check("directory", str(folder), "fail", first_line(exc), fix)]
+    held = sorted(directory.tenants)
+    checks = [
+        Check(
+            "directory",
+            str(folder),
+            "ok",
+            f"{len(held)} tenant file(s): {', '.join(held)}" if held else "no tenant file",
+        )
+    ]
+    roster = sorted({t for p in settings.registry.principals.values() for t in p.entry.tenants})
+    for tenant in roster:
+        if tenant not in directory.tenants:
+            checks.append(
+                Check(
+                    "directory",
+                    tenant,
+                    "warn",
+                    f"no {tenant}.toml: its approvers read raw court, matter and recipient ids",
+                    f"add {folder / (tenant + '.toml')} (docs/CONSOLE.md, the tenant directory)",
+                )
+            )
+    return checks
 
 
 def failed(checks: Sequence[Check]) -> list[Check]:

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final, Literal
 
 from nats.aio.client import Client
@@ -21,7 +22,9 @@ from smf_assurance.subjects.registry import KeyRegistry
 from smf_assurance.subjects.release import TrustRoot
 
 Status = Literal["ok", "warn", "fail", "skip"]
-Kind = Literal["bus", "release", "service", "runtime", "connector", "ledger", "console"]
+Kind = Literal[
+    "bus", "release", "service", "runtime", "connector", "ledger", "console", "directory"
+]
 
 CONNECT_TIMEOUT_S: Final = 2.0
 ANSWER_WINDOW_S: Final = 1.0
@@ -65,6 +68,8 @@ class Settings:
     state: StateDir | None
     console: str | None
     clock: Callable[[], int]
+    directory: Path | None = None
+    """The tenant directory the console reads (issue 23); ``None``: none is kept."""
     lease_warn_ms: int = DEFAULT_LEASE_WARN_HOURS * HOUR_MS
     checkpoint_age_ms: int = DEFAULT_CHECKPOINT_AGE_S * 1000
     window: float = ANSWER_WINDOW_S

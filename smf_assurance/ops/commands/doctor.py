@@ -65,6 +65,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="the approvers' console to check, if any: its GET URL/healthz must answer 200",
     )
     p.add_argument(
+        "--directory",
+        type=Path,
+        metavar="DIR",
+        help="the tenant directory the console reads (default: directory/ in the state dir)",
+    )
+    p.add_argument(
         "--lease-warn-hours",
         type=positive_int,
         default=DEFAULT_LEASE_WARN_HOURS,
@@ -115,6 +121,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         trust_root=root,
         state=state,
         console=args.console,
+        directory=args.directory or state.directory,
         clock=lambda: time.time_ns() // 1_000_000,
         lease_warn_ms=args.lease_warn_hours * HOUR_MS,
         checkpoint_age_ms=args.checkpoint_age * 1000,
