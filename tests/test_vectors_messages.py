@@ -46,7 +46,13 @@ from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.adapters.hermes.release import ReleaseVerifier
 from smf_assurance.pipeline.core.normalize import decode_mapper, normalize
 from smf_assurance.subjects import dsse, names
-from smf_assurance.subjects.approvals import OutcomeMismatchError, approval_id_for, open_outcome
+from smf_assurance.subjects.approvals import (
+    AskAgain,
+    OutcomeMismatchError,
+    approval_id_for,
+    open_ask_again,
+    open_outcome,
+)
 from smf_assurance.subjects.attestation import RuntimeAttestation
 from smf_assurance.subjects.canonical import (
     CanonicalJSONError,
@@ -214,6 +220,44 @@ def test_approval_outcome(vector: dict[str, Any]) -> None:
             assert opened.approver_note == vector["approver_note"]
         else:
             assert opened.approver_note is msgspec.UNSET
+        return
+    with pytest.raises(_ERRORS[vector["error"]]) as caught:
+        check()
+    assert type(caught.value) is _ERRORS[vector["error"]]
+
+
+# --- gate-signed notices that an expired approval is asked again (issue 23) ----------------
+
+ASK_AGAIN = MESSAGES["ask_again"]
+
+
+def test_ask_again_payload_type_is_the_contracts() -> None:
+    assert ASK_AGAIN["payload_type"] == names.PAYLOAD_ASK_AGAIN
+
+
+@pytest.mark.parametrize("vector", ASK_AGAIN["cases"], ids=lambda v: v["name"])
+def test_ask_again_notice(vector: dict[str, Any]) -> None:
+    """The notice a runtime holding the expired approval's proposal acts on, and each it
+    must ignore, with the exact class ``open_ask_again`` raises: without the gate's
+    signature over exactly these bytes, for this approval and its own decision, no
+    runtime proposes anything anew."""
+    gate = _key(ASK_AGAIN["gate_key"]).verify_key
+    expected = ASK_AGAIN["expected"]
+
+    def check() -> AskAgain:
+        return open_ask_again(
+            vector["envelope"].encode("utf-8"),
+            {gate.key_id: gate},
+            approval_id=expected["approval_id"],
+        )
+
+    if "asked_at_ms" in vector:
+        notice = check()
+        assert (notice.approval_id, notice.operation_hash, notice.asked_at_ms) == (
+            expected["approval_id"],
+            expected["operation_hash"],
+            vector["asked_at_ms"],
+        )
         return
     with pytest.raises(_ERRORS[vector["error"]]) as caught:
         check()

@@ -57,6 +57,7 @@ PAYLOAD_APPROVAL_OUTCOME = "application/vnd.smf.approval-outcome+json;v=1"
 PAYLOAD_VERDICT = "application/vnd.smf.verdict+json;v=1"
 PAYLOAD_ATTESTATION = "application/vnd.smf.runtime-attestation+json;v=1"
 PAYLOAD_INSTANCE_PROOF = "application/vnd.smf.instance-proof+json;v=1"
+PAYLOAD_ASK_AGAIN = "application/vnd.smf.approval-ask-again+json;v=1"
 HEADER_INSTANCE_PROOF = "Smf-Instance-Proof"
 MAX_INSTANCE_PROOF_CHARS = 2048
 
@@ -534,6 +535,80 @@ def outcome_vectors() -> dict[str, Any]:
             "decision_id": DECISION_ID,
             "operation_hash": OPERATION_HASH,
         },
+        "cases": cases,
+    }
+
+
+def ask_again_vectors() -> dict[str, Any]:
+    """Gate-signed notices that an expired approval is asked for again
+    (``smf.approval.again.<approval>``, issue 23): the one a runtime holding that
+    proposal acts on, and each it must ignore, with the error class
+    ``smf_assurance.subjects.approvals.open_ask_again`` raises. The runtime proposes
+    anew only on a notice that verifies; which proposal it holds for the approval is
+    its own check (the operation hash), after this one."""
+    gate = RFC8032_TEST1["seed_hex"]
+    other = RFC8032_TEST2["seed_hex"]
+    notice = {
+        "schema": "smf.approval-ask-again/1",
+        "approval_id": APPROVAL_ID,
+        "decision_id": DECISION_ID,
+        "operation_hash": OPERATION_HASH,
+        "asked_at_ms": 1767225600000,
+    }
+
+    def signed(value: dict[str, Any], seed: str = gate, ptype: str = PAYLOAD_ASK_AGAIN) -> str:
+        return _signed_text(seed, simple_canonical(value).encode(), ptype)
+
+    text = simple_canonical(notice)
+    envelope = json.loads(signed(notice))
+    later = simple_canonical(dict(notice, asked_at_ms=1767225700000))
+    edited = dict(envelope, payload=base64.b64encode(later.encode()).decode())
+    other_approval = dict(
+        notice, decision_id=OTHER_DECISION_ID, approval_id=approval_id_for(OTHER_DECISION_ID)
+    )
+    cases: list[dict[str, Any]] = [
+        {"name": "gate_notice", "envelope": signed(notice), "asked_at_ms": notice["asked_at_ms"]},
+        {"name": "unsigned_notice", "envelope": text, "error": "MalformedEnvelopeError"},
+        {
+            "name": "notice_signed_by_a_key_that_is_not_the_gate",
+            "envelope": signed(notice, other),
+            "error": "UnknownSignerError",
+        },
+        {
+            "name": "outcome_signature_offered_as_a_notice",
+            "envelope": signed(notice, gate, PAYLOAD_APPROVAL_OUTCOME),
+            "error": "PayloadTypeMismatchError",
+        },
+        {
+            "name": "gate_notice_edited",
+            "envelope": json.dumps(edited, separators=(",", ":")),
+            "error": "BadSignatureError",
+        },
+        {
+            "name": "gate_notice_of_another_approval",
+            "envelope": signed(other_approval),
+            "error": "OutcomeMismatchError",
+        },
+        {
+            "name": "gate_notice_naming_this_approval_with_another_decision",
+            "envelope": signed(dict(notice, decision_id=OTHER_DECISION_ID)),
+            "error": "OutcomeMismatchError",
+        },
+        {
+            "name": "gate_notice_with_an_unknown_field",
+            "envelope": signed(dict(notice, revive=True)),
+            "error": "MalformedPayloadError",
+        },
+        {
+            "name": "gate_notice_of_another_schema",
+            "envelope": signed(dict(notice, schema="smf.approval-ask-again/2")),
+            "error": "MalformedPayloadError",
+        },
+    ]
+    return {
+        "payload_type": PAYLOAD_ASK_AGAIN,
+        "gate_key": "test_key",
+        "expected": {"approval_id": APPROVAL_ID, "operation_hash": OPERATION_HASH},
         "cases": cases,
     }
 
@@ -1037,6 +1112,7 @@ def messages() -> dict[str, Any]:
         "operations": [operation_vector()],
         "verdicts": VERDICTS,
         "outcomes": outcome_vectors(),
+        "ask_again": ask_again_vectors(),
         "signed_verdicts": signed_verdict_vectors(),
         "instance_proofs": instance_proof_vectors(),
     }
