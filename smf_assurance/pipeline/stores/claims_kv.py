@@ -27,28 +27,24 @@ revisions a KV update leaves on disk hold nothing to purge.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Final, get_args
 
 import msgspec
 import structlog
 from nats.js.client import JetStreamContext
 from nats.js.errors import (
-    APIError,
     KeyWrongLastSequenceError,
     NotFoundError,
 )
-from nats.js.kv import KV_DEL, KV_OP, KV_PURGE, KeyValue
+from nats.js.kv import KV_DEL, KV_OP, KV_PURGE
 
 from smf_assurance.pipeline.stores.claims import ClaimState, ClaimStoreUnavailable
 from smf_assurance.pipeline.stores.kv import (
     DEFAULT_TIMEOUT,
+    KvBucketStore,
     Retry,
     compare_and_set,
-    fail_closed,
-    kv_entries,
-    open_strict_bucket,
-    read_entry,
+    decode_keyed,
     token,
 )
 
@@ -63,9 +59,7 @@ MAX_ATTEMPTS: Final = 8
 """CAS retries for ``settle``: a claim changes state once, so a second conflict
 is already unusual; more than this is a fault."""
 
-_WRONG_LAST_SEQUENCE: Final = frozenset({10071, 10164})
-"""JetStream's error codes for a failed expected-last-sequence check (nats-py
-turns them into KeyWrongLastSequenceError for create/update, not for delete)."""
+CLAIM_WHAT: Final = ("claim", "proposal")
 
 
 class _Claim(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -83,31 +77,18 @@ def _key(proposal_id: str) -> str:
 
 
 def _decode(key: str, value: bytes | None) -> _Claim:
-    """A stored claim, or ClaimStoreUnavailable for a value no write of this store
-    produces (including a valid claim filed under another proposal's key)."""
-    try:
-        claim = msgspec.json.decode(value or b"", type=_Claim)
-    except msgspec.MsgspecError as exc:
-        raise ClaimStoreUnavailable(f"stored claim {key} does not decode") from exc
-    if _key(claim.proposal_id) != key:
-        raise ClaimStoreUnavailable(f"stored claim {key} names another proposal")
-    return claim
+    return decode_keyed(
+        key, value, _Claim, lambda c: _key(c.proposal_id), ClaimStoreUnavailable, CLAIM_WHAT
+    )
 
 
-def _unavailable(during: str) -> contextlib.AbstractContextManager[None]:
-    return fail_closed(ClaimStoreUnavailable, "claim", during)
-
-
-class KvClaimStore:
+class KvClaimStore(KvBucketStore):
     """:class:`~smf_assurance.pipeline.stores.claims.ProposalClaims` on JetStream KV; any number of
     instances may share the bucket. The NATS connection belongs to the caller."""
 
-    def __init__(self, js: JetStreamContext, kv: KeyValue, *, bucket: str, timeout: float) -> None:
-        self._js = js
-        self._kv = kv
-        self._bucket = bucket
-        self._timeout = timeout
-        self._closed = False
+    unavailable = ClaimStoreUnavailable
+    store = "claim"
+    closed = "claim store is closed"
 
     @classmethod
     async def open(
@@ -124,19 +105,12 @@ class KvClaimStore:
         than asked would lose them with a node, direct gets may read a replica
         that has not seen the latest claim."""
         description = "SMF proposal claims: one gate acts on each proposal"
-        kv = await open_strict_bucket(
-            js, bucket, description, replicas, ClaimStoreUnavailable, "claim"
-        )
+        kv = await cls._bind(js, bucket, description, replicas)
         return cls(js, kv, bucket=bucket, timeout=timeout)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClaimStoreUnavailable("claim store is closed")
-
     async def _read(self, proposal_id: str) -> tuple[_Claim, int] | None:
-        self._check_open()
         key = _key(proposal_id)
-        found = await read_entry(self._kv, key, ClaimStoreUnavailable, "claim")
+        found = await self._read_raw(key)
         return None if found is None else (_decode(key, found[0]), found[1])
 
     async def claim(
@@ -156,7 +130,7 @@ class KvClaimStore:
         value = msgspec.json.encode(
             _Claim(proposal_id, operation_hash, decision_id, at_ms, "claimed")
         )
-        with _unavailable("claim"):
+        with self._failing("claim"):
             try:
                 await self._kv.update(key, value, last=0)
             except KeyWrongLastSequenceError:
@@ -190,7 +164,7 @@ class KvClaimStore:
             if current.state != "claimed":
                 return None
             settled = msgspec.structs.replace(current, state=state)
-            with _unavailable("settle"):
+            with self._failing("settle"):
                 try:
                     await self._kv.update(key, msgspec.json.encode(settled), last=revision)
                 except KeyWrongLastSequenceError:
@@ -212,23 +186,9 @@ class KvClaimStore:
         """Forget claims made before ``before_ms`` (a replay is stale by then). Each
         delete requires the revision that was judged old, so a claim re-made or
         settled meanwhile is kept (and pruned next time if still old)."""
-        self._check_open()
-        with _unavailable("prune"):
-            entries = await kv_entries(self._js, self._bucket, CLAIM_KEY, self._timeout)
-        pruned = 0
+        entries = await self._entries(CLAIM_KEY, "prune")
         old = {k: e for k, e in entries.items() if _decode(k, e.value).claimed_at < before_ms}
+        pruned = 0
         for key, entry in old.items():
-            self._check_open()
-            with _unavailable("prune"):
-                try:
-                    await self._kv.delete(key, last=entry.revision)
-                except APIError as exc:
-                    if exc.err_code not in _WRONG_LAST_SEQUENCE:
-                        raise
-                    continue
-            pruned += 1
+            pruned += await self._delete_at(key, entry.revision, "prune")
         return pruned
-
-    async def close(self) -> None:
-        """Stop this instance; every later call raises ClaimStoreUnavailable."""
-        self._closed = True

@@ -18,6 +18,9 @@ lives here once:
 - :func:`fail_closed`: a NATS failure is the store's "unavailable" error, so
   the gate denies (an outage is a denial, never an allow).
 - :func:`token`: any string as a KV key token.
+- :class:`KvBucketStore` and :func:`decode_keyed`: what the single-bucket stores
+  (claims, orders, tool calls) share: the bucket, closing, failing closed, and
+  refusing a stored value filed under another's key.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ import enum
 import secrets
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import ClassVar, Final, TypeVar
 
+import msgspec
 import structlog
 from nats.errors import Error as NatsError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType
@@ -45,9 +49,11 @@ __all__ = [
     "STALE_READ_BACKOFF",
     "WRONG_LAST_SEQUENCE",
     "Backoff",
+    "KvBucketStore",
     "KvEntry",
     "Retry",
     "compare_and_set",
+    "decode_keyed",
     "delete_at",
     "fail_closed",
     "kv_entries",
@@ -290,3 +296,81 @@ async def open_strict_bucket(
     ):
         raise unavailable(f"bucket {bucket} exists with other settings")
     return kv
+
+
+def decode_keyed(
+    key: str,
+    value: bytes | None,
+    kind: type[V],
+    key_of: Callable[[V], str],
+    unavailable: Callable[[str], Exception],
+    what: tuple[str, str],
+) -> V:
+    """A stored value, or the store's ``unavailable`` error for one no write of the store
+    produces, including a valid value filed under another's key (so a copied entry can
+    never answer for another claim, order or runtime). ``what`` names the value and what
+    its key identifies, e.g. ``("order", "order")``, for the one-line message."""
+    noun, owner = what
+    try:
+        decoded = msgspec.json.decode(value or b"", type=kind)
+    except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
+        raise unavailable(f"stored {noun} {key} does not decode") from exc
+    if key_of(decoded) != key:
+        raise unavailable(f"stored {noun} {key} names another {owner}")
+    return decoded
+
+
+class KvBucketStore:
+    """What every single-bucket KV store of the pipeline does the same way: hold the
+    bucket, refuse every call once closed, and turn each read, listing and conditional
+    delete into the store's ``unavailable`` error on any failure (fail closed: an
+    outage is a denial, never an empty answer).
+
+    A subclass names its error (:attr:`unavailable`), its store name for logs and
+    messages (:attr:`store`) and what a closed instance says (:attr:`closed`). The NATS
+    connection belongs to the caller."""
+
+    unavailable: ClassVar[type[Exception]]
+    store: ClassVar[str]
+    closed: ClassVar[str]
+
+    def __init__(self, js: JetStreamContext, kv: KeyValue, *, bucket: str, timeout: float) -> None:
+        self._js = js
+        self._kv = kv
+        self._bucket = bucket
+        self._timeout = timeout
+        self._closed = False
+
+    @classmethod
+    async def _bind(
+        cls, js: JetStreamContext, bucket: str, description: str, replicas: int
+    ) -> KeyValue:
+        return await open_strict_bucket(
+            js, bucket, description, replicas, cls.unavailable, cls.store
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise self.unavailable(self.closed)
+
+    def _failing(self, during: str) -> contextlib.AbstractContextManager[None]:
+        return fail_closed(self.unavailable, self.store, during)
+
+    async def _read_raw(self, key: str) -> tuple[bytes | None, int] | None:
+        self._check_open()
+        return await read_entry(self._kv, key, self.unavailable, self.store)
+
+    async def _entries(self, prefix: str, during: str = "list") -> dict[str, KvEntry]:
+        self._check_open()
+        with self._failing(during):
+            return await kv_entries(self._js, self._bucket, prefix, self._timeout)
+
+    async def _delete_at(self, key: str, revision: int, during: str) -> bool:
+        """:func:`delete_at` on an open store, failing closed."""
+        self._check_open()
+        with self._failing(during):
+            return await delete_at(self._kv, key, revision)
+
+    async def close(self) -> None:
+        """Stop this instance; every later call raises the store's ``unavailable``."""
+        self._closed = True

@@ -19,24 +19,20 @@ holds. The claim store's own keys (``claim.``) are never touched.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Final
 
 import msgspec
 from nats.js.client import JetStreamContext
-from nats.js.errors import APIError, KeyWrongLastSequenceError
-from nats.js.kv import KeyValue
+from nats.js.errors import KeyWrongLastSequenceError
 
 from smf_assurance.pipeline.core.execution_rules import Finish
 from smf_assurance.pipeline.stores.claims_kv import BUCKET
 from smf_assurance.pipeline.stores.kv import (
     DEFAULT_TIMEOUT,
+    KvBucketStore,
     Retry,
     compare_and_set,
-    fail_closed,
-    kv_entries,
-    open_strict_bucket,
-    read_entry,
+    decode_keyed,
     token,
 )
 from smf_assurance.pipeline.stores.orders import SETTLED, OrderBookUnavailable, OrderRecord
@@ -48,8 +44,7 @@ ORDER_KEY: Final = "order."
 MAX_ATTEMPTS: Final = 8
 """CAS retries for ``settle``: an order settles once, so a second conflict is
 already unusual; more than this is a fault."""
-_WRONG_LAST_SEQUENCE: Final = frozenset({10071, 10164})
-"""JetStream's codes for a failed expected-last-sequence check on a delete."""
+ORDER_WHAT: Final = ("order", "order")
 
 
 def _key(order_id: str) -> str:
@@ -57,31 +52,18 @@ def _key(order_id: str) -> str:
 
 
 def _decode(key: str, value: bytes | None) -> OrderRecord:
-    """A stored order, or OrderBookUnavailable for a value no write of this store
-    produces (including a valid record filed under another order's key)."""
-    try:
-        order = msgspec.json.decode(value or b"", type=OrderRecord)
-    except msgspec.MsgspecError as exc:
-        raise OrderBookUnavailable(f"stored order {key} does not decode") from exc
-    if _key(order.order_id) != key:
-        raise OrderBookUnavailable(f"stored order {key} names another order")
-    return order
+    return decode_keyed(
+        key, value, OrderRecord, lambda o: _key(o.order_id), OrderBookUnavailable, ORDER_WHAT
+    )
 
 
-def _unavailable(during: str) -> contextlib.AbstractContextManager[None]:
-    return fail_closed(OrderBookUnavailable, "order", during)
-
-
-class KvOrderBook:
+class KvOrderBook(KvBucketStore):
     """:class:`~smf_assurance.pipeline.stores.orders.OrderBook` on JetStream KV; any number of
     instances may share the bucket. The NATS connection belongs to the caller."""
 
-    def __init__(self, js: JetStreamContext, kv: KeyValue, *, bucket: str, timeout: float) -> None:
-        self._js = js
-        self._kv = kv
-        self._bucket = bucket
-        self._timeout = timeout
-        self._closed = False
+    unavailable = OrderBookUnavailable
+    store = "order"
+    closed = "order book is closed"
 
     @classmethod
     async def open_bucket(
@@ -95,26 +77,19 @@ class KvOrderBook:
         """Bind the claim bucket (creating it as the claim store would); a bucket with
         other settings is refused, for the claim store's reasons."""
         description = "SMF proposal claims: one gate acts on each proposal"
-        kv = await open_strict_bucket(
-            js, bucket, description, replicas, OrderBookUnavailable, "order"
-        )
+        kv = await cls._bind(js, bucket, description, replicas)
         return cls(js, kv, bucket=bucket, timeout=timeout)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise OrderBookUnavailable("order book is closed")
-
     async def _read(self, order_id: str) -> tuple[OrderRecord, int] | None:
-        self._check_open()
         key = _key(order_id)
-        found = await read_entry(self._kv, key, OrderBookUnavailable, "order")
+        found = await self._read_raw(key)
         return None if found is None else (_decode(key, found[0]), found[1])
 
     async def open(self, order: OrderRecord) -> bool:
         if order.state != "executing" or order.settled_at is not None:
             raise ValueError("an order is recorded executing, before any outcome")
         self._check_open()
-        with _unavailable("record"):
+        with self._failing("record"):
             try:
                 await self._kv.update(_key(order.order_id), msgspec.json.encode(order), last=0)
             except KeyWrongLastSequenceError:
@@ -134,7 +109,7 @@ class KvOrderBook:
             if current.state != "executing":
                 return None
             settled = msgspec.structs.replace(current, state=outcome, settled_at=at_ms)
-            with _unavailable("settle"):
+            with self._failing("settle"):
                 try:
                     await self._kv.update(key, msgspec.json.encode(settled), last=revision)
                 except KeyWrongLastSequenceError:
@@ -149,9 +124,7 @@ class KvOrderBook:
         )
 
     async def _all(self) -> dict[str, tuple[OrderRecord, int]]:
-        self._check_open()
-        with _unavailable("list"):
-            entries = await kv_entries(self._js, self._bucket, ORDER_KEY, self._timeout)
+        entries = await self._entries(ORDER_KEY)
         return {k: (_decode(k, e.value), e.revision) for k, e in entries.items()}
 
     async def overdue(self, before_ms: int) -> list[OrderRecord]:
@@ -170,17 +143,5 @@ class KvOrderBook:
         }
         pruned = 0
         for key, revision in old.items():
-            self._check_open()
-            with _unavailable("prune"):
-                try:
-                    await self._kv.delete(key, last=revision)
-                except APIError as exc:
-                    if exc.err_code not in _WRONG_LAST_SEQUENCE:
-                        raise
-                    continue
-            pruned += 1
+            pruned += await self._delete_at(key, revision, "prune")
         return pruned
-
-    async def close(self) -> None:
-        """Stop this instance; every later call raises OrderBookUnavailable."""
-        self._closed = True

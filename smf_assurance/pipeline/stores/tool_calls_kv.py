@@ -27,24 +27,20 @@ ids and times only.
 
 from __future__ import annotations
 
-import contextlib
 from collections import defaultdict
 from typing import Final
 
 import msgspec
 import structlog
 from nats.js.client import JetStreamContext
-from nats.js.kv import KeyValue
 
 from smf_assurance.pipeline.stores.kv import (
     DEFAULT_TIMEOUT,
+    KvBucketStore,
     Retry,
     compare_and_set,
+    decode_keyed,
     delete_at,
-    fail_closed,
-    kv_entries,
-    open_strict_bucket,
-    read_entry,
     token,
 )
 from smf_assurance.pipeline.stores.tool_calls import Note, Stop, ToolCallStoreUnavailable
@@ -59,6 +55,7 @@ NOTE_KEY: Final = "note."
 MAX_ATTEMPTS: Final = 8
 """CAS retries for ``clear``: a runtime is stopped again rarely, so a second conflict
 is already unusual; more than this is a fault."""
+STOP_WHAT: Final = ("stop", "runtime")
 
 
 def _stop_key(runtime_id: str) -> str:
@@ -70,31 +67,18 @@ def _note_key(runtime_id: str, tool_call_id: str) -> str:
 
 
 def _decode_stop(key: str, value: bytes | None) -> Stop:
-    """A stored stop, or ToolCallStoreUnavailable for a value no write of this store
-    produces (including a valid stop filed under another runtime's key)."""
-    try:
-        stop = msgspec.json.decode(value or b"", type=Stop)
-    except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
-        raise ToolCallStoreUnavailable(f"stored stop {key} does not decode") from exc
-    if _stop_key(stop.runtime_id) != key:
-        raise ToolCallStoreUnavailable(f"stored stop {key} names another runtime")
-    return stop
+    return decode_keyed(
+        key, value, Stop, lambda s: _stop_key(s.runtime_id), ToolCallStoreUnavailable, STOP_WHAT
+    )
 
 
-def _unavailable(during: str) -> contextlib.AbstractContextManager[None]:
-    return fail_closed(ToolCallStoreUnavailable, "tool_call", during)
-
-
-class KvToolCallStore:
+class KvToolCallStore(KvBucketStore):
     """:class:`~smf_assurance.pipeline.stores.tool_calls.ToolCallStore` on JetStream KV; any number
     of replicas share the bucket. The NATS connection belongs to the caller."""
 
-    def __init__(self, js: JetStreamContext, kv: KeyValue, *, bucket: str, timeout: float) -> None:
-        self._js = js
-        self._kv = kv
-        self._bucket = bucket
-        self._timeout = timeout
-        self._closed = False
+    unavailable = ToolCallStoreUnavailable
+    store = "tool_call"
+    closed = "tool-call store is closed"
 
     @classmethod
     async def open(
@@ -109,25 +93,16 @@ class KvToolCallStore:
         (memory storage would forget stops on restart, fewer replicas lose them with a
         node, direct gets may read a replica that has not seen the latest clear)."""
         description = "SMF tool-call accounting: runtime stops, decided calls"
-        kv = await open_strict_bucket(
-            js, bucket, description, replicas, ToolCallStoreUnavailable, "tool_call"
-        )
+        kv = await cls._bind(js, bucket, description, replicas)
         return cls(js, kv, bucket=bucket, timeout=timeout)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ToolCallStoreUnavailable("tool-call store is closed")
-
     async def _read_stop(self, runtime_id: str) -> tuple[Stop, int] | None:
-        self._check_open()
         key = _stop_key(runtime_id)
-        found = await read_entry(self._kv, key, ToolCallStoreUnavailable, "tool_call")
+        found = await self._read_raw(key)
         return None if found is None else (_decode_stop(key, found[0]), found[1])
 
     async def stops(self) -> dict[str, Stop]:
-        self._check_open()
-        with _unavailable("list"):
-            entries = await kv_entries(self._js, self._bucket, STOP_KEY, self._timeout)
+        entries = await self._entries(STOP_KEY)
         stops = [_decode_stop(key, entry.value) for key, entry in entries.items()]
         return {stop.runtime_id: stop for stop in stops}
 
@@ -137,7 +112,7 @@ class KvToolCallStore:
 
     async def stop(self, stop: Stop) -> None:
         self._check_open()
-        with _unavailable("stop"):
+        with self._failing("stop"):
             await self._kv.put(_stop_key(stop.runtime_id), msgspec.json.encode(stop))
 
     async def clear(self, stop: Stop) -> bool:
@@ -148,7 +123,7 @@ class KvToolCallStore:
         async def attempt(current: Stop, revision: int) -> bool | Retry:
             if current.decision_id != stop.decision_id:
                 return False  # another stop stands: it is not the one cleared
-            with _unavailable("clear"):
+            with self._failing("clear"):
                 if await delete_at(self._kv, key, revision):
                     return True
             return Retry.LOST
@@ -164,14 +139,12 @@ class KvToolCallStore:
     async def note(self, runtime_id: str, tool_call_id: str, at_ms: int) -> None:
         self._check_open()
         value = msgspec.json.encode(Note(runtime_id, tool_call_id, at_ms))
-        with _unavailable("note"):
+        with self._failing("note"):
             await self._kv.put(_note_key(runtime_id, tool_call_id), value)
 
     async def _notes(self) -> list[tuple[int, str, Note]]:
         """Every readable note with its revision and key, oldest first."""
-        self._check_open()
-        with _unavailable("list"):
-            entries = await kv_entries(self._js, self._bucket, NOTE_KEY, self._timeout)
+        entries = await self._entries(NOTE_KEY)
         notes: list[tuple[int, str, Note]] = []
         for key, entry in entries.items():
             try:
@@ -204,11 +177,5 @@ class KvToolCallStore:
         ]
         pruned = 0
         for revision, key in old:
-            self._check_open()
-            with _unavailable("prune"):
-                pruned += await delete_at(self._kv, key, revision)
+            pruned += await self._delete_at(key, revision, "prune")
         return pruned
-
-    async def close(self) -> None:
-        """Stop this instance; every later call raises ToolCallStoreUnavailable."""
-        self._closed = True
