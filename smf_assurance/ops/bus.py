@@ -56,6 +56,17 @@ def bus_url(nats_url: str | None, state_dir: Path | None) -> str:
     return text
 
 
+def add_bus_location(parser: argparse.ArgumentParser) -> None:
+    """``--nats URL`` or ``--state-dir DIR`` (one of them; neither: the default state
+    directory), read by :func:`bus_url`: a command beside a running ``up`` finds its bus
+    from the ``nats.url`` that ``up`` wrote."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--nats", metavar="URL", help="NATS server of the gate")
+    where.add_argument(
+        "--state-dir", type=Path, help="find the bus from the nats.url a running `up` wrote here"
+    )
+
+
 def add_credential_argument(parser: argparse.ArgumentParser, default_principal: str) -> None:
     """``--credential FILE``: who the command is on the bus (issue 15)."""
     parser.add_argument(

@@ -52,7 +52,13 @@ from nats.js.errors import NotFoundError
 from smf_assurance.approver.client import ApproverClient, ApproverError, content_matches
 from smf_assurance.approver.directory import DirectoryError, DirectoryShown, load_directory
 from smf_assurance.approver.pending import approval_state, read_pending
-from smf_assurance.ops.bus import add_credential_argument, bus_url, connect_bus, credential_for
+from smf_assurance.ops.bus import (
+    add_bus_location,
+    add_credential_argument,
+    bus_url,
+    connect_bus,
+    credential_for,
+)
 from smf_assurance.ops.cli_json import (
     ApprovalsPendingJson,
     ApprovalsRerequestJson,
@@ -185,11 +191,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _bus_arguments(p: argparse.ArgumentParser) -> None:
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--nats", metavar="URL", help="NATS server of the gate")
-    where.add_argument(
-        "--state-dir", type=Path, help="find the bus from the nats.url a running `up` wrote here"
-    )
+    add_bus_location(p)
     add_credential_argument(p, f"<approver> or {CONSOLE}")
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -38,6 +37,7 @@ from smf_assurance.ops.logs import LOG_LEVELS, configure_logging
 from smf_assurance.ops.output import emit, fail, first_line, positive_int, say, table
 from smf_assurance.ops.releases import ReleaseError, load_trust_root
 from smf_assurance.ops.state import OPERATOR, StateDir
+from smf_assurance.ops.supervisor import stop_on_signals
 from smf_assurance.subjects.bus_access import permissions_for
 from smf_assurance.subjects.registry import RegistryError, load_registry
 
@@ -151,10 +151,11 @@ def run_permissions(args: argparse.Namespace) -> int:
 
 
 async def _follow(args: argparse.Namespace, state: StateDir) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    with stop_on_signals() as stop:
+        await _follow_until(args, state, stop)
+
+
+async def _follow_until(args: argparse.Namespace, state: StateDir, stop: asyncio.Event) -> None:
     try:
         trust_root = load_trust_root(state.trust_root)
     except ReleaseError as exc:

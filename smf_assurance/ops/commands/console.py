@@ -25,22 +25,27 @@ import argparse
 import asyncio
 import contextlib
 import ipaddress
-import signal
 import sys
 from pathlib import Path
 from typing import Final
 
 from smf_assurance.approver.console.server import ConsoleSettings, RunningConsole, start_console
 from smf_assurance.approver.directory import DirectoryError, load_directory
-from smf_assurance.ops.bus import add_credential_argument, bus_url, connect_bus, credential_for
+from smf_assurance.ops.bus import (
+    add_bus_location,
+    add_credential_argument,
+    bus_url,
+    connect_bus,
+    credential_for,
+)
 from smf_assurance.ops.cli_json import ConsoleJson
 from smf_assurance.ops.logs import LOG_LEVELS, configure_logging
 from smf_assurance.ops.output import emit, fail, first_line, port_number, say
 from smf_assurance.ops.state import CONSOLE, StateDir, default_state_dir
+from smf_assurance.ops.supervisor import stop_on_signals
 from smf_assurance.subjects.registry import RegistryError, load_registry
 
 DEFAULT_PORT: Final = 8765
-_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,11 +56,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "each would send, checked against its digest in your browser; allow-once or deny, "
         "signed in your browser with your own key. Runs until SIGINT or SIGTERM.",
     )
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--nats", metavar="URL", help="NATS server of the gate")
-    where.add_argument(
-        "--state-dir", type=Path, help="find the bus from the nats.url a running `up` wrote here"
-    )
+    add_bus_location(p)
     p.add_argument(
         "--registry",
         type=Path,
@@ -105,13 +106,7 @@ def _announce(running: RunningConsole, settings: ConsoleSettings, as_json: bool)
 
 
 async def _serve(settings: ConsoleSettings, as_json: bool) -> None:
-    # Handlers first: a client may reach the page (and a supervisor stop it) the
-    # moment the listener is up, before the readiness line is even printed.
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in _STOP_SIGNALS:
-        loop.add_signal_handler(sig, stop.set)
-    try:
+    with stop_on_signals() as stop:
         probe = await connect_bus(settings.nats_url, "smf-console-probe", settings.credential)
         await probe.close()
         try:
@@ -124,9 +119,6 @@ async def _serve(settings: ConsoleSettings, as_json: bool) -> None:
             await stop.wait()
         finally:
             await running.close()
-    finally:
-        for sig in _STOP_SIGNALS:
-            loop.remove_signal_handler(sig)
 
 
 def run_console(args: argparse.Namespace) -> int:

@@ -29,7 +29,13 @@ import msgspec
 from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
-from smf_assurance.ops.bus import add_credential_argument, bus_url, connect_bus, credential_for
+from smf_assurance.ops.bus import (
+    add_bus_location,
+    add_credential_argument,
+    bus_url,
+    connect_bus,
+    credential_for,
+)
 from smf_assurance.ops.cli_json import LedgerVerifyJson
 from smf_assurance.ops.logs import configure_logging
 from smf_assurance.ops.output import CommandError, emit, fail, first_line, say, table
@@ -103,11 +109,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         description="Write every envelope on the SMF_LEDGER_CHECKPOINTS stream, one per "
         "line, for `ledger verify --checkpoints` away from the bus.",
     )
-    where = checkpoints.add_mutually_exclusive_group()
-    where.add_argument("--nats", metavar="URL", help="NATS server of the gate")
-    where.add_argument(
-        "--state-dir", type=Path, help="find the bus from the nats.url a running `up` wrote here"
-    )
+    add_bus_location(checkpoints)
     checkpoints.add_argument("--out", type=Path, help="file to create (default: stdout)")
     _gate_argument(checkpoints)
     add_credential_argument(checkpoints, OPERATOR)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
-import signal
 import sys
 from pathlib import Path
 from typing import Final, TypeVar
@@ -46,6 +45,7 @@ from smf_assurance.ops.model_gateway import (
 )
 from smf_assurance.ops.output import emit, fail, first_line, say, table
 from smf_assurance.ops.state import MODEL_GATEWAY, OPERATOR, StateDir, default_state_dir
+from smf_assurance.ops.supervisor import stop_on_signals
 from smf_assurance.pipeline.assembly.gate import BusUnavailableError
 from smf_assurance.pipeline.assembly.model_gateway import (
     GatewayFileError,
@@ -304,10 +304,11 @@ def announce(gateway: RunningModelGateway, json_out: bool) -> None:
 
 
 async def _serve(state: StateDir, args: argparse.Namespace) -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    with stop_on_signals() as stop:
+        await _serve_until(state, args, stop)
+
+
+async def _serve_until(state: StateDir, args: argparse.Namespace, stop: asyncio.Event) -> None:
     parse_listen(args.listen)  # a bad --listen is a usage error before any connect
     url = bus_url(args.nats, state.root)
     # Issue 22: the gateway's join waits for a bus that may come; asked once

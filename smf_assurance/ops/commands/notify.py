@@ -17,22 +17,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Final
 
 from smf_assurance.approver.notify.config import NotifyConfig, NotifyConfigError, load_config
 from smf_assurance.approver.notify.service import NotifierSettings, RunningNotifier, start_notifier
-from smf_assurance.ops.bus import add_credential_argument, bus_url, connect_bus, credential_for
+from smf_assurance.ops.bus import (
+    add_bus_location,
+    add_credential_argument,
+    bus_url,
+    connect_bus,
+    credential_for,
+)
 from smf_assurance.ops.cli_json import NotifyJson
 from smf_assurance.ops.logs import LOG_LEVELS, configure_logging
 from smf_assurance.ops.output import emit, fail, first_line, say
 from smf_assurance.ops.state import CONSOLE, StateDir, default_state_dir
+from smf_assurance.ops.supervisor import stop_on_signals
 from smf_assurance.subjects.registry import RegistryError, load_registry
-
-_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,11 +51,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument(
         "--config", type=Path, required=True, metavar="FILE", help="the notifier's TOML file"
     )
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--nats", metavar="URL", help="NATS server of the gate")
-    where.add_argument(
-        "--state-dir", type=Path, help="find the bus from the nats.url a running `up` wrote here"
-    )
+    add_bus_location(p)
     p.add_argument(
         "--registry",
         type=Path,
@@ -89,11 +88,7 @@ def _announce(settings: NotifierSettings, config_path: Path, as_json: bool) -> N
 
 
 async def _serve(settings: NotifierSettings, config_path: Path, as_json: bool) -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in _STOP_SIGNALS:
-        loop.add_signal_handler(sig, stop.set)
-    try:
+    with stop_on_signals() as stop:
         probe = await connect_bus(settings.nats_url, "smf-notify-probe", settings.credential)
         await probe.close()
         try:
@@ -105,9 +100,6 @@ async def _serve(settings: NotifierSettings, config_path: Path, as_json: bool) -
             await stop.wait()
         finally:
             await running.close()
-    finally:
-        for sig in _STOP_SIGNALS:
-            loop.remove_signal_handler(sig)
 
 
 def read_config(path: Path) -> NotifyConfig:

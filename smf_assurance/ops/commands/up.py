@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from pathlib import Path
 from typing import Final
@@ -48,7 +47,14 @@ from smf_assurance.ops.logs import LOG_LEVELS, configure_logging
 from smf_assurance.ops.output import emit, fail, first_line, say
 from smf_assurance.ops.stack import start_connectors, start_stack
 from smf_assurance.ops.state import CONNECTORS, StateDir, default_state_dir, provision_demo
-from smf_assurance.ops.supervisor import Running, embedded, exclusive, serve_until_stopped, shutdown
+from smf_assurance.ops.supervisor import (
+    Running,
+    embedded,
+    exclusive,
+    serve_until_stopped,
+    shutdown,
+    stop_on_signals,
+)
 from smf_assurance.pipeline.assembly import ClusterSettings
 from smf_assurance.pipeline.core.projection import ProjectionError
 from smf_assurance.pipeline.stores.ledger import EvidenceError
@@ -60,7 +66,6 @@ log = structlog.get_logger(__name__)
 DEFAULT_REPLICAS: Final = 3
 MAX_REPLICAS: Final = 5
 """JetStream keeps at most five copies of a stream."""
-_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -271,11 +276,7 @@ def _announce(running: Running, args: argparse.Namespace, gateway_url: str | Non
 async def _up(
     state: StateDir, args: argparse.Namespace, notify_config: NotifyConfig | None
 ) -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in _STOP_SIGNALS:
-        loop.add_signal_handler(sig, stop.set)
-    try:
+    with stop_on_signals() as stop:
         running = await _start(state, args)
         gateway = None
         notifier = None
@@ -296,9 +297,6 @@ async def _up(
                 await gateway.close()
             stopped = await shutdown(running)
         reason = reason or stopped
-    finally:
-        for sig in _STOP_SIGNALS:
-            loop.remove_signal_handler(sig)
     log.info("up_stopped", reason=reason)
     if reason is not None:
         fail(reason)
