@@ -79,7 +79,7 @@ class KvBackend:
 
     async def open(self) -> KvClaimStore:
         client = await self.connect()
-        return await KvClaimStore.open(client.jetstream(timeout=self.request_timeout))
+        return await KvClaimStore.open_bucket(client.jetstream(timeout=self.request_timeout))
 
     async def bucket(self) -> KeyValue:
         """The claim bucket through a connection of its own, around the store."""
@@ -374,15 +374,15 @@ async def test_kv_open_refuses_a_bucket_with_other_settings(
     config: dict[str, Any] = {"history": 1, "storage": StorageType.FILE} | settings
     await js.create_key_value(bucket=claims_kv.BUCKET, **config)
     with pytest.raises(ClaimStoreUnavailable):
-        await KvClaimStore.open(js)
+        await KvClaimStore.open_bucket(js)
 
 
 async def test_kv_open_refuses_fewer_replicas_than_asked(kv_backend: KvBackend) -> None:
     client = await kv_backend.connect()
     js = client.jetstream(timeout=2)
-    await KvClaimStore.open(js)
+    await KvClaimStore.open_bucket(js)
     with pytest.raises(ClaimStoreUnavailable):
-        await KvClaimStore.open(js, replicas=3)
+        await KvClaimStore.open_bucket(js, replicas=3)
 
 
 async def test_kv_claim_losing_to_a_write_not_yet_readable_is_refused(
@@ -413,7 +413,9 @@ async def test_kv_r3_cluster_two_nodes_race_claims_with_one_winner(
         await nats.connect(url, connect_timeout=5, **operator) for url in nats_cluster.urls[:2]
     ]
     try:
-        stores = [await KvClaimStore.open(c.jetstream(timeout=5), replicas=3) for c in clients]
+        stores = [
+            await KvClaimStore.open_bucket(c.jetstream(timeout=5), replicas=3) for c in clients
+        ]
         for round_no in range(30):
             results = await asyncio.gather(
                 *(s.claim(f"r3-{round_no}", OPERATION, DECISION, T0) for s in stores * 10)

@@ -207,7 +207,7 @@ async def test_kv_book_shares_the_claim_bucket_and_leaves_claims_alone(
     kv_backend: KvBackend,
 ) -> None:
     client = await kv_backend.connect()
-    claims = await KvClaimStore.open(client.jetstream(timeout=2))
+    claims = await KvClaimStore.open_bucket(client.jetstream(timeout=2))
     book = await kv_backend.open()
     assert await claims.claim("p-1", fake_identity("op"), fake_identity("d"), T0) is True
     done = order("a")

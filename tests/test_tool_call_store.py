@@ -113,7 +113,7 @@ class KvBackend:
         return client
 
     async def open(self) -> KvToolCallStore:
-        return await KvToolCallStore.open((await self.connect()).jetstream(timeout=2))
+        return await KvToolCallStore.open_bucket((await self.connect()).jetstream(timeout=2))
 
     async def bucket(self) -> KeyValue:
         await self.open()  # the bucket exists
@@ -321,7 +321,7 @@ async def test_kv_open_refuses_a_bucket_with_other_settings(kv_backend: KvBacken
     js = client.jetstream(timeout=2)
     await js.create_key_value(bucket=tool_calls_kv.BUCKET, history=5)
     with pytest.raises(ToolCallStoreUnavailable, match="other settings"):
-        await KvToolCallStore.open(js)
+        await KvToolCallStore.open_bucket(js)
 
 
 # --- SQLite: beside the evidence, in the ledger file (issue 20) -----------------------

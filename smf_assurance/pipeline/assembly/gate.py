@@ -294,7 +294,7 @@ async def _open_stores(
         undo.push_async_callback(approvals.close)
         orders = SqliteOrderBook.beside(claims.worker)
     else:
-        claims = await KvClaimStore.open(js, replicas=config.replicas)
+        claims = await KvClaimStore.open_bucket(js, replicas=config.replicas)
         undo.push_async_callback(claims.close)
         approvals = await KvApprovalStore.open(js, replicas=config.replicas)
         undo.push_async_callback(approvals.close)
@@ -314,7 +314,7 @@ async def _open_tool_calls(
     if config.cluster is None:
         store = await SqliteToolCallStore.in_ledger(ledger.worker)
     else:
-        store = await KvToolCallStore.open(js, replicas=config.replicas)
+        store = await KvToolCallStore.open_bucket(js, replicas=config.replicas)
     undo.push_async_callback(store.close)
     return store
 

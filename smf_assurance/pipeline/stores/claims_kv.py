@@ -31,7 +31,6 @@ from typing import Final, get_args
 
 import msgspec
 import structlog
-from nats.js.client import JetStreamContext
 from nats.js.errors import (
     KeyWrongLastSequenceError,
     NotFoundError,
@@ -40,7 +39,6 @@ from nats.js.kv import KV_DEL, KV_OP, KV_PURGE
 
 from smf_assurance.pipeline.stores.claims import ClaimState, ClaimStoreUnavailable
 from smf_assurance.pipeline.stores.kv import (
-    DEFAULT_TIMEOUT,
     KvBucketStore,
     Retry,
     compare_and_set,
@@ -88,25 +86,9 @@ class KvClaimStore(KvBucketStore):
 
     unavailable = ClaimStoreUnavailable
     store = "claim"
+    default_bucket = BUCKET
+    description = "SMF proposal claims: one gate acts on each proposal"
     closed = "claim store is closed"
-
-    @classmethod
-    async def open(
-        cls,
-        js: JetStreamContext,
-        *,
-        bucket: str = BUCKET,
-        replicas: int = 1,
-        timeout: float = DEFAULT_TIMEOUT,
-    ) -> KvClaimStore:
-        """Bind the bucket, creating it (history 1, file storage, ``replicas``
-        copies; a cluster uses 3) if absent. A bucket with other settings is
-        refused: memory storage would forget claims on restart, fewer replicas
-        than asked would lose them with a node, direct gets may read a replica
-        that has not seen the latest claim."""
-        description = "SMF proposal claims: one gate acts on each proposal"
-        kv = await cls._bind(js, bucket, description, replicas)
-        return cls(js, kv, bucket=bucket, timeout=timeout)
 
     async def _read(self, proposal_id: str) -> tuple[_Claim, int] | None:
         key = _key(proposal_id)

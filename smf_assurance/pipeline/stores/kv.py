@@ -32,7 +32,7 @@ import enum
 import secrets
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import ClassVar, Final, TypeVar
+from typing import ClassVar, Final, Self, TypeVar
 
 import msgspec
 import structlog
@@ -333,6 +333,8 @@ class KvBucketStore:
     unavailable: ClassVar[type[Exception]]
     store: ClassVar[str]
     closed: ClassVar[str]
+    default_bucket: ClassVar[str]
+    description: ClassVar[str]
 
     def __init__(self, js: JetStreamContext, kv: KeyValue, *, bucket: str, timeout: float) -> None:
         self._js = js
@@ -342,12 +344,24 @@ class KvBucketStore:
         self._closed = False
 
     @classmethod
-    async def _bind(
-        cls, js: JetStreamContext, bucket: str, description: str, replicas: int
-    ) -> KeyValue:
-        return await open_strict_bucket(
-            js, bucket, description, replicas, cls.unavailable, cls.store
+    async def open_bucket(
+        cls,
+        js: JetStreamContext,
+        *,
+        bucket: str | None = None,
+        replicas: int = 1,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> Self:
+        """Bind the store's bucket (``default_bucket`` unless named), creating it if
+        absent as :func:`open_strict_bucket` does (history 1, file storage, ``replicas``
+        copies; a cluster uses 3, no direct gets); one with other settings is refused:
+        memory storage would forget on restart, fewer replicas than asked would lose
+        writes with a node, direct gets may read a replica that lags."""
+        name = cls.default_bucket if bucket is None else bucket
+        kv = await open_strict_bucket(
+            js, name, cls.description, replicas, cls.unavailable, cls.store
         )
+        return cls(js, kv, bucket=name, timeout=timeout)
 
     def _check_open(self) -> None:
         if self._closed:

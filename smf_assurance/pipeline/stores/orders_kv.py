@@ -22,13 +22,11 @@ from __future__ import annotations
 from typing import Final
 
 import msgspec
-from nats.js.client import JetStreamContext
 from nats.js.errors import KeyWrongLastSequenceError
 
 from smf_assurance.pipeline.core.execution_rules import Finish
 from smf_assurance.pipeline.stores.claims_kv import BUCKET
 from smf_assurance.pipeline.stores.kv import (
-    DEFAULT_TIMEOUT,
     KvBucketStore,
     Retry,
     compare_and_set,
@@ -63,22 +61,9 @@ class KvOrderBook(KvBucketStore):
 
     unavailable = OrderBookUnavailable
     store = "order"
+    default_bucket = BUCKET
+    description = "SMF proposal claims: one gate acts on each proposal"
     closed = "order book is closed"
-
-    @classmethod
-    async def open_bucket(
-        cls,
-        js: JetStreamContext,
-        *,
-        bucket: str = BUCKET,
-        replicas: int = 1,
-        timeout: float = DEFAULT_TIMEOUT,
-    ) -> KvOrderBook:
-        """Bind the claim bucket (creating it as the claim store would); a bucket with
-        other settings is refused, for the claim store's reasons."""
-        description = "SMF proposal claims: one gate acts on each proposal"
-        kv = await cls._bind(js, bucket, description, replicas)
-        return cls(js, kv, bucket=bucket, timeout=timeout)
 
     async def _read(self, order_id: str) -> tuple[OrderRecord, int] | None:
         key = _key(order_id)

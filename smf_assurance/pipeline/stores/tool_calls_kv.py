@@ -32,10 +32,8 @@ from typing import Final
 
 import msgspec
 import structlog
-from nats.js.client import JetStreamContext
 
 from smf_assurance.pipeline.stores.kv import (
-    DEFAULT_TIMEOUT,
     KvBucketStore,
     Retry,
     compare_and_set,
@@ -78,23 +76,9 @@ class KvToolCallStore(KvBucketStore):
 
     unavailable = ToolCallStoreUnavailable
     store = "tool_call"
+    default_bucket = BUCKET
+    description = "SMF tool-call accounting: runtime stops, decided calls"
     closed = "tool-call store is closed"
-
-    @classmethod
-    async def open(
-        cls,
-        js: JetStreamContext,
-        *,
-        bucket: str = BUCKET,
-        replicas: int = 1,
-        timeout: float = DEFAULT_TIMEOUT,
-    ) -> KvToolCallStore:
-        """Bind the bucket, creating it if absent; one with other settings is refused
-        (memory storage would forget stops on restart, fewer replicas lose them with a
-        node, direct gets may read a replica that has not seen the latest clear)."""
-        description = "SMF tool-call accounting: runtime stops, decided calls"
-        kv = await cls._bind(js, bucket, description, replicas)
-        return cls(js, kv, bucket=bucket, timeout=timeout)
 
     async def _read_stop(self, runtime_id: str) -> tuple[Stop, int] | None:
         key = _stop_key(runtime_id)
