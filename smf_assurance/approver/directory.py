@@ -41,7 +41,6 @@ Example (``tenant-acme.toml``)::
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +48,7 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
+from smf_assurance.approver.toml_file import read_toml
 from smf_assurance.subjects import names
 
 SCHEMA: Final = "smf.tenant-directory/1"
@@ -174,16 +174,7 @@ def load_tenant(path: Path) -> TenantDirectory:
     """One tenant's file, checked whole: TOML, the schema, no unknown key, the file
     named after its ``tenant_id`` (so a copied file cannot speak for another
     tenant), and every case at a court the same file names."""
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DirectoryError(f"cannot read {path}: {exc.strerror}") from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise DirectoryError(f"{path} is not TOML: {_one_line(exc)}") from exc
-    try:
-        tenant = msgspec.convert(raw, type=TenantDirectory)
-    except msgspec.ValidationError as exc:
-        raise DirectoryError(f"{path}: {_one_line(exc)}") from exc
+    tenant = read_toml(path, TenantDirectory, DirectoryError)
     try:
         names.token(tenant.tenant_id)
     except names.SubjectError as exc:
@@ -207,7 +198,3 @@ def load_directory(folder: Path | None) -> Directory:
     if not folder.is_dir():
         raise DirectoryError(f"{folder} is not a folder")
     return Directory({t.tenant_id: t for t in map(load_tenant, sorted(folder.glob("*.toml")))})
-
-
-def _one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split())

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +45,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from smf_assurance.approver.toml_file import read_toml
 from smf_assurance.subjects import names
 
 MAX_SECRET_BYTES: Final = 4096
@@ -161,16 +161,7 @@ class NotifyConfig:
 def load_config(path: Path, environ: Mapping[str, str] | None = None) -> NotifyConfig:
     """Read and check the whole file, and every secret it names, before anything is sent."""
     env = os.environ if environ is None else environ
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise NotifyConfigError(f"cannot read {path}: {exc.strerror}") from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise NotifyConfigError(f"{path} is not TOML: {exc}") from exc
-    try:
-        parsed = msgspec.convert(raw, type=_File)
-    except msgspec.ValidationError as exc:
-        raise NotifyConfigError(f"{path}: {exc}") from exc
+    parsed = read_toml(path, _File, NotifyConfigError)
     _check_url(parsed.console_url, "console_url")
     tenants = {
         tenant: _tenant(tenant, section, path.parent, env)
