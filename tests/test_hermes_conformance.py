@@ -181,8 +181,11 @@ def harness(
 
 
 def tool_results(run: dict[str, Any], scenario: str) -> list[str]:
-    """What the model was shown as tool results, in the last request of ``scenario``."""
-    requests = [r for r in run["requests"] if r["scenario"] == scenario]
+    """What the model was shown as tool results, in the last agent request of ``scenario``
+    (one that offered tools: Hermes's background session-title request quotes the
+    scenario's prompt but offers no tools and carries no results, and when it leaves
+    before the one-shot CLI exits it is recorded last; CI of stop 32)."""
+    requests = [r for r in run["requests"] if r["scenario"] == scenario and r["offered"]]
     assert requests, run
     return list(requests[-1]["tool_results"])
 
