@@ -63,7 +63,10 @@ async def main(config: dict[str, str]) -> None:
         gate_keys={gate.key_id: gate},
         state_dir=Path(config["state_dir"]),
         config=RunnerConfig(
-            durable=config["durable"], ack_wait=float(config["ack_wait"]), fetch_timeout=0.2
+            create_durable=True,
+            durable=config["durable"],
+            ack_wait=float(config["ack_wait"]),
+            fetch_timeout=0.2,
         ),
     )
     await runner.run()

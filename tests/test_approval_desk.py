@@ -210,7 +210,7 @@ async def connectors_running(state: StateDir, url: str) -> AsyncIterator[None]:
                 signing_key=state.key(connector_id),
                 gate_keys=registry.trusted("gate"),
                 state_dir=folder,
-                config=RunnerConfig(ack_wait=30.0, fetch_timeout=0.2),
+                config=RunnerConfig(create_durable=True, ack_wait=30.0, fetch_timeout=0.2),
             )
             runners.append(runner)
             tasks.append(asyncio.create_task(runner.run()))

@@ -82,7 +82,9 @@ REPO = Path(__file__).resolve().parent.parent
 GATE_CHILD = Path(__file__).with_name("gate_child.py")
 CONNECTOR_CHILD = Path(__file__).with_name("connector_crash_child.py")
 DMS_DURABLE = connector_durable("dms")
-FAST_RUNNER = RunnerConfig(ack_wait=1.0, fetch_timeout=0.1, retry_delay=0.1, stream_wait=5.0)
+FAST_RUNNER = RunnerConfig(
+    create_durable=True, ack_wait=1.0, fetch_timeout=0.1, retry_delay=0.1, stream_wait=5.0
+)
 
 
 @pytest.fixture

@@ -52,7 +52,15 @@ from smf_assurance.pipeline.assembly import BusUnavailableError, start_gate
 from smf_assurance.pipeline.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
 from smf_assurance.pipeline.stores.tool_calls_kv import BUCKET as TOOL_CALLS
 from smf_assurance.subjects import names
-from smf_assurance.subjects.bus_access import BusCredential, connector_durable
+from smf_assurance.subjects.bus_access import (
+    CLIENT_API,
+    GATE_ACCOUNT,
+    INBOX_ROOT,
+    BusCredential,
+    account_of,
+    connector_durable,
+    permissions_for,
+)
 from smf_assurance.subjects.call_context import CALL_CONTEXT_BUCKET, CALL_CONTEXT_STREAM
 from smf_assurance.subjects.registry import RegistryFile, encode_registry
 from smf_assurance.subjects.release import RELEASE_BUCKET, encode_bundle
@@ -82,6 +90,10 @@ def who(*roles: str) -> frozenset[str]:
 
 
 API = "$JS.API"
+CAPI = CLIENT_API
+"""How every principal but the gate calls JetStream: outside the gate's account, the
+calls its role may make are imported under it; inside, the server maps it onto the API
+before checking a permission, so it widens nothing there."""
 ACTIONS: Final = (
     Action("read every order", "sub", "smf.execute.>", who()),
     Action("read the dms orders", "sub", "smf.execute.dms", who()),
@@ -98,24 +110,51 @@ ACTIONS: Final = (
     Action(
         "consume the dms durable",
         "req",
-        f"{API}.CONSUMER.MSG.NEXT.{names.EXECUTE_STREAM}.{connector_durable(DMS)}",
+        f"{CAPI}.CONSUMER.MSG.NEXT.{names.EXECUTE_STREAM}.{connector_durable(DMS)}",
         who(DMS),
         b'{"batch":1,"no_wait":true}',
     ),
     Action(
         "consume the court-efiling durable",
         "req",
-        f"{API}.CONSUMER.MSG.NEXT.{names.EXECUTE_STREAM}.{connector_durable(COURT)}",
+        f"{CAPI}.CONSUMER.MSG.NEXT.{names.EXECUTE_STREAM}.{connector_durable(COURT)}",
         who(COURT),
         b'{"batch":1,"no_wait":true}',
     ),
     Action(
-        "create another connector's consumer",
+        "consume the dms durable as the gate",
         "req",
-        f"{API}.CONSUMER.CREATE.{names.EXECUTE_STREAM}.{connector_durable(DMS)}.smf.execute.court-efiling",
+        f"{API}.CONSUMER.MSG.NEXT.{names.EXECUTE_STREAM}.{connector_durable(DMS)}",
+        who(),
+        b'{"batch":1,"no_wait":true}',
+    ),
+    # The gate creates each connector's durable, with its filter; no connector creates
+    # one (its delivery subject would be another reply subject of its choosing).
+    Action(
+        "create a connector's durable",
+        "req",
+        f"{API}.CONSUMER.CREATE.{names.EXECUTE_STREAM}.{connector_durable(DMS)}.smf.execute.dms",
+        who(GATE),
+    ),
+    Action(
+        "create its own durable",
+        "req",
+        f"{CAPI}.CONSUMER.CREATE.{names.EXECUTE_STREAM}.{connector_durable(DMS)}.smf.execute.dms",
+        who(GATE),
+    ),
+    Action(
+        "create an unfiltered order consumer",
+        "req",
+        f"{API}.CONSUMER.CREATE.{names.EXECUTE_STREAM}.{connector_durable(DMS)}",
         who(),
     ),
     Action("delete SMF_EXECUTE", "req", f"{API}.STREAM.DELETE.{names.EXECUTE_STREAM}", who()),
+    Action(
+        "delete SMF_EXECUTE through the client prefix",
+        "req",
+        f"{CAPI}.STREAM.DELETE.{names.EXECUTE_STREAM}",
+        who(),
+    ),
     Action("purge SMF_EXECUTE", "req", f"{API}.STREAM.PURGE.{names.EXECUTE_STREAM}", who()),
     Action(
         "delete the checkpoints",
@@ -138,8 +177,11 @@ ACTIONS: Final = (
     Action(
         "read a release",
         "req",
-        f"{API}.STREAM.INFO.KV_{RELEASE_BUCKET}",
+        f"{CAPI}.STREAM.INFO.KV_{RELEASE_BUCKET}",
         who(GATE, RUNTIME, PUBLISHER),
+    ),
+    Action(
+        "read a release as the gate", "req", f"{API}.STREAM.INFO.KV_{RELEASE_BUCKET}", who(GATE)
     ),
     # Issue 22: publishers ask each gate what it did with a release; only gates answer.
     Action("ask the gates' release report", "req", names.RELEASE_REPORT, who(PUBLISHER), b"{}"),
@@ -170,8 +212,14 @@ ACTIONS: Final = (
     Action(
         "read a call context",
         "req",
-        f"{API}.STREAM.MSG.GET.{CALL_CONTEXT_STREAM}",
+        f"{CAPI}.STREAM.MSG.GET.{CALL_CONTEXT_STREAM}",
         who(GATE, MODEL_GATEWAY),
+    ),
+    Action(
+        "read a call context as the gate",
+        "req",
+        f"{API}.STREAM.MSG.GET.{CALL_CONTEXT_STREAM}",
+        who(GATE),
     ),
     Action(
         "watch the call contexts",
@@ -207,11 +255,26 @@ ACTIONS: Final = (
         f"smf.approval.pending.{OTHER_TENANT}",
         who(CONSOLE),
     ),
+    # Approvers and the console read the backlog through the gate, never the stream:
+    # no consumer of theirs, no stream information naming other tenants.
     Action(
         "page another tenant's announcements",
         "req",
-        f"{API}.CONSUMER.CREATE.{names.APPROVAL_STREAM}.x.smf.approval.pending.{OTHER_TENANT}",
-        who(GATE, CONSOLE),
+        f"{CAPI}.CONSUMER.CREATE.{names.APPROVAL_STREAM}.x.smf.approval.pending.{OTHER_TENANT}",
+        who(GATE),
+    ),
+    Action(
+        "read the announcements' stream information",
+        "req",
+        f"{CAPI}.STREAM.INFO.{names.APPROVAL_STREAM}",
+        who(GATE),
+    ),
+    Action(
+        "ask the gate for announcements",
+        "req",
+        names.APPROVAL_ANNOUNCEMENTS,
+        who(ATTORNEY, CONSOLE),
+        b"{}",
     ),
     Action("serve smf.propose", "sub", names.PROPOSE, who(GATE)),
     Action("serve a stage", "sub", names.STAGE_DISPATCH, who(GATE)),
@@ -236,13 +299,21 @@ class Prober:
     operator publishes on it arriving). A deadline only bounds a failure.
     """
 
-    def __init__(self, nc: Client, errors: list[str], changed: asyncio.Event) -> None:
+    def __init__(
+        self, nc: Client, errors: list[str], changed: asyncio.Event, ping: str | None = None
+    ) -> None:
         self.nc = nc
         self.errors = errors
         self.changed = changed
+        self.ping = ping
+        """Outside the gate's account only: a subject this principal may publish, which
+        nothing serves here, so a request on it is answered "no responders" by the
+        server, into this principal's own inbox (the operator cannot publish there)."""
 
     @classmethod
-    async def connect(cls, servers: list[str], credential: BusCredential) -> Prober:
+    async def connect(
+        cls, servers: list[str], credential: BusCredential, ping: str | None = None
+    ) -> Prober:
         errors: list[str] = []
         changed = asyncio.Event()
 
@@ -257,11 +328,14 @@ class Prober:
             error_cb=on_error,
             **credential.connect_options(),
         )
-        return cls(nc, errors, changed)
+        return cls(nc, errors, changed, ping)
 
     def _refused(self, verb: str, subject: str) -> bool:
-        wanted = f'permissions violation for {verb} to "{subject}"'.lower()
-        return any(wanted in error for error in self.errors)
+        # Inside the gate's account the server maps the client prefix onto the API
+        # before it checks a permission, and names the mapped subject when it refuses.
+        forms = {subject, subject.replace(CLIENT_API + ".", API + ".", 1)}
+        wanted = {f'permissions violation for {verb} to "{form}"'.lower() for form in forms}
+        return any(w in error for error in self.errors for w in wanted)
 
     async def _race(self, verb: str, subject: str, allowed: asyncio.Future[None]) -> Outcome:
         deadline = asyncio.get_running_loop().time() + ANSWER_TIMEOUT_S
@@ -306,11 +380,18 @@ class Prober:
 
             sub = await self.nc.subscribe(action.subject, cb=on_msg)
             await self.nc.flush()
+            own_inbox = self.ping is not None and action.subject.startswith(INBOX_ROOT + ".")
 
             async def publish_until_received() -> None:
                 while not received.done():
-                    await operator.publish(concrete(action.subject), b"probe")
-                    await operator.flush()
+                    if own_inbox:
+                        assert self.ping is not None
+                        reply = concrete(action.subject)
+                        await self.nc.publish(self.ping, b"{}", reply=reply)
+                        await self.nc.flush()
+                    else:
+                        await operator.publish(concrete(action.subject), b"probe")
+                        await operator.flush()
                     await asyncio.sleep(0.05)
 
             pusher = asyncio.create_task(publish_until_received())
@@ -326,6 +407,18 @@ class Prober:
     async def close(self) -> None:
         with contextlib.suppress(NatsError):
             await self.nc.close()
+
+
+def ping_subject(state: StateDir, principal: str) -> str | None:
+    """For a principal outside the gate's account, a plain subject it may publish."""
+    entry = next(e for e in registry_entries(state.registry) if e.key.principal == principal)
+    if account_of(entry) == GATE_ACCOUNT:
+        return None
+    return next(
+        s
+        for s in permissions_for(entry).publish_allow
+        if "*" not in s and ">" not in s and not s.startswith("$")
+    )
 
 
 async def run_matrix(servers: list[str], state: StateDir) -> list[str]:
@@ -346,7 +439,7 @@ async def _role_rows(servers: list[str], state: StateDir, role: str, operator: C
     wrong: list[str] = []
     credential = state.existing_credential(role)
     assert credential is not None, role
-    prober = await Prober.connect(servers, credential)
+    prober = await Prober.connect(servers, credential, ping_subject(state, role))
     try:
         for action in ACTIONS:
             try:

@@ -170,7 +170,9 @@ def expire_in_store(state: StateDir, approval_id: str) -> None:
 
 
 def copy_state(world: World, into: Path) -> StateDir:
-    shutil.copytree(world.state.root, into, ignore=shutil.ignore_patterns("nats", "nats.url"))
+    shutil.copytree(
+        world.state.root, into, ignore=shutil.ignore_patterns("nats", "nats.url", "*.streams.json")
+    )
     return StateDir(into)
 
 
@@ -221,7 +223,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         timeout=TIMEOUT * 2,
         check=True,
     )
-    shutil.copytree(work / "demo", work / "state", ignore=shutil.ignore_patterns("nats"))
+    shutil.copytree(
+        work / "demo", work / "state", ignore=shutil.ignore_patterns("nats", "*.streams.json")
+    )
     state = StateDir(work / "state")
     up = subprocess.Popen(
         [*PROG, "up", "--state-dir", str(state.root), "--json", "--log-level", "error"],
@@ -536,7 +540,7 @@ def check_candidate(out: cli_json.CandidateBuildJson, _: World) -> None:
 def check_doctor(out: cli_json.DoctorJson, _: World) -> None:
     assert (out.ok, out.failed) == (True, 0), out
     kinds = {c.kind for c in out.checks if c.status in ("ok", "warn")}
-    assert kinds == {"bus", "release", "service", "connector", "ledger"}, out
+    assert kinds == {"bus", "release", "service", "stream", "connector", "ledger"}, out
 
 
 def check_doctor_dead(out: cli_json.DoctorJson, _: World) -> None:

@@ -48,6 +48,8 @@ from smf_assurance.ops.state import (
     StateDir,
     provision_demo,
 )
+from smf_assurance.pipeline.service import Requester
+from smf_assurance.pipeline.stages.announcements import AnnouncementDesk
 from smf_assurance.pipeline.stages.streams import approval_stream_config, ensure_stream
 from smf_assurance.pipeline.stores.ledger import Ledger
 from smf_assurance.pipeline.stores.ledger_schema import entry_hash_of, parse_export_line
@@ -68,7 +70,7 @@ from smf_assurance.subjects.keys import (
     load_private_key,
     public_record,
 )
-from smf_assurance.subjects.registry import encode_registry, entry_for
+from smf_assurance.subjects.registry import KeyRegistry, encode_registry, entry_for
 from tests.bus_helpers import connector_durable, consumer_drained, wait_for
 from tests.test_console import FILING_RULES, a_binding
 from tests.test_ledger import make_entry
@@ -917,7 +919,7 @@ def test_approvals_without_a_gate_fail_with_one_line(
     approval = "sha256:" + "ab" * 32
     key = ["--key", str(attorney_key)]
     code, _, err = run(["approvals", "pending", "--nats", nats_url], capsys)
-    assert_one_line_failure(code, err, "no SMF_APPROVALS stream")
+    assert_one_line_failure(code, err, "no gate answers on smf.approval.announcements")
     code, _, err = run(["approvals", "show", approval, "--nats", nats_url, *key], capsys)
     assert_one_line_failure(code, err, "no gate answers on smf.approval.show")
     code, _, err = run(
@@ -1412,6 +1414,17 @@ async def test_pending_skips_junk_on_the_stream_and_needs_a_gate_for_states(
     await js.publish(subject, msgspec.json.encode(announcement))  # announced twice: listed once
     bus = ["approvals", "pending", "--nats", nats_url, "--all"]
 
+    code, _, err = await arun(bus, capsys)
+    assert_one_line_failure(code, err, "no gate answers on smf.approval.announcements")
+
+    # the gate's announcement desk alone: it reads the stream, the states need a gate
+    desk = AnnouncementDesk(js, lambda: KeyRegistry({}))
+
+    async def listing(msg: Msg) -> None:
+        await msg.respond(await desk.handle(msg.data, Requester(crossed=False, account=None)))
+
+    await nc.subscribe(names.APPROVAL_ANNOUNCEMENTS, cb=listing)
+    await nc.flush()
     code, _, err = await arun(bus, capsys)
     assert_one_line_failure(code, err, "no gate answers on smf.approval.status")
 

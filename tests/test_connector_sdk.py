@@ -26,7 +26,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
-from nats.js.api import AckPolicy, ConsumerConfig, DiscardPolicy, StorageType
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DiscardPolicy, StorageType
 from nats.js.client import JetStreamContext
 
 from smf_assurance.adapters.connector import (
@@ -60,6 +60,7 @@ from smf_assurance.adapters.connector import (
 from smf_assurance.adapters.connectors.court_efiling import CourtEFilingConnector
 from smf_assurance.ops.demo_script import MOTION_PDF
 from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.pipeline.stages.streams import ensure_connector_durables
 from smf_assurance.subjects.attachments import attachment_argument
 from smf_assurance.subjects.dsse import (
     Envelope,
@@ -102,7 +103,12 @@ from tests.bus_helpers import (
 CID = "recorder"
 DURABLE = connector_durable(CID)
 FAST = RunnerConfig(
-    ack_wait=1.0, fetch_timeout=0.1, retry_delay=0.1, stream_wait=2.0, publish_timeout=2.0
+    create_durable=True,
+    ack_wait=1.0,
+    fetch_timeout=0.1,
+    retry_delay=0.1,
+    stream_wait=2.0,
+    publish_timeout=2.0,
 )
 CHILD = Path(__file__).with_name("connector_crash_child.py")
 REPO = Path(__file__).resolve().parent.parent
@@ -884,7 +890,9 @@ async def test_slow_execution_signals_progress_instead_of_being_redelivered(
     # it by half, and the progress signals (every third of it) leave a loaded loop
     # over a second of slack before a redelivery.
     connector = Recorder(delay=3.0)
-    config = RunnerConfig(ack_wait=2.0, fetch_timeout=0.1, retry_delay=0.1, stream_wait=2.0)
+    config = RunnerConfig(
+        create_durable=True, ack_wait=2.0, fetch_timeout=0.1, retry_delay=0.1, stream_wait=2.0
+    )
     async with running(make_runner(connector, config=config)):
         await publish_order(js, make_order(CID), gate_key)
         assert (await inbox.next(timeout=10)).status == "confirmed"
@@ -893,25 +901,37 @@ async def test_slow_execution_signals_progress_instead_of_being_redelivered(
     assert len(connector.calls) == 1
 
 
-async def test_runner_waits_for_the_stream_the_gate_creates(
+async def test_runner_waits_for_the_durable_the_gate_creates(
     nc: Client, gate_key: SigningKey, inbox: ReportInbox, make_runner: MakeRunner
 ) -> None:
+    """The runner creates nothing on a bus where it may not: it asks after its durable
+    until the gate made the stream and the durable, then binds and executes."""
     context = nc.jetstream()
     connector = Recorder()
-    asked = await nc.subscribe(f"$JS.API.STREAM.INFO.{EXECUTE_STREAM}")
-    patient = dataclasses.replace(FAST, stream_wait=60.0)  # a slow loop must not give up
+    asked = await nc.subscribe(f"$JS.API.CONSUMER.INFO.{EXECUTE_STREAM}.{DURABLE}")
+    patient = dataclasses.replace(FAST, stream_wait=60.0, create_durable=False)
     task = asyncio.create_task(make_runner(connector, config=patient).run())
     for _ in range(2):  # asked, found nothing, and asked again: it waits, it did not give up
         await asked.next_msg(timeout=5)
     assert not task.done()
-    await asked.unsubscribe()
     await ensure_execute_stream(context)
+    for _ in range(2):  # the stream alone is not enough: it creates no consumer
+        await asked.next_msg(timeout=5)
+    assert not task.done()
+    assert [c.name async for c in _consumers(context)] == []
+    await asked.unsubscribe()
+    await ensure_connector_durables(context, (CID,))
     order = make_order(CID)
     await publish_order(context, order, gate_key)
     assert (await inbox.next(timeout=4)).status == "confirmed"
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def _consumers(context: JetStreamContext) -> AsyncIterator[ConsumerInfo]:
+    for info in await context.consumers_info(EXECUTE_STREAM):
+        yield info
 
 
 async def test_runner_gives_up_when_the_stream_never_appears(
@@ -1028,7 +1048,9 @@ async def test_connection_lost_mid_execution_keeps_the_outcome_for_the_next_run(
     """The side effect is done and recorded but neither reported nor acked:
     the next run re-publishes the recorded report and executes nothing."""
     client = await nats.connect(nats_url)
-    config = RunnerConfig(ack_wait=0.6, fetch_timeout=0.1, retry_delay=0.1, stream_wait=2.0)
+    config = RunnerConfig(
+        create_durable=True, ack_wait=0.6, fetch_timeout=0.1, retry_delay=0.1, stream_wait=2.0
+    )
 
     async def lose_connection() -> None:
         await client.close()

@@ -106,6 +106,8 @@ from smf_assurance.ops.state import (
     StateDir,
     provision_demo,
 )
+from smf_assurance.pipeline.service import Requester
+from smf_assurance.pipeline.stages.announcements import AnnouncementDesk
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import (
     RULE_NOT_DESCRIBED,
@@ -119,7 +121,7 @@ from smf_assurance.subjects.approvals import (
 )
 from smf_assurance.subjects.bus_access import connect_options
 from smf_assurance.subjects.keys import SigningKey
-from smf_assurance.subjects.registry import RegistryFile, encode_registry, entry_for
+from smf_assurance.subjects.registry import KeyRegistry, RegistryFile, encode_registry, entry_for
 from tests.bus_helpers import connector_durable, consumer_drained, random_identity, wait_for
 from tests.clocks import FrozenClock
 from tests.clocks import OffsetClock as Clock
@@ -983,9 +985,19 @@ async def test_the_board_rereads_a_recreated_stream_follows_states_and_forgets_o
 ) -> None:
     clock = Clock()
     js = nc.jetstream()
-    board = ApprovalBoard(nc, js, clock, timeout=5.0)  # its stand-in gate must answer
-    await board.refresh()  # no stream yet: nothing, and no gate
+    board = ApprovalBoard(nc, clock, timeout=5.0)  # its stand-in gate must answer
+    await board.refresh()  # no gate: nothing listed, and it says no gate answers
     assert (board.entries, board.gate_answering) == ({}, False)
+    # the gate's own announcement desk, reading the stream as a gate does
+    desk = AnnouncementDesk(js, lambda: KeyRegistry({}))
+
+    async def listing(msg: Msg) -> None:
+        await msg.respond(await desk.handle(msg.data, Requester(crossed=False, account=None)))
+
+    await nc.subscribe(names.APPROVAL_ANNOUNCEMENTS, cb=listing)
+    await nc.flush()
+    await board.refresh()  # no stream yet: nothing
+    assert board.entries == {}
     subject = names.approval_pending_subject(DEMO_TENANT)
     first, second = (announcement(DEMO_TENANT, clock() + 60_000) for _ in range(2))
     await js.add_stream(name=names.APPROVAL_STREAM, subjects=[f"{names.APPROVAL_PENDING_PREFIX}.>"])

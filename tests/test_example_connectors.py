@@ -320,7 +320,7 @@ async def test_example_connector_runs_behind_the_sdk(
         signing_key=own,
         gate_keys={gate.key_id: gate.verify_key},
         state_dir=tmp_path / "state",
-        config=RunnerConfig(ack_wait=1.0, fetch_timeout=0.1, stream_wait=2.0),
+        config=RunnerConfig(create_durable=True, ack_wait=1.0, fetch_timeout=0.1, stream_wait=2.0),
     )
     task = asyncio.create_task(runner.run())
     try:

@@ -69,6 +69,7 @@ import pytest
 from aiohttp import web
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.approver.client import ApproverClient
@@ -96,11 +97,14 @@ from smf_assurance.ops.state import (
     StateDir,
     provision_demo,
 )
+from smf_assurance.pipeline.service import Requester
+from smf_assurance.pipeline.stages.announcements import AnnouncementDesk
 from smf_assurance.pipeline.stages.streams import approval_stream_config
+from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import PendingAnnouncement
 from smf_assurance.subjects.bus_access import connect_options
 from smf_assurance.subjects.messages import ProposedDestination
-from smf_assurance.subjects.registry import RegistryFile, encode_registry, entry_for
+from smf_assurance.subjects.registry import KeyRegistry, RegistryFile, encode_registry, entry_for
 from tests.bus_helpers import wait_for
 from tests.clocks import OffsetClock
 from tests.test_console import (
@@ -602,8 +606,8 @@ async def test_an_announcement_the_gate_does_not_hold_notifies_nobody(world: Wor
 async def test_without_a_gate_to_confirm_pending_nothing_is_sent(
     demo_state: StateDir, nats_server: EmbeddedNatsServer, tmp_path: Path
 ) -> None:
-    """Fail closed: no stream yet, then an announcement on a bus where no gate
-    answers ``smf.approval.status``: each round sends nothing, to anyone."""
+    """Fail closed: nobody lists announcements yet, then an announcement listed on a bus
+    where no gate answers ``smf.approval.status``: each round sends nothing, to anyone."""
     async with mail_server() as mail, webhook_receiver() as receiver:
         config = load_config(write_config(tmp_path / "notify.toml", mail, receiver))
         nc = await nats.connect(nats_server.url)
@@ -611,9 +615,17 @@ async def test_without_a_gate_to_confirm_pending_nothing_is_sent(
         session = aiohttp.ClientSession()
         notifier = Notifier(config, nc, Roster(demo_state.registry), record, session)
         try:
-            await notifier.step()  # no SMF_APPROVALS stream on this bus
+            await notifier.step()  # nobody lists announcements on this bus
             assert notifier.open == {}
             js = nc.jetstream()
+            desk = AnnouncementDesk(js, lambda: KeyRegistry({}))  # the gate's listing alone
+
+            async def listing(msg: Msg) -> None:
+                await msg.respond(await desk.handle(msg.data, Requester(False, None)))
+
+            await nc.subscribe(names.APPROVAL_ANNOUNCEMENTS, cb=listing)
+            await notifier.step()  # no SMF_APPROVALS stream on this bus
+            assert notifier.open == {}
             await js.add_stream(approval_stream_config())
             announcement = stray_announcement(wall_clock_ms())
             await js.publish("smf.approval.pending.tenant-acme", msgspec.json.encode(announcement))

@@ -41,14 +41,15 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from smf_assurance.approver.client import ApproverClient
-from smf_assurance.approver.pending import read_pending
+from smf_assurance.approver.pending import AnnouncementsRefused, read_pending
 from smf_assurance.ops.projections import load_policy_set
 from smf_assurance.ops.releases import ReleaseError, load_trust_root, prior_of
 from smf_assurance.ops.scenarios_catalog import load_scenarios
 from smf_assurance.pipeline.core.decision import Decision
 from smf_assurance.pipeline.core.evaluator import evaluate
 from smf_assurance.pipeline.core.release_trust import ReleaseTrust, TrustedTime
-from smf_assurance.pipeline.service import StageRefusal
+from smf_assurance.pipeline.service import Requester, StageRefusal
+from smf_assurance.pipeline.stages.announcements import AnnouncementDesk
 from smf_assurance.pipeline.stages.approvals import ApprovalDesk
 from smf_assurance.pipeline.stages.contracts import DispatchRequest, EvaluateRequest
 from smf_assurance.pipeline.stages.decide import EvaluateStage
@@ -174,8 +175,24 @@ async def test_an_announcement_with_an_unknown_field_is_never_listed(nc: Client)
     valid, odd = announcement("valid"), announcement("odd")
     await js.publish(subject, msgspec.json.encode(valid))
     await js.publish(subject, json.dumps(with_extra(odd)).encode())
-    listed = await read_pending(js, DEFAULT_TENANT)
+    desk = AnnouncementDesk(js, lambda: KeyRegistry({}))  # the gate's side reads the stream
+
+    async def listing(msg: Msg) -> None:
+        await msg.respond(await desk.handle(msg.data, Requester(crossed=False, account=None)))
+
+    sub = await nc.subscribe(names.APPROVAL_ANNOUNCEMENTS, cb=listing)
+    listed = await read_pending(nc, DEFAULT_TENANT)
     assert [a.approval_id for a in listed] == [valid.approval_id]
+    await sub.unsubscribe()
+    # and a listing that carries more than the reader could read lists nothing
+    extra = {"schema": "smf.approval-announcements-reply/1", "epoch": "", "next_after": 0}
+    await answer(
+        nc,
+        names.APPROVAL_ANNOUNCEMENTS,
+        lambda: json.dumps({**extra, "more": False, "announcements": [], "also": 1}).encode(),
+    )
+    with pytest.raises(AnnouncementsRefused, match="malformed_reply"):
+        await read_pending(nc, DEFAULT_TENANT)
 
 
 @pytest.mark.parametrize("path", [(), ("binding",)], ids=["view", "binding"])

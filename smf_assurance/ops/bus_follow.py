@@ -28,7 +28,11 @@ import structlog
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from smf_assurance.ops.bus_auth import render_authorization, write_authorization
+from smf_assurance.ops.bus_auth import (
+    authorization_steps,
+    read_authorization,
+    write_authorization,
+)
 from smf_assurance.pipeline.core.release_trust import VerifiedRelease
 from smf_assurance.pipeline.stages.releases import ReleaseWatcher
 from smf_assurance.subjects.release import TrustRoot
@@ -113,14 +117,17 @@ class ClusterFollower:
         False until a later call succeeds.
         """
         entries = [p.entry for p in release.registry.principals.values()]
-        changed = write_authorization(
-            self.authorization, render_authorization(entries, self.system_user)
+        steps = authorization_steps(
+            read_authorization(self.authorization), entries, self.system_user
         )
-        if not changed and self.confirmed:
+        ids: list[str] = []
+        for text in steps:  # an added account is made empty, then filled: two reloads
+            if write_authorization(self.authorization, text) or not self.confirmed:
+                self.confirmed = False
+                ids = await reload_all(self.system, self.expected_servers)
+                self.confirmed = True
+        if not ids:
             return False
-        self.confirmed = False
-        ids = await reload_all(self.system, self.expected_servers)
-        self.confirmed = True
         log.info(
             "bus_authorization_followed_release",
             release_id=release.release_id,

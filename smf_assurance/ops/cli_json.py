@@ -755,6 +755,9 @@ class LedgerVerifyJson(CliJson, kw_only=True):
     last_entry_hash: Annotated[str, _("that entry's hash")]
     checkpoints: Annotated[Count, _("distinct checkpoints verified")]
     checkpoint_seq: Annotated[int, _("the highest checkpoint's seq")]
+    skipped_checkpoints: Annotated[
+        Count, _("messages of the stream (--nats) that are no trusted gate's checkpoint: skipped")
+    ]
     external_checkpoints: Annotated[Count, _("checkpoints read from --nats or --checkpoints")]
     checkpoints_from: Annotated[
         Literal["nats", "file"] | None, _("--nats or --checkpoints; null when none was asked")
@@ -806,6 +809,9 @@ class PermissionRow(CliJson, kw_only=True):
 
     principal: Annotated[str, _("the principal")]
     role: Annotated[Role, _("its registry role")]
+    account: Annotated[
+        str, _("the account it connects in: SMF (the gate's, with JetStream) or its own")
+    ]
     may: Annotated[May, _("granted or denied; publish replies: may answer requests made to it")]
     subject: Annotated[str | None, _("the subject pattern; null for publish replies")]
 
@@ -1152,7 +1158,15 @@ DoctorStatus = Literal["ok", "warn", "fail", "skip"]
 """ok: checked and fine; warn: checked, works, needs attention soon; fail: checked and
 broken; skip: not checked (the row says why), never counted as ok."""
 DoctorKind = Literal[
-    "bus", "release", "service", "runtime", "connector", "ledger", "console", "directory"
+    "bus",
+    "release",
+    "service",
+    "runtime",
+    "stream",
+    "connector",
+    "ledger",
+    "console",
+    "directory",
 ]
 
 

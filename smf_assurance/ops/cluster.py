@@ -53,6 +53,8 @@ from smf_assurance.ops.bus_auth import (
     AUTHORIZATION_FILE,
     NKEY_SUFFIX,
     SYSTEM_PRINCIPAL,
+    authorization_steps,
+    read_authorization,
     read_user_public,
     render_authorization,
     write_authorization,
@@ -265,9 +267,14 @@ class LocalNatsCluster:
 
     async def authorize(self, entries: Iterable[RegistryEntry]) -> None:
         """Let exactly ``entries`` (and the harness operator) in, on every running
-        node, by reload: removed users are disconnected, no node restarts."""
-        if write_authorization(self.authorization_path, self.authorization_for(entries)):
-            await self.reload()
+        node, by reload: removed users are disconnected, no node restarts; an added
+        account is made empty, then filled (``bus_auth.authorization_steps``)."""
+        system_user = read_user_public(self.system.seed_file)
+        current = read_authorization(self.authorization_path)
+        everyone = [*entries, self._operator_entry]
+        for text in authorization_steps(current, everyone, system_user):
+            if write_authorization(self.authorization_path, text):
+                await self.reload()
 
     async def reload(self) -> None:
         """Every running node re-reads its config (its authorization include)."""

@@ -133,6 +133,7 @@ async def run(settings: Settings, progress: Callable[[int], None] = lambda _: No
         statuses = await doctor_gates.statuses(nc, gate_keys, settings.window)
         checks += doctor_gates.runtimes(settings, statuses)
         progress(5)
+        checks += await doctor_gates.streams(nc)
         checks += await doctor_gates.connectors(settings, nc)
         progress(6)
         checks += await doctor_gates.ledgers(settings, nc, gate_keys, statuses)

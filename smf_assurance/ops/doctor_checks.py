@@ -23,7 +23,15 @@ from smf_assurance.subjects.release import TrustRoot
 
 Status = Literal["ok", "warn", "fail", "skip"]
 Kind = Literal[
-    "bus", "release", "service", "runtime", "connector", "ledger", "console", "directory"
+    "bus",
+    "release",
+    "service",
+    "runtime",
+    "stream",
+    "connector",
+    "ledger",
+    "console",
+    "directory",
 ]
 
 CONNECT_TIMEOUT_S: Final = 2.0

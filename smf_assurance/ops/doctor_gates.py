@@ -31,6 +31,7 @@ from smf_assurance.ops.doctor_checks import (
     gather,
     say_age,
 )
+from smf_assurance.pipeline.stages.streams import gate_stream_configs
 from smf_assurance.pipeline.stores.ledger_schema import (
     CHECKPOINT_PAYLOAD_TYPE,
     parse_checkpoint_payload,
@@ -164,6 +165,66 @@ def runtimes(settings: Settings, statuses: Mapping[str, GateStatus]) -> list[Che
     return checks
 
 
+# --- streams ---------------------------------------------------------------------------------
+
+
+async def streams(nc: Client) -> list[Check]:
+    """Each stream of the gate exists and refuses message deletion and purge
+    (``pipeline.stages.streams``: a gate refuses to start on one gone or made again)."""
+    js = nc.jetstream(timeout=CONNECT_TIMEOUT_S)
+    checks = []
+    for config in gate_stream_configs():
+        name = config.name or ""
+        try:
+            info = await js.stream_info(name)
+        except NotFoundError:
+            checks.append(
+                Check(
+                    "stream",
+                    name,
+                    "fail",
+                    f"{name} is gone: what it kept is lost, and a gate that made it "
+                    "refuses to start",
+                    "find who deleted it; restore it from a backup, or remove the gate's "
+                    "stream record (ledger.streams.json) to start on a new one",
+                )
+            )
+            continue
+        except (NatsError, TimeoutError) as exc:
+            checks.append(
+                Check("stream", name, "fail", f"cannot read {name}: {type(exc).__name__}")
+            )
+            continue
+        open_to = [
+            what
+            for what, refused in (
+                ("deleting messages", info.config.deny_delete),
+                ("purging", info.config.deny_purge),
+            )
+            if not refused
+        ]
+        if open_to:
+            checks.append(
+                Check(
+                    "stream",
+                    name,
+                    "fail",
+                    f"{name} allows {' and '.join(open_to)}",
+                    "restart the gate: it sets deny_delete and deny_purge on its streams",
+                )
+            )
+        else:
+            checks.append(
+                Check(
+                    "stream",
+                    name,
+                    "ok",
+                    f"{info.state.messages} message(s); deleting and purging refused",
+                )
+            )
+    return checks
+
+
 # --- connectors ------------------------------------------------------------------------------
 
 
@@ -207,8 +268,8 @@ async def connectors(settings: Settings, nc: Client) -> list[Check]:
                     connector,
                     "fail",
                     f"no durable {durable} on {names.EXECUTE_STREAM} ({missing[connector]}): "
-                    "the connector has never bound",
-                    "start the connector (`smf-assurance up`, or `up --connectors-only`)",
+                    "the gate makes it when it starts on a release naming the connector",
+                    "start the gate (`smf-assurance up`) on a release that names the connector",
                 )
             )
         elif waiting[connector]:

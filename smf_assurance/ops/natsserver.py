@@ -49,6 +49,8 @@ from typing import Final, NamedTuple
 
 import structlog
 
+from smf_assurance.ops.bus_auth import render_open_config
+
 log = structlog.get_logger(__name__)
 
 BINARY_ENV: Final = "SMF_NATS_SERVER_BIN"
@@ -303,7 +305,10 @@ class EmbeddedNatsServer:
         self.port: Final[int] = port
         self.server_name: Final = server_name
         self.authorization: Final = authorization
-        if authorization:
+        self._open_config: Final = not authorization and config_file is None
+        """Without authorization or a caller's config, the server still gets one: the
+        mapping every client's JetStream calls go through (``bus_auth.render_open_config``)."""
+        if authorization or config_file is None:
             config_file = self.state_dir / SERVER_CONFIG_NAME
         self.config_file: Final = Path(config_file) if config_file is not None else None
         self.ready_timeout: Final = ready_timeout
@@ -353,6 +358,10 @@ class EmbeddedNatsServer:
             raise NatsServerError(f"nats-server on {self.url} was closed; make a new one")
         if self.authorization:
             self._write_auth_config()
+        elif self._open_config:
+            assert self.config_file is not None
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            self.config_file.write_text(render_open_config(), encoding="utf-8")
         if threading.current_thread() is not threading.main_thread():
             self._log.warning(
                 "nats_server.start_off_main_thread",

@@ -26,7 +26,13 @@ from nats.aio.client import Client
 from smf_assurance.adapters.connector.sdk import Connector, ConnectorRunner, RunnerConfig
 from smf_assurance.adapters.connectors.court_efiling import CourtEFilingConnector
 from smf_assurance.adapters.connectors.dms import DocumentStoreConnector
-from smf_assurance.ops.bus_auth import SYSTEM_PRINCIPAL, render_authorization, write_authorization
+from smf_assurance.ops.bus_auth import (
+    SYSTEM_PRINCIPAL,
+    authorization_steps,
+    read_authorization,
+    render_authorization,
+    write_authorization,
+)
 from smf_assurance.ops.cluster import nats_servers, seed_urls
 from smf_assurance.ops.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.projections import load_policy_set
@@ -255,9 +261,13 @@ def follow_releases(
 
     def follow(release: VerifiedRelease) -> None:
         entries = [p.entry for p in release.registry.principals.values()]
-        text = render_authorization(entries, system_user)
-        if write_authorization(server.authorization_path, text):
-            server.reload()
+        current = read_authorization(server.authorization_path)
+        changed = False
+        for text in authorization_steps(current, entries, system_user):
+            if write_authorization(server.authorization_path, text):
+                server.reload()
+                changed = True
+        if changed:
             log.info("bus_authorization_followed_release", release_id=release.release_id)
 
     return follow
@@ -304,7 +314,7 @@ async def _start_runners(connectors: Connectors) -> None:
             signing_key=state.key(connector_id),
             gate_keys=registry.trusted("gate"),
             state_dir=folder,
-            config=RunnerConfig(ack_wait=30.0, fetch_timeout=0.5),
+            config=RunnerConfig(fetch_timeout=0.5),  # the durable is the gate's
         )
         connectors.runners.append(runner)
         connectors.tasks.append(asyncio.create_task(runner.run()))

@@ -28,6 +28,15 @@ Invariants it keeps:
   caller sees a NATS service error whose description is that reason code
   (docs/SUBJECTS.md, "Error replies"), and a caller over the bus raises the
   same ``StageRefusal`` again.
+- No deputy. A request is answered only on a reply subject a responder may
+  write (``bus_access.answerable_reply``: an inbox, or the server's mapped reply
+  of a request from another account); any other is dropped unanswered, counted
+  in ``$SRV.STATS`` (``data.refused_replies``) and logged with the subject only.
+  Otherwise a requester could name a stream's subject, a KV key or a JetStream
+  API call as its reply and have the gate write there.
+- Who asks is the server's word: a handler that answers by requester gets the
+  account the server named for a request that crossed into the gate's account
+  (:class:`Requester`), never a name the request carries.
 """
 
 from __future__ import annotations
@@ -50,6 +59,11 @@ from nats.micro.request import Request
 from nats.micro.service import EndpointConfig, Service, ServiceConfig, ServiceStats
 
 from smf_assurance.subjects import names
+from smf_assurance.subjects.bus_access import (
+    REQUEST_INFO_HEADER,
+    RESPONSE_ROOT,
+    answerable_reply,
+)
 from smf_assurance.subjects.messages import ErrorReply
 
 log = structlog.get_logger(__name__)
@@ -66,6 +80,41 @@ _STAGE_KEY_LABEL: Final = b"smf.stage-auth/1"
 
 Handler = Callable[[bytes], Awaitable[bytes]]
 """A service endpoint's work: request bytes -> reply bytes, or ``StageRefusal``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Requester:
+    """Who sent a request, as the server tells it.
+
+    ``crossed``: the request came from another account (its reply is the server's
+    mapped ``_R_.`` subject); ``account`` is then the account the server named in
+    ``Nats-Request-Info`` (one principal per account, ``bus_access.account_of``), or
+    None when it named none. A request that did not cross comes from inside the
+    gate's account, or from any client of a bus without accounts.
+    """
+
+    crossed: bool
+    account: str | None
+
+
+class _RequestInfo(msgspec.Struct, frozen=True):
+    acc: str | None = None
+
+
+def requester_of(reply: str | None, headers: dict[str, str] | None) -> Requester:
+    """The :class:`Requester` of a request with this reply subject and headers."""
+    if (reply or "").split(".", 1)[0] != RESPONSE_ROOT:
+        return Requester(False, None)
+    raw = (headers or {}).get(REQUEST_INFO_HEADER)
+    try:
+        info = msgspec.json.decode(raw or "", type=_RequestInfo)
+    except msgspec.DecodeError:
+        return Requester(True, None)
+    return Requester(True, info.acc or None)
+
+
+IdentifiedHandler = Callable[[bytes, Requester], Awaitable[bytes]]
+"""An endpoint's work that depends on who asks (:class:`Requester`)."""
 
 
 class StageRefusal(Exception):
@@ -130,6 +179,8 @@ class EndpointCounters:
     num_errors: int = 0
     processing_time_ns: int = 0
     last_error: str | None = None
+    refused_replies: int = 0
+    """Requests dropped unanswered for their reply subject (``answerable_reply``)."""
 
     def count(self, started_ns: int, error: str | None) -> None:
         self.num_requests += 1
@@ -150,10 +201,12 @@ class ConcurrentHandler:
     answered ``stage_internal_error``.
     """
 
-    handler: Handler
+    handler: Handler | None
     limit: int = DEFAULT_MAX_IN_FLIGHT
     auth: StageAuth | None = None
     counters: EndpointCounters = field(default_factory=EndpointCounters)
+    identified: IdentifiedHandler | None = None
+    """Used instead of ``handler`` when the answer depends on who asks."""
     _slots: asyncio.Semaphore = field(init=False)
     _tasks: set[asyncio.Task[None]] = field(init=False, default_factory=set)
 
@@ -162,6 +215,10 @@ class ConcurrentHandler:
 
     async def __call__(self, request: Request) -> None:
         started = time.perf_counter_ns()
+        if not answerable_reply(_reply_of(request)):
+            self.counters.refused_replies += 1
+            log.warning("request_reply_refused", subject=request.subject)
+            return
         await self._slots.acquire()
         task = asyncio.create_task(self._serve(request, started))
         self._tasks.add(task)
@@ -181,7 +238,7 @@ class ConcurrentHandler:
                         request, "401", StageRefusal(STAGE_UNAUTHENTICATED, request.subject)
                     )
                     return
-            reply = await self.handler(request.data)
+            reply = await self._work(request)
         except StageRefusal as refusal:
             error = refusal.reason_code
             await _respond_error(request, "400", refusal)
@@ -204,10 +261,23 @@ class ConcurrentHandler:
             self.counters.count(started, error)
             self._slots.release()
 
+    async def _work(self, request: Request) -> bytes:
+        if self.identified is not None:
+            who = requester_of(_reply_of(request), request.headers)
+            return await self.identified(request.data, who)
+        assert self.handler is not None  # an endpoint has one or the other (Endpoint)
+        return await self.handler(request.data)
+
     async def drain(self) -> None:
         """Wait for every request in flight (used on shutdown)."""
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _reply_of(request: Request) -> str | None:
+    """The request's reply subject (nats.micro keeps the message it wraps private)."""
+    reply: str | None = request._msg.reply
+    return reply
 
 
 async def _respond_error(request: Request, code: str, refusal: StageRefusal) -> None:
@@ -234,6 +304,7 @@ class MeasuredService(Service):
                 counted = handler.counters
                 endpoint = dataclasses.replace(
                     reported,
+                    data={"refused_replies": counted.refused_replies},
                     num_requests=counted.num_requests,
                     num_errors=counted.num_errors,
                     last_error=counted.last_error,
@@ -252,7 +323,13 @@ class MeasuredService(Service):
 class Endpoint:
     name: str
     subject: str
-    handler: Handler
+    handler: Handler | None
+    identified: IdentifiedHandler | None = None
+    """Answers by who asks (:class:`Requester`); then ``handler`` is None."""
+
+    def __post_init__(self) -> None:
+        if (self.handler is None) == (self.identified is None):
+            raise ValueError(f"endpoint {self.name}: exactly one of handler and identified")
 
 
 async def start_service(
@@ -279,7 +356,7 @@ async def start_service(
     await service.start()
     handlers = []
     for endpoint in endpoints:
-        handler = ConcurrentHandler(endpoint.handler, limit, auth)
+        handler = ConcurrentHandler(endpoint.handler, limit, auth, identified=endpoint.identified)
         handlers.append(handler)
         service.measured[endpoint.name] = handler
         await service.add_endpoint(

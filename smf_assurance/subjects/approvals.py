@@ -190,6 +190,50 @@ class PendingAnnouncement(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
     reason_codes: tuple[str, ...]
 
 
+MAX_ANNOUNCEMENTS: Final = 256
+"""How many announcements one reply on ``smf.approval.announcements`` carries."""
+
+
+class AnnouncementsRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Which pending announcements an approver or the console asks the gate for, on
+    ``smf.approval.announcements``: those kept after ``after_seq`` in the stream of
+    ``epoch`` (none yet: from the start), of ``tenant`` only when named.
+
+    Not signed: the gate answers by the account the server says the request came
+    from (one account per principal), so nobody can ask as another principal, and
+    the answer tells nothing the principal's subscription does not already deliver.
+    """
+
+    schema: Literal["smf.approval-announcements/1"]
+    after_seq: Annotated[int, msgspec.Meta(ge=0)] = 0
+    epoch: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    tenant: Name | None = None
+
+
+class KeptAnnouncement(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One announcement and where the stream keeps it."""
+
+    seq: Annotated[int, msgspec.Meta(ge=1)]
+    announcement: PendingAnnouncement
+
+
+class AnnouncementsReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The gate's answer: announcements the asker may read, oldest first.
+
+    ``epoch`` names the stream they come from (a stream made again is read from its
+    start); ``next_after`` is what to ask after next time; ``more`` says the gate
+    stopped at :data:`MAX_ANNOUNCEMENTS` and there is more to read now.
+    """
+
+    schema: Literal["smf.approval-announcements-reply/1"]
+    epoch: Annotated[str, msgspec.Meta(max_length=64)]
+    next_after: Annotated[int, msgspec.Meta(ge=0)]
+    more: bool
+    announcements: Annotated[
+        tuple[KeptAnnouncement, ...], msgspec.Meta(max_length=MAX_ANNOUNCEMENTS)
+    ]
+
+
 class ShowRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """An approver's signed request to see one approval's binding and content."""
 

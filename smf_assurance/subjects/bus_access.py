@@ -54,9 +54,33 @@ Rules the table keeps:
 - Nobody but an operator deletes or purges a stream or a bucket, or a
   message of the checkpoint, order or result streams.
 
-JetStream is reached through its API subjects (``$JS.API...``); each role gets
-the API calls its code makes and nothing more, so what a permission names is
-what a client can do.
+No deputy (ARCHITECTURE.md, "Trust and identity on the bus"). A requester
+names the subject its reply goes to, and NATS lets whoever answers write there:
+a responder's reply, or JetStream's own answer to an API call, a pull, an ack or
+a publish, lands on any subject the requester chose (``$JS.API.STREAM.DELETE.…``,
+a KV key, an order subject). Subject permissions cannot confine that subject, so
+the accounts do:
+
+- Only the gate's replicas, the operator and Swarm share the account that holds
+  JetStream (:data:`GATE_ACCOUNT`). Every other principal is alone in an account
+  of its own, without JetStream, which imports from the gate's account exactly the
+  subjects its role may use (:func:`account_plan`). A request that crosses into the
+  gate's account is answered on a reply subject the server made (``_R_.…``) and
+  maps back into the requester's own account, whatever it named: the most a
+  requester can make anyone write is a message to itself.
+- Inside the gate's account the responders answer only on inboxes
+  (:func:`answerable_reply`): their permissions hold no ``allow_responses``
+  (which would let any reply subject through their denials), and their code drops
+  a request with any other reply subject, and counts it.
+- Outside the gate's account a client reaches JetStream only through
+  :data:`CLIENT_API`, under which its account imports the API calls of its role
+  and nothing else; the calls that create, change or delete are never imported
+  (a consumer's delivery subject would be another reply subject chosen by the
+  client), so connector durables are created by the gate and approvers read the
+  announcements through the gate (``smf.approval.announcements``).
+
+JetStream is reached through its API subjects; each role gets the API calls its
+code makes and nothing more, so what a permission names is what a client can do.
 """
 
 from __future__ import annotations
@@ -67,7 +91,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from smf_assurance.subjects import names
 from smf_assurance.subjects.call_context import CALL_CONTEXT_BUCKET, CALL_CONTEXT_STREAM
@@ -75,12 +99,30 @@ from smf_assurance.subjects.registry import RegistryEntry
 from smf_assurance.subjects.release import RELEASE_BUCKET
 
 API: Final = "$JS.API"
+CLIENT_API: Final = "$JS.SMF.API"
+"""The JetStream API as every client but the gate's replicas calls it. Outside the gate's
+account each call a role may make is imported under this prefix (and nothing else is);
+inside it, and on a bus without authorization, the server maps it onto :data:`API`
+(:data:`CLIENT_API_MAPPING`), so a client needs to know no more than this name."""
+CLIENT_API_MAPPING: Final = {f"{CLIENT_API}.>": f"{API}.>"}
+"""The subject mapping of the gate's account (and of a bus without authorization)."""
 INBOX_ROOT: Final = "_INBOX"
+RESPONSE_ROOT: Final = "_R_"
+"""Where the server answers a request that crossed accounts: it maps the reply back
+into the requester's own account (NATS service imports)."""
 RELEASE_STREAM: Final = f"KV_{RELEASE_BUCKET}"
 
 OPERATOR_ROLE: Final = "operator"
 BUS_ONLY_ROLES: Final = ("console", "publisher", "swarm", OPERATOR_ROLE)
 """Roles that exist only on the bus: they sign no message the gate verifies."""
+GATE_ACCOUNT: Final = "SMF"
+"""The account holding JetStream: the gate's replicas, the operator and Swarm."""
+GATE_ACCOUNT_ROLES: Final = frozenset({"gate", OPERATOR_ROLE, "swarm"})
+SYSTEM_ACCOUNT: Final = "SYS"
+REQUEST_INFO_HEADER: Final = "Nats-Request-Info"
+"""What the server adds to a request that crossed accounts through an import with
+``share``: the requesting account and user. The server sets it; a client's own
+header of that name is replaced."""
 
 
 def inbox_prefix(principal: str) -> str:
@@ -179,20 +221,47 @@ def connect_options(credential: BusCredential | None) -> dict[str, str]:
 
 
 def connector_durable(connector_id: str) -> str:
-    """The one durable consumer a connector may bind on ``SMF_EXECUTE``."""
+    """The one durable consumer a connector may bind on ``SMF_EXECUTE``; the gate
+    creates it (a connector may create no consumer: see the module docstring)."""
     return f"smf-connector-{names.token(connector_id)}"
+
+
+def answerable_reply(reply: str | None) -> bool:
+    """Whether a responder inside the gate's account may answer on ``reply``.
+
+    An inbox (``_INBOX.…``: a requester inside the gate's account, or any client of a
+    bus without accounts) or a reply the server mapped across accounts (``_R_.…``).
+    Anything else (a stream's subject, a KV key, a JetStream API call, another
+    ``smf.`` subject) is a reply subject chosen to make the responder write there:
+    the request is dropped, never answered.
+    """
+    if not reply:
+        return False
+    root, _, rest = reply.partition(".")
+    return root in (INBOX_ROOT, RESPONSE_ROOT) and bool(rest)
+
+
+def account_of(entry: RegistryEntry) -> str:
+    """The account a principal connects in: the gate's, or one of its own."""
+    if entry.role in GATE_ACCOUNT_ROLES:
+        return GATE_ACCOUNT
+    principal = entry.key.principal
+    if principal in (GATE_ACCOUNT, SYSTEM_ACCOUNT) or principal.startswith("$"):
+        raise ValueError(f"principal {principal!r} would take a reserved account name")
+    return principal
 
 
 @dataclass(frozen=True, slots=True)
 class Permissions:
-    """One principal's publish and subscribe allow and deny lists."""
+    """One principal's publish and subscribe allow and deny lists, in its own account."""
 
     publish_allow: tuple[str, ...]
     subscribe_allow: tuple[str, ...]
     publish_deny: tuple[str, ...] = ()
     subscribe_deny: tuple[str, ...] = ()
     allow_responses: bool = False
-    """May publish a reply to a request it received (services do)."""
+    """May publish a reply to a request it received, whatever its subject (only the
+    operator: a responder with it is a deputy for every requester, see above)."""
 
 
 _NO_DESTRUCTION: Final = (
@@ -214,28 +283,33 @@ orders, reports, announcements, releases or call contexts, or loosens the
 checkpoint stream."""
 
 _READ_RELEASES: Final = (
-    f"{API}.STREAM.INFO.{RELEASE_STREAM}",
-    f"{API}.STREAM.MSG.GET.{RELEASE_STREAM}",
-    f"{API}.DIRECT.GET.{RELEASE_STREAM}",
-    f"{API}.DIRECT.GET.{RELEASE_STREAM}.>",
+    f"{CLIENT_API}.STREAM.INFO.{RELEASE_STREAM}",
+    f"{CLIENT_API}.STREAM.MSG.GET.{RELEASE_STREAM}",
+    f"{CLIENT_API}.DIRECT.GET.{RELEASE_STREAM}",
+    f"{CLIENT_API}.DIRECT.GET.{RELEASE_STREAM}.>",
 )
 
 
 _GATE_KEEPS_OFF: Final = (
     f"{API}.CONSUMER.MSG.NEXT.{names.EXECUTE_STREAM}.>",
-    f"{API}.CONSUMER.CREATE.{names.EXECUTE_STREAM}.>",
+    f"$JS.ACK.{names.EXECUTE_STREAM}.>",
     f"{API}.CONSUMER.CREATE.{names.EXECUTE_STREAM}",
+    f"{API}.CONSUMER.CREATE.{names.EXECUTE_STREAM}.*",
     f"{API}.CONSUMER.DURABLE.CREATE.{names.EXECUTE_STREAM}.>",
 )
-"""The gate publishes orders; it never consumes them, so it cannot take a
-connector's order from its durable."""
+"""The gate publishes orders and creates each connector's durable with its filter
+(``CONSUMER.CREATE.SMF_EXECUTE.<durable>.<filter>``); it never consumes or acks an
+order, so it cannot take a connector's order from its durable."""
 
 _GATE_READS_ONLY: Final = (
     f"$KV.{CALL_CONTEXT_BUCKET}.>",
     f"{API}.STREAM.UPDATE.{CALL_CONTEXT_STREAM}",
 )
-"""The gate reads the call contexts the model gateway records (issue 16); it
+"""The gate reads the call contexts the model gateway records; it
 writes none and cannot shorten how long they are kept."""
+
+_INBOXES: Final = (f"{INBOX_ROOT}.>", f"{RESPONSE_ROOT}.>")
+"""What a responder of the gate's account answers on (:func:`answerable_reply`)."""
 
 
 def _gate() -> Permissions:
@@ -253,17 +327,14 @@ def _gate() -> Permissions:
             "$JS.ACK.>",
             "$JS.FC.>",
             "$KV.>",
+            *_INBOXES,
         ),
         publish_deny=(*_NO_DESTRUCTION, *_GATE_KEEPS_OFF, *_GATE_READS_ONLY),
         subscribe_allow=(
             names.PROPOSE,
             f"{names.OUTPUT_PREFIX}.>",
             names.ATTEST,
-            names.APPROVAL_RESOLVE,
-            names.APPROVAL_SHOW,
-            names.APPROVAL_STATUS,
-            names.APPROVAL_TRACK,
-            names.APPROVAL_REREQUEST,
+            *_APPROVAL_REQUESTS,
             names.GATEWAY_ADMIT,
             names.GATEWAY_CALLS,
             names.GATEWAY_CLEAR,
@@ -273,7 +344,6 @@ def _gate() -> Permissions:
             f"{names.GATE_SYNC_PREFIX}.>",
             "$SRV.>",
         ),
-        allow_responses=True,
     )
 
 
@@ -292,40 +362,19 @@ def _runtime(runtime_id: str) -> Permissions:
 
 
 def _connector(connector_id: str) -> Permissions:
+    """Its own durable only, and only to read where it stands, fetch and ack: the
+    gate created it, so no request of the connector's can set where it delivers."""
     durable = connector_durable(connector_id)
     stream = names.EXECUTE_STREAM
     return Permissions(
         publish_allow=(
             names.result_subject(connector_id),
-            f"{API}.STREAM.INFO.{stream}",
-            f"{API}.STREAM.NAMES",
-            f"{API}.CONSUMER.INFO.{stream}.{durable}",
-            f"{API}.CONSUMER.CREATE.{stream}.{durable}.{names.execute_subject(connector_id)}",
-            f"{API}.CONSUMER.MSG.NEXT.{stream}.{durable}",
+            f"{CLIENT_API}.CONSUMER.INFO.{stream}.{durable}",
+            f"{CLIENT_API}.CONSUMER.MSG.NEXT.{stream}.{durable}",
             f"$JS.ACK.{stream}.{durable}.>",
         ),
         subscribe_allow=(),
     )
-
-
-def _pending_reader(subjects: Iterable[str]) -> tuple[str, ...]:
-    """Read ``SMF_APPROVALS`` through a consumer filtered to ``subjects`` only.
-
-    Any consumer name may be fetched from or asked about (a subject permission
-    cannot match a name's prefix), but the reader names its consumer with 64
-    random bits and no role here may list consumers, so another reader's
-    consumer cannot be found to be read.
-    """
-    stream = names.APPROVAL_STREAM
-    calls = [
-        f"{API}.STREAM.INFO.{stream}",
-        f"{API}.CONSUMER.INFO.{stream}.*",
-        f"{API}.CONSUMER.MSG.NEXT.{stream}.*",
-    ]
-    for subject in subjects:
-        calls.append(f"{API}.CONSUMER.CREATE.{stream}.*.{subject}")
-    calls.append(f"{API}.CONSUMER.DELETE.{stream}.*")
-    return tuple(calls)
 
 
 _APPROVAL_REQUESTS: Final = (
@@ -334,22 +383,22 @@ _APPROVAL_REQUESTS: Final = (
     names.APPROVAL_STATUS,
     names.APPROVAL_TRACK,
     names.APPROVAL_REREQUEST,
+    names.APPROVAL_ANNOUNCEMENTS,
 )
 
 
 def _approver(tenants: tuple[str, ...]) -> Permissions:
+    """Its tenants' announcements as they are published, and the backlog through the
+    gate (which tells from the server who asks): no JetStream at all, so no stream
+    information that names another tenant."""
     pending = tuple(names.approval_pending_subject(t) for t in tenants)
-    return Permissions(
-        publish_allow=(*_APPROVAL_REQUESTS, *_pending_reader(pending)),
-        subscribe_allow=pending,
-    )
+    return Permissions(publish_allow=_APPROVAL_REQUESTS, subscribe_allow=pending)
 
 
 def _console() -> Permissions:
-    every = f"{names.APPROVAL_PENDING_PREFIX}.>"
     return Permissions(
-        publish_allow=(*_APPROVAL_REQUESTS, *_pending_reader((every,))),
-        subscribe_allow=(every,),
+        publish_allow=_APPROVAL_REQUESTS,
+        subscribe_allow=(f"{names.APPROVAL_PENDING_PREFIX}.>",),
     )
 
 
@@ -360,7 +409,7 @@ def _gateway() -> Permissions:
             names.GATEWAY_CALLS,
             f"{names.OUTPUT_PREFIX}.>",
             f"$KV.{CALL_CONTEXT_BUCKET}.>",
-            f"{API}.STREAM.MSG.GET.{CALL_CONTEXT_STREAM}",
+            f"{CLIENT_API}.STREAM.MSG.GET.{CALL_CONTEXT_STREAM}",
         ),
         subscribe_allow=(),
     )
@@ -375,9 +424,8 @@ def _publisher() -> Permissions:
 
 def _swarm() -> Permissions:
     return Permissions(
-        publish_allow=(),
+        publish_allow=_INBOXES,
         subscribe_allow=(names.SWARM_ANALYZE, "$SRV.>"),
-        allow_responses=True,
     )
 
 
@@ -417,3 +465,74 @@ def permissions_for(entry: RegistryEntry) -> Permissions:
         subscribe_deny=base.subscribe_deny,
         allow_responses=base.allow_responses,
     )
+
+
+# --- accounts ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Import:
+    """One subject an outside account takes from the gate's account.
+
+    ``kind`` ``service``: requests and publishes go to the gate's account under
+    ``subject`` and every answer comes back as the server's mapped reply; the
+    account sees it as ``local``. ``stream``: messages published in the gate's
+    account on ``subject`` reach the account's subscribers.
+    """
+
+    kind: Literal["service", "stream"]
+    subject: str
+    local: str
+    many_replies: bool = False
+    """A pull's answers: one request, a message per delivery."""
+
+
+@dataclass(frozen=True, slots=True)
+class AccountPlan:
+    """Who connects in which account, and what each outside account imports."""
+
+    gate_account_users: tuple[RegistryEntry, ...]
+    outside: tuple[tuple[RegistryEntry, tuple[Import, ...]], ...]
+
+
+SHARED_REQUESTS: Final = frozenset({names.APPROVAL_ANNOUNCEMENTS})
+"""Services whose requests carry :data:`REQUEST_INFO_HEADER`: the gate answers them by
+who asks, as the server names the account."""
+MANY_REPLIES: Final = frozenset({names.RELEASE_REPORT})
+"""Services answered more than once per request: every gate answers a release report."""
+
+
+def imports_for(permissions: Permissions, own_inbox: str) -> tuple[Import, ...]:
+    """What an outside account imports: every subject its user may publish, as a
+    service of the gate's account (JetStream API calls renamed from :data:`CLIENT_API`
+    to :data:`API`), and every subject it may subscribe to but its own inbox, as a
+    stream of the gate's account. Nothing else reaches it; nothing it publishes reaches
+    anyone but through these."""
+    found: list[Import] = []
+    for subject in permissions.publish_allow:
+        if subject.startswith(CLIENT_API + "."):
+            remote = API + subject.removeprefix(CLIENT_API)
+            many = ".CONSUMER.MSG.NEXT." in remote
+            found.append(Import("service", remote, subject, many_replies=many))
+        else:
+            many = subject in MANY_REPLIES
+            found.append(Import("service", subject, subject, many_replies=many))
+    for subject in permissions.subscribe_allow:
+        if subject != own_inbox:
+            found.append(Import("stream", subject, subject))
+    return tuple(found)
+
+
+def account_plan(entries: Iterable[RegistryEntry]) -> AccountPlan:
+    """Every principal with a bus credential, in its account (:func:`account_of`)."""
+    inside: list[RegistryEntry] = []
+    outside: list[tuple[RegistryEntry, tuple[Import, ...]]] = []
+    for entry in entries:
+        if entry.nats_user is None:
+            continue
+        if account_of(entry) == GATE_ACCOUNT:
+            inside.append(entry)
+            continue
+        own = inbox_prefix(entry.key.principal) + ".>"
+        outside.append((entry, imports_for(permissions_for(entry), own)))
+    return AccountPlan(tuple(inside), tuple(outside))

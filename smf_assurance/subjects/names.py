@@ -42,6 +42,12 @@ an expired approval again; the runtime that proposed it proposes it anew (issue 
 APPROVAL_TRACK: Final = "smf.approval.track"
 """A person on the roster requests (signed) where approvals stand: their own requests, and
 those they may resolve, with a denial's reason codes and the connector's receipt (issue 23)."""
+APPROVAL_ANNOUNCEMENTS: Final = "smf.approval.announcements"
+"""An approver or the console asks for the pending announcements it may read (an
+AnnouncementsRequest); the gate answers with those of the asking principal's tenants,
+as the server names the principal (``smf_assurance.subjects.approvals.AnnouncementsReply``).
+Approvers read no stream themselves: the server cannot confine what a stream reader's
+requests make JetStream write, nor a stream's information to one tenant."""
 SWARM_ANALYZE: Final = "smf.swarm.analyze"
 """Swarm analysis requests; Swarm publishes nothing on propose, approval or execute."""
 ATTEST: Final = "smf.attest"

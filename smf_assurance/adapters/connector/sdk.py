@@ -67,7 +67,7 @@ import nats.js.errors
 import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.client import JetStreamContext
 
 from smf_assurance.adapters.connector.idempotency import (
@@ -77,7 +77,7 @@ from smf_assurance.adapters.connector.idempotency import (
     Record,
 )
 from smf_assurance.subjects.attachments import AttachmentError, check_attachments
-from smf_assurance.subjects.bus_access import connector_durable
+from smf_assurance.subjects.bus_access import CLIENT_API, connector_durable
 from smf_assurance.subjects.dsse import (
     MalformedEnvelopeError,
     PayloadTypeMismatchError,
@@ -283,8 +283,10 @@ class ConnectorError(Exception):
 
 
 class ExecuteStreamMissing(ConnectorError):
-    """``SMF_EXECUTE`` did not appear in time. The gate creates it with its
-    duplicate window and storage; a connector never guesses those settings."""
+    """The connector's durable on ``SMF_EXECUTE`` did not appear in time. The gate
+    creates the stream with its duplicate window and storage, and each registered
+    connector's durable with its filter; a connector never guesses those settings,
+    and on a bus with authorization it may not create them (``bus_access``)."""
 
 
 class ConsumerConfigError(ConnectorError):
@@ -300,13 +302,16 @@ class ReportPublishError(Exception):
 class RunnerConfig:
     """Tuning of :class:`ConnectorRunner`; times in seconds.
 
-    ``ack_wait`` applies when the runner creates the durable consumer; while an
-    order executes the runner signals progress every third of the consumer's
+    The runner binds the durable the gate created (``connector_durable``); with
+    ``create_durable`` it creates it itself when absent, with ``ack_wait``, which only a
+    bus without authorization allows (tests, and a connector run beside a bare server).
+    While an order executes the runner signals progress every third of the consumer's
     ack wait so a slow external system does not cause a redelivery.
-    ``stream_wait`` bounds the wait for ``SMF_EXECUTE`` to exist.
+    ``stream_wait`` bounds the wait for the durable to exist.
     """
 
     durable: str | None = None
+    create_durable: bool = False
     ack_wait: float = 30.0
     fetch_timeout: float = 1.0
     publish_timeout: float = 5.0
@@ -320,7 +325,6 @@ class _Running:
     js: JetStreamContext
     store: IdempotencyStore
     progress_every: float
-    result_stream: str | None = None
 
 
 class ConnectorRunner:
@@ -382,7 +386,7 @@ class ConnectorRunner:
         """
         store = await IdempotencyStore.open(self._state_dir, self.connector_id)
         try:
-            js = self._nc.jetstream(timeout=self.config.publish_timeout)
+            js = self._nc.jetstream(prefix=CLIENT_API, timeout=self.config.publish_timeout)
             while not self._stopping.is_set():
                 sub, running = await self._bind(js, store)
                 try:
@@ -398,34 +402,24 @@ class ConnectorRunner:
     async def _bind(
         self, js: JetStreamContext, store: IdempotencyStore
     ) -> tuple[JetStreamContext.PullSubscription, _Running]:
-        """Wait for the stream, then bind the durable consumer (creating it if absent)."""
-        await self._wait_for_stream(js)
-        sub = await js.pull_subscribe(
-            self.subject,
-            durable=self.durable,
-            stream=EXECUTE_STREAM,
-            config=ConsumerConfig(
-                # Named, so the create request's subject carries the name and the
-                # filter: the bus lets a connector create only this consumer.
-                name=self.durable,
-                durable_name=self.durable,
-                ack_policy=AckPolicy.EXPLICIT,
-                ack_wait=self.config.ack_wait,
-                deliver_policy=DeliverPolicy.ALL,
-                filter_subject=self.subject,
-            ),
-        )
-        try:
-            info = await sub.consumer_info()
-            self._check_consumer(info.config)
-        except BaseException:
-            with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
-            raise
+        """Wait for the durable consumer, check it, then bind it."""
+        info = await self._wait_for_durable(js)
+        self._check_consumer(info.config)
+        sub = await js.pull_subscribe_bind(self.durable, EXECUTE_STREAM)
         ack_wait = info.config.ack_wait or self.config.ack_wait
         self.ready.set()
         self._log.info("connector.bound", durable=self.durable)
         return sub, _Running(js, store, progress_every=ack_wait / 3)
+
+    def _durable_config(self) -> ConsumerConfig:
+        return ConsumerConfig(
+            name=self.durable,
+            durable_name=self.durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self.config.ack_wait,
+            deliver_policy=DeliverPolicy.ALL,
+            filter_subject=self.subject,
+        )
 
     def _check_consumer(self, config: ConsumerConfig) -> None:
         if config.ack_policy != AckPolicy.EXPLICIT:
@@ -433,24 +427,31 @@ class ConnectorRunner:
         if config.filter_subject != self.subject:
             raise ConsumerConfigError(f"durable {self.durable} does not filter {self.subject}")
 
-    async def _wait_for_stream(self, js: JetStreamContext) -> None:
-        """Wait, with bounded exponential backoff, for the gate to create the stream."""
+    async def _wait_for_durable(self, js: JetStreamContext) -> ConsumerInfo:
+        """Wait, with bounded exponential backoff, for the durable: the gate's, or with
+        ``create_durable`` this runner's own (created, or updated to its settings)."""
         deadline = time.monotonic() + self.config.stream_wait
         delay = 0.05
         while True:
             try:
-                await js.stream_info(EXECUTE_STREAM)
+                if self.config.create_durable:
+                    made: ConsumerInfo = await js.add_consumer(
+                        EXECUTE_STREAM, self._durable_config()
+                    )
+                    return made
+                found: ConsumerInfo = await js.consumer_info(EXECUTE_STREAM, self.durable)
+                return found
             except nats.errors.Error:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ExecuteStreamMissing(
-                        f"stream {EXECUTE_STREAM} not found within {self.config.stream_wait}s"
-                    ) from None
-                self._log.info("connector.waiting_for_stream", stream=EXECUTE_STREAM)
-                await asyncio.sleep(min(delay, remaining))
-                delay = min(delay * 2, self.config.stream_backoff_max)
-            else:
-                return
+                pass  # no stream or no durable yet, or the bus is busy: ask again
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ExecuteStreamMissing(
+                    f"durable {self.durable} on {EXECUTE_STREAM} not found within "
+                    f"{self.config.stream_wait}s"
+                ) from None
+            self._log.info("connector.waiting_for_durable", durable=self.durable)
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(delay * 2, self.config.stream_backoff_max)
 
     async def _consume(self, sub: JetStreamContext.PullSubscription, running: _Running) -> None:
         """Fetch and handle one message at a time; return to bind again if the consumer is gone."""
@@ -612,8 +613,10 @@ class ConnectorRunner:
         """Publish the recorded report, durably when a stream captures results.
 
         ``Nats-Msg-Id`` is ``<order_id>:<status>``, so a re-published report is
-        de-duplicated by ``SMF_RESULT`` inside its window. Without a result
-        stream it is a core publish, flushed so that the server has it.
+        de-duplicated by ``SMF_RESULT`` inside its window. When no stream answers
+        the publish (a bare bus with no gate), it is a core publish, flushed so that
+        the server has it. The connector asks JetStream nothing else: on a bus with
+        authorization it may not look streams up (``bus_access``).
         """
         assert record.report is not None
         headers = {
@@ -621,27 +624,15 @@ class ConnectorRunner:
             HEADER_REASON: record.reason_code or "",
         }
         try:
-            stream = await self._result_stream(running)
-            if stream is None:
-                await self._nc.publish(self.result_subject, record.report, headers=headers)
-                await self._nc.flush(timeout=math.ceil(self.config.publish_timeout))
-            else:
+            try:
                 await running.js.publish(
                     self.result_subject,
                     record.report,
                     headers=headers,
-                    stream=stream,
                     timeout=self.config.publish_timeout,
                 )
+            except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError):
+                await self._nc.publish(self.result_subject, record.report, headers=headers)
+                await self._nc.flush(timeout=math.ceil(self.config.publish_timeout))
         except (nats.errors.Error, TimeoutError) as exc:
-            running.result_stream = None
             raise ReportPublishError(f"report for {record.order_id} not published") from exc
-
-    async def _result_stream(self, running: _Running) -> str | None:
-        if running.result_stream is None:
-            try:
-                name = await running.js.find_stream_name_by_subject(self.result_subject)
-            except nats.js.errors.NotFoundError:
-                return None
-            running.result_stream = name
-        return running.result_stream

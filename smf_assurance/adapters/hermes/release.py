@@ -41,6 +41,7 @@ from nats.js.client import KV_PRE_TEMPLATE, KV_STREAM_TEMPLATE
 from nats.js.errors import Error as JetStreamError
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 
+from smf_assurance.subjects.bus_access import CLIENT_API
 from smf_assurance.subjects.keys import VerifyKey
 from smf_assurance.subjects.registry import RegistryError, decode_registry
 from smf_assurance.subjects.release import (
@@ -141,7 +142,7 @@ async def read_newest(nc: Client) -> bytes:
     release present. The key is only a hint: the value is verified before use.
     Raises :class:`ReleaseUnavailableError` when there is nothing to read.
     """
-    js = nc.jetstream()
+    js = nc.jetstream(prefix=CLIENT_API)
     prefix = KV_PRE_TEMPLATE.format(bucket=RELEASE_BUCKET)
     try:
         info = await js.stream_info(

@@ -19,8 +19,6 @@ import msgspec
 import structlog
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
-from nats.js.client import JetStreamContext
-from nats.js.errors import NotFoundError
 
 from smf_assurance.approver.console.access import entitled
 from smf_assurance.approver.pending import PendingReader, approval_state
@@ -68,9 +66,7 @@ class ApprovalBoard:
     refresh; closed ones are never asked again.
     """
 
-    def __init__(
-        self, nc: Client, js: JetStreamContext, clock: Callable[[], int], timeout: float
-    ) -> None:
+    def __init__(self, nc: Client, clock: Callable[[], int], timeout: float) -> None:
         self.nc = nc
         self.clock = clock
         self.timeout = timeout
@@ -78,7 +74,7 @@ class ApprovalBoard:
         self.gate_answering = False
         self.fed_at: float | None = None
         """``time.monotonic()`` of the last refresh that completed (``/healthz``, issue 23)."""
-        self.reader = PendingReader(js)
+        self.reader = PendingReader(nc)
         self._wake = asyncio.Event()
 
     def wake(self) -> None:
@@ -115,8 +111,10 @@ class ApprovalBoard:
     async def _read_announcements(self) -> None:
         try:
             announcements = await self.reader.read_new()
-        except NotFoundError:
-            return  # the gate has not created its stream yet
+        except (NatsError, TimeoutError) as exc:
+            # no gate lists them now: the states' probe tells whether one answers
+            log.debug("console_announcements_unread", error=type(exc).__name__)
+            return
         for announcement in announcements:
             self.entries.setdefault(announcement.approval_id, Tracked(announcement))
 

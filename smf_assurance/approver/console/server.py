@@ -482,7 +482,7 @@ async def start_console(settings: ConsoleSettings) -> RunningConsole:
         **connect_options(settings.credential),
     )
     try:
-        board = ApprovalBoard(nc, nc.jetstream(), settings.clock, settings.request_timeout)
+        board = ApprovalBoard(nc, settings.clock, settings.request_timeout)
         with contextlib.suppress(NatsError, TimeoutError):
             await board.refresh()
         console = Console(settings, nc, board, directory)

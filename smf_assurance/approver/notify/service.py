@@ -46,7 +46,6 @@ import nats
 import structlog
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
-from nats.js.errors import NotFoundError
 
 from smf_assurance.approver.console.access import Roster, entitled
 from smf_assurance.approver.notify.channels import DeliveryError, post_webhook, send_email
@@ -101,7 +100,7 @@ class Notifier:
         self.session = session
         self.clock = clock
         self.status_timeout = status_timeout
-        self.reader = PendingReader(nc.jetstream())
+        self.reader = PendingReader(nc)
         self.open: dict[str, PendingAnnouncement] = {}
         self._retries: dict[SentKey, _Retry] = {}
         self.rounds = 0
@@ -140,8 +139,9 @@ class Notifier:
     async def _read(self) -> None:
         try:
             announcements = await self.reader.read_new()
-        except NotFoundError:
-            return  # the gate has not created its stream yet
+        except (NatsError, TimeoutError) as exc:
+            log.info("notify_announcements_unread", error=type(exc).__name__)
+            return  # the open ones are still followed below; nothing new is read
         for announcement in announcements:
             if announcement.tenant_id in self.config.tenants:
                 self.open.setdefault(announcement.approval_id, announcement)

@@ -46,12 +46,10 @@ import msgspec
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
-from nats.js.client import JetStreamContext
-from nats.js.errors import NotFoundError
 
 from smf_assurance.approver.client import ApproverClient, ApproverError, content_matches
 from smf_assurance.approver.directory import DirectoryError, DirectoryShown, load_directory
-from smf_assurance.approver.pending import approval_state, read_pending
+from smf_assurance.approver.pending import AnnouncementsRefused, approval_state, read_pending
 from smf_assurance.ops.bus import (
     add_bus_location,
     add_credential_argument,
@@ -270,15 +268,15 @@ def _setup(args: argparse.Namespace) -> str:
 # --- pending -----------------------------------------------------------------
 
 
-async def _announcements(js: JetStreamContext, tenant: str | None) -> list[PendingAnnouncement]:
+async def _announcements(nc: Client, tenant: str | None) -> list[PendingAnnouncement]:
     try:
-        return await read_pending(js, tenant)
-    except NotFoundError:
-        fail(f"no {names.APPROVAL_STREAM} stream on this bus: is the gate running there?")
+        return await read_pending(nc, tenant)
     except names.SubjectError:
         fail(f"--tenant: {tenant!r} is not a tenant id", 2)
+    except AnnouncementsRefused as exc:
+        fail(f"the gate refused to list announcements: {exc.reason_code}")
     except (NatsError, TimeoutError) as exc:
-        fail(f"cannot read the {names.APPROVAL_STREAM} stream: {first_line(exc)}")
+        fail(_gate_unreachable(names.APPROVAL_ANNOUNCEMENTS, exc))
 
 
 async def _state(nc: Client, approval_id: str) -> str:
@@ -295,7 +293,7 @@ async def _pending(
 ) -> list[Listed]:
     nc = await connect_bus(url, "smf-approvals-console", credential)
     try:
-        announcements = await _announcements(nc.jetstream(), tenant)
+        announcements = await _announcements(nc, tenant)
         states = await asyncio.gather(*(_state(nc, a.approval_id) for a in announcements))
     finally:
         await nc.close()

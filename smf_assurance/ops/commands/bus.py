@@ -38,7 +38,7 @@ from smf_assurance.ops.output import emit, fail, first_line, positive_int, say, 
 from smf_assurance.ops.releases import ReleaseError, load_trust_root
 from smf_assurance.ops.state import OPERATOR, StateDir
 from smf_assurance.ops.supervisor import stop_on_signals
-from smf_assurance.subjects.bus_access import permissions_for
+from smf_assurance.subjects.bus_access import account_of, permissions_for
 from smf_assurance.subjects.registry import RegistryError, load_registry
 
 FOLLOW_STATE_FILE = "bus-follow-release-state.db"
@@ -128,17 +128,21 @@ def permission_rows(state: StateDir) -> list[PermissionRow]:
         for may, subjects in grants:
             rows += [
                 PermissionRow(
-                    principal=principal.name, role=principal.entry.role, may=may, subject=s
+                    principal=principal.name,
+                    role=principal.entry.role,
+                    account=account_of(principal.entry),
+                    may=may,
+                    subject=s,
                 )
                 for s in subjects
             ]
     return rows
 
 
-def _permission_cells(row: PermissionRow) -> tuple[str, str, str, str]:
+def _permission_cells(row: PermissionRow) -> tuple[str, str, str, str, str]:
     if row.may == "publish replies":
-        return (row.principal, row.role, "publish", "(replies to requests)")
-    return (row.principal, row.role, row.may, row.subject or "-")
+        return (row.principal, row.role, row.account, "publish", "(replies to requests)")
+    return (row.principal, row.role, row.account, row.may, row.subject or "-")
 
 
 def run_permissions(args: argparse.Namespace) -> int:
@@ -146,7 +150,10 @@ def run_permissions(args: argparse.Namespace) -> int:
     if args.json:
         emit(BusPermissionsJson(permissions=tuple(rows)))
     else:
-        table(("principal", "role", "may", "subject"), [_permission_cells(r) for r in rows])
+        table(
+            ("principal", "role", "account", "may", "subject"),
+            [_permission_cells(r) for r in rows],
+        )
     return 0
 
 

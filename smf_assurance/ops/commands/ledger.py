@@ -279,7 +279,8 @@ def run_verify(args: argparse.Namespace) -> int:
         read_from.update(checkpoints_from="file", checkpoints_at=source)
     else:
         external, source = [], None
-    report = verify_ledger(args.db, external, trusted)
+    # junk on the shared stream is reported and skipped; an auditor's file is judged whole
+    report = verify_ledger(args.db, external, trusted, skip_invalid_external=bool(args.nats))
     result = verdict(report, len(external), source)
     if args.json:
         checked = {
@@ -339,8 +340,14 @@ def _print_report(report: LedgerReport, result: str, external: int, source: str 
         ("checkpoints verified", report.checkpoints),
         ("highest checkpoint seq", report.checkpoint_seq),
         ("external checkpoints", f"{external} from {source}" if source else "none"),
+        ("skipped (not a gate's)", report.skipped_checkpoints),
     ]
     table(("check", "value"), rows)
+    if report.skipped_checkpoints:
+        say(
+            f"warning: {report.skipped_checkpoints} message(s) on the checkpoint stream are "
+            "not a trusted gate's checkpoint and were skipped; someone wrote them there"
+        )
     if not external:
         say(
             "note: without external checkpoints (--nats or --checkpoints) this proves only "

@@ -102,7 +102,7 @@ from smf_assurance.pipeline.stores.release_state import (
     read_release_state,
     read_shadow_state,
 )
-from smf_assurance.subjects.bus_access import BusCredential
+from smf_assurance.subjects.bus_access import CLIENT_API, BusCredential
 from smf_assurance.subjects.keys import KeyFileError, SigningKey, VerifyKey, load_private_key
 from smf_assurance.subjects.release import (
     RELEASE_REPORT_SCHEMA,
@@ -450,7 +450,7 @@ async def _publish_nats(
     nc = await connect_bus(url, "smf-release", credential)
     try:
         put = publish_shadow_to_bucket if shadow else publish_to_bucket
-        key, revision = await put(nc.jetstream(), bundle)
+        key, revision = await put(nc.jetstream(prefix=CLIENT_API), bundle)
         if on_published is not None:
             on_published()
         to = f"{url} SMF_RELEASES {key} (revision {revision})"
@@ -749,7 +749,7 @@ async def _withdraw_nats(
     counts only when a gate key of a release in the bucket (or of the shadow) signed it."""
     nc = await connect_bus(url, "smf-release", credential)
     try:
-        js = nc.jetstream()
+        js = nc.jetstream(prefix=CLIENT_API)
         held = await bucket_shadow(js)
         keys: dict[str, VerifyKey] = {} if held is None else dict(held.gate_keys)
         for entry in await bucket_entries(js):
@@ -824,8 +824,8 @@ async def _bucket_and_gates(
     gate key named by a registry in the bucket signed it."""
     nc = await connect_bus(url, "smf-release", credential)
     try:
-        entries = await bucket_entries(nc.jetstream())
-        shadow = await bucket_shadow(nc.jetstream())
+        entries = await bucket_entries(nc.jetstream(prefix=CLIENT_API))
+        shadow = await bucket_shadow(nc.jetstream(prefix=CLIENT_API))
         if shadow is not None:
             entries.append(shadow)
         keys: dict[str, VerifyKey] = {}

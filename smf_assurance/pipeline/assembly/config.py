@@ -68,6 +68,12 @@ class StorePaths:
     ledger file at start (:func:`smf_assurance.pipeline.stores.claims.merge_claim_file`)."""
     approvals: Path
 
+    @property
+    def streams(self) -> Path:
+        """When this gate's streams were made (``streams.ensure_gate_streams``): beside
+        the ledger, so a stream deleted or made again under it is noticed at start."""
+        return self.ledger.with_name(self.ledger.stem + ".streams.json")
+
 
 @dataclass(frozen=True)
 class ReleaseSource:

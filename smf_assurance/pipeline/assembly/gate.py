@@ -41,6 +41,7 @@ from smf_assurance.pipeline.service import (
     StageAuth,
     start_service,
 )
+from smf_assurance.pipeline.stages.announcements import AnnouncementDesk
 from smf_assurance.pipeline.stages.approvals import ApprovalDesk, DeskError
 from smf_assurance.pipeline.stages.attestation import AttestationDesk
 from smf_assurance.pipeline.stages.buffer import OutputBuffer
@@ -63,7 +64,9 @@ from smf_assurance.pipeline.stages.shadow import ShadowDesk
 from smf_assurance.pipeline.stages.shadow_releases import ShadowReleases
 from smf_assurance.pipeline.stages.streams import (
     JetStreamUnavailableError,
+    ensure_connector_durables,
     ensure_gate_streams,
+    registered_connectors,
     wait_for_jetstream,
 )
 from smf_assurance.pipeline.stages.tool_calls import DecidedCalls, ToolCallDesk
@@ -83,6 +86,7 @@ from smf_assurance.subjects import names
 from smf_assurance.subjects.bus_access import BusCredential, connect_options
 from smf_assurance.subjects.keys import VerifyKey
 from smf_assurance.subjects.messages import Proposal
+from smf_assurance.subjects.registry import KeyRegistry
 from smf_assurance.subjects.release import (
     ReleaseCheckError,
     ReleaseReportRequest,
@@ -231,6 +235,9 @@ def _on_switch(
         running.desk.registry = release.registry
         running.outcomes.registry = release.registry
         running.gate.adopt_registry(release.registry)
+        # a connector the new release adds gets its durable (it may not create one)
+        created = asyncio.create_task(_create_durables(running.js, release.registry))
+        running.tasks.append(created)
         if config.on_release is not None:
             try:
                 config.on_release(release)
@@ -238,6 +245,15 @@ def _on_switch(
                 log.error("release_follower_failed", error=type(exc).__name__)
 
     return adopt
+
+
+async def _create_durables(js: JetStreamContext, registry: KeyRegistry) -> None:
+    """The durables of a new release's connectors; a failure is logged, and the
+    connector waits for its durable (it never runs without one)."""
+    try:
+        await ensure_connector_durables(js, registered_connectors(registry))
+    except (NatsError, TimeoutError) as exc:
+        log.error("connector_durables_failed", error=type(exc).__name__)
 
 
 def _shadow_desk(
@@ -480,7 +496,7 @@ async def start_gate(config: GateConfig) -> RunningGate:
             await wait_for_jetstream(nc, config.join_seconds)
         except JetStreamUnavailableError as exc:
             raise BusUnavailableError(str(exc)) from None
-        await ensure_gate_streams(js, config.replicas)
+        await ensure_gate_streams(js, config.replicas, record=config.stores.streams)
         releases = await _open_releases(config, js)
         if releases is not None:
             undo.push_async_callback(releases.close)
@@ -507,6 +523,7 @@ async def _assemble(
     registry = config.registry
     if releases is not None and releases.active is not None:
         registry = releases.active.registry
+    await ensure_connector_durables(js, registered_connectors(registry))
 
     checkpoint_subject = names.checkpoint_subject(config.name)
 
@@ -673,8 +690,14 @@ async def _serve_public(
             Endpoint("status", names.APPROVAL_STATUS, running.desk.handle_status),
             Endpoint("track", names.APPROVAL_TRACK, running.desk.handle_track),
             Endpoint("rerequest", names.APPROVAL_REREQUEST, running.desk.handle_rerequest),
+            Endpoint(
+                "announcements",
+                names.APPROVAL_ANNOUNCEMENTS,
+                None,
+                identified=AnnouncementDesk(running.js, lambda: running.desk.registry).handle,
+            ),
         ],
-        description="SMF approval desk: resolve, show, status, track, rerequest",
+        description="SMF approval desk: resolve, show, status, track, rerequest, announcements",
         auth=None,
     )
     await running.serve(

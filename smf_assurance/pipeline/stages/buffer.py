@@ -37,6 +37,7 @@ from smf_assurance.pipeline.core.detectors import detect
 from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.pipeline.stages.gate import Gate
 from smf_assurance.subjects import names
+from smf_assurance.subjects.bus_access import answerable_reply
 from smf_assurance.subjects.messages import OutputClose, OutputVerdict, Proposal, Verdict
 from smf_assurance.subjects.verdicts import sign_output_verdict
 
@@ -94,6 +95,8 @@ class OutputBuffer:
         self._slots = asyncio.Semaphore(self.limits.max_concurrent_closes)
         self._tasks: set[asyncio.Task[None]] = set()
         self._sub: Subscription | None = None
+        self.refused_replies = 0
+        """Closes dropped unanswered for their reply subject."""
 
     # -- bus wiring ---------------------------------------------------------
 
@@ -114,6 +117,12 @@ class OutputBuffer:
         headers = msg.headers or {}
         if headers.get(names.HEADER_FINAL) and msg.reply:
             chunks = self._take(stream_id)
+            if not answerable_reply(msg.reply):
+                # A close whose reply names a stream, a KV key or an API call: the
+                # gate never writes there (bus_access), and the stream is dropped.
+                self.refused_replies += 1
+                log.warning("output_close_reply_refused", stream_id=stream_id)
+                return
             await self._slots.acquire()
             task = asyncio.create_task(self._answer(msg, stream_id, chunks))
             self._tasks.add(task)

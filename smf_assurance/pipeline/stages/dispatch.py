@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nats.errors import Error as NatsError
+from nats.errors import NoRespondersError
 from nats.js.client import JetStreamContext
 from nats.js.errors import Error as JetStreamError
 
@@ -73,6 +74,9 @@ class DispatchStage:
             ack = await self.js.publish(
                 subject, envelope, timeout=self.publish_timeout, headers=headers
             )
+        except NoRespondersError as exc:
+            # nothing keeps orders on this subject: the stream is gone, no order is made
+            raise StageRefusal("order_stream_missing", subject) from exc
         except (NatsError, JetStreamError, TimeoutError) as exc:
             raise StageRefusal("dispatch_publish_failed", type(exc).__name__) from exc
         return DispatchReceipt(

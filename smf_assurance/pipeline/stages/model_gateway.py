@@ -76,6 +76,7 @@ from smf_assurance.pipeline.stores.call_context import (
     read_call_context,
 )
 from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.bus_access import CLIENT_API
 from smf_assurance.subjects.call_context import CALL_ID_PREFIX, CallContext
 from smf_assurance.subjects.envelope import Classification, Name, Surface
 from smf_assurance.subjects.keys import SigningKey, VerifyKey
@@ -255,7 +256,7 @@ class ModelGateway:
         if len(self._by_token) != len(self.runtimes):
             raise ValueError("two runtimes share one gateway token")
         self._writer = CallContextWriter(
-            self.nc.jetstream(timeout=self.settings.context_timeout_s),
+            self.nc.jetstream(prefix=CLIENT_API, timeout=self.settings.context_timeout_s),
             self.key,
             self.settings.context_timeout_s,
         )

@@ -4,21 +4,45 @@ NATS guarantee relied on: a stream de-duplicates messages by ``Nats-Msg-Id``
 only within its ``duplicate_window`` (ARCHITECTURE.md, "One proposal through
 the bus"); the one-shot guarantee itself comes from the gate's claim record
 and the connector's idempotency record.
+
+Streams protect themselves: orders, reports, announcements and checkpoints are
+kept with ``deny_delete`` and ``deny_purge`` (JetStream refuses the message-delete
+and purge API for them, whoever asks: only an operator who first changes the
+stream's configuration can), and a gate records when each stream was made. A gate
+that starts and finds a stream it recorded gone, or made again since (its orders,
+reports or announcements lost with it), refuses to start (:class:`GateStreamError`,
+``stream_missing`` / ``stream_replaced``) instead of silently making a fresh one;
+the operator who removed it on purpose removes the record too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
+import tempfile
 import time
+from pathlib import Path
 from typing import Final
 
+import msgspec
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+    StreamInfo,
+)
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from smf_assurance.subjects.bus_access import connector_durable
 from smf_assurance.subjects.names import (
     APPROVAL_PENDING_PREFIX,
     APPROVAL_STREAM,
@@ -28,10 +52,22 @@ from smf_assurance.subjects.names import (
     EXECUTE_STREAM,
     RESULT_PREFIX,
     RESULT_STREAM,
+    execute_subject,
 )
+from smf_assurance.subjects.registry import KeyRegistry
 
 DUPLICATE_WINDOW_SECONDS: Final = 120.0
 PROBE_SECONDS: Final = 2.0
+STREAM_MISSING: Final = "stream_missing"
+STREAM_REPLACED: Final = "stream_replaced"
+
+
+class GateStreamError(RuntimeError):
+    """A stream the gate made before is gone or was made again; ``reason_code`` says which."""
+
+    def __init__(self, reason_code: str, detail: str) -> None:
+        super().__init__(f"{reason_code}: {detail}")
+        self.reason_code = reason_code
 
 
 class JetStreamUnavailableError(RuntimeError):
@@ -76,6 +112,8 @@ def execute_stream_config(
         discard=DiscardPolicy.NEW,
         duplicate_window=duplicate_window,
         max_msg_size=1024 * 1024,
+        deny_delete=True,
+        deny_purge=True,
     )
 
 
@@ -87,6 +125,8 @@ def result_stream_config(replicas: int = 1) -> StreamConfig:
         num_replicas=replicas,
         retention=RetentionPolicy.LIMITS,
         duplicate_window=DUPLICATE_WINDOW_SECONDS,
+        deny_delete=True,
+        deny_purge=True,
     )
 
 
@@ -100,6 +140,8 @@ def approval_stream_config(replicas: int = 1) -> StreamConfig:
         retention=RetentionPolicy.LIMITS,
         duplicate_window=DUPLICATE_WINDOW_SECONDS,
         max_age=3600.0,
+        deny_delete=True,
+        deny_purge=True,
     )
 
 
@@ -117,14 +159,28 @@ def checkpoint_stream_config(replicas: int = 1) -> StreamConfig:
     )
 
 
-async def ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
-    """Create the stream, or check that the existing one has our subjects."""
+async def ensure_stream(js: JetStreamContext, config: StreamConfig, made: str | None = None) -> str:
+    """Create the stream, or check the existing one; return when it was made.
+
+    ``made`` is when this gate recorded the stream's creation before: a stream
+    missing, or made at another time, is a :class:`GateStreamError`. An existing
+    stream must have our subjects and enough replicas; one made before the streams
+    protected themselves gets ``deny_delete`` and ``deny_purge`` added.
+    """
     assert config.name is not None
     try:
         info = await js.stream_info(config.name)
     except NotFoundError:
-        await js.add_stream(config)
-        return
+        if made is not None:
+            raise GateStreamError(
+                STREAM_MISSING, f"stream {config.name}, made {made}, is gone"
+            ) from None
+        return _created(await js.add_stream(config))
+    if made is not None and _created(info) != made:
+        raise GateStreamError(
+            STREAM_REPLACED,
+            f"stream {config.name} was made {_created(info)}, not {made} as recorded",
+        )
     if sorted(info.config.subjects or []) != sorted(config.subjects or []):
         raise RuntimeError(f"stream {config.name} exists with other subjects")
     if (info.config.num_replicas or 1) < (config.num_replicas or 1):
@@ -133,12 +189,113 @@ async def ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
             f"stream {config.name} has {info.config.num_replicas or 1} replica(s); "
             f"{config.num_replicas} are required"
         )
+    protect = (config.deny_delete and not info.config.deny_delete) or (
+        config.deny_purge and not info.config.deny_purge
+    )
+    if protect:
+        await js.update_stream(
+            dataclasses.replace(
+                info.config,
+                deny_delete=bool(info.config.deny_delete or config.deny_delete),
+                deny_purge=bool(info.config.deny_purge or config.deny_purge),
+            )
+        )
+    return _created(info)
 
 
-async def ensure_gate_streams(js: JetStreamContext, replicas: int = 1) -> None:
-    """The gate's streams; on a cluster with ``replicas`` copies each (issue 11: orders,
+def _created(info: StreamInfo) -> str:
+    return "" if info.created is None else info.created.isoformat()
+
+
+def gate_stream_configs(replicas: int = 1) -> tuple[StreamConfig, ...]:
+    """The gate's streams; on a cluster with ``replicas`` copies each (orders,
     reports, pending approvals and ledger checkpoints survive the loss of a node)."""
-    await ensure_stream(js, execute_stream_config(replicas=replicas))
-    await ensure_stream(js, result_stream_config(replicas))
-    await ensure_stream(js, checkpoint_stream_config(replicas))
-    await ensure_stream(js, approval_stream_config(replicas))
+    return (
+        execute_stream_config(replicas=replicas),
+        result_stream_config(replicas),
+        checkpoint_stream_config(replicas),
+        approval_stream_config(replicas),
+    )
+
+
+async def ensure_gate_streams(
+    js: JetStreamContext, replicas: int = 1, record: Path | None = None
+) -> None:
+    """Every stream of the gate (:func:`gate_stream_configs`). With ``record`` (a file
+    beside the gate's ledger), each stream's creation time is checked against the one
+    recorded there, and the record is written for the next start."""
+    known = _read_record(record)
+    for config in gate_stream_configs(replicas):
+        assert config.name is not None
+        known[config.name] = await ensure_stream(js, config, known.get(config.name))
+    if record is not None:
+        _write_record(record, known)
+
+
+def _read_record(record: Path | None) -> dict[str, str]:
+    if record is None:
+        return {}
+    try:
+        raw = record.read_bytes()
+    except FileNotFoundError:
+        return {}
+    try:
+        return msgspec.json.decode(raw, type=dict[str, str])
+    except msgspec.DecodeError as exc:
+        raise GateStreamError(STREAM_REPLACED, f"{record} is not a stream record") from exc
+
+
+def _write_record(record: Path, known: dict[str, str]) -> None:
+    """Atomically, 0600: what the next start checks the streams against."""
+    data = msgspec.json.encode(dict(sorted(known.items())))
+    fd, tmp = tempfile.mkstemp(dir=record.parent, prefix=record.name + ".")
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chmod(tmp, 0o600)
+    Path(tmp).replace(record)
+
+
+CONNECTOR_ACK_WAIT_SECONDS: Final = 30.0
+"""How long an order a connector fetched stays its own before redelivery; the
+connector signals progress while it executes (the connector SDK)."""
+
+
+def connector_durable_config(
+    connector_id: str, ack_wait: float = CONNECTOR_ACK_WAIT_SECONDS
+) -> ConsumerConfig:
+    """A connector's one durable: its own orders only, each acked explicitly."""
+    durable = connector_durable(connector_id)
+    return ConsumerConfig(
+        name=durable,
+        durable_name=durable,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=ack_wait,
+        deliver_policy=DeliverPolicy.ALL,
+        filter_subject=execute_subject(connector_id),
+    )
+
+
+def registered_connectors(registry: KeyRegistry) -> tuple[str, ...]:
+    """The connector ids of a registry, each once, in a stable order."""
+    found = {
+        p.entry.connector_id
+        for p in registry.principals.values()
+        if p.entry.role == "connector" and p.entry.connector_id is not None
+    }
+    return tuple(sorted(found))
+
+
+async def ensure_connector_durables(js: JetStreamContext, connector_ids: tuple[str, ...]) -> None:
+    """Create each connector's durable on ``SMF_EXECUTE`` where it is missing.
+
+    The gate creates them because a connector may not (``bus_access``, "No deputy": a
+    consumer's delivery subject is one more reply subject chosen by its creator). An
+    existing durable is left as it is; the connector checks its settings before it binds.
+    """
+    for connector_id in connector_ids:
+        try:
+            await js.consumer_info(EXECUTE_STREAM, connector_durable(connector_id))
+        except NotFoundError:
+            await js.add_consumer(EXECUTE_STREAM, connector_durable_config(connector_id))

@@ -80,6 +80,9 @@ class LedgerReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     last_entry_hash: str
     checkpoints: int
     checkpoint_seq: int
+    skipped_checkpoints: int = 0
+    """Messages of the checkpoint stream that are not a trusted gate's checkpoint
+    (``skip_invalid_external``): reported, and not counted for or against the file."""
 
 
 def _read_checkpoint(data: object, trusted: Mapping[str, VerifyKey]) -> CheckpointClaim | str:
@@ -103,8 +106,10 @@ def _report(
     claims: Sequence[CheckpointClaim],
     reason: str | None = None,
     seq: int | None = None,
+    skipped: int = 0,
 ) -> LedgerReport:
     return LedgerReport(
+        skipped_checkpoints=skipped,
         ok=reason is None,
         reason=reason,
         seq=seq,
@@ -117,7 +122,9 @@ def _report(
     )
 
 
-def _judge(walk: ChainWalk, ledger_id: str, claims: Sequence[CheckpointClaim]) -> LedgerReport:
+def _judge(
+    walk: ChainWalk, ledger_id: str, claims: Sequence[CheckpointClaim], skipped: int = 0
+) -> LedgerReport:
     """Name the first bad entry that the chain or a signed checkpoint proves.
 
     Entries below ``verified_end`` chain correctly; a checkpoint inside that
@@ -137,15 +144,17 @@ def _judge(walk: ChainWalk, ledger_id: str, claims: Sequence[CheckpointClaim]) -
         elif walk.failure is None:
             problems.append((verified_end, TRUNCATED_AFTER_CHECKPOINT))  # tail cut off
     if not problems:
-        return _report(walk, ledger_id, claims)
+        return _report(walk, ledger_id, claims, skipped=skipped)
     seq, reason = min(problems)
-    return _report(walk, ledger_id, claims, reason, seq)
+    return _report(walk, ledger_id, claims, reason, seq, skipped)
 
 
 def verify_ledger(
     db_path: str | os.PathLike[str],
     checkpoints: Sequence[bytes],
     trusted_keys: Mapping[str, VerifyKey],
+    *,
+    skip_invalid_external: bool = False,
 ) -> LedgerReport:
     """Check a ledger file against itself and against signed checkpoints.
 
@@ -164,8 +173,14 @@ def verify_ledger(
     report with ``checkpoints == 0`` proves only that the file is consistent
     with itself. Blocking file I/O: an offline and ops tool; from async code
     run it in a thread.
+
+    With ``skip_invalid_external`` (checkpoints read from the shared stream), an
+    outside message that is not a trusted gate's checkpoint is counted in
+    ``skipped_checkpoints`` and otherwise ignored: whoever could write junk there
+    must not be able to make every later verification fail, while every valid
+    checkpoint still binds the file. The file's own checkpoints are never skipped.
     """
-    report = _verify(db_path, checkpoints, trusted_keys)
+    report = _verify(db_path, checkpoints, trusted_keys, skip_invalid_external)
     logger.info("ledger.verified", ok=report.ok, reason=report.reason, seq=report.seq)
     return report
 
@@ -174,6 +189,7 @@ def _verify(
     db_path: str | os.PathLike[str],
     checkpoints: Sequence[bytes],
     trusted_keys: Mapping[str, VerifyKey],
+    skip_invalid_external: bool = False,
 ) -> LedgerReport:
     walk = ChainWalk(0, GENESIS_HASH)
     try:
@@ -189,12 +205,15 @@ def _verify(
             stored = [r[0] for r in conn.execute("SELECT envelope FROM ledger_checkpoints")]
             found: set[CheckpointClaim] = set()
             refusals: list[str] = []
-            for data in (*checkpoints, *stored):
+            skipped = 0
+            for external, data in [(True, d) for d in checkpoints] + [(False, d) for d in stored]:
                 outcome = _read_checkpoint(data, trusted_keys)
-                if isinstance(outcome, str):
-                    refusals.append(outcome)
-                else:
+                if not isinstance(outcome, str):
                     found.add(outcome)
+                elif external and skip_invalid_external:
+                    skipped += 1
+                else:
+                    refusals.append(outcome)
             # The same checkpoint inside the file and on the stream counts once.
             claims = sorted(found, key=lambda claim: claim.seq)
             walk = ChainWalk(0, GENESIS_HASH, watch=(claim.seq for claim in claims))
@@ -202,10 +221,10 @@ def _verify(
         except sqlite3.Error:
             return _report(walk, None, (), LEDGER_UNREADABLE)
     if CHECKPOINT_BAD_SIGNATURE in refusals:
-        return _report(walk, ledger_id, claims, CHECKPOINT_BAD_SIGNATURE)
+        return _report(walk, ledger_id, claims, CHECKPOINT_BAD_SIGNATURE, skipped=skipped)
     if refusals:
-        return _report(walk, ledger_id, claims, CHECKPOINT_MALFORMED)
-    return _judge(walk, ledger_id, claims)
+        return _report(walk, ledger_id, claims, CHECKPOINT_MALFORMED, skipped=skipped)
+    return _judge(walk, ledger_id, claims, skipped)
 
 
 def export_jsonl(db_path: str | os.PathLike[str], out: TextIO) -> int:

@@ -33,6 +33,7 @@
  */
 
 import { readFileSync } from "node:fs";
+import { CLIENT_API } from "./contract/bus_access.js";
 import type { VerifyKey } from "./contract/keys.js";
 import { gateKeysOf, RegistryError } from "./contract/registry.js";
 import {
@@ -158,7 +159,7 @@ function isDeleteMarker(hdrs: unknown): boolean {
 export async function readNewest(bus: Bus, timeoutMs: number): Promise<Uint8Array> {
   const ask = async (api: string, body: unknown): Promise<Record<string, unknown>> => {
     try {
-      const reply = await bus.request(`$JS.API.${api}`, Buffer.from(JSON.stringify(body), "utf8"), timeoutMs);
+      const reply = await bus.request(`${CLIENT_API}.${api}`, Buffer.from(JSON.stringify(body), "utf8"), timeoutMs);
       return jsReply(reply.data);
     } catch (error) {
       if (error instanceof ReleaseCheckError) throw error;

@@ -737,12 +737,12 @@ class GovernedBus extends FakeBus {
   gateReasons: string[] = [];
   constructor(public values: Record<string, Uint8Array | null> | undefined, attest = true) {
     super((subject, data) => {
-      if (subject === "$JS.API.STREAM.INFO.KV_SMF_RELEASES") {
+      if (subject === "$JS.SMF.API.STREAM.INFO.KV_SMF_RELEASES") {
         if (this.values === undefined) return reply(Buffer.from(JSON.stringify({ error: { code: 404, err_code: 10059, description: "stream not found" } })));
         const subjects = Object.fromEntries(Object.keys(this.values).map((k) => [`$KV.SMF_RELEASES.${k}`, 1]));
         return reply(Buffer.from(JSON.stringify({ state: { subjects } })));
       }
-      if (subject === "$JS.API.STREAM.MSG.GET.KV_SMF_RELEASES") {
+      if (subject === "$JS.SMF.API.STREAM.MSG.GET.KV_SMF_RELEASES") {
         const key = (JSON.parse(Buffer.from(data).toString()) as { last_by_subj: string }).last_by_subj.slice("$KV.SMF_RELEASES.".length);
         const value = this.values?.[key];
         if (value === undefined) return reply(Buffer.from(JSON.stringify({ error: { code: 404, description: "no message found" } })));

@@ -20,6 +20,13 @@
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 
 export const INBOX_ROOT = "_INBOX";
+/**
+ * The JetStream API as every client but the gate calls it
+ * (`smf_assurance.subjects.bus_access.CLIENT_API`): outside the gate's account the
+ * server imports under this prefix exactly the calls the role may make, and maps it
+ * onto `$JS.API` inside the gate's account and on a bus without authorization.
+ */
+export const CLIENT_API = "$JS.SMF.API";
 export const MAX_SEED_FILE_BYTES = 4096;
 /** Permission bits a seed file must not have: none for the group, none for others. */
 export const SEED_FILE_MODE_MASK = 0o077;
