@@ -124,7 +124,7 @@ class EvidenceWriter:
     def for_binding(
         self,
         binding: ApprovalBinding,
-        status: Status,
+        status: Status | None,
         reasons: tuple[str, ...] = (),
         kind: EntryKind = "transition",
     ) -> EvidenceEntry:
