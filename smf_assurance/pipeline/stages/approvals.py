@@ -28,8 +28,10 @@ ARCHITECTURE.md, "Exact-action approval", and issue 4:
   report that the executed params were not the approved ones is a broken
   binding (``binding_broken``), ``execution_unknown``, never ``consumed``. No
   report by the deadline -> ``execution_unknown``, terminal, never retried.
-- restart: pending and approved work is invalidated, executing work becomes
-  ``execution_unknown``; both are written to the evidence ledger.
+- restart: a pending approval stays pending, with its content, until an
+  approver answers it or its TTL ends it (at the first sweep, which runs at
+  start); an approved approval no claim followed is invalidated and executing
+  work becomes ``execution_unknown``; both are written to the evidence ledger.
 
 Every state change is written to the evidence ledger before anything is
 released to a runtime or a connector.
@@ -586,7 +588,23 @@ class ApprovalDesk:
             await self._finish(record.binding, "execution_unknown", ("no_execution_report",))
 
     async def recover(self) -> None:
-        """Start-up recovery (issue 4): never resume work a crash interrupted."""
+        """Start-up recovery: never resume work a crash interrupted, and lose no
+        approval a restart did not interrupt.
+
+        - ``pending`` survives: the binding, its digest and the held content are in
+          the store, the announcement in its stream, and the runtime waits on a
+          subject no restart changes; an approver answers it after the restart as
+          before, and only its TTL ends it otherwise (the sweep run here expires
+          those that ran out while the gate was down, and tells their runtimes).
+        - ``approved`` (an allow-once accepted, its claim not made) is invalidated:
+          the claim follows the approval in the same request, so an approved row at
+          start means the gate died inside it; its approver was never told the action
+          runs and its runtime may have stopped waiting. Claiming it now would run an
+          action no one is waiting for, after an unknown delay; the requester asks
+          again instead.
+        - ``executing`` becomes ``execution_unknown``: the order may have run; it is
+          never claimed or dispatched again.
+        """
         invalidated, unknown = await self.store.recover(self.clock())
         ended: list[tuple[str, Status]] = [(a, "invalidated") for a in invalidated]
         ended += [(a, "execution_unknown") for a in unknown]
@@ -594,6 +612,7 @@ class ApprovalDesk:
             record = await self._get(approval_id)
             if record is not None:
                 await self._safe_record(record.binding, status, ("gate_restarted",))
+        await self.sweep()
 
     # -- show and status --------------------------------------------------------
 
