@@ -414,8 +414,44 @@ def test_doctor_names_an_unreachable_bus_and_checks_nothing_else(
     assert time.monotonic() - started < 10
     assert_fails_with(code, report, err, url)
     assert row(report, "bus", url).status == "fail"
-    assert {c.status for c in report.checks if c.kind != "bus"} == {"skip"}
+    # Everything asked of the bus is skipped; the state folder's modes are the files'.
+    assert {c.status for c in report.checks if c.kind not in ("bus", "files")} == {"skip"}
+    assert row(report, "files", str(bus.state.root)).status == "ok"
     assert_never_ok_without_looking(report)
+
+
+@pytest.mark.claim("protected-evidence.state-files-private")
+def test_doctor_names_each_state_file_or_folder_others_may_read(
+    bus: Bus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The state folder as provisioned is its owner's alone; a file and a folder made
+    readable by others are each a failure naming the path and the chmod, and doctor
+    changes neither."""
+    dead = reserve_port()  # the modes are asked of the files: no bus needed
+    url = f"nats://127.0.0.1:{dead.port}"
+    try:
+        _, report, _ = doctor(bus, capsys, url=url)
+        assert [(c.subject, c.status) for c in rows(report, "files")] == [
+            (str(bus.state.root), "ok")
+        ]
+        leaked = bus.state.approvals
+        leaked.write_bytes(b"")
+        leaked.chmod(0o644)
+        bus.state.keys.chmod(0o755)
+        code, report, err = doctor(bus, capsys, url=url)
+    finally:
+        dead.close()
+    assert_fails_with(code, report, err)
+    found = {c.subject: (c.status, c.detail, c.fix) for c in rows(report, "files")}
+    assert found == {
+        str(bus.state.keys): (
+            "fail",
+            "mode 0755: others may enter it",
+            f"chmod 700 '{bus.state.keys}'",
+        ),
+        str(leaked): ("fail", "mode 0644: others may read it", f"chmod 600 '{leaked}'"),
+    }
+    assert (leaked.stat().st_mode & 0o777, bus.state.keys.stat().st_mode & 0o777) == (0o644, 0o755)
 
 
 def accepted(state: StateDir) -> ReleaseBundle:

@@ -1152,7 +1152,7 @@ DoctorStatus = Literal["ok", "warn", "fail", "skip"]
 """ok: checked and fine; warn: checked, works, needs attention soon; fail: checked and
 broken; skip: not checked (the row says why), never counted as ok."""
 DoctorKind = Literal[
-    "bus", "release", "service", "runtime", "connector", "ledger", "console", "directory"
+    "bus", "release", "service", "runtime", "connector", "ledger", "console", "directory", "files"
 ]
 
 

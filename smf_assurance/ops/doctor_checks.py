@@ -23,7 +23,7 @@ from smf_assurance.subjects.release import TrustRoot
 
 Status = Literal["ok", "warn", "fail", "skip"]
 Kind = Literal[
-    "bus", "release", "service", "runtime", "connector", "ledger", "console", "directory"
+    "bus", "release", "service", "runtime", "connector", "ledger", "console", "directory", "files"
 ]
 
 CONNECT_TIMEOUT_S: Final = 2.0

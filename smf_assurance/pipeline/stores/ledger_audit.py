@@ -55,7 +55,14 @@ from smf_assurance.subjects import dsse
 from smf_assurance.subjects.canonical import canonical_bytes
 from smf_assurance.subjects.keys import VerifyKey
 
-__all__ = ["LedgerReport", "decision_entries", "export_jsonl", "shadow_entries", "verify_ledger"]
+__all__ = [
+    "LedgerReport",
+    "decision_entries",
+    "export_jsonl",
+    "read_checkpoint",
+    "shadow_entries",
+    "verify_ledger",
+]
 
 logger = structlog.get_logger(__name__)
 
@@ -82,7 +89,7 @@ class LedgerReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     checkpoint_seq: int
 
 
-def _read_checkpoint(data: object, trusted: Mapping[str, VerifyKey]) -> CheckpointClaim | str:
+def read_checkpoint(data: object, trusted: Mapping[str, VerifyKey]) -> CheckpointClaim | str:
     """A verified claim, or the reason code that refuses it."""
     if not isinstance(data, bytes):
         return CHECKPOINT_BAD_SIGNATURE
@@ -190,7 +197,7 @@ def _verify(
             found: set[CheckpointClaim] = set()
             refusals: list[str] = []
             for data in (*checkpoints, *stored):
-                outcome = _read_checkpoint(data, trusted_keys)
+                outcome = read_checkpoint(data, trusted_keys)
                 if isinstance(outcome, str):
                     refusals.append(outcome)
                 else:
