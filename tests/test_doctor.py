@@ -14,6 +14,7 @@ is not there. A check that could not look must say ``skip``, never ``ok``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import http.server
 import json
 import subprocess
@@ -36,6 +37,7 @@ from smf_assurance.ops.cli import main
 from smf_assurance.ops.cli_json import DoctorCheckJson, DoctorJson
 from smf_assurance.ops.doctor import GATE_SERVICES, RELEASE_SERVICE
 from smf_assurance.ops.doctor_checks import Settings
+from smf_assurance.ops.doctor_files import NAMED, file_checks
 from smf_assurance.ops.doctor_gates import ledger_check, runtime_check
 from smf_assurance.ops.model_gateway import set_upstream
 from smf_assurance.ops.natsserver import EmbeddedNatsServer, reserve_port
@@ -742,3 +744,38 @@ def test_doctor_fails_on_the_directory_the_console_refuses_naming_the_file_and_k
     refused = capsys.readouterr().err
     assert refused.count("\n") == 1
     assert check.detail in refused
+
+
+def test_the_modes_check_counts_past_the_named_few_and_skips_without_a_state(
+    tmp_path: Path,
+) -> None:
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    settings = Settings(
+        url="nats://127.0.0.1:1",
+        credential=None,
+        registry=load_registry(state.registry),
+        trust_root=None,
+        state=state,
+        console=None,
+        clock=lambda: 0,
+    )
+    leaked = [state.root / f"leak-{index}.txt" for index in range(NAMED + 2)]
+    for path in leaked:
+        path.write_bytes(b"x")
+        path.chmod(0o644)
+    (state.root / "a-link").symlink_to("/etc/hostname")  # not followed, not judged
+
+    checks = file_checks(settings)
+
+    assert [(c.subject, c.status) for c in checks[:NAMED]] == [
+        (str(path), "fail") for path in leaked[:NAMED]
+    ]
+    assert (checks[-1].subject, checks[-1].detail, checks[-1].fix) == (
+        str(state.root),
+        "2 more path(s) others may read or enter",
+        f"chmod -R go-rwx '{state.root}'",
+    )
+    assert len(checks) == NAMED + 1
+    (skipped,) = file_checks(dataclasses.replace(settings, state=None))
+    assert (skipped.kind, skipped.status) == ("files", "skip")
