@@ -13,6 +13,8 @@ between publish and report"). Argument: one JSON object with
 - ``name``: the process's name, also its test subject prefix ``smf-test.<name>``;
 - ``cluster_replicas``: when set, the gate runs in cluster mode (issue 11):
   JetStream KV stores with that many replicas, on the cluster node ``url``;
+- ``clock_offset_ms``: when set, the gate's clock runs this far ahead of wall time
+  (a restart after a downtime longer than an approval's TTL, without waiting it out);
 - ``park_dispatch``: when true, the desk's dispatch client (an injected
   dependency, :attr:`ApprovalDesk.dispatch`) is replaced by one that announces
   ``smf-test.<name>.dispatching`` and then never returns. The claim has then
@@ -47,6 +49,7 @@ import faulthandler
 import json
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +137,13 @@ async def _serve_tests(running: RunningGate, control: Client, prefix: str) -> No
     await control.flush()
 
 
+def _clock(offset_ms: int) -> Callable[[], int]:
+    def now() -> int:
+        return time.time_ns() // 1_000_000 + offset_ms
+
+    return now
+
+
 async def main(config: dict[str, object]) -> None:
     name = str(config["name"])
     prefix = f"{TEST_PREFIX}.{name}"
@@ -145,6 +155,7 @@ async def main(config: dict[str, object]) -> None:
             nats_url=str(config["url"]),
             co_located=True,
             sweep_seconds=3600.0,
+            clock=_clock(int(str(config.get("clock_offset_ms", 0)))),
             name=name,
             cluster=None if replicas is None else ClusterSettings(replicas=int(str(replicas))),
         )

@@ -18,6 +18,7 @@ unless it names a deadline itself (none does).
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -119,3 +120,16 @@ def _candidate_identity(
     if pytestconfig.getoption("xmlpath", None):
         for name, value in identity_properties(pytestconfig.rootpath):
             record_testsuite_property(name, value)
+
+
+# --- file modes: ``up`` and ``demo`` make their process's files private ------------
+
+
+@pytest.fixture(autouse=True)
+def _restore_umask() -> Iterator[None]:
+    """``up`` and ``demo`` set the process umask to 0o077 (``ops.state.private_files``);
+    a test that runs them in process must not change the modes of every later test."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    yield
+    os.umask(mask)

@@ -311,7 +311,7 @@ async def state_of(running: RunningGate, approval_id: str) -> str:
     return record.state
 
 
-def ledger_rows(ledger: Path, approval_id: str) -> list[tuple[str, tuple[str, ...]]]:
+def ledger_rows(ledger: Path, approval_id: str) -> list[tuple[str | None, tuple[str, ...]]]:
     """``(status, reason_codes)`` of every ledger entry for one approval, in order."""
     uri = ledger.resolve().as_uri() + "?mode=ro"
     with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
@@ -322,7 +322,7 @@ def ledger_rows(ledger: Path, approval_id: str) -> list[tuple[str, tuple[str, ..
     return [(status, tuple(json.loads(reasons))) for status, reasons in rows]
 
 
-def ledger_statuses(ledger: Path, approval_id: str) -> list[str]:
+def ledger_statuses(ledger: Path, approval_id: str) -> list[str | None]:
     return [status for status, _ in ledger_rows(ledger, approval_id)]
 
 
@@ -890,10 +890,8 @@ async def test_projection_change_between_hold_and_claim_refuses_the_claim(
     # The approval is closed, and the evidence says what the store holds.
     assert await state_of(gate, approval_id) == "invalidated"
     rows = ledger_rows(state.ledger, approval_id)
-    assert ("invalidated", ("binding_changed",)) in rows
-    assert {status for status, _ in rows[rows.index(("invalidated", ("binding_changed",))) :]} == {
-        "invalidated"
-    }
+    assert rows[-1] == ("invalidated", ("binding_changed",))
+    assert [status for status, _ in rows].count("invalidated") == 1  # it ended once
     assert held.held_payload is not None
     record = await gate.approvals.get(approval_id)
     assert record is not None

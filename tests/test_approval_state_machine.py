@@ -226,7 +226,7 @@ class ApprovalMachine(RuleBasedStateMachine):
         if restart:
             self.run(self.store.close())
             self.store = self.run(SqliteApprovalStore.open(self.dir / "approvals.db"))
-        invalidated = sorted(a for a, m in self.model.items() if m.state in ("pending", "approved"))
+        invalidated = sorted(a for a, m in self.model.items() if m.state == "approved")
         unknown = sorted(a for a, m in self.model.items() if m.state == "executing")
         for aid in invalidated:
             self.model[aid].state = "invalidated"

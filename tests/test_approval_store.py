@@ -714,7 +714,7 @@ async def _expire_at_approve(store: ApprovalStore, b: ApprovalBinding) -> None:
 
 
 async def _invalidate_pending(store: ApprovalStore, b: ApprovalBinding) -> None:
-    assert await store.recover(T0 + 1) == ([b.approval_id], [])
+    assert await store.invalidate(b.approval_id, T0 + 1) == [b.approval_id]
 
 
 async def _invalidate_approved(store: ApprovalStore, b: ApprovalBinding) -> None:
@@ -798,7 +798,7 @@ async def test_expire_due_closes_only_open_approvals_past_expiry(store: Approval
     assert await store.expire_due(now) == []
 
 
-async def test_recover_invalidates_open_work_and_marks_executing_unknown(
+async def test_recover_keeps_pending_invalidates_approved_and_marks_executing_unknown(
     backend: Backend, store: ApprovalStore
 ) -> None:
     pending = await held(store, "pending")
@@ -808,16 +808,15 @@ async def test_recover_invalidates_open_work_and_marks_executing_unknown(
     await store.finish(done.approval_id, "consumed", T0 + 3)
     denied = await held(store, "denied")
     await store.deny(denied.approval_id, binding_digest(denied), ATTORNEY, T0 + 1)
-    before = {b.approval_id: await store.get(b.approval_id) for b in (done, denied)}
+    before = {b.approval_id: await store.get(b.approval_id) for b in (done, denied, pending)}
     await store.close()
 
     restarted = await backend.open()  # a restart: a new instance on the same storage
     try:
         invalidated, unknown = await restarted.recover(T0 + 10)
-        assert invalidated == sorted([pending.approval_id, approved_.approval_id])
+        assert invalidated == [approved_.approval_id]
         assert unknown == [running.approval_id]
         for aid, state in [
-            (pending.approval_id, "invalidated"),
             (approved_.approval_id, "invalidated"),
             (running.approval_id, "execution_unknown"),
         ]:
@@ -829,8 +828,16 @@ async def test_recover_invalidates_open_work_and_marks_executing_unknown(
                 T0 + 10,
             )
         for aid, record in before.items():
-            assert await restarted.get(aid) == record  # terminal: untouched
+            # terminal: untouched; pending: untouched, its content kept for the approver
+            assert await restarted.get(aid) == record
+        kept = await restarted.get(pending.approval_id)
+        assert kept is not None
+        assert (kept.state, kept.held_payload is not None) == ("pending", True)
         assert await restarted.recover(T0 + 11) == ([], [])
+        approved_after = await restarted.approve(
+            pending.approval_id, binding_digest(pending), ATTORNEY, T0 + 12
+        )
+        assert approved_after.state == "approved"
         with pytest.raises(NotPending):
             await restarted.claim(approved_.approval_id, approved_, T0 + 12)
         with pytest.raises(IllegalTransition):

@@ -222,6 +222,7 @@ def test_demo_exits_non_zero_with_one_line_when_an_outcome_is_not_the_expected_o
     as expected, and the run says so on one line and exits 1."""
     state = tmp_path / "state"
     (state / "connectors" / "dms" / "store" / "doc-1207").mkdir(parents=True)
+    state.chmod(0o700)  # a state folder others may enter is refused before any scenario
     code, out, err = run(["demo", "--json", "--state-dir", str(state)], capsys)
     assert code == 1
     assert err == "smf-assurance: a scenario did not reach its expected outcome\n"

@@ -537,6 +537,7 @@ def test_corrupt_databases(path: tuple[str, ...], work: Path) -> None:
         for extra in ("-wal", "-shm"):
             (state / f"{name}{extra}").unlink(missing_ok=True)
         (state / name).write_bytes(GARBAGE)
+        (state / name).chmod(0o600)  # damaged, not readable by others: that is its own refusal
     result = run_cli([*path, *fill(STATE_CALLS[path], work)], work)
     assert "Traceback" not in result.stderr
     if result.returncode != 0:
@@ -562,6 +563,7 @@ def test_a_corrupt_database_stops_the_commands_that_open_it(
     for extra in ("-wal", "-shm"):
         (state / f"{name}{extra}").unlink(missing_ok=True)
     (state / name).write_bytes(GARBAGE)
+    (state / name).chmod(0o600)  # damaged, not readable by others: that is its own refusal
     result = run_cli(argv, work)
     assert result.returncode == 1
     assert_one_refusal(1, result.stderr, tuple(command.split()))

@@ -515,6 +515,7 @@ async def test_an_earlier_claim_file_is_merged_into_the_ledger(
         old.execute("DELETE FROM ledger.proposal_claims")
         old.execute("DELETE FROM ledger.direct_orders")
         old.commit()
+    state.claims.chmod(0o600)  # a state file: its owner's alone, or the gate refuses it
     assert claim_and_order_states(state, proposal.proposal_id) == (None, [])
 
     second = await gates()

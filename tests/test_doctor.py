@@ -14,6 +14,7 @@ is not there. A check that could not look must say ``skip``, never ``ok``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import http.server
 import json
 import subprocess
@@ -36,6 +37,7 @@ from smf_assurance.ops.cli import main
 from smf_assurance.ops.cli_json import DoctorCheckJson, DoctorJson
 from smf_assurance.ops.doctor import GATE_SERVICES, RELEASE_SERVICE
 from smf_assurance.ops.doctor_checks import Settings
+from smf_assurance.ops.doctor_files import NAMED, file_checks
 from smf_assurance.ops.doctor_gates import ledger_check, runtime_check
 from smf_assurance.ops.model_gateway import set_upstream
 from smf_assurance.ops.natsserver import EmbeddedNatsServer, reserve_port
@@ -414,8 +416,44 @@ def test_doctor_names_an_unreachable_bus_and_checks_nothing_else(
     assert time.monotonic() - started < 10
     assert_fails_with(code, report, err, url)
     assert row(report, "bus", url).status == "fail"
-    assert {c.status for c in report.checks if c.kind != "bus"} == {"skip"}
+    # Everything asked of the bus is skipped; the state folder's modes are the files'.
+    assert {c.status for c in report.checks if c.kind not in ("bus", "files")} == {"skip"}
+    assert row(report, "files", str(bus.state.root)).status == "ok"
     assert_never_ok_without_looking(report)
+
+
+@pytest.mark.claim("protected-evidence.state-files-private")
+def test_doctor_names_each_state_file_or_folder_others_may_read(
+    bus: Bus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The state folder as provisioned is its owner's alone; a file and a folder made
+    readable by others are each a failure naming the path and the chmod, and doctor
+    changes neither."""
+    dead = reserve_port()  # the modes are asked of the files: no bus needed
+    url = f"nats://127.0.0.1:{dead.port}"
+    try:
+        _, report, _ = doctor(bus, capsys, url=url)
+        assert [(c.subject, c.status) for c in rows(report, "files")] == [
+            (str(bus.state.root), "ok")
+        ]
+        leaked = bus.state.approvals
+        leaked.write_bytes(b"")
+        leaked.chmod(0o644)
+        bus.state.keys.chmod(0o755)
+        code, report, err = doctor(bus, capsys, url=url)
+    finally:
+        dead.close()
+    assert_fails_with(code, report, err)
+    found = {c.subject: (c.status, c.detail, c.fix) for c in rows(report, "files")}
+    assert found == {
+        str(bus.state.keys): (
+            "fail",
+            "mode 0755: others may enter it",
+            f"chmod 700 '{bus.state.keys}'",
+        ),
+        str(leaked): ("fail", "mode 0644: others may read it", f"chmod 600 '{leaked}'"),
+    }
+    assert (leaked.stat().st_mode & 0o777, bus.state.keys.stat().st_mode & 0o777) == (0o644, 0o755)
 
 
 def accepted(state: StateDir) -> ReleaseBundle:
@@ -706,3 +744,38 @@ def test_doctor_fails_on_the_directory_the_console_refuses_naming_the_file_and_k
     refused = capsys.readouterr().err
     assert refused.count("\n") == 1
     assert check.detail in refused
+
+
+def test_the_modes_check_counts_past_the_named_few_and_skips_without_a_state(
+    tmp_path: Path,
+) -> None:
+    state = StateDir(tmp_path / "state")
+    provision_demo(state)
+    settings = Settings(
+        url="nats://127.0.0.1:1",
+        credential=None,
+        registry=load_registry(state.registry),
+        trust_root=None,
+        state=state,
+        console=None,
+        clock=lambda: 0,
+    )
+    leaked = [state.root / f"leak-{index}.txt" for index in range(NAMED + 2)]
+    for path in leaked:
+        path.write_bytes(b"x")
+        path.chmod(0o644)
+    (state.root / "a-link").symlink_to("/etc/hostname")  # not followed, not judged
+
+    checks = file_checks(settings)
+
+    assert [(c.subject, c.status) for c in checks[:NAMED]] == [
+        (str(path), "fail") for path in leaked[:NAMED]
+    ]
+    assert (checks[-1].subject, checks[-1].detail, checks[-1].fix) == (
+        str(state.root),
+        "2 more path(s) others may read or enter",
+        f"chmod -R go-rwx '{state.root}'",
+    )
+    assert len(checks) == NAMED + 1
+    (skipped,) = file_checks(dataclasses.replace(settings, state=None))
+    assert (skipped.kind, skipped.status) == ("files", "skip")

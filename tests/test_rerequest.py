@@ -138,7 +138,10 @@ async def test_an_expired_filing_asked_again_is_a_new_binding_and_the_old_stays_
     assert (stale.accepted, stale.reason_codes) == (False, ("approval_not_pending",))
     with pytest.raises(ApproverError, match="approval_closed"):
         await attorney.show(old_id)
-    assert ("expired", ("approval_rerequested",)) in ledger_rows(state.ledger, old_id)
+    # The request is on the old approval's record, and its one end stays its only one.
+    rows = ledger_rows(state.ledger, old_id)
+    assert (None, ("approval_rerequested",)) in rows
+    assert [status for status, _ in rows].count("expired") == 1
 
     async with connectors_running(state, nats_server.url):
         allowed = await approve(nc, state, new.approval_id)

@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Final
 
+from smf_assurance.pipeline.stores.state_check import StateRefused
+
 EXIT_FAILURE: Final = 1
 EXIT_SIGINT: Final = 128 + signal.SIGINT
 EXIT_SIGTERM: Final = 128 + signal.SIGTERM
@@ -174,6 +176,9 @@ def describe(exc: BaseException) -> str:
     first line only when it is one of ours (our messages never carry secrets
     or payloads, a library's may echo its input).
     """
+    for link in _chain(exc):
+        if isinstance(link, StateRefused):  # names its file, reason and what to do
+            return f"the gate will not start: {link}"
     for link in _chain(exc):
         if isinstance(link, sqlite3.Error):
             return _sqlite_error(exc, link)

@@ -36,7 +36,10 @@ def write_url(root: Path, url: str) -> None:
     """Atomic: a reader sees the whole URL or no file, never half a line."""
     target = nats_url_path(root)
     partial = target.with_name(f".{NATS_URL_FILE}.{os.getpid()}")
-    partial.write_text(url + "\n", encoding="utf-8")
+    partial.unlink(missing_ok=True)
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # a state file
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(url + "\n")
     partial.replace(target)
 
 

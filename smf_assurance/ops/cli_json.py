@@ -1167,6 +1167,7 @@ DoctorKind = Literal[
     "ledger",
     "console",
     "directory",
+    "files",
 ]
 
 

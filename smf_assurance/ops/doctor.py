@@ -21,6 +21,8 @@ credential, and only what the operator role may ask (docs/BUS-PERMISSIONS.md):
   verified with the gate keys, against the gate's ledger tail from its status;
 - **console**: the approvers' console's ``GET /healthz``, when one is named: ``ok``
   only on its 200, a failure naming its reason code on its 503 (issue 23);
+- **files**: the state folder's modes (``smf_assurance.ops.doctor_files``): a file
+  or folder anyone but its owner may read or enter is a failure naming it;
 - **directory**: the tenant directory the console reads, checked here as the
   console checks it when it starts (which refuses a malformed file): a failure
   naming the file and key, and a warning for each tenant of the roster it names
@@ -62,6 +64,7 @@ from smf_assurance.ops.doctor_checks import (
     gather,
     say_age,
 )
+from smf_assurance.ops.doctor_files import file_checks
 from smf_assurance.ops.output import first_line
 from smf_assurance.ops.releases import ReleaseError, ask_gates, prior_of, read_bundle_file
 from smf_assurance.pipeline.core.release_trust import ReleaseTrust, TrustedTime
@@ -119,6 +122,7 @@ async def run(settings: Settings, progress: Callable[[int], None] = lambda _: No
             checks.append(Check(kind, None, "skip", "not checked: the bus is unreachable"))
         checks.append(await _console(settings))
         checks += directory_checks(settings)
+        checks += file_checks(settings)
         progress(STEPS)
         return checks
     try:
@@ -142,6 +146,7 @@ async def run(settings: Settings, progress: Callable[[int], None] = lambda _: No
             await nc.close()
     checks.append(await _console(settings))
     checks += directory_checks(settings)
+    checks += file_checks(settings)
     progress(STEPS)
     return checks
 

@@ -32,6 +32,7 @@ Kind = Literal[
     "ledger",
     "console",
     "directory",
+    "files",
 ]
 
 CONNECT_TIMEOUT_S: Final = 2.0

@@ -382,6 +382,9 @@ class EmbeddedNatsServer:
                     # foreground group and must reach only our process, which
                     # stops the gate and then this server in order.
                     process_group=0,
+                    # Its store holds orders with their content: its files are 0600 and
+                    # its folders 0700 whatever our umask (docs/EVIDENCE.md, file modes).
+                    umask=0o077,
                     preexec_fn=parent_death_guard(),  # noqa: PLW1509 - see parent_death_guard
                 )
             except (OSError, subprocess.SubprocessError) as exc:

@@ -152,8 +152,8 @@ def read_public_record(path: Path) -> PublicKeyRecord:
 
 
 def write_trust_root(path: Path, root: TrustRoot) -> None:
-    """Write a trust root file; never over an existing one (it anchors every gate)."""
-    _write_new(path, encode_trust_root(root) + b"\n")
+    """Write a trust root file, 0600; never over an existing one (it anchors every gate)."""
+    _write_new(path, encode_trust_root(root) + b"\n", private=True)
 
 
 def load_trust_root(path: Path) -> TrustRoot:
@@ -361,12 +361,16 @@ def _read(path: Path) -> bytes:
     return data
 
 
-def _write_new(path: Path, data: bytes) -> None:
-    """Create ``path`` with ``data`` atomically; refuse if anything is there."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _write_new(path: Path, data: bytes, *, private: bool = False) -> None:
+    """Create ``path`` with ``data`` atomically; refuse if anything is there.
+    ``private``: 0600 in a 0700 folder, for a file of a state directory (whatever the
+    umask); otherwise as the umask says (a release folder is made to be shared)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700 if private else 0o777)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    mode = 0o600 if private else 0o666
     try:
-        with temporary.open("xb") as handle:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -433,7 +437,7 @@ def publish_to_inbox(bundle: ReleaseBundle, inbox: Path) -> Path:
     path = inbox / inbox_name(unverified_manifest(bundle).sequence, data)
     if path.exists() and _read(path) == data:
         return path
-    _write_new(path, data)
+    _write_new(path, data, private=True)
     return path
 
 

@@ -32,7 +32,7 @@ import msgspec
 import structlog
 
 from smf_assurance.ops.model_gateway import gateway_file
-from smf_assurance.ops.state import RELEASE_SIGNER, StateDir, refresh_demo_release
+from smf_assurance.ops.state import RELEASE_SIGNER, StateDir, refresh_demo_release, write_private
 from smf_assurance.pipeline.assembly.model_gateway import load_gateway_file
 from smf_assurance.pipeline.core.release_trust import VerifiedRelease
 from smf_assurance.pipeline.stages.attestation import RuntimeRequirement
@@ -164,7 +164,7 @@ def register_runtime(
         key, principal, "runtime", runtime_id=runtime_id, nats_user=state.bus_user(principal)
     )
     updated = with_runtime_entry(current, entry)
-    state.registry.write_bytes(encode_registry(updated.entries))
+    write_private(state.registry, encode_registry(updated.entries))
     settings = with_attestation(read_attestation_file(state), runtime_id, setting)
     _write_atomic(attestation_settings_path(state), msgspec.json.encode(settings))
     return state.key_path(principal)

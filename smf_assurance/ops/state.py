@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,14 +57,45 @@ MODEL_GATEWAY: Final = "model-gateway"
 """Writes signed releases into the release bucket (the signature is the release key's)."""
 
 
+def write_private(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically, 0600 whatever the umask (a file of the
+    state directory: ``doctor`` fails one others may read)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:  # mkstemp made it 0600
+            handle.write(data)
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "smf-assurance"
 
 
+PRIVATE_UMASK: Final = 0o077
+"""What ``up`` and ``demo`` create under the state directory is their user's alone:
+files 0600, folders 0700, the embedded nats-server's store included (it inherits the
+mask). The gate refuses to start on a store file or folder others may enter
+(``smf_assurance.pipeline.stores.state_check``); ``doctor`` reports any such path."""
+
+
+def private_files() -> None:
+    """From now on this process creates files 0600 and folders 0700 (and so do the
+    processes it starts): the state directory holds content, approvals and keys."""
+    os.umask(PRIVATE_UMASK)
+
+
 @dataclass(frozen=True, slots=True)
 class StateDir:
     root: Path
+
+    def create(self) -> None:
+        """The state directory, 0700 when it is new (an existing one keeps its mode:
+        the gate and ``doctor`` judge it)."""
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     @property
     def keys(self) -> Path:
@@ -177,7 +209,7 @@ def provision_demo(state: StateDir) -> None:
     two approvers, the console relay, the release publisher, the model gateway and
     the operator; the
     registry naming them; and a signed release carrying it (issue 6)."""
-    state.root.mkdir(parents=True, exist_ok=True)
+    state.create()
 
     def entry(principal: str, role: Role, **fields: Any) -> RegistryEntry:
         return entry_for(
@@ -200,7 +232,7 @@ def provision_demo(state: StateDir) -> None:
         entry(OPERATOR, "operator"),
     ]
     entries.extend(entry(c, "connector", connector_id=c) for c in CONNECTORS)
-    state.registry.write_bytes(encode_registry(tuple(entries)))
+    write_private(state.registry, encode_registry(tuple(entries)))
     state.pseudonym_key()
     refresh_demo_release(state)
 

@@ -30,7 +30,14 @@ from smf_assurance.ops.logs import configure_logging
 from smf_assurance.ops.output import Progress, emit, fail, table
 from smf_assurance.ops.projections import SCENARIO_ENVELOPES, package_path
 from smf_assurance.ops.stack import Stack, seed_demo_documents, start_stack
-from smf_assurance.ops.state import ADAPTER_ID, OPERATOR, RUNTIME_ID, StateDir, provision_demo
+from smf_assurance.ops.state import (
+    ADAPTER_ID,
+    OPERATOR,
+    RUNTIME_ID,
+    StateDir,
+    private_files,
+    provision_demo,
+)
 from smf_assurance.pipeline.core.release_trust import NoVerifiedReleaseError
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import open_outcome
@@ -326,6 +333,7 @@ async def _demo(state: StateDir, nats_url: str | None) -> list[Row]:
 
 def run_demo(args: argparse.Namespace) -> int:
     configure_logging(json=False, level="error")
+    private_files()
     if args.state_dir is not None:
         rows = asyncio.run(_demo(StateDir(args.state_dir), args.nats))
     else:

@@ -41,10 +41,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p = sub.add_parser(
         "doctor",
         help="check a running deployment: bus, release, gate services, runtimes, "
-        "connectors, ledger checkpoints, console",
+        "connectors, ledger checkpoints, console, state folder modes",
         description="Check a running deployment from the operator's seat and print what "
         "to fix; exit 1 when any check failed. Every answer a gate gives counts only when "
-        "a gate key of the state's registry signed it.",
+        "a gate key of the state's registry signed it. Any file or folder of the state "
+        "directory others may read or enter is a failure naming it.",
     )
     p.add_argument(
         "--state-dir",

@@ -40,6 +40,7 @@ from smf_assurance.ops.cli_json import LedgerVerifyJson
 from smf_assurance.ops.logs import configure_logging
 from smf_assurance.ops.output import CommandError, emit, fail, first_line, say, table
 from smf_assurance.ops.state import OPERATOR, StateDir, default_state_dir
+from smf_assurance.pipeline.stores.checkpoint_stream import read_checkpoints
 from smf_assurance.pipeline.stores.ledger import (
     EvidenceStoreUnavailable,
     LedgerIntegrityError,
@@ -223,26 +224,13 @@ async def fetch_checkpoints(
     Only that gate's subject: on a cluster the replicas share the stream, and a
     checkpoint of another replica's ledger would read as a replaced file.
     """
-    subject = names.checkpoint_subject(gate_name)
     nc = await connect_bus(url, "smf-ledger-verify", credential)
     try:
-        js = nc.jetstream()
-        try:
-            info = await js.stream_info(names.CHECKPOINT_STREAM)
-        except NotFoundError:
-            fail(f"no {names.CHECKPOINT_STREAM} stream at {url}: is the gate running there?")
-        except (NatsError, TimeoutError) as exc:
-            fail(f"cannot read the {names.CHECKPOINT_STREAM} stream: {first_line(exc)}")
-        envelopes: list[bytes] = []
-        seq = info.state.first_seq
-        while info.state.messages and seq <= info.state.last_seq:
-            try:
-                raw = await js.get_msg(names.CHECKPOINT_STREAM, seq, subject=subject, next=True)
-            except NotFoundError:
-                break
-            envelopes.append(raw.data or b"")
-            seq = (raw.seq or seq) + 1
-        return envelopes
+        return await read_checkpoints(nc.jetstream(), gate_name)
+    except NotFoundError:
+        fail(f"no {names.CHECKPOINT_STREAM} stream at {url}: is the gate running there?")
+    except (NatsError, TimeoutError) as exc:
+        fail(f"cannot read the {names.CHECKPOINT_STREAM} stream: {first_line(exc)}")
     finally:
         await nc.close()
 

@@ -46,7 +46,13 @@ from smf_assurance.ops.commands import model_gateway, notify
 from smf_assurance.ops.logs import LOG_LEVELS, configure_logging
 from smf_assurance.ops.output import emit, fail, first_line, say
 from smf_assurance.ops.stack import start_connectors, start_stack
-from smf_assurance.ops.state import CONNECTORS, StateDir, default_state_dir, provision_demo
+from smf_assurance.ops.state import (
+    CONNECTORS,
+    StateDir,
+    default_state_dir,
+    private_files,
+    provision_demo,
+)
 from smf_assurance.ops.supervisor import (
     Running,
     embedded,
@@ -323,8 +329,9 @@ def run_up(args: argparse.Namespace) -> int:
     configure_logging(json=json_logs, level=args.log_level)
     notify_config = notify.read_config(args.notify) if args.notify is not None else None
     state = StateDir(args.state_dir or default_state_dir())
+    private_files()
     try:
-        state.root.mkdir(parents=True, exist_ok=True)
+        state.create()
     except OSError as exc:
         fail(f"cannot create state dir {state.root}: {exc.strerror}")
     with exclusive(state):

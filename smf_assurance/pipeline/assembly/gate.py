@@ -75,11 +75,13 @@ from smf_assurance.pipeline.stores.approvals import ApprovalStore
 from smf_assurance.pipeline.stores.approvals_kv import KvApprovalStore
 from smf_assurance.pipeline.stores.approvals_sqlite import SqliteApprovalStore
 from smf_assurance.pipeline.stores.call_context import CallContextMirror, ensure_call_context_bucket
+from smf_assurance.pipeline.stores.checkpoint_stream import newest_checkpoint, read_checkpoints
 from smf_assurance.pipeline.stores.claims import ClaimStore, ProposalClaims, merge_claim_file
 from smf_assurance.pipeline.stores.claims_kv import KvClaimStore
 from smf_assurance.pipeline.stores.ledger import Ledger
 from smf_assurance.pipeline.stores.orders import OrderBook, SqliteOrderBook
 from smf_assurance.pipeline.stores.orders_kv import KvOrderBook
+from smf_assurance.pipeline.stores.state_check import StateFiles, check_state, valid_checkpoints
 from smf_assurance.pipeline.stores.tool_calls import SqliteToolCallStore, ToolCallStore
 from smf_assurance.pipeline.stores.tool_calls_kv import KvToolCallStore
 from smf_assurance.subjects import names
@@ -497,6 +499,7 @@ async def start_gate(config: GateConfig) -> RunningGate:
         except JetStreamUnavailableError as exc:
             raise BusUnavailableError(str(exc)) from None
         await ensure_gate_streams(js, config.replicas, record=config.stores.streams)
+        await _check_state(config, js)
         releases = await _open_releases(config, js)
         if releases is not None:
             undo.push_async_callback(releases.close)
@@ -509,6 +512,43 @@ async def start_gate(config: GateConfig) -> RunningGate:
         undo.pop_all()
         return running
     raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
+
+
+async def _check_state(config: GateConfig, js: JetStreamContext) -> None:
+    """Refuse state that lies before any store opens it
+    (``smf_assurance.pipeline.stores.state_check``): the files against themselves,
+    the ledger against the newest checkpoint this gate signed on the bus (all of them
+    when that one does not verify: junk on the stream is skipped, never trusted), the
+    claims and approvals against the ledger, and their modes."""
+    trusted = {
+        **config.registry.trusted("gate"),
+        config.gate_key.key_id: config.gate_key.verify_key,
+    }
+    try:
+        newest = await newest_checkpoint(js, config.name)
+        envelopes = [] if newest is None else valid_checkpoints([newest], trusted)
+        if newest is not None and not envelopes:
+            envelopes = valid_checkpoints(await read_checkpoints(js, config.name), trusted)
+    except (NatsError, TimeoutError) as exc:
+        raise BusUnavailableError(f"cannot read the ledger checkpoints: {exc}") from None
+    one_machine = config.cluster is None
+    release_state = config.policy.state if isinstance(config.policy, ReleaseSource) else None
+    files = StateFiles(
+        ledger=config.stores.ledger,
+        approvals=config.stores.approvals if one_machine else None,
+        claims_in_ledger=one_machine,
+        earlier_claims=config.stores.claims if one_machine else None,
+        others=() if release_state is None else (release_state,),
+    )
+    retention = GateSettings(tenant_key=config.tenant_key).claim_retention_ms
+    await asyncio.to_thread(
+        check_state,
+        files,
+        envelopes,
+        trusted,
+        now_ms=config.clock(),
+        claim_retention_ms=retention,
+    )
 
 
 async def _assemble(

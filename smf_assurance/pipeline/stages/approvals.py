@@ -28,8 +28,10 @@ ARCHITECTURE.md, "Exact-action approval", and issue 4:
   report that the executed params were not the approved ones is a broken
   binding (``binding_broken``), ``execution_unknown``, never ``consumed``. No
   report by the deadline -> ``execution_unknown``, terminal, never retried.
-- restart: pending and approved work is invalidated, executing work becomes
-  ``execution_unknown``; both are written to the evidence ledger.
+- restart: a pending approval stays pending, with its content, until an
+  approver answers it or its TTL ends it (at the first sweep, which runs at
+  start); an approved approval no claim followed is invalidated and executing
+  work becomes ``execution_unknown``; both are written to the evidence ledger.
 
 Every state change is written to the evidence ledger before anything is
 released to a runtime or a connector.
@@ -79,11 +81,17 @@ from smf_assurance.pipeline.stages.outcomes import (
     open_report,
 )
 from smf_assurance.pipeline.stages.transport import StageClient
-from smf_assurance.pipeline.stores.approvals import ApprovalError, ApprovalRecord, ApprovalStore
+from smf_assurance.pipeline.stores.approvals import (
+    ApprovalError,
+    ApprovalExpired,
+    ApprovalRecord,
+    ApprovalStore,
+)
 from smf_assurance.pipeline.stores.ledger import EvidenceError, Ledger
 from smf_assurance.pipeline.stores.ledger_schema import Status
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import (
+    TERMINAL_STATES,
     ApprovalBinding,
     ApprovalResolution,
     ApprovalView,
@@ -119,11 +127,17 @@ __all__ = ["ApprovalDesk", "DeskError", "HeldAction", "bind"]
 
 
 class DeskError(Exception):
-    """A resolution or show request is refused; ``reason_code`` says why."""
+    """A resolution or show request is refused; ``reason_code`` says why.
 
-    def __init__(self, reason_code: str) -> None:
+    ``recorded``: the step that refused already wrote the refusal's one ledger
+    entry (the transition it made: ``expired``, ``invalidated``,
+    ``execution_unknown``), so :meth:`ApprovalDesk._refusal` writes none.
+    """
+
+    def __init__(self, reason_code: str, *, recorded: bool = False) -> None:
         super().__init__(reason_code)
         self.reason_code = reason_code
+        self.recorded = recorded
 
 
 @dataclass
@@ -156,7 +170,7 @@ class ApprovalDesk:
     # -- evidence -----------------------------------------------------------
 
     async def _record(
-        self, binding: ApprovalBinding, status: Status, reasons: tuple[str, ...] = ()
+        self, binding: ApprovalBinding, status: Status | None, reasons: tuple[str, ...] = ()
     ) -> str:
         """Write one transition; raises EvidenceError (callers fail closed)."""
         entry = self._evidence.for_binding(binding, status, reasons)
@@ -197,7 +211,7 @@ class ApprovalDesk:
         try:
             evidence = await self._record(binding, "held", decision.reason_codes)
         except EvidenceError:
-            await self._invalidate(binding.approval_id)
+            await self._invalidate(binding, ("evidence_store_unavailable",))
             return deny("evidence_store_unavailable")
         announcement = PendingAnnouncement(
             schema="smf.approval-pending/2",
@@ -222,7 +236,7 @@ class ApprovalDesk:
                 headers={names.HEADER_MSG_ID: binding.approval_id},
             )
         except (NatsError, JetStreamError, TimeoutError):
-            await self._invalidate(binding.approval_id)
+            await self._invalidate(binding, ("approval_announcement_failed",))
             return deny("approval_announcement_failed")
         log.info("approval_held", approval_id=binding.approval_id)
         return msgspec.structs.replace(
@@ -232,11 +246,18 @@ class ApprovalDesk:
             required_roles=binding.required_roles,
         )
 
-    async def _invalidate(self, approval_id: str) -> None:
+    async def _invalidate(self, binding: ApprovalBinding, reasons: tuple[str, ...]) -> bool:
+        """Close an open approval the gate could not complete, so it can never be
+        approved later; the transition is recorded (with ``reasons``) only when this
+        call made it, so an approval ends in the ledger once. True when it did."""
         try:
-            await self.store.invalidate(approval_id, self.clock())
+            moved = await self.store.invalidate(binding.approval_id, self.clock())
         except ApprovalError:
-            log.exception("approval_invalidate_failed", approval_id=approval_id)
+            log.exception("approval_invalidate_failed", approval_id=binding.approval_id)
+            return False
+        if moved:
+            await self._safe_record(binding, "invalidated", reasons)
+        return bool(moved)
 
     # -- resolve ------------------------------------------------------------
 
@@ -270,17 +291,21 @@ class ApprovalDesk:
             reply = await self._resolve(resolution, principal)
         except DeskError as exc:
             log.info("resolution_refused", approval_id=approval_id, reason=exc.reason_code)
-            reply = await self._refusal(approval_id, exc.reason_code)
+            reply = await self._refusal(approval_id, exc.reason_code, recorded=exc.recorded)
         return msgspec.json.encode(reply)
 
-    async def _refusal(self, approval_id: str, reason: str) -> ResolutionReply:
-        """Refusals are recorded too (issue 4), when the approval is known."""
+    async def _refusal(
+        self, approval_id: str, reason: str, *, recorded: bool = False
+    ) -> ResolutionReply:
+        """Refusals are recorded too (issue 4), when the approval is known, each with
+        one entry: a refusal changes no state, so its entry repeats a state only while
+        the approval is open. An approval's terminal state is written once, by the step
+        that moved it there (ARCHITECTURE.md, "Exact-action approval"): a refusal after
+        it (a duplicate resolution, an allow after a deny) names no status, so it can
+        never read as a second end. ``recorded``: the refusing step wrote its entry."""
         record = await self._get(approval_id) if approval_id else None
-        if record is not None:
-            try:
-                await self._record(record.binding, record.state, (reason,))
-            except EvidenceError:
-                log.error("evidence_unavailable_for_refusal", approval_id=approval_id)
+        if record is not None and not recorded:
+            await self._record_refusal(record, reason)
         return ResolutionReply(
             schema="smf.resolution-reply/1",
             approval_id=approval_id,
@@ -288,6 +313,13 @@ class ApprovalDesk:
             state=record.state if record is not None else "unknown",
             reason_codes=(reason,),
         )
+
+    async def _record_refusal(self, record: ApprovalRecord, reason: str) -> None:
+        status = None if record.state in TERMINAL_STATES else record.state
+        try:
+            await self._record(record.binding, status, (reason,))
+        except EvidenceError:
+            log.error("evidence_unavailable_for_refusal", approval_id=record.binding.approval_id)
 
     async def _get(self, approval_id: str) -> ApprovalRecord | None:
         try:
@@ -320,6 +352,11 @@ class ApprovalDesk:
                 record = await self.store.approve(
                     binding.approval_id, resolution.binding_digest, principal.name, now
                 )
+        except ApprovalExpired as exc:
+            # The store moved the approval to expired in this refusing step: the
+            # refusal's entry is that transition, written once, here.
+            await self._safe_record(binding, "expired", (exc.reason_code,))
+            raise DeskError(exc.reason_code, recorded=True) from exc
         except ApprovalError as exc:
             raise DeskError(exc.reason_code) from exc
         if resolution.decision == "deny":
@@ -327,8 +364,8 @@ class ApprovalDesk:
         try:
             await self._record(binding, "approved")
         except EvidenceError:
-            await self._invalidate(binding.approval_id)
-            raise DeskError("evidence_store_unavailable") from None
+            await self._invalidate(binding, ("evidence_store_unavailable",))
+            raise DeskError("evidence_store_unavailable", recorded=True) from None
         return await self._claim_and_dispatch(record)
 
     async def _denied(
@@ -366,21 +403,26 @@ class ApprovalDesk:
         )
         try:
             claimed = await self.store.claim(stored.approval_id, expected, self.clock())
+        except ApprovalExpired as exc:
+            # The claim found it expired and moved it there: its one terminal entry.
+            await self._safe_record(stored, "expired", (exc.reason_code,))
+            raise DeskError(exc.reason_code, recorded=True) from exc
         except ApprovalError as exc:
             # A refused claim never leaves the approval open to a later claim, and the
-            # evidence names the state the store now holds (``invalidated`` here, or
-            # ``executing`` when another claimant won), not one it does not.
-            await self._invalidate(stored.approval_id)
-            after = await self._get(stored.approval_id)
-            status = after.state if after is not None else "invalidated"
-            await self._safe_record(stored, status, (exc.reason_code,))
-            raise DeskError(exc.reason_code) from exc
+            # evidence names the state the store now holds (``invalidated`` when this
+            # step closed it, else the refusal on the state another step left, e.g.
+            # ``executing`` when another claimant won), never one it does not.
+            if not await self._invalidate(stored, (exc.reason_code,)):
+                after = await self._get(stored.approval_id)
+                if after is not None:
+                    await self._record_refusal(after, exc.reason_code)
+            raise DeskError(exc.reason_code, recorded=True) from exc
         held = msgspec.json.decode(claimed.held_payload or record.held_payload, type=HeldAction)
         try:
             await self._record(stored, "executing")
         except EvidenceError:
             await self._finish(stored, "execution_unknown", ("evidence_store_unavailable",))
-            raise DeskError("evidence_store_unavailable") from None
+            raise DeskError("evidence_store_unavailable", recorded=True) from None
         if held.connector_id is None:
             return await self._release_to_runtime(stored)
         request = DispatchRequest(
@@ -400,7 +442,7 @@ class ApprovalDesk:
                 stored, "execution_unknown", ("dispatch_failed", refusal.reason_code)
             )
             await self._notify(stored, outcome_verdict(stored, "deny", ("dispatch_failed",)))
-            raise DeskError("dispatch_failed") from None
+            raise DeskError("dispatch_failed", recorded=True) from None
         await self.store.record_order(stored.approval_id, receipt.order_id, self.clock())
         verdict = msgspec.structs.replace(
             outcome_verdict(stored, "allow", ("approved_once",)),
@@ -430,7 +472,7 @@ class ApprovalDesk:
                 stored, "execution_unknown", ("order_record_failed", exc.reason_code)
             )
             await self._notify(stored, outcome_verdict(stored, "deny", ("order_record_failed",)))
-            raise DeskError("order_record_failed") from None
+            raise DeskError("order_record_failed", recorded=True) from None
         await self._notify(stored, outcome_verdict(stored, "allow", ("approved_once",)))
         return _accepted(stored.approval_id, "executing")
 
@@ -453,7 +495,7 @@ class ApprovalDesk:
         await self._safe_record(binding, outcome, reasons)
 
     async def _safe_record(
-        self, binding: ApprovalBinding, status: Status, reasons: tuple[str, ...]
+        self, binding: ApprovalBinding, status: Status | None, reasons: tuple[str, ...]
     ) -> None:
         try:
             await self._record(binding, status, reasons)
@@ -546,7 +588,23 @@ class ApprovalDesk:
             await self._finish(record.binding, "execution_unknown", ("no_execution_report",))
 
     async def recover(self) -> None:
-        """Start-up recovery (issue 4): never resume work a crash interrupted."""
+        """Start-up recovery: never resume work a crash interrupted, and lose no
+        approval a restart did not interrupt.
+
+        - ``pending`` survives: the binding, its digest and the held content are in
+          the store, the announcement in its stream, and the runtime waits on a
+          subject no restart changes; an approver answers it after the restart as
+          before, and only its TTL ends it otherwise (the sweep run here expires
+          those that ran out while the gate was down, and tells their runtimes).
+        - ``approved`` (an allow-once accepted, its claim not made) is invalidated:
+          the claim follows the approval in the same request, so an approved row at
+          start means the gate died inside it; its approver was never told the action
+          runs and its runtime may have stopped waiting. Claiming it now would run an
+          action no one is waiting for, after an unknown delay; the requester asks
+          again instead.
+        - ``executing`` becomes ``execution_unknown``: the order may have run; it is
+          never claimed or dispatched again.
+        """
         invalidated, unknown = await self.store.recover(self.clock())
         ended: list[tuple[str, Status]] = [(a, "invalidated") for a in invalidated]
         ended += [(a, "execution_unknown") for a in unknown]
@@ -554,6 +612,7 @@ class ApprovalDesk:
             record = await self._get(approval_id)
             if record is not None:
                 await self._safe_record(record.binding, status, ("gate_restarted",))
+        await self.sweep()
 
     # -- show and status --------------------------------------------------------
 
@@ -699,7 +758,8 @@ class ApprovalDesk:
             raise DeskError("gate_key_missing")
         binding = record.binding
         try:
-            await self._record(binding, "expired", ("approval_rerequested",))
+            # A request, not a transition: the approval ended once, as ``expired``.
+            await self._record(binding, None, ("approval_rerequested",))
         except EvidenceError:
             raise DeskError("evidence_store_unavailable") from None
         notice = AskAgain(

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
+import msgspec
 import structlog
 
 from smf_assurance.pipeline.core.decision import Decision
@@ -88,6 +89,15 @@ def unique(reasons: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(reasons))
 
 
+def with_reason(entry: EvidenceEntry, reason: str) -> EvidenceEntry:
+    """``entry`` with ``reason`` added to its reason codes, kept within the bound (the
+    added code wins over the last of the others)."""
+    if reason in entry.reason_codes:
+        return entry
+    codes = (*entry.reason_codes[: MAX_REASONS - 1], reason)
+    return msgspec.structs.replace(entry, reason_codes=codes)
+
+
 @dataclass(frozen=True)
 class EvidenceWriter:
     """Builds and appends evidence entries for one gate (its ledger, key and clock)."""
@@ -124,7 +134,7 @@ class EvidenceWriter:
     def for_binding(
         self,
         binding: ApprovalBinding,
-        status: Status,
+        status: Status | None,
         reasons: tuple[str, ...] = (),
         kind: EntryKind = "transition",
     ) -> EvidenceEntry:

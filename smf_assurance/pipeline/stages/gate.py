@@ -47,13 +47,32 @@ from smf_assurance.pipeline.stages.contracts import (
     DispatchRequest,
     EvaluateRequest,
 )
-from smf_assurance.pipeline.stages.evidence import EvidenceWriter, signature_reason, verdict
+from smf_assurance.pipeline.stages.evidence import (
+    EvidenceWriter,
+    signature_reason,
+    verdict,
+    with_reason,
+)
 from smf_assurance.pipeline.stages.outcomes import OutcomeDesk
 from smf_assurance.pipeline.stages.tool_calls import DecidedCalls
 from smf_assurance.pipeline.stages.transport import StageClient
 from smf_assurance.pipeline.stores.call_context import CallContextInvalid, CallContextUnavailable
-from smf_assurance.pipeline.stores.claims import ClaimAndOrder, ClaimState, ProposalClaims
-from smf_assurance.pipeline.stores.ledger import Beside, EvidenceError, Ledger
+from smf_assurance.pipeline.stores.claims import (
+    CLAIM_STORE_UNAVAILABLE as CLAIM_UNAVAILABLE,
+)
+from smf_assurance.pipeline.stores.claims import (
+    DUPLICATE_PROPOSAL,
+    ClaimAndOrder,
+    ClaimState,
+    ProposalClaims,
+)
+from smf_assurance.pipeline.stores.ledger import (
+    Beside,
+    EvidenceEntry,
+    EvidenceError,
+    Ledger,
+    Recorded,
+)
 from smf_assurance.pipeline.stores.orders import OrderRecord
 from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
 from smf_assurance.pipeline.stores.tool_calls import ToolCallStore
@@ -522,17 +541,19 @@ class Gate:
             try:
                 beside = self._claim_beside(work, decision, tenant_ref)
             except StoreUnavailable:
-                receipt = await self._evidence.append(entry)
+                receipt = await self._evidence.append(with_reason(entry, CLAIM_UNAVAILABLE))
                 claim: ClaimAndOrder | StoreUnavailable = StoreUnavailable("claim store closed")
             else:
-                receipt, claim = await self._evidence.append_beside(entry, _then(note, beside))
+                receipt, claim = await self._evidence.append_beside(
+                    entry, Recorded(_then(note, beside), _claim_recorded)
+                )
                 noted = note is not None and not isinstance(claim, StoreUnavailable)
         except EvidenceError:
             log.error("evidence_unavailable", proposal_id=work.proposal.proposal_id)
             return self._deny(work, (EVIDENCE_UNAVAILABLE,))
         work = dataclasses.replace(work, evidence=(receipt.entry_hash,), note_stored=noted)
         if isinstance(claim, StoreUnavailable):
-            return self._deny(work, ("claim_store_unavailable",))
+            return self._deny(work, (CLAIM_UNAVAILABLE,))
         return dataclasses.replace(work, claim=claim)
 
     def _claim_beside(self, work: Work, decision: Decision, tenant_ref: str) -> Beside:
@@ -576,15 +597,15 @@ class Gate:
         decision = work.need_decision()
         proposal_id = work.proposal.proposal_id
         if work.claim is not None:
-            return work if work.claim.claimed else self._deny(work, ("duplicate_proposal",))
+            return work if work.claim.claimed else self._deny(work, (DUPLICATE_PROPOSAL,))
         try:
             claimed = await self.claims.claim(
                 proposal_id, decision.operation_hash, decision.decision_id, self.clock()
             )
         except StoreUnavailable:
-            return self._deny(work, ("claim_store_unavailable",))
+            return self._deny(work, (CLAIM_UNAVAILABLE,))
         if not claimed:
-            return self._deny(work, ("duplicate_proposal",))
+            return self._deny(work, (DUPLICATE_PROPOSAL,))
         return work
 
     async def _open_order(self, work: Work) -> Work | Verdict:
@@ -752,6 +773,16 @@ class Gate:
 
     def _deny(self, work: Work, reasons: tuple[str, ...]) -> Verdict:
         return self._answer(work, "deny", reasons)
+
+
+def _claim_recorded(entry: EvidenceEntry, written: object) -> EvidenceEntry:
+    """An allow's entry says when its claim was NOT written (a replay's claim is
+    refused, a failed write undone): the claims table must then hold a row for every
+    other allow of the retention window, which the start-up check holds it to
+    (``smf_assurance.pipeline.stores.state_check``)."""
+    if isinstance(written, ClaimAndOrder):
+        return entry if written.claimed else with_reason(entry, DUPLICATE_PROPOSAL)
+    return with_reason(entry, CLAIM_UNAVAILABLE)
 
 
 def _then(first: Beside | None, beside: Beside) -> Beside:

@@ -453,7 +453,8 @@ class ApprovalStore(Protocol):
         ...
 
     async def recover(self, now_ms: int) -> tuple[list[str], list[str]]:
-        """Start-up: open -> ``invalidated``, ``executing`` -> ``execution_unknown``.
+        """Start-up: ``approved`` -> ``invalidated``, ``executing`` -> ``execution_unknown``;
+        ``pending`` is left as it is (durable: only its TTL or an approver ends it).
 
         Returns ``(invalidated_ids, unknown_ids)`` for the caller to write to the
         evidence record (issue 4: "both are written to the evidence record").

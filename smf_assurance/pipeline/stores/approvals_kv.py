@@ -652,17 +652,18 @@ class KvApprovalStore:
         return await self._close_each([s for s in every if target(s)], target, now_ms)
 
     async def recover(self, now_ms: int) -> tuple[list[str], list[str]]:
-        """Start-up recovery (issue 4): nothing open survives a restart, and work that
-        may have executed becomes ``execution_unknown``, which is never retried.
+        """Start-up recovery (:meth:`ApprovalStore.recover`): pending stays pending,
+        an approved approval no claim followed is invalidated, and work that may have
+        executed becomes ``execution_unknown``, which is never retried.
 
-        On a shared bucket this closes the open work of EVERY gate instance, as
+        On a shared bucket this closes the in-flight work of EVERY gate instance, as
         the contract says; call it when the gate as a whole restarts.
         """
         every = [stored for stored, _ in await self._all()]
         await self._held.sweep({s.approval_id: s.content_seq for s in every}, now_ms)
 
         def invalid(stored: _Stored) -> ApprovalState | None:
-            return "invalidated" if stored.state in OPEN_STATES else None
+            return "invalidated" if stored.state == "approved" else None
 
         def unknown(stored: _Stored) -> ApprovalState | None:
             return "execution_unknown" if stored.state == "executing" else None

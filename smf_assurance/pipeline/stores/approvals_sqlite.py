@@ -644,16 +644,13 @@ class SqliteApprovalStore:
         return await self._transact(body)
 
     async def recover(self, now_ms: int) -> tuple[list[str], list[str]]:
-        """Start-up recovery (issue 4): nothing open survives a restart, and work that
-        may have executed becomes ``execution_unknown``, which is never retried.
-        The caller writes both lists to the evidence record."""
+        """Start-up recovery (:meth:`ApprovalStore.recover`): a pending approval stays
+        pending with its content, an approved one no claim followed is invalidated,
+        and work that may have executed becomes ``execution_unknown``, which is never
+        retried. The caller writes both lists to the evidence record."""
 
         def body(tx: _Tx) -> tuple[list[str], list[str]]:
-            invalidated = [
-                row
-                for source in sorted(OPEN_STATES)
-                for row in tx.move(_MOVE_ALL, "*", source, "invalidated", now_ms)
-            ]
+            invalidated = tx.move(_MOVE_ALL, "*", "approved", "invalidated", now_ms)
             unknown = tx.move(_MOVE_ALL, "*", "executing", "execution_unknown", now_ms)
             return (
                 sorted(row["approval_id"] for row in invalidated),

@@ -35,6 +35,9 @@ from smf_assurance.pipeline.stores.orders import OrderRecord, insert_order, orde
 from smf_assurance.pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable
 
 __all__ = [
+    "CLAIM_NOT_WRITTEN",
+    "CLAIM_STORE_UNAVAILABLE",
+    "DUPLICATE_PROPOSAL",
     "SCHEMA",
     "ClaimAndOrder",
     "ClaimState",
@@ -56,6 +59,15 @@ CREATE TABLE IF NOT EXISTS proposal_claims (
 """
 
 ClaimState = Literal["claimed", "published", "failed"]
+
+DUPLICATE_PROPOSAL: Final = "duplicate_proposal"
+"""The proposal was claimed before: a replay, denied, and no claim row written."""
+CLAIM_STORE_UNAVAILABLE: Final = "claim_store_unavailable"
+"""The claim could not be written: denied, and no claim row exists."""
+CLAIM_NOT_WRITTEN: Final = frozenset({DUPLICATE_PROPOSAL, CLAIM_STORE_UNAVAILABLE})
+"""Where the claims live in the ledger file, an allow's evidence entry carries one of
+these exactly when its claim row was not written (``Ledger.append_beside`` with a
+``Recorded`` write); every other allow of the retention window has its row."""
 
 
 class ClaimAndOrder(NamedTuple):

@@ -41,6 +41,7 @@ import os
 import sqlite3
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
@@ -118,6 +119,7 @@ __all__ = [
     "LedgerIntegrityError",
     "LedgerReport",
     "Receipt",
+    "Recorded",
     "decision_entries",
     "export_jsonl",
     "shadow_entries",
@@ -129,12 +131,32 @@ logger = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 CheckpointSink = Callable[[bytes], Awaitable[None]]
-Beside = Callable[[sqlite3.Connection], Any]
-"""A write that must commit in the same transaction as one evidence entry (issue 20:
-a proposal's claim and its order, :meth:`Ledger.append_beside`)."""
 """Receives each encoded checkpoint envelope, e.g. to publish it to a JetStream
 stream with DenyDelete/DenyPurge. It must tolerate duplicates: the last stored
 checkpoint is offered again at every open, in case a crash lost it."""
+Beside = Callable[[sqlite3.Connection], Any]
+"""A write that must commit in the same transaction as one evidence entry (issue 20:
+a proposal's claim and its order, :meth:`Ledger.append_beside`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A write beside an entry whose outcome the entry itself must record.
+
+    ``write`` runs first, in the entry's savepoint (as any :data:`Beside`); then
+    ``amend(entry, what write returned)`` is the entry that is hashed and chained.
+    Why: a proposal's claim is a row anyone with the file can delete, so the
+    hash-chained entry says whether the claim was written, and the start-up check
+    (:mod:`smf_assurance.pipeline.stores.state_check`) can hold the claims table
+    against the evidence. ``amend`` must return a valid entry (it is validated again);
+    one that is not fails the group, as any bad entry does.
+    """
+
+    write: Beside
+    amend: Callable[[EvidenceEntry, Any], EvidenceEntry]
+
+    def __call__(self, conn: sqlite3.Connection) -> Any:
+        return self.write(conn)
 
 
 class Receipt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -270,11 +292,15 @@ class _Writer:
             cp_seq, cp_at = self._cp_seq, self._cp_at
             receipts: list[tuple[Receipt | None, Any]] = []
             checkpoints: list[tuple[int, int, bytes]] = []
-            for entry, beside in entries:
+            for given, beside in entries:
                 written = None if beside is None else _run_beside(conn, beside)
-                if entry is None:  # a write alone (Ledger.write_beside): no entry, no seq
+                if given is None:  # a write alone (Ledger.write_beside): no entry, no seq
                     receipts.append((None, written))
                     continue
+                entry = given
+                if isinstance(beside, Recorded):
+                    entry = beside.amend(given, written)
+                    validate_entry(entry)
                 seq += 1
                 entry_hash = entry_hash_of(seq, prev_hash, entry)
                 conn.execute(INSERT_ENTRY, entry_row(seq, prev_hash, entry_hash, entry))
@@ -565,7 +591,9 @@ class Ledger:
         """Append ``entry`` and run ``beside`` in the SAME transaction: both commit, or
         neither (issue 20, "one durable commit per decision"). Returns the receipt and
         what ``beside`` returned, or the :class:`StoreUnavailable` it failed with
-        (then its writes were undone and the entry was written all the same)."""
+        (then its writes were undone and the entry was written all the same). A
+        :class:`Recorded` write has the entry amended by its outcome first; the
+        receipt is the amended entry's."""
         return await self._submit(entry, beside)
 
     async def write_beside(self, beside: Beside) -> Any:

@@ -55,7 +55,14 @@ from smf_assurance.subjects import dsse
 from smf_assurance.subjects.canonical import canonical_bytes
 from smf_assurance.subjects.keys import VerifyKey
 
-__all__ = ["LedgerReport", "decision_entries", "export_jsonl", "shadow_entries", "verify_ledger"]
+__all__ = [
+    "LedgerReport",
+    "decision_entries",
+    "export_jsonl",
+    "read_checkpoint",
+    "shadow_entries",
+    "verify_ledger",
+]
 
 logger = structlog.get_logger(__name__)
 
@@ -85,7 +92,7 @@ class LedgerReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     (``skip_invalid_external``): reported, and not counted for or against the file."""
 
 
-def _read_checkpoint(data: object, trusted: Mapping[str, VerifyKey]) -> CheckpointClaim | str:
+def read_checkpoint(data: object, trusted: Mapping[str, VerifyKey]) -> CheckpointClaim | str:
     """A verified claim, or the reason code that refuses it."""
     if not isinstance(data, bytes):
         return CHECKPOINT_BAD_SIGNATURE
@@ -207,7 +214,7 @@ def _verify(
             refusals: list[str] = []
             skipped = 0
             for external, data in [(True, d) for d in checkpoints] + [(False, d) for d in stored]:
-                outcome = _read_checkpoint(data, trusted_keys)
+                outcome = read_checkpoint(data, trusted_keys)
                 if not isinstance(outcome, str):
                     found.add(outcome)
                 elif external and skip_invalid_external:

@@ -169,6 +169,7 @@ class SqliteWorker:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"smf-{name}")
 
         def connect() -> sqlite3.Connection:
+            create_private(path)
             conn = sqlite3.connect(
                 os.fspath(path),
                 timeout=busy_timeout_ms / 1000,
@@ -315,6 +316,22 @@ def _group(
         return outcomes
 
     return immediate(conn, run_all)
+
+
+def create_private(path: str | os.PathLike[str]) -> None:
+    """Create ``path`` empty and 0600 when it does not exist, before SQLite opens it.
+
+    A store file holds what its owner alone may read (approvals hold content, the
+    ledger the claims): SQLite would create it with the process umask (0644 by
+    default), and its ``-wal`` and ``-shm`` take the main file's mode, so the mode
+    set here is theirs too. An existing file is left as it is: the gate's start-up
+    check (``state_check``) refuses one that is too open. ``:memory:``, URIs and a
+    path that cannot be created are SQLite's business (it names its own error)."""
+    name = os.fspath(path)
+    if name == ":memory:" or name.startswith("file:"):
+        return
+    with contextlib.suppress(OSError):
+        os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def open_read_only(db_path: str | os.PathLike[str]) -> sqlite3.Connection:
