@@ -153,7 +153,7 @@ def digest(path: Path) -> str:
 # --- the control: a confined turn works ----------------------------------------------
 
 
-@pytest.mark.claim("confinement-hermes.confined-turn-works")
+@pytest.mark.claim("confinement.hermes-confined-turn-works")
 def test_a_confined_turn_attests_proposes_and_is_served_through_the_gateway(
     hermes: HermesRuns,
 ) -> None:
@@ -204,7 +204,7 @@ echo "control: $(cat {{root}}/free.txt)"
 """
 
 
-@pytest.mark.claim("confinement-hermes.no-secret-in-view")
+@pytest.mark.claim("confinement.hermes-no-secret-in-view")
 def test_no_key_seed_or_token_is_readable_from_inside_by_any_route(hermes: HermesRuns) -> None:
     confined = hermes.run(
         "attack-shell",
@@ -235,7 +235,7 @@ def test_no_key_seed_or_token_is_readable_from_inside_by_any_route(hermes: Herme
     assert "config: written" in bare["stdout"]
 
 
-@pytest.mark.claim("confinement-hermes.no-secret-in-view")
+@pytest.mark.claim("confinement.hermes-no-secret-in-view")
 def test_hermes_terminal_tool_shows_the_model_no_secret(hermes: HermesRuns) -> None:
     state = hermes.info["state_dir"]
     run = confined_turn(
@@ -282,7 +282,7 @@ def resolve_argv(hermes: HermesRuns, approval_id: str) -> list[str]:
     ]
 
 
-@pytest.mark.claim("confinement-hermes.no-approval-from-inside")
+@pytest.mark.claim("confinement.hermes-no-approval-from-inside")
 def test_the_approvals_cli_from_inside_has_no_key_and_no_bus_credential(
     hermes: HermesRuns,
 ) -> None:
@@ -321,7 +321,7 @@ def test_the_approvals_cli_from_inside_has_no_key_and_no_bus_credential(
 # --- the model provider --------------------------------------------------------------------
 
 
-@pytest.mark.claim("confinement-hermes.no-route-to-provider")
+@pytest.mark.claim("confinement.hermes-no-route-to-provider")
 def test_hermes_configured_with_the_providers_url_gets_no_completion(hermes: HermesRuns) -> None:
     run = confined_turn(
         hermes,
@@ -379,7 +379,7 @@ HOLD_FILES = {
 }
 
 
-@pytest.mark.claim("confinement-hermes.held-documents-read-only")
+@pytest.mark.claim("confinement.hermes-held-documents-read-only")
 def test_a_held_document_cannot_be_changed_by_shell_or_python_and_a_free_one_can(
     hermes: HermesRuns,
 ) -> None:
@@ -409,7 +409,7 @@ def test_a_held_document_cannot_be_changed_by_shell_or_python_and_a_free_one_can
     assert not (root / "matters" / "a" / "notes.txt").exists()  # rm -rf took the free file
 
 
-@pytest.mark.claim("confinement-hermes.held-documents-read-only")
+@pytest.mark.claim("confinement.hermes-held-documents-read-only")
 def test_hermes_terminal_tool_allowed_by_the_gate_cannot_delete_a_held_document(
     hermes: HermesRuns,
 ) -> None:
@@ -449,7 +449,7 @@ def cron_argv(hermes: HermesRuns) -> list[str]:
     ]
 
 
-@pytest.mark.claim("confinement-hermes.no-schedule-from-inside")
+@pytest.mark.claim("confinement.hermes-no-schedule-from-inside")
 def test_hermes_cron_create_no_agent_from_inside_installs_no_job(hermes: HermesRuns) -> None:
     script = {"hermes-home/scripts/job.sh": "touch /tmp/persisted\n"}
     inside = hermes.run(

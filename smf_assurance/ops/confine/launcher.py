@@ -66,8 +66,9 @@ HOLD_POLL_S: Final = 1.0
 NAMESPACES: Final = ("pid", "net", "ipc", "uts", "cgroup")
 PASSED_ENV: Final = ("TERM", "LANG", "LC_ALL", "NO_COLOR", "TZ")
 """Harmless settings of the operator's shell the runtime may see; nothing else is passed."""
-STATUS_FD: Final = "{status-fd}"
-"""Replaced by the number of the status pipe's write end when the sandbox starts."""
+STATUS_FD: Final = "{ready-fd}"
+"""Replaced by the number of the ready pipe's write end when the sandbox starts: the relay
+writes ``ready`` on it once the sandbox is built and it listens."""
 SOCKETS: Final = {"nats": "nats.sock", "gateway": "gateway.sock", "signer": "signer.sock"}
 
 
@@ -207,10 +208,10 @@ def bwrap_argv(
         *plan_view.args(),
         "--chdir",
         cwd,
-        "--json-status-fd",
-        STATUS_FD,
         system_python(),
         f"{RUN_DIR}/relay.py",
+        "--ready-fd",
+        STATUS_FD,
         *relay_args,
         "--",
         *command,
@@ -369,12 +370,10 @@ class _Supervisor:
         self.reason: str | None = None
 
     async def read_status(self, status: asyncio.StreamReader) -> None:
-        """bubblewrap's ``--json-status-fd``: a ``child-pid`` line once the sandbox is
-        built; none means bubblewrap refused before anything ran."""
-        while line := await status.readline():
-            with contextlib.suppress(ValueError):
-                if "child-pid" in json.loads(line):
-                    self.started.set()
+        """The relay's ``ready`` once the sandbox is built and listening; none means
+        bubblewrap (or the relay) refused before the command could start."""
+        if await status.readline() == b"ready\n":
+            self.started.set()
 
     async def copy_stderr(self) -> None:
         """The sandbox's stderr to ours; bubblewrap's own words before the start are kept

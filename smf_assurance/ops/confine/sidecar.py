@@ -127,6 +127,9 @@ class _Forwarder:
         except ForwardRefused as exc:
             self.counters.refuse(exc.reason)
             log.warning("confine_forward_refused", forwarder=self.name, reason=exc.reason)
+        except asyncio.CancelledError:
+            # the launcher is stopping: the connection ends with it
+            pass
         except (OSError, TimeoutError) as exc:
             self.counters.refuse("upstream_unreachable")
             log.warning(
@@ -380,7 +383,7 @@ class SignerServer:
                     return
                 writer.write(json.dumps(self.answer(line)).encode() + b"\n")
                 await writer.drain()
-        except OSError:
+        except (OSError, asyncio.CancelledError):
             return
         finally:
             await _close(writer)
