@@ -15,10 +15,11 @@ a refusal answers ``{"error": <reason code>}``. The signer side signs only a
 DSSE pre-authentication encoding (:func:`parse_pae`) of a payload type the
 runtime role signs (:data:`RUNTIME_PAYLOAD_TYPES`) whose payload names the
 runtime's own id, so the socket is no general-purpose signing oracle: no
-approval resolution, order, report or release can be signed through it.
+approval resolution, order, other principal's report or release can be signed
+through it.
 
-What it does not stop: any process inside the sandbox can ask for those four
-kinds of signature, as the adapter does, for as long as the sandbox runs. What
+What it does not stop: any process inside the sandbox can ask for those kinds
+of signature, as the adapter does, for as long as the sandbox runs. What
 it does stop: the key leaving, or outliving, the sandbox.
 
 Every failure is a :class:`SignerError` with a reason code; the caller fails
@@ -45,16 +46,17 @@ MAX_LINE_BYTES: Final = 256 * 1024
 """A request or an answer is one line of at most this many bytes (a proposal is a few KiB)."""
 TIMEOUT_S: Final = 5.0
 
-RUNTIME_PAYLOAD_TYPES: Final = frozenset(
-    {
-        names.PAYLOAD_PROPOSAL,
-        names.PAYLOAD_ATTESTATION,
-        names.PAYLOAD_INSTANCE_PROOF,
-        names.PAYLOAD_OUTPUT_CLOSE,
-    }
-)
-"""What a runtime's adapter signs: proposals, attestations, instance proofs and output
-closes. Nothing else is signed for a confined runtime."""
+RUNTIME_PAYLOAD_TYPES: Final[dict[str, str]] = {
+    names.PAYLOAD_PROPOSAL: "runtime_id",
+    names.PAYLOAD_ATTESTATION: "runtime_id",
+    names.PAYLOAD_INSTANCE_PROOF: "runtime_id",
+    names.PAYLOAD_OUTPUT_CLOSE: "runtime_id",
+    names.PAYLOAD_REPORT: "connector_id",
+}
+"""What a runtime's adapter signs, and the field of each payload that names the runtime:
+proposals, attestations, instance proofs, output closes, and the execution reports the
+OpenClaw plugin sends on its own ``smf.result.<runtime_id>`` for a call it ran. Nothing
+else is signed for a confined runtime."""
 
 SIGNER_UNAVAILABLE: Final = "signer_unavailable"
 SIGNER_REFUSED: Final = "signer_refused"

@@ -23,7 +23,8 @@ first two from the loopback ports the runtime is configured with):
   refused by the gateway (docs/HERMES.md, finding 10).
 - **Signer** (:class:`SignerServer`): ``smf_assurance.subjects.signer``'s wire; signs
   with the runtime's key only a DSSE pre-authentication encoding of a payload
-  type a runtime signs, whose payload names this runtime.
+  type a runtime signs, whose payload names this runtime (``runtime_id``, or
+  ``connector_id`` of the report on its own result subject).
 
 Nothing here logs a secret or a payload: connection counts and reason codes.
 """
@@ -357,10 +358,11 @@ class SignerServer:
             payload_type, payload = parse_pae(message)
         except ValueError:
             return self._refuse("signer_not_dsse")
-        if payload_type not in RUNTIME_PAYLOAD_TYPES:
+        field = RUNTIME_PAYLOAD_TYPES.get(payload_type)
+        if field is None:
             return self._refuse("signer_payload_type_refused")
         try:
-            named = json.loads(payload).get("runtime_id")
+            named = json.loads(payload).get(field)
         except (ValueError, AttributeError):
             named = None
         if named != self.runtime_id:
