@@ -56,7 +56,7 @@ from smf_assurance.ops.confine.profile import (
     profile_path,
 )
 from smf_assurance.ops.confine.sidecar import GatewayForwarder, NatsForwarder, SignerServer
-from smf_assurance.ops.confine.view import SecretInView, check_view, hold_mounts
+from smf_assurance.ops.confine.view import SecretInView, check_view, hold_mounts, venv_bases
 from smf_assurance.ops.demo_script import actor
 from smf_assurance.ops.model_gateway import provision_gateway_runtime, set_upstream, token_path
 from smf_assurance.ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID, provision_runtime
@@ -610,3 +610,119 @@ async def test_a_relay_whose_socket_is_gone_closes_the_connection(tmp_path: Path
         server.close()
     with pytest.raises(SystemExit, match="usage"):
         relay.parse(["--forward", "1=/x"])
+
+
+# --- what the profile and the hold list may say ---------------------------------------------
+
+
+@pytest.mark.claim("confinement.refuses-bad-input")
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"workspace": "relative/ws"}, "is not an absolute path"),
+        ({"runtime_dirs": ("/nonexistent/venv",)}, "does not exist"),
+        ({"read_only": ("relative",)}, "is not an absolute path"),
+        ({"cwd": "/etc/passwd"}, "is not a folder"),
+        ({"holds_file": "holds.json"}, "is not an absolute path"),
+        ({"env": {"SMF_RUNTIME_KEY": "/x"}}, "may not set the environment variable"),
+        ({"nats_url": "nats://no-port"}, "names no host and port"),
+        ({"gateway_url": "http://[bad"}, "names no host and port"),
+    ],
+)
+def test_a_profile_that_cannot_be_confined_is_refused(
+    state: StateDir,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    fields: dict[str, Any],
+    says: str,
+) -> None:
+    write_profile(state, tmp_path, **fields)
+    capfd.readouterr()
+    assert run_cli(state, "--", "true") == 1
+    assert says in one_line(capfd.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"{", "is not valid"),
+        (b'{"schema": "smf.confinement-profile/1"}', "is not valid"),
+        (b"x" * (300 * 1024), "too large"),
+    ],
+)
+def test_a_damaged_profile_is_refused(
+    state: StateDir, tmp_path: Path, capfd: pytest.CaptureFixture[str], content: bytes, says: str
+) -> None:
+    write_profile(state, tmp_path)
+    profile_path(state, HERMES_RUNTIME_ID).write_bytes(content)
+    capfd.readouterr()
+    assert run_cli(state, "--", "true") == 1
+    assert says in one_line(capfd.readouterr().err)
+
+
+def test_a_profile_of_another_runtime_is_refused(
+    state: StateDir, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    write_profile(state, tmp_path, runtime_id="someone-else")
+    capfd.readouterr()
+    assert run_cli(state, "--", "true") == 1
+    assert "names runtime someone-else" in one_line(capfd.readouterr().err)
+
+
+@pytest.mark.claim("confinement.holds-read-only")
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "cannot read the hold list"),
+        ("{", "is not JSON"),
+        ('{"paths": "one"}', "is not a list of paths"),
+        ('{"paths": ["relative/doc.txt"]}', "names a relative path"),
+    ],
+)
+def test_a_hold_list_that_cannot_be_read_refuses_the_start(
+    state: StateDir,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    content: str | None,
+    says: str,
+) -> None:
+    holds = tmp_path / "holds.json"
+    if content is not None:
+        holds.write_text(content)
+    write_profile(state, tmp_path, holds_file=str(holds))
+    marker = tmp_path / "MARKER"
+    capfd.readouterr()
+    assert run_cli(state, "--", "touch", str(marker)) == 1
+    assert says in one_line(capfd.readouterr().err)
+    assert not marker.exists()
+
+
+def test_a_venv_brings_its_base_installation(tmp_path: Path) -> None:
+    base = tmp_path / "python" / "bin"
+    base.mkdir(parents=True)
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / "pyvenv.cfg").write_text(f"home = {base}\ninclude-system-site-packages = false\n")
+    assert venv_bases([str(venv), str(tmp_path / "plain")]) == [str(tmp_path / "python")]
+    assert venv_bases([str(venv), str(tmp_path / "python")]) == []
+
+
+async def test_the_relay_listens_then_runs_the_command_and_returns_its_status(
+    tmp_path: Path,
+) -> None:
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    number = port.getsockname()[1]
+    port.close()
+    ready_r, ready_w = os.pipe()
+    probe = f"import socket; socket.create_connection(('127.0.0.1', {number}), 2).close()"
+    code = await relay.main(
+        [
+            *("--ready-fd", str(ready_w), "--forward", f"{number}={tmp_path}/none.sock"),
+            *("--", sys.executable, "-c", f"{probe}; raise SystemExit(3)"),
+        ]
+    )
+    assert code == 3
+    assert os.read(ready_r, 16) == b"ready\n"
+    os.close(ready_r)
+    assert await relay.main(["--", str(tmp_path / "no-such-program")]) == 127
