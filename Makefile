@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench clean browser mutate cli-json evidence dist bypass
+.PHONY: demo test lint typecheck unit bench clean browser bwrap mutate cli-json evidence dist bypass
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -34,7 +34,14 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) || \
 	  { echo "make browser: cannot install chromium and chromium-driver (Debian packages, needs root); the console's browser tests need them" >&2; exit 1; }
 
-test: lint typecheck browser openclaw-unit unit
+# `smf-assurance runtime run` confines a runtime with Debian's bubblewrap at /usr/bin/bwrap
+# (docs/CONFINEMENT.md); install it when missing, and fail here when that cannot be done.
+bwrap:
+	@test -x /usr/bin/bwrap || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) || \
+	  { echo "make bwrap: cannot install bubblewrap (Debian package, needs root); smf-assurance runtime run and its tests need /usr/bin/bwrap" >&2; exit 1; }
+
+test: lint typecheck browser bwrap openclaw-unit unit
 
 # Mutation testing of the trust core (issue 18, docs/MUTATION.md): 8 to 20 minutes on
 # two cores, so not part of `make test`. MUTATE_ARGS="--module dsse" runs one module,

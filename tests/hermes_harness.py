@@ -199,6 +199,8 @@ class Prepared:
     env: dict[str, str]
     orders_before: int
     ledger_before: int
+    launcher: list[str] = dataclasses.field(default_factory=list)
+    """Confined: the ``runtime run`` command line every Hermes command is put behind."""
 
 
 @dataclass
@@ -377,6 +379,7 @@ class Harness:
             "idle_url": self.idle.url,
             "notices_url": self.notices.url,
             "hermes_python": str(self.venv / "bin" / "python"),
+            "project_venv": str(Path(sys.executable).parent.parent),
             "state_dir": str(self.state.root),
             "runtime_key": str(self.state.key_path(HERMES_PRINCIPAL)),
             "safe_key": str(self.state.key_path(SAFE_PRINCIPAL)),
@@ -425,6 +428,9 @@ class Harness:
             ran = await self._telegram(run, command)
         elif op == "cron":
             ran = await self._cron(run, command)
+        elif op == "exec":
+            argv = _substitute(command["argv"], self._tokens(run))
+            ran = await self._hermes(run, [str(a) for a in argv], program=True)
         else:
             ran = await self._chat(run, command)
         return await self._collect(run, command, ran)
@@ -443,15 +449,22 @@ class Harness:
         model_url, api_key = self.model.url, "dummy"
         if command.get("via_gateway"):
             model_url, api_key = await self.start_gateway(runtime_id, context)
+        confined = command.get("confined")
+        if confined is not None:
+            # the token stays with the launcher, which puts it on each request
+            api_key = "confined-no-token"
         extra_config = dict(command.get("config", {}))
         if command.get("op") == "telegram":
             self.telegram.reset()
             telegram = {"enabled": True, "token": TELEGRAM_TOKEN}
             telegram["extra"] = {"base_url": self.telegram.base_url}
             extra_config["platforms"] = {"telegram": telegram}
+        # "direct_provider": Hermes is configured with the provider's own URL (a bypass
+        # of the model gateway); a confined run still has the gateway as its forwarder
+        config_url = self.model.url if command.get("direct_provider") else model_url
         home = hermes_home(
             root,
-            model_url,
+            config_url,
             extra_config,
             list(command.get("plugins", {})),
             api_key=api_key,
@@ -489,6 +502,11 @@ class Harness:
             "NO_COLOR": "1",
         }
         tokens = {"idle_url": self.idle.url, **self.info()}
+        launcher: list[str] = []
+        if confined is not None:
+            launcher = self._confine(root, home, model_url, context_text, confined)
+            for name in ("SMF_RUNTIME_KEY", "SMF_BUS_CREDENTIAL", "SMF_CONTEXT_FILE"):
+                env.pop(name)
         for key, raw in command.get("env", {}).items():
             value = raw
             for name, replacement in tokens.items():
@@ -497,19 +515,67 @@ class Harness:
                 env[key] = value
             else:
                 env.pop(key, None)  # an empty value: the setting is absent
-        return Prepared(root, home, env, orders_before, ledger_before)
+        return Prepared(root, home, env, orders_before, ledger_before, launcher)
+
+    def _confine(
+        self, root: Path, home: Path, model_url: str, context: str, confined: dict[str, Any]
+    ) -> list[str]:
+        """The run's confinement profile (its folder the workspace, Hermes's home, the
+        venv and this checkout's plugin read-only) and context, where ``runtime run``
+        reads them; the ``runtime run`` command line. ``confined`` may add profile
+        fields (a list adds to the profile's: ``runtime_dirs``, ``read_only``; anything else
+        replaces) and a ``bwrap`` to use."""
+        state = self.state
+        (state.root / "runtimes").mkdir(exist_ok=True)
+        (state.root / "runtimes" / f"{HERMES_RUNTIME_ID}.context.json").write_text(context)
+        overlay, checkout = self.pythonpath.split(":")
+        profile = {
+            "schema": "smf.confinement-profile/1",
+            "runtime_id": HERMES_RUNTIME_ID,
+            "principal": HERMES_PRINCIPAL,
+            "kind": "hermes",
+            "home": str(home),
+            "workspace": str(root),
+            "nats_url": self.server.url,
+            "gateway_url": model_url,
+            "runtime_dirs": [str(self.venv), overlay, str(Path(checkout) / "smf_assurance")],
+            "env": {
+                "PYTHONPATH": self.pythonpath,
+                "TERMINAL_CWD": str(root),
+                "HOME": str(root),
+                "SMF_GATE_TIMEOUT": "5",
+                "NO_COLOR": "1",
+            },
+        }
+        for key, value in _substitute(confined.get("profile", {}), {"root": str(root)}).items():
+            # lists are added to (a further software folder), anything else replaced
+            profile[key] = [*profile.get(key, []), *value] if isinstance(value, list) else value
+        path = state.root / "runtimes" / f"{HERMES_RUNTIME_ID}.confine.json"
+        path.write_text(json.dumps(profile))
+        launcher = [str(Path(sys.executable).parent / "smf-assurance"), "runtime", "run"]
+        launcher += ["--id", HERMES_RUNTIME_ID, "--state-dir", str(state.root)]
+        if confined.get("bwrap"):
+            launcher += ["--bwrap", str(confined["bwrap"])]
+        return [*launcher, "--"]
 
     def _tokens(self, run: Prepared) -> dict[str, str]:
         return {"root": str(run.root), "home": str(run.home), **self.info()}
 
     async def _hermes(
-        self, run: Prepared, args: list[str], *, stdin: bytes = b"", watch: list[str] | None = None
+        self,
+        run: Prepared,
+        args: list[str],
+        *,
+        stdin: bytes = b"",
+        watch: list[str] | None = None,
+        program: bool = False,
     ) -> Ran:
-        """One Hermes command to its end (at most ``RUN_TIMEOUT_S``)."""
+        """One Hermes command to its end (at most ``RUN_TIMEOUT_S``); ``program``: ``args``
+        is a whole command line of its own (behind the launcher when confined)."""
         started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
-            str(self.venv / "bin" / "hermes"),
-            *args,
+            *run.launcher,
+            *(args if program else [str(self.venv / "bin" / "hermes"), *args]),
             cwd=run.root,
             env=run.env,
             # /dev/null unless there is input: Hermes's CLI treats a pipe on stdin as

@@ -713,6 +713,63 @@ class Harness:
             raise RuntimeError(f"the OpenClaw Gateway did not listen on {port}")
         return gateway, env
 
+    def _confine(
+        self, root: Path, config: dict[str, Any], command: dict[str, Any], confined: dict[str, Any]
+    ) -> tuple[list[str], dict[str, Any]]:
+        """A confined run (``smf-assurance runtime run``): the plugin config without key or
+        seed (the launcher's signer and NATS forwarder stand for them), the trust root and
+        context from the launcher's copies, the model gateway's token replaced (the
+        launcher adds it), the config in the state folder (read-only in the sandbox); the
+        runtime's confinement profile: the run folder the workspace, the state folder its
+        home, Node, OpenClaw and the plugin read-only. Returns the launcher's command line
+        and the config."""
+        runtime_id = self.runtime["runtime_id"]
+        entry = config["plugins"]["entries"]["smf-assurance"]
+        plugin = dict(entry["config"])
+        runtime_id = plugin.get("runtimeId", runtime_id)
+        principal = self.served.get(runtime_id, self.runtime["principal"])
+        context = {"schema": "smf.openclaw-context/1"}
+        if "contextFile" in plugin:
+            context = json.loads(Path(plugin["contextFile"]).read_text())
+        for name in ("keyFile", "credentialFile", "trustRootFile", "contextFile"):
+            plugin.pop(name, None)
+        config = deep_merge(config, {})
+        config["plugins"]["entries"]["smf-assurance"]["config"] = plugin
+        for provider in config.get("models", {}).get("providers", {}).values():
+            provider["apiKey"] = "confined-no-token"
+        runtimes = self.state.root / "runtimes"
+        runtimes.mkdir(exist_ok=True)
+        (runtimes / f"{runtime_id}.context.json").write_text(json.dumps(context))
+        package = Path(self.config["openclaw_package"])
+        plugin_dir = Path(config["plugins"]["load"]["paths"][0])
+        gateway_url = self.model_gateway.url if self.model_gateway is not None else self.model.url
+        profile = {
+            "schema": "smf.confinement-profile/1",
+            "runtime_id": runtime_id,
+            "principal": principal,
+            "kind": "openclaw",
+            "home": str(root / "state"),
+            "workspace": str(root),
+            "nats_url": self.server.url,
+            "gateway_url": gateway_url,
+            "runtime_dirs": [
+                str(Path(self.node_bin).parents[2]),
+                str(package.parents[1]),
+                str(plugin_dir),
+            ],
+            "env": {
+                k: v
+                for k, v in self._env(root, command.get("env", {})).items()
+                if k not in {"OPENCLAW_STATE_DIR", "OPENCLAW_CONFIG_PATH"}
+            },
+        }
+        for key, value in confined.get("profile", {}).items():
+            profile[key] = [*profile.get(key, []), *value] if isinstance(value, list) else value
+        (runtimes / f"{runtime_id}.confine.json").write_text(json.dumps(profile))
+        launcher = [str(Path(sys.executable).parent / "smf-assurance"), "runtime", "run"]
+        launcher += ["--id", runtime_id, "--state-dir", str(self.state.root), "--"]
+        return launcher, config
+
     def _env(self, root: Path, extra: dict[str, str]) -> dict[str, str]:
         env = {
             "PATH": f"{self.node_bin}:{Path(self.openclaw).parent}:/usr/bin:/bin",
@@ -760,7 +817,13 @@ class Harness:
                     }
                 },
             )
-        (root / "openclaw.json").write_text(json.dumps(config, indent=2))
+        launcher: list[str] = []
+        confined = command.get("confined")
+        if confined is not None:
+            launcher, config = self._confine(root, config, command, confined)
+            (root / "state" / "openclaw.json").write_text(json.dumps(config, indent=2))
+        else:
+            (root / "openclaw.json").write_text(json.dumps(config, indent=2))
         self.model.scripts.set(command["scripts"])
         self.model.scripts.take_requests()
         # only the headers a command names are kept (none by default: no credential lands
@@ -791,8 +854,13 @@ class Harness:
         else:
             args = [self.openclaw, "agent", "--local", "--agent", "main"]
             args += ["--message", command["prompt"], "--json"]
+        if command.get("argv"):
+            args = list(command["argv"])  # a command of its own, in place of OpenClaw's
+        if confined is not None:
+            env["OPENCLAW_CONFIG_PATH"] = str(root / "state" / "openclaw.json")
         started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
+            *launcher,
             *args,
             cwd=root,
             env=env,

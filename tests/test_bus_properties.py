@@ -63,6 +63,7 @@ from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.canonical import canonical_bytes
 from smf_assurance.subjects.keys import SigningKey, VerifyKey, generate_signing_key
 from smf_assurance.subjects.messages import DataFacts, ExecuteOrder, Proposal, Verdict, order_id_for
+from smf_assurance.subjects.signer import Signer
 from tests.bus_helpers import ExecuteSpy, caught_up, gate_reply, is_mark, wait_for
 
 SERVICE_ERROR_CODE = "Nats-Service-Error-Code"
@@ -203,7 +204,7 @@ def ledger_row(state: StateDir, entry_hash: str) -> dict[str, Any]:
     return row
 
 
-def sign_raw(payload: bytes, key: SigningKey, payload_type: str = names.PAYLOAD_PROPOSAL) -> bytes:
+def sign_raw(payload: bytes, key: Signer, payload_type: str = names.PAYLOAD_PROPOSAL) -> bytes:
     """A DSSE envelope over exactly ``payload``, canonical or not."""
     return dsse.encode_envelope(dsse.sign(payload_type, payload, [key]))
 

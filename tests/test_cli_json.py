@@ -552,6 +552,20 @@ def check_doctor_dead(out: cli_json.DoctorJson, _: World) -> None:
     assert {c.status for c in out.checks if c.kind == "files"} == {"ok"}
 
 
+def check_runtime_confine(out: cli_json.RuntimeConfineJson, world: World) -> None:
+    assert (out.runtime_id, out.kind) == ("hermes-json", "hermes")
+    assert out.workspace == str(world.work / "confine-ws")
+    assert Path(out.profile).is_file()
+
+
+def check_run_plan(out: cli_json.RuntimeRunPlanJson, world: World) -> None:
+    assert out.runtime_id == "hermes-json"
+    assert set(out.forwarders) == {"nats", "gateway"}
+    assert ("rw", str(world.work / "confine-ws")) in {(m.kind, m.source) for m in out.mounts}
+    assert all(not (m.source or "").startswith(str(world.state.root)) for m in out.mounts)
+    assert out.command == ()
+
+
 def check_review_start(out: cli_json.ReviewStartJson, world: World) -> None:
     assert out.sha == (world.work / "candidate.sha").read_text()
     assert Path(out.start_file).is_file()
@@ -581,6 +595,8 @@ REVIEW = (
 )
 RELEASE_KEY = ("--release-key", "{state}/keys/release-signer.key", "--state-dir", "{state}")
 NEW_RUNTIME = ("--kind", "hermes", "--id", "hermes-json", "--tenant", "tenant-acme")
+STATE = ("--state-dir", "{state}")
+CONFINE = ("--id", "hermes-json", "--kind", "hermes", "--workspace", "{work}/confine-ws", *STATE)
 NEW_APPROVER = (
     *("--id", "attorney-json", "--role", "licensed_attorney", "--tenant", "tenant-acme"),
     *("--public-key", "{work}/attorney-json.pub.json", "--bus-user", "{approver_user}"),
@@ -875,6 +891,15 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
         Case(("--id", "hermes-json", *RELEASE_KEY), check=check_runtime_remove),
         Case(("--id", "hermes-json", *RELEASE_KEY), 1, None),  # no longer there
     ),
+    # the removed runtime's files stay: its key, seed, token and context confine it
+    ("runtime", "confine"): (
+        Case((*CONFINE, "--home", "{work}/confine-home"), check=check_runtime_confine),
+        Case((*CONFINE, "--home", "{work}/nowhere"), 1, None),
+    ),
+    ("runtime", "run"): (
+        Case(("--id", "hermes-json", *STATE, "--plan"), check=check_run_plan),
+        Case(("--id", "nobody", *STATE, "--plan"), 1, None),
+    ),
     ("approver", "add"): (
         Case((*NEW_APPROVER, *RELEASE_KEY), check=check_approver_add),
         Case((*NEW_APPROVER, *RELEASE_KEY), 1, None),  # the same principal again
@@ -939,6 +964,8 @@ def scratch(world: World) -> Iterator[dict[str, str]]:
         'console_url = "https://console.example/"\n[tenants.tenant-acme.approvers]\n'
     )
     (work / "actor.json").write_text(json.dumps(ACTOR))
+    (work / "confine-home").mkdir()
+    (work / "confine-ws").mkdir()
     from smf_assurance.subjects.keys import (  # noqa: PLC0415
         generate_signing_key,
         public_record,

@@ -28,7 +28,7 @@ from smf_assurance.subjects.dsse import (
     sign_struct,
 )
 from smf_assurance.subjects.envelope import Surface
-from smf_assurance.subjects.keys import SigningKey, VerifyKey
+from smf_assurance.subjects.keys import VerifyKey
 from smf_assurance.subjects.messages import (
     ActorContext,
     DataFacts,
@@ -36,6 +36,7 @@ from smf_assurance.subjects.messages import (
     ProposedDestination,
     Verdict,
 )
+from smf_assurance.subjects.signer import Signer
 from smf_assurance.subjects.verdicts import NOT_SIGNED_BY_GATE, VerdictMismatchError, open_verdict
 
 _TOOL_CALL_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
@@ -64,7 +65,7 @@ def denial(proposal_id: str, reason: str) -> Verdict:
 @dataclass(frozen=True, slots=True)
 class ProposalClient:
     nc: Client
-    key: SigningKey
+    key: Signer
     runtime_id: str
     runtime_version: str
     adapter_id: str

@@ -28,7 +28,7 @@ from smf_assurance.subjects.dsse import (
     sign_struct,
 )
 from smf_assurance.subjects.envelope import Surface
-from smf_assurance.subjects.keys import SigningKey, VerifyKey
+from smf_assurance.subjects.keys import VerifyKey
 from smf_assurance.subjects.messages import (
     ActorContext,
     DataFacts,
@@ -36,6 +36,7 @@ from smf_assurance.subjects.messages import (
     OutputVerdict,
     ProposedDestination,
 )
+from smf_assurance.subjects.signer import Signer
 from smf_assurance.subjects.verdicts import (
     NOT_SIGNED_BY_GATE,
     VerdictMismatchError,
@@ -50,7 +51,7 @@ def new_stream_id() -> str:
 @dataclass(frozen=True, slots=True)
 class OutputStreamer:
     nc: Client
-    key: SigningKey
+    key: Signer
     runtime_id: str
     runtime_version: str
     adapter_id: str

@@ -1131,6 +1131,45 @@ class RuntimeRemoveJson(CliJson, kw_only=True):
     release: Annotated[ReleasePublishJson, _("the release without it, and the gates' word")]
 
 
+class RuntimeConfineJson(CliJson, kw_only=True):
+    """``runtime confine --json``: the confinement profile written."""
+
+    runtime_id: Annotated[Token, _("the runtime")]
+    kind: Annotated[Literal["hermes", "openclaw"], _("its runtime")]
+    profile: Annotated[Path_, _("the profile file written")]
+    home: Annotated[Path_, _("its home: configuration read-only, session data read-write")]
+    workspace: Annotated[Path_, _("its workspace, read-write")]
+    runtime_dirs: Annotated[tuple[Path_, ...], _("its software, read-only")]
+    read_only: Annotated[tuple[Path_, ...], _("more data, read-only")]
+    nats_url: Annotated[str, _("the bus, reached through the launcher's forwarder")]
+    gateway_url: Annotated[str, _("the model gateway, reached through the launcher's forwarder")]
+
+
+class ConfineMountJson(CliJson, kw_only=True):
+    """One mount of a sandbox."""
+
+    kind: Annotated[Literal["ro", "rw", "symlink", "proc", "dev", "tmpfs"], _("how it is mounted")]
+    source: Annotated[str | None, _("the host path (null for proc, dev, tmpfs)")]
+    dest: Annotated[Path_, _("where it appears in the sandbox")]
+
+
+class RuntimeRunPlanJson(CliJson, kw_only=True):
+    """``runtime run --plan --json``: the sandbox the runtime would start in."""
+
+    runtime_id: Annotated[Token, _("the runtime")]
+    profile_digest: Annotated[
+        str,
+        msgspec.Meta(pattern=r"^sha256:[0-9a-f]{64}\Z"),
+        _("digest of mounts, namespaces, forwarders"),
+    ]
+    mounts: Annotated[tuple[ConfineMountJson, ...], _("the view, in mount order")]
+    holds: Annotated[tuple[Path_, ...], _("documents under legal hold, read-only")]
+    namespaces: Annotated[tuple[str, ...], _("the namespaces it gets of its own")]
+    forwarders: Annotated[dict[str, int], _("loopback port of each forwarder inside")]
+    env: Annotated[tuple[str, ...], _("the names of its environment (values not shown)")]
+    command: Annotated[tuple[str, ...], _("the runtime command")]
+
+
 class ApproverAddJson(CliJson, kw_only=True):
     """``approver add --json``; printed also when the gates refused or did not adopt the
     release (exit 1)."""
@@ -1337,6 +1376,8 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("keys", "nkey"): (BusUserJson,),
     ("runtime", "add"): (RuntimeAddJson,),
     ("runtime", "remove"): (RuntimeRemoveJson,),
+    ("runtime", "confine"): (RuntimeConfineJson,),
+    ("runtime", "run"): (RuntimeRunPlanJson,),
     ("approver", "add"): (ApproverAddJson,),
     ("approver", "remove"): (ApproverRemoveJson,),
     ("doctor",): (DoctorJson,),

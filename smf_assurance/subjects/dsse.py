@@ -34,7 +34,8 @@ from typing import Annotated, Final, TypeVar
 import msgspec
 
 from smf_assurance.subjects.canonical import CanonicalJSONError, canonical_bytes
-from smf_assurance.subjects.keys import SIGNATURE_BYTES, SigningKey, VerifyKey
+from smf_assurance.subjects.keys import SIGNATURE_BYTES, VerifyKey
+from smf_assurance.subjects.signer import Signer
 
 MAX_ENVELOPE_BYTES: Final = 1024 * 1024
 """Default bound on an encoded envelope, checked before any parsing."""
@@ -227,7 +228,7 @@ def _decode(envelope: Envelope) -> DecodedEnvelope:
     )
 
 
-def sign(payload_type: str, payload: bytes, signers: Sequence[SigningKey]) -> Envelope:
+def sign(payload_type: str, payload: bytes, signers: Sequence[Signer]) -> Envelope:
     """Sign ``PAE(payload_type, payload)`` with each signer (``protocol.md``, "To sign")."""
     if not payload_type:
         raise ValueError("payload_type must not be empty")
@@ -325,9 +326,7 @@ def verify(
     )
 
 
-def sign_struct(
-    payload_type: str, value: msgspec.Struct, signers: Sequence[SigningKey]
-) -> Envelope:
+def sign_struct(payload_type: str, value: msgspec.Struct, signers: Sequence[Signer]) -> Envelope:
     """Sign the canonical JSON bytes of ``value`` (ARCHITECTURE.md, "Canonical
     bytes"), so the signed bytes are the bytes every identity is computed over."""
     return sign(payload_type, canonical_bytes(msgspec.to_builtins(value)), signers)

@@ -34,8 +34,9 @@ import msgspec
 
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.envelope import Classification, Name
-from smf_assurance.subjects.keys import SigningKey, VerifyKey
+from smf_assurance.subjects.keys import VerifyKey
 from smf_assurance.subjects.patterns import Code, InstanceId, MessageId, Millis, Token, ToolCallId
+from smf_assurance.subjects.signer import Signer
 
 MAX_CALLS_PER_ASK: Final = 256
 """At most this many tool-call ids in one :class:`GatewayCalls`; the gateway asks in
@@ -69,7 +70,7 @@ def new_instance_id() -> str:
     return "i-" + secrets.token_hex(16)
 
 
-def seal_instance_proof(proof: InstanceProof, key: SigningKey) -> str:
+def seal_instance_proof(proof: InstanceProof, key: Signer) -> str:
     """The header value: the DSSE envelope's JSON in unpadded base64url (header-safe)."""
     envelope = dsse.encode_envelope(dsse.sign_struct(names.PAYLOAD_INSTANCE_PROOF, proof, [key]))
     return base64.urlsafe_b64encode(envelope).rstrip(b"=").decode("ascii")

@@ -14,6 +14,10 @@ The connection carries the runtime's credential (its nkey and the inbox
 prefix ``_INBOX.<principal>``, ``smf_assurance.subjects.bus_access``): replies come back
 only on the one inbox the server lets this principal read.
 
+Confined (``smf-assurance runtime run``), the adapter holds no seed: the URL is the
+launcher's forwarder, which signs the server's nonce for it, and the connection
+carries only the inbox prefix of ``inbox_principal``.
+
 The connection is made lazily and shared; a failed connect is retried by
 the next call, never in a loop of its own. Once connected, nats-py
 reconnects by itself a few times and then closes; a call made meanwhile
@@ -33,7 +37,7 @@ import nats
 from nats.aio.client import Client
 from nats.errors import AuthorizationError
 
-from smf_assurance.subjects.bus_access import BusCredential, connect_options
+from smf_assurance.subjects.bus_access import BusCredential, connect_options, inbox_prefix
 
 T = TypeVar("T")
 CONNECT_TIMEOUT_S: Final = 2.0
@@ -65,10 +69,12 @@ class Bridge:
         *,
         name: str = "smf-hermes-adapter",
         credential: BusCredential | None = None,
+        inbox_principal: str | None = None,
     ) -> None:
         self.url = url
         self.name = name
         self.credential = credential
+        self.inbox_principal = inbox_principal
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="smf-hermes-bridge", daemon=True)
         self._nc: Client | None = None
@@ -134,10 +140,17 @@ class Bridge:
             error_cb=self._on_error,
             disconnected_cb=_quiet,
             reconnected_cb=_quiet,
-            **connect_options(self.credential),
+            **self._identity(),
         )
         self._nc = nc
         return nc
+
+    def _identity(self) -> dict[str, str]:
+        """How this connection says who it is: the seed file and inbox prefix of its
+        credential, or (confined) only the inbox prefix, the forwarder proving the rest."""
+        if self.credential is None and self.inbox_principal is not None:
+            return {"inbox_prefix": inbox_prefix(self.inbox_principal)}
+        return connect_options(self.credential)
 
     def call(self, job: Callable[[Client], Awaitable[T]], deadline: float) -> T:
         """Run ``job(connection)`` on the bridge loop; wait at most ``deadline`` seconds."""

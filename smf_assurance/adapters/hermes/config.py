@@ -16,6 +16,15 @@ point turns it into refusing mode (``smf_assurance.adapters.hermes.refusing``).
 ``SMF_RELEASE_TRUST_ROOT`` the release trust root file (required; ``release trust-root``)
 ``SMF_GATE_TIMEOUT``    seconds to wait for a verdict (default 5, at most 30)
 ``SMF_ATTEST_INTERVAL`` seconds between attestations (default 60)
+
+Confined (``smf-assurance runtime run``, docs/CONFINEMENT.md): no key file and no
+seed in the runtime's view. ``SMF_SIGNER_SOCKET`` names the launcher's signer
+(``smf_assurance.subjects.signer``), which signs as the runtime and names its
+principal; ``SMF_NATS_URL`` is the launcher's forwarder, which answers the
+server's nonce with the runtime's nkey, so the adapter connects with the inbox
+prefix only. Setting ``SMF_SIGNER_SOCKET`` beside ``SMF_RUNTIME_KEY`` or
+``SMF_BUS_CREDENTIAL`` is refused (``smf_key_source_ambiguous``): one source of
+identity, never a silent choice between two.
 """
 
 from __future__ import annotations
@@ -32,8 +41,9 @@ from smf_assurance.subjects.bus_access import (
     CredentialFileError,
     read_credential,
 )
-from smf_assurance.subjects.keys import KeyFileError, SigningKey, load_private_key
+from smf_assurance.subjects.keys import KeyFileError, load_private_key
 from smf_assurance.subjects.release import MalformedReleaseError, TrustRoot, decode_trust_root
+from smf_assurance.subjects.signer import SIGNER_SOCKET_ENV, RemoteSigner, Signer, SignerError
 
 ADAPTER_ID: Final = "smf-hermes-adapter"
 ADAPTER_VERSION: Final = "0.1.0"
@@ -52,7 +62,7 @@ class ConfigError(Exception):
 @dataclass(frozen=True, slots=True)
 class AdapterConfig:
     nats_url: str
-    key: SigningKey
+    key: Signer
     runtime_id: str
     context: mapping.HermesContext
     gate_timeout: float = 5.0
@@ -64,24 +74,43 @@ class AdapterConfig:
     with no credential, which a bus with authorization refuses: every call blocks)."""
     protected: mapping.Protected = mapping.NOTHING_PROTECTED
     """The adapter's own files and Hermes's credential files, out of every tool's reach."""
+    bus_principal: str | None = None
+    """Confined: the principal whose inbox prefix the adapter connects with (the
+    launcher's forwarder authenticates the connection; ``bus_credential`` is None)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AdapterConfig:
         """Read the configuration; raises ConfigError naming what is missing or wrong."""
         key_path = env.get("SMF_RUNTIME_KEY", "")
+        signer_path = env.get(SIGNER_SOCKET_ENV, "")
         runtime_id = env.get("SMF_RUNTIME_ID", "")
         context_path = env.get("SMF_CONTEXT_FILE", "")
-        if not key_path:
+        if signer_path and (key_path or env.get("SMF_BUS_CREDENTIAL")):
+            raise ConfigError(
+                "smf_key_source_ambiguous",
+                f"set either {SIGNER_SOCKET_ENV} or SMF_RUNTIME_KEY and SMF_BUS_CREDENTIAL",
+            )
+        if not key_path and not signer_path:
             raise ConfigError("smf_runtime_key_missing", "set SMF_RUNTIME_KEY to the key file")
         if not runtime_id:
             raise ConfigError("smf_runtime_id_missing", "set SMF_RUNTIME_ID")
         if not context_path:
             raise ConfigError("smf_context_missing", "set SMF_CONTEXT_FILE")
-        try:
-            key, principal = load_private_key(key_path)
-        except KeyFileError as exc:
-            raise ConfigError("smf_runtime_key_unreadable", str(exc)) from exc
-        credential = _bus_credential(principal, env.get("SMF_BUS_CREDENTIAL", ""))
+        key: Signer
+        credential: BusCredential | None = None
+        bus_principal: str | None = None
+        if signer_path:
+            try:
+                remote = RemoteSigner.connect(signer_path)
+            except SignerError as exc:
+                raise ConfigError("smf_signer_unavailable", exc.reason_code) from exc
+            key, bus_principal = remote, remote.principal
+        else:
+            try:
+                key, principal = load_private_key(key_path)
+            except KeyFileError as exc:
+                raise ConfigError("smf_runtime_key_unreadable", str(exc)) from exc
+            credential = _bus_credential(principal, env.get("SMF_BUS_CREDENTIAL", ""))
         try:
             context = mapping.load_context(Path(context_path))
         except mapping.MappingError as exc:
@@ -98,6 +127,7 @@ class AdapterConfig:
             trust_root=_trust_root(env.get("SMF_RELEASE_TRUST_ROOT", "")),
             bus_credential=credential,
             protected=protected_files(env),
+            bus_principal=bus_principal,
         )
 
 

@@ -57,7 +57,9 @@ class Lifecycle(RefusingMode):
             return
         try:
             self.bridge = Bridge(
-                self.config.nats_url, credential=self.config.bus_credential
+                self.config.nats_url,
+                credential=self.config.bus_credential,
+                inbox_principal=self.config.bus_principal,
             ).start()
             self.bridge.submit(self._attest_forever)
         except Exception as exc:  # noqa: BLE001 - any failure here means refusing mode

@@ -41,10 +41,12 @@ FAMILIES: Final = (
     "notifications",
     "onboarding",
     "bypass-matrix",
+    "confinement",
 )
 """The gate families of issue 24, and what the product has grown since (the
-approver's desk, its notifications, onboarding, and the bypass matrix: every bypass
-case the docs name, run as one suite by ``make bypass``)."""
+approver's desk, its notifications, onboarding, the bypass matrix: every bypass
+case the docs name, run as one suite by ``make bypass``, and the confinement of
+runtimes by ``runtime run``)."""
 
 _ID: Final = re.compile(r"^[a-z0-9-]+\.[a-z0-9-]+(?:\.[a-z0-9-]+)*$")
 

@@ -41,6 +41,7 @@ from smf_assurance.ops.cli_json import (
     RuntimeFilesJson,
     RuntimeRemoveJson,
 )
+from smf_assurance.ops.commands import confine
 from smf_assurance.ops.commands.model_gateway import DEFAULT_LISTEN
 from smf_assurance.ops.commands.onboard import (
     add_release_arguments,
@@ -241,6 +242,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     remove.add_argument("--id", required=True, dest="runtime_id", help="the runtime id to revoke")
     add_release_arguments(remove)
     remove.set_defaults(func=run_remove)
+    confine.add_parsers(actions)
 
 
 # --- add -------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import { randomBytes } from "node:crypto";
 import { noteAttestation, processBinding, type ProcessBinding } from "./binding.js";
 import { ATTEST, PAYLOAD_ATTESTATION, runtimeAttestation, type RuntimeAttestation } from "./contract/attestation.js";
 import { encodeEnvelope, signValue } from "./contract/dsse.js";
-import type { SigningKey, VerifyKey } from "./contract/keys.js";
+import type { Signer, VerifyKey } from "./contract/keys.js";
 import { checkLeaseInForce, DEFAULT_MAX_SKEW_MS, ReleaseCheckError, type TrustRoot } from "./contract/release.js";
 import { readNewest, ReleaseVerifier, UNAVAILABLE, type UsableRelease } from "./release.js";
 import { BusError, type Bus } from "./transport.js";
@@ -68,7 +68,7 @@ export interface GovernanceSettings {
   runtimeVersion: string;
   runtimePin: string;
   adapterId: string;
-  key: SigningKey;
+  key: Signer;
   trustRoot: TrustRoot;
   gateTimeoutMs: number;
   attestIntervalMs: number;

@@ -30,7 +30,7 @@
  *   one for 120 s), as Hermes does. Its value is never logged.
  */
 
-import type { SigningKey } from "./contract/keys.js";
+import type { Signer } from "./contract/keys.js";
 import { HEADER_INSTANCE_PROOF, instanceProof, newInstanceId, sealInstanceProof } from "./contract/model_gateway.js";
 
 /** The provider id the operator configures the model gateway under (`models.providers.smf-gateway`). */
@@ -51,7 +51,7 @@ export interface ProcessBinding {
   full: boolean;
   /** The gate's answer to this process's latest attestation: accepted (with the key that signed it), or refused. */
   attested:
-    | { accepted: true; runtimeId: string; key: SigningKey; expiresAtMs: number | null }
+    | { accepted: true; runtimeId: string; key: Signer; expiresAtMs: number | null }
     | { accepted: false }
     | undefined;
   /** An attestation on its way to the gate (a first model call may wait for it). */
@@ -89,7 +89,7 @@ export function newProcessBinding(): ProcessBinding {
 export function noteAttestation(
   binding: ProcessBinding,
   runtimeId: string,
-  key: SigningKey,
+  key: Signer,
   ack: { accepted: boolean; expires_at_ms: number | null },
 ): void {
   binding.attested = ack.accepted ? { accepted: true, runtimeId, key, expiresAtMs: ack.expires_at_ms } : { accepted: false };
@@ -139,7 +139,7 @@ export class InstanceProver {
       if (refusal !== undefined) {
         outcome = refusal;
       } else {
-        const attested = this.binding.attested as { runtimeId: string; key: SigningKey };
+        const attested = this.binding.attested as { runtimeId: string; key: Signer };
         const sealed = this.binding.sealed;
         if (
           sealed !== undefined &&

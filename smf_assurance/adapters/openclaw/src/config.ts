@@ -17,6 +17,14 @@
  * forged one. There is no `registryFile`: a registry read from disk is not a
  * verified release.
  *
+ * Confined (`smf-assurance runtime run`, docs/CONFINEMENT.md): the environment names
+ * the launcher's signer (`SMF_SIGNER_SOCKET`, `src/signer.ts`) and, unless the config
+ * does, the context file and the trust root it copied into the sandbox
+ * (`SMF_CONTEXT_FILE`, `SMF_RELEASE_TRUST_ROOT`). Then no `keyFile` or
+ * `credentialFile` may be set (`smf_key_source_ambiguous`): the launcher signs and
+ * its NATS forwarder answers the server's nonce, so the plugin connects with its
+ * principal's inbox prefix only.
+ *
  * The context supplies what OpenClaw cannot know (actor, tenant, matter, data
  * facts); where nobody said, facts stay `unknown` and the gate treats them as
  * the worst case (ARCHITECTURE.md: missing facts end in a denial).
@@ -36,7 +44,8 @@ import {
   type InjectionTaint,
   type RedactionStatus,
 } from "./contract/messages.js";
-import { KeyFileError, loadPrivateKey, type SigningKey } from "./contract/keys.js";
+import { KeyFileError, loadPrivateKey, type Signer } from "./contract/keys.js";
+import { RemoteSigner, SIGNER_SOCKET_ENV, SignerError } from "./signer.js";
 import { protectedOf, type Protected } from "./mapping.js";
 import { TrustRootError, type TrustRoot } from "./contract/release.js";
 import { CREDENTIAL_INVALID, CredentialFileError, readCredential, readSeed, type BusCredential } from "./contract/bus_access.js";
@@ -76,9 +85,10 @@ export interface OpenClawContext {
 export interface PluginConfig {
   natsUrl: string;
   runtimeId: string;
-  key: SigningKey;
-  /** Who the plugin is on the bus: the key file's principal and its nkey seed file. */
-  credential: BusCredential;
+  key: Signer;
+  /** Who the plugin is on the bus: the key file's principal and its nkey seed file, or
+   * (confined) the signer's principal and no seed file (`seedFile: null`). */
+  credential: BusIdentity;
   /** The release trust root: the gate keys come from a release it verifies, never from a file. */
   trustRoot: TrustRoot;
   attestIntervalMs: number;
@@ -87,6 +97,12 @@ export interface PluginConfig {
   holdTimeoutMs: number;
   /** The plugin's files and OpenClaw's config file, out of every tool's reach (issue 17). */
   protected: Protected;
+}
+
+/** A principal on the bus and its seed file; `null` when the launcher's forwarder signs. */
+export interface BusIdentity {
+  readonly principal: string;
+  readonly seedFile: string | null;
 }
 
 export interface ConfigProblem {
@@ -232,7 +248,7 @@ export function readConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env): 
   const add = (reasonCode: string, detail: string): void => {
     problems.push({ reasonCode, detail });
   };
-  const cfg = (typeof raw === "object" && raw !== null && !Array.isArray(raw) ? raw : {}) as Record<string, unknown>;
+  const cfg = { ...(typeof raw === "object" && raw !== null && !Array.isArray(raw) ? raw : {}) } as Record<string, unknown>;
   for (const key of Object.keys(cfg)) if (!CONFIG_FIELDS.includes(key)) add("smf_config_invalid", `unknown config key ${key}`);
 
   const natsUrl = cfg.natsUrl ?? DEFAULT_NATS_URL;
@@ -244,22 +260,38 @@ export function readConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env): 
     add("smf_config_invalid", "runtimeId must be one subject token");
   }
 
-  let key: SigningKey | undefined;
+  let key: Signer | undefined;
   let principal: string | undefined;
-  if (typeof cfg.keyFile !== "string" || cfg.keyFile.length === 0) add("smf_runtime_key_missing", "set keyFile to the runtime's key file");
-  else {
-    try {
-      ({ key, principal } = loadPrivateKey(cfg.keyFile));
-    } catch (error) {
-      add("smf_runtime_key_unreadable", error instanceof KeyFileError ? error.message : String(error));
+  let credential: BusIdentity | undefined;
+  const signerSocket = env[SIGNER_SOCKET_ENV];
+  if (signerSocket !== undefined && signerSocket.length > 0) {
+    if (cfg.keyFile !== undefined || cfg.credentialFile !== undefined) {
+      add("smf_key_source_ambiguous", `set either ${SIGNER_SOCKET_ENV} or keyFile and credentialFile`);
+    } else {
+      try {
+        const remote = RemoteSigner.connect(signerSocket);
+        key = remote;
+        credential = { principal: remote.principal, seedFile: null };
+      } catch (error) {
+        add("smf_signer_unavailable", error instanceof SignerError ? error.reasonCode : String(error));
+      }
     }
-  }
-
-  let credential: BusCredential | undefined;
-  if (typeof cfg.credentialFile !== "string" || cfg.credentialFile.length === 0) {
-    add("smf_bus_credential_missing", "set credentialFile to the runtime's .nkey file");
-  } else if (principal !== undefined) {
-    credential = busCredential(principal, cfg.credentialFile, add);
+    cfg.trustRootFile ??= env.SMF_RELEASE_TRUST_ROOT;
+    if (cfg.context === undefined) cfg.contextFile ??= env.SMF_CONTEXT_FILE;
+  } else {
+    if (typeof cfg.keyFile !== "string" || cfg.keyFile.length === 0) add("smf_runtime_key_missing", "set keyFile to the runtime's key file");
+    else {
+      try {
+        ({ key, principal } = loadPrivateKey(cfg.keyFile));
+      } catch (error) {
+        add("smf_runtime_key_unreadable", error instanceof KeyFileError ? error.message : String(error));
+      }
+    }
+    if (typeof cfg.credentialFile !== "string" || cfg.credentialFile.length === 0) {
+      add("smf_bus_credential_missing", "set credentialFile to the runtime's .nkey file");
+    } else if (principal !== undefined) {
+      credential = busCredential(principal, cfg.credentialFile, add);
+    }
   }
 
   let trustRoot: TrustRoot | undefined;

@@ -51,7 +51,7 @@
 
 import { identityOf, isIdentity, type JsonObject } from "./contract/canonical.js";
 import { encodeEnvelope, signValue } from "./contract/dsse.js";
-import type { SigningKey } from "./contract/keys.js";
+import type { Signer } from "./contract/keys.js";
 import type { VerifyKey } from "./contract/keys.js";
 import type { Governed } from "./attest.js";
 import { isUntrusted, MappingError, ProcessTaint, proposeCall, type Protected, type ProposedCall } from "./mapping.js";
@@ -114,7 +114,7 @@ export interface Logger {
 export interface AdapterSettings {
   runtimeId: string;
   runtimeVersion: string;
-  key: SigningKey;
+  key: Signer;
   /**
    * The verified release and the attestation (`attest.ts`): the proposal waits
    * for an attestation, a release problem blocks, and the `gate` keys of the

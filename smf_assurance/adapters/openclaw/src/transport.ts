@@ -21,7 +21,8 @@
  */
 
 import { connect, errors, headers as natsHeaders, nkeyAuthenticator, type Msg, type NatsConnection } from "@nats-io/transport-node";
-import { CredentialFileError, inboxPrefix, readSeed, type BusCredential } from "./contract/bus_access.js";
+import { CredentialFileError, inboxPrefix, readSeed } from "./contract/bus_access.js";
+import type { BusIdentity } from "./config.js";
 
 export class BusError extends Error {
   override name = "BusError";
@@ -133,7 +134,7 @@ export class NatsBus implements Bus {
   private nc: NatsConnection | undefined;
   private connecting: Promise<NatsConnection> | undefined;
 
-  constructor(readonly url: string, readonly credential: BusCredential, readonly name = "smf-openclaw-adapter") {}
+  constructor(readonly url: string, readonly credential: BusIdentity, readonly name = "smf-openclaw-adapter") {}
 
   private async connection(): Promise<NatsConnection> {
     const current = this.nc;
@@ -143,7 +144,8 @@ export class NatsBus implements Bus {
       this.connecting = connect({
         servers: this.url,
         name: this.name,
-        authenticator: nkeyAuthenticator(() => readSeed(seedFile)),
+        // confined: no seed here; the launcher's forwarder answers the server's nonce
+        ...(seedFile === null ? {} : { authenticator: nkeyAuthenticator(() => readSeed(seedFile)) }),
         inboxPrefix: inboxPrefix(this.credential.principal),
         timeout: CONNECT_TIMEOUT_MS,
         // A few attempts, not forever: an unreachable bus must fail a call, not
@@ -218,7 +220,7 @@ export class NatsBus implements Bus {
 const shared = new Map<string, NatsBus>();
 
 /** One bus per URL and credential per process, shared by every registration of the plugin. */
-export function sharedBus(url: string, credential: BusCredential): NatsBus {
+export function sharedBus(url: string, credential: BusIdentity): NatsBus {
   const key = JSON.stringify([url, credential.principal, credential.seedFile]);
   let bus = shared.get(key);
   if (bus === undefined) {

@@ -14,7 +14,7 @@
  */
 
 import { canonicalBytes } from "./canonical.js";
-import { SIGNATURE_BYTES, type SigningKey, type VerifyKey } from "./keys.js";
+import { SIGNATURE_BYTES, type Signer, type VerifyKey } from "./keys.js";
 
 export const MAX_ENVELOPE_BYTES = 1024 * 1024;
 export const MAX_SIGNATURES = 32;
@@ -125,7 +125,7 @@ function decodeParts(envelope: Envelope): Decoded {
 }
 
 /** Sign PAE(payloadType, payload) with each signer (`protocol.md`, "To sign"). */
-export function signEnvelope(payloadType: string, payload: Uint8Array, signers: readonly SigningKey[]): Envelope {
+export function signEnvelope(payloadType: string, payload: Uint8Array, signers: readonly Signer[]): Envelope {
   if (payloadType.length === 0) throw new Error("payloadType must not be empty");
   if (signers.length === 0) throw new Error("at least one signer is required");
   if (signers.length > MAX_SIGNATURES) throw new Error(`at most ${MAX_SIGNATURES} signers`);
@@ -140,7 +140,7 @@ export function signEnvelope(payloadType: string, payload: Uint8Array, signers: 
 }
 
 /** Sign the canonical JSON bytes of `value`, the bytes every identity is computed over. */
-export function signValue(payloadType: string, value: unknown, signers: readonly SigningKey[]): Envelope {
+export function signValue(payloadType: string, value: unknown, signers: readonly Signer[]): Envelope {
   return signEnvelope(payloadType, canonicalBytes(value), signers);
 }
 

@@ -50,7 +50,17 @@ export class VerifyKey {
   }
 }
 
-export class SigningKey {
+/**
+ * What signs: a key in this process ({@link SigningKey}) or the launcher's key of a
+ * confined runtime (`src/signer.ts`, `smf_assurance.subjects.signer.Signer`).
+ */
+export interface Signer {
+  readonly keyId: string;
+  readonly publicBytes: Buffer;
+  sign(message: Uint8Array): Buffer;
+}
+
+export class SigningKey implements Signer {
   readonly verifyKey: VerifyKey;
   private readonly key: KeyObject;
 

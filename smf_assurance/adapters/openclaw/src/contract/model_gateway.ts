@@ -22,7 +22,7 @@
 import { randomBytes } from "node:crypto";
 import { canonicalBytes, parseCanonical, type JsonValue } from "./canonical.js";
 import { decodeEnvelope, encodeEnvelope, MalformedEnvelopeError, MalformedPayloadError, signValue, verifyEnvelope, type Verified } from "./dsse.js";
-import type { SigningKey, VerifyKey } from "./keys.js";
+import type { Signer, VerifyKey } from "./keys.js";
 import { MessageError } from "./messages.js";
 
 /** `smf_assurance.subjects.names.HEADER_INSTANCE_PROOF`. */
@@ -69,7 +69,7 @@ export function instanceProof(runtimeId: string, instanceId: string, issuedAtMs:
 }
 
 /** `seal_instance_proof`: the DSSE envelope's JSON, signed by `key`, in unpadded base64url (header-safe). */
-export function sealInstanceProof(proof: InstanceProof, key: SigningKey): string {
+export function sealInstanceProof(proof: InstanceProof, key: Signer): string {
   return encodeEnvelope(signValue(PAYLOAD_INSTANCE_PROOF, checked(proof), [key])).toString("base64url");
 }
 
