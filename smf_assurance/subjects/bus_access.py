@@ -363,12 +363,14 @@ def _runtime(runtime_id: str) -> Permissions:
 
 def _connector(connector_id: str) -> Permissions:
     """Its own durable only, and only to read where it stands, fetch and ack: the
-    gate created it, so no request of the connector's can set where it delivers."""
+    gate created it, so no request of the connector's can set where it delivers.
+    It may ask which stream keeps its reports (``STREAM.NAMES``, names only)."""
     durable = connector_durable(connector_id)
     stream = names.EXECUTE_STREAM
     return Permissions(
         publish_allow=(
             names.result_subject(connector_id),
+            f"{CLIENT_API}.STREAM.NAMES",
             f"{CLIENT_API}.CONSUMER.INFO.{stream}.{durable}",
             f"{CLIENT_API}.CONSUMER.MSG.NEXT.{stream}.{durable}",
             f"$JS.ACK.{stream}.{durable}.>",

@@ -325,6 +325,7 @@ class _Running:
     js: JetStreamContext
     store: IdempotencyStore
     progress_every: float
+    result_stream: str | None = None
 
 
 class ConnectorRunner:
@@ -429,20 +430,16 @@ class ConnectorRunner:
 
     async def _wait_for_durable(self, js: JetStreamContext) -> ConsumerInfo:
         """Wait, with bounded exponential backoff, for the durable: the gate's, or with
-        ``create_durable`` this runner's own (created, or updated to its settings)."""
+        ``create_durable`` this runner's own (created, or its ack wait set to ours)."""
         deadline = time.monotonic() + self.config.stream_wait
         delay = 0.05
         while True:
             try:
-                if self.config.create_durable:
-                    made: ConsumerInfo = await js.add_consumer(
-                        EXECUTE_STREAM, self._durable_config()
-                    )
-                    return made
-                found: ConsumerInfo = await js.consumer_info(EXECUTE_STREAM, self.durable)
-                return found
-            except nats.errors.Error:
-                pass  # no stream or no durable yet, or the bus is busy: ask again
+                return await self._durable(js)
+            except nats.js.errors.NotFoundError:
+                pass  # no stream or no durable yet
+            except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError):
+                pass  # the bus is busy: ask again
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ExecuteStreamMissing(
@@ -452,6 +449,19 @@ class ConnectorRunner:
             self._log.info("connector.waiting_for_durable", durable=self.durable)
             await asyncio.sleep(min(delay, remaining))
             delay = min(delay * 2, self.config.stream_backoff_max)
+
+    async def _durable(self, js: JetStreamContext) -> ConsumerInfo:
+        try:
+            info: ConsumerInfo = await js.consumer_info(EXECUTE_STREAM, self.durable)
+        except nats.js.errors.NotFoundError:
+            if not self.config.create_durable:
+                raise
+            made: ConsumerInfo = await js.add_consumer(EXECUTE_STREAM, self._durable_config())
+            return made
+        if self.config.create_durable and info.config.ack_wait != self.config.ack_wait:
+            self._check_consumer(info.config)  # only the ack wait is ours to change
+            info = await js.add_consumer(EXECUTE_STREAM, self._durable_config())
+        return info
 
     async def _consume(self, sub: JetStreamContext.PullSubscription, running: _Running) -> None:
         """Fetch and handle one message at a time; return to bind again if the consumer is gone."""
@@ -613,10 +623,8 @@ class ConnectorRunner:
         """Publish the recorded report, durably when a stream captures results.
 
         ``Nats-Msg-Id`` is ``<order_id>:<status>``, so a re-published report is
-        de-duplicated by ``SMF_RESULT`` inside its window. When no stream answers
-        the publish (a bare bus with no gate), it is a core publish, flushed so that
-        the server has it. The connector asks JetStream nothing else: on a bus with
-        authorization it may not look streams up (``bus_access``).
+        de-duplicated by ``SMF_RESULT`` inside its window. Without a result
+        stream it is a core publish, flushed so that the server has it.
         """
         assert record.report is not None
         headers = {
@@ -624,15 +632,27 @@ class ConnectorRunner:
             HEADER_REASON: record.reason_code or "",
         }
         try:
-            try:
+            stream = await self._result_stream(running)
+            if stream is None:
+                await self._nc.publish(self.result_subject, record.report, headers=headers)
+                await self._nc.flush(timeout=math.ceil(self.config.publish_timeout))
+            else:
                 await running.js.publish(
                     self.result_subject,
                     record.report,
                     headers=headers,
+                    stream=stream,
                     timeout=self.config.publish_timeout,
                 )
-            except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError):
-                await self._nc.publish(self.result_subject, record.report, headers=headers)
-                await self._nc.flush(timeout=math.ceil(self.config.publish_timeout))
         except (nats.errors.Error, TimeoutError) as exc:
+            running.result_stream = None
             raise ReportPublishError(f"report for {record.order_id} not published") from exc
+
+    async def _result_stream(self, running: _Running) -> str | None:
+        if running.result_stream is None:
+            try:
+                name = await running.js.find_stream_name_by_subject(self.result_subject)
+            except nats.js.errors.NotFoundError:
+                return None
+            running.result_stream = name
+        return running.result_stream
