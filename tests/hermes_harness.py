@@ -106,6 +106,7 @@ from smf_assurance.pipeline.core.normalize import MapperTable, ToolMapping
 from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
+from smf_assurance.subjects.bus_access import answerable_reply
 from smf_assurance.subjects.keys import VerifyKey
 from smf_assurance.subjects.messages import (
     ActorContext,
@@ -172,7 +173,7 @@ class Tap:
                 claim = msgspec.json.decode(raw, type=RuntimeAttestation)
                 self.seen.append({"kind": "attestation", **msgspec.to_builtins(claim)})
             return
-        if not msg.subject.startswith("_INBOX"):
+        if not answerable_reply(msg.subject):  # a reply: an inbox, or mapped across accounts
             return
         signed = gate_reply(msg.data, self.gate_keys)
         if signed is not None:

@@ -119,6 +119,7 @@ from smf_assurance.ops.natsserver import PortReservation, reserve_port
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import PendingAnnouncement
 from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
+from smf_assurance.subjects.bus_access import answerable_reply
 from smf_assurance.subjects.keys import VerifyKey
 from smf_assurance.subjects.messages import ExecutionReport, OutputVerdict, Proposal, Verdict
 from tests.clocks import OffsetClock
@@ -322,7 +323,7 @@ class Tap:
         if msg.subject.startswith(names.APPROVAL_OUTCOME_PREFIX + "."):
             self.outcomes.append((msg.subject, msg.data))
             via = "outcome"
-        elif msg.subject.startswith("_INBOX"):
+        elif answerable_reply(msg.subject):  # a reply: an inbox, or mapped across accounts
             via = "reply"
         else:
             return

@@ -322,6 +322,19 @@ def ledger_rows(ledger: Path, approval_id: str) -> list[tuple[str | None, tuple[
     return [(status, tuple(json.loads(reasons))) for status, reasons in rows]
 
 
+def stop_entries(ledger: Path) -> list[tuple[str, ...]]:
+    """The reason codes of every refusal entry that names no approval and says
+    ``binding_broken``: the stops of runtimes whose reports broke a binding."""
+    uri = ledger.resolve().as_uri() + "?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+        rows = conn.execute(
+            "SELECT reason_codes FROM evidence_entries "
+            "WHERE (approval_id IS NULL OR approval_id = '') AND reason_codes LIKE ?",
+            ("%binding_broken%",),
+        ).fetchall()
+    return [tuple(json.loads(reasons)) for (reasons,) in rows]
+
+
 def ledger_statuses(ledger: Path, approval_id: str) -> list[str | None]:
     return [status for status, _ in ledger_rows(ledger, approval_id)]
 
@@ -1106,6 +1119,16 @@ async def test_the_proposing_runtimes_report_settles_its_approval(
     record = await gate.approvals.get(held.approval_id)
     assert record is not None
     assert record.held_payload is None
+    # A broken binding stops the runtime, and the stop is its own ledger entry: whatever
+    # swapped the call is still loaded in it (issue 36). The other outcomes stop nothing.
+    refused, _ = gate.attestation.standing(OPENCLAW_RUNTIME_ID)
+    stops = stop_entries(state.ledger)
+    if reason == "executed_params_mismatch":
+        assert refused == "runtime_stopped_binding_broken"
+        assert stops == [("binding_broken",)]
+    else:
+        assert refused != "runtime_stopped_binding_broken"
+        assert stops == []
     # The same report again (a redelivery) finds nothing open to settle.
     await file_report(nc, OPENCLAW_RUNTIME_ID, signed)
     assert ledger_statuses(state.ledger, held.approval_id)[-1] == final

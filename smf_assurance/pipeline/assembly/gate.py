@@ -30,6 +30,7 @@ from nats.micro.service import Service
 
 from smf_assurance.pipeline.assembly import loops
 from smf_assurance.pipeline.assembly.config import GateConfig, ReleaseSource
+from smf_assurance.pipeline.core.approval_rules import BINDING_BROKEN
 from smf_assurance.pipeline.core.decision import Decision
 from smf_assurance.pipeline.core.normalize import Normalized
 from smf_assurance.pipeline.core.projection import AnalysisProjection, PolicySet
@@ -335,6 +336,19 @@ async def _open_tool_calls(
         store = await KvToolCallStore.open_bucket(js, replicas=config.replicas)
     undo.push_async_callback(store.close)
     return store
+
+
+def _binding_broken_stop(
+    stops: RuntimeStops,
+) -> Callable[[str, str, dict[str, str]], Awaitable[object]]:
+    """How the approval desk stops a runtime whose report broke its binding."""
+
+    async def stop(runtime_id: str, tenant_id: str, subject: dict[str, str]) -> object:
+        return await stops.stop_recorded(
+            runtime_id, tenant_id, subject, (BINDING_BROKEN,), "runtime_stopped_binding_broken"
+        )
+
+    return stop
 
 
 def _runtime_stops(
@@ -685,6 +699,7 @@ async def _assemble(
     )
     if releases is not None:
         releases.on_switch = _on_switch(config, running, shadows)
+    desk.stop_runtime = _binding_broken_stop(stops)
     undo.push_async_callback(running.stop_serving)
     await buffer.start()
     await running.serve(

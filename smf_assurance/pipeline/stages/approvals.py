@@ -40,7 +40,7 @@ released to a runtime or a connector.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -52,6 +52,7 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import Error as JetStreamError
 
 from smf_assurance.pipeline.core.approval_rules import (
+    BINDING_BROKEN,
     ApprovalRuleError,
     Finish,
     HeldAction,
@@ -155,6 +156,9 @@ class ApprovalDesk:
     execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
     signer: SigningKey | None = None
     """The gate key that signs approval outcomes; without it no outcome is published."""
+    stop_runtime: Callable[[str, str, dict[str, str]], Awaitable[object]] | None = None
+    """``(runtime_id, tenant_id, subject)``: stop a runtime whose report broke its
+    approval's binding (``RuntimeStops.stop_recorded``); None where no stops are kept."""
     analysis: Callable[[], AnalysisProjection | None] = field(default=lambda: None)
     """The active release's analysis projection (None on a projection folder): where a
     shown approval's rules are read in the release's own words (issue 23)."""
@@ -572,7 +576,28 @@ class ApprovalDesk:
             return True
         outcome, reasons = settlement(report)
         await self._finish(record.binding, outcome, reasons, report.external_ref)
+        if BINDING_BROKEN in reasons:
+            await self._stop_for_broken_binding(record.binding, held, report.order_id)
         return True
+
+    async def _stop_for_broken_binding(
+        self, binding: ApprovalBinding, held: HeldAction, order_id: str
+    ) -> None:
+        """A runtime that executed other parameters than an attorney approved is
+        stopped like one that ran an ungated tool (``runtime_stopped_binding_broken``),
+        and the stop is a ledger entry: whatever swapped the call is still loaded in
+        it. Only an operator's clear lets it be served again."""
+        if self.stop_runtime is None or held.runtime_id is None:
+            return
+        subject = {
+            "approval": binding.approval_id,
+            "order": order_id,
+            "runtime_id": held.runtime_id,
+        }
+        try:
+            await self.stop_runtime(held.runtime_id, binding.tenant_id, subject)
+        except Exception as exc:  # noqa: BLE001 - the approval has ended either way; logged
+            log.error("binding_broken_stop_failed", error=type(exc).__name__)
 
     async def sweep(self) -> None:
         """Expire overdue approvals; executing work past its deadline is unknown."""

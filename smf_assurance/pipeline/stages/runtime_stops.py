@@ -48,7 +48,7 @@ from smf_assurance.pipeline.stages.attestation import AttestationDesk
 from smf_assurance.pipeline.stages.evidence import EvidenceWriter
 from smf_assurance.pipeline.stores.ledger import Beside, EvidenceError
 from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
-from smf_assurance.pipeline.stores.tool_calls import Stop, ToolCallStore
+from smf_assurance.pipeline.stores.tool_calls import Stop, StopReason, ToolCallStore
 from smf_assurance.subjects.model_gateway import GatewayCleared
 
 log = structlog.get_logger(__name__)
@@ -116,6 +116,37 @@ class RuntimeStops:
         if self.share_stop is not None:
             await _tell(self.share_stop(stop), "stop")
         return stored
+
+    async def stop_recorded(
+        self,
+        runtime_id: str,
+        tenant_id: str,
+        subject: dict[str, str],
+        reasons: tuple[str, ...],
+        reason: StopReason,
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Stop the runtime for ``reason`` and record it: one refusal entry naming
+        ``subject`` (ids only) with ``reasons``; the entry's reason codes (and
+        ``runtime_stop_store_unavailable`` when the stop was not stored) and its
+        evidence. Stopped and stored before the evidence: a crash between them leaves
+        a stop without its entry (fails closed), never an entry without its stop."""
+        entry = self.evidence.for_refusal(
+            subject, self.evidence.tenant_ref(tenant_id), self.release_id(), reasons
+        )
+        stop = Stop(
+            runtime_id=runtime_id,
+            reason=reason,
+            operation_hash=entry.operation_hash,
+            decision_id=entry.decision_id,
+            tenant_ref=entry.tenant_ref,
+            stopped_at=entry.at,
+        )
+        stored = await self.stop(stop)
+        recorded_reasons, recorded = await self.evidence.record_refusal(entry)
+        if not stored:
+            recorded_reasons = (*recorded_reasons, STORE_UNAVAILABLE)
+        log.warning("runtime_stopped", runtime_id=runtime_id, reason=reason)
+        return recorded_reasons, recorded
 
     async def _store(self, stop: Stop) -> bool:
         try:

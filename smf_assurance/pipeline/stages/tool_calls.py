@@ -43,9 +43,7 @@ import structlog
 from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.pipeline.stages.attestation import AttestationDesk
 from smf_assurance.pipeline.stages.evidence import EvidenceWriter
-from smf_assurance.pipeline.stages.runtime_stops import STORE_UNAVAILABLE as STOP_NOT_STORED
 from smf_assurance.pipeline.stages.runtime_stops import RuntimeStops
-from smf_assurance.pipeline.stores.tool_calls import Stop
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.model_gateway import GatewayCalls, GatewayCallsAnswer, GatewayClear
@@ -128,24 +126,9 @@ class ToolCallDesk:
             "runtime_id": ask.runtime_id,
             "tool_call_ids": ",".join(answer.uncovered),
         }
-        entry = self.evidence.for_refusal(
-            subject, self.evidence.tenant_ref(ask.tenant_id), self.release_id(), (UNGATED, REFUSED)
+        reasons, recorded = await self.stops.stop_recorded(
+            ask.runtime_id, ask.tenant_id, subject, (UNGATED, REFUSED), STOPPED
         )
-        stop = Stop(
-            runtime_id=ask.runtime_id,
-            reason=STOPPED,
-            operation_hash=entry.operation_hash,
-            decision_id=entry.decision_id,
-            tenant_ref=entry.tenant_ref,
-            stopped_at=entry.at,
-        )
-        # stopped and stored before the evidence: a crash between them leaves a stop
-        # without its entry (fails closed), never an entry without its stop
-        stored = await self.stops.stop(stop)
-        reasons, recorded = await self.evidence.record_refusal(entry)
-        if not stored:
-            reasons = (*reasons, STOP_NOT_STORED)
-        log.warning("runtime_stopped", runtime_id=ask.runtime_id, uncovered=len(answer.uncovered))
         return msgspec.structs.replace(
             answer, stopped=True, reason_codes=reasons, evidence=recorded
         )

@@ -78,7 +78,9 @@ an existing file gains them on open and nothing of the ledger's schema changes. 
 notes' rowid is their order: ``INSERT OR REPLACE`` of an id noted again gives it a new,
 largest rowid."""
 
-StopReason = Literal["runtime_stopped_ungated_tool_result"]
+StopReason = Literal["runtime_stopped_ungated_tool_result", "runtime_stopped_binding_broken"]
+"""Why a runtime is stopped: it ran a tool no proposal decided, or it executed other
+parameters than an attorney approved (its report said ``executed_params_mismatch``)."""
 
 
 class Stop(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

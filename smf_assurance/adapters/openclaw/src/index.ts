@@ -27,6 +27,8 @@ import { currentRegistry, foreignParamHooks, ownHookTimeoutMs } from "./foreign.
 import { closeSharedBuses, sharedBus } from "./transport.js";
 
 export const PLUGIN_ID = "smf-assurance";
+/** Every source file OpenClaw registered this plugin from, in this process (`api.source`). */
+export const OWN_SOURCES: Set<string> = new Set();
 export const OPENCLAW_PIN = "2026.9.6";
 /** Lowest safe priority: OpenClaw runs higher priorities first and takes the last params. */
 export const HOOK_PRIORITY = Number.MIN_SAFE_INTEGER;
@@ -40,6 +42,8 @@ export interface PluginApi {
   /** OpenClaw's whole config; read only for the operator's hook timeout override. */
   config?: unknown;
   registrationMode?: string;
+  /** The plugin's source file as OpenClaw recorded it (2026.9.6 `buildPluginApi`); every hook entry it registers names it. */
+  source?: string;
   runtime?: { version?: unknown };
   logger?: Partial<Logger>;
   on(
@@ -179,9 +183,9 @@ export function adapterFor(api: PluginApi): GateAdapter {
           gateTimeoutMs: config.gateTimeoutMs,
           holdTimeoutMs: config.holdTimeoutMs,
           protected: config.protected,
-          inspect: () => foreignParamHooks(currentRegistry(), PLUGIN_ID, HOOK_PRIORITY),
+          inspect: () => foreignParamHooks(currentRegistry(), OWN_SOURCES, HOOK_PRIORITY),
           hookBudget: {
-            effectiveMs: () => ownHookTimeoutMs(currentRegistry(), PLUGIN_ID, "before_tool_call"),
+            effectiveMs: () => ownHookTimeoutMs(currentRegistry(), OWN_SOURCES, "before_tool_call"),
             neededMs: neededHookMs(config.gateTimeoutMs, config.holdTimeoutMs),
           },
         },
@@ -283,17 +287,16 @@ function register(api: PluginApi): void {
   try {
     warnIfUngated(api);
     const adapter = adapterFor(api);
-    api.on("before_tool_call", (event, ctx) => adapter.beforeToolCall(event ?? {}, ctx ?? {}), {
-      priority: HOOK_PRIORITY,
-      timeoutMs: hookTimeoutMs(adapter),
-    });
-    api.on(
-      "after_tool_call",
-      async (event, ctx) => {
-        await adapter.afterToolCall(event ?? {}, ctx ?? {});
-      },
-      { priority: HOOK_PRIORITY },
-    );
+    const before = (event: ToolEvent, ctx: ToolContext): Promise<BeforeResult> =>
+      adapter.beforeToolCall(event ?? {}, ctx ?? {});
+    const after = async (event: ToolEvent, ctx: ToolContext): Promise<void> => {
+      await adapter.afterToolCall(event ?? {}, ctx ?? {});
+    };
+    // OpenClaw records our hooks under the source it loaded us from: an entry is
+    // ours only if it names one of these (foreign.ts), never by the id it names.
+    if (typeof api.source === "string") OWN_SOURCES.add(api.source);
+    api.on("before_tool_call", before, { priority: HOOK_PRIORITY, timeoutMs: hookTimeoutMs(adapter) });
+    api.on("after_tool_call", after, { priority: HOOK_PRIORITY });
     // Start-up attestation (attest.ts): the hooks are in place, say so. A "full"
     // registration attests now and periodically (one loop per adapter, however
     // often register() runs); any other registration only once one of its hooks

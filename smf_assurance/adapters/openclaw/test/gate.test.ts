@@ -948,17 +948,33 @@ test("mapping: no tool call may touch the plugin's own files (issue 17)", () => 
 });
 
 test("foreign hooks: another plugin that can change a call after ours is found (issue 17)", () => {
-  const entry = (pluginId: string, hookName: string, priority?: number) => ({ pluginId, hookName, priority });
-  const ours = entry("smf-assurance", "before_tool_call", Number.MIN_SAFE_INTEGER);
-  const found = (...hooks: unknown[]) => foreignParamHooks({ typedHooks: [ours, ...hooks] }, "smf-assurance", Number.MIN_SAFE_INTEGER);
+  const mine = new Set<string>(["/plugins/smf-assurance/dist/index.js"]);
+  const entry = (pluginId: string, hookName: string, priority?: unknown) => ({ pluginId, hookName, priority, source: `/plugins/${pluginId}-elsewhere/index.js` });
+  const ours = { ...entry("smf-assurance", "before_tool_call", Number.MIN_SAFE_INTEGER), source: "/plugins/smf-assurance/dist/index.js" };
+  const found = (...hooks: unknown[]) => foreignParamHooks({ typedHooks: [ours, ...hooks] }, mine, Number.MIN_SAFE_INTEGER);
   assert.deepEqual(found(), []);
   assert.deepEqual(found(entry("memory", "before_tool_call", 0), entry("x", "after_tool_call", -Infinity)), []);
+  assert.deepEqual(found(entry("default", "before_tool_call")), []); // no priority: 0, before ours
   assert.deepEqual(found(entry("rogue", "before_tool_call", -Infinity)), ["rogue:before_tool_call@-Infinity"]);
   assert.deepEqual(found(entry("tie", "before_tool_call", Number.MIN_SAFE_INTEGER)), [`tie:before_tool_call@${Number.MIN_SAFE_INTEGER}`]);
   assert.deepEqual(found(entry("nan", "before_tool_call", Number.NaN)), ["nan:before_tool_call@NaN"]);
   assert.deepEqual(found(entry("env", "resolve_exec_env")), ["env:resolve_exec_env"]);
-  assert.equal(foreignParamHooks(undefined, "smf-assurance", 0), null);
-  assert.equal(foreignParamHooks({ typedHooks: "no" }, "smf-assurance", 0), null);
+  // Issue 36: as OpenClaw's dispatcher coerces them. A string sorts by Number(); an
+  // object's valueOf is foreign code (it may answer this check and the sort apart).
+  assert.deepEqual(found(entry("str", "before_tool_call", "-Infinity")), ["str:before_tool_call@-Infinity"]);
+  assert.deepEqual(found(entry("str-high", "before_tool_call", "100")), []);
+  assert.deepEqual(found(entry("str-nan", "before_tool_call", "soon")), ["str-nan:before_tool_call@soon"]);
+  let calls = 0;
+  const shifty = { valueOf: () => (++calls === 1 ? Infinity : -Infinity) };
+  assert.deepEqual(found(entry("obj", "before_tool_call", shifty)), ["obj:before_tool_call@object"]);
+  assert.equal(calls, 0); // never run: its answer could not be trusted
+  assert.deepEqual(found(entry("big", "before_tool_call", 5n)), ["big:before_tool_call@bigint"]);
+  // An entry naming our plugin id is ours only if OpenClaw recorded it from our source.
+  assert.deepEqual(found(entry("smf-assurance", "before_tool_call", -Infinity)), ["smf-assurance:before_tool_call@-Infinity"]);
+  assert.deepEqual(found({ ...ours, priority: -Infinity }), []); // our own source, registered again
+  assert.deepEqual(found({ ...ours, source: undefined }), ["smf-assurance:before_tool_call@-9007199254740991"]);
+  assert.equal(foreignParamHooks(undefined, mine, 0), null);
+  assert.equal(foreignParamHooks({ typedHooks: "no" }, mine, 0), null);
   // Where OpenClaw keeps it: the frame's generation registry first, else the active one.
   const generation = { typedHooks: [] };
   const active = { typedHooks: [ours] };
@@ -1009,10 +1025,16 @@ test("agent exec: a discovery-only registration says its tools are not gated, on
 });
 
 test("hook budget: the budget OpenClaw gave our hook, as registered, must cover a held call (issue 17)", async () => {
-  const registry = { typedHooks: [{ pluginId: "smf-assurance", hookName: "before_tool_call", timeoutMs: 9000 }] };
-  assert.equal(ownHookTimeoutMs(registry, "smf-assurance", "before_tool_call"), 9000);
-  assert.equal(ownHookTimeoutMs(registry, "smf-assurance", "after_tool_call"), undefined);
-  assert.equal(ownHookTimeoutMs(undefined, "smf-assurance", "before_tool_call"), undefined);
+  const mine = new Set<string>(["/plugins/smf-assurance/index.js"]);
+  const registry = {
+    typedHooks: [
+      { pluginId: "smf-assurance", hookName: "before_tool_call", timeoutMs: 60_000, source: "/plugins/rogue/index.js" },
+      { pluginId: "smf-assurance", hookName: "before_tool_call", timeoutMs: 9000, source: "/plugins/smf-assurance/index.js" },
+    ],
+  };
+  assert.equal(ownHookTimeoutMs(registry, mine, "before_tool_call"), 9000); // ours by source, not by id
+  assert.equal(ownHookTimeoutMs(registry, mine, "after_tool_call"), undefined);
+  assert.equal(ownHookTimeoutMs(undefined, mine, "before_tool_call"), undefined);
   const noted: string[] = [];
   const governance: Governed = { ...GOVERNED, noteProblem: (p) => (noted.push(p), true) };
   const bus = { request: async () => { throw new Error("must not be asked"); } } as unknown as Bus;
@@ -1026,7 +1048,7 @@ test("hook budget: the budget OpenClaw gave our hook, as registered, must cover 
       gateTimeoutMs: 1000,
       holdTimeoutMs: 2000,
       inspect: () => [],
-      hookBudget: { effectiveMs: () => ownHookTimeoutMs(registry, "smf-assurance", "before_tool_call"), neededMs: 10_000 },
+      hookBudget: { effectiveMs: () => ownHookTimeoutMs(registry, mine, "before_tool_call"), neededMs: 10_000 },
     },
     [],
     bus,
