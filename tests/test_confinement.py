@@ -24,7 +24,9 @@ Proves:
   another process of the runtime attests; the gate's signed status (``doctor``) and
   the model gateway's admission say which runtimes are confined, with the digest;
 - the runtime's own bus credential cannot even send a confinement attestation (the
-  server refuses the publish; the gate never sees it).
+  server refuses the publish; the gate never sees it);
+- the launcher counts a refusal by its reason code and a bus it cannot reach, and
+  neither stops it; a replica verifies a shared attestation before it holds it.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from smf_assurance.ops.runtimes import (
 from smf_assurance.ops.stack import gate_config, start_embedded_server
 from smf_assurance.ops.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
+from smf_assurance.pipeline.stages.confinement import ConfinementDesk
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
 from smf_assurance.subjects.canonical import sha256_identity
@@ -83,6 +86,7 @@ from smf_assurance.subjects.model_gateway import (
     new_instance_id,
     seal_instance_proof,
 )
+from smf_assurance.subjects.registry import load_registry
 from tests.bus_helpers import wait_for
 from tests.clocks import FrozenClock
 
@@ -544,3 +548,87 @@ async def test_the_model_gateways_admission_names_the_confinement(
     finally:
         await launcher.end()
         await gateway.close()
+
+
+@pytest.mark.claim("confinement.attestation-only-by-its-launcher")
+async def test_the_launcher_counts_a_refusal_and_a_bus_it_cannot_reach_and_runs_on(
+    state: StateDir,
+    server: EmbeddedNatsServer,
+    clock: FrozenClock,
+    buses: dict[str, Client],
+    closed_port: int,
+) -> None:
+    """What the launcher does when its word does not count: a key the gate refuses
+    (here the runtime's, on the launcher's credential) is counted by its reason code;
+    a bus it cannot reach is counted too; neither raises, and the runtime stays not
+    confined at the gate."""
+    runtime = Runtime(state, buses[HERMES_PRINCIPAL], clock)
+    instance = new_instance_id()
+    await runtime.attest(instance)
+    credential = state.existing_credential(launcher_principal(HERMES_RUNTIME_ID))
+    assert credential is not None
+    wrong_key = Attester(runtime.key, credential, server.url, HERMES_RUNTIME_ID, DIGEST, clock)
+    unreachable = Attester(
+        state.key(launcher_principal(HERMES_RUNTIME_ID)),
+        credential,
+        f"nats://127.0.0.1:{closed_port}",
+        HERMES_RUNTIME_ID,
+        DIGEST,
+        clock,
+    )
+    for launcher in (wrong_key, unreachable):
+        await launcher.launched(instance)
+        await launcher.launched("not-an-instance")  # ignored: never named
+        await launcher.end()
+        assert launcher.accepted == 0
+        assert list(launcher.instances) == [instance]
+    assert wrong_key.refused == {"signer_role_mismatch": 2}  # running, then ended
+    assert unreachable.refused == {"bus_unreachable": 2}
+    await still_denied(runtime)
+
+
+@pytest.mark.claim("confinement.attestation-only-by-its-launcher")
+async def test_a_replica_verifies_what_another_shares_before_it_holds_it(
+    state: StateDir, clock: FrozenClock
+) -> None:
+    """On a cluster a replica hears another's attestation (``replica_sync``) and verifies
+    it itself: a forged one shared is not held, a genuine one is."""
+    instance = new_instance_id()
+    desk = ConfinementDesk(
+        registry=lambda: load_registry(state.registry),
+        clock=clock,
+        attested_instance=lambda runtime_id: instance,
+    )
+    await desk.adopt(confinement(state.key(HERMES_PRINCIPAL), clock, instance))
+    assert desk.standing(HERMES_RUNTIME_ID).reason == "confinement_not_attested"
+    await desk.adopt(b"not an envelope")
+    assert not desk.confined(HERMES_RUNTIME_ID)
+    genuine = confinement(state.key(launcher_principal(HERMES_RUNTIME_ID)), clock, instance)
+    await desk.adopt(genuine)
+    assert desk.standing(HERMES_RUNTIME_ID).profile_digest == DIGEST
+    assert desk.instance_confined(HERMES_RUNTIME_ID, instance) == DIGEST
+    assert desk.instance_confined(HERMES_RUNTIME_ID, new_instance_id()) is None
+    assert desk.instance_confined(OTHER_RUNTIME, instance) is None
+
+
+async def test_a_launcher_no_gate_answers_keeps_trying_and_says_so(
+    state: StateDir, nats_server: EmbeddedNatsServer
+) -> None:
+    """A bus without a gate: every attestation (the first, from the periodic loop, and
+    the last) is counted ``no_gate_answer``; the connection is closed at the end."""
+    credential = state.existing_credential(launcher_principal(HERMES_RUNTIME_ID))
+    assert credential is not None
+    launcher = Attester(
+        state.key(launcher_principal(HERMES_RUNTIME_ID)),
+        credential,
+        nats_server.url,
+        HERMES_RUNTIME_ID,
+        DIGEST,
+    )
+    await launcher.start()
+    await wait_for(lambda: launcher.refused.get("no_gate_answer", 0) >= 1)
+    await launcher.end()
+    await launcher.end()  # once only
+    assert set(launcher.refused) == {"no_gate_answer"}
+    assert launcher.refused["no_gate_answer"] >= 2  # the first, and the last (ended)
+    assert launcher.accepted == 0
