@@ -96,7 +96,12 @@ from smf_assurance.ops.demo_script import actor
 from smf_assurance.ops.logs import configure_logging
 from smf_assurance.ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
 from smf_assurance.ops.releases import build_release, latest_in_inbox, prior_of, publish_to_inbox
-from smf_assurance.ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID, provision_runtime
+from smf_assurance.ops.runtimes import (
+    HERMES_PRINCIPAL,
+    HERMES_RUNTIME_ID,
+    provision_launcher,
+    provision_runtime,
+)
 from smf_assurance.ops.stack import gate_config, start_embedded_server
 from smf_assurance.ops.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
 from smf_assurance.pipeline.assembly import start_gate
@@ -280,6 +285,8 @@ class Harness:
         self.state = StateDir(self.root / "state")
         provision_demo(self.state)
         provision_runtime(self.state, runtime_pin="0.19.0")
+        # the key `runtime run` attests the confined runs with (`runtime add` makes one)
+        provision_launcher(self.state, HERMES_RUNTIME_ID)
         provision_runtime(self.state, SAFE_PRINCIPAL, SAFE_RUNTIME_ID, runtime_pin="0.19.0")
         provision_runtime(self.state, OFF_PRINCIPAL, OFF_RUNTIME_ID, runtime_pin="0.19.0")
         self.server = start_embedded_server(self.state)

@@ -373,7 +373,10 @@ class Harness:
         # Imported here: the probe runs (no gate) must not depend on the gate's code.
         from smf_assurance.ops.bus_auth import write_user_seed  # noqa: PLC0415
         from smf_assurance.ops.releases import latest_in_inbox  # noqa: PLC0415
-        from smf_assurance.ops.runtimes import provision_runtime  # noqa: PLC0415
+        from smf_assurance.ops.runtimes import (  # noqa: PLC0415
+            provision_launcher,
+            provision_runtime,
+        )
         from smf_assurance.ops.stack import gate_config, start_embedded_server  # noqa: PLC0415
         from smf_assurance.ops.state import OPERATOR, StateDir, provision_demo  # noqa: PLC0415
         from smf_assurance.pipeline.assembly import start_gate  # noqa: PLC0415
@@ -393,6 +396,8 @@ class Harness:
             runtime_pin=runtime.get("pin"),
             required_hooks=tuple(runtime.get("hooks", ())),
         )
+        # the key `runtime run` attests the confined runs with (`runtime add` makes one)
+        provision_launcher(self.state, runtime["runtime_id"])
         self.runtime = runtime
         served = gate.get("model_gateway", {}).get("runtimes", [])
         for other in served:

@@ -147,6 +147,7 @@ async def publish_as_publisher(url: str, state: StateDir, bundle: ReleaseBundle)
     assert credential is not None, "the state directory has no publisher credential"
     nc = await nats.connect(url, **credential.connect_options())
     try:
+        # outside the gate's account JetStream is reached under the client prefix
         await publish_to_bucket(nc.jetstream(prefix=CLIENT_API), bundle)
     finally:
         await nc.close()

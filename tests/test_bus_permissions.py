@@ -36,15 +36,17 @@ from smf_assurance.ops.bus_auth import read_user_public, write_user_seed
 from smf_assurance.ops.bus_follow import ClusterFollower, ReloadError
 from smf_assurance.ops.cli import main
 from smf_assurance.ops.cluster import LocalNatsCluster
+from smf_assurance.ops.confine.profile import launcher_principal
 from smf_assurance.ops.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.releases import latest_in_inbox, load_trust_root
-from smf_assurance.ops.runtimes import provision_runtime
+from smf_assurance.ops.runtimes import provision_launcher, provision_runtime
 from smf_assurance.ops.stack import gate_config, start_embedded_server, start_stack
 from smf_assurance.ops.state import (
     CONSOLE,
     MODEL_GATEWAY,
     OPERATOR,
     PUBLISHER,
+    RUNTIME_ID,
     StateDir,
     refresh_demo_release,
 )
@@ -70,7 +72,21 @@ Outcome = Literal["allowed", "refused"]
 ANSWER_TIMEOUT_S: Final = 5.0
 
 GATE, RUNTIME, DMS, COURT, ATTORNEY = "gate", "runtime", "dms", "court-efiling", "attorney-alex"
-ROLES: Final = (GATE, RUNTIME, DMS, COURT, ATTORNEY, CONSOLE, PUBLISHER, MODEL_GATEWAY, OPERATOR)
+LAUNCHER: Final = launcher_principal(RUNTIME_ID)
+"""The scripted runtime's launcher: not in the demo registry (the demo runs no runtime
+confined), added for the matrix (:func:`launched`) as ``runtime add`` adds one."""
+ROLES: Final = (
+    GATE,
+    RUNTIME,
+    DMS,
+    COURT,
+    ATTORNEY,
+    CONSOLE,
+    PUBLISHER,
+    MODEL_GATEWAY,
+    LAUNCHER,
+    OPERATOR,
+)
 EVERYONE: Final = frozenset(ROLES)
 OTHER_TENANT: Final = "tenant-other"
 
@@ -188,6 +204,9 @@ ACTIONS: Final = (
     Action("serve the release report", "sub", names.RELEASE_REPORT, who(GATE)),
     Action("propose", "req", names.PROPOSE, who(RUNTIME), b"not a proposal"),
     Action("attest", "req", names.ATTEST, who(RUNTIME), b"not an attestation"),
+    # Only a runtime's launcher says it runs confined; the runtime itself cannot.
+    Action("attest confinement", "req", names.CONFINEMENT, who(LAUNCHER), b"not one"),
+    Action("serve smf.confinement", "sub", names.CONFINEMENT, who(GATE)),
     Action("stream output", "pub", "smf.output.s-1", who(RUNTIME, MODEL_GATEWAY)),
     # Only the model gateway asks whom it may serve; each refusal is a ledger entry.
     Action("ask a model admission", "req", names.GATEWAY_ADMIT, who(MODEL_GATEWAY), b"{}"),
@@ -383,15 +402,18 @@ class Prober:
             own_inbox = self.ping is not None and action.subject.startswith(INBOX_ROOT + ".")
 
             async def publish_until_received() -> None:
+                # each flush is shielded: cancelling nats-py while it waits for a PONG
+                # leaves a cancelled future that the PONG then fails on, which ends the
+                # connection's read loop (seen as a later flush timing out)
                 while not received.done():
                     if own_inbox:
                         assert self.ping is not None
                         reply = concrete(action.subject)
                         await self.nc.publish(self.ping, b"{}", reply=reply)
-                        await self.nc.flush()
+                        await asyncio.shield(self.nc.flush())
                     else:
                         await operator.publish(concrete(action.subject), b"probe")
-                        await operator.flush()
+                        await asyncio.shield(operator.flush())
                     await asyncio.sleep(0.05)
 
             pusher = asyncio.create_task(publish_until_received())
@@ -496,24 +518,33 @@ def server(state: StateDir) -> Iterator[EmbeddedNatsServer]:
     server.close()
 
 
+@pytest.fixture
+def launched(state: StateDir) -> StateDir:
+    """The demo state with the scripted runtime's launcher in its registry."""
+    provision_launcher(state, RUNTIME_ID)
+    return state
+
+
 @pytest.mark.claim("bus-access.each-role-its-part")
-async def test_every_role_may_do_exactly_its_part_on_one_server(
-    server: EmbeddedNatsServer, state: StateDir
-) -> None:
-    assert await anonymous_refused(server.url)
-    assert await run_matrix([server.url], state) == []
-    await operator_may_destroy([server.url], state)
+async def test_every_role_may_do_exactly_its_part_on_one_server(launched: StateDir) -> None:
+    server = start_embedded_server(launched)
+    try:
+        assert await anonymous_refused(server.url)
+        assert await run_matrix([server.url], launched) == []
+        await operator_may_destroy([server.url], launched)
+    finally:
+        server.close()
 
 
 @pytest.mark.claim("bus-access.each-role-its-part")
 async def test_every_role_may_do_exactly_its_part_on_the_cluster(
-    nats_cluster: LocalNatsCluster, state: StateDir
+    nats_cluster: LocalNatsCluster, launched: StateDir
 ) -> None:
-    await nats_cluster.authorize(registry_entries(state.registry))
+    await nats_cluster.authorize(registry_entries(launched.registry))
     for url in nats_cluster.urls:
         assert await anonymous_refused(url)
-    assert await run_matrix(nats_cluster.urls, state) == []
-    await operator_may_destroy(nats_cluster.urls, state)
+    assert await run_matrix(nats_cluster.urls, launched) == []
+    await operator_may_destroy(nats_cluster.urls, launched)
 
 
 async def test_the_matrix_sees_a_refusal_it_is_told_to_expect(

@@ -386,6 +386,23 @@ def check_bench(out: cli_json.BenchJson, _: World) -> None:
     assert all(t.comparison in ("at_most", "at_least") for t in out.targets)
 
 
+def check_bench_confinement(out: cli_json.BenchJson, _: World) -> None:
+    """Its figures decode; none is asserted (a benchmark informs, CI does not time)."""
+    assert out.confinement is not None
+    assert [s.label for s in out.confinement] == [
+        "start, bare",
+        "start, confined",
+        "model request, bare",
+        "model request, through the forwarders",
+    ]
+    assert [s.count for s in out.confinement][:2] == [2, 2]
+    assert out.targets is not None
+    assert [t.series for t in out.targets] == [
+        "start, confined",
+        "model request, through the forwarders",
+    ]
+
+
 def check_runtimes(out: cli_json.ModelGatewayListJson, _: World) -> None:
     assert [r.runtime for r in out.runtimes] == ["rt-json"]
 
@@ -507,7 +524,7 @@ def check_runtime_add(out: cli_json.RuntimeAddJson, _: World) -> None:
 
 
 def check_runtime_remove(out: cli_json.RuntimeRemoveJson, _: World) -> None:
-    assert out.principals == ("hermes-json",)
+    assert out.principals == ("hermes-json", "hermes-json-launcher")  # the runtime and its launcher
     assert out.attestation_requirement_removed
     assert out.gateway_profile_removed
     assert out.left_files
@@ -540,7 +557,16 @@ def check_candidate(out: cli_json.CandidateBuildJson, _: World) -> None:
 def check_doctor(out: cli_json.DoctorJson, _: World) -> None:
     assert (out.ok, out.failed) == (True, 0), out
     kinds = {c.kind for c in out.checks if c.status in ("ok", "warn")}
-    assert kinds == {"bus", "release", "service", "stream", "connector", "ledger", "files"}, out
+    assert kinds == {
+        "bus",
+        "release",
+        "service",
+        "stream",
+        "confinement",
+        "connector",
+        "ledger",
+        "files",
+    }, out
 
 
 def check_doctor_dead(out: cli_json.DoctorJson, _: World) -> None:
@@ -636,6 +662,7 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
     ),
     ("bench",): (
         Case(("--evaluator", "--rounds", "10"), check=check_bench),
+        Case(("--confinement", "--rounds", "2"), check=check_bench_confinement),
         Case(("--rounds", "0"), 2, None),
     ),
     ("up",): (

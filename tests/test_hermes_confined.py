@@ -18,9 +18,12 @@ the operating system inside the sandbox, not a verdict.
 
 Proves, each beside its control:
 
-- a confined turn works: the adapter attests (accepted), its terminal call is
-  proposed, allowed and runs, the reply comes through the model gateway (control
-  for everything below);
+- a confined turn works: the adapter attests (accepted) through the launcher, which
+  attests first that the process runs confined; its terminal call is proposed,
+  allowed and runs, the reply comes through the model gateway (control for
+  everything below). The release requires confinement for terminal commands
+  (the shipped corpus's ``floor.opaque-needs-confinement``): the same turn
+  unconfined is denied ``runtime_not_confined`` and the command does not run;
 - no key, seed or token of any principal can be read from inside by any route:
   direct, ``find -exec cat``, globs, a name built at run time, ``/proc``, a copy,
   Python; by a shell the launcher runs and by Hermes's own terminal tool (the
@@ -176,6 +179,30 @@ def test_a_confined_turn_attests_proposes_and_is_served_through_the_gateway(
     allowed = [e for e in run["ledger"] if e["kind"] == "decision" and e["disposition"] == "allow"]
     assert any(e["reason_codes"] == ["internal_output_delivery"] for e in allowed)
     assert leaked(run, hermes) == []
+
+
+@pytest.mark.claim("confinement.release-requires-it")
+def test_the_same_turn_unconfined_is_denied_the_terminal(hermes: HermesRuns) -> None:
+    """The control of the release's requirement with the real Hermes: unconfined, the same
+    terminal call under the same release is denied and nothing runs."""
+    run = hermes.run(
+        "unconfined",
+        {
+            "unconfined": {
+                "calls": [call("terminal", command="echo ran > {{root}}/MARKER")],
+                "final": REPLY,
+            }
+        },
+        via_gateway=True,
+        context=context(["{{root}}/held"]),
+        markers=["MARKER"],
+    )
+    assert run["markers"] == {"MARKER": False}
+    [verdict] = verdicts(run)
+    assert verdict["outcome"] == "deny"
+    assert "runtime_not_confined" in verdict["reason_codes"], verdict
+    denied = [e for e in run["ledger"] if e["kind"] == "decision" and e["disposition"] == "deny"]
+    assert any("runtime_not_confined" in e["reason_codes"] for e in denied)
 
 
 # --- secrets -----------------------------------------------------------------------------

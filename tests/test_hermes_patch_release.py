@@ -9,9 +9,11 @@ shipped scenario corpus plus one customer policy allowing ``document.write`` whe
 ``workflow.legal_hold`` is false.
 
 Proves, against the real Hermes 0.19.0 in its own venv inside ``unshare -n``: under
-that release a patch of a free file is allowed and changes it (the release really
-allows writes outside hold), and each of the three spellings touching a held file
-is denied by the legal-hold floor and changes no file. Does not prove: other patch
+that release a patch of a free file by a confined Hermes is allowed and changes it
+(the release really allows writes outside hold; the shipped corpus's confinement
+requirement makes a patch need a confined runtime), and each of the three
+spellings touching a held file is denied by the legal-hold floor and changes no
+file. Does not prove: other patch
 spellings end to end (tests/test_hermes_patch.py checks 300 generated texts against
 Hermes's own ``patch`` tool, without the gate).
 """
@@ -104,21 +106,24 @@ PATCH_VARIANTS = (
 FILES = {"held/brief.txt": "original\n", "free.txt": "free\n"}
 
 
-def patch_run(hermes: HermesRuns, name: str, texts: list[str]) -> dict[str, Any]:
+def patch_run(hermes: HermesRuns, name: str, texts: list[str], **command: Any) -> dict[str, Any]:
     return hermes.run(
         name,
         {name: {"calls": [call("patch", mode="patch", patch=t) for t in texts], "final": "ok"}},
         toolsets="file",
         files=FILES,
+        **command,
     )
 
 
 def test_the_release_allows_a_patch_outside_legal_hold(hermes: HermesRuns) -> None:
+    """Confined (``runtime run``): the shipped corpus requires confinement for a patch,
+    whose effects its proposal cannot show; unconfined it is ``runtime_not_confined``."""
     text = (
         "*** Begin Patch\n*** Update File: {{root}}/free.txt\n@@\n-free\n+rewritten\n"
         "*** End Patch\n"
     )
-    run = patch_run(hermes, "patch-free", [text])
+    run = patch_run(hermes, "patch-free", [text], confined={}, via_gateway=True)
     assert [(v["outcome"], v["reason_codes"]) for v in verdicts(run)] == [
         ("allow", [ALLOWED_WRITE])
     ]

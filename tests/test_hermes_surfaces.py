@@ -11,8 +11,9 @@ outside our system, each a real local server: the model provider, a Telegram
 Bot API, an MCP server's downstream endpoint.
 
 The module's gate runs on a firm's release (the shipped scenario corpus plus
-two customer policies): writes are allowed outside legal hold, and the
-``terminal`` tool's commands are allowed (its other process tools are not),
+two customer policies, without its confinement requirement): writes are allowed
+outside legal hold, and the ``terminal`` tool's commands are allowed (its other
+process tools are not),
 so each surface shows an allowed call doing its work and a denied one leaving
 no effect. Its mapper table adds the two tools an operator maps for the MCP
 server the test adds (``mcp__matter__list_notes``, ``mcp__matter__write_note``).
@@ -107,8 +108,15 @@ MCP_TOOLS = {
 
 def firm_corpus(directory: Path) -> Path:
     """The patch module's firm release (writes allowed outside legal hold) plus one rule
-    and customer policy allowing ``terminal`` commands (not ``process``, not code)."""
+    and customer policy allowing ``terminal`` commands (not ``process``, not code).
+
+    Without the shipped corpus's confinement requirement (``confinement.json``): these
+    surfaces run unconfined (a cron job cannot even be installed in a confined Hermes,
+    whose scheduler folder is read-only), and what each test shows is that every call of
+    the surface is proposed and decided. The requirement itself, with the real Hermes,
+    is tests/test_hermes_confined.py's."""
     permissive_corpus(directory)
+    (directory / "confinement.json").unlink()
     rules = json.loads((directory / "rules.json").read_text())
     template = rules[-1]
     statement = "A command in the matter workspace's terminal may be run."

@@ -38,7 +38,7 @@ import pytest
 from nats.aio.client import Client
 
 from smf_assurance.ops.bench import gateway as scripted
-from smf_assurance.ops.bench.fake_model import FakeModel, Reply
+from smf_assurance.ops.bench.fake_model import FakeModel, Reply, api_key_of
 from smf_assurance.ops.bench.gateway import attest as scripted_attest
 from smf_assurance.ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
 from smf_assurance.ops.runtimes import provision_runtime
@@ -109,8 +109,9 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
 
 
 @contextlib.asynccontextmanager
-async def gateway_world(tmp_path: Path) -> AsyncIterator[World]:
-    """A gate, the fake provider and the model gateway serving three runtimes."""
+async def gateway_world(tmp_path: Path, *, api_key: bool = False) -> AsyncIterator[World]:
+    """A gate, the fake provider and the model gateway serving three runtimes; with
+    ``api_key`` the provider requires a key that only the gateway's configuration names."""
     state = StateDir(tmp_path / "state")
     provision_demo(state)
     provision_runtime(state, PRINCIPAL, RUNTIME_ID, runtime_pin=PIN, require_release=False)
@@ -118,8 +119,9 @@ async def gateway_world(tmp_path: Path) -> AsyncIterator[World]:
     provision_runtime(
         state, BOUND, BOUND_ID, runtime_pin=PIN, require_release=False, instance_bound=True
     )
-    model = await FakeModel().start()
-    set_upstream(state, model.url, "local-model")
+    key_file = tmp_path / "provider.api-key" if api_key else None
+    model = await FakeModel(api_key=None if key_file is None else api_key_of(key_file)).start()
+    set_upstream(state, model.url, "local-model", None if key_file is None else str(key_file))
     tokens = {
         RUNTIME_ID: provision_gateway_runtime(
             state,
@@ -345,6 +347,30 @@ async def test_an_allowed_reply_reaches_the_runtime_whole_once(world: World) -> 
     text, calls, finishes = sse_text(data)
     assert (text, calls, finishes) == ("The hearing is on Monday at 10.", [], ["stop"])
     assert decisions(world.state) == ["allow"]  # decided once, before the bytes were sent
+
+
+@pytest.mark.claim("confinement.provider-key-only-in-the-gateway")
+async def test_only_the_gateway_holds_the_providers_api_key(tmp_path: Path) -> None:
+    """The stand-in provider requires its API key, as a real one does: the gateway's turn
+    is answered (control), a request straight to the provider with the runtime's own
+    token or with none is refused and the provider reads nothing of it."""
+    async with gateway_world(tmp_path, api_key=True) as world:
+        await attest(world, OTHER, OTHER_ID)
+        world.model.default = Reply(content="The hearing is on Monday.")
+        status, data = await chat(world, OTHER_ID)
+        assert status == 200
+        assert sse_text(data)[0] == "The hearing is on Monday."
+        assert len(world.model.requests) == 1
+        key = (tmp_path / "provider.api-key").read_text().strip()
+        assert (tmp_path / "provider.api-key").stat().st_mode & 0o077 == 0
+        request = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
+        async with aiohttp.ClientSession() as session:
+            for bearer in (world.tokens[OTHER_ID], None, key[:-1]):
+                headers = {} if bearer is None else {"Authorization": f"Bearer {bearer}"}
+                url = world.model.url + "/chat/completions"
+                async with session.post(url, json=request, headers=headers) as resp:
+                    assert resp.status == 401
+        assert (len(world.model.requests), world.model.refused) == (1, 3)
 
 
 async def test_a_non_streamed_reply_is_released_as_one_body(world: World) -> None:

@@ -52,6 +52,8 @@ from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.adapters.hermes.config import AdapterConfig
 from smf_assurance.ops.bus_auth import new_user_seed, public_user
 from smf_assurance.ops.cli import main
+from smf_assurance.ops.confine.attest import Attester
+from smf_assurance.ops.confine.profile import launcher_principal
 from smf_assurance.ops.model_gateway import set_upstream
 from smf_assurance.ops.natsserver import reserve_port
 from smf_assurance.ops.onboarding import Changes, OnboardingError
@@ -435,7 +437,10 @@ def test_a_runtime_added_is_decided_by_the_running_gate_and_refused_once_removed
 
     credential = BusCredential(runtime_id, Path(added["files"]["bus_credential"]))
 
-    async def decided() -> tuple[Verdict, Verdict, AttestationAck]:
+    launcher = launcher_principal(runtime_id)
+    launcher_credential = read_credential(launcher, state.bus_credential_path(launcher))
+
+    async def decided() -> tuple[Verdict, Verdict, AttestationAck, int]:
         release = await active_release(deployment.url, state)
         assert release == added["release"]["release_id"]
         nc = await connect_as(deployment.url, credential)
@@ -446,11 +451,22 @@ def test_a_runtime_added_is_decided_by_the_running_gate_and_refused_once_removed
             after = await client.propose(held_document(client))
         finally:
             await nc.close()
-        return before, after, ack
+        # the launcher `runtime add` provisioned: its own key and credential, accepted
+        attester = Attester(
+            load_private_key(state.key_path(launcher))[0],
+            launcher_credential,
+            deployment.url,
+            runtime_id,
+            "sha256:" + "cd" * 32,
+        )
+        await attester.attest("running")
+        await attester.end()
+        return before, after, ack, attester.accepted
 
-    before, after, ack = asyncio.run(decided())
+    before, after, ack, confinement_accepted = asyncio.run(decided())
     assert before.reason_codes == ("runtime_attestation_missing",), before
     assert ack.accepted, ack
+    assert confinement_accepted == 2  # running, then ended
     assert (after.outcome, after.reason_codes[0]) == ("deny", "legal_hold_blocks_deletion"), after
     assert after.decision_id is not None
     assert ledger_has(state, after.decision_id)
@@ -460,8 +476,8 @@ def test_a_runtime_added_is_decided_by_the_running_gate_and_refused_once_removed
     )
     assert code == 0, err
     removed = json.loads(out)
-    assert removed["principals"] == [runtime_id]
-    assert removed["key_ids"] == [added["key_id"]]
+    assert removed["principals"] == [runtime_id, launcher]
+    assert removed["key_ids"][0] == added["key_id"]
     assert removed["attestation_requirement_removed"]
     assert removed["gateway_profile_removed"]
     assert str(key_file) in removed["left_files"]

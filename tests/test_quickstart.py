@@ -38,6 +38,10 @@ Proves, for hermes-agent 0.19.0 and openclaw 2026.9.6 and this README:
   model gateway, never the stand-in: the reply came through the gateway, which
   releases text only after that decision;
 - the same for the OpenClaw turn;
+- both runtimes ran confined (``runtime run``): their configurations hold no
+  gateway token, and ``doctor``'s confinement rows say each launcher attested the
+  sandbox and its end; the stand-in provider requires an API key only the model
+  gateway's configuration names;
 - both runtimes' start-up attestations were accepted (``doctor``'s rows,
   ``doctor`` exiting 0), and ``explain`` names the rule behind the last allow;
 - the stop step leaves no process of the run behind.
@@ -469,6 +473,7 @@ def test_the_hermes_turn_prints_the_reply_the_gate_allowed_through_the_gateway(
     config = files["hermes-home/config.yaml"]
     assert f'base_url: "http://127.0.0.1:{quickstart.port}/v1"' in config
     assert files["model.url"].strip() not in config
+    assert "smfgw_" not in config  # confined: the launcher holds the gateway token
     assert "smf-assurance" in config.split("plugins:", 1)[1]
 
 
@@ -497,6 +502,11 @@ def test_the_evidence_step_explains_the_allow_and_doctor_sees_both_attested(
     assert "urn:smf:rule:scenario:output-internal-delivery" in out
     for runtime in ("hermes-ann", "openclaw-ann"):
         assert re.search(rf"^runtime {runtime}\s+ok\s+last attestation .* accepted", out, re.M)
+        # each turn ran under `runtime run`, whose launcher attested it and said it ended
+        ended = (
+            rf"^confinement {runtime}\s+warn\s+not confined: its launcher said the sandbox ended"
+        )
+        assert re.search(ended, out, re.M), out
     assert re.search(r"\b0 failed\b", out)
 
 

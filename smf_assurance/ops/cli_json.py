@@ -328,6 +328,10 @@ class BenchJson(CliJson, kw_only=True, omit_defaults=True):
     output: Annotated[tuple[OutputRow, ...] | None, _("the buffer gate beside straight")] = None
     cluster: Annotated[ClusterBench | None, _("claims and allows on a 3-node cluster")] = None
     gateway: Annotated[tuple[GatewayRow, ...] | None, _("the model gateway's series")] = None
+    confinement: Annotated[
+        tuple[Series, ...] | None,
+        _("runtime run beside the bare runtime: starts, and model requests through the forwarders"),
+    ] = None
     targets: Annotated[tuple[TargetJson, ...] | None, _("each target beside its figure")] = None
 
 
@@ -1201,6 +1205,7 @@ DoctorKind = Literal[
     "release",
     "service",
     "runtime",
+    "confinement",
     "stream",
     "connector",
     "ledger",

@@ -11,6 +11,10 @@ real authority a snapshot file under ``sources/`` holding the quoted text.
 Optional: ``model_providers.json``, the model providers a request may go to
 and the data classifications each may receive (issue 16); without it the
 release names none, and the model gateway sends nothing to any provider.
+Optional: ``confinement.json``, policies that apply only to a runtime the gate does not
+hold as confined (docs/CONFINEMENT.md, "Releases that require confinement"): each a
+``deny`` with reason ``runtime_not_confined`` over a rule of ``rules.json``, layered and
+scoped as any policy; without it the release requires no confinement.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from smf_assurance.pipeline.core.predicates import PredicateError, compile_predi
 from smf_assurance.pipeline.core.projection import (
     ANALYSIS_SCHEMA,
     ENFORCEMENT_SCHEMA,
+    NOT_CONFINED,
     AnalysisProjection,
     AnalysisRule,
     AuthorityType,
@@ -208,6 +213,7 @@ def _normalized(policy: PolicyRecord) -> PolicyRecord:
 
 
 MODEL_PROVIDERS_FILE: Final = "model_providers.json"
+CONFINEMENT_FILE: Final = "confinement.json"
 
 
 def _duplicates(ids: Sequence[str]) -> list[str]:
@@ -223,10 +229,13 @@ def compile_corpus(corpus: Path) -> CompiledRelease:
         policies = (*policies, *overlay_policies(corpus, policies))
     except OverlayError as exc:
         raise CompileError(str(exc)) from exc
+    confinement: tuple[PolicyRecord, ...] = ()
+    if (corpus / CONFINEMENT_FILE).exists():
+        confinement = _load(corpus / CONFINEMENT_FILE, tuple[PolicyRecord, ...])
 
     for kind, ids in (
         ("rule", [r.rule_id for r in rules]),
-        ("policy", [p.policy_id for p in policies]),
+        ("policy", [p.policy_id for p in (*policies, *confinement)]),
     ):
         if dup := _duplicates(ids):
             raise CompileError(f"duplicate {kind} identity: {', '.join(dup)}")
@@ -270,8 +279,13 @@ def compile_corpus(corpus: Path) -> CompiledRelease:
             )
         )
     rule_ids = {r.rule_id for r in rules}
-    for policy in policies:
+    for policy in (*policies, *confinement):
         _check_policy(policy, rule_ids)
+    for policy in confinement:
+        if policy.effect != "deny" or policy.reason_code != NOT_CONFINED:
+            raise CompileError(
+                f"confinement policy {policy.policy_id}: must deny with {NOT_CONFINED}"
+            )
     providers: tuple[ModelProvider, ...] = ()
     if (corpus / MODEL_PROVIDERS_FILE).exists():
         providers = _load(corpus / MODEL_PROVIDERS_FILE, tuple[ModelProvider, ...])
@@ -290,6 +304,7 @@ def compile_corpus(corpus: Path) -> CompiledRelease:
             ModelProvider(p.provider, tuple(sorted(set(p.classifications))))
             for p in sorted(providers, key=lambda p: p.provider)
         ),
+        confinement=tuple(sorted(confinement, key=lambda p: p.policy_id)),
     )
     analysis = AnalysisProjection(
         schema=ANALYSIS_SCHEMA,

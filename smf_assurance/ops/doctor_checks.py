@@ -27,6 +27,7 @@ Kind = Literal[
     "release",
     "service",
     "runtime",
+    "confinement",
     "stream",
     "connector",
     "ledger",

@@ -3,6 +3,9 @@
 - **runtime**: every gate's signed ``smf.gate.status``: each runtime of the
   registry, whether it must attest, its last attestation and its age, and why
   the gate would refuse it now;
+- **confinement**: each runtime as its gate holds it: confined (its launcher's fresh
+  attestation names the runtime's attested process) with the profile digest, or
+  plainly "not confined" and why;
 - **connector**: each registry connector's durable consumer on ``SMF_EXECUTE``,
   bound when a pull request of the connector is waiting on it;
 - **ledger**: each gate's newest checkpoint on ``SMF_LEDGER_CHECKPOINTS``,
@@ -113,6 +116,37 @@ def runtime_check(status: GateStatus, standing: RuntimeStanding, subject: str, n
     return Check("runtime", subject, "fail", detail, fix, age)
 
 
+_NOT_CONFINED: Final = {
+    "confinement_not_attested": "no launcher attested it since the gate started",
+    "confinement_stale": "its launcher's last attestation is older than its lease",
+    "confinement_ended": "its launcher said the sandbox ended",
+    "confined_process_not_attested": (
+        "its attested process is not one its launcher started (another process attested)"
+    ),
+}
+
+
+def confinement_check(standing: RuntimeStanding, subject: str) -> Check:
+    """Confined with its profile digest, or "not confined" and why (a warning: a release
+    that requires confinement denies its opaque operations, ``runtime_not_confined``)."""
+    if standing.confined_profile is not None:
+        return Check(
+            "confinement",
+            subject,
+            "ok",
+            f"confined: profile {standing.confined_profile}",
+        )
+    reason = standing.confinement or "confinement_not_attested"
+    said = _NOT_CONFINED.get(reason, reason)
+    return Check(
+        "confinement",
+        subject,
+        "warn",
+        f"not confined: {said} ({reason})",
+        f"run it with `smf-assurance runtime run --id {standing.runtime_id} -- COMMAND`",
+    )
+
+
 def runtimes(settings: Settings, statuses: Mapping[str, GateStatus]) -> list[Check]:
     if not statuses:
         return [
@@ -152,6 +186,7 @@ def runtimes(settings: Settings, statuses: Mapping[str, GateStatus]) -> list[Che
                 )
                 continue
             checks.append(runtime_check(status, standing, subject, now))
+            checks.append(confinement_check(standing, subject))
         if status.runtimes_truncated:
             checks.append(
                 Check(

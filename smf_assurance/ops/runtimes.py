@@ -31,6 +31,7 @@ from typing import Final
 import msgspec
 import structlog
 
+from smf_assurance.ops.confine.profile import launcher_principal
 from smf_assurance.ops.model_gateway import gateway_file
 from smf_assurance.ops.state import RELEASE_SIGNER, StateDir, refresh_demo_release, write_private
 from smf_assurance.pipeline.assembly.model_gateway import load_gateway_file
@@ -129,8 +130,13 @@ def with_runtime_entry(registry: RegistryFile, entry: RegistryEntry) -> Registry
 def without_runtime(
     registry: RegistryFile, runtime_id: str
 ) -> tuple[RegistryFile, tuple[RegistryEntry, ...]]:
-    """``registry`` without the runtime entries of ``runtime_id``, and those entries."""
-    gone = tuple(e for e in registry.entries if e.role == "runtime" and e.runtime_id == runtime_id)
+    """``registry`` without the runtime entries of ``runtime_id`` and its launcher's, and
+    those entries."""
+    gone = tuple(
+        e
+        for e in registry.entries
+        if e.role in ("runtime", "launcher") and e.runtime_id == runtime_id
+    )
     kept = tuple(e for e in registry.entries if e not in gone)
     return msgspec.structs.replace(registry, entries=kept), gone
 
@@ -168,6 +174,26 @@ def register_runtime(
     settings = with_attestation(read_attestation_file(state), runtime_id, setting)
     _write_atomic(attestation_settings_path(state), msgspec.json.encode(settings))
     return state.key_path(principal)
+
+
+def provision_launcher(state: StateDir, runtime_id: str) -> str:
+    """Add the launcher of ``runtime_id`` (``runtime run``'s key and bus credential,
+    created when missing) to the state's registry; its principal. A state directory
+    that is its own release authority re-signs its release, as :func:`provision_runtime`
+    does."""
+    principal = launcher_principal(runtime_id)
+    current = msgspec.json.decode(state.registry.read_bytes(), type=RegistryFile)
+    entry = entry_for(
+        state.key(principal),
+        principal,
+        "launcher",
+        runtime_id=runtime_id,
+        nats_user=state.bus_user(principal),
+    )
+    write_private(state.registry, encode_registry(with_runtime_entry(current, entry).entries))
+    if state.key_path(RELEASE_SIGNER).exists():
+        refresh_demo_release(state)
+    return principal
 
 
 def provision_runtime(

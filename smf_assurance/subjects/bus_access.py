@@ -32,6 +32,9 @@ Rules the table keeps:
   write the KV buckets behind them (``$KV.>``: on a cluster the runtime stops and
   decided tool calls of ``smf_tool_calls``, the claims, the approvals); besides the
   operator, only release publishers hold a ``$KV`` subject, their bucket's.
+- A runtime's launcher (``runtime run``, outside the runtime's sandbox) asks only
+  ``smf.confinement`` with its signed confinement attestation; it reads nothing of the
+  runtime's or anyone's but the gate's ack, and answers nothing.
 - The model gateway (issue 16) asks ``smf.gateway.admit`` and ``smf.gateway.calls``
   (tool-call accounting) and streams the output
   of the runtimes it serves (``smf.output.>``, closes signed with its own key);
@@ -334,6 +337,7 @@ def _gate() -> Permissions:
             names.PROPOSE,
             f"{names.OUTPUT_PREFIX}.>",
             names.ATTEST,
+            names.CONFINEMENT,
             *_APPROVAL_REQUESTS,
             names.GATEWAY_ADMIT,
             names.GATEWAY_CALLS,
@@ -417,6 +421,12 @@ def _gateway() -> Permissions:
     )
 
 
+def _launcher() -> Permissions:
+    """Its runtime's confinement attestation and nothing else: it reads no reply but the
+    gate's ack on its own inbox, and answers nothing."""
+    return Permissions(publish_allow=(names.CONFINEMENT,), subscribe_allow=())
+
+
 def _publisher() -> Permissions:
     return Permissions(
         publish_allow=(f"$KV.{RELEASE_BUCKET}.>", *_READ_RELEASES, names.RELEASE_REPORT),
@@ -450,6 +460,8 @@ def permissions_for(entry: RegistryEntry) -> Permissions:
         base = _approver(entry.tenants)
     elif entry.role == "gateway":
         base = _gateway()
+    elif entry.role == "launcher":
+        base = _launcher()
     elif entry.role == "console":
         base = _console()
     elif entry.role == "publisher":

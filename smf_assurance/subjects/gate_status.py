@@ -24,6 +24,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.canonical import Identity
 from smf_assurance.subjects.keys import SigningKey, VerifyKey
 from smf_assurance.subjects.patterns import Code, Millis, Token
 
@@ -56,6 +57,12 @@ class RuntimeStanding(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     standing: Code | None
     """Why the gate would refuse it now (``runtime_attestation_missing``, ``_stale``,
     ``_rejected``, ``runtime_release_mismatch``, a stop), or None: it stands."""
+    confined_profile: Identity | None = None
+    """The profile digest its launcher attests while the runtime runs confined
+    (``smf_assurance.subjects.confinement``), or None: not confined."""
+    confinement: Code | None = None
+    """Why it is not confined (``confinement_not_attested``, ``_stale``, ``_ended``,
+    ``confined_process_not_attested``), or None."""
 
 
 class LedgerStanding(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -133,6 +133,9 @@ class GatewayAdmission(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     expires_at_ms: int | None = None
     """When the attestation's lease ends; the gateway never serves past it."""
     evidence: tuple[str, ...] = ()
+    confined_profile: str | None = None
+    """On an admission: the profile digest the runtime's launcher attests while the
+    runtime runs confined (``smf_assurance.subjects.confinement``); None: not confined."""
 
 
 class GatewayCalls(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -52,6 +52,10 @@ SWARM_ANALYZE: Final = "smf.swarm.analyze"
 """Swarm analysis requests; Swarm publishes nothing on propose, approval or execute."""
 ATTEST: Final = "smf.attest"
 """Runtimes request with a signed start-up attestation; the gate replies with an ack (issue 8)."""
+CONFINEMENT: Final = "smf.confinement"
+"""A runtime's launcher (``smf-assurance runtime run``) requests with its signed
+confinement attestation (:data:`PAYLOAD_CONFINEMENT`); the gate replies with an ack
+(``smf_assurance.subjects.confinement``)."""
 GATEWAY_ADMIT: Final = "smf.gateway.admit"
 """The model gateway (issue 16) asks whether it may serve a runtime now; the gate replies
 with a GatewayAdmission it signed (:data:`PAYLOAD_GATEWAY_ADMISSION`) and records every
@@ -130,6 +134,8 @@ PAYLOAD_TRACK_REQUEST: Final = "application/vnd.smf.approval-track+json;v=1"
 PAYLOAD_REREQUEST: Final = "application/vnd.smf.approval-rerequest+json;v=1"
 PAYLOAD_ASK_AGAIN: Final = "application/vnd.smf.approval-ask-again+json;v=1"
 PAYLOAD_ATTESTATION: Final = "application/vnd.smf.runtime-attestation+json;v=1"
+PAYLOAD_CONFINEMENT: Final = "application/vnd.smf.confinement-attestation+json;v=1"
+"""A launcher's :class:`ConfinementAttestation`, signed by the launcher key."""
 PAYLOAD_APPROVAL_OUTCOME: Final = "application/vnd.smf.approval-outcome+json;v=1"
 """A held proposal's final Verdict, signed by the gate key: the approval id, decision id,
 operation hash and outcome it names are what a runtime may act on, and only those."""

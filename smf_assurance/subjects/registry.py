@@ -33,13 +33,15 @@ Role = Literal[
     "connector",
     "approver",
     "gateway",
+    "launcher",
     "console",
     "publisher",
     "swarm",
     "operator",
 ]
-"""The first five sign what the gate verifies (the model gateway, issue 16, signs the
-output closes of the runtimes it serves); the rest exist only on the bus
+"""The first six sign what the gate verifies (the model gateway, issue 16, signs the
+output closes of the runtimes it serves; a launcher, bound to one runtime by its
+``runtime_id``, signs that runtime's confinement attestations); the rest exist only on the bus
 (``smf_assurance.subjects.bus_access``): the console relay, release publishers, Swarm, operators."""
 REGISTRY_SCHEMA: Final = "smf.registry/1"
 _TOKEN: Final = re.compile(SUBJECT_TOKEN_PATTERN)
@@ -103,6 +105,8 @@ class KeyRegistry:
                 raise RegistryError(f"key {key.key_id} is registered twice")
             if entry.role == "runtime" and entry.runtime_id is None:
                 raise RegistryError(f"runtime {entry.key.principal} has no runtime_id")
+            if entry.role == "launcher" and entry.runtime_id is None:
+                raise RegistryError(f"launcher {entry.key.principal} names no runtime_id")
             if entry.role == "connector" and entry.connector_id is None:
                 raise RegistryError(f"connector {entry.key.principal} has no connector_id")
             if entry.nats_user is not None:

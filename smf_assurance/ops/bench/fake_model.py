@@ -7,18 +7,26 @@ request is answered by the :class:`Reply` at the head of the queue, or by
 deltas or as one JSON body, or a failure (hang, HTTP 500, a stream broken off
 part way, bytes that are not SSE).
 
-``python -m smf_assurance.ops.bench.fake_model --url-file FILE [--reply TEXT]`` runs it on
-its own as the README's quick start does (issue 21): a stand-in for a real
-provider, answering every request with the same text, on a port the kernel
-chooses (no fixed port), whose base URL it writes to ``FILE`` once it serves;
-it stops on SIGINT or SIGTERM.
+``python -m smf_assurance.ops.bench.fake_model --url-file FILE [--reply TEXT]
+[--api-key-file KEY]`` runs it on its own as the README's quick start does (issue 21): a
+stand-in for a real provider, answering every request with the same text, on a port the
+kernel chooses (no fixed port), whose base URL it writes to ``FILE`` once it serves; it
+stops on SIGINT or SIGTERM. With ``--api-key-file`` it behaves as a provider does with
+its API key: every request without ``Authorization: Bearer <the key>`` is refused (401,
+nothing answered). The key is read from ``KEY``, or made and written there (0600) when
+the file does not exist yet: the model gateway's configuration names that file
+(``model-gateway upstream --api-key-file``), so only the gateway holds the key and a
+runtime pointed at the provider directly gets nothing (docs/CONFINEMENT.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hmac
 import json
+import os
+import secrets
 import signal
 import sys
 from collections import deque
@@ -49,6 +57,10 @@ class FakeModel:
     queue: deque[Reply] = field(default_factory=deque)
     requests: list[dict[str, Any]] = field(default_factory=list)
     port: int = 0
+    api_key: str | None = None
+    """When set, only a request carrying it as its bearer token is answered."""
+    refused: int = 0
+    """Requests refused for a missing or wrong API key (nothing of them is kept)."""
     _runner: web.AppRunner | None = None
 
     @property
@@ -70,12 +82,29 @@ class FakeModel:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    async def _models(self, _request: web.Request) -> web.Response:
+    def _unauthorized(self, request: web.Request) -> web.Response | None:
+        """A provider's answer to a request without its API key: 401, nothing read."""
+        if self.api_key is None:
+            return None
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), self.api_key):
+            return None
+        self.refused += 1
+        error = {"message": "invalid API key", "type": "invalid_request_error"}
+        return web.json_response({"error": error}, status=401)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        refused = self._unauthorized(request)
+        if refused is not None:
+            return refused
         return web.json_response(
             {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
         )
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        refused = self._unauthorized(request)
+        if refused is not None:
+            return refused
         body = await request.json()
         self.requests.append(body)
         reply = self.queue.popleft() if self.queue else self.default
@@ -148,14 +177,32 @@ def _events(reply: Reply) -> list[bytes]:
     return events
 
 
-async def serve(reply: str, url_file: Path, stop: asyncio.Event) -> None:
+def api_key_of(path: Path) -> str:
+    """The stand-in's API key: read from ``path``, or made and written there (0600, never
+    printed) when it does not exist."""
+    try:
+        key = path.read_text().strip()
+    except FileNotFoundError:
+        key = "sk-local-" + secrets.token_urlsafe(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(key + "\n")
+    if not key:
+        raise ValueError(f"{path} holds no API key")
+    return key
+
+
+async def serve(
+    reply: str, url_file: Path, stop: asyncio.Event, api_key: str | None = None
+) -> None:
     """Serve ``reply`` to every request until ``stop`` is set; the URL file names the
     server only while it serves (written whole once bound, so a reader waiting for it
     never reads half a URL; removed when it stops)."""
-    model = await FakeModel(default=Reply(content=reply)).start()
+    model = await FakeModel(default=Reply(content=reply), api_key=api_key).start()
     try:
         write_private(url_file, (model.url + "\n").encode())
-        sys.stdout.write(f"fake model: {model.url} (answers every request with {reply!r})\n")
+        who = "every request" if api_key is None else "every request with its API key"
+        sys.stdout.write(f"fake model: {model.url} (answers {who} with {reply!r})\n")
         sys.stdout.flush()
         await stop.wait()
     finally:
@@ -163,12 +210,12 @@ async def serve(reply: str, url_file: Path, stop: asyncio.Event) -> None:
         await model.stop()
 
 
-async def _until_signalled(reply: str, url_file: Path) -> None:
+async def _until_signalled(reply: str, url_file: Path, api_key: str | None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await serve(reply, url_file, stop)
+    await serve(reply, url_file, stop, api_key)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,10 +237,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reply", default=DEFAULT_REPLY, help="the text of every answer (default: %(default)s)"
     )
+    parser.add_argument(
+        "--api-key-file",
+        type=Path,
+        metavar="FILE",
+        help="require this API key on every request; made and written here (0600) when "
+        "the file does not exist (give the model gateway the same file)",
+    )
     args = parser.parse_args(argv)
     if not args.url_file.parent.is_dir():
         parser.exit(1, f"fake model: no folder {args.url_file.parent} for --url-file\n")
-    asyncio.run(_until_signalled(args.reply, args.url_file))
+    api_key = None
+    if args.api_key_file is not None:
+        try:
+            api_key = api_key_of(args.api_key_file)
+        except (OSError, ValueError) as exc:
+            parser.exit(1, f"fake model: --api-key-file: {exc}\n")
+    asyncio.run(_until_signalled(args.reply, args.url_file, api_key))
     return 0
 
 

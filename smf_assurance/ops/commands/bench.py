@@ -6,7 +6,10 @@ server (``smf_assurance.ops.bench.bus``); ``--output`` the buffer gate beside st
 through. With none of these flags, those three run. ``--cluster`` (issue 11)
 runs only when asked, as it starts a three-node cluster and gate processes:
 approval claims on SQLite beside JetStream KV R3, and allows through one and
-two gate replicas beside a bare echo (``smf_assurance.ops.bench.cluster``). ``--rounds``
+two gate replicas beside a bare echo (``smf_assurance.ops.bench.cluster``).
+``--confinement`` (only when asked) times ``runtime run``'s start beside the bare command
+and a model request through the launcher's forwarders beside a straight one
+(``smf_assurance.ops.bench.confinement``). ``--rounds``
 sets the samples per series of whichever runs; each has its own default,
 because an evaluator sample costs microseconds and a bus sample milliseconds.
 """
@@ -19,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from smf_assurance.ops.bench import bus, cluster, evaluator, gateway, growth, output
+from smf_assurance.ops.bench import bus, cluster, confinement, evaluator, gateway, growth, output
 from smf_assurance.ops.bench.bus import BenchError
 from smf_assurance.ops.bench.targets import HEADERS, Target
 from smf_assurance.ops.cli_json import BenchJson
@@ -66,6 +69,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "(only when asked)",
     )
     p.add_argument(
+        "--confinement",
+        action="store_true",
+        help="runtime run: a sandboxed start vs the bare command, and a model request "
+        "through the launcher's forwarders vs straight (only when asked)",
+    )
+    p.add_argument(
         "--evaluator-growth",
         action="store_true",
         help="the evaluator with 10, 100, 1,000 and 10,000 other tenants' policies added: "
@@ -94,7 +103,7 @@ def machine() -> str:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    asked = (args.evaluator, args.bus, args.output, args.cluster, args.gateway)
+    asked = (args.evaluator, args.bus, args.output, args.cluster, args.gateway, args.confinement)
     run_all = not (any(asked) or args.evaluator_growth)
     report: dict[str, Any] = {"machine": machine()}
     targets = _run_evaluator(args, run_all, report)
@@ -140,15 +149,9 @@ def run_bench(args: argparse.Namespace) -> int:
         if not args.json:
             _print_cluster(result_cluster)
     if args.gateway:
-        configure_logging(json=False, level="error")
-        rounds = args.rounds if args.rounds is not None else gateway.DEFAULT_ROUNDS
-        try:
-            result_gateway = gateway.run(rounds=max(1, rounds))
-        except gateway.GatewayBenchError as exc:
-            fail(f"bench --gateway: {exc}")
-        report["gateway"] = _gateway_json(result_gateway)
-        if not args.json:
-            _print_gateway(result_gateway)
+        _run_gateway(args, report)
+    if args.confinement:
+        targets += _run_confinement(args, report)
     if targets:
         report["targets"] = [t.json() for t in targets]
         if not args.json:
@@ -159,7 +162,67 @@ def run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- confinement ----------------------------------------------------------------------
+
+
+def _run_confinement(args: argparse.Namespace, report: dict[str, Any]) -> list[Target]:
+    configure_logging(json=False, level="error")
+    rounds = args.rounds if args.rounds is not None else confinement.DEFAULT_ROUNDS
+    try:
+        result = confinement.run(rounds=max(1, rounds))
+    except confinement.ConfinementBenchError as exc:
+        fail(f"bench --confinement: {exc}")
+    series = (
+        result.bare_start,
+        result.confined_start,
+        result.bare_request,
+        result.confined_request,
+    )
+    report["confinement"] = [
+        {
+            "label": s.label,
+            "count": s.count,
+            "p50_ns": round(s.p50_us * 1000),
+            "p95_ns": round(s.p95_us * 1000),
+            "p99_ns": round(s.p99_us * 1000),
+        }
+        for s in series
+    ]
+    if not args.json:
+        table(("series", "samples", "p50 us", "p95 us", "p99 us"), [s.row() for s in series])
+        say(f"sandbox start overhead, p50: {result.start_overhead_ms:.1f} ms")
+        say(f"forwarders' added latency per model request, p50: {result.forward_added_ms:.3f} ms")
+    return [
+        Target(
+            "start, confined",
+            "p50 ms over bare",
+            "at_most",
+            confinement.START_OVERHEAD_MS,
+            result.start_overhead_ms,
+        ),
+        Target(
+            "model request, through the forwarders",
+            "p50 ms over bare",
+            "at_most",
+            confinement.FORWARD_ADDED_MS,
+            result.forward_added_ms,
+        ),
+    ]
+
+
 # --- gateway --------------------------------------------------------------------------
+
+
+def _run_gateway(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    configure_logging(json=False, level="error")
+    rounds = args.rounds if args.rounds is not None else gateway.DEFAULT_ROUNDS
+    try:
+        result_gateway = gateway.run(rounds=max(1, rounds))
+    except gateway.GatewayBenchError as exc:
+        fail(f"bench --gateway: {exc}")
+    report["gateway"] = _gateway_json(result_gateway)
+    if not args.json:
+        _print_gateway(result_gateway)
 
 
 def _gateway_json(result: gateway.GatewayResult) -> list[dict[str, Any]]:

@@ -3,7 +3,9 @@
 - ``runtime add --kind hermes|openclaw --id RUNTIME_ID --tenant T --release-key FILE``:
   makes the runtime's Ed25519 key, its bus credential (nkey seed) and its
   model-gateway token (each a new 0600 file under ``keys/``; no secret is
-  printed), adds it to the registry, requires its start-up attestation (as its
+  printed), and its launcher's key and bus credential (``ID-launcher``: ``runtime
+  run`` attests with them that the runtime runs confined; docs/CONFINEMENT.md), adds
+  both to the registry, requires its start-up attestation (as its
   adapter attests: the pinned version, the hooks, the gate's release verified
   by itself; Hermes's model requests must also prove the attested process),
   declares its model-gateway profile (for whom it works, where its replies go),
@@ -52,6 +54,7 @@ from smf_assurance.ops.commands.onboard import (
     sign_and_publish,
     state_of,
 )
+from smf_assurance.ops.confine.profile import launcher_principal
 from smf_assurance.ops.model_gateway import (
     gateway_file,
     new_gateway_token,
@@ -319,8 +322,8 @@ def _refuse_duplicates(
     for entry in registry.entries:
         if entry.role == "runtime" and entry.runtime_id == runtime_id:
             raise OnboardingError(f"runtime {runtime_id} is already in the registry")
-        if entry.key.principal == runtime_id:
-            raise OnboardingError(f"principal {runtime_id} is already in the registry")
+        if entry.key.principal in (runtime_id, launcher_principal(runtime_id)):
+            raise OnboardingError(f"principal {entry.key.principal} is already in the registry")
     if any(r.runtime_id == runtime_id for r in gateway.runtimes):
         raise OnboardingError(f"runtime {runtime_id} already has a model-gateway profile")
     if runtime_id in settings.runtimes:
@@ -362,6 +365,16 @@ def run_add(args: argparse.Namespace) -> int:
         nats_user = public_user(seed)
         secret = new_gateway_token()
         entry = entry_for(key, runtime_id, "runtime", runtime_id=runtime_id, nats_user=nats_user)
+        launcher = launcher_principal(runtime_id)
+        launcher_key = generate_signing_key()
+        launcher_seed = new_user_seed()
+        launcher_entry = entry_for(
+            launcher_key,
+            launcher,
+            "launcher",
+            runtime_id=runtime_id,
+            nats_user=public_user(launcher_seed),
+        )
         files = _files(state, kind, runtime_id, args.snippet)
         endpoints = Endpoints(
             nats_url=args.bus_url or runtime_bus(args, state),
@@ -372,6 +385,11 @@ def run_add(args: argparse.Namespace) -> int:
         changes.create(files.key, private_key_document(key, runtime_id) + b"\n")
         changes.create(files.bus_credential, seed + b"\n")
         changes.create(files.gateway_token, secret.encode())
+        # the launcher's (`runtime run`): never in the runtime's sandbox, it attests confinement
+        changes.create(
+            state.key_path(launcher), private_key_document(launcher_key, launcher) + b"\n"
+        )
+        changes.create(state.bus_credential_path(launcher), launcher_seed + b"\n")
         changes.create(files.context, context(kind_name, actor, facts, destination))
         changes.create(files.snippet, snippet(kind_name, runtime_id, files, endpoints, secret))
         changes.replace(
@@ -391,7 +409,11 @@ def run_add(args: argparse.Namespace) -> int:
         )
         changes.replace(gateway_file(state), msgspec.json.encode(served))
         outcome = sign_and_publish(
-            state, args, authority, with_runtime_entry(registry, entry), changes
+            state,
+            args,
+            authority,
+            with_runtime_entry(with_runtime_entry(registry, entry), launcher_entry),
+            changes,
         )
     setting = kind.setting
     value = RuntimeAddJson(
@@ -433,6 +455,7 @@ def run_add(args: argparse.Namespace) -> int:
         ("key file", files.key),
         ("bus credential", files.bus_credential),
         ("gateway token", f"{files.gateway_token} (never printed)"),
+        ("launcher", f"{launcher} (`runtime run` attests confinement with its key)"),
         ("context", files.context),
         ("snippet", f"{files.snippet} (0600: it holds the gateway token)"),
         ("policies", _policies(outcome.policies_from)),

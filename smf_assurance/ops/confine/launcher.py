@@ -33,7 +33,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -43,6 +43,7 @@ import structlog
 
 from smf_assurance.ops.bus_auth import BusCredentialError, public_user
 from smf_assurance.ops.confine import relay
+from smf_assurance.ops.confine.attest import Attester
 from smf_assurance.ops.confine.profile import (
     ConfinementProfile,
     ProfileError,
@@ -55,6 +56,7 @@ from smf_assurance.ops.confine.profile import (
 from smf_assurance.ops.confine.sidecar import GatewayForwarder, NatsForwarder, SignerServer
 from smf_assurance.ops.confine.view import RUN_DIR, View, build_view, check_view, digest, read_holds
 from smf_assurance.ops.state import StateDir
+from smf_assurance.subjects.bus_access import BusCredential, CredentialFileError, read_credential
 from smf_assurance.subjects.keys import KeyFileError, SigningKey, load_private_key
 from smf_assurance.subjects.signer import SIGNER_SOCKET_ENV
 
@@ -77,6 +79,14 @@ class LaunchError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class Launcher:
+    """The launcher's own key and bus credential: what it attests confinement with."""
+
+    key: SigningKey
+    credential: BusCredential
+
+
+@dataclass(frozen=True, slots=True)
 class Held:
     """The runtime's secrets, read once; never written anywhere, never logged."""
 
@@ -84,6 +94,28 @@ class Held:
     principal: str
     seed: bytes
     token: str
+    launcher: Launcher | None = None
+    """None: this state holds no launcher key for the runtime (added before launchers
+    existed): it runs confined, and the gate holds it as not confined."""
+
+
+def read_launcher(found: Secrets, runtime_id: str) -> Launcher | None:
+    """The launcher's key and seed, None when neither exists; one that exists but cannot
+    be used is refused (a damaged key is never taken for an absent one)."""
+    if not found.launcher_key.exists() and not found.launcher_seed.exists():
+        return None
+    try:
+        key, principal = load_private_key(found.launcher_key)
+        credential = read_credential(found.launcher, found.launcher_seed)
+    except KeyFileError as exc:
+        raise LaunchError(f"runtime {runtime_id}'s launcher: {exc}") from exc
+    except CredentialFileError as exc:
+        raise LaunchError(f"runtime {runtime_id}'s launcher: {exc.detail}") from exc
+    if principal != found.launcher:
+        raise LaunchError(
+            f"runtime {runtime_id}'s launcher key {found.launcher_key} is {principal}'s"
+        )
+    return Launcher(key, credential)
 
 
 def read_secrets(found: Secrets, runtime_id: str) -> Held:
@@ -107,7 +139,7 @@ def read_secrets(found: Secrets, runtime_id: str) -> Held:
             f"runtime {runtime_id}: cannot read its gateway token {found.gateway_token}: "
             f"{exc.strerror}"
         ) from exc
-    return Held(key, principal, seed, token)
+    return Held(key, principal, seed, token, read_launcher(found, runtime_id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +334,26 @@ async def run_plan(
     gateway_host = _host(profile.gateway_url)
     nats = NatsForwarder(nats_host, plan.forwards["nats"], held.seed)
     gateway = GatewayForwarder(gateway_host, plan.forwards["gateway"], held.token)
-    signer = SignerServer(held.key, held.principal, profile.runtime_id)
+    attester = None
+    if held.launcher is None:
+        # doctor shows the runtime "not confined"; `runtime add` provisions a launcher
+        log.info(
+            "confinement_not_attested", runtime_id=profile.runtime_id, reason="no_launcher_key"
+        )
+    else:
+        attester = Attester(
+            held.launcher.key,
+            held.launcher.credential,
+            profile.nats_url,
+            profile.runtime_id,
+            plan.digest,
+        )
+    signer = SignerServer(
+        held.key,
+        held.principal,
+        profile.runtime_id,
+        launched=None if attester is None else attester.launched,
+    )
     context = context_path(state, profile.runtime_id)
     holds_now = hold_state(profile, context)
     status_read, status_write = os.pipe()
@@ -319,8 +370,17 @@ async def run_plan(
         )
         os.close(status_write)
         status_write = -1
-        supervisor = _Supervisor(proc, profile, context, holds_now, stderr)
+        supervisor = _Supervisor(
+            proc,
+            profile,
+            context,
+            holds_now,
+            stderr,
+            on_started=None if attester is None else attester.start,
+        )
         outcome = await supervisor.run(status_read)
+        if attester is not None:
+            await attester.end()
         outcome.counters = {
             "nats_connections": nats.counters.connections,
             "gateway_connections": gateway.counters.connections,
@@ -331,11 +391,15 @@ async def run_plan(
                 **gateway.counters.refused,
                 **signer.counters.refused,
             },
+            "confinement_attested": 0 if attester is None else attester.accepted,
+            "confinement_refused": {} if attester is None else dict(attester.refused),
         }
         return outcome
     finally:
         for server in servers:
             server.close()
+        if attester is not None:
+            await attester.end()
         if status_write >= 0:
             os.close(status_write)
         os.close(status_read)
@@ -358,7 +422,10 @@ class _Supervisor:
         context: Path,
         holds_then: str,
         stderr_fd: int | None,
+        on_started: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        self.on_started = on_started
+        """Once the sandbox is built: the launcher starts attesting its confinement."""
         self.proc = proc
         self.profile = profile
         self.context = context
@@ -374,6 +441,8 @@ class _Supervisor:
         bubblewrap (or the relay) refused before the command could start."""
         if await status.readline() == b"ready\n":
             self.started.set()
+            if self.on_started is not None:
+                await self.on_started()
 
     async def copy_stderr(self) -> None:
         """The sandbox's stderr to ours; bubblewrap's own words before the start are kept

@@ -165,12 +165,28 @@ class Secrets:
     key: Path
     bus_seed: Path
     gateway_token: Path
+    launcher: str
+    """The principal of the runtime's launcher (its key and seed are beside the others)."""
+    launcher_key: Path
+    launcher_seed: Path
+
+
+LAUNCHER_SUFFIX: Final = "-launcher"
+
+
+def launcher_principal(runtime_id: str) -> str:
+    """The registry principal of ``runtime_id``'s launcher (``runtime add`` makes it)."""
+    return f"{runtime_id}{LAUNCHER_SUFFIX}"
 
 
 def secrets_of(state: StateDir, profile: ConfinementProfile) -> Secrets:
     principal = profile.principal or profile.runtime_id
+    launcher = launcher_principal(profile.runtime_id)
     return Secrets(
         key=state.key_path(principal),
         bus_seed=state.bus_credential_path(principal),
         gateway_token=token_path(state, profile.runtime_id),
+        launcher=launcher,
+        launcher_key=state.key_path(launcher),
+        launcher_seed=state.bus_credential_path(launcher),
     )

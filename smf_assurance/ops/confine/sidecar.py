@@ -24,7 +24,9 @@ first two from the loopback ports the runtime is configured with):
 - **Signer** (:class:`SignerServer`): ``smf_assurance.subjects.signer``'s wire; signs
   with the runtime's key only a DSSE pre-authentication encoding of a payload
   type a runtime signs, whose payload names this runtime (``runtime_id``, or
-  ``connector_id`` of the report on its own result subject).
+  ``connector_id`` of the report on its own result subject). Before it answers a
+  runtime attestation naming a process, it tells the launcher's attester
+  (``smf_assurance.ops.confine.attest``), which tells the gate that process runs here.
 
 Nothing here logs a secret or a payload: connection counts and reason codes.
 """
@@ -42,6 +44,7 @@ from typing import Final
 import nkeys
 import structlog
 
+from smf_assurance.subjects import names
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.signer import MAX_LINE_BYTES, RUNTIME_PAYLOAD_TYPES, parse_pae
 
@@ -327,12 +330,22 @@ class GatewayForwarder(_Forwarder):
 class SignerServer:
     """Signs as the runtime, and only what a runtime signs for itself."""
 
-    def __init__(self, key: SigningKey, principal: str, runtime_id: str) -> None:
+    def __init__(
+        self,
+        key: SigningKey,
+        principal: str,
+        runtime_id: str,
+        launched: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
         self._key = key
         self.principal = principal
         self.runtime_id = runtime_id
         self.counters = Counters()
         self.signed: dict[str, int] = {}
+        self.launched = launched
+        """Told the process an attestation names before its signature is returned
+        (``smf_assurance.ops.confine.attest.Attester.launched``)."""
+        self._named: str | None = None
 
     async def serve(self, path: str) -> asyncio.Server:
         return await asyncio.start_unix_server(self._accept, path, limit=MAX_LINE_BYTES)
@@ -362,11 +375,15 @@ class SignerServer:
         if field is None:
             return self._refuse("signer_payload_type_refused")
         try:
-            named = json.loads(payload).get(field)
+            body = json.loads(payload)
+            named = body.get(field)
         except (ValueError, AttributeError):
-            named = None
+            body, named = None, None
         if named != self.runtime_id:
             return self._refuse("signer_other_runtime")
+        if payload_type == names.PAYLOAD_ATTESTATION and isinstance(body, dict):
+            instance = body.get("instance_id")
+            self._named = instance if isinstance(instance, str) else None
         self.signed[payload_type] = self.signed.get(payload_type, 0) + 1
         return {"signature": base64.b64encode(self._key.sign(message)).decode()}
 
@@ -383,7 +400,12 @@ class SignerServer:
                     line = await reader.readuntil(b"\n")
                 except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
                     return
-                writer.write(json.dumps(self.answer(line)).encode() + b"\n")
+                reply = self.answer(line)
+                named, self._named = self._named, None
+                if named is not None and self.launched is not None:
+                    # the gate hears of the process from the launcher before it attests
+                    await self.launched(named)
+                writer.write(json.dumps(reply).encode() + b"\n")
                 await writer.drain()
         except (OSError, asyncio.CancelledError):
             return

@@ -46,6 +46,7 @@ from smf_assurance.pipeline.stages.announcements import AnnouncementDesk
 from smf_assurance.pipeline.stages.approvals import ApprovalDesk, DeskError
 from smf_assurance.pipeline.stages.attestation import AttestationDesk
 from smf_assurance.pipeline.stages.buffer import OutputBuffer
+from smf_assurance.pipeline.stages.confinement import ConfinementDesk
 from smf_assurance.pipeline.stages.contracts import (
     DispatchReceipt,
     DispatchRequest,
@@ -668,6 +669,11 @@ async def _assemble(
     gate.shadow = shadow
     attestation = _attestation_desk(config, gate, releases, ledger)
     gate.attestation = attestation
+    gate.confinement = ConfinementDesk(
+        registry=lambda: gate.registry,
+        clock=gate.clock,
+        attested_instance=attestation.attested_instance,
+    )
     stops = _runtime_stops(config, tool_calls, attestation, ledger, releases)
     sync = await _start_accounting(config, nc, stages.auth, gate, stops, tool_calls)
     buffer = OutputBuffer(
@@ -755,10 +761,15 @@ async def _serve_public(
         description="SMF approval desk: resolve, show, status, track, rerequest, announcements",
         auth=None,
     )
+    confinement = running.gate.confinement
+    assert confinement is not None
     await running.serve(
         "smf-attest",
-        [Endpoint("attest", names.ATTEST, running.attestation.handle)],
-        description="SMF runtime attestation: attest -> ack",
+        [
+            Endpoint("attest", names.ATTEST, running.attestation.handle),
+            Endpoint("confinement", names.CONFINEMENT, confinement.handle),
+        ],
+        description="SMF attestation: a runtime's attest -> ack; its launcher's confinement -> ack",
         auth=None,
     )
     await _serve_release_report(running, config, releases)
@@ -840,6 +851,7 @@ async def _serve_runtime_state(
         release_id=_active_release(releases),
         policy_set=policy_set,
         signer=config.gate_key,
+        confinement=gate.confinement,
     )
     await running.serve(
         "smf-gateway-admit",
@@ -873,6 +885,7 @@ async def _serve_runtime_state(
         release_id=_active_release(releases),
         clock=config.clock,
         signer=config.gate_key,
+        confinement=gate.confinement,
     )
     await running.serve(
         "smf-gate-status",
@@ -898,8 +911,12 @@ def _replica_sync(
     if config.cluster is None:
         return None
     assert gate.decided_calls is not None
-    sync = ReplicaSync(nc, auth, config.name, attestation, gate.decided_calls, stops)
+    sync = ReplicaSync(
+        nc, auth, config.name, attestation, gate.decided_calls, stops, gate.confinement
+    )
     attestation.share = sync.attested
+    if gate.confinement is not None:
+        gate.confinement.share = sync.confined
     gate.share_call = sync.noted
     stops.share_stop = sync.stopped
     stops.share_clear = sync.cleared

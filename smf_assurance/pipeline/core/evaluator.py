@@ -13,13 +13,18 @@ Rules it enforces:
 - Time comes from the caller's clock, so the same inputs give the same bytes.
 - Only the policies the index leaves can apply are checked
   (``smf_assurance.pipeline.core.policy_index``); the applied set is the linear scan's.
+- Releases can require confinement (docs/CONFINEMENT.md): a release's confinement
+  policies (``EnforcementProjection.confinement``) apply only when the caller does not
+  say the runtime is ``confined`` (the default: unknown is not confined), and only to
+  an operation the rest of the release would not deny anyway, so a denial names
+  ``runtime_not_confined`` exactly when confinement is what denies it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from smf_assurance.pipeline.core.decision import (
     APPROVAL_REQUIREMENT_INCOMPLETE,
@@ -79,17 +84,13 @@ def consequential_triggers(envelope: OperationEnvelope) -> tuple[str, ...]:
 
 
 def applicable_policies(
-    envelope: OperationEnvelope, policy_set: PolicySet, at_ms: int
+    envelope: OperationEnvelope, policy_set: PolicySet, at_ms: int, *, confined: bool = False
 ) -> list[CompiledPolicy]:
-    """The policies in scope, in force at ``at_ms`` and whose rule matches, strongest first."""
+    """The policies in scope, in force at ``at_ms`` and whose rule matches, strongest first
+    (the ones :func:`evaluate` applies)."""
     facts = facts_of(envelope)
-    at_seconds = at_ms // 1000
-    policies = policy_set.policies
-    return [
-        policies[i]
-        for i in policy_set.index.candidates(facts)
-        if policies[i].check(facts, at_seconds)
-    ]
+    applied, _ = _applied(policy_set, facts, at_ms // 1000, is_consequential(envelope), confined)
+    return [policy_set.policies[i] for i in applied]
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +167,40 @@ def _outcome(
     )
 
 
+def _outcome_of(policy_set: PolicySet, applied: tuple[int, ...], consequential: bool) -> _Outcome:
+    key = (applied, consequential)
+    outcome: _Outcome | None = policy_set.outcomes.get(key)
+    if outcome is None:
+        policies = policy_set.policies
+        outcome = _outcome([policies[i] for i in applied], consequential, policy_set.projection_id)
+        if len(policy_set.outcomes) < _OUTCOME_CACHE_LIMIT:
+            policy_set.outcomes[key] = outcome
+    return outcome
+
+
+def _applied(
+    policy_set: PolicySet,
+    facts: Mapping[str, Any],
+    at_seconds: int,
+    consequential: bool,
+    confined: bool,
+) -> tuple[tuple[int, ...], _Outcome]:
+    """The indices of the policies that apply, and their outcome. A confinement policy
+    applies only for a runtime not confined, and only where the others do not deny."""
+    policies = policy_set.policies
+    applied = tuple(
+        i for i in policy_set.index.candidates(facts) if policies[i].check(facts, at_seconds)
+    )
+    gated = policy_set.unconfined_only
+    if gated:
+        others = tuple(i for i in applied if i not in gated)
+        if len(others) != len(applied):
+            outcome = _outcome_of(policy_set, others, consequential)
+            if confined or outcome.disposition == "deny":
+                return others, outcome
+    return applied, _outcome_of(policy_set, applied, consequential)
+
+
 def evaluate(
     envelope: OperationEnvelope,
     policy_set: PolicySet,
@@ -173,25 +208,18 @@ def evaluate(
     at_ms: int,
     operation_id: str | None = None,
     op_hash: str | None = None,
+    confined: bool = False,
 ) -> Decision:
-    """Decide one operation. ``op_hash`` may be passed when the caller computed it."""
+    """Decide one operation. ``op_hash`` may be passed when the caller computed it;
+    ``confined``: the gate holds the proposing runtime as confined (its launcher's
+    fresh attestation names the runtime's attested process)."""
     if not 0 <= at_ms <= SAFE_INTEGER_MAX:
         raise ValueError("evaluation time is outside the representable range")
     op_hash = op_hash or operation_hash(envelope)
     operation_id = operation_id or "op-" + op_hash.removeprefix("sha256:")[:32]
     facts = facts_of(envelope)
-    at_seconds = at_ms // 1000
-    policies = policy_set.policies
-    applied = tuple(
-        i for i in policy_set.index.candidates(facts) if policies[i].check(facts, at_seconds)
-    )
     consequential = is_consequential(envelope)
-    key = (applied, consequential)
-    outcome: _Outcome | None = policy_set.outcomes.get(key)
-    if outcome is None:
-        outcome = _outcome([policies[i] for i in applied], consequential, policy_set.projection_id)
-        if len(policy_set.outcomes) < _OUTCOME_CACHE_LIMIT:
-            policy_set.outcomes[key] = outcome
+    _, outcome = _applied(policy_set, facts, at_ms // 1000, consequential, confined)
     decision_id = struct_identity(
         {
             "operation_id": operation_id,

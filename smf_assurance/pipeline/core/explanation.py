@@ -240,7 +240,7 @@ def _check_release(
 def _from_decision(
     applied: Sequence[AppliedPolicy], enforcement: EnforcementProjection
 ) -> list[tuple[PolicyRecord, bool]]:
-    records = {p.policy_id: p for p in enforcement.policies}
+    records = {p.policy_id: p for p in (*enforcement.policies, *enforcement.confinement)}
     found = []
     for policy in applied:
         record = records.get(policy.policy_id)
@@ -264,7 +264,7 @@ def _matched(
     codes = set(record.reason_codes)
     candidates = [
         p
-        for p in enforcement.policies
+        for p in (*enforcement.policies, *enforcement.confinement)
         if p.reason_code in codes
         and p.effect in admitted
         and (p.scope.tenant_id is None or in_tenant is None or in_tenant(p.scope.tenant_id))

@@ -40,6 +40,8 @@ from smf_assurance.subjects.canonical import (
 from smf_assurance.subjects.envelope import Classification
 
 ENFORCEMENT_SCHEMA: Final = "smf.enforcement-projection/1"
+NOT_CONFINED: Final = "runtime_not_confined"
+"""The reason code of every confinement policy's denial."""
 ANALYSIS_SCHEMA: Final = "smf.analysis-projection/1"
 
 # ``\Z``, not ``$``: in Python ``$`` also matches before a trailing newline.
@@ -133,6 +135,12 @@ class EnforcementProjection(
     rules: tuple[EnforcementRule, ...]
     policies: tuple[PolicyRecord, ...]
     model_providers: tuple[ModelProvider, ...] = ()
+    confinement: tuple[PolicyRecord, ...] = ()
+    """Policies that apply only to a runtime the gate does not hold as confined
+    (docs/CONFINEMENT.md, "Releases that require confinement"): each a ``deny``
+    with reason ``runtime_not_confined``, over a rule naming the operations whose
+    effects a proposal cannot show (a terminal command, code, a patch, a process, a
+    scheduled job). ``omit_defaults``: a release without them keeps its bytes."""
 
 
 class AnalysisProjection(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -170,6 +178,8 @@ class CompiledPolicy:
 
     check: Callable[[Mapping[str, Any], int], bool] = field(compare=False, repr=False)
     """In force at the time, in scope, and the rule's predicate holds."""
+    unconfined_only: bool = False
+    """One of the release's :attr:`EnforcementProjection.confinement` policies."""
 
 
 def _scope_pairs(scope: Scope) -> tuple[tuple[str, str], ...]:
@@ -222,6 +232,8 @@ class PolicySet:
     outcomes: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
     model_providers: Mapping[str, frozenset[str]] = field(default_factory=dict, compare=False)
     """Provider name -> the classifications the release lets a request to it carry."""
+    unconfined_only: frozenset[int] = frozenset()
+    """The indices in :attr:`policies` of the release's confinement policies."""
 
 
 def scanned_policy_set(policy_set: PolicySet) -> PolicySet:
@@ -258,7 +270,14 @@ def build_policy_set(projection: EnforcementProjection) -> PolicySet:
     rules = {rule.rule_id: rule for rule in projection.rules}
     predicates = {rid: compile_predicate(rule.when, rid) for rid, rule in rules.items()}
     compiled = []
-    for record in projection.policies:
+    if {p.policy_id for p in projection.policies} & {p.policy_id for p in projection.confinement}:
+        raise ProjectionError("a confinement policy has the id of another policy")
+    marked = [(r, False) for r in projection.policies] + [(r, True) for r in projection.confinement]
+    for record, unconfined_only in marked:
+        if unconfined_only and (record.effect != "deny" or record.reason_code != NOT_CONFINED):
+            raise ProjectionError(
+                f"confinement policy {record.policy_id} must deny with {NOT_CONFINED}"
+            )
         rule = rules.get(record.rule_id)
         if rule is None:
             raise ProjectionError(
@@ -274,6 +293,7 @@ def build_policy_set(projection: EnforcementProjection) -> PolicySet:
                 effective_from=rule.effective_from,
                 effective_until=rule.effective_until,
                 check=_check(record.scope, predicate, rule.effective_from, rule.effective_until),
+                unconfined_only=unconfined_only,
             )
         )
     compiled.sort(key=lambda p: (p.layer_rank, p.record.policy_id))
@@ -289,4 +309,5 @@ def build_policy_set(projection: EnforcementProjection) -> PolicySet:
             [with_scope(necessary(p.predicate), _scope_pairs(p.record.scope)) for p in compiled]
         ),
         model_providers=providers,
+        unconfined_only=frozenset(i for i, p in enumerate(compiled) if p.unconfined_only),
     )

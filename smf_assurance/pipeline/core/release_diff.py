@@ -168,8 +168,8 @@ def _rules(
 
 
 def _policies(old: EnforcementProjection, new: EnforcementProjection) -> tuple[PolicyChange, ...]:
-    before = {p.policy_id: p for p in old.policies}
-    after = {p.policy_id: p for p in new.policies}
+    before = {p.policy_id: p for p in (*old.policies, *old.confinement)}
+    after = {p.policy_id: p for p in (*new.policies, *new.confinement)}
     changes = []
     for policy_id in sorted(set(before) | set(after)):
         was: PolicyRecord | None = before.get(policy_id)

@@ -64,16 +64,19 @@ def names_by_ref(projections: Iterable[EnforcementProjection]) -> dict[str, str]
     return names
 
 
-def shadow_decision(envelope: OperationEnvelope, enforced: Decision, shadow: PolicySet) -> Decision:
+def shadow_decision(
+    envelope: OperationEnvelope, enforced: Decision, shadow: PolicySet, *, confined: bool = False
+) -> Decision:
     """What ``shadow`` would have decided for the envelope ``enforced`` was made for:
-    the same operation id, operation hash and evaluation time, so the release is the
-    one thing that differs (issue 25, "the same normalized envelope")."""
+    the same operation id, operation hash, evaluation time and runtime confinement, so
+    the release is the one thing that differs (issue 25, "the same normalized envelope")."""
     return evaluate(
         envelope,
         shadow,
         at_ms=enforced.evaluated_at_ms,
         operation_id=enforced.operation_id,
         op_hash=enforced.operation_hash,
+        confined=confined,
     )
 
 

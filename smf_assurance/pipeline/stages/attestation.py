@@ -317,6 +317,12 @@ class AttestationDesk:
             return RELEASE_MISMATCH, held
         return None, held
 
+    def attested_instance(self, runtime_id: str) -> str | None:
+        """The process its latest verified attestation names (accepted or not), or None:
+        what the runtime is now, for its confinement (``confinement.ConfinementDesk``)."""
+        held = self._held.get(runtime_id)
+        return None if held is None else held.instance_id
+
     def lease_end(self, runtime_id: str, held: Held) -> int:
         return held.issued_at_ms + self.required.get(runtime_id, RuntimeRequirement()).lease_ms
 

@@ -22,6 +22,9 @@ class EvaluateRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     envelope: OperationEnvelope
     operation_hash: Identity
     operation_id: str
+    runtime_confined: bool = False
+    """The gate holds the proposing runtime as confined (``smf_assurance.pipeline.stages.
+    confinement``); a release's confinement policies then do not apply."""
 
 
 class DispatchRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -81,4 +81,5 @@ class EvaluateStage:
             at_ms=self.clock(),
             operation_id=request.operation_id,
             op_hash=request.operation_hash,
+            confined=request.runtime_confined,
         )

@@ -42,6 +42,7 @@ from smf_assurance.pipeline.core.execution_rules import Executor
 from smf_assurance.pipeline.core.normalize import Normalized
 from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.pipeline.stages.attestation import AttestationDesk
+from smf_assurance.pipeline.stages.confinement import ConfinementDesk
 from smf_assurance.pipeline.stages.contracts import (
     DispatchReceipt,
     DispatchRequest,
@@ -116,7 +117,9 @@ class ShadowObserver(Protocol):
     """Where a decision goes after its verdict
     (``smf_assurance.pipeline.stages.shadow.ShadowDesk``)."""
 
-    def observe(self, envelope: OperationEnvelope, decision: Decision, tenant_id: str) -> None: ...
+    def observe(
+        self, envelope: OperationEnvelope, decision: Decision, tenant_id: str, confined: bool
+    ) -> None: ...
 
 
 class HoldHandler(Protocol):
@@ -181,6 +184,8 @@ class Work:
     """Set when the claim (and its order) committed beside the evidence (issue 20)."""
     note_stored: bool = False
     """The tool call's note committed beside the evidence (issue 16)."""
+    confined: bool = False
+    """The runtime ran confined when the proposal was evaluated (``confinement``)."""
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -220,6 +225,9 @@ class Gate:
     hold: HoldHandler | None = None
     attestation: AttestationDesk | None = None
     """Admission by runtime attestation (issue 8); ``None`` admits every runtime."""
+    confinement: ConfinementDesk | None = None
+    """Which runtimes run confined, as their launchers attest; ``None``: none does, so
+    a release's confinement policies apply to every runtime (fail closed)."""
     decided_calls: DecidedCalls | None = None
     """Tool-call accounting (issue 16): the tool-call ids of every verified proposal."""
     claim_beside: ClaimBeside | None = None
@@ -365,7 +373,9 @@ class Gate:
         if shadow is None or normalized is None or decision is None:
             return
         try:
-            shadow.observe(normalized.envelope, decision, work.proposal.actor.tenant_id)
+            shadow.observe(
+                normalized.envelope, decision, work.proposal.actor.tenant_id, work.confined
+            )
         except Exception as exc:  # noqa: BLE001 - a shadow's failure never reaches a verdict
             log.error("shadow_observe_failed", error=type(exc).__name__)
 
@@ -504,14 +514,21 @@ class Gate:
         return dataclasses.replace(work, normalized=normalized)
 
     async def _evaluate(self, work: Work) -> Work | Verdict:
+        """Evaluate under the release in force, telling it whether the runtime runs
+        confined now: a release's confinement policies deny an opaque operation of a
+        runtime that does not (``runtime_not_confined``, recorded like any denial)."""
         normalized = work.need_normalized()
+        confined = self.confinement is not None and self.confinement.confined(
+            work.proposal.runtime_id
+        )
         request = EvaluateRequest(
             envelope=normalized.envelope,
             operation_hash=normalized.operation_hash,
             operation_id=work.proposal.proposal_id,
+            runtime_confined=confined,
         )
         decision = await self.evaluate.call(request, self.settings.stage_timeout)
-        return dataclasses.replace(work, decision=decision)
+        return dataclasses.replace(work, decision=decision, confined=confined)
 
     async def _record(self, work: Work) -> Work | Verdict:
         """Write-before-release (issue 7): the decision's evidence commits first;

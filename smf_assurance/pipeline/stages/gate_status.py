@@ -18,6 +18,7 @@ from typing import Final
 import msgspec
 
 from smf_assurance.pipeline.stages.attestation import AttestationDesk, RuntimeRequirement
+from smf_assurance.pipeline.stages.confinement import NOT_ATTESTED, ConfinementDesk, Standing
 from smf_assurance.pipeline.stores.ledger import Ledger
 from smf_assurance.subjects.gate_status import (
     GATE_STATUS_SCHEMA,
@@ -42,6 +43,7 @@ class GateStatusDesk:
     release_id: Callable[[], str | None]
     clock: Callable[[], int]
     signer: SigningKey
+    confinement: ConfinementDesk | None = None
 
     def status(self) -> GateStatus:
         """Every runtime of the gate's registry, sorted (a requirement for a runtime the
@@ -68,6 +70,11 @@ class GateStatusDesk:
         need = self.attestation.required.get(runtime_id, RuntimeRequirement())
         reason, held = self.attestation.standing(runtime_id)
         refused = held is not None and not held.accepted
+        confined = (
+            Standing(None, NOT_ATTESTED)
+            if self.confinement is None
+            else self.confinement.standing(runtime_id)
+        )
         return RuntimeStanding(
             runtime_id=runtime_id,
             must_attest=runtime_id in self.attestation.required,
@@ -76,6 +83,8 @@ class GateStatusDesk:
             accepted=None if held is None else held.accepted,
             reason_codes=held.reasons if held is not None and refused else (),
             standing=reason,
+            confined_profile=confined.profile_digest,
+            confinement=confined.reason,
         )
 
     async def handle(self, data: bytes) -> bytes:

@@ -10,6 +10,10 @@ attestation names its process, the request must also prove that process
 (``AttestationDesk.admit_instance``): another process of the same runtime id,
 within the lease of the first, is refused too.
 
+The admission names the runtime's confinement as the gate holds it (the profile
+digest its launcher attests, ``smf_assurance.pipeline.stages.confinement``), so the
+gateway learns which runtimes it serves run confined.
+
 It also governs the request as an egress (issue 16): the provider must be
 one the release in force names, for the request's classification
 (``model_provider_not_in_release``, ``model_egress_not_approved``).
@@ -33,6 +37,7 @@ import structlog
 from smf_assurance.pipeline.core.projection import PolicySet
 from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.pipeline.stages.attestation import AttestationDesk
+from smf_assurance.pipeline.stages.confinement import ConfinementDesk
 from smf_assurance.pipeline.stages.evidence import EvidenceWriter
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.keys import SigningKey
@@ -55,6 +60,8 @@ class ModelAdmissionDesk:
     policy_set: Callable[[], PolicySet]
     """The release in force; raises ``ReleaseCheckError`` when there is none to use."""
     signer: SigningKey
+    confinement: ConfinementDesk | None = None
+    """Whether the runtime runs confined: the admission tells the gateway so."""
 
     async def handle(self, data: bytes) -> bytes:
         """Answer one admission question; input that is not one is refused."""
@@ -84,6 +91,11 @@ class ModelAdmissionDesk:
                 reason_codes=(),
                 runtime_version=held.runtime_version,
                 expires_at_ms=expires if instance_end is None else min(expires, instance_end),
+                confined_profile=(
+                    None
+                    if self.confinement is None
+                    else self.confinement.standing(ask.runtime_id).profile_digest
+                ),
             )
         else:
             answer = await self._refuse(ask, (reason or "runtime_attestation_missing", REFUSED))

@@ -239,6 +239,8 @@ class ModelGateway:
     )
     """Kept admissions by (runtime, classification, the request's instance proof)."""
     _in_flight: dict[str, int] = field(init=False, default_factory=dict)
+    _confined: dict[str, str | None] = field(init=False, default_factory=dict)
+    """Per runtime: the profile digest its last admission named (None: not confined)."""
     _issued: dict[str, _Bounded] = field(init=False, default_factory=dict)
     _covered: dict[str, _Bounded] = field(init=False, default_factory=dict)
     _session: aiohttp.ClientSession | None = field(init=False, default=None)
@@ -402,6 +404,14 @@ class ModelGateway:
         )
         if not answer.admitted or answer.runtime_version is None:
             raise Refusal(403, answer.reason_codes[0] if answer.reason_codes else "not_admitted")
+        if self._confined.get(runtime.runtime_id, "") != answer.confined_profile:
+            self._confined[runtime.runtime_id] = answer.confined_profile
+            log.info(
+                "runtime_confinement_learned",
+                runtime_id=runtime.runtime_id,
+                confined=answer.confined_profile is not None,
+                profile_digest=answer.confined_profile,
+            )
         until = now + self.settings.admission_cache_ms
         if answer.expires_at_ms is not None:
             until = min(until, answer.expires_at_ms)

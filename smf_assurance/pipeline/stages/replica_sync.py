@@ -14,6 +14,8 @@ replica applies it:
 - ``attest``: the runtime's signed attestation, as received. Each replica
   verifies and judges it itself (``AttestationDesk.adopt``); nothing is taken
   on the word of another replica.
+- ``confine``: a launcher's signed confinement attestation, as received; verified
+  again by each replica (``ConfinementDesk.adopt``).
 - ``call``: a ``(runtime_id, tool_call_id)`` the publisher noted from a
   verified proposal. It is published before that proposal's verdict is
   answered, so it reaches every replica long before the tool's result can
@@ -50,6 +52,7 @@ from nats.aio.subscription import Subscription
 
 from smf_assurance.pipeline.service import STAGE_MAC_HEADER, StageAuth
 from smf_assurance.pipeline.stages.attestation import AttestationDesk
+from smf_assurance.pipeline.stages.confinement import ConfinementDesk
 from smf_assurance.pipeline.stages.runtime_stops import RuntimeStops
 from smf_assurance.pipeline.stages.tool_calls import DecidedCalls
 from smf_assurance.pipeline.stores.tool_calls import Stop
@@ -58,7 +61,7 @@ from smf_assurance.subjects import names
 log = structlog.get_logger(__name__)
 
 ORIGIN_HEADER: Final = "Smf-Origin"
-Kind = Literal["attest", "call", "stop", "clear"]
+Kind = Literal["attest", "confine", "call", "stop", "clear"]
 
 
 class _RuntimeCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -75,6 +78,7 @@ class ReplicaSync:
     attestation: AttestationDesk
     calls: DecidedCalls
     stops: RuntimeStops
+    confinement: ConfinementDesk | None = None
     _sub: Subscription | None = field(default=None, init=False)
 
     async def start(self) -> None:
@@ -97,6 +101,9 @@ class ReplicaSync:
 
     async def attested(self, signed: bytes) -> None:
         await self._publish("attest", signed)
+
+    async def confined(self, signed: bytes) -> None:
+        await self._publish("confine", signed)
 
     async def noted(self, runtime_id: str, tool_call_id: str) -> None:
         await self._publish("call", msgspec.json.encode(_RuntimeCall(runtime_id, tool_call_id)))
@@ -122,6 +129,10 @@ class ReplicaSync:
         try:
             if kind == "attest":
                 await self.attestation.adopt(msg.data)
+                return
+            if kind == "confine":
+                if self.confinement is not None:
+                    await self.confinement.adopt(msg.data)
                 return
             if kind == "stop":
                 self.stops.adopt_stop(msgspec.json.decode(msg.data, type=Stop))

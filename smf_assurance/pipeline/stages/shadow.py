@@ -74,6 +74,7 @@ class _Observed:
     envelope: OperationEnvelope
     decision: Decision
     tenant_id: str
+    confined: bool = False
 
 
 @dataclass(slots=True)
@@ -126,13 +127,20 @@ class ShadowDesk:
 
     # -- the hot path's one call ---------------------------------------------------------
 
-    def observe(self, envelope: OperationEnvelope, decision: Decision, tenant_id: str) -> None:
-        """Hand one decision to the shadow, after its verdict; never waits, never raises."""
+    def observe(
+        self,
+        envelope: OperationEnvelope,
+        decision: Decision,
+        tenant_id: str,
+        confined: bool = False,
+    ) -> None:
+        """Hand one decision to the shadow, after its verdict; never waits, never raises.
+        ``confined``: as the enforced decision was made (the runtime's confinement)."""
         shadow = self._source.active
         if shadow is None:
             return
         try:
-            self._queue.put_nowait(_Observed(envelope, decision, tenant_id))
+            self._queue.put_nowait(_Observed(envelope, decision, tenant_id, confined))
         except asyncio.QueueFull:
             self._count(shadow).dropped += 1
 
@@ -197,7 +205,9 @@ class ShadowDesk:
             counters.skipped += 1
             return
         try:
-            judged = shadow_decision(observed.envelope, enforced, shadow.release.policy_set)
+            judged = shadow_decision(
+                observed.envelope, enforced, shadow.release.policy_set, confined=observed.confined
+            )
             found = difference(enforced, judged)
             entry = None
             if found is not None:

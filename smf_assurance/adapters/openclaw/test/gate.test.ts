@@ -616,6 +616,11 @@ test("a registry's gate keys: role gate only; the registry is checked as Python 
   assert.equal(code({ ...good, entries: [{ ...gateEntry, key: { ...(gateEntry.key as object), key_id: KEY.keyId } }] }), "smf_registry_invalid");
   assert.equal(code({ ...good, entries: [gateEntry, gateEntry] }), "smf_registry_invalid");
   assert.equal(code(registryDoc([{ key: KEY, role: "runtime", principal: "openclaw-runtime" }])), "smf_gate_keys_missing");
+  // a runtime's launcher (`runtime add` registers one): known to the plugin, never a gate key
+  const launcher = { key: SigningKey.fromSeed(Buffer.alloc(32, 5)), role: "launcher", principal: "openclaw-demo-launcher" };
+  const withLauncher = registryDoc([{ key: GATE, role: "gate", principal: "gate" }, { ...launcher, extra: { runtime_id: "openclaw-demo" } }]);
+  assert.deepEqual([...gateKeysOf(withLauncher).keys()], [GATE.keyId]);
+  assert.equal(code(registryDoc([{ key: GATE, role: "gate", principal: "gate" }, launcher])), "smf_registry_invalid"); // a launcher names its runtime
 });
 
 test("trustRootFile: no registryFile any more; missing, unreadable or invalid trust root refuses", () => {

@@ -13,7 +13,7 @@
  * whole release (the plugin then runs in refusing mode, `../attest.ts`): unknown
  * fields, a schema other than `smf.registry/1`, a key whose `key_id` is not
  * the id derived from its public key (TUF, "File formats": one key, one id),
- * the same key twice, a runtime without `runtime_id`, a connector without
+ * the same key twice, a runtime or a launcher without `runtime_id`, a connector without
  * `connector_id`, and a registry that names no gate key at all.
  */
 
@@ -22,7 +22,7 @@ import { VerifyKey } from "./keys.js";
 export const REGISTRY_SCHEMA = "smf.registry/1";
 export const PUBLIC_KEY_KIND = "smf.ed25519.public/1";
 export const MAX_REGISTRY_BYTES = 4 * 1024 * 1024;
-const ROLES = ["runtime", "gate", "connector", "approver", "gateway", "console", "publisher", "swarm", "operator"];
+const ROLES = ["runtime", "gate", "connector", "approver", "gateway", "launcher", "console", "publisher", "swarm", "operator"];
 const ENTRY_FIELDS = ["key", "role", "runtime_id", "connector_id", "tenants", "licensed_roles", "nats_user"];
 const NKEY_USER_RE = /^U[A-Z2-7]{55}$/;
 const KEY_FIELDS = ["kind", "key_id", "principal", "public_key"];
@@ -78,6 +78,7 @@ export function gateKeysOf(doc: unknown): Map<string, VerifyKey> {
     const role = entry.role;
     if (typeof role !== "string" || !ROLES.includes(role)) invalid(`${what}.role is not one of ${ROLES.join(", ")}`);
     if (role === "runtime" && (entry.runtime_id === undefined || entry.runtime_id === null)) invalid(`${what}: a runtime has no runtime_id`);
+    if (role === "launcher" && (entry.runtime_id === undefined || entry.runtime_id === null)) invalid(`${what}: a launcher has no runtime_id`);
     if (role === "connector" && (entry.connector_id === undefined || entry.connector_id === null)) invalid(`${what}: a connector has no connector_id`);
     if (entry.nats_user !== undefined && entry.nats_user !== null && (typeof entry.nats_user !== "string" || !NKEY_USER_RE.test(entry.nats_user))) {
       invalid(`${what}.nats_user is not a NATS user nkey`);
