@@ -35,6 +35,7 @@ from smf_assurance.pipeline.core.projection import (
     AnalysisRule,
     AuthorityType,
     Correction,
+    DetectionWindow,
     EnforcementProjection,
     EnforcementRule,
     ModelProvider,
@@ -68,6 +69,9 @@ class ReleaseSource(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     release_id: ReleaseId
     release_sequence: Annotated[int, msgspec.Meta(ge=1)]
     description: str = ""
+    detection_window_chars: DetectionWindow | None = None
+    """The output gate's window over what a conversation showed before (issue 36);
+    absent: the gate's default (``DEFAULT_DETECTION_WINDOW_CHARS``)."""
 
 
 class RuleSourceRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -290,6 +294,7 @@ def compile_corpus(corpus: Path) -> CompiledRelease:
             ModelProvider(p.provider, tuple(sorted(set(p.classifications))))
             for p in sorted(providers, key=lambda p: p.provider)
         ),
+        detection_window_chars=release.detection_window_chars,
     )
     analysis = AnalysisProjection(
         schema=ANALYSIS_SCHEMA,

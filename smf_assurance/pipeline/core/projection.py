@@ -38,8 +38,15 @@ from smf_assurance.subjects.canonical import (
     sha256_identity,
 )
 from smf_assurance.subjects.envelope import Classification
+from smf_assurance.subjects.messages import MAX_OUTPUT_WINDOW_CHARS
 
 ENFORCEMENT_SCHEMA: Final = "smf.enforcement-projection/1"
+DEFAULT_DETECTION_WINDOW_CHARS: Final = 4096
+"""A release that sets no ``detection_window_chars``: the output gate reads this much of
+what a conversation showed before with each turn (issue 36). Every marker the
+detectors know is a few dozen characters; 4096 spans many turns of interim text and
+tool calls, and costs a few microseconds of scanning per turn."""
+DetectionWindow = Annotated[int, msgspec.Meta(ge=0, le=MAX_OUTPUT_WINDOW_CHARS)]
 ANALYSIS_SCHEMA: Final = "smf.analysis-projection/1"
 
 # ``\Z``, not ``$``: in Python ``$`` also matches before a trailing newline.
@@ -122,8 +129,8 @@ class ModelProvider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class EnforcementProjection(
     msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True
 ):
-    """``omit_defaults``: a projection with no model providers has the same bytes,
-    and so the same id, as before providers existed."""
+    """``omit_defaults``: a projection with no model providers, and no detection window
+    of its own, has the same bytes, and so the same id, as before either existed."""
 
     schema: Literal["smf.enforcement-projection/1"]
     release_id: str
@@ -133,6 +140,10 @@ class EnforcementProjection(
     rules: tuple[EnforcementRule, ...]
     policies: tuple[PolicyRecord, ...]
     model_providers: tuple[ModelProvider, ...] = ()
+    detection_window_chars: DetectionWindow | None = None
+    """How much of what a conversation showed before the output gate reads with each
+    turn (issue 36, "Detect across turns"); ``None``: :data:`DEFAULT_DETECTION_WINDOW_CHARS`.
+    0 reads each turn alone."""
 
 
 class AnalysisProjection(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -222,6 +233,8 @@ class PolicySet:
     outcomes: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
     model_providers: Mapping[str, frozenset[str]] = field(default_factory=dict, compare=False)
     """Provider name -> the classifications the release lets a request to it carry."""
+    detection_window_chars: int = DEFAULT_DETECTION_WINDOW_CHARS
+    """The release's detection window (:attr:`EnforcementProjection.detection_window_chars`)."""
 
 
 def scanned_policy_set(policy_set: PolicySet) -> PolicySet:
@@ -289,4 +302,9 @@ def build_policy_set(projection: EnforcementProjection) -> PolicySet:
             [with_scope(necessary(p.predicate), _scope_pairs(p.record.scope)) for p in compiled]
         ),
         model_providers=providers,
+        detection_window_chars=(
+            DEFAULT_DETECTION_WINDOW_CHARS
+            if projection.detection_window_chars is None
+            else projection.detection_window_chars
+        ),
     )
