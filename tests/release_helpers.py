@@ -28,6 +28,7 @@ from smf_assurance.ops.releases import (
 )
 from smf_assurance.ops.state import PUBLISHER, StateDir
 from smf_assurance.subjects import dsse
+from smf_assurance.subjects.bus_access import CLIENT_API
 from smf_assurance.subjects.keys import SigningKey, public_record
 from smf_assurance.subjects.registry import encode_registry, entry_for
 from smf_assurance.subjects.release import (
@@ -146,6 +147,7 @@ async def publish_as_publisher(url: str, state: StateDir, bundle: ReleaseBundle)
     assert credential is not None, "the state directory has no publisher credential"
     nc = await nats.connect(url, **credential.connect_options())
     try:
-        await publish_to_bucket(nc.jetstream(), bundle)
+        # outside the gate's account JetStream is reached under the client prefix
+        await publish_to_bucket(nc.jetstream(prefix=CLIENT_API), bundle)
     finally:
         await nc.close()

@@ -233,6 +233,7 @@ def test_the_history_shown_and_its_arguments_are_read_from_the_tail() -> None:
     assert chat.shown_history(4096) == "first\nsecond\nread\np\nq1\nread\np\nq2"
     assert chat.shown_history(5) == "\np\nq2"
     assert chat.shown_history(0) == ""
+    assert chat.text_history(4096) == "first\nsecond"
     assert chat.arguments_history(4096) == "q1\nq2"
     assert chat.arguments_history(2) == "q2"
     assert chat.arguments_history(0) == ""

@@ -25,7 +25,7 @@ values out.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
@@ -130,6 +130,21 @@ class ChatRequest:
         conversation before now: each assistant message of the history as
         :func:`shown_text` renders a turn, in order (what a marker split across turns
         is read against). Only the tail is built."""
+        return self._history_tail(limit, _shown_message)
+
+    def text_history(self, limit: int) -> str:
+        """The last ``limit`` characters of the assistant's text in the history, in
+        order, without the tool calls between (a runtime prints each turn's text in a
+        box of its own and its calls on progress lines: the texts are read as one)."""
+        return self._history_tail(limit, lambda m: _message_text(m.get("content")))
+
+    def arguments_history(self, limit: int) -> str:
+        """The last ``limit`` characters of the values of every tool call's arguments in
+        the history, in order, one per line (:func:`argument_values`): what a marker
+        written in pieces across calls, one piece per call, is read against."""
+        return self._history_tail(limit, _message_arguments)
+
+    def _history_tail(self, limit: int, render: Callable[[dict[str, Any]], str]) -> str:
         if limit <= 0:
             return ""
         parts: list[str] = []
@@ -137,32 +152,11 @@ class ChatRequest:
         for message in reversed(self.body["messages"]):
             if message.get("role") != "assistant":
                 continue
-            shown = _shown_message(message)
-            if not shown:
+            rendered = render(message)
+            if not rendered:
                 continue
-            parts.append(shown)
-            size += len(shown) + 1
-            if size >= limit:
-                break
-        return "\n".join(reversed(parts))[-limit:]
-
-    def arguments_history(self, limit: int) -> str:
-        """The last ``limit`` characters of the values of every tool call's arguments in
-        the history, in order, one per line (:func:`argument_values`): what a marker
-        written in pieces across calls, one piece per call, is read against."""
-        if limit <= 0:
-            return ""
-        parts: list[str] = []
-        size = 0
-        for message in reversed(self.body["messages"]):
-            calls = message.get("tool_calls") if message.get("role") == "assistant" else None
-            for call in reversed(calls) if isinstance(calls, list) else ():
-                function = call.get("function") if isinstance(call, dict) else None
-                arguments = function.get("arguments") if isinstance(function, dict) else None
-                if isinstance(arguments, str):
-                    values = argument_values(arguments)
-                    parts.append(values)
-                    size += len(values) + 1
+            parts.append(rendered)
+            size += len(rendered) + 1
             if size >= limit:
                 break
         return "\n".join(reversed(parts))[-limit:]
@@ -234,6 +228,18 @@ def _shown_message(message: dict[str, Any]) -> str:
                 )
             )
     return "\n".join(p for p in parts if p)
+
+
+def _message_arguments(message: dict[str, Any]) -> str:
+    """The values of an assistant message's tool calls' arguments, one per line."""
+    values = []
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(arguments, str):
+            values.append(argument_values(arguments))
+    return "\n".join(v for v in values if v)
 
 
 def _read_text(message: dict[str, Any]) -> str:

@@ -31,7 +31,11 @@ it, whatever the runtime's settings, its plugins, or its safe mode. Here:
   calls, as the request's history has them), as long as the release in force
   says (``detection_window_chars``, told by the gate with each admission). The
   detectors read the turn after it, so a marker split across two turns or two
-  calls is seen; the window is never released.
+  calls is seen; the window is never released. Two more readings see pieces
+  the display puts something between: the assistant's texts across turns (tool
+  calls are printed between them), and the tool calls' argument values across
+  calls (their names stand between them); what only they find raises the
+  close's facts.
 - **Facts of a turn.** A turn with text is decided in the runtime's declared
   facts raised by the context below (classification and taint), as before. A
   turn with tool calls and no text is decided in the declared facts raised by
@@ -448,8 +452,7 @@ class ModelGateway:
         # without text carry the session's taint to their own decisions (their records)
         taint = context.injection_taint if turn.content else "clear"
         facts = raise_facts(runtime.facts, context.classification, taint)
-        if turn.tool_calls:
-            facts = self._across_calls(runtime, chat, turn, facts, standing.window_chars)
+        facts = self._across_pieces(runtime, chat, turn, facts, standing.window_chars)
         window = chat.shown_history(standing.window_chars)
         turn = await self._gate_output(runtime, standing.runtime_version, turn, facts, window)
         # Server-Timing (W3C): how long the turn waited for its output decision, so a
@@ -810,23 +813,35 @@ class ModelGateway:
     # -- the output gate -------------------------------------------------------------
 
     @staticmethod
-    def _across_calls(
+    def _across_pieces(
         runtime: GatewayRuntime,
         chat: model_turns.ChatRequest,
         turn: Turn,
         facts: DataFacts,
         window_chars: int,
     ) -> DataFacts:
-        """``facts`` raised by a marker written across tool calls, one piece per call's
-        arguments (in this turn or after the history's): the values are read as one
-        text, as the output gate reads the turn, and the close's facts raised by what
-        is found (the output gate's own reading shows the pieces with each call's name
-        between them)."""
-        raised, found = detect(
-            model_turns.turn_arguments(turn), facts, chat.arguments_history(window_chars)
-        )
-        if found:
-            log.warning("model_marker_across_calls", runtime_id=runtime.runtime_id, found=found)
+        """``facts`` raised by a marker written in pieces that the output gate's own
+        reading (the turn after the conversation's shown tail, in display order) sees
+        with something between them: the assistant's texts read as one across turns
+        (a runtime prints its tool calls between them), and the tool calls' argument
+        values read as one across calls (their names stand between them). The close's
+        facts are raised by what only these readings find; what the output gate finds
+        itself it records under its own reason codes."""
+        views = []
+        texts = chat.text_history(window_chars)
+        if texts and turn.content:
+            views.append((turn.content, texts))
+        if turn.tool_calls:
+            views.append((model_turns.turn_arguments(turn), chat.arguments_history(window_chars)))
+        if not views:
+            return facts
+        _, seen = detect(model_turns.shown_text(turn), facts, chat.shown_history(window_chars))
+        raised = facts
+        for text, window in views:
+            after, found = detect(text, facts, window)
+            if not set(found) <= set(seen):
+                log.warning("model_marker_in_pieces", runtime_id=runtime.runtime_id, found=found)
+                raised = raise_facts(raised, after.classification, after.injection_taint)
         return raised
 
     async def _decide(
