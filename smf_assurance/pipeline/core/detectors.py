@@ -30,12 +30,14 @@ from smf_assurance.subjects.envelope import Classification, InjectionTaint
 from smf_assurance.subjects.messages import DataFacts
 
 _PRIVILEGE: Final = re.compile(
-    r"(?<![^\W_])(privileged\s*(?:&|and)\s*confidential|attorney[-\s]client\s+privilege[d]?"
+    r"(?<![^\W_])(?=[pa])(privileged\s*(?:&|and)\s*confidential|attorney[-\s]client\s+privilege[d]?"
     r"|attorney\s+work\s+product|privileged)(?![^\W_])",
     re.IGNORECASE,
 )
 """Bounded by anything but a letter or digit: an underscore separates words as a space
-does (``PRIVILEGED_memo``, a tool's name, reads as the marker)."""
+does (``PRIVILEGED_memo``, a tool's name, reads as the marker). The lookahead on the
+first letter only makes the scan cheaper (the boundary test is done where a marker
+can start)."""
 _INJECTION: Final = re.compile(
     r"(ignore\s+(?:all\s+)?(?:previous|prior|above)\s+instructions"
     r"|disregard\s+(?:the\s+)?(?:system|previous)\s+prompt"
@@ -78,9 +80,11 @@ def _found(pattern: re.Pattern[str], text: str, window: str) -> bool:
     written, and with the line breaks of both removed (the pieces a runtime prints
     on lines of their own)."""
     if not window:
-        return pattern.search(text) is not None or (
-            pattern.search(text.translate(_LINE_BREAKS)) is not None
-        )
+        if pattern.search(text) is not None:
+            return True
+        joined = text.translate(_LINE_BREAKS)
+        # no line break: the joined reading is the one just done
+        return len(joined) != len(text) and pattern.search(joined) is not None
     if _reaches(pattern, window + "\n" + text, len(window) + 1):
         return True
     joined_window = window.translate(_LINE_BREAKS)
