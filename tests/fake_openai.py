@@ -56,6 +56,9 @@ class Recorded:
     headers: dict[str, str] = field(default_factory=dict)
     """The request's headers named in ``Scripts.record_headers`` (lowercase names), and
     no other: nothing is kept unless a test asks for it by name."""
+    in_system: list[str] = field(default_factory=list)
+    """Which of ``Scripts.system_needles`` the request's system messages held (a context
+    file the runtime put into its system prompt); the prompt itself is not kept."""
 
 
 @dataclass
@@ -65,6 +68,8 @@ class Scripts:
     lock: threading.Lock = field(default_factory=threading.Lock)
     record_headers: frozenset[str] = frozenset()
     """Lowercase names of the request headers to keep with each request (default none)."""
+    system_needles: frozenset[str] = frozenset()
+    """Texts to look for in each request's system messages (default none)."""
 
     def set(self, scripts: dict[str, dict[str, Any]]) -> None:
         with self.lock:
@@ -177,7 +182,9 @@ def answer(
             for name, value in (headers or {}).items()
             if name.lower() in scripts.record_headers
         }
-        scripts.requests.append(Recorded(scenario, tool_results, answered, offered, kept))
+        system = "\n".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
+        found = sorted(n for n in scripts.system_needles if n in system)
+        scripts.requests.append(Recorded(scenario, tool_results, answered, offered, kept, found))
     return message
 
 

@@ -64,7 +64,11 @@ in that run's folder and ``HERMES_HOME`` (its config rewritten for this run's
 model endpoint and token): a new Hermes process that resumes the most recent
 session. The tap's proposal entries also carry the call's id and the facts the
 adapter declared (no arguments or content), so a test can show what the adapter
-said beside what the gate decided.
+said beside what the gate decided. ``"folder_of": "<an earlier run's name>"`` runs a
+NEW session (no ``--continue``) in that run's folder and ``HERMES_HOME``: Hermes
+loads the context files the earlier session left there (``AGENTS.md``).
+``"system_needles"``: texts the fake model reports finding in each request's system
+messages (``in_system``), never the prompt itself.
 """
 
 from __future__ import annotations
@@ -445,7 +449,7 @@ class Harness:
 
     async def _prepare(self, command: dict[str, Any]) -> Prepared:
         self.runs += 1
-        resumed = command.get("continue_from")
+        resumed = command.get("continue_from") or command.get("folder_of")
         if resumed:
             root = self.roots[resumed]  # the same folder, HOME and HERMES_HOME
         else:
@@ -490,6 +494,7 @@ class Harness:
         scripts = json.loads(json.dumps(command["scripts"]).replace("{{root}}", str(root)))
         self.model.scripts.set(scripts)
         self.model.scripts.take_requests()
+        self.model.scripts.system_needles = frozenset(command.get("system_needles", ()))
         self.tap.take()
         self.notices.take()
         orders_before = await self.execute_orders()

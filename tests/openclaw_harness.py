@@ -70,7 +70,9 @@ gateway-turn`` sends one ``openclaw agent`` turn through it (a session key of
 its own; the operator's event frames, ``chat.history`` and the usual
 evidence come back), ``op: gateway-stop`` stops both.
 
-``record_headers`` (a list of header names) makes the fake model keep those
+``system_needles`` (texts) makes the fake model report which of them each request's
+system messages held (``in_system``; a context file in the system prompt), never the
+prompt. ``record_headers`` (a list of header names) makes the fake model keep those
 request headers, and only those, with each request (none by default).
 
 OpenClaw's other surfaces (issue 26, tests/test_openclaw_surfaces.py): the gate
@@ -837,6 +839,7 @@ class Harness:
         self.model.scripts.record_headers = frozenset(
             name.lower() for name in command.get("record_headers", ())
         )
+        self.model.scripts.system_needles = frozenset(command.get("system_needles", ()))
         orders_before = 0
         ledger_before = 0
         if self.gate is not None:
@@ -1040,6 +1043,7 @@ class Harness:
         self.model.scripts.record_headers = frozenset(
             name.lower() for name in command.get("record_headers", ())
         )
+        self.model.scripts.system_needles = frozenset(command.get("system_needles", ()))
         ledger_before = len(self.ledger()) if self.model_gateway is not None else 0
         if self.gate is not None:
             self.tap.take()

@@ -66,6 +66,7 @@ from smf_assurance.subjects.bus_access import (
 from smf_assurance.subjects.call_context import CALL_CONTEXT_BUCKET, CALL_CONTEXT_STREAM
 from smf_assurance.subjects.registry import RegistryFile, encode_registry
 from smf_assurance.subjects.release import RELEASE_BUCKET, encode_bundle
+from smf_assurance.subjects.tainted_content import TAINTED_CONTENT_BUCKET, TAINTED_CONTENT_STREAM
 from tests.bus_helpers import registry_entries, wait_for
 
 Outcome = Literal["allowed", "refused"]
@@ -249,6 +250,32 @@ ACTIONS: Final = (
     Action("delete a call context", "req", f"{API}.STREAM.MSG.DELETE.{CALL_CONTEXT_STREAM}", who()),
     Action(
         "reconfigure the call contexts", "req", f"{API}.STREAM.UPDATE.{CALL_CONTEXT_STREAM}", who()
+    ),
+    # Files carry taint: only the gateway writes and reads what tainted sessions wrote
+    # (digests); gates only create the bucket; nobody else reads, writes or deletes it.
+    Action(
+        "write a tainted-content record",
+        "pub",
+        f"$KV.{TAINTED_CONTENT_BUCKET}.scripted-demo.smfc{'0' * 24}.0",
+        who(MODEL_GATEWAY),
+    ),
+    Action(
+        "read the tainted-content records",
+        "req",
+        f"{CAPI}.STREAM.MSG.GET.{TAINTED_CONTENT_STREAM}",
+        who(GATE, MODEL_GATEWAY),
+    ),
+    Action(
+        "delete a tainted-content record",
+        "req",
+        f"{API}.STREAM.MSG.DELETE.{TAINTED_CONTENT_STREAM}",
+        who(),
+    ),
+    Action(
+        "reconfigure the tainted-content bucket",
+        "req",
+        f"{API}.STREAM.UPDATE.{TAINTED_CONTENT_STREAM}",
+        who(),
     ),
     Action("resolve an approval", "req", names.APPROVAL_RESOLVE, who(ATTORNEY, CONSOLE)),
     Action("show an approval", "req", names.APPROVAL_SHOW, who(ATTORNEY, CONSOLE)),

@@ -38,6 +38,7 @@ from smf_assurance.ops.output import CommandError
 from smf_assurance.ops.projections import SCENARIO_CORPUS, SCENARIO_PROJECTION, package_path
 from smf_assurance.pipeline.core.facts import FACT_REGISTRY_VERSION
 from smf_assurance.pipeline.core.projection import (
+    DEFAULT_DETECTION_WINDOW_CHARS,
     build_policy_set,
     decode_analysis,
     decode_enforcement,
@@ -589,6 +590,11 @@ REJECTIONS = [
         id="float-in-corpus",
     ),
     pytest.param(
+        _release(detection_window_chars=16 * 1024 + 1),
+        ["release.json", "detection_window_chars"],
+        id="detection-window-too-large",
+    ),
+    pytest.param(
         _release(release_sequence=2**53), ["release.json", "I-JSON"], id="unsafe-integer-in-corpus"
     ),
 ]
@@ -627,6 +633,25 @@ def test_inconsistent_corpus_is_rejected_before_writing(
     assert code != 0
     assert list(out.iterdir()) == []
     assert "compile failed" in capsys.readouterr().err
+
+
+@pytest.mark.claim("model-gateway.split-markers-caught")
+def test_the_detection_window_is_a_release_setting_with_a_default(tmp_path: Path) -> None:
+    """``detection_window_chars`` in ``release.json`` reaches the enforcement projection
+    and the policy set the gate decides with; a release without it keeps the bytes it
+    had before the setting existed and reads with the default."""
+    rules, policies = small_corpus()
+    plain = compile_dir(tmp_path / "plain", rules, policies)
+    assert b"detection_window_chars" not in plain.files()["enforcement.json"]
+    assert build_policy_set(plain.enforcement).detection_window_chars == (
+        DEFAULT_DETECTION_WINDOW_CHARS
+    )
+    rules, policies = small_corpus()
+    release = make_release()
+    release["detection_window_chars"] = 0
+    none = compile_dir(tmp_path / "none", rules, policies, release)
+    assert none.enforcement.detection_window_chars == 0
+    assert build_policy_set(none.enforcement).detection_window_chars == 0
 
 
 def test_unmodified_small_corpus_compiles(tmp_path: Path) -> None:

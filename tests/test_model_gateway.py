@@ -45,6 +45,7 @@ from smf_assurance.ops.runtimes import provision_runtime
 from smf_assurance.ops.stack import Stack, start_stack
 from smf_assurance.ops.state import OPERATOR, StateDir, provision_demo
 from smf_assurance.pipeline.assembly.model_gateway import RunningModelGateway, start_model_gateway
+from smf_assurance.pipeline.core.projection import DEFAULT_DETECTION_WINDOW_CHARS
 from smf_assurance.pipeline.stages.model_gateway import GatewaySettings, Upstream
 from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
 from smf_assurance.subjects import names
@@ -505,11 +506,219 @@ async def test_bad_input_is_a_clear_error_and_reaches_no_provider(
     assert world.model.requests == []
 
 
-async def test_the_model_list_needs_a_token(world: World) -> None:
+async def test_the_model_list_needs_a_token_and_an_admission(world: World) -> None:
     async with aiohttp.ClientSession() as session:
         async with session.get(world.gateway.url + "/models") as resp:
             assert resp.status == 401
         headers = {"Authorization": f"Bearer {world.tokens[RUNTIME_ID]}"}
         async with session.get(world.gateway.url + "/models", headers=headers) as resp:
+            assert resp.status == 403  # a token alone is not an attested runtime
+            assert error_code(await resp.read()) == "runtime_attestation_missing"
+        await attest(world, PRINCIPAL, RUNTIME_ID)
+        async with session.get(world.gateway.url + "/models", headers=headers) as resp:
             assert resp.status == 200
             assert (await resp.json())["data"][0]["id"] == "fake-model"
+    # the refusal, then the list decided like a reply before it was sent
+    assert decisions(world.state) == ["deny", "allow"]
+
+
+# -- everything shown is decided ---------------------------------------------------------
+
+
+@pytest.mark.claim("model-gateway.everything-shown-decided")
+async def test_a_model_list_carrying_a_marker_never_reaches_the_runtime(world: World) -> None:
+    """Every string of the provider's list (ids, owners, any field it adds) is decided
+    as this runtime's output before the runtime has a byte: a marker in it, for a
+    runtime whose replies go to a client chat, is held and the list is refused."""
+    await attest(world, PRINCIPAL, RUNTIME_ID)
+    world.model.listed = ({"id": "fake-model", "object": "model", "owned_by": PRIVILEGED},)
+    headers = {"Authorization": f"Bearer {world.tokens[RUNTIME_ID]}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(world.gateway.url + "/models", headers=headers) as resp,
+    ):
+        data = await resp.read()
+    assert (resp.status, error_code(data)) == (502, "model_list_withheld")
+    assert b"settle below" not in data
+    assert b"fake-model" not in data
+    assert decisions(world.state) == ["hold"]
+
+
+def tool_turn(*calls: tuple[str, str]) -> Reply:
+    """A turn of tool calls and no text: (name, JSON arguments) each."""
+    return Reply(
+        content="",
+        tool_calls=tuple((f"call_{n}", name, args) for n, (name, args) in enumerate(calls)),
+    )
+
+
+@pytest.mark.claim("model-gateway.everything-shown-decided")
+@pytest.mark.parametrize(
+    ("where", "calls"),
+    [
+        ("tool name", (("PRIVILEGED_memo_lookup", "{}"),)),
+        ("argument", (("terminal", json.dumps({"command": f"echo '{PRIVILEGED}'"})),)),
+        ("path", (("read_file", '{"path": "/srv/matters/PRIVILEGED-strategy.txt"}'),)),
+        ("escaped", (("read_file", '{"path": "/srv/\\u0050RIVILEGED-strategy.txt"}'),)),
+        ("not JSON", (("read_file", "path=/srv/PRIVILEGED-strategy.txt"),)),
+    ],
+)
+async def test_a_turn_of_tool_calls_alone_is_decided_before_the_runtime_has_it(
+    world: World, where: str, calls: tuple[tuple[str, str], ...]
+) -> None:
+    """A turn with no text is decided too (its tool names and arguments are what a
+    runtime prints: Hermes's tool-progress line, "Unknown tool '…'"). A marker in a
+    name, an argument, a path, behind a JSON escape or in arguments that are not
+    JSON: held for the client chat, the runtime gets the notice and no tool call."""
+    await attest(world, PRINCIPAL, RUNTIME_ID)
+    world.model.default = tool_turn(*calls)
+    for stream in (True, False):
+        status, data = await chat(world, stream=stream)
+        assert status == 200, data
+        assert b"PRIVILEGED" not in data
+        assert b"RIVILEGED" not in data
+        assert b"tool_calls" not in data or b'"tool_calls":[' not in data
+        assert b"held for approval" in data
+        if stream:
+            assert sse_text(data)[1] == []
+        else:
+            assert "tool_calls" not in json.loads(data)["choices"][0]["message"]
+    assert decisions(world.state) == ["hold", "hold"]
+    assert world.tap == []
+
+
+@pytest.mark.claim("model-gateway.everything-shown-decided")
+async def test_a_clean_turn_of_tool_calls_is_decided_and_passes_whole(world: World) -> None:
+    """The control: the same turn without a marker is decided (one allow in the ledger)
+    and reaches the runtime with its calls, under ids the gateway issued."""
+    await attest(world, PRINCIPAL, RUNTIME_ID)
+    world.model.default = tool_turn(("read_file", '{"path": "/srv/matters/agenda.txt"}'))
+    status, data = await chat(world)
+    assert status == 200
+    text, calls, finishes = sse_text(data)
+    assert text == ""
+    assert [c["function"] for c in calls] == [
+        {"name": "read_file", "arguments": '{"path": "/srv/matters/agenda.txt"}'}
+    ]
+    assert calls[0]["id"].startswith("smfc")
+    assert finishes == ["tool_calls"]
+    assert decisions(world.state) == ["allow"]
+
+
+async def test_no_string_of_the_providers_but_text_and_calls_reaches_the_runtime(
+    world: World,
+) -> None:
+    """The turn's id, model, finish reason and usage are the provider's strings too: the
+    runtime gets the gateway's id, the model it asked for, an OpenAI finish reason and
+    usage numbers only, so a marker in any of them never reaches it."""
+    await attest(world, OTHER, OTHER_ID)
+    world.model.default = Reply(
+        content="Noted.",
+        model="PRIVILEGED-model",
+        turn_id="PRIVILEGED-id",
+        finish_reason="PRIVILEGED_reason",
+        usage={"prompt_tokens": 3, "note": PRIVILEGED, "details": {"cached_tokens": 1}},
+    )
+    for stream in (True, False):
+        status, data = await chat(world, OTHER_ID, stream=stream)
+        assert status == 200
+        assert b"PRIVILEGED" not in data
+        if not stream:
+            body = json.loads(data)
+            assert body["model"] == "fake-model"  # what the request asked for
+            assert body["id"].startswith("chatcmpl-smf-")
+            assert body["choices"][0]["finish_reason"] == "stop"
+            assert body["usage"] == {"prompt_tokens": 3, "details": {"cached_tokens": 1}}
+        else:
+            assert sse_text(data)[0] == "Noted."
+
+
+# -- detected across turns ---------------------------------------------------------------
+
+
+def history(*turns: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": "go on"}, *turns]
+
+
+def said(text: str, *calls: tuple[str, str]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        message["tool_calls"] = [
+            {"id": f"p{n}", "type": "function", "function": {"name": name, "arguments": args}}
+            for n, (name, args) in enumerate(calls)
+        ]
+    return message
+
+
+def asked(*messages: dict[str, Any]) -> bytes:
+    return json.dumps({"model": "fake-model", "stream": True, "messages": messages}).encode()
+
+
+@pytest.mark.claim("model-gateway.split-markers-caught")
+@pytest.mark.parametrize(
+    ("before", "reply"),
+    [
+        # interim text, then the next turn's text
+        (said("Checking the PRIVI"), Reply(content="LEGED memo now.")),
+        # a tool call's argument, then the next turn's text
+        (said("", ("read_file", '{"path": "notes-PRIVI"}')), Reply(content="LEGED, see above")),
+        # text, then the next turn's tool name
+        (said("IGNORE PREVIOUS"), tool_turn(("INSTRUCTIONS", "{}"))),
+    ],
+)
+async def test_a_marker_split_across_turns_is_caught(
+    world: World, before: dict[str, Any], reply: Reply
+) -> None:
+    """Each part alone carries no marker; shown one after the other they do. The close
+    carries the history's tail (the window) and the detectors read the turn after it:
+    the turn is held (or withheld), never released."""
+    await attest(world, PRINCIPAL, RUNTIME_ID)
+    world.model.default = reply
+    status, data = await chat(world, body=asked(*history(before)))
+    assert status == 200
+    text, calls, _ = sse_text(data)
+    assert calls == []
+    assert text.startswith("[SMF Assurance Gate: this reply")
+    assert "LEGED" not in text
+    assert "INSTRUCTIONS" not in text
+    [disposition] = decisions(world.state)
+    assert disposition in {"hold", "deny"}
+
+
+@pytest.mark.claim("model-gateway.split-markers-caught")
+async def test_a_marker_split_across_two_calls_of_one_turn_is_caught(world: World) -> None:
+    await attest(world, PRINCIPAL, RUNTIME_ID)
+    world.model.default = tool_turn(
+        ("read_file", '{"path": "/srv/PRIVI"}'), ("read_file", '{"path": "LEGED.txt"}')
+    )
+    status, data = await chat(world)
+    assert status == 200
+    assert sse_text(data)[1] == []
+    assert decisions(world.state) == ["hold"]
+
+
+async def test_parts_that_make_no_marker_are_released(world: World) -> None:
+    """The control: the same shapes with parts that join into no marker are released
+    (a marker wholly inside what was shown before is not counted again: the unit tests
+    of ``detect``, tests/test_model_turns.py)."""
+    await attest(world, OTHER, OTHER_ID)
+    world.model.default = Reply(content="LEGAL team notified.")
+    status, data = await chat(world, OTHER_ID, body=asked(*history(said("Checking the PRIVY"))))
+    assert (status, sse_text(data)[0]) == (200, "LEGAL team notified.")
+    world.model.default = tool_turn(
+        ("read_file", '{"path": "/srv/PRIVY"}'), ("read_file", '{"path": "LEGAL.txt"}')
+    )
+    status, data = await chat(world, OTHER_ID)
+    assert (status, len(sse_text(data)[1])) == (200, 2)
+    assert decisions(world.state) == ["allow", "allow"]
+
+
+async def test_the_admission_carries_the_releases_detection_window(world: World) -> None:
+    """The gate tells the gateway the window of the release in force with each
+    admission (the demo release sets none: the default)."""
+    await attest(world, OTHER, OTHER_ID)
+    world.model.default = Reply(content="Noted.")
+    assert (await chat(world, OTHER_ID))[0] == 200
+    gateway = world.gateway.gateway
+    [standing] = [v for k, v in gateway._standing.items() if k[0] == OTHER_ID]
+    assert standing.window_chars == DEFAULT_DETECTION_WINDOW_CHARS

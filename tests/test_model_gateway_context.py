@@ -36,6 +36,7 @@ from), a cluster of gates (the mirror is per gate; a miss reads the leader).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import secrets
@@ -108,6 +109,14 @@ READ: Final = ("dms_read", '{"document_id": "d-1"}')
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
+    async with context_world(tmp_path) as made:
+        yield made
+
+
+@contextlib.asynccontextmanager
+async def context_world(tmp_path: Path) -> AsyncIterator[World]:
+    """A gate, the fake provider and the model gateway serving one scripted runtime
+    whose replies go to the operator's terminal."""
     state = StateDir(tmp_path / "state")
     provision_demo(state)
     provision_runtime(state, TOOLS, TOOLS_ID, runtime_pin=PIN, require_release=False)

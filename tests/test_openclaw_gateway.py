@@ -521,7 +521,10 @@ def test_a_withheld_reply_never_reaches_the_operator_nor_the_transcript(
     # The gateway's detectors found the injection in the request's tool result; with
     # that taint no policy permits the reply (the same runtime's clean reply is allowed).
     assert tainted_by_the_gateway(run, DESK_ID) == [["detected_injection_marker"]]
-    [verdict] = output_verdicts(run)
+    # the turn of the ``read`` alone is decided too (issue 36: everything shown), and
+    # released; the reply after it is the one withheld
+    read_turn, verdict = output_verdicts(run)
+    assert read_turn["verdict"]["outcome"] == "allow", read_turn
     assert verdict["verdict"]["outcome"] == "deny", verdict
     no_permit = "no_applicable_policy_for_consequential_operation"
     assert verdict["verdict"]["reason_codes"] == [no_permit]

@@ -382,7 +382,9 @@ def test_a_withheld_reply_never_reaches_the_operator_client_the_disk_nor_the_cli
     the CLI and the history hold the notice and not the reply."""
     run = served["turns"]["gw-entry-withheld"]
     assert INJECTED in run["requests"][-1]["tool_results"][0]
-    [verdict] = output_verdicts(run)
+    # the turn of the ``read`` alone is decided too (everything shown), and released
+    read_turn, verdict = output_verdicts(run)
+    assert read_turn["verdict"]["outcome"] == "allow", read_turn
     assert verdict["verdict"]["outcome"] == "deny", verdict
     assert verdict["verdict"]["reason_codes"] == ["injection_tainted_egress"]
     assert verdict["released"] is None

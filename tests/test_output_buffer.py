@@ -277,6 +277,37 @@ async def test_detectors_raise_facts_the_adapter_left_low(
     assert "detected_injection_marker" in injected.verdict.reason_codes
 
 
+async def closed_after(nc: Client, state: StateDir, text: str, window: str) -> OutputVerdict:
+    """``text`` streamed with a close that carries ``window`` (what was shown before)."""
+    out = streamer(nc, state)
+    stream_id = new_stream_id()
+    committed = await out.send_chunks(stream_id, split(text))
+    signed = out.close_message(
+        stream_id, committed, actor=ASSOCIATE, facts=CLEAN, destination=EXTERNAL, window=window
+    )
+    return await out.close(stream_id, signed)
+
+
+@pytest.mark.claim("model-gateway.split-markers-caught")
+async def test_the_close_window_is_read_with_the_output_and_never_released(
+    gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    """A marker split between the close's window and the output raises the output;
+    the window is read but never released, and the part of it past the release's
+    detection window (the last ``detection_window_chars``) is not read at all."""
+    split_marker = await closed_after(nc, state, "LEGED: our strategy", "Checking the PRIVI")
+    assert split_marker.verdict.outcome == "held"
+    assert "detected_privilege_marker" in split_marker.verdict.reason_codes
+    clean = await closed_after(nc, state, "The hearing is on Monday.", "Checking the agenda")
+    assert (clean.verdict.outcome, clean.released) == ("allow", "The hearing is on Monday.")
+    gate.buffer.window_chars = lambda: 0  # a release that reads each output alone
+    alone = await closed_after(nc, state, "LEGED: our strategy", "Checking the PRIVI")
+    assert (alone.verdict.outcome, alone.released) == ("allow", "LEGED: our strategy")
+    gate.buffer.window_chars = lambda: 5  # the window's last 5 characters: "PRIVI"
+    tail = await closed_after(nc, state, "LEGED: ok", "x" * 100 + "Checking the PRIVI")
+    assert tail.verdict.outcome == "held"
+
+
 async def raw_close(
     nc: Client, state: StateDir, stream_id: str, committed: tuple[int, int, str]
 ) -> OutputVerdict:

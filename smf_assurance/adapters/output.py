@@ -81,7 +81,10 @@ class OutputStreamer:
         destination: ProposedDestination,
         surface: Surface = "direct_reply",
         proposal_id: str | None = None,
+        window: str = "",
     ) -> bytes:
+        """The signed close; ``window``: what was shown before this output, read with it
+        by the detectors and never released (``OutputClose.window``)."""
         count, size, content_hash = committed
         close = OutputClose(
             schema="smf.output-close/1",
@@ -98,6 +101,7 @@ class OutputStreamer:
             actor=actor,
             facts=facts,
             issued_at_ms=time.time_ns() // 1_000_000,
+            window=window,
         )
         return encode_envelope(sign_struct(names.PAYLOAD_OUTPUT_CLOSE, close, [self.key]))
 

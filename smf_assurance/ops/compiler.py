@@ -40,6 +40,7 @@ from smf_assurance.pipeline.core.projection import (
     AnalysisRule,
     AuthorityType,
     Correction,
+    DetectionWindow,
     EnforcementProjection,
     EnforcementRule,
     ModelProvider,
@@ -73,6 +74,9 @@ class ReleaseSource(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     release_id: ReleaseId
     release_sequence: Annotated[int, msgspec.Meta(ge=1)]
     description: str = ""
+    detection_window_chars: DetectionWindow | None = None
+    """The output gate's window over what a conversation showed before (issue 36);
+    absent: the gate's default (``DEFAULT_DETECTION_WINDOW_CHARS``)."""
 
 
 class RuleSourceRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -305,6 +309,7 @@ def compile_corpus(corpus: Path) -> CompiledRelease:
             for p in sorted(providers, key=lambda p: p.provider)
         ),
         confinement=tuple(sorted(confinement, key=lambda p: p.policy_id)),
+        detection_window_chars=release.detection_window_chars,
     )
     analysis = AnalysisProjection(
         schema=ANALYSIS_SCHEMA,

@@ -46,6 +46,12 @@ Rules the table keeps:
   runtimes and everyone else may do neither, so no runtime can record a clean
   context for its own call. (A record removed is a call of unknown context to
   the gate and the gateway: removal can only make decisions stricter.)
+- Only model gateways write and read the tainted-content bucket
+  (``SMF_TAINTED_CONTENT``, ``smf_assurance.subjects.tainted_content``: digests of what
+  tainted sessions wrote through tool calls), by single keys and by sequence. Gates
+  create it when absent and may not write, delete or reconfigure it; nobody else has
+  access. (A record removed is content no longer known tainted: only an operator can
+  remove one.)
 - Release publishers write the release bucket and ask the gates what they did
   with it (``smf.release.report``: every gate answers with its active release and
   recent refusals, ids and reason codes only), and nothing else; Swarm serves
@@ -100,6 +106,7 @@ from smf_assurance.subjects import names
 from smf_assurance.subjects.call_context import CALL_CONTEXT_BUCKET, CALL_CONTEXT_STREAM
 from smf_assurance.subjects.registry import RegistryEntry
 from smf_assurance.subjects.release import RELEASE_BUCKET
+from smf_assurance.subjects.tainted_content import TAINTED_CONTENT_BUCKET, TAINTED_CONTENT_STREAM
 
 API: Final = "$JS.API"
 CLIENT_API: Final = "$JS.SMF.API"
@@ -277,13 +284,14 @@ _NO_DESTRUCTION: Final = (
     f"{API}.STREAM.MSG.DELETE.{names.APPROVAL_STREAM}",
     f"{API}.STREAM.MSG.DELETE.{RELEASE_STREAM}",
     f"{API}.STREAM.MSG.DELETE.{CALL_CONTEXT_STREAM}",
+    f"{API}.STREAM.MSG.DELETE.{TAINTED_CONTENT_STREAM}",
     f"{API}.STREAM.UPDATE.{names.CHECKPOINT_STREAM}",
     f"{API}.CONSUMER.DELETE.{names.EXECUTE_STREAM}.>",
     f"$KV.{RELEASE_BUCKET}.>",
 )
 """What only an operator may do: no other role deletes or purges evidence,
-orders, reports, announcements, releases or call contexts, or loosens the
-checkpoint stream."""
+orders, reports, announcements, releases, call contexts or tainted content, or
+loosens the checkpoint stream."""
 
 _READ_RELEASES: Final = (
     f"{CLIENT_API}.STREAM.INFO.{RELEASE_STREAM}",
@@ -307,9 +315,12 @@ order, so it cannot take a connector's order from its durable."""
 _GATE_READS_ONLY: Final = (
     f"$KV.{CALL_CONTEXT_BUCKET}.>",
     f"{API}.STREAM.UPDATE.{CALL_CONTEXT_STREAM}",
+    f"$KV.{TAINTED_CONTENT_BUCKET}.>",
+    f"{API}.STREAM.UPDATE.{TAINTED_CONTENT_STREAM}",
 )
-"""The gate reads the call contexts the model gateway records; it
-writes none and cannot shorten how long they are kept."""
+"""The gate reads the call contexts the model gateway records; it writes none, and no
+tainted-content record (it only creates that bucket), and cannot shorten how long
+either is kept."""
 
 _INBOXES: Final = (f"{INBOX_ROOT}.>", f"{RESPONSE_ROOT}.>")
 """What a responder of the gate's account answers on (:func:`answerable_reply`)."""
@@ -416,6 +427,8 @@ def _gateway() -> Permissions:
             f"{names.OUTPUT_PREFIX}.>",
             f"$KV.{CALL_CONTEXT_BUCKET}.>",
             f"{CLIENT_API}.STREAM.MSG.GET.{CALL_CONTEXT_STREAM}",
+            f"$KV.{TAINTED_CONTENT_BUCKET}.>",
+            f"{CLIENT_API}.STREAM.MSG.GET.{TAINTED_CONTENT_STREAM}",
         ),
         subscribe_allow=(),
     )

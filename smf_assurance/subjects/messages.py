@@ -34,6 +34,8 @@ from smf_assurance.subjects.patterns import (
 )
 
 MAX_CONTENT_CHARS: Final = 512 * 1024
+MAX_OUTPUT_WINDOW_CHARS: Final = 16 * 1024
+"""Bound on :attr:`OutputClose.window`; a release's detection window is at most this."""
 
 
 class ActorContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -174,13 +176,16 @@ def order_id_for(operation_hash: str, decision_id: str) -> str:
     )
 
 
-class OutputClose(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class OutputClose(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """The signed end of a streamed output (issue 5), sent as a request on
     ``smf.output.<stream_id>``.
 
     Chunks travel unsigned; this message commits to their count, total size
     and content hash, so an injected, dropped or altered chunk makes the
     assembled text fail the check and the output is withheld.
+
+    ``omit_defaults``: a close without a :attr:`window` encodes byte for byte as
+    before the field existed (docs/SUBJECTS.md, "Additive optional fields").
     """
 
     schema: Literal["smf.output-close/1"]
@@ -197,6 +202,12 @@ class OutputClose(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     actor: ActorContext
     facts: DataFacts
     issued_at_ms: Millis
+    window: Annotated[str, msgspec.Meta(max_length=MAX_OUTPUT_WINDOW_CHARS)] = ""
+    """What was shown before this output in the same conversation, its tail (issue 36,
+    "Detect across turns"): the detectors read the output after it, so a marker split
+    across turns or tool calls is seen. Covered by the close's signature, not by the
+    content hash; never released, never part of the proposal's content. The buffer
+    reads at most the release's ``detection_window_chars`` of it (the last ones)."""
 
 
 class OutputVerdict(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

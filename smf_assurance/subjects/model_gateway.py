@@ -35,6 +35,7 @@ import msgspec
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.envelope import Classification, Name
 from smf_assurance.subjects.keys import VerifyKey
+from smf_assurance.subjects.messages import MAX_OUTPUT_WINDOW_CHARS
 from smf_assurance.subjects.patterns import Code, InstanceId, MessageId, Millis, Token, ToolCallId
 from smf_assurance.subjects.signer import Signer
 
@@ -136,6 +137,13 @@ class GatewayAdmission(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     confined_profile: str | None = None
     """On an admission: the profile digest the runtime's launcher attests while the
     runtime runs confined (``smf_assurance.subjects.confinement``); None: not confined."""
+    detection_window_chars: (
+        Annotated[int, msgspec.Meta(ge=0, le=MAX_OUTPUT_WINDOW_CHARS)] | msgspec.UnsetType
+    ) = msgspec.UNSET
+    """How much of what a conversation showed before (its tail) the output gate reads
+    with each turn: the release's setting (issue 36). Unset by default, so left out
+    of the encoding and an admission without it reads as before; the gateway then
+    sends the release's default."""
 
 
 class GatewayCalls(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

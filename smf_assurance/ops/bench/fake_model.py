@@ -49,6 +49,11 @@ class Reply:
     """(id, name, JSON arguments) of each tool call."""
     behaviour: Behaviour = "answer"
     delta_bytes: int = 64
+    model: str = "fake-model"
+    turn_id: str = "chatcmpl-fake"
+    finish_reason: str | None = None
+    """``None``: ``tool_calls`` when there are tool calls, else ``stop``."""
+    usage: dict[str, Any] | None = None
 
 
 @dataclass
@@ -56,6 +61,8 @@ class FakeModel:
     default: Reply = field(default_factory=Reply)
     queue: deque[Reply] = field(default_factory=deque)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    listed: tuple[dict[str, Any], ...] = ({"id": "fake-model", "object": "model"},)
+    """What ``GET /v1/models`` lists."""
     port: int = 0
     api_key: str | None = None
     """When set, only a request carrying it as its bearer token is answered."""
@@ -97,9 +104,7 @@ class FakeModel:
         refused = self._unauthorized(request)
         if refused is not None:
             return refused
-        return web.json_response(
-            {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
-        )
+        return web.json_response({"object": "list", "data": list(self.listed)})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         refused = self._unauthorized(request)
@@ -141,25 +146,35 @@ def _completion(reply: Reply) -> dict[str, Any]:
             {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
             for i, n, a in reply.tool_calls
         ]
-    finish = "tool_calls" if reply.tool_calls else "stop"
-    return {
-        "id": "chatcmpl-fake",
+    answer: dict[str, Any] = {
+        "id": reply.turn_id,
         "object": "chat.completion",
         "created": 1,
-        "model": "fake-model",
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "model": reply.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": _finish(reply)}],
     }
+    if reply.usage is not None:
+        answer["usage"] = reply.usage
+    return answer
+
+
+def _finish(reply: Reply) -> str:
+    if reply.finish_reason is not None:
+        return reply.finish_reason
+    return "tool_calls" if reply.tool_calls else "stop"
 
 
 def _events(reply: Reply) -> list[bytes]:
     def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        chunk = {
-            "id": "chatcmpl-fake",
+        chunk: dict[str, Any] = {
+            "id": reply.turn_id,
             "object": "chat.completion.chunk",
             "created": 1,
-            "model": "fake-model",
+            "model": reply.model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
         }
+        if finish is not None and reply.usage is not None:
+            chunk["usage"] = reply.usage
         return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
     text = reply.content
@@ -172,7 +187,7 @@ def _events(reply: Reply) -> list[bytes]:
         events.append(
             event({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
         )
-    events.append(event({}, "tool_calls" if reply.tool_calls else "stop"))
+    events.append(event({}, _finish(reply)))
     events.append(b"data: [DONE]\n\n")
     return events
 

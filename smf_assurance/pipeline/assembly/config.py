@@ -21,6 +21,7 @@ from smf_assurance.pipeline.stages.attestation import RuntimeRequirement
 from smf_assurance.pipeline.stages.buffer import BufferLimits
 from smf_assurance.pipeline.stages.outcomes import DEFAULT_EXECUTION_DEADLINE_MS
 from smf_assurance.pipeline.stores.call_context import DEFAULT_MAX_AGE_S, DEFAULT_MIRROR_RECORDS
+from smf_assurance.pipeline.stores.tainted_content import DEFAULT_MAX_BYTES as TAINTED_MAX_BYTES
 from smf_assurance.subjects import names
 from smf_assurance.subjects.bus_access import BusCredential
 from smf_assurance.subjects.keyed import PseudonymKey
@@ -134,6 +135,11 @@ class GateConfig:
     """How many recent call contexts the gate keeps from its watch of the bucket; a
     proposal whose record is not kept reads it from the bucket. 0: no watch, every
     lookup a direct read."""
+    tainted_content_max_bytes: int = TAINTED_MAX_BYTES
+    """The size of the ``SMF_TAINTED_CONTENT`` bucket when this gate creates it: past it
+    the model gateway's writes are refused, and so the turns of tainted sessions that
+    write (``smf_assurance.pipeline.stores.tainted_content``). Its records are kept as
+    long as the call contexts (``call_context_max_age_s``)."""
     on_release: Callable[[VerifiedRelease], None] | None = None
     """Called after the gate switched to a newly verified release (its registry is in
     force): what runs the bus may follow it, e.g. regenerate the server's
@@ -148,6 +154,8 @@ class GateConfig:
             raise ValueError(
                 "call_context_max_age_s must be positive and call_context_mirror not negative"
             )
+        if self.tainted_content_max_bytes <= 0:
+            raise ValueError("tainted_content_max_bytes must be positive")
 
     @property
     def replicas(self) -> int:

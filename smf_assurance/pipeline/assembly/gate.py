@@ -33,7 +33,11 @@ from smf_assurance.pipeline.assembly.config import GateConfig, ReleaseSource
 from smf_assurance.pipeline.core.approval_rules import BINDING_BROKEN
 from smf_assurance.pipeline.core.decision import Decision
 from smf_assurance.pipeline.core.normalize import Normalized
-from smf_assurance.pipeline.core.projection import AnalysisProjection, PolicySet
+from smf_assurance.pipeline.core.projection import (
+    DEFAULT_DETECTION_WINDOW_CHARS,
+    AnalysisProjection,
+    PolicySet,
+)
 from smf_assurance.pipeline.core.release_trust import VerifiedRelease
 from smf_assurance.pipeline.service import (
     ConcurrentHandler,
@@ -84,6 +88,7 @@ from smf_assurance.pipeline.stores.ledger import Ledger
 from smf_assurance.pipeline.stores.orders import OrderBook, SqliteOrderBook
 from smf_assurance.pipeline.stores.orders_kv import KvOrderBook
 from smf_assurance.pipeline.stores.state_check import StateFiles, check_state, valid_checkpoints
+from smf_assurance.pipeline.stores.tainted_content import ensure_tainted_content_bucket
 from smf_assurance.pipeline.stores.tool_calls import SqliteToolCallStore, ToolCallStore
 from smf_assurance.pipeline.stores.tool_calls_kv import KvToolCallStore
 from smf_assurance.subjects import names
@@ -418,6 +423,19 @@ def _desk_policy_set(evaluate: EvaluateStage) -> Callable[[], PolicySet]:
     return current
 
 
+def _detection_window(evaluate: EvaluateStage) -> Callable[[], int]:
+    """The release in force's detection window; with no release to use, the default
+    (its decision is a denial anyway: the evaluator refuses without a release)."""
+
+    def current() -> int:
+        try:
+            return evaluate.current().detection_window_chars
+        except ReleaseCheckError:
+            return DEFAULT_DETECTION_WINDOW_CHARS
+
+    return current
+
+
 def _close_claim(
     claims: ProposalClaims, clock: Callable[[], int]
 ) -> Callable[[str], Awaitable[bool]]:
@@ -682,6 +700,7 @@ async def _assemble(
         config.clock,
         config.buffer_limits,
         close_claim=None if config.cluster is None else _close_claim(claims, config.clock),
+        window_chars=_detection_window(evaluate),
     )
     running = RunningGate(
         nc=nc,
@@ -932,6 +951,11 @@ async def _open_call_contexts(
     active release's registry, as the gate adopts it at every switch, else the
     configured one."""
     await ensure_call_context_bucket(js, config.replicas, config.call_context_max_age_s)
+    # beside it, what tainted sessions wrote: only model gateways use it, and no
+    # gateway may create a bucket (docs/BUS-PERMISSIONS.md)
+    await ensure_tainted_content_bucket(
+        js, config.replicas, config.call_context_max_age_s, config.tainted_content_max_bytes
+    )
 
     def gateway_keys() -> dict[str, VerifyKey]:
         active = releases.active if releases is not None else None

@@ -11,7 +11,12 @@ partial reply must not reach it at all.
 
 What is not carried over: reasoning text (``reasoning_content``,
 ``reasoning``). It is never forwarded, because it would be model text no
-output decision covered.
+output decision covered. Nor is any other string of the provider's that the
+output gate does not see (issue 36, "Decide everything shown"): the turn the
+runtime gets names the gateway's own id and the model the runtime asked for,
+a finish reason from OpenAI's vocabulary, and usage numbers only
+(:func:`own_turn`). What it may show of a turn, its text and each tool call's
+name and arguments, is :func:`shown_text`, which the output gate decides.
 
 Pure and synchronous (ARCHITECTURE.md, "Layers of the code"): bytes in,
 values out.
@@ -19,15 +24,17 @@ values out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
 import msgspec
 
 from smf_assurance.pipeline.core.detectors import detect, raise_facts
+from smf_assurance.pipeline.core.written_content import string_values
 from smf_assurance.subjects.call_context import CallContext, is_gateway_call_id
-from smf_assurance.subjects.envelope import Classification
+from smf_assurance.subjects.envelope import Classification, InjectionTaint
 from smf_assurance.subjects.messages import DataFacts
 
 MAX_MESSAGES: Final = 4096
@@ -42,6 +49,16 @@ INHERITED: Final = "call_context_inherited"
 LINEAGE_UNKNOWN: Final = "call_context_lineage_unknown"
 """A gateway id in the history has no record (expired, lost or never issued): the
 context it stood for is not known, so it is assumed the worst (unknown)."""
+READ_INJECTION: Final = "detected_injection_marker"
+"""Injection phrasing in anything the request shows the model (its system prompt, the
+context files in it, the history, the tool definitions, the tool results)."""
+RECALLED: Final = "content_written_by_tainted_session"
+"""The request carries content a tainted session wrote through a tool call
+(``smf_assurance.pipeline.core.written_content``)."""
+FINISH_REASONS: Final = frozenset({"stop", "length", "tool_calls", "content_filter"})
+"""The finish reasons a turn carries to the runtime; any other word of the provider's
+is not forwarded (it is read as ``stop``)."""
+_USAGE_KEY: Final = re.compile(r"^[a-z][a-z0-9_]{0,63}\Z")
 
 
 class TurnError(ValueError):
@@ -91,6 +108,147 @@ class ChatRequest:
             if m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str)
         ]
 
+    def read_texts(self) -> list[str]:
+        """Everything the request shows the model, one text per message (any role: the
+        system prompt with the context files a runtime puts in it, the user's words,
+        the history, the tool results) and one for the tool definitions (their names
+        and descriptions are read too: an MCP server writes its own)."""
+        texts = [_read_text(m) for m in self.body["messages"]]
+        tools = self.body.get("tools")
+        if tools is not None:
+            texts.append("\n".join(string_leaves(tools)))
+        return [t for t in texts if t]
+
+    def message_texts(self) -> list[str]:
+        """The text content of every message (what a file the model was given arrives
+        in: a context file in the system prompt, a tool result, a pasted text)."""
+        texts = [_message_text(m.get("content")) for m in self.body["messages"]]
+        return [t for t in texts if t]
+
+    def shown_history(self, limit: int) -> str:
+        """The last ``limit`` characters of what the runtime was given to show in this
+        conversation before now: each assistant message of the history as
+        :func:`shown_text` renders a turn, in order (what a marker split across turns
+        is read against). Only the tail is built."""
+        return self._history_tail(limit, _shown_message)
+
+    def text_history(self, limit: int) -> str:
+        """The last ``limit`` characters of the assistant's text in the history, in
+        order, without the tool calls between (a runtime prints each turn's text in a
+        box of its own and its calls on progress lines: the texts are read as one)."""
+        return self._history_tail(limit, lambda m: _message_text(m.get("content")))
+
+    def arguments_history(self, limit: int) -> str:
+        """The last ``limit`` characters of the values of every tool call's arguments in
+        the history, in order, one per line (:func:`argument_values`): what a marker
+        written in pieces across calls, one piece per call, is read against."""
+        return self._history_tail(limit, _message_arguments)
+
+    def _history_tail(self, limit: int, render: Callable[[dict[str, Any]], str]) -> str:
+        if limit <= 0:
+            return ""
+        parts: list[str] = []
+        size = 0
+        for message in reversed(self.body["messages"]):
+            if message.get("role") != "assistant":
+                continue
+            rendered = render(message)
+            if not rendered:
+                continue
+            parts.append(rendered)
+            size += len(rendered) + 1
+            if size >= limit:
+                break
+        return "\n".join(reversed(parts))[-limit:]
+
+    def model(self) -> str:
+        """The model the runtime asked for (its own words, given back in the turn)."""
+        model = self.body.get("model")
+        return model if isinstance(model, str) else ""
+
+
+def string_leaves(value: Any) -> Iterator[str]:
+    """Every string in a decoded JSON value, keys and values, in document order (an
+    explicit stack: the depth of the value is not bounded by Python's recursion)."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            for key, inner in reversed(list(item.items())):
+                stack.append(inner)
+                stack.append(key)
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+
+
+def arguments_shown(arguments: str) -> str:
+    """A tool call's arguments as a runtime shows them: the strings of the decoded
+    JSON (keys and values, escapes decoded), each on a line of its own; arguments
+    that are not JSON, as written."""
+    try:
+        decoded = msgspec.json.decode(arguments)
+    except msgspec.DecodeError:
+        return arguments
+    return "\n".join(string_leaves(decoded))
+
+
+def argument_values(arguments: str) -> str:
+    """The values (not the keys) of a tool call's decoded arguments, one per line; the
+    arguments as written when they are not JSON."""
+    try:
+        decoded = msgspec.json.decode(arguments)
+    except msgspec.DecodeError:
+        return arguments
+    return "\n".join(string_values(decoded))
+
+
+def turn_arguments(turn: Turn) -> str:
+    """The values of every tool call's arguments in ``turn``, in order, one per line."""
+    return "\n".join(argument_values(call.arguments) for call in turn.tool_calls)
+
+
+def _call_shown(name: str, arguments: str) -> str:
+    return name + "\n" + arguments_shown(arguments)
+
+
+def _shown_message(message: dict[str, Any]) -> str:
+    """An assistant message of the history as :func:`shown_text` renders a turn."""
+    parts = [_message_text(message.get("content"))]
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            name, arguments = function.get("name"), function.get("arguments")
+            parts.append(
+                _call_shown(
+                    name if isinstance(name, str) else "",
+                    arguments if isinstance(arguments, str) else "",
+                )
+            )
+    return "\n".join(p for p in parts if p)
+
+
+def _message_arguments(message: dict[str, Any]) -> str:
+    """The values of an assistant message's tool calls' arguments, one per line."""
+    values = []
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(arguments, str):
+            values.append(argument_values(arguments))
+    return "\n".join(v for v in values if v)
+
+
+def _read_text(message: dict[str, Any]) -> str:
+    """A message as the model reads it: its content and, for an assistant message, the
+    names and arguments of its tool calls."""
+    if message.get("role") == "assistant":
+        return _shown_message(message)
+    return _message_text(message.get("content"))
+
 
 def _message_text(content: Any) -> str:
     if isinstance(content, str):
@@ -118,17 +276,35 @@ def context_facts(facts: DataFacts, chat: ChatRequest) -> tuple[DataFacts, tuple
 
 
 def call_context(
-    chat: ChatRequest, ancestors: Iterable[CallContext | None]
+    chat: ChatRequest,
+    ancestors: Iterable[CallContext | None],
+    *,
+    read_injection: bool = False,
+    recalled: InjectionTaint | None = None,
 ) -> tuple[DataFacts, tuple[str, ...]]:
     """The context of the tool calls a model emits for ``chat`` (issue 16, "Session
     taint outside the runtime"): what the detectors raise over its tool results
-    (:func:`context_facts`, from :data:`CONTEXT_BASELINE`), raised again by the
-    record of every call its history names (``None``: a gateway id with no
-    record, assumed unknown). Sticky: once a call's context is raised, every call
-    made in a conversation that names it is raised too, after a resume, a restart,
-    a new session id, or a history the runtime compacted. Raise only."""
+    (:func:`context_facts`, from :data:`CONTEXT_BASELINE`); the taint of injection
+    phrasing anywhere else the model reads (``read_injection``: the system prompt,
+    its context files, the history, the tool definitions, issue 36); the taint of
+    content a tainted session wrote (``recalled``, the highest such taint the
+    request carries); all raised again by the record of every call its history
+    names (``None``: a gateway id with no record, assumed unknown). Sticky: once a
+    call's context is raised, every call made in a conversation that names it is
+    raised too, after a resume, a restart, a new session id, or a history the
+    runtime compacted. Raise only."""
     facts, detected = context_facts(CONTEXT_BASELINE, chat)
     found = list(detected)
+    if read_injection:
+        raised = raise_facts(facts, "public", "suspected")
+        if raised != facts and READ_INJECTION not in found:
+            found.append(READ_INJECTION)
+        facts = raised
+    if recalled is not None:
+        raised = raise_facts(facts, "public", recalled)
+        if raised != facts:
+            found.append(RECALLED)
+        facts = raised
     for ancestor in ancestors:
         if ancestor is None:
             raised, code = raise_facts(facts, "unknown", "unknown"), LINEAGE_UNKNOWN
@@ -374,6 +550,52 @@ def stream_events(turn: Turn) -> bytes:
     parts.append(event({}, turn.finish_reason, usage=True))
     parts.append(b"data: [DONE]\n\n")
     return b"".join(parts)
+
+
+def shown_text(turn: Turn) -> str:
+    """Everything of ``turn`` a runtime may show, as the output gate decides it: its
+    text, then each tool call's name and arguments (:func:`arguments_shown`), each on
+    lines of their own. A turn without tool calls is its text alone."""
+    if not turn.tool_calls:
+        return turn.content
+    parts = [turn.content] if turn.content else []
+    parts += [_call_shown(call.name, call.arguments) for call in turn.tool_calls]
+    return "\n".join(parts)
+
+
+def _numbers(value: Any) -> Any:
+    """``value`` with only numbers left: nested objects of lowercase keys (what a usage
+    object holds); every string, list and other key dropped."""
+    if isinstance(value, dict):
+        return {
+            key: _numbers(inner)
+            for key, inner in value.items()
+            if isinstance(key, str)
+            and _USAGE_KEY.match(key)
+            and (isinstance(inner, dict) or _is_number(inner))
+        }
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def own_turn(turn: Turn, *, turn_id: str, model: str) -> Turn:
+    """``turn`` with no string of the provider's left but its text and tool calls (what
+    the output gate decides): the gateway's id, the model the runtime asked for, a
+    finish reason of :data:`FINISH_REASONS`, usage numbers only."""
+    finish = turn.finish_reason if turn.finish_reason in FINISH_REASONS else "stop"
+    usage = _numbers(turn.usage) if turn.usage is not None else None
+    return Turn(
+        id=turn_id,
+        model=model,
+        created=turn.created,
+        content=turn.content,
+        tool_calls=turn.tool_calls,
+        finish_reason=finish,
+        usage=usage,
+    )
 
 
 def notice_turn(turn: Turn, text: str) -> Turn:

@@ -38,10 +38,17 @@ from smf_assurance.subjects.canonical import (
     sha256_identity,
 )
 from smf_assurance.subjects.envelope import Classification
+from smf_assurance.subjects.messages import MAX_OUTPUT_WINDOW_CHARS
 
 ENFORCEMENT_SCHEMA: Final = "smf.enforcement-projection/1"
 NOT_CONFINED: Final = "runtime_not_confined"
 """The reason code of every confinement policy's denial."""
+DEFAULT_DETECTION_WINDOW_CHARS: Final = 4096
+"""A release that sets no ``detection_window_chars``: the output gate reads this much of
+what a conversation showed before with each turn (issue 36). Every marker the
+detectors know is a few dozen characters; 4096 spans many turns of interim text and
+tool calls, and costs a few microseconds of scanning per turn."""
+DetectionWindow = Annotated[int, msgspec.Meta(ge=0, le=MAX_OUTPUT_WINDOW_CHARS)]
 ANALYSIS_SCHEMA: Final = "smf.analysis-projection/1"
 
 # ``\Z``, not ``$``: in Python ``$`` also matches before a trailing newline.
@@ -124,8 +131,8 @@ class ModelProvider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class EnforcementProjection(
     msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True
 ):
-    """``omit_defaults``: a projection with no model providers has the same bytes,
-    and so the same id, as before providers existed."""
+    """``omit_defaults``: a projection with no model providers, and no detection window
+    of its own, has the same bytes, and so the same id, as before either existed."""
 
     schema: Literal["smf.enforcement-projection/1"]
     release_id: str
@@ -141,6 +148,10 @@ class EnforcementProjection(
     with reason ``runtime_not_confined``, over a rule naming the operations whose
     effects a proposal cannot show (a terminal command, code, a patch, a process, a
     scheduled job). ``omit_defaults``: a release without them keeps its bytes."""
+    detection_window_chars: DetectionWindow | None = None
+    """How much of what a conversation showed before the output gate reads with each
+    turn (issue 36, "Detect across turns"); ``None``: :data:`DEFAULT_DETECTION_WINDOW_CHARS`.
+    0 reads each turn alone."""
 
 
 class AnalysisProjection(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -234,6 +245,8 @@ class PolicySet:
     """Provider name -> the classifications the release lets a request to it carry."""
     unconfined_only: frozenset[int] = frozenset()
     """The indices in :attr:`policies` of the release's confinement policies."""
+    detection_window_chars: int = DEFAULT_DETECTION_WINDOW_CHARS
+    """The release's detection window (:attr:`EnforcementProjection.detection_window_chars`)."""
 
 
 def scanned_policy_set(policy_set: PolicySet) -> PolicySet:
@@ -310,4 +323,9 @@ def build_policy_set(projection: EnforcementProjection) -> PolicySet:
         ),
         model_providers=providers,
         unconfined_only=frozenset(i for i, p in enumerate(compiled) if p.unconfined_only),
+        detection_window_chars=(
+            DEFAULT_DETECTION_WINDOW_CHARS
+            if projection.detection_window_chars is None
+            else projection.detection_window_chars
+        ),
     )

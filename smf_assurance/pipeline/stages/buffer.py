@@ -12,6 +12,12 @@ output is released: as one order to ``smf.execute.deliver.<channel>`` and in
 the reply. Denied output is withheld and the reply says why; output that
 needs approval is held like any other action.
 
+A close may carry a window (``OutputClose.window``, issue 36): what was shown
+before this output in the same conversation, as the model gateway sends it.
+The detectors read the output after the last ``detection_window_chars`` of it
+(the release's setting), so a marker split across turns or tool calls raises
+this output; the window is never released and never part of the proposal.
+
 Every limit fails the stream closed with a reason code: bytes and chunks per
 stream, idle and total timeouts, a gap, duplicate or out-of-order sequence,
 a chunk after close, an unknown stream, and a buffer restart (buffers live
@@ -34,6 +40,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from smf_assurance.pipeline.core.detectors import detect
+from smf_assurance.pipeline.core.projection import DEFAULT_DETECTION_WINDOW_CHARS
 from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.pipeline.stages.gate import Gate
 from smf_assurance.subjects import names
@@ -81,6 +88,7 @@ class OutputBuffer:
         clock: Callable[[], int],
         limits: BufferLimits | None = None,
         close_claim: Callable[[str], Awaitable[bool]] | None = None,
+        window_chars: Callable[[], int] | None = None,
     ) -> None:
         self.nc = nc
         self.gate = gate
@@ -90,6 +98,8 @@ class OutputBuffer:
         """Cluster mode (issue 11): every replica buffers every stream, and only the
         replica that wins this one-shot claim on the close decides and answers.
         ``None`` on one machine, where the one buffer always answers."""
+        self.window_chars = window_chars or (lambda: DEFAULT_DETECTION_WINDOW_CHARS)
+        """The release's detection window: how much of a close's window is read."""
         self.streams: dict[str, _Stream] = {}
         self.buffered_bytes = 0
         self._slots = asyncio.Semaphore(self.limits.max_concurrent_closes)
@@ -282,7 +292,9 @@ class OutputBuffer:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             return withheld("output_not_utf8")
-        facts, found = detect(text, close.facts)
+        limit = self.window_chars()
+        window = close.window[-limit:] if limit > 0 else ""
+        facts, found = detect(text, close.facts, window)
         proposal = Proposal(
             schema="smf.proposal/1",
             proposal_id=close.proposal_id,

@@ -79,8 +79,9 @@ class ModelAdmissionDesk:
             reason, instance_end = self.attestation.admit_instance(
                 ask.runtime_id, held, ask.instance_proof
             )
+        window: int | None = None
         if reason is None:
-            reason = self._egress(ask)
+            reason, window = self._egress(ask)
         if reason is None and held is not None:
             expires = self.attestation.lease_end(ask.runtime_id, held)
             answer = GatewayAdmission(
@@ -96,6 +97,7 @@ class ModelAdmissionDesk:
                     if self.confinement is None
                     else self.confinement.standing(ask.runtime_id).profile_digest
                 ),
+                detection_window_chars=msgspec.UNSET if window is None else window,
             )
         else:
             answer = await self._refuse(ask, (reason or "runtime_attestation_missing", REFUSED))
@@ -103,19 +105,20 @@ class ModelAdmissionDesk:
             dsse.sign_struct(names.PAYLOAD_GATEWAY_ADMISSION, answer, [self.signer])
         )
 
-    def _egress(self, ask: GatewayAdmit) -> str | None:
+    def _egress(self, ask: GatewayAdmit) -> tuple[str | None, int | None]:
         """Why the release in force does not let this request go to its provider
-        (issue 16, "Model egress is governed"), or None."""
+        (issue 16, "Model egress is governed"), or None; and that release's detection
+        window, which the gateway sends with each turn's output close."""
         try:
-            providers = self.policy_set().model_providers
+            policy_set = self.policy_set()
         except ReleaseCheckError as exc:
-            return exc.reason_code
-        approved = providers.get(ask.provider)
+            return exc.reason_code, None
+        approved = policy_set.model_providers.get(ask.provider)
         if approved is None:
-            return PROVIDER_NOT_IN_RELEASE
+            return PROVIDER_NOT_IN_RELEASE, None
         if ask.classification not in approved:
-            return EGRESS_NOT_APPROVED
-        return None
+            return EGRESS_NOT_APPROVED, None
+        return None, policy_set.detection_window_chars
 
     async def _refuse(self, ask: GatewayAdmit, reasons: tuple[str, ...]) -> GatewayAdmission:
         subject = {

@@ -15,12 +15,34 @@ it, whatever the runtime's settings, its plugins, or its safe mode. Here:
   with the question, so a runtime whose adapter proves its process is served
   only in that process; admissions are kept per proof.
 - **Output held until the verdict.** The provider's answer is assembled whole
-  (``smf_assurance.pipeline.core.model_turns``); its text goes through the output buffer
-  (``smf.output.<id>``, the same detectors, policy and evidence as any
-  output, issue 5), as the runtime's declared delivery surface, with a close
-  signed by the gateway's key. Only then is anything written to the runtime:
-  the released turn, or a notice in its place with no tool call. Nothing is
-  streamed through, so no partial text ever reaches it.
+  (``smf_assurance.pipeline.core.model_turns``); everything of it the runtime may
+  show goes through the output buffer (``smf.output.<id>``, the same detectors,
+  policy and evidence as any output, issue 5), as the runtime's declared
+  delivery surface, with a close signed by the gateway's key: its text, and each
+  tool call's name and arguments (a runtime prints them: Hermes's tool-progress
+  line, "Unknown tool '…'"), whether the turn has text or not. Only then is
+  anything written to the runtime: the released turn, or a notice in its place
+  with no tool call. Nothing is streamed through, so no partial text ever
+  reaches it, and no other string of the provider's reaches it at all: the
+  turn's id, model, finish reason and usage are the gateway's own
+  (``model_turns.own_turn``), and the model list is decided like a reply.
+- **Detected across turns.** The close carries a window: the tail of what the
+  conversation was given to show before (its assistant messages, text and tool
+  calls, as the request's history has them), as long as the release in force
+  says (``detection_window_chars``, told by the gate with each admission). The
+  detectors read the turn after it, so a marker split across two turns or two
+  calls is seen; the window is never released. Two more readings see pieces
+  the display puts something between: the assistant's texts across turns (tool
+  calls are printed between them), and the tool calls' argument values across
+  calls (their names stand between them); what only they find raises the
+  close's facts.
+- **Facts of a turn.** A turn with text is decided in the runtime's declared
+  facts raised by the context below (classification and taint), as before. A
+  turn with tool calls and no text is decided in the declared facts raised by
+  the context's classification only: the session's taint is carried to each
+  call's own decision by its record (withholding the display would withhold the
+  calls, and no decision would be recorded for them); markers in what the turn
+  shows still raise it.
 - **Tool-call accounting.** Every tool call in a turn the gateway returns gets
   an id it issued (:func:`new_call_id`, remembered per runtime, bounded). When
   a later request carries a tool result for one of them that the gate has not
@@ -31,12 +53,21 @@ it, whatever the runtime's settings, its plugins, or its safe mode. Here:
 - **Session taint outside the runtime** (item 4). Before a turn with tool calls
   is returned, each issued id gets its record in ``SMF_CALL_CONTEXT``
   (``smf_assurance.subjects.call_context``): what the detectors raised over the request's
-  tool results, raised again by the records of every gateway id the history
-  names (lineage, so taint survives a resume, a restart, a new session id and
-  a compacted history). The gate raises the proposal of that id by it. A
-  record that cannot be written, or a history whose records cannot be read,
-  refuses the turn (``call_context_unavailable``): no call goes out without
-  its record. The reply is decided under the same context.
+  tool results, the taint of injection phrasing anywhere else the model reads
+  (system prompt and the context files in it, history, tool definitions), the
+  taint of content a tainted session wrote (below), raised again by the records
+  of every gateway id the history names (lineage, so taint survives a resume, a
+  restart, a new session id and a compacted history). The gate raises the
+  proposal of that id by it. A record that cannot be written, or a history whose
+  records cannot be read, refuses the turn (``call_context_unavailable``): no
+  call goes out without its record. The reply is decided under the same context.
+- **Files carry taint.** A tool call issued in a tainted context has the digests
+  of the lines its arguments could write recorded in ``SMF_TAINTED_CONTENT``
+  (``smf_assurance.pipeline.core.written_content``, before the turn is returned; a
+  record not written refuses the turn, ``tainted_content_unavailable``); every
+  request's messages are digested the same way and looked up, and one carrying
+  such a line is tainted (``content_written_by_tainted_session``): a context file
+  a tainted session wrote taints the session that loads it.
 - **Fail closed.** A missing or wrong token, bad JSON, an oversized body, an
   upstream that hangs, errors or breaks its stream, a gate that does not
   answer: a clear HTTP error (OpenAI's error shape, our reason code), nothing
@@ -67,18 +98,24 @@ from nats.errors import Error as NatsError
 
 from smf_assurance.adapters.output import OutputStreamer, new_stream_id
 from smf_assurance.pipeline.core import model_turns
-from smf_assurance.pipeline.core.detectors import raise_facts
+from smf_assurance.pipeline.core.detectors import detect, injection_found, raise_facts
 from smf_assurance.pipeline.core.model_turns import Turn, TurnError
+from smf_assurance.pipeline.core.projection import DEFAULT_DETECTION_WINDOW_CHARS
+from smf_assurance.pipeline.core.written_content import read_digests, written_digests
 from smf_assurance.pipeline.stores.call_context import (
     CallContextInvalid,
     CallContextUnavailable,
     CallContextWriter,
     read_call_context,
 )
+from smf_assurance.pipeline.stores.tainted_content import (
+    TaintedContentIndex,
+    TaintedContentUnavailable,
+)
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.bus_access import CLIENT_API
 from smf_assurance.subjects.call_context import CALL_ID_PREFIX, CallContext
-from smf_assurance.subjects.envelope import Classification, Name, Surface
+from smf_assurance.subjects.envelope import Classification, InjectionTaint, Name, Surface
 from smf_assurance.subjects.keys import SigningKey, VerifyKey
 from smf_assurance.subjects.messages import (
     ActorContext,
@@ -96,6 +133,11 @@ from smf_assurance.subjects.model_gateway import (
     ProviderName,
 )
 from smf_assurance.subjects.patterns import Token
+from smf_assurance.subjects.tainted_content import (
+    MAX_DIGESTS_PER_RECORD,
+    MAX_PARTS_PER_CALL,
+    TaintedContent,
+)
 
 log = structlog.get_logger(__name__)
 A = TypeVar("A", GatewayAdmission, GatewayCallsAnswer)
@@ -167,6 +209,11 @@ class GatewaySettings:
     (``request_too_many_tool_calls``), never read in part."""
     lineage_reads: int = 64
     """Reads of the bucket in flight at once for one request."""
+    read_cache_entries: int = 4096
+    """Messages whose reading (injection phrasing found, line digests) is kept, so a
+    history is not read again every turn; oldest forgotten first."""
+    read_cache_chars: int = 32 * 1024 * 1024
+    """The characters of those messages kept at most (they are the cache's keys)."""
 
 
 class Refusal(Exception):
@@ -221,6 +268,40 @@ class _Bounded:
 class _Standing:
     runtime_version: str
     valid_until_ms: int
+    window_chars: int = DEFAULT_DETECTION_WINDOW_CHARS
+    """The release's detection window, as the gate's admission said."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """What one message shows the model, as the gateway judges it."""
+
+    injection: bool
+    digests: frozenset[str]
+
+
+@dataclass
+class _ReadCache:
+    """Readings by message text, bounded by entries and characters, oldest out first."""
+
+    entries: int
+    chars: int
+    _kept: OrderedDict[str, _Reading] = field(default_factory=OrderedDict)
+    _size: int = 0
+
+    def read(self, text: str) -> _Reading:
+        kept = self._kept.get(text)
+        if kept is not None:
+            self._kept.move_to_end(text)
+            return kept
+        reading = _Reading(injection_found(text), read_digests(text))
+        if len(text) <= self.chars:
+            self._kept[text] = reading
+            self._size += len(text)
+            while len(self._kept) > self.entries or self._size > self.chars:
+                old, _ = self._kept.popitem(last=False)
+                self._size -= len(old)
+        return reading
 
 
 @dataclass
@@ -252,16 +333,26 @@ class ModelGateway:
         init=False, default_factory=OrderedDict
     )
     _writer: CallContextWriter = field(init=False)
+    _tainted: TaintedContentIndex = field(init=False)
+    """What tainted sessions wrote (``SMF_TAINTED_CONTENT``), by digest."""
+    _reads: _ReadCache = field(init=False)
 
     def __post_init__(self) -> None:
         self._by_token = {r.token_sha256: r for r in self.runtimes}
         if len(self._by_token) != len(self.runtimes):
             raise ValueError("two runtimes share one gateway token")
-        self._writer = CallContextWriter(
-            self.nc.jetstream(prefix=CLIENT_API, timeout=self.settings.context_timeout_s),
-            self.key,
-            self.settings.context_timeout_s,
+        js = self.nc.jetstream(prefix=CLIENT_API, timeout=self.settings.context_timeout_s)
+        self._writer = CallContextWriter(js, self.key, self.settings.context_timeout_s)
+        self._tainted = TaintedContentIndex(
+            js, self.key, self._record_keys, self.clock, self.settings.context_timeout_s
         )
+        self._reads = _ReadCache(self.settings.read_cache_entries, self.settings.read_cache_chars)
+
+    def _record_keys(self) -> Mapping[str, VerifyKey]:
+        """The keys a record of another gateway may be signed by."""
+        if self.call_context_keys is not None:
+            return self.call_context_keys()
+        return {self.key.key_id: self.key.verify_key}
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -291,13 +382,31 @@ class ModelGateway:
     # -- endpoints -------------------------------------------------------------
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
-        """The provider's model list, for an authenticated runtime (it carries no text)."""
+        """The provider's model list, for an admitted runtime, decided like a reply: every
+        string in it (ids, owners, any field a provider adds) is what the runtime may
+        show, so it goes through the output gate first; anything but an allow is a 502
+        (``model_list_withheld``) and no byte of the list."""
         try:
-            self._authenticate(request)
+            runtime = self._authenticate(request)
+            standing = await self._admit(runtime, "public", self._proof(request))
             status, data = await self._upstream_get("/models")
+            try:
+                listed = msgspec.json.decode(data)
+            except msgspec.DecodeError as exc:
+                raise Refusal(502, "upstream_answer_invalid") from exc
+            shown = "\n".join(model_turns.string_leaves(listed))
+            verdict = await self._decide(runtime, standing.runtime_version, shown, runtime.facts)
+            if _outcome(verdict, shown) != "allow":
+                log.warning("model_list_withheld", runtime_id=runtime.runtime_id)
+                raise Refusal(502, "model_list_withheld")
         except Refusal as refusal:
             return error_response(refusal.status, refusal.reason_code)
-        return web.Response(status=status, body=data, content_type="application/json")
+        except Exception as exc:  # noqa: BLE001 - fail closed, logged by type, never by value
+            log.error("model_list_failed", error=type(exc).__name__)
+            return error_response(500, "gateway_internal_error")
+        return web.Response(
+            status=status, body=msgspec.json.encode(listed), content_type="application/json"
+        )
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -329,20 +438,25 @@ class ModelGateway:
         except TurnError as exc:
             raise Refusal(400, exc.reason_code) from exc
         classification = model_turns.request_classification(runtime.facts, chat)
-        proof = request.headers.get(names.HEADER_INSTANCE_PROOF)
-        if proof is not None and not 0 < len(proof) <= MAX_INSTANCE_PROOF_CHARS:
-            raise Refusal(400, "instance_proof_malformed")
-        version = await self._admit(runtime, classification, proof)
+        standing = await self._admit(runtime, classification, self._proof(request))
         if runtime.account_tool_calls:
             await self._account(runtime, chat)
         context, found = await self._context(runtime, chat)
         if found:
             log.warning("model_context_tainted", runtime_id=runtime.runtime_id, found=list(found))
         turn = await self._ask_upstream(data, chat.stream)
+        turn = model_turns.own_turn(
+            turn, turn_id="chatcmpl-smf-" + secrets.token_hex(12), model=chat.model()
+        )
         await self._issue_call_ids(runtime, turn, context, found)
         started = time.perf_counter_ns()
-        facts = raise_facts(runtime.facts, context.classification, context.injection_taint)
-        turn = await self._gate_output(runtime, version, turn, facts)
+        # a turn's text is decided in its session's whole context; the calls of a turn
+        # without text carry the session's taint to their own decisions (their records)
+        taint = context.injection_taint if turn.content else "clear"
+        facts = raise_facts(runtime.facts, context.classification, taint)
+        facts = self._across_pieces(runtime, chat, turn, facts, standing.window_chars)
+        window = chat.shown_history(standing.window_chars)
+        turn = await self._gate_output(runtime, standing.runtime_version, turn, facts, window)
         # Server-Timing (W3C): how long the turn waited for its output decision, so a
         # benchmark can tell the gateway's own cost from the decision's (no content).
         timing = {"Server-Timing": f"output;dur={(time.perf_counter_ns() - started) / 1e6:.3f}"}
@@ -369,18 +483,26 @@ class ModelGateway:
                 return runtime
         raise Refusal(401, "gateway_token_unknown")
 
+    @staticmethod
+    def _proof(request: web.Request) -> str | None:
+        proof = request.headers.get(names.HEADER_INSTANCE_PROOF)
+        if proof is not None and not 0 < len(proof) <= MAX_INSTANCE_PROOF_CHARS:
+            raise Refusal(400, "instance_proof_malformed")
+        return proof
+
     async def _admit(
         self, runtime: GatewayRuntime, classification: Classification, proof: str | None
-    ) -> str:
-        """The attested runtime version, or a refusal the gate has recorded. The gate
-        also decides the request as an egress to the provider, for its classification,
-        and checks the process proof, so an admission is kept per runtime,
-        classification and proof (another process's request is asked about afresh)."""
+    ) -> _Standing:
+        """The attested runtime version and the release's detection window, or a refusal
+        the gate has recorded. The gate also decides the request as an egress to the
+        provider, for its classification, and checks the process proof, so an admission
+        is kept per runtime, classification and proof (another process's request is
+        asked about afresh)."""
         now = self.clock()
         key = (runtime.runtime_id, classification, proof)
         cached = self._standing.get(key)
         if cached is not None and now < cached.valid_until_ms:
-            return cached.runtime_version
+            return cached
         # proofs rotate, so a kept admission's key is often never asked again
         for old in [k for k, v in self._standing.items() if v.valid_until_ms <= now]:
             del self._standing[old]
@@ -415,8 +537,14 @@ class ModelGateway:
         until = now + self.settings.admission_cache_ms
         if answer.expires_at_ms is not None:
             until = min(until, answer.expires_at_ms)
-        self._standing[key] = _Standing(answer.runtime_version, until)
-        return answer.runtime_version
+        window = answer.detection_window_chars
+        standing = _Standing(
+            answer.runtime_version,
+            until,
+            DEFAULT_DETECTION_WINDOW_CHARS if isinstance(window, msgspec.UnsetType) else window,
+        )
+        self._standing[key] = standing
+        return standing
 
     # -- tool-call accounting ------------------------------------------------------
 
@@ -452,6 +580,7 @@ class ModelGateway:
             )
             for call in turn.tool_calls
         ]
+        written = self._written(runtime, turn, context.injection_taint)
         try:
             await asyncio.gather(*(self._writer.create(r) for r in records))
         except CallContextUnavailable as exc:
@@ -460,6 +589,41 @@ class ModelGateway:
         for record in records:
             self._keep_context(record)
             issued.add(record.tool_call_id)
+        try:
+            await self._tainted.write(written)
+        except TaintedContentUnavailable as exc:
+            log.error("tainted_content_not_written", runtime_id=runtime.runtime_id)
+            raise Refusal(503, "tainted_content_unavailable") from exc
+
+    def _written(
+        self, runtime: GatewayRuntime, turn: Turn, taint: InjectionTaint
+    ) -> list[TaintedContent]:
+        """The records of what the turn's calls could write, when they are issued in a
+        tainted context: the digests of each call's argument lines, in parts. A call
+        that would need more parts than a call may have is refused whole."""
+        if taint == "clear":
+            return []
+        records: list[TaintedContent] = []
+        for call in turn.tool_calls:
+            digests = written_digests(call.arguments)
+            step = MAX_DIGESTS_PER_RECORD
+            parts = [digests[i : i + step] for i in range(0, len(digests), step)]
+            if len(parts) > MAX_PARTS_PER_CALL:
+                log.error("tainted_content_too_large", runtime_id=runtime.runtime_id)
+                raise Refusal(502, "tainted_content_too_large")
+            records += [
+                TaintedContent(
+                    schema="smf.tainted-content/1",
+                    runtime_id=runtime.runtime_id,
+                    tool_call_id=call.id,
+                    part=number,
+                    injection_taint=taint,
+                    digests=part,
+                    issued_at_ms=self.clock(),
+                )
+                for number, part in enumerate(parts)
+            ]
+        return records
 
     def _keep_context(self, record: CallContext) -> None:
         key = (record.runtime_id, record.tool_call_id)
@@ -478,6 +642,9 @@ class ModelGateway:
         ids = chat.history_call_ids()
         if len(ids) > self.settings.max_lineage_ids:
             raise Refusal(413, "request_too_many_tool_calls")
+        readings = [self._reads.read(text) for text in chat.read_texts()]
+        digests = frozenset().union(*(r.digests for r in readings))
+        recalled = await self._recall(runtime, digests)
         known = {i: self._contexts.get((runtime.runtime_id, i)) for i in ids}
         missing = [i for i, record in known.items() if record is None]
         keys = (
@@ -502,7 +669,27 @@ class ModelGateway:
                 if read is not None:
                     self._keep_context(read[0])
                     known[call_id] = read[0]
-        return model_turns.call_context(chat, known.values())
+        return model_turns.call_context(
+            chat,
+            known.values(),
+            read_injection=any(r.injection for r in readings),
+            recalled=recalled,
+        )
+
+    async def _recall(
+        self, runtime: GatewayRuntime, digests: frozenset[str]
+    ) -> InjectionTaint | None:
+        """The highest taint under which a tainted session wrote one of these lines, or
+        None; what was written since the last look is read first (a request with no
+        line long enough to look up asks nothing)."""
+        if not digests:
+            return None
+        try:
+            await self._tainted.sync()
+        except TaintedContentUnavailable as exc:
+            log.error("tainted_content_not_read", runtime_id=runtime.runtime_id)
+            raise Refusal(503, "tainted_content_unavailable") from exc
+        return self._tainted.taint_of(digests)
 
     async def _account(self, runtime: GatewayRuntime, chat: model_turns.ChatRequest) -> None:
         """Refuse a request carrying a tool result for a call this gateway issued that no
@@ -635,13 +822,48 @@ class ModelGateway:
 
     # -- the output gate -------------------------------------------------------------
 
-    async def _gate_output(
-        self, runtime: GatewayRuntime, version: str, turn: Turn, facts: DataFacts
-    ) -> Turn:
-        """The turn the runtime may have: itself when its text is released (or it has
-        none), else the notice alone. A tool call never passes beside withheld text."""
-        if not turn.content:
-            return turn
+    @staticmethod
+    def _across_pieces(
+        runtime: GatewayRuntime,
+        chat: model_turns.ChatRequest,
+        turn: Turn,
+        facts: DataFacts,
+        window_chars: int,
+    ) -> DataFacts:
+        """``facts`` raised by a marker written in pieces that the output gate's own
+        reading (the turn after the conversation's shown tail, in display order) sees
+        with something between them: the assistant's texts read as one across turns
+        (a runtime prints its tool calls between them), and the tool calls' argument
+        values read as one across calls (their names stand between them). The close's
+        facts are raised by what only these readings find; what the output gate finds
+        itself it records under its own reason codes."""
+        views = []
+        texts = chat.text_history(window_chars)
+        if texts and turn.content:
+            views.append((turn.content, texts))
+        if turn.tool_calls:
+            views.append((model_turns.turn_arguments(turn), chat.arguments_history(window_chars)))
+        if not views:
+            return facts
+        _, seen = detect(model_turns.shown_text(turn), facts, chat.shown_history(window_chars))
+        raised = facts
+        for text, window in views:
+            after, found = detect(text, facts, window)
+            if not set(found) <= set(seen):
+                log.warning("model_marker_in_pieces", runtime_id=runtime.runtime_id, found=found)
+                raised = raise_facts(raised, after.classification, after.injection_taint)
+        return raised
+
+    async def _decide(
+        self,
+        runtime: GatewayRuntime,
+        version: str,
+        shown: str,
+        facts: DataFacts,
+        window: str = "",
+    ) -> OutputVerdict:
+        """``shown`` through the output gate as this runtime's output, read after
+        ``window``; the gate's verdict (every failure a withholding one)."""
         streamer = OutputStreamer(
             self.nc,
             self.key,
@@ -651,10 +873,11 @@ class ModelGateway:
             timeout=self.settings.output_timeout_s,
             gate_keys=self.gate_keys(),
         )
-        raw = turn.content.encode()
+        raw = shown.encode()
+        # an empty output is one empty chunk: the buffer knows a stream by its chunks
         chunks = [raw[i : i + OUTPUT_CHUNK_BYTES] for i in range(0, len(raw), OUTPUT_CHUNK_BYTES)]
         stream_id = new_stream_id()
-        committed = await streamer.send_chunks(stream_id, chunks)
+        committed = await streamer.send_chunks(stream_id, chunks or [b""])
         signed = streamer.close_message(
             stream_id,
             committed,
@@ -662,15 +885,27 @@ class ModelGateway:
             facts=facts,
             destination=runtime.destination,
             surface=runtime.surface,
+            window=window,
         )
-        verdict = await streamer.close(stream_id, signed)
-        outcome = _outcome(verdict, turn.content)
+        return await streamer.close(stream_id, signed)
+
+    async def _gate_output(
+        self, runtime: GatewayRuntime, version: str, turn: Turn, facts: DataFacts, window: str
+    ) -> Turn:
+        """The turn the runtime may have: itself when everything it shows (its text, its
+        tool calls' names and arguments) is released, else the notice alone. A tool
+        call never passes beside withheld text, nor its own withheld name or
+        arguments."""
+        shown = model_turns.shown_text(turn)
+        verdict = await self._decide(runtime, version, shown, facts, window)
+        outcome = _outcome(verdict, shown)
         log.info(
             "model_turn_decided",
             runtime_id=runtime.runtime_id,
             outcome=outcome,
             reasons=list(verdict.verdict.reason_codes),
-            text_bytes=len(raw),
+            text_bytes=len(turn.content.encode()),
+            shown_bytes=len(shown.encode()),
             tool_calls=len(turn.tool_calls),
         )
         if outcome == "allow":
