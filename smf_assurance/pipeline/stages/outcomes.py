@@ -65,6 +65,7 @@ DEFAULT_EXECUTION_DEADLINE_MS: Final = 120_000
 """How long an order may go without a report before it is ``execution_unknown``;
 the approval desk's default too (``smf_assurance.pipeline.stages.approvals``)."""
 NO_REPORT: Final = "no_execution_report"
+NOT_STORED: Final = "dispatch_not_stored"
 
 __all__ = [
     "DEFAULT_EXECUTION_DEADLINE_MS",
@@ -130,9 +131,16 @@ class OutcomeDesk:
     # -- open ------------------------------------------------------------------
 
     def order_for(
-        self, proposal_id: str, decision: Decision, executor: Executor, tenant_ref: str
+        self,
+        proposal_id: str,
+        decision: Decision,
+        executor: Executor,
+        tenant_ref: str,
+        at_ms: int | None = None,
     ) -> OrderRecord:
-        """The record of the order a direct allow gives (identities and times only)."""
+        """The record of the order a direct allow gives (identities and times only);
+        ``at_ms`` is when it is given, from which its deadline counts (the gate's one
+        clock read for the order: ``Gate.order_deadline``)."""
         return OrderRecord(
             order_id=order_id_for(decision.operation_hash, decision.decision_id),
             proposal_id=proposal_id,
@@ -143,15 +151,20 @@ class OutcomeDesk:
             tenant_ref=tenant_ref,
             executor_role=executor.role,
             executor_id=executor.executor_id,
-            dispatched_at=self.clock(),
+            dispatched_at=self.clock() if at_ms is None else at_ms,
         )
 
     async def open(
-        self, proposal_id: str, decision: Decision, executor: Executor, tenant_ref: str
+        self,
+        proposal_id: str,
+        decision: Decision,
+        executor: Executor,
+        tenant_ref: str,
+        at_ms: int | None = None,
     ) -> str | None:
         """Record the order a direct allow gives, before it is given; its id, or None
         when it could not be recorded (the caller then gives nothing)."""
-        order = self.order_for(proposal_id, decision, executor, tenant_ref)
+        order = self.order_for(proposal_id, decision, executor, tenant_ref, at_ms)
         order_id = order.order_id
         try:
             opened = await self.orders.open(order)
@@ -172,6 +185,11 @@ class OutcomeDesk:
             await self.orders.settle(order_id, "failed", self.clock())
         except StoreUnavailable as exc:
             log.error("order_close_failed", order_id=order_id, error=type(exc).__name__)
+
+    async def close_unstored(self, order_id: str) -> int:
+        """The order was never stored (its void holds its place: ``OrderFence``):
+        ``failed`` with ``dispatch_not_stored``, its one outcome entry."""
+        return await self._finish(order_id, "failed", (NOT_STORED,))
 
     # -- reports ---------------------------------------------------------------
 
