@@ -24,6 +24,8 @@ What these tests prove:
   entry, no order; its recorded verdict is ``no_order_recorded``.
 - A hold made after the requester's deadline is withdrawn (``invalidated``), so no
   approver can approve an action nobody waits for.
+- An outcome the order book settled and the ledger lost (a gate killed between the
+  two commits) is written when the unacknowledged report comes again, once.
 - An unconfirmed order is settled by the gate's void: found stored (duplicate), or
   not, and then its id is taken by a void the connector refuses and records
   ``failed``, so the genuine order can never be stored or run.
@@ -63,9 +65,11 @@ from smf_assurance.pipeline.stages.contracts import DispatchReceipt, DispatchReq
 from smf_assurance.pipeline.stages.dispatch import OrderFence
 from smf_assurance.pipeline.stages.transport import StageClient
 from smf_assurance.subjects import names
-from smf_assurance.subjects.messages import Proposal, Verdict
+from smf_assurance.subjects.dsse import encode_envelope, sign_struct
+from smf_assurance.subjects.keys import SigningKey
+from smf_assurance.subjects.messages import ExecutionReport, Proposal, ReportStatus, Verdict
 from tests.bus_helpers import ReportInbox, make_signed_order, order_headers, wait_for
-from tests.test_approval_desk import connectors_running, court_filing
+from tests.test_approval_desk import connectors_running, court_filing, file_report
 from tests.test_bus_properties import (
     deletion,
     execute_count,
@@ -332,3 +336,42 @@ async def test_a_void_finds_a_stored_order_or_takes_its_place_for_good(
         "failed",
         REASON_WRONG_PAYLOAD_TYPE,
     )
+
+
+# --- an outcome the book settled and the ledger lost ---------------------------------
+
+
+def connector_report(key: SigningKey, order_id: str, status: ReportStatus) -> bytes:
+    report = ExecutionReport(
+        schema="smf.execution-report/1",
+        order_id=order_id,
+        connector_id="dms",
+        status=status,
+        reason_code="executed" if status == "confirmed" else "connector_error",
+        at_ms=now_ms(),
+    )
+    return encode_envelope(sign_struct(names.PAYLOAD_REPORT, report, [key]))
+
+
+@pytest.mark.claim("verdict-agrees.outcome-entry-repaired")
+async def test_an_outcome_the_book_settled_and_the_ledger_lost_is_written_once(
+    gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    """The book's settle and the ledger's entry are two commits; a gate killed between
+    them (the load test's kill found it) leaves the order settled with no outcome. The
+    report it never acknowledged comes again, and the outcome is written then, once."""
+    client = runtime_client(nc, state)
+    verdict = await client.propose(deletion(client, "doc-4711"))
+    assert verdict.order_id is not None
+    decision = str(verdict.decision_id)
+    # the first of the two commits, as the killed gate left it
+    assert await gate.orders.settle(verdict.order_id, "consumed", now_ms()) is not None
+    assert evidence_rows(state.ledger, decision)[1:] == []
+    # a report that settled something else (failed) is not taken for this one
+    await file_report(nc, "dms", connector_report(state.key("dms"), verdict.order_id, "failed"))
+    assert evidence_rows(state.ledger, decision)[1:] == []
+    for _ in range(2):  # the unacknowledged report, redelivered; then again
+        await file_report(
+            nc, "dms", connector_report(state.key("dms"), verdict.order_id, "confirmed")
+        )
+        assert evidence_rows(state.ledger, decision)[1:] == [("consumed", ("executed",))]

@@ -617,6 +617,8 @@ async def _assemble(
         tenant_key=config.tenant_key,
         execution_deadline_ms=config.execution_deadline_ms,
         approvals=desk.settle_report,
+        # one machine: the book is in the ledger file, so a lost outcome entry is found
+        outcome_written=ledger.has_outcome if config.cluster is None else None,
     )
     # Direct orders are never resumed; those past their deadline end unknown now,
     # the others keep waiting for their report (smf_assurance.pipeline.stages.outcomes). Safe on

@@ -120,6 +120,10 @@ class OutcomeDesk:
     execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
     approvals: ApprovalReports | None = None
     """The approval desk's settle step, offered every report first."""
+    outcome_written: Callable[[str], Awaitable[bool]] | None = None
+    """Whether the ledger holds an outcome entry for an order's decision (one machine:
+    the book and the ledger share a file). ``None``: no repair (a cluster, where each
+    replica keeps its own ledger)."""
     _evidence: EvidenceWriter = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -225,10 +229,33 @@ class OutcomeDesk:
             return True
         if order.state != "executing":
             log.info("execution_report_after_outcome", order_id=order.order_id, state=order.state)
+            await self._repair(order, report)
             return True
         outcome, reasons = settlement(report)
         await self._finish(order.order_id, outcome, reasons)
         return True
+
+    async def _repair(self, order: OrderRecord, report: ExecutionReport) -> None:
+        """The book's settle and the ledger's entry are two commits: a gate killed
+        between them leaves an order settled with no outcome in the ledger. Its report
+        was not acknowledged then, so it comes again; the outcome is written now, once
+        (only when the ledger has none), and only when this report is the one that
+        settled it (the same outcome)."""
+        if self.outcome_written is None or order.state == "executing":
+            return
+        outcome, reasons = settlement(report)
+        if outcome != order.state:
+            return
+        try:
+            if await self.outcome_written(order.decision_id):
+                return
+            await self._evidence.append(self._evidence.for_order(order, outcome, reasons))
+        except (EvidenceError, StoreUnavailable) as exc:
+            log.error(
+                "order_outcome_repair_failed", order_id=order.order_id, error=type(exc).__name__
+            )
+            return
+        log.warning("order_outcome_repaired", order_id=order.order_id, outcome=outcome)
 
     # -- deadlines and restart -------------------------------------------------
 
