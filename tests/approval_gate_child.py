@@ -13,6 +13,8 @@ between publish and report"). Argument: one JSON object with
 - ``name``: the process's name, also its test subject prefix ``smf-test.<name>``;
 - ``cluster_replicas``: when set, the gate runs in cluster mode (issue 11):
   JetStream KV stores with that many replicas, on the cluster node ``url``;
+- ``sweep_seconds`` (default an hour: no sweep during a test) and ``claim_grace_ms``:
+  the gate's sweep period and how long an accepted allow-once may stay unclaimed;
 - ``clock_offset_ms``: when set, the gate's clock runs this far ahead of wall time
   (a restart after a downtime longer than an approval's TTL, without waiting it out);
 - ``park_dispatch``: when true, the desk's dispatch client (an injected
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import dataclasses
 import faulthandler
 import json
 import signal
@@ -149,17 +152,19 @@ async def main(config: dict[str, object]) -> None:
     prefix = f"{TEST_PREFIX}.{name}"
     replicas = config.get("cluster_replicas")
     state = OwnLedgerState(Path(str(config["state"])), own_ledger=Path(str(config["ledger"])))
-    running = await start_gate(
-        gate_config(
-            state=state,
-            nats_url=str(config["url"]),
-            co_located=True,
-            sweep_seconds=3600.0,
-            clock=_clock(int(str(config.get("clock_offset_ms", 0)))),
-            name=name,
-            cluster=None if replicas is None else ClusterSettings(replicas=int(str(replicas))),
-        )
+    base = gate_config(
+        state=state,
+        nats_url=str(config["url"]),
+        co_located=True,
+        sweep_seconds=float(str(config.get("sweep_seconds", 3600.0))),
+        clock=_clock(int(str(config.get("clock_offset_ms", 0)))),
+        name=name,
+        cluster=None if replicas is None else ClusterSettings(replicas=int(str(replicas))),
     )
+    grace = config.get("claim_grace_ms")
+    if grace is not None:
+        base = dataclasses.replace(base, claim_grace_ms=int(str(grace)))
+    running = await start_gate(base)
     principal, seed = config.get("control_principal"), config.get("control_seed")
     credential = None if principal is None else BusCredential(str(principal), Path(str(seed)))
     control = await nats.connect(str(config["url"]), **connect_options(credential))

@@ -798,6 +798,31 @@ async def test_expire_due_closes_only_open_approvals_past_expiry(store: Approval
     assert await store.expire_due(now) == []
 
 
+async def test_invalidate_unclaimed_closes_only_approved_left_past_the_grace(
+    store: ApprovalStore,
+) -> None:
+    """An allow-once no claim followed (its gate died in between) is closed by any
+    gate's sweep once it is older than the grace; nothing else is touched, a second
+    sweep moves nothing, and a late claim is refused."""
+    pending = await held(store, "pending")
+    left = await approved(store, "left")  # approved at T0 + 1
+    running = await executing(store, "running")
+    assert await store.invalidate_unclaimed(T0 + 1, T0 + 5) == []  # not older than the cut
+    assert await store.invalidate_unclaimed(T0 + 2, T0 + 5) == [left.approval_id]
+    record = await store.get(left.approval_id)
+    assert record is not None
+    assert (record.state, record.held_payload, record.updated_at_ms) == (
+        "invalidated",
+        None,
+        T0 + 5,
+    )
+    assert await state_of(store, pending.approval_id) == "pending"
+    assert await state_of(store, running.approval_id) == "executing"
+    assert await store.invalidate_unclaimed(T0 + 10, T0 + 10) == []
+    with pytest.raises(NotPending):
+        await store.claim(left.approval_id, left, T0 + 11)
+
+
 async def test_recover_keeps_pending_invalidates_approved_and_marks_executing_unknown(
     backend: Backend, store: ApprovalStore
 ) -> None:

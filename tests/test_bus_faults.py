@@ -19,10 +19,10 @@ The invariants checked after each, from outside the gate:
 - No order without evidence: every order in the stream has its decision in
   the ledger.
 
-What these do not prove: that the runtime learns of an order published just
-before the crash (its reply is lost with the gate; the runtime sees a
-timeout-deny while the connector may still carry the order out once), and
-anything about crashes inside SQLite's commit or of the disk.
+What the runtime learns of an order published just before the crash (its reply is
+lost with the gate) is its recorded verdict, asked for after its deadline
+(``ProposalClient.recorded``): it agrees with what the connector did. What these do
+not prove: anything about crashes inside SQLite's commit or of the disk.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 
-from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.adapters.client import ProposalClient, unsettled
 from smf_assurance.adapters.connector.sdk import ConnectorRunner, RunnerConfig
 from smf_assurance.adapters.connectors.court_efiling import CourtEFilingConnector
 from smf_assurance.adapters.connectors.dms import DELETED_DIR, DocumentStoreConnector, Tombstone
@@ -298,21 +298,25 @@ async def test_gate_killed_mid_flight_and_restarted_executes_nothing_twice(
     # not have left), and not every proposal was answered: it landed mid-flight.
     assert len(allowed_first) < len(proposals), "the kill did not land mid-flight"
 
-    # The same signed bytes again, to a fresh gate on the same state directory. The
-    # first round's 2 s is for the proposals the kill leaves unanswered; sixty at once
-    # to a gate just started on a loaded machine may need longer, and a reply that is
-    # merely late would be a gate_timeout here, not a broken promise.
+    # The same signed bytes again, to a fresh gate on the same state directory: past
+    # their requester's deadline, so the gate answers each from its records, never by
+    # deciding again. An order whose publish the kill left unconfirmed is settled by
+    # the new gate (stored, or voided so it never runs); until then it is unsettled.
     gate = await running_gates(co_located)
     patient = runtime_client(nc, state, timeout=20.0)
-    second = await asyncio.gather(
-        *(patient.send(p.proposal_id, s) for p, s in zip(proposals, signed, strict=True))
-    )
+    second = [
+        await settled_record(patient, p.proposal_id, s)
+        for p, s in zip(proposals, signed, strict=True)
+    ]
+    first_by_id = {v.proposal_id: v for v in first}
     for proposal, verdict in zip(proposals, second, strict=True):
+        assert "recorded_verdict" in verdict.reason_codes, verdict
         if proposal.proposal_id in allowed_first:
-            assert verdict.outcome == "deny", verdict
-            assert "duplicate_proposal" in verdict.reason_codes
+            assert verdict.outcome == "allow", verdict
+            assert verdict.order_id == first_by_id[proposal.proposal_id].order_id
         else:
-            assert verdict.outcome == "allow" or "duplicate_proposal" in verdict.reason_codes
+            # never answered: the record says whether an order exists, never "decide again"
+            assert verdict.outcome in ("allow", "deny"), verdict
     allowed = allowed_first | {v.proposal_id for v in second if v.outcome == "allow"}
 
     orders = [open_order(m.data or b"", state.key("gate")) for m in await stored_orders(js)]
@@ -331,12 +335,28 @@ async def test_gate_killed_mid_flight_and_restarted_executes_nothing_twice(
     remaining = {p.name for p in store.iterdir() if p.name != DELETED_DIR}
     assert remaining == set(documents) - set(per_document)
 
+    # What the runtime learns agrees with what the connector did: every recorded allow
+    # is one tombstone, and no deletion ran behind a recorded deny.
+    assert {v.order_id for v in second if v.outcome == "allow"} == {t.order_id for t in done}
+
     # A third replay, after execution: still nothing new.
     before = await execute_count(js)
     third = [await runtime.send(p.proposal_id, s) for p, s in zip(proposals, signed, strict=True)]
-    assert {v.outcome for v in third} == {"deny"}
+    assert [v.outcome for v in third] == [v.outcome for v in second]
     assert await execute_count(js) == before
     assert gate.nc.is_connected
+
+
+async def settled_record(runtime: ProposalClient, proposal_id: str, signed: bytes) -> Verdict:
+    """The proposal's recorded verdict once the gate knows it (polled, with a deadline)."""
+    answer: list[Verdict] = []
+
+    async def known() -> bool:
+        answer[:] = [await runtime.recorded(proposal_id, signed)]
+        return not unsettled(answer[0])
+
+    await wait_for(known, timeout=30, interval=0.2)
+    return answer[0]
 
 
 # --- (c) the connector dies after executing, before acking: through the stack ------
@@ -523,7 +543,9 @@ async def test_a_gate_killed_before_its_one_commit_records_nothing_and_orders_on
     seed_documents(state, ["doc-crash"])
     runtime = runtime_client(nc, state, timeout=2.0)
     js = nc.jetstream()
-    proposal = deletion(runtime, "doc-crash")
+    # No requester's deadline: the same bytes are decided again by the restarted gate
+    # (one with a deadline would be answered from the record: no_order_recorded).
+    proposal = msgspec.structs.replace(deletion(runtime, "doc-crash"), reply_by_ms=None)
     signed = runtime.sign(proposal)
 
     def rows_of(table: str) -> int:

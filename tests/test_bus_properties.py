@@ -56,7 +56,7 @@ from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.pipeline.core.policy import NO_REQUIREMENTS
 from smf_assurance.pipeline.service import STAGE_MAC_HEADER, StageRefusal
 from smf_assurance.pipeline.stages.contracts import DispatchRequest, EvaluateRequest
-from smf_assurance.pipeline.stores.claims import ClaimState, ProposalClaims
+from smf_assurance.pipeline.stores.claims import ClaimRecord, ClaimState, ProposalClaims
 from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
 from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
 from smf_assurance.subjects import dsse, names
@@ -168,12 +168,19 @@ async def execute_count(js: JetStreamContext) -> int:
 
 
 async def stored_orders(js: JetStreamContext) -> list[RawStreamMsg]:
-    """Every message SMF_EXECUTE holds, in sequence order."""
+    """Every order SMF_EXECUTE holds, in sequence order (a gate's void, which holds
+    the place of an order that was never stored, is no order: ``is_void``)."""
     info = await js.stream_info(names.EXECUTE_STREAM)
     first, last = info.state.first_seq, info.state.last_seq
     if info.state.messages == 0:
         return []
-    return [await js.get_msg(names.EXECUTE_STREAM, seq) for seq in range(first, last + 1)]
+    stored = [await js.get_msg(names.EXECUTE_STREAM, seq) for seq in range(first, last + 1)]
+    return [m for m in stored if not is_void(m.data or b"")]
+
+
+def is_void(raw: bytes) -> bool:
+    """A gate-signed OrderVoid (``smf_assurance.pipeline.stages.dispatch.OrderFence``)."""
+    return dsse.decode_envelope(raw).payload_type == names.PAYLOAD_ORDER_VOID
 
 
 def open_order(raw: bytes, gate_key: SigningKey) -> ExecuteOrder:
@@ -320,6 +327,9 @@ class SettleUnavailable:
 
     async def state(self, proposal_id: str) -> ClaimState | None:
         return await self.real.state(proposal_id)
+
+    async def get(self, proposal_id: str) -> ClaimRecord | None:
+        return await self.real.get(proposal_id)
 
     async def prune(self, before_ms: int) -> int:
         return await self.real.prune(before_ms)

@@ -5,7 +5,10 @@ older than :attr:`GateSettings.claim_retention_ms` (``Gate.prune_claims``, run b
 ``smf_assurance.pipeline.assembly`` every ``claim_prune_seconds``). The invariant attacked here: a
 replay that still passes the freshness check always meets its claim (refused
 ``duplicate_proposal``), and a replay after the retention is refused as
-``stale_proposal``; in no case a second order.
+``stale_proposal``; in no case a second order. The proposals here carry no
+requester's deadline (``reply_by_ms``), so every replay is decided again and meets
+its claim; one that carries a deadline is answered from the record after it
+(``tests/test_requester_deadline.py``), which makes no order either.
 
 What these tests prove: the retention bound (``2F + skew``) against every clock
 arrangement hypothesis finds, and against a real gate at the edge of the window
@@ -33,7 +36,12 @@ from smf_assurance.ops.stack import gate_config
 from smf_assurance.ops.state import StateDir
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.pipeline.stages.gate import GateSettings
-from smf_assurance.pipeline.stores.claims import ClaimState, ProposalClaims, StoreUnavailable
+from smf_assurance.pipeline.stores.claims import (
+    ClaimRecord,
+    ClaimState,
+    ProposalClaims,
+    StoreUnavailable,
+)
 from smf_assurance.subjects.keyed import PseudonymKey
 from tests.bus_helpers import wait_for
 from tests.clocks import FrozenClock
@@ -145,7 +153,7 @@ async def test_a_replay_inside_the_window_meets_its_claim_after_every_prune(
     # Issued as far ahead of the gate as freshness allows: a replay stays fresh
     # until the gate's clock reads start + 2F - 1 s.
     proposal = msgspec.structs.replace(
-        deletion(runtime, "doc-edge"), issued_at_ms=start + F - SECOND
+        deletion(runtime, "doc-edge"), issued_at_ms=start + F - SECOND, reply_by_ms=None
     )
     signed = runtime.sign(proposal)
     first = await runtime.send(proposal.proposal_id, signed)
@@ -167,11 +175,13 @@ async def test_a_claim_past_its_retention_is_pruned_and_its_replay_is_stale(
 ) -> None:
     runtime = runtime_client(nc, state)
     kept = deletion(runtime, "doc-kept")
-    proposal = msgspec.structs.replace(deletion(runtime, "doc-old"), issued_at_ms=clock.now)
+    proposal = msgspec.structs.replace(
+        deletion(runtime, "doc-old"), issued_at_ms=clock.now, reply_by_ms=None
+    )
     signed = runtime.sign(proposal)
     assert (await runtime.send(proposal.proposal_id, signed)).outcome == "allow"
     clock.advance(SETTINGS.claim_retention_ms)
-    kept = msgspec.structs.replace(kept, issued_at_ms=clock.now)
+    kept = msgspec.structs.replace(kept, issued_at_ms=clock.now, reply_by_ms=None)
     assert (await runtime.send(kept.proposal_id, runtime.sign(kept))).outcome == "allow"
     clock.advance(1)
 
@@ -204,6 +214,9 @@ class PruneOutage:
     async def state(self, proposal_id: str) -> ClaimState | None:
         return await self.real.state(proposal_id)
 
+    async def get(self, proposal_id: str) -> ClaimRecord | None:
+        return await self.real.get(proposal_id)
+
     async def prune(self, before_ms: int) -> int:
         self.passes += 1
         if self.passes <= self.failures:
@@ -218,7 +231,9 @@ async def test_failing_prune_passes_do_not_stop_the_gate_pruning(
     gate: RunningGate, nc: Client, state: StateDir, clock: FrozenClock
 ) -> None:
     runtime = runtime_client(nc, state)
-    proposal = msgspec.structs.replace(deletion(runtime, "doc-outage"), issued_at_ms=clock.now)
+    proposal = msgspec.structs.replace(
+        deletion(runtime, "doc-outage"), issued_at_ms=clock.now, reply_by_ms=None
+    )
     signed = runtime.sign(proposal)
     assert (await runtime.send(proposal.proposal_id, signed)).outcome == "allow"
     outage = PruneOutage(gate.claims, failures=3)

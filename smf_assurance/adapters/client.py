@@ -6,6 +6,22 @@ fails closed: no reply, an error reply, a reply no gate key signed
 (``smf_assurance.subjects.verdicts``) or one that is not a Verdict for this proposal all
 become a ``deny`` Verdict with a reason code, never an exception the caller
 might forget to treat as a denial.
+
+The requester's deadline (issue 35, item 4; docs/SUBJECTS.md, "Requester's
+deadline"): every proposal built here carries ``reply_by_ms``, its issue time
+plus :attr:`ProposalClient.timeout`, and the client waits for the verdict until
+that time plus :attr:`ProposalClient.grace` on its own clock. The gate starts no
+order publish and no hold after ``reply_by_ms`` on its clock, and each publish it
+starts ends (acknowledged or given up) by then. So, with the gate's and the
+runtime's clocks within ``grace`` of each other (one host, or NTP-kept hosts) and
+the reply's transit inside it too, a ``gate_timeout`` means no order was started
+late; an order can be behind one only when the gate stopped (a crash) or the bus
+lost the reply after the order was stored. Such an outcome, and one the gate
+cannot confirm (``dispatch_unconfirmed``), are :data:`UNSETTLED_REASONS`: the
+runtime must neither run the action itself nor assume it did not run, and learns
+what happened with :meth:`ProposalClient.recorded` (the same signed proposal sent
+again after its deadline, which the gate answers from its records), within the
+gate's freshness window (two minutes after the proposal was issued).
 """
 
 from __future__ import annotations
@@ -40,6 +56,25 @@ from smf_assurance.subjects.signer import Signer
 from smf_assurance.subjects.verdicts import NOT_SIGNED_BY_GATE, VerdictMismatchError, open_verdict
 
 _TOOL_CALL_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
+DEFAULT_GRACE: Final = 1.0
+"""Seconds the client waits past its deadline: the reply's transit and the
+difference between the gate's clock and the runtime's."""
+UNSETTLED_REASONS: Final = frozenset(
+    {
+        "gate_timeout",
+        "gate_transport_error",
+        "dispatch_unconfirmed",
+        "verdict_pending",
+        "order_outcome_unknown",
+    }
+)
+"""Denials the client makes (or the gate's error replies) that say no verdict is
+known: an order may exist. Ask :meth:`ProposalClient.recorded` later."""
+
+
+def unsettled(verdict: Verdict) -> bool:
+    """Whether this denial says only that no verdict is known (yet)."""
+    return verdict.outcome == "deny" and not UNSETTLED_REASONS.isdisjoint(verdict.reason_codes)
 
 
 def tool_call_id_of(raw: object) -> str | None:
@@ -70,8 +105,12 @@ class ProposalClient:
     runtime_version: str
     adapter_id: str
     timeout: float = 5.0
+    """How long the gate has to answer: a built proposal's deadline is its issue time
+    plus this."""
     gate_keys: Mapping[str, VerifyKey] = field(kw_only=True)
     """The registry's ``gate`` keys: only a verdict one of them signed is read."""
+    grace: float = field(default=DEFAULT_GRACE, kw_only=True)
+    """How long past the deadline the client still waits (see the module docstring)."""
 
     def build(
         self,
@@ -86,7 +125,9 @@ class ProposalClient:
         proposal_id: str | None = None,
         issued_at_ms: int | None = None,
         tool_call_id: str | None = None,
+        reply_by_ms: int | None = None,
     ) -> Proposal:
+        issued = issued_at_ms if issued_at_ms is not None else int(time.time() * 1000)
         return Proposal(
             schema="smf.proposal/1",
             proposal_id=proposal_id or new_proposal_id(),
@@ -100,17 +141,24 @@ class ProposalClient:
             destination=destination or ProposedDestination(),
             actor=actor,
             facts=facts,
-            issued_at_ms=issued_at_ms if issued_at_ms is not None else int(time.time() * 1000),
+            issued_at_ms=issued,
             tool_call_id=tool_call_id,
+            reply_by_ms=reply_by_ms if reply_by_ms is not None else issued + self._timeout_ms,
         )
+
+    @property
+    def _timeout_ms(self) -> int:
+        return int(self.timeout * 1000)
 
     def sign(self, proposal: Proposal) -> bytes:
         return encode_envelope(sign_struct(names.PAYLOAD_PROPOSAL, proposal, [self.key]))
 
-    async def send(self, proposal_id: str, signed: bytes) -> Verdict:
-        """Send signed proposal bytes; every failure is a deny Verdict."""
+    async def send(self, proposal_id: str, signed: bytes, *, wait: float | None = None) -> Verdict:
+        """Send signed proposal bytes and wait ``wait`` seconds (the timeout and the
+        grace when not given); every failure is a deny Verdict."""
+        waited = self.timeout + self.grace if wait is None else wait
         try:
-            reply = await self.nc.request(names.PROPOSE, signed, timeout=self.timeout)
+            reply = await self.nc.request(names.PROPOSE, signed, timeout=max(waited, 0.001))
         except (NatsError, TimeoutError) as exc:
             return denial(proposal_id, _transport_reason(exc))
         headers = reply.headers or {}
@@ -127,7 +175,23 @@ class ProposalClient:
             return denial(proposal_id, "verdict_for_another_proposal")
 
     async def propose(self, proposal: Proposal) -> Verdict:
-        return await self.send(proposal.proposal_id, self.sign(proposal))
+        """Sign and send; wait until the proposal's deadline plus the grace."""
+        return await self.send(
+            proposal.proposal_id, self.sign(proposal), wait=self._wait_for(proposal)
+        )
+
+    def _wait_for(self, proposal: Proposal) -> float | None:
+        if proposal.reply_by_ms is None:
+            return None
+        return (proposal.reply_by_ms - int(time.time() * 1000)) / 1000 + self.grace
+
+    async def recorded(self, proposal_id: str, signed: bytes) -> Verdict:
+        """The recorded verdict of a proposal whose deadline has passed: the same signed
+        bytes sent again, which the gate answers from what it recorded (an allow with
+        its order and where the order stands, a deny, the open approval of a held
+        proposal) and never decides again. Still unsettled (:func:`unsettled`) while
+        the gate does not know whether its order exists or ran; ask again later."""
+        return await self.send(proposal_id, signed)
 
 
 def _transport_reason(exc: Exception) -> str:

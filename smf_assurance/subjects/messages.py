@@ -69,8 +69,8 @@ class ProposedDestination(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
 class Proposal(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """A runtime's proposed action, with the final arguments it will execute.
 
-    ``omit_defaults``: only ``tool_call_id`` has a default, so every proposal
-    without one encodes (and signs) byte for byte as before it existed.
+    ``omit_defaults``: only ``tool_call_id`` and ``reply_by_ms`` have defaults, so every
+    proposal without them encodes (and signs) byte for byte as before they existed.
     """
 
     schema: Literal["smf.proposal/1"]
@@ -91,6 +91,14 @@ class Proposal(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     (issue 16, tool-call accounting): metadata for the model gateway's check that
     every tool result it sees was decided. It is not part of the operation: it
     enters neither the normalized envelope nor the operation hash."""
+    reply_by_ms: Millis | None = None
+    """The requester's deadline on its own clock (additive, optional): the requester
+    stops waiting for the verdict at this time (plus a grace it states), so the gate
+    starts no order and no hold for this proposal after it, and a copy of the same
+    signed proposal that reaches the gate after it is answered with the proposal's
+    recorded verdict instead of being decided (docs/SUBJECTS.md, "Requester's
+    deadline"). Not part of the operation: it enters neither the envelope nor the
+    operation hash."""
 
 
 Outcome = Literal["allow", "deny", "held"]
@@ -138,6 +146,21 @@ class ExecuteOrder(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     destination_address: Annotated[str, msgspec.Meta(max_length=2048)]
     issued_at_ms: Millis
     not_after_ms: Millis
+
+
+class OrderVoid(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The gate's probe for an order whose publish it could not confirm, published on
+    the order's subject under the order's ``Nats-Msg-Id`` (docs/SUBJECTS.md,
+    "Unconfirmed orders"). Inside the stream's duplicate window JetStream answers it
+    ``duplicate`` when the order is stored (and keeps nothing); otherwise it is
+    stored in the order's place, and a connector refuses it (a gate-signed message
+    that is no order: ``wrong_payload_type``) and records the order id ``failed``,
+    so the order can never run after it."""
+
+    schema: Literal["smf.order-void/1"]
+    order_id: OrderId
+    connector_id: ConnectorId
+    voided_at_ms: Millis
 
 
 ReportStatus = Literal["confirmed", "failed", "ambiguous"]

@@ -125,6 +125,9 @@ DELIVERY_CONNECTOR_PREFIX: Final = "deliver"
 
 PAYLOAD_PROPOSAL: Final = "application/vnd.smf.proposal+json;v=1"
 PAYLOAD_ORDER: Final = "application/vnd.smf.execute-order+json;v=1"
+PAYLOAD_ORDER_VOID: Final = "application/vnd.smf.order-void+json;v=1"
+"""A gate-signed void under an order's id (``OrderVoid``): never an order, so a
+connector refuses it (``wrong_payload_type``) and records the id ``failed``."""
 PAYLOAD_REPORT: Final = "application/vnd.smf.execution-report+json;v=1"
 PAYLOAD_RESOLUTION: Final = "application/vnd.smf.approval-resolution+json;v=1"
 PAYLOAD_OUTPUT_CLOSE: Final = "application/vnd.smf.output-close+json;v=1"

@@ -42,11 +42,14 @@ FAMILIES: Final = (
     "onboarding",
     "bypass-matrix",
     "confinement",
+    "verdict-agrees",
 )
 """The gate families of issue 24, and what the product has grown since (the
 approver's desk, its notifications, onboarding, the bypass matrix: every bypass
-case the docs name, run as one suite by ``make bypass``, and the confinement of
-runtimes by ``runtime run``)."""
+case the docs name, run as one suite by ``make bypass``, the confinement of
+runtimes by ``runtime run``, and what a runtime is told agreeing with what its
+connectors do: one order deadline, no order behind a requester that stopped
+waiting, recorded verdicts)."""
 
 _ID: Final = re.compile(r"^[a-z0-9-]+\.[a-z0-9-]+(?:\.[a-z0-9-]+)*$")
 

@@ -17,8 +17,10 @@ from pathlib import Path
 from smf_assurance.pipeline.core.normalize import MapperTable, decode_mapper
 from smf_assurance.pipeline.core.projection import PolicySet
 from smf_assurance.pipeline.core.release_trust import VerifiedRelease
+from smf_assurance.pipeline.stages.approvals import DEFAULT_CLAIM_GRACE_MS
 from smf_assurance.pipeline.stages.attestation import RuntimeRequirement
 from smf_assurance.pipeline.stages.buffer import BufferLimits
+from smf_assurance.pipeline.stages.dispatch import DEFAULT_ORDER_TTL_MS
 from smf_assurance.pipeline.stages.outcomes import DEFAULT_EXECUTION_DEADLINE_MS
 from smf_assurance.pipeline.stores.call_context import DEFAULT_MAX_AGE_S, DEFAULT_MIRROR_RECORDS
 from smf_assurance.pipeline.stores.tainted_content import DEFAULT_MAX_BYTES as TAINTED_MAX_BYTES
@@ -127,6 +129,12 @@ class GateConfig:
     execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
     """How long an order, approved or allowed directly, may go without its signed
     report before it ends ``execution_unknown`` (terminal, never retried)."""
+    order_ttl_ms: int = DEFAULT_ORDER_TTL_MS
+    """The order budget: an order is executable until it was given plus this (signed
+    into it, enforced by its connector, promised by its allow's ``expires_at_ms``)."""
+    claim_grace_ms: int = DEFAULT_CLAIM_GRACE_MS
+    """How long an accepted allow-once may stay unclaimed before any gate's sweep
+    invalidates it (a gate, or replica, died between accepting and claiming)."""
     call_context_max_age_s: float = DEFAULT_MAX_AGE_S
     """How long the ``SMF_CALL_CONTEXT`` bucket keeps a tool call's recorded context
     when this gate creates it (issue 16, item 4; why 30 days:
@@ -150,6 +158,8 @@ class GateConfig:
             raise ValueError("a gate needs at least one NATS server")
         if self.execution_deadline_ms <= 0:
             raise ValueError("execution_deadline_ms must be positive")
+        if self.order_ttl_ms <= 0 or self.claim_grace_ms <= 0:
+            raise ValueError("order_ttl_ms and claim_grace_ms must be positive")
         if self.call_context_max_age_s <= 0 or self.call_context_mirror < 0:
             raise ValueError(
                 "call_context_max_age_s must be positive and call_context_mirror not negative"

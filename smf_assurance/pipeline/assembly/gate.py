@@ -57,7 +57,7 @@ from smf_assurance.pipeline.stages.contracts import (
     EvaluateRequest,
 )
 from smf_assurance.pipeline.stages.decide import EvaluateStage, NormalizeStage
-from smf_assurance.pipeline.stages.dispatch import DispatchStage
+from smf_assurance.pipeline.stages.dispatch import DispatchStage, OrderFence
 from smf_assurance.pipeline.stages.evidence import EvidenceWriter
 from smf_assurance.pipeline.stages.gate import Gate, GateSettings
 from smf_assurance.pipeline.stages.gate_status import GateStatusDesk
@@ -620,7 +620,7 @@ async def _assemble(
     stages = _Stages(
         normalize=NormalizeStage(config.mapper_tables),
         evaluate=evaluate,
-        dispatch=DispatchStage(js, config.gate_key, config.clock),
+        dispatch=DispatchStage(js, config.gate_key, config.clock, config.order_ttl_ms),
         auth=StageAuth.from_seed(config.gate_key.seed()),
     )
     normalize, evaluate_client, dispatch = stages.clients(nc, config.co_located)
@@ -637,6 +637,8 @@ async def _assemble(
         tenant_key=config.tenant_key,
         stage_timeout=config.stage_timeout,
         execution_deadline_ms=config.execution_deadline_ms,
+        order_ttl_ms=config.order_ttl_ms,
+        claim_grace_ms=config.claim_grace_ms,
         signer=config.gate_key,  # runtimes act only on outcomes the gate signed
         analysis=_active_analysis(releases),
     )
@@ -648,6 +650,8 @@ async def _assemble(
         tenant_key=config.tenant_key,
         execution_deadline_ms=config.execution_deadline_ms,
         approvals=desk.settle_report,
+        # one machine: the book is in the ledger file, so a lost outcome entry is found
+        outcome_written=ledger.has_outcome if config.cluster is None else None,
     )
     # Direct orders are never resumed; those past their deadline end unknown now,
     # the others keep waiting for their report (smf_assurance.pipeline.stages.outcomes). Safe on
@@ -663,7 +667,11 @@ async def _assemble(
         log.info("gate_recovery_left_to_the_cluster", gate=config.name)
 
     gate = Gate(
-        settings=GateSettings(tenant_key=config.tenant_key, stage_timeout=config.stage_timeout),
+        settings=GateSettings(
+            tenant_key=config.tenant_key,
+            stage_timeout=config.stage_timeout,
+            order_ttl_ms=config.order_ttl_ms,
+        ),
         registry=registry,
         normalize=normalize,
         evaluate=evaluate_client,
@@ -682,7 +690,11 @@ async def _assemble(
             tool_calls.note_beside if isinstance(tool_calls, SqliteToolCallStore) else None
         ),
         call_contexts=call_contexts,
+        fence=OrderFence(js, config.gate_key, config.clock, config.stage_timeout),
     )
+    # Orders whose publish a stopped gate never saw confirmed: stored, or voided so
+    # they never run (Gate.resolve_unconfirmed); a recorded verdict is then definite.
+    await gate.resolve_unconfirmed(await orders.overdue(config.clock()))
     shadow = _shadow_desk(config, shadows, ledger, undo)
     gate.shadow = shadow
     attestation = _attestation_desk(config, gate, releases, ledger)
@@ -737,7 +749,7 @@ async def _assemble(
     await _serve_runtime_state(running, config, releases, evaluate.current)
     running.tasks += [
         asyncio.create_task(loops.follow_reports(js, outcomes)),
-        asyncio.create_task(loops.sweep(desk, outcomes, buffer, config.sweep_seconds)),
+        asyncio.create_task(loops.sweep(desk, outcomes, buffer, config.sweep_seconds, gate)),
         asyncio.create_task(loops.prune_claims(gate, config.claim_prune_seconds)),
     ]
     # A round trip, so the server has every subscription above before anyone is

@@ -69,13 +69,24 @@ async def follow_reports(js: JetStreamContext, outcomes: OutcomeDesk) -> None:
 
 
 async def sweep(
-    desk: ApprovalDesk, outcomes: OutcomeDesk, buffer: OutputBuffer, every: float
+    desk: ApprovalDesk,
+    outcomes: OutcomeDesk,
+    buffer: OutputBuffer,
+    every: float,
+    gate: Gate | None = None,
 ) -> None:
     """Expire overdue approvals and output streams; unknown executions, approved
-    or allowed directly, end unknown."""
+    or allowed directly, end unknown; orders whose publish was not confirmed are
+    settled (stored, or voided so they never run)."""
     while True:
         await asyncio.sleep(every)
         buffer.sweep()
+        if gate is not None:
+            try:
+                await gate.resolve_unconfirmed()
+            except Exception as exc:  # noqa: BLE001 - fail-closed boundary, logged by type
+                honour_cancel()
+                log.error("unconfirmed_order_sweep_failed", error=type(exc).__name__)
         try:
             await desk.sweep()
         except Exception as exc:  # noqa: BLE001 - fail-closed boundary, logged by type

@@ -69,6 +69,11 @@ from smf_assurance.pipeline.core.normalize import Normalized
 from smf_assurance.pipeline.core.projection import AnalysisProjection, PolicySet
 from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.pipeline.stages.contracts import DispatchReceipt, DispatchRequest
+from smf_assurance.pipeline.stages.dispatch import (
+    CERTAIN_NOT_STORED,
+    DEFAULT_ORDER_TTL_MS,
+    DISPATCH_UNCONFIRMED,
+)
 from smf_assurance.pipeline.stages.evidence import (
     EvidenceWriter,
     outcome_verdict,
@@ -90,6 +95,7 @@ from smf_assurance.pipeline.stores.approvals import (
 )
 from smf_assurance.pipeline.stores.ledger import EvidenceError, Ledger
 from smf_assurance.pipeline.stores.ledger_schema import Status
+from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import (
     TERMINAL_STATES,
@@ -123,6 +129,10 @@ PersonRequest = TypeVar("PersonRequest", TrackRequest, ReRequest)
 
 SHOW_FRESHNESS_MS: Final = 60_000
 """How far a signed show request's time may be from the gate's clock."""
+DEFAULT_CLAIM_GRACE_MS: Final = 10_000
+"""An accepted allow-once is claimed in the same request, after one ledger write; ten
+seconds is far beyond that even under load, and well inside the order budget."""
+CLAIM_ABANDONED: Final = "approval_claim_abandoned"
 
 __all__ = ["ApprovalDesk", "DeskError", "HeldAction", "bind"]
 
@@ -154,6 +164,12 @@ class ApprovalDesk:
     tenant_key: PseudonymKey
     stage_timeout: float = 2.0
     execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
+    order_ttl_ms: int = DEFAULT_ORDER_TTL_MS
+    """The order budget: an approved order is executable until its claim plus this,
+    the deadline the allow outcome promises (``expires_at_ms``)."""
+    claim_grace_ms: int = DEFAULT_CLAIM_GRACE_MS
+    """How long an accepted allow-once may stay ``approved`` before the sweep takes
+    its claim for abandoned (the gate that accepted it died before claiming)."""
     signer: SigningKey | None = None
     """The gate key that signs approval outcomes; without it no outcome is published."""
     stop_runtime: Callable[[str, str, dict[str, str]], Awaitable[object]] | None = None
@@ -429,6 +445,8 @@ class ApprovalDesk:
             raise DeskError("evidence_store_unavailable", recorded=True) from None
         if held.connector_id is None:
             return await self._release_to_runtime(stored)
+        now = self.clock()
+        stage_ms = int(self.stage_timeout * 1000)
         request = DispatchRequest(
             decision=held.decision,
             connector_id=held.connector_id,
@@ -437,26 +455,86 @@ class ApprovalDesk:
             content=held.content,
             destination_address=held.destination_address,
             approval_id=stored.approval_id,
+            not_after_ms=now + self.order_ttl_ms,
+            publish_until_ms=now + stage_ms - min(250, stage_ms // 4),
         )
         try:
             receipt = await self.dispatch.call(request, self.stage_timeout)
         except StageRefusal as refusal:
-            # The publish may or may not have reached the stream: unknown, never retried.
-            await self._finish(
-                stored, "execution_unknown", ("dispatch_failed", refusal.reason_code)
-            )
-            await self._notify(stored, outcome_verdict(stored, "deny", ("dispatch_failed",)))
+            await self._undelivered(stored, refusal.reason_code)
             raise DeskError("dispatch_failed", recorded=True) from None
         await self.store.record_order(stored.approval_id, receipt.order_id, self.clock())
         verdict = msgspec.structs.replace(
             outcome_verdict(stored, "allow", ("approved_once",)),
             order_id=receipt.order_id,
             connector_id=held.connector_id,
+            expires_at_ms=receipt.not_after_ms,
         )
         await self._notify(stored, verdict)
         return msgspec.structs.replace(
             _accepted(stored.approval_id, "executing"), order_id=receipt.order_id
         )
+
+    async def _undelivered(self, stored: ApprovalBinding, reason: str) -> None:
+        """A claimed approval whose order the dispatch did not confirm. Refused before
+        anything was stored (:data:`CERTAIN_NOT_STORED`): ``failed``, and the runtime
+        is told ``deny``. Otherwise the order may be stored: it is recorded against the
+        approval, which stays ``executing`` so that its connector's report settles it
+        (or the deadline sweep ends it ``execution_unknown``), and the runtime is told
+        nothing it could take for a deny; it learns the end on ``smf.approval.status``."""
+        if reason in CERTAIN_NOT_STORED:
+            await self._finish(stored, "failed", ("dispatch_failed", reason))
+            await self._notify(stored, outcome_verdict(stored, "deny", ("dispatch_failed",)))
+            return
+        order_id = order_id_for(stored.operation_hash, stored.decision_id)
+        log.error("dispatch_unconfirmed", approval_id=stored.approval_id, reason=reason)
+        try:
+            await self.store.record_order(stored.approval_id, order_id, self.clock())
+        except ApprovalError as exc:
+            await self._finish(stored, "execution_unknown", (DISPATCH_UNCONFIRMED, reason))
+            log.error("approval_order_record_failed", reason=exc.reason_code)
+            return
+        await self._safe_record(stored, None, (DISPATCH_UNCONFIRMED, reason))
+
+    # -- what a requester that stopped waiting left -------------------------------
+
+    async def held_for(self, proposal: Proposal) -> Verdict | None:
+        """The ``held`` verdict of an approval still open for ``proposal`` (same proposal
+        id, same runtime), for a requester whose held reply never reached it; None when
+        there is none. Reads every open approval: asked only after a requester's
+        deadline passed, never on a decision's way."""
+        for record in await self._open_records():
+            if record.held_payload is None:
+                continue
+            try:
+                held = msgspec.json.decode(record.held_payload, type=HeldAction)
+            except msgspec.DecodeError:
+                continue
+            if held.proposal_id == proposal.proposal_id and held.runtime_id == proposal.runtime_id:
+                binding = record.binding
+                return msgspec.structs.replace(
+                    verdict(
+                        proposal.proposal_id, "held", held.decision.reason_codes, held.decision
+                    ),
+                    approval_id=binding.approval_id,
+                    expires_at_ms=binding.expires_at_ms,
+                    required_roles=binding.required_roles,
+                )
+        return None
+
+    async def _open_records(self) -> list[ApprovalRecord]:
+        try:
+            return await self.store.list_open()
+        except ApprovalError as exc:
+            raise StoreUnavailable(exc.reason_code) from exc
+
+    async def withdraw(self, approval_id: str, reason: str) -> bool:
+        """Close an open approval whose requester stopped waiting before it was held,
+        so that it can never be approved behind the requester's timeout."""
+        record = await self._get(approval_id)
+        if record is None:
+            return False
+        return await self._invalidate(record.binding, (reason,))
 
     async def _release_to_runtime(self, stored: ApprovalBinding) -> ResolutionReply:
         """The runtime executes this action itself: record its order, then release it.
@@ -600,7 +678,10 @@ class ApprovalDesk:
             log.error("binding_broken_stop_failed", error=type(exc).__name__)
 
     async def sweep(self) -> None:
-        """Expire overdue approvals; executing work past its deadline is unknown."""
+        """Expire overdue approvals; executing work past its deadline is unknown; an
+        accepted allow-once no claim followed within :attr:`claim_grace_ms` is
+        invalidated (by whichever gate sweeps first: on a cluster, a live replica
+        settles what a dead one left ``approved``)."""
         now = self.clock()
         for approval_id in await self.store.expire_due(now):
             record = await self._get(approval_id)
@@ -611,6 +692,15 @@ class ApprovalDesk:
                 )
         for record in await self.store.list_executing(before_ms=now - self.execution_deadline_ms):
             await self._finish(record.binding, "execution_unknown", ("no_execution_report",))
+        for approval_id in await self.store.invalidate_unclaimed(now - self.claim_grace_ms, now):
+            # Accepted, never claimed: the gate that accepted it died in between (on a
+            # cluster, another replica). Closed within the grace, never claimed late.
+            record = await self._get(approval_id)
+            if record is not None:
+                await self._safe_record(record.binding, "invalidated", (CLAIM_ABANDONED,))
+                await self._notify(
+                    record.binding, outcome_verdict(record.binding, "deny", (CLAIM_ABANDONED,))
+                )
 
     async def recover(self) -> None:
         """Start-up recovery: never resume work a crash interrupted, and lose no

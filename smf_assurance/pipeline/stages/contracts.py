@@ -37,6 +37,14 @@ class DispatchRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     content: str
     destination_address: str
     approval_id: str | None = None
+    not_after_ms: int | None = None
+    """The order's deadline, which the caller also promises in its verdict: the time
+    its one clock read when the order was given, plus the order budget. ``None``:
+    the stage stamps its own clock plus the budget (a caller that promises none)."""
+    publish_until_ms: int | None = None
+    """The latest time the stage may still try to have the order stored: the
+    requester's deadline, or the caller's own stage deadline. ``None``: one
+    publish timeout from now."""
 
 
 class DispatchReceipt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -44,3 +52,5 @@ class DispatchReceipt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     stream: str
     stream_seq: int
     duplicate: bool
+    not_after_ms: int
+    """The deadline signed into the stored order: what the verdict promises."""

@@ -35,6 +35,7 @@ from typing import Any, Final, Literal, Protocol, TypeVar
 
 import msgspec
 import structlog
+from nats.errors import Error as NatsError
 
 from smf_assurance.pipeline.core.decision import Decision
 from smf_assurance.pipeline.core.detectors import raise_facts
@@ -48,13 +49,22 @@ from smf_assurance.pipeline.stages.contracts import (
     DispatchRequest,
     EvaluateRequest,
 )
+from smf_assurance.pipeline.stages.dispatch import (
+    CERTAIN_NOT_STORED,
+    DEFAULT_ORDER_TTL_MS,
+    DISPATCH_UNCONFIRMED,
+    REQUESTER_DEADLINE_PASSED,
+    OrderFence,
+)
 from smf_assurance.pipeline.stages.evidence import (
     EvidenceWriter,
     signature_reason,
+    unique,
     verdict,
     with_reason,
 )
 from smf_assurance.pipeline.stages.outcomes import OutcomeDesk
+from smf_assurance.pipeline.stages.streams import DUPLICATE_WINDOW_SECONDS
 from smf_assurance.pipeline.stages.tool_calls import DecidedCalls
 from smf_assurance.pipeline.stages.transport import StageClient
 from smf_assurance.pipeline.stores.call_context import CallContextInvalid, CallContextUnavailable
@@ -95,6 +105,20 @@ CONTEXT_UNKNOWN: Final = "tool_call_context_unknown"
 CONTEXT_UNAVAILABLE: Final = "tool_call_context_unavailable"
 CONTEXT_INVALID: Final = "tool_call_context_invalid"
 CONTEXT_MISMATCH: Final = "tool_call_context_mismatch"
+STAGE_MARGIN_MS: Final = 250
+FENCE_WINDOW_MS: Final = int(DUPLICATE_WINDOW_SECONDS * 1000) - 10_000
+"""How old an unconfirmed order may be for its void to still meet the stream's
+duplicate window of the order's own publish (with ten seconds to spare)."""
+RECORDED: Final = "recorded_verdict"
+"""Reason on every answer to a proposal that reached the gate after its requester's
+deadline: what the gate recorded for it, not a decision made now."""
+NO_ORDER_RECORDED: Final = "no_order_recorded"
+VERDICT_NOT_DELIVERED: Final = "verdict_not_delivered"
+VERDICT_PENDING: Final = "verdict_pending"
+ORDER_OUTCOME_UNKNOWN: Final = "order_outcome_unknown"
+UNSETTLED: Final = frozenset({DISPATCH_UNCONFIRMED, VERDICT_PENDING, ORDER_OUTCOME_UNKNOWN})
+"""Answers the gate never signs as a verdict: whether an order exists, or ran, is
+not known (yet). The requester is told so in an error reply, never a deny."""
 
 ClaimBeside = Callable[[str, str, str, int, OrderRecord | None], Beside]
 """``(proposal_id, operation_hash, decision_id, at_ms, order)``: the claim and its order
@@ -129,6 +153,14 @@ class HoldHandler(Protocol):
         self, proposal: Proposal, normalized: Normalized, decision: Decision
     ) -> Verdict: ...
 
+    async def held_for(self, proposal: Proposal) -> Verdict | None:
+        """The ``held`` verdict of an approval still open for this proposal, if any."""
+        ...
+
+    async def withdraw(self, approval_id: str, reason: str) -> bool:
+        """Close an open approval whose requester stopped waiting; True when closed."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class GateSettings:
@@ -140,10 +172,24 @@ class GateSettings:
     max_proposal_bytes: int = dsse.MAX_ENVELOPE_BYTES
     max_clock_skew_ms: int = 60_000
     """How far apart the clocks of two gates sharing one claim store may be."""
+    order_ttl_ms: int = DEFAULT_ORDER_TTL_MS
+    """The order budget: an order given at ``t`` is executable until ``t`` plus this,
+    the deadline its allow promises (the dispatch stage holds the same budget)."""
 
     def __post_init__(self) -> None:
         if self.freshness_ms <= 0 or self.max_clock_skew_ms < 0:
             raise ValueError("freshness_ms must be positive and max_clock_skew_ms not negative")
+        if self.order_ttl_ms <= 0:
+            raise ValueError("order_ttl_ms must be positive")
+
+    @property
+    def publish_window_ms(self) -> int:
+        """How long after the dispatch link starts the stage may still try to store
+        the order: inside the link's own stage deadline, so no publish outlives the
+        call that waits for it (a publish the gate no longer waits for could store an
+        order behind a reply already sent)."""
+        stage_ms = int(self.stage_timeout * 1000)
+        return stage_ms - min(STAGE_MARGIN_MS, stage_ms // 4)
 
     @property
     def claim_retention_ms(self) -> int:
@@ -180,6 +226,8 @@ class Work:
     tenant_ref: str = ""
     evidence: tuple[str, ...] = ()
     order_id: str | None = None
+    order_at_ms: int | None = None
+    """When the connector order was given (recorded): its deadline counts from here."""
     claim: ClaimAndOrder | None = None
     """Set when the claim (and its order) committed beside the evidence (issue 20)."""
     note_stored: bool = False
@@ -256,7 +304,17 @@ class Gate:
     shadow: ShadowObserver | None = None
     """The shadow release's desk (issue 25): each decision, after its verdict is
     settled; ``None`` when the gate runs no shadow. It never changes a verdict."""
+    fence: OrderFence | None = None
+    """Settles an unconfirmed order (stored, or voided so it never runs):
+    :meth:`resolve_unconfirmed`. ``None``: unconfirmed orders wait for their report
+    or the outcome sweep."""
+    _unconfirmed: set[str] = field(init=False, default_factory=set, repr=False)
+    """Orders given here whose publish was not confirmed, for the next sweep."""
     _settling: set[asyncio.Future[None]] = field(init=False, default_factory=set, repr=False)
+    _deciding: dict[str, asyncio.Future[Verdict]] = field(
+        init=False, default_factory=dict, repr=False
+    )
+    """The proposals this process is deciding now, for :meth:`recorded`."""
     _all_keys: dict[str, VerifyKey] = field(init=False)
     _evidence: EvidenceWriter = field(init=False, repr=False)
     chain: tuple[Link, ...] = field(init=False, repr=False)
@@ -350,13 +408,42 @@ class Gate:
         changes). Everything after verification yields a Verdict, signed with the
         gate key (``smf_assurance.subjects.verdicts``): a runtime acts only on a verdict it can
         verify, so no other client answering ``smf.propose`` can release a call.
+
+        A proposal that arrives after its requester's deadline (``reply_by_ms``) is
+        not decided: it asks for its recorded verdict (:meth:`recorded`). An answer
+        the gate cannot stand behind as allow or deny (:data:`UNSETTLED`: an order
+        that may exist, whose outcome is not known yet) is an error reply with that
+        reason code, never a signed deny.
         """
-        return sign_verdict(await self.decide(self.verify_proposal(data)), self.signer)
+        proposal = self.verify_proposal(data)
+        if proposal.reply_by_ms is not None and self.clock() > proposal.reply_by_ms:
+            answer = await self.recorded(proposal)
+        else:
+            answer = await self.decide(proposal)
+        unsettled = UNSETTLED.intersection(answer.reason_codes)
+        if unsettled:
+            # Not a deny: an order may exist. The requester learns it later (recorded).
+            raise StageRefusal(min(unsettled))
+        return sign_verdict(answer, self.signer)
 
     async def decide(self, proposal: Proposal, notes: tuple[str, ...] = ()) -> Verdict:
         """Run the chain for a verified proposal; never raises (an internal error,
         of any link, is a denial; it is logged by type, never with its values).
         The proposal's tool-call note is stored before the verdict is returned."""
+        deciding: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        first = self._deciding.setdefault(proposal.proposal_id, deciding) is deciding
+        try:
+            answer = await self._decide(proposal, notes)
+        except BaseException:
+            deciding.cancel()
+            raise
+        finally:
+            if first:
+                del self._deciding[proposal.proposal_id]
+        deciding.set_result(answer)
+        return answer
+
+    async def _decide(self, proposal: Proposal, notes: tuple[str, ...]) -> Verdict:
         noting = self._note_soon(proposal)
         work, answer = await self._run(Work(proposal, notes))
         if answer.outcome == "deny" and not answer.evidence:
@@ -364,6 +451,100 @@ class Gate:
         await self._store_note(work, noting)
         self._to_shadow(work)
         return answer
+
+    async def recorded(self, proposal: Proposal) -> Verdict:
+        """What the gate recorded for a proposal whose requester's deadline has passed
+        (issue 35, item 4: "a gate timeout never leaves an order behind" that the
+        requester cannot learn of). Nothing is decided, written or published; each
+        answer carries ``recorded_verdict``. A runtime the attestation desk would not
+        admit now is refused as it would be on a decision (its reason, no record read).
+
+
+        - the proposal is being decided in this process: that decision's answer;
+        - never claimed: ``held`` with the approval if one is still open for it,
+          otherwise ``deny`` (``no_order_recorded``). An allow's claim is committed
+          before its order is published and no publish starts after the requester's
+          deadline, so a proposal with no claim by then has no order and gets none;
+        - claimed for a tool its runtime runs itself: ``deny``
+          (``verdict_not_delivered``): the runtime never had the allow, so nothing ran,
+          and it must not run now;
+        - the dispatch was refused before anything was stored: ``deny``
+          (``dispatch_failed``);
+        - the order is stored (the claim says ``published``) or its connector reported
+          on it: ``allow``, its order id and deadline, and ``order_<state>`` saying
+          where it stands (``order_executing``, ``order_consumed``, ``order_failed``:
+          a connector that refused it late reports ``order_expired``, which the
+          ledger keeps);
+        - otherwise (an unconfirmed dispatch, or a gate that stopped between its
+          commit and its PubAck): :data:`VERDICT_PENDING` until a report or the
+          order's resolution settles it, :data:`ORDER_OUTCOME_UNKNOWN` once the
+          order ended ``execution_unknown``. Neither is signed as a verdict.
+
+        A store that cannot answer is :data:`VERDICT_PENDING` too (ask again).
+        """
+        proposal_id = proposal.proposal_id
+        if self.attestation is not None:
+            # A runtime that may not propose now may not read its records either.
+            refusal = self.attestation.admit(proposal)
+            if refusal is not None:
+                return self._recorded_answer(proposal_id, "deny", (refusal,))
+        pending = self._deciding.get(proposal_id)
+        if pending is not None:
+            try:
+                return await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+                # that decision was cancelled (its gate is stopping): nothing known yet
+                return self._recorded_answer(proposal_id, "deny", (VERDICT_PENDING,))
+        try:
+            claim = await self.claims.get(proposal_id)
+            if claim is None:
+                held = None if self.hold is None else await self.hold.held_for(proposal)
+                if held is not None:
+                    return msgspec.structs.replace(
+                        held, reason_codes=unique((RECORDED, *held.reason_codes))
+                    )
+                return self._recorded_answer(proposal_id, "deny", (NO_ORDER_RECORDED,))
+            order_id = order_id_for(claim.operation_hash, claim.decision_id)
+            order = await self.outcomes.orders.get(order_id)
+        except StoreUnavailable:
+            log.error("recorded_verdict_unavailable", proposal_id=proposal_id)
+            return self._recorded_answer(proposal_id, "deny", (VERDICT_PENDING,))
+        ids = {"decision_id": claim.decision_id, "operation_hash": claim.operation_hash}
+        if claim.state == "failed":
+            return self._recorded_answer(proposal_id, "deny", ("dispatch_failed",), **ids)
+        if order is None or order.executor_role != "connector":
+            return self._recorded_answer(proposal_id, "deny", (VERDICT_NOT_DELIVERED,), **ids)
+        if order.state == "execution_unknown":
+            return self._recorded_answer(proposal_id, "deny", (ORDER_OUTCOME_UNKNOWN,), **ids)
+        if claim.state != "published" and order.state == "executing":
+            return self._recorded_answer(proposal_id, "deny", (VERDICT_PENDING,), **ids)
+        return msgspec.structs.replace(
+            self._recorded_answer(proposal_id, "allow", (f"order_{order.state}",), **ids),
+            release_id=order.release_id,
+            order_id=order.order_id,
+            connector_id=order.executor_id,
+            expires_at_ms=order.dispatched_at + self.settings.order_ttl_ms,
+        )
+
+    @staticmethod
+    def _recorded_answer(
+        proposal_id: str,
+        outcome: Literal["allow", "deny"],
+        reasons: tuple[str, ...],
+        decision_id: str | None = None,
+        operation_hash: str | None = None,
+    ) -> Verdict:
+        return Verdict(
+            schema="smf.verdict/1",
+            proposal_id=proposal_id,
+            outcome=outcome,
+            reason_codes=(RECORDED, *reasons),
+            decision_id=decision_id,
+            operation_hash=operation_hash,
+        )
 
     def _to_shadow(self, work: Work) -> None:
         """Issue 25: the decision, once its verdict is settled, to the shadow release (if
@@ -555,8 +736,11 @@ class Gate:
                     receipt, written = await self._evidence.append_beside(entry, note)
                     noted = not isinstance(written, StoreUnavailable)
                 return dataclasses.replace(work, evidence=(receipt.entry_hash,), note_stored=noted)
+            order_at = self.clock()
+            if work.need_normalized().connector_id is not None:
+                work = dataclasses.replace(work, order_at_ms=order_at)
             try:
-                beside = self._claim_beside(work, decision, tenant_ref)
+                beside = self._claim_beside(work, decision, tenant_ref, order_at)
             except StoreUnavailable:
                 receipt = await self._evidence.append(with_reason(entry, CLAIM_UNAVAILABLE))
                 claim: ClaimAndOrder | StoreUnavailable = StoreUnavailable("claim store closed")
@@ -573,24 +757,24 @@ class Gate:
             return self._deny(work, (CLAIM_UNAVAILABLE,))
         return dataclasses.replace(work, claim=claim)
 
-    def _claim_beside(self, work: Work, decision: Decision, tenant_ref: str) -> Beside:
-        """The claim of this proposal and, for a connector, its order: the write that
-        commits with the decision's evidence entry."""
+    def _claim_beside(self, work: Work, decision: Decision, tenant_ref: str, at_ms: int) -> Beside:
+        """The claim of this proposal and, for a connector, its order given at ``at_ms``:
+        the write that commits with the decision's evidence entry."""
         assert self.claim_beside is not None
         connector = work.need_normalized().connector_id
         order = (
             None
             if connector is None
             else self.outcomes.order_for(
-                work.proposal.proposal_id, decision, Executor("connector", connector), tenant_ref
+                work.proposal.proposal_id,
+                decision,
+                Executor("connector", connector),
+                tenant_ref,
+                at_ms,
             )
         )
         return self.claim_beside(
-            work.proposal.proposal_id,
-            decision.operation_hash,
-            decision.decision_id,
-            self.clock(),
-            order,
+            work.proposal.proposal_id, decision.operation_hash, decision.decision_id, at_ms, order
         )
 
     async def _refuse_denied(self, work: Work) -> Work | Verdict:
@@ -604,7 +788,21 @@ class Gate:
             return work
         if self.hold is None:
             return self._deny(work, ("approval_hold_unavailable",))
+        reply_by = work.proposal.reply_by_ms
+        if reply_by is not None and self.clock() >= reply_by:
+            # The requester stopped waiting: an approval it never hears of could
+            # still be approved and run behind its timeout.
+            return self._deny(work, (REQUESTER_DEADLINE_PASSED,))
         held = await self.hold.hold(work.proposal, work.need_normalized(), decision)
+        if (
+            held.outcome == "held"
+            and held.approval_id is not None
+            and reply_by is not None
+            and self.clock() > reply_by
+        ):
+            # Held too late to be answered: withdrawn, so it can never be approved.
+            await self.hold.withdraw(held.approval_id, REQUESTER_DEADLINE_PASSED)
+            return self._deny(work, (REQUESTER_DEADLINE_PASSED,))
         return msgspec.structs.replace(
             held, reason_codes=tuple(dict.fromkeys((*held.reason_codes, *work.reasons)))
         )
@@ -649,8 +847,10 @@ class Gate:
             )
         else:
             executor = Executor("connector", connector)
+            at_ms = self.clock()
+            work = dataclasses.replace(work, order_at_ms=at_ms)
             order_id = await self.outcomes.open(
-                proposal.proposal_id, decision, executor, work.tenant_ref
+                proposal.proposal_id, decision, executor, work.tenant_ref, at_ms
             )
         if order_id is None:
             await self._settle(proposal.proposal_id, "failed")
@@ -660,12 +860,30 @@ class Gate:
 
     async def _dispatch(self, work: Work) -> Work | Verdict:
         """Exactly one ExecuteOrder, stored in JetStream, before the allow; a tool
-        the runtime runs itself is released to it with no connector order."""
+        the runtime runs itself is released to it with no connector order.
+
+        One deadline (issue 35, item 4): the order is executable until it was given
+        (:attr:`Work.order_at_ms`, the one clock read its record holds) plus the order
+        budget; the allow names that deadline (``expires_at_ms``) and is answered only
+        after the PubAck. The publish is tried only until the requester's deadline
+        (``reply_by_ms``) and inside this link's stage deadline, so no order is stored
+        after the requester stopped waiting, nor behind a reply already sent.
+
+        A refusal after which no order is stored (:data:`CERTAIN_NOT_STORED`) is a
+        deny. Any other (no PubAck in time: the order may be stored) leaves the claim
+        ``claimed`` and the order ``executing`` in the book: its report settles it, or
+        the outcome sweep ends it; the answer is ``dispatch_unconfirmed``, never a deny.
+        """
         proposal, normalized, decision = work.proposal, work.need_normalized(), work.need_decision()
         connector = normalized.connector_id
         if connector is None:
             self._settle_soon(proposal.proposal_id, "published")
             return self._answer(work, "allow", work.reasons)
+        now = self.clock()
+        until = now + self.settings.publish_window_ms
+        if proposal.reply_by_ms is not None:
+            until = min(until, proposal.reply_by_ms)
+        given = now if work.order_at_ms is None else work.order_at_ms
         request = DispatchRequest(
             decision=decision,
             connector_id=connector,
@@ -673,10 +891,22 @@ class Gate:
             arguments=proposal.arguments,
             content=normalized.content,
             destination_address=normalized.destination_address,
+            not_after_ms=given + self.settings.order_ttl_ms,
+            publish_until_ms=until,
         )
         try:
             receipt = await self.dispatch.call(request, self.settings.stage_timeout)
         except StageRefusal as refusal:
+            if refusal.reason_code not in CERTAIN_NOT_STORED:
+                if work.order_id is not None:
+                    self._unconfirmed.add(work.order_id)
+                log.error(
+                    "dispatch_unconfirmed",
+                    proposal_id=proposal.proposal_id,
+                    order_id=work.order_id,
+                    reason=refusal.reason_code,
+                )
+                return self._deny(work, (DISPATCH_UNCONFIRMED, refusal.reason_code))
             await self._settle(proposal.proposal_id, "failed")
             if work.order_id is not None:
                 await self.outcomes.close_undelivered(work.order_id)
@@ -687,7 +917,70 @@ class Gate:
             self._answer(work, "allow", work.reasons),
             order_id=receipt.order_id,
             connector_id=connector,
+            expires_at_ms=receipt.not_after_ms,
         )
+
+    # -- unconfirmed orders ------------------------------------------------------
+
+    async def resolve_unconfirmed(self, orders: list[OrderRecord] | None = None) -> int:
+        """Settle connector orders whose publish nobody confirmed: a dispatch that got
+        no PubAck in time (``dispatch_unconfirmed``), or a gate that stopped between
+        the commit of its claim and order and the PubAck. Returns how many it settled.
+
+        ``orders``: the order book's open orders (at start), or None for the ones this
+        process saw unconfirmed. An order is judged only when its claim is still
+        ``claimed`` and it was given longer ago than any dispatch may still be trying
+        (:attr:`GateSettings.publish_window_ms`; a younger one waits for the next
+        sweep) and recently enough that its void falls inside the stream's duplicate
+        window (:data:`FENCE_WINDOW_MS`; an older one waits for its report or the
+        outcome sweep). Then :class:`OrderFence` says: stored (the claim becomes
+        ``published``; its connector reports on it) or not (now voided, so it never
+        runs: the order ends ``failed`` with ``dispatch_not_stored``, and the claim
+        ``failed``). A requester asking for its recorded verdict is answered from that.
+        """
+        fence = self.fence
+        if fence is None:
+            return 0
+        if orders is None:
+            orders = []
+            for order_id in sorted(self._unconfirmed):
+                found = await self.outcomes.orders.get(order_id)
+                if found is None or found.state != "executing":
+                    self._unconfirmed.discard(order_id)
+                else:
+                    orders.append(found)
+        now = self.clock()
+        settled = 0
+        for order in orders:
+            if order.executor_role != "connector" or order.dispatched_at < now - FENCE_WINDOW_MS:
+                self._unconfirmed.discard(order.order_id)
+                continue
+            if order.dispatched_at > now - self.settings.publish_window_ms - STAGE_MARGIN_MS:
+                self._unconfirmed.add(order.order_id)  # a dispatch may still be trying
+                continue
+            try:
+                claim = await self.claims.get(order.proposal_id)
+            except StoreUnavailable:
+                self._unconfirmed.add(order.order_id)
+                continue
+            if claim is None or claim.state != "claimed":
+                self._unconfirmed.discard(order.order_id)
+                continue
+            try:
+                stored = await fence(order.executor_id, order.order_id)
+            except (NatsError, TimeoutError) as exc:
+                log.warning("order_fence_failed", order_id=order.order_id, error=type(exc).__name__)
+                self._unconfirmed.add(order.order_id)
+                continue
+            self._unconfirmed.discard(order.order_id)
+            if stored:
+                await self._settle(order.proposal_id, "published")
+            else:
+                await self._settle(order.proposal_id, "failed")
+                await self.outcomes.close_unstored(order.order_id)
+            log.info("unconfirmed_order_settled", order_id=order.order_id, stored=stored)
+            settled += 1
+        return settled
 
     # -- the tool call's note (issue 16, item 3) ---------------------------------
 

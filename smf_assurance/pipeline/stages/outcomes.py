@@ -65,6 +65,7 @@ DEFAULT_EXECUTION_DEADLINE_MS: Final = 120_000
 """How long an order may go without a report before it is ``execution_unknown``;
 the approval desk's default too (``smf_assurance.pipeline.stages.approvals``)."""
 NO_REPORT: Final = "no_execution_report"
+NOT_STORED: Final = "dispatch_not_stored"
 
 __all__ = [
     "DEFAULT_EXECUTION_DEADLINE_MS",
@@ -119,6 +120,10 @@ class OutcomeDesk:
     execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
     approvals: ApprovalReports | None = None
     """The approval desk's settle step, offered every report first."""
+    outcome_written: Callable[[str], Awaitable[bool]] | None = None
+    """Whether the ledger holds an outcome entry for an order's decision (one machine:
+    the book and the ledger share a file). ``None``: no repair (a cluster, where each
+    replica keeps its own ledger)."""
     _evidence: EvidenceWriter = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -130,9 +135,16 @@ class OutcomeDesk:
     # -- open ------------------------------------------------------------------
 
     def order_for(
-        self, proposal_id: str, decision: Decision, executor: Executor, tenant_ref: str
+        self,
+        proposal_id: str,
+        decision: Decision,
+        executor: Executor,
+        tenant_ref: str,
+        at_ms: int | None = None,
     ) -> OrderRecord:
-        """The record of the order a direct allow gives (identities and times only)."""
+        """The record of the order a direct allow gives (identities and times only);
+        ``at_ms`` is when it is given, from which its deadline counts (the gate's one
+        clock read for the order: ``Gate.order_deadline``)."""
         return OrderRecord(
             order_id=order_id_for(decision.operation_hash, decision.decision_id),
             proposal_id=proposal_id,
@@ -143,15 +155,20 @@ class OutcomeDesk:
             tenant_ref=tenant_ref,
             executor_role=executor.role,
             executor_id=executor.executor_id,
-            dispatched_at=self.clock(),
+            dispatched_at=self.clock() if at_ms is None else at_ms,
         )
 
     async def open(
-        self, proposal_id: str, decision: Decision, executor: Executor, tenant_ref: str
+        self,
+        proposal_id: str,
+        decision: Decision,
+        executor: Executor,
+        tenant_ref: str,
+        at_ms: int | None = None,
     ) -> str | None:
         """Record the order a direct allow gives, before it is given; its id, or None
         when it could not be recorded (the caller then gives nothing)."""
-        order = self.order_for(proposal_id, decision, executor, tenant_ref)
+        order = self.order_for(proposal_id, decision, executor, tenant_ref, at_ms)
         order_id = order.order_id
         try:
             opened = await self.orders.open(order)
@@ -172,6 +189,11 @@ class OutcomeDesk:
             await self.orders.settle(order_id, "failed", self.clock())
         except StoreUnavailable as exc:
             log.error("order_close_failed", order_id=order_id, error=type(exc).__name__)
+
+    async def close_unstored(self, order_id: str) -> int:
+        """The order was never stored (its void holds its place: ``OrderFence``):
+        ``failed`` with ``dispatch_not_stored``, its one outcome entry."""
+        return await self._finish(order_id, "failed", (NOT_STORED,))
 
     # -- reports ---------------------------------------------------------------
 
@@ -207,10 +229,33 @@ class OutcomeDesk:
             return True
         if order.state != "executing":
             log.info("execution_report_after_outcome", order_id=order.order_id, state=order.state)
+            await self._repair(order, report)
             return True
         outcome, reasons = settlement(report)
         await self._finish(order.order_id, outcome, reasons)
         return True
+
+    async def _repair(self, order: OrderRecord, report: ExecutionReport) -> None:
+        """The book's settle and the ledger's entry are two commits: a gate killed
+        between them leaves an order settled with no outcome in the ledger. Its report
+        was not acknowledged then, so it comes again; the outcome is written now, once
+        (only when the ledger has none), and only when this report is the one that
+        settled it (the same outcome)."""
+        if self.outcome_written is None or order.state == "executing":
+            return
+        outcome, reasons = settlement(report)
+        if outcome != order.state:
+            return
+        try:
+            if await self.outcome_written(order.decision_id):
+                return
+            await self._evidence.append(self._evidence.for_order(order, outcome, reasons))
+        except (EvidenceError, StoreUnavailable) as exc:
+            log.error(
+                "order_outcome_repair_failed", order_id=order.order_id, error=type(exc).__name__
+            )
+            return
+        log.warning("order_outcome_repaired", order_id=order.order_id, outcome=outcome)
 
     # -- deadlines and restart -------------------------------------------------
 

@@ -465,6 +465,19 @@ class ApprovalStore(Protocol):
         """pending | approved -> invalidated; returns the ids moved (empty if none)."""
         ...
 
+    async def invalidate_unclaimed(self, before_ms: int, now_ms: int) -> list[str]:
+        """``approved`` approvals last changed before ``before_ms`` -> ``invalidated``;
+        returns the ids moved, sorted.
+
+        The claim follows an accepted allow-once in the same request, so an approval
+        still ``approved`` long after (the caller's grace) was left by a gate that
+        died between the two (on a cluster, a replica other than the one sweeping).
+        Claiming it now would run an action no one is waiting for; it is closed,
+        like start-up recovery closes it on one machine. ``pending`` and
+        ``executing`` are never touched.
+        """
+        ...
+
     async def list_executing(self, before_ms: int) -> list[ApprovalRecord]:
         """Executing approvals last changed before ``before_ms``."""
         ...

@@ -673,6 +673,19 @@ class KvApprovalStore:
         log.info("approval_recovery", invalidated=len(invalidated), unknown=len(unknowns))
         return invalidated, unknowns
 
+    async def invalidate_unclaimed(self, before_ms: int, now_ms: int) -> list[str]:
+        """``approved`` approvals last changed before ``before_ms`` -> ``invalidated``,
+        each by its own CAS with re-check (:meth:`ApprovalStore.invalidate_unclaimed`):
+        on a shared bucket any replica may close what a dead replica left approved,
+        and of two replicas sweeping at once one moves each."""
+
+        def target(stored: _Stored) -> ApprovalState | None:
+            abandoned = stored.state == "approved" and stored.updated_at_ms < before_ms
+            return "invalidated" if abandoned else None
+
+        every = [stored for stored, _ in await self._all()]
+        return await self._close_each([s for s in every if target(s)], target, now_ms)
+
     async def invalidate(self, approval_id: str, now_ms: int) -> list[str]:
         """Close one open approval the gate could not complete, so it can never be
         approved later; empty when there is none open under that id."""

@@ -247,6 +247,10 @@ _EXPIRE_ONE: Final = (
 
 _MOVE_ALL: Final = _SET_STATE + "WHERE state = :source RETURNING approval_id"
 
+_ABANDON_ALL: Final = (
+    _SET_STATE + "WHERE state = :source AND updated_at_ms < :before_ms RETURNING approval_id"
+)
+
 _EXPIRE_ALL: Final = (
     _SET_STATE + "WHERE state = :source AND expires_at_ms <= :now_ms RETURNING approval_id"
 )
@@ -660,6 +664,18 @@ class SqliteApprovalStore:
         invalidated, unknown = await self._transact(body)
         log.info("approval_recovery", invalidated=len(invalidated), unknown=len(unknown))
         return invalidated, unknown
+
+    async def invalidate_unclaimed(self, before_ms: int, now_ms: int) -> list[str]:
+        """``approved`` approvals last changed before ``before_ms`` -> ``invalidated``
+        (:meth:`ApprovalStore.invalidate_unclaimed`)."""
+
+        def body(tx: _Tx) -> list[str]:
+            rows = tx.move(
+                _ABANDON_ALL, "*", "approved", "invalidated", now_ms, before_ms=before_ms
+            )
+            return sorted(row["approval_id"] for row in rows)
+
+        return await self._transact(body)
 
     async def invalidate(self, approval_id: str, now_ms: int) -> list[str]:
         """Close one open approval the gate could not complete (announcement or

@@ -40,6 +40,7 @@ __all__ = [
     "DUPLICATE_PROPOSAL",
     "SCHEMA",
     "ClaimAndOrder",
+    "ClaimRecord",
     "ClaimState",
     "ClaimStore",
     "ClaimStoreUnavailable",
@@ -75,6 +76,15 @@ class ClaimAndOrder(NamedTuple):
     """The first claim of the proposal: False for a replay (nothing was written)."""
     order_recorded: bool
     """Its order is in the book (False when none was asked for, or its id existed)."""
+
+
+class ClaimRecord(NamedTuple):
+    """One claim as stored: what was decided for the proposal, and how it ended."""
+
+    operation_hash: str
+    decision_id: str
+    claimed_at: int
+    state: ClaimState
 
 
 def _insert_claim(conn: sqlite3.Connection, row: tuple[str, str, str, int]) -> bool:
@@ -118,6 +128,10 @@ class ProposalClaims(Protocol):
         ...
 
     async def state(self, proposal_id: str) -> ClaimState | None: ...
+
+    async def get(self, proposal_id: str) -> ClaimRecord | None:
+        """The claim of ``proposal_id``, or None when it was never claimed (or pruned)."""
+        ...
 
     async def prune(self, before_ms: int) -> int:
         """Forget claims made before ``before_ms``; returns how many."""
@@ -206,6 +220,17 @@ class ClaimStore:
                 "SELECT state FROM proposal_claims WHERE proposal_id = ?", (proposal_id,)
             ).fetchone()
             return None if row is None else row[0]
+
+        return await self._worker.run(body)
+
+    async def get(self, proposal_id: str) -> ClaimRecord | None:
+        def body(conn: sqlite3.Connection) -> ClaimRecord | None:
+            row = conn.execute(
+                "SELECT operation_hash, decision_id, claimed_at, state FROM proposal_claims"
+                " WHERE proposal_id = ?",
+                (proposal_id,),
+            ).fetchone()
+            return None if row is None else ClaimRecord(*row)
 
         return await self._worker.run(body)
 

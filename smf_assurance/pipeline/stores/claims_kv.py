@@ -37,7 +37,7 @@ from nats.js.errors import (
 )
 from nats.js.kv import KV_DEL, KV_OP, KV_PURGE
 
-from smf_assurance.pipeline.stores.claims import ClaimState, ClaimStoreUnavailable
+from smf_assurance.pipeline.stores.claims import ClaimRecord, ClaimState, ClaimStoreUnavailable
 from smf_assurance.pipeline.stores.kv import (
     KvBucketStore,
     Retry,
@@ -163,6 +163,13 @@ class KvClaimStore(KvBucketStore):
     async def state(self, proposal_id: str) -> ClaimState | None:
         found = await self._read(proposal_id)
         return None if found is None else found[0].state
+
+    async def get(self, proposal_id: str) -> ClaimRecord | None:
+        found = await self._read(proposal_id)
+        if found is None:
+            return None
+        claim = found[0]
+        return ClaimRecord(claim.operation_hash, claim.decision_id, claim.claimed_at, claim.state)
 
     async def prune(self, before_ms: int) -> int:
         """Forget claims made before ``before_ms`` (a replay is stale by then). Each

@@ -587,6 +587,20 @@ class Ledger:
         receipt, _ = await self._submit(entry, None)
         return receipt
 
+    async def has_outcome(self, decision_id: str) -> bool:
+        """Whether a transition to an order's outcome (``consumed``, ``failed``,
+        ``execution_unknown``) is recorded for this decision."""
+
+        def job(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(
+                "SELECT 1 FROM evidence_entries WHERE decision_id = ? AND kind = 'transition'"
+                " AND status IN ('consumed', 'failed', 'execution_unknown') LIMIT 1",
+                (decision_id,),
+            ).fetchone()
+            return row is not None
+
+        return await self._run("has_outcome", job)
+
     async def append_beside(self, entry: EvidenceEntry, beside: Beside) -> tuple[Receipt, Any]:
         """Append ``entry`` and run ``beside`` in the SAME transaction: both commit, or
         neither (issue 20, "one durable commit per decision"). Returns the receipt and

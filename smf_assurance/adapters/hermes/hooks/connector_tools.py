@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from nats.aio.client import Client
 
+from smf_assurance.adapters.client import UNSETTLED_REASONS
 from smf_assurance.adapters.hermes import mapping, tools
 from smf_assurance.adapters.hermes.bridge import BridgeError
 from smf_assurance.adapters.hermes.lifecycle import Lifecycle
@@ -25,8 +26,9 @@ from smf_assurance.subjects.messages import Verdict
 
 log = logging.getLogger("smf.hermes")
 
-NO_VERDICT_REASONS: Final = frozenset({"gate_timeout", "gate_transport_error"})
-"""A proposal may have reached the gate without its verdict reaching us."""
+NO_VERDICT_REASONS: Final = UNSETTLED_REASONS
+"""A proposal may have reached the gate without its verdict reaching us, or the gate
+cannot say yet whether its order exists (``smf_assurance.adapters.client``)."""
 
 
 class ConnectorToolHandlers(Lifecycle):

@@ -443,6 +443,7 @@ export class GateAdapter {
   }
 
   private buildProposal(settings: AdapterSettings, call: ProposedCall, toolCallId?: string): Proposal {
+    const issued = this.clock();
     const proposal: Proposal = {
       schema: "smf.proposal/1",
       proposal_id: newProposalId(),
@@ -456,7 +457,8 @@ export class GateAdapter {
       destination: call.destination,
       actor: settings.context.actor,
       facts: call.facts,
-      issued_at_ms: this.clock(),
+      issued_at_ms: issued,
+      reply_by_ms: issued + replyWindowMs(settings.gateTimeoutMs),
     };
     // The call's id, when the contract can carry it (model-gateway accounting, issue 16).
     if (toolCallId !== undefined && TOOL_CALL_ID_RE.test(toolCallId)) proposal.tool_call_id = toolCallId;
@@ -665,4 +667,17 @@ export class GateAdapter {
     }
     return report;
   }
+}
+
+/** Grace the adapter keeps between the deadline it states and the end of its wait. */
+export const REPLY_GRACE_MS = 1_000;
+
+/**
+ * How long after issuing a proposal its stated deadline (`reply_by_ms`) falls: the wait
+ * (`gateTimeoutMs`) less a grace of one second, or of half the wait when that is shorter,
+ * so the adapter still waits past the deadline the gate works to (the reply's transit
+ * and the difference of the two clocks; `smf_assurance/adapters/client.py`).
+ */
+export function replyWindowMs(gateTimeoutMs: number): number {
+  return Math.max(gateTimeoutMs - REPLY_GRACE_MS, Math.ceil(gateTimeoutMs / 2));
 }

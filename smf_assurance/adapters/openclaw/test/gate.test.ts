@@ -20,7 +20,7 @@ import { newProcessBinding, type ProcessBinding } from "../dist/binding.js";
 import { canonicalBytes, canonicalText, identityOf, sha256Identity } from "../dist/contract/canonical.js";
 import { parseContext, protectedFiles, readConfig } from "../dist/config.js";
 import { decodeEnvelope, encodeEnvelope, signEnvelope, signValue, verifyEnvelope } from "../dist/contract/dsse.js";
-import { GateAdapter, type BeforeResult } from "../dist/gate.js";
+import { GateAdapter, replyWindowMs, type BeforeResult } from "../dist/gate.js";
 import plugin, { adapterFor, HOOK_PRIORITY, hookTimeoutMs, shutdown, warnIfUngated, type PluginApi } from "../dist/index.js";
 import { SigningKey, type VerifyKey } from "../dist/contract/keys.js";
 import { finalArguments, legalHoldOf, ProcessTaint, proposeCall, targetPaths } from "../dist/mapping.js";
@@ -213,6 +213,24 @@ test("a proposal carries the call's id when the contract can carry it, and only 
   await a.beforeToolCall({ toolName: "read", params: { path: "/srv/a" } }, {});
   assert.deepEqual(sent.map((p) => p.tool_call_id), ["smfc0123abcd", undefined, undefined]);
   assert.ok(sent.slice(1).every((p) => !("tool_call_id" in p)));
+});
+
+test("a proposal states a deadline one grace before the adapter stops waiting", async () => {
+  const sent: Array<{ issued_at_ms: number; reply_by_ms?: number }> = [];
+  const bus = new FakeBus((_s, data) => {
+    const p = proposalOf(data);
+    sent.push(p as unknown as { issued_at_ms: number; reply_by_ms?: number });
+    return reply(verdict({ proposal_id: p.proposal_id, outcome: "deny", reason_codes: ["x"] }));
+  });
+  const a = adapter(bus);
+  await a.beforeToolCall({ toolName: "read", params: { path: "/srv/a" } }, {});
+  const timeout = a.settings?.gateTimeoutMs ?? 0;
+  const [first] = sent;
+  assert.ok(first !== undefined && sent.length === 1);
+  assert.equal((first.reply_by_ms ?? 0) - first.issued_at_ms, replyWindowMs(timeout));
+  assert.ok(replyWindowMs(timeout) < timeout);
+  assert.equal(replyWindowMs(5_000), 4_000);
+  assert.equal(replyWindowMs(200), 100);
 });
 
 test("deny blocks with the gate's reason codes", async () => {

@@ -89,6 +89,10 @@ export interface Proposal {
   /** The model's tool-call id (`smf_assurance/subjects/messages.py`: additive, absent when unknown),
    * so the model gateway's tool-call accounting finds this call decided (issue 16). */
   tool_call_id?: string;
+  /** The requester's deadline (`smf_assurance/subjects/messages.py`: additive, absent when
+   * not set): the gate starts no order and no hold after it, and answers a copy that
+   * arrives later from its records instead of deciding it (docs/SUBJECTS.md). */
+  reply_by_ms?: number;
 }
 
 /** `smf_assurance.subjects.patterns.ToolCallId`: an id the contract cannot carry is left out. */
@@ -299,6 +303,7 @@ export function checkProposal(p: Proposal): void {
   if (p.destination.address.length > 2048) bad("destination.address");
   if (!Number.isSafeInteger(p.issued_at_ms) || p.issued_at_ms < 0) bad("issued_at_ms");
   if (p.tool_call_id !== undefined && !TOOL_CALL_ID_RE.test(p.tool_call_id)) bad("tool_call_id");
+  if (p.reply_by_ms !== undefined && (!Number.isSafeInteger(p.reply_by_ms) || p.reply_by_ms < 0)) bad("reply_by_ms");
 }
 
 export function isOrderId(text: string): boolean {
