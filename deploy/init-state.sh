@@ -27,6 +27,9 @@
 # that already has its registry is complete (the registry is copied last) and
 # is left alone, so running this again changes nothing.
 set -eu
+# Every state folder and file private to this user: a gate refuses to start on a
+# store folder or file others may read (its content is a firm's evidence).
+umask 077
 
 root="${SMF_STATE_ROOT:-/var/lib/smf}"
 auth="${SMF_NATS_AUTH_DIR:-/etc/nats/auth}"

@@ -287,7 +287,10 @@ ACTIONS: Final = (
     # The OpenClaw plugin's hold asks it (smf_assurance/adapters/openclaw/src/gate.ts); Hermes
     # never does.
     Action(
-        "ask an approval's state", "req", names.APPROVAL_STATUS, who(ATTORNEY, CONSOLE, RUNTIME)
+        "ask an approval's state",
+        "req",
+        names.APPROVAL_STATUS,
+        who(GATE, ATTORNEY, CONSOLE, RUNTIME),
     ),
     Action(
         "read the tenant's announcements",
@@ -319,7 +322,7 @@ ACTIONS: Final = (
         "ask the gate for announcements",
         "req",
         names.APPROVAL_ANNOUNCEMENTS,
-        who(ATTORNEY, CONSOLE),
+        who(GATE, ATTORNEY, CONSOLE),
         b"{}",
     ),
     Action("serve smf.propose", "sub", names.PROPOSE, who(GATE)),

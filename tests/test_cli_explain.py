@@ -105,7 +105,7 @@ def demo_state(demo_run: tuple[Path, dict[str, str]]) -> Path:
 def state(tmp_path: Path, demo_state: Path) -> Path:
     """A copy of the demo's state, to damage as a test needs."""
     copy = tmp_path / "state"
-    shutil.copytree(demo_state, copy, ignore=shutil.ignore_patterns("nats", "*.streams.json"))
+    shutil.copytree(demo_state, copy, ignore=shutil.ignore_patterns("nats"))
     return copy
 
 

@@ -170,9 +170,7 @@ def expire_in_store(state: StateDir, approval_id: str) -> None:
 
 
 def copy_state(world: World, into: Path) -> StateDir:
-    shutil.copytree(
-        world.state.root, into, ignore=shutil.ignore_patterns("nats", "nats.url", "*.streams.json")
-    )
+    shutil.copytree(world.state.root, into, ignore=shutil.ignore_patterns("nats", "nats.url"))
     return StateDir(into)
 
 
@@ -223,9 +221,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         timeout=TIMEOUT * 2,
         check=True,
     )
-    shutil.copytree(
-        work / "demo", work / "state", ignore=shutil.ignore_patterns("nats", "*.streams.json")
-    )
+    shutil.copytree(work / "demo", work / "state", ignore=shutil.ignore_patterns("nats"))
     state = StateDir(work / "state")
     up = subprocess.Popen(
         [*PROG, "up", "--state-dir", str(state.root), "--json", "--log-level", "error"],

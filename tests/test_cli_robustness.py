@@ -214,6 +214,10 @@ ARGUMENT_ONLY: dict[tuple[str, ...], str] = {
     ("review", "start"): "reads a candidate and a git working tree; no state, no bus",
     ("review", "sign"): "reads a candidate, a key, a registry and a working tree; no bus",
     ("candidate", "status"): "reads a candidate, review records, a registry and git; no bus",
+    ("runtime", "confine"): "needs a runtime's home and workspace folders; test_confine.py "
+    "runs it with each bad input",
+    ("runtime", "run"): "starts a sandbox around a command; test_confine.py runs it with each "
+    "bad input and a missing profile",
 }
 """Commands the environment classes do not run, and why."""
 
@@ -412,8 +416,9 @@ def test_an_unknown_option_prints_the_commands_own_usage(
     isolated: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """``eval --jsn`` printed the top level's usage (issue 22)."""
-    code, err = call([*path, *with_values(parser, str(isolated / "garbage")), "--jsn"], capsys)
+    """``eval --jsn`` printed the top level's usage (issue 22). The unknown option comes
+    before the values: after ``runtime run``'s COMMAND everything is the command's."""
+    code, err = call([*path, "--jsn", *with_values(parser, str(isolated / "garbage"))], capsys)
     assert code == 2
     assert_one_refusal(code, err, path)
 

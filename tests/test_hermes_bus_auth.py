@@ -146,7 +146,8 @@ async def test_the_adapters_credential_reads_no_order_and_no_other_inbox(
     operator_credential = state.existing_credential(OPERATOR)
     assert operator_credential is not None
     operator = await nats.connect(nats_server.url, **operator_credential.connect_options())
-    prober = await Prober.connect([nats_server.url], credential)
+    # alone in its account: its own inbox is seen through its own request's answer
+    prober = await Prober.connect([nats_server.url], credential, names.PROPOSE)
     try:
         assert await prober.try_action(action, operator) == expected
     finally:

@@ -23,6 +23,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.js.errors import APIError
+from structlog.testing import capture_logs
 
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.ops.cli import main
@@ -171,6 +172,26 @@ async def test_a_gate_refuses_to_start_on_a_stream_deleted_or_made_again(
     # the operator who meant it removes the record, and the gate starts on the new stream
     state.root.joinpath("ledger.streams.json").unlink()
     await started_and_stopped(state, server.url)
+
+
+async def test_a_gate_moved_to_a_new_bus_starts_there_and_says_so(
+    state: StateDir, server: EmbeddedNatsServer, tmp_path: Path
+) -> None:
+    """None of the recorded streams on the bus: a new bus (the gate moved, or its whole
+    store was replaced), not a lost stream; the gate starts, makes its streams, says
+    so in its log and records the new ones (a later loss there is refused again)."""
+    await started_and_stopped(state, server.url)
+    with EmbeddedNatsServer(tmp_path / "new-bus") as other:
+        with capture_logs() as logs:
+            await started_and_stopped(state, other.url)
+        assert [e for e in logs if e["event"] == "gate_streams_on_a_new_bus"]
+        nc = await nats.connect(other.url)
+        try:
+            await nc.jetstream(timeout=ANSWER_S).delete_stream(names.RESULT_STREAM)
+            with pytest.raises(GateStreamError, match=STREAM_MISSING):
+                await start_gate(gate_config(state, other.url, co_located=True))
+        finally:
+            await nc.close()
 
 
 async def test_doctor_names_a_stream_gone_or_open_to_purging(

@@ -341,6 +341,9 @@ def _gate() -> Permissions:
             "$JS.ACK.>",
             "$JS.FC.>",
             "$KV.>",
+            # a replica's own health check (compose: `approvals pending` as the gate)
+            names.APPROVAL_ANNOUNCEMENTS,
+            names.APPROVAL_STATUS,
             *_INBOXES,
         ),
         publish_deny=(*_NO_DESTRUCTION, *_GATE_KEEPS_OFF, *_GATE_READS_ONLY),

@@ -12,7 +12,8 @@ stream's configuration can), and a gate records when each stream was made. A gat
 that starts and finds a stream it recorded gone, or made again since (its orders,
 reports or announcements lost with it), refuses to start (:class:`GateStreamError`,
 ``stream_missing`` / ``stream_replaced``) instead of silently making a fresh one;
-the operator who removed it on purpose removes the record too.
+the operator who removed it on purpose removes the record too. A bus on which none
+of them exists is a new bus, not a lost stream (:func:`ensure_gate_streams`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Final
 
 import msgspec
+import structlog
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -55,6 +57,8 @@ from smf_assurance.subjects.names import (
     execute_subject,
 )
 from smf_assurance.subjects.registry import KeyRegistry
+
+log = structlog.get_logger(__name__)
 
 DUPLICATE_WINDOW_SECONDS: Final = 120.0
 PROBE_SECONDS: Final = 2.0
@@ -223,13 +227,33 @@ async def ensure_gate_streams(
 ) -> None:
     """Every stream of the gate (:func:`gate_stream_configs`). With ``record`` (a file
     beside the gate's ledger), each stream's creation time is checked against the one
-    recorded there, and the record is written for the next start."""
+    recorded there, and the record is written for the next start.
+
+    A bus on which none of the recorded streams exists is a new bus (the gate moved,
+    or its whole store was replaced): the gate starts on it and says so in its log.
+    Nothing it lost can be decided again there: the ledger, the claims and the
+    approvals are the gate's own files, and an order in flight ends
+    ``execution_unknown``. A bus that kept some streams and lost or remade others is
+    refused: a stream went missing under a running deployment.
+    """
     known = _read_record(record)
-    for config in gate_stream_configs(replicas):
+    configs = gate_stream_configs(replicas)
+    if known and not any([await _exists(js, name) for name in known]):
+        log.warning("gate_streams_on_a_new_bus", recorded=sorted(known))
+        known = {}
+    for config in configs:
         assert config.name is not None
         known[config.name] = await ensure_stream(js, config, known.get(config.name))
     if record is not None:
         _write_record(record, known)
+
+
+async def _exists(js: JetStreamContext, name: str) -> bool:
+    try:
+        await js.stream_info(name)
+    except NotFoundError:
+        return False
+    return True
 
 
 def _read_record(record: Path | None) -> dict[str, str]:
