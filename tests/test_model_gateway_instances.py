@@ -11,7 +11,9 @@ one issued outside the freshness window, one that is garbage, non-canonical or t
 long, is refused before the provider is asked, and the gate's ledger records why; a
 runtime provisioned ``instance_bound`` is held to it even when its attestation names
 no instance; an admission kept for one proof is not reused for a request without it;
-a runtime whose attestation names no instance (an adapter that cannot prove its process,
+a model list is served without a proof (it carries nothing to the provider and is
+decided as output) and its admission serves no turn; a runtime whose attestation names
+no instance (an adapter that cannot prove its process,
 and was not provisioned ``instance_bound``) is served by its token as before (every other
 test of the gateway).
 
@@ -27,6 +29,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from smf_assurance.subjects import names
@@ -47,6 +50,7 @@ from tests.test_model_gateway import (
     World,
     attest,
     chat,
+    decisions,
     error_code,
     gateway_world,
     ledger_reasons,
@@ -214,3 +218,20 @@ async def test_a_runtime_that_names_no_instance_is_served_by_its_token(world: Wo
     assert (await attest(world, OTHER, OTHER_ID)).accepted
     status, _ = await chat(world, OTHER_ID)
     assert status == 200
+
+
+async def test_a_model_list_needs_no_proof_and_serves_no_turn(world: World) -> None:
+    """Hermes asks for the provider's model list outside its request middleware, so a
+    proof-bound runtime's list request carries no proof: it is served (decided as the
+    runtime's output), and its admission does not let a turn without a proof through."""
+    mine = new_instance_id()
+    assert (await attest(world, BOUND, BOUND_ID, instance_id=mine)).accepted
+    headers = {"Authorization": f"Bearer {world.tokens[BOUND_ID]}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(world.gateway.url + "/models", headers=headers) as resp,
+    ):
+        assert resp.status == 200
+        assert (await resp.json())["data"][0]["id"] == "fake-model"
+    assert decisions(world.state) == ["allow"]
+    assert await refused(world, BOUND_ID, None) == "instance_proof_missing"

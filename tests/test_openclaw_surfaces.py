@@ -880,9 +880,12 @@ def test_telegram_never_carries_a_held_or_withheld_reply_and_delivers_an_allowed
     # the provider wrote every reply; the gate decided each one
     assert [r["answered"] for r in run["requests"]] == ["text", "tool:read", "text", "text"]
     assert decided(run) == [("read", "allow", "allow", ["internal_read"])]
-    held, withheld, allowed = outputs(run)
+    # every turn is output-decided before OpenClaw has it, the turn of the read call too
+    held, call, withheld, allowed = outputs(run)
     assert (held["outcome"], held["disposition"], held["released"]) == ("held", "hold", None)
     assert HELD_REASON in held["reasons"]
+    assert (call["outcome"], call["disposition"]) == ("allow", "allow")
+    assert "read" in call["released"], call
     assert (withheld["outcome"], withheld["disposition"], withheld["released"]) == (
         "deny",
         "deny",

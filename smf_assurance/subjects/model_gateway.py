@@ -117,6 +117,12 @@ class GatewayAdmit(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     instance_proof: SealedProof | None = None
     """The request's :data:`names.HEADER_INSTANCE_PROOF`, as the runtime sent it (the
     gate verifies it; the gateway holds no runtime keys)."""
+    model_list: bool = False
+    """A request for the provider's model list, which carries nothing of the runtime to
+    the provider and whose answer is decided as the runtime's output before it is shown:
+    it needs the runtime's standing and the release's approval of the provider, not a
+    process proof (Hermes asks for the list outside its request middleware, so a
+    proof-bound runtime's list request never carries one; docs/HERMES.md)."""
 
 
 class GatewayAdmission(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

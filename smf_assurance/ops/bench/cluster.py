@@ -397,7 +397,8 @@ class GateProcess:
 def provision_replica(seed: StateDir, root: Path) -> StateDir:
     """A replica's own state directory holding copies of the seed's identity files."""
     state = StateDir(root)
-    state.keys.mkdir(parents=True, mode=0o700)
+    state.create()
+    state.keys.mkdir(mode=0o700)
     for item in GATE_FILES:
         source, target = seed.root / item, root / item
         if source.is_dir():

@@ -75,7 +75,7 @@ class ModelAdmissionDesk:
             raise StageRefusal("malformed_admit", "not JSON") from exc
         reason, held = self.attestation.standing(ask.runtime_id)
         instance_end: int | None = None
-        if reason is None and held is not None:
+        if reason is None and held is not None and not ask.model_list:
             reason, instance_end = self.attestation.admit_instance(
                 ask.runtime_id, held, ask.instance_proof
             )

@@ -315,10 +315,11 @@ class ModelGateway:
     settings: GatewaySettings = field(default_factory=GatewaySettings)
     clock: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)
     _by_token: dict[str, GatewayRuntime] = field(init=False)
-    _standing: dict[tuple[str, str, str | None], _Standing] = field(
+    _standing: dict[tuple[str, str, str | None, bool], _Standing] = field(
         init=False, default_factory=dict
     )
-    """Kept admissions by (runtime, classification, the request's instance proof)."""
+    """Kept admissions by (runtime, classification, the request's instance proof, whether
+    it was a model list's: that admission, given without a proof, serves no turn)."""
     _in_flight: dict[str, int] = field(init=False, default_factory=dict)
     _confined: dict[str, str | None] = field(init=False, default_factory=dict)
     """Per runtime: the profile digest its last admission named (None: not confined)."""
@@ -385,10 +386,12 @@ class ModelGateway:
         """The provider's model list, for an admitted runtime, decided like a reply: every
         string in it (ids, owners, any field a provider adds) is what the runtime may
         show, so it goes through the output gate first; anything but an allow is a 502
-        (``model_list_withheld``) and no byte of the list."""
+        (``model_list_withheld``) and no byte of the list. Its admission needs no process
+        proof (:attr:`GatewayAdmit.model_list`): the request carries nothing to the
+        provider, and no turn is served on it."""
         try:
             runtime = self._authenticate(request)
-            standing = await self._admit(runtime, "public", self._proof(request))
+            standing = await self._admit(runtime, "public", None, model_list=True)
             status, data = await self._upstream_get("/models")
             try:
                 listed = msgspec.json.decode(data)
@@ -491,7 +494,12 @@ class ModelGateway:
         return proof
 
     async def _admit(
-        self, runtime: GatewayRuntime, classification: Classification, proof: str | None
+        self,
+        runtime: GatewayRuntime,
+        classification: Classification,
+        proof: str | None,
+        *,
+        model_list: bool = False,
     ) -> _Standing:
         """The attested runtime version and the release's detection window, or a refusal
         the gate has recorded. The gate also decides the request as an egress to the
@@ -499,7 +507,7 @@ class ModelGateway:
         is kept per runtime, classification and proof (another process's request is
         asked about afresh)."""
         now = self.clock()
-        key = (runtime.runtime_id, classification, proof)
+        key = (runtime.runtime_id, classification, proof, model_list)
         cached = self._standing.get(key)
         if cached is not None and now < cached.valid_until_ms:
             return cached
@@ -515,6 +523,7 @@ class ModelGateway:
             classification=classification,
             issued_at_ms=now,
             instance_proof=proof,
+            model_list=model_list,
         )
         answer = await self._ask_gate(
             names.GATEWAY_ADMIT,
