@@ -57,6 +57,7 @@ from tests.surface_matrix import compare, mapper_capabilities, render
 
 PROJECT = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = PROJECT / "smf_assurance" / "adapters" / "openclaw"
+SCENARIOS = PROJECT / "smf_assurance" / "ops" / "corpus" / "scenarios"
 PLUGIN_DIST = PLUGIN_DIR / "dist" / "index.js"
 
 
@@ -800,10 +801,17 @@ def smf_plugin(
 def gated(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OpenClawRuns]:
-    """The harness with a nats-server, a gate and the synthetic attorney."""
+    """The harness with a nats-server, a gate and the synthetic attorney. The gate's
+    release is the scenario corpus without its confinement floor (``confinement.json``:
+    ``exec`` denied ``runtime_not_confined`` to a runtime no launcher confines), so these
+    unconfined runs show the hooks, holds and approvals themselves; the floor's own
+    tests: tests/test_confinement.py, tests/test_openclaw_confined.py."""
     build_plugin()
     assert (PLUGIN_DIR / "node_modules").is_dir(), "the plugin's node_modules are missing"
-    yield from _start_harness(request, tmp_path_factory, "openclaw-gated", {"runtime": E2E_RUNTIME})
+    corpus = tmp_path_factory.mktemp("corpus") / "scenarios-unconfined"
+    shutil.copytree(SCENARIOS, corpus, ignore=shutil.ignore_patterns("confinement.json"))
+    gate = {"runtime": E2E_RUNTIME, "corpus": str(corpus)}
+    yield from _start_harness(request, tmp_path_factory, "openclaw-gated", gate)
 
 
 def verdicts(run: dict[str, Any], via: str = "reply") -> list[dict[str, Any]]:

@@ -74,8 +74,13 @@ HELD: Final = "[SMF Assurance Gate: this reply is held for approval"
 def gated(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OpenClawRuns]:
+    """The firm's permissive corpus without its confinement floor: these unconfined
+    runs show what the gateway decides and taints, and an ``exec`` from a clean session
+    is held for an attorney rather than denied ``runtime_not_confined`` (the floor's own
+    tests: tests/test_confinement.py, tests/test_openclaw_confined.py)."""
     build_plugin()
     corpus = permissive_corpus(tmp_path_factory.mktemp("corpus") / "firm")
+    (corpus / "confinement.json").unlink()
     gate = {
         "runtime": E2E_RUNTIME,
         "model_gateway": {"runtimes": SERVED[:1]},

@@ -491,7 +491,11 @@ def test_a_cron_agent_job_fired_by_its_timer_is_gated_call_by_call_and_its_reply
     assert {(r["status"], r["reason_code"]) for r in reports} == {
         ("confirmed", "executed_as_approved")
     }
-    [output] = outputs(run)
+    # each turn is output-decided before OpenClaw has it: the two turns of a write call
+    # (allowed as shown) and the reply (held)
+    *calls, output = outputs(run)
+    assert [(c["outcome"], c["disposition"]) for c in calls] == [("allow", "allow")] * 2
+    assert all("write" in c["released"] for c in calls), calls
     assert (output["outcome"], output["disposition"], output["released"]) == ("held", "hold", None)
     assert HELD_REASON in output["reasons"]
     notices = [s for s in in_chat(run, CRON_AGENT_CHAT) if NOTICE in shown(s)]

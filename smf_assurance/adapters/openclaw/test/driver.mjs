@@ -38,8 +38,13 @@ function answer(message) {
   process.stdout.write(JSON.stringify(message) + "\n");
 }
 
+// OpenClaw records each hook with the source file it loaded the plugin from, and tells
+// the plugin that file as `api.source`; the plugin knows its own hooks by it.
+const SOURCE = new URL("../dist/index.js", import.meta.url).pathname;
+
 function api(config, runtimeVersion) {
   return {
+    source: SOURCE,
     pluginConfig: config,
     registrationMode: "full",
     runtime: { version: runtimeVersion },
@@ -50,7 +55,7 @@ function api(config, runtimeVersion) {
     },
     on(name, handler, opts) {
       hooks[name]?.push(handler);
-      registry.typedHooks.push({ pluginId: plugin.id, hookName: name, handler, priority: opts?.priority, timeoutMs: opts?.timeoutMs });
+      registry.typedHooks.push({ pluginId: plugin.id, hookName: name, handler, priority: opts?.priority, timeoutMs: opts?.timeoutMs, source: SOURCE });
       registrations.push({ hook: name, priority: opts?.priority ?? null, timeoutMs: opts?.timeoutMs ?? null });
     },
   };
@@ -84,7 +89,7 @@ async function run(command) {
       }
     }
     case "foreign":
-      registry.typedHooks.push({ pluginId: command.pluginId, hookName: command.hookName, handler: () => undefined, priority: command.priority });
+      registry.typedHooks.push({ pluginId: command.pluginId, hookName: command.hookName, handler: () => undefined, priority: command.priority, source: command.source ?? "/elsewhere/rogue/index.js" });
       return { hooks: registry.typedHooks.length };
     case "close":
       await shutdown();
