@@ -39,7 +39,12 @@ import structlog
 from nats.errors import Error as NatsError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType
 from nats.js.client import JetStreamContext
-from nats.js.errors import APIError, BucketNotFoundError, KeyNotFoundError
+from nats.js.errors import (
+    APIError,
+    BucketNotFoundError,
+    KeyNotFoundError,
+    ServiceUnavailableError,
+)
 from nats.js.kv import KV_DEL, KV_OP, KV_PURGE, KeyValue
 
 __all__ = [
@@ -204,6 +209,10 @@ class KvEntry:
     revision: int
 
 
+CONSUMER_READY_POLL_S: Final = 0.05
+"""How often :func:`kv_entries` asks a consumer that is not reachable yet."""
+
+
 async def kv_entries(
     js: JetStreamContext, bucket: str, prefix: str, timeout: float
 ) -> dict[str, KvEntry]:
@@ -220,6 +229,11 @@ async def kv_entries(
     Every key that existed when the read began is seen at least once; a key
     written meanwhile is seen again at its new revision, and the last one wins.
     Deleted keys are left out. Each fetch is bounded by ``timeout``.
+
+    A fetch answered 503 (no responders) asked a consumer the server has created
+    but not yet made reachable (on a cluster its leader is still being placed):
+    it is asked again until ``timeout`` has passed since the first such answer,
+    and then the 503 is raised (the caller's outage).
     """
     stream = f"KV_{bucket}"
     subject_prefix = f"$KV.{bucket}."
@@ -242,8 +256,18 @@ async def kv_entries(
         if remaining:
             pull = await js.pull_subscribe_bind(consumer=name, stream=stream)
             try:
+                unready_since: float | None = None
                 while remaining:
-                    for msg in await pull.fetch(batch=min(remaining, 256), timeout=timeout):
+                    try:
+                        batch = await pull.fetch(batch=min(remaining, 256), timeout=timeout)
+                    except ServiceUnavailableError:
+                        now = asyncio.get_running_loop().time()
+                        unready_since = now if unready_since is None else unready_since
+                        if now - unready_since >= timeout:
+                            raise
+                        await asyncio.sleep(CONSUMER_READY_POLL_S)
+                        continue
+                    for msg in batch:
                         key = msg.subject.removeprefix(subject_prefix)
                         operation = (msg.headers or {}).get(KV_OP)
                         if operation in (KV_DEL, KV_PURGE):
