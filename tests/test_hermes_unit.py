@@ -310,6 +310,32 @@ def pre(tool: str, args: Any, **extra: Any) -> dict[str, Any]:
 # --- pre_tool_call: verdicts -------------------------------------------------------
 
 
+def ledger_rows(state: StateDir) -> list[dict[str, Any]]:
+    out = io.StringIO()
+    export_jsonl(state.ledger, out)
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+@pytest.mark.claim("model-gateway.local-refusals-accounted")
+async def test_a_call_the_adapter_refuses_itself_is_reported_as_a_recorded_denial(
+    hermes: plugin.HermesAdapter, state: StateDir
+) -> None:
+    """Tool-call accounting without false stops: arguments the adapter cannot map are
+    blocked here, and the refusal (not the arguments) is reported to the real gate,
+    which records a denial with the adapter's reason for that call id. A call without
+    an id has no result to account for: nothing is reported."""
+    blocked = await hook(hermes.pre_tool_call, **pre("read_file", ["x"], tool_call_id="call-r1"))
+    assert blocked is not None and "arguments_not_an_object" in blocked["message"]
+    refused = [
+        r["reason_codes"]
+        for r in ledger_rows(state)
+        if r["reason_codes"][:1] == ["refused_by_adapter"]
+    ]
+    assert refused == [["refused_by_adapter", "arguments_not_an_object"]]
+    assert await hook(hermes.pre_tool_call, **pre("read_file", ["x"], tool_call_id=None))
+    assert len([r for r in ledger_rows(state) if "refused_by_adapter" in r["reason_codes"]]) == 1
+
+
 async def test_allowed_read_runs_and_only_with_the_allowed_arguments(
     hermes: plugin.HermesAdapter, tmp_path: Path
 ) -> None:

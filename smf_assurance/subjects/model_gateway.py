@@ -152,10 +152,16 @@ class GatewayAdmission(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     sends the release's default."""
 
 
-class GatewayCalls(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class GatewayCalls(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """``smf.gateway.calls`` (tool-call accounting): did the gate decide a proposal for
     each of these tool calls of this runtime? The ids are those the gateway issued
-    itself, for tool results a request now carries back to the model."""
+    itself, for tool results a request now carries back to the model.
+
+    ``not_offered``: those of the ids whose call named a tool the request the model
+    answered did not offer (no runtime runs such a call: it answers it with an
+    error, before any hook of ours sees it). One no proposal carried is recorded as
+    a refusal (``unknown_tool``, ``tool_not_offered_by_runtime``) and noted decided,
+    not a stop. ``omit_defaults``: an ask without it encodes as before it existed."""
 
     schema: Literal["smf.gateway-calls/1"]
     request_id: MessageId
@@ -165,12 +171,19 @@ class GatewayCalls(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         tuple[ToolCallId, ...], msgspec.Meta(min_length=1, max_length=MAX_CALLS_PER_ASK)
     ]
     issued_at_ms: Millis
+    not_offered: Annotated[tuple[ToolCallId, ...], msgspec.Meta(max_length=MAX_CALLS_PER_ASK)] = ()
 
 
 class GatewayCallsAnswer(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The gate's answer, signed with its key: the ids no verified proposal carried.
     When any is uncovered the gate has recorded ``ungated_tool_result`` and stopped
-    the runtime (``stopped``) until an operator clears it."""
+    the runtime (``stopped``) until an operator clears it.
+
+    ``refused``: ids of ``not_offered`` calls no proposal carried, now recorded as
+    refusals (``evidence``) and decided. ``unrecorded``: such ids whose refusal the
+    ledger did not take (``evidence_store_unavailable``): neither decided nor a stop;
+    the gateway refuses the request and asks again next time. Both are left out of
+    the encoding when empty, so an answer without them has the bytes it had before."""
 
     schema: Literal["smf.gateway-calls-answer/1"]
     request_id: str
@@ -179,6 +192,8 @@ class GatewayCallsAnswer(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     stopped: bool = False
     reason_codes: tuple[Code, ...] = ()
     evidence: tuple[str, ...] = ()
+    refused: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
+    unrecorded: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
 
 
 class GatewayClear(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -49,7 +49,11 @@ it, whatever the runtime's settings, its plugins, or its safe mode. Here:
   yet said was decided, the gateway asks (``smf.gateway.calls``, answered
   signed by the gate, ``smf_assurance.pipeline.stages.tool_calls``); a result no proposal
   covered is refused ``ungated_tool_result`` before the provider is asked, and
-  the gate has stopped the runtime until an operator clears it.
+  the gate has stopped the runtime until an operator clears it. A call to a tool the
+  request did not offer (the runtime answers it with an error before any hook sees
+  it) is named in the question (``not_offered``): the gate records it as a refusal
+  and the runtime keeps being served; a call the adapter refused itself was reported
+  by it as a refusal, so it is covered like any decided call.
 - **Session taint outside the runtime** (item 4). Before a turn with tool calls
   is returned, each issued id gets its record in ``SMF_CALL_CONTEXT``
   (``smf_assurance.subjects.call_context``): what the detectors raised over the request's
@@ -325,6 +329,8 @@ class ModelGateway:
     """Per runtime: the profile digest its last admission named (None: not confined)."""
     _issued: dict[str, _Bounded] = field(init=False, default_factory=dict)
     _covered: dict[str, _Bounded] = field(init=False, default_factory=dict)
+    _not_offered: dict[str, _Bounded] = field(init=False, default_factory=dict)
+    """Per runtime: issued ids whose call named a tool its request did not offer."""
     _session: aiohttp.ClientSession | None = field(init=False, default=None)
     _upstream_key: str | None = field(init=False, default=None)
     call_context_keys: Callable[[], Mapping[str, VerifyKey]] | None = None
@@ -451,7 +457,7 @@ class ModelGateway:
         turn = model_turns.own_turn(
             turn, turn_id="chatcmpl-smf-" + secrets.token_hex(12), model=chat.model()
         )
-        await self._issue_call_ids(runtime, turn, context, found)
+        await self._issue_call_ids(runtime, turn, context, found, chat.offered_tools())
         started = time.perf_counter_ns()
         # a turn's text is decided in its session's whole context; the calls of a turn
         # without text carry the session's taint to their own decisions (their records)
@@ -563,6 +569,7 @@ class ModelGateway:
         turn: Turn,
         context: DataFacts,
         found: tuple[str, ...],
+        offered: frozenset[str] = frozenset(),
     ) -> None:
         """Every tool call the runtime gets carries an id this gateway issued and
         remembers, so its result can be checked against the gate's decisions, and
@@ -595,9 +602,14 @@ class ModelGateway:
         except CallContextUnavailable as exc:
             log.error("call_context_not_written", runtime_id=runtime.runtime_id, calls=len(records))
             raise Refusal(503, "call_context_unavailable") from exc
+        not_offered = self._not_offered.setdefault(
+            runtime.runtime_id, _Bounded(self.settings.max_issued_calls)
+        )
         for record in records:
             self._keep_context(record)
             issued.add(record.tool_call_id)
+            if record.tool_name not in offered:
+                not_offered.add(record.tool_call_id)
         try:
             await self._tainted.write(written)
         except TaintedContentUnavailable as exc:
@@ -710,19 +722,26 @@ class ModelGateway:
         covered = self._covered.setdefault(
             runtime.runtime_id, _Bounded(self.settings.max_covered_calls)
         )
+        not_offered = self._not_offered.get(runtime.runtime_id)
         ask = [i for i in dict.fromkeys(chat.tool_result_ids()) if i in issued and i not in covered]
         for start in range(0, len(ask), MAX_CALLS_PER_ASK):
             batch = tuple(ask[start : start + MAX_CALLS_PER_ASK])
-            uncovered = await self._ask_calls(runtime, batch)
-            if uncovered:
+            unoffered = tuple(i for i in batch if not_offered is not None and i in not_offered)
+            answer = await self._ask_calls(runtime, batch, unoffered)
+            if answer.uncovered:
                 # stopped: every kept admission of this runtime is void, ask the gate again
                 for key in [k for k in self._standing if k[0] == runtime.runtime_id]:
                     del self._standing[key]
                 raise Refusal(403, "ungated_tool_result")
+            if answer.unrecorded:
+                # a refusal the ledger did not take: nothing is served without its evidence
+                raise Refusal(503, "tool_refusal_not_recorded")
             for call_id in batch:
                 covered.add(call_id)
 
-    async def _ask_calls(self, runtime: GatewayRuntime, batch: tuple[str, ...]) -> tuple[str, ...]:
+    async def _ask_calls(
+        self, runtime: GatewayRuntime, batch: tuple[str, ...], not_offered: tuple[str, ...]
+    ) -> GatewayCallsAnswer:
         ask = GatewayCalls(
             schema="smf.gateway-calls/1",
             request_id="m-" + secrets.token_hex(16),
@@ -730,8 +749,9 @@ class ModelGateway:
             tenant_id=runtime.actor.tenant_id,
             tool_call_ids=batch,
             issued_at_ms=self.clock(),
+            not_offered=not_offered,
         )
-        answer = await self._ask_gate(
+        return await self._ask_gate(
             names.GATEWAY_CALLS,
             ask,
             GatewayCallsAnswer,
@@ -739,7 +759,6 @@ class ModelGateway:
             self.settings.calls_timeout_s,
             "calls_answer",
         )
-        return answer.uncovered
 
     async def _ask_gate(
         self,

@@ -161,6 +161,19 @@ class Blocked extends Error {
   }
 }
 
+/**
+ * The reason of a refusal this adapter made by itself, before any proposal of the call
+ * reached the gate (the call is reported, `reportRefused`), or undefined: a gate's or an
+ * approval's denial was decided at the gate already, and a bus failure reaches no gate.
+ */
+function localRefusal(error: unknown): string | undefined {
+  if (error instanceof MappingError) return error.reasonCode;
+  if (error instanceof Blocked && error.kind === "adapter" && error.reasons.some((r) => r.startsWith("adapter_refuses_to_run"))) {
+    return "adapter_refuses_to_run";
+  }
+  return undefined;
+}
+
 /** Issue 25: every denial names the decision it rests on, so whoever reads it can have
  * the gate's reasons in words (`smf-assurance explain`, from the ledger and the release).
  * Empty when the verdict names none (the gate never decided). */
@@ -344,7 +357,46 @@ export class GateAdapter {
         message = `SMF Assurance adapter blocked ${label}: ${INTERNAL_ERROR}. It did not run.`;
       }
       if (key !== undefined) this.blockedCalls.set(key, true);
+      const local = localRefusal(error);
+      if (local !== undefined) await this.reportRefused(event, ctx, local);
       return { block: true, blockReason: message };
+    }
+  }
+
+  /**
+   * Tool-call accounting (docs/OPENCLAW.md): a call this adapter refused itself (a path of
+   * its own credentials, arguments it cannot map, refusing mode) still leaves an error
+   * result, which the model gateway would report as one no gate decided and stop the
+   * runtime for. So the refusal is reported to the gate (`refused_locally`): recorded there
+   * as a denial with the adapter's reason, the call noted decided. The block stands
+   * whatever the gate answers; a report that fails is logged, and the result is then
+   * reported ungated (fail closed). The refused params are not sent. Never throws.
+   */
+  private async reportRefused(event: ToolEvent, ctx: ToolContext, reason: string): Promise<void> {
+    const settings = this.settings;
+    const toolCallId = str(event.toolCallId ?? ctx.toolCallId);
+    if (settings === undefined || this.bus === undefined || toolCallId === undefined || !TOOL_CALL_ID_RE.test(toolCallId)) return;
+    try {
+      const name = typeof event.toolName === "string" && event.toolName.length >= 1 && event.toolName.length <= 256 ? event.toolName : "unnamed_tool";
+      const call: ProposedCall = {
+        nativeTool: name,
+        arguments: {},
+        content: "",
+        destination: { address: "", locality: "unknown" },
+        facts: { ...settings.context.facts, legal_hold: null },
+        surface: "tool_call",
+      };
+      const proposal = this.buildProposal(settings, call, toolCallId);
+      proposal.refused_locally = /^[a-z][a-z0-9_]{0,63}$/.test(reason) ? reason : "adapter_refused";
+      checkProposal(proposal);
+      const verdict = await this.propose(settings, proposal);
+      if (verdict.outcome !== "deny") this.log.error(`smf: refusal report answered ${verdict.outcome}; the call stays blocked`);
+    } catch (error) {
+      try {
+        this.log.warn(`smf: refusal not reported to the gate (${error instanceof Error ? error.name : "error"})`);
+      } catch {
+        // Logging must never turn a block into a throw.
+      }
     }
   }
 
