@@ -119,6 +119,7 @@ from smf_assurance.pipeline.stores.tainted_content import (
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.bus_access import CLIENT_API
 from smf_assurance.subjects.call_context import CALL_ID_PREFIX, CallContext
+from smf_assurance.subjects.canonical import CanonicalJSONError
 from smf_assurance.subjects.envelope import Classification, InjectionTaint, Name, Surface
 from smf_assurance.subjects.keys import SigningKey, VerifyKey
 from smf_assurance.subjects.messages import (
@@ -135,6 +136,7 @@ from smf_assurance.subjects.model_gateway import (
     GatewayCalls,
     GatewayCallsAnswer,
     ProviderName,
+    request_digest,
 )
 from smf_assurance.subjects.patterns import Token
 from smf_assurance.subjects.tainted_content import (
@@ -243,6 +245,15 @@ def error_response(status: int, reason_code: str) -> web.Response:
         }
     }
     return web.json_response(body, status=status)
+
+
+def _request_digest(chat: model_turns.ChatRequest) -> str | None:
+    """The digest a proof of this request must name (``subjects.model_gateway``), or None
+    for messages with no canonical form (a proof bound to a body then never matches)."""
+    try:
+        return request_digest(chat.body["messages"])
+    except CanonicalJSONError:
+        return None
 
 
 def new_call_id() -> str:
@@ -447,7 +458,9 @@ class ModelGateway:
         except TurnError as exc:
             raise Refusal(400, exc.reason_code) from exc
         classification = model_turns.request_classification(runtime.facts, chat)
-        standing = await self._admit(runtime, classification, self._proof(request))
+        proof = self._proof(request)
+        digest = None if proof is None else _request_digest(chat)
+        standing = await self._admit(runtime, classification, proof, request_digest=digest)
         if runtime.account_tool_calls:
             await self._account(runtime, chat)
         context, found = await self._context(runtime, chat)
@@ -506,16 +519,19 @@ class ModelGateway:
         proof: str | None,
         *,
         model_list: bool = False,
+        request_digest: str | None = None,
     ) -> _Standing:
         """The attested runtime version and the release's detection window, or a refusal
         the gate has recorded. The gate also decides the request as an egress to the
         provider, for its classification, and checks the process proof, so an admission
         is kept per runtime, classification and proof (another process's request is
-        asked about afresh)."""
+        asked about afresh). A request with a proof is never answered from what is
+        kept: a proof is good for one request, once, and only the gate knows whether
+        it was used (a replayed proof must reach it to be refused)."""
         now = self.clock()
         key = (runtime.runtime_id, classification, proof, model_list)
         cached = self._standing.get(key)
-        if cached is not None and now < cached.valid_until_ms:
+        if cached is not None and proof is None and now < cached.valid_until_ms:
             return cached
         # proofs rotate, so a kept admission's key is often never asked again
         for old in [k for k, v in self._standing.items() if v.valid_until_ms <= now]:
@@ -530,6 +546,7 @@ class ModelGateway:
             issued_at_ms=now,
             instance_proof=proof,
             model_list=model_list,
+            request_digest=request_digest,
         )
         answer = await self._ask_gate(
             names.GATEWAY_ADMIT,
@@ -558,7 +575,8 @@ class ModelGateway:
             until,
             DEFAULT_DETECTION_WINDOW_CHARS if isinstance(window, msgspec.UnsetType) else window,
         )
-        self._standing[key] = standing
+        if proof is None:
+            self._standing[key] = standing
         return standing
 
     # -- tool-call accounting ------------------------------------------------------
