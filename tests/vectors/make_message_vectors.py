@@ -745,7 +745,9 @@ def instance_proof_vectors() -> dict[str, Any]:
         }
 
     messages = [{"role": "user", "content": "Caf\u00e9: file the memo."}]
-    digest = "sha256:" + hashlib.sha256(simple_canonical({"messages": messages}).encode()).hexdigest()
+    digest = (
+        "sha256:" + hashlib.sha256(simple_canonical({"messages": messages}).encode()).hexdigest()
+    )
     seal = [
         seal_case("openclaw_process", PROOF),
         # issue 36: one request's proof (a nonce; the digest of its messages)
