@@ -28,6 +28,7 @@ The real Hermes: tests/test_hermes_gateway.py.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -329,3 +330,19 @@ def test_accepted_nonces_are_forgotten_after_their_window_and_bounded() -> None:
     assert desk._accept_once("r", "b" * 32, 0, 0) == "instance_proofs_too_many"
     assert desk._accept_once("r", "b" * 32, 0, window + 1) is None  # both forgotten
     assert len(desk._nonces) == 1
+
+
+async def test_a_body_whose_messages_have_no_canonical_form_is_proven_by_no_proof(
+    world: World,
+) -> None:
+    """Messages with a float have no canonical form, so no digest: a proof that names a
+    body never matches one (refused, the provider not asked); the adapter seals none."""
+    mine = new_instance_id()
+    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
+    messages = [{"role": "user", "content": "hi", "weight": 0.5}]
+    body = json.dumps({"model": "fake-model", "stream": True, "messages": messages}).encode()
+    status, data = await chat(
+        world, OTHER_ID, body=body, headers=proof(world.key(OTHER), OTHER_ID, mine)
+    )
+    assert (status, error_code(data)) == (403, "instance_proof_for_another_request")
+    assert world.model.requests == []
