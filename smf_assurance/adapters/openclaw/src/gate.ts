@@ -156,6 +156,8 @@ class Blocked extends Error {
     readonly decisionId: string | null = null,
     /** The denying approver's note (issue 23): told to the requester, never logged. */
     readonly note: string | null = null,
+    /** The adapter refused before proposing the call: the refusal is reported (`reportRefused`). */
+    readonly beforeProposal = false,
   ) {
     super(reasons.join(","));
   }
@@ -168,9 +170,7 @@ class Blocked extends Error {
  */
 function localRefusal(error: unknown): string | undefined {
   if (error instanceof MappingError) return error.reasonCode;
-  if (error instanceof Blocked && error.kind === "adapter" && error.reasons.some((r) => r.startsWith("adapter_refuses_to_run"))) {
-    return "adapter_refuses_to_run";
-  }
+  if (error instanceof Blocked && error.beforeProposal) return "adapter_refuses_to_run";
   return undefined;
 }
 
@@ -405,7 +405,7 @@ export class GateAdapter {
    * another plugin that can change the call after us, or a budget for our hook
    * shorter than a held call may wait, or cannot be read (`foreign.ts`).
    */
-  private refuseForeignHooks(settings: AdapterSettings): void {
+  private refuseForeignHooks(settings: AdapterSettings, proposed = false): void {
     const found = settings.inspect?.();
     let problem: string | undefined;
     let detail = "";
@@ -424,7 +424,7 @@ export class GateAdapter {
           "Every tool call will be BLOCKED until the operator fixes this and restarts OpenClaw.",
       );
     }
-    throw new Blocked([`adapter_refuses_to_run(${problem})`], "adapter");
+    throw new Blocked([`adapter_refuses_to_run(${problem})`], "adapter", null, null, !proposed);
   }
 
   private blockMessage(label: string, blocked: Blocked): string {
@@ -442,7 +442,7 @@ export class GateAdapter {
   private async decide(label: string, event: ToolEvent, ctx: ToolContext, key: string | undefined): Promise<BeforeResult> {
     const settings = this.settings;
     if (this.problems.length > 0 || settings === undefined || this.bus === undefined) {
-      throw new Blocked([`adapter_refuses_to_run(${this.problems.join(",") || "adapter_not_configured"})`], "adapter");
+      throw new Blocked([`adapter_refuses_to_run(${this.problems.join(",") || "adapter_not_configured"})`], "adapter", null, null, true);
     }
     this.refuseForeignHooks(settings);
     const signal = ctx.abortSignal instanceof AbortSignal ? ctx.abortSignal : undefined;
@@ -450,7 +450,7 @@ export class GateAdapter {
     // while no release verifies or its lease ran out.
     await settings.governance.ensure();
     const refusal = settings.governance.refusal();
-    if (refusal !== undefined) throw new Blocked([`adapter_refuses_to_run(${refusal})`], "adapter");
+    if (refusal !== undefined) throw new Blocked([`adapter_refuses_to_run(${refusal})`], "adapter", null, null, true);
     const call = proposeCall(event.toolName, event.params, str(ctx.sessionKey), settings.context, this.taint, settings.protected);
     const proposal = this.buildProposal(settings, call, str(event.toolCallId ?? ctx.toolCallId));
     // Subscribed before proposing: an approver may answer before `held` does.
@@ -471,7 +471,7 @@ export class GateAdapter {
     if (verdict.outcome === "held") {
       const outcome = await this.awaitApproval(settings, verdict, watch, signal);
       // A plugin loaded while the call was held would run after us on the approved params.
-      this.refuseForeignHooks(settings);
+      this.refuseForeignHooks(settings, true);
       this.remember(key, label, argsHash, outcome, outcome.approval_id);
       this.log.info(`smf allow-once ${label} approval=${outcome.approval_id ?? "?"}`);
       return { params: call.arguments };
