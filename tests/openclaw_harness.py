@@ -302,6 +302,7 @@ class Tap:
                         "runtime_id": proposal.runtime_id,
                         "native_tool": proposal.native_tool,
                         "tool_call_id": proposal.tool_call_id,
+                        "refused_locally": proposal.refused_locally,
                     }
                 )
             return

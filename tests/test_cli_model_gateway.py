@@ -5,7 +5,7 @@ Proves: the settings commands write what ``serve`` reads (the token only to a
 --model-gateway`` serves the gateway beside the gate as a process, and that
 gateway refuses an unattested runtime with the gate's reason (the figure a
 user sees first), and stops with ``up``. ``bench --gateway`` prints its
-three series with the gateway's own added latency.
+four series with the gateway's own added latency.
 
 Does not prove: the gateway's behaviour in depth (tests/test_model_gateway.py).
 """
@@ -230,13 +230,14 @@ def test_the_gateways_own_added_latency_may_be_negative() -> None:
         msgspec.convert({**row, "direct": {**figures, "p50_ns": -1}}, GatewayRow)
 
 
-def test_bench_gateway_prints_the_three_series(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_gateway_prints_the_four_series(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--gateway", "--rounds", "2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)["gateway"]
     assert [row["series"] for row in report] == [
         "completion, not streamed",
         "4 KB streamed",
         "64 KB streamed",
+        "4 KB streamed, proof per request",
     ]
     for row in report:
         assert row["samples"] == 2

@@ -84,6 +84,7 @@ from smf_assurance.subjects.model_gateway import (
     GatewayAdmit,
     InstanceProof,
     new_instance_id,
+    new_proof_nonce,
     seal_instance_proof,
 )
 from smf_assurance.subjects.registry import load_registry
@@ -517,6 +518,7 @@ async def test_the_model_gateways_admission_names_the_confinement(
                 runtime_id=HERMES_RUNTIME_ID,
                 instance_id=instance,
                 issued_at_ms=clock.now,
+                nonce=new_proof_nonce(),
             ),
             runtime.key,
         )

@@ -570,7 +570,11 @@ def test_the_runtimes_key_never_reaches_the_model(hermes: HermesRuns) -> None:
     results = tool_results(run, "key")
     assert len(results) == 4
     assert all("credential_access" in result for result in results), results
-    assert verdicts(run) == []  # blocked before anything was proposed
+    # blocked before anything was proposed: the gate only heard of each refusal (a
+    # report without the arguments, tool-call accounting) and recorded a denial
+    assert [(v["outcome"], v["reason_codes"]) for v in verdicts(run)] == [
+        ("deny", ["refused_by_adapter", "credential_access"])
+    ] * 4
     for request in run["requests"]:
         assert all(seed not in text for text in request["tool_results"])
     assert seed not in run["stdout"]

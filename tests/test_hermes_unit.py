@@ -44,7 +44,6 @@ from smf_assurance.adapters.hermes.attestation import (
 )
 from smf_assurance.adapters.hermes.bridge import Bridge, BridgeError
 from smf_assurance.adapters.hermes.config import protected_files
-from smf_assurance.adapters.hermes.hooks.model_request import PROOF_REUSE_MS
 from smf_assurance.ops.demo_script import actor
 from smf_assurance.ops.model_gateway import provision_gateway_runtime, set_upstream
 from smf_assurance.ops.natsserver import EmbeddedNatsServer
@@ -67,7 +66,9 @@ from smf_assurance.subjects.messages import DataFacts, ProposedDestination
 from smf_assurance.subjects.model_gateway import (
     InstanceProof,
     new_instance_id,
+    new_proof_nonce,
     open_instance_proof,
+    request_digest,
     seal_instance_proof,
 )
 from smf_assurance.subjects.registry import load_registry
@@ -308,6 +309,33 @@ def pre(tool: str, args: Any, **extra: Any) -> dict[str, Any]:
 
 
 # --- pre_tool_call: verdicts -------------------------------------------------------
+
+
+def ledger_rows(state: StateDir) -> list[dict[str, Any]]:
+    out = io.StringIO()
+    export_jsonl(state.ledger, out)
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+@pytest.mark.claim("model-gateway.local-refusals-accounted")
+async def test_a_call_the_adapter_refuses_itself_is_reported_as_a_recorded_denial(
+    hermes: plugin.HermesAdapter, state: StateDir
+) -> None:
+    """Tool-call accounting without false stops: arguments the adapter cannot map are
+    blocked here, and the refusal (not the arguments) is reported to the real gate,
+    which records a denial with the adapter's reason for that call id. A call without
+    an id has no result to account for: nothing is reported."""
+    blocked = await hook(hermes.pre_tool_call, **pre("read_file", ["x"], tool_call_id="call-r1"))
+    assert blocked is not None
+    assert "arguments_not_an_object" in blocked["message"]
+    refused = [
+        r["reason_codes"]
+        for r in ledger_rows(state)
+        if r["reason_codes"][:1] == ["refused_by_adapter"]
+    ]
+    assert refused == [["refused_by_adapter", "arguments_not_an_object"]]
+    assert await hook(hermes.pre_tool_call, **pre("read_file", ["x"], tool_call_id=None))
+    assert len([r for r in ledger_rows(state) if "refused_by_adapter" in r["reason_codes"]]) == 1
 
 
 async def test_allowed_read_runs_and_only_with_the_allowed_arguments(
@@ -787,11 +815,22 @@ def test_every_model_request_carries_a_proof_of_this_process(
         assert isinstance(value, str)
         return value
 
-    first = sealed()
-    now[0] += PROOF_REUSE_MS - 1
-    assert sealed() == first
-    now[0] += 1
-    assert sealed() != first
+    # bound to one request: a fresh nonce every time, and the digest of the messages
+    # as handed to the client (what the gateway computes from the body it receives)
+    first, again = sealed(), sealed()
+    opened = [open_instance_proof(v, runtime_keys)[0] for v in (first, again)]
+    assert opened[0].nonce != opened[1].nonce
+    assert opened[0].request_digest == opened[1].request_digest == request_digest([])
+    assert proof.request_digest == request_digest([])
+    said = [{"role": "user", "content": "Caf\u00e9 r\u00e9sum\u00e9"}]
+    out = adapter.llm_request(request={"messages": said})
+    assert out is not None
+    bound, _ = open_instance_proof(
+        out["request"]["extra_headers"][names.HEADER_INSTANCE_PROOF], runtime_keys
+    )
+    assert bound.request_digest == request_digest(json.loads(json.dumps(said)))
+    # messages with no canonical form (a float) get no proof: the gateway refuses them
+    assert adapter.llm_request(request={"messages": [{"role": "user", "n": 0.5}]}) is None
     other = make_adapter(adapters, env_for(state, "nats://127.0.0.1:1", context_file))
     assert other.instance_id != adapter.instance_id  # one id per process
     unconfigured = make_adapter(adapters, {})
@@ -1188,6 +1227,7 @@ async def test_the_gate_holds_a_bounded_number_of_processes_each_to_its_lease(
                 runtime_id=HERMES_RUNTIME_ID,
                 instance_id=instance,
                 issued_at_ms=clock.now,
+                nonce=new_proof_nonce(),
             ),
             key,
         )

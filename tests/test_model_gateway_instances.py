@@ -5,7 +5,9 @@ HTTP server.
 Proves: once a runtime's attestation names its process (``instance_id``), a request
 carrying the runtime's own gateway token is served only with a fresh proof
 (``Smf-Instance-Proof``) signed by that runtime's key for an instance whose latest
-attestation the gate accepted within its lease; a request with no proof, a proof of
+attestation the gate accepted within its lease, sealed for that very request (its
+messages' digest) and accepted once, within seconds (issue 36): the same proof again,
+a proof for another body, one without a nonce are refused; a request with no proof, a proof of
 another (never attested, or refused) instance, one signed by another runtime's key,
 one issued outside the freshness window, one that is garbage, non-canonical or too
 long, is refused before the provider is asked, and the gate's ledger records why; a
@@ -19,25 +21,31 @@ test of the gateway).
 
 Does not prove: that the plugin-less process cannot get a proof some other way (the
 runtime key is denied to the agent's tools, issue 17, but the OS user can read it);
-a proof captured on the wire and replayed within its window (it names no request).
+a proof replayed to another gate replica within its seconds (each replica remembers
+the nonces it accepted), or across a gate restart within them.
 The real Hermes: tests/test_hermes_gateway.py.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
+from smf_assurance.pipeline.stages.attestation import AttestationDesk
 from smf_assurance.subjects import names
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.model_gateway import (
     MAX_INSTANCE_PROOF_CHARS,
     InstanceProof,
     new_instance_id,
+    new_proof_nonce,
+    request_digest,
     seal_instance_proof,
 )
 from tests.test_model_gateway import (
@@ -65,13 +73,32 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         yield made
 
 
-def proof(key: SigningKey, runtime_id: str, instance_id: str, *, age_ms: int = 0) -> dict[str, str]:
+HI = [{"role": "user", "content": "hi"}]
+"""The messages of ``chat``'s default body."""
+UNSET: Any = object()
+
+
+def proof(
+    key: SigningKey,
+    runtime_id: str,
+    instance_id: str,
+    *,
+    age_ms: int = 0,
+    messages: Any = UNSET,
+    nonce: str | None = UNSET,
+) -> dict[str, str]:
+    """A proof for one request (by default ``chat``'s default body), with a fresh nonce;
+    ``messages=None`` seals one that names no request (the OpenClaw adapter's)."""
     sealed = seal_instance_proof(
         InstanceProof(
             schema="smf.instance-proof/1",
             runtime_id=runtime_id,
             instance_id=instance_id,
             issued_at_ms=time.time_ns() // 1_000_000 - age_ms,
+            nonce=new_proof_nonce() if nonce is UNSET else nonce,
+            request_digest=None
+            if messages is None
+            else request_digest(HI if messages is UNSET else messages),
         ),
         key,
     )
@@ -133,7 +160,7 @@ async def test_a_proof_outside_its_freshness_window_is_refused(world: World) -> 
     mine = new_instance_id()
     assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
     key = world.key(OTHER)
-    for age in (121_000, -121_000):  # captured long ago, or dated ahead
+    for age in (11_000, -11_000):  # captured seconds ago, or dated ahead
         assert (
             await refused(world, OTHER_ID, proof(key, OTHER_ID, mine, age_ms=age))
             == "instance_proof_stale"
@@ -235,3 +262,87 @@ async def test_a_model_list_needs_no_proof_and_serves_no_turn(world: World) -> N
         assert (await resp.json())["data"][0]["id"] == "fake-model"
     assert decisions(world.state) == ["allow"]
     assert await refused(world, BOUND_ID, None) == "instance_proof_missing"
+
+
+@pytest.mark.claim("model-gateway.proof-bound-to-request")
+async def test_a_replayed_proof_is_refused(world: World) -> None:
+    """The issue's capture: a proof seen on the wire, sent again with the same body within
+    its seconds. The first request is served; the second is refused before the provider
+    is asked, and the ledger says why. A fresh proof for the same body is served."""
+    mine = new_instance_id()
+    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
+    key = world.key(OTHER)
+    captured = proof(key, OTHER_ID, mine)
+    status, _ = await chat(world, OTHER_ID, headers=captured)
+    assert status == 200
+    assert await refused(world, OTHER_ID, captured) == "instance_proof_replayed"
+    assert ["instance_proof_replayed", REFUSED] in ledger_reasons(world.state)
+    status, _ = await chat(world, OTHER_ID, headers=proof(key, OTHER_ID, mine))
+    assert status == 200
+    assert len(world.model.requests) == 2
+
+
+@pytest.mark.claim("model-gateway.proof-bound-to-request")
+async def test_a_proof_for_another_body_is_refused(world: World) -> None:
+    """A proof sealed for one conversation, lent to another request (never used itself):
+    refused, and still good for its own request afterwards (it was never accepted)."""
+    mine = new_instance_id()
+    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
+    key = world.key(OTHER)
+    other = [{"role": "user", "content": "File the memo with the court."}]
+    lent = proof(key, OTHER_ID, mine, messages=other)
+    assert await refused(world, OTHER_ID, lent) == "instance_proof_for_another_request"
+    assert ["instance_proof_for_another_request", REFUSED] in ledger_reasons(world.state)
+    status, _ = await chat(world, OTHER_ID, headers=proof(key, OTHER_ID, mine, messages=HI))
+    assert status == 200
+
+
+async def test_a_proof_without_a_nonce_is_refused_and_one_naming_no_request_is_once(
+    world: World,
+) -> None:
+    """Every proof is once: one without a nonce is refused. One with a nonce that names no
+    request (the OpenClaw adapter's, which cannot see the body it sends) is served once,
+    for any body, and refused the second time."""
+    mine = new_instance_id()
+    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
+    key = world.key(OTHER)
+    assert (
+        await refused(world, OTHER_ID, proof(key, OTHER_ID, mine, nonce=None))
+        == "instance_proof_without_nonce"
+    )
+    unbound = proof(key, OTHER_ID, mine, messages=None)
+    assert (await chat(world, OTHER_ID, headers=unbound))[0] == 200
+    assert await refused(world, OTHER_ID, unbound) == "instance_proof_replayed"
+
+
+def test_accepted_nonces_are_forgotten_after_their_window_and_bounded() -> None:
+    """The seen-once set holds a nonce until its proof's window ends, then forgets it
+    (a proof that old is refused as stale anyway); a full set refuses new proofs."""
+
+    def no_registry() -> Any:
+        raise AssertionError("not asked")
+
+    desk = AttestationDesk(required={}, registry=no_registry, clock=lambda: 0, max_proof_nonces=2)
+    window = desk.proof_freshness_ms
+    assert desk._accept_once("r", "a" * 32, 0, 0) is None
+    assert desk._accept_once("r", "a" * 32, 0, window) == "instance_proof_replayed"
+    assert desk._accept_once("other", "a" * 32, 0, 0) is None  # per runtime
+    assert desk._accept_once("r", "b" * 32, 0, 0) == "instance_proofs_too_many"
+    assert desk._accept_once("r", "b" * 32, 0, window + 1) is None  # both forgotten
+    assert len(desk._nonces) == 1
+
+
+async def test_a_body_whose_messages_have_no_canonical_form_is_proven_by_no_proof(
+    world: World,
+) -> None:
+    """Messages with a float have no canonical form, so no digest: a proof that names a
+    body never matches one (refused, the provider not asked); the adapter seals none."""
+    mine = new_instance_id()
+    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
+    messages = [{"role": "user", "content": "hi", "weight": 0.5}]
+    body = json.dumps({"model": "fake-model", "stream": True, "messages": messages}).encode()
+    status, data = await chat(
+        world, OTHER_ID, body=body, headers=proof(world.key(OTHER), OTHER_ID, mine)
+    )
+    assert (status, error_code(data)) == (403, "instance_proof_for_another_request")
+    assert world.model.requests == []

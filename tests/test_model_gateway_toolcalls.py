@@ -112,7 +112,13 @@ async def tool_call_world(tmp_path: Path) -> AsyncIterator[World]:
 
 
 async def propose(
-    world: World, principal: str, runtime_id: str, call_id: str | None, version: str = PIN
+    world: World,
+    principal: str,
+    runtime_id: str,
+    call_id: str | None,
+    version: str = PIN,
+    *,
+    refused_locally: str | None = None,
 ) -> Verdict:
     credential = world.state.existing_credential(principal)
     assert credential is not None
@@ -128,22 +134,47 @@ async def propose(
         )
         proposal = client.build(
             native_tool="read_file",
-            arguments={"path": "notes.txt"},
+            arguments={} if refused_locally else {"path": "notes.txt"},
             actor=ACTOR,
             facts=CLEAN,
             tool_call_id=call_id,
+            refused_locally=refused_locally,
         )
         return await client.propose(proposal)
     finally:
         await nc.close()
 
 
-async def emitted_call(world: World, runtime_id: str) -> str:
-    """Let the model emit one tool call; the id the runtime gets back."""
+READ_FILE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a file.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    },
+}
+
+
+def offering(*tools: dict[str, Any]) -> bytes:
+    """A request that offers the model these tools (as every runtime's request does)."""
+    request = {
+        "model": "fake-model",
+        "stream": True,
+        "messages": [{"role": "user", "content": "Read my notes."}],
+        "tools": list(tools),
+    }
+    return json.dumps(request).encode()
+
+
+async def emitted_call(world: World, runtime_id: str, *, offered: bool = True) -> str:
+    """Let the model emit one ``read_file`` call, in answer to a request that offers that
+    tool (or, ``offered=False``, one that offers none); the id the runtime gets back."""
     world.model.queue.append(
         Reply(content="", tool_calls=(("call_up1", "read_file", '{"path": "notes.txt"}'),))
     )
-    status, data = await chat(world, runtime_id)
+    status, data = await chat(
+        world, runtime_id, body=offering(READ_FILE_TOOL) if offered else offering()
+    )
     assert status == 200
     _, calls, finishes = sse_text(data)
     assert finishes == ["tool_calls"]
@@ -276,6 +307,62 @@ async def test_a_refused_proposal_still_counts_as_decided(world: World) -> None:
     assert (verdict.outcome, verdict.reason_codes) == ("deny", ("runtime_version_not_attested",))
     world.model.default = Reply(content="It was blocked.")
     assert (await chat(world, TOOLS_ID, body=with_result(call_id)))[0] == 200
+
+
+@pytest.mark.claim("model-gateway.local-refusals-accounted")
+async def test_a_call_its_adapter_refused_is_a_recorded_denial_and_its_result_is_served(
+    world: World,
+) -> None:
+    """The adapter blocked the call itself (here ``credential_access``) and reports it:
+    the gate denies it with the adapter's reason, never runs a policy that could allow
+    it, records the denial, and the call's error result is served, the runtime not
+    stopped. The control: the same call proposed is allowed, so only the report made
+    this one a denial; and a result nobody reported still stops the runtime."""
+    call_id = await attest_and_emit(world)
+    verdict = await propose(world, TOOLS, TOOLS_ID, call_id, refused_locally="credential_access")
+    assert (verdict.outcome, verdict.reason_codes) == (
+        "deny",
+        ("refused_by_adapter", "credential_access"),
+    )
+    assert verdict.evidence  # recorded: the ledger entry it names
+    (entry,) = ledger_entries(world.state, verdict.evidence[0])
+    assert (entry["disposition"], entry["reason_codes"]) == (
+        "deny",
+        ["refused_by_adapter", "credential_access"],
+    )
+    world.model.default = Reply(content="It was blocked.")
+    status, data = await chat(world, TOOLS_ID, body=with_result(call_id))
+    assert (status, sse_text(data)[0]) == (200, "It was blocked.")
+    assert UNGATED not in ledger_reasons(world.state)
+    # control: proposed, not reported, the same call is allowed by the release
+    allowed = await propose(world, TOOLS, TOOLS_ID, await emitted_call(world, TOOLS_ID))
+    assert allowed.outcome == "allow"
+    # and an unreported result of an offered tool still stops the runtime
+    unreported = await emitted_call(world, TOOLS_ID)
+    status, data = await chat(world, TOOLS_ID, body=with_result(unreported))
+    assert (status, error_code(data)) == (403, "ungated_tool_result")
+
+
+@pytest.mark.claim("model-gateway.local-refusals-accounted")
+async def test_a_call_to_a_tool_the_request_did_not_offer_is_a_recorded_refusal(
+    world: World,
+) -> None:
+    """The model called a tool the runtime's request did not offer: the runtime answers it
+    with an error before any hook of ours could propose it. Its result is served and
+    recorded as the refusal it was (``unknown_tool``), once; the runtime is not stopped
+    and keeps being served. The control (the tool offered, no proposal) is the stop of
+    ``test_an_ungated_tool_result_stops_the_runtime_until_an_operator_clears_it``."""
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    call_id = await emitted_call(world, TOOLS_ID, offered=False)
+    world.model.default = Reply(content="No such tool.")
+    for _ in range(2):  # asked once: the second request finds it decided
+        status, data = await chat(world, TOOLS_ID, body=with_result(call_id))
+        assert (status, sse_text(data)[0]) == (200, "No such tool.")
+    reasons = ledger_reasons(world.state)
+    assert reasons.count(["unknown_tool", "tool_not_offered_by_runtime"]) == 1
+    assert UNGATED not in reasons
+    status, data = await chat(world, TOOLS_ID)
+    assert (status, sse_text(data)[0]) == (200, "No such tool.")
 
 
 async def attest_and_emit(world: World) -> str:

@@ -818,6 +818,16 @@ def verdicts(run: dict[str, Any], via: str = "reply") -> list[dict[str, Any]]:
     return [b for b in run["bus"] if b["kind"] == "verdict" and b["via"] == via]
 
 
+def only_refusals_reported(run: dict[str, Any], reason: str) -> None:
+    """Nothing was proposed: the gate only heard of the plugin's own refusals (tool-call
+    accounting: ``refused_locally``, no params), and answered each with a denial."""
+    sent = [b for b in run["bus"] if b["kind"] == "proposal"]
+    assert sent, run["bus"]
+    assert {p["refused_locally"] for p in sent} == {reason}, sent
+    assert verdicts(run), run["bus"]
+    assert all(v["outcome"] == "deny" for v in verdicts(run)), verdicts(run)
+
+
 def refused(reply: dict[str, Any]) -> bool:
     """The gate turned a resolution down (a service error, or a reply not accepted)."""
     return "refused" in reply or reply.get("accepted") is False
@@ -979,7 +989,8 @@ def test_the_runtimes_key_never_reaches_the_model(gated: OpenClawRuns) -> None:
     assert len(results) == 3
     assert all("credential_access" in result for result in results), results
     assert all("secret_seed" not in result and "test-token-" not in result for result in results)
-    assert verdicts(run) == []  # blocked before anything was proposed
+    only_refusals_reported(run, "credential_access")  # blocked before anything was proposed
+    assert len(verdicts(run)) == 3
 
 
 SWAP = {
@@ -1041,7 +1052,7 @@ def test_a_lower_priority_hook_never_runs_its_swapped_command(
     assert "adapter_refuses_to_run(foreign_param_hooks)" in result, result
     # nothing was held: the synthetic attorney waited for an announcement in vain
     assert [a.get("error") for a in run["approvals"]] == ["no pending approval announced"]
-    assert verdicts(run) == []
+    only_refusals_reported(run, "adapter_refuses_to_run")
     problems = [a for a in run["bus"] if a["kind"] == "ack" and not a["accepted"]]
     assert any("foreign_param_hooks" in a["reason_codes"] for a in problems), run["bus"]
 
@@ -1068,7 +1079,7 @@ def test_a_hook_budget_cut_by_the_operator_is_seen_as_openclaw_applied_it(
     assert run["markers"]["BUDGET_RAN"] is None
     [result] = tool_results(run, "budget")
     assert "hook_timeout_below_approval_wait" in result, result
-    assert verdicts(run) == []
+    only_refusals_reported(run, "adapter_refuses_to_run")
     refused = [a for a in run["bus"] if a["kind"] == "ack" and not a["accepted"]]
     assert any("hook_timeout_below_approval_wait" in a["reason_codes"] for a in refused)
 

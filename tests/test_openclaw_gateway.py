@@ -333,6 +333,9 @@ PROOF_REFUSALS = frozenset(
         "instance_proof_invalid",
         "instance_proof_stale",
         "runtime_instance_not_attested",
+        "instance_proof_replayed",
+        "instance_proof_for_another_request",
+        "instance_proof_without_nonce",
     }
 )
 """The gate's reasons for refusing a model request of an instance-bound runtime
@@ -575,3 +578,35 @@ def test_agent_exec_with_the_plugin_gets_no_completion_and_runs_no_tool(
     assert refusals, run["ledger"]
     assert all("runtime_attestation_missing" in e["reason_codes"] for e in refusals)
     assert "tool calls in this process are NOT gated" in run["stderr"] + run["stdout"]
+
+
+@pytest.mark.claim("model-gateway.local-refusals-accounted")
+def test_locally_refused_and_unknown_tools_leave_openclaw_served_and_are_recorded(
+    gated: OpenClawRuns,
+) -> None:
+    """Tool-call accounting without false stops, with the real OpenClaw: the model reads
+    OpenClaw's own config (our plugin blocks it, ``credential_access``, and reports the
+    refusal), then calls a tool OpenClaw does not have (OpenClaw answers "Tool … not
+    found" before any hook; the gateway saw the request did not offer it). Both error
+    results go back to the model, the turn ends with its reply, both refusals are in
+    the ledger, no ``ungated_tool_result`` and no stop; the runtime is served next."""
+    run = turn(
+        gated,
+        "gw-refused-tools",
+        DESK_ID,
+        ALLOWED,
+        calls=(
+            {"name": "read", "arguments": {"path": "{{root}}/openclaw.json"}},
+            {"name": "memo_lookup", "arguments": {"matter": "acme"}},
+        ),
+    )
+    assert run["returncode"] == 0, run["stderr"]
+    assert ALLOWED in payload_texts(run)
+    assert len(model_calls(run)) == 3, run["requests"]
+    reasons = [e["reason_codes"] for e in run["ledger"]]
+    assert ["refused_by_adapter", "credential_access"] in reasons, reasons
+    assert ["unknown_tool", "tool_not_offered_by_runtime"] in reasons, reasons
+    assert not [r for r in reasons if "ungated_tool_result" in r], reasons
+    after = turn(gated, "gw-refused-tools-after", DESK_ID, ALLOWED)
+    assert ALLOWED in payload_texts(after)
+    assert refusals(after) == []

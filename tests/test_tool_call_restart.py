@@ -252,6 +252,29 @@ def refuse_evidence(state: StateDir, refuse: bool) -> None:
             conn.execute("DROP TRIGGER test_refuse_entries")
 
 
+async def test_a_refusal_the_ledger_did_not_take_is_neither_served_nor_a_stop(
+    world: World,
+) -> None:
+    """Evidence first, for a call to a tool the request did not offer: while the ledger
+    refuses every write, the request carrying its result is refused 503 (the provider
+    not asked) and the runtime is not stopped; once the ledger takes it, the same
+    request is served and the refusal is recorded, once."""
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    call_id = await emitted_call(world, TOOLS_ID, offered=False)
+    refuse_evidence(world.state, True)
+    status, data = await chat(world, TOOLS_ID, body=with_result(call_id))
+    assert (status, error_code(data)) == (503, "tool_refusal_not_recorded")
+    assert len(world.model.requests) == 1
+    refuse_evidence(world.state, False)
+    world.model.default = Reply(content="Recorded now.")
+    status, data = await chat(world, TOOLS_ID, body=with_result(call_id))
+    assert (status, sse_text(data)[0]) == (200, "Recorded now.")
+    reasons = ledger_reasons(world.state)
+    assert reasons.count(["unknown_tool", "tool_not_offered_by_runtime"]) == 1
+    assert UNGATED not in reasons
+    assert not [r for r in reasons if STOPPED in r]
+
+
 async def test_a_clear_that_cannot_be_recorded_leaves_the_stop_in_force(
     world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -68,6 +68,7 @@ from smf_assurance.subjects.model_gateway import (
     MAX_INSTANCE_PROOF_CHARS,
     InstanceProof,
     open_instance_proof,
+    request_digest,
     seal_instance_proof,
 )
 from smf_assurance.subjects.registry import KeyRegistry, RegistryFile
@@ -374,6 +375,12 @@ def test_instance_proof_sealing(vector: dict[str, Any]) -> None:
     opened, verified = open_instance_proof(sealed, {key.key_id: key.verify_key})
     assert opened == proof
     assert verified.key_ids == frozenset({key.key_id})
+
+
+@pytest.mark.parametrize("vector", INSTANCE_PROOFS["request_digests"])
+def test_request_digest(vector: dict[str, Any]) -> None:
+    """What a proof names for one request: the digest of its messages (JCS, NFC)."""
+    assert request_digest(vector["messages"]) == vector["digest"]
 
 
 @pytest.mark.parametrize("vector", INSTANCE_PROOFS["open"], ids=lambda v: v["name"])

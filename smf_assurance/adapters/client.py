@@ -126,6 +126,7 @@ class ProposalClient:
         issued_at_ms: int | None = None,
         tool_call_id: str | None = None,
         reply_by_ms: int | None = None,
+        refused_locally: str | None = None,
     ) -> Proposal:
         issued = issued_at_ms if issued_at_ms is not None else int(time.time() * 1000)
         return Proposal(
@@ -144,6 +145,7 @@ class ProposalClient:
             issued_at_ms=issued,
             tool_call_id=tool_call_id,
             reply_by_ms=reply_by_ms if reply_by_ms is not None else issued + self._timeout_ms,
+            refused_locally=refused_locally,
         )
 
     @property

@@ -69,8 +69,9 @@ class ProposedDestination(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
 class Proposal(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """A runtime's proposed action, with the final arguments it will execute.
 
-    ``omit_defaults``: only ``tool_call_id`` and ``reply_by_ms`` have defaults, so every
-    proposal without them encodes (and signs) byte for byte as before they existed.
+    ``omit_defaults``: only ``tool_call_id``, ``reply_by_ms`` and ``refused_locally`` have
+    defaults, so every proposal without them encodes (and signs) byte for byte as
+    before they existed.
     """
 
     schema: Literal["smf.proposal/1"]
@@ -99,6 +100,14 @@ class Proposal(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     recorded verdict instead of being decided (docs/SUBJECTS.md, "Requester's
     deadline"). Not part of the operation: it enters neither the envelope nor the
     operation hash."""
+    refused_locally: Code | None = None
+    """The adapter has already refused this call itself, for this reason (a path of its
+    own credentials, arguments it cannot map, a tool it does not know): the proposal
+    only reports the refusal so the gate records it like any denial and notes the
+    call as decided (tool-call accounting: its error result is not an ungated one).
+    The gate answers every such proposal with a denial, never an allow; the call's
+    ``native_tool`` and ``arguments`` then say only which call it was (arguments
+    empty: the refused ones are not sent)."""
 
 
 Outcome = Literal["allow", "deny", "held"]

@@ -33,6 +33,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.canonical import Identity, identity_of
 from smf_assurance.subjects.envelope import Classification, Name
 from smf_assurance.subjects.keys import VerifyKey
 from smf_assurance.subjects.messages import MAX_OUTPUT_WINDOW_CHARS
@@ -50,20 +51,51 @@ MAX_INSTANCE_PROOF_CHARS: Final = 2048
 SealedProof = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_INSTANCE_PROOF_CHARS)]
 
 
-class InstanceProof(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+ProofNonce = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}\Z")]
+"""128 random bits in lowercase hex: one model request's proof."""
+
+
+class InstanceProof(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """ "This model request comes from the adapter process ``instance_id`` of
     ``runtime_id``", signed with the runtime key (:data:`names.PAYLOAD_INSTANCE_PROOF`).
 
-    It names no request: an adapter seals one and reuses it for a short while, and
-    the gate accepts it only within its freshness window. What it proves is that
-    the sender holds the runtime key now, which the plugin-less process of the same
-    runtime does not (the adapter's key file is denied to the agent's own tools,
-    ``credential_access``, issue 17)."""
+    What it proves is that the sender holds the runtime key now, which the
+    plugin-less process of the same runtime does not (the adapter's key file is
+    denied to the agent's own tools, ``credential_access``, issue 17). Bound to one
+    request so a captured proof is worth nothing to another process:
+
+    - ``nonce``: drawn for one request; the gate accepts a proof once (a second
+      request with the same proof is refused ``instance_proof_replayed``) and only
+      within seconds of ``issued_at_ms`` (its proof freshness window), which bounds
+      what it must remember;
+    - ``request_digest``: :func:`request_digest` of the request's ``messages``, as
+      the adapter handed them to its HTTP client; the gateway computes the same
+      from the body it received, and the gate refuses a proof for another body
+      (``instance_proof_for_another_request``). Absent where the runtime's adapter
+      cannot see the messages as they are sent (OpenClaw: docs/OPENCLAW.md).
+
+    The gate refuses a proof without a nonce. ``omit_defaults``: a proof without
+    them encodes as before they existed (the golden vectors)."""
 
     schema: Literal["smf.instance-proof/1"]
     runtime_id: Token
     instance_id: InstanceId
     issued_at_ms: Millis
+    nonce: ProofNonce | None = None
+    request_digest: Identity | None = None
+
+
+def new_proof_nonce() -> str:
+    return secrets.token_hex(16)
+
+
+def request_digest(messages: object) -> str:
+    """The identity (SHA-256 over JCS with NFC strings, ``smf_assurance.subjects.canonical``)
+    of a chat request's ``messages``: what the adapter computes over the messages it
+    hands its HTTP client and the gateway over the messages of the body it received,
+    identically (raises :class:`CanonicalJSONError` for a value with no canonical
+    form, a float for one: such a request cannot be proven)."""
+    return identity_of({"messages": messages})
 
 
 def new_instance_id() -> str:
@@ -123,6 +155,9 @@ class GatewayAdmit(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     it needs the runtime's standing and the release's approval of the provider, not a
     process proof (Hermes asks for the list outside its request middleware, so a
     proof-bound runtime's list request never carries one; docs/HERMES.md)."""
+    request_digest: Identity | None = None
+    """:func:`request_digest` of the body the gateway received (None: a model list, or
+    a body whose messages have no canonical form); a proof naming another is refused."""
 
 
 class GatewayAdmission(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -152,10 +187,16 @@ class GatewayAdmission(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     sends the release's default."""
 
 
-class GatewayCalls(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class GatewayCalls(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """``smf.gateway.calls`` (tool-call accounting): did the gate decide a proposal for
     each of these tool calls of this runtime? The ids are those the gateway issued
-    itself, for tool results a request now carries back to the model."""
+    itself, for tool results a request now carries back to the model.
+
+    ``not_offered``: those of the ids whose call named a tool the request the model
+    answered did not offer (no runtime runs such a call: it answers it with an
+    error, before any hook of ours sees it). One no proposal carried is recorded as
+    a refusal (``unknown_tool``, ``tool_not_offered_by_runtime``) and noted decided,
+    not a stop. ``omit_defaults``: an ask without it encodes as before it existed."""
 
     schema: Literal["smf.gateway-calls/1"]
     request_id: MessageId
@@ -165,12 +206,19 @@ class GatewayCalls(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         tuple[ToolCallId, ...], msgspec.Meta(min_length=1, max_length=MAX_CALLS_PER_ASK)
     ]
     issued_at_ms: Millis
+    not_offered: Annotated[tuple[ToolCallId, ...], msgspec.Meta(max_length=MAX_CALLS_PER_ASK)] = ()
 
 
 class GatewayCallsAnswer(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The gate's answer, signed with its key: the ids no verified proposal carried.
     When any is uncovered the gate has recorded ``ungated_tool_result`` and stopped
-    the runtime (``stopped``) until an operator clears it."""
+    the runtime (``stopped``) until an operator clears it.
+
+    ``refused``: ids of ``not_offered`` calls no proposal carried, now recorded as
+    refusals (``evidence``) and decided. ``unrecorded``: such ids whose refusal the
+    ledger did not take (``evidence_store_unavailable``): neither decided nor a stop;
+    the gateway refuses the request and asks again next time. Both are left out of
+    the encoding when empty, so an answer without them has the bytes it had before."""
 
     schema: Literal["smf.gateway-calls-answer/1"]
     request_id: str
@@ -179,6 +227,8 @@ class GatewayCallsAnswer(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     stopped: bool = False
     reason_codes: tuple[Code, ...] = ()
     evidence: tuple[str, ...] = ()
+    refused: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
+    unrecorded: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
 
 
 class GatewayClear(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

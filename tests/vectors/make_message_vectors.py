@@ -744,8 +744,17 @@ def instance_proof_vectors() -> dict[str, Any]:
             "sealed": _base64url(envelope.encode()),
         }
 
+    messages = [{"role": "user", "content": "Caf\u00e9: file the memo."}]
+    digest = (
+        "sha256:" + hashlib.sha256(simple_canonical({"messages": messages}).encode()).hexdigest()
+    )
     seal = [
         seal_case("openclaw_process", PROOF),
+        # issue 36: one request's proof (a nonce; the digest of its messages)
+        seal_case(
+            "bound_to_one_request",
+            PROOF | {"nonce": "0f" * 16, "request_digest": digest},
+        ),
         seal_case(
             "latest_safe_time",
             PROOF
@@ -807,6 +816,11 @@ def instance_proof_vectors() -> dict[str, Any]:
             "sealed": sealed(PROOF | {"instance_id": "i-not-hex"}),
             "error": "MalformedPayloadError",
         },
+        {
+            "name": "signed_payload_nonce_not_hex",
+            "sealed": sealed(PROOF | {"nonce": "not-a-nonce"}),
+            "error": "MalformedPayloadError",
+        },
     ]
     return {
         "payload_type": PAYLOAD_INSTANCE_PROOF,
@@ -815,6 +829,8 @@ def instance_proof_vectors() -> dict[str, Any]:
         "runtime_key": "test_key",
         "seal": seal,
         "open": opened,
+        # what an adapter and the gateway compute over one request's messages
+        "request_digests": [{"messages": messages, "digest": digest}],
     }
 
 

@@ -58,9 +58,6 @@ class AdapterCore(ABC):
     """This process, attested and proven on every model request (issue 16,
     ``hooks.model_request``)."""
     _attested: threading.Event = field(default_factory=threading.Event)
-    _proof: tuple[int, str] | None = None
-    """The sealed instance proof and when it was issued (``hooks.model_request``)."""
-    _proof_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         root = self.config.trust_root if self.config is not None else None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
 import sys
 import time
@@ -26,6 +27,7 @@ import msgspec
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 
+from smf_assurance.adapters.client import tool_call_id_of
 from smf_assurance.adapters.hermes.attestation import (
     HERMES_PIN,
     hook_presence,
@@ -39,6 +41,7 @@ from smf_assurance.subjects import names
 from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation, StreamingSetting
 from smf_assurance.subjects.dsse import encode_envelope, sign_struct
 from smf_assurance.subjects.messages import Verdict
+from smf_assurance.subjects.patterns import CODE_PATTERN
 from smf_assurance.subjects.release import ReleaseCheckError
 
 log = logging.getLogger("smf.hermes")
@@ -46,6 +49,10 @@ log = logging.getLogger("smf.hermes")
 GATE_RELEASE_MISMATCH: Final = "runtime_release_mismatch"
 """The gate's reason when the attested release is not its active one (re-attest)."""
 REFUSED_ACK_RETRY_S: Final = 5.0
+REFUSED_UNNAMED: Final = "adapter_refused"
+"""The reason a refusal is reported under when its own cannot be a reason code."""
+UNNAMED_TOOL: Final = "unnamed_tool"
+_CODE: Final = re.compile(CODE_PATTERN)
 
 
 class Lifecycle(RefusingMode):
@@ -225,3 +232,43 @@ class Lifecycle(RefusingMode):
         """A gate that moved to another release refuses our attested one: re-attest first."""
         if verdict.outcome == "deny" and GATE_RELEASE_MISMATCH in verdict.reason_codes:
             self._attested.clear()
+
+    def _report_refused(self, tool: object, tool_call_id: object, reason: str) -> None:
+        """Tell the gate about a call this adapter refused itself (never raises).
+
+        Tool-call accounting (docs/HERMES.md): the model gateway stops a runtime whose
+        request carries a tool result no decided proposal covers. A call refused here
+        (``credential_access``, arguments it cannot map, a tool that is not ours, refusing
+        mode) still has an error result; reported as ``Proposal.refused_locally``, it
+        is recorded at the gate as a denial with this reason and its id noted as decided,
+        so its result is accounted and ``ungated_tool_result`` keeps meaning a call that
+        ran past the gate. The refusal stands whatever the gate answers (the caller has
+        blocked already): a report that fails is logged, and its result is then reported
+        ungated by the gateway (fail closed). The refused arguments are not sent."""
+        call_id = tool_call_id_of(tool_call_id)
+        config, bridge = self.config, self.bridge
+        if call_id is None or config is None or bridge is None:
+            return
+        name = tool if isinstance(tool, str) and 1 <= len(tool) <= 256 else UNNAMED_TOOL
+        code = reason if _CODE.fullmatch(reason) else REFUSED_UNNAMED
+
+        async def report(nc: Client) -> Verdict:
+            client = self._proposal_client(nc, config)
+            proposal = client.build(
+                native_tool=name,
+                arguments={},
+                actor=config.context.actor,
+                facts=config.context.facts,
+                tool_call_id=call_id,
+                refused_locally=code,
+            )
+            return await client.propose(proposal)
+
+        try:
+            self._ensure_attested()
+            verdict = bridge.call(report, config.gate_timeout + 1.0)
+        except Exception as exc:  # noqa: BLE001 - the call is refused whatever happens here
+            log.warning("smf refusal not reported to the gate: %s", type(exc).__name__)
+            return
+        if verdict.outcome != "deny":  # the gate answers a report with a denial only
+            log.error("smf refusal report answered %s; the call stays refused", verdict.outcome)

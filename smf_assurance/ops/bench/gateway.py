@@ -1,12 +1,14 @@
 """Model-gateway benchmark (issue 16): what putting the gateway in front of the model costs.
 
-Three series, each run direct to the fake provider (``smf_assurance.ops.bench.fake_model``)
+Four series, each run direct to the fake provider (``smf_assurance.ops.bench.fake_model``)
 and through the gateway, alternately, in one process and one run, over one
 kept-alive HTTP connection each:
 
 - a short non-streamed completion;
 - a 4 KB streamed reply (64-byte SSE deltas, as a provider streams);
-- a 64 KB streamed reply.
+- a 64 KB streamed reply;
+- a 4 KB streamed reply of a runtime bound to its process: a proof per request
+  (issue 36), so every request is admitted by the gate afresh.
 
 Through the gateway every request is admitted (the gate's answer is kept for
 up to a second), the provider's answer assembled whole, its text decided by
@@ -44,7 +46,15 @@ from smf_assurance.pipeline.assembly import start_gate
 from smf_assurance.pipeline.assembly.model_gateway import start_model_gateway
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
+from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.messages import ActorContext, DataFacts, ProposedDestination
+from smf_assurance.subjects.model_gateway import (
+    InstanceProof,
+    new_instance_id,
+    new_proof_nonce,
+    request_digest,
+    seal_instance_proof,
+)
 
 DEFAULT_ROUNDS: Final = 60
 WARM_UP: Final = 5
@@ -64,11 +74,18 @@ ACTOR: Final = ActorContext(
     actor_roles=("associate",),
     governing_laws=("US-NY",),
 )
+PROVEN_ID: Final = "bench-gateway-proven"
+PROVEN_PRINCIPAL: Final = "bench-gateway-proven-runtime"
 SERIES: Final = (
-    ("completion, not streamed", 16, False),
-    ("4 KB streamed", 4096, True),
-    ("64 KB streamed", 65536, True),
+    ("completion, not streamed", 16, False, False),
+    ("4 KB streamed", 4096, True, False),
+    ("64 KB streamed", 65536, True, False),
+    ("4 KB streamed, proof per request", 4096, True, True),
 )
+"""(label, reply size, streamed, proven): a proven series is a runtime whose attestation
+names its process, as both shipped adapters' do, so every request carries a proof for
+that very request, which the gate must see (accepted once): no kept admission serves it.
+The proof is sealed before the clock starts (the runtime's cost, not the gateway's)."""
 
 
 class GatewayBenchError(RuntimeError):
@@ -101,6 +118,19 @@ def _body(stream: bool) -> bytes:
         "messages": [{"role": "user", "content": "benchmark"}],
     }
     return json.dumps(request).encode()
+
+
+def _proof(key: SigningKey, instance: str, body: bytes) -> str:
+    """One request's proof, as an adapter seals it (``hooks.model_request``)."""
+    proof = InstanceProof(
+        schema="smf.instance-proof/1",
+        runtime_id=PROVEN_ID,
+        instance_id=instance,
+        issued_at_ms=time.time_ns() // 1_000_000,
+        nonce=new_proof_nonce(),
+        request_digest=request_digest(json.loads(body)["messages"]),
+    )
+    return seal_instance_proof(proof, key)
 
 
 def _released(data: bytes, stream: bool) -> str:
@@ -164,37 +194,61 @@ async def attest(
     return msgspec.json.decode(reply.data, type=AttestationAck)
 
 
+def _provision(state: StateDir, model_url: str) -> tuple[str, str]:
+    """The bench's two runtimes on the gateway (one proves its process per request);
+    their tokens."""
+    provision_demo(state)
+    set_upstream(state, model_url, "local-model")
+    tokens = []
+    for principal, runtime_id in ((PRINCIPAL, RUNTIME_ID), (PROVEN_PRINCIPAL, PROVEN_ID)):
+        provision_runtime(state, principal, runtime_id, runtime_pin=PIN, require_release=False)
+        tokens.append(
+            provision_gateway_runtime(
+                state,
+                runtime_id,
+                adapter_id="smf-hermes-adapter",
+                actor=ACTOR,
+                destination=ProposedDestination(address="cli:operator", locality="internal"),
+                facts=FACTS,
+            )
+        )
+    return tokens[0], tokens[1]
+
+
 async def _measure(root: Path, rounds: int, progress: Progress) -> GatewayResult:
     state = StateDir(root / "state")
-    provision_demo(state)
-    provision_runtime(state, PRINCIPAL, RUNTIME_ID, runtime_pin=PIN, require_release=False)
     model = await FakeModel().start()
-    set_upstream(state, model.url, "local-model")
-    token = provision_gateway_runtime(
-        state,
-        RUNTIME_ID,
-        adapter_id="smf-hermes-adapter",
-        actor=ACTOR,
-        destination=ProposedDestination(address="cli:operator", locality="internal"),
-        facts=FACTS,
-    )
+    token, proven_token = _provision(state, model.url)
+    instance = new_instance_id()
     server = start_embedded_server(state)
     gate = await start_gate(gate_config(state, server.url, co_located=True))
     gateway = await start_model_gateway(gateway_config(state, server.url))
     try:
-        if not (await attest(state, server.url, PRINCIPAL, RUNTIME_ID, PIN)).accepted:
-            raise GatewayBenchError("the bench runtime's attestation was refused")
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        for principal, runtime_id, process in (
+            (PRINCIPAL, RUNTIME_ID, None),
+            (PROVEN_PRINCIPAL, PROVEN_ID, instance),
+        ):
+            ack = await attest(state, server.url, principal, runtime_id, PIN, instance_id=process)
+            if not ack.accepted:
+                raise GatewayBenchError("the bench runtime's attestation was refused")
+        plain = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        bound = {"Authorization": f"Bearer {proven_token}", "Content-Type": "application/json"}
+        key = state.key(PROVEN_PRINCIPAL)
         rows = []
         done = 0
         async with aiohttp.ClientSession() as direct, aiohttp.ClientSession() as through:
-            for label, size, stream in SERIES:
+            for label, size, stream, proven in SERIES:
                 text = _text(size)
                 model.default = Reply(content=text, delta_bytes=64)
                 body = _body(stream)
                 samples: dict[str, list[int]] = {"direct": [], "gateway": [], "decision": []}
                 own: list[int] = []
                 for n in range(rounds + WARM_UP):
+                    headers = (
+                        {**bound, names.HEADER_INSTANCE_PROOF: _proof(key, instance, body)}
+                        if proven
+                        else plain
+                    )
                     start = time.perf_counter_ns()
                     async with direct.post(model.url + "/chat/completions", data=body) as resp:
                         await resp.read()

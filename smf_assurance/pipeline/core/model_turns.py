@@ -108,6 +108,19 @@ class ChatRequest:
             if m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str)
         ]
 
+    def offered_tools(self) -> frozenset[str]:
+        """The names of the functions the request offers the model (``tools``): a call
+        to any other name is one no runtime runs (it answers it with an error)."""
+        tools = self.body.get("tools")
+        names: set[str] = set()
+        if isinstance(tools, list):
+            for tool in tools:
+                function = tool.get("function") if isinstance(tool, dict) else None
+                name = function.get("name") if isinstance(function, dict) else None
+                if isinstance(name, str):
+                    names.add(name)
+        return frozenset(names)
+
     def read_texts(self) -> list[str]:
         """Everything the request shows the model, one text per message (any role: the
         system prompt with the context files a runtime puts in it, the user's words,

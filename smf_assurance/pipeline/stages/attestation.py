@@ -73,6 +73,16 @@ INSTANCE_PROOF_MISSING: Final = "instance_proof_missing"
 INSTANCE_PROOF_INVALID: Final = "instance_proof_invalid"
 INSTANCE_PROOF_STALE: Final = "instance_proof_stale"
 INSTANCE_NOT_ATTESTED: Final = "runtime_instance_not_attested"
+INSTANCE_PROOF_REPLAYED: Final = "instance_proof_replayed"
+INSTANCE_PROOF_WITHOUT_NONCE: Final = "instance_proof_without_nonce"
+INSTANCE_PROOF_OTHER_REQUEST: Final = "instance_proof_for_another_request"
+INSTANCE_PROOFS_TOO_MANY: Final = "instance_proofs_too_many"
+PROOF_FRESHNESS_MS: Final = 10_000
+"""A model request's proof is good for this long around its issue time (seconds: it is
+sealed for that very request), and the gate remembers each accepted nonce as long."""
+MAX_PROOF_NONCES: Final = 65_536
+"""Accepted nonces remembered at once (all gateways' requests within the freshness
+window); past it a new proof is refused ``instance_proofs_too_many`` (fails closed)."""
 MAX_INSTANCES: Final = 64
 """Per runtime: the attested processes held (oldest forgotten first; a forgotten one
 is refused ``runtime_instance_not_attested`` until it attests again: fails closed)."""
@@ -147,7 +157,12 @@ class AttestationDesk:
     release_id: Callable[[], str | None] = lambda: None
     evidence_probe: Callable[[], Awaitable[bool]] | None = None
     freshness_ms: int = 120_000
+    proof_freshness_ms: int = PROOF_FRESHNESS_MS
+    max_proof_nonces: int = MAX_PROOF_NONCES
     _held: dict[str, Held] = field(default_factory=dict)
+    _nonces: OrderedDict[tuple[str, str], int] = field(default_factory=OrderedDict)
+    """Accepted proofs' ``(runtime_id, nonce)``, until the end of their freshness window
+    (in acceptance order: one that lasts longer than the next is kept, never dropped early)."""
     _instances: dict[str, OrderedDict[str, int]] = field(default_factory=dict)
     """Per runtime: each process whose latest attestation was accepted, and when it
     was issued."""
@@ -327,7 +342,11 @@ class AttestationDesk:
         return held.issued_at_ms + self.required.get(runtime_id, RuntimeRequirement()).lease_ms
 
     def admit_instance(
-        self, runtime_id: str, held: Held, sealed: str | None
+        self,
+        runtime_id: str,
+        held: Held,
+        sealed: str | None,
+        request_digest: str | None = None,
     ) -> tuple[str | None, int | None]:
         """Whether a model request of a standing ``runtime_id`` comes from a process
         that attested (issue 16, admission bound to the process): the refusal reason,
@@ -336,8 +355,11 @@ class AttestationDesk:
         Bound when the runtime's requirement says so or its latest accepted
         attestation names an instance; then the request must carry a proof signed by
         a key of that very runtime (one runtime cannot prove for another), issued
-        within the freshness window (a captured proof is not replayed later), of an
-        instance whose latest attestation was accepted within its lease."""
+        within the proof freshness window (seconds), with a nonce, for this request
+        when it names one (``request_digest``: the gateway's digest of the body it
+        received), of an instance whose latest attestation was accepted within its
+        lease, and never accepted before (its nonce): a captured proof is good for
+        nothing but the one request it was sealed for, once."""
         need = self.required.get(runtime_id, RuntimeRequirement())
         if not need.instance_bound and held.instance_id is None:
             return None, None
@@ -354,13 +376,35 @@ class AttestationDesk:
             return INSTANCE_PROOF_INVALID, None
         now = self.clock()
         # check freshness: a proof seen on the wire is not good for long
-        if abs(now - proof.issued_at_ms) > self.freshness_ms:
+        if abs(now - proof.issued_at_ms) > self.proof_freshness_ms:
             return INSTANCE_PROOF_STALE, None
+        if proof.nonce is None:
+            return INSTANCE_PROOF_WITHOUT_NONCE, None
+        # check the binding: a proof sealed for one body is not lent to another
+        if proof.request_digest is not None and proof.request_digest != request_digest:
+            return INSTANCE_PROOF_OTHER_REQUEST, None
         instances = self._instances.get(runtime_id)
         attested = None if instances is None else instances.get(proof.instance_id)
         if attested is None or now - attested > need.lease_ms:
             return INSTANCE_NOT_ATTESTED, None
-        return None, attested + need.lease_ms
+        return self._accept_once(runtime_id, proof.nonce, proof.issued_at_ms, now), (
+            attested + need.lease_ms
+        )
+
+    def _accept_once(self, runtime_id: str, nonce: str, issued_at_ms: int, now: int) -> str | None:
+        """Check for a replay: a proof's nonce is accepted once within its window."""
+        while self._nonces:
+            first, until = next(iter(self._nonces.items()))
+            if until >= now:
+                break
+            del self._nonces[first]
+        key = (runtime_id, nonce)
+        if key in self._nonces:
+            return INSTANCE_PROOF_REPLAYED
+        if len(self._nonces) >= self.max_proof_nonces:
+            return INSTANCE_PROOFS_TOO_MANY
+        self._nonces[key] = issued_at_ms + self.proof_freshness_ms
+        return None
 
     def admit(self, proposal: Proposal) -> str | None:
         """The reason to refuse ``proposal``, or None when its runtime may propose."""

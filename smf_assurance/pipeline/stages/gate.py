@@ -3,6 +3,7 @@
 ARCHITECTURE.md, "One proposal through the bus":
 
     verify signature -> freshness -> note the tool call (issue 16) -> admit ->
+    a call its adapter refused itself ends here, a denial ->
     raise the facts by the call's recorded context (issue 16) ->
     normalize -> evaluate -> evidence ->
     deny  : reply Verdict(deny); nothing reaches smf.execute
@@ -105,6 +106,8 @@ CONTEXT_UNKNOWN: Final = "tool_call_context_unknown"
 CONTEXT_UNAVAILABLE: Final = "tool_call_context_unavailable"
 CONTEXT_INVALID: Final = "tool_call_context_invalid"
 CONTEXT_MISMATCH: Final = "tool_call_context_mismatch"
+REFUSED_BY_ADAPTER: Final = "refused_by_adapter"
+"""A call its adapter refused itself, reported so it is recorded and accounted."""
 STAGE_MARGIN_MS: Final = 250
 FENCE_WINDOW_MS: Final = int(DUPLICATE_WINDOW_SECONDS * 1000) - 10_000
 """How old an unconfirmed order may be for its void to still meet the stream's
@@ -327,6 +330,7 @@ class Gate:
         self.chain = (
             self._note_tool_call,
             self._admit,
+            self._refused_locally,
             self._raise_call_context,
             self._normalize,
             self._evaluate,
@@ -634,6 +638,16 @@ class Gate:
             if refusal is not None:
                 return self._deny(work, (refusal,))
         return work
+
+    async def _refused_locally(self, work: Work) -> Work | Verdict:
+        """A call its adapter already refused (``Proposal.refused_locally``) is reported,
+        not proposed: a denial with the adapter's reason, recorded like any refusal
+        (:meth:`decide`, ids only), its tool call noted as decided above. Fail closed:
+        nothing after this link runs for it, so no policy can turn it into an allow."""
+        reason = work.proposal.refused_locally
+        if reason is None:
+            return work
+        return self._deny(work, (REFUSED_BY_ADAPTER, reason))
 
     async def _raise_call_context(self, work: Work) -> Work | Verdict:
         """Session taint outside the runtime (issue 16, item 4): a proposal for a tool

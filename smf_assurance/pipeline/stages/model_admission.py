@@ -77,7 +77,7 @@ class ModelAdmissionDesk:
         instance_end: int | None = None
         if reason is None and held is not None and not ask.model_list:
             reason, instance_end = self.attestation.admit_instance(
-                ask.runtime_id, held, ask.instance_proof
+                ask.runtime_id, held, ask.instance_proof, ask.request_digest
             )
         window: int | None = None
         if reason is None:

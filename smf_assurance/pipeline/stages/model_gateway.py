@@ -49,7 +49,11 @@ it, whatever the runtime's settings, its plugins, or its safe mode. Here:
   yet said was decided, the gateway asks (``smf.gateway.calls``, answered
   signed by the gate, ``smf_assurance.pipeline.stages.tool_calls``); a result no proposal
   covered is refused ``ungated_tool_result`` before the provider is asked, and
-  the gate has stopped the runtime until an operator clears it.
+  the gate has stopped the runtime until an operator clears it. A call to a tool the
+  request did not offer (the runtime answers it with an error before any hook sees
+  it) is named in the question (``not_offered``): the gate records it as a refusal
+  and the runtime keeps being served; a call the adapter refused itself was reported
+  by it as a refusal, so it is covered like any decided call.
 - **Session taint outside the runtime** (item 4). Before a turn with tool calls
   is returned, each issued id gets its record in ``SMF_CALL_CONTEXT``
   (``smf_assurance.subjects.call_context``): what the detectors raised over the request's
@@ -115,6 +119,7 @@ from smf_assurance.pipeline.stores.tainted_content import (
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.bus_access import CLIENT_API
 from smf_assurance.subjects.call_context import CALL_ID_PREFIX, CallContext
+from smf_assurance.subjects.canonical import CanonicalJSONError
 from smf_assurance.subjects.envelope import Classification, InjectionTaint, Name, Surface
 from smf_assurance.subjects.keys import SigningKey, VerifyKey
 from smf_assurance.subjects.messages import (
@@ -131,6 +136,7 @@ from smf_assurance.subjects.model_gateway import (
     GatewayCalls,
     GatewayCallsAnswer,
     ProviderName,
+    request_digest,
 )
 from smf_assurance.subjects.patterns import Token
 from smf_assurance.subjects.tainted_content import (
@@ -241,6 +247,15 @@ def error_response(status: int, reason_code: str) -> web.Response:
     return web.json_response(body, status=status)
 
 
+def _request_digest(chat: model_turns.ChatRequest) -> str | None:
+    """The digest a proof of this request must name (``subjects.model_gateway``), or None
+    for messages with no canonical form (a proof bound to a body then never matches)."""
+    try:
+        return request_digest(chat.body["messages"])
+    except CanonicalJSONError:
+        return None
+
+
 def new_call_id() -> str:
     """A gateway tool-call id: ``smfc`` and 24 lowercase hex digits, alphanumeric, so a
     runtime that sanitizes ids (OpenClaw's ``sanitizeToolCallId``) keeps it as is."""
@@ -325,6 +340,8 @@ class ModelGateway:
     """Per runtime: the profile digest its last admission named (None: not confined)."""
     _issued: dict[str, _Bounded] = field(init=False, default_factory=dict)
     _covered: dict[str, _Bounded] = field(init=False, default_factory=dict)
+    _not_offered: dict[str, _Bounded] = field(init=False, default_factory=dict)
+    """Per runtime: issued ids whose call named a tool its request did not offer."""
     _session: aiohttp.ClientSession | None = field(init=False, default=None)
     _upstream_key: str | None = field(init=False, default=None)
     call_context_keys: Callable[[], Mapping[str, VerifyKey]] | None = None
@@ -441,7 +458,9 @@ class ModelGateway:
         except TurnError as exc:
             raise Refusal(400, exc.reason_code) from exc
         classification = model_turns.request_classification(runtime.facts, chat)
-        standing = await self._admit(runtime, classification, self._proof(request))
+        proof = self._proof(request)
+        digest = None if proof is None else _request_digest(chat)
+        standing = await self._admit(runtime, classification, proof, request_digest=digest)
         if runtime.account_tool_calls:
             await self._account(runtime, chat)
         context, found = await self._context(runtime, chat)
@@ -451,7 +470,7 @@ class ModelGateway:
         turn = model_turns.own_turn(
             turn, turn_id="chatcmpl-smf-" + secrets.token_hex(12), model=chat.model()
         )
-        await self._issue_call_ids(runtime, turn, context, found)
+        await self._issue_call_ids(runtime, turn, context, found, chat.offered_tools())
         started = time.perf_counter_ns()
         # a turn's text is decided in its session's whole context; the calls of a turn
         # without text carry the session's taint to their own decisions (their records)
@@ -500,16 +519,19 @@ class ModelGateway:
         proof: str | None,
         *,
         model_list: bool = False,
+        request_digest: str | None = None,
     ) -> _Standing:
         """The attested runtime version and the release's detection window, or a refusal
         the gate has recorded. The gate also decides the request as an egress to the
         provider, for its classification, and checks the process proof, so an admission
         is kept per runtime, classification and proof (another process's request is
-        asked about afresh)."""
+        asked about afresh). A request with a proof is never answered from what is
+        kept: a proof is good for one request, once, and only the gate knows whether
+        it was used (a replayed proof must reach it to be refused)."""
         now = self.clock()
         key = (runtime.runtime_id, classification, proof, model_list)
         cached = self._standing.get(key)
-        if cached is not None and now < cached.valid_until_ms:
+        if cached is not None and proof is None and now < cached.valid_until_ms:
             return cached
         # proofs rotate, so a kept admission's key is often never asked again
         for old in [k for k, v in self._standing.items() if v.valid_until_ms <= now]:
@@ -524,6 +546,7 @@ class ModelGateway:
             issued_at_ms=now,
             instance_proof=proof,
             model_list=model_list,
+            request_digest=request_digest,
         )
         answer = await self._ask_gate(
             names.GATEWAY_ADMIT,
@@ -552,7 +575,8 @@ class ModelGateway:
             until,
             DEFAULT_DETECTION_WINDOW_CHARS if isinstance(window, msgspec.UnsetType) else window,
         )
-        self._standing[key] = standing
+        if proof is None:
+            self._standing[key] = standing
         return standing
 
     # -- tool-call accounting ------------------------------------------------------
@@ -563,6 +587,7 @@ class ModelGateway:
         turn: Turn,
         context: DataFacts,
         found: tuple[str, ...],
+        offered: frozenset[str] = frozenset(),
     ) -> None:
         """Every tool call the runtime gets carries an id this gateway issued and
         remembers, so its result can be checked against the gate's decisions, and
@@ -595,9 +620,14 @@ class ModelGateway:
         except CallContextUnavailable as exc:
             log.error("call_context_not_written", runtime_id=runtime.runtime_id, calls=len(records))
             raise Refusal(503, "call_context_unavailable") from exc
+        not_offered = self._not_offered.setdefault(
+            runtime.runtime_id, _Bounded(self.settings.max_issued_calls)
+        )
         for record in records:
             self._keep_context(record)
             issued.add(record.tool_call_id)
+            if record.tool_name not in offered:
+                not_offered.add(record.tool_call_id)
         try:
             await self._tainted.write(written)
         except TaintedContentUnavailable as exc:
@@ -710,19 +740,26 @@ class ModelGateway:
         covered = self._covered.setdefault(
             runtime.runtime_id, _Bounded(self.settings.max_covered_calls)
         )
+        not_offered = self._not_offered.get(runtime.runtime_id)
         ask = [i for i in dict.fromkeys(chat.tool_result_ids()) if i in issued and i not in covered]
         for start in range(0, len(ask), MAX_CALLS_PER_ASK):
             batch = tuple(ask[start : start + MAX_CALLS_PER_ASK])
-            uncovered = await self._ask_calls(runtime, batch)
-            if uncovered:
+            unoffered = tuple(i for i in batch if not_offered is not None and i in not_offered)
+            answer = await self._ask_calls(runtime, batch, unoffered)
+            if answer.uncovered:
                 # stopped: every kept admission of this runtime is void, ask the gate again
                 for key in [k for k in self._standing if k[0] == runtime.runtime_id]:
                     del self._standing[key]
                 raise Refusal(403, "ungated_tool_result")
+            if answer.unrecorded:
+                # a refusal the ledger did not take: nothing is served without its evidence
+                raise Refusal(503, "tool_refusal_not_recorded")
             for call_id in batch:
                 covered.add(call_id)
 
-    async def _ask_calls(self, runtime: GatewayRuntime, batch: tuple[str, ...]) -> tuple[str, ...]:
+    async def _ask_calls(
+        self, runtime: GatewayRuntime, batch: tuple[str, ...], not_offered: tuple[str, ...]
+    ) -> GatewayCallsAnswer:
         ask = GatewayCalls(
             schema="smf.gateway-calls/1",
             request_id="m-" + secrets.token_hex(16),
@@ -730,8 +767,9 @@ class ModelGateway:
             tenant_id=runtime.actor.tenant_id,
             tool_call_ids=batch,
             issued_at_ms=self.clock(),
+            not_offered=not_offered,
         )
-        answer = await self._ask_gate(
+        return await self._ask_gate(
             names.GATEWAY_CALLS,
             ask,
             GatewayCallsAnswer,
@@ -739,7 +777,6 @@ class ModelGateway:
             self.settings.calls_timeout_s,
             "calls_answer",
         )
-        return answer.uncovered
 
     async def _ask_gate(
         self,

@@ -20,6 +20,14 @@ Invariants this module keeps:
   are refused with ``runtime_stopped_ungated_tool_result`` until an operator
   clears it (``smf.gateway.clear``), whose clear is recorded in the ledger. A
   ledger or store outage does not prevent the stop (the answer names it).
+- **Tools not offered are refusals, not stops.** A call the model made to a tool the
+  request did not offer (the gateway says which, ``GatewayCalls.not_offered``) is
+  answered by the runtime itself with an error before any hook of ours sees it; when
+  no proposal carried it, it is recorded as a refusal (``unknown_tool``,
+  ``tool_not_offered_by_runtime``, one entry per call) and noted decided. A call an
+  adapter refused itself is reported as a proposal (``Proposal.refused_locally``),
+  denied and noted at the gate's first link like any other. So ``ungated_tool_result``
+  means a result of a call that was offered and reached no gate decision.
 - **Signed answers.** The answer is signed with the gate key
   (:data:`names.PAYLOAD_GATEWAY_CALLS`): no other client can tell the gateway
   that a tool result was decided.
@@ -55,6 +63,8 @@ UNGATED: Final = "ungated_tool_result"
 REFUSED: Final = "model_request_refused"
 STOPPED: Final = "runtime_stopped_ungated_tool_result"
 MAX_CALLS_BYTES: Final = 64 * 1024
+NOT_OFFERED_REASONS: Final = ("unknown_tool", "tool_not_offered_by_runtime")
+"""A call the model made to a tool the runtime's request did not offer."""
 
 
 @dataclass
@@ -105,9 +115,11 @@ class ToolCallDesk:
         ask = _decode(data, GatewayCalls, "malformed_calls")
         if ask.runtime_id not in self.attestation.known_runtimes():
             raise StageRefusal("unknown_runtime")
-        uncovered = tuple(
+        not_covered = tuple(
             dict.fromkeys(i for i in ask.tool_call_ids if not self.calls.covered(ask.runtime_id, i))
         )
+        not_offered = set(ask.not_offered)
+        uncovered = tuple(i for i in not_covered if i not in not_offered)
         answer = GatewayCallsAnswer(
             schema="smf.gateway-calls-answer/1",
             request_id=ask.request_id,
@@ -115,9 +127,59 @@ class ToolCallDesk:
             uncovered=uncovered,
         )
         if uncovered:
+            # a stop wins: nothing of this ask is recorded as a refusal
             answer = await self._stop(ask, answer)
+        else:
+            refused = tuple(i for i in not_covered if i in not_offered)
+            if refused:
+                answer = await self._refuse_not_offered(ask, answer, refused)
         return dsse.encode_envelope(
             dsse.sign_struct(names.PAYLOAD_GATEWAY_CALLS, answer, [self.signer])
+        )
+
+    async def _refuse_not_offered(
+        self, ask: GatewayCalls, answer: GatewayCallsAnswer, ids: tuple[str, ...]
+    ) -> GatewayCallsAnswer:
+        """Calls the model made to tools the runtime did not offer, which no proposal
+        carried: the runtime answered each with an error of its own, before any hook
+        could propose it, so each is recorded as the refusal it was (one entry each,
+        ids only) and noted decided; the runtime is not stopped. A refusal the ledger
+        did not take is not noted (``unrecorded``: evidence first, so the gateway
+        refuses the request and asks again). The gateway says which calls were not
+        offered; it computed that from the very request the model answered."""
+        tenant_ref = self.evidence.tenant_ref(ask.tenant_id)
+        refused: list[str] = []
+        unrecorded: list[str] = []
+        evidence: list[str] = []
+        for call_id in ids:
+            subject = {
+                "model_request": ask.request_id,
+                "runtime_id": ask.runtime_id,
+                "tool_call_id": call_id,
+            }
+            entry = self.evidence.for_refusal(
+                subject, tenant_ref, self.release_id(), NOT_OFFERED_REASONS
+            )
+            _, recorded = await self.evidence.record_refusal(entry)
+            if recorded:
+                self.calls.add(ask.runtime_id, call_id)
+                refused.append(call_id)
+                evidence += recorded
+            else:
+                unrecorded.append(call_id)
+        log.info(
+            "tool_not_offered_refused",
+            runtime_id=ask.runtime_id,
+            refused=len(refused),
+            unrecorded=len(unrecorded),
+        )
+        lost = ("evidence_store_unavailable",) if unrecorded else ()
+        return msgspec.structs.replace(
+            answer,
+            reason_codes=(*NOT_OFFERED_REASONS, *lost),
+            evidence=tuple(evidence),
+            refused=tuple(refused),
+            unrecorded=tuple(unrecorded),
         )
 
     async def _stop(self, ask: GatewayCalls, answer: GatewayCallsAnswer) -> GatewayCallsAnswer:

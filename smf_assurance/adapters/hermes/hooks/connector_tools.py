@@ -46,6 +46,12 @@ class ConnectorToolHandlers(Lifecycle):
         except BridgeError as exc:  # before the proposal was sent: nothing reached the gate
             return tools.blocked(tool, (exc.reason_code,))
         except mapping.MappingError as exc:
+            # refused here, before any proposal: report it, with the call id our hook
+            # left for this handler (tool-call accounting)
+            session = str(kwargs.get("session_id") or "")
+            self._report_refused(
+                tool.name, self.pending_ids.take(session, tool.name), exc.reason_code
+            )
             return tools.blocked(tool, (exc.reason_code,))
         except Exception:  # noqa: BLE001 - fail closed on anything (RUNTIMES.md, FAIL-OPEN)
             try:
@@ -56,10 +62,12 @@ class ConnectorToolHandlers(Lifecycle):
     def _connector_call(
         self, tool: tools.ConnectorTool, args: Any, kwargs: Mapping[str, Any]
     ) -> str:
-        if self.problems or self.config is None or self.bridge is None:
-            return tools.blocked(tool, tuple(self.problems) or ("adapter_not_configured",))
-        config = self.config
         session = str(kwargs.get("session_id") or "")
+        if self.problems or self.config is None or self.bridge is None:
+            reasons = tuple(self.problems) or ("adapter_not_configured",)
+            self._report_refused(tool.name, self.pending_ids.take(session, tool.name), reasons[0])
+            return tools.blocked(tool, reasons)
+        config = self.config
         call = tools.connector_call(tool, args, config.context)
         facts = mapping.session_facts(
             config.context, self.taint.is_tainted(session), call.legal_hold
@@ -68,6 +76,7 @@ class ConnectorToolHandlers(Lifecycle):
         self._ensure_attested()
         refusal = self._release_in_force()
         if refusal is not None:
+            self._report_refused(tool.name, self.pending_ids.take(session, tool.name), refusal)
             return tools.blocked(tool, (refusal,))
         call_id = self.pending_ids.take(session, tool.name)
 

@@ -19,56 +19,62 @@ proof and the gateway refuses it. A middleware that raises is skipped by
 Hermes and the request goes without the header: that fails closed at the
 gateway, so nothing here can let a request through that should not be.
 
-A proof is sealed once and reused for :data:`PROOF_REUSE_MS` (an Ed25519
-signature per request is not needed: the gate accepts a proof within its
-freshness window only, 120 s by default).
+Each request gets its own proof (issue 36, "proofs bound to one request"): a fresh
+nonce, and the digest of the request's ``messages`` as this middleware hands them to
+Hermes's OpenAI client (``subjects.model_gateway.request_digest``; the client sends
+them as they are, and the gateway computes the same digest from the body it
+receives). The gate accepts it once and within seconds, so a proof captured on the
+way is good for nothing but that one request. Messages with no canonical form (a
+float) get no proof: the gateway refuses that request (fails closed). An Ed25519
+signature per request costs tens of microseconds.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Final
+from typing import Any
 
 from smf_assurance.adapters.hermes.lifecycle import Lifecycle
 from smf_assurance.subjects import names
-from smf_assurance.subjects.model_gateway import InstanceProof, seal_instance_proof
+from smf_assurance.subjects.model_gateway import (
+    InstanceProof,
+    new_proof_nonce,
+    request_digest,
+    seal_instance_proof,
+)
 
 log = logging.getLogger("smf.hermes")
-
-PROOF_REUSE_MS: Final = 30_000
-"""Well inside the gate's freshness window, so a reused proof is never stale there."""
 
 
 class ModelRequestMiddleware(Lifecycle):
     def llm_request(self, **kwargs: Any) -> dict[str, Any] | None:
-        """The provider kwargs with this process's proof among their headers; None
-        (the request goes unchanged, and the gateway refuses it) when there is no
-        runtime key to prove with."""
+        """The provider kwargs with a proof of this process, for these very messages,
+        among their headers; None (the request goes unchanged, and the gateway refuses
+        it) when there is no runtime key to prove with or the messages cannot be
+        digested."""
         request = kwargs.get("request")
         if self.config is None or not isinstance(request, dict):
             return None
         try:
             headers = dict(request.get("extra_headers") or {})
-            headers[names.HEADER_INSTANCE_PROOF] = self.instance_proof()
+            headers[names.HEADER_INSTANCE_PROOF] = self.instance_proof(
+                request_digest(request.get("messages"))
+            )
             return {"request": {**request, "extra_headers": headers}}
         except Exception as exc:  # noqa: BLE001 - the request then carries no proof: refused
             log.error("smf instance proof not added: %s", type(exc).__name__)
             return None
 
-    def instance_proof(self) -> str:
-        """This process's sealed proof, sealed again once it is :data:`PROOF_REUSE_MS` old
-        (Hermes's subagents call from their own threads)."""
+    def instance_proof(self, digest: str | None = None) -> str:
+        """A sealed proof of this process for one request (its messages' digest), with
+        a fresh nonce: never reused."""
         assert self.config is not None
-        now = self.clock()
-        with self._proof_lock:
-            if self._proof is not None and now - self._proof[0] < PROOF_REUSE_MS:
-                return self._proof[1]
-            proof = InstanceProof(
-                schema="smf.instance-proof/1",
-                runtime_id=self.config.runtime_id,
-                instance_id=self.instance_id,
-                issued_at_ms=now,
-            )
-            sealed = seal_instance_proof(proof, self.config.key)
-            self._proof = (now, sealed)
-            return sealed
+        proof = InstanceProof(
+            schema="smf.instance-proof/1",
+            runtime_id=self.config.runtime_id,
+            instance_id=self.instance_id,
+            issued_at_ms=self.clock(),
+            nonce=new_proof_nonce(),
+            request_digest=digest,
+        )
+        return seal_instance_proof(proof, self.config.key)

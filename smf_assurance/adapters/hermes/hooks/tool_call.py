@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from nats.aio.client import Client
 
@@ -33,6 +33,9 @@ from smf_assurance.subjects.messages import Verdict
 
 log = logging.getLogger("smf.hermes")
 
+ADAPTER_REFUSES: Final = "adapter_refuses_to_run"
+NOT_OURS: Final = "connector_tool_not_ours"
+
 
 class ToolCallHook(Lifecycle):
     def pre_tool_call(self, **kwargs: Any) -> dict[str, str] | None:
@@ -46,6 +49,7 @@ class ToolCallHook(Lifecycle):
                 f"SMF Assurance adapter blocked {label}: {exc.reason_code}. It did not run."
             )
         except mapping.MappingError as exc:
+            self._report_refused(tool, kwargs.get("tool_call_id"), exc.reason_code)
             return block(
                 f"SMF Assurance adapter blocked {label}: {exc.reason_code}. It did not run."
             )
@@ -58,10 +62,13 @@ class ToolCallHook(Lifecycle):
                 )
 
     def _pre_tool_call(self, label: str, kwargs: Mapping[str, Any]) -> dict[str, str] | None:
+        tool_name = kwargs.get("tool_name")
         if self.problems or self.config is None or self.bridge is None:
-            return refusing_block(label, tuple(self.problems))
+            reasons = tuple(self.problems)
+            self._report_refused(tool_name, kwargs.get("tool_call_id"), ADAPTER_REFUSES)
+            return refusing_block(label, reasons)
         config = self.config
-        tool = kwargs.get("tool_name")
+        tool = tool_name
         if isinstance(tool, str) and tool in self.handlers:
             return self._pre_connector_tool(label, tool, kwargs)
         session = str(kwargs.get("session_id") or "")
@@ -105,6 +112,7 @@ class ToolCallHook(Lifecycle):
         handler under that name (a plugin that took the name first, or overrode it,
         would otherwise run ungated)."""
         if not self._is_ours(tool):
+            self._report_refused(tool, kwargs.get("tool_call_id"), NOT_OURS)
             return block(
                 f"SMF Assurance adapter blocked {label}: connector_tool_not_ours. It did not run."
             )

@@ -26,17 +26,18 @@
  * - Nothing here can let a request through unproven: every failure ends in "no
  *   header", which the gateway refuses (`instance_proof_missing`). The wrapper never
  *   throws on our account; the request itself is OpenClaw's, unchanged otherwise.
- * - A proof is sealed once and reused for {@link PROOF_REUSE_MS} (the gate accepts
- *   one for 120 s), as Hermes does. Its value is never logged.
+ * - Every request gets its own proof, with a fresh nonce: the gate accepts a proof
+ *   once and within seconds, so a proof captured on the way is good for nothing but
+ *   the request it came with. It names no request digest: the stream wrapper sees
+ *   OpenClaw's own context, not the messages its provider serializes (the request
+ *   the gateway digests), docs/OPENCLAW.md. Its value is never logged.
  */
 
 import type { Signer } from "./contract/keys.js";
-import { HEADER_INSTANCE_PROOF, instanceProof, newInstanceId, sealInstanceProof } from "./contract/model_gateway.js";
+import { HEADER_INSTANCE_PROOF, instanceProof, newInstanceId, newProofNonce, sealInstanceProof } from "./contract/model_gateway.js";
 
 /** The provider id the operator configures the model gateway under (`models.providers.smf-gateway`). */
 export const PROVIDER_ID = "smf-gateway";
-/** Well inside the gate's freshness window (120 s), so a reused proof is never stale there. */
-export const PROOF_REUSE_MS = 30_000;
 /** Longest a model call waits for this process's first attestation still in flight. */
 export const FIRST_ATTESTATION_WAIT_MS = 10_000;
 
@@ -56,8 +57,6 @@ export interface ProcessBinding {
     | undefined;
   /** An attestation on its way to the gate (a first model call may wait for it). */
   pending: Promise<unknown> | undefined;
-  /** The proof last sealed, reused while it is young. */
-  sealed: { runtimeId: string; keyId: string; atMs: number; value: string } | undefined;
   /**
    * Problems an adapter of this process found at run time (a foreign hook, a hook
    * budget cut): every attestation of the process carries them, whichever of its
@@ -82,7 +81,7 @@ export function processBinding(): ProcessBinding {
 
 /** A fresh binding, for tests. */
 export function newProcessBinding(): ProcessBinding {
-  return { instanceId: newInstanceId(), full: false, attested: undefined, pending: undefined, sealed: undefined, problems: [] };
+  return { instanceId: newInstanceId(), full: false, attested: undefined, pending: undefined, problems: [] };
 }
 
 /** Record the gate's answer to this process's attestation (`attest.ts`). */
@@ -140,19 +139,7 @@ export class InstanceProver {
         outcome = refusal;
       } else {
         const attested = this.binding.attested as { runtimeId: string; key: Signer };
-        const sealed = this.binding.sealed;
-        if (
-          sealed !== undefined &&
-          sealed.runtimeId === attested.runtimeId &&
-          sealed.keyId === attested.key.keyId &&
-          now >= sealed.atMs &&
-          now - sealed.atMs < PROOF_REUSE_MS
-        ) {
-          value = sealed.value;
-        } else {
-          value = sealInstanceProof(instanceProof(attested.runtimeId, this.binding.instanceId, now), attested.key);
-          this.binding.sealed = { runtimeId: attested.runtimeId, keyId: attested.key.keyId, atMs: now, value };
-        }
+        value = sealInstanceProof(instanceProof(attested.runtimeId, this.binding.instanceId, now, newProofNonce()), attested.key);
         outcome = "proving";
       }
     } catch {

@@ -156,9 +156,22 @@ class Blocked extends Error {
     readonly decisionId: string | null = null,
     /** The denying approver's note (issue 23): told to the requester, never logged. */
     readonly note: string | null = null,
+    /** The adapter refused before proposing the call: the refusal is reported (`reportRefused`). */
+    readonly beforeProposal = false,
   ) {
     super(reasons.join(","));
   }
+}
+
+/**
+ * The reason of a refusal this adapter made by itself, before any proposal of the call
+ * reached the gate (the call is reported, `reportRefused`), or undefined: a gate's or an
+ * approval's denial was decided at the gate already, and a bus failure reaches no gate.
+ */
+function localRefusal(error: unknown): string | undefined {
+  if (error instanceof MappingError) return error.reasonCode;
+  if (error instanceof Blocked && error.beforeProposal) return "adapter_refuses_to_run";
+  return undefined;
 }
 
 /** Issue 25: every denial names the decision it rests on, so whoever reads it can have
@@ -344,7 +357,46 @@ export class GateAdapter {
         message = `SMF Assurance adapter blocked ${label}: ${INTERNAL_ERROR}. It did not run.`;
       }
       if (key !== undefined) this.blockedCalls.set(key, true);
+      const local = localRefusal(error);
+      if (local !== undefined) await this.reportRefused(event, ctx, local);
       return { block: true, blockReason: message };
+    }
+  }
+
+  /**
+   * Tool-call accounting (docs/OPENCLAW.md): a call this adapter refused itself (a path of
+   * its own credentials, arguments it cannot map, refusing mode) still leaves an error
+   * result, which the model gateway would report as one no gate decided and stop the
+   * runtime for. So the refusal is reported to the gate (`refused_locally`): recorded there
+   * as a denial with the adapter's reason, the call noted decided. The block stands
+   * whatever the gate answers; a report that fails is logged, and the result is then
+   * reported ungated (fail closed). The refused params are not sent. Never throws.
+   */
+  private async reportRefused(event: ToolEvent, ctx: ToolContext, reason: string): Promise<void> {
+    const settings = this.settings;
+    const toolCallId = str(event.toolCallId ?? ctx.toolCallId);
+    if (settings === undefined || this.bus === undefined || toolCallId === undefined || !TOOL_CALL_ID_RE.test(toolCallId)) return;
+    try {
+      const name = typeof event.toolName === "string" && event.toolName.length >= 1 && event.toolName.length <= 256 ? event.toolName : "unnamed_tool";
+      const call: ProposedCall = {
+        nativeTool: name,
+        arguments: {},
+        content: "",
+        destination: { address: "", locality: "unknown" },
+        facts: { ...settings.context.facts, legal_hold: null },
+        surface: "tool_call",
+      };
+      const proposal = this.buildProposal(settings, call, toolCallId);
+      proposal.refused_locally = /^[a-z][a-z0-9_]{0,63}$/.test(reason) ? reason : "adapter_refused";
+      checkProposal(proposal);
+      const verdict = await this.propose(settings, proposal);
+      if (verdict.outcome !== "deny") this.log.error(`smf: refusal report answered ${verdict.outcome}; the call stays blocked`);
+    } catch (error) {
+      try {
+        this.log.warn(`smf: refusal not reported to the gate (${error instanceof Error ? error.name : "error"})`);
+      } catch {
+        // Logging must never turn a block into a throw.
+      }
     }
   }
 
@@ -353,7 +405,7 @@ export class GateAdapter {
    * another plugin that can change the call after us, or a budget for our hook
    * shorter than a held call may wait, or cannot be read (`foreign.ts`).
    */
-  private refuseForeignHooks(settings: AdapterSettings): void {
+  private refuseForeignHooks(settings: AdapterSettings, proposed = false): void {
     const found = settings.inspect?.();
     let problem: string | undefined;
     let detail = "";
@@ -372,7 +424,7 @@ export class GateAdapter {
           "Every tool call will be BLOCKED until the operator fixes this and restarts OpenClaw.",
       );
     }
-    throw new Blocked([`adapter_refuses_to_run(${problem})`], "adapter");
+    throw new Blocked([`adapter_refuses_to_run(${problem})`], "adapter", null, null, !proposed);
   }
 
   private blockMessage(label: string, blocked: Blocked): string {
@@ -390,7 +442,7 @@ export class GateAdapter {
   private async decide(label: string, event: ToolEvent, ctx: ToolContext, key: string | undefined): Promise<BeforeResult> {
     const settings = this.settings;
     if (this.problems.length > 0 || settings === undefined || this.bus === undefined) {
-      throw new Blocked([`adapter_refuses_to_run(${this.problems.join(",") || "adapter_not_configured"})`], "adapter");
+      throw new Blocked([`adapter_refuses_to_run(${this.problems.join(",") || "adapter_not_configured"})`], "adapter", null, null, true);
     }
     this.refuseForeignHooks(settings);
     const signal = ctx.abortSignal instanceof AbortSignal ? ctx.abortSignal : undefined;
@@ -398,7 +450,7 @@ export class GateAdapter {
     // while no release verifies or its lease ran out.
     await settings.governance.ensure();
     const refusal = settings.governance.refusal();
-    if (refusal !== undefined) throw new Blocked([`adapter_refuses_to_run(${refusal})`], "adapter");
+    if (refusal !== undefined) throw new Blocked([`adapter_refuses_to_run(${refusal})`], "adapter", null, null, true);
     const call = proposeCall(event.toolName, event.params, str(ctx.sessionKey), settings.context, this.taint, settings.protected);
     const proposal = this.buildProposal(settings, call, str(event.toolCallId ?? ctx.toolCallId));
     // Subscribed before proposing: an approver may answer before `held` does.
@@ -419,7 +471,7 @@ export class GateAdapter {
     if (verdict.outcome === "held") {
       const outcome = await this.awaitApproval(settings, verdict, watch, signal);
       // A plugin loaded while the call was held would run after us on the approved params.
-      this.refuseForeignHooks(settings);
+      this.refuseForeignHooks(settings, true);
       this.remember(key, label, argsHash, outcome, outcome.approval_id);
       this.log.info(`smf allow-once ${label} approval=${outcome.approval_id ?? "?"}`);
       return { params: call.arguments };

@@ -14,7 +14,6 @@ import {
   InstanceProver,
   newProcessBinding,
   noteAttestation,
-  PROOF_REUSE_MS,
   PROVIDER_ID,
   withProof,
   type ProcessBinding,
@@ -70,7 +69,8 @@ test("full registration and an accepted attestation: every request carries this 
   assert.equal(options?.headers?.authorization, "Bearer t"); // the request's own headers kept
   assert.equal(options?.temperature, 0);
   const { proof, verified } = openInstanceProof(proofOf(options) ?? "", RUNTIME_KEYS);
-  assert.deepEqual(proof, { schema: "smf.instance-proof/1", runtime_id: "openclaw-demo", instance_id: binding.instanceId, issued_at_ms: NOW });
+  assert.deepEqual(proof, { schema: "smf.instance-proof/1", runtime_id: "openclaw-demo", instance_id: binding.instanceId, issued_at_ms: NOW, nonce: proof.nonce });
+  assert.match(proof.nonce ?? "", /^[0-9a-f]{32}$/);
   assert.deepEqual([...verified.keyIds], [KEY.keyId]);
   assert.match(binding.instanceId, /^i-[0-9a-f]{32}$/);
 });
@@ -122,31 +122,25 @@ test("the decision is made per request from process state, not when the wrapper 
   assert.deepEqual(calls.map((o) => proofOf(o) !== undefined), [false, false, true, false, true]);
 });
 
-test("a proof is reused for 30 s, then sealed again with the time of the request", () => {
+test("every request gets its own proof: the time of the request and a fresh nonce, never reused", () => {
   let now = NOW;
   const binding = proving();
   const { fn, calls } = recorder();
   const wrapped = new InstanceProver(binding, logs(), () => now).wrap(fn, false);
   wrapped?.("m", "c", {});
-  now += PROOF_REUSE_MS - 1;
   wrapped?.("m", "c", {});
   now += 1;
   wrapped?.("m", "c", {});
-  const [first, reused, resealed] = calls.map((o) => proofOf(o) ?? "");
-  assert.equal(reused, first);
-  assert.notEqual(resealed, first);
-  assert.equal(openInstanceProof(first ?? "", RUNTIME_KEYS).proof.issued_at_ms, NOW);
-  assert.equal(openInstanceProof(resealed ?? "", RUNTIME_KEYS).proof.issued_at_ms, NOW + PROOF_REUSE_MS);
-  // a clock that went back does not reuse a proof "from the future"
-  now = NOW - 1;
-  wrapped?.("m", "c", {});
-  assert.equal(openInstanceProof(proofOf(calls[3]) ?? "", RUNTIME_KEYS).proof.issued_at_ms, NOW - 1);
-  // another runtime key (a new attestation under another key): sealed again at once
-  now = NOW;
+  const opened = calls.map((o) => openInstanceProof(proofOf(o) ?? "", RUNTIME_KEYS).proof);
+  assert.deepEqual(opened.map((p) => p.issued_at_ms), [NOW, NOW, NOW + 1]);
+  assert.equal(new Set(opened.map((p) => p.nonce)).size, 3);
+  assert.ok(opened.every((p) => /^[0-9a-f]{32}$/.test(p.nonce ?? "")));
+  assert.ok(opened.every((p) => p.request_digest === undefined)); // the wrapper cannot see the body
+  // another runtime key (a new attestation under another key): signed with it at once
   noteAttestation(binding, "openclaw-demo", OTHER, { accepted: true, expires_at_ms: LEASE_END });
   wrapped?.("m", "c", {});
   const other = new Map<string, VerifyKey>([[OTHER.keyId, OTHER.verifyKey]]);
-  assert.equal(openInstanceProof(proofOf(calls[4]) ?? "", other).proof.instance_id, binding.instanceId);
+  assert.equal(openInstanceProof(proofOf(calls[3]) ?? "", other).proof.instance_id, binding.instanceId);
 });
 
 test("a proof that cannot be sealed: the request goes without one (refused), the wrapper does not throw", () => {

@@ -756,6 +756,8 @@ function bundleOf(opts: { sequence?: number; releaseId?: string; leaseMs?: numbe
 class GovernedBus extends FakeBus {
   attestations: Record<string, unknown>[] = [];
   proposals = 0;
+  /** Refusals the adapter reported (`refused_locally`), apart from its proposals. */
+  reports: Record<string, unknown>[] = [];
   accept = true;
   gateReasons: string[] = [];
   constructor(public values: Record<string, Uint8Array | null> | undefined, attest = true) {
@@ -783,8 +785,12 @@ class GovernedBus extends FakeBus {
         return reply(Buffer.from(JSON.stringify({ schema: "smf.attestation-ack/1", attestation_id: att.attestation_id, accepted: reasons.length === 0, reason_codes: reasons, release_id: "demo-1" })));
       }
       if (subject === "smf.propose") {
-        this.proposals += 1;
         const p = proposalOf(data);
+        if ((p as { refused_locally?: string }).refused_locally !== undefined) {
+          this.reports.push(p as unknown as Record<string, unknown>);
+          return reply(verdict({ proposal_id: p.proposal_id, outcome: "deny", reason_codes: ["refused_by_adapter"] }));
+        }
+        this.proposals += 1;
         if (this.gateReasons.length > 0) return reply(verdict({ proposal_id: p.proposal_id, outcome: "deny", reason_codes: this.gateReasons }));
         return reply(verdict({ proposal_id: p.proposal_id, outcome: "allow", decision_id: DECISION, operation_hash: OPERATION }));
       }
@@ -878,6 +884,8 @@ test("no release, a forged, expired or rolled-back release: refusing, attested a
     const result = await adapter(bus, 2000, [], g).beforeToolCall(EXEC, {});
     assert.match(blockReason(result), new RegExp(`adapter_refuses_to_run\\(${reason}\\)`), name);
     assert.equal(bus.proposals, 0, name);
+    // only the refusal is reported (tool-call accounting), nothing of the call
+    assert.deepEqual(bus.reports.map((r) => [r.refused_locally, r.tool_call_id, r.arguments]), [["adapter_refuses_to_run", "c1", {}]], name);
     const att = bus.attestations[0] as Record<string, unknown>;
     assert.equal(att.verified_release_id, null, name);
     assert.deepEqual(att.problems, [reason], name);
@@ -937,6 +945,32 @@ test("register(): a hook budget below the longest approval wait is a problem, at
   assert.deepEqual(adapterFor(api({ ...base, holdTimeoutMs: 600_000 })).problems, ["hook_timeout_below_approval_wait"]);
   const override = { config: { plugins: { entries: { "smf-assurance": { hooks: { timeouts: { before_tool_call: 30_000 } } } } } } };
   assert.deepEqual(adapterFor(api({ ...base, holdTimeoutMs: 60_001 }, override)).problems, ["hook_timeout_below_approval_wait"]);
+  await shutdown();
+});
+
+test("a call the adapter refuses itself is reported to the gate as a refusal, and stays blocked whatever the answer", async () => {
+  const sent: Record<string, unknown>[] = [];
+  const bus = new FakeBus((_s, data) => {
+    const verified = verifyEnvelope(decodeEnvelope(data), TRUSTED, 1, PAYLOAD_PROPOSAL);
+    const p = JSON.parse(verified.payload.toString("utf8")) as Record<string, unknown> & { proposal_id: string };
+    sent.push(p);
+    // even a gate that answered allow could not turn the refusal into a run
+    return reply(verdict({ proposal_id: p.proposal_id, outcome: "allow", decision_id: DECISION, operation_hash: OPERATION }));
+  });
+  const result = await adapter(bus).beforeToolCall({ toolName: "read", params: ["x"], toolCallId: "c9" }, {});
+  assert.match(blockReason(result), /arguments_not_an_object/);
+  assert.deepEqual(
+    sent.map((p) => [p.refused_locally, p.tool_call_id, p.native_tool, p.arguments]),
+    [["arguments_not_an_object", "c9", "read", {}]],
+  );
+  // without a call id there is no result to account for: nothing is sent
+  assert.match(blockReason(await adapter(bus).beforeToolCall({ toolName: "read", params: ["x"] }, {})), /arguments_not_an_object/);
+  assert.equal(sent.length, 1);
+  // a gate that does not answer: still blocked, nothing thrown
+  const unanswered = new FakeBus(() => {
+    throw new BusError("gate_unreachable", "no responders");
+  });
+  assert.match(blockReason(await adapter(unanswered).beforeToolCall({ toolName: "read", params: ["x"], toolCallId: "c8" }, {})), /arguments_not_an_object/);
   await shutdown();
 });
 

@@ -231,7 +231,8 @@ for (const row of rows(messages, "messages").filter((m) => m.type === "RuntimeAt
   for (const row of proofs.seal) {
     test(`messages.json instance proof seal ${row.name}`, () => {
       const p = row.proof as InstanceProof;
-      const proof = instanceProof(p.runtime_id, p.instance_id, p.issued_at_ms);
+      const proof = instanceProof(p.runtime_id, p.instance_id, p.issued_at_ms, p.nonce);
+      if (p.request_digest !== undefined) proof.request_digest = p.request_digest;
       assert.deepEqual(proof, p);
       assert.equal(canonicalText(proof), s(row, "canonical"));
       assert.equal(encodeEnvelope(signValue(PAYLOAD_INSTANCE_PROOF, proof, [runtime])).toString("utf8"), s(row, "envelope"));

@@ -93,6 +93,10 @@ export interface Proposal {
    * not set): the gate starts no order and no hold after it, and answers a copy that
    * arrives later from its records instead of deciding it (docs/SUBJECTS.md). */
   reply_by_ms?: number;
+  /** The adapter refused this call itself, for this reason (`smf_assurance/subjects/messages.py`:
+   * additive, absent on every proposed call): the proposal only reports the refusal, so the
+   * gate records it as a denial and the call's error result is accounted (never an allow). */
+  refused_locally?: string;
 }
 
 /** `smf_assurance.subjects.patterns.ToolCallId`: an id the contract cannot carry is left out. */
@@ -304,6 +308,7 @@ export function checkProposal(p: Proposal): void {
   if (!Number.isSafeInteger(p.issued_at_ms) || p.issued_at_ms < 0) bad("issued_at_ms");
   if (p.tool_call_id !== undefined && !TOOL_CALL_ID_RE.test(p.tool_call_id)) bad("tool_call_id");
   if (p.reply_by_ms !== undefined && (!Number.isSafeInteger(p.reply_by_ms) || p.reply_by_ms < 0)) bad("reply_by_ms");
+  if (p.refused_locally !== undefined && !/^[a-z][a-z0-9_]{0,63}$/.test(p.refused_locally)) bad("refused_locally");
 }
 
 export function isOrderId(text: string): boolean {

@@ -37,13 +37,30 @@ export const INSTANCE_ID_RE = /^i-[0-9a-f]{32}$/;
 const TOKEN_RE = /^[A-Za-z0-9_-]{1,64}$/;
 const BASE64URL_RE = /^[A-Za-z0-9_-]+$/;
 const PROOF_FIELDS = ["schema", "runtime_id", "instance_id", "issued_at_ms"] as const;
+/** Present only when set, as msgspec's `omit_defaults` writes them. */
+const OPTIONAL_PROOF_FIELDS = ["nonce", "request_digest"] as const;
+const NONCE_RE = /^[0-9a-f]{32}$/;
+const IDENTITY_RE = /^sha256:[0-9a-f]{64}$/;
 
-/** "This model request comes from the adapter process `instance_id` of `runtime_id`." */
+/**
+ * "This model request comes from the adapter process `instance_id` of `runtime_id`."
+ * `nonce`: drawn for one request, the gate accepts the proof once and within seconds
+ * (`smf_assurance/subjects/model_gateway.py`); `request_digest`: the digest of the
+ * request's messages, which this adapter cannot see as they are sent, so it is left
+ * out here (docs/OPENCLAW.md).
+ */
 export interface InstanceProof {
   schema: typeof INSTANCE_PROOF_SCHEMA;
   runtime_id: string;
   instance_id: string;
   issued_at_ms: number;
+  nonce?: string;
+  request_digest?: string;
+}
+
+/** `smf_assurance.subjects.model_gateway.new_proof_nonce`: 128 random bits in hex. */
+export function newProofNonce(): string {
+  return randomBytes(16).toString("hex");
 }
 
 /** `smf_assurance.subjects.model_gateway.new_instance_id`: `i-` and 128 random bits in hex. */
@@ -60,12 +77,18 @@ function checked(proof: InstanceProof): InstanceProof {
   if (typeof proof.runtime_id !== "string" || !TOKEN_RE.test(proof.runtime_id)) bad("runtime_id");
   if (typeof proof.instance_id !== "string" || !INSTANCE_ID_RE.test(proof.instance_id)) bad("instance_id");
   if (!Number.isSafeInteger(proof.issued_at_ms) || proof.issued_at_ms < 0) bad("issued_at_ms");
+  if (proof.nonce !== undefined && (typeof proof.nonce !== "string" || !NONCE_RE.test(proof.nonce))) bad("nonce");
+  if (proof.request_digest !== undefined && (typeof proof.request_digest !== "string" || !IDENTITY_RE.test(proof.request_digest))) {
+    bad("request_digest");
+  }
   return proof;
 }
 
-/** A proof of `instanceId` of `runtimeId` issued at `issuedAtMs`, checked as the Struct checks it. */
-export function instanceProof(runtimeId: string, instanceId: string, issuedAtMs: number): InstanceProof {
-  return checked({ schema: INSTANCE_PROOF_SCHEMA, runtime_id: runtimeId, instance_id: instanceId, issued_at_ms: issuedAtMs });
+/** A proof of `instanceId` of `runtimeId` issued at `issuedAtMs` (with `nonce` when given), checked as the Struct checks it. */
+export function instanceProof(runtimeId: string, instanceId: string, issuedAtMs: number, nonce?: string): InstanceProof {
+  const proof: InstanceProof = { schema: INSTANCE_PROOF_SCHEMA, runtime_id: runtimeId, instance_id: instanceId, issued_at_ms: issuedAtMs };
+  if (nonce !== undefined) proof.nonce = nonce;
+  return checked(proof);
 }
 
 /** `seal_instance_proof`: the DSSE envelope's JSON, signed by `key`, in unpadded base64url (header-safe). */
@@ -85,7 +108,8 @@ function proofFrom(payload: Buffer): InstanceProof {
     throw new MalformedPayloadError("verified payload is not an object");
   }
   const keys = Object.keys(value);
-  if (keys.length !== PROOF_FIELDS.length || !PROOF_FIELDS.every((k) => keys.includes(k))) {
+  const allowed: readonly string[] = [...PROOF_FIELDS, ...OPTIONAL_PROOF_FIELDS];
+  if (!PROOF_FIELDS.every((k) => keys.includes(k)) || !keys.every((k) => allowed.includes(k))) {
     throw new MalformedPayloadError("verified payload does not hold exactly the fields of an InstanceProof");
   }
   let proof: InstanceProof;
