@@ -32,6 +32,8 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 
 from smf_assurance.ops.bench.targets import Comparison
+from smf_assurance.ops.doctor_checks import Kind as DoctorKind
+from smf_assurance.ops.doctor_checks import Status as DoctorStatus
 from smf_assurance.pipeline.core.decision import AppliedPolicy, Decision, Disposition, RuleSource
 from smf_assurance.pipeline.core.explanation import Explanation
 from smf_assurance.pipeline.core.policy import Requirements
@@ -1195,24 +1197,6 @@ class ApproverRemoveJson(CliJson, kw_only=True):
     key_ids: Annotated[tuple[KeyId, ...], _("its key ids, no longer trusted")]
     policies_from: Annotated[PoliciesFrom, _("prior (carried forward) or corpus")]
     release: Annotated[ReleasePublishJson, _("the release without it, and the gates' word")]
-
-
-DoctorStatus = Literal["ok", "warn", "fail", "skip"]
-"""ok: checked and fine; warn: checked, works, needs attention soon; fail: checked and
-broken; skip: not checked (the row says why), never counted as ok."""
-DoctorKind = Literal[
-    "bus",
-    "release",
-    "service",
-    "runtime",
-    "confinement",
-    "stream",
-    "connector",
-    "ledger",
-    "console",
-    "directory",
-    "files",
-]
 
 
 class DoctorCheckJson(CliJson, kw_only=True):

@@ -22,6 +22,8 @@ from smf_assurance.subjects.registry import KeyRegistry
 from smf_assurance.subjects.release import TrustRoot
 
 Status = Literal["ok", "warn", "fail", "skip"]
+"""ok: checked and fine; warn: checked, works, needs attention soon; fail: checked and
+broken; skip: not checked (the row says why), never counted as ok."""
 Kind = Literal[
     "bus",
     "release",

@@ -39,7 +39,7 @@ import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import nkeys
 import structlog
@@ -84,6 +84,22 @@ async def _close(*writers: asyncio.StreamWriter) -> None:
     for writer in writers:
         with contextlib.suppress(OSError, asyncio.CancelledError, ConnectionError):
             await writer.wait_closed()
+
+
+def _protocol_object(line: bytes, verb: bytes, not_that_verb: str) -> dict[str, Any]:
+    """The JSON object of a NATS ``INFO`` or ``CONNECT`` line; anything else is refused
+    (``not_that_verb``, or ``nats_<verb>_not_json``), so nothing unparsed is relayed."""
+    said, _, body = line.strip().partition(b" ")
+    if said.upper() != verb:
+        raise ForwardRefused(not_that_verb)
+    not_json = f"nats_{verb.decode().lower()}_not_json"
+    try:
+        value = json.loads(body)
+    except ValueError as exc:
+        raise ForwardRefused(not_json) from exc
+    if not isinstance(value, dict):
+        raise ForwardRefused(not_json)
+    return value
 
 
 async def _line(reader: asyncio.StreamReader, what: str) -> bytes:
@@ -174,15 +190,7 @@ class NatsForwarder(_Forwarder):
 
     def connect_line(self, line: bytes, nonce: str | None) -> bytes:
         """The runtime's ``CONNECT`` with its credentials replaced by the nkey's."""
-        verb, _, body = line.strip().partition(b" ")
-        if verb.upper() != b"CONNECT":
-            raise ForwardRefused("nats_first_line_not_connect")
-        try:
-            options = json.loads(body)
-        except ValueError as exc:
-            raise ForwardRefused("nats_connect_not_json") from exc
-        if not isinstance(options, dict):
-            raise ForwardRefused("nats_connect_not_json")
+        options = _protocol_object(line, b"CONNECT", "nats_first_line_not_connect")
         for name in DROPPED_CONNECT_FIELDS:
             options.pop(name, None)
         if nonce is not None:
@@ -198,15 +206,7 @@ class NatsForwarder(_Forwarder):
         up_writer: asyncio.StreamWriter,
     ) -> None:
         info_line = await _line(up_reader, "nats_info")
-        verb, _, body = info_line.strip().partition(b" ")
-        if verb.upper() != b"INFO":
-            raise ForwardRefused("nats_no_info")
-        try:
-            info = json.loads(body)
-        except ValueError as exc:
-            raise ForwardRefused("nats_info_not_json") from exc
-        if not isinstance(info, dict):
-            raise ForwardRefused("nats_info_not_json")
+        info = _protocol_object(info_line, b"INFO", "nats_no_info")
         if info.get("tls_required"):
             raise ForwardRefused("nats_tls_required")
         nonce = info.get("nonce")
