@@ -19,10 +19,19 @@ no instance (an adapter that cannot prove its process,
 and was not provisioned ``instance_bound``) is served by its token as before (every other
 test of the gateway).
 
+A process's later proofs are checked by the gateway on the gate's kept admission of its
+first (the admission names the runtime's public keys): served without a gate round
+trip only when every check holds; any other proof, and a replay of one served so, is
+asked about and refused by the gate, recorded.
+
 Does not prove: that the plugin-less process cannot get a proof some other way (the
 runtime key is denied to the agent's tools, issue 17, but the OS user can read it);
-a proof replayed to another gate replica within its seconds (each replica remembers
-the nonces it accepted), or across a gate restart within them.
+a proof replayed to another gate replica or another gateway process within its seconds
+(each remembers the nonces it saw), or across a restart of either within them; a
+replay to the gate while the gateway's clock is ahead of the gate's by more than the
+window; that a refused re-attestation stops a kept admission before it ends
+(``admission_cache_ms``: the provider may be asked; the reply is withheld when the
+runtime must attest).
 The real Hermes: tests/test_hermes_gateway.py.
 """
 
@@ -50,10 +59,13 @@ from smf_assurance.subjects.model_gateway import (
     MAX_INSTANCE_PROOF_CHARS,
     GatewayAdmit,
     InstanceProof,
+    ProofKey,
     new_instance_id,
     new_proof_nonce,
+    proof_keys,
     request_digest,
     seal_instance_proof,
+    trusted_proof_keys,
 )
 from tests.bus_helpers import wait_for
 from tests.test_model_gateway import (
@@ -492,3 +504,19 @@ def test_the_gateway_keeps_every_nonce_twice_its_window_and_is_blind_when_full()
     assert gateway._note_nonce("r", claim("c" * 32, now + 10**9), now) == "accepted"
     assert gateway._note_nonce("r", claim("d" * 32, now), now + 30) == "full"
     assert gateway._note_nonce("r", claim("d" * 32, now), now + 31) == "accepted"
+
+
+def test_keys_named_in_an_admission_are_checked_against_their_ids() -> None:
+    """The gateway believes a named key only under its own id (the id is the key's hash):
+    an admission naming a key under another's id, or bytes that are not a key, keeps
+    nothing checkable (``trusted_proof_keys`` raises, the admission is not kept)."""
+    mine, theirs = SigningKey.from_seed(b"\x01" * 32), SigningKey.from_seed(b"\x02" * 32)
+    named = proof_keys({mine.key_id: mine.verify_key})
+    assert trusted_proof_keys(named) == {mine.key_id: mine.verify_key}
+    swapped = (ProofKey(key_id=theirs.key_id, public_key=named[0].public_key),)
+    with pytest.raises(ValueError, match="not its key's"):
+        trusted_proof_keys(swapped)
+    with pytest.raises(ValueError, match="not base64"):
+        trusted_proof_keys((ProofKey(key_id=mine.key_id, public_key="not base64!"),))
+    with pytest.raises(ValueError, match="32 bytes"):
+        trusted_proof_keys((ProofKey(key_id=mine.key_id, public_key="AAAA"),))
