@@ -19,15 +19,25 @@ no instance (an adapter that cannot prove its process,
 and was not provisioned ``instance_bound``) is served by its token as before (every other
 test of the gateway).
 
+A process's later proofs are checked by the gateway on the gate's kept admission of its
+first (the admission names the runtime's public keys): served without a gate round
+trip only when every check holds; any other proof, and a replay of one served so, is
+asked about and refused by the gate, recorded.
+
 Does not prove: that the plugin-less process cannot get a proof some other way (the
 runtime key is denied to the agent's tools, issue 17, but the OS user can read it);
-a proof replayed to another gate replica within its seconds (each replica remembers
-the nonces it accepted), or across a gate restart within them.
+a proof replayed to another gate replica or another gateway process within its seconds
+(each remembers the nonces it saw), or across a restart of either within them; a
+replay to the gate while the gateway's clock is ahead of the gate's by more than the
+window; that a refused re-attestation stops a kept admission before it ends
+(``admission_cache_ms``: the provider may be asked; the reply is withheld when the
+runtime must attest).
 The real Hermes: tests/test_hermes_gateway.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -35,19 +45,29 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
+import nats
 import pytest
 
+from smf_assurance.ops.state import OPERATOR
+from smf_assurance.pipeline.core.seen_once import SeenOnce
 from smf_assurance.pipeline.stages.attestation import AttestationDesk
+from smf_assurance.pipeline.stages.model_gateway import GatewaySettings, ModelGateway
 from smf_assurance.subjects import names
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.model_gateway import (
     MAX_INSTANCE_PROOF_CHARS,
+    GatewayAdmit,
     InstanceProof,
+    ProofKey,
     new_instance_id,
     new_proof_nonce,
+    proof_keys,
     request_digest,
     seal_instance_proof,
+    trusted_proof_keys,
 )
+from tests.bus_helpers import wait_for
 from tests.test_model_gateway import (
     BOUND,
     BOUND_ID,
@@ -62,6 +82,7 @@ from tests.test_model_gateway import (
     error_code,
     gateway_world,
     ledger_reasons,
+    sse_text,
 )
 
 REFUSED = "model_request_refused"
@@ -210,11 +231,27 @@ async def test_an_instance_whose_latest_attestation_was_refused_is_not_served(
         assert status == 200
     ack = await attest(world, PRINCIPAL, RUNTIME_ID, instance_id=second, problems=("x_broken",))
     assert not ack.accepted
-    # the runtime's latest word is a refusal: nobody is served
-    assert (
-        await refused(world, RUNTIME_ID, proof(key, RUNTIME_ID, first))
-        == "runtime_attestation_rejected"
-    )
+    # the runtime's latest word is a refusal: nobody is served. The gateway may still hold
+    # the gate's admission of ``first`` for up to ``admission_cache_ms`` (as it does for a
+    # runtime without proofs); a request on it reaches the provider, but nothing of the
+    # reply reaches the runtime: the gate decides its output and refuses it for the same
+    # reason. Once that admission ends, the gate refuses before the provider is asked.
+    shown: list[bytes] = []
+
+    async def refused_at_admission() -> bool:
+        status, data = await chat(world, RUNTIME_ID, headers=proof(key, RUNTIME_ID, first))
+        if status == 200:
+            shown.append(data)
+            return False
+        assert (status, error_code(data)) == (403, "runtime_attestation_rejected")
+        return True
+
+    await wait_for(refused_at_admission)
+    for data in shown:
+        text, _, _ = sse_text(data)
+        assert "withheld" in text
+        assert "OK." not in text  # the fake provider's reply
+    assert ["runtime_attestation_rejected", REFUSED] in ledger_reasons(world.state)
     assert (await attest(world, PRINCIPAL, RUNTIME_ID, instance_id=first)).accepted
     status, _ = await chat(world, RUNTIME_ID, headers=proof(key, RUNTIME_ID, first))
     assert status == 200
@@ -346,3 +383,140 @@ async def test_a_body_whose_messages_have_no_canonical_form_is_proven_by_no_proo
     )
     assert (status, error_code(data)) == (403, "instance_proof_for_another_request")
     assert world.model.requests == []
+
+
+@contextlib.asynccontextmanager
+async def admit_tap(world: World) -> AsyncIterator[list[GatewayAdmit]]:
+    """Every question the gateway puts to the gate (``smf.gateway.admit``), in the order it
+    put them: an operator's subscription on the subject the gate serves."""
+    credential = world.state.existing_credential(OPERATOR)
+    assert credential is not None
+    nc = await nats.connect(world.stack.url, **credential.connect_options())
+    asked: list[GatewayAdmit] = []
+
+    async def record(msg: Any) -> None:
+        asked.append(msgspec.json.decode(msg.data, type=GatewayAdmit))
+
+    await nc.subscribe(names.GATEWAY_ADMIT, cb=record)
+    await nc.flush()
+    try:
+        yield asked
+    finally:
+        await nc.close()
+
+
+async def asked_about(asked: list[GatewayAdmit], headers: dict[str, str] | None) -> None:
+    """Wait until the gate was asked about this request (its proof, or none)."""
+    sealed = None if headers is None else headers[names.HEADER_INSTANCE_PROOF]
+    await wait_for(lambda: any(a.instance_proof == sealed for a in asked))
+
+
+@pytest.mark.claim("model-gateway.proof-checked-at-gateway")
+async def test_a_proven_process_is_served_on_its_kept_admission_and_a_replay_still_refused(
+    world: World,
+) -> None:
+    """The gate admits a process's first proof and names its keys; the next request of
+    that process, with its own fresh proof, is served without asking the gate (the tap
+    never sees it: a later question is seen, and questions arrive in the order asked).
+    That proof, replayed, is refused though the admission is kept: the gateway saw its
+    nonce, the gate refuses it as replayed and the ledger records it."""
+    mine = new_instance_id()
+    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
+    key = world.key(OTHER)
+    async with admit_tap(world) as asked:
+        first, second = proof(key, OTHER_ID, mine), proof(key, OTHER_ID, mine)
+        for headers in (first, second):
+            status, _ = await chat(world, OTHER_ID, headers=headers)
+            assert status == 200
+        assert len(world.model.requests) == 2
+        # a request without a proof is asked about (and refused): a marker in the order
+        assert await refused(world, OTHER_ID, None) == "instance_proof_missing"
+        await asked_about(asked, None)
+        sealed = [a.instance_proof for a in asked]
+        assert sealed == [first[names.HEADER_INSTANCE_PROOF], None]
+        # the second proof never reached the gate; replayed, it is refused all the same
+        assert await refused(world, OTHER_ID, second) == "instance_proof_replayed"
+        await asked_about(asked, second)
+        assert asked[-1].proof_seen is True
+        assert ["instance_proof_replayed", REFUSED] in ledger_reasons(world.state)
+        # and the first, which the gate admitted, likewise
+        assert await refused(world, OTHER_ID, first) == "instance_proof_replayed"
+    assert len(world.model.requests) == 2
+
+
+@pytest.mark.claim("model-gateway.proof-checked-at-gateway")
+async def test_a_proof_the_gateway_cannot_check_itself_goes_to_the_gate(world: World) -> None:
+    """On a kept admission of a process, a proof that fails any of the gate's checks is
+    not served on it: it is asked about, and the gate refuses it and records why (for
+    another body, stale, signed by another runtime's key, naming no nonce); a proof of
+    another process of the same runtime is asked about too, and served."""
+    mine, sibling = new_instance_id(), new_instance_id()
+    assert (await attest(world, PRINCIPAL, RUNTIME_ID, instance_id=mine)).accepted
+    assert (await attest(world, PRINCIPAL, RUNTIME_ID, instance_id=sibling)).accepted
+    key = world.key(PRINCIPAL)
+    other = [{"role": "user", "content": "File the memo with the court."}]
+    async with admit_tap(world) as asked:
+        assert (await chat(world, RUNTIME_ID, headers=proof(key, RUNTIME_ID, mine)))[0] == 200
+        for headers, reason in (
+            (proof(key, RUNTIME_ID, mine, messages=other), "instance_proof_for_another_request"),
+            (proof(key, RUNTIME_ID, mine, age_ms=11_000), "instance_proof_stale"),
+            (proof(key, RUNTIME_ID, mine, age_ms=-11_000), "instance_proof_stale"),
+            (proof(world.key(OTHER), RUNTIME_ID, mine), "instance_proof_invalid"),
+            (proof(key, RUNTIME_ID, mine, nonce=None), "instance_proof_without_nonce"),
+        ):
+            assert await refused(world, RUNTIME_ID, headers) == reason
+            await asked_about(asked, headers)
+            assert [reason, REFUSED] in ledger_reasons(world.state)
+        theirs = proof(key, RUNTIME_ID, sibling)
+        assert (await chat(world, RUNTIME_ID, headers=theirs))[0] == 200
+        await asked_about(asked, theirs)
+    assert len(world.model.requests) == 2
+
+
+def test_the_gateway_keeps_every_nonce_twice_its_window_and_is_blind_when_full() -> None:
+    """The gateway's seen-once set: a nonce noted is kept twice the window past its issue
+    time (clamped around now: the time is the sender's claim), and a set too full to keep
+    one stops every kept admission of a proof from serving until that nonce is past any
+    window (the gate, asked instead, holds its own)."""
+    now = 1_000_000
+    gateway = ModelGateway.__new__(ModelGateway)
+    gateway.settings = GatewaySettings(proof_window_ms=10, max_proof_nonces=1)
+    gateway._nonces = SeenOnce(1)
+    gateway._blind_until_ms = 0
+
+    def claim(nonce: str, issued: int) -> InstanceProof:
+        return InstanceProof(
+            schema="smf.instance-proof/1",
+            runtime_id="r",
+            instance_id="i-" + "0" * 32,
+            issued_at_ms=issued,
+            nonce=nonce,
+        )
+
+    assert gateway._note_nonce("r", claim("a" * 32, now - 5), now) == "accepted"
+    assert gateway._note_nonce("r", claim("a" * 32, now), now + 15) == "replayed"
+    assert gateway._note_nonce("r", claim("b" * 32, now), now + 15) == "full"
+    assert gateway._blind_until_ms == now + 15 + 30
+    # kept until issue + 2 windows: forgotten after it, so another fits
+    assert gateway._note_nonce("r", claim("b" * 32, now), now + 16) == "accepted"
+    # a claimed issue time far ahead is clamped to now + window
+    gateway._nonces = SeenOnce(1)
+    assert gateway._note_nonce("r", claim("c" * 32, now + 10**9), now) == "accepted"
+    assert gateway._note_nonce("r", claim("d" * 32, now), now + 30) == "full"
+    assert gateway._note_nonce("r", claim("d" * 32, now), now + 31) == "accepted"
+
+
+def test_keys_named_in_an_admission_are_checked_against_their_ids() -> None:
+    """The gateway believes a named key only under its own id (the id is the key's hash):
+    an admission naming a key under another's id, or bytes that are not a key, keeps
+    nothing checkable (``trusted_proof_keys`` raises, the admission is not kept)."""
+    mine, theirs = SigningKey.from_seed(b"\x01" * 32), SigningKey.from_seed(b"\x02" * 32)
+    named = proof_keys({mine.key_id: mine.verify_key})
+    assert trusted_proof_keys(named) == {mine.key_id: mine.verify_key}
+    swapped = (ProofKey(key_id=theirs.key_id, public_key=named[0].public_key),)
+    with pytest.raises(ValueError, match="not its key's"):
+        trusted_proof_keys(swapped)
+    with pytest.raises(ValueError, match="not base64"):
+        trusted_proof_keys((ProofKey(key_id=mine.key_id, public_key="not base64!"),))
+    with pytest.raises(ValueError, match="32 bytes"):
+        trusted_proof_keys((ProofKey(key_id=mine.key_id, public_key="AAAA"),))

@@ -20,6 +20,13 @@ and puts an :class:`InstanceProof` signed with the runtime key on every model
 request (HTTP header :data:`~smf_assurance.subjects.names.HEADER_INSTANCE_PROOF`). The gate
 serves a runtime whose attestation names an instance only for a fresh proof of
 an instance it holds a fresh, accepted attestation from.
+
+The gate's admission of a proof names what the gateway needs to check the next
+proofs of that same instance itself (:class:`ProofStanding`: the instance, the
+runtime's public keys, the gate's freshness window), so a proof-bound runtime is
+not a gate round trip per request: the gateway serves on the kept admission only
+after it verified the proof as the gate would, and asks the gate about any proof
+it cannot (which the gate then refuses and records).
 """
 
 from __future__ import annotations
@@ -129,6 +136,62 @@ def open_instance_proof(
     return dsse.open_struct(envelope, trusted, InstanceProof, names.PAYLOAD_INSTANCE_PROOF)
 
 
+def unverified_instance_proof(sealed: str) -> InstanceProof | None:
+    """The proof a header value claims to be, its signature NOT checked (None: not one).
+
+    For bookkeeping only, never for a decision: the gateway notes a request's nonce
+    as seen before it asks the gate about it, so a copy of the same proof arriving
+    meanwhile is never served on a kept admission."""
+    try:
+        raw = base64.b64decode(sealed + "=" * (-len(sealed) % 4), altchars=b"-_", validate=True)
+        envelope = dsse.decode_envelope(raw, MAX_INSTANCE_PROOF_CHARS)
+        return msgspec.json.decode(envelope.raw_payload, type=InstanceProof)
+    except (binascii.Error, ValueError, dsse.SignatureError, msgspec.DecodeError):
+        return None
+
+
+class ProofKey(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A runtime's public verify key: its id and the 32 raw bytes in standard base64."""
+
+    key_id: Annotated[str, msgspec.Meta(max_length=128)]
+    public_key: Annotated[str, msgspec.Meta(max_length=64)]
+
+
+MAX_PROOF_KEYS: Final = 16
+
+
+class ProofStanding(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """In an admission of a proof: what checks the next proofs of the same process
+    as the gate did (public material only). ``keys``: the registry's keys of that
+    runtime (a proof signed by any other is not checked by the gateway, it asks);
+    ``window_ms``: the gate's proof freshness window."""
+
+    instance_id: InstanceId
+    keys: Annotated[tuple[ProofKey, ...], msgspec.Meta(min_length=1, max_length=MAX_PROOF_KEYS)]
+    window_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)]
+
+
+def proof_keys(keys: Mapping[str, VerifyKey]) -> tuple[ProofKey, ...]:
+    return tuple(
+        ProofKey(key_id=kid, public_key=base64.b64encode(key.public_bytes).decode("ascii"))
+        for kid, key in sorted(keys.items())
+    )
+
+
+def trusted_proof_keys(keys: tuple[ProofKey, ...]) -> dict[str, VerifyKey]:
+    """The verify keys named; raises ``ValueError`` for one whose id is not its own."""
+    trusted: dict[str, VerifyKey] = {}
+    for named in keys:
+        try:
+            key = VerifyKey(base64.b64decode(named.public_key, validate=True))
+        except binascii.Error as exc:
+            raise ValueError("proof key is not base64") from exc
+        if key.key_id != named.key_id:
+            raise ValueError("proof key id is not its key's")
+        trusted[key.key_id] = key
+    return trusted
+
+
 class GatewayAdmit(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One model request's admission question; ``tenant_id`` names whose ledger
     pseudonym a refusal is recorded under.
@@ -158,6 +221,10 @@ class GatewayAdmit(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     request_digest: Identity | None = None
     """:func:`request_digest` of the body the gateway received (None: a model list, or
     a body whose messages have no canonical form); a proof naming another is refused."""
+    proof_seen: bool | msgspec.UnsetType = msgspec.UNSET
+    """The gateway saw this proof's nonce before (it may have served that request on a
+    kept admission, unknown to the gate): the gate refuses it as replayed and records
+    it. Only ever a reason to refuse. Unset: left out of the encoding."""
 
 
 class GatewayAdmission(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -185,6 +252,9 @@ class GatewayAdmission(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     with each turn: the release's setting (issue 36). Unset by default, so left out
     of the encoding and an admission without it reads as before; the gateway then
     sends the release's default."""
+    proof_standing: ProofStanding | msgspec.UnsetType = msgspec.UNSET
+    """On an admission of an instance proof: what lets the gateway check the next proofs
+    of that instance itself until ``expires_at_ms``. Unset: left out of the encoding."""
 
 
 class GatewayCalls(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):

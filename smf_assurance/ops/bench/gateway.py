@@ -8,7 +8,9 @@ kept-alive HTTP connection each:
 - a 4 KB streamed reply (64-byte SSE deltas, as a provider streams);
 - a 64 KB streamed reply;
 - a 4 KB streamed reply of a runtime bound to its process: a proof per request
-  (issue 36), so every request is admitted by the gate afresh.
+  (issue 36): the gate admits the process's first proof, and the gateway checks the
+  next ones itself on that kept admission (a signature check, the body's digest, its
+  own seen-once set of nonces).
 
 Through the gateway every request is admitted (the gate's answer is kept for
 up to a second), the provider's answer assembled whole, its text decided by
@@ -84,7 +86,8 @@ SERIES: Final = (
 )
 """(label, reply size, streamed, proven): a proven series is a runtime whose attestation
 names its process, as both shipped adapters' do, so every request carries a proof for
-that very request, which the gate must see (accepted once): no kept admission serves it.
+that very request, accepted once: checked by the gateway on the kept admission of its
+process, or by the gate when none is kept.
 The proof is sealed before the clock starts (the runtime's cost, not the gateway's)."""
 
 

@@ -53,11 +53,12 @@ from typing import Final
 import msgspec
 import structlog
 
+from smf_assurance.pipeline.core.seen_once import SeenOnce
 from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
 from smf_assurance.subjects.messages import Proposal
-from smf_assurance.subjects.model_gateway import open_instance_proof
+from smf_assurance.subjects.model_gateway import ProofStanding, open_instance_proof, proof_keys
 from smf_assurance.subjects.registry import KeyRegistry
 
 log = structlog.get_logger(__name__)
@@ -160,9 +161,8 @@ class AttestationDesk:
     proof_freshness_ms: int = PROOF_FRESHNESS_MS
     max_proof_nonces: int = MAX_PROOF_NONCES
     _held: dict[str, Held] = field(default_factory=dict)
-    _nonces: OrderedDict[tuple[str, str], int] = field(default_factory=OrderedDict)
-    """Accepted proofs' ``(runtime_id, nonce)``, until the end of their freshness window
-    (in acceptance order: one that lasts longer than the next is kept, never dropped early)."""
+    _nonces: SeenOnce = field(init=False)
+    """Accepted proofs' ``(runtime_id, nonce)``, until the end of their freshness window."""
     _instances: dict[str, OrderedDict[str, int]] = field(default_factory=dict)
     """Per runtime: each process whose latest attestation was accepted, and when it
     was issued."""
@@ -171,6 +171,9 @@ class AttestationDesk:
     share: Callable[[bytes], Awaitable[None]] | None = None
     """On a cluster: tell the other replicas of an attestation this one verified
     (``smf_assurance.pipeline.stages.replica_sync``); they verify and judge it themselves."""
+
+    def __post_init__(self) -> None:
+        self._nonces = SeenOnce(self.max_proof_nonces)
 
     # -- the ``smf.attest`` endpoint -----------------------------------------
 
@@ -347,10 +350,11 @@ class AttestationDesk:
         held: Held,
         sealed: str | None,
         request_digest: str | None = None,
-    ) -> tuple[str | None, int | None]:
+    ) -> tuple[str | None, int | None, str | None]:
         """Whether a model request of a standing ``runtime_id`` comes from a process
         that attested (issue 16, admission bound to the process): the refusal reason,
-        or None and when that process's lease ends (None: not instance-bound).
+        or None, when that process's lease ends and the process the proof proved
+        (both None: not instance-bound).
 
         Bound when the runtime's requirement says so or its latest accepted
         attestation names an instance; then the request must carry a proof signed by
@@ -362,48 +366,56 @@ class AttestationDesk:
         nothing but the one request it was sealed for, once."""
         need = self.required.get(runtime_id, RuntimeRequirement())
         if not need.instance_bound and held.instance_id is None:
-            return None, None
+            return None, None, None
         if sealed is None:
-            return INSTANCE_PROOF_MISSING, None
+            return INSTANCE_PROOF_MISSING, None, None
         registry = self.registry()
         try:
             proof, verified = open_instance_proof(sealed, registry.trusted("runtime"))
         except (dsse.SignatureError, msgspec.ValidationError):
-            return INSTANCE_PROOF_INVALID, None
+            return INSTANCE_PROOF_INVALID, None, None
         signers = [registry.principals[k] for k in verified.key_ids]
         # check the signer is that runtime, and the proof is for the runtime asked about
         if proof.runtime_id != runtime_id or all(p.entry.runtime_id != runtime_id for p in signers):
-            return INSTANCE_PROOF_INVALID, None
+            return INSTANCE_PROOF_INVALID, None, None
         now = self.clock()
         # check freshness: a proof seen on the wire is not good for long
         if abs(now - proof.issued_at_ms) > self.proof_freshness_ms:
-            return INSTANCE_PROOF_STALE, None
+            return INSTANCE_PROOF_STALE, None, None
         if proof.nonce is None:
-            return INSTANCE_PROOF_WITHOUT_NONCE, None
+            return INSTANCE_PROOF_WITHOUT_NONCE, None, None
         # check the binding: a proof sealed for one body is not lent to another
         if proof.request_digest is not None and proof.request_digest != request_digest:
-            return INSTANCE_PROOF_OTHER_REQUEST, None
+            return INSTANCE_PROOF_OTHER_REQUEST, None, None
         instances = self._instances.get(runtime_id)
         attested = None if instances is None else instances.get(proof.instance_id)
         if attested is None or now - attested > need.lease_ms:
-            return INSTANCE_NOT_ATTESTED, None
-        return self._accept_once(runtime_id, proof.nonce, proof.issued_at_ms, now), (
-            attested + need.lease_ms
+            return INSTANCE_NOT_ATTESTED, None, None
+        refused = self._accept_once(runtime_id, proof.nonce, proof.issued_at_ms, now)
+        if refused is not None:
+            return refused, None, None
+        return None, attested + need.lease_ms, proof.instance_id
+
+    def proof_standing(self, runtime_id: str, instance_id: str) -> ProofStanding:
+        """What the gateway checks the next proofs of ``instance_id`` by, as
+        :meth:`admit_instance` does: that runtime's registered keys (public) and the
+        proof freshness window."""
+        keys = {
+            kid: p.verify_key
+            for kid, p in self.registry().principals.items()
+            if p.entry.role == "runtime" and p.entry.runtime_id == runtime_id
+        }
+        return ProofStanding(
+            instance_id=instance_id, keys=proof_keys(keys), window_ms=self.proof_freshness_ms
         )
 
     def _accept_once(self, runtime_id: str, nonce: str, issued_at_ms: int, now: int) -> str | None:
         """Check for a replay: a proof's nonce is accepted once within its window."""
-        while self._nonces:
-            first, until = next(iter(self._nonces.items()))
-            if until >= now:
-                break
-            del self._nonces[first]
-        key = (runtime_id, nonce)
-        if key in self._nonces:
+        seen = self._nonces.accept((runtime_id, nonce), issued_at_ms + self.proof_freshness_ms, now)
+        if seen == "replayed":
             return INSTANCE_PROOF_REPLAYED
-        if len(self._nonces) >= self.max_proof_nonces:
+        if seen == "full":
             return INSTANCE_PROOFS_TOO_MANY
-        self._nonces[key] = issued_at_ms + self.proof_freshness_ms
         return None
 
     def admit(self, proposal: Proposal) -> str | None:

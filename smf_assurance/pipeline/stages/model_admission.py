@@ -14,6 +14,12 @@ The admission names the runtime's confinement as the gate holds it (the profile
 digest its launcher attests, ``smf_assurance.pipeline.stages.confinement``), so the
 gateway learns which runtimes it serves run confined.
 
+An admission of an instance proof names what the gateway needs to check the
+next proofs of that process itself (``ProofStanding``: public keys and the
+freshness window, never a secret); a proof the gateway says it saw before
+(``proof_seen``) is refused ``instance_proof_replayed``, since the gateway may
+have served it on a kept admission the gate never heard of.
+
 It also governs the request as an egress (issue 16): the provider must be
 one the release in force names, for the request's classification
 (``model_provider_not_in_release``, ``model_egress_not_approved``).
@@ -36,7 +42,7 @@ import structlog
 
 from smf_assurance.pipeline.core.projection import PolicySet
 from smf_assurance.pipeline.service import StageRefusal
-from smf_assurance.pipeline.stages.attestation import AttestationDesk
+from smf_assurance.pipeline.stages.attestation import INSTANCE_PROOF_REPLAYED, AttestationDesk
 from smf_assurance.pipeline.stages.confinement import ConfinementDesk
 from smf_assurance.pipeline.stages.evidence import EvidenceWriter
 from smf_assurance.subjects import dsse, names
@@ -75,10 +81,14 @@ class ModelAdmissionDesk:
             raise StageRefusal("malformed_admit", "not JSON") from exc
         reason, held = self.attestation.standing(ask.runtime_id)
         instance_end: int | None = None
+        instance_id: str | None = None
         if reason is None and held is not None and not ask.model_list:
-            reason, instance_end = self.attestation.admit_instance(
+            reason, instance_end, instance_id = self.attestation.admit_instance(
                 ask.runtime_id, held, ask.instance_proof, ask.request_digest
             )
+            if reason is None and instance_id is not None and ask.proof_seen is True:
+                # the gateway saw this nonce before: it may have served it without us
+                reason = INSTANCE_PROOF_REPLAYED
         window: int | None = None
         if reason is None:
             reason, window = self._egress(ask)
@@ -98,6 +108,11 @@ class ModelAdmissionDesk:
                     else self.confinement.standing(ask.runtime_id).profile_digest
                 ),
                 detection_window_chars=msgspec.UNSET if window is None else window,
+                proof_standing=(
+                    msgspec.UNSET
+                    if instance_id is None
+                    else self.attestation.proof_standing(ask.runtime_id, instance_id)
+                ),
             )
         else:
             answer = await self._refuse(ask, (reason or "runtime_attestation_missing", REFUSED))

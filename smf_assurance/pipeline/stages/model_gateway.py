@@ -13,7 +13,15 @@ it, whatever the runtime's settings, its plugins, or its safe mode. Here:
   another release gets an HTTP error, and the gate records the refusal. The
   request's instance proof (header ``Smf-Instance-Proof``) goes to the gate
   with the question, so a runtime whose adapter proves its process is served
-  only in that process; admissions are kept per proof.
+  only in that process. The gate's admission of a proof names the process and
+  the runtime's public keys (``ProofStanding``); it is kept per runtime,
+  classification and process, and a later request of that process is served on
+  it only once the gateway has checked its proof as the gate does: signed by one
+  of those keys, for that runtime and process, fresh within the gate's window,
+  for the body received, its nonce never seen here before (a bounded seen-once
+  set, ``pipeline.core.seen_once``). A proof that fails any of it is asked
+  about, so the gate refuses it and records why; one whose nonce was seen here
+  is asked about as seen (``proof_seen``), and the gate refuses it as replayed.
 - **Output held until the verdict.** The provider's answer is assembled whole
   (``smf_assurance.pipeline.core.model_turns``); everything of it the runtime may
   show goes through the output buffer (``smf.output.<id>``, the same detectors,
@@ -105,6 +113,7 @@ from smf_assurance.pipeline.core import model_turns
 from smf_assurance.pipeline.core.detectors import detect, injection_found, raise_facts
 from smf_assurance.pipeline.core.model_turns import Turn, TurnError
 from smf_assurance.pipeline.core.projection import DEFAULT_DETECTION_WINDOW_CHARS
+from smf_assurance.pipeline.core.seen_once import Seen, SeenOnce
 from smf_assurance.pipeline.core.written_content import read_digests, written_digests
 from smf_assurance.pipeline.stores.call_context import (
     CallContextInvalid,
@@ -135,8 +144,12 @@ from smf_assurance.subjects.model_gateway import (
     GatewayAdmit,
     GatewayCalls,
     GatewayCallsAnswer,
+    InstanceProof,
     ProviderName,
+    open_instance_proof,
     request_digest,
+    trusted_proof_keys,
+    unverified_instance_proof,
 )
 from smf_assurance.subjects.patterns import Token
 from smf_assurance.subjects.tainted_content import (
@@ -220,6 +233,14 @@ class GatewaySettings:
     history is not read again every turn; oldest forgotten first."""
     read_cache_chars: int = 32 * 1024 * 1024
     """The characters of those messages kept at most (they are the cache's keys)."""
+    proof_window_ms: int = 10_000
+    """The widest proof freshness window checked here (the gate's, as its admission
+    says, when narrower); each nonce is kept twice this long past its proof's issue
+    time, so a proof served here cannot be replayed to the gate while the two clocks
+    differ by less than this."""
+    max_proof_nonces: int = 65_536
+    """Nonces kept at once; when full no request is served on a kept admission (each
+    is asked about) until every nonce that could not be kept is past its window."""
 
 
 class Refusal(Exception):
@@ -285,6 +306,10 @@ class _Standing:
     valid_until_ms: int
     window_chars: int = DEFAULT_DETECTION_WINDOW_CHARS
     """The release's detection window, as the gate's admission said."""
+    proof_keys: Mapping[str, VerifyKey] | None = None
+    """An admission of an instance proof: the keys its process's next proofs are
+    checked by here (None: an admission given without a proof)."""
+    proof_window_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,8 +358,14 @@ class ModelGateway:
     _standing: dict[tuple[str, str, str | None, bool], _Standing] = field(
         init=False, default_factory=dict
     )
-    """Kept admissions by (runtime, classification, the request's instance proof, whether
-    it was a model list's: that admission, given without a proof, serves no turn)."""
+    """Kept admissions by (runtime, classification, the process its proof proved or None
+    when given without a proof, whether it was a model list's: that admission serves no
+    turn)."""
+    _nonces: SeenOnce = field(init=False)
+    """``(runtime_id, nonce)`` of every proof that reached this gateway."""
+    _blind_until_ms: int = field(init=False, default=0)
+    """Until then a nonce may have gone unkept (the set was full): nothing is served on
+    a kept admission of a proof."""
     _in_flight: dict[str, int] = field(init=False, default_factory=dict)
     _confined: dict[str, str | None] = field(init=False, default_factory=dict)
     """Per runtime: the profile digest its last admission named (None: not confined)."""
@@ -365,6 +396,7 @@ class ModelGateway:
             js, self.key, self._record_keys, self.clock, self.settings.context_timeout_s
         )
         self._reads = _ReadCache(self.settings.read_cache_entries, self.settings.read_cache_chars)
+        self._nonces = SeenOnce(self.settings.max_proof_nonces)
 
     def _record_keys(self) -> Mapping[str, VerifyKey]:
         """The keys a record of another gateway may be signed by."""
@@ -524,15 +556,33 @@ class ModelGateway:
         """The attested runtime version and the release's detection window, or a refusal
         the gate has recorded. The gate also decides the request as an egress to the
         provider, for its classification, and checks the process proof, so an admission
-        is kept per runtime, classification and proof (another process's request is
-        asked about afresh). A request with a proof is never answered from what is
-        kept: a proof is good for one request, once, and only the gate knows whether
-        it was used (a replayed proof must reach it to be refused)."""
+        is kept per runtime, classification and process. A request with a proof is
+        served on a kept admission of its process only when :meth:`_proven_here`; every
+        other is asked about (a request without a proof never uses one given for a
+        proof)."""
         now = self.clock()
-        key = (runtime.runtime_id, classification, proof, model_list)
+        claimed = None if proof is None else unverified_instance_proof(proof)
+        instance = None if claimed is None else claimed.instance_id
+        key = (runtime.runtime_id, classification, instance, model_list)
         cached = self._standing.get(key)
-        if cached is not None and proof is None and now < cached.valid_until_ms:
-            return cached
+        proof_seen: bool | msgspec.UnsetType = msgspec.UNSET
+        if proof is None:
+            if cached is not None and now < cached.valid_until_ms:
+                return cached
+        elif claimed is not None and claimed.nonce is not None:
+            proven = (
+                cached is not None
+                and now < cached.valid_until_ms
+                and self._proven_here(cached, runtime, proof, claimed, request_digest, now)
+            )
+            # every nonce is noted before any wait, so a copy arriving meanwhile is not
+            # served on a kept admission while the gate decides the first
+            seen = self._note_nonce(runtime.runtime_id, claimed, now)
+            if proven and seen == "accepted" and now >= self._blind_until_ms:
+                assert cached is not None
+                return cached
+            if seen == "replayed":
+                proof_seen = True
         # proofs rotate, so a kept admission's key is often never asked again
         for old in [k for k, v in self._standing.items() if v.valid_until_ms <= now]:
             del self._standing[old]
@@ -547,6 +597,7 @@ class ModelGateway:
             instance_proof=proof,
             model_list=model_list,
             request_digest=request_digest,
+            proof_seen=proof_seen,
         )
         answer = await self._ask_gate(
             names.GATEWAY_ADMIT,
@@ -577,7 +628,73 @@ class ModelGateway:
         )
         if proof is None:
             self._standing[key] = standing
+        elif not isinstance(answer.proof_standing, msgspec.UnsetType):
+            self._keep_proof_standing(runtime, classification, proof, answer, standing)
         return standing
+
+    def _keep_proof_standing(
+        self,
+        runtime: GatewayRuntime,
+        classification: Classification,
+        proof: str,
+        answer: GatewayAdmission,
+        standing: _Standing,
+    ) -> None:
+        """Keep the gate's admission of a proof for its process's next requests, when
+        the proof it admitted checks with the keys it named for the process it named
+        (anything else is not kept: the next request is asked about)."""
+        named = answer.proof_standing
+        assert not isinstance(named, msgspec.UnsetType)
+        try:
+            keys = trusted_proof_keys(named.keys)
+            admitted, _ = open_instance_proof(proof, keys)
+        except (ValueError, dsse.SignatureError, msgspec.ValidationError):
+            log.warning("proof_standing_not_kept", runtime_id=runtime.runtime_id)
+            return
+        if admitted.runtime_id != runtime.runtime_id or admitted.instance_id != named.instance_id:
+            log.warning("proof_standing_not_kept", runtime_id=runtime.runtime_id)
+            return
+        standing.proof_keys = keys
+        standing.proof_window_ms = min(named.window_ms, self.settings.proof_window_ms)
+        self._standing[(runtime.runtime_id, classification, named.instance_id, False)] = standing
+
+    def _proven_here(
+        self,
+        standing: _Standing,
+        runtime: GatewayRuntime,
+        sealed: str,
+        claimed: InstanceProof,
+        digest: str | None,
+        now: int,
+    ) -> bool:
+        """The gate's checks of an instance proof (``AttestationDesk.admit_instance``),
+        for a process it admitted: signed by a key of that runtime, for that runtime
+        and process, issued within the gate's window, for this body when it names
+        one. Its nonce is checked by the caller. False: ask the gate."""
+        if standing.proof_keys is None:
+            return False
+        try:
+            verified, _ = open_instance_proof(sealed, standing.proof_keys)
+        except (dsse.SignatureError, msgspec.ValidationError):
+            return False
+        return (
+            verified == claimed
+            and verified.runtime_id == runtime.runtime_id
+            and abs(now - verified.issued_at_ms) <= standing.proof_window_ms
+            and (verified.request_digest is None or verified.request_digest == digest)
+        )
+
+    def _note_nonce(self, runtime_id: str, claimed: InstanceProof, now: int) -> Seen:
+        """Note a proof's nonce as seen here, kept until twice the window past its issue
+        time (bounded around now, as the time is the sender's claim). A nonce that could
+        not be kept blinds the kept admissions until it is past any window."""
+        window = self.settings.proof_window_ms
+        issued = min(max(claimed.issued_at_ms, now - window), now + window)
+        seen = self._nonces.accept((runtime_id, claimed.nonce), issued + 2 * window, now)
+        if seen == "full":
+            log.warning("proof_nonces_full", runtime_id=runtime_id)
+            self._blind_until_ms = now + 3 * window
+        return seen
 
     # -- tool-call accounting ------------------------------------------------------
 
