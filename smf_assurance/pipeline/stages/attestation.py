@@ -48,7 +48,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol, TypeVar
 
 import msgspec
 import structlog
@@ -148,6 +148,67 @@ def _judge(
     return tuple(dict.fromkeys(reasons))
 
 
+class _Attested(Protocol):
+    @property
+    def runtime_id(self) -> str: ...
+
+    @property
+    def issued_at_ms(self) -> int: ...
+
+
+class _HeldSince(Protocol):
+    @property
+    def issued_at_ms(self) -> int: ...
+
+
+A = TypeVar("A", bound=_Attested)
+
+
+def verify_attested(
+    opened: Callable[[], tuple[A, dsse.Verified]],
+    registry: KeyRegistry,
+    role: str | None,
+    now_ms: int,
+    window_ms: int,
+    held: Callable[[str], _HeldSince | None],
+) -> A:
+    """The attestation ``opened`` yields, once it may be held; else :class:`StageRefusal`
+    with the ack's reason code. One check for runtime and launcher attestations alike:
+
+    - a trusted key signed it (``unknown_signer``, ``bad_signature``,
+      ``malformed_attestation``);
+    - when ``role`` is named, a signer holds it (``signer_role_mismatch``: a runtime's
+      key cannot say it is confined);
+    - a signer of that role is registered for the runtime attested
+      (``runtime_identity_mismatch``: one runtime, or its launcher, cannot vouch for
+      another);
+    - it was issued within ``window_ms`` of now (``stale_attestation``: one captured on
+      the bus is not replayed later) and not before the one held
+      (``attestation_replayed``).
+    """
+    try:
+        att, verified = opened()
+    except dsse.UnknownSignerError as exc:
+        raise StageRefusal("unknown_signer") from exc
+    except dsse.SignatureError as exc:
+        raise StageRefusal("bad_signature", type(exc).__name__) from exc
+    except msgspec.ValidationError as exc:
+        raise StageRefusal("malformed_attestation", str(exc)) from exc
+    signers = [registry.principals[k] for k in verified.key_ids]
+    if role is not None:
+        signers = [p for p in signers if p.entry.role == role]
+        if not signers:
+            raise StageRefusal("signer_role_mismatch")
+    if all(p.entry.runtime_id != att.runtime_id for p in signers):
+        raise StageRefusal("runtime_identity_mismatch")
+    if abs(now_ms - att.issued_at_ms) > window_ms:
+        raise StageRefusal("stale_attestation")
+    before = held(att.runtime_id)
+    if before is not None and att.issued_at_ms < before.issued_at_ms:
+        raise StageRefusal("attestation_replayed")
+    return att
+
+
 @dataclass
 class AttestationDesk:
     """Receives attestations on ``smf.attest`` and admits proposals by them."""
@@ -212,29 +273,16 @@ class AttestationDesk:
 
     def _verify(self, data: bytes) -> RuntimeAttestation:
         registry = self.registry()
-        runtime_keys = registry.trusted("runtime")
-        try:
+
+        def opened() -> tuple[RuntimeAttestation, dsse.Verified]:
             envelope = dsse.decode_envelope(data, MAX_ATTESTATION_BYTES)
-            att, verified = dsse.open_struct(
-                envelope, runtime_keys, RuntimeAttestation, names.PAYLOAD_ATTESTATION
+            return dsse.open_struct(
+                envelope, registry.trusted("runtime"), RuntimeAttestation, names.PAYLOAD_ATTESTATION
             )
-        except dsse.UnknownSignerError as exc:
-            raise StageRefusal("unknown_signer") from exc
-        except dsse.SignatureError as exc:
-            raise StageRefusal("bad_signature", type(exc).__name__) from exc
-        except msgspec.ValidationError as exc:
-            raise StageRefusal("malformed_attestation", str(exc)) from exc
-        signers = [registry.principals[k] for k in verified.key_ids]
-        # check the signer is that runtime: one runtime's key cannot attest for another
-        if all(p.entry.runtime_id != att.runtime_id for p in signers):
-            raise StageRefusal("runtime_identity_mismatch")
-        # check freshness: an old attestation captured on the bus is not replayed later
-        if abs(self.clock() - att.issued_at_ms) > self.freshness_ms:
-            raise StageRefusal("stale_attestation")
-        held = self._held.get(att.runtime_id)
-        if held is not None and att.issued_at_ms < held.issued_at_ms:
-            raise StageRefusal("attestation_replayed")
-        return att
+
+        return verify_attested(
+            opened, registry, None, self.clock(), self.freshness_ms, self._held.get
+        )
 
     def _remember(self, att: RuntimeAttestation) -> tuple[str, ...]:
         """Judge a verified attestation and hold it; the reasons it was refused for."""

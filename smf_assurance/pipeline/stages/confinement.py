@@ -42,7 +42,7 @@ import msgspec
 import structlog
 
 from smf_assurance.pipeline.service import StageRefusal
-from smf_assurance.subjects import dsse
+from smf_assurance.pipeline.stages.attestation import verify_attested
 from smf_assurance.subjects.confinement import (
     CONFINEMENT_LEASE_MS,
     ConfinementAck,
@@ -125,29 +125,14 @@ class ConfinementDesk:
     def _verify(self, data: bytes) -> ConfinementAttestation:
         registry = self.registry()
         every_key = {k: p.verify_key for k, p in registry.principals.items()}
-        try:
-            att, verified = open_confinement(data, every_key)
-        except dsse.UnknownSignerError as exc:
-            raise StageRefusal("unknown_signer") from exc
-        except dsse.SignatureError as exc:
-            raise StageRefusal("bad_signature", type(exc).__name__) from exc
-        except msgspec.ValidationError as exc:
-            raise StageRefusal("malformed_attestation", str(exc)) from exc
-        signers = [registry.principals[k] for k in verified.key_ids]
-        launchers = [p for p in signers if p.entry.role == "launcher"]
-        # check the role: a runtime's (or anyone else's) key cannot say it is confined
-        if not launchers:
-            raise StageRefusal("signer_role_mismatch")
-        # check the launcher is that runtime's: one launcher cannot vouch for another runtime
-        if all(p.entry.runtime_id != att.runtime_id for p in launchers):
-            raise StageRefusal("runtime_identity_mismatch")
-        # check freshness: an old attestation captured on the bus is not replayed later
-        if abs(self.clock() - att.issued_at_ms) > self.lease_ms:
-            raise StageRefusal("stale_attestation")
-        held = self._held.get(att.runtime_id)
-        if held is not None and att.issued_at_ms < held.issued_at_ms:
-            raise StageRefusal("attestation_replayed")
-        return att
+        return verify_attested(
+            lambda: open_confinement(data, every_key),
+            registry,
+            "launcher",
+            self.clock(),
+            self.lease_ms,
+            self._held.get,
+        )
 
     def standing(self, runtime_id: str) -> Standing:
         """Confined with its profile digest, or the reason it is not (module docstring)."""
