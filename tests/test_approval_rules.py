@@ -37,7 +37,6 @@ from smf_assurance.pipeline.core.approval_rules import (
 )
 from smf_assurance.pipeline.core.decision import Decision
 from smf_assurance.pipeline.core.evaluator import evaluate
-from smf_assurance.pipeline.stages.evidence import signature_reason
 from smf_assurance.pipeline.stores.approvals import BindingInvalid, admit_binding
 from smf_assurance.subjects import dsse
 from smf_assurance.subjects.approvals import (
@@ -323,7 +322,7 @@ def test_executed_params_that_were_not_approved_break_the_binding(status: str) -
 def test_each_signature_refusal_has_its_reason(
     error: type[dsse.SignatureError], reason: str
 ) -> None:
-    assert signature_reason(error("refused"), "malformed_resolution") == reason
+    assert dsse.reason_code(error("refused"), "malformed_resolution") == reason
 
 
 def test_the_resolver_is_the_approver_who_signed() -> None:

@@ -404,7 +404,7 @@ def test_forged_outsider_wrong_role_and_misnamed_records_are_refused_and_never_c
         "approver.json": "wrong_role",
         "misnamed.json": "reviewer_mismatch",
         "unattested.json": "no_verdict",
-        "swarm-type.json": "malformed",
+        "swarm-type.json": "wrong_payload_type",
         "unknown-commit.json": "unknown_commit",
         "garbage.json": "malformed",
     }

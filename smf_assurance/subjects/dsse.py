@@ -29,7 +29,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Final, TypeVar
+from typing import Annotated, ClassVar, Final, TypeVar
 
 import msgspec
 
@@ -51,7 +51,11 @@ T = TypeVar("T", bound=msgspec.Struct)
 
 
 class SignatureError(Exception):
-    """A signed message was refused; the subclass names the attack."""
+    """A signed message was refused; the subclass names the attack, and its
+    ``reason_code`` the code every endpoint records the refusal under (see
+    :func:`reason_code` for the one a message names itself)."""
+
+    reason_code: ClassVar[str] = "bad_signature"
 
 
 class MalformedEnvelopeError(SignatureError):
@@ -60,6 +64,8 @@ class MalformedEnvelopeError(SignatureError):
     Stops parser-confusion and malleability attacks: bad JSON, unknown fields,
     invalid or non-canonical base64, signatures that are not 64 bytes.
     """
+
+    reason_code: ClassVar[str] = "malformed"
 
 
 class EnvelopeTooLargeError(MalformedEnvelopeError):
@@ -82,6 +88,8 @@ class PayloadTypeMismatchError(SignatureError):
     supported type"). Checked after the signatures, as the protocol orders it,
     so this error always means an authenticated message in the wrong place.
     """
+
+    reason_code: ClassVar[str] = "wrong_payload_type"
 
 
 class BadSignatureError(SignatureError):
@@ -106,6 +114,20 @@ class UnknownSignerError(SignatureError):
     Stops an outsider's self-signed message and a message stripped of its
     signatures from being taken as authorized.
     """
+
+    reason_code: ClassVar[str] = "unknown_signer"
+
+
+def reason_code(exc: SignatureError, malformed: str, too_large: str = "") -> str:
+    """The reason code a refused signed message is recorded under: the error's own,
+    except that a malformed message is named by what it should have been
+    (``malformed_proposal``, ``malformed_order``, ...) and an oversized one by
+    ``too_large`` where the endpoint tells the two apart."""
+    if too_large and isinstance(exc, EnvelopeTooLargeError):
+        return too_large
+    if isinstance(exc, MalformedEnvelopeError):
+        return malformed
+    return exc.reason_code
 
 
 class Signature(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -79,13 +79,11 @@ from smf_assurance.adapters.connector.idempotency import (
 from smf_assurance.subjects.attachments import AttachmentError, check_attachments
 from smf_assurance.subjects.bus_access import CLIENT_API, connector_durable
 from smf_assurance.subjects.dsse import (
-    MalformedEnvelopeError,
-    PayloadTypeMismatchError,
     SignatureError,
-    UnknownSignerError,
     decode_envelope,
     encode_envelope,
     open_struct,
+    reason_code,
     sign_struct,
 )
 from smf_assurance.subjects.keys import SigningKey, VerifyKey
@@ -216,17 +214,6 @@ class Refused:
 
 CheckResult = Accepted | Refused
 
-_SIGNATURE_REASONS: Final[tuple[tuple[type[SignatureError], str], ...]] = (
-    (UnknownSignerError, REASON_UNKNOWN_SIGNER),
-    (PayloadTypeMismatchError, REASON_WRONG_PAYLOAD_TYPE),
-    (MalformedEnvelopeError, REASON_MALFORMED_ORDER),
-    (SignatureError, REASON_BAD_SIGNATURE),
-)
-
-
-def _signature_reason(exc: SignatureError) -> str:
-    return next(code for kind, code in _SIGNATURE_REASONS if isinstance(exc, kind))
-
 
 def _headers_agree(order: ExecuteOrder, headers: Mapping[str, str]) -> bool:
     """Issue 3: every gated order carries ``Nats-Msg-Id`` = its idempotency key
@@ -258,7 +245,7 @@ def check_order(
         # Signature first, parse after: DSSE "To verify" (smf_assurance/subjects/dsse.py).
         order, _ = open_struct(decode_envelope(data), gate_keys, ExecuteOrder, PAYLOAD_ORDER)
     except SignatureError as exc:
-        return Refused(_signature_reason(exc), claimed_id)
+        return Refused(reason_code(exc, REASON_MALFORMED_ORDER), claimed_id)
     if order.connector_id != connector_id:
         # An order the gate addressed elsewhere: never run another connector's action.
         return Refused(REASON_WRONG_CONNECTOR, order.order_id)

@@ -32,13 +32,6 @@ NONCE_PATTERN: Final = r"^[A-Za-z0-9_-]{43}\Z"
 MAX_LOGIN_BYTES: Final = 16 * 1024
 MAX_CHALLENGES: Final = 256
 MAX_SESSIONS: Final = 256
-_SIGNATURE_REASONS: Final[dict[type[dsse.SignatureError], str]] = {
-    dsse.MalformedEnvelopeError: "malformed_login",
-    dsse.PayloadTypeMismatchError: "wrong_payload_type",
-    dsse.UnknownSignerError: "unknown_signer",
-    dsse.BadSignatureError: "bad_signature",
-    dsse.BelowThresholdError: "bad_signature",
-}
 
 
 class ConsoleLogin(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -147,7 +140,7 @@ class Sessions:
                 envelope, registry.trusted("approver"), ConsoleLogin, LOGIN_PAYLOAD_TYPE
             )
         except dsse.SignatureError as exc:  # a payload that is no ConsoleLogin is malformed too
-            raise LoginRefused(_signature_reason(exc)) from exc
+            raise LoginRefused(dsse.reason_code(exc, "malformed_login")) from exc
         signer = next(
             (
                 registry.principals[k]
@@ -178,7 +171,3 @@ class Sessions:
     def end(self, token: str | None) -> None:
         if token:
             self._sessions.pop(token, None)
-
-
-def _signature_reason(exc: dsse.SignatureError) -> str:
-    return next(r for t, r in _SIGNATURE_REASONS.items() if isinstance(exc, t))

@@ -23,7 +23,7 @@ page can say why a record does not count without parsing prose.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final, Literal, cast
 
 import msgspec
 
@@ -49,6 +49,7 @@ Verdict = Literal["pass", "fail", "pass-with-notes"]
 Scope = Literal["claim", "family"]
 RefusalCode = Literal[
     "malformed",
+    "wrong_payload_type",
     "unknown_signer",
     "bad_signature",
     "wrong_role",
@@ -162,14 +163,6 @@ def sign_review(record: ReviewRecord, key: SigningKey) -> bytes:
     return dsse.encode_envelope(dsse.sign_struct(PAYLOAD_CANDIDATE_REVIEW, record, [key]))
 
 
-_REFUSALS: Final[dict[type[dsse.SignatureError], RefusalCode]] = {
-    dsse.UnknownSignerError: "unknown_signer",
-    dsse.BadSignatureError: "bad_signature",
-    dsse.PayloadTypeMismatchError: "malformed",
-    dsse.MalformedEnvelopeError: "malformed",
-}
-
-
 def open_review(data: bytes, registry: KeyRegistry) -> tuple[ReviewRecord, Principal]:
     """The record and its reviewer, once the signature, the signer's role, the name it
     signs under and the start/end attestation all hold; else :class:`ReviewRefused`.
@@ -184,9 +177,7 @@ def open_review(data: bytes, registry: KeyRegistry) -> tuple[ReviewRecord, Princ
             envelope, trusted, ReviewRecord, PAYLOAD_CANDIDATE_REVIEW
         )
     except dsse.SignatureError as exc:
-        code: RefusalCode = next(
-            (c for t, c in _REFUSALS.items() if isinstance(exc, t)), "malformed"
-        )
+        code = cast(RefusalCode, dsse.reason_code(exc, "malformed"))
         raise ReviewRefused(code, f"the record does not verify: {exc}") from exc
     signers = [registry.principals[kid] for kid in sorted(verified.key_ids)]
     reviewers = [p for p in signers if is_reviewer(p)]

@@ -77,7 +77,6 @@ from smf_assurance.pipeline.stages.dispatch import (
 from smf_assurance.pipeline.stages.evidence import (
     EvidenceWriter,
     outcome_verdict,
-    signature_reason,
     verdict,
 )
 from smf_assurance.pipeline.stages.outcomes import (
@@ -288,7 +287,7 @@ class ApprovalDesk:
                 envelope, self._all_keys(), ApprovalResolution, names.PAYLOAD_RESOLUTION
             )
         except dsse.SignatureError as exc:
-            raise DeskError(signature_reason(exc, "malformed_resolution")) from exc
+            raise DeskError(dsse.reason_code(exc, "malformed_resolution")) from exc
         except msgspec.ValidationError as exc:
             raise DeskError("malformed_resolution") from exc
         return resolution, self._approver(verified.key_ids, resolution.resolver_id)
@@ -740,7 +739,7 @@ class ApprovalDesk:
             )
         except (dsse.SignatureError, msgspec.ValidationError) as exc:
             reason = (
-                signature_reason(exc, "malformed_resolution")
+                dsse.reason_code(exc, "malformed_resolution")
                 if isinstance(exc, dsse.SignatureError)
                 else "malformed_request"
             )
@@ -854,7 +853,7 @@ class ApprovalDesk:
             envelope = dsse.decode_envelope(data)
             request, verified = dsse.open_struct(envelope, self._all_keys(), kind, payload_type)
         except dsse.SignatureError as exc:
-            raise DeskError(signature_reason(exc, "malformed_request")) from exc
+            raise DeskError(dsse.reason_code(exc, "malformed_request")) from exc
         except msgspec.ValidationError as exc:
             raise DeskError("malformed_request") from exc
         named = request.viewer_id if isinstance(request, TrackRequest) else request.requester_id

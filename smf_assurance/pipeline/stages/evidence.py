@@ -11,8 +11,6 @@ two copies kept in step by hand (issue 19). Here:
   tenant identity and time; never raw values). The tenant appears only as a
   keyed identifier under ``TENANT_DOMAIN``; the release only as an identity.
 - ``verdict`` / ``outcome_verdict`` build the ``Verdict`` a runtime reads.
-- ``signature_reason`` maps each DSSE refusal to its reason code, so every
-  endpoint refuses the same attack with the same word.
 """
 
 from __future__ import annotations
@@ -37,7 +35,6 @@ from smf_assurance.pipeline.stores.ledger_schema import (
 )
 from smf_assurance.pipeline.stores.orders import OrderRecord
 from smf_assurance.pipeline.stores.tool_calls import Stop
-from smf_assurance.subjects import dsse
 from smf_assurance.subjects.approvals import ApprovalBinding
 from smf_assurance.subjects.canonical import identity_of
 from smf_assurance.subjects.envelope import Capability
@@ -57,27 +54,6 @@ LEDGER_DISPOSITION: Final[dict[str, Disposition]] = {
     "conditional": "hold",
 }
 """The decision core says ``conditional``; the ledger's closed vocabulary says ``hold``."""
-
-_SIGNATURE_REASONS: Final[dict[type[dsse.SignatureError], str]] = {
-    dsse.PayloadTypeMismatchError: "wrong_payload_type",
-    dsse.UnknownSignerError: "unknown_signer",
-    dsse.BadSignatureError: "bad_signature",
-    dsse.BelowThresholdError: "bad_signature",
-}
-
-
-def signature_reason(exc: dsse.SignatureError, malformed: str, too_large: str = "") -> str:
-    """The reason code for a refused signed message.
-
-    ``malformed`` names the message (``malformed_proposal``,
-    ``malformed_resolution``, ...); ``too_large`` an oversized one, when the
-    endpoint tells that apart.
-    """
-    if isinstance(exc, dsse.EnvelopeTooLargeError) and too_large:
-        return too_large
-    if isinstance(exc, dsse.MalformedEnvelopeError):
-        return malformed
-    return next((r for t, r in _SIGNATURE_REASONS.items() if isinstance(exc, t)), malformed)
 
 
 def release_ref(release_id: str) -> str:

@@ -59,7 +59,6 @@ from smf_assurance.pipeline.stages.dispatch import (
 )
 from smf_assurance.pipeline.stages.evidence import (
     EvidenceWriter,
-    signature_reason,
     unique,
     verdict,
     with_reason,
@@ -369,7 +368,7 @@ class Gate:
             envelope = dsse.decode_envelope(data, self.settings.max_proposal_bytes)
             message, verified = dsse.open_struct(envelope, self._all_keys, type_, payload_type)
         except dsse.SignatureError as exc:
-            reason = signature_reason(exc, "malformed_proposal", "proposal_too_large")
+            reason = dsse.reason_code(exc, "malformed_proposal", "proposal_too_large")
             raise StageRefusal(reason, type(exc).__name__) from exc
         except msgspec.ValidationError as exc:
             raise StageRefusal("malformed_proposal", "invalid message") from exc
