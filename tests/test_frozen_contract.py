@@ -252,6 +252,7 @@ CHECKED: Final[dict[str, Source]] = {
 """Where each checked value comes from, by the name of its type."""
 
 
+@pytest.mark.claim("release-state.verified-state-frozen")
 @pytest.mark.parametrize("name", sorted(CHECKED))
 def test_a_checked_value_cannot_be_changed_afterwards(name: str, verified: VerifiedRelease) -> None:
     value = CHECKED[name](verified)
@@ -305,6 +306,7 @@ def _frozen(cls: type) -> bool:
     return bool(getattr(cls, "__struct_config__").frozen)  # noqa: B009
 
 
+@pytest.mark.claim("release-state.verified-state-frozen")
 def test_every_value_type_of_the_trust_code_is_frozen() -> None:
     """A type added to, or unfrozen in, ``subjects/`` or ``pipeline/core/`` fails here
     unless it is named mutable, with why; the named ones still exist."""
