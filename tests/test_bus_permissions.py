@@ -29,6 +29,7 @@ import msgspec
 import nats
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 
@@ -634,13 +635,32 @@ async def test_a_runtime_revoked_by_a_new_release_is_cut_off_without_a_gate_rest
             )
         assert stack.server is not None
         assert stack.server.running  # the server reloaded; nothing restarted
-        # The others are still served: the scripted runtime is still in the registry.
+        # The others are still served: the scripted runtime is still in the registry,
+        # and what it publishes reaches the gate's side (the operator's subscription),
+        # with no permission error from the server.
         runtime = state.existing_credential(RUNTIME)
+        operator = state.existing_credential(OPERATOR)
         assert runtime is not None
-        still = await nats.connect(stack.url, **runtime.connect_options())
+        assert operator is not None
+        delivered: list[bytes] = []
+        errors: list[Exception] = []
+
+        async def on_delivered(msg: Msg) -> None:
+            delivered.append(msg.data)
+
+        async def on_error(exc: Exception) -> None:
+            errors.append(exc)
+
+        watcher = await nats.connect(stack.url, **operator.connect_options())
+        await watcher.subscribe("smf.output.s-3", cb=on_delivered)
+        await watcher.flush()
+        still = await nats.connect(stack.url, error_cb=on_error, **runtime.connect_options())
         await still.publish("smf.output.s-3", b"after")
         await still.flush()
+        await wait_for(lambda: bool(delivered or errors), timeout=10)
+        assert (delivered, errors) == ([b"after"], [])
         await still.close()
+        await watcher.close()
     finally:
         if not revoked.is_closed:
             await revoked.close()

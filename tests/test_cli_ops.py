@@ -34,6 +34,7 @@ from nats.aio.msg import Msg
 
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.approver.directory import Directory
+from smf_assurance.ops import supervisor
 from smf_assurance.ops.cli import main
 from smf_assurance.ops.commands.approvals import _print_view, _view_json
 from smf_assurance.ops.demo_script import SCENARIOS
@@ -376,16 +377,32 @@ def test_up_in_process_uses_the_default_state_dir_and_stops_on_sigterm(
 
 
 def test_up_against_an_external_nats_leaves_that_server_running(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], nats_server: EmbeddedNatsServer
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    nats_server: EmbeddedNatsServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """``up`` on a server it did not start serves through its liveness checks (each
+    finds nothing broken) and leaves that server running when it stops."""
     # An existing state dir is used as it is: its registry is not rewritten.
     state = StateDir(tmp_path / "state")
     provision_demo(state)
     registry = state.registry.read_bytes() + b"\n"
     state.registry.write_bytes(registry)
+    checks: list[str | None] = []
+    judge = supervisor.broken
+
+    def broken(running: Any) -> str | None:
+        checks.append(judge(running))
+        return checks[-1]
+
+    monkeypatch.setattr(supervisor, "broken", broken)
 
     def linger() -> None:
-        time.sleep(1.2)  # past a few of up's liveness checks
+        deadline = time.monotonic() + 30
+        while len(checks) < 3:  # a few of up's liveness checks
+            assert time.monotonic() < deadline, checks
+            time.sleep(0.05)
 
     (code, out, _), _ = drive_up(
         [
@@ -404,6 +421,8 @@ def test_up_against_an_external_nats_leaves_that_server_running(
         linger,
     )
     assert code == 0
+    assert len(checks) >= 3
+    assert set(checks) == {None}
     ready = next(line for line in out.splitlines() if line.startswith("ready:"))
     assert f"ready: {nats_server.url} (external NATS), state {state.root}" in ready
     assert "connectors none" in ready

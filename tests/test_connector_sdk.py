@@ -28,6 +28,7 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DiscardPolicy, StorageType
 from nats.js.client import JetStreamContext
+from structlog.testing import capture_logs
 
 from smf_assurance.adapters.connector import (
     REASON_AMBIGUOUS,
@@ -1052,15 +1053,19 @@ async def test_connection_lost_mid_execution_keeps_the_outcome_for_the_next_run(
         create_durable=True, ack_wait=0.6, fetch_timeout=0.1, retry_delay=0.1, stream_wait=2.0
     )
 
+    def progress_failed() -> bool:
+        return any(e["event"] == "connector.order.progress_failed" for e in logs)
+
     async def lose_connection() -> None:
         await client.close()
-        await asyncio.sleep(0.4)  # past a progress signal, which now fails
+        await wait_for(progress_failed)  # past a progress signal, which now fails
 
     first = Recorder(hook=lose_connection)
     order = make_order(CID)
     await publish_order(js, order, gate_key)
-    with pytest.raises(nats.errors.ConnectionClosedError):
+    with capture_logs() as logs, pytest.raises(nats.errors.ConnectionClosedError):
         await asyncio.wait_for(make_runner(first, config=config, client=client).run(), 4)
+    assert progress_failed()
     assert read_record(state_dir, order.order_id)[0] == "confirmed"
     second = Recorder()
     async with running(make_runner(second, config=config)):

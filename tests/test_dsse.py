@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import pytest
@@ -496,6 +496,52 @@ def test_struct_round_trip_signs_canonical_bytes() -> None:
     assert verified.payload == canonical_bytes(msgspec.to_builtins(order))
     assert verified.payload == b'{"amount":3,"operation":"transmit","recipients":["court"]}'
     assert verified.key_ids == {ALICE.key_id}
+
+
+class Free(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A payload type with a field of any shape (as a tool call's arguments are)."""
+
+    value: Any
+
+
+DEEP: Final = 100_000
+"""Deeper than any decoder's stack: msgspec raises RecursionError well before."""
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        pytest.param("{}", id="whole"),
+        pytest.param('{{"payload":{},"payloadType":"t","signatures":[]}}', id="payload"),
+        pytest.param('{{"payload":"","payloadType":{},"signatures":[]}}', id="payload-type"),
+        pytest.param('{{"payload":"","payloadType":"t","signatures":[{}]}}', id="signature"),
+        pytest.param('{{"payload":"","payloadType":"t","signatures":[],"x":{}}}', id="unknown"),
+    ],
+)
+def test_an_envelope_nested_too_deep_is_malformed(template: str) -> None:
+    """Nesting anywhere in the envelope is refused as a malformed envelope, never an
+    internal error (the typed decode refuses the first value of the wrong shape)."""
+    data = template.format(_nested(DEEP)).encode()
+    assert len(data) <= MAX_ENVELOPE_BYTES
+    with pytest.raises(MalformedEnvelopeError, match="not a DSSE envelope"):
+        decode_envelope(data)
+
+
+def test_a_signed_payload_nested_too_deep_is_malformed() -> None:
+    """A validly signed payload whose value nests deeper than the decoder's stack is a
+    malformed payload (a ``MalformedEnvelopeError``), refused like any other, never a
+    ``RecursionError`` escaping to the caller; one nested within it opens."""
+    shallow = sign(ORDER_TYPE, b'{"value":' + _nested(50).encode() + b"}", [ALICE])
+    value, _ = open_struct(shallow, _trusted(ALICE), Free, ORDER_TYPE)
+    assert isinstance(value.value, list)
+    deep = sign(ORDER_TYPE, b'{"value":' + _nested(DEEP).encode() + b"}", [ALICE])
+    decoded = decode_envelope(encode_envelope(deep))
+    with pytest.raises(MalformedPayloadError, match="nests too deep for a Free"):
+        open_struct(decoded, _trusted(ALICE), Free, ORDER_TYPE)
 
 
 def test_open_struct_checks_type_and_threshold() -> None:

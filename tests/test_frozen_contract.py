@@ -10,20 +10,32 @@ later bug) could loosen what was checked without anyone re-checking it.
 
 Each value here comes out of the production path that checks it (release
 verification, DSSE verification, normalization through the shipped mapper
-table, evaluation under the shipped release, the approval messages'
-decoders), and every attempt to assign one of its fields is refused.
+table, evaluation under the shipped release, predicate compilation, the
+approval messages' decoders), and every attempt to assign one of its fields is
+refused. And every dataclass and Struct the trust code defines (``subjects/``
+and ``pipeline/core/``, found by walking their modules, not listed by hand) is
+declared frozen, except the few named mutable accumulators, each with why it
+holds nothing verified.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Callable, Iterator
 from functools import cache
+from types import ModuleType
 from typing import Any, Final
 
 import msgspec
 import pytest
 
+import smf_assurance.pipeline.core
+import smf_assurance.subjects
 from smf_assurance.pipeline.core.normalize import Normalized
+from smf_assurance.pipeline.core.predicates import Node, compile_predicate
 from smf_assurance.pipeline.core.projection import decode_enforcement, projection_bytes
 from smf_assurance.pipeline.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
 from smf_assurance.subjects import dsse, names
@@ -36,7 +48,14 @@ from smf_assurance.subjects.approvals import (
     binding_digest,
 )
 from smf_assurance.subjects.keys import SigningKey
-from smf_assurance.subjects.release import decode_bundle, decode_trust_root, encode_trust_root
+from smf_assurance.subjects.release import (
+    authenticate_release,
+    check_sequence_floor,
+    decode_bundle,
+    decode_trust_root,
+    encode_trust_root,
+    trust_root_keys,
+)
 from tests.builders import (
     ALWAYS,
     AT_MS,
@@ -153,7 +172,35 @@ def _requirement_spec() -> msgspec.Struct:
     return decode_enforcement(raw).policies[0].requirements
 
 
+def _compiled_nodes() -> dict[str, Node]:
+    """One compiled node of each kind, as the compiler builds them from a rule's text."""
+    root = compile_predicate(
+        {
+            "all": [
+                {"eq": {"fact": "capability", "value": "external.transmit"}},
+                {"any": [{"exists": {"fact": "destination.target_identity_hash"}}]},
+                {"not": {"eq": {"fact": "destination.locality", "value": "internal"}}},
+            ]
+        },
+        "urn:smf:rule:test:frozen",
+    )
+    nodes: dict[str, Node] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        nodes[type(node).__name__] = node
+        stack.extend(getattr(node, "children", ()))
+        child = getattr(node, "child", None)
+        if isinstance(child, Node):
+            stack.append(child)
+    return nodes
+
+
 Source = Callable[[VerifiedRelease], Any]
+
+
+def _compiled_node(kind: str) -> Source:
+    return lambda _release: _compiled_nodes()[kind]
 
 
 def _approval_message(name: str) -> Source:
@@ -179,6 +226,14 @@ CHECKED: Final[dict[str, Source]] = {
     "Workflow": lambda r: normalized_filing().envelope.workflow,
     "Runtime": lambda r: normalized_filing().envelope.runtime,
     "RequirementSpec": lambda r: _requirement_spec(),
+    "VerifiedRelease": lambda r: r,
+    "LastAccepted": lambda r: r.accepted_state(TrustedTime(T0 + HOUR)),
+    "TrustedTime": lambda r: TrustedTime(T0 + HOUR),
+    "AuthenticatedRelease": lambda r: authenticate_release(
+        r.bundle_bytes, trust_root_keys(ROOT), ROOT.threshold
+    ),
+    "SequenceFloor": lambda r: check_sequence_floor(r.manifest, r.manifest_hash, None),
+    **{kind: _compiled_node(kind) for kind in ("_Leaf", "_All", "_Any", "_Not")},
     **{
         name: _approval_message(name)
         for name in (
@@ -197,11 +252,71 @@ CHECKED: Final[dict[str, Source]] = {
 """Where each checked value comes from, by the name of its type."""
 
 
+@pytest.mark.claim("release-state.verified-state-frozen")
 @pytest.mark.parametrize("name", sorted(CHECKED))
 def test_a_checked_value_cannot_be_changed_afterwards(name: str, verified: VerifiedRelease) -> None:
     value = CHECKED[name](verified)
-    fields = msgspec.structs.fields(value)
-    assert fields, name
-    for field in fields:
+    assert type(value).__name__ == name.split(" ", maxsplit=1)[0]
+    names_ = _field_names(value)
+    assert names_, name
+    for field in names_:
         with pytest.raises(AttributeError):
-            setattr(value, field.name, getattr(value, field.name))
+            setattr(value, field, getattr(value, field))
+
+
+def _field_names(value: Any) -> list[str]:
+    if dataclasses.is_dataclass(value):
+        return [f.name for f in dataclasses.fields(value)]
+    return [f.name for f in msgspec.structs.fields(value)]
+
+
+MUTABLE: Final = {
+    "smf_assurance.pipeline.core.model_turns.StreamAssembler": "assembles a turn as it streams",
+    "smf_assurance.pipeline.core.model_turns.Turn": "the assembler's turn, before any check",
+    "smf_assurance.pipeline.core.model_turns.ToolCall": "a call being assembled from deltas",
+    "smf_assurance.pipeline.core.seen_once.SeenOnce": "the set of nonces seen, a store",
+    "smf_assurance.pipeline.core.shadow._Counts": "a shadow run's running tallies",
+}
+"""The trust code's mutable types: accumulators of what is not checked yet, or records
+of what was seen, never a value a check passed."""
+
+
+def _trust_modules() -> Iterator[ModuleType]:
+    for package in (smf_assurance.subjects, smf_assurance.pipeline.core):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            yield importlib.import_module(info.name)
+
+
+def _value_types() -> dict[str, type]:
+    """Every dataclass and Struct the trust code defines, by qualified name."""
+    found: dict[str, type] = {}
+    for module in _trust_modules():
+        for name, obj in vars(module).items():
+            if not inspect.isclass(obj) or obj.__module__ != module.__name__:
+                continue
+            if dataclasses.is_dataclass(obj) or issubclass(obj, msgspec.Struct):
+                found[f"{module.__name__}.{name}"] = obj
+    return found
+
+
+def _frozen(cls: type) -> bool:
+    if dataclasses.is_dataclass(cls):
+        params: Any = getattr(cls, "__dataclass_params__")  # noqa: B009
+        return bool(params.frozen)
+    return bool(getattr(cls, "__struct_config__").frozen)  # noqa: B009
+
+
+@pytest.mark.claim("release-state.verified-state-frozen")
+def test_every_value_type_of_the_trust_code_is_frozen() -> None:
+    """A type added to, or unfrozen in, ``subjects/`` or ``pipeline/core/`` fails here
+    unless it is named mutable, with why; the named ones still exist."""
+    found = _value_types()
+    assert len(found) > 100  # the walk reached the modules
+    unfrozen = sorted(name for name, cls in found.items() if not _frozen(cls))
+    assert unfrozen == sorted(MUTABLE)
+
+
+def test_every_checked_value_is_of_a_type_the_walk_finds() -> None:
+    """The values above are the trust code's own types, so the walk covers them."""
+    found = {cls.__name__ for cls in _value_types().values()}
+    assert {n.split(" ", maxsplit=1)[0] for n in CHECKED} <= found

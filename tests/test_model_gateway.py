@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import io
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,8 @@ from smf_assurance.ops.bench.gateway import attest as scripted_attest
 from smf_assurance.ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
 from smf_assurance.ops.runtimes import provision_runtime
 from smf_assurance.ops.stack import Stack, start_stack
-from smf_assurance.ops.state import OPERATOR, StateDir, provision_demo
+from smf_assurance.ops.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
+from smf_assurance.pipeline.assembly import wall_clock_ms
 from smf_assurance.pipeline.assembly.model_gateway import RunningModelGateway, start_model_gateway
 from smf_assurance.pipeline.core.projection import DEFAULT_DETECTION_WINDOW_CHARS
 from smf_assurance.pipeline.stages.model_gateway import GatewaySettings, Upstream
@@ -110,9 +112,18 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
 
 
 @contextlib.asynccontextmanager
-async def gateway_world(tmp_path: Path, *, api_key: bool = False) -> AsyncIterator[World]:
+async def gateway_world(
+    tmp_path: Path,
+    *,
+    api_key: bool = False,
+    release: bool = True,
+    clock: Callable[[], int] | None = None,
+    admission_cache_ms: int | None = None,
+) -> AsyncIterator[World]:
     """A gate, the fake provider and the model gateway serving three runtimes; with
-    ``api_key`` the provider requires a key that only the gateway's configuration names."""
+    ``api_key`` the provider requires a key that only the gateway's configuration names.
+    Without ``release`` the gate starts with no verified release (none in its inbox and
+    no key to sign one); ``clock`` is the gate's and the gateway's time."""
     state = StateDir(tmp_path / "state")
     provision_demo(state)
     provision_runtime(state, PRINCIPAL, RUNTIME_ID, runtime_pin=PIN, require_release=False)
@@ -149,9 +160,17 @@ async def gateway_world(tmp_path: Path, *, api_key: bool = False) -> AsyncIterat
             facts=CLEAN,
         ),
     }
-    stack = await start_stack(state, with_connectors=False)
+    if not release:
+        for path in state.release_inbox.iterdir():
+            path.unlink()
+        state.key_path(RELEASE_SIGNER).unlink()
+    stack = await start_stack(state, with_connectors=False, clock=clock or wall_clock_ms)
     settings = GatewaySettings(upstream_read_s=1.0, max_body_bytes=256 * 1024)
+    if admission_cache_ms is not None:
+        settings = dataclasses.replace(settings, admission_cache_ms=admission_cache_ms)
     gateway = await start_model_gateway(gateway_config(state, stack.url, settings=settings))
+    if clock is not None:
+        gateway.gateway.clock = clock
     credential = state.existing_credential(OPERATOR)
     assert credential is not None
     tap_nc: Client = await nats.connect(stack.url, **credential.connect_options())

@@ -296,6 +296,29 @@ async def test_a_claim_and_its_order_commit_in_the_evidence_transaction(tmp_path
     await ledger.close()
 
 
+async def test_a_settle_beside_a_closed_claim_store_is_refused(tmp_path: Path) -> None:
+    """``ClaimStore.settle_beside`` writes in the LEDGER's transaction, on a connection
+    that outlives the claim store: a closed store must refuse before the ledger is
+    asked, or a claim would be settled by a store the gate has closed. The settle
+    before the close lands; the one after is refused, and the claim still reads as
+    the first settle left it (from a second connection on the file)."""
+    ledger_file = tmp_path / "ledger.db"
+    ledger = await Ledger.open(ledger_file, signer=generate_signing_key())
+    claims = await ClaimStore.in_ledger(ledger.worker)
+    beside = claims.claim_and_record_beside("p-1", fake_identity("op"), "d", T0, None)
+    await ledger.append_beside(entry(1), beside)
+    assert await ledger.write_beside(claims.settle_beside("p-1", "published")) is None
+    other = await ClaimStore.open(ledger_file)
+    assert await other.state("p-1") == "published"
+    await claims.close()
+    with pytest.raises(StoreUnavailable, match="closed"):
+        claims.settle_beside("p-1", "failed")
+    await ledger.write_beside(lambda _conn: None)  # the ledger still commits
+    assert await other.state("p-1") == "published"
+    await other.close()
+    await ledger.close()
+
+
 def entry(n: int) -> EvidenceEntry:
     return EvidenceEntry(
         kind="decision",

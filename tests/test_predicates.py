@@ -476,12 +476,48 @@ def test_compile_error_names_rule_and_path(spec: Any, path: str, message: str) -
     assert message in text
 
 
+def _shape(node: Node) -> tuple[int, int]:
+    """How many nodes a compiled predicate has, and how deep it nests (a leaf is 1)."""
+    below: list[Node] = list(getattr(node, "children", ()))
+    child = getattr(node, "child", None)
+    if isinstance(child, Node):
+        below.append(child)
+    shapes = [_shape(b) for b in below]
+    return 1 + sum(n for n, _ in shapes), 1 + max((d for _, d in shapes), default=0)
+
+
 def test_budgets_at_their_limits_compile() -> None:
-    c(_nest(MAX_DEPTH))
-    c({"any": [T] * MAX_LIST})
-    c(leaf("in", "professional.tenant_id", [f"t{i}" for i in range(MAX_LIST)]))
+    """Each budget is inclusive: a predicate exactly at it compiles to the whole tree it
+    spells, reading as written; one past it is refused naming the budget."""
+    deep = c(_nest(MAX_DEPTH))
+    assert _shape(deep) == (MAX_DEPTH, MAX_DEPTH)
+    odd = (MAX_DEPTH - 1) % 2 == 1  # an odd number of nots over eq(capability, unknown)
+    assert deep.test({"capability": "unknown"}) is not odd
+    assert deep.test(FULL) is odd
+    with pytest.raises(PredicateError, match=f"deeper than {MAX_DEPTH}"):
+        c(_nest(MAX_DEPTH + 1))
+
+    wide = c({"any": [F] * (MAX_LIST - 1) + [T]})
+    assert _shape(wide) == (MAX_LIST + 1, 2)
+    assert wide.test(FULL) is True  # the last member counts
+    assert c({"any": [F] * MAX_LIST}).test(FULL) is False
+    with pytest.raises(PredicateError, match=f"more than {MAX_LIST} members"):
+        c({"any": [T] * (MAX_LIST + 1)})
+
+    tenants = [f"t{i}" for i in range(MAX_LIST)]
+    listed = c(leaf("in", "professional.tenant_id", tenants))
+    assert listed.test({"professional.tenant_id": tenants[-1]}) is True
+    assert listed.test({"professional.tenant_id": f"t{MAX_LIST}"}) is False
+    with pytest.raises(PredicateError, match=f"more than {MAX_LIST} values"):
+        c(leaf("in", "professional.tenant_id", [*tenants, f"t{MAX_LIST}"]))
+
     # exactly MAX_NODES nodes: all + (any + 31 leaves) + (any + 30 leaves) = 64
-    c({"all": [{"any": [T] * 31}, {"any": [T] * (MAX_NODES - 31 - 3)}]})
+    full = c({"all": [{"any": [T] * 31}, {"any": [F] * (MAX_NODES - 31 - 4) + [T]}]})
+    assert _shape(full) == (MAX_NODES, 3)
+    assert full.test(FULL) is True
+    assert full.paths() == {"capability"}
+    with pytest.raises(PredicateError, match=f"more than {MAX_NODES} nodes"):
+        c({"all": [{"any": [T] * 31}, {"any": [T] * (MAX_NODES - 31 - 2)}]})
 
 
 @pytest.mark.parametrize("combinator", ["all", "any", "not"])

@@ -30,6 +30,7 @@ from smf_assurance.pipeline.stores.tool_calls import SqliteToolCallStore, Stop
 from smf_assurance.subjects.keyed import PseudonymKey
 from smf_assurance.subjects.registry import load_registry
 from tests.builders import AT_MS, fake_identity
+from tests.bus_helpers import wait_for
 from tests.store_helpers import parked
 
 STOPPED: Final = "runtime_stopped_ungated_tool_result"
@@ -81,10 +82,12 @@ async def test_a_stop_made_while_a_clear_is_recorded_survives_it(desk: Desk) -> 
     assert await desk.stops.stop(stop(1)) is True
     async with parked(desk.ledger.worker) as release:  # the clear waits on the ledger
         clearing = asyncio.ensure_future(desk.stops.clear("r1"))
-        await asyncio.sleep(0.05)
+        # the clear has begun: it holds the desk's lock while it waits on the ledger
+        await wait_for(desk.stops._lock.locked)
         stopping = asyncio.ensure_future(desk.stops.stop(stop(2)))
-        await asyncio.sleep(0.05)
-        assert desk.stops.standing("r1") == stop(2)  # in force before it is written
+        await wait_for(lambda: desk.stops.standing("r1") == stop(2))
+        assert not stopping.done()  # in force before it is written
+        assert not clearing.done()
         release()
         answer, stored = await asyncio.gather(clearing, stopping)
     assert stored is True

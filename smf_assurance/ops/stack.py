@@ -187,10 +187,11 @@ async def start_stack(
     co_located: bool = True,
     gate_name: str | None = None,
     cluster: ClusterSettings | None = None,
+    clock: Callable[[], int] = wall_clock_ms,
 ) -> Stack:
-    """The gate (named ``gate_name``, a cluster replica with ``cluster``) and,
-    unless told otherwise, the example connectors, on ``nats_url`` (``URL[,URL...]``)
-    or on an embedded nats-server.
+    """The gate (named ``gate_name``, a cluster replica with ``cluster``, reading
+    the time from ``clock``) and, unless told otherwise, the example connectors, on
+    ``nats_url`` (``URL[,URL...]``) or on an embedded nats-server.
 
     The embedded server runs with authorization on (issue 15): generated from
     the state's registry before it starts, and again from the registry of every
@@ -201,7 +202,7 @@ async def start_stack(
         server = start_embedded_server(state)
         nats_url = server.url
     try:
-        config = gate_config(state, nats_url, co_located=co_located, cluster=cluster)
+        config = gate_config(state, nats_url, co_located=co_located, cluster=cluster, clock=clock)
         if gate_name is not None:
             config = dataclasses.replace(config, name=gate_name)
         if server is not None:
