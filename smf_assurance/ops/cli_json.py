@@ -1159,6 +1159,13 @@ class ConfineMountJson(CliJson, kw_only=True):
     dest: Annotated[Path_, _("where it appears in the sandbox")]
 
 
+class HoldsJson(CliJson, kw_only=True):
+    """``holds add|remove|list --json``: the gate's legal-hold list after the command."""
+
+    revision: Annotated[int, _("the list's revision in the bucket (0: never written)")]
+    paths: Annotated[tuple[Path_, ...], _("the documents held, sorted, absolute, normalised")]
+
+
 class RuntimeRunPlanJson(CliJson, kw_only=True):
     """``runtime run --plan --json``: the sandbox the runtime would start in."""
 
@@ -1367,6 +1374,9 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("runtime", "remove"): (RuntimeRemoveJson,),
     ("runtime", "confine"): (RuntimeConfineJson,),
     ("runtime", "run"): (RuntimeRunPlanJson,),
+    ("holds", "add"): (HoldsJson,),
+    ("holds", "remove"): (HoldsJson,),
+    ("holds", "list"): (HoldsJson,),
     ("approver", "add"): (ApproverAddJson,),
     ("approver", "remove"): (ApproverRemoveJson,),
     ("doctor",): (DoctorJson,),

@@ -240,6 +240,12 @@ def run_run(args: argparse.Namespace) -> int:
             "again to apply them",
             code=outcome.exit_code,
         )
+    if outcome.reason is not None and outcome.reason.startswith("holds_unreachable:"):
+        fail(
+            f"the gate stopped telling the legal holds of runtime {args.runtime_id}; it was "
+            "stopped (fail closed): " + outcome.reason.removeprefix("holds_unreachable:"),
+            code=outcome.exit_code,
+        )
     if outcome.reason is not None and outcome.reason.startswith("bwrap_refused:"):
         fail(
             "bubblewrap refused to build the sandbox, nothing ran: "
