@@ -1177,6 +1177,13 @@ class RuntimeRunPlanJson(CliJson, kw_only=True):
     ]
     mounts: Annotated[tuple[ConfineMountJson, ...], _("the view, in mount order")]
     holds: Annotated[tuple[Path_, ...], _("documents under legal hold, read-only")]
+    gate_holds: Annotated[
+        tuple[Path_, ...] | None,
+        _("the gate's hold list, part of holds; null: not asked (the profile or the gate)"),
+    ] = None
+    gate_holds_unasked: Annotated[
+        str | None, _("why the gate could not be asked; a start would be refused")
+    ] = None
     namespaces: Annotated[tuple[str, ...], _("the namespaces it gets of its own")]
     forwarders: Annotated[dict[str, int], _("loopback port of each forwarder inside")]
     env: Annotated[tuple[str, ...], _("the names of its environment (values not shown)")]

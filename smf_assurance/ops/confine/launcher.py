@@ -161,7 +161,9 @@ class Plan:
     argv: tuple[str, ...]
     run_dir: str
     gate_holds: tuple[str, ...] | None = None
-    """The gate's hold list as the start read it; None: the profile does not ask the gate."""
+    """The gate's hold list as the start read it; None: the profile does not ask the gate
+    (or, for a plan only, the gate could not be asked: :attr:`gate_unasked`)."""
+    gate_unasked: str | None = None
 
     def document(self) -> dict[str, object]:
         """What the digest covers: mounts, namespaces, forwarders, the environment's names
@@ -267,9 +269,12 @@ def prepare(
     *,
     bwrap: str = BWRAP,
     outer_env: Mapping[str, str] | None = None,
+    plan_only: bool = False,
 ) -> tuple[Plan, Held]:
     """Check everything and make the run folder; the sandbox is not started. On a
-    refusal the run folder is removed."""
+    refusal the run folder is removed. ``plan_only`` (``runtime run --plan``, which
+    starts nothing): a gate that cannot be asked leaves the gate's holds out of the
+    plan and says why, where a start would be refused."""
     if not command:
         raise LaunchError("no runtime command given: `runtime run --id ID -- COMMAND ...`")
     try:
@@ -287,14 +292,18 @@ def prepare(
         if not needed.is_file():
             raise LaunchError(f"runtime {runtime_id}: {needed} is missing")
     gate_holds = None
+    unasked = None
     if profile.gate_holds:
         try:
             gate_holds = ask_before_start(profile.nats_url, held.principal, held.seed, runtime_id)
         except GateHoldsError as exc:
-            raise LaunchError(
-                f"runtime {runtime_id}: the gate's legal holds could not be read, so it does "
-                f"not start: {exc}"
-            ) from exc
+            if plan_only:
+                unasked = str(exc)
+            else:
+                raise LaunchError(
+                    f"runtime {runtime_id}: the gate's legal holds could not be read, so it does "
+                    f"not start: {exc}"
+                ) from exc
     try:
         holds = tuple(dict.fromkeys((*read_holds(profile, context), *(gate_holds or ()))))
         forwards = {
@@ -316,7 +325,7 @@ def prepare(
         except (ProfileError, ValueError, OSError) as exc:
             raise LaunchError(str(exc)) from exc
         argv = bwrap_argv(bwrap, view, env, profile.cwd or profile.workspace, forwards, command)
-        return Plan(profile, view, env, forwards, argv, run_dir, gate_holds), held
+        return Plan(profile, view, env, forwards, argv, run_dir, gate_holds, unasked), held
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
@@ -347,6 +356,9 @@ async def run_plan(
     stderr: int | None = None,
 ) -> Outcome:
     """Serve the forwarders, run bubblewrap, wait; always removes the run folder."""
+    if plan.gate_unasked is not None:
+        shutil.rmtree(plan.run_dir, ignore_errors=True)
+        raise LaunchError(f"a plan without the gate's legal holds is not run: {plan.gate_unasked}")
     profile = plan.profile
     servers: list[asyncio.Server] = []
     nats_host = _host(profile.nats_url)
