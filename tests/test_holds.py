@@ -48,7 +48,17 @@ from smf_assurance.ops.state import OPERATOR, StateDir
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.subjects import names
 from smf_assurance.subjects.bus_access import CLIENT_API
-from smf_assurance.subjects.holds import HOLDS_BUCKET, HOLDS_KEY, HoldsAnswer, HoldsRequest
+from smf_assurance.subjects.holds import (
+    HOLDS_BUCKET,
+    HOLDS_KEY,
+    HOLDS_UNAVAILABLE,
+    MAX_HOLDS_BYTES,
+    HoldPathError,
+    HoldsAnswer,
+    HoldsRequest,
+    decode_hold_list,
+    hold_path,
+)
 from tests.bus_helpers import wait_for
 from tests.test_confine import PROJECT, one_line, processes_with, write_profile
 from tests.test_confine import state as confine_state
@@ -298,7 +308,7 @@ async def test_holds_refuses_bad_paths_in_one_line_and_keeps_them_normalised(
         assert says in line
         assert "nothing changed" in line
     assert await holds_cli(state, server, "list", "--json") == 0
-    assert json.loads(capfd.readouterr().out) == {"revision": 0, "paths": []}
+    assert json.loads(capfd.readouterr().out) == {"revision": 1, "paths": []}
     assert await holds_cli(state, server, "add", "/srv/b//c/./d/../e.txt", "/srv/a.txt") == 0
     assert await holds_cli(state, server, "add", "/srv/a.txt/", "--json") == 0
     out = capfd.readouterr().out
@@ -308,3 +318,64 @@ async def test_holds_refuses_bad_paths_in_one_line_and_keeps_them_normalised(
     assert "/srv/b/c/e.txt" in table
     assert "/srv/a.txt" not in table
     assert "1 held" in table
+
+
+@pytest.mark.claim("confinement.gate-holds")
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [
+        ("/srv/a.txt", "/srv/a.txt"),
+        ("/srv//b/./c/../d.txt", "/srv/b/d.txt"),
+        ("//srv/e/", "/srv/e"),
+    ],
+)
+def test_a_hold_path_is_kept_normalised(given: str, kept: str) -> None:
+    assert hold_path(given) == kept
+
+
+@pytest.mark.claim("confinement.gate-holds")
+@pytest.mark.parametrize(
+    ("stored", "why"),
+    [
+        (b'{"schema":"smf.hold-list/1","paths":["/b","/a"]}', "sorted and unique"),
+        (b'{"schema":"smf.hold-list/1","paths":["/a","/a"]}', "sorted and unique"),
+        (b'{"schema":"smf.hold-list/1","paths":["/a/../b"]}', "not normalised"),
+        (b'{"schema":"smf.hold-list/1","paths":["/a"],"more":1}', "unknown field"),
+        (b"[" * (MAX_HOLDS_BYTES + 1), "too large"),
+    ],
+)
+def test_a_stored_list_no_launcher_should_mount_is_refused(stored: bytes, why: str) -> None:
+    with pytest.raises((HoldPathError, msgspec.DecodeError), match=why):
+        decode_hold_list(stored)
+
+
+@pytest.mark.claim("confinement.gate-holds")
+async def test_the_desk_refuses_a_malformed_request_and_a_bucket_it_cannot_read(
+    state: StateDir,
+    server: EmbeddedNatsServer,
+    gate: RunningGate,
+) -> None:
+    credential = state.existing_credential(HERMES_PRINCIPAL)
+    assert credential is not None
+    nc = await nats.connect(server.url, connect_timeout=2, **credential.connect_options())
+    try:
+        reply = await nc.request(names.HOLDS, b'{"schema":"smf.holds-request/9"}', 5)
+        answer = msgspec.json.decode(reply.data, type=HoldsAnswer)
+        assert (answer.ok, answer.reason, answer.paths) == (False, "malformed_request", ())
+    finally:
+        await nc.close()
+    operator = state.existing_credential(OPERATOR)
+    assert operator is not None
+    admin = await nats.connect(server.url, connect_timeout=2, **operator.connect_options())
+    try:
+        # the bucket gone (only an operator can): the gate says so, never "nothing held"
+        await admin.jetstream().delete_key_value(HOLDS_BUCKET)
+    finally:
+        await admin.close()
+    nc = await nats.connect(server.url, connect_timeout=2, **credential.connect_options())
+    try:
+        reply = await nc.request(names.HOLDS, msgspec.json.encode(HoldsRequest()), 5)
+    finally:
+        await nc.close()
+    refused = msgspec.json.decode(reply.data, type=HoldsAnswer)
+    assert (refused.ok, refused.reason, refused.paths) == (False, HOLDS_UNAVAILABLE, ())

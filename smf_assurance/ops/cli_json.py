@@ -1162,7 +1162,7 @@ class ConfineMountJson(CliJson, kw_only=True):
 class HoldsJson(CliJson, kw_only=True):
     """``holds add|remove|list --json``: the gate's legal-hold list after the command."""
 
-    revision: Annotated[int, _("the list's revision in the bucket (0: never written)")]
+    revision: Annotated[int, _("the list's revision in the bucket")]
     paths: Annotated[tuple[Path_, ...], _("the documents held, sorted, absolute, normalised")]
 
 

@@ -93,8 +93,8 @@ class HoldsRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class HoldsAnswer(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The gate's answer: the list at ``revision`` (0: nothing was ever held), or
-    ``ok`` False with the reason code and no paths."""
+    """The gate's answer: the list at ``revision`` (the bucket's), or ``ok`` False with
+    the reason code and no paths."""
 
     schema: Literal["smf.holds-answer/1"]
     ok: bool

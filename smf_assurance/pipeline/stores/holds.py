@@ -1,8 +1,11 @@
 """The gate's legal-hold bucket (``smf_assurance.subjects.holds`` is the contract).
 
 - :func:`open_holds`: the bucket, created when absent (history 1, file storage, no
-  direct gets: a read is the leader's, never a lagging replica's);
-- :func:`read_holds`: the list and its revision (0 and no paths: nothing was ever held);
+  direct gets: a read is the leader's, never a lagging replica's), with an empty list
+  written when it has none, so the key exists from the first open on;
+- :func:`read_holds`: the list and its revision; a key that is not there (the bucket
+  or the key deleted under the gate: nats-py reads both as "no key") is
+  :class:`HoldsUnavailable`, never "nothing held";
 - :func:`change_holds`: add and remove paths by compare-and-set on that revision, so
   two operators changing the list at once both land, neither overwrites the other.
 
@@ -12,6 +15,7 @@ list: a hold that cannot be read must not read as no hold.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import Final
 
@@ -49,7 +53,7 @@ class HoldsInvalid(Exception):
 
 
 async def open_holds(js: JetStreamContext, replicas: int = 1) -> KeyValue:
-    return await open_strict_bucket(
+    kv = await open_strict_bucket(
         js,
         HOLDS_BUCKET,
         "SMF legal holds: set by the operator, read by the gate for launchers",
@@ -57,13 +61,20 @@ async def open_holds(js: JetStreamContext, replicas: int = 1) -> KeyValue:
         HoldsUnavailable,
         "holds",
     )
+    # written before: never overwritten here
+    with (
+        fail_closed(HoldsUnavailable, "holds", "open"),
+        contextlib.suppress(KeyWrongLastSequenceError),
+    ):
+        await kv.create(HOLDS_KEY, msgspec.json.encode(HoldList(HOLDS_SCHEMA, ())))
+    return kv
 
 
 async def read_holds(kv: KeyValue) -> tuple[HoldList, int]:
-    """The list and its revision; ``(empty, 0)`` when the key was never written."""
+    """The list and its revision."""
     found = await read_entry(kv, HOLDS_KEY, HoldsUnavailable, "holds")
     if found is None:
-        return HoldList(HOLDS_SCHEMA, ()), 0
+        raise HoldsUnavailable("the hold list is gone from its bucket")
     data, revision = found
     try:
         return decode_hold_list(data or b""), revision
@@ -91,10 +102,7 @@ async def change_holds(
         data = msgspec.json.encode(new)
         with fail_closed(HoldsUnavailable, "holds", "write"):
             try:
-                if revision == 0:
-                    written = await kv.create(HOLDS_KEY, data)
-                else:
-                    written = await kv.update(HOLDS_KEY, data, last=revision)
+                written = await kv.update(HOLDS_KEY, data, last=revision)
             except KeyWrongLastSequenceError:
                 return Retry.LOST
         return new, written
