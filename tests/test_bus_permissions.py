@@ -65,6 +65,7 @@ from smf_assurance.subjects.bus_access import (
     permissions_for,
 )
 from smf_assurance.subjects.call_context import CALL_CONTEXT_BUCKET, CALL_CONTEXT_STREAM
+from smf_assurance.subjects.holds import HOLDS_BUCKET, HOLDS_KEY
 from smf_assurance.subjects.registry import RegistryFile, encode_registry
 from smf_assurance.subjects.release import RELEASE_BUCKET, encode_bundle
 from smf_assurance.subjects.tainted_content import TAINTED_CONTENT_BUCKET, TAINTED_CONTENT_STREAM
@@ -209,6 +210,15 @@ ACTIONS: Final = (
     # Only a runtime's launcher says it runs confined; the runtime itself cannot.
     Action("attest confinement", "req", names.CONFINEMENT, who(LAUNCHER), b"not one"),
     Action("serve smf.confinement", "sub", names.CONFINEMENT, who(GATE)),
+    # The gate's legal holds: a runtime (its launcher, with its credential) asks them;
+    # only gates serve them; only the gate's account writes or reads the bucket.
+    Action("ask the gate's legal holds", "req", names.HOLDS, who(RUNTIME), b"{}"),
+    Action("serve smf.holds", "sub", names.HOLDS, who(GATE)),
+    Action("write the legal holds", "pub", f"$KV.{HOLDS_BUCKET}.{HOLDS_KEY}", who(GATE)),
+    Action(
+        "read the legal holds bucket", "req", f"{CAPI}.STREAM.INFO.KV_{HOLDS_BUCKET}", who(GATE)
+    ),
+    Action("purge the legal holds", "req", f"{API}.STREAM.PURGE.KV_{HOLDS_BUCKET}", who()),
     Action("stream output", "pub", "smf.output.s-1", who(RUNTIME, MODEL_GATEWAY)),
     # Only the model gateway asks whom it may serve; each refusal is a ledger entry.
     Action("ask a model admission", "req", names.GATEWAY_ADMIT, who(MODEL_GATEWAY), b"{}"),

@@ -317,6 +317,7 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         "bus",
         "model-gateway",
         "runtime",
+        "holds",
         "approver",
         "doctor",
         "review",

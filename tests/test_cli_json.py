@@ -586,6 +586,14 @@ def check_run_plan(out: cli_json.RuntimeRunPlanJson, world: World) -> None:
     assert ("rw", str(world.work / "confine-ws")) in {(m.kind, m.source) for m in out.mounts}
     assert all(not (m.source or "").startswith(str(world.state.root)) for m in out.mounts)
     assert out.command == ()
+    # the runtime was removed before: its launcher cannot ask the gate, and says so
+    assert out.gate_holds is None
+    assert out.gate_holds_unasked is not None
+
+
+def check_holds(out: cli_json.HoldsJson, _: World) -> None:
+    assert "/srv/json/held.txt" in out.paths
+    assert out.revision >= 1
 
 
 def check_review_start(out: cli_json.ReviewStartJson, world: World) -> None:
@@ -618,6 +626,7 @@ REVIEW = (
 RELEASE_KEY = ("--release-key", "{state}/keys/release-signer.key", "--state-dir", "{state}")
 NEW_RUNTIME = ("--kind", "hermes", "--id", "hermes-json", "--tenant", "tenant-acme")
 STATE = ("--state-dir", "{state}")
+BUS = (*STATE, "--nats", "{nats}")
 CONFINE = ("--id", "hermes-json", "--kind", "hermes", "--workspace", "{work}/confine-ws", *STATE)
 NEW_APPROVER = (
     *("--id", "attorney-json", "--role", "licensed_attorney", "--tenant", "tenant-acme"),
@@ -922,6 +931,18 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
     ("runtime", "run"): (
         Case(("--id", "hermes-json", *STATE, "--plan"), check=check_run_plan),
         Case(("--id", "nobody", *STATE, "--plan"), 1, None),
+    ),
+    ("holds", "add"): (
+        Case(("/srv/json//held.txt", *BUS), check=check_holds),
+        Case(("relative/held.txt", *BUS), 2, None),
+    ),
+    ("holds", "remove"): (
+        Case(("/srv/json/held.txt", *BUS)),
+        Case(("/", *BUS), 2, None),
+    ),
+    ("holds", "list"): (
+        Case(BUS),
+        Case((*STATE, "--nats", "{dead}"), 1, None),
     ),
     ("approver", "add"): (
         Case((*NEW_APPROVER, *RELEASE_KEY), check=check_approver_add),

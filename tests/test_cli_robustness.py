@@ -195,6 +195,9 @@ BUS_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
         *("--nats", "{nats}"),
     ),
     ("doctor",): ("--state-dir", "{state}", "--nats", "{nats}"),
+    ("holds", "add"): ("/srv/careless.txt", "--state-dir", "{state}", "--nats", "{nats}"),
+    ("holds", "remove"): ("/srv/careless.txt", "--state-dir", "{state}", "--nats", "{nats}"),
+    ("holds", "list"): ("--state-dir", "{state}", "--nats", "{nats}"),
 }
 """A sound call of each command that connects to a bus."""
 

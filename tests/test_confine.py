@@ -113,6 +113,8 @@ def write_profile(state: StateDir, tmp_path: Path, **fields: Any) -> Confinement
         "workspace": str(workspace),
         "nats_url": "nats://127.0.0.1:4222",
         "gateway_url": "http://127.0.0.1:8787/v1",
+        # the sandbox alone: no gate runs (tests/test_holds.py asks a real one)
+        "gate_holds": False,
     }
     profile = ConfinementProfile(**{**base, **fields})
     profile_path(state, HERMES_RUNTIME_ID).write_bytes(encode_profile(profile))

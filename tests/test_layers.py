@@ -279,6 +279,7 @@ def test_a_gate_starts_from_pipeline_alone(tmp_path: Path, nats_server: Embedded
             "smf-gate-status",
             "smf-gateway-admit",
             "smf-gateway-calls",
+            "smf-holds",
             "smf-stages",
         ],
         "ops_loaded": False,

@@ -1159,6 +1159,13 @@ class ConfineMountJson(CliJson, kw_only=True):
     dest: Annotated[Path_, _("where it appears in the sandbox")]
 
 
+class HoldsJson(CliJson, kw_only=True):
+    """``holds add|remove|list --json``: the gate's legal-hold list after the command."""
+
+    revision: Annotated[int, _("the list's revision in the bucket")]
+    paths: Annotated[tuple[Path_, ...], _("the documents held, sorted, absolute, normalised")]
+
+
 class RuntimeRunPlanJson(CliJson, kw_only=True):
     """``runtime run --plan --json``: the sandbox the runtime would start in."""
 
@@ -1170,6 +1177,13 @@ class RuntimeRunPlanJson(CliJson, kw_only=True):
     ]
     mounts: Annotated[tuple[ConfineMountJson, ...], _("the view, in mount order")]
     holds: Annotated[tuple[Path_, ...], _("documents under legal hold, read-only")]
+    gate_holds: Annotated[
+        tuple[Path_, ...] | None,
+        _("the gate's hold list, part of holds; null: not asked (the profile or the gate)"),
+    ] = None
+    gate_holds_unasked: Annotated[
+        str | None, _("why the gate could not be asked; a start would be refused")
+    ] = None
     namespaces: Annotated[tuple[str, ...], _("the namespaces it gets of its own")]
     forwarders: Annotated[dict[str, int], _("loopback port of each forwarder inside")]
     env: Annotated[tuple[str, ...], _("the names of its environment (values not shown)")]
@@ -1367,6 +1381,9 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("runtime", "remove"): (RuntimeRemoveJson,),
     ("runtime", "confine"): (RuntimeConfineJson,),
     ("runtime", "run"): (RuntimeRunPlanJson,),
+    ("holds", "add"): (HoldsJson,),
+    ("holds", "remove"): (HoldsJson,),
+    ("holds", "list"): (HoldsJson,),
     ("approver", "add"): (ApproverAddJson,),
     ("approver", "remove"): (ApproverRemoveJson,),
     ("doctor",): (DoctorJson,),

@@ -32,6 +32,10 @@ Rules the table keeps:
   write the KV buckets behind them (``$KV.>``: on a cluster the runtime stops and
   decided tool calls of ``smf_tool_calls``, the claims, the approvals); besides the
   operator, only release publishers hold a ``$KV`` subject, their bucket's.
+- A runtime may ask the gate's legal-hold list (``smf.holds``: its launcher asks it
+  with the runtime's credential before the sandbox starts and every second after);
+  the hold bucket behind it (``SMF_HOLDS``) is in the gate's account, which only the
+  gate and the operator reach: no runtime can read or write it but through the gate.
 - A runtime's launcher (``runtime run``, outside the runtime's sandbox) asks only
   ``smf.confinement`` with its signed confinement attestation; it reads nothing of the
   runtime's or anyone's but the gate's ack, and answers nothing.
@@ -352,6 +356,7 @@ def _gate() -> Permissions:
             f"{names.OUTPUT_PREFIX}.>",
             names.ATTEST,
             names.CONFINEMENT,
+            names.HOLDS,
             *_APPROVAL_REQUESTS,
             names.GATEWAY_ADMIT,
             names.GATEWAY_CALLS,
@@ -373,6 +378,7 @@ def _runtime(runtime_id: str) -> Permissions:
             names.ATTEST,
             names.result_subject(runtime_id),
             names.APPROVAL_STATUS,
+            names.HOLDS,
             *_READ_RELEASES,
         ),
         subscribe_allow=(f"{names.APPROVAL_OUTCOME_PREFIX}.>", f"{names.APPROVAL_AGAIN_PREFIX}.>"),

@@ -56,6 +56,9 @@ CONFINEMENT: Final = "smf.confinement"
 """A runtime's launcher (``smf-assurance runtime run``) requests with its signed
 confinement attestation (:data:`PAYLOAD_CONFINEMENT`); the gate replies with an ack
 (``smf_assurance.subjects.confinement``)."""
+HOLDS: Final = "smf.holds"
+"""A runtime's launcher asks the gate's legal-hold list here (``smf_assurance.subjects.holds``):
+the documents its sandbox mounts read-only. The gate answers from its KV bucket."""
 GATEWAY_ADMIT: Final = "smf.gateway.admit"
 """The model gateway (issue 16) asks whether it may serve a runtime now; the gate replies
 with a GatewayAdmission it signed (:data:`PAYLOAD_GATEWAY_ADMISSION`) and records every

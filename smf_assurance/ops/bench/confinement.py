@@ -129,6 +129,7 @@ def _state(folder: Path, gateway_port: int, nats_port: int) -> StateDir:
         nats_url=f"nats://127.0.0.1:{nats_port}",
         gateway_url=f"http://127.0.0.1:{gateway_port}/v1",
         principal=HERMES_PRINCIPAL,
+        gate_holds=False,  # no gate runs here: the bench measures the sandbox
     )
     profile_path(state, HERMES_RUNTIME_ID).write_bytes(encode_profile(profile))
     return state

@@ -206,7 +206,9 @@ def run_run(args: argparse.Namespace) -> int:
         command = command[1:]
     try:
         if args.plan:
-            plan, _ = prepare(state, args.runtime_id, command or ["true"], bwrap=args.bwrap)
+            plan, _ = prepare(
+                state, args.runtime_id, command or ["true"], bwrap=args.bwrap, plan_only=True
+            )
             shutil.rmtree(plan.run_dir, ignore_errors=True)
             document = plan.document()
             value = RuntimeRunPlanJson(
@@ -214,6 +216,8 @@ def run_run(args: argparse.Namespace) -> int:
                 profile_digest=plan.digest,
                 mounts=tuple(msgspec.convert(m, ConfineMountJson) for m in plan.view.describe()),
                 holds=plan.view.holds,
+                gate_holds=plan.gate_holds,
+                gate_holds_unasked=plan.gate_unasked,
                 namespaces=tuple(document["namespaces"]),  # type: ignore[arg-type]
                 forwarders=dict(plan.forwards),
                 env=tuple(sorted(plan.env)),
@@ -227,6 +231,11 @@ def run_run(args: argparse.Namespace) -> int:
                     [(m.kind, m.source or "-", m.dest) for m in value.mounts],
                 )
                 say(f"holds read-only: {', '.join(value.holds) or '-'}")
+                if value.gate_holds_unasked is not None:
+                    say(
+                        "the gate's holds are not in this plan (a start would be refused): "
+                        + value.gate_holds_unasked
+                    )
                 ports = (f"{k} 127.0.0.1:{v}" for k, v in value.forwarders.items())
                 say(f"forwarders: {', '.join(ports)}")
                 say(f"profile digest: {value.profile_digest}")
@@ -238,6 +247,12 @@ def run_run(args: argparse.Namespace) -> int:
         fail(
             f"the legal holds of runtime {args.runtime_id} changed; it was stopped: start it "
             "again to apply them",
+            code=outcome.exit_code,
+        )
+    if outcome.reason is not None and outcome.reason.startswith("holds_unreachable:"):
+        fail(
+            f"the gate stopped telling the legal holds of runtime {args.runtime_id}; it was "
+            "stopped (fail closed): " + outcome.reason.removeprefix("holds_unreachable:"),
             code=outcome.exit_code,
         )
     if outcome.reason is not None and outcome.reason.startswith("bwrap_refused:"):

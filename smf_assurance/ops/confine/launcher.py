@@ -16,11 +16,13 @@ is no fallback that starts the command without the sandbox):
    capabilities, no new privileges (bubblewrap sets ``PR_SET_NO_NEW_PRIVS``), its
    own ``/proc``, ``--die-with-parent`` (the sandbox dies with the launcher), an
    environment made here and nothing inherited;
-7. while it runs, the hold list is read again every second; a change stops the
-   runtime (the sandbox's mounts cannot follow it): start it again to apply it.
+7. while it runs, the hold list (the gate's, :mod:`.gate_holds`, and the files') is
+   read again every second; a change stops the runtime (the sandbox's mounts cannot
+   follow it): start it again to apply it. A gate that stops answering stops it too.
 
 The exit status is the command's; a refusal is 1 with one line; holds that
-changed, 75; bubblewrap that refused to build the sandbox, 1 with its reason.
+changed or a gate that no longer tells them, 75; bubblewrap that refused to build the
+sandbox, 1 with its reason.
 """
 
 from __future__ import annotations
@@ -44,6 +46,12 @@ import structlog
 from smf_assurance.ops.bus_auth import BusCredentialError, public_user
 from smf_assurance.ops.confine import relay
 from smf_assurance.ops.confine.attest import Attester
+from smf_assurance.ops.confine.gate_holds import (
+    UNREACHABLE_AFTER_S,
+    GateHolds,
+    GateHoldsError,
+    ask_before_start,
+)
 from smf_assurance.ops.confine.profile import (
     ConfinementProfile,
     ProfileError,
@@ -152,6 +160,10 @@ class Plan:
     forwards: Mapping[str, int]
     argv: tuple[str, ...]
     run_dir: str
+    gate_holds: tuple[str, ...] | None = None
+    """The gate's hold list as the start read it; None: the profile does not ask the gate
+    (or, for a plan only, the gate could not be asked: :attr:`gate_unasked`)."""
+    gate_unasked: str | None = None
 
     def document(self) -> dict[str, object]:
         """What the digest covers: mounts, namespaces, forwarders, the environment's names
@@ -257,9 +269,12 @@ def prepare(
     *,
     bwrap: str = BWRAP,
     outer_env: Mapping[str, str] | None = None,
+    plan_only: bool = False,
 ) -> tuple[Plan, Held]:
     """Check everything and make the run folder; the sandbox is not started. On a
-    refusal the run folder is removed."""
+    refusal the run folder is removed. ``plan_only`` (``runtime run --plan``, which
+    starts nothing): a gate that cannot be asked leaves the gate's holds out of the
+    plan and says why, where a start would be refused."""
     if not command:
         raise LaunchError("no runtime command given: `runtime run --id ID -- COMMAND ...`")
     try:
@@ -276,8 +291,21 @@ def prepare(
     for needed in (context, state.trust_root):
         if not needed.is_file():
             raise LaunchError(f"runtime {runtime_id}: {needed} is missing")
+    gate_holds = None
+    unasked = None
+    if profile.gate_holds:
+        try:
+            gate_holds = ask_before_start(profile.nats_url, held.principal, held.seed, runtime_id)
+        except GateHoldsError as exc:
+            if plan_only:
+                unasked = str(exc)
+            else:
+                raise LaunchError(
+                    f"runtime {runtime_id}: the gate's legal holds could not be read, so it does "
+                    f"not start: {exc}"
+                ) from exc
     try:
-        holds = read_holds(profile, context)
+        holds = tuple(dict.fromkeys((*read_holds(profile, context), *(gate_holds or ()))))
         forwards = {
             "nats": loopback_port(profile.nats_url, "nats_url"),
             "gateway": loopback_port(profile.gateway_url, "gateway_url"),
@@ -297,7 +325,7 @@ def prepare(
         except (ProfileError, ValueError, OSError) as exc:
             raise LaunchError(str(exc)) from exc
         argv = bwrap_argv(bwrap, view, env, profile.cwd or profile.workspace, forwards, command)
-        return Plan(profile, view, env, forwards, argv, run_dir), held
+        return Plan(profile, view, env, forwards, argv, run_dir, gate_holds, unasked), held
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
@@ -328,6 +356,9 @@ async def run_plan(
     stderr: int | None = None,
 ) -> Outcome:
     """Serve the forwarders, run bubblewrap, wait; always removes the run folder."""
+    if plan.gate_unasked is not None:
+        shutil.rmtree(plan.run_dir, ignore_errors=True)
+        raise LaunchError(f"a plan without the gate's legal holds is not run: {plan.gate_unasked}")
     profile = plan.profile
     servers: list[asyncio.Server] = []
     nats_host = _host(profile.nats_url)
@@ -356,6 +387,7 @@ async def run_plan(
     )
     context = context_path(state, profile.runtime_id)
     holds_now = hold_state(profile, context)
+    gate_holds: GateHolds | None = None
     status_read, status_write = os.pipe()
     try:
         servers.append(await nats.serve(os.path.join(plan.run_dir, SOCKETS["nats"])))
@@ -378,6 +410,9 @@ async def run_plan(
             stderr,
             on_started=None if attester is None else attester.start,
         )
+        if plan.gate_holds is not None:
+            gate_holds = GateHolds(profile.nats_url, held.principal, held.seed, profile.runtime_id)
+            supervisor.gate = (gate_holds, plan.gate_holds)
         outcome = await supervisor.run(status_read)
         if attester is not None:
             await attester.end()
@@ -400,6 +435,8 @@ async def run_plan(
             server.close()
         if attester is not None:
             await attester.end()
+        if gate_holds is not None:
+            await gate_holds.close()
         if status_write >= 0:
             os.close(status_write)
         os.close(status_read)
@@ -435,6 +472,8 @@ class _Supervisor:
         self.stop = asyncio.Event()
         self.early: list[bytes] = []
         self.reason: str | None = None
+        self.gate: tuple[GateHolds, tuple[str, ...]] | None = None
+        """The gate to ask again, and its list as the start read it."""
 
     async def read_status(self, status: asyncio.StreamReader) -> None:
         """The relay's ``ready`` once the sandbox is built and listening; none means
@@ -458,9 +497,26 @@ class _Supervisor:
             os.write(self.out, chunk)
 
     async def watch_holds(self) -> None:
+        loop = asyncio.get_running_loop()
+        answered = loop.time()
         while True:
             await asyncio.sleep(HOLD_POLL_S)
             if hold_state(self.profile, self.context) != self.holds_then:
+                self.end("holds_changed")
+                return
+            if self.gate is None:
+                continue
+            gate, then = self.gate
+            try:
+                now = await gate.ask()
+            except GateHoldsError as exc:
+                if loop.time() - answered >= UNREACHABLE_AFTER_S:
+                    log.info("holds_unreachable", runtime_id=self.profile.runtime_id)
+                    self.end("holds_unreachable:" + str(exc))
+                    return
+                continue
+            answered = loop.time()
+            if set(now) != set(then):
                 self.end("holds_changed")
                 return
 
@@ -507,7 +563,7 @@ class _Supervisor:
             return Outcome(1, "bwrap_refused:" + (said[-1] if said else f"exit {code}"))
         if self.early:
             os.write(self.out, b"".join(self.early))
-        if self.reason == "holds_changed":
+        if self.reason == "holds_changed" or (self.reason or "").startswith("holds_unreachable"):
             return Outcome(HOLDS_CHANGED_EXIT, self.reason, True)
         if self.reason is not None:
             return Outcome(128 + signal.SIGTERM, self.reason, True)

@@ -73,6 +73,10 @@ class ConfinementProfile(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     ``legal_hold_paths`` of the runtime's context file; read at start and watched."""
     cwd: str | None = None
     """Where the command starts (default: the workspace)."""
+    gate_holds: bool = True
+    """Ask the gate's hold list (``smf.holds``) at start and every second: the runtime does
+    not start, and stops, when the gate does not answer. False only where no gate runs
+    (the confinement bench; a test of the sandbox alone): then only the files hold."""
 
 
 def profile_path(state: StateDir, runtime_id: str) -> Path:

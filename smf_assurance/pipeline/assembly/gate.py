@@ -61,6 +61,7 @@ from smf_assurance.pipeline.stages.dispatch import DispatchStage, OrderFence
 from smf_assurance.pipeline.stages.evidence import EvidenceWriter
 from smf_assurance.pipeline.stages.gate import Gate, GateSettings
 from smf_assurance.pipeline.stages.gate_status import GateStatusDesk
+from smf_assurance.pipeline.stages.holds import HoldsDesk
 from smf_assurance.pipeline.stages.model_admission import ModelAdmissionDesk
 from smf_assurance.pipeline.stages.outcomes import OutcomeDesk
 from smf_assurance.pipeline.stages.releases import ReleaseWatcher
@@ -84,6 +85,7 @@ from smf_assurance.pipeline.stores.call_context import CallContextMirror, ensure
 from smf_assurance.pipeline.stores.checkpoint_stream import newest_checkpoint, read_checkpoints
 from smf_assurance.pipeline.stores.claims import ClaimStore, ProposalClaims, merge_claim_file
 from smf_assurance.pipeline.stores.claims_kv import KvClaimStore
+from smf_assurance.pipeline.stores.holds import open_holds
 from smf_assurance.pipeline.stores.ledger import Ledger
 from smf_assurance.pipeline.stores.orders import OrderBook, SqliteOrderBook
 from smf_assurance.pipeline.stores.orders_kv import KvOrderBook
@@ -801,6 +803,15 @@ async def _serve_public(
             Endpoint("confinement", names.CONFINEMENT, confinement.handle),
         ],
         description="SMF attestation: a runtime's attest -> ack; its launcher's confinement -> ack",
+        auth=None,
+    )
+    # the legal holds a launcher mounts read-only: the gate creates the bucket, the
+    # operator sets it (`smf-assurance holds`), no runtime can reach it
+    holds = HoldsDesk(await open_holds(running.js, config.replicas))
+    await running.serve(
+        "smf-holds",
+        [Endpoint("holds", names.HOLDS, holds.handle)],
+        description="SMF legal holds: a launcher's request -> the gate's hold list",
         auth=None,
     )
     await _serve_release_report(running, config, releases)
