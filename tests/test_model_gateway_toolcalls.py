@@ -477,3 +477,98 @@ def test_a_tool_call_id_is_not_part_of_the_operation() -> None:
 )
 def test_only_an_id_the_contract_can_carry_goes_into_a_proposal(raw: object, kept: bool) -> None:
     assert tool_call_id_of(raw) == (raw if kept else None)
+
+
+# -- arguments that fail the offered schema ------------------------------------------
+
+STRICT_READ_FILE = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a file.",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+    },
+}
+INVALID_ARGUMENTS = ["tool_arguments_invalid", "tool_arguments_rejected_by_runtime"]
+
+
+async def emitted_with(world: World, arguments: str) -> str:
+    """Let the model emit one ``read_file`` call with these arguments, in answer to a
+    request that offers ``read_file`` with a schema (``STRICT_READ_FILE``)."""
+    world.model.queue.append(Reply(content="", tool_calls=(("call_up2", "read_file", arguments),)))
+    status, data = await chat(world, TOOLS_ID, body=offering(STRICT_READ_FILE))
+    assert status == 200
+    _, calls, _ = sse_text(data)
+    (call,) = calls
+    assert call["function"]["arguments"] == arguments  # given to the runtime as emitted
+    call_id = call["id"]
+    assert isinstance(call_id, str)
+    return call_id
+
+
+@pytest.mark.claim("model-gateway.invalid-arguments-accounted")
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"path": {"name": "notes.txt"}}', '{"limit": 3}', '{"path": "a", "mode": "raw"}'],
+    ids=["object-for-string", "required-missing", "extra-property"],
+)
+async def test_a_call_whose_arguments_fail_the_offered_schema_is_a_recorded_refusal(
+    world: World, arguments: str
+) -> None:
+    """The model called an offered tool with arguments its schema rejects whatever a
+    runtime coerces first: a runtime that checks them (OpenClaw) answers with an error
+    before any hook could propose the call. Its result is served and recorded as the
+    refusal it was (``tool_arguments_invalid``), once; the runtime is not stopped and
+    keeps being served. The control: arguments a runtime could coerce into the schema
+    (``5`` for a string), whose result no proposal covered, still stop the runtime."""
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    call_id = await emitted_with(world, arguments)
+    world.model.default = Reply(content="Bad arguments.")
+    for _ in range(2):  # asked once: the second request finds it decided
+        status, data = await chat(world, TOOLS_ID, body=with_result(call_id))
+        assert (status, sse_text(data)[0]) == (200, "Bad arguments.")
+    reasons = ledger_reasons(world.state)
+    assert reasons.count(INVALID_ARGUMENTS) == 1
+    assert UNGATED not in reasons
+    status, data = await chat(world, TOOLS_ID)
+    assert (status, sse_text(data)[0]) == (200, "Bad arguments.")
+
+    coercible = await emitted_with(world, '{"path": 5}')
+    status, data = await chat(world, TOOLS_ID, body=with_result(coercible))
+    assert (status, error_code(data)) == (403, "ungated_tool_result")
+    assert UNGATED in ledger_reasons(world.state)
+
+
+@pytest.mark.claim("model-gateway.invalid-arguments-accounted")
+@pytest.mark.parametrize("result_first", [False, True], ids=["proposed-first", "result-first"])
+async def test_a_call_whose_arguments_failed_the_schema_is_never_allowed(
+    world: World, result_first: bool
+) -> None:
+    """The attack: the runtime runs a call whose arguments the gateway found invalid
+    anyway, and proposes it, before its result comes back or after its refusal was
+    recorded. The gate denies it (``tool_arguments_invalid``, recorded) whatever
+    policy would say: the same proposal under a valid call's id is allowed."""
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    call_id = await emitted_with(world, '{"path": ["notes.txt"]}')
+    world.model.default = Reply(content="Refused.")
+    if result_first:
+        status, data = await chat(world, TOOLS_ID, body=with_result(call_id))
+        assert (status, sse_text(data)[0]) == (200, "Refused.")
+        assert ledger_reasons(world.state).count(INVALID_ARGUMENTS) == 1
+    verdict = await propose(world, TOOLS, TOOLS_ID, call_id)
+    assert (verdict.outcome, verdict.reason_codes) == ("deny", ("tool_arguments_invalid",))
+    (entry,) = ledger_entries(world.state, verdict.evidence[0])
+    assert (entry["disposition"], entry["reason_codes"]) == ("deny", ["tool_arguments_invalid"])
+    again = await propose(world, TOOLS, TOOLS_ID, call_id)
+    assert (again.outcome, again.reason_codes) == ("deny", ("tool_arguments_invalid",))
+    status, data = await chat(world, TOOLS_ID, body=with_result(call_id))
+    assert (status, sse_text(data)[0]) == (200, "Refused.")
+    assert UNGATED not in ledger_reasons(world.state)
+    # control: the same proposal under the id of a call with valid arguments is allowed
+    valid = await emitted_with(world, '{"path": "notes.txt"}')
+    assert (await propose(world, TOOLS, TOOLS_ID, valid)).outcome == "allow"

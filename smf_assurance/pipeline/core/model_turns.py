@@ -121,6 +121,19 @@ class ChatRequest:
                     names.add(name)
         return frozenset(names)
 
+    def offered_parameters(self) -> dict[str, list[object]]:
+        """Per offered function name, the ``parameters`` schemas the request gave it (a
+        name offered twice has both: a call fails only what every one of them rejects)."""
+        tools = self.body.get("tools")
+        schemas: dict[str, list[object]] = {}
+        if isinstance(tools, list):
+            for tool in tools:
+                function = tool.get("function") if isinstance(tool, dict) else None
+                name = function.get("name") if isinstance(function, dict) else None
+                if isinstance(name, str) and isinstance(function, dict):
+                    schemas.setdefault(name, []).append(function.get("parameters"))
+        return schemas
+
     def read_texts(self) -> list[str]:
         """Everything the request shows the model, one text per message (any role: the
         system prompt with the context files a runtime puts in it, the user's words,
