@@ -69,6 +69,8 @@ TOOLS_ID = "gw-tools"
 TOOLS = "gw-tools-runtime"
 LOOSE_ID = "gw-loose"
 LOOSE = "gw-loose-runtime"
+UNCHECKED_ID = "gw-unchecked"
+UNCHECKED = "gw-unchecked-runtime"
 CALL_ID = re.compile(r"smfc[0-9a-f]{24}")
 UNGATED = ["ungated_tool_result", "model_request_refused"]
 STOPPED = "runtime_stopped_ungated_tool_result"
@@ -82,11 +84,14 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
 
 @asynccontextmanager
 async def tool_call_world(tmp_path: Path) -> AsyncIterator[World]:
-    """Two runtimes the gateway serves, one with tool-call accounting and one without."""
+    """Three runtimes the gateway serves: one with tool-call accounting whose runtime
+    checks arguments against the offered schema (as OpenClaw does), one with accounting
+    whose runtime does not (as Hermes), and one without accounting."""
     state = StateDir(tmp_path / "state")
     provision_demo(state)
     provision_runtime(state, TOOLS, TOOLS_ID, runtime_pin=PIN, require_release=False)
     provision_runtime(state, LOOSE, LOOSE_ID, runtime_pin=PIN, require_release=False)
+    provision_runtime(state, UNCHECKED, UNCHECKED_ID, runtime_pin=PIN, require_release=False)
     model = await FakeModel().start()
     set_upstream(state, model.url, "local-model")
     common: dict[str, Any] = {
@@ -96,8 +101,9 @@ async def tool_call_world(tmp_path: Path) -> AsyncIterator[World]:
         "facts": CLEAN,
     }
     tokens = {
-        TOOLS_ID: provision_gateway_runtime(state, TOOLS_ID, **common),
+        TOOLS_ID: provision_gateway_runtime(state, TOOLS_ID, checks_tool_arguments=True, **common),
         LOOSE_ID: provision_gateway_runtime(state, LOOSE_ID, account_tool_calls=False, **common),
+        UNCHECKED_ID: provision_gateway_runtime(state, UNCHECKED_ID, **common),
     }
     stack = await start_stack(state, with_connectors=False)
     # a long admission cache: a stop must end the gateway's cached admission itself
@@ -497,11 +503,11 @@ STRICT_READ_FILE = {
 INVALID_ARGUMENTS = ["tool_arguments_invalid", "tool_arguments_rejected_by_runtime"]
 
 
-async def emitted_with(world: World, arguments: str) -> str:
+async def emitted_with(world: World, arguments: str, runtime_id: str = TOOLS_ID) -> str:
     """Let the model emit one ``read_file`` call with these arguments, in answer to a
     request that offers ``read_file`` with a schema (``STRICT_READ_FILE``)."""
     world.model.queue.append(Reply(content="", tool_calls=(("call_up2", "read_file", arguments),)))
-    status, data = await chat(world, TOOLS_ID, body=offering(STRICT_READ_FILE))
+    status, data = await chat(world, runtime_id, body=offering(STRICT_READ_FILE))
     assert status == 200
     _, calls, _ = sse_text(data)
     (call,) = calls
@@ -572,3 +578,23 @@ async def test_a_call_whose_arguments_failed_the_schema_is_never_allowed(
     # control: the same proposal under the id of a call with valid arguments is allowed
     valid = await emitted_with(world, '{"path": "notes.txt"}')
     assert (await propose(world, TOOLS, TOOLS_ID, valid)).outcome == "allow"
+
+
+@pytest.mark.claim("model-gateway.invalid-arguments-accounted")
+async def test_a_runtime_that_does_not_check_arguments_is_stopped_by_their_unproposed_result(
+    world: World,
+) -> None:
+    """A runtime whose profile does not say it checks arguments (Hermes coerces and runs
+    the call whatever its schema says) may have run a call with invalid arguments past
+    a removed hook: its unproposed result stops the runtime, and a proposal of it is
+    decided by policy like any other (here allowed)."""
+    assert (await attest(world, UNCHECKED, UNCHECKED_ID)).accepted
+    proposed = await emitted_with(world, '{"path": ["notes.txt"]}', UNCHECKED_ID)
+    verdict = await propose(world, UNCHECKED, UNCHECKED_ID, proposed)
+    assert verdict.outcome == "allow"
+    unproposed = await emitted_with(world, '{"path": ["notes.txt"]}', UNCHECKED_ID)
+    status, data = await chat(world, UNCHECKED_ID, body=with_result(unproposed))
+    assert (status, error_code(data)) == (403, "ungated_tool_result")
+    reasons = ledger_reasons(world.state)
+    assert UNGATED in reasons
+    assert INVALID_ARGUMENTS not in reasons

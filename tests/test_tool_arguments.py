@@ -7,9 +7,10 @@ property missing, a property ``additionalProperties: false`` forbids, an enum or
 missed, bounds crossed, every ``anyOf``/``oneOf`` branch failed, one ``allOf`` branch
 failed, nested in properties and items), and every doubt answers "not certainly
 invalid": a value OpenClaw or TypeBox could coerce (``"5"`` for a number, ``5`` for a
-string, JSON text for an array), arguments that are not a JSON object, a schema that
+string, JSON text for an array), a schema that
 is not one, ``patternProperties`` beside ``additionalProperties``, keywords not read,
-nesting past the depth bound. The schema of OpenClaw's ``read`` tool (2026.9.6,
+nesting past the depth bound, blank arguments. Arguments that are not a JSON object are
+invalid. The schema of OpenClaw's ``read`` tool (2026.9.6,
 ``readToolInputSchema``, as TypeBox emits it) is read as OpenClaw's validator reads it
 for the cases it rejects.
 
@@ -160,10 +161,17 @@ def test_each_keyword_read_finds_only_certain_violations(
     assert invalid(arguments, schema) is expected
 
 
-@pytest.mark.parametrize("arguments", ["", "{", '{"path": "a"', "[1]", '"text"', "null", "3"])
-def test_arguments_that_are_not_a_json_object_are_not_called_invalid(arguments: str) -> None:
-    """OpenClaw's transports refuse such a turn whole and run nothing (no result comes
-    back to be named); another runtime may repair them: never a certainty."""
+@pytest.mark.parametrize(
+    "arguments", ["{", '{"path": "a"', "{'path': 'a'}", "None", "[1]", '"text"', "null", "3"]
+)
+def test_arguments_that_are_not_a_json_object_are_invalid(arguments: str) -> None:
+    """OpenClaw runs no such call (its transport refuses the turn whole)."""
+    assert certainly_invalid(arguments, OPENCLAW_READ)
+
+
+@pytest.mark.parametrize("arguments", ["", "  \n"])
+def test_blank_arguments_are_not_called_invalid(arguments: str) -> None:
+    """A runtime may read blank arguments as ``{}`` (Hermes does)."""
     assert not certainly_invalid(arguments, OPENCLAW_READ)
 
 

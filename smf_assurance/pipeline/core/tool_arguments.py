@@ -27,10 +27,15 @@ doubt answers False, and an uncovered result then stops the runtime as before
   counts), ``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum``.
   JSON Schema keywords only ever add constraints, so one this module does not read
   never makes a violation it found go away, and it never finds one on its own.
-- Arguments that are not a JSON object answer False: OpenClaw's provider transports
-  refuse such a turn whole (``malformed_tool_call_arguments``) and run nothing, so no
-  result comes back to be named, and another runtime may repair them.
-- Nesting deeper than :data:`MAX_DEPTH` answers False for that branch.
+- Arguments that are not JSON, or JSON but not an object, are invalid: no runtime that
+  checks arguments runs them (OpenClaw's chat-completions transport refuses such a
+  turn whole, ``malformed_tool_call_arguments``; it repairs string literals only on
+  its Anthropic transport, which a gateway speaking OpenAI's API never drives), and
+  every text Python's JSON parser rejects ``JSON.parse`` rejects too (Python's also
+  reads ``NaN`` and ``Infinity``, never less). Blank arguments are not: a runtime may
+  read them as ``{}`` (Hermes does).
+- Nesting deeper than :data:`MAX_DEPTH`, or deeper than Python's parser reads (where
+  ``JSON.parse`` reads on), answers False for that branch.
 
 Pure and synchronous (ARCHITECTURE.md, "Layers of the code").
 """
@@ -48,11 +53,15 @@ _SCALARS: Final = (str, int, float, bool)
 def certainly_invalid(arguments: str, schema: object) -> bool:
     """True only when ``arguments`` (a tool call's JSON text) fail ``schema`` whatever
     coercion a runtime applies first; False on any doubt (see the module)."""
+    if not arguments.strip():
+        return False
     try:
         value = json.loads(arguments)
-        return isinstance(value, dict) and _fails(value, schema, 0)
-    except (ValueError, RecursionError):
-        return False  # not JSON, or nested deeper than anything is read
+        return not isinstance(value, dict) or _fails(value, schema, 0)
+    except ValueError:
+        return True
+    except RecursionError:
+        return False
 
 
 def _fails(value: Any, schema: object, depth: int) -> bool:

@@ -192,6 +192,12 @@ class GatewayRuntime(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Tool-call accounting: a tool result for a call this gateway issued must have been
     decided by the gate. Only for a runtime whose adapter puts the call id into its
     proposals (Hermes does; the OpenClaw adapter does not yet, docs/OPENCLAW.md)."""
+    checks_tool_arguments: bool = False
+    """The runtime checks each call's arguments against the schema it offered before any
+    hook, and runs none that fails (OpenClaw: ``validateToolCallForBatchAdmission``;
+    not Hermes, which coerces what it can and runs the call). Only then is a call whose
+    arguments certainly fail that schema told to the gate as refused by the runtime;
+    for any other runtime such a call may run, so its unproposed result stops it."""
 
 
 class Upstream(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -729,6 +735,7 @@ class ModelGateway:
         for call in turn.tool_calls:
             call.id = new_call_id()
         schemas = offered or {}
+        checked = runtime.checks_tool_arguments
         records = [
             CallContext(
                 schema="smf.call-context/1",
@@ -739,7 +746,8 @@ class ModelGateway:
                 injection_taint=context.injection_taint,
                 found=found,
                 issued_at_ms=self.clock(),
-                arguments_invalid=call.name in schemas
+                arguments_invalid=checked
+                and call.name in schemas
                 and all(certainly_invalid(call.arguments, s) for s in schemas[call.name]),
             )
             for call in turn.tool_calls
