@@ -190,7 +190,11 @@ async def emitted_call(world: World, runtime_id: str, *, offered: bool = True) -
     return call_id
 
 
-def with_result(call_id: str) -> bytes:
+REFUSED_BY_CHECK = 'Validation failed for tool "read_file":\n  - path: must be string'
+"""The result OpenClaw gives a call whose arguments fail the tool's schema (its form)."""
+
+
+def with_result(call_id: str, content: str = "Hearing on Monday.") -> bytes:
     messages = [
         {"role": "user", "content": "Read my notes."},
         {
@@ -204,7 +208,7 @@ def with_result(call_id: str) -> bytes:
                 }
             ],
         },
-        {"role": "tool", "tool_call_id": call_id, "content": "Hearing on Monday."},
+        {"role": "tool", "tool_call_id": call_id, "content": content},
     ]
     return json.dumps({"model": "fake-model", "stream": True, "messages": messages}).encode()
 
@@ -536,7 +540,7 @@ async def test_a_call_whose_arguments_fail_the_offered_schema_is_a_recorded_refu
     call_id = await emitted_with(world, arguments)
     world.model.default = Reply(content="Bad arguments.")
     for _ in range(2):  # asked once: the second request finds it decided
-        status, data = await chat(world, TOOLS_ID, body=with_result(call_id))
+        status, data = await chat(world, TOOLS_ID, body=with_result(call_id, REFUSED_BY_CHECK))
         assert (status, sse_text(data)[0]) == (200, "Bad arguments.")
     reasons = ledger_reasons(world.state)
     assert reasons.count(INVALID_ARGUMENTS) == 1
@@ -545,7 +549,7 @@ async def test_a_call_whose_arguments_fail_the_offered_schema_is_a_recorded_refu
     assert (status, sse_text(data)[0]) == (200, "Bad arguments.")
 
     coercible = await emitted_with(world, '{"path": 5}')
-    status, data = await chat(world, TOOLS_ID, body=with_result(coercible))
+    status, data = await chat(world, TOOLS_ID, body=with_result(coercible, REFUSED_BY_CHECK))
     assert (status, error_code(data)) == (403, "ungated_tool_result")
     assert UNGATED in ledger_reasons(world.state)
 
@@ -563,7 +567,7 @@ async def test_a_call_whose_arguments_failed_the_schema_is_never_allowed(
     call_id = await emitted_with(world, '{"path": ["notes.txt"]}')
     world.model.default = Reply(content="Refused.")
     if result_first:
-        status, data = await chat(world, TOOLS_ID, body=with_result(call_id))
+        status, data = await chat(world, TOOLS_ID, body=with_result(call_id, REFUSED_BY_CHECK))
         assert (status, sse_text(data)[0]) == (200, "Refused.")
         assert ledger_reasons(world.state).count(INVALID_ARGUMENTS) == 1
     verdict = await propose(world, TOOLS, TOOLS_ID, call_id)
@@ -572,7 +576,7 @@ async def test_a_call_whose_arguments_failed_the_schema_is_never_allowed(
     assert (entry["disposition"], entry["reason_codes"]) == ("deny", ["tool_arguments_invalid"])
     again = await propose(world, TOOLS, TOOLS_ID, call_id)
     assert (again.outcome, again.reason_codes) == ("deny", ("tool_arguments_invalid",))
-    status, data = await chat(world, TOOLS_ID, body=with_result(call_id))
+    status, data = await chat(world, TOOLS_ID, body=with_result(call_id, REFUSED_BY_CHECK))
     assert (status, sse_text(data)[0]) == (200, "Refused.")
     assert UNGATED not in ledger_reasons(world.state)
     # control: the same proposal under the id of a call with valid arguments is allowed
@@ -598,3 +602,28 @@ async def test_a_runtime_that_does_not_check_arguments_is_stopped_by_their_unpro
     reasons = ledger_reasons(world.state)
     assert UNGATED in reasons
     assert INVALID_ARGUMENTS not in reasons
+
+
+@pytest.mark.claim("model-gateway.invalid-arguments-accounted")
+async def test_a_call_with_invalid_arguments_whose_result_is_no_refusal_stops_the_runtime(
+    world: World,
+) -> None:
+    """The attack on the accounting: a call whose arguments fail the offered schema, but
+    that the runtime repaired and ran past a bypassed hook (OpenClaw's
+    ``prepareArguments`` turns some such forms into valid ones), answers with the
+    tool's output, not the runtime's refusal. Unproposed, it stops the runtime as any
+    ungated result does; nothing records it as a refusal. The control, in the same
+    world: the runtime's own refusal text of the same kind of call is a recorded
+    refusal and the runtime is served."""
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    refused = await emitted_with(world, '{"path": ["notes.txt"]}')
+    world.model.default = Reply(content="Refused.")
+    status, data = await chat(world, TOOLS_ID, body=with_result(refused, REFUSED_BY_CHECK))
+    assert (status, sse_text(data)[0]) == (200, "Refused.")
+    assert ledger_reasons(world.state).count(INVALID_ARGUMENTS) == 1
+    ran = await emitted_with(world, '{"path": ["notes.txt"]}')
+    status, data = await chat(world, TOOLS_ID, body=with_result(ran, "Hearing on Monday."))
+    assert (status, error_code(data)) == (403, "ungated_tool_result")
+    reasons = ledger_reasons(world.state)
+    assert UNGATED in reasons
+    assert reasons.count(INVALID_ARGUMENTS) == 1

@@ -25,6 +25,11 @@ from typing import Any
 
 import pytest
 
+from smf_assurance.pipeline.core.model_turns import (
+    ARGUMENT_CHECK_REFUSAL,
+    ChatRequest,
+    read_request,
+)
 from smf_assurance.pipeline.core.tool_arguments import MAX_DEPTH, certainly_invalid
 
 OPENCLAW_READ: dict[str, Any] = {
@@ -200,3 +205,25 @@ def test_nesting_past_the_depth_bound_is_not_called_invalid() -> None:
 def test_arguments_nested_past_what_can_be_read_are_not_called_invalid() -> None:
     deep = '{"path": ' + "[" * 100_000 + "]" * 100_000 + "}"
     assert not certainly_invalid(deep, OPENCLAW_READ)
+
+
+def _results(*results: tuple[str, object]) -> ChatRequest:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Go."}]
+    messages += [{"role": "tool", "tool_call_id": i, "content": c} for i, c in results]
+    return read_request(json.dumps({"model": "m", "messages": messages}).encode())
+
+
+REFUSAL = ARGUMENT_CHECK_REFUSAL + 'exec":\n  - command: must be string'
+
+
+def test_only_the_runtimes_own_refusal_counts_as_a_call_that_ran_nowhere() -> None:
+    """A call the gateway found invalid counts as refused by the runtime only when every
+    result answering it is the runtime's refusal text: a result with the tool's output
+    (the runtime repaired the arguments and ran it), a second result beside the refusal,
+    the text further in, or no result at all is not taken for a refusal."""
+    assert _results(("a", REFUSAL)).refused_by_argument_check("a")
+    assert _results(("a", [{"type": "text", "text": REFUSAL}])).refused_by_argument_check("a")
+    assert not _results(("a", "Hearing on Monday.")).refused_by_argument_check("a")
+    assert not _results(("a", REFUSAL), ("a", "ran")).refused_by_argument_check("a")
+    assert not _results(("a", "output\n" + REFUSAL)).refused_by_argument_check("a")
+    assert not _results(("b", REFUSAL)).refused_by_argument_check("a")

@@ -65,6 +65,7 @@ from tests.test_model_gateway import (
     sse_text,
 )
 from tests.test_model_gateway_toolcalls import (
+    REFUSED_BY_CHECK,
     STOPPED,
     TOOLS,
     TOOLS_ID,
@@ -247,7 +248,7 @@ async def test_a_call_whose_arguments_failed_the_schema_is_denied_after_a_restar
     assert (await attest(world, TOOLS, TOOLS_ID)).accepted
     call_id = await emitted_with(world, '{"path": {"name": "notes.txt"}}')
     world.model.default = Reply(content="Refused.")
-    status, data = await chat(world, TOOLS_ID, body=with_result(call_id))
+    status, data = await chat(world, TOOLS_ID, body=with_result(call_id, REFUSED_BY_CHECK))
     assert (status, sse_text(data)[0]) == (200, "Refused.")
 
     await restart_gate(world)
@@ -255,7 +256,7 @@ async def test_a_call_whose_arguments_failed_the_schema_is_denied_after_a_restar
     verdict = await propose(world, TOOLS, TOOLS_ID, call_id)
     assert (verdict.outcome, verdict.reason_codes) == ("deny", ("tool_arguments_invalid",))
     assert verdict.evidence
-    status, data = await chat(world, TOOLS_ID, body=with_result(call_id))
+    status, data = await chat(world, TOOLS_ID, body=with_result(call_id, REFUSED_BY_CHECK))
     assert (status, sse_text(data)[0]) == (200, "Refused.")
     reasons = ledger_reasons(world.state)
     assert reasons.count(["tool_arguments_invalid", "tool_arguments_rejected_by_runtime"]) == 1

@@ -69,6 +69,12 @@ class TurnError(ValueError):
         self.reason_code = reason_code
 
 
+ARGUMENT_CHECK_REFUSAL: Final = 'Validation failed for tool "'
+"""How OpenClaw (2026.9.6, ``@openclaw/ai`` ``validateToolArguments``) answers a call
+whose arguments fail the tool's schema, before any hook runs: the result's text starts
+so, followed by the tool's name, the errors and the arguments received."""
+
+
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
     """A runtime's ``POST /v1/chat/completions`` body, checked just enough to forward."""
@@ -107,6 +113,20 @@ class ChatRequest:
             for m in self.body["messages"]
             if m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str)
         ]
+
+    def refused_by_argument_check(self, call_id: str) -> bool:
+        """Whether every result answering ``call_id`` (one at least) is the runtime's own
+        refusal of the call's arguments (:data:`ARGUMENT_CHECK_REFUSAL`), so the call ran
+        nowhere. A call whose arguments failed the offered schema but that the runtime
+        repaired and ran (OpenClaw's ``prepareArguments``) answers with the tool's
+        output instead: that result is not taken for a refusal, and stops the runtime
+        when no proposal decided it."""
+        texts = [
+            _message_text(m.get("content"))
+            for m in self.body["messages"]
+            if m.get("role") == "tool" and m.get("tool_call_id") == call_id
+        ]
+        return bool(texts) and all(t.startswith(ARGUMENT_CHECK_REFUSAL) for t in texts)
 
     def offered_tools(self) -> frozenset[str]:
         """The names of the functions the request offers the model (``tools``): a call

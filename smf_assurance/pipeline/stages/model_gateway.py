@@ -889,7 +889,11 @@ class ModelGateway:
         for start in range(0, len(ask), MAX_CALLS_PER_ASK):
             batch = tuple(ask[start : start + MAX_CALLS_PER_ASK])
             unoffered = tuple(i for i in batch if not_offered is not None and i in not_offered)
-            rejected = tuple(i for i in batch if invalid is not None and i in invalid)
+            rejected = tuple(
+                i
+                for i in batch
+                if invalid is not None and i in invalid and chat.refused_by_argument_check(i)
+            )
             answer = await self._ask_calls(runtime, batch, unoffered, rejected)
             if answer.uncovered:
                 # stopped: every kept admission of this runtime is void, ask the gate again
