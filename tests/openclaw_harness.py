@@ -503,6 +503,7 @@ class Harness:
                 actor=msgspec.convert(entry["actor"], ActorContext),
                 destination=msgspec.convert(entry["destination"], ProposedDestination),
                 facts=msgspec.convert(entry["facts"], DataFacts),
+                checks_tool_arguments=True,  # as ``runtime add --kind openclaw`` declares
             )
         self.model_gateway = await start_model_gateway(gateway_config(self.state, self.server.url))
 

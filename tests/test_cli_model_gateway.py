@@ -42,7 +42,9 @@ def demo(tmp_path: Path) -> StateDir:
     return state
 
 
-def add_runtime(state: StateDir, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+def add_runtime(
+    state: StateDir, tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str
+) -> Path:
     actor = tmp_path / "actor.json"
     actor.write_text(json.dumps(ACTOR))
     code, out, _ = run(
@@ -61,6 +63,7 @@ def add_runtime(state: StateDir, tmp_path: Path, capsys: pytest.CaptureFixture[s
             "--state-dir",
             str(state.root),
             "--json",
+            *extra,
         ],
         capsys,
     )
@@ -242,3 +245,15 @@ def test_bench_gateway_prints_the_four_series(capsys: pytest.CaptureFixture[str]
     for row in report:
         assert row["samples"] == 2
         assert row["through_gateway"]["p50_ns"] > row["output_decision"]["p50_ns"] > 0
+
+
+@pytest.mark.parametrize("checks", [False, True])
+def test_a_runtime_that_checks_tool_arguments_is_declared_so_only_when_asked(
+    demo: StateDir, tmp_path: Path, capsys: pytest.CaptureFixture[str], checks: bool
+) -> None:
+    """Off unless the operator says the runtime checks arguments before any hook: only
+    then is a call whose arguments fail the schema a refusal instead of a stop."""
+    assert run([*UPSTREAM, "--state-dir", str(demo.root)], capsys)[0] == 0
+    add_runtime(demo, tmp_path, capsys, *(["--checks-tool-arguments"] if checks else []))
+    (served,) = json.loads((demo.root / "model-gateway.json").read_text())["runtimes"]
+    assert served["checks_tool_arguments"] is checks

@@ -69,6 +69,8 @@ TOOLS_ID = "gw-tools"
 TOOLS = "gw-tools-runtime"
 LOOSE_ID = "gw-loose"
 LOOSE = "gw-loose-runtime"
+UNCHECKED_ID = "gw-unchecked"
+UNCHECKED = "gw-unchecked-runtime"
 CALL_ID = re.compile(r"smfc[0-9a-f]{24}")
 UNGATED = ["ungated_tool_result", "model_request_refused"]
 STOPPED = "runtime_stopped_ungated_tool_result"
@@ -82,11 +84,14 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
 
 @asynccontextmanager
 async def tool_call_world(tmp_path: Path) -> AsyncIterator[World]:
-    """Two runtimes the gateway serves, one with tool-call accounting and one without."""
+    """Three runtimes the gateway serves: one with tool-call accounting whose runtime
+    checks arguments against the offered schema (as OpenClaw does), one with accounting
+    whose runtime does not (as Hermes), and one without accounting."""
     state = StateDir(tmp_path / "state")
     provision_demo(state)
     provision_runtime(state, TOOLS, TOOLS_ID, runtime_pin=PIN, require_release=False)
     provision_runtime(state, LOOSE, LOOSE_ID, runtime_pin=PIN, require_release=False)
+    provision_runtime(state, UNCHECKED, UNCHECKED_ID, runtime_pin=PIN, require_release=False)
     model = await FakeModel().start()
     set_upstream(state, model.url, "local-model")
     common: dict[str, Any] = {
@@ -96,8 +101,9 @@ async def tool_call_world(tmp_path: Path) -> AsyncIterator[World]:
         "facts": CLEAN,
     }
     tokens = {
-        TOOLS_ID: provision_gateway_runtime(state, TOOLS_ID, **common),
+        TOOLS_ID: provision_gateway_runtime(state, TOOLS_ID, checks_tool_arguments=True, **common),
         LOOSE_ID: provision_gateway_runtime(state, LOOSE_ID, account_tool_calls=False, **common),
+        UNCHECKED_ID: provision_gateway_runtime(state, UNCHECKED_ID, **common),
     }
     stack = await start_stack(state, with_connectors=False)
     # a long admission cache: a stop must end the gateway's cached admission itself
@@ -184,7 +190,11 @@ async def emitted_call(world: World, runtime_id: str, *, offered: bool = True) -
     return call_id
 
 
-def with_result(call_id: str) -> bytes:
+REFUSED_BY_CHECK = 'Validation failed for tool "read_file":\n  - path: must be string'
+"""The result OpenClaw gives a call whose arguments fail the tool's schema (its form)."""
+
+
+def with_result(call_id: str, content: str = "Hearing on Monday.") -> bytes:
     messages = [
         {"role": "user", "content": "Read my notes."},
         {
@@ -198,7 +208,7 @@ def with_result(call_id: str) -> bytes:
                 }
             ],
         },
-        {"role": "tool", "tool_call_id": call_id, "content": "Hearing on Monday."},
+        {"role": "tool", "tool_call_id": call_id, "content": content},
     ]
     return json.dumps({"model": "fake-model", "stream": True, "messages": messages}).encode()
 
@@ -477,3 +487,143 @@ def test_a_tool_call_id_is_not_part_of_the_operation() -> None:
 )
 def test_only_an_id_the_contract_can_carry_goes_into_a_proposal(raw: object, kept: bool) -> None:
     assert tool_call_id_of(raw) == (raw if kept else None)
+
+
+# -- arguments that fail the offered schema ------------------------------------------
+
+STRICT_READ_FILE = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a file.",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+    },
+}
+INVALID_ARGUMENTS = ["tool_arguments_invalid", "tool_arguments_rejected_by_runtime"]
+
+
+async def emitted_with(world: World, arguments: str, runtime_id: str = TOOLS_ID) -> str:
+    """Let the model emit one ``read_file`` call with these arguments, in answer to a
+    request that offers ``read_file`` with a schema (``STRICT_READ_FILE``)."""
+    world.model.queue.append(Reply(content="", tool_calls=(("call_up2", "read_file", arguments),)))
+    status, data = await chat(world, runtime_id, body=offering(STRICT_READ_FILE))
+    assert status == 200
+    _, calls, _ = sse_text(data)
+    (call,) = calls
+    assert call["function"]["arguments"] == arguments  # given to the runtime as emitted
+    call_id = call["id"]
+    assert isinstance(call_id, str)
+    return call_id
+
+
+@pytest.mark.claim("model-gateway.invalid-arguments-accounted")
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"path": {"name": "notes.txt"}}', '{"limit": 3}', '{"path": "a", "mode": "raw"}'],
+    ids=["object-for-string", "required-missing", "extra-property"],
+)
+async def test_a_call_whose_arguments_fail_the_offered_schema_is_a_recorded_refusal(
+    world: World, arguments: str
+) -> None:
+    """The model called an offered tool with arguments its schema rejects whatever a
+    runtime coerces first: a runtime that checks them (OpenClaw) answers with an error
+    before any hook could propose the call. Its result is served and recorded as the
+    refusal it was (``tool_arguments_invalid``), once; the runtime is not stopped and
+    keeps being served. The control: arguments a runtime could coerce into the schema
+    (``5`` for a string), whose result no proposal covered, still stop the runtime."""
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    call_id = await emitted_with(world, arguments)
+    world.model.default = Reply(content="Bad arguments.")
+    for _ in range(2):  # asked once: the second request finds it decided
+        status, data = await chat(world, TOOLS_ID, body=with_result(call_id, REFUSED_BY_CHECK))
+        assert (status, sse_text(data)[0]) == (200, "Bad arguments.")
+    reasons = ledger_reasons(world.state)
+    assert reasons.count(INVALID_ARGUMENTS) == 1
+    assert UNGATED not in reasons
+    status, data = await chat(world, TOOLS_ID)
+    assert (status, sse_text(data)[0]) == (200, "Bad arguments.")
+
+    coercible = await emitted_with(world, '{"path": 5}')
+    status, data = await chat(world, TOOLS_ID, body=with_result(coercible, REFUSED_BY_CHECK))
+    assert (status, error_code(data)) == (403, "ungated_tool_result")
+    assert UNGATED in ledger_reasons(world.state)
+
+
+@pytest.mark.claim("model-gateway.invalid-arguments-accounted")
+@pytest.mark.parametrize("result_first", [False, True], ids=["proposed-first", "result-first"])
+async def test_a_call_whose_arguments_failed_the_schema_is_never_allowed(
+    world: World, result_first: bool
+) -> None:
+    """The attack: the runtime runs a call whose arguments the gateway found invalid
+    anyway, and proposes it, before its result comes back or after its refusal was
+    recorded. The gate denies it (``tool_arguments_invalid``, recorded) whatever
+    policy would say: the same proposal under a valid call's id is allowed."""
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    call_id = await emitted_with(world, '{"path": ["notes.txt"]}')
+    world.model.default = Reply(content="Refused.")
+    if result_first:
+        status, data = await chat(world, TOOLS_ID, body=with_result(call_id, REFUSED_BY_CHECK))
+        assert (status, sse_text(data)[0]) == (200, "Refused.")
+        assert ledger_reasons(world.state).count(INVALID_ARGUMENTS) == 1
+    verdict = await propose(world, TOOLS, TOOLS_ID, call_id)
+    assert (verdict.outcome, verdict.reason_codes) == ("deny", ("tool_arguments_invalid",))
+    (entry,) = ledger_entries(world.state, verdict.evidence[0])
+    assert (entry["disposition"], entry["reason_codes"]) == ("deny", ["tool_arguments_invalid"])
+    again = await propose(world, TOOLS, TOOLS_ID, call_id)
+    assert (again.outcome, again.reason_codes) == ("deny", ("tool_arguments_invalid",))
+    status, data = await chat(world, TOOLS_ID, body=with_result(call_id, REFUSED_BY_CHECK))
+    assert (status, sse_text(data)[0]) == (200, "Refused.")
+    assert UNGATED not in ledger_reasons(world.state)
+    # control: the same proposal under the id of a call with valid arguments is allowed
+    valid = await emitted_with(world, '{"path": "notes.txt"}')
+    assert (await propose(world, TOOLS, TOOLS_ID, valid)).outcome == "allow"
+
+
+@pytest.mark.claim("model-gateway.invalid-arguments-accounted")
+async def test_a_runtime_that_does_not_check_arguments_is_stopped_by_their_unproposed_result(
+    world: World,
+) -> None:
+    """A runtime whose profile does not say it checks arguments (Hermes coerces and runs
+    the call whatever its schema says) may have run a call with invalid arguments past
+    a removed hook: its unproposed result stops the runtime, and a proposal of it is
+    decided by policy like any other (here allowed)."""
+    assert (await attest(world, UNCHECKED, UNCHECKED_ID)).accepted
+    proposed = await emitted_with(world, '{"path": ["notes.txt"]}', UNCHECKED_ID)
+    verdict = await propose(world, UNCHECKED, UNCHECKED_ID, proposed)
+    assert verdict.outcome == "allow"
+    unproposed = await emitted_with(world, '{"path": ["notes.txt"]}', UNCHECKED_ID)
+    status, data = await chat(world, UNCHECKED_ID, body=with_result(unproposed))
+    assert (status, error_code(data)) == (403, "ungated_tool_result")
+    reasons = ledger_reasons(world.state)
+    assert UNGATED in reasons
+    assert INVALID_ARGUMENTS not in reasons
+
+
+@pytest.mark.claim("model-gateway.invalid-arguments-accounted")
+async def test_a_call_with_invalid_arguments_whose_result_is_no_refusal_stops_the_runtime(
+    world: World,
+) -> None:
+    """The attack on the accounting: a call whose arguments fail the offered schema, but
+    that the runtime repaired and ran past a bypassed hook (OpenClaw's
+    ``prepareArguments`` turns some such forms into valid ones), answers with the
+    tool's output, not the runtime's refusal. Unproposed, it stops the runtime as any
+    ungated result does; nothing records it as a refusal. The control, in the same
+    world: the runtime's own refusal text of the same kind of call is a recorded
+    refusal and the runtime is served."""
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    refused = await emitted_with(world, '{"path": ["notes.txt"]}')
+    world.model.default = Reply(content="Refused.")
+    status, data = await chat(world, TOOLS_ID, body=with_result(refused, REFUSED_BY_CHECK))
+    assert (status, sse_text(data)[0]) == (200, "Refused.")
+    assert ledger_reasons(world.state).count(INVALID_ARGUMENTS) == 1
+    ran = await emitted_with(world, '{"path": ["notes.txt"]}')
+    status, data = await chat(world, TOOLS_ID, body=with_result(ran, "Hearing on Monday."))
+    assert (status, error_code(data)) == (403, "ungated_tool_result")
+    reasons = ledger_reasons(world.state)
+    assert UNGATED in reasons
+    assert reasons.count(INVALID_ARGUMENTS) == 1

@@ -54,7 +54,7 @@ from smf_assurance.ops.bus_auth import new_user_seed, public_user
 from smf_assurance.ops.cli import main
 from smf_assurance.ops.confine.attest import Attester
 from smf_assurance.ops.confine.profile import launcher_principal
-from smf_assurance.ops.model_gateway import set_upstream
+from smf_assurance.ops.model_gateway import gateway_file, set_upstream
 from smf_assurance.ops.natsserver import reserve_port
 from smf_assurance.ops.onboarding import Changes, OnboardingError
 from smf_assurance.ops.releases import latest_in_inbox, write_release_dir
@@ -64,6 +64,7 @@ from smf_assurance.ops.runtimes import (
     provision_runtime,
 )
 from smf_assurance.ops.state import RUNTIME_ID, StateDir, provision_demo
+from smf_assurance.pipeline.assembly.model_gateway import load_gateway_file
 from smf_assurance.pipeline.core.release_trust import VerifiedRelease
 from smf_assurance.pipeline.stages.attestation import RuntimeRequirement
 from smf_assurance.pipeline.stages.model_gateway import token_hash
@@ -434,6 +435,11 @@ def test_a_runtime_added_is_decided_by_the_running_gate_and_refused_once_removed
     requirement = json.loads(attestation_settings_path(state).read_text())["runtimes"][runtime_id]
     assert requirement["instance_bound"] is True  # both adapters prove their process
     assert requirement["require_release"] is True
+    (served,) = [
+        r for r in load_gateway_file(gateway_file(state)).runtimes if r.runtime_id == runtime_id
+    ]
+    # OpenClaw runs no call whose arguments fail the tool's schema; Hermes does not check
+    assert served.checks_tool_arguments is (kind == "openclaw")
 
     credential = BusCredential(runtime_id, Path(added["files"]["bus_credential"]))
 

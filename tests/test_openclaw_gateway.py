@@ -610,3 +610,42 @@ def test_locally_refused_and_unknown_tools_leave_openclaw_served_and_are_recorde
     after = turn(gated, "gw-refused-tools-after", DESK_ID, ALLOWED)
     assert ALLOWED in payload_texts(after)
     assert refusals(after) == []
+
+
+@pytest.mark.claim("model-gateway.invalid-arguments-accounted")
+def test_arguments_that_fail_the_tool_schema_leave_openclaw_served_and_are_recorded(
+    gated: OpenClawRuns,
+) -> None:
+    """OpenClaw checks a call's arguments against the tool's schema before any hook: the
+    model's ``exec`` with a command that is a list, not a string, is answered by
+    OpenClaw itself ("Validation failed"), proposed to no one and run by no one. The
+    gateway saw the arguments fail the schema the request offered, so the gate records
+    the refusal when the result comes back: the turn ends with its reply, no
+    ``ungated_tool_result``, no stop, the next turn served. The control, in the same
+    turn: a ``read`` with valid arguments is proposed (seen on the bus)."""
+    run = turn(
+        gated,
+        "gw-invalid-arguments",
+        DESK_ID,
+        ALLOWED,
+        calls=(
+            {"name": "exec", "arguments": {"command": ["touch", "{{root}}/UNGUARDED"]}},
+            {"name": "read", "arguments": {"path": "{{root}}/context.json"}},
+        ),
+        markers=["UNGUARDED"],
+    )
+    assert run["returncode"] == 0, run["stderr"]
+    assert ALLOWED in payload_texts(run)
+    calls = model_calls(run)
+    assert len(calls) == 3, run["requests"]
+    assert any("Validation failed" in t for t in calls[1]["tool_results"]), calls[1]
+    assert run["markers"]["UNGUARDED"] is None  # nothing ran
+    proposed = [b["native_tool"] for b in run["bus"] if b["kind"] == "proposal"]
+    assert proposed == ["read"], run["bus"]  # the exec was proposed to no one
+    reasons = [e["reason_codes"] for e in run["ledger"]]
+    assert reasons.count(["tool_arguments_invalid", "tool_arguments_rejected_by_runtime"]) == 1
+    assert ["tool_arguments_invalid"] not in reasons, reasons  # the valid read was not
+    assert not [r for r in reasons if "ungated_tool_result" in r], reasons
+    after = turn(gated, "gw-invalid-arguments-after", DESK_ID, ALLOWED)
+    assert ALLOWED in payload_texts(after)
+    assert refusals(after) == []

@@ -65,12 +65,14 @@ from tests.test_model_gateway import (
     sse_text,
 )
 from tests.test_model_gateway_toolcalls import (
+    REFUSED_BY_CHECK,
     STOPPED,
     TOOLS,
     TOOLS_ID,
     UNGATED,
     clear,
     emitted_call,
+    emitted_with,
     ledger_entries,
     propose,
     tool_call_world,
@@ -234,6 +236,31 @@ async def test_a_call_decided_before_a_restart_is_covered_after_it(world: World)
     assert len(world.model.requests) == 4
     assert UNGATED not in ledger_reasons(world.state)
     assert running(world).attestation.standing(TOOLS_ID)[0] is None
+
+
+@pytest.mark.claim("model-gateway.invalid-arguments-accounted")
+async def test_a_call_whose_arguments_failed_the_schema_is_denied_after_a_restart(
+    world: World,
+) -> None:
+    """Its result was recorded as a refusal before the restart; a proposal of it after
+    the restart is still denied (the gateway's record of the call says so, and it is
+    stored), and its result is still served, not a stop."""
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    call_id = await emitted_with(world, '{"path": {"name": "notes.txt"}}')
+    world.model.default = Reply(content="Refused.")
+    status, data = await chat(world, TOOLS_ID, body=with_result(call_id, REFUSED_BY_CHECK))
+    assert (status, sse_text(data)[0]) == (200, "Refused.")
+
+    await restart_gate(world)
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    verdict = await propose(world, TOOLS, TOOLS_ID, call_id)
+    assert (verdict.outcome, verdict.reason_codes) == ("deny", ("tool_arguments_invalid",))
+    assert verdict.evidence
+    status, data = await chat(world, TOOLS_ID, body=with_result(call_id, REFUSED_BY_CHECK))
+    assert (status, sse_text(data)[0]) == (200, "Refused.")
+    reasons = ledger_reasons(world.state)
+    assert reasons.count(["tool_arguments_invalid", "tool_arguments_rejected_by_runtime"]) == 1
+    assert UNGATED not in reasons
 
 
 # -- a clear that cannot be recorded lifts nothing ---------------------------------------

@@ -87,6 +87,7 @@ def with_gateway_runtime(
     surface: Surface = "direct_reply",
     facts: DataFacts | None = None,
     account_tool_calls: bool = True,
+    checks_tool_arguments: bool = False,
 ) -> GatewayFile:
     """``current`` serving ``runtime_id`` with ``token`` (its hash) for the declared
     delivery, replacing any profile it had: the pure half of
@@ -100,6 +101,7 @@ def with_gateway_runtime(
         surface=surface,
         facts=facts or DataFacts(),
         account_tool_calls=account_tool_calls,
+        checks_tool_arguments=checks_tool_arguments,
     )
     others = tuple(r for r in current.runtimes if r.runtime_id != runtime_id)
     return msgspec.structs.replace(current, runtimes=(*others, runtime))
@@ -121,11 +123,14 @@ def provision_gateway_runtime(
     surface: Surface = "direct_reply",
     facts: DataFacts | None = None,
     account_tool_calls: bool = True,
+    checks_tool_arguments: bool = False,
 ) -> str:
     """Issue ``runtime_id`` a new gateway token and declare its delivery; returns the
     token (also written to :func:`token_path`). A second call replaces the token.
     ``account_tool_calls``: False only for a runtime whose adapter does not put the
-    model's tool-call ids into its proposals (OpenClaw, docs/OPENCLAW.md)."""
+    model's tool-call ids into its proposals (OpenClaw, docs/OPENCLAW.md).
+    ``checks_tool_arguments``: True only for a runtime that checks a call's arguments
+    against the offered schema before any hook and runs none that fails (OpenClaw)."""
     path = gateway_file(state)
     if not path.exists():
         raise FileNotFoundError(f"{path}: name the upstream first (set_upstream)")
@@ -140,6 +145,7 @@ def provision_gateway_runtime(
         surface=surface,
         facts=facts,
         account_tool_calls=account_tool_calls,
+        checks_tool_arguments=checks_tool_arguments,
     )
     write_private(token_path(state, runtime_id), token.encode())
     write_private(path, msgspec.json.encode(updated))

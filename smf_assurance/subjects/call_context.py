@@ -62,7 +62,7 @@ def call_context_key(runtime_id: str, tool_call_id: str) -> str:
     return f"{runtime_id}.{tool_call_id}"
 
 
-class CallContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class CallContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """One tool call's context: the least the gate must assume of the data it may carry.
 
     ``classification`` and ``injection_taint`` start at ``public`` and ``clear`` and
@@ -82,6 +82,11 @@ class CallContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     injection_taint: InjectionTaint
     found: Annotated[tuple[Code, ...], msgspec.Meta(max_length=16)]
     issued_at_ms: Millis
+    arguments_invalid: bool = False
+    """The call's arguments certainly failed the schema its request offered for the
+    tool: a runtime that checks them refuses the call before any hook, so a proposal
+    carrying this id is denied (``tool_arguments_invalid``) whatever policy would say.
+    ``omit_defaults``: a record without it encodes as before it existed."""
 
 
 __all__ = [

@@ -127,6 +127,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="do not check its tool results against the gate's decisions (only for an "
         "adapter that puts no tool-call ids into its proposals; both shipped adapters do)",
     )
+    q.add_argument(
+        "--checks-tool-arguments",
+        action="store_true",
+        help="the runtime runs no call whose arguments fail the tool's schema (OpenClaw; "
+        "not Hermes): such a call's result is recorded as a refusal, not a stop",
+    )
     common(q)
     q.set_defaults(func=run_add_runtime)
 
@@ -196,6 +202,7 @@ def run_add_runtime(args: argparse.Namespace) -> int:
             surface=args.surface,
             facts=facts,
             account_tool_calls=not args.no_tool_call_accounting,
+            checks_tool_arguments=args.checks_tool_arguments,
         )
     except (FileNotFoundError, GatewayFileError) as exc:
         fail(first_line(exc))

@@ -105,6 +105,7 @@ class KindProfile:
     adapter_id: str
     setting: AttestationSetting
     account_tool_calls: bool
+    checks_tool_arguments: bool
     snippet_suffix: str
 
 
@@ -120,6 +121,8 @@ KINDS: Final[dict[str, KindProfile]] = {
             instance_bound=True,
         ),
         account_tool_calls=True,
+        # Hermes coerces a call's arguments and runs it, whatever its schema says
+        checks_tool_arguments=False,
         snippet_suffix="hermes.sh",
     ),
     "openclaw": KindProfile(
@@ -136,6 +139,8 @@ KINDS: Final[dict[str, KindProfile]] = {
         ),
         # the plugin puts the call's id into its proposals (docs/OPENCLAW.md finding 8)
         account_tool_calls=True,
+        # OpenClaw runs no call whose arguments fail the tool's schema (docs/OPENCLAW.md)
+        checks_tool_arguments=True,
         snippet_suffix="openclaw.json",
     ),
 }
@@ -406,6 +411,7 @@ def run_add(args: argparse.Namespace) -> int:
             surface=surface,
             facts=facts,
             account_tool_calls=kind.account_tool_calls,
+            checks_tool_arguments=kind.checks_tool_arguments,
         )
         changes.replace(gateway_file(state), msgspec.json.encode(served))
         outcome = sign_and_publish(

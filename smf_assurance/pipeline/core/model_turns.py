@@ -69,6 +69,12 @@ class TurnError(ValueError):
         self.reason_code = reason_code
 
 
+ARGUMENT_CHECK_REFUSAL: Final = 'Validation failed for tool "'
+"""How OpenClaw (2026.9.6, ``@openclaw/ai`` ``validateToolArguments``) answers a call
+whose arguments fail the tool's schema, before any hook runs: the result's text starts
+so, followed by the tool's name, the errors and the arguments received."""
+
+
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
     """A runtime's ``POST /v1/chat/completions`` body, checked just enough to forward."""
@@ -108,6 +114,20 @@ class ChatRequest:
             if m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str)
         ]
 
+    def refused_by_argument_check(self, call_id: str) -> bool:
+        """Whether every result answering ``call_id`` (one at least) is the runtime's own
+        refusal of the call's arguments (:data:`ARGUMENT_CHECK_REFUSAL`), so the call ran
+        nowhere. A call whose arguments failed the offered schema but that the runtime
+        repaired and ran (OpenClaw's ``prepareArguments``) answers with the tool's
+        output instead: that result is not taken for a refusal, and stops the runtime
+        when no proposal decided it."""
+        texts = [
+            _message_text(m.get("content"))
+            for m in self.body["messages"]
+            if m.get("role") == "tool" and m.get("tool_call_id") == call_id
+        ]
+        return bool(texts) and all(t.startswith(ARGUMENT_CHECK_REFUSAL) for t in texts)
+
     def offered_tools(self) -> frozenset[str]:
         """The names of the functions the request offers the model (``tools``): a call
         to any other name is one no runtime runs (it answers it with an error)."""
@@ -120,6 +140,19 @@ class ChatRequest:
                 if isinstance(name, str):
                     names.add(name)
         return frozenset(names)
+
+    def offered_parameters(self) -> dict[str, list[object]]:
+        """Per offered function name, the ``parameters`` schemas the request gave it (a
+        name offered twice has both: a call fails only what every one of them rejects)."""
+        tools = self.body.get("tools")
+        schemas: dict[str, list[object]] = {}
+        if isinstance(tools, list):
+            for tool in tools:
+                function = tool.get("function") if isinstance(tool, dict) else None
+                name = function.get("name") if isinstance(function, dict) else None
+                if isinstance(name, str) and isinstance(function, dict):
+                    schemas.setdefault(name, []).append(function.get("parameters"))
+        return schemas
 
     def read_texts(self) -> list[str]:
         """Everything the request shows the model, one text per message (any role: the

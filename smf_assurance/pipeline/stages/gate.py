@@ -105,6 +105,9 @@ CONTEXT_UNKNOWN: Final = "tool_call_context_unknown"
 CONTEXT_UNAVAILABLE: Final = "tool_call_context_unavailable"
 CONTEXT_INVALID: Final = "tool_call_context_invalid"
 CONTEXT_MISMATCH: Final = "tool_call_context_mismatch"
+ARGUMENTS_INVALID: Final = "tool_arguments_invalid"
+"""The gateway recorded that the call's arguments certainly failed the schema its request
+offered for the tool (``CallContext.arguments_invalid``)."""
 REFUSED_BY_ADAPTER: Final = "refused_by_adapter"
 """A call its adapter refused itself, reported so it is recorded and accounted."""
 STAGE_MARGIN_MS: Final = 250
@@ -671,6 +674,10 @@ class Gate:
           call to another tool (``tool_call_context_mismatch``: the id of a call
           made in a clean context, lent to a call made later in a tainted one)
           is a denial, recorded in the ledger with ids only.
+        - A record that says the call's arguments certainly failed the schema its
+          request offered (``tool_arguments_invalid``) is a denial too: a runtime that
+          checks arguments refuses such a call before any hook, and its result is
+          recorded as a refusal, so the id is never allowed, before or after that.
         """
         proposal = work.proposal
         call_id = proposal.tool_call_id
@@ -689,6 +696,8 @@ class Gate:
         if record.tool_name != proposal.native_tool:
             # a clean call's id lent to another tool's call (made in another context)
             return await self._refuse_context(work, CONTEXT_MISMATCH)
+        if record.arguments_invalid:
+            return await self._refuse_context(work, ARGUMENTS_INVALID)
         facts = raise_facts(proposal.facts, record.classification, record.injection_taint)
         if facts == proposal.facts:
             return work

@@ -60,8 +60,11 @@ it, whatever the runtime's settings, its plugins, or its safe mode. Here:
   the gate has stopped the runtime until an operator clears it. A call to a tool the
   request did not offer (the runtime answers it with an error before any hook sees
   it) is named in the question (``not_offered``): the gate records it as a refusal
-  and the runtime keeps being served; a call the adapter refused itself was reported
-  by it as a refusal, so it is covered like any decided call.
+  and the runtime keeps being served. So is a call whose arguments certainly fail the
+  schema the request offered for its tool (``invalid_arguments``; OpenClaw checks them
+  before any hook, ``smf_assurance.pipeline.core.tool_arguments`` says when the
+  gateway is sure it must have refused them). A call the adapter refused itself was
+  reported by it as a refusal, so it is covered like any decided call.
 - **Session taint outside the runtime** (item 4). Before a turn with tool calls
   is returned, each issued id gets its record in ``SMF_CALL_CONTEXT``
   (``smf_assurance.subjects.call_context``): what the detectors raised over the request's
@@ -114,6 +117,7 @@ from smf_assurance.pipeline.core.detectors import detect, injection_found, raise
 from smf_assurance.pipeline.core.model_turns import Turn, TurnError
 from smf_assurance.pipeline.core.projection import DEFAULT_DETECTION_WINDOW_CHARS
 from smf_assurance.pipeline.core.seen_once import Seen, SeenOnce
+from smf_assurance.pipeline.core.tool_arguments import certainly_invalid
 from smf_assurance.pipeline.core.written_content import read_digests, written_digests
 from smf_assurance.pipeline.stores.call_context import (
     CallContextInvalid,
@@ -188,6 +192,12 @@ class GatewayRuntime(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Tool-call accounting: a tool result for a call this gateway issued must have been
     decided by the gate. Only for a runtime whose adapter puts the call id into its
     proposals (Hermes does; the OpenClaw adapter does not yet, docs/OPENCLAW.md)."""
+    checks_tool_arguments: bool = False
+    """The runtime checks each call's arguments against the schema it offered before any
+    hook, and runs none that fails (OpenClaw: ``validateToolCallForBatchAdmission``;
+    not Hermes, which coerces what it can and runs the call). Only then is a call whose
+    arguments certainly fail that schema told to the gate as refused by the runtime;
+    for any other runtime such a call may run, so its unproposed result stops it."""
 
 
 class Upstream(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -373,6 +383,8 @@ class ModelGateway:
     _covered: dict[str, _Bounded] = field(init=False, default_factory=dict)
     _not_offered: dict[str, _Bounded] = field(init=False, default_factory=dict)
     """Per runtime: issued ids whose call named a tool its request did not offer."""
+    _invalid_arguments: dict[str, _Bounded] = field(init=False, default_factory=dict)
+    """Per runtime: issued ids whose arguments certainly failed the offered schema."""
     _session: aiohttp.ClientSession | None = field(init=False, default=None)
     _upstream_key: str | None = field(init=False, default=None)
     call_context_keys: Callable[[], Mapping[str, VerifyKey]] | None = None
@@ -502,7 +514,7 @@ class ModelGateway:
         turn = model_turns.own_turn(
             turn, turn_id="chatcmpl-smf-" + secrets.token_hex(12), model=chat.model()
         )
-        await self._issue_call_ids(runtime, turn, context, found, chat.offered_tools())
+        await self._issue_call_ids(runtime, turn, context, found, chat.offered_parameters())
         started = time.perf_counter_ns()
         # a turn's text is decided in its session's whole context; the calls of a turn
         # without text carry the session's taint to their own decisions (their records)
@@ -704,13 +716,17 @@ class ModelGateway:
         turn: Turn,
         context: DataFacts,
         found: tuple[str, ...],
-        offered: frozenset[str] = frozenset(),
+        offered: Mapping[str, list[object]] | None = None,
     ) -> None:
         """Every tool call the runtime gets carries an id this gateway issued and
         remembers, so its result can be checked against the gate's decisions, and
         has its context recorded first (issue 16, item 4): the gate raises the
         proposal of that id by it. A record not written refuses the whole turn
-        before anything is decided or released (fail closed)."""
+        before anything is decided or released (fail closed). A call to a name the
+        request did not offer, or whose arguments certainly fail every schema it
+        offered under that name (:func:`certainly_invalid`), is remembered as such:
+        the runtime answers it with an error before any hook, and the gate is told so
+        when its result comes back."""
         if not turn.tool_calls:
             return
         issued = self._issued.setdefault(
@@ -718,6 +734,8 @@ class ModelGateway:
         )
         for call in turn.tool_calls:
             call.id = new_call_id()
+        schemas = offered or {}
+        checked = runtime.checks_tool_arguments
         records = [
             CallContext(
                 schema="smf.call-context/1",
@@ -728,6 +746,9 @@ class ModelGateway:
                 injection_taint=context.injection_taint,
                 found=found,
                 issued_at_ms=self.clock(),
+                arguments_invalid=checked
+                and call.name in schemas
+                and all(certainly_invalid(call.arguments, s) for s in schemas[call.name]),
             )
             for call in turn.tool_calls
         ]
@@ -740,11 +761,16 @@ class ModelGateway:
         not_offered = self._not_offered.setdefault(
             runtime.runtime_id, _Bounded(self.settings.max_issued_calls)
         )
+        invalid = self._invalid_arguments.setdefault(
+            runtime.runtime_id, _Bounded(self.settings.max_issued_calls)
+        )
         for record in records:
             self._keep_context(record)
             issued.add(record.tool_call_id)
-            if record.tool_name not in offered:
+            if record.tool_name not in schemas:
                 not_offered.add(record.tool_call_id)
+            elif record.arguments_invalid:
+                invalid.add(record.tool_call_id)
         try:
             await self._tainted.write(written)
         except TaintedContentUnavailable as exc:
@@ -858,11 +884,17 @@ class ModelGateway:
             runtime.runtime_id, _Bounded(self.settings.max_covered_calls)
         )
         not_offered = self._not_offered.get(runtime.runtime_id)
+        invalid = self._invalid_arguments.get(runtime.runtime_id)
         ask = [i for i in dict.fromkeys(chat.tool_result_ids()) if i in issued and i not in covered]
         for start in range(0, len(ask), MAX_CALLS_PER_ASK):
             batch = tuple(ask[start : start + MAX_CALLS_PER_ASK])
             unoffered = tuple(i for i in batch if not_offered is not None and i in not_offered)
-            answer = await self._ask_calls(runtime, batch, unoffered)
+            rejected = tuple(
+                i
+                for i in batch
+                if invalid is not None and i in invalid and chat.refused_by_argument_check(i)
+            )
+            answer = await self._ask_calls(runtime, batch, unoffered, rejected)
             if answer.uncovered:
                 # stopped: every kept admission of this runtime is void, ask the gate again
                 for key in [k for k in self._standing if k[0] == runtime.runtime_id]:
@@ -875,7 +907,11 @@ class ModelGateway:
                 covered.add(call_id)
 
     async def _ask_calls(
-        self, runtime: GatewayRuntime, batch: tuple[str, ...], not_offered: tuple[str, ...]
+        self,
+        runtime: GatewayRuntime,
+        batch: tuple[str, ...],
+        not_offered: tuple[str, ...],
+        invalid_arguments: tuple[str, ...] = (),
     ) -> GatewayCallsAnswer:
         ask = GatewayCalls(
             schema="smf.gateway-calls/1",
@@ -885,6 +921,7 @@ class ModelGateway:
             tool_call_ids=batch,
             issued_at_ms=self.clock(),
             not_offered=not_offered,
+            invalid_arguments=invalid_arguments,
         )
         return await self._ask_gate(
             names.GATEWAY_CALLS,

@@ -24,7 +24,10 @@ Invariants this module keeps:
   request did not offer (the gateway says which, ``GatewayCalls.not_offered``) is
   answered by the runtime itself with an error before any hook of ours sees it; when
   no proposal carried it, it is recorded as a refusal (``unknown_tool``,
-  ``tool_not_offered_by_runtime``, one entry per call) and noted decided. A call an
+  ``tool_not_offered_by_runtime``, one entry per call) and noted decided. So is a
+  call whose arguments certainly failed the schema the request offered for its tool
+  (``GatewayCalls.invalid_arguments``; OpenClaw checks them before any hook):
+  ``tool_arguments_invalid``, ``tool_arguments_rejected_by_runtime``. A call an
   adapter refused itself is reported as a proposal (``Proposal.refused_locally``),
   denied and noted at the gate's first link like any other. So ``ungated_tool_result``
   means a result of a call that was offered and reached no gate decision.
@@ -65,6 +68,9 @@ STOPPED: Final = "runtime_stopped_ungated_tool_result"
 MAX_CALLS_BYTES: Final = 64 * 1024
 NOT_OFFERED_REASONS: Final = ("unknown_tool", "tool_not_offered_by_runtime")
 """A call the model made to a tool the runtime's request did not offer."""
+INVALID_ARGUMENTS_REASONS: Final = ("tool_arguments_invalid", "tool_arguments_rejected_by_runtime")
+"""A call whose arguments certainly failed the schema the request offered for its tool
+(``smf_assurance.pipeline.core.tool_arguments``)."""
 
 
 @dataclass
@@ -118,8 +124,9 @@ class ToolCallDesk:
         not_covered = tuple(
             dict.fromkeys(i for i in ask.tool_call_ids if not self.calls.covered(ask.runtime_id, i))
         )
-        not_offered = set(ask.not_offered)
-        uncovered = tuple(i for i in not_covered if i not in not_offered)
+        reasons = {i: INVALID_ARGUMENTS_REASONS for i in ask.invalid_arguments}
+        reasons.update({i: NOT_OFFERED_REASONS for i in ask.not_offered})
+        uncovered = tuple(i for i in not_covered if i not in reasons)
         answer = GatewayCallsAnswer(
             schema="smf.gateway-calls-answer/1",
             request_id=ask.request_id,
@@ -130,36 +137,40 @@ class ToolCallDesk:
             # a stop wins: nothing of this ask is recorded as a refusal
             answer = await self._stop(ask, answer)
         else:
-            refused = tuple(i for i in not_covered if i in not_offered)
+            refused = [(i, reasons[i]) for i in not_covered if i in reasons]
             if refused:
-                answer = await self._refuse_not_offered(ask, answer, refused)
+                answer = await self._refuse_unrun(ask, answer, refused)
         return dsse.encode_envelope(
             dsse.sign_struct(names.PAYLOAD_GATEWAY_CALLS, answer, [self.signer])
         )
 
-    async def _refuse_not_offered(
-        self, ask: GatewayCalls, answer: GatewayCallsAnswer, ids: tuple[str, ...]
+    async def _refuse_unrun(
+        self,
+        ask: GatewayCalls,
+        answer: GatewayCallsAnswer,
+        calls: list[tuple[str, tuple[str, str]]],
     ) -> GatewayCallsAnswer:
-        """Calls the model made to tools the runtime did not offer, which no proposal
-        carried: the runtime answered each with an error of its own, before any hook
-        could propose it, so each is recorded as the refusal it was (one entry each,
-        ids only) and noted decided; the runtime is not stopped. A refusal the ledger
-        did not take is not noted (``unrecorded``: evidence first, so the gateway
-        refuses the request and asks again). The gateway says which calls were not
-        offered; it computed that from the very request the model answered."""
+        """Calls no proposal carried that the runtime answered with an error of its own
+        before any hook could propose them (a tool it did not offer, arguments that
+        fail the tool's schema): each is recorded as the refusal it was, with its
+        reasons (one entry each, ids only), and noted decided; the runtime is not
+        stopped. A refusal the ledger did not take is not noted (``unrecorded``:
+        evidence first, so the gateway refuses the request and asks again). The
+        gateway says which calls were such; it computed that from the very request
+        the model answered."""
         tenant_ref = self.evidence.tenant_ref(ask.tenant_id)
         refused: list[str] = []
         unrecorded: list[str] = []
         evidence: list[str] = []
-        for call_id in ids:
+        codes: dict[str, None] = {}
+        for call_id, reasons in calls:
+            codes.update(dict.fromkeys(reasons))
             subject = {
                 "model_request": ask.request_id,
                 "runtime_id": ask.runtime_id,
                 "tool_call_id": call_id,
             }
-            entry = self.evidence.for_refusal(
-                subject, tenant_ref, self.release_id(), NOT_OFFERED_REASONS
-            )
+            entry = self.evidence.for_refusal(subject, tenant_ref, self.release_id(), reasons)
             _, recorded = await self.evidence.record_refusal(entry)
             if recorded:
                 self.calls.add(ask.runtime_id, call_id)
@@ -168,7 +179,7 @@ class ToolCallDesk:
             else:
                 unrecorded.append(call_id)
         log.info(
-            "tool_not_offered_refused",
+            "unrun_tool_calls_refused",
             runtime_id=ask.runtime_id,
             refused=len(refused),
             unrecorded=len(unrecorded),
@@ -176,7 +187,7 @@ class ToolCallDesk:
         lost = ("evidence_store_unavailable",) if unrecorded else ()
         return msgspec.structs.replace(
             answer,
-            reason_codes=(*NOT_OFFERED_REASONS, *lost),
+            reason_codes=(*codes, *lost),
             evidence=tuple(evidence),
             refused=tuple(refused),
             unrecorded=tuple(unrecorded),
