@@ -24,8 +24,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict smf_assurance tests
 
+# --durations=30: every run ends with its 30 slowest tests, so a slow newcomer is seen.
 unit: $(STAMP)
-	$(BIN)/pytest --cov --cov-branch --cov-report=term --cov-fail-under=90
+	$(BIN)/pytest --cov --cov-branch --cov-report=term --cov-fail-under=90 --durations=30
 
 # The console's browser tests drive Debian's chromium with its chromedriver (no
 # browser download); install them when missing, and fail here when that cannot be done.

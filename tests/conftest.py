@@ -32,6 +32,7 @@ from smf_assurance.ops.candidate.junit import identity_properties
 from smf_assurance.ops.cluster import LocalNatsCluster
 from smf_assurance.ops.natsserver import EmbeddedNatsServer, reserve_port
 from smf_assurance.ops.state import StateDir, provision_demo
+from tests.gate_wheel import GateWheel, build_and_install
 
 # --- hypothesis: no per-example wall-clock deadline (see the module docstring) ---
 
@@ -133,3 +134,13 @@ def _restore_umask() -> Iterator[None]:
     os.umask(mask)
     yield
     os.umask(mask)
+
+
+# --- the gate's wheel: built and installed once per session -------------------------
+
+
+@pytest.fixture(scope="session")
+def gate_wheel(tmp_path_factory: pytest.TempPathFactory) -> GateWheel:
+    """The gate's wheel, sdist and a venv with the wheel installed
+    (``tests.gate_wheel.build_and_install``); the tests only read them."""
+    return build_and_install(tmp_path_factory.mktemp("gate-wheel"))

@@ -139,6 +139,10 @@ if TYPE_CHECKING:
 RUN_TIMEOUT_S = 240.0
 GATEWAY_START_S = 90.0
 PENDING_WAIT_S = 120.0
+"""How long the attorney waits for the next announcement while the turn's process runs."""
+PENDING_SETTLE_S = 5.0
+"""How long it still waits once that process has exited: an announcement the gate made
+before is on its way; none can follow a call no process holds any more."""
 RELOAD_WAIT_S = 60.0
 """How long a config change an operator made may take to show in the Gateway's log."""
 PLATFORM_WAIT_S = 120.0
@@ -637,16 +641,37 @@ class Harness:
             state = await self.status(approval_id)
         return state
 
+    async def _next_pending(
+        self, wait_s: float, turn: asyncio.subprocess.Process
+    ) -> PendingAnnouncement | None:
+        """The next announcement within ``wait_s``, or within :data:`PENDING_SETTLE_S` of
+        the turn's process exiting, whichever ends first (polled: the turn may end
+        while this waits)."""
+        deadline = time.monotonic() + wait_s
+        settling = False
+        while True:
+            with contextlib.suppress(asyncio.QueueEmpty):
+                return self.pending.get_nowait()
+            if turn.returncode is not None and not settling:
+                settling = True
+                deadline = min(deadline, time.monotonic() + PENDING_SETTLE_S)
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(0.1)
+
     async def attorney_for(
-        self, actions: list[dict[str, Any]], proc: asyncio.subprocess.Process
+        self,
+        actions: list[dict[str, Any]],
+        proc: asyncio.subprocess.Process,
+        turn: asyncio.subprocess.Process,
     ) -> list[dict[str, Any]]:
-        """Answer the n-th pending approval with ``actions[n]``; see the module docstring."""
+        """Answer the n-th pending approval with ``actions[n]``; see the module docstring.
+        ``proc`` holds the call (the one a ``kill`` kills); ``turn`` runs the turn: once it
+        has exited, no further announcement is waited for beyond a short settle."""
         done: list[dict[str, Any]] = []
         for action in actions:
-            try:
-                wait = float(action.get("wait", PENDING_WAIT_S))
-                pending = await asyncio.wait_for(self.pending.get(), wait)
-            except TimeoutError:
+            pending = await self._next_pending(float(action.get("wait", PENDING_WAIT_S)), turn)
+            if pending is None:
                 done.append({"action": action, "error": "no pending approval announced"})
                 break
             approval_id = pending.approval_id
@@ -883,7 +908,7 @@ class Harness:
         # The process that holds a call: the Gateway when there is one, else the agent.
         holder = gateway or proc
         attorney = (
-            asyncio.create_task(self.attorney_for(command["approvals"], holder))
+            asyncio.create_task(self.attorney_for(command["approvals"], holder, proc))
             if command.get("approvals") and self.gate is not None
             else None
         )

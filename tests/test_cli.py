@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ import pytest
 from smf_assurance.ops.cli import build_parser, main
 from smf_assurance.ops.commands.demo import _swarm_row
 from smf_assurance.ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
+from tests.gate_wheel import GateWheel
 
 SCENARIOS = package_path(SCENARIO_ENVELOPES)
 AT = "2026-11-29T10:00:00Z"
@@ -353,38 +353,9 @@ def test_console_script_runs_as_a_module() -> None:
 
 @pytest.mark.claim("packaging.console-script")
 @pytest.mark.slow
-def test_built_wheel_installs_and_its_console_script_runs(tmp_path: Path) -> None:
+def test_built_wheel_installs_and_its_console_script_runs(gate_wheel: GateWheel) -> None:
     """The console script is never advertised without existing (issue 2)."""
-    root = Path(__file__).resolve().parents[1]
-    source = tmp_path / "src"
-    shutil.copytree(
-        root,
-        source,
-        ignore=shutil.ignore_patterns(
-            ".venv", ".git", "*.egg-info", "build", "dist", "__pycache__", ".*cache"
-        ),
-    )
-    dist = tmp_path / "dist"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "-q",
-            "-w",
-            str(dist),
-            str(source),
-        ],
-        check=True,
-    )
-    (wheel,) = dist.glob("smf_assurance-*.whl")
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], check=True
-    )
+    venv = gate_wheel.venv
     result = subprocess.run(
         [str(venv / "bin" / "smf-assurance"), "--help"], capture_output=True, text=True, check=False
     )

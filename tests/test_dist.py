@@ -27,11 +27,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import zipfile
 from collections.abc import Iterator
@@ -42,6 +40,7 @@ import pytest
 from smf_assurance.ops import dist
 from smf_assurance.ops.hermes_env import ensure_hermes_env
 from smf_assurance.ops.openclaw_env import ensure_openclaw_env
+from tests.gate_wheel import GateWheel, clean_env, git_copy
 from tests.surface_matrix import ROOT
 from tests.test_openclaw_conformance import OPENCLAW_TMP, netns_available
 
@@ -63,40 +62,12 @@ PACKAGE_DATA = (
 assets, mappers)."""
 
 
-def git_copy(dest: Path) -> Path:
-    """A copy of this checkout as git sees it, committed in a repository of its own (the
-    packaging gate compares with git's file list)."""
-    for name in dist.known_files(ROOT):
-        source = ROOT / name
-        if source.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / name)
-    git = [
-        "git",
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@example.invalid",
-        "-c",
-        "commit.gpgsign=false",
-    ]
-    subprocess.run(["git", "init", "-q", str(dest)], check=True)
-    subprocess.run([*git, "add", "-A"], cwd=dest, check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "copy"], cwd=dest, check=True)
-    return dest
-
-
 def run(
     args: list[str], cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         args, cwd=cwd, capture_output=True, text=True, timeout=900, check=False, env=env
     )
-
-
-def clean_env() -> dict[str, str]:
-    """No ``PYTHONPATH``, no virtualenv of ours: the target imports what it installed."""
-    return {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
 
 
 # ---- fast: the checks themselves -----------------------------------------------------
@@ -332,22 +303,12 @@ def test_the_hermes_wheel_installs_into_a_copy_of_the_hermes_venv(
     assert not list(shared.glob("lib/python*/site-packages/smf_assurance*")), "shared venv changed"
 
 
-def _installed_venv(wheel: Path, where: Path) -> Path:
-    venv = where / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    done = run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], where, clean_env()
-    )
-    assert done.returncode == 0, done.stderr
-    return venv
-
-
 @pytest.mark.slow
 @pytest.mark.claim("packaging.package-data-installed")
-def test_the_gate_wheel_and_sdist_ship_their_data_and_no_node_file(tmp_path: Path) -> None:
-    project = git_copy(tmp_path / "project")
-    out = tmp_path / "out"
-    wheel, sdist = (a.path for a in dist.build(project, out, only=["gate"]))
+def test_the_gate_wheel_and_sdist_ship_their_data_and_no_node_file(
+    tmp_path: Path, gate_wheel: GateWheel
+) -> None:
+    wheel, sdist, venv = gate_wheel.wheel, gate_wheel.sdist, gate_wheel.venv
     wheel_files = dist.wheel_names(wheel)
     with tarfile.open(sdist) as archive:
         sdist_files = [m.name for m in archive.getmembers()]
@@ -358,7 +319,6 @@ def test_the_gate_wheel_and_sdist_ship_their_data_and_no_node_file(tmp_path: Pat
         assert name in wheel_files, name
         assert any(n.endswith("/" + name) for n in sdist_files), name
 
-    venv = _installed_venv(wheel, tmp_path)
     helped = run([str(venv / "bin" / "smf-assurance"), "--help"], tmp_path, clean_env())
     assert helped.returncode == 0, helped.stderr
     assert "usage: smf-assurance" in helped.stdout

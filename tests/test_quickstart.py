@@ -154,6 +154,8 @@ class Shell:
         prefix = ["unshare", "-n"] if isolated else []
         self.workdir = workdir
         self.qs: Path | None = None
+        self.overdue = False
+        """A step outlived its deadline: the shell is still inside it, so it is not waited for."""
         self.errors = (workdir / "shell.err").open("w")
         self.proc = subprocess.Popen(
             [*prefix, "bash", "--noprofile", "--norc", "-c", DRIVER],
@@ -179,6 +181,7 @@ class Shell:
         line = self.proc.stdout.readline() if ready else b""
         step.seconds = round(time.monotonic() - started, 1)
         if not line.startswith(b"ok "):
+            self.overdue = not ready
             why = "failed" if ready else f"did not end within {deadline_s:.0f} s"
             raise StepFailed(f"README quick start step {step.number} {why}:\n{self.tail(step)}")
         given = line[3:].decode().strip()
@@ -191,17 +194,18 @@ class Shell:
         return (text + err.read_text(errors="replace"))[-4000:]
 
     def stop(self) -> None:
-        """Close the shell, then end whatever the steps left in its process group."""
+        """Close the shell, then end whatever the steps left in its process group. A shell
+        whose step outlived its deadline would only end once that step does: its group is
+        ended at once."""
         assert self.proc.stdin is not None
         with contextlib.suppress(BrokenPipeError):
             self.proc.stdin.close()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        if not self.overdue:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(30)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(5)
         self.errors.close()
 
 

@@ -69,6 +69,9 @@ class FakeModel:
     refused: int = 0
     """Requests refused for a missing or wrong API key (nothing of them is kept)."""
     _runner: web.AppRunner | None = None
+    _shutting_down: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the server begins to shut down: a hung request ends then, so shutting
+    down never waits out aiohttp's grace period for a handler that would never return."""
 
     @property
     def url(self) -> str:
@@ -78,6 +81,8 @@ class FakeModel:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        app.on_shutdown.append(self._on_shutdown)
+        self._shutting_down = asyncio.Event()
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -88,6 +93,9 @@ class FakeModel:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+    async def _on_shutdown(self, _app: web.Application) -> None:
+        self._shutting_down.set()
 
     def _unauthorized(self, request: web.Request) -> web.Response | None:
         """A provider's answer to a request without its API key: 401, nothing read."""
@@ -114,7 +122,9 @@ class FakeModel:
         self.requests.append(body)
         reply = self.queue.popleft() if self.queue else self.default
         if reply.behaviour == "hang":
-            await asyncio.sleep(3600)
+            # no answer for as long as the server runs; at shutdown, an error
+            await self._shutting_down.wait()
+            return web.json_response({"error": {"message": "shutting down"}}, status=503)
         if reply.behaviour == "error":
             return web.json_response({"error": {"message": "upstream failed"}}, status=500)
         if not body.get("stream"):
