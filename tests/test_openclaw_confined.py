@@ -32,7 +32,7 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import pytest
 
@@ -72,9 +72,6 @@ SERVED = [
         "facts": {"classification": "internal", "injection_taint": "clear"},
     }
 ]
-
-NO_PROVIDER_RETRY: Final = {"retry": {"provider": {"maxRetries": 0}}}
-"""OpenClaw's agent settings (``<workspace>/.openclaw/settings.json``): no same-model retry."""
 
 
 @pytest.fixture(scope="module")
@@ -211,9 +208,6 @@ def test_openclaw_configured_with_the_providers_url_gets_no_completion(
         [exec_call("touch {{root}}/workspace/MARKER")],
         config=config("{{model_url}}"),
         markers=["workspace/MARKER"],
-        # OpenClaw's own retries of a refused connection (8, backing off over 90 s) change
-        # nothing here: the agent's project settings allow none, so the one refusal ends it
-        files={"workspace/.openclaw/settings.json": json.dumps(NO_PROVIDER_RETRY)},
     )
     assert run["requests"] == []
     assert run["markers"] == {"workspace/MARKER": None}
