@@ -19,7 +19,9 @@ What these tests prove:
   The control: slowed less than the deadline, the same gate publishes and allows.
 - A gate slowed after its PubAck until the requester gave up: the order exists, and
   the requester's recorded verdict is that allow with the same order (it waits for
-  the decision still running rather than answer from half a record).
+  the decision still running rather than answer from half a record). A request for
+  the record that is cancelled while it waits stops waiting and nothing else: the
+  decision stores its one order and the next request gets that allow.
 - A proposal that reaches the gate after its deadline is never decided: no ledger
   entry, no order; its recorded verdict is ``no_order_recorded``.
 - A hold made after the requester's deadline is withdrawn (``invalidated``), so no
@@ -247,6 +249,34 @@ async def test_a_gate_slowed_after_its_publish_is_learned_from_the_record(
     order = open_order(stored.data or b"", state.key("gate"))
     assert (learned.outcome, learned.order_id) == ("allow", order.order_id)
     assert learned.expires_at_ms == order.not_after_ms
+    assert await execute_count(gate.js) == 1
+
+
+@pytest.mark.claim("verdict-agrees.gate-timeout-learned")
+async def test_a_recorded_request_that_gives_up_leaves_the_decision_it_waited_on(
+    gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    """A request for the recorded verdict that is cancelled while the proposal is still
+    being decided stops waiting and nothing else: the decision goes on, stores its one
+    order, and the next request for the record gets that allow."""
+    client = impatient(nc, state)
+    slowed = Slowed(gate.gate.dispatch, after=0.5)
+    gate.gate.dispatch = slowed
+    proposal = deletion(client, "doc-4711")
+    deciding = asyncio.ensure_future(gate.gate.decide(proposal))
+    await wait_for(lambda: slowed.calls == 1, timeout=10)
+    asker = asyncio.ensure_future(gate.gate.recorded(proposal))
+    await wait_for(lambda: len(gate.gate._deciding.get(proposal.proposal_id, ())) == 1)
+    asker.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asker
+    assert not deciding.done()
+    learned = await gate.gate.recorded(proposal)  # waits for the same decision
+    answer = await deciding
+    assert answer.outcome == "allow", answer
+    assert learned == answer
+    (stored,) = await stored_orders(gate.js)
+    assert open_order(stored.data or b"", state.key("gate")).order_id == answer.order_id
     assert await execute_count(gate.js) == 1
 
 

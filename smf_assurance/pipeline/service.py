@@ -238,7 +238,12 @@ class ConcurrentHandler:
                         request, "401", StageRefusal(STAGE_UNAUTHENTICATED, request.subject)
                     )
                     return
-            reply = await self._work(request)
+            if self.identified is None:
+                assert self.handler is not None  # an endpoint has one or the other (Endpoint)
+                reply = await self.handler(request.data)
+            else:
+                who = requester_of(_reply_of(request), request.headers)
+                reply = await self.identified(request.data, who)
         except StageRefusal as refusal:
             error = refusal.reason_code
             await _respond_error(request, "400", refusal)
@@ -260,13 +265,6 @@ class ConcurrentHandler:
         finally:
             self.counters.count(started, error)
             self._slots.release()
-
-    async def _work(self, request: Request) -> bytes:
-        if self.identified is not None:
-            who = requester_of(_reply_of(request), request.headers)
-            return await self.identified(request.data, who)
-        assert self.handler is not None  # an endpoint has one or the other (Endpoint)
-        return await self.handler(request.data)
 
     async def drain(self) -> None:
         """Wait for every request in flight (used on shutdown)."""

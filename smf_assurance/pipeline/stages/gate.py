@@ -316,10 +316,12 @@ class Gate:
     _unconfirmed: set[str] = field(init=False, default_factory=set, repr=False)
     """Orders given here whose publish was not confirmed, for the next sweep."""
     _settling: set[asyncio.Future[None]] = field(init=False, default_factory=set, repr=False)
-    _deciding: dict[str, asyncio.Future[Verdict]] = field(
+    _deciding: dict[str, list[asyncio.Future[Verdict]]] = field(
         init=False, default_factory=dict, repr=False
     )
-    """The proposals this process is deciding now, for :meth:`recorded`."""
+    """The proposals this process is deciding now, each with the answers
+    :meth:`recorded` waits for (made only when one waits: a decision nobody asks
+    about makes no future)."""
     _all_keys: dict[str, VerifyKey] = field(init=False)
     _evidence: EvidenceWriter = field(init=False, repr=False)
     chain: tuple[Link, ...] = field(init=False, repr=False)
@@ -436,17 +438,21 @@ class Gate:
         """Run the chain for a verified proposal; never raises (an internal error,
         of any link, is a denial; it is logged by type, never with its values).
         The proposal's tool-call note is stored before the verdict is returned."""
-        deciding: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
-        first = self._deciding.setdefault(proposal.proposal_id, deciding) is deciding
+        proposal_id = proposal.proposal_id
+        waiting: list[asyncio.Future[Verdict]] = []
+        first = self._deciding.setdefault(proposal_id, waiting) is waiting
         try:
             answer = await self._decide(proposal, notes)
         except BaseException:
-            deciding.cancel()
+            for waiter in waiting:
+                waiter.cancel()
             raise
         finally:
             if first:
-                del self._deciding[proposal.proposal_id]
-        deciding.set_result(answer)
+                del self._deciding[proposal_id]
+        for waiter in waiting:
+            if not waiter.done():  # its asker was cancelled meanwhile
+                waiter.set_result(answer)
         return answer
 
     async def _decide(self, proposal: Proposal, notes: tuple[str, ...]) -> Verdict:
@@ -494,10 +500,12 @@ class Gate:
             refusal = self.attestation.admit(proposal)
             if refusal is not None:
                 return self._recorded_answer(proposal_id, "deny", (refusal,))
-        pending = self._deciding.get(proposal_id)
-        if pending is not None:
+        deciding = self._deciding.get(proposal_id)
+        if deciding is not None:
+            pending: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+            deciding.append(pending)
             try:
-                return await asyncio.shield(pending)
+                return await pending
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
@@ -746,7 +754,6 @@ class Gate:
         disposition: it adds no commit."""
         decision = work.need_decision()
         tenant_ref = self._evidence.tenant_ref(work.proposal.actor.tenant_id)
-        work = dataclasses.replace(work, tenant_ref=tenant_ref)
         entry = self._evidence.for_decision(decision, tenant_ref, reasons=work.reasons)
         note = self._note_beside(work.proposal)
         noted = False
@@ -757,10 +764,10 @@ class Gate:
                 else:
                     receipt, written = await self._evidence.append_beside(entry, note)
                     noted = not isinstance(written, StoreUnavailable)
-                return dataclasses.replace(work, evidence=(receipt.entry_hash,), note_stored=noted)
+                return dataclasses.replace(
+                    work, tenant_ref=tenant_ref, evidence=(receipt.entry_hash,), note_stored=noted
+                )
             order_at = self.clock()
-            if work.need_normalized().connector_id is not None:
-                work = dataclasses.replace(work, order_at_ms=order_at)
             try:
                 beside = self._claim_beside(work, decision, tenant_ref, order_at)
             except StoreUnavailable:
@@ -774,10 +781,21 @@ class Gate:
         except EvidenceError:
             log.error("evidence_unavailable", proposal_id=work.proposal.proposal_id)
             return self._deny(work, (EVIDENCE_UNAVAILABLE,))
-        work = dataclasses.replace(work, evidence=(receipt.entry_hash,), note_stored=noted)
+        # One copy of the work for all this link learnt: each copy is a measurable part
+        # of an allow's CPU (docs/PERFORMANCE.md, "Issue 35's budget won back").
+        work = dataclasses.replace(
+            work,
+            tenant_ref=tenant_ref,
+            evidence=(receipt.entry_hash,),
+            note_stored=noted,
+            order_at_ms=(
+                order_at if work.need_normalized().connector_id is not None else work.order_at_ms
+            ),
+            claim=None if isinstance(claim, StoreUnavailable) else claim,
+        )
         if isinstance(claim, StoreUnavailable):
             return self._deny(work, (CLAIM_UNAVAILABLE,))
-        return dataclasses.replace(work, claim=claim)
+        return work
 
     def _claim_beside(self, work: Work, decision: Decision, tenant_ref: str, at_ms: int) -> Beside:
         """The claim of this proposal and, for a connector, its order given at ``at_ms``:

@@ -148,7 +148,8 @@ class Recorded:
     Why: a proposal's claim is a row anyone with the file can delete, so the
     hash-chained entry says whether the claim was written, and the start-up check
     (:mod:`smf_assurance.pipeline.stores.state_check`) can hold the claims table
-    against the evidence. ``amend`` must return a valid entry (it is validated again);
+    against the evidence. ``amend`` must return a valid entry (one other than the entry
+    given, which is frozen and was validated when submitted, is validated again);
     one that is not fails the group, as any bad entry does.
     """
 
@@ -300,7 +301,8 @@ class _Writer:
                 entry = given
                 if isinstance(beside, Recorded):
                     entry = beside.amend(given, written)
-                    validate_entry(entry)
+                    if entry is not given:  # ``given`` was validated when it was submitted
+                        validate_entry(entry)
                 seq += 1
                 entry_hash = entry_hash_of(seq, prev_hash, entry)
                 conn.execute(INSERT_ENTRY, entry_row(seq, prev_hash, entry_hash, entry))
