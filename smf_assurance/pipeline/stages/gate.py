@@ -782,7 +782,7 @@ class Gate:
             log.error("evidence_unavailable", proposal_id=work.proposal.proposal_id)
             return self._deny(work, (EVIDENCE_UNAVAILABLE,))
         # One copy of the work for all this link learnt: each copy is a measurable part
-        # of an allow's CPU (docs/PERFORMANCE.md, "Issue 35's budget won back").
+        # of an allow's CPU (docs/PERFORMANCE.md, where the co-located allow's time went).
         work = dataclasses.replace(
             work,
             tenant_ref=tenant_ref,
