@@ -9,7 +9,8 @@ Proves:
 
 - a deletion of a path the gate holds, proposed with ``legal_hold: false``, is denied
   by the legal-hold floor and the ledger records it with the gate's note; a path under
-  the held one, or spelled with ``//`` and ``.``, is held too; a sibling sharing the
+  the held one, or spelled with ``//`` and ``.``, is held too, and so is a
+  ``write_file`` to a file under it; a sibling sharing the
   prefix (``.../matterbc``) and a relative path are not (control: allowed by the
   retention policy, recorded as allowed);
 - a hold added while the gate runs decides the next proposal once the gate's mirror
@@ -102,6 +103,9 @@ async def test_a_path_the_gate_holds_is_held_whatever_the_adapter_says(
     await hold(state, server, gate, matter)
     for held in (matter, f"{matter}/brief.pdf", f"{matter}//sub/./memo.txt"):
         assert_held(state, await delete(runtime, held))
+    # a write to a file under the held folder: held too (the floor forbids alteration)
+    written = await runtime.propose("write_file", {"path": f"{matter}/brief.pdf", "content": "x"})
+    assert_held(state, written)
     # whole components only: a sibling sharing the prefix is not held; nor is a
     # relative path, which the list cannot speak for (the adapter's fact stands)
     for free in (f"{matter}bc", f"{matter}bc/brief.pdf", "matter/brief.pdf"):
