@@ -60,6 +60,23 @@ def hold_path(text: str) -> str:
     return normal
 
 
+def held_under(address: str, paths: frozenset[str]) -> bool | None:
+    """Whether ``address`` is a held path or lies under one, compared on whole path
+    components of its :func:`hold_path` form (``/a/b`` holds ``/a/b`` and ``/a/b/c``,
+    never ``/a/bc``). None when ``address`` is not an absolute path (a relative one, a
+    document id, a URL): the list cannot speak for it, so whoever asks keeps what it
+    knew. One set lookup per ancestor, so the cost does not grow with the list."""
+    try:
+        path = hold_path(address)
+    except HoldPathError:
+        return None
+    while path:
+        if path in paths:
+            return True
+        path = path[: path.rfind("/")]
+    return False
+
+
 class HoldList(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The stored list (:data:`HOLDS_KEY`): sorted, no duplicates, each a :func:`hold_path`."""
 

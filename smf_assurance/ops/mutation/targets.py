@@ -90,6 +90,7 @@ TARGETS: Final[tuple[Target, ...]] = (
             "tests/test_vectors_messages.py",
             f"{_UNKNOWN_FIELDS}::test_a_normalized_operation_with_an_unknown_field_is_not_evaluated",
             _FROZEN,
+            "tests/test_gate_holds.py::test_normalization_sets_the_hold_and_the_operation_hash_covers_it",
         ),
     ),
     Target(

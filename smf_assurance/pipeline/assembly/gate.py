@@ -61,7 +61,7 @@ from smf_assurance.pipeline.stages.dispatch import DispatchStage, OrderFence
 from smf_assurance.pipeline.stages.evidence import EvidenceWriter
 from smf_assurance.pipeline.stages.gate import Gate, GateSettings
 from smf_assurance.pipeline.stages.gate_status import GateStatusDesk
-from smf_assurance.pipeline.stages.holds import HoldsDesk
+from smf_assurance.pipeline.stages.holds import HoldsDesk, HoldsMirror
 from smf_assurance.pipeline.stages.model_admission import ModelAdmissionDesk
 from smf_assurance.pipeline.stages.outcomes import OutcomeDesk
 from smf_assurance.pipeline.stages.releases import ReleaseWatcher
@@ -134,6 +134,8 @@ class RunningGate:
     """The shadow release beside the active one (issue 25); release mode only."""
     shadow: ShadowDesk | None = None
     """Where each decision is judged again under the shadow, after its verdict."""
+    holds: HoldsMirror | None = None
+    """The hold list the gate decides with, read from its bucket every second."""
 
     async def stop_serving(self) -> None:
         """Stop the loops, the buffer and every service, and finish requests in flight."""
@@ -619,8 +621,12 @@ async def _assemble(
         evaluate = EvaluateStage(config.policy, config.clock)
     # Stage traffic on the bus is authenticated with a key only the gate holds:
     # otherwise any client could call the dispatch stage, or answer a stage first.
+    # the gate's hold list decides its own proposals too: read once before any proposal
+    # is served, then every second (a stale list refuses document writes and deletes)
+    holds = HoldsMirror(await open_holds(js, config.replicas))
+    await holds.refresh()
     stages = _Stages(
-        normalize=NormalizeStage(config.mapper_tables),
+        normalize=NormalizeStage(config.mapper_tables, holds=holds.view),
         evaluate=evaluate,
         dispatch=DispatchStage(js, config.gate_key, config.clock, config.order_ttl_ms),
         auth=StageAuth.from_seed(config.gate_key.seed()),
@@ -735,6 +741,7 @@ async def _assemble(
         call_contexts=call_contexts,
         shadows=shadows,
         shadow=shadow,
+        holds=holds,
     )
     if releases is not None:
         releases.on_switch = _on_switch(config, running, shadows)
@@ -753,6 +760,7 @@ async def _assemble(
         asyncio.create_task(loops.follow_reports(js, outcomes)),
         asyncio.create_task(loops.sweep(desk, outcomes, buffer, config.sweep_seconds, gate)),
         asyncio.create_task(loops.prune_claims(gate, config.claim_prune_seconds)),
+        asyncio.create_task(holds.run()),
     ]
     # A round trip, so the server has every subscription above before anyone is
     # told the gate serves; otherwise an early proposal finds no responder.
@@ -807,10 +815,11 @@ async def _serve_public(
     )
     # the legal holds a launcher mounts read-only: the gate creates the bucket, the
     # operator sets it (`smf-assurance holds`), no runtime can reach it
-    holds = HoldsDesk(await open_holds(running.js, config.replicas))
+    assert running.holds is not None
+    desk = HoldsDesk(running.holds.bucket)
     await running.serve(
         "smf-holds",
-        [Endpoint("holds", names.HOLDS, holds.handle)],
+        [Endpoint("holds", names.HOLDS, desk.handle)],
         description="SMF legal holds: a launcher's request -> the gate's hold list",
         auth=None,
     )

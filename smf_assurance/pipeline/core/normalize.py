@@ -15,6 +15,7 @@ operation hash (ARCHITECTURE.md, "Canonical bytes").
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
@@ -37,12 +38,21 @@ from smf_assurance.subjects.envelope import (
     destination_identity_of,
     operation_hash,
 )
-from smf_assurance.subjects.messages import Proposal
+from smf_assurance.subjects.holds import HOLDS_UNAVAILABLE, held_under
+from smf_assurance.subjects.messages import DataFacts, Proposal
 from smf_assurance.subjects.patterns import ConnectorId
 
 MAPPER_SCHEMA: Final = "smf.mapper/1"
 UNKNOWN_TOOL: Final = "unknown_tool"
 UNKNOWN_ADAPTER: Final = "unknown_adapter"
+
+HELD_BY_GATE: Final = "legal_hold_set_by_gate_holds"
+"""Note on a proposal whose destination the gate's hold list holds while its adapter
+did not say so: the envelope's ``workflow.legal_hold`` is the gate's, not the adapter's."""
+HOLD_SENSITIVE: Final = frozenset({"document.write", "document.delete"})
+"""The capabilities a legal hold forbids (the scenario corpus's legal-hold rule: a
+document's deletion or alteration, a move being both): without a fresh hold list the
+gate cannot say whether their target is held, so they are refused."""
 
 ArgName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}\Z")]
 RequiredFact = Literal["legal_hold", "classification", "injection_taint", "locality"]
@@ -92,6 +102,17 @@ class Normalized(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     notes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class GateHolds:
+    """The gate's hold list as the decision sees it: a plain value taken from the
+    in-memory mirror (``smf_assurance.pipeline.stages.holds.HoldsMirror``), so
+    normalization stays pure. ``fresh`` False: never read, or not read for longer than
+    the mirror's bound (docs/CONFINEMENT.md, "Legal holds")."""
+
+    paths: frozenset[str]
+    fresh: bool
+
+
 _UNKNOWN_MAPPING: Final = ToolMapping(
     capability="unknown",
     effects=Effects(egress=True, persistence="unknown", reversibility="unknown"),
@@ -114,8 +135,41 @@ def _text(value: Any, name: str) -> str:
     return value
 
 
-def normalize(proposal: Proposal, tables: Mapping[str, MapperTable]) -> Normalized:
-    """Map one verified proposal through its adapter's table."""
+def _with_gate_holds(
+    proposal: Proposal, mapping: ToolMapping, holds: GateHolds, notes: list[str]
+) -> DataFacts:
+    """The proposal's facts with the gate's hold list applied (fail closed):
+
+    - the list not fresh: a document write or delete is refused (``holds_unavailable``),
+      anything else keeps the adapter's fact;
+    - the destination (the mapping's target argument, else the proposal's address) an
+      absolute path equal to or under a held path: ``legal_hold`` is True whatever
+      the adapter said, so the release's legal-hold rule decides it;
+    - a destination that is not an absolute path (a relative path, a document id)
+      cannot be matched: the adapter's fact stands."""
+    facts = proposal.facts
+    if not holds.fresh:
+        if mapping.capability in HOLD_SENSITIVE:
+            raise NormalizationError(HOLDS_UNAVAILABLE, "the gate's hold list is not fresh")
+        return facts
+    if facts.legal_hold is True:
+        return facts
+    target = (
+        proposal.arguments.get(mapping.target_arg)
+        if mapping.target_arg is not None
+        else proposal.destination.address
+    )
+    if isinstance(target, str) and held_under(target, holds.paths):
+        notes.append(HELD_BY_GATE)
+        return msgspec.structs.replace(facts, legal_hold=True)
+    return facts
+
+
+def normalize(
+    proposal: Proposal, tables: Mapping[str, MapperTable], holds: GateHolds | None = None
+) -> Normalized:
+    """Map one verified proposal through its adapter's table; with ``holds`` (the gate
+    passes its list always), a held destination is held whatever the adapter said."""
     notes: list[str] = []
     table = tables.get(proposal.adapter_id)
     mapping = table.tools.get(proposal.native_tool) if table is not None else None
@@ -130,7 +184,7 @@ def normalize(proposal: Proposal, tables: Mapping[str, MapperTable]) -> Normaliz
         check_attachments(args, mapping.attachment_args)
     except AttachmentError as exc:
         raise NormalizationError(exc.reason_code) from exc
-    facts = proposal.facts
+    facts = proposal.facts if holds is None else _with_gate_holds(proposal, mapping, holds, notes)
     for fact in mapping.required_facts:
         missing = (
             (fact == "legal_hold" and facts.legal_hold is None)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from smf_assurance.pipeline.core.decision import Decision
 from smf_assurance.pipeline.core.evaluator import evaluate
 from smf_assurance.pipeline.core.normalize import (
+    GateHolds,
     MapperTable,
     NormalizationError,
     Normalized,
@@ -32,13 +33,18 @@ Clock = Callable[[], int]
 
 @dataclass(frozen=True, slots=True)
 class NormalizeStage:
-    """Verified proposal -> ``Normalized``, or a refusal (fail closed on any error)."""
+    """Verified proposal -> ``Normalized``, or a refusal (fail closed on any error).
+
+    ``holds`` is the gate's hold-list mirror (``HoldsMirror.view``): read in memory at
+    each proposal, never from the bus, so the decision path does no I/O for it."""
 
     tables: Mapping[str, MapperTable]
+    holds: Callable[[], GateHolds] | None = None
 
     async def __call__(self, proposal: Proposal) -> Normalized:
         try:
-            return normalize(proposal, self.tables)
+            held = None if self.holds is None else self.holds()
+            return normalize(proposal, self.tables, held)
         except NormalizationError as exc:
             raise StageRefusal(exc.reason_code, str(exc)) from exc
         except Exception as exc:
