@@ -755,3 +755,24 @@ def test_a_release_keys_signature_for_another_purpose_is_no_candidate() -> None:
     )
     with pytest.raises(PayloadTypeMismatchError):
         open_candidate(other_purpose, trusted)
+
+
+@pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
+def test_a_tracked_file_git_is_told_not_to_compare_makes_the_tree_not_clean(
+    flag: str, cli: Builder, tmp_path: Path
+) -> None:
+    """``git status`` says clean while the file differs from the commit; the build reads
+    the index flags and refuses, naming the count and the file, and writes nothing."""
+    repo = tmp_path / "fake"
+    fake_project(repo)
+    assert identity_properties(repo) != ()  # the control: clean, the identity is recorded
+    git(repo, "update-index", flag, "report.sh")
+    (repo / "report.sh").write_text("#!/bin/sh\nexit 0\n")
+    assert git(repo, "status", "--porcelain") == ""  # git itself is fooled
+    out = tmp_path / "out"
+    code, stdout, err = cli.run(repo, out)
+    assert (code, stdout) == (1, "")
+    assert len(err.splitlines()) == 1, err
+    assert "1 tracked file(s) marked assume-unchanged or skip-worktree: report.sh" in err
+    assert not out.exists()
+    assert identity_properties(repo) == ()  # a test run there names no commit either
