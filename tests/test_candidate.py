@@ -411,36 +411,57 @@ def test_a_skipped_test_opens_its_row_and_only_its_row(
             assert (row.state == "green") is (bool(row.tests) and row.family != "packaging")
 
 
-@pytest.mark.parametrize("change", ["claimed-only", "one-missing", "failed", "error"])
-def test_a_partial_or_red_report_is_refused_and_nothing_is_signed(
-    change: str,
+def test_a_report_of_only_the_claimed_tests_is_refused_and_nothing_is_signed(
     project: Path,
     whole_suite: dict[str, str],
     cli: Builder,
     tmp_path: Path,
 ) -> None:
-    """A report of only the claimed tests (every one passing), of all but one test, or
-    of the whole suite with one failure or error: one line, no matrix, no signature."""
+    """Every claimed test passing, nothing else run: a part of the suite is no candidate."""
     commit = head_commit(project)
-    _, test = _one_test_claims(project)[0]
-    first = _cases_of(test, whole_suite)[0]
-    cases = dict(whole_suite)
-    if change == "claimed-only":
-        marked = {t for tests in claimed_tests(project).values() for t in tests}
-        cases = {n: "passed" for n in whole_suite if n.split("[")[0] in marked}
-        says = f"the JUnit report ran {len(cases)} of the {len(whole_suite)} tests"
-    elif change == "one-missing":
-        del cases[first]
-        says = f"ran {len(whole_suite) - 1} of the {len(whole_suite)} tests {commit.sha} collects"
-    else:
-        cases[first] = change
-        says = "the JUnit report has 1 failed or errored test(s)"
+    marked = {t for tests in claimed_tests(project).values() for t in tests}
+    cases = {n: "passed" for n in whole_suite if n.split("[")[0] in marked}
+    assert 0 < len(cases) < len(whole_suite)
     junit = write_junit(tmp_path / "j.xml", cases, commit.sha, commit.tree)
     out = tmp_path / "out"
     code, stdout, err = cli.run(project, out, "--junit", str(junit), "--no-dist")
     assert (code, stdout) == (1, "")
     assert len(err.splitlines()) == 1, err
-    assert says in err
+    assert f"the JUnit report ran {len(cases)} of the {len(whole_suite)} tests" in err
+    assert not out.exists()
+
+
+FAKE_SUITE = ("tests/test_a.py::test_one", "tests/test_a.py::test_wheel")
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "says"),
+    [
+        (("passed",), "ran 1 of the 2 tests {sha} collects (missing tests/test_a.py::test_wheel)"),
+        (("passed", "failed"), "has 1 failed or errored test(s) at {sha}"),
+        (("error", "passed"), "has 1 failed or errored test(s) at {sha}"),
+        (("passed", "passed"), None),
+    ],
+    ids=["one-missing", "failed", "error", "whole-and-green"],
+)
+def test_a_partial_or_red_report_is_refused_and_the_whole_green_one_built(
+    outcomes: tuple[str, ...], says: str | None, cli: Builder, tmp_path: Path
+) -> None:
+    """One line and nothing written for a report missing a collected test or holding a
+    failure or an error; the same report whole and green is built (the control)."""
+    repo = tmp_path / "fake"
+    commit = fake_project(repo)
+    cases = dict(zip(FAKE_SUITE, outcomes, strict=False))
+    junit = write_junit(tmp_path / "j.xml", cases, commit.sha, commit.tree)
+    out = tmp_path / "out"
+    code, stdout, err = cli.run(repo, out, "--junit", str(junit), "--no-dist")
+    if says is None:
+        assert code == 0, err
+        assert (built(out).suite.collected, built(out).suite.passed) == (2, 2)
+        return
+    assert (code, stdout) == (1, "")
+    assert len(err.splitlines()) == 1, err
+    assert says.format(sha=commit.sha) in err
     assert not out.exists()
 
 
