@@ -874,3 +874,20 @@ def test_a_tracked_file_git_is_told_not_to_compare_makes_the_tree_not_clean(
     assert "1 tracked file(s) marked assume-unchanged or skip-worktree: report.sh" in err
     assert not out.exists()
     assert identity_properties(repo) == ()  # a test run there names no commit either
+
+
+def test_a_commit_whose_suite_cannot_be_collected_is_refused(cli: Builder, tmp_path: Path) -> None:
+    """No count of the whole suite, no report can be held to it: a collection error
+    refuses the build before any report is read as enough."""
+    repo = tmp_path / "fake"
+    fake_project(repo)
+    (repo / "tests" / "test_broken.py").write_text("raise RuntimeError('cannot import')\n")
+    commit = commit_all(repo, "a test file that cannot be imported")
+    junit = write_junit(
+        tmp_path / "j.xml", dict.fromkeys(FAKE_SUITE, "passed"), commit.sha, commit.tree
+    )
+    code, stdout, err = cli.run(repo, tmp_path / "out", "--junit", str(junit), "--no-dist")
+    assert (code, stdout) == (1, "")
+    assert "pytest --collect-only exited 2" in err
+    assert "no count of the whole suite" in err
+    assert not (tmp_path / "out").exists()
