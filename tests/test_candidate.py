@@ -411,6 +411,7 @@ def test_a_skipped_test_opens_its_row_and_only_its_row(
             assert (row.state == "green") is (bool(row.tests) and row.family != "packaging")
 
 
+@pytest.mark.claim("protected-evidence.candidate-holds-the-whole-suite")
 def test_a_report_of_only_the_claimed_tests_is_refused_and_nothing_is_signed(
     project: Path,
     whole_suite: dict[str, str],
@@ -434,6 +435,7 @@ def test_a_report_of_only_the_claimed_tests_is_refused_and_nothing_is_signed(
 FAKE_SUITE = ("tests/test_a.py::test_one", "tests/test_a.py::test_wheel")
 
 
+@pytest.mark.claim("protected-evidence.candidate-holds-the-whole-suite")
 @pytest.mark.parametrize(
     ("outcomes", "says"),
     [
@@ -714,6 +716,7 @@ def test_make_test_and_make_dist_run_in_a_clean_clone(cli: Builder, tmp_path: Pa
     )
 
 
+@pytest.mark.claim("protected-evidence.candidate-holds-the-whole-suite")
 def test_a_failing_suite_in_the_clone_is_refused_keeping_only_its_log(
     cli: Builder, tmp_path: Path
 ) -> None:
@@ -724,6 +727,7 @@ def test_a_failing_suite_in_the_clone_is_refused_keeping_only_its_log(
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["make-test.log"]
 
 
+@pytest.mark.claim("protected-evidence.candidate-holds-the-whole-suite")
 def test_a_green_report_from_a_suite_that_collects_more_is_refused(
     cli: Builder, tmp_path: Path
 ) -> None:
@@ -855,6 +859,7 @@ def test_a_release_keys_signature_for_another_purpose_is_no_candidate() -> None:
         open_candidate(other_purpose, trusted)
 
 
+@pytest.mark.claim("protected-evidence.candidate-holds-the-whole-suite")
 @pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
 def test_a_tracked_file_git_is_told_not_to_compare_makes_the_tree_not_clean(
     flag: str, cli: Builder, tmp_path: Path
