@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -896,3 +897,36 @@ def test_a_commit_whose_suite_cannot_be_collected_is_refused(cli: Builder, tmp_p
     assert "pytest --collect-only exited 2" in err
     assert "no count of the whole suite" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_case_of_a_collected_test_is_the_one_pytests_own_report_writes(
+    tmp_path: Path,
+) -> None:
+    """The whole-suite check matches collected node ids to report cases: asked of pytest
+    itself, for a class, a nested folder and parameters holding ``::``, ``[`` and ``/``."""
+    from smf_assurance.ops.candidate.junit import case_of  # noqa: PLC0415
+
+    (tmp_path / "tests" / "deep").mkdir(parents=True)
+    (tmp_path / "tests" / "deep" / "test_p.py").write_text(
+        "import pytest\n\n\n"
+        "@pytest.mark.parametrize('v', ['a::b', 'x[y]', 'p/q'])\n"
+        "def test_p(v: str) -> None:\n    pass\n\n\n"
+        "class TestC:\n    def test_m(self) -> None:\n        pass\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    base = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-q"]
+    listed = subprocess.run(
+        [*base, "--collect-only"], cwd=tmp_path, capture_output=True, text=True, env=env, check=True
+    ).stdout
+    nodes = [line for line in listed.splitlines() if "::" in line and line.startswith("tests/")]
+    assert len(nodes) == 4, listed
+    subprocess.run(
+        [*base, f"--junitxml={tmp_path / 'r.xml'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        env=env,
+        check=True,
+    )
+    report = ET.parse(tmp_path / "r.xml").getroot()
+    written = {(c.get("classname", ""), c.get("name", "")) for c in report.iter("testcase")}
+    assert {case_of(node) for node in nodes} == written

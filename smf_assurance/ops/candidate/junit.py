@@ -88,9 +88,11 @@ def outcome_of(node_id: str, results: Mapping[tuple[str, str], list[Outcome]]) -
 def case_of(node_id: str) -> tuple[str, str]:
     """The ``(classname, name)`` pytest's JUnit report gives the test ``node_id``
     (``tests/test_x.py::Class::test_y[a]`` -> ``("tests.test_x.Class", "test_y[a]")``)."""
-    path, _, rest = node_id.partition("::")
+    address, bracket, params = node_id.partition("[")  # a parameter may hold "::"
+    path, _, rest = address.partition("::")
     *classes, name = rest.split("::")
-    return ".".join([path.removesuffix(".py").replace("/", "."), *classes]), name
+    dotted = path.removesuffix(".py").replace("/", ".")
+    return ".".join([dotted, *classes]), name + bracket + params
 
 
 def _check_identity(path: Path, suite: ET.Element, commit: Commit) -> None:
