@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,8 +149,22 @@ def project(checkout: Path, tmp_path: Path) -> Path:
     return tmp_path / "project"
 
 
-def all_passing(repo: Path) -> dict[str, str]:
-    return {test: "passed" for tests in claimed_tests(repo).values() for test in tests}
+@pytest.fixture(scope="module")
+def whole_suite(checkout: Path) -> dict[str, str]:
+    """Every test :func:`checkout` collects (asked of pytest here, not of the build's own
+    count), each passed: the report of a whole green run."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-o", "addopts="],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},
+    )
+    nodes = [line for line in done.stdout.splitlines() if line.startswith("tests/")]
+    assert len(nodes) > 1000, done.stdout[-500:]
+    return dict.fromkeys(nodes, "passed")
 
 
 @dataclass(frozen=True)
@@ -233,15 +248,27 @@ def test_a_staged_change_alone_is_refused(
 
 def test_a_clean_commit_writes_a_matrix_every_row_naming_its_sha_signed_by_the_release_key(
     project: Path,
+    whole_suite: dict[str, str],
     cli: Builder,
     tmp_path: Path,
 ) -> None:
     commit = head_commit(project)
-    junit = write_junit(tmp_path / "j.xml", all_passing(project), commit.sha, commit.tree)
+    junit = write_junit(tmp_path / "j.xml", dict(whole_suite), commit.sha, commit.tree)
     out = tmp_path / "out"
     code, stdout, _ = cli.run(project, out, "--junit", str(junit), "--no-dist")
     assert code == 0, stdout
     candidate = built(out)
+    everything = len(whole_suite)
+    assert (candidate.suite.collected, candidate.suite.ran) == (everything, everything)
+    assert (candidate.suite.passed, candidate.suite.failed, candidate.suite.errors) == (
+        everything,
+        0,
+        0,
+    )
+    assert (
+        f"{everything} collected at this commit, {everything} in the report"
+        in (out / "candidate.md").read_text()
+    )
     document = json.loads((out / "candidate.json").read_text())
     assert (document["schema"], document["sha"], document["tree"]) == (
         "smf.candidate/1",
@@ -286,11 +313,12 @@ def test_a_clean_commit_writes_a_matrix_every_row_naming_its_sha_signed_by_the_r
 
 def test_conformance_rows_name_the_runtime_pins_of_the_commit(
     project: Path,
+    whole_suite: dict[str, str],
     cli: Builder,
     tmp_path: Path,
 ) -> None:
     commit = head_commit(project)
-    junit = write_junit(tmp_path / "j.xml", all_passing(project), commit.sha, commit.tree)
+    junit = write_junit(tmp_path / "j.xml", dict(whole_suite), commit.sha, commit.tree)
     candidate = cli.built(project, tmp_path / "out", junit)
     assert candidate.runtimes == {"hermes-agent": HERMES_VERSION, "openclaw": OPENCLAW_PIN}
     by_family = {row.family: row for row in candidate.claims if row.tests}
@@ -332,19 +360,20 @@ def _delete_test(repo: Path, node_id: str) -> None:
 
 def test_deleting_a_claims_only_test_opens_its_row(
     project: Path,
+    whole_suite: dict[str, str],
     cli: Builder,
     tmp_path: Path,
 ) -> None:
     claim, test = _one_test_claims(project)[0]
     before = head_commit(project)
-    junit = write_junit(tmp_path / "a.xml", all_passing(project), before.sha, before.tree)
+    junit = write_junit(tmp_path / "a.xml", dict(whole_suite), before.sha, before.tree)
     assert rows(cli.built(project, tmp_path / "a", junit))[claim] == "green"
     _delete_test(project, test)
     after = commit_all(project, f"delete {test}")
     # The report still says the deleted test passed: a report cannot prove a claim
     # no test at this commit carries.
     junit = write_junit(
-        tmp_path / "b.xml", {**all_passing(project), test: "passed"}, after.sha, after.tree
+        tmp_path / "b.xml", {**dict(whole_suite), test: "passed"}, after.sha, after.tree
     )
     candidate = cli.built(project, tmp_path / "b", junit)
     row = next(r for r in candidate.claims if r.id == claim)
@@ -352,46 +381,91 @@ def test_deleting_a_claims_only_test_opens_its_row(
     assert row.open_because == ("no test carries its marker",)
 
 
-OUTCOMES = ("failed", "error", "skipped", "missing")
+def _cases_of(test: str, cases: Mapping[str, str]) -> list[str]:
+    """The collected node ids of ``test``, each parametrized case of it included."""
+    return [node for node in cases if node == test or node.startswith(test + "[")]
 
 
-def test_a_failing_errored_skipped_or_missing_test_opens_its_row_and_only_its_row(
+def test_a_skipped_test_opens_its_row_and_only_its_row(
     project: Path,
+    whole_suite: dict[str, str],
     cli: Builder,
     tmp_path: Path,
 ) -> None:
-    """Four claims proven by one test each: each test's outcome is one of the four, in
-    one report; exactly those four rows open, each naming its test and outcome."""
-    chosen = dict(zip(OUTCOMES, _one_test_claims(project), strict=False))
-    assert len(chosen) == len(OUTCOMES)
+    """The whole suite in the report, one claim's only test skipped: that row opens,
+    naming its test and outcome, and every other row is as the green run leaves it."""
+    claim, test = _one_test_claims(project)[0]
     commit = head_commit(project)
-    cases = all_passing(project)
-    for outcome, (_, test) in chosen.items():
-        if outcome == "missing":
-            del cases[test]
-        else:
-            cases[test] = outcome
-    # A packaging claim's test missing too: two reasons, the table shows the first.
-    console = claimed_tests(project)["packaging.console-script"]
-    for test in console:
-        del cases[test]
+    cases = dict(whole_suite)
+    for node in _cases_of(test, cases):
+        cases[node] = "skipped"
     junit = write_junit(tmp_path / "j.xml", cases, commit.sha, commit.tree)
     code, stdout, _ = cli.run(project, tmp_path / "out", "--junit", str(junit), "--no-dist")
     assert code == 0
-    by_id = {row.id: row for row in built(tmp_path / "out").claims}
-    for outcome, (claim, test) in chosen.items():
-        row = by_id[claim]
-        assert (row.state, row.open_because) == ("open", (f"{test} {outcome}",))
-        assert [(r.test, r.outcome) for r in row.results] == [(test, outcome)]
-        assert f"{test} {outcome}" in stdout
-    packaging = by_id["packaging.console-script"]
-    assert packaging.open_because[0] == f"{console[0]} missing"
-    assert len(packaging.open_because) == 2
-    assert f"{console[0]} missing (+1 more)" in stdout
-    moved = {claim for claim, _ in chosen.values()}
+    candidate = built(tmp_path / "out")
+    by_id = {row.id: row for row in candidate.claims}
+    assert (by_id[claim].state, by_id[claim].open_because) == ("open", (f"{test} skipped",))
+    assert f"{test} skipped" in stdout
+    assert candidate.suite.skipped == len(_cases_of(test, cases))
     for row in by_id.values():
-        if row.id not in moved:
+        if row.id != claim:
             assert (row.state == "green") is (bool(row.tests) and row.family != "packaging")
+
+
+@pytest.mark.claim("protected-evidence.candidate-holds-the-whole-suite")
+def test_a_report_of_only_the_claimed_tests_is_refused_and_nothing_is_signed(
+    project: Path,
+    whole_suite: dict[str, str],
+    cli: Builder,
+    tmp_path: Path,
+) -> None:
+    """Every claimed test passing, nothing else run: a part of the suite is no candidate."""
+    commit = head_commit(project)
+    marked = {t for tests in claimed_tests(project).values() for t in tests}
+    cases = {n: "passed" for n in whole_suite if n.split("[")[0] in marked}
+    assert 0 < len(cases) < len(whole_suite)
+    junit = write_junit(tmp_path / "j.xml", cases, commit.sha, commit.tree)
+    out = tmp_path / "out"
+    code, stdout, err = cli.run(project, out, "--junit", str(junit), "--no-dist")
+    assert (code, stdout) == (1, "")
+    assert len(err.splitlines()) == 1, err
+    assert f"the JUnit report ran {len(cases)} of the {len(whole_suite)} tests" in err
+    assert not out.exists()
+
+
+FAKE_SUITE = ("tests/test_a.py::test_one", "tests/test_a.py::test_wheel")
+
+
+@pytest.mark.claim("protected-evidence.candidate-holds-the-whole-suite")
+@pytest.mark.parametrize(
+    ("outcomes", "says"),
+    [
+        (("passed",), "ran 1 of the 2 tests {sha} collects (missing tests/test_a.py::test_wheel)"),
+        (("passed", "failed"), "has 1 failed or errored test(s) at {sha}"),
+        (("error", "passed"), "has 1 failed or errored test(s) at {sha}"),
+        (("passed", "passed"), None),
+    ],
+    ids=["one-missing", "failed", "error", "whole-and-green"],
+)
+def test_a_partial_or_red_report_is_refused_and_the_whole_green_one_built(
+    outcomes: tuple[str, ...], says: str | None, cli: Builder, tmp_path: Path
+) -> None:
+    """One line and nothing written for a report missing a collected test or holding a
+    failure or an error; the same report whole and green is built (the control)."""
+    repo = tmp_path / "fake"
+    commit = fake_project(repo)
+    cases = dict(zip(FAKE_SUITE, outcomes, strict=False))
+    junit = write_junit(tmp_path / "j.xml", cases, commit.sha, commit.tree)
+    out = tmp_path / "out"
+    code, stdout, err = cli.run(repo, out, "--junit", str(junit), "--no-dist")
+    if says is None:
+        assert code == 0, err
+        assert (built(out).suite.collected, built(out).suite.passed) == (2, 2)
+        return
+    assert (code, stdout) == (1, "")
+    assert len(err.splitlines()) == 1, err
+    assert says.format(sha=commit.sha) in err
+    assert not out.exists()
 
 
 def test_one_failing_parametrized_case_fails_the_test(tmp_path: Path) -> None:
@@ -424,13 +498,14 @@ def test_a_junit_for_another_commit_or_none_is_refused(
     tree: str | None,
     says: str,
     project: Path,
+    whole_suite: dict[str, str],
     cli: Builder,
     tmp_path: Path,
 ) -> None:
     commit = head_commit(project)
     junit = write_junit(
         tmp_path / "j.xml",
-        all_passing(project),
+        dict(whole_suite),
         commit.sha if sha == "head" else sha,
         commit.tree if tree is None and sha is not None else tree,
     )
@@ -626,6 +701,7 @@ def test_make_test_and_make_dist_run_in_a_clean_clone(cli: Builder, tmp_path: Pa
     printed = json.loads(stdout)
     candidate = built(out)
     assert (candidate.suite.source, candidate.suite.exit_status) == ("clone", 0)
+    assert (candidate.suite.collected, candidate.suite.ran, candidate.suite.passed) == (2, 2, 2)
     assert candidate.dist == "built"
     wheel = (f"wheel of {commit.sha}").encode()
     assert [(a.name, a.sha256, a.size) for a in candidate.artifacts] == [
@@ -641,14 +717,31 @@ def test_make_test_and_make_dist_run_in_a_clean_clone(cli: Builder, tmp_path: Pa
     )
 
 
-def test_a_failing_suite_in_the_clone_opens_its_rows_and_records_its_exit(
+@pytest.mark.claim("protected-evidence.candidate-holds-the-whole-suite")
+def test_a_failing_suite_in_the_clone_is_refused_keeping_only_its_log(
     cli: Builder, tmp_path: Path
 ) -> None:
     fake_project(tmp_path / "fake", outcome="<failure message='no'/>", status=2)
-    assert cli.run(tmp_path / "fake", tmp_path / "out")[0] == 0
-    candidate = built(tmp_path / "out")
-    assert candidate.suite.exit_status == 2
-    assert rows(candidate) == {"bus-access.fake": "open", "packaging.fake-wheel": "green"}
+    code, stdout, err = cli.run(tmp_path / "fake", tmp_path / "out")
+    assert (code, stdout) == (1, "")
+    assert "make test exited 2" in err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["make-test.log"]
+
+
+@pytest.mark.claim("protected-evidence.candidate-holds-the-whole-suite")
+def test_a_green_report_from_a_suite_that_collects_more_is_refused(
+    cli: Builder, tmp_path: Path
+) -> None:
+    """``make test`` exits 0 and its report passes all it names, but the commit has a
+    test the report never ran: the count comes from the clone, not from the report."""
+    repo = tmp_path / "fake"
+    fake_project(repo)
+    (repo / "tests" / "test_b.py").write_text("def test_unreported() -> None:\n    pass\n")
+    commit = commit_all(repo, "a test the report leaves out")
+    code, stdout, err = cli.run(repo, tmp_path / "out")
+    assert (code, stdout) == (1, "")
+    assert f"ran 2 of the 3 tests {commit.sha} collects (missing tests/test_b.py::" in err
+    assert not (tmp_path / "out" / "candidate.json").exists()
 
 
 def test_without_a_dist_target_the_packaging_rows_stay_open(cli: Builder, tmp_path: Path) -> None:
@@ -742,7 +835,17 @@ def test_a_release_keys_signature_for_another_purpose_is_no_candidate() -> None:
         schema="smf.candidate/1",
         sha="a" * 40,
         tree="b" * 40,
-        suite=SuiteRun(source="file", junit_sha256="sha256:" + "c" * 64, exit_status=None),
+        suite=SuiteRun(
+            source="file",
+            junit_sha256="sha256:" + "c" * 64,
+            exit_status=None,
+            collected=1,
+            ran=1,
+            passed=1,
+            failed=0,
+            errors=0,
+            skipped=0,
+        ),
         dist="skipped",
         artifacts=(),
         runtimes={},
@@ -755,3 +858,75 @@ def test_a_release_keys_signature_for_another_purpose_is_no_candidate() -> None:
     )
     with pytest.raises(PayloadTypeMismatchError):
         open_candidate(other_purpose, trusted)
+
+
+@pytest.mark.claim("protected-evidence.candidate-holds-the-whole-suite")
+@pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
+def test_a_tracked_file_git_is_told_not_to_compare_makes_the_tree_not_clean(
+    flag: str, cli: Builder, tmp_path: Path
+) -> None:
+    """``git status`` says clean while the file differs from the commit; the build reads
+    the index flags and refuses, naming the count and the file, and writes nothing."""
+    repo = tmp_path / "fake"
+    fake_project(repo)
+    assert identity_properties(repo) != ()  # the control: clean, the identity is recorded
+    git(repo, "update-index", flag, "report.sh")
+    (repo / "report.sh").write_text("#!/bin/sh\nexit 0\n")
+    assert git(repo, "status", "--porcelain") == ""  # git itself is fooled
+    out = tmp_path / "out"
+    code, stdout, err = cli.run(repo, out)
+    assert (code, stdout) == (1, "")
+    assert len(err.splitlines()) == 1, err
+    assert "1 tracked file(s) marked assume-unchanged or skip-worktree: report.sh" in err
+    assert not out.exists()
+    assert identity_properties(repo) == ()  # a test run there names no commit either
+
+
+def test_a_commit_whose_suite_cannot_be_collected_is_refused(cli: Builder, tmp_path: Path) -> None:
+    """No count of the whole suite, no report can be held to it: a collection error
+    refuses the build before any report is read as enough."""
+    repo = tmp_path / "fake"
+    fake_project(repo)
+    (repo / "tests" / "test_broken.py").write_text("raise RuntimeError('cannot import')\n")
+    commit = commit_all(repo, "a test file that cannot be imported")
+    junit = write_junit(
+        tmp_path / "j.xml", dict.fromkeys(FAKE_SUITE, "passed"), commit.sha, commit.tree
+    )
+    code, stdout, err = cli.run(repo, tmp_path / "out", "--junit", str(junit), "--no-dist")
+    assert (code, stdout) == (1, "")
+    assert "pytest --collect-only exited 2" in err
+    assert "no count of the whole suite" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_case_of_a_collected_test_is_the_one_pytests_own_report_writes(
+    tmp_path: Path,
+) -> None:
+    """The whole-suite check matches collected node ids to report cases: asked of pytest
+    itself, for a class, a nested folder and parameters holding ``::``, ``[`` and ``/``."""
+    from smf_assurance.ops.candidate.junit import case_of  # noqa: PLC0415
+
+    (tmp_path / "tests" / "deep").mkdir(parents=True)
+    (tmp_path / "tests" / "deep" / "test_p.py").write_text(
+        "import pytest\n\n\n"
+        "@pytest.mark.parametrize('v', ['a::b', 'x[y]', 'p/q'])\n"
+        "def test_p(v: str) -> None:\n    pass\n\n\n"
+        "class TestC:\n    def test_m(self) -> None:\n        pass\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    base = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-q"]
+    listed = subprocess.run(
+        [*base, "--collect-only"], cwd=tmp_path, capture_output=True, text=True, env=env, check=True
+    ).stdout
+    nodes = [line for line in listed.splitlines() if "::" in line and line.startswith("tests/")]
+    assert len(nodes) == 4, listed
+    subprocess.run(
+        [*base, f"--junitxml={tmp_path / 'r.xml'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        env=env,
+        check=True,
+    )
+    report = ET.parse(tmp_path / "r.xml").getroot()
+    written = {(c.get("classname", ""), c.get("name", "")) for c in report.iter("testcase")}
+    assert {case_of(node) for node in nodes} == written

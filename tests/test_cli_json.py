@@ -547,6 +547,7 @@ CANDIDATE = (
 def check_candidate(out: cli_json.CandidateBuildJson, _: World) -> None:
     full(r"[0-9a-f]{40}", out.sha)
     assert (out.green, out.open, out.dist) == (2, 0, "built"), out
+    assert (out.suite.collected, out.suite.ran, out.suite.passed) == (2, 2, 2), out
     assert [c.state for c in out.claims] == ["green", "green"], out
 
 

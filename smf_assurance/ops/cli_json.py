@@ -1323,6 +1323,17 @@ class CandidateClaimJson(CliJson, kw_only=True):
     open_because: Annotated[tuple[str, ...], _("why it is open (empty when green)")]
 
 
+class CandidateSuiteJson(CliJson, kw_only=True):
+    """What the candidate's tests were held to: the whole suite its commit collects."""
+
+    collected: Annotated[Count, _("tests the commit's clone collects (pytest --collect-only)")]
+    ran: Annotated[Count, _("test cases in the JUnit report (every collected one at least)")]
+    passed: Annotated[Count, _("cases that passed")]
+    failed: Annotated[Count, _("cases that failed (a candidate is built only at 0)")]
+    errors: Annotated[Count, _("cases that errored (a candidate is built only at 0)")]
+    skipped: Annotated[Count, _("cases that were skipped: their claims stay open")]
+
+
 class CandidateBuildJson(CliJson, kw_only=True):
     """``candidate build --json``: the matrix written and signed for one commit."""
 
@@ -1336,6 +1347,7 @@ class CandidateBuildJson(CliJson, kw_only=True):
     ]
     artifacts: Annotated[dict[str, Identity], _("each built file's name and sha256")]
     runtimes: Annotated[dict[str, str], _("runtime -> version pinned at this commit")]
+    suite: Annotated[CandidateSuiteJson, _("the report's totals beside the collected count")]
     green: Annotated[Count, _("claims whose every test passed")]
     open: Annotated[Count, _("claims with a missing, skipped, failing or no test")]
     claims: Annotated[tuple[CandidateClaimJson, ...], _("every declared claim, in file order")]

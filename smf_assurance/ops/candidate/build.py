@@ -10,8 +10,14 @@ Issue 24, "``smf-assurance candidate build``". In order, each step refusing
 3. Results: ``make test`` in the clone writing a JUnit report
    (``PYTEST_ADDOPTS=--junitxml=...``; any ``test`` target may instead write to
    ``$SMF_CANDIDATE_JUNIT``), or ``--junit FILE``; either way the report must
-   name this SHA and tree (:mod:`smf_assurance.ops.candidate.junit`). A failing
-   suite is not a refusal: its failures open their rows.
+   name this SHA and tree (:mod:`smf_assurance.ops.candidate.junit`), and it is
+   held to the whole suite: the build counts the tests the clone collects
+   (``pytest --collect-only``, in the clone, never from the report) and refuses a
+   report missing any of them, a report with any failed or errored test, and a
+   ``make test`` that exits non-zero. A part of the suite, or a red one, proves
+   nothing of the commit. What this does not prove: that a hand-edited report
+   naming every collected test as passed was ever run; ``--junit`` trusts the
+   report's producer as far as that, ``make test`` in the clone does not need to.
 4. Artifacts: ``make dist`` in the clone when the commit has that target, each
    file of ``dist/`` recorded by sha256 and copied out; without the target (or
    with ``--no-dist``) the packaging rows stay open.
@@ -25,6 +31,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +44,7 @@ from smf_assurance.ops.candidate.claims import (
     load_claims,
     undeclared,
 )
-from smf_assurance.ops.candidate.junit import JUnitError, Outcome, read_results
+from smf_assurance.ops.candidate.junit import JUnitError, Outcome, case_of, read_results
 from smf_assurance.ops.candidate.matrix import (
     SCHEMA,
     Artifact,
@@ -60,6 +67,9 @@ SUITE_TIMEOUT_S: Final = 3 * 3600.0
 """Bounds a hung suite (the whole ``make test`` takes minutes); past it, no candidate."""
 
 DIST_TIMEOUT_S: Final = 3600.0
+
+COLLECT_TIMEOUT_S: Final = 900.0
+"""Bounds ``pytest --collect-only`` in the clone (seconds for the whole suite)."""
 
 FILES: Final = {
     "json": "candidate.json",
@@ -131,10 +141,13 @@ def _build(
         typos = undeclared(claims, marked)
         if typos:
             raise BuildError(f"test markers name undeclared claims: {', '.join(typos)}")
+        progress("counting the tests the clone collects")
+        collected = _collected(clone)
         exit_status: int | None = None
         if not junit:
             exit_status = _run_suite(clone, report, out, progress)
             results = _results(report, commit)
+        totals = _whole_suite(results, collected, commit)
         dist_state, artifacts = _dist(clone, out, progress) if dist else ("skipped", ())
         pins = runtime_pins(clone)
         candidate = Candidate(
@@ -145,6 +158,8 @@ def _build(
                 source="clone" if junit is None else "file",
                 junit_sha256=_sha256(report),
                 exit_status=exit_status,
+                collected=len(collected),
+                **totals,
             ),
             dist=dist_state,
             artifacts=artifacts,
@@ -173,6 +188,75 @@ def _results(report: Path, commit: Commit) -> dict[tuple[str, str], list[Outcome
         raise BuildError(str(exc)) from exc
 
 
+def _collected(clone: Path) -> frozenset[str]:
+    """The node ids of every test the clone collects, asked of pytest in the clone: the
+    count a report is held to comes from the commit, not from the report."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", JUNIT_ENV)}
+    argv = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-o", "addopts="]
+    argv += ["-p", "no:cacheprovider", "-p", "no:warnings"]
+    try:
+        done = subprocess.run(
+            argv,
+            cwd=clone,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=COLLECT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"pytest --collect-only did not finish: {type(exc).__name__}") from exc
+    listed = done.stdout.split("\n\n", 1)[0].splitlines()
+    nodes = frozenset(line for line in listed if "::" in line)
+    if done.returncode != 0 or not nodes:
+        raise BuildError(
+            f"pytest --collect-only exited {done.returncode} with {len(nodes)} tests in the "
+            "clone: no count of the whole suite to hold the report to"
+        )
+    return nodes
+
+
+def _whole_suite(
+    results: dict[tuple[str, str], list[Outcome]], collected: frozenset[str], commit: Commit
+) -> dict[str, int]:
+    """The report's totals, after refusing one that misses a test the commit collects or
+    holds a failed or errored case (a failing teardown included)."""
+    missing = sorted(node for node in collected if case_of(node) not in results)
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise BuildError(
+            f"the JUnit report ran {len(collected) - len(missing)} of the {len(collected)} "
+            f"tests {commit.sha} collects (missing {missing[0]}{more}): a partial run "
+            "proves nothing of the rest"
+        )
+    worst = {case: _worst(outcomes) for case, outcomes in results.items()}
+    red = sorted(
+        ".".join(case) for case, outcome in worst.items() if outcome in ("failed", "error")
+    )
+    if red:
+        more = f" and {len(red) - 1} more" if len(red) > 1 else ""
+        raise BuildError(
+            f"the JUnit report has {len(red)} failed or errored test(s) at {commit.sha} "
+            f"({red[0]}{more}): no candidate from a red suite"
+        )
+    counts = list(worst.values())
+    return {
+        "ran": len(counts),
+        "passed": counts.count("passed"),
+        "failed": 0,
+        "errors": 0,
+        "skipped": counts.count("skipped"),
+    }
+
+
+def _worst(outcomes: list[Outcome]) -> Outcome:
+    for outcome in ("error", "failed", "skipped"):
+        if outcome in outcomes:
+            return outcome
+    return "passed"
+
+
 def _run_suite(clone: Path, report: Path, out: Path, progress: Callable[[str], None]) -> int:
     """``make test`` in the clone; its exit status (a failing suite still reports)."""
     progress("running make test in the clone (minutes)")
@@ -184,6 +268,8 @@ def _run_suite(clone: Path, report: Path, out: Path, progress: Callable[[str], N
         raise BuildError(
             f"make test exited {status} and wrote no JUnit report (see {out / 'make-test.log'})"
         )
+    if status != 0:
+        raise BuildError(f"make test exited {status} (see {out / 'make-test.log'})")
     return status
 
 

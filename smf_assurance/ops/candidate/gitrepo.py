@@ -68,6 +68,19 @@ def dirty_files(repo: Path) -> list[str]:
     return sorted(files)
 
 
+def hidden_files(repo: Path) -> list[str]:
+    """Tracked paths git is told not to compare with the working tree: marked
+    ``assume-unchanged`` (a lowercase tag in ``git ls-files -v``) or ``skip-worktree``
+    (tag ``S``, ``s`` when both). ``git status`` and ``git diff`` report such a file
+    clean whatever its content, so a tree holding one cannot be called its commit."""
+    out = _git(repo, "ls-files", "-v", "-z")
+    return sorted(
+        entry[2:]
+        for entry in filter(None, out.split("\0"))
+        if entry[0].islower() or entry[0] == "S"
+    )
+
+
 def changed_files(repo: Path, old: str, new: str) -> frozenset[str]:
     """Paths that differ between commits ``old`` and ``new`` (``git diff --name-only``),
     renames counted at both names."""

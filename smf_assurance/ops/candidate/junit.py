@@ -73,9 +73,7 @@ def read_results(path: Path, commit: Commit) -> dict[tuple[str, str], list[Outco
 def outcome_of(node_id: str, results: Mapping[tuple[str, str], list[Outcome]]) -> Outcome:
     """The result of one test (``tests/test_x.py::Class::test_y``): the worst over its
     cases, parametrized ones included (``test_y[a]``); ``missing`` when none ran."""
-    path, _, rest = node_id.partition("::")
-    *classes, function = rest.split("::")
-    classname = ".".join([path.removesuffix(".py").replace("/", "."), *classes])
+    classname, function = case_of(node_id)
     found = [
         outcome
         for (case_class, name), outcomes in results.items()
@@ -85,6 +83,16 @@ def outcome_of(node_id: str, results: Mapping[tuple[str, str], list[Outcome]]) -
     if not found:
         return "missing"
     return next(worst for worst in _WORST if worst in found)
+
+
+def case_of(node_id: str) -> tuple[str, str]:
+    """The ``(classname, name)`` pytest's JUnit report gives the test ``node_id``
+    (``tests/test_x.py::Class::test_y[a]`` -> ``("tests.test_x.Class", "test_y[a]")``)."""
+    address, bracket, params = node_id.partition("[")  # a parameter may hold "::"
+    path, _, rest = address.partition("::")
+    *classes, name = rest.split("::")
+    dotted = path.removesuffix(".py").replace("/", ".")
+    return ".".join([dotted, *classes]), name + bracket + params
 
 
 def _check_identity(path: Path, suite: ET.Element, commit: Commit) -> None:

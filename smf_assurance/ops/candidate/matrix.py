@@ -91,11 +91,19 @@ class Artifact(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 class SuiteRun(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Where the results came from: ``clone`` (``make test`` in a fresh clone, and its
-    exit status) or ``file`` (``--junit``, exit unknown), and the report's digest."""
+    exit status) or ``file`` (``--junit``, exit unknown), the report's digest, and its
+    totals beside ``collected``: the tests the commit's clone collects, counted by the
+    build itself (``pytest --collect-only``), never read from the report."""
 
     source: Literal["clone", "file"]
     junit_sha256: str
     exit_status: int | None
+    collected: int
+    ran: int
+    passed: int
+    failed: int
+    errors: int
+    skipped: int
 
 
 class Candidate(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -200,6 +208,10 @@ def markdown(candidate: Candidate) -> str:
             if candidate.suite.exit_status is not None
             else ""
         ),
+        f"- tests: {candidate.suite.collected} collected at this commit, "
+        f"{candidate.suite.ran} in the report: {candidate.suite.passed} passed, "
+        f"{candidate.suite.failed} failed, {candidate.suite.errors} errors, "
+        f"{candidate.suite.skipped} skipped",
         f"- runtimes pinned: {_pairs(candidate.runtimes)}",
         f"- artifacts ({candidate.dist}): "
         + (", ".join(f"`{a.name}` sha256 `{a.sha256}`" for a in candidate.artifacts) or "none"),

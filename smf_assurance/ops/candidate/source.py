@@ -4,7 +4,9 @@ Issue 24, "``candidate build``: refuses a dirty tree or an untracked file that
 would ship; records the commit SHA and tree hash; runs the suite from a clean
 clone of that commit". A green suite in a dirty working tree proves nothing
 about any commit, so every modified, staged, deleted, renamed and
-untracked-not-ignored file refuses the build, and the suite never runs in the
+untracked-not-ignored file refuses the build, and so does any tracked file marked
+``assume-unchanged`` or ``skip-worktree`` (git would not compare it, so the tree
+could differ while status says clean); the suite never runs in the
 working tree: it runs in a clone checked out at the SHA. git is asked through
 :mod:`smf_assurance.ops.candidate.gitrepo`, the one place the candidate asks it.
 """
@@ -21,6 +23,7 @@ from smf_assurance.ops.candidate.gitrepo import (
     clone_commit,
     commit_of,
     dirty_files,
+    hidden_files,
     tree_of,
 )
 
@@ -38,6 +41,19 @@ class DirtyTreeError(SourceError):
         self.files = files
 
 
+class HiddenChangesError(SourceError):
+    """Tracked files git is told not to compare: the tree may differ from its commit
+    while ``git status`` says it is clean, so it is refused as a dirty one is."""
+
+    def __init__(self, files: tuple[str, ...]) -> None:
+        shown = ", ".join(files[:10]) + (f" and {len(files) - 10} more" if len(files) > 10 else "")
+        super().__init__(
+            f"the working tree hides changes: {len(files)} tracked file(s) marked "
+            f"assume-unchanged or skip-worktree: {shown}"
+        )
+        self.files = files
+
+
 class Commit(msgspec.Struct, frozen=True):
     """A commit by its SHA and the hash of its tree (``git rev-parse HEAD^{tree}``)."""
 
@@ -51,6 +67,9 @@ def head_commit(repo: Path) -> Commit:
         files = tuple(dirty_files(repo))
         if files:
             raise DirtyTreeError(files)
+        hidden = tuple(hidden_files(repo))
+        if hidden:
+            raise HiddenChangesError(hidden)
         sha, tree = commit_of(repo, "HEAD"), tree_of(repo, "HEAD")
     except GitError as exc:
         raise SourceError(str(exc)) from exc

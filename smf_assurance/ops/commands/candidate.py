@@ -1,8 +1,10 @@
 """``candidate``: one immutable candidate of the product and what holds for it (issue 24).
 
-- ``candidate build``: refuses a dirty tree naming its files; records the commit's
-  SHA and tree; takes the suite's results from ``make test`` in a fresh clone (or a
-  ``--junit`` report bound to that SHA and tree); builds ``make dist`` there when the
+- ``candidate build``: refuses a dirty tree naming its files (and one whose tracked
+  files git is told not to compare); records the commit's SHA and tree; takes the
+  suite's results from ``make test`` in a fresh clone (or a ``--junit`` report bound
+  to that SHA and tree), refusing a report that misses a test the clone collects or
+  holds a failure; builds ``make dist`` there when the
   commit has it; writes the matrix as JSON, Markdown and a DSSE envelope signed by a
   release key (``smf_assurance.ops.candidate.build``).
 - ``candidate status``: which signed reviews hold for a candidate's commit
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from smf_assurance.ops.candidate.build import BuildError, build_candidate
 from smf_assurance.ops.candidate.status import add_status_parser
-from smf_assurance.ops.cli_json import CandidateBuildJson, CandidateClaimJson
+from smf_assurance.ops.cli_json import CandidateBuildJson, CandidateClaimJson, CandidateSuiteJson
 from smf_assurance.ops.output import emit, fail, say, table
 from smf_assurance.subjects.keys import KeyFileError, load_private_key
 
@@ -31,11 +33,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     build = actions.add_parser(
         "build",
         help="test and build one clean commit and write its signed claim matrix",
-        description="Refuse a working tree that differs from HEAD (naming the files); clone "
-        "HEAD; run `make test` there with a JUnit report, or read --junit (it must name this "
-        "SHA and tree); run `make dist` there when the commit has it; write candidate.json, "
-        "candidate.md and candidate.dsse.json (signed by --key) into --out. A claim whose "
-        "tests are missing, skipped, failing or errored is open, never green.",
+        description="Refuse a working tree that differs from HEAD (naming the files) or "
+        "hides changes (assume-unchanged or skip-worktree files); clone HEAD; count the tests "
+        "it collects; run `make test` there with a JUnit report, or read --junit (it must name "
+        "this SHA and tree); refuse a report missing any collected test, with any failure or "
+        "error, or a make test exiting non-zero; run `make dist` there when the commit has it; "
+        "write candidate.json, candidate.md and candidate.dsse.json (signed by --key) into "
+        "--out. A claim whose tests are skipped or absent is open, never green.",
     )
     build.add_argument(
         "--repo", type=Path, default=Path("."), help="the git repository (default: here)"
@@ -99,6 +103,14 @@ def run_build(args: argparse.Namespace) -> int:
                 dist=candidate.dist,
                 artifacts={a.name: a.sha256 for a in candidate.artifacts},
                 runtimes=candidate.runtimes,
+                suite=CandidateSuiteJson(
+                    collected=candidate.suite.collected,
+                    ran=candidate.suite.ran,
+                    passed=candidate.suite.passed,
+                    failed=candidate.suite.failed,
+                    errors=candidate.suite.errors,
+                    skipped=candidate.suite.skipped,
+                ),
                 green=green,
                 open=len(candidate.claims) - green,
                 claims=tuple(
