@@ -18,7 +18,9 @@ may hold ``{{result:REGEX}}``, replaced by the
 first group of REGEX's first match in the tool results shown so far (a process
 session id a previous call returned). A call may carry ``"content": str``:
 assistant text sent in the same message as that tool call (the interim text
-a runtime may show while the tool runs); without it the message has none.
+a runtime may show while the tool runs); without it the message has none. A call
+may carry ``"raw_arguments": str`` instead of ``"arguments"``: sent as they are, not
+encoded (arguments that are not JSON, as a model sometimes emits).
 The n-th request of a conversation that offers tools gets ``calls[n]`` as a
 tool call, where n is the number of tool results already in it; once the
 calls are used up (or when no tools are offered), the reply is ``final`` as
@@ -153,9 +155,9 @@ def answer(
                     "type": "function",
                     "function": {
                         "name": call["name"],
-                        "arguments": json.dumps(
-                            _from_results(call.get("arguments", {}), tool_results)
-                        ),
+                        "arguments": call["raw_arguments"]
+                        if "raw_arguments" in call
+                        else json.dumps(_from_results(call.get("arguments", {}), tool_results)),
                     },
                 }
             ],

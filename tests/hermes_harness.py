@@ -421,6 +421,7 @@ class Harness:
             actor=msgspec.convert(context["actor"], ActorContext),
             destination=msgspec.convert(context["reply"]["destination"], ProposedDestination),
             facts=msgspec.convert(context["facts"], DataFacts),
+            refuses_invalid_json_turns=True,  # as ``runtime add --kind hermes`` declares
         )
         self.gateway = await start_model_gateway(gateway_config(self.state, self.server.url))
         return self.gateway.url, token

@@ -257,3 +257,17 @@ def test_a_runtime_that_checks_tool_arguments_is_declared_so_only_when_asked(
     add_runtime(demo, tmp_path, capsys, *(["--checks-tool-arguments"] if checks else []))
     (served,) = json.loads((demo.root / "model-gateway.json").read_text())["runtimes"]
     assert served["checks_tool_arguments"] is checks
+    assert served["refuses_invalid_json_turns"] is False
+
+
+@pytest.mark.parametrize("refuses", [False, True])
+def test_a_runtime_that_refuses_invalid_json_turns_is_declared_so_only_when_asked(
+    demo: StateDir, tmp_path: Path, capsys: pytest.CaptureFixture[str], refuses: bool
+) -> None:
+    """Off unless the operator says the runtime answers every call of a turn whose
+    arguments are not JSON itself: only then are those answers refusals, not a stop."""
+    assert run([*UPSTREAM, "--state-dir", str(demo.root)], capsys)[0] == 0
+    add_runtime(demo, tmp_path, capsys, *(["--refuses-invalid-json-turns"] if refuses else []))
+    (served,) = json.loads((demo.root / "model-gateway.json").read_text())["runtimes"]
+    assert served["refuses_invalid_json_turns"] is refuses
+    assert served["checks_tool_arguments"] is False

@@ -43,9 +43,15 @@ from smf_assurance.ops.runtimes import provision_runtime
 from smf_assurance.ops.stack import start_stack
 from smf_assurance.ops.state import OPERATOR, StateDir, provision_demo
 from smf_assurance.pipeline.assembly.model_gateway import start_model_gateway
-from smf_assurance.pipeline.stages.model_gateway import GatewaySettings, _Bounded, new_call_id
+from smf_assurance.pipeline.stages.model_gateway import (
+    GatewaySettings,
+    _Bounded,
+    _Marks,
+    new_call_id,
+)
 from smf_assurance.pipeline.stages.tool_calls import DecidedCalls
 from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
+from smf_assurance.subjects.call_context import CallContext
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.messages import Verdict
 from smf_assurance.subjects.model_gateway import GatewayCalls, GatewayClear, GatewayCleared
@@ -71,6 +77,8 @@ LOOSE_ID = "gw-loose"
 LOOSE = "gw-loose-runtime"
 UNCHECKED_ID = "gw-unchecked"
 UNCHECKED = "gw-unchecked-runtime"
+HERMES_ID = "gw-hermes"
+HERMES = "gw-hermes-runtime"
 CALL_ID = re.compile(r"smfc[0-9a-f]{24}")
 UNGATED = ["ungated_tool_result", "model_request_refused"]
 STOPPED = "runtime_stopped_ungated_tool_result"
@@ -84,14 +92,17 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
 
 @asynccontextmanager
 async def tool_call_world(tmp_path: Path) -> AsyncIterator[World]:
-    """Three runtimes the gateway serves: one with tool-call accounting whose runtime
+    """Four runtimes the gateway serves: one with tool-call accounting whose runtime
     checks arguments against the offered schema (as OpenClaw does), one with accounting
-    whose runtime does not (as Hermes), and one without accounting."""
+    whose runtime does not, one with accounting whose runtime refuses a turn whose
+    arguments are not JSON whole (as Hermes: ``runtime add --kind hermes``), and one
+    without accounting."""
     state = StateDir(tmp_path / "state")
     provision_demo(state)
     provision_runtime(state, TOOLS, TOOLS_ID, runtime_pin=PIN, require_release=False)
     provision_runtime(state, LOOSE, LOOSE_ID, runtime_pin=PIN, require_release=False)
     provision_runtime(state, UNCHECKED, UNCHECKED_ID, runtime_pin=PIN, require_release=False)
+    provision_runtime(state, HERMES, HERMES_ID, runtime_pin=PIN, require_release=False)
     model = await FakeModel().start()
     set_upstream(state, model.url, "local-model")
     common: dict[str, Any] = {
@@ -104,6 +115,9 @@ async def tool_call_world(tmp_path: Path) -> AsyncIterator[World]:
         TOOLS_ID: provision_gateway_runtime(state, TOOLS_ID, checks_tool_arguments=True, **common),
         LOOSE_ID: provision_gateway_runtime(state, LOOSE_ID, account_tool_calls=False, **common),
         UNCHECKED_ID: provision_gateway_runtime(state, UNCHECKED_ID, **common),
+        HERMES_ID: provision_gateway_runtime(
+            state, HERMES_ID, refuses_invalid_json_turns=True, **common
+        ),
     }
     stack = await start_stack(state, with_connectors=False)
     # a long admission cache: a stop must end the gateway's cached admission itself
@@ -464,8 +478,46 @@ def test_the_gateway_id_sets_are_bounded() -> None:
     for value in ("a", "b", "c"):
         ids.add(value)
     assert ("a" in ids, "b" in ids, "c" in ids) == (False, True, True)
+    marks = _Marks(limit=2)
+    for value in ("a", "b", "c"):
+        marks.add(value, "skipped")
+    marks.add("b", "arguments")  # marked again: the newest, kept
+    marks.add("d", "same_tool")
+    assert [marks.get(v) for v in "abcd"] == [None, "arguments", None, "same_tool"]
     assert all(CALL_ID.fullmatch(new_call_id()) for _ in range(100))
     assert len({new_call_id() for _ in range(100)}) == 100
+
+
+def test_a_turn_refused_for_bad_json_adds_nothing_to_the_wire_when_there_is_none() -> None:
+    """``invalid_turn`` and ``turn_invalid`` are left out when empty or false, so an ask
+    and a record without them encode byte for byte as before they existed; set, they
+    round-trip."""
+    call_id = "smfc" + "0" * 24
+    ask = GatewayCalls(
+        schema="smf.gateway-calls/1",
+        request_id="m-" + "0" * 32,
+        runtime_id=HERMES_ID,
+        tenant_id="firm-a",
+        tool_call_ids=(call_id,),
+        issued_at_ms=1,
+    )
+    assert b"invalid_turn" not in msgspec.json.encode(ask)
+    marked = msgspec.structs.replace(ask, invalid_turn=(call_id,))
+    assert msgspec.json.decode(msgspec.json.encode(marked), type=GatewayCalls) == marked
+    record = CallContext(
+        schema="smf.call-context/1",
+        runtime_id=HERMES_ID,
+        tool_call_id=call_id,
+        tool_name="read_file",
+        classification="public",
+        injection_taint="clear",
+        found=(),
+        issued_at_ms=1,
+    )
+    assert b"turn_invalid" not in msgspec.json.encode(record)
+    marked_record = msgspec.structs.replace(record, turn_invalid=True)
+    encoded = msgspec.json.encode(marked_record)
+    assert msgspec.json.decode(encoded, type=CallContext) == marked_record
 
 
 def test_a_tool_call_id_is_not_part_of_the_operation() -> None:
@@ -627,3 +679,198 @@ async def test_a_call_with_invalid_arguments_whose_result_is_no_refusal_stops_th
     reasons = ledger_reasons(world.state)
     assert UNGATED in reasons
     assert reasons.count(INVALID_ARGUMENTS) == 1
+
+
+# -- a turn refused whole for arguments that are not JSON (Hermes) -------------------
+
+WRITE_FILE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "write_file",
+        "description": "Write a file.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    },
+}
+BAD_JSON = '{"path": "notes.txt",}'
+INVALID_TURN = ["tool_call_turn_invalid", "tool_call_skipped_by_runtime"]
+HERMES_SKIPPED = "Skipped: other tool call in this response had invalid JSON."
+
+
+def hermes_refusal() -> str:
+    """Hermes 0.19.0's result for a call of such a turn whose tool is that of the call
+    with bad arguments (``BAD_JSON``), as ``agent/conversation_loop.py`` builds it."""
+    try:
+        json.loads(BAD_JSON)
+    except json.JSONDecodeError as e:
+        err = str(e)
+    return (
+        f"Error: Invalid JSON arguments. {err}. "
+        f"For tools with no required parameters, use an empty object: {{}}. "
+        f"Please retry with valid JSON."
+    )
+
+
+TURN = (
+    ("call_b1", "read_file", BAD_JSON),
+    ("call_b2", "read_file", '{"path": "a.txt"}'),
+    ("call_b3", "write_file", '{"path": "b.txt"}'),
+)
+
+
+async def emitted_turn(
+    world: World, runtime_id: str = HERMES_ID, *, stream: bool = False
+) -> list[dict[str, Any]]:
+    """Let the model emit ``TURN`` (a call whose arguments are not JSON, another call to
+    the same tool and one to another tool) in answer to a request offering both tools,
+    not streamed (as Hermes asks when it has no stream consumer) unless ``stream``; the
+    calls the runtime gets, with the gateway's ids."""
+    world.model.queue.append(Reply(content="", tool_calls=TURN))
+    body = json.loads(offering(READ_FILE_TOOL, WRITE_FILE_TOOL))
+    body["stream"] = stream
+    status, data = await chat(world, runtime_id, body=json.dumps(body).encode())
+    assert status == 200
+    message = None if stream else json.loads(data)["choices"][0]["message"]
+    calls = sse_text(data)[1] if message is None else message["tool_calls"]
+    assert [c["function"]["arguments"] for c in calls] == [a for _, _, a in TURN]
+    assert all(CALL_ID.fullmatch(c["id"]) for c in calls)
+    return list(calls)
+
+
+def with_results(calls: list[dict[str, Any]], contents: list[str]) -> bytes:
+    """The runtime's next request: the turn and a result for each of its calls."""
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "Read my notes."},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+    ]
+    messages += [
+        {"role": "tool", "tool_call_id": c["id"], "content": text}
+        for c, text in zip(calls, contents, strict=True)
+    ]
+    return json.dumps({"model": "fake-model", "stream": False, "messages": messages}).encode()
+
+
+HERMES_ANSWERS = [hermes_refusal(), hermes_refusal(), HERMES_SKIPPED]
+"""What Hermes answers the calls of ``TURN``: it picks the refusal by the tool's name."""
+
+
+def reply_text(data: bytes) -> str:
+    text = json.loads(data)["choices"][0]["message"]["content"]
+    assert isinstance(text, str)
+    return text
+
+
+@pytest.mark.claim("model-gateway.invalid-json-turns-accounted")
+async def test_a_turn_refused_for_arguments_that_are_not_json_is_recorded_not_a_stop(
+    world: World,
+) -> None:
+    """Hermes gives up retrying a turn whose arguments are not JSON and answers every
+    call of it itself, before any hook: no proposal covers them. Their results, in
+    Hermes's own texts, are served and recorded as refusals, once each (the call with
+    bad arguments ``tool_arguments_invalid``, the others ``tool_call_turn_invalid``);
+    the runtime is not stopped and keeps being served."""
+    assert (await attest(world, HERMES, HERMES_ID)).accepted
+    calls = await emitted_turn(world)
+    world.model.default = Reply(content="Let me try again.")
+    for _ in range(2):  # asked once: the second request finds them decided
+        status, data = await chat(world, HERMES_ID, body=with_results(calls, HERMES_ANSWERS))
+        assert (status, reply_text(data)) == (200, "Let me try again.")
+    assert len(world.model.requests) == 3  # the provider was asked both times
+    entries = ledger_entries(world.state)
+    refusals = [e for e in entries if e["reason_codes"] in (INVALID_ARGUMENTS, INVALID_TURN)]
+    assert [(e["disposition"], e["reason_codes"]) for e in refusals] == [
+        ("deny", INVALID_ARGUMENTS),
+        ("deny", INVALID_TURN),
+        ("deny", INVALID_TURN),
+    ]
+    assert UNGATED not in ledger_reasons(world.state)
+    status, data = await chat(world, HERMES_ID, stream=False)
+    assert (status, reply_text(data)) == (200, "Let me try again.")
+
+
+@pytest.mark.claim("model-gateway.invalid-json-turns-accounted")
+@pytest.mark.parametrize(
+    ("call", "content"),
+    [
+        (0, "Hearing on Monday."),
+        (2, "Wrote b.txt."),
+        (2, HERMES_SKIPPED + " Wrote b.txt."),
+        (2, hermes_refusal()),
+        (1, hermes_refusal() + "\nHearing on Monday."),
+    ],
+    ids=[
+        "bad-call-output",
+        "skipped-output",
+        "skipped-then-output",
+        "skipped-as-refused",
+        "refusal-then-output",
+    ],
+)
+async def test_a_call_of_such_a_turn_answered_otherwise_than_by_hermes_stops_the_runtime(
+    world: World, call: int, content: str
+) -> None:
+    """The attack: one call of the turn ran after all (a runtime that repaired the
+    arguments and ran it past a bypassed hook) and answers with a tool's output, or
+    with a text Hermes does not give that call. Unproposed, its result stops the
+    runtime as any ungated result does, and nothing of the turn is recorded as a
+    refusal."""
+    assert (await attest(world, HERMES, HERMES_ID)).accepted
+    calls = await emitted_turn(world)
+    contents = list(HERMES_ANSWERS)
+    contents[call] = content
+    status, data = await chat(world, HERMES_ID, body=with_results(calls, contents))
+    assert (status, error_code(data)) == (403, "ungated_tool_result")
+    assert len(world.model.requests) == 1  # the provider was not asked again
+    reasons = ledger_reasons(world.state)
+    assert UNGATED in reasons
+    assert INVALID_ARGUMENTS not in reasons
+    assert INVALID_TURN not in reasons
+    status, data = await chat(world, HERMES_ID, stream=False)
+    assert (status, error_code(data)) == (403, STOPPED)
+
+
+@pytest.mark.claim("model-gateway.invalid-json-turns-accounted")
+async def test_a_call_of_a_turn_refused_for_bad_json_is_never_allowed(world: World) -> None:
+    """The attack: a runtime proposes calls of such a turn anyway. The call with bad
+    arguments is denied ``tool_arguments_invalid``, another call of the turn
+    ``tool_call_turn_invalid`` (its own arguments were fine: the turn is what Hermes
+    refuses), whatever policy would say; both denials are recorded, and the results
+    are then covered by them. The control: the same proposal under the id of a call
+    from a turn whose arguments are all JSON is allowed."""
+    assert (await attest(world, HERMES, HERMES_ID)).accepted
+    calls = await emitted_turn(world)
+    bad = await propose(world, HERMES, HERMES_ID, calls[0]["id"])
+    assert (bad.outcome, bad.reason_codes) == ("deny", ("tool_arguments_invalid",))
+    sibling = await propose(world, HERMES, HERMES_ID, calls[1]["id"])
+    assert (sibling.outcome, sibling.reason_codes) == ("deny", ("tool_call_turn_invalid",))
+    (entry,) = ledger_entries(world.state, sibling.evidence[0])
+    assert (entry["disposition"], entry["reason_codes"]) == ("deny", ["tool_call_turn_invalid"])
+    world.model.default = Reply(content="Refused.")
+    status, data = await chat(world, HERMES_ID, body=with_results(calls, HERMES_ANSWERS))
+    assert (status, reply_text(data)) == (200, "Refused.")
+    assert UNGATED not in ledger_reasons(world.state)
+    valid = await emitted_with(world, '{"path": "notes.txt"}', HERMES_ID)
+    assert (await propose(world, HERMES, HERMES_ID, valid)).outcome == "allow"
+
+
+@pytest.mark.claim("model-gateway.invalid-json-turns-accounted")
+@pytest.mark.parametrize(
+    ("runtime", "runtime_id", "stream"),
+    [(UNCHECKED, UNCHECKED_ID, False), (TOOLS, TOOLS_ID, False), (HERMES, HERMES_ID, True)],
+    ids=["profile-without-it", "openclaw-profile", "streamed-turn"],
+)
+async def test_without_the_profile_or_on_a_streamed_turn_hermess_texts_still_stop(
+    world: World, runtime: str, runtime_id: str, stream: bool
+) -> None:
+    """The control: for a runtime whose profile does not say it refuses such a turn whole
+    (OpenClaw's ends it as a failed stream instead), and for a streamed turn (Hermes
+    repairs streamed arguments and runs what it repaired through its hooks), nothing
+    marks the turn: Hermes's texts as results of its calls stop the runtime, and a
+    proposal of the other call of the same tool is decided by policy (allowed)."""
+    assert (await attest(world, runtime, runtime_id)).accepted
+    calls = await emitted_turn(world, runtime_id, stream=stream)
+    assert (await propose(world, runtime, runtime_id, calls[1]["id"])).outcome == "allow"
+    status, data = await chat(world, runtime_id, body=with_results(calls, HERMES_ANSWERS))
+    assert (status, error_code(data)) == (403, "ungated_tool_result")
+    reasons = ledger_reasons(world.state)
+    assert UNGATED in reasons
+    assert INVALID_TURN not in reasons

@@ -440,6 +440,9 @@ def test_a_runtime_added_is_decided_by_the_running_gate_and_refused_once_removed
     ]
     # OpenClaw runs no call whose arguments fail the tool's schema; Hermes does not check
     assert served.checks_tool_arguments is (kind == "openclaw")
+    # Hermes answers every call of a turn whose arguments are not JSON itself; OpenClaw
+    # ends such a turn as a failed stream
+    assert served.refuses_invalid_json_turns is (kind == "hermes")
 
     credential = BusCredential(runtime_id, Path(added["files"]["bus_credential"]))
 

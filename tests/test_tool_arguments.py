@@ -14,8 +14,13 @@ invalid. The schema of OpenClaw's ``read`` tool (2026.9.6,
 ``readToolInputSchema``, as TypeBox emits it) is read as OpenClaw's validator reads it
 for the cases it rejects.
 
+A turn Hermes refuses whole for arguments that are not JSON is found as Hermes finds it
+(its own test, on the calls to offered tools only) with the text it gives each call, and
+only Hermes's own texts for that case, whole, are taken for its refusal.
+
 Does not prove: agreement with OpenClaw's validator on the real runtime (that is
-``tests/test_openclaw_gateway.py``).
+``tests/test_openclaw_gateway.py``), nor with Hermes on the real runtime
+(``tests/test_hermes_gateway.py``).
 """
 
 from __future__ import annotations
@@ -27,10 +32,17 @@ import pytest
 
 from smf_assurance.pipeline.core.model_turns import (
     ARGUMENT_CHECK_REFUSAL,
+    INVALID_JSON_SKIPPED,
     ChatRequest,
+    is_invalid_json_refusal,
     read_request,
 )
-from smf_assurance.pipeline.core.tool_arguments import MAX_DEPTH, certainly_invalid
+from smf_assurance.pipeline.core.tool_arguments import (
+    MAX_DEPTH,
+    certainly_invalid,
+    invalid_json_turn,
+    not_json,
+)
 
 OPENCLAW_READ: dict[str, Any] = {
     "type": "object",
@@ -227,3 +239,78 @@ def test_only_the_runtimes_own_refusal_counts_as_a_call_that_ran_nowhere() -> No
     assert not _results(("a", REFUSAL), ("a", "ran")).refused_by_argument_check("a")
     assert not _results(("a", "output\n" + REFUSAL)).refused_by_argument_check("a")
     assert not _results(("b", REFUSAL)).refused_by_argument_check("a")
+
+
+def hermes_refusal(arguments: str) -> str:
+    """The text Hermes 0.19.0 gives a call refused for arguments that are not JSON,
+    built as ``agent/conversation_loop.py`` builds it."""
+    try:
+        json.loads(arguments)
+    except json.JSONDecodeError as e:
+        err = str(e)
+    else:
+        raise AssertionError("valid JSON")
+    return (
+        f"Error: Invalid JSON arguments. {err}. "
+        f"For tools with no required parameters, use an empty object: {{}}. "
+        f"Please retry with valid JSON."
+    )
+
+
+OFFERED = frozenset({"read_file", "write_file"})
+
+
+@pytest.mark.claim("model-gateway.invalid-json-turns-accounted")
+def test_a_turn_with_arguments_that_are_not_json_is_found_as_hermes_finds_it() -> None:
+    """Hermes reads blank arguments as ``{}`` and refuses any other text Python's JSON
+    parser rejects; it reads only the arguments of calls to offered tools (a call to
+    another name is an unknown tool), and answers a call by the tool's name: the
+    invalid call and another call to the same tool get the refusal, the rest the
+    "skipped" text. A turn with no such call, or whose only bad arguments are those
+    of a call to a name it did not offer, is run as usual (None)."""
+    assert [not_json(a) for a in ("", "  ", "{}", '{"a": NaN}', "[1]")] == [False] * 5
+    assert [not_json(a) for a in ('{"a": 1,}', "{'a': 1}", "None", '{"a"')] == [True] * 4
+    assert not not_json("[" * 100_000 + "]" * 100_000)  # past what the parser reads
+    turn = [
+        ("read_file", '{"path": "a",}'),
+        ("read_file", '{"path": "b"}'),
+        ("write_file", '{"path": "c", "content": "x"}'),
+    ]
+    assert invalid_json_turn(turn, OFFERED) == ["arguments", "same_tool", "skipped"]
+    assert invalid_json_turn([turn[1], turn[2], ("read_file", "")], OFFERED) is None
+    mixed = [("rm_rf", "{not json"), turn[1]]
+    assert invalid_json_turn(mixed, OFFERED) is None  # Hermes runs read_file, errs rm_rf
+    assert invalid_json_turn([("rm_rf", "{not json")], OFFERED) is None
+    assert invalid_json_turn([*mixed, turn[0]], OFFERED) == ["skipped", "same_tool", "arguments"]
+
+
+@pytest.mark.claim("model-gateway.invalid-json-turns-accounted")
+@pytest.mark.parametrize("arguments", ['{"path": "a",}', "{'path': 'a'}", '{"path": "a"}}'])
+def test_only_hermess_own_texts_count_as_its_refusal_of_a_turn(arguments: str) -> None:
+    """Hermes's refusal is recognised by its fixed start and end with one line of the
+    parser's message between, its "skipped" text only whole: a tool's output, the
+    refusal with output before or after it, across lines, or the start alone is not."""
+    refusal = hermes_refusal(arguments)
+    assert is_invalid_json_refusal(refusal)
+    start, end = refusal.split(". For tools")
+    for text in (
+        "Hearing on Monday.",
+        start,
+        start + ".",
+        "Hearing on Monday.\n" + refusal,
+        refusal + "\nHearing on Monday.",
+        start + "\nHearing on Monday" + ". For tools" + end,
+        "Error: Invalid JSON arguments. . For tools with no required parameters, use an empty "
+        "object: {}. Please retry with valid JSON.",
+    ):
+        assert not is_invalid_json_refusal(text), text
+    skipped = _results(("a", INVALID_JSON_SKIPPED))
+
+    def exact(text: str) -> bool:
+        return text == INVALID_JSON_SKIPPED
+
+    assert skipped.answered_only_by("a", exact)
+    assert not skipped.answered_only_by("b", exact)
+    assert not _results(("a", INVALID_JSON_SKIPPED + " Ran.")).answered_only_by("a", exact)
+    assert not _results(("a", INVALID_JSON_SKIPPED), ("a", "ran")).answered_only_by("a", exact)
+    assert _results(("a", refusal)).answered_only_by("a", is_invalid_json_refusal)

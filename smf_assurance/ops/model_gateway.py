@@ -88,6 +88,7 @@ def with_gateway_runtime(
     facts: DataFacts | None = None,
     account_tool_calls: bool = True,
     checks_tool_arguments: bool = False,
+    refuses_invalid_json_turns: bool = False,
 ) -> GatewayFile:
     """``current`` serving ``runtime_id`` with ``token`` (its hash) for the declared
     delivery, replacing any profile it had: the pure half of
@@ -102,6 +103,7 @@ def with_gateway_runtime(
         facts=facts or DataFacts(),
         account_tool_calls=account_tool_calls,
         checks_tool_arguments=checks_tool_arguments,
+        refuses_invalid_json_turns=refuses_invalid_json_turns,
     )
     others = tuple(r for r in current.runtimes if r.runtime_id != runtime_id)
     return msgspec.structs.replace(current, runtimes=(*others, runtime))
@@ -124,13 +126,17 @@ def provision_gateway_runtime(
     facts: DataFacts | None = None,
     account_tool_calls: bool = True,
     checks_tool_arguments: bool = False,
+    refuses_invalid_json_turns: bool = False,
 ) -> str:
     """Issue ``runtime_id`` a new gateway token and declare its delivery; returns the
     token (also written to :func:`token_path`). A second call replaces the token.
     ``account_tool_calls``: False only for a runtime whose adapter does not put the
     model's tool-call ids into its proposals (OpenClaw, docs/OPENCLAW.md).
     ``checks_tool_arguments``: True only for a runtime that checks a call's arguments
-    against the offered schema before any hook and runs none that fails (OpenClaw)."""
+    against the offered schema before any hook and runs none that fails (OpenClaw).
+    ``refuses_invalid_json_turns``: True only for a runtime that answers every call of a
+    turn it did not stream, in which some call's arguments are not JSON, with its own
+    text before any hook and runs none of them (Hermes)."""
     path = gateway_file(state)
     if not path.exists():
         raise FileNotFoundError(f"{path}: name the upstream first (set_upstream)")
@@ -146,6 +152,7 @@ def provision_gateway_runtime(
         facts=facts,
         account_tool_calls=account_tool_calls,
         checks_tool_arguments=checks_tool_arguments,
+        refuses_invalid_json_turns=refuses_invalid_json_turns,
     )
     write_private(token_path(state, runtime_id), token.encode())
     write_private(path, msgspec.json.encode(updated))

@@ -87,6 +87,11 @@ class CallContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_
     tool: a runtime that checks them refuses the call before any hook, so a proposal
     carrying this id is denied (``tool_arguments_invalid``) whatever policy would say.
     ``omit_defaults``: a record without it encodes as before it existed."""
+    turn_invalid: bool = False
+    """Another call of the turn this call was issued in had arguments that are not JSON,
+    and the runtime refuses such a turn whole before any hook (Hermes, on a turn it did
+    not stream): this call runs nowhere either, so a proposal carrying its id is denied
+    (``tool_call_turn_invalid``). Left out of the encoding when False."""
 
 
 __all__ = [

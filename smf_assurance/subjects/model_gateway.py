@@ -270,8 +270,13 @@ class GatewayCalls(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit
     failed the ``parameters`` schema that request offered for the tool (a runtime that
     checks them, as OpenClaw does, answers the call with an error before any hook); one
     no proposal carried is recorded as a refusal (``tool_arguments_invalid``,
-    ``tool_arguments_rejected_by_runtime``) and noted decided, not a stop.
-    ``omit_defaults``: an ask without them encodes as before they existed."""
+    ``tool_arguments_rejected_by_runtime``) and noted decided, not a stop; so is one
+    whose arguments were not JSON in a turn its runtime refused whole for that (Hermes).
+    ``invalid_turn``: those of the ids whose own arguments were fine in such a turn,
+    answered by the runtime's own text for it; one no proposal carried is recorded as a
+    refusal (``tool_call_turn_invalid``, ``tool_call_skipped_by_runtime``) and noted
+    decided, not a stop. ``omit_defaults``: an ask without them encodes as before they
+    existed."""
 
     schema: Literal["smf.gateway-calls/1"]
     request_id: MessageId
@@ -285,6 +290,7 @@ class GatewayCalls(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit
     invalid_arguments: Annotated[
         tuple[ToolCallId, ...], msgspec.Meta(max_length=MAX_CALLS_PER_ASK)
     ] = ()
+    invalid_turn: Annotated[tuple[ToolCallId, ...], msgspec.Meta(max_length=MAX_CALLS_PER_ASK)] = ()
 
 
 class GatewayCallsAnswer(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -292,12 +298,12 @@ class GatewayCallsAnswer(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     When any is uncovered the gate has recorded ``ungated_tool_result`` and stopped
     the runtime (``stopped``) until an operator clears it.
 
-    ``refused``: ids of ``not_offered`` or ``invalid_arguments`` calls no proposal
-    carried, now recorded as refusals (``evidence``) and decided. ``unrecorded``: such
-    ids whose refusal the ledger did not take (``evidence_store_unavailable``): neither
-    decided nor a stop; the gateway refuses the request and asks again next time. Both
-    are left out of the encoding when empty, so an answer without them has the bytes
-    it had before."""
+    ``refused``: ids of ``not_offered``, ``invalid_arguments`` or ``invalid_turn``
+    calls no proposal carried, now recorded as refusals (``evidence``) and decided.
+    ``unrecorded``: such ids whose refusal the ledger did not take
+    (``evidence_store_unavailable``): neither decided nor a stop; the gateway refuses
+    the request and asks again next time. Both are left out of the encoding when empty,
+    so an answer without them has the bytes it had before."""
 
     schema: Literal["smf.gateway-calls-answer/1"]
     request_id: str

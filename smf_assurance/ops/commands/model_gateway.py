@@ -133,6 +133,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="the runtime runs no call whose arguments fail the tool's schema (OpenClaw; "
         "not Hermes): such a call's result is recorded as a refusal, not a stop",
     )
+    q.add_argument(
+        "--refuses-invalid-json-turns",
+        action="store_true",
+        help="the runtime answers every call of a turn it did not stream, in which some "
+        "call's arguments are not JSON, with its own text and runs none (Hermes; not "
+        "OpenClaw): such results are recorded as refusals, not a stop",
+    )
     common(q)
     q.set_defaults(func=run_add_runtime)
 
@@ -203,6 +210,7 @@ def run_add_runtime(args: argparse.Namespace) -> int:
             facts=facts,
             account_tool_calls=not args.no_tool_call_accounting,
             checks_tool_arguments=args.checks_tool_arguments,
+            refuses_invalid_json_turns=args.refuses_invalid_json_turns,
         )
     except (FileNotFoundError, GatewayFileError) as exc:
         fail(first_line(exc))

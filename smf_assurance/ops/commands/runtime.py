@@ -106,6 +106,7 @@ class KindProfile:
     setting: AttestationSetting
     account_tool_calls: bool
     checks_tool_arguments: bool
+    refuses_invalid_json_turns: bool
     snippet_suffix: str
 
 
@@ -123,6 +124,9 @@ KINDS: Final[dict[str, KindProfile]] = {
         account_tool_calls=True,
         # Hermes coerces a call's arguments and runs it, whatever its schema says
         checks_tool_arguments=False,
+        # ...but answers every call of a turn whose arguments are not JSON itself, before
+        # any hook, when it did not stream the turn (docs/HERMES.md)
+        refuses_invalid_json_turns=True,
         snippet_suffix="hermes.sh",
     ),
     "openclaw": KindProfile(
@@ -141,6 +145,9 @@ KINDS: Final[dict[str, KindProfile]] = {
         account_tool_calls=True,
         # OpenClaw runs no call whose arguments fail the tool's schema (docs/OPENCLAW.md)
         checks_tool_arguments=True,
+        # it ends such a turn as a failed stream; what its session repair then sends back
+        # for the calls was not established (docs/OPENCLAW.md), so their results stop it
+        refuses_invalid_json_turns=False,
         snippet_suffix="openclaw.json",
     ),
 }
@@ -412,6 +419,7 @@ def run_add(args: argparse.Namespace) -> int:
             facts=facts,
             account_tool_calls=kind.account_tool_calls,
             checks_tool_arguments=kind.checks_tool_arguments,
+            refuses_invalid_json_turns=kind.refuses_invalid_json_turns,
         )
         changes.replace(gateway_file(state), msgspec.json.encode(served))
         outcome = sign_and_publish(

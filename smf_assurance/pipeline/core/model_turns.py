@@ -75,6 +75,32 @@ whose arguments fail the tool's schema, before any hook runs: the result's text 
 so, followed by the tool's name, the errors and the arguments received."""
 
 
+INVALID_JSON_REFUSAL: Final = "Error: Invalid JSON arguments. "
+INVALID_JSON_REFUSAL_END: Final = (
+    ". For tools with no required parameters, use an empty object: {}. "
+    "Please retry with valid JSON."
+)
+"""How Hermes (0.19.0, ``agent/conversation_loop.py``) answers, before any hook, a
+call in a turn it gives up retrying because some call's arguments are not JSON,
+when the call's tool name is that of a call whose arguments are not: the result's
+text starts and ends so, the JSON parser's error message between."""
+INVALID_JSON_SKIPPED: Final = "Skipped: other tool call in this response had invalid JSON."
+"""How Hermes answers, in that turn, each other call (the whole text)."""
+
+
+def is_invalid_json_refusal(text: str) -> bool:
+    """``text`` is Hermes's own answer to a call refused for invalid JSON arguments
+    (:data:`INVALID_JSON_REFUSAL`): its fixed start and end, one line between (the
+    parser's message names a position, never the arguments)."""
+    middle = text[len(INVALID_JSON_REFUSAL) : len(text) - len(INVALID_JSON_REFUSAL_END)]
+    return (
+        len(text) > len(INVALID_JSON_REFUSAL) + len(INVALID_JSON_REFUSAL_END)
+        and text.startswith(INVALID_JSON_REFUSAL)
+        and text.endswith(INVALID_JSON_REFUSAL_END)
+        and "\n" not in middle
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
     """A runtime's ``POST /v1/chat/completions`` body, checked just enough to forward."""
@@ -121,12 +147,18 @@ class ChatRequest:
         repaired and ran (OpenClaw's ``prepareArguments``) answers with the tool's
         output instead: that result is not taken for a refusal, and stops the runtime
         when no proposal decided it."""
+        return self.answered_only_by(call_id, lambda t: t.startswith(ARGUMENT_CHECK_REFUSAL))
+
+    def answered_only_by(self, call_id: str, accepts: Callable[[str], bool]) -> bool:
+        """Whether there is a result answering ``call_id`` and ``accepts`` the text of
+        every one: a runtime's own refusal is recognised by its whole text, so a call
+        that ran and answered with anything else is not taken for refused."""
         texts = [
             _message_text(m.get("content"))
             for m in self.body["messages"]
             if m.get("role") == "tool" and m.get("tool_call_id") == call_id
         ]
-        return bool(texts) and all(t.startswith(ARGUMENT_CHECK_REFUSAL) for t in texts)
+        return bool(texts) and all(accepts(t) for t in texts)
 
     def offered_tools(self) -> frozenset[str]:
         """The names of the functions the request offers the model (``tools``): a call

@@ -37,6 +37,11 @@ doubt answers False, and an uncovered result then stops the runtime as before
 - Nesting deeper than :data:`MAX_DEPTH`, or deeper than Python's parser reads (where
   ``JSON.parse`` reads on), answers False for that branch.
 
+A runtime may instead refuse a whole turn in which some call's arguments are not JSON
+and answer each of its calls with a text of its own (Hermes does, on a turn it did not
+stream): :func:`invalid_json_turn` says which calls and with which text, so the same
+accounting holds for it; the gateway checks the texts when the results come back.
+
 Pure and synchronous (ARCHITECTURE.md, "Layers of the code").
 """
 
@@ -44,7 +49,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Final
+from collections.abc import Collection, Sequence
+from typing import Any, Final, Literal
 
 MAX_DEPTH: Final = 64
 _SCALARS: Final = (str, int, float, bool)
@@ -222,3 +228,48 @@ def _fails_branches(value: Any, schema: dict[str, Any], depth: int) -> bool:
     if isinstance(branches, list):
         return any(_fails(value, branch, depth + 1) for branch in branches)
     return False
+
+
+InvalidJsonAnswer = Literal["arguments", "same_tool", "skipped"]
+"""How a runtime that refuses a turn whose arguments are not JSON answers one of its
+calls: ``arguments``, the call's own arguments are not JSON (refused for them);
+``same_tool``, another call to the same tool's are (Hermes picks its refusal by the
+tool's name, so this call gets the same text); ``skipped``, any other call."""
+
+
+def not_json(arguments: str) -> bool:
+    """Hermes's own test of a call's arguments (0.19.0, ``agent/conversation_loop.py``):
+    blank arguments are read as ``{}``; any other text Python's JSON parser rejects is
+    invalid. Nesting too deep for the parser answers False (a doubt: see the module)."""
+    if not arguments.strip():
+        return False
+    try:
+        json.loads(arguments)
+    except ValueError:
+        return True
+    except RecursionError:
+        return False
+    return False
+
+
+def invalid_json_turn(
+    calls: Sequence[tuple[str, str]], offered: Collection[str]
+) -> list[InvalidJsonAnswer] | None:
+    """For a turn's calls (name, arguments), how a runtime that refuses a turn whose
+    arguments are not JSON answers each, or None when it runs the turn as usual.
+
+    Mirrors Hermes 0.19.0 on a turn it did not stream: only calls to an offered tool
+    have their arguments read (a call to another name is answered as an unknown tool,
+    and a turn with no call to an offered tool is refused as such); when one of them is
+    not JSON (:func:`not_json`), after its retries Hermes answers every call of the turn
+    itself, before any hook, and runs none. A streamed turn Hermes repairs first and
+    runs what it could repair through its hooks, so this is not for one."""
+    read = [name in offered for name, _ in calls]
+    invalid = [r and not_json(arguments) for r, (_, arguments) in zip(read, calls, strict=True)]
+    if not any(invalid):
+        return None
+    names = {name for (name, _), bad in zip(calls, invalid, strict=True) if bad}
+    return [
+        "arguments" if bad else "same_tool" if name in names else "skipped"
+        for (name, _), bad in zip(calls, invalid, strict=True)
+    ]

@@ -108,6 +108,9 @@ CONTEXT_MISMATCH: Final = "tool_call_context_mismatch"
 ARGUMENTS_INVALID: Final = "tool_arguments_invalid"
 """The gateway recorded that the call's arguments certainly failed the schema its request
 offered for the tool (``CallContext.arguments_invalid``)."""
+TURN_INVALID: Final = "tool_call_turn_invalid"
+"""The gateway recorded that another call of the call's turn had arguments that are not
+JSON, in a turn its runtime refuses whole for that (``CallContext.turn_invalid``)."""
 REFUSED_BY_ADAPTER: Final = "refused_by_adapter"
 """A call its adapter refused itself, reported so it is recorded and accounted."""
 STAGE_MARGIN_MS: Final = 250
@@ -686,6 +689,9 @@ class Gate:
           request offered (``tool_arguments_invalid``) is a denial too: a runtime that
           checks arguments refuses such a call before any hook, and its result is
           recorded as a refusal, so the id is never allowed, before or after that.
+        - So is a record that says the call was issued in a turn its runtime refuses
+          whole because another call's arguments are not JSON
+          (``tool_call_turn_invalid``): Hermes runs no call of such a turn.
         """
         proposal = work.proposal
         call_id = proposal.tool_call_id
@@ -706,6 +712,8 @@ class Gate:
             return await self._refuse_context(work, CONTEXT_MISMATCH)
         if record.arguments_invalid:
             return await self._refuse_context(work, ARGUMENTS_INVALID)
+        if record.turn_invalid:
+            return await self._refuse_context(work, TURN_INVALID)
         facts = raise_facts(proposal.facts, record.classification, record.injection_taint)
         if facts == proposal.facts:
             return work

@@ -63,8 +63,12 @@ it, whatever the runtime's settings, its plugins, or its safe mode. Here:
   and the runtime keeps being served. So is a call whose arguments certainly fail the
   schema the request offered for its tool (``invalid_arguments``; OpenClaw checks them
   before any hook, ``smf_assurance.pipeline.core.tool_arguments`` says when the
-  gateway is sure it must have refused them). A call the adapter refused itself was
-  reported by it as a refusal, so it is covered like any decided call.
+  gateway is sure it must have refused them). So is each call of a turn the runtime
+  refuses whole because some call's arguments are not JSON (Hermes, on a turn it did
+  not stream: ``invalid_arguments`` for those, ``invalid_turn`` for the others), when
+  its result is the runtime's own text for that case; any other result stops it. A
+  call the adapter refused itself was reported by it as a refusal, so it is covered
+  like any decided call.
 - **Session taint outside the runtime** (item 4). Before a turn with tool calls
   is returned, each issued id gets its record in ``SMF_CALL_CONTEXT``
   (``smf_assurance.subjects.call_context``): what the detectors raised over the request's
@@ -117,7 +121,11 @@ from smf_assurance.pipeline.core.detectors import detect, injection_found, raise
 from smf_assurance.pipeline.core.model_turns import Turn, TurnError
 from smf_assurance.pipeline.core.projection import DEFAULT_DETECTION_WINDOW_CHARS
 from smf_assurance.pipeline.core.seen_once import Seen, SeenOnce
-from smf_assurance.pipeline.core.tool_arguments import certainly_invalid
+from smf_assurance.pipeline.core.tool_arguments import (
+    InvalidJsonAnswer,
+    certainly_invalid,
+    invalid_json_turn,
+)
 from smf_assurance.pipeline.core.written_content import read_digests, written_digests
 from smf_assurance.pipeline.stores.call_context import (
     CallContextInvalid,
@@ -167,6 +175,14 @@ A = TypeVar("A", GatewayAdmission, GatewayCallsAnswer)
 
 TOKEN_PREFIX: Final = "sha256:"  # noqa: S105 - the prefix of a hash, not a secret
 OUTPUT_CHUNK_BYTES: Final = 32 * 1024
+_INVALID_JSON_TEXTS: Final[Mapping[InvalidJsonAnswer, Callable[[str], bool]]] = {
+    "arguments": model_turns.is_invalid_json_refusal,
+    "same_tool": model_turns.is_invalid_json_refusal,
+    "skipped": lambda text: text == model_turns.INVALID_JSON_SKIPPED,
+}
+"""The runtime's own text for each call of a turn it refused whole for arguments that are
+not JSON: only a result of exactly that form counts as its refusal; anything else (a
+tool's output) is a result no proposal decided, and stops the runtime."""
 WITHHELD_NOTICE: Final = "[SMF Assurance Gate: this reply was withheld ({reasons}).]"
 HELD_NOTICE: Final = (
     "[SMF Assurance Gate: this reply is held for approval ({reasons}); approval {approval}.]"
@@ -198,6 +214,14 @@ class GatewayRuntime(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     not Hermes, which coerces what it can and runs the call). Only then is a call whose
     arguments certainly fail that schema told to the gate as refused by the runtime;
     for any other runtime such a call may run, so its unproposed result stops it."""
+    refuses_invalid_json_turns: bool = False
+    """The runtime refuses, before any hook, a turn it did not stream in which some
+    call's arguments are not JSON, and answers each of its calls with a text of its own
+    (Hermes 0.19: after three such turns in a row; it retries the first two unanswered).
+    Only then are the calls of such a turn remembered, their results checked against
+    those texts and told to the gate as refused by the runtime. Not OpenClaw, which
+    ends such a turn as a failed stream (``malformed_tool_call_arguments``) and gives
+    its calls no text of this kind (docs/OPENCLAW.md)."""
 
 
 class Upstream(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -310,6 +334,23 @@ class _Bounded:
         return value in self._ids
 
 
+@dataclass
+class _Marks:
+    """Ids with what the runtime answers each, oldest dropped first beyond ``limit``."""
+
+    limit: int
+    _marks: OrderedDict[str, InvalidJsonAnswer] = field(default_factory=OrderedDict)
+
+    def add(self, value: str, mark: InvalidJsonAnswer) -> None:
+        self._marks[value] = mark
+        self._marks.move_to_end(value)
+        while len(self._marks) > self.limit:
+            self._marks.popitem(last=False)
+
+    def get(self, value: str) -> InvalidJsonAnswer | None:
+        return self._marks.get(value)
+
+
 @dataclass(slots=True)
 class _Standing:
     runtime_version: str
@@ -385,6 +426,9 @@ class ModelGateway:
     """Per runtime: issued ids whose call named a tool its request did not offer."""
     _invalid_arguments: dict[str, _Bounded] = field(init=False, default_factory=dict)
     """Per runtime: issued ids whose arguments certainly failed the offered schema."""
+    _invalid_json: dict[str, _Marks] = field(init=False, default_factory=dict)
+    """Per runtime: issued ids of turns the runtime refuses whole for arguments that are
+    not JSON, with the answer it gives each (``refuses_invalid_json_turns``)."""
     _session: aiohttp.ClientSession | None = field(init=False, default=None)
     _upstream_key: str | None = field(init=False, default=None)
     call_context_keys: Callable[[], Mapping[str, VerifyKey]] | None = None
@@ -514,7 +558,14 @@ class ModelGateway:
         turn = model_turns.own_turn(
             turn, turn_id="chatcmpl-smf-" + secrets.token_hex(12), model=chat.model()
         )
-        await self._issue_call_ids(runtime, turn, context, found, chat.offered_parameters())
+        await self._issue_call_ids(
+            runtime,
+            turn,
+            context,
+            found,
+            chat.offered_parameters(),
+            json_turns=runtime.refuses_invalid_json_turns and not chat.stream,
+        )
         started = time.perf_counter_ns()
         # a turn's text is decided in its session's whole context; the calls of a turn
         # without text carry the session's taint to their own decisions (their records)
@@ -717,6 +768,8 @@ class ModelGateway:
         context: DataFacts,
         found: tuple[str, ...],
         offered: Mapping[str, list[object]] | None = None,
+        *,
+        json_turns: bool = False,
     ) -> None:
         """Every tool call the runtime gets carries an id this gateway issued and
         remembers, so its result can be checked against the gate's decisions, and
@@ -726,7 +779,10 @@ class ModelGateway:
         request did not offer, or whose arguments certainly fail every schema it
         offered under that name (:func:`certainly_invalid`), is remembered as such:
         the runtime answers it with an error before any hook, and the gate is told so
-        when its result comes back."""
+        when its result comes back. With ``json_turns`` (a runtime that refuses a turn
+        it did not stream whole when some call's arguments are not JSON), every call of
+        such a turn is remembered with the answer the runtime gives it
+        (:func:`invalid_json_turn`), and its record says it is never to be allowed."""
         if not turn.tool_calls:
             return
         issued = self._issued.setdefault(
@@ -736,6 +792,14 @@ class ModelGateway:
             call.id = new_call_id()
         schemas = offered or {}
         checked = runtime.checks_tool_arguments
+        refused = (
+            invalid_json_turn([(c.name, c.arguments) for c in turn.tool_calls], schemas)
+            if json_turns
+            else None
+        )
+        answers: list[InvalidJsonAnswer | None] = (
+            list(refused) if refused is not None else [None] * len(turn.tool_calls)
+        )
         records = [
             CallContext(
                 schema="smf.call-context/1",
@@ -746,11 +810,15 @@ class ModelGateway:
                 injection_taint=context.injection_taint,
                 found=found,
                 issued_at_ms=self.clock(),
-                arguments_invalid=checked
-                and call.name in schemas
-                and all(certainly_invalid(call.arguments, s) for s in schemas[call.name]),
+                arguments_invalid=answer == "arguments"
+                or (
+                    checked
+                    and call.name in schemas
+                    and all(certainly_invalid(call.arguments, s) for s in schemas[call.name])
+                ),
+                turn_invalid=answer in ("same_tool", "skipped"),
             )
-            for call in turn.tool_calls
+            for call, answer in zip(turn.tool_calls, answers, strict=True)
         ]
         written = self._written(runtime, turn, context.injection_taint)
         try:
@@ -764,11 +832,16 @@ class ModelGateway:
         invalid = self._invalid_arguments.setdefault(
             runtime.runtime_id, _Bounded(self.settings.max_issued_calls)
         )
-        for record in records:
+        marks = self._invalid_json.setdefault(
+            runtime.runtime_id, _Marks(self.settings.max_issued_calls)
+        )
+        for record, answer in zip(records, answers, strict=True):
             self._keep_context(record)
             issued.add(record.tool_call_id)
             if record.tool_name not in schemas:
                 not_offered.add(record.tool_call_id)
+            elif answer is not None:
+                marks.add(record.tool_call_id, answer)
             elif record.arguments_invalid:
                 invalid.add(record.tool_call_id)
         try:
@@ -885,16 +958,24 @@ class ModelGateway:
         )
         not_offered = self._not_offered.get(runtime.runtime_id)
         invalid = self._invalid_arguments.get(runtime.runtime_id)
+        marks = self._invalid_json.get(runtime.runtime_id)
         ask = [i for i in dict.fromkeys(chat.tool_result_ids()) if i in issued and i not in covered]
         for start in range(0, len(ask), MAX_CALLS_PER_ASK):
             batch = tuple(ask[start : start + MAX_CALLS_PER_ASK])
             unoffered = tuple(i for i in batch if not_offered is not None and i in not_offered)
-            rejected = tuple(
+            rejected = [
                 i
                 for i in batch
                 if invalid is not None and i in invalid and chat.refused_by_argument_check(i)
+            ]
+            skipped: list[str] = []
+            for i in batch:
+                mark = None if marks is None else marks.get(i)
+                if mark is not None and chat.answered_only_by(i, _INVALID_JSON_TEXTS[mark]):
+                    (rejected if mark == "arguments" else skipped).append(i)
+            answer = await self._ask_calls(
+                runtime, batch, unoffered, tuple(rejected), tuple(skipped)
             )
-            answer = await self._ask_calls(runtime, batch, unoffered, rejected)
             if answer.uncovered:
                 # stopped: every kept admission of this runtime is void, ask the gate again
                 for key in [k for k in self._standing if k[0] == runtime.runtime_id]:
@@ -912,6 +993,7 @@ class ModelGateway:
         batch: tuple[str, ...],
         not_offered: tuple[str, ...],
         invalid_arguments: tuple[str, ...] = (),
+        invalid_turn: tuple[str, ...] = (),
     ) -> GatewayCallsAnswer:
         ask = GatewayCalls(
             schema="smf.gateway-calls/1",
@@ -922,6 +1004,7 @@ class ModelGateway:
             issued_at_ms=self.clock(),
             not_offered=not_offered,
             invalid_arguments=invalid_arguments,
+            invalid_turn=invalid_turn,
         )
         return await self._ask_gate(
             names.GATEWAY_CALLS,

@@ -27,7 +27,11 @@ Invariants this module keeps:
   ``tool_not_offered_by_runtime``, one entry per call) and noted decided. So is a
   call whose arguments certainly failed the schema the request offered for its tool
   (``GatewayCalls.invalid_arguments``; OpenClaw checks them before any hook):
-  ``tool_arguments_invalid``, ``tool_arguments_rejected_by_runtime``. A call an
+  ``tool_arguments_invalid``, ``tool_arguments_rejected_by_runtime``. In a turn a
+  runtime refused whole because a call's arguments were not JSON (Hermes, on a turn
+  it did not stream), that call is such a one and each other call
+  (``GatewayCalls.invalid_turn``) is recorded as ``tool_call_turn_invalid``,
+  ``tool_call_skipped_by_runtime``. A call an
   adapter refused itself is reported as a proposal (``Proposal.refused_locally``),
   denied and noted at the gate's first link like any other. So ``ungated_tool_result``
   means a result of a call that was offered and reached no gate decision.
@@ -70,7 +74,11 @@ NOT_OFFERED_REASONS: Final = ("unknown_tool", "tool_not_offered_by_runtime")
 """A call the model made to a tool the runtime's request did not offer."""
 INVALID_ARGUMENTS_REASONS: Final = ("tool_arguments_invalid", "tool_arguments_rejected_by_runtime")
 """A call whose arguments certainly failed the schema the request offered for its tool
-(``smf_assurance.pipeline.core.tool_arguments``)."""
+(``smf_assurance.pipeline.core.tool_arguments``), or were not JSON in a turn its runtime
+refused whole for that."""
+INVALID_TURN_REASONS: Final = ("tool_call_turn_invalid", "tool_call_skipped_by_runtime")
+"""A call whose own arguments were fine, in a turn its runtime refused whole because
+another call's were not JSON (Hermes answers each such call itself, before any hook)."""
 
 
 @dataclass
@@ -124,7 +132,8 @@ class ToolCallDesk:
         not_covered = tuple(
             dict.fromkeys(i for i in ask.tool_call_ids if not self.calls.covered(ask.runtime_id, i))
         )
-        reasons = {i: INVALID_ARGUMENTS_REASONS for i in ask.invalid_arguments}
+        reasons = {i: INVALID_TURN_REASONS for i in ask.invalid_turn}
+        reasons.update({i: INVALID_ARGUMENTS_REASONS for i in ask.invalid_arguments})
         reasons.update({i: NOT_OFFERED_REASONS for i in ask.not_offered})
         uncovered = tuple(i for i in not_covered if i not in reasons)
         answer = GatewayCallsAnswer(
@@ -152,7 +161,8 @@ class ToolCallDesk:
     ) -> GatewayCallsAnswer:
         """Calls no proposal carried that the runtime answered with an error of its own
         before any hook could propose them (a tool it did not offer, arguments that
-        fail the tool's schema): each is recorded as the refusal it was, with its
+        fail the tool's schema, a turn refused whole for arguments that are not JSON):
+        each is recorded as the refusal it was, with its
         reasons (one entry each, ids only), and noted decided; the runtime is not
         stopped. A refusal the ledger did not take is not noted (``unrecorded``:
         evidence first, so the gateway refuses the request and asks again). The
