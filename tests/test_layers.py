@@ -5,12 +5,24 @@ the ``ast`` module, including imports inside functions, and held against the
 rules (every package named without the ``smf_assurance`` namespace):
 
 - ``subjects/`` (the bus contract) imports nothing of ours;
-- ``pipeline/core`` does no I/O: besides itself and ``subjects`` it imports
-  only msgspec and pure standard-library modules;
-- nothing outside ``ops/`` imports ``ops``;
+- ``core/`` (the decision core) does no I/O: besides itself and ``subjects`` it
+  imports only msgspec and pure standard-library modules;
+- nothing outside ``ops/`` imports ``ops``, and nothing in the wheel imports the
+  team's ``tools/`` (they are not shipped);
 - the adapters and the approver wing depend on ``subjects/`` (and themselves) only;
-- Swarm uses ``subjects``, ``pipeline.core`` and the service plumbing
-  (``pipeline.service``), never the gate's stages, stores or assembly;
+- Swarm uses ``subjects``, ``core`` and the service plumbing
+  (``pipeline.service``), never the gate's chain, desks, stores or assembly;
+- the gate's rooms stand in one order, each using only those below it:
+  ``pipeline.stores`` (durable state and the evidence it holds) and
+  ``pipeline.service`` (the request/reply plumbing) know no other room;
+  ``pipeline.desks`` (answering people and runtimes) uses those two; the chain
+  (``pipeline.chain``, the steps a proposal passes) may consult the desks;
+  ``pipeline.followers`` (what follows bus state) may read the chain's and the
+  desks' state; only ``pipeline.assembly`` builds a gate from them all;
+- the model gateway (``gateway/``) is a process of its own that reaches the gate
+  over the bus only: it never imports the chain, the desks or the followers;
+- governance (releases, the corpus compiler, overlays) never imports the chain,
+  the desks or the assembly: a release is made without a running gate;
 - there is no import circle between product modules.
 
 Also: a gate starts from ``pipeline`` alone, in an interpreter where ``ops``
@@ -30,12 +42,22 @@ from typing import Final
 
 import pytest
 
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.state import StateDir, provision_demo
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.state import StateDir, provision_demo
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 NAMESPACE: Final = "smf_assurance"
-OURS: Final = ("subjects", "pipeline", "adapters", "approver", "swarm", "ops")
+OURS: Final = (
+    "subjects",
+    "core",
+    "pipeline",
+    "gateway",
+    "governance",
+    "adapters",
+    "approver",
+    "swarm",
+    "ops",
+)
 """Our packages, named here without the ``smf_assurance.`` namespace they all live in."""
 PURE_STDLIB: Final = frozenset(
     {
@@ -136,8 +158,8 @@ def test_subjects_import_nothing_of_ours() -> None:
 def test_the_core_does_no_io() -> None:
     assert (
         violations(
-            "pipeline.core",
-            ("pipeline.core", "subjects"),
+            "core",
+            ("core", "subjects"),
             stdlib_only=True,
         )
         == []
@@ -161,8 +183,78 @@ def test_the_edges_depend_on_the_contract_only(edge: str) -> None:
 
 
 def test_swarm_uses_the_core_and_the_service_plumbing_only() -> None:
-    allowed = ("swarm", "subjects", "pipeline.core", "pipeline.service")
+    allowed = ("swarm", "subjects", "core", "pipeline.service")
     assert violations("swarm", allowed) == []
+
+
+def test_nothing_in_the_wheel_imports_the_teams_tools() -> None:
+    bad = [
+        f"{name} -> {target}"
+        for name, targets in GRAPH.items()
+        for target in targets
+        if top(target) == "tools"
+    ]
+    assert bad == []
+
+
+BELOW: Final = ("core", "subjects")
+"""What every room of the gate may use."""
+
+
+@pytest.mark.parametrize(
+    ("room", "allowed"),
+    [
+        ("pipeline.stores", (*BELOW, "pipeline.stores")),
+        ("pipeline.service", ("subjects", "pipeline.service")),
+        ("pipeline.desks", (*BELOW, "pipeline.stores", "pipeline.service", "pipeline.desks")),
+        (
+            "pipeline.chain",
+            (*BELOW, "pipeline.stores", "pipeline.service", "pipeline.desks", "pipeline.chain"),
+        ),
+        (
+            "pipeline.followers",
+            (
+                *BELOW,
+                "pipeline.stores",
+                "pipeline.service",
+                "pipeline.desks",
+                "pipeline.chain",
+                "pipeline.followers",
+            ),
+        ),
+    ],
+)
+def test_the_gates_rooms_use_only_the_rooms_below_them(room: str, allowed: tuple[str, ...]) -> None:
+    assert violations(room, allowed) == []
+
+
+@pytest.mark.parametrize(
+    ("room", "never"),
+    [
+        ("gateway", ("pipeline.chain", "pipeline.desks", "pipeline.followers")),
+        ("governance", ("pipeline.chain", "pipeline.desks", "pipeline.assembly", "gateway")),
+    ],
+)
+def test_the_gateway_and_governance_stay_out_of_the_gate(room: str, never: tuple[str, ...]) -> None:
+    bad = [
+        f"{name} -> {target}"
+        for name, targets in GRAPH.items()
+        if name == room or name.startswith(room + ".")
+        for target in targets
+        if any(target == n or target.startswith(n + ".") for n in never)
+    ]
+    assert bad == []
+
+
+def test_every_module_of_the_gate_sits_in_a_room() -> None:
+    """The pipeline holds its rooms and the service plumbing, nothing loose."""
+    rooms = ("assembly", "chain", "desks", "followers", "stores", "service", "mappers")
+    loose = [
+        n
+        for n in MODULES
+        if top(n) == "pipeline" and n != "pipeline" and n.split(".")[1] not in rooms
+    ]
+    assert loose == []
 
 
 def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -205,12 +297,16 @@ def test_the_circle_finder_finds_circles() -> None:
     assert import_circles({"p": {"p.m"}, "p.m": {"p"}}) == []
 
 
-def test_the_rules_read_real_imports() -> None:
-    """A control: the reader sees imports inside functions and relative imports."""
+def test_the_rules_read_real_imports(tmp_path: Path) -> None:
+    """A control: the reader sees imports inside functions and relative imports,
+    and an import of the team's tools."""
     graph = GRAPH
     assert "pipeline.assembly.gate" in graph["pipeline.assembly"]
     assert "subjects.canonical" in graph["subjects.dsse"]
-    assert any(t.startswith("pipeline.") for t in graph["ops.stack"])
+    assert any(t.startswith("pipeline.") for t in graph["ops.local.stack"])
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from tools.mutation import runner\n")
+    assert any(top(t) == "tools" for t in imported("ops.m", module))
 
 
 # --- a gate from pipeline alone ---------------------------------------------------
@@ -220,7 +316,7 @@ CHILD: Final = textwrap.dedent(
     import asyncio, json, sys
     sys.modules["smf_assurance.ops"] = None  # any import of ops now raises ImportError
     from smf_assurance.pipeline.assembly import GateConfig, StorePaths, start_gate
-    from smf_assurance.pipeline.core.projection import build_policy_set, decode_enforcement
+    from smf_assurance.core.projection import build_policy_set, decode_enforcement
     from smf_assurance.subjects.keyed import PseudonymKey
     from smf_assurance.subjects.keys import load_private_key
     from smf_assurance.subjects.registry import load_registry
@@ -252,7 +348,7 @@ CHILD: Final = textwrap.dedent(
 
 
 def test_a_gate_starts_from_pipeline_alone(tmp_path: Path, nats_server: EmbeddedNatsServer) -> None:
-    from smf_assurance.ops.projections import SCENARIO_PROJECTION, package_path  # noqa: PLC0415
+    from smf_assurance.governance.projections import SCENARIO_PROJECTION, package_path  # noqa: PLC0415
 
     state = StateDir(tmp_path / "state")
     provision_demo(state)
