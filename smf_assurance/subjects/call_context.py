@@ -1,4 +1,4 @@
-"""The context a tool call was issued in, as the model gateway recorded it (issue 16, item 4).
+"""The context a tool call was issued in, as the model gateway recorded it.
 
 "Session taint outside the runtime": a runtime adapter keeps its session's
 taint in its own process, so ``hermes chat --continue`` of a session that read
