@@ -1,5 +1,5 @@
 /**
- * Other plugins that can change a tool call after this plugin decided on it (issue 17).
+ * Other plugins that can change a tool call after this plugin decided on it.
  *
  * Finding: a second plugin registered `before_tool_call` at `priority: -Infinity`
  * (below ours; OpenClaw 2026.9.6 does not validate priorities and takes the
