@@ -69,7 +69,7 @@ it, whatever the runtime's settings, its plugins, or its safe mode. Here:
   its result is the runtime's own text for that case; any other result stops it. A
   call the adapter refused itself was reported by it as a refusal, so it is covered
   like any decided call.
-- **Session taint outside the runtime** (item 4). Before a turn with tool calls
+- **Session taint outside the runtime.** Before a turn with tool calls
   is returned, each issued id gets its record in ``SMF_CALL_CONTEXT``
   (``smf_assurance.subjects.call_context``): what the detectors raised over the request's
   tool results, the taint of injection phrasing anywhere else the model reads
