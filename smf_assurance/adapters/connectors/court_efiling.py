@@ -3,8 +3,8 @@
 A filing is ``outbox/<order_id>.json`` holding ``{order_id, court, document,
 content_sha256, filed_at, filing_number}``. The order id is the submission id, as a court's
 e-filing API takes a client-chosen submission id and answers a repeat with
-the filing it already has, so the connector passes the idempotency key to the
-external system, which supports one. So:
+the filing it already has: the idempotency key goes to the external system
+wherever that system supports one. So:
 
 - A filing is written atomically and never overwritten
   (:func:`smf_assurance.adapters.connectors.create_atomically`): a crash leaves either no

@@ -1,9 +1,9 @@
 """The evidence matrix of one candidate: each claim, its tests' results at one SHA.
 
-The matrix: "for each claim, its tests and their results at this SHA, conformance
-tests against which pinned runtime versions, and the review status; a claim
-whose tests are missing, skipped or failing is open, never green. Output:
-Markdown, JSON, and a DSSE envelope signed by a release key, all naming the SHA."
+For each claim: its tests and their results at this SHA, conformance tests
+against which pinned runtime versions, and the review status; a claim whose
+tests are missing, skipped or failing is open, never green. Output: Markdown,
+JSON, and a DSSE envelope signed by a release key, all naming the SHA.
 
 A row is ``green`` only when every one of these holds, and ``open`` with the
 reasons otherwise (fail closed: an unknown is a reason, never a pass):
