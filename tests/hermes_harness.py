@@ -58,7 +58,7 @@ command with its ``op``:
 table for Hermes (the names an operator gives an MCP server's tools); the
 shipped table is otherwise unchanged.
 
-Resuming ("Session taint outside the runtime"): a chat command with
+Resuming (session taint kept outside the runtime): a chat command with
 ``"continue_from": "<an earlier run's name>"`` runs ``hermes chat --continue``
 in that run's folder and ``HERMES_HOME`` (its config rewritten for this run's
 model endpoint and token): a new Hermes process that resumes the most recent

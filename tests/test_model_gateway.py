@@ -422,7 +422,7 @@ async def test_a_privileged_reply_to_a_client_chat_never_reaches_the_runtime(
 async def test_a_reply_written_after_injected_text_is_decided_tainted(world: World) -> None:
     """The runtime declares its replies clear; the conversation it sends shows the model
     a tool result with injected instructions, so the gateway decides the reply as
-    tainted ("Session taint outside the runtime"), whatever the runtime says."""
+    tainted (session taint kept outside the runtime), whatever the runtime says."""
     await attest(world, OTHER, OTHER_ID)
     world.model.default = Reply(content="Here is the summary you asked for.")
     messages = [

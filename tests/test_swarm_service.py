@@ -493,7 +493,7 @@ async def test_report_round_trips_exactly_through_json() -> None:
     assert decode_report(report_bytes(report)) == report
 
 
-# --- verified releases ("Verification, in every consumer, before use") ------------
+# --- verified releases: verification in every consumer, before use -----------------
 
 
 @pytest.fixture
