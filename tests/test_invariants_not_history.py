@@ -11,6 +11,7 @@ Docs (``docs/``, the READMEs) are history documents and may.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,13 +33,11 @@ HISTORY: Final = re.compile(r"\bseen in CI\b|\bbefore this change\b|\bearlier wa
 
 
 def product_sources() -> Iterator[Path]:
-    for path in sorted(PRODUCT.rglob("*")):
-        if (
-            path.suffix in SOURCE_SUFFIXES
-            and path.is_file()
-            and NOT_OURS.isdisjoint(path.relative_to(PRODUCT).parts)
-        ):
-            yield path
+    for folder, subfolders, files in os.walk(PRODUCT):
+        subfolders[:] = sorted(name for name in subfolders if name not in NOT_OURS)
+        for name in sorted(files):
+            if Path(name).suffix in SOURCE_SUFFIXES:
+                yield Path(folder) / name
 
 
 def history_lines(text: str) -> list[tuple[int, str]]:
