@@ -93,7 +93,7 @@ class NatsVersion(NamedTuple):
 
 
 MIN_VERSION: Final = NatsVersion(2, 10, 0)
-"""Oldest release accepted (issue: JetStream features we need arrived in 2.10)."""
+"""Oldest release accepted: the JetStream features the gate needs are in 2.10 and later."""
 
 
 def parse_version(text: str) -> NatsVersion:

@@ -189,8 +189,8 @@ function messageDestination(args: JsonObject, context: OpenClawContext): Propose
 
 /**
  * The plugin's own files, which no tool call may read or write.
- * Finding: `read` of the adapter's key file was allowed as an internal read and
- * its seed went to the model provider; whoever holds it signs as the runtime.
+ * The attack: `read` of the adapter's key file, allowed as an internal read, would
+ * send its seed to the model provider; whoever holds it signs as the runtime.
  * `paths` are the files as configured and resolved; `names` the secret files'
  * own names, looked for in every string argument of every tool (an `exec`
  * `cat`). A name spelled some other way in a shell command is not found; the
