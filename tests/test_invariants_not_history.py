@@ -26,8 +26,9 @@ SOURCE_SUFFIXES: Final = frozenset({".py", ".ts", ".js", ".mjs", ".css", ".html"
 NOT_OURS: Final = frozenset({"node_modules", "dist", "dist-test", "__pycache__"})
 """Folders of installed or built files: no one writes them here."""
 
-ISSUE_NUMBER: Final = re.compile(r"\b[Ii]ssues? ?#?\d+")
-"""An issue named by its number: "issue 23", "Issue 4:", "issues 6 and 10", "issue #12"."""
+ISSUE_NUMBER: Final = re.compile(r"\b[Ii]ssues?[ -]?#?\d+")
+"""An issue named by its number: "issue 23", "Issue 4:", "issues 6 and 10", "issue #12",
+"issue-25"."""
 HISTORY: Final = re.compile(r"\bseen in CI\b|\bbefore this change\b|\bearlier waves?\b")
 """Rationale told as change history, in the words that can mean nothing else."""
 
@@ -72,6 +73,7 @@ def test_product_code_names_no_issue_and_tells_no_history() -> None:
         " * (issues 10 and 6): the twin of the Hermes adapter's `_attest_once`,",
         "/* Issue 23: the confirm step and the deny form. */",
         "    # a node ranked first by its name, issue #18",
+        "# --- explain, eval with its issue-25 flags ---",
         "    # close waits for this loop forever (seen in CI).",
     ],
 )

@@ -1,4 +1,4 @@
-"""The issue-10 golden vectors, consumed by the Python side (``subjects/``).
+"""The golden vectors shared with the OpenClaw plugin, consumed by the Python side (``subjects/``).
 
 The TypeScript side (``smf_assurance/adapters/openclaw/test/vectors.test.ts``) consumes the
 same files, so every vector here is checked by both implementations

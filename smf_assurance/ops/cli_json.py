@@ -875,7 +875,7 @@ class ModelGatewayListJson(CliJson, kw_only=True):
     runtimes: Annotated[tuple[GatewayRuntime, ...], _("runtimes the gateway serves")]
 
 
-# --- explain, eval with its issue-25 flags, release diff ------------------------------------
+# --- explain, eval with --jsonl, --explain and --against, release diff -----------------------
 
 
 class LedgerStepJson(CliJson, kw_only=True):
