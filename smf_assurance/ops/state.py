@@ -171,8 +171,7 @@ class StateDir:
 
     def existing_credential(self, principal: str) -> BusCredential | None:
         """The principal's bus credential if this state directory holds one; a state
-        directory provisioned before bus credentials existed has none (and a bus that
-        needs it refuses)."""
+        directory of the older layout has none (and a bus that needs one refuses it)."""
         path = self.bus_credential_path(principal)
         return BusCredential(principal, path) if path.exists() else None
 
