@@ -1,6 +1,6 @@
 """SMF Assurance Gate: one namespace for every distribution we ship.
 
-Issue 21: the Hermes adapter installs into Hermes's own environment, which
+The Hermes adapter installs into Hermes's own environment, which
 ships generic top-level modules (``agent``, ``tools``, ``plugins``, ...), so
 none of our packages may sit at the top level there. Every package of ours
 lives under ``smf_assurance``: the gate (``smf-assurance``) ships all of them,

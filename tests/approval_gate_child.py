@@ -1,6 +1,6 @@
 """A gate process for the multi-process race and crash tests of the approval desk.
 
-Run by ``tests/test_approval_race.py`` (issue 4: "Two gate processes racing to
+Run by ``tests/test_approval_race.py`` ("Two gate processes racing to
 claim the same approval"; "Crash the gate between claim and publish, and
 between publish and report"). Argument: one JSON object with
 
@@ -11,7 +11,7 @@ between publish and report"). Argument: one JSON object with
   file's last entry is the one this writer wrote), so gate instances that
   share an approval store keep separate ledgers;
 - ``name``: the process's name, also its test subject prefix ``smf-test.<name>``;
-- ``cluster_replicas``: when set, the gate runs in cluster mode (issue 11):
+- ``cluster_replicas``: when set, the gate runs in cluster mode:
   JetStream KV stores with that many replicas, on the cluster node ``url``;
 - ``sweep_seconds`` (default an hour: no sweep during a test) and ``claim_grace_ms``:
   the gate's sweep period and how long an accepted allow-once may stay unclaimed;
@@ -100,7 +100,7 @@ class ParkedDispatch:
 
 async def _serve_tests(running: RunningGate, control: Client, prefix: str) -> None:
     """The test's own subjects, on the control connection: the gate's credential may
-    not serve them (issue 15), the test harness's operator may."""
+    not serve them, the test harness's operator may."""
     desk = running.desk
 
     async def resolve(msg: Msg) -> None:

@@ -2,7 +2,7 @@
 
 Reusable by any test that needs gated orders on ``smf.execute.<connector>``
 or reports from ``smf.result.<connector>`` against a real nats-server.
-``publish_order`` sets every header the gate sets (issue 3): ``Nats-Msg-Id``
+``publish_order`` sets every header the gate sets: ``Nats-Msg-Id``
 is the order id, plus the ``Smf-*`` headers of the signed order.
 """
 

@@ -95,7 +95,7 @@ def _reset_structlog() -> Iterator[None]:
     structlog.reset_defaults()
 
 
-# --- cluster: three nats-server nodes from deploy/nats/cluster.conf (issue 11) ------
+# --- cluster: three nats-server nodes from deploy/nats/cluster.conf ------
 
 
 @pytest.fixture
@@ -106,7 +106,7 @@ async def nats_cluster(tmp_path: Path) -> AsyncIterator[LocalNatsCluster]:
         yield cluster
 
 
-# --- candidate: a JUnit report names the commit it ran against (issue 24) ---------
+# --- candidate: a JUnit report names the commit it ran against ---------
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,9 +1,9 @@
 """A connector process that dies after its side effect and before its ack.
 
-Run by ``tests/test_connector_sdk.py`` (issue 3, "Faults: the connector is
+Run by ``tests/test_connector_sdk.py`` ("Faults: the connector is
 killed after executing but before acking -> on restart the order is reported
 ``ambiguous``, not executed again") and ``tests/test_direct_outcomes.py``
-(issue 15: a direct allow whose connector dies ends ``execution_unknown``).
+(a direct allow whose connector dies ends ``execution_unknown``).
 Argument: one JSON object with ``url``, ``state_dir``, ``outbox``,
 ``connector_id``, ``durable``, ``ack_wait``, ``gate_public`` (hex) and
 ``connector_seed`` (hex), and optionally ``kind``: ``court-efiling`` (the

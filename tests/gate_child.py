@@ -1,6 +1,6 @@
 """A gate in its own process, so a test can SIGKILL it mid-flight.
 
-Run by ``tests/test_bus_faults.py`` (issue 3, "Faults: the gate restarts
+Run by ``tests/test_bus_faults.py`` ("Faults: the gate restarts
 mid-flight -> nothing is executed twice"). A crash is only honest in a
 separate process: closing an in-process gate runs its shutdown code, a
 SIGKILL runs none, so the claims, the ledger and the stream are left exactly

@@ -22,7 +22,7 @@ ack seen on the bus (a wildcard tap), which marker files exist, and how many
 connector orders the run added to ``SMF_EXECUTE`` (no connector runs here, so
 an order stays in the stream).
 
-Through the model gateway (issue 16, tests/test_hermes_gateway.py): a command
+Through the model gateway (tests/test_hermes_gateway.py): a command
 with ``"via_gateway": true`` gets a model gateway of its own for the run
 (``start_model_gateway``), with the run's runtime (``SMF_RUNTIME_ID``)
 provisioned on it for the command's context (actor, reply destination,
@@ -32,7 +32,7 @@ url and that runtime's token, and the gateway forwards to the fake model.
 streaming at its default); ``"plugin_enabled": false`` leaves our plugin out
 of ``plugins.enabled``. Each run also reports the ledger entries it added.
 
-Hermes's other surfaces (issue 26, tests/test_hermes_surfaces.py), each a
+Hermes's other surfaces (tests/test_hermes_surfaces.py), each a
 command with its ``op``:
 
 - ``"op": "telegram"``: ``hermes gateway run`` with its Telegram platform
@@ -58,7 +58,7 @@ command with its ``op``:
 table for Hermes (the names an operator gives an MCP server's tools); the
 shipped table is otherwise unchanged.
 
-Resuming (issue 16, "Session taint outside the runtime"): a chat command with
+Resuming (session taint kept outside the runtime): a chat command with
 ``"continue_from": "<an earlier run's name>"`` runs ``hermes chat --continue``
 in that run's folder and ``HERMES_HOME`` (its config rewritten for this run's
 model endpoint and token): a new Hermes process that resumes the most recent
@@ -310,7 +310,7 @@ class Harness:
         self.model = FakeOpenAI().start()
         set_upstream(self.state, self.model.url, "local-model")
         # Served by the model gateway before the gate starts, so the gate lets this
-        # runtime stream (issue 17, ``RuntimeRequirement.output_via_gateway``); each
+        # runtime stream (``RuntimeRequirement.output_via_gateway``); each
         # gateway run provisions it again with that run's context and a new token.
         provision_gateway_runtime(
             self.state,

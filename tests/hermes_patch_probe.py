@@ -1,4 +1,4 @@
-"""Run inside the pinned Hermes venv by tests/test_hermes_patch.py (issue 17).
+"""Run inside the pinned Hermes venv by tests/test_hermes_patch.py.
 
 For each patch text on stdin (JSON ``{"texts": [...]}``, ``{dir}`` standing for
 a fresh folder), it seeds the folder, asks the adapter which paths the patch

@@ -1,4 +1,4 @@
-"""Run inside the pinned Hermes venv by tests/test_surface_matrix.py (issue 17).
+"""Run inside the pinned Hermes venv by tests/test_surface_matrix.py.
 
 Prints Hermes's own tool registry as JSON, tool -> toolset, after the
 discovery Hermes runs at start-up (``tools/registry.py`` 0.19.0:

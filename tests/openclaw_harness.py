@@ -49,7 +49,7 @@ answered, approval states at the end, and which marker files exist (with
 their contents).
 
 With ``gate.model_gateway`` (tests/test_openclaw_gateway.py) the harness also
-runs the model gateway (issue 16) on the same bus, in front of the fake model
+runs the model gateway on the same bus, in front of the fake model
 (``set_upstream``), serving the runtimes listed there, each provisioned with
 its declared destination and its own token (``provision_gateway_runtime``):
 ``{{gateway_url}}`` and ``{{gateway_token:<runtime_id>}}`` point OpenClaw's
@@ -59,7 +59,7 @@ nkey. Every run then also returns the ledger entries the gate wrote during it
 (kind, disposition and reason codes only). The tests name the gateway as the
 provider ``smf-gateway`` (``"provider": "smf-gateway"`` in the command: OpenClaw's
 only provider is then ``models.providers.smf-gateway``, the id our plugin's
-provider wrappers prove the process on, issue 16); the attestations the runtimes
+provider wrappers prove the process on); the attestations the runtimes
 sent on ``smf.attest`` are in the bus evidence too (kind ``attestation``: runtime
 id, instance id and problems, as the runtime's key signed them).
 
@@ -75,7 +75,7 @@ system messages held (``in_system``; a context file in the system prompt), never
 prompt. ``record_headers`` (a list of header names) makes the fake model keep those
 request headers, and only those, with each request (none by default).
 
-OpenClaw's other surfaces (issue 26, tests/test_openclaw_surfaces.py): the gate
+OpenClaw's other surfaces (tests/test_openclaw_surfaces.py): the gate
 config may carry ``corpus`` (a corpus folder: a release of it, chained to the
 demo's, is the one the gate starts on and the plugin verifies), ``mapper_extra``
 (tools added to OpenClaw's mapper table, the names an operator gives an MCP
@@ -489,7 +489,7 @@ class Harness:
         publish_to_inbox(bundle, self.state.release_inbox)
 
     async def _start_model_gateway(self, served: list[dict[str, Any]]) -> None:
-        """The model gateway on the gate's bus, in front of the fake model (issue 16)."""
+        """The model gateway on the gate's bus, in front of the fake model."""
         from smf_assurance.gateway.assembly import start_model_gateway  # noqa: PLC0415
         from smf_assurance.ops.local.model_gateway import (  # noqa: PLC0415
             gateway_config,
@@ -1141,7 +1141,7 @@ class Harness:
 
     async def steps_through(self, command: dict[str, Any]) -> dict[str, Any]:
         """``op: gateway-steps``: what an operator and a platform's users do to a hosted
-        Gateway, in order, as one run (issue 26): each step is either
+        Gateway, in order, as one run: each step is either
 
         - ``{"cli": [args...]}``: ``openclaw <args>`` with the Gateway's config and env
           (``automations add|run``, ``mcp add``, ``config set``, ``agent``, ...); with

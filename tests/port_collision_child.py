@@ -1,4 +1,4 @@
-"""Child of ``test_natsserver.py``'s forced port-collision test (issue 18).
+"""Child of ``test_natsserver.py``'s forced port-collision test.
 
 Runs inside its own network namespace (``unshare -n``, loopback only), where
 the kernel's range of ports for ``bind(0)`` is ours to narrow. With the range
@@ -38,7 +38,7 @@ def set_range(low: int, high: int) -> None:
 
 
 def naive_picks(count: int) -> list[int]:
-    """The pattern issue 18 removed: bind port 0, read the number, close."""
+    """The racy pattern the product never uses: bind port 0, read the number, close."""
     picks = []
     for _ in range(count):
         with socket.socket() as probe:

@@ -1,4 +1,4 @@
-"""Builders for signed releases in tests (issue 6).
+"""Builders for signed releases in tests.
 
 Deterministic keys, a small synthetic corpus, and helpers to sign arbitrary
 manifests or swap one artifact of a bundle, so each test changes exactly the
@@ -141,7 +141,7 @@ def scenario_corpus(directory: Path, *, release_id: str, legal_hold_reason: str)
 async def publish_as_publisher(url: str, state: StateDir, bundle: ReleaseBundle) -> None:
     """Put ``bundle`` into the ``SMF_RELEASES`` bucket as the state's release publisher.
 
-    On a bus with authorization (issue 15) only the publisher (and the operator)
+    On a bus with authorization only the publisher (and the operator)
     may write the bucket; the gate reads it and cannot."""
     credential = state.existing_credential(PUBLISHER)
     assert credential is not None, "the state directory has no publisher credential"

@@ -1,4 +1,4 @@
-"""Helpers for the SQLite stores' group-commit tests (issue 20)."""
+"""Helpers for the SQLite stores' group-commit tests."""
 
 from __future__ import annotations
 

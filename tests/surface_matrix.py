@@ -1,4 +1,4 @@
-"""Every model-callable tool of a pinned runtime, against the adapter's mapper table (issue 17).
+"""Every model-callable tool of a pinned runtime, against the adapter's mapper table.
 
 The tables in docs/HERMES.md and docs/OPENCLAW.md between the ``surface-matrix``
 markers are generated here, from what the installed runtime itself offers

@@ -1,4 +1,4 @@
-"""One approval's id presented with another approval's digest or binding (issue 18).
+"""One approval's id presented with another approval's digest or binding.
 
 ARCHITECTURE.md, "Exact-action approval": an approval of one thing can never
 be spent on another. The desk checks the resolver's entitlement against the

@@ -1,6 +1,6 @@
 """The approval desk through the whole gate: hold, show, resolve, claim once, report.
 
-Issue 4 ("The hold stage and the approvers' subjects", "Tests"); ARCHITECTURE.md,
+ARCHITECTURE.md,
 "Exact-action approval". Real nats-server (JetStream streams as the gate
 creates them), real SQLite files in a provisioned state directory, the full
 gate from ``smf_assurance.pipeline.assembly.start_gate`` with its stages on the bus. Approvers are
@@ -32,7 +32,7 @@ What these tests prove:
   unknown key changes nothing (``executing``), and the proposer's report still
   settles it afterwards. A runtime key never settles a connector order, not
   even the runtime that proposed it; the connector's own report does.
-- Every refusal named in issue 4 answers its own reason code, publishes
+- Every refusal of an approval answers its own reason code, publishes
   nothing, and leaves the approval as it was (the attorney's allow-once still
   works afterwards): wrong digest, self-approval, wrong role, wrong tenant,
   unknown, forged, tampered or wrongly-roled signer, duplicate and replayed
@@ -197,7 +197,7 @@ async def gate(
 @contextlib.asynccontextmanager
 async def connectors_running(state: StateDir, url: str) -> AsyncIterator[None]:
     """The example connectors, each on its own connection with its own credential,
-    as ``smf_assurance.ops.local.stack`` runs them (issue 15)."""
+    as ``smf_assurance.ops.local.stack`` runs them."""
     registry = load_registry(state.registry)
     connections: list[Client] = []
     runners: list[ConnectorRunner] = []
@@ -397,7 +397,7 @@ async def approve(nc: Client, state: StateDir, approval_id: str) -> ResolutionRe
 async def test_pending_announcement_confirms_no_guess_and_names_no_person_or_matter(
     gate: RunningGate, nc: Client, state: StateDir
 ) -> None:
-    """Issue 15: from the announcement alone a guessed recipient, argument or content
+    """From the announcement alone a guessed recipient, argument or content
     cannot be confirmed: it carries none of them, no hash of any of them (the
     identities a guess would be checked against are computed here and searched
     for), no binding digest, and no matter, organization or actor id. The
@@ -523,7 +523,7 @@ async def test_held_court_filing_is_approved_once_and_filed_once(
         for suffix in ("", "-wal")
         if Path(f"{state.ledger}{suffix}").exists()
     )
-    document = COURT_FILING.arguments["document_file"]  # issue 23: the filing's PDF
+    document = COURT_FILING.arguments["document_file"]  # the filing's PDF
     texts = [v for v in COURT_FILING.arguments.values() if isinstance(v, str)]
     for secret in (COURT_FILING.content, *texts, document["data_b64"][:64], "matter-2026-0042"):
         assert secret.encode() not in evidence, f"{secret!r} reached the ledger file"
@@ -1126,7 +1126,7 @@ async def test_the_proposing_runtimes_report_settles_its_approval(
     assert record is not None
     assert record.held_payload is None
     # A broken binding stops the runtime, and the stop is its own ledger entry: whatever
-    # swapped the call is still loaded in it (issue 36). The other outcomes stop nothing.
+    # swapped the call is still loaded in it. The other outcomes stop nothing.
     refused, _ = gate.attestation.standing(OPENCLAW_RUNTIME_ID)
     stops = stop_entries(state.ledger)
     if reason == "executed_params_mismatch":

@@ -1,6 +1,6 @@
 """Several gate processes on one approval store, and gates that crash mid-approval.
 
-Issue 4, "Tests": "Two gate processes racing to claim the same approval:
+"Two gate processes racing to claim the same approval:
 exactly one ExecuteOrder in the stream, on every one of at least 50 rounds";
 "Crash the gate between claim and publish, and between publish and report:
 recovery yields execution_unknown, never a second order". ARCHITECTURE.md,
@@ -43,7 +43,7 @@ resolutions of what ended are refused, and an order already published is filed
 once by the connector while the approval stays ``execution_unknown``.
 
 What they do not prove: atomicity across machines (SQLite file locking on
-one host; the cluster store is issue 11); that a side effect happens once in
+one host; the cluster store has its own tests); that a side effect happens once in
 the outside world (one order is one filing only through the connector's
 idempotency record); crashes at other points (e.g. inside SQLite's commit,
 or of the nats-server); several gate processes starting while others hold

@@ -1,4 +1,4 @@
-"""Which rules the approver is shown, and in whose words (issue 23, "each rule that
+"""Which rules the approver is shown, and in whose words ("each rule that
 requires approval with its title, statement and citation from the verified release").
 
 Pure: the shipped scenario release's enforcement and analysis projections, the real

@@ -1,4 +1,4 @@
-"""Stateful property test of the approval store (issue 4: "no sequence of
+"""Stateful property test of the approval store ("no sequence of
 operations produces two executions or leaves execution_unknown").
 
 Hypothesis drives random sequences of create, approve, deny, claim (with the

@@ -1,8 +1,8 @@
-"""Contract tests of the approval store (issue 4, "The store"; ARCHITECTURE.md,
+"""Contract tests of the approval store (ARCHITECTURE.md,
 "Exact-action approval").
 
 Every test in the contract section runs against each backend in
-``BACKENDS``: the SQLite store and the JetStream KV store (issue 11), each a
+``BACKENDS``: the SQLite store and the JetStream KV store, each a
 ``Backend`` that opens a new store instance on the same storage and can say
 whether some bytes are still anywhere in that storage. The sections at the
 end check what only one backend has: for SQLite the table's CHECK
@@ -446,7 +446,7 @@ async def test_approve_claim_record_finish_consumed(store: ApprovalStore) -> Non
 async def test_the_connectors_receipt_is_kept_with_consumed_only(
     store: ApprovalStore, outcome: Any
 ) -> None:
-    """Issue 23: the connector's receipt (a court's filing number) is kept with the
+    """The connector's receipt (a court's filing number) is kept with the
     approval's outcome, in the same write that ends it, and read back by ``get``; a
     receipt offered with any other outcome is not kept (nothing was confirmed)."""
     binding = await executing(store)
@@ -460,7 +460,7 @@ async def test_the_connectors_receipt_is_kept_with_consumed_only(
 
 
 async def test_a_denials_reason_codes_are_kept_with_it(store: ApprovalStore) -> None:
-    """Issue 23: the requester sees why; the deny's codes are written with the deny,
+    """The requester sees why; the deny's codes are written with the deny,
     and an approve stores none."""
     binding = await held(store)
     codes = ("approver_denied", "approver_denied_wrong_document")
@@ -477,7 +477,7 @@ async def test_a_denials_reason_codes_are_kept_with_it(store: ApprovalStore) -> 
 
 async def test_a_store_file_from_before_receipts_is_brought_up_to_date(tmp_path: Path) -> None:
     """An approvals file made before ``outcome_codes`` and ``receipt`` existed keeps its
-    rows and gains both columns at open (issue 23), and opening it twice adds nothing
+    rows and gains both columns at open, and opening it twice adds nothing
     twice."""
     path = tmp_path / "old.db"
     old_schema = re.sub(
@@ -905,7 +905,7 @@ async def test_find_by_order_unknown_is_none(store: ApprovalStore) -> None:
 async def test_racing_claimants_have_exactly_one_winner(
     backend: Backend, store: ApprovalStore
 ) -> None:
-    """Issue 4: "exactly one claimant wins". 20 tasks on each of two store
+    """Exactly one claimant wins: 20 tasks on each of two store
     instances (two connections on one file), interleaved, over 50 rounds."""
     other = await backend.open()
     wins = {"first": 0, "second": 0}
@@ -1102,8 +1102,8 @@ async def test_sqlite_claim_compares_every_field_even_when_the_digest_agrees(
 async def test_sqlite_claim_is_one_job_and_one_update_in_begin_immediate(
     sqlite_store: SqliteApprovalStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 4: "one conditional UPDATE inside BEGIN IMMEDIATE, requiring exactly
-    one affected row"; "keep the whole claim in one thread hop"."""
+    """One conditional UPDATE inside BEGIN IMMEDIATE, requiring exactly one
+    affected row; the whole claim in one thread hop."""
     binding = await approved(sqlite_store)
     worker = sqlite_store._worker
     statements: list[str] = []

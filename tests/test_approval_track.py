@@ -1,4 +1,4 @@
-"""Where a request stands, for its requester, and the connector's receipt (issue 23).
+"""Where a request stands, for its requester, and the connector's receipt.
 
 A real nats-server, the gate with its SQLite stores and ledger, and the example
 connectors on their own credentials. What these tests prove:

@@ -1,8 +1,8 @@
 """Attachments: the documents an action sends are shown, bound, and sent as approved.
 
-Issue 23, "Show the exact action as a lawyer reads it": "the document(s) the action
-sends (the connector declares which arguments are attachments; the held content
-includes them, hashed into the binding like the rest". The design and who reads the
+The approver sees the exact action, documents included: the connector declares which
+arguments are attachments; the held content includes them, hashed into the binding
+like the rest. The design and who reads the
 bytes: :mod:`smf_assurance.subjects.attachments`.
 
 What these tests prove:

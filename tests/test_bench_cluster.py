@@ -1,4 +1,4 @@
-"""``smf-assurance bench --cluster`` (issue 11): the figures are there and agree.
+"""``smf-assurance bench --cluster``: the figures are there and agree.
 
 The command runs for real, with tiny rounds: a three-node cluster from
 ``deploy/nats/``, two ``up --cluster`` processes, SQLite and KV R3 claims.

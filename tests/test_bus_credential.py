@@ -1,4 +1,4 @@
-"""A runtime's bus credential, as both adapters read it (issue 15).
+"""A runtime's bus credential, as both adapters read it.
 
 ``smf_assurance.subjects.bus_access.read_credential`` and ``inbox_prefix`` against the golden
 vectors of ``tests/vectors/bus_access.json``, which the TypeScript twin

@@ -1,4 +1,4 @@
-"""Faults on a real nats-server, real SQLite and real processes (issue 3, "Faults").
+"""Faults on a real nats-server, real SQLite and real processes.
 
 Every fault here is made, not simulated: nats-server is SIGKILLed and
 started again on the same store; the gate runs in its own process
@@ -528,14 +528,14 @@ async def test_gate_shutdown_completes_every_time(tmp_path: Path) -> None:
             await asyncio.wait_for(starter.close(), 10)
 
 
-# --- (d) killed while the decision's one commit waits (issue 20) ---------------------
+# --- (d) killed while the decision's one commit waits ---------------------
 
 
 async def test_a_gate_killed_before_its_one_commit_records_nothing_and_orders_once(
     running_gates: GateStarter, nats_server: EmbeddedNatsServer, nc: Client, state: StateDir
 ) -> None:
     """The claim, its order and the evidence entry are one transaction in the ledger
-    file (issue 20). The test holds the ledger file's write lock, so that commit
+    file. The test holds the ledger file's write lock, so that commit
     waits, and SIGKILLs the gate process there: no claim, no order record, no
     evidence and nothing in SMF_EXECUTE. The same signed bytes sent to a
     restarted gate are allowed once, with one order and its evidence; sent

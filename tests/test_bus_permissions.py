@@ -1,4 +1,4 @@
-"""The bus lets no one in where they don't belong (issue 15), as the server enforces it.
+"""The bus lets no one in where they don't belong, as the server enforces it.
 
 Every principal of the demo registry connects with its own real credential
 (``keys/<principal>.nkey``) to a server whose authorization was generated
@@ -118,7 +118,7 @@ ACTIONS: Final = (
     Action("read the dms orders", "sub", "smf.execute.dms", who()),
     Action("publish an order", "pub", "smf.execute.dms", who(GATE)),
     Action("publish an approval outcome", "pub", "smf.approval.outcome." + "ab" * 32, who(GATE)),
-    # Issue 23: only the gate tells runtimes to ask an expired approval again; they listen.
+    # Only the gate tells runtimes to ask an expired approval again; they listen.
     Action("tell runtimes to ask again", "pub", "smf.approval.again." + "ab" * 32, who(GATE)),
     Action("hear an ask-again", "sub", "smf.approval.again." + "ab" * 32, who(RUNTIME)),
     Action("publish an announcement", "pub", "smf.approval.pending.tenant-acme", who(GATE)),
@@ -189,7 +189,7 @@ ACTIONS: Final = (
         "purge the claims KV bucket", "req", f"{API}.STREAM.PURGE.KV_smf_proposal_claims", who()
     ),
     Action("write a release", "pub", f"$KV.{RELEASE_BUCKET}.release.x", who(PUBLISHER)),
-    # Issue 16: runtime stops and decided tool calls, on a cluster; gates only.
+    # Runtime stops and decided tool calls, on a cluster; gates only.
     Action("read the tool-call bucket", "req", f"{API}.STREAM.INFO.KV_{TOOL_CALLS}", who(GATE)),
     Action("note a decided tool call", "pub", f"$KV.{TOOL_CALLS}.note.x", who(GATE)),
     Action("purge the tool-call bucket", "req", f"{API}.STREAM.PURGE.KV_{TOOL_CALLS}", who()),
@@ -202,7 +202,7 @@ ACTIONS: Final = (
     Action(
         "read a release as the gate", "req", f"{API}.STREAM.INFO.KV_{RELEASE_BUCKET}", who(GATE)
     ),
-    # Issue 22: publishers ask each gate what it did with a release; only gates answer.
+    # Publishers ask each gate what it did with a release; only gates answer.
     Action("ask the gates' release report", "req", names.RELEASE_REPORT, who(PUBLISHER), b"{}"),
     Action("serve the release report", "sub", names.RELEASE_REPORT, who(GATE)),
     Action("propose", "req", names.PROPOSE, who(RUNTIME), b"not a proposal"),
@@ -228,7 +228,7 @@ ACTIONS: Final = (
     # Tool-call accounting: only the gateway asks; only an operator lifts a stop.
     Action("ask the tool-call accounting", "req", names.GATEWAY_CALLS, who(MODEL_GATEWAY), b"{}"),
     Action("clear a runtime's stop", "req", names.GATEWAY_CLEAR, who(), b"{}"),
-    # Issue 21: only an operator asks the gates' status (runtimes' attestations, ledger
+    # Only an operator asks the gates' status (runtimes' attestations, ledger
     # tail); only gates answer it.
     Action("ask the gates' status", "req", names.GATE_STATUS, who(), b"{}"),
     Action("serve the gate status", "sub", names.GATE_STATUS, who(GATE)),
@@ -290,7 +290,7 @@ ACTIONS: Final = (
     ),
     Action("resolve an approval", "req", names.APPROVAL_RESOLVE, who(ATTORNEY, CONSOLE)),
     Action("show an approval", "req", names.APPROVAL_SHOW, who(ATTORNEY, CONSOLE)),
-    # Issue 23: a person's signed question of where their requests stand.
+    # A person's signed question of where their requests stand.
     Action("track approvals", "req", names.APPROVAL_TRACK, who(ATTORNEY, CONSOLE)),
     Action(
         "ask an expired approval again", "req", names.APPROVAL_REREQUEST, who(ATTORNEY, CONSOLE)

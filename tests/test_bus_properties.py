@@ -1,4 +1,4 @@
-"""Properties of the gate on a real nats-server and real SQLite (issue 3, "Tests").
+"""Properties of the gate on a real nats-server and real SQLite.
 
 What each test proves, and how it is observed from outside the gate:
 
@@ -344,8 +344,8 @@ async def test_an_order_already_published_is_answered_allow_when_the_settle_fail
     """A store outage after the order is in the stream must not reply "deny": the
     runtime would be told no while the connector carries the order out.
 
-    On one machine the settle is a write in the ledger's next group commit
-    (issue 20); here that write fails inside the transaction as a disk error
+    On one machine the settle is a write in the ledger's next group commit;
+    here that write fails inside the transaction as a disk error
     would, and the entries committed beside it are unaffected."""
     gate: RunningGate = await running_gates(True)
     real = gate.gate.claims
@@ -843,7 +843,7 @@ def test_bench_bus_smoke_prints_the_expected_keys(capsys: pytest.CaptureFixture[
     assert all(row["requests_per_s"] > 0 for row in bus["throughput"])
     for row in bus["ratios"]:
         assert set(row) >= {"label", "p50_x1000", "p99_x1000", "throughput_x1000"}
-    # Issue 20: each co-located series has its floor target, computed from the steps above.
+    # Each co-located series has its floor target, computed from the steps above.
     p50 = {row["label"]: row["p50_ns"] for row in bus["latency"]}
     floor = {"deny": p50["echo"] + p50["ledger append"] + p50["verdict sign + open"]}
     floor["allow"] = floor["deny"] + p50["jetstream publish + ack"]

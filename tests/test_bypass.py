@@ -1,4 +1,4 @@
-"""The bypass matrix as one suite (issue 24): the runner behind ``make bypass``.
+"""The bypass matrix as one suite: the runner behind ``make bypass``.
 
 The runner is run through its ``main`` (``make bypass`` runs it as ``python -m
 smf_assurance.ops.candidate.bypass``; a bad cases file is tried that way too),
@@ -43,7 +43,7 @@ ISSUE_CASES = (
     "adapter absence",
     "evidence-store outage",
 )
-"""The cases issue 24 names, "What to build", the bypass matrix."""
+"""The cases of the bypass matrix."""
 
 
 def case(surface: str, name: str, *tests: str) -> str:

@@ -1,4 +1,4 @@
-"""``candidate build`` (issue 24): one clean commit, its tests' results, one signed matrix.
+"""``candidate build``: one clean commit, its tests' results, one signed matrix.
 
 Every case runs on a real git repository: the project itself, copied into a
 temporary folder and committed there (its working tree as it is, so the

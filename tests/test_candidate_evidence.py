@@ -1,5 +1,5 @@
 """docs/EVIDENCE.md's claim table is generated from docs/claims.toml and the tests'
-claim markers, and the committed page says what they say (issue 24)."""
+claim markers, and the committed page says what they say."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Claims are declared once and bound to tests by a marker, read from the source (issue 24)."""
+"""Claims are declared once and bound to tests by a marker, read from the source."""
 
 from __future__ import annotations
 

@@ -194,7 +194,7 @@ def test_demo_runs_the_scenarios_over_the_bus_and_keeps_its_state(
     assert verdicts["4"]["outcome"] == "report"
     assert verdicts["4"]["rule_backed"] >= 1
     assert verdicts["6"]["connector_report"] == "confirmed"
-    # Issue 22: machine values, not display strings: full ids and the gate's own words.
+    # Machine values, not display strings: full ids and the gate's own words.
     for row in report["scenarios"]:
         assert row["outcome"] in {"allow", "deny", "held", "report"}
         for key in ("order_id", "evidence"):
@@ -209,7 +209,7 @@ def test_demo_runs_the_scenarios_over_the_bus_and_keeps_its_state(
     assert (state / "connectors" / "dms" / "store" / "doc-4711").exists()
     for name in ("ledger.db", "approvals.db", "registry.json"):
         assert (state / name).exists()
-    # the claims and the order book live in the ledger file (issue 20)
+    # the claims and the order book live in the ledger file
     assert not (state / "claims.db").exists()
 
 
@@ -265,7 +265,7 @@ def test_bench_evaluator_prints_both_engines_and_the_ratio(
 def test_bench_evaluator_growth_prints_each_size_beside_its_baselines_and_the_target(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Issue 20: every size has the indexed series, the linear scan and cedarpy; the
+    """Every size has the indexed series, the linear scan and cedarpy; the
     growth target is computed from the printed figures and reported, rc 0 either way."""
     code, out, _ = run(["bench", "--evaluator-growth", "--rounds", "3", "--json"], capsys)
     assert code == 0
@@ -354,7 +354,7 @@ def test_console_script_runs_as_a_module() -> None:
 @pytest.mark.claim("packaging.console-script")
 @pytest.mark.slow
 def test_built_wheel_installs_and_its_console_script_runs(gate_wheel: GateWheel) -> None:
-    """The console script is never advertised without existing (issue 2)."""
+    """The console script is never advertised without existing."""
     venv = gate_wheel.venv
     result = subprocess.run(
         [str(venv / "bin" / "smf-assurance"), "--help"], capture_output=True, text=True, check=False

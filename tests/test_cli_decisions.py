@@ -1,4 +1,4 @@
-"""``approvals resolve`` is deliberate (issue 23, "Deliberate decisions").
+"""``approvals resolve`` is deliberate.
 
 The command line in-process (``smf_assurance.ops.cli.main.main``) against a real nats-server on
 which a stand-in gate answers show requests with a view and records every

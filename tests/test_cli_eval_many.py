@@ -1,4 +1,4 @@
-"""``eval --jsonl``, ``--explain`` and ``--against`` (issue 25), over real files.
+"""``eval --jsonl``, ``--explain`` and ``--against``, over real files.
 
 Several envelopes give one result each, the same Decision a single ``eval``
 gives; a malformed line is refused naming its line number; ``--explain``

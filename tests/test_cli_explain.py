@@ -1,4 +1,4 @@
-"""``smf-assurance explain DECISION_ID`` (issue 25) over a real demo's evidence.
+"""``smf-assurance explain DECISION_ID`` over a real demo's evidence.
 
 The demo runs the scripted scenarios through a real gate on a real
 nats-server; each decision id of the resulting SQLite ledger is explained

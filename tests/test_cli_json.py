@@ -1,4 +1,4 @@
-"""Every ``--json`` output has a declared, documented schema (issue 22).
+"""Every ``--json`` output has a declared, documented schema.
 
 Commands are read from the parser (``tests.test_cli.subcommands``): one with
 ``--json`` and no declared type in ``smf_assurance.ops.cli.cli_json.COMMANDS`` fails here, and so
@@ -912,7 +912,7 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
         ),
         Case(("--state-dir", "{state}", "--nats", "{dead}", "--listen", "127.0.0.1:0"), 1, None),
     ),
-    # issue 21: onboarding in releases the running gate adopts, then the deployment checked
+    # onboarding in releases the running gate adopts, then the deployment checked
     ("keys", "nkey"): (
         Case(("--out", "{work}/attorney-nkey.nkey"), check=check_nkey),
         Case(("--out", "{work}/attorney-nkey.nkey"), 1, None),  # never over a seed
@@ -962,7 +962,7 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
         Case(CANDIDATE, check=check_candidate),
         Case(CANDIDATE, 1, None),  # its --out is no longer empty
     ),
-    # issue 24: a review of a candidate's claim, bound to its commit, then its status
+    # a review of a candidate's claim, bound to its commit, then its status
     ("review", "start"): (
         Case(("--candidate", "{work}/candidate.json", *REPO), check=check_review_start),
         Case(("--candidate", "{work}/garbage", *REPO), 1, None),

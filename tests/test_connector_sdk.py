@@ -1,6 +1,6 @@
 """The connector SDK against a real nats-server and real SQLite files.
 
-Issue 3, "Connectors (adapters/)" and "Faults": an order executes exactly
+An order executes exactly
 once; a redelivery, a republish after the duplicate window, a replay under a
 fresh message id or a crash between side effect and ack never executes it
 again; every refused message is terminated with a signed ``failed`` report
@@ -278,7 +278,7 @@ def test_check_accepts_a_gate_signed_order_with_its_headers(
 def test_check_refuses_an_attachment_that_is_not_its_digest(
     gate_key: SigningKey, gate_keys: dict[str, VerifyKey]
 ) -> None:
-    """Issue 23: even gate-signed, a document whose bytes are not its digest is not filed."""
+    """Even gate-signed, a document whose bytes are not its digest is not filed."""
     pdf = attachment_argument("m.pdf", "application/pdf", MOTION_PDF)
     good, signed = make_signed_order(gate_key, CID, arguments={"document_file": pdf})
     assert _check(signed, order_headers(good), gate_keys) == Accepted(good)
@@ -769,7 +769,7 @@ async def test_crash_after_side_effect_before_ack_is_ambiguous_and_happens_once(
     connector_key: SigningKey,
     tmp_path: Path,
 ) -> None:
-    """Issue 3, "Faults": killed after executing but before acking -> on
+    """Killed after executing but before acking -> on
     restart the order is reported ambiguous, not executed again."""
     cid, outbox, state = "court_efiling", tmp_path / "outbox", tmp_path / "state"
     order = make_order(cid, arguments={"court": "NYSCEF", "document": "motion"}, content="text")

@@ -1,6 +1,6 @@
 """The approvers' console server, without a browser: sign-in, the list, the relay, HTTP.
 
-Issue 12; docs/CONSOLE.md. A real nats-server, the full stack from
+docs/CONSOLE.md. A real nats-server, the full stack from
 ``smf_assurance.ops.local.stack.start_stack`` (gate and example connectors), the console from
 ``smf_assurance.approver.console.server.start_console`` on a free port (aiohttp), and raw HTTP
 over asyncio streams, so that malformed requests can be sent too. Requests that the page
@@ -29,7 +29,7 @@ What these tests prove:
   self-approval and an expired approval are refused with their reasons.
 - Without a gate the list is empty and says the gate is not answering, and
   the relay answers ``gate_unreachable``.
-- HTTP (issue 23: aiohttp parses): every answer, aiohttp's own refusals of a
+- HTTP (aiohttp parses): every answer, aiohttp's own refusals of a
   malformed request included, carries the security headers and closes the
   connection; a request that could be read two ways (two lengths, a length and
   chunked) is refused and nothing smuggled after it is answered; a body over
@@ -531,7 +531,7 @@ async def test_only_an_entitled_approver_sees_the_held_filing_and_never_its_cont
     attorney = await sign_in(world.console, world.key(ATTORNEY), ATTORNEY)
     item = await wait_listed(world.console, attorney, approval_id)
     assert item["native_tool"] == FILING.native_tool
-    assert not {"actor_id", "matter_id", "binding_digest"} & set(item)  # issue 15: minimized
+    assert not {"actor_id", "matter_id", "binding_digest"} & set(item)  # minimized
     assert item["required_roles"] == ["licensed_attorney"]
     assert "attorney_approval_required_for_transmission" in item["reason_codes"]
     assert item["rule_ids"]
@@ -590,7 +590,7 @@ smf_assurance/ops/corpus/scenarios/rules.json (the demo release's analysis proje
 
 
 async def test_the_view_names_each_rule_in_the_deciding_releases_words(world: World) -> None:
-    """Issue 23: each rule that requires the approval, with its title, statement and
+    """Each rule that requires the approval, with its title, statement and
     citation from the verified release that decided it; each reason code explained."""
     approval_id = await hold_filing(world.nc, world.state, "Motion to compel, rules test.")
     attorney = await sign_in(world.console, world.key(ATTORNEY), ATTORNEY)
@@ -618,7 +618,7 @@ async def test_the_view_names_each_rule_in_the_deciding_releases_words(world: Wo
 async def test_a_rule_the_deciding_release_does_not_describe_is_shown_by_id_alone(
     world: World,
 ) -> None:
-    """Issue 23: never invented text. A release whose analysis projection lacks a rule,
+    """Never invented text. A release whose analysis projection lacks a rule,
     and a release other than the one that decided, both leave the rule undescribed."""
     approval_id = await hold_filing(world.nc, world.state, "Motion to compel, gap test.")
     attorney = await sign_in(world.console, world.key(ATTORNEY), ATTORNEY)
@@ -656,8 +656,8 @@ def test_the_page_says_the_contracts_words_for_an_undescribed_rule() -> None:
 
 
 def test_a_view_from_before_rules_and_reasons_still_decodes() -> None:
-    """Issue 23's fields are additive: an old gate's view decodes, with none of them, and a
-    view without them encodes exactly as before (omit_defaults)."""
+    """The rules and reasons fields are additive: an old gate's view decodes, with none of
+    them, and a view without them encodes exactly as before (omit_defaults)."""
     binding = a_binding("tenant-acme", 1_000_000)
     old = {
         "schema": "smf.approval-view/1",
@@ -810,7 +810,7 @@ async def test_the_relay_passes_gate_refusals_on_and_refuses_what_it_cannot_read
     }
 
 
-# --- /healthz (issue 23) ------------------------------------------------------------------
+# --- /healthz ------------------------------------------------------------------
 
 
 async def health_becomes(console: RunningConsole, status: int, reason: str | None) -> Reply:
@@ -1072,7 +1072,7 @@ async def test_a_failing_request_answers_500_and_the_console_keeps_serving(
     assert len((await http(world.console, "GET", "/api/challenge")).json["nonce"]) == 43
 
 
-# --- HTTP (issue 23: aiohttp parses; the console keeps its limits) ----------------------
+# --- HTTP (aiohttp parses; the console keeps its limits) ----------------------
 
 CHALLENGE = b"GET /api/challenge HTTP/1.1\r\nHost: x\r\n\r\n"
 """Pipelined after a refused request: a second answer (a nonce) would mean the

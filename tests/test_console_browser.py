@@ -1,6 +1,6 @@
 """The approvers' console in a real browser: headless Chromium driven by Selenium.
 
-Issue 12, "Tests". Debian's ``chromium`` and ``chromium-driver`` (no browser
+Debian's ``chromium`` and ``chromium-driver`` (no browser
 download; ``make browser`` installs them, and these tests fail, never skip,
 when they are missing). Each test gets a real nats-server, the full stack with
 the example connectors (``smf_assurance.ops.local.stack.start_stack``), the console, and a fresh
@@ -16,7 +16,7 @@ What these tests prove:
   destination, the matter, the requesting actor, the rules and reasons, the
   time left, the content, and the page's own check that the content (and the
   arguments, the destination and the binding) match the binding digest.
-- Allow once, pressed with the keyboard and confirmed (issue 23), is accepted and followed to
+- Allow once, pressed with the keyboard and confirmed, is accepted and followed to
   ``consumed``; the connector filed exactly once (one file in the outbox, one
   order on the stream). Replaying the page's signed resolution (through the
   console and straight on the bus) is refused ``approval_not_pending``; a
@@ -31,7 +31,7 @@ What these tests prove:
   it refuses a key file whose parts do not belong together.
 - Every control has a name, focus moves to what was opened and back, and the
   text/background pairs on screen have a contrast of at least 4.5:1.
-- Deliberate decisions (issue 23): Allow once opens a confirm step naming the
+- Deliberate decisions: Allow once opens a confirm step naming the
   tool and the destination, reachable and cancellable with the keyboard (Tab,
   Enter, Escape); cancelling signs nothing, leaves the approval pending and
   puts no order on the stream. Deny opens a form that cannot be sent without a
@@ -334,13 +334,13 @@ def answer(driver: webdriver.Chrome, kind: str) -> str:
 
 
 def confirm_allow(driver: webdriver.Chrome) -> None:
-    """Issue 23: Allow once opens a confirm step; "Yes, allow once" signs."""
+    """Allow once opens a confirm step; "Yes, allow once" signs."""
     until(driver, lambda d: by_id(d, "allow-confirm").is_displayed(), "the confirm step")
     by_id(driver, "allow-yes").send_keys(Keys.ENTER)
 
 
 def deny_with(driver: webdriver.Chrome, reason: str, note: str = "") -> None:
-    """Issue 23: Deny opens the reason form; choose ``reason``, type ``note``, send."""
+    """Deny opens the reason form; choose ``reason``, type ``note``, send."""
     until(driver, lambda d: by_id(d, "deny-form").is_displayed(), "the deny form")
     radio = driver.find_element(By.CSS_SELECTOR, f'input[name="deny-reason"][value="{reason}"]')
     radio.send_keys(Keys.SPACE)
@@ -462,7 +462,7 @@ def test_a_held_filing_appears_live_is_checked_and_approved_exactly_once(
     assert driver.execute_script("return window.__sameDocument") == "yes"  # no reload
     assert listed.get_attribute("data-state") == "pending"
     assert "court_efile (external.transmit)" in listed.text
-    assert PARALEGAL not in listed.text  # the announcement names no person (issue 15)
+    assert PARALEGAL not in listed.text  # the announcement names no person
     assert re.search(r"\bexpires in [45] min \d{1,2} s\b", listed.text), listed.text
     assert not by_id(driver, "empty").is_displayed()
     screenshots(driver, "01-list")
@@ -482,19 +482,19 @@ def test_a_held_filing_appears_live_is_checked_and_approved_exactly_once(
         "✓ Content matches the digest in the binding",
     )
     checks = [li.text for li in by_id(driver, "checks").find_elements(By.TAG_NAME, "li")]
-    assert len(checks) == 5  # content, arguments, destination, digest, the PDF (issue 23)
+    assert len(checks) == 5  # content, arguments, destination, digest, the PDF
     assert all(line.startswith("✓ matches:") for line in checks), checks
     shown = facts(driver)
     assert shown["Capability"] == "external.transmit"
     assert shown["Tool"] == FILING.native_tool
     assert shown["Destination"].endswith("electronic_filing, external")
-    # No tenant directory here: the raw id, marked (issue 23; tests/test_lawyer_view.py has one).
+    # No tenant directory here: the raw id, marked (tests/test_lawyer_view.py has one).
     assert shown["Matter"] == f"{FILING.actor.matter_id} (not in the directory)"
     assert shown["Requested by"] == PARALEGAL
     assert shown["Required role"] == "licensed_attorney"
     assert "attorney_approval_required_for_transmission" in shown["Reasons"]
     assert shown["Rules requiring approval"] not in ("", "(none named)")
-    # Issue 23: the PDF's bytes are shown as the document, not as base64 in the arguments.
+    # The PDF's bytes are shown as the document, not as base64 in the arguments.
     arguments = json.loads(shown["Arguments"])
     pointer = arguments["document_file"]["data_b64"]
     assert pointer.startswith("(the document's bytes: shown under")
@@ -699,7 +699,7 @@ def test_an_expired_approval_cannot_be_approved_and_greys_out(
 
 
 RECORD_CHANGES = """
-// Every text the countdown and its live region are given, in order (issue 23).
+// Every text the countdown and its live region are given, in order.
 const record = (id, into) => {
   window[into] = [];
   const node = document.getElementById(id);
@@ -723,7 +723,7 @@ def test_the_expiry_names_its_zone_counts_down_and_closes_allow_when_it_passes(
     browser: Callable[[], webdriver.Chrome],
     screenshots: Callable[[webdriver.Chrome, str], Path],
 ) -> None:
-    """Issue 23: the absolute expiry with its time zone, a countdown that decreases each
+    """The absolute expiry with its time zone, a countdown that decreases each
     second, a polite live region that speaks at minute boundaries and at expiry only, and
     an approval that expires while open shows "expired" with Allow once disabled."""
     approval_id = world.hold("A filing whose time runs out while the attorney reads it.")
@@ -788,7 +788,7 @@ def test_the_expiry_names_its_zone_counts_down_and_closes_allow_when_it_passes(
 def test_the_countdown_wording_and_when_it_is_spoken(
     world: World, browser: Callable[[], webdriver.Chrome]
 ) -> None:
-    """The page's own formatting (issue 23): minutes and seconds spelled out, one
+    """The page's own formatting: minutes and seconds spelled out, one
     announcement per whole minute, and the zone offset in force at the expiry instant
     (summer time in New York is UTC-04:00, winter UTC-05:00)."""
     driver = browser()
@@ -847,7 +847,7 @@ def notification_link(world: World, approval_id: str) -> str:
 def test_the_notification_link_opens_its_approval_after_sign_in(
     world: World, browser: Callable[[], webdriver.Chrome]
 ) -> None:
-    """Issue 23: the notifier's ``/?approval=<id>`` opens that approval's detail once the
+    """The notifier's ``/?approval=<id>`` opens that approval's detail once the
     approver has signed in (not before: nothing is shown to a page without a key)."""
     world.hold("An earlier filing, listed first.")
     content = "The filing the notification is about."
@@ -1010,7 +1010,7 @@ def test_the_page_signs_the_bytes_python_verifies(
     ]
 
 
-# --- deliberate decisions (issue 23) ------------------------------------------------------
+# --- deliberate decisions ------------------------------------------------------
 
 
 def gate_state(world: World, approval_id: str) -> str:
@@ -1161,7 +1161,7 @@ def test_each_rule_is_shown_in_the_releases_words_and_only_as_text(
     browser: Callable[[], webdriver.Chrome],
     screenshots: Callable[[webdriver.Chrome, str], Path],
 ) -> None:
-    """Issue 23: the detail view shows each rule that requires the approval with its
+    """The detail view shows each rule that requires the approval with its
     title, statement and citation from the deciding release, and each reason code in
     words; a release's text is set as text, never interpreted as markup."""
     approval_id = world.hold("Motion to compel discovery, Acme v. Globex (rules in words).")

@@ -1,4 +1,4 @@
-"""A deny with a reason, through the whole gate (issue 23, "Deliberate decisions").
+"""A deny with a reason, through the whole gate: a deliberate decision.
 
 Real nats-server, real SQLite files, the full gate from
 ``smf_assurance.pipeline.assembly.start_gate``; approvers are

@@ -1,9 +1,9 @@
-"""Every direct allow's order ends in the ledger with its outcome (issue 15).
+"""Every direct allow's order ends in the ledger with its outcome.
 
 ARCHITECTURE.md, "One proposal through the bus": the connector reports on
 ``smf.result.<connector>``: confirmed -> consumed | failed -> failed |
-ambiguous/no report -> execution_unknown. Before issue 15 a direct allow's
-report was verified and dropped. Real nats-server (the ``nats_server``
+ambiguous/no report -> execution_unknown. The attack on it: a direct allow's
+report verified and then dropped. Real nats-server (the ``nats_server``
 fixture, 127.0.0.1, a random port), real SQLite files in a provisioned state
 directory, the whole gate from ``smf_assurance.pipeline.assembly.start_gate``, the example
 DMS connector (``smf_assurance.ops.local.stack.example_connectors``) on its own connection, and a
@@ -409,7 +409,7 @@ async def test_an_order_book_outage_publishes_nothing_and_breaks_no_loop(
 
     On the KV bucket the claim is spent before the order book fails, so a retry
     of the same proposal is a duplicate, never a second order. In the SQLite
-    claim file the claim and its order are one transaction (issue 20), so the
+    claim file the claim and its order are one transaction, so the
     book's outage is the claim file's: ``claim_store_unavailable``, and nothing
     of either was written (the retry meets the same outage)."""
     gate = await gates()
@@ -438,12 +438,12 @@ async def test_an_order_book_outage_publishes_nothing_and_breaks_no_loop(
     assert (await gate.js.stream_info(names.EXECUTE_STREAM)).state.messages == 0
 
 
-# --- one durable commit per decision (issue 20) --------------------------------------
+# --- one durable commit per decision --------------------------------------
 
 
 def claim_and_order_states(state: StateDir, proposal_id: str) -> tuple[str | None, list[str]]:
     """The claim's state and its orders' states, read from the ledger file (where one
-    machine keeps them, issue 20)."""
+    machine keeps them)."""
     uri = state.ledger.resolve().as_uri() + "?mode=ro"
     with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
         claim = conn.execute(
@@ -493,7 +493,7 @@ async def test_evidence_that_does_not_commit_writes_no_claim_and_gives_no_order(
 async def test_an_earlier_claim_file_is_merged_into_the_ledger(
     gates: GateFactory, nc: Client, state: StateDir, backend: ClusterSettings | None
 ) -> None:
-    """A state from before issue 20 kept its claims and orders in ``claims.db``. At
+    """A state of the older layout keeps its claims and orders in ``claims.db``. At
     start the gate merges them into the ledger file and sets the old file aside:
     the old claim still refuses its replay, and the old open order is still
     followed (its connector's report settles it in the ledger)."""

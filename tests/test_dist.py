@@ -1,4 +1,4 @@
-"""The distributions a firm installs (issue 21) and the packaging gate (issue 24).
+"""The distributions a firm installs and the packaging gate.
 
 Proves, with real builds (setuptools, pip, npm) and real targets:
 
@@ -58,8 +58,8 @@ PACKAGE_DATA = (
     "smf_assurance/approver/console/static/index.html",
     "smf_assurance/pipeline/mappers/smf-hermes-adapter.json",
 )
-"""One file of each package-data family issue 21 names (corpus, scenarios, console
-assets, mappers)."""
+"""One file of each package-data family a firm's install needs (corpus, scenarios,
+console assets, mappers)."""
 
 
 def run(

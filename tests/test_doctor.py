@@ -1,4 +1,4 @@
-"""``doctor`` on a running deployment (issue 21): it passes when the deployment is
+"""``doctor`` on a running deployment: it passes when the deployment is
 healthy and names each failure when it is not.
 
 A nats-server of the test (authorization from the demo registry, as ``up`` would
@@ -371,7 +371,7 @@ def test_doctor_fails_a_console_url_whose_healthz_is_not_a_healthy_console(
     headers: dict[str, str],
     detail: str,
 ) -> None:
-    """Issue 23: ``ok`` only on the console's own health saying ``ok`` with 200; anything
+    """``ok`` only on the console's own health saying ``ok`` with 200; anything
     else at the URL fails (fail closed), and the one-line reason names the console."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), stand_in(status, body, headers))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -723,7 +723,7 @@ async def test_a_gate_answers_its_status_signed_and_read_only(quiet: StateDir) -
         await stack.stop()
 
 
-# --- the tenant directory (issue 23) -------------------------------------------------------
+# --- the tenant directory -------------------------------------------------------
 
 OTHER_TENANT: Final = """\
 schema = "smf.tenant-directory/1"

@@ -1,8 +1,8 @@
 """The evaluator (smf_assurance/core/evaluator.py) and the projections it reads
 (smf_assurance/core/projection.py).
 
-Properties: the four governed scenarios give exactly the decisions issue 2
-names; every consequential trigger alone, uncovered, is denied by the safety
+Properties: the four governed scenarios give exactly the decisions the scenarios
+name; every consequential trigger alone, uncovered, is denied by the safety
 floor, and a non-consequential operation is allowed by default; a
 conditional that names no approver fails closed; rules bind only inside
 ``[effective_from, effective_until)``; a decision is a pure function of

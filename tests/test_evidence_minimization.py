@@ -1,4 +1,4 @@
-"""Evidence minimization over a full demo run (issue 7).
+"""Evidence minimization over a full demo run.
 
 Proves: after the whole demo (held filing approved and executed, denials,
 an allowed deletion, the Swarm report), neither the evidence ledger file nor

@@ -1,6 +1,6 @@
 """The example connectors: idempotent by order id and crash-safe on their own.
 
-Issue 3: "a court e-filing connector that writes filings to an outbox folder,
+"a court e-filing connector that writes filings to an outbox folder,
 and a document-management connector that deletes from a local store. They
 must behave like real ones: idempotent by key, crash-safe." Each is checked
 directly, then once end to end through a runner on a real nats-server.
@@ -105,7 +105,7 @@ async def test_a_filing_written_before_its_number_is_confirmed_with_the_same_num
 ) -> None:
     """A filing in the outbox from before filing numbers (no ``filing_number``) still
     decodes, and a repeat of its submission is answered with the number the court
-    gives that submission id, the one a new filing under it would get (issue 23)."""
+    gives that submission id, the one a new filing under it would get."""
     order = court_order()
     old = {
         "order_id": order.order_id,

@@ -1,4 +1,4 @@
-"""Decisions explained in words (issue 25): ``smf_assurance.core.explanation``.
+"""Decisions explained in words: ``smf_assurance.core.explanation``.
 
 From a Decision (what ``eval`` has) the explanation names exactly the applied
 policies, their layers and rules in the release's words, where each

@@ -1,4 +1,4 @@
-"""A value that passed its check cannot be changed afterwards (issue 18).
+"""A value that passed its check cannot be changed afterwards.
 
 ARCHITECTURE.md, "Subjects are the public API": the contract's Structs are
 frozen. Checks run once, at the edge (STYLE.md, msgspec), so everything

@@ -1,4 +1,4 @@
-"""The Hermes adapter on a bus that enforces its permissions (issue 15).
+"""The Hermes adapter on a bus that enforces its permissions.
 
 The adapter's hooks are driven as in tests/test_hermes_unit.py (same fixtures,
 same fake host), but the gate's nats-server runs with the authorization

@@ -1,6 +1,6 @@
 """Conformance of the Hermes adapter against the REAL runtime: hermes-agent 0.19.0.
 
-Issue 8. Each test is one agent turn end to end: a model-issued tool call
+Each test is one agent turn end to end: a model-issued tool call
 (scripted fake OpenAI-compatible server, SSE) -> Hermes -> our plugin
 (loaded through the ``hermes_agent.plugins`` entry point) -> NATS -> the
 gate -> the verdict -> what Hermes did. Everything runs inside one network
@@ -22,8 +22,8 @@ bucket) in every run; the gate refuses its attestation otherwise.
 Also: the adapter's connector-backed tool ``smf_court_filing`` (registered
 through ``PluginContext.register_tool``) returns a HELD text with the approval
 id to the model, and no connector order exists before an approval.
-The harness's buses run with authorization generated from the registry
-(issue 15): Hermes's adapter connects with the runtime's own nkey
+The harness's buses run with authorization generated from the registry:
+Hermes's adapter connects with the runtime's own nkey
 (``SMF_BUS_CREDENTIAL``), and without it (a seed the server does not know,
 none, one readable by others) the call is blocked and never runs.
 Does not prove: other Hermes versions, gateway platforms (the CLI path here;
@@ -136,7 +136,7 @@ def harness(
     """One harness process for a module (tests/hermes_harness.py), stopped at its end;
     its gate runs on a release of ``corpus`` when one is given (else the demo's), with
     ``mapper_extra`` tools added to its mapper table for Hermes; ``surfaces``: Hermes
-    from the venv that also holds the MCP SDK and python-telegram-bot (issue 26)."""
+    from the venv that also holds the MCP SDK and python-telegram-bot."""
     say = _progress(request)
     started = time.monotonic()
     env = ensure_hermes_env(PROJECT, progress=say, surfaces=surfaces)
@@ -219,7 +219,7 @@ def call(name: str, **arguments: Any) -> dict[str, Any]:
 @pytest.mark.claim("runtime-block-hermes.denied-never-runs")
 @pytest.mark.parametrize("display", ["quiet", "default"])
 def test_terminal_command_is_denied_and_never_runs(hermes: HermesRuns, display: str) -> None:
-    """In ``-Q`` and in the default CLI display a firm runs (issue 17)."""
+    """In ``-Q`` and in the default CLI display a firm runs."""
     run = hermes.run(
         "terminal",
         {"terminal": {"calls": [call("terminal", command="touch {{root}}/MARKER")], "final": "ok"}},
@@ -449,7 +449,7 @@ def test_gate_unreachable_blocks(hermes: HermesRuns) -> None:
     assert run["stdout"].strip() != "x"
 
 
-# --- the bus credential (issue 15) ------------------------------------------------
+# --- the bus credential ------------------------------------------------
 # The harness's bus runs with authorization generated from the registry, so every
 # run above connected with the runtime's own nkey. Here the same harmless read that
 # test_allowed_harmless_read_passes_and_runs_once lets run is tried without it.
@@ -529,8 +529,8 @@ def test_plugin_hook_raising_internally_blocks(hermes: HermesRuns) -> None:
 def test_a_streaming_runtime_the_gateway_does_not_serve_is_refused(
     hermes: HermesRuns, how: str, command: dict[str, Any]
 ) -> None:
-    """Streaming is attested as Hermes does it (issue 17: the default CLI display
-    streams, which the adapter used to attest as off), and the gate refuses a
+    """Streaming is attested as Hermes does it (the default CLI display
+    streams, so attesting it as off would hide it), and the gate refuses a
     streaming runtime the model gateway does not serve: the call is blocked and the
     command never runs. (A runtime id the gateway serves may stream: the gateway holds
     each turn whole, tests/test_hermes_gateway.py.)"""
@@ -562,8 +562,8 @@ def test_a_streaming_runtime_the_gateway_does_not_serve_is_refused(
 
 
 def test_the_runtimes_key_never_reaches_the_model(hermes: HermesRuns) -> None:
-    """Issue 17: ``read_file`` of the adapter's own key was allowed (``internal_read``)
-    and its seed went to the model. Now the read, a terminal ``cat`` and code for
+    """The attack: ``read_file`` of the adapter's own key, allowed as an internal
+    read, would send its seed to the model. The read, a terminal ``cat`` and code for
     ``execute_code`` that name it are blocked by the adapter before any proposal."""
     key = hermes.info["runtime_key"]
     seed = json.loads(Path(key).read_text())["secret_seed"]

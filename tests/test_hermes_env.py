@@ -1,4 +1,4 @@
-"""Two checkouts never share one mutable Hermes install (issue 18; the brief: "cache
+"""Two checkouts never share one mutable Hermes install (the brief: "cache
 runtime installs per user, keyed by the pinned version, and never let two checkouts
 share one mutable install").
 
@@ -91,7 +91,7 @@ def test_two_checkouts_share_the_pinned_venv_without_changing_it(tmp_path: Path)
 
 
 def test_the_surfaces_venv_is_a_folder_of_its_own() -> None:
-    """Issue 26: the packages that drive Hermes's other surfaces (the MCP SDK,
+    """The packages that drive Hermes's other surfaces (the MCP SDK,
     python-telegram-bot) go into a venv whose name covers them, never into the
     shared one; the conformance modules' venv is named as before."""
     base, surfaces = default_env_dir(), default_env_dir(surfaces=True)

@@ -1,4 +1,4 @@
-"""The real Hermes (hermes-agent 0.19.0) pointed at the model gateway (issue 16).
+"""The real Hermes (hermes-agent 0.19.0) pointed at the model gateway.
 
 Same harness as tests/test_hermes_conformance.py (real nats-server with
 authorization from the registry, a real gate, the scripted fake model on
@@ -40,7 +40,7 @@ Proves, for the pinned version, the CLI path and these scenarios:
   result, which is refused ``ungated_tool_result`` (the model never sees it),
   recorded, and the runtime is refused until an operator clears it
   (``model-gateway clear``);
-- session taint outside the runtime (issue 16, item 4): a session whose tool
+- session taint outside the runtime: a session whose tool
   result showed the model injected text, then ``hermes chat --continue`` (a new
   Hermes process resuming it) where the model asks for a court filing: the
   adapter's proposal declares the taint ``clear`` (its own taint was in the old
@@ -57,8 +57,8 @@ Negative findings shown here, as they are:
 - without the gateway the same resumed session's filing is proposed clear and
   decided clear: held for an attorney as a clean transmission, its taint hidden;
 - in this display the CLI streams (``cli.CLI_CONFIG``, the agent's stream
-  callback, read by a probe plugin); the adapter attests it streaming (issue 17:
-  read from the running CLI), and the gate accepts that because the gateway
+  callback, read by a probe plugin); the adapter attests it streaming (read
+  from the running CLI), and the gate accepts that because the gateway
   serves this runtime.
 
 Does not prove: OpenClaw, gateway platforms of Hermes (only the CLI here; the
@@ -214,7 +214,7 @@ def test_an_allowed_reply_appears_once_and_not_before_the_allow(hermes: HermesRu
     assert allowed
     assert allowed[0]["disposition"] == "allow"  # the gateway's stream, decided first
     assert run["first_seen_ms"][ALLOWED] >= allowed[0]["at"]
-    # Issue 17: this display streams (the probe reads the running CLI), the adapter
+    # This display streams (the probe reads the running CLI), the adapter
     # attests just that, and the gate accepts it because the gateway serves this
     # runtime and holds each turn whole until its verdict.
     streaming = json.loads(Path(run["root"], "STREAMING").read_text())
@@ -307,7 +307,7 @@ def test_without_the_gateway_a_runtime_with_the_plugin_off_runs_tools_ungated(
 def test_within_a_fresh_lease_the_same_runtime_without_its_plugin_gets_no_completion(
     hermes: HermesRuns, how: str, command: dict[str, Any]
 ) -> None:
-    """Admission is bound to the process that attested (issue 16; docs/HERMES.md,
+    """Admission is bound to the process that attested (docs/HERMES.md,
     finding 10, closed): an attested turn, then a Hermes process of the SAME runtime
     id, key file and gateway token with our plugin off, inside the attestation's
     lease. It proves no process (no ``Smf-Instance-Proof``: only our ``llm_request``
@@ -353,7 +353,7 @@ def register(ctx):
 def test_a_tool_run_past_a_removed_hook_stops_the_runtime_at_its_result(
     hermes: HermesRuns,
 ) -> None:
-    """Tool-call accounting against the real runtime (issue 16, item 3: "a hook
+    """Tool-call accounting against the real runtime ("a hook
     removed"): our adapter attested and proves its process, but another plugin removed
     its tool hook, so the scripted command runs with no proposal (the gateway cannot
     stop a call it returned; it sees the result). The request carrying that result is
@@ -537,8 +537,8 @@ def declared(run: dict[str, Any]) -> list[dict[str, Any]]:
 def test_a_resumed_session_that_read_injected_text_proposes_clear_and_is_decided_tainted(
     hermes: HermesRuns,
 ) -> None:
-    """Issue 16, "hermes chat --continue after reading injected text: the next egress is
-    proposed tainted". The resumed Hermes is a new process, so its adapter's own taint
+    """``hermes chat --continue`` after reading injected text: the next egress is
+    proposed tainted. The resumed Hermes is a new process, so its adapter's own taint
     is gone and its proposal declares the filing ``clear``; the model gateway recorded
     the context it issued that call in (the injected text in the history) and the gate
     raises the proposal by it: denied ``injection_tainted_egress``, no approval opened,

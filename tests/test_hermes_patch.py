@@ -1,4 +1,4 @@
-"""The paths a Hermes ``patch`` names, read the way Hermes reads them (issue 17).
+"""The paths a Hermes ``patch`` names, read the way Hermes reads them.
 
 Finding: the adapter's own regex missed ``***Update File:`` (no space),
 ``*** Move File: free -> held`` and ``*** Delete  File:``, which Hermes's

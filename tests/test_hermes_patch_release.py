@@ -1,5 +1,4 @@
-"""Patch spellings under legal hold, with a release that allows writes outside legal hold
-(issue 17).
+"""Patch spellings under legal hold, with a release that allows writes outside legal hold.
 
 Finding: ``***Update File:``, ``*** Move File: free -> held`` and ``*** Delete  File:``
 were proposed as ``legal_hold: false``; only the demo release's default deny of

@@ -1,4 +1,4 @@
-"""The Hermes adapter verifies the governed release itself (issue 6 + issue 8, "release verified").
+"""The Hermes adapter verifies the governed release itself ("release verified").
 
 Two halves.
 

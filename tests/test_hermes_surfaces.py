@@ -1,4 +1,4 @@
-"""Hermes's other surfaces, driven end to end against the REAL runtime (issue 26).
+"""Hermes's other surfaces, driven end to end against the REAL runtime.
 
 hermes-agent 0.19.0 in its own cached venv (with the MCP SDK and
 python-telegram-bot at the versions Hermes pins in its own extras,

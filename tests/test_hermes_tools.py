@@ -1,4 +1,4 @@
-"""The Hermes adapter's connector-backed tools: approval that works on Hermes (issue 8).
+"""The Hermes adapter's connector-backed tools: approval that works on Hermes.
 
 Driven in-process as in tests/test_hermes_unit.py (no Hermes): the tool
 handlers the plugin registers are called the way Hermes's tool registry calls
@@ -260,7 +260,7 @@ async def test_a_denied_call_says_why_and_nothing_is_executed(
     assert tainted["status"] == "denied", tainted
     assert "injection_tainted_egress" in tainted["reason_codes"]
     assert "injection_tainted_egress" in tainted["message"]
-    # the decision it rests on, for `smf-assurance explain` (issue 25)
+    # the decision it rests on, for `smf-assurance explain`
     assert tainted["decision_id"].startswith("sha256:")
     assert f"smf-assurance explain {tainted['decision_id']}" in tainted["message"]
     assert "Nothing has been filed." in tainted["message"]
@@ -456,7 +456,7 @@ async def test_a_lost_verdict_is_reported_as_unknown(
 async def test_the_handler_proposes_with_the_call_id_the_hook_saw(
     hermes: plugin.HermesAdapter, host: FakeHost, gate: RunningGate
 ) -> None:
-    """Tool-call accounting (issue 16): Hermes gives a tool handler no tool-call id, so
+    """Tool-call accounting: Hermes gives a tool handler no tool-call id, so
     the hook hands it over; the gate then knows the call was decided."""
     assert gate.gate.decided_calls is not None
     call = pre("smf_court_filing", dict(FILING), tool_call_id="call-77")

@@ -1,6 +1,6 @@
 """The Hermes adapter's hooks driven directly, against a real gate over a real nats-server.
 
-Issue 8. No Hermes here: the hooks are called the way Hermes 0.19.0 calls
+No Hermes here: the hooks are called the way Hermes 0.19.0 calls
 them (keyword arguments, from a thread other than the event loop), with a
 fake host standing in for the plugin manager, the version and the config.
 
@@ -367,7 +367,7 @@ async def test_allowed_read_runs_and_only_with_the_allowed_arguments(
 async def test_a_proposal_carries_the_tool_call_id_the_contract_can_carry(
     hermes: plugin.HermesAdapter, gate: RunningGate, tmp_path: Path
 ) -> None:
-    """Tool-call accounting (issue 16): the gate records the call id of every proposal,
+    """Tool-call accounting: the gate records the call id of every proposal,
     whatever its verdict; an id the contract cannot carry is left out, never sent
     malformed (its result is then reported ungated by the model gateway: fail closed)."""
     calls = gate.gate.decided_calls
@@ -390,7 +390,7 @@ async def test_terminal_is_denied_with_the_reason_codes(hermes: plugin.HermesAda
     assert result["action"] == "block"
     assert "SMF Assurance gate denied terminal" in result["message"]
     assert "no_applicable_policy_for_consequential_operation" in result["message"]
-    # it names the decision, so `explain` can say why in words (issue 25)
+    # it names the decision, so `explain` can say why in words
     decision = re.search(
         r"Decision (sha256:[0-9a-f]{64}): `smf-assurance explain \1`", result["message"]
     )
@@ -665,7 +665,7 @@ async def test_streaming_is_attested_and_the_gate_refuses_the_runtime(
     adapters: list[plugin.HermesAdapter],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Issue 17: streaming is attested as Hermes does it and judged by the gate, which
+    """Streaming is attested as Hermes does it and judged by the gate, which
     refuses a streaming runtime the model gateway does not serve: every call blocked,
     every reply withheld. The operator is told how to turn it off."""
     host = FakeHost(streaming=_streaming_on())
@@ -706,7 +706,7 @@ async def test_a_cli_that_starts_streaming_is_attested_before_the_next_proposal(
 
 
 def test_a_runtime_the_model_gateway_serves_may_stream(state: StateDir) -> None:
-    """The gateway holds each turn whole until its verdict (issue 16), so its runtimes'
+    """The gateway holds each turn whole until its verdict, so its runtimes'
     streaming is not refused; every other runtime's is."""
     set_upstream(state, "http://127.0.0.1:9/v1", "local-model")
     provision_gateway_runtime(
@@ -781,7 +781,7 @@ def test_register_never_raises_and_registers_every_hook(
         plugin._ADAPTER.bridge.stop(1.0)
 
 
-# --- every model request proves its process (issue 16, docs/HERMES.md finding 10) --------
+# --- every model request proves its process (docs/HERMES.md finding 10) --------
 
 
 def test_every_model_request_carries_a_proof_of_this_process(
@@ -866,7 +866,7 @@ async def test_gate_refuses_a_runtime_that_has_not_attested_and_serves_the_scrip
     verdict = await hermes_client.propose(proposal)
     assert verdict.outcome == "deny"
     assert verdict.reason_codes == ("runtime_attestation_missing",)
-    # refused at admission, before any policy, and still in the ledger (issue 16)
+    # refused at admission, before any policy, and still in the ledger
     (entry,) = verdict.evidence
     out = io.StringIO()
     export_jsonl(state.ledger, out)
@@ -971,7 +971,7 @@ class FakeCli:
 
 
 def test_the_cli_surface_is_what_the_running_cli_does() -> None:
-    """Issue 17: the adapter attested streaming off while the default CLI streamed."""
+    """The default CLI streams, so the adapter attests it streaming, not off."""
     configured = (StreamingSetting(surface="cli", enabled=False),)
     streams = with_observed_cli(configured, FakeCli(FakeAgent(print), {"streaming": False}))
     assert streams == (StreamingSetting(surface="cli", enabled=True),)
@@ -1021,7 +1021,8 @@ def parse_none(text: str) -> list[str]:
 
 
 def test_a_patch_without_the_runtimes_parser_is_refused(tmp_path: Path) -> None:
-    """Issue 17: our own reading of a patch alone could differ from Hermes's."""
+    """Without Hermes's parser the call is refused: our own reading of a patch alone
+    could differ from Hermes's."""
     held = (str(tmp_path / "held"),)
     patch = {"patch": "*** Update File: free.txt\n@@\n-a\n+b"}
     with pytest.raises(mapping.MappingError) as missing:
@@ -1047,8 +1048,8 @@ def test_a_patch_without_the_runtimes_parser_is_refused(tmp_path: Path) -> None:
     ],
 )
 def test_every_header_hermes_accepts_is_read_as_a_target(tmp_path: Path, header: str) -> None:
-    """The three variants of issue 17 (and a tab and a header after an early End
-    Patch): the legal hold is seen even when the parser reports nothing."""
+    """The three header variants a regex of our own would miss (and a tab and a header
+    after an early End Patch): the legal hold is seen even when the parser reports nothing."""
     held = (str(tmp_path / "held"),)
     text = {"patch": f"{header}\n@@\n-a\n+b\n"}
     assert mapping.legal_hold_of("patch", text, held, str(tmp_path), parse_none) is True
@@ -1281,7 +1282,7 @@ def test_a_proof_that_cannot_be_sealed_is_left_out_never_raised(
 
 
 def test_no_tool_call_may_touch_the_adapters_own_files(tmp_path: Path) -> None:
-    """Issue 17: the runtime's key reached the model through ``read_file``."""
+    """The runtime's key must not reach the model through ``read_file`` or any tool."""
     keys = tmp_path / "state" / "keys"
     keys.mkdir(parents=True)
     key = keys / "hermes-runtime.key"

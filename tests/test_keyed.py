@@ -177,7 +177,7 @@ def test_identifier_is_real_hmac_sha256(key: bytes, domain: str, value: str) -> 
 
 
 def test_a_pseudonym_key_never_shows_its_bytes() -> None:
-    """Issue 15: the key the gate carries says ``<redacted>`` wherever it is printed
+    """The key the gate carries says ``<redacted>`` wherever it is printed
     (a dataclass repr, an f-string, a traceback's locals) and is never pickled; its
     identifiers are those of ``keyed_identifier`` under the same bytes."""
     secret = bytes(range(32))

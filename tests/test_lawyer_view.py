@@ -1,7 +1,7 @@
 """The held filing as a lawyer reads it, in a real browser (headless Chromium).
 
-Issue 23, "Show the exact action as a lawyer reads it" and "What it must show": "the
-held filing with its PDF visible", the destination in a display form (court name, case
+The exact action as a lawyer reads it: "the held filing with its PDF visible", the
+destination in a display form (court name, case
 caption and docket) and the matter and client by name from the operator's tenant
 directory, the attachment's own digest check in the page, and "420 px layouts and 200%
 zoom usable". The stack, console and browser fixtures are those of

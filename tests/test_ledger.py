@@ -1,4 +1,4 @@
-"""Evidence ledger store (issue 7; ARCHITECTURE.md, "Evidence").
+"""Evidence ledger store (ARCHITECTURE.md, "Evidence").
 
 Every test runs against a real SQLite file in ``tmp_path``. Attacks are made
 the way someone with access to the file would make them: through Python's
@@ -250,11 +250,11 @@ async def test_cancelled_append_leaves_a_valid_chain(db: Path, key: SigningKey) 
     assert verify_ledger(db, [], trusted(key)).ok
 
 
-# --- group commit (issue 20) ------------------------------------------------
+# --- group commit ------------------------------------------------
 
 
 async def test_appends_that_wait_share_one_transaction(db: Path, key: SigningKey) -> None:
-    """Issue 20: what queued while a commit was in flight commits together, one
+    """What queued while a commit was in flight commits together, one
     COMMIT (one fsync) for all; each receipt is durable when its caller has it."""
     async with await Ledger.open(db, signer=key, checkpoint_every=NEVER) as ledger:
         seen = await statements(ledger._worker)
@@ -286,7 +286,7 @@ async def test_appends_that_wait_share_one_transaction(db: Path, key: SigningKey
 async def test_a_write_beside_an_entry_commits_with_it_or_alone_fails(
     db: Path, key: SigningKey
 ) -> None:
-    """Issue 20, ``Ledger.append_beside``: a caller's write beside its entry is in the
+    """``Ledger.append_beside``: a caller's write beside its entry is in the
     entry's transaction (one COMMIT for the whole group, the row visible to
     another connection when the caller is released); a write that fails is
     undone alone and is that caller's ``StoreUnavailable``, while its entry and
@@ -330,7 +330,7 @@ async def test_a_write_beside_an_entry_commits_with_it_or_alone_fails(
 
 
 async def test_a_write_with_no_entry_rides_in_the_next_group(db: Path, key: SigningKey) -> None:
-    """Issue 20, ``Ledger.write_beside``: a write with no entry of its own (a claim's
+    """``Ledger.write_beside``: a write with no entry of its own (a claim's
     settle) commits in the group queued with it: one COMMIT for it and the
     entries, no seq taken, the chain continuing where it was; alone, it is a
     group of its own; a closed ledger refuses it."""
@@ -1051,7 +1051,7 @@ async def test_open_of_an_unsupported_schema_version_is_unavailable(
     with attacker(db) as conn:
         for statement in DDL:
             conn.execute(statement)
-        future = ledger_schema.SCHEMA_VERSION + 1  # 2 until schema 2 (issue 25) was written
+        future = ledger_schema.SCHEMA_VERSION + 1  # 2 until schema 2 was written
         conn.execute(f"INSERT INTO ledger_meta VALUES (1, ?, {future})", (identity_of("future"),))
     with pytest.raises(EvidenceStoreUnavailable, match="opened"):
         await Ledger.open(db, signer=key)

@@ -1,4 +1,4 @@
-"""Schema 2 of the evidence ledger: the ``shadow`` kind (issue 25) and the migration.
+"""Schema 2 of the evidence ledger: the ``shadow`` kind and the migration.
 
 Proves, on real SQLite files:
 - a ``shadow`` entry (both sides of a disagreement, as identities and closed

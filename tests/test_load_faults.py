@@ -1,5 +1,5 @@
 """A bounded load with faults: what every runtime was told agrees with what happened
-(issue 35, "What it must show": the bounded load-and-fault test).
+(the bounded load-and-fault test).
 
 Everything is real and on loopback: one nats-server (SIGKILLed and started again on
 its store), the gate in its own process (``tests/gate_child.py``, SIGKILLed and

@@ -1,4 +1,4 @@
-"""Logs never carry a secret or a raw value (issue 15), on any refusal path.
+"""Logs never carry a secret or a raw value, on any refusal path.
 
 A real gate (stages over the bus, so the stage services log too) runs with
 the product's own logging (``smf_assurance.ops.local.logs.configure_logging``, JSON, at debug

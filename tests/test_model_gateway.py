@@ -1,4 +1,4 @@
-"""The model gateway (issue 16) against a real gate, a real nats-server and a fake provider.
+"""The model gateway against a real gate, a real nats-server and a fake provider.
 
 Every request crosses the real HTTP server (aiohttp) of the gateway; the
 provider is the fake of ``smf_assurance.ops.bench.fake_model`` on 127.0.0.1; the gate is a
@@ -426,7 +426,7 @@ async def test_a_privileged_reply_to_a_client_chat_never_reaches_the_runtime(
 async def test_a_reply_written_after_injected_text_is_decided_tainted(world: World) -> None:
     """The runtime declares its replies clear; the conversation it sends shows the model
     a tool result with injected instructions, so the gateway decides the reply as
-    tainted (issue 16, "Session taint outside the runtime"), whatever the runtime says."""
+    tainted (session taint kept outside the runtime), whatever the runtime says."""
     await attest(world, OTHER, OTHER_ID)
     world.model.default = Reply(content="Here is the summary you asked for.")
     messages = [

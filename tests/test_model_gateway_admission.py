@@ -1,4 +1,4 @@
-"""The model gateway's admission at its edges in time (issue 16, "Model egress is
+"""The model gateway's admission at its edges in time ("Model egress is
 governed"), against a real gate, a real nats-server and the fake provider, through the
 gateway's real HTTP server.
 

@@ -1,4 +1,4 @@
-"""Session taint outside the runtime (issue 16, item 4) against a real gate, a real
+"""Session taint outside the runtime against a real gate, a real
 nats-server (authorization on) and a fake provider, through the gateway's real HTTP server.
 
 The runtime here declares every call clear, as a fresh ``hermes chat --continue``

@@ -1,4 +1,4 @@
-"""Admission bound to the process that attested (issue 16; docs/HERMES.md, finding 10),
+"""Admission bound to the process that attested (docs/HERMES.md, finding 10),
 against a real gate, a real nats-server and a fake provider, through the gateway's real
 HTTP server.
 
@@ -6,7 +6,7 @@ Proves: once a runtime's attestation names its process (``instance_id``), a requ
 carrying the runtime's own gateway token is served only with a fresh proof
 (``Smf-Instance-Proof``) signed by that runtime's key for an instance whose latest
 attestation the gate accepted within its lease, sealed for that very request (its
-messages' digest) and accepted once, within seconds (issue 36): the same proof again,
+messages' digest) and accepted once, within seconds: the same proof again,
 a proof for another body, one without a nonce are refused; a request with no proof, a proof of
 another (never attested, or refused) instance, one signed by another runtime's key,
 one issued outside the freshness window, one that is garbage, non-canonical or too
@@ -25,7 +25,7 @@ trip only when every check holds; any other proof, and a replay of one served so
 asked about and refused by the gate, recorded.
 
 Does not prove: that the plugin-less process cannot get a proof some other way (the
-runtime key is denied to the agent's tools, issue 17, but the OS user can read it);
+runtime key is denied to the agent's tools, but the OS user can read it);
 a proof replayed to another gate replica or another gateway process within its seconds
 (each remembers the nonces it saw), or across a restart of either within them; a
 replay to the gate while the gateway's clock is ahead of the gate's by more than the

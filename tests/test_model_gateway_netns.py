@@ -1,6 +1,6 @@
 """A runtime in its own network namespace reaches the model gateway and nothing behind it.
 
-Issue 16, "Deployment": runtimes sit on a network that reaches only the bus
+Runtimes sit on a network that reaches only the bus
 and the gateway; only the gateway reaches model providers, only connectors
 reach external systems. Here the runtime side is a network namespace this
 test makes (``ip netns``, as root): loopback and one veth, whose other end is

@@ -1,4 +1,4 @@
-"""Tool-call accounting (issue 16, item 3) against a real gate, a real nats-server and a
+"""Tool-call accounting against a real gate, a real nats-server and a
 fake provider, through the gateway's real HTTP server.
 
 Proves: every tool call the gateway returns carries an id it issued (``smfc`` and 24

@@ -1,4 +1,4 @@
-"""A model turn read whole and written back (``smf_assurance.core.model_turns``, issue 16).
+"""A model turn read whole and written back (``smf_assurance.core.model_turns``).
 
 Proves: however a provider's SSE bytes are split on the wire, the assembled
 turn is the same; a stream without its finish and ``[DONE]`` is refused, so a
@@ -168,7 +168,7 @@ def test_a_notice_replaces_the_whole_turn() -> None:
     assert (notice.content, notice.tool_calls, notice.finish_reason) == ("[withheld]", [], "stop")
 
 
-# -- what a runtime may show, read as a person reads it (issue 36) ------------------------
+# -- what a runtime may show, read as a person reads it ------------------------
 
 CLEAN_FACTS = DataFacts(classification="internal", injection_taint="clear")
 

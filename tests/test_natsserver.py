@@ -198,7 +198,7 @@ async def test_restart_keeps_jetstream_data_and_port(nats_server: EmbeddedNatsSe
     assert await stream_messages(nats_server.url, "KEEP") == 3
 
 
-# --- ports: reserved from choice to close (issue 18) ------------------------------
+# --- ports: reserved from choice to close ------------------------------
 
 
 def plain_bind_refused(port: int) -> bool:

@@ -1,6 +1,6 @@
 """Normalization refuses what it cannot map faithfully (smf_assurance/core/normalize.py).
 
-Issue 3: an unknown tool yields ``capability: unknown`` (the floor denies
+An unknown tool yields ``capability: unknown`` (the floor denies
 it); a missing required argument or fact, an argument of the wrong type,
 arguments without a canonical form, an envelope that breaks its own schema,
 or a mapper table that is not one, is a rejection with its own reason code.

@@ -1,4 +1,4 @@
-"""Notifications to entitled approvers (issue 23, "Notifications"), end to end.
+"""Notifications to entitled approvers, end to end.
 
 A real nats-server with the full stack (``smf_assurance.ops.local.stack.start_stack``: gate and
 example connectors, bus permissions on), real held filings proposed through

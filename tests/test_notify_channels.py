@@ -1,4 +1,4 @@
-"""The notifier's channels on their own (issue 23, "Notifications"): SMTP and signed webhooks.
+"""The notifier's channels on their own: SMTP and signed webhooks.
 
 Real servers on 127.0.0.1, port 0: aiosmtpd's SMTP protocol (with AUTH over
 plain SMTP where a login is under test) and an aiohttp application.

@@ -1,4 +1,4 @@
-"""Onboarding runtimes and approvers from the command line (issue 21), against a running gate.
+"""Onboarding runtimes and approvers from the command line, against a running gate.
 
 A real ``up`` (its embedded nats-server, authorization generated from the
 registry and following every release the gate adopts; the gate; the example

@@ -1,4 +1,4 @@
-"""The compiled OpenClaw plugin on a bus that enforces its permissions (issue 15).
+"""The compiled OpenClaw plugin on a bus that enforces its permissions.
 
 The plugin is driven as in tests/test_openclaw_plugin.py (same Node driver,
 same gate), but the gate's nats-server runs with the authorization generated

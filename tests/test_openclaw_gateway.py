@@ -1,4 +1,4 @@
-"""Real OpenClaw pointed at the model gateway (issue 16): npm openclaw@2026.9.6 on Node 24.
+"""Real OpenClaw pointed at the model gateway: npm openclaw@2026.9.6 on Node 24.
 
 One harness process for the module (``tests/openclaw_harness.py``, as part 2
 of tests/test_openclaw_conformance.py: inside ``unshare -n`` with loopback
@@ -36,7 +36,7 @@ channels, streaming to a live client (the ``--json`` result is printed at the
 end of the turn), interim text beside tool calls, other OpenClaw versions; nor
 that OpenClaw cannot reach a model by another path (network isolation, issue
 16 step 6). The token sits in ``openclaw.json`` here: the plugin blocks a tool
-call naming that file (issue 17), not a command that builds its name.
+call naming that file, not a command that builds its name.
 """
 
 from __future__ import annotations
@@ -524,7 +524,7 @@ def test_a_withheld_reply_never_reaches_the_operator_nor_the_transcript(
     # The gateway's detectors found the injection in the request's tool result; with
     # that taint no policy permits the reply (the same runtime's clean reply is allowed).
     assert tainted_by_the_gateway(run, DESK_ID) == [["detected_injection_marker"]]
-    # the turn of the ``read`` alone is decided too (issue 36: everything shown), and
+    # the turn of the ``read`` alone is decided too (everything shown), and
     # released; the reply after it is the one withheld
     read_turn, verdict = output_verdicts(run)
     assert read_turn["verdict"]["outcome"] == "allow", read_turn

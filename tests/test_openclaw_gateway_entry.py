@@ -1,4 +1,4 @@
-"""Real OpenClaw through its Gateway entry point, with the model gateway as its provider (issue 16).
+"""Real OpenClaw through its Gateway entry point, with the model gateway as its provider.
 
 npm openclaw@2026.9.6 on Node 24, the way a firm runs it: ``openclaw gateway
 run --port P --bind loopback --auth token --token T`` (P held by an
@@ -47,8 +47,8 @@ Does not prove: channels and their delivery hooks, a reply approved later
 (the runtime would ask again), streaming of long replies in several deltas
 (the gateway releases a reply in one write, so the client sees one delta),
 other OpenClaw versions, and that a Gateway cannot reach a model some other
-way (network layer, issue 16 step 6). Admission is bound to the process (issue
-16): the Gateway's plugin attests an instance id of the Gateway process and the
+way (network layer). Admission is bound to the process: the Gateway's plugin
+attests an instance id of the Gateway process and the
 provider ``smf-gateway`` (the model gateway's id in the config) proves it on
 every model request; a Gateway without the plugin that shares a runtime id with
 an attested process is refused for want of that proof (shown for ``agent
@@ -314,8 +314,8 @@ def test_the_gateway_loads_our_plugin_and_it_attests_from_the_gateway_process(
 def test_every_model_request_of_the_gateway_carries_the_gateway_processs_proof(
     served: dict[str, Any],
 ) -> None:
-    """The plugin in the Gateway process attested a random instance id of that process
-    (issue 16), so the gate serves ``openclaw-demo`` only for requests carrying a proof
+    """The plugin in the Gateway process attested a random instance id of that process,
+    so the gate serves ``openclaw-demo`` only for requests carrying a proof
     of it. The turns' model calls ran in the Gateway process, where our provider
     ``smf-gateway``'s stream wrapper added the proof: every one was served and the ledger
     holds no proof refusal; the CLI that sent the turns attested nothing and needed no

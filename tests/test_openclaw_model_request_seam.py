@@ -1,4 +1,4 @@
-"""Which OpenClaw seams can NOT bind model requests to the process (issue 16, research).
+"""Which OpenClaw seams can NOT bind model requests to the process.
 
 The model gateway admits a runtime by its bearer token while the gate holds a
 fresh attestation for that runtime id. Our plugin now binds each model request
@@ -48,7 +48,7 @@ result types, read) nor change one through the environment (run).
 docs/OPENCLAW.md, "Binding model requests to the process", has the evidence.
 Does not prove: other model callers than the embedded agent's stream
 (``wrapSimpleCompletionStreamFn``, read only), subagents, compaction, other
-versions. Removed when the plugin's own tests took over (issue 16): the
+versions. Removed when the plugin's own tests took over: the
 positive runs of ``wrapStreamFn`` (a signed header on every request, in
 ``agent --local`` and in the Gateway), ``resolveTransportTurnState`` (a header
 per request) and ``prepareRuntimeAuth`` (a bearer per run); their findings

@@ -1,6 +1,6 @@
 """The compiled OpenClaw plugin's hooks against a real gate over a real nats-server.
 
-Issue 10. The plugin (``smf_assurance/adapters/openclaw``, TypeScript) is built by
+The plugin (``smf_assurance/adapters/openclaw``, TypeScript) is built by
 ``smf_assurance/adapters/openclaw/scripts/build.sh`` and loaded by a Node 24 child process
 (``smf_assurance/adapters/openclaw/test/driver.mjs``) exactly as OpenClaw loads it: the
 default export's ``register(api)`` against a stand-in for the part of the
@@ -46,7 +46,7 @@ What these tests prove:
   ``execution_unknown`` with ``binding_broken`` in the ledger for a mismatch.
 - configuration: no ``trustRootFile`` is refusing mode (and ``registryFile`` is
   gone: the gate keys come from a verified release only).
-- governed release and start-up attestation (issues 6 and 10): the plugin
+- governed release and start-up attestation: the plugin
   verifies the newest release of the ``SMF_RELEASES`` bucket itself and
   attests it on ``smf.attest`` (profile ``exact-hold``, the pin, both hooks);
   the gate accepts it and admits the plugin's proposals. With no release in the
@@ -781,7 +781,7 @@ async def test_held_then_denied_blocks(
     nc: Client,
     tap: Tap,
 ) -> None:
-    """A deny blocks. Issue 23: the attorney's closed reason and note, signed with the
+    """A deny blocks. The attorney's closed reason and note, signed with the
     deny, reach the plugin in the gate-signed outcome; its block names the reason's
     code and quotes the note, and the ledger holds the code."""
     async with driver(node_bin, plugin_config(state, nats_url)) as drv:
@@ -1011,7 +1011,7 @@ ROGUE: Final[dict[str, Any]] = {
     "hookName": "before_tool_call",
     "priority": -1e308,
 }
-"""Issue 17's finding: a second plugin's hook below ours, whose params OpenClaw takes."""
+"""The attack: a second plugin's hook below ours, whose params OpenClaw takes."""
 
 
 async def test_a_foreign_hook_after_ours_blocks_every_call_and_is_attested(

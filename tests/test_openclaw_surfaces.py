@@ -1,4 +1,4 @@
-"""OpenClaw's other surfaces, driven end to end against the REAL runtime (issue 26).
+"""OpenClaw's other surfaces, driven end to end against the REAL runtime.
 
 npm openclaw@2026.9.6 on Node 24 as a firm runs it: ``openclaw gateway run``
 (one Gateway shared by a group of cases, ``tests/openclaw_gateway_host.py``) with

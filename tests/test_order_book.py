@@ -1,4 +1,4 @@
-"""Contract tests of the direct-allow order book (issue 15), on both backends.
+"""Contract tests of the direct-allow order book, on both backends.
 
 ``smf_assurance.pipeline.stores.orders``: an order is recorded once, settled once
 (``executing -> consumed | failed | execution_unknown``), listed as overdue
@@ -239,7 +239,7 @@ async def test_kv_book_fails_closed(kv_backend: KvBackend) -> None:
         await book.open(order("d"))
 
 
-# --- one transaction for a claim, its order and its evidence (issue 20) ---------------
+# --- one transaction for a claim, its order and its evidence ---------------
 
 
 async def test_a_claim_and_its_order_commit_in_the_evidence_transaction(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Output buffering gate (issue 5) on a real nats-server.
+"""Output buffering gate on a real nats-server.
 
 Proves: no byte of a streamed response appears on any subject other than the
 adapter's own ``smf.output.<id>`` before the gate's verdict, and only an

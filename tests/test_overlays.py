@@ -1,7 +1,7 @@
 """Signed customer overlays (smf_assurance/governance/overlays.py) and why they cannot weaken the
 floor.
 
-Issue 6: a customer overlay is signed by the customer's key, versioned, bound
+A customer overlay is signed by the customer's key, versioned, bound
 to one tenant, and cannot weaken the safety floor; "the compiler and the
 evaluator both refuse; tests prove both". Proves:
 

@@ -1,4 +1,4 @@
-"""Indexed policy selection (smf_assurance/core/policy_index.py, issue 20).
+"""Indexed policy selection (smf_assurance/core/policy_index.py).
 
 Properties: every policy whose check holds is among the index's candidates
 (the index is sound); so over generated corpora (random predicates, layers,

@@ -569,7 +569,7 @@ APPROVER_SPEC: dict[str, Any] = {"approval_count": 1, "required_roles": ["parale
 def test_adding_a_weaker_layer_never_relaxes_the_decision(
     stack: list[dict[str, Any]], envelope: OperationEnvelope, random_spec: dict[str, Any]
 ) -> None:
-    """Issue 2: adding a policy at a layer weaker than every policy already in the
+    """Adding a policy at a layer weaker than every policy already in the
     stack never relaxes the disposition or any requirement field.
 
     For each random stack, every applicable weaker addition is tried: each

@@ -1,6 +1,6 @@
-"""The README's quick start, run literally (issue 21, "What it must show").
+"""The README's quick start, run literally.
 
-Issue 21 asks for "a quick start in the README: from `make demo` to one real
+The README promises "a quick start in the README: from `make demo` to one real
 Hermes turn and one real OpenClaw turn governed by the gate on this machine",
 and for "a test that executes the quick start's commands literally (parsed out
 of the README ...) in fresh temp dirs and completes one governed Hermes turn

@@ -1,4 +1,4 @@
-"""``release diff`` (issue 25, the static part): what two releases differ in.
+"""``release diff`` (the static part): what two releases differ in.
 
 A pair of corpora whose differences are known (a reworded and a re-scoped
 rule, a rule added and one removed, a policy added with requirements, one

@@ -1,4 +1,4 @@
-"""The shadow on the command line (issue 25): publish, status, diff over recorded traffic,
+"""The shadow on the command line: publish, status, diff over recorded traffic,
 explain, withdraw. Real nats-server, real gate, real SQLite ledger.
 
 Proves:

@@ -1,4 +1,4 @@
-"""Distribution of governed releases to running gates, on a real nats-server (issue 6).
+"""Distribution of governed releases to running gates, on a real nats-server.
 
 Proves:
 - a demo state directory runs its gate on a signed, verified release, and
@@ -19,7 +19,7 @@ Proves:
 - the ``release`` commands build, verify, publish and report;
 - ``release publish`` waits for every gate's signed report and exits 1 on a
   refusal (with the gate and reason) or when no gate's signed word came;
-  ``release status`` shows each gate's release and refusals (issue 22).
+  ``release status`` shows each gate's release and refusals.
 
 Does not prove: convergence across a NATS cluster (one server here), or an
 adapter or Swarm consumer verifying releases (they are not wired yet).
@@ -964,7 +964,7 @@ async def test_status_shows_a_bucket_entry_that_is_not_a_release(
     assert [(e.key, e.manifest) for e in entries] == [(release_key(5), None)]
 
 
-# --- publishers hear what the gates did (issue 22) -------------------------------------
+# --- publishers hear what the gates did -------------------------------------
 
 
 def one_line(err: str) -> str:
@@ -980,8 +980,8 @@ async def test_publish_reports_each_gates_refusal_then_adoption(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Issue 22: ``release publish`` said "published" for a release every gate then
-    refused (``release_chain_broken``, in the gates' logs only). Now it waits
+    """``release publish`` never says "published" for a release every gate
+    refuses (``release_chain_broken``, which the gates tell their logs): it waits
     for each gate's signed report: a refusal exits 1 with the gate and reason,
     ``status`` lists each gate's refusals, and an adoption names every gate that
     answered (two gates here, one queue group each, so both are heard)."""

@@ -1,4 +1,4 @@
-"""What a restarted gate re-checks in the release it persisted (issue 18).
+"""What a restarted gate re-checks in the release it persisted.
 
 ARCHITECTURE.md, "Governed releases": every consumer verifies signature,
 digests and sequence before use, persisted across restarts. A restart loads

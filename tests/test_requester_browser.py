@@ -1,4 +1,4 @@
-"""The requester's view and the connector's receipt, in headless Chromium (issue 23).
+"""The requester's view and the connector's receipt, in headless Chromium.
 
 The same world as tests/test_console_browser.py (a real nats-server, the full stack
 with the example connectors, the console, a fresh browser profile per page): the

@@ -1,4 +1,4 @@
-"""What the runtime was told is what happens (issue 35, item 4): one deadline for an
+"""What the runtime was told is what happens: one deadline for an
 order and its allow, and no order behind a requester that stopped waiting.
 
 Real nats-server, real SQLite, the whole gate from ``start_gate`` (co-located), the

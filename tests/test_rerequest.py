@@ -1,4 +1,4 @@
-"""Re-requesting an expired approval: a new proposal and binding, never a revival (issue 23).
+"""Re-requesting an expired approval: a new proposal and binding, never a revival.
 
 A real nats-server, the gate with its SQLite stores and ledger, the example
 connectors, and the runtime side (``smf_assurance.adapters.rerequest``) holding what

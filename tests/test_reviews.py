@@ -1,4 +1,4 @@
-"""Signed reviews bound to a commit, and ``candidate status`` (issue 24), on real git
+"""Signed reviews bound to a commit, and ``candidate status``, on real git
 repositories in tmp, real key files and a real registry file, through the CLI.
 
 What a review rests on is read with git: a review signed at commit A is stale at

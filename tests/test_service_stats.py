@@ -1,4 +1,4 @@
-"""``$SRV.STATS`` tells the truth about the traffic a gate served (issue 19).
+"""``$SRV.STATS`` tells the truth about the traffic a gate served.
 
 The counters are read the way operators read them, with a ``$SRV.STATS``
 request to each service over the bus, after sending a known mix: allowed and
@@ -106,8 +106,8 @@ async def test_a_bare_ping_on_an_authorizing_bus_is_answered_by_every_gate_servi
     """NATS tooling lists services with a bare ``$SRV.PING`` (and reads ``$SRV.STATS``
     the same way). A gate holds all its services on one connection, and the server
     allowed it one reply per request: on a bus with authorization every reply to a bare
-    ping was refused as a publish violation, and tooling saw no gate at all (issue 21's
-    finding, ``smf_assurance.ops.local.bus_auth.RESPONSES_PER_REQUEST``)."""
+    ping was refused as a publish violation, and tooling saw no gate at all (the attack
+    on visibility, ``smf_assurance.ops.local.bus_auth.RESPONSES_PER_REQUEST``)."""
     state = StateDir(tmp_path / "state")
     provision_demo(state)
     stack = await start_stack(state, with_connectors=False)

@@ -1,4 +1,4 @@
-"""The pure half of shadow evaluation (issue 25): ``smf_assurance.core.shadow``.
+"""The pure half of shadow evaluation: ``smf_assurance.core.shadow``.
 
 Proves: a shadow decision is the same envelope, operation id, hash and time under
 another policy set (only the release differs); two decisions disagree exactly when

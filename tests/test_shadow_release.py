@@ -1,4 +1,4 @@
-"""Shadow releases at a running gate (issue 25): real nats-server, real gate, real SQLite.
+"""Shadow releases at a running gate: real nats-server, real gate, real SQLite.
 
 Proves:
 - a shadow that tightens two policies (a retention deletion: allow -> held for a

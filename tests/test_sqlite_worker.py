@@ -167,7 +167,7 @@ async def test_close_commits_what_is_queued_and_then_refuses(tmp_path: Path) -> 
     await worker.close()  # idempotent
 
 
-# --- a loan of the connection (issue 20) -------------------------------------------
+# --- a loan of the connection -------------------------------------------
 
 
 async def test_a_loan_shares_the_connection_and_ends_without_closing_it(tmp_path: Path) -> None:

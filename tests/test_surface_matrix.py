@@ -1,5 +1,5 @@
 """docs/HERMES.md names every tool the pinned Hermes registers, and says what the gate does
-with each (issue 17; the OpenClaw twin runs in tests/test_openclaw_conformance.py).
+with each (the OpenClaw twin runs in tests/test_openclaw_conformance.py).
 
 Proves: the tool registry of hermes-agent 0.19.0, as Hermes builds it at start-up,
 read inside its own venv with no network, is exactly the list in the docs' surface

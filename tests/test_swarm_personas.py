@@ -4,7 +4,7 @@ The fake model server is a real HTTP server on 127.0.0.1 in a thread
 (``http.server``), scripted per route: good answers, answers that are not
 JSON or not the expected shape, HTTP errors, and answers that never come in
 time. A persona that fails is reported as failed with its reason; nothing
-is invented to fill the gap (issue 9).
+is invented to fill the gap.
 """
 
 from __future__ import annotations

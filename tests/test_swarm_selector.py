@@ -1,4 +1,4 @@
-"""Swarm rule selector: selected / unresolved / excluded, with reasons (issue 9)."""
+"""Swarm rule selector: selected / unresolved / excluded, with reasons."""
 
 from __future__ import annotations
 

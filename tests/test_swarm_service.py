@@ -1,6 +1,6 @@
 """``smf.swarm.analyze`` over a real nats-server, separation from enforcement, and the CLI.
 
-Issue 9, "Separation, tested": a Swarm run publishes nothing on
+A Swarm run publishes nothing on
 ``smf.propose``, ``smf.approval.*`` or ``smf.execute.*``, and the gate's
 decisions on the scenario envelopes are byte-identical whether Swarm ran or
 not (in this process, while a Swarm request is in flight, and in a fresh
@@ -495,7 +495,7 @@ async def test_report_round_trips_exactly_through_json() -> None:
     assert decode_report(report_bytes(report)) == report
 
 
-# --- verified releases (issue 6: "Verification, in every consumer, before use") ------------
+# --- verified releases: verification in every consumer, before use -----------------
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Swarm claim validator and report: only selected rules of this release may back a claim.
 
-Issue 9, "Claim validator" and "Report". Each rejection has its own reason
+Each rejection has its own reason
 code; a report is refused against another release or projection; the
 faithfulness field stays ``not reviewed`` until a signed review binds it.
 """

@@ -1,6 +1,6 @@
 """The tenant directory: display names for the bound ids, never guessed, never in evidence.
 
-Issue 23, "Show the exact action as a lawyer reads it": the destination "resolved to a
+The destination "resolved to a
 display form (court name, case caption/docket for a filing, recipient name and address
 for e-mail), matter and client display names from a tenant directory the operator
 maintains (never in the ledger)". :mod:`smf_assurance.approver.directory`.

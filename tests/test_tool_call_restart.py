@@ -1,4 +1,4 @@
-"""Tool-call accounting across a gate restart (issue 16, item 3), on one machine.
+"""Tool-call accounting across a gate restart, on one machine.
 
 A real gate (the ledger file holds the stops and the decided calls), a real
 nats-server with authorization, the model gateway's real HTTP server and a fake
@@ -444,7 +444,7 @@ async def test_a_stop_that_does_not_decode_keeps_the_gate_from_starting(world: W
 
 
 async def test_a_decided_calls_note_adds_no_commit_to_its_decision(world: World) -> None:
-    """Issue 20: a decision is one durable commit. With a tool-call id, the allow's and
+    """A decision is one durable commit. With a tool-call id, the allow's and
     the deny's single COMMIT also writes the note, before it; without one, the same
     single COMMIT. A proposal refused before any evidence is written (admission) has
     its note committed in the ledger's next group commit instead."""
@@ -459,8 +459,8 @@ async def test_a_decided_calls_note_adds_no_commit_to_its_decision(world: World)
     )
     gate = running(world).gate
     seen = await statements(running(world).ledger.worker)
-    # a gateway-issued id has its context recorded before any runtime sees it (issue 16,
-    # item 4): written here as the model gateway writes it, clean
+    # a gateway-issued id has its context recorded before any runtime sees it:
+    # written here as the model gateway writes it, clean
     gateway_nc = await nats.connect(world.stack.url, **connect_options(world.state, MODEL_GATEWAY))
     contexts = CallContextWriter(gateway_nc.jetstream(), world.state.key(MODEL_GATEWAY))
 

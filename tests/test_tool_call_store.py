@@ -1,4 +1,4 @@
-"""Contract tests of the tool-call accounting store (issue 16, item 3), on both backends.
+"""Contract tests of the tool-call accounting store, on both backends.
 
 ``smf_assurance.pipeline.stores.tool_calls``: a stop stands until a clear removes exactly it (a
 newer stop survives a clear of an older one, also when the two race on two
@@ -324,7 +324,7 @@ async def test_kv_open_refuses_a_bucket_with_other_settings(kv_backend: KvBacken
         await KvToolCallStore.open_bucket(js)
 
 
-# --- SQLite: beside the evidence, in the ledger file (issue 20) -----------------------
+# --- SQLite: beside the evidence, in the ledger file -----------------------
 
 
 def entry(n: int) -> EvidenceEntry:

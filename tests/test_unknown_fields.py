@@ -1,5 +1,5 @@
 """A contract message with a field the contract does not define is refused where
-it is decoded (issue 18, item 7).
+it is decoded.
 
 ARCHITECTURE.md, "Subjects are the public API": msgspec Structs that are
 frozen and reject unknown fields. A decoder that ignored an unknown field
@@ -112,7 +112,7 @@ ARGUMENTS: Final = '{"court":"sdny"}'
 
 def binding(label: str = "filing") -> ApprovalBinding:
     """The approval store's test binding, covering the content and the arguments the views
-    show (the approver's check compares both, issue 23)."""
+    show (the approver's check compares both)."""
     return msgspec.structs.replace(
         make_binding(label),
         content_hash=content_hash_of(CONTENT),

@@ -1,4 +1,4 @@
-"""The issue-10 golden vectors, consumed by the Python side (``subjects/``).
+"""The golden vectors shared with the OpenClaw plugin, consumed by the Python side (``subjects/``).
 
 The TypeScript side (``smf_assurance/adapters/openclaw/test/vectors.test.ts``) consumes the
 same files, so every vector here is checked by both implementations
@@ -23,7 +23,7 @@ one canonical Verdict) with which error class, and the reason code
 gives), a runtime attestation's canonical bytes with and without its additive
 ``instance_id`` and its signed envelope, the exact header value
 ``seal_instance_proof`` writes for a fixed key, proof and time and which header
-values ``open_instance_proof`` refuses with which error class (issue 16), and the
+values ``open_instance_proof`` refuses with which error class, and the
 extra canonical-JSON vectors of ``canonical_more.json``.
 
 Does not prove: anything about the TypeScript side (its own test does), or
@@ -216,7 +216,7 @@ def test_approval_outcome(vector: dict[str, Any]) -> None:
     if "outcome" in vector:
         opened = check()
         assert opened.outcome == vector["outcome"]
-        if "approver_note" in vector:  # issue 23: the deny's code and note, as sent
+        if "approver_note" in vector:  # the deny's code and note, as sent
             assert list(opened.reason_codes) == vector["reason_codes"]
             assert opened.approver_note == vector["approver_note"]
         else:
@@ -227,7 +227,7 @@ def test_approval_outcome(vector: dict[str, Any]) -> None:
     assert type(caught.value) is _ERRORS[vector["error"]]
 
 
-# --- gate-signed notices that an expired approval is asked again (issue 23) ----------------
+# --- gate-signed notices that an expired approval is asked again ----------------
 
 ASK_AGAIN = MESSAGES["ask_again"]
 
@@ -336,7 +336,7 @@ async def test_signed_verdict_as_the_python_client_reads_it(vector: dict[str, An
     assert (verdict.outcome, verdict.reason_codes) == ("deny", (vector["reason_code"],))
 
 
-# --- runtime attestations and the instance proof (issue 16) -------------------------------
+# --- runtime attestations and the instance proof -------------------------------
 
 
 def test_an_attestation_names_its_instance_only_when_it_has_one() -> None:
@@ -481,7 +481,7 @@ def test_typescript_unicode_guard_matches_this_python() -> None:
     assert f'PYTHON_UNICODE_VERSION = "{unicodedata.unidata_version}"' in table
 
 
-# --- release bundle verification (releases.json, issue 6) ---------------------------------
+# --- release bundle verification (releases.json) ---------------------------------
 
 RELEASES = json.loads((VECTORS / "releases.json").read_text(encoding="ascii"))
 

@@ -1,6 +1,6 @@
 """``make dist``: the three distributions a firm installs, built, checked and digested.
 
-Issue 21, "Distributions that fit where they install": the gate (``smf-assurance``,
+Distributions that fit where they install: the gate (``smf-assurance``,
 wheel and sdist), a Hermes adapter distribution (``smf-assurance-hermes``) that goes
 into Hermes's own environment with only what it needs, and the OpenClaw plugin as an
 npm tarball that ``openclaw plugins install <tgz>`` accepts. Each is checked before it
@@ -20,7 +20,7 @@ an archive that failed a check is never left where someone could install it).
   module that starts importing the pipeline fails the build, naming the import.
   Its dependencies are pinned exactly at the versions ``smf_assurance.ops.runtimes.hermes_env``
   installs beside the pinned Hermes (the versions the conformance suites ran with).
-- **The packaging gate** (issue 24: a missing package-data file is caught): the gate's
+- **The packaging gate** (a missing package-data file is caught): the gate's
   wheel and sdist must hold every file git knows under ``smf_assurance/`` (tracked,
   or untracked and not ignored) except the OpenClaw plugin's Node tree, and no Node
   file at all. A file the packaging configuration leaves out, or one deleted from the
@@ -74,7 +74,7 @@ HERMES_CONTENT: Final = (
     "smf_assurance/adapters/hermes/*.py",
     "smf_assurance/adapters/hermes/hooks/*.py",
 )
-"""The Hermes adapter distribution, the one place it is declared (issue 21): the bus
+"""The Hermes adapter distribution, the one place it is declared: the bus
 contract, the two edge modules the plugin imports (``client``, ``output``) and the
 plugin itself; no pipeline, ops, swarm, approver, connector SDK or Node file."""
 HERMES_FORBIDDEN: Final = (
@@ -140,8 +140,8 @@ def _run(args: Sequence[str], cwd: Path, what: str, env: dict[str, str] | None =
 
 
 def is_node_file(name: str) -> bool:
-    """A file of the Node world: nothing of it belongs in a Python archive (issue 21: the
-    wheel once carried 4.6 MB of the TypeScript compiler)."""
+    """A file of the Node world: nothing of it belongs in a Python archive (the
+    TypeScript compiler alone is megabytes no Python install needs)."""
     path = PurePosixPath(name)
     if name.startswith(CONSOLE_ASSETS):
         return False
@@ -397,8 +397,8 @@ def gate_content(known: Iterable[str]) -> list[str]:
 
 
 def check_gate_archive(archive: Path, names: Iterable[str], expected: Iterable[str]) -> None:
-    """The packaging gate (issue 24): every expected file is in ``archive``, named when
-    one is not; and no Node file is (issue 21)."""
+    """The packaging gate: every expected file is in ``archive``, named when
+    one is not; and no Node file is."""
     present = set(names)
     node = sorted(n for n in present if is_node_file(n))
     if node:

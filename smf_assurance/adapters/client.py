@@ -7,7 +7,7 @@ fails closed: no reply, an error reply, a reply no gate key signed
 become a ``deny`` Verdict with a reason code, never an exception the caller
 might forget to treat as a denial.
 
-The requester's deadline (issue 35, item 4; docs/SUBJECTS.md, "Requester's
+The requester's deadline (docs/SUBJECTS.md, "Requester's
 deadline"): every proposal built here carries ``reply_by_ms``, its issue time
 plus :attr:`ProposalClient.timeout`, and the client waits for the verdict until
 that time plus :attr:`ProposalClient.grace` on its own clock. The gate starts no

@@ -1,6 +1,6 @@
 """The runtime side of streamed output: publish chunks, close with a signed commitment.
 
-Issue 5: an adapter never delivers streamed text to a user itself. It
+An adapter never delivers streamed text to a user itself. It
 publishes every chunk to ``smf.output.<stream_id>`` with a sequence header
 and closes the stream with a signed ``OutputClose`` (count, size and hash of
 what it sent). It delivers only the ``released`` text of the gate's reply;

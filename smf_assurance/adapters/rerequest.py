@@ -1,7 +1,7 @@
 """The runtime side of a re-request: propose an expired held action anew, never revive it.
 
-Issue 23: "an expired approval is a dead end"; the requester "can re-request an
-expired one (a new proposal, a new binding; never a revival of the old one)". The
+An expired approval is not a dead end: the requester can re-request an
+expired one (a new proposal, a new binding; never a revival of the old one). The
 gate purges an approval's content when it expires (ARCHITECTURE.md, "Exact-action
 approval"), so only the runtime that proposed the action still has it. This keeps,
 in memory, the proposals this runtime had held (bounded, oldest dropped first) and,

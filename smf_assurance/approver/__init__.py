@@ -9,5 +9,5 @@ approver works without the gate. The command line in ``smf_assurance/ops/command
 - :mod:`smf_assurance.approver.client`: sign a show request and an allow-once or deny.
 - :mod:`smf_assurance.approver.pending`: what has been held (the ``SMF_APPROVALS`` stream)
   and where each approval stands (``smf.approval.status``).
-- :mod:`smf_assurance.approver.console`: the web console (issue 12, docs/CONSOLE.md).
+- :mod:`smf_assurance.approver.console`: the web console (docs/CONSOLE.md).
 """

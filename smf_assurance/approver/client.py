@@ -47,8 +47,8 @@ class ApproverError(Exception):
 
 def content_matches(view: ApprovalView) -> bool:
     """The visible check: the content and the arguments shown are the ones the binding
-    covers, every document in those arguments is the bytes its digest names (issue 23,
-    :mod:`smf_assurance.subjects.attachments`), and the binding shown is the one whose
+    covers, every document in those arguments is the bytes its digest names
+    (:mod:`smf_assurance.subjects.attachments`), and the binding shown is the one whose
     digest will be signed. Arguments that do not parse or have no canonical form match
     nothing."""
     shown = content_hash_of(view.content)
@@ -90,7 +90,7 @@ class ApproverClient:
         return msgspec.json.decode(reply.data, type=ApprovalView)
 
     async def track(self, approval_ids: Sequence[str]) -> TrackReply:
-        """Where these approvals stand, as far as the gate lets this person see (issue 23):
+        """Where these approvals stand, as far as the gate lets this person see:
         their own requests and those they may resolve; any other id is left out."""
         request = TrackRequest(
             schema="smf.approval-track/1",
@@ -106,7 +106,7 @@ class ApproverClient:
         return msgspec.json.decode(reply.data, type=TrackReply)
 
     async def rerequest(self, approval_id: str) -> ReRequestReply:
-        """Ask the gate to have an expired request of this person's asked anew (issue 23):
+        """Ask the gate to have an expired request of this person's asked anew:
         a new proposal and binding, never the old one revived."""
         request = ReRequest(
             schema="smf.approval-rerequest/1",
@@ -128,7 +128,8 @@ class ApproverClient:
         note: str | None = None,
     ) -> bytes:
         """Sign a resolution; a deny's closed reason and note are signed with it
-        (issue 23), so the gate receives them as the approver wrote them or not at all.
+        inside the payload, so the gate receives them as the approver wrote them or not
+        at all.
         ``msgspec.ValidationError`` when the combination is not one the gate accepts."""
         resolution = msgspec.convert(
             {

@@ -1,6 +1,6 @@
 """The tenant directory: display names the operator keeps for what approvers read.
 
-Issue 23, "Show the exact action as a lawyer reads it": the destination in a
+An approver reads the exact action as a lawyer would: the destination in a
 display form (court name, case caption and docket for a filing; recipient name
 and address for e-mail) and the matter and client by name, "from a tenant
 directory the operator maintains (never in the ledger)".

@@ -3,7 +3,7 @@
 The approver side reads two files the operator writes by hand: the tenant
 directory (:mod:`smf_assurance.approver.directory`) and the notifier's
 configuration (:mod:`smf_assurance.approver.notify.config`). Both must refuse a
-file as a whole, in one line naming the file (issue 23: a reader never runs on
+file as a whole, in one line naming the file (a reader never runs on
 half a file, and the command that reads it exits with one line, never a
 traceback), before any later check of their own.
 """

@@ -137,7 +137,7 @@ def bind(
 
     Hashes are recomputed from the held arguments, content and destination,
     not copied from the envelope, so the claim checks the bytes that would
-    actually be sent (issue 4: "the claim re-checks the complete binding").
+    actually be sent: the claim re-checks the complete binding.
     """
     envelope, decision = held.envelope, held.decision
     professional = envelope.professional

@@ -1,6 +1,6 @@
 """The gate's own detectors for outbound text: they can only raise a fact, never lower it.
 
-Issue 5: a completed response is normalized with classification and taint
+A completed response is normalized with classification and taint
 facts from the adapter AND from the gate's detectors. A detector that finds
 privilege markers or prompt-injection phrasing raises the classification or
 the taint; it never lowers what the adapter said, so adding a detector can
@@ -8,8 +8,8 @@ only make a decision stricter (the same monotonicity as layered policy).
 These are marker detectors, not classifiers: they catch the labelled and the
 blatant, and prove nothing about text that carries no marker.
 
-What is shown is read the way a person reads it (issue 36, "Detect across
-turns"): a runtime prints a model's turns, tool names and arguments one
+What is shown is read the way a person reads it, across turns: a runtime
+prints a model's turns, tool names and arguments one
 after another, on lines of their own, so a marker written in pieces (across
 two turns, two calls, a name and its arguments) is one word on the screen.
 :func:`detect` therefore also reads the text with its line breaks removed,
@@ -56,7 +56,7 @@ def raise_facts(
     never lowered (the ranks above; an unknown classification ranks above
     confidential, an unknown taint above suspected: what is not known is assumed
     worse). The one way a fact is raised, so the detectors, the output buffer and
-    the gate's call-context link (issue 16) all raise alike."""
+    the gate's call-context link all raise alike."""
     if _CLASS_RANK[classification] > _CLASS_RANK[facts.classification]:
         facts = msgspec.structs.replace(facts, classification=classification)
     if _TAINT_RANK[injection_taint] > _TAINT_RANK[facts.injection_taint]:

@@ -66,7 +66,7 @@ def is_consequential(envelope: OperationEnvelope) -> bool:
 def consequential_triggers(envelope: OperationEnvelope) -> tuple[str, ...]:
     """Which of :func:`is_consequential`'s conditions hold, as closed words.
 
-    Issue 25: a safety-floor denial is explained by the trigger that made the
+    A safety-floor denial is explained by the trigger that made the
     operation consequential. Kept beside ``is_consequential`` (same sets) so
     the two cannot drift; the hot path keeps the boolean form.
     """

@@ -1,4 +1,4 @@
-"""Decisions explained in words (issue 25).
+"""Decisions explained in words.
 
 Given what a decision carries, or what the evidence ledger keeps of it, and
 the two projections of the release that decided it, say which policies
@@ -184,8 +184,8 @@ REASON_WORDS: Final[dict[str, str]] = {
     "confidential_egress_requires_attorney_approval": "confidential or privileged "
     "information may leave the firm only with a licensed attorney's approval",
 }
-"""Reason codes in plain English: the one table the approver's desk (issue 23: reason
-codes were shown as snake_case, unexplained) and ``explain`` (issue 25) both read. A
+"""Reason codes in plain English: the one table the approver's desk and ``explain``
+both read, so nobody is left with a bare snake_case code. A
 code without an entry is shown as the code itself, never with words guessed for it."""
 
 
@@ -197,9 +197,9 @@ def reason_words(code: str) -> str | None:
 def rule_texts(analysis: AnalysisProjection) -> dict[str, RuleText]:
     """Every rule the analysis projection describes, by id, in the release's own words.
 
-    The one lookup of a rule's title, statement and citation: ``explain`` (issue 25)
-    and the approver's desk (issue 23, "each rule that requires approval with its
-    title, statement and citation from the verified release") both use it. A rule id
+    The one lookup of a rule's title, statement and citation: ``explain``
+    and the approver's desk (each rule that requires approval, with its title,
+    statement and citation from the verified release) both use it. A rule id
     missing here is one the release does not describe.
     """
     return {rule.rule_id: _rule_text(rule) for rule in analysis.rules}

@@ -1,6 +1,6 @@
 """One model turn, whole: read it from an OpenAI-compatible response, write it back out.
 
-Issue 16, "Output held until the verdict": the model gateway never passes a
+Output is held until the verdict: the model gateway never passes a
 provider's stream through. It assembles the complete turn first (text, tool
 calls, finish reason), the output gate decides on the text, and only then is
 the turn written to the runtime, in the form it asked for (one JSON body, or
@@ -12,7 +12,7 @@ partial reply must not reach it at all.
 What is not carried over: reasoning text (``reasoning_content``,
 ``reasoning``). It is never forwarded, because it would be model text no
 output decision covered. Nor is any other string of the provider's that the
-output gate does not see (issue 36, "Decide everything shown"): the turn the
+output gate does not see (everything shown is decided): the turn the
 runtime gets names the gateway's own id and the model the runtime asked for,
 a finish reason from OpenAI's vocabulary, and usage numbers only
 (:func:`own_turn`). What it may show of a turn, its text and each tool call's
@@ -347,7 +347,7 @@ def request_classification(facts: DataFacts, chat: ChatRequest) -> Classificatio
 
 def context_facts(facts: DataFacts, chat: ChatRequest) -> tuple[DataFacts, tuple[str, ...]]:
     """The declared facts of a runtime's replies, raised by what its conversation
-    carries (issue 16, "Session taint outside the runtime"): a reply written by a
+    carries (session taint is kept outside the runtime): a reply written by a
     model that was shown injected text is decided as tainted, whatever the runtime
     says. Raise only, never lower (``smf_assurance.core.detectors``)."""
     return detect(chat.tool_results(), facts)
@@ -360,11 +360,11 @@ def call_context(
     read_injection: bool = False,
     recalled: InjectionTaint | None = None,
 ) -> tuple[DataFacts, tuple[str, ...]]:
-    """The context of the tool calls a model emits for ``chat`` (issue 16, "Session
-    taint outside the runtime"): what the detectors raise over its tool results
+    """The context of the tool calls a model emits for ``chat`` (session taint is
+    kept outside the runtime): what the detectors raise over its tool results
     (:func:`context_facts`, from :data:`CONTEXT_BASELINE`); the taint of injection
     phrasing anywhere else the model reads (``read_injection``: the system prompt,
-    its context files, the history, the tool definitions, issue 36); the taint of
+    its context files, the history, the tool definitions); the taint of
     content a tainted session wrote (``recalled``, the highest such taint the
     request carries); all raised again by the record of every call its history
     names (``None``: a gateway id with no record, assumed unknown). Sticky: once a

@@ -1,10 +1,10 @@
 """Normalization: a runtime's native tool call -> an operation envelope.
 
-Issue 3: normalization maps through versioned, per-runtime mapper tables
+Normalization maps through versioned, per-runtime mapper tables
 (data files, not code branches). An unknown tool yields ``capability:
 unknown`` (which the safety floor denies); a missing required argument or
 fact, arguments without a canonical form, an attachment that is not what
-it claims (issue 23, :mod:`smf_assurance.subjects.attachments`), or any failure
+it claims (:mod:`smf_assurance.subjects.attachments`), or any failure
 of the mapping itself is a rejection. Neither can ever become an allow.
 
 Identities computed here, once, for the whole pipeline: the canonical
@@ -79,7 +79,7 @@ class ToolMapping(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     required_args: tuple[ArgName, ...] = ()
     required_facts: tuple[RequiredFact, ...] = ()
     attachment_args: tuple[ArgName, ...] = ()
-    """The arguments that carry a document the action sends (issue 23): each present
+    """The arguments that carry a document the action sends: each present
     one must be a valid :class:`~smf_assurance.subjects.attachments.Attachment`, so the
     bytes are in the arguments, bound by their hash, and shown to the approver."""
 

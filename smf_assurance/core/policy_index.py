@@ -1,4 +1,4 @@
-"""Indexed policy selection: only policies that can apply are checked (issue 20).
+"""Indexed policy selection: only policies that can apply are checked.
 
 A linear scan checks every policy of every tenant on every decision, so the
 cost of a decision grew with the size of the release (130 us at 1,000 extra

@@ -10,7 +10,7 @@ a value outside an enum's vocabulary, and budget overruns (depth, nodes,
 list size).
 
 Semantics: a missing fact makes every leaf false except ``not_exists``
-(issue 2). ``evaluate3`` gives the three-valued reading Swarm needs, where a
+(fail closed). ``evaluate3`` gives the three-valued reading Swarm needs, where a
 missing fact means "not known" rather than "absent".
 """
 
@@ -262,7 +262,7 @@ Allowed = dict[str, frozenset[Any]]
 
 
 def necessary(node: Node) -> Allowed:
-    """The scalar fact values ``node`` cannot be true without (issue 20's policy index).
+    """The scalar fact values ``node`` cannot be true without (for the policy index).
 
     Only ``eq`` and ``in`` constrain, the two leaves whose truth is membership of
     the fact's value in a set; ``all`` intersects its members' constraints, ``any``

@@ -45,7 +45,7 @@ NOT_CONFINED: Final = "runtime_not_confined"
 """The reason code of every confinement policy's denial."""
 DEFAULT_DETECTION_WINDOW_CHARS: Final = 4096
 """A release that sets no ``detection_window_chars``: the output gate reads this much of
-what a conversation showed before with each turn (issue 36). Every marker the
+what a conversation showed before with each turn. Every marker the
 detectors know is a few dozen characters; 4096 spans many turns of interim text and
 tool calls, and costs a few microseconds of scanning per turn."""
 DetectionWindow = Annotated[int, msgspec.Meta(ge=0, le=MAX_OUTPUT_WINDOW_CHARS)]
@@ -120,7 +120,7 @@ class AnalysisRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ModelProvider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A model provider as a destination (issue 16, "Model egress is governed"): the
+    """A model provider as a destination (model egress is governed): the
     data classifications a request to it may carry. A provider the release does not
     name receives nothing; ``unknown`` is a classification it must be approved for."""
 
@@ -150,7 +150,8 @@ class EnforcementProjection(
     scheduled job). ``omit_defaults``: a release without them keeps its bytes."""
     detection_window_chars: DetectionWindow | None = None
     """How much of what a conversation showed before the output gate reads with each
-    turn (issue 36, "Detect across turns"); ``None``: :data:`DEFAULT_DETECTION_WINDOW_CHARS`.
+    turn, so a marker split across turns is detected; ``None``:
+    :data:`DEFAULT_DETECTION_WINDOW_CHARS`.
     0 reads each turn alone."""
 
 

@@ -1,4 +1,4 @@
-"""What changes between two releases' projections (issue 25, the static diff).
+"""What changes between two releases' projections: the static diff.
 
 A pure function of two pairs of projections (enforcement + analysis): rules,
 policies and model providers added, removed or changed, and for each policy

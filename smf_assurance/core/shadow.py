@@ -1,4 +1,4 @@
-"""Shadow evaluation (issue 25): what a shadow release would have decided, where it
+"""Shadow evaluation: what a shadow release would have decided, where it
 differs from what was enforced, and the tally of those differences. Pure.
 
 A shadow release is a verified candidate that runs beside the active one and
@@ -69,7 +69,7 @@ def shadow_decision(
 ) -> Decision:
     """What ``shadow`` would have decided for the envelope ``enforced`` was made for:
     the same operation id, operation hash, evaluation time and runtime confinement, so
-    the release is the one thing that differs (issue 25, "the same normalized envelope")."""
+    the release is the one thing that differs (the same normalized envelope)."""
     return evaluate(
         envelope,
         shadow,
@@ -149,7 +149,7 @@ class Move:
 
 @dataclass(frozen=True, slots=True)
 class Traffic:
-    """The tally of recorded disagreements by each dimension issue 25 names. A decision
+    """The tally of recorded disagreements by each dimension a release diff reports. A decision
     counts once per value it carries (one that differs in two policies counts under
     each), so a dimension's counts may add up to more than :attr:`total`."""
 

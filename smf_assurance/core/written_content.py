@@ -1,5 +1,5 @@
-"""Content a tainted session wrote, known again by its lines (issue 36, "Taint from
-everything the model reads").
+"""Content a tainted session wrote, known again by its lines, so taint follows
+everything the model reads.
 
 A session that read injected text can write a file (a context file such as
 ``AGENTS.md``, a note, a script) that a later session loads into what its model

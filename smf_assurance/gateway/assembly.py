@@ -1,4 +1,4 @@
-"""``start_model_gateway``: the model gateway (issue 16) from explicit settings.
+"""``start_model_gateway``: the model gateway from explicit settings.
 
 Like ``start_gate``, it reads no state directory: the caller names the bus,
 the gateway's credential and key, the gate keys it trusts, the runtimes it
@@ -65,8 +65,8 @@ class ModelGatewayConfig:
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
     join_seconds: float = 10.0
     call_context_keys: Callable[[], Mapping[str, VerifyKey]] | None = None
-    """The keys call-context records may be signed by (the registry's ``gateway`` role,
-    issue 16 item 4); ``None``: the gateway's own key only."""
+    """The keys call-context records may be signed by (the registry's ``gateway``
+    role); ``None``: the gateway's own key only."""
 
 
 @dataclass

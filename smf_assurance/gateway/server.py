@@ -1,6 +1,6 @@
 """The model gateway: the model endpoint as an enforcement point the runtime cannot switch off.
 
-Issue 16. Both runtimes reach their model through an OpenAI-compatible
+Both runtimes reach their model through an OpenAI-compatible
 ``base_url``; that endpoint sits outside the runtime and every turn crosses
 it, whatever the runtime's settings, its plugins, or its safe mode. Here:
 
@@ -25,7 +25,7 @@ it, whatever the runtime's settings, its plugins, or its safe mode. Here:
 - **Output held until the verdict.** The provider's answer is assembled whole
   (``smf_assurance.core.model_turns``); everything of it the runtime may
   show goes through the output buffer (``smf.output.<id>``, the same detectors,
-  policy and evidence as any output, issue 5), as the runtime's declared
+  policy and evidence as any output), as the runtime's declared
   delivery surface, with a close signed by the gateway's key: its text, and each
   tool call's name and arguments (a runtime prints them: Hermes's tool-progress
   line, "Unknown tool '…'"), whether the turn has text or not. Only then is
@@ -69,7 +69,7 @@ it, whatever the runtime's settings, its plugins, or its safe mode. Here:
   its result is the runtime's own text for that case; any other result stops it. A
   call the adapter refused itself was reported by it as a refusal, so it is covered
   like any decided call.
-- **Session taint outside the runtime** (item 4). Before a turn with tool calls
+- **Session taint outside the runtime.** Before a turn with tool calls
   is returned, each issued id gets its record in ``SMF_CALL_CONTEXT``
   (``smf_assurance.subjects.call_context``): what the detectors raised over the request's
   tool results, the taint of injection phrasing anywhere else the model reads
@@ -773,7 +773,7 @@ class ModelGateway:
     ) -> None:
         """Every tool call the runtime gets carries an id this gateway issued and
         remembers, so its result can be checked against the gate's decisions, and
-        has its context recorded first (issue 16, item 4): the gate raises the
+        has its context recorded first: the gate raises the
         proposal of that id by it. A record not written refuses the whole turn
         before anything is decided or released (fail closed). A call to a name the
         request did not offer, or whose arguments certainly fail every schema it

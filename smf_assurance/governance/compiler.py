@@ -9,7 +9,7 @@ Corpus layout: ``release.json`` (release metadata), ``rules.json`` (a list
 of rules), ``policies.json`` (a list of policies), and for rules that cite a
 real authority a snapshot file under ``sources/`` holding the quoted text.
 Optional: ``model_providers.json``, the model providers a request may go to
-and the data classifications each may receive (issue 16); without it the
+and the data classifications each may receive; without it the
 release names none, and the model gateway sends nothing to any provider.
 Optional: ``confinement.json``, policies that apply only to a runtime the gate does not
 hold as confined (docs/CONFINEMENT.md, "Releases that require confinement"): each a
@@ -75,7 +75,7 @@ class ReleaseSource(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     release_sequence: Annotated[int, msgspec.Meta(ge=1)]
     description: str = ""
     detection_window_chars: DetectionWindow | None = None
-    """The output gate's window over what a conversation showed before (issue 36);
+    """The output gate's window over what a conversation showed before;
     absent: the gate's default (``DEFAULT_DETECTION_WINDOW_CHARS``)."""
 
 
@@ -150,7 +150,7 @@ def _load(path: Path, type_: Any) -> Any:
 
 
 def _check_source(rule: RuleSourceRecord, corpus: Path) -> None:
-    """Honesty rule for sources (issue 6): a real authority keeps its quoted text
+    """Honesty rule for sources: a real authority keeps its quoted text
     as a hashed snapshot; a synthetic rule says it is synthetic wherever shown."""
     where = f"rule {rule.rule_id}"
     synthetic = rule.authority_type == "synthetic"

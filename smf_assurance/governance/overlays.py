@@ -1,6 +1,6 @@
 """Signed customer overlays: a tenant's own policy, authored and signed by the customer.
 
-Issue 6, "The corpus": customer overlays are signed by the customer's key,
+Customer overlays are signed by the customer's key,
 versioned, bound to one tenant, and cannot weaken the safety floor. A corpus
 may carry them as:
 

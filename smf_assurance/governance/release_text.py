@@ -1,6 +1,6 @@
 """What a release said: its two projections, authenticated without judging its lease.
 
-Issue 25: ``explain`` reads the release that decided a past decision and
+``explain`` reads the release that decided a past decision and
 ``release diff`` two release folders. Neither decides anything now, so the
 lease (TUF 5.4.4, a freeze attack is about using a release) is not judged:
 a decision made last month is explained under last month's release, expired

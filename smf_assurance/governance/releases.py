@@ -1,6 +1,6 @@
 """Governed releases on the operator's side: build, sign, write, read, publish.
 
-Issue 6, "Release manifest and signing" and "Distribution". A release is
+A release is
 built from a corpus (compiled by :mod:`smf_assurance.governance.compiler`, both projections) and a
 key registry, described by a :class:`~smf_assurance.subjects.release.ReleaseManifest` and
 signed as a DSSE envelope by one or more release-signing keys. Consumers
@@ -251,7 +251,7 @@ def carry_release(
     lease_hours: int = DEFAULT_LEASE_HOURS,
 ) -> ReleaseBundle:
     """The next release after ``prior_bundle``: the same policies and rules, with
-    ``registry`` (issue 21, ``runtime add``/``approver add``: a change of who may
+    ``registry`` (``runtime add``/``approver add``: a change of who may
     sign must not carry a change of policy along unseen, so no corpus is compiled).
 
     The prior's projections are taken as written (the gates verified them under
@@ -473,7 +473,7 @@ async def publish_to_bucket(js: JetStreamContext, bundle: ReleaseBundle) -> tupl
 
 
 async def publish_shadow_to_bucket(js: JetStreamContext, bundle: ReleaseBundle) -> tuple[str, int]:
-    """Publish the bundle as the shadow release (issue 25) under ``shadow``; returns
+    """Publish the bundle as the shadow release under ``shadow``; returns
     (key, revision). Unlike a release's ``create``, this replaces a shadow already
     there: there is one shadow at a time, and publishing another one is trying the
     next candidate. Every gate verifies it as the release it would become."""
@@ -482,7 +482,7 @@ async def publish_shadow_to_bucket(js: JetStreamContext, bundle: ReleaseBundle) 
 
 
 async def withdraw_shadow_from_bucket(js: JetStreamContext) -> bool:
-    """Withdraw the shadow (issue 25): a delete marker on ``shadow``, which every gate
+    """Withdraw the shadow: a delete marker on ``shadow``, which every gate
     honours, also one that was down when it was written. Returns False when the
     bucket held no shadow (nothing was written)."""
     if await bucket_shadow(js) is None:
@@ -550,7 +550,7 @@ def _bucket_entry(key: str, revision: int, value: bytes) -> BucketEntry:
     return BucketEntry(key, revision, manifest, len(value), gate_keys)
 
 
-# -- what the gates did with it (issue 22) ------------------------------------------
+# -- what the gates did with it ------------------------------------------
 
 REPORT_WINDOW_SECONDS: Final = 0.5
 """How long one round of :func:`ask_gates` listens for answers: every gate on the

@@ -10,10 +10,10 @@ Invariants it keeps:
 
 - Concurrency with back-pressure. nats-py runs one subscription's callbacks
   one at a time; a handler that awaited I/O inside the callback would
-  serialize the whole gate (issue 3). So the callback takes a slot from a
+  serialize the whole gate. So the callback takes a slot from a
   bounded semaphore and spawns a task; when every slot is busy the callback
   waits, which is back-pressure, not loss.
-- ``$SRV.STATS`` is measured where the work happens (issue 19). nats.micro
+- ``$SRV.STATS`` is measured where the work happens. nats.micro
   times the callback, which here only spawns a task, and counts only errors
   the callback raises, which is none. ``ConcurrentHandler`` counts each
   request when its task ends, its processing time from arrival to reply, and
@@ -197,7 +197,7 @@ class ConcurrentHandler:
     With ``auth``, a request without a valid MAC is refused before the
     handler sees it, and every reply carries the MAC binding it to its request.
     A handler's unexpected exception is logged by type only (never its
-    message or frame locals, which may hold a key or a payload: issue 15) and
+    message or frame locals, which may hold a key or a payload) and
     answered ``stage_internal_error``.
     """
 

@@ -53,7 +53,7 @@ ResolutionDecision = Literal["allow-once", "deny"]
 DenyReason = Literal[
     "wrong_recipient", "wrong_document", "needs_changes", "not_authorized", "other"
 ]
-"""Why an approver denied (issue 23, "Deliberate decisions"): a closed list, so that
+"""Why an approver denied: a closed list, so that
 the evidence holds a reason code and never the approver's words."""
 DENY_REASONS: Final[dict[DenyReason, str]] = {
     "wrong_recipient": "Wrong recipient or destination",
@@ -115,7 +115,7 @@ class ApprovalResolution(
 ):
     """An approver's signed answer to one approval (payload of a DSSE envelope).
 
-    Issue 23, "Deliberate decisions": a deny may name a ``deny_reason`` from the
+    A deny may name a ``deny_reason`` from the
     closed list and carry a free-text ``note`` for the requester. Both are inside
     the signed payload, so nobody between the approver and the gate can change
     or strip them. They are optional and omitted when absent (``omit_defaults``),
@@ -135,7 +135,7 @@ class ApprovalResolution(
     note: ApproverNote | None = None
 
     def __post_init__(self) -> None:
-        """A reason or note only on a deny; a note only with a reason (issue 23)."""
+        """A reason or note only on a deny; a note only with a reason."""
         if self.decision != "deny" and (self.deny_reason is not None or self.note is not None):
             raise ValueError("only a deny carries a reason or a note")
         if self.note is not None and self.deny_reason is None:
@@ -163,7 +163,7 @@ class ResolutionReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class PendingAnnouncement(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """That an approval waits, announced on ``smf.approval.pending.<tenant>``.
 
-    Issue 15: an announcement reaches every reader of its tenant's subject, so
+    An announcement reaches every reader of its tenant's subject, so
     it tells them only what lets an approver find it and decide to look: the
     kind of action, the rules and reasons, who may approve, until when. It
     carries no hash of the content, the arguments or the destination (an
@@ -251,8 +251,8 @@ Receipt = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_RECEIPT_CHARS
 
 
 class TrackRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A person's signed request to see where approvals stand (issue 23, "the requester
-    sees the state of their own requests"), on ``smf.approval.track``.
+    """A person's signed request to see where approvals stand (a requester sees the
+    state of their own requests), on ``smf.approval.track``.
 
     ``approval_ids`` are only candidates: the gate answers for an id only when the
     signer is the binding's requesting actor in one of their tenants, or could resolve
@@ -296,8 +296,8 @@ class TrackReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ReRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A requester's signed request to ask an expired approval of theirs again (issue 23:
-    "an expired approval is a dead end"), on ``smf.approval.rerequest``.
+    """A requester's signed request to ask an expired approval of theirs again, so an
+    expired approval is not a dead end, on ``smf.approval.rerequest``.
 
     Never a revival: the expired approval stays expired and its binding unusable. The
     gate only tells the runtime that proposed it (:class:`AskAgain`), which proposes the
@@ -354,14 +354,14 @@ def open_ask_again(
 
 
 RULE_NOT_DESCRIBED: Final = "no description in the release"
-"""What is shown for a rule the deciding release does not describe (issue 23): its id
+"""What is shown for a rule the deciding release does not describe: its id
 and these words, never text of our own in the release's place."""
 
 
 class RuleShown(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    """A rule that requires the approval, in the deciding release's own words (issue 23,
-    "each rule that requires approval with its title, statement and citation from the
-    verified release"). ``title``, ``statement`` and ``citation`` are all ``None`` when
+    """A rule that requires the approval, in the deciding release's own words: its
+    title, statement and citation from the verified release. ``title``, ``statement``
+    and ``citation`` are all ``None`` when
     the release does not describe the rule: the reader shows :data:`RULE_NOT_DESCRIBED`."""
 
     rule_id: str
@@ -371,8 +371,8 @@ class RuleShown(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_de
 
 
 class ReasonShown(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    """A reason code with its plain-English words (issue 23: reason codes were shown
-    as snake_case, unexplained). ``words`` is ``None`` for a code the gate's table has
+    """A reason code with its plain-English words, so an approver is never left with a
+    bare snake_case code. ``words`` is ``None`` for a code the gate's table has
     no entry for: the reader shows the code itself."""
 
     code: str
@@ -384,8 +384,8 @@ class ApprovalView(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit
 
     The approver checks ``content`` against ``binding.content_hash`` before
     signing (ARCHITECTURE.md, "Exact-action approval"). ``rules`` and ``reasons``
-    (issue 23) say in words why the approval is required; they are additive and
-    default to empty, so a view from a gate before them still decodes. They are
+    say in words why the approval is required; they are additive and default to
+    empty, so a view from a gate that does not send them still decodes. They are
     not part of the binding: they explain it, they do not change what is approved.
     """
 

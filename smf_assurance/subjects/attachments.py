@@ -1,9 +1,9 @@
 """Attachments: the documents an action sends, carried as bytes inside its arguments.
 
-Issue 23, "Show the exact action as a lawyer reads it": "the document(s) the action
-sends (the connector declares which arguments are attachments; the held content
-includes them, hashed into the binding like the rest; PDFs and text rendered in the
-page, with their own digest check)".
+An approver approves the exact action, documents included: the connector declares
+which arguments are attachments; the held content includes them, hashed into the
+binding like the rest; the approver's page renders PDFs and text with their own
+digest check.
 
 Who reads the bytes, and why they cannot be swapped between approval and execution:
 

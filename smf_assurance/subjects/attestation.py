@@ -1,4 +1,4 @@
-"""Runtime start-up attestation (issue 8): what a runtime adapter says about its host.
+"""Runtime start-up attestation: what a runtime adapter says about its host.
 
 A runtime adapter that cannot be inspected from outside (Hermes Agent runs
 its hooks in-process) states, signed with its runtime key, what it found when

@@ -1,7 +1,7 @@
 """Who may do what on the bus: the permissions of each role, as the server enforces them.
 
 ARCHITECTURE.md, "Trust and identity on the bus" and "Enforcement outside
-the runtime"; issue 15. Signatures stay the control for authenticity; these
+the runtime". Signatures stay the control for authenticity; these
 permissions add confidentiality and stop every other client. They are part
 of the contract (docs/SUBJECTS.md): an adapter that needs a subject not
 listed here for its role is refused by the server.
@@ -39,7 +39,7 @@ Rules the table keeps:
 - A runtime's launcher (``runtime run``, outside the runtime's sandbox) asks only
   ``smf.confinement`` with its signed confinement attestation; it reads nothing of the
   runtime's or anyone's but the gate's ack, and answers nothing.
-- The model gateway (issue 16) asks ``smf.gateway.admit`` and ``smf.gateway.calls``
+- The model gateway asks ``smf.gateway.admit`` and ``smf.gateway.calls``
   (tool-call accounting) and streams the output
   of the runtimes it serves (``smf.output.>``, closes signed with its own key);
   it reads no order, no approval and nothing of another principal.
@@ -62,7 +62,7 @@ Rules the table keeps:
   ``smf.swarm.analyze``.
 - Only an operator lifts a runtime's stop (``smf.gateway.clear``), and only an
   operator asks the gates' status (``smf.gate.status``: each runtime's last
-  attestation and the ledger's tail against its last checkpoint, issue 21); every
+  attestation and the ledger's tail against its last checkpoint); every
   gate answers, signed.
 - Nobody but an operator deletes or purges a stream or a bucket, or a
   message of the checkpoint, order or result streams.
@@ -184,7 +184,7 @@ class CredentialFileError(Exception):
 
 
 def read_credential(principal: str, seed_file: str | os.PathLike[str]) -> BusCredential:
-    """Check the seed file a client is about to connect with (issue 15); the
+    """Check the seed file a client is about to connect with; the
     TypeScript twin is ``smf_assurance/adapters/openclaw/src/contract/bus_access.ts``.
 
     Refused, each with its reason code: a file that cannot be opened or is not

@@ -1,8 +1,8 @@
-"""The context a tool call was issued in, as the model gateway recorded it (issue 16, item 4).
+"""The context a tool call was issued in, as the model gateway recorded it.
 
-"Session taint outside the runtime": a runtime adapter keeps its session's
+Session taint is kept outside the runtime: a runtime adapter keeps its session's
 taint in its own process, so ``hermes chat --continue`` of a session that read
-injected text proposes its next egress as clear. The model gateway sees every
+injected text would propose its next egress as clear. The model gateway sees every
 turn instead. Before it returns a turn that carries tool calls, it gives each
 call an id of its own (``smfc`` and 24 lowercase hex digits) and writes one
 :class:`CallContext` per id into the JetStream KV bucket

@@ -153,7 +153,7 @@ def canonical_bytes(value: Any) -> bytes:
     short escapes, ``\\u00xx`` in lower case for the other control characters,
     everything else as literal UTF-8; so only the value is prepared here.
 
-    Issue 19: most values the gate signs, verifies and hashes are plain ASCII
+    Fast path: most values the gate signs, verifies and hashes are plain ASCII
     (:func:`_is_plain`); for those the normalizing walk would copy the value
     unchanged, so the same encoder orders the keys itself and the copy is
     skipped. The bytes are the same either way (checked against the full walk,

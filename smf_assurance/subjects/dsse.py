@@ -374,7 +374,7 @@ def open_struct(
         canonical = canonical_bytes(msgspec.to_builtins(value))
     except RecursionError as exc:
         # Nesting deeper than the decoder's stack: refused like any malformed
-        # payload (issue 15), never left to escape as an internal error.
+        # payload, never left to escape as an internal error.
         raise MalformedPayloadError(
             f"verified payload nests too deep for a {type_.__name__}"
         ) from exc

@@ -1,4 +1,4 @@
-"""``smf.gate.status``: what one gate knows of its runtimes and its ledger (issue 21).
+"""``smf.gate.status``: what one gate knows of its runtimes and its ledger.
 
 ``smf-assurance doctor`` checks a running deployment from the operator's seat.
 Two things it must know live only in a gate's memory: each runtime's last

@@ -51,7 +51,7 @@ def keyed_identifier(key: bytes, domain: str, value: str) -> str:
 class PseudonymKey:
     """The secret key of a tenant's keyed identifiers, as the gate carries it.
 
-    Issue 15: a key must never reach a log, an error report or a traceback's
+    A key must never reach a log, an error report or a traceback's
     locals by way of a repr. Its ``repr`` and ``str`` say ``<redacted>``, it
     compares by identity only (no equality test that could leak through
     timing or an assertion message), and it cannot be pickled; the bytes are

@@ -89,7 +89,7 @@ class Proposal(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     issued_at_ms: Millis
     tool_call_id: ToolCallId | None = None
     """The model's id of the tool call this proposal decides, when the runtime has one
-    (issue 16, tool-call accounting): metadata for the model gateway's check that
+    (tool-call accounting): metadata for the model gateway's check that
     every tool result it sees was decided. It is not part of the operation: it
     enters neither the normalized envelope nor the operation hash."""
     reply_by_ms: Millis | None = None
@@ -131,8 +131,8 @@ class Verdict(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     evidence: tuple[str, ...] = ()
     approver_note: ApproverNote | msgspec.UnsetType = msgspec.UNSET
     """The denying approver's note to the requester, on a held proposal's final deny
-    only (issue 23, "Deliberate decisions"). Unset is left out of the encoding, so
-    every Verdict without one has exactly the bytes it had before this field."""
+    only. Unset is left out of the encoding, so a Verdict without a note has the
+    same canonical bytes whether or not its signer knew this field."""
 
 
 class ExecuteOrder(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -209,7 +209,7 @@ def order_id_for(operation_hash: str, decision_id: str) -> str:
 
 
 class OutputClose(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    """The signed end of a streamed output (issue 5), sent as a request on
+    """The signed end of a streamed output, sent as a request on
     ``smf.output.<stream_id>``.
 
     Chunks travel unsigned; this message commits to their count, total size
@@ -235,8 +235,8 @@ class OutputClose(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_
     facts: DataFacts
     issued_at_ms: Millis
     window: Annotated[str, msgspec.Meta(max_length=MAX_OUTPUT_WINDOW_CHARS)] = ""
-    """What was shown before this output in the same conversation, its tail (issue 36,
-    "Detect across turns"): the detectors read the output after it, so a marker split
+    """What was shown before this output in the same conversation, its tail: the
+    detectors read the output after it, so a marker split
     across turns or tool calls is seen. Covered by the close's signature, not by the
     content hash; never released, never part of the proposal's content. The buffer
     reads at most the release's ``detection_window_chars`` of it (the last ones)."""

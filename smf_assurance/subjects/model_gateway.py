@@ -1,4 +1,4 @@
-"""The model gateway's question to the gate (issue 16): may this runtime be served now?
+"""The model gateway's question to the gate: may this runtime be served now?
 
 Both runtimes reach their model through an OpenAI-compatible endpoint; the
 model gateway is that endpoint, outside the runtime. It serves a runtime
@@ -68,7 +68,7 @@ class InstanceProof(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omi
 
     What it proves is that the sender holds the runtime key now, which the
     plugin-less process of the same runtime does not (the adapter's key file is
-    denied to the agent's own tools, ``credential_access``, issue 17). Bound to one
+    denied to the agent's own tools, ``credential_access``). Bound to one
     request so a captured proof is worth nothing to another process:
 
     - ``nonce``: drawn for one request; the gate accepts a proof once (a second
@@ -197,7 +197,7 @@ class GatewayAdmit(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     pseudonym a refusal is recorded under.
 
     ``provider`` and ``classification`` make the model request a governed egress
-    (issue 16): the provider the request would go to, and the highest
+    the provider the request would go to, and the highest
     classification of what it carries (the runtime's declared facts, raised by
     the gate's detectors over the messages). The gate admits it only when the
     release in force names that provider for that classification."""
@@ -249,7 +249,7 @@ class GatewayAdmission(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         Annotated[int, msgspec.Meta(ge=0, le=MAX_OUTPUT_WINDOW_CHARS)] | msgspec.UnsetType
     ) = msgspec.UNSET
     """How much of what a conversation showed before (its tail) the output gate reads
-    with each turn: the release's setting (issue 36). Unset by default, so left out
+    with each turn: the release's setting. Unset by default, so left out
     of the encoding and an admission without it reads as before; the gateway then
     sends the release's default."""
     proof_standing: ProofStanding | msgspec.UnsetType = msgspec.UNSET
@@ -327,7 +327,7 @@ class GatewayClear(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class GatewayCleared(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The gate's answer to a clear. A stop is lifted only once the clear is in the
     gate's ledger (``evidence``) and the stop is gone from its store; otherwise the
-    runtime stays ``stopped`` and ``reason_codes`` say why (issue 16, item 3)."""
+    runtime stays ``stopped`` and ``reason_codes`` say why."""
 
     schema: Literal["smf.gateway-cleared/1"]
     runtime_id: str

@@ -35,13 +35,13 @@ APPROVAL_SHOW: Final = "smf.approval.show"
 APPROVAL_STATUS: Final = "smf.approval.status"
 """Anyone on the bus may ask the state of an approval id (no content)."""
 APPROVAL_REREQUEST: Final = "smf.approval.rerequest"
-"""A requester asks (signed) that an expired approval of theirs be asked again (issue 23)."""
+"""A requester asks (signed) that an expired approval of theirs be asked again."""
 APPROVAL_AGAIN_PREFIX: Final = "smf.approval.again"
 """``smf.approval.again.<approval hex>``: the gate-signed notice that the requester asked for
-an expired approval again; the runtime that proposed it proposes it anew (issue 23)."""
+an expired approval again; the runtime that proposed it proposes it anew."""
 APPROVAL_TRACK: Final = "smf.approval.track"
 """A person on the roster requests (signed) where approvals stand: their own requests, and
-those they may resolve, with a denial's reason codes and the connector's receipt (issue 23)."""
+those they may resolve, with a denial's reason codes and the connector's receipt."""
 APPROVAL_ANNOUNCEMENTS: Final = "smf.approval.announcements"
 """An approver or the console asks for the pending announcements it may read (an
 AnnouncementsRequest); the gate answers with those of the asking principal's tenants,
@@ -51,7 +51,7 @@ requests make JetStream write, nor a stream's information to one tenant."""
 SWARM_ANALYZE: Final = "smf.swarm.analyze"
 """Swarm analysis requests; Swarm publishes nothing on propose, approval or execute."""
 ATTEST: Final = "smf.attest"
-"""Runtimes request with a signed start-up attestation; the gate replies with an ack (issue 8)."""
+"""Runtimes request with a signed start-up attestation; the gate replies with an ack."""
 CONFINEMENT: Final = "smf.confinement"
 """A runtime's launcher (``smf-assurance runtime run``) requests with its signed
 confinement attestation (:data:`PAYLOAD_CONFINEMENT`); the gate replies with an ack
@@ -60,7 +60,7 @@ HOLDS: Final = "smf.holds"
 """A runtime's launcher asks the gate's legal-hold list here (``smf_assurance.subjects.holds``):
 the documents its sandbox mounts read-only. The gate answers from its KV bucket."""
 GATEWAY_ADMIT: Final = "smf.gateway.admit"
-"""The model gateway (issue 16) asks whether it may serve a runtime now; the gate replies
+"""The model gateway asks whether it may serve a runtime now; the gate replies
 with a GatewayAdmission it signed (:data:`PAYLOAD_GATEWAY_ADMISSION`) and records every
 refusal in its ledger."""
 GATEWAY_CALLS: Final = "smf.gateway.calls"
@@ -73,11 +73,11 @@ GATEWAY_CLEAR: Final = "smf.gateway.clear"
 RELEASE_REPORT: Final = "smf.release.report"
 """Publishers and operators request (a ReleaseReportRequest); EVERY gate replies with a
 ReleaseReport it signed (:data:`smf_assurance.subjects.release.PAYLOAD_RELEASE_REPORT`): its active
-release and its recent refusals (issue 22)."""
+release and its recent refusals."""
 GATE_STATUS: Final = "smf.gate.status"
 """Operators request (a GateStatusRequest); EVERY gate replies with a GateStatus it signed
 (:data:`PAYLOAD_GATE_STATUS`): each runtime's last attestation and standing, and its
-ledger's tail against its last checkpoint (issue 21, ``smf-assurance doctor``;
+ledger's tail against its last checkpoint (read by ``smf-assurance doctor``;
 ``smf_assurance.subjects.gate_status``)."""
 GATE_SYNC_PREFIX: Final = "smf.gate.sync"
 """``smf.gate.sync.<kind>``: what gate replicas tell each other (attestations, decided
@@ -100,7 +100,7 @@ DEFAULT_GATE_NAME: Final = "smf-gate"
 """A gate's name on the bus (connection name, checkpoint subject) unless given one."""
 CHECKPOINT_PREFIX: Final = "smf.ledger.checkpoint"
 """``smf.ledger.checkpoint.<gate_name>``: one subject per gate ledger, so the
-checkpoints of two replicas sharing the stream (issue 11) are told apart."""
+checkpoints of two replicas sharing the stream are told apart."""
 
 QUEUE_GROUP: Final = "smf-gate"
 
@@ -191,7 +191,7 @@ def execute_subject(connector_id: str) -> str:
 
 
 def delivery_connector(channel: str) -> str:
-    """The connector id that delivers released output on ``channel`` (issue 5)."""
+    """The connector id that delivers released output on ``channel``."""
     return f"{DELIVERY_CONNECTOR_PREFIX}.{token(channel)}"
 
 

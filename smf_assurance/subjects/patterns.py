@@ -27,17 +27,17 @@ OrderId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}\Z")]
 Millis = Annotated[int, msgspec.Meta(ge=0, le=2**53 - 1)]
 """Unix milliseconds within the I-JSON safe integer range."""
 ToolCallId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,128}\Z")]
-"""A model's tool-call id as the runtime received it (issue 16, tool-call accounting)."""
+"""A model's tool-call id as the runtime received it (tool-call accounting)."""
 InstanceId = Annotated[str, msgspec.Meta(pattern=r"^i-[0-9a-f]{32}\Z")]
-"""One runtime process: a random id its adapter draws at start and attests (issue 16,
-admission bound to the process that attested,
+"""One runtime process: a random id its adapter draws at start and attests (model
+gateway admission is bound to the process that attested,
 ``smf_assurance.subjects.model_gateway.InstanceProof``)."""
 MAX_NOTE_CHARS: Final = 500
 NOTE_PATTERN: Final = r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]*\Z"
 ApproverNote = Annotated[
     str, msgspec.Meta(min_length=1, max_length=MAX_NOTE_CHARS, pattern=NOTE_PATTERN)
 ]
-"""An approver's free-text note to the requester (issue 23, "Deliberate decisions"):
+"""An approver's free-text note to the requester, given with a deny:
 bounded, plain text (newlines and tabs only; no other control characters, no bidi
 overrides or isolates that could make it read as something else). It travels signed to
 the gate and back to the runtime and never enters the ledger or any log."""

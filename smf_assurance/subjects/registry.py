@@ -4,7 +4,7 @@ ARCHITECTURE.md, "Trust and identity on the bus": receivers verify against
 keys named in a registry (runtime registry, approver roster with licensed
 roles per tenant, connector registry). A message whose signer is unknown or
 whose role does not fit the subject is refused with a reason code. Until
-signed releases carry it (issue 6), the registry is a local file.
+signed releases carry it, the registry is a local file.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ Role = Literal[
     "swarm",
     "operator",
 ]
-"""The first six sign what the gate verifies (the model gateway, issue 16, signs the
+"""The first six sign what the gate verifies (the model gateway signs the
 output closes of the runtimes it serves; a launcher, bound to one runtime by its
 ``runtime_id``, signs that runtime's confinement attestations); the rest exist only on the bus
 (``smf_assurance.subjects.bus_access``): the console relay, release publishers, Swarm, operators."""
@@ -49,7 +49,7 @@ NkeyUser = Annotated[str, msgspec.Meta(pattern=r"^U[A-Z2-7]{55}\Z")]
 """A NATS user nkey's public key (base32, ``U`` prefix): how the principal
 authenticates to the bus. Never the Ed25519 key it signs with: a server asks
 a client to sign a nonce of its choice, and a signature over attacker-chosen
-bytes with a signing key would be a forged message (issue 15)."""
+bytes with a signing key would be a forged message."""
 
 
 class RegistryError(ValueError):

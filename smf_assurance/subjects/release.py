@@ -71,7 +71,7 @@ RELEASE_BUCKET: Final = "SMF_RELEASES"
 """The JetStream key-value bucket releases are published to; gates watch it."""
 RELEASE_KEY_PREFIX: Final = "release."
 SHADOW_KEY: Final = "shadow"
-"""The ``SMF_RELEASES`` key of the shadow release (issue 25): one value, a bundle as
+"""The ``SMF_RELEASES`` key of the shadow release: one value, a bundle as
 any release's, which every gate verifies as it verifies a release and runs beside
 its active one without deciding anything with it; a delete of the key withdraws
 it. It is outside ``release.>`` on purpose: nothing that looks for releases to use
@@ -425,7 +425,7 @@ def check_sequence_floor(
     return SequenceFloor(manifest.sequence, digest)
 
 
-# -- what a gate reports of its releases (issue 22) ---------------------------------
+# -- what a gate reports of its releases ---------------------------------
 
 PAYLOAD_RELEASE_REPORT: Final = "application/vnd.smf.release-report+json;v=1"
 """DSSE payload type of a gate's :class:`ReleaseReport`."""
@@ -474,7 +474,7 @@ Count = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class ShadowCounts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """What a gate did with its shadow release since that shadow was loaded (issue 25).
+    """What a gate did with its shadow release since that shadow was loaded.
 
     The shadow never waits in the way of a verdict: each decision is handed to it
     after the verdict is answered, into a bounded queue, so under overload some are
@@ -500,10 +500,10 @@ class ShadowCounts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class ReleaseReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A gate's own account of its releases, signed with its gate key.
 
-    Issue 22: ``release publish`` said "published" for a release the gate then
-    refused, visible only in the gate's log. The gate's refusals are now told
-    to whoever may ask (publishers and operators, docs/BUS-PERMISSIONS.md),
-    and a publisher counts an answer only when a gate key of the registry it
+    A publisher must not report "published" for a release the gate refused, so
+    the gate's refusals are told to whoever may ask (publishers and operators,
+    docs/BUS-PERMISSIONS.md), not only written to its log, and a publisher
+    counts an answer only when a gate key of the registry it
     trusts signed it. ``in_force`` is whether the gate decides anything now
     (a release whose lease ran out is ``active`` but not in force)."""
 
@@ -516,7 +516,7 @@ class ReleaseReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     asked: ReleaseOutcome | None = None
     asked_refusal: ReportedRefusal | None = None
     shadow: ReportedRelease | msgspec.UnsetType = msgspec.UNSET
-    """The shadow release the gate runs beside its active one (issue 25). Unset (left
+    """The shadow release the gate runs beside its active one. Unset (left
     out of the encoding) when it runs none, so a report without a shadow has the
     bytes it had before the field existed (docs/SUBJECTS.md, "Additive optional
     fields")."""

@@ -1,6 +1,6 @@
 """Claims: what a persona asserts, how it is read, and which claims a report may carry.
 
-Issue 9, "Claim validator". The rules this module enforces, in order:
+The rules this module enforces, in order:
 
 - A persona's answer is read by :func:`parse_output` into drafts that keep
   every field the persona sent, known or not (``extensions``). A model may

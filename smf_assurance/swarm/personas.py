@@ -1,6 +1,6 @@
 """Personas: who writes claims, offline or through an OpenAI-compatible model.
 
-Issue 9, "Personas". A persona receives the question, the matter facts and
+A persona receives the question, the matter facts and
 the rule selection, and returns claims through the same reader
 (``smf_assurance.swarm.claims.parse_output``) whether it is a deterministic offline
 template or a real model: there is one road from answer to report, so the

@@ -1,6 +1,6 @@
 """The Swarm report: selection, personas, judged claims, and the faithfulness review.
 
-Issue 9, "Report". What a report must let a reader check:
+What a report must let a reader check:
 
 - Which release and projection it was built from, and that they are the
   loaded ones (:func:`check_release`: a mismatch is refused with

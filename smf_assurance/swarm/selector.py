@@ -10,7 +10,7 @@ it. Invariants:
   are
   checked against the registry before use, so a misspelt path or a wrong
   type is an error naming the path, never a silently missing fact.
-- Three outcomes per rule, each with reason codes (issue 9):
+- Three outcomes per rule, each with reason codes:
   ``selected`` (in force and its predicate holds), ``unresolved`` (in force,
   but the predicate's value depends on a fact the matter does not state:
   Kleene ``None`` from ``Node.test3``) and ``excluded`` (the predicate is

@@ -1,6 +1,6 @@
 """``smf.swarm.analyze``: the Swarm analysis as a request/reply ``nats.micro`` service.
 
-Issue 9, "Service" and "Separation". A request carries a question, matter
+A request carries a question, matter
 facts and an evaluation time; the reply is the report's canonical JSON, or
 a NATS service error whose description is our reason code
 (``swarm_bad_request``, ``swarm_invalid_facts``), as for the gate's stages.

@@ -1,5 +1,5 @@
 # ruff: noqa: E501 - vector data: one case per line reads better than split literals
-"""Write ``messages.json`` and ``canonical_more.json`` (golden vectors, issue 10).
+"""Write ``messages.json`` and ``canonical_more.json`` (golden vectors).
 
 Run from the repository root: ``.venv/bin/python tests/vectors/make_message_vectors.py``.
 
@@ -280,7 +280,7 @@ OUTCOME_DENY_WITH_NOTE = outcome_value(
     reason_codes=["approver_denied", "approver_denied_wrong_recipient"],
     approver_note="Wrong court.\nRefile in the Eastern District.",
 )
-"""Issue 23: an approver's deny with its reason code and note (present only when sent)."""
+"""An approver's deny with its reason code and note (present only when sent)."""
 
 
 def verdict_value(**changes: Any) -> dict[str, Any]:
@@ -339,13 +339,13 @@ ATTESTATION_WITHOUT_INSTANCE: dict[str, Any] = {
     "problems": [],
     "issued_at_ms": 1767225600000,
 }
-"""What the OpenClaw plugin attested before issue 16: ``instance_id`` absent
+"""An attestation from a plugin that does not name its process: ``instance_id`` absent
 (``omit_defaults``), every other field present (``verified_release_id`` may be null)."""
 ATTESTATION_WITH_INSTANCE = ATTESTATION_WITHOUT_INSTANCE | {
     "attestation_id": "a-" + "0" * 31 + "2",
     "instance_id": INSTANCE_ID,
 }
-"""The same process naming its instance (issue 16): present when set."""
+"""The same process naming its instance: present when set."""
 PROOF = {
     "schema": "smf.instance-proof/1",
     "runtime_id": "openclaw-demo",
@@ -541,7 +541,7 @@ def outcome_vectors() -> dict[str, Any]:
 
 def ask_again_vectors() -> dict[str, Any]:
     """Gate-signed notices that an expired approval is asked for again
-    (``smf.approval.again.<approval>``, issue 23): the one a runtime holding that
+    (``smf.approval.again.<approval>``): the one a runtime holding that
     proposal acts on, and each it must ignore, with the error class
     ``smf_assurance.subjects.approvals.open_ask_again`` raises. The runtime proposes
     anew only on a notice that verifies; which proposal it holds for the approval is
@@ -718,7 +718,7 @@ def _base64url(raw: bytes) -> str:
 
 
 def instance_proof_vectors() -> dict[str, Any]:
-    """The header ``Smf-Instance-Proof`` (issue 16): unpadded base64url of the DSSE
+    """The header ``Smf-Instance-Proof``: unpadded base64url of the DSSE
     envelope JSON of the canonical InstanceProof, signed with the runtime key (here
     the test key). ``seal``: what ``smf_assurance.subjects.model_gateway.seal_instance_proof`` and
     ``smf_assurance/adapters/openclaw/src/contract/model_gateway.ts`` ``sealInstanceProof`` write
@@ -750,7 +750,7 @@ def instance_proof_vectors() -> dict[str, Any]:
     )
     seal = [
         seal_case("openclaw_process", PROOF),
-        # issue 36: one request's proof (a nonce; the digest of its messages)
+        # one request's proof (a nonce; the digest of its messages)
         seal_case(
             "bound_to_one_request",
             PROOF | {"nonce": "0f" * 16, "request_digest": digest},

@@ -1,5 +1,5 @@
 # ruff: noqa: E501 - vector data: one case per line reads better than split literals
-"""Write ``releases.json``: golden vectors for release bundle verification (issue 6).
+"""Write ``releases.json``: golden vectors for release bundle verification.
 
 Run from the repository root: ``.venv/bin/python tests/vectors/make_release_vectors.py``.
 

@@ -1,4 +1,4 @@
-"""Mutation testing of the trust core (issue 18): ``make mutate``.
+"""Mutation testing of the trust core: ``make mutate``.
 
 A check that can be deleted with every test still green is a check no test
 proves. This tool makes one small change at a time (a *mutant*) to a module

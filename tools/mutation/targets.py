@@ -1,6 +1,6 @@
 """What ``make mutate`` mutates: the modules of the trust core and their focused tests.
 
-Issue 18: smf_assurance/core (policy, predicates, evaluator, normalize,
+The trust core: smf_assurance/core (policy, predicates, evaluator, normalize,
 release_trust), the pure approval rules (``smf_assurance.core.approval_rules``),
 the claim paths of the stores, and the ``subjects`` contract (canonical,
 keyed, dsse, envelope, approvals, release). Each module is tested by the few
@@ -17,7 +17,7 @@ ROOT: Final = Path(__file__).resolve().parents[2]
 """The repository root: module paths, test files and the pytest working directory."""
 
 MIN_SCORE: Final = 90.0
-"""Issue 18: every module of the trust core at least 90 % killed."""
+"""Every module of the trust core at least 90 % killed."""
 
 PYTEST_ARGS: Final = ("-x", "-q", "-p", "no:cacheprovider", "-p", "smf_mutation_plugin")
 """Stop at the first failure; no cache; the run's Hypothesis profile
@@ -156,7 +156,7 @@ TARGETS: Final[tuple[Target, ...]] = (
         ("tests/test_release_trust.py", _UNKNOWN_FIELDS, _FROZEN),
     ),
 )
-"""The trust core (issue 18): smf_assurance/core (the pure approval checks among them, in
+"""The trust core: smf_assurance/core (the pure approval checks among them, in
 ``smf_assurance.core.approval_rules``), the claim paths of the stores, and the
 ``subjects`` contract. The store targets run the SQLite half of their contract
 tests (``-k "not kv"``); the JetStream KV backend is not in scope."""

@@ -1,4 +1,4 @@
-"""The connector SDK (issue 3, "Connectors (adapters/)").
+"""The connector SDK.
 
 A :class:`Connector` performs one kind of side effect; a
 :class:`ConnectorRunner` feeds it verified, current, never-seen orders from

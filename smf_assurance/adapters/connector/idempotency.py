@@ -1,6 +1,6 @@
 """The connector's local idempotency record: one SQLite file per connector.
 
-Issue 3, "Connectors (adapters/)": a redelivered order never executes twice,
+A redelivered order never executes twice,
 and an order seen as started but never finished is reported ``ambiguous`` and
 NOT retried. JetStream de-duplicates ``Nats-Msg-Id`` only inside the stream's
 duplicate window, and redelivers every unacked message (ARCHITECTURE.md, "One

@@ -1,6 +1,6 @@
 """The connector SDK: run a side-effecting :class:`Connector` behind the gate.
 
-Issue 3, "Connectors (adapters/)", and ARCHITECTURE.md, "One proposal through
+ARCHITECTURE.md, "One proposal through
 the bus": a connector consumes gated orders from ``smf.execute.<connector_id>``
 (stream ``SMF_EXECUTE``) and reports on ``smf.result.<connector_id>``; the gate
 maps ``confirmed -> consumed``, ``failed -> failed`` and ``ambiguous`` or no
@@ -185,7 +185,7 @@ class Connector(abc.ABC):
     per order id (per state directory), only for verified, current orders.
 
     Pass ``order.order_id`` to the external system as its idempotency key where
-    it supports one (issue 3), so even an ``ambiguous`` order cannot land twice.
+    it supports one, so even an ``ambiguous`` order cannot land twice.
     """
 
     @abc.abstractmethod
@@ -216,7 +216,7 @@ CheckResult = Accepted | Refused
 
 
 def _headers_agree(order: ExecuteOrder, headers: Mapping[str, str]) -> bool:
-    """Issue 3: every gated order carries ``Nats-Msg-Id`` = its idempotency key
+    """Every gated order carries ``Nats-Msg-Id`` = its idempotency key
     and the ``Smf-*`` headers of the signed order. Headers are unsigned, so they
     must say exactly what the signed payload says; ``Smf-Approval-Id`` is absent
     exactly when the order has no approval."""
@@ -254,7 +254,7 @@ def check_order(
         # JetStream de-duplication, or headers rewritten in transit.
         return Refused(REASON_HEADER_MISMATCH, order.order_id)
     try:
-        # Issue 23: a document whose bytes are not the digest it carries is not the one
+        # A document whose bytes are not the digest it carries is not the one
         # the approver saw; the gate refuses it first, and a connector never files it.
         check_attachments(order.arguments)
     except AttachmentError as exc:

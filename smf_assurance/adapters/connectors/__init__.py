@@ -1,4 +1,4 @@
-"""Example connectors for the demo and the tests (issue 3): a court e-filing
+"""Example connectors for the demo and the tests: a court e-filing
 outbox (:mod:`.court_efiling`) and a document store (:mod:`.dms`).
 
 They "behave like real ones: idempotent by key, crash-safe". The SDK already

@@ -3,8 +3,8 @@
 A filing is ``outbox/<order_id>.json`` holding ``{order_id, court, document,
 content_sha256, filed_at, filing_number}``. The order id is the submission id, as a court's
 e-filing API takes a client-chosen submission id and answers a repeat with
-the filing it already has (issue 3: "passes the idempotency key to the
-external system where that system supports one"). So:
+the filing it already has: the idempotency key goes to the external system
+wherever that system supports one. So:
 
 - A filing is written atomically and never overwritten
   (:func:`smf_assurance.adapters.connectors.create_atomically`): a crash leaves either no
@@ -16,8 +16,8 @@ external system where that system supports one"). So:
 - Missing or invalid ``court`` / ``document`` arguments: ``failed`` /
   ``invalid_arguments``, before anything is written.
 
-The receipt is the court's filing number (issue 23: "show the connector's
-receipt (e.g. the court's filing number)"), ``ECF-`` and eight digits derived
+The receipt is the court's filing number (the requester is shown the connector's
+receipt), ``ECF-`` and eight digits derived
 from the order id, as a court numbers a submission it accepts: a repeat of
 the same submission gets the same number. It names neither the court nor the
 document, so the report carries no argument values; the gate keeps it with

@@ -60,7 +60,7 @@ class PendingCallIds:
     handler proposes (Hermes passes a handler no tool-call id, ``model_tools.py``
     0.19.0): keyed by session and tool, first in first out, bounded in size and
     time. Two parallel calls of one tool may swap ids; both are still carried by a
-    proposal, which is all the model gateway's accounting asks (issue 16)."""
+    proposal, which is all the model gateway's accounting asks."""
 
     _ids: dict[tuple[str, str], list[tuple[str, float]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)

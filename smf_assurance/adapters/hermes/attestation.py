@@ -1,4 +1,4 @@
-"""What the adapter attests about its Hermes host (issue 8), read from Hermes itself.
+"""What the adapter attests about its Hermes host, read from Hermes itself.
 
 Every probe reads the running Hermes, not a copy of its defaults:
 
@@ -14,9 +14,9 @@ Every probe reads the running Hermes, not a copy of its defaults:
 - streaming: RUNTIMES.md, "transform_llm_output ... Hermes always streams from
   the provider"; streamed text is delivered before the final-reply seam.
   CLI: what the running CLI does (``observed_cli_streaming``), else
-  ``display.streaming`` with the CLI's own default, true (issue 17: the
-  project used to assume false, as ``hermes_cli/config.py`` says, while the
-  default CLI streamed). Gateway, per platform, exactly
+  ``display.streaming`` with the CLI's own default, true (the default CLI
+  streams, whatever ``hermes_cli/config.py`` says, so assuming false would
+  attest a streaming runtime as not streaming). Gateway, per platform, exactly
   as ``gateway/run.py`` decides it in 0.19.0: the per-platform override
   ``display.platforms.<p>.streaming`` when set (it wins over the master
   switch, contrary to the comment in ``hermes_cli/config.py``), else
@@ -120,7 +120,7 @@ def hook_presence(
 
 
 def observed_cli_streaming(cli: object) -> bool | None:
-    """Whether Hermes's CLI streams right now, read from the running CLI (issue 17).
+    """Whether Hermes's CLI streams right now, read from the running CLI.
 
     The raw config said "off" while the default CLI streamed: what counts is what the
     CLI does. Its agent streams exactly when it has a ``stream_delta_callback``
@@ -185,7 +185,7 @@ class HermesHost:
         def per_platform(cfg: Mapping[str, Any], name: str) -> object:
             return display_config.resolve_display_setting(dict(cfg), name, "streaming")
 
-        # The master switch as the gateway itself loads it (issue 17): the raw file
+        # The master switch as the gateway itself loads it: the raw file
         # missed ``streaming: {mode: auto}`` (an alias that turns it on), the
         # ``gateway.streaming`` fallback and the managed overlay (RUNTIMES.md;
         # ``gateway/config.py`` 733-782, 1187-1320). Read-only: file reads and logs.

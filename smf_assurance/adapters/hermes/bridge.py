@@ -7,7 +7,7 @@ hook submits a coroutine to it and waits at most ``deadline`` seconds. Every
 way that wait can end other than with a result raises :class:`BridgeError`
 with a reason code, which the plugin turns into a block: a deadline passed
 (``gate_timeout``), no connection (``gate_unreachable``), the server refused
-the adapter's bus credential (``bus_credential_refused``, issue 15), the bridge
+the adapter's bus credential (``bus_credential_refused``), the bridge
 stopped or was called from its own thread (``bridge_unavailable``).
 
 The connection carries the runtime's credential (its nkey and the inbox

@@ -135,7 +135,7 @@ def protected_files(env: Mapping[str, str]) -> mapping.Protected:
     """The runtime's key and bus seed (secrets: their names are looked for too), the
     trust root and context file (whoever rewrites them changes what the adapter
     trusts and who it says acts), and Hermes's own ``config.yaml`` and ``.env``
-    (``model.api_key`` there is the runtime's model-gateway token, issue 16)."""
+    (``model.api_key`` there is the runtime's model-gateway token)."""
     home = env.get("HERMES_HOME") or str(Path(env.get("HOME") or Path.home()) / ".hermes")
     return mapping.Protected.of(
         (env.get("SMF_RUNTIME_KEY", ""), env.get("SMF_BUS_CREDENTIAL", "")),
@@ -149,7 +149,7 @@ def protected_files(env: Mapping[str, str]) -> mapping.Protected:
 
 
 def _bus_credential(principal: str, path: str) -> BusCredential:
-    """The runtime's bus credential, checked before anything connects with it (issue 15).
+    """The runtime's bus credential, checked before anything connects with it.
 
     Fails closed with a reason code: not configured, unreadable, readable by the
     group or others, not a user nkey seed, or nats-py unable to sign with one

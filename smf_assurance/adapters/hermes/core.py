@@ -55,8 +55,8 @@ class AdapterCore(ABC):
     pending_ids: PendingCallIds = field(default_factory=PendingCallIds)
     """Tool-call ids of our connector tools, from ``pre_tool_call`` to their handler."""
     instance_id: str = field(default_factory=new_instance_id)
-    """This process, attested and proven on every model request (issue 16,
-    ``hooks.model_request``)."""
+    """This process, attested and proven on every model request
+    (``hooks.model_request``)."""
     _attested: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:

@@ -1,6 +1,6 @@
 """The adapter's lifecycle: the bridge, the governed release, attestation.
 
-Governed release (issue 6; ARCHITECTURE.md, "Governed releases"): the adapter
+Governed release (ARCHITECTURE.md, "Governed releases"): the adapter
 verifies the newest release of the ``SMF_RELEASES`` bucket itself
 (``smf_assurance.adapters.hermes.release``), at start-up and before every attestation, and
 attests the verified release id; a release that fails verification puts the

@@ -1,4 +1,4 @@
-"""A Hermes tool call -> what the adapter proposes to the gate (issue 8).
+"""A Hermes tool call -> what the adapter proposes to the gate.
 
 Pure functions and one small thread-safe object; no I/O except reading the
 context file once. The gate's mapper table (``smf_assurance/pipeline/mappers/
@@ -70,7 +70,7 @@ MAX_SESSIONS: Final = 10_000
 
 Coercer = Callable[[str, dict[str, Any]], dict[str, Any]]
 PatchParser = Callable[[str], list[str]]
-"""The paths the runtime's own V4A parser finds in a patch text (issue 17)."""
+"""The paths the runtime's own V4A parser finds in a patch text."""
 
 
 class MappingError(Exception):
@@ -198,9 +198,10 @@ def target_paths(
 ) -> list[str]:
     """The file paths a path tool touches (``patch`` may name them inside its text).
 
-    Issue 17: a regex of our own missed ``***Update File:``, ``*** Move File: a -> b``
-    and ``*** Delete  File:``, which Hermes's parser accepts, so a patch under legal
-    hold was proposed as clear. For a patch text the targets are now the union of
+    A patch under legal hold must never be proposed as clear because our reading of
+    its text differs from Hermes's: Hermes's parser accepts ``***Update File:``,
+    ``*** Move File: a -> b`` and ``*** Delete  File:``, which a regex of our own
+    would miss. So for a patch text the targets are the union of
     what Hermes's own parser finds (``parse_patch``, the function its ``patch`` tool
     runs) and what Hermes's own header patterns match anywhere in the text (they
     also see headers after an early ``End Patch``, which the parser skips): a
@@ -244,7 +245,7 @@ def legal_hold_of(
 
 @dataclass(frozen=True, slots=True)
 class Protected:
-    """The adapter's own files, which no tool call may read or write (issue 17).
+    """The adapter's own files, which no tool call may read or write.
 
     Finding: ``read_file`` of the adapter's key file was allowed as an internal
     read and its seed went to the model provider; whoever holds it signs as the

@@ -1,4 +1,4 @@
-"""The Hermes Agent plugin: block-only enforcement through the SMF gate (issue 8).
+"""The Hermes Agent plugin: block-only enforcement through the SMF gate.
 
 Installed as the ``hermes_agent.plugins`` entry point ``smf-assurance`` of
 our distribution; Hermes loads it when ``plugins.enabled`` lists it
@@ -24,7 +24,7 @@ raises. A configuration problem or a Hermes version off the pin does not
 stop registration: the hooks are registered in refusing mode (every call
 blocked, every reply withheld), the problem is logged at CRITICAL and printed
 to stderr, and it is reported to the gate in the start-up attestation.
-Streaming is attested as Hermes does it (issue 17: read from the running CLI,
+Streaming is attested as Hermes does it (read from the running CLI,
 ``attestation.observed_cli_streaming``), and the gate judges it: it refuses a
 streaming runtime unless the model gateway serves that runtime (the gateway
 holds each turn whole until its verdict, docs/HERMES.md).

@@ -38,7 +38,7 @@ def block(message: str) -> dict[str, str]:
 
 
 def decision_hint(decision_id: str | None) -> str:
-    """Issue 25: every denial a runtime shows names the decision it rests on, so whoever
+    """Every denial a runtime shows names the decision it rests on, so whoever
     reads it can have the gate's reasons in words (``smf-assurance explain``, from the
     ledger and the release: nothing raw is needed). Empty when the verdict names none
     (a transport denial: the gate never decided)."""

@@ -1,4 +1,4 @@
-"""The governed release, verified by the Hermes adapter itself (issues 6 and 8).
+"""The governed release, verified by the Hermes adapter itself.
 
 ARCHITECTURE.md, "Governed releases": every consumer verifies a release
 before use. The adapter reads the newest release from the ``SMF_RELEASES``

@@ -1,4 +1,4 @@
-"""Adapter-provided, connector-backed Hermes tools: approval that works on Hermes (issue 8).
+"""Adapter-provided, connector-backed Hermes tools: approval that works on Hermes.
 
 Hermes cannot hold a native tool call for later approval (RUNTIMES.md), so
 the adapter's profile stays block-only for everything Hermes executes

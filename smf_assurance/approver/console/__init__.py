@@ -1,4 +1,4 @@
-"""The approvers' web console (issue 12): a page, a roster-gated list, a relay that holds no key.
+"""The approvers' web console: a page, a roster-gated list, a relay that holds no key.
 
 ``server`` serves the static page in ``static/`` and relays the approver's
 signed requests to the gate; ``docs/CONSOLE.md`` explains the design and what

@@ -73,7 +73,7 @@ class ApprovalBoard:
         self.entries: dict[str, Tracked] = {}
         self.gate_answering = False
         self.fed_at: float | None = None
-        """``time.monotonic()`` of the last refresh that completed (``/healthz``, issue 23)."""
+        """``time.monotonic()`` of the last refresh that completed (``/healthz``)."""
         self.reader = PendingReader(nc)
         self._wake = asyncio.Event()
 
@@ -98,7 +98,7 @@ class ApprovalBoard:
             self._wake.clear()
             # Python 3.11's wait_for (inside nats-py's requests) can swallow a cancel
             # that lands as its inner call completes; honour it here, or the console's
-            # close waits for this loop forever (seen in CI).
+            # close waits for this loop forever.
             if task is not None and task.cancelling():
                 raise asyncio.CancelledError
 

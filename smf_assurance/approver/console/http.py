@@ -1,7 +1,7 @@
-"""The console's HTTP transport, on aiohttp's low-level server (issue 23, last item).
+"""The console's HTTP transport, on aiohttp's low-level server.
 
 aiohttp parses HTTP/1.1; this module keeps true around it what the console
-promised when it parsed requests itself (issue 12, docs/CONSOLE.md):
+promises (docs/CONSOLE.md):
 
 - Every answer carries :data:`SECURITY_HEADERS`, aiohttp's own refusals of a
   malformed request included (:class:`_GuardedRequest`): held content is
@@ -18,7 +18,7 @@ promised when it parsed requests itself (issue 12, docs/CONSOLE.md):
   complete by then is answered 408.
 - No request bytes in the log: aiohttp's own log of a malformed request
   quotes them, so it is replaced by :class:`_TypeOnlyLog`, which logs the
-  error's type and nothing else (issue 15); there is no access log.
+  error's type and nothing else; there is no access log.
 
 Routes see :class:`Request` (method, path, lower-cased headers, the whole
 bounded body) and answer :class:`Response`; they never touch aiohttp.
@@ -56,7 +56,7 @@ SHUTDOWN_GRACE_SECONDS: Final = 5.0
 SECURITY_HEADERS: Final = (
     # Held content is written by an agent: the page renders it as text, and even
     # a markup injection could run no script and reach no other origin.
-    # ``frame-src blob:`` (issue 23), the one extension: a held PDF is shown in a frame
+    # ``frame-src blob:``, the one extension: a held PDF is shown in a frame
     # whose source is a blob the page made from bytes whose SHA-256 it checked. Only
     # this page can mint its blob: URLs, so no frame can load anything from elsewhere,
     # and a blob document inherits this policy (no script, no connection).
@@ -112,7 +112,7 @@ _Handler = Callable[[web.BaseRequest], Awaitable[web.Response]]
 
 
 class AnswerCounts:
-    """Answers by route and status, for ``GET /metrics`` (issue 23): counts only.
+    """Answers by route and status, for ``GET /metrics``: counts only.
 
     A path that is not one of ``routes`` counts as ``other``, so a client can
     neither grow the set of labels nor put text of its own into them.
@@ -151,7 +151,7 @@ class _GuardedRequest(web.BaseRequest):
 
 
 class _TypeOnlyLog(logging.Logger):
-    """aiohttp's server log, reduced to the error's type (issue 15: no payload in logs).
+    """aiohttp's server log, reduced to the error's type (no payload in logs).
 
     aiohttp logs a request it could not parse with its exception, whose message
     quotes the offending bytes (a cookie, a body); stdlib logging is not
@@ -209,7 +209,7 @@ class _ConsoleServer(web.Server):
     """aiohttp's low-level server, with the console's request type and a head deadline.
 
     A connection whose request head is not complete ``read_timeout`` after it
-    opened is closed unanswered (issue 23: a slow client cannot hold the
+    opened is closed unanswered (a slow client cannot hold the
     console). aiohttp's own keep-alive timer does this from connect only in its
     newest releases, and bytes arriving reset nothing here, so trickling a head
     does not extend it. Once the head is complete the body has its own timeout

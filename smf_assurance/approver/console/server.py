@@ -1,13 +1,13 @@
 """The approver console's server: the page, the list, and a relay that holds no key.
 
-Issue 12; ARCHITECTURE.md, "Exact-action approval"; docs/CONSOLE.md. What the
+ARCHITECTURE.md, "Exact-action approval"; docs/CONSOLE.md. What the
 server keeps true:
 
 - It holds no signing key and never signs. The approver's key is loaded into
   the page, which signs its login, every show request and every resolution
   with WebCrypto Ed25519; the server relays the signed envelopes to
   ``smf.approval.show`` and ``smf.approval.resolve`` (and, for a person's own
-  requests, ``smf.approval.track`` and ``smf.approval.rerequest``, issue 23) and
+  requests, ``smf.approval.track`` and ``smf.approval.rerequest``) and
   hands back the gate's answer. The gate verifies every signature against the roster, and an
   allow-once names the binding digest the page computed from what it showed,
   so neither this process nor anyone on the bus can forge or redirect one.
@@ -92,7 +92,7 @@ class ConsoleSettings:
     nats_url: str
     registry: Path
     credential: BusCredential | None = None
-    """The console relay's own bus credential (role ``console``, issue 15)."""
+    """The console relay's own bus credential (role ``console``)."""
     host: str = "127.0.0.1"
     port: int = 0
     """0: any free port (tests); the command line defaults to 8765."""
@@ -101,10 +101,10 @@ class ConsoleSettings:
     challenge_seconds: int = 120
     session_seconds: int = 8 * 3600
     read_timeout: float = READ_TIMEOUT_SECONDS
-    """A client whose request takes longer to arrive is cut off (issue 23)."""
+    """A client whose request takes longer to arrive is cut off."""
     clock: Callable[[], int] = wall_clock_ms
     directory: Path | None = None
-    """The tenant directory's folder (issue 23, :mod:`smf_assurance.approver.directory`):
+    """The tenant directory's folder (:mod:`smf_assurance.approver.directory`):
     read once at start; a malformed file stops the start. ``None``: every id shown raw."""
 
 
@@ -247,7 +247,7 @@ class Console:
     # -- health and counts --------------------------------------------------
 
     async def _health(self, _request: Request) -> Response:
-        """Whether this console can show approvers what is held now (issue 23, ``/healthz``).
+        """Whether this console can show approvers what is held now (``/healthz``).
 
         200 only while its bus connection is up, its board completed a refresh
         recently and the gate answered that refresh; otherwise 503 naming the
@@ -275,7 +275,7 @@ class Console:
         return json_response(health, status)
 
     async def _metrics(self, _request: Request) -> Response:
-        """Counts in Prometheus's text format (issue 23): answers by route and status,
+        """Counts in Prometheus's text format: answers by route and status,
         and the approvals the board holds as pending; no id, tenant or name."""
         pending = sum(1 for t in self.board.entries.values() if t.state == "pending")
         lines = [
@@ -323,7 +323,7 @@ class Console:
 
     def _display(self, view: ApprovalView) -> DirectoryShown:
         """The destination and matter by the names the operator's directory gives them
-        (issue 23). Beside the view, never inside it: the page checks the view's raw
+        Beside the view, never inside it: the page checks the view's raw
         ids against the binding, and these names change nothing that is signed."""
         tracked = self.board.entries.get(view.binding.approval_id)
         channel = tracked.announcement.channel if tracked is not None else None
@@ -354,7 +354,7 @@ class Console:
         )
         return json_response({"ok": True, "reply": answer})
 
-    # -- the requester's view and the receipt (issue 23) ---------------------
+    # -- the requester's view and the receipt ---------------------
 
     async def _ask_gate(
         self, subject: str, body: bytes, kind: type[GateAnswer]
@@ -425,7 +425,7 @@ _DENY_WORDS: Final = {
     DENIED_BY_APPROVER: "denied by the approver",
     **{deny_reason_code(reason): label for reason, label in DENY_REASONS.items()},
 }
-"""A denial's reason codes in the words the approver chose them by (issue 23)."""
+"""A denial's reason codes in the words the approver chose them by."""
 
 
 # --- running it -------------------------------------------------------------------

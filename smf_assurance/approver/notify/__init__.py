@@ -1,4 +1,4 @@
-"""Telling entitled approvers that an approval waits (issue 23, "Notifications").
+"""Telling entitled approvers that an approval waits.
 
 A pending approval expires after its TTL unless an approver happens to look.
 The notifier reads the announcements the gate already publishes on

@@ -1,6 +1,6 @@
 """The two ways a notice leaves: SMTP, and a signed HTTPS webhook (Slack or Teams format).
 
-Issue 23, "Notifications". What this module keeps true:
+What this module keeps true:
 
 - A failure is a :class:`DeliveryError` whose ``kind`` names what failed
   (``smtp_unreachable``, ``smtp_refused``, ``webhook_timeout``,

@@ -1,6 +1,6 @@
 """The notifier's configuration: a TOML file the operator maintains, one section per tenant.
 
-Issue 23, "Notifications": notifier plug-ins are configured per tenant; a
+Notifier plug-ins are configured per tenant; a
 notification links to the approval in the console (``console_url``); the
 reminder comes ``reminder_lead_seconds`` before expiry. Secrets (the SMTP
 password, each tenant's webhook signing secret) are never written in the file:

@@ -1,6 +1,6 @@
 """What a notification says: that an approval waits, where, and until when. Nothing else.
 
-Issue 23, "Notifications": a notification carries a link to the approval and
+A notification carries a link to the approval and
 no content. A :class:`Notice` is built from four fields of the announcement
 (approval id, tenant, expiry) and the console's base URL, and every message
 format below is rendered from a Notice alone, so no held text, argument,
@@ -36,7 +36,7 @@ class Notice:
 
     @property
     def expiry(self) -> str:
-        """Absolute, with its time zone (issue 23: "12/1/2026, 8:50:19 AM" was neither)."""
+        """Absolute and with its time zone, never a locale's "12/1/2026, 8:50:19 AM"."""
         moment = datetime.fromtimestamp(self.expires_at_ms / 1000, tz=UTC)
         return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 

@@ -1,6 +1,6 @@
 """The record of what was sent: (approval, approver, channel, kind), in a SQLite file.
 
-Issue 23, "Notifications": a restart of the notifier neither loses nor repeats
+A restart of the notifier neither loses nor repeats
 a notification it already sent. The notifier reads every announcement the
 ``SMF_APPROVALS`` stream still holds each time it starts (nothing is lost
 while it was down, within the stream's retention), and sends a notice only

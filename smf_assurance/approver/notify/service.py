@@ -1,6 +1,6 @@
 """The notifier: every entitled approver is told once that an approval waits, and reminded once.
 
-Issue 23, "Notifications". What the loop keeps true:
+What the loop keeps true:
 
 - **Only entitled approvers.** The recipients of an approval are the approvers
   the roster (the registry file, re-read when it changes) lets resolve it:

@@ -1,6 +1,6 @@
 """Bus benchmark: propose -> verdict through the gate, beside a bare echo on the same server.
 
-Issue 3, "Benchmark": in one run on one embedded nats-server (127.0.0.1, a
+In one run on one embedded nats-server (127.0.0.1, a
 temporary store), measure
 
 1. the floor: a nats-py request to a plain subscription that replies with the
@@ -13,14 +13,14 @@ temporary store), measure
 4. throughput with ``in_flight`` requests outstanding, echo vs allow (and
    deny, which shows what the allow's two extra fsync'd commits cost);
 5. the co-located allow again, with and without a tool-call id the model
-   gateway issued (issue 16, item 4), for which the gate looks up the recorded
+   gateway issued, for which the gate looks up the recorded
    context first: kept from the gate's watch of ``SMF_CALL_CONTEXT`` (the
    usual case), or read from the bucket (one ``STREAM.MSG.GET`` and a
    signature check). The three are interleaved request by request on one gate,
    so they meet the same load; every record is clean, so the decision is the
    plain allow's and the difference is the lookup;
 6. the co-located allow again, with a shadow release beside the active one
-   (issue 25) and without, interleaved request by request on one gate: the
+   and without, interleaved request by request on one gate: the
    shadow holds every one of these deletions for an attorney, so each allow is
    also judged under it after its verdict and writes a ``shadow`` entry (the
    worst case: a disagreement every time). Without, the gate's shadow desk is
@@ -109,7 +109,7 @@ BENCH_SUBJECT: Final = "smf.bench.js"
 TARGET_P50: Final = 2.0
 TARGET_P99: Final = 3.0
 TARGET_THROUGHPUT: Final = 0.5
-"""Issue 3 targets, as ratios to the echo floor."""
+"""Targets, as ratios to the echo floor."""
 
 MODES: Final = ((False, "bus stages"), (True, "co-located"))
 DURABLE_STEPS: Final = (
@@ -141,7 +141,7 @@ SHADOW_SERIES: Final = (
 SHADOW_STEPS: Final = ("shadow judge alone (CPU)",)
 """The shadow's evaluation of one decision and its entry built (no I/O)."""
 SHADOW_TARGET: Final = 1.10
-"""Issue 25: the allow's p50 with a shadow within 10 % of without."""
+"""Target: the allow's p50 with a shadow within 10 % of without."""
 SERIES: Final = (
     2
     + 4 * len(MODES)
@@ -152,9 +152,8 @@ SERIES: Final = (
     + len(DURABLE_STEPS)
 )
 """Echo latency and throughput; per mode allow and deny, each latency and
-throughput; the allow with a call-context lookup; the durable steps (issue 22:
-the count was written by hand as three beside four steps, and the progress
-ended at 14/13)."""
+throughput; the allow with a call-context lookup; the durable steps. Counted
+from the tuples, never by hand, so the progress never ends at 14/13."""
 
 
 class BenchError(RuntimeError):

@@ -1,6 +1,6 @@
 """Cluster benchmark: what the cluster stores cost, and what a second gate replica gives.
 
-Issue 11, in one run on a ``LocalNatsCluster`` (three nats-server nodes from
+In one run on a ``LocalNatsCluster`` (three nats-server nodes from
 ``deploy/nats/cluster.conf`` on 127.0.0.1, stores in a temporary directory):
 
 1. Claim latency, the one-shot ``approved -> executing`` step, SQLite beside
@@ -552,7 +552,7 @@ async def _measure(root: Path, rounds: int, in_flight: int, progress: Progress) 
         await cluster.authorize(p.entry for p in load_registry(seed.registry).principals.values())
         advance()
         # The bench client is the harness operator: it writes the bench bucket and
-        # proposes; the gates connect as the seed's gate (issue 15).
+        # proposes; the gates connect as the seed's gate.
         operator = cluster.operator.connect_options()
         client = await nats.connect(cluster.urls[CLIENT_NODE], name=CLIENT_NAME, **operator)
         responder = await nats.connect(cluster.urls[0], name="smf-bench-echo", **operator)

@@ -1,6 +1,6 @@
 """``bench --confinement``: what ``runtime run`` costs, beside the bare runtime, same run.
 
-Two series pairs (docs/CONFINEMENT.md; the targets are issue 34's):
+Two series pairs (docs/CONFINEMENT.md, which gives their targets):
 
 - **start**: the same command (the runtime's interpreter starting and exiting,
   ``python3 -c pass``) run bare, and run by the launcher: its profile read, its

@@ -1,6 +1,6 @@
 """Evaluator benchmark: our decision core beside Cedar (cedarpy) on the same four requests.
 
-Issue 2 target: evaluator p50 at most 10 us and at least 5x faster than
+Target: evaluator p50 at most 10 us and at least 5x faster than
 cedarpy with pre-parsed policy and entity handles. Both sides get their
 inputs prepared outside the timed loop (our decoded envelope, Cedar's request
 dict); each sample times one decision. Cedar's policies below mirror the

@@ -8,7 +8,7 @@ deltas or as one JSON body, or a failure (hang, HTTP 500, a stream broken off
 part way, bytes that are not SSE).
 
 ``python -m smf_assurance.ops.bench.fake_model --url-file FILE [--reply TEXT]
-[--api-key-file KEY]`` runs it on its own as the README's quick start does (issue 21): a
+[--api-key-file KEY]`` runs it on its own as the README's quick start does: a
 stand-in for a real provider, answering every request with the same text, on a port the
 kernel chooses (no fixed port), whose base URL it writes to ``FILE`` once it serves; it
 stops on SIGINT or SIGTERM. With ``--api-key-file`` it behaves as a provider does with

@@ -1,4 +1,4 @@
-"""Model-gateway benchmark (issue 16): what putting the gateway in front of the model costs.
+"""Model-gateway benchmark: what putting the gateway in front of the model costs.
 
 Four series, each run direct to the fake provider (``smf_assurance.ops.bench.fake_model``)
 and through the gateway, alternately, in one process and one run, over one
@@ -7,8 +7,8 @@ kept-alive HTTP connection each:
 - a short non-streamed completion;
 - a 4 KB streamed reply (64-byte SSE deltas, as a provider streams);
 - a 64 KB streamed reply;
-- a 4 KB streamed reply of a runtime bound to its process: a proof per request
-  (issue 36): the gate admits the process's first proof, and the gateway checks the
+- a 4 KB streamed reply of a runtime bound to its process: a proof per request:
+  the gate admits the process's first proof, and the gateway checks the
   next ones itself on that kept admission (a signature check, the body's digest, its
   own seen-once set of nonces).
 

@@ -1,6 +1,6 @@
 """Evaluator growth: the four scenario decisions as a release grows by other tenants' policies.
 
-Issue 20 target: from 10 to 10,000 extra policies the evaluator's p50 grows
+Target: from 10 to 10,000 extra policies the evaluator's p50 grows
 at most 2x. The extra policies are customer-layer policies of other tenants
 (ten each), over rules that test a capability and a channel, the shape a
 firm's overlay has; none applies to the scenario envelopes, so every series

@@ -1,6 +1,6 @@
 """Output-buffer benchmark: what holding a response until its verdict costs.
 
-Issue 5, "Benchmark": the added latency of the buffer gate for a 4 KB and a
+The added latency of the buffer gate for a 4 KB and a
 256 KB response, as a ratio to the same bytes sent straight through. Both
 series run in one process against one embedded nats-server:
 

@@ -1,6 +1,6 @@
 """Targets beside figures: each series' goal, what was measured and whether it was met.
 
-Issue 20: ``bench`` prints, for every series with a target, the target, the
+``bench`` prints, for every series with a target, the target, the
 measured value and pass/fail, and exits 0 regardless: a benchmark informs, CI
 does not time (the project's rule: performance is measured in benchmarks,
 never asserted in timed tests). Values are carried as integers (x1000) so

@@ -1,4 +1,4 @@
-"""One immutable candidate (issue 24): claims bound to tests, a commit and signed reviews.
+"""One immutable candidate: claims bound to tests, a commit and signed reviews.
 
 A row of evidence closes only when implementation, regression, conformance,
 independent review and one commit all name the same candidate

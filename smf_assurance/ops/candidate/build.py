@@ -1,6 +1,6 @@
 """``candidate build``: one commit, its suite's results, its artifacts, one signed matrix.
 
-Issue 24, "``smf-assurance candidate build``". In order, each step refusing
+``smf-assurance candidate build``. In order, each step refusing
 (:class:`BuildError`, one line) rather than writing a matrix it cannot stand by:
 
 1. HEAD of a clean working tree (:func:`smf_assurance.ops.candidate.source.head_commit`):

@@ -1,4 +1,4 @@
-"""The bypass matrix as one suite (issue 24): ``make bypass``.
+"""The bypass matrix as one suite: ``make bypass``.
 
 Every bypass case the docs name (unknown tools, missing facts, mapper
 exceptions, ... evidence-store outage) is declared once in ``docs/bypass.toml``

@@ -1,6 +1,6 @@
 """The claims the product makes, declared once, and the tests that say they prove them.
 
-Issue 24, "Claims in the tests": each claim is declared once in
+Claims in the tests: each claim is declared once in
 ``docs/claims.toml`` (id, gate family, sentence, what it does not prove, and
 the implementation files it covers); a test proves a claim only by saying so
 in code, ``@pytest.mark.claim("family.name")``. Both are read here, without
@@ -44,7 +44,7 @@ FAMILIES: Final = (
     "confinement",
     "verdict-agrees",
 )
-"""The gate families of issue 24, and what the product has grown since (the
+"""The gate families: the trust core's, and the product's surfaces (the
 approver's desk, its notifications, onboarding, the bypass matrix: every bypass
 case the docs name, run as one suite by ``make bypass``, the confinement of
 runtimes by ``runtime run``, and what a runtime is told agreeing with what its

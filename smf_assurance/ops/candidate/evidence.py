@@ -1,7 +1,7 @@
 """docs/EVIDENCE.md's claim table, generated from the same data as the matrix.
 
-Issue 24: "docs/EVIDENCE.md is generated from the same data, and a test fails
-when the committed page differs from what the data and the tests say". The
+docs/EVIDENCE.md is generated from the same data, and a test fails when the
+committed page differs from what the data and the tests say. The
 section between :data:`BEGIN` and :data:`END` lists every claim of
 ``docs/claims.toml`` (id, family, sentence, what it does not prove) with the
 tests that carry its marker, read from the test source; a claim with none is

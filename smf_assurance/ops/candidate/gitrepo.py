@@ -1,6 +1,6 @@
 """The few questions a candidate asks git, answered by git itself.
 
-Issue 24, "Reviews bound to the SHA": what a review binds (a commit and its
+Reviews bound to the SHA: what a review binds (a commit and its
 tree), whether the working tree is that commit and clean, and which files
 changed between two commits are read from the repository with ``git``, never
 guessed from the file system. Any failure of git is a :class:`GitError`, so a

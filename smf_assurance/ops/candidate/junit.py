@@ -1,7 +1,7 @@
 """A JUnit XML report bound to the one commit it ran against, and its results per test.
 
-Issue 24: the matrix takes "a JUnit XML produced by CI for exactly that SHA and
-tree". A JUnit file says nothing of where it ran, so the suite names it: when
+The matrix takes a JUnit XML produced for exactly that SHA and
+tree. A JUnit file says nothing of where it ran, so the suite names it: when
 pytest writes a JUnit report from a clean working tree, ``tests/conftest.py``
 adds two testsuite properties, :data:`SHA_PROPERTY` and :data:`TREE_PROPERTY`
 (:func:`identity_properties`); from a dirty tree it adds none. A report is

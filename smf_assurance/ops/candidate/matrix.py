@@ -1,9 +1,9 @@
 """The evidence matrix of one candidate: each claim, its tests' results at one SHA.
 
-Issue 24: "for each claim, its tests and their results at this SHA, conformance
-tests against which pinned runtime versions, and the review status; a claim
-whose tests are missing, skipped or failing is open, never green. Output:
-Markdown, JSON, and a DSSE envelope signed by a release key, all naming the SHA."
+For each claim: its tests and their results at this SHA, conformance tests
+against which pinned runtime versions, and the review status; a claim whose
+tests are missing, skipped or failing is open, never green. Output: Markdown,
+JSON, and a DSSE envelope signed by a release key, all naming the SHA.
 
 A row is ``green`` only when every one of these holds, and ``open`` with the
 reasons otherwise (fail closed: an unknown is a reason, never a pass):
@@ -16,7 +16,7 @@ reasons otherwise (fail closed: an unknown is a reason, never a pass):
 - a ``packaging`` claim also needs the artifacts built from this commit.
 
 The review status is ``not reviewed`` here: signed reviews bound to the SHA are
-judged by ``candidate status`` (the reviews half of issue 24), which reads
+judged by ``candidate status``, which reads
 :data:`SCHEMA`, ``sha``, ``tree`` and each claim's ``id``, ``family``,
 ``tests``, ``results`` and ``state`` from the JSON: keep those names.
 """

@@ -1,7 +1,7 @@
 """Signed reviews bound to one commit: who reviewed which claim, at which SHA, and
 whether the tree held still while they did.
 
-Issue 24, "Reviews bound to the SHA":
+Reviews bound to the SHA:
 
 - A review record names the candidate's commit and tree, the claim or gate
   family reviewed, the verdict, the reviewer, and the SHA the reviewer attested
@@ -39,8 +39,8 @@ a swarm review, a verdict or any other envelope cannot stand in for a review."""
 REVIEW_SCHEMA: Final = "smf.candidate-review/1"
 CANDIDATE_SCHEMA: Final = "smf.candidate/1"
 REVIEWER_ROLE: Final = "reviewer"
-"""The licensed role a registry principal needs to sign a review (issue 24: "a
-forged or wrong-role review is refused")."""
+"""The licensed role a registry principal needs to sign a review (a forged or
+wrong-role review is refused)."""
 MAX_NOTE_CHARS: Final = 4000
 MAX_RECORD_BYTES: Final = 64 * 1024
 

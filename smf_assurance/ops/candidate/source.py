@@ -1,8 +1,8 @@
 """The commit a candidate is built from: clean, named by SHA and tree, cloned fresh.
 
-Issue 24, "``candidate build``: refuses a dirty tree or an untracked file that
-would ship; records the commit SHA and tree hash; runs the suite from a clean
-clone of that commit". A green suite in a dirty working tree proves nothing
+``candidate build`` refuses a dirty tree or an untracked file that would ship,
+records the commit SHA and tree hash, and runs the suite from a clean clone of
+that commit. A green suite in a dirty working tree proves nothing
 about any commit, so every modified, staged, deleted, renamed and
 untracked-not-ignored file refuses the build, and so does any tracked file marked
 ``assume-unchanged`` or ``skip-worktree`` (git would not compare it, so the tree

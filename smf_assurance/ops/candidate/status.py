@@ -1,6 +1,6 @@
 """``candidate status``: which signed reviews hold for this candidate's commit.
 
-Issue 24, "Reviews bound to the SHA": per gate family and per claim, a review
+Reviews bound to the SHA: per gate family and per claim, a review
 is
 
 - **current** when it was signed for this candidate's SHA (and tree);

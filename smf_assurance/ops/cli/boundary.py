@@ -1,6 +1,6 @@
-"""The command line's one error boundary (issue 22).
+"""The command line's one error boundary.
 
-Issue 22, "The command line under a careless user": whatever a command meets,
+The command line under a careless user: whatever a command meets,
 the user sees one line on stderr, ``smf-assurance: <what happened; what to
 do>``, and an exit status (1 for a failure, 2 for a usage error as argparse
 gives, 130/143 for SIGINT/SIGTERM, 141 for a reader that went away), never a
@@ -38,7 +38,7 @@ EXIT_SIGPIPE: Final = 128 + signal.SIGPIPE
 
 PROG: Final = "smf-assurance"
 NAMESPACE: Final = "smf_assurance"
-"""Every package of ours lives under it (issue 21)."""
+"""Every package of ours lives under it."""
 
 
 def one_line(message: str) -> None:
@@ -54,8 +54,8 @@ def one_line(message: str) -> None:
 def exit_early(signum: int, _frame: FrameType | None) -> None:
     """Before ``main`` runs (the imports), nothing exists to clean up: end at once.
 
-    Issue 22: SIGINT in the first quarter second of ``up`` printed a
-    KeyboardInterrupt traceback from inside an import.
+    So SIGINT in the first quarter second of ``up`` (still inside the imports)
+    ends with one line, never a KeyboardInterrupt traceback from an import.
     """
     one_line("interrupted before start-up finished; nothing was started")
     os._exit(128 + signum)

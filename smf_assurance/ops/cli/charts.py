@@ -1,4 +1,4 @@
-"""A horizontal bar chart as SVG text, written by our own small code (issue 25).
+"""A horizontal bar chart as SVG text, written by our own small code.
 
 ``release diff --chart FILE.svg`` draws the decisions a shadow release would
 change, per rule. SVG rather than PNG: it is text, so the chart is

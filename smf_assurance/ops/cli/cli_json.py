@@ -1,8 +1,8 @@
-"""The ``--json`` output of every subcommand, one declared type each (issue 22).
+"""The ``--json`` output of every subcommand, one declared type each.
 
-Issue 22, "The command line under a careless user": "``--json`` everywhere
-carries machine values (full ids, enums, numbers) with a documented schema per
-command". So each command's JSON is a :class:`CliJson` Struct declared here,
+``--json`` everywhere carries machine values (full ids, enums, numbers) with a
+documented schema per command. So each command's JSON is a :class:`CliJson`
+Struct declared here,
 and :func:`smf_assurance.ops.cli.output.emit` prints only such a value, checked against its own
 type first: a field nobody declared cannot be printed, and an id cut to a
 display prefix fails its pattern instead of reaching a script.
@@ -476,7 +476,7 @@ class ReleasePublishJson(CliJson, kw_only=True):
     unverified_answers: Annotated[Count, _("answers not signed so, and not counted")]
     shadow: Annotated[
         bool,
-        _("published as the shadow (--shadow, issue 25): verified, run beside, decides nothing"),
+        _("published as the shadow (--shadow): verified, run beside, decides nothing"),
     ] = False
 
 
@@ -502,7 +502,7 @@ class RefusalJson(CliJson, kw_only=True):
 
 
 class ShadowCountsJson(CliJson, kw_only=True):
-    """What a gate did with its shadow release since it was loaded (issue 25)."""
+    """What a gate did with its shadow release since it was loaded."""
 
     evaluated: Annotated[Count, _("decisions evaluated under the shadow")]
     disagreed: Annotated[Count, _("of those, the ones it would have decided otherwise")]
@@ -516,7 +516,7 @@ class ShadowCountsJson(CliJson, kw_only=True):
 
 
 class GateShadowJson(CliJson, kw_only=True):
-    """The shadow release a gate runs beside its active one (issue 25), from its report."""
+    """The shadow release a gate runs beside its active one, from its report."""
 
     release_id: Annotated[ReleaseId, _("the shadow release")]
     sequence: Annotated[int, _("its sequence")]
@@ -559,7 +559,7 @@ class InboxNewestJson(CliJson, kw_only=True):
 
 
 class StoredShadowJson(CliJson, kw_only=True):
-    """The shadow release a state directory's gate keeps (issue 25), as stored: the
+    """The shadow release a state directory's gate keeps, as stored: the
     gate verifies it again at every start."""
 
     release_id: Annotated[ReleaseId, _("the shadow release")]
@@ -598,7 +598,7 @@ class WithdrawnAtGateJson(CliJson, kw_only=True):
 
 
 class ReleaseWithdrawShadowJson(CliJson, kw_only=True):
-    """``release withdraw-shadow --json`` (issue 25); also printed when it exits 1 (a
+    """``release withdraw-shadow --json``; also printed when it exits 1 (a
     gate still runs a shadow, or no gate's signed word came within ``--wait``)."""
 
     withdrawn: Annotated[
@@ -640,7 +640,7 @@ class ApprovalsPendingJson(CliJson, kw_only=True):
 
 
 class ShownRule(CliJson, kw_only=True):
-    """A rule that requires the approval, in the deciding release's words (issue 23)."""
+    """A rule that requires the approval, in the deciding release's words."""
 
     rule_id: Annotated[str, _("the rule's id")]
     described: Annotated[bool, _("the deciding release describes it (false: id only)")]
@@ -650,14 +650,14 @@ class ShownRule(CliJson, kw_only=True):
 
 
 class ShownReason(CliJson, kw_only=True):
-    """A reason code the decision carries, with its plain-English words (issue 23)."""
+    """A reason code the decision carries, with its plain-English words."""
 
     code: Annotated[Code, _("the reason code")]
     words: Annotated[str | None, _("what it means in plain English, or null (no entry)")]
 
 
 class ShownDestination(CliJson, kw_only=True):
-    """The destination as the tenant directory names it (issue 23); never guessed."""
+    """The destination as the tenant directory names it; never guessed."""
 
     id: Annotated[str, _("the raw destination address, as bound")]
     kind: Annotated[Literal["court", "recipient", "other"], _("which directory section")]
@@ -668,7 +668,7 @@ class ShownDestination(CliJson, kw_only=True):
 
 
 class ShownMatter(CliJson, kw_only=True):
-    """The matter and its client as the tenant directory names them (issue 23)."""
+    """The matter and its client as the tenant directory names them."""
 
     id: Annotated[str, _("the raw matter id, as bound")]
     in_directory: Annotated[bool, _("the directory names it (false: shown as the raw id)")]
@@ -724,7 +724,7 @@ class ApprovalsResolveRefusal(CliJson, kw_only=True):
         Code | None,
         _(
             "why, in the gate's words, or confirmation_required / not_confirmed when "
-            "nothing was signed (issue 23); null when the bus could not be reached"
+            "nothing was signed; null when the bus could not be reached"
         ),
     ]
     refusal: Annotated[str, _("the one line printed on stderr, for people")]
@@ -875,7 +875,7 @@ class ModelGatewayListJson(CliJson, kw_only=True):
     runtimes: Annotated[tuple[GatewayRuntime, ...], _("runtimes the gateway serves")]
 
 
-# --- explain, eval with its issue-25 flags, release diff ------------------------------------
+# --- explain, eval with --jsonl, --explain and --against, release diff -----------------------
 
 
 class LedgerStepJson(CliJson, kw_only=True):
@@ -916,7 +916,7 @@ class ExplainReleaseJson(CliJson, kw_only=True):
 
 class ExplainJson(CliJson, kw_only=True):
     """``explain DECISION_ID --json``: the decision in words, from the ledger and the
-    release that made it (issue 25)."""
+    release that made it."""
 
     explanation: Annotated[Explanation, _("which policies, rules and layers decided it")]
     ledger: Annotated[ExplainLedgerJson, _("the ledger entry it was read from")]
@@ -1009,7 +1009,7 @@ class DiffSideJson(CliJson, kw_only=True):
 
 class ReleaseDiffJson(CliJson, kw_only=True):
     """``release diff OLD NEW --json``: rules, policies and model providers added,
-    removed or changed, and per policy each requirement that changed (issue 25)."""
+    removed or changed, and per policy each requirement that changed."""
 
     schema: Annotated[Literal["smf.release-diff/1"], _("record schema")]
     old: Annotated[DiffSideJson, _("the release compared from")]
@@ -1039,7 +1039,7 @@ class MoveJson(CliJson, kw_only=True):
 
 
 class RecordedTrafficJson(CliJson, kw_only=True):
-    """What the ledger's shadow entries of a pair say (issue 25, recorded traffic)."""
+    """What the ledger's shadow entries of a pair say (recorded traffic)."""
 
     ledger: Annotated[Path_, _("the ledger file read (verified first, read-only)")]
     checkpoints: Annotated[Count, _("signed checkpoints the ledger was held against")]
@@ -1059,7 +1059,7 @@ class RecordedTrafficJson(CliJson, kw_only=True):
 
 class ReleaseTrafficDiffJson(CliJson, kw_only=True):
     """``release diff --state-dir ... --json`` (``--shadow``, ``--from/--to`` or OLD NEW
-    with a state): the static diff and the recorded traffic (issue 25)."""
+    with a state): the static diff and the recorded traffic."""
 
     schema: Annotated[Literal["smf.release-traffic-diff/1"], _("record schema")]
     diff: Annotated[ReleaseDiffJson, _("the static diff of the two releases")]
@@ -1067,7 +1067,7 @@ class ReleaseTrafficDiffJson(CliJson, kw_only=True):
     chart: Annotated[Path_ | None, _("the SVG chart written (--chart), or null")]
 
 
-# --- onboarding and doctor (issue 21) ---------------------------------------------------------
+# --- onboarding and doctor ---------------------------------------------------------
 
 
 class BusUserJson(CliJson, kw_only=True):
@@ -1240,7 +1240,7 @@ class DoctorJson(CliJson, kw_only=True):
     checkpoint_age_s: Annotated[Count, _("entries unanchored longer than this warn")]
 
 
-# --- review, candidate status (issue 24) ---------------------------------------------
+# --- review, candidate status ---------------------------------------------
 
 CommitSha = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{40}\Z")]
 """A git commit or tree named whole: 40 lowercase hex digits."""
@@ -1307,7 +1307,7 @@ VARIANTS: Final[dict[type[CliJson], str]] = {
 """Types a command prints instead of its first one when given a flag (not refusals)."""
 
 
-# --- candidate (issue 24) ----------------------------------------------------------------
+# --- candidate ----------------------------------------------------------------
 
 
 class CandidateClaimJson(CliJson, kw_only=True):
@@ -1415,9 +1415,10 @@ _HEAD = """\
 # The `--json` output of each command
 
 Generated from `smf_assurance/ops/cli/cli_json.py` by `python -m smf_assurance.ops.cli.cli_json`
-(or `make cli-json`); `tests/test_cli_json.py` fails when this page is stale. Do not edit it by hand.
+(or `make cli-json`); `tests/test_cli_json.py` fails when this page is stale. Do not edit it by
+hand.
 
-Issue 22: `--json` carries machine values. Every command prints one line of
+`--json` carries machine values. Every command prints one line of
 canonical JSON (RFC 8785 key order), one object, closed: a reader may decode
 it strictly, and an unknown field is an error. Ids and hashes are whole
 (`sha256:` and 64 hex digits; order ids 64 hex digits; `ed25519:` key ids),

@@ -1,6 +1,6 @@
 """An Explanation (``smf_assurance.core.explanation``) in words for a person, or as JSON.
 
-Issue 25: ``explain DECISION_ID`` and ``eval --explain`` print the same
+``explain DECISION_ID`` and ``eval --explain`` print the same
 explanation; this module is the one way both say it. Every sentence is built
 from identities, closed words and the release's own text; the gap sentences
 say precisely what the source did not keep, never a guess.

@@ -2,7 +2,7 @@
 
 Every subcommand has ``--help``, prints a readable table by default and
 JSON with ``--json``, and on failure exits non-zero with one line on stderr.
-Issue 22: ``main`` is the one error boundary (``smf_assurance.ops.cli.boundary``): no failure,
+``main`` is the one error boundary (``smf_assurance.ops.cli.boundary``): no failure,
 signal or broken pipe reaches the user as a traceback.
 """
 
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def chosen_parser(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser:
     """The deepest subcommand ``argv`` names: its usage is the one a mistake in
-    its options should print (issue 22: ``eval --jsn`` printed the top level's)."""
+    its options should print (``eval --jsn`` prints ``eval``'s usage, not the top level's)."""
     current = parser
     for token in argv:
         groups = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]

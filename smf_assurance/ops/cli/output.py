@@ -25,7 +25,7 @@ class CommandError(Exception):
     """A failure the user can act on; printed as one line, exit status ``code``.
 
     ``reason_code``, when the failure has one in the gate's words, is what a
-    JSON refusal carries for a script (issue 22: the refusal was only prose)."""
+    JSON refusal carries for a script, so a script need not parse prose."""
 
     def __init__(self, message: str, code: int = 1, reason_code: str | None = None) -> None:
         super().__init__(message)
@@ -39,7 +39,7 @@ def fail(message: str, code: int = 1, reason_code: str | None = None) -> NoRetur
 
 def positive_int(text: str) -> int:
     """An argparse ``type`` for a count: a whole number above zero, else a usage
-    error (exit 2). Issue 22: ``bench --rounds 0`` ran 40 samples without a word."""
+    error (exit 2), so ``bench --rounds 0`` is refused rather than run on some default."""
     try:
         value = int(text)
     except ValueError:
@@ -100,7 +100,7 @@ def emit(value: CliJson, out: TextIO | None = None) -> None:
     against that type, as canonical JSON on one line (the same input always prints
     the same bytes).
 
-    Issue 22, "a documented schema per command": only a declared Struct can be
+    A documented schema per command: only a declared Struct can be
     printed, so no undeclared field reaches a script, and the value is validated
     against its own type first, so an id cut short or a display string where an
     enum belongs is an error here rather than a surprise for the reader."""
@@ -110,8 +110,8 @@ def emit(value: CliJson, out: TextIO | None = None) -> None:
 
 
 def cell(value: Any) -> str:
-    """A value as a person reads it in a table (issue 22: tables printed Python's
-    ``True`` and ``[]``): yes/no, ``-`` for nothing, a list as ``a, b``."""
+    """A value as a person reads it in a table, never Python's ``True`` or ``[]``:
+    yes/no, ``-`` for nothing, a list as ``a, b``."""
     if value is None:
         return "-"
     if isinstance(value, bool):

@@ -1,4 +1,4 @@
-"""``release diff`` over recorded traffic (issue 25): what a shadow release would change.
+"""``release diff`` over recorded traffic: what a shadow release would change.
 
 The recorded half of ``release diff`` reads the ledger's ``shadow`` entries: each
 one is a decision a gate made under the OLD release while NEW ran beside it as

@@ -17,7 +17,7 @@ from smf_assurance.subjects.messages import ActorContext, DataFacts, ProposedDes
 def one_page_pdf(lines: tuple[str, ...]) -> bytes:
     """A real one-page PDF (PDF 1.4, Helvetica, one line per entry of ``lines``, ASCII),
     written byte by byte with a correct cross-reference table, so any PDF reader opens
-    it; the demo's filing attaches one (issue 23) and the tests need one without a new
+    it; the demo's filing attaches one and the tests need one without a new
     dependency."""
 
     def literal(text: str) -> str:
@@ -57,7 +57,7 @@ MOTION_PDF: Final = one_page_pdf(
         "Plaintiff moves to compel production of documents.",
     )
 )
-"""Scenario 1's filing, as the court would receive it (issue 23: the approver sees it)."""
+"""Scenario 1's filing, as the court would receive it (the approver sees it)."""
 
 
 def actor(actor_id: str, *roles: str) -> ActorContext:

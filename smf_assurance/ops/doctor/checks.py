@@ -1,4 +1,4 @@
-"""What a ``doctor`` check is, and what every check is asked against (issue 21).
+"""What a ``doctor`` check is, and what every check is asked against.
 
 ``smf_assurance.ops.doctor.run`` runs the checks; this module holds what they share, so the checks
 of the gates' own answers (``smf_assurance.ops.doctor.gates``) and the others stay apart.
@@ -81,7 +81,7 @@ class Settings:
     console: str | None
     clock: Callable[[], int]
     directory: Path | None = None
-    """The tenant directory the console reads (issue 23); ``None``: none is kept."""
+    """The tenant directory the console reads; ``None``: none is kept."""
     lease_warn_ms: int = DEFAULT_LEASE_WARN_HOURS * HOUR_MS
     checkpoint_age_ms: int = DEFAULT_CHECKPOINT_AGE_S * 1000
     window: float = ANSWER_WINDOW_S

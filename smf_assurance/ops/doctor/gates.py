@@ -1,4 +1,4 @@
-"""``doctor``'s checks of what the gates and connectors hold (issue 21).
+"""``doctor``'s checks of what the gates and connectors hold.
 
 - **runtime**: every gate's signed ``smf.gate.status``: each runtime of the
   registry, whether it must attest, its last attestation and its age, and why

@@ -1,4 +1,4 @@
-"""``doctor``: is a running deployment wired right, seen from the operator's seat (issue 21)?
+"""``doctor``: is a running deployment wired right, seen from the operator's seat?
 
 Each check asks the running pieces over the bus with the operator's own
 credential, and only what the operator role may ask (docs/BUS-PERMISSIONS.md):
@@ -11,7 +11,7 @@ credential, and only what the operator role may ask (docs/BUS-PERMISSIONS.md):
 - **service**: each of the gate's ``nats.micro`` services answering
   ``$SRV.PING.<name>`` (asked by name: to a bare ``$SRV.PING``, which reaches
   every service of the gate's one connection at once, a bus with authorization
-  refuses the gate's replies as publish violations; docs/EVIDENCE.md, issue 21);
+  refuses the gate's replies as publish violations; docs/EVIDENCE.md);
 - **runtime**: every gate's signed ``smf.gate.status``: each runtime of the
   registry, whether it must attest, its last attestation and its age, and why
   the gate would refuse it now;
@@ -20,7 +20,7 @@ credential, and only what the operator role may ask (docs/BUS-PERMISSIONS.md):
 - **ledger**: each gate's newest checkpoint on ``SMF_LEDGER_CHECKPOINTS``,
   verified with the gate keys, against the gate's ledger tail from its status;
 - **console**: the approvers' console's ``GET /healthz``, when one is named: ``ok``
-  only on its 200, a failure naming its reason code on its 503 (issue 23);
+  only on its 200, a failure naming its reason code on its 503;
 - **files**: the state folder's modes (``smf_assurance.ops.doctor.files``): a file
   or folder anyone but its owner may read or enter is a failure naming it;
 - **directory**: the tenant directory the console reads, checked here as the
@@ -428,7 +428,7 @@ def _health(body: bytes) -> Health | None:
 
 
 async def _console(settings: Settings) -> Check:
-    """The console's ``GET /healthz`` (issue 23): a page that answers is not enough,
+    """The console's ``GET /healthz``: a page that answers is not enough,
     the console must say it can show what is held now.
 
     Fail closed: ``ok`` only on a 200 whose body is the console's health saying
@@ -473,8 +473,8 @@ async def _console(settings: Settings) -> Check:
 
 
 def directory_checks(settings: Settings) -> list[Check]:
-    """The tenant directory as the console will read it (issue 23, "display names from a
-    tenant directory the operator maintains").
+    """The tenant directory as the console will read it (display names from a tenant
+    directory the operator maintains).
 
     ``fail`` when the console would refuse to start on it (the loader's one line
     names the file and key); ``skip`` when none is kept, since approvers then read

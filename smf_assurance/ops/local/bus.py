@@ -71,7 +71,7 @@ def add_bus_location(parser: argparse.ArgumentParser) -> None:
 
 
 def add_credential_argument(parser: argparse.ArgumentParser, default_principal: str) -> None:
-    """``--credential FILE``: who the command is on the bus (issue 15)."""
+    """``--credential FILE``: who the command is on the bus."""
     parser.add_argument(
         "--credential",
         type=Path,

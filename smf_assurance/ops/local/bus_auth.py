@@ -1,4 +1,4 @@
-"""The bus's own permissions, generated from the registry (issue 15).
+"""The bus's own permissions, generated from the registry.
 
 ARCHITECTURE.md, "Enforcement outside the runtime": every principal connects
 with its own NATS credential, and the server's authorization is generated

@@ -1,4 +1,4 @@
-"""Keep a NATS cluster's authorization that of the release in force (issue 15).
+"""Keep a NATS cluster's authorization that of the release in force.
 
 On one machine ``up`` owns its server and reloads it itself
 (``smf_assurance.ops.local.stack.follow_releases``). A cluster's nodes belong to nobody's

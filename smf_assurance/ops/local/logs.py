@@ -28,9 +28,9 @@ def _stderr_logger(*_args: Any) -> structlog.PrintLogger:
 def exception_type_only(_logger: WrappedLogger, _method: str, event: EventDict) -> EventDict:
     """Replace an attached exception by its type's name.
 
-    Issue 15: a traceback renderer prints frame locals (structlog's
+    A traceback renderer prints frame locals (structlog's
     ``dict_tracebacks`` and rich's console tracebacks do by default), and an
-    exception's message can quote the input that caused it; both have carried
+    exception's message can quote the input that caused it; either can carry
     key bytes and payload into logs. What is logged of a failure is its type.
     """
     exc_info = event.pop("exc_info", None)
@@ -48,7 +48,7 @@ def exception_type_only(_logger: WrappedLogger, _method: str, event: EventDict) 
 
 def colour_wanted(stream: TextIO) -> bool:
     """Colour only on a terminal, and never when ``NO_COLOR`` is set to anything
-    but the empty string (https://no-color.org; issue 22)."""
+    but the empty string (https://no-color.org)."""
     return stream.isatty() and not os.environ.get("NO_COLOR")
 
 

@@ -1,4 +1,4 @@
-"""The model gateway of a state directory (issue 16): its settings file and runtime tokens.
+"""The model gateway of a state directory: its settings file and runtime tokens.
 
 ``provision_gateway_runtime`` lets one runtime use the gateway: it issues the
 runtime's bearer token (``keys/<runtime_id>.gateway-token``, 0600; only its
@@ -92,7 +92,7 @@ def with_gateway_runtime(
 ) -> GatewayFile:
     """``current`` serving ``runtime_id`` with ``token`` (its hash) for the declared
     delivery, replacing any profile it had: the pure half of
-    :func:`provision_gateway_runtime`, shared with ``runtime add`` (issue 21)."""
+    :func:`provision_gateway_runtime`, shared with ``runtime add``."""
     runtime = GatewayRuntime(
         runtime_id=runtime_id,
         token_sha256=token_hash(token),
@@ -169,7 +169,7 @@ def gateway_config(
 ) -> ModelGatewayConfig:
     """The gateway of ``state``: its own key and bus credential, the registry's gate
     keys (whose answers it believes) and gateway keys (whose call-context records it
-    reads, issue 16 item 4), and ``model-gateway.json``."""
+    reads), and ``model-gateway.json``."""
     registry = load_registry(state.registry)
     keys = registry.trusted("gate")
     gateways = registry.trusted("gateway")

@@ -21,7 +21,7 @@ Invariants the class keeps:
   *reserved* (``PortReservation``) from construction until ``close()``: no
   other ``bind(0)`` or outgoing connection on this machine can be handed it
   in between, not even while the server is down for a restart, so two
-  servers never race for one port (issue 18).
+  servers never race for one port.
 - Failures raise ``NatsServerError`` with the reason and, when the process
   ran, the tail of its log; the log goes to a file, never to a pipe that can
   fill up and stall the server.
@@ -93,7 +93,7 @@ class NatsVersion(NamedTuple):
 
 
 MIN_VERSION: Final = NatsVersion(2, 10, 0)
-"""Oldest release accepted (issue: JetStream features we need arrived in 2.10)."""
+"""Oldest release accepted: the JetStream features the gate needs are in 2.10 and later."""
 
 
 def parse_version(text: str) -> NatsVersion:
@@ -169,7 +169,7 @@ def resolve_binary(explicit: str | os.PathLike[str] | None = None) -> Path:
 class PortReservation:
     """A TCP port on ``HOST`` held for a server we start, from choice to close.
 
-    Issue 18: picking a port by binding port 0 and closing the probe lets the
+    Picking a port by binding port 0 and closing the probe lets the
     kernel hand the same port to the next probe, or to anyone else, before the
     server binds it. A reservation instead keeps a socket bound to the port
     with ``SO_REUSEADDR`` and never listens on it. Linux then refuses the port

@@ -1,4 +1,4 @@
-"""Onboarding on the operator's side (issue 21): a change of who may sign, as the next release.
+"""Onboarding on the operator's side: a change of who may sign, as the next release.
 
 ``runtime add``/``remove`` and ``approver add``/``remove`` all do the same
 thing around their own registry edit, and this module is that thing:

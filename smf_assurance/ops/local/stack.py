@@ -1,10 +1,10 @@
 """The local stack: embedded nats-server, the gate, and the example connectors.
 
-What ``smf-assurance up`` and ``demo`` run (issue 3). Every piece of state
+What ``smf-assurance up`` and ``demo`` run. Every piece of state
 lives under the state directory; the embedded server is started unless a
 NATS URL is given, and is stopped (never left running) when the stack stops.
 
-A NATS URL may be a comma-separated list of seeds of one cluster (issue 11);
+A NATS URL may be a comma-separated list of seeds of one cluster;
 the gate and the connectors connect with the whole list
 (``smf_assurance.ops.local.cluster.nats_servers``). ``start_connectors`` runs the example
 connectors alone, against gates that run elsewhere (``up --connectors-only``).
@@ -79,7 +79,7 @@ def gate_config(
     """The explicit settings of the gate a state directory describes.
 
     Keys, registry and store paths come from ``state``. A state directory with
-    a release trust root runs only on verified releases (issue 6), from its
+    a release trust root runs only on verified releases, from its
     inbox and the ``SMF_RELEASES`` bucket; one that is also its own release
     authority (``demo``, ``up``) first signs its current registry as the next
     release. Without a trust root the gate runs on the projection in
@@ -130,7 +130,7 @@ def gate_config(
 @dataclass
 class Connectors:
     """The example connectors, each on its own NATS connection as its own principal
-    (issue 15: a connector may consume only its own durable)."""
+    (a connector may consume only its own durable)."""
 
     state: StateDir
     url: str
@@ -194,7 +194,7 @@ async def start_stack(
     the time from ``clock``) and, unless told otherwise, the example connectors, on
     ``nats_url`` (``URL[,URL...]``) or on an embedded nats-server.
 
-    The embedded server runs with authorization on (issue 15): generated from
+    The embedded server runs with authorization on: generated from
     the state's registry before it starts, and again from the registry of every
     release the gate switches to, reloaded without a restart.
     """
@@ -289,7 +289,7 @@ async def start_connectors(state: StateDir, nats_url: str) -> Connectors:
 
 async def _log_bus_error(exc: Exception) -> None:
     """nats-py's default error callback prints a traceback per failed attempt
-    (issue 22: twice a second on a dead bus); the type is what an operator needs."""
+    (twice a second on a dead bus); the type is what an operator needs."""
     log.warning("connector_bus_error", error=type(exc).__name__)
 
 

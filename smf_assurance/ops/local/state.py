@@ -1,6 +1,6 @@
 """The state directory: every piece of state of ``up`` and ``demo`` in one place.
 
-Issue 3: ``up`` and ``demo`` keep keys, registry, SQLite databases, the
+``up`` and ``demo`` keep keys, registry, SQLite databases, the
 JetStream store and connector outboxes under ``--state-dir``. Provisioning
 creates what is missing and never overwrites a key.
 """
@@ -45,15 +45,15 @@ RUNTIME_ID: Final = "scripted-demo"
 ADAPTER_ID: Final = "smf-scripted-adapter"
 CONNECTORS: Final = ("court-efiling", "dms")
 RELEASE_SIGNER: Final = "release-signer"
-"""The demo's release-signing key (issue 6). A state directory that holds it is
+"""The demo's release-signing key. A state directory that holds it is
 its own release authority (demo, ``up``); a production gate holds no release key."""
 OPERATOR: Final = "operator"
-"""The local operator: the one principal that may delete or purge streams (issue 15)."""
+"""The local operator: the one principal that may delete or purge streams."""
 CONSOLE: Final = "console"
 """The approvers' console relay: reads every tenant's pending announcements, signs nothing."""
 PUBLISHER: Final = "release-publisher"
 MODEL_GATEWAY: Final = "model-gateway"
-"""The model gateway's principal (issue 16): signs the output closes of the runtimes it serves."""
+"""The model gateway's principal: signs the output closes of the runtimes it serves."""
 """Writes signed releases into the release bucket (the signature is the release key's)."""
 
 
@@ -107,7 +107,7 @@ class StateDir:
 
     @property
     def directory(self) -> Path:
-        """The tenant directory (issue 23): one ``<tenant>.toml`` per tenant, display
+        """The tenant directory: one ``<tenant>.toml`` per tenant, display
         names for the console and ``approvals show``; never read by the gate."""
         return self.root / "directory"
 
@@ -129,7 +129,7 @@ class StateDir:
 
     @property
     def trust_root(self) -> Path:
-        """Release trust root (issue 6): when present, the gate runs only on verified releases."""
+        """Release trust root: when present, the gate runs only on verified releases."""
         return self.root / "release-trust-root.json"
 
     @property
@@ -171,7 +171,7 @@ class StateDir:
 
     def existing_credential(self, principal: str) -> BusCredential | None:
         """The principal's bus credential if this state directory holds one; a state
-        directory provisioned before issue 15 has none (and a bus that needs it refuses)."""
+        directory of the older layout has none (and a bus that needs one refuses it)."""
         path = self.bus_credential_path(principal)
         return BusCredential(principal, path) if path.exists() else None
 
@@ -181,7 +181,7 @@ class StateDir:
 
     @property
     def authorization(self) -> Path:
-        """The server's authorization include, generated from the registry (issue 15)."""
+        """The server's authorization include, generated from the registry."""
         return self.nats / AUTHORIZATION_FILE
 
     def key(self, principal: str) -> SigningKey:
@@ -208,7 +208,7 @@ def provision_demo(state: StateDir) -> None:
     """Keys and bus credentials for the gate, the scripted runtime, both connectors,
     two approvers, the console relay, the release publisher, the model gateway and
     the operator; the
-    registry naming them; and a signed release carrying it (issue 6)."""
+    registry naming them; and a signed release carrying it."""
     state.create()
 
     def entry(principal: str, role: Role, **fields: Any) -> RegistryEntry:
@@ -238,7 +238,7 @@ def provision_demo(state: StateDir) -> None:
 
 
 def refresh_demo_release(state: StateDir) -> Path | None:
-    """Sign the shipped scenario corpus and this state's registry as a release (issue 6).
+    """Sign the shipped scenario corpus and this state's registry as a release.
 
     Only for a state directory that is its own release authority: it creates
     the release key and a trust root naming it, and drops a new signed release

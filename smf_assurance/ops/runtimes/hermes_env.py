@@ -13,10 +13,10 @@ Invariants:
 - The shared venv is never changed once complete. It holds Hermes and the
   plugin's dependencies (nats-py, nkeys, msgspec and PyNaCl at the versions of
   the calling environment; nkeys because nats-py signs the bus's nonce with
-  it, issue 15, and does not install it by itself), and both are in its name.
+  it and does not install it by itself), and both are in its name.
 - A second venv, asked for with ``surfaces=True``, also holds the packages
   the tests need to drive Hermes's own surfaces (:data:`SURFACE_PACKAGES`: the
-  MCP SDK and the Telegram client, issue 26, at the versions Hermes pins in its
+  MCP SDK and the Telegram client, at the versions Hermes pins in its
   own extras); they are in its name too, so it is a folder of its own and the
   first one is never changed. The conformance modules keep the venv without
   them: with the MCP SDK installed the CLI's one-shot turn lives long enough
@@ -25,9 +25,9 @@ Invariants:
   It is complete only when ``.complete`` exists; that is written last, so an
   interrupted install is detected and redone from scratch.
 - Our code is never installed into it. The brief: "never let two checkouts
-  share one mutable install". An editable install of one checkout into the
-  shared venv made every other checkout's Hermes run that checkout's plugin
-  (issue 18). Each checkout instead gets an overlay in its own ``.cache/``:
+  share one mutable install": an editable install of one checkout into the
+  shared venv would make every other checkout's Hermes run that checkout's
+  plugin. Each checkout instead gets an overlay in its own ``.cache/``:
   a ``dist-info`` naming the ``hermes_agent.plugins`` entry point, read from
   that checkout's ``pyproject.toml``. :attr:`HermesEnv.pythonpath` puts the
   overlay and the checkout first on Hermes's ``sys.path``.
@@ -63,7 +63,7 @@ PLUGIN_DEPENDENCIES: Final = ("nats-py", "nkeys", "msgspec", "PyNaCl")
 """What ``adapters/`` and ``subjects/`` import beyond the standard library (``nkeys``:
 nats-py's ``nkeys_seed`` needs it, the ``[nkeys]`` extra of our own dependency)."""
 SURFACE_PACKAGES: Final = ("mcp==1.26.0", "starlette==1.0.1", "python-telegram-bot==22.6")
-"""What Hermes needs for the surfaces issue 26 drives (``surfaces=True``), pinned as
+"""What Hermes needs for the surfaces the tests drive (``surfaces=True``), pinned as
 ``hermes-agent`` 0.19.0 pins them in its own extras (``mcp``: its MCP client, and
 the SDK the tests' MCP server is written with; ``messaging``: python-telegram-bot,
 for its Telegram gateway platform against a local fake Bot API). Not our plugin's

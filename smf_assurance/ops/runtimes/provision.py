@@ -1,4 +1,4 @@
-"""Runtime entries beyond the scripted demo, and which of them must attest (issue 8).
+"""Runtime entries beyond the scripted demo, and which of them must attest.
 
 ``provision_runtime`` adds a runtime principal (key + registry entry) to a
 state directory and, by default, opts that runtime id into start-up
@@ -7,9 +7,9 @@ attestation: the gate then refuses its proposals until it has attested
 state directory (``runtime-attestation.json``), so the scripted demo
 runtime, which cannot attest, keeps working. A state directory that is its
 own release authority re-signs its release so the new registry entry is in
-force (issue 6).
+force.
 
-Issue 21 split it in two: the registry and attestation part is pure
+It is in two parts: the registry and attestation part is pure
 (:func:`with_runtime_entry`, :func:`with_attestation`) and shared with
 ``smf-assurance runtime add`` (``smf_assurance.ops.local.onboarding``), which signs the next
 release with the operator's keys; only :func:`provision_runtime`, the demo's
@@ -62,7 +62,7 @@ class AttestationSetting(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     lease_ms: int = 180_000
     required_hooks: tuple[str, ...] = ()
     require_release: bool = True
-    """The runtime must attest the gate's active release, verified by itself (issue 6);
+    """The runtime must attest the gate's active release, verified by itself;
     absent from a settings file means required (fail closed)."""
     instance_bound: bool = False
     """The model gateway serves it only for a proof of an attested process, even when its
@@ -123,7 +123,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     Path(tmp).replace(path)
 
 
-# --- the shared, pure part (issue 21) ---------------------------------------------
+# --- the shared, pure part ---------------------------------------------
 
 
 def with_runtime_entry(registry: RegistryFile, entry: RegistryEntry) -> RegistryFile:
@@ -216,7 +216,7 @@ def provision_runtime(
 ) -> Path:
     """Add ``principal`` as runtime ``runtime_id``; return its key file path.
 
-    Its bus credential (issue 15) is created beside the key, as
+    Its bus credential is created beside the key, as
     ``keys/<principal>.nkey`` (0600), and its public key registered as the
     entry's ``nats_user``: the adapter's ``SMF_BUS_CREDENTIAL`` (Hermes) or
     ``credentialFile`` (OpenClaw).
@@ -240,7 +240,7 @@ def provision_runtime(
     return path
 
 
-# --- what a running gate requires (issue 21) ---------------------------------------
+# --- what a running gate requires ---------------------------------------
 
 
 STRICT: Final = RuntimeRequirement(require_release=True)
@@ -302,7 +302,7 @@ def _runtime_ids(registry: KeyRegistry) -> set[str]:
     }
 
 
-# --- OpenClaw (issue 10) ---------------------------------------------------------
+# --- OpenClaw ---------------------------------------------------------
 
 OPENCLAW_RUNTIME_ID: Final = "openclaw-demo"
 OPENCLAW_PRINCIPAL: Final = "openclaw-runtime"

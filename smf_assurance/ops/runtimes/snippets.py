@@ -1,4 +1,4 @@
-"""The configuration a new runtime needs, exactly as its adapter reads it (issue 21).
+"""The configuration a new runtime needs, exactly as its adapter reads it.
 
 ``runtime add`` writes two files for a runtime beside its keys: its per-matter
 context (what the adapter cannot know: who it works for, the facts of its

@@ -5,7 +5,7 @@ opens the stores, builds the stages and the chain, starts every service and
 background loop, and returns a ``RunningGate``. Everything it needs is in the
 config: bus servers, keys, registry, store paths, the policy source; it
 reads no state directory and runs no demo code, so a gate starts from
-``pipeline`` alone (issue 19). Operations (``ops/``) build a config from a
+``pipeline`` alone. Operations (``ops/``) build a config from a
 state directory; tests build one the same way or by hand.
 """
 

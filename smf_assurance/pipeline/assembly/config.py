@@ -49,7 +49,7 @@ def shipped_mapper_tables() -> dict[str, MapperTable]:
 
 @dataclass(frozen=True)
 class ClusterSettings:
-    """Run as one replica of several on a NATS cluster (issue 11; ARCHITECTURE.md, "Scale").
+    """Run as one replica of several on a NATS cluster (ARCHITECTURE.md, "Scale").
 
     The approval and proposal-claim stores move to replicated JetStream KV
     buckets (compare-and-set by revision), and every stream and bucket the gate
@@ -65,7 +65,7 @@ class StorePaths:
 
     ledger: Path
     """The evidence ledger; on one machine it holds the claims and the order book too
-    (issue 20: a claim and its order commit with the decision's evidence entry)."""
+    (a claim and its order commit with the decision's evidence entry)."""
     claims: Path
     """Where earlier versions kept the claims and the order book: merged into the
     ledger file at start (:func:`smf_assurance.pipeline.stores.claims.merge_claim_file`)."""
@@ -80,7 +80,7 @@ class StorePaths:
 
 @dataclass(frozen=True)
 class ReleaseSource:
-    """Release mode (issue 6): the gate decides only under a verified release.
+    """Release mode: the gate decides only under a verified release.
 
     Candidates come from the ``SMF_RELEASES`` bucket and, when given, an inbox
     folder; the last accepted release is persisted at ``state`` (rollback
@@ -109,9 +109,9 @@ class GateConfig:
     policy set the caller loaded and vouches for (tests, offline evaluation)."""
     mapper_tables: Mapping[str, MapperTable] = field(default_factory=shipped_mapper_tables)
     attestation: Mapping[str, RuntimeRequirement] = field(default_factory=dict)
-    """Runtimes that must attest before they propose (issue 8), and to what."""
+    """Runtimes that must attest before they propose, and to what."""
     credential: BusCredential | None = None
-    """Who the gate is on the bus (issue 15); ``None`` only on a bus without authorization."""
+    """Who the gate is on the bus; ``None`` only on a bus without authorization."""
     name: str = names.DEFAULT_GATE_NAME
     co_located: bool = False
     """Call the stages in process (their services still answer on the bus)."""
@@ -137,7 +137,7 @@ class GateConfig:
     invalidates it (a gate, or replica, died between accepting and claiming)."""
     call_context_max_age_s: float = DEFAULT_MAX_AGE_S
     """How long the ``SMF_CALL_CONTEXT`` bucket keeps a tool call's recorded context
-    when this gate creates it (issue 16, item 4; why 30 days:
+    when this gate creates it (why 30 days:
     ``smf_assurance.pipeline.stores.call_context``)."""
     call_context_mirror: int = DEFAULT_MIRROR_RECORDS
     """How many recent call contexts the gate keeps from its watch of the bucket; a
@@ -151,7 +151,7 @@ class GateConfig:
     on_release: Callable[[VerifiedRelease], None] | None = None
     """Called after the gate switched to a newly verified release (its registry is in
     force): what runs the bus may follow it, e.g. regenerate the server's
-    authorization (issue 15). An exception here is logged, never fatal."""
+    authorization. An exception here is logged, never fatal."""
 
     def __post_init__(self) -> None:
         if not self.servers:

@@ -1,6 +1,6 @@
 """``start_gate``: stores, stages, the chain, services and loops, in order.
 
-A deployment can run each stage in its own process or all in one (issue 3);
+A deployment can run each stage in its own process or all in one;
 ``co_located`` additionally calls the stages in process, passing Structs,
 instead of over their subjects (the services still answer on the bus for
 other gates and for ``$SRV`` tooling). Both paths run the same typed stage
@@ -126,12 +126,12 @@ class RunningGate:
     releases: ReleaseWatcher | None = None
     syncs: list[ReplicaSync] = field(default_factory=list)
     tool_calls: ToolCallStore | None = None
-    """The stops and decided tool calls kept across a restart (issue 16, item 3)."""
+    """The stops and decided tool calls kept across a restart."""
     stops: RuntimeStops | None = None
     call_contexts: CallContextMirror | None = None
-    """The tool-call contexts the model gateway recorded (issue 16, item 4)."""
+    """The tool-call contexts the model gateway recorded."""
     shadows: ShadowReleases | None = None
-    """The shadow release beside the active one (issue 25); release mode only."""
+    """The shadow release beside the active one; release mode only."""
     shadow: ShadowDesk | None = None
     """Where each decision is judged again under the shadow, after its verdict."""
     holds: HoldsMirror | None = None
@@ -221,7 +221,7 @@ class _Stages:
 async def _open_shadows(
     config: GateConfig, js: JetStreamContext, releases: ReleaseWatcher | None
 ) -> ShadowReleases | None:
-    """Issue 25: the shadow release, verified against the release just loaded; only in
+    """The shadow release, verified against the release just loaded; only in
     release mode (a projection folder has no trusted state to verify one against)."""
     source = config.policy
     if releases is None or not isinstance(source, ReleaseSource):
@@ -238,8 +238,8 @@ async def _open_shadows(
 def _on_switch(
     config: GateConfig, running: RunningGate, shadows: ShadowReleases | None
 ) -> Callable[[VerifiedRelease], None]:
-    """What a release switch changes, in the switch itself: the shadow stops (issue 25:
-    it was a candidate for the release now gone), and the new registry replaces the
+    """What a release switch changes, in the switch itself: the shadow stops (it was a
+    candidate to replace the release now gone), and the new registry replaces the
     approval desk's, the outcome desk's and the gate's."""
 
     def adopt(release: VerifiedRelease) -> None:
@@ -275,7 +275,7 @@ def _shadow_desk(
     ledger: Ledger,
     undo: contextlib.AsyncExitStack,
 ) -> ShadowDesk | None:
-    """Issue 25: the desk that judges each decision under the shadow after its verdict
+    """The desk that judges each decision under the shadow after its verdict
     and writes the disagreements to this gate's ledger."""
     if shadows is None:
         return None
@@ -286,7 +286,7 @@ def _shadow_desk(
 
 
 async def _open_releases(config: GateConfig, js: JetStreamContext) -> ReleaseWatcher | None:
-    """Release mode (issue 6): run only on verified releases, from the bucket and inbox."""
+    """Release mode: run only on verified releases, from the bucket and inbox."""
     source = config.policy
     if not isinstance(source, ReleaseSource):
         return None
@@ -306,10 +306,10 @@ async def _open_releases(config: GateConfig, js: JetStreamContext) -> ReleaseWat
 async def _open_stores(
     config: GateConfig, js: JetStreamContext, undo: contextlib.AsyncExitStack, ledger: Ledger
 ) -> tuple[ProposalClaims, ApprovalStore, OrderBook]:
-    """SQLite files on one machine; replicated JetStream KV on a cluster (issue 11).
+    """SQLite files on one machine; replicated JetStream KV on a cluster.
     The order book lives with the claims: on one machine both in the ledger file
-    (issue 20, so a claim and its order commit with the evidence entry; an earlier
-    version's claim file is merged in first), on a cluster in the claim bucket."""
+    (so a claim and its order commit with the evidence entry; a separate claim file
+    of the older layout is merged in first), on a cluster in the claim bucket."""
     claims: ProposalClaims
     approvals: ApprovalStore
     orders: OrderBook
@@ -335,7 +335,7 @@ async def _open_stores(
 async def _open_tool_calls(
     config: GateConfig, js: JetStreamContext, undo: contextlib.AsyncExitStack, ledger: Ledger
 ) -> ToolCallStore:
-    """Stops and decided tool calls (issue 16, item 3): tables in the ledger file on one
+    """Stops and decided tool calls: tables in the ledger file on one
     machine, so a note rides in the decision's evidence transaction and a clear
     commits with its entry; a replicated KV bucket on a cluster, which a restarted
     replica loads from."""
@@ -368,7 +368,7 @@ def _runtime_stops(
     ledger: Ledger,
     releases: ReleaseWatcher | None,
 ) -> RuntimeStops:
-    """The gate's stops (issue 16, item 3), loaded by :func:`_start_accounting`."""
+    """The gate's stops, loaded by :func:`_start_accounting`."""
     return RuntimeStops(
         store=store,
         attestation=attestation,
@@ -386,8 +386,8 @@ async def _start_accounting(
     stops: RuntimeStops,
     store: ToolCallStore,
 ) -> ReplicaSync | None:
-    """The decided-call index and the stops as they stood, before anything is served
-    (issue 16, item 3): the stored notes within the index's bounds, oldest first (one
+    """The decided-call index and the stops as they stood, before anything is served:
+    the stored notes within the index's bounds, oldest first (one
     that does not decode is left out: its id is reported uncovered), and every stored
     stop in force (one that does not decode ends the start: never read as "not
     stopped"). On a cluster the replicas' sync is heard first, so what another
@@ -409,7 +409,7 @@ def _active_analysis(
     releases: ReleaseWatcher | None,
 ) -> Callable[[], AnalysisProjection | None]:
     """The verified active release's analysis projection, for the desk to show each rule
-    in the release's words (issue 23); a gate on a projection folder has none."""
+    in the release's words; a gate on a projection folder has none."""
     if releases is None:
         return lambda: None
     return lambda: None if releases.active is None else releases.active.analysis
@@ -458,7 +458,7 @@ def _close_claim(
 class BusUnavailableError(RuntimeError):
     """No server of the bus let the gate in within ``GateConfig.join_seconds``.
 
-    Issue 15: a credential the bus refuses (revoked, unknown, or none where
+    A credential the bus refuses (revoked, unknown, or none where
     authorization is on) ends the start with the server's reason; it is not
     retried forever behind a start that seems to hang.
     """
@@ -473,7 +473,7 @@ async def join_bus(
     """A service's connection: the first join bounded by ``seconds``, reconnects
     after it unbounded (a service that was in keeps trying to get back; the gate's
     stages deny meanwhile). A bus that refuses the credential ends the join at once
-    with the server's reason (issue 15).
+    with the server's reason.
 
     The server writes its ``-ERR 'Authorization Violation'`` and closes; a client
     that has more bytes in flight can see the close as a reset first and never
@@ -671,7 +671,7 @@ async def _assemble(
         # On a cluster the open approvals belong to every replica, not to this one: a
         # replica that (re)starts must not invalidate what another holds. Executing
         # work a crashed replica left behind ends execution_unknown by the execution
-        # deadline sweep (ApprovalDesk.sweep), never claimed again (issue 11).
+        # deadline sweep (ApprovalDesk.sweep), never claimed again.
         log.info("gate_recovery_left_to_the_cluster", gate=config.name)
 
     gate = Gate(
@@ -854,9 +854,9 @@ def _release_reporter(
     shadows: ShadowReleases | None = None,
     shadow: ShadowDesk | None = None,
 ) -> Handler:
-    """``smf.release.report`` (issue 22): the watcher's report, signed with the gate
+    """``smf.release.report``: the watcher's report, signed with the gate
     key. A request that does not decode gets an unsigned refusal, which no
-    publisher counts as an answer. Issue 25: the report names the shadow release and
+    publisher counts as an answer. The report names the shadow release and
     what the gate did with it, and a publisher asking after a shadow it published
     hears ``adopted`` once it runs (a refusal of it is told as any release's)."""
 
@@ -888,7 +888,7 @@ async def _serve_runtime_state(
     policy_set: Callable[[], PolicySet],
 ) -> None:
     """What the gate knows of runtimes beyond one proposal: the replicas' sync on a
-    cluster, and what the model gateway (issue 16) asks: admission and tool-call
+    cluster, and what the model gateway asks: admission and tool-call
     accounting (its ``smf.gateway.clear`` is for operators only)."""
     attestation, ledger, gate, stops = (
         running.attestation,
@@ -977,7 +977,7 @@ def _replica_sync(
 async def _open_call_contexts(
     config: GateConfig, nc: Client, js: JetStreamContext, releases: ReleaseWatcher | None
 ) -> CallContextMirror:
-    """What the chain's ``raise call context`` link reads (issue 16, item 4): the bucket
+    """What the chain's ``raise call context`` link reads: the bucket
     (created when absent, refused with other settings) and the gate's watch of it. A
     record counts only when a ``gateway`` key of the registry in force signed it: the
     active release's registry, as the gate adopts it at every switch, else the
@@ -1012,7 +1012,7 @@ def _active_release(releases: ReleaseWatcher | None) -> Callable[[], str | None]
 def _attestation_desk(
     config: GateConfig, gate: Gate, releases: ReleaseWatcher | None, ledger: Ledger
 ) -> AttestationDesk:
-    """``smf.attest`` (issue 8): the desk the chain's ``admit`` link asks first."""
+    """``smf.attest``: the desk the chain's ``admit`` link asks first."""
     release_id = _active_release(releases)
 
     async def evidence_probe() -> bool:

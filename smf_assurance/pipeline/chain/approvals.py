@@ -1,6 +1,6 @@
 """The approval desk: hold, resolve, claim once, follow the order to its outcome.
 
-ARCHITECTURE.md, "Exact-action approval", and issue 4:
+ARCHITECTURE.md, "Exact-action approval":
 
 - hold: a conditional decision becomes an ApprovalBinding persisted in the
   approval store, announced on ``smf.approval.pending.<tenant>`` (JetStream,
@@ -176,7 +176,7 @@ class ApprovalDesk:
     approval's binding (``RuntimeStops.stop_recorded``); None where no stops are kept."""
     analysis: Callable[[], AnalysisProjection | None] = field(default=lambda: None)
     """The active release's analysis projection (None on a projection folder): where a
-    shown approval's rules are read in the release's own words (issue 23)."""
+    shown approval's rules are read in the release's own words."""
     _evidence: EvidenceWriter = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -316,7 +316,7 @@ class ApprovalDesk:
     async def _refusal(
         self, approval_id: str, reason: str, *, recorded: bool = False
     ) -> ResolutionReply:
-        """Refusals are recorded too (issue 4), when the approval is known, each with
+        """Refusals are recorded too, when the approval is known, each with
         one entry: a refusal changes no state, so its entry repeats a state only while
         the approval is open. An approval's terminal state is written once, by the step
         that moved it there (ARCHITECTURE.md, "Exact-action approval"): a refusal after
@@ -390,7 +390,7 @@ class ApprovalDesk:
     async def _denied(
         self, binding: ApprovalBinding, resolution: ApprovalResolution
     ) -> ResolutionReply:
-        """Record and announce an approver's deny (issue 23, "Deliberate decisions").
+        """Record and announce an approver's deny, with its closed reason and note.
 
         The evidence and the outcome carry the closed reason as a reason code
         (``ApprovalResolution.denial_reason_codes``); the approver's note goes to
@@ -565,7 +565,8 @@ class ApprovalDesk:
         receipt: str | None = None,
     ) -> None:
         """End a claimed approval; the connector's receipt goes to the store with it
-        (issue 23), never to the ledger (whose entry has the reason codes only)."""
+        (for the requester's view), never to the ledger (whose entry has the reason
+        codes only)."""
         try:
             await self.store.finish(binding.approval_id, outcome, self.clock(), receipt)
         except ApprovalError as exc:
@@ -779,8 +780,8 @@ class ApprovalDesk:
         return msgspec.json.encode(view)
 
     async def handle_track(self, data: bytes) -> bytes:
-        """Where approvals stand, for the person who signed the request (issue 23, "the
-        requester sees the state of their own requests ... and only their own").
+        """Where approvals stand, for the person who signed the request: a requester
+        sees the state of their own requests, and only their own.
 
         The signer must be a person on the roster (an ``approver`` key) naming
         themselves, and the request must be fresh, like a show request. Of the ids
@@ -806,8 +807,8 @@ class ApprovalDesk:
         return msgspec.json.encode(reply)
 
     async def handle_rerequest(self, data: bytes) -> bytes:
-        """Ask an expired approval again (issue 23: "a new proposal, a new binding; never
-        a revival of the old one"); always answers a ReRequestReply.
+        """Ask an expired approval again (a new proposal, a new binding; never a revival
+        of the old one); always answers a ReRequestReply.
 
         Accepted only for a fresh request signed by a person on the roster naming
         themselves, about an approval whose binding names them as the requesting actor
@@ -846,7 +847,7 @@ class ApprovalDesk:
     def _person_request(
         self, data: bytes, kind: type[PersonRequest], payload_type: str, stale: str
     ) -> tuple[PersonRequest, Principal]:
-        """A signed request of a person on the roster, about their own standing (issue 23):
+        """A signed request of a person on the roster, about their own standing:
         signed by an ``approver`` key naming itself (``viewer_id`` / ``requester_id``), and
         fresh, so a captured one cannot be replayed later (``stale``); raises DeskError."""
         try:
@@ -903,7 +904,7 @@ class ApprovalDesk:
 def track_relation(principal: Principal, binding: ApprovalBinding) -> TrackRelation | None:
     """How ``principal`` may see this approval's standing, or None when they may not:
     its requester (the binding's actor, in one of their tenants) or an approver the
-    gate would let resolve it (issue 23)."""
+    gate would let resolve it."""
     if binding.actor_id == principal.name and binding.tenant_id in principal.entry.tenants:
         return "requester"
     try:
@@ -934,7 +935,7 @@ def rules_requiring_approval(
     decision: Decision, analysis: AnalysisProjection | None
 ) -> tuple[RuleShown, ...]:
     """Each rule that requires the approval (a conditional policy that applied rests on
-    it), in the words of the release that made the decision (issue 23). Only that
+    it), in the words of the release that made the decision. Only that
     release's text is used: given another release's projection, or none, or a release
     that does not describe the rule, the rule is shown by id alone, never with another
     release's text or ours."""

@@ -1,6 +1,6 @@
 """The output buffer: no streamed byte reaches a user before the verdict.
 
-Issue 5. Streaming is how guardrails leak in practice: tokens are delivered
+Streaming is how guardrails leak in practice: tokens are delivered
 before the output check runs. Here the runtime adapter publishes chunks to
 ``smf.output.<stream_id>`` (header ``Smf-Sequence``: 0, 1, 2, ...) and ends
 the stream with a signed close (a request, header ``Smf-Final``) that
@@ -12,7 +12,7 @@ output is released: as one order to ``smf.execute.deliver.<channel>`` and in
 the reply. Denied output is withheld and the reply says why; output that
 needs approval is held like any other action.
 
-A close may carry a window (``OutputClose.window``, issue 36): what was shown
+A close may carry a window (``OutputClose.window``): what was shown
 before this output in the same conversation, as the model gateway sends it.
 The detectors read the output after the last ``detection_window_chars`` of it
 (the release's setting), so a marker split across turns or tool calls raises
@@ -95,7 +95,7 @@ class OutputBuffer:
         self.clock = clock
         self.limits = limits or BufferLimits()
         self.close_claim = close_claim
-        """Cluster mode (issue 11): every replica buffers every stream, and only the
+        """Cluster mode: every replica buffers every stream, and only the
         replica that wins this one-shot claim on the close decides and answers.
         ``None`` on one machine, where the one buffer always answers."""
         self.window_chars = window_chars or (lambda: DEFAULT_DETECTION_WINDOW_CHARS)

@@ -1,6 +1,6 @@
 """Messages between the gate's own stages (internal: not part of the public bus API).
 
-Each stage takes exactly what it reads (issue 19): evaluation gets the
+Each stage takes exactly what it reads: evaluation gets the
 envelope and its hash, never the content it does not look at; dispatch gets
 what it signs into the order.
 """

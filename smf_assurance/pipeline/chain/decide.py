@@ -56,7 +56,7 @@ class EvaluateStage:
     """``EvaluateRequest`` -> ``Decision`` under the current policy set.
 
     ``policy_set`` is swapped as a whole reference (releases switch between
-    proposals, never in the middle of one: issue 6). With ``release`` (the
+    proposals, never in the middle of one). With ``release`` (the
     release watcher's ``current``) the policy set comes from the verified
     release instead, read once per evaluation; when no verified release is in
     force the evaluation is refused with the reason code of the

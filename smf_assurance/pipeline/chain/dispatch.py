@@ -1,11 +1,11 @@
 """The dispatch stage: build, sign and publish exactly one ExecuteOrder.
 
-Issue 3: every gated order is published to ``smf.execute.<connector_id>``
+Every gated order is published to ``smf.execute.<connector_id>``
 with ``Nats-Msg-Id`` set to its idempotency key and the ``Smf-*`` headers;
 the stage waits for JetStream's PubAck, so a reply means the order is stored.
 A typed stage, ``DispatchRequest -> DispatchReceipt`` (``smf_assurance.pipeline.chain.transport``).
 
-What the runtime is told is what happens (issue 35, item 4):
+What the runtime is told is what happens:
 
 - One deadline. The order's ``not_after_ms`` is the caller's (the gate's one
   clock read when it gave the order, plus the order budget), and the receipt

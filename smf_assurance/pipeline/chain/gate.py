@@ -2,20 +2,20 @@
 
 ARCHITECTURE.md, "One proposal through the bus":
 
-    verify signature -> freshness -> note the tool call (issue 16) -> admit ->
+    verify signature -> freshness -> note the tool call -> admit ->
     a call its adapter refused itself ends here, a denial ->
-    raise the facts by the call's recorded context (issue 16) ->
+    raise the facts by the call's recorded context ->
     normalize -> evaluate -> evidence ->
     deny  : reply Verdict(deny); nothing reaches smf.execute
     allow : claim once -> record the connector order (its outcome is
             followed) -> dispatch (one ExecuteOrder), or release a tool the
             runtime runs itself -> reply
             (on one machine the claim and its order are written in the
-            evidence entry's own transaction: issue 20)
+            evidence entry's own transaction)
     hold  : the hold stage persists the binding and announces it
     and   : the tool call's note is stored before the verdict is answered
-            (on one machine in the evidence entry's transaction, issue 16)
-    then  : a decision is handed to the shadow release, if one runs (issue 25),
+            (on one machine in the evidence entry's transaction)
+    then  : a decision is handed to the shadow release, if one runs,
             which judges it after the verdict and never holds it up
 
 Fail closed everywhere: every refusal, timeout or exception between the
@@ -155,7 +155,7 @@ class ShadowObserver(Protocol):
 
 
 class HoldHandler(Protocol):
-    """What the gate needs from the approval hold stage (issue 4)."""
+    """What the gate needs from the approval hold stage."""
 
     async def hold(
         self, proposal: Proposal, normalized: Normalized, decision: Decision
@@ -227,7 +227,7 @@ class Work:
 
     proposal: Proposal
     """The verified proposal; from the ``raise call context`` link on, with its facts
-    raised by the context the model gateway recorded for its tool call (issue 16)."""
+    raised by the context the model gateway recorded for its tool call."""
     notes: tuple[str, ...] = ()
     normalized: Normalized | None = None
     decision: Decision | None = None
@@ -237,9 +237,9 @@ class Work:
     order_at_ms: int | None = None
     """When the connector order was given (recorded): its deadline counts from here."""
     claim: ClaimAndOrder | None = None
-    """Set when the claim (and its order) committed beside the evidence (issue 20)."""
+    """Set when the claim (and its order) committed beside the evidence."""
     note_stored: bool = False
-    """The tool call's note committed beside the evidence (issue 16)."""
+    """The tool call's note committed beside the evidence."""
     confined: bool = False
     """The runtime ran confined when the proposal was evaluated (``confinement``)."""
 
@@ -277,41 +277,41 @@ class Gate:
     signer: SigningKey
     """The gate key: signs every verdict this gate answers with."""
     outcomes: OutcomeDesk
-    """Follows every direct-allow order to its outcome in the ledger (issue 15)."""
+    """Follows every direct-allow order to its outcome in the ledger."""
     hold: HoldHandler | None = None
     attestation: AttestationDesk | None = None
-    """Admission by runtime attestation (issue 8); ``None`` admits every runtime."""
+    """Admission by runtime attestation; ``None`` admits every runtime."""
     confinement: ConfinementDesk | None = None
     """Which runtimes run confined, as their launchers attest; ``None``: none does, so
     a release's confinement policies apply to every runtime (fail closed)."""
     decided_calls: DecidedCalls | None = None
-    """Tool-call accounting (issue 16): the tool-call ids of every verified proposal."""
+    """Tool-call accounting: the tool-call ids of every verified proposal."""
     claim_beside: ClaimBeside | None = None
     """Where the claims and the order book live in the ledger file (one machine): the
-    claim and its order as a write in the evidence entry's transaction (issue 20).
+    claim and its order as a write in the evidence entry's transaction.
     ``None`` (a cluster's KV stores): claim, then record the order."""
     settle_beside: Callable[[str, ClaimState], Beside] | None = None
     """With :attr:`claim_beside`: a claim's settle as a write for the ledger's next
-    group commit, so it shares the fsync of the evidence queued with it (issue 20)."""
+    group commit, so it shares the fsync of the evidence queued with it."""
     share_call: Callable[[str, str], Awaitable[None]] | None = None
     """On a cluster: tell the other replicas of a noted tool-call id
     (``smf_assurance.pipeline.followers.replica_sync``), before this proposal's verdict is
     answered."""
     call_store: ToolCallStore | None = None
-    """Where :attr:`decided_calls` is kept across a restart (issue 16, item 3); on a
+    """Where :attr:`decided_calls` is kept across a restart; on a
     cluster (KV) each note is written beside the chain and waited for before the
     verdict is answered."""
     note_beside: NoteBeside | None = None
     """Where that store lives in the ledger file (one machine): a note as a write in
-    the decision's evidence transaction, so it adds no commit of its own (issue 20);
+    the decision's evidence transaction, so it adds no commit of its own;
     a proposal refused before any evidence was written has its note in the ledger's
     next group commit instead."""
     call_contexts: CallContexts | None = None
-    """Session taint outside the runtime (issue 16, item 4): the contexts the model
+    """Session taint outside the runtime: the contexts the model
     gateway recorded for the tool-call ids it issued. ``None``: none can be read, so
     a proposal carrying such an id is denied (``tool_call_context_unavailable``)."""
     shadow: ShadowObserver | None = None
-    """The shadow release's desk (issue 25): each decision, after its verdict is
+    """The shadow release's desk: each decision, after its verdict is
     settled; ``None`` when the gate runs no shadow. It never changes a verdict."""
     fence: OrderFence | None = None
     """Settles an unconfirmed order (stored, or voided so it never runs):
@@ -369,7 +369,7 @@ class Gate:
         message's ``runtime_id`` must be the signer's registered runtime and
         its ``issued_at_ms`` within the freshness window of the gate's clock.
         ``gateway_may_sign`` (output closes only): a registered model gateway
-        (issue 16) may sign for any runtime, as it streams the model output of
+        may sign for any runtime, as it streams the model output of
         the runtimes it authenticated; the decision still admits the close only
         under that runtime's attestation (``Gate._admit``).
         """
@@ -402,7 +402,7 @@ class Gate:
         many. A failure raises and forgets nothing, which only keeps replays
         refused longer. An order still waiting for its outcome is never pruned.
         The stored tool-call notes are kept within the bounds of
-        :attr:`decided_calls` too (issue 16: the oldest forgotten first)."""
+        :attr:`decided_calls` too (the oldest forgotten first)."""
         before = self.clock() - self.settings.claim_retention_ms
         pruned = await self.claims.prune(before) + await self.outcomes.prune(before)
         calls = self.decided_calls
@@ -470,8 +470,8 @@ class Gate:
 
     async def recorded(self, proposal: Proposal) -> Verdict:
         """What the gate recorded for a proposal whose requester's deadline has passed
-        (issue 35, item 4: "a gate timeout never leaves an order behind" that the
-        requester cannot learn of). Nothing is decided, written or published; each
+        (a gate timeout never leaves an order behind that the requester cannot
+        learn of). Nothing is decided, written or published; each
         answer carries ``recorded_verdict``. A runtime the attestation desk would not
         admit now is refused as it would be on a decision (its reason, no record read).
 
@@ -565,7 +565,7 @@ class Gate:
         )
 
     def _to_shadow(self, work: Work) -> None:
-        """Issue 25: the decision, once its verdict is settled, to the shadow release (if
+        """The decision, once its verdict is settled, to the shadow release (if
         one runs), for the same normalized envelope. Synchronous and bounded: the
         verdict is returned right after, and nothing the shadow does reaches it."""
         shadow, normalized, decision = self.shadow, work.normalized, work.decision
@@ -587,9 +587,9 @@ class Gate:
         policy decided. A ledger that cannot take it adds
         ``evidence_store_unavailable``; the answer is a denial either way.
 
-        Issue 25, "explain in every denial a runtime shows": the verdict names the
-        refusal entry's decision id (the field every verdict already carries, empty
-        here before), so ``explain`` finds what the ledger kept of it."""
+        Every denial a runtime shows can be explained: the verdict names the
+        refusal entry's decision id (the field every verdict carries), so
+        ``explain`` finds what the ledger kept of it."""
         proposal = work.proposal
         subject = {
             "proposal": proposal.proposal_id,
@@ -606,7 +606,7 @@ class Gate:
         added = tuple(r for r in reasons if r not in denial.reason_codes)
         named = denial.decision_id
         if named is None and recorded:
-            named = entry.decision_id  # issue 25: every recorded denial names an id to explain
+            named = entry.decision_id  # every recorded denial names an id to explain
         return msgspec.structs.replace(
             denial,
             reason_codes=(*denial.reason_codes, *added),
@@ -636,7 +636,7 @@ class Gate:
     # -- the chain, one link each ----------------------------------------------
 
     async def _note_tool_call(self, work: Work) -> Work | Verdict:
-        """Tool-call accounting first (issue 16): a verified proposal's tool call was
+        """Tool-call accounting first: a verified proposal's tool call was
         decided, whatever the outcome, so its result is not an ungated one."""
         call_id = work.proposal.tool_call_id
         if self.decided_calls is not None and call_id is not None:
@@ -646,7 +646,7 @@ class Gate:
         return work
 
     async def _admit(self, work: Work) -> Work | Verdict:
-        """Runtime attestation first (issue 8): no attestation, no decision."""
+        """Runtime attestation first: no attestation, no decision."""
         if self.attestation is not None:
             refusal = self.attestation.admit(work.proposal)
             if refusal is not None:
@@ -664,7 +664,7 @@ class Gate:
         return self._deny(work, (REFUSED_BY_ADAPTER, reason))
 
     async def _raise_call_context(self, work: Work) -> Work | Verdict:
-        """Session taint outside the runtime (issue 16, item 4): a proposal for a tool
+        """Session taint outside the runtime: a proposal for a tool
         call the model gateway issued is decided under the context the gateway
         recorded for it, not only under what its adapter declares.
 
@@ -751,15 +751,15 @@ class Gate:
         return dataclasses.replace(work, decision=decision, confined=confined)
 
     async def _record(self, work: Work) -> Work | Verdict:
-        """Write-before-release (issue 7): the decision's evidence commits first;
+        """Write-before-release: the decision's evidence commits first;
         a ledger outage is a denial.
 
-        Issue 20, one durable commit per decision: for an allow, where the claim
+        One durable commit per decision: for an allow, where the claim
         store lives in the ledger file (:attr:`claim_beside`), the claim and its
         order are written in the SAME transaction as the evidence entry: one
         commit, and no crash can leave a claim or an order without the evidence
         of its decision, or the reverse. The note of the proposal's tool call
-        (issue 16, :attr:`note_beside`) rides in that transaction too, for every
+        (:attr:`note_beside`) rides in that transaction too, for every
         disposition: it adds no commit."""
         decision = work.need_decision()
         tenant_ref = self._evidence.tenant_ref(work.proposal.actor.tenant_id)
@@ -874,7 +874,7 @@ class Gate:
 
     async def _open_order(self, work: Work) -> Work | Verdict:
         """Record the connector order before it is published, with the connector that
-        must sign its report (issue 15). Not recorded, not published: the claim is
+        must sign its report. Not recorded, not published: the claim is
         spent, so this is a denial, never a second try.
 
         A tool the runtime runs itself gets no record here: a Hermes runtime does
@@ -911,7 +911,7 @@ class Gate:
         """Exactly one ExecuteOrder, stored in JetStream, before the allow; a tool
         the runtime runs itself is released to it with no connector order.
 
-        One deadline (issue 35, item 4): the order is executable until it was given
+        One deadline: the order is executable until it was given
         (:attr:`Work.order_at_ms`, the one clock read its record holds) plus the order
         budget; the allow names that deadline (``expires_at_ms``) and is answered only
         after the PubAck. The publish is tried only until the requester's deadline
@@ -1031,7 +1031,7 @@ class Gate:
             settled += 1
         return settled
 
-    # -- the tool call's note (issue 16, item 3) ---------------------------------
+    # -- the tool call's note ---------------------------------
 
     def _note_beside(self, proposal: Proposal) -> Beside | None:
         """The proposal's note as a write beside its decision's evidence entry (one
@@ -1101,7 +1101,7 @@ class Gate:
             log.error("claim_settle_failed", proposal_id=proposal_id, state=state)
 
     def _settle_soon(self, proposal_id: str, state: ClaimState) -> None:
-        """Issue 20: the ``published`` settle of an allow is written after the answer,
+        """The ``published`` settle of an allow is written after the answer,
         not before it. It is a record of how the claim ended, never a control: the
         claim already stops every replay and the order is already in the stream
         (a crash before it lands leaves the claim ``claimed``, as a crash after the

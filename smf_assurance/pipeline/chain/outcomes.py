@@ -3,8 +3,8 @@
 ARCHITECTURE.md, "One proposal through the bus": the connector "reports on
 smf.result.<connector>: confirmed -> consumed | failed -> failed |
 ambiguous/no report -> execution_unknown". Approved orders are followed by the
-approval desk; issue 15 found the report of a direct allow verified and then
-dropped. Here, for every order given without an approval:
+approval desk; a direct allow's report must not be verified and then dropped
+either. Here, for every order given without an approval:
 
 - open: the gate's chain records each connector order in the order book
   (:mod:`smf_assurance.pipeline.stores.orders`) BEFORE it is published, with the executor

@@ -7,8 +7,8 @@ Decision``, ``DispatchRequest -> DispatchReceipt``) that refuses with
 ``StageRefusal``. The gate calls it through a ``StageClient``:
 
 - ``LocalStage`` (co-located): the Struct itself, under the same deadline;
-  nothing is encoded or decoded (issue 19: the co-located path did six
-  Struct -> JSON -> Struct round trips per allow);
+  nothing is encoded or decoded, so a co-located allow pays no
+  Struct -> JSON -> Struct round trip per stage;
 - ``BusStage``: the Struct as JSON on the stage's subject, the stage MAC
   (``smf_assurance.pipeline.service.StageAuth``), the reply decoded as the stage's reply
   type; an undecodable reply is a refusal, never a guess.
@@ -52,7 +52,7 @@ class StageClient(Protocol[Req_contra, Rep_co]):
 class LocalStage(Generic[Req, Rep]):
     """Call a co-located stage in process, under the same deadline.
 
-    The stage runs in the caller's task under ``asyncio.timeout`` (issue 19):
+    The stage runs in the caller's task under ``asyncio.timeout``:
     ``asyncio.wait_for`` wrapped each call in a task of its own, which cost a
     task and its scheduling per stage call for nothing; the deadline and the
     ``stage_timeout`` refusal are the same.

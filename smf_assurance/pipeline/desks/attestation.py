@@ -1,4 +1,4 @@
-"""Runtime attestation at the gate (issue 8): no attestation, no decision.
+"""Runtime attestation at the gate: no attestation, no decision.
 
 Invariants this stage keeps, each checked where it is named:
 
@@ -20,7 +20,7 @@ Invariants this stage keeps, each checked where it is named:
 - The latest verified attestation wins, including a refusal: a runtime that
   reports a problem (streaming switched on, a hook missing, a version off
   its pin) is refused from then on, until it attests again without it.
-- Release (issue 6, "Verification, in every consumer, before use"): when the
+- Release (verification in every consumer, before use): when the
   runtime's requirement says ``require_release``, an attestation that names
   no release the runtime verified itself is refused
   (``runtime_release_not_verified``), and so is one naming another release
@@ -28,7 +28,7 @@ Invariants this stage keeps, each checked where it is named:
   refused with ``runtime_release_mismatch`` too when the gate has moved to
   another release since the runtime attested: the runtime re-attests.
 
-Admission bound to the process (issue 16; docs/HERMES.md, finding 10): an
+Admission bound to the process (docs/HERMES.md, finding 10): an
 attestation may name the adapter's process (``instance_id``). Each accepted
 one is held per instance too (bounded, oldest forgotten first), and the model
 gateway is then served only for a fresh :class:`InstanceProof` of an instance
@@ -101,9 +101,9 @@ class RuntimeRequirement:
     require_release: bool = False
     """When set, the runtime must have verified the gate's active release itself."""
     output_via_gateway: bool = False
-    """The model gateway serves this runtime (issue 16): it holds each turn whole until
+    """The model gateway serves this runtime: it holds each turn whole until
     the output verdict, so a runtime that streams what it receives shows nothing the
-    gate did not release, and streaming is not refused (issue 17). Taken on the
+    gate did not release, and streaming is not refused. Taken on the
     operator's word that the runtime reaches its model only through the gateway (the
     deployment's networks make it so; no attestation can show it)."""
     instance_bound: bool = False
@@ -140,7 +140,7 @@ def _judge(
         reasons.append("runtime_version_not_pinned")
     if need.require_release:
         if att.verified_release_id is None:
-            # the runtime did not verify a release before use (issue 6)
+            # the runtime did not verify a release before use
             reasons.append(RELEASE_NOT_VERIFIED)
         elif active_release is None or att.verified_release_id != active_release:
             # it verified another release than the one this gate decides with
@@ -228,7 +228,7 @@ class AttestationDesk:
     """Per runtime: each process whose latest attestation was accepted, and when it
     was issued."""
     _stopped: dict[str, str] = field(default_factory=dict)
-    """Runtimes stopped until an operator clears them (tool-call accounting, issue 16)."""
+    """Runtimes stopped until an operator clears them (tool-call accounting)."""
     share: Callable[[bytes], Awaitable[None]] | None = None
     """On a cluster: tell the other replicas of an attestation this one verified
     (``smf_assurance.pipeline.followers.replica_sync``); they verify and judge it themselves."""
@@ -363,7 +363,7 @@ class AttestationDesk:
 
     def standing(self, runtime_id: str) -> tuple[str | None, Held | None]:
         """Whether ``runtime_id`` holds a fresh, accepted attestation, whatever its
-        opt-in: the model gateway (issue 16) serves only attested runtimes, so a
+        opt-in: the model gateway serves only attested runtimes, so a
         runtime that never attests (safe mode, plugin off) is never served. A
         stopped runtime (an ungated tool result) is refused first, whatever it holds.
         Returns the refusal reason (None when standing) and the attestation held."""
@@ -400,7 +400,7 @@ class AttestationDesk:
         request_digest: str | None = None,
     ) -> tuple[str | None, int | None, str | None]:
         """Whether a model request of a standing ``runtime_id`` comes from a process
-        that attested (issue 16, admission bound to the process): the refusal reason,
+        that attested (admission bound to the process): the refusal reason,
         or None, when that process's lease ends and the process the proof proved
         (both None: not instance-bound).
 

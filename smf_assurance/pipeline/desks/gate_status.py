@@ -1,4 +1,4 @@
-"""``smf.gate.status`` at the gate (issue 21): what this gate holds of its runtimes and
+"""``smf.gate.status`` at the gate: what this gate holds of its runtimes and
 its ledger, for an operator's ``doctor``.
 
 Read-only: answering changes nothing (no attestation is refreshed, no checkpoint

@@ -1,4 +1,4 @@
-"""``smf.gateway.admit``: the gate tells the model gateway whom it may serve (issue 16).
+"""``smf.gateway.admit``: the gate tells the model gateway whom it may serve.
 
 The model gateway is the one place every model turn crosses, outside the
 runtime. It serves a runtime only while this desk says so, and this desk says
@@ -20,7 +20,7 @@ freshness window, never a secret); a proof the gateway says it saw before
 (``proof_seen``) is refused ``instance_proof_replayed``, since the gateway may
 have served it on a kept admission the gate never heard of.
 
-It also governs the request as an egress (issue 16): the provider must be
+It also governs the request as an egress: the provider must be
 one the release in force names, for the request's classification
 (``model_provider_not_in_release``, ``model_egress_not_approved``).
 
@@ -122,7 +122,7 @@ class ModelAdmissionDesk:
 
     def _egress(self, ask: GatewayAdmit) -> tuple[str | None, int | None]:
         """Why the release in force does not let this request go to its provider
-        (issue 16, "Model egress is governed"), or None; and that release's detection
+        (model egress is governed), or None; and that release's detection
         window, which the gateway sends with each turn's output close."""
         try:
             policy_set = self.policy_set()

@@ -1,4 +1,4 @@
-"""Runtime stops (issue 16, item 3): in force at once, kept across a restart, lifted
+"""Runtime stops: in force at once, kept across a restart, lifted
 only by a clear that is in the ledger.
 
 A runtime whose model request carried a tool result no proposal decided is stopped

@@ -1,4 +1,4 @@
-"""Tool-call accounting at the gate (issue 16): a tool result no proposal decided stops
+"""Tool-call accounting at the gate: a tool result no proposal decided stops
 its runtime.
 
 The model gateway gives every tool call the model emits its own id and, when a

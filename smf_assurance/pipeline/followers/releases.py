@@ -1,6 +1,6 @@
 """The release watcher: fetch, verify, persist, switch; and deny when no release is in force.
 
-ARCHITECTURE.md, "Governed releases"; issue 6, "Distribution". A gate holds at
+ARCHITECTURE.md, "Governed releases". A gate holds at
 most one verified release. Candidates come from the JetStream key-value
 bucket ``SMF_RELEASES`` (every gate watches it, so all converge) and from the
 state directory's inbox folder. Each candidate goes through
@@ -23,7 +23,7 @@ Invariants:
   so every evaluation is denied with that reason code (fail closed).
 - Every refusal is logged (``release_refused``, with the reason code naming the
   threat) and kept in :attr:`ReleaseWatcher.refusals`; :meth:`ReleaseWatcher.report`
-  tells them, and the active release, to publishers (``smf.release.report``, issue 22).
+  tells them, and the active release, to publishers (``smf.release.report``).
 - Candidates are tried in bucket-key order and retried when the trusted state
   moves, so releases published out of order still chain; a refusal that can
   never turn into an acceptance (bad signature, rollback, ...) is dropped.
@@ -99,7 +99,7 @@ INITIAL_SYNC_SECONDS: Final = 5.0
 
 def release_bucket_config(replicas: int = 1) -> KeyValueConfig:
     """One value per release sequence, file storage, bounded values; on a cluster,
-    ``replicas`` copies (R3), so a release survives the loss of a node (issue 11)."""
+    ``replicas`` copies (R3), so a release survives the loss of a node."""
     return KeyValueConfig(
         bucket=RELEASE_BUCKET,
         description="SMF governed releases (signed bundles); every gate watches it",
@@ -240,7 +240,7 @@ class ReleaseWatcher:
 
     @property
     def store(self) -> ReleaseStateStore:
-        """The persisted state, which the shadow release is kept in too (issue 25)."""
+        """The persisted state, which the shadow release is kept in too."""
         return self._store
 
     @property
@@ -298,7 +298,7 @@ class ReleaseWatcher:
         return release.policy_set
 
     def report(self, gate: str, request: ReleaseReportRequest) -> ReleaseReport:
-        """What this gate did with its candidates, for ``smf.release.report`` (issue 22).
+        """What this gate did with its candidates, for ``smf.release.report``.
 
         ``asked`` answers the request's candidate: ``adopted`` only when the
         active release is exactly the manifest asked about, ``superseded`` when

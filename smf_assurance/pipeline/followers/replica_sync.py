@@ -1,4 +1,4 @@
-"""What gate replicas tell each other (issue 16, on a cluster, issue 11).
+"""What gate replicas on a cluster tell each other.
 
 Attestations, the tool-call ids of decided proposals, and stops live in each
 gate's memory (``smf_assurance.pipeline.desks.attestation``,

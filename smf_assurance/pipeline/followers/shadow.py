@@ -1,5 +1,5 @@
 """The shadow desk: every decision evaluated again under the shadow release, after its
-verdict, and each disagreement recorded (issue 25).
+verdict, and each disagreement recorded.
 
 docs/RELEASES.md, "Shadow releases". The gate hands each decision it made (a
 proposal's, an output close's) to :meth:`ShadowDesk.observe` once its verdict is

@@ -1,4 +1,4 @@
-"""The shadow release: a verified candidate a gate runs beside its active release (issue 25).
+"""The shadow release: a verified candidate a gate runs beside its active release.
 
 docs/RELEASES.md, "Shadow releases". A shadow is published to the
 ``SMF_RELEASES`` bucket under its own key (:data:`~smf_assurance.subjects.release.SHADOW_KEY`,

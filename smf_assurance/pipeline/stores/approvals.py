@@ -1,9 +1,9 @@
 """The approval store interface: one state machine, any backend.
 
-ARCHITECTURE.md, "Exact-action approval", and issue 4 ("The store"). This
+ARCHITECTURE.md, "Exact-action approval". This
 module holds what every backend shares, so that the SQLite store
-(:mod:`smf_assurance.pipeline.stores.approvals_sqlite`) and a later cluster store (JetStream
-KV compare-and-set, issue 11) are held to the same rules and pass the same
+(:mod:`smf_assurance.pipeline.stores.approvals_sqlite`) and the cluster store (JetStream
+KV compare-and-set) are held to the same rules and pass the same
 contract tests (``tests/test_approval_store.py``):
 
 - The states and the one table of allowed transitions, :data:`TRANSITIONS`:
@@ -97,7 +97,7 @@ TRANSITIONS: Final[Mapping[ApprovalState, frozenset[ApprovalState]]] = MappingPr
         "failed": frozenset(),
     }
 )
-"""The only moves a backend may make (issue 4: "transitions are explicit").
+"""The only moves a backend may make: transitions are explicit.
 
 ``executing`` can only end, never go back to ``approved``: a claim is spent
 whether or not the order went out. A restart moves ``executing`` to
@@ -348,9 +348,9 @@ class ApprovalRecord(msgspec.Struct, frozen=True):
     held_payload: bytes | None
     updated_at_ms: int
     outcome_codes: tuple[str, ...] = ()
-    """A denial's reason codes (issue 23: the requester sees why), from the closed list."""
+    """A denial's reason codes (the requester sees why), from the closed list."""
     receipt: str | None = None
-    """The connector's receipt of a ``consumed`` execution (issue 23), when it gave one."""
+    """The connector's receipt of a ``consumed`` execution, when it gave one."""
 
     @property
     def approval_id(self) -> str:
@@ -368,7 +368,7 @@ class ApprovalRecord(msgspec.Struct, frozen=True):
 
 
 class ApprovalStore(Protocol):
-    """The approval state machine behind a storage backend (issue 4, "The store").
+    """The approval state machine behind a storage backend.
 
     Every method is one atomic step against the store; a refused step raises an
     :class:`ApprovalError` subclass and changes nothing, except that a step that
@@ -457,7 +457,7 @@ class ApprovalStore(Protocol):
         ``pending`` is left as it is (durable: only its TTL or an approver ends it).
 
         Returns ``(invalidated_ids, unknown_ids)`` for the caller to write to the
-        evidence record (issue 4: "both are written to the evidence record").
+        evidence record: both are written to it.
         """
         ...
 

@@ -2,8 +2,8 @@
 
 ARCHITECTURE.md, "Scale": beyond one machine "the one-shot claim moves to a
 store that is atomic across instances (JetStream KV compare-and-set by
-revision), behind the same store interface and the same contract tests"
-(issue 11). Implements :class:`smf_assurance.pipeline.stores.approvals.ApprovalStore`; the
+revision), behind the same store interface and the same contract tests".
+Implements :class:`smf_assurance.pipeline.stores.approvals.ApprovalStore`; the
 rules (states, transitions, refusals and their order) live in
 :mod:`smf_assurance.pipeline.stores.approvals` and are the SQLite store's. How this file
 keeps them:
@@ -151,9 +151,9 @@ class _Stored(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     updated_at_ms: int
     content_seq: int | None
     outcome_codes: tuple[str, ...] = ()
-    """A denial's reason codes (issue 23); absent from records written before them."""
+    """A denial's reason codes; absent from records written before them."""
     receipt: str | None = None
-    """The connector's receipt of a ``consumed`` execution (issue 23)."""
+    """The connector's receipt of a ``consumed`` execution."""
 
     @property
     def approval_id(self) -> str:
@@ -526,7 +526,7 @@ class KvApprovalStore:
         reasons: tuple[str, ...] = (),
     ) -> ApprovalRecord:
         """An approver's answer, accepted only while "the approval is still pending
-        and unexpired; the binding digest matches" (issue 4), in that order."""
+        and unexpired; the binding digest matches", in that order."""
 
         def decide(stored: _Stored) -> _Step:
             refused = _checked(stored, "pending", target, now_ms, digest)
@@ -598,7 +598,7 @@ class KvApprovalStore:
         receipt: str | None = None,
     ) -> ApprovalRecord:
         """``executing -> consumed | failed | execution_unknown``; the content is erased.
-        The connector's receipt is kept with ``consumed`` only (issue 23)."""
+        The connector's receipt is kept with ``consumed`` only."""
         check_transition(approval_id, "executing", outcome)
         kept = receipt if outcome == "consumed" else None
 

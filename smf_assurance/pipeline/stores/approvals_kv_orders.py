@@ -2,7 +2,7 @@
 
 ARCHITECTURE.md, "One proposal through the bus": a connector's report names
 its order, and the gate routes it to the approval the order was published for
-(``find_by_order``); issue 4: one claim, one order. The KV approval store
+(``find_by_order``): one claim, one order. The KV approval store
 (:mod:`smf_assurance.pipeline.stores.approvals_kv`) keeps that with a second key per order,
 ``order.<token of the order id>``, holding the approval id:
 

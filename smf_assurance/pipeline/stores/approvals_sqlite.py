@@ -1,4 +1,4 @@
-"""The approval store on one SQLite file (issue 4, "The store").
+"""The approval store on one SQLite file.
 
 Implements :class:`smf_assurance.pipeline.stores.approvals.ApprovalStore` for one machine;
 the rules (states, transitions, refusals) live in
@@ -141,12 +141,12 @@ CREATE INDEX IF NOT EXISTS approvals_by_state ON approvals (state, tenant_id);
 """``secure_delete`` is a per-connection setting, so it sits in the script every
 connection runs at open. The two table ``CHECK`` s are the TTL cap and the purge
 rule (held content exists exactly while the approval is not terminal).
-``outcome_codes`` and ``receipt`` (issue 23) are added to a file made before them
+``outcome_codes`` and ``receipt`` are added to a file made before them
 by :data:`OUTCOME_COLUMNS`."""
 
 OUTCOME_COLUMNS: Final = (("outcome_codes", "TEXT"), ("receipt", "TEXT"))
-"""Columns added after the first release of the table (issue 23: a denial's reason codes
-and the connector's receipt, for the requester's view); added at open when missing."""
+"""Columns the table's first layout lacks (a denial's reason codes and the connector's
+receipt, for the requester's view); added at open when missing."""
 
 _INSERT: Final = """
 INSERT INTO approvals (
@@ -229,7 +229,7 @@ WHERE approval_id = :approval_id AND state = :source
   AND expires_at_ms = :x_expires_at_ms
 RETURNING *
 """
-"""The one conditional UPDATE of the claim (issue 4): ``x_<field>`` is the
+"""The one conditional UPDATE of the claim: ``x_<field>`` is the
 expected binding's field, ``digest`` is ``binding_digest(expected)``."""
 
 _MOVE_ONE: Final = _SET_STATE + "WHERE approval_id = :approval_id AND state = :source RETURNING *"
@@ -534,9 +534,8 @@ class SqliteApprovalStore:
         target: ApprovalState,
         reasons: tuple[str, ...] = (),
     ) -> ApprovalRecord:
-        """An approver's answer, in one conditional UPDATE (issue 4: accepted only
-        while "the approval is still pending and unexpired; the binding digest
-        matches")."""
+        """An approver's answer, in one conditional UPDATE: accepted only while the
+        approval is still pending and unexpired and the binding digest matches."""
 
         def body(tx: _Tx) -> ApprovalRecord | ApprovalError:
             rows = tx.move(
@@ -616,7 +615,7 @@ class SqliteApprovalStore:
         receipt: str | None = None,
     ) -> ApprovalRecord:
         """``executing -> consumed | failed | execution_unknown``; the content is purged.
-        The connector's receipt is kept with ``consumed`` only (issue 23)."""
+        The connector's receipt is kept with ``consumed`` only."""
         kept = receipt if outcome == "consumed" else None
 
         def body(tx: _Tx) -> ApprovalRecord | ApprovalError:
@@ -692,7 +691,7 @@ class SqliteApprovalStore:
 
     async def list_executing(self, before_ms: int) -> list[ApprovalRecord]:
         """Executing approvals whose last change is older than ``before_ms``:
-        their connector report is overdue (issue 4: no report -> execution_unknown)."""
+        their connector report is overdue (no report -> execution_unknown)."""
 
         def job(conn: sqlite3.Connection) -> list[ApprovalRecord]:
             rows = _Tx(conn).rows(_SELECT_EXECUTING_BEFORE, {"before_ms": before_ms})

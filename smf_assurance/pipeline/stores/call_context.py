@@ -1,4 +1,4 @@
-"""The call-context bucket (issue 16, item 4): written by the model gateway, read by the gate.
+"""The call-context bucket: written by the model gateway, read by the gate.
 
 ``smf_assurance.subjects.call_context`` is the contract (key, value, who may write). Here:
 

@@ -14,8 +14,8 @@ looked at; the gate then prunes them (``Gate.prune_claims``).
 :class:`ProposalClaims` is the interface the gate uses; :class:`ClaimStore`
 implements it in SQLite on one machine: in the ledger file, on its connection,
 with the order book's table beside it, so a claim, its order and the decision's
-evidence entry commit as one transaction (:meth:`ClaimStore.claim_and_record_beside`,
-issue 20); and
+evidence entry commit as one transaction (:meth:`ClaimStore.claim_and_record_beside`);
+and
 :class:`smf_assurance.pipeline.stores.claims_kv.KvClaimStore` on JetStream KV (a cluster,
 ARCHITECTURE.md "Scale"). Both raise :class:`StoreUnavailable` (or a
 subclass) when they cannot answer, which the gate turns into the denial
@@ -158,7 +158,7 @@ class ClaimStore:
     @classmethod
     async def in_ledger(cls, ledger_worker: SqliteWorker) -> ClaimStore:
         """The claims and the order book's table in the LEDGER file, on a loan of its
-        worker (issue 20): a claim and its order then commit in the transaction of
+        worker: a claim and its order then commit in the transaction of
         the decision's evidence entry (:meth:`claim_and_record_beside`)."""
         return cls(await ledger_worker.lend(SCHEMA + ORDERS_SCHEMA, name="claims"))
 
@@ -193,8 +193,8 @@ class ClaimStore:
     ) -> Callable[[sqlite3.Connection], ClaimAndOrder]:
         """Claim the proposal and, if that is its first claim, record its order: a
         write for the ledger's transaction beside the decision's evidence entry
-        (:meth:`smf_assurance.pipeline.stores.ledger.Ledger.append_beside`; issue 20, "one durable
-        commit per decision"), so the order exists exactly when the claim does, and
+        (:meth:`smf_assurance.pipeline.stores.ledger.Ledger.append_beside`; one durable
+        commit per decision), so the order exists exactly when the claim does, and
         both exactly when the evidence does. Raises :class:`StoreUnavailable` now if
         the store is closed, and ``ValueError`` for an order not ``executing``."""
         if self._worker.closed:
@@ -252,8 +252,8 @@ MERGED_SUFFIX: Final = ".merged-into-ledger"
 
 
 async def merge_claim_file(store: ClaimStore, old: Path) -> int:
-    """Move the claims and orders of an earlier version's claim file into ``store``
-    (issue 20: they now live in the ledger file); returns how many rows were new.
+    """Move the claims and orders of a separate claim file (the layout before claims
+    lived in the ledger file) into ``store``; returns how many rows were new.
 
     Nothing is lost: a claim keeps refusing its replays and an open order is
     still followed to its outcome. The copy is one transaction on the store's

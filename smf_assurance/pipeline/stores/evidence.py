@@ -1,8 +1,8 @@
 """The one place evidence entries, verdicts and signature refusals are built.
 
 The gate and the approval desk both write to the ledger and both answer
-runtimes; they used to build entries and verdicts each their own way, which
-two copies kept in step by hand (issue 19). Here:
+runtimes; one builder for both means no two copies to keep in step by hand.
+Here:
 
 - ``EvidenceWriter`` turns a decision, an approval binding or a direct-allow
   order (``smf_assurance.pipeline.stores.orders``) into the
@@ -151,7 +151,7 @@ class EvidenceWriter:
         release_id: str | None,
         reasons: tuple[str, ...],
     ) -> EvidenceEntry:
-        """A denial made before any policy ran (the model gateway's admission, issue 16):
+        """A denial made before any policy ran (the model gateway's admission):
         the refused request as an identity of ``subject`` (ids only, never a prompt),
         decided under no projection."""
         operation = identity_of({"refused": subject})
@@ -198,7 +198,7 @@ class EvidenceWriter:
         tenant_ref: str,
         capability: Capability,
     ) -> EvidenceEntry:
-        """A disagreement of a shadow release with the enforced decision (issue 25): the
+        """A disagreement of a shadow release with the enforced decision: the
         enforced decision's ids, release, disposition and reason codes, the shadow's
         release, projection, disposition and reason codes, the operation's capability
         and the differing policies and rules as identities (``policy_ref``,
@@ -229,8 +229,8 @@ class EvidenceWriter:
     def for_stop(
         self, stop: Stop, release_id: str | None, reasons: tuple[str, ...]
     ) -> EvidenceEntry:
-        """What became of a runtime stop (issue 16, item 3: an operator's clear is
-        evidence): a transition of the stop's own refusal (its operation and decision
+        """What became of a runtime stop (an operator's clear is evidence): a
+        transition of the stop's own refusal (its operation and decision
         ids, its tenant pseudonym), under the release in force; ids only."""
         return EvidenceEntry(
             kind="transition",
@@ -248,7 +248,7 @@ class EvidenceWriter:
         return await self.ledger.append(entry)
 
     async def append_beside(self, entry: EvidenceEntry, beside: Beside) -> tuple[Receipt, Any]:
-        """Write one entry and ``beside`` in one transaction (issue 20); raises
+        """Write one entry and ``beside`` in one transaction; raises
         ``EvidenceError`` when the entry did not commit (then neither did ``beside``)."""
         return await self.ledger.append_beside(entry, beside)
 

@@ -223,8 +223,8 @@ async def kv_entries(
     creates the consumer, and every message says how many remain after it, so
     the read ends at a message with none remaining. (nats-py's KV watcher decides
     "caught up" by comparing consumer info with a client-side count of messages
-    received, which disagree when the info reply overtakes a delivery; a listing
-    through it that missed an existing record was seen once under load.)
+    received, which disagree when the info reply overtakes a delivery, so a listing
+    through it can miss an existing record under load.)
 
     Every key that existed when the read began is seen at least once; a key
     written meanwhile is seen again at its new revision, and the last one wins.

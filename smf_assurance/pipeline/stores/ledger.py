@@ -1,6 +1,6 @@
 """The evidence ledger's writer: append, chain, checkpoints, on one SQLite file.
 
-ARCHITECTURE.md, "Evidence", and issue 7. Invariants this module keeps:
+ARCHITECTURE.md, "Evidence". Invariants this module keeps:
 
 - Write before release: :meth:`Ledger.append` returns only after the entry's
   transaction has committed with ``synchronous=FULL``, so a caller that holds a
@@ -135,8 +135,8 @@ CheckpointSink = Callable[[bytes], Awaitable[None]]
 stream with DenyDelete/DenyPurge. It must tolerate duplicates: the last stored
 checkpoint is offered again at every open, in case a crash lost it."""
 Beside = Callable[[sqlite3.Connection], Any]
-"""A write that must commit in the same transaction as one evidence entry (issue 20:
-a proposal's claim and its order, :meth:`Ledger.append_beside`)."""
+"""A write that must commit in the same transaction as one evidence entry (a
+proposal's claim and its order, :meth:`Ledger.append_beside`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +278,7 @@ class _Writer:
         """Insert ``entries`` in order, each followed by a checkpoint when one is due, in
         one IMMEDIATE transaction (one fsync); state changes only after COMMIT returns.
 
-        Issue 20, group commit: the chain order is the order of ``entries``, and the
+        Group commit: the chain order is the order of ``entries``, and the
         cadence is judged entry by entry exactly as if each had its own transaction.
         An entry's ``beside`` write (:meth:`Ledger.append_beside`) runs just before
         it, in a savepoint of the same transaction: its failure undoes its own
@@ -363,7 +363,7 @@ def _install_schema(conn: sqlite3.Connection) -> str:
 
     The ledger id is random, fixed at creation and named by every checkpoint,
     so a checkpoint of one ledger never vouches for another file. A file of
-    schema 1 (before issue 25's ``shadow`` kind) is rebuilt as schema 2 in this
+    schema 1 (without the ``shadow`` kind) is rebuilt as schema 2 in this
     same transaction (:func:`ledger_schema.migrate_v1`), before the schema's
     triggers are created again; any other version is refused.
     """
@@ -424,13 +424,13 @@ async def _close(worker: SqliteWorker | None) -> None:
 
 
 class Ledger:
-    """The evidence ledger store (issue 7). Create with :meth:`open`.
+    """The evidence ledger store. Create with :meth:`open`.
 
     The file is the stores' one SQLite idiom (:class:`SqliteWorker`): a
     transaction runs as one job on the worker thread, so a cancelled await
     never splits it and two transactions never interleave on the connection.
 
-    Group commit (issue 20, :class:`GroupCommitter`): appends that arrive while a
+    Group commit (:class:`GroupCommitter`): appends that arrive while a
     commit is in flight go into the next transaction together, one fsync for all
     of them; each caller is released only when the transaction holding its own
     entry has committed (write before release, per entry), or gets the failure
@@ -518,8 +518,8 @@ class Ledger:
 
     @property
     def tail_seq(self) -> int:
-        """The seq of the last committed entry (0: empty), for health checks (issue 21,
-        ``smf.gate.status``): set on the worker thread, read here as it stands."""
+        """The seq of the last committed entry (0: empty), for health checks
+        (``smf.gate.status``): set on the worker thread, read here as it stands."""
         return self._writer.tail_seq
 
     @property
@@ -575,7 +575,7 @@ class Ledger:
     @property
     def worker(self) -> SqliteWorker:
         """The ledger file's worker, for stores whose writes must commit with an entry
-        (the claim store and order book on one machine, issue 20). They may run
+        (the claim store and order book on one machine). They may run
         their own jobs on it; they never close it."""
         return self._worker
 
@@ -605,7 +605,7 @@ class Ledger:
 
     async def append_beside(self, entry: EvidenceEntry, beside: Beside) -> tuple[Receipt, Any]:
         """Append ``entry`` and run ``beside`` in the SAME transaction: both commit, or
-        neither (issue 20, "one durable commit per decision"). Returns the receipt and
+        neither (one durable commit per decision). Returns the receipt and
         what ``beside`` returned, or the :class:`StoreUnavailable` it failed with
         (then its writes were undone and the entry was written all the same). A
         :class:`Recorded` write has the entry amended by its outcome first; the
@@ -613,8 +613,8 @@ class Ledger:
         return await self._submit(entry, beside)
 
     async def write_beside(self, beside: Beside) -> Any:
-        """Run ``beside`` in the next group commit, with no entry of its own (issue 20:
-        a claim's settle rides in the transaction of the evidence queued with it,
+        """Run ``beside`` in the next group commit, with no entry of its own (a
+        claim's settle rides in the transaction of the evidence queued with it,
         one fsync for all). Returns what it returned, or the
         :class:`StoreUnavailable` it failed with; raises
         :class:`EvidenceStoreUnavailable` when the ledger cannot commit."""

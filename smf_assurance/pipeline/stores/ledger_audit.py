@@ -1,6 +1,6 @@
 """The offline audit of an evidence ledger file: verify it, export it.
 
-ARCHITECTURE.md, "Evidence", and issue 7: the triggers of
+ARCHITECTURE.md, "Evidence": the triggers of
 :data:`~smf_assurance.pipeline.stores.ledger_schema.DDL` stop SQL that would rewrite the
 file, but an attacker who has the file can drop them first. What detects
 that is here: :func:`verify_ledger` re-walks the hash chain
@@ -9,7 +9,7 @@ uses) and holds the file against the signed checkpoints kept outside it,
 naming the first bad entry with one reason code per threat
 (:mod:`smf_assurance.pipeline.stores.ledger_chain`). :func:`export_jsonl` gives auditors
 every entry as canonical JSON they can re-hash on their own;
-:func:`decision_entries` the entries of one decision, for ``explain`` (issue 25).
+:func:`decision_entries` the entries of one decision, for ``explain``.
 
 Both open the file read-only and never through the writer, so an audit can
 never modify the evidence; they are blocking, for ``smf-assurance ledger``
@@ -166,7 +166,7 @@ def verify_ledger(
     """Check a ledger file against itself and against signed checkpoints.
 
     ``checkpoints`` are encoded envelopes kept outside the file (the JetStream
-    stream); the file's own checkpoints are checked too. Checks (issue 7):
+    stream); the file's own checkpoints are checked too. Checks:
     every entry's hash recomputes, prev_hash chains, seq is contiguous from 1,
     every checkpoint's signature verifies against ``trusted_keys`` and its
     (ledger_id, seq, entry_hash) matches the file, and the file reaches the
@@ -264,7 +264,7 @@ _SELECT_DECISION: Final = (
 
 def decision_entries(db_path: str | os.PathLike[str], decision_id: str) -> list[StoredEntry]:
     """Every entry naming ``decision_id`` (its decision, then its transitions), in seq
-    order, read-only. Issue 25: ``explain`` reads a decision from the evidence.
+    order, read-only: ``explain`` reads a decision from the evidence.
 
     Each row is decoded as the audit decodes it (a malformed one raises
     :class:`LedgerIntegrityError`); whether the chain holds is :func:`verify_ledger`'s
@@ -304,6 +304,6 @@ def shadow_entries(
     db_path: str | os.PathLike[str], since_ms: int = 0, until_ms: int = 2**53
 ) -> list[StoredEntry]:
     """Every ``shadow`` entry recorded at ``since_ms <= at < until_ms``, in seq order,
-    read-only (issue 25: ``release diff`` over recorded traffic). Decoded and refused
+    read-only (``release diff`` over recorded traffic). Decoded and refused
     as :func:`decision_entries` does; the caller asks :func:`verify_ledger` first."""
     return _entries_where(db_path, _SELECT_SHADOW, (since_ms, until_ms))

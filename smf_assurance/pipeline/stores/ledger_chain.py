@@ -1,6 +1,6 @@
 """What a valid evidence chain is, and the named ways a ledger file fails it.
 
-ARCHITECTURE.md, "Evidence", and issue 7: entries are hash-chained (each
+ARCHITECTURE.md, "Evidence": entries are hash-chained (each
 ``entry_hash`` is the identity of its canonical document, which names the
 previous entry's hash; entry 1 chains to
 :data:`~smf_assurance.pipeline.stores.ledger_schema.GENESIS_HASH`) and seq runs from 1
@@ -47,7 +47,7 @@ __all__ = [
 EVIDENCE_STORE_UNAVAILABLE: Final = "evidence_store_unavailable"
 
 # Reason codes of verify_ledger, one per way the file can disagree with itself
-# or with the signed checkpoints (issue 7).
+# or with the signed checkpoints.
 ENTRY_HASH_MISMATCH: Final = "entry_hash_mismatch"
 """An entry's stored hash is not the hash of its content: edited in place."""
 CHAIN_BROKEN: Final = "chain_broken"

@@ -1,6 +1,6 @@
 """What the evidence ledger may hold, how an entry is hashed, and the SQL that keeps it so.
 
-ARCHITECTURE.md, "Evidence", and issue 7: the ledger stores identities,
+ARCHITECTURE.md, "Evidence": the ledger stores identities,
 release and projection ids, disposition, reason codes, status, a
 pseudonymous tenant identity and time, and never raw prompts, arguments,
 content, recipients or matter ids. Minimization is structural here, not a
@@ -32,7 +32,7 @@ checkpoints (``ledger.verify_ledger``) are what detect that.
 Changing a vocabulary changes the CHECK baked into existing files, so it
 needs a new :data:`SCHEMA_VERSION` and a migration, not just an edit here.
 
-Schema 2 (issue 25, shadow releases) adds the entry kind ``shadow``: one
+Schema 2 adds the entry kind ``shadow`` (shadow releases): one
 decision on which a shadow release disagrees with the release that decided
 it. Its own columns (:data:`SHADOW_FIELDS`: the shadow's release and
 projection ids, disposition and reason codes, the operation's capability, and
@@ -64,7 +64,8 @@ from smf_assurance.subjects.canonical import (
 from smf_assurance.subjects.envelope import Capability
 
 SCHEMA_VERSION: Final = 2
-"""1: issue 7. 2: issue 25, the ``shadow`` kind and its columns (:func:`migrate_v1`)."""
+"""1: decisions and transitions. 2: adds the ``shadow`` kind and its columns
+(:func:`migrate_v1`)."""
 
 CHECKPOINT_PAYLOAD_TYPE: Final = "application/vnd.smf.ledger-checkpoint+json;v=1"
 """DSSE payload type of a ledger checkpoint; inside the PAE, so a checkpoint
@@ -75,7 +76,7 @@ KEYED_PREFIX: Final = "hmac-sha256:"
 _HEX_DIGITS: Final = 64
 
 GENESIS_HASH: Final = SHA256_PREFIX + "0" * _HEX_DIGITS
-"""prev_hash of entry 1 (issue 7)."""
+"""prev_hash of entry 1."""
 
 MAX_REASON_CODES: Final = 32
 MAX_REASON_CODE_LENGTH: Final = 64
@@ -129,7 +130,7 @@ Layers = Annotated[tuple[Layer, ...], msgspec.Meta(max_length=MAX_DIFFERING)]
 
 
 class EvidenceEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """One fact for the ledger, as a caller hands it over (issue 7).
+    """One fact for the ledger, as a caller hands it over.
 
     Only identities, vocabularies, reason codes and time: there is no field
     into which a prompt, an argument, content, a recipient or a matter id
@@ -149,7 +150,7 @@ class EvidenceEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     disposition: Disposition | None = None
     status: Status | None = None
     reason_codes: ReasonCodes = ()
-    # -- a ``shadow`` entry only (issue 25); None in every other kind ---------------
+    # -- a ``shadow`` entry only; None in every other kind ---------------
     shadow_release_id: Sha256Id | None = None
     """The shadow release, as an identity (``release_ref``, as ``release_id``)."""
     shadow_projection_id: Sha256Id | None = None
@@ -274,7 +275,7 @@ def _is_layer(item: object) -> bool:
 
 
 def _validate_shadow(entry: EvidenceEntry) -> None:
-    """A ``shadow`` entry (issue 25) names both sides: what was enforced
+    """A ``shadow`` entry names both sides: what was enforced
     (``disposition``, ``reason_codes``, ``release_id``) and what the shadow would
     have decided, and nothing but identities and closed words."""
     if entry.disposition is None:
@@ -335,7 +336,7 @@ def entry_document(seq: int, prev_hash: str, entry: EvidenceEntry) -> dict[str, 
 
 
 def entry_hash_of(seq: int, prev_hash: str, entry: EvidenceEntry) -> str:
-    """``sha256:`` over the canonical JSON of :func:`entry_document` (issue 7)."""
+    """``sha256:`` over the canonical JSON of :func:`entry_document`."""
     return identity_of(entry_document(seq, prev_hash, entry))
 
 

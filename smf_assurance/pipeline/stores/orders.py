@@ -3,7 +3,7 @@
 ARCHITECTURE.md, "One proposal through the bus": after an allow the executor
 "reports on smf.result.<connector>: confirmed -> consumed | failed -> failed |
 ambiguous/no report -> execution_unknown". Approved orders are followed by the
-approval store; this store follows the others (issue 15), so that every order's
+approval store; this store follows the others, so that every order's
 outcome reaches the evidence ledger:
 
 - ``open`` records the order (its id, proposal, decision, the release and
@@ -19,7 +19,7 @@ outcome reaches the evidence ledger:
 - ``prune`` forgets settled orders only; an open order is never forgotten.
 
 :class:`OrderBook` is the interface; :class:`SqliteOrderBook` keeps it beside
-the claims (one machine: in the ledger file, issue 20) and
+the claims (one machine: in the ledger file) and
 :class:`smf_assurance.pipeline.stores.orders_kv.KvOrderBook` in the claim bucket (a cluster,
 ARCHITECTURE.md "Scale"). Both raise :class:`StoreUnavailable` (or a subclass)
 when they cannot answer. Records hold

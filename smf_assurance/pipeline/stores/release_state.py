@@ -10,7 +10,7 @@ thread (:class:`~smf_assurance.pipeline.stores.sqlite_worker.SqliteWorker`):
   revocations, and the exact bundle bytes that were verified, so a restarted
   gate re-verifies exactly what it accepted.
 - ``release_history``: one row per accepted release, append-only.
-- ``release_shadow`` (issue 25): at most one row, the shadow release the gate
+- ``release_shadow``: at most one row, the shadow release the gate
   runs beside its accepted one (its exact bundle bytes, where it came from and
   the accepted release it was verified against), so a restarted gate verifies
   it again and keeps running it. A shadow decides nothing and sets no floor:
@@ -127,7 +127,7 @@ class StoredRelease:
 
 @dataclass(frozen=True, slots=True)
 class StoredShadow:
-    """The persisted shadow release (issue 25): unverified bytes until a gate
+    """The persisted shadow release: unverified bytes until a gate
     verifies them again against its accepted release."""
 
     release_id: str
@@ -216,7 +216,7 @@ def _read(conn: sqlite3.Connection) -> StoredRelease | None:
 
 def read_release_state(path: str | os.PathLike[str]) -> StoredRelease | None:
     """The last accepted release, read without opening the file for writing
-    (issue 22: ``release status`` on a read-only state dir, or beside a running
+    (``release status`` on a read-only state dir, or beside a running
     gate, must not need to write). Blocking; raises :class:`StoreUnavailable`
     naming the file when it cannot be read."""
     try:

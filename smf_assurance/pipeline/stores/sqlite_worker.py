@@ -15,7 +15,7 @@ shared connection. Here the whole transaction is one job on a single-thread
 executor: the same one-thread-owns-the-connection model, but a cancelled await
 never splits a transaction (the job runs to its end on the thread), two jobs
 never interleave on the connection, and a step costs one thread hop, not one
-per statement (issue 4: "keep the whole claim in one thread hop").
+per statement: the whole claim is kept in one thread hop.
 
 The pragmas are those ARCHITECTURE.md's durability promises need: WAL, so
 readers do not block the writer, and ``synchronous = FULL``, because in WAL
@@ -46,7 +46,7 @@ ResultT = TypeVar("ResultT")
 
 
 class GroupCommitter(Generic[ItemT, ResultT]):
-    """Group commit (issue 20): items that arrive while a commit is in flight go into
+    """Group commit: items that arrive while a commit is in flight go into
     the next one, in arrival order, at most ``limit`` at a time.
 
     ``commit`` receives a group and returns one ``(True, result)`` or ``(False,
@@ -197,7 +197,7 @@ class SqliteWorker:
 
     async def lend(self, schema: str = "", *, name: str) -> SqliteWorker:
         """A worker on this one's connection and thread, for a store whose writes must
-        commit in this one's transactions (issue 20: the claim store and the order
+        commit in this one's transactions (the claim store and the order
         book in the ledger file, :meth:`smf_assurance.pipeline.stores.ledger.Ledger.append_beside`).
 
         ``schema`` is installed first. The loan has its own group commit, and its
@@ -232,7 +232,7 @@ class SqliteWorker:
     async def transact(self, body: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``body`` as one transaction, committed together with those queued beside it.
 
-        Group commit (issue 20): the bodies that queue while a commit is in flight run
+        Group commit: the bodies that queue while a commit is in flight run
         in the next ``BEGIN IMMEDIATE`` ... ``COMMIT``, each inside its own SAVEPOINT, in
         the order they were queued, so each sees the ones before it exactly as if they
         had committed first. One fsync serves them all; each caller is released only
@@ -337,7 +337,7 @@ def create_private(path: str | os.PathLike[str]) -> None:
 def open_read_only(db_path: str | os.PathLike[str]) -> sqlite3.Connection:
     """A connection that can only read: an audit or a status never modifies a store.
 
-    Issue 22: an auditor's copy sits in a folder they may not write, where
+    An auditor's copy may sit in a folder they may not write, where
     SQLite cannot create the ``-shm`` a WAL file needs even to read
     (``mode=ro`` alone fails). Then the file is opened ``immutable=1``, which
     reads the main file only, and so only when no write-ahead log beside it

@@ -84,8 +84,8 @@ async def wait_for_jetstream(nc: Client, seconds: float) -> None:
     On a cluster, an API answer comes back from the meta leader over the routes;
     on a cluster that has just formed, it can be dropped before this connection's
     reply interest has reached the leader's node. The stream was made; the
-    caller never hears it. This was seen in a test under load: the stream
-    existed, and the creation request timed out after 30 s. So the first API
+    caller never hears it: under load the stream exists and the creation
+    request times out after 30 s. So the first API
     call goes to a read-only probe the meta leader answers (the stream names).
     It is asked again, with a short deadline, until it is answered. Only then
     does a call that changes something go out.
@@ -150,7 +150,7 @@ def approval_stream_config(replicas: int = 1) -> StreamConfig:
 
 
 def checkpoint_stream_config(replicas: int = 1) -> StreamConfig:
-    """Ledger checkpoints outside the ledger file (issue 7): the stream refuses
+    """Ledger checkpoints outside the ledger file: the stream refuses
     message deletion and purge, so truncating the ledger stays detectable."""
     return StreamConfig(
         name=CHECKPOINT_STREAM,

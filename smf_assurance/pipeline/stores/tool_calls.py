@@ -1,4 +1,4 @@
-"""The tool-call accounting store (issue 16, item 3): runtime stops and the decided-call
+"""The tool-call accounting store: runtime stops and the decided-call
 index, kept across a gate restart.
 
 The gate refuses a runtime whose model request carried a tool result no proposal
@@ -221,7 +221,7 @@ class SqliteToolCallStore:
 
     @classmethod
     async def in_ledger(cls, ledger_worker: SqliteWorker) -> SqliteToolCallStore:
-        """The tables in the LEDGER file, on a loan of its worker (issue 20), so a note
+        """The tables in the LEDGER file, on a loan of its worker, so a note
         and a clear can commit in the transaction of an evidence entry."""
         return cls(await ledger_worker.lend(SCHEMA, name="tool-calls"))
 
@@ -263,7 +263,7 @@ class SqliteToolCallStore:
         self, runtime_id: str, tool_call_id: str, at_ms: int
     ) -> Callable[[sqlite3.Connection], None]:
         """:meth:`note` as a write beside the decision's evidence entry, or in the
-        ledger's next group commit (issue 20: no commit of its own). Raises
+        ledger's next group commit (no commit of its own). Raises
         :class:`StoreUnavailable` now if the store is closed."""
         self._check_open("note")
         row = (runtime_id, tool_call_id, at_ms)

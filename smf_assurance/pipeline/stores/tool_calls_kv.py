@@ -1,7 +1,7 @@
 """The tool-call accounting store on JetStream KV, for gate replicas on a cluster.
 
-Implements :class:`smf_assurance.pipeline.stores.tool_calls.ToolCallStore` (issue 16, item 3;
-ARCHITECTURE.md, "Scale") in its own bucket, :data:`BUCKET` (history 1, file
+Implements :class:`smf_assurance.pipeline.stores.tool_calls.ToolCallStore`
+(ARCHITECTURE.md, "Scale") in its own bucket, :data:`BUCKET` (history 1, file
 storage, the cluster's replicas, no direct gets: :func:`open_strict_bucket`), which
 only gates may read or write (``smf_assurance.subjects.bus_access``: gates hold ``$KV.>``, no
 other role does):

@@ -1,12 +1,11 @@
 """The ``llm_request`` middleware: every model request proves which process sent it.
 
-Issue 16 (docs/HERMES.md, finding 10): the model gateway used to serve a
-runtime by its token while the gate held a fresh attestation for the runtime
-id, so a second Hermes process of the same runtime with our plugin off
-(``HERMES_SAFE_MODE=1``, or the plugin left out of ``plugins.enabled``), started
-within that lease, got completions and ran its first tool ungated. The token
-lives in Hermes's ``config.yaml``, which every process of the runtime reads;
-the runtime key is held only by this adapter.
+The attack refused (docs/HERMES.md, finding 10): a second Hermes process of a
+runtime that holds a fresh attestation, started with our plugin off
+(``HERMES_SAFE_MODE=1``, or the plugin left out of ``plugins.enabled``), must
+not get completions, and so run its first tool ungated, by the runtime's token
+alone. The token lives in Hermes's ``config.yaml``, which every process of the
+runtime reads; the runtime key is held only by this adapter.
 
 So the adapter draws a random instance id at start, attests it
 (``Lifecycle.attestation``), and adds an :class:`InstanceProof` signed with
@@ -19,7 +18,7 @@ proof and the gateway refuses it. A middleware that raises is skipped by
 Hermes and the request goes without the header: that fails closed at the
 gateway, so nothing here can let a request through that should not be.
 
-Each request gets its own proof (issue 36, "proofs bound to one request"): a fresh
+Each request gets its own proof (proofs are bound to one request): a fresh
 nonce, and the digest of the request's ``messages`` as this middleware hands them to
 Hermes's OpenAI client (``subjects.model_gateway.request_digest``; the client sends
 them as they are, and the gateway computes the same digest from the body it

@@ -1,6 +1,6 @@
 /**
  * Start-up attestation and the governed release, for the OpenClaw plugin
- * (issues 10 and 6): the twin of the Hermes adapter's `_attest_once`,
+ *: the twin of the Hermes adapter's `_attest_once`,
  * `_attest_forever` and `_ensure_attested` (`smf_assurance/adapters/hermes/lifecycle.py`).
  *
  * {@link Governance} holds what the plugin verified itself: the newest release
@@ -147,7 +147,7 @@ export class Governance implements Governed {
     this.releaseProblem = undefined;
   }
 
-  /** The attestation this adapter would sign now; it names this process's instance (issue 16). */
+  /** The attestation this adapter would sign now; it names this process's instance. */
   attestation(): RuntimeAttestation {
     const refusal = this.refusal();
     const problems = [...new Set([...this.problems, ...this.binding.problems, ...(refusal === undefined ? [] : [refusal])])];

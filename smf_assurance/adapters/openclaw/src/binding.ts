@@ -1,5 +1,5 @@
 /**
- * Binding model requests to this process (issue 16; docs/OPENCLAW.md, "Binding
+ * Binding model requests to this process (docs/OPENCLAW.md, "Binding
  * model requests to the process"): the provider `smf-gateway` and its stream
  * wrappers, which put this process's {@link InstanceProof} on every model request
  * (header `Smf-Instance-Proof`), the twin of the Hermes adapter's `llm_request`

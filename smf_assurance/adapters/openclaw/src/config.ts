@@ -95,7 +95,7 @@ export interface PluginConfig {
   context: OpenClawContext;
   gateTimeoutMs: number;
   holdTimeoutMs: number;
-  /** The plugin's files and OpenClaw's config file, out of every tool's reach (issue 17). */
+  /** The plugin's files and OpenClaw's config file, out of every tool's reach. */
   protected: Protected;
 }
 

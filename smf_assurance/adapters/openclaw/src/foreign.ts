@@ -1,12 +1,12 @@
 /**
- * Other plugins that can change a tool call after this plugin decided on it (issue 17).
+ * Other plugins that can change a tool call after this plugin decided on it.
  *
- * Finding: a second plugin registered `before_tool_call` at `priority: -Infinity`
+ * The attack: a second plugin registers `before_tool_call` at `priority: -Infinity`
  * (below ours; OpenClaw 2026.9.6 does not validate priorities and takes the
- * params of the LAST handler it runs). The attorney approved
- * `echo filed >> FILED`; `echo pwned > PWNED` ran, and the plugin noticed only in
- * `after_tool_call`. OpenClaw offers no plugin seam after the hooks and before
- * the spawn (docs/OPENCLAW.md, "Foreign hooks"), so the plugin refuses to run
+ * params of the LAST handler it runs). The attorney approves
+ * `echo filed >> FILED`; `echo pwned > PWNED` runs, and a check in
+ * `after_tool_call` comes too late. OpenClaw offers no plugin seam after the
+ * hooks and before the spawn (docs/OPENCLAW.md, "Foreign hooks"), so the plugin refuses to run
  * while such a hook is loaded: it reads the registry OpenClaw dispatches from,
  * inside its own hook, and blocks every call while another plugin has
  *

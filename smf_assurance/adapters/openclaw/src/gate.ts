@@ -125,7 +125,7 @@ export interface AdapterSettings {
   context: OpenClawContext;
   gateTimeoutMs: number;
   holdTimeoutMs: number;
-  /** The plugin's own files (issue 17); absent only when built by hand in tests. */
+  /** The plugin's own files; absent only when built by hand in tests. */
   protected?: Protected;
   /**
    * Other plugins' hooks that can change a call after ours (`foreign.ts`); `null`
@@ -154,7 +154,7 @@ class Blocked extends Error {
     readonly reasons: readonly string[],
     readonly kind: "gate" | "adapter" | "approval",
     readonly decisionId: string | null = null,
-    /** The denying approver's note (issue 23): told to the requester, never logged. */
+    /** The denying approver's note: told to the requester, never logged. */
     readonly note: string | null = null,
     /** The adapter refused before proposing the call: the refusal is reported (`reportRefused`). */
     readonly beforeProposal = false,
@@ -174,7 +174,7 @@ function localRefusal(error: unknown): string | undefined {
   return undefined;
 }
 
-/** Issue 25: every denial names the decision it rests on, so whoever reads it can have
+/** Every denial names the decision it rests on, so whoever reads it can have
  * the gate's reasons in words (`smf-assurance explain`, from the ledger and the release).
  * Empty when the verdict names none (the gate never decided). */
 export function decisionHint(decisionId: string | null | undefined): string {
@@ -512,7 +512,7 @@ export class GateAdapter {
       issued_at_ms: issued,
       reply_by_ms: issued + replyWindowMs(settings.gateTimeoutMs),
     };
-    // The call's id, when the contract can carry it (model-gateway accounting, issue 16).
+    // The call's id, when the contract can carry it (model-gateway accounting).
     if (toolCallId !== undefined && TOOL_CALL_ID_RE.test(toolCallId)) proposal.tool_call_id = toolCallId;
     checkProposal(proposal);
     return proposal;

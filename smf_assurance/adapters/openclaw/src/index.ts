@@ -1,7 +1,7 @@
 /**
  * The OpenClaw plugin `smf-assurance`: every tool call is proposed to the SMF
  * gate, signed with the runtime's key, and runs only with the exact params the
- * gate allowed (issue 10). Pinned runtime: npm `openclaw@2026.9.6`.
+ * gate allowed. Pinned runtime: npm `openclaw@2026.9.6`.
  *
  * Seam facts (RUNTIMES.md, "OpenClaw", run on the pinned version):
  * - `register(api)` runs several times per process: nothing connects here;
@@ -241,7 +241,7 @@ export function warnIfUngated(api: PluginApi, seen: RegistrationsSeen = processR
 }
 
 /**
- * The provider `smf-gateway` (issue 16): its stream wrappers put this process's
+ * The provider `smf-gateway`: its stream wrappers put this process's
  * instance proof on every model request to it (`binding.ts`), or nothing. The
  * operator configures the model gateway under this id; any other id gets no proof
  * and is refused by the gateway. Registered in every mode, because OpenClaw calls

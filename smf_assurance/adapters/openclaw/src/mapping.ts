@@ -35,9 +35,9 @@ import type { DataFacts, InjectionTaint, ProposedDestination, Surface } from "./
 
 export const PATH_TOOLS = new Set(["read", "write", "edit", "apply_patch"]);
 /**
- * Issue 17: OpenClaw 2026.9.6's executor trims each header line before it
- * matches `*** Add File: ` and the rest (`parseOneHunk`), so a header with a
- * leading space escaped an anchored regex. The adapter reads every trimmed line
+ * OpenClaw 2026.9.6's executor trims each header line before it matches
+ * `*** Add File: ` and the rest (`parseOneHunk`), so a header with a leading
+ * space would escape an anchored regex. The adapter reads every trimmed line
  * with a looser pattern than the executor's (spacing and case free), a superset.
  */
 const PATCH_HEADER = /^\*\*\*\s*(?:(?:Add|Update|Delete)\s*File|Move\s*(?:to|File))\s*:\s*(.+)$/i;
@@ -188,9 +188,9 @@ function messageDestination(args: JsonObject, context: OpenClawContext): Propose
 }
 
 /**
- * The plugin's own files, which no tool call may read or write (issue 17).
- * Finding: `read` of the adapter's key file was allowed as an internal read and
- * its seed went to the model provider; whoever holds it signs as the runtime.
+ * The plugin's own files, which no tool call may read or write.
+ * The attack: `read` of the adapter's key file, allowed as an internal read, would
+ * send its seed to the model provider; whoever holds it signs as the runtime.
  * `paths` are the files as configured and resolved; `names` the secret files'
  * own names, looked for in every string argument of every tool (an `exec`
  * `cat`). A name spelled some other way in a shell command is not found; the

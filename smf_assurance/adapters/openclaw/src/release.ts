@@ -1,6 +1,6 @@
 /**
- * The governed release, verified by the plugin itself (issue 6, "Verification,
- * in every consumer, before use"): the twin of the Hermes adapter's verifier
+ * The governed release, verified by the plugin itself (verification in every
+ * consumer, before use): the twin of the Hermes adapter's verifier
  * (`smf_assurance/adapters/hermes/release.py`), running the checks of `contract/release.ts`
  * (the twin of `smf_assurance/subjects/release.py`).
  *

@@ -10,7 +10,7 @@
  * Every failure surfaces as a {@link BusError} with a reason code, which the
  * hook turns into a block: `gate_unreachable` (no connection, or nobody serves
  * the subject), `gate_timeout` (no reply within the deadline),
- * `bus_credential_refused` (the server refused this runtime's nkey, issue 15),
+ * `bus_credential_refused` (the server refused this runtime's nkey),
  * the seed file's own reason code when it can no longer be read at connect
  * (`contract/bus_access.ts`), `gate_transport_error` (anything else).
  *

@@ -1,5 +1,5 @@
 /**
- * The model-request proof's decisions (binding.ts, issue 16): when the provider
+ * The model-request proof's decisions (binding.ts): when the provider
  * `smf-gateway`'s stream wrappers add `Smf-Instance-Proof`, and when they add
  * nothing (the model gateway then refuses the request). Runs on the compiled
  * JavaScript against stand-in streams; the real runtime is driven from Python

@@ -239,7 +239,7 @@ test("deny blocks with the gate's reason codes", async () => {
   assert.match(reason, /^SMF Assurance gate denied write: legal_hold_blocks_deletion\. It did not run\.$/);
 });
 
-test("a denial names the decision it rests on, so explain can say why (issue 25)", async () => {
+test("a denial names the decision it rests on, so explain can say why", async () => {
   const decision = "sha256:" + "ab".repeat(32);
   const bus = new FakeBus((_s, data) =>
     reply(verdict({ proposal_id: proposalOf(data).proposal_id, outcome: "deny", reason_codes: ["legal_hold_blocks_deletion"], decision_id: decision })),
@@ -383,7 +383,7 @@ test("held: every other ending blocks", async () => {
   }
 });
 
-test("held: an approver's deny tells the requester its reason code and note (issue 23)", async () => {
+test("held: an approver's deny tells the requester its reason code and note", async () => {
   const deny = {
     outcome: "deny" as const, decision_id: DECISION, operation_hash: OPERATION, approval_id: APPROVAL,
     reason_codes: ["approver_denied", "approver_denied_wrong_recipient"],
@@ -537,7 +537,7 @@ test("mapping: canonical arguments, legal hold, message destination, surface", (
   assert.equal(legalHoldOf("apply_patch", { input: "*** Begin Patch\n*** Update File: /srv/held/a\n*** End Patch" }, CONTEXT), true);
   assert.equal(legalHoldOf("exec", { command: "rm /srv/held/x" }, CONTEXT), null);
   const taint = new ProcessTaint();
-  // Issue 17: OpenClaw trims header lines before matching them, and strips a leading "@".
+  // OpenClaw trims header lines before matching them, and strips a leading "@".
   for (const header of [
     "  *** Update File: /srv/held/a",
     "*** Delete File: /srv/held/a  ",
@@ -829,7 +829,7 @@ test("attests with the verified release and profile exact-hold, then proposes; g
   assert.equal(bus.attestations.length, 1);
 });
 
-test("the attestation names this process's instance, and the gate's answer is what the model-request proof follows (issue 16)", async () => {
+test("the attestation names this process's instance, and the gate's answer is what the model-request proof follows", async () => {
   const bus = new GovernedBus({ "release.0000000000000001": bundleOf() });
   const binding = newProcessBinding();
   const g = governed(bus, () => NOW, binding);
@@ -974,7 +974,7 @@ test("a call the adapter refuses itself is reported to the gate as a refusal, an
   await shutdown();
 });
 
-test("mapping: no tool call may touch the plugin's own files (issue 17)", () => {
+test("mapping: no tool call may touch the plugin's own files", () => {
   const dir = mkdtempSync(join(tmpdir(), "smf-protected-"));
   mkdirSync(join(dir, "keys"));
   const key = join(dir, "keys", "openclaw-runtime.key");
@@ -1004,7 +1004,7 @@ test("mapping: no tool call may touch the plugin's own files (issue 17)", () => 
   assert.ok(protectedFiles({}, { OPENCLAW_STATE_DIR: dir }).paths.includes(join(dir, "openclaw.json")));
 });
 
-test("foreign hooks: another plugin that can change a call after ours is found (issue 17)", () => {
+test("foreign hooks: another plugin that can change a call after ours is found", () => {
   const mine = new Set<string>(["/plugins/smf-assurance/dist/index.js"]);
   const entry = (pluginId: string, hookName: string, priority?: unknown) => ({ pluginId, hookName, priority, source: `/plugins/${pluginId}-elsewhere/index.js` });
   const ours = { ...entry("smf-assurance", "before_tool_call", Number.MIN_SAFE_INTEGER), source: "/plugins/smf-assurance/dist/index.js" };
@@ -1016,7 +1016,7 @@ test("foreign hooks: another plugin that can change a call after ours is found (
   assert.deepEqual(found(entry("tie", "before_tool_call", Number.MIN_SAFE_INTEGER)), [`tie:before_tool_call@${Number.MIN_SAFE_INTEGER}`]);
   assert.deepEqual(found(entry("nan", "before_tool_call", Number.NaN)), ["nan:before_tool_call@NaN"]);
   assert.deepEqual(found(entry("env", "resolve_exec_env")), ["env:resolve_exec_env"]);
-  // Issue 36: as OpenClaw's dispatcher coerces them. A string sorts by Number(); an
+  // Priorities as OpenClaw's dispatcher coerces them. A string sorts by Number(); an
   // object's valueOf is foreign code (it may answer this check and the sort apart).
   assert.deepEqual(found(entry("str", "before_tool_call", "-Infinity")), ["str:before_tool_call@-Infinity"]);
   assert.deepEqual(found(entry("str-high", "before_tool_call", "100")), []);
@@ -1062,7 +1062,7 @@ test("foreign hooks: the adapter blocks every call and attests the problem while
   assert.deepEqual(noted, ["foreign_param_hooks", "plugin_registry_unreadable"]);
 });
 
-test("agent exec: a discovery-only registration says its tools are not gated, once (issue 17)", () => {
+test("agent exec: a discovery-only registration says its tools are not gated, once", () => {
   const lines: string[] = [];
   const api = (mode: string): PluginApi => ({
     registrationMode: mode,
@@ -1081,7 +1081,7 @@ test("agent exec: a discovery-only registration says its tools are not gated, on
   assert.equal(lines.length, 1);
 });
 
-test("hook budget: the budget OpenClaw gave our hook, as registered, must cover a held call (issue 17)", async () => {
+test("hook budget: the budget OpenClaw gave our hook, as registered, must cover a held call", async () => {
   const mine = new Set<string>(["/plugins/smf-assurance/index.js"]);
   const registry = {
     typedHooks: [

@@ -196,7 +196,7 @@ for (const row of rows(messages, "verify")) {
   });
 }
 
-// --- runtime attestations and the instance proof (issue 16) --------------------------------
+// --- runtime attestations and the instance proof --------------------------------
 
 for (const row of rows(messages, "messages").filter((m) => m.type === "RuntimeAttestation")) {
   test(`messages.json attestation ${row.name}: the builder writes exactly this value`, () => {
@@ -313,7 +313,7 @@ for (const row of rows(messages, "verdicts")) {
       if (typeof row.outcome === "string") {
         const opened = open();
         assert.equal(opened.outcome, row.outcome);
-        // Issue 23: the deny's code and note, as sent; absent from every other outcome.
+        // The deny's code and note, as sent; absent from every other outcome.
         assert.equal(opened.approver_note, row.approver_note);
         if (row.approver_note !== undefined) assert.deepEqual(opened.reason_codes, row.reason_codes);
         return;
@@ -396,7 +396,7 @@ for (const row of rows(messages, "verdicts")) {
   }
 }
 
-// --- the bus credential (bus_access.json; issue 15) ----------------------------------------
+// --- the bus credential (bus_access.json) ---------------------------------------------------
 
 test("bus_access.json inbox prefixes", () => {
   const doc = load("bus_access.json");

@@ -9,7 +9,7 @@
 // displays, and signs the digest it computed, so an approval can only ever be
 // spent on the action that was shown.
 //
-// Decisions are deliberate (issue 23): Allow once opens a confirm step naming the
+// Decisions are deliberate: Allow once opens a confirm step naming the
 // action and its destination, and only "Yes, allow once" signs; Deny opens a form
 // that cannot be sent without a reason from the closed list (the radio buttons in
 // index.html, the list smf_assurance/subjects/approvals.py DENY_REASONS declares), with an optional
@@ -259,9 +259,9 @@ const page = {
   polling: false,
   linkHandled: false, // the notification's ?approval= is acted on once per page load
   pollTimer: null,
-  blobUrls: [], // the documents on show (issue 23); revoked when others replace them
+  blobUrls: [], // the documents on show; revoked when others replace them
   tickTimer: null,
-  requests: new Map(), // the signed-in person's own requests, as the gate answered (issue 23)
+  requests: new Map(), // the signed-in person's own requests, as the gate answered
   requestsPolling: false,
   requestsTrouble: false, // the requests' status line shows a failure to clear once it passes
   requestsTimer: null,
@@ -289,7 +289,7 @@ function timeLeft(approval) {
   return approval.expires_at_ms - now();
 }
 
-/** Time left as an attorney reads it (issue 23): "expires in 4 min 12 s", or "expired". */
+/** Time left as an attorney reads it: "expires in 4 min 12 s", or "expired". */
 export function formatLeft(ms) {
   if (ms <= 0) return 'expired';
   const total = Math.floor(ms / 1000);
@@ -298,7 +298,7 @@ export function formatLeft(ms) {
   return minutes ? `expires in ${minutes} min ${seconds} s` : `expires in ${seconds} s`;
 }
 
-/** What the countdown's live region says (issue 23): it changes only when the whole
+/** What the countdown's live region says: it changes only when the whole
  *  minutes left change and at expiry, so a screen reader is not told every second. */
 export function announceLeft(ms) {
   if (ms <= 0) return 'Expired: no decision can be sent.';
@@ -309,7 +309,7 @@ export function announceLeft(ms) {
 
 const pad = (n, width = 2) => String(n).padStart(width, '0');
 
-/** The absolute expiry in this browser's time zone, unambiguous (issue 23):
+/** The absolute expiry in this browser's time zone, unambiguous:
  *  "2026-12-02 18:35:19 UTC+05:30 (Asia/Kolkata)"; the offset is the one in force
  *  at that instant, so a daylight-saving change in between is accounted for. */
 export function formatExpiry(ms) {
@@ -450,7 +450,7 @@ async function poll() {
   openLinked();
 }
 
-/** The notification's link, `/?approval=<id>` (issue 23): after sign-in and the first
+/** The notification's link, `/?approval=<id>`: after sign-in and the first
  *  list, open that approval if it is one this approver is shown. The id is only looked
  *  up in that list, never written into the page; any other id gets a plain message. */
 function openLinked() {
@@ -528,7 +528,7 @@ function tick() {
 
 // --- one approval ------------------------------------------------------------------
 
-// Why the approval is required, in words (issue 23). The gate sends each rule as the
+// Why the approval is required, in words. The gate sends each rule as the
 // release that made the decision words it (smf_assurance/subjects/approvals.py RuleShown) and each
 // reason code with the words of its one table (smf_assurance/core/explanation.py
 // REASON_WORDS). All of it is set as text, never as HTML.
@@ -610,7 +610,7 @@ function renderFacts(a, view) {
     fact('Destination', view
       ? destinationShown(page.display, view, a)
       : `${a.channel}, ${a.locality}`),
-    // The announcement names no matter or person (issue 15): the gate shows them
+    // The announcement names no matter or person: the gate shows them
     // to an entitled approver with the binding.
     fact('Matter', view ? matterShown(page.display, view) : '(shown once opened)'),
     fact('Tenant', view ? `${a.tenant_id} · ${view.binding.organization_id}` : a.tenant_id),
@@ -692,7 +692,7 @@ function renderOutcome(a) {
   $('outcome-box').hidden = false;
 }
 
-// --- the tenant directory's names (issue 23: the action as a lawyer reads it) ----------
+// --- the tenant directory's names (the action as a lawyer reads it) --------------------
 // The console's server looks the bound ids up in the operator's tenant directory
 // (smf_assurance/approver/directory.py) and sends the names beside the view. The raw id
 // is always shown with them: it is what the checks below compare with the binding. An id
@@ -740,7 +740,7 @@ function destinationWords(display, view) {
   return d.caption ? `${d.name} (${raw}), ${d.caption}, Docket No. ${d.docket}` : `${d.name} (${raw})`;
 }
 
-// --- the documents the action sends (issue 23: attachments shown and bound) --------------
+// --- the documents the action sends (attachments shown and bound) -----------------------
 // The runtime puts each document's bytes in an argument with their SHA-256
 // (smf_assurance/subjects/attachments.py), so the argument hash in the binding covers
 // them. Here each one's SHA-256 is recomputed with SubtleCrypto from the bytes about to
@@ -825,7 +825,7 @@ function renderAttachments(attachments) {
   $('attachments-box').hidden = attachments.length === 0;
 }
 
-// --- the confirm step and the deny form (issue 23) -------------------------------------
+// --- the confirm step and the deny form -------------------------------------
 
 function openStep() {
   if (!$('allow-confirm').hidden) return 'allow';
@@ -946,7 +946,7 @@ function backToList() {
   (li || $('board-title')).focus();
 }
 
-// --- the requester's view and the connector's receipt (issue 23) ----------------------
+// --- the requester's view and the connector's receipt ----------------------
 // The console names candidate ids (what is held for this person's tenants); the page
 // signs a track request for them and the gate answers only for the person's own
 // requests and those they may resolve. Nothing here is taken from the console alone.
@@ -1045,7 +1045,7 @@ function makeRequest(r) {
   return li;
 }
 
-/** Issue 23: an expired request is asked again as a NEW proposal (a new binding and
+/** An expired request is asked again as a NEW proposal (a new binding and
  *  approval id, decided from the start), never by reviving the old one; the page signs
  *  the request with this person's key and the gate checks it is theirs and expired. */
 async function askAgain(id, button) {

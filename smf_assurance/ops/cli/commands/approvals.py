@@ -1,6 +1,6 @@
 """``approvals``: the approver's console for exact-action approvals.
 
-Issue 4, "Approver command line", and ARCHITECTURE.md, "Exact-action
+ARCHITECTURE.md, "Exact-action
 approval". What the commands guarantee an approver:
 
 - ``pending`` reads the announcements kept on the ``SMF_APPROVALS`` stream
@@ -16,7 +16,7 @@ approval". What the commands guarantee an approver:
   sign when the content does not match the digest or the approval is no
   longer pending, and signs the digest it checked, so the signature cannot be
   spent on any other action. The gate's refusal is the exit status.
-- ``resolve`` is deliberate (issue 23, "Deliberate decisions"): it names the
+- ``resolve`` is deliberate: it names the
   action and its destination and signs only after the approver types ``yes``,
   unless ``--yes``; with no terminal on stdin and no ``--yes`` it signs
   nothing. A deny names its reason from the closed list
@@ -97,9 +97,9 @@ GATE_UNREACHABLE: Final = "gate_unreachable"
 """No gate answered the request (no responders, or no answer in time)."""
 _KEEP: Final = frozenset("\n\t")
 CONFIRMATION_REQUIRED: Final = "confirmation_required"
-"""No ``--yes`` and no terminal to ask on: nothing is signed (issue 23)."""
+"""No ``--yes`` and no terminal to ask on: nothing is signed."""
 NOT_CONFIRMED: Final = "not_confirmed"
-"""The approver did not type ``yes``: nothing is signed (issue 23)."""
+"""The approver did not type ``yes``: nothing is signed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +176,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "rerequest",
         help="ask an expired approval of yours again, as a new approval",
         description="Sign, with your key, a request that your expired approval be asked "
-        "again (issue 23). The gate checks that you requested it and that it expired, "
+        "again. The gate checks that you requested it and that it expired, "
         "and tells the runtime that proposed it, which proposes the action anew: a new "
         "approval with a new binding, decided from the start. The expired one stays "
         "expired. Exits 1 when the gate refuses.",
@@ -323,7 +323,7 @@ def run_pending(args: argparse.Namespace) -> int:
                 item.announcement.capability,
                 item.announcement.channel,
                 ", ".join(item.announcement.required_roles),
-                # Issue 22: a consumed approval's time has passed too, but it
+                # A consumed approval's time has passed too, but it
                 # did not expire; only an open one has time left to show.
                 expires_in(item.announcement.expires_at_ms, now)
                 if item.state in OPEN_STATES
@@ -364,8 +364,7 @@ async def _fetch_view(
     client: ApproverClient, approval_id: str, purpose: str = "show"
 ) -> ApprovalView:
     """The approval's content and binding, or one line saying why not; a resolve
-    reads it first, so its refusal says "resolve" (issue 22: it said "refused
-    to show" for a resolve)."""
+    reads it first, so its refusal says the resolve failed and that nothing was signed."""
     try:
         return await client.show(approval_id)
     except ApproverError as exc:
@@ -391,8 +390,8 @@ async def _fetch_view(
 
 
 async def _standing(client: ApproverClient, approval_id: str) -> str:
-    """What a closed approval ended with, as far as the gate lets this person see
-    (issue 23): a denial's reason codes, the connector's receipt; '' when nothing
+    """What a closed approval ended with, as far as the gate lets this person see:
+    a denial's reason codes, the connector's receipt; '' when nothing
     more can be said (not theirs to see, or the gate does not answer)."""
     try:
         reply = await client.track([approval_id])
@@ -468,7 +467,7 @@ def _view_json(view: ApprovalView, matches: bool, display: DirectoryShown) -> Ap
 
 
 def _print_reasons(view: ApprovalView) -> None:
-    """Why the approval is required, in words (issue 23): each rule as the deciding release
+    """Why the approval is required, in words: each rule as the deciding release
     words it, or its id and :data:`RULE_NOT_DESCRIBED`; each reason code with its words,
     or the code alone."""
     for rule in view.rules:
@@ -485,7 +484,7 @@ def _print_reasons(view: ApprovalView) -> None:
 
 def _directory_rows(display: DirectoryShown) -> list[tuple[str, str]]:
     """The destination and matter by their directory names, each with its raw id; an id
-    the directory does not hold is printed raw and marked so (issue 23)."""
+    the directory does not hold is printed raw and marked so."""
     d, m = display.destination, display.matter
     raw = printable(d.id) or "-"
     if not d.in_directory:
@@ -510,7 +509,7 @@ def _directory_rows(display: DirectoryShown) -> list[tuple[str, str]]:
 
 def _documents(view: ApprovalView) -> tuple[str, list[tuple[str, str]]]:
     """The arguments with each document's bytes left out, and a row per document: its
-    name, type, size and digest once its bytes match it, or why not (issue 23)."""
+    name, type, size and digest once its bytes match it, or why not."""
     try:
         arguments = msgspec.json.decode(view.arguments_json, type=dict[str, Any])
     except msgspec.DecodeError:
@@ -609,7 +608,7 @@ def _question(view: ApprovalView, choice: Choice) -> str:
 
 
 async def _confirm(view: ApprovalView, choice: Choice) -> None:
-    """Issue 23: name the action and its destination and sign only on ``yes``."""
+    """Name the action and its destination and sign only on ``yes``."""
     if choice.confirmed:
         return
     sys.stderr.write(_question(view, choice))
@@ -674,8 +673,8 @@ def run_resolve(args: argparse.Namespace) -> int:
         reply = asyncio.run(_resolve(url, credential, approval_id, choice, key, approver_id))
     except CommandError as exc:
         if args.json:
-            # Issue 22: a refusal printed nothing on stdout, so a script reading
-            # the JSON saw no answer at all.
+            # A refusal prints its JSON on stdout too, so a script reading the
+            # JSON always has an answer.
             emit(
                 ApprovalsResolveRefusal(
                     approval_id=approval_id,
@@ -725,7 +724,7 @@ async def _rerequest(
 
 
 def run_rerequest(args: argparse.Namespace) -> int:
-    """Issue 23: an expired approval is asked again as a new one, never revived."""
+    """An expired approval is asked again as a new one, never revived."""
     approval_id = approval_ref(args.approval_id)
     key, person = _load_key(args.key, args.approver_id)
     url = _setup(args)

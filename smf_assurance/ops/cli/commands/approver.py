@@ -1,4 +1,4 @@
-"""``approver``: put an approver on the roster, or take one off (issue 21).
+"""``approver``: put an approver on the roster, or take one off.
 
 The approver's keys are made where the approver is, and only public halves
 travel: ``smf-assurance keys new --id ID --out ID.key`` and

@@ -3,7 +3,7 @@
 ``--evaluator`` times the decision core beside cedarpy; ``--bus`` times
 propose -> verdict through the gate beside a bare NATS echo on the same
 server (``smf_assurance.ops.bench.bus``); ``--output`` the buffer gate beside straight
-through. With none of these flags, those three run. ``--cluster`` (issue 11)
+through. With none of these flags, those three run. ``--cluster``
 runs only when asked, as it starts a three-node cluster and gate processes:
 approval claims on SQLite beside JetStream KV R3, and allows through one and
 two gate replicas beside a bare echo (``smf_assurance.ops.bench.cluster``).
@@ -32,18 +32,18 @@ from smf_assurance.ops.local.natsserver import NatsServerError
 
 EVALUATOR_ROUNDS = 5000
 EVALUATOR_P50_US = 8.0
-"""Issue 20: the evaluator's p50 on the four scenario requests, hash given (the gate's call)."""
+"""Target: the evaluator's p50 on the four scenario requests, hash given (the gate's call)."""
 OVER_CEDAR = 6.0
-"""Issue 20: at least this many times faster than cedarpy (our p50 with the hash inside)."""
+"""Target: at least this many times faster than cedarpy (our p50 with the hash inside)."""
 FLOOR_RATIO = 1.5
-"""Issue 20: a co-located allow (deny) p50 over its floor, the durable steps measured alone
+"""Target: a co-located allow (deny) p50 over its floor, the durable steps measured alone
 in the same run: echo + ledger append + JetStream PubAck + verdict sign/open (no PubAck
 for a deny)."""
 THROUGHPUT_PER_S = 5000.0
 THROUGHPUT_OVER_ECHO = 0.15
-"""Issue 20: at 64 in flight, at least 5,000/s or 0.15x echo, whichever is lower."""
+"""Target: at 64 in flight, at least 5,000/s or 0.15x echo, whichever is lower."""
 GROWTH = 2.0
-"""Issue 20: p50 at 10,000 extra policies over p50 at 10, with the policy index."""
+"""Target: p50 at 10,000 extra policies over p50 at 10, with the policy index."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -356,7 +356,7 @@ def _bus_targets(result: bus.BusResult) -> list[Target]:
             wanted = min(THROUGHPUT_PER_S, THROUGHPUT_OVER_ECHO * rates["echo"])
             targets.append(Target(label, "requests/s", "at_least", wanted, rates[label]))
     without, beside = bus.SHADOW_SERIES
-    if without in p50 and beside in p50:  # issue 25: the shadow never holds a verdict up
+    if without in p50 and beside in p50:  # the shadow never holds a verdict up
         measured = p50[beside] / p50[without]
         targets.append(
             Target(beside, "p50 / paired p50 without", "at_most", bus.SHADOW_TARGET, measured)

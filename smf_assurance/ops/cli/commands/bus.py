@@ -1,4 +1,4 @@
-"""``bus``: the bus's own authorization, from the registry (issue 15).
+"""``bus``: the bus's own authorization, from the registry.
 
 - ``bus authorization --state-dir DIR --out FILE``: write the server's
   accounts for the state's registry (every principal with a credential, its

@@ -1,4 +1,4 @@
-"""``candidate``: one immutable candidate of the product and what holds for it (issue 24).
+"""``candidate``: one immutable candidate of the product and what holds for it.
 
 - ``candidate build``: refuses a dirty tree naming its files (and one whose tracked
   files git is told not to compare); records the commit's SHA and tree; takes the

@@ -1,6 +1,6 @@
 """``completion bash|zsh|fish``: shell completion read from the parser itself.
 
-Issue 22, everyday affordances: the script is generated from the argparse
+The script is generated from the argparse
 tree at the moment it is asked for, so a new command or option completes
 without anyone editing a script, and no completion library is needed.
 """

@@ -1,6 +1,6 @@
 """``console``: serve the approvers' web console until SIGINT or SIGTERM.
 
-Issue 12; docs/CONSOLE.md. What the command promises:
+docs/CONSOLE.md. What the command promises:
 
 - It finds the bus like the ``approvals`` commands (``--nats``, else the URL a
   running ``up`` wrote into the state directory) and checks once that it
@@ -9,7 +9,7 @@ Issue 12; docs/CONSOLE.md. What the command promises:
   ``registry.json``) and refuses to start on one it cannot read.
 - It reads the tenant directory (``--directory``, else the state directory's
   ``directory/``) and refuses to start on a malformed file, in one line
-  naming it (issue 23).
+  naming it.
 - It prints one readiness line (the page's URL) once it serves, and flushes it.
 - It holds no key and asks for none: approvers load their own key file into
   the page, which signs in the browser.

@@ -61,7 +61,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 @dataclass
 class Row:
-    """One scenario's result in machine values (issue 22: ``--json`` carries full ids
+    """One scenario's result in machine values (``--json`` carries full ids
     and the gate's own words); the table's display strings are derived in ``cells``."""
 
     scenario: str
@@ -203,8 +203,8 @@ async def _approve(nc: Client, stack: Stack, held: Verdict) -> Verdict | None:
 
 
 async def _connect(stack: Stack, principal: str, name: str) -> Client:
-    """A connection as ``principal``, with its own bus credential (issue 15),
-    bounded and quiet (issue 22: one short attempt, no raw nats-py error)."""
+    """A connection as ``principal``, with its own bus credential,
+    bounded and quiet (one short attempt, no raw nats-py error)."""
     return await connect_bus(stack.url, name, stack.state.existing_credential(principal))
 
 
@@ -252,7 +252,7 @@ async def _run_one(
 
 async def _swarm_row(nc: Client, stack: Stack) -> Row:
     """Scenario 4: a Swarm report citing only rules selected from the verified
-    release the gate is running on (its analysis projection, issue 6), with
+    release the gate is running on (its analysis projection), with
     nothing published on the gate's subjects while it runs."""
     leaked: list[str] = []
 
@@ -299,14 +299,14 @@ async def _demo(state: StateDir, nats_url: str | None) -> list[Row]:
     provision_demo(state)
     seed_demo_documents(state)
     if nats_url is not None:
-        # Issue 22: the gate's join waits for a bus that may come; a demo asks
+        # The gate's join waits for a bus that may come; a demo asks
         # once, so a wrong URL is one line at once, not a wait.
         probe = await connect_bus(nats_url, "smf-demo-probe", state.existing_credential("gate"))
         await probe.close()
     stack = await start_stack(state, nats_url=nats_url)
     async with contextlib.AsyncExitStack() as running:
         running.push_async_callback(stack.stop)
-        # The scripted runtime may not read orders or reports (issue 15); what the demo
+        # The scripted runtime may not read orders or reports; what the demo
         # shows of them it watches as the operator.
         nc = await _connect(stack, "runtime", "smf-demo-runtime")
         running.push_async_callback(nc.drain)

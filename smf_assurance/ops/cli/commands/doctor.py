@@ -1,4 +1,4 @@
-"""``doctor``: check a running deployment from the operator's seat (issue 21).
+"""``doctor``: check a running deployment from the operator's seat.
 
 Connects as the operator (the state's ``keys/operator.nkey``, or
 ``--credential``) and asks what the operator role may ask: the gates' signed

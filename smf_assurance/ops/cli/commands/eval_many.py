@@ -1,4 +1,4 @@
-"""``eval`` beyond one envelope and one projection (issue 25).
+"""``eval`` beyond one envelope and one projection.
 
 - ``--jsonl``: the envelope file (or ``-``) holds one envelope per line; every
   line is decoded before anything is decided, and a malformed one is refused
@@ -13,7 +13,7 @@
   differ, then counts by from -> to disposition.
 
 The single-envelope ``eval`` without these flags is ``smf_assurance.ops.cli.commands.decide``'s
-own and prints exactly what it printed before; only these flags lead here.
+own and is unchanged by them; only these flags lead here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``explain DECISION_ID``: a recorded decision in words, from the evidence (issue 25).
+"""``explain DECISION_ID``: a recorded decision in words, from the evidence.
 
 Reads the decision from a state directory's ledger (read-only, as ``ledger
 verify`` reads it) and the release that decided it from the same state (its
@@ -247,7 +247,7 @@ def run_explain(args: argparse.Namespace) -> int:
 
 
 def _step(stored: StoredEntry) -> tuple[object, ...]:
-    """A later entry of the decision as a row; a ``shadow`` entry (issue 25) says what
+    """A later entry of the decision as a row; a ``shadow`` entry says what
     the shadow release would have decided, and why, in its status and codes."""
     e = stored.entry
     if e.kind == "shadow":

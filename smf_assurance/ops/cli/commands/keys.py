@@ -1,13 +1,13 @@
 """``keys``: make an Ed25519 key pair, or print the public record of one.
 
-Issue 4, "Approver command line". The private key file is written by
+The private key file is written by
 :func:`smf_assurance.subjects.keys.write_private_key`: mode 0600 and never over an existing
 file, so a second ``keys new`` cannot silently replace an identity a roster
 already trusts. What is printed is only the public record; with ``--json`` it
 is exactly a ``smf.ed25519.public/1`` record, so it can be saved and handed to
 a roster or to ``ledger verify --key`` as it is.
 
-Issue 21: ``keys nkey --out PRINCIPAL.nkey`` makes a principal's bus credential
+``keys nkey --out PRINCIPAL.nkey`` makes a principal's bus credential
 where the principal is (an approver's machine): a 0600 NATS user nkey seed,
 never over an existing file, and prints only its public user key, the one
 thing ``approver add --bus-user`` needs.

@@ -1,6 +1,6 @@
 """``ledger``: verify the evidence ledger, export it for auditors, fetch its checkpoints.
 
-Issue 7. ``verify`` checks the hash chain and every signed checkpoint
+``verify`` checks the hash chain and every signed checkpoint
 (:func:`smf_assurance.pipeline.stores.ledger.verify_ledger`) and names the first bad entry.
 The file alone can only prove it agrees with itself: an attacker with the
 file can cut its tail or replace it whole and stay consistent. What catches
@@ -299,8 +299,8 @@ FAILED = "failed"
 
 
 def verdict(report: LedgerReport, external: int, source: str | None) -> str:
-    """One word for what the check proved (issue 22: ``--nats`` said "ok" after
-    checking no external checkpoint).
+    """One word for what the check proved, never "ok" for a ``--nats`` check that
+    compared no external checkpoint.
 
     ``verified``: the chain holds and agrees with external checkpoints.
     ``self-consistent``: no external source was asked for; the file agrees

@@ -1,4 +1,4 @@
-"""``model-gateway``: the model endpoint the runtimes are pointed at (issue 16).
+"""``model-gateway``: the model endpoint the runtimes are pointed at.
 
 - ``model-gateway upstream URL``: the provider the gateway forwards to.
 - ``model-gateway add-runtime RUNTIME_ID``: issue that runtime a gateway token
@@ -79,7 +79,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "model-gateway",
         help="the model endpoint runtimes are pointed at: serve, upstream, add-runtime, list, "
         "clear",
-        description="The OpenAI-compatible model gateway (issue 16): serves only attested "
+        description="The OpenAI-compatible model gateway: serves only attested "
         "runtimes and releases model text only after the output gate decided it.",
     )
     inner = p.add_subparsers(dest="gateway_command", required=True, metavar="SUBCOMMAND")
@@ -326,7 +326,7 @@ async def _serve(state: StateDir, args: argparse.Namespace) -> None:
 async def _serve_until(state: StateDir, args: argparse.Namespace, stop: asyncio.Event) -> None:
     parse_listen(args.listen)  # a bad --listen is a usage error before any connect
     url = bus_url(args.nats, state.root)
-    # Issue 22: the gateway's join waits for a bus that may come; asked once
+    # The gateway's join waits for a bus that may come; asked once
     # first, a wrong URL is one line at once.
     probe = await connect_bus(
         url, "smf-model-gateway-probe", state.existing_credential(MODEL_GATEWAY)
@@ -341,7 +341,7 @@ async def _serve_until(state: StateDir, args: argparse.Namespace, stop: asyncio.
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    # Logs on stderr (issue 22): stdout is the readiness line, one JSON object with --json.
+    # Logs on stderr: stdout is the readiness line, one JSON object with --json.
     configure_logging(json=not sys.stderr.isatty())
     state = _state(args)
     _load(state)

@@ -1,6 +1,6 @@
 """``notify``: tell entitled approvers that an approval waits, until SIGINT or SIGTERM.
 
-Issue 23, "Notifications"; README "Notifications". What the command promises:
+README "Notifications". What the command promises:
 
 - It reads the operator's notifier file (``--config``, TOML) and every secret
   it names before anything else, and refuses to start on one it cannot use,

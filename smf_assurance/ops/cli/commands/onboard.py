@@ -1,4 +1,4 @@
-"""What ``runtime add/remove`` and ``approver add/remove`` share (issue 21).
+"""What ``runtime add/remove`` and ``approver add/remove`` share.
 
 Each of them edits the registry (and, for a runtime, its attestation
 requirement and model-gateway profile), then signs the NEXT release with the

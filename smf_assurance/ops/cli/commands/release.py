@@ -1,4 +1,4 @@
-"""``release``: build, verify, publish and inspect signed governed releases (issue 6).
+"""``release``: build, verify, publish and inspect signed governed releases.
 
 - ``release build``: compile a corpus, bind a registry, sign the manifest with
   one or more keys, write a release folder.
@@ -7,7 +7,7 @@
   revocation), with the lease judged now or ``--at``.
 - ``release publish``: to the ``SMF_RELEASES`` bucket (``--nats``) or a state
   directory's inbox (``--state-dir``); running gates verify before use. With
-  ``--shadow`` (issue 25) to the bucket's ``shadow`` key: every gate verifies it
+  ``--shadow`` to the bucket's ``shadow`` key: every gate verifies it
   as the release it would become and runs it beside its active release, deciding
   nothing with it.
 - ``release withdraw-shadow``: delete the ``shadow`` key; every gate stops it.
@@ -15,7 +15,7 @@
   (and the shadow each gate runs, or the state keeps).
 - ``release trust-root``: write the trust root file gates verify against.
 - ``release diff``: the rules, policies and requirements two release folders
-  differ in (issue 25; ``smf_assurance.core.release_diff``); with a state directory
+  differ in (``smf_assurance.core.release_diff``); with a state directory
   also the recorded decisions that would change (``smf_assurance.ops.cli.release_traffic``).
 """
 
@@ -200,7 +200,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def add_wait_arguments(parser: argparse.ArgumentParser, wait: str, no_wait: str) -> None:
     """``--wait SECONDS`` and ``--no-wait``: how long a command asks the gates for their
-    signed word after it changed the bucket (issue 22), or that it does not ask."""
+    signed word after it changed the bucket, or that it does not ask."""
     parser.add_argument(
         "--wait",
         type=positive_float,
@@ -264,7 +264,7 @@ def _read_dir(folder: Path) -> ReleaseBundle:
 
 
 async def _load_state(state_dir: Path) -> StoredRelease | None:
-    """Read only (issue 22): a status or a check never needs to write the
+    """Read only: a status or a check never needs to write the
     gate's state, which may be read-only or in use by a running gate."""
     path = StateDir(state_dir).release_state
     if not path.exists():
@@ -326,8 +326,8 @@ def verify_release_dir(
     """Verify a release folder the way a gate would, or exit with the reason.
 
     The one verification every command-line consumer uses (``release verify``,
-    ``swarm analyze --release``, ``swarm review --release``): issue 6, "Verification,
-    in every consumer, before use". With ``state_dir`` the release is also checked
+    ``swarm analyze --release``, ``swarm review --release``): verification in every
+    consumer, before use. With ``state_dir`` the release is also checked
     against that state's last accepted release (rollback, chain); the state is
     only read, never advanced: only a gate accepts releases.
     """
@@ -381,7 +381,7 @@ DEFAULT_ADOPTION_WAIT_SECONDS = 15.0
 
 @dataclass(frozen=True, slots=True)
 class Published:
-    """Where a release went and what the gates said of it (issue 22)."""
+    """Where a release went and what the gates said of it."""
 
     manifest: ReleaseManifest
     manifest_hash: str
@@ -390,7 +390,7 @@ class Published:
     unverified: int = 0
     waited: bool = True
     shadow: bool = False
-    """Published as the shadow (issue 25): ``adopted`` then means the gate runs it."""
+    """Published as the shadow: ``adopted`` then means the gate runs it."""
 
     def adopted_by(self) -> list[str]:
         return sorted(g for g, r in self.reports.items() if r.asked in ("adopted", "superseded"))
@@ -502,9 +502,9 @@ async def _adopted_from_state(
 
 
 def gate_would_refuse(folder: Path, state_dir: Path) -> None:
-    """Issue 22: ``publish --state-dir`` said "published" for a release the gate
-    of that state then refused (``release_chain_broken``, in its log only). The
-    inbox is that gate's, so its trust root and accepted release are here to
+    """``publish --state-dir`` never says "published" for a release the gate of
+    that state would refuse (``release_chain_broken``, which the gate tells only
+    its log). The inbox is that gate's, so its trust root and accepted release are here to
     check against first, with the checks the gate makes (``verify_release_dir``);
     a refusal is reported and nothing is written. Adoption is then waited for
     in the state's accepted release (:func:`_adopted_from_state`)."""
@@ -570,8 +570,8 @@ def adoption_problem(done: Published, wait_seconds: float) -> str | None:
     """Why a publication is not a success, in one line, or None: every gate that
     answered adopted it (or the gates were not asked, ``--no-wait``).
 
-    Issue 22, "a command that asks something of the gate waits for the gate's
-    answer and reports it (publish -> adopted or refused with the reason)"."""
+    A command that asks something of the gate waits for the gate's answer and
+    reports it: publish -> adopted, or refused with the reason."""
     if not done.waited:
         return None
     head = published_line(done)
@@ -689,7 +689,7 @@ def run_publish(args: argparse.Namespace) -> int:
     return _say_published(args, done)
 
 
-# -- withdraw-shadow (issue 25) ----------------------------------------------------
+# -- withdraw-shadow ----------------------------------------------------
 
 
 def add_withdraw_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -820,7 +820,7 @@ async def _bucket_and_gates(
     url: str, credential: BusCredential | None
 ) -> tuple[list[dict[str, Any]], GateAnswers]:
     """What the bucket holds, and what every gate on the bus says it did with it
-    (issue 22: ``status`` hid the gates' refusals). A report counts only when a
+    (the gates' refusals included, never hidden). A report counts only when a
     gate key named by a registry in the bucket signed it."""
     nc = await connect_bus(url, "smf-release", credential)
     try:

@@ -1,4 +1,4 @@
-"""``release diff`` (issue 25): what changes between two releases, statically and in
+"""``release diff``: what changes between two releases, statically and in
 recorded traffic.
 
 - Static: rules, policies and model providers added, removed or changed, and each

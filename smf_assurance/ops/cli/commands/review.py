@@ -1,7 +1,7 @@
 """``review start`` and ``review sign``: a reviewer's verdict, bound to one commit.
 
-Issue 24, "Reviews bound to the SHA": "A reviewer attests the SHA at the start
-and at the end of a review; a mismatch is no verdict."
+Reviews bound to the SHA: a reviewer attests the SHA at the start and at the
+end of a review; a mismatch is no verdict.
 
 - ``review start --candidate FILE`` checks that the working tree's HEAD is the
   candidate's commit, with the candidate's tree, and clean (nothing modified,

@@ -1,4 +1,4 @@
-"""``runtime``: onboard a Hermes or OpenClaw runtime, or revoke one (issue 21).
+"""``runtime``: onboard a Hermes or OpenClaw runtime, or revoke one.
 
 - ``runtime add --kind hermes|openclaw --id RUNTIME_ID --tenant T --release-key FILE``:
   makes the runtime's Ed25519 key, its bus credential (nkey seed) and its

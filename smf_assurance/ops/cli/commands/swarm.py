@@ -6,8 +6,8 @@ people, canonical JSON with ``--json``. Personas are the deterministic
 offline set unless ``--personas openai`` names an OpenAI-compatible
 endpoint (``--base-url``, ``--model``; key from ``SMF_SWARM_API_KEY``).
 
-Where the rules come from (issue 6, "Verification, in every consumer, before
-use"): ``--release DIR --trust-root FILE`` verifies a signed release folder
+Where the rules come from (verification in every consumer, before use):
+``--release DIR --trust-root FILE`` verifies a signed release folder
 exactly as a gate would (threshold, digests, lease, revocations; rollback and
 chain too with ``--state-dir``) and analyses with its analysis projection.
 Without ``--release`` the projection folder is unverified: the command says so
@@ -17,7 +17,7 @@ the governed release.
 ``review`` records a named reviewer's signed semantic-faithfulness verdict
 on a report (docs/SWARM.md). It refuses a report whose body does not match
 its id, and a report built from another release or projection than the
-loaded one (issue 9): a reviewer must never sign off an analysis against
+loaded one: a reviewer must never sign off an analysis against
 rules it was not selected from.
 """
 
@@ -231,7 +231,7 @@ def run_analyze(args: argparse.Namespace) -> int:
 
 
 def refuse_if_nobody_answered(report: Report) -> None:
-    """A report no persona answered analyses nothing (issue 22: it exited 0).
+    """A report no persona answered analyses nothing, so it exits non-zero.
 
     The report is still printed and written, so the failures can be read;
     the exit status says that no analysis was made."""

@@ -1,6 +1,6 @@
 """``up``: run the gate (and the example connectors) until SIGINT or SIGTERM.
 
-Issue 3, "Running it". What this command promises an operator:
+What this command promises an operator:
 
 - One state directory holds everything (``--state-dir``, else the per-user
   default); a new one is provisioned with the demo keys and registry, an
@@ -17,7 +17,7 @@ Issue 3, "Running it". What this command promises an operator:
   ``nats.url`` is removed. If the embedded server dies underneath the gate,
   ``up`` stops and exits non-zero rather than serving nothing.
 
-Issue 11, a cluster deployment (docker-compose.yml, README "Running on a
+A cluster deployment (docker-compose.yml, README "Running on a
 cluster"): ``--nats`` takes the seeds of a NATS cluster, ``URL,URL,...``;
 ``--cluster`` runs the gate as one replica of several (``GateConfig.cluster``,
 ``--replicas`` copies of each stream and bucket), named by ``--gate-name``;
@@ -114,14 +114,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         nargs="?",
         const=model_gateway.DEFAULT_LISTEN,
         metavar="HOST:PORT",
-        help="also run the model gateway (issue 16) beside the gate, on HOST:PORT "
+        help="also run the model gateway beside the gate, on HOST:PORT "
         f"(default {model_gateway.DEFAULT_LISTEN}); needs `model-gateway upstream` first",
     )
     p.add_argument(
         "--notify",
         type=Path,
         metavar="FILE",
-        help="also run the approvers' notifier (issue 23) beside the gate, configured by this "
+        help="also run the approvers' notifier beside the gate, configured by this "
         "TOML file (see `notify --help`)",
     )
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")

@@ -1,6 +1,6 @@
 /**
  * Who the plugin is on the bus: the twin of `smf_assurance/subjects/bus_access.py`
- * (`inbox_prefix`, `read_credential`; issue 15).
+ * (`inbox_prefix`, `read_credential`).
  *
  * The bus runs with authorization generated from the registry: every principal
  * connects with its own NATS user nkey and may read replies only on its own

@@ -87,7 +87,7 @@ export interface Proposal {
   facts: DataFacts;
   issued_at_ms: number;
   /** The model's tool-call id (`smf_assurance/subjects/messages.py`: additive, absent when unknown),
-   * so the model gateway's tool-call accounting finds this call decided (issue 16). */
+   * so the model gateway's tool-call accounting finds this call decided. */
   tool_call_id?: string;
   /** The requester's deadline (`smf_assurance/subjects/messages.py`: additive, absent when
    * not set): the gate starts no order and no hold after it, and answers a copy that
@@ -116,7 +116,7 @@ export interface Verdict {
   expires_at_ms: number | null;
   required_roles: string[];
   evidence: string[];
-  /** The denying approver's note to the requester (issue 23); present only when the
+  /** The denying approver's note to the requester; present only when the
    * gate's final deny of a held call carries one (`smf_assurance.subjects.messages.Verdict`). */
   approver_note?: string;
 }

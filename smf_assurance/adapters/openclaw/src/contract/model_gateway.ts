@@ -1,6 +1,6 @@
 /**
- * The instance proof of `smf_assurance/subjects/model_gateway.py` (issue 16, admission bound
- * to the process that attested): its twin, byte for byte.
+ * The instance proof of `smf_assurance/subjects/model_gateway.py` (admission bound to
+ * the process that attested): its twin, byte for byte.
  *
  * The model gateway admits a runtime by its bearer token while the gate holds
  * a fresh attestation for the runtime id. A second process of the same runtime
