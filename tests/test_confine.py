@@ -239,6 +239,7 @@ def test_the_plan_shows_the_view_and_starts_nothing(
     assert not list(Path(profile.home).parent.glob("smf-confine-*"))
 
 
+@pytest.mark.claim("confinement.holds-read-only")
 def test_a_hold_inside_the_workspace_is_read_only_with_its_folders_anchored(
     tmp_path: Path,
 ) -> None:

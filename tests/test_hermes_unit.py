@@ -532,6 +532,9 @@ async def test_bus_without_a_gate_blocks(
     result = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
     assert result["action"] == "block"
     assert "did not run" in result["message"]
+    withheld = await hook(adapter.transform_llm_output, response_text="Hello", session_id="s")
+    assert "Hello" not in withheld
+    assert "withheld" in withheld
 
 
 @pytest.mark.claim("runtime-block-hermes.hooks-fail-closed")
