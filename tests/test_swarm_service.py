@@ -26,18 +26,18 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.compiler import compile_corpus
-from smf_assurance.ops.projections import (
+from smf_assurance.core.evaluator import evaluate
+from smf_assurance.governance.compiler import compile_corpus
+from smf_assurance.governance.projections import (
     SCENARIO_CORPUS,
     SCENARIO_ENVELOPES,
     SCENARIO_PROJECTION,
     load_policy_set,
     package_path,
 )
-from smf_assurance.ops.releases import read_release_dir, write_release_dir, write_trust_root
-from smf_assurance.ops.scenarios_catalog import load_scenarios
-from smf_assurance.pipeline.core.evaluator import evaluate
+from smf_assurance.governance.releases import read_release_dir, write_release_dir, write_trust_root
+from smf_assurance.governance.scenarios_catalog import load_scenarios
+from smf_assurance.ops.cli.main import main
 from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.subjects.canonical import canonical_bytes
 from smf_assurance.subjects.keys import generate_signing_key, write_private_key
@@ -204,9 +204,9 @@ def gate_decisions() -> list[bytes]:
 FRESH_GATE = f"""
 import sys
 import msgspec
-from smf_assurance.ops.projections import load_policy_set
-from smf_assurance.ops.scenarios_catalog import load_scenarios
-from smf_assurance.pipeline.core.evaluator import evaluate
+from smf_assurance.governance.projections import load_policy_set
+from smf_assurance.governance.scenarios_catalog import load_scenarios
+from smf_assurance.core.evaluator import evaluate
 from smf_assurance.subjects.canonical import canonical_bytes
 policy_set = load_policy_set()
 out = [
@@ -319,7 +319,7 @@ def _analyse_in_a_fresh_interpreter(work: Path, corpus: Path, facts: Path, hash_
     interpreters started with ``PYTHONHASHSEED=hash_seed``; returns the output folder."""
     env = dict(os.environ, PYTHONHASHSEED=hash_seed, NO_COLOR="1")
     env.pop("SMF_NATS_URL", None)
-    prog = (sys.executable, "-m", "smf_assurance.ops.cli")
+    prog = (sys.executable, "-m", "smf_assurance.ops.cli.main")
     work.mkdir()
     for argv in (
         ["compile", "--corpus", str(corpus), "--out", str(work / "projection")],
