@@ -102,6 +102,7 @@ from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import (
     MAX_TTL_MS,
+    TERMINAL_STATES,
     ApprovalResolution,
     OutcomeMismatchError,
     PendingAnnouncement,
@@ -845,6 +846,7 @@ CHANGES: Final[dict[str, tuple[dict[str, Any], str]]] = {
 }
 
 
+@pytest.mark.claim("exact-action-approval.binding-changed")
 @pytest.mark.parametrize("field", sorted(CHANGES))
 async def test_changed_field_is_a_new_approval_and_the_old_one_sends_the_old_action(
     field: str, gate: RunningGate, nc: Client, state: StateDir
@@ -891,6 +893,7 @@ def next_release(tmp_path: Path) -> PolicySet:
     return load_policy_set(out)
 
 
+@pytest.mark.claim("approver-desk.one-terminal-entry")
 async def test_projection_change_between_hold_and_claim_refuses_the_claim(
     gate: RunningGate, nc: Client, state: StateDir, next_release: PolicySet
 ) -> None:
@@ -918,6 +921,9 @@ async def test_projection_change_between_hold_and_claim_refuses_the_claim(
     again = await approver(nc, state, ATTORNEY).resolve(approval_id, "allow-once", held.digest)
     assert again.reason_codes == ("approval_not_pending",)
     assert await order_count(gate.js) == 0
+    # The refused claim and the resolution after it: one terminal entry, no second.
+    ends = [s for s, _ in ledger_rows(state.ledger, approval_id) if s in TERMINAL_STATES]
+    assert ends == ["invalidated"]
 
 
 # --- TTL and the connector deadline ------------------------------------------------

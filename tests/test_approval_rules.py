@@ -148,6 +148,7 @@ def binding_of(held: HeldAction) -> ApprovalBinding:
 # --- the binding covers what would be sent ------------------------------------------
 
 
+@pytest.mark.claim("exact-action-approval.binding-changed")
 def test_the_binding_is_recomputed_from_the_held_bytes_not_copied_from_the_envelope() -> None:
     held = held_filing()
     binding = binding_of(held)

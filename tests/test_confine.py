@@ -247,6 +247,7 @@ def test_the_plan_shows_the_view_and_starts_nothing(
     assert not list(Path(profile.home).parent.glob("smf-confine-*"))
 
 
+@pytest.mark.claim("confinement.holds-read-only")
 def test_a_hold_inside_the_workspace_is_read_only_with_its_folders_anchored(
     tmp_path: Path,
 ) -> None:
@@ -549,6 +550,54 @@ def test_the_gateway_forwarder_refuses_what_it_cannot_frame(head: bytes, reason:
 
 def pae_of(payload_type: str, value: dict[str, Any]) -> bytes:
     return dsse.pae(payload_type, json.dumps(value).encode())
+
+
+SIGNED_FOR_A_RUNTIME: dict[str, str] = {
+    names.PAYLOAD_PROPOSAL: "runtime_id",
+    names.PAYLOAD_ATTESTATION: "runtime_id",
+    names.PAYLOAD_INSTANCE_PROOF: "runtime_id",
+    names.PAYLOAD_OUTPUT_CLOSE: "runtime_id",
+    names.PAYLOAD_REPORT: "connector_id",
+}
+"""What the claim says the signer signs, and the field that must name the runtime:
+written here from the sentence, not read from the signer."""
+
+
+@pytest.mark.claim("confinement.forwarders-hold-the-secrets")
+async def test_the_signer_signs_the_runtimes_own_kinds_and_no_other_payload_type(
+    tmp_path: Path,
+) -> None:
+    """Every payload type the product names is offered, naming this runtime in every
+    field a payload names it by: the five kinds of the runtime are signed, every
+    other type (a resolution, an order, a verdict, a confinement attestation, ...) is
+    refused; each of the five naming another runtime is refused too."""
+    key = generate_signing_key()
+    server = SignerServer(key, HERMES_PRINCIPAL, HERMES_RUNTIME_ID)
+    path = str(tmp_path / "s.sock")
+    unix = await server.serve(path)
+    types = sorted(v for k, v in vars(names).items() if k.startswith("PAYLOAD_"))
+    assert set(SIGNED_FOR_A_RUNTIME) < set(types)
+    ours = {"runtime_id": HERMES_RUNTIME_ID, "connector_id": HERMES_RUNTIME_ID}
+    try:
+        remote = await asyncio.to_thread(RemoteSigner.connect, path)
+        for payload_type in types:
+            message = pae_of(payload_type, ours)
+            if payload_type in SIGNED_FOR_A_RUNTIME:
+                signature = await asyncio.to_thread(remote.sign, message)
+                assert key.verify_key.verify(message, signature), payload_type
+                continue
+            with pytest.raises(SignerError) as refused:
+                await asyncio.to_thread(remote.sign, message)
+            assert refused.value.reason_code == SIGNER_REFUSED, payload_type
+        for payload_type, field in SIGNED_FOR_A_RUNTIME.items():
+            theirs = {**ours, field: "someone-else"}
+            with pytest.raises(SignerError) as exc:
+                await asyncio.to_thread(remote.sign, pae_of(payload_type, theirs))
+            assert exc.value.reason_code == SIGNER_REFUSED, payload_type
+        remote.close()
+    finally:
+        unix.close()
+        await unix.wait_closed()
 
 
 @pytest.mark.claim("confinement.forwarders-hold-the-secrets")

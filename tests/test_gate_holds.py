@@ -145,6 +145,10 @@ async def test_a_hold_list_the_gate_cannot_read_refuses_document_deletions_not_r
     assert verdict.outcome == "deny", verdict
     assert verdict.reason_codes == (HOLDS_UNAVAILABLE,), verdict
     assert ledger_reasons(state, verdict) == ("deny", (HOLDS_UNAVAILABLE,))
+    # a document write is refused the same way
+    written = await runtime.propose("write_file", {"path": document, "content": "x"})
+    assert (written.outcome, written.reason_codes) == ("deny", (HOLDS_UNAVAILABLE,)), written
+    assert ledger_reasons(state, written) == ("deny", (HOLDS_UNAVAILABLE,))
     # not a document write or delete: decided as before
     read = await runtime.propose("read_file", {"path": document})
     assert read.outcome == "allow", read

@@ -397,6 +397,7 @@ async def test_terminal_is_denied_with_the_reason_codes(hermes: plugin.HermesAda
     assert decision is not None, result["message"]
 
 
+@pytest.mark.claim("runtime-block-hermes.hooks-fail-closed")
 async def test_a_rogue_answering_first_cannot_release_a_denied_call_or_a_withheld_reply(
     gate: RunningGate,
     state: StateDir,
@@ -492,12 +493,18 @@ async def test_gate_timeout_blocks(
 
     await nc.subscribe(names.PROPOSE, cb=silent)
     await nc.subscribe(names.ATTEST, cb=silent)
+    await nc.subscribe(f"{names.OUTPUT_PREFIX}.>", cb=silent)
     await nc.flush()
     env = env_for(state, nats_server.url, context_file, SMF_GATE_TIMEOUT="0.5")
     adapter = make_adapter(adapters, env)
     result = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
     assert result["action"] == "block"
     assert "gate_timeout" in result["message"]
+    # The reply's verdict never comes either: the reply is withheld, not released.
+    text = "The hearing is on Friday at 10:00."
+    withheld = await hook(adapter.transform_llm_output, response_text=text, session_id="s")
+    assert text not in withheld
+    assert "withheld" in withheld
     # The wait that ran out is the configured one, not the 5 s default (read from
     # the settings, not measured: timing is never asserted).
     assert adapter.config is not None
@@ -518,6 +525,7 @@ async def test_unreachable_bus_blocks(
     assert "withheld" in withheld
 
 
+@pytest.mark.claim("runtime-block-hermes.hooks-fail-closed")
 async def test_bus_without_a_gate_blocks(
     nats_server: EmbeddedNatsServer,
     state: StateDir,
@@ -528,6 +536,9 @@ async def test_bus_without_a_gate_blocks(
     result = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
     assert result["action"] == "block"
     assert "did not run" in result["message"]
+    withheld = await hook(adapter.transform_llm_output, response_text="Hello", session_id="s")
+    assert "Hello" not in withheld
+    assert "withheld" in withheld
 
 
 @pytest.mark.claim("runtime-block-hermes.hooks-fail-closed")
@@ -545,6 +556,42 @@ async def test_internal_error_blocks_and_withholds(
     )
     reply = await hook(hermes.transform_llm_output, response_text="secret", session_id="s")
     assert reply == plugin.WITHHELD_INTERNAL
+
+
+@pytest.mark.claim("runtime-block-hermes.hooks-fail-closed")
+async def test_an_internal_error_in_the_observer_or_the_middleware_fails_closed(
+    hermes: plugin.HermesAdapter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hooks that do not ask the gate fail closed too: an allowed call whose
+    execution middleware meets an internal error does not run, and an observer
+    that fails taints the process, so the next reply of an unrelated session,
+    released before, is withheld by the gate."""
+    args = {"path": str(tmp_path / "notes.txt")}
+    assert await hook(hermes.pre_tool_call, **pre("read_file", args)) is None
+    text = "The hearing is on Friday at 10:00."
+    assert await hook(hermes.transform_llm_output, response_text=text, session_id="s-x") == text
+
+    def boom(*_args: Any, **_kwargs: Any) -> Any:
+        raise ZeroDivisionError("inside the adapter")
+
+    ran: list[int] = []
+
+    def next_call(_payload: Any = None) -> str:
+        ran.append(1)
+        return '{"content": "ok"}'
+
+    monkeypatch.setattr(mapping, "final_arguments", boom)
+    call = {"tool_name": "read_file", "args": dict(args), "tool_call_id": "call-1"}
+    refused = hermes.tool_execution(**call, next_call=next_call)
+    assert "did not run" in json.loads(refused)["error"]
+    assert ran == []
+
+    monkeypatch.setattr(mapping, "is_untrusted", boom)
+    post_tool_call: Callable[..., object] = hermes.post_tool_call  # as Hermes holds the hook
+    assert post_tool_call(tool_name="read_file", session_id="s-y", status="ok") is None
+    reply = await hook(hermes.transform_llm_output, response_text=text, session_id="s-x")
+    assert text not in reply
+    assert "withheld by the gate" in reply
 
 
 @pytest.mark.parametrize(
@@ -594,6 +641,7 @@ async def test_observers_and_middleware_never_raise(hermes: plugin.HermesAdapter
     assert "error" in json.loads(hermes.tool_execution(next_call="not callable", args={}))
 
 
+@pytest.mark.claim("runtime-block-hermes.hooks-fail-closed")
 def test_a_failing_subagent_link_taints_everything(
     hermes: plugin.HermesAdapter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -619,6 +667,7 @@ async def test_reply_is_released_only_on_allow(hermes: plugin.HermesAdapter) -> 
     assert await hook(hermes.transform_llm_output, response_text=text, session_id="s-r") == text
 
 
+@pytest.mark.claim("runtime-block-hermes.hooks-fail-closed")
 async def test_privileged_reply_to_a_client_is_withheld(
     gate: RunningGate,
     state: StateDir,
@@ -639,6 +688,7 @@ async def test_privileged_reply_to_a_client_is_withheld(
     assert await hook(adapter.transform_llm_output, response_text=clean) == clean
 
 
+@pytest.mark.claim("runtime-block-hermes.hooks-fail-closed")
 async def test_reply_after_untrusted_input_is_withheld(hermes: plugin.HermesAdapter) -> None:
     await hook(hermes.post_tool_call, tool_name="read_file", session_id="s-t", status="ok")
     text = "Summary of the document."

@@ -149,6 +149,7 @@ async def test_a_hold_added_at_the_gate_is_read_only_in_a_runtime_started_afterw
 
 
 @pytest.mark.claim("confinement.gate-holds")
+@pytest.mark.claim("confinement.holds-read-only")
 async def test_a_hold_added_while_the_runtime_runs_ends_it_and_the_file_holds_stay(
     state: StateDir,
     server: EmbeddedNatsServer,
@@ -278,6 +279,13 @@ async def test_a_runtime_cannot_write_or_read_the_hold_bucket_but_asks_the_gate(
         await wait_for(lambda: refused(f"$KV.{HOLDS_BUCKET}.{HOLDS_KEY}"), timeout=5)
         await nc.publish(f"{CLIENT_API}.STREAM.PURGE.KV_{HOLDS_BUCKET}", b"{}")
         await wait_for(lambda: refused(f"STREAM.PURGE.KV_{HOLDS_BUCKET}"), timeout=5)
+        # nor read it: neither a stored value asked of JetStream nor a watch of its keys
+        last = json.dumps({"last_by_subj": f"$KV.{HOLDS_BUCKET}.{HOLDS_KEY}"}).encode()
+        for api in ("STREAM.MSG.GET", "DIRECT.GET"):
+            await nc.publish(f"{CLIENT_API}.{api}.KV_{HOLDS_BUCKET}", last)
+            await wait_for(lambda api=api: refused(f"{api}.KV_{HOLDS_BUCKET}"), timeout=5)
+        await nc.subscribe(f"$KV.{HOLDS_BUCKET}.>")
+        await wait_for(lambda: refused(f"$KV.{HOLDS_BUCKET}.>"), timeout=5)
         # control: the same credential asks the gate and is told the list
         reply = await nc.request(names.HOLDS, msgspec.json.encode(HoldsRequest()), 5)
         answer = msgspec.json.decode(reply.data, type=HoldsAnswer)

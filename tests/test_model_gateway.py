@@ -459,6 +459,7 @@ async def test_a_reply_written_after_injected_text_is_decided_tainted(world: Wor
 # -- the provider misbehaves ---------------------------------------------------------
 
 
+@pytest.mark.claim("model-gateway.everything-shown-decided")
 @pytest.mark.parametrize(
     ("behaviour", "status", "code"),
     [
@@ -628,6 +629,7 @@ async def test_a_clean_turn_of_tool_calls_is_decided_and_passes_whole(world: Wor
     assert decisions(world.state) == ["allow"]
 
 
+@pytest.mark.claim("model-gateway.everything-shown-decided")
 async def test_no_string_of_the_providers_but_text_and_calls_reaches_the_runtime(
     world: World,
 ) -> None:

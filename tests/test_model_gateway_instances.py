@@ -177,6 +177,7 @@ async def test_a_proof_signed_for_or_by_another_runtime_is_refused(world: World)
     )
 
 
+@pytest.mark.claim("model-gateway.proof-bound-to-request")
 async def test_a_proof_outside_its_freshness_window_is_refused(world: World) -> None:
     mine = new_instance_id()
     assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted

@@ -118,24 +118,35 @@ async def bucket_values(world: World) -> list[bytes]:
     [
         "system prompt",
         "user message",
+        "earlier assistant turn",
+        "tool result",
         "tool description",
     ],
 )
 async def test_injection_anywhere_the_model_reads_taints_its_calls(
     world: World, where: str
 ) -> None:
+    """Whatever the runtime declares (the proposal says ``clear``), injected text in any
+    part of the request the model reads taints the call it then emits."""
     assert (await attest(world, TOOLS, TOOLS_ID)).accepted
     payload: dict[str, Any] = {"model": "m", "stream": True, "messages": [USER]}
     if where == "system prompt":
         payload["messages"] = [system(INJECTED), USER]
     elif where == "user message":
         payload["messages"] = [{"role": "user", "content": f"Summarise this: {INJECTED}"}]
+    elif where == "earlier assistant turn":
+        earlier = {"role": "assistant", "content": f"The page said: {INJECTED}"}
+        payload["messages"] = [USER, earlier, {"role": "user", "content": "Go on."}]
+    elif where == "tool result":
+        payload = json.loads(body(USER, called("c-web"), result("c-web", INJECTED)))
     else:
         payload["tools"] = [
             {"type": "function", "function": {"name": "mcp_notes", "description": INJECTED}}
         ]
     call_id = await emitted(world, json.dumps(payload).encode())
-    verdict = await propose(world, build(call_id))
+    proposal = build(call_id)
+    assert proposal.facts.injection_taint == "clear"
+    verdict = await propose(world, proposal)
     assert verdict.outcome == "deny"
     assert "injection_tainted_egress" in verdict.reason_codes
     assert "detected_injection_marker" in last_reasons(world)

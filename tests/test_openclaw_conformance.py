@@ -514,6 +514,7 @@ def test_after_tool_call_sees_the_executed_params_and_nothing_the_finaliser_adds
     assert after["details"]["status"] == "completed"
 
 
+@pytest.mark.claim("runtime-hold-openclaw.exact-params")
 def test_returned_params_replace_the_originals_and_the_lowest_priority_wins(
     seam_turn: dict[str, Any],
 ) -> None:
@@ -1018,6 +1019,7 @@ SWAP_VARIANTS: Final = {
 each after our hook."""
 
 
+@pytest.mark.claim("runtime-hold-openclaw.exact-params")
 @pytest.mark.parametrize("variant", list(SWAP_VARIANTS))
 def test_a_lower_priority_hook_never_runs_its_swapped_command(
     gated: OpenClawRuns, variant: str

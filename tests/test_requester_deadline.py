@@ -71,7 +71,14 @@ from smf_assurance.subjects.dsse import encode_envelope, sign_struct
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.messages import ExecutionReport, Proposal, ReportStatus, Verdict
 from tests.bus_helpers import ReportInbox, make_signed_order, order_headers, wait_for
-from tests.test_approval_desk import connectors_running, court_filing, file_report
+from tests.test_approval_desk import (
+    ATTORNEY,
+    approver,
+    connectors_running,
+    court_filing,
+    file_report,
+    state_of,
+)
 from tests.test_bus_properties import (
     deletion,
     execute_count,
@@ -304,9 +311,11 @@ class SlowHold:
 
     inner: object
     delay: float
+    made: list[Verdict] = dataclasses.field(default_factory=list)
 
     async def hold(self, proposal: Proposal, normalized: Normalized, decision: Decision) -> Verdict:
         held: Verdict = await self.inner.hold(proposal, normalized, decision)  # type: ignore[attr-defined]
+        self.made.append(held)
         await asyncio.sleep(self.delay)
         return held
 
@@ -324,11 +333,26 @@ async def test_a_hold_made_after_the_deadline_is_withdrawn(
     gate: RunningGate, nc: Client, state: StateDir
 ) -> None:
     client = impatient(nc, state)
-    gate.gate.hold = SlowHold(gate.desk, delay=client.timeout + 0.2)
+    slow = SlowHold(gate.desk, delay=client.timeout + 0.2)
+    gate.gate.hold = slow
     proposal = court_filing(client)
     told = await client.propose(proposal)
     assert told.outcome == "deny", told
-    assert await gate.approvals.list_open() == []  # withdrawn: nothing to approve
+    (made,) = slow.made
+    approval_id = made.approval_id
+    assert made.outcome == "held"
+    assert approval_id is not None
+
+    async def withdrawn() -> bool:
+        return await state_of(gate, approval_id) == "invalidated"
+
+    await wait_for(withdrawn, timeout=10)
+    assert await gate.approvals.list_open() == []  # nothing to approve
+    record = await gate.approvals.get(approval_id)
+    assert record is not None
+    late = await approver(nc, state, ATTORNEY).resolve(approval_id, "allow-once", record.digest)
+    assert (late.accepted, late.reason_codes) == (False, ("approval_not_pending",))
+    assert await execute_count(gate.js) == 0
     learned = await recorded_when_known(client, proposal)
     assert (learned.outcome, learned.reason_codes) == (
         "deny",

@@ -101,18 +101,28 @@ async def test_not_even_the_operator_deletes_or_purges_an_order_or_a_report(
 ) -> None:
     await started_and_stopped(state, server.url)
     js = operator.jetstream(timeout=ANSWER_S)
-    await js.publish(names.execute_subject("dms"), b"an order")
-    await js.publish(names.result_subject("dms"), b"a report")
-    for config in gate_stream_configs():
+    streams = []
+    for config in gate_stream_configs():  # orders, reports, checkpoints, announcements
         assert config.name is not None
+        assert config.subjects
+        streams.append(config.name)
         info = await js.stream_info(config.name)
         assert (info.config.deny_delete, info.config.deny_purge) == (True, True), config.name
-    for stream in (names.EXECUTE_STREAM, names.RESULT_STREAM):
+        before = info.state.messages
+        # one message of the operator's in each, whatever it holds already
+        subject = config.subjects[0].replace(">", "test")
+        ack = await js.publish(subject, b"a message the operator would remove")
         with pytest.raises(APIError):
-            await js.purge_stream(stream)
+            await js.purge_stream(config.name)
         with pytest.raises(APIError):
-            await js.delete_msg(stream, 1)
-        assert (await js.stream_info(stream)).state.messages == 1
+            await js.delete_msg(config.name, ack.seq)
+        assert (await js.stream_info(config.name)).state.messages == before + 1, config.name
+    assert set(streams) >= {
+        names.EXECUTE_STREAM,
+        names.RESULT_STREAM,
+        names.CHECKPOINT_STREAM,
+        names.APPROVAL_STREAM,
+    }
     # control: the same operator purges a stream that does not protect itself
     await js.add_stream(name="SMF_SCRATCH", subjects=["scratch.>"])
     await js.publish("scratch.a", b"x")

@@ -13,6 +13,7 @@ import ast
 import asyncio
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ from nats.aio.msg import Msg
 from smf_assurance.core.evaluator import evaluate
 from smf_assurance.governance.compiler import compile_corpus
 from smf_assurance.governance.projections import (
+    SCENARIO_CORPUS,
     SCENARIO_ENVELOPES,
     SCENARIO_PROJECTION,
     load_policy_set,
@@ -295,6 +297,93 @@ def test_cli_analyze_json_is_deterministic_and_markdown_is_readable(
     assert code == 0
     assert text.startswith("# Swarm legal-analysis report")
     assert "## Model analysis (not rule-backed)" in text
+
+
+def _keys_reversed(value: Any) -> Any:
+    """The same JSON value with every object's keys in reverse order; lists keep
+    theirs (a predicate's operands are written text, hashed as written)."""
+    if isinstance(value, dict):
+        return {k: _keys_reversed(value[k]) for k in reversed(list(value))}
+    if isinstance(value, list):
+        return [_keys_reversed(item) for item in value]
+    return value
+
+
+def _reordered(value: Any) -> Any:
+    """A corpus file or matter as a careless editor may leave it: its records in
+    reverse order (a file that is a list of them) and every object's keys reversed."""
+    value = _keys_reversed(value)
+    return value[::-1] if isinstance(value, list) else value
+
+
+def _analyse_in_a_fresh_interpreter(work: Path, corpus: Path, facts: Path, hash_seed: str) -> Path:
+    """Compile ``corpus`` and analyse ``facts`` with the command line, in two new
+    interpreters started with ``PYTHONHASHSEED=hash_seed``; returns the output folder."""
+    env = dict(os.environ, PYTHONHASHSEED=hash_seed, NO_COLOR="1")
+    env.pop("SMF_NATS_URL", None)
+    prog = (sys.executable, "-m", "smf_assurance.ops.cli.main")
+    work.mkdir()
+    for argv in (
+        ["compile", "--corpus", str(corpus), "--out", str(work / "projection")],
+        [
+            "swarm",
+            "analyze",
+            "--facts",
+            str(facts),
+            "--projection",
+            str(work / "projection"),
+            "--out",
+            str(work / "report.json"),
+            "--json",
+        ],
+    ):
+        done = subprocess.run(
+            [*prog, *argv], env=env, capture_output=True, timeout=120, check=False
+        )
+        assert done.returncode == 0, done.stderr.decode()
+    return work
+
+
+@pytest.mark.claim("swarm-traceability.deterministic-report")
+@pytest.mark.claim("projection-integrity.reproducible")
+def test_the_report_is_the_same_bytes_across_hash_seeds_and_input_orders(tmp_path: Path) -> None:
+    """Rule selection and the report are deterministic bytes, not only within one
+    interpreter: a second interpreter with another string-hash seed, given the
+    corpus's records in reverse order and every object's keys reversed, compiles
+    the same projection bytes and writes the same report bytes. A set or dict
+    iterated in hash order anywhere on the path would show here."""
+    shipped = package_path(SCENARIO_CORPUS)
+    reordered = tmp_path / "reordered-corpus"
+    reordered.mkdir()
+    for source in sorted(shipped.iterdir()):
+        (reordered / source.name).write_text(json.dumps(_reordered(json.loads(source.read_text()))))
+    reordered_facts = tmp_path / "reordered-matter.json"
+    reordered_facts.write_text(json.dumps(_reordered(json.loads(MATTER_FILE.read_text()))))
+    assert reordered_facts.read_bytes() != MATTER_FILE.read_bytes()
+    assert (reordered / "rules.json").read_bytes() != (shipped / "rules.json").read_bytes()
+
+    first = _analyse_in_a_fresh_interpreter(tmp_path / "a", shipped, MATTER_FILE, "0")
+    second = _analyse_in_a_fresh_interpreter(
+        tmp_path / "b", reordered, reordered_facts, "2718281828"
+    )
+
+    names = sorted(p.name for p in (first / "projection").iterdir())
+    assert names == sorted(p.name for p in (second / "projection").iterdir())
+    assert "analysis.json" in names
+    for name in names:
+        assert (first / "projection" / name).read_bytes() == (
+            second / "projection" / name
+        ).read_bytes(), name
+    report = (first / "report.json").read_bytes()
+    assert report == (second / "report.json").read_bytes()
+    # Equal bytes of an empty analysis would say little: this one selects, leaves
+    # rules unresolved or excluded, and judges claims both ways.
+    decoded = decode_report(report.rstrip(b"\n"))
+    assert decoded.selection.selected
+    assert decoded.selection.unresolved or decoded.selection.excluded
+    assert decoded.accepted
+    assert decoded.rejected
+    assert report.rstrip(b"\n") == report_bytes(decoded)
 
 
 def test_cli_analyze_question_and_time_overrides(
