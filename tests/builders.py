@@ -13,7 +13,7 @@ one thing it is about:
   ``normalized_proposal`` normalizes it through the shipped mapper tables
   (``shipped_table``).
 - ``make_rule``, ``make_policy`` and ``make_release`` build corpus records in
-  the JSON form the compiler reads (``smf_assurance/ops/corpus/scenarios`` is the example);
+  the JSON form the compiler reads (``smf_assurance/governance/corpus/scenarios`` is the example);
   ``write_corpus`` writes them as a corpus directory.
 - ``policy_set_from`` builds the gate's ``PolicySet`` from the same records
   in memory, without the compiler and without touching the disk, for fast

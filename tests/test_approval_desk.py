@@ -138,7 +138,7 @@ OTHER_TENANT_ATTORNEY: Final = "olive-other"
 OTHER_TENANT: Final = "tenant-beta"
 CLOSE_TIMEOUT_S: Final = 15.0
 CUSTOMER_TTL_MS: Final = 300_000
-"""customer.acme.transmission-window in smf_assurance/ops/corpus/scenarios/policies.json."""
+"""customer.acme.transmission-window in smf_assurance/governance/corpus/scenarios/policies.json."""
 
 
 # --- the clock, the state directory and the gate ------------------------------

@@ -131,7 +131,7 @@ ATTORNEY = "attorney-alex"
 PARALEGAL = "paralegal-pat"
 OTHER_TENANT_ATTORNEY = "olive-other"
 TENANT_TTL_MS = 300_000
-"""customer.acme.transmission-window in smf_assurance/ops/corpus/scenarios/policies.json."""
+"""customer.acme.transmission-window in smf_assurance/governance/corpus/scenarios/policies.json."""
 
 
 # --- shared with tests/test_console_browser.py -------------------------------------
@@ -586,7 +586,7 @@ FILING_RULES: Final = {
     ),
 }
 """The rules that hold the demo's privileged court filing, with their titles in
-smf_assurance/ops/corpus/scenarios/rules.json (the demo release's analysis projection)."""
+smf_assurance/governance/corpus/scenarios/rules.json (the demo release's analysis projection)."""
 
 
 async def test_the_view_names_each_rule_in_the_deciding_releases_words(world: World) -> None:

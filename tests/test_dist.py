@@ -51,9 +51,9 @@ GATE_ONLY = (
     "smf_assurance/approver/",
 )
 PACKAGE_DATA = (
-    "smf_assurance/ops/corpus/scenarios/rules.json",
-    "smf_assurance/ops/corpus/scenarios.compiled/enforcement.json",
-    "smf_assurance/ops/scenarios/expected.json",
+    "smf_assurance/governance/corpus/scenarios/rules.json",
+    "smf_assurance/governance/corpus/scenarios.compiled/enforcement.json",
+    "smf_assurance/governance/scenarios/expected.json",
     "smf_assurance/approver/console/static/app.js",
     "smf_assurance/approver/console/static/index.html",
     "smf_assurance/pipeline/mappers/smf-hermes-adapter.json",
@@ -92,8 +92,8 @@ def test_an_adapter_import_of_the_gate_is_named(tmp_path: Path) -> None:
         + "\nimport smf_assurance.ops.local.state\nfrom smf_assurance.core import facts\n"
     )
     assert dist.unresolved_imports(tmp_path, files) == [
-        "smf_assurance/adapters/hermes/plugin.py: smf_assurance.ops.local.state",
         "smf_assurance/adapters/hermes/plugin.py: smf_assurance.core",
+        "smf_assurance/adapters/hermes/plugin.py: smf_assurance.ops.local.state",
     ]
 
 
@@ -108,7 +108,7 @@ def test_node_files_are_told_from_ours() -> None:
         assert dist.is_node_file(name), name
     for name in (
         "smf_assurance/approver/console/static/app.js",
-        "smf_assurance/ops/scenarios/expected.json",
+        "smf_assurance/governance/scenarios/expected.json",
         "smf_assurance/subjects/names.py",
     ):
         assert not dist.is_node_file(name), name
@@ -116,9 +116,12 @@ def test_node_files_are_told_from_ours() -> None:
 
 def test_the_gate_check_names_a_missing_file_and_a_node_file(tmp_path: Path) -> None:
     archive = tmp_path / "a.whl"
-    expected = ["smf_assurance/ops/scenarios/expected.json", "smf_assurance/subjects/names.py"]
+    expected = [
+        "smf_assurance/governance/scenarios/expected.json",
+        "smf_assurance/subjects/names.py",
+    ]
     with pytest.raises(
-        dist.DistError, match=r"a.whl lacks smf_assurance/ops/scenarios/expected.json$"
+        dist.DistError, match=r"a.whl lacks smf_assurance/governance/scenarios/expected.json$"
     ):
         dist.check_gate_archive(archive, expected[1:], expected)
     with pytest.raises(
@@ -148,7 +151,7 @@ def test_the_hermes_check_refuses_gate_code_other_pins_and_no_entry_point(tmp_pa
     points = "[hermes_agent.plugins]\nsmf-assurance = smf_assurance.adapters.hermes.plugin\n"
     dist.check_hermes_wheel(hand_wheel(tmp_path / "ok.whl", files, points, pins), files, pins, meta)
     leaky = hand_wheel(tmp_path / "g.whl", [*files, "smf_assurance/ops/cli/main.py"], points, pins)
-    with pytest.raises(dist.DistError, match=r"holds smf_assurance/ops/cli\.py"):
+    with pytest.raises(dist.DistError, match=r"holds smf_assurance/ops/cli/main\.py"):
         dist.check_hermes_wheel(leaky, files, pins, meta)
     loose = hand_wheel(tmp_path / "l.whl", files, points, ["msgspec>=0.18"])
     with pytest.raises(dist.DistError, match="not the pins"):
@@ -345,7 +348,7 @@ def test_the_packaging_gate_names_a_deleted_package_data_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     project = git_copy(tmp_path / "project")
-    victim = "smf_assurance/ops/scenarios/3-tainted-egress.json"
+    victim = "smf_assurance/governance/scenarios/3-tainted-egress.json"
     (project / victim).unlink()
     out = tmp_path / "out"
     code = dist.main(["--project", str(project), "--out", str(out), "--only", "gate"])

@@ -66,7 +66,7 @@ EXPECTED_POLICIES = {
     "4-uncovered-consequential": [],
 }
 """What each shipped scenario's decision rests on
-(smf_assurance/ops/corpus/scenarios/policies.json)."""
+(smf_assurance/governance/corpus/scenarios/policies.json)."""
 
 
 def ledger_record(decision: Any) -> DecisionRecord:

@@ -124,7 +124,7 @@ WEBHOOK_SECRET = "whsec-acme-0123456789abcdef"
 DESTINATION = "clerk-intake@sdny.example"
 LEAD_S = 60
 TTL_MS = 300_000
-"""customer.acme.transmission-window in smf_assurance/ops/corpus/scenarios/policies.json."""
+"""customer.acme.transmission-window in smf_assurance/governance/corpus/scenarios/policies.json."""
 
 
 def mailbox(principal: str) -> str:

@@ -131,7 +131,7 @@ DRIVER: Final = PLUGIN / "test" / "driver.mjs"
 ATTORNEY: Final = "attorney-alex"
 CLOSE_TIMEOUT_S: Final = 15.0
 CUSTOMER_TTL_MS: Final = 300_000
-"""customer.acme.transmission-window (smf_assurance/ops/corpus/scenarios/policies.json)."""
+"""customer.acme.transmission-window (smf_assurance/governance/corpus/scenarios/policies.json)."""
 
 CONTEXT: Final = {
     "schema": "smf.openclaw-context/1",
