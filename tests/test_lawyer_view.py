@@ -101,7 +101,9 @@ window.fetch = async (url, init) => {
 
 @pytest.fixture(autouse=True)
 def tenant_directory(tmp_path: Path) -> Path:
-    """Written before ``world`` starts the console, which reads it once at start."""
+    """Written before ``world`` starts the console, which reads it once at start; the
+    state folder is made first as the gate requires it (0700), not by the write."""
+    (tmp_path / "state").mkdir(mode=0o700)
     return write_directory(tmp_path / "state" / "directory")
 
 
