@@ -1187,7 +1187,9 @@ class Harness:
           operator client saw the session ``session_key`` end a run (``sessions.changed``
           phase ``end``) after the message was queued. Without ``text`` nothing is queued
           (a delivery the Gateway makes on its own, a scheduled job's); without
-          ``session_key`` the step ends at the delivery;
+          ``session_key`` the step ends at the delivery. Text is looked for in what the
+          fake received since the step began, or, with ``"since_run": true``, since the
+          run began (a job due early may deliver while an earlier step still runs);
         - ``{"file": rel}``: the step ends when that file exists under the Gateway's
           folder (what a process the Gateway started on its own did).
 
@@ -1223,7 +1225,7 @@ class Harness:
             elif "file" in step:
                 done.append(await _file_step(hosted.root / step["file"]))
             else:
-                done.append(await self._telegram_step(hosted, step["telegram"]))
+                done.append(await self._telegram_step(hosted, step["telegram"], sent_before))
         await asyncio.sleep(float(command.get("settle", 1.0)))
         mcp_calls = hosted.root / command.get("mcp_calls", "mcp-calls.jsonl")
         evidence = {
@@ -1291,12 +1293,14 @@ class Harness:
         return done
 
     async def _telegram_step(
-        self, hosted: HostedGateway, message: dict[str, Any]
+        self, hosted: HostedGateway, message: dict[str, Any], run_began: int
     ) -> dict[str, Any]:
         assert self.telegram is not None, "the harness runs no fake Telegram (fake_platforms)"
         fake = self.telegram
         chat = message["chat"]
         since, events_since = len(fake.state.sent), hosted.operator.count()
+        if message.get("since_run"):
+            since = run_began
         started = time.monotonic()
         if "text" in message:
             fake.push_text(chat, int(message["user"]), message["text"])
