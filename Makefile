@@ -18,11 +18,11 @@ demo: $(STAMP)
 	$(BIN)/smf-assurance demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check smf_assurance tests
-	$(BIN)/ruff format --check smf_assurance tests
+	$(BIN)/ruff check smf_assurance tools tests
+	$(BIN)/ruff format --check smf_assurance tools tests
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict smf_assurance tests
+	$(BIN)/mypy --strict smf_assurance tools tests
 
 # --durations=30: every run ends with its 30 slowest tests, so a slow newcomer is seen.
 unit: $(STAMP)
@@ -48,7 +48,7 @@ test: lint typecheck browser bwrap openclaw-unit unit
 # two cores, so not part of `make test`. MUTATE_ARGS="--module dsse" runs one module,
 # MUTATE_ARGS=--list lists the mutants.
 mutate: $(STAMP)
-	$(BIN)/python -m smf_assurance.ops.mutation $(MUTATE_ARGS)
+	$(BIN)/python -m tools.mutation $(MUTATE_ARGS)
 
 # The bypass matrix as one suite (issue 24): every case of docs/bypass.toml, its tests run
 # once, one row per case (surface, expected, observed); fails when a row did not pass.
@@ -59,10 +59,10 @@ bypass: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/smf-assurance bench
 
-# docs/CLI-JSON.md from the declared --json types (smf_assurance/ops/cli_json.py, issue 22);
+# docs/CLI-JSON.md from the declared --json types (smf_assurance/ops/cli/cli_json.py, issue 22);
 # tests/test_cli_json.py fails when it is stale.
 cli-json: $(STAMP)
-	$(BIN)/python -m smf_assurance.ops.cli_json
+	$(BIN)/python -m smf_assurance.ops.cli.cli_json
 
 # docs/EVIDENCE.md's claim table from docs/claims.toml and the tests' claim markers
 # (smf_assurance/ops/candidate/evidence.py, issue 24); tests/test_candidate_evidence.py
@@ -72,9 +72,9 @@ evidence: $(STAMP)
 
 # The three distributions (issue 21): the gate's wheel and sdist, the Hermes adapter wheel
 # (smf-assurance-hermes) and the OpenClaw plugin tarball, each checked, into dist/ with
-# their sha256 digests (smf_assurance/ops/dist.py; docs/HERMES.md, docs/OPENCLAW.md).
+# their sha256 digests (tools/dist.py; docs/HERMES.md, docs/OPENCLAW.md).
 dist: $(STAMP)
-	$(BIN)/python -m smf_assurance.ops.dist --out dist
+	$(BIN)/python -m tools.dist --out dist
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .coverage

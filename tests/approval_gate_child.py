@@ -63,11 +63,11 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import StateDir
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.assembly import ClusterSettings, RunningGate, start_gate
-from smf_assurance.pipeline.stages.approvals import DeskError
-from smf_assurance.pipeline.stages.contracts import DispatchReceipt, DispatchRequest
+from smf_assurance.pipeline.chain.approvals import DeskError
+from smf_assurance.pipeline.chain.contracts import DispatchReceipt, DispatchRequest
 from smf_assurance.subjects.bus_access import BusCredential, connect_options
 
 TEST_PREFIX = "smf-test"

@@ -36,10 +36,10 @@ from typing import Any, Final
 
 import msgspec
 
-from smf_assurance.pipeline.core.facts import FACT_REGISTRY_VERSION
-from smf_assurance.pipeline.core.normalize import MapperTable, Normalized, decode_mapper, normalize
-from smf_assurance.pipeline.core.policy import Effect, Layer
-from smf_assurance.pipeline.core.projection import (
+from smf_assurance.core.facts import FACT_REGISTRY_VERSION
+from smf_assurance.core.normalize import MapperTable, Normalized, decode_mapper, normalize
+from smf_assurance.core.policy import Effect, Layer
+from smf_assurance.core.projection import (
     ENFORCEMENT_SCHEMA,
     EnforcementProjection,
     EnforcementRule,

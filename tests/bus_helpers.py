@@ -488,5 +488,5 @@ class Rogue:
 
 def registry_entries(path: Path) -> list[RegistryEntry]:
     """The entries of a registry file, in order: what a server's authorization is
-    generated from (``smf_assurance.ops.bus_auth.render_authorization``)."""
+    generated from (``smf_assurance.ops.local.bus_auth.render_authorization``)."""
     return [p.entry for p in load_registry(path).principals.values()]

@@ -29,9 +29,9 @@ from hypothesis import settings
 from nats.aio.client import Client
 
 from smf_assurance.ops.candidate.junit import identity_properties
-from smf_assurance.ops.cluster import LocalNatsCluster
-from smf_assurance.ops.natsserver import EmbeddedNatsServer, reserve_port
-from smf_assurance.ops.state import StateDir, provision_demo
+from smf_assurance.ops.local.cluster import LocalNatsCluster
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer, reserve_port
+from smf_assurance.ops.local.state import StateDir, provision_demo
 from tests.gate_wheel import GateWheel, build_and_install
 
 # --- hypothesis: no per-example wall-clock deadline (see the module docstring) ---
@@ -68,7 +68,7 @@ def state(tmp_path: Path) -> StateDir:
 @pytest.fixture
 def closed_port() -> Iterator[int]:
     """A port on 127.0.0.1 that nothing listens on for the whole test: it is
-    reserved (``smf_assurance.ops.natsserver.PortReservation``), so no other process can be
+    reserved (``smf_assurance.ops.local.natsserver.PortReservation``), so no other process can be
     handed it, and connecting to it is refused."""
     reservation = reserve_port()
     yield reservation.port

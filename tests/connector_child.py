@@ -2,7 +2,7 @@
 
 Run by ``tests/test_load_faults.py``. Argument: one JSON object with ``url`` and
 ``state_dir``. Runs the DMS and court e-filing connectors
-(``smf_assurance.ops.stack.example_connectors``) on their durables, prints ``ready``
+(``smf_assurance.ops.local.stack.example_connectors``) on their durables, prints ``ready``
 once both are bound, then runs until killed; it also exits when its stdin closes,
 so a test that dies leaves no stray connector behind. A SIGKILL runs no shutdown
 code: an order started and not finished is left ``started`` in the connector's
@@ -21,9 +21,9 @@ from pathlib import Path
 import nats
 
 from smf_assurance.adapters.connector.sdk import ConnectorRunner, RunnerConfig
-from smf_assurance.ops.logs import configure_logging
-from smf_assurance.ops.stack import example_connectors
-from smf_assurance.ops.state import StateDir
+from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.stack import example_connectors
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects.registry import load_registry
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from smf_assurance.ops.natsserver import HOST, PortReservation
+from smf_assurance.ops.local.natsserver import HOST, PortReservation
 
 
 class NoticeSink:

@@ -13,7 +13,8 @@ the runtime ever sent, drafts and edits included.
 
 Requests come as python-telegram-bot sends them (form fields or multipart, each
 value JSON-encoded when it is not a plain string) or as grammY sends them (a JSON
-body). The port is held by ``smf_assurance.ops.natsserver.PortReservation`` from start to stop.
+body). The port is held by ``smf_assurance.ops.local.natsserver.PortReservation`` from start to
+stop.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-from smf_assurance.ops.natsserver import HOST, PortReservation
+from smf_assurance.ops.local.natsserver import HOST, PortReservation
 
 BOT = {
     "id": 700000001,

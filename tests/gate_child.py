@@ -22,9 +22,9 @@ import sys
 import threading
 from pathlib import Path
 
-from smf_assurance.ops.logs import configure_logging
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import StateDir
+from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.assembly import start_gate
 
 

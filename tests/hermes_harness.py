@@ -4,7 +4,7 @@ Run as ``python tests/hermes_harness.py <json config>``, normally under
 ``unshare -n`` (RUNTIMES.md, "Offline driving": the runtime and everything
 it talks to share one network namespace with loopback only). It brings
 loopback up when asked, starts an embedded nats-server with authorization
-generated from the registry (``smf_assurance.ops.stack.start_embedded_server``, as a real
+generated from the registry (``smf_assurance.ops.local.stack.start_embedded_server``, as a real
 deployment runs it: every client connects with its own nkey, anonymous
 connections are refused), a gate (with the Hermes runtime provisioned and
 opted into attestation), a second nats-server of the same registry with no
@@ -95,23 +95,32 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from smf_assurance.ops.bus_auth import write_user_seed
-from smf_assurance.ops.demo_script import actor
-from smf_assurance.ops.logs import configure_logging
-from smf_assurance.ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
-from smf_assurance.ops.releases import build_release, latest_in_inbox, prior_of, publish_to_inbox
-from smf_assurance.ops.runtimes import (
+from smf_assurance.core.normalize import MapperTable, ToolMapping
+from smf_assurance.gateway.assembly import RunningModelGateway, start_model_gateway
+from smf_assurance.governance.releases import (
+    build_release,
+    latest_in_inbox,
+    prior_of,
+    publish_to_inbox,
+)
+from smf_assurance.ops.demo.script import actor
+from smf_assurance.ops.local.bus_auth import write_user_seed
+from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.model_gateway import (
+    gateway_config,
+    provision_gateway_runtime,
+    set_upstream,
+)
+from smf_assurance.ops.local.stack import gate_config, start_embedded_server
+from smf_assurance.ops.local.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
+from smf_assurance.ops.runtimes.provision import (
     HERMES_PRINCIPAL,
     HERMES_RUNTIME_ID,
     provision_launcher,
     provision_runtime,
 )
-from smf_assurance.ops.stack import gate_config, start_embedded_server
-from smf_assurance.ops.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
 from smf_assurance.pipeline.assembly import start_gate
 from smf_assurance.pipeline.assembly.config import shipped_mapper_tables
-from smf_assurance.pipeline.assembly.model_gateway import RunningModelGateway, start_model_gateway
-from smf_assurance.pipeline.core.normalize import MapperTable, ToolMapping
 from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
@@ -825,7 +834,7 @@ class Harness:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "smf_assurance.ops.cli",
+            "smf_assurance.ops.cli.main",
             "model-gateway",
             "clear",
             runtime_id,

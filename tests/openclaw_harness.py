@@ -5,7 +5,7 @@ Run as ``python tests/openclaw_harness.py <json config>``, normally under
 talks to share one network namespace with loopback only). It brings loopback
 up when asked, starts the scripted fake model server and, when asked for a
 gate, an embedded nats-server with authorization generated from the registry
-(``smf_assurance.ops.stack.start_embedded_server``, as a real deployment runs it: the
+(``smf_assurance.ops.local.stack.start_embedded_server``, as a real deployment runs it: the
 plugin connects with the runtime's own nkey, ``credentialFile``; anonymous
 connections are refused), a gate whose approval desk runs on an offset
 clock (so a test can make an approval expire or an execution report go
@@ -116,8 +116,8 @@ from nats.aio.msg import Msg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from smf_assurance.approver.client import ApproverClient, ApproverError, content_matches
-from smf_assurance.ops.logs import configure_logging
-from smf_assurance.ops.natsserver import PortReservation, reserve_port
+from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.natsserver import PortReservation, reserve_port
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import PendingAnnouncement
 from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
@@ -132,9 +132,9 @@ from tests.fake_telegram import FakeTelegram
 from tests.openclaw_gateway_host import HostedGateway, OperatorClient, stop_group
 
 if TYPE_CHECKING:
+    from smf_assurance.core.normalize import MapperTable
+    from smf_assurance.gateway.assembly import RunningModelGateway
     from smf_assurance.pipeline.assembly import RunningGate
-    from smf_assurance.pipeline.assembly.model_gateway import RunningModelGateway
-    from smf_assurance.pipeline.core.normalize import MapperTable
 
 RUN_TIMEOUT_S = 240.0
 GATEWAY_START_S = 90.0
@@ -213,8 +213,8 @@ def base_config(root: Path, model_url: str, provider: str = "fake") -> dict[str,
 def _mapper_tables(extra: dict[str, Any]) -> dict[str, MapperTable]:
     """The shipped mapper tables, with ``extra`` tools added to OpenClaw's (none replaced):
     the names an operator gives an MCP server's tools."""
+    from smf_assurance.core.normalize import ToolMapping  # noqa: PLC0415
     from smf_assurance.pipeline.assembly.config import shipped_mapper_tables  # noqa: PLC0415
-    from smf_assurance.pipeline.core.normalize import ToolMapping  # noqa: PLC0415
 
     tables = shipped_mapper_tables()
     openclaw = tables["smf-openclaw-adapter"]
@@ -382,14 +382,14 @@ class Harness:
         if not gate:
             return
         # Imported here: the probe runs (no gate) must not depend on the gate's code.
-        from smf_assurance.ops.bus_auth import write_user_seed  # noqa: PLC0415
-        from smf_assurance.ops.releases import latest_in_inbox  # noqa: PLC0415
-        from smf_assurance.ops.runtimes import (  # noqa: PLC0415
+        from smf_assurance.governance.releases import latest_in_inbox  # noqa: PLC0415
+        from smf_assurance.ops.local.bus_auth import write_user_seed  # noqa: PLC0415
+        from smf_assurance.ops.local.stack import gate_config, start_embedded_server  # noqa: PLC0415
+        from smf_assurance.ops.local.state import OPERATOR, StateDir, provision_demo  # noqa: PLC0415
+        from smf_assurance.ops.runtimes.provision import (  # noqa: PLC0415
             provision_launcher,
             provision_runtime,
         )
-        from smf_assurance.ops.stack import gate_config, start_embedded_server  # noqa: PLC0415
-        from smf_assurance.ops.state import OPERATOR, StateDir, provision_demo  # noqa: PLC0415
         from smf_assurance.pipeline.assembly import start_gate  # noqa: PLC0415
         from tests.release_helpers import publish_as_publisher  # noqa: PLC0415
 
@@ -475,13 +475,13 @@ class Harness:
         """A signed release of ``corpus``, chained to the demo's and newest in the inbox:
         the gate starts on it (a firm's release instead of the demo's), and it is the one
         published to ``SMF_RELEASES`` for the plugin to verify."""
-        from smf_assurance.ops.releases import (  # noqa: PLC0415
+        from smf_assurance.governance.releases import (  # noqa: PLC0415
             build_release,
             latest_in_inbox,
             prior_of,
             publish_to_inbox,
         )
-        from smf_assurance.ops.state import RELEASE_SIGNER  # noqa: PLC0415
+        from smf_assurance.ops.local.state import RELEASE_SIGNER  # noqa: PLC0415
 
         current = latest_in_inbox(self.state.release_inbox)
         assert current is not None
@@ -496,12 +496,12 @@ class Harness:
 
     async def _start_model_gateway(self, served: list[dict[str, Any]]) -> None:
         """The model gateway on the gate's bus, in front of the fake model (issue 16)."""
-        from smf_assurance.ops.model_gateway import (  # noqa: PLC0415
+        from smf_assurance.gateway.assembly import start_model_gateway  # noqa: PLC0415
+        from smf_assurance.ops.local.model_gateway import (  # noqa: PLC0415
             gateway_config,
             provision_gateway_runtime,
             set_upstream,
         )
-        from smf_assurance.pipeline.assembly.model_gateway import start_model_gateway  # noqa: PLC0415
         from smf_assurance.subjects.messages import ActorContext, DataFacts, ProposedDestination  # noqa: PLC0415
 
         set_upstream(self.state, self.model.url, "local-model")
@@ -869,7 +869,8 @@ class Harness:
             command.get("config", {}),
         )
         # The Gateway binds this port itself; the reservation keeps every other
-        # process off it for the harness's lifetime (smf_assurance.ops.natsserver.PortReservation).
+        # process off it for the harness's lifetime
+        # (smf_assurance.ops.local.natsserver.PortReservation).
         reservation = reserve_port()
         self.reservations.append(reservation)
         port, token = reservation.port, f"test-token-{time.monotonic_ns()}"

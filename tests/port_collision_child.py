@@ -4,7 +4,7 @@ Runs inside its own network namespace (``unshare -n``, loopback only), where
 the kernel's range of ports for ``bind(0)`` is ours to narrow. With the range
 shrunk to a few ports, picking ports by binding port 0 and closing the probe
 repeats a port at once (the old ``free_port()`` pattern that failed CI with
-``address already in use``); the reservations of ``smf_assurance.ops.natsserver`` are then
+``address already in use``); the reservations of ``smf_assurance.ops.local.natsserver`` are then
 made in that same narrow range, the range is widened again so that the
 servers' own connections have ports, and a three-node cluster plus a single
 server start, restart and serve on exactly the reserved ports.
@@ -24,8 +24,8 @@ from typing import Final
 
 import nats
 
-from smf_assurance.ops.cluster import LocalNatsCluster
-from smf_assurance.ops.natsserver import HOST, EmbeddedNatsServer
+from smf_assurance.ops.local.cluster import LocalNatsCluster
+from smf_assurance.ops.local.natsserver import HOST, EmbeddedNatsServer
 
 RANGE_FILE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
 NARROW: Final = (40000, 40011)

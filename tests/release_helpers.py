@@ -3,7 +3,7 @@
 Deterministic keys, a small synthetic corpus, and helpers to sign arbitrary
 manifests or swap one artifact of a bundle, so each test changes exactly the
 one thing its threat is about. Releases are built with the real
-``smf_assurance.ops.releases.build_release`` (the real compiler, the real DSSE signing).
+``smf_assurance.governance.releases.build_release`` (the real compiler, the real DSSE signing).
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from typing import Any, Final
 import msgspec
 import nats
 
-from smf_assurance.ops.projections import SCENARIO_CORPUS, package_path
-from smf_assurance.ops.releases import (
+from smf_assurance.governance.projections import SCENARIO_CORPUS, package_path
+from smf_assurance.governance.releases import (
     PriorRelease,
     build_release,
     make_trust_root,
     prior_of,
     publish_to_bucket,
 )
-from smf_assurance.ops.state import PUBLISHER, StateDir
+from smf_assurance.ops.local.state import PUBLISHER, StateDir
 from smf_assurance.subjects import dsse
 from smf_assurance.subjects.bus_access import CLIENT_API
 from smf_assurance.subjects.keys import SigningKey, public_record

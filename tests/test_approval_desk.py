@@ -80,19 +80,25 @@ from nats.js.client import JetStreamContext
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.adapters.connector.sdk import ConnectorRunner, RunnerConfig
 from smf_assurance.approver.client import ApproverClient, ApproverError, content_matches
-from smf_assurance.ops.compiler import compile_corpus, write_release
-from smf_assurance.ops.demo_script import SCENARIOS
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.projections import SCENARIO_CORPUS, load_policy_set, package_path
-from smf_assurance.ops.runtimes import (
+from smf_assurance.core.projection import PolicySet
+from smf_assurance.governance.compiler import compile_corpus, write_release
+from smf_assurance.governance.projections import SCENARIO_CORPUS, load_policy_set, package_path
+from smf_assurance.ops.demo.script import SCENARIOS
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import example_connectors, gate_config
+from smf_assurance.ops.local.state import (
+    ADAPTER_ID,
+    DEMO_TENANT,
+    RUNTIME_ID,
+    StateDir,
+    provision_demo,
+)
+from smf_assurance.ops.runtimes.provision import (
     OPENCLAW_PRINCIPAL,
     OPENCLAW_RUNTIME_ID,
     provision_openclaw_runtime,
 )
-from smf_assurance.ops.stack import example_connectors, gate_config
-from smf_assurance.ops.state import ADAPTER_ID, DEMO_TENANT, RUNTIME_ID, StateDir, provision_demo
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
-from smf_assurance.pipeline.core.projection import PolicySet
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import (
     MAX_TTL_MS,
@@ -191,7 +197,7 @@ async def gate(
 @contextlib.asynccontextmanager
 async def connectors_running(state: StateDir, url: str) -> AsyncIterator[None]:
     """The example connectors, each on its own connection with its own credential,
-    as ``smf_assurance.ops.stack`` runs them (issue 15)."""
+    as ``smf_assurance.ops.local.stack`` runs them (issue 15)."""
     registry = load_registry(state.registry)
     connections: list[Client] = []
     runners: list[ConnectorRunner] = []

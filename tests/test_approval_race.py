@@ -70,9 +70,9 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import StateDir
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.assembly import start_gate
 from smf_assurance.pipeline.stores.approvals import ApprovalStore
 from smf_assurance.pipeline.stores.approvals_sqlite import SqliteApprovalStore

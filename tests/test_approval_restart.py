@@ -26,8 +26,8 @@ import pytest
 from nats.aio.client import Client
 
 from smf_assurance.approver.client import content_matches
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.state import StateDir
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import MAX_TTL_MS, TERMINAL_STATES
 from tests.bus_helpers import ExecuteSpy, wait_for

@@ -1,12 +1,12 @@
 """The pure approval rules of the desk, without a bus
-(smf_assurance/pipeline/core/approval_rules.py).
+(smf_assurance/core/approval_rules.py).
 
 ARCHITECTURE.md, "Exact-action approval": the binding covers what will
 actually be sent; the resolver must hold every required role in the governed
 roster for the binding's tenant and must not be the requesting actor; only
 the party an order was given to settles it; a report that the executed
 parameters were not the approved ones breaks the binding. The checks are the
-pure functions of ``smf_assurance/pipeline/core/approval_rules.py``; the desk's bus tests
+pure functions of ``smf_assurance/core/approval_rules.py``; the desk's bus tests
 (``tests/test_approval_desk.py``) prove them end to end, these prove each
 rule alone, fast enough to run against every mutant of it.
 
@@ -21,8 +21,7 @@ from typing import Any, Final
 import msgspec
 import pytest
 
-from smf_assurance.ops.projections import load_policy_set
-from smf_assurance.pipeline.core.approval_rules import (
+from smf_assurance.core.approval_rules import (
     BINDING_BROKEN,
     PARAMS_MISMATCH,
     ApprovalRuleError,
@@ -35,8 +34,9 @@ from smf_assurance.pipeline.core.approval_rules import (
     settlement,
     signed_by_executor,
 )
-from smf_assurance.pipeline.core.decision import Decision
-from smf_assurance.pipeline.core.evaluator import evaluate
+from smf_assurance.core.decision import Decision
+from smf_assurance.core.evaluator import evaluate
+from smf_assurance.governance.projections import load_policy_set
 from smf_assurance.pipeline.stores.approvals import BindingInvalid, admit_binding
 from smf_assurance.subjects import dsse
 from smf_assurance.subjects.approvals import (

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import msgspec
 
-from smf_assurance.ops.projections import SCENARIO_PROJECTION, load_policy_set, package_path
-from smf_assurance.ops.scenarios_catalog import load_scenarios
-from smf_assurance.pipeline.core.decision import AppliedPolicy, Decision
-from smf_assurance.pipeline.core.evaluator import evaluate
-from smf_assurance.pipeline.core.projection import AnalysisProjection, decode_analysis
-from smf_assurance.pipeline.stages.approvals import rules_requiring_approval
+from smf_assurance.core.decision import AppliedPolicy, Decision
+from smf_assurance.core.evaluator import evaluate
+from smf_assurance.core.projection import AnalysisProjection, decode_analysis
+from smf_assurance.governance.projections import SCENARIO_PROJECTION, load_policy_set, package_path
+from smf_assurance.governance.scenarios_catalog import load_scenarios
+from smf_assurance.pipeline.chain.approvals import rules_requiring_approval
 from smf_assurance.subjects.approvals import RuleShown
 
 TRANSMISSION = "urn:smf:rule:scenario:attorney-approval-transmission"

@@ -42,8 +42,8 @@ from nats.js.errors import (
 )
 from nats.js.kv import KeyValue
 
-from smf_assurance.ops.cluster import LocalNatsCluster
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.cluster import LocalNatsCluster
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.pipeline.stores import approvals_kv, approvals_sqlite
 from smf_assurance.pipeline.stores.approvals import (
     ALL_STATES,

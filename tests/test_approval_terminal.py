@@ -26,8 +26,8 @@ from collections import Counter
 import pytest
 from nats.aio.client import Client
 
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.state import StateDir
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.assembly import RunningGate
 from smf_assurance.subjects.approvals import TERMINAL_STATES
 from tests import test_approval_desk as desk

@@ -28,9 +28,9 @@ from nats.aio.client import Client
 
 from smf_assurance.adapters.connectors.court_efiling import filing_number
 from smf_assurance.approver.client import ApproverClient, ApproverError
-from smf_assurance.ops.bus import NATS_URL_FILE
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.state import StateDir
+from smf_assurance.ops.local.bus import NATS_URL_FILE
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.assembly import RunningGate
 from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import TrackRequest

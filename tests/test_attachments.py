@@ -43,10 +43,10 @@ from nats.aio.client import Client
 
 from smf_assurance.approver.client import content_matches
 from smf_assurance.approver.directory import Directory
-from smf_assurance.ops.commands.approvals import _print_view
-from smf_assurance.ops.demo_script import MOTION_PDF, SCENARIOS, one_page_pdf
-from smf_assurance.ops.stack import Stack
-from smf_assurance.ops.state import StateDir
+from smf_assurance.ops.cli.commands.approvals import _print_view
+from smf_assurance.ops.demo.script import MOTION_PDF, SCENARIOS, one_page_pdf
+from smf_assurance.ops.local.stack import Stack
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.assembly import RunningGate
 from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import ApprovalView

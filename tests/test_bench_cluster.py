@@ -26,7 +26,7 @@ import pytest
 
 from smf_assurance.ops.bench import cluster
 from smf_assurance.ops.bench.cluster import CLAIM_KV, CLAIM_SQLITE, ratio_x1000
-from smf_assurance.ops.cli import main
+from smf_assurance.ops.cli.main import main
 
 ROUNDS = 6
 IN_FLIGHT = 2

@@ -44,10 +44,10 @@ from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
 from smf_assurance.approver.pending import AnnouncementsRefused, PendingReader
-from smf_assurance.ops.cluster import LocalNatsCluster
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import gate_config, start_embedded_server
-from smf_assurance.ops.state import (
+from smf_assurance.ops.local.cluster import LocalNatsCluster
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config, start_embedded_server
+from smf_assurance.ops.local.state import (
     CONSOLE,
     MODEL_GATEWAY,
     OPERATOR,

@@ -48,9 +48,9 @@ from smf_assurance.adapters.connector.sdk import ConnectorRunner, RunnerConfig
 from smf_assurance.adapters.connectors.court_efiling import CourtEFilingConnector
 from smf_assurance.adapters.connectors.dms import DELETED_DIR, DocumentStoreConnector, Tombstone
 from smf_assurance.approver.client import ApproverClient
-from smf_assurance.ops.demo_script import SCENARIOS
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.state import StateDir
+from smf_assurance.ops.demo.script import SCENARIOS
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.stores.ledger import Ledger
 from smf_assurance.pipeline.stores.ledger_schema import EvidenceEntry
 from smf_assurance.subjects import names

@@ -8,10 +8,10 @@ import pytest
 from nats.aio.client import Client
 
 from smf_assurance.adapters.client import ProposalClient
-from smf_assurance.ops.demo_script import SCENARIOS
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
+from smf_assurance.ops.demo.script import SCENARIOS
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.subjects import names
 from tests.bus_helpers import ExecuteSpy

@@ -2,7 +2,7 @@
 
 Every principal of the demo registry connects with its own real credential
 (``keys/<principal>.nkey``) to a server whose authorization was generated
-from that registry (``smf_assurance.ops.bus_auth``), and tries every action of the table
+from that registry (``smf_assurance.ops.local.bus_auth``), and tries every action of the table
 below. What its role may do must succeed; everything else must be refused BY
 THE SERVER: a permissions violation naming the subject, seen on the client's
 connection, never a timeout that could mean anything. The same table runs on
@@ -33,16 +33,16 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 
-from smf_assurance.ops.bus_auth import read_user_public, write_user_seed
-from smf_assurance.ops.bus_follow import ClusterFollower, ReloadError
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.cluster import LocalNatsCluster
-from smf_assurance.ops.confine.profile import launcher_principal
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.releases import latest_in_inbox, load_trust_root
-from smf_assurance.ops.runtimes import provision_launcher, provision_runtime
-from smf_assurance.ops.stack import gate_config, start_embedded_server, start_stack
-from smf_assurance.ops.state import (
+from smf_assurance.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
+from smf_assurance.governance.releases import latest_in_inbox, load_trust_root
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.local.bus_auth import read_user_public, write_user_seed
+from smf_assurance.ops.local.bus_follow import ClusterFollower, ReloadError
+from smf_assurance.ops.local.cluster import LocalNatsCluster
+from smf_assurance.ops.local.confine.profile import launcher_principal
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config, start_embedded_server, start_stack
+from smf_assurance.ops.local.state import (
     CONSOLE,
     MODEL_GATEWAY,
     OPERATOR,
@@ -51,8 +51,8 @@ from smf_assurance.ops.state import (
     StateDir,
     refresh_demo_release,
 )
+from smf_assurance.ops.runtimes.provision import provision_launcher, provision_runtime
 from smf_assurance.pipeline.assembly import BusUnavailableError, start_gate
-from smf_assurance.pipeline.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
 from smf_assurance.pipeline.stores.tool_calls_kv import BUCKET as TOOL_CALLS
 from smf_assurance.subjects import names
 from smf_assurance.subjects.bus_access import (

@@ -47,15 +47,15 @@ from nats.js.api import RawStreamMsg
 from nats.js.client import JetStreamContext
 
 from smf_assurance.adapters.client import ProposalClient
-from smf_assurance.ops.demo_script import SCENARIOS, ScriptedAction
-from smf_assurance.ops.demo_script import actor as demo_actor
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from smf_assurance.core.policy import NO_REQUIREMENTS
+from smf_assurance.ops.demo.script import SCENARIOS, ScriptedAction
+from smf_assurance.ops.demo.script import actor as demo_actor
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
-from smf_assurance.pipeline.core.policy import NO_REQUIREMENTS
+from smf_assurance.pipeline.chain.contracts import DispatchRequest, EvaluateRequest
 from smf_assurance.pipeline.service import STAGE_MAC_HEADER, StageRefusal
-from smf_assurance.pipeline.stages.contracts import DispatchRequest, EvaluateRequest
 from smf_assurance.pipeline.stores.claims import ClaimRecord, ClaimState, ProposalClaims
 from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
 from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
@@ -179,7 +179,7 @@ async def stored_orders(js: JetStreamContext) -> list[RawStreamMsg]:
 
 
 def is_void(raw: bytes) -> bool:
-    """A gate-signed OrderVoid (``smf_assurance.pipeline.stages.dispatch.OrderFence``)."""
+    """A gate-signed OrderVoid (``smf_assurance.pipeline.chain.dispatch.OrderFence``)."""
     return dsse.decode_envelope(raw).payload_type == names.PAYLOAD_ORDER_VOID
 
 
@@ -808,7 +808,7 @@ async def test_two_hundred_in_flight_each_get_one_verdict_and_only_allows_are_st
 
 def test_bench_bus_smoke_prints_the_expected_keys(capsys: pytest.CaptureFixture[str]) -> None:
     """No timing assertions: only that the run completes and reports its series."""
-    from smf_assurance.ops.cli import main  # noqa: PLC0415 - keep CLI imports out of the other tests
+    from smf_assurance.ops.cli.main import main  # noqa: PLC0415 - keep CLI imports out of the other tests
 
     assert main(["bench", "--bus", "--rounds", "20", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

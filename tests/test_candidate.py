@@ -44,9 +44,9 @@ from smf_assurance.ops.candidate.matrix import (
 )
 from smf_assurance.ops.candidate.reviews import load_candidate
 from smf_assurance.ops.candidate.source import Commit, head_commit
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.hermes_env import HERMES_VERSION
-from smf_assurance.ops.runtimes import OPENCLAW_PIN
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.runtimes.hermes_env import HERMES_VERSION
+from smf_assurance.ops.runtimes.provision import OPENCLAW_PIN
 from smf_assurance.subjects.dsse import (
     BadSignatureError,
     PayloadTypeMismatchError,

@@ -31,11 +31,11 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from nats.aio.client import Client
 
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import StateDir
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
-from smf_assurance.pipeline.stages.gate import GateSettings
+from smf_assurance.pipeline.chain.gate import GateSettings
 from smf_assurance.pipeline.stores.claims import (
     ClaimRecord,
     ClaimState,

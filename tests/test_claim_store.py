@@ -24,8 +24,8 @@ from nats.js.api import StorageType
 from nats.js.errors import KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from smf_assurance.ops.cluster import LocalNatsCluster
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.cluster import LocalNatsCluster
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.pipeline.stores import claims_kv
 from smf_assurance.pipeline.stores.approvals_kv import token
 from smf_assurance.pipeline.stores.claims import (

@@ -22,7 +22,7 @@ id = "bus-access.one"
 family = "bus-access"
 sentence = "s"
 not_proven = "n"
-covers = ["smf_assurance/ops/bus_auth.py"]
+covers = ["smf_assurance/ops/local/bus_auth.py"]
 """
 
 

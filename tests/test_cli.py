@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from smf_assurance.ops.cli import build_parser, main
-from smf_assurance.ops.commands.demo import _swarm_row
-from smf_assurance.ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
+from smf_assurance.governance.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
+from smf_assurance.ops.cli.commands.demo import _swarm_row
+from smf_assurance.ops.cli.main import build_parser, main
 from tests.gate_wheel import GateWheel
 
 SCENARIOS = package_path(SCENARIO_ENVELOPES)
@@ -342,7 +342,7 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_console_script_runs_as_a_module() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "smf_assurance.ops.cli", "--help"],
+        [sys.executable, "-m", "smf_assurance.ops.cli.main", "--help"],
         capture_output=True,
         text=True,
         check=False,

@@ -1,6 +1,6 @@
 """``approvals resolve`` is deliberate (issue 23, "Deliberate decisions").
 
-The command line in-process (``smf_assurance.ops.cli.main``) against a real nats-server on
+The command line in-process (``smf_assurance.ops.cli.main.main``) against a real nats-server on
 which a stand-in gate answers show requests with a view and records every
 resolution it is sent (``tests/test_cli_ops.py``'s ``stand_in_gate``): what the
 command signs is read back from those bytes and verified with the attorney's key.
@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from smf_assurance.ops.cli import main
+from smf_assurance.ops.cli.main import main
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import ApprovalResolution
 from smf_assurance.subjects.keys import load_private_key

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
-from smf_assurance.ops.releases import write_release_dir
-from smf_assurance.ops.state import StateDir, provision_demo
+from smf_assurance.governance.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
+from smf_assurance.governance.releases import write_release_dir
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.local.state import StateDir, provision_demo
 from tests.builders import envelope_json, make_policy, make_rule, write_corpus
 from tests.test_cli_explain import run
 from tests.test_release_distribution import current_inbox, next_release

@@ -23,17 +23,17 @@ from typing import Any
 
 import pytest
 
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.demo_script import SCENARIOS
-from smf_assurance.ops.releases import make_trust_root, write_trust_root
-from smf_assurance.ops.state import StateDir, provision_demo
-from smf_assurance.pipeline.core.decision import NO_APPLICABLE_POLICY
-from smf_assurance.pipeline.core.explanation import (
+from smf_assurance.core.decision import NO_APPLICABLE_POLICY
+from smf_assurance.core.explanation import (
     GAP_APPLIED_FROM_REASONS,
     GAP_TENANT,
     GAP_TRIGGER,
 )
-from smf_assurance.pipeline.stages.evidence import EvidenceWriter
+from smf_assurance.governance.releases import make_trust_root, write_trust_root
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.demo.script import SCENARIOS
+from smf_assurance.ops.local.state import StateDir, provision_demo
+from smf_assurance.pipeline.stores.evidence import EvidenceWriter
 from smf_assurance.pipeline.stores.ledger import Ledger
 from smf_assurance.subjects.keys import SigningKey, public_record
 

@@ -1,9 +1,9 @@
 """Every ``--json`` output has a declared, documented schema (issue 22).
 
 Commands are read from the parser (``tests.test_cli.subcommands``): one with
-``--json`` and no declared type in ``smf_assurance.ops.cli_json.COMMANDS`` fails here, and so
+``--json`` and no declared type in ``smf_assurance.ops.cli.cli_json.COMMANDS`` fails here, and so
 does one without a case in ``CASES``. Each case runs the real command (in
-process through ``smf_assurance.ops.cli.main``, or as a process for the ones that run until
+process through ``smf_assurance.ops.cli.main.main``, or as a process for the ones that run until
 stopped) against a demo's state and, for the bus, a real ``up`` (nats-server
 and gate); stdout is decoded strictly with the declared type, so an unknown
 field, a cut id or a word outside an enum fails the decode. A refusal either
@@ -35,15 +35,15 @@ import nats
 import pytest
 
 from smf_assurance.adapters.client import ProposalClient
-from smf_assurance.ops import cli_json
-from smf_assurance.ops.bus_auth import new_user_seed, public_user
-from smf_assurance.ops.cli import build_parser, main
-from smf_assurance.ops.cli_json import COMMANDS, CliJson
-from smf_assurance.ops.demo_script import SCENARIOS
-from smf_assurance.ops.natsserver import reserve_port
-from smf_assurance.ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
-from smf_assurance.ops.releases import build_release, write_release_dir
-from smf_assurance.ops.state import (
+from smf_assurance.governance.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
+from smf_assurance.governance.releases import build_release, write_release_dir
+from smf_assurance.ops.cli import cli_json
+from smf_assurance.ops.cli.cli_json import COMMANDS, CliJson
+from smf_assurance.ops.cli.main import build_parser, main
+from smf_assurance.ops.demo.script import SCENARIOS
+from smf_assurance.ops.local.bus_auth import new_user_seed, public_user
+from smf_assurance.ops.local.natsserver import reserve_port
+from smf_assurance.ops.local.state import (
     ADAPTER_ID,
     CONSOLE,
     PUBLISHER,
@@ -61,7 +61,7 @@ from tests.test_cli_ops import read_line
 from tests.test_cli_robustness import first_decision
 
 ROOT = Path(__file__).resolve().parents[1]
-PROG = (sys.executable, "-m", "smf_assurance.ops.cli")
+PROG = (sys.executable, "-m", "smf_assurance.ops.cli.main")
 TIMEOUT = 60.0
 IDENTITY = r"sha256:[0-9a-f]{64}"
 ORDER_ID = r"[0-9a-f]{64}"
@@ -79,7 +79,7 @@ JSON_COMMANDS = sorted(
 
 def test_every_command_with_json_has_a_declared_type() -> None:
     for path in JSON_COMMANDS:
-        assert path in COMMANDS, f"{path}: no type in smf_assurance.ops.cli_json"
+        assert path in COMMANDS, f"{path}: no type in smf_assurance.ops.cli.cli_json"
     assert set(COMMANDS) <= set(JSON_COMMANDS), "a type for a command without --json"
 
 
@@ -109,11 +109,12 @@ def test_every_type_is_closed_keyword_only_and_says_what_each_field_means(
 
 
 def test_no_command_prints_an_undeclared_value() -> None:
-    """Every ``--json`` goes through ``smf_assurance.ops.output.emit``, which takes a declared type
+    """Every ``--json`` goes through ``smf_assurance.ops.cli.output.emit``, which takes a declared
+    type
     only: no code under ops/ writes JSON to stdout another way."""
-    import smf_assurance.ops.output  # noqa: PLC0415
+    import smf_assurance.ops.cli.output  # noqa: PLC0415
 
-    assert not hasattr(smf_assurance.ops.output, "emit_json")
+    assert not hasattr(smf_assurance.ops.cli.output, "emit_json")
     for path in sorted((ROOT / "ops").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call):
@@ -121,7 +122,7 @@ def test_no_command_prints_an_undeclared_value() -> None:
 
 
 def test_the_document_is_generated_from_the_types() -> None:
-    """``docs/CLI-JSON.md`` is stale: run ``python -m smf_assurance.ops.cli_json`` (``make
+    """``docs/CLI-JSON.md`` is stale: run ``python -m smf_assurance.ops.cli.cli_json`` (``make
     cli-json``)."""
     assert cli_json.DOC.read_text(encoding="utf-8") == cli_json.render()
     for path in COMMANDS:
@@ -130,7 +131,7 @@ def test_the_document_is_generated_from_the_types() -> None:
 
 def test_emit_refuses_a_value_its_own_type_rejects(capsys: pytest.CaptureFixture[str]) -> None:
     """An id cut to a display prefix is an error, not a line a script reads."""
-    from smf_assurance.ops.output import emit  # noqa: PLC0415 - the one function under test here
+    from smf_assurance.ops.cli.output import emit  # noqa: PLC0415 - the one function under test here
 
     cut = cli_json.ModelGatewayClearJson(
         runtime_id="not a token", was_stopped=False, stopped=False, reason_codes=(), evidence=()

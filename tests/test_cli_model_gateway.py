@@ -25,9 +25,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.cli_json import GatewayRow
-from smf_assurance.ops.state import StateDir, provision_demo
+from smf_assurance.ops.cli.cli_json import GatewayRow
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.local.state import StateDir, provision_demo
 from tests.test_cli_ops import ROOT, assert_one_line_failure, read_line, run
 from tests.test_model_gateway import ACTOR as MODEL_ACTOR
 
@@ -162,7 +162,15 @@ def test_up_serves_the_gateway_beside_the_gate(
     log = (tmp_path / "up.log").open("w")
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "smf_assurance.ops.cli", "up", "--state-dir", root, "--json"),
+            *(
+                sys.executable,
+                "-m",
+                "smf_assurance.ops.cli.main",
+                "up",
+                "--state-dir",
+                root,
+                "--json",
+            ),
             *("--no-connectors", "--model-gateway", "127.0.0.1:0"),
         ],
         cwd=ROOT,
@@ -200,7 +208,14 @@ def test_up_without_gateway_settings_fails_in_one_line(
 ) -> None:
     proc = subprocess.run(
         [
-            *(sys.executable, "-m", "smf_assurance.ops.cli", "up", "--state-dir", str(demo.root)),
+            *(
+                sys.executable,
+                "-m",
+                "smf_assurance.ops.cli.main",
+                "up",
+                "--state-dir",
+                str(demo.root),
+            ),
             *("--no-connectors", "--model-gateway", "127.0.0.1:0"),
         ],
         cwd=ROOT,

@@ -1,7 +1,7 @@
 """The operator's and approver's command line: up, keys, approvals, ledger.
 
 Issues 3, 4 and 7, as a user meets them: a real nats-server, real key files,
-real SQLite ledgers, the CLI called through ``smf_assurance.ops.cli.main`` (or as a process
+real SQLite ledgers, the CLI called through ``smf_assurance.ops.cli.main.main`` (or as a process
 for ``up``), and its promises checked from the outside: one readiness line,
 a clean stop that leaves no nats-server behind, one-line failures with a
 non-zero exit, and an approver who never signs what they did not see.
@@ -34,14 +34,14 @@ from nats.aio.msg import Msg
 
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.approver.directory import Directory
-from smf_assurance.ops import supervisor
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.commands.approvals import _print_view, _view_json
-from smf_assurance.ops.demo_script import SCENARIOS
-from smf_assurance.ops.logs import configure_logging
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import Stack, start_stack
-from smf_assurance.ops.state import (
+from smf_assurance.ops.cli.commands.approvals import _print_view, _view_json
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.demo.script import SCENARIOS
+from smf_assurance.ops.local import supervisor
+from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import Stack, start_stack
+from smf_assurance.ops.local.state import (
     ADAPTER_ID,
     CONSOLE,
     OPERATOR,
@@ -49,11 +49,11 @@ from smf_assurance.ops.state import (
     StateDir,
     provision_demo,
 )
+from smf_assurance.pipeline.chain.announcements import AnnouncementDesk
 from smf_assurance.pipeline.service import Requester
-from smf_assurance.pipeline.stages.announcements import AnnouncementDesk
-from smf_assurance.pipeline.stages.streams import approval_stream_config, ensure_stream
 from smf_assurance.pipeline.stores.ledger import Ledger
 from smf_assurance.pipeline.stores.ledger_schema import entry_hash_of, parse_export_line
+from smf_assurance.pipeline.stores.streams import approval_stream_config, ensure_stream
 from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import (
     ApprovalBinding,
@@ -255,7 +255,7 @@ def test_up_runs_until_signalled_then_stops_and_leaves_no_nats_server(
             [
                 sys.executable,
                 "-m",
-                "smf_assurance.ops.cli",
+                "smf_assurance.ops.cli.main",
                 "up",
                 "--state-dir",
                 str(state),

@@ -9,7 +9,7 @@ one meets the argument classes at once and must be given a row in
   them before anything starts.
 - Environment classes (read-only state dir, corrupt databases, a dead bus,
   SIGINT/SIGTERM at start-up and once running, a closed stdout) run as
-  ``python -m smf_assurance.ops.cli`` subprocesses with ``TMPDIR`` pointed at a folder of
+  ``python -m smf_assurance.ops.cli.main`` subprocesses with ``TMPDIR`` pointed at a folder of
   the test's own, so what a command leaves in its temp dir can be seen.
 
 Every case asserts the exit status, one refusal line on stderr (argparse's
@@ -40,17 +40,17 @@ from typing import TextIO
 import msgspec
 import pytest
 
+from smf_assurance.governance.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
+from smf_assurance.governance.releases import write_release_dir
 from smf_assurance.ops.bench import bus as bench_bus
-from smf_assurance.ops.bus_auth import new_user_seed, public_user
-from smf_assurance.ops.cli import build_parser, main
-from smf_assurance.ops.commands import completion
-from smf_assurance.ops.commands import demo as demo_command
-from smf_assurance.ops.logs import colour_wanted
-from smf_assurance.ops.natsserver import reserve_port
-from smf_assurance.ops.output import Progress, table
-from smf_assurance.ops.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
-from smf_assurance.ops.releases import write_release_dir
-from smf_assurance.ops.state import StateDir
+from smf_assurance.ops.cli.commands import completion
+from smf_assurance.ops.cli.commands import demo as demo_command
+from smf_assurance.ops.cli.main import build_parser, main
+from smf_assurance.ops.cli.output import Progress, table
+from smf_assurance.ops.local.bus_auth import new_user_seed, public_user
+from smf_assurance.ops.local.logs import colour_wanted
+from smf_assurance.ops.local.natsserver import reserve_port
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects.keys import generate_signing_key, public_record
 from tests.test_cli import AT, subcommands
 from tests.test_cli_ops import table_value
@@ -58,7 +58,7 @@ from tests.test_release_distribution import current_inbox, next_release
 
 TIMEOUT = 120.0
 """Bounds a hang; a case that works ends long before."""
-PROG = (sys.executable, "-m", "smf_assurance.ops.cli")
+PROG = (sys.executable, "-m", "smf_assurance.ops.cli.main")
 APPROVAL = "sha256:" + "ab" * 32
 GARBAGE = b"\xff\x00 not json, not a key, not a database\n"
 DATABASES = ("approvals.db", "claims.db", "release-state.db")

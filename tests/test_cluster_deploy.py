@@ -39,21 +39,26 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import KeyWrongLastSequenceError
 
 from smf_assurance.adapters.client import ProposalClient
-from smf_assurance.ops.cli import build_parser, main
-from smf_assurance.ops.cluster import NODE_VARIABLES, LocalNatsCluster, nats_servers, seed_urls
-from smf_assurance.ops.commands.demo import ReportWatch
-from smf_assurance.ops.commands.up import check_flags
-from smf_assurance.ops.demo_script import SCENARIOS
-from smf_assurance.ops.natsserver import (
+from smf_assurance.ops.cli.commands.demo import ReportWatch
+from smf_assurance.ops.cli.commands.up import check_flags
+from smf_assurance.ops.cli.main import build_parser, main
+from smf_assurance.ops.demo.script import SCENARIOS
+from smf_assurance.ops.local.cluster import (
+    NODE_VARIABLES,
+    LocalNatsCluster,
+    nats_servers,
+    seed_urls,
+)
+from smf_assurance.ops.local.natsserver import (
     EmbeddedNatsServer,
     NatsServerError,
     parse_version,
     probe_version,
     resolve_binary,
 )
-from smf_assurance.ops.stack import Connectors, seed_demo_documents
-from smf_assurance.ops.state import ADAPTER_ID, OPERATOR, RUNTIME_ID, StateDir
-from smf_assurance.ops.supervisor import serve_until_stopped
+from smf_assurance.ops.local.stack import Connectors, seed_demo_documents
+from smf_assurance.ops.local.state import ADAPTER_ID, OPERATOR, RUNTIME_ID, StateDir
+from smf_assurance.ops.local.supervisor import serve_until_stopped
 from smf_assurance.pipeline.assembly import ClusterSettings, GateConfig
 from smf_assurance.subjects import names
 from smf_assurance.subjects.keys import load_private_key
@@ -720,7 +725,7 @@ def test_up_hands_the_cluster_flags_and_the_seed_list_to_the_gate(
         given.append(options)
         raise RuntimeError("stopped before the gate starts")
 
-    monkeypatch.setattr("smf_assurance.ops.stack.start_gate", start_gate)
+    monkeypatch.setattr("smf_assurance.ops.local.stack.start_gate", start_gate)
     seeds = f"nats://127.0.0.1:1, {nats_server.url}"  # up's probe: any live seed will do
     argv = ["up", "--state-dir", str(tmp_path / "s"), "--nats", seeds, "--no-connectors", *flags]
     code, _, err = run([*argv, "--log-level", "error"], capsys)
@@ -787,7 +792,7 @@ class Localizer:
 
 
 def cli(argv: list[str]) -> list[str]:
-    return [sys.executable, "-m", "smf_assurance.ops.cli", *argv]
+    return [sys.executable, "-m", "smf_assurance.ops.cli.main", *argv]
 
 
 def wait_for_file(path: Path, proc: subprocess.Popen[bytes], log: Path) -> None:

@@ -1,4 +1,4 @@
-"""The corpus compiler (smf_assurance/ops/compiler.py).
+"""The corpus compiler (smf_assurance/governance/compiler.py).
 
 Properties: output is byte-identical for reordered input; the shipped
 compiled projection is exactly what compiling the shipped corpus gives
@@ -25,8 +25,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smf_assurance.ops.commands.decide import run_compile
-from smf_assurance.ops.compiler import (
+from smf_assurance.core.facts import FACT_REGISTRY_VERSION
+from smf_assurance.core.projection import (
+    DEFAULT_DETECTION_WINDOW_CHARS,
+    build_policy_set,
+    decode_analysis,
+    decode_enforcement,
+    projection_id,
+)
+from smf_assurance.governance.compiler import (
     RECIPE_ID,
     SYNTHETIC_PREFIX,
     CompiledRelease,
@@ -34,16 +41,9 @@ from smf_assurance.ops.compiler import (
     compile_corpus,
     write_release,
 )
-from smf_assurance.ops.output import CommandError
-from smf_assurance.ops.projections import SCENARIO_CORPUS, SCENARIO_PROJECTION, package_path
-from smf_assurance.pipeline.core.facts import FACT_REGISTRY_VERSION
-from smf_assurance.pipeline.core.projection import (
-    DEFAULT_DETECTION_WINDOW_CHARS,
-    build_policy_set,
-    decode_analysis,
-    decode_enforcement,
-    projection_id,
-)
+from smf_assurance.governance.projections import SCENARIO_CORPUS, SCENARIO_PROJECTION, package_path
+from smf_assurance.ops.cli.commands.decide import run_compile
+from smf_assurance.ops.cli.output import CommandError
 from tests.builders import (
     make_policy,
     make_release,
@@ -104,7 +104,7 @@ def compile_dir(
 def cli_compile(corpus: Path, out: Path, *, as_json: bool = False) -> int:
     """``smf-assurance compile`` as the command line runs it (compile, then write).
 
-    Calls the subcommand's handler rather than ``smf_assurance.ops.cli.main`` so this file
+    Calls the subcommand's handler rather than ``smf_assurance.ops.cli.main.main`` so this file
     does not import the whole bus stack; returns the exit status.
     """
     try:

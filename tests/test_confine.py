@@ -46,22 +46,30 @@ from aiohttp import web
 from nats.errors import Error as NatsError
 
 from smf_assurance.adapters.hermes.config import AdapterConfig, ConfigError
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.confine import relay
-from smf_assurance.ops.confine.launcher import LaunchError, prepare
-from smf_assurance.ops.confine.profile import (
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.demo.script import actor
+from smf_assurance.ops.local.confine import relay
+from smf_assurance.ops.local.confine.launcher import LaunchError, prepare
+from smf_assurance.ops.local.confine.profile import (
     PROFILE_SCHEMA,
     ConfinementProfile,
     encode_profile,
     profile_path,
 )
-from smf_assurance.ops.confine.sidecar import GatewayForwarder, NatsForwarder, SignerServer
-from smf_assurance.ops.confine.view import SecretInView, check_view, hold_mounts, venv_bases
-from smf_assurance.ops.demo_script import actor
-from smf_assurance.ops.model_gateway import provision_gateway_runtime, set_upstream, token_path
-from smf_assurance.ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID, provision_runtime
-from smf_assurance.ops.stack import start_embedded_server
-from smf_assurance.ops.state import OPERATOR, StateDir, provision_demo
+from smf_assurance.ops.local.confine.sidecar import GatewayForwarder, NatsForwarder, SignerServer
+from smf_assurance.ops.local.confine.view import SecretInView, check_view, hold_mounts, venv_bases
+from smf_assurance.ops.local.model_gateway import (
+    provision_gateway_runtime,
+    set_upstream,
+    token_path,
+)
+from smf_assurance.ops.local.stack import start_embedded_server
+from smf_assurance.ops.local.state import OPERATOR, StateDir, provision_demo
+from smf_assurance.ops.runtimes.provision import (
+    HERMES_PRINCIPAL,
+    HERMES_RUNTIME_ID,
+    provision_runtime,
+)
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.keys import generate_signing_key
 from smf_assurance.subjects.messages import ProposedDestination
@@ -293,7 +301,7 @@ def test_check_view_refuses_a_view_too_large_to_search(state: StateDir, tmp_path
 def launcher(state: StateDir, *command: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
-            *(sys.executable, "-m", "smf_assurance.ops.cli", "runtime", "run"),
+            *(sys.executable, "-m", "smf_assurance.ops.cli.main", "runtime", "run"),
             *("--id", HERMES_RUNTIME_ID, "--state-dir", str(state.root), "--", *command),
         ],
         cwd=PROJECT,
@@ -433,7 +441,7 @@ async def test_the_nats_forwarder_refuses_a_server_asking_for_tls(tmp_path: Path
 
     server = await asyncio.start_server(tls_server, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    from smf_assurance.ops.bus_auth import new_user_seed  # noqa: PLC0415
+    from smf_assurance.ops.local.bus_auth import new_user_seed  # noqa: PLC0415
 
     forwarder = NatsForwarder("127.0.0.1", port, new_user_seed())
     path = str(tmp_path / "n.sock")

@@ -3,7 +3,7 @@
 A real nats-server with authorization generated from the registry, a real gate on a
 signed release (the shipped scenario corpus, which requires confinement for opaque
 operations, plus a firm policy allowing them), the launcher's real attester
-(``smf_assurance.ops.confine.attest``) on its own bus credential; no runtime process
+(``smf_assurance.ops.local.confine.attest``) on its own bus credential; no runtime process
 (tests/test_hermes_confined.py and tests/test_openclaw_confined.py drive the real ones).
 
 Proves:
@@ -49,23 +49,28 @@ import pytest
 from nats.aio.client import Client
 
 from smf_assurance.adapters.client import ProposalClient
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.confine.attest import Attester
-from smf_assurance.ops.confine.profile import launcher_principal
-from smf_assurance.ops.demo_script import actor
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.projections import SCENARIO_CORPUS, package_path
-from smf_assurance.ops.releases import build_release, latest_in_inbox, prior_of, publish_to_inbox
-from smf_assurance.ops.runtimes import (
+from smf_assurance.governance.projections import SCENARIO_CORPUS, package_path
+from smf_assurance.governance.releases import (
+    build_release,
+    latest_in_inbox,
+    prior_of,
+    publish_to_inbox,
+)
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.demo.script import actor
+from smf_assurance.ops.local.confine.attest import Attester
+from smf_assurance.ops.local.confine.profile import launcher_principal
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config, start_embedded_server
+from smf_assurance.ops.local.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
+from smf_assurance.ops.runtimes.provision import (
     HERMES_PRINCIPAL,
     HERMES_RUNTIME_ID,
     provision_launcher,
     provision_runtime,
 )
-from smf_assurance.ops.stack import gate_config, start_embedded_server
-from smf_assurance.ops.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
-from smf_assurance.pipeline.stages.confinement import ConfinementDesk
+from smf_assurance.pipeline.desks.confinement import ConfinementDesk
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
 from smf_assurance.subjects.canonical import sha256_identity

@@ -59,9 +59,9 @@ from smf_assurance.adapters.connector import (
     now_ms,
 )
 from smf_assurance.adapters.connectors.court_efiling import CourtEFilingConnector
-from smf_assurance.ops.demo_script import MOTION_PDF
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.pipeline.stages.streams import ensure_connector_durables
+from smf_assurance.ops.demo.script import MOTION_PDF
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.pipeline.stores.streams import ensure_connector_durables
 from smf_assurance.subjects.attachments import attachment_argument
 from smf_assurance.subjects.dsse import (
     Envelope,

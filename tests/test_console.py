@@ -1,7 +1,7 @@
 """The approvers' console server, without a browser: sign-in, the list, the relay, HTTP.
 
 Issue 12; docs/CONSOLE.md. A real nats-server, the full stack from
-``smf_assurance.ops.stack.start_stack`` (gate and example connectors), the console from
+``smf_assurance.ops.local.stack.start_stack`` (gate and example connectors), the console from
 ``smf_assurance.approver.console.server.start_console`` on a free port (aiohttp), and raw HTTP
 over asyncio streams, so that malformed requests can be sent too. Requests that the page
 would sign in the browser are signed here with the same keys, in Python.
@@ -91,13 +91,13 @@ from smf_assurance.approver.console.server import (
     RunningConsole,
     start_console,
 )
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.commands.console import _loopback
-from smf_assurance.ops.demo_script import SCENARIOS
-from smf_assurance.ops.logs import configure_logging
-from smf_assurance.ops.natsserver import EmbeddedNatsServer, reserve_port
-from smf_assurance.ops.stack import Stack, start_stack
-from smf_assurance.ops.state import (
+from smf_assurance.ops.cli.commands.console import _loopback
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.demo.script import SCENARIOS
+from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer, reserve_port
+from smf_assurance.ops.local.stack import Stack, start_stack
+from smf_assurance.ops.local.state import (
     ADAPTER_ID,
     CONSOLE,
     DEMO_TENANT,
@@ -106,8 +106,8 @@ from smf_assurance.ops.state import (
     StateDir,
     provision_demo,
 )
+from smf_assurance.pipeline.chain.announcements import AnnouncementDesk
 from smf_assurance.pipeline.service import Requester
-from smf_assurance.pipeline.stages.announcements import AnnouncementDesk
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import (
     RULE_NOT_DESCRIBED,

@@ -3,7 +3,7 @@
 Issue 12, "Tests". Debian's ``chromium`` and ``chromium-driver`` (no browser
 download; ``make browser`` installs them, and these tests fail, never skip,
 when they are missing). Each test gets a real nats-server, the full stack with
-the example connectors (``smf_assurance.ops.stack.start_stack``), the console, and a fresh
+the example connectors (``smf_assurance.ops.local.stack.start_stack``), the console, and a fresh
 browser profile. The stack runs on its own event loop in a background thread,
 because Selenium blocks the thread that drives it. The approver signs in by
 choosing their key file in the page, as a person would; the page signs with
@@ -80,9 +80,9 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from smf_assurance.approver.console.server import ConsoleSettings, RunningConsole, start_console
 from smf_assurance.approver.notify.notice import notice_for
-from smf_assurance.ops.logs import configure_logging
-from smf_assurance.ops.stack import Stack, start_stack
-from smf_assurance.ops.state import CONSOLE, DEMO_TENANT, OPERATOR, StateDir
+from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.stack import Stack, start_stack
+from smf_assurance.ops.local.state import CONSOLE, DEMO_TENANT, OPERATOR, StateDir
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import (
     RULE_NOT_DESCRIBED,

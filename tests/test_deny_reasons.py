@@ -49,10 +49,10 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
-from smf_assurance.ops.logs import configure_logging
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import StateDir
+from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import DENY_REASONS, ApprovalResolution, DenyReason

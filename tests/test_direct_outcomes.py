@@ -6,7 +6,7 @@ ambiguous/no report -> execution_unknown. Before issue 15 a direct allow's
 report was verified and dropped. Real nats-server (the ``nats_server``
 fixture, 127.0.0.1, a random port), real SQLite files in a provisioned state
 directory, the whole gate from ``smf_assurance.pipeline.assembly.start_gate``, the example
-DMS connector (``smf_assurance.ops.stack.example_connectors``) on its own connection, and a
+DMS connector (``smf_assurance.ops.local.stack.example_connectors``) on its own connection, and a
 connector process killed mid-order (``tests/connector_crash_child.py``). Every
 test runs on both store backends: the SQLite claim file of one gate, and the
 JetStream KV claim bucket of a cluster replica (``ClusterSettings(replicas=1)``
@@ -63,9 +63,9 @@ import pytest
 from nats.aio.client import Client
 
 from smf_assurance.adapters.client import ProposalClient
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import gate_config, seed_demo_documents
-from smf_assurance.ops.state import StateDir, provision_demo
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config, seed_demo_documents
+from smf_assurance.ops.local.state import StateDir, provision_demo
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.pipeline.assembly.config import ClusterSettings
 from smf_assurance.pipeline.stores.claims import MERGED_SUFFIX

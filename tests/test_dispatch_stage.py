@@ -14,15 +14,15 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 
-from smf_assurance.ops.projections import load_policy_set
-from smf_assurance.ops.scenarios_catalog import load_scenarios
-from smf_assurance.pipeline.core.decision import Decision
-from smf_assurance.pipeline.core.evaluator import evaluate
+from smf_assurance.core.decision import Decision
+from smf_assurance.core.evaluator import evaluate
+from smf_assurance.governance.projections import load_policy_set
+from smf_assurance.governance.scenarios_catalog import load_scenarios
+from smf_assurance.pipeline.chain.contracts import DispatchRequest
+from smf_assurance.pipeline.chain.dispatch import DispatchStage
+from smf_assurance.pipeline.chain.transport import serve
 from smf_assurance.pipeline.service import StageRefusal
-from smf_assurance.pipeline.stages.contracts import DispatchRequest
-from smf_assurance.pipeline.stages.dispatch import DispatchStage
-from smf_assurance.pipeline.stages.streams import ensure_gate_streams
-from smf_assurance.pipeline.stages.transport import serve
+from smf_assurance.pipeline.stores.streams import ensure_gate_streams
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.keys import generate_signing_key
 from smf_assurance.subjects.messages import ExecuteOrder

@@ -37,12 +37,12 @@ from pathlib import Path
 
 import pytest
 
-from smf_assurance.ops import dist
-from smf_assurance.ops.hermes_env import ensure_hermes_env
-from smf_assurance.ops.openclaw_env import ensure_openclaw_env
+from smf_assurance.ops.runtimes.hermes_env import ensure_hermes_env
+from smf_assurance.ops.runtimes.openclaw_env import ensure_openclaw_env
 from tests.gate_wheel import GateWheel, clean_env, git_copy
 from tests.surface_matrix import ROOT
 from tests.test_openclaw_conformance import OPENCLAW_TMP, netns_available
+from tools import dist
 
 GATE_ONLY = (
     "smf_assurance/pipeline/",
@@ -89,11 +89,11 @@ def test_an_adapter_import_of_the_gate_is_named(tmp_path: Path) -> None:
     plugin = tmp_path / "smf_assurance/adapters/hermes/plugin.py"
     plugin.write_text(
         plugin.read_text()
-        + "\nimport smf_assurance.ops.state\nfrom smf_assurance.pipeline.core import facts\n"
+        + "\nimport smf_assurance.ops.local.state\nfrom smf_assurance.core import facts\n"
     )
     assert dist.unresolved_imports(tmp_path, files) == [
-        "smf_assurance/adapters/hermes/plugin.py: smf_assurance.ops.state",
-        "smf_assurance/adapters/hermes/plugin.py: smf_assurance.pipeline.core",
+        "smf_assurance/adapters/hermes/plugin.py: smf_assurance.ops.local.state",
+        "smf_assurance/adapters/hermes/plugin.py: smf_assurance.core",
     ]
 
 
@@ -147,7 +147,7 @@ def test_the_hermes_check_refuses_gate_code_other_pins_and_no_entry_point(tmp_pa
     pins = ["msgspec==0.23.0"]
     points = "[hermes_agent.plugins]\nsmf-assurance = smf_assurance.adapters.hermes.plugin\n"
     dist.check_hermes_wheel(hand_wheel(tmp_path / "ok.whl", files, points, pins), files, pins, meta)
-    leaky = hand_wheel(tmp_path / "g.whl", [*files, "smf_assurance/ops/cli.py"], points, pins)
+    leaky = hand_wheel(tmp_path / "g.whl", [*files, "smf_assurance/ops/cli/main.py"], points, pins)
     with pytest.raises(dist.DistError, match=r"holds smf_assurance/ops/cli\.py"):
         dist.check_hermes_wheel(leaky, files, pins, meta)
     loose = hand_wheel(tmp_path / "l.whl", files, points, ["msgspec>=0.18"])

@@ -5,7 +5,7 @@ A nats-server of the test (authorization from the demo registry, as ``up`` would
 generate it) stays up while real ``up`` processes come and go on it with the
 demo state: the whole stack, then no connectors (``--no-connectors``), then no
 gate (``--connectors-only``). ``doctor`` runs as the operator does, through
-``smf_assurance.ops.cli.main`` with ``--json`` decoded strictly as its declared type, and the
+``smf_assurance.ops.cli.main.main`` with ``--json`` decoded strictly as its declared type, and the
 table once. Also: a runtime that never attested, a release whose lease runs out
 under a running gate, a console that does and does not answer, and a bus that
 is not there. A check that could not look must say ``skip``, never ``ok``.
@@ -34,20 +34,26 @@ import msgspec
 import nats
 import pytest
 
+from smf_assurance.governance.projections import SCENARIO_CORPUS, package_path
+from smf_assurance.governance.releases import build_release, prior_of, write_release_dir
 from smf_assurance.ops.bench.gateway import attest
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.cli_json import DoctorCheckJson, DoctorJson
-from smf_assurance.ops.doctor import GATE_SERVICES, RELEASE_SERVICE
-from smf_assurance.ops.doctor_checks import Settings
-from smf_assurance.ops.doctor_files import NAMED, file_checks
-from smf_assurance.ops.doctor_gates import ledger_check, runtime_check
-from smf_assurance.ops.model_gateway import set_upstream
-from smf_assurance.ops.natsserver import EmbeddedNatsServer, reserve_port
-from smf_assurance.ops.projections import SCENARIO_CORPUS, package_path
-from smf_assurance.ops.releases import build_release, prior_of, write_release_dir
-from smf_assurance.ops.runtimes import provision_runtime
-from smf_assurance.ops.stack import start_embedded_server, start_stack
-from smf_assurance.ops.state import CONSOLE, RELEASE_SIGNER, RUNTIME_ID, StateDir, provision_demo
+from smf_assurance.ops.cli.cli_json import DoctorCheckJson, DoctorJson
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.doctor.checks import Settings
+from smf_assurance.ops.doctor.files import NAMED, file_checks
+from smf_assurance.ops.doctor.gates import ledger_check, runtime_check
+from smf_assurance.ops.doctor.run import GATE_SERVICES, RELEASE_SERVICE
+from smf_assurance.ops.local.model_gateway import set_upstream
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer, reserve_port
+from smf_assurance.ops.local.stack import start_embedded_server, start_stack
+from smf_assurance.ops.local.state import (
+    CONSOLE,
+    RELEASE_SIGNER,
+    RUNTIME_ID,
+    StateDir,
+    provision_demo,
+)
+from smf_assurance.ops.runtimes.provision import provision_runtime
 from smf_assurance.pipeline.stores.release_state import read_release_state
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.bus_access import connect_options
@@ -64,7 +70,7 @@ from smf_assurance.subjects.release import ReleaseBundle
 from tests.test_cli_json import hold_filing
 from tests.test_cli_ops import read_line
 
-PROG: Final = (sys.executable, "-m", "smf_assurance.ops.cli")
+PROG: Final = (sys.executable, "-m", "smf_assurance.ops.cli.main")
 TIMEOUT: Final = 60.0
 HOUR_MS: Final = 3_600_000
 PIN_FOR_TEST: Final = "1.0"

@@ -37,7 +37,7 @@ from tests.builders import (
     make_envelope,
 )
 
-SCENARIOS = Path(__file__).resolve().parents[1] / "smf_assurance" / "ops" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[1] / "smf_assurance" / "governance" / "scenarios"
 GROUPS = ("effects", "destination", "data", "professional", "workflow", "runtime")
 
 

@@ -1,5 +1,5 @@
-"""The evaluator (smf_assurance/pipeline/core/evaluator.py) and the projections it reads
-(smf_assurance/pipeline/core/projection.py).
+"""The evaluator (smf_assurance/core/evaluator.py) and the projections it reads
+(smf_assurance/core/projection.py).
 
 Properties: the four governed scenarios give exactly the decisions issue 2
 names; every consequential trigger alone, uncovered, is denied by the safety
@@ -20,18 +20,16 @@ from typing import Any
 import msgspec
 import pytest
 
-from smf_assurance.ops.projections import SCENARIO_PROJECTION, load_policy_set, package_path
-from smf_assurance.ops.scenarios_catalog import Scenario, load_scenarios
-from smf_assurance.pipeline.core.decision import (
+from smf_assurance.core.decision import (
     APPROVAL_REQUIREMENT_INCOMPLETE,
     NO_APPLICABLE_POLICY,
     NON_CONSEQUENTIAL_DEFAULT,
     Decision,
 )
-from smf_assurance.pipeline.core.evaluator import applicable_policies, evaluate, is_consequential
-from smf_assurance.pipeline.core.facts import FACT_REGISTRY_VERSION
-from smf_assurance.pipeline.core.policy import NO_REQUIREMENTS
-from smf_assurance.pipeline.core.projection import (
+from smf_assurance.core.evaluator import applicable_policies, evaluate, is_consequential
+from smf_assurance.core.facts import FACT_REGISTRY_VERSION
+from smf_assurance.core.policy import NO_REQUIREMENTS
+from smf_assurance.core.projection import (
     ProjectionError,
     build_policy_set,
     decode_analysis,
@@ -39,6 +37,8 @@ from smf_assurance.pipeline.core.projection import (
     projection_bytes,
     projection_id,
 )
+from smf_assurance.governance.projections import SCENARIO_PROJECTION, load_policy_set, package_path
+from smf_assurance.governance.scenarios_catalog import Scenario, load_scenarios
 from smf_assurance.subjects.canonical import SAFE_INTEGER_MAX
 from smf_assurance.subjects.envelope import operation_hash
 from tests.builders import (
@@ -53,7 +53,9 @@ from tests.builders import (
     policy_set_from,
 )
 
-CORPUS = Path(__file__).resolve().parents[1] / "smf_assurance" / "ops" / "corpus" / "scenarios"
+CORPUS = (
+    Path(__file__).resolve().parents[1] / "smf_assurance" / "governance" / "corpus" / "scenarios"
+)
 SHIPPED = load_policy_set()
 SCENARIOS = {s.name: s for s in load_scenarios()}
 CORPUS_RULES = {r["rule_id"]: r for r in json.loads((CORPUS / "rules.json").read_text())}

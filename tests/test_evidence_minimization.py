@@ -17,9 +17,9 @@ from pathlib import Path
 
 import structlog
 
-from smf_assurance.ops.commands.demo import _demo
-from smf_assurance.ops.demo_script import SCENARIOS
-from smf_assurance.ops.state import StateDir
+from smf_assurance.ops.cli.commands.demo import _demo
+from smf_assurance.ops.demo.script import SCENARIOS
+from smf_assurance.ops.local.state import StateDir
 
 
 def raw_values() -> set[str]:

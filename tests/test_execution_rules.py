@@ -1,5 +1,5 @@
 """The pure rules for who settles an order and how
-(``smf_assurance.pipeline.core.execution_rules``).
+(``smf_assurance.core.execution_rules``).
 
 ARCHITECTURE.md, "Trust and identity on the bus" and "One proposal through
 the bus". No bus, no store: principals are built from registry entries here.
@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import pytest
 
-from smf_assurance.pipeline.core.execution_rules import Executor, settlement, signed_by
+from smf_assurance.core.execution_rules import Executor, settlement, signed_by
 from smf_assurance.subjects.keys import generate_signing_key
 from smf_assurance.subjects.messages import ExecutionReport
 from smf_assurance.subjects.registry import Principal, entry_for

@@ -1,4 +1,4 @@
-"""Decisions explained in words (issue 25): ``smf_assurance.pipeline.core.explanation``.
+"""Decisions explained in words (issue 25): ``smf_assurance.core.explanation``.
 
 From a Decision (what ``eval`` has) the explanation names exactly the applied
 policies, their layers and rules in the release's words, where each
@@ -16,15 +16,12 @@ from typing import Any
 
 import pytest
 
-from smf_assurance.ops.compiler import CompiledRelease, compile_corpus
-from smf_assurance.ops.projections import SCENARIO_CORPUS, package_path
-from smf_assurance.ops.scenarios_catalog import load_scenarios
-from smf_assurance.pipeline.core.decision import (
+from smf_assurance.core.decision import (
     APPROVAL_REQUIREMENT_INCOMPLETE,
     NO_APPLICABLE_POLICY,
 )
-from smf_assurance.pipeline.core.evaluator import consequential_triggers, evaluate, is_consequential
-from smf_assurance.pipeline.core.explanation import (
+from smf_assurance.core.evaluator import consequential_triggers, evaluate, is_consequential
+from smf_assurance.core.explanation import (
     GAP_APPLIED_FROM_REASONS,
     GAP_MATTER_ACTOR,
     GAP_REQUIREMENTS,
@@ -36,7 +33,10 @@ from smf_assurance.pipeline.core.explanation import (
     explain,
     record_of,
 )
-from smf_assurance.pipeline.core.projection import build_policy_set
+from smf_assurance.core.projection import build_policy_set
+from smf_assurance.governance.compiler import CompiledRelease, compile_corpus
+from smf_assurance.governance.projections import SCENARIO_CORPUS, package_path
+from smf_assurance.governance.scenarios_catalog import load_scenarios
 from tests.builders import (
     AT_MS,
     CONSEQUENTIAL_TRIGGERS,

@@ -13,7 +13,7 @@ verification, DSSE verification, normalization through the shipped mapper
 table, evaluation under the shipped release, predicate compilation, the
 approval messages' decoders), and every attempt to assign one of its fields is
 refused. And every dataclass and Struct the trust code defines (``subjects/``
-and ``pipeline/core/``, found by walking their modules, not listed by hand) is
+and ``core/``, found by walking their modules, not listed by hand) is
 declared frozen, except the few named mutable accumulators, each with why it
 holds nothing verified.
 """
@@ -32,12 +32,12 @@ from typing import Any, Final
 import msgspec
 import pytest
 
-import smf_assurance.pipeline.core
+import smf_assurance.core
 import smf_assurance.subjects
-from smf_assurance.pipeline.core.normalize import Normalized
-from smf_assurance.pipeline.core.predicates import Node, compile_predicate
-from smf_assurance.pipeline.core.projection import decode_enforcement, projection_bytes
-from smf_assurance.pipeline.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
+from smf_assurance.core.normalize import Normalized
+from smf_assurance.core.predicates import Node, compile_predicate
+from smf_assurance.core.projection import decode_enforcement, projection_bytes
+from smf_assurance.core.release_trust import ReleaseTrust, TrustedTime, VerifiedRelease
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import (
     ApprovalResolution,
@@ -271,18 +271,18 @@ def _field_names(value: Any) -> list[str]:
 
 
 MUTABLE: Final = {
-    "smf_assurance.pipeline.core.model_turns.StreamAssembler": "assembles a turn as it streams",
-    "smf_assurance.pipeline.core.model_turns.Turn": "the assembler's turn, before any check",
-    "smf_assurance.pipeline.core.model_turns.ToolCall": "a call being assembled from deltas",
-    "smf_assurance.pipeline.core.seen_once.SeenOnce": "the set of nonces seen, a store",
-    "smf_assurance.pipeline.core.shadow._Counts": "a shadow run's running tallies",
+    "smf_assurance.core.model_turns.StreamAssembler": "assembles a turn as it streams",
+    "smf_assurance.core.model_turns.Turn": "the assembler's turn, before any check",
+    "smf_assurance.core.model_turns.ToolCall": "a call being assembled from deltas",
+    "smf_assurance.core.seen_once.SeenOnce": "the set of nonces seen, a store",
+    "smf_assurance.core.shadow._Counts": "a shadow run's running tallies",
 }
 """The trust code's mutable types: accumulators of what is not checked yet, or records
 of what was seen, never a value a check passed."""
 
 
 def _trust_modules() -> Iterator[ModuleType]:
-    for package in (smf_assurance.subjects, smf_assurance.pipeline.core):
+    for package in (smf_assurance.subjects, smf_assurance.core):
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             yield importlib.import_module(info.name)
 
@@ -308,7 +308,7 @@ def _frozen(cls: type) -> bool:
 
 @pytest.mark.claim("release-state.verified-state-frozen")
 def test_every_value_type_of_the_trust_code_is_frozen() -> None:
-    """A type added to, or unfrozen in, ``subjects/`` or ``pipeline/core/`` fails here
+    """A type added to, or unfrozen in, ``subjects/`` or ``core/`` fails here
     unless it is named mutable, with why; the named ones still exist."""
     found = _value_types()
     assert len(found) > 100  # the walk reached the modules

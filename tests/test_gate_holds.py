@@ -28,17 +28,17 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.runtimes import HERMES_PRINCIPAL
-from smf_assurance.ops.state import OPERATOR, StateDir
-from smf_assurance.pipeline.assembly import RunningGate
-from smf_assurance.pipeline.core.normalize import (
+from smf_assurance.core.normalize import (
     HELD_BY_GATE,
     GateHolds,
     NormalizationError,
     normalize,
 )
-from smf_assurance.pipeline.stages.holds import REFRESH_SECONDS, STALE_SECONDS
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.state import OPERATOR, StateDir
+from smf_assurance.ops.runtimes.provision import HERMES_PRINCIPAL
+from smf_assurance.pipeline.assembly import RunningGate
+from smf_assurance.pipeline.desks.holds import REFRESH_SECONDS, STALE_SECONDS
 from smf_assurance.subjects.holds import HOLDS_BUCKET, HOLDS_KEY, HOLDS_UNAVAILABLE, held_under
 from smf_assurance.subjects.messages import Proposal, Verdict
 from smf_assurance.subjects.model_gateway import new_instance_id

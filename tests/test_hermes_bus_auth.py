@@ -2,7 +2,7 @@
 
 The adapter's hooks are driven as in tests/test_hermes_unit.py (same fixtures,
 same fake host), but the gate's nats-server runs with the authorization
-generated from the registry (``smf_assurance.ops.stack.start_embedded_server``), as a real
+generated from the registry (``smf_assurance.ops.local.stack.start_embedded_server``), as a real
 deployment runs it.
 
 Proves: with its own credential (``SMF_BUS_CREDENTIAL``, the principal its key
@@ -29,11 +29,11 @@ import pytest
 
 from smf_assurance.adapters.hermes import plugin
 from smf_assurance.adapters.hermes.config import AdapterConfig
-from smf_assurance.ops.bus_auth import write_user_seed
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.releases import latest_in_inbox
-from smf_assurance.ops.stack import gate_config, start_embedded_server
-from smf_assurance.ops.state import OPERATOR, StateDir
+from smf_assurance.governance.releases import latest_in_inbox
+from smf_assurance.ops.local.bus_auth import write_user_seed
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config, start_embedded_server
+from smf_assurance.ops.local.state import OPERATOR, StateDir
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.subjects import names
 from tests import test_hermes_unit as unit

@@ -7,7 +7,7 @@ gate -> the verdict -> what Hermes did. Everything runs inside one network
 namespace with loopback only (``unshare -n``) when the machine allows it
 (root); otherwise on 127.0.0.1 only, and the module says so in its log.
 
-Hermes lives in its own cached venv (``smf_assurance.ops.hermes_env``): installed once
+Hermes lives in its own cached venv (``smf_assurance.ops.runtimes.hermes_env``): installed once
 per machine (about 25 s), reused afterwards. One harness process
 (``tests/hermes_harness.py``) holds the nats-servers, the gate and the fake
 model for the whole module.
@@ -48,7 +48,7 @@ from typing import Any, Final
 
 import pytest
 
-from smf_assurance.ops.hermes_env import ensure_hermes_env
+from smf_assurance.ops.runtimes.hermes_env import ensure_hermes_env
 from tests.harness_client import HarnessClient
 
 PROJECT = Path(__file__).resolve().parent.parent

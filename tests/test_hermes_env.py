@@ -19,7 +19,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-from smf_assurance.ops.hermes_env import (
+from smf_assurance.ops.runtimes.hermes_env import (
     SURFACE_PACKAGES,
     _pins_key,
     default_env_dir,

@@ -86,7 +86,7 @@ from typing import Any
 
 import pytest
 
-from smf_assurance.ops.runtimes import HERMES_RUNTIME_ID
+from smf_assurance.ops.runtimes.provision import HERMES_RUNTIME_ID
 from smf_assurance.subjects.call_context import is_gateway_call_id
 from tests.test_hermes_conformance import (
     CLIENT_REPLY,

@@ -25,7 +25,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from smf_assurance.ops.hermes_env import ensure_hermes_env
+from smf_assurance.ops.runtimes.hermes_env import ensure_hermes_env
 from tests.test_hermes_conformance import PROJECT, netns_available
 
 FILES = ("free.txt", "other.txt", "held/a.txt", "held/b.txt", "new.txt", "held/new.txt")

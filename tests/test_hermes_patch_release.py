@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from smf_assurance.ops.projections import SCENARIO_CORPUS, package_path
+from smf_assurance.governance.projections import SCENARIO_CORPUS, package_path
 from smf_assurance.subjects.canonical import sha256_identity
 from tests.test_hermes_conformance import (
     HermesRuns,

@@ -43,22 +43,22 @@ from nats.aio.client import Client
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.adapters.hermes import plugin
 from smf_assurance.adapters.hermes.release import ReleaseVerifier
-from smf_assurance.ops.demo_script import actor
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.projections import SCENARIO_CORPUS, package_path
-from smf_assurance.ops.releases import (
+from smf_assurance.core.release_trust import ReleaseTrust, TrustedTime
+from smf_assurance.governance.projections import SCENARIO_CORPUS, package_path
+from smf_assurance.governance.releases import (
     build_release,
     latest_in_inbox,
     prior_of,
     publish_to_bucket,
     unverified_manifest,
 )
-from smf_assurance.ops.runtimes import HERMES_PRINCIPAL, provision_runtime
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import RELEASE_SIGNER, StateDir, provision_demo
+from smf_assurance.ops.demo.script import actor
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import RELEASE_SIGNER, StateDir, provision_demo
+from smf_assurance.ops.runtimes.provision import HERMES_PRINCIPAL, provision_runtime
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
-from smf_assurance.pipeline.core.release_trust import ReleaseTrust, TrustedTime
-from smf_assurance.pipeline.stages.attestation import AttestationDesk, RuntimeRequirement, _judge
+from smf_assurance.pipeline.desks.attestation import AttestationDesk, RuntimeRequirement, _judge
 from smf_assurance.subjects import names
 from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
 from smf_assurance.subjects.canonical import sha256_identity

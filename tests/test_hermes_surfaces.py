@@ -2,7 +2,8 @@
 
 hermes-agent 0.19.0 in its own cached venv (with the MCP SDK and
 python-telegram-bot at the versions Hermes pins in its own extras,
-``smf_assurance.ops.hermes_env.SURFACE_PACKAGES``), inside ``unshare -n`` with loopback only
+``smf_assurance.ops.runtimes.hermes_env.SURFACE_PACKAGES``), inside ``unshare -n`` with loopback
+only
 when run as root, with the real gate and a real nats-server with
 authorization on (tests/hermes_harness.py, one harness for the module). Every
 model turn goes through the SMF model gateway (Hermes's ``model.base_url`` is

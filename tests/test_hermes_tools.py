@@ -39,11 +39,11 @@ from nats.js.client import JetStreamContext
 from smf_assurance.adapters.connectors.court_efiling import Filing
 from smf_assurance.adapters.hermes import plugin, tools
 from smf_assurance.approver.client import ApproverClient
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.releases import latest_in_inbox, publish_to_bucket
-from smf_assurance.ops.runtimes import HERMES_RUNTIME_ID, provision_runtime
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import StateDir, provision_demo
+from smf_assurance.governance.releases import latest_in_inbox, publish_to_bucket
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import StateDir, provision_demo
+from smf_assurance.ops.runtimes.provision import HERMES_RUNTIME_ID, provision_runtime
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.messages import ExecuteOrder, Verdict
@@ -107,7 +107,8 @@ async def gate(state: StateDir, nats_server: EmbeddedNatsServer) -> AsyncIterato
 
 @pytest.fixture
 async def connectors(gate: RunningGate, state: StateDir, nats_url: str) -> AsyncIterator[None]:
-    """The example connectors on their own connection, as ``smf_assurance.ops.stack`` runs them."""
+    """The example connectors on their own connection, as ``smf_assurance.ops.local.stack`` runs
+    them."""
     async with connectors_running(state, nats_url):
         yield
 

@@ -44,20 +44,24 @@ from smf_assurance.adapters.hermes.attestation import (
 )
 from smf_assurance.adapters.hermes.bridge import Bridge, BridgeError
 from smf_assurance.adapters.hermes.config import protected_files
-from smf_assurance.ops.demo_script import actor
-from smf_assurance.ops.model_gateway import provision_gateway_runtime, set_upstream
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.releases import latest_in_inbox, publish_to_bucket, unverified_manifest
-from smf_assurance.ops.runtimes import (
+from smf_assurance.governance.releases import (
+    latest_in_inbox,
+    publish_to_bucket,
+    unverified_manifest,
+)
+from smf_assurance.ops.demo.script import actor
+from smf_assurance.ops.local.model_gateway import provision_gateway_runtime, set_upstream
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from smf_assurance.ops.runtimes.provision import (
     HERMES_PRINCIPAL,
     HERMES_RUNTIME_ID,
     load_attestation_requirements,
     provision_runtime,
 )
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
-from smf_assurance.pipeline.stages.attestation import MAX_INSTANCES, AttestationDesk
+from smf_assurance.pipeline.desks.attestation import MAX_INSTANCES, AttestationDesk
 from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
 from smf_assurance.subjects import names
 from smf_assurance.subjects.attestation import AttestationAck, StreamingSetting

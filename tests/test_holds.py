@@ -40,11 +40,11 @@ import msgspec
 import nats
 import pytest
 
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID
-from smf_assurance.ops.stack import gate_config, start_embedded_server
-from smf_assurance.ops.state import OPERATOR, StateDir
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config, start_embedded_server
+from smf_assurance.ops.local.state import OPERATOR, StateDir
+from smf_assurance.ops.runtimes.provision import HERMES_PRINCIPAL, HERMES_RUNTIME_ID
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.subjects import names
 from smf_assurance.subjects.bus_access import CLIENT_API
@@ -98,7 +98,7 @@ async def holds_cli(state: StateDir, server: EmbeddedNatsServer, *args: str) -> 
 async def run_confined(state: StateDir, *command: str) -> asyncio.subprocess.Process:
     """``runtime run`` as a process, so the gate in this loop answers its launcher."""
     return await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "smf_assurance.ops.cli", "runtime", "run"),
+        *(sys.executable, "-m", "smf_assurance.ops.cli.main", "runtime", "run"),
         *("--id", HERMES_RUNTIME_ID, "--state-dir", str(state.root), "--", *command),
         cwd=PROJECT,
         stdout=asyncio.subprocess.PIPE,

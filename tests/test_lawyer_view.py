@@ -7,7 +7,7 @@ directory, the attachment's own digest check in the page, and "420 px layouts an
 zoom usable". The stack, console and browser fixtures are those of
 ``tests/test_console_browser.py``; here the console reads a tenant directory
 (``tests/test_tenant_directory.py`` writes it) and scenario 1 carries a real PDF
-(``smf_assurance.ops.demo_script.MOTION_PDF``).
+(``smf_assurance.ops.demo.script.MOTION_PDF``).
 
 What these tests prove:
 
@@ -50,7 +50,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 
-from smf_assurance.ops.demo_script import MOTION_PDF
+from smf_assurance.ops.demo.script import MOTION_PDF
 from smf_assurance.subjects.canonical import sha256_identity
 from tests.test_attachments import OTHER_PDF, _tamper
 from tests.test_console import ATTORNEY

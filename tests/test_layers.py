@@ -30,8 +30,8 @@ from typing import Final
 
 import pytest
 
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.state import StateDir, provision_demo
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.state import StateDir, provision_demo
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 NAMESPACE: Final = "smf_assurance"
@@ -220,7 +220,7 @@ CHILD: Final = textwrap.dedent(
     import asyncio, json, sys
     sys.modules["smf_assurance.ops"] = None  # any import of ops now raises ImportError
     from smf_assurance.pipeline.assembly import GateConfig, StorePaths, start_gate
-    from smf_assurance.pipeline.core.projection import build_policy_set, decode_enforcement
+    from smf_assurance.core.projection import build_policy_set, decode_enforcement
     from smf_assurance.subjects.keyed import PseudonymKey
     from smf_assurance.subjects.keys import load_private_key
     from smf_assurance.subjects.registry import load_registry
@@ -252,7 +252,7 @@ CHILD: Final = textwrap.dedent(
 
 
 def test_a_gate_starts_from_pipeline_alone(tmp_path: Path, nats_server: EmbeddedNatsServer) -> None:
-    from smf_assurance.ops.projections import SCENARIO_PROJECTION, package_path  # noqa: PLC0415
+    from smf_assurance.governance.projections import SCENARIO_PROJECTION, package_path  # noqa: PLC0415
 
     state = StateDir(tmp_path / "state")
     provision_demo(state)

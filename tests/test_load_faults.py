@@ -49,8 +49,8 @@ from nats.aio.client import Client
 
 from smf_assurance.adapters.client import ProposalClient, unsettled
 from smf_assurance.approver.client import ApproverClient
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.state import StateDir
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.stores.ledger_audit import verify_ledger
 from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import TERMINAL_STATES

@@ -1,4 +1,4 @@
-"""A co-located stage is called under the gate's deadline (smf_assurance.pipeline.stages.transport).
+"""A co-located stage is called under the gate's deadline (smf_assurance.pipeline.chain.transport).
 
 Proves: a co-located stage's reply is returned as it is; a stage that outlasts
 the deadline is refused ``stage_timeout`` and is cancelled, not left running;
@@ -13,8 +13,8 @@ import asyncio
 import msgspec
 import pytest
 
+from smf_assurance.pipeline.chain.transport import LocalStage
 from smf_assurance.pipeline.service import StageRefusal
-from smf_assurance.pipeline.stages.transport import LocalStage
 
 
 class Ask(msgspec.Struct, frozen=True):

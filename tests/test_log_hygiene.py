@@ -1,7 +1,7 @@
 """Logs never carry a secret or a raw value (issue 15), on any refusal path.
 
 A real gate (stages over the bus, so the stage services log too) runs with
-the product's own logging (``smf_assurance.ops.logs.configure_logging``, JSON, at debug
+the product's own logging (``smf_assurance.ops.local.logs.configure_logging``, JSON, at debug
 level). Every refusal family is driven at it: input that is not JSON, not an
 envelope, bad base64, a tampered signature, an unknown signer, another
 payload type, arguments nested 20,000 deep, an unknown
@@ -29,11 +29,11 @@ import pytest
 from nats.aio.client import Client
 
 from smf_assurance.adapters.client import ProposalClient
-from smf_assurance.ops.demo_script import actor
-from smf_assurance.ops.logs import configure_logging
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
+from smf_assurance.ops.demo.script import actor
+from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.canonical import canonical_bytes

@@ -38,17 +38,21 @@ import nats
 import pytest
 from nats.aio.client import Client
 
+from smf_assurance.core.projection import DEFAULT_DETECTION_WINDOW_CHARS
+from smf_assurance.gateway.assembly import RunningModelGateway, start_model_gateway
+from smf_assurance.gateway.server import GatewaySettings, Upstream
 from smf_assurance.ops.bench import gateway as scripted
 from smf_assurance.ops.bench.fake_model import FakeModel, Reply, api_key_of
 from smf_assurance.ops.bench.gateway import attest as scripted_attest
-from smf_assurance.ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
-from smf_assurance.ops.runtimes import provision_runtime
-from smf_assurance.ops.stack import Stack, start_stack
-from smf_assurance.ops.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
+from smf_assurance.ops.local.model_gateway import (
+    gateway_config,
+    provision_gateway_runtime,
+    set_upstream,
+)
+from smf_assurance.ops.local.stack import Stack, start_stack
+from smf_assurance.ops.local.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
+from smf_assurance.ops.runtimes.provision import provision_runtime
 from smf_assurance.pipeline.assembly import wall_clock_ms
-from smf_assurance.pipeline.assembly.model_gateway import RunningModelGateway, start_model_gateway
-from smf_assurance.pipeline.core.projection import DEFAULT_DETECTION_WINDOW_CHARS
-from smf_assurance.pipeline.stages.model_gateway import GatewaySettings, Upstream
 from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
 from smf_assurance.subjects import names
 from smf_assurance.subjects.attestation import AttestationAck

@@ -52,17 +52,21 @@ from nats.aio.client import Client
 
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.approver.client import ApproverClient
+from smf_assurance.core import model_turns
+from smf_assurance.core.detectors import raise_facts
+from smf_assurance.core.normalize import normalize
+from smf_assurance.gateway.assembly import start_model_gateway
+from smf_assurance.gateway.server import GatewaySettings, Upstream, new_call_id
 from smf_assurance.ops.bench.fake_model import FakeModel, Reply
-from smf_assurance.ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
-from smf_assurance.ops.runtimes import provision_runtime
-from smf_assurance.ops.stack import start_stack
-from smf_assurance.ops.state import MODEL_GATEWAY, OPERATOR, StateDir, provision_demo
+from smf_assurance.ops.local.model_gateway import (
+    gateway_config,
+    provision_gateway_runtime,
+    set_upstream,
+)
+from smf_assurance.ops.local.stack import start_stack
+from smf_assurance.ops.local.state import MODEL_GATEWAY, OPERATOR, StateDir, provision_demo
+from smf_assurance.ops.runtimes.provision import provision_runtime
 from smf_assurance.pipeline.assembly.config import shipped_mapper_tables
-from smf_assurance.pipeline.assembly.model_gateway import start_model_gateway
-from smf_assurance.pipeline.core import model_turns
-from smf_assurance.pipeline.core.detectors import raise_facts
-from smf_assurance.pipeline.core.normalize import normalize
-from smf_assurance.pipeline.stages.model_gateway import GatewaySettings, Upstream, new_call_id
 from smf_assurance.pipeline.stores.call_context import CallContextInvalid, open_call_context
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import open_outcome

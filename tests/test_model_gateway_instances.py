@@ -49,10 +49,10 @@ import msgspec
 import nats
 import pytest
 
-from smf_assurance.ops.state import OPERATOR
-from smf_assurance.pipeline.core.seen_once import SeenOnce
-from smf_assurance.pipeline.stages.attestation import AttestationDesk
-from smf_assurance.pipeline.stages.model_gateway import GatewaySettings, ModelGateway
+from smf_assurance.core.seen_once import SeenOnce
+from smf_assurance.gateway.server import GatewaySettings, ModelGateway
+from smf_assurance.ops.local.state import OPERATOR
+from smf_assurance.pipeline.desks.attestation import AttestationDesk
 from smf_assurance.subjects import names
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.model_gateway import (

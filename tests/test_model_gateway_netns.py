@@ -38,12 +38,16 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from smf_assurance.gateway.assembly import start_model_gateway
 from smf_assurance.ops.bench.fake_model import FakeModel, Reply
-from smf_assurance.ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
-from smf_assurance.ops.runtimes import provision_runtime
-from smf_assurance.ops.stack import start_stack
-from smf_assurance.ops.state import StateDir, provision_demo
-from smf_assurance.pipeline.assembly.model_gateway import start_model_gateway
+from smf_assurance.ops.local.model_gateway import (
+    gateway_config,
+    provision_gateway_runtime,
+    set_upstream,
+)
+from smf_assurance.ops.local.stack import start_stack
+from smf_assurance.ops.local.state import StateDir, provision_demo
+from smf_assurance.ops.runtimes.provision import provision_runtime
 from tests.test_model_gateway import ACTOR, CLEAN, OTHER, OTHER_ID, PIN, TERMINAL, World, attest
 
 PROBE = textwrap.dedent(

@@ -36,20 +36,24 @@ import nats
 import pytest
 
 from smf_assurance.adapters.client import ProposalClient, tool_call_id_of
-from smf_assurance.ops.bench.fake_model import FakeModel, Reply
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
-from smf_assurance.ops.runtimes import provision_runtime
-from smf_assurance.ops.stack import start_stack
-from smf_assurance.ops.state import OPERATOR, StateDir, provision_demo
-from smf_assurance.pipeline.assembly.model_gateway import start_model_gateway
-from smf_assurance.pipeline.stages.model_gateway import (
+from smf_assurance.gateway.assembly import start_model_gateway
+from smf_assurance.gateway.server import (
     GatewaySettings,
     _Bounded,
     _Marks,
     new_call_id,
 )
-from smf_assurance.pipeline.stages.tool_calls import DecidedCalls
+from smf_assurance.ops.bench.fake_model import FakeModel, Reply
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.local.model_gateway import (
+    gateway_config,
+    provision_gateway_runtime,
+    set_upstream,
+)
+from smf_assurance.ops.local.stack import start_stack
+from smf_assurance.ops.local.state import OPERATOR, StateDir, provision_demo
+from smf_assurance.ops.runtimes.provision import provision_runtime
+from smf_assurance.pipeline.desks.tool_calls import DecidedCalls
 from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
 from smf_assurance.subjects.call_context import CallContext
 from smf_assurance.subjects.keys import SigningKey

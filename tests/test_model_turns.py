@@ -1,4 +1,4 @@
-"""A model turn read whole and written back (``smf_assurance.pipeline.core.model_turns``, issue 16).
+"""A model turn read whole and written back (``smf_assurance.core.model_turns``, issue 16).
 
 Proves: however a provider's SSE bytes are split on the wire, the assembled
 turn is the same; a stream without its finish and ``[DONE]`` is refused, so a
@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from smf_assurance.core import model_turns, written_content
+from smf_assurance.core.detectors import detect
+from smf_assurance.core.model_turns import StreamAssembler, ToolCall, Turn, TurnError
 from smf_assurance.ops.bench.fake_model import Reply, _completion, _events
-from smf_assurance.pipeline.core import model_turns, written_content
-from smf_assurance.pipeline.core.detectors import detect
-from smf_assurance.pipeline.core.model_turns import StreamAssembler, ToolCall, Turn, TurnError
 from smf_assurance.subjects.messages import DataFacts
 
 CALLS = (("call_a", "terminal", '{"command": "ls"}'), ("call_b", "read_file", '{"path": "x"}'))

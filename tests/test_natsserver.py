@@ -1,4 +1,4 @@
-"""smf_assurance.ops.natsserver and smf_assurance.ops.logs, against a real nats-server.
+"""smf_assurance.ops.local.natsserver and smf_assurance.ops.local.logs, against a real nats-server.
 
 Small fake binaries written to ``tmp_path`` stand in for nats-server only
 where the subject is our own code: version parsing and rejection, a process
@@ -27,9 +27,9 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from structlog.testing import capture_logs
 
-from smf_assurance.ops import natsserver
-from smf_assurance.ops.logs import configure_logging
-from smf_assurance.ops.natsserver import (
+from smf_assurance.ops.local import natsserver
+from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.natsserver import (
     BINARY_ENV,
     MIN_VERSION,
     EmbeddedNatsServer,
@@ -576,8 +576,8 @@ def test_stop_kills_a_server_that_ignores_sigterm(tmp_path: Path) -> None:
 CHILD = textwrap.dedent(
     """
     import sys, time
-    from smf_assurance.ops.logs import configure_logging
-    from smf_assurance.ops.natsserver import EmbeddedNatsServer
+    from smf_assurance.ops.local.logs import configure_logging
+    from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
     configure_logging(json=True)
     server = EmbeddedNatsServer(sys.argv[1]).start()
     print(server.pid, flush=True)

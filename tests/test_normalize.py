@@ -1,4 +1,4 @@
-"""Normalization refuses what it cannot map faithfully (smf_assurance/pipeline/core/normalize.py).
+"""Normalization refuses what it cannot map faithfully (smf_assurance/core/normalize.py).
 
 Issue 3: an unknown tool yields ``capability: unknown`` (the floor denies
 it); a missing required argument or fact, an argument of the wrong type,
@@ -6,7 +6,7 @@ arguments without a canonical form, an envelope that breaks its own schema,
 or a mapper table that is not one, is a rejection with its own reason code.
 Neither can ever become an allow.
 
-Proposals go in as bytes through :class:`~smf_assurance.pipeline.stages.decide.NormalizeStage`,
+Proposals go in as bytes through :class:`~smf_assurance.pipeline.chain.decide.NormalizeStage`,
 the path the gate runs, and mapper tables through ``decode_mapper``, the one
 that loads the shipped tables (``ops.gateway.load_mapper_tables``). Tables
 are the shipped ``smf_assurance/pipeline/mappers/*.json`` unless a test needs a mapping no
@@ -21,7 +21,7 @@ from typing import Any, Final
 import msgspec
 import pytest
 
-from smf_assurance.pipeline.core.normalize import (
+from smf_assurance.core.normalize import (
     UNKNOWN_ADAPTER,
     UNKNOWN_TOOL,
     MapperTable,
@@ -29,9 +29,9 @@ from smf_assurance.pipeline.core.normalize import (
     Normalized,
     decode_mapper,
 )
+from smf_assurance.pipeline.chain.decide import NormalizeStage
+from smf_assurance.pipeline.chain.transport import serve
 from smf_assurance.pipeline.service import StageRefusal
-from smf_assurance.pipeline.stages.decide import NormalizeStage
-from smf_assurance.pipeline.stages.transport import serve
 from smf_assurance.subjects.canonical import identity_of
 from smf_assurance.subjects.envelope import content_hash_of, destination_identity_of
 from smf_assurance.subjects.messages import Proposal

@@ -1,6 +1,6 @@
 """Notifications to entitled approvers (issue 23, "Notifications"), end to end.
 
-A real nats-server with the full stack (``smf_assurance.ops.stack.start_stack``: gate and
+A real nats-server with the full stack (``smf_assurance.ops.local.stack.start_stack``: gate and
 example connectors, bus permissions on), real held filings proposed through
 the gate (``tests.test_console.hold_filing``), the notifier from
 ``smf_assurance.approver.notify.service.start_notifier`` connected as the ``console``
@@ -84,12 +84,12 @@ from smf_assurance.approver.notify.service import (
     wall_clock_ms,
 )
 from smf_assurance.approver.pending import approval_state
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.demo_script import SCENARIOS
-from smf_assurance.ops.logs import configure_logging
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import Stack, start_stack
-from smf_assurance.ops.state import (
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.demo.script import SCENARIOS
+from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import Stack, start_stack
+from smf_assurance.ops.local.state import (
     ADAPTER_ID,
     CONSOLE,
     OPERATOR,
@@ -97,9 +97,9 @@ from smf_assurance.ops.state import (
     StateDir,
     provision_demo,
 )
+from smf_assurance.pipeline.chain.announcements import AnnouncementDesk
 from smf_assurance.pipeline.service import Requester
-from smf_assurance.pipeline.stages.announcements import AnnouncementDesk
-from smf_assurance.pipeline.stages.streams import approval_stream_config
+from smf_assurance.pipeline.stores.streams import approval_stream_config
 from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import PendingAnnouncement
 from smf_assurance.subjects.bus_access import connect_options
@@ -856,7 +856,7 @@ async def test_notify_command_delivers_until_sigterm(world: World) -> None:
     child = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "smf_assurance.ops.cli",
+        "smf_assurance.ops.cli.main",
         "notify",
         "--config",
         str(world.config_path),

@@ -3,7 +3,7 @@
 A real ``up`` (its embedded nats-server, authorization generated from the
 registry and following every release the gate adopts; the gate; the example
 connectors) runs on a demo state whose release key plays the operator's. The
-commands run through ``smf_assurance.ops.cli.main`` as an operator runs them, and what they
+commands run through ``smf_assurance.ops.cli.main.main`` as an operator runs them, and what they
 promise is checked from the outside:
 
 - ``runtime add`` then a proposal signed by the new key, on the new bus
@@ -50,24 +50,24 @@ from nats.errors import Error as NatsError
 
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.adapters.hermes.config import AdapterConfig
-from smf_assurance.ops.bus_auth import new_user_seed, public_user
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.confine.attest import Attester
-from smf_assurance.ops.confine.profile import launcher_principal
-from smf_assurance.ops.model_gateway import gateway_file, set_upstream
-from smf_assurance.ops.natsserver import reserve_port
-from smf_assurance.ops.onboarding import Changes, OnboardingError
-from smf_assurance.ops.releases import latest_in_inbox, write_release_dir
-from smf_assurance.ops.runtimes import (
+from smf_assurance.core.release_trust import VerifiedRelease
+from smf_assurance.gateway.assembly import load_gateway_file
+from smf_assurance.gateway.server import token_hash
+from smf_assurance.governance.releases import latest_in_inbox, write_release_dir
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.local.bus_auth import new_user_seed, public_user
+from smf_assurance.ops.local.confine.attest import Attester
+from smf_assurance.ops.local.confine.profile import launcher_principal
+from smf_assurance.ops.local.model_gateway import gateway_file, set_upstream
+from smf_assurance.ops.local.natsserver import reserve_port
+from smf_assurance.ops.local.onboarding import Changes, OnboardingError
+from smf_assurance.ops.local.state import RUNTIME_ID, StateDir, provision_demo
+from smf_assurance.ops.runtimes.provision import (
     LiveRequirements,
     attestation_settings_path,
     provision_runtime,
 )
-from smf_assurance.ops.state import RUNTIME_ID, StateDir, provision_demo
-from smf_assurance.pipeline.assembly.model_gateway import load_gateway_file
-from smf_assurance.pipeline.core.release_trust import VerifiedRelease
-from smf_assurance.pipeline.stages.attestation import RuntimeRequirement
-from smf_assurance.pipeline.stages.model_gateway import token_hash
+from smf_assurance.pipeline.desks.attestation import RuntimeRequirement
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
 from smf_assurance.subjects.bus_access import BusCredential, connect_options, read_credential
@@ -85,7 +85,7 @@ from tests.test_cli_json import hold_filing
 from tests.test_cli_ops import read_line
 from tests.test_openclaw_conformance import build_plugin
 
-PROG: Final = (sys.executable, "-m", "smf_assurance.ops.cli")
+PROG: Final = (sys.executable, "-m", "smf_assurance.ops.cli.main")
 TIMEOUT: Final = 60.0
 PLUGIN: Final = Path(__file__).resolve().parents[1] / "smf_assurance" / "adapters" / "openclaw"
 TENANT: Final = "tenant-acme"

@@ -2,7 +2,7 @@
 
 The plugin is driven as in tests/test_openclaw_plugin.py (same Node driver,
 same gate), but the gate's nats-server runs with the authorization generated
-from the registry (``smf_assurance.ops.stack.start_embedded_server``), as a real deployment
+from the registry (``smf_assurance.ops.local.stack.start_embedded_server``), as a real deployment
 runs it.
 
 Proves: with its own credential (``credentialFile``, the principal its
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from smf_assurance.ops.bus_auth import write_user_seed
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.releases import latest_in_inbox
-from smf_assurance.ops.stack import gate_config, start_embedded_server
-from smf_assurance.ops.state import StateDir
+from smf_assurance.governance.releases import latest_in_inbox
+from smf_assurance.ops.local.bus_auth import write_user_seed
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config, start_embedded_server
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.subjects import names
 from tests import test_openclaw_plugin as plugin_tests

@@ -6,7 +6,7 @@ and, for part 2, a nats-server, a gate and a synthetic attorney. Everything
 runs inside one network namespace with loopback only (``unshare -n``) when the
 machine allows it (root); otherwise on 127.0.0.1 only, and the module says so
 in its log. OpenClaw and its own Node 24 live in a per-user cache folder
-(``smf_assurance.ops.openclaw_env``): installed once per machine (about 45 s, 840 MB),
+(``smf_assurance.ops.runtimes.openclaw_env``): installed once per machine (about 45 s, 840 MB),
 reused afterwards.
 
 Part 1, the seams (the evidence for the binding statement in docs/OPENCLAW.md):
@@ -51,13 +51,17 @@ from typing import Any, Final
 
 import pytest
 
-from smf_assurance.ops.openclaw_env import OPENCLAW_VERSION, OpenClawEnv, ensure_openclaw_env
+from smf_assurance.ops.runtimes.openclaw_env import (
+    OPENCLAW_VERSION,
+    OpenClawEnv,
+    ensure_openclaw_env,
+)
 from tests.harness_client import HarnessClient
 from tests.surface_matrix import compare, mapper_capabilities, render
 
 PROJECT = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = PROJECT / "smf_assurance" / "adapters" / "openclaw"
-SCENARIOS = PROJECT / "smf_assurance" / "ops" / "corpus" / "scenarios"
+SCENARIOS = PROJECT / "smf_assurance" / "governance" / "corpus" / "scenarios"
 PLUGIN_DIST = PLUGIN_DIR / "dist" / "index.js"
 
 
@@ -94,7 +98,7 @@ E2E_RUNTIME = {
     "hooks": ["before_tool_call", "after_tool_call"],
 }
 """The OpenClaw runtime principal the gate knows, as
-``smf_assurance.ops.runtimes.provision_openclaw_runtime``
+``smf_assurance.ops.runtimes.provision.provision_openclaw_runtime``
 provisions it: the gate refuses its proposals until the plugin has attested (profile
 ``exact-hold``) the pin, both hooks and the release it verified itself."""
 

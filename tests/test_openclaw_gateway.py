@@ -339,7 +339,7 @@ PROOF_REFUSALS = frozenset(
     }
 )
 """The gate's reasons for refusing a model request of an instance-bound runtime
-(``smf_assurance.pipeline.stages.attestation``, ``AttestationDesk.admit_instance``)."""
+(``smf_assurance.pipeline.desks.attestation``, ``AttestationDesk.admit_instance``)."""
 REFUSED_WITHOUT_PROOF = ["instance_proof_missing", "model_request_refused"]
 INSTANCE_ID = re.compile(r"^i-[0-9a-f]{32}\Z")
 

@@ -2,7 +2,7 @@
 
 npm openclaw@2026.9.6 on Node 24, the way a firm runs it: ``openclaw gateway
 run --port P --bind loopback --auth token --token T`` (P held by an
-``smf_assurance.ops.natsserver.PortReservation``), our plugin loaded into the Gateway
+``smf_assurance.ops.local.natsserver.PortReservation``), our plugin loaded into the Gateway
 process (its manifest's ``activation.onStartup``), an operator client
 connected to the Gateway over its WebSocket, and turns sent through the
 Gateway with ``openclaw agent`` (no ``--local``), one session key per turn.

@@ -6,7 +6,7 @@ Issue 10. The plugin (``smf_assurance/adapters/openclaw``, TypeScript) is built 
 default export's ``register(api)`` against a stand-in for the part of the
 plugin API it uses. The gate is ``smf_assurance.pipeline.assembly.start_gate`` with all its stages
 on a real nats-server on 127.0.0.1 and real SQLite files; the runtime key is
-provisioned by ``smf_assurance.ops.runtimes.provision_openclaw_runtime``; the approver is
+provisioned by ``smf_assurance.ops.runtimes.provision.provision_openclaw_runtime``; the approver is
 synthetic (``smf_assurance.approver.client.ApproverClient``, the demo's attorney).
 
 What these tests prove:
@@ -83,16 +83,20 @@ from nats.aio.msg import Msg
 
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.approver.client import ApproverClient, ApproverError
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.releases import latest_in_inbox, publish_to_bucket, unverified_manifest
-from smf_assurance.ops.runtimes import (
+from smf_assurance.governance.releases import (
+    latest_in_inbox,
+    publish_to_bucket,
+    unverified_manifest,
+)
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import DEMO_TENANT, RELEASE_SIGNER, StateDir, provision_demo
+from smf_assurance.ops.runtimes.provision import (
     OPENCLAW_PIN,
     OPENCLAW_PRINCIPAL,
     OPENCLAW_RUNTIME_ID,
     provision_openclaw_runtime,
 )
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import DEMO_TENANT, RELEASE_SIGNER, StateDir, provision_demo
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import DenyReason, PendingAnnouncement, approval_id_for

@@ -26,7 +26,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.pipeline.stores import claims_kv
 from smf_assurance.pipeline.stores.claims import ClaimAndOrder, ClaimStore
 from smf_assurance.pipeline.stores.claims_kv import KvClaimStore

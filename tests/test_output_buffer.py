@@ -28,13 +28,13 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from smf_assurance.adapters.output import OutputStreamer, new_stream_id
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.demo_script import actor
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.demo.script import actor
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
-from smf_assurance.pipeline.stages.buffer import BufferLimits
+from smf_assurance.pipeline.chain.buffer import BufferLimits
 from smf_assurance.subjects import names
 from smf_assurance.subjects.messages import DataFacts, OutputVerdict, ProposedDestination, Verdict
 from tests.bus_helpers import caught_up, gate_reply, wait_for

@@ -1,4 +1,5 @@
-"""Signed customer overlays (smf_assurance/ops/overlays.py) and why they cannot weaken the floor.
+"""Signed customer overlays (smf_assurance/governance/overlays.py) and why they cannot weaken the
+floor.
 
 Issue 6: a customer overlay is signed by the customer's key, versioned, bound
 to one tenant, and cannot weaken the safety floor; "the compiler and the
@@ -26,17 +27,17 @@ from typing import Any
 import msgspec
 import pytest
 
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.compiler import CompileError, compile_corpus
-from smf_assurance.ops.overlays import (
+from smf_assurance.core.evaluator import evaluate
+from smf_assurance.core.projection import PolicyRecord, build_policy_set
+from smf_assurance.governance.compiler import CompileError, compile_corpus
+from smf_assurance.governance.overlays import (
     OVERLAY_SCHEMA,
     CustomerOverlay,
     overlay_path,
     sign_overlay,
 )
-from smf_assurance.ops.projections import SCENARIO_CORPUS, package_path
-from smf_assurance.pipeline.core.evaluator import evaluate
-from smf_assurance.pipeline.core.projection import PolicyRecord, build_policy_set
+from smf_assurance.governance.projections import SCENARIO_CORPUS, package_path
+from smf_assurance.ops.cli.main import main
 from smf_assurance.subjects.keys import SigningKey, public_record
 from tests.builders import (
     AT_MS,

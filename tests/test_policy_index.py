@@ -1,4 +1,4 @@
-"""Indexed policy selection (smf_assurance/pipeline/core/policy_index.py, issue 20).
+"""Indexed policy selection (smf_assurance/core/policy_index.py, issue 20).
 
 Properties: every policy whose check holds is among the index's candidates
 (the index is sound); so over generated corpora (random predicates, layers,
@@ -19,16 +19,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smf_assurance.pipeline.core.evaluator import applicable_policies, evaluate
-from smf_assurance.pipeline.core.facts import facts_of
-from smf_assurance.pipeline.core.policy_index import (
+from smf_assurance.core.evaluator import applicable_policies, evaluate
+from smf_assurance.core.facts import facts_of
+from smf_assurance.core.policy_index import (
     MAX_COLUMNS,
     LinearScan,
     PolicyIndex,
     build_index,
 )
-from smf_assurance.pipeline.core.predicates import compile_predicate, necessary
-from smf_assurance.pipeline.core.projection import PolicySet, scanned_policy_set
+from smf_assurance.core.predicates import compile_predicate, necessary
+from smf_assurance.core.projection import PolicySet, scanned_policy_set
 from tests.builders import AT_MS, make_envelope, make_policy, make_rule, policy_set_from
 from tests.test_predicates import PREDICATES, leaf
 

@@ -1,4 +1,4 @@
-"""Layered policy and the monotonic merge (smf_assurance/pipeline/core/policy.py, through the
+"""Layered policy and the monotonic merge (smf_assurance/core/policy.py, through the
 evaluator).
 
 ARCHITECTURE.md, "Layered policy": a weaker layer can add restrictions but
@@ -25,13 +25,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smf_assurance.pipeline.core.decision import (
+from smf_assurance.core.decision import (
     APPROVAL_REQUIREMENT_INCOMPLETE,
     NO_APPLICABLE_POLICY,
     Decision,
 )
-from smf_assurance.pipeline.core.evaluator import evaluate
-from smf_assurance.pipeline.core.policy import (
+from smf_assurance.core.evaluator import evaluate
+from smf_assurance.core.policy import (
     LAYER_RANK,
     LAYERS,
     MAX_TTL_SECONDS,
@@ -45,7 +45,7 @@ from smf_assurance.pipeline.core.policy import (
     merge_requirements,
     requirements_at_least,
 )
-from smf_assurance.pipeline.core.projection import (
+from smf_assurance.core.projection import (
     ProjectionError,
     decode_enforcement,
     projection_bytes,

@@ -1,5 +1,5 @@
-"""The fact registry (smf_assurance/pipeline/core/facts.py) and the predicate language
-(smf_assurance/pipeline/core/predicates.py).
+"""The fact registry (smf_assurance/core/facts.py) and the predicate language
+(smf_assurance/core/predicates.py).
 
 Properties: the registry names exactly the envelope's leaves with their
 types, and ``facts_of`` produces exactly those keys with values of those
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smf_assurance.pipeline.core.facts import (
+from smf_assurance.core.facts import (
     FACT_REGISTRY_VERSION,
     MAX_DEPTH,
     MAX_LIST,
@@ -30,7 +30,7 @@ from smf_assurance.pipeline.core.facts import (
     Fact,
     facts_of,
 )
-from smf_assurance.pipeline.core.predicates import (
+from smf_assurance.core.predicates import (
     COMBINATORS,
     LEAF_OPERATORS,
     Node,

@@ -10,7 +10,7 @@ How the README is read: every fenced block whose info string is
 ``sh quickstart`` is one step, in the README's order; its text is run as it
 stands, except for the one line the README tells the reader to choose,
 ``GATEWAY_PORT=8787`` (a free port), which gets a port reserved now
-(:func:`smf_assurance.ops.natsserver.reserve_port`). Nothing else is added to or taken from
+(:func:`smf_assurance.ops.local.natsserver.reserve_port`). Nothing else is added to or taken from
 a block. The steps run in one bash (``set -eu -o pipefail``, so a README
 command that fails ends the run and fails this module, naming the step),
 started from the checkout's root, as a reader's shell is. ``HOME`` and
@@ -78,10 +78,10 @@ import aiohttp
 import pytest
 
 from smf_assurance.ops.bench import fake_model
-from smf_assurance.ops.hermes_env import ensure_hermes_env
-from smf_assurance.ops.natsserver import reserve_port
-from smf_assurance.ops.openclaw_env import ensure_openclaw_env
-from smf_assurance.ops.runtime_cache import cache_root
+from smf_assurance.ops.local.natsserver import reserve_port
+from smf_assurance.ops.runtimes.cache import cache_root
+from smf_assurance.ops.runtimes.hermes_env import ensure_hermes_env
+from smf_assurance.ops.runtimes.openclaw_env import ensure_openclaw_env
 from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
 from tests.test_hermes_conformance import netns_available
 from tests.test_openclaw_conformance import OPENCLAW_TMP, build_plugin

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from smf_assurance.ops.compiler import CompiledRelease, compile_corpus
-from smf_assurance.ops.projections import SCENARIO_CORPUS, package_path
-from smf_assurance.ops.releases import write_release_dir, write_trust_root
-from smf_assurance.pipeline.core.release_diff import FieldChange, diff_releases
+from smf_assurance.core.release_diff import FieldChange, diff_releases
+from smf_assurance.governance.compiler import CompiledRelease, compile_corpus
+from smf_assurance.governance.projections import SCENARIO_CORPUS, package_path
+from smf_assurance.governance.releases import write_release_dir, write_trust_root
 from tests.builders import make_policy, make_release, make_rule, write_corpus
 from tests.release_helpers import OUTSIDER, SIGNERS, build, root_of
 from tests.test_cli_explain import run

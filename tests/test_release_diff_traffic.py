@@ -34,13 +34,13 @@ import pytest
 from nats.aio.client import Client
 
 from smf_assurance.adapters.output import OutputStreamer
-from smf_assurance.ops.demo_script import SCENARIOS
-from smf_assurance.ops.logs import configure_logging
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.releases import write_release_dir
-from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
-from smf_assurance.pipeline.core.shadow import policy_ref, rule_ref
-from smf_assurance.pipeline.stages.evidence import TENANT_DOMAIN
+from smf_assurance.core.shadow import policy_ref, rule_ref
+from smf_assurance.governance.releases import write_release_dir
+from smf_assurance.ops.demo.script import SCENARIOS
+from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir
+from smf_assurance.pipeline.stores.evidence import TENANT_DOMAIN
 from smf_assurance.subjects.keys import generate_signing_key
 from smf_assurance.subjects.messages import Verdict
 from tests.bus_helpers import wait_for

@@ -41,11 +41,8 @@ from nats.aio.client import Client
 from structlog.testing import capture_logs
 
 from smf_assurance.adapters.client import ProposalClient
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.demo_script import SCENARIOS
-from smf_assurance.ops.logs import configure_logging
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.releases import (
+from smf_assurance.core.release_trust import NoVerifiedReleaseError, TrustedTime
+from smf_assurance.governance.releases import (
     ReleaseError,
     bucket_entries,
     build_release,
@@ -62,8 +59,12 @@ from smf_assurance.ops.releases import (
     write_release_dir,
     write_trust_root,
 )
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import (
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.demo.script import SCENARIOS
+from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import (
     ADAPTER_ID,
     RELEASE_SIGNER,
     RUNTIME_ID,
@@ -72,13 +73,12 @@ from smf_assurance.ops.state import (
 )
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.pipeline.assembly.gate import _desk_policy_set
-from smf_assurance.pipeline.core.release_trust import NoVerifiedReleaseError, TrustedTime
+from smf_assurance.pipeline.chain.approvals import DeskError
+from smf_assurance.pipeline.chain.contracts import EvaluateRequest
+from smf_assurance.pipeline.chain.decide import EvaluateStage
+from smf_assurance.pipeline.chain.transport import serve
+from smf_assurance.pipeline.followers.releases import ReleaseWatcher, ensure_release_bucket
 from smf_assurance.pipeline.service import StageRefusal
-from smf_assurance.pipeline.stages.approvals import DeskError
-from smf_assurance.pipeline.stages.contracts import EvaluateRequest
-from smf_assurance.pipeline.stages.decide import EvaluateStage
-from smf_assurance.pipeline.stages.releases import ReleaseWatcher, ensure_release_bucket
-from smf_assurance.pipeline.stages.transport import serve
 from smf_assurance.pipeline.stores.release_state import ReleaseStateStore, StoreUnavailable
 from smf_assurance.subjects import names
 from smf_assurance.subjects.keys import (

@@ -7,7 +7,7 @@ the last accepted release from the state file
 (``ReleaseTrust.verify_stored``) before the gate uses it. The state file is
 on disk, so these tests attack it the way someone with write access to it
 could, through SQL on the real file, and restart a real
-:class:`~smf_assurance.pipeline.stages.releases.ReleaseWatcher` on it:
+:class:`~smf_assurance.pipeline.followers.releases.ReleaseWatcher` on it:
 
 - an artifact swapped in the stored bundle under its intact signed manifest
   (TUF 5.5.2/5.6.2, mix-and-match), with a replacement that would otherwise
@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from smf_assurance.pipeline.core.release_trust import NoVerifiedReleaseError
-from smf_assurance.pipeline.stages.releases import ReleaseWatcher
+from smf_assurance.core.release_trust import NoVerifiedReleaseError
+from smf_assurance.pipeline.followers.releases import ReleaseWatcher
 from smf_assurance.subjects.release import ReleaseBundle
 from tests.builders import make_policy, make_release, make_rule, write_corpus
 from tests.release_helpers import (

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from smf_assurance.pipeline.core.release_trust import LastAccepted
+from smf_assurance.core.release_trust import LastAccepted
 from smf_assurance.pipeline.stores.release_state import (
     ReleaseStateStore,
     StaleReleaseStateError,

@@ -1,4 +1,4 @@
-"""The trusted release state machine (smf_assurance/pipeline/core/release_trust.py).
+"""The trusted release state machine (smf_assurance/core/release_trust.py).
 
 One regression test per threat (TUF specification, "Detailed client
 workflow"; DSSE ``protocol.md``): bad signature, below threshold,
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from smf_assurance.pipeline.core.release_trust import (
+from smf_assurance.core.release_trust import (
     BrokenReleaseChainError,
     LastAccepted,
     NoVerifiedReleaseError,
@@ -689,7 +689,7 @@ def test_the_gate_only_refusals_refine_the_shared_hierarchy() -> None:
         ReleaseContentError,
         NoVerifiedReleaseError,
     ):
-        assert error.__module__ == "smf_assurance.pipeline.core.release_trust"
+        assert error.__module__ == "smf_assurance.core.release_trust"
         assert error.__mro__[1] is ReleaseCheckError
 
 

@@ -1,5 +1,5 @@
 """Gate replicas tell each other what they learn of runtimes
-(``smf_assurance.pipeline.stages.replica_sync``).
+(``smf_assurance.pipeline.followers.replica_sync``).
 
 On a three-node cluster, two gate replicas (each with its own ledger) of one
 registry. Proves: an attestation answered by one replica admits the runtime
@@ -31,14 +31,14 @@ import pytest
 from nats.aio.client import Client
 
 from smf_assurance.ops.bench.gateway import attest
-from smf_assurance.ops.cluster import LocalNatsCluster
-from smf_assurance.ops.runtimes import provision_runtime
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import OPERATOR, StateDir, provision_demo
+from smf_assurance.ops.local.cluster import LocalNatsCluster
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import OPERATOR, StateDir, provision_demo
+from smf_assurance.ops.runtimes.provision import provision_runtime
 from smf_assurance.pipeline.assembly import ClusterSettings, RunningGate, start_gate
+from smf_assurance.pipeline.desks.tool_calls import STOPPED
+from smf_assurance.pipeline.followers.replica_sync import ORIGIN_HEADER
 from smf_assurance.pipeline.service import STAGE_MAC_HEADER, StageAuth
-from smf_assurance.pipeline.stages.replica_sync import ORIGIN_HEADER
-from smf_assurance.pipeline.stages.tool_calls import STOPPED
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.messages import DataFacts, Proposal, ProposedDestination
 from smf_assurance.subjects.model_gateway import GatewayCleared

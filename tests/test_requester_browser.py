@@ -47,7 +47,7 @@ from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.adapters.connectors.court_efiling import filing_number
 from smf_assurance.adapters.rerequest import HeldProposals
 from smf_assurance.approver.client import ApproverClient
-from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID
+from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID
 from tests import test_console_browser as page
 from tests.test_console import ATTORNEY, FILING, PARALEGAL, TENANT_TTL_MS, outbox
 from tests.test_console_browser import (

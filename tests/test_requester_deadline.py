@@ -57,15 +57,15 @@ from nats.aio.client import Client
 
 from smf_assurance.adapters.client import ProposalClient, unsettled
 from smf_assurance.adapters.connector.sdk import REASON_WRONG_PAYLOAD_TYPE
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import gate_config, seed_demo_documents
-from smf_assurance.ops.state import StateDir, provision_demo
+from smf_assurance.core.decision import Decision
+from smf_assurance.core.normalize import Normalized
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config, seed_demo_documents
+from smf_assurance.ops.local.state import StateDir, provision_demo
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
-from smf_assurance.pipeline.core.decision import Decision
-from smf_assurance.pipeline.core.normalize import Normalized
-from smf_assurance.pipeline.stages.contracts import DispatchReceipt, DispatchRequest
-from smf_assurance.pipeline.stages.dispatch import OrderFence
-from smf_assurance.pipeline.stages.transport import StageClient
+from smf_assurance.pipeline.chain.contracts import DispatchReceipt, DispatchRequest
+from smf_assurance.pipeline.chain.dispatch import OrderFence
+from smf_assurance.pipeline.chain.transport import StageClient
 from smf_assurance.subjects import names
 from smf_assurance.subjects.dsse import encode_envelope, sign_struct
 from smf_assurance.subjects.keys import SigningKey

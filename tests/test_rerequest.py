@@ -34,8 +34,8 @@ from nats.aio.subscription import Subscription
 
 from smf_assurance.adapters.rerequest import HeldProposals
 from smf_assurance.approver.client import ApproverError
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.state import StateDir
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.assembly import RunningGate
 from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import (

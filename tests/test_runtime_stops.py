@@ -1,4 +1,4 @@
-"""Runtime stops at the gate, one step at a time (``smf_assurance.pipeline.stages.runtime_stops``).
+"""Runtime stops at the gate, one step at a time (``smf_assurance.pipeline.desks.runtime_stops``).
 
 The real desk, the real ledger file and the real tool-call store in it, no bus: the
 interleavings the gate-level tests (tests/test_tool_call_restart.py) cannot pin down.
@@ -21,10 +21,10 @@ from typing import Final
 
 import pytest
 
-from smf_assurance.ops.state import StateDir
-from smf_assurance.pipeline.stages.attestation import AttestationDesk
-from smf_assurance.pipeline.stages.evidence import EvidenceWriter
-from smf_assurance.pipeline.stages.runtime_stops import RuntimeStops
+from smf_assurance.ops.local.state import StateDir
+from smf_assurance.pipeline.desks.attestation import AttestationDesk
+from smf_assurance.pipeline.desks.runtime_stops import RuntimeStops
+from smf_assurance.pipeline.stores.evidence import EvidenceWriter
 from smf_assurance.pipeline.stores.ledger import Ledger, decision_entries
 from smf_assurance.pipeline.stores.tool_calls import SqliteToolCallStore, Stop
 from smf_assurance.subjects.keyed import PseudonymKey

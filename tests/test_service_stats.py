@@ -22,9 +22,9 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import gate_config, start_stack
-from smf_assurance.ops.state import OPERATOR, StateDir, provision_demo
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config, start_stack
+from smf_assurance.ops.local.state import OPERATOR, StateDir, provision_demo
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.subjects import names
 from tests.bus_helpers import wait_for
@@ -107,7 +107,7 @@ async def test_a_bare_ping_on_an_authorizing_bus_is_answered_by_every_gate_servi
     the same way). A gate holds all its services on one connection, and the server
     allowed it one reply per request: on a bus with authorization every reply to a bare
     ping was refused as a publish violation, and tooling saw no gate at all (issue 21's
-    finding, ``smf_assurance.ops.bus_auth.RESPONSES_PER_REQUEST``)."""
+    finding, ``smf_assurance.ops.local.bus_auth.RESPONSES_PER_REQUEST``)."""
     state = StateDir(tmp_path / "state")
     provision_demo(state)
     stack = await start_stack(state, with_connectors=False)

@@ -1,4 +1,4 @@
-"""The pure half of shadow evaluation (issue 25): ``smf_assurance.pipeline.core.shadow``.
+"""The pure half of shadow evaluation (issue 25): ``smf_assurance.core.shadow``.
 
 Proves: a shadow decision is the same envelope, operation id, hash and time under
 another policy set (only the release differs); two decisions disagree exactly when
@@ -16,11 +16,11 @@ from typing import Any
 
 import msgspec
 
-from smf_assurance.pipeline.core.decision import AppliedPolicy
-from smf_assurance.pipeline.core.evaluator import evaluate
-from smf_assurance.pipeline.core.policy import Effect
-from smf_assurance.pipeline.core.projection import build_policy_set
-from smf_assurance.pipeline.core.shadow import (
+from smf_assurance.core.decision import AppliedPolicy
+from smf_assurance.core.evaluator import evaluate
+from smf_assurance.core.policy import Effect
+from smf_assurance.core.projection import build_policy_set
+from smf_assurance.core.shadow import (
     Move,
     ShadowRecord,
     Tallied,

@@ -44,21 +44,21 @@ from nats.aio.client import Client
 
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.adapters.output import OutputStreamer
-from smf_assurance.ops.demo_script import SCENARIOS, actor
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.projections import SCENARIO_CORPUS, package_path
-from smf_assurance.ops.releases import (
+from smf_assurance.core.shadow import policy_ref, rule_ref
+from smf_assurance.governance.projections import SCENARIO_CORPUS, package_path
+from smf_assurance.governance.releases import (
     prior_of,
     publish_shadow_to_bucket,
     publish_to_bucket,
     withdraw_shadow_from_bucket,
 )
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
+from smf_assurance.ops.demo.script import SCENARIOS, actor
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
-from smf_assurance.pipeline.core.shadow import policy_ref, rule_ref
-from smf_assurance.pipeline.stages.evidence import TENANT_DOMAIN, release_ref
-from smf_assurance.pipeline.stages.releases import ensure_release_bucket
+from smf_assurance.pipeline.followers.releases import ensure_release_bucket
+from smf_assurance.pipeline.stores.evidence import TENANT_DOMAIN, release_ref
 from smf_assurance.pipeline.stores.ledger import verify_ledger
 from smf_assurance.pipeline.stores.ledger_schema import (
     StoredEntry,
@@ -588,8 +588,8 @@ async def test_an_overloaded_shadow_drops_and_counts_and_never_holds_a_verdict(
     """A desk whose worker is not running (as if it could not keep up) with room for
     two: every verdict still comes, the rest are dropped and counted; a ledger that
     then fails loses the entries waiting (counted ``unrecorded``), raising nothing."""
-    from smf_assurance.pipeline.stages.evidence import EvidenceWriter  # noqa: PLC0415
-    from smf_assurance.pipeline.stages.shadow import ShadowDesk  # noqa: PLC0415
+    from smf_assurance.pipeline.followers.shadow import ShadowDesk  # noqa: PLC0415
+    from smf_assurance.pipeline.stores.evidence import EvidenceWriter  # noqa: PLC0415
 
     gate = await gates(state)
     await with_shadow(gate, tight_shadow(state, tmp_path))

@@ -25,9 +25,9 @@ from nats.aio.client import Client
 
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.adapters.output import OutputStreamer
-from smf_assurance.ops.demo_script import actor
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID, StateDir
+from smf_assurance.ops.demo.script import actor
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.canonical import canonical_bytes
 from smf_assurance.subjects.keys import generate_signing_key

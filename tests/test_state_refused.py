@@ -43,9 +43,9 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 
 from smf_assurance.adapters.client import ProposalClient
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import gate_config, seed_demo_documents
-from smf_assurance.ops.state import StateDir, provision_demo
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config, seed_demo_documents
+from smf_assurance.ops.local.state import StateDir, provision_demo
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.pipeline.stores.ledger import EvidenceEntry, Ledger, verify_ledger
 from smf_assurance.pipeline.stores.state_check import StateRefused

@@ -1,6 +1,6 @@
 """The streams protect themselves, and a gate refuses to start on streams that lie.
 
-``smf_assurance.pipeline.stages.streams``: orders, reports, announcements and
+``smf_assurance.pipeline.stores.streams``: orders, reports, announcements and
 checkpoints refuse message deletion and purge (JetStream's ``deny_delete`` and
 ``deny_purge``, whoever asks); a gate records when it made each stream and refuses
 to start when one is gone or was made again (``stream_missing``, ``stream_replaced``),
@@ -26,21 +26,21 @@ from nats.js.errors import APIError
 from structlog.testing import capture_logs
 
 from smf_assurance.adapters.client import ProposalClient
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.demo_script import SCENARIOS
-from smf_assurance.ops.doctor_gates import streams as stream_checks
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.stack import gate_config, start_embedded_server
-from smf_assurance.ops.state import ADAPTER_ID, OPERATOR, RUNTIME_ID, StateDir
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.demo.script import SCENARIOS
+from smf_assurance.ops.doctor.gates import streams as stream_checks
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config, start_embedded_server
+from smf_assurance.ops.local.state import ADAPTER_ID, OPERATOR, RUNTIME_ID, StateDir
 from smf_assurance.pipeline.assembly import start_gate
-from smf_assurance.pipeline.stages.streams import (
+from smf_assurance.pipeline.stores.ledger_schema import CHECKPOINT_PAYLOAD_TYPE, checkpoint_payload
+from smf_assurance.pipeline.stores.streams import (
     STREAM_MISSING,
     STREAM_REPLACED,
     GateStreamError,
     execute_stream_config,
     gate_stream_configs,
 )
-from smf_assurance.pipeline.stores.ledger_schema import CHECKPOINT_PAYLOAD_TYPE, checkpoint_payload
 from smf_assurance.subjects import names
 from smf_assurance.subjects.dsse import encode_envelope, sign
 from smf_assurance.subjects.keys import generate_signing_key
@@ -160,7 +160,7 @@ async def test_a_gate_refuses_to_start_on_a_stream_deleted_or_made_again(
     up = ["up", "--state-dir", str(state.root), "--nats", server.url, "--no-connectors"]
     done = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "smf_assurance.ops.cli", *up],
+        [sys.executable, "-m", "smf_assurance.ops.cli.main", *up],
         capture_output=True,
         text=True,
         timeout=120,

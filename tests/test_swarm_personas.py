@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.compiler import compile_corpus
+from smf_assurance.governance.compiler import compile_corpus
+from smf_assurance.ops.cli.main import main
 from smf_assurance.swarm.claims import PersonaOutput, parse_output
 from smf_assurance.swarm.personas import (
     INVENTED_RULE_ID,

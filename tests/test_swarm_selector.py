@@ -12,9 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smf_assurance.ops.compiler import compile_corpus
-from smf_assurance.ops.projections import SCENARIO_ENVELOPES, SCENARIO_PROJECTION, package_path
-from smf_assurance.pipeline.core.projection import ProjectionError, projection_bytes
+from smf_assurance.core.projection import ProjectionError, projection_bytes
+from smf_assurance.governance.compiler import compile_corpus
+from smf_assurance.governance.projections import (
+    SCENARIO_ENVELOPES,
+    SCENARIO_PROJECTION,
+    package_path,
+)
 from smf_assurance.swarm.selector import (
     AnalysisRelease,
     FactError,

@@ -25,17 +25,17 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.compiler import compile_corpus
-from smf_assurance.ops.projections import (
+from smf_assurance.core.evaluator import evaluate
+from smf_assurance.governance.compiler import compile_corpus
+from smf_assurance.governance.projections import (
     SCENARIO_ENVELOPES,
     SCENARIO_PROJECTION,
     load_policy_set,
     package_path,
 )
-from smf_assurance.ops.releases import read_release_dir, write_release_dir, write_trust_root
-from smf_assurance.ops.scenarios_catalog import load_scenarios
-from smf_assurance.pipeline.core.evaluator import evaluate
+from smf_assurance.governance.releases import read_release_dir, write_release_dir, write_trust_root
+from smf_assurance.governance.scenarios_catalog import load_scenarios
+from smf_assurance.ops.cli.main import main
 from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.subjects.canonical import canonical_bytes
 from smf_assurance.subjects.keys import generate_signing_key, write_private_key
@@ -202,9 +202,9 @@ def gate_decisions() -> list[bytes]:
 FRESH_GATE = f"""
 import sys
 import msgspec
-from smf_assurance.ops.projections import load_policy_set
-from smf_assurance.ops.scenarios_catalog import load_scenarios
-from smf_assurance.pipeline.core.evaluator import evaluate
+from smf_assurance.governance.projections import load_policy_set
+from smf_assurance.governance.scenarios_catalog import load_scenarios
+from smf_assurance.core.evaluator import evaluate
 from smf_assurance.subjects.canonical import canonical_bytes
 policy_set = load_policy_set()
 out = [

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smf_assurance.ops.compiler import compile_corpus
+from smf_assurance.governance.compiler import compile_corpus
 from smf_assurance.subjects.keys import generate_signing_key
 from smf_assurance.swarm.claims import (
     AcceptedClaim,

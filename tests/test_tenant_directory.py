@@ -44,8 +44,8 @@ from smf_assurance.approver.directory import (
     MatterShown,
     load_directory,
 )
-from smf_assurance.ops.natsserver import reserve_port
-from smf_assurance.ops.stack import Stack
+from smf_assurance.ops.local.natsserver import reserve_port
+from smf_assurance.ops.local.stack import Stack
 from tests.test_cli_ops import (
     arun,
     assert_one_line_failure,

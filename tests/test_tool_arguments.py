@@ -1,5 +1,5 @@
 """Whether a tool call's arguments certainly fail the offered schema
-(``smf_assurance.pipeline.core.tool_arguments``).
+(``smf_assurance.core.tool_arguments``).
 
 Proves: a violation no coercion of a runtime could repair is found (a JSON object or
 array where a scalar is wanted, a scalar where an object is wanted, a required
@@ -30,14 +30,14 @@ from typing import Any
 
 import pytest
 
-from smf_assurance.pipeline.core.model_turns import (
+from smf_assurance.core.model_turns import (
     ARGUMENT_CHECK_REFUSAL,
     INVALID_JSON_SKIPPED,
     ChatRequest,
     is_invalid_json_refusal,
     read_request,
 )
-from smf_assurance.pipeline.core.tool_arguments import (
+from smf_assurance.core.tool_arguments import (
     MAX_DEPTH,
     certainly_invalid,
     invalid_json_turn,

@@ -23,7 +23,7 @@ fails is in force all the same and the calls answer says so
 
 Does not prove: the KV backend through a gate (tests/test_replica_sync.py); a crash
 between a stop's write and its evidence entry (the order is argued in
-``smf_assurance.pipeline.stages.tool_calls``, not killed here); real runtimes.
+``smf_assurance.pipeline.desks.tool_calls``, not killed here); real runtimes.
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ import nats
 import pytest
 
 from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.gateway.server import new_call_id
 from smf_assurance.ops.bench.fake_model import Reply
-from smf_assurance.ops.cli import main
-from smf_assurance.ops.demo_script import actor
-from smf_assurance.ops.stack import follow_releases, gate_config
-from smf_assurance.ops.state import ADAPTER_ID, MODEL_GATEWAY, RUNTIME_ID, StateDir
+from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.demo.script import actor
+from smf_assurance.ops.local.stack import follow_releases, gate_config
+from smf_assurance.ops.local.state import ADAPTER_ID, MODEL_GATEWAY, RUNTIME_ID, StateDir
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
-from smf_assurance.pipeline.stages.model_gateway import new_call_id
 from smf_assurance.pipeline.stores.call_context import CallContextWriter
 from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
 from smf_assurance.subjects import dsse, names

@@ -33,7 +33,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.pipeline.stores import tool_calls_kv
 from smf_assurance.pipeline.stores.kv import token
 from smf_assurance.pipeline.stores.ledger import EvidenceEntry, EvidenceStoreUnavailable, Ledger

@@ -42,22 +42,22 @@ from nats.aio.msg import Msg
 
 from smf_assurance.approver.client import ApproverClient
 from smf_assurance.approver.pending import AnnouncementsRefused, read_pending
-from smf_assurance.ops.projections import load_policy_set
-from smf_assurance.ops.releases import ReleaseError, load_trust_root, prior_of
-from smf_assurance.ops.scenarios_catalog import load_scenarios
-from smf_assurance.pipeline.core.decision import Decision
-from smf_assurance.pipeline.core.evaluator import evaluate
-from smf_assurance.pipeline.core.release_trust import ReleaseTrust, TrustedTime
+from smf_assurance.core.decision import Decision
+from smf_assurance.core.evaluator import evaluate
+from smf_assurance.core.release_trust import ReleaseTrust, TrustedTime
+from smf_assurance.governance.projections import load_policy_set
+from smf_assurance.governance.releases import ReleaseError, load_trust_root, prior_of
+from smf_assurance.governance.scenarios_catalog import load_scenarios
+from smf_assurance.pipeline.chain.announcements import AnnouncementDesk
+from smf_assurance.pipeline.chain.approvals import ApprovalDesk
+from smf_assurance.pipeline.chain.contracts import DispatchRequest, EvaluateRequest
+from smf_assurance.pipeline.chain.decide import EvaluateStage
+from smf_assurance.pipeline.chain.dispatch import DispatchStage
+from smf_assurance.pipeline.chain.transport import LocalStage, serve
 from smf_assurance.pipeline.service import Requester, StageRefusal
-from smf_assurance.pipeline.stages.announcements import AnnouncementDesk
-from smf_assurance.pipeline.stages.approvals import ApprovalDesk
-from smf_assurance.pipeline.stages.contracts import DispatchRequest, EvaluateRequest
-from smf_assurance.pipeline.stages.decide import EvaluateStage
-from smf_assurance.pipeline.stages.dispatch import DispatchStage
-from smf_assurance.pipeline.stages.streams import ensure_gate_streams
-from smf_assurance.pipeline.stages.transport import LocalStage, serve
 from smf_assurance.pipeline.stores.approvals_sqlite import SqliteApprovalStore
 from smf_assurance.pipeline.stores.ledger import Ledger
+from smf_assurance.pipeline.stores.streams import ensure_gate_streams
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import (
     ApprovalBinding,

@@ -44,7 +44,7 @@ from nats.aio.client import Client
 
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.adapters.hermes.release import ReleaseVerifier
-from smf_assurance.pipeline.core.normalize import decode_mapper, normalize
+from smf_assurance.core.normalize import decode_mapper, normalize
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import (
     AskAgain,

@@ -47,7 +47,7 @@ GATEWAY_CALL_ID_PATTERN: Final = r"^smfc[0-9a-f]{24}\Z"
 _GATEWAY_CALL_ID: Final = re.compile(GATEWAY_CALL_ID_PATTERN)
 GatewayCallId = Annotated[str, msgspec.Meta(pattern=GATEWAY_CALL_ID_PATTERN)]
 """A tool-call id the model gateway issued
-(``smf_assurance.pipeline.stages.model_gateway.new_call_id``)."""
+(``smf_assurance.gateway.server.new_call_id``)."""
 
 
 def is_gateway_call_id(value: object) -> TypeGuard[str]:

@@ -210,7 +210,7 @@ def verify_key_from_record(record: PublicKeyRecord) -> VerifyKey:
 
 def private_key_document(key: SigningKey, principal: str) -> bytes:
     """The bytes :func:`write_private_key` writes (without its newline), for a writer
-    that creates the file itself (``smf_assurance.ops.onboarding``: all files of a change or
+    that creates the file itself (``smf_assurance.ops.local.onboarding``: all files of a change or
     none)."""
     _check_principal(principal)
     return msgspec.json.encode(

@@ -81,7 +81,7 @@ ledger's tail against its last checkpoint (issue 21, ``smf-assurance doctor``;
 ``smf_assurance.subjects.gate_status``)."""
 GATE_SYNC_PREFIX: Final = "smf.gate.sync"
 """``smf.gate.sync.<kind>``: what gate replicas tell each other (attestations, decided
-tool-call ids, stops; ``smf_assurance.pipeline.stages.replica_sync``); gates only."""
+tool-call ids, stops; ``smf_assurance.pipeline.followers.replica_sync``); gates only."""
 STORE_PREFIX: Final = "smf.store"
 """``smf.store.<stream>.>``: the gate's own storage streams (held content on a cluster);
 no other principal reads or writes them."""

@@ -17,7 +17,7 @@ reading (:func:`check_issued_before`, :func:`check_lease_in_force`). A
 consumer that keeps its floor in memory only (a runtime adapter) adds
 :func:`check_sequence_floor`. The gate's persisted trusted state (rollback
 across restarts, chaining, accumulated revocations, content) stays in
-``smf_assurance.pipeline.core.release_trust``, which calls these functions and lets their
+``smf_assurance.core.release_trust``, which calls these functions and lets their
 errors through unchanged. The release errors are defined here, once: each names
 the attack it stops and carries one stable reason code, and the gate's own
 refusals are subclasses of :class:`ReleaseCheckError` (no translation table,
@@ -99,7 +99,7 @@ class ReleaseCheckError(ValueError):
 
     The one release error hierarchy (STYLE.md, python-tuf: one named error per
     threat). The checks every consumer runs raise the classes below, and the
-    gate's trusted state (``smf_assurance.pipeline.core.release_trust``) raises the very same
+    gate's trusted state (``smf_assurance.core.release_trust``) raises the very same
     classes, adding subclasses only for the threats a persisted state alone can
     see (replay, a broken chain, revocation, unusable content, no release at
     all). So a runtime adapter and the gate name a refusal with one type and one

@@ -5,7 +5,7 @@ Files carry taint: a session that read injected text can write a context file
 marker left for a detector. Before the model gateway returns a tool call
 issued in a tainted context, it writes one :class:`TaintedContent` per part of
 what the call's arguments could put in a file (the digests of their lines and
-quoted segments, ``smf_assurance.pipeline.core.written_content``) into the
+quoted segments, ``smf_assurance.core.written_content``) into the
 JetStream KV bucket :data:`TAINTED_CONTENT_BUCKET`. Every gateway reads the
 bucket back (by sequence, ``STREAM.MSG.GET`` with ``next_by_subj``) and taints a
 request that carries one of those lines.
@@ -47,7 +47,7 @@ MAX_TAINTED_CONTENT_BYTES: Final = 32 * 1024
 
 ContentDigest = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}\Z")]
 """The first 16 bytes of SHA-256 over ``smf.content-line/1``, NUL and a normalized line,
-in lowercase hex (``smf_assurance.pipeline.core.written_content.line_digest``)."""
+in lowercase hex (``smf_assurance.core.written_content.line_digest``)."""
 
 
 def tainted_content_key(runtime_id: str, tool_call_id: str, part: int) -> str:

@@ -14,7 +14,7 @@ the governed release. Reading order:
   review.
 - ``service``: ``smf.swarm.analyze`` on NATS, and ``analyze`` in-process.
 
-Swarm may import ``subjects`` and ``smf_assurance.pipeline.core``, and ``service`` the
+Swarm may import ``subjects`` and ``smf_assurance.core``, and ``service`` the
 ``smf_assurance.pipeline.service`` helper; it never imports ``ops``, the gate's
 stages or stores, and the gate never imports Swarm. Rule-id validation stops
 invented citations; it does not prove that each sentence follows from the

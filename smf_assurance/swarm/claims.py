@@ -40,7 +40,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from smf_assurance.pipeline.core.projection import AnalysisRule, AuthorityType
+from smf_assurance.core.projection import AnalysisRule, AuthorityType
 from smf_assurance.swarm.selector import RuleSelection
 
 MAX_CLAIMS: Final = 32

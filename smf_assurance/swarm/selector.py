@@ -6,7 +6,7 @@ set, and nothing else does; the personas and the claim validator only read
 it. Invariants:
 
 - Same fact registry and predicate language as the gate
-  (``smf_assurance.pipeline.core.facts``, ``smf_assurance.pipeline.core.predicates``): matter facts
+  (``smf_assurance.core.facts``, ``smf_assurance.core.predicates``): matter facts
   are
   checked against the registry before use, so a misspelt path or a wrong
   type is an error naming the path, never a silently missing fact.
@@ -33,14 +33,14 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from smf_assurance.pipeline.core.facts import FACT_REGISTRY_VERSION, MAX_LIST, REGISTRY, Fact
-from smf_assurance.pipeline.core.predicates import (
+from smf_assurance.core.facts import FACT_REGISTRY_VERSION, MAX_LIST, REGISTRY, Fact
+from smf_assurance.core.predicates import (
     Node,
     PredicateError,
     compile_predicate,
     missing_paths,
 )
-from smf_assurance.pipeline.core.projection import (
+from smf_assurance.core.projection import (
     AnalysisProjection,
     AnalysisRule,
     AuthorityType,

@@ -28,7 +28,7 @@ import msgspec
 from nats.aio.client import Client
 from nats.micro.service import Service
 
-from smf_assurance.pipeline.core.projection import AnalysisProjection
+from smf_assurance.core.projection import AnalysisProjection
 from smf_assurance.pipeline.service import (
     ConcurrentHandler,
     Endpoint,

@@ -22,7 +22,7 @@ The expected values are NOT produced by either implementation under test
 Two places pin current Python behaviour as a cross-language contract rather
 than derive it from a spec, and README.md says so: the NFC of the Unicode
 vectors (``unicodedata`` is also what ``smf_assurance/subjects/canonical.py`` uses) and the
-operation envelope's exact shape (what ``smf_assurance.pipeline.core.normalize`` builds from
+operation envelope's exact shape (what ``smf_assurance.core.normalize`` builds from
 the OpenClaw mapper table, written out here by hand from that table).
 """
 
@@ -381,7 +381,7 @@ def signed_vector(name: str, message: dict[str, Any], payload_type: str) -> dict
 
 
 def operation_vector() -> dict[str, Any]:
-    """The envelope ``smf_assurance.pipeline.core.normalize`` builds for PROPOSAL_EXEC, by hand from
+    """The envelope ``smf_assurance.core.normalize`` builds for PROPOSAL_EXEC, by hand from
     ``smf_assurance/pipeline/mappers/smf-openclaw-adapter.json`` ("exec"): ``content_arg`` command,
     no ``target_arg`` (address ""), ``Data.redaction_evidence`` omitted when None
     (``omit_defaults``), ``workflow.legal_hold`` = bool(None) = false."""

@@ -4,7 +4,7 @@ ARCHITECTURE.md, "Governed releases": every consumer verifies a release
 before use. The adapter reads the newest release from the ``SMF_RELEASES``
 key-value bucket over its own NATS connection, at start-up and before every
 attestation, and runs the checks of ``smf_assurance.subjects.release`` on it, the same
-code the gate runs (``smf_assurance.pipeline.core.release_trust`` calls it):
+code the gate runs (``smf_assurance.core.release_trust`` calls it):
 
 1. decode (bounded), a threshold of distinct keys of the operator's trust
    root (``SMF_RELEASE_TRUST_ROOT``), one canonical manifest, a lease that
@@ -19,7 +19,7 @@ The floor moves only after every check passed. What this verifier does NOT do,
 and the gate does: persist the floor across restarts, check the prior-hash
 chain, accumulate revocations, and parse the projections. The gate's
 attestation desk refuses a runtime whose verified release is not the gate's
-own active release (``smf_assurance.pipeline.stages.attestation``), so a release the gate
+own active release (``smf_assurance.pipeline.desks.attestation``), so a release the gate
 refused for any of those reasons is refused for the runtime too.
 
 The verified release id goes into the runtime attestation, and the gate keys

@@ -6,7 +6,7 @@ Issue 23, "Notifications". What the loop keeps true:
   the roster (the registry file, re-read when it changes) lets resolve it:
   its tenant is one of theirs and they hold every role it requires
   (:func:`smf_assurance.approver.console.access.entitled`, the gate's own rule,
-  ``smf_assurance.pipeline.core.approval_rules.check_entitled``), and the operator's file
+  ``smf_assurance.core.approval_rules.check_entitled``), and the operator's file
   names a contact for them under that tenant. A contact listed for anyone
   else (another tenant's attorney, a paralegal) receives nothing; a roster
   that cannot be read notifies nobody.

@@ -66,14 +66,18 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import StorageType, StreamConfig
 
 from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.core.evaluator import evaluate
+from smf_assurance.core.release_trust import VerifiedRelease
+from smf_assurance.core.shadow import difference, shadow_decision
+from smf_assurance.gateway.server import new_call_id
+from smf_assurance.governance.projections import SCENARIO_CORPUS, package_path
+from smf_assurance.governance.releases import build_release, prior_of, publish_shadow_to_bucket
 from smf_assurance.ops.bench.stats import Summary, summarize
-from smf_assurance.ops.demo_script import actor
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.output import Progress
-from smf_assurance.ops.projections import SCENARIO_CORPUS, package_path
-from smf_assurance.ops.releases import build_release, prior_of, publish_shadow_to_bucket
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import (
+from smf_assurance.ops.cli.output import Progress
+from smf_assurance.ops.demo.script import actor
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import (
     ADAPTER_ID,
     MODEL_GATEWAY,
     RELEASE_SIGNER,
@@ -82,14 +86,10 @@ from smf_assurance.ops.state import (
     provision_demo,
 )
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
-from smf_assurance.pipeline.core.evaluator import evaluate
-from smf_assurance.pipeline.core.release_trust import VerifiedRelease
-from smf_assurance.pipeline.core.shadow import difference, shadow_decision
-from smf_assurance.pipeline.stages.evidence import EvidenceWriter
-from smf_assurance.pipeline.stages.model_gateway import new_call_id
-from smf_assurance.pipeline.stages.shadow_releases import ShadowReleases
+from smf_assurance.pipeline.followers.shadow_releases import ShadowReleases
 from smf_assurance.pipeline.stores.call_context import CallContextWriter
 from smf_assurance.pipeline.stores.claims import ClaimStore
+from smf_assurance.pipeline.stores.evidence import EvidenceWriter
 from smf_assurance.pipeline.stores.ledger import Ledger
 from smf_assurance.pipeline.stores.ledger_schema import EvidenceEntry
 from smf_assurance.subjects.call_context import CallContext

@@ -60,15 +60,21 @@ from smf_assurance.ops.bench.bus import (
     until_answered,
 )
 from smf_assurance.ops.bench.stats import Summary, summarize
-from smf_assurance.ops.cluster import LocalNatsCluster
-from smf_assurance.ops.demo_script import actor
-from smf_assurance.ops.natsserver import parent_death_guard
-from smf_assurance.ops.output import Progress
-from smf_assurance.ops.state import ADAPTER_ID, DEMO_TENANT, RUNTIME_ID, StateDir, provision_demo
-from smf_assurance.pipeline.stages.streams import wait_for_jetstream
+from smf_assurance.ops.cli.output import Progress
+from smf_assurance.ops.demo.script import actor
+from smf_assurance.ops.local.cluster import LocalNatsCluster
+from smf_assurance.ops.local.natsserver import parent_death_guard
+from smf_assurance.ops.local.state import (
+    ADAPTER_ID,
+    DEMO_TENANT,
+    RUNTIME_ID,
+    StateDir,
+    provision_demo,
+)
 from smf_assurance.pipeline.stores.approvals import ApprovalStore
 from smf_assurance.pipeline.stores.approvals_kv import KvApprovalStore
 from smf_assurance.pipeline.stores.approvals_sqlite import SqliteApprovalStore
+from smf_assurance.pipeline.stores.streams import wait_for_jetstream
 from smf_assurance.subjects.approvals import ApprovalBinding, approval_id_for
 from smf_assurance.subjects.canonical import sha256_identity
 from smf_assurance.subjects.envelope import content_hash_of
@@ -413,7 +419,7 @@ async def start_replica(name: str, state: StateDir, url: str, work: Path) -> Gat
     argv = [
         sys.executable,
         "-m",
-        "smf_assurance.ops.cli",
+        "smf_assurance.ops.cli.main",
         "up",
         "--cluster",
         "--replicas",

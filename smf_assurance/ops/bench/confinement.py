@@ -37,18 +37,22 @@ import structlog
 
 from smf_assurance.ops.bench.fake_model import FakeModel, Reply
 from smf_assurance.ops.bench.stats import Summary, summarize
-from smf_assurance.ops.confine.launcher import LaunchError, prepare, run_plan, system_python
-from smf_assurance.ops.confine.profile import (
+from smf_assurance.ops.demo.script import actor
+from smf_assurance.ops.local.confine.launcher import LaunchError, prepare, run_plan, system_python
+from smf_assurance.ops.local.confine.profile import (
     PROFILE_SCHEMA,
     ConfinementProfile,
     encode_profile,
     profile_path,
 )
-from smf_assurance.ops.demo_script import actor
-from smf_assurance.ops.model_gateway import provision_gateway_runtime, set_upstream
-from smf_assurance.ops.natsserver import reserve_port
-from smf_assurance.ops.runtimes import HERMES_PRINCIPAL, HERMES_RUNTIME_ID, provision_runtime
-from smf_assurance.ops.state import StateDir, provision_demo
+from smf_assurance.ops.local.model_gateway import provision_gateway_runtime, set_upstream
+from smf_assurance.ops.local.natsserver import reserve_port
+from smf_assurance.ops.local.state import StateDir, provision_demo
+from smf_assurance.ops.runtimes.provision import (
+    HERMES_PRINCIPAL,
+    HERMES_RUNTIME_ID,
+    provision_runtime,
+)
 from smf_assurance.subjects.messages import ProposedDestination
 
 log = structlog.get_logger(__name__)

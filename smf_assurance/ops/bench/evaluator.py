@@ -19,11 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from smf_assurance.core.evaluator import evaluate
+from smf_assurance.governance.projections import load_policy_set
+from smf_assurance.governance.scenarios_catalog import load_scenarios
 from smf_assurance.ops.bench.stats import Summary, summarize
-from smf_assurance.ops.output import Progress
-from smf_assurance.ops.projections import load_policy_set
-from smf_assurance.ops.scenarios_catalog import load_scenarios
-from smf_assurance.pipeline.core.evaluator import evaluate
+from smf_assurance.ops.cli.output import Progress
 from smf_assurance.subjects.envelope import OperationEnvelope, operation_hash
 
 CEDAR_POLICIES = """

@@ -36,7 +36,7 @@ from typing import Any, Final, Literal
 
 from aiohttp import web
 
-from smf_assurance.ops.model_gateway import write_private
+from smf_assurance.ops.local.model_gateway import write_private
 
 DEFAULT_REPLY: Final = "Hello from the local stand-in model."
 Behaviour = Literal["answer", "hang", "error", "broken", "garbage"]

@@ -37,15 +37,19 @@ import aiohttp
 import msgspec
 import nats
 
+from smf_assurance.gateway.assembly import start_model_gateway
 from smf_assurance.ops.bench.fake_model import FakeModel, Reply
 from smf_assurance.ops.bench.stats import Summary, summarize
-from smf_assurance.ops.model_gateway import gateway_config, provision_gateway_runtime, set_upstream
-from smf_assurance.ops.output import Progress
-from smf_assurance.ops.runtimes import provision_runtime
-from smf_assurance.ops.stack import gate_config, start_embedded_server
-from smf_assurance.ops.state import StateDir, provision_demo
+from smf_assurance.ops.cli.output import Progress
+from smf_assurance.ops.local.model_gateway import (
+    gateway_config,
+    provision_gateway_runtime,
+    set_upstream,
+)
+from smf_assurance.ops.local.stack import gate_config, start_embedded_server
+from smf_assurance.ops.local.state import StateDir, provision_demo
+from smf_assurance.ops.runtimes.provision import provision_runtime
 from smf_assurance.pipeline.assembly import start_gate
-from smf_assurance.pipeline.assembly.model_gateway import start_model_gateway
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
 from smf_assurance.subjects.keys import SigningKey

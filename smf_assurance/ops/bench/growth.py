@@ -7,7 +7,7 @@ firm's overlay has; none applies to the scenario envelopes, so every series
 decides the same four outcomes and only the cost of ruling policies out
 differs. Three series per size, in one run: our evaluator with its policy
 index, the same policies scanned linearly (the index's baseline:
-``smf_assurance.pipeline.core.policy_index`` is bypassed, every policy checked), and
+``smf_assurance.core.policy_index`` is bypassed, every policy checked), and
 cedarpy with the same policies in Cedar (pre-parsed). The operation hash is
 given, as the gate's normalize stage computes it once, so the figures are of
 selection and merging only.
@@ -22,14 +22,9 @@ from typing import Any
 
 import msgspec
 
-from smf_assurance.ops.bench.evaluator import CEDAR_POLICIES, cedar_request, time_calls
-from smf_assurance.ops.bench.stats import Summary, summarize
-from smf_assurance.ops.output import Progress
-from smf_assurance.ops.projections import SCENARIO_PROJECTION, package_path
-from smf_assurance.ops.scenarios_catalog import load_scenarios
-from smf_assurance.pipeline.core.evaluator import evaluate
-from smf_assurance.pipeline.core.policy import RequirementSpec
-from smf_assurance.pipeline.core.projection import (
+from smf_assurance.core.evaluator import evaluate
+from smf_assurance.core.policy import RequirementSpec
+from smf_assurance.core.projection import (
     EnforcementRule,
     PolicyRecord,
     PolicySet,
@@ -38,6 +33,11 @@ from smf_assurance.pipeline.core.projection import (
     decode_enforcement,
     scanned_policy_set,
 )
+from smf_assurance.governance.projections import SCENARIO_PROJECTION, package_path
+from smf_assurance.governance.scenarios_catalog import load_scenarios
+from smf_assurance.ops.bench.evaluator import CEDAR_POLICIES, cedar_request, time_calls
+from smf_assurance.ops.bench.stats import Summary, summarize
+from smf_assurance.ops.cli.output import Progress
 from smf_assurance.subjects.canonical import sha256_identity
 from smf_assurance.subjects.envelope import OperationEnvelope, operation_hash
 

@@ -30,11 +30,11 @@ from nats.aio.msg import Msg
 
 from smf_assurance.adapters.output import OutputStreamer
 from smf_assurance.ops.bench.stats import Summary, summarize
-from smf_assurance.ops.demo_script import actor
-from smf_assurance.ops.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.output import Progress
-from smf_assurance.ops.stack import gate_config
-from smf_assurance.ops.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
+from smf_assurance.ops.cli.output import Progress
+from smf_assurance.ops.demo.script import actor
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 from smf_assurance.pipeline.assembly import start_gate
 from smf_assurance.subjects.messages import DataFacts, ProposedDestination
 

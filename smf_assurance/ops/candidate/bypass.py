@@ -31,7 +31,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from smf_assurance.ops.candidate.claims import test_node_ids
-from smf_assurance.ops.output import say, table
+from smf_assurance.ops.cli.output import say, table
 
 CASES_FILE: Final = Path("docs") / "bypass.toml"
 Observed = Literal["passed", "skipped", "missing", "failed"]

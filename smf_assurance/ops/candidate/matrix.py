@@ -49,8 +49,8 @@ signature over a candidate is never read as a release manifest, nor one as the o
 NOT_REVIEWED: Final = "not reviewed"
 
 RUNTIME_PINS: Final = (
-    ("hermes-agent", "hermes", "smf_assurance/ops/hermes_env.py", "HERMES_VERSION"),
-    ("openclaw", "openclaw", "smf_assurance/ops/runtimes.py", "OPENCLAW_PIN"),
+    ("hermes-agent", "hermes", "smf_assurance/ops/runtimes/hermes_env.py", "HERMES_VERSION"),
+    ("openclaw", "openclaw", "smf_assurance/ops/runtimes/provision.py", "OPENCLAW_PIN"),
 )
 """(runtime, the word in a conformance test file's name, where its pin is declared,
 the constant): a test file named after a runtime drives the pinned build of it."""

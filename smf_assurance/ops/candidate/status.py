@@ -51,9 +51,9 @@ from smf_assurance.ops.candidate.reviews import (
     load_candidate,
     open_review,
 )
-from smf_assurance.ops.cli_json import CandidateStatusJson, ReviewRowJson
-from smf_assurance.ops.output import Progress, emit, fail, say, table
-from smf_assurance.ops.state import StateDir, default_state_dir
+from smf_assurance.ops.cli.cli_json import CandidateStatusJson, ReviewRowJson
+from smf_assurance.ops.cli.output import Progress, emit, fail, say, table
+from smf_assurance.ops.local.state import StateDir, default_state_dir
 from smf_assurance.subjects.registry import KeyRegistry, RegistryError, load_registry
 
 ReviewState = Literal["current", "stale", "missing", "refused"]

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from smf_assurance.pipeline.core.normalize import MapperTable, decode_mapper
-from smf_assurance.pipeline.core.projection import PolicySet
-from smf_assurance.pipeline.core.release_trust import VerifiedRelease
-from smf_assurance.pipeline.stages.approvals import DEFAULT_CLAIM_GRACE_MS
-from smf_assurance.pipeline.stages.attestation import RuntimeRequirement
-from smf_assurance.pipeline.stages.buffer import BufferLimits
-from smf_assurance.pipeline.stages.dispatch import DEFAULT_ORDER_TTL_MS
-from smf_assurance.pipeline.stages.outcomes import DEFAULT_EXECUTION_DEADLINE_MS
+from smf_assurance.core.normalize import MapperTable, decode_mapper
+from smf_assurance.core.projection import PolicySet
+from smf_assurance.core.release_trust import VerifiedRelease
+from smf_assurance.pipeline.chain.approvals import DEFAULT_CLAIM_GRACE_MS
+from smf_assurance.pipeline.chain.buffer import BufferLimits
+from smf_assurance.pipeline.chain.dispatch import DEFAULT_ORDER_TTL_MS
+from smf_assurance.pipeline.chain.outcomes import DEFAULT_EXECUTION_DEADLINE_MS
+from smf_assurance.pipeline.desks.attestation import RuntimeRequirement
 from smf_assurance.pipeline.stores.call_context import DEFAULT_MAX_AGE_S, DEFAULT_MIRROR_RECORDS
 from smf_assurance.pipeline.stores.tainted_content import DEFAULT_MAX_BYTES as TAINTED_MAX_BYTES
 from smf_assurance.subjects import names

@@ -4,7 +4,7 @@ A deployment can run each stage in its own process or all in one (issue 3);
 ``co_located`` additionally calls the stages in process, passing Structs,
 instead of over their subjects (the services still answer on the bus for
 other gates and for ``$SRV`` tooling). Both paths run the same typed stage
-code under the same refusal contract (``smf_assurance.pipeline.stages.transport``).
+code under the same refusal contract (``smf_assurance.pipeline.chain.transport``).
 
 Order matters and is kept here: streams before anything publishes; the
 release before the registry is trusted; evidence and claim stores before any
@@ -28,17 +28,41 @@ from nats.errors import Error as NatsError
 from nats.js.client import JetStreamContext
 from nats.micro.service import Service
 
-from smf_assurance.pipeline.assembly import loops
-from smf_assurance.pipeline.assembly.config import GateConfig, ReleaseSource
-from smf_assurance.pipeline.core.approval_rules import BINDING_BROKEN
-from smf_assurance.pipeline.core.decision import Decision
-from smf_assurance.pipeline.core.normalize import Normalized
-from smf_assurance.pipeline.core.projection import (
+from smf_assurance.core.approval_rules import BINDING_BROKEN
+from smf_assurance.core.decision import Decision
+from smf_assurance.core.normalize import Normalized
+from smf_assurance.core.projection import (
     DEFAULT_DETECTION_WINDOW_CHARS,
     AnalysisProjection,
     PolicySet,
 )
-from smf_assurance.pipeline.core.release_trust import VerifiedRelease
+from smf_assurance.core.release_trust import VerifiedRelease
+from smf_assurance.pipeline.assembly import loops
+from smf_assurance.pipeline.assembly.config import GateConfig, ReleaseSource
+from smf_assurance.pipeline.chain.announcements import AnnouncementDesk
+from smf_assurance.pipeline.chain.approvals import ApprovalDesk, DeskError
+from smf_assurance.pipeline.chain.buffer import OutputBuffer
+from smf_assurance.pipeline.chain.contracts import (
+    DispatchReceipt,
+    DispatchRequest,
+    EvaluateRequest,
+)
+from smf_assurance.pipeline.chain.decide import EvaluateStage, NormalizeStage
+from smf_assurance.pipeline.chain.dispatch import DispatchStage, OrderFence
+from smf_assurance.pipeline.chain.gate import Gate, GateSettings
+from smf_assurance.pipeline.chain.outcomes import OutcomeDesk
+from smf_assurance.pipeline.chain.transport import BusStage, LocalStage, StageClient, serve
+from smf_assurance.pipeline.desks.attestation import AttestationDesk
+from smf_assurance.pipeline.desks.confinement import ConfinementDesk
+from smf_assurance.pipeline.desks.gate_status import GateStatusDesk
+from smf_assurance.pipeline.desks.holds import HoldsDesk, HoldsMirror
+from smf_assurance.pipeline.desks.model_admission import ModelAdmissionDesk
+from smf_assurance.pipeline.desks.runtime_stops import RuntimeStops
+from smf_assurance.pipeline.desks.tool_calls import DecidedCalls, ToolCallDesk
+from smf_assurance.pipeline.followers.releases import ReleaseWatcher
+from smf_assurance.pipeline.followers.replica_sync import ReplicaSync
+from smf_assurance.pipeline.followers.shadow import ShadowDesk
+from smf_assurance.pipeline.followers.shadow_releases import ShadowReleases
 from smf_assurance.pipeline.service import (
     ConcurrentHandler,
     Endpoint,
@@ -46,38 +70,6 @@ from smf_assurance.pipeline.service import (
     StageAuth,
     start_service,
 )
-from smf_assurance.pipeline.stages.announcements import AnnouncementDesk
-from smf_assurance.pipeline.stages.approvals import ApprovalDesk, DeskError
-from smf_assurance.pipeline.stages.attestation import AttestationDesk
-from smf_assurance.pipeline.stages.buffer import OutputBuffer
-from smf_assurance.pipeline.stages.confinement import ConfinementDesk
-from smf_assurance.pipeline.stages.contracts import (
-    DispatchReceipt,
-    DispatchRequest,
-    EvaluateRequest,
-)
-from smf_assurance.pipeline.stages.decide import EvaluateStage, NormalizeStage
-from smf_assurance.pipeline.stages.dispatch import DispatchStage, OrderFence
-from smf_assurance.pipeline.stages.evidence import EvidenceWriter
-from smf_assurance.pipeline.stages.gate import Gate, GateSettings
-from smf_assurance.pipeline.stages.gate_status import GateStatusDesk
-from smf_assurance.pipeline.stages.holds import HoldsDesk, HoldsMirror
-from smf_assurance.pipeline.stages.model_admission import ModelAdmissionDesk
-from smf_assurance.pipeline.stages.outcomes import OutcomeDesk
-from smf_assurance.pipeline.stages.releases import ReleaseWatcher
-from smf_assurance.pipeline.stages.replica_sync import ReplicaSync
-from smf_assurance.pipeline.stages.runtime_stops import RuntimeStops
-from smf_assurance.pipeline.stages.shadow import ShadowDesk
-from smf_assurance.pipeline.stages.shadow_releases import ShadowReleases
-from smf_assurance.pipeline.stages.streams import (
-    JetStreamUnavailableError,
-    ensure_connector_durables,
-    ensure_gate_streams,
-    registered_connectors,
-    wait_for_jetstream,
-)
-from smf_assurance.pipeline.stages.tool_calls import DecidedCalls, ToolCallDesk
-from smf_assurance.pipeline.stages.transport import BusStage, LocalStage, StageClient, serve
 from smf_assurance.pipeline.stores.approvals import ApprovalStore
 from smf_assurance.pipeline.stores.approvals_kv import KvApprovalStore
 from smf_assurance.pipeline.stores.approvals_sqlite import SqliteApprovalStore
@@ -85,11 +77,19 @@ from smf_assurance.pipeline.stores.call_context import CallContextMirror, ensure
 from smf_assurance.pipeline.stores.checkpoint_stream import newest_checkpoint, read_checkpoints
 from smf_assurance.pipeline.stores.claims import ClaimStore, ProposalClaims, merge_claim_file
 from smf_assurance.pipeline.stores.claims_kv import KvClaimStore
+from smf_assurance.pipeline.stores.evidence import EvidenceWriter
 from smf_assurance.pipeline.stores.holds import open_holds
 from smf_assurance.pipeline.stores.ledger import Ledger
 from smf_assurance.pipeline.stores.orders import OrderBook, SqliteOrderBook
 from smf_assurance.pipeline.stores.orders_kv import KvOrderBook
 from smf_assurance.pipeline.stores.state_check import StateFiles, check_state, valid_checkpoints
+from smf_assurance.pipeline.stores.streams import (
+    JetStreamUnavailableError,
+    ensure_connector_durables,
+    ensure_gate_streams,
+    registered_connectors,
+    wait_for_jetstream,
+)
 from smf_assurance.pipeline.stores.tainted_content import ensure_tainted_content_bucket
 from smf_assurance.pipeline.stores.tool_calls import SqliteToolCallStore, ToolCallStore
 from smf_assurance.pipeline.stores.tool_calls_kv import KvToolCallStore
@@ -662,7 +662,7 @@ async def _assemble(
         outcome_written=ledger.has_outcome if config.cluster is None else None,
     )
     # Direct orders are never resumed; those past their deadline end unknown now,
-    # the others keep waiting for their report (smf_assurance.pipeline.stages.outcomes). Safe on
+    # the others keep waiting for their report (smf_assurance.pipeline.chain.outcomes). Safe on
     # a cluster too: settling is conditional, so one replica records each.
     await outcomes.recover()
     if config.cluster is None:
@@ -957,7 +957,7 @@ def _replica_sync(
     stops: RuntimeStops,
 ) -> ReplicaSync | None:
     """On a cluster, replicas share attestations, decided tool-call ids, stops and
-    clears (``smf_assurance.pipeline.stages.replica_sync``); each still verifies attestations
+    clears (``smf_assurance.pipeline.followers.replica_sync``); each still verifies attestations
     itself."""
     if config.cluster is None:
         return None

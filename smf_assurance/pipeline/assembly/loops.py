@@ -15,10 +15,10 @@ import structlog
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.client import JetStreamContext
 
-from smf_assurance.pipeline.stages.approvals import ApprovalDesk
-from smf_assurance.pipeline.stages.buffer import OutputBuffer
-from smf_assurance.pipeline.stages.gate import Gate
-from smf_assurance.pipeline.stages.outcomes import OutcomeDesk
+from smf_assurance.pipeline.chain.approvals import ApprovalDesk
+from smf_assurance.pipeline.chain.buffer import OutputBuffer
+from smf_assurance.pipeline.chain.gate import Gate
+from smf_assurance.pipeline.chain.outcomes import OutcomeDesk
 from smf_assurance.subjects import names
 
 log = structlog.get_logger(__name__)

@@ -13,7 +13,7 @@ every entry as canonical JSON they can re-hash on their own;
 
 Both open the file read-only and never through the writer, so an audit can
 never modify the evidence; they are blocking, for ``smf-assurance ledger``
-(``smf_assurance/ops/commands/ledger.py``) and other offline tools.
+(``smf_assurance/ops/cli/commands/ledger.py``) and other offline tools.
 """
 
 from __future__ import annotations

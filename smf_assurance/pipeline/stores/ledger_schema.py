@@ -54,7 +54,7 @@ from typing import Annotated, Any, Final, Literal, NamedTuple, get_args
 
 import msgspec
 
-from smf_assurance.pipeline.core.policy import Layer
+from smf_assurance.core.policy import Layer
 from smf_assurance.subjects.canonical import (
     SAFE_INTEGER_MAX,
     canonical_bytes,

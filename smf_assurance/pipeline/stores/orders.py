@@ -33,7 +33,7 @@ from typing import Final, Literal, Protocol, get_args
 
 import msgspec
 
-from smf_assurance.pipeline.core.execution_rules import Executor, ExecutorRole, Finish
+from smf_assurance.core.execution_rules import Executor, ExecutorRole, Finish
 from smf_assurance.pipeline.stores.sqlite_worker import SqliteWorker, StoreUnavailable
 
 __all__ = [

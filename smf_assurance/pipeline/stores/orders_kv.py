@@ -24,7 +24,7 @@ from typing import Final
 import msgspec
 from nats.js.errors import KeyWrongLastSequenceError
 
-from smf_assurance.pipeline.core.execution_rules import Finish
+from smf_assurance.core.execution_rules import Finish
 from smf_assurance.pipeline.stores.claims_kv import BUCKET
 from smf_assurance.pipeline.stores.kv import (
     KvBucketStore,

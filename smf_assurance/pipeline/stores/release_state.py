@@ -39,7 +39,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Final
 
-from smf_assurance.pipeline.core.release_trust import LastAccepted
+from smf_assurance.core.release_trust import LastAccepted
 from smf_assurance.pipeline.stores.sqlite_worker import (
     SqliteWorker,
     StoreUnavailable,

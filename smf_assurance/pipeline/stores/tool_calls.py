@@ -2,7 +2,7 @@
 index, kept across a gate restart.
 
 The gate refuses a runtime whose model request carried a tool result no proposal
-decided (``smf_assurance.pipeline.stages.tool_calls``), until an operator clears it. Kept in
+decided (``smf_assurance.pipeline.desks.tool_calls``), until an operator clears it. Kept in
 memory only, a restart lifted every stop (a stopped runtime was served again once
 it re-attested: fails OPEN) and forgot every decided call (an honest runtime's
 result for a call decided before the restart stopped it). This store keeps both:

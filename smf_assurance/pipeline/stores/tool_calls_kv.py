@@ -21,7 +21,7 @@ other role does):
 
 A restarted replica loads every stop and note from here before it serves
 (``smf_assurance.pipeline.assembly``); replicas running meanwhile still hear each other's stops
-and clears at once (``smf_assurance.pipeline.stages.replica_sync``). The values are identities,
+and clears at once (``smf_assurance.pipeline.followers.replica_sync``). The values are identities,
 ids and times only.
 """
 

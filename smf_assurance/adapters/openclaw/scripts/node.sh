@@ -6,7 +6,7 @@
 # npm client installs it (no other download). The machine's own node (20) only
 # runs this one `npm install`.
 #
-# Invariants (the same as smf_assurance/ops/hermes_env.py for the Hermes venv):
+# Invariants (the same as smf_assurance/ops/runtimes/hermes_env.py for the Hermes venv):
 # - one folder per version under the per-user cache:
 #     ${XDG_CACHE_HOME:-~/.cache}/smf-assurance/node-24.22.3/
 # - complete only when `.complete` exists; it is written last, so an

@@ -15,7 +15,7 @@
  * `gate` keys of the registry of the release verified LAST, and none while no
  * release is verified or its lease ran out (then every call is blocked with
  * the release's reason code). A gate that requires attestation
- * (`smf_assurance.ops.runtimes.provision_openclaw_runtime`) refuses every proposal of this
+ * (`smf_assurance.ops.runtimes.provision.provision_openclaw_runtime`) refuses every proposal of this
  * runtime until an attestation is accepted: an OpenClaw surface that never
  * loads the plugin (`openclaw agent exec`) never attests, so it is visible,
  * and refused, at the gate.

@@ -595,7 +595,7 @@ export class GateAdapter {
         const expiresAt = held.expires_at_ms ?? now + settings.holdTimeoutMs;
         let deadline = Math.min(expiresAt, now + settings.holdTimeoutMs);
         // `executing`: the claim is made and the desk publishes the outcome right
-        // after it (smf_assurance/pipeline/stages/approvals.py, _claim_and_dispatch), so it is in
+        // after it (smf_assurance/pipeline/chain/approvals.py, _claim_and_dispatch), so it is in
         // flight; it is awaited, never inferred from the status.
         if (state.state === "executing") deadline = Math.min(deadline, now + settings.gateTimeoutMs);
         outcome = await watch.wait(approvalId, deadline - now, signal);

@@ -597,7 +597,7 @@ function trustRootDoc(keys: SigningKey[], threshold = 1): Record<string, unknown
   };
 }
 
-/** A fresh user nkey seed (0600), as `smf_assurance.ops.bus_auth.write_user_seed` writes one. */
+/** A fresh user nkey seed (0600), as `smf_assurance.ops.local.bus_auth.write_user_seed` writes one. */
 function writeSeedFile(dir: string, mode = 0o600): string {
   const seedFile = join(dir, `runtime-${mode.toString(8)}.nkey`);
   writeFileSync(seedFile, new TextDecoder().decode(nkeys.createUser().getSeed()) + "\n", { mode });

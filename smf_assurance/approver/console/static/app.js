@@ -530,7 +530,7 @@ function tick() {
 
 // Why the approval is required, in words (issue 23). The gate sends each rule as the
 // release that made the decision words it (smf_assurance/subjects/approvals.py RuleShown) and each
-// reason code with the words of its one table (smf_assurance/pipeline/core/explanation.py
+// reason code with the words of its one table (smf_assurance/core/explanation.py
 // REASON_WORDS). All of it is set as text, never as HTML.
 const RULE_NOT_DESCRIBED = 'no description in the release'; // smf_assurance/subjects/approvals.py RULE_NOT_DESCRIBED
 

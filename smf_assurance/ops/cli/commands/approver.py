@@ -1,0 +1,243 @@
+"""``approver``: put an approver on the roster, or take one off (issue 21).
+
+The approver's keys are made where the approver is, and only public halves
+travel: ``smf-assurance keys new --id ID --out ID.key`` and
+``smf-assurance keys public --key ID.key --json > ID.pub.json`` (the signing
+key), ``smf-assurance keys nkey --out ID.nkey`` (the bus credential; it prints
+the public user ``U...``). The operator then runs
+
+    smf-assurance approver add --id ID --role licensed_attorney --tenant T \\
+        --public-key ID.pub.json --bus-user U... --release-key FILE
+
+which adds the registry entry (role ``approver``, its tenants and licensed
+roles, its bus user) in the next release signed with the operator's release
+keys and published as ``release publish`` does. A file holding a private key
+is refused: the operator's seat never holds an approver's secret.
+``approver remove --id ID`` takes the entry out the same way; gates then
+refuse its signatures and the bus its connection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import re
+from pathlib import Path
+from typing import Final
+
+import msgspec
+import nkeys
+
+from smf_assurance.ops.cli.cli_json import ApproverAddJson, ApproverRemoveJson
+from smf_assurance.ops.cli.commands.onboard import (
+    add_release_arguments,
+    authority_of,
+    finish,
+    refusals_in_one_line,
+    sign_and_publish,
+    state_of,
+)
+from smf_assurance.ops.local.onboarding import Changes, OnboardingError, read_registry, state_lock
+from smf_assurance.subjects.keys import KeyFileError, PublicKeyRecord, verify_key_from_record
+from smf_assurance.subjects.names import SubjectError, token
+from smf_assurance.subjects.registry import RegistryEntry
+
+MAX_RECORD_BYTES: Final = 64 * 1024
+ROLE: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")
+"""A licensed role, in the words the policies' ``required_roles`` use."""
+USER: Final = re.compile(r"U[A-Z2-7]{55}")
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "approver",
+        help="put an approver on the roster, or take one off, in a new signed release",
+        description="Add an approver from its public record and public bus user (its keys "
+        "are made where it is), or remove one, each in the next release signed with the "
+        "operator's release keys.",
+    )
+    actions = p.add_subparsers(dest="approver_command", required=True, metavar="ACTION")
+
+    add = actions.add_parser(
+        "add",
+        help="add an approver from its public key record and bus user",
+        description="Add an approver (role approver, its tenants, licensed roles and bus "
+        "user) in the next release. Only public halves are taken: --public-key is the "
+        "output of `keys public --json`, --bus-user the output of `keys nkey`.",
+    )
+    add.add_argument("--id", required=True, dest="principal", help="the approver's principal")
+    add.add_argument(
+        "--role",
+        required=True,
+        action="append",
+        metavar="ROLE",
+        help="a licensed role it holds, e.g. licensed_attorney or paralegal; repeatable",
+    )
+    add.add_argument(
+        "--tenant",
+        required=True,
+        action="append",
+        help="a tenant it approves for; repeatable",
+    )
+    add.add_argument(
+        "--public-key",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="its public key record (smf.ed25519.public/1, from `keys public --json`)",
+    )
+    add.add_argument(
+        "--bus-user",
+        required=True,
+        metavar="UXXX...",
+        help="its bus credential's public user key (from `keys nkey`)",
+    )
+    add_release_arguments(add)
+    add.set_defaults(func=run_add)
+
+    remove = actions.add_parser(
+        "remove",
+        help="take an approver off the roster in a new release",
+        description="Remove the approver's registry entries in the next release signed with "
+        "the operator's release keys; gates then refuse its resolutions and the bus its "
+        "connection.",
+    )
+    remove.add_argument("--id", required=True, dest="principal", help="the approver's principal")
+    add_release_arguments(remove)
+    remove.set_defaults(func=run_remove)
+
+
+def read_public_record(path: Path) -> PublicKeyRecord:
+    """The approver's public record, checked (its key id is its key's); a private key
+    file is refused, so no approver's secret passes through the operator's seat."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_RECORD_BYTES + 1)
+    except OSError as exc:
+        raise OnboardingError(f"--public-key: cannot read {path}: {exc.strerror}") from exc
+    try:
+        document = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        document = None
+    if isinstance(document, dict) and "secret_seed" in document:
+        raise OnboardingError(
+            f"--public-key {path} is a PRIVATE key: hand over only its public record "
+            "(`smf-assurance keys public --key FILE --json`), and keep this file where it was"
+        )
+    if len(data) > MAX_RECORD_BYTES:
+        raise OnboardingError(f"--public-key {path} is not a public key record (too large)")
+    try:
+        record = msgspec.json.decode(data, type=PublicKeyRecord)
+        verify_key_from_record(record)
+    except (msgspec.DecodeError, KeyFileError) as exc:
+        raise OnboardingError(f"--public-key {path} is not a public key record: {exc}") from exc
+    return record
+
+
+def checked_bus_user(text: str) -> str:
+    """A NATS user public key: ``U``, 55 base32 characters, a checksum that holds."""
+    if not USER.fullmatch(text):
+        raise OnboardingError(f"--bus-user: {text!r} is not a NATS user public key (U...)")
+    try:
+        raw = base64.b32decode(text + "=" * (-len(text) % 8))
+    except (binascii.Error, ValueError):
+        raise OnboardingError(f"--bus-user: {text!r} is not base32") from None
+    if raw[0] != nkeys.PREFIX_BYTE_USER or nkeys.crc16_checksum(raw[:-2]) != raw[-2:]:
+        raise OnboardingError(f"--bus-user: {text!r} has a wrong checksum or prefix")
+    return text
+
+
+def _tenants(given: list[str]) -> tuple[str, ...]:
+    for tenant in given:
+        try:
+            token(tenant)  # it names the pending subject the approver may read
+        except SubjectError:
+            raise OnboardingError(f"--tenant: {tenant!r} is not a tenant id") from None
+    return tuple(dict.fromkeys(given))
+
+
+def _roles(given: list[str]) -> tuple[str, ...]:
+    for role in given:
+        if not ROLE.fullmatch(role):
+            raise OnboardingError(f"--role: {role!r} is not a role (a-z, 0-9, _)")
+    return tuple(dict.fromkeys(given))
+
+
+@refusals_in_one_line
+def run_add(args: argparse.Namespace) -> int:
+    state = state_of(args)
+    record = read_public_record(args.public_key)
+    if record.principal != args.principal:
+        raise OnboardingError(
+            f"--public-key {args.public_key} is {record.principal}'s, not {args.principal}'s"
+        )
+    try:
+        token(args.principal)  # it names its inbox on the bus, _INBOX.<principal>
+    except SubjectError:
+        raise OnboardingError(f"--id: {args.principal!r} cannot name an inbox on the bus") from None
+    user = checked_bus_user(args.bus_user)
+    tenants, roles = _tenants(args.tenant), _roles(args.role)
+    with state_lock(state):
+        registry = read_registry(state)
+        for entry in registry.entries:
+            if entry.key.principal == args.principal:
+                raise OnboardingError(f"principal {args.principal} is already in the registry")
+            if entry.key.key_id == record.key_id:
+                raise OnboardingError(
+                    f"key {record.key_id} is already registered ({entry.key.principal})"
+                )
+            if entry.nats_user == user:
+                raise OnboardingError(f"bus user {user} is already {entry.key.principal}'s")
+        authority = authority_of(state, args)
+        entry = RegistryEntry(
+            key=record, role="approver", tenants=tenants, licensed_roles=roles, nats_user=user
+        )
+        updated = msgspec.structs.replace(registry, entries=(*registry.entries, entry))
+        outcome = sign_and_publish(state, args, authority, updated, Changes())
+    value = ApproverAddJson(
+        principal=args.principal,
+        key_id=record.key_id,
+        licensed_roles=roles,
+        tenants=tenants,
+        nats_user=user,
+        policies_from=outcome.policies_from,
+        release=outcome.json(),
+    )
+    rows = [
+        ("approver", args.principal),
+        ("key id", record.key_id),
+        ("licensed roles", ", ".join(roles)),
+        ("tenants", ", ".join(tenants)),
+        ("bus user", user),
+    ]
+    return finish(args, outcome, value, rows)
+
+
+@refusals_in_one_line
+def run_remove(args: argparse.Namespace) -> int:
+    state = state_of(args)
+    with state_lock(state):
+        registry = read_registry(state)
+        gone = tuple(
+            e
+            for e in registry.entries
+            if e.role == "approver" and e.key.principal == args.principal
+        )
+        if not gone:
+            raise OnboardingError(f"no approver {args.principal} in the registry of {state.root}")
+        authority = authority_of(state, args)
+        kept = tuple(e for e in registry.entries if e not in gone)
+        updated = msgspec.structs.replace(registry, entries=kept)
+        outcome = sign_and_publish(state, args, authority, updated, Changes())
+    value = ApproverRemoveJson(
+        principal=args.principal,
+        key_ids=tuple(e.key.key_id for e in gone),
+        policies_from=outcome.policies_from,
+        release=outcome.json(),
+    )
+    rows = [
+        ("approver", args.principal),
+        ("key ids revoked", ", ".join(e.key.key_id for e in gone)),
+    ]
+    return finish(args, outcome, value, rows)

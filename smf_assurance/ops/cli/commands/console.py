@@ -1,0 +1,153 @@
+"""``console``: serve the approvers' web console until SIGINT or SIGTERM.
+
+Issue 12; docs/CONSOLE.md. What the command promises:
+
+- It finds the bus like the ``approvals`` commands (``--nats``, else the URL a
+  running ``up`` wrote into the state directory) and checks once that it
+  answers, so a wrong URL is one line, not a silent hang.
+- It reads the approver roster (``--registry``, else the state directory's
+  ``registry.json``) and refuses to start on one it cannot read.
+- It reads the tenant directory (``--directory``, else the state directory's
+  ``directory/``) and refuses to start on a malformed file, in one line
+  naming it (issue 23).
+- It prints one readiness line (the page's URL) once it serves, and flushes it.
+- It holds no key and asks for none: approvers load their own key file into
+  the page, which signs in the browser.
+- It listens on loopback unless told otherwise, and says so when told
+  otherwise: the page signs with WebCrypto, which browsers allow only in a
+  secure context (HTTPS, or loopback), and the session cookie must not cross
+  a network in clear.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import sys
+from pathlib import Path
+from typing import Final
+
+from smf_assurance.approver.console.server import ConsoleSettings, RunningConsole, start_console
+from smf_assurance.approver.directory import DirectoryError, load_directory
+from smf_assurance.ops.cli.cli_json import ConsoleJson
+from smf_assurance.ops.cli.output import emit, fail, first_line, port_number, say
+from smf_assurance.ops.local.bus import (
+    add_bus_location,
+    add_credential_argument,
+    bus_url,
+    connect_bus,
+    credential_for,
+)
+from smf_assurance.ops.local.logs import LOG_LEVELS, configure_logging
+from smf_assurance.ops.local.state import CONSOLE, StateDir, default_state_dir
+from smf_assurance.ops.local.supervisor import stop_on_signals
+from smf_assurance.subjects.registry import RegistryError, load_registry
+
+DEFAULT_PORT: Final = 8765
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "console",
+        help="serve the approvers' web console",
+        description="Serve the approvers' web page: held actions of your tenants, live; what "
+        "each would send, checked against its digest in your browser; allow-once or deny, "
+        "signed in your browser with your own key. Runs until SIGINT or SIGTERM.",
+    )
+    add_bus_location(p)
+    p.add_argument(
+        "--registry",
+        type=Path,
+        metavar="FILE",
+        help="the approver roster (default: registry.json in the state dir)",
+    )
+    p.add_argument(
+        "--directory",
+        type=Path,
+        metavar="DIR",
+        help="the tenant directory, one <tenant>.toml each (default: directory/ in the state dir)",
+    )
+    add_credential_argument(p, CONSOLE)
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default: 127.0.0.1)")
+    p.add_argument(
+        "--port",
+        type=port_number,
+        default=DEFAULT_PORT,
+        help=f"listen port (default: {DEFAULT_PORT})",
+    )
+    p.add_argument("--json", action="store_true", help="print the readiness line as JSON")
+    p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")
+    p.set_defaults(func=run_console)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host).is_loopback
+    return False
+
+
+def _announce(running: RunningConsole, settings: ConsoleSettings, as_json: bool) -> None:
+    if as_json:
+        emit(
+            ConsoleJson(
+                ready=True,
+                url=running.url,
+                nats_url=settings.nats_url,
+                registry=str(settings.registry),
+            )
+        )
+    else:
+        say(f"console: {running.url} (bus {settings.nats_url}, roster {settings.registry})")
+    sys.stdout.flush()
+
+
+async def _serve(settings: ConsoleSettings, as_json: bool) -> None:
+    with stop_on_signals() as stop:
+        probe = await connect_bus(settings.nats_url, "smf-console-probe", settings.credential)
+        await probe.close()
+        try:
+            running = await start_console(settings)
+        except OSError as exc:
+            reason = exc.strerror or first_line(exc)
+            fail(f"cannot listen on {settings.host}:{settings.port}: {reason}")
+        try:
+            _announce(running, settings, as_json)
+            await stop.wait()
+        finally:
+            await running.close()
+
+
+def run_console(args: argparse.Namespace) -> int:
+    configure_logging(json=not sys.stderr.isatty(), level=args.log_level)
+    if not 0 <= args.port <= 65535:
+        fail(f"--port: {args.port} is not a TCP port", 2)
+    state = StateDir(args.state_dir or default_state_dir())
+    registry = args.registry or state.registry
+    directory = args.directory or state.directory
+    try:
+        load_registry(registry)
+    except RegistryError as exc:
+        fail(f"cannot read the approver roster: {first_line(exc)}")
+    try:
+        load_directory(directory)
+    except DirectoryError as exc:
+        fail(f"cannot read the tenant directory: {first_line(exc)}")
+    if not _loopback(args.host):
+        sys.stderr.write(
+            f"smf-assurance: warning: serving on {args.host}: browsers sign only in a secure "
+            "context, so put the console behind HTTPS for anyone not on this machine\n"
+        )
+    settings = ConsoleSettings(
+        nats_url=bus_url(args.nats, args.state_dir),
+        credential=credential_for(args.credential, args.state_dir, CONSOLE),
+        registry=registry,
+        directory=directory,
+        host=args.host,
+        port=args.port,
+    )
+    asyncio.run(_serve(settings, args.json))
+    return 0

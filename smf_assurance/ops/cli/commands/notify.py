@@ -1,0 +1,143 @@
+"""``notify``: tell entitled approvers that an approval waits, until SIGINT or SIGTERM.
+
+Issue 23, "Notifications"; README "Notifications". What the command promises:
+
+- It reads the operator's notifier file (``--config``, TOML) and every secret
+  it names before anything else, and refuses to start on one it cannot use,
+  in one line naming the key (exit 1), never the secret.
+- It reads the approver roster (``--registry``, else the state directory's
+  ``registry.json``) and refuses to start on one it cannot read.
+- It finds the bus like ``console`` (``--nats``, else the URL a running ``up``
+  wrote) and checks once that it answers; it connects as the ``console``
+  principal by default (reads every tenant's announcements, asks states).
+- It prints one readiness line once its loop runs, and flushes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sqlite3
+import sys
+from pathlib import Path
+
+from smf_assurance.approver.notify.config import NotifyConfig, NotifyConfigError, load_config
+from smf_assurance.approver.notify.service import NotifierSettings, RunningNotifier, start_notifier
+from smf_assurance.ops.cli.cli_json import NotifyJson
+from smf_assurance.ops.cli.output import emit, fail, first_line, say
+from smf_assurance.ops.local.bus import (
+    add_bus_location,
+    add_credential_argument,
+    bus_url,
+    connect_bus,
+    credential_for,
+)
+from smf_assurance.ops.local.logs import LOG_LEVELS, configure_logging
+from smf_assurance.ops.local.state import CONSOLE, StateDir, default_state_dir
+from smf_assurance.ops.local.supervisor import stop_on_signals
+from smf_assurance.subjects.registry import RegistryError, load_registry
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "notify",
+        help="notify entitled approvers of pending approvals (e-mail, Slack, Teams)",
+        description="Send every approver the roster entitles to resolve a pending approval "
+        "one e-mail and one signed webhook (Slack or Teams format) with a link to the "
+        "console and no content, and one reminder before it expires while it is still "
+        "pending. Contacts, SMTP and webhook secrets per tenant come from --config (TOML). "
+        "Runs until SIGINT or SIGTERM; a notifier outage never approves or denies anything.",
+    )
+    p.add_argument(
+        "--config", type=Path, required=True, metavar="FILE", help="the notifier's TOML file"
+    )
+    add_bus_location(p)
+    p.add_argument(
+        "--registry",
+        type=Path,
+        metavar="FILE",
+        help="the approver roster (default: registry.json in the state dir)",
+    )
+    add_credential_argument(p, CONSOLE)
+    p.add_argument("--json", action="store_true", help="print the readiness line as JSON")
+    p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")
+    p.set_defaults(func=run_notify)
+
+
+def _announce(settings: NotifierSettings, config_path: Path, as_json: bool) -> None:
+    contacts = sum(len(t.contacts) for t in settings.config.tenants.values())
+    if as_json:
+        emit(
+            NotifyJson(
+                ready=True,
+                nats_url=settings.nats_url,
+                registry=str(settings.registry),
+                config=str(config_path),
+                record=str(settings.config.record),
+                tenants=len(settings.config.tenants),
+                contacts=contacts,
+            )
+        )
+    else:
+        say(
+            f"notify: {len(settings.config.tenants)} tenant(s), {contacts} contact(s) "
+            f"(bus {settings.nats_url}, roster {settings.registry}, "
+            f"record {settings.config.record})"
+        )
+    sys.stdout.flush()
+
+
+async def _serve(settings: NotifierSettings, config_path: Path, as_json: bool) -> None:
+    with stop_on_signals() as stop:
+        probe = await connect_bus(settings.nats_url, "smf-notify-probe", settings.credential)
+        await probe.close()
+        try:
+            running: RunningNotifier = await start_notifier(settings)
+        except (OSError, sqlite3.Error) as exc:
+            fail(f"cannot open the record {settings.config.record}: {first_line(exc)}")
+        try:
+            _announce(settings, config_path, as_json)
+            await stop.wait()
+        finally:
+            await running.close()
+
+
+def read_config(path: Path) -> NotifyConfig:
+    """The notifier's file, or a one-line refusal (also for ``up --notify``)."""
+    try:
+        return load_config(path)
+    except NotifyConfigError as exc:
+        fail(f"bad notifier config: {first_line(exc)}")
+
+
+async def start_beside(state: StateDir, nats_url: str, config: NotifyConfig) -> RunningNotifier:
+    """``up --notify``: the notifier on the gate's bus, as the state's console principal,
+    reading the state's roster; a one-line failure if it cannot start."""
+    settings = NotifierSettings(
+        nats_url=nats_url,
+        registry=state.registry,
+        config=config,
+        credential=state.existing_credential(CONSOLE),
+    )
+    try:
+        return await start_notifier(settings)
+    except (OSError, sqlite3.Error) as exc:
+        fail(f"cannot start the notifier: {first_line(exc)}")
+
+
+def run_notify(args: argparse.Namespace) -> int:
+    configure_logging(json=not sys.stderr.isatty(), level=args.log_level)
+    config = read_config(args.config)
+    registry = args.registry or StateDir(args.state_dir or default_state_dir()).registry
+    try:
+        load_registry(registry)
+    except RegistryError as exc:
+        fail(f"cannot read the approver roster: {first_line(exc)}")
+    settings = NotifierSettings(
+        nats_url=bus_url(args.nats, args.state_dir),
+        credential=credential_for(args.credential, args.state_dir, CONSOLE),
+        registry=registry,
+        config=config,
+    )
+    asyncio.run(_serve(settings, args.config, args.json))
+    return 0

@@ -1,0 +1,124 @@
+"""Finding and reaching the bus from the command line.
+
+``up`` writes ``<state>/nats.url`` once its gate serves and removes it when
+it stops; every other command takes ``--nats`` or reads that file
+(``bus_url``), and connects once with a deadline (``connect_bus``): an
+unreachable server is a one-line refusal, never a hang or a retry loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Final
+
+import nats
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+
+from smf_assurance.ops.cli.output import fail, first_line
+from smf_assurance.ops.local.bus_auth import NKEY_SUFFIX
+from smf_assurance.ops.local.cluster import nats_servers
+from smf_assurance.ops.local.state import StateDir, default_state_dir
+from smf_assurance.subjects.bus_access import BusCredential, connect_options
+
+NATS_URL_FILE: Final = "nats.url"
+"""Written by ``up`` once the gate serves, removed when it stops."""
+CONNECT_TIMEOUT_SECONDS: Final = 2.0
+
+
+def nats_url_path(root: Path) -> Path:
+    return root / NATS_URL_FILE
+
+
+def write_url(root: Path, url: str) -> None:
+    """Atomic: a reader sees the whole URL or no file, never half a line."""
+    target = nats_url_path(root)
+    partial = target.with_name(f".{NATS_URL_FILE}.{os.getpid()}")
+    partial.unlink(missing_ok=True)
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # a state file
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(url + "\n")
+    partial.replace(target)
+
+
+def bus_url(nats_url: str | None, state_dir: Path | None) -> str:
+    """``--nats`` wins; else the URL a running ``up`` wrote into the state dir."""
+    if nats_url:
+        return nats_url
+    path = nats_url_path(state_dir or default_state_dir())
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        fail(f"no NATS URL: pass --nats URL, or start `smf-assurance up` first (no {path})")
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror}")
+    if not text:
+        fail(f"no NATS URL in {path}")
+    return text
+
+
+def add_bus_location(parser: argparse.ArgumentParser) -> None:
+    """``--nats URL`` or ``--state-dir DIR`` (one of them; neither: the default state
+    directory), read by :func:`bus_url`: a command beside a running ``up`` finds its bus
+    from the ``nats.url`` that ``up`` wrote."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--nats", metavar="URL", help="NATS server of the gate")
+    where.add_argument(
+        "--state-dir", type=Path, help="find the bus from the nats.url a running `up` wrote here"
+    )
+
+
+def add_credential_argument(parser: argparse.ArgumentParser, default_principal: str) -> None:
+    """``--credential FILE``: who the command is on the bus (issue 15)."""
+    parser.add_argument(
+        "--credential",
+        type=Path,
+        metavar="FILE",
+        help=f"the bus credential to connect with, a <principal>{NKEY_SUFFIX} seed file "
+        f"(default: the state directory's {default_principal}{NKEY_SUFFIX}, when it has one)",
+    )
+
+
+def credential_for(
+    explicit: Path | None, state_dir: Path | None, default_principal: str
+) -> BusCredential | None:
+    """The credential a command connects with: ``--credential``, else the state
+    directory's ``keys/<default_principal>.nkey``; ``None`` (anonymous, which a
+    bus with authorization refuses) when there is neither."""
+    if explicit is not None:
+        if explicit.suffix != NKEY_SUFFIX or not explicit.is_file():
+            fail(f"--credential: {explicit} is not a <principal>{NKEY_SUFFIX} file")
+        return BusCredential(explicit.stem, explicit)
+    return StateDir(state_dir or default_state_dir()).existing_credential(default_principal)
+
+
+async def _quiet(_exc: Exception) -> None:
+    """nats-py's default error callback logs a traceback per failed attempt;
+    a command reports its one line instead."""
+
+
+async def connect_bus(url: str, name: str, credential: BusCredential | None = None) -> Client:
+    """One short connection attempt, no reconnect loop: a command fails fast.
+
+    nats-py retries forever with ``allow_reconnect=False`` alone; a bounded
+    ``max_reconnect_attempts`` is what makes an unreachable server an error.
+    ``url`` may be a cluster's seeds, ``URL,URL,...``: any one that answers will do.
+    """
+    try:
+        return await nats.connect(
+            nats_servers(url),
+            name=name,
+            allow_reconnect=False,
+            max_reconnect_attempts=1,
+            reconnect_time_wait=0.1,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            error_cb=_quiet,
+            **connect_options(credential),
+        )
+    except (OSError, NatsError, ValueError) as exc:
+        fail(
+            f"cannot connect to NATS at {url}: {first_line(exc)}; "
+            "start the server, or check the URL given with --nats"
+        )

@@ -1,1 +1,0 @@
-"""Async NATS services: thin shells around the pure core (ARCHITECTURE.md, "Layers")."""
