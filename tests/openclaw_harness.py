@@ -143,6 +143,10 @@ PENDING_WAIT_S = 120.0
 PENDING_SETTLE_S = 5.0
 """How long it still waits once that process has exited: an announcement the gate made
 before is on its way; none can follow a call no process holds any more."""
+EXITED_QUIET_S = 0.5
+"""Once the turn's process has exited, how long before the bus may say that nothing is
+held (:meth:`Harness._nothing_held`): what the process wrote before it exited has this
+long to reach the server."""
 RELOAD_WAIT_S = 60.0
 """How long a config change an operator made may take to show in the Gateway's log."""
 PLATFORM_WAIT_S = 120.0
@@ -459,8 +463,10 @@ class Harness:
             for runtime_id, principal in self.served.items()
         }
         self.tap = Tap({gate_key.key_id: gate_key.verify_key}, runtime_keys)
-        await self.nc.subscribe(">", cb=self.tap.record)
-        await self.nc.subscribe(f"{names.APPROVAL_PENDING_PREFIX}.>", cb=self._on_pending)
+        self.watching = [
+            await self.nc.subscribe(">", cb=self.tap.record),
+            await self.nc.subscribe(f"{names.APPROVAL_PENDING_PREFIX}.>", cb=self._on_pending),
+        ]
         # The attorney asks and resolves on its own connection, as an approver would.
         self.attorney_nc = await self._connect(ATTORNEY)
         self.attorney = ApproverClient(self.attorney_nc, self.state.key(ATTORNEY), ATTORNEY)
@@ -641,20 +647,47 @@ class Harness:
             state = await self.status(approval_id)
         return state
 
+    async def _nothing_held(self) -> bool:
+        """Whether the bus shows that no announcement can follow: every proposal seen has
+        the gate's verdict and none of them is ``held`` (the gate announces a pending
+        approval only for a call it holds). The flush is a round trip on the connection
+        that sees both, so what the server had for it before is in, and its callbacks
+        have taken every message delivered."""
+        await self.nc.flush()
+        while any(sub.pending_msgs for sub in self.watching):
+            await asyncio.sleep(0.01)
+        if not self.pending.empty():
+            return False
+        seen = self.tap.seen
+        proposed = {r["proposal_id"] for r in seen if r["kind"] == "proposal"}
+        decided = {
+            r["proposal_id"]: r["outcome"]
+            for r in seen
+            if r["kind"] == "verdict" and r["via"] == "reply"
+        }
+        return proposed <= decided.keys() and "held" not in decided.values()
+
     async def _next_pending(
         self, wait_s: float, turn: asyncio.subprocess.Process
     ) -> PendingAnnouncement | None:
         """The next announcement within ``wait_s``, or within :data:`PENDING_SETTLE_S` of
         the turn's process exiting, whichever ends first (polled: the turn may end
-        while this waits)."""
+        while this waits). After the process exited, ``None`` as soon as the bus shows
+        that nothing is held (:meth:`_nothing_held`), instead of waiting out the settle."""
         deadline = time.monotonic() + wait_s
-        settling = False
+        exited: float | None = None
         while True:
             with contextlib.suppress(asyncio.QueueEmpty):
                 return self.pending.get_nowait()
-            if turn.returncode is not None and not settling:
-                settling = True
-                deadline = min(deadline, time.monotonic() + PENDING_SETTLE_S)
+            if turn.returncode is not None and exited is None:
+                exited = time.monotonic()
+                deadline = min(deadline, exited + PENDING_SETTLE_S)
+            if (
+                exited is not None
+                and time.monotonic() >= exited + EXITED_QUIET_S
+                and await self._nothing_held()
+            ):
+                return None
             if time.monotonic() >= deadline:
                 return None
             await asyncio.sleep(0.1)
@@ -1155,7 +1188,9 @@ class Harness:
           operator client saw the session ``session_key`` end a run (``sessions.changed``
           phase ``end``) after the message was queued. Without ``text`` nothing is queued
           (a delivery the Gateway makes on its own, a scheduled job's); without
-          ``session_key`` the step ends at the delivery;
+          ``session_key`` the step ends at the delivery. Text is looked for in what the
+          fake received since the step began, or, with ``"since_run": true``, since the
+          run began (a job due early may deliver while an earlier step still runs);
         - ``{"file": rel}``: the step ends when that file exists under the Gateway's
           folder (what a process the Gateway started on its own did).
 
@@ -1191,7 +1226,7 @@ class Harness:
             elif "file" in step:
                 done.append(await _file_step(hosted.root / step["file"]))
             else:
-                done.append(await self._telegram_step(hosted, step["telegram"]))
+                done.append(await self._telegram_step(hosted, step["telegram"], sent_before))
         await asyncio.sleep(float(command.get("settle", 1.0)))
         mcp_calls = hosted.root / command.get("mcp_calls", "mcp-calls.jsonl")
         evidence = {
@@ -1259,12 +1294,14 @@ class Harness:
         return done
 
     async def _telegram_step(
-        self, hosted: HostedGateway, message: dict[str, Any]
+        self, hosted: HostedGateway, message: dict[str, Any], run_began: int
     ) -> dict[str, Any]:
         assert self.telegram is not None, "the harness runs no fake Telegram (fake_platforms)"
         fake = self.telegram
         chat = message["chat"]
         since, events_since = len(fake.state.sent), hosted.operator.count()
+        if message.get("since_run"):
+            since = run_began
         started = time.monotonic()
         if "text" in message:
             fake.push_text(chat, int(message["user"]), message["text"])

@@ -433,8 +433,10 @@ CRON_COMMAND_CHAT = -1009103
 def test_a_cron_agent_job_fired_by_its_timer_is_gated_call_by_call_and_its_reply_decided(
     gateways: Gateways,
 ) -> None:
-    """An isolated agent-turn job created with ``openclaw automations add --at 20s``: the
-    Gateway's scheduler fires it by its own timer (no run-now), its turn runs in the
+    """An isolated agent-turn job created with ``openclaw automations add --at 3s``: the
+    Gateway's scheduler fires it by its own timer (no run-now; it may fire while the
+    ``add`` command is still ending, so its delivery is looked for from the run's
+    start, ``since_run``), its turn runs in the
     Gateway process through our hook and its model calls through the model gateway. The
     write outside legal hold was allowed and ran; the write under hold was denied and
     the file is as it was; both are proposals with signed verdicts and ledger entries.
@@ -456,7 +458,7 @@ def test_a_cron_agent_job_fired_by_its_timer_is_gated_call_by_call_and_its_reply
         {name: script},
         [
             cli(
-                "automations add --name matter-checks --agent main --at 20s --keep-after-run"
+                "automations add --name matter-checks --agent main --at 3s --keep-after-run"
                 f" --session isolated --message 'SCENARIO:{name} run the matter checks'"
                 f" --announce --channel telegram --to {CRON_AGENT_CHAT}",
                 save="job",
@@ -465,6 +467,7 @@ def test_a_cron_agent_job_fired_by_its_timer_is_gated_call_by_call_and_its_reply
                 "telegram": {
                     "chat": group(CRON_AGENT_CHAT, "Acme client channel"),
                     "expect": NOTICE,
+                    "since_run": True,
                 }
             },
             cli("automations runs {{saved:job}} --json"),
