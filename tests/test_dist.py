@@ -51,9 +51,9 @@ GATE_ONLY = (
     "smf_assurance/approver/",
 )
 PACKAGE_DATA = (
-    "smf_assurance/ops/corpus/scenarios/rules.json",
-    "smf_assurance/ops/corpus/scenarios.compiled/enforcement.json",
-    "smf_assurance/ops/scenarios/expected.json",
+    "smf_assurance/governance/corpus/scenarios/rules.json",
+    "smf_assurance/governance/corpus/scenarios.compiled/enforcement.json",
+    "smf_assurance/governance/scenarios/expected.json",
     "smf_assurance/approver/console/static/app.js",
     "smf_assurance/approver/console/static/index.html",
     "smf_assurance/pipeline/mappers/smf-hermes-adapter.json",
@@ -92,8 +92,8 @@ def test_an_adapter_import_of_the_gate_is_named(tmp_path: Path) -> None:
         + "\nimport smf_assurance.ops.local.state\nfrom smf_assurance.core import facts\n"
     )
     assert dist.unresolved_imports(tmp_path, files) == [
-        "smf_assurance/adapters/hermes/plugin.py: smf_assurance.ops.local.state",
         "smf_assurance/adapters/hermes/plugin.py: smf_assurance.core",
+        "smf_assurance/adapters/hermes/plugin.py: smf_assurance.ops.local.state",
     ]
 
 
@@ -108,7 +108,7 @@ def test_node_files_are_told_from_ours() -> None:
         assert dist.is_node_file(name), name
     for name in (
         "smf_assurance/approver/console/static/app.js",
-        "smf_assurance/ops/scenarios/expected.json",
+        "smf_assurance/governance/scenarios/expected.json",
         "smf_assurance/subjects/names.py",
     ):
         assert not dist.is_node_file(name), name
@@ -116,9 +116,12 @@ def test_node_files_are_told_from_ours() -> None:
 
 def test_the_gate_check_names_a_missing_file_and_a_node_file(tmp_path: Path) -> None:
     archive = tmp_path / "a.whl"
-    expected = ["smf_assurance/ops/scenarios/expected.json", "smf_assurance/subjects/names.py"]
+    expected = [
+        "smf_assurance/governance/scenarios/expected.json",
+        "smf_assurance/subjects/names.py",
+    ]
     with pytest.raises(
-        dist.DistError, match=r"a.whl lacks smf_assurance/ops/scenarios/expected.json$"
+        dist.DistError, match=r"a.whl lacks smf_assurance/governance/scenarios/expected.json$"
     ):
         dist.check_gate_archive(archive, expected[1:], expected)
     with pytest.raises(
@@ -148,7 +151,7 @@ def test_the_hermes_check_refuses_gate_code_other_pins_and_no_entry_point(tmp_pa
     points = "[hermes_agent.plugins]\nsmf-assurance = smf_assurance.adapters.hermes.plugin\n"
     dist.check_hermes_wheel(hand_wheel(tmp_path / "ok.whl", files, points, pins), files, pins, meta)
     leaky = hand_wheel(tmp_path / "g.whl", [*files, "smf_assurance/ops/cli/main.py"], points, pins)
-    with pytest.raises(dist.DistError, match=r"holds smf_assurance/ops/cli\.py"):
+    with pytest.raises(dist.DistError, match=r"holds smf_assurance/ops/cli/main\.py"):
         dist.check_hermes_wheel(leaky, files, pins, meta)
     loose = hand_wheel(tmp_path / "l.whl", files, points, ["msgspec>=0.18"])
     with pytest.raises(dist.DistError, match="not the pins"):
@@ -339,13 +342,51 @@ def test_the_gate_wheel_and_sdist_ship_their_data_and_no_node_file(
         assert bytes.fromhex(data) == (ROOT / name).read_bytes(), name
 
 
+TEAM_TOOLS = ("bench", "candidate", "review")
+"""The team's commands (``python -m tools``): a firm runs none of them."""
+
+
+@pytest.mark.slow
+@pytest.mark.claim("packaging.no-team-tools")
+def test_the_gate_wheel_holds_none_of_the_teams_tools(
+    tmp_path: Path, gate_wheel: GateWheel
+) -> None:
+    """No ``tools/`` package, no benchmark, candidate, mutation, dist or stand-in model
+    module in the wheel; installed, ``smf-assurance --help`` lists none of the team's
+    commands, one of them is a usage error, and ``tools`` cannot be imported."""
+    names = dist.wheel_names(gate_wheel.wheel)
+    assert any(n.startswith("smf_assurance/ops/cli/") for n in names), names
+    parts = {part for name in names for part in Path(name).with_suffix("").parts}
+    assert not [n for n in names if n.split("/")[0] == "tools"], names
+    shipped = {"bench", "candidate", "mutation", "dist", "fake_model"} & parts
+    assert not shipped, sorted(n for n in names if shipped & set(Path(n).with_suffix("").parts))
+
+    venv = gate_wheel.venv
+    helped = run([str(venv / "bin" / "smf-assurance"), "--help"], tmp_path, clean_env())
+    assert helped.returncode == 0, helped.stderr
+    listed = {  # a command's name is indented four spaces; its wrapped summary more
+        line.split()[0]
+        for line in helped.stdout.splitlines()
+        if line.startswith("    ") and not line.startswith("     ")
+    }
+    assert {"demo", "up", "doctor", "completion"} <= listed, helped.stdout
+    assert not set(TEAM_TOOLS) & listed, helped.stdout
+    for command in TEAM_TOOLS:
+        refused = run([str(venv / "bin" / "smf-assurance"), command], tmp_path, clean_env())
+        assert refused.returncode == 2, refused.stderr
+        assert f"invalid choice: '{command}'" in refused.stderr, refused.stderr
+    imported = run([str(venv / "bin" / "python"), "-c", "import tools"], tmp_path, clean_env())
+    assert imported.returncode == 1
+    assert "No module named 'tools'" in imported.stderr, imported.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.claim("packaging.package-data-installed")
 def test_the_packaging_gate_names_a_deleted_package_data_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     project = git_copy(tmp_path / "project")
-    victim = "smf_assurance/ops/scenarios/3-tainted-egress.json"
+    victim = "smf_assurance/governance/scenarios/3-tainted-egress.json"
     (project / victim).unlink()
     out = tmp_path / "out"
     code = dist.main(["--project", str(project), "--out", str(out), "--only", "gate"])
