@@ -54,21 +54,26 @@ mutate: $(STAMP)
 # once, one row per case (surface, expected, observed); fails when a row did not pass.
 # The runtime rows need the pinned Hermes and OpenClaw; not part of `make test`.
 bypass: $(STAMP)
-	$(BIN)/python -m smf_assurance.ops.candidate.bypass
+	$(BIN)/python -m tools.candidate.bypass
 
+# The benchmarks (docs/PERFORMANCE.md), on the team's command line (tools/, not in the
+# wheel): `make bench` runs the evaluator, bus and output series; ARGS picks others,
+# e.g. `make bench ARGS=--bus` or `make bench ARGS="--cluster --json"`.
 bench: $(STAMP)
-	$(BIN)/smf-assurance bench
+	$(BIN)/python -m tools bench $(ARGS)
 
-# docs/CLI-JSON.md from the declared --json types (smf_assurance/ops/cli/cli_json.py, issue 22);
-# tests/test_cli_json.py fails when it is stale.
+# docs/CLI-JSON.md from the declared --json types of smf-assurance
+# (smf_assurance/ops/cli/cli_json.py, issue 22), and docs/TOOLS-JSON.md from those of the
+# team's `python -m tools` (tools/cli_json.py); tests/test_cli_json.py fails when one is stale.
 cli-json: $(STAMP)
 	$(BIN)/python -m smf_assurance.ops.cli.cli_json
+	$(BIN)/python -m tools.cli_json
 
 # docs/EVIDENCE.md's claim table from docs/claims.toml and the tests' claim markers
-# (smf_assurance/ops/candidate/evidence.py, issue 24); tests/test_candidate_evidence.py
+# (tools/candidate/evidence.py, issue 24); tests/test_candidate_evidence.py
 # fails when it is stale.
 evidence: $(STAMP)
-	$(BIN)/python -m smf_assurance.ops.candidate.evidence
+	$(BIN)/python -m tools.candidate.evidence
 
 # The three distributions (issue 21): the gate's wheel and sdist, the Hermes adapter wheel
 # (smf-assurance-hermes) and the OpenClaw plugin tarball, each checked, into dist/ with

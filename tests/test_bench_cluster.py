@@ -1,4 +1,4 @@
-"""``smf-assurance bench --cluster``: the figures are there and agree.
+"""``python -m tools bench --cluster``: the figures are there and agree.
 
 The command runs for real, with tiny rounds: a three-node cluster from
 ``deploy/nats/``, two ``up --cluster`` processes, SQLite and KV R3 claims.
@@ -24,9 +24,9 @@ from typing import Any, Final
 
 import pytest
 
-from smf_assurance.ops.bench import cluster
-from smf_assurance.ops.bench.cluster import CLAIM_KV, CLAIM_SQLITE, ratio_x1000
-from smf_assurance.ops.cli.main import main
+from tools.bench import cluster
+from tools.bench.cluster import CLAIM_KV, CLAIM_SQLITE, ratio_x1000
+from tools.cli import main
 
 ROUNDS = 6
 IN_FLIGHT = 2

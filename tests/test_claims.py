@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from smf_assurance.ops.candidate.claims import (
+from tools.candidate.claims import (
     CLAIMS_FILE,
     ClaimsError,
     claimed_tests,

@@ -7,7 +7,7 @@ import io
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,6 +17,7 @@ from smf_assurance.governance.projections import SCENARIO_CORPUS, SCENARIO_ENVEL
 from smf_assurance.ops.cli.commands.demo import _swarm_row
 from smf_assurance.ops.cli.main import build_parser, main
 from tests.gate_wheel import GateWheel
+from tools import cli as tools_cli
 
 SCENARIOS = package_path(SCENARIO_ENVELOPES)
 AT = "2026-11-29T10:00:00Z"
@@ -24,6 +25,13 @@ AT = "2026-11-29T10:00:00Z"
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_tool(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """One command of the team's ``python -m tools``, in this process."""
+    code = tools_cli.main(argv)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -245,12 +253,12 @@ def test_demo_table_is_readable(capsys: pytest.CaptureFixture[str]) -> None:
 def test_bench_evaluator_prints_both_engines_and_the_ratio(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, out, _ = run(["bench", "--evaluator", "--rounds", "20"], capsys)
+    code, out, _ = run_tool(["bench", "--evaluator", "--rounds", "20"], capsys)
     assert code == 0
     assert "smf evaluator" in out
     assert "cedarpy" in out
     assert any(line.startswith("cedarpy p50 / smf p50") for line in out.splitlines())
-    code, out, _ = run(["bench", "--evaluator", "--rounds", "20", "--json"], capsys)
+    code, out, _ = run_tool(["bench", "--evaluator", "--rounds", "20", "--json"], capsys)
     figures = json.loads(out)
     assert {s["label"] for s in figures["evaluator"]} >= {"cedarpy is_authorized"}
     assert figures["cedar_over_smf_p50_x1000"] > 0
@@ -267,7 +275,7 @@ def test_bench_evaluator_growth_prints_each_size_beside_its_baselines_and_the_ta
 ) -> None:
     """Every size has the indexed series, the linear scan and cedarpy; the
     growth target is computed from the printed figures and reported, rc 0 either way."""
-    code, out, _ = run(["bench", "--evaluator-growth", "--rounds", "3", "--json"], capsys)
+    code, out, _ = run_tool(["bench", "--evaluator-growth", "--rounds", "3", "--json"], capsys)
     assert code == 0
     rows = json.loads(out)["evaluator_growth"]
     assert [r["extra_policies"] for r in rows] == [10, 100, 1000, 10000]
@@ -276,7 +284,7 @@ def test_bench_evaluator_growth_prints_each_size_beside_its_baselines_and_the_ta
     ratio = rows[-1]["indexed"]["p50_ns"] / rows[0]["indexed"]["p50_ns"]
     assert abs(target["measured_x1000"] - ratio * 1000) <= 1
     assert target["met"] is (target["measured_x1000"] <= target["limit_x1000"] == 2000)
-    code, out, _ = run(["bench", "--evaluator-growth", "--rounds", "3"], capsys)
+    code, out, _ = run_tool(["bench", "--evaluator-growth", "--rounds", "3"], capsys)
     assert code == 0
     assert "smf linear scan, +10000" in out
     assert "cedarpy, +10000" in out
@@ -296,15 +304,17 @@ def subcommands(
                 yield from subcommands(child, (*path, name))
 
 
-def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
-    """Each one is listed with a summary, answers ``--help`` with exit 0 and its own
-    usage line, and every option it takes says what it is for."""
-    found = list(subcommands(build_parser()))
-    assert {path[0] for path, _, _ in found} == {
+LINES = (
+    ("smf-assurance", build_parser, main),
+    ("python -m tools", tools_cli.build_parser, tools_cli.main),
+)
+"""The two command lines: the product's, in the wheel, and the team's, in ``tools/``."""
+
+GROUPS = {
+    "smf-assurance": {
         "compile",
         "eval",
         "demo",
-        "bench",
         "up",
         "keys",
         "approvals",
@@ -320,24 +330,56 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         "holds",
         "approver",
         "doctor",
-        "review",
-        "candidate",
         "completion",
-    }
+    },
+    "python -m tools": {"bench", "candidate", "review"},
+}
+"""What a firm runs, and what only the team runs (measuring our build, building and
+reviewing release candidates of it): no command is on both."""
+
+
+@pytest.mark.parametrize(("prog", "parser_of", "main_of"), LINES, ids=[p for p, _, _ in LINES])
+def test_every_subcommand_has_help(
+    prog: str,
+    parser_of: Callable[[], argparse.ArgumentParser],
+    main_of: Callable[[list[str]], int],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each one is listed with a summary, answers ``--help`` with exit 0 and its own
+    usage line, and every option it takes says what it is for."""
+    found = list(subcommands(parser_of()))
+    assert {path[0] for path, _, _ in found} == GROUPS[prog]
     for path, summary, child in found:
         command = " ".join(path)
         assert summary, f"{command} is listed without a summary"
         with pytest.raises(SystemExit) as exit_info:
-            main([*path, "--help"])
+            main_of([*path, "--help"])
         assert exit_info.value.code == 0, command
         out = capsys.readouterr().out
-        assert out.startswith(f"usage: smf-assurance {command}"), out
+        assert out.startswith(f"usage: {prog} {command}"), out
         for action in child._actions:
             if isinstance(action, argparse._SubParsersAction):
                 continue
             assert action.help, f"{command}: {action.option_strings or action.dest} has no help"
             for flag in action.option_strings:
                 assert flag in out, (command, flag)
+
+
+def test_a_team_tool_fails_in_one_line_named_by_its_own_command_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The team's command line keeps the product's error boundary: one line, named
+    ``python -m tools``, a non-zero status, no traceback; the product does not know
+    the team's commands (a usage error, exit 2)."""
+    argv = ["candidate", "status", "--candidate", str(tmp_path / "no"), "--reviews", str(tmp_path)]
+    code, out, err = run_tool(argv, capsys)
+    assert (code, out) == (1, "")
+    assert err.startswith("python -m tools: "), err
+    assert err.count("\n") == 1, err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--evaluator"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'bench'" in capsys.readouterr().err
 
 
 def test_console_script_runs_as_a_module() -> None:

@@ -1,11 +1,13 @@
 """Every ``--json`` output has a declared, documented schema.
 
-Commands are read from the parser (``tests.test_cli.subcommands``): one with
-``--json`` and no declared type in ``smf_assurance.ops.cli.cli_json.COMMANDS`` fails here, and so
-does one without a case in ``CASES``. Each case runs the real command (in
-process through ``smf_assurance.ops.cli.main.main``, or as a process for the ones that run until
-stopped) against a demo's state and, for the bus, a real ``up`` (nats-server
-and gate); stdout is decoded strictly with the declared type, so an unknown
+Both command lines are held to it: the product's ``smf-assurance`` (types in
+``smf_assurance.ops.cli.cli_json``, page ``docs/CLI-JSON.md``) and the team's ``python -m
+tools`` (``tools.cli_json``, ``docs/TOOLS-JSON.md``). Commands are read from each parser
+(``tests.test_cli.subcommands``): one with ``--json`` and no declared type in its own
+command line's ``COMMANDS`` fails here, and so does one without a case in ``CASES``.
+Each case runs the real command (in process through its command line's ``main``, or as a
+process for the ones that run until stopped) against a demo's state and, for the bus, a
+real ``up`` (nats-server and gate); stdout is decoded strictly with the declared type, so an unknown
 field, a cut id or a word outside an enum fails the decode. A refusal either
 prints its declared refusal type or nothing on stdout, as ``docs/CLI-JSON.md``
 says for that command.
@@ -13,6 +15,7 @@ says for that command.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import asyncio
 import contextlib
@@ -59,28 +62,86 @@ from tests.test_cli import AT, subcommands
 from tests.test_cli_model_gateway import ACTOR
 from tests.test_cli_ops import read_line
 from tests.test_cli_robustness import first_decision
+from tools import cli as tools_cli
+from tools import cli_json as tools_json
 
 ROOT = Path(__file__).resolve().parents[1]
 PROG = (sys.executable, "-m", "smf_assurance.ops.cli.main")
+TOOLS_PROG = (sys.executable, "-m", "tools")
 TIMEOUT = 60.0
 IDENTITY = r"sha256:[0-9a-f]{64}"
 ORDER_ID = r"[0-9a-f]{64}"
 KEY_ID = r"ed25519:[0-9a-f]{64}"
 
-JSON_COMMANDS = sorted(
-    path
-    for path, _, parser in subcommands(build_parser())
-    if any("--json" in action.option_strings for action in parser._actions)
-)
+
+@dataclass(frozen=True)
+class Line:
+    """One command line: its parser, its ``main``, how it runs as a process, its page."""
+
+    name: str
+    parser: Callable[[], argparse.ArgumentParser]
+    main: Callable[[list[str]], int]
+    process: tuple[str, ...]
+    page: cli_json.Page
+
+
+PRODUCT = Line("smf-assurance", build_parser, main, PROG, cli_json.PAGE)
+TOOLS = Line("python -m tools", tools_cli.build_parser, tools_cli.main, TOOLS_PROG, tools_json.PAGE)
+LINES = (PRODUCT, TOOLS)
+
+
+def json_commands(line: Line) -> list[tuple[str, ...]]:
+    return sorted(
+        path
+        for path, _, parser in subcommands(line.parser())
+        if any("--json" in action.option_strings for action in parser._actions)
+    )
+
+
+def line_of(path: tuple[str, ...]) -> Line:
+    """The command line a declared command belongs to."""
+    (line,) = (line for line in LINES if path in line.page.commands)
+    return line
 
 
 # --- the table covers the parser -----------------------------------------------------------
 
 
-def test_every_command_with_json_has_a_declared_type() -> None:
-    for path in JSON_COMMANDS:
-        assert path in COMMANDS, f"{path}: no type in smf_assurance.ops.cli.cli_json"
-    assert set(COMMANDS) <= set(JSON_COMMANDS), "a type for a command without --json"
+@pytest.mark.parametrize("line", LINES, ids=lambda line: line.name)
+def test_every_command_with_json_has_a_declared_type(line: Line) -> None:
+    """Of its own command line: a product command is declared only in the product's
+    table, a team tool's only in ``tools.cli_json``."""
+    found = json_commands(line)
+    for path in found:
+        assert path in line.page.commands, f"{line.name} {' '.join(path)}: no declared type"
+    assert set(line.page.commands) <= set(found), "a type for a command without --json"
+
+
+def test_the_two_command_lines_share_no_command_and_no_type_name() -> None:
+    """A path is declared on one page only, and a type's name means one type: a page
+    lists the nested types it uses by name."""
+    assert not set(COMMANDS) & set(tools_json.COMMANDS)
+    names = [t.__name__ for t in declared()]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+def test_the_product_page_knows_nothing_of_the_tools() -> None:
+    """The wheel's table and page name no team tool, and its module imports none."""
+    tree = ast.parse(Path(cli_json.__file__).read_text(encoding="utf-8"))
+    imported = {
+        node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+    } | {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    assert not any(name == "tools" or name.startswith("tools.") for name in imported), imported
+    page = cli_json.render()
+    for path in tools_json.COMMANDS:
+        assert f"## `{' '.join(path)} --json`" not in page
+    for struct in {t for ts in tools_json.COMMANDS.values() for t in ts}:
+        assert f"`{struct.__name__}`" not in page
 
 
 def declared() -> list[type[CliJson]]:
@@ -110,23 +171,27 @@ def test_every_type_is_closed_keyword_only_and_says_what_each_field_means(
 
 def test_no_command_prints_an_undeclared_value() -> None:
     """Every ``--json`` goes through ``smf_assurance.ops.cli.output.emit``, which takes a declared
-    type
-    only: no code under ops/ writes JSON to stdout another way."""
+    type only: no code of either command line writes JSON to stdout another way."""
     import smf_assurance.ops.cli.output  # noqa: PLC0415
 
     assert not hasattr(smf_assurance.ops.cli.output, "emit_json")
-    for path in sorted((ROOT / "ops").rglob("*.py")):
+    sources = sorted(
+        [*(ROOT / "smf_assurance" / "ops").rglob("*.py"), *(ROOT / "tools").rglob("*.py")]
+    )
+    assert ROOT / "tools" / "bench" / "command.py" in sources
+    for path in sources:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call):
                 assert getattr(node.func, "id", "") != "emit_json", path
 
 
-def test_the_document_is_generated_from_the_types() -> None:
-    """``docs/CLI-JSON.md`` is stale: run ``python -m smf_assurance.ops.cli.cli_json`` (``make
-    cli-json``)."""
-    assert cli_json.DOC.read_text(encoding="utf-8") == cli_json.render()
-    for path in COMMANDS:
-        assert f"## `{' '.join(path)} --json`" in cli_json.render()
+@pytest.mark.parametrize("line", LINES, ids=lambda line: line.name)
+def test_the_document_is_generated_from_the_types(line: Line) -> None:
+    """``docs/CLI-JSON.md`` or ``docs/TOOLS-JSON.md`` is stale: run ``make cli-json``."""
+    page = cli_json.render(line.page)
+    assert line.page.doc.read_text(encoding="utf-8") == page
+    for path in line.page.commands:
+        assert f"## `{' '.join(path)} --json`" in page
 
 
 def test_emit_refuses_a_value_its_own_type_rejects(capsys: pytest.CaptureFixture[str]) -> None:
@@ -242,10 +307,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         stop(up)
 
 
-def ready_line(argv: list[str]) -> str:
-    """The readiness line of a command that runs until stopped; then stop it."""
+def ready_line(argv: list[str], prog: tuple[str, ...] = PROG) -> str:
+    """The readiness line of a command that runs until stopped; then stop it. From the
+    checkout's root, where ``python -m tools`` finds the team's tools."""
     proc = subprocess.Popen(
-        [*PROG, *argv],
+        [*prog, *argv],
+        cwd=ROOT,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -376,14 +443,14 @@ def check_up(out: cli_json.UpJson, world: World) -> None:
     assert isinstance(out.nats_server_pid, int)
 
 
-def check_bench(out: cli_json.BenchJson, _: World) -> None:
+def check_bench(out: tools_json.BenchJson, _: World) -> None:
     assert out.evaluator
     assert out.targets
     assert out.bus is None
     assert all(t.comparison in ("at_most", "at_least") for t in out.targets)
 
 
-def check_bench_confinement(out: cli_json.BenchJson, _: World) -> None:
+def check_bench_confinement(out: tools_json.BenchJson, _: World) -> None:
     """Its figures decode; none is asserted (a benchmark informs, CI does not time)."""
     assert out.confinement is not None
     assert [s.label for s in out.confinement] == [
@@ -545,7 +612,7 @@ CANDIDATE = (
 )
 
 
-def check_candidate(out: cli_json.CandidateBuildJson, _: World) -> None:
+def check_candidate(out: tools_json.CandidateBuildJson, _: World) -> None:
     full(r"[0-9a-f]{40}", out.sha)
     assert (out.green, out.open, out.dist) == (2, 0, "built"), out
     assert (out.suite.collected, out.suite.ran, out.suite.passed) == (2, 2, 2), out
@@ -598,12 +665,12 @@ def check_holds(out: cli_json.HoldsJson, _: World) -> None:
     assert out.revision >= 1
 
 
-def check_review_start(out: cli_json.ReviewStartJson, world: World) -> None:
+def check_review_start(out: tools_json.ReviewStartJson, world: World) -> None:
     assert out.sha == (world.work / "candidate.sha").read_text()
     assert Path(out.start_file).is_file()
 
 
-def check_review_sign(out: cli_json.ReviewSignJson, _: World) -> None:
+def check_review_sign(out: tools_json.ReviewSignJson, _: World) -> None:
     assert (out.scope, out.target, out.verdict, out.reviewer) == (
         "claim",
         "bus-access.one",
@@ -614,7 +681,7 @@ def check_review_sign(out: cli_json.ReviewSignJson, _: World) -> None:
     assert Path(out.file).is_file()
 
 
-def check_candidate_status(out: cli_json.CandidateStatusJson, _: World) -> None:
+def check_candidate_status(out: tools_json.CandidateStatusJson, _: World) -> None:
     assert out.complete
     (row,) = out.rows
     assert (row.claim, row.state, row.reviewer) == ("bus-access.one", "current", "reviewer-rita")
@@ -994,7 +1061,7 @@ ROWS = [(path, n, case) for path, cases in CASES.items() for n, case in enumerat
 
 
 def test_every_declared_command_has_a_success_and_a_refusal_case() -> None:
-    assert set(CASES) == set(COMMANDS)
+    assert set(CASES) == set(COMMANDS) | set(tools_json.COMMANDS)
     for path, cases in CASES.items():
         assert any(c.code == 0 for c in cases), path
         assert any(c.code != 0 for c in cases), path
@@ -1084,6 +1151,7 @@ def reviewed_repo(work: Path, reviewer: SigningKey) -> None:
 def run_case(
     path: tuple[str, ...], case: Case, world: World, values: dict[str, str], capsys: Any
 ) -> tuple[int, str]:
+    line = line_of(path)
     argv = [*path, *(part.format(**values) for part in case.argv), "--json"]
     if path == ("demo",) and case.code == 0:
         return 0, world.demo_out
@@ -1091,14 +1159,19 @@ def run_case(
         return 0, world.up_line
     if case.process:
         if case.code == 0:
-            return 0, ready_line(argv)
+            return 0, ready_line(argv, line.process)
         done = subprocess.run(
-            [*PROG, *argv], capture_output=True, text=True, timeout=TIMEOUT, check=False
+            [*line.process, *argv],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
         )
         return done.returncode, done.stdout
     capsys.readouterr()
     try:
-        code = main(argv)
+        code = line.main(argv)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     return code, capsys.readouterr().out
@@ -1122,7 +1195,7 @@ def test_the_output_decodes_strictly_as_its_declared_type(
         return
     assert out.count("\n") == 1, out
     assert out.endswith("\n"), out
-    struct = COMMANDS[path][case.prints]
+    struct = line_of(path).page.commands[path][case.prints]
     value = msgspec.json.decode(out.encode(), type=struct)
     if case.check is not None:
         case.check(value, world)

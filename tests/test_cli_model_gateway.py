@@ -25,11 +25,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from smf_assurance.ops.cli.cli_json import GatewayRow
 from smf_assurance.ops.cli.main import main
 from smf_assurance.ops.local.state import StateDir, provision_demo
 from tests.test_cli_ops import ROOT, assert_one_line_failure, read_line, run
 from tests.test_model_gateway import ACTOR as MODEL_ACTOR
+from tools.cli import main as tools_main
+from tools.cli_json import GatewayRow
 
 ACTOR = msgspec.to_builtins(MODEL_ACTOR)
 UPSTREAM = ("model-gateway", "upstream", "http://127.0.0.1:9/v1", "--provider", "local-model")
@@ -249,7 +250,7 @@ def test_the_gateways_own_added_latency_may_be_negative() -> None:
 
 
 def test_bench_gateway_prints_the_four_series(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "--gateway", "--rounds", "2", "--json"]) == 0
+    assert tools_main(["bench", "--gateway", "--rounds", "2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)["gateway"]
     assert [row["series"] for row in report] == [
         "completion, not streamed",

@@ -98,9 +98,11 @@ async def arun(argv: list[str], capsys: pytest.CaptureFixture[str]) -> Result:
     return code, out, err
 
 
-def assert_one_line_failure(code: int, err: str, *needles: str) -> None:
+def assert_one_line_failure(
+    code: int, err: str, *needles: str, prog: str = "smf-assurance"
+) -> None:
     assert code != 0
-    assert err.startswith("smf-assurance: "), err
+    assert err.startswith(f"{prog}: "), err
     assert err.count("\n") == 1, err
     for needle in needles:
         assert needle in err, err

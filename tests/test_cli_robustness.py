@@ -1,6 +1,8 @@
 """The command line under a careless user: every subcommand, every bad input.
 
-Subcommands are read from the parser (``tests.test_cli.subcommands``), so a new
+Both command lines are held to it: the product's ``smf-assurance`` and the team's
+``python -m tools`` (benchmarks, release candidates, reviews), which is built by the same
+machinery. Subcommands are read from each parser (``tests.test_cli.subcommands``), so a new
 one meets the argument classes at once and must be given a row in
 ``STATE_CALLS``, ``BUS_CALLS`` or ``ARGUMENT_ONLY`` before the suite passes.
 
@@ -31,7 +33,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from importlib.metadata import version
 from pathlib import Path
@@ -42,7 +44,6 @@ import pytest
 
 from smf_assurance.governance.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
 from smf_assurance.governance.releases import write_release_dir
-from smf_assurance.ops.bench import bus as bench_bus
 from smf_assurance.ops.cli.commands import completion
 from smf_assurance.ops.cli.commands import demo as demo_command
 from smf_assurance.ops.cli.main import build_parser, main
@@ -55,6 +56,9 @@ from smf_assurance.subjects.keys import generate_signing_key, public_record
 from tests.test_cli import AT, subcommands
 from tests.test_cli_ops import table_value
 from tests.test_release_distribution import current_inbox, next_release
+from tools import PROG as TOOLS_PROG
+from tools import cli as tools_cli
+from tools.bench import bus as bench_bus
 
 TIMEOUT = 120.0
 """Bounds a hang; a case that works ends long before."""
@@ -66,11 +70,29 @@ APPROVER_USER = public_user(new_user_seed())
 """A bus user an approver made on its own machine (``keys nkey``): only this public half
 is handed to ``approver add``."""
 
-LEAVES = [
-    (path, parser)
-    for path, _, parser in subcommands(build_parser())
-    if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
-]
+
+def leaves(top: argparse.ArgumentParser) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    return [
+        (path, parser)
+        for path, _, parser in subcommands(top)
+        if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+    ]
+
+
+PRODUCT_LEAVES = leaves(build_parser())
+TOOL_LEAVES = leaves(tools_cli.build_parser())
+LEAVES = PRODUCT_LEAVES + TOOL_LEAVES
+"""Every command of both command lines; no path is on both (``tests/test_cli.py``)."""
+TOOL_PATHS = frozenset(path for path, _ in TOOL_LEAVES)
+
+
+def line_of(command: Sequence[str]) -> tuple[str, Callable[[list[str]], int]]:
+    """The name and ``main`` of the command line ``command`` (or an argv that starts
+    with it) is on."""
+    if any(tuple(command[: len(path)]) == path for path in TOOL_PATHS):
+        return TOOLS_PROG, tools_cli.main
+    return "smf-assurance", main
+
 
 STATE_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("demo",): ("--state-dir", "{state}"),
@@ -244,15 +266,16 @@ def assert_one_refusal(code: int, err: str, command: tuple[str, ...]) -> None:
     """A failure is exactly one line; a usage error may have argparse's usage
     above its one error line, which names the command the user typed."""
     assert "Traceback" not in err, err
+    prog, _ = line_of(command)
     lines = err.splitlines()
     assert code != 0, (command, err)
     if code == 2 and len(lines) > 1:
-        assert lines[-1].startswith(f"smf-assurance {' '.join(command)}: error: "), err
-        assert lines[0].startswith(f"usage: smf-assurance {' '.join(command)}"), err
+        assert lines[-1].startswith(f"{prog} {' '.join(command)}: error: "), err
+        assert lines[0].startswith(f"usage: {prog} {' '.join(command)}"), err
         assert not any(": error: " in line for line in lines[:-1]), err
     else:
         assert len(lines) == 1, (command, err)
-        assert lines[0].startswith("smf-assurance: "), err
+        assert lines[0].startswith(f"{prog}: "), err
 
 
 def processes_naming(folder: Path) -> list[str]:
@@ -405,8 +428,10 @@ def with_values(parser: argparse.ArgumentParser, value: str) -> list[str]:
 
 
 def call(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``argv`` on its own command line, in this process."""
+    _, main_of = line_of(argv)
     try:
-        code = main(argv)
+        code = main_of(argv)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     return code, capsys.readouterr().err
@@ -898,7 +923,7 @@ def test_zsh_and_fish_completion_name_every_subcommand(
 ) -> None:
     assert main(["completion", shell]) == 0
     script = capsys.readouterr().out
-    for path, _ in LEAVES:
+    for path, _ in PRODUCT_LEAVES:
         assert path[-1] in script, path
 
 

@@ -342,6 +342,44 @@ def test_the_gate_wheel_and_sdist_ship_their_data_and_no_node_file(
         assert bytes.fromhex(data) == (ROOT / name).read_bytes(), name
 
 
+TEAM_TOOLS = ("bench", "candidate", "review")
+"""The team's commands (``python -m tools``): a firm runs none of them."""
+
+
+@pytest.mark.slow
+@pytest.mark.claim("packaging.no-team-tools")
+def test_the_gate_wheel_holds_none_of_the_teams_tools(
+    tmp_path: Path, gate_wheel: GateWheel
+) -> None:
+    """No ``tools/`` package, no benchmark, candidate, mutation, dist or stand-in model
+    module in the wheel; installed, ``smf-assurance --help`` lists none of the team's
+    commands, one of them is a usage error, and ``tools`` cannot be imported."""
+    names = dist.wheel_names(gate_wheel.wheel)
+    assert any(n.startswith("smf_assurance/ops/cli/") for n in names), names
+    parts = {part for name in names for part in Path(name).with_suffix("").parts}
+    assert not [n for n in names if n.split("/")[0] == "tools"], names
+    shipped = {"bench", "candidate", "mutation", "dist", "fake_model"} & parts
+    assert not shipped, sorted(n for n in names if shipped & set(Path(n).with_suffix("").parts))
+
+    venv = gate_wheel.venv
+    helped = run([str(venv / "bin" / "smf-assurance"), "--help"], tmp_path, clean_env())
+    assert helped.returncode == 0, helped.stderr
+    listed = {  # a command's name is indented four spaces; its wrapped summary more
+        line.split()[0]
+        for line in helped.stdout.splitlines()
+        if line.startswith("    ") and not line.startswith("     ")
+    }
+    assert {"demo", "up", "doctor", "completion"} <= listed, helped.stdout
+    assert not set(TEAM_TOOLS) & listed, helped.stdout
+    for command in TEAM_TOOLS:
+        refused = run([str(venv / "bin" / "smf-assurance"), command], tmp_path, clean_env())
+        assert refused.returncode == 2, refused.stderr
+        assert f"invalid choice: '{command}'" in refused.stderr, refused.stderr
+    imported = run([str(venv / "bin" / "python"), "-c", "import tools"], tmp_path, clean_env())
+    assert imported.returncode == 1
+    assert "No module named 'tools'" in imported.stderr, imported.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.claim("packaging.package-data-installed")
 def test_the_packaging_gate_names_a_deleted_package_data_file(

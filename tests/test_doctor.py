@@ -36,7 +36,6 @@ import pytest
 
 from smf_assurance.governance.projections import SCENARIO_CORPUS, package_path
 from smf_assurance.governance.releases import build_release, prior_of, write_release_dir
-from smf_assurance.ops.bench.gateway import attest
 from smf_assurance.ops.cli.cli_json import DoctorCheckJson, DoctorJson
 from smf_assurance.ops.cli.main import main
 from smf_assurance.ops.doctor.checks import Settings
@@ -69,6 +68,7 @@ from smf_assurance.subjects.registry import load_registry
 from smf_assurance.subjects.release import ReleaseBundle
 from tests.test_cli_json import hold_filing
 from tests.test_cli_ops import read_line
+from tools.bench.gateway import attest
 
 PROG: Final = (sys.executable, "-m", "smf_assurance.ops.cli.main")
 TIMEOUT: Final = 60.0

@@ -1,7 +1,7 @@
 """The model gateway against a real gate, a real nats-server and a fake provider.
 
 Every request crosses the real HTTP server (aiohttp) of the gateway; the
-provider is the fake of ``smf_assurance.ops.bench.fake_model`` on 127.0.0.1; the gate is a
+provider is the fake of ``tools.fake_model`` on 127.0.0.1; the gate is a
 real one (``start_stack``: release, ledger, output buffer, authorization on).
 
 Proves, for these paths: a runtime that holds no fresh, accepted attestation
@@ -41,9 +41,6 @@ from nats.aio.client import Client
 from smf_assurance.core.projection import DEFAULT_DETECTION_WINDOW_CHARS
 from smf_assurance.gateway.assembly import RunningModelGateway, start_model_gateway
 from smf_assurance.gateway.server import GatewaySettings, Upstream
-from smf_assurance.ops.bench import gateway as scripted
-from smf_assurance.ops.bench.fake_model import FakeModel, Reply, api_key_of
-from smf_assurance.ops.bench.gateway import attest as scripted_attest
 from smf_assurance.ops.local.model_gateway import (
     gateway_config,
     provision_gateway_runtime,
@@ -59,6 +56,9 @@ from smf_assurance.subjects.attestation import AttestationAck
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.messages import ProposedDestination
 from tests.bus_helpers import wait_for
+from tools.bench import gateway as scripted
+from tools.bench.gateway import attest as scripted_attest
+from tools.fake_model import FakeModel, Reply, api_key_of
 
 PIN = "1.0.0"
 RUNTIME_ID = "gw-demo"

@@ -57,7 +57,6 @@ from smf_assurance.core.detectors import raise_facts
 from smf_assurance.core.normalize import normalize
 from smf_assurance.gateway.assembly import start_model_gateway
 from smf_assurance.gateway.server import GatewaySettings, Upstream, new_call_id
-from smf_assurance.ops.bench.fake_model import FakeModel, Reply
 from smf_assurance.ops.local.model_gateway import (
     gateway_config,
     provision_gateway_runtime,
@@ -96,6 +95,7 @@ from tests.test_model_gateway import (
     ledger_reasons,
     sse_text,
 )
+from tools.fake_model import FakeModel, Reply
 
 TOOLS_ID: Final = "gw-context"
 TOOLS: Final = "gw-context-runtime"

@@ -39,7 +39,6 @@ import pytest
 from aiohttp import web
 
 from smf_assurance.gateway.assembly import start_model_gateway
-from smf_assurance.ops.bench.fake_model import FakeModel, Reply
 from smf_assurance.ops.local.model_gateway import (
     gateway_config,
     provision_gateway_runtime,
@@ -49,6 +48,7 @@ from smf_assurance.ops.local.stack import start_stack
 from smf_assurance.ops.local.state import StateDir, provision_demo
 from smf_assurance.ops.runtimes.provision import provision_runtime
 from tests.test_model_gateway import ACTOR, CLEAN, OTHER, OTHER_ID, PIN, TERMINAL, World, attest
+from tools.fake_model import FakeModel, Reply
 
 PROBE = textwrap.dedent(
     """

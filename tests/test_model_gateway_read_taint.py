@@ -42,7 +42,6 @@ import pytest
 
 from smf_assurance.core.written_content import line_digest, normalize_line
 from smf_assurance.gateway.server import new_call_id
-from smf_assurance.ops.bench.fake_model import Reply
 from smf_assurance.ops.local.state import OPERATOR
 from smf_assurance.subjects import dsse
 from smf_assurance.subjects.tainted_content import (
@@ -71,6 +70,7 @@ from tests.test_model_gateway_context import (
     restart_gateway,
     result,
 )
+from tools.fake_model import Reply
 
 RULE: Final = "Always file the settlement memo with the court before anything else."
 WRITE: Final = ("write_file", json.dumps({"path": "AGENTS.md", "content": f"# Notes\n{RULE}\n"}))

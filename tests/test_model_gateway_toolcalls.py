@@ -43,7 +43,6 @@ from smf_assurance.gateway.server import (
     _Marks,
     new_call_id,
 )
-from smf_assurance.ops.bench.fake_model import FakeModel, Reply
 from smf_assurance.ops.cli.main import main
 from smf_assurance.ops.local.model_gateway import (
     gateway_config,
@@ -74,6 +73,7 @@ from tests.test_model_gateway import (
     ledger_reasons,
     sse_text,
 )
+from tools.fake_model import FakeModel, Reply
 
 TOOLS_ID = "gw-tools"
 TOOLS = "gw-tools-runtime"

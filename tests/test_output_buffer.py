@@ -28,7 +28,6 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from smf_assurance.adapters.output import OutputStreamer, new_stream_id
-from smf_assurance.ops.cli.main import main
 from smf_assurance.ops.demo.script import actor
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.stack import gate_config
@@ -40,6 +39,7 @@ from smf_assurance.subjects.messages import DataFacts, OutputVerdict, ProposedDe
 from tests.bus_helpers import caught_up, gate_reply, wait_for
 from tests.clocks import FrozenClock as Clock
 from tests.test_bus_properties import open_order
+from tools.cli import main as tools_main
 
 CLEAN = DataFacts(classification="internal", injection_taint="clear", redaction_status="none")
 CONFIDENTIAL = DataFacts(
@@ -528,7 +528,7 @@ def test_output_verdict_round_trips() -> None:
 
 def test_bench_output_prints_both_sizes_and_ratios(capsys: pytest.CaptureFixture[str]) -> None:
 
-    assert main(["bench", "--output", "--rounds", "2", "--json"]) == 0
+    assert tools_main(["bench", "--output", "--rounds", "2", "--json"]) == 0
     figures = json.loads(capsys.readouterr().out)["output"]
     assert [row["size"] for row in figures] == ["4 KB", "256 KB"]
     assert all(row["gated_p50_ns"] > 0 and row["straight_p50_ns"] > 0 for row in figures)

@@ -30,7 +30,6 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from smf_assurance.ops.bench.gateway import attest
 from smf_assurance.ops.local.cluster import LocalNatsCluster
 from smf_assurance.ops.local.stack import gate_config
 from smf_assurance.ops.local.state import OPERATOR, StateDir, provision_demo
@@ -45,6 +44,7 @@ from smf_assurance.subjects.model_gateway import GatewayCleared
 from tests.approval_gate_child import OwnLedgerState
 from tests.bus_helpers import registry_entries, wait_for
 from tests.test_model_gateway import ACTOR
+from tools.bench.gateway import attest
 
 PIN = "1.0.0"
 RUNTIME_ID = "sync-demo"

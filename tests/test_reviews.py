@@ -20,18 +20,21 @@ from typing import Any
 import msgspec
 import pytest
 
-from smf_assurance.ops.candidate.claims import covered
-from smf_assurance.ops.candidate.reviews import (
+from smf_assurance.subjects import dsse
+from smf_assurance.subjects.keys import SigningKey, generate_signing_key, write_private_key
+from smf_assurance.subjects.registry import encode_registry, entry_for
+from tests.test_cli_ops import Result
+from tests.test_cli_ops import assert_one_line_failure as one_line_failure
+from tools import PROG
+from tools.candidate.claims import covered
+from tools.candidate.reviews import (
     PAYLOAD_CANDIDATE_REVIEW,
     REVIEW_SCHEMA,
     NoVerdictError,
     ReviewRecord,
     sign_review,
 )
-from smf_assurance.subjects import dsse
-from smf_assurance.subjects.keys import SigningKey, generate_signing_key, write_private_key
-from smf_assurance.subjects.registry import encode_registry, entry_for
-from tests.test_cli_ops import assert_one_line_failure, run
+from tools.cli import main
 
 pytestmark = pytest.mark.claim("protected-evidence.reviews-bound-to-a-commit")
 
@@ -52,6 +55,18 @@ sentence = "s2"
 not_proven = "n2"
 covers = ["src/other.py"]
 """
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> Result:
+    """One command of the team's ``python -m tools`` (``review``, ``candidate``)."""
+    capsys.readouterr()
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_failure(code: int, err: str, *needles: str) -> None:
+    one_line_failure(code, err, *needles, prog=PROG)
 
 
 @dataclass

@@ -42,7 +42,6 @@ import pytest
 
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.gateway.server import new_call_id
-from smf_assurance.ops.bench.fake_model import Reply
 from smf_assurance.ops.cli.main import main
 from smf_assurance.ops.demo.script import actor
 from smf_assurance.ops.local.stack import follow_releases, gate_config
@@ -78,6 +77,7 @@ from tests.test_model_gateway_toolcalls import (
     tool_call_world,
     with_result,
 )
+from tools.fake_model import Reply
 
 CLEARED = ["runtime_stop_cleared"]
 

@@ -21,6 +21,7 @@ traceback (``--debug`` re-raises instead). The rules it keeps:
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import signal
 import sqlite3
@@ -41,32 +42,33 @@ NAMESPACE: Final = "smf_assurance"
 """Every package of ours lives under it."""
 
 
-def one_line(message: str) -> None:
-    """The boundary's only output: one line on stderr."""
+def one_line(message: str, prog: str = PROG) -> None:
+    """The boundary's only output: one line on stderr, named by the command line that
+    prints it (``smf-assurance``, or the team's ``python -m tools``)."""
     text = " ".join(message.split())
     try:
-        sys.stderr.write(f"{PROG}: {text}\n")
+        sys.stderr.write(f"{prog}: {text}\n")
         sys.stderr.flush()
     except (OSError, ValueError, AttributeError):
         pass
 
 
-def exit_early(signum: int, _frame: FrameType | None) -> None:
+def exit_early(signum: int, _frame: FrameType | None, prog: str = PROG) -> None:
     """Before ``main`` runs (the imports), nothing exists to clean up: end at once.
 
     So SIGINT in the first quarter second of ``up`` (still inside the imports)
     ends with one line, never a KeyboardInterrupt traceback from an import.
     """
-    one_line("interrupted before start-up finished; nothing was started")
+    one_line("interrupted before start-up finished; nothing was started", prog)
     os._exit(128 + signum)
 
 
-def install_early_handlers() -> None:
+def install_early_handlers(prog: str = PROG) -> None:
     """A signal the parent told us to ignore (``nohup``, a background job's
     SIGINT) stays ignored."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, exit_early)
+            signal.signal(sig, functools.partial(exit_early, prog=prog))
 
 
 class Signals:
@@ -77,8 +79,9 @@ class Signals:
     run, instead of raising at whatever line the loop was on.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, prog: str = PROG) -> None:
         self.received: int | None = None
+        self.prog = prog
 
     def install(self) -> None:
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
@@ -99,9 +102,9 @@ class Signals:
     def stopped(self) -> int:
         """One line and the status of the signal that stopped the command."""
         if self.received == signal.SIGTERM:
-            one_line("terminated (SIGTERM); stopped cleanly")
+            one_line("terminated (SIGTERM); stopped cleanly", self.prog)
             return EXIT_SIGTERM
-        one_line("interrupted (SIGINT); stopped cleanly")
+        one_line("interrupted (SIGINT); stopped cleanly", self.prog)
         return EXIT_SIGINT
 
 

@@ -22,13 +22,13 @@ import signal
 import threading
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from types import ModuleType
+from typing import Final
 
 from smf_assurance.ops.cli.commands import (
     approvals,
     approver,
-    bench,
     bus,
-    candidate,
     completion,
     console,
     decide,
@@ -41,7 +41,6 @@ from smf_assurance.ops.cli.commands import (
     model_gateway,
     notify,
     release,
-    review,
     runtime,
     swarm,
     up,
@@ -56,11 +55,42 @@ def package_version() -> str:
         return "unknown (not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=boundary.PROG,
-        description="SMF Assurance Gate: deterministic decisions for AI-agent actions.",
-    )
+COMMANDS: Final[tuple[ModuleType, ...]] = (
+    decide,
+    demo,
+    up,
+    keys,
+    approvals,
+    ledger,
+    explain,
+    swarm,
+    release,
+    console,
+    notify,
+    bus,
+    model_gateway,
+    runtime,
+    holds,
+    approver,
+    doctor,
+    completion,
+)
+"""The product's command groups, in ``--help`` order: what a firm runs. The team's own
+tools (benchmarks, release candidates and their reviews) have their command line in the
+checkout's ``tools/``, built by these same functions, and are not in the wheel."""
+
+DESCRIPTION: Final = "SMF Assurance Gate: deterministic decisions for AI-agent actions."
+
+
+def build_parser(
+    commands: Sequence[ModuleType] = COMMANDS,
+    prog: str = boundary.PROG,
+    description: str = DESCRIPTION,
+) -> argparse.ArgumentParser:
+    """The parser of one command line: ``commands`` each add their subcommands
+    (``add_parsers``), so every command line has the same ``--version``, ``--debug``
+    and the same rules for its subcommands."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument(
         "--version",
         action="version",
@@ -74,29 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.set_defaults(parser=parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (
-        decide,
-        demo,
-        bench,
-        up,
-        keys,
-        approvals,
-        ledger,
-        explain,
-        swarm,
-        release,
-        console,
-        notify,
-        bus,
-        model_gateway,
-        runtime,
-        holds,
-        approver,
-        doctor,
-        review,
-        candidate,
-        completion,
-    ):
+    for module in commands:
         module.add_parsers(sub)
     return parser
 
@@ -119,17 +127,24 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command inside the error boundary; return its exit status."""
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    commands: Sequence[ModuleType] = COMMANDS,
+    prog: str = boundary.PROG,
+    description: str = DESCRIPTION,
+) -> int:
+    """Run one command of the command line made of ``commands`` inside the error
+    boundary; return its exit status."""
     tokens = list(sys.argv[1:] if argv is None else argv)
-    signals = boundary.Signals()
+    signals = boundary.Signals(prog)
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
     if in_main_thread:
         signals.install()
     boundary.ensure_stdout()
     try:
-        return _run(build_parser(), tokens, signals)
+        return _run(build_parser(commands, prog, description), tokens, signals)
     finally:
         if in_main_thread:
             for sig, handler in zip((signal.SIGINT, signal.SIGTERM), previous, strict=True):
@@ -138,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(parser: argparse.ArgumentParser, tokens: list[str], signals: boundary.Signals) -> int:
+    prog = signals.prog
     debug = False
     try:
         args = parse(parser, tokens)
@@ -145,7 +161,7 @@ def _run(parser: argparse.ArgumentParser, tokens: list[str], signals: boundary.S
         code: int = args.func(args)
         sys.stdout.flush()
     except CommandError as exc:
-        boundary.one_line(str(exc))
+        boundary.one_line(str(exc), prog)
         return exc.code
     except KeyboardInterrupt:
         return signals.stopped()
@@ -154,7 +170,7 @@ def _run(parser: argparse.ArgumentParser, tokens: list[str], signals: boundary.S
     except Exception as exc:
         if debug:
             raise
-        boundary.one_line(boundary.describe(exc))
+        boundary.one_line(boundary.describe(exc), prog)
         return boundary.EXIT_FAILURE
     return code
 

@@ -6,9 +6,9 @@
   to that SHA and tree), refusing a report that misses a test the clone collects or
   holds a failure; builds ``make dist`` there when the
   commit has it; writes the matrix as JSON, Markdown and a DSSE envelope signed by a
-  release key (``smf_assurance.ops.candidate.build``).
+  release key (``tools.candidate.build``).
 - ``candidate status``: which signed reviews hold for a candidate's commit
-  (``smf_assurance.ops.candidate.status``).
+  (``tools.candidate.status``).
 """
 
 from __future__ import annotations
@@ -17,15 +17,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from smf_assurance.ops.candidate.build import BuildError, build_candidate
-from smf_assurance.ops.candidate.status import add_status_parser
-from smf_assurance.ops.cli.cli_json import (
-    CandidateBuildJson,
-    CandidateClaimJson,
-    CandidateSuiteJson,
-)
 from smf_assurance.ops.cli.output import emit, fail, say, table
 from smf_assurance.subjects.keys import KeyFileError, load_private_key
+from tools.candidate.build import BuildError, build_candidate
+from tools.candidate.status import add_status_parser
+from tools.cli_json import CandidateBuildJson, CandidateClaimJson, CandidateSuiteJson
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -35,8 +35,6 @@ from typing import Final
 
 import structlog
 
-from smf_assurance.ops.bench.fake_model import FakeModel, Reply
-from smf_assurance.ops.bench.stats import Summary, summarize
 from smf_assurance.ops.demo.script import actor
 from smf_assurance.ops.local.confine.launcher import LaunchError, prepare, run_plan, system_python
 from smf_assurance.ops.local.confine.profile import (
@@ -54,6 +52,8 @@ from smf_assurance.ops.runtimes.provision import (
     provision_runtime,
 )
 from smf_assurance.subjects.messages import ProposedDestination
+from tools.bench.stats import Summary, summarize
+from tools.fake_model import FakeModel, Reply
 
 log = structlog.get_logger(__name__)
 

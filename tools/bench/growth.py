@@ -35,11 +35,11 @@ from smf_assurance.core.projection import (
 )
 from smf_assurance.governance.projections import SCENARIO_PROJECTION, package_path
 from smf_assurance.governance.scenarios_catalog import load_scenarios
-from smf_assurance.ops.bench.evaluator import CEDAR_POLICIES, cedar_request, time_calls
-from smf_assurance.ops.bench.stats import Summary, summarize
 from smf_assurance.ops.cli.output import Progress
 from smf_assurance.subjects.canonical import sha256_identity
 from smf_assurance.subjects.envelope import OperationEnvelope, operation_hash
+from tools.bench.evaluator import CEDAR_POLICIES, cedar_request, time_calls
+from tools.bench.stats import Summary, summarize
 
 SIZES = (10, 100, 1_000, 10_000)
 DEFAULT_ROUNDS = 300

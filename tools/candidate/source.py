@@ -8,7 +8,7 @@ untracked-not-ignored file refuses the build, and so does any tracked file marke
 ``assume-unchanged`` or ``skip-worktree`` (git would not compare it, so the tree
 could differ while status says clean); the suite never runs in the
 working tree: it runs in a clone checked out at the SHA. git is asked through
-:mod:`smf_assurance.ops.candidate.gitrepo`, the one place the candidate asks it.
+:mod:`tools.candidate.gitrepo`, the one place the candidate asks it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import msgspec
 
-from smf_assurance.ops.candidate.gitrepo import (
+from tools.candidate.gitrepo import (
     SHA,
     GitError,
     clone_commit,
@@ -80,7 +80,7 @@ def head_commit(repo: Path) -> Commit:
 
 def clean_commit(repo: Path) -> Commit | None:
     """HEAD when the working tree is clean, else None: what a test run may claim to
-    have run against (the JUnit properties, :mod:`smf_assurance.ops.candidate.junit`)."""
+    have run against (the JUnit properties, :mod:`tools.candidate.junit`)."""
     try:
         return head_commit(repo)
     except SourceError:

@@ -11,7 +11,7 @@ not exist in the source, or one the run did not report), ``skipped``, or
 ``passed``. A case with no test is a ``missing`` row, printed, never dropped;
 the exit status is 0 only when every row passed.
 
-``python -m smf_assurance.ops.candidate.bypass [--cases FILE] [--root DIR]``;
+``python -m tools.candidate.bypass [--cases FILE] [--root DIR]``;
 pytest's own output goes to stderr, the table to stdout.
 """
 
@@ -30,8 +30,8 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
-from smf_assurance.ops.candidate.claims import test_node_ids
 from smf_assurance.ops.cli.output import say, table
+from tools.candidate.claims import test_node_ids
 
 CASES_FILE: Final = Path("docs") / "bypass.toml"
 Observed = Literal["passed", "skipped", "missing", "failed"]
@@ -204,7 +204,7 @@ def print_rows(rows: Sequence[Row]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m smf_assurance.ops.candidate.bypass",
+        prog="python -m tools.candidate.bypass",
         description="Run every declared bypass case's tests; one row per case.",
     )
     parser.add_argument("--root", type=Path, default=Path("."), help="project root (default: .)")

@@ -29,7 +29,6 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from smf_assurance.adapters.output import OutputStreamer
-from smf_assurance.ops.bench.stats import Summary, summarize
 from smf_assurance.ops.cli.output import Progress
 from smf_assurance.ops.demo.script import actor
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
@@ -37,6 +36,7 @@ from smf_assurance.ops.local.stack import gate_config
 from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 from smf_assurance.pipeline.assembly import start_gate
 from smf_assurance.subjects.messages import DataFacts, ProposedDestination
+from tools.bench.stats import Summary, summarize
 
 SIZES: Final = (4 * 1024, 256 * 1024)
 CHUNK: Final = 512

@@ -27,11 +27,11 @@ from typing import Annotated, Final, Literal, cast
 
 import msgspec
 
-from smf_assurance.ops.candidate.gitrepo import SHA
 from smf_assurance.subjects import dsse
 from smf_assurance.subjects.keys import Principal as PrincipalName
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.registry import KeyRegistry, Principal
+from tools.candidate.gitrepo import SHA
 
 PAYLOAD_CANDIDATE_REVIEW: Final = "application/vnd.smf.candidate-review+json;v=1"
 """The DSSE payload type of a review record. It is inside the signed bytes (PAE), so

@@ -7,7 +7,7 @@ request is answered by the :class:`Reply` at the head of the queue, or by
 deltas or as one JSON body, or a failure (hang, HTTP 500, a stream broken off
 part way, bytes that are not SSE).
 
-``python -m smf_assurance.ops.bench.fake_model --url-file FILE [--reply TEXT]
+``python -m tools.fake_model --url-file FILE [--reply TEXT]
 [--api-key-file KEY]`` runs it on its own as the README's quick start does: a
 stand-in for a real provider, answering every request with the same text, on a port the
 kernel chooses (no fixed port), whose base URL it writes to ``FILE`` once it serves; it
@@ -244,10 +244,10 @@ async def _until_signalled(reply: str, url_file: Path, api_key: str | None) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m smf_assurance.ops.bench.fake_model``: the quick start's stand-in model
+    """``python -m tools.fake_model``: the quick start's stand-in model
     provider."""
     parser = argparse.ArgumentParser(
-        prog="python -m smf_assurance.ops.bench.fake_model",
+        prog="python -m tools.fake_model",
         description="A stand-in for a real OpenAI-compatible model provider, on 127.0.0.1 "
         "and a port the kernel chooses: every chat completion is answered with --reply. "
         "For trying the gate on one machine; never a model.",

@@ -10,7 +10,7 @@ reasons otherwise (fail closed: an unknown is a reason, never a pass):
 
 - the claim has at least one test carrying its marker at this SHA;
 - every such test ran and passed in a report bound to this SHA and tree
-  (:mod:`smf_assurance.ops.candidate.junit`): missing, skipped, failed and
+  (:mod:`tools.candidate.junit`): missing, skipped, failed and
   errored tests each keep the row open;
 - a conformance test's runtime pin is known at this SHA;
 - a ``packaging`` claim also needs the artifacts built from this commit.
@@ -30,8 +30,6 @@ from typing import Final, Literal
 
 import msgspec
 
-from smf_assurance.ops.candidate.claims import Claim
-from smf_assurance.ops.candidate.junit import Outcome, outcome_of
 from smf_assurance.subjects.canonical import canonical_bytes
 from smf_assurance.subjects.dsse import (
     decode_envelope,
@@ -40,6 +38,8 @@ from smf_assurance.subjects.dsse import (
     sign_struct,
 )
 from smf_assurance.subjects.keys import SigningKey, VerifyKey
+from tools.candidate.claims import Claim
+from tools.candidate.junit import Outcome, outcome_of
 
 SCHEMA: Final = "smf.candidate/1"
 PAYLOAD_CANDIDATE: Final = "application/vnd.smf.candidate+json;v=1"

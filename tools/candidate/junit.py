@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, Literal
 
-from smf_assurance.ops.candidate.source import Commit, clean_commit
+from tools.candidate.source import Commit, clean_commit
 
 SHA_PROPERTY: Final = "smf.candidate.sha"
 TREE_PROPERTY: Final = "smf.candidate.tree"

@@ -72,7 +72,6 @@ from smf_assurance.core.shadow import difference, shadow_decision
 from smf_assurance.gateway.server import new_call_id
 from smf_assurance.governance.projections import SCENARIO_CORPUS, package_path
 from smf_assurance.governance.releases import build_release, prior_of, publish_shadow_to_bucket
-from smf_assurance.ops.bench.stats import Summary, summarize
 from smf_assurance.ops.cli.output import Progress
 from smf_assurance.ops.demo.script import actor
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
@@ -97,6 +96,7 @@ from smf_assurance.subjects.keyed import PseudonymKey
 from smf_assurance.subjects.messages import DataFacts, Verdict
 from smf_assurance.subjects.release import ReleaseBundle, decode_bundle
 from smf_assurance.subjects.verdicts import open_verdict, sign_verdict
+from tools.bench.stats import Summary, summarize
 
 DEFAULT_ROUNDS: Final = 1000
 """Sequential requests per latency series; the default run stays near a minute."""

@@ -2,14 +2,14 @@
 
 ``--evaluator`` times the decision core beside cedarpy; ``--bus`` times
 propose -> verdict through the gate beside a bare NATS echo on the same
-server (``smf_assurance.ops.bench.bus``); ``--output`` the buffer gate beside straight
+server (``tools.bench.bus``); ``--output`` the buffer gate beside straight
 through. With none of these flags, those three run. ``--cluster``
 runs only when asked, as it starts a three-node cluster and gate processes:
 approval claims on SQLite beside JetStream KV R3, and allows through one and
-two gate replicas beside a bare echo (``smf_assurance.ops.bench.cluster``).
+two gate replicas beside a bare echo (``tools.bench.cluster``).
 ``--confinement`` (only when asked) times ``runtime run``'s start beside the bare command
 and a model request through the launcher's forwarders beside a straight one
-(``smf_assurance.ops.bench.confinement``). ``--rounds``
+(``tools.bench.confinement``). ``--rounds``
 sets the samples per series of whichever runs; each has its own default,
 because an evaluator sample costs microseconds and a bus sample milliseconds.
 """
@@ -22,13 +22,13 @@ from typing import Any
 
 import msgspec
 
-from smf_assurance.ops.bench import bus, cluster, confinement, evaluator, gateway, growth, output
-from smf_assurance.ops.bench.bus import BenchError
-from smf_assurance.ops.bench.targets import HEADERS, Target
-from smf_assurance.ops.cli.cli_json import BenchJson
 from smf_assurance.ops.cli.output import emit, fail, positive_int, say, table
 from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.natsserver import NatsServerError
+from tools.bench import bus, cluster, confinement, evaluator, gateway, growth, output
+from tools.bench.bus import BenchError
+from tools.bench.targets import HEADERS, Target
+from tools.cli_json import BenchJson
 
 EVALUATOR_ROUNDS = 5000
 EVALUATOR_P50_US = 8.0

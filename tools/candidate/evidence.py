@@ -6,7 +6,7 @@ section between :data:`BEGIN` and :data:`END` lists every claim of
 ``docs/claims.toml`` (id, family, sentence, what it does not prove) with the
 tests that carry its marker, read from the test source; a claim with none is
 shown open. The rest of the page stays hand-written prose. Regenerate with
-``python -m smf_assurance.ops.candidate.evidence`` (``make evidence``);
+``python -m tools.candidate.evidence`` (``make evidence``);
 ``tests/test_candidate_evidence.py`` fails when the page is stale.
 """
 
@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from smf_assurance.ops.candidate.claims import CLAIMS_FILE, claimed_tests, load_claims
+from tools.candidate.claims import CLAIMS_FILE, claimed_tests, load_claims
 
-ROOT: Final = Path(__file__).resolve().parents[3]
+ROOT: Final = Path(__file__).resolve().parents[2]
 PAGE: Final = ROOT / "docs" / "EVIDENCE.md"
 BEGIN: Final = "<!-- claims:begin -->"
 END: Final = "<!-- claims:end -->"

@@ -26,7 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from smf_assurance.ops.candidate.claims import (
+from smf_assurance.ops.cli.output import Progress, emit, fail, say, table
+from smf_assurance.ops.local.state import StateDir, default_state_dir
+from smf_assurance.subjects.registry import KeyRegistry, RegistryError, load_registry
+from tools.candidate.claims import (
     CLAIMS_FILE,
     FAMILIES,
     Claim,
@@ -34,14 +37,14 @@ from smf_assurance.ops.candidate.claims import (
     covered,
     decode_claims,
 )
-from smf_assurance.ops.candidate.gitrepo import (
+from tools.candidate.gitrepo import (
     GitError,
     changed_files,
     commit_of,
     show_file,
     tree_of,
 )
-from smf_assurance.ops.candidate.reviews import (
+from tools.candidate.reviews import (
     Candidate,
     CandidateClaim,
     CandidateError,
@@ -51,10 +54,7 @@ from smf_assurance.ops.candidate.reviews import (
     load_candidate,
     open_review,
 )
-from smf_assurance.ops.cli.cli_json import CandidateStatusJson, ReviewRowJson
-from smf_assurance.ops.cli.output import Progress, emit, fail, say, table
-from smf_assurance.ops.local.state import StateDir, default_state_dir
-from smf_assurance.subjects.registry import KeyRegistry, RegistryError, load_registry
+from tools.cli_json import CandidateStatusJson, ReviewRowJson
 
 ReviewState = Literal["current", "stale", "missing", "refused"]
 _SHOWN_CHANGES: Final = 3
@@ -142,7 +142,7 @@ def review_status(
     """Every row of the status, families in their declared order, then refused records.
 
     ``records`` are (file name, bytes) pairs; each is opened with
-    :func:`smf_assurance.ops.candidate.reviews.open_review`."""
+    :func:`tools.candidate.reviews.open_review`."""
     try:
         if commit_of(repo, candidate.sha) != candidate.sha or tree_of(repo, candidate.sha) != (
             candidate.tree

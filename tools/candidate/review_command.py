@@ -10,7 +10,7 @@ end of a review; a mismatch is no verdict.
 - ``review sign`` checks HEAD again, the same way: a moved HEAD, another tree
   or a dirty tree is no verdict (exit 1, nothing written). It signs only with a
   key whose registry principal holds the ``reviewer`` role
-  (``smf_assurance.ops.candidate.reviews``), opens the signed record again as
+  (``tools.candidate.reviews``), opens the signed record again as
   ``candidate status`` will, and writes it, never over an existing file.
 """
 
@@ -25,15 +25,20 @@ from typing import Final
 
 import msgspec
 
-from smf_assurance.ops.candidate.claims import FAMILIES
-from smf_assurance.ops.candidate.gitrepo import (
+from smf_assurance.ops.cli.commands.decide import format_instant
+from smf_assurance.ops.cli.output import emit, fail, table
+from smf_assurance.ops.local.state import StateDir, default_state_dir
+from smf_assurance.subjects.keys import KeyFileError, load_private_key
+from smf_assurance.subjects.registry import RegistryError, load_registry
+from tools.candidate.claims import FAMILIES
+from tools.candidate.gitrepo import (
     GitError,
     commit_of,
     dirty_files,
     git_dir_path,
     tree_of,
 )
-from smf_assurance.ops.candidate.reviews import (
+from tools.candidate.reviews import (
     MAX_NOTE_CHARS,
     REVIEW_SCHEMA,
     Candidate,
@@ -45,12 +50,7 @@ from smf_assurance.ops.candidate.reviews import (
     open_review,
     sign_review,
 )
-from smf_assurance.ops.cli.cli_json import ReviewSignJson, ReviewStartJson
-from smf_assurance.ops.cli.commands.decide import format_instant
-from smf_assurance.ops.cli.output import emit, fail, table
-from smf_assurance.ops.local.state import StateDir, default_state_dir
-from smf_assurance.subjects.keys import KeyFileError, load_private_key
-from smf_assurance.subjects.registry import RegistryError, load_registry
+from tools.cli_json import ReviewSignJson, ReviewStartJson
 
 START_FOLDER: Final = "smf-reviews"
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]+")

@@ -1,16 +1,16 @@
 """``candidate build``: one commit, its suite's results, its artifacts, one signed matrix.
 
-``smf-assurance candidate build``. In order, each step refusing
+``python -m tools candidate build``. In order, each step refusing
 (:class:`BuildError`, one line) rather than writing a matrix it cannot stand by:
 
-1. HEAD of a clean working tree (:func:`smf_assurance.ops.candidate.source.head_commit`):
+1. HEAD of a clean working tree (:func:`tools.candidate.source.head_commit`):
    modified, staged, deleted or untracked-not-ignored files are named and refused.
 2. A fresh clone at that SHA whose tree is the recorded one; the claims and
    their markers are read from the clone, never from the working tree.
 3. Results: ``make test`` in the clone writing a JUnit report
    (``PYTEST_ADDOPTS=--junitxml=...``; any ``test`` target may instead write to
    ``$SMF_CANDIDATE_JUNIT``), or ``--junit FILE``; either way the report must
-   name this SHA and tree (:mod:`smf_assurance.ops.candidate.junit`), and it is
+   name this SHA and tree (:mod:`tools.candidate.junit`), and it is
    held to the whole suite: the build counts the tests the clone collects
    (``pytest --collect-only``, in the clone, never from the report) and refuses a
    report missing any of them, a report with any failed or errored test, and a
@@ -21,7 +21,7 @@
 4. Artifacts: ``make dist`` in the clone when the commit has that target, each
    file of ``dist/`` recorded by sha256 and copied out; without the target (or
    with ``--no-dist``) the packaging rows stay open.
-5. The matrix (:mod:`smf_assurance.ops.candidate.matrix`) as JSON, Markdown and a
+5. The matrix (:mod:`tools.candidate.matrix`) as JSON, Markdown and a
    DSSE envelope signed by the release key, all naming the SHA.
 """
 
@@ -37,15 +37,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from smf_assurance.ops.candidate.claims import (
+from smf_assurance.subjects.keys import SigningKey
+from tools.candidate.claims import (
     CLAIMS_FILE,
     ClaimsError,
     claimed_tests,
     load_claims,
     undeclared,
 )
-from smf_assurance.ops.candidate.junit import JUnitError, Outcome, case_of, read_results
-from smf_assurance.ops.candidate.matrix import (
+from tools.candidate.junit import JUnitError, Outcome, case_of, read_results
+from tools.candidate.matrix import (
     SCHEMA,
     Artifact,
     Candidate,
@@ -57,8 +58,7 @@ from smf_assurance.ops.candidate.matrix import (
     runtime_pins,
     sign_candidate,
 )
-from smf_assurance.ops.candidate.source import Commit, SourceError, clone_at, head_commit
-from smf_assurance.subjects.keys import SigningKey
+from tools.candidate.source import Commit, SourceError, clone_at, head_commit
 
 JUNIT_ENV: Final = "SMF_CANDIDATE_JUNIT"
 """Where a ``make test`` run from ``candidate build`` must leave its JUnit report."""

@@ -51,15 +51,6 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from smf_assurance.adapters.client import ProposalClient
-from smf_assurance.ops.bench.bus import (
-    DEFAULT_IN_FLIGHT,
-    ECHO_SUBJECT,
-    WARM_UP,
-    BenchError,
-    cpu_model,
-    until_answered,
-)
-from smf_assurance.ops.bench.stats import Summary, summarize
 from smf_assurance.ops.cli.output import Progress
 from smf_assurance.ops.demo.script import actor
 from smf_assurance.ops.local.cluster import LocalNatsCluster
@@ -80,6 +71,15 @@ from smf_assurance.subjects.canonical import sha256_identity
 from smf_assurance.subjects.envelope import content_hash_of
 from smf_assurance.subjects.messages import DataFacts
 from smf_assurance.subjects.registry import load_registry
+from tools.bench.bus import (
+    DEFAULT_IN_FLIGHT,
+    ECHO_SUBJECT,
+    WARM_UP,
+    BenchError,
+    cpu_model,
+    until_answered,
+)
+from tools.bench.stats import Summary, summarize
 
 log = structlog.get_logger(__name__)
 

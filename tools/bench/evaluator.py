@@ -22,9 +22,9 @@ from typing import Any
 from smf_assurance.core.evaluator import evaluate
 from smf_assurance.governance.projections import load_policy_set
 from smf_assurance.governance.scenarios_catalog import load_scenarios
-from smf_assurance.ops.bench.stats import Summary, summarize
 from smf_assurance.ops.cli.output import Progress
 from smf_assurance.subjects.envelope import OperationEnvelope, operation_hash
+from tools.bench.stats import Summary, summarize
 
 CEDAR_POLICIES = """
 @id("ba.transmission-attorney-approval")

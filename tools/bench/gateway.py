@@ -1,6 +1,6 @@
 """Model-gateway benchmark: what putting the gateway in front of the model costs.
 
-Four series, each run direct to the fake provider (``smf_assurance.ops.bench.fake_model``)
+Four series, each run direct to the fake provider (``tools.fake_model``)
 and through the gateway, alternately, in one process and one run, over one
 kept-alive HTTP connection each:
 
@@ -38,8 +38,6 @@ import msgspec
 import nats
 
 from smf_assurance.gateway.assembly import start_model_gateway
-from smf_assurance.ops.bench.fake_model import FakeModel, Reply
-from smf_assurance.ops.bench.stats import Summary, summarize
 from smf_assurance.ops.cli.output import Progress
 from smf_assurance.ops.local.model_gateway import (
     gateway_config,
@@ -61,6 +59,8 @@ from smf_assurance.subjects.model_gateway import (
     request_digest,
     seal_instance_proof,
 )
+from tools.bench.stats import Summary, summarize
+from tools.fake_model import FakeModel, Reply
 
 DEFAULT_ROUNDS: Final = 60
 WARM_UP: Final = 5
