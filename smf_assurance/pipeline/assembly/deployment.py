@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
 import structlog
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
@@ -63,7 +65,7 @@ from smf_assurance.pipeline.stores.claims import (
 from smf_assurance.pipeline.stores.claims_kv import KvClaimStore
 from smf_assurance.pipeline.stores.evidence import EvidenceWriter, with_reason
 from smf_assurance.pipeline.stores.ledger import Beside, EvidenceEntry, Ledger, Recorded
-from smf_assurance.pipeline.stores.orders import OrderBook, SqliteOrderBook
+from smf_assurance.pipeline.stores.orders import OrderBook, OrderRecord, SqliteOrderBook
 from smf_assurance.pipeline.stores.orders_kv import KvOrderBook
 from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
 from smf_assurance.pipeline.stores.state_check import StateFiles
@@ -398,9 +400,38 @@ class _Replicated:
         note: Beside | None,
         claim: AllowClaim | None,
     ) -> Recording:
-        """The entry alone: the claim is taken after it commits (``Gate._claim_once``)
-        and the order recorded after that (``Gate._open_order``)."""
-        return await append_noted(evidence, entry, note)
+        """The entry; once it has committed, the claim (a compare-and-set every replica
+        meets) and, for the first claim, its order, each read on the clock when written.
+        An order that cannot be recorded is reported as not recorded: the claim is
+        spent, so the allow is refused, never tried again."""
+        recording = await append_noted(evidence, entry, note)
+        if claim is None:
+            return recording
+        try:
+            claimed = await self.claims.claim(
+                claim.proposal_id, claim.operation_hash, claim.decision_id, self.clock()
+            )
+        except StoreUnavailable as exc:
+            return dataclasses.replace(recording, claim=exc)
+        if not claimed or claim.order is None:
+            return dataclasses.replace(recording, claim=ClaimAndOrder(claimed, False))
+        order = msgspec.structs.replace(claim.order, dispatched_at=self.clock())
+        return dataclasses.replace(
+            recording,
+            claim=ClaimAndOrder(True, await self._open(order)),
+            order_at_ms=order.dispatched_at,
+        )
+
+    async def _open(self, order: OrderRecord) -> bool:
+        try:
+            opened = await self.orders.open(order)
+        except StoreUnavailable as exc:
+            log.error("order_record_failed", order_id=order.order_id, error=type(exc).__name__)
+            return False
+        if not opened:
+            # The claim makes each decision's order once; a second is a fault.
+            log.error("order_already_recorded", order_id=order.order_id)
+        return opened
 
     async def settle(self, proposal_id: str, state: ClaimState) -> None:
         await self.claims.settle(proposal_id, state)

@@ -12,9 +12,10 @@ they live decides how they are written, and that is this module's one protocol,
   transaction of the decision's evidence entry (one durable commit per decision; no
   crash leaves a claim or an order without the evidence of its decision, or the
   reverse);
-- a cluster: they are replicated KV buckets, written beside the chain (the claim after
-  the evidence commits, the note while the chain runs), and every noted tool-call id is
-  told to the other replicas before the verdict is answered.
+- a cluster: they are replicated KV buckets, written beside the chain (an allow's
+  claim, then its order, once the evidence has committed; the note while the chain
+  runs), and every noted tool-call id is told to the other replicas before the verdict
+  is answered.
 
 The chain never asks which one it runs on: it hands its writes to the deployment.
 """
@@ -81,8 +82,8 @@ class Recording:
     noted: bool
     """The tool call's note committed in the entry's transaction."""
     claim: ClaimAndOrder | StoreUnavailable | None = None
-    """The allow's claim (and order) written in the entry's transaction, or the outage
-    that refused it; None where the claim is written after the evidence."""
+    """The allow's claim (and its order), or the outage that refused it; None when no
+    claim was asked for."""
     order_at_ms: int | None = None
     """When the order recorded with the claim was given."""
 
@@ -112,8 +113,9 @@ class Deployment(Protocol):
         claim: AllowClaim | None,
     ) -> Recording:
         """Write-before-release: the decision's evidence entry, with the note that rides
-        beside it and, for an allow (``claim``), its claim and order where they commit
-        with it. Raises ``EvidenceError`` when the entry did not commit."""
+        beside it, and for an allow (``claim``) its claim and, if it is the first, its
+        order, never before the entry commits. Raises ``EvidenceError`` when the entry
+        did not commit (then nothing was claimed)."""
         ...
 
     async def settle(self, proposal_id: str, state: ClaimState) -> None:

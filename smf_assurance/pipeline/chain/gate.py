@@ -216,7 +216,7 @@ class Work:
     order_at_ms: int | None = None
     """When the connector order was given (recorded): its deadline counts from here."""
     claim: ClaimAndOrder | None = None
-    """Set when the claim (and its order) committed beside the evidence."""
+    """An allow's claim (and its order), written when its decision was recorded."""
     note: CallNote = NO_NOTE
     """The note of the proposal's tool call, begun when the proposal was verified."""
     note_stored: bool = False
@@ -239,6 +239,11 @@ class Work:
         if self.decision is None:
             raise RuntimeError("link ran before evaluate")
         return self.decision
+
+    def need_claim(self) -> ClaimAndOrder:
+        if self.claim is None:
+            raise RuntimeError("link ran before an allow's record")
+        return self.claim
 
 
 Link = Callable[[Work], Awaitable["Work | Verdict"]]
@@ -721,11 +726,11 @@ class Gate:
         """Write-before-release: the decision's evidence commits first;
         a ledger outage is a denial.
 
-        What commits with it is the deployment's to say
-        (``smf_assurance.pipeline.chain.deployment``): on one machine the note of the
-        proposal's tool call rides in the entry's transaction for every disposition,
-        and an allow's claim and its order too (one durable commit per decision); on a
-        cluster the claim is taken after it (:meth:`_claim_once`)."""
+        An allow's claim, and its order for a connector, are written with it: where is
+        the deployment's to say (``smf_assurance.pipeline.chain.deployment``). On one
+        machine they and the note of the proposal's tool call ride in the entry's
+        transaction (one durable commit per decision); on a cluster they follow the
+        commit. A claim store that cannot take the claim is a denial."""
         decision = work.need_decision()
         tenant_ref = self._evidence.tenant_ref(work.proposal.actor.tenant_id)
         entry = self._evidence.for_decision(decision, tenant_ref, reasons=work.reasons)
@@ -806,54 +811,31 @@ class Gate:
         )
 
     async def _claim_once(self, work: Work) -> Work | Verdict:
-        """Claim the proposal once: a replay never produces a second order."""
-        decision = work.need_decision()
-        proposal_id = work.proposal.proposal_id
-        if work.claim is not None:
-            return work if work.claim.claimed else self._deny(work, (DUPLICATE_PROPOSAL,))
-        try:
-            claimed = await self.claims.claim(
-                proposal_id, decision.operation_hash, decision.decision_id, self.clock()
-            )
-        except StoreUnavailable:
-            return self._deny(work, (CLAIM_UNAVAILABLE,))
-        if not claimed:
-            return self._deny(work, (DUPLICATE_PROPOSAL,))
-        return work
+        """Claim the proposal once: a replay never produces a second order. The claim
+        was taken when the decision was recorded (:meth:`_record`)."""
+        if work.need_claim().claimed:
+            return work
+        return self._deny(work, (DUPLICATE_PROPOSAL,))
 
     async def _open_order(self, work: Work) -> Work | Verdict:
-        """Record the connector order before it is published, with the connector that
-        must sign its report. Not recorded, not published: the claim is
+        """The connector order, recorded with the claim before it is published, with the
+        connector that must sign its report. Not recorded, not published: the claim is
         spent, so this is a denial, never a second try.
 
-        A tool the runtime runs itself gets no record here: a Hermes runtime does
+        A tool the runtime runs itself gets no record: a Hermes runtime does
         not report its executions, so such a record could only ever end
         ``execution_unknown``. (A released output is an order to the
         ``deliver.<channel>`` connector and is recorded like any other.) (An approved
-        runtime-executed action is followed by the approval desk, as before.)
+        runtime-executed action is followed by the approval desk.)
         """
-        connector = work.need_normalized().connector_id
-        if connector is None:
+        if work.need_normalized().connector_id is None:
             return work
         proposal, decision = work.proposal, work.need_decision()
-        order_id: str | None
-        if work.claim is not None:  # recorded with the claim, or refused there
-            order_id = (
-                order_id_for(decision.operation_hash, decision.decision_id)
-                if work.claim.order_recorded
-                else None
-            )
-        else:
-            executor = Executor("connector", connector)
-            at_ms = self.clock()
-            work = dataclasses.replace(work, order_at_ms=at_ms)
-            order_id = await self.outcomes.open(
-                proposal.proposal_id, decision, executor, work.tenant_ref, at_ms
-            )
-        if order_id is None:
+        if not work.need_claim().order_recorded:
             await self._settle(proposal.proposal_id, "failed")
             await self._record_failure(decision, work.tenant_ref, "order_record_failed")
             return self._deny(work, ("order_record_failed",))
+        order_id = order_id_for(decision.operation_hash, decision.decision_id)
         return dataclasses.replace(work, order_id=order_id)
 
     async def _dispatch(self, work: Work) -> Work | Verdict:

@@ -159,29 +159,6 @@ class OutcomeDesk:
             dispatched_at=self.clock() if at_ms is None else at_ms,
         )
 
-    async def open(
-        self,
-        proposal_id: str,
-        decision: Decision,
-        executor: Executor,
-        tenant_ref: str,
-        at_ms: int | None = None,
-    ) -> str | None:
-        """Record the order a direct allow gives, before it is given; its id, or None
-        when it could not be recorded (the caller then gives nothing)."""
-        order = self.order_for(proposal_id, decision, executor, tenant_ref, at_ms)
-        order_id = order.order_id
-        try:
-            opened = await self.orders.open(order)
-        except StoreUnavailable as exc:
-            log.error("order_record_failed", order_id=order_id, error=type(exc).__name__)
-            return None
-        if not opened:
-            # The claim makes each decision's order once; a second is a fault.
-            log.error("order_already_recorded", order_id=order_id)
-            return None
-        return order_id
-
     async def close_undelivered(self, order_id: str) -> None:
         """The order was recorded but its dispatch was refused: close it ``failed``
         in the book, with no ledger entry of its own (the gate records the failed
