@@ -15,6 +15,7 @@ R3 cluster (the claim store's compare-and-set, ``tests/test_claims.py``).
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Final
@@ -187,3 +188,56 @@ async def test_a_cluster_order_book_that_cannot_answer_spends_the_claim(
         assert await cluster.placed.claims.state(PROPOSAL) == "claimed"
         replay = await record(cluster, 2)
         assert replay.claim == ClaimAndOrder(claimed=False, order_recorded=False)
+
+
+async def test_a_claim_write_that_fails_in_the_transaction_is_recorded_on_its_entry(
+    state: StateDir, nats_server: EmbeddedNatsServer
+) -> None:
+    """One machine: the claim, its order and the call's note are one write in the
+    entry's transaction. A claim row the file cannot write (here a trigger that
+    fails, as a disk error would) undoes all three, and the entry that commits says
+    the claim was not written, so the start-up check does not hold this allow to a
+    claim row."""
+    async with opened_as("one_machine", state, nats_server) as machine:
+        with contextlib.closing(sqlite3.connect(machine.config.stores.ledger)) as other:
+            # a write that fails as a disk error would (not a constraint: a refused
+            # INSERT is a replay's claim)
+            other.execute("CREATE TABLE gone (x)")
+            other.execute(
+                "CREATE TRIGGER refuse BEFORE INSERT ON proposal_claims "
+                "BEGIN INSERT INTO gone VALUES (1); END"
+            )
+            other.execute("DROP TABLE gone")
+            other.commit()
+        note = machine.placed.note("runtime-1", "call-1").beside()
+        claim = AllowClaim(PROPOSAL, OPERATION, decision(1), AT_MS, order(1))
+        recorded = await machine.placed.record(machine.evidence, allow(1), note, claim)
+        assert isinstance(recorded.claim, StoreUnavailable)
+        assert not recorded.noted
+        assert await machine.placed.claims.state(PROPOSAL) is None
+        assert await machine.placed.orders.get(order(1).order_id) is None
+        assert await machine.placed.calls.notes() == []
+        [entry_reasons] = reasons(machine, 1)
+        assert CLAIM_STORE_UNAVAILABLE in entry_reasons
+
+
+async def test_a_notes_write_is_durable_once_stored_returns(opened: Opened) -> None:
+    """A note that did not ride beside an entry (one refused before evaluation) is
+    written when the chain asks for it: read back from the store afterwards."""
+    note = opened.placed.note("runtime-1", "call-1")
+    await note.stored()
+    assert await opened.placed.calls.notes() == [("runtime-1", "call-1")]
+
+
+async def test_a_note_whose_store_is_closed_is_refused_not_lost_silently(
+    state: StateDir, nats_server: EmbeddedNatsServer
+) -> None:
+    """One machine: a closed store gives no write to ride beside the evidence, and
+    the later write raises (the chain logs it: the id is then covered until a
+    restart only)."""
+    async with opened_as("one_machine", state, nats_server) as machine:
+        note = machine.placed.note("runtime-1", "call-1")
+        await machine.placed.calls.close()
+        assert note.beside() is None
+        with pytest.raises(StoreUnavailable):
+            await note.stored()
