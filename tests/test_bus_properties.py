@@ -339,7 +339,7 @@ class SettleUnavailable:
 
 
 async def test_an_order_already_published_is_answered_allow_when_the_settle_fails(
-    running_gates: GateStarter, nc: Client, state: StateDir
+    running_gates: GateStarter, nc: Client, state: StateDir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A store outage after the order is in the stream must not reply "deny": the
     runtime would be told no while the connector carries the order out.
@@ -357,7 +357,7 @@ async def test_an_order_already_published_is_answered_allow_when_the_settle_fail
 
         return body
 
-    gate.gate.settle_beside = failing_settle
+    monkeypatch.setattr(real, "settle_beside", failing_settle)  # the ledger file's claims
     runtime = runtime_client(nc, state)
     proposal = deletion(runtime, "doc-settle-outage")
     signed = runtime.sign(proposal)

@@ -32,6 +32,7 @@ cannot be imported at all.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import subprocess
 import sys
@@ -44,6 +45,7 @@ import pytest
 
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.state import StateDir, provision_demo
+from smf_assurance.pipeline.chain.gate import Gate
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 NAMESPACE: Final = "smf_assurance"
@@ -255,6 +257,87 @@ def test_every_module_of_the_gate_sits_in_a_room() -> None:
         if top(n) == "pipeline" and n != "pipeline" and n.split(".")[1] not in rooms
     ]
     assert loose == []
+
+
+STORE_BACKENDS: Final = frozenset(
+    {
+        "ClaimStore",
+        "KvClaimStore",
+        "SqliteOrderBook",
+        "KvOrderBook",
+        "SqliteApprovalStore",
+        "KvApprovalStore",
+        "SqliteToolCallStore",
+        "KvToolCallStore",
+    }
+)
+"""The stores of one deployment or the other: asking which one an object is asks
+which deployment runs."""
+
+
+def deployment_questions(tree: ast.AST) -> list[str]:
+    """Where a module asks which deployment it runs on: a read of ``.cluster`` (the
+    config's choice) or an ``isinstance`` against one deployment's store, each named
+    by the function it sits in."""
+    found: list[str] = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inside = where
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                inside = child.name
+            if isinstance(child, ast.Attribute) and child.attr == "cluster":
+                found.append(f"{inside}: .cluster")
+            if (
+                isinstance(child, ast.Call)
+                and isinstance(child.func, ast.Name)
+                and child.func.id == "isinstance"
+                and any(
+                    isinstance(n, ast.Name) and n.id in STORE_BACKENDS
+                    for n in ast.walk(child.args[1])
+                )
+            ):
+                found.append(f"{inside}: isinstance")
+            visit(child, inside)
+
+    visit(tree, "<module>")
+    return found
+
+
+def test_the_deployment_is_chosen_once() -> None:
+    """One machine or a cluster is chosen in one place, ``deployment_for``; the chain
+    and the rest of the assembly follow the object it returns and never ask again
+    (``smf_assurance.pipeline.assembly.deployment``)."""
+    asked = {
+        f"{name}: {question}"
+        for name, path in MODULES.items()
+        if top(name) == "pipeline"
+        for question in deployment_questions(ast.parse(path.read_text(), str(path)))
+    }
+    assert asked == {"pipeline.assembly.deployment: deployment_for: .cluster"}
+
+
+def test_the_deployment_questions_are_found() -> None:
+    source = textwrap.dedent(
+        """
+        def start(config, claims):
+            if config.cluster is None:
+                return 1
+            return isinstance(claims, (ClaimStore, int))
+        """
+    )
+    assert deployment_questions(ast.parse(source)) == ["start: .cluster", "start: isinstance"]
+
+
+def test_the_gate_takes_no_optional_callable() -> None:
+    """What differs between deployments reaches the chain as one object, not as
+    callables a link must check for ``None`` before it calls them."""
+    optional = [
+        f.name
+        for f in dataclasses.fields(Gate)
+        if "Callable" in str(f.type) and "None" in str(f.type)
+    ]
+    assert optional == []
 
 
 def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:

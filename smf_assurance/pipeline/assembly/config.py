@@ -116,6 +116,8 @@ class GateConfig:
     co_located: bool = False
     """Call the stages in process (their services still answer on the bus)."""
     cluster: ClusterSettings | None = None
+    """One replica of several (``smf_assurance.pipeline.assembly.deployment.Cluster``);
+    ``None``: one machine (``OneMachine``)."""
     clock: Callable[[], int] = wall_clock_ms
     join_seconds: float = 30.0
     """How long the first connection may take before the start fails
@@ -166,7 +168,3 @@ class GateConfig:
             )
         if self.tainted_content_max_bytes <= 0:
             raise ValueError("tainted_content_max_bytes must be positive")
-
-    @property
-    def replicas(self) -> int:
-        return 1 if self.cluster is None else self.cluster.replicas

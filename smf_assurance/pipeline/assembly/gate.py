@@ -39,6 +39,7 @@ from smf_assurance.core.projection import (
 from smf_assurance.core.release_trust import VerifiedRelease
 from smf_assurance.pipeline.assembly import loops
 from smf_assurance.pipeline.assembly.config import GateConfig, ReleaseSource
+from smf_assurance.pipeline.assembly.deployment import Placed, Strategy, deployment_for
 from smf_assurance.pipeline.chain.announcements import AnnouncementDesk
 from smf_assurance.pipeline.chain.approvals import ApprovalDesk, DeskError
 from smf_assurance.pipeline.chain.buffer import OutputBuffer
@@ -58,7 +59,7 @@ from smf_assurance.pipeline.desks.gate_status import GateStatusDesk
 from smf_assurance.pipeline.desks.holds import HoldsDesk, HoldsMirror
 from smf_assurance.pipeline.desks.model_admission import ModelAdmissionDesk
 from smf_assurance.pipeline.desks.runtime_stops import RuntimeStops
-from smf_assurance.pipeline.desks.tool_calls import DecidedCalls, ToolCallDesk
+from smf_assurance.pipeline.desks.tool_calls import ToolCallDesk
 from smf_assurance.pipeline.followers.releases import ReleaseWatcher
 from smf_assurance.pipeline.followers.replica_sync import ReplicaSync
 from smf_assurance.pipeline.followers.shadow import ShadowDesk
@@ -71,18 +72,14 @@ from smf_assurance.pipeline.service import (
     start_service,
 )
 from smf_assurance.pipeline.stores.approvals import ApprovalStore
-from smf_assurance.pipeline.stores.approvals_kv import KvApprovalStore
-from smf_assurance.pipeline.stores.approvals_sqlite import SqliteApprovalStore
 from smf_assurance.pipeline.stores.call_context import CallContextMirror, ensure_call_context_bucket
 from smf_assurance.pipeline.stores.checkpoint_stream import newest_checkpoint, read_checkpoints
-from smf_assurance.pipeline.stores.claims import ClaimStore, ProposalClaims, merge_claim_file
-from smf_assurance.pipeline.stores.claims_kv import KvClaimStore
+from smf_assurance.pipeline.stores.claims import ProposalClaims
 from smf_assurance.pipeline.stores.evidence import EvidenceWriter
 from smf_assurance.pipeline.stores.holds import open_holds
 from smf_assurance.pipeline.stores.ledger import Ledger
-from smf_assurance.pipeline.stores.orders import OrderBook, SqliteOrderBook
-from smf_assurance.pipeline.stores.orders_kv import KvOrderBook
-from smf_assurance.pipeline.stores.state_check import StateFiles, check_state, valid_checkpoints
+from smf_assurance.pipeline.stores.orders import OrderBook
+from smf_assurance.pipeline.stores.state_check import check_state, valid_checkpoints
 from smf_assurance.pipeline.stores.streams import (
     JetStreamUnavailableError,
     ensure_connector_durables,
@@ -91,8 +88,7 @@ from smf_assurance.pipeline.stores.streams import (
     wait_for_jetstream,
 )
 from smf_assurance.pipeline.stores.tainted_content import ensure_tainted_content_bucket
-from smf_assurance.pipeline.stores.tool_calls import SqliteToolCallStore, ToolCallStore
-from smf_assurance.pipeline.stores.tool_calls_kv import KvToolCallStore
+from smf_assurance.pipeline.stores.tool_calls import ToolCallStore
 from smf_assurance.subjects import names
 from smf_assurance.subjects.bus_access import BusCredential, connect_options
 from smf_assurance.subjects.keys import VerifyKey
@@ -219,7 +215,7 @@ class _Stages:
 
 
 async def _open_shadows(
-    config: GateConfig, js: JetStreamContext, releases: ReleaseWatcher | None
+    config: GateConfig, js: JetStreamContext, releases: ReleaseWatcher | None, replicas: int
 ) -> ShadowReleases | None:
     """The shadow release, verified against the release just loaded; only in
     release mode (a projection folder has no trusted state to verify one against)."""
@@ -228,7 +224,7 @@ async def _open_shadows(
         return None
     shadows = ShadowReleases(releases, source.trust_root, config.clock)
     try:
-        await shadows.start(js, replicas=config.replicas)
+        await shadows.start(js, replicas=replicas)
     except BaseException:
         await shadows.close()
         raise
@@ -285,7 +281,9 @@ def _shadow_desk(
     return desk
 
 
-async def _open_releases(config: GateConfig, js: JetStreamContext) -> ReleaseWatcher | None:
+async def _open_releases(
+    config: GateConfig, js: JetStreamContext, replicas: int
+) -> ReleaseWatcher | None:
     """Release mode: run only on verified releases, from the bucket and inbox."""
     source = config.policy
     if not isinstance(source, ReleaseSource):
@@ -294,58 +292,13 @@ async def _open_releases(config: GateConfig, js: JetStreamContext) -> ReleaseWat
         source.trust_root, source.state, config.clock, inbox=source.inbox
     )
     try:
-        await watcher.start(js, tick_seconds=source.tick_seconds, replicas=config.replicas)
+        await watcher.start(js, tick_seconds=source.tick_seconds, replicas=replicas)
     except BaseException:
         await watcher.close()
         raise
     if watcher.active is None:
         log.error("gate_has_no_verified_release", gate=config.name)
     return watcher
-
-
-async def _open_stores(
-    config: GateConfig, js: JetStreamContext, undo: contextlib.AsyncExitStack, ledger: Ledger
-) -> tuple[ProposalClaims, ApprovalStore, OrderBook]:
-    """SQLite files on one machine; replicated JetStream KV on a cluster.
-    The order book lives with the claims: on one machine both in the ledger file
-    (so a claim and its order commit with the evidence entry; a separate claim file
-    of the older layout is merged in first), on a cluster in the claim bucket."""
-    claims: ProposalClaims
-    approvals: ApprovalStore
-    orders: OrderBook
-    if config.cluster is None:
-        claims = await ClaimStore.in_ledger(ledger.worker)
-        undo.push_async_callback(claims.close)
-        merged = await merge_claim_file(claims, config.stores.claims)
-        if merged:
-            log.info("claim_file_merged_into_ledger", rows=merged)
-        approvals = await SqliteApprovalStore.open(config.stores.approvals)
-        undo.push_async_callback(approvals.close)
-        orders = SqliteOrderBook.beside(claims.worker)
-    else:
-        claims = await KvClaimStore.open_bucket(js, replicas=config.replicas)
-        undo.push_async_callback(claims.close)
-        approvals = await KvApprovalStore.open(js, replicas=config.replicas)
-        undo.push_async_callback(approvals.close)
-        orders = await KvOrderBook.open_bucket(js, replicas=config.replicas)
-    undo.push_async_callback(orders.close)
-    return claims, approvals, orders
-
-
-async def _open_tool_calls(
-    config: GateConfig, js: JetStreamContext, undo: contextlib.AsyncExitStack, ledger: Ledger
-) -> ToolCallStore:
-    """Stops and decided tool calls: tables in the ledger file on one
-    machine, so a note rides in the decision's evidence transaction and a clear
-    commits with its entry; a replicated KV bucket on a cluster, which a restarted
-    replica loads from."""
-    store: ToolCallStore
-    if config.cluster is None:
-        store = await SqliteToolCallStore.in_ledger(ledger.worker)
-    else:
-        store = await KvToolCallStore.open_bucket(js, replicas=config.replicas)
-    undo.push_async_callback(store.close)
-    return store
 
 
 def _binding_broken_stop(
@@ -363,18 +316,18 @@ def _binding_broken_stop(
 
 def _runtime_stops(
     config: GateConfig,
-    store: ToolCallStore,
+    placed: Placed,
     attestation: AttestationDesk,
     ledger: Ledger,
     releases: ReleaseWatcher | None,
 ) -> RuntimeStops:
     """The gate's stops, loaded by :func:`_start_accounting`."""
     return RuntimeStops(
-        store=store,
+        store=placed.calls,
         attestation=attestation,
         evidence=EvidenceWriter(ledger, config.tenant_key, config.clock),
         release_id=_active_release(releases),
-        clear_beside=store.clear_beside if isinstance(store, SqliteToolCallStore) else None,
+        clear_beside=placed.clear_beside,
     )
 
 
@@ -384,25 +337,27 @@ async def _start_accounting(
     auth: StageAuth,
     gate: Gate,
     stops: RuntimeStops,
-    store: ToolCallStore,
-) -> ReplicaSync | None:
+    placed: Placed,
+) -> list[ReplicaSync]:
     """The decided-call index and the stops as they stood, before anything is served:
     the stored notes within the index's bounds, oldest first (one
     that does not decode is left out: its id is reported uncovered), and every stored
     stop in force (one that does not decode ends the start: never read as "not
     stopped"). On a cluster the replicas' sync is heard first, so what another
     replica tells meanwhile is not lost between the read and the serving."""
-    sync = _replica_sync(config, nc, auth, gate, stops.attestation, stops)
-    if sync is not None:
-        await sync.start()
     calls = gate.decided_calls
-    assert calls is not None
+    confinement = gate.confinement
+    assert confinement is not None
+    syncs = placed.replica_sync(nc, auth, config.name, calls, stops.attestation, confinement, stops)
+    for sync in syncs:
+        await sync.start()
+    store = placed.calls
     await store.prune_notes(calls.per_runtime, calls.max_runtimes)
     calls.load(await store.notes())
     loaded = await stops.load()
     if loaded:
         log.warning("runtime_stops_loaded", count=loaded)
-    return sync
+    return syncs
 
 
 def _active_analysis(
@@ -438,21 +393,6 @@ def _detection_window(evaluate: EvaluateStage) -> Callable[[], int]:
             return DEFAULT_DETECTION_WINDOW_CHARS
 
     return current
-
-
-def _close_claim(
-    claims: ProposalClaims, clock: Callable[[], int]
-) -> Callable[[str], Awaitable[bool]]:
-    """One replica answers each output close: the one whose claim on it lands first.
-
-    The claim lives in the proposal-claim store under its own prefix, so it is as
-    durable and as atomic across replicas as the claim of a proposal.
-    """
-
-    async def claim(stream_id: str) -> bool:
-        return await claims.claim(f"output-close:{stream_id}", "output-close", stream_id, clock())
-
-    return claim
 
 
 class BusUnavailableError(RuntimeError):
@@ -535,23 +475,27 @@ async def start_gate(config: GateConfig) -> RunningGate:
             await wait_for_jetstream(nc, config.join_seconds)
         except JetStreamUnavailableError as exc:
             raise BusUnavailableError(str(exc)) from None
-        await ensure_gate_streams(js, config.replicas, record=config.stores.streams)
-        await _check_state(config, js)
-        releases = await _open_releases(config, js)
+        deployment = deployment_for(config)
+        replicas = deployment.replicas
+        await ensure_gate_streams(js, replicas, record=config.stores.streams)
+        await _check_state(config, js, deployment)
+        releases = await _open_releases(config, js, replicas)
         if releases is not None:
             undo.push_async_callback(releases.close)
-        shadows = await _open_shadows(config, js, releases)
+        shadows = await _open_shadows(config, js, releases, replicas)
         if shadows is not None:
             undo.push_async_callback(shadows.close)
-        call_contexts = await _open_call_contexts(config, nc, js, releases)
+        call_contexts = await _open_call_contexts(config, nc, js, releases, replicas)
         undo.push_async_callback(call_contexts.stop)
-        running = await _assemble(config, nc, js, releases, undo, call_contexts, shadows)
+        running = await _assemble(
+            config, deployment, nc, js, releases, undo, call_contexts, shadows
+        )
         undo.pop_all()
         return running
     raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
 
 
-async def _check_state(config: GateConfig, js: JetStreamContext) -> None:
+async def _check_state(config: GateConfig, js: JetStreamContext, deployment: Strategy) -> None:
     """Refuse state that lies before any store opens it
     (``smf_assurance.pipeline.stores.state_check``): the files against themselves,
     the ledger against the newest checkpoint this gate signed on the bus (all of them
@@ -568,15 +512,7 @@ async def _check_state(config: GateConfig, js: JetStreamContext) -> None:
             envelopes = valid_checkpoints(await read_checkpoints(js, config.name), trusted)
     except (NatsError, TimeoutError) as exc:
         raise BusUnavailableError(f"cannot read the ledger checkpoints: {exc}") from None
-    one_machine = config.cluster is None
-    release_state = config.policy.state if isinstance(config.policy, ReleaseSource) else None
-    files = StateFiles(
-        ledger=config.stores.ledger,
-        approvals=config.stores.approvals if one_machine else None,
-        claims_in_ledger=one_machine,
-        earlier_claims=config.stores.claims if one_machine else None,
-        others=() if release_state is None else (release_state,),
-    )
+    files = deployment.state_files(config)
     retention = GateSettings(tenant_key=config.tenant_key).claim_retention_ms
     await asyncio.to_thread(
         check_state,
@@ -590,6 +526,7 @@ async def _check_state(config: GateConfig, js: JetStreamContext) -> None:
 
 async def _assemble(
     config: GateConfig,
+    deployment: Strategy,
     nc: Client,
     js: JetStreamContext,
     releases: ReleaseWatcher | None,
@@ -611,8 +548,13 @@ async def _assemble(
         config.stores.ledger, signer=config.gate_key, on_checkpoint=publish_checkpoint
     )
     undo.push_async_callback(ledger.close)
-    claims, approvals, orders = await _open_stores(config, js, undo, ledger)
-    tool_calls = await _open_tool_calls(config, js, undo, ledger)
+    placed = await deployment.open(config, js, ledger, undo)
+    claims, approvals, orders, tool_calls = (
+        placed.claims,
+        placed.approvals,
+        placed.orders,
+        placed.calls,
+    )
 
     if releases is not None:
         evaluate = EvaluateStage(None, config.clock, release=releases.current)
@@ -623,7 +565,7 @@ async def _assemble(
     # otherwise any client could call the dispatch stage, or answer a stage first.
     # the gate's hold list decides its own proposals too: read once before any proposal
     # is served, then every second (a stale list refuses document writes and deletes)
-    holds = HoldsMirror(await open_holds(js, config.replicas))
+    holds = HoldsMirror(await open_holds(js, deployment.replicas))
     await holds.refresh()
     stages = _Stages(
         normalize=NormalizeStage(config.mapper_tables, holds=holds.view),
@@ -658,21 +600,13 @@ async def _assemble(
         tenant_key=config.tenant_key,
         execution_deadline_ms=config.execution_deadline_ms,
         approvals=desk.settle_report,
-        # one machine: the book is in the ledger file, so a lost outcome entry is found
-        outcome_written=ledger.has_outcome if config.cluster is None else None,
+        outcome_missing=placed.outcome_missing,
     )
     # Direct orders are never resumed; those past their deadline end unknown now,
     # the others keep waiting for their report (smf_assurance.pipeline.chain.outcomes). Safe on
     # a cluster too: settling is conditional, so one replica records each.
     await outcomes.recover()
-    if config.cluster is None:
-        await desk.recover()
-    else:
-        # On a cluster the open approvals belong to every replica, not to this one: a
-        # replica that (re)starts must not invalidate what another holds. Executing
-        # work a crashed replica left behind ends execution_unknown by the execution
-        # deadline sweep (ApprovalDesk.sweep), never claimed again.
-        log.info("gate_recovery_left_to_the_cluster", gate=config.name)
+    await placed.recover(desk)
 
     gate = Gate(
         settings=GateSettings(
@@ -689,14 +623,8 @@ async def _assemble(
         clock=config.clock,
         signer=config.gate_key,
         outcomes=outcomes,
+        deployment=placed,
         hold=desk,
-        decided_calls=DecidedCalls(),
-        claim_beside=claims.claim_and_record_beside if isinstance(claims, ClaimStore) else None,
-        settle_beside=claims.settle_beside if isinstance(claims, ClaimStore) else None,
-        call_store=tool_calls,
-        note_beside=(
-            tool_calls.note_beside if isinstance(tool_calls, SqliteToolCallStore) else None
-        ),
         call_contexts=call_contexts,
         fence=OrderFence(js, config.gate_key, config.clock, config.stage_timeout),
     )
@@ -712,14 +640,14 @@ async def _assemble(
         clock=gate.clock,
         attested_instance=attestation.attested_instance,
     )
-    stops = _runtime_stops(config, tool_calls, attestation, ledger, releases)
-    sync = await _start_accounting(config, nc, stages.auth, gate, stops, tool_calls)
+    stops = _runtime_stops(config, placed, attestation, ledger, releases)
+    syncs = await _start_accounting(config, nc, stages.auth, gate, stops, placed)
     buffer = OutputBuffer(
         nc,
         gate,
         config.clock,
         config.buffer_limits,
-        close_claim=None if config.cluster is None else _close_claim(claims, config.clock),
+        answers_close=placed.answers_close,
         window_chars=_detection_window(evaluate),
     )
     running = RunningGate(
@@ -737,7 +665,7 @@ async def _assemble(
         releases=releases,
         tool_calls=tool_calls,
         stops=stops,
-        syncs=[] if sync is None else [sync],
+        syncs=syncs,
         call_contexts=call_contexts,
         shadows=shadows,
         shadow=shadow,
@@ -910,7 +838,6 @@ async def _serve_runtime_state(
         description="SMF model gateway admission: admit -> signed admission",
         auth=None,
     )
-    assert gate.decided_calls is not None
     assert stops is not None
     accounting = ToolCallDesk(
         calls=gate.decided_calls,
@@ -948,45 +875,23 @@ async def _serve_runtime_state(
     )
 
 
-def _replica_sync(
+async def _open_call_contexts(
     config: GateConfig,
     nc: Client,
-    auth: StageAuth,
-    gate: Gate,
-    attestation: AttestationDesk,
-    stops: RuntimeStops,
-) -> ReplicaSync | None:
-    """On a cluster, replicas share attestations, decided tool-call ids, stops and
-    clears (``smf_assurance.pipeline.followers.replica_sync``); each still verifies attestations
-    itself."""
-    if config.cluster is None:
-        return None
-    assert gate.decided_calls is not None
-    sync = ReplicaSync(
-        nc, auth, config.name, attestation, gate.decided_calls, stops, gate.confinement
-    )
-    attestation.share = sync.attested
-    if gate.confinement is not None:
-        gate.confinement.share = sync.confined
-    gate.share_call = sync.noted
-    stops.share_stop = sync.stopped
-    stops.share_clear = sync.cleared
-    return sync
-
-
-async def _open_call_contexts(
-    config: GateConfig, nc: Client, js: JetStreamContext, releases: ReleaseWatcher | None
+    js: JetStreamContext,
+    releases: ReleaseWatcher | None,
+    replicas: int,
 ) -> CallContextMirror:
     """What the chain's ``raise call context`` link reads: the bucket
     (created when absent, refused with other settings) and the gate's watch of it. A
     record counts only when a ``gateway`` key of the registry in force signed it: the
     active release's registry, as the gate adopts it at every switch, else the
     configured one."""
-    await ensure_call_context_bucket(js, config.replicas, config.call_context_max_age_s)
+    await ensure_call_context_bucket(js, replicas, config.call_context_max_age_s)
     # beside it, what tainted sessions wrote: only model gateways use it, and no
     # gateway may create a bucket (docs/BUS-PERMISSIONS.md)
     await ensure_tainted_content_bucket(
-        js, config.replicas, config.call_context_max_age_s, config.tainted_content_max_bytes
+        js, replicas, config.call_context_max_age_s, config.tainted_content_max_bytes
     )
 
     def gateway_keys() -> dict[str, VerifyKey]:

@@ -87,17 +87,19 @@ class OutputBuffer:
         gate: Gate,
         clock: Callable[[], int],
         limits: BufferLimits | None = None,
-        close_claim: Callable[[str], Awaitable[bool]] | None = None,
+        *,
+        answers_close: Callable[[str], Awaitable[bool]],
         window_chars: Callable[[], int] | None = None,
     ) -> None:
         self.nc = nc
         self.gate = gate
         self.clock = clock
         self.limits = limits or BufferLimits()
-        self.close_claim = close_claim
-        """Cluster mode: every replica buffers every stream, and only the
-        replica that wins this one-shot claim on the close decides and answers.
-        ``None`` on one machine, where the one buffer always answers."""
+        self.answers_close = answers_close
+        """Whether this gate answers a close (``smf_assurance.pipeline.chain.deployment``):
+        on one machine the one buffer always does; on a cluster every replica buffers
+        every stream, and only the replica that wins a one-shot claim on the close
+        decides and answers."""
         self.window_chars = window_chars or (lambda: DEFAULT_DETECTION_WINDOW_CHARS)
         """The release's detection window: how much of a close's window is read."""
         self.streams: dict[str, _Stream] = {}
@@ -142,7 +144,7 @@ class OutputBuffer:
 
     async def _answer(self, msg: Msg, stream_id: str, chunks: list[bytes] | str) -> None:
         try:
-            if self.close_claim is not None and not await self._won_close(stream_id):
+            if not await self._won_close(stream_id):
                 return
             reply = await self.on_close(stream_id, msg.data, chunks)
             # Signed like the propose reply: an adapter releases output only on an
@@ -167,9 +169,8 @@ class OutputBuffer:
         reach the claim store) stays silent: two answers could be a withheld output
         and a released one, and the adapter keeps the first. If no replica can
         claim, nobody answers and the adapter's deadline withholds the output."""
-        assert self.close_claim is not None
         try:
-            won = await self.close_claim(stream_id)
+            won = await self.answers_close(stream_id)
         except Exception:
             log.exception("output_close_claim_failed", stream_id=stream_id)
             return False

@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Protocol, TypeVar
+from typing import Final, Literal, Protocol, TypeVar
 
 import msgspec
 import structlog
@@ -47,6 +46,7 @@ from smf_assurance.pipeline.chain.contracts import (
     DispatchRequest,
     EvaluateRequest,
 )
+from smf_assurance.pipeline.chain.deployment import NO_NOTE, AllowClaim, CallNote, Deployment
 from smf_assurance.pipeline.chain.dispatch import (
     CERTAIN_NOT_STORED,
     DEFAULT_ORDER_TTL_MS,
@@ -70,23 +70,11 @@ from smf_assurance.pipeline.stores.claims import (
     ClaimState,
     ProposalClaims,
 )
-from smf_assurance.pipeline.stores.evidence import (
-    EvidenceWriter,
-    unique,
-    verdict,
-    with_reason,
-)
-from smf_assurance.pipeline.stores.ledger import (
-    Beside,
-    EvidenceEntry,
-    EvidenceError,
-    Ledger,
-    Recorded,
-)
+from smf_assurance.pipeline.stores.evidence import EvidenceWriter, unique, verdict
+from smf_assurance.pipeline.stores.ledger import EvidenceError, Ledger
 from smf_assurance.pipeline.stores.orders import OrderRecord
 from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
 from smf_assurance.pipeline.stores.streams import DUPLICATE_WINDOW_SECONDS
-from smf_assurance.pipeline.stores.tool_calls import ToolCallStore
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.call_context import CallContext, is_gateway_call_id
 from smf_assurance.subjects.envelope import OperationEnvelope
@@ -127,15 +115,6 @@ ORDER_OUTCOME_UNKNOWN: Final = "order_outcome_unknown"
 UNSETTLED: Final = frozenset({DISPATCH_UNCONFIRMED, VERDICT_PENDING, ORDER_OUTCOME_UNKNOWN})
 """Answers the gate never signs as a verdict: whether an order exists, or ran, is
 not known (yet). The requester is told so in an error reply, never a deny."""
-
-ClaimBeside = Callable[[str, str, str, int, OrderRecord | None], Beside]
-"""``(proposal_id, operation_hash, decision_id, at_ms, order)``: the claim and its order
-as a write beside an evidence entry
-(:meth:`smf_assurance.pipeline.stores.claims.ClaimStore.claim_and_record_beside`)."""
-NoteBeside = Callable[[str, str, int], Beside]
-"""``(runtime_id, tool_call_id, at_ms)``: a decided tool call's note as a write beside an
-evidence entry
-(:meth:`smf_assurance.pipeline.stores.tool_calls.SqliteToolCallStore.note_beside`)."""
 
 
 class CallContexts(Protocol):
@@ -237,7 +216,9 @@ class Work:
     order_at_ms: int | None = None
     """When the connector order was given (recorded): its deadline counts from here."""
     claim: ClaimAndOrder | None = None
-    """Set when the claim (and its order) committed beside the evidence."""
+    """An allow's claim (and its order), written when its decision was recorded."""
+    note: CallNote = NO_NOTE
+    """The note of the proposal's tool call, begun when the proposal was verified."""
     note_stored: bool = False
     """The tool call's note committed beside the evidence."""
     confined: bool = False
@@ -259,6 +240,11 @@ class Work:
             raise RuntimeError("link ran before evaluate")
         return self.decision
 
+    def need_claim(self) -> ClaimAndOrder:
+        if self.claim is None:
+            raise RuntimeError("link ran before an allow's record")
+        return self.claim
+
 
 Link = Callable[[Work], Awaitable["Work | Verdict"]]
 """One step of the chain: the work to pass on, or the Verdict that ends it."""
@@ -278,34 +264,20 @@ class Gate:
     """The gate key: signs every verdict this gate answers with."""
     outcomes: OutcomeDesk
     """Follows every direct-allow order to its outcome in the ledger."""
+    deployment: Deployment
+    """Where the claims, the order book and the tool-call notes live, and so how the
+    chain writes them (``smf_assurance.pipeline.chain.deployment``): on one machine in
+    the transaction of the decision's evidence entry, on a cluster in replicated
+    stores beside the chain, each noted tool-call id told to the other replicas."""
+    decided_calls: DecidedCalls = field(default_factory=DecidedCalls)
+    """Tool-call accounting: the tool-call ids of every verified proposal, kept
+    across a restart in :attr:`Deployment.calls`."""
     hold: HoldHandler | None = None
     attestation: AttestationDesk | None = None
     """Admission by runtime attestation; ``None`` admits every runtime."""
     confinement: ConfinementDesk | None = None
     """Which runtimes run confined, as their launchers attest; ``None``: none does, so
     a release's confinement policies apply to every runtime (fail closed)."""
-    decided_calls: DecidedCalls | None = None
-    """Tool-call accounting: the tool-call ids of every verified proposal."""
-    claim_beside: ClaimBeside | None = None
-    """Where the claims and the order book live in the ledger file (one machine): the
-    claim and its order as a write in the evidence entry's transaction.
-    ``None`` (a cluster's KV stores): claim, then record the order."""
-    settle_beside: Callable[[str, ClaimState], Beside] | None = None
-    """With :attr:`claim_beside`: a claim's settle as a write for the ledger's next
-    group commit, so it shares the fsync of the evidence queued with it."""
-    share_call: Callable[[str, str], Awaitable[None]] | None = None
-    """On a cluster: tell the other replicas of a noted tool-call id
-    (``smf_assurance.pipeline.followers.replica_sync``), before this proposal's verdict is
-    answered."""
-    call_store: ToolCallStore | None = None
-    """Where :attr:`decided_calls` is kept across a restart; on a
-    cluster (KV) each note is written beside the chain and waited for before the
-    verdict is answered."""
-    note_beside: NoteBeside | None = None
-    """Where that store lives in the ledger file (one machine): a note as a write in
-    the decision's evidence transaction, so it adds no commit of its own;
-    a proposal refused before any evidence was written has its note in the ledger's
-    next group commit instead."""
     call_contexts: CallContexts | None = None
     """Session taint outside the runtime: the contexts the model
     gateway recorded for the tool-call ids it issued. ``None``: none can be read, so
@@ -406,9 +378,9 @@ class Gate:
         before = self.clock() - self.settings.claim_retention_ms
         pruned = await self.claims.prune(before) + await self.outcomes.prune(before)
         calls = self.decided_calls
-        if self.call_store is not None and calls is not None:
-            pruned += await self.call_store.prune_notes(calls.per_runtime, calls.max_runtimes)
-        return pruned
+        return pruned + await self.deployment.calls.prune_notes(
+            calls.per_runtime, calls.max_runtimes
+        )
 
     def verify_proposal(self, data: bytes) -> Proposal:
         return self.verify_runtime_message(data, Proposal, names.PAYLOAD_PROPOSAL)
@@ -460,11 +432,12 @@ class Gate:
         return answer
 
     async def _decide(self, proposal: Proposal, notes: tuple[str, ...]) -> Verdict:
-        noting = self._note_soon(proposal)
-        work, answer = await self._run(Work(proposal, notes))
+        call_id = proposal.tool_call_id
+        note = NO_NOTE if call_id is None else self.deployment.note(proposal.runtime_id, call_id)
+        work, answer = await self._run(Work(proposal, notes, note=note))
         if answer.outcome == "deny" and not answer.evidence:
             answer = await self._recorded(work, answer)
-        await self._store_note(work, noting)
+        await self._store_note(work)
         self._to_shadow(work)
         return answer
 
@@ -639,10 +612,9 @@ class Gate:
         """Tool-call accounting first: a verified proposal's tool call was
         decided, whatever the outcome, so its result is not an ungated one."""
         call_id = work.proposal.tool_call_id
-        if self.decided_calls is not None and call_id is not None:
+        if call_id is not None:
             self.decided_calls.add(work.proposal.runtime_id, call_id)
-            if self.share_call is not None:
-                await self.share_call(work.proposal.runtime_id, call_id)
+            await self.deployment.share_call(work.proposal.runtime_id, call_id)
         return work
 
     async def _admit(self, work: Work) -> Work | Verdict:
@@ -754,62 +726,44 @@ class Gate:
         """Write-before-release: the decision's evidence commits first;
         a ledger outage is a denial.
 
-        One durable commit per decision: for an allow, where the claim
-        store lives in the ledger file (:attr:`claim_beside`), the claim and its
-        order are written in the SAME transaction as the evidence entry: one
-        commit, and no crash can leave a claim or an order without the evidence
-        of its decision, or the reverse. The note of the proposal's tool call
-        (:attr:`note_beside`) rides in that transaction too, for every
-        disposition: it adds no commit."""
+        An allow's claim, and its order for a connector, are written with it: where is
+        the deployment's to say (``smf_assurance.pipeline.chain.deployment``). On one
+        machine they and the note of the proposal's tool call ride in the entry's
+        transaction (one durable commit per decision); on a cluster they follow the
+        commit. A claim store that cannot take the claim is a denial."""
         decision = work.need_decision()
         tenant_ref = self._evidence.tenant_ref(work.proposal.actor.tenant_id)
         entry = self._evidence.for_decision(decision, tenant_ref, reasons=work.reasons)
-        note = self._note_beside(work.proposal)
-        noted = False
+        claim = (
+            self._allow_claim(work, decision, tenant_ref)
+            if decision.disposition == "allow"
+            else None
+        )
         try:
-            if decision.disposition != "allow" or self.claim_beside is None:
-                if note is None:
-                    receipt = await self._evidence.append(entry)
-                else:
-                    receipt, written = await self._evidence.append_beside(entry, note)
-                    noted = not isinstance(written, StoreUnavailable)
-                return dataclasses.replace(
-                    work, tenant_ref=tenant_ref, evidence=(receipt.entry_hash,), note_stored=noted
-                )
-            order_at = self.clock()
-            try:
-                beside = self._claim_beside(work, decision, tenant_ref, order_at)
-            except StoreUnavailable:
-                receipt = await self._evidence.append(with_reason(entry, CLAIM_UNAVAILABLE))
-                claim: ClaimAndOrder | StoreUnavailable = StoreUnavailable("claim store closed")
-            else:
-                receipt, claim = await self._evidence.append_beside(
-                    entry, Recorded(_then(note, beside), _claim_recorded)
-                )
-                noted = note is not None and not isinstance(claim, StoreUnavailable)
+            recording = await self.deployment.record(
+                self._evidence, entry, work.note.beside(), claim
+            )
         except EvidenceError:
             log.error("evidence_unavailable", proposal_id=work.proposal.proposal_id)
             return self._deny(work, (EVIDENCE_UNAVAILABLE,))
         # One copy of the work for all this link learnt: each copy is a measurable part
         # of an allow's CPU (docs/PERFORMANCE.md, where the co-located allow's time went).
+        written = recording.claim
         work = dataclasses.replace(
             work,
             tenant_ref=tenant_ref,
-            evidence=(receipt.entry_hash,),
-            note_stored=noted,
-            order_at_ms=(
-                order_at if work.need_normalized().connector_id is not None else work.order_at_ms
-            ),
-            claim=None if isinstance(claim, StoreUnavailable) else claim,
+            evidence=(recording.receipt.entry_hash,),
+            note_stored=recording.noted,
+            order_at_ms=recording.order_at_ms,
+            claim=written if isinstance(written, ClaimAndOrder) else None,
         )
-        if isinstance(claim, StoreUnavailable):
+        if isinstance(written, StoreUnavailable):
             return self._deny(work, (CLAIM_UNAVAILABLE,))
         return work
 
-    def _claim_beside(self, work: Work, decision: Decision, tenant_ref: str, at_ms: int) -> Beside:
-        """The claim of this proposal and, for a connector, its order given at ``at_ms``:
-        the write that commits with the decision's evidence entry."""
-        assert self.claim_beside is not None
+    def _allow_claim(self, work: Work, decision: Decision, tenant_ref: str) -> AllowClaim:
+        """The claim of this proposal and, for a connector, the order it gives now."""
+        at_ms = self.clock()
         connector = work.need_normalized().connector_id
         order = (
             None
@@ -822,7 +776,7 @@ class Gate:
                 at_ms,
             )
         )
-        return self.claim_beside(
+        return AllowClaim(
             work.proposal.proposal_id, decision.operation_hash, decision.decision_id, at_ms, order
         )
 
@@ -857,54 +811,31 @@ class Gate:
         )
 
     async def _claim_once(self, work: Work) -> Work | Verdict:
-        """Claim the proposal once: a replay never produces a second order."""
-        decision = work.need_decision()
-        proposal_id = work.proposal.proposal_id
-        if work.claim is not None:
-            return work if work.claim.claimed else self._deny(work, (DUPLICATE_PROPOSAL,))
-        try:
-            claimed = await self.claims.claim(
-                proposal_id, decision.operation_hash, decision.decision_id, self.clock()
-            )
-        except StoreUnavailable:
-            return self._deny(work, (CLAIM_UNAVAILABLE,))
-        if not claimed:
-            return self._deny(work, (DUPLICATE_PROPOSAL,))
-        return work
+        """Claim the proposal once: a replay never produces a second order. The claim
+        was taken when the decision was recorded (:meth:`_record`)."""
+        if work.need_claim().claimed:
+            return work
+        return self._deny(work, (DUPLICATE_PROPOSAL,))
 
     async def _open_order(self, work: Work) -> Work | Verdict:
-        """Record the connector order before it is published, with the connector that
-        must sign its report. Not recorded, not published: the claim is
+        """The connector order, recorded with the claim before it is published, with the
+        connector that must sign its report. Not recorded, not published: the claim is
         spent, so this is a denial, never a second try.
 
-        A tool the runtime runs itself gets no record here: a Hermes runtime does
+        A tool the runtime runs itself gets no record: a Hermes runtime does
         not report its executions, so such a record could only ever end
         ``execution_unknown``. (A released output is an order to the
         ``deliver.<channel>`` connector and is recorded like any other.) (An approved
-        runtime-executed action is followed by the approval desk, as before.)
+        runtime-executed action is followed by the approval desk.)
         """
-        connector = work.need_normalized().connector_id
-        if connector is None:
+        if work.need_normalized().connector_id is None:
             return work
         proposal, decision = work.proposal, work.need_decision()
-        order_id: str | None
-        if work.claim is not None:  # recorded with the claim, or refused there
-            order_id = (
-                order_id_for(decision.operation_hash, decision.decision_id)
-                if work.claim.order_recorded
-                else None
-            )
-        else:
-            executor = Executor("connector", connector)
-            at_ms = self.clock()
-            work = dataclasses.replace(work, order_at_ms=at_ms)
-            order_id = await self.outcomes.open(
-                proposal.proposal_id, decision, executor, work.tenant_ref, at_ms
-            )
-        if order_id is None:
+        if not work.need_claim().order_recorded:
             await self._settle(proposal.proposal_id, "failed")
             await self._record_failure(decision, work.tenant_ref, "order_record_failed")
             return self._deny(work, ("order_record_failed",))
+        order_id = order_id_for(decision.operation_hash, decision.decision_id)
         return dataclasses.replace(work, order_id=order_id)
 
     async def _dispatch(self, work: Work) -> Work | Verdict:
@@ -1033,54 +964,19 @@ class Gate:
 
     # -- the tool call's note ---------------------------------
 
-    def _note_beside(self, proposal: Proposal) -> Beside | None:
-        """The proposal's note as a write beside its decision's evidence entry (one
-        machine), or None (no tool call, no accounting, a KV store, a closed store)."""
-        call_id = proposal.tool_call_id
-        if self.decided_calls is None or self.note_beside is None or call_id is None:
-            return None
-        try:
-            return self.note_beside(proposal.runtime_id, call_id, self.clock())
-        except StoreUnavailable:
-            return None  # written after the chain, or logged there
-
-    def _note_soon(self, proposal: Proposal) -> asyncio.Future[None] | None:
-        """On KV: the note's write, started now so it runs beside the chain."""
-        call_id = proposal.tool_call_id
-        if (
-            self.decided_calls is None
-            or self.call_store is None
-            or self.note_beside is not None
-            or call_id is None
-        ):
-            return None
-        return asyncio.ensure_future(
-            self.call_store.note(proposal.runtime_id, call_id, self.clock())
-        )
-
-    async def _store_note(self, work: Work, noting: asyncio.Future[None] | None) -> None:
+    async def _store_note(self, work: Work) -> None:
         """The note is durable before the verdict is answered, so a tool result that
-        comes back after a restart is still covered. One that did not ride in the
-        decision's evidence entry (none was written: refused before evaluation, or the
-        ledger failed) goes into the ledger's next group commit. A note that cannot be
-        stored changes no verdict: its id is then covered until a restart only, after
-        which its result is reported uncovered (fails closed)."""
-        proposal = work.proposal
-        call_id = proposal.tool_call_id
-        if call_id is None or work.note_stored or self.decided_calls is None:
+        comes back after a restart is still covered. A note that cannot be stored
+        changes no verdict: its id is then covered until a restart only, after which
+        its result is reported uncovered (fails closed)."""
+        if work.note_stored:
             return
         try:
-            if noting is not None:
-                await noting
-            elif self.note_beside is not None:
-                note = self.note_beside(proposal.runtime_id, call_id, self.clock())
-                written = await self.ledger.write_beside(note)
-                if isinstance(written, StoreUnavailable):
-                    raise written
+            await work.note.stored()
         except (StoreUnavailable, EvidenceError) as exc:
             log.error(
                 "tool_call_note_not_stored",
-                runtime_id=proposal.runtime_id,
+                runtime_id=work.proposal.runtime_id,
                 error=type(exc).__name__,
             )
 
@@ -1091,12 +987,7 @@ class Gate:
         replay, and the order (if any) is already in the stream. A store outage here
         must not turn an order that exists into a reply that says "deny"."""
         try:
-            if self.settle_beside is None:
-                await self.claims.settle(proposal_id, state)
-            else:
-                written = await self.ledger.write_beside(self.settle_beside(proposal_id, state))
-                if isinstance(written, StoreUnavailable):
-                    raise written
+            await self.deployment.settle(proposal_id, state)
         except (StoreUnavailable, EvidenceError):
             log.error("claim_settle_failed", proposal_id=proposal_id, state=state)
 
@@ -1132,25 +1023,3 @@ class Gate:
 
     def _deny(self, work: Work, reasons: tuple[str, ...]) -> Verdict:
         return self._answer(work, "deny", reasons)
-
-
-def _claim_recorded(entry: EvidenceEntry, written: object) -> EvidenceEntry:
-    """An allow's entry says when its claim was NOT written (a replay's claim is
-    refused, a failed write undone): the claims table must then hold a row for every
-    other allow of the retention window, which the start-up check holds it to
-    (``smf_assurance.pipeline.stores.state_check``)."""
-    if isinstance(written, ClaimAndOrder):
-        return entry if written.claimed else with_reason(entry, DUPLICATE_PROPOSAL)
-    return with_reason(entry, CLAIM_UNAVAILABLE)
-
-
-def _then(first: Beside | None, beside: Beside) -> Beside:
-    """``first`` and then ``beside``, as one write beside an entry (``beside``'s result)."""
-    if first is None:
-        return beside
-
-    def both(conn: sqlite3.Connection) -> Any:
-        first(conn)
-        return beside(conn)
-
-    return both

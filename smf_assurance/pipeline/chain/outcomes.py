@@ -117,13 +117,14 @@ class OutcomeDesk:
     ledger: Ledger
     clock: Callable[[], int]
     tenant_key: PseudonymKey
+    outcome_missing: Callable[[str], Awaitable[bool]]
+    """Whether this gate's ledger lacks the outcome entry of an order's decision, so it
+    is written from the report that comes again (``smf_assurance.pipeline.chain.
+    deployment``: on one machine the book and the ledger share a file; on a cluster
+    each replica keeps its own ledger, so none is ever missing here)."""
     execution_deadline_ms: int = DEFAULT_EXECUTION_DEADLINE_MS
     approvals: ApprovalReports | None = None
     """The approval desk's settle step, offered every report first."""
-    outcome_written: Callable[[str], Awaitable[bool]] | None = None
-    """Whether the ledger holds an outcome entry for an order's decision (one machine:
-    the book and the ledger share a file). ``None``: no repair (a cluster, where each
-    replica keeps its own ledger)."""
     _evidence: EvidenceWriter = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -157,29 +158,6 @@ class OutcomeDesk:
             executor_id=executor.executor_id,
             dispatched_at=self.clock() if at_ms is None else at_ms,
         )
-
-    async def open(
-        self,
-        proposal_id: str,
-        decision: Decision,
-        executor: Executor,
-        tenant_ref: str,
-        at_ms: int | None = None,
-    ) -> str | None:
-        """Record the order a direct allow gives, before it is given; its id, or None
-        when it could not be recorded (the caller then gives nothing)."""
-        order = self.order_for(proposal_id, decision, executor, tenant_ref, at_ms)
-        order_id = order.order_id
-        try:
-            opened = await self.orders.open(order)
-        except StoreUnavailable as exc:
-            log.error("order_record_failed", order_id=order_id, error=type(exc).__name__)
-            return None
-        if not opened:
-            # The claim makes each decision's order once; a second is a fault.
-            log.error("order_already_recorded", order_id=order_id)
-            return None
-        return order_id
 
     async def close_undelivered(self, order_id: str) -> None:
         """The order was recorded but its dispatch was refused: close it ``failed``
@@ -241,13 +219,13 @@ class OutcomeDesk:
         was not acknowledged then, so it comes again; the outcome is written now, once
         (only when the ledger has none), and only when this report is the one that
         settled it (the same outcome)."""
-        if self.outcome_written is None or order.state == "executing":
+        if order.state == "executing":
             return
         outcome, reasons = settlement(report)
         if outcome != order.state:
             return
         try:
-            if await self.outcome_written(order.decision_id):
+            if not await self.outcome_missing(order.decision_id):
                 return
             await self._evidence.append(self._evidence.for_order(order, outcome, reasons))
         except (EvidenceError, StoreUnavailable) as exc:
