@@ -32,7 +32,7 @@ import json
 import unicodedata
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -49,7 +49,7 @@ from smf_assurance.core.projection import (
 )
 from smf_assurance.subjects.canonical import sha256_identity
 from smf_assurance.subjects.envelope import OperationEnvelope, envelope_from_builtins
-from smf_assurance.subjects.messages import Proposal
+from smf_assurance.subjects.messages import Proposal, Verdict
 
 
 class _Delete:
@@ -384,3 +384,18 @@ def policy_set_from(
 ) -> PolicySet:
     """The gate's ``PolicySet`` for these records, built in memory (no compiler, no disk)."""
     return build_policy_set(enforcement_projection(rules, policies, release))
+
+
+class Decided(NamedTuple):
+    """One decision named by its two ids, as ``order_id_for`` takes it: from a
+    verdict's ids, or from strings a test makes up for an order the gate never gave."""
+
+    operation_hash: str
+    decision_id: str
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> Decided:
+        """The decision a verdict names (a verdict that names none fails the test)."""
+        assert verdict.operation_hash is not None
+        assert verdict.decision_id is not None
+        return cls(verdict.operation_hash, verdict.decision_id)

@@ -125,6 +125,7 @@ from smf_assurance.subjects.messages import (
     order_id_for,
 )
 from smf_assurance.subjects.registry import RegistryFile, encode_registry, entry_for, load_registry
+from tests.builders import Decided
 from tests.bus_helpers import ExecuteSpy, random_identity, wait_for
 from tests.clocks import OffsetClock as Clock
 
@@ -487,6 +488,8 @@ async def test_held_court_filing_is_approved_once_and_filed_once(
         order, headers = sent[0]
         assert headers[names.HEADER_APPROVAL_ID] == approval_id
         assert headers[names.HEADER_MSG_ID] == order.order_id == reply.order_id
+        # the one derivation, from the held decision, as on a direct allow
+        assert order.order_id == order_id_for(Decided.of(verdict))
         assert order.approval_id == approval_id
         assert order.content == COURT_FILING.content
         assert order.arguments == COURT_FILING.arguments
@@ -1039,7 +1042,7 @@ async def approved_runtime_message(gate: RunningGate, nc: Client, state: StateDi
     assert (allowed.outcome, allowed.connector_id) == ("allow", None)
     record = await gate.approvals.get(held.approval_id)
     assert record is not None
-    assert record.order_id == order_id_for(held.operation_hash, held.decision_id)
+    assert record.order_id == order_id_for(Decided.of(held))
     assert await order_count(gate.js) == 0  # nothing for a connector
     return held
 
@@ -1079,9 +1082,7 @@ async def file_report(nc: Client, reporter: str, signed: bytes) -> None:
 
 
 def runtime_order(held: Verdict) -> str:
-    assert held.operation_hash is not None
-    assert held.decision_id is not None
-    return order_id_for(held.operation_hash, held.decision_id)
+    return order_id_for(Decided.of(held))
 
 
 @pytest.mark.parametrize(

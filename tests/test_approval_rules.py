@@ -244,7 +244,7 @@ def report(
 ) -> ExecutionReport:
     value = ExecutionReport(
         schema="smf.execution-report/1",
-        order_id=order_id_for(held.decision.operation_hash, held.decision.decision_id),
+        order_id=order_id_for(held.decision),
         connector_id=executor,
         status="confirmed",
         reason_code=reason,

@@ -64,6 +64,7 @@ from smf_assurance.subjects.canonical import canonical_bytes
 from smf_assurance.subjects.keys import SigningKey, VerifyKey, generate_signing_key
 from smf_assurance.subjects.messages import DataFacts, ExecuteOrder, Proposal, Verdict, order_id_for
 from smf_assurance.subjects.signer import Signer
+from tests.builders import Decided
 from tests.bus_helpers import ExecuteSpy, caught_up, gate_reply, is_mark, wait_for
 
 SERVICE_ERROR_CODE = "Nats-Service-Error-Code"
@@ -259,7 +260,12 @@ async def test_allow_reaches_execute_once_with_the_verdicts_identities(
     assert names.HEADER_APPROVAL_ID not in headers
     order = open_order(stored.data or b"", state.key("gate"))
     assert order.order_id == verdict.order_id
-    assert order.order_id == order_id_for(order.operation_hash, order.decision_id)
+    # The one derivation of an order id, from the decision the verdict names: the id
+    # published, the id the order book recorded before it was given.
+    assert order.order_id == order_id_for(Decided.of(verdict))
+    recorded = await gate.orders.get(order.order_id)
+    assert recorded is not None
+    assert (recorded.operation_hash, recorded.decision_id) == Decided.of(verdict)
     assert order.arguments == ALLOW_SCENARIO.arguments
 
 

@@ -36,7 +36,7 @@ from smf_assurance.pipeline.stores.ledger_audit import decision_entries
 from smf_assurance.pipeline.stores.orders import OrderRecord
 from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
 from smf_assurance.subjects.messages import order_id_for
-from tests.builders import AT_MS, fake_identity
+from tests.builders import AT_MS, Decided, fake_identity
 
 PROPOSAL: Final = "proposal-1"
 OPERATION: Final = fake_identity("operation")
@@ -100,7 +100,7 @@ def allow(n: int) -> EvidenceEntry:
 
 def order(n: int) -> OrderRecord:
     return OrderRecord(
-        order_id=order_id_for(OPERATION, decision(n)),
+        order_id=order_id_for(Decided(OPERATION, decision(n))),
         proposal_id=PROPOSAL,
         operation_hash=OPERATION,
         decision_id=decision(n),

@@ -75,6 +75,7 @@ from smf_assurance.subjects import names
 from smf_assurance.subjects.dsse import encode_envelope, sign_struct
 from smf_assurance.subjects.keys import SigningKey, generate_signing_key
 from smf_assurance.subjects.messages import ExecutionReport, Verdict, order_id_for
+from tests.builders import Decided
 from tests.bus_helpers import wait_for
 from tests.clocks import OffsetClock
 from tests.test_approval_desk import connectors_running, file_report
@@ -313,7 +314,7 @@ async def test_only_the_connectors_own_report_records_and_only_once(
         await file_report(nc, reporter, report_bytes(key, order_id=order_id, reporter=reporter))
         assert outcomes(state.ledger, decision_of(verdict)) == [], case
     # The connector's key for an order the gate never gave.
-    stranger = order_id_for(verdict.operation_hash or "", "sha256:" + "0" * 64)
+    stranger = order_id_for(Decided(verdict.operation_hash or "", "sha256:" + "0" * 64))
     await file_report(nc, "dms", report_bytes(state.key("dms"), order_id=stranger))
     assert outcomes(state.ledger, decision_of(verdict)) == []
     record = await gate.orders.get(order_id)
@@ -432,7 +433,7 @@ async def test_an_order_book_outage_publishes_nothing_and_breaks_no_loop(
     assert (again.outcome, again.reason_codes[-1:]) == retry
 
     assert await gate.outcomes.sweep() == 0
-    stray = order_id_for(verdict.operation_hash or "", decision_of(verdict))
+    stray = order_id_for(Decided.of(verdict))
     await file_report(nc, "dms", report_bytes(state.key("dms"), order_id=stray))
     assert outcomes(state.ledger, decision_of(verdict)) == recorded
     assert (await gate.js.stream_info(names.EXECUTE_STREAM)).state.messages == 0

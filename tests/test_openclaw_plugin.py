@@ -112,6 +112,7 @@ from smf_assurance.subjects.messages import (
     order_id_for,
 )
 from smf_assurance.subjects.release import PAYLOAD_RELEASE_MANIFEST, ReleaseBundle
+from tests.builders import Decided
 from tests.bus_helpers import (
     Rogue,
     consumer_drained,
@@ -484,9 +485,7 @@ async def test_allow_returns_exactly_the_params_the_gate_hashed(
     assert (report.status, report.reason_code) == ("confirmed", "executed_as_approved")
     assert report.connector_id == OPENCLAW_RUNTIME_ID
     assert report.external_ref == "call-allow"
-    assert verdict.operation_hash is not None
-    assert verdict.decision_id is not None
-    assert report.order_id == order_id_for(verdict.operation_hash, verdict.decision_id)
+    assert report.order_id == order_id_for(Decided.of(verdict))
 
 
 async def test_executed_params_that_differ_are_reported_as_a_broken_binding(

@@ -74,6 +74,7 @@ from smf_assurance.subjects.model_gateway import (
 from smf_assurance.subjects.registry import KeyRegistry, RegistryFile
 from smf_assurance.subjects.release import ReleaseCheckError, decode_bundle, decode_trust_root
 from smf_assurance.subjects.verdicts import VerdictMismatchError, open_verdict
+from tests.builders import Decided
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "tests" / "vectors"
@@ -407,7 +408,8 @@ def test_instance_proof_opening(vector: dict[str, Any]) -> None:
 def test_order_and_approval_ids() -> None:
     rows = {v["name"]: v for v in MESSAGES["identities"]}
     order = rows["order_id_for"]
-    assert order_id_for(order["operation_hash"], order["decision_id"]) == order["expected"]
+    decided = Decided(order["operation_hash"], order["decision_id"])
+    assert order_id_for(decided) == order["expected"]
     approval = rows["approval_id_for"]
     assert approval_id_for(approval["decision_id"]) == approval["expected"]
     content = rows["content_hash_nfc"]

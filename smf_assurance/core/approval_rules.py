@@ -214,11 +214,11 @@ def signed_by_executor(
     """Is this report signed by the party the approval's order was given to?
 
     ARCHITECTURE.md, "Trust and identity on the bus": a signer whose role does
-    not fit is refused. The order is ``order_id_for(operation_hash,
-    decision_id)`` of this binding (the one dispatched to a connector, or
-    recorded for a runtime-executed action); the executor is
+    not fit is refused. The order is ``order_id_for(binding)``, the one order
+    its decision opens (dispatched to a connector, or recorded for a
+    runtime-executed action); the executor is
     :func:`executor_of`; the rule is :func:`execution_rules.signed_by`.
     """
     executor = executor_of(held)
-    order_id = order_id_for(binding.operation_hash, binding.decision_id)
+    order_id = order_id_for(binding)
     return executor is not None and signed_by(executor, order_id, report, signers)

@@ -8,7 +8,7 @@ never re-validated inside the gate. Signed messages travel as DSSE envelopes
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, Protocol
 
 import msgspec
 
@@ -200,12 +200,25 @@ def encode(message: msgspec.Struct) -> bytes:
     return msgspec.json.encode(message)
 
 
-def order_id_for(operation_hash: str, decision_id: str) -> str:
-    """The idempotency key of an order (``Nats-Msg-Id``): bound to exactly one
-    operation and one decision, so a different payload can never share it."""
-    return identity_of({"operation_hash": operation_hash, "decision_id": decision_id}).removeprefix(
-        "sha256:"
-    )
+class Decided(Protocol):
+    """One decision on one operation, wherever it is carried: the gate's Decision,
+    the claim that spends it, the approval binding that holds it, the order itself."""
+
+    @property
+    def operation_hash(self) -> str: ...
+
+    @property
+    def decision_id(self) -> str: ...
+
+
+def order_id_for(decided: Decided) -> str:
+    """The id of the order a decision opens, and its idempotency key
+    (``Nats-Msg-Id``): bound to exactly one operation and one decision, so a
+    different payload can never share it. Every road that opens, records, looks up
+    or settles an order derives its id here, a direct allow and an approval alike,
+    so the id a connector or runtime reports on is the one the gate recorded."""
+    pair = {"operation_hash": decided.operation_hash, "decision_id": decided.decision_id}
+    return identity_of(pair).removeprefix("sha256:")
 
 
 class OutputClose(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):

@@ -24,7 +24,7 @@ ARCHITECTURE.md, "Exact-action approval":
   approval to ``consumed``, ``failed`` or ``execution_unknown``: for a
   connector order, that connector's key; for a runtime-executed action (no
   connector), the key of the runtime that proposed it, for exactly the order
-  ``order_id_for(operation_hash, decision_id)`` recorded at the claim. A
+  ``order_id_for`` the binding's decision, recorded at the claim. A
   report that the executed params were not the approved ones is a broken
   binding (``binding_broken``), ``execution_unknown``, never ``consumed``. No
   report by the deadline -> ``execution_unknown``, terminal, never retried.
@@ -485,7 +485,7 @@ class ApprovalDesk:
             await self._finish(stored, "failed", ("dispatch_failed", reason))
             await self._notify(stored, outcome_verdict(stored, "deny", ("dispatch_failed",)))
             return
-        order_id = order_id_for(stored.operation_hash, stored.decision_id)
+        order_id = order_id_for(stored)
         log.error("dispatch_unconfirmed", approval_id=stored.approval_id, reason=reason)
         try:
             await self.store.record_order(stored.approval_id, order_id, self.clock())
@@ -538,14 +538,14 @@ class ApprovalDesk:
     async def _release_to_runtime(self, stored: ApprovalBinding) -> ResolutionReply:
         """The runtime executes this action itself: record its order, then release it.
 
-        The order id is ``order_id_for(operation_hash, decision_id)``, the one the
+        The order id is ``order_id_for`` the binding's decision, the one the
         runtime reports on, recorded BEFORE the allow is published so that the
         report can never arrive first (an approval without a recorded order can
         only end ``execution_unknown``). If it cannot be recorded nothing is
         released: the claim is spent, the approval ends ``execution_unknown`` and
         the runtime is told ``deny`` (fail closed).
         """
-        order_id = order_id_for(stored.operation_hash, stored.decision_id)
+        order_id = order_id_for(stored)
         try:
             await self.store.record_order(stored.approval_id, order_id, self.clock())
         except ApprovalError as exc:

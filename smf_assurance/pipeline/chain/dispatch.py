@@ -103,7 +103,7 @@ class DispatchStage:
             raise StageRefusal(REQUESTER_DEADLINE_PASSED)
         order = ExecuteOrder(
             schema="smf.execute-order/1",
-            order_id=order_id_for(decision.operation_hash, decision.decision_id),
+            order_id=order_id_for(decision),
             connector_id=request.connector_id,
             operation_hash=decision.operation_hash,
             decision_id=decision.decision_id,

@@ -498,7 +498,7 @@ class Gate:
                         held, reason_codes=unique((RECORDED, *held.reason_codes))
                     )
                 return self._recorded_answer(proposal_id, "deny", (NO_ORDER_RECORDED,))
-            order_id = order_id_for(claim.operation_hash, claim.decision_id)
+            order_id = order_id_for(claim)
             order = await self.outcomes.orders.get(order_id)
         except StoreUnavailable:
             log.error("recorded_verdict_unavailable", proposal_id=proposal_id)
@@ -835,7 +835,7 @@ class Gate:
             await self._settle(proposal.proposal_id, "failed")
             await self._record_failure(decision, work.tenant_ref, "order_record_failed")
             return self._deny(work, ("order_record_failed",))
-        order_id = order_id_for(decision.operation_hash, decision.decision_id)
+        order_id = order_id_for(decision)
         return dataclasses.replace(work, order_id=order_id)
 
     async def _dispatch(self, work: Work) -> Work | Verdict:

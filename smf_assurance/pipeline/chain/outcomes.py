@@ -147,7 +147,7 @@ class OutcomeDesk:
         ``at_ms`` is when it is given, from which its deadline counts (the gate's one
         clock read for the order: ``Gate.order_deadline``)."""
         return OrderRecord(
-            order_id=order_id_for(decision.operation_hash, decision.decision_id),
+            order_id=order_id_for(decision),
             proposal_id=proposal_id,
             operation_hash=decision.operation_hash,
             decision_id=decision.decision_id,
