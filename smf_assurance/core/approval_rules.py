@@ -41,6 +41,7 @@ from smf_assurance.core.execution_rules import (
     settlement,
     signed_by,
 )
+from smf_assurance.core.normalize import Normalized
 from smf_assurance.subjects.approvals import ApprovalBinding, approval_id_for
 from smf_assurance.subjects.canonical import identity_of
 from smf_assurance.subjects.envelope import (
@@ -48,7 +49,7 @@ from smf_assurance.subjects.envelope import (
     content_hash_of,
     destination_identity_of,
 )
-from smf_assurance.subjects.messages import ExecutionReport, order_id_for
+from smf_assurance.subjects.messages import ExecutionReport, Proposal, order_id_for
 from smf_assurance.subjects.registry import Principal
 
 __all__ = [
@@ -109,7 +110,9 @@ class SelfApprovalError(ApprovalRuleError):
 
 
 class HeldAction(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """What the gate keeps while an approval is open; purged at every terminal state."""
+    """The exact action a decision allows: what the gate keeps while an approval is
+    open (purged at every terminal state), and what every order is built from
+    (``contracts.order_request``), allowed directly or approved once."""
 
     proposal_id: str
     connector_id: str | None
@@ -124,6 +127,23 @@ class HeldAction(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     gate checked against the signer's registry entry). For a runtime-executed
     action its key alone may report the execution; ``None`` (a hold written before
     this field existed) lets no runtime report settle it."""
+
+    @classmethod
+    def of(cls, proposal: Proposal, normalized: Normalized, decision: Decision) -> HeldAction:
+        """The action ``proposal`` asks for, as the gate normalized and decided it: the
+        signed arguments, the normalized content and destination, never the
+        proposal's own claims about them."""
+        return cls(
+            proposal_id=proposal.proposal_id,
+            connector_id=normalized.connector_id,
+            native_tool=proposal.native_tool,
+            arguments=proposal.arguments,
+            content=normalized.content,
+            destination_address=normalized.destination_address,
+            envelope=normalized.envelope,
+            decision=decision,
+            runtime_id=proposal.runtime_id,
+        )
 
 
 def bind(

@@ -67,7 +67,7 @@ from smf_assurance.core.decision import Decision
 from smf_assurance.core.explanation import reason_words, rule_texts
 from smf_assurance.core.normalize import Normalized
 from smf_assurance.core.projection import AnalysisProjection, PolicySet
-from smf_assurance.pipeline.chain.contracts import DispatchReceipt, DispatchRequest
+from smf_assurance.pipeline.chain.contracts import DispatchReceipt, DispatchRequest, order_request
 from smf_assurance.pipeline.chain.dispatch import (
     CERTAIN_NOT_STORED,
     DEFAULT_ORDER_TTL_MS,
@@ -206,17 +206,7 @@ class ApprovalDesk:
         if decision.requirements.approval_count > 1:
             return deny("multiple_approvals_unsupported")
         now = self.clock()
-        held = HeldAction(
-            proposal_id=proposal.proposal_id,
-            connector_id=normalized.connector_id,
-            native_tool=proposal.native_tool,
-            arguments=proposal.arguments,
-            content=normalized.content,
-            destination_address=normalized.destination_address,
-            envelope=normalized.envelope,
-            decision=decision,
-            runtime_id=proposal.runtime_id,
-        )
+        held = HeldAction.of(proposal, normalized, decision)
         ttl_ms = decision.requirements.ttl_seconds * 1000
         binding = bind(held, decision.release_id, decision.projection_id, now, now + ttl_ms)
         try:
@@ -446,16 +436,12 @@ class ApprovalDesk:
             return await self._release_to_runtime(stored)
         now = self.clock()
         stage_ms = int(self.stage_timeout * 1000)
-        request = DispatchRequest(
-            decision=held.decision,
-            connector_id=held.connector_id,
-            native_tool=held.native_tool,
-            arguments=held.arguments,
-            content=held.content,
-            destination_address=held.destination_address,
-            approval_id=stored.approval_id,
+        request = order_request(
+            held,
+            held.connector_id,
             not_after_ms=now + self.order_ttl_ms,
             publish_until_ms=now + stage_ms - min(250, stage_ms // 4),
+            approval_id=stored.approval_id,
         )
         try:
             receipt = await self.dispatch.call(request, self.stage_timeout)

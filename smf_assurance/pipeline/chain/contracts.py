@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from smf_assurance.core.approval_rules import HeldAction
 from smf_assurance.core.decision import Decision
 from smf_assurance.subjects.canonical import Identity
 from smf_assurance.subjects.envelope import OperationEnvelope
@@ -45,6 +46,35 @@ class DispatchRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The latest time the stage may still try to have the order stored: the
     requester's deadline, or the caller's own stage deadline. ``None``: one
     publish timeout from now."""
+
+
+def order_request(
+    action: HeldAction,
+    connector_id: str,
+    *,
+    not_after_ms: int,
+    publish_until_ms: int,
+    approval_id: str | None = None,
+) -> DispatchRequest:
+    """The one road to ``smf.execute``: the dispatch request for the exact action a
+    decision allows, a direct allow and an approved one alike, so an approved order
+    carries the same fields, from the same places, as a direct one (ARCHITECTURE.md,
+    "Exact-action approval": exactly one ExecuteOrder for the action decided).
+
+    ``connector_id`` is the action's connector (a runtime-executed action has none
+    and is never dispatched); ``approval_id`` names the approval that released it.
+    """
+    return DispatchRequest(
+        decision=action.decision,
+        connector_id=connector_id,
+        native_tool=action.native_tool,
+        arguments=action.arguments,
+        content=action.content,
+        destination_address=action.destination_address,
+        approval_id=approval_id,
+        not_after_ms=not_after_ms,
+        publish_until_ms=publish_until_ms,
+    )
 
 
 class DispatchReceipt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

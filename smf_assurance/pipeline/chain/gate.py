@@ -37,6 +37,7 @@ import msgspec
 import structlog
 from nats.errors import Error as NatsError
 
+from smf_assurance.core.approval_rules import HeldAction
 from smf_assurance.core.decision import Decision
 from smf_assurance.core.detectors import raise_facts
 from smf_assurance.core.execution_rules import Executor
@@ -45,6 +46,7 @@ from smf_assurance.pipeline.chain.contracts import (
     DispatchReceipt,
     DispatchRequest,
     EvaluateRequest,
+    order_request,
 )
 from smf_assurance.pipeline.chain.deployment import NO_NOTE, AllowClaim, CallNote, Deployment
 from smf_assurance.pipeline.chain.dispatch import (
@@ -864,13 +866,9 @@ class Gate:
         if proposal.reply_by_ms is not None:
             until = min(until, proposal.reply_by_ms)
         given = now if work.order_at_ms is None else work.order_at_ms
-        request = DispatchRequest(
-            decision=decision,
-            connector_id=connector,
-            native_tool=proposal.native_tool,
-            arguments=proposal.arguments,
-            content=normalized.content,
-            destination_address=normalized.destination_address,
+        request = order_request(
+            HeldAction.of(proposal, normalized, decision),
+            connector,
             not_after_ms=given + self.settings.order_ttl_ms,
             publish_until_ms=until,
         )
