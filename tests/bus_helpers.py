@@ -26,6 +26,7 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from smf_assurance.subjects.canonical import identity_of
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.dsse import (
     SignatureError,
     decode_envelope,
@@ -94,10 +95,6 @@ async def stream_count(js: JetStreamContext, name: str = EXECUTE_STREAM) -> int:
     return info.state.messages
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def random_identity() -> str:
     return "sha256:" + os.urandom(32).hex()
 
@@ -132,7 +129,7 @@ def make_order(
         }
     )
     decision_id = decision_id or random_identity()
-    issued = now_ms() if issued_at_ms is None else issued_at_ms
+    issued = wall_clock_ms() if issued_at_ms is None else issued_at_ms
     return ExecuteOrder(
         schema="smf.execute-order/1",
         order_id=derive_order_id(operation_hash, decision_id),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from smf_assurance.subjects.clock import wall_clock_ms
 
 
 class OffsetClock:
@@ -12,7 +12,7 @@ class OffsetClock:
         self.offset_ms = 0
 
     def __call__(self) -> int:
-        return time.time_ns() // 1_000_000 + self.offset_ms
+        return wall_clock_ms() + self.offset_ms
 
     def advance(self, ms: int) -> None:
         self.offset_ms += ms
@@ -22,7 +22,7 @@ class FrozenClock:
     """A clock that stands still at ``now`` until a test sets it."""
 
     def __init__(self) -> None:
-        self.now = time.time_ns() // 1_000_000
+        self.now = wall_clock_ms()
 
     def __call__(self) -> int:
         return self.now

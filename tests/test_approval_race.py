@@ -79,6 +79,7 @@ from smf_assurance.pipeline.stores.approvals_sqlite import SqliteApprovalStore
 from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import ResolutionReply
 from smf_assurance.subjects.bus_access import BusCredential
+from smf_assurance.subjects.clock import wall_clock_ms
 from tests.bus_helpers import ExecuteSpy, wait_for
 from tests.clocks import OffsetClock as Clock
 from tests.test_approval_desk import (
@@ -225,10 +226,6 @@ async def request(nc: Client, subject: str, data: bytes) -> bytes:
     return (await nc.request(subject, data, timeout=10)).data
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 # --- two processes, one approval, fifty times ----------------------------------------
 
 
@@ -299,7 +296,7 @@ async def race_one_claim(
         held.append(approval_id)
         record = await store.get(approval_id)
         assert record is not None
-        await store.approve(approval_id, record.digest, ATTORNEY, now_ms())
+        await store.approve(approval_id, record.digest, ATTORNEY, wall_clock_ms())
         order = gates if round_ % 2 == 0 else gates[::-1]
 
         raw = await asyncio.gather(
@@ -363,7 +360,7 @@ async def test_crash_between_claim_and_publish_is_execution_unknown_without_an_o
     assert approved is not None
     record = await store.get(approved)
     assert record is not None
-    await store.approve(approved, record.digest, ATTORNEY, now_ms())
+    await store.approve(approved, record.digest, ATTORNEY, wall_clock_ms())
     view = await attorney.show(claimed)
     signed = attorney.sign_resolution(claimed, "allow-once", view.binding_digest)
     dispatching = await nc.subscribe(f"{gate.subject}.dispatching")

@@ -56,7 +56,7 @@ from smf_assurance.adapters.connector import (
     RunnerConfig,
     StoreLockedError,
     check_order,
-    now_ms,
+    wall_clock_ms,
 )
 from smf_assurance.adapters.connectors.court_efiling import CourtEFilingConnector
 from smf_assurance.ops.demo.script import MOTION_PDF
@@ -190,7 +190,7 @@ def make_runner(
         connector: Connector,
         *,
         config: RunnerConfig = FAST,
-        clock: Callable[[], int] = now_ms,
+        clock: Callable[[], int] = wall_clock_ms,
         client: Client | None = None,
     ) -> ConnectorRunner:
         return ConnectorRunner(
@@ -752,7 +752,7 @@ async def test_forged_copy_cannot_decide_an_order_whose_outcome_is_unknown(
 ) -> None:
     order, signed = make_signed_order(gate_key, CID)
     async with await IdempotencyStore.open(state_dir, CID) as store:
-        await store.begin(order.order_id, now_ms())
+        await store.begin(order.order_id, wall_clock_ms())
     terms = await terminations(nc)
     async with running(make_runner(Recorder())):
         await publish_order(js, order, gate_key, payload=tampered(signed, order, content="x"))

@@ -120,6 +120,7 @@ from smf_assurance.subjects.approvals import (
     approval_id_for,
 )
 from smf_assurance.subjects.bus_access import connect_options
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.registry import KeyRegistry, RegistryFile, encode_registry, entry_for
 from tests.bus_helpers import connector_durable, consumer_drained, random_identity, wait_for
@@ -176,16 +177,12 @@ def signed(key: SigningKey, payload_type: str, value: msgspec.Struct) -> bytes:
     return dsse.encode_envelope(dsse.sign_struct(payload_type, value, [key]))
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def show_request(key: SigningKey, approver: str, approval_id: str) -> bytes:
     request = ShowRequest(
         schema="smf.approval-show/1",
         approval_id=approval_id,
         resolver_id=approver,
-        requested_at_ms=now_ms(),
+        requested_at_ms=wall_clock_ms(),
     )
     return signed(key, names.PAYLOAD_SHOW_REQUEST, request)
 
@@ -199,7 +196,7 @@ def resolution(
         decision=decision,  # type: ignore[arg-type]
         binding_digest=digest,
         resolver_id=approver,
-        resolved_at_ms=now_ms(),
+        resolved_at_ms=wall_clock_ms(),
     )
     return signed(key, names.PAYLOAD_RESOLUTION, value)
 

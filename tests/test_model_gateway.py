@@ -49,10 +49,10 @@ from smf_assurance.ops.local.model_gateway import (
 from smf_assurance.ops.local.stack import Stack, start_stack
 from smf_assurance.ops.local.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
 from smf_assurance.ops.runtimes.provision import provision_runtime
-from smf_assurance.pipeline.assembly import wall_clock_ms
 from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
 from smf_assurance.subjects import names
 from smf_assurance.subjects.attestation import AttestationAck
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.messages import ProposedDestination
 from tests.bus_helpers import wait_for

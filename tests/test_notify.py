@@ -81,7 +81,6 @@ from smf_assurance.approver.notify.service import (
     NotifierSettings,
     RunningNotifier,
     start_notifier,
-    wall_clock_ms,
 )
 from smf_assurance.approver.pending import approval_state
 from smf_assurance.ops.cli.main import main
@@ -103,6 +102,7 @@ from smf_assurance.pipeline.stores.streams import approval_stream_config
 from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import PendingAnnouncement
 from smf_assurance.subjects.bus_access import connect_options
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.messages import ProposedDestination
 from smf_assurance.subjects.registry import KeyRegistry, RegistryFile, encode_registry, entry_for
 from tests.bus_helpers import wait_for

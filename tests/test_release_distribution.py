@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -81,6 +80,7 @@ from smf_assurance.pipeline.followers.releases import ReleaseWatcher, ensure_rel
 from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.pipeline.stores.release_state import ReleaseStateStore, StoreUnavailable
 from smf_assurance.subjects import names
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keys import (
     SigningKey,
     generate_signing_key,
@@ -108,10 +108,6 @@ from tests.release_helpers import manifest_of, scenario_corpus, swap
 HOLD = next(a for a in SCENARIOS if a.expected_reason == "legal_hold_blocks_deletion")
 V1_REASON = "legal_hold_blocks_deletion"
 DAY = 24 * 3_600_000
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def signer(state: StateDir) -> SigningKey:
@@ -149,7 +145,7 @@ def next_release(
         corpus,
         signers or [signer(state)],
         registry if registry is not None else state.registry.read_bytes(),
-        now_ms=at_ms if at_ms is not None else now_ms(),
+        now_ms=at_ms if at_ms is not None else wall_clock_ms(),
         prior=prior_of(prior),
         **options,
     )
@@ -321,7 +317,7 @@ async def test_every_running_gate_refuses_unsafe_releases_and_logs_them(
         scenario_corpus(tmp_path / "corpus-base", release_id="base", legal_hold_reason="hold_base"),
         both,
         state.registry.read_bytes(),
-        now_ms=now_ms(),
+        now_ms=wall_clock_ms(),
         lease_hours=24 * 60,  # the demo's renewal leaves a release with this much lease alone
     )
     publish_to_inbox(base, state.release_inbox)
@@ -341,7 +337,7 @@ async def test_every_running_gate_refuses_unsafe_releases_and_logs_them(
             good,
             "expired",
             signers=both,
-            at_ms=now_ms() - 3 * 3_600_000,
+            at_ms=wall_clock_ms() - 3 * 3_600_000,
             lease_hours=1,
         ),
         "release_digest_mismatch": swap(
@@ -421,7 +417,7 @@ async def test_once_the_lease_is_gone_the_gate_denies_everything(
     client = runtime(nc, state)
     assert (await propose_hold(client)).release_id is not None
     lease = manifest_of(current_inbox(state)).lease_expires_at_ms
-    clock.offset_ms = lease - now_ms() + 1
+    clock.offset_ms = lease - wall_clock_ms() + 1
     for _ in range(3):
         verdict = await propose_hold(client, at_ms=clock())
         assert verdict.outcome == "deny"
@@ -557,7 +553,7 @@ async def test_the_watcher_persists_the_clock_and_retries_after_a_store_outage(
     store = watcher._store
     stored = await store.load()
     assert stored is not None
-    assert stored.state.clock_high_water_ms >= now_ms() + 50_000
+    assert stored.state.clock_high_water_ms >= wall_clock_ms() + 50_000
 
     v2 = next_release(state, tmp_path, current_inbox(state), "outage-v2", at_ms=clock())
 
@@ -600,7 +596,7 @@ async def test_unreadable_or_oversized_inbox_files_are_refused(
 
 
 async def test_the_evaluate_stage_and_desk_fail_closed_without_a_release() -> None:
-    stage = EvaluateStage(None, now_ms)
+    stage = EvaluateStage(None, wall_clock_ms)
     with pytest.raises(StageRefusal) as refusal:
         await serve(stage, EvaluateRequest)(
             msgspec.json.encode({"envelope": {}, "operation_id": "x"})
@@ -613,7 +609,7 @@ async def test_the_evaluate_stage_and_desk_fail_closed_without_a_release() -> No
     with pytest.raises(NoVerifiedReleaseError):
         stage.current()
     with pytest.raises(DeskError) as desk:
-        _desk_policy_set(EvaluateStage(None, now_ms, release=expired))()
+        _desk_policy_set(EvaluateStage(None, wall_clock_ms, release=expired))()
     assert desk.value.reason_code == "release_expired"
     assert TrustedTime(1).latest_ms == 1 + 60_000
 
@@ -878,20 +874,22 @@ def test_building_refuses_what_it_cannot_sign(state: StateDir, tmp_path: Path) -
     corpus = scenario_corpus(tmp_path / "c", release_id="x-rel", legal_hold_reason="hold_x")
     registry = state.registry.read_bytes()
     with pytest.raises(ReleaseError, match="lease"):
-        build_release(corpus, [signer(state)], registry, now_ms=now_ms(), lease_hours=0)
+        build_release(corpus, [signer(state)], registry, now_ms=wall_clock_ms(), lease_hours=0)
     with pytest.raises(ReleaseError, match="registry"):
-        build_release(corpus, [signer(state)], b"{}", now_ms=now_ms())
+        build_release(corpus, [signer(state)], b"{}", now_ms=wall_clock_ms())
     with pytest.raises(ReleaseError, match="compile failed"):
-        build_release(tmp_path, [signer(state)], registry, now_ms=now_ms())
+        build_release(tmp_path, [signer(state)], registry, now_ms=wall_clock_ms())
     with pytest.raises(ReleaseError, match="manifest"):
-        build_release(corpus, [signer(state)], registry, now_ms=now_ms(), release_id="Bad Id")
-    v1 = build_release(corpus, [signer(state)], registry, now_ms=now_ms())
+        build_release(
+            corpus, [signer(state)], registry, now_ms=wall_clock_ms(), release_id="Bad Id"
+        )
+    v1 = build_release(corpus, [signer(state)], registry, now_ms=wall_clock_ms())
     with pytest.raises(ReleaseError, match="unique"):
         build_release(
             corpus,
             [signer(state)],
             registry,
-            now_ms=now_ms(),
+            now_ms=wall_clock_ms(),
             prior=prior_of(v1),
             release_id="x-rel",
         )
@@ -1073,12 +1071,12 @@ async def test_publish_without_a_gates_signed_word_is_not_success(
         claim = ReleaseReport(
             schema=RELEASE_REPORT_SCHEMA,
             gate="forged",
-            at_ms=now_ms(),
+            at_ms=wall_clock_ms(),
             active=ReportedRelease(
                 release_id="unheard-v2",
                 sequence=2,
                 manifest_hash=prior.manifest_hash,
-                lease_expires_at_ms=now_ms() + DAY,
+                lease_expires_at_ms=wall_clock_ms() + DAY,
             ),
             in_force=True,
             refusals=(),

@@ -45,7 +45,6 @@ import contextlib
 import dataclasses
 import json
 import sqlite3
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +66,7 @@ from smf_assurance.pipeline.chain.contracts import DispatchReceipt, DispatchRequ
 from smf_assurance.pipeline.chain.dispatch import OrderFence
 from smf_assurance.pipeline.chain.transport import StageClient
 from smf_assurance.subjects import names
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.dsse import encode_envelope, sign_struct
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.messages import ExecutionReport, Proposal, ReportStatus, Verdict
@@ -138,10 +138,6 @@ async def recorded_when_known(client: ProposalClient, proposal: Proposal) -> Ver
     return answer[0]
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 @dataclass
 class Slowed:
     """The gate's dispatch client, slowed before or after the real stage call."""
@@ -190,7 +186,7 @@ async def test_an_order_reached_after_its_deadline_never_runs_and_the_runtime_le
     assert verdict.expires_at_ms is not None
     assert verdict.decision_id is not None
     deadline = verdict.expires_at_ms
-    await wait_for(lambda: now_ms() > deadline, timeout=10, interval=0.05)
+    await wait_for(lambda: wall_clock_ms() > deadline, timeout=10, interval=0.05)
     document = state.connector_dir("dms") / "store" / "doc-4711"
     async with connectors_running(state, nats_server.url):
 
@@ -293,7 +289,7 @@ async def test_a_proposal_that_arrives_after_its_deadline_is_never_decided(
 ) -> None:
     client = runtime_client(nc, state)
     entries = ledger_entries(state)
-    late = msgspec.structs.replace(deletion(client, "doc-4711"), reply_by_ms=now_ms() - 1)
+    late = msgspec.structs.replace(deletion(client, "doc-4711"), reply_by_ms=wall_clock_ms() - 1)
     answer = await client.recorded(late.proposal_id, client.sign(late))
     assert (answer.outcome, answer.reason_codes) == (
         "deny",
@@ -367,7 +363,7 @@ async def test_a_hold_made_after_the_deadline_is_withdrawn(
 async def test_a_void_finds_a_stored_order_or_takes_its_place_for_good(
     gate: RunningGate, nc: Client, state: StateDir, nats_server: EmbeddedNatsServer
 ) -> None:
-    fence = OrderFence(gate.js, state.key("gate"), now_ms)
+    fence = OrderFence(gate.js, state.key("gate"), wall_clock_ms)
     order, signed = make_signed_order(state.key("gate"), "dms", native_tool="dms_delete")
     await gate.js.publish(names.execute_subject("dms"), signed, headers=order_headers(order))
     assert await fence("dms", order.order_id) is True  # stored: nothing added
@@ -402,7 +398,7 @@ def connector_report(key: SigningKey, order_id: str, status: ReportStatus) -> by
         connector_id="dms",
         status=status,
         reason_code="executed" if status == "confirmed" else "connector_error",
-        at_ms=now_ms(),
+        at_ms=wall_clock_ms(),
     )
     return encode_envelope(sign_struct(names.PAYLOAD_REPORT, report, [key]))
 
@@ -419,7 +415,7 @@ async def test_an_outcome_the_book_settled_and_the_ledger_lost_is_written_once(
     assert verdict.order_id is not None
     decision = str(verdict.decision_id)
     # the first of the two commits, as the killed gate left it
-    assert await gate.orders.settle(verdict.order_id, "consumed", now_ms()) is not None
+    assert await gate.orders.settle(verdict.order_id, "consumed", wall_clock_ms()) is not None
     assert evidence_rows(state.ledger, decision)[1:] == []
     # a report that settled something else (failed) is not taken for this one
     await file_report(nc, "dms", connector_report(state.key("dms"), verdict.order_id, "failed"))

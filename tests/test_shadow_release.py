@@ -66,6 +66,7 @@ from smf_assurance.pipeline.stores.ledger_schema import (
     stored_entry,
 )
 from smf_assurance.pipeline.stores.release_state import read_shadow_state
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keys import generate_signing_key
 from smf_assurance.subjects.messages import DataFacts, ProposedDestination, Verdict
 from smf_assurance.subjects.release import SHADOW_KEY, ReleaseBundle, encode_bundle
@@ -76,7 +77,6 @@ from tests.test_bus_properties import stored_orders
 from tests.test_release_distribution import (
     current_inbox,
     next_release,
-    now_ms,
     refusals_at,
 )
 
@@ -473,7 +473,7 @@ async def test_a_shadow_that_fails_verification_is_refused_and_changes_nothing(
         "release_replayed": v2,
         "release_chain_broken": next_release(state, tmp_path, v1, "fork", sequence=5),
         "release_expired": next_release(
-            state, tmp_path, v2, "expired", at_ms=now_ms() - 3 * 3_600_000, lease_hours=1
+            state, tmp_path, v2, "expired", at_ms=wall_clock_ms() - 3 * 3_600_000, lease_hours=1
         ),
         "release_bad_signature": next_release(
             state, tmp_path, v2, "foreign", signers=[generate_signing_key()]
@@ -596,7 +596,7 @@ async def test_an_overloaded_shadow_drops_and_counts_and_never_holds_a_verdict(
     assert gate.shadows is not None
     desk = ShadowDesk(
         gate.shadows,
-        EvidenceWriter(gate.ledger, state.pseudonym_key(), now_ms),
+        EvidenceWriter(gate.ledger, state.pseudonym_key(), wall_clock_ms),
         max_queued=2,
         linger_s=3600.0,
     )

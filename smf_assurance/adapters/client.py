@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import re
 import secrets
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -37,6 +36,7 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from smf_assurance.subjects import names
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.dsse import (
     MalformedPayloadError,
     SignatureError,
@@ -128,7 +128,7 @@ class ProposalClient:
         reply_by_ms: int | None = None,
         refused_locally: str | None = None,
     ) -> Proposal:
-        issued = issued_at_ms if issued_at_ms is not None else int(time.time() * 1000)
+        issued = issued_at_ms if issued_at_ms is not None else wall_clock_ms()
         return Proposal(
             schema="smf.proposal/1",
             proposal_id=proposal_id or new_proposal_id(),
@@ -185,7 +185,7 @@ class ProposalClient:
     def _wait_for(self, proposal: Proposal) -> float | None:
         if proposal.reply_by_ms is None:
             return None
-        return (proposal.reply_by_ms - int(time.time() * 1000)) / 1000 + self.grace
+        return (proposal.reply_by_ms - wall_clock_ms()) / 1000 + self.grace
 
     async def recorded(self, proposal_id: str, signed: bytes) -> Verdict:
         """The recorded verdict of a proposal whose deadline has passed: the same signed

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -21,6 +20,7 @@ from nats.errors import Error as NatsError
 
 from smf_assurance.adapters.client import denial
 from smf_assurance.subjects import names
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.dsse import (
     MalformedPayloadError,
     SignatureError,
@@ -100,7 +100,7 @@ class OutputStreamer:
             destination=destination,
             actor=actor,
             facts=facts,
-            issued_at_ms=time.time_ns() // 1_000_000,
+            issued_at_ms=wall_clock_ms(),
             window=window,
         )
         return encode_envelope(sign_struct(names.PAYLOAD_OUTPUT_CLOSE, close, [self.key]))

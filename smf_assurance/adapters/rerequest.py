@@ -19,7 +19,6 @@ if held, is remembered in its place). Logs name approval ids only, never content
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Final
@@ -32,6 +31,7 @@ from nats.aio.subscription import Subscription
 from smf_assurance.adapters.client import ProposalClient, new_proposal_id
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import open_ask_again
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.messages import Proposal, Verdict
 
 log = structlog.get_logger(__name__)
@@ -93,7 +93,7 @@ class HeldProposals:
         again = msgspec.structs.replace(
             proposal,
             proposal_id=new_proposal_id(),
-            issued_at_ms=time.time_ns() // 1_000_000,
+            issued_at_ms=wall_clock_ms(),
             tool_call_id=None,
         )
         answer = await self.propose(again)

@@ -8,7 +8,6 @@ Depends on ``subjects/`` only.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,7 @@ from smf_assurance.subjects.approvals import (
 )
 from smf_assurance.subjects.attachments import AttachmentError, check_attachments
 from smf_assurance.subjects.canonical import CanonicalJSONError, identity_of
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.dsse import encode_envelope, sign_struct
 from smf_assurance.subjects.envelope import content_hash_of
 from smf_assurance.subjects.keys import SigningKey
@@ -72,15 +72,12 @@ class ApproverClient:
     approver_id: str
     timeout: float = 5.0
 
-    def _now(self) -> int:
-        return time.time_ns() // 1_000_000
-
     async def show(self, approval_id: str) -> ApprovalView:
         request = ShowRequest(
             schema="smf.approval-show/1",
             approval_id=approval_id,
             resolver_id=self.approver_id,
-            requested_at_ms=self._now(),
+            requested_at_ms=wall_clock_ms(),
         )
         signed = encode_envelope(sign_struct(names.PAYLOAD_SHOW_REQUEST, request, [self.key]))
         reply = await self.nc.request(names.APPROVAL_SHOW, signed, timeout=self.timeout)
@@ -96,7 +93,7 @@ class ApproverClient:
             schema="smf.approval-track/1",
             viewer_id=self.approver_id,
             approval_ids=tuple(approval_ids),
-            requested_at_ms=self._now(),
+            requested_at_ms=wall_clock_ms(),
         )
         signed = encode_envelope(sign_struct(names.PAYLOAD_TRACK_REQUEST, request, [self.key]))
         reply = await self.nc.request(names.APPROVAL_TRACK, signed, timeout=self.timeout)
@@ -112,7 +109,7 @@ class ApproverClient:
             schema="smf.approval-rerequest/1",
             approval_id=approval_id,
             requester_id=self.approver_id,
-            requested_at_ms=self._now(),
+            requested_at_ms=wall_clock_ms(),
         )
         signed = encode_envelope(sign_struct(names.PAYLOAD_REREQUEST, request, [self.key]))
         reply = await self.nc.request(names.APPROVAL_REREQUEST, signed, timeout=self.timeout)
@@ -138,7 +135,7 @@ class ApproverClient:
                 "decision": decision,
                 "binding_digest": digest,
                 "resolver_id": self.approver_id,
-                "resolved_at_ms": self._now(),
+                "resolved_at_ms": wall_clock_ms(),
                 "deny_reason": deny_reason,
                 "note": note,
             },

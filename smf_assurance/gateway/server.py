@@ -141,6 +141,7 @@ from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.bus_access import CLIENT_API
 from smf_assurance.subjects.call_context import CALL_ID_PREFIX, CallContext
 from smf_assurance.subjects.canonical import CanonicalJSONError
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.envelope import Classification, InjectionTaint, Name, Surface
 from smf_assurance.subjects.keys import SigningKey, VerifyKey
 from smf_assurance.subjects.messages import (
@@ -404,7 +405,7 @@ class ModelGateway:
     runtimes: tuple[GatewayRuntime, ...]
     upstream: Upstream
     settings: GatewaySettings = field(default_factory=GatewaySettings)
-    clock: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)
+    clock: Callable[[], int] = field(default=wall_clock_ms)
     _by_token: dict[str, GatewayRuntime] = field(init=False)
     _standing: dict[tuple[str, str, str | None, bool], _Standing] = field(
         init=False, default_factory=dict

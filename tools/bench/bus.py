@@ -92,6 +92,7 @@ from smf_assurance.pipeline.stores.evidence import EvidenceWriter
 from smf_assurance.pipeline.stores.ledger import Ledger
 from smf_assurance.pipeline.stores.ledger_schema import EvidenceEntry
 from smf_assurance.subjects.call_context import CallContext
+from smf_assurance.subjects.clock import monotonic_s, wall_clock_ms
 from smf_assurance.subjects.keyed import PseudonymKey
 from smf_assurance.subjects.messages import DataFacts, Verdict
 from smf_assurance.subjects.release import ReleaseBundle, decode_bundle
@@ -173,13 +174,13 @@ async def until_answered(client: Client, subject: str, payload: bytes) -> None:
     ``Rogue.start``), and on a cluster it has the routes to cross as well (CI saw
     ``no responders`` on both benches' warm-up). An answer proves the path both
     ways; none within ``REACH_S`` is a bench error, not a figure."""
-    deadline = time.monotonic() + REACH_S
+    deadline = monotonic_s() + REACH_S
     while True:
         try:
             await client.request(subject, payload, timeout=REACH_RETRY_S * 10)
             return
         except (NoRespondersError, NatsTimeoutError) as exc:
-            if time.monotonic() > deadline:
+            if monotonic_s() > deadline:
                 raise BenchError(
                     f"{subject}: no answer within {REACH_S:g} s ({type(exc).__name__})"
                 ) from exc
@@ -361,7 +362,7 @@ class _Proposals:
                     classification="public",
                     injection_taint="clear",
                     found=(),
-                    issued_at_ms=int(time.time() * 1000),
+                    issued_at_ms=wall_clock_ms(),
                 )
             )
         return signed, records
@@ -511,9 +512,9 @@ async def _call_context_lookups(
             start = clock()
             await writer.create(record)
             writes.append(clock() - start)
-        deadline = time.monotonic() + REACH_S
+        deadline = monotonic_s() + REACH_S
         while len(mirror) < 2 * count:
-            if time.monotonic() > deadline:
+            if monotonic_s() > deadline:
                 raise BenchError(f"the gate's watch kept {len(mirror)} of {2 * count} records")
             await asyncio.sleep(REACH_RETRY_S)
         calls = [_expecting(proposals.runtime, signed, "allow") for signed in (plain, kept, read)]
@@ -565,7 +566,7 @@ def _tight_shadow(root: Path, active: VerifiedRelease, state: StateDir) -> Relea
         corpus,
         [state.key(RELEASE_SIGNER)],
         state.registry.read_bytes(),
-        now_ms=int(time.time() * 1000),
+        now_ms=wall_clock_ms(),
         prior=prior_of(decode_bundle(active.bundle_bytes)),
     )
 
@@ -588,9 +589,9 @@ async def _shadow_beside(
             raise BenchError("the bench gate runs no verified release, so no shadow")
         shadow = _tight_shadow(root, active, state)
         await publish_shadow_to_bucket(client.jetstream(), shadow)
-        deadline = time.monotonic() + REACH_S
+        deadline = monotonic_s() + REACH_S
         while shadows.active is None:
-            if time.monotonic() > deadline:
+            if monotonic_s() > deadline:
                 raise BenchError(
                     f"the gate did not load the shadow: {list(gate.releases.refusals)}"
                 )
@@ -645,10 +646,10 @@ async def _shadow_judge_alone(
     enforced = evaluate(
         envelope,
         active.policy_set,
-        at_ms=int(time.time() * 1000),
+        at_ms=wall_clock_ms(),
         op_hash=normalized.operation_hash,
     )
-    writer = EvidenceWriter(gate.ledger, state_key(gate), lambda: int(time.time() * 1000))
+    writer = EvidenceWriter(gate.ledger, state_key(gate), wall_clock_ms)
     tenant = writer.tenant_ref("tenant-acme")
     clock = time.perf_counter_ns
     taken = []
@@ -679,7 +680,7 @@ async def _durable_steps(root: Path, state: StateDir, client: Client, rounds: in
         release_id=identity,
         projection_id=identity,
         tenant_ref=state.pseudonym_key().identifier("smf.tenant", "tenant-acme"),
-        at=int(time.time() * 1000),
+        at=wall_clock_ms(),
         disposition="allow",
         reason_codes=("retention_schedule_deletion",),
     )

@@ -68,6 +68,7 @@ from smf_assurance.pipeline.stores.approvals_sqlite import SqliteApprovalStore
 from smf_assurance.pipeline.stores.streams import wait_for_jetstream
 from smf_assurance.subjects.approvals import ApprovalBinding, approval_id_for
 from smf_assurance.subjects.canonical import sha256_identity
+from smf_assurance.subjects.clock import monotonic_s, wall_clock_ms
 from smf_assurance.subjects.envelope import content_hash_of
 from smf_assurance.subjects.messages import DataFacts
 from smf_assurance.subjects.registry import load_registry
@@ -221,10 +222,6 @@ def _identity(label: str) -> str:
     return sha256_identity(label.encode("utf-8"))
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 SPARE_DOCUMENTS: Final = 1_000_000
 """Offset of the warm-up documents, so they never share an id with a timed one."""
 MAX_SPREAD_PROPOSALS: Final = 200
@@ -238,7 +235,7 @@ async def claim_series(label: str, store: ApprovalStore, rounds: int) -> Summary
     clock = time.perf_counter_ns
     samples: list[int] = []
     for n in range(WARM_UP + rounds):
-        now = _now_ms()
+        now = wall_clock_ms()
         binding = approval_binding(f"{label}-{n}", now)
         held = await store.create(binding, HELD, now)
         await store.approve(binding.approval_id, held.digest, APPROVER, now)
@@ -449,9 +446,9 @@ async def start_replica(name: str, state: StateDir, url: str, work: Path) -> Gat
             preexec_fn=parent_death_guard(),
         )
     gate = GateProcess(name, proc, out, log_path)
-    deadline = time.monotonic() + READY_TIMEOUT_S
+    deadline = monotonic_s() + READY_TIMEOUT_S
     while not out.read_bytes().endswith(b"\n"):
-        if proc.returncode is not None or time.monotonic() > deadline:
+        if proc.returncode is not None or monotonic_s() > deadline:
             await gate.stop()
             raise BenchError(f"{name} did not get ready:\n{gate.tail()}")
         await asyncio.sleep(0.05)

@@ -50,6 +50,7 @@ from smf_assurance.ops.runtimes.provision import provision_runtime
 from smf_assurance.pipeline.assembly import start_gate
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.messages import ActorContext, DataFacts, ProposedDestination
 from smf_assurance.subjects.model_gateway import (
@@ -133,7 +134,7 @@ def _proof(key: SigningKey, instance: str, body: bytes) -> str:
         schema="smf.instance-proof/1",
         runtime_id=PROVEN_ID,
         instance_id=instance,
-        issued_at_ms=time.time_ns() // 1_000_000,
+        issued_at_ms=wall_clock_ms(),
         nonce=new_proof_nonce(),
         request_digest=request_digest(json.loads(body)["messages"]),
     )
@@ -185,7 +186,7 @@ async def attest(
         streaming=(),
         verified_release_id=None,
         problems=problems,
-        issued_at_ms=time.time_ns() // 1_000_000 - age_ms,
+        issued_at_ms=wall_clock_ms() - age_ms,
         instance_id=instance_id,
     )
     signed = dsse.encode_envelope(

@@ -17,7 +17,6 @@ end of a review; a mismatch is no verdict.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import re
 from pathlib import Path
@@ -28,6 +27,7 @@ import msgspec
 from smf_assurance.ops.cli.commands.decide import format_instant
 from smf_assurance.ops.cli.output import emit, fail, table
 from smf_assurance.ops.local.state import StateDir, default_state_dir
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keys import KeyFileError, load_private_key
 from smf_assurance.subjects.registry import RegistryError, load_registry
 from tools.candidate.claims import FAMILIES
@@ -129,15 +129,11 @@ def _start_file(repo: Path, sha: str) -> Path:
         fail(f"refused: {exc}")
 
 
-def _now_ms() -> int:
-    return int(dt.datetime.now(dt.UTC).timestamp() * 1000)
-
-
 def run_start(args: argparse.Namespace) -> int:
     candidate = _load(args.candidate)
     head = attest_head(args.repo, candidate)
     start = ReviewStart(
-        schema="smf.review-start/1", sha=head, tree=candidate.tree, started_at_ms=_now_ms()
+        schema="smf.review-start/1", sha=head, tree=candidate.tree, started_at_ms=wall_clock_ms()
     )
     path = _start_file(args.repo, head)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -204,7 +200,7 @@ def run_sign(args: argparse.Namespace) -> int:
         start_sha=start.sha,
         end_sha=end,
         started_at_ms=start.started_at_ms,
-        signed_at_ms=_now_ms(),
+        signed_at_ms=wall_clock_ms(),
         note=args.note,
     )
     try:

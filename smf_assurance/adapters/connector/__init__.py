@@ -31,7 +31,6 @@ from smf_assurance.adapters.connector.sdk import (
     Accepted,
     AmbiguousExecution,
     CheckResult,
-    Clock,
     Connector,
     ConnectorError,
     ConnectorRunner,
@@ -42,8 +41,8 @@ from smf_assurance.adapters.connector.sdk import (
     ReportPublishError,
     RunnerConfig,
     check_order,
-    now_ms,
 )
+from smf_assurance.subjects.clock import Clock, wall_clock_ms
 
 __all__ = [
     "REASON_AMBIGUOUS",
@@ -77,5 +76,5 @@ __all__ = [
     "RunnerConfig",
     "StoreLockedError",
     "check_order",
-    "now_ms",
+    "wall_clock_ms",
 ]

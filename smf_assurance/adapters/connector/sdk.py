@@ -56,8 +56,7 @@ import contextlib
 import math
 import re
 import sqlite3
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -78,6 +77,7 @@ from smf_assurance.adapters.connector.idempotency import (
 )
 from smf_assurance.subjects.attachments import AttachmentError, check_attachments
 from smf_assurance.subjects.bus_access import CLIENT_API, connector_durable
+from smf_assurance.subjects.clock import Clock, monotonic_s, wall_clock_ms
 from smf_assurance.subjects.dsse import (
     SignatureError,
     decode_envelope,
@@ -123,13 +123,6 @@ REPORT_SCHEMA: Final = "smf.execution-report/1"
 MAX_EXTERNAL_REF: Final = 256
 _CODE: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _ORDER_ID: Final = re.compile(r"[0-9a-f]{64}")
-
-Clock = Callable[[], int]
-"""Milliseconds since the epoch; injectable so expiry is testable."""
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _check_code(code: str) -> str:
@@ -334,7 +327,7 @@ class ConnectorRunner:
         gate_keys: Mapping[str, VerifyKey],
         state_dir: Path,
         config: RunnerConfig | None = None,
-        clock: Clock = now_ms,
+        clock: Clock = wall_clock_ms,
     ) -> None:
         if not gate_keys:
             raise ValueError("no gate keys: every order would be refused as unknown_signer")
@@ -418,7 +411,7 @@ class ConnectorRunner:
     async def _wait_for_durable(self, js: JetStreamContext) -> ConsumerInfo:
         """Wait, with bounded exponential backoff, for the durable: the gate's, or with
         ``create_durable`` this runner's own (created, or its ack wait set to ours)."""
-        deadline = time.monotonic() + self.config.stream_wait
+        deadline = monotonic_s() + self.config.stream_wait
         delay = 0.05
         while True:
             try:
@@ -427,7 +420,7 @@ class ConnectorRunner:
                 pass  # no stream or no durable yet
             except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError):
                 pass  # the bus is busy: ask again
-            remaining = deadline - time.monotonic()
+            remaining = deadline - monotonic_s()
             if remaining <= 0:
                 raise ExecuteStreamMissing(
                     f"durable {self.durable} on {EXECUTE_STREAM} not found within "

@@ -36,12 +36,11 @@ import msgspec
 
 from smf_assurance.adapters.connector.sdk import (
     AmbiguousExecution,
-    Clock,
     Connector,
     ExecutionOutcome,
-    now_ms,
 )
 from smf_assurance.adapters.connectors import create_atomically
+from smf_assurance.subjects.clock import Clock, wall_clock_ms
 from smf_assurance.subjects.messages import ExecuteOrder
 
 REASON_INVALID_ARGUMENTS: Final = "invalid_arguments"
@@ -91,7 +90,7 @@ def _arguments(arguments: dict[str, Any]) -> FilingArguments | None:
 class CourtEFilingConnector(Connector):
     """Files ``order.content`` (by its SHA-256) with ``court`` as ``document``."""
 
-    def __init__(self, outbox: Path, *, clock: Clock = now_ms) -> None:
+    def __init__(self, outbox: Path, *, clock: Clock = wall_clock_ms) -> None:
         self.outbox: Final = outbox
         self._clock = clock
 

@@ -35,12 +35,11 @@ import msgspec
 
 from smf_assurance.adapters.connector.sdk import (
     AmbiguousExecution,
-    Clock,
     Connector,
     ExecutionOutcome,
-    now_ms,
 )
 from smf_assurance.adapters.connectors import create_atomically, fsync_dir
+from smf_assurance.subjects.clock import Clock, wall_clock_ms
 from smf_assurance.subjects.messages import ExecuteOrder
 
 REASON_INVALID_ARGUMENTS: Final = "invalid_arguments"
@@ -70,7 +69,7 @@ def valid_document_id(value: object) -> bool:
 class DocumentStoreConnector(Connector):
     """Deletes one document per order from ``store``."""
 
-    def __init__(self, store: Path, *, clock: Clock = now_ms) -> None:
+    def __init__(self, store: Path, *, clock: Clock = wall_clock_ms) -> None:
         self.store: Final = store
         self.deleted: Final = store / DELETED_DIR
         self._clock = clock

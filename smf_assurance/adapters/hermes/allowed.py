@@ -15,9 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Final
+
+from smf_assurance.subjects.clock import monotonic_s
 
 APPROVAL_TTL_S: Final = 300.0
 MAX_APPROVED: Final = 4096
@@ -36,7 +37,7 @@ class AllowedCalls:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def remember(self, tool_call_id: str, digest: str) -> None:
-        now = time.monotonic()
+        now = monotonic_s()
         with self._lock:
             if len(self._approved) >= MAX_APPROVED:
                 for key in [k for k, t in self._approved.items() if t < now]:
@@ -47,7 +48,7 @@ class AllowedCalls:
     def was_allowed(self, tool_call_id: str, digest: str) -> bool:
         with self._lock:
             expiry = self._approved.get((tool_call_id, digest))
-        return expiry is not None and expiry >= time.monotonic()
+        return expiry is not None and expiry >= monotonic_s()
 
 
 PENDING_TTL_S: Final = 300.0
@@ -66,7 +67,7 @@ class PendingCallIds:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def put(self, session_id: str, tool: str, tool_call_id: str) -> None:
-        now = time.monotonic()
+        now = monotonic_s()
         with self._lock:
             if sum(len(v) for v in self._ids.values()) >= MAX_PENDING:
                 self._drop_expired(now)
@@ -76,7 +77,7 @@ class PendingCallIds:
                 )
 
     def take(self, session_id: str, tool: str) -> str | None:
-        now = time.monotonic()
+        now = monotonic_s()
         with self._lock:
             queue = self._ids.get((session_id, tool), [])
             while queue:

@@ -23,8 +23,9 @@ from smf_assurance.adapters.hermes.allowed import AllowedCalls, PendingCallIds
 from smf_assurance.adapters.hermes.attestation import Host
 from smf_assurance.adapters.hermes.bridge import Bridge
 from smf_assurance.adapters.hermes.config import ADAPTER_ID, AdapterConfig
-from smf_assurance.adapters.hermes.release import ReleaseVerifier, UsableRelease, wall_clock_ms
+from smf_assurance.adapters.hermes.release import ReleaseVerifier, UsableRelease
 from smf_assurance.subjects.attestation import AttestationAck, StreamingSetting
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keys import VerifyKey
 from smf_assurance.subjects.model_gateway import new_instance_id
 from smf_assurance.subjects.release import ReleaseCheckError

@@ -20,7 +20,6 @@ import logging
 import re
 import secrets
 import sys
-import time
 from typing import Final
 
 import msgspec
@@ -39,6 +38,7 @@ from smf_assurance.adapters.hermes.refusing import RefusingMode, shout
 from smf_assurance.adapters.hermes.release import UNAVAILABLE, ReleaseUnavailableError, read_newest
 from smf_assurance.subjects import names
 from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation, StreamingSetting
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.dsse import encode_envelope, sign_struct
 from smf_assurance.subjects.messages import Verdict
 from smf_assurance.subjects.patterns import CODE_PATTERN
@@ -143,7 +143,7 @@ class Lifecycle(RefusingMode):
                 else None
             ),
             problems=self.refusals(),
-            issued_at_ms=time.time_ns() // 1_000_000,
+            issued_at_ms=wall_clock_ms(),
             instance_id=self.instance_id,
         )
 

@@ -53,8 +53,8 @@ from smf_assurance.adapters.hermes.hooks.observers import SessionObservers
 from smf_assurance.adapters.hermes.hooks.reply import ReplyHook
 from smf_assurance.adapters.hermes.hooks.tool_call import ToolCallHook
 from smf_assurance.adapters.hermes.refusing import WITHHELD_INTERNAL, block
-from smf_assurance.adapters.hermes.release import wall_clock_ms
 from smf_assurance.subjects.attestation import StreamingSetting
+from smf_assurance.subjects.clock import wall_clock_ms
 
 __all__ = [
     "REQUIRED_HOOKS",

@@ -31,7 +31,6 @@ content for any decision of its own.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -42,6 +41,7 @@ from nats.js.errors import Error as JetStreamError
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 
 from smf_assurance.subjects.bus_access import CLIENT_API
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keys import VerifyKey
 from smf_assurance.subjects.registry import RegistryError, decode_registry
 from smf_assurance.subjects.release import (
@@ -65,10 +65,6 @@ UNAVAILABLE: Final = "release_unavailable"
 """No release could be read from the bucket (no bucket, no key, no value)."""
 MAX_KEYS_TRIED: Final = 64
 """Deleted keys skipped before giving up (fail closed) when looking for the newest."""
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class ReleaseUnavailableError(Exception):

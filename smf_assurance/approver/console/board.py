@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -23,6 +22,7 @@ from nats.errors import Error as NatsError
 from smf_assurance.approver.console.access import entitled
 from smf_assurance.approver.pending import PendingReader, approval_state
 from smf_assurance.subjects.approvals import TERMINAL_STATES, PendingAnnouncement
+from smf_assurance.subjects.clock import monotonic_s
 from smf_assurance.subjects.registry import Principal
 
 log = structlog.get_logger(__name__)
@@ -73,7 +73,7 @@ class ApprovalBoard:
         self.entries: dict[str, Tracked] = {}
         self.gate_answering = False
         self.fed_at: float | None = None
-        """``time.monotonic()`` of the last refresh that completed (``/healthz``)."""
+        """``monotonic_s()`` of the last refresh that completed (``/healthz``)."""
         self.reader = PendingReader(nc)
         self._wake = asyncio.Event()
 
@@ -106,7 +106,7 @@ class ApprovalBoard:
         await self._read_announcements()
         await self._refresh_states()
         self._prune()
-        self.fed_at = time.monotonic()
+        self.fed_at = monotonic_s()
 
     async def _read_announcements(self) -> None:
         try:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -69,6 +68,7 @@ from smf_assurance.subjects.approvals import (
     deny_reason_code,
 )
 from smf_assurance.subjects.bus_access import BusCredential, connect_options
+from smf_assurance.subjects.clock import monotonic_s, wall_clock_ms
 from smf_assurance.subjects.registry import Principal
 
 log = structlog.get_logger(__name__)
@@ -81,10 +81,6 @@ STATIC_FILES: Final = {
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/static/style.css": ("style.css", "text/css; charset=utf-8"),
 }
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -255,7 +251,7 @@ class Console:
         names no approval, tenant or approver, so it asks for no session.
         """
         fed_at = self.board.fed_at
-        age = None if fed_at is None else time.monotonic() - fed_at
+        age = None if fed_at is None else monotonic_s() - fed_at
         stale_after = 3 * self.settings.refresh_seconds + 2 * self.settings.request_timeout
         reason: HealthReason | None = None
         if not self.nc.is_connected:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,16 +61,13 @@ from smf_assurance.approver.notify.sent import Channel, SentKey, SentRecord
 from smf_assurance.approver.pending import PendingReader, approval_state
 from smf_assurance.subjects.approvals import PendingAnnouncement
 from smf_assurance.subjects.bus_access import BusCredential, connect_options
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.registry import Principal
 
 log = structlog.get_logger(__name__)
 
 CLOSE_GRACE_SECONDS: Final = 5.0
 """How long closing waits for a loop that did not finish its round in time, once cancelled."""
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -250,7 +246,7 @@ class Notifier:
             contact.webhook_url,
             tenant.webhook_secret,
             body,
-            int(time.time()),  # the receiver checks freshness against its own wall clock
+            wall_clock_ms() // 1000,  # the receiver checks freshness against its own wall clock
             self.config.webhook_timeout_seconds,
         )
 

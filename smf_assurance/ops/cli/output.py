@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any, NoReturn, TextIO
 
@@ -19,6 +18,7 @@ import msgspec
 
 from smf_assurance.ops.cli.cli_json import CliJson
 from smf_assurance.subjects.canonical import canonical_bytes
+from smf_assurance.subjects.clock import monotonic_s
 
 
 class CommandError(Exception):
@@ -142,7 +142,7 @@ class Progress:
         self._last = 0.0
 
     def update(self, done: int) -> None:
-        now = time.monotonic()
+        now = monotonic_s()
         if self.enabled and (now - self._last > 0.2 or done >= self.total):
             self._last = now
             self.stream.write(f"\r{self.label}: {done}/{self.total}")

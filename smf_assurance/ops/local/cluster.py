@@ -40,7 +40,6 @@ import contextlib
 import json
 import os
 import shutil
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +67,7 @@ from smf_assurance.ops.local.natsserver import (
     reserve_port,
 )
 from smf_assurance.subjects.bus_access import BusCredential
+from smf_assurance.subjects.clock import monotonic_s
 from smf_assurance.subjects.keys import generate_signing_key
 from smf_assurance.subjects.registry import RegistryEntry, entry_for
 
@@ -357,12 +357,12 @@ class LocalNatsCluster:
         Raises ``NatsServerError`` with what each node last said when that does
         not happen within ``timeout`` (default ``leader_timeout``) seconds.
         """
-        deadline = time.monotonic() + (self.leader_timeout if timeout is None else timeout)
+        deadline = monotonic_s() + (self.leader_timeout if timeout is None else timeout)
         while True:
             leader, reasons = await self._readiness()
             if leader is not None:
                 return leader
-            if time.monotonic() >= deadline:
+            if monotonic_s() >= deadline:
                 raise NatsServerError(
                     "NATS cluster not ready: " + "; ".join(f"{n}: {r}" for n, r in reasons.items())
                 )

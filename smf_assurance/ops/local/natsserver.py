@@ -50,6 +50,7 @@ from typing import Final, NamedTuple
 import structlog
 
 from smf_assurance.ops.local.bus_auth import render_open_config
+from smf_assurance.subjects.clock import monotonic_s
 
 log = structlog.get_logger(__name__)
 
@@ -426,8 +427,8 @@ class EmbeddedNatsServer:
             raise NatsServerError(f"nats-server on {self.url} is not running")
         offset = self.log_path.stat().st_size
         proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        deadline = monotonic_s() + timeout
+        while monotonic_s() < deadline:
             text = self._log_since(offset)
             if "Reloaded server configuration" in text:
                 self._log.info("nats_server.reloaded")
@@ -445,7 +446,7 @@ class EmbeddedNatsServer:
     def _wait_ready(self) -> None:
         """Poll until this process has bound the port and greets a client, or fail."""
         assert self._proc is not None
-        deadline = time.monotonic() + self.ready_timeout
+        deadline = monotonic_s() + self.ready_timeout
         while True:
             code = self._proc.poll()
             if code is not None:
@@ -453,7 +454,7 @@ class EmbeddedNatsServer:
                     f"nats-server exited with {code} before it was ready; "
                     f"log tail:\n{self.log_tail()}"
                 )
-            remaining = deadline - time.monotonic()
+            remaining = deadline - monotonic_s()
             if remaining <= 0:
                 raise NatsServerError(
                     f"nats-server not ready on {self.url} within {self.ready_timeout}s; "

@@ -48,11 +48,11 @@ from smf_assurance.pipeline.assembly import (
     RunningGate,
     StorePaths,
     start_gate,
-    wall_clock_ms,
 )
 from smf_assurance.pipeline.chain.buffer import BufferLimits
 from smf_assurance.subjects import names
 from smf_assurance.subjects.bus_access import connect_options
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.registry import load_registry
 
 log = structlog.get_logger(__name__)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import secrets
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -24,6 +23,7 @@ from smf_assurance.ops.local.bus_auth import (
     write_user_seed,
 )
 from smf_assurance.subjects.bus_access import BusCredential
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keyed import PseudonymKey
 from smf_assurance.subjects.keys import (
     SigningKey,
@@ -254,5 +254,5 @@ def refresh_demo_release(state: StateDir) -> Path | None:
         trust_root=state.trust_root,
         inbox=state.release_inbox,
         registry=state.registry.read_bytes(),
-        now_ms=time.time_ns() // 1_000_000,
+        now_ms=wall_clock_ms(),
     )

@@ -20,7 +20,6 @@ import contextlib
 import fcntl
 import os
 import signal
-import time
 from collections.abc import Iterator
 from typing import Final
 
@@ -32,6 +31,7 @@ from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.stack import Connectors, Stack
 from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.stores.ledger import EvidenceError
+from smf_assurance.subjects.clock import wall_clock_ms
 
 log = structlog.get_logger(__name__)
 
@@ -137,7 +137,7 @@ async def _shutdown_stack(stack: Stack) -> str | None:
     """
     if stack.server is None or stack.server.running:
         try:
-            await stack.gate.ledger.checkpoint(time.time_ns() // 1_000_000)
+            await stack.gate.ledger.checkpoint(wall_clock_ms())
         except EvidenceError:
             log.error("shutdown_checkpoint_failed")
     reason = None

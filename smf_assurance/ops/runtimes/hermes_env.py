@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Final
 
 from smf_assurance.ops.runtimes.cache import cache_root, install_lock
+from smf_assurance.subjects.clock import monotonic_s
 
 HERMES_VERSION: Final = "0.19.0"
 """The pinned runtime; a conformance run covers this version only (ARCHITECTURE.md)."""
@@ -116,7 +117,7 @@ def _stderr(line: str) -> None:
 
 
 def _run(args: list[str], progress: Progress, what: str) -> None:
-    started = time.monotonic()
+    started = monotonic_s()
     progress(f"{what}: {' '.join(args[:6])}{' ...' if len(args) > 6 else ''}")
     result = subprocess.run(
         args,
@@ -129,7 +130,7 @@ def _run(args: list[str], progress: Progress, what: str) -> None:
     if result.returncode != 0:
         tail = (result.stdout + result.stderr)[-4000:]
         raise HermesEnvError(f"{what} failed (exit {result.returncode}):\n{tail}")
-    progress(f"{what}: done in {time.monotonic() - started:.1f}s")
+    progress(f"{what}: done in {monotonic_s() - started:.1f}s")
 
 
 def plugin_requirements() -> list[str]:
@@ -162,7 +163,7 @@ def _hermes_layer(root: Path, requirements: list[str], progress: Progress) -> fl
     if marker.exists() and installed_hermes_version(root) == HERMES_VERSION:
         progress(f"reusing {root} (hermes-agent {HERMES_VERSION})")
         return None
-    started = time.monotonic()
+    started = monotonic_s()
     if root.exists():
         progress(f"{root} is incomplete; removing it")
         shutil.rmtree(root)
@@ -185,7 +186,7 @@ def _hermes_layer(root: Path, requirements: list[str], progress: Progress) -> fl
         raise HermesEnvError(f"installed hermes-agent is {found!r}, not {HERMES_VERSION}")
     record = {"hermes_agent": HERMES_VERSION, "requirements": requirements, "at": time.time()}
     marker.write_text(json.dumps(record))
-    return time.monotonic() - started
+    return monotonic_s() - started
 
 
 def _write_whole(path: Path, text: str) -> None:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Final
 
 from smf_assurance.ops.runtimes.cache import cache_root, install_lock
+from smf_assurance.subjects.clock import monotonic_s
 
 OPENCLAW_VERSION: Final = "2026.9.6"
 """The pinned runtime; a conformance run covers this version only (ARCHITECTURE.md)."""
@@ -120,7 +121,7 @@ def _npm_env(env: OpenClawEnv) -> dict[str, str]:
 
 
 def _run(args: list[str], env: dict[str, str], progress: Progress, what: str) -> str:
-    started = time.monotonic()
+    started = monotonic_s()
     progress(f"{what}: {' '.join(args[:6])}{' ...' if len(args) > 6 else ''}")
     result = subprocess.run(
         args,
@@ -133,7 +134,7 @@ def _run(args: list[str], env: dict[str, str], progress: Progress, what: str) ->
     if result.returncode != 0:
         tail = (result.stdout + result.stderr)[-4000:]
         raise OpenClawEnvError(f"{what} failed (exit {result.returncode}):\n{tail}")
-    progress(f"{what}: done in {time.monotonic() - started:.1f}s")
+    progress(f"{what}: done in {monotonic_s() - started:.1f}s")
     return result.stdout
 
 
@@ -207,7 +208,7 @@ def ensure_openclaw_env(*, root: Path | None = None, progress: Progress = _stder
         if (root / COMPLETE_MARKER).exists() and installed_versions(root) == wanted:
             progress(f"reusing {root} (openclaw {OPENCLAW_VERSION}, node {NODE_VERSION})")
             return env
-        started = time.monotonic()
+        started = monotonic_s()
         if root.exists():
             progress(f"{root} is incomplete; removing it")
             shutil.rmtree(root)
@@ -225,7 +226,7 @@ def ensure_openclaw_env(*, root: Path | None = None, progress: Progress = _stder
         if not printed.startswith(f"OpenClaw {OPENCLAW_VERSION}"):
             raise OpenClawEnvError(f"openclaw --version printed {printed!r}")
         progress(f"openclaw --version: {printed}")
-        seconds = time.monotonic() - started
+        seconds = monotonic_s() - started
         (root / COMPLETE_MARKER).write_text(
             json.dumps(
                 {

@@ -15,7 +15,6 @@ from smf_assurance.pipeline.assembly.config import (
     ReleaseSource,
     StorePaths,
     shipped_mapper_tables,
-    wall_clock_ms,
 )
 from smf_assurance.pipeline.assembly.gate import BusUnavailableError, RunningGate, start_gate
 
@@ -28,5 +27,4 @@ __all__ = [
     "StorePaths",
     "shipped_mapper_tables",
     "start_gate",
-    "wall_clock_ms",
 ]

@@ -8,7 +8,6 @@ loaded), which runtimes must attest. Keys never appear in a ``repr``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -26,14 +25,11 @@ from smf_assurance.pipeline.stores.call_context import DEFAULT_MAX_AGE_S, DEFAUL
 from smf_assurance.pipeline.stores.tainted_content import DEFAULT_MAX_BYTES as TAINTED_MAX_BYTES
 from smf_assurance.subjects import names
 from smf_assurance.subjects.bus_access import BusCredential
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keyed import PseudonymKey
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.registry import KeyRegistry
 from smf_assurance.subjects.release import TrustRoot
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def shipped_mapper_tables() -> dict[str, MapperTable]:

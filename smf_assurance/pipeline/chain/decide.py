@@ -24,11 +24,9 @@ from smf_assurance.core.projection import PolicySet
 from smf_assurance.core.release_trust import NoVerifiedReleaseError
 from smf_assurance.pipeline.chain.contracts import EvaluateRequest
 from smf_assurance.pipeline.service import StageRefusal
+from smf_assurance.subjects.clock import Clock
 from smf_assurance.subjects.messages import Proposal
 from smf_assurance.subjects.release import ReleaseCheckError
-
-Clock = Callable[[], int]
-"""Unix milliseconds; injected so decisions are reproducible."""
 
 
 @dataclass(frozen=True, slots=True)

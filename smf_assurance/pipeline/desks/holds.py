@@ -14,8 +14,6 @@ under a held one is held whatever the adapter said (``GateHolds`` in
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -25,6 +23,7 @@ from nats.js.kv import KeyValue
 
 from smf_assurance.core.normalize import GateHolds
 from smf_assurance.pipeline.stores.holds import HoldsInvalid, HoldsUnavailable, read_holds
+from smf_assurance.subjects.clock import MonotonicClock, monotonic_s
 from smf_assurance.subjects.holds import (
     HOLDS_INVALID,
     HOLDS_UNAVAILABLE,
@@ -83,7 +82,7 @@ class HoldsMirror:
 
     bucket: KeyValue
     stale_after: float = STALE_SECONDS
-    monotonic: Callable[[], float] = time.monotonic
+    monotonic: MonotonicClock = monotonic_s
     revision: int = 0
     """The bucket revision of the list last read (0: none yet)."""
     _paths: frozenset[str] = field(default_factory=frozenset)

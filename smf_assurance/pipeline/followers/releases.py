@@ -64,6 +64,7 @@ from smf_assurance.pipeline.stores.release_state import (
     StoreUnavailable,
 )
 from smf_assurance.subjects.canonical import sha256_identity
+from smf_assurance.subjects.clock import Clock
 from smf_assurance.subjects.release import (
     MAX_BUNDLE_BYTES,
     MAX_REPORT_TEXT,
@@ -84,9 +85,6 @@ from smf_assurance.subjects.release import (
 )
 
 log = structlog.get_logger(__name__)
-
-Clock = Callable[[], int]
-"""Unix milliseconds; the gate's clock."""
 
 _HINTED_SEQUENCE: Final = re.compile(r"release\.(\d{16})")
 RETRYABLE: Final = (BrokenReleaseChainError, UntrustedClockError)

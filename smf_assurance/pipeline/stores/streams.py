@@ -22,7 +22,6 @@ import asyncio
 import dataclasses
 import os
 import tempfile
-import time
 from pathlib import Path
 from typing import Final
 
@@ -45,6 +44,7 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from smf_assurance.subjects.bus_access import connector_durable
+from smf_assurance.subjects.clock import monotonic_s
 from smf_assurance.subjects.names import (
     APPROVAL_PENDING_PREFIX,
     APPROVAL_STREAM,
@@ -91,13 +91,13 @@ async def wait_for_jetstream(nc: Client, seconds: float) -> None:
     does a call that changes something go out.
     """
     js = nc.jetstream(timeout=PROBE_SECONDS)
-    deadline = time.monotonic() + seconds
+    deadline = monotonic_s() + seconds
     while True:
         try:
             await js.streams_info()
             return
         except (NatsTimeoutError, TimeoutError, NatsError) as exc:
-            if time.monotonic() + PROBE_SECONDS > deadline:
+            if monotonic_s() + PROBE_SECONDS > deadline:
                 raise JetStreamUnavailableError(
                     f"JetStream did not answer within {seconds:g} s ({type(exc).__name__})"
                 ) from exc

@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import re
 import sys
-import time
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -82,6 +81,7 @@ from smf_assurance.subjects.approvals import (
 )
 from smf_assurance.subjects.attachments import AttachmentError, claims_attachment, open_attachment
 from smf_assurance.subjects.bus_access import BusCredential
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keys import KeyFileError, SigningKey, load_private_key
 from smf_assurance.subjects.patterns import MAX_NOTE_CHARS, ApproverNote
 
@@ -242,10 +242,6 @@ def expires_in(expires_at_ms: int, now_ms: int) -> str:
     return f"{minutes}m {seconds:02d}s" if minutes else f"{seconds}s"
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _load_key(path: Path, approver_id: str | None) -> tuple[SigningKey, str]:
     try:
         key, principal = load_private_key(path)
@@ -307,7 +303,7 @@ async def _pending(
 def run_pending(args: argparse.Namespace) -> int:
     url = _setup(args)
     listed = asyncio.run(_pending(url, _credential(args), args.tenant, args.all))
-    now = _now_ms()
+    now = wall_clock_ms()
     if args.json:
         emit(ApprovalsPendingJson(approvals=tuple(_listed_json(item, now) for item in listed)))
         return 0
@@ -531,7 +527,7 @@ def _documents(view: ApprovalView) -> tuple[str, list[tuple[str, str]]]:
 
 def _print_view(view: ApprovalView, matches: bool, display: DirectoryShown) -> None:
     b = view.binding
-    now = _now_ms()
+    now = wall_clock_ms()
     arguments, documents = _documents(view)
     rows: Sequence[tuple[str, str]] = [
         ("approval id", b.approval_id),

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,6 +43,7 @@ from smf_assurance.ops.local.logs import LOG_LEVELS, configure_logging
 from smf_assurance.ops.local.state import OPERATOR, StateDir
 from smf_assurance.ops.local.supervisor import stop_on_signals
 from smf_assurance.subjects.bus_access import account_of, permissions_for
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.registry import RegistryError, load_registry
 
 FOLLOW_STATE_FILE = "bus-follow-release-state.db"
@@ -188,7 +188,7 @@ async def _follow_until(args: argparse.Namespace, state: StateDir, stop: asyncio
             follower=follower,
             trust_root=trust_root,
             state=state.root / FOLLOW_STATE_FILE,
-            clock=lambda: time.time_ns() // 1_000_000,
+            clock=wall_clock_ms,
             stop=stop,
         )
     except (NatsError, TimeoutError, OSError) as exc:

@@ -17,6 +17,7 @@ from smf_assurance.governance.projections import load_policy_set
 from smf_assurance.ops.cli.cli_json import CompileJson, EvalJson
 from smf_assurance.ops.cli.commands import eval_many
 from smf_assurance.ops.cli.output import emit, fail, table
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.envelope import EnvelopeError, decode_envelope
 
 
@@ -68,7 +69,7 @@ def run_compile(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    at_ms = parse_instant(args.at) if args.at else int(dt.datetime.now(dt.UTC).timestamp() * 1000)
+    at_ms = parse_instant(args.at) if args.at else wall_clock_ms()
     if eval_many.wanted(args):
         return eval_many.run(args, at_ms, print_decision)
     try:

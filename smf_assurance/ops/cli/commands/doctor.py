@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
 from pathlib import Path
 
 from smf_assurance.governance.releases import ReleaseError, load_trust_root
@@ -34,6 +33,7 @@ from smf_assurance.ops.doctor.run import (
 from smf_assurance.ops.local.bus import add_credential_argument, bus_url, credential_for
 from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.state import OPERATOR, StateDir, default_state_dir
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.registry import RegistryError, load_registry
 
 
@@ -123,7 +123,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         state=state,
         console=args.console,
         directory=args.directory or state.directory,
-        clock=lambda: time.time_ns() // 1_000_000,
+        clock=wall_clock_ms,
         lease_warn_ms=args.lease_warn_hours * HOUR_MS,
         checkpoint_age_ms=args.checkpoint_age * 1000,
     )

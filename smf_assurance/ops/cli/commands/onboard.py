@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +52,7 @@ from smf_assurance.ops.local.onboarding import (
 )
 from smf_assurance.ops.local.state import PUBLISHER, StateDir, default_state_dir
 from smf_assurance.subjects.bus_access import BusCredential
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.registry import RegistryFile
 
 DEFAULT_RUNTIME_BUS: Final = "nats://127.0.0.1:4222"
@@ -179,10 +179,6 @@ class Outcome:
         return self.published.json()
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 async def _probe(url: str, credential: BusCredential | None) -> None:
     nc = await connect_bus(url, "smf-onboard-probe", credential)
     await nc.close()
@@ -197,7 +193,7 @@ def sign_and_publish(
 ) -> Outcome:
     """Sign the next release with ``registry``, write ``changes`` and the registry,
     publish; undo the writes if the release could not leave (module docstring)."""
-    release = next_release(authority, registry_bytes(registry), now_ms())
+    release = next_release(authority, registry_bytes(registry), wall_clock_ms())
     changes.replace(state.registry, registry_bytes(registry))
     credential = credential_for(args.credential, state.root, PUBLISHER) if args.nats else None
     if args.nats:

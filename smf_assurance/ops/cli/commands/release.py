@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +102,7 @@ from smf_assurance.pipeline.stores.release_state import (
     read_shadow_state,
 )
 from smf_assurance.subjects.bus_access import CLIENT_API, BusCredential
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keys import KeyFileError, SigningKey, VerifyKey, load_private_key
 from smf_assurance.subjects.release import (
     RELEASE_REPORT_SCHEMA,
@@ -211,10 +211,6 @@ def add_wait_arguments(parser: argparse.ArgumentParser, wait: str, no_wait: str)
     parser.add_argument("--no-wait", action="store_true", help=no_wait)
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def instant(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
 
@@ -289,7 +285,7 @@ def run_build(args: argparse.Namespace) -> int:
             args.corpus,
             signers,
             registry,
-            now_ms=now_ms(),
+            now_ms=wall_clock_ms(),
             lease_hours=args.lease_hours,
             prior=prior,
             sequence=args.sequence,
@@ -336,7 +332,7 @@ def verify_release_dir(
     except ReleaseError as exc:
         fail(str(exc), 2)
     bundle = _read_dir(folder)
-    at_ms = parse_at(at) if at else now_ms()
+    at_ms = parse_at(at) if at else wall_clock_ms()
     stored = asyncio.run(_load_state(state_dir)) if state_dir else None
     last: LastAccepted | None = stored.state if stored is not None else None
     note = "verified"
@@ -665,7 +661,7 @@ def run_publish(args: argparse.Namespace) -> int:
     if args.trust_root:
         try:
             ReleaseTrust(load_trust_root(args.trust_root)).verify_update(
-                encode_bundle(bundle), TrustedTime(now_ms())
+                encode_bundle(bundle), TrustedTime(wall_clock_ms())
             )
         except ReleaseError as exc:
             fail(f"not published: release refused (trust_root): {exc}")
@@ -950,7 +946,7 @@ def run_status(args: argparse.Namespace) -> int:
     except ReleaseError as exc:
         fail(str(exc))
     inbox = unverified_manifest(latest) if latest is not None else None
-    now = now_ms()
+    now = wall_clock_ms()
     if stored is None:
         accepted: dict[str, Any] | None = None
     else:

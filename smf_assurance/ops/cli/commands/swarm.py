@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import json
 import os
 import sys
@@ -40,6 +39,7 @@ from smf_assurance.ops.cli.cli_json import SwarmReportJson
 from smf_assurance.ops.cli.commands.decide import format_instant, parse_instant
 from smf_assurance.ops.cli.commands.release import verify_release_dir
 from smf_assurance.ops.cli.output import Progress, emit, fail, positive_float, say, table
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keys import KeyFileError, load_private_key
 from smf_assurance.swarm.personas import (
     API_KEY_ENV,
@@ -208,7 +208,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     elif matter.at_ms is not None:
         at_ms = matter.at_ms
     else:
-        at_ms = int(dt.datetime.now(dt.UTC).timestamp() * 1000)
+        at_ms = wall_clock_ms()
     release = release_for(args)
     personas = _personas(args)
     progress = Progress("swarm personas", len(personas))
@@ -264,7 +264,7 @@ def run_review(args: argparse.Namespace) -> int:
         fail(str(exc))
     if principal != args.reviewer:
         fail(f"refused: the key belongs to {principal!r}, not to reviewer {args.reviewer!r}")
-    at_ms = int(dt.datetime.now(dt.UTC).timestamp() * 1000)
+    at_ms = wall_clock_ms()
     try:
         envelope = sign_review(report, args.reviewer, key, args.verdict, args.note, at_ms)
         reviewed = apply_review(report, envelope, {key.key_id: key.verify_key})

@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import re
 import secrets
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Final
@@ -41,6 +40,7 @@ from nats.errors import Error as NatsError
 from smf_assurance.ops.local.cluster import nats_servers
 from smf_assurance.subjects import names
 from smf_assurance.subjects.bus_access import BusCredential, connect_options
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.confinement import (
     CONFINEMENT_SCHEMA,
     MAX_INSTANCES,
@@ -60,10 +60,6 @@ INSTANCE_PATTERN: Final = re.compile(r"\Ai-[0-9a-f]{32}\Z")
 TRANSPORT: Final = frozenset({"bus_unreachable", "no_gate_answer", "malformed_ack"})
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class Attester:
     """One sandbox's confinement attestations, sent on the launcher's own connection."""
 
@@ -74,7 +70,7 @@ class Attester:
         nats_url: str,
         runtime_id: str,
         profile_digest: str,
-        clock: Callable[[], int] = _now_ms,
+        clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self._key = key
         self._credential = credential
