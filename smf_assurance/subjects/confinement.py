@@ -24,14 +24,12 @@ gate's signed status.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated, Final, Literal
 
 import msgspec
 
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.canonical import Identity
-from smf_assurance.subjects.keys import VerifyKey
 from smf_assurance.subjects.patterns import Code, InstanceId, MessageId, Millis, Token
 from smf_assurance.subjects.signer import Signer
 
@@ -76,17 +74,4 @@ class ConfinementAck(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 def sign_confinement(attestation: ConfinementAttestation, launcher_key: Signer) -> bytes:
     return dsse.encode_envelope(
         dsse.sign_struct(names.PAYLOAD_CONFINEMENT, attestation, [launcher_key])
-    )
-
-
-def open_confinement(
-    data: bytes, trusted: Mapping[str, VerifyKey]
-) -> tuple[ConfinementAttestation, dsse.Verified]:
-    """The attestation, if a key of ``trusted`` signed it; raises
-    :class:`~smf_assurance.subjects.dsse.SignatureError` or ``msgspec.ValidationError``."""
-    return dsse.open_struct(
-        dsse.decode_envelope(data, MAX_CONFINEMENT_BYTES),
-        trusted,
-        ConfinementAttestation,
-        names.PAYLOAD_CONFINEMENT,
     )

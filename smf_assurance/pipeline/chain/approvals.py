@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 import msgspec
 import structlog
@@ -80,6 +80,7 @@ from smf_assurance.pipeline.chain.outcomes import (
     open_report,
 )
 from smf_assurance.pipeline.chain.transport import StageClient
+from smf_assurance.pipeline.desks.signed import check_fresh, open_request
 from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.pipeline.stores.approvals import (
     ApprovalError,
@@ -95,7 +96,7 @@ from smf_assurance.pipeline.stores.evidence import (
 from smf_assurance.pipeline.stores.ledger import EvidenceError, Ledger
 from smf_assurance.pipeline.stores.ledger_schema import Status
 from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
-from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import (
     TERMINAL_STATES,
     ApprovalBinding,
@@ -272,22 +273,20 @@ class ApprovalDesk:
 
     def _verify_resolution(self, data: bytes) -> tuple[ApprovalResolution, Principal]:
         try:
-            envelope = dsse.decode_envelope(data)
-            resolution, verified = dsse.open_struct(
-                envelope, self._all_keys(), ApprovalResolution, names.PAYLOAD_RESOLUTION
+            resolution, signers = open_request(
+                data,
+                self.registry,
+                ApprovalResolution,
+                names.PAYLOAD_RESOLUTION,
+                malformed="malformed_resolution",
             )
-        except dsse.SignatureError as exc:
-            raise DeskError(dsse.reason_code(exc, "malformed_resolution")) from exc
-        except msgspec.ValidationError as exc:
-            raise DeskError("malformed_resolution") from exc
-        return resolution, self._approver(verified.key_ids, resolution.resolver_id)
+        except StageRefusal as refusal:
+            raise DeskError(refusal.reason_code) from refusal
+        return resolution, self._approver(signers, resolution.resolver_id)
 
-    def _all_keys(self) -> dict[str, Any]:
-        return {k: p.verify_key for k, p in self.registry.principals.items()}
-
-    def _approver(self, key_ids: frozenset[str], resolver_id: str) -> Principal:
+    def _approver(self, signers: tuple[Principal, ...], resolver_id: str) -> Principal:
         try:
-            return approver_of((self.registry.principals[k] for k in key_ids), resolver_id)
+            return approver_of(signers, resolver_id)
         except ApprovalRuleError as exc:
             raise DeskError(exc.reason_code) from exc
 
@@ -719,20 +718,15 @@ class ApprovalDesk:
 
     async def handle_show(self, data: bytes) -> bytes:
         """An entitled approver sees the binding and exactly what would be sent."""
+        request, signers = open_request(
+            data,
+            self.registry,
+            ShowRequest,
+            names.PAYLOAD_SHOW_REQUEST,
+            malformed="malformed_resolution",
+        )
         try:
-            envelope = dsse.decode_envelope(data)
-            request, verified = dsse.open_struct(
-                envelope, self._all_keys(), ShowRequest, names.PAYLOAD_SHOW_REQUEST
-            )
-        except (dsse.SignatureError, msgspec.ValidationError) as exc:
-            reason = (
-                dsse.reason_code(exc, "malformed_resolution")
-                if isinstance(exc, dsse.SignatureError)
-                else "malformed_request"
-            )
-            raise StageRefusal(reason) from exc
-        try:
-            principal = self._approver(verified.key_ids, request.resolver_id)
+            principal = self._approver(signers, request.resolver_id)
             record = await self._get(request.approval_id)
             if record is None:
                 raise DeskError("approval_not_found")
@@ -744,9 +738,8 @@ class ApprovalDesk:
             raise StageRefusal(exc.reason_code) from exc
         if record.held_payload is None:
             raise StageRefusal("approval_closed")
-        if abs(self.clock() - request.requested_at_ms) > SHOW_FRESHNESS_MS:
-            # A captured show request must not reopen the content later.
-            raise StageRefusal("stale_show_request")
+        # A captured show request must not reopen the content later.
+        check_fresh(request.requested_at_ms, self.clock(), SHOW_FRESHNESS_MS, "stale_show_request")
         held = msgspec.json.decode(record.held_payload, type=HeldAction)
         view = ApprovalView(
             schema="smf.approval-view/1",
@@ -837,16 +830,14 @@ class ApprovalDesk:
         signed by an ``approver`` key naming itself (``viewer_id`` / ``requester_id``), and
         fresh, so a captured one cannot be replayed later (``stale``); raises DeskError."""
         try:
-            envelope = dsse.decode_envelope(data)
-            request, verified = dsse.open_struct(envelope, self._all_keys(), kind, payload_type)
-        except dsse.SignatureError as exc:
-            raise DeskError(dsse.reason_code(exc, "malformed_request")) from exc
-        except msgspec.ValidationError as exc:
-            raise DeskError("malformed_request") from exc
-        named = request.viewer_id if isinstance(request, TrackRequest) else request.requester_id
-        principal = self._approver(verified.key_ids, named)
-        if abs(self.clock() - request.requested_at_ms) > SHOW_FRESHNESS_MS:
-            raise DeskError(stale)
+            request, signers = open_request(
+                data, self.registry, kind, payload_type, malformed="malformed_request"
+            )
+            named = request.viewer_id if isinstance(request, TrackRequest) else request.requester_id
+            principal = self._approver(signers, named)
+            check_fresh(request.requested_at_ms, self.clock(), SHOW_FRESHNESS_MS, stale)
+        except StageRefusal as refusal:
+            raise DeskError(refusal.reason_code) from refusal
         return request, principal
 
     async def _rerequest(self, request: ReRequest, principal: Principal) -> None:

@@ -60,6 +60,7 @@ from smf_assurance.pipeline.chain.outcomes import OutcomeDesk
 from smf_assurance.pipeline.chain.transport import StageClient
 from smf_assurance.pipeline.desks.attestation import AttestationDesk
 from smf_assurance.pipeline.desks.confinement import ConfinementDesk
+from smf_assurance.pipeline.desks.signed import check_fresh, check_runtime_signer, open_request
 from smf_assurance.pipeline.desks.tool_calls import DecidedCalls
 from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.pipeline.stores.call_context import CallContextInvalid, CallContextUnavailable
@@ -347,27 +348,22 @@ class Gate:
         the runtimes it authenticated; the decision still admits the close only
         under that runtime's attestation (``Gate._admit``).
         """
-        try:
-            envelope = dsse.decode_envelope(data, self.settings.max_proposal_bytes)
-            message, verified = dsse.open_struct(envelope, self._all_keys, type_, payload_type)
-        except dsse.SignatureError as exc:
-            reason = dsse.reason_code(exc, "malformed_proposal", "proposal_too_large")
-            raise StageRefusal(reason, type(exc).__name__) from exc
-        except msgspec.ValidationError as exc:
-            raise StageRefusal("malformed_proposal", "invalid message") from exc
-        signers = [self.registry.principals[k] for k in verified.key_ids]
-        runtimes = [p for p in signers if p.entry.role == "runtime"]
-        runtime_id = getattr(message, "runtime_id", None)
+        message, signers = open_request(
+            data,
+            self.registry,
+            type_,
+            payload_type,
+            malformed="malformed_proposal",
+            too_large="proposal_too_large",
+            max_size=self.settings.max_proposal_bytes,
+            trusted=self._all_keys,
+        )
+        if not (gateway_may_sign and any(p.entry.role == "gateway" for p in signers)):
+            check_runtime_signer(signers, getattr(message, "runtime_id", None))
         issued_at = getattr(message, "issued_at_ms", None)
-        vouched = gateway_may_sign and any(p.entry.role == "gateway" for p in signers)
-        if not runtimes and not vouched:
-            raise StageRefusal("signer_role_mismatch")
-        if not vouched and all(p.entry.runtime_id != runtime_id for p in runtimes):
-            raise StageRefusal("runtime_identity_mismatch")
-        if not isinstance(issued_at, int) or (
-            abs(self.clock() - issued_at) > self.settings.freshness_ms
-        ):
+        if not isinstance(issued_at, int):
             raise StageRefusal("stale_proposal")
+        check_fresh(issued_at, self.clock(), self.settings.freshness_ms, "stale_proposal")
         return message
 
     async def prune_claims(self) -> int:

@@ -44,16 +44,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
-import msgspec
 import structlog
 
 from smf_assurance.core.decision import Decision
 from smf_assurance.core.execution_rules import Executor, Finish, settlement, signed_by
+from smf_assurance.pipeline.desks.signed import open_request
+from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.pipeline.stores.evidence import EvidenceWriter
 from smf_assurance.pipeline.stores.ledger import EvidenceError, Ledger
 from smf_assurance.pipeline.stores.orders import OrderBook, OrderRecord
 from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
-from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects import names
 from smf_assurance.subjects.keyed import PseudonymKey
 from smf_assurance.subjects.keys import VerifyKey
 from smf_assurance.subjects.messages import ExecutionReport, order_id_for
@@ -96,13 +97,16 @@ def open_report(data: bytes, registry: KeyRegistry) -> VerifiedReport:
     """Decode and verify an ExecutionReport against connector and runtime keys;
     raises :class:`ReportRefused`. Who may settle which order is the caller's rule."""
     try:
-        envelope = dsse.decode_envelope(data)
-        report, verified = dsse.open_struct(
-            envelope, reporter_keys(registry), ExecutionReport, names.PAYLOAD_REPORT
+        report, signers = open_request(
+            data,
+            registry,
+            ExecutionReport,
+            names.PAYLOAD_REPORT,
+            malformed="malformed_report",
+            trusted=reporter_keys(registry),
         )
-    except (dsse.SignatureError, msgspec.ValidationError) as exc:
-        raise ReportRefused(type(exc).__name__) from exc
-    signers = tuple(p for k in verified.key_ids if (p := registry.principal(k)) is not None)
+    except StageRefusal as refusal:
+        raise ReportRefused(refusal.detail) from refusal
     return VerifiedReport(report, signers)
 
 

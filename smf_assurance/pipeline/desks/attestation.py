@@ -46,7 +46,7 @@ gate refuses that runtime's proposals, which is the point.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeVar
 
@@ -54,12 +54,13 @@ import msgspec
 import structlog
 
 from smf_assurance.core.seen_once import SeenOnce
+from smf_assurance.pipeline.desks.signed import check_fresh, check_runtime_signer, open_request
 from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.attestation import AttestationAck, RuntimeAttestation
 from smf_assurance.subjects.messages import Proposal
 from smf_assurance.subjects.model_gateway import ProofStanding, open_instance_proof, proof_keys
-from smf_assurance.subjects.registry import KeyRegistry
+from smf_assurance.subjects.registry import KeyRegistry, Principal
 
 log = structlog.get_logger(__name__)
 
@@ -165,44 +166,27 @@ A = TypeVar("A", bound=_Attested)
 
 
 def verify_attested(
-    opened: Callable[[], tuple[A, dsse.Verified]],
-    registry: KeyRegistry,
+    att: A,
+    signers: Iterable[Principal],
     role: str | None,
     now_ms: int,
     window_ms: int,
     held: Callable[[str], _HeldSince | None],
 ) -> A:
-    """The attestation ``opened`` yields, once it may be held; else :class:`StageRefusal`
-    with the ack's reason code. One check for runtime and launcher attestations alike:
+    """``att``, opened by :func:`~smf_assurance.pipeline.desks.signed.open_request`,
+    once it may be held; else :class:`StageRefusal` with the ack's reason code. One
+    check for runtime and launcher attestations alike:
 
-    - a trusted key signed it (``unknown_signer``, ``bad_signature``,
-      ``malformed_attestation``);
     - when ``role`` is named, a signer holds it (``signer_role_mismatch``: a runtime's
-      key cannot say it is confined);
-    - a signer of that role is registered for the runtime attested
-      (``runtime_identity_mismatch``: one runtime, or its launcher, cannot vouch for
-      another);
+      key cannot say it is confined), and a signer is registered for the runtime
+      attested (``runtime_identity_mismatch``: one runtime, or its launcher, cannot
+      vouch for another);
     - it was issued within ``window_ms`` of now (``stale_attestation``: one captured on
       the bus is not replayed later) and not before the one held
       (``attestation_replayed``).
     """
-    try:
-        att, verified = opened()
-    except dsse.UnknownSignerError as exc:
-        raise StageRefusal("unknown_signer") from exc
-    except dsse.SignatureError as exc:
-        raise StageRefusal("bad_signature", type(exc).__name__) from exc
-    except msgspec.ValidationError as exc:
-        raise StageRefusal("malformed_attestation", str(exc)) from exc
-    signers = [registry.principals[k] for k in verified.key_ids]
-    if role is not None:
-        signers = [p for p in signers if p.entry.role == role]
-        if not signers:
-            raise StageRefusal("signer_role_mismatch")
-    if all(p.entry.runtime_id != att.runtime_id for p in signers):
-        raise StageRefusal("runtime_identity_mismatch")
-    if abs(now_ms - att.issued_at_ms) > window_ms:
-        raise StageRefusal("stale_attestation")
+    check_runtime_signer(signers, att.runtime_id, role)
+    check_fresh(att.issued_at_ms, now_ms, window_ms, "stale_attestation")
     before = held(att.runtime_id)
     if before is not None and att.issued_at_ms < before.issued_at_ms:
         raise StageRefusal("attestation_replayed")
@@ -272,16 +256,21 @@ class AttestationDesk:
         self._remember(att)
 
     def _verify(self, data: bytes) -> RuntimeAttestation:
+        """A runtime key signed it (an attestation names every signature fault but an
+        unknown signer ``bad_signature``), then :func:`verify_attested`."""
         registry = self.registry()
-
-        def opened() -> tuple[RuntimeAttestation, dsse.Verified]:
-            envelope = dsse.decode_envelope(data, MAX_ATTESTATION_BYTES)
-            return dsse.open_struct(
-                envelope, registry.trusted("runtime"), RuntimeAttestation, names.PAYLOAD_ATTESTATION
-            )
-
+        att, signers = open_request(
+            data,
+            registry,
+            RuntimeAttestation,
+            names.PAYLOAD_ATTESTATION,
+            malformed="bad_signature",
+            wrong_type="bad_signature",
+            max_size=MAX_ATTESTATION_BYTES,
+            trusted=registry.trusted("runtime"),
+        )
         return verify_attested(
-            opened, registry, None, self.clock(), self.freshness_ms, self._held.get
+            att, signers, "runtime", self.clock(), self.freshness_ms, self._held.get
         )
 
     def _remember(self, att: RuntimeAttestation) -> tuple[str, ...]:

@@ -42,12 +42,14 @@ import msgspec
 import structlog
 
 from smf_assurance.pipeline.desks.attestation import verify_attested
+from smf_assurance.pipeline.desks.signed import open_request
 from smf_assurance.pipeline.service import StageRefusal
+from smf_assurance.subjects import names
 from smf_assurance.subjects.confinement import (
     CONFINEMENT_LEASE_MS,
+    MAX_CONFINEMENT_BYTES,
     ConfinementAck,
     ConfinementAttestation,
-    open_confinement,
 )
 from smf_assurance.subjects.registry import KeyRegistry
 
@@ -124,14 +126,17 @@ class ConfinementDesk:
 
     def _verify(self, data: bytes) -> ConfinementAttestation:
         registry = self.registry()
-        every_key = {k: p.verify_key for k, p in registry.principals.items()}
-        return verify_attested(
-            lambda: open_confinement(data, every_key),
+        att, signers = open_request(
+            data,
             registry,
-            "launcher",
-            self.clock(),
-            self.lease_ms,
-            self._held.get,
+            ConfinementAttestation,
+            names.PAYLOAD_CONFINEMENT,
+            malformed="bad_signature",
+            wrong_type="bad_signature",
+            max_size=MAX_CONFINEMENT_BYTES,
+        )
+        return verify_attested(
+            att, signers, "launcher", self.clock(), self.lease_ms, self._held.get
         )
 
     def standing(self, runtime_id: str) -> Standing:
