@@ -16,6 +16,7 @@ evaluated under the shipped scenario release, a registry of real keys.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Final
 
 import msgspec
@@ -51,9 +52,9 @@ from smf_assurance.subjects.approvals import (
 from smf_assurance.subjects.canonical import identity_of
 from smf_assurance.subjects.envelope import content_hash_of, destination_identity_of
 from smf_assurance.subjects.keys import SigningKey
-from smf_assurance.subjects.messages import ExecutionReport, Verdict, order_id_for
+from smf_assurance.subjects.messages import ExecutionReport, Proposal, Verdict, order_id_for
 from smf_assurance.subjects.registry import KeyRegistry, Principal, RegistryFile, entry_for
-from tests.builders import AT_MS, DEFAULT_TENANT, fake_identity, normalized_proposal
+from tests.builders import AT_MS, DEFAULT_TENANT, fake_identity, normalized_proposal, proposal_dict
 
 ANN: Final = SigningKey.from_seed(b"\x21" * 32)
 BOB: Final = SigningKey.from_seed(b"\x22" * 32)
@@ -120,24 +121,25 @@ def signers_of(key_ids: frozenset[str]) -> list[Principal]:
 
 def held_filing(**changes: Any) -> HeldAction:
     """A court filing held for approval: normalized and evaluated for real."""
-    normalized = normalized_proposal(
-        native_tool="court_efile",
-        arguments={"court": "sdny", "document": "brief.pdf"},
-        content="The brief, as filed.",
-    )
+    filing = {
+        "native_tool": "court_efile",
+        "arguments": {"court": "sdny", "document": "brief.pdf"},
+        "content": "The brief, as filed.",
+    }
+    proposal = msgspec.json.decode(json.dumps(proposal_dict(**filing)), type=Proposal)
+    normalized = normalized_proposal(**filing)
     decision = evaluate(normalized.envelope, load_policy_set(), at_ms=AT_MS)
     assert decision.disposition == "conditional"
-    held = HeldAction(
-        proposal_id="prop-0001",
-        connector_id=normalized.connector_id,
-        native_tool="court_efile",
-        arguments={"court": "sdny", "document": "brief.pdf"},
-        content=normalized.content,
-        destination_address=normalized.destination_address,
-        envelope=normalized.envelope,
-        decision=decision,
-        runtime_id="rt-test",
+    held = HeldAction.of(proposal, normalized, decision)
+    # the signed arguments and the runtime that proposed them, the normalized
+    # content and destination: never the proposal's own claims about those
+    assert (held.proposal_id, held.runtime_id) == ("prop-0001", "rt-test")
+    assert (held.native_tool, held.arguments) == ("court_efile", filing["arguments"])
+    assert (held.content, held.destination_address) == (
+        normalized.content,
+        normalized.destination_address,
     )
+    assert (held.connector_id, held.envelope) == (normalized.connector_id, normalized.envelope)
     return msgspec.structs.replace(held, **changes)
 
 
