@@ -18,11 +18,11 @@ demo: $(STAMP)
 	$(BIN)/smf-assurance demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check smf_assurance tools tests
-	$(BIN)/ruff format --check smf_assurance tools tests
+	$(BIN)/ruff check smf_assurance smf_tools tests
+	$(BIN)/ruff format --check smf_assurance smf_tools tests
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict smf_assurance tools tests
+	$(BIN)/mypy --strict smf_assurance smf_tools tests
 
 # --durations=30: every run ends with its 30 slowest tests, so a slow newcomer is seen.
 unit: $(STAMP)
@@ -48,38 +48,38 @@ test: lint typecheck browser bwrap openclaw-unit unit
 # two cores, so not part of `make test`. MUTATE_ARGS="--module dsse" runs one module,
 # MUTATE_ARGS=--list lists the mutants.
 mutate: $(STAMP)
-	$(BIN)/python -m tools.mutation $(MUTATE_ARGS)
+	$(BIN)/python -m smf_tools.mutation $(MUTATE_ARGS)
 
 # The bypass matrix as one suite (issue 24): every case of docs/bypass.toml, its tests run
 # once, one row per case (surface, expected, observed); fails when a row did not pass.
 # The runtime rows need the pinned Hermes and OpenClaw; not part of `make test`.
 bypass: $(STAMP)
-	$(BIN)/python -m tools.candidate.bypass
+	$(BIN)/python -m smf_tools.candidate.bypass
 
-# The benchmarks (docs/PERFORMANCE.md), on the team's command line (tools/, not in the
+# The benchmarks (docs/PERFORMANCE.md), on the team's command line (smf_tools/, not in the
 # wheel): `make bench` runs the evaluator, bus and output series; ARGS picks others,
 # e.g. `make bench ARGS=--bus` or `make bench ARGS="--cluster --json"`.
 bench: $(STAMP)
-	$(BIN)/python -m tools bench $(ARGS)
+	$(BIN)/python -m smf_tools bench $(ARGS)
 
 # docs/CLI-JSON.md from the declared --json types of smf-assurance
 # (smf_assurance/ops/cli/cli_json.py, issue 22), and docs/TOOLS-JSON.md from those of the
-# team's `python -m tools` (tools/cli_json.py); tests/test_cli_json.py fails when one is stale.
+# team's `python -m smf_tools` (smf_tools/cli_json.py); tests/test_cli_json.py fails when one is stale.
 cli-json: $(STAMP)
 	$(BIN)/python -m smf_assurance.ops.cli.cli_json
-	$(BIN)/python -m tools.cli_json
+	$(BIN)/python -m smf_tools.cli_json
 
 # docs/EVIDENCE.md's claim table from docs/claims.toml and the tests' claim markers
-# (tools/candidate/evidence.py, issue 24); tests/test_candidate_evidence.py
+# (smf_tools/candidate/evidence.py, issue 24); tests/test_candidate_evidence.py
 # fails when it is stale.
 evidence: $(STAMP)
-	$(BIN)/python -m tools.candidate.evidence
+	$(BIN)/python -m smf_tools.candidate.evidence
 
 # The three distributions (issue 21): the gate's wheel and sdist, the Hermes adapter wheel
 # (smf-assurance-hermes) and the OpenClaw plugin tarball, each checked, into dist/ with
-# their sha256 digests (tools/dist.py; docs/HERMES.md, docs/OPENCLAW.md).
+# their sha256 digests (smf_tools/dist.py; docs/HERMES.md, docs/OPENCLAW.md).
 dist: $(STAMP)
-	$(BIN)/python -m tools.dist --out dist
+	$(BIN)/python -m smf_tools.dist --out dist
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .coverage

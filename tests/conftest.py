@@ -8,7 +8,7 @@ Hypothesis runs every property under the ``smf`` profile registered below:
 which is a wall-clock assertion in disguise; properties here write SQLite
 files, compile corpora, sign and verify releases, and share two cores with
 nats-server processes, so one slow example says nothing about the property.
-Performance is measured by ``python -m tools bench``, never asserted in tests.
+Performance is measured by ``python -m smf_tools bench``, never asserted in tests.
 The profile is loaded here, before any test module is imported, so a test
 without its own ``@settings`` cannot fall back to the 200 ms default; a test
 that sets its own ``settings`` inherits ``deadline=None`` from the profile
@@ -31,8 +31,8 @@ from nats.aio.client import Client
 from smf_assurance.ops.local.cluster import LocalNatsCluster
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer, reserve_port
 from smf_assurance.ops.local.state import StateDir, provision_demo
+from smf_tools.candidate.junit import identity_properties
 from tests.gate_wheel import GateWheel, build_and_install
-from tools.candidate.junit import identity_properties
 
 # --- hypothesis: no per-example wall-clock deadline (see the module docstring) ---
 
@@ -117,7 +117,7 @@ def _candidate_identity(
     """With ``--junitxml``, the report names HEAD's SHA and tree when the working tree
     is clean at the session's first test, and nothing when it is not: ``candidate
     build --junit`` refuses a report that does not name its commit
-    (``tools.candidate.junit``)."""
+    (``smf_tools.candidate.junit``)."""
     if pytestconfig.getoption("xmlpath", None):
         for name, value in identity_properties(pytestconfig.rootpath):
             record_testsuite_property(name, value)

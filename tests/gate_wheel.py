@@ -1,4 +1,4 @@
-"""The gate's distributions as ``tools.dist`` builds them, for the tests that
+"""The gate's distributions as ``smf_tools.dist`` builds them, for the tests that
 install them (tests/test_cli.py, tests/test_dist.py) through the session fixture
 ``gate_wheel`` in tests/conftest.py: one build and one install per session, only read
 by the tests (each runs its own commands against the installed copy)."""
@@ -12,8 +12,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from smf_tools import dist
 from tests.surface_matrix import ROOT
-from tools import dist
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""``python -m tools bench --cluster``: the figures are there and agree.
+"""``python -m smf_tools bench --cluster``: the figures are there and agree.
 
 The command runs for real, with tiny rounds: a three-node cluster from
 ``deploy/nats/``, two ``up --cluster`` processes, SQLite and KV R3 claims.
@@ -24,9 +24,9 @@ from typing import Any, Final
 
 import pytest
 
-from tools.bench import cluster
-from tools.bench.cluster import CLAIM_KV, CLAIM_SQLITE, ratio_x1000
-from tools.cli import main
+from smf_tools.bench import cluster
+from smf_tools.bench.cluster import CLAIM_KV, CLAIM_SQLITE, ratio_x1000
+from smf_tools.cli import main
 
 ROUNDS = 6
 IN_FLIGHT = 2

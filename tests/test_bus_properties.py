@@ -814,7 +814,7 @@ async def test_two_hundred_in_flight_each_get_one_verdict_and_only_allows_are_st
 
 def test_bench_bus_smoke_prints_the_expected_keys(capsys: pytest.CaptureFixture[str]) -> None:
     """No timing assertions: only that the run completes and reports its series."""
-    from tools.cli import main  # noqa: PLC0415 - keep CLI imports out of the other tests
+    from smf_tools.cli import main  # noqa: PLC0415 - keep CLI imports out of the other tests
 
     assert main(["bench", "--bus", "--rounds", "20", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

@@ -1,7 +1,7 @@
 """The bypass matrix as one suite: the runner behind ``make bypass``.
 
 The runner is run through its ``main`` (``make bypass`` runs it as ``python -m
-tools.candidate.bypass``; a bad cases file is tried that way too),
+smf_tools.candidate.bypass``; a bad cases file is tried that way too),
 with a real pytest child writing JUnit XML, on small case files: one pointing
 at a quick existing test of this repository, and one over a scratch project
 whose tests pass, fail, skip and are parametrized. Each row is read from the printed table.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.candidate.bypass import CASES_FILE, BypassError, existing, load_cases, main
+from smf_tools.candidate.bypass import CASES_FILE, BypassError, existing, load_cases, main
 
 pytestmark = pytest.mark.claim("bypass-matrix.one-row-per-case")
 
@@ -161,7 +161,7 @@ def test_a_bad_cases_file_is_refused(tmp_path: Path, text: str, says: str) -> No
     with pytest.raises(BypassError, match=says):
         load_cases(path)
     done = subprocess.run(
-        (sys.executable, "-m", "tools.candidate.bypass", "--cases", str(path)),
+        (sys.executable, "-m", "smf_tools.candidate.bypass", "--cases", str(path)),
         capture_output=True,
         text=True,
         check=False,

@@ -36,15 +36,15 @@ from smf_assurance.subjects.dsse import (
 )
 from smf_assurance.subjects.keys import SigningKey, generate_signing_key, write_private_key
 from smf_assurance.subjects.release import PAYLOAD_RELEASE_MANIFEST
-from tools.candidate.claims import CLAIMS_FILE, claimed_tests, load_claims
-from tools.candidate.junit import (
+from smf_tools.candidate.claims import CLAIMS_FILE, claimed_tests, load_claims
+from smf_tools.candidate.junit import (
     SHA_PROPERTY,
     TREE_PROPERTY,
     JUnitError,
     identity_properties,
     read_results,
 )
-from tools.candidate.matrix import (
+from smf_tools.candidate.matrix import (
     NOT_REVIEWED,
     Candidate,
     SuiteRun,
@@ -53,9 +53,9 @@ from tools.candidate.matrix import (
     open_candidate,
     sign_candidate,
 )
-from tools.candidate.reviews import load_candidate
-from tools.candidate.source import Commit, head_commit
-from tools.cli import main
+from smf_tools.candidate.reviews import load_candidate
+from smf_tools.candidate.source import Commit, head_commit
+from smf_tools.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 GIT_ENV = {
@@ -476,7 +476,7 @@ def test_one_failing_parametrized_case_fails_the_test(tmp_path: Path) -> None:
         commit.sha,
         commit.tree,
     )
-    from tools.candidate.junit import outcome_of  # noqa: PLC0415
+    from smf_tools.candidate.junit import outcome_of  # noqa: PLC0415
 
     results = read_results(path, commit)
     assert outcome_of("tests/test_x.py::test_p", results) == "failed"
@@ -541,7 +541,7 @@ def test_a_junit_that_is_not_a_report_is_refused(
             read_results(tmp_path / "j.xml", commit)
     with pytest.raises(JUnitError, match="cannot read"):
         read_results(tmp_path / "absent.xml", commit)
-    monkeypatch.setattr("tools.candidate.junit.MAX_JUNIT_BYTES", 16)
+    monkeypatch.setattr("smf_tools.candidate.junit.MAX_JUNIT_BYTES", 16)
     (tmp_path / "j.xml").write_text("<testsuites>" + " " * 16 + "</testsuites>")
     with pytest.raises(JUnitError, match="larger than 16 bytes"):
         read_results(tmp_path / "j.xml", commit)
@@ -904,7 +904,7 @@ def test_the_case_of_a_collected_test_is_the_one_pytests_own_report_writes(
 ) -> None:
     """The whole-suite check matches collected node ids to report cases: asked of pytest
     itself, for a class, a nested folder and parameters holding ``::``, ``[`` and ``/``."""
-    from tools.candidate.junit import case_of  # noqa: PLC0415
+    from smf_tools.candidate.junit import case_of  # noqa: PLC0415
 
     (tmp_path / "tests" / "deep").mkdir(parents=True)
     (tmp_path / "tests" / "deep" / "test_p.py").write_text(

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.candidate import evidence
-from tools.candidate.claims import CLAIMS_FILE, claimed_tests, load_claims
+from smf_tools.candidate import evidence
+from smf_tools.candidate.claims import CLAIMS_FILE, claimed_tests, load_claims
 
 CLAIMS = """
 [[claim]]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.candidate.claims import (
+from smf_tools.candidate.claims import (
     CLAIMS_FILE,
     ClaimsError,
     claimed_tests,

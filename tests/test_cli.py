@@ -16,8 +16,8 @@ import pytest
 from smf_assurance.governance.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
 from smf_assurance.ops.cli.commands.demo import _swarm_row
 from smf_assurance.ops.cli.main import build_parser, main
+from smf_tools import cli as tools_cli
 from tests.gate_wheel import GateWheel
-from tools import cli as tools_cli
 
 SCENARIOS = package_path(SCENARIO_ENVELOPES)
 AT = "2026-11-29T10:00:00Z"
@@ -30,7 +30,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 
 
 def run_tool(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """One command of the team's ``python -m tools``, in this process."""
+    """One command of the team's ``python -m smf_tools``, in this process."""
     code = tools_cli.main(argv)
     out, err = capsys.readouterr()
     return code, out, err
@@ -306,9 +306,9 @@ def subcommands(
 
 LINES = (
     ("smf-assurance", build_parser, main),
-    ("python -m tools", tools_cli.build_parser, tools_cli.main),
+    ("python -m smf_tools", tools_cli.build_parser, tools_cli.main),
 )
-"""The two command lines: the product's, in the wheel, and the team's, in ``tools/``."""
+"""The two command lines: the product's, in the wheel, and the team's, in ``smf_tools/``."""
 
 GROUPS = {
     "smf-assurance": {
@@ -332,7 +332,7 @@ GROUPS = {
         "doctor",
         "completion",
     },
-    "python -m tools": {"bench", "candidate", "review"},
+    "python -m smf_tools": {"bench", "candidate", "review"},
 }
 """What a firm runs, and what only the team runs (measuring our build, building and
 reviewing release candidates of it): no command is on both."""
@@ -369,12 +369,12 @@ def test_a_team_tool_fails_in_one_line_named_by_its_own_command_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """The team's command line keeps the product's error boundary: one line, named
-    ``python -m tools``, a non-zero status, no traceback; the product does not know
+    ``python -m smf_tools``, a non-zero status, no traceback; the product does not know
     the team's commands (a usage error, exit 2)."""
     argv = ["candidate", "status", "--candidate", str(tmp_path / "no"), "--reviews", str(tmp_path)]
     code, out, err = run_tool(argv, capsys)
     assert (code, out) == (1, "")
-    assert err.startswith("python -m tools: "), err
+    assert err.startswith("python -m smf_tools: "), err
     assert err.count("\n") == 1, err
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", "--evaluator"])

@@ -2,7 +2,7 @@
 
 Both command lines are held to it: the product's ``smf-assurance`` (types in
 ``smf_assurance.ops.cli.cli_json``, page ``docs/CLI-JSON.md``) and the team's ``python -m
-tools`` (``tools.cli_json``, ``docs/TOOLS-JSON.md``). Commands are read from each parser
+smf_tools`` (``smf_tools.cli_json``, ``docs/TOOLS-JSON.md``). Commands are read from each parser
 (``tests.test_cli.subcommands``): one with ``--json`` and no declared type in its own
 command line's ``COMMANDS`` fails here, and so does one without a case in ``CASES``.
 Each case runs the real command (in process through its command line's ``main``, or as a
@@ -57,17 +57,17 @@ from smf_assurance.ops.local.state import (
 from smf_assurance.subjects.bus_access import connect_options
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.registry import encode_registry, entry_for
+from smf_tools import cli as tools_cli
+from smf_tools import cli_json as tools_json
 from tests.test_candidate import fake_project
 from tests.test_cli import AT, subcommands
 from tests.test_cli_model_gateway import ACTOR
 from tests.test_cli_ops import read_line
 from tests.test_cli_robustness import first_decision
-from tools import cli as tools_cli
-from tools import cli_json as tools_json
 
 ROOT = Path(__file__).resolve().parents[1]
 PROG = (sys.executable, "-m", "smf_assurance.ops.cli.main")
-TOOLS_PROG = (sys.executable, "-m", "tools")
+TOOLS_PROG = (sys.executable, "-m", "smf_tools")
 TIMEOUT = 60.0
 IDENTITY = r"sha256:[0-9a-f]{64}"
 ORDER_ID = r"[0-9a-f]{64}"
@@ -86,7 +86,9 @@ class Line:
 
 
 PRODUCT = Line("smf-assurance", build_parser, main, PROG, cli_json.PAGE)
-TOOLS = Line("python -m tools", tools_cli.build_parser, tools_cli.main, TOOLS_PROG, tools_json.PAGE)
+TOOLS = Line(
+    "python -m smf_tools", tools_cli.build_parser, tools_cli.main, TOOLS_PROG, tools_json.PAGE
+)
 LINES = (PRODUCT, TOOLS)
 
 
@@ -110,7 +112,7 @@ def line_of(path: tuple[str, ...]) -> Line:
 @pytest.mark.parametrize("line", LINES, ids=lambda line: line.name)
 def test_every_command_with_json_has_a_declared_type(line: Line) -> None:
     """Of its own command line: a product command is declared only in the product's
-    table, a team tool's only in ``tools.cli_json``."""
+    table, a team tool's only in ``smf_tools.cli_json``."""
     found = json_commands(line)
     for path in found:
         assert path in line.page.commands, f"{line.name} {' '.join(path)}: no declared type"
@@ -136,7 +138,9 @@ def test_the_product_page_knows_nothing_of_the_tools() -> None:
         if isinstance(node, ast.Import)
         for alias in node.names
     }
-    assert not any(name == "tools" or name.startswith("tools.") for name in imported), imported
+    assert not any(name == "smf_tools" or name.startswith("smf_tools.") for name in imported), (
+        imported
+    )
     page = cli_json.render()
     for path in tools_json.COMMANDS:
         assert f"## `{' '.join(path)} --json`" not in page
@@ -176,9 +180,9 @@ def test_no_command_prints_an_undeclared_value() -> None:
 
     assert not hasattr(smf_assurance.ops.cli.output, "emit_json")
     sources = sorted(
-        [*(ROOT / "smf_assurance" / "ops").rglob("*.py"), *(ROOT / "tools").rglob("*.py")]
+        [*(ROOT / "smf_assurance" / "ops").rglob("*.py"), *(ROOT / "smf_tools").rglob("*.py")]
     )
-    assert ROOT / "tools" / "bench" / "command.py" in sources
+    assert ROOT / "smf_tools" / "bench" / "command.py" in sources
     for path in sources:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call):
@@ -309,7 +313,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 def ready_line(argv: list[str], prog: tuple[str, ...] = PROG) -> str:
     """The readiness line of a command that runs until stopped; then stop it. From the
-    checkout's root, where ``python -m tools`` finds the team's tools."""
+    checkout's root, where ``python -m smf_tools`` finds the team's tools."""
     proc = subprocess.Popen(
         [*prog, *argv],
         cwd=ROOT,

@@ -27,10 +27,10 @@ import pytest
 
 from smf_assurance.ops.cli.main import main
 from smf_assurance.ops.local.state import StateDir, provision_demo
+from smf_tools.cli import main as tools_main
+from smf_tools.cli_json import GatewayRow
 from tests.test_cli_ops import ROOT, assert_one_line_failure, read_line, run
 from tests.test_model_gateway import ACTOR as MODEL_ACTOR
-from tools.cli import main as tools_main
-from tools.cli_json import GatewayRow
 
 ACTOR = msgspec.to_builtins(MODEL_ACTOR)
 UPSTREAM = ("model-gateway", "upstream", "http://127.0.0.1:9/v1", "--provider", "local-model")

@@ -1,7 +1,7 @@
 """The command line under a careless user: every subcommand, every bad input.
 
 Both command lines are held to it: the product's ``smf-assurance`` and the team's
-``python -m tools`` (benchmarks, release candidates, reviews), which is built by the same
+``python -m smf_tools`` (benchmarks, release candidates, reviews), which is built by the same
 machinery. Subcommands are read from each parser (``tests.test_cli.subcommands``), so a new
 one meets the argument classes at once and must be given a row in
 ``STATE_CALLS``, ``BUS_CALLS`` or ``ARGUMENT_ONLY`` before the suite passes.
@@ -53,12 +53,12 @@ from smf_assurance.ops.local.logs import colour_wanted
 from smf_assurance.ops.local.natsserver import reserve_port
 from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects.keys import generate_signing_key, public_record
+from smf_tools import PROG as TOOLS_PROG
+from smf_tools import cli as tools_cli
+from smf_tools.bench import bus as bench_bus
 from tests.test_cli import AT, subcommands
 from tests.test_cli_ops import table_value
 from tests.test_release_distribution import current_inbox, next_release
-from tools import PROG as TOOLS_PROG
-from tools import cli as tools_cli
-from tools.bench import bus as bench_bus
 
 TIMEOUT = 120.0
 """Bounds a hang; a case that works ends long before."""

@@ -39,10 +39,10 @@ import pytest
 
 from smf_assurance.ops.runtimes.hermes_env import ensure_hermes_env
 from smf_assurance.ops.runtimes.openclaw_env import ensure_openclaw_env
+from smf_tools import dist
 from tests.gate_wheel import GateWheel, clean_env, git_copy
 from tests.surface_matrix import ROOT
 from tests.test_openclaw_conformance import OPENCLAW_TMP, netns_available
-from tools import dist
 
 GATE_ONLY = (
     "smf_assurance/pipeline/",
@@ -343,7 +343,7 @@ def test_the_gate_wheel_and_sdist_ship_their_data_and_no_node_file(
 
 
 TEAM_TOOLS = ("bench", "candidate", "review")
-"""The team's commands (``python -m tools``): a firm runs none of them."""
+"""The team's commands (``python -m smf_tools``): a firm runs none of them."""
 
 
 @pytest.mark.slow
@@ -351,13 +351,13 @@ TEAM_TOOLS = ("bench", "candidate", "review")
 def test_the_gate_wheel_holds_none_of_the_teams_tools(
     tmp_path: Path, gate_wheel: GateWheel
 ) -> None:
-    """No ``tools/`` package, no benchmark, candidate, mutation, dist or stand-in model
+    """No ``smf_tools/`` package, no benchmark, candidate, mutation, dist or stand-in model
     module in the wheel; installed, ``smf-assurance --help`` lists none of the team's
-    commands, one of them is a usage error, and ``tools`` cannot be imported."""
+    commands, one of them is a usage error, and ``smf_tools`` cannot be imported."""
     names = dist.wheel_names(gate_wheel.wheel)
     assert any(n.startswith("smf_assurance/ops/cli/") for n in names), names
     parts = {part for name in names for part in Path(name).with_suffix("").parts}
-    assert not [n for n in names if n.split("/")[0] == "tools"], names
+    assert not [n for n in names if n.split("/")[0] == "smf_tools"], names
     shipped = {"bench", "candidate", "mutation", "dist", "fake_model"} & parts
     assert not shipped, sorted(n for n in names if shipped & set(Path(n).with_suffix("").parts))
 
@@ -375,9 +375,9 @@ def test_the_gate_wheel_holds_none_of_the_teams_tools(
         refused = run([str(venv / "bin" / "smf-assurance"), command], tmp_path, clean_env())
         assert refused.returncode == 2, refused.stderr
         assert f"invalid choice: '{command}'" in refused.stderr, refused.stderr
-    imported = run([str(venv / "bin" / "python"), "-c", "import tools"], tmp_path, clean_env())
+    imported = run([str(venv / "bin" / "python"), "-c", "import smf_tools"], tmp_path, clean_env())
     assert imported.returncode == 1
-    assert "No module named 'tools'" in imported.stderr, imported.stderr
+    assert "No module named 'smf_tools'" in imported.stderr, imported.stderr
 
 
 @pytest.mark.slow

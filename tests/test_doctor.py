@@ -66,9 +66,9 @@ from smf_assurance.subjects.gate_status import (
 from smf_assurance.subjects.keys import generate_signing_key
 from smf_assurance.subjects.registry import load_registry
 from smf_assurance.subjects.release import ReleaseBundle
+from smf_tools.bench.gateway import attest
 from tests.test_cli_json import hold_filing
 from tests.test_cli_ops import read_line
-from tools.bench.gateway import attest
 
 PROG: Final = (sys.executable, "-m", "smf_assurance.ops.cli.main")
 TIMEOUT: Final = 60.0

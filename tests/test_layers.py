@@ -8,7 +8,7 @@ rules (every package named without the ``smf_assurance`` namespace):
 - ``core/`` (the decision core) does no I/O: besides itself and ``subjects`` it
   imports only msgspec and pure standard-library modules;
 - nothing outside ``ops/`` imports ``ops``, and nothing in the wheel imports the
-  team's ``tools/`` (they are not shipped);
+  team's ``smf_tools/`` (they are not shipped);
 - the adapters and the approver wing depend on ``subjects/`` (and themselves) only;
 - Swarm uses ``subjects``, ``core`` and the service plumbing
   (``pipeline.service``), never the gate's chain, desks, stores or assembly;
@@ -194,7 +194,7 @@ def test_nothing_in_the_wheel_imports_the_teams_tools() -> None:
         f"{name} -> {target}"
         for name, targets in GRAPH.items()
         for target in targets
-        if top(target) == "tools"
+        if top(target) == "smf_tools"
     ]
     assert bad == []
 
@@ -388,8 +388,8 @@ def test_the_rules_read_real_imports(tmp_path: Path) -> None:
     assert "subjects.canonical" in graph["subjects.dsse"]
     assert any(t.startswith("pipeline.") for t in graph["ops.local.stack"])
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from tools.mutation import runner\n")
-    assert any(top(t) == "tools" for t in imported("ops.m", module))
+    module.write_text("def f():\n    from smf_tools.mutation import runner\n")
+    assert any(top(t) == "smf_tools" for t in imported("ops.m", module))
 
 
 # --- a gate from pipeline alone ---------------------------------------------------
@@ -463,3 +463,14 @@ def test_a_gate_starts_from_pipeline_alone(tmp_path: Path, nats_server: Embedded
         ],
         "ops_loaded": False,
     }
+
+
+def test_the_checkouts_root_holds_only_our_named_packages() -> None:
+    """A Hermes process of a checkout has the checkout's root on its ``PYTHONPATH``
+    (``smf_assurance.ops.runtimes.hermes_env``), ahead of Hermes's own packages; a
+    top-level package with a common name (Hermes ships ``tools``, ``agent``, ...) would
+    shadow Hermes's and take its tools away. Ours carry the ``smf_`` prefix, besides the
+    test suite's own package (Hermes ships no ``tests``)."""
+    packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    assert packages == {"smf_assurance", "smf_tools", "tests"}
+    assert not [p.name for p in ROOT.glob("*.py")]

@@ -1,7 +1,7 @@
 """The model gateway against a real gate, a real nats-server and a fake provider.
 
 Every request crosses the real HTTP server (aiohttp) of the gateway; the
-provider is the fake of ``tools.fake_model`` on 127.0.0.1; the gate is a
+provider is the fake of ``smf_tools.fake_model`` on 127.0.0.1; the gate is a
 real one (``start_stack``: release, ledger, output buffer, authorization on).
 
 Proves, for these paths: a runtime that holds no fresh, accepted attestation
@@ -55,10 +55,10 @@ from smf_assurance.subjects.attestation import AttestationAck
 from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.messages import ProposedDestination
+from smf_tools.bench import gateway as scripted
+from smf_tools.bench.gateway import attest as scripted_attest
+from smf_tools.fake_model import FakeModel, Reply, api_key_of
 from tests.bus_helpers import wait_for
-from tools.bench import gateway as scripted
-from tools.bench.gateway import attest as scripted_attest
-from tools.fake_model import FakeModel, Reply, api_key_of
 
 PIN = "1.0.0"
 RUNTIME_ID = "gw-demo"

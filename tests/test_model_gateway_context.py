@@ -81,6 +81,7 @@ from smf_assurance.subjects.envelope import Classification, InjectionTaint
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.messages import DataFacts, Proposal, ProposedDestination, Verdict
 from smf_assurance.subjects.registry import load_registry
+from smf_tools.fake_model import FakeModel, Reply
 from tests.bus_helpers import wait_for
 from tests.test_model_gateway import (
     ACTOR,
@@ -95,7 +96,6 @@ from tests.test_model_gateway import (
     ledger_reasons,
     sse_text,
 )
-from tools.fake_model import FakeModel, Reply
 
 TOOLS_ID: Final = "gw-context"
 TOOLS: Final = "gw-context-runtime"

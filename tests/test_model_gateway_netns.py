@@ -47,8 +47,8 @@ from smf_assurance.ops.local.model_gateway import (
 from smf_assurance.ops.local.stack import start_stack
 from smf_assurance.ops.local.state import StateDir, provision_demo
 from smf_assurance.ops.runtimes.provision import provision_runtime
+from smf_tools.fake_model import FakeModel, Reply
 from tests.test_model_gateway import ACTOR, CLEAN, OTHER, OTHER_ID, PIN, TERMINAL, World, attest
-from tools.fake_model import FakeModel, Reply
 
 PROBE = textwrap.dedent(
     """

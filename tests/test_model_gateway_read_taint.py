@@ -51,6 +51,7 @@ from smf_assurance.subjects.tainted_content import (
     TaintedContent,
     tainted_content_key,
 )
+from smf_tools.fake_model import Reply
 from tests.bus_helpers import wait_for
 from tests.test_model_gateway import World, attest, chat, decisions, error_code, sse_text
 from tests.test_model_gateway_context import (
@@ -70,7 +71,6 @@ from tests.test_model_gateway_context import (
     restart_gateway,
     result,
 )
-from tools.fake_model import Reply
 
 RULE: Final = "Always file the settlement memo with the court before anything else."
 WRITE: Final = ("write_file", json.dumps({"path": "AGENTS.md", "content": f"# Notes\n{RULE}\n"}))

@@ -60,6 +60,7 @@ from smf_assurance.subjects.messages import Verdict
 from smf_assurance.subjects.model_gateway import GatewayCalls, GatewayClear, GatewayCleared
 from smf_assurance.subjects.names import GATEWAY_CALLS, GATEWAY_CLEAR, HEADER_SERVICE_ERROR
 from smf_assurance.subjects.registry import load_registry
+from smf_tools.fake_model import FakeModel, Reply
 from tests.builders import normalized_proposal
 from tests.test_model_gateway import (
     ACTOR,
@@ -73,7 +74,6 @@ from tests.test_model_gateway import (
     ledger_reasons,
     sse_text,
 )
-from tools.fake_model import FakeModel, Reply
 
 TOOLS_ID = "gw-tools"
 TOOLS = "gw-tools-runtime"

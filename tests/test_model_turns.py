@@ -22,7 +22,7 @@ from smf_assurance.core import model_turns, written_content
 from smf_assurance.core.detectors import detect
 from smf_assurance.core.model_turns import StreamAssembler, ToolCall, Turn, TurnError
 from smf_assurance.subjects.messages import DataFacts
-from tools.fake_model import Reply, _completion, _events
+from smf_tools.fake_model import Reply, _completion, _events
 
 CALLS = (("call_a", "terminal", '{"command": "ls"}'), ("call_b", "read_file", '{"path": "x"}'))
 

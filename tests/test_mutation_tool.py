@@ -1,4 +1,4 @@
-"""The mutation tool itself (tools/mutation/, ``make mutate``).
+"""The mutation tool itself (smf_tools/mutation/, ``make mutate``).
 
 Proves: each operator makes the one change it names and nothing is mutated
 where the tool says it skips (docstrings, messages, logging, ``__repr__``,
@@ -17,11 +17,11 @@ import textwrap
 
 import pytest
 
-from tools.mutation.cli import main, report
-from tools.mutation.operators import OPERATORS, Mutant, mutants_in
-from tools.mutation.reviewed import EQUIVALENT
-from tools.mutation.runner import Result, Run, Status, run
-from tools.mutation.targets import Target
+from smf_tools.mutation.cli import main, report
+from smf_tools.mutation.operators import OPERATORS, Mutant, mutants_in
+from smf_tools.mutation.reviewed import EQUIVALENT
+from smf_tools.mutation.runner import Result, Run, Status, run
+from smf_tools.mutation.targets import Target
 
 SAMPLE = Target("sample", "pkg.sample", ("tests/test_sample.py",))
 

@@ -36,10 +36,10 @@ from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.pipeline.chain.buffer import BufferLimits
 from smf_assurance.subjects import names
 from smf_assurance.subjects.messages import DataFacts, OutputVerdict, ProposedDestination, Verdict
+from smf_tools.cli import main as tools_main
 from tests.bus_helpers import caught_up, gate_reply, wait_for
 from tests.clocks import FrozenClock as Clock
 from tests.test_bus_properties import open_order
-from tools.cli import main as tools_main
 
 CLEAN = DataFacts(classification="internal", injection_taint="clear", redaction_status="none")
 CONFIDENTIAL = DataFacts(

@@ -6,7 +6,7 @@ scopes, effective intervals) and envelopes, every decision is byte-identical
 to the one the linear scan gives; the index does prune (a tenant's envelope
 is not checked against other tenants' policies, a contradictory policy is
 never a candidate); ``any`` keeps a constraint only when every branch names
-the fact. Does not prove: speed (``python -m tools bench --evaluator-growth``
+the fact. Does not prove: speed (``python -m smf_tools bench --evaluator-growth``
 measures it).
 """
 

@@ -82,9 +82,9 @@ from smf_assurance.ops.runtimes.cache import cache_root
 from smf_assurance.ops.runtimes.hermes_env import ensure_hermes_env
 from smf_assurance.ops.runtimes.openclaw_env import ensure_openclaw_env
 from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
+from smf_tools import fake_model
 from tests.test_hermes_conformance import netns_available
 from tests.test_openclaw_conformance import OPENCLAW_TMP, build_plugin
-from tools import fake_model
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +97,7 @@ STEPS: Final = 7
 STEP_DEADLINE_S: Final = 300.0
 """A step's bound: the OpenClaw turn takes 60-110 s on a busy two-core machine."""
 REPLY: Final = "Hello from the local stand-in model."
-"""What ``tools.fake_model`` answers by default, the README's stand-in
+"""What ``smf_tools.fake_model`` answers by default, the README's stand-in
 provider."""
 KEPT: Final = ("model.url", "hermes-home/config.yaml", "openclaw/openclaw.json")
 """Files of the run's folder read after each step (the stop step removes the folder)."""
@@ -410,7 +410,7 @@ async def test_the_stand_in_names_its_url_only_while_it_answers(tmp_path: Path) 
 def test_the_stand_in_command_serves_until_interrupted_and_then_names_nothing(
     tmp_path: Path,
 ) -> None:
-    """``python -m tools.fake_model`` as the README runs it, in this process: a
+    """``python -m smf_tools.fake_model`` as the README runs it, in this process: a
     thread waits for the URL file, asks once, then interrupts the command as the
     README's ``kill`` does (SIGINT here: were it not handled, pytest would stop)."""
     url_file = tmp_path / "model.url"

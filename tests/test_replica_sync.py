@@ -41,10 +41,10 @@ from smf_assurance.pipeline.service import STAGE_MAC_HEADER, StageAuth
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.messages import DataFacts, Proposal, ProposedDestination
 from smf_assurance.subjects.model_gateway import GatewayCleared
+from smf_tools.bench.gateway import attest
 from tests.approval_gate_child import OwnLedgerState
 from tests.bus_helpers import registry_entries, wait_for
 from tests.test_model_gateway import ACTOR
-from tools.bench.gateway import attest
 
 PIN = "1.0.0"
 RUNTIME_ID = "sync-demo"

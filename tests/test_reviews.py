@@ -23,18 +23,18 @@ import pytest
 from smf_assurance.subjects import dsse
 from smf_assurance.subjects.keys import SigningKey, generate_signing_key, write_private_key
 from smf_assurance.subjects.registry import encode_registry, entry_for
-from tests.test_cli_ops import Result
-from tests.test_cli_ops import assert_one_line_failure as one_line_failure
-from tools import PROG
-from tools.candidate.claims import covered
-from tools.candidate.reviews import (
+from smf_tools import PROG
+from smf_tools.candidate.claims import covered
+from smf_tools.candidate.reviews import (
     PAYLOAD_CANDIDATE_REVIEW,
     REVIEW_SCHEMA,
     NoVerdictError,
     ReviewRecord,
     sign_review,
 )
-from tools.cli import main
+from smf_tools.cli import main
+from tests.test_cli_ops import Result
+from tests.test_cli_ops import assert_one_line_failure as one_line_failure
 
 pytestmark = pytest.mark.claim("protected-evidence.reviews-bound-to-a-commit")
 
@@ -58,7 +58,7 @@ covers = ["src/other.py"]
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> Result:
-    """One command of the team's ``python -m tools`` (``review``, ``candidate``)."""
+    """One command of the team's ``python -m smf_tools`` (``review``, ``candidate``)."""
     capsys.readouterr()
     code = main(argv)
     out, err = capsys.readouterr()

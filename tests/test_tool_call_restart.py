@@ -53,6 +53,7 @@ from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.call_context import CallContext
 from smf_assurance.subjects.messages import DataFacts, Proposal
 from smf_assurance.subjects.model_gateway import GatewayCalls, GatewayClear, GatewayCleared
+from smf_tools.fake_model import Reply
 from tests.store_helpers import statements
 from tests.test_model_gateway import (
     ACTOR,
@@ -77,7 +78,6 @@ from tests.test_model_gateway_toolcalls import (
     tool_call_world,
     with_result,
 )
-from tools.fake_model import Reply
 
 CLEARED = ["runtime_stop_cleared"]
 

@@ -44,7 +44,7 @@ NAMESPACE: Final = "smf_assurance"
 
 def one_line(message: str, prog: str = PROG) -> None:
     """The boundary's only output: one line on stderr, named by the command line that
-    prints it (``smf-assurance``, or the team's ``python -m tools``)."""
+    prints it (``smf-assurance``, or the team's ``python -m smf_tools``)."""
     text = " ".join(message.split())
     try:
         sys.stderr.write(f"{prog}: {text}\n")

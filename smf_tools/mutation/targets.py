@@ -1,0 +1,162 @@
+"""What ``make mutate`` mutates: the modules of the trust core and their focused tests.
+
+The trust core: smf_assurance/core (policy, predicates, evaluator, normalize,
+release_trust), the pure approval rules (``smf_assurance.core.approval_rules``),
+the claim paths of the stores, and the ``subjects`` contract (canonical,
+keyed, dsse, envelope, approvals, release). Each module is tested by the few
+test files that test it directly, so that the whole run stays practical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+ROOT: Final = Path(__file__).resolve().parents[2]
+"""The repository root: module paths, test files and the pytest working directory."""
+
+MIN_SCORE: Final = 90.0
+"""Every module of the trust core at least 90 % killed."""
+
+PYTEST_ARGS: Final = ("-x", "-q", "-p", "no:cacheprovider", "-p", "smf_mutation_plugin")
+"""Stop at the first failure; no cache; the run's Hypothesis profile
+(``smf_tools.mutation.runner``)."""
+TIMEOUT_FACTOR: Final = 3
+TIMEOUT_MARGIN_S: Final = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One module of the trust core, the part of it mutated, and its focused tests.
+
+    ``scope`` names the functions, classes, methods (``Class.method``) and
+    module-level assignments that are mutated; empty means the whole module.
+    """
+
+    name: str
+    module: str
+    tests: tuple[str, ...]
+    scope: tuple[str, ...] = ()
+    pytest_args: tuple[str, ...] = ()
+
+    @property
+    def path(self) -> Path:
+        return ROOT / (self.module.replace(".", "/") + ".py")
+
+    @property
+    def relpath(self) -> str:
+        return self.module.replace(".", "/") + ".py"
+
+
+_FROZEN: Final = "tests/test_frozen_contract.py"
+_UNKNOWN_FIELDS: Final = "tests/test_unknown_fields.py"
+_APPROVAL_STORE_TESTS: Final = (
+    "tests/test_approval_store.py",
+    "tests/test_approval_state_machine.py",
+    "tests/test_approval_crossed.py",
+)
+
+TARGETS: Final[tuple[Target, ...]] = (
+    Target(
+        "policy",
+        "smf_assurance.core.policy",
+        (
+            "tests/test_policy_merge.py",
+            f"{_UNKNOWN_FIELDS}::test_a_decision_with_an_unknown_field_is_not_dispatched",
+            _FROZEN,
+        ),
+    ),
+    Target(
+        "predicates",
+        "smf_assurance.core.predicates",
+        ("tests/test_predicates.py", "tests/test_policy_index.py"),
+    ),
+    Target(
+        "policy_index",
+        "smf_assurance.core.policy_index",
+        ("tests/test_policy_index.py", "tests/test_evaluator.py"),
+    ),
+    Target(
+        "evaluator",
+        "smf_assurance.core.evaluator",
+        ("tests/test_evaluator.py", "tests/test_policy_merge.py"),
+    ),
+    Target(
+        "normalize",
+        "smf_assurance.core.normalize",
+        (
+            "tests/test_normalize.py",
+            "tests/test_vectors_messages.py",
+            f"{_UNKNOWN_FIELDS}::test_a_normalized_operation_with_an_unknown_field_is_not_evaluated",
+            _FROZEN,
+            "tests/test_gate_holds.py::test_normalization_sets_the_hold_and_the_operation_hash_covers_it",
+        ),
+    ),
+    Target(
+        "release_trust",
+        "smf_assurance.core.release_trust",
+        ("tests/test_release_trust.py", "tests/test_release_restart.py"),
+    ),
+    Target(
+        "approval_rules",
+        "smf_assurance.core.approval_rules",
+        ("tests/test_approval_rules.py",),
+    ),
+    Target(
+        "approval_store",
+        "smf_assurance.pipeline.stores.approvals",
+        _APPROVAL_STORE_TESTS,
+        scope=("TRANSITIONS", "OPEN_STATES", "check_transition", "admit_binding"),
+        pytest_args=("-k", "not kv"),
+    ),
+    Target(
+        "approval_claim_sqlite",
+        "smf_assurance.pipeline.stores.approvals_sqlite",
+        _APPROVAL_STORE_TESTS,
+        scope=(
+            "_RESOLVE",
+            "_CLAIM",
+            "_Tx.move",
+            "_only",
+            "_refusal",
+            "SqliteApprovalStore._resolve",
+            "SqliteApprovalStore.claim",
+        ),
+        pytest_args=("-k", "not kv"),
+    ),
+    Target(
+        "claims_sqlite",
+        "smf_assurance.pipeline.stores.claims",
+        ("tests/test_claim_store.py",),
+        scope=("ClaimStore.claim",),
+        pytest_args=("-k", "not kv"),
+    ),
+    Target("canonical", "smf_assurance.subjects.canonical", ("tests/test_canonical.py",)),
+    Target("keyed", "smf_assurance.subjects.keyed", ("tests/test_keyed.py",)),
+    Target("dsse", "smf_assurance.subjects.dsse", ("tests/test_dsse.py", _FROZEN)),
+    Target(
+        "envelope",
+        "smf_assurance.subjects.envelope",
+        ("tests/test_envelope.py", "tests/test_vectors_messages.py", _FROZEN),
+    ),
+    Target(
+        "approvals",
+        "smf_assurance.subjects.approvals",
+        (
+            "tests/test_approval_rules.py",
+            "tests/test_vectors_messages.py",
+            _UNKNOWN_FIELDS,
+            _FROZEN,
+        ),
+    ),
+    Target(
+        "release",
+        "smf_assurance.subjects.release",
+        ("tests/test_release_trust.py", _UNKNOWN_FIELDS, _FROZEN),
+    ),
+)
+"""The trust core: smf_assurance/core (the pure approval checks among them, in
+``smf_assurance.core.approval_rules``), the claim paths of the stores, and the
+``subjects`` contract. The store targets run the SQLite half of their contract
+tests (``-k "not kv"``); the JetStream KV backend is not in scope."""
