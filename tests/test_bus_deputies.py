@@ -37,7 +37,6 @@ from typing import Final
 import msgspec
 import nats
 import pytest
-import pytest_asyncio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
@@ -193,11 +192,11 @@ def state(tmp_path: Path) -> StateDir:
     return state
 
 
-@contextlib.asynccontextmanager
-async def started_bus(kind: str, state: StateDir, folder: Path) -> AsyncIterator[Bus]:
-    """The gate on one server or on the three-node cluster (``kind``), ``state`` its
-    credentials, the cluster's stores in ``folder``."""
-    if kind == "one server":
+@pytest.fixture(params=["one server", "cluster"])
+async def bus(
+    request: pytest.FixtureRequest, state: StateDir, tmp_path: Path
+) -> AsyncIterator[Bus]:
+    if request.param == "one server":
         server: EmbeddedNatsServer = start_embedded_server(state)
         try:
             async with running_bus(state, [server.url], cluster=False) as running:
@@ -205,37 +204,10 @@ async def started_bus(kind: str, state: StateDir, folder: Path) -> AsyncIterator
         finally:
             server.close()
         return
-    async with LocalNatsCluster(folder / "cluster") as nodes:
+    async with LocalNatsCluster(tmp_path / "cluster") as nodes:
         await nodes.authorize(registry_entries(state.registry))
         async with running_bus(state, nodes.urls, cluster=True) as running:
             yield running
-
-
-@pytest.fixture(params=["one server", "cluster"])
-async def bus(
-    request: pytest.FixtureRequest, state: StateDir, tmp_path: Path
-) -> AsyncIterator[Bus]:
-    async with started_bus(request.param, state, tmp_path) as running:
-        yield running
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["one server", "cluster"])
-async def attacked_bus(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[Bus]:
-    """One :func:`bus` of each kind for every path of
-    :func:`test_a_chosen_reply_subject_makes_nobody_write_there`, started once instead of
-    once per path. Sharing it is safe: each case reads the watched streams' counts and
-    the release key before and after its own attacks, on a connection of its own, and
-    fails on any change but its own result path's additions; a path changes nothing
-    another reads (no stream purged or deleted, no key written, the pulls find the
-    execute stream as every case leaves it), and ``witness`` clears what it saw before
-    each send."""
-    folder = tmp_path_factory.mktemp("deputies")
-    state = StateDir(folder / "state")
-    provision(state)
-    async with started_bus(request.param, state, folder) as running:
-        yield running
 
 
 Send = Callable[[Client, str], Awaitable[None]]
@@ -298,12 +270,10 @@ PATHS: Final[tuple[tuple[str, str, Send], ...]] = (
 
 
 @pytest.mark.claim("bus-access.no-deputy")
-@pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.parametrize(("path", "principal", "send"), PATHS, ids=[p[0] for p in PATHS])
 async def test_a_chosen_reply_subject_makes_nobody_write_there(
-    attacked_bus: Bus, path: str, principal: str, send: Send
+    bus: Bus, path: str, principal: str, send: Send
 ) -> None:
-    bus = attacked_bus
     before = await bus.counts()
     nc = await bus.connect(principal)
     try:
