@@ -388,7 +388,7 @@ async def errors_of(url: str, inbox: str, **options: Any) -> tuple[list[str], An
         inbox_prefix=inbox,
         error_cb=on_error,
         allow_reconnect=False,
-        connect_timeout=2,
+        connect_timeout=10,
         **options,
     )
     return seen, nc
@@ -411,7 +411,7 @@ async def test_through_the_nats_forwarder_every_client_is_the_runtime(
         await nc.flush(timeout=5)
         await nc.publish("smf.execute.dms", b"{}")
         await nc.flush()
-        await wait_for(lambda: any("permissions violation" in e.lower() for e in seen))
+        await wait_for(lambda: any("permissions violation" in e.lower() for e in seen), timeout=15)
         await nc.close()
         # the operator's nkey and signature sent through the forwarder change nothing
         operator_seed = str(state.bus_credential_path(OPERATOR))
@@ -420,7 +420,7 @@ async def test_through_the_nats_forwarder_every_client_is_the_runtime(
         )
         await nc.publish("smf.execute.dms", b"{}")
         await nc.flush()
-        await wait_for(lambda: any("permissions violation" in e.lower() for e in seen))
+        await wait_for(lambda: any("permissions violation" in e.lower() for e in seen), timeout=15)
         await nc.close()
         # control: the same client without the forwarder is refused by the server
         with pytest.raises((NatsError, OSError)):
