@@ -269,6 +269,13 @@ def test_a_clean_commit_writes_a_matrix_every_row_naming_its_sha_signed_by_the_r
         f"{everything} collected at this commit, {everything} in the report"
         in (out / "candidate.md").read_text()
     )
+    # the count was taken with the clone's own code: every test module and the package
+    # they import, none from this checkout's editable install
+    assert candidate.suite.modules_from_clone > len({n.split("::")[0] for n in whole_suite})
+    assert (
+        f"imported {candidate.suite.modules_from_clone} modules of ours, each from the clone"
+        in (out / "candidate.md").read_text()
+    )
     document = json.loads((out / "candidate.json").read_text())
     assert (document["schema"], document["sha"], document["tree"]) == (
         "smf.candidate/1",
@@ -840,6 +847,7 @@ def test_a_release_keys_signature_for_another_purpose_is_no_candidate() -> None:
             junit_sha256="sha256:" + "c" * 64,
             exit_status=None,
             collected=1,
+            modules_from_clone=0,
             ran=1,
             passed=1,
             failed=0,
@@ -880,6 +888,42 @@ def test_a_tracked_file_git_is_told_not_to_compare_makes_the_tree_not_clean(
     assert "1 tracked file(s) marked assume-unchanged or skip-worktree: report.sh" in err
     assert not out.exists()
     assert identity_properties(repo) == ()  # a test run there names no commit either
+
+
+@pytest.mark.claim("protected-evidence.candidate-holds-the-whole-suite")
+def test_a_count_taken_with_code_from_outside_the_clone_is_refused(
+    cli: Builder, tmp_path: Path
+) -> None:
+    """A conftest that puts another folder first on the import path makes the collection
+    count another checkout's code: the build names the module it found there, refuses,
+    and writes nothing."""
+    elsewhere = tmp_path / "elsewhere" / "smf_tools"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "__init__.py").write_text("")
+    repo = tmp_path / "fake"
+    fake_project(repo)
+    (repo / "tests" / "conftest.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(elsewhere.parent)!r})\nimport smf_tools\n"
+    )
+    commit = commit_all(repo, "a conftest that imports from elsewhere")
+    junit = write_junit(
+        tmp_path / "j.xml", dict.fromkeys(FAKE_SUITE, "passed"), commit.sha, commit.tree
+    )
+    out = tmp_path / "out"
+    code, stdout, err = cli.run(repo, out, "--junit", str(junit), "--no-dist")
+    assert (code, stdout) == (1, "")
+    assert f"imported {elsewhere / '__init__.py'}, not from the clone" in err
+    assert not out.exists()
+    # the control: the project's own package of that name, imported without the detour,
+    # is counted and builds
+    (repo / "smf_tools").mkdir()
+    (repo / "smf_tools" / "__init__.py").write_text("")
+    (repo / "tests" / "conftest.py").write_text("import smf_tools\n")
+    commit = commit_all(repo, "no detour")
+    junit = write_junit(
+        tmp_path / "j.xml", dict.fromkeys(FAKE_SUITE, "passed"), commit.sha, commit.tree
+    )
+    assert cli.built(repo, out, junit).suite.modules_from_clone == 1
 
 
 def test_a_commit_whose_suite_cannot_be_collected_is_refused(cli: Builder, tmp_path: Path) -> None:

@@ -18,6 +18,11 @@
    nothing of the commit. What this does not prove: that a hand-edited report
    naming every collected test as passed was ever run; ``--junit`` trusts the
    report's producer as far as that, ``make test`` in the clone does not need to.
+   The count is taken by this interpreter with the clone as its first import path, and
+   every module of ours (``smf_assurance``, ``smf_tools``, ``tests``) the collection
+   imported must have come from the clone: a package found elsewhere first (this
+   checkout's editable install, a ``sys.path`` a conftest changed) would count and mark
+   another commit's tests. The matrix records how many it checked.
 4. Artifacts: ``make dist`` in the clone when the commit has that target, each
    file of ``dist/`` recorded by sha256 and copied out; without the target (or
    with ``--no-dist``) the packaging rows stay open.
@@ -34,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -147,7 +153,7 @@ def _build(
         if not junit:
             exit_status = _run_suite(clone, report, out, progress)
             results = _results(report, commit)
-        totals = _whole_suite(results, collected, commit)
+        totals = _whole_suite(results, collected.nodes, commit)
         dist_state, artifacts = _dist(clone, out, progress) if dist else ("skipped", ())
         pins = runtime_pins(clone)
         candidate = Candidate(
@@ -158,7 +164,8 @@ def _build(
                 source="clone" if junit is None else "file",
                 junit_sha256=_sha256(report),
                 exit_status=exit_status,
-                collected=len(collected),
+                collected=len(collected.nodes),
+                modules_from_clone=collected.modules,
                 **totals,
             ),
             dist=dist_state,
@@ -188,11 +195,41 @@ def _results(report: Path, commit: Commit) -> dict[tuple[str, str], list[Outcome
         raise BuildError(str(exc)) from exc
 
 
-def _collected(clone: Path) -> frozenset[str]:
+OURS: Final = ("smf_assurance", "smf_tools", "tests")
+"""The top-level packages whose modules a collection in the clone must import from it."""
+
+ORIGIN_MARK: Final = "smf-candidate-origin"
+
+COLLECT_PROGRAM: Final = f"""
+import os, sys, pytest
+status = pytest.main(sys.argv[1:])
+root = os.path.realpath(os.getcwd()) + os.sep
+ours = [m for n, m in sorted(sys.modules.items()) if n.split(".")[0] in {OURS!r}]
+files = [getattr(m, "__file__", None) for m in ours]
+outside = [f for f in files if f and not os.path.realpath(f).startswith(root)]
+print({ORIGIN_MARK!r}, sum(bool(f) for f in files), *outside[:1], sep="\\t")
+sys.exit(status)
+"""
+"""``pytest --collect-only`` in process, then where its imports of ours came from: one
+line, the count of our modules the collection imported and the first one found outside
+the clone, if any."""
+
+
+@dataclass(frozen=True)
+class Collected:
+    """The clone's node ids and how many of our modules their collection imported, each
+    from the clone."""
+
+    nodes: frozenset[str]
+    modules: int
+
+
+def _collected(clone: Path) -> Collected:
     """The node ids of every test the clone collects, asked of pytest in the clone: the
-    count a report is held to comes from the commit, not from the report."""
+    count a report is held to comes from the commit, not from the report, and from the
+    commit's own code (refused when a module of ours was imported from elsewhere)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", JUNIT_ENV)}
-    argv = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-o", "addopts="]
+    argv = [sys.executable, "-c", COLLECT_PROGRAM, "--collect-only", "-q", "-o", "addopts="]
     argv += ["-p", "no:cacheprovider", "-p", "no:warnings"]
     try:
         done = subprocess.run(
@@ -214,7 +251,16 @@ def _collected(clone: Path) -> frozenset[str]:
             f"pytest --collect-only exited {done.returncode} with {len(nodes)} tests in the "
             "clone: no count of the whole suite to hold the report to"
         )
-    return nodes
+    origin = [line for line in done.stdout.splitlines() if line.startswith(ORIGIN_MARK)]
+    fields = origin[-1].split("\t") if origin else []
+    if len(fields) < 2 or not fields[1].isdigit():
+        raise BuildError("pytest --collect-only in the clone did not say where it imported from")
+    if len(fields) > 2:
+        raise BuildError(
+            f"the clone's collection imported {fields[2]}, not from the clone: its count "
+            "would be another checkout's"
+        )
+    return Collected(nodes=nodes, modules=int(fields[1]))
 
 
 def _whole_suite(

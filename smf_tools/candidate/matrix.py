@@ -93,12 +93,15 @@ class SuiteRun(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Where the results came from: ``clone`` (``make test`` in a fresh clone, and its
     exit status) or ``file`` (``--junit``, exit unknown), the report's digest, and its
     totals beside ``collected``: the tests the commit's clone collects, counted by the
-    build itself (``pytest --collect-only``), never read from the report."""
+    build itself (``pytest --collect-only``), never read from the report, and
+    ``modules_from_clone``: how many of our modules that collection imported, every one
+    from the clone (the build refuses one found elsewhere)."""
 
     source: Literal["clone", "file"]
     junit_sha256: str
     exit_status: int | None
     collected: int
+    modules_from_clone: int
     ran: int
     passed: int
     failed: int
@@ -212,6 +215,8 @@ def markdown(candidate: Candidate) -> str:
         f"{candidate.suite.ran} in the report: {candidate.suite.passed} passed, "
         f"{candidate.suite.failed} failed, {candidate.suite.errors} errors, "
         f"{candidate.suite.skipped} skipped",
+        f"- imports: the count's collection imported {candidate.suite.modules_from_clone} "
+        "modules of ours, each from the clone",
         f"- runtimes pinned: {_pairs(candidate.runtimes)}",
         f"- artifacts ({candidate.dist}): "
         + (", ".join(f"`{a.name}` sha256 `{a.sha256}`" for a in candidate.artifacts) or "none"),
