@@ -30,8 +30,6 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Final
 
-from smf_assurance.pipeline.stores.state_check import StateRefused
-
 EXIT_FAILURE: Final = 1
 EXIT_SIGINT: Final = 128 + signal.SIGINT
 EXIT_SIGTERM: Final = 128 + signal.SIGTERM
@@ -179,6 +177,10 @@ def describe(exc: BaseException) -> str:
     first line only when it is one of ours (our messages never carry secrets
     or payloads, a library's may echo its input).
     """
+    from smf_assurance.pipeline.stores.state_check import (  # noqa: PLC0415 - imported only on a failure: it opens SQLite, --help need not
+        StateRefused,
+    )
+
     for link in _chain(exc):
         if isinstance(link, StateRefused):  # names its file, reason and what to do
             return f"the gate will not start: {link}"

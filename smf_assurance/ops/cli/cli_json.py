@@ -39,8 +39,8 @@ from smf_assurance.core.decision import AppliedPolicy, Decision, Disposition, Ru
 from smf_assurance.core.explanation import Explanation
 from smf_assurance.core.policy import Requirements
 from smf_assurance.core.release_diff import PolicyChange, ProviderChange, RuleChange
-from smf_assurance.ops.doctor.checks import Kind as DoctorKind
-from smf_assurance.ops.doctor.checks import Status as DoctorStatus
+from smf_assurance.ops.doctor.kinds import Kind as DoctorKind
+from smf_assurance.ops.doctor.kinds import Status as DoctorStatus
 from smf_assurance.subjects.approvals import ApprovalBinding, ApprovalState, ResolutionDecision
 from smf_assurance.subjects.canonical import Identity
 from smf_assurance.subjects.envelope import Capability, Channel, Locality, Surface

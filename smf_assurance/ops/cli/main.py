@@ -16,87 +16,161 @@ from smf_assurance.ops.cli import boundary
 if __name__ == "__main__" or Path(sys.argv[0]).name == boundary.PROG:
     boundary.install_early_handlers()
 
-# The early handlers are in place before the heavy imports below.
+# The early handlers are in place before anything else is imported.
 import argparse
+import importlib
 import signal
 import threading
-from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Final
 
-from smf_assurance.ops.cli.commands import (
-    approvals,
-    approver,
-    bus,
-    completion,
-    console,
-    decide,
-    demo,
-    doctor,
-    explain,
-    holds,
-    keys,
-    ledger,
-    model_gateway,
-    notify,
-    release,
-    runtime,
-    swarm,
-    up,
-)
 from smf_assurance.ops.cli.output import CommandError
 
 
 def package_version() -> str:
+    from importlib.metadata import (  # noqa: PLC0415 - only --version reads the metadata
+        PackageNotFoundError,
+        version,
+    )
+
     try:
         return version(boundary.PROG)
     except PackageNotFoundError:
         return "unknown (not installed)"
 
 
-COMMANDS: Final[tuple[ModuleType, ...]] = (
-    decide,
-    demo,
-    up,
-    keys,
-    approvals,
-    ledger,
-    explain,
-    swarm,
-    release,
-    console,
-    notify,
-    bus,
-    model_gateway,
-    runtime,
-    holds,
-    approver,
-    doctor,
-    completion,
+@dataclass(frozen=True)
+class Command:
+    """A command group named without importing it: the module that adds its parsers
+    and the top-level commands it adds, each with its one-line help.
+
+    A command line imports only the module of the command it runs (a command's
+    module pulls in the bus client, the web server, the stores); ``--help`` and
+    ``--version`` import none, so they answer at once. ``whole_line`` marks a
+    command that reads the whole parser tree (``completion``), which then has
+    every module imported. ``tests/test_cli_startup.py`` holds these help lines to
+    the ones the modules give."""
+
+    module: str
+    commands: tuple[tuple[str, str], ...]
+    whole_line: bool = False
+
+    def load(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
+
+def _group(name: str, *commands: tuple[str, str], whole_line: bool = False) -> Command:
+    return Command(f"smf_assurance.ops.cli.commands.{name}", commands, whole_line)
+
+
+COMMANDS: Final[tuple[Command, ...]] = (
+    _group(
+        "decide",
+        ("compile", "compile a corpus into enforcement and analysis projections"),
+        ("eval", "decide one operation envelope offline"),
+    ),
+    _group("demo", ("demo", "run the four governed scenarios end to end over NATS")),
+    _group("up", ("up", "run the gate (and the example connectors) until interrupted")),
+    _group("keys", ("keys", "make and inspect Ed25519 keys")),
+    _group("approvals", ("approvals", "list, inspect and resolve held actions")),
+    _group("ledger", ("ledger", "verify and export the evidence ledger")),
+    _group(
+        "explain", ("explain", "explain a recorded decision: policies, layers, rules, requirements")
+    ),
+    _group("swarm", ("swarm", "legal analysis that may cite only selected rules")),
+    _group("release", ("release", "build, verify, publish and inspect signed releases")),
+    _group("console", ("console", "serve the approvers' web console")),
+    _group(
+        "notify",
+        ("notify", "notify entitled approvers of pending approvals (e-mail, Slack, Teams)"),
+    ),
+    _group("bus", ("bus", "the bus's authorization, generated from the registry")),
+    _group(
+        "model_gateway",
+        (
+            "model-gateway",
+            "the model endpoint runtimes are pointed at: serve, upstream, add-runtime, list, clear",
+        ),
+    ),
+    _group(
+        "runtime",
+        ("runtime", "onboard or revoke a Hermes or OpenClaw runtime in a new signed release"),
+    ),
+    _group(
+        "holds", ("holds", "the gate's legal holds: documents confined runtimes have read-only")
+    ),
+    _group(
+        "approver",
+        ("approver", "put an approver on the roster, or take one off, in a new signed release"),
+    ),
+    _group(
+        "doctor",
+        (
+            "doctor",
+            "check a running deployment: bus, release, gate services, runtimes, connectors, "
+            "ledger checkpoints, console, state folder modes",
+        ),
+    ),
+    _group(
+        "completion",
+        ("completion", "print a shell completion script: bash, zsh or fish"),
+        whole_line=True,
+    ),
 )
 """The product's command groups, in ``--help`` order: what a firm runs. The team's own
 tools (benchmarks, release candidates and their reviews) have their command line in the
-checkout's ``tools/``, built by these same functions, and are not in the wheel."""
+checkout's ``smf_tools/``, built by these same functions, and are not in the wheel."""
 
 DESCRIPTION: Final = "SMF Assurance Gate: deterministic decisions for AI-agent actions."
 
 
+Commands = Sequence[ModuleType | Command]
+"""What a command line is made of: the product's :class:`Command` entries, or modules
+with an ``add_parsers`` (the team's tools pass their modules)."""
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the installed version, looked up only when asked for
+    (reading the package metadata costs more than the rest of ``--help``)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object) -> None:
+        sys.stdout.write(f"{parser.prog} {package_version()}\n")
+        parser.exit()
+
+
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The top-level command ``argv`` runs: its first word that is not an option
+    (the top level's options take no value)."""
+    return next((token for token in argv if not token.startswith("-")), None)
+
+
+def top_level_options(argv: Sequence[str]) -> list[str]:
+    """The options given before the command (``--debug``, ``--version``)."""
+    chosen = chosen_command(argv)
+    return list(argv if chosen is None else argv[: list(argv).index(chosen)])
+
+
 def build_parser(
-    commands: Sequence[ModuleType] = COMMANDS,
+    commands: Commands = COMMANDS,
     prog: str = boundary.PROG,
     description: str = DESCRIPTION,
+    argv: Sequence[str] | None = None,
 ) -> argparse.ArgumentParser:
     """The parser of one command line: ``commands`` each add their subcommands
     (``add_parsers``), so every command line has the same ``--version``, ``--debug``
-    and the same rules for its subcommands."""
+    and the same rules for its subcommands.
+
+    With ``argv``, only the command group ``argv`` runs is imported and built in
+    full; every other top-level command is its name and help line, which is all
+    the top level's ``--help`` and a mistyped command's usage show. Without it
+    (completion, the generated ``--json`` pages, the tests), every group is built."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument(
-        "--version",
-        action="version",
-        version=f"%(prog)s {package_version()}",
-        help="print the version and exit",
-    )
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     parser.add_argument(
         "--debug",
         action="store_true",
@@ -104,8 +178,19 @@ def build_parser(
     )
     parser.set_defaults(parser=parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in commands:
-        module.add_parsers(sub)
+    chosen = None if argv is None else chosen_command(argv)
+    whole = argv is None or any(
+        isinstance(group, Command) and group.whole_line and chosen in dict(group.commands)
+        for group in commands
+    )
+    for group in commands:
+        if isinstance(group, ModuleType):
+            group.add_parsers(sub)
+        elif whole or chosen in dict(group.commands):
+            group.load().add_parsers(sub)
+        else:
+            for name, summary in group.commands:
+                sub.add_parser(name, help=summary)
     return parser
 
 
@@ -130,7 +215,7 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
 def main(
     argv: Sequence[str] | None = None,
     *,
-    commands: Sequence[ModuleType] = COMMANDS,
+    commands: Commands = COMMANDS,
     prog: str = boundary.PROG,
     description: str = DESCRIPTION,
 ) -> int:
@@ -144,7 +229,7 @@ def main(
         signals.install()
     boundary.ensure_stdout()
     try:
-        return _run(build_parser(commands, prog, description), tokens, signals)
+        return _run(lambda: build_parser(commands, prog, description, tokens), tokens, signals)
     finally:
         if in_main_thread:
             for sig, handler in zip((signal.SIGINT, signal.SIGTERM), previous, strict=True):
@@ -152,11 +237,16 @@ def main(
                     signal.signal(sig, handler)
 
 
-def _run(parser: argparse.ArgumentParser, tokens: list[str], signals: boundary.Signals) -> int:
+def _run(
+    build: Callable[[], argparse.ArgumentParser], tokens: list[str], signals: boundary.Signals
+) -> int:
+    """Build the parser, parse and run, all inside the boundary: a signal or a
+    failure while the chosen command's module is imported and its parsers built
+    ends as one line too."""
     prog = signals.prog
-    debug = False
+    debug = "--debug" in top_level_options(tokens)
     try:
-        args = parse(parser, tokens)
+        args = parse(build(), tokens)
         debug = bool(args.debug)
         code: int = args.func(args)
         sys.stdout.flush()

@@ -12,11 +12,12 @@ import argparse
 import datetime as dt
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import msgspec
 
-from smf_assurance.ops.cli.cli_json import CliJson
+if TYPE_CHECKING:
+    from smf_assurance.ops.cli.cli_json import CliJson
 from smf_assurance.subjects.canonical import canonical_bytes
 from smf_assurance.subjects.clock import monotonic_s
 

@@ -11,32 +11,16 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
+from smf_assurance.ops.doctor.kinds import Kind, Status
 from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects.bus_access import BusCredential
 from smf_assurance.subjects.registry import KeyRegistry
 from smf_assurance.subjects.release import TrustRoot
-
-Status = Literal["ok", "warn", "fail", "skip"]
-"""ok: checked and fine; warn: checked, works, needs attention soon; fail: checked and
-broken; skip: not checked (the row says why), never counted as ok."""
-Kind = Literal[
-    "bus",
-    "release",
-    "service",
-    "runtime",
-    "confinement",
-    "stream",
-    "connector",
-    "ledger",
-    "console",
-    "directory",
-    "files",
-]
 
 CONNECT_TIMEOUT_S: Final = 2.0
 ANSWER_WINDOW_S: Final = 1.0

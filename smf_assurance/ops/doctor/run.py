@@ -61,12 +61,12 @@ from smf_assurance.ops.doctor.checks import (
     DEFAULT_LEASE_WARN_HOURS,
     HOUR_MS,
     Check,
-    Kind,
     Settings,
     gather,
     say_age,
 )
 from smf_assurance.ops.doctor.files import file_checks
+from smf_assurance.ops.doctor.kinds import Kind
 from smf_assurance.ops.local.cluster import nats_servers
 from smf_assurance.pipeline.stores.release_state import read_release_state
 from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable

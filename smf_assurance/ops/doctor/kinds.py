@@ -1,0 +1,27 @@
+"""What a doctor check is about and what it found, as words a script reads.
+
+A module of its own so the command line's ``--json`` schema
+(``smf_assurance.ops.cli.cli_json``), which every command imports, names them
+without importing the checks and the bus client they need.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Status = Literal["ok", "warn", "fail", "skip"]
+"""ok: checked and fine; warn: checked, works, needs attention soon; fail: checked and
+broken; skip: not checked (the row says why), never counted as ok."""
+Kind = Literal[
+    "bus",
+    "release",
+    "service",
+    "runtime",
+    "confinement",
+    "stream",
+    "connector",
+    "ledger",
+    "console",
+    "directory",
+    "files",
+]
