@@ -265,9 +265,15 @@ async def webhook_receiver() -> AsyncIterator[Receiver]:
 
 
 def write_config(
-    path: Path, mail: MailServer, receiver: Receiver, *, max_attempts: int = 3
+    path: Path,
+    mail: MailServer,
+    receiver: Receiver,
+    *,
+    max_attempts: int = 3,
+    principals: tuple[str, ...] = EVERYONE,
 ) -> Path:
-    """Contacts for everyone under tenant-acme; attorney-bea's webhook in Teams format."""
+    """Contacts for everyone under tenant-acme (or ``principals``, each an approver of
+    the roster: an unknown id is refused); attorney-bea's webhook in Teams format."""
     secret_file = path.parent / "acme-webhook.secret"
     secret_file.write_text(WEBHOOK_SECRET + "\n")
     lines = [
@@ -285,7 +291,7 @@ def write_config(
         "[tenants.tenant-acme.webhook]",
         f'secret_file = "{secret_file}"',
     ]
-    for principal in EVERYONE:
+    for principal in principals:
         form = "teams" if principal == SECOND_ATTORNEY else "slack"
         lines += [
             f"[tenants.tenant-acme.approvers.{principal}]",
@@ -800,7 +806,7 @@ def test_up_runs_the_notifier_beside_the_gate(
 
     async def drive() -> None:
         async with mail_server() as mail, webhook_receiver() as receiver:
-            write_config(config_path, mail, receiver)
+            write_config(config_path, mail, receiver, principals=(ATTORNEY, PARALEGAL))
             configured.set()
             url_file = state.root / "nats.url"
             await until(url_file.exists, timeout=60)

@@ -229,6 +229,29 @@ def read_credential(principal: str, seed_file: str | os.PathLike[str]) -> BusCre
     return BusCredential(principal, path)
 
 
+SERVER_REFUSALS: Final = {
+    "authorization violation": "authorization_violation",
+    "permissions violation": "permissions_violation",
+    "authentication timeout": "authentication_timeout",
+    "authentication expired": "authentication_expired",
+    "maximum connections exceeded": "maximum_connections_exceeded",
+}
+"""The server's fixed ``-ERR`` phrases, as the reason a log line carries."""
+
+
+def bus_error_reason(exc: BaseException) -> str:
+    """Why a bus call failed, as a log field: the server's refusal by its fixed
+    phrase (an unknown credential is ``authorization_violation``), else the
+    exception's type. nats-py raises its base ``Error`` for every ``-ERR``, whose
+    type name alone says nothing; its message may carry a subject, so only the
+    fixed phrase is kept."""
+    text = str(exc).lower()
+    for phrase, reason in SERVER_REFUSALS.items():
+        if phrase in text:
+            return reason
+    return type(exc).__name__
+
+
 def connect_options(credential: BusCredential | None) -> dict[str, str]:
     """``credential.connect_options()``, or nothing for a bus without authorization."""
     return {} if credential is None else credential.connect_options()

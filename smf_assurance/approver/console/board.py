@@ -22,6 +22,7 @@ from nats.errors import Error as NatsError
 from smf_assurance.approver.console.access import entitled
 from smf_assurance.approver.pending import PendingReader, approval_state
 from smf_assurance.subjects.approvals import TERMINAL_STATES, PendingAnnouncement
+from smf_assurance.subjects.bus_access import bus_error_reason
 from smf_assurance.subjects.clock import monotonic_s
 from smf_assurance.subjects.registry import Principal
 
@@ -88,7 +89,7 @@ class ApprovalBoard:
                 await self.refresh()
             except (NatsError, TimeoutError) as exc:
                 self.gate_answering = False
-                log.warning("console_refresh_failed", error=type(exc).__name__)
+                log.warning("console_refresh_failed", error=bus_error_reason(exc))
             except Exception:  # a list that silently stops updating would mislead approvers
                 self.gate_answering = False
                 log.exception("console_refresh_crashed")
@@ -113,7 +114,7 @@ class ApprovalBoard:
             announcements = await self.reader.read_new()
         except (NatsError, TimeoutError) as exc:
             # no gate lists them now: the states' probe tells whether one answers
-            log.debug("console_announcements_unread", error=type(exc).__name__)
+            log.debug("console_announcements_unread", error=bus_error_reason(exc))
             return
         for announcement in announcements:
             self.entries.setdefault(announcement.approval_id, Tracked(announcement))

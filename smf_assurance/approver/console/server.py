@@ -67,7 +67,7 @@ from smf_assurance.subjects.approvals import (
     TrackReply,
     deny_reason_code,
 )
-from smf_assurance.subjects.bus_access import BusCredential, connect_options
+from smf_assurance.subjects.bus_access import BusCredential, bus_error_reason, connect_options
 from smf_assurance.subjects.clock import monotonic_s, wall_clock_ms
 from smf_assurance.subjects.registry import Principal
 
@@ -458,7 +458,7 @@ class RunningConsole:
 
 
 async def _log_nats_error(exc: Exception) -> None:
-    log.warning("console_bus_error", error=type(exc).__name__)
+    log.warning("console_bus_error", error=bus_error_reason(exc))
 
 
 async def start_console(settings: ConsoleSettings) -> RunningConsole:

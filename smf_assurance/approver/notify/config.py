@@ -47,6 +47,7 @@ import msgspec
 
 from smf_assurance.approver.toml_file import read_toml
 from smf_assurance.subjects import names
+from smf_assurance.subjects.registry import KeyRegistry
 
 MAX_SECRET_BYTES: Final = 4096
 DEFAULT_LEAD_SECONDS: Final = 60
@@ -282,3 +283,28 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def unknown_to_roster(config: NotifyConfig, roster: KeyRegistry) -> str | None:
+    """The first tenant or approver id of ``config`` the roster does not know, as
+    one line naming it; ``None`` when every one is known.
+
+    A misspelt id would otherwise notify nobody and say nothing: no approval of a
+    tenant no approver on the roster serves is ever announced to anyone, and a
+    contact under an id that is no approver of the roster is never looked up.
+    The notifier refuses to start instead (fail closed on unknown input). Who of
+    the known is told of an approval stays the roster's word at that moment
+    (``entitled``), as before: a contact of an approver not entitled to a tenant
+    is kept and never used."""
+    approvers = {p.name: p.entry for p in roster.principals.values() if p.entry.role == "approver"}
+    served = {tenant for entry in approvers.values() for tenant in entry.tenants}
+    for tenant, channels in sorted(config.tenants.items()):
+        if tenant not in served:
+            return f"tenants.{tenant}: no approver on the roster is entitled to tenant {tenant!r}"
+        for approver in sorted(channels.contacts):
+            if approver not in approvers:
+                return (
+                    f"tenants.{tenant}.approvers.{approver}: {approver!r} is no approver "
+                    "on the roster"
+                )
+    return None

@@ -60,7 +60,7 @@ from smf_assurance.approver.notify.notice import (
 from smf_assurance.approver.notify.sent import Channel, SentKey, SentRecord
 from smf_assurance.approver.pending import PendingReader, approval_state
 from smf_assurance.subjects.approvals import PendingAnnouncement
-from smf_assurance.subjects.bus_access import BusCredential, connect_options
+from smf_assurance.subjects.bus_access import BusCredential, bus_error_reason, connect_options
 from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.registry import Principal
 
@@ -113,7 +113,7 @@ class Notifier:
             try:
                 await self.step()
             except (NatsError, TimeoutError) as exc:
-                log.warning("notify_round_failed", error=type(exc).__name__)
+                log.warning("notify_round_failed", error=bus_error_reason(exc))
             except Exception as exc:  # noqa: BLE001 - a notifier that stops leaves approvals unseen
                 # by type only: a traceback's message may quote a contact, URL or secret
                 log.error("notify_round_crashed", error=type(exc).__name__)
@@ -136,7 +136,7 @@ class Notifier:
         try:
             announcements = await self.reader.read_new()
         except (NatsError, TimeoutError) as exc:
-            log.info("notify_announcements_unread", error=type(exc).__name__)
+            log.info("notify_announcements_unread", error=bus_error_reason(exc))
             return  # the open ones are still followed below; nothing new is read
         for announcement in announcements:
             if announcement.tenant_id in self.config.tenants:
@@ -150,7 +150,9 @@ class Notifier:
         try:
             state = await approval_state(self.nc, approval_id, self.status_timeout)
         except (NatsError, TimeoutError, msgspec.DecodeError) as exc:
-            log.warning("notify_state_unknown", approval_id=approval_id, error=type(exc).__name__)
+            log.warning(
+                "notify_state_unknown", approval_id=approval_id, error=bus_error_reason(exc)
+            )
             return
         if state != "pending":
             self._drop(approval_id)
@@ -309,7 +311,7 @@ class RunningNotifier:
 
 
 async def _log_nats_error(exc: Exception) -> None:
-    log.warning("notify_bus_error", error=type(exc).__name__)
+    log.warning("notify_bus_error", error=bus_error_reason(exc))
 
 
 async def start_notifier(settings: NotifierSettings) -> RunningNotifier:

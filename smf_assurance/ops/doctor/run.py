@@ -53,7 +53,7 @@ from smf_assurance.approver.console.server import Health, HealthReason
 from smf_assurance.approver.directory import DirectoryError, load_directory
 from smf_assurance.core.release_trust import ReleaseTrust, TrustedTime
 from smf_assurance.governance.releases import ReleaseError, ask_gates, prior_of, read_bundle_file
-from smf_assurance.ops.cli.output import first_line
+from smf_assurance.ops.cli.output import CommandError, first_line
 from smf_assurance.ops.doctor import gates as doctor_gates
 from smf_assurance.ops.doctor.checks import (
     CONNECT_TIMEOUT_S,
@@ -67,11 +67,17 @@ from smf_assurance.ops.doctor.checks import (
 )
 from smf_assurance.ops.doctor.files import file_checks
 from smf_assurance.ops.doctor.kinds import Kind
+from smf_assurance.ops.local.bus import BusRefusals
 from smf_assurance.ops.local.cluster import nats_servers
 from smf_assurance.pipeline.stores.release_state import read_release_state
 from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
 from smf_assurance.subjects import names
-from smf_assurance.subjects.bus_access import connect_options
+from smf_assurance.subjects.bus_access import (
+    CredentialFileError,
+    bus_error_reason,
+    connect_options,
+    read_credential,
+)
 from smf_assurance.subjects.release import (
     RELEASE_BUCKET,
     ReleaseCheckError,
@@ -161,9 +167,13 @@ async def _connect(settings: Settings) -> tuple[Client | None, Check]:
         "STATE/keys/operator.nkey)"
     )
 
-    async def quiet(_exc: Exception) -> None:
-        """nats-py's default callback prints a traceback per attempt."""
-
+    refusals = BusRefusals(settings.credential)
+    if settings.credential is not None:
+        try:
+            read_credential(settings.credential.principal, settings.credential.seed_file)
+        except CredentialFileError as exc:
+            detail = f"bus credential of principal {who}: {exc.detail}"
+            return None, Check("bus", settings.url, "fail", detail, fix)
     try:
         nc = await nats.connect(
             nats_servers(settings.url),
@@ -172,18 +182,26 @@ async def _connect(settings: Settings) -> tuple[Client | None, Check]:
             max_reconnect_attempts=1,
             reconnect_time_wait=0.1,
             connect_timeout=CONNECT_TIMEOUT_S,
-            error_cb=quiet,
+            error_cb=refusals.on_error,
             **connect_options(settings.credential),
         )
+        refusals.client = nc
     except (OSError, NatsError, ValueError) as exc:
         detail = f"cannot connect to NATS at {settings.url} as {who}: {_why(exc)}"
         return None, Check("bus", settings.url, "fail", detail, fix)
     try:
         info = await nc.jetstream(timeout=CONNECT_TIMEOUT_S).account_info()
+    except CommandError as exc:
+        await nc.close()
+        return None, Check("bus", settings.url, "fail", f"connected as {who}, but {exc}", fix)
     except (NatsError, TimeoutError) as exc:
         await nc.close()
-        detail = f"connected as {who}, but JetStream does not answer ({type(exc).__name__})"
-        return None, Check("bus", settings.url, "fail", detail, "enable JetStream on the server")
+        detail = f"connected as {who}, but JetStream does not answer it ({bus_error_reason(exc)})"
+        advice = (
+            f"connect as the operator (--credential STATE/keys/operator.nkey): {who} may "
+            "not use JetStream; if the operator gets this too, enable JetStream on the server"
+        )
+        return None, Check("bus", settings.url, "fail", detail, advice)
     detail = f"connected as {who}; JetStream answers ({info.streams} streams)"
     return nc, Check("bus", settings.url, "ok", detail)
 
@@ -192,7 +210,9 @@ def _why(exc: BaseException) -> str:
     """A refused connection in our words (nats-py's messages are not ours to print)."""
     text = str(exc).lower()
     if "authorization violation" in text:
-        return "the server refused this credential (Authorization Violation)"
+        return (
+            "the bus refused this credential (Authorization Violation): it does not know the nkey"
+        )
     if isinstance(exc, (NoServersError, ConnectionRefusedError)):
         return "nothing answers there"
     return type(exc).__name__

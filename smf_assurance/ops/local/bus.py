@@ -9,7 +9,9 @@ unreachable server is a one-line refusal, never a hang or a retry loop.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
+import re
 from pathlib import Path
 from typing import Final
 
@@ -17,11 +19,17 @@ import nats
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from smf_assurance.ops.cli.output import fail, first_line
+from smf_assurance.ops.cli.output import CommandError, fail, first_line
 from smf_assurance.ops.local.bus_auth import NKEY_SUFFIX
 from smf_assurance.ops.local.cluster import nats_servers
 from smf_assurance.ops.local.state import StateDir, default_state_dir
-from smf_assurance.subjects.bus_access import BusCredential, connect_options
+from smf_assurance.subjects.bus_access import (
+    BusCredential,
+    CredentialFileError,
+    bus_error_reason,
+    connect_options,
+    read_credential,
+)
 
 NATS_URL_FILE: Final = "nats.url"
 """Written by ``up`` once the gate serves, removed when it stops."""
@@ -94,9 +102,77 @@ def credential_for(
     return StateDir(state_dir or default_state_dir()).existing_credential(default_principal)
 
 
-async def _quiet(_exc: Exception) -> None:
-    """nats-py's default error callback logs a traceback per failed attempt;
-    a command reports its one line instead."""
+_VIOLATION: Final = re.compile(
+    r'permissions violation for (publish|subscription) to "([^"]*)"', re.IGNORECASE
+)
+"""The server's ``-ERR`` for a subject a principal may not use (nats-py hands it on
+lower-cased, the subject with it)."""
+
+
+class BusRefusals:
+    """A command's error callback (``on_error``): a refusal of what the principal asked ends the
+    command at once, naming it.
+
+    The server answers a publish or subscription the principal may not make with
+    ``-ERR 'Permissions Violation ...'`` and drops it; nats-py hands that to this
+    callback and leaves the request waiting for its timeout (``nats: timeout``
+    seconds later, which reads like a gate that is down). Each request still
+    waiting is failed here with a line naming the principal and the subject.
+    Anything else is left to the caller (nats-py's default logs a traceback per
+    failed attempt; a command reports its one line instead)."""
+
+    def __init__(self, credential: BusCredential | None) -> None:
+        self.who = f"principal {credential.principal}" if credential else "an anonymous client"
+        self.client: Client | None = None
+        self.refusal: str | None = None
+
+    async def on_error(self, exc: Exception) -> None:
+        if bus_error_reason(exc) != "permissions_violation":
+            return
+        found = _VIOLATION.search(str(exc))
+        what = (
+            f"permission to {found.group(1).lower()} to {found.group(2)}"
+            if found
+            else "a permission"
+        )
+        self.refusal = (
+            f"the bus refused {self.who} {what} (Permissions Violation): connect with the "
+            "credential of a principal allowed to (--credential)"
+        )
+        waiting: dict[str, asyncio.Future[object]] = (
+            self.client._resp_map if self.client is not None else {}
+        )
+        for future in list(waiting.values()):
+            if not future.done():
+                future.set_exception(CommandError(self.refusal))
+
+
+def refused_credential(exc: BaseException, credential: BusCredential | None) -> str | None:
+    """The server's refusal of who we are, in one line naming the principal, or
+    ``None`` when ``exc`` is not one.
+
+    The server answers an unknown or revoked nkey with ``-ERR 'Authorization
+    Violation'`` at once; said as a connection failure it reads like a server that
+    is down, so it is named for what it is."""
+    if "authorization violation" not in str(exc).lower():
+        return None
+    who = f"principal {credential.principal}" if credential else "an anonymous client"
+    return (
+        f"the bus refused the credential of {who} (Authorization Violation): "
+        "the server does not know this nkey; use a credential of the registry in force"
+    )
+
+
+def checked_credential(credential: BusCredential | None) -> BusCredential | None:
+    """The seed file checked before it is offered (``read_credential``: a missing,
+    unreadable, too open or malformed file is named, never a library's
+    ``ErrInvalidSeed`` or a connection error)."""
+    if credential is None:
+        return None
+    try:
+        return read_credential(credential.principal, credential.seed_file)
+    except CredentialFileError as exc:
+        fail(f"bus credential of principal {credential.principal}: {exc.detail}")
 
 
 async def connect_bus(url: str, name: str, credential: BusCredential | None = None) -> Client:
@@ -105,20 +181,28 @@ async def connect_bus(url: str, name: str, credential: BusCredential | None = No
     nats-py retries forever with ``allow_reconnect=False`` alone; a bounded
     ``max_reconnect_attempts`` is what makes an unreachable server an error.
     ``url`` may be a cluster's seeds, ``URL,URL,...``: any one that answers will do.
+    A credential the server refuses is named as such (:func:`refused_credential`), and
+    so is a subject it may not use (:class:`BusRefusals`).
     """
+    credential = checked_credential(credential)
+    refusals = BusRefusals(credential)
     try:
-        return await nats.connect(
+        refusals.client = await nats.connect(
             nats_servers(url),
             name=name,
             allow_reconnect=False,
             max_reconnect_attempts=1,
             reconnect_time_wait=0.1,
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
-            error_cb=_quiet,
+            error_cb=refusals.on_error,
             **connect_options(credential),
         )
     except (OSError, NatsError, ValueError) as exc:
+        refused = refused_credential(exc, credential)
+        if refused is not None:
+            fail(refused)
         fail(
             f"cannot connect to NATS at {url}: {first_line(exc)}; "
             "start the server, or check the URL given with --nats"
         )
+    return refusals.client

@@ -21,7 +21,12 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from smf_assurance.approver.notify.config import NotifyConfig, NotifyConfigError, load_config
+from smf_assurance.approver.notify.config import (
+    NotifyConfig,
+    NotifyConfigError,
+    load_config,
+    unknown_to_roster,
+)
 from smf_assurance.approver.notify.service import NotifierSettings, RunningNotifier, start_notifier
 from smf_assurance.ops.cli.cli_json import NotifyJson
 from smf_assurance.ops.cli.output import emit, fail, first_line, say
@@ -110,9 +115,22 @@ def read_config(path: Path) -> NotifyConfig:
         fail(f"bad notifier config: {first_line(exc)}")
 
 
+def check_roster(config: NotifyConfig, registry: Path) -> None:
+    """Refuse to start, naming it, a tenant or approver the roster does not know
+    (``unknown_to_roster``); the roster itself must be readable."""
+    try:
+        roster = load_registry(registry)
+    except RegistryError as exc:
+        fail(f"cannot read the approver roster: {first_line(exc)}")
+    unknown = unknown_to_roster(config, roster)
+    if unknown is not None:
+        fail(f"bad notifier config: {unknown}")
+
+
 async def start_beside(state: StateDir, nats_url: str, config: NotifyConfig) -> RunningNotifier:
     """``up --notify``: the notifier on the gate's bus, as the state's console principal,
-    reading the state's roster; a one-line failure if it cannot start."""
+    reading the state's roster (``up`` checked ``config`` against it,
+    :func:`check_roster`); a one-line failure if it cannot start."""
     settings = NotifierSettings(
         nats_url=nats_url,
         registry=state.registry,
@@ -129,10 +147,7 @@ def run_notify(args: argparse.Namespace) -> int:
     configure_logging(json=not sys.stderr.isatty(), level=args.log_level)
     config = read_config(args.config)
     registry = args.registry or StateDir(args.state_dir or default_state_dir()).registry
-    try:
-        load_registry(registry)
-    except RegistryError as exc:
-        fail(f"cannot read the approver roster: {first_line(exc)}")
+    check_roster(config, registry)
     settings = NotifierSettings(
         nats_url=bus_url(args.nats, args.state_dir),
         credential=credential_for(args.credential, args.state_dir, CONSOLE),

@@ -340,5 +340,7 @@ def run_up(args: argparse.Namespace) -> int:
         elif not state.registry.exists():
             provision_demo(state)
             log.info("state_provisioned", state_dir=str(state.root))
+        if notify_config is not None:
+            notify.check_roster(notify_config, state.registry)
         asyncio.run(_up(state, args, notify_config))
     return 0
