@@ -25,7 +25,7 @@ from smf_assurance.gateway.server import (
     Upstream,
     serve_gateway,
 )
-from smf_assurance.pipeline.assembly.gate import join_bus
+from smf_assurance.pipeline.service import join_bus
 from smf_assurance.subjects.bus_access import BusCredential
 from smf_assurance.subjects.keys import SigningKey, VerifyKey
 

@@ -42,17 +42,19 @@ Invariants it keeps:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import hmac
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 import structlog
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.micro.request import Request
@@ -62,7 +64,10 @@ from smf_assurance.subjects import names
 from smf_assurance.subjects.bus_access import (
     REQUEST_INFO_HEADER,
     RESPONSE_ROOT,
+    BusCredential,
     answerable_reply,
+    bus_error_reason,
+    connect_options,
 )
 from smf_assurance.subjects.messages import ErrorReply
 
@@ -389,3 +394,77 @@ async def request(
         if not auth.matches(expected, reply_headers.get(STAGE_MAC_HEADER)):
             raise StageRefusal(STAGE_REPLY_UNAUTHENTICATED, subject)
     return msg.data
+
+
+# --- joining the bus ----------------------------------------------------------------
+
+
+class BusUnavailableError(RuntimeError):
+    """No server of the bus let a service in within its join time (the gate's
+    ``GateConfig.join_seconds``, the model gateway's own).
+
+    A credential the bus refuses (revoked, unknown, or none where
+    authorization is on) ends the start with the server's reason; it is not
+    retried forever behind a start that seems to hang.
+    """
+
+
+async def join_bus(
+    servers: tuple[str, ...] | list[str],
+    name: str,
+    credential: BusCredential | None,
+    seconds: float,
+) -> Client:
+    """A service's connection: the first join bounded by ``seconds``, reconnects
+    after it unbounded (a service that was in keeps trying to get back; the gate's
+    stages deny meanwhile). A bus that refuses the credential ends the join at once
+    with the server's reason.
+
+    The server writes its ``-ERR 'Authorization Violation'`` and closes; a client
+    that has more bytes in flight can see the close as a reset first and never
+    read the reason (seen in a fresh-clone run: "ConnectionResetError"). So every
+    attempt's error is kept, and a reason the server gave wins over a transport
+    error in what the failure says."""
+    failures: list[str] = []
+    refused = asyncio.Event()
+    joined = False
+
+    async def on_error(exc: Exception) -> None:
+        if joined:
+            log.warning("bus_error", error=bus_error_reason(exc))
+            return
+        reason = str(exc) if isinstance(exc, NatsError) else type(exc).__name__
+        failures.append(reason)
+        if isinstance(exc, NatsError) and "authoriz" in reason.lower():
+            refused.set()
+
+    options: dict[str, Any] = {
+        "servers": list(servers),
+        "name": name,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 0.5,
+        "error_cb": on_error,
+        **connect_options(credential),
+    }
+    nc = Client()
+    connecting = asyncio.ensure_future(nc.connect(**options))
+    refusal = asyncio.ensure_future(refused.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {connecting, refusal}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        refusal.cancel()
+    if connecting in done:
+        connecting.result()  # a connect that failed outright raises here
+        joined = True
+        return nc
+    connecting.cancel()
+    with contextlib.suppress(BaseException):
+        await connecting
+    await nc.close()
+    given = [f for f in failures if f.startswith("nats:")]
+    last = given[-1] if given else failures[-1] if failures else "no answer"
+    if refused.is_set():
+        raise BusUnavailableError(f"the NATS server refused {name} ({last})")
+    raise BusUnavailableError(f"no NATS server let {name} in within {seconds:g} s ({last})")

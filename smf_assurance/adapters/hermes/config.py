@@ -49,6 +49,9 @@ ADAPTER_ID: Final = "smf-hermes-adapter"
 ADAPTER_VERSION: Final = "0.1.0"
 PLUGIN_NAME: Final = "smf-assurance"
 PROFILE: Final = "block-only"
+REQUIRED_HOOKS: Final = ("pre_tool_call", "transform_llm_output")
+"""The hooks a runtime's attestation must show (read by ``runtime add`` without
+importing the plugin and its hooks)."""
 MAX_TRUST_ROOT_BYTES: Final = 64 * 1024
 
 

@@ -36,7 +36,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any
 
 from smf_assurance.adapters.hermes import tools
 from smf_assurance.adapters.hermes.attestation import (
@@ -45,7 +45,7 @@ from smf_assurance.adapters.hermes.attestation import (
     HermesHost,
     Host,
 )
-from smf_assurance.adapters.hermes.config import AdapterConfig, ConfigError
+from smf_assurance.adapters.hermes.config import REQUIRED_HOOKS, AdapterConfig, ConfigError
 from smf_assurance.adapters.hermes.hooks.connector_tools import ConnectorToolHandlers
 from smf_assurance.adapters.hermes.hooks.execution import ExecutionMiddleware
 from smf_assurance.adapters.hermes.hooks.model_request import ModelRequestMiddleware
@@ -69,8 +69,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("smf.hermes")
-
-REQUIRED_HOOKS: Final = ("pre_tool_call", "transform_llm_output")
 
 
 class HermesAdapter(

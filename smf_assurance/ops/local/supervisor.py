@@ -6,8 +6,9 @@
 - Watched (``serve_until_stopped``): if the embedded nats-server dies under
   the gate, or the connectors lose NATS for good, ``up`` stops and exits
   non-zero rather than serving nothing.
-- Stopped by SIGINT or SIGTERM (``stop_on_signals``, for every long-running
-  command: ``up``, ``console``, ``notify``, the model gateway, the bus follower).
+- Stopped by SIGINT or SIGTERM (``stop_on_signals`` in ``ops/local/signals.py``, for
+  every long-running command: ``up``, ``console``, ``notify``, the model gateway, the
+  bus follower).
 - Stopped cleanly and in bounded time (``shutdown``): the ledger tail is
   signed as a checkpoint while the bus is still up, then the stack stops;
   whatever hangs, the embedded server is stopped.
@@ -19,7 +20,6 @@ import asyncio
 import contextlib
 import fcntl
 import os
-import signal
 from collections.abc import Iterator
 from typing import Final
 
@@ -34,26 +34,6 @@ from smf_assurance.pipeline.stores.ledger import EvidenceError
 from smf_assurance.subjects.clock import wall_clock_ms
 
 log = structlog.get_logger(__name__)
-
-
-STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
-
-
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[asyncio.Event]:
-    """An event that SIGINT or SIGTERM sets while the block runs, so a long-running
-    command stops through its own clean-up rather than mid-write; the handlers are
-    removed after. Installed first: a supervisor may stop the command the moment it
-    listens, before its readiness line is printed."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in STOP_SIGNALS:
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        yield stop
-    finally:
-        for sig in STOP_SIGNALS:
-            loop.remove_signal_handler(sig)
 
 
 LOCK_FILE: Final = "up.lock"

@@ -16,7 +16,8 @@ from smf_assurance.pipeline.assembly.config import (
     StorePaths,
     shipped_mapper_tables,
 )
-from smf_assurance.pipeline.assembly.gate import BusUnavailableError, RunningGate, start_gate
+from smf_assurance.pipeline.assembly.gate import RunningGate, start_gate
+from smf_assurance.pipeline.service import BusUnavailableError
 
 __all__ = [
     "BusUnavailableError",

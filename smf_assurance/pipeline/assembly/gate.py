@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 import structlog
@@ -65,10 +65,12 @@ from smf_assurance.pipeline.followers.replica_sync import ReplicaSync
 from smf_assurance.pipeline.followers.shadow import ShadowDesk
 from smf_assurance.pipeline.followers.shadow_releases import ShadowReleases
 from smf_assurance.pipeline.service import (
+    BusUnavailableError,
     ConcurrentHandler,
     Endpoint,
     Handler,
     StageAuth,
+    join_bus,
     start_service,
 )
 from smf_assurance.pipeline.stores.approvals import ApprovalStore
@@ -90,7 +92,6 @@ from smf_assurance.pipeline.stores.streams import (
 from smf_assurance.pipeline.stores.tainted_content import ensure_tainted_content_bucket
 from smf_assurance.pipeline.stores.tool_calls import ToolCallStore
 from smf_assurance.subjects import names
-from smf_assurance.subjects.bus_access import BusCredential, connect_options
 from smf_assurance.subjects.keys import VerifyKey
 from smf_assurance.subjects.messages import Proposal
 from smf_assurance.subjects.registry import KeyRegistry
@@ -393,76 +394,6 @@ def _detection_window(evaluate: EvaluateStage) -> Callable[[], int]:
             return DEFAULT_DETECTION_WINDOW_CHARS
 
     return current
-
-
-class BusUnavailableError(RuntimeError):
-    """No server of the bus let the gate in within ``GateConfig.join_seconds``.
-
-    A credential the bus refuses (revoked, unknown, or none where
-    authorization is on) ends the start with the server's reason; it is not
-    retried forever behind a start that seems to hang.
-    """
-
-
-async def join_bus(
-    servers: tuple[str, ...] | list[str],
-    name: str,
-    credential: BusCredential | None,
-    seconds: float,
-) -> Client:
-    """A service's connection: the first join bounded by ``seconds``, reconnects
-    after it unbounded (a service that was in keeps trying to get back; the gate's
-    stages deny meanwhile). A bus that refuses the credential ends the join at once
-    with the server's reason.
-
-    The server writes its ``-ERR 'Authorization Violation'`` and closes; a client
-    that has more bytes in flight can see the close as a reset first and never
-    read the reason (seen in a fresh-clone run: "ConnectionResetError"). So every
-    attempt's error is kept, and a reason the server gave wins over a transport
-    error in what the failure says."""
-    failures: list[str] = []
-    refused = asyncio.Event()
-    joined = False
-
-    async def on_error(exc: Exception) -> None:
-        if joined:
-            log.warning("bus_error", error=type(exc).__name__)
-            return
-        reason = str(exc) if isinstance(exc, NatsError) else type(exc).__name__
-        failures.append(reason)
-        if isinstance(exc, NatsError) and "authoriz" in reason.lower():
-            refused.set()
-
-    options: dict[str, Any] = {
-        "servers": list(servers),
-        "name": name,
-        "max_reconnect_attempts": -1,
-        "reconnect_time_wait": 0.5,
-        "error_cb": on_error,
-        **connect_options(credential),
-    }
-    nc = Client()
-    connecting = asyncio.ensure_future(nc.connect(**options))
-    refusal = asyncio.ensure_future(refused.wait())
-    try:
-        done, _ = await asyncio.wait(
-            {connecting, refusal}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
-        )
-    finally:
-        refusal.cancel()
-    if connecting in done:
-        connecting.result()  # a connect that failed outright raises here
-        joined = True
-        return nc
-    connecting.cancel()
-    with contextlib.suppress(BaseException):
-        await connecting
-    await nc.close()
-    given = [f for f in failures if f.startswith("nats:")]
-    last = given[-1] if given else failures[-1] if failures else "no answer"
-    if refused.is_set():
-        raise BusUnavailableError(f"the NATS server refused {name} ({last})")
-    raise BusUnavailableError(f"no NATS server let {name} in within {seconds:g} s ({last})")
 
 
 async def start_gate(config: GateConfig) -> RunningGate:

@@ -40,8 +40,8 @@ from smf_assurance.ops.local.bus_auth import (
 )
 from smf_assurance.ops.local.bus_follow import ClusterFollower, follow
 from smf_assurance.ops.local.logs import LOG_LEVELS, configure_logging
+from smf_assurance.ops.local.signals import stop_on_signals
 from smf_assurance.ops.local.state import OPERATOR, StateDir
-from smf_assurance.ops.local.supervisor import stop_on_signals
 from smf_assurance.subjects.bus_access import account_of, permissions_for
 from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.registry import RegistryError, load_registry

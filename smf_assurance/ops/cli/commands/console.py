@@ -41,8 +41,8 @@ from smf_assurance.ops.local.bus import (
     credential_for,
 )
 from smf_assurance.ops.local.logs import LOG_LEVELS, configure_logging
+from smf_assurance.ops.local.signals import stop_on_signals
 from smf_assurance.ops.local.state import CONSOLE, StateDir, default_state_dir
-from smf_assurance.ops.local.supervisor import stop_on_signals
 from smf_assurance.subjects.registry import RegistryError, load_registry
 
 DEFAULT_PORT: Final = 8765

@@ -50,9 +50,9 @@ from smf_assurance.ops.local.model_gateway import (
     set_upstream,
     token_path,
 )
+from smf_assurance.ops.local.signals import stop_on_signals
 from smf_assurance.ops.local.state import MODEL_GATEWAY, OPERATOR, StateDir, default_state_dir
-from smf_assurance.ops.local.supervisor import stop_on_signals
-from smf_assurance.pipeline.assembly.gate import BusUnavailableError
+from smf_assurance.pipeline.service import BusUnavailableError
 from smf_assurance.subjects import names
 from smf_assurance.subjects.messages import ActorContext, DataFacts, ProposedDestination
 from smf_assurance.subjects.model_gateway import GatewayClear, GatewayCleared

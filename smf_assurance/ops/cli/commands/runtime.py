@@ -36,7 +36,7 @@ import msgspec
 
 from smf_assurance.adapters.hermes.attestation import HERMES_PIN
 from smf_assurance.adapters.hermes.config import ADAPTER_ID as HERMES_ADAPTER
-from smf_assurance.adapters.hermes.plugin import REQUIRED_HOOKS as HERMES_HOOKS
+from smf_assurance.adapters.hermes.config import REQUIRED_HOOKS as HERMES_HOOKS
 from smf_assurance.gateway.assembly import (
     GatewayFile,
     GatewayFileError,

@@ -46,6 +46,7 @@ from smf_assurance.ops.cli.output import emit, fail, first_line, say
 from smf_assurance.ops.local.bus import connect_bus, nats_url_path, write_url
 from smf_assurance.ops.local.cluster import seed_urls
 from smf_assurance.ops.local.logs import LOG_LEVELS, configure_logging
+from smf_assurance.ops.local.signals import stop_on_signals
 from smf_assurance.ops.local.stack import start_connectors, start_stack
 from smf_assurance.ops.local.state import (
     CONNECTORS,
@@ -60,7 +61,6 @@ from smf_assurance.ops.local.supervisor import (
     exclusive,
     serve_until_stopped,
     shutdown,
-    stop_on_signals,
 )
 from smf_assurance.pipeline.assembly import ClusterSettings
 from smf_assurance.pipeline.stores.ledger import EvidenceError
