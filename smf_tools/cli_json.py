@@ -218,6 +218,10 @@ class BenchJson(CliJson, kw_only=True, omit_defaults=True):
         tuple[Series, ...] | None,
         _("runtime run beside the bare runtime: starts, and model requests through the forwarders"),
     ] = None
+    cli: Annotated[
+        tuple[Series, ...] | None,
+        _("the command line's start beside bare Python: --help, --version, each command"),
+    ] = None
     targets: Annotated[tuple[TargetJson, ...] | None, _("each target beside its figure")] = None
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from smf_assurance.ops.cli import main as cli
 from smf_assurance.ops.cli.main import COMMANDS, build_parser, main
+from smf_tools import cli as tools_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("nats", "aiohttp", "aiosqlite", "structlog", "nkeys")
@@ -173,3 +174,27 @@ def test_a_real_sigint_while_the_parser_is_built_prints_no_traceback() -> None:
     assert done.returncode == 130
     assert done.stdout == ""
     assert done.stderr == "smf-assurance: interrupted (SIGINT); stopped cleanly\n"
+
+
+def test_bench_cli_times_every_command_beside_bare_python(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``bench --cli`` (figures in docs/PERFORMANCE.md): the baselines, ``--help``,
+    ``--version`` and every top-level command each have their series and targets;
+    what it measured is not judged here."""
+    assert tools_cli.main(["bench", "--cli", "--rounds", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    labels = [s["label"] for s in report["cli"]]
+    commands = [name for group in COMMANDS for name, _ in group.commands]
+    assert labels == [
+        "python -c pass",
+        'python -c "import nats"',
+        "smf-assurance --help",
+        "smf-assurance --version",
+        *(f"{name} --help" for name in commands),
+        "eval (a scenario)",
+    ]
+    assert all(s["count"] == 1 and s["p50_ns"] > 0 for s in report["cli"])
+    measured = [t["series"] for t in report["targets"]]
+    assert measured[:2] == ["smf-assurance --help", "smf-assurance --version"]
+    assert measured[2].startswith("slowest command: ")

@@ -9,7 +9,9 @@ approval claims on SQLite beside JetStream KV R3, and allows through one and
 two gate replicas beside a bare echo (``smf_tools.bench.cluster``).
 ``--confinement`` (only when asked) times ``runtime run``'s start beside the bare command
 and a model request through the launcher's forwarders beside a straight one
-(``smf_tools.bench.confinement``). ``--rounds``
+(``smf_tools.bench.confinement``). ``--cli`` (only when asked) times the command
+line's start, ``--help`` and each command, beside bare Python
+(``smf_tools.bench.startup``). ``--rounds``
 sets the samples per series of whichever runs; each has its own default,
 because an evaluator sample costs microseconds and a bus sample milliseconds.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -25,8 +28,18 @@ import msgspec
 from smf_assurance.ops.cli.output import emit, fail, positive_int, say, table
 from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.natsserver import NatsServerError
-from smf_tools.bench import bus, cluster, confinement, evaluator, gateway, growth, output
+from smf_tools.bench import (
+    bus,
+    cluster,
+    confinement,
+    evaluator,
+    gateway,
+    growth,
+    output,
+    startup,
+)
 from smf_tools.bench.bus import BenchError
+from smf_tools.bench.stats import Summary
 from smf_tools.bench.targets import HEADERS, Target
 from smf_tools.cli_json import BenchJson
 
@@ -81,12 +94,19 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "indexed vs a linear scan vs cedarpy (only when asked)",
     )
     p.add_argument(
+        "--cli",
+        action="store_true",
+        help="the command line's start: --help, --version and each command's --help vs "
+        "python -c pass and python -c 'import nats' (only when asked)",
+    )
+    p.add_argument(
         "--rounds",
         type=positive_int,
         default=None,
         help=f"samples per series (default: evaluator {EVALUATOR_ROUNDS}, "
         f"growth {growth.DEFAULT_ROUNDS}, bus {bus.DEFAULT_ROUNDS}, "
-        f"output {output.DEFAULT_ROUNDS}, cluster {cluster.DEFAULT_ROUNDS})",
+        f"output {output.DEFAULT_ROUNDS}, cluster {cluster.DEFAULT_ROUNDS}, "
+        f"cli {startup.DEFAULT_ROUNDS})",
     )
     p.add_argument(
         "--in-flight",
@@ -103,7 +123,15 @@ def machine() -> str:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    asked = (args.evaluator, args.bus, args.output, args.cluster, args.gateway, args.confinement)
+    asked = (
+        args.evaluator,
+        args.bus,
+        args.output,
+        args.cluster,
+        args.gateway,
+        args.confinement,
+        args.cli,
+    )
     run_all = not (any(asked) or args.evaluator_growth)
     report: dict[str, Any] = {"machine": machine()}
     targets = _run_evaluator(args, run_all, report)
@@ -152,6 +180,8 @@ def run_bench(args: argparse.Namespace) -> int:
         _run_gateway(args, report)
     if args.confinement:
         targets += _run_confinement(args, report)
+    if args.cli:
+        targets += _run_cli(args, report)
     if targets:
         report["targets"] = [t.json() for t in targets]
         if not args.json:
@@ -160,6 +190,52 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.json:
         emit(msgspec.convert(report, type=BenchJson))
     return 0
+
+
+def series_json(summaries: Sequence[Summary]) -> list[dict[str, Any]]:
+    """Series as ``--json`` carries them: integer nanoseconds (canonical JSON has no floats)."""
+    return [
+        {
+            "label": s.label,
+            "count": s.count,
+            "p50_ns": round(s.p50_us * 1000),
+            "p95_ns": round(s.p95_us * 1000),
+            "p99_ns": round(s.p99_us * 1000),
+        }
+        for s in summaries
+    ]
+
+
+# --- the command line's start -----------------------------------------------------------
+
+
+def _run_cli(args: argparse.Namespace, report: dict[str, Any]) -> list[Target]:
+    rounds = args.rounds if args.rounds is not None else startup.DEFAULT_ROUNDS
+    try:
+        result = startup.run(rounds=max(1, rounds))
+    except startup.StartupBenchError as exc:
+        fail(f"bench --cli: {exc}")
+    every = (*result.baselines, *result.top, *result.commands)
+    report["cli"] = series_json(every)
+    if not args.json:
+        rows = [
+            (s.label, s.count, f"{s.p50_us / 1000:.0f}", f"{s.p95_us / 1000:.0f}") for s in every
+        ]
+        table(("series (a fresh process each)", "samples", "p50 ms", "p95 ms"), rows)
+    slowest = result.slowest_command()
+    return [
+        *(
+            Target(s.label, "p50 ms", "at_most", startup.HELP_MS, s.p50_us / 1000)
+            for s in result.top
+        ),
+        Target(
+            f"slowest command: {slowest.label}",
+            "p50 ms",
+            "at_most",
+            startup.COMMAND_MS,
+            slowest.p50_us / 1000,
+        ),
+    ]
 
 
 # --- confinement ----------------------------------------------------------------------
@@ -178,16 +254,7 @@ def _run_confinement(args: argparse.Namespace, report: dict[str, Any]) -> list[T
         result.bare_request,
         result.confined_request,
     )
-    report["confinement"] = [
-        {
-            "label": s.label,
-            "count": s.count,
-            "p50_ns": round(s.p50_us * 1000),
-            "p95_ns": round(s.p95_us * 1000),
-            "p99_ns": round(s.p99_us * 1000),
-        }
-        for s in series
-    ]
+    report["confinement"] = series_json(series)
     if not args.json:
         table(("series", "samples", "p50 us", "p95 us", "p99 us"), [s.row() for s in series])
         say(f"sandbox start overhead, p50: {result.start_overhead_ms:.1f} ms")
