@@ -324,16 +324,7 @@ def _print_gateway(result: gateway.GatewayResult) -> None:
 def _evaluator_json(result: evaluator.EvaluatorResult) -> dict[str, Any]:
     summaries = (result.ours_with_hash, result.ours_prehashed, result.cedar)
     return {
-        "evaluator": [
-            {
-                "label": s.label,
-                "count": s.count,
-                "p50_ns": round(s.p50_us * 1000),
-                "p95_ns": round(s.p95_us * 1000),
-                "p99_ns": round(s.p99_us * 1000),
-            }
-            for s in summaries
-        ],
+        "evaluator": series_json(summaries),
         "cedar_over_smf_p50_x1000": round(result.ratio * 1000),
     }
 
