@@ -132,8 +132,8 @@ with an ``add_parsers`` (the team's tools pass their modules)."""
 
 
 class _VersionAction(argparse.Action):
-    """``--version``: the installed version, looked up only when asked for
-    (reading the package metadata costs more than the rest of ``--help``)."""
+    """``--version``: the installed version, looked up only when asked for, so
+    ``--help`` and every command skip importing and reading the package metadata."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
