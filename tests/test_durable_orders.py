@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -31,59 +29,33 @@ from smf_assurance.ops.local.bus_auth import (
     write_authorization,
 )
 from smf_assurance.ops.local.cluster import LocalNatsCluster
-from smf_assurance.ops.local.natsserver import (
-    HOST,
-    EmbeddedNatsServer,
-    PortReservation,
-    reserve_port,
-)
+from smf_assurance.ops.local.natsserver import reserve_port
 from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects.registry import load_registry
+from smf_tools.bench.bus import (
+    SYNC_SERIES,
+    SYNC_STEPS,
+    SYNC_THROUGHPUT,
+    MonitoredServer,
+    sync_always_of,
+)
 from tests.test_bus_properties import provisioned_state
 
 VARZ_TIMEOUT_S = 10.0
 
 
-class Monitored(EmbeddedNatsServer):
-    """The embedded server exactly as the product runs it (its own config and
-    ``command()``), plus a monitoring port that only this test opens."""
-
-    def __init__(self, state_dir: Path, monitor: PortReservation, **kwargs: Any) -> None:
-        super().__init__(state_dir, **kwargs)
-        self.monitor: PortReservation = monitor
-
-    def command(self) -> list[str]:
-        return [*super().command(), "-m", str(self.monitor.port)]
-
-
-def varz(port: int) -> dict[str, Any]:
-    """The server's ``/varz`` (it is served once ``start()`` returned: nats-server
-    writes the ports file that ``start()`` waits for after every listener is up)."""
-    url = f"http://{HOST}:{port}/varz"
-    with urllib.request.urlopen(url, timeout=VARZ_TIMEOUT_S) as answer:
-        found: dict[str, Any] = json.load(answer)
-    return found
-
-
-def sync_always(doc: dict[str, Any]) -> bool:
-    config = doc["jetstream"]["config"]
-    assert config["store_dir"], config  # JetStream is on: the setting is about its store
-    return bool(config.get("sync_always", False))
-
-
-def started(server: Monitored) -> dict[str, Any]:
+def started(server: MonitoredServer) -> bool:
+    """Whether ``server``, started, reports ``sync_always`` in its ``/varz``."""
     server.start()
     try:
-        return varz(server.monitor.port)
+        return sync_always_of(server)
     finally:
         server.close()
-        server.monitor.close()
 
 
 @pytest.mark.claim("verdict-agrees.sync-always")
 def test_the_embedded_open_bus_syncs_every_jetstream_write(tmp_path: Path) -> None:
-    server = Monitored(tmp_path / "nats", reserve_port())
-    assert sync_always(started(server))
+    assert started(MonitoredServer(tmp_path / "nats", reserve_port()))
 
 
 @pytest.mark.claim("verdict-agrees.sync-always")
@@ -91,11 +63,11 @@ def test_the_embedded_bus_with_authorization_syncs_every_jetstream_write(
     tmp_path: Path,
 ) -> None:
     state: StateDir = provisioned_state(tmp_path)
-    server = Monitored(state.nats, reserve_port(), authorization=True)
+    server = MonitoredServer(state.nats, reserve_port(), authorization=True)
     entries = [p.entry for p in load_registry(state.registry).principals.values()]
     text = render_authorization(entries, state.bus_user(SYSTEM_PRINCIPAL))
     write_authorization(server.authorization_path, text)
-    assert sync_always(started(server))
+    assert started(server)
 
 
 @pytest.mark.claim("verdict-agrees.sync-always")
@@ -104,10 +76,14 @@ def test_a_server_without_the_setting_reports_the_two_minute_default(tmp_path: P
     block, and the probe says so; without it the two tests above could not fail."""
     plain = tmp_path / "plain.conf"
     plain.write_text(render_open_config(), encoding="utf-8")
-    server = Monitored(tmp_path / "nats", reserve_port(), config_file=plain)
-    doc = started(server)
-    assert not sync_always(doc)
-    assert doc["jetstream"]["config"]["sync_interval"] == 120_000_000_000  # ns: two minutes
+    server = MonitoredServer(tmp_path / "nats", reserve_port(), config_file=plain)
+    server.start()
+    try:
+        config = server.varz()["jetstream"]["config"]
+        assert not sync_always_of(server)
+        assert config["sync_interval"] == 120_000_000_000  # ns: two minutes
+    finally:
+        server.close()
 
 
 @pytest.mark.claim("verdict-agrees.sync-always")
@@ -118,4 +94,30 @@ async def test_every_node_of_the_cluster_syncs_every_jetstream_write(
     for node in nats_cluster.nodes:
         status, body = await asyncio.wait_for(node.monitor("/varz"), VARZ_TIMEOUT_S)
         assert status == 200, (node.name, body[:200])
-        assert sync_always(json.loads(body)), node.name
+        config = json.loads(body)["jetstream"]["config"]
+        assert config["store_dir"], node.name
+        assert config.get("sync_always") is True, node.name
+
+
+def test_bench_bus_reports_sync_always_beside_the_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """No timing assertions: the bus bench runs the allow and the JetStream publish on
+    the product's server and on the two-minute default, and reports each pair."""
+    from smf_tools.cli import main  # noqa: PLC0415 - keep CLI imports out of the other tests
+
+    assert main(["bench", "--bus", "--rounds", "3", "--in-flight", "2", "--json"]) == 0
+    bus = json.loads(capsys.readouterr().out)["bus"]
+    latency = {row["label"]: row for row in bus["latency"]}
+    for label in (*SYNC_SERIES, *SYNC_STEPS):
+        assert latency[label]["count"] == 3
+    assert {row["label"] for row in bus["throughput"]} >= set(SYNC_THROUGHPUT)
+    pairs = {row["label"]: row for row in bus["sync_always_over_default"]}
+    assert set(pairs) == {
+        "propose allow (bus stages)",
+        "propose allow (co-located)",
+        "jetstream publish + ack",
+    }
+    for label, row in pairs.items():
+        assert row["p50_x1000"] > 0, label
+        assert (row["throughput_x1000"] is None) == label.startswith("jetstream"), label

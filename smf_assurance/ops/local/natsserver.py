@@ -380,9 +380,7 @@ class EmbeddedNatsServer:
         elif self._open_config:
             assert self.config_file is not None
             self.state_dir.mkdir(parents=True, exist_ok=True)
-            self.config_file.write_text(
-                render_open_config() + JETSTREAM_SETTINGS, encoding="utf-8"
-            )
+            self.config_file.write_text(render_open_config() + JETSTREAM_SETTINGS, encoding="utf-8")
         if threading.current_thread() is not threading.main_thread():
             self._log.warning(
                 "nats_server.start_off_main_thread",
