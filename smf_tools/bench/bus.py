@@ -555,7 +555,8 @@ async def _measure(
         progress.update(step)
 
     try:
-        proposals = _Proposals(runtime_of(client, state))
+        runtime = runtime_of(client, state)
+        proposals = _Proposals(runtime)
 
         # 1. The floor: a plain subscription echoing the same bytes.
         async def echo_back(msg: Msg) -> None:
