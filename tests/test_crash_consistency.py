@@ -24,7 +24,9 @@ Afterwards, once everything is back, for every order a runtime was told ``allow`
   ran that no runtime was told, or learned from the gate's record, was allowed.
 
 A proposal whose reply was lost to a kill is settled from the gate's record
-(``ProposalClient.recorded``), as ``tests/test_load_faults.py`` does.
+(``ProposalClient.recorded``), asked only after the proposal's deadline: before it the
+same bytes are a replay and denied ``duplicate_proposal``, which says nothing about
+the order; each record read must carry ``recorded_verdict``.
 
 What it does not prove: durability across a power cut or a kernel crash. A SIGKILLed
 process loses nothing the kernel already has, so this test passes with nats-server's
@@ -47,8 +49,10 @@ import pytest
 
 from smf_assurance.adapters.client import ProposalClient, unsettled
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.pipeline.chain.gate import RECORDED
 from smf_assurance.pipeline.stores.ledger_audit import verify_ledger
 from smf_assurance.subjects import names
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.messages import Proposal, Verdict
 from tests.bus_helpers import wait_for
 from tests.test_bus_faults import seed_documents, tombstones
@@ -62,6 +66,21 @@ TIMEOUT_S: Final = 2.0
 Victim = Literal["nats", "gate", "both"]
 ROUNDS: Final[tuple[Victim, ...]] = ("nats", "gate", "both", "both")
 """Each round's kill; its moment is drawn from ``random.Random(SEED + round)``."""
+
+
+async def recorded(runtime: ProposalClient, proposal: Proposal, signed: bytes) -> Verdict:
+    """The verdict the gate recorded, asked once the proposal's deadline has passed.
+
+    Before its deadline the same signed bytes are a replay, decided again and denied
+    ``duplicate_proposal`` (the claim exists), which says nothing about the order;
+    after it the gate answers from its record (``recorded_verdict``) and decides
+    nothing (``ProposalClient.recorded``)."""
+    deadline = proposal.reply_by_ms
+    assert deadline is not None
+    await wait_for(lambda: wall_clock_ms() > deadline, timeout=TIMEOUT_S + 10, interval=0.05)
+    answer = await learned(runtime, proposal, signed)
+    assert RECORDED in answer.reason_codes, answer
+    return answer
 
 
 def document(index: int) -> str:
@@ -148,7 +167,7 @@ async def test_kill_9_of_the_bus_and_the_gate_loses_no_acknowledged_order_and_ru
         # What each runtime ends up knowing: what it was told, or what it learns.
         told = {i: v for i, (_, _, v) in load.results.items()}
         final = {
-            i: await learned(load.runtime, p, s) if unsettled(v) else v
+            i: await recorded(load.runtime, p, s) if unsettled(v) else v
             for i, (p, s, v) in load.results.items()
         }
         acknowledged = {i: v for i, v in told.items() if v.outcome == "allow"}
@@ -156,8 +175,8 @@ async def test_kill_9_of_the_bus_and_the_gate_loses_no_acknowledged_order_and_ru
         assert all(v.order_id for v in acknowledged.values())
         for i, verdict in acknowledged.items():  # the gate's record, after every kill, agrees
             proposal, signed, _ = load.results[i]
-            recorded = await learned(load.runtime, proposal, signed)
-            assert (recorded.outcome, recorded.order_id) == ("allow", verdict.order_id), recorded
+            record = await recorded(load.runtime, proposal, signed)
+            assert (record.outcome, record.order_id) == ("allow", verdict.order_id), record
         allowed = {i: v for i, v in final.items() if v.outcome == "allow"}
         assert set(acknowledged) <= set(allowed)
         hit = [v for v in told.values() if unsettled(v) or v.outcome != "allow"]

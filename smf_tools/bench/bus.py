@@ -184,7 +184,8 @@ SERIES: Final = (
     + len(SYNC_STEPS)
 )
 """Echo latency and throughput; per mode allow and deny, each latency and
-throughput; the allow with a call-context lookup; the durable steps. Counted
+throughput; the allow with a call-context lookup; the durable steps; the allow and
+the publish on each sync setting. Counted
 from the tuples, never by hand, so the progress never ends at 14/13."""
 
 
