@@ -89,6 +89,16 @@ class BusRatio(CliJson, kw_only=True):
     throughput_x1000: Annotated[X1000 | None, _("requests/s over echo's, x1000")]
 
 
+class BusSyncRatio(CliJson, kw_only=True):
+    """One ``--bus`` series on the product's server (every JetStream write synced) over
+    the same series on nats-server's default (a forced sync every two minutes)."""
+
+    label: Annotated[str, _("the series, sync always over the two-minute default")]
+    p50_x1000: Annotated[X1000 | None, _("p50 over the default's p50, x1000")]
+    p99_x1000: Annotated[X1000 | None, _("p99 over the default's p99, x1000")]
+    throughput_x1000: Annotated[X1000 | None, _("requests/s over the default's, x1000")]
+
+
 class BusTargets(CliJson, kw_only=True):
     """The ``--bus`` ratio targets."""
 
@@ -109,6 +119,9 @@ class BusBench(CliJson, kw_only=True):
     latency: Annotated[tuple[Series, ...], _("latency series")]
     throughput: Annotated[tuple[BusThroughput, ...], _("throughput series")]
     ratios: Annotated[tuple[BusRatio, ...], _("each series over the echo floor")]
+    sync_always_over_default: Annotated[
+        tuple[BusSyncRatio, ...], _("what syncing every JetStream write costs, per series")
+    ]
     targets_x1000: Annotated[BusTargets, _("the ratio targets")]
 
 
@@ -173,6 +186,9 @@ class ClusterBench(CliJson, kw_only=True):
     claim_kv_over_sqlite_p99_x1000: Annotated[X1000, _("KV claim p99 over SQLite's, x1000")]
     throughput: Annotated[tuple[ClusterThroughput, ...], _("allows/s, echo first")]
     two_over_one_replica_x1000: Annotated[X1000, _("two replicas' requests/s over one's, x1000")]
+    sync_always: Annotated[
+        bool, _("every node syncs each JetStream write before acknowledging it (/varz)")
+    ]
 
 
 class GatewayRow(CliJson, kw_only=True):

@@ -26,7 +26,16 @@ temporary store), measure
    worst case: a disagreement every time). Without, the gate's shadow desk is
    unhooked for that request (``Gate.shadow``), so nothing is handed to it; the
    shadow's entries of earlier requests are still written when their window
-   closes, as in production. The shadow's evaluation alone is timed as a step.
+   closes, as in production. The shadow's evaluation alone is timed as a step;
+7. the allow (co-located and with the stages over the bus) and the JetStream
+   publish + ack alone, on the product's server (``sync_interval: always``, every
+   write synced before its PubAck: ``JETSTREAM_SYNC_INTERVAL``) beside a second
+   server with nats-server's default (a forced sync every two minutes), each with
+   a gate and a state of its own, interleaved request by request so both meet the
+   same load; then the allow's throughput on each, one after the other. Each
+   server's ``/varz`` is read first: a server that does not report the setting its
+   series is named after is a bench error. Every other series runs on the
+   product's server, so on ``sync_interval: always``.
 
 and, as a second baseline that explains the gap, the durable steps alone:
 one evidence append (SQLite WAL, ``synchronous=FULL``: an fsync per commit),
@@ -53,10 +62,11 @@ import os
 import shutil
 import tempfile
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import nats
 from nats.aio.client import Client
@@ -74,7 +84,13 @@ from smf_assurance.governance.projections import SCENARIO_CORPUS, package_path
 from smf_assurance.governance.releases import build_release, prior_of, publish_shadow_to_bucket
 from smf_assurance.ops.cli.output import Progress
 from smf_assurance.ops.demo.script import actor
-from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.bus_auth import render_open_config
+from smf_assurance.ops.local.natsserver import (
+    HOST,
+    EmbeddedNatsServer,
+    PortReservation,
+    reserve_port,
+)
 from smf_assurance.ops.local.stack import gate_config
 from smf_assurance.ops.local.state import (
     ADAPTER_ID,
@@ -143,6 +159,18 @@ SHADOW_STEPS: Final = ("shadow judge alone (CPU)",)
 """The shadow's evaluation of one decision and its entry built (no I/O)."""
 SHADOW_TARGET: Final = 1.10
 """Target: the allow's p50 with a shadow within 10 % of without."""
+SYNC_SETTINGS: Final = ("sync always", "2 min default")
+"""Series 7: the product's setting and nats-server's default, side by side."""
+SYNC_SERIES: Final = tuple(
+    f"propose allow ({mode}, {setting}, paired)" for _, mode in MODES for setting in SYNC_SETTINGS
+)
+SYNC_THROUGHPUT: Final = tuple(
+    f"propose allow ({mode}, {setting})" for _, mode in MODES for setting in SYNC_SETTINGS
+)
+SYNC_STEPS: Final = tuple(
+    f"jetstream publish + ack ({setting}, paired)" for setting in SYNC_SETTINGS
+)
+SYNC_STREAM: Final = "SMF_BENCH_SYNC"
 SERIES: Final = (
     2
     + 4 * len(MODES)
@@ -151,9 +179,13 @@ SERIES: Final = (
     + len(SHADOW_SERIES)
     + len(SHADOW_STEPS)
     + len(DURABLE_STEPS)
+    + len(SYNC_SERIES)
+    + len(SYNC_THROUGHPUT)
+    + len(SYNC_STEPS)
 )
 """Echo latency and throughput; per mode allow and deny, each latency and
-throughput; the allow with a call-context lookup; the durable steps. Counted
+throughput; the allow with a call-context lookup; the durable steps; the allow and
+the publish on each sync setting. Counted
 from the tuples, never by hand, so the progress never ends at 14/13."""
 
 
@@ -226,6 +258,28 @@ class BusResult:
     def _throughput(self, label: str) -> Throughput | None:
         return next((t for t in self.throughput if t.label == label), None)
 
+    def sync_ratios(self) -> list[Ratio]:
+        """Each series of the product's server over the same on the two-minute default:
+        what syncing every write costs (>1: slower, or for throughput, faster)."""
+        pairs = [
+            (SYNC_SERIES[i], SYNC_SERIES[i + 1], SYNC_THROUGHPUT[i], SYNC_THROUGHPUT[i + 1])
+            for i in range(0, len(SYNC_SERIES), 2)
+        ]
+        pairs.append((SYNC_STEPS[0], SYNC_STEPS[1], "", ""))
+        ratios = []
+        for always, default, rate_always, rate_default in pairs:
+            if not any(s.label == always for s in self.latency):
+                continue
+            label = always.replace(f", {SYNC_SETTINGS[0]}, paired)", ")")
+            ratios.append(
+                _ratio(
+                    label.replace(f" ({SYNC_SETTINGS[0]}, paired)", ""),
+                    (self._latency(always), self._latency(default)),
+                    (self._throughput(rate_always), self._throughput(rate_default)),
+                )
+            )
+        return ratios
+
     def ratios(self) -> list[Ratio]:
         echo = self._latency("echo")
         echo_rate = self._throughput("echo")
@@ -234,19 +288,25 @@ class BusResult:
             if not summary.label.startswith("propose"):
                 continue
             rate = self._throughput(summary.label)
-            ratios.append(
-                Ratio(
-                    label=summary.label,
-                    p50=summary.p50_us / echo.p50_us,
-                    p99=summary.p99_us / echo.p99_us,
-                    throughput=(
-                        rate.per_second / echo_rate.per_second
-                        if rate is not None and echo_rate is not None
-                        else None
-                    ),
-                )
-            )
+            ratios.append(_ratio(summary.label, (summary, echo), (rate, echo_rate)))
         return ratios
+
+
+def _ratio(
+    label: str,
+    latency: tuple[Summary, Summary],
+    rates: tuple[Throughput | None, Throughput | None],
+) -> Ratio:
+    """The first of each pair over the second; no throughput ratio without both."""
+    (top, bottom), (rate, base) = latency, rates
+    return Ratio(
+        label=label,
+        p50=top.p50_us / bottom.p50_us,
+        p99=top.p99_us / bottom.p99_us,
+        throughput=rate.per_second / base.per_second
+        if rate is not None and base is not None
+        else None,
+    )
 
 
 def cpu_model() -> str:
@@ -272,13 +332,30 @@ def run(
     progress = progress or Progress("bus bench", SERIES)
     with tempfile.TemporaryDirectory(prefix="smf-bench-bus-") as tmp:
         root = Path(tmp)
-        server = EmbeddedNatsServer(root / "nats").start()
+        default_config = root / "nats-default.conf"
+        default_config.write_text(render_open_config(), encoding="utf-8")
+        server = MonitoredServer(root / "nats", reserve_port())
+        default = MonitoredServer(root / "nats-default", reserve_port(), config_file=default_config)
         try:
+            server.start()
+            default.start()
+            for which, wanted in ((server, True), (default, False)):
+                if sync_always_of(which) is not wanted:
+                    raise BenchError(f"{which.url}: sync_always is not {wanted} in /varz")
             latency, throughput = asyncio.run(
-                _measure(root, server.url, rounds, in_flight, throughput_requests, progress)
+                _measure(
+                    root,
+                    server.url,
+                    rounds,
+                    in_flight,
+                    throughput_requests,
+                    progress,
+                    default.url,
+                )
             )
         finally:
             server.close()
+            default.close()
             progress.close()
     return BusResult(
         nats_server=str(server.version),
@@ -290,6 +367,44 @@ def run(
         latency=tuple(latency),
         throughput=tuple(throughput),
     )
+
+
+# --- the servers -------------------------------------------------------------------
+
+
+class MonitoredServer(EmbeddedNatsServer):
+    """The embedded server exactly as the product runs it (its own config and
+    ``command()``), plus a monitoring port the product does not open, so that what
+    the running server does can be read from its ``/varz``."""
+
+    def __init__(self, state_dir: Path, monitor: PortReservation, **kwargs: Any) -> None:
+        super().__init__(state_dir, **kwargs)
+        self.monitor: Final = monitor
+
+    def command(self) -> list[str]:
+        return [*super().command(), "-m", str(self.monitor.port)]
+
+    def varz(self, timeout: float = 10.0) -> dict[str, Any]:
+        """The running server's ``/varz``: served once ``start()`` returned, since
+        nats-server writes the ports file ``start()`` waits for after every listener."""
+        url = f"http://{HOST}:{self.monitor.port}/varz"
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            found: dict[str, Any] = json.load(answer)
+        return found
+
+    def close(self) -> None:
+        super().close()
+        self.monitor.close()
+
+
+def sync_always_of(server: MonitoredServer) -> bool:
+    """Whether the running server syncs every JetStream write (``/varz``
+    ``jetstream.config.sync_always``); its ``sync_interval`` there stays the
+    two-minute default either way."""
+    config = server.varz()["jetstream"]["config"]
+    if not config.get("store_dir"):
+        raise BenchError(f"{server.url}: JetStream is not on")
+    return bool(config.get("sync_always", False))
 
 
 # --- timing ------------------------------------------------------------------------
@@ -329,6 +444,19 @@ async def _throughput(label: str, call: Call, requests: int, in_flight: int) -> 
 
 
 # --- what is measured ---------------------------------------------------------------
+
+
+def runtime_of(client: Client, state: StateDir) -> ProposalClient:
+    """The demo runtime of ``state``, proposing over ``client``."""
+    return ProposalClient(
+        client,
+        state.key("runtime"),
+        RUNTIME_ID,
+        "1.0",
+        ADAPTER_ID,
+        timeout=30.0,
+        gate_keys=state.gate_keys(),
+    )
 
 
 class _Proposals:
@@ -408,6 +536,7 @@ async def _measure(
     in_flight: int,
     throughput_requests: int,
     progress: Progress,
+    default_url: str,
 ) -> tuple[list[Summary], list[Throughput]]:
     state = StateDir(root / "state")
     provision_demo(state)
@@ -427,15 +556,7 @@ async def _measure(
         progress.update(step)
 
     try:
-        runtime = ProposalClient(
-            client,
-            state.key("runtime"),
-            RUNTIME_ID,
-            "1.0",
-            ADAPTER_ID,
-            timeout=30.0,
-            gate_keys=state.gate_keys(),
-        )
+        runtime = runtime_of(client, state)
         proposals = _Proposals(runtime)
 
         # 1. The floor: a plain subscription echoing the same bytes.
@@ -472,17 +593,29 @@ async def _measure(
             finally:
                 await gate.close()
 
-        # 5. The co-located allow with a call-context lookup, kept and read.
-        for summary in await _call_context_lookups(state, url, client, proposals, rounds):
-            done(summary)
-
-        # 6. The co-located allow with a shadow release beside the active one, and without.
-        for summary in await _shadow_beside(root, state, url, client, proposals, rounds):
-            done(summary)
-
-        # The durable steps alone: what an allow waits for besides the bus.
-        for summary in await _durable_steps(root, state, client, rounds):
-            done(summary)
+        later: tuple[Callable[[], Awaitable[Sequence[Summary | Throughput]]], ...] = (
+            # 5. The co-located allow with a call-context lookup, kept and read.
+            lambda: _call_context_lookups(state, url, client, proposals, rounds),
+            # 6. The co-located allow with a shadow release beside the active one, and without.
+            lambda: _shadow_beside(root, state, url, client, proposals, rounds),
+            # The durable steps alone: what an allow waits for besides the bus.
+            lambda: _durable_steps(root, state, client, rounds),
+            # 7. Every write synced (the product's server) beside the two-minute default.
+            lambda: _sync_beside(
+                root,
+                state,
+                url,
+                client,
+                proposals,
+                default_url,
+                rounds,
+                in_flight,
+                throughput_requests,
+            ),
+        )
+        for series in later:
+            for figure in await series():
+                done(figure)
     finally:
         await responder.drain()
         await client.drain()
@@ -736,3 +869,87 @@ async def _durable_steps(root: Path, state: StateDir, client: Client, rounds: in
     finally:
         await ledger.close()
         await claims.close()
+
+
+async def _sync_beside(
+    root: Path,
+    state: StateDir,
+    url: str,
+    client: Client,
+    proposals: _Proposals,
+    default_url: str,
+    rounds: int,
+    in_flight: int,
+    throughput_requests: int,
+) -> list[Summary | Throughput]:
+    """Series 7 (module docstring). The default server gets a state of its own (its
+    gate keeps its own ledger and claims), so two gates run side by side; per mode,
+    one allow on each, round by round, then each one's throughput."""
+    other = StateDir(root / "state-default")
+    provision_demo(other)
+    other_client = await nats.connect(default_url, name="smf-bench-default")
+    try:
+        other_proposals = _Proposals(runtime_of(other_client, other))
+        sides = ((state, url, proposals), (other, default_url, other_proposals))
+        count = WARM_UP + rounds
+        latency: list[Summary] = []
+        rates: list[Throughput] = []
+        for mode_index, (co_located, _) in enumerate(MODES):
+            gates = [
+                await start_gate(gate_config(s, u, co_located=co_located)) for s, u, _ in sides
+            ]
+            try:
+                labels = SYNC_SERIES[2 * mode_index : 2 * mode_index + 2]
+                calls = [_expecting(p.runtime, p.allows(count), "allow") for _, _, p in sides]
+                samples: list[list[int]] = [[], []]
+                clock = time.perf_counter_ns
+                for n in range(count):
+                    for side, (call, _) in enumerate(calls):
+                        start = clock()
+                        await call(n)
+                        if n >= WARM_UP:
+                            samples[side].append(clock() - start)
+                for label, (_, wrong), taken in zip(labels, calls, samples, strict=True):
+                    _check(label, wrong)
+                    latency.append(summarize(label, taken))
+                for label, (_, _, p) in zip(
+                    SYNC_THROUGHPUT[2 * mode_index : 2 * mode_index + 2], sides, strict=True
+                ):
+                    signed = p.allows(min(WARM_UP, throughput_requests) + throughput_requests)
+                    call, wrong = _expecting(p.runtime, signed, "allow")
+                    rates.append(await _throughput(label, call, throughput_requests, in_flight))
+                    _check(label, wrong)
+            finally:
+                for gate in gates:
+                    await gate.close()
+        latency += await _publish_beside((client, other_client), rounds)
+        return [*latency, *rates]
+    finally:
+        await other_client.drain()
+
+
+async def _publish_beside(clients: tuple[Client, Client], rounds: int) -> list[Summary]:
+    """One JetStream publish + PubAck (file storage, 1,400 bytes as an order) on each
+    server, round by round."""
+    publishers = []
+    for nc in clients:
+        js = nc.jetstream()
+        await js.add_stream(
+            StreamConfig(
+                name=SYNC_STREAM,
+                subjects=["smf.bench.sync.>"],
+                storage=StorageType.FILE,
+                duplicate_window=120.0,
+            )
+        )
+        publishers.append(js)
+    order = os.urandom(1400)
+    samples: list[list[int]] = [[], []]
+    clock = time.perf_counter_ns
+    for n in range(WARM_UP + rounds):
+        for side, js in enumerate(publishers):
+            start = clock()
+            await js.publish("smf.bench.sync.dms", order, headers={"Nats-Msg-Id": f"sync-{n}"})
+            if n >= WARM_UP:
+                samples[side].append(clock() - start)
+    return [summarize(label, taken) for label, taken in zip(SYNC_STEPS, samples, strict=True)]

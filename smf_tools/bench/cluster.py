@@ -53,7 +53,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.ops.cli.output import Progress
 from smf_assurance.ops.demo.script import actor
-from smf_assurance.ops.local.cluster import LocalNatsCluster
+from smf_assurance.ops.local.cluster import ClusterNode, LocalNatsCluster
 from smf_assurance.ops.local.natsserver import parent_death_guard
 from smf_assurance.ops.local.state import (
     ADAPTER_ID,
@@ -176,6 +176,10 @@ class ClusterResult:
     """SQLite, then KV."""
     rates: tuple[Rate, Rate, Rate]
     """Echo, one replica, two replicas."""
+    sync_always: bool
+    """Whether every node reported ``sync_always`` in its ``/varz`` (JetStream syncs each
+    write before acknowledging it, ``deploy/nats/cluster.conf``): the durability the
+    figures were measured with."""
 
     def claim_ratio_x1000(self, percentile: Literal["p50", "p95", "p99"] = "p50") -> int:
         """KV claim over SQLite claim at ``percentile``, from the printed nanoseconds."""
@@ -547,6 +551,7 @@ async def _measure(root: Path, rounds: int, in_flight: int, progress: Progress) 
     provision_demo(seed)
     async with LocalNatsCluster(root / "cluster") as cluster:
         await cluster.authorize(p.entry for p in load_registry(seed.registry).principals.values())
+        sync_always = all([await _syncs_always(node) for node in cluster.nodes])
         advance()
         # The bench client is the harness operator: it writes the bench bucket and
         # proposes; the gates connect as the seed's gate.
@@ -605,7 +610,16 @@ async def _measure(root: Path, rounds: int, in_flight: int, progress: Progress) 
         leaders=leaders,
         claims=claims,
         rates=(rates[0], rates[1], rates[2]),
+        sync_always=sync_always,
     )
+
+
+async def _syncs_always(node: ClusterNode) -> bool:
+    """What the running node says of its JetStream sync (``/varz``)."""
+    status, body = await node.monitor("/varz")
+    if status != 200:
+        raise BenchError(f"{node.name}: /varz answered {status}")
+    return bool(json.loads(body)["jetstream"]["config"].get("sync_always", False))
 
 
 async def _claims_sqlite(path: Path, rounds: int) -> Summary:

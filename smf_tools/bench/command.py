@@ -495,6 +495,15 @@ def _bus_json(result: bus.BusResult) -> dict[str, Any]:
             }
             for r in result.ratios()
         ],
+        "sync_always_over_default": [
+            {
+                "label": r.label,
+                "p50_x1000": _x1000(r.p50),
+                "p99_x1000": _x1000(r.p99),
+                "throughput_x1000": _x1000(r.throughput),
+            }
+            for r in result.sync_ratios()
+        ],
         "targets_x1000": {
             "p50_at_most": _x1000(bus.TARGET_P50),
             "p99_at_most": _x1000(bus.TARGET_P99),
@@ -528,6 +537,17 @@ def _print_bus(result: bus.BusResult) -> None:
         [
             (r.label, _ratio_cell(r.p50), _ratio_cell(r.p99), _ratio_cell(r.throughput))
             for r in result.ratios()
+        ],
+    )
+    say(
+        "JetStream sync_interval always (every write synced before its PubAck, the "
+        "product's setting) over nats-server's default (two minutes), paired on one run:"
+    )
+    table(
+        ("series", "p50", "p99", "throughput"),
+        [
+            (r.label, _ratio_cell(r.p50), _ratio_cell(r.p99), _ratio_cell(r.throughput))
+            for r in result.sync_ratios()
         ],
     )
 
@@ -574,6 +594,7 @@ def _cluster_json(result: cluster.ClusterResult) -> dict[str, Any]:
             for r in result.rates
         ],
         "two_over_one_replica_x1000": result.two_over_one_x1000(),
+        "sync_always": result.sync_always,
     }
 
 
@@ -581,7 +602,8 @@ def _print_cluster(result: cluster.ClusterResult) -> None:
     where = ", ".join(f"{c} on {n}" for c, n in result.placement)
     say(
         f"machine: {machine()}, {result.cpus} CPUs ({result.cpu_model}), "
-        f"nats-server {result.nats_server}, {result.nodes} nodes on 127.0.0.1; {where}"
+        f"nats-server {result.nats_server}, {result.nodes} nodes on 127.0.0.1; {where}; "
+        f"JetStream sync_interval {'always' if result.sync_always else 'not always (default)'}"
     )
     say(f"approval claim, {result.rounds} per store (create + approve untimed, claim timed):")
     table(("series", "samples", "p50 us", "p95 us", "p99 us"), [s.row() for s in result.claims])

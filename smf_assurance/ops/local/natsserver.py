@@ -68,6 +68,24 @@ AUTHORIZATION_NAME: Final = "authorization.conf"
 holds the ``authorization {}`` block (``smf_assurance.ops.local.bus_auth``); nats-server resolves an
 include relative to the including file, so both live in ``state_dir``."""
 SERVER_CONFIG_NAME: Final = "server.conf"
+JETSTREAM_SYNC_INTERVAL: Final = "always"
+"""How often JetStream forces its writes to disk: on every write, before the PubAck.
+
+An order the gate published is acknowledged to it before the runtime is told allow;
+with nats-server's default (a forced sync every two minutes) the acknowledgement only
+means the order is in the page cache, and a power cut or kernel crash loses it while
+the runtime believes it will run. Jepsen's analysis of NATS 2.12.1 lost acknowledged
+writes this way, on one node and in replicated clusters alike. The ledger is already
+fsync'd per commit (``synchronous=FULL``); this makes the order stream agree. NATS has
+no per-stream sync setting (a stream's ``persist_mode`` only offers ``async``, weaker),
+so it is the server's. Every config this project runs carries it: the two
+``EmbeddedNatsServer`` writes itself (``JETSTREAM_SETTINGS``) and the cluster's
+``deploy/nats/cluster.conf``; a server reports it in ``/varz`` as ``sync_always``."""
+
+JETSTREAM_SETTINGS: Final = f"jetstream {{\n  sync_interval: {JETSTREAM_SYNC_INTERVAL}\n}}\n"
+"""The ``jetstream {}`` block of every config ``EmbeddedNatsServer`` writes; the store
+directory is given on the command line (``-sd``), which overrides the block's."""
+
 RELOAD_TIMEOUT: Final = 10.0
 VERSION_PROBE_TIMEOUT: Final = 10.0
 
@@ -362,7 +380,7 @@ class EmbeddedNatsServer:
         elif self._open_config:
             assert self.config_file is not None
             self.state_dir.mkdir(parents=True, exist_ok=True)
-            self.config_file.write_text(render_open_config(), encoding="utf-8")
+            self.config_file.write_text(render_open_config() + JETSTREAM_SETTINGS, encoding="utf-8")
         if threading.current_thread() is not threading.main_thread():
             self._log.warning(
                 "nats_server.start_off_main_thread",
@@ -406,13 +424,16 @@ class EmbeddedNatsServer:
         return self.state_dir / AUTHORIZATION_NAME
 
     def _write_auth_config(self) -> None:
-        """The server's own config: only the include. Refuses to start without the
-        include's file: a server with authorization on must never come up open."""
+        """The server's own config: the include and the JetStream settings. Refuses to
+        start without the include's file: a server with authorization on must never come
+        up open."""
         if not self.authorization_path.is_file():
             raise NatsServerError(f"no authorization file at {self.authorization_path}")
         assert self.config_file is not None
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.config_file.write_text(f'include "{AUTHORIZATION_NAME}"\n', encoding="utf-8")
+        self.config_file.write_text(
+            f'include "{AUTHORIZATION_NAME}"\n{JETSTREAM_SETTINGS}', encoding="utf-8"
+        )
 
     def reload(self, timeout: float = RELOAD_TIMEOUT) -> None:
         """Re-read the config (SIGHUP) and return once the server says it did.
