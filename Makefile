@@ -64,13 +64,13 @@ bench: $(STAMP)
 
 # docs/CLI-JSON.md from the declared --json types of smf-assurance
 # (smf_assurance/ops/cli/cli_json.py, issue 22), and docs/TOOLS-JSON.md from those of the
-# team's `python -m smf_tools` (smf_tools/cli_json.py); tests/test_cli_json.py fails when one is stale.
+# team's `python -m smf_tools` (smf_tools/cli_json.py); tests/cli/test_cli_json.py fails when one is stale.
 cli-json: $(STAMP)
 	$(BIN)/python -m smf_assurance.ops.cli.cli_json
 	$(BIN)/python -m smf_tools.cli_json
 
 # docs/EVIDENCE.md's claim table from docs/claims.toml and the tests' claim markers
-# (smf_tools/candidate/evidence.py, issue 24); tests/test_candidate_evidence.py
+# (smf_tools/candidate/evidence.py, issue 24); tests/tools/test_candidate_evidence.py
 # fails when it is stale.
 evidence: $(STAMP)
 	$(BIN)/python -m smf_tools.candidate.evidence

@@ -6,7 +6,7 @@ ratios ``_x1000``; Unix milliseconds), and the same :func:`smf_assurance.ops.cli
 prints them. These commands are not the product's: they build and measure it (benchmarks,
 release candidates and their signed reviews), so their types and their page
 (``docs/TOOLS-JSON.md``) are here, out of the wheel. ``python -m smf_tools.cli_json`` (``make
-cli-json``) writes the page; ``tests/test_cli_json.py`` fails when it is stale.
+cli-json``) writes the page; ``tests/cli/test_cli_json.py`` fails when it is stale.
 """
 
 from __future__ import annotations
@@ -364,7 +364,7 @@ _HEAD = """\
 # The `--json` output of the team's tools
 
 Generated from `smf_tools/cli_json.py` by `python -m smf_tools.cli_json` (or `make cli-json`);
-`tests/test_cli_json.py` fails when this page is stale. Do not edit it by hand.
+`tests/cli/test_cli_json.py` fails when this page is stale. Do not edit it by hand.
 
 The team's command line, `python -m smf_tools COMMAND` from the checkout's root (not in the
 wheel: benchmarks, release candidates and their reviews), prints its `--json` as

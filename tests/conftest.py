@@ -13,7 +13,7 @@ The profile is loaded here, before any test module is imported, so a test
 without its own ``@settings`` cannot fall back to the 200 ms default; a test
 that sets its own ``settings`` inherits ``deadline=None`` from the profile
 unless it names a deadline itself (none does).
-``tests/test_hypothesis_profile.py`` checks the profile is the one in force.
+``tests/unit/test_hypothesis_profile.py`` checks the profile is the one in force.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from smf_assurance.ops.local.cluster import LocalNatsCluster
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer, reserve_port
 from smf_assurance.ops.local.state import StateDir, provision_demo
 from smf_tools.candidate.junit import identity_properties
-from tests.gate_wheel import GateWheel, build_and_install
+from tests.support.gate_wheel import GateWheel, build_and_install
 
 # --- hypothesis: no per-example wall-clock deadline (see the module docstring) ---
 
@@ -142,5 +142,5 @@ def _restore_umask() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def gate_wheel(tmp_path_factory: pytest.TempPathFactory) -> GateWheel:
     """The gate's wheel, sdist and a venv with the wheel installed
-    (``tests.gate_wheel.build_and_install``); the tests only read them."""
+    (``tests.support.gate_wheel.build_and_install``); the tests only read them."""
     return build_and_install(tmp_path_factory.mktemp("gate-wheel"))

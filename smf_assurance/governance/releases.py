@@ -521,7 +521,7 @@ async def bucket_entries(js: JetStreamContext) -> list[BucketEntry]:
     stream's subjects from its info, then each value by a direct get. A watch
     would need a consumer, which only gates and operators may create, so on a
     bus with authorization ``release status`` timed out (found by
-    tests/test_cli_json.py running it as the publisher)."""
+    tests/cli/test_cli_json.py running it as the publisher)."""
     kv = await ensure_release_bucket(js)
     prefix = f"$KV.{RELEASE_BUCKET}."
     info = await js.stream_info(RELEASE_STREAM, subjects_filter=f"{prefix}{RELEASE_KEY_PREFIX}>")

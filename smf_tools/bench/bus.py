@@ -202,7 +202,7 @@ async def until_answered(client: Client, subject: str, payload: bytes) -> None:
 
     A responder's subscription reaches another connection's requests some time
     after the responder's own flush: on one nats-server 2.15.1 a request right
-    after it found no responder a few times in a hundred (tests/bus_helpers.py,
+    after it found no responder a few times in a hundred (tests/support/bus_helpers.py,
     ``Rogue.start``), and on a cluster it has the routes to cross as well (CI saw
     ``no responders`` on both benches' warm-up). An answer proves the path both
     ways; none within ``REACH_S`` is a bench error, not a figure."""

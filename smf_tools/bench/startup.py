@@ -14,7 +14,7 @@ first output comes at or before its exit, so these are upper bounds on it):
 Rounds interleave the series, so a busy moment of the machine falls on all of
 them alike. Targets (issue's wording): ``--help`` and ``--version`` p50 at most
 300 ms; every command's p50 at most 600 ms. Figures only: nothing here is asserted
-in a test (``tests/test_cli_startup.py`` holds the mechanism: what ``--help``
+in a test (``tests/cli/test_cli_startup.py`` holds the mechanism: what ``--help``
 leaves unimported).
 """
 

@@ -7,7 +7,7 @@ section between :data:`BEGIN` and :data:`END` lists every claim of
 tests that carry its marker, read from the test source; a claim with none is
 shown open. The rest of the page stays hand-written prose. Regenerate with
 ``python -m smf_tools.candidate.evidence`` (``make evidence``);
-``tests/test_candidate_evidence.py`` fails when the page is stale.
+``tests/tools/test_candidate_evidence.py`` fails when the page is stale.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ _POSITIVE_CLOCK: Final = (
 _SIGNED_PAYLOAD: Final = (
     "equivalent: only ever decoded from a signed DSSE payload through dsse.open_struct, "
     "whose canonical check refuses the payload anyway when the Struct drops a field "
-    "(tests/test_unknown_fields.py sends one through the desk); defence in depth"
+    "(tests/bus/test_unknown_fields.py sends one through the desk); defence in depth"
 )
 _STILL_REFUSED: Final = (
     "equivalent: the value is still refused with CanonicalJSONError, by a later check"
@@ -226,7 +226,7 @@ EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
     ("release", "MAX_REVOCATIONS", "int", "1024", "1023"): _RESOURCE_BOUND,
     ("release", "SequenceNumber", "int", "le=2**53 - 1", "le=9007199254740992"): (
         "equivalent: a sequence is only read from a signed canonical manifest, and "
-        "canonical_bytes refuses 2**53 (tests/test_release_trust.py, the 'unsafe' case)"
+        "canonical_bytes refuses 2**53 (tests/unit/test_release_trust.py, the 'unsafe' case)"
     ),
 }
 """Survivors reviewed as equivalent (or harmless), keyed by :attr:`Mutant.key`, with

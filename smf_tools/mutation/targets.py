@@ -49,12 +49,12 @@ class Target:
         return self.module.replace(".", "/") + ".py"
 
 
-_FROZEN: Final = "tests/test_frozen_contract.py"
-_UNKNOWN_FIELDS: Final = "tests/test_unknown_fields.py"
+_FROZEN: Final = "tests/unit/test_frozen_contract.py"
+_UNKNOWN_FIELDS: Final = "tests/bus/test_unknown_fields.py"
 _APPROVAL_STORE_TESTS: Final = (
-    "tests/test_approval_store.py",
-    "tests/test_approval_state_machine.py",
-    "tests/test_approval_crossed.py",
+    "tests/bus/test_approval_store.py",
+    "tests/unit/test_approval_state_machine.py",
+    "tests/bus/test_approval_crossed.py",
 )
 
 TARGETS: Final[tuple[Target, ...]] = (
@@ -62,7 +62,7 @@ TARGETS: Final[tuple[Target, ...]] = (
         "policy",
         "smf_assurance.core.policy",
         (
-            "tests/test_policy_merge.py",
+            "tests/unit/test_policy_merge.py",
             f"{_UNKNOWN_FIELDS}::test_a_decision_with_an_unknown_field_is_not_dispatched",
             _FROZEN,
         ),
@@ -70,38 +70,38 @@ TARGETS: Final[tuple[Target, ...]] = (
     Target(
         "predicates",
         "smf_assurance.core.predicates",
-        ("tests/test_predicates.py", "tests/test_policy_index.py"),
+        ("tests/unit/test_predicates.py", "tests/unit/test_policy_index.py"),
     ),
     Target(
         "policy_index",
         "smf_assurance.core.policy_index",
-        ("tests/test_policy_index.py", "tests/test_evaluator.py"),
+        ("tests/unit/test_policy_index.py", "tests/unit/test_evaluator.py"),
     ),
     Target(
         "evaluator",
         "smf_assurance.core.evaluator",
-        ("tests/test_evaluator.py", "tests/test_policy_merge.py"),
+        ("tests/unit/test_evaluator.py", "tests/unit/test_policy_merge.py"),
     ),
     Target(
         "normalize",
         "smf_assurance.core.normalize",
         (
-            "tests/test_normalize.py",
-            "tests/test_vectors_messages.py",
+            "tests/unit/test_normalize.py",
+            "tests/unit/test_vectors_messages.py",
             f"{_UNKNOWN_FIELDS}::test_a_normalized_operation_with_an_unknown_field_is_not_evaluated",
             _FROZEN,
-            "tests/test_gate_holds.py::test_normalization_sets_the_hold_and_the_operation_hash_covers_it",
+            "tests/bus/test_gate_holds.py::test_normalization_sets_the_hold_and_the_operation_hash_covers_it",
         ),
     ),
     Target(
         "release_trust",
         "smf_assurance.core.release_trust",
-        ("tests/test_release_trust.py", "tests/test_release_restart.py"),
+        ("tests/unit/test_release_trust.py", "tests/unit/test_release_restart.py"),
     ),
     Target(
         "approval_rules",
         "smf_assurance.core.approval_rules",
-        ("tests/test_approval_rules.py",),
+        ("tests/unit/test_approval_rules.py",),
     ),
     Target(
         "approval_store",
@@ -128,24 +128,24 @@ TARGETS: Final[tuple[Target, ...]] = (
     Target(
         "claims_sqlite",
         "smf_assurance.pipeline.stores.claims",
-        ("tests/test_claim_store.py",),
+        ("tests/bus/test_claim_store.py",),
         scope=("ClaimStore.claim",),
         pytest_args=("-k", "not kv"),
     ),
-    Target("canonical", "smf_assurance.subjects.canonical", ("tests/test_canonical.py",)),
-    Target("keyed", "smf_assurance.subjects.keyed", ("tests/test_keyed.py",)),
-    Target("dsse", "smf_assurance.subjects.dsse", ("tests/test_dsse.py", _FROZEN)),
+    Target("canonical", "smf_assurance.subjects.canonical", ("tests/unit/test_canonical.py",)),
+    Target("keyed", "smf_assurance.subjects.keyed", ("tests/unit/test_keyed.py",)),
+    Target("dsse", "smf_assurance.subjects.dsse", ("tests/unit/test_dsse.py", _FROZEN)),
     Target(
         "envelope",
         "smf_assurance.subjects.envelope",
-        ("tests/test_envelope.py", "tests/test_vectors_messages.py", _FROZEN),
+        ("tests/unit/test_envelope.py", "tests/unit/test_vectors_messages.py", _FROZEN),
     ),
     Target(
         "approvals",
         "smf_assurance.subjects.approvals",
         (
-            "tests/test_approval_rules.py",
-            "tests/test_vectors_messages.py",
+            "tests/unit/test_approval_rules.py",
+            "tests/unit/test_vectors_messages.py",
             _UNKNOWN_FIELDS,
             _FROZEN,
         ),
@@ -153,7 +153,7 @@ TARGETS: Final[tuple[Target, ...]] = (
     Target(
         "release",
         "smf_assurance.subjects.release",
-        ("tests/test_release_trust.py", _UNKNOWN_FIELDS, _FROZEN),
+        ("tests/unit/test_release_trust.py", _UNKNOWN_FIELDS, _FROZEN),
     ),
 )
 """The trust core: smf_assurance/core (the pure approval checks among them, in

@@ -3,7 +3,7 @@
 
 Run from the repository root: ``.venv/bin/python tests/vectors/make_release_vectors.py``.
 
-Consumed by ``tests/test_vectors_messages.py`` (Python: ``smf_assurance.subjects.release``'s
+Consumed by ``tests/unit/test_vectors_messages.py`` (Python: ``smf_assurance.subjects.release``'s
 checks, through ``smf_assurance.adapters.hermes.release.ReleaseVerifier``) and by
 ``smf_assurance/adapters/openclaw/test/vectors.test.ts`` (TypeScript: ``src/contract/release.ts``'s
 checks, through ``src/release.ts``'s ``ReleaseVerifier``).

@@ -20,7 +20,7 @@ display prefix fails its pattern instead of reaching a script.
   the command prints when it runs, any others for a refusal it prints.
 
 ``docs/CLI-JSON.md`` is generated from these types (``python -m smf_assurance.ops.cli.cli_json``);
-``tests/test_cli_json.py`` fails when it is stale. The team's command line (``python -m
+``tests/cli/test_cli_json.py`` fails when it is stale. The team's command line (``python -m
 smf_tools``, not in the wheel) declares its types the same way in ``smf_tools/cli_json.py``, on a
 page of its own (:class:`Page`); nothing here knows of it.
 """
@@ -1126,7 +1126,7 @@ _HEAD = """\
 # The `--json` output of each command
 
 Generated from `smf_assurance/ops/cli/cli_json.py` by
-`python -m smf_assurance.ops.cli.cli_json` (or `make cli-json`); `tests/test_cli_json.py`
+`python -m smf_assurance.ops.cli.cli_json` (or `make cli-json`); `tests/cli/test_cli_json.py`
 fails when this page is stale. Do not edit it by hand. The team's tools (`python -m smf_tools`,
 not in the wheel) have their own page, `docs/TOOLS-JSON.md`.
 

@@ -50,7 +50,7 @@ class Command:
     module pulls in the bus client, the web server, the stores); ``--help`` and
     ``--version`` import none, so they answer at once. ``whole_line`` marks a
     command that reads the whole parser tree (``completion``), which then has
-    every module imported. ``tests/test_cli_startup.py`` holds these help lines to
+    every module imported. ``tests/cli/test_cli_startup.py`` holds these help lines to
     the ones the modules give."""
 
     module: str

@@ -4,7 +4,7 @@ ARCHITECTURE.md, "Exact-action approval". This
 module holds what every backend shares, so that the SQLite store
 (:mod:`smf_assurance.pipeline.stores.approvals_sqlite`) and the cluster store (JetStream
 KV compare-and-set) are held to the same rules and pass the same
-contract tests (``tests/test_approval_store.py``):
+contract tests (``tests/bus/test_approval_store.py``):
 
 - The states and the one table of allowed transitions, :data:`TRANSITIONS`:
   ``pending -> approved -> executing -> consumed | failed | execution_unknown``,

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Build the OpenClaw plugin (dist/) and its tests (dist-test/); print the plugin folder.
 #
-# Used by `make openclaw-unit` and by the Python tests (tests/test_openclaw_plugin.py),
+# Used by `make openclaw-unit` and by the Python tests (tests/runtimes/test_openclaw_plugin.py),
 # so both run the same compiled JavaScript. Idempotent and serialised:
 # - node: the pinned Node 24 from scripts/node.sh (first on PATH, so npm's
 #   scripts and tsc run on it);

@@ -9,7 +9,7 @@ byte for byte). The plugin refuses such strings instead (``contract/canonical.ts
 
 Run with the gate's Python: ``.venv/bin/python
 smf_assurance/adapters/openclaw/scripts/gen_unicode14.py``.
-``tests/test_vectors_messages.py`` fails when the table's Unicode version is
+``tests/unit/test_vectors_messages.py`` fails when the table's Unicode version is
 not the one the gate's Python runs, so a Python upgrade forces a regeneration.
 """
 

@@ -3,7 +3,7 @@
  * `smf-gateway`'s stream wrappers add `Smf-Instance-Proof`, and when they add
  * nothing (the model gateway then refuses the request). Runs on the compiled
  * JavaScript against stand-in streams; the real runtime is driven from Python
- * (tests/test_openclaw_gateway.py, tests/test_openclaw_gateway_entry.py).
+ * (tests/runtimes/test_openclaw_gateway.py, tests/runtimes/test_openclaw_gateway_entry.py).
  */
 
 import assert from "node:assert/strict";

@@ -3,7 +3,7 @@
  * implementation: npm `canonicalize` (pinned devDependency).
  *
  * The Python side runs the same comparison against PyPI `rfc8785`
- * (tests/test_canonical_oracle.py), so both twins are checked against an
+ * (tests/unit/test_canonical_oracle.py), so both twins are checked against an
  * oracle neither of us wrote, on the golden vectors of tests/vectors/.
  *
  * What is compared: every value our `canonicalText` accepts (the `encode`

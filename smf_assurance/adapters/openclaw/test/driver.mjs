@@ -1,9 +1,9 @@
-// Drive the compiled plugin's hooks from another process (tests/test_openclaw_plugin.py).
+// Drive the compiled plugin's hooks from another process (tests/runtimes/test_openclaw_plugin.py).
 //
 // The plugin is loaded exactly as OpenClaw loads it (the default export of
 // dist/index.js) and registered against a stand-in for the part of
 // OpenClaw's plugin API it uses (api.on, api.pluginConfig, api.runtime.version,
-// api.logger). No OpenClaw here: tests/test_openclaw_conformance.py drives the
+// api.logger). No OpenClaw here: tests/runtimes/test_openclaw_conformance.py drives the
 // real runtime. Protocol: one JSON command per stdin line, one JSON answer per
 // stdout line, matched by "id"; commands run concurrently, so a held call can
 // wait while the test resolves its approval.

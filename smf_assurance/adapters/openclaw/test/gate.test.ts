@@ -1,7 +1,7 @@
 /**
  * The hook's decision logic (gate.ts) against an in-process fake bus, plus the
  * mapping, the configuration and register(). The bus part is also tested
- * against a real gate and nats-server from Python (tests/test_openclaw_plugin.py);
+ * against a real gate and nats-server from Python (tests/runtimes/test_openclaw_plugin.py);
  * these tests reach the orderings and failures a real gate does not produce on
  * demand (a status that already says executing, a verdict for another
  * decision, a connector order, a throwing bus, a cancelled call, outcomes

@@ -4,7 +4,7 @@
  * identity answer named; a refusal and a signer that is gone each throw a
  * SignerError with its reason code (the caller then blocks the call). The signer
  * here is a stand-in child process speaking smf_assurance.subjects.signer's wire; the
- * real launcher's is exercised with the real OpenClaw (tests/test_openclaw_confined.py).
+ * real launcher's is exercised with the real OpenClaw (tests/runtimes/test_openclaw_confined.py).
  */
 
 import assert from "node:assert/strict";

@@ -1,8 +1,8 @@
 /**
  * The golden vectors of tests/vectors/, consumed by the TypeScript side.
  *
- * The Python side consumes the same files (tests/test_canonical.py,
- * tests/test_keyed.py, tests/test_vectors_messages.py), so each vector is
+ * The Python side consumes the same files (tests/unit/test_canonical.py,
+ * tests/unit/test_keyed.py, tests/unit/test_vectors_messages.py), so each vector is
  * checked by both implementations, byte for byte (ARCHITECTURE.md,
  * "Canonical bytes"). Runs on the compiled JavaScript (dist/).
  */
@@ -52,7 +52,7 @@ type Row = Record<string, unknown> & { name: string };
 
 function load(name: string): Record<string, unknown> {
   const text = readFileSync(VECTORS + name, "utf8");
-  // tests/test_canonical.py checks the files are ASCII; a decomposed string
+  // tests/unit/test_canonical.py checks the files are ASCII; a decomposed string
   // written as an escape cannot be normalized by an editor on the way.
   assert.ok(/^[\x00-\x7f]*$/.test(text), `${name} is not pure ASCII`);
   return JSON.parse(text) as Record<string, unknown>;

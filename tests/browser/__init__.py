@@ -1,0 +1,1 @@
+"""Pages in a real browser: headless Chromium driven by Selenium."""

@@ -1,0 +1,304 @@
+"""The held filing as a lawyer reads it, in a real browser (headless Chromium).
+
+The exact action as a lawyer reads it: "the held filing with its PDF visible", the
+destination in a display form (court name, case
+caption and docket) and the matter and client by name from the operator's tenant
+directory, the attachment's own digest check in the page, and "420 px layouts and 200%
+zoom usable". The stack, console and browser fixtures are those of
+``tests/browser/test_console_browser.py``; here the console reads a tenant directory
+(``tests/bus/test_tenant_directory.py`` writes it) and scenario 1 carries a real PDF
+(``smf_assurance.ops.demo.script.MOTION_PDF``).
+
+What these tests prove:
+
+- The attorney sees the court by name with its id, the case caption and docket, the
+  matter and the client by name; the confirm step names the court, caption and docket.
+- The filing's PDF is shown in the page: a frame whose source is a ``blob:`` URL the
+  page made, whose document is ``application/pdf`` (Chromium's viewer loaded it under
+  the console's CSP), next to the SHA-256 the page computed, which is the PDF's; the
+  page's check of it is listed and Allow once is on.
+- A relay that swaps the PDF's bytes in the view (here the page's own ``fetch``,
+  rewritten as a compromised console server would answer) gets an error in the page,
+  no frame, the checks marked failed, and Allow once off.
+- Bytes swapped in the gate's store after the attorney looked: the page's allow-once,
+  confirmed, is refused ``binding_changed`` and the page says so; no order reaches
+  ``SMF_EXECUTE``.
+- At 420 px wide and at 200% zoom of a 1280x900 window the page has no horizontal
+  scroll, the PDF frame fits the width, and Allow once and Deny can be reached and
+  pressed with the keyboard.
+
+Screenshots (the filing with its PDF, the tampered document, 420 px, 200% zoom) are
+written to the test's tmp dir and copied to ``.artifacts/console/``.
+
+What they do not prove: what Chromium's PDF viewer draws inside its frame (it is a
+separate, cross-origin document; the screenshots show it, and its document type is
+asserted), other browsers, or screen-reader output.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.remote.webelement import WebElement
+
+from smf_assurance.ops.demo.script import MOTION_PDF
+from smf_assurance.subjects.canonical import sha256_identity
+from tests.support.attachments import OTHER_PDF, _tamper
+from tests.support.console import ATTORNEY
+from tests.support.console_browser import (
+    World,
+    answer,
+    browser,
+    by_id,
+    chromium,
+    facts,
+    open_detail,
+    screenshots,
+    sign_in,
+    until,
+    world,
+)
+from tests.support.tenant_directory import (
+    CAPTION,
+    CLIENT,
+    COURT_NAME,
+    DOCKET,
+    MATTER,
+    MATTER_NAME,
+    write_directory,
+)
+
+__all__ = ["browser", "chromium", "screenshots", "world"]
+
+CONTENT = "Motion to compel discovery, Acme v. Globex (privileged draft). PDF attached."
+
+SWAP_PDF_IN_SHOW = """
+// A compromised relay: the view it hands the page carries other bytes for the PDF.
+const [otherB64] = arguments;
+const original = window.fetch;
+window.fetch = async (url, init) => {
+  const reply = await original(url, init);
+  if (!String(url).endsWith('/api/show')) return reply;
+  const body = await reply.json();
+  if (body.ok) {
+    const args = JSON.parse(body.view.arguments_json);
+    args.document_file.data_b64 = otherB64;
+    body.view.arguments_json = JSON.stringify(args);
+  }
+  return new Response(JSON.stringify(body), {status: reply.status, headers: reply.headers});
+};
+"""
+
+
+@pytest.fixture(autouse=True)
+def tenant_directory(tmp_path: Path) -> Path:
+    """Written before ``world`` starts the console, which reads it once at start; the
+    state folder is made first as the gate requires it (0700), not by the write."""
+    (tmp_path / "state").mkdir(mode=0o700)
+    return write_directory(tmp_path / "state" / "directory")
+
+
+def held_filing(driver: webdriver.Chrome, world: World, content: str = CONTENT) -> str:
+    sign_in(driver, world, ATTORNEY)
+    approval_id = world.hold(content)
+    open_detail(driver, approval_id)
+    return approval_id
+
+
+def the_pdf(driver: webdriver.Chrome) -> WebElement:
+    return driver.find_element(By.CSS_SELECTOR, 'figure.attachment[data-arg="document_file"]')
+
+
+def pdf_loaded(driver: webdriver.Chrome, frame: WebElement) -> str:
+    """The content type of the frame's document, read from inside it."""
+    driver.switch_to.frame(frame)
+    try:
+        kind: str = driver.execute_script("return document.contentType")
+    finally:
+        driver.switch_to.default_content()
+    return kind
+
+
+WIDER_THAN_THE_PAGE = """
+const width = document.documentElement.clientWidth;
+return [...document.querySelectorAll('body *')]
+  .filter((n) => n.checkVisibility() && n.getBoundingClientRect().right > width + 0.5)
+  .map((n) => `${n.tagName}#${n.id}.${n.className}: ${n.getBoundingClientRect().right}`);
+"""
+
+
+PAPER_SHARE = """
+// The share of near-white pixels in a PNG: Chromium's PDF viewer draws a white page on
+// a dark grey ground, so a page drawn across the frame is most of its pixels.
+// createImageBitmap decodes a blob without fetching it, so the page's CSP is not involved.
+const [png, done] = arguments;
+const bytes = Uint8Array.from(atob(png), (c) => c.charCodeAt(0));
+createImageBitmap(new Blob([bytes], {type: 'image/png'})).then((bitmap) => {
+  const canvas = new OffscreenCanvas(bitmap.width, bitmap.height);
+  const context = canvas.getContext('2d');
+  context.drawImage(bitmap, 0, 0);
+  const data = context.getImageData(0, 0, bitmap.width, bitmap.height).data;
+  let white = 0;
+  for (let i = 0; i < data.length; i += 4) {
+    if (data[i] > 240 && data[i + 1] > 240 && data[i + 2] > 240) white += 1;
+  }
+  done(white / (data.length / 4));
+}, (error) => done(String(error)));
+"""
+
+
+def pdf_page_drawn(driver: webdriver.Chrome, frame: WebElement) -> None:
+    """Wait until the frame shows a page of paper (its pixels, as the screenshot has them)."""
+
+    def drawn(d: webdriver.Chrome) -> bool:
+        share = d.execute_async_script(PAPER_SHARE, frame.screenshot_as_base64)
+        assert isinstance(share, float | int), share
+        return share > 0.3
+
+    until(driver, drawn, "the PDF's page drawn in its frame")
+
+
+def no_horizontal_scroll(driver: webdriver.Chrome) -> None:
+    """Nothing reaches past the viewport's right edge (naming what does, if anything)."""
+    overflow = driver.execute_script(
+        "const d = document.documentElement; return [d.scrollWidth, d.clientWidth];"
+    )
+    assert overflow[0] <= overflow[1], driver.execute_script(WIDER_THAN_THE_PAGE)
+
+
+def reachable(driver: webdriver.Chrome, element_id: str) -> None:
+    """Within the viewport's width once scrolled to, and enabled."""
+    button = by_id(driver, element_id)
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", button)
+    right, width = driver.execute_script(
+        "return [arguments[0].getBoundingClientRect().right, window.innerWidth];", button
+    )
+    assert right <= width, (element_id, right, width)
+    assert button.is_enabled()
+
+
+def test_the_filing_shows_its_court_case_matter_client_and_pdf(
+    world: World,
+    browser: Callable[[], webdriver.Chrome],
+    screenshots: Callable[[webdriver.Chrome, str], Path],
+) -> None:
+    driver = browser()
+    held_filing(driver, world)
+
+    shown = facts(driver)
+    destination = shown["Destination"]
+    for words in (COURT_NAME, "sdny", CAPTION, f"Docket No. {DOCKET}"):
+        assert words in destination
+    assert "not in the directory" not in destination
+    assert shown["Matter"].splitlines() == [f"{MATTER_NAME} {MATTER}", f"Client: {CLIENT}"]
+    arguments = json.loads(shown["Arguments"])
+    assert arguments["document_file"]["sha256"] == sha256_identity(MOTION_PDF)
+    assert "bytes" in arguments["document_file"]["data_b64"]  # a pointer, not the base64
+
+    figure = the_pdf(driver)
+    assert figure.get_attribute("data-ok") == "true"
+    assert "motion-to-compel.pdf" in figure.find_element(By.TAG_NAME, "figcaption").text
+    assert figure.find_element(By.CSS_SELECTOR, ".digest").text == sha256_identity(MOTION_PDF)
+    frame = figure.find_element(By.CSS_SELECTOR, "iframe.pdf")
+    assert (frame.get_attribute("src") or "").startswith("blob:")
+    assert pdf_loaded(driver, frame) == "application/pdf"
+    driver.execute_script("arguments[0].scrollIntoView()", frame)
+    pdf_page_drawn(driver, frame)
+    checks = by_id(driver, "checks").text
+    assert "✓ matches: SHA-256 of motion-to-compel.pdf computed here" in checks
+    assert by_id(driver, "digest-check").get_attribute("data-ok") == "true"
+    assert by_id(driver, "allow").is_enabled()
+    screenshots(driver, "lawyer-filing-pdf")
+
+    by_id(driver, "allow").send_keys(Keys.ENTER)
+    until(driver, lambda d: by_id(d, "allow-confirm").is_displayed(), "the confirm step")
+    confirm = by_id(driver, "allow-confirm-text").text
+    assert f"{COURT_NAME} (sdny), {CAPTION}, Docket No. {DOCKET}" in confirm
+
+
+def test_a_swapped_pdf_is_refused_in_the_page_and_by_the_gate(
+    world: World,
+    browser: Callable[[], webdriver.Chrome],
+    screenshots: Callable[[webdriver.Chrome, str], Path],
+) -> None:
+    driver = browser()
+    sign_in(driver, world, ATTORNEY)
+    swapped = world.hold(CONTENT + " (swapped in the relay)")
+    driver.execute_script(SWAP_PDF_IN_SHOW, base64.b64encode(OTHER_PDF).decode())
+    open_detail(driver, swapped)
+
+    figure = the_pdf(driver)
+    assert figure.get_attribute("data-ok") == "false"
+    assert "does not match the digest" in figure.find_element(By.CSS_SELECTOR, ".error").text
+    assert not figure.find_elements(By.TAG_NAME, "iframe")
+    assert by_id(driver, "digest-check").get_attribute("data-ok") == "false"
+    assert "✗ DOES NOT MATCH: SHA-256 of motion-to-compel.pdf" in by_id(driver, "checks").text
+    assert not by_id(driver, "allow").is_enabled()
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", figure)
+    screenshots(driver, "lawyer-pdf-swapped")
+
+    # The page is honest, the gate's store is not: bytes swapped after the attorney looked.
+    driver.refresh()
+    sign_in(driver, world, ATTORNEY)
+    approval_id = world.hold(CONTENT + " (swapped in the store)")
+    open_detail(driver, approval_id)
+    assert the_pdf(driver).get_attribute("data-ok") == "true"
+    _tamper(world.state, approval_id, OTHER_PDF)
+    by_id(driver, "allow").send_keys(Keys.ENTER)
+    until(driver, lambda d: by_id(d, "allow-confirm").is_displayed(), "the confirm step")
+    by_id(driver, "allow-yes").send_keys(Keys.ENTER)
+    assert "binding_changed" in answer(driver, "refused")
+    assert world.stream_count() == 0
+    with contextlib.closing(sqlite3.connect(world.state.approvals)) as conn:
+        (state,) = conn.execute(
+            "SELECT state FROM approvals WHERE approval_id = ?", (approval_id,)
+        ).fetchone()
+    assert state == "invalidated"
+
+
+@pytest.mark.parametrize(
+    ("layout", "metrics"),
+    [
+        ("420px", {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False}),
+        # A 1280x900 window at 200%: a 640x450 CSS viewport drawn at twice the scale.
+        ("zoom-200", {"width": 640, "height": 450, "deviceScaleFactor": 2, "mobile": False}),
+    ],
+)
+def test_the_filing_and_its_pdf_are_usable_narrow_and_zoomed(
+    world: World,
+    browser: Callable[[], webdriver.Chrome],
+    screenshots: Callable[[webdriver.Chrome, str], Path],
+    layout: str,
+    metrics: dict[str, int | bool],
+) -> None:
+    driver = browser()
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    held_filing(driver, world, f"{CONTENT} ({layout})")
+
+    no_horizontal_scroll(driver)
+    frame = the_pdf(driver).find_element(By.CSS_SELECTOR, "iframe.pdf")
+    left, right, width = driver.execute_script(
+        "const r = arguments[0].getBoundingClientRect(); return [r.left, r.right, innerWidth];",
+        frame,
+    )
+    assert 0 <= left < right <= width
+    assert pdf_loaded(driver, frame) == "application/pdf"
+    driver.execute_script("arguments[0].scrollIntoView()", frame)
+    pdf_page_drawn(driver, frame)
+    screenshots(driver, f"lawyer-filing-{layout}")
+    reachable(driver, "deny")
+    reachable(driver, "allow")
+    by_id(driver, "allow").send_keys(Keys.ENTER)
+    until(driver, lambda d: by_id(d, "allow-confirm").is_displayed(), "the confirm step")
+    reachable(driver, "allow-yes")
+    no_horizontal_scroll(driver)
+    screenshots(driver, f"lawyer-confirm-{layout}")

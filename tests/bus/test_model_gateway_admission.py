@@ -1,0 +1,116 @@
+"""The model gateway's admission at its edges in time ("Model egress is
+governed"), against a real gate, a real nats-server and the fake provider, through the
+gateway's real HTTP server.
+
+Proves: a runtime that holds a fresh, accepted attestation is still refused when the
+gate has no release in force to govern its egress (``no_verified_release``), or once
+that release's lease has ended (``release_expired``); and a process proven by its
+instance proof is refused once its own attestation's lease ends, although its runtime's
+later attestation (of another process) still stands and the gateway would keep the
+admission longer: the gate's admission names the earlier of the two ends, and the
+gateway keeps it no longer. Each refusal is seen as its effect: the provider was not
+asked, and the gate's ledger records the refusal with its reason.
+
+Does not prove: anything of the time between a release's lease end and the end of an
+admission the gateway already kept (``admission_cache_ms``: the reply of such a turn
+is output-decided, and the gate denies it with no release in force); clocks that
+disagree between the gate and the gateway (both read one clock here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from smf_assurance.subjects.model_gateway import new_instance_id
+from tests.support.clocks import OffsetClock
+from tests.support.model_gateway import (
+    OTHER,
+    OTHER_ID,
+    PRINCIPAL,
+    RUNTIME_ID,
+    World,
+    attest,
+    chat,
+    gateway_world,
+    ledger_reasons,
+)
+from tests.support.model_gateway_instances import REFUSED, proof, refused
+
+LEASE_MS = 180_000
+"""``RUNTIME_ID``'s attestation lease (the default requirement's)."""
+
+
+@pytest.fixture
+def clock() -> OffsetClock:
+    return OffsetClock()
+
+
+@pytest.fixture
+async def world(tmp_path: Path, clock: OffsetClock) -> AsyncIterator[World]:
+    async with gateway_world(tmp_path, clock=clock, admission_cache_ms=600_000) as made:
+        yield made
+
+
+@pytest.mark.claim("model-gateway.release-in-force")
+async def test_with_no_release_in_force_an_attested_runtime_is_refused(tmp_path: Path) -> None:
+    async with gateway_world(tmp_path, release=False) as world:
+        assert world.stack.gate.releases is not None
+        assert world.stack.gate.releases.active is None
+        assert (await attest(world, OTHER, OTHER_ID)).accepted
+        assert await refused(world, OTHER_ID, None) == "no_verified_release"
+        assert world.model.requests == []
+        assert ["no_verified_release", REFUSED] in ledger_reasons(world.state)
+
+
+@pytest.mark.claim("model-gateway.release-in-force")
+async def test_after_the_releases_lease_an_attested_runtime_is_refused(
+    world: World, clock: OffsetClock
+) -> None:
+    """Served while the release is in force; once the gate's clock is past its lease, a
+    runtime attested at that time is refused before the provider is asked."""
+    assert (await attest(world, PRINCIPAL, RUNTIME_ID)).accepted
+    assert (await chat(world, RUNTIME_ID))[0] == 200
+    assert len(world.model.requests) == 1
+    releases = world.stack.gate.releases
+    assert releases is not None
+    assert releases.active is not None
+    clock.offset_ms = releases.active.manifest.lease_expires_at_ms - clock() + 1
+    assert (await attest(world, OTHER, OTHER_ID, age_ms=-clock.offset_ms)).accepted
+    assert await refused(world, OTHER_ID, None) == "release_expired"
+    assert len(world.model.requests) == 1
+    assert ["release_expired", REFUSED] in ledger_reasons(world.state)
+
+
+@pytest.mark.claim("model-gateway.release-in-force")
+async def test_a_proven_process_is_refused_after_its_own_lease(
+    world: World, clock: OffsetClock
+) -> None:
+    """Two processes of one runtime: ``first`` attested 170 s before ``second``. A proof
+    of ``first`` is served, and the gateway keeps that admission (it would keep it ten
+    minutes); 11 s later ``first``'s lease has ended while ``second``'s runs for almost
+    three minutes more, and a fresh proof of ``first`` is refused by the gate: the kept
+    admission ended with ``first``'s lease, not its runtime's."""
+    key = world.key(PRINCIPAL)
+    first, second = new_instance_id(), new_instance_id()
+    assert (await attest(world, PRINCIPAL, RUNTIME_ID, instance_id=first)).accepted
+    clock.advance(LEASE_MS - 10_000)
+    ahead = -clock.offset_ms
+    assert (await attest(world, PRINCIPAL, RUNTIME_ID, instance_id=second, age_ms=ahead)).accepted
+    status, _ = await chat(world, RUNTIME_ID, headers=proof(key, RUNTIME_ID, first, age_ms=ahead))
+    assert status == 200
+    assert len(world.model.requests) == 1
+    clock.advance(11_000)
+    ahead = -clock.offset_ms
+    assert (
+        await refused(world, RUNTIME_ID, proof(key, RUNTIME_ID, first, age_ms=ahead))
+        == "runtime_instance_not_attested"
+    )
+    assert len(world.model.requests) == 1
+    assert ["runtime_instance_not_attested", REFUSED] in ledger_reasons(world.state)
+    # the runtime itself still stands: its later process is served
+    status, _ = await chat(world, RUNTIME_ID, headers=proof(key, RUNTIME_ID, second, age_ms=ahead))
+    assert status == 200
+    assert len(world.model.requests) == 2

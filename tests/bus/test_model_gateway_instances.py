@@ -1,0 +1,471 @@
+"""Admission bound to the process that attested (docs/HERMES.md, finding 10),
+against a real gate, a real nats-server and a fake provider, through the gateway's real
+HTTP server.
+
+Proves: once a runtime's attestation names its process (``instance_id``), a request
+carrying the runtime's own gateway token is served only with a fresh proof
+(``Smf-Instance-Proof``) signed by that runtime's key for an instance whose latest
+attestation the gate accepted within its lease, sealed for that very request (its
+messages' digest) and accepted once, within seconds: the same proof again,
+a proof for another body, one without a nonce are refused; a request with no proof, a proof of
+another (never attested, or refused) instance, one signed by another runtime's key,
+one issued outside the freshness window, one that is garbage, non-canonical or too
+long, is refused before the provider is asked, and the gate's ledger records why; a
+runtime provisioned ``instance_bound`` is held to it even when its attestation names
+no instance; an admission kept for one proof is not reused for a request without it;
+a model list is served without a proof (it carries nothing to the provider and is
+decided as output) and its admission serves no turn; a runtime whose attestation names
+no instance (an adapter that cannot prove its process,
+and was not provisioned ``instance_bound``) is served by its token as before (every other
+test of the gateway).
+
+A process's later proofs are checked by the gateway on the gate's kept admission of its
+first (the admission names the runtime's public keys): served without a gate round
+trip only when every check holds; any other proof, and a replay of one served so, is
+asked about and refused by the gate, recorded.
+
+Does not prove: that the plugin-less process cannot get a proof some other way (the
+runtime key is denied to the agent's tools, but the OS user can read it);
+a proof replayed to another gate replica or another gateway process within its seconds
+(each remembers the nonces it saw), or across a restart of either within them; a
+replay to the gate while the gateway's clock is ahead of the gate's by more than the
+window; that a refused re-attestation stops a kept admission before it ends
+(``admission_cache_ms``: the provider may be asked; the reply is withheld when the
+runtime must attest).
+The real Hermes: tests/test_hermes_gateway.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import msgspec
+import nats
+import pytest
+
+from smf_assurance.core.seen_once import SeenOnce
+from smf_assurance.gateway.server import GatewaySettings, ModelGateway
+from smf_assurance.ops.local.state import OPERATOR
+from smf_assurance.pipeline.desks.attestation import AttestationDesk
+from smf_assurance.subjects import names
+from smf_assurance.subjects.keys import SigningKey
+from smf_assurance.subjects.model_gateway import (
+    MAX_INSTANCE_PROOF_CHARS,
+    GatewayAdmit,
+    InstanceProof,
+    ProofKey,
+    new_instance_id,
+    proof_keys,
+    trusted_proof_keys,
+)
+from tests.support.bus_helpers import wait_for
+from tests.support.model_gateway import (
+    BOUND,
+    BOUND_ID,
+    OTHER,
+    OTHER_ID,
+    PRINCIPAL,
+    RUNTIME_ID,
+    World,
+    attest,
+    chat,
+    decisions,
+    error_code,
+    ledger_reasons,
+    sse_text,
+)
+from tests.support.model_gateway_instances import HI, REFUSED, proof, refused, world
+
+__all__ = ["world"]
+
+
+async def test_only_the_attested_process_is_served(world: World) -> None:
+    """The issue's reproduction: the same runtime id, the same token, a process without
+    the adapter (no proof) inside the lease of a fresh attestation."""
+    mine = new_instance_id()
+    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
+    key = world.key(OTHER)
+    status, _ = await chat(world, OTHER_ID, headers=proof(key, OTHER_ID, mine))
+    assert status == 200
+    assert len(world.model.requests) == 1
+    # the admission kept for that proof is not one for a request without a proof
+    assert await refused(world, OTHER_ID, None) == "instance_proof_missing"
+    # a process that never attested, proving with the runtime's own key
+    assert (
+        await refused(world, OTHER_ID, proof(key, OTHER_ID, new_instance_id()))
+        == "runtime_instance_not_attested"
+    )
+    assert ["instance_proof_missing", REFUSED] in ledger_reasons(world.state)
+    assert ["runtime_instance_not_attested", REFUSED] in ledger_reasons(world.state)
+
+
+async def test_a_proof_signed_for_or_by_another_runtime_is_refused(world: World) -> None:
+    mine = new_instance_id()
+    assert (await attest(world, PRINCIPAL, RUNTIME_ID, instance_id=mine)).accepted
+    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
+    # another runtime's key, naming this runtime
+    assert (
+        await refused(world, RUNTIME_ID, proof(world.key(OTHER), RUNTIME_ID, mine))
+        == "instance_proof_invalid"
+    )
+    # another runtime's own valid proof, sent with this runtime's token
+    assert (
+        await refused(world, RUNTIME_ID, proof(world.key(OTHER), OTHER_ID, mine))
+        == "instance_proof_invalid"
+    )
+    # a key the registry does not know
+    stranger = SigningKey.from_seed(b"\x09" * 32)
+    assert (
+        await refused(world, RUNTIME_ID, proof(stranger, RUNTIME_ID, mine))
+        == "instance_proof_invalid"
+    )
+
+
+@pytest.mark.claim("model-gateway.proof-bound-to-request")
+async def test_a_proof_outside_its_freshness_window_is_refused(world: World) -> None:
+    mine = new_instance_id()
+    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
+    key = world.key(OTHER)
+    for age in (11_000, -11_000):  # captured seconds ago, or dated ahead
+        assert (
+            await refused(world, OTHER_ID, proof(key, OTHER_ID, mine, age_ms=age))
+            == "instance_proof_stale"
+        )
+
+
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        pytest.param(lambda s: s[:-8], id="truncated"),
+        pytest.param(lambda s: s + "=", id="padded"),
+        pytest.param(lambda s: s[:10] + "+" + s[11:], id="standard-alphabet"),
+        pytest.param(lambda _s: "not a proof!", id="garbage"),
+        pytest.param(lambda s: s[:40] + ("A" if s[40] != "A" else "B") + s[41:], id="one-char"),
+    ],
+)
+async def test_a_mangled_proof_is_refused(world: World, mangle: object) -> None:
+    mine = new_instance_id()
+    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
+    sealed = proof(world.key(OTHER), OTHER_ID, mine)[names.HEADER_INSTANCE_PROOF]
+    assert callable(mangle)
+    bad = mangle(sealed)
+    assert bad != sealed
+    headers = {names.HEADER_INSTANCE_PROOF: bad}
+    assert await refused(world, OTHER_ID, headers) == "instance_proof_invalid"
+
+
+async def test_an_oversized_proof_is_a_bad_request_that_reaches_nobody(world: World) -> None:
+    mine = new_instance_id()
+    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
+    headers = {names.HEADER_INSTANCE_PROOF: "A" * (MAX_INSTANCE_PROOF_CHARS + 1)}
+    status, data = await chat(world, OTHER_ID, headers=headers)
+    assert (status, error_code(data)) == (400, "instance_proof_malformed")
+    assert world.model.requests == []
+
+
+async def test_an_instance_whose_latest_attestation_was_refused_is_not_served(
+    world: World,
+) -> None:
+    """Two processes of one runtime: each is held to its own latest attestation."""
+    first, second = new_instance_id(), new_instance_id()
+    key = world.key(PRINCIPAL)
+    assert (await attest(world, PRINCIPAL, RUNTIME_ID, instance_id=first)).accepted
+    assert (await attest(world, PRINCIPAL, RUNTIME_ID, instance_id=second)).accepted
+    for instance in (first, second):
+        status, _ = await chat(world, RUNTIME_ID, headers=proof(key, RUNTIME_ID, instance))
+        assert status == 200
+    ack = await attest(world, PRINCIPAL, RUNTIME_ID, instance_id=second, problems=("x_broken",))
+    assert not ack.accepted
+    # the runtime's latest word is a refusal: nobody is served. The gateway may still hold
+    # the gate's admission of ``first`` for up to ``admission_cache_ms`` (as it does for a
+    # runtime without proofs); a request on it reaches the provider, but nothing of the
+    # reply reaches the runtime: the gate decides its output and refuses it for the same
+    # reason. Once that admission ends, the gate refuses before the provider is asked.
+    shown: list[bytes] = []
+
+    async def refused_at_admission() -> bool:
+        status, data = await chat(world, RUNTIME_ID, headers=proof(key, RUNTIME_ID, first))
+        if status == 200:
+            shown.append(data)
+            return False
+        assert (status, error_code(data)) == (403, "runtime_attestation_rejected")
+        return True
+
+    await wait_for(refused_at_admission)
+    for data in shown:
+        text, _, _ = sse_text(data)
+        assert "withheld" in text
+        assert "OK." not in text  # the fake provider's reply
+    assert ["runtime_attestation_rejected", REFUSED] in ledger_reasons(world.state)
+    assert (await attest(world, PRINCIPAL, RUNTIME_ID, instance_id=first)).accepted
+    status, _ = await chat(world, RUNTIME_ID, headers=proof(key, RUNTIME_ID, first))
+    assert status == 200
+    assert (
+        await refused(world, RUNTIME_ID, proof(key, RUNTIME_ID, second))
+        == "runtime_instance_not_attested"
+    )
+
+
+async def test_a_runtime_provisioned_instance_bound_needs_a_proof_whatever_it_attests(
+    world: World,
+) -> None:
+    assert (await attest(world, BOUND, BOUND_ID)).accepted  # names no instance
+    assert await refused(world, BOUND_ID, None) == "instance_proof_missing"
+    assert (
+        await refused(world, BOUND_ID, proof(world.key(BOUND), BOUND_ID, new_instance_id()))
+        == "runtime_instance_not_attested"
+    )
+    mine = new_instance_id()
+    assert (await attest(world, BOUND, BOUND_ID, instance_id=mine)).accepted
+    status, _ = await chat(world, BOUND_ID, headers=proof(world.key(BOUND), BOUND_ID, mine))
+    assert status == 200
+
+
+async def test_a_runtime_that_names_no_instance_is_served_by_its_token(world: World) -> None:
+    """An adapter that cannot prove its process attests no instance: served as before
+    unless it was provisioned ``instance_bound`` (both shipped adapters do prove it)."""
+    assert (await attest(world, OTHER, OTHER_ID)).accepted
+    status, _ = await chat(world, OTHER_ID)
+    assert status == 200
+
+
+async def test_a_model_list_needs_no_proof_and_serves_no_turn(world: World) -> None:
+    """Hermes asks for the provider's model list outside its request middleware, so a
+    proof-bound runtime's list request carries no proof: it is served (decided as the
+    runtime's output), and its admission does not let a turn without a proof through."""
+    mine = new_instance_id()
+    assert (await attest(world, BOUND, BOUND_ID, instance_id=mine)).accepted
+    headers = {"Authorization": f"Bearer {world.tokens[BOUND_ID]}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(world.gateway.url + "/models", headers=headers) as resp,
+    ):
+        assert resp.status == 200
+        assert (await resp.json())["data"][0]["id"] == "fake-model"
+    assert decisions(world.state) == ["allow"]
+    assert await refused(world, BOUND_ID, None) == "instance_proof_missing"
+
+
+@pytest.mark.claim("model-gateway.proof-bound-to-request")
+async def test_a_replayed_proof_is_refused(world: World) -> None:
+    """The issue's capture: a proof seen on the wire, sent again with the same body within
+    its seconds. The first request is served; the second is refused before the provider
+    is asked, and the ledger says why. A fresh proof for the same body is served."""
+    mine = new_instance_id()
+    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
+    key = world.key(OTHER)
+    captured = proof(key, OTHER_ID, mine)
+    status, _ = await chat(world, OTHER_ID, headers=captured)
+    assert status == 200
+    assert await refused(world, OTHER_ID, captured) == "instance_proof_replayed"
+    assert ["instance_proof_replayed", REFUSED] in ledger_reasons(world.state)
+    status, _ = await chat(world, OTHER_ID, headers=proof(key, OTHER_ID, mine))
+    assert status == 200
+    assert len(world.model.requests) == 2
+
+
+@pytest.mark.claim("model-gateway.proof-bound-to-request")
+async def test_a_proof_for_another_body_is_refused(world: World) -> None:
+    """A proof sealed for one conversation, lent to another request (never used itself):
+    refused, and still good for its own request afterwards (it was never accepted)."""
+    mine = new_instance_id()
+    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
+    key = world.key(OTHER)
+    other = [{"role": "user", "content": "File the memo with the court."}]
+    lent = proof(key, OTHER_ID, mine, messages=other)
+    assert await refused(world, OTHER_ID, lent) == "instance_proof_for_another_request"
+    assert ["instance_proof_for_another_request", REFUSED] in ledger_reasons(world.state)
+    status, _ = await chat(world, OTHER_ID, headers=proof(key, OTHER_ID, mine, messages=HI))
+    assert status == 200
+
+
+async def test_a_proof_without_a_nonce_is_refused_and_one_naming_no_request_is_once(
+    world: World,
+) -> None:
+    """Every proof is once: one without a nonce is refused. One with a nonce that names no
+    request (the OpenClaw adapter's, which cannot see the body it sends) is served once,
+    for any body, and refused the second time."""
+    mine = new_instance_id()
+    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
+    key = world.key(OTHER)
+    assert (
+        await refused(world, OTHER_ID, proof(key, OTHER_ID, mine, nonce=None))
+        == "instance_proof_without_nonce"
+    )
+    unbound = proof(key, OTHER_ID, mine, messages=None)
+    assert (await chat(world, OTHER_ID, headers=unbound))[0] == 200
+    assert await refused(world, OTHER_ID, unbound) == "instance_proof_replayed"
+
+
+def test_accepted_nonces_are_forgotten_after_their_window_and_bounded() -> None:
+    """The seen-once set holds a nonce until its proof's window ends, then forgets it
+    (a proof that old is refused as stale anyway); a full set refuses new proofs."""
+
+    def no_registry() -> Any:
+        raise AssertionError("not asked")
+
+    desk = AttestationDesk(required={}, registry=no_registry, clock=lambda: 0, max_proof_nonces=2)
+    window = desk.proof_freshness_ms
+    assert desk._accept_once("r", "a" * 32, 0, 0) is None
+    assert desk._accept_once("r", "a" * 32, 0, window) == "instance_proof_replayed"
+    assert desk._accept_once("other", "a" * 32, 0, 0) is None  # per runtime
+    assert desk._accept_once("r", "b" * 32, 0, 0) == "instance_proofs_too_many"
+    assert desk._accept_once("r", "b" * 32, 0, window + 1) is None  # both forgotten
+    assert len(desk._nonces) == 1
+
+
+async def test_a_body_whose_messages_have_no_canonical_form_is_proven_by_no_proof(
+    world: World,
+) -> None:
+    """Messages with a float have no canonical form, so no digest: a proof that names a
+    body never matches one (refused, the provider not asked); the adapter seals none."""
+    mine = new_instance_id()
+    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
+    messages = [{"role": "user", "content": "hi", "weight": 0.5}]
+    body = json.dumps({"model": "fake-model", "stream": True, "messages": messages}).encode()
+    status, data = await chat(
+        world, OTHER_ID, body=body, headers=proof(world.key(OTHER), OTHER_ID, mine)
+    )
+    assert (status, error_code(data)) == (403, "instance_proof_for_another_request")
+    assert world.model.requests == []
+
+
+@contextlib.asynccontextmanager
+async def admit_tap(world: World) -> AsyncIterator[list[GatewayAdmit]]:
+    """Every question the gateway puts to the gate (``smf.gateway.admit``), in the order it
+    put them: an operator's subscription on the subject the gate serves."""
+    credential = world.state.existing_credential(OPERATOR)
+    assert credential is not None
+    nc = await nats.connect(world.stack.url, **credential.connect_options())
+    asked: list[GatewayAdmit] = []
+
+    async def record(msg: Any) -> None:
+        asked.append(msgspec.json.decode(msg.data, type=GatewayAdmit))
+
+    await nc.subscribe(names.GATEWAY_ADMIT, cb=record)
+    await nc.flush()
+    try:
+        yield asked
+    finally:
+        await nc.close()
+
+
+async def asked_about(asked: list[GatewayAdmit], headers: dict[str, str] | None) -> None:
+    """Wait until the gate was asked about this request (its proof, or none)."""
+    sealed = None if headers is None else headers[names.HEADER_INSTANCE_PROOF]
+    await wait_for(lambda: any(a.instance_proof == sealed for a in asked))
+
+
+@pytest.mark.claim("model-gateway.proof-checked-at-gateway")
+async def test_a_proven_process_is_served_on_its_kept_admission_and_a_replay_still_refused(
+    world: World,
+) -> None:
+    """The gate admits a process's first proof and names its keys; the next request of
+    that process, with its own fresh proof, is served without asking the gate (the tap
+    never sees it: a later question is seen, and questions arrive in the order asked).
+    That proof, replayed, is refused though the admission is kept: the gateway saw its
+    nonce, the gate refuses it as replayed and the ledger records it."""
+    mine = new_instance_id()
+    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
+    key = world.key(OTHER)
+    async with admit_tap(world) as asked:
+        first, second = proof(key, OTHER_ID, mine), proof(key, OTHER_ID, mine)
+        for headers in (first, second):
+            status, _ = await chat(world, OTHER_ID, headers=headers)
+            assert status == 200
+        assert len(world.model.requests) == 2
+        # a request without a proof is asked about (and refused): a marker in the order
+        assert await refused(world, OTHER_ID, None) == "instance_proof_missing"
+        await asked_about(asked, None)
+        sealed = [a.instance_proof for a in asked]
+        assert sealed == [first[names.HEADER_INSTANCE_PROOF], None]
+        # the second proof never reached the gate; replayed, it is refused all the same
+        assert await refused(world, OTHER_ID, second) == "instance_proof_replayed"
+        await asked_about(asked, second)
+        assert asked[-1].proof_seen is True
+        assert ["instance_proof_replayed", REFUSED] in ledger_reasons(world.state)
+        # and the first, which the gate admitted, likewise
+        assert await refused(world, OTHER_ID, first) == "instance_proof_replayed"
+    assert len(world.model.requests) == 2
+
+
+@pytest.mark.claim("model-gateway.proof-checked-at-gateway")
+async def test_a_proof_the_gateway_cannot_check_itself_goes_to_the_gate(world: World) -> None:
+    """On a kept admission of a process, a proof that fails any of the gate's checks is
+    not served on it: it is asked about, and the gate refuses it and records why (for
+    another body, stale, signed by another runtime's key, naming no nonce); a proof of
+    another process of the same runtime is asked about too, and served."""
+    mine, sibling = new_instance_id(), new_instance_id()
+    assert (await attest(world, PRINCIPAL, RUNTIME_ID, instance_id=mine)).accepted
+    assert (await attest(world, PRINCIPAL, RUNTIME_ID, instance_id=sibling)).accepted
+    key = world.key(PRINCIPAL)
+    other = [{"role": "user", "content": "File the memo with the court."}]
+    async with admit_tap(world) as asked:
+        assert (await chat(world, RUNTIME_ID, headers=proof(key, RUNTIME_ID, mine)))[0] == 200
+        for headers, reason in (
+            (proof(key, RUNTIME_ID, mine, messages=other), "instance_proof_for_another_request"),
+            (proof(key, RUNTIME_ID, mine, age_ms=11_000), "instance_proof_stale"),
+            (proof(key, RUNTIME_ID, mine, age_ms=-11_000), "instance_proof_stale"),
+            (proof(world.key(OTHER), RUNTIME_ID, mine), "instance_proof_invalid"),
+            (proof(key, RUNTIME_ID, mine, nonce=None), "instance_proof_without_nonce"),
+        ):
+            assert await refused(world, RUNTIME_ID, headers) == reason
+            await asked_about(asked, headers)
+            assert [reason, REFUSED] in ledger_reasons(world.state)
+        theirs = proof(key, RUNTIME_ID, sibling)
+        assert (await chat(world, RUNTIME_ID, headers=theirs))[0] == 200
+        await asked_about(asked, theirs)
+    assert len(world.model.requests) == 2
+
+
+def test_the_gateway_keeps_every_nonce_twice_its_window_and_is_blind_when_full() -> None:
+    """The gateway's seen-once set: a nonce noted is kept twice the window past its issue
+    time (clamped around now: the time is the sender's claim), and a set too full to keep
+    one stops every kept admission of a proof from serving until that nonce is past any
+    window (the gate, asked instead, holds its own)."""
+    now = 1_000_000
+    gateway = ModelGateway.__new__(ModelGateway)
+    gateway.settings = GatewaySettings(proof_window_ms=10, max_proof_nonces=1)
+    gateway._nonces = SeenOnce(1)
+    gateway._blind_until_ms = 0
+
+    def claim(nonce: str, issued: int) -> InstanceProof:
+        return InstanceProof(
+            schema="smf.instance-proof/1",
+            runtime_id="r",
+            instance_id="i-" + "0" * 32,
+            issued_at_ms=issued,
+            nonce=nonce,
+        )
+
+    assert gateway._note_nonce("r", claim("a" * 32, now - 5), now) == "accepted"
+    assert gateway._note_nonce("r", claim("a" * 32, now), now + 15) == "replayed"
+    assert gateway._note_nonce("r", claim("b" * 32, now), now + 15) == "full"
+    assert gateway._blind_until_ms == now + 15 + 30
+    # kept until issue + 2 windows: forgotten after it, so another fits
+    assert gateway._note_nonce("r", claim("b" * 32, now), now + 16) == "accepted"
+    # a claimed issue time far ahead is clamped to now + window
+    gateway._nonces = SeenOnce(1)
+    assert gateway._note_nonce("r", claim("c" * 32, now + 10**9), now) == "accepted"
+    assert gateway._note_nonce("r", claim("d" * 32, now), now + 30) == "full"
+    assert gateway._note_nonce("r", claim("d" * 32, now), now + 31) == "accepted"
+
+
+def test_keys_named_in_an_admission_are_checked_against_their_ids() -> None:
+    """The gateway believes a named key only under its own id (the id is the key's hash):
+    an admission naming a key under another's id, or bytes that are not a key, keeps
+    nothing checkable (``trusted_proof_keys`` raises, the admission is not kept)."""
+    mine, theirs = SigningKey.from_seed(b"\x01" * 32), SigningKey.from_seed(b"\x02" * 32)
+    named = proof_keys({mine.key_id: mine.verify_key})
+    assert trusted_proof_keys(named) == {mine.key_id: mine.verify_key}
+    swapped = (ProofKey(key_id=theirs.key_id, public_key=named[0].public_key),)
+    with pytest.raises(ValueError, match="not its key's"):
+        trusted_proof_keys(swapped)
+    with pytest.raises(ValueError, match="not base64"):
+        trusted_proof_keys((ProofKey(key_id=mine.key_id, public_key="not base64!"),))
+    with pytest.raises(ValueError, match="32 bytes"):
+        trusted_proof_keys((ProofKey(key_id=mine.key_id, public_key="AAAA"),))

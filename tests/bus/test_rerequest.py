@@ -1,0 +1,365 @@
+"""Re-requesting an expired approval: a new proposal and binding, never a revival.
+
+A real nats-server, the gate with its SQLite stores and ledger, the example
+connectors, and the runtime side (``smf_assurance.adapters.rerequest``) holding what
+it proposed. What these tests prove:
+
+- The requester's signed re-request of her expired filing makes the runtime propose
+  it anew: a new decision, a new binding and a new approval id, which the attorney
+  approves and the connector files once. The old approval stays ``expired``: the
+  attorney's allow-once for its binding is refused and its binding cannot be
+  claimed; the ledger records the re-request against it.
+- Only the requester may re-request, only an expired approval, only freshly, only
+  signed by herself; anyone else's re-request is answered as for an id never held.
+- A notice no gate key signed, or one replayed onto another approval's subject,
+  makes the runtime propose nothing.
+
+What they do not prove: the Hermes and OpenClaw adapters (they do not keep held
+proposals; see docs/CONSOLE.md), the console's page (tests/browser/test_requester_browser.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import cast
+
+import msgspec
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from smf_assurance.adapters.rerequest import HeldProposals
+from smf_assurance.approver.client import ApproverError
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.state import StateDir
+from smf_assurance.pipeline.assembly import RunningGate
+from smf_assurance.subjects import names
+from smf_assurance.subjects.approvals import (
+    AskAgain,
+    ReRequest,
+    ReRequestReply,
+    TrackRequest,
+    binding_digest,
+    sign_ask_again,
+)
+from smf_assurance.subjects.dsse import encode_envelope, sign_struct
+from smf_assurance.subjects.keys import generate_signing_key
+from smf_assurance.subjects.messages import Verdict
+from tests.support import approval_desk as desk
+from tests.support.approval_desk import (
+    ATTORNEY,
+    CUSTOMER_TTL_MS,
+    PARALEGAL,
+    approve,
+    approver,
+    connectors_running,
+    court_filing,
+    ledger_rows,
+    runtime,
+    status,
+)
+from tests.support.bus_helpers import wait_for
+from tests.support.cli_ops import arun, assert_one_line_failure
+from tests.support.clocks import OffsetClock as Clock
+
+# The approval desk's fixtures, shared rather than copied.
+state = desk.state
+clock = desk.clock
+gate = desk.gate
+
+
+def rerequest_bytes(state: StateDir, signer: str, approval_id: str, *, age_ms: int = 0) -> bytes:
+    request = ReRequest(
+        schema="smf.approval-rerequest/1",
+        approval_id=approval_id,
+        requester_id=signer,
+        requested_at_ms=time.time_ns() // 1_000_000 - age_ms,
+    )
+    return encode_envelope(sign_struct(names.PAYLOAD_REREQUEST, request, [state.key(signer)]))
+
+
+async def rerequest(nc: Client, signed: bytes) -> ReRequestReply:
+    reply = await nc.request(names.APPROVAL_REREQUEST, signed, timeout=5)
+    return msgspec.json.decode(reply.data, type=ReRequestReply)
+
+
+async def expire(gate: RunningGate, clock: Clock, approval_id: str) -> None:
+    """Past the TTL on the gate's clock, swept, then the clock back to wall time (the
+    approval stays expired: ``expired`` is terminal)."""
+    clock.advance(CUSTOMER_TTL_MS + 1_000)
+    await gate.desk.sweep()
+    clock.offset_ms = 0
+    record = await gate.approvals.get(approval_id)
+    assert record is not None
+    assert record.state == "expired"
+
+
+@pytest.mark.claim("approver-desk.rerequest-new-binding")
+async def test_an_expired_filing_asked_again_is_a_new_binding_and_the_old_stays_dead(
+    gate: RunningGate, nc: Client, state: StateDir, clock: Clock, nats_server: EmbeddedNatsServer
+) -> None:
+    again: asyncio.Queue[Verdict] = asyncio.Queue()
+
+    async def told(verdict: Verdict) -> None:
+        await again.put(verdict)
+
+    client = runtime(nc, state)
+    held = HeldProposals(client, on_verdict=told)
+    sub = await held.serve()
+    first = await held.propose(court_filing(client))
+    old_id = first.approval_id
+    assert first.outcome == "held"
+    assert old_id is not None
+    old = await gate.approvals.get(old_id)
+    assert old is not None
+    await expire(gate, clock, old_id)
+
+    reply = await rerequest(nc, rerequest_bytes(state, PARALEGAL, old_id))
+    assert (reply.accepted, reply.reason_codes) == (True, ())
+    new = await asyncio.wait_for(again.get(), 10)
+    assert new.outcome == "held"
+    assert new.approval_id is not None
+    assert new.approval_id != old_id
+    assert new.decision_id != first.decision_id
+    assert new.operation_hash == first.operation_hash, "the same action, asked again"
+    fresh = await gate.approvals.get(new.approval_id)
+    assert fresh is not None
+    assert fresh.state == "pending"
+    assert fresh.digest != old.digest
+    assert fresh.binding.actor_id == PARALEGAL
+
+    # The old binding is dead: an allow-once signed for it is refused, nothing is claimed.
+    attorney = approver(nc, state, ATTORNEY)
+    stale = await attorney.resolve(old_id, "allow-once", binding_digest(old.binding))
+    assert (stale.accepted, stale.reason_codes) == (False, ("approval_not_pending",))
+    with pytest.raises(ApproverError, match="approval_closed"):
+        await attorney.show(old_id)
+    # The request is on the old approval's record, and its one end stays its only one.
+    rows = ledger_rows(state.ledger, old_id)
+    assert (None, ("approval_rerequested",)) in rows
+    assert [status for status, _ in rows].count("expired") == 1
+
+    async with connectors_running(state, nats_server.url):
+        allowed = await approve(nc, state, new.approval_id)
+        assert allowed.accepted
+
+        async def consumed() -> bool:
+            return await status(nc, new.approval_id or "") == "consumed"
+
+        await wait_for(consumed, timeout=10)
+    filings = sorted((state.connector_dir("court-efiling") / "outbox").glob("*.json"))
+    assert [p.stem for p in filings] == [allowed.order_id], "filed once, for the new approval"
+    after = await gate.approvals.get(old_id)
+    assert after is not None
+    assert (after.state, after.order_id) == ("expired", None)
+    await sub.unsubscribe()
+
+
+@pytest.mark.claim("approver-desk.rerequest-new-binding")
+async def test_only_the_requester_may_ask_again_and_only_an_expired_approval(
+    gate: RunningGate,
+    nc: Client,
+    state: StateDir,
+    clock: Clock,
+    nats_server: EmbeddedNatsServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    client = runtime(nc, state)
+    held = HeldProposals(client)
+    pending = await held.propose(court_filing(client, content="Still waiting."))
+    expired = await held.propose(court_filing(client, content="Nobody decided in time."))
+    assert pending.approval_id is not None
+    assert expired.approval_id is not None
+    clock.advance(CUSTOMER_TTL_MS + 1_000)
+    await gate.desk.sweep()
+    clock.offset_ms = 0
+    # A new pending one, held after the sweep.
+    waiting = await held.propose(court_filing(client, content="Held after the sweep."))
+    assert waiting.approval_id is not None
+    seen = await nc.subscribe(f"{names.APPROVAL_AGAIN_PREFIX}.>")
+
+    cases = {
+        "the attorney, not the requester": (ATTORNEY, expired.approval_id, 0, "approval_not_found"),
+        "not expired": (PARALEGAL, waiting.approval_id, 0, "approval_not_expired"),
+        "stale": (PARALEGAL, expired.approval_id, 10 * 60_000, "stale_rerequest"),
+    }
+    for case, (signer, approval_id, age, reason) in cases.items():
+        signed = rerequest_bytes(state, signer, approval_id, age_ms=age)
+        reply = await rerequest(nc, signed)
+        assert (reply.accepted, reply.reason_codes) == (False, (reason,)), case
+    forged = encode_envelope(
+        sign_struct(
+            names.PAYLOAD_REREQUEST,
+            ReRequest(
+                schema="smf.approval-rerequest/1",
+                approval_id=expired.approval_id,
+                requester_id=PARALEGAL,
+                requested_at_ms=time.time_ns() // 1_000_000,
+            ),
+            [generate_signing_key()],
+        )
+    )
+    assert (await rerequest(nc, forged)).reason_codes == ("unknown_signer",)
+    await nc.flush()
+    assert seen.pending_msgs == 0, "no refused re-request told any runtime anything"
+    assert await status(nc, expired.approval_id) == "expired"
+
+    # The command line: the attorney is refused in one line (and in JSON); the
+    # paralegal's re-request is accepted and tells the runtimes, once.
+    where = ["--nats", nats_server.url, "--key"]
+    code, out, err = await arun(
+        ["approvals", "rerequest", expired.approval_id, *where, str(state.key_path(ATTORNEY))],
+        capsys,
+    )
+    assert_one_line_failure(code, err, "not asked again: approval_not_found")
+    code, out, _ = await arun(
+        [
+            *("approvals", "rerequest", expired.approval_id, *where),
+            *(str(state.key_path(ATTORNEY)), "--json"),
+        ],
+        capsys,
+    )
+    assert code == 1
+    assert json.loads(out) == {
+        "approval_id": expired.approval_id,
+        "accepted": False,
+        "reason_codes": ["approval_not_found"],
+    }
+    code, out, err = await arun(
+        ["approvals", "rerequest", expired.approval_id, *where, str(state.key_path(PARALEGAL))],
+        capsys,
+    )
+    assert (code, err) == (0, "")
+    assert "yes: the runtime proposes it anew" in out
+    await wait_for(lambda: _pending(seen), timeout=5)
+    assert seen.pending_msgs == 1
+    assert await status(nc, expired.approval_id) == "expired"
+    await seen.unsubscribe()
+
+
+async def _pending(sub: Subscription) -> bool:
+    return sub.pending_msgs > 0
+
+
+@dataclass
+class FakeDelivery:
+    """What the subscription hands the callback: a subject and the bytes."""
+
+    subject: str
+    data: bytes
+
+
+async def test_a_notice_the_gate_did_not_sign_or_for_another_approval_proposes_nothing(
+    gate: RunningGate, nc: Client, state: StateDir, clock: Clock
+) -> None:
+    proposed: list[Verdict] = []
+
+    async def told(verdict: Verdict) -> None:
+        proposed.append(verdict)
+
+    client = runtime(nc, state)
+    held = HeldProposals(client, on_verdict=told)
+    one = await held.propose(court_filing(client, content="One."))
+    two = await held.propose(court_filing(client, content="Two."))
+    assert one.approval_id is not None
+    assert two.approval_id is not None
+    assert one.decision_id is not None
+    assert one.operation_hash is not None
+    notice = AskAgain(
+        schema="smf.approval-ask-again/1",
+        approval_id=one.approval_id,
+        decision_id=one.decision_id,
+        operation_hash=one.operation_hash,
+        asked_at_ms=time.time_ns() // 1_000_000,
+    )
+    unsigned_by_gate = sign_ask_again(notice, state.key(ATTORNEY))
+    genuine = sign_ask_again(notice, state.key("gate"))
+    for subject_of, data in (
+        (one.approval_id, unsigned_by_gate),
+        (two.approval_id, genuine),  # replayed on another approval's subject
+    ):
+        delivery = FakeDelivery(names.approval_again_subject(subject_of), data)
+        await held._on_notice(cast(Msg, delivery))
+    assert proposed == []
+    await held._on_notice(
+        cast(Msg, FakeDelivery(names.approval_again_subject(one.approval_id), genuine))
+    )
+    assert [v.outcome for v in proposed] == ["held"], "the genuine notice proposes it again"
+    await held._on_notice(
+        cast(Msg, FakeDelivery(names.approval_again_subject(one.approval_id), genuine))
+    )
+    assert len(proposed) == 1, "once per held proposal"
+
+
+async def test_no_evidence_no_key_or_a_malformed_request_tells_no_runtime(
+    gate: RunningGate, nc: Client, state: StateDir, clock: Clock
+) -> None:
+    """Fail closed: a re-request that cannot be written to the ledger, or that the gate
+    cannot sign a notice for, is refused and nothing reaches a runtime; a signed
+    envelope whose payload is no ReRequest is ``malformed_request``."""
+    client = runtime(nc, state)
+    held = HeldProposals(client)
+    verdict = await held.propose(court_filing(client, content="Expired, asked again in vain."))
+    assert verdict.approval_id is not None
+    clock.advance(CUSTOMER_TTL_MS + 1_000)
+    await gate.desk.sweep()
+    clock.offset_ms = 0
+    seen = await nc.subscribe(f"{names.APPROVAL_AGAIN_PREFIX}.>")
+
+    # A track request signed under the re-request's payload type: not a ReRequest.
+    track = TrackRequest(
+        schema="smf.approval-track/1",
+        viewer_id=PARALEGAL,
+        approval_ids=(verdict.approval_id,),
+        requested_at_ms=time.time_ns() // 1_000_000,
+    )
+    odd = encode_envelope(sign_struct(names.PAYLOAD_REREQUEST, track, [state.key(PARALEGAL)]))
+    assert (await rerequest(nc, odd)).reason_codes == ("malformed_request",)
+    signer, gate.desk.signer = gate.desk.signer, None
+    reply = await rerequest(nc, rerequest_bytes(state, PARALEGAL, verdict.approval_id))
+    assert reply.reason_codes == ("gate_key_missing",)
+    gate.desk.signer = signer
+    await gate.ledger.close()
+    reply = await rerequest(nc, rerequest_bytes(state, PARALEGAL, verdict.approval_id))
+    assert (reply.accepted, reply.reason_codes) == (False, ("evidence_store_unavailable",))
+    await nc.flush()
+    assert seen.pending_msgs == 0
+    await seen.unsubscribe()
+
+
+async def test_a_notice_for_another_operation_or_a_forgotten_proposal_proposes_nothing(
+    gate: RunningGate, nc: Client, state: StateDir
+) -> None:
+    """A gate-signed notice naming the held approval and its decision but another
+    operation proposes nothing; beyond its capacity the runtime forgets the oldest
+    held proposal, and a notice for it proposes nothing either."""
+    proposed: list[Verdict] = []
+
+    async def told(verdict: Verdict) -> None:
+        proposed.append(verdict)
+
+    client = runtime(nc, state)
+    held = HeldProposals(client, capacity=1, on_verdict=told)
+    first = await held.propose(court_filing(client, content="First."))
+    second = await held.propose(court_filing(client, content="Second."))
+    for verdict, operation in ((second, "sha256:" + "0" * 64), (first, first.operation_hash)):
+        assert verdict.approval_id is not None
+        assert verdict.decision_id is not None
+        assert operation is not None
+        notice = AskAgain(
+            schema="smf.approval-ask-again/1",
+            approval_id=verdict.approval_id,
+            decision_id=verdict.decision_id,
+            operation_hash=operation,
+            asked_at_ms=time.time_ns() // 1_000_000,
+        )
+        delivery = FakeDelivery(
+            names.approval_again_subject(verdict.approval_id),
+            sign_ask_again(notice, state.key("gate")),
+        )
+        await held._on_notice(cast(Msg, delivery))
+    assert proposed == []

@@ -1,0 +1,2 @@
+"""The Hermes and OpenClaw adapters, the real runtimes, and their confinement
+(bubblewrap, network namespaces)."""

@@ -1,0 +1,2 @@
+"""The team's tools (smf_tools): candidate, claims and evidence, bypass matrix,
+reviews, mutation, bench, distributions."""

@@ -1,0 +1,256 @@
+"""The mutation tool itself (smf_tools/mutation/, ``make mutate``).
+
+Proves: each operator makes the one change it names and nothing is mutated
+where the tool says it skips (docstrings, messages, logging, ``__repr__``,
+import-time self-checks, out-of-scope code); a mutant changes exactly its
+span and still compiles; a real mutant run against real tests kills what
+the tests catch, lets survive what they do not and leaves lines no test runs
+uncovered; the report fails on a module below 90 % and on a survivor nobody
+reviewed.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import textwrap
+
+import pytest
+
+from smf_tools.mutation.cli import main, report
+from smf_tools.mutation.operators import OPERATORS, Mutant, mutants_in
+from smf_tools.mutation.reviewed import EQUIVALENT
+from smf_tools.mutation.runner import Result, Run, Status, run
+from smf_tools.mutation.targets import Target
+
+SAMPLE = Target("sample", "pkg.sample", ("tests/test_sample.py",))
+
+
+def mutants(source: str, target: Target = SAMPLE) -> list[Mutant]:
+    return mutants_in(target, textwrap.dedent(source).encode())
+
+
+def changes(source: str, target: Target = SAMPLE) -> set[tuple[str, str, str]]:
+    return {(m.operator, m.original, m.mutated) for m in mutants(source, target)}
+
+
+def test_comparisons_booleans_and_conditions() -> None:
+    found = changes(
+        """
+        def check(a, b, c):
+            if a == b and not c:
+                raise ValueError("refused")
+            return a in (1, 2)
+        """
+    )
+    assert ("cmp", "a == b", "a != b") in found
+    assert ("boolop", "a == b and not c", "a == b or not c") in found
+    assert ("drop-operand", "a == b and not c", "not c") in found
+    assert ("drop-operand", "a == b and not c", "a == b") in found
+    assert ("not", "not c", "c") in found
+    assert ("if-true", "a == b and not c", "True") in found
+    assert ("if-false", "a == b and not c", "False") in found
+    assert ("raise", 'raise ValueError("refused")', "pass") in found
+    assert ("return", "return a in (1, 2)", "return None") in found
+    assert ("cmp", "a in (1, 2)", "a not in (1, 2)") in found
+    assert ("drop-element", "(1, 2)", "(2,)") in found
+    assert ("int", "1", "2") in found
+    assert not any("refused" in mutated for _, _, mutated in found)  # messages stay
+
+
+def test_constants_calls_and_arithmetic() -> None:
+    found = changes(
+        """
+        LIMIT = 2**53 - 1
+        KINDS = frozenset({"a", "b"})
+        TABLE = {"x": 1, "y": 2}
+
+        class Message(Base, frozen=True, forbid_unknown_fields=True):
+            count: Annotated[int, Meta(ge=1)] | None
+
+        def later(now, skew, seen, revoked):
+            touch(now)
+            keep = max(now, skew) + skew
+            return (seen | revoked) - revoked
+        """
+    )
+    assert ("int", "2**53 - 1", str(2**53)) in found
+    assert ("int", "2**53 - 1", str(2**53 - 2)) in found
+    assert ("drop-element", '{"a", "b"}', "{'b'}") in found
+    assert ("drop-entry", '{"x": 1, "y": 2}', "{'y': 2}") in found
+    assert ("bool", "frozen=True", "frozen=False") in found
+    assert ("bool", "forbid_unknown_fields=True", "forbid_unknown_fields=False") in found
+    assert ("int", "ge=1", "ge=0") in found
+    assert not any(o == "drop-right" and "None" in m for o, _, m in found)  # types are types
+    assert ("stmt", "touch(now)", "pass") in found
+    assert ("call", "max(now, skew)", "min(now, skew)") in found
+    assert ("arith", "max(now, skew) + skew", "max(now, skew) - skew") in found
+    assert ("set-op", "seen | revoked", "seen & revoked") in found
+    assert ("drop-right", "(seen | revoked) - revoked", "seen | revoked") in found
+
+
+def test_sql_where_clauses_are_dropped_one_at_a_time() -> None:
+    found = changes(
+        '''
+        CLAIM = """UPDATE t SET state = :target
+        WHERE id = :id AND state = :source AND digest = :digest
+        RETURNING *"""
+        '''
+    )
+    dropped = {m for o, _, m in found if o == "sql-clause"}
+    assert dropped == {
+        "drop `id = :id`",
+        "drop `state = :source`",
+        "drop `digest = :digest`",
+    }
+
+
+def test_what_is_skipped_is_not_mutated() -> None:
+    source = '''
+    """Module docstring with == and True."""
+    import logging
+
+    log = logging.getLogger(__name__)
+
+    if set(A) != set(B):
+        raise RuntimeError("inconsistent tables")
+
+    def documented(value):
+        """A docstring: if x == 1 then True."""
+        log.info("seen", count=value + 1, flag=True)
+        _log_refusal(value == 2)
+        message = f"{value + 1} items"
+        raise ValueError(f"bad {value == 3}", 1 + 1)
+
+    class Shown:
+        def __repr__(self):
+            return "x" if self.a == 1 else "y"
+
+    class Node:
+        def test3(self, facts):
+            raise NotImplementedError
+    '''
+    assert changes(source) == {("raise", 'raise ValueError(f"bad {value == 3}", 1 + 1)', "pass")}
+
+
+def test_the_scope_limits_mutants_to_the_named_code() -> None:
+    scoped = Target("sample", "pkg.sample", ("tests/test_sample.py",), scope=("Desk.check", "K"))
+    source = """
+    K = True
+    J = True
+
+    class Desk(Base, frozen=True):
+        def check(self, a):
+            return a == 1
+
+        def other(self, a):
+            return a == 2
+
+    def free(a):
+        return a == 3
+    """
+    assert {(m.scope, m.original) for m in mutants(source, scoped) if m.operator != "return"} == {
+        ("K", "True"),
+        ("Desk.check", "a == 1"),
+        ("Desk.check", "1"),
+    }
+
+
+def test_a_mutant_changes_only_its_span_and_compiles() -> None:
+    source = textwrap.dedent(
+        """
+        def check(a, b):
+            # caf\u00e9: multi-byte text before the change must not shift it
+            return a <= b
+        """
+    ).encode()
+    (mutant,) = [m for m in mutants_in(SAMPLE, source) if m.operator == "cmp"]
+    changed = mutant.apply(source)
+    assert changed == source.replace(b"a <= b", b"(a < b)")
+    ast.parse(changed)
+    assert mutant.line == 4
+    assert mutant.label() == "pkg/sample.py:4  cmp  a <= b  ->  a < b"
+
+
+def test_every_operator_is_documented() -> None:
+    assert set(OPERATORS) >= {m.operator for m in mutants("def f(a):\n    return a == 1\n")}
+
+
+# --- a real run --------------------------------------------------------------------------
+
+KEYED = Target(
+    "keyed",
+    "smf_assurance.subjects.keyed",
+    ("tests/unit/test_keyed.py::test_empty_domain_message",),
+)
+"""The real keyed-identifier module against one real test: an empty domain is refused."""
+
+
+def test_a_real_run_kills_what_the_tests_catch_and_reports_the_rest() -> None:
+    outcome = run(
+        [KEYED],
+        jobs=1,
+        match=[
+            "keyed.py:27  raise",  # the empty-domain refusal removed: the test fails
+            "keyed.py:18  int  32  ->  31",  # a shorter minimum key: the test cannot tell
+            "keyed.py:36  int  8  ->  9",  # framing: the test never reaches it
+        ],
+    )
+    assert outcome.broken == {}
+    status = {r.mutant.line: r.status for r in outcome.results}
+    assert status == {27: "killed", 18: "survived", 36: "uncovered"}
+    assert report([KEYED], outcome, 1.0) is False
+
+
+def test_an_unmutated_failure_means_the_module_is_not_scored() -> None:
+    broken = Target(
+        "keyed", "smf_assurance.subjects.keyed", ("tests/unit/test_keyed.py::no_such_test",)
+    )
+    outcome = run([broken], jobs=1, match=["keyed.py:27  raise"])
+    assert "keyed" in outcome.broken
+    assert outcome.results == []
+    assert report([broken], outcome, 1.0) is False
+
+
+# --- the report ------------------------------------------------------------------------------
+
+
+def _result(status: Status, line: int) -> Result:
+    mutant = next(m for m in mutants("def f(a):\n    return a == 1\n") if m.operator == "cmp")
+    return Result(dataclasses.replace(mutant, line=line, start=line), status, 0.1, 1)
+
+
+def test_the_gate_needs_90_percent_and_every_survivor_reviewed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nine = [_result("killed", n) for n in range(9)]
+    survivor = _result("survived", 99)
+    assert report([SAMPLE], Run(results=[*nine, survivor]), 60.0) is False
+    out = capsys.readouterr().out
+    assert "90.0%" in out
+    assert "NOT REVIEWED" in out
+    monkeypatch.setitem(EQUIVALENT, survivor.mutant.key, "equivalent: the fixture says so")
+    assert report([SAMPLE], Run(results=[*nine, survivor]), 60.0) is True
+    assert "reviewed, equivalent: the fixture says so" in capsys.readouterr().out
+    eight = [_result("killed", n) for n in range(8)] + [_result("timeout", 8)]
+    below = Run(results=[*eight[:7], survivor, _result("uncovered", 98), eight[8]])
+    assert report([SAMPLE], below, 60.0) is False
+
+
+def test_list_prints_every_mutant_of_a_module(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--list", "--module", "keyed"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# keyed (smf_assurance/subjects/keyed.py):")
+    assert "smf_assurance/subjects/keyed.py:27  raise" in out
+
+
+def test_make_mutate_passes_when_every_survivor_is_reviewed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``make mutate`` end to end on one module, here narrowed to one mutant the
+    module's focused tests kill: exit status 0 and the module's score line."""
+    assert main(["--module", "keyed", "--jobs", "1", "--match", "keyed.py:27  raise"]) == 0
+    out = capsys.readouterr().out
+    assert "keyed" in out
+    assert "100.0%" in out
+    assert "survivors: 0" in out
