@@ -64,7 +64,8 @@ bench: $(STAMP)
 
 # docs/CLI-JSON.md from the declared --json types of smf-assurance
 # (smf_assurance/ops/cli/cli_json.py, issue 22), and docs/TOOLS-JSON.md from those of the
-# team's `python -m smf_tools` (smf_tools/cli_json.py); tests/cli/test_cli_json.py fails when one is stale.
+# team's `python -m smf_tools` (smf_tools/cli_json.py); tests/cli/test_cli_json.py fails
+# when one is stale.
 cli-json: $(STAMP)
 	$(BIN)/python -m smf_assurance.ops.cli.cli_json
 	$(BIN)/python -m smf_tools.cli_json

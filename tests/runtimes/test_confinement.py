@@ -4,7 +4,8 @@ A real nats-server with authorization generated from the registry, a real gate o
 signed release (the shipped scenario corpus, which requires confinement for opaque
 operations, plus a firm policy allowing them), the launcher's real attester
 (``smf_assurance.ops.local.confine.attest``) on its own bus credential; no runtime process
-(tests/runtimes/test_hermes_confined.py and tests/runtimes/test_openclaw_confined.py drive the real ones).
+(tests/runtimes/test_hermes_confined.py and tests/runtimes/test_openclaw_confined.py drive
+the real ones).
 
 Proves:
 

@@ -64,7 +64,8 @@ Negative findings shown here, as they are:
 Does not prove: OpenClaw, gateway platforms of Hermes (only the CLI here; the
 Telegram platform through the gateway: tests/runtimes/test_hermes_surfaces.py), other
 Hermes versions; tool names and arguments on the CLI's tool-progress line (a
-turn with tool calls and no text is output-decided too: tests/runtimes/test_hermes_gateway_shown.py);
+turn with tool calls and no text is output-decided too:
+tests/runtimes/test_hermes_gateway_shown.py);
 that the token is out of reach of the agent's tools (here it sits in
 ``config.yaml``, which the agent's ``terminal`` can read; the process proof
 needs the runtime key, which the adapter denies to the agent's tools,

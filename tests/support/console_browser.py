@@ -140,7 +140,8 @@ def world(tmp_path: Path) -> Iterator[World]:
             ConsoleSettings(
                 nats_url=stack.url,
                 registry=state.registry,
-                directory=state.directory,  # none here; tests/browser/test_lawyer_view.py writes one
+                # None here; tests/browser/test_lawyer_view.py writes one.
+                directory=state.directory,
                 refresh_seconds=0.25,
                 credential=state.existing_credential(CONSOLE),
                 clock=clock,  # the gate's clock: the page's countdown agrees with the gate

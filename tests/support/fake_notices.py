@@ -1,6 +1,7 @@
 """A recording HTTP endpoint on 127.0.0.1: the fake downstream of a consequential MCP tool.
 
-Shared by the runtime harnesses (tests/support/hermes_harness.py, tests/support/openclaw_harness.py):
+Shared by the runtime harnesses (tests/support/hermes_harness.py,
+tests/support/openclaw_harness.py):
 the test MCP server's ``send_notice`` tool POSTs JSON here, and the harness reports
 what arrived. It stands for a system outside ours (a firm's notice service), so a
 test can show a refused call never reached it.

@@ -21,7 +21,10 @@ from smf_tools.candidate.bypass import CASES_FILE, BypassError, existing, load_c
 pytestmark = pytest.mark.claim("bypass-matrix.one-row-per-case")
 
 ROOT = Path(__file__).resolve().parents[2]
-QUICK = "tests/unit/test_normalize.py::test_an_unknown_tool_or_adapter_is_capability_unknown_with_a_note"
+QUICK = (
+    "tests/unit/test_normalize.py"
+    "::test_an_unknown_tool_or_adapter_is_capability_unknown_with_a_note"
+)
 ISSUE_CASES = (
     "unknown tools",
     "missing facts",
