@@ -27,6 +27,14 @@ rules (every package named without the ``smf_assurance`` namespace):
 
 Also: a gate starts from ``pipeline`` alone, in an interpreter where ``ops``
 cannot be imported at all.
+
+The tests are sorted the same way, by what they need to run (``TEST_DIRS``):
+
+- every test module lives in one of the declared directories of ``tests/``;
+- ``tests/support/`` (what the tests share) holds no test module;
+- no test module imports another: what two share lives in ``tests/support/`` or
+  ``conftest.py``, so a test module can be moved, split or deleted alone;
+- nothing in the wheel or the team's tools imports the tests.
 """
 
 from __future__ import annotations
@@ -474,3 +482,94 @@ def test_the_checkouts_root_holds_only_our_named_packages() -> None:
     packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
     assert packages == {"smf_assurance", "smf_tools", "tests"}
     assert not [p.name for p in ROOT.glob("*.py")]
+
+
+# --- the tests' own layout --------------------------------------------------------
+
+TESTS: Final = ROOT / "tests"
+TEST_DIRS: Final = {
+    "unit": "no server, no subprocess runtime",
+    "bus": "real servers on 127.0.0.1: nats-server or a cluster, stores, the gate, desks",
+    "cli": "the operator's command line, often against a running stack",
+    "runtimes": "the Hermes and OpenClaw adapters, the real runtimes, confinement",
+    "browser": "pages in headless Chromium",
+    "tools": "the team's tools (smf_tools)",
+}
+"""Where a test module may live, and what a test there may need; ``support`` is where
+what they share lives, next to ``conftest.py``."""
+
+
+def python_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def is_test_module(module: str) -> bool:
+    return module.startswith("tests.") and module.rpartition(".")[2].startswith("test_")
+
+
+def imports_of_tests(path: Path) -> list[str]:
+    """The test modules ``path`` imports, whichever way it is spelled: ``import
+    tests.x.test_y``, ``from tests.x.test_y import z`` or ``from tests.x import test_y``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if is_test_module(a.name)]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if is_test_module(node.module):
+                found.append(node.module)
+            found += [
+                f"{node.module}.{a.name}"
+                for a in node.names
+                if is_test_module(f"{node.module}.{a.name}")
+            ]
+    return found
+
+
+def test_every_test_module_lives_in_a_declared_directory() -> None:
+    misplaced = [
+        str(p.relative_to(TESTS))
+        for p in python_files(TESTS)
+        if p.name.startswith("test_")
+        and p.relative_to(TESTS).parts[0] not in TEST_DIRS
+        and p.relative_to(TESTS).parts[0] not in ("data", "vectors")
+    ]
+    assert misplaced == []
+    packages = [d for d in (*TEST_DIRS, "support") if not (TESTS / d / "__init__.py").is_file()]
+    assert packages == [], "each directory is a package, so module names stay unique"
+
+
+def test_support_holds_no_test_module() -> None:
+    assert [p.name for p in python_files(TESTS / "support") if p.name.startswith("test_")] == []
+
+
+def test_no_test_module_imports_another() -> None:
+    bad = [
+        f"{p.relative_to(ROOT)} -> {target}"
+        for p in python_files(TESTS)
+        for target in imports_of_tests(p)
+    ]
+    assert bad == []
+
+
+def test_nothing_shipped_or_of_the_tools_imports_the_tests() -> None:
+    bad = [
+        f"{p.relative_to(ROOT)} -> {target}"
+        for package in (NAMESPACE, "smf_tools")
+        for p in python_files(ROOT / package)
+        if "node_modules" not in p.parts
+        for target in imported(p.stem, p)
+        if top(target) == "tests"
+    ]
+    assert bad == []
+
+
+def test_the_test_import_reader_sees_every_spelling(tmp_path: Path) -> None:
+    """A control: each way of importing a test module is found, and support is not."""
+    module = tmp_path / "m.py"
+    module.write_text(
+        "import tests.bus.test_a\n"
+        "from tests.unit.test_b import x\n"
+        "from tests.cli import test_c as c\n"
+        "def f():\n    from tests.support.bus_helpers import wait_for\n"
+    )
+    assert imports_of_tests(module) == ["tests.bus.test_a", "tests.unit.test_b", "tests.cli.test_c"]
