@@ -13,23 +13,17 @@ Both backends, through the approval store contract's own fixtures
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from smf_assurance.pipeline.stores.approvals import ApprovalStore, BindingChanged, DigestMismatch
 from smf_assurance.subjects.approvals import binding_digest
-from tests.support.approval_store import ATTORNEY, BACKENDS, T0, approved, held, state_of
+from tests.support.approval_store import ATTORNEY, T0, approved, backend, held, state_of
+from tests.support.store_backends import opened_on_backend
 
+__all__ = ["backend"]
 
-@pytest.fixture(params=sorted(BACKENDS))
-async def approvals(request: pytest.FixtureRequest) -> AsyncIterator[ApprovalStore]:
-    """An approval store on each backend of the contract tests."""
-    backend = BACKENDS[request.param](request)
-    opened = await backend.open()
-    yield opened
-    await opened.close()
-    await backend.aclose()
+approvals = opened_on_backend()
+"""An approval store on each backend of the contract tests."""
 
 
 @pytest.mark.parametrize("resolve", ["approve", "deny"])

@@ -1,9 +1,9 @@
 """Contract tests of the approval store (ARCHITECTURE.md,
 "Exact-action approval").
 
-Every test in the contract section runs against each backend in
-``BACKENDS``: the SQLite store and the JetStream KV store, each a
-``Backend`` that opens a new store instance on the same storage and can say
+Every test in the contract section runs against each backend
+(``tests/support/store_backends.py``): the SQLite store and the JetStream KV
+store, each a ``Backend`` that opens a new store instance on the same storage and can say
 whether some bytes are still anywhere in that storage. The sections at the
 end check what only one backend has: for SQLite the table's CHECK
 constraints, secure deletion, one UPDATE per claim; for KV the
@@ -88,11 +88,9 @@ from tests.support.approval_store import (
 )
 from tests.support.builders import fake_identity
 from tests.support.bus_helpers import wait_for
+from tests.support.store_backends import only_kv, opened_on_kv
 
 __all__ = ["backend", "store"]
-
-
-# --- backends ---------------------------------------------------------------
 
 
 async def executing(store: ApprovalStore, label: str = "filing", **kw: Any) -> ApprovalBinding:
@@ -973,18 +971,8 @@ async def test_sqlite_unopenable_path_is_unavailable(tmp_path: Path) -> None:
 # --- JetStream KV only: CAS by revision, outages, tampering, bytes on disk ----
 
 
-@pytest.fixture
-async def kv_backend(nats_server: EmbeddedNatsServer) -> AsyncIterator[KvBackend]:
-    built = KvBackend(nats_server)
-    yield built
-    await built.aclose()
-
-
-@pytest.fixture
-async def kv_store(kv_backend: KvBackend) -> AsyncIterator[KvApprovalStore]:
-    opened = await kv_backend.open()
-    yield opened
-    await opened.close()
+kv_backend = only_kv(KvBackend)
+kv_store = opened_on_kv()
 
 
 async def raw_bucket(kv_backend: KvBackend) -> KeyValue:

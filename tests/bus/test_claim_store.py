@@ -2,9 +2,10 @@
 through the bus": allow means "claim once, then publish"; "Scale": on a
 cluster the claim is atomic across instances on JetStream KV).
 
-Every test in the contract section runs against each backend in
-``BACKENDS`` (the SQLite ``ClaimStore`` and the JetStream ``KvClaimStore``),
-each opening new store instances (their own connections) on one storage. The
+Every test in the contract section runs against each backend
+(``tests/support/store_backends.py``: the SQLite ``ClaimStore`` and the
+JetStream ``KvClaimStore``), each opening new store instances (their own
+connections) on one storage. The
 KV section checks what only a NATS backend has: outages of a real server,
 tampered values, and compare-and-set conflicts.
 """
@@ -12,14 +13,12 @@ tampered values, and compare-and-set conflicts.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Final, Protocol
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
 
 import nats
 import pytest
-from nats.aio.client import Client
 from nats.js.api import StorageType
 from nats.js.errors import KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
@@ -37,78 +36,40 @@ from smf_assurance.pipeline.stores.claims import (
 from smf_assurance.pipeline.stores.claims_kv import KvClaimStore
 from tests.support.builders import AT_MS, fake_identity
 from tests.support.bus_helpers import wait_for
+from tests.support.store_backends import (
+    KvConnections,
+    SqliteFile,
+    StoreBackend,
+    only_kv,
+    opened_on_backend,
+    opened_on_kv,
+    over_backends,
+)
 
 T0: Final = AT_MS
 OPERATION: Final = fake_identity("operation")
 DECISION: Final = fake_identity("decision")
 
 
-class Backend(Protocol):
-    async def open(self) -> ProposalClaims:
-        """A new store instance (its own connection) on this backend's storage."""
-        ...
-
-    async def aclose(self) -> None: ...
-
-
 @dataclass
-class SqliteBackend:
-    path: Path
-
-    async def open(self) -> ProposalClaims:
+class SqliteBackend(SqliteFile):
+    async def open(self) -> ClaimStore:
         return await ClaimStore.open(self.path)
 
-    async def aclose(self) -> None:
-        return None
-
 
 @dataclass
-class KvBackend:
-    """A real nats-server with JetStream (the ``nats_server`` fixture)."""
-
-    server: EmbeddedNatsServer
-    request_timeout: float = 2.0
-    connections: list[Client] = field(default_factory=list)
-
-    async def connect(self) -> Client:
-        client = await nats.connect(
-            self.server.url, connect_timeout=2, max_reconnect_attempts=-1, reconnect_time_wait=0.2
-        )
-        self.connections.append(client)
-        return client
-
+class KvBackend(KvConnections):
     async def open(self) -> KvClaimStore:
-        client = await self.connect()
-        return await KvClaimStore.open_bucket(client.jetstream(timeout=self.request_timeout))
+        return await KvClaimStore.open_bucket(await self.jetstream())
 
     async def bucket(self) -> KeyValue:
         """The claim bucket through a connection of its own, around the store."""
-        client = await self.connect()
-        return await client.jetstream(timeout=2).key_value(claims_kv.BUCKET)
-
-    async def aclose(self) -> None:
-        for client in self.connections:
-            await client.close()
+        return await (await self.jetstream()).key_value(claims_kv.BUCKET)
 
 
-BACKENDS: Final[dict[str, Callable[[pytest.FixtureRequest], Backend]]] = {
-    "sqlite": lambda request: SqliteBackend(request.getfixturevalue("tmp_path") / "claims.db"),
-    "kv": lambda request: KvBackend(request.getfixturevalue("nats_server")),
-}
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    built = BACKENDS[request.param](request)
-    yield built
-    await built.aclose()
-
-
-@pytest.fixture
-async def claims(backend: Backend) -> AsyncIterator[ProposalClaims]:
-    opened = await backend.open()
-    yield opened
-    await opened.close()
+Backend = StoreBackend[ProposalClaims]
+backend = over_backends(lambda tmp_path: SqliteBackend(tmp_path / "claims.db"), KvBackend)
+claims = opened_on_backend()
 
 
 # --- the contract -----------------------------------------------------------
@@ -223,18 +184,8 @@ async def test_closed_store_is_unavailable(backend: Backend) -> None:
 # --- JetStream KV only --------------------------------------------------------
 
 
-@pytest.fixture
-async def kv_backend(nats_server: EmbeddedNatsServer) -> AsyncIterator[KvBackend]:
-    built = KvBackend(nats_server)
-    yield built
-    await built.aclose()
-
-
-@pytest.fixture
-async def kv_claims(kv_backend: KvBackend) -> AsyncIterator[KvClaimStore]:
-    opened = await kv_backend.open()
-    yield opened
-    await opened.close()
+kv_backend = only_kv(KvBackend)
+kv_claims = opened_on_kv()
 
 
 def claim_key(proposal_id: str) -> str:

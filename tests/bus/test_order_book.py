@@ -16,17 +16,13 @@ store's, tested there).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import msgspec
-import nats
 import pytest
-from nats.aio.client import Client
 
-from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.pipeline.stores import claims_kv
 from smf_assurance.pipeline.stores.claims import ClaimAndOrder, ClaimStore
 from smf_assurance.pipeline.stores.claims_kv import KvClaimStore
@@ -37,6 +33,14 @@ from smf_assurance.pipeline.stores.orders_kv import ORDER_KEY, KvOrderBook
 from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
 from smf_assurance.subjects.keys import generate_signing_key
 from tests.support.builders import AT_MS, fake_identity
+from tests.support.store_backends import (
+    KvConnections,
+    SqliteFile,
+    StoreBackend,
+    only_kv,
+    opened_on_backend,
+    over_backends,
+)
 from tests.support.store_helpers import statements
 
 T0: Final = AT_MS
@@ -58,61 +62,23 @@ def order(name: str, at: int = T0, **changes: Any) -> OrderRecord:
     return msgspec.structs.replace(record, **changes)
 
 
-class Backend(Protocol):
-    async def open(self) -> OrderBook: ...
-
-    async def aclose(self) -> None: ...
-
-
 @dataclass
-class SqliteBackend:
-    path: Path
-
+class SqliteBackend(SqliteFile):
     async def open(self) -> OrderBook:
         # As the gate opens it: the book on the claim store's worker (one file, one
         # connection), closed with it.
         return SqliteOrderBook.beside((await ClaimStore.open(self.path)).worker)
 
-    async def aclose(self) -> None:
-        return None
-
 
 @dataclass
-class KvBackend:
-    server: EmbeddedNatsServer
-    connections: list[Client] = field(default_factory=list)
-
-    async def connect(self) -> Client:
-        client = await nats.connect(self.server.url, connect_timeout=2)
-        self.connections.append(client)
-        return client
-
+class KvBackend(KvConnections):
     async def open(self) -> KvOrderBook:
-        return await KvOrderBook.open_bucket((await self.connect()).jetstream(timeout=2))
-
-    async def aclose(self) -> None:
-        for client in self.connections:
-            await client.close()
+        return await KvOrderBook.open_bucket(await self.jetstream())
 
 
-BACKENDS: Final[dict[str, Callable[[pytest.FixtureRequest], Backend]]] = {
-    "sqlite": lambda request: SqliteBackend(request.getfixturevalue("tmp_path") / "claims.db"),
-    "kv": lambda request: KvBackend(request.getfixturevalue("nats_server")),
-}
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    built = BACKENDS[request.param](request)
-    yield built
-    await built.aclose()
-
-
-@pytest.fixture
-async def book(backend: Backend) -> AsyncIterator[OrderBook]:
-    opened = await backend.open()
-    yield opened
-    await opened.close()
+Backend = StoreBackend[OrderBook]
+backend = over_backends(lambda tmp_path: SqliteBackend(tmp_path / "claims.db"), KvBackend)
+book = opened_on_backend()
 
 
 # --- the contract -----------------------------------------------------------------
@@ -196,11 +162,7 @@ async def test_prune_forgets_settled_orders_only(book: OrderBook) -> None:
 # --- KV only ----------------------------------------------------------------------
 
 
-@pytest.fixture
-async def kv_backend(nats_server: EmbeddedNatsServer) -> AsyncIterator[KvBackend]:
-    built = KvBackend(nats_server)
-    yield built
-    await built.aclose()
+kv_backend = only_kv(KvBackend)
 
 
 async def test_kv_book_shares_the_claim_bucket_and_leaves_claims_alone(

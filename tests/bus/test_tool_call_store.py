@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
 import msgspec
-import nats
 import pytest
-from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
@@ -48,6 +46,14 @@ from smf_assurance.pipeline.stores.tool_calls_kv import KvToolCallStore
 from smf_assurance.subjects.keys import generate_signing_key
 from tests.support.builders import AT_MS, fake_identity
 from tests.support.bus_helpers import wait_for
+from tests.support.store_backends import (
+    KvConnections,
+    SqliteFile,
+    StoreBackend,
+    only_kv,
+    opened_on_backend,
+    over_backends,
+)
 from tests.support.store_helpers import statements
 
 T0: Final = AT_MS
@@ -65,22 +71,16 @@ def stop(runtime_id: str, n: int = 1) -> Stop:
     )
 
 
-class Backend(Protocol):
-    async def open(self) -> ToolCallStore: ...
-
+class Backend(StoreBackend[ToolCallStore], Protocol):
     async def corrupt_stop(self, runtime_id: str) -> None:
         """Store, around the store, a stop for ``runtime_id`` that does not decode."""
         ...
 
     async def corrupt_note(self, runtime_id: str, tool_call_id: str) -> None: ...
 
-    async def aclose(self) -> None: ...
-
 
 @dataclass
-class SqliteBackend:
-    path: Path
-
+class SqliteBackend(SqliteFile):
     async def open(self) -> SqliteToolCallStore:
         return await SqliteToolCallStore.open(self.path)
 
@@ -98,26 +98,15 @@ class SqliteBackend:
             "INSERT INTO decided_tool_calls VALUES (?, ?, ?)", (runtime_id, tool_call_id, -1)
         )
 
-    async def aclose(self) -> None:
-        return None
-
 
 @dataclass
-class KvBackend:
-    server: EmbeddedNatsServer
-    connections: list[Client] = field(default_factory=list)
-
-    async def connect(self) -> Client:
-        client = await nats.connect(self.server.url, connect_timeout=2)
-        self.connections.append(client)
-        return client
-
+class KvBackend(KvConnections):
     async def open(self) -> KvToolCallStore:
-        return await KvToolCallStore.open_bucket((await self.connect()).jetstream(timeout=2))
+        return await KvToolCallStore.open_bucket(await self.jetstream())
 
     async def bucket(self) -> KeyValue:
         await self.open()  # the bucket exists
-        return await (await self.connect()).jetstream(timeout=2).key_value(tool_calls_kv.BUCKET)
+        return await (await self.jetstream()).key_value(tool_calls_kv.BUCKET)
 
     async def corrupt_stop(self, runtime_id: str) -> None:
         await (await self.bucket()).put(tool_calls_kv.STOP_KEY + token(runtime_id), b"{not json")
@@ -126,29 +115,9 @@ class KvBackend:
         key = f"{tool_calls_kv.NOTE_KEY}{token(runtime_id)}.{token(tool_call_id)}"
         await (await self.bucket()).put(key, b'{"runtime_id": 7}')
 
-    async def aclose(self) -> None:
-        for client in self.connections:
-            await client.close()
 
-
-BACKENDS: Final[dict[str, Callable[[pytest.FixtureRequest], Backend]]] = {
-    "sqlite": lambda request: SqliteBackend(request.getfixturevalue("tmp_path") / "calls.db"),
-    "kv": lambda request: KvBackend(request.getfixturevalue("nats_server")),
-}
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    built = BACKENDS[request.param](request)
-    yield built
-    await built.aclose()
-
-
-@pytest.fixture
-async def store(backend: Backend) -> AsyncIterator[ToolCallStore]:
-    opened = await backend.open()
-    yield opened
-    await opened.close()
+backend = over_backends(lambda tmp_path: SqliteBackend(tmp_path / "calls.db"), KvBackend)
+store = opened_on_backend()
 
 
 # --- the contract: stops ---------------------------------------------------------------
@@ -259,11 +228,7 @@ async def test_a_note_that_does_not_decode_is_left_out(
 # --- KV only --------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def kv_backend(nats_server: EmbeddedNatsServer) -> AsyncIterator[KvBackend]:
-    built = KvBackend(nats_server)
-    yield built
-    await built.aclose()
+kv_backend = only_kv(KvBackend)
 
 
 async def test_kv_a_stop_filed_under_another_runtime_is_refused(kv_backend: KvBackend) -> None:

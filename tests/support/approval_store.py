@@ -5,20 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 import msgspec
-import nats
-import pytest
-from nats.aio.client import Client
 from nats.js.errors import (
     NotFoundError,
 )
 
-from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.pipeline.stores.approvals import (
     ApprovalStore,
 )
@@ -30,8 +25,25 @@ from smf_assurance.subjects.approvals import (
     binding_digest,
 )
 from tests.support.builders import AT_MS, DEFAULT_TENANT, fake_identity
+from tests.support.store_backends import (
+    KvConnections,
+    SqliteFile,
+    StoreBackend,
+    opened_on_backend,
+    over_backends,
+)
 
-__all__ = ["ATTORNEY", "BACKENDS", "T0", "approved", "changed", "held", "make_binding", "state_of"]
+__all__ = [
+    "ATTORNEY",
+    "T0",
+    "approved",
+    "backend",
+    "changed",
+    "held",
+    "make_binding",
+    "state_of",
+    "store",
+]
 
 T0: Final = AT_MS
 
@@ -95,11 +107,7 @@ def changed(binding: ApprovalBinding, field: str) -> ApprovalBinding:
     return msgspec.structs.replace(binding, **{field: new})
 
 
-class Backend(Protocol):
-    async def open(self) -> ApprovalStore:
-        """A new store instance (its own connection) on this backend's storage."""
-        ...
-
+class Backend(StoreBackend[ApprovalStore], Protocol):
     async def holds_bytes(self, needle: bytes) -> bool:
         """True when ``needle`` is still anywhere in the backend's durable storage.
 
@@ -108,15 +116,9 @@ class Backend(Protocol):
         superseded by a newer revision."""
         ...
 
-    async def aclose(self) -> None:
-        """Release what ``open`` and ``holds_bytes`` acquired (connections)."""
-        ...
-
 
 @dataclass
-class SqliteBackend:
-    path: Path
-
+class SqliteBackend(SqliteFile):
     async def open(self) -> ApprovalStore:
         return await SqliteApprovalStore.open(self.path)
 
@@ -133,30 +135,11 @@ class SqliteBackend:
         files = [self.path, self.path.with_name(self.path.name + "-wal")]
         return hits > 0 or any(f.exists() and needle in f.read_bytes() for f in files)
 
-    async def aclose(self) -> None:
-        return None
-
 
 @dataclass
-class KvBackend:
-    """A real nats-server with JetStream (the ``nats_server`` fixture); every
-    ``open`` is a new client connection, so two instances race as two gate
-    processes on two machines would."""
-
-    server: EmbeddedNatsServer
-    connections: list[Client] = field(default_factory=list)
-    request_timeout: float = 2.0
-
-    async def connect(self) -> Client:
-        client = await nats.connect(
-            self.server.url, connect_timeout=2, max_reconnect_attempts=-1, reconnect_time_wait=0.2
-        )
-        self.connections.append(client)
-        return client
-
+class KvBackend(KvConnections):
     async def open(self) -> KvApprovalStore:
-        client = await self.connect()
-        return await KvApprovalStore.open(client.jetstream(timeout=self.request_timeout))
+        return await KvApprovalStore.open(await self.jetstream())
 
     async def holds_bytes(self, needle: bytes) -> bool:
         """Reads every message of every stream on the server through the API (the
@@ -165,7 +148,7 @@ class KvBackend:
         longer shows (superseded revisions, deletes without erase). A block
         whose messages are all gone is deleted as a file, which would hide a
         delete without erase; the KV-only purge test keeps the block in use."""
-        js = (await self.connect()).jetstream(timeout=self.request_timeout)
+        js = await self.jetstream()
         for info in await js.streams_info():
             name = info.config.name
             assert name is not None
@@ -181,36 +164,14 @@ class KvBackend:
                 seq = msg.seq + 1
         return on_disk(self.server.store_dir, needle)
 
-    async def aclose(self) -> None:
-        for client in self.connections:
-            await client.close()
-
 
 def on_disk(root: Path, needle: bytes) -> bool:
     """Whether any file under ``root`` contains ``needle`` (raw bytes, no parsing)."""
     return any(p.is_file() and needle in p.read_bytes() for p in root.rglob("*"))
 
 
-BACKENDS: Final[dict[str, Callable[[pytest.FixtureRequest], Backend]]] = {
-    "sqlite": lambda request: SqliteBackend(request.getfixturevalue("tmp_path") / "approvals.db"),
-    "kv": lambda request: KvBackend(request.getfixturevalue("nats_server")),
-}
-"""A backend is built from the test's fixtures: ``tmp_path`` for SQLite, a
-started ``nats_server`` (tests/conftest.py) for JetStream KV."""
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    built = BACKENDS[request.param](request)
-    yield built
-    await built.aclose()
-
-
-@pytest.fixture
-async def store(backend: Backend) -> AsyncIterator[ApprovalStore]:
-    opened = await backend.open()
-    yield opened
-    await opened.close()
+backend = over_backends(lambda tmp_path: SqliteBackend(tmp_path / "approvals.db"), KvBackend)
+store = opened_on_backend()
 
 
 async def held(store: ApprovalStore, label: str = "filing", **kw: Any) -> ApprovalBinding:
