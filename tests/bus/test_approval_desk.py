@@ -133,7 +133,6 @@ from tests.support.approval_desk import (
     order_count,
     orders,
     send,
-    state,
     state_of,
     status,
     with_payload,
@@ -142,7 +141,7 @@ from tests.support.builders import Decided
 from tests.support.bus_helpers import ExecuteSpy, random_identity, wait_for
 from tests.support.clocks import OffsetClock as Clock
 
-__all__ = ["clock", "gate", "state"]
+__all__ = ["clock", "gate"]
 
 
 # --- the clock, the state directory and the gate ------------------------------
@@ -188,14 +187,14 @@ def resolution_bytes(
 
 
 async def test_pending_announcement_confirms_no_guess_and_names_no_person_or_matter(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
     """From the announcement alone a guessed recipient, argument or content
     cannot be confirmed: it carries none of them, no hash of any of them (the
     identities a guess would be checked against are computed here and searched
     for), no binding digest, and no matter, organization or actor id. The
     binding and digest are the gate's, shown to an entitled approver only."""
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     assert verdict.approval_id is not None
     raw = await gate.js.get_last_msg(
         names.APPROVAL_STREAM, names.approval_pending_subject(DEMO_TENANT)
@@ -248,9 +247,9 @@ async def test_pending_announcement_confirms_no_guess_and_names_no_person_or_mat
 
 
 async def test_held_court_filing_is_approved_once_and_filed_once(
-    gate: RunningGate, nc: Client, state: StateDir, nats_server: EmbeddedNatsServer
+    gate: RunningGate, nc: Client, approvers_state: StateDir, nats_server: EmbeddedNatsServer
 ) -> None:
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     approval_id = verdict.approval_id
     assert approval_id is not None
     assert verdict.reason_codes
@@ -263,8 +262,8 @@ async def test_held_court_filing_is_approved_once_and_filed_once(
     outcome = await nc.subscribe(names.approval_outcome_subject(approval_id))
     await nc.flush()
 
-    async with connectors_running(state, nats_server.url):
-        attorney = approver(nc, state, ATTORNEY)
+    async with connectors_running(approvers_state, nats_server.url):
+        attorney = approver(nc, approvers_state, ATTORNEY)
         view = await attorney.show(approval_id)
         assert view.content == COURT_FILING.content
         assert json.loads(view.arguments_json) == COURT_FILING.arguments
@@ -274,7 +273,7 @@ async def test_held_court_filing_is_approved_once_and_filed_once(
         assert (reply.accepted, reply.state) == (True, "executing"), reply
         assert reply.order_id
 
-        sent = await orders(gate.js, state)
+        sent = await orders(gate.js, approvers_state)
         assert len(sent) == 1
         order, headers = sent[0]
         assert headers[names.HEADER_APPROVAL_ID] == approval_id
@@ -285,7 +284,7 @@ async def test_held_court_filing_is_approved_once_and_filed_once(
         assert order.content == COURT_FILING.content
         assert order.arguments == COURT_FILING.arguments
 
-        final = await next_outcome(outcome, state, verdict)
+        final = await next_outcome(outcome, approvers_state, verdict)
         assert (final.outcome, final.order_id, final.approval_id) == (
             "allow",
             reply.order_id,
@@ -298,7 +297,7 @@ async def test_held_court_filing_is_approved_once_and_filed_once(
 
         await wait_for(consumed, timeout=10)
 
-    outbox = state.connector_dir("court-efiling") / "outbox"
+    outbox = approvers_state.connector_dir("court-efiling") / "outbox"
     assert [p.name for p in outbox.iterdir()] == [f"{reply.order_id}.json"]
     assert await order_count(gate.js) == 1
     assert await spy.approval_ids() == [approval_id]
@@ -307,16 +306,16 @@ async def test_held_court_filing_is_approved_once_and_filed_once(
     assert record.held_payload is None
     with pytest.raises(ApproverError, match="approval_closed"):
         await attorney.show(approval_id)
-    assert ledger_statuses(state.ledger, approval_id) == [
+    assert ledger_statuses(approvers_state.ledger, approval_id) == [
         "held",
         "approved",
         "executing",
         "consumed",
     ]
     evidence = b"".join(
-        Path(f"{state.ledger}{suffix}").read_bytes()
+        Path(f"{approvers_state.ledger}{suffix}").read_bytes()
         for suffix in ("", "-wal")
-        if Path(f"{state.ledger}{suffix}").exists()
+        if Path(f"{approvers_state.ledger}{suffix}").exists()
     )
     document = COURT_FILING.arguments["document_file"]  # the filing's PDF
     texts = [v for v in COURT_FILING.arguments.values() if isinstance(v, str)]
@@ -390,42 +389,44 @@ REFUSALS: Final[dict[str, tuple[Forge, str]]] = {
 
 @pytest.mark.parametrize("case", sorted(REFUSALS))
 async def test_refused_resolution_has_its_reason_and_changes_nothing(
-    case: str, gate: RunningGate, nc: Client, state: StateDir
+    case: str, gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
     forge, reason = REFUSALS[case]
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     approval_id = verdict.approval_id
     assert approval_id is not None
     record = await gate.approvals.get(approval_id)
     assert record is not None
-    before = ledger_statuses(state.ledger, approval_id)
+    before = ledger_statuses(approvers_state.ledger, approval_id)
 
-    reply = await send(nc, forge(state, approval_id, record.digest))
+    reply = await send(nc, forge(approvers_state, approval_id, record.digest))
 
     assert not reply.accepted
     assert reply.reason_codes == (reason,)
     assert reply.order_id is None
     assert await order_count(gate.js) == 0
     assert await state_of(gate, approval_id) == "pending"
-    statuses = ledger_statuses(state.ledger, approval_id)
+    statuses = ledger_statuses(approvers_state.ledger, approval_id)
     if reply.approval_id:  # the approval is known: the refusal is on its record
         assert reply.approval_id == approval_id
         assert reply.state == "pending"
-        assert ledger_rows(state.ledger, approval_id)[-1] == ("pending", (reason,))
+        assert ledger_rows(approvers_state.ledger, approval_id)[-1] == ("pending", (reason,))
     else:  # nothing verified, nothing recorded against the approval
         assert statuses == before
     assert "approved" not in statuses
     # Nothing was spent: the entitled attorney's allow-once still goes through, once.
-    assert (await approve(nc, state, approval_id)).accepted
+    assert (await approve(nc, approvers_state, approval_id)).accepted
     assert await order_count(gate.js) == 1
 
 
 @pytest.mark.claim("approver-desk.refusals-change-nothing")
-async def test_self_approval_is_refused(gate: RunningGate, nc: Client, state: StateDir) -> None:
+async def test_self_approval_is_refused(
+    gate: RunningGate, nc: Client, approvers_state: StateDir
+) -> None:
     """The roster makes sam-self a licensed attorney; sam-self asked for this filing."""
-    verdict = await held_filing(nc, state, actor_id=SELF_APPROVER)
+    verdict = await held_filing(nc, approvers_state, actor_id=SELF_APPROVER)
     assert verdict.approval_id is not None
-    sam = approver(nc, state, SELF_APPROVER)
+    sam = approver(nc, approvers_state, SELF_APPROVER)
     view = await sam.show(verdict.approval_id)
     assert view.binding.actor_id == SELF_APPROVER
     reply = await sam.resolve(verdict.approval_id, "allow-once", view.binding_digest)
@@ -436,13 +437,13 @@ async def test_self_approval_is_refused(gate: RunningGate, nc: Client, state: St
 
 @pytest.mark.claim("approver-desk.refusals-change-nothing")
 async def test_duplicate_allow_once_is_refused_and_one_order_stands(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     approval_id = verdict.approval_id
     assert approval_id is not None
     spy = await ExecuteSpy.attach(nc)
-    attorney = approver(nc, state, ATTORNEY)
+    attorney = approver(nc, approvers_state, ATTORNEY)
     view = await attorney.show(approval_id)
     signed = attorney.sign_resolution(approval_id, "allow-once", view.binding_digest)
     first = await attorney.send(signed)
@@ -457,25 +458,25 @@ async def test_duplicate_allow_once_is_refused_and_one_order_stands(
         assert (reply.accepted, reply.reason_codes) == (False, ("approval_not_pending",))
         assert reply.state == "executing"
         assert reply.order_id is None
-    sent = await orders(gate.js, state)
+    sent = await orders(gate.js, approvers_state)
     assert [order.order_id for order, _ in sent] == [first.order_id]
     assert await spy.approval_ids() == [approval_id]  # not even a de-duplicated second publish
     assert await state_of(gate, approval_id) == "executing"
 
 
 async def test_old_resolution_and_old_digest_do_not_cover_a_new_approval(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
     """The same filing proposed again is a new decision, so a new approval: nothing
     signed for the first one can be spent on it."""
-    attorney = approver(nc, state, ATTORNEY)
-    first = await held_filing(nc, state)
+    attorney = approver(nc, approvers_state, ATTORNEY)
+    first = await held_filing(nc, approvers_state)
     assert first.approval_id is not None
     old_view = await attorney.show(first.approval_id)
     old_signed = attorney.sign_resolution(first.approval_id, "allow-once", old_view.binding_digest)
     assert (await attorney.send(old_signed)).accepted
 
-    second = await held_filing(nc, state)
+    second = await held_filing(nc, approvers_state)
     new_id = second.approval_id
     assert new_id is not None
     assert new_id != first.approval_id
@@ -498,13 +499,13 @@ async def test_old_resolution_and_old_digest_do_not_cover_a_new_approval(
 
 @pytest.mark.claim("approver-desk.refusals-change-nothing")
 async def test_resolution_after_expiry_is_refused(
-    gate: RunningGate, nc: Client, state: StateDir, clock: Clock
+    gate: RunningGate, nc: Client, approvers_state: StateDir, clock: Clock
 ) -> None:
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     approval_id, expires_at = verdict.approval_id, verdict.expires_at_ms
     assert approval_id is not None
     assert expires_at is not None
-    attorney = approver(nc, state, ATTORNEY)
+    attorney = approver(nc, approvers_state, ATTORNEY)
     view = await attorney.show(approval_id)
     clock.advance(expires_at - clock() + 1)
 
@@ -513,15 +514,15 @@ async def test_resolution_after_expiry_is_refused(
     assert (reply.accepted, reply.reason_codes) == (False, ("approval_expired",))
     assert await state_of(gate, approval_id) == "expired"
     assert await order_count(gate.js) == 0
-    assert "expired" in ledger_statuses(state.ledger, approval_id)
+    assert "expired" in ledger_statuses(approvers_state.ledger, approval_id)
     again = await attorney.resolve(approval_id, "allow-once", view.binding_digest)
     assert again.reason_codes == ("approval_not_pending",)
 
 
 async def test_sweep_expires_an_unanswered_approval_and_tells_the_runtime(
-    gate: RunningGate, nc: Client, state: StateDir, clock: Clock
+    gate: RunningGate, nc: Client, approvers_state: StateDir, clock: Clock
 ) -> None:
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     approval_id, expires_at = verdict.approval_id, verdict.expires_at_ms
     assert approval_id is not None
     assert expires_at is not None
@@ -534,20 +535,25 @@ async def test_sweep_expires_an_unanswered_approval_and_tells_the_runtime(
     await gate.desk.sweep()
 
     assert await state_of(gate, approval_id) == "expired"
-    final = await next_outcome(outcome, state, verdict)
+    final = await next_outcome(outcome, approvers_state, verdict)
     assert (final.outcome, final.reason_codes) == ("deny", ("approval_expired",))
-    assert ledger_rows(state.ledger, approval_id)[-1] == ("expired", ("approval_expired",))
+    assert ledger_rows(approvers_state.ledger, approval_id)[-1] == (
+        "expired",
+        ("approval_expired",),
+    )
     assert await order_count(gate.js) == 0
 
 
 @pytest.mark.claim("approver-desk.refusals-change-nothing")
-async def test_deny_then_allow_is_refused(gate: RunningGate, nc: Client, state: StateDir) -> None:
-    verdict = await held_filing(nc, state)
+async def test_deny_then_allow_is_refused(
+    gate: RunningGate, nc: Client, approvers_state: StateDir
+) -> None:
+    verdict = await held_filing(nc, approvers_state)
     approval_id = verdict.approval_id
     assert approval_id is not None
     outcome = await nc.subscribe(names.approval_outcome_subject(approval_id))
     await nc.flush()
-    attorney = approver(nc, state, ATTORNEY)
+    attorney = approver(nc, approvers_state, ATTORNEY)
     view = await attorney.show(approval_id)
 
     denied = await attorney.resolve(approval_id, "deny", view.binding_digest)
@@ -555,7 +561,7 @@ async def test_deny_then_allow_is_refused(gate: RunningGate, nc: Client, state: 
 
     assert (denied.accepted, denied.state) == (True, "denied")
     assert (allowed.accepted, allowed.reason_codes) == (False, ("approval_not_pending",))
-    final = await next_outcome(outcome, state, verdict)
+    final = await next_outcome(outcome, approvers_state, verdict)
     assert (final.outcome, final.reason_codes) == ("deny", ("approver_denied",))
     assert await state_of(gate, approval_id) == "denied"
     assert await order_count(gate.js) == 0
@@ -574,23 +580,23 @@ async def test_deny_then_allow_is_refused(gate: RunningGate, nc: Client, state: 
     ],
 )
 async def test_show_is_refused_to_anyone_not_entitled_to_resolve(
-    who: str, reason: str, gate: RunningGate, nc: Client, state: StateDir
+    who: str, reason: str, gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
     """The content is privileged: only an approver with the required role for the
     tenant sees it (the approval's own actor may look, but never resolve)."""
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     assert verdict.approval_id is not None
-    key = generate_signing_key() if who == "stranger" else state.key(who)
+    key = generate_signing_key() if who == "stranger" else approvers_state.key(who)
     with pytest.raises(ApproverError) as refused:
         await ApproverClient(nc, key, who).show(verdict.approval_id)
     assert refused.value.reason_code == reason
 
 
 async def test_a_replayed_old_show_request_is_refused(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
     """A show request captured in transit cannot reopen the content later."""
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     assert verdict.approval_id is not None
     request = ShowRequest(
         schema="smf.approval-show/1",
@@ -599,7 +605,7 @@ async def test_a_replayed_old_show_request_is_refused(
         requested_at_ms=time.time_ns() // 1_000_000 - 10 * 60_000,
     )
     signed = encode_envelope(
-        sign_struct(names.PAYLOAD_SHOW_REQUEST, request, [state.key(ATTORNEY)])
+        sign_struct(names.PAYLOAD_SHOW_REQUEST, request, [approvers_state.key(ATTORNEY)])
     )
     reply = await nc.request(names.APPROVAL_SHOW, signed, timeout=5)
     assert reply.headers is not None
@@ -610,16 +616,16 @@ async def test_a_replayed_old_show_request_is_refused(
     for secret in revealed:
         for form in (secret.encode(), base64.b64encode(secret.encode())):
             assert form not in reply.data, f"{secret!r} in the refusal"
-    view = await approver(nc, state, ATTORNEY).show(verdict.approval_id)
+    view = await approver(nc, approvers_state, ATTORNEY).show(verdict.approval_id)
     assert view.content == COURT_FILING.content
     assert json.loads(view.arguments_json) == COURT_FILING.arguments
 
 
 async def test_show_of_an_unknown_approval_is_refused(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
     with pytest.raises(ApproverError, match="approval_not_found"):
-        await approver(nc, state, ATTORNEY).show(random_identity())
+        await approver(nc, approvers_state, ATTORNEY).show(random_identity())
 
 
 # --- a changed binding is a new approval ------------------------------------------
@@ -643,11 +649,11 @@ CHANGES: Final[dict[str, tuple[dict[str, Any], str]]] = {
 @pytest.mark.claim("exact-action-approval.binding-changed")
 @pytest.mark.parametrize("field", sorted(CHANGES))
 async def test_changed_field_is_a_new_approval_and_the_old_one_sends_the_old_action(
-    field: str, gate: RunningGate, nc: Client, state: StateDir
+    field: str, gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
     changes, binding_field = CHANGES[field]
-    old = await held_filing(nc, state)
-    new = await held_filing(nc, state, **changes)
+    old = await held_filing(nc, approvers_state)
+    new = await held_filing(nc, approvers_state, **changes)
     assert old.approval_id is not None
     assert new.approval_id is not None
     assert new.approval_id != old.approval_id
@@ -659,13 +665,13 @@ async def test_changed_field_is_a_new_approval_and_the_old_one_sends_the_old_act
     assert getattr(old_record.binding, binding_field) != getattr(new_record.binding, binding_field)
     assert old_record.digest != new_record.digest
 
-    attorney = approver(nc, state, ATTORNEY)
+    attorney = approver(nc, approvers_state, ATTORNEY)
     crossed = await attorney.resolve(old.approval_id, "allow-once", new_record.digest)
     assert crossed.reason_codes == ("binding_digest_mismatch",)
-    reply = await approve(nc, state, old.approval_id)
+    reply = await approve(nc, approvers_state, old.approval_id)
     assert reply.accepted
 
-    sent = await orders(gate.js, state)
+    sent = await orders(gate.js, approvers_state)
     assert len(sent) == 1
     order, headers = sent[0]
     assert headers[names.HEADER_APPROVAL_ID] == old.approval_id
@@ -689,9 +695,9 @@ def next_release(tmp_path: Path) -> PolicySet:
 
 @pytest.mark.claim("approver-desk.one-terminal-entry")
 async def test_projection_change_between_hold_and_claim_refuses_the_claim(
-    gate: RunningGate, nc: Client, state: StateDir, next_release: PolicySet
+    gate: RunningGate, nc: Client, approvers_state: StateDir, next_release: PolicySet
 ) -> None:
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     approval_id = verdict.approval_id
     assert approval_id is not None
     held = await gate.approvals.get(approval_id)
@@ -699,24 +705,26 @@ async def test_projection_change_between_hold_and_claim_refuses_the_claim(
     assert next_release.projection_id != held.binding.projection_id
     gate.desk.policy_set = lambda: next_release
 
-    reply = await approve(nc, state, approval_id)
+    reply = await approve(nc, approvers_state, approval_id)
 
     assert (reply.accepted, reply.reason_codes) == (False, ("binding_changed",))
     assert await order_count(gate.js) == 0
     # The approval is closed, and the evidence says what the store holds.
     assert await state_of(gate, approval_id) == "invalidated"
-    rows = ledger_rows(state.ledger, approval_id)
+    rows = ledger_rows(approvers_state.ledger, approval_id)
     assert rows[-1] == ("invalidated", ("binding_changed",))
     assert [status for status, _ in rows].count("invalidated") == 1  # it ended once
     assert held.held_payload is not None
     record = await gate.approvals.get(approval_id)
     assert record is not None
     assert record.held_payload is None
-    again = await approver(nc, state, ATTORNEY).resolve(approval_id, "allow-once", held.digest)
+    again = await approver(nc, approvers_state, ATTORNEY).resolve(
+        approval_id, "allow-once", held.digest
+    )
     assert again.reason_codes == ("approval_not_pending",)
     assert await order_count(gate.js) == 0
     # The refused claim and the resolution after it: one terminal entry, no second.
-    ends = [s for s, _ in ledger_rows(state.ledger, approval_id) if s in TERMINAL_STATES]
+    ends = [s for s, _ in ledger_rows(approvers_state.ledger, approval_id) if s in TERMINAL_STATES]
     assert ends == ["invalidated"]
 
 
@@ -724,10 +732,10 @@ async def test_projection_change_between_hold_and_claim_refuses_the_claim(
 
 
 async def test_held_ttl_is_the_customer_window_and_never_above_the_cap(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
-    acme = await held_filing(nc, state)
-    beta = await held_filing(nc, state, tenant_id=OTHER_TENANT)
+    acme = await held_filing(nc, approvers_state)
+    beta = await held_filing(nc, approvers_state, tenant_id=OTHER_TENANT)
     for verdict, ttl in ((acme, CUSTOMER_TTL_MS), (beta, MAX_TTL_MS)):
         assert verdict.approval_id is not None
         record = await gate.approvals.get(verdict.approval_id)
@@ -740,15 +748,15 @@ async def test_held_ttl_is_the_customer_window_and_never_above_the_cap(
 async def test_no_report_by_the_deadline_is_execution_unknown_for_good(
     gate: RunningGate,
     nc: Client,
-    state: StateDir,
+    approvers_state: StateDir,
     clock: Clock,
     nats_server: EmbeddedNatsServer,
 ) -> None:
     gate.desk.execution_deadline_ms = 5_000
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     approval_id = verdict.approval_id
     assert approval_id is not None
-    reply = await approve(nc, state, approval_id)  # no connector is running
+    reply = await approve(nc, approvers_state, approval_id)  # no connector is running
     assert reply.accepted
     assert reply.order_id
     await gate.desk.sweep()
@@ -758,20 +766,20 @@ async def test_no_report_by_the_deadline_is_execution_unknown_for_good(
     await gate.desk.sweep()
 
     assert await state_of(gate, approval_id) == "execution_unknown"
-    assert ledger_rows(state.ledger, approval_id)[-1] == (
+    assert ledger_rows(approvers_state.ledger, approval_id)[-1] == (
         "execution_unknown",
         ("no_execution_report",),
     )
     # The one order is still in the stream; a connector that runs late files it
     # once, and its report does not reopen or settle the unknown outcome.
-    async with connectors_running(state, nats_server.url):
+    async with connectors_running(approvers_state, nats_server.url):
 
         async def report_read() -> bool:
             info = await gate.js.consumer_info(names.RESULT_STREAM, "smf-gate-results")
             return info.ack_floor is not None and (info.ack_floor.stream_seq or 0) >= 1
 
         await wait_for(report_read, timeout=10)
-    outbox = state.connector_dir("court-efiling") / "outbox"
+    outbox = approvers_state.connector_dir("court-efiling") / "outbox"
     assert [p.name for p in outbox.iterdir()] == [f"{reply.order_id}.json"]
     assert await state_of(gate, approval_id) == "execution_unknown"
     assert await order_count(gate.js) == 1
@@ -883,14 +891,14 @@ async def test_the_proposing_runtimes_report_settles_its_approval(
     evidence: tuple[str, ...],
     gate: RunningGate,
     nc: Client,
-    state: StateDir,
+    approvers_state: StateDir,
 ) -> None:
     """confirmed -> consumed, failed -> failed; executed params that were not the
     approved ones are a broken binding: execution_unknown, never consumed."""
-    held = await approved_runtime_message(gate, nc, state)
+    held = await approved_runtime_message(gate, nc, approvers_state)
     assert held.approval_id is not None
     signed = report_bytes(
-        state.key(OPENCLAW_PRINCIPAL),
+        approvers_state.key(OPENCLAW_PRINCIPAL),
         order_id=runtime_order(held),
         reporter=OPENCLAW_RUNTIME_ID,
         status=status,
@@ -900,8 +908,8 @@ async def test_the_proposing_runtimes_report_settles_its_approval(
     await file_report(nc, OPENCLAW_RUNTIME_ID, signed)
 
     assert await state_of(gate, held.approval_id) == final
-    assert ledger_rows(state.ledger, held.approval_id)[-1] == (final, evidence)
-    assert ledger_statuses(state.ledger, held.approval_id) == [
+    assert ledger_rows(approvers_state.ledger, held.approval_id)[-1] == (final, evidence)
+    assert ledger_statuses(approvers_state.ledger, held.approval_id) == [
         "held",
         "approved",
         "executing",
@@ -913,7 +921,7 @@ async def test_the_proposing_runtimes_report_settles_its_approval(
     # A broken binding stops the runtime, and the stop is its own ledger entry: whatever
     # swapped the call is still loaded in it. The other outcomes stop nothing.
     refused, _ = gate.attestation.standing(OPENCLAW_RUNTIME_ID)
-    stops = stop_entries(state.ledger)
+    stops = stop_entries(approvers_state.ledger)
     if reason == "executed_params_mismatch":
         assert refused == "runtime_stopped_binding_broken"
         assert stops == [("binding_broken",)]
@@ -922,8 +930,8 @@ async def test_the_proposing_runtimes_report_settles_its_approval(
         assert stops == []
     # The same report again (a redelivery) finds nothing open to settle.
     await file_report(nc, OPENCLAW_RUNTIME_ID, signed)
-    assert ledger_statuses(state.ledger, held.approval_id)[-1] == final
-    assert len(ledger_statuses(state.ledger, held.approval_id)) == 4
+    assert ledger_statuses(approvers_state.ledger, held.approval_id)[-1] == final
+    assert len(ledger_statuses(approvers_state.ledger, held.approval_id)) == 4
 
 
 IMPOSTORS: Final[dict[str, tuple[str | None, str]]] = {
@@ -940,61 +948,65 @@ IMPOSTORS: Final[dict[str, tuple[str | None, str]]] = {
 
 @pytest.mark.parametrize("case", sorted(IMPOSTORS))
 async def test_a_runtime_order_is_settled_by_no_one_but_its_proposer(
-    case: str, gate: RunningGate, nc: Client, state: StateDir
+    case: str, gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
     """A report for exactly the runtime's order, signed by anyone else (another
     runtime, an approver, a connector, the gate, a stranger) or naming another
     executor, is ignored: the approval stays ``executing`` and the proposer's own
     report still settles it afterwards."""
     principal, reporter = IMPOSTORS[case]
-    held = await approved_runtime_message(gate, nc, state)
+    held = await approved_runtime_message(gate, nc, approvers_state)
     assert held.approval_id is not None
-    key = generate_signing_key() if principal is None else state.key(principal)
+    key = generate_signing_key() if principal is None else approvers_state.key(principal)
     forged = report_bytes(key, order_id=runtime_order(held), reporter=reporter)
 
     await file_report(nc, reporter, forged)
 
     assert await state_of(gate, held.approval_id) == "executing"
-    assert ledger_statuses(state.ledger, held.approval_id)[-1] == "executing"
+    assert ledger_statuses(approvers_state.ledger, held.approval_id)[-1] == "executing"
     genuine = report_bytes(
-        state.key(OPENCLAW_PRINCIPAL), order_id=runtime_order(held), reporter=OPENCLAW_RUNTIME_ID
+        approvers_state.key(OPENCLAW_PRINCIPAL),
+        order_id=runtime_order(held),
+        reporter=OPENCLAW_RUNTIME_ID,
     )
     await file_report(nc, OPENCLAW_RUNTIME_ID, genuine)
     assert await state_of(gate, held.approval_id) == "consumed"
 
 
 async def test_a_runtime_key_never_settles_a_connector_order(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
     """The court filing's order belongs to the court-efiling connector: not even
     the runtime that proposed it can settle it, whatever executor it names."""
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     approval_id = verdict.approval_id
     assert approval_id is not None
-    reply = await approve(nc, state, approval_id)  # no connector is running
+    reply = await approve(nc, approvers_state, approval_id)  # no connector is running
     assert reply.accepted
     assert reply.order_id == runtime_order(verdict)  # the same derivation, a connector's order
 
     for reporter in (RUNTIME_ID, "court-efiling"):
-        signed = report_bytes(state.key("runtime"), order_id=reply.order_id, reporter=reporter)
+        signed = report_bytes(
+            approvers_state.key("runtime"), order_id=reply.order_id, reporter=reporter
+        )
         await file_report(nc, reporter, signed)
 
     assert await state_of(gate, approval_id) == "executing"
-    assert ledger_statuses(state.ledger, approval_id)[-1] == "executing"
+    assert ledger_statuses(approvers_state.ledger, approval_id)[-1] == "executing"
     connector = report_bytes(
-        state.key("court-efiling"), order_id=reply.order_id, reporter="court-efiling"
+        approvers_state.key("court-efiling"), order_id=reply.order_id, reporter="court-efiling"
     )
     await file_report(nc, "court-efiling", connector)
     assert await state_of(gate, approval_id) == "consumed"
 
 
 async def test_the_outcome_is_gate_signed_and_nothing_else_passes_for_it(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
     """What runtimes act on: the gate's signed allow verifies; the same Verdict
     unsigned, signed by another registry key, or the gate's outcome checked
     against another approval, decision or operation does not."""
-    held = await held_runtime_message(nc, state)
+    held = await held_runtime_message(nc, approvers_state)
     approval_id, decision_id, operation_hash = (
         held.approval_id,
         held.decision_id,
@@ -1005,9 +1017,9 @@ async def test_the_outcome_is_gate_signed_and_nothing_else_passes_for_it(
     assert operation_hash is not None
     outcome = await nc.subscribe(names.approval_outcome_subject(approval_id))
     await nc.flush()
-    assert (await approve(nc, state, approval_id)).accepted
+    assert (await approve(nc, approvers_state, approval_id)).accepted
     raw = (await outcome.next_msg(timeout=5)).data
-    gate_keys = load_registry(state.registry).trusted("gate")
+    gate_keys = load_registry(approvers_state.registry).trusted("gate")
     expected = {
         "approval_id": approval_id,
         "decision_id": decision_id,
@@ -1021,7 +1033,7 @@ async def test_the_outcome_is_gate_signed_and_nothing_else_passes_for_it(
         open_outcome(plain, gate_keys, **expected)
     for principal in ("runtime", OPENCLAW_PRINCIPAL, ATTORNEY, "court-efiling"):
         forged = encode_envelope(
-            sign_struct(names.PAYLOAD_APPROVAL_OUTCOME, allowed, [state.key(principal)])
+            sign_struct(names.PAYLOAD_APPROVAL_OUTCOME, allowed, [approvers_state.key(principal)])
         )
         with pytest.raises(dsse.UnknownSignerError):
             open_outcome(forged, gate_keys, **expected)

@@ -86,13 +86,12 @@ from tests.support.approval_race import (
     launch_gate_process,
     race_one_claim,
     race_one_resolution,
-    state,
     store,
 )
 from tests.support.bus_helpers import ExecuteSpy, wait_for
 from tests.support.clocks import OffsetClock as Clock
 
-__all__ = ["state", "store"]
+__all__ = ["store"]
 
 
 Spawn = Callable[..., Awaitable[GateProcess]]
@@ -100,7 +99,7 @@ Spawn = Callable[..., Awaitable[GateProcess]]
 
 @pytest.fixture
 async def spawn(
-    state: StateDir, nats_server: EmbeddedNatsServer, tmp_path: Path
+    approvers_state: StateDir, nats_server: EmbeddedNatsServer, tmp_path: Path
 ) -> AsyncIterator[Spawn]:
     """Start gate processes on the shared state; every one is stopped afterwards."""
     started: list[GateProcess] = []
@@ -110,7 +109,7 @@ async def spawn(
     ) -> GateProcess:
         gate = await launch_gate_process(
             tmp_path,
-            state,
+            approvers_state,
             nats_server.url,
             name,
             own_ledger=own_ledger,
@@ -128,17 +127,17 @@ async def spawn(
 
 
 async def test_one_resolution_sent_to_two_gate_processes_gives_one_order_every_round(
-    spawn: Spawn, nc: Client, state: StateDir
+    spawn: Spawn, nc: Client, approvers_state: StateDir
 ) -> None:
     gates = [await spawn("gate-a"), await spawn("gate-b")]
-    await race_one_resolution(gates, nc, state)
+    await race_one_resolution(gates, nc, approvers_state)
 
 
 async def test_two_gate_processes_claiming_one_approved_approval_give_one_order_every_round(
-    spawn: Spawn, nc: Client, state: StateDir, store: SqliteApprovalStore
+    spawn: Spawn, nc: Client, approvers_state: StateDir, store: SqliteApprovalStore
 ) -> None:
     gates = [await spawn("gate-a"), await spawn("gate-b")]
-    await race_one_claim(gates, nc, state, store)
+    await race_one_claim(gates, nc, approvers_state, store)
 
 
 # --- crashes -------------------------------------------------------------------------
@@ -159,14 +158,14 @@ async def restarted_gate(state: StateDir, url: str) -> AsyncIterator[None]:
 async def test_crash_between_claim_and_publish_is_execution_unknown_without_an_order(
     spawn: Spawn,
     nc: Client,
-    state: StateDir,
+    approvers_state: StateDir,
     store: SqliteApprovalStore,
     nats_server: EmbeddedNatsServer,
 ) -> None:
     gate = await spawn("gate-a", own_ledger=False, park_dispatch=True)
     js = nc.jetstream()
     spy = await ExecuteSpy.attach(nc)
-    client, attorney = runtime(nc, state), approver(nc, state, ATTORNEY)
+    client, attorney = runtime(nc, approvers_state), approver(nc, approvers_state, ATTORNEY)
     claimed = (await hold(client, court_filing(client))).approval_id
     pending = (await hold(client, court_filing(client))).approval_id
     approved = (await hold(client, court_filing(client))).approval_id
@@ -190,7 +189,7 @@ async def test_crash_between_claim_and_publish_is_execution_unknown_without_an_o
     await gate.kill()
 
     assert await order_count(js) == 0
-    async with restarted_gate(state, nats_server.url):
+    async with restarted_gate(approvers_state, nats_server.url):
         for approval_id, after in (
             (claimed, "execution_unknown"),
             (approved, "invalidated"),
@@ -199,7 +198,10 @@ async def test_crash_between_claim_and_publish_is_execution_unknown_without_an_o
             assert record is not None
             assert record.state == after, approval_id
             assert record.held_payload is None
-            assert ledger_rows(state.ledger, approval_id)[-1] == (after, ("gate_restarted",))
+            assert ledger_rows(approvers_state.ledger, approval_id)[-1] == (
+                after,
+                ("gate_restarted",),
+            )
         # What the crash did not interrupt survives it, content and all.
         kept = await store.get(pending)
         assert kept is not None
@@ -214,14 +216,14 @@ async def test_crash_between_claim_and_publish_is_execution_unknown_without_an_o
 async def test_crash_between_publish_and_report_is_execution_unknown_and_files_once(
     spawn: Spawn,
     nc: Client,
-    state: StateDir,
+    approvers_state: StateDir,
     store: SqliteApprovalStore,
     nats_server: EmbeddedNatsServer,
 ) -> None:
     gate = await spawn("gate-a", own_ledger=False)
     js = nc.jetstream()
     spy = await ExecuteSpy.attach(nc)
-    client, attorney = runtime(nc, state), approver(nc, state, ATTORNEY)
+    client, attorney = runtime(nc, approvers_state), approver(nc, approvers_state, ATTORNEY)
     approval_id = (await hold(client, court_filing(client))).approval_id
     assert approval_id is not None
     view = await attorney.show(approval_id)
@@ -232,17 +234,17 @@ async def test_crash_between_publish_and_report_is_execution_unknown_and_files_o
     assert await order_count(js) == 1
     await gate.kill()
 
-    async with restarted_gate(state, nats_server.url):
+    async with restarted_gate(approvers_state, nats_server.url):
         record = await store.get(approval_id)
         assert record is not None
         assert record.state == "execution_unknown"
-        assert ledger_rows(state.ledger, approval_id)[-1] == (
+        assert ledger_rows(approvers_state.ledger, approval_id)[-1] == (
             "execution_unknown",
             ("gate_restarted",),
         )
         replay = await send(nc, signed)
         assert (replay.accepted, replay.reason_codes) == (False, ("approval_not_pending",))
-        async with connectors_running(state, nats_server.url):
+        async with connectors_running(approvers_state, nats_server.url):
 
             async def report_read() -> bool:
                 info = await js.consumer_info(names.RESULT_STREAM, "smf-gate-results")
@@ -253,6 +255,6 @@ async def test_crash_between_publish_and_report_is_execution_unknown_and_files_o
         assert record is not None
         assert record.state == "execution_unknown"
         assert await spy.approval_ids() == [approval_id]
-    outbox = state.connector_dir("court-efiling") / "outbox"
+    outbox = approvers_state.connector_dir("court-efiling") / "outbox"
     assert [p.name for p in outbox.iterdir()] == [f"{reply.order_id}.json"]
     assert await order_count(js) == 1

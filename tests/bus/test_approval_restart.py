@@ -43,17 +43,14 @@ from tests.support.approval_desk import (
     status,
 )
 from tests.support.approval_race import GateProcess, launch_gate_process
-from tests.support.approval_race import state as race_state
 from tests.support.bus_helpers import ExecuteSpy, wait_for
-
-state = race_state
 
 Start = Callable[..., Awaitable[GateProcess]]
 
 
 @pytest.fixture
 async def start(
-    state: StateDir, nats_server: EmbeddedNatsServer, tmp_path: Path
+    approvers_state: StateDir, nats_server: EmbeddedNatsServer, tmp_path: Path
 ) -> AsyncIterator[Start]:
     """Gate processes on the shared state and its one ledger, each stopped afterwards."""
     started: list[GateProcess] = []
@@ -61,7 +58,7 @@ async def start(
     async def launch(name: str, clock_offset_ms: int = 0) -> GateProcess:
         gate = await launch_gate_process(
             tmp_path,
-            state,
+            approvers_state,
             nats_server.url,
             name,
             own_ledger=False,
@@ -81,10 +78,10 @@ def terminal(state: StateDir, approval_id: str) -> list[str | None]:
 
 @pytest.mark.claim("approver-desk.pending-survives-restart")
 async def test_a_pending_filing_is_approved_after_a_restart_and_filed_once(
-    start: Start, nc: Client, state: StateDir, nats_server: EmbeddedNatsServer
+    start: Start, nc: Client, approvers_state: StateDir, nats_server: EmbeddedNatsServer
 ) -> None:
     first = await start("gate-one")
-    client = runtime(nc, state)
+    client = runtime(nc, approvers_state)
     held = await hold(client, court_filing(client))
     approval_id = held.approval_id
     assert approval_id is not None
@@ -95,8 +92,8 @@ async def test_a_pending_filing_is_approved_after_a_restart_and_filed_once(
     await start("gate-two")
     spy = await ExecuteSpy.attach(nc)
     assert await status(nc, approval_id) == "pending"
-    attorney = approver(nc, state, ATTORNEY)
-    async with connectors_running(state, nats_server.url):
+    attorney = approver(nc, approvers_state, ATTORNEY)
+    async with connectors_running(approvers_state, nats_server.url):
         view, reply = await attorney.review_and_resolve(approval_id, "allow-once")
         assert content_matches(view)  # the exact action, kept across the restart
         assert (reply.accepted, reply.state) == (True, "executing")
@@ -108,28 +105,28 @@ async def test_a_pending_filing_is_approved_after_a_restart_and_filed_once(
         again = await attorney.resolve(approval_id, "allow-once", view.binding_digest)
 
     assert (again.accepted, again.reason_codes) == (False, ("approval_not_pending",))
-    told = await next_outcome(outcome, state, held)
+    told = await next_outcome(outcome, approvers_state, held)
     assert (told.outcome, told.order_id) == ("allow", reply.order_id)
-    outbox = state.connector_dir("court-efiling") / "outbox"
+    outbox = approvers_state.connector_dir("court-efiling") / "outbox"
     assert [p.name for p in outbox.iterdir()] == [f"{reply.order_id}.json"]
     assert await spy.approval_ids() == [approval_id]
     assert await order_count(nc.jetstream()) == 1
-    assert terminal(state, approval_id) == ["consumed"]
+    assert terminal(approvers_state, approval_id) == ["consumed"]
     assert "gate_restarted" not in {
-        c for _, codes in ledger_rows(state.ledger, approval_id) for c in codes
+        c for _, codes in ledger_rows(approvers_state.ledger, approval_id) for c in codes
     }
 
 
 @pytest.mark.claim("approver-desk.pending-survives-restart")
 async def test_a_filing_whose_ttl_ran_out_while_the_gate_was_down_is_expired(
-    start: Start, nc: Client, state: StateDir
+    start: Start, nc: Client, approvers_state: StateDir
 ) -> None:
     first = await start("gate-one")
-    client = runtime(nc, state)
+    client = runtime(nc, approvers_state)
     held = await hold(client, court_filing(client))
     approval_id = held.approval_id
     assert approval_id is not None
-    attorney = approver(nc, state, ATTORNEY)
+    attorney = approver(nc, approvers_state, ATTORNEY)
     view = await attorney.show(approval_id)
     allow = attorney.sign_resolution(approval_id, "allow-once", view.binding_digest)
     outcome = await nc.subscribe(names.approval_outcome_subject(approval_id))
@@ -141,10 +138,10 @@ async def test_a_filing_whose_ttl_ran_out_while_the_gate_was_down_is_expired(
     spy = await ExecuteSpy.attach(nc)
 
     assert await status(nc, approval_id) == "expired"
-    told = await next_outcome(outcome, state, held)
+    told = await next_outcome(outcome, approvers_state, held)
     assert (told.outcome, told.reason_codes) == ("deny", ("approval_expired",))
     reply = await attorney.send(allow)
     assert (reply.accepted, reply.reason_codes) == (False, ("approval_not_pending",))
     assert await spy.approval_ids() == []
     assert await order_count(nc.jetstream()) == 0
-    assert terminal(state, approval_id) == ["expired"]
+    assert terminal(approvers_state, approval_id) == ["expired"]

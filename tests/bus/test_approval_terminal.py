@@ -45,7 +45,6 @@ from tests.support.approval_desk import (
 from tests.support.bus_helpers import ExecuteSpy, wait_for
 from tests.support.clocks import OffsetClock as Clock
 
-state = desk.state
 clock = desk.clock
 gate = desk.gate
 
@@ -56,18 +55,18 @@ def terminal_entries(state: StateDir, approval_id: str) -> list[str | None]:
 
 @pytest.mark.claim("approver-desk.one-terminal-entry")
 async def test_duplicate_resolutions_at_once_and_later_leave_one_terminal_entry(
-    gate: RunningGate, nc: Client, state: StateDir, nats_server: EmbeddedNatsServer
+    gate: RunningGate, nc: Client, approvers_state: StateDir, nats_server: EmbeddedNatsServer
 ) -> None:
-    held = await held_filing(nc, state)
+    held = await held_filing(nc, approvers_state)
     approval_id = held.approval_id
     assert approval_id is not None
     spy = await ExecuteSpy.attach(nc)
-    attorney = approver(nc, state, ATTORNEY)
+    attorney = approver(nc, approvers_state, ATTORNEY)
     view = await attorney.show(approval_id)
     allow = attorney.sign_resolution(approval_id, "allow-once", view.binding_digest)
     deny = attorney.sign_resolution(approval_id, "deny", view.binding_digest)
 
-    async with connectors_running(state, nats_server.url):
+    async with connectors_running(approvers_state, nats_server.url):
         replies = await asyncio.gather(*(send(nc, signed) for signed in [allow] * 8 + [deny] * 2))
 
         accepted = [r for r in replies if r.accepted]
@@ -85,12 +84,12 @@ async def test_duplicate_resolutions_at_once_and_later_leave_one_terminal_entry(
     assert [(r.accepted, r.state, r.reason_codes) for r in later] == [
         (False, "consumed", ("approval_not_pending",))
     ] * 2
-    outbox = state.connector_dir("court-efiling") / "outbox"
+    outbox = approvers_state.connector_dir("court-efiling") / "outbox"
     assert len(list(outbox.iterdir())) == 1
     assert await spy.approval_ids() == [approval_id]
     assert await order_count(gate.js) == 1
-    assert terminal_entries(state, approval_id) == ["consumed"]
-    rows = ledger_rows(state.ledger, approval_id)
+    assert terminal_entries(approvers_state, approval_id) == ["consumed"]
+    rows = ledger_rows(approvers_state.ledger, approval_id)
     end = [status for status, _ in rows].index("consumed")
     # Both duplicates after the end are on the record, naming no state.
     assert rows[end + 1 :] == [(None, ("approval_not_pending",))] * 2
@@ -98,13 +97,13 @@ async def test_duplicate_resolutions_at_once_and_later_leave_one_terminal_entry(
 
 @pytest.mark.claim("approver-desk.one-terminal-entry")
 async def test_resolutions_racing_the_expiry_leave_one_expired_entry(
-    gate: RunningGate, nc: Client, state: StateDir, clock: Clock
+    gate: RunningGate, nc: Client, approvers_state: StateDir, clock: Clock
 ) -> None:
-    held = await held_filing(nc, state)
+    held = await held_filing(nc, approvers_state)
     approval_id, expires_at = held.approval_id, held.expires_at_ms
     assert approval_id is not None
     assert expires_at is not None
-    attorney = approver(nc, state, ATTORNEY)
+    attorney = approver(nc, approvers_state, ATTORNEY)
     view = await attorney.show(approval_id)
     allow = attorney.sign_resolution(approval_id, "allow-once", view.binding_digest)
     clock.advance(expires_at - clock() + 1)
@@ -121,5 +120,5 @@ async def test_resolutions_racing_the_expiry_leave_one_expired_entry(
     }
     assert await state_of(gate, approval_id) == "expired"
     assert await order_count(gate.js) == 0
-    assert terminal_entries(state, approval_id) == ["expired"]
-    assert ledger_rows(state.ledger, approval_id)[-1] == (None, ("approval_not_pending",))
+    assert terminal_entries(approvers_state, approval_id) == ["expired"]
+    assert ledger_rows(approvers_state.ledger, approval_id)[-1] == (None, ("approval_not_pending",))

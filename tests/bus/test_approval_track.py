@@ -53,7 +53,6 @@ from tests.support.bus_helpers import random_identity, wait_for
 from tests.support.cli_ops import arun, assert_one_line_failure
 
 # The approval desk's fixtures, shared rather than copied.
-state = desk.state
 clock = desk.clock
 gate = desk.gate
 
@@ -70,16 +69,16 @@ def ledger_bytes(ledger: Path) -> bytes:
 async def test_the_filing_number_is_kept_with_the_outcome_for_requester_and_approver(
     gate: RunningGate,
     nc: Client,
-    state: StateDir,
+    approvers_state: StateDir,
     nats_server: EmbeddedNatsServer,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     approval_id = verdict.approval_id
     assert approval_id is not None
     with structlog.testing.capture_logs() as logs:
-        async with connectors_running(state, nats_server.url):
-            reply = await approve(nc, state, approval_id)
+        async with connectors_running(approvers_state, nats_server.url):
+            reply = await approve(nc, approvers_state, approval_id)
             assert reply.order_id is not None
 
             async def consumed() -> bool:
@@ -87,50 +86,54 @@ async def test_the_filing_number_is_kept_with_the_outcome_for_requester_and_appr
 
             await wait_for(consumed, timeout=10)
     number = filing_number(reply.order_id)
-    court = (state.connector_dir("court-efiling") / "outbox" / f"{reply.order_id}.json").read_text()
+    court = (
+        approvers_state.connector_dir("court-efiling") / "outbox" / f"{reply.order_id}.json"
+    ).read_text()
     assert number in court, "the receipt is the number the court holds for the filing"
 
-    mine = await approver(nc, state, PARALEGAL).track([approval_id])
+    mine = await approver(nc, approvers_state, PARALEGAL).track([approval_id])
     assert [(t.relation, t.state, t.receipt, t.order_id) for t in mine.approvals] == [
         ("requester", "consumed", number, reply.order_id)
     ]
-    theirs = await approver(nc, state, ATTORNEY).track([approval_id])
+    theirs = await approver(nc, approvers_state, ATTORNEY).track([approval_id])
     assert [(t.relation, t.receipt) for t in theirs.approvals] == [("approver", number)]
 
     # ``approvals show`` of the filed approval names its state and the filing number.
-    (state.root / NATS_URL_FILE).write_text(nats_server.url)
+    (approvers_state.root / NATS_URL_FILE).write_text(nats_server.url)
     code, _, err = await arun(
         [
             "approvals",
             "show",
             approval_id,
             "--state-dir",
-            str(state.root),
+            str(approvers_state.root),
             "--key",
-            str(state.key_path(ATTORNEY)),
+            str(approvers_state.key_path(ATTORNEY)),
         ],
         capsys,
     )
     assert_one_line_failure(code, err, "(state consumed)", f"the connector's receipt {number}")
 
-    assert ledger_rows(state.ledger, approval_id)[-1][0] == "consumed"
-    assert number.encode() not in ledger_bytes(state.ledger), "the receipt reached the ledger"
+    assert ledger_rows(approvers_state.ledger, approval_id)[-1][0] == "consumed"
+    assert number.encode() not in ledger_bytes(approvers_state.ledger), (
+        "the receipt reached the ledger"
+    )
     assert logs, "the gate logged the flow"
     assert all(number not in repr(entry) for entry in logs), "the receipt reached a log line"
 
 
 async def test_a_denials_reason_reaches_its_requester_and_the_note_does_not(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     approval_id = verdict.approval_id
     assert approval_id is not None
     note = "Attach exhibit B and send it again."
-    _, reply = await approver(nc, state, ATTORNEY).review_and_resolve(
+    _, reply = await approver(nc, approvers_state, ATTORNEY).review_and_resolve(
         approval_id, "deny", deny_reason="wrong_document", note=note
     )
     assert reply.accepted
-    mine = await approver(nc, state, PARALEGAL).track([approval_id])
+    mine = await approver(nc, approvers_state, PARALEGAL).track([approval_id])
     (shown,) = mine.approvals
     assert (shown.state, shown.outcome_codes, shown.receipt) == (
         "denied",
@@ -142,26 +145,26 @@ async def test_a_denials_reason_reaches_its_requester_and_the_note_does_not(
 
 @pytest.mark.claim("approver-desk.requester-sees-own-only")
 async def test_nobody_else_learns_of_a_request(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
     """The paralegal's answer holds her own request and leaves out another person's
     exactly like an id the gate never held; another tenant's attorney gets nothing; an
     attorney of the tenant sees the paralegal's as its approver and their own as its
     requester."""
-    paralegals = await held_filing(nc, state)
-    others = await held_filing(nc, state, actor_id=SELF_APPROVER)
+    paralegals = await held_filing(nc, approvers_state)
+    others = await held_filing(nc, approvers_state, actor_id=SELF_APPROVER)
     assert paralegals.approval_id is not None
     assert others.approval_id is not None
     never_held = random_identity()
     ids = [paralegals.approval_id, others.approval_id, never_held]
 
-    mine = await approver(nc, state, PARALEGAL).track(ids)
+    mine = await approver(nc, approvers_state, PARALEGAL).track(ids)
     assert [(t.approval_id, t.relation, t.state) for t in mine.approvals] == [
         (paralegals.approval_id, "requester", "pending")
     ], "the paralegal sees her own request only"
-    stranger = await approver(nc, state, OTHER_TENANT_ATTORNEY).track(ids)
+    stranger = await approver(nc, approvers_state, OTHER_TENANT_ATTORNEY).track(ids)
     assert stranger.approvals == ()
-    sam = await approver(nc, state, SELF_APPROVER).track(ids)
+    sam = await approver(nc, approvers_state, SELF_APPROVER).track(ids)
     assert {t.approval_id: t.relation for t in sam.approvals} == {
         paralegals.approval_id: "approver",
         others.approval_id: "requester",
@@ -169,9 +172,9 @@ async def test_nobody_else_learns_of_a_request(
 
 
 async def test_a_stale_forged_or_misnamed_track_request_is_refused(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     approval_id = verdict.approval_id
     assert approval_id is not None
     now = time.time_ns() // 1_000_000
@@ -183,7 +186,7 @@ async def test_a_stale_forged_or_misnamed_track_request_is_refused(
             approval_ids=(approval_id,),
             requested_at_ms=at_ms,
         )
-        key = generate_signing_key() if key_name is None else state.key(key_name)
+        key = generate_signing_key() if key_name is None else approvers_state.key(key_name)
         signed = encode_envelope(sign_struct(names.PAYLOAD_TRACK_REQUEST, request, [key]))
         reply = await nc.request(names.APPROVAL_TRACK, signed, timeout=5)
         assert reply.headers is not None, reply.data

@@ -66,14 +66,13 @@ from tests.support.approval_desk import (
     order_count,
     orders,
     runtime,
-    state,
     state_of,
 )
 from tests.support.attachments import OTHER_PDF, _tamper
 from tests.support.cli_ops import arun, hold_court_filing, key_args, stack, table_value
 from tests.support.console import a_binding
 
-__all__ = ["clock", "gate", "stack", "state"]
+__all__ = ["clock", "gate", "stack"]
 
 FILING: Final = SCENARIOS[0]
 
@@ -142,9 +141,9 @@ def test_an_attachment_that_is_not_what_it_says_is_refused(case: str) -> None:
 
 
 async def test_a_filing_whose_document_is_not_its_digest_is_denied_and_not_held(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
-    client = runtime(nc, state)
+    client = runtime(nc, approvers_state)
     swapped = _with(data_b64=base64.b64encode(OTHER_PDF).decode())
     for arguments in (
         {**FILING.arguments, "document_file": swapped},
@@ -158,11 +157,11 @@ async def test_a_filing_whose_document_is_not_its_digest_is_denied_and_not_held(
 
 
 async def test_the_attorney_sees_the_pdf_and_the_order_carries_those_bytes(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     assert verdict.approval_id is not None
-    view = await approver(nc, state, ATTORNEY).show(verdict.approval_id)
+    view = await approver(nc, approvers_state, ATTORNEY).show(verdict.approval_id)
     shown = json.loads(view.arguments_json)["document_file"]
     assert base64.b64decode(shown["data_b64"]) == MOTION_PDF
     assert shown["sha256"] == sha256_identity(MOTION_PDF)
@@ -170,11 +169,11 @@ async def test_the_attorney_sees_the_pdf_and_the_order_carries_those_bytes(
     assert identity_of(json.loads(view.arguments_json)) == view.binding.canonical_args_hash
     assert content_matches(view)
 
-    reply = await approver(nc, state, ATTORNEY).resolve(
+    reply = await approver(nc, approvers_state, ATTORNEY).resolve(
         verdict.approval_id, "allow-once", view.binding_digest
     )
     assert reply.accepted, reply
-    ((order, _),) = await orders(gate.js, state)
+    ((order, _),) = await orders(gate.js, approvers_state)
     sent = order.arguments["document_file"]
     assert base64.b64decode(sent["data_b64"]) == MOTION_PDF
     assert open_attachment(sent)[1] == MOTION_PDF
@@ -182,18 +181,18 @@ async def test_the_attorney_sees_the_pdf_and_the_order_carries_those_bytes(
 
 @pytest.mark.claim("exact-action-approval.binding-changed")
 async def test_a_document_changed_after_approval_breaks_the_binding_and_nothing_is_sent(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     approval_id = verdict.approval_id
     assert approval_id is not None
-    attorney = approver(nc, state, ATTORNEY)
+    attorney = approver(nc, approvers_state, ATTORNEY)
     view = await attorney.show(approval_id)
     assert content_matches(view)
     connector_subject = await nc.subscribe(names.execute_subject("court-efiling"))
     await nc.flush()
 
-    _tamper(state, approval_id, OTHER_PDF)
+    _tamper(approvers_state, approval_id, OTHER_PDF)
     reply = await attorney.resolve(approval_id, "allow-once", view.binding_digest)
 
     assert (reply.accepted, reply.reason_codes) == (False, ("binding_changed",))
@@ -201,20 +200,20 @@ async def test_a_document_changed_after_approval_breaks_the_binding_and_nothing_
     await nc.flush()
     assert connector_subject.pending_msgs == 0
     assert await state_of(gate, approval_id) == "invalidated"
-    assert ("invalidated", ("binding_changed",)) in ledger_rows(state.ledger, approval_id)
+    assert ("invalidated", ("binding_changed",)) in ledger_rows(approvers_state.ledger, approval_id)
 
 
 # --- the approver's command line -------------------------------------------------------
 
 
 async def test_the_python_check_refuses_a_swapped_or_broken_document(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
     """``content_matches`` (the CLI's and the Python approver's check) covers the
     arguments and each document, as the page's checks do."""
-    verdict = await held_filing(nc, state)
+    verdict = await held_filing(nc, approvers_state)
     assert verdict.approval_id is not None
-    view = await approver(nc, state, ATTORNEY).show(verdict.approval_id)
+    view = await approver(nc, approvers_state, ATTORNEY).show(verdict.approval_id)
     assert content_matches(view)
     arguments = json.loads(view.arguments_json)
     swapped = attachment_argument("motion-to-compel.pdf", "application/pdf", OTHER_PDF)

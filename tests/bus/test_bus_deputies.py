@@ -186,27 +186,27 @@ async def running_bus(state: StateDir, urls: list[str], cluster: bool) -> AsyncI
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision(state)
-    return state
+def other_tenant_state(tmp_path: Path) -> StateDir:
+    other_tenant_state = StateDir(tmp_path / "state")
+    provision(other_tenant_state)
+    return other_tenant_state
 
 
 @pytest.fixture(params=["one server", "cluster"])
 async def bus(
-    request: pytest.FixtureRequest, state: StateDir, tmp_path: Path
+    request: pytest.FixtureRequest, other_tenant_state: StateDir, tmp_path: Path
 ) -> AsyncIterator[Bus]:
     if request.param == "one server":
-        server: EmbeddedNatsServer = start_embedded_server(state)
+        server: EmbeddedNatsServer = start_embedded_server(other_tenant_state)
         try:
-            async with running_bus(state, [server.url], cluster=False) as running:
+            async with running_bus(other_tenant_state, [server.url], cluster=False) as running:
                 yield running
         finally:
             server.close()
         return
     async with LocalNatsCluster(tmp_path / "cluster") as nodes:
-        await nodes.authorize(registry_entries(state.registry))
-        async with running_bus(state, nodes.urls, cluster=True) as running:
+        await nodes.authorize(registry_entries(other_tenant_state.registry))
+        async with running_bus(other_tenant_state, nodes.urls, cluster=True) as running:
             yield running
 
 
@@ -335,11 +335,11 @@ async def refused_replies(operator: Client, endpoint: str) -> int:
 
 @pytest.mark.claim("bus-access.no-deputy")
 async def test_inside_the_gate_account_a_hostile_reply_is_dropped_and_counted(
-    state: StateDir,
+    other_tenant_state: StateDir,
 ) -> None:
-    server = start_embedded_server(state)
+    server = start_embedded_server(other_tenant_state)
     try:
-        async with running_bus(state, [server.url], cluster=False) as bus:
+        async with running_bus(other_tenant_state, [server.url], cluster=False) as bus:
             before = await bus.counts()
             dropped = await refused_replies(bus.operator, "status")
             for target in TARGETS:
@@ -369,10 +369,10 @@ async def _at_least(operator: Client, endpoint: str, floor: int) -> bool:
 
 @pytest.mark.claim("bus-access.no-deputy")
 async def test_on_a_bus_without_accounts_the_gate_still_answers_only_inboxes(
-    state: StateDir, tmp_path: Path
+    other_tenant_state: StateDir, tmp_path: Path
 ) -> None:
     with EmbeddedNatsServer(tmp_path / "open") as server:
-        gate = await start_gate(gate_config(state, server.url, co_located=True))
+        gate = await start_gate(gate_config(other_tenant_state, server.url, co_located=True))
         nc = await nats.connect(server.url)
         try:
             js = nc.jetstream(timeout=ANSWER_S)

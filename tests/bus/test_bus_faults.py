@@ -58,7 +58,7 @@ from smf_assurance.subjects.approvals import open_outcome
 from smf_assurance.subjects.keyed import keyed_identifier
 from smf_assurance.subjects.messages import Proposal, Verdict
 from smf_assurance.subjects.registry import load_registry
-from tests.support.bus_faults import DMS_DURABLE, seed_documents, state, tombstones
+from tests.support.bus_faults import DMS_DURABLE, seed_documents, tombstones
 from tests.support.bus_helpers import (
     ExecuteSpy,
     ReportInbox,
@@ -77,8 +77,6 @@ from tests.support.bus_properties import (
     runtime_client,
     stored_orders,
 )
-
-__all__ = ["state"]
 
 REPO = Path(__file__).resolve().parents[2]
 GATE_CHILD = Path(__file__).parents[1] / "support" / "gate_child.py"

@@ -73,11 +73,8 @@ from tests.support.bus_properties import (
     ledger_entries,
     open_order,
     runtime_client,
-    state,
     stored_orders,
 )
-
-__all__ = ["state"]
 
 SERVICE_ERROR_CODE = "Nats-Service-Error-Code"
 SERVICE_ERROR = "Nats-Service-Error"

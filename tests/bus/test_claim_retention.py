@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import msgspec
 import nats
@@ -44,7 +43,7 @@ from smf_assurance.pipeline.stores.claims import (
 )
 from smf_assurance.subjects.keyed import PseudonymKey
 from tests.support.bus_helpers import wait_for
-from tests.support.bus_properties import deletion, execute_count, provisioned_state, runtime_client
+from tests.support.bus_properties import deletion, execute_count, runtime_client
 from tests.support.clocks import FrozenClock
 
 SETTINGS = GateSettings(tenant_key=PseudonymKey(b"k" * 32))
@@ -115,11 +114,6 @@ def test_one_millisecond_less_retention_would_forget_a_usable_claim() -> None:
 
 
 # --- a real gate at the edge of the window -----------------------------------------------
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    return provisioned_state(tmp_path)
 
 
 @pytest.fixture

@@ -109,12 +109,12 @@ TRANSPORT_DENIALS: Final = frozenset({"gate_timeout", "gate_unreachable", "gate_
 
 
 @pytest.fixture
-async def state(tmp_path: Path, nats_cluster: LocalNatsCluster) -> StateDir:
+async def cluster_state(tmp_path: Path, nats_cluster: LocalNatsCluster) -> StateDir:
     """The provisioned state, its principals let onto the cluster."""
-    state = StateDir(tmp_path / "state")
-    provision_with_extra_approvers(state)
-    await nats_cluster.authorize(registry_entries(state.registry))
-    return state
+    cluster_state = StateDir(tmp_path / "state")
+    provision_with_extra_approvers(cluster_state)
+    await nats_cluster.authorize(registry_entries(cluster_state.registry))
+    return cluster_state
 
 
 @pytest.fixture
@@ -148,7 +148,7 @@ def js_api(nc: Client) -> JetStreamContext:
 
 @pytest.fixture
 async def replicas(
-    state: StateDir, nats_cluster: LocalNatsCluster, tmp_path: Path
+    cluster_state: StateDir, nats_cluster: LocalNatsCluster, tmp_path: Path
 ) -> AsyncIterator[list[GateProcess]]:
     """Two gate processes in cluster mode: gate-a on nats-1, gate-b on nats-2."""
     gates: list[GateProcess] = []
@@ -157,7 +157,7 @@ async def replicas(
             gates.append(
                 await launch_gate_process(
                     tmp_path,
-                    state,
+                    cluster_state,
                     nats_cluster.urls[index],
                     name,
                     cluster_replicas=REPLICAS,
@@ -190,17 +190,17 @@ async def approval_state(nc: Client, approval_id: str) -> str:
 
 
 async def test_replicas_on_two_nodes_racing_one_resolution_give_one_order_every_round(
-    replicas: list[GateProcess], cnc: Client, state: StateDir
+    replicas: list[GateProcess], cnc: Client, cluster_state: StateDir
 ) -> None:
-    await race_one_resolution(replicas, cnc, state)
+    await race_one_resolution(replicas, cnc, cluster_state)
 
 
 async def test_replicas_on_two_nodes_claiming_one_approval_give_one_order_every_round(
-    replicas: list[GateProcess], cnc: Client, state: StateDir
+    replicas: list[GateProcess], cnc: Client, cluster_state: StateDir
 ) -> None:
     store = await KvApprovalStore.open(js_api(cnc), replicas=REPLICAS)
     try:
-        await race_one_claim(replicas, cnc, state, store)
+        await race_one_claim(replicas, cnc, cluster_state, store)
     finally:
         await store.close()
 
@@ -209,10 +209,13 @@ async def test_replicas_on_two_nodes_claiming_one_approval_give_one_order_every_
 
 
 async def test_an_approval_held_by_a_killed_replica_is_resolved_once_by_the_other(
-    replicas: list[GateProcess], cnc: Client, state: StateDir, nats_cluster: LocalNatsCluster
+    replicas: list[GateProcess],
+    cnc: Client,
+    cluster_state: StateDir,
+    nats_cluster: LocalNatsCluster,
 ) -> None:
     gate_a, gate_b = replicas
-    client = runtime(cnc, state)
+    client = runtime(cnc, cluster_state)
     verdict = await propose_to(cnc, gate_a, client.sign(court_filing(client)), client.gate_keys)
     assert verdict.outcome == "held", verdict
     approval_id = verdict.approval_id
@@ -223,7 +226,7 @@ async def test_an_approval_held_by_a_killed_replica_is_resolved_once_by_the_othe
     # one is lost while the cluster forgets the killed replica's queue interest or
     # gate-b is slow under load (seen once in ten runs under load; a real
     # approver's console asks again too). The resolution is sent once, with time.
-    attorney = dataclasses.replace(approver(cnc, state, ATTORNEY), timeout=2.0)
+    attorney = dataclasses.replace(approver(cnc, cluster_state, ATTORNEY), timeout=2.0)
     view = await shown_after_failover(attorney, approval_id)
     attorney = dataclasses.replace(attorney, timeout=20.0)
     reply = await attorney.resolve(approval_id, "allow-once", view.binding_digest)
@@ -233,15 +236,15 @@ async def test_an_approval_held_by_a_killed_replica_is_resolved_once_by_the_othe
     assert (again.accepted, again.reason_codes) == (False, ("approval_not_pending",))
     assert "held" in ledger_statuses(gate_a.ledger, approval_id)
     assert "executing" in ledger_statuses(gate_b.ledger, approval_id)
-    async with connectors_running(state, nats_cluster.urls[2]):
+    async with connectors_running(cluster_state, nats_cluster.urls[2]):
 
         async def consumed() -> bool:
             return await approval_state(cnc, approval_id) == "consumed"
 
         await wait_for(consumed, timeout=20)
-    sent = await orders(js_api(cnc), state)
+    sent = await orders(js_api(cnc), cluster_state)
     assert [o.approval_id for o, _ in sent] == [approval_id]
-    outbox = state.connector_dir("court-efiling") / "outbox"
+    outbox = cluster_state.connector_dir("court-efiling") / "outbox"
     assert [p.name for p in outbox.iterdir()] == [f"{reply.order_id}.json"]
 
 
@@ -250,7 +253,7 @@ CLAIM_GRACE_MS: Final = 3_000
 
 @pytest.mark.claim("verdict-agrees.abandoned-approval-settled")
 async def test_an_approval_a_killed_replica_left_approved_is_settled_by_the_other_in_time(
-    state: StateDir, cnc: Client, nats_cluster: LocalNatsCluster, tmp_path: Path
+    cluster_state: StateDir, cnc: Client, nats_cluster: LocalNatsCluster, tmp_path: Path
 ) -> None:
     """gate-a accepts an allow-once and is SIGKILLed before it claims (its ledger's write
     lock is held, so the accepted approval's evidence waits there); the approval stays
@@ -265,7 +268,7 @@ async def test_an_approval_a_killed_replica_left_approved_is_settled_by_the_othe
             gates.append(
                 await launch_gate_process(
                     tmp_path,
-                    state,
+                    cluster_state,
                     nats_cluster.urls[index],
                     name,
                     cluster_replicas=REPLICAS,
@@ -275,13 +278,13 @@ async def test_an_approval_a_killed_replica_left_approved_is_settled_by_the_othe
                 )
             )
         gate_a, gate_b = gates
-        client = runtime(cnc, state)
+        client = runtime(cnc, cluster_state)
         held = await propose_to(cnc, gate_a, client.sign(court_filing(client)), client.gate_keys)
         assert held.outcome == "held", held
         approval_id = held.approval_id
         assert approval_id is not None
         outcomes = await cnc.subscribe(names.approval_outcome_subject(approval_id))
-        attorney = dataclasses.replace(approver(cnc, state, ATTORNEY), timeout=20.0)
+        attorney = dataclasses.replace(approver(cnc, cluster_state, ATTORNEY), timeout=20.0)
         view = await attorney.show(approval_id)
 
         lock = sqlite3.connect(gate_a.ledger, isolation_level=None, timeout=10)
@@ -312,7 +315,7 @@ async def test_an_approval_a_killed_replica_left_approved_is_settled_by_the_othe
         )
         told = open_outcome(
             (await outcomes.next_msg(timeout=10)).data,
-            load_registry(state.registry).trusted("gate"),
+            load_registry(cluster_state.registry).trusted("gate"),
             approval_id=approval_id,
             decision_id=str(held.decision_id),
             operation_hash=str(held.operation_hash),
@@ -320,7 +323,7 @@ async def test_an_approval_a_killed_replica_left_approved_is_settled_by_the_othe
         assert (told.outcome, told.reason_codes) == ("deny", ("approval_claim_abandoned",))
         late = await attorney.resolve(approval_id, "allow-once", view.binding_digest)
         assert not late.accepted, late
-        assert await orders(js_api(cnc), state) == []
+        assert await orders(js_api(cnc), cluster_state) == []
     finally:
         if lock is not None:
             lock.close()
@@ -426,7 +429,10 @@ async def assert_each_allow_has_one_order(
 
 
 async def test_losing_a_nats_node_under_load_loses_no_verdict_and_duplicates_no_order(
-    replicas: list[GateProcess], cnc: Client, state: StateDir, nats_cluster: LocalNatsCluster
+    replicas: list[GateProcess],
+    cnc: Client,
+    cluster_state: StateDir,
+    nats_cluster: LocalNatsCluster,
 ) -> None:
     fault = asyncio.Event()
 
@@ -434,11 +440,11 @@ async def test_losing_a_nats_node_under_load_loses_no_verdict_and_duplicates_no_
         await fault.wait()
         await nats_cluster.kill_node(1)  # gate-b's node
 
-    load, killer = steady_load(cnc, state, "node-loss", fault), kill_a_node()
+    load, killer = steady_load(cnc, cluster_state, "node-loss", fault), kill_a_node()
     results, _ = await asyncio.gather(load, killer)
     assert len(results) == LOAD
     await wait_for(lambda: execute_stream_info(cnc), timeout=30, interval=0.5)
-    await assert_each_allow_has_one_order(cnc, state, results)
+    await assert_each_allow_has_one_order(cnc, cluster_state, results)
 
     await nats_cluster.restart_node(1)
     await nats_cluster.wait_ready()
@@ -453,14 +459,14 @@ async def test_losing_a_nats_node_under_load_loses_no_verdict_and_duplicates_no_
         )
 
     await wait_for(healed, timeout=30, interval=0.5)
-    after = await steady_load(cnc, state, "after-heal")
+    after = await steady_load(cnc, cluster_state, "after-heal")
     assert all(v.outcome == "allow" for _, v in after), [v for _, v in after]
-    await assert_each_allow_has_one_order(cnc, state, results + after)
+    await assert_each_allow_has_one_order(cnc, cluster_state, results + after)
     # Each stored order is carried out once. An order may exist without an allow
     # reaching its runtime: never behind a deny, only when the node took the reply or
     # the publish ack with it, and then the runtime was told no verdict is known.
     ordered = {
-        str(open_order(raw.data or b"", state.key("gate")).arguments["document_id"])
+        str(open_order(raw.data or b"", cluster_state.key("gate")).arguments["document_id"])
         for raw in await stored_orders(js_api(cnc))
     }
     verdict_of = dict(results + after)
@@ -471,11 +477,11 @@ async def test_losing_a_nats_node_under_load_loses_no_verdict_and_duplicates_no_
         # that no verdict is known (it learns the order from the record).
         assert unsettled(verdict_of[document]), verdict_of[document]
     order_ids = {
-        open_order(raw.data or b"", state.key("gate")).order_id
+        open_order(raw.data or b"", cluster_state.key("gate")).order_id
         for raw in await stored_orders(js_api(cnc))
     }
-    store = seed_demo_documents(state)
-    async with connectors_running(state, nats_cluster.urls[0]):
+    store = seed_demo_documents(cluster_state)
+    async with connectors_running(cluster_state, nats_cluster.urls[0]):
         await wait_for(lambda: dms_drained(cnc), timeout=30, interval=0.2)
     assert {t.order_id for t in tombstones(store)} == order_ids
     assert {t.document_id for t in tombstones(store)} == ordered
@@ -483,7 +489,7 @@ async def test_losing_a_nats_node_under_load_loses_no_verdict_and_duplicates_no_
 
 
 async def test_killing_a_replica_mid_flight_fails_its_proposals_closed(
-    replicas: list[GateProcess], cnc: Client, state: StateDir
+    replicas: list[GateProcess], cnc: Client, cluster_state: StateDir
 ) -> None:
     fault = asyncio.Event()
     gate_a, _ = replicas
@@ -492,28 +498,33 @@ async def test_killing_a_replica_mid_flight_fails_its_proposals_closed(
         await fault.wait()
         await gate_a.kill()
 
-    results, _ = await asyncio.gather(steady_load(cnc, state, "gate-loss", fault), kill_a_gate())
-    await assert_each_allow_has_one_order(cnc, state, results)
+    results, _ = await asyncio.gather(
+        steady_load(cnc, cluster_state, "gate-loss", fault), kill_a_gate()
+    )
+    await assert_each_allow_has_one_order(cnc, cluster_state, results)
     # Every proposal here is an allowed deletion: anything else is the dead replica's
     # in-flight work, failed closed by the runtime's client, never a policy verdict.
     refused = {r for _, v in results if v.outcome != "allow" for r in v.reason_codes}
     assert refused <= TRANSPORT_DENIALS | UNSETTLED_REASONS, refused
-    after = await steady_load(cnc, state, "gate-b-only")
+    after = await steady_load(cnc, cluster_state, "gate-b-only")
     assert all(v.outcome == "allow" for _, v in after), [v for _, v in after]
-    await assert_each_allow_has_one_order(cnc, state, results + after)
+    await assert_each_allow_has_one_order(cnc, cluster_state, results + after)
 
 
 async def test_orders_wait_for_a_cut_off_connector_and_execute_once(
-    replicas: list[GateProcess], cnc: Client, state: StateDir, nats_cluster: LocalNatsCluster
+    replicas: list[GateProcess],
+    cnc: Client,
+    cluster_state: StateDir,
+    nats_cluster: LocalNatsCluster,
 ) -> None:
-    store = seed_demo_documents(state)
-    async with connectors_running(state, nats_cluster.urls[2]):
-        first = await steady_load(cnc, state, "before-cut")
+    store = seed_demo_documents(cluster_state)
+    async with connectors_running(cluster_state, nats_cluster.urls[2]):
+        first = await steady_load(cnc, cluster_state, "before-cut")
         await wait_for(lambda: dms_drained(cnc), timeout=30)
     before_cut = {str(v.order_id) for _, v in first if v.outcome == "allow"}
     assert len(before_cut) == LOAD
     assert {t.order_id for t in tombstones(store)} == before_cut
-    results = await steady_load(cnc, state, "while-cut")  # no connector runs
+    results = await steady_load(cnc, cluster_state, "while-cut")  # no connector runs
     while_cut = {str(v.order_id) for _, v in results if v.outcome == "allow"}
     assert len(while_cut) == LOAD
 
@@ -525,7 +536,7 @@ async def test_orders_wait_for_a_cut_off_connector_and_execute_once(
     # No connector runs, so nothing can have executed them.
     assert {t.order_id for t in tombstones(store)} == before_cut
     for _ in range(2):  # it returns, twice: nothing is carried out again
-        async with connectors_running(state, nats_cluster.urls[1]):
+        async with connectors_running(cluster_state, nats_cluster.urls[1]):
             await wait_for(lambda: dms_drained(cnc), timeout=30)
         done = tombstones(store)
         assert sorted(t.order_id for t in done) == sorted(before_cut | while_cut)
@@ -563,11 +574,16 @@ async def gates_in_process(
 
 
 async def test_an_output_stream_buffered_by_two_replicas_is_answered_once(
-    state: StateDir, nats_cluster: LocalNatsCluster, cnc: Client
+    cluster_state: StateDir, nats_cluster: LocalNatsCluster, cnc: Client
 ) -> None:
-    async with gates_in_process(state, nats_cluster):
+    async with gates_in_process(cluster_state, nats_cluster):
         out = OutputStreamer(
-            cnc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
+            cnc,
+            cluster_state.key("runtime"),
+            RUNTIME_ID,
+            "1.0",
+            ADAPTER_ID,
+            gate_keys=cluster_state.gate_keys(),
         )
         decisions: list[str | None] = []
         for _ in range(5):
@@ -587,7 +603,7 @@ async def test_an_output_stream_buffered_by_two_replicas_is_answered_once(
                 await wait_for(functools.partial(stood_down, logs, stream_id), timeout=10)
             assert answers.pending_msgs == 0
             await answers.unsubscribe()
-            verdict = gate_reply(first.data, state.gate_keys())
+            verdict = gate_reply(first.data, cluster_state.gate_keys())
             assert isinstance(verdict, OutputVerdict), first.data
             assert verdict.verdict.outcome == "allow", verdict
             decisions.append(verdict.verdict.decision_id)
@@ -595,7 +611,7 @@ async def test_an_output_stream_buffered_by_two_replicas_is_answered_once(
         # publish acknowledged before the reply): counted where every order is kept.
         stored = await stored_orders(js_api(cnc))
         assert {raw.subject for raw in stored} == {f"{names.EXECUTE_PREFIX}.deliver.messaging"}
-        released = [open_order(raw.data or b"", state.key("gate")) for raw in stored]
+        released = [open_order(raw.data or b"", cluster_state.key("gate")) for raw in stored]
         assert [o.decision_id for o in released] == decisions
 
 
@@ -610,13 +626,13 @@ async def test_a_cluster_gate_refuses_a_stream_with_fewer_replicas(
             num_replicas=1,
         )
     )
-    state = StateDir(tmp_path / "state-r1")
-    provision_with_extra_approvers(state)
-    await nats_cluster.authorize(registry_entries(state.registry))
+    cluster_state = StateDir(tmp_path / "state-r1")
+    provision_with_extra_approvers(cluster_state)
+    await nats_cluster.authorize(registry_entries(cluster_state.registry))
     with pytest.raises(RuntimeError, match="has 1 replica"):
         await start_gate(
             gate_config(
-                state=state,
+                state=cluster_state,
                 nats_url=nats_cluster.seeds,
                 co_located=True,
                 cluster=ClusterSettings(replicas=REPLICAS),

@@ -35,10 +35,8 @@ What they do not prove: what a runtime does with the note beyond receiving it
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Final, get_args
@@ -50,49 +48,32 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
 from smf_assurance.ops.local.logs import configure_logging
-from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.local.stack import gate_config
 from smf_assurance.ops.local.state import StateDir
-from smf_assurance.pipeline.assembly import RunningGate, start_gate
+from smf_assurance.pipeline.assembly import RunningGate
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import DENY_REASONS, ApprovalResolution, DenyReason
 from smf_assurance.subjects.canonical import canonical_bytes
 from smf_assurance.subjects.messages import Verdict
 from tests.support.approval_desk import (
     ATTORNEY,
-    CLOSE_TIMEOUT_S,
     approver,
+    clock,
+    gate,
     held_filing,
     ledger_rows,
     next_outcome,
     order_count,
-    provision_with_extra_approvers,
     send,
     state_of,
     with_payload,
 )
-from tests.support.clocks import OffsetClock as Clock
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 NOTE: Final = "Wrong court: this goes to the Eastern District.\nCall me — Ståhl matter."
 """A note with a newline and non-ASCII text, none of it a reason code."""
 NOTE_MARK: Final = "Eastern District"
 
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_with_extra_approvers(state)
-    return state
-
-
-@pytest.fixture
-async def gate(state: StateDir, nats_server: EmbeddedNatsServer) -> AsyncIterator[RunningGate]:
-    running = await start_gate(
-        gate_config(state=state, nats_url=nats_server.url, clock=Clock(), sweep_seconds=3600.0)
-    )
-    yield running
-    await asyncio.wait_for(running.close(), CLOSE_TIMEOUT_S)
+__all__ = ["clock", "gate"]  # the approval desk's gate, on the approvers' state
 
 
 def signed_payload(state: StateDir, payload: dict[str, Any]) -> bytes:
@@ -128,25 +109,25 @@ async def nothing_on(nc: Client, sub: Subscription) -> bool:
 
 
 async def test_a_reasoned_deny_reaches_the_runtime_and_only_its_code_reaches_evidence(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
-    held, approval_id, outcome = await held_and_watched(nc, state)
+    held, approval_id, outcome = await held_and_watched(nc, approvers_state)
 
     configure_logging(json=True, level="debug")  # every level, whatever ran before
     with structlog.testing.capture_logs() as logged:
-        _, reply = await approver(nc, state, ATTORNEY).review_and_resolve(
+        _, reply = await approver(nc, approvers_state, ATTORNEY).review_and_resolve(
             approval_id, "deny", deny_reason="wrong_recipient", note=NOTE
         )
 
     codes = ("approver_denied", "approver_denied_wrong_recipient")
     assert (reply.accepted, reply.state, reply.reason_codes) == (True, "denied", codes)
-    final = await next_outcome(outcome, state, held)
+    final = await next_outcome(outcome, approvers_state, held)
     assert (final.outcome, final.reason_codes, final.approver_note) == ("deny", codes, NOTE)
-    assert ledger_rows(state.ledger, approval_id)[-1] == ("denied", codes)
+    assert ledger_rows(approvers_state.ledger, approval_id)[-1] == ("denied", codes)
     assert await state_of(gate, approval_id) == "denied"
     assert await order_count(gate.js) == 0
-    stored_files = list(state.root.glob("*.db*"))
-    assert state.ledger in stored_files
+    stored_files = list(approvers_state.root.glob("*.db*"))
+    assert approvers_state.ledger in stored_files
     for stored in stored_files:
         assert NOTE_MARK.encode() not in stored.read_bytes(), stored
     assert logged, "the capture sees the gate's events (the deny's approval_transition)"
@@ -167,10 +148,10 @@ def _note_changed(signed: bytes) -> bytes:
 
 @pytest.mark.parametrize("forge", [_reason_changed, _reason_stripped, _note_changed])
 async def test_a_reason_or_note_changed_after_signing_is_refused(
-    forge: Any, gate: RunningGate, nc: Client, state: StateDir
+    forge: Any, gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
-    held, approval_id, outcome = await held_and_watched(nc, state)
-    attorney = approver(nc, state, ATTORNEY)
+    held, approval_id, outcome = await held_and_watched(nc, approvers_state)
+    attorney = approver(nc, approvers_state, ATTORNEY)
     view = await attorney.show(approval_id)
     genuine = attorney.sign_resolution(
         approval_id, "deny", view.binding_digest, deny_reason="wrong_recipient", note=NOTE
@@ -180,11 +161,13 @@ async def test_a_reason_or_note_changed_after_signing_is_refused(
 
     assert (reply.accepted, reply.reason_codes) == (False, ("bad_signature",))
     assert await state_of(gate, approval_id) == "pending"
-    assert "denied" not in [status for status, _ in ledger_rows(state.ledger, approval_id)]
+    assert "denied" not in [
+        status for status, _ in ledger_rows(approvers_state.ledger, approval_id)
+    ]
     assert await nothing_on(nc, outcome)
     # The genuine one, unchanged, is still the approver's to send.
     assert (await send(nc, genuine)).state == "denied"
-    final = await next_outcome(outcome, state, held)
+    final = await next_outcome(outcome, approvers_state, held)
     assert final.reason_codes == ("approver_denied", "approver_denied_wrong_recipient")
 
 
@@ -202,9 +185,9 @@ MALFORMED: Final[dict[str, dict[str, Any]]] = {
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 async def test_what_the_contract_does_not_allow_is_malformed(
-    case: str, gate: RunningGate, nc: Client, state: StateDir
+    case: str, gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
-    held = await held_filing(nc, state)
+    held = await held_filing(nc, approvers_state)
     approval_id = held.approval_id
     assert approval_id is not None
     record = await gate.approvals.get(approval_id)
@@ -218,7 +201,7 @@ async def test_what_the_contract_does_not_allow_is_malformed(
         **MALFORMED[case],
     }
 
-    reply = await send(nc, signed_payload(state, payload))
+    reply = await send(nc, signed_payload(approvers_state, payload))
 
     assert (reply.accepted, reply.reason_codes) == (False, ("malformed_resolution",))
     assert await state_of(gate, approval_id) == "pending"
@@ -226,9 +209,9 @@ async def test_what_the_contract_does_not_allow_is_malformed(
 
 
 async def test_a_resolution_signed_before_reasons_existed_still_denies(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
-    held, approval_id, outcome = await held_and_watched(nc, state)
+    held, approval_id, outcome = await held_and_watched(nc, approvers_state)
     record = await gate.approvals.get(approval_id)
     assert record is not None
     old = {
@@ -242,10 +225,10 @@ async def test_a_resolution_signed_before_reasons_existed_still_denies(
     decoded = msgspec.json.decode(canonical_bytes(old), type=ApprovalResolution)
     assert canonical_bytes(msgspec.to_builtins(decoded)) == canonical_bytes(old)
 
-    reply = await send(nc, signed_payload(state, old))
+    reply = await send(nc, signed_payload(approvers_state, old))
 
     assert (reply.accepted, reply.reason_codes) == (True, ("approver_denied",))
-    final = await next_outcome(outcome, state, held)
+    final = await next_outcome(outcome, approvers_state, held)
     assert final.reason_codes == ("approver_denied",)
     assert final.approver_note is msgspec.UNSET
     assert "approver_note" not in msgspec.to_builtins(final)

@@ -64,8 +64,8 @@ from nats.aio.client import Client
 
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.local.stack import gate_config, seed_demo_documents
-from smf_assurance.ops.local.state import StateDir, provision_demo
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.pipeline.assembly.config import ClusterSettings
 from smf_assurance.pipeline.stores.claims import MERGED_SUFFIX
@@ -93,14 +93,6 @@ Row = tuple[str, str | None, str | None, tuple[str, ...]]
 """(kind, disposition, status, reason codes) of one ledger entry."""
 
 
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_demo(state)
-    seed_demo_documents(state)
-    return state
-
-
 @pytest.fixture(params=sorted(BACKENDS))
 def backend(request: pytest.FixtureRequest) -> ClusterSettings | None:
     return BACKENDS[request.param]
@@ -111,7 +103,7 @@ GateFactory = Callable[..., Awaitable[RunningGate]]
 
 @pytest.fixture
 async def gates(
-    state: StateDir, nats_server: EmbeddedNatsServer, backend: ClusterSettings | None
+    seeded_state: StateDir, nats_server: EmbeddedNatsServer, backend: ClusterSettings | None
 ) -> AsyncIterator[GateFactory]:
     """Starts gates on this state and backend; closes those still running."""
     started: list[RunningGate] = []
@@ -123,7 +115,7 @@ async def gates(
         deadline_ms: int = DEADLINE_MS,
     ) -> RunningGate:
         config = gate_config(
-            state=state,
+            state=seeded_state,
             nats_url=nats_server.url,
             sweep_seconds=sweep_seconds,
             cluster=backend,
@@ -196,16 +188,16 @@ def report_bytes(
 
 
 async def test_a_confirmed_deletion_is_consumed_in_the_ledger(
-    gates: GateFactory, nc: Client, state: StateDir, nats_server: EmbeddedNatsServer
+    gates: GateFactory, nc: Client, seeded_state: StateDir, nats_server: EmbeddedNatsServer
 ) -> None:
     gate = await gates()
-    store = state.connector_dir("dms") / "store"
-    async with connectors_running(state, nats_server.url):
-        verdict = await allowed_deletion(runtime_client(nc, state))
-        await wait_for_outcome(state.ledger, decision_of(verdict))
+    store = seeded_state.connector_dir("dms") / "store"
+    async with connectors_running(seeded_state, nats_server.url):
+        verdict = await allowed_deletion(runtime_client(nc, seeded_state))
+        await wait_for_outcome(seeded_state.ledger, decision_of(verdict))
 
-    assert rows(state.ledger, decision_of(verdict))[0][:2] == ("decision", "allow")
-    assert outcomes(state.ledger, decision_of(verdict)) == [("consumed", ("executed",))]
+    assert rows(seeded_state.ledger, decision_of(verdict))[0][:2] == ("decision", "allow")
+    assert outcomes(seeded_state.ledger, decision_of(verdict)) == [("consumed", ("executed",))]
     assert not (store / DOCUMENT).exists()
     assert (store / ".deleted" / str(verdict.order_id)).exists()
     assert verdict.order_id is not None
@@ -219,15 +211,17 @@ async def test_a_confirmed_deletion_is_consumed_in_the_ledger(
 
 
 async def test_a_failed_deletion_is_failed_in_the_ledger(
-    gates: GateFactory, nc: Client, state: StateDir, nats_server: EmbeddedNatsServer
+    gates: GateFactory, nc: Client, seeded_state: StateDir, nats_server: EmbeddedNatsServer
 ) -> None:
     await gates()
-    async with connectors_running(state, nats_server.url):
-        verdict = await allowed_deletion(runtime_client(nc, state), "doc-missing")
-        await wait_for_outcome(state.ledger, decision_of(verdict))
+    async with connectors_running(seeded_state, nats_server.url):
+        verdict = await allowed_deletion(runtime_client(nc, seeded_state), "doc-missing")
+        await wait_for_outcome(seeded_state.ledger, decision_of(verdict))
 
-    assert outcomes(state.ledger, decision_of(verdict)) == [("failed", ("not_found",))]
-    assert not (state.connector_dir("dms") / "store" / ".deleted" / str(verdict.order_id)).exists()
+    assert outcomes(seeded_state.ledger, decision_of(verdict)) == [("failed", ("not_found",))]
+    assert not (
+        seeded_state.connector_dir("dms") / "store" / ".deleted" / str(verdict.order_id)
+    ).exists()
 
 
 # --- a connector killed mid-order -----------------------------------------------
@@ -256,17 +250,17 @@ def run_crashing_connector(state: StateDir, url: str) -> subprocess.CompletedPro
 
 
 async def test_a_connector_killed_mid_order_ends_execution_unknown(
-    gates: GateFactory, nc: Client, state: StateDir, nats_server: EmbeddedNatsServer
+    gates: GateFactory, nc: Client, seeded_state: StateDir, nats_server: EmbeddedNatsServer
 ) -> None:
     gate = await gates(sweep_seconds=0.2)
-    verdict = await allowed_deletion(runtime_client(nc, state))
-    child = await asyncio.to_thread(run_crashing_connector, state, nats_server.url)
+    verdict = await allowed_deletion(runtime_client(nc, seeded_state))
+    child = await asyncio.to_thread(run_crashing_connector, seeded_state, nats_server.url)
     assert child.returncode == 137, child.stderr.decode(errors="replace")[-2000:]
-    tombstones = state.connector_dir("dms") / "store" / ".deleted"
+    tombstones = seeded_state.connector_dir("dms") / "store" / ".deleted"
     assert (tombstones / str(verdict.order_id)).exists()  # the side effect happened
 
-    await wait_for_outcome(state.ledger, decision_of(verdict))
-    assert outcomes(state.ledger, decision_of(verdict)) == [
+    await wait_for_outcome(seeded_state.ledger, decision_of(verdict))
+    assert outcomes(seeded_state.ledger, decision_of(verdict)) == [
         ("execution_unknown", ("no_execution_report",))
     ]
 
@@ -274,14 +268,14 @@ async def test_a_connector_killed_mid_order_ends_execution_unknown(
     # and not finished, so it reports ``ambiguous`` and does not delete again; the
     # late report records nothing more.
     before = (await gate.js.stream_info(names.RESULT_STREAM)).state.messages
-    async with connectors_running(state, nats_server.url):
+    async with connectors_running(seeded_state, nats_server.url):
 
         async def late_report_read() -> bool:
             info = await gate.js.consumer_info(names.RESULT_STREAM, "smf-gate-results")
             return (info.ack_floor.stream_seq or 0) > before if info.ack_floor else False
 
         await wait_for(late_report_read, timeout=15)
-    assert outcomes(state.ledger, decision_of(verdict)) == [
+    assert outcomes(seeded_state.ledger, decision_of(verdict)) == [
         ("execution_unknown", ("no_execution_report",))
     ]
     assert sorted(p.name for p in tombstones.iterdir()) == [str(verdict.order_id)]
@@ -302,60 +296,64 @@ FORGERIES: Final[dict[str, tuple[str | None, str]]] = {
 
 
 async def test_only_the_connectors_own_report_records_and_only_once(
-    gates: GateFactory, nc: Client, state: StateDir
+    gates: GateFactory, nc: Client, seeded_state: StateDir
 ) -> None:
     """No connector runs: the test is the only reporter."""
     gate = await gates()
-    verdict = await allowed_deletion(runtime_client(nc, state))
+    verdict = await allowed_deletion(runtime_client(nc, seeded_state))
     order_id = verdict.order_id
     assert order_id is not None
     for case, (principal, reporter) in sorted(FORGERIES.items()):
-        key = generate_signing_key() if principal is None else state.key(principal)
+        key = generate_signing_key() if principal is None else seeded_state.key(principal)
         await file_report(nc, reporter, report_bytes(key, order_id=order_id, reporter=reporter))
-        assert outcomes(state.ledger, decision_of(verdict)) == [], case
+        assert outcomes(seeded_state.ledger, decision_of(verdict)) == [], case
     # The connector's key for an order the gate never gave.
     stranger = order_id_for(Decided(verdict.operation_hash or "", "sha256:" + "0" * 64))
-    await file_report(nc, "dms", report_bytes(state.key("dms"), order_id=stranger))
-    assert outcomes(state.ledger, decision_of(verdict)) == []
+    await file_report(nc, "dms", report_bytes(seeded_state.key("dms"), order_id=stranger))
+    assert outcomes(seeded_state.ledger, decision_of(verdict)) == []
     record = await gate.orders.get(order_id)
     assert record is not None
     assert record.state == "executing"
 
-    genuine = report_bytes(state.key("dms"), order_id=order_id)
+    genuine = report_bytes(seeded_state.key("dms"), order_id=order_id)
     await file_report(nc, "dms", genuine)
-    assert outcomes(state.ledger, decision_of(verdict)) == [("consumed", ("executed",))]
+    assert outcomes(seeded_state.ledger, decision_of(verdict)) == [("consumed", ("executed",))]
 
     # A replay of the same bytes, and a second report that says something else.
     await file_report(nc, "dms", genuine)
-    second = report_bytes(state.key("dms"), order_id=order_id, status="failed", reason="late")
+    second = report_bytes(
+        seeded_state.key("dms"), order_id=order_id, status="failed", reason="late"
+    )
     await file_report(nc, "dms", second)
-    assert outcomes(state.ledger, decision_of(verdict)) == [("consumed", ("executed",))]
+    assert outcomes(seeded_state.ledger, decision_of(verdict)) == [("consumed", ("executed",))]
     record = await gate.orders.get(order_id)
     assert record is not None
     assert record.state == "consumed"
 
 
 async def test_an_ambiguous_report_is_execution_unknown(
-    gates: GateFactory, nc: Client, state: StateDir
+    gates: GateFactory, nc: Client, seeded_state: StateDir
 ) -> None:
     await gates()
-    verdict = await allowed_deletion(runtime_client(nc, state))
+    verdict = await allowed_deletion(runtime_client(nc, seeded_state))
     assert verdict.order_id is not None
     signed = report_bytes(
-        state.key("dms"), order_id=verdict.order_id, status="ambiguous", reason="ambiguous"
+        seeded_state.key("dms"), order_id=verdict.order_id, status="ambiguous", reason="ambiguous"
     )
     await file_report(nc, "dms", signed)
-    assert outcomes(state.ledger, decision_of(verdict)) == [("execution_unknown", ("ambiguous",))]
+    assert outcomes(seeded_state.ledger, decision_of(verdict)) == [
+        ("execution_unknown", ("ambiguous",))
+    ]
 
 
 # --- a gate restart with an unsettled order ----------------------------------------
 
 
 async def test_a_restart_within_the_deadline_keeps_waiting_for_the_report(
-    gates: GateFactory, nc: Client, state: StateDir, nats_server: EmbeddedNatsServer
+    gates: GateFactory, nc: Client, seeded_state: StateDir, nats_server: EmbeddedNatsServer
 ) -> None:
     first = await gates(deadline_ms=60_000)
-    verdict = await allowed_deletion(runtime_client(nc, state))
+    verdict = await allowed_deletion(runtime_client(nc, seeded_state))
     await asyncio.wait_for(first.close(), CLOSE_TIMEOUT_S)
 
     second = await gates(deadline_ms=60_000)
@@ -363,36 +361,36 @@ async def test_a_restart_within_the_deadline_keeps_waiting_for_the_report(
     record = await second.orders.get(verdict.order_id)
     assert record is not None
     assert record.state == "executing"  # not resumed, not ended
-    assert outcomes(state.ledger, decision_of(verdict)) == []
-    async with connectors_running(state, nats_server.url):
-        await wait_for_outcome(state.ledger, decision_of(verdict))
-    assert outcomes(state.ledger, decision_of(verdict)) == [("consumed", ("executed",))]
+    assert outcomes(seeded_state.ledger, decision_of(verdict)) == []
+    async with connectors_running(seeded_state, nats_server.url):
+        await wait_for_outcome(seeded_state.ledger, decision_of(verdict))
+    assert outcomes(seeded_state.ledger, decision_of(verdict)) == [("consumed", ("executed",))]
     stream = await second.js.stream_info(names.EXECUTE_STREAM)
     assert stream.state.messages == 1  # one order, never dispatched again
 
 
 async def test_a_restart_past_the_deadline_ends_the_order_unknown(
-    gates: GateFactory, nc: Client, state: StateDir, nats_server: EmbeddedNatsServer
+    gates: GateFactory, nc: Client, seeded_state: StateDir, nats_server: EmbeddedNatsServer
 ) -> None:
     clock = OffsetClock()
     first = await gates(clock=clock)
-    verdict = await allowed_deletion(runtime_client(nc, state))
+    verdict = await allowed_deletion(runtime_client(nc, seeded_state))
     await asyncio.wait_for(first.close(), CLOSE_TIMEOUT_S)
     clock.advance(DEADLINE_MS + 1)
 
     second = await gates(clock=clock)  # its sweep never runs in this test
-    assert outcomes(state.ledger, decision_of(verdict)) == [
+    assert outcomes(seeded_state.ledger, decision_of(verdict)) == [
         ("execution_unknown", ("no_execution_report",))
     ]
     # The connector then carries the order out once; its report changes nothing.
-    async with connectors_running(state, nats_server.url):
+    async with connectors_running(seeded_state, nats_server.url):
 
         async def report_read() -> bool:
             info = await second.js.consumer_info(names.RESULT_STREAM, "smf-gate-results")
             return bool(info.ack_floor and (info.ack_floor.stream_seq or 0) >= 1)
 
         await wait_for(report_read, timeout=15)
-    assert outcomes(state.ledger, decision_of(verdict)) == [
+    assert outcomes(seeded_state.ledger, decision_of(verdict)) == [
         ("execution_unknown", ("no_execution_report",))
     ]
     stream = await second.js.stream_info(names.EXECUTE_STREAM)
@@ -403,7 +401,7 @@ async def test_a_restart_past_the_deadline_ends_the_order_unknown(
 
 
 async def test_an_order_book_outage_publishes_nothing_and_breaks_no_loop(
-    gates: GateFactory, nc: Client, state: StateDir, backend: ClusterSettings | None
+    gates: GateFactory, nc: Client, seeded_state: StateDir, backend: ClusterSettings | None
 ) -> None:
     """Not recorded, not published: the allow becomes a denial; a report or a sweep
     meeting the outage records nothing and raises nothing.
@@ -415,7 +413,7 @@ async def test_an_order_book_outage_publishes_nothing_and_breaks_no_loop(
     of either was written (the retry meets the same outage)."""
     gate = await gates()
     await gate.orders.close()
-    runtime = runtime_client(nc, state)
+    runtime = runtime_client(nc, seeded_state)
     proposal = deletion(runtime, DOCUMENT)
     verdict = await runtime.propose(proposal)
     assert verdict.outcome == "deny"
@@ -428,14 +426,14 @@ async def test_an_order_book_outage_publishes_nothing_and_breaks_no_loop(
         assert "order_record_failed" in verdict.reason_codes
         recorded = [("failed", ("order_record_failed",))]
         retry = ("deny", ("duplicate_proposal",))
-    assert outcomes(state.ledger, decision_of(verdict)) == recorded
+    assert outcomes(seeded_state.ledger, decision_of(verdict)) == recorded
     again = await runtime.propose(proposal)
     assert (again.outcome, again.reason_codes[-1:]) == retry
 
     assert await gate.outcomes.sweep() == 0
     stray = order_id_for(Decided.of(verdict))
-    await file_report(nc, "dms", report_bytes(state.key("dms"), order_id=stray))
-    assert outcomes(state.ledger, decision_of(verdict)) == recorded
+    await file_report(nc, "dms", report_bytes(seeded_state.key("dms"), order_id=stray))
+    assert outcomes(seeded_state.ledger, decision_of(verdict)) == recorded
     assert (await gate.js.stream_info(names.EXECUTE_STREAM)).state.messages == 0
 
 
@@ -458,7 +456,7 @@ def claim_and_order_states(state: StateDir, proposal_id: str) -> tuple[str | Non
 
 @pytest.mark.parametrize("backend", [None], ids=["sqlite"])
 async def test_evidence_that_does_not_commit_writes_no_claim_and_gives_no_order(
-    gates: GateFactory, nc: Client, state: StateDir
+    gates: GateFactory, nc: Client, seeded_state: StateDir
 ) -> None:
     """The claim and its order are written in the evidence entry's transaction (issue
     20): when the ledger cannot commit, the allow is denied
@@ -467,14 +465,14 @@ async def test_evidence_that_does_not_commit_writes_no_claim_and_gives_no_order(
     allowed ONCE: one order, its evidence in the ledger; sent again, it is a
     duplicate."""
     gate = await gates()
-    runtime = runtime_client(nc, state)
+    runtime = runtime_client(nc, seeded_state)
     proposal = deletion(runtime, DOCUMENT)
     signed = runtime.sign(proposal)
     await gate.ledger.close()
     verdict = await runtime.send(proposal.proposal_id, signed)
     assert (verdict.outcome, verdict.reason_codes) == ("deny", ("evidence_store_unavailable",))
     assert (await gate.js.stream_info(names.EXECUTE_STREAM)).state.messages == 0
-    assert claim_and_order_states(state, proposal.proposal_id) == (None, [])
+    assert claim_and_order_states(seeded_state, proposal.proposal_id) == (None, [])
 
     await asyncio.wait_for(gate.close(), CLOSE_TIMEOUT_S)
     second = await gates()
@@ -482,17 +480,20 @@ async def test_evidence_that_does_not_commit_writes_no_claim_and_gives_no_order(
     assert allowed.outcome == "allow", allowed
     # the claim's "published" is recorded after the answer (Gate._settle_soon)
     await wait_for(
-        lambda: claim_and_order_states(state, proposal.proposal_id) == ("published", ["executing"]),
+        lambda: (
+            claim_and_order_states(seeded_state, proposal.proposal_id)
+            == ("published", ["executing"])
+        ),
         timeout=10,
     )
-    assert [k for k, *_ in rows(state.ledger, decision_of(allowed))] == ["decision"]
+    assert [k for k, *_ in rows(seeded_state.ledger, decision_of(allowed))] == ["decision"]
     again = await runtime.send(proposal.proposal_id, signed)
     assert (again.outcome, again.reason_codes[-1:]) == ("deny", ("duplicate_proposal",))
     assert (await second.js.stream_info(names.EXECUTE_STREAM)).state.messages == 1
 
 
 async def test_an_earlier_claim_file_is_merged_into_the_ledger(
-    gates: GateFactory, nc: Client, state: StateDir, backend: ClusterSettings | None
+    gates: GateFactory, nc: Client, seeded_state: StateDir, backend: ClusterSettings | None
 ) -> None:
     """A state of the older layout keeps its claims and orders in ``claims.db``. At
     start the gate merges them into the ledger file and sets the old file aside:
@@ -501,14 +502,14 @@ async def test_an_earlier_claim_file_is_merged_into_the_ledger(
     if backend is not None:
         pytest.skip("a cluster keeps its claims in the claim bucket")
     first = await gates()
-    runtime = runtime_client(nc, state)
+    runtime = runtime_client(nc, seeded_state)
     proposal = deletion(runtime, DOCUMENT)
     signed = runtime.sign(proposal)
     verdict = await allowed_deletion_signed(runtime, proposal.proposal_id, signed)
     await asyncio.wait_for(first.close(), CLOSE_TIMEOUT_S)
     # Move the rows out into a claim file as an earlier version kept it.
-    uri = state.ledger.resolve()
-    with contextlib.closing(sqlite3.connect(state.claims)) as old:
+    uri = seeded_state.ledger.resolve()
+    with contextlib.closing(sqlite3.connect(seeded_state.claims)) as old:
         old.executescript(CLAIMS_SCHEMA + ORDERS_SCHEMA)
         old.execute(f"ATTACH DATABASE '{uri}' AS ledger")
         old.execute("INSERT INTO proposal_claims SELECT * FROM ledger.proposal_claims")
@@ -516,19 +517,22 @@ async def test_an_earlier_claim_file_is_merged_into_the_ledger(
         old.execute("DELETE FROM ledger.proposal_claims")
         old.execute("DELETE FROM ledger.direct_orders")
         old.commit()
-    state.claims.chmod(0o600)  # a state file: its owner's alone, or the gate refuses it
-    assert claim_and_order_states(state, proposal.proposal_id) == (None, [])
+    seeded_state.claims.chmod(0o600)  # a state file: its owner's alone, or the gate refuses it
+    assert claim_and_order_states(seeded_state, proposal.proposal_id) == (None, [])
 
     second = await gates()
-    assert claim_and_order_states(state, proposal.proposal_id) == ("published", ["executing"])
-    assert not state.claims.exists()
-    assert state.claims.with_name("claims.db" + MERGED_SUFFIX).exists()
+    assert claim_and_order_states(seeded_state, proposal.proposal_id) == (
+        "published",
+        ["executing"],
+    )
+    assert not seeded_state.claims.exists()
+    assert seeded_state.claims.with_name("claims.db" + MERGED_SUFFIX).exists()
     again = await runtime.send(proposal.proposal_id, signed)
     assert (again.outcome, again.reason_codes[-1:]) == ("deny", ("duplicate_proposal",))
     assert verdict.order_id is not None
-    await file_report(nc, "dms", report_bytes(state.key("dms"), order_id=verdict.order_id))
-    await wait_for_outcome(state.ledger, decision_of(verdict))
-    assert outcomes(state.ledger, decision_of(verdict)) == [("consumed", ("executed",))]
+    await file_report(nc, "dms", report_bytes(seeded_state.key("dms"), order_id=verdict.order_id))
+    await wait_for_outcome(seeded_state.ledger, decision_of(verdict))
+    assert outcomes(seeded_state.ledger, decision_of(verdict)) == [("consumed", ("executed",))]
     assert (await second.js.stream_info(names.EXECUTE_STREAM)).state.messages == 1
 
 

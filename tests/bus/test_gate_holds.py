@@ -45,10 +45,18 @@ from smf_assurance.subjects.model_gateway import new_instance_id
 from tests.support.builders import DELETE, proposal_dict, shipped_table
 from tests.support.bus_helpers import wait_for
 from tests.support.clocks import FrozenClock
-from tests.support.confinement import Runtime, buses, clock, gate, ledger_reasons, server, state
+from tests.support.confinement import (
+    Runtime,
+    buses,
+    clock,
+    confinement_state,
+    gate,
+    ledger_reasons,
+    server,
+)
 from tests.support.holds import holds_cli
 
-__all__ = ["buses", "clock", "gate", "server", "state"]
+__all__ = ["buses", "clock", "confinement_state", "gate", "server"]
 
 HELD_REASON = "legal_hold_blocks_deletion"
 RETENTION = "retention_schedule_deletion"
@@ -88,34 +96,34 @@ def assert_allowed(state: StateDir, verdict: Verdict) -> None:
 
 @pytest.mark.claim("confinement.gate-decides-holds")
 async def test_a_path_the_gate_holds_is_held_whatever_the_adapter_says(
-    state: StateDir,
+    confinement_state: StateDir,
     server: EmbeddedNatsServer,
     clock: FrozenClock,
     gate: RunningGate,
     buses: dict[str, Client],
     tmp_path: Path,
 ) -> None:
-    runtime = Runtime(state, buses[HERMES_PRINCIPAL], clock)
+    runtime = Runtime(confinement_state, buses[HERMES_PRINCIPAL], clock)
     await runtime.attest(new_instance_id())
     matter = str(tmp_path / "dms" / "matter")
     # before the hold the same deletion is allowed (control: the policy allows it)
-    assert_allowed(state, await delete(runtime, f"{matter}/brief.pdf"))
-    await hold(state, server, gate, matter)
+    assert_allowed(confinement_state, await delete(runtime, f"{matter}/brief.pdf"))
+    await hold(confinement_state, server, gate, matter)
     for held in (matter, f"{matter}/brief.pdf", f"{matter}//sub/./memo.txt"):
-        assert_held(state, await delete(runtime, held))
+        assert_held(confinement_state, await delete(runtime, held))
     # a write to a file under the held folder: held too (the floor forbids alteration)
     written = await runtime.propose("write_file", {"path": f"{matter}/brief.pdf", "content": "x"})
-    assert_held(state, written)
+    assert_held(confinement_state, written)
     # whole components only: a sibling sharing the prefix is not held; nor is a
     # relative path, which the list cannot speak for (the adapter's fact stands)
     for free in (f"{matter}bc", f"{matter}bc/brief.pdf", "matter/brief.pdf"):
-        assert_allowed(state, await delete(runtime, free))
+        assert_allowed(confinement_state, await delete(runtime, free))
 
 
 @pytest.mark.claim("confinement.gate-decides-holds")
 @pytest.mark.parametrize("broken", ["deleted", "not a hold list"])
 async def test_a_hold_list_the_gate_cannot_read_refuses_document_deletions_not_reads(
-    state: StateDir,
+    confinement_state: StateDir,
     server: EmbeddedNatsServer,
     clock: FrozenClock,
     gate: RunningGate,
@@ -123,10 +131,10 @@ async def test_a_hold_list_the_gate_cannot_read_refuses_document_deletions_not_r
     tmp_path: Path,
     broken: str,
 ) -> None:
-    runtime = Runtime(state, buses[HERMES_PRINCIPAL], clock)
+    runtime = Runtime(confinement_state, buses[HERMES_PRINCIPAL], clock)
     await runtime.attest(new_instance_id())
     document = str(tmp_path / "dms" / "free.pdf")
-    operator = state.existing_credential(OPERATOR)
+    operator = confinement_state.existing_credential(OPERATOR)
     assert operator is not None
     admin = await nats.connect(server.url, connect_timeout=2, **operator.connect_options())
     try:
@@ -144,15 +152,15 @@ async def test_a_hold_list_the_gate_cannot_read_refuses_document_deletions_not_r
     verdict = await delete(runtime, document)
     assert verdict.outcome == "deny", verdict
     assert verdict.reason_codes == (HOLDS_UNAVAILABLE,), verdict
-    assert ledger_reasons(state, verdict) == ("deny", (HOLDS_UNAVAILABLE,))
+    assert ledger_reasons(confinement_state, verdict) == ("deny", (HOLDS_UNAVAILABLE,))
     # a document write is refused the same way
     written = await runtime.propose("write_file", {"path": document, "content": "x"})
     assert (written.outcome, written.reason_codes) == ("deny", (HOLDS_UNAVAILABLE,)), written
-    assert ledger_reasons(state, written) == ("deny", (HOLDS_UNAVAILABLE,))
+    assert ledger_reasons(confinement_state, written) == ("deny", (HOLDS_UNAVAILABLE,))
     # not a document write or delete: decided as before
     read = await runtime.propose("read_file", {"path": document})
     assert read.outcome == "allow", read
-    assert ledger_reasons(state, read)[0] == "allow"
+    assert ledger_reasons(confinement_state, read)[0] == "allow"
 
 
 @pytest.mark.claim("confinement.gate-decides-holds")

@@ -59,10 +59,16 @@ from smf_assurance.subjects.holds import (
     hold_path,
 )
 from tests.support.bus_helpers import wait_for
-from tests.support.confine import PROJECT, one_line, processes_with, write_profile
-from tests.support.holds import holds_cli, server, state
+from tests.support.confine import (
+    PROJECT,
+    onboarded_state,
+    one_line,
+    processes_with,
+    write_profile,
+)
+from tests.support.holds import holds_cli, server
 
-__all__ = ["server", "state"]
+__all__ = ["onboarded_state", "server"]
 
 
 pytestmark = pytest.mark.skipif(not os.access("/usr/bin/bwrap", os.X_OK), reason="no bubblewrap")
@@ -75,10 +81,12 @@ ATTACKS = (
 
 @pytest.fixture
 async def gate(
-    state: StateDir,
+    onboarded_state: StateDir,
     server: EmbeddedNatsServer,
 ) -> AsyncIterator[RunningGate]:
-    running = await start_gate(gate_config(state, server.url, co_located=True, sweep_seconds=3600))
+    running = await start_gate(
+        gate_config(onboarded_state, server.url, co_located=True, sweep_seconds=3600)
+    )
     yield running
     await asyncio.wait_for(running.close(), 15)
 
@@ -115,19 +123,19 @@ def documents(tmp_path: Path) -> tuple[Path, Path]:
 
 @pytest.mark.claim("confinement.gate-holds")
 async def test_a_hold_added_at_the_gate_is_read_only_in_a_runtime_started_afterwards(
-    state: StateDir,
+    onboarded_state: StateDir,
     server: EmbeddedNatsServer,
     gate: RunningGate,
     tmp_path: Path,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    write_profile(state, tmp_path, nats_url=server.url, gate_holds=True)
+    write_profile(onboarded_state, tmp_path, nats_url=server.url, gate_holds=True)
     held, free = documents(tmp_path)
     before = sha(held)
-    assert await holds_cli(state, server, "add", str(held)) == 0
+    assert await holds_cli(onboarded_state, server, "add", str(held)) == 0
     assert str(held) in capfd.readouterr().out
     script = f"{ATTACKS.format(p=held)}; {ATTACKS.format(p=free)}; ls {held.parent}"
-    code, err = await finished(await run_confined(state, "bash", "-c", script))
+    code, err = await finished(await run_confined(onboarded_state, "bash", "-c", script))
     assert code == 0, err
     assert "Read-only file system" in err or "Device or resource busy" in err
     assert sha(held) == before
@@ -139,7 +147,7 @@ async def test_a_hold_added_at_the_gate_is_read_only_in_a_runtime_started_afterw
 @pytest.mark.claim("confinement.gate-holds")
 @pytest.mark.claim("confinement.holds-read-only")
 async def test_a_hold_added_while_the_runtime_runs_ends_it_and_the_file_holds_stay(
-    state: StateDir,
+    onboarded_state: StateDir,
     server: EmbeddedNatsServer,
     gate: RunningGate,
     tmp_path: Path,
@@ -149,15 +157,17 @@ async def test_a_hold_added_while_the_runtime_runs_ends_it_and_the_file_holds_st
     from_file.write_text("held by the file\n")
     holds_file = tmp_path / "holds.json"
     holds_file.write_text(json.dumps({"paths": [str(from_file)]}))
-    write_profile(state, tmp_path, nats_url=server.url, gate_holds=True, holds_file=str(holds_file))
+    write_profile(
+        onboarded_state, tmp_path, nats_url=server.url, gate_holds=True, holds_file=str(holds_file)
+    )
     token = f"smf-gate-holds-{os.getpid()}-{time.monotonic_ns()}"
     marker = tmp_path / "ws" / "attempt"
     script = f"{{ echo x > {from_file}; }} 2>/dev/null; touch {marker}; sleep 300; echo {token}"
-    proc = await run_confined(state, "bash", "-c", script)
+    proc = await run_confined(onboarded_state, "bash", "-c", script)
     try:
         await wait_for(marker.exists, timeout=30)
         assert from_file.read_text() == "held by the file\n"  # the file's hold: read-only
-        assert await holds_cli(state, server, "add", str(held), "--json") == 0
+        assert await holds_cli(onboarded_state, server, "add", str(held), "--json") == 0
         code, err = await finished(proc)
         assert code == 75
         assert "legal holds of runtime hermes-demo changed" in one_line(err)
@@ -170,13 +180,13 @@ async def test_a_hold_added_while_the_runtime_runs_ends_it_and_the_file_holds_st
 
 @pytest.mark.claim("confinement.gate-holds")
 async def test_a_launcher_whose_gate_does_not_answer_does_not_start_the_runtime(
-    state: StateDir,
+    onboarded_state: StateDir,
     server: EmbeddedNatsServer,
     tmp_path: Path,
 ) -> None:
-    write_profile(state, tmp_path, nats_url=server.url, gate_holds=True)
+    write_profile(onboarded_state, tmp_path, nats_url=server.url, gate_holds=True)
     marker = tmp_path / "ws" / "MARKER"
-    code, err = await finished(await run_confined(state, "touch", str(marker)))
+    code, err = await finished(await run_confined(onboarded_state, "touch", str(marker)))
     assert code == 1
     line = one_line(err)
     assert "the gate's legal holds could not be read, so it does not start" in line
@@ -186,13 +196,13 @@ async def test_a_launcher_whose_gate_does_not_answer_does_not_start_the_runtime(
 
 @pytest.mark.claim("confinement.gate-holds")
 async def test_a_hold_list_the_gate_cannot_vouch_for_refuses_the_start(
-    state: StateDir,
+    onboarded_state: StateDir,
     server: EmbeddedNatsServer,
     gate: RunningGate,
     tmp_path: Path,
 ) -> None:
-    write_profile(state, tmp_path, nats_url=server.url, gate_holds=True)
-    credential = state.existing_credential(OPERATOR)
+    write_profile(onboarded_state, tmp_path, nats_url=server.url, gate_holds=True)
+    credential = onboarded_state.existing_credential(OPERATOR)
     assert credential is not None
     nc = await nats.connect(server.url, connect_timeout=2, **credential.connect_options())
     try:
@@ -201,7 +211,7 @@ async def test_a_hold_list_the_gate_cannot_vouch_for_refuses_the_start(
     finally:
         await nc.close()
     marker = tmp_path / "ws" / "MARKER"
-    code, err = await finished(await run_confined(state, "touch", str(marker)))
+    code, err = await finished(await run_confined(onboarded_state, "touch", str(marker)))
     assert code == 1
     assert "the gate refused its hold list: holds_invalid" in one_line(err)
     assert not marker.exists()
@@ -209,14 +219,16 @@ async def test_a_hold_list_the_gate_cannot_vouch_for_refuses_the_start(
 
 @pytest.mark.claim("confinement.gate-holds")
 async def test_a_gate_that_stops_answering_during_a_run_ends_it(
-    state: StateDir,
+    onboarded_state: StateDir,
     server: EmbeddedNatsServer,
     tmp_path: Path,
 ) -> None:
-    write_profile(state, tmp_path, nats_url=server.url, gate_holds=True)
-    running = await start_gate(gate_config(state, server.url, co_located=True, sweep_seconds=3600))
+    write_profile(onboarded_state, tmp_path, nats_url=server.url, gate_holds=True)
+    running = await start_gate(
+        gate_config(onboarded_state, server.url, co_located=True, sweep_seconds=3600)
+    )
     token = f"smf-gate-gone-{os.getpid()}-{time.monotonic_ns()}"
-    proc = await run_confined(state, "bash", "-c", f"sleep 300; echo {token}")
+    proc = await run_confined(onboarded_state, "bash", "-c", f"sleep 300; echo {token}")
     closed = False
     try:
         await wait_for(lambda: set(processes_with(token)) - {proc.pid}, timeout=30)
@@ -236,14 +248,14 @@ async def test_a_gate_that_stops_answering_during_a_run_ends_it(
 
 @pytest.mark.claim("confinement.gate-holds")
 async def test_a_runtime_cannot_write_or_read_the_hold_bucket_but_asks_the_gate(
-    state: StateDir,
+    onboarded_state: StateDir,
     server: EmbeddedNatsServer,
     gate: RunningGate,
     tmp_path: Path,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     held = documents(tmp_path)[0]
-    assert await holds_cli(state, server, "add", str(held), "--json") == 0
+    assert await holds_cli(onboarded_state, server, "add", str(held), "--json") == 0
     listed = json.loads(capfd.readouterr().out)
     errors: list[Exception] = []
 
@@ -256,7 +268,7 @@ async def test_a_runtime_cannot_write_or_read_the_hold_bucket_but_asks_the_gate(
             "permissions violation" in str(e) and subject.lower() in str(e).lower() for e in errors
         )
 
-    credential = state.existing_credential(HERMES_PRINCIPAL)
+    credential = onboarded_state.existing_credential(HERMES_PRINCIPAL)
     assert credential is not None
     nc = await nats.connect(
         server.url, connect_timeout=2, error_cb=on_error, **credential.connect_options()
@@ -282,13 +294,13 @@ async def test_a_runtime_cannot_write_or_read_the_hold_bucket_but_asks_the_gate(
     assert answer.ok
     assert answer.paths == (str(held),)
     assert answer.revision == listed["revision"]
-    assert await holds_cli(state, server, "list", "--json") == 0
+    assert await holds_cli(onboarded_state, server, "list", "--json") == 0
     assert json.loads(capfd.readouterr().out) == listed
 
 
 @pytest.mark.claim("confinement.gate-holds")
 async def test_holds_refuses_bad_paths_in_one_line_and_keeps_them_normalised(
-    state: StateDir,
+    onboarded_state: StateDir,
     server: EmbeddedNatsServer,
     gate: RunningGate,
     capfd: pytest.CaptureFixture[str],
@@ -299,17 +311,19 @@ async def test_holds_refuses_bad_paths_in_one_line_and_keeps_them_normalised(
         ("/srv/doc\n.txt", "holds a control character"),
     ):
         capfd.readouterr()
-        assert await holds_cli(state, server, "add", "/srv/ok.txt", bad) == 2
+        assert await holds_cli(onboarded_state, server, "add", "/srv/ok.txt", bad) == 2
         line = one_line(capfd.readouterr().err)
         assert says in line
         assert "nothing changed" in line
-    assert await holds_cli(state, server, "list", "--json") == 0
+    assert await holds_cli(onboarded_state, server, "list", "--json") == 0
     assert json.loads(capfd.readouterr().out) == {"revision": 1, "paths": []}
-    assert await holds_cli(state, server, "add", "/srv/b//c/./d/../e.txt", "/srv/a.txt") == 0
-    assert await holds_cli(state, server, "add", "/srv/a.txt/", "--json") == 0
+    assert (
+        await holds_cli(onboarded_state, server, "add", "/srv/b//c/./d/../e.txt", "/srv/a.txt") == 0
+    )
+    assert await holds_cli(onboarded_state, server, "add", "/srv/a.txt/", "--json") == 0
     out = capfd.readouterr().out
     assert json.loads(out.splitlines()[-1])["paths"] == ["/srv/a.txt", "/srv/b/c/e.txt"]
-    assert await holds_cli(state, server, "remove", "/srv/a.txt") == 0
+    assert await holds_cli(onboarded_state, server, "remove", "/srv/a.txt") == 0
     table = capfd.readouterr().out
     assert "/srv/b/c/e.txt" in table
     assert "/srv/a.txt" not in table
@@ -347,11 +361,11 @@ def test_a_stored_list_no_launcher_should_mount_is_refused(stored: bytes, why: s
 
 @pytest.mark.claim("confinement.gate-holds")
 async def test_the_desk_refuses_a_malformed_request_and_a_bucket_it_cannot_read(
-    state: StateDir,
+    onboarded_state: StateDir,
     server: EmbeddedNatsServer,
     gate: RunningGate,
 ) -> None:
-    credential = state.existing_credential(HERMES_PRINCIPAL)
+    credential = onboarded_state.existing_credential(HERMES_PRINCIPAL)
     assert credential is not None
     nc = await nats.connect(server.url, connect_timeout=2, **credential.connect_options())
     try:
@@ -360,7 +374,7 @@ async def test_the_desk_refuses_a_malformed_request_and_a_bucket_it_cannot_read(
         assert (answer.ok, answer.reason, answer.paths) == (False, "malformed_request", ())
     finally:
         await nc.close()
-    operator = state.existing_credential(OPERATOR)
+    operator = onboarded_state.existing_credential(OPERATOR)
     assert operator is not None
     admin = await nats.connect(server.url, connect_timeout=2, **operator.connect_options())
     try:

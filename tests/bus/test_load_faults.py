@@ -58,7 +58,6 @@ from tests.support.bus_helpers import wait_for
 from tests.support.bus_properties import (
     deletion,
     open_order,
-    provisioned_state,
     runtime_client,
     stored_orders,
 )
@@ -103,11 +102,6 @@ async def state_of(nc: Client, approval_id: str) -> str:
     reply = await nc.request(names.APPROVAL_STATUS, approval_id.encode(), timeout=5)
     state: str = msgspec.json.decode(reply.data)["state"]
     return state
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    return provisioned_state(tmp_path)
 
 
 @pytest.mark.claim("verdict-agrees.load-and-faults")

@@ -59,8 +59,8 @@ from smf_assurance.adapters.connector.sdk import REASON_WRONG_PAYLOAD_TYPE
 from smf_assurance.core.decision import Decision
 from smf_assurance.core.normalize import Normalized
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.local.stack import gate_config, seed_demo_documents
-from smf_assurance.ops.local.state import StateDir, provision_demo
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.pipeline.chain.contracts import DispatchReceipt, DispatchRequest
 from smf_assurance.pipeline.chain.dispatch import OrderFence
@@ -95,16 +95,12 @@ TIMEOUT_S: Final = 1.0
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_demo(state)
-    seed_demo_documents(state)
-    return state
-
-
-@pytest.fixture
-async def gate(state: StateDir, nats_server: EmbeddedNatsServer) -> AsyncIterator[RunningGate]:
-    config = gate_config(state=state, nats_url=nats_server.url, co_located=True, sweep_seconds=0.2)
+async def gate(
+    seeded_state: StateDir, nats_server: EmbeddedNatsServer
+) -> AsyncIterator[RunningGate]:
+    config = gate_config(
+        state=seeded_state, nats_url=nats_server.url, co_located=True, sweep_seconds=0.2
+    )
     running = await start_gate(dataclasses.replace(config, order_ttl_ms=ORDER_TTL_MS))
     yield running
     await asyncio.wait_for(running.close(), 15)
@@ -160,14 +156,14 @@ class Slowed:
 
 @pytest.mark.claim("verdict-agrees.allow-names-order-deadline")
 async def test_an_allow_promises_the_deadline_its_stored_order_carries(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, seeded_state: StateDir
 ) -> None:
-    client = runtime_client(nc, state)
+    client = runtime_client(nc, seeded_state)
     verdict = await client.propose(deletion(client, "doc-4711"))
     assert verdict.outcome == "allow", verdict
     assert verdict.order_id is not None
     (stored,) = await stored_orders(gate.js)
-    order = open_order(stored.data or b"", state.key("gate"))
+    order = open_order(stored.data or b"", seeded_state.key("gate"))
     assert order.order_id == verdict.order_id
     assert verdict.expires_at_ms == order.not_after_ms
     record = await gate.orders.get(order.order_id)
@@ -177,9 +173,9 @@ async def test_an_allow_promises_the_deadline_its_stored_order_carries(
 
 @pytest.mark.claim("verdict-agrees.expired-order-learned")
 async def test_an_order_reached_after_its_deadline_never_runs_and_the_runtime_learns_it(
-    gate: RunningGate, nc: Client, state: StateDir, nats_server: EmbeddedNatsServer
+    gate: RunningGate, nc: Client, seeded_state: StateDir, nats_server: EmbeddedNatsServer
 ) -> None:
-    client = impatient(nc, state)
+    client = impatient(nc, seeded_state)
     proposal = deletion(client, "doc-4711")
     verdict = await client.propose(proposal)
     assert verdict.outcome == "allow", verdict
@@ -187,12 +183,12 @@ async def test_an_order_reached_after_its_deadline_never_runs_and_the_runtime_le
     assert verdict.decision_id is not None
     deadline = verdict.expires_at_ms
     await wait_for(lambda: wall_clock_ms() > deadline, timeout=10, interval=0.05)
-    document = state.connector_dir("dms") / "store" / "doc-4711"
-    async with connectors_running(state, nats_server.url):
+    document = seeded_state.connector_dir("dms") / "store" / "doc-4711"
+    async with connectors_running(seeded_state, nats_server.url):
 
         def failed() -> bool:
             return ("failed", ("order_expired",)) in evidence_rows(
-                state.ledger, str(verdict.decision_id)
+                seeded_state.ledger, str(verdict.decision_id)
             )
 
         await wait_for(failed, timeout=20)
@@ -208,9 +204,9 @@ async def test_an_order_reached_after_its_deadline_never_runs_and_the_runtime_le
 
 @pytest.mark.claim("verdict-agrees.no-order-after-requester-deadline")
 async def test_a_gate_slowed_before_its_publish_publishes_nothing_after_the_deadline(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, seeded_state: StateDir
 ) -> None:
-    client = impatient(nc, state)
+    client = impatient(nc, seeded_state)
     slowed = Slowed(gate.gate.dispatch, before=client.timeout + client.grace + 0.5)
     gate.gate.dispatch = slowed
     proposal = deletion(client, "doc-4711")
@@ -239,9 +235,9 @@ async def test_a_gate_slowed_before_its_publish_publishes_nothing_after_the_dead
 
 @pytest.mark.claim("verdict-agrees.gate-timeout-learned")
 async def test_a_gate_slowed_after_its_publish_is_learned_from_the_record(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, seeded_state: StateDir
 ) -> None:
-    client = impatient(nc, state)
+    client = impatient(nc, seeded_state)
     gate.gate.dispatch = Slowed(gate.gate.dispatch, after=client.timeout + client.grace + 1.0)
     proposal = deletion(client, "doc-4711")
     told = await client.propose(proposal)
@@ -249,7 +245,7 @@ async def test_a_gate_slowed_after_its_publish_is_learned_from_the_record(
     assert await execute_count(gate.js) == 1  # stored before the reply was due
     learned = await client.recorded(proposal.proposal_id, client.sign(proposal))
     (stored,) = await stored_orders(gate.js)
-    order = open_order(stored.data or b"", state.key("gate"))
+    order = open_order(stored.data or b"", seeded_state.key("gate"))
     assert (learned.outcome, learned.order_id) == ("allow", order.order_id)
     assert learned.expires_at_ms == order.not_after_ms
     assert await execute_count(gate.js) == 1
@@ -257,12 +253,12 @@ async def test_a_gate_slowed_after_its_publish_is_learned_from_the_record(
 
 @pytest.mark.claim("verdict-agrees.gate-timeout-learned")
 async def test_a_recorded_request_that_gives_up_leaves_the_decision_it_waited_on(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, seeded_state: StateDir
 ) -> None:
     """A request for the recorded verdict that is cancelled while the proposal is still
     being decided stops waiting and nothing else: the decision goes on, stores its one
     order, and the next request for the record gets that allow."""
-    client = impatient(nc, state)
+    client = impatient(nc, seeded_state)
     slowed = Slowed(gate.gate.dispatch, after=0.5)
     gate.gate.dispatch = slowed
     proposal = deletion(client, "doc-4711")
@@ -279,23 +275,23 @@ async def test_a_recorded_request_that_gives_up_leaves_the_decision_it_waited_on
     assert answer.outcome == "allow", answer
     assert learned == answer
     (stored,) = await stored_orders(gate.js)
-    assert open_order(stored.data or b"", state.key("gate")).order_id == answer.order_id
+    assert open_order(stored.data or b"", seeded_state.key("gate")).order_id == answer.order_id
     assert await execute_count(gate.js) == 1
 
 
 @pytest.mark.claim("verdict-agrees.late-proposal-not-decided")
 async def test_a_proposal_that_arrives_after_its_deadline_is_never_decided(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, seeded_state: StateDir
 ) -> None:
-    client = runtime_client(nc, state)
-    entries = ledger_entries(state)
+    client = runtime_client(nc, seeded_state)
+    entries = ledger_entries(seeded_state)
     late = msgspec.structs.replace(deletion(client, "doc-4711"), reply_by_ms=wall_clock_ms() - 1)
     answer = await client.recorded(late.proposal_id, client.sign(late))
     assert (answer.outcome, answer.reason_codes) == (
         "deny",
         ("recorded_verdict", "no_order_recorded"),
     )
-    assert ledger_entries(state) == entries
+    assert ledger_entries(seeded_state) == entries
     assert await execute_count(gate.js) == 0
     # the control: the same action with its deadline ahead is decided and allowed
     assert (await client.propose(deletion(client, "doc-4711"))).outcome == "allow"
@@ -326,9 +322,9 @@ class SlowHold:
 
 @pytest.mark.claim("verdict-agrees.late-hold-withdrawn")
 async def test_a_hold_made_after_the_deadline_is_withdrawn(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, seeded_state: StateDir
 ) -> None:
-    client = impatient(nc, state)
+    client = impatient(nc, seeded_state)
     slow = SlowHold(gate.desk, delay=client.timeout + 0.2)
     gate.gate.hold = slow
     proposal = court_filing(client)
@@ -346,7 +342,9 @@ async def test_a_hold_made_after_the_deadline_is_withdrawn(
     assert await gate.approvals.list_open() == []  # nothing to approve
     record = await gate.approvals.get(approval_id)
     assert record is not None
-    late = await approver(nc, state, ATTORNEY).resolve(approval_id, "allow-once", record.digest)
+    late = await approver(nc, seeded_state, ATTORNEY).resolve(
+        approval_id, "allow-once", record.digest
+    )
     assert (late.accepted, late.reason_codes) == (False, ("approval_not_pending",))
     assert await execute_count(gate.js) == 0
     learned = await recorded_when_known(client, proposal)
@@ -361,24 +359,24 @@ async def test_a_hold_made_after_the_deadline_is_withdrawn(
 
 @pytest.mark.claim("verdict-agrees.unconfirmed-order-voided")
 async def test_a_void_finds_a_stored_order_or_takes_its_place_for_good(
-    gate: RunningGate, nc: Client, state: StateDir, nats_server: EmbeddedNatsServer
+    gate: RunningGate, nc: Client, seeded_state: StateDir, nats_server: EmbeddedNatsServer
 ) -> None:
-    fence = OrderFence(gate.js, state.key("gate"), wall_clock_ms)
-    order, signed = make_signed_order(state.key("gate"), "dms", native_tool="dms_delete")
+    fence = OrderFence(gate.js, seeded_state.key("gate"), wall_clock_ms)
+    order, signed = make_signed_order(seeded_state.key("gate"), "dms", native_tool="dms_delete")
     await gate.js.publish(names.execute_subject("dms"), signed, headers=order_headers(order))
     assert await fence("dms", order.order_id) is True  # stored: nothing added
     assert await execute_count(gate.js) == 1
 
-    lost, lost_signed = make_signed_order(state.key("gate"), "dms", native_tool="dms_delete")
+    lost, lost_signed = make_signed_order(seeded_state.key("gate"), "dms", native_tool="dms_delete")
     assert await fence("dms", lost.order_id) is False  # not stored: the void is, now
     assert await execute_count(gate.js) == 2
     ack = await gate.js.publish(
         names.execute_subject("dms"), lost_signed, headers=order_headers(lost)
     )
     assert ack.duplicate, "the genuine order got in after its void"
-    inbox = await ReportInbox.open(nc, "dms", state.key("dms").verify_key)
+    inbox = await ReportInbox.open(nc, "dms", seeded_state.key("dms").verify_key)
     reports = {}
-    async with connectors_running(state, nats_server.url):
+    async with connectors_running(seeded_state, nats_server.url):
         while lost.order_id not in reports:
             report = await inbox.next(timeout=20)
             reports[report.order_id] = report
@@ -405,23 +403,25 @@ def connector_report(key: SigningKey, order_id: str, status: ReportStatus) -> by
 
 @pytest.mark.claim("verdict-agrees.outcome-entry-repaired")
 async def test_an_outcome_the_book_settled_and_the_ledger_lost_is_written_once(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, seeded_state: StateDir
 ) -> None:
     """The book's settle and the ledger's entry are two commits; a gate killed between
     them (the load test's kill found it) leaves the order settled with no outcome. The
     report it never acknowledged comes again, and the outcome is written then, once."""
-    client = runtime_client(nc, state)
+    client = runtime_client(nc, seeded_state)
     verdict = await client.propose(deletion(client, "doc-4711"))
     assert verdict.order_id is not None
     decision = str(verdict.decision_id)
     # the first of the two commits, as the killed gate left it
     assert await gate.orders.settle(verdict.order_id, "consumed", wall_clock_ms()) is not None
-    assert evidence_rows(state.ledger, decision)[1:] == []
+    assert evidence_rows(seeded_state.ledger, decision)[1:] == []
     # a report that settled something else (failed) is not taken for this one
-    await file_report(nc, "dms", connector_report(state.key("dms"), verdict.order_id, "failed"))
-    assert evidence_rows(state.ledger, decision)[1:] == []
+    await file_report(
+        nc, "dms", connector_report(seeded_state.key("dms"), verdict.order_id, "failed")
+    )
+    assert evidence_rows(seeded_state.ledger, decision)[1:] == []
     for _ in range(2):  # the unacknowledged report, redelivered; then again
         await file_report(
-            nc, "dms", connector_report(state.key("dms"), verdict.order_id, "confirmed")
+            nc, "dms", connector_report(seeded_state.key("dms"), verdict.order_id, "confirmed")
         )
-        assert evidence_rows(state.ledger, decision)[1:] == [("consumed", ("executed",))]
+        assert evidence_rows(seeded_state.ledger, decision)[1:] == [("consumed", ("executed",))]

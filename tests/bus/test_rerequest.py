@@ -67,7 +67,6 @@ from tests.support.cli_ops import arun, assert_one_line_failure
 from tests.support.clocks import OffsetClock as Clock
 
 # The approval desk's fixtures, shared rather than copied.
-state = desk.state
 clock = desk.clock
 gate = desk.gate
 
@@ -100,14 +99,18 @@ async def expire(gate: RunningGate, clock: Clock, approval_id: str) -> None:
 
 @pytest.mark.claim("approver-desk.rerequest-new-binding")
 async def test_an_expired_filing_asked_again_is_a_new_binding_and_the_old_stays_dead(
-    gate: RunningGate, nc: Client, state: StateDir, clock: Clock, nats_server: EmbeddedNatsServer
+    gate: RunningGate,
+    nc: Client,
+    approvers_state: StateDir,
+    clock: Clock,
+    nats_server: EmbeddedNatsServer,
 ) -> None:
     again: asyncio.Queue[Verdict] = asyncio.Queue()
 
     async def told(verdict: Verdict) -> None:
         await again.put(verdict)
 
-    client = runtime(nc, state)
+    client = runtime(nc, approvers_state)
     held = HeldProposals(client, on_verdict=told)
     sub = await held.serve()
     first = await held.propose(court_filing(client))
@@ -118,7 +121,7 @@ async def test_an_expired_filing_asked_again_is_a_new_binding_and_the_old_stays_
     assert old is not None
     await expire(gate, clock, old_id)
 
-    reply = await rerequest(nc, rerequest_bytes(state, PARALEGAL, old_id))
+    reply = await rerequest(nc, rerequest_bytes(approvers_state, PARALEGAL, old_id))
     assert (reply.accepted, reply.reason_codes) == (True, ())
     new = await asyncio.wait_for(again.get(), 10)
     assert new.outcome == "held"
@@ -133,25 +136,25 @@ async def test_an_expired_filing_asked_again_is_a_new_binding_and_the_old_stays_
     assert fresh.binding.actor_id == PARALEGAL
 
     # The old binding is dead: an allow-once signed for it is refused, nothing is claimed.
-    attorney = approver(nc, state, ATTORNEY)
+    attorney = approver(nc, approvers_state, ATTORNEY)
     stale = await attorney.resolve(old_id, "allow-once", binding_digest(old.binding))
     assert (stale.accepted, stale.reason_codes) == (False, ("approval_not_pending",))
     with pytest.raises(ApproverError, match="approval_closed"):
         await attorney.show(old_id)
     # The request is on the old approval's record, and its one end stays its only one.
-    rows = ledger_rows(state.ledger, old_id)
+    rows = ledger_rows(approvers_state.ledger, old_id)
     assert (None, ("approval_rerequested",)) in rows
     assert [status for status, _ in rows].count("expired") == 1
 
-    async with connectors_running(state, nats_server.url):
-        allowed = await approve(nc, state, new.approval_id)
+    async with connectors_running(approvers_state, nats_server.url):
+        allowed = await approve(nc, approvers_state, new.approval_id)
         assert allowed.accepted
 
         async def consumed() -> bool:
             return await status(nc, new.approval_id or "") == "consumed"
 
         await wait_for(consumed, timeout=10)
-    filings = sorted((state.connector_dir("court-efiling") / "outbox").glob("*.json"))
+    filings = sorted((approvers_state.connector_dir("court-efiling") / "outbox").glob("*.json"))
     assert [p.stem for p in filings] == [allowed.order_id], "filed once, for the new approval"
     after = await gate.approvals.get(old_id)
     assert after is not None
@@ -163,12 +166,12 @@ async def test_an_expired_filing_asked_again_is_a_new_binding_and_the_old_stays_
 async def test_only_the_requester_may_ask_again_and_only_an_expired_approval(
     gate: RunningGate,
     nc: Client,
-    state: StateDir,
+    approvers_state: StateDir,
     clock: Clock,
     nats_server: EmbeddedNatsServer,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    client = runtime(nc, state)
+    client = runtime(nc, approvers_state)
     held = HeldProposals(client)
     pending = await held.propose(court_filing(client, content="Still waiting."))
     expired = await held.propose(court_filing(client, content="Nobody decided in time."))
@@ -188,7 +191,7 @@ async def test_only_the_requester_may_ask_again_and_only_an_expired_approval(
         "stale": (PARALEGAL, expired.approval_id, 10 * 60_000, "stale_rerequest"),
     }
     for case, (signer, approval_id, age, reason) in cases.items():
-        signed = rerequest_bytes(state, signer, approval_id, age_ms=age)
+        signed = rerequest_bytes(approvers_state, signer, approval_id, age_ms=age)
         reply = await rerequest(nc, signed)
         assert (reply.accepted, reply.reason_codes) == (False, (reason,)), case
     forged = encode_envelope(
@@ -212,14 +215,20 @@ async def test_only_the_requester_may_ask_again_and_only_an_expired_approval(
     # paralegal's re-request is accepted and tells the runtimes, once.
     where = ["--nats", nats_server.url, "--key"]
     code, out, err = await arun(
-        ["approvals", "rerequest", expired.approval_id, *where, str(state.key_path(ATTORNEY))],
+        [
+            "approvals",
+            "rerequest",
+            expired.approval_id,
+            *where,
+            str(approvers_state.key_path(ATTORNEY)),
+        ],
         capsys,
     )
     assert_one_line_failure(code, err, "not asked again: approval_not_found")
     code, out, _ = await arun(
         [
             *("approvals", "rerequest", expired.approval_id, *where),
-            *(str(state.key_path(ATTORNEY)), "--json"),
+            *(str(approvers_state.key_path(ATTORNEY)), "--json"),
         ],
         capsys,
     )
@@ -230,7 +239,13 @@ async def test_only_the_requester_may_ask_again_and_only_an_expired_approval(
         "reason_codes": ["approval_not_found"],
     }
     code, out, err = await arun(
-        ["approvals", "rerequest", expired.approval_id, *where, str(state.key_path(PARALEGAL))],
+        [
+            "approvals",
+            "rerequest",
+            expired.approval_id,
+            *where,
+            str(approvers_state.key_path(PARALEGAL)),
+        ],
         capsys,
     )
     assert (code, err) == (0, "")
@@ -254,14 +269,14 @@ class FakeDelivery:
 
 
 async def test_a_notice_the_gate_did_not_sign_or_for_another_approval_proposes_nothing(
-    gate: RunningGate, nc: Client, state: StateDir, clock: Clock
+    gate: RunningGate, nc: Client, approvers_state: StateDir, clock: Clock
 ) -> None:
     proposed: list[Verdict] = []
 
     async def told(verdict: Verdict) -> None:
         proposed.append(verdict)
 
-    client = runtime(nc, state)
+    client = runtime(nc, approvers_state)
     held = HeldProposals(client, on_verdict=told)
     one = await held.propose(court_filing(client, content="One."))
     two = await held.propose(court_filing(client, content="Two."))
@@ -276,8 +291,8 @@ async def test_a_notice_the_gate_did_not_sign_or_for_another_approval_proposes_n
         operation_hash=one.operation_hash,
         asked_at_ms=time.time_ns() // 1_000_000,
     )
-    unsigned_by_gate = sign_ask_again(notice, state.key(ATTORNEY))
-    genuine = sign_ask_again(notice, state.key("gate"))
+    unsigned_by_gate = sign_ask_again(notice, approvers_state.key(ATTORNEY))
+    genuine = sign_ask_again(notice, approvers_state.key("gate"))
     for subject_of, data in (
         (one.approval_id, unsigned_by_gate),
         (two.approval_id, genuine),  # replayed on another approval's subject
@@ -296,12 +311,12 @@ async def test_a_notice_the_gate_did_not_sign_or_for_another_approval_proposes_n
 
 
 async def test_no_evidence_no_key_or_a_malformed_request_tells_no_runtime(
-    gate: RunningGate, nc: Client, state: StateDir, clock: Clock
+    gate: RunningGate, nc: Client, approvers_state: StateDir, clock: Clock
 ) -> None:
     """Fail closed: a re-request that cannot be written to the ledger, or that the gate
     cannot sign a notice for, is refused and nothing reaches a runtime; a signed
     envelope whose payload is no ReRequest is ``malformed_request``."""
-    client = runtime(nc, state)
+    client = runtime(nc, approvers_state)
     held = HeldProposals(client)
     verdict = await held.propose(court_filing(client, content="Expired, asked again in vain."))
     assert verdict.approval_id is not None
@@ -317,14 +332,16 @@ async def test_no_evidence_no_key_or_a_malformed_request_tells_no_runtime(
         approval_ids=(verdict.approval_id,),
         requested_at_ms=time.time_ns() // 1_000_000,
     )
-    odd = encode_envelope(sign_struct(names.PAYLOAD_REREQUEST, track, [state.key(PARALEGAL)]))
+    odd = encode_envelope(
+        sign_struct(names.PAYLOAD_REREQUEST, track, [approvers_state.key(PARALEGAL)])
+    )
     assert (await rerequest(nc, odd)).reason_codes == ("malformed_request",)
     signer, gate.desk.signer = gate.desk.signer, None
-    reply = await rerequest(nc, rerequest_bytes(state, PARALEGAL, verdict.approval_id))
+    reply = await rerequest(nc, rerequest_bytes(approvers_state, PARALEGAL, verdict.approval_id))
     assert reply.reason_codes == ("gate_key_missing",)
     gate.desk.signer = signer
     await gate.ledger.close()
-    reply = await rerequest(nc, rerequest_bytes(state, PARALEGAL, verdict.approval_id))
+    reply = await rerequest(nc, rerequest_bytes(approvers_state, PARALEGAL, verdict.approval_id))
     assert (reply.accepted, reply.reason_codes) == (False, ("evidence_store_unavailable",))
     await nc.flush()
     assert seen.pending_msgs == 0
@@ -332,7 +349,7 @@ async def test_no_evidence_no_key_or_a_malformed_request_tells_no_runtime(
 
 
 async def test_a_notice_for_another_operation_or_a_forgotten_proposal_proposes_nothing(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, approvers_state: StateDir
 ) -> None:
     """A gate-signed notice naming the held approval and its decision but another
     operation proposes nothing; beyond its capacity the runtime forgets the oldest
@@ -342,7 +359,7 @@ async def test_a_notice_for_another_operation_or_a_forgotten_proposal_proposes_n
     async def told(verdict: Verdict) -> None:
         proposed.append(verdict)
 
-    client = runtime(nc, state)
+    client = runtime(nc, approvers_state)
     held = HeldProposals(client, capacity=1, on_verdict=told)
     first = await held.propose(court_filing(client, content="First."))
     second = await held.propose(court_filing(client, content="Second."))
@@ -359,7 +376,7 @@ async def test_a_notice_for_another_operation_or_a_forgotten_proposal_proposes_n
         )
         delivery = FakeDelivery(
             names.approval_again_subject(verdict.approval_id),
-            sign_ask_again(notice, state.key("gate")),
+            sign_ask_again(notice, approvers_state.key("gate")),
         )
         await held._on_notice(cast(Msg, delivery))
     assert proposed == []

@@ -16,7 +16,6 @@ bypass), nor anything about a stolen gate key.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import msgspec
 import nats
@@ -53,14 +52,8 @@ from tests.support.bus_properties import (
     GateStarter,
     deletion,
     execute_count,
-    provisioned_state,
     runtime_client,
 )
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    return provisioned_state(tmp_path)
 
 
 @pytest.fixture

@@ -44,8 +44,8 @@ from nats.errors import NoRespondersError
 
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.local.stack import gate_config, seed_demo_documents
-from smf_assurance.ops.local.state import StateDir, provision_demo
+from smf_assurance.ops.local.stack import gate_config
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.pipeline.stores.ledger import EvidenceEntry, Ledger, verify_ledger
 from smf_assurance.pipeline.stores.state_check import StateRefused
@@ -65,21 +65,15 @@ Start = Callable[[], Awaitable[RunningGate]]
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_demo(state)
-    seed_demo_documents(state)
-    return state
-
-
-@pytest.fixture
-async def start(state: StateDir, nats_server: EmbeddedNatsServer) -> AsyncIterator[Start]:
+async def start(seeded_state: StateDir, nats_server: EmbeddedNatsServer) -> AsyncIterator[Start]:
     """Starts a gate on the state (the sweep off, so nothing changes by itself);
     closes those still running."""
     started: list[RunningGate] = []
 
     async def launch() -> RunningGate:
-        config = gate_config(state, nats_server.url, clock=OffsetClock(), sweep_seconds=3600.0)
+        config = gate_config(
+            seeded_state, nats_server.url, clock=OffsetClock(), sweep_seconds=3600.0
+        )
         running = await start_gate(config)
         started.append(running)
         return running
@@ -127,10 +121,10 @@ async def allowed(runtime: ProposalClient, proposal: Proposal) -> bytes:
 
 @pytest.mark.claim("protected-evidence.state-that-lies-refused")
 async def test_deleted_claim_rows_stop_the_start_and_the_replay_is_never_decided(
-    start: Start, nc: Client, state: StateDir
+    start: Start, nc: Client, seeded_state: StateDir
 ) -> None:
     gate = await start()
-    runtime = runtime_client(nc, state)
+    runtime = runtime_client(nc, seeded_state)
     proposal = deletion(runtime, "doc-4711")
     signed = await allowed(runtime, proposal)
     await close(gate)
@@ -143,9 +137,9 @@ async def test_deleted_claim_rows_stop_the_start_and_the_replay_is_never_decided
     await close(gate)
     await close(await start())
 
-    sql(state.ledger, "DELETE FROM proposal_claims")
+    sql(seeded_state.ledger, "DELETE FROM proposal_claims")
     spy = await ExecuteSpy.attach(nc)
-    error = await refused(start, state.ledger, "claims_missing")
+    error = await refused(start, seeded_state.ledger, "claims_missing")
     assert "1 allow(s) of the last 300 s" in str(error)
     with pytest.raises(NoRespondersError):  # no gate: the replay is decided by no one
         await nc.request(names.PROPOSE, signed, timeout=2)
@@ -171,21 +165,23 @@ def damage_index(path: Path, table: str) -> None:
 @pytest.mark.claim("protected-evidence.state-that-lies-refused")
 @pytest.mark.parametrize("which", ["ledger", "approvals"])
 async def test_a_damaged_page_stops_the_start(
-    which: str, start: Start, nc: Client, state: StateDir
+    which: str, start: Start, nc: Client, seeded_state: StateDir
 ) -> None:
     gate = await start()
-    runtime = runtime_client(nc, state)
+    runtime = runtime_client(nc, seeded_state)
     await allowed(runtime, deletion(runtime, "doc-4711"))
     await hold(runtime, court_filing(runtime))
     await close(gate)
     await close(await start())  # control: sound files serve
 
     path, table = (
-        (state.ledger, "proposal_claims") if which == "ledger" else (state.approvals, "approvals")
+        (seeded_state.ledger, "proposal_claims")
+        if which == "ledger"
+        else (seeded_state.approvals, "approvals")
     )
     damage_index(path, table)
-    trusted = load_registry(state.registry).trusted("gate")
-    assert verify_ledger(state.ledger, [], trusted).ok  # the audit alone does not see it
+    trusted = load_registry(seeded_state.registry).trusted("gate")
+    assert verify_ledger(seeded_state.ledger, [], trusted).ok  # the audit alone does not see it
     error = await refused(start, path, "state_file_malformed")
     assert "quick_check" in str(error) or "not a sound SQLite file" in str(error)
 
@@ -209,63 +205,63 @@ def without_ledger(state: StateDir) -> None:
 
 @pytest.mark.claim("protected-evidence.state-that-lies-refused")
 async def test_a_deleted_ledger_is_not_replaced_by_a_fresh_one(
-    start: Start, nc: Client, state: StateDir, tmp_path: Path
+    start: Start, nc: Client, seeded_state: StateDir, tmp_path: Path
 ) -> None:
-    await decide_some(start, nc, state, 2)
-    without_ledger(state)
+    await decide_some(start, nc, seeded_state, 2)
+    without_ledger(seeded_state)
 
-    error = await refused(start, state.ledger, "ledger_missing")
+    error = await refused(start, seeded_state.ledger, "ledger_missing")
     assert "but this gate signed" in str(error)
-    assert not state.ledger.exists()  # nothing was created in its place
+    assert not seeded_state.ledger.exists()  # nothing was created in its place
 
 
-async def test_a_first_start_creates_the_ledger(start: Start, state: StateDir) -> None:
+async def test_a_first_start_creates_the_ledger(start: Start, seeded_state: StateDir) -> None:
     """Control: with no checkpoint of this gate on the bus, no ledger is a new one."""
-    assert not state.ledger.exists()
+    assert not seeded_state.ledger.exists()
     gate = await start()
-    assert state.ledger.exists()
+    assert seeded_state.ledger.exists()
     await close(gate)
 
 
 @pytest.mark.claim("protected-evidence.state-that-lies-refused")
 async def test_a_ledger_cut_back_to_an_older_copy_stops_the_start(
-    start: Start, nc: Client, state: StateDir, tmp_path: Path
+    start: Start, nc: Client, seeded_state: StateDir, tmp_path: Path
 ) -> None:
-    await decide_some(start, nc, state, 1)
+    await decide_some(start, nc, seeded_state, 1)
     older = tmp_path / "ledger-older.db"
-    shutil.copy2(state.ledger, older)
-    await decide_some(start, nc, state, 2)
+    shutil.copy2(seeded_state.ledger, older)
+    await decide_some(start, nc, seeded_state, 2)
     # Junk on the checkpoint subject (the newest message) is skipped, not fatal.
     js = nc.jetstream()
     await js.publish(names.checkpoint_subject(names.DEFAULT_GATE_NAME), b"not a checkpoint")
     await close(await start())  # control: the whole ledger, junk and all, serves
 
-    shutil.copy2(older, state.ledger)
-    error = await refused(start, state.ledger, "truncated_after_checkpoint")
+    shutil.copy2(older, seeded_state.ledger)
+    error = await refused(start, seeded_state.ledger, "truncated_after_checkpoint")
     assert "from the bus" in str(error)
 
 
 @pytest.mark.claim("protected-evidence.state-that-lies-refused")
 async def test_a_ledger_rewritten_past_its_checkpoint_stops_the_start(
-    start: Start, nc: Client, state: StateDir, tmp_path: Path
+    start: Start, nc: Client, seeded_state: StateDir, tmp_path: Path
 ) -> None:
-    await decide_some(start, nc, state, 1)
+    await decide_some(start, nc, seeded_state, 1)
     older = tmp_path / "ledger-older.db"
-    shutil.copy2(state.ledger, older)
-    await decide_some(start, nc, state, 1)
-    with contextlib.closing(sqlite3.connect(state.ledger)) as conn:
+    shutil.copy2(seeded_state.ledger, older)
+    await decide_some(start, nc, seeded_state, 1)
+    with contextlib.closing(sqlite3.connect(seeded_state.ledger)) as conn:
         (length,) = conn.execute("SELECT max(seq) FROM evidence_entries").fetchone()
     # The older copy grown back to that length with other entries, by the gate key
     # itself (as someone holding the state folder could): a chain that verifies on
     # its own, and whose entry at the bus checkpoint's height has another hash.
-    async with await Ledger.open(older, signer=state.key("gate")) as rewritten:
+    async with await Ledger.open(older, signer=seeded_state.key("gate")) as rewritten:
         while rewritten.tail_seq < length:
             await rewritten.append(other_entry(rewritten.tail_seq))
-    shutil.copy2(older, state.ledger)
-    Path(f"{state.ledger}-wal").unlink(missing_ok=True)
-    Path(f"{state.ledger}-shm").unlink(missing_ok=True)
+    shutil.copy2(older, seeded_state.ledger)
+    Path(f"{seeded_state.ledger}-wal").unlink(missing_ok=True)
+    Path(f"{seeded_state.ledger}-shm").unlink(missing_ok=True)
 
-    await refused(start, state.ledger, "checkpoint_mismatch")
+    await refused(start, seeded_state.ledger, "checkpoint_mismatch")
 
 
 def other_entry(seq: int) -> EvidenceEntry:
@@ -300,9 +296,9 @@ async def held_then_executing(start: Start, nc: Client, state: StateDir) -> str:
 
 @pytest.mark.claim("protected-evidence.state-that-lies-refused")
 async def test_an_approval_set_back_to_pending_stops_the_start(
-    start: Start, nc: Client, state: StateDir
+    start: Start, nc: Client, seeded_state: StateDir
 ) -> None:
-    approval_id = await held_then_executing(start, nc, state)
+    approval_id = await held_then_executing(start, nc, seeded_state)
     gate = await start()  # control: the restart ends it execution_unknown, never again
     record = await gate.approvals.get(approval_id)
     assert record is not None
@@ -311,25 +307,25 @@ async def test_an_approval_set_back_to_pending_stops_the_start(
 
     # Back to pending, content and all, as it was before the attorney approved it.
     sql(
-        state.approvals,
+        seeded_state.approvals,
         f"UPDATE approvals SET state = 'pending', held_payload = x'00', order_id = NULL "
         f"WHERE approval_id = '{approval_id}'",
     )
-    error = await refused(start, state.approvals, "approval_state_behind_ledger")
+    error = await refused(start, seeded_state.approvals, "approval_state_behind_ledger")
     assert approval_id in str(error)
 
 
 @pytest.mark.claim("protected-evidence.state-that-lies-refused")
 async def test_a_deleted_approval_stops_the_start(
-    start: Start, nc: Client, state: StateDir
+    start: Start, nc: Client, seeded_state: StateDir
 ) -> None:
     gate = await start()
-    runtime = runtime_client(nc, state)
+    runtime = runtime_client(nc, seeded_state)
     verdict = await hold(runtime, court_filing(runtime))
     await close(gate)
 
-    sql(state.approvals, "DELETE FROM approvals")
-    error = await refused(start, state.approvals, "approval_missing")
+    sql(seeded_state.approvals, "DELETE FROM approvals")
+    error = await refused(start, seeded_state.approvals, "approval_missing")
     assert str(verdict.approval_id) in str(error)
 
 
@@ -341,40 +337,42 @@ def mode(path: Path) -> int:
 
 
 @pytest.mark.claim("protected-evidence.state-files-private")
-async def test_store_files_are_made_private(start: Start, nc: Client, state: StateDir) -> None:
+async def test_store_files_are_made_private(
+    start: Start, nc: Client, seeded_state: StateDir
+) -> None:
     gate = await start()
-    runtime = runtime_client(nc, state)
+    runtime = runtime_client(nc, seeded_state)
     await allowed(runtime, deletion(runtime, "doc-4711"))
     await hold(runtime, court_filing(runtime))
     made = [
         Path(f"{base}{suffix}")
-        for base in (state.ledger, state.approvals, state.release_state)
+        for base in (seeded_state.ledger, seeded_state.approvals, seeded_state.release_state)
         for suffix in ("", "-wal", "-shm")
     ]
     assert all(path.exists() for path in made[:3:]), made  # the main files at least
     for path in made:
         if path.exists():
             assert mode(path) == 0o600, path
-    assert mode(state.root) == 0o700
+    assert mode(seeded_state.root) == 0o700
     await close(gate)
 
 
 @pytest.mark.claim("protected-evidence.state-files-private")
 @pytest.mark.parametrize("which", ["approvals", "ledger-wal", "folder"])
 async def test_a_state_file_or_folder_others_may_read_stops_the_start(
-    which: str, start: Start, nc: Client, state: StateDir
+    which: str, start: Start, nc: Client, seeded_state: StateDir
 ) -> None:
     gate = await start()
-    runtime = runtime_client(nc, state)
+    runtime = runtime_client(nc, seeded_state)
     await hold(runtime, court_filing(runtime))
     await close(gate)
     if which == "ledger-wal":  # a file as SQLite makes it beside the ledger
-        wal = Path(f"{state.ledger}-wal")
+        wal = Path(f"{seeded_state.ledger}-wal")
         wal.write_bytes(b"")
     target, chmod, reason = {
-        "approvals": (state.approvals, 0o644, "state_file_too_open"),
-        "ledger-wal": (Path(f"{state.ledger}-wal"), 0o640, "state_file_too_open"),
-        "folder": (state.root, 0o755, "state_folder_too_open"),
+        "approvals": (seeded_state.approvals, 0o644, "state_file_too_open"),
+        "ledger-wal": (Path(f"{seeded_state.ledger}-wal"), 0o640, "state_file_too_open"),
+        "folder": (seeded_state.root, 0o755, "state_folder_too_open"),
     }[which]
     target.chmod(chmod)
 
@@ -391,28 +389,28 @@ async def test_a_state_file_or_folder_others_may_read_stops_the_start(
 
 @pytest.mark.claim("protected-evidence.state-that-lies-refused")
 def test_up_prints_the_refusal_as_one_line_and_exits_1(
-    state: StateDir, nats_server: EmbeddedNatsServer, capsys: pytest.CaptureFixture[str]
+    seeded_state: StateDir, nats_server: EmbeddedNatsServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """In the main thread, as an operator runs it (``up`` installs signal handlers)."""
 
     async def make_state() -> None:
-        config = gate_config(state, nats_server.url, sweep_seconds=3600.0)
+        config = gate_config(seeded_state, nats_server.url, sweep_seconds=3600.0)
         gate = await start_gate(config)
         async with contextlib.AsyncExitStack() as stack:
             nc = await nats.connect(nats_server.url)
             stack.push_async_callback(nc.close)
-            runtime = runtime_client(nc, state)
+            runtime = runtime_client(nc, seeded_state)
             await allowed(runtime, deletion(runtime, "doc-4711"))
         await close(gate)
 
     asyncio.run(make_state())
-    without_ledger(state)
+    without_ledger(seeded_state)
 
     code, out, err = run(
         [
             "up",
             "--state-dir",
-            str(state.root),
+            str(seeded_state.root),
             "--nats",
             nats_server.url,
             "--no-connectors",
@@ -424,6 +422,6 @@ def test_up_prints_the_refusal_as_one_line_and_exits_1(
 
     assert out == ""
     assert_one_line_failure(
-        code, err, f"smf-assurance: cannot start the gate: {state.ledger}: ledger_missing: "
+        code, err, f"smf-assurance: cannot start the gate: {seeded_state.ledger}: ledger_missing: "
     )
-    assert not state.ledger.exists()
+    assert not seeded_state.ledger.exists()

@@ -91,7 +91,7 @@ def demo_state(demo_run: tuple[Path, dict[str, str]]) -> Path:
 
 
 @pytest.fixture
-def state(tmp_path: Path, demo_state: Path) -> Path:
+def demo_copy(tmp_path: Path, demo_state: Path) -> Path:
     """A copy of the demo's state, to damage as a test needs."""
     copy = tmp_path / "state"
     shutil.copytree(demo_state, copy, ignore=shutil.ignore_patterns("nats"))
@@ -169,15 +169,17 @@ def test_the_table_gives_the_rules_words_requirements_and_what_happened_next(
 
 
 def test_without_the_pseudonym_key_the_tenant_is_a_stated_gap(
-    state: Path, capsys: pytest.CaptureFixture[str]
+    demo_copy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    StateDir(state).tenant_key.unlink()
+    StateDir(demo_copy).tenant_key.unlink()
     (decision_id,) = [
-        d for d, codes in decisions(state / "ledger.db") if "retention_schedule_deletion" in codes
+        d
+        for d, codes in decisions(demo_copy / "ledger.db")
+        if "retention_schedule_deletion" in codes
     ]
-    x = explain_json(state, decision_id, capsys)["explanation"]
+    x = explain_json(demo_copy, decision_id, capsys)["explanation"]
     assert GAP_TENANT in x["gaps"]
-    assert not StateDir(state).tenant_key.exists()  # read, never created
+    assert not StateDir(demo_copy).tenant_key.exists()  # read, never created
 
 
 def refusal(argv: list[str], capsys: pytest.CaptureFixture[str], code: int = 1) -> str:
@@ -203,16 +205,16 @@ def test_an_unknown_decision_id_is_refused(
 
 
 def test_a_ledger_of_another_state_is_refused(
-    state: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    demo_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Once its gate signed a checkpoint (every 60 s or 1000 entries, and at
     ``up``'s shutdown), a ledger is tied to its state: another state's registry
     does not vouch for it. Before that the output says nothing ties it."""
-    decision_id, _ = decisions(state / "ledger.db")[0]
-    code, out, _ = run(["explain", decision_id, "--state-dir", str(state)], capsys)
+    decision_id, _ = decisions(demo_copy / "ledger.db")[0]
+    code, out, _ = run(["explain", decision_id, "--state-dir", str(demo_copy)], capsys)
     assert code == 0
     assert "note: no checkpoint in the ledger yet" in out
-    states = StateDir(state)
+    states = StateDir(demo_copy)
 
     async def checkpoint() -> None:
         ledger = await Ledger.open(states.ledger, signer=states.key("gate"))
@@ -222,7 +224,7 @@ def test_a_ledger_of_another_state_is_refused(
             await ledger.close()
 
     asyncio.run(checkpoint())
-    report = explain_json(state, decision_id, capsys)
+    report = explain_json(demo_copy, decision_id, capsys)
     assert report["ledger"]["checkpoints"] == 1
     other = StateDir(tmp_path / "other")
     provision_demo(other)
@@ -234,56 +236,56 @@ def test_a_ledger_of_another_state_is_refused(
 
 
 def test_a_missing_release_is_refused_not_replaced(
-    state: Path, capsys: pytest.CaptureFixture[str]
+    demo_copy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    decision_id, _ = decisions(state / "ledger.db")[0]
-    (state / "release-state.db").unlink()
-    for path in (state / "releases").iterdir():
+    decision_id, _ = decisions(demo_copy / "ledger.db")[0]
+    (demo_copy / "release-state.db").unlink()
+    for path in (demo_copy / "releases").iterdir():
         path.unlink()
-    (state / "releases" / "release.0000000000000009-garbage.json").write_bytes(b"garbage")
-    err = refusal(["explain", decision_id, "--state-dir", str(state)], capsys)
+    (demo_copy / "releases" / "release.0000000000000009-garbage.json").write_bytes(b"garbage")
+    err = refusal(["explain", decision_id, "--state-dir", str(demo_copy)], capsys)
     assert "1 releases" in err
     assert "is not in" in err
     assert "not explained under another release" in err
 
 
 def test_a_release_that_does_not_authenticate_is_not_used(
-    state: Path, capsys: pytest.CaptureFixture[str]
+    demo_copy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The state's trust root names another key: the accepted release and the
     inbox no longer authenticate, so none of them explains the decision."""
     stranger = SigningKey.from_seed(b"\x42" * 32)
-    trust_root = StateDir(state).trust_root
+    trust_root = StateDir(demo_copy).trust_root
     trust_root.unlink()
     write_trust_root(trust_root, make_trust_root([public_record(stranger, "stranger")], 1))
-    decision_id, _ = decisions(state / "ledger.db")[0]
-    err = refusal(["explain", decision_id, "--state-dir", str(state)], capsys)
+    decision_id, _ = decisions(demo_copy / "ledger.db")[0]
+    err = refusal(["explain", decision_id, "--state-dir", str(demo_copy)], capsys)
     assert "not explained under another release" in err
     trust_root.write_bytes(b"not a trust root")
-    err = refusal(["explain", decision_id, "--state-dir", str(state)], capsys)
+    err = refusal(["explain", decision_id, "--state-dir", str(demo_copy)], capsys)
     assert str(trust_root) in err
     trust_root.unlink()
-    err = refusal(["explain", decision_id, "--state-dir", str(state)], capsys)
+    err = refusal(["explain", decision_id, "--state-dir", str(demo_copy)], capsys)
     assert "no release trust root" in err
 
 
 def test_a_ledger_whose_chain_is_broken_is_refused(
-    state: Path, capsys: pytest.CaptureFixture[str]
+    demo_copy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    db = state / "ledger.db"
+    db = demo_copy / "ledger.db"
     decision_id, _ = decisions(db)[0]
     with sqlite3.connect(db) as conn:
         conn.execute("DROP TRIGGER evidence_entries_no_update")
         conn.execute("UPDATE evidence_entries SET at = at + 1 WHERE seq = 2")
-    err = refusal(["explain", decision_id, "--state-dir", str(state)], capsys)
+    err = refusal(["explain", decision_id, "--state-dir", str(demo_copy)], capsys)
     assert "does not verify (entry_hash_mismatch at seq 2)" in err
 
 
 def test_a_decision_no_policy_made_is_refused_in_one_line(
-    state: Path, capsys: pytest.CaptureFixture[str]
+    demo_copy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A model-gateway admission refusal is recorded under no projection."""
-    states = StateDir(state)
+    states = StateDir(demo_copy)
 
     async def write_refusal() -> str:
         ledger = await Ledger.open(states.ledger, signer=states.key("gate"))
@@ -299,5 +301,5 @@ def test_a_decision_no_policy_made_is_refused_in_one_line(
             await ledger.close()
 
     decision_id = asyncio.run(write_refusal())
-    err = refusal(["explain", decision_id, "--state-dir", str(state)], capsys)
+    err = refusal(["explain", decision_id, "--state-dir", str(demo_copy)], capsys)
     assert "was refused before any policy ran (unattested)" in err

@@ -73,9 +73,15 @@ from smf_assurance.subjects.signer import (
     parse_pae,
 )
 from tests.support.bus_helpers import wait_for
-from tests.support.confine import PROJECT, one_line, processes_with, state, write_profile
+from tests.support.confine import (
+    PROJECT,
+    onboarded_state,
+    one_line,
+    processes_with,
+    write_profile,
+)
 
-__all__ = ["state"]
+__all__ = ["onboarded_state"]  # the launcher tests' state, requested by name
 
 pytestmark = pytest.mark.skipif(not os.access("/usr/bin/bwrap", os.X_OK), reason="no bubblewrap")
 
@@ -91,11 +97,13 @@ def run_cli(state: StateDir, *args: str) -> int:
 
 @pytest.mark.claim("confinement.refuses-bad-input")
 def test_a_clean_view_runs_the_command_confined(
-    state: StateDir, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    onboarded_state: StateDir, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    profile = write_profile(state, tmp_path)
+    profile = write_profile(onboarded_state, tmp_path)
     marker = Path(profile.workspace, "MARKER")
-    code = run_cli(state, "--", "bash", "-c", f"touch {marker}; ls {state.root}; exit 7")
+    code = run_cli(
+        onboarded_state, "--", "bash", "-c", f"touch {marker}; ls {onboarded_state.root}; exit 7"
+    )
     assert code == 7
     assert marker.exists()
     assert "No such file or directory" in capfd.readouterr().err
@@ -113,19 +121,19 @@ def test_a_clean_view_runs_the_command_confined(
     ],
 )
 def test_bad_input_is_one_line_and_nothing_runs(
-    state: StateDir,
+    onboarded_state: StateDir,
     tmp_path: Path,
     capfd: pytest.CaptureFixture[str],
     case: str,
     expected: str,
 ) -> None:
-    profile = write_profile(state, tmp_path)
+    profile = write_profile(onboarded_state, tmp_path)
     marker = tmp_path / "MARKER"
     extra: list[str] = []
     if case == "missing-workspace":
         Path(profile.workspace).rmdir()
     elif case == "no-profile":
-        profile_path(state, HERMES_RUNTIME_ID).unlink()
+        profile_path(onboarded_state, HERMES_RUNTIME_ID).unlink()
     elif case == "bwrap-absent":
         extra = ["--bwrap", "/nonexistent/bwrap"]
     elif case == "bwrap-refuses":
@@ -134,9 +142,9 @@ def test_bad_input_is_one_line_and_nothing_runs(
         refusing.chmod(0o755)
         extra = ["--bwrap", str(refusing)]
     else:
-        token_path(state, HERMES_RUNTIME_ID).unlink()
+        token_path(onboarded_state, HERMES_RUNTIME_ID).unlink()
     capfd.readouterr()
-    code = run_cli(state, *extra, "--", "touch", str(marker))
+    code = run_cli(onboarded_state, *extra, "--", "touch", str(marker))
     assert code == 1
     assert expected in one_line(capfd.readouterr().err)
     assert not marker.exists()
@@ -147,44 +155,46 @@ def test_bad_input_is_one_line_and_nothing_runs(
     "case", ["key-copy", "seed", "token", "pem", "env", "state-inside", "state-holder"]
 )
 def test_a_secret_in_view_refuses_the_start(
-    state: StateDir, tmp_path: Path, capfd: pytest.CaptureFixture[str], case: str
+    onboarded_state: StateDir, tmp_path: Path, capfd: pytest.CaptureFixture[str], case: str
 ) -> None:
-    profile = write_profile(state, tmp_path)
+    profile = write_profile(onboarded_state, tmp_path)
     workspace, home = Path(profile.workspace), Path(profile.home)
     fields: dict[str, Any] = {}
     if case == "key-copy":
         (workspace / "notes").mkdir()
-        (workspace / "notes" / "k.txt").write_bytes(state.key_path("attorney-alex").read_bytes())
+        (workspace / "notes" / "k.txt").write_bytes(
+            onboarded_state.key_path("attorney-alex").read_bytes()
+        )
     elif case == "seed":
-        seed = state.bus_credential_path(OPERATOR).read_text()
+        seed = onboarded_state.bus_credential_path(OPERATOR).read_text()
         (home / "memories").mkdir()
         (home / "memories" / "m.md").write_text(f"remember {seed}")
     elif case == "token":
-        token = token_path(state, HERMES_RUNTIME_ID).read_text()
+        token = token_path(onboarded_state, HERMES_RUNTIME_ID).read_text()
         (home / "config.yaml").write_text(f"model: {{api_key: {token}}}\n")
     elif case == "pem":
         (workspace / "id").write_text("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEF\n")
     elif case == "env":
-        fields["env"] = {"NOTE": token_path(state, HERMES_RUNTIME_ID).read_text()}
+        fields["env"] = {"NOTE": token_path(onboarded_state, HERMES_RUNTIME_ID).read_text()}
     elif case == "state-inside":
-        fields["read_only"] = (str(state.keys),)
+        fields["read_only"] = (str(onboarded_state.keys),)
     else:
-        fields["read_only"] = (str(state.root.parent),)
+        fields["read_only"] = (str(onboarded_state.root.parent),)
     if fields:
-        write_profile(state, tmp_path, **fields)
+        write_profile(onboarded_state, tmp_path, **fields)
     marker = tmp_path / "MARKER"
     capfd.readouterr()
-    assert run_cli(state, "--", "touch", str(marker)) == 1
+    assert run_cli(onboarded_state, "--", "touch", str(marker)) == 1
     line = one_line(capfd.readouterr().err)
     assert "secret" in line or "state folder" in line or "key file" in line, line
     assert not marker.exists()
 
 
 def test_the_plan_shows_the_view_and_starts_nothing(
-    state: StateDir, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    onboarded_state: StateDir, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    profile = write_profile(state, tmp_path)
-    assert run_cli(state, "--plan") == 0
+    profile = write_profile(onboarded_state, tmp_path)
+    assert run_cli(onboarded_state, "--plan") == 0
     out = capfd.readouterr().out
     assert f"rw       {profile.workspace}" in out
     assert "profile digest: sha256:" in out
@@ -209,10 +219,12 @@ def test_a_hold_inside_the_workspace_is_read_only_with_its_folders_anchored(
     ]
 
 
-def test_the_adapter_takes_one_source_of_identity(tmp_path: Path, state: StateDir) -> None:
+def test_the_adapter_takes_one_source_of_identity(
+    tmp_path: Path, onboarded_state: StateDir
+) -> None:
     env = {
         "SMF_SIGNER_SOCKET": str(tmp_path / "none.sock"),
-        "SMF_RUNTIME_KEY": str(state.key_path(HERMES_PRINCIPAL)),
+        "SMF_RUNTIME_KEY": str(onboarded_state.key_path(HERMES_PRINCIPAL)),
         "SMF_RUNTIME_ID": HERMES_RUNTIME_ID,
         "SMF_CONTEXT_FILE": "x",
     }
@@ -225,19 +237,21 @@ def test_the_adapter_takes_one_source_of_identity(tmp_path: Path, state: StateDi
     assert gone.value.reason_code == "smf_signer_unavailable"
 
 
-def test_check_view_refuses_a_view_too_large_to_search(state: StateDir, tmp_path: Path) -> None:
-    profile = write_profile(state, tmp_path)
+def test_check_view_refuses_a_view_too_large_to_search(
+    onboarded_state: StateDir, tmp_path: Path
+) -> None:
+    profile = write_profile(onboarded_state, tmp_path)
     Path(profile.workspace, "big").write_bytes(b"x" * 4096)
-    plan, _ = prepare(state, HERMES_RUNTIME_ID, ["true"])
+    plan, _ = prepare(onboarded_state, HERMES_RUNTIME_ID, ["true"])
     try:
         with pytest.raises(SecretInView, match="larger than"):
-            check_view(plan.view, state, plan.env, max_bytes=1024)
+            check_view(plan.view, onboarded_state, plan.env, max_bytes=1024)
     finally:
         import shutil  # noqa: PLC0415
 
         shutil.rmtree(plan.run_dir)
     with pytest.raises(LaunchError, match="no runtime command"):
-        prepare(state, HERMES_RUNTIME_ID, [])
+        prepare(onboarded_state, HERMES_RUNTIME_ID, [])
 
 
 # --- the sandbox's life ----------------------------------------------------------------------
@@ -256,10 +270,12 @@ def launcher(state: StateDir, *command: str) -> subprocess.Popen[bytes]:
 
 
 @pytest.mark.claim("confinement.refuses-bad-input")
-async def test_the_sandbox_dies_with_its_launcher(state: StateDir, tmp_path: Path) -> None:
-    write_profile(state, tmp_path)
+async def test_the_sandbox_dies_with_its_launcher(
+    onboarded_state: StateDir, tmp_path: Path
+) -> None:
+    write_profile(onboarded_state, tmp_path)
     token = f"smf-sandbox-{os.getpid()}-{time.monotonic_ns()}"
-    proc = launcher(state, "bash", "-c", f"sleep 300; echo {token}")
+    proc = launcher(onboarded_state, "bash", "-c", f"sleep 300; echo {token}")
     try:
         await wait_for(lambda: any(p != proc.pid for p in processes_with(token)), timeout=20)
         proc.send_signal(signal.SIGKILL)
@@ -272,12 +288,14 @@ async def test_the_sandbox_dies_with_its_launcher(state: StateDir, tmp_path: Pat
 
 
 @pytest.mark.claim("confinement.holds-read-only")
-async def test_a_change_of_the_hold_list_stops_the_runtime(state: StateDir, tmp_path: Path) -> None:
+async def test_a_change_of_the_hold_list_stops_the_runtime(
+    onboarded_state: StateDir, tmp_path: Path
+) -> None:
     holds = tmp_path / "holds.json"
     holds.write_text(json.dumps({"paths": []}))
-    write_profile(state, tmp_path, holds_file=str(holds))
+    write_profile(onboarded_state, tmp_path, holds_file=str(holds))
     token = f"smf-holds-{os.getpid()}-{time.monotonic_ns()}"
-    proc = launcher(state, "bash", "-c", f"sleep 300; echo {token}")
+    proc = launcher(onboarded_state, "bash", "-c", f"sleep 300; echo {token}")
     try:
         await wait_for(lambda: any(p != proc.pid for p in processes_with(token)), timeout=20)
         holds.write_text(json.dumps({"paths": [str(tmp_path / "ws" / "doc.txt")]}))
@@ -295,8 +313,8 @@ async def test_a_change_of_the_hold_list_stops_the_runtime(state: StateDir, tmp_
 
 
 @pytest.fixture
-async def bus(state: StateDir) -> AsyncIterator[str]:
-    server = start_embedded_server(state)
+async def bus(onboarded_state: StateDir) -> AsyncIterator[str]:
+    server = start_embedded_server(onboarded_state)
     try:
         yield server.url
     finally:
@@ -328,10 +346,10 @@ async def errors_of(url: str, inbox: str, **options: Any) -> tuple[list[str], An
 
 @pytest.mark.claim("confinement.forwarders-hold-the-secrets")
 async def test_through_the_nats_forwarder_every_client_is_the_runtime(
-    state: StateDir, tmp_path: Path, bus: str
+    onboarded_state: StateDir, tmp_path: Path, bus: str
 ) -> None:
     port = int(bus.rsplit(":", 1)[1])
-    seed = state.bus_credential_path(HERMES_PRINCIPAL).read_bytes()
+    seed = onboarded_state.bus_credential_path(HERMES_PRINCIPAL).read_bytes()
     forwarder = NatsForwarder("127.0.0.1", port, seed)
     path = str(tmp_path / "nats.sock")
     unix = await forwarder.serve(path)
@@ -346,7 +364,7 @@ async def test_through_the_nats_forwarder_every_client_is_the_runtime(
         await wait_for(lambda: any("permissions violation" in e.lower() for e in seen), timeout=15)
         await nc.close()
         # the operator's nkey and signature sent through the forwarder change nothing
-        operator_seed = str(state.bus_credential_path(OPERATOR))
+        operator_seed = str(onboarded_state.bus_credential_path(OPERATOR))
         seen, nc = await errors_of(
             f"nats://127.0.0.1:{inside}", "_INBOX.hermes-runtime", nkeys_seed=operator_seed
         )
@@ -621,15 +639,15 @@ async def test_a_relay_whose_socket_is_gone_closes_the_connection(tmp_path: Path
     ],
 )
 def test_a_profile_that_cannot_be_confined_is_refused(
-    state: StateDir,
+    onboarded_state: StateDir,
     tmp_path: Path,
     capfd: pytest.CaptureFixture[str],
     fields: dict[str, Any],
     says: str,
 ) -> None:
-    write_profile(state, tmp_path, **fields)
+    write_profile(onboarded_state, tmp_path, **fields)
     capfd.readouterr()
-    assert run_cli(state, "--", "true") == 1
+    assert run_cli(onboarded_state, "--", "true") == 1
     assert says in one_line(capfd.readouterr().err)
 
 
@@ -642,21 +660,25 @@ def test_a_profile_that_cannot_be_confined_is_refused(
     ],
 )
 def test_a_damaged_profile_is_refused(
-    state: StateDir, tmp_path: Path, capfd: pytest.CaptureFixture[str], content: bytes, says: str
+    onboarded_state: StateDir,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    content: bytes,
+    says: str,
 ) -> None:
-    write_profile(state, tmp_path)
-    profile_path(state, HERMES_RUNTIME_ID).write_bytes(content)
+    write_profile(onboarded_state, tmp_path)
+    profile_path(onboarded_state, HERMES_RUNTIME_ID).write_bytes(content)
     capfd.readouterr()
-    assert run_cli(state, "--", "true") == 1
+    assert run_cli(onboarded_state, "--", "true") == 1
     assert says in one_line(capfd.readouterr().err)
 
 
 def test_a_profile_of_another_runtime_is_refused(
-    state: StateDir, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    onboarded_state: StateDir, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    write_profile(state, tmp_path, runtime_id="someone-else")
+    write_profile(onboarded_state, tmp_path, runtime_id="someone-else")
     capfd.readouterr()
-    assert run_cli(state, "--", "true") == 1
+    assert run_cli(onboarded_state, "--", "true") == 1
     assert "names runtime someone-else" in one_line(capfd.readouterr().err)
 
 
@@ -671,7 +693,7 @@ def test_a_profile_of_another_runtime_is_refused(
     ],
 )
 def test_a_hold_list_that_cannot_be_read_refuses_the_start(
-    state: StateDir,
+    onboarded_state: StateDir,
     tmp_path: Path,
     capfd: pytest.CaptureFixture[str],
     content: str | None,
@@ -680,10 +702,10 @@ def test_a_hold_list_that_cannot_be_read_refuses_the_start(
     holds = tmp_path / "holds.json"
     if content is not None:
         holds.write_text(content)
-    write_profile(state, tmp_path, holds_file=str(holds))
+    write_profile(onboarded_state, tmp_path, holds_file=str(holds))
     marker = tmp_path / "MARKER"
     capfd.readouterr()
-    assert run_cli(state, "--", "touch", str(marker)) == 1
+    assert run_cli(onboarded_state, "--", "touch", str(marker)) == 1
     assert says in one_line(capfd.readouterr().err)
     assert not marker.exists()
 

@@ -82,14 +82,14 @@ from tests.support.confinement import (
     Runtime,
     buses,
     clock,
+    confinement_state,
     connect,
     gate,
     ledger_reasons,
     server,
-    state,
 )
 
-__all__ = ["buses", "clock", "gate", "server", "state"]
+__all__ = ["buses", "clock", "confinement_state", "gate", "server"]
 
 DIGEST = "sha256:" + "ab" * 32
 OPAQUE: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -140,21 +140,21 @@ async def all_opaque(runtime: Runtime) -> list[Verdict]:
 
 @pytest.mark.claim("confinement.release-requires-it")
 async def test_an_unconfined_runtime_is_denied_every_opaque_operation_a_confined_one_is_not(
-    state: StateDir,
+    confinement_state: StateDir,
     server: EmbeddedNatsServer,
     clock: FrozenClock,
     buses: dict[str, Client],
 ) -> None:
-    runtime = Runtime(state, buses[HERMES_PRINCIPAL], clock)
+    runtime = Runtime(confinement_state, buses[HERMES_PRINCIPAL], clock)
     instance = new_instance_id()
     await runtime.attest(instance)
     for verdict in await all_opaque(runtime):
         assert verdict.outcome == "deny", verdict
         assert "runtime_not_confined" in verdict.reason_codes, verdict
-        assert ledger_reasons(state, verdict) == ("deny", verdict.reason_codes)
+        assert ledger_reasons(confinement_state, verdict) == ("deny", verdict.reason_codes)
     read = await runtime.propose(*READ)
     assert read.outcome == "allow", read  # no confinement needed: allowed unconfined
-    explained = await explain(state, verdict)
+    explained = await explain(confinement_state, verdict)
     # the ledger keeps reason codes: the confinement policy that denied, and the firm's
     # allow it overrode (deny dominates)
     assert [p["policy_id"] for p in explained["explanation"]["policies"]] == [
@@ -162,14 +162,14 @@ async def test_an_unconfined_runtime_is_denied_every_opaque_operation_a_confined
         "customer.acme.opaque",
     ]
 
-    launcher = attester(state, server, clock, HERMES_RUNTIME_ID)
+    launcher = attester(confinement_state, server, clock, HERMES_RUNTIME_ID)
     try:
         await launcher.launched(instance)
         assert launcher.accepted == 1, launcher.refused
         for verdict in await all_opaque(runtime):
             assert verdict.outcome == "allow", verdict
             assert verdict.reason_codes == (ALLOWED,), verdict
-            assert ledger_reasons(state, verdict) == ("allow", (ALLOWED,))
+            assert ledger_reasons(confinement_state, verdict) == ("allow", (ALLOWED,))
         assert (await runtime.propose(*READ)).outcome == "allow"
     finally:
         await launcher.end()
@@ -198,20 +198,20 @@ async def still_denied(runtime: Runtime) -> None:
 
 @pytest.mark.claim("confinement.attestation-only-by-its-launcher")
 async def test_a_forged_foreign_stale_or_replayed_confinement_does_not_count(
-    state: StateDir,
+    confinement_state: StateDir,
     server: EmbeddedNatsServer,
     clock: FrozenClock,
     buses: dict[str, Client],
 ) -> None:
-    runtime = Runtime(state, buses[HERMES_PRINCIPAL], clock)
+    runtime = Runtime(confinement_state, buses[HERMES_PRINCIPAL], clock)
     operator = buses[OPERATOR]  # may publish anything: the gate's checks are what is tested
     instance = new_instance_id()
     await runtime.attest(instance)
-    own_launcher = state.key(launcher_principal(HERMES_RUNTIME_ID))
+    own_launcher = confinement_state.key(launcher_principal(HERMES_RUNTIME_ID))
     refused = {
         "signer_role_mismatch": confinement(runtime.key, clock, instance),
         "runtime_identity_mismatch": confinement(
-            state.key(launcher_principal(OTHER_RUNTIME)), clock, instance
+            confinement_state.key(launcher_principal(OTHER_RUNTIME)), clock, instance
         ),
         "unknown_signer": confinement(generate_signing_key(), clock, instance),
         "stale_attestation": confinement(
@@ -228,7 +228,7 @@ async def test_a_forged_foreign_stale_or_replayed_confinement_does_not_count(
     ack = await send(operator, confinement(own_launcher, clock, other_process))
     assert ack.accepted
     await still_denied(runtime)
-    status = await gate_status(state, operator)
+    status = await gate_status(confinement_state, operator)
     assert (status.confined_profile, status.confinement) == (None, "confined_process_not_attested")
 
     # the genuine one for the attested process counts; an older one replayed does not
@@ -242,22 +242,22 @@ async def test_a_forged_foreign_stale_or_replayed_confinement_does_not_count(
 
 @pytest.mark.claim("confinement.attestation-only-by-its-launcher")
 async def test_the_runtimes_own_credential_cannot_send_a_confinement_attestation(
-    state: StateDir,
+    confinement_state: StateDir,
     server: EmbeddedNatsServer,
     clock: FrozenClock,
     buses: dict[str, Client],
     gate: RunningGate,
 ) -> None:
-    runtime = Runtime(state, buses[HERMES_PRINCIPAL], clock)
+    runtime = Runtime(confinement_state, buses[HERMES_PRINCIPAL], clock)
     instance = new_instance_id()
     await runtime.attest(instance)
-    own_launcher = state.key(launcher_principal(HERMES_RUNTIME_ID))
+    own_launcher = confinement_state.key(launcher_principal(HERMES_RUNTIME_ID))
     errors: list[Exception] = []
 
     async def on_error(exc: Exception) -> None:
         errors.append(exc)
 
-    credential = state.existing_credential(HERMES_PRINCIPAL)
+    credential = confinement_state.existing_credential(HERMES_PRINCIPAL)
     assert credential is not None
     nc = await nats.connect(
         server.url, connect_timeout=2, error_cb=on_error, **credential.connect_options()
@@ -284,52 +284,54 @@ async def gate_status(state: StateDir, nc: Client) -> Any:
 
 @pytest.mark.claim("confinement.attested-and-shown")
 async def test_confinement_ends_with_its_lease_the_sandbox_or_another_process(
-    state: StateDir,
+    confinement_state: StateDir,
     server: EmbeddedNatsServer,
     clock: FrozenClock,
     buses: dict[str, Client],
 ) -> None:
-    runtime = Runtime(state, buses[HERMES_PRINCIPAL], clock)
+    runtime = Runtime(confinement_state, buses[HERMES_PRINCIPAL], clock)
     operator = buses[OPERATOR]
     instance = new_instance_id()
     await runtime.attest(instance)
-    launcher = attester(state, server, clock, HERMES_RUNTIME_ID)
+    launcher = attester(confinement_state, server, clock, HERMES_RUNTIME_ID)
     try:
         await launcher.launched(instance)
-        shown = await gate_status(state, operator)
+        shown = await gate_status(confinement_state, operator)
         assert (shown.confined_profile, shown.confinement) == (DIGEST, None)
         assert (await runtime.propose(*OPAQUE[0])).outcome == "allow"
 
         clock.advance(CONFINEMENT_LEASE_MS + 1)  # the launcher went quiet
         await runtime.attest(instance)
         await still_denied(runtime)
-        assert (await gate_status(state, operator)).confinement == "confinement_stale"
+        assert (await gate_status(confinement_state, operator)).confinement == "confinement_stale"
 
         await launcher.attest("running")  # it speaks again: confined again
         assert (await runtime.propose(*OPAQUE[0])).outcome == "allow"
 
         await runtime.attest(new_instance_id())  # a process the launcher did not start
         await still_denied(runtime)
-        assert (await gate_status(state, operator)).confinement == "confined_process_not_attested"
+        assert (
+            await gate_status(confinement_state, operator)
+        ).confinement == "confined_process_not_attested"
         await runtime.attest(instance)
         assert (await runtime.propose(*OPAQUE[0])).outcome == "allow"
     finally:
         await launcher.end()
     await still_denied(runtime)
-    assert (await gate_status(state, operator)).confinement == "confinement_ended"
+    assert (await gate_status(confinement_state, operator)).confinement == "confinement_ended"
 
 
 @pytest.mark.claim("confinement.attested-and-shown")
 async def test_the_model_gateways_admission_names_the_confinement(
-    state: StateDir,
+    confinement_state: StateDir,
     server: EmbeddedNatsServer,
     clock: FrozenClock,
     buses: dict[str, Client],
 ) -> None:
-    runtime = Runtime(state, buses[HERMES_PRINCIPAL], clock)
+    runtime = Runtime(confinement_state, buses[HERMES_PRINCIPAL], clock)
     instance = new_instance_id()
     await runtime.attest(instance)
-    gateway = await connect(state, server, "model-gateway")
+    gateway = await connect(confinement_state, server, "model-gateway")
 
     async def admit() -> GatewayAdmission:
         proof = seal_instance_proof(
@@ -355,14 +357,14 @@ async def test_the_model_gateways_admission_names_the_confinement(
         reply = await gateway.request(names.GATEWAY_ADMIT, msgspec.json.encode(ask), 3)
         answer, _ = dsse.open_struct(
             dsse.decode_envelope(reply.data),
-            state.gate_keys(),
+            confinement_state.gate_keys(),
             GatewayAdmission,
             names.PAYLOAD_GATEWAY_ADMISSION,
         )
         assert answer.admitted, answer
         return answer
 
-    launcher = attester(state, server, clock, HERMES_RUNTIME_ID)
+    launcher = attester(confinement_state, server, clock, HERMES_RUNTIME_ID)
     try:
         assert (await admit()).confined_profile is None
         await launcher.launched(instance)
@@ -374,7 +376,7 @@ async def test_the_model_gateways_admission_names_the_confinement(
 
 @pytest.mark.claim("confinement.attestation-only-by-its-launcher")
 async def test_the_launcher_counts_a_refusal_and_a_bus_it_cannot_reach_and_runs_on(
-    state: StateDir,
+    confinement_state: StateDir,
     server: EmbeddedNatsServer,
     clock: FrozenClock,
     buses: dict[str, Client],
@@ -384,14 +386,14 @@ async def test_the_launcher_counts_a_refusal_and_a_bus_it_cannot_reach_and_runs_
     (here the runtime's, on the launcher's credential) is counted by its reason code;
     a bus it cannot reach is counted too; neither raises, and the runtime stays not
     confined at the gate."""
-    runtime = Runtime(state, buses[HERMES_PRINCIPAL], clock)
+    runtime = Runtime(confinement_state, buses[HERMES_PRINCIPAL], clock)
     instance = new_instance_id()
     await runtime.attest(instance)
-    credential = state.existing_credential(launcher_principal(HERMES_RUNTIME_ID))
+    credential = confinement_state.existing_credential(launcher_principal(HERMES_RUNTIME_ID))
     assert credential is not None
     wrong_key = Attester(runtime.key, credential, server.url, HERMES_RUNTIME_ID, DIGEST, clock)
     unreachable = Attester(
-        state.key(launcher_principal(HERMES_RUNTIME_ID)),
+        confinement_state.key(launcher_principal(HERMES_RUNTIME_ID)),
         credential,
         f"nats://127.0.0.1:{closed_port}",
         HERMES_RUNTIME_ID,
@@ -411,21 +413,23 @@ async def test_the_launcher_counts_a_refusal_and_a_bus_it_cannot_reach_and_runs_
 
 @pytest.mark.claim("confinement.attestation-only-by-its-launcher")
 async def test_a_replica_verifies_what_another_shares_before_it_holds_it(
-    state: StateDir, clock: FrozenClock
+    confinement_state: StateDir, clock: FrozenClock
 ) -> None:
     """On a cluster a replica hears another's attestation (``replica_sync``) and verifies
     it itself: a forged one shared is not held, a genuine one is."""
     instance = new_instance_id()
     desk = ConfinementDesk(
-        registry=lambda: load_registry(state.registry),
+        registry=lambda: load_registry(confinement_state.registry),
         clock=clock,
         attested_instance=lambda runtime_id: instance,
     )
-    await desk.adopt(confinement(state.key(HERMES_PRINCIPAL), clock, instance))
+    await desk.adopt(confinement(confinement_state.key(HERMES_PRINCIPAL), clock, instance))
     assert desk.standing(HERMES_RUNTIME_ID).reason == "confinement_not_attested"
     await desk.adopt(b"not an envelope")
     assert not desk.confined(HERMES_RUNTIME_ID)
-    genuine = confinement(state.key(launcher_principal(HERMES_RUNTIME_ID)), clock, instance)
+    genuine = confinement(
+        confinement_state.key(launcher_principal(HERMES_RUNTIME_ID)), clock, instance
+    )
     await desk.adopt(genuine)
     assert desk.standing(HERMES_RUNTIME_ID).profile_digest == DIGEST
     assert desk.instance_confined(HERMES_RUNTIME_ID, instance) == DIGEST
@@ -434,14 +438,14 @@ async def test_a_replica_verifies_what_another_shares_before_it_holds_it(
 
 
 async def test_a_launcher_no_gate_answers_keeps_trying_and_says_so(
-    state: StateDir, nats_server: EmbeddedNatsServer
+    confinement_state: StateDir, nats_server: EmbeddedNatsServer
 ) -> None:
     """A bus without a gate: every attestation (the first, from the periodic loop, and
     the last) is counted ``no_gate_answer``; the connection is closed at the end."""
-    credential = state.existing_credential(launcher_principal(HERMES_RUNTIME_ID))
+    credential = confinement_state.existing_credential(launcher_principal(HERMES_RUNTIME_ID))
     assert credential is not None
     launcher = Attester(
-        state.key(launcher_principal(HERMES_RUNTIME_ID)),
+        confinement_state.key(launcher_principal(HERMES_RUNTIME_ID)),
         credential,
         nats_server.url,
         HERMES_RUNTIME_ID,

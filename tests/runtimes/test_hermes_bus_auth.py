@@ -42,7 +42,6 @@ from tests.support.clocks import FrozenClock as Clock
 from tests.support.release_helpers import publish_as_publisher
 
 # The fixtures of the unit tests, on the enforcing server below.
-state = unit.state
 clock = unit.clock
 held_dir = unit.held_dir
 context_file = unit.context_file
@@ -51,27 +50,31 @@ hermes = unit.hermes
 
 
 @pytest.fixture
-def nats_server(state: StateDir) -> Iterator[EmbeddedNatsServer]:
+def nats_server(hermes_state: StateDir) -> Iterator[EmbeddedNatsServer]:
     """The gate's bus with authorization on, allowing exactly the state's registry."""
-    server = start_embedded_server(state)
+    server = start_embedded_server(hermes_state)
     yield server
     server.close()
 
 
 @pytest.fixture
 async def gate(
-    state: StateDir, nats_server: EmbeddedNatsServer, clock: Clock
+    hermes_state: StateDir, nats_server: EmbeddedNatsServer, clock: Clock
 ) -> AsyncIterator[RunningGate]:
     """The unit tests' gate, with its release put into the bucket by the publisher
     (on this bus the gate may not write it)."""
     running = await start_gate(
         gate_config(
-            state=state, nats_url=nats_server.url, co_located=True, clock=clock, sweep_seconds=3600
+            state=hermes_state,
+            nats_url=nats_server.url,
+            co_located=True,
+            clock=clock,
+            sweep_seconds=3600,
         )
     )
-    bundle = latest_in_inbox(state.release_inbox)
+    bundle = latest_in_inbox(hermes_state.release_inbox)
     assert bundle is not None
-    await publish_as_publisher(nats_server.url, state, bundle)
+    await publish_as_publisher(nats_server.url, hermes_state, bundle)
     yield running
     await asyncio.wait_for(running.close(), 15)
 
@@ -92,7 +95,7 @@ async def test_with_its_credential_the_adapter_attests_and_an_allowed_read_runs(
 
 async def test_a_seed_the_registry_does_not_know_is_refused_and_the_call_blocked(
     gate: RunningGate,
-    state: StateDir,
+    hermes_state: StateDir,
     nats_server: EmbeddedNatsServer,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
@@ -100,7 +103,7 @@ async def test_a_seed_the_registry_does_not_know_is_refused_and_the_call_blocked
 ) -> None:
     unknown = tmp_path / "unknown.nkey"
     write_user_seed(unknown)
-    env = unit.env_for(state, nats_server.url, context_file, SMF_BUS_CREDENTIAL=str(unknown))
+    env = unit.env_for(hermes_state, nats_server.url, context_file, SMF_BUS_CREDENTIAL=str(unknown))
     adapter = unit.make_adapter(adapters, env)
     assert adapter.problems == []  # a well-formed seed: only the server can tell
     before = await orders(gate)
@@ -113,7 +116,9 @@ async def test_a_seed_the_registry_does_not_know_is_refused_and_the_call_blocked
     assert await orders(gate) == before
 
 
-async def test_anonymous_is_refused_too(state: StateDir, nats_server: EmbeddedNatsServer) -> None:
+async def test_anonymous_is_refused_too(
+    hermes_state: StateDir, nats_server: EmbeddedNatsServer
+) -> None:
     with pytest.raises(nats.errors.NoServersError):
         await nats.connect(nats_server.url, connect_timeout=2, max_reconnect_attempts=1)
 
@@ -132,18 +137,18 @@ async def test_anonymous_is_refused_too(state: StateDir, nats_server: EmbeddedNa
     ids=lambda v: v.name if isinstance(v, Action) else v,
 )
 async def test_the_adapters_credential_reads_no_order_and_no_other_inbox(
-    state: StateDir,
+    hermes_state: StateDir,
     nats_server: EmbeddedNatsServer,
     context_file: Path,
     action: Action,
     expected: str,
 ) -> None:
     """The credential exactly as the adapter's config reads it and its bridge connects."""
-    env = unit.env_for(state, nats_server.url, context_file)
+    env = unit.env_for(hermes_state, nats_server.url, context_file)
     credential = AdapterConfig.from_env(env).bus_credential
     assert credential is not None
     assert credential.connect_options()["inbox_prefix"] == "_INBOX.hermes-runtime"
-    operator_credential = state.existing_credential(OPERATOR)
+    operator_credential = hermes_state.existing_credential(OPERATOR)
     assert operator_credential is not None
     operator = await nats.connect(nats_server.url, **operator_credential.connect_options())
     # alone in its account: its own inbox is seen through its own request's answer

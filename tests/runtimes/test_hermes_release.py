@@ -55,8 +55,8 @@ from smf_assurance.governance.releases import (
 from smf_assurance.ops.demo.script import actor
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.stack import gate_config
-from smf_assurance.ops.local.state import RELEASE_SIGNER, StateDir, provision_demo
-from smf_assurance.ops.runtimes.provision import HERMES_PRINCIPAL, provision_runtime
+from smf_assurance.ops.local.state import RELEASE_SIGNER, StateDir
+from smf_assurance.ops.runtimes.provision import HERMES_PRINCIPAL
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.pipeline.desks.attestation import AttestationDesk, RuntimeRequirement, _judge
 from smf_assurance.subjects import names
@@ -88,7 +88,6 @@ from smf_assurance.subjects.release import (
 from tests.support.bus_helpers import wait_for
 from tests.support.clocks import FrozenClock
 from tests.support.hermes_unit import (
-    LEASE_MS,
     PIN,
     env_for,
     hook,
@@ -353,28 +352,22 @@ def _attestation(**changes: Any) -> RuntimeAttestation:
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_demo(state)
-    provision_runtime(
-        state, runtime_pin=PIN, required_hooks=plugin.REQUIRED_HOOKS, lease_ms=LEASE_MS
-    )
-    return state
-
-
-@pytest.fixture
 def clock() -> FrozenClock:
     return FrozenClock()
 
 
 @pytest.fixture
 async def bare_gate(
-    state: StateDir, nats_server: EmbeddedNatsServer, clock: FrozenClock
+    hermes_state: StateDir, nats_server: EmbeddedNatsServer, clock: FrozenClock
 ) -> AsyncIterator[RunningGate]:
     """A gate on its inbox release; the bucket is left empty."""
     running = await start_gate(
         gate_config(
-            state=state, nats_url=nats_server.url, co_located=True, clock=clock, sweep_seconds=3600
+            state=hermes_state,
+            nats_url=nats_server.url,
+            co_located=True,
+            clock=clock,
+            sweep_seconds=3600,
         )
     )
     yield running
@@ -387,9 +380,9 @@ async def bare_gate(
 
 
 @pytest.fixture
-async def gate(bare_gate: RunningGate, state: StateDir) -> RunningGate:
+async def gate(bare_gate: RunningGate, hermes_state: StateDir) -> RunningGate:
     """The gate, with its active release published to the bucket."""
-    await publish_active_release(bare_gate, state)
+    await publish_active_release(bare_gate, hermes_state)
     return bare_gate
 
 
@@ -449,12 +442,12 @@ READ = ("read_file", {"path": "notes.txt"})
 
 async def test_the_adapter_verifies_the_bucket_release_and_the_gate_accepts_it(
     gate: RunningGate,
-    state: StateDir,
+    hermes_state: StateDir,
     nats_server: EmbeddedNatsServer,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
 ) -> None:
-    adapter = make_adapter(adapters, env_for(state, nats_server.url, context_file))
+    adapter = make_adapter(adapters, env_for(hermes_state, nats_server.url, context_file))
     assert await hook(adapter.pre_tool_call, **pre(*READ)) is None
     assert adapter.release is not None
     assert adapter.release.release_id == active_id(gate)
@@ -465,13 +458,13 @@ async def test_the_adapter_verifies_the_bucket_release_and_the_gate_accepts_it(
 
 async def test_an_empty_bucket_refuses_the_adapter_and_the_gate_its_attestation(
     bare_gate: RunningGate,
-    state: StateDir,
+    hermes_state: StateDir,
     nats_server: EmbeddedNatsServer,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    adapter = make_adapter(adapters, env_for(state, nats_server.url, context_file))
+    adapter = make_adapter(adapters, env_for(hermes_state, nats_server.url, context_file))
     result = await hook(adapter.pre_tool_call, **pre(*READ))
     assert result["action"] == "block"
     assert "release_unavailable" in result["message"]
@@ -483,22 +476,22 @@ async def test_an_empty_bucket_refuses_the_adapter_and_the_gate_its_attestation(
     assert "runtime_release_not_verified" in adapter.last_ack.reason_codes
     assert "REFUSES to run (release_unavailable" in capsys.readouterr().err
     # Once the release is in the bucket, the next attestation verifies it and runs again.
-    await publish_active_release(bare_gate, state)
+    await publish_active_release(bare_gate, hermes_state)
     assert (await reattest(adapter)).accepted
     assert await hook(adapter.pre_tool_call, **pre(*READ)) is None
 
 
 async def test_a_release_the_trust_root_did_not_sign_refuses_everything(
     gate: RunningGate,
-    state: StateDir,
+    hermes_state: StateDir,
     nats_server: EmbeddedNatsServer,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
 ) -> None:
     before = active_id(gate)
-    forged = next_release(state, signer=OUTSIDER)
+    forged = next_release(hermes_state, signer=OUTSIDER)
     await publish_to_bucket(gate.js, forged)  # the newest key now holds a forgery
-    adapter = make_adapter(adapters, env_for(state, nats_server.url, context_file))
+    adapter = make_adapter(adapters, env_for(hermes_state, nats_server.url, context_file))
     result = await hook(adapter.pre_tool_call, **pre(*READ))
     assert "release_bad_signature" in result["message"]
     assert adapter.release is None
@@ -508,14 +501,14 @@ async def test_a_release_the_trust_root_did_not_sign_refuses_everything(
 
 async def test_an_expired_lease_under_the_adapters_clock_refuses(
     gate: RunningGate,
-    state: StateDir,
+    hermes_state: StateDir,
     nats_server: EmbeddedNatsServer,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
 ) -> None:
     later = time.time_ns() // 1_000_000 + 31 * 24 * HOUR  # the demo lease is 30 days
     adapter = make_adapter(
-        adapters, env_for(state, nats_server.url, context_file), clock=lambda: later
+        adapters, env_for(hermes_state, nats_server.url, context_file), clock=lambda: later
     )
     result = await hook(adapter.pre_tool_call, **pre(*READ))
     assert "release_expired" in result["message"]
@@ -525,14 +518,14 @@ async def test_an_expired_lease_under_the_adapters_clock_refuses(
 
 async def test_a_verified_lease_that_runs_out_later_refuses_without_a_new_read(
     gate: RunningGate,
-    state: StateDir,
+    hermes_state: StateDir,
     nats_server: EmbeddedNatsServer,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
 ) -> None:
     now = [time.time_ns() // 1_000_000]
     adapter = make_adapter(
-        adapters, env_for(state, nats_server.url, context_file), clock=lambda: now[0]
+        adapters, env_for(hermes_state, nats_server.url, context_file), clock=lambda: now[0]
     )
     assert await hook(adapter.pre_tool_call, **pre(*READ)) is None
     assert adapter.release is not None
@@ -544,14 +537,14 @@ async def test_a_verified_lease_that_runs_out_later_refuses_without_a_new_read(
 
 async def test_a_rollback_of_the_bucket_within_the_process_is_refused(
     gate: RunningGate,
-    state: StateDir,
+    hermes_state: StateDir,
     nats_server: EmbeddedNatsServer,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
 ) -> None:
-    newer = next_release(state)
+    newer = next_release(hermes_state)
     newer_id = await switch_gate_to(gate, newer)
-    adapter = make_adapter(adapters, env_for(state, nats_server.url, context_file))
+    adapter = make_adapter(adapters, env_for(hermes_state, nats_server.url, context_file))
     assert await hook(adapter.pre_tool_call, **pre(*READ)) is None
     assert adapter.release is not None
     assert adapter.release.release_id == newer_id
@@ -568,13 +561,13 @@ async def test_a_rollback_of_the_bucket_within_the_process_is_refused(
 
 async def test_the_gate_refuses_an_attestation_naming_no_or_another_release(
     gate: RunningGate,
-    state: StateDir,
+    hermes_state: StateDir,
     nc: Client,
     nats_server: EmbeddedNatsServer,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
 ) -> None:
-    env = env_for(state, nats_server.url, context_file, SMF_ATTEST_INTERVAL="600")
+    env = env_for(hermes_state, nats_server.url, context_file, SMF_ATTEST_INTERVAL="600")
     adapter = make_adapter(adapters, env)
     assert await hook(adapter.pre_tool_call, **pre(*READ)) is None  # attested and verified
 
@@ -584,7 +577,7 @@ async def test_the_gate_refuses_an_attestation_naming_no_or_another_release(
             verified_release_id=verified,
             issued_at_ms=time.time_ns() // 1_000_000,
         )
-        signed = sign_struct(names.PAYLOAD_ATTESTATION, att, [state.key(HERMES_PRINCIPAL)])
+        signed = sign_struct(names.PAYLOAD_ATTESTATION, att, [hermes_state.key(HERMES_PRINCIPAL)])
         reply = await nc.request(names.ATTEST, encode_envelope(signed), timeout=3)
         return msgspec.json.decode(reply.data, type=AttestationAck)
 
@@ -604,16 +597,16 @@ async def test_the_gate_refuses_an_attestation_naming_no_or_another_release(
 
 async def test_after_the_gate_switches_release_the_runtime_must_reattest(
     gate: RunningGate,
-    state: StateDir,
+    hermes_state: StateDir,
     nats_server: EmbeddedNatsServer,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
 ) -> None:
-    env = env_for(state, nats_server.url, context_file, SMF_ATTEST_INTERVAL="600")
+    env = env_for(hermes_state, nats_server.url, context_file, SMF_ATTEST_INTERVAL="600")
     adapter = make_adapter(adapters, env)
     assert await hook(adapter.pre_tool_call, **pre(*READ)) is None
     first = active_id(gate)
-    second = await switch_gate_to(gate, next_release(state))
+    second = await switch_gate_to(gate, next_release(hermes_state))
     assert second != first
     refused = await hook(adapter.pre_tool_call, **pre(*READ))
     assert "runtime_release_mismatch" in refused["message"]
@@ -623,12 +616,14 @@ async def test_after_the_gate_switches_release_the_runtime_must_reattest(
     assert adapter.release.release_id == second
 
 
-async def test_the_desk_admits_by_the_release_in_force(state: StateDir, clock: FrozenClock) -> None:
+async def test_the_desk_admits_by_the_release_in_force(
+    hermes_state: StateDir, clock: FrozenClock
+) -> None:
     """Pure desk: an accepted attestation stops admitting once the gate's release moves."""
     current = ["rel-a"]
     desk = AttestationDesk(
         required={"hermes-demo": RuntimeRequirement(require_release=True)},
-        registry=lambda: load_registry(state.registry),
+        registry=lambda: load_registry(hermes_state.registry),
         clock=clock,
         release_id=lambda: current[0],
     )
@@ -636,7 +631,7 @@ async def test_the_desk_admits_by_the_release_in_force(state: StateDir, clock: F
     assert ack.accepted
     proposal = ProposalClient(
         None,  # type: ignore[arg-type]
-        state.key(HERMES_PRINCIPAL),
+        hermes_state.key(HERMES_PRINCIPAL),
         "hermes-demo",
         PIN,
         "smf-hermes-adapter",

@@ -42,8 +42,8 @@ from smf_assurance.approver.client import ApproverClient
 from smf_assurance.governance.releases import latest_in_inbox, publish_to_bucket
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.stack import gate_config
-from smf_assurance.ops.local.state import StateDir, provision_demo
-from smf_assurance.ops.runtimes.provision import HERMES_RUNTIME_ID, provision_runtime
+from smf_assurance.ops.local.state import StateDir
+from smf_assurance.ops.runtimes.provision import HERMES_RUNTIME_ID
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.messages import ExecuteOrder, Verdict
@@ -52,8 +52,6 @@ from tests.support.approval_desk import connectors_running
 from tests.support.bus_helpers import connector_durable, consumer_drained, wait_for
 from tests.support.clocks import OffsetClock
 from tests.support.hermes_unit import (
-    LEASE_MS,
-    PIN,
     FakeHost,
     env_for,
     hook,
@@ -75,27 +73,19 @@ FILING = {
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_demo(state)
-    provision_runtime(
-        state, runtime_pin=PIN, required_hooks=plugin.REQUIRED_HOOKS, lease_ms=LEASE_MS
-    )
-    return state
-
-
-@pytest.fixture
-async def gate(state: StateDir, nats_server: EmbeddedNatsServer) -> AsyncIterator[RunningGate]:
+async def gate(
+    hermes_state: StateDir, nats_server: EmbeddedNatsServer
+) -> AsyncIterator[RunningGate]:
     running = await start_gate(
         gate_config(
-            state=state,
+            state=hermes_state,
             nats_url=nats_server.url,
             co_located=True,
             clock=OffsetClock(),
             sweep_seconds=3600,
         )
     )
-    await publish_active_release(running, state)
+    await publish_active_release(running, hermes_state)
     yield running
     try:
         await asyncio.wait_for(asyncio.shield(running.close()), 15)
@@ -106,10 +96,12 @@ async def gate(state: StateDir, nats_server: EmbeddedNatsServer) -> AsyncIterato
 
 
 @pytest.fixture
-async def connectors(gate: RunningGate, state: StateDir, nats_url: str) -> AsyncIterator[None]:
+async def connectors(
+    gate: RunningGate, hermes_state: StateDir, nats_url: str
+) -> AsyncIterator[None]:
     """The example connectors on their own connection, as ``smf_assurance.ops.local.stack`` runs
     them."""
-    async with connectors_running(state, nats_url):
+    async with connectors_running(hermes_state, nats_url):
         yield
 
 
@@ -130,7 +122,7 @@ def host() -> FakeHost:
 @pytest.fixture
 def hermes(
     connectors: None,
-    state: StateDir,
+    hermes_state: StateDir,
     nats_url: str,
     tmp_path: Path,
     host: FakeHost,
@@ -140,7 +132,7 @@ def hermes(
     held = tmp_path / "held"
     held.mkdir()
     write_context(context, held, legal_hold_documents=["doc-4711"])
-    return make_adapter(adapters, env_for(state, nats_url, context), host)
+    return make_adapter(adapters, env_for(hermes_state, nats_url, context), host)
 
 
 async def call_tool(host: FakeHost, name: str, args: Any, session: str = "s-1") -> dict[str, Any]:
@@ -198,7 +190,11 @@ async def approve(nc: Client, state: StateDir, approval_id: str) -> None:
 
 
 async def test_a_court_filing_is_held_then_approved_and_filed_exactly_once(
-    hermes: plugin.HermesAdapter, host: FakeHost, gate: RunningGate, nc: Client, state: StateDir
+    hermes: plugin.HermesAdapter,
+    host: FakeHost,
+    gate: RunningGate,
+    nc: Client,
+    hermes_state: StateDir,
 ) -> None:
     result = await call_tool(host, "smf_court_filing", FILING)
     assert result["status"] == "held", result
@@ -214,16 +210,16 @@ async def test_a_court_filing_is_held_then_approved_and_filed_exactly_once(
     assert "Nothing has been filed yet" in message
     # Nothing reached the connector before the approval: the gate publishes an
     # order before it answers, so none was sent, and without one nothing is filed.
-    assert await orders(gate.js, state) == []
-    assert outbox(state) == []
+    assert await orders(gate.js, hermes_state) == []
+    assert outbox(hermes_state) == []
 
-    await approve(nc, state, result["approval_id"])
-    await wait_for(lambda: len(outbox(state)) == 1, timeout=10)
+    await approve(nc, hermes_state, result["approval_id"])
+    await wait_for(lambda: len(outbox(hermes_state)) == 1, timeout=10)
     await filing_done(gate)
-    [filing] = outbox(state)
+    [filing] = outbox(hermes_state)
     assert (filing.court, filing.document) == ("sdny", "motion-to-compel.pdf")
     assert filing.content_sha256 == hashlib.sha256(FILING["text"].encode()).hexdigest()
-    [(order, headers)] = await orders(gate.js, state)
+    [(order, headers)] = await orders(gate.js, hermes_state)
     assert order.connector_id == "court-efiling"
     assert order.approval_id == result["approval_id"]
     assert headers[names.HEADER_APPROVAL_ID] == result["approval_id"]
@@ -231,21 +227,25 @@ async def test_a_court_filing_is_held_then_approved_and_filed_exactly_once(
 
 
 async def test_a_replayed_call_is_a_new_request_with_its_own_hold(
-    hermes: plugin.HermesAdapter, host: FakeHost, gate: RunningGate, nc: Client, state: StateDir
+    hermes: plugin.HermesAdapter,
+    host: FakeHost,
+    gate: RunningGate,
+    nc: Client,
+    hermes_state: StateDir,
 ) -> None:
     first = await call_tool(host, "smf_court_filing", FILING)
     again = await call_tool(host, "smf_court_filing", dict(FILING))
     assert first["status"] == again["status"] == "held"
     assert first["approval_id"] != again["approval_id"]
-    await approve(nc, state, first["approval_id"])
-    await wait_for(lambda: len(outbox(state)) == 1, timeout=10)
+    await approve(nc, hermes_state, first["approval_id"])
+    await wait_for(lambda: len(outbox(hermes_state)) == 1, timeout=10)
     # The first approval covered the first request only: the repeat waits for its own.
-    assert [o.approval_id for o, _ in await orders(gate.js, state)] == [first["approval_id"]]
+    assert [o.approval_id for o, _ in await orders(gate.js, hermes_state)] == [first["approval_id"]]
     await filing_done(gate)
-    assert len(outbox(state)) == 1
-    await approve(nc, state, again["approval_id"])
-    await wait_for(lambda: len(outbox(state)) == 2, timeout=10)
-    approvals = sorted(o.approval_id or "" for o, _ in await orders(gate.js, state))
+    assert len(outbox(hermes_state)) == 1
+    await approve(nc, hermes_state, again["approval_id"])
+    await wait_for(lambda: len(outbox(hermes_state)) == 2, timeout=10)
+    approvals = sorted(o.approval_id or "" for o, _ in await orders(gate.js, hermes_state))
     assert approvals == sorted([first["approval_id"], again["approval_id"]])
 
 
@@ -253,7 +253,7 @@ async def test_a_replayed_call_is_a_new_request_with_its_own_hold(
 
 
 async def test_a_denied_call_says_why_and_nothing_is_executed(
-    hermes: plugin.HermesAdapter, host: FakeHost, gate: RunningGate, state: StateDir
+    hermes: plugin.HermesAdapter, host: FakeHost, gate: RunningGate, hermes_state: StateDir
 ) -> None:
     await hook(hermes.post_tool_call, tool_name="web_extract", session_id="s-t", status="ok")
     tainted = await call_tool(host, "smf_court_filing", FILING, session="s-t")
@@ -267,14 +267,14 @@ async def test_a_denied_call_says_why_and_nothing_is_executed(
     held_doc = await call_tool(host, "smf_dms_delete", {"document_id": "doc-4711"})
     assert held_doc["status"] == "denied"
     assert "legal_hold_blocks_deletion" in held_doc["reason_codes"]
-    assert await orders(gate.js, state) == []  # none sent, so none can run
-    assert outbox(state) == []
+    assert await orders(gate.js, hermes_state) == []  # none sent, so none can run
+    assert outbox(hermes_state) == []
 
 
 async def test_an_allowed_deletion_returns_the_order_id_and_the_connector_runs_it(
-    hermes: plugin.HermesAdapter, host: FakeHost, gate: RunningGate, state: StateDir
+    hermes: plugin.HermesAdapter, host: FakeHost, gate: RunningGate, hermes_state: StateDir
 ) -> None:
-    store = state.connector_dir("dms") / "store"
+    store = hermes_state.connector_dir("dms") / "store"
     store.mkdir(parents=True, exist_ok=True)
     (store / "doc-1207").write_text("retention expired")
     result = await call_tool(host, "smf_dms_delete", {"document_id": "doc-1207"})
@@ -283,14 +283,14 @@ async def test_an_allowed_deletion_returns_the_order_id_and_the_connector_runs_i
     assert "retention_schedule_deletion" in result["reason_codes"]
     assert result["order_id"] in result["message"]
     await wait_for(lambda: not (store / "doc-1207").exists(), timeout=10)
-    [(order, _)] = await orders(gate.js, state)
+    [(order, _)] = await orders(gate.js, hermes_state)
     assert order.order_id == result["order_id"]
     assert order.approval_id is None
 
 
 async def test_without_a_legal_hold_list_a_deletion_is_refused_as_unknown(
     connectors: None,
-    state: StateDir,
+    hermes_state: StateDir,
     nats_url: str,
     tmp_path: Path,
     adapters: list[plugin.HermesAdapter],
@@ -298,7 +298,7 @@ async def test_without_a_legal_hold_list_a_deletion_is_refused_as_unknown(
     context = tmp_path / "no-list.json"
     write_context(context, tmp_path)
     host = FakeHost()
-    make_adapter(adapters, env_for(state, nats_url, context), host)
+    make_adapter(adapters, env_for(hermes_state, nats_url, context), host)
     result = await call_tool(host, "smf_dms_delete", {"document_id": "doc-1207"})
     assert result["status"] == "denied"
     assert "missing_required_fact" in result["reason_codes"]
@@ -373,12 +373,12 @@ class FakeCtxFor:
 
 
 async def test_refusing_mode_blocks_the_tool(
-    state: StateDir, tmp_path: Path, adapters: list[plugin.HermesAdapter]
+    hermes_state: StateDir, tmp_path: Path, adapters: list[plugin.HermesAdapter]
 ) -> None:
     host = FakeHost(version="0.20.0")
     context = tmp_path / "c.json"
     write_context(context, tmp_path)
-    make_adapter(adapters, env_for(state, "nats://127.0.0.1:1", context), host)
+    make_adapter(adapters, env_for(hermes_state, "nats://127.0.0.1:1", context), host)
     result = await call_tool(host, "smf_court_filing", FILING)
     assert result["status"] == "blocked"
     assert "runtime_version_not_pinned" in result["reason_codes"]
@@ -411,7 +411,7 @@ def test_the_texts_never_claim_what_did_not_happen() -> None:
 async def test_a_lost_verdict_is_reported_as_unknown(
     nats_server: EmbeddedNatsServer,
     nc: Client,
-    state: StateDir,
+    hermes_state: StateDir,
     tmp_path: Path,
     adapters: list[plugin.HermesAdapter],
 ) -> None:
@@ -438,14 +438,14 @@ async def test_a_lost_verdict_is_reported_as_unknown(
     await nc.subscribe(names.ATTEST, cb=attest_ok)
     await nc.flush()
     # the release the adapter verifies first: the state's own, in a fresh bucket
-    bundle = latest_in_inbox(state.release_inbox)
+    bundle = latest_in_inbox(hermes_state.release_inbox)
     assert bundle is not None
     await publish_to_bucket(nc.jetstream(), bundle)
     context = tmp_path / "c.json"
     write_context(context, tmp_path)
     host = FakeHost()
     adapter = make_adapter(
-        adapters, env_for(state, nats_server.url, context, SMF_GATE_TIMEOUT="0.5"), host
+        adapters, env_for(hermes_state, nats_server.url, context, SMF_GATE_TIMEOUT="0.5"), host
     )
     result = await call_tool(host, "smf_court_filing", FILING)
     assert result["status"] == "unknown", result

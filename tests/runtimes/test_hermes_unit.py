@@ -87,11 +87,10 @@ from tests.support.hermes_unit import (
     hook,
     make_adapter,
     pre,
-    state,
     write_context,
 )
 
-__all__ = ["adapters", "clock", "context_file", "gate", "held_dir", "hermes", "state"]
+__all__ = ["adapters", "clock", "context_file", "gate", "held_dir", "hermes"]
 
 RELEASE_ID = "rel-attested"
 """A release id for the pure attestation-desk tests (no release is built there)."""
@@ -111,7 +110,7 @@ def ledger_rows(state: StateDir) -> list[dict[str, Any]]:
 
 @pytest.mark.claim("model-gateway.local-refusals-accounted")
 async def test_a_call_the_adapter_refuses_itself_is_reported_as_a_recorded_denial(
-    hermes: plugin.HermesAdapter, state: StateDir
+    hermes: plugin.HermesAdapter, hermes_state: StateDir
 ) -> None:
     """Tool-call accounting without false stops: arguments the adapter cannot map are
     blocked here, and the refusal (not the arguments) is reported to the real gate,
@@ -122,12 +121,15 @@ async def test_a_call_the_adapter_refuses_itself_is_reported_as_a_recorded_denia
     assert "arguments_not_an_object" in blocked["message"]
     refused = [
         r["reason_codes"]
-        for r in ledger_rows(state)
+        for r in ledger_rows(hermes_state)
         if r["reason_codes"][:1] == ["refused_by_adapter"]
     ]
     assert refused == [["refused_by_adapter", "arguments_not_an_object"]]
     assert await hook(hermes.pre_tool_call, **pre("read_file", ["x"], tool_call_id=None))
-    assert len([r for r in ledger_rows(state) if "refused_by_adapter" in r["reason_codes"]]) == 1
+    assert (
+        len([r for r in ledger_rows(hermes_state) if "refused_by_adapter" in r["reason_codes"]])
+        == 1
+    )
 
 
 async def test_allowed_read_runs_and_only_with_the_allowed_arguments(
@@ -188,7 +190,7 @@ async def test_terminal_is_denied_with_the_reason_codes(hermes: plugin.HermesAda
 @pytest.mark.claim("runtime-block-hermes.hooks-fail-closed")
 async def test_a_rogue_answering_first_cannot_release_a_denied_call_or_a_withheld_reply(
     gate: RunningGate,
-    state: StateDir,
+    hermes_state: StateDir,
     nats_server: EmbeddedNatsServer,
     nc: Client,
     tmp_path: Path,
@@ -202,7 +204,7 @@ async def test_a_rogue_answering_first_cannot_release_a_denied_call_or_a_withhel
     context = tmp_path / "external.json"
     external = {"address": "telegram:client-chat", "locality": "external"}
     write_context(context, held_dir, reply={"destination": external})
-    adapter = make_adapter(adapters, env_for(state, nats_server.url, context))
+    adapter = make_adapter(adapters, env_for(hermes_state, nats_server.url, context))
     rogue_nc = await nats.connect(nats_server.url)
     try:
         rogue = await Rogue(rogue_nc, unsigned).start(nc)
@@ -272,7 +274,7 @@ async def test_untrusted_output_taints_the_session_family(
 async def test_gate_timeout_blocks(
     nats_server: EmbeddedNatsServer,
     nc: Client,
-    state: StateDir,
+    hermes_state: StateDir,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
 ) -> None:
@@ -283,7 +285,7 @@ async def test_gate_timeout_blocks(
     await nc.subscribe(names.ATTEST, cb=silent)
     await nc.subscribe(f"{names.OUTPUT_PREFIX}.>", cb=silent)
     await nc.flush()
-    env = env_for(state, nats_server.url, context_file, SMF_GATE_TIMEOUT="0.5")
+    env = env_for(hermes_state, nats_server.url, context_file, SMF_GATE_TIMEOUT="0.5")
     adapter = make_adapter(adapters, env)
     result = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
     assert result["action"] == "block"
@@ -301,9 +303,12 @@ async def test_gate_timeout_blocks(
 
 @pytest.mark.claim("runtime-block-hermes.hooks-fail-closed")
 async def test_unreachable_bus_blocks(
-    state: StateDir, context_file: Path, adapters: list[plugin.HermesAdapter], closed_port: int
+    hermes_state: StateDir,
+    context_file: Path,
+    adapters: list[plugin.HermesAdapter],
+    closed_port: int,
 ) -> None:
-    env = env_for(state, f"nats://127.0.0.1:{closed_port}", context_file)
+    env = env_for(hermes_state, f"nats://127.0.0.1:{closed_port}", context_file)
     adapter = make_adapter(adapters, env)
     result = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
     assert result["action"] == "block"
@@ -316,11 +321,11 @@ async def test_unreachable_bus_blocks(
 @pytest.mark.claim("runtime-block-hermes.hooks-fail-closed")
 async def test_bus_without_a_gate_blocks(
     nats_server: EmbeddedNatsServer,
-    state: StateDir,
+    hermes_state: StateDir,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
 ) -> None:
-    adapter = make_adapter(adapters, env_for(state, nats_server.url, context_file))
+    adapter = make_adapter(adapters, env_for(hermes_state, nats_server.url, context_file))
     result = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
     assert result["action"] == "block"
     assert "did not run" in result["message"]
@@ -458,7 +463,7 @@ async def test_reply_is_released_only_on_allow(hermes: plugin.HermesAdapter) -> 
 @pytest.mark.claim("runtime-block-hermes.hooks-fail-closed")
 async def test_privileged_reply_to_a_client_is_withheld(
     gate: RunningGate,
-    state: StateDir,
+    hermes_state: StateDir,
     nats_server: EmbeddedNatsServer,
     tmp_path: Path,
     held_dir: Path,
@@ -467,7 +472,7 @@ async def test_privileged_reply_to_a_client_is_withheld(
     context = tmp_path / "external.json"
     external = {"address": "telegram:client-chat", "locality": "external"}
     write_context(context, held_dir, reply={"destination": external})
-    adapter = make_adapter(adapters, env_for(state, nats_server.url, context))
+    adapter = make_adapter(adapters, env_for(hermes_state, nats_server.url, context))
     text = "PRIVILEGED & CONFIDENTIAL: our settlement floor is $2M."
     reply = await hook(adapter.transform_llm_output, response_text=text, platform="telegram")
     assert text not in reply
@@ -497,7 +502,7 @@ def _streaming_on() -> tuple[StreamingSetting, ...]:
 
 async def test_streaming_is_attested_and_the_gate_refuses_the_runtime(
     gate: RunningGate,
-    state: StateDir,
+    hermes_state: StateDir,
     nats_server: EmbeddedNatsServer,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
@@ -507,7 +512,7 @@ async def test_streaming_is_attested_and_the_gate_refuses_the_runtime(
     refuses a streaming runtime the model gateway does not serve: every call blocked,
     every reply withheld. The operator is told how to turn it off."""
     host = FakeHost(streaming=_streaming_on())
-    adapter = make_adapter(adapters, env_for(state, nats_server.url, context_file), host)
+    adapter = make_adapter(adapters, env_for(hermes_state, nats_server.url, context_file), host)
     assert "streaming.enabled: false" in caplog.text
     assert "gateway:telegram" in caplog.text
     result = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
@@ -522,7 +527,7 @@ async def test_streaming_is_attested_and_the_gate_refuses_the_runtime(
 
 async def test_a_cli_that_starts_streaming_is_attested_before_the_next_proposal(
     gate: RunningGate,
-    state: StateDir,
+    hermes_state: StateDir,
     nats_server: EmbeddedNatsServer,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
@@ -530,7 +535,9 @@ async def test_a_cli_that_starts_streaming_is_attested_before_the_next_proposal(
 ) -> None:
     """Attested off at start-up (no CLI yet); once the CLI's agent streams, the next
     call first attests what it does, and the gate refuses the runtime."""
-    adapter = make_adapter(adapters, env_for(state, nats_server.url, context_file), FakeHost())
+    adapter = make_adapter(
+        adapters, env_for(hermes_state, nats_server.url, context_file), FakeHost()
+    )
     allowed = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
     assert allowed is None
     assert adapter.last_ack is not None
@@ -543,19 +550,19 @@ async def test_a_cli_that_starts_streaming_is_attested_before_the_next_proposal(
     assert adapter.streaming == (StreamingSetting(surface="cli", enabled=True),)
 
 
-def test_a_runtime_the_model_gateway_serves_may_stream(state: StateDir) -> None:
+def test_a_runtime_the_model_gateway_serves_may_stream(hermes_state: StateDir) -> None:
     """The gateway holds each turn whole until its verdict, so its runtimes'
     streaming is not refused; every other runtime's is."""
-    set_upstream(state, "http://127.0.0.1:9/v1", "local-model")
+    set_upstream(hermes_state, "http://127.0.0.1:9/v1", "local-model")
     provision_gateway_runtime(
-        state,
+        hermes_state,
         HERMES_RUNTIME_ID,
         adapter_id="smf-hermes-adapter",
         actor=actor("associate-ann", "associate"),
         destination=ProposedDestination(address="operator-terminal", locality="internal"),
     )
-    provision_runtime(state, "other-runtime", "hermes-other", runtime_pin=PIN)
-    need = load_attestation_requirements(state)
+    provision_runtime(hermes_state, "other-runtime", "hermes-other", runtime_pin=PIN)
+    need = load_attestation_requirements(hermes_state)
     assert need[HERMES_RUNTIME_ID].output_via_gateway
     assert not need["hermes-other"].output_via_gateway
 
@@ -584,14 +591,14 @@ def test_a_runtime_the_model_gateway_serves_may_stream(state: StateDir) -> None:
     ],
 )
 async def test_misconfiguration_refuses(
-    state: StateDir,
+    hermes_state: StateDir,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
     env_change: dict[str, str],
     host: FakeHost | None,
     problem: str,
 ) -> None:
-    env = {**env_for(state, "nats://127.0.0.1:1", context_file), **env_change}
+    env = {**env_for(hermes_state, "nats://127.0.0.1:1", context_file), **env_change}
     adapter = make_adapter(adapters, env, host)
     assert problem in adapter.problems
     result = await hook(adapter.pre_tool_call, **pre("read_file", {"path": "a"}))
@@ -600,10 +607,10 @@ async def test_misconfiguration_refuses(
 
 
 def test_register_never_raises_and_registers_every_hook(
-    monkeypatch: pytest.MonkeyPatch, state: StateDir, context_file: Path
+    monkeypatch: pytest.MonkeyPatch, hermes_state: StateDir, context_file: Path
 ) -> None:
     monkeypatch.setattr(plugin, "HermesHost", lambda ctx: FakeHost(ctx._manager))
-    for key, value in env_for(state, "nats://127.0.0.1:1", context_file).items():
+    for key, value in env_for(hermes_state, "nats://127.0.0.1:1", context_file).items():
         monkeypatch.setenv(key, value)
     ctx = FakeCtx()
     plugin.register(ctx)
@@ -623,7 +630,7 @@ def test_register_never_raises_and_registers_every_hook(
 
 
 def test_every_model_request_carries_a_proof_of_this_process(
-    state: StateDir, context_file: Path, adapters: list[plugin.HermesAdapter]
+    hermes_state: StateDir, context_file: Path, adapters: list[plugin.HermesAdapter]
 ) -> None:
     """The proof the middleware adds verifies with this runtime's key and names the
     instance the adapter attests; headers already set are kept; one proof is reused
@@ -631,7 +638,7 @@ def test_every_model_request_carries_a_proof_of_this_process(
     then refuses the request, so nothing is let through)."""
     now = [1_800_000_000_000]
     adapter = make_adapter(
-        adapters, env_for(state, "nats://127.0.0.1:1", context_file), clock=lambda: now[0]
+        adapters, env_for(hermes_state, "nats://127.0.0.1:1", context_file), clock=lambda: now[0]
     )
     assert adapter.config is not None
     request = {"model": "m", "messages": [], "extra_headers": {"X-Keep": "1"}}
@@ -640,7 +647,7 @@ def test_every_model_request_carries_a_proof_of_this_process(
     headers = changed["request"]["extra_headers"]
     assert headers["X-Keep"] == "1"
     assert request["extra_headers"] == {"X-Keep": "1"}  # Hermes's own dict is not changed
-    runtime_keys = load_registry(state.registry).trusted("runtime")
+    runtime_keys = load_registry(hermes_state.registry).trusted("runtime")
     proof, verified = open_instance_proof(headers[names.HEADER_INSTANCE_PROOF], runtime_keys)
     assert (proof.runtime_id, proof.instance_id) == (
         adapter.config.runtime_id,
@@ -673,7 +680,7 @@ def test_every_model_request_carries_a_proof_of_this_process(
     assert bound.request_digest == request_digest(json.loads(json.dumps(said)))
     # messages with no canonical form (a float) get no proof: the gateway refuses them
     assert adapter.llm_request(request={"messages": [{"role": "user", "n": 0.5}]}) is None
-    other = make_adapter(adapters, env_for(state, "nats://127.0.0.1:1", context_file))
+    other = make_adapter(adapters, env_for(hermes_state, "nats://127.0.0.1:1", context_file))
     assert other.instance_id != adapter.instance_id  # one id per process
     unconfigured = make_adapter(adapters, {})
     assert unconfigured.llm_request(request={"messages": []}) is None
@@ -684,15 +691,15 @@ def test_every_model_request_carries_a_proof_of_this_process(
 
 
 async def test_gate_refuses_a_runtime_that_has_not_attested_and_serves_the_scripted_one(
-    gate: RunningGate, nc: Client, state: StateDir
+    gate: RunningGate, nc: Client, hermes_state: StateDir
 ) -> None:
     hermes_client = ProposalClient(
         nc,
-        state.key(HERMES_PRINCIPAL),
+        hermes_state.key(HERMES_PRINCIPAL),
         HERMES_RUNTIME_ID,
         PIN,
         "smf-hermes-adapter",
-        gate_keys=state.gate_keys(),
+        gate_keys=hermes_state.gate_keys(),
     )
     facts = DataFacts(classification="internal", injection_taint="clear")
     proposal = hermes_client.build(
@@ -707,13 +714,18 @@ async def test_gate_refuses_a_runtime_that_has_not_attested_and_serves_the_scrip
     # refused at admission, before any policy, and still in the ledger
     (entry,) = verdict.evidence
     out = io.StringIO()
-    export_jsonl(state.ledger, out)
+    export_jsonl(hermes_state.ledger, out)
     rows = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [(r["disposition"], r["reason_codes"]) for r in rows if r["entry_hash"] == entry] == [
         ("deny", ["runtime_attestation_missing"])
     ]
     scripted = ProposalClient(
-        nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
+        nc,
+        hermes_state.key("runtime"),
+        RUNTIME_ID,
+        "1.0",
+        ADAPTER_ID,
+        gate_keys=hermes_state.gate_keys(),
     )
     read = scripted.build(
         native_tool="dms_read",
@@ -741,13 +753,13 @@ async def test_attestation_is_accepted_then_goes_stale(
 
 
 async def test_attestation_from_another_runtimes_key_is_refused(
-    gate: RunningGate, nc: Client, state: StateDir, context_file: Path
+    gate: RunningGate, nc: Client, hermes_state: StateDir, context_file: Path
 ) -> None:
     host = FakeHost()
-    env = env_for(state, "nats://127.0.0.1:1", context_file)
+    env = env_for(hermes_state, "nats://127.0.0.1:1", context_file)
     adapter = plugin.build_adapter(host, env)
     forged = encode_envelope(
-        sign_struct(names.PAYLOAD_ATTESTATION, adapter.attestation(), [state.key("runtime")])
+        sign_struct(names.PAYLOAD_ATTESTATION, adapter.attestation(), [hermes_state.key("runtime")])
     )
     reply = await nc.request(names.ATTEST, forged, timeout=2)
     ack = msgspec.json.decode(reply.data, type=AttestationAck)
@@ -755,16 +767,16 @@ async def test_attestation_from_another_runtimes_key_is_refused(
     assert ack.reason_codes == ("runtime_identity_mismatch",)
 
 
-def test_provision_runtime_is_idempotent_and_opts_in(state: StateDir) -> None:
-    before = state.registry.read_bytes()
-    provision_runtime(state, runtime_pin=PIN, required_hooks=plugin.REQUIRED_HOOKS)
-    assert state.registry.read_bytes() == before
-    need = load_attestation_requirements(state)
+def test_provision_runtime_is_idempotent_and_opts_in(hermes_state: StateDir) -> None:
+    before = hermes_state.registry.read_bytes()
+    provision_runtime(hermes_state, runtime_pin=PIN, required_hooks=plugin.REQUIRED_HOOKS)
+    assert hermes_state.registry.read_bytes() == before
+    need = load_attestation_requirements(hermes_state)
     assert set(need) == {HERMES_RUNTIME_ID}
     assert need[HERMES_RUNTIME_ID].runtime_pin == PIN
     assert need[HERMES_RUNTIME_ID].require_release  # the Hermes adapter verifies releases
-    provision_runtime(state, require_attestation=False)
-    assert load_attestation_requirements(state) == {}
+    provision_runtime(hermes_state, require_attestation=False)
+    assert load_attestation_requirements(hermes_state) == {}
 
 
 # --- pure pieces ------------------------------------------------------------------------------
@@ -988,27 +1000,27 @@ def _signed(state: StateDir, principal: str, **changes: Any) -> bytes:
     ids=["hook-missing", "hook-not-present", "version", "streaming", "adapter-problem"],
 )
 async def test_gate_rejects_an_unfit_attestation_and_then_the_runtime(
-    state: StateDir, clock: Clock, changes: dict[str, Any], reason: str
+    hermes_state: StateDir, clock: Clock, changes: dict[str, Any], reason: str
 ) -> None:
     desk = AttestationDesk(
-        required=load_attestation_requirements(state),
-        registry=lambda: load_registry(state.registry),
+        required=load_attestation_requirements(hermes_state),
+        registry=lambda: load_registry(hermes_state.registry),
         clock=clock,
         release_id=lambda: RELEASE_ID,
     )
     good = msgspec.json.decode(
-        await desk.handle(_signed(state, HERMES_PRINCIPAL, issued_at_ms=clock.now)),
+        await desk.handle(_signed(hermes_state, HERMES_PRINCIPAL, issued_at_ms=clock.now)),
         type=AttestationAck,
     )
     assert good.accepted, good
     clock.now += 1
-    bad = _signed(state, HERMES_PRINCIPAL, issued_at_ms=clock.now, **changes)
+    bad = _signed(hermes_state, HERMES_PRINCIPAL, issued_at_ms=clock.now, **changes)
     ack = msgspec.json.decode(await desk.handle(bad), type=AttestationAck)
     assert not ack.accepted
     assert reason in ack.reason_codes
     proposal = ProposalClient(
         None,  # type: ignore[arg-type]
-        state.key(HERMES_PRINCIPAL),
+        hermes_state.key(HERMES_PRINCIPAL),
         HERMES_RUNTIME_ID,
         PIN,
         "smf-hermes-adapter",
@@ -1023,11 +1035,11 @@ async def test_gate_rejects_an_unfit_attestation_and_then_the_runtime(
 
 
 async def test_gate_refuses_replayed_stale_and_malformed_attestations(
-    state: StateDir, clock: Clock
+    hermes_state: StateDir, clock: Clock
 ) -> None:
     desk = AttestationDesk(
-        required=load_attestation_requirements(state),
-        registry=lambda: load_registry(state.registry),
+        required=load_attestation_requirements(hermes_state),
+        registry=lambda: load_registry(hermes_state.registry),
         clock=clock,
         release_id=lambda: RELEASE_ID,
     )
@@ -1036,31 +1048,33 @@ async def test_gate_refuses_replayed_stale_and_malformed_attestations(
         return msgspec.json.decode(await desk.handle(data), type=AttestationAck).reason_codes
 
     hooks = {"hooks_present": plugin.REQUIRED_HOOKS}
-    first = _signed(state, HERMES_PRINCIPAL, issued_at_ms=clock.now, **hooks)
-    older = _signed(state, HERMES_PRINCIPAL, issued_at_ms=clock.now - 1000, **hooks)
+    first = _signed(hermes_state, HERMES_PRINCIPAL, issued_at_ms=clock.now, **hooks)
+    older = _signed(hermes_state, HERMES_PRINCIPAL, issued_at_ms=clock.now - 1000, **hooks)
     assert await reasons(first) == ()
     assert await reasons(older) == ("attestation_replayed",)
-    ancient = _signed(state, HERMES_PRINCIPAL, issued_at_ms=clock.now - 10 * 60 * 1000, **hooks)
+    ancient = _signed(
+        hermes_state, HERMES_PRINCIPAL, issued_at_ms=clock.now - 10 * 60 * 1000, **hooks
+    )
     assert await reasons(ancient) == ("stale_attestation",)
     assert await reasons(b"not an envelope") == ("bad_signature",)
-    unknown_key = _signed(state, "nobody-registered", **hooks)
+    unknown_key = _signed(hermes_state, "nobody-registered", **hooks)
     assert await reasons(unknown_key) == ("unknown_signer",)
 
 
 async def test_the_gate_holds_a_bounded_number_of_processes_each_to_its_lease(
-    state: StateDir, clock: Clock
+    hermes_state: StateDir, clock: Clock
 ) -> None:
     """``AttestationDesk.admit_instance``: the oldest of more than ``MAX_INSTANCES``
     attested processes is forgotten (and refused: fails closed), and a process whose
     own attestation is older than the lease is refused although a newer process of the
     same runtime keeps the runtime standing."""
     desk = AttestationDesk(
-        required=load_attestation_requirements(state),
-        registry=lambda: load_registry(state.registry),
+        required=load_attestation_requirements(hermes_state),
+        registry=lambda: load_registry(hermes_state.registry),
         clock=clock,
         release_id=lambda: RELEASE_ID,
     )
-    key = state.key(HERMES_PRINCIPAL)
+    key = hermes_state.key(HERMES_PRINCIPAL)
     hooks = {"hooks_present": plugin.REQUIRED_HOOKS}
 
     def sealed(instance: str) -> str:
@@ -1087,28 +1101,28 @@ async def test_the_gate_holds_a_bounded_number_of_processes_each_to_its_lease(
         clock.now += 1
         issued.append(clock.now)
         data = _signed(
-            state, HERMES_PRINCIPAL, issued_at_ms=clock.now, instance_id=instance, **hooks
+            hermes_state, HERMES_PRINCIPAL, issued_at_ms=clock.now, instance_id=instance, **hooks
         )
         ack = msgspec.json.decode(await desk.handle(data), type=AttestationAck)
         assert ack.accepted, ack
     assert admitted(instances[0]) == "runtime_instance_not_attested"  # forgotten
     assert admitted(instances[1]) is None
     assert admitted(instances[-1]) is None
-    lease = load_attestation_requirements(state)[HERMES_RUNTIME_ID].lease_ms
+    lease = load_attestation_requirements(hermes_state)[HERMES_RUNTIME_ID].lease_ms
     clock.now = issued[1] + lease + 1  # instances[1] is just past its lease, the last not
     assert admitted(instances[1]) == "runtime_instance_not_attested"
     assert admitted(instances[-1]) is None
 
 
 def test_a_proof_that_cannot_be_sealed_is_left_out_never_raised(
-    state: StateDir,
+    hermes_state: StateDir,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A raising middleware is skipped by Hermes (the request goes without a proof and
     the gateway refuses it); ours returns None instead of raising."""
-    adapter = make_adapter(adapters, env_for(state, "nats://127.0.0.1:1", context_file))
+    adapter = make_adapter(adapters, env_for(hermes_state, "nats://127.0.0.1:1", context_file))
 
     def broken(*_args: Any) -> str:
         raise RuntimeError("no signer")

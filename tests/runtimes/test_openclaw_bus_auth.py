@@ -36,32 +36,34 @@ from tests.support import openclaw_plugin as plugin_tests
 from tests.support.clocks import OffsetClock
 from tests.support.release_helpers import publish_as_publisher
 
-state = plugin_tests.state
+openclaw_state = plugin_tests.openclaw_state
 clock = plugin_tests.clock
 node_bin = plugin_tests.node_bin
 READ = {"path": "/srv/matters/2026-0042/notes.txt", "offset": 1, "limit": 40}
 
 
 @pytest.fixture
-def nats_server(state: StateDir) -> Iterator[EmbeddedNatsServer]:
+def nats_server(openclaw_state: StateDir) -> Iterator[EmbeddedNatsServer]:
     """The gate's bus with authorization on, allowing exactly the state's registry."""
-    server = start_embedded_server(state)
+    server = start_embedded_server(openclaw_state)
     yield server
     server.close()
 
 
 @pytest.fixture
 async def gate(
-    state: StateDir, nats_server: EmbeddedNatsServer, clock: OffsetClock
+    openclaw_state: StateDir, nats_server: EmbeddedNatsServer, clock: OffsetClock
 ) -> AsyncIterator[RunningGate]:
     """The plugin tests' gate, with its release put into the bucket by the publisher
     (on this bus the gate may not write it)."""
     running = await start_gate(
-        gate_config(state=state, nats_url=nats_server.url, clock=clock, sweep_seconds=3600.0)
+        gate_config(
+            state=openclaw_state, nats_url=nats_server.url, clock=clock, sweep_seconds=3600.0
+        )
     )
-    bundle = latest_in_inbox(state.release_inbox)
+    bundle = latest_in_inbox(openclaw_state.release_inbox)
     assert bundle is not None
-    await publish_as_publisher(nats_server.url, state, bundle)
+    await publish_as_publisher(nats_server.url, openclaw_state, bundle)
     yield running
     await asyncio.wait_for(running.close(), plugin_tests.CLOSE_TIMEOUT_S)
 
@@ -72,9 +74,9 @@ async def orders(running: RunningGate) -> int:
 
 
 async def test_with_its_credential_an_allowed_read_returns_its_params(
-    node_bin: str, state: StateDir, gate: RunningGate, nats_server: EmbeddedNatsServer
+    node_bin: str, openclaw_state: StateDir, gate: RunningGate, nats_server: EmbeddedNatsServer
 ) -> None:
-    config = plugin_tests.plugin_config(state, nats_server.url)
+    config = plugin_tests.plugin_config(openclaw_state, nats_server.url)
     async with plugin_tests.driver(node_bin, config) as drv:
         result = await drv.before("read", READ, "call-allow")
     assert set(result) == {"params"}, result
@@ -83,7 +85,7 @@ async def test_with_its_credential_an_allowed_read_returns_its_params(
 
 async def test_a_seed_the_registry_does_not_know_is_refused_and_the_call_blocked(
     node_bin: str,
-    state: StateDir,
+    openclaw_state: StateDir,
     gate: RunningGate,
     nats_server: EmbeddedNatsServer,
     tmp_path: Path,
@@ -91,7 +93,7 @@ async def test_a_seed_the_registry_does_not_know_is_refused_and_the_call_blocked
     unknown = tmp_path / "unknown.nkey"
     write_user_seed(unknown)
     config = plugin_tests.plugin_config(
-        state, nats_server.url, credentialFile=str(unknown), gateTimeoutMs=2000
+        openclaw_state, nats_server.url, credentialFile=str(unknown), gateTimeoutMs=2000
     )
     before = await orders(gate)
     async with plugin_tests.driver(node_bin, config) as drv:
@@ -114,14 +116,14 @@ async def test_a_seed_the_registry_does_not_know_is_refused_and_the_call_blocked
 )
 async def test_the_plugins_connection_reads_no_order(
     node_bin: str,
-    state: StateDir,
+    openclaw_state: StateDir,
     gate: RunningGate,
     nats_server: EmbeddedNatsServer,
     subject: str,
     subscribed: bool,
     reason: str | None,
 ) -> None:
-    config = plugin_tests.plugin_config(state, nats_server.url)
+    config = plugin_tests.plugin_config(openclaw_state, nats_server.url)
     async with plugin_tests.driver(node_bin, config) as drv:
         answer = await drv.call("subscribe", subject=subject)
     assert answer == {"subscribed": subscribed, "reason": reason}

@@ -127,11 +127,11 @@ from tests.support.openclaw_plugin import (
     clock,
     driver,
     node_bin,
+    openclaw_state,
     plugin_config,
-    state,
 )
 
-__all__ = ["clock", "node_bin", "state"]
+__all__ = ["clock", "node_bin", "openclaw_state"]
 
 ATTORNEY: Final = "attorney-alex"
 CUSTOMER_TTL_MS: Final = 300_000
@@ -150,12 +150,14 @@ FILING_MESSAGE: Final = {
 
 @pytest.fixture
 async def gate(
-    state: StateDir, nats_server: EmbeddedNatsServer, clock: OffsetClock
+    openclaw_state: StateDir, nats_server: EmbeddedNatsServer, clock: OffsetClock
 ) -> AsyncIterator[RunningGate]:
     running = await start_gate(
-        gate_config(state=state, nats_url=nats_server.url, clock=clock, sweep_seconds=3600.0)
+        gate_config(
+            state=openclaw_state, nats_url=nats_server.url, clock=clock, sweep_seconds=3600.0
+        )
     )
-    release = latest_in_inbox(state.release_inbox)
+    release = latest_in_inbox(openclaw_state.release_inbox)
     assert release is not None
     await publish_to_bucket(running.js, release)  # where the plugin verifies it
     yield running
@@ -242,8 +244,8 @@ class Tap:
 
 
 @pytest.fixture
-async def tap(nc: Client, state: StateDir) -> Tap:
-    return await Tap(nc, state).start()
+async def tap(nc: Client, openclaw_state: StateDir) -> Tap:
+    return await Tap(nc, openclaw_state).start()
 
 
 async def status(nc: Client, approval_id: str) -> str:
@@ -333,10 +335,10 @@ def blocked(result: Any) -> str:
 
 @pytest.mark.claim("runtime-hold-openclaw.exact-params")
 async def test_allow_returns_exactly_the_params_the_gate_hashed(
-    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
+    node_bin: str, openclaw_state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
 ) -> None:
     params = {"path": "/srv/matters/2026-0042/cafe\u0301.txt", "offset": 1, "limit": 40}
-    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+    async with driver(node_bin, plugin_config(openclaw_state, nats_url)) as drv:
         result = await drv.before("read", params, "call-allow")
         await wait_for(lambda: len(tap.proposals) == 1 and len(tap.verdicts) >= 1, timeout=10)
         proposal = tap.proposals[0]
@@ -361,10 +363,10 @@ async def test_allow_returns_exactly_the_params_the_gate_hashed(
 
 
 async def test_executed_params_that_differ_are_reported_as_a_broken_binding(
-    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
+    node_bin: str, openclaw_state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
 ) -> None:
     params = {"path": "/srv/matters/2026-0042/notes.txt"}
-    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+    async with driver(node_bin, plugin_config(openclaw_state, nats_url)) as drv:
         result = await drv.before("read", params, "call-rewritten")
         assert set(result) == {"params"}
         # What a later hook or a finaliser could have done to the executed params.
@@ -376,10 +378,10 @@ async def test_executed_params_that_differ_are_reported_as_a_broken_binding(
 
 
 async def test_deny_blocks_with_the_gates_reason_codes(
-    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
+    node_bin: str, openclaw_state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
 ) -> None:
     params = {"url": "https://pastebin.example/upload?matter=2026-0042"}
-    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+    async with driver(node_bin, plugin_config(openclaw_state, nats_url)) as drv:
         result = await drv.before("web_fetch", params, "call-deny")
         await drv.after("web_fetch", params, "call-deny", error="blocked")
     reason = blocked(result)
@@ -407,7 +409,7 @@ EGRESS: Final = {"url": "https://pastebin.example/upload?matter=2026-0042"}
 )
 async def test_a_rogue_responder_on_propose_cannot_run_a_denied_call(
     node_bin: str,
-    state: StateDir,
+    openclaw_state: StateDir,
     gate: RunningGate,
     nats_url: str,
     nc: Client,
@@ -426,8 +428,8 @@ async def test_a_rogue_responder_on_propose_cannot_run_a_denied_call(
 
     monkeypatch.setattr(gate.gate, "decide", later)
     rogue = await Rogue(nc).start(nc)  # silent until the case arms it
-    runtime_key = state.key(OPENCLAW_PRINCIPAL)
-    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+    runtime_key = openclaw_state.key(OPENCLAW_PRINCIPAL)
+    async with driver(node_bin, plugin_config(openclaw_state, nats_url)) as drv:
         if forgery == "unsigned":
             rogue.encode = unsigned
         elif forgery == "runtime-signed":
@@ -474,11 +476,11 @@ async def _announced(tap: Tap) -> PendingAnnouncement:
 
 
 async def test_an_approver_faster_than_the_held_reply_is_not_lost(
-    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+    node_bin: str, openclaw_state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
 ) -> None:
     """The attorney answers the moment the hold is announced, before the plugin has
     even read ``held``: the plugin subscribed to every outcome before proposing."""
-    attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
+    attorney = ApproverClient(nc, openclaw_state.key(ATTORNEY), ATTORNEY)
     replies: list[Any] = []
 
     async def approve_at_once(msg: Msg) -> None:
@@ -490,7 +492,7 @@ async def test_an_approver_faster_than_the_held_reply_is_not_lost(
 
     await nc.subscribe(names.approval_pending_subject(DEMO_TENANT), cb=approve_at_once)
     await nc.flush()
-    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+    async with driver(node_bin, plugin_config(openclaw_state, nats_url)) as drv:
         result = await drv.before("message", FILING_MESSAGE, "c-fast")
     assert len(replies) == 1
     assert replies[0].accepted
@@ -500,9 +502,9 @@ async def test_an_approver_faster_than_the_held_reply_is_not_lost(
 
 @pytest.mark.claim("runtime-hold-openclaw.exact-params")
 async def test_held_then_allow_once_returns_the_params_exactly_once(
-    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+    node_bin: str, openclaw_state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
 ) -> None:
-    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+    async with driver(node_bin, plugin_config(openclaw_state, nats_url)) as drv:
         waiting = drv.start(
             "before",
             event={
@@ -519,10 +521,10 @@ async def test_held_then_allow_once_returns_the_params_exactly_once(
         assert await status(nc, approval_id) == "pending"
 
         # Forgeries before the attorney answers: none releases the call or ends its wait.
-        await publish_forgeries(nc, state, tap.verdict_for(tap.proposals[0]), drv)
+        await publish_forgeries(nc, openclaw_state, tap.verdict_for(tap.proposals[0]), drv)
         assert not waiting.done(), waiting.result()
 
-        attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
+        attorney = ApproverClient(nc, openclaw_state.key(ATTORNEY), ATTORNEY)
         view, reply = await attorney.review_and_resolve(approval_id, "allow-once")
         assert reply.accepted, reply
         result = await asyncio.wait_for(waiting, 10)
@@ -556,8 +558,11 @@ async def test_held_then_allow_once_returns_the_params_exactly_once(
     # second report names no recorded order and changes nothing.
     await wait_for_state(nc, approval_id, "consumed")
     await reports_handled(gate)
-    await wait_for_ledger(state, approval_id, "consumed")
-    assert ledger_rows(state.ledger, approval_id)[-1] == ("consumed", ("executed_as_approved",))
+    await wait_for_ledger(openclaw_state, approval_id, "consumed")
+    assert ledger_rows(openclaw_state.ledger, approval_id)[-1] == (
+        "consumed",
+        ("executed_as_approved",),
+    )
 
 
 @pytest.mark.parametrize(
@@ -572,7 +577,7 @@ async def test_the_runtimes_report_settles_a_held_call_that_failed_or_broke_its_
     final: str,
     evidence: tuple[str, ...],
     node_bin: str,
-    state: StateDir,
+    openclaw_state: StateDir,
     gate: RunningGate,
     nats_url: str,
     nc: Client,
@@ -581,7 +586,7 @@ async def test_the_runtimes_report_settles_a_held_call_that_failed_or_broke_its_
     """A tool error -> ``failed``; executed params other than the approved ones (a
     later hook or a finaliser rewrote them) -> ``execution_unknown``, never
     ``consumed``, with ``binding_broken`` in the evidence."""
-    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+    async with driver(node_bin, plugin_config(openclaw_state, nats_url)) as drv:
         waiting = drv.start(
             "before",
             event={
@@ -593,7 +598,7 @@ async def test_the_runtimes_report_settles_a_held_call_that_failed_or_broke_its_
             ctx={},
         )
         announcement = await _announced(tap)
-        attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
+        attorney = ApproverClient(nc, openclaw_state.key(ATTORNEY), ATTORNEY)
         _, reply = await attorney.review_and_resolve(announcement.approval_id, "allow-once")
         assert reply.accepted, reply
         result = await asyncio.wait_for(waiting, 10)
@@ -606,16 +611,16 @@ async def test_the_runtimes_report_settles_a_held_call_that_failed_or_broke_its_
         await wait_for(lambda: len(tap.reports) == 1, timeout=10)
     await wait_for_state(nc, announcement.approval_id, final)
     await reports_handled(gate)
-    await wait_for_ledger(state, announcement.approval_id, final)
-    assert ledger_rows(state.ledger, announcement.approval_id)[-1] == (final, evidence)
+    await wait_for_ledger(openclaw_state, announcement.approval_id, final)
+    assert ledger_rows(openclaw_state.ledger, announcement.approval_id)[-1] == (final, evidence)
 
 
 async def test_forged_outcomes_alone_never_release_a_held_call(
-    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+    node_bin: str, openclaw_state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
 ) -> None:
     """Unsigned, signed by the wrong keys, or the gate's own outcome of something
     else: the call waits them out and blocks; the approval was never spent."""
-    config = plugin_config(state, nats_url, holdTimeoutMs=2500)
+    config = plugin_config(openclaw_state, nats_url, holdTimeoutMs=2500)
     async with driver(node_bin, config) as drv:
         waiting = drv.start(
             "before",
@@ -628,7 +633,7 @@ async def test_forged_outcomes_alone_never_release_a_held_call(
             ctx={},
         )
         announcement = await _announced(tap)
-        await publish_forgeries(nc, state, tap.verdict_for(tap.proposals[0]), drv)
+        await publish_forgeries(nc, openclaw_state, tap.verdict_for(tap.proposals[0]), drv)
         reason = blocked(await asyncio.wait_for(waiting, 10))
     assert "approval_wait_timeout" in reason
     assert await status(nc, announcement.approval_id) == "pending"
@@ -646,7 +651,7 @@ async def test_held_then_denied_blocks(
     deny_reason: DenyReason | None,
     note: str | None,
     node_bin: str,
-    state: StateDir,
+    openclaw_state: StateDir,
     gate: RunningGate,
     nats_url: str,
     nc: Client,
@@ -655,7 +660,7 @@ async def test_held_then_denied_blocks(
     """A deny blocks. The attorney's closed reason and note, signed with the
     deny, reach the plugin in the gate-signed outcome; its block names the reason's
     code and quotes the note, and the ledger holds the code."""
-    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+    async with driver(node_bin, plugin_config(openclaw_state, nats_url)) as drv:
         waiting = drv.start(
             "before",
             event={
@@ -667,7 +672,7 @@ async def test_held_then_denied_blocks(
             ctx={},
         )
         announcement = await _announced(tap)
-        attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
+        attorney = ApproverClient(nc, openclaw_state.key(ATTORNEY), ATTORNEY)
         _, reply = await attorney.review_and_resolve(
             announcement.approval_id, "deny", deny_reason=deny_reason, note=note
         )
@@ -681,20 +686,20 @@ async def test_held_then_denied_blocks(
         assert "note" not in reason
     else:
         assert reason.endswith(f"The approver's note: {json.dumps(note)}")
-    rows = ledger_rows(state.ledger, announcement.approval_id)
+    rows = ledger_rows(openclaw_state.ledger, announcement.approval_id)
     assert rows[-1] == ("denied", codes)
 
 
 async def test_held_then_expired_blocks(
     node_bin: str,
-    state: StateDir,
+    openclaw_state: StateDir,
     gate: RunningGate,
     nats_url: str,
     nc: Client,
     tap: Tap,
     clock: OffsetClock,
 ) -> None:
-    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+    async with driver(node_bin, plugin_config(openclaw_state, nats_url)) as drv:
         waiting = drv.start(
             "before",
             event={
@@ -712,7 +717,7 @@ async def test_held_then_expired_blocks(
         assert await status(nc, announcement.approval_id) == "expired"
         # a late allow-once cannot revive it: the gate no longer shows it, and a
         # resolution signed blind is refused
-        attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
+        attorney = ApproverClient(nc, openclaw_state.key(ATTORNEY), ATTORNEY)
         with pytest.raises(ApproverError):
             await attorney.show(announcement.approval_id)
         late = await attorney.resolve(announcement.approval_id, "allow-once", "sha256:" + "0" * 64)
@@ -723,9 +728,9 @@ async def test_held_then_expired_blocks(
 
 
 async def test_held_past_the_hold_timeout_blocks(
-    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+    node_bin: str, openclaw_state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
 ) -> None:
-    config = plugin_config(state, nats_url, holdTimeoutMs=1500)
+    config = plugin_config(openclaw_state, nats_url, holdTimeoutMs=1500)
     async with driver(node_bin, config) as drv:
         result = await drv.before("message", FILING_MESSAGE, "c-4")
     # The plugin's own wait ran out (not "approval_wait_disabled", which blocks at
@@ -737,9 +742,9 @@ async def test_held_past_the_hold_timeout_blocks(
 
 
 async def test_held_with_waiting_disabled_blocks_at_once(
-    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
+    node_bin: str, openclaw_state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
 ) -> None:
-    async with driver(node_bin, plugin_config(state, nats_url, holdTimeoutMs=0)) as drv:
+    async with driver(node_bin, plugin_config(openclaw_state, nats_url, holdTimeoutMs=0)) as drv:
         reason = blocked(await drv.before("message", FILING_MESSAGE, "c-5"))
     assert "approval_wait_disabled" in reason
     assert "attorney_approval_required_for_transmission" in reason
@@ -748,23 +753,27 @@ async def test_held_with_waiting_disabled_blocks_at_once(
 # --- the gate out of reach, refusing mode ----------------------------------------------
 
 
-async def test_unreachable_bus_blocks(node_bin: str, state: StateDir, closed_port: int) -> None:
-    config = plugin_config(state, f"nats://127.0.0.1:{closed_port}", gateTimeoutMs=500)
+async def test_unreachable_bus_blocks(
+    node_bin: str, openclaw_state: StateDir, closed_port: int
+) -> None:
+    config = plugin_config(openclaw_state, f"nats://127.0.0.1:{closed_port}", gateTimeoutMs=500)
     async with driver(node_bin, config) as drv:
         reason = blocked(await drv.before("read", {"path": "/x"}, "c-6"))
     assert "gate_unreachable" in reason
 
 
-async def test_bus_without_a_gate_blocks(node_bin: str, state: StateDir, nats_url: str) -> None:
-    async with driver(node_bin, plugin_config(state, nats_url, gateTimeoutMs=500)) as drv:
+async def test_bus_without_a_gate_blocks(
+    node_bin: str, openclaw_state: StateDir, nats_url: str
+) -> None:
+    async with driver(node_bin, plugin_config(openclaw_state, nats_url, gateTimeoutMs=500)) as drv:
         reason = blocked(await drv.before("read", {"path": "/x"}, "c-7"))
     assert "gate_unreachable" in reason
 
 
 async def test_runtime_off_the_pin_refuses_everything(
-    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
+    node_bin: str, openclaw_state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
 ) -> None:
-    async with driver(node_bin, plugin_config(state, nats_url), version="2026.9.7") as drv:
+    async with driver(node_bin, plugin_config(openclaw_state, nats_url), version="2026.9.7") as drv:
         reason = blocked(await drv.before("read", {"path": "/x"}, "c-8"))
         assert any("REFUSES to run" in line for line in drv.stderr)
     assert "runtime_version_not_pinned" in reason
@@ -772,9 +781,11 @@ async def test_runtime_off_the_pin_refuses_everything(
 
 
 async def test_bad_configuration_refuses_everything(
-    node_bin: str, state: StateDir, nats_url: str
+    node_bin: str, openclaw_state: StateDir, nats_url: str
 ) -> None:
-    config = plugin_config(state, nats_url, keyFile=str(state.root / "missing.key"))
+    config = plugin_config(
+        openclaw_state, nats_url, keyFile=str(openclaw_state.root / "missing.key")
+    )
     del config["context"]
     async with driver(node_bin, config) as drv:
         reason = blocked(await drv.before("read", {"path": "/x"}, "c-9"))
@@ -783,19 +794,21 @@ async def test_bad_configuration_refuses_everything(
 
 
 async def test_no_trust_root_refuses_everything(
-    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
+    node_bin: str, openclaw_state: StateDir, gate: RunningGate, nats_url: str, tap: Tap
 ) -> None:
     """Without the release trust root the plugin could verify no release, so it could not
     tell the gate's allow from a forged one: no ``trustRootFile``, an unreadable one, or
     the retired ``registryFile`` in its place, blocks every call before anything is
     proposed."""
-    missing = plugin_config(state, nats_url)
+    missing = plugin_config(openclaw_state, nats_url)
     del missing["trustRootFile"]
-    with_registry = {**missing, "registryFile": str(state.registry)}
+    with_registry = {**missing, "registryFile": str(openclaw_state.registry)}
     for config, code in (
         (missing, "smf_release_trust_root_missing"),
         (
-            plugin_config(state, nats_url, trustRootFile=str(state.root / "nope.json")),
+            plugin_config(
+                openclaw_state, nats_url, trustRootFile=str(openclaw_state.root / "nope.json")
+            ),
             "smf_release_trust_root_unreadable",
         ),
         (with_registry, "smf_config_invalid"),
@@ -834,10 +847,10 @@ class AttestTap:
 
 
 async def test_the_plugin_attests_its_verified_release_and_is_admitted(
-    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+    node_bin: str, openclaw_state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
 ) -> None:
     acks = await AttestTap().start(nc)
-    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+    async with driver(node_bin, plugin_config(openclaw_state, nats_url)) as drv:
         # Attested at start, before any tool call, and accepted.
         await wait_for(lambda: len(acks.acks) >= 1, timeout=10)
         ack = acks.acks[0]
@@ -853,22 +866,24 @@ async def test_the_plugin_attests_its_verified_release_and_is_admitted(
 
 
 async def test_an_unattested_runtime_is_refused(
-    state: StateDir, gate: RunningGate, nc: Client
+    openclaw_state: StateDir, gate: RunningGate, nc: Client
 ) -> None:
     """What the gate sees of ``openclaw agent exec`` (no plugin loaded, no hook): nothing
     attests, so a proposal under the runtime's own key is refused before any decision."""
-    verdict = await propose_unattested(runtime_client(nc, state))
+    verdict = await propose_unattested(runtime_client(nc, openclaw_state))
     assert (verdict.outcome, verdict.reason_codes) == ("deny", ("runtime_attestation_missing",))
 
 
 async def test_a_hook_budget_below_the_approval_wait_is_attested_and_refused(
-    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+    node_bin: str, openclaw_state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
 ) -> None:
     """OpenClaw caps the hook at 600 000 ms: a hold that may wait longer would be cut
     short (the allow-once then spent for nothing). The plugin refuses to run and says so
     in its attestation, which the gate refuses."""
     acks = await AttestTap().start(nc)
-    async with driver(node_bin, plugin_config(state, nats_url, holdTimeoutMs=600_000)) as drv:
+    async with driver(
+        node_bin, plugin_config(openclaw_state, nats_url, holdTimeoutMs=600_000)
+    ) as drv:
         await wait_for(lambda: len(acks.acks) >= 1, timeout=10)
         reason = blocked(await drv.before("read", {"path": "/x"}, "c-hook"))
     assert "hook_timeout_below_approval_wait" in reason
@@ -886,10 +901,10 @@ ROGUE: Final[dict[str, Any]] = {
 
 
 async def test_a_foreign_hook_after_ours_blocks_every_call_and_is_attested(
-    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+    node_bin: str, openclaw_state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
 ) -> None:
     acks = await AttestTap().start(nc)
-    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+    async with driver(node_bin, plugin_config(openclaw_state, nats_url)) as drv:
         await wait_for(lambda: len(acks.acks) >= 1, timeout=10)
         assert acks.acks[0].accepted
         await drv.call("foreign", **ROGUE)
@@ -903,14 +918,14 @@ async def test_a_foreign_hook_after_ours_blocks_every_call_and_is_attested(
 
 
 async def test_a_foreign_hook_loaded_while_a_call_is_held_blocks_it_after_the_approval(
-    node_bin: str, state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
+    node_bin: str, openclaw_state: StateDir, gate: RunningGate, nats_url: str, nc: Client, tap: Tap
 ) -> None:
-    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+    async with driver(node_bin, plugin_config(openclaw_state, nats_url)) as drv:
         event = {"toolName": "message", "params": FILING_MESSAGE, "toolCallId": "c-held"}
         waiting = drv.start("before", event=event, ctx={"toolCallId": "c-held"})
         approval_id = (await _announced(tap)).approval_id
         await drv.call("foreign", **ROGUE)
-        attorney = ApproverClient(nc, state.key(ATTORNEY), ATTORNEY)
+        attorney = ApproverClient(nc, openclaw_state.key(ATTORNEY), ATTORNEY)
         _, reply = await attorney.review_and_resolve(approval_id, "allow-once")
         assert reply.accepted, reply
         result = await asyncio.wait_for(waiting, 10)
@@ -946,7 +961,7 @@ def forged_release(state: StateDir, signer: str, *, expired: bool = False) -> Re
 )
 async def test_no_verified_release_refuses_everything_and_the_gate_refuses_it(
     node_bin: str,
-    state: StateDir,
+    openclaw_state: StateDir,
     gate: RunningGate,
     nats_url: str,
     nc: Client,
@@ -960,7 +975,7 @@ async def test_no_verified_release_refuses_everything_and_the_gate_refuses_it(
     before it is proposed, and its attestation (naming no release, the reason as a
     problem) is refused by the gate."""
     js = nc.jetstream()
-    genuine = latest_in_inbox(state.release_inbox)
+    genuine = latest_in_inbox(openclaw_state.release_inbox)
     assert genuine is not None
     if case == "no-release":
         # the only key purged: a purge marker, which the plugin skips
@@ -968,9 +983,11 @@ async def test_no_verified_release_refuses_everything_and_the_gate_refuses_it(
         await kv.purge(f"release.{unverified_manifest(genuine).sequence:016d}")
     else:
         signer = "openclaw-runtime" if case == "forged" else RELEASE_SIGNER
-        await publish_to_bucket(js, forged_release(state, signer, expired=case == "expired"))
+        await publish_to_bucket(
+            js, forged_release(openclaw_state, signer, expired=case == "expired")
+        )
     acks = await AttestTap().start(nc)
-    async with driver(node_bin, plugin_config(state, nats_url)) as drv:
+    async with driver(node_bin, plugin_config(openclaw_state, nats_url)) as drv:
         await wait_for(lambda: len(acks.acks) >= 1, timeout=10)
         result = await drv.before("read", {"path": "/srv/matters/2026-0042/a.txt"}, "c-rel")
         assert any("REFUSES to run" in line and reason in line for line in drv.stderr), drv.stderr
@@ -981,7 +998,7 @@ async def test_no_verified_release_refuses_everything_and_the_gate_refuses_it(
     assert reason in ack.reason_codes
     assert "runtime_release_not_verified" in ack.reason_codes
     # and were anything proposed under this runtime's key, the gate refuses it
-    verdict = await propose_unattested(runtime_client(nc, state))
+    verdict = await propose_unattested(runtime_client(nc, openclaw_state))
     assert (verdict.outcome, verdict.reason_codes) == ("deny", ("runtime_attestation_rejected",))
 
 

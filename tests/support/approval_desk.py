@@ -76,7 +76,6 @@ __all__ = [
     "provision_with_extra_approvers",
     "runtime",
     "send",
-    "state",
     "state_of",
     "status",
     "with_payload",
@@ -138,23 +137,18 @@ def provision_with_extra_approvers(state: StateDir) -> None:
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_with_extra_approvers(state)
-    return state
-
-
-@pytest.fixture
 def clock() -> Clock:
     return Clock()
 
 
 @pytest.fixture
 async def gate(
-    state: StateDir, nats_server: EmbeddedNatsServer, clock: Clock
+    approvers_state: StateDir, nats_server: EmbeddedNatsServer, clock: Clock
 ) -> AsyncIterator[RunningGate]:
     running = await start_gate(
-        gate_config(state=state, nats_url=nats_server.url, clock=clock, sweep_seconds=3600.0)
+        gate_config(
+            state=approvers_state, nats_url=nats_server.url, clock=clock, sweep_seconds=3600.0
+        )
     )
     yield running
     await asyncio.wait_for(running.close(), CLOSE_TIMEOUT_S)  # a hang fails, loudly

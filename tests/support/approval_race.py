@@ -33,12 +33,11 @@ from tests.support.approval_desk import (
     ledger_statuses,
     order_count,
     orders,
-    provision_with_extra_approvers,
     runtime,
 )
 from tests.support.bus_helpers import ExecuteSpy
 
-__all__ = ["GateProcess", "launch_gate_process", "race_one_claim", "race_one_resolution", "state"]
+__all__ = ["GateProcess", "launch_gate_process", "race_one_claim", "race_one_resolution"]
 
 CHILD: Final = Path(__file__).parents[1] / "support" / "approval_gate_child.py"
 
@@ -87,13 +86,6 @@ class GateProcess:
             raise AssertionError(f"gate {self.name} did not stop; stacks in {self.log}") from None
 
 
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_with_extra_approvers(state)
-    return state
-
-
 async def launch_gate_process(
     tmp_path: Path,
     state: StateDir,
@@ -136,9 +128,9 @@ async def launch_gate_process(
 
 
 @pytest.fixture
-async def store(state: StateDir) -> AsyncIterator[SqliteApprovalStore]:
+async def store(approvers_state: StateDir) -> AsyncIterator[SqliteApprovalStore]:
     """The test's own connection to the shared approvals.db."""
-    opened = await SqliteApprovalStore.open(state.approvals)
+    opened = await SqliteApprovalStore.open(approvers_state.approvals)
     yield opened
     await opened.close()
 

@@ -6,25 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
-import pytest
 
 from smf_assurance.adapters.connectors.dms import DELETED_DIR, Tombstone
 from smf_assurance.ops.local.state import StateDir
 from tests.support.bus_helpers import (
     connector_durable,
 )
-from tests.support.bus_properties import (
-    provisioned_state,
-)
 
 __all__ = ["DMS_DURABLE", "seed_documents", "tombstones"]
 
 DMS_DURABLE = connector_durable("dms")
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    return provisioned_state(tmp_path)
 
 
 def seed_documents(state: StateDir, documents: list[str]) -> Path:

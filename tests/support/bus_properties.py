@@ -71,11 +71,6 @@ class GateStarter:
             await gate.close()
 
 
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    return provisioned_state(tmp_path)
-
-
 def runtime_client(nc: Client, state: StateDir, *, timeout: float = 10.0) -> ProposalClient:
     return ProposalClient(
         nc,

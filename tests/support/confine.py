@@ -28,29 +28,31 @@ from smf_assurance.ops.runtimes.provision import (
 )
 from smf_assurance.subjects.messages import ProposedDestination
 
-__all__ = ["PROJECT", "one_line", "processes_with", "state", "write_profile"]
+__all__ = ["PROJECT", "onboarded_state", "one_line", "processes_with", "write_profile"]
 
 PROJECT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> StateDir:
+def onboarded_state(tmp_path: Path) -> StateDir:
     """A gate's state with the Hermes runtime onboarded: key, seed, token, context."""
-    state = StateDir(tmp_path / "state")
-    provision_demo(state)
-    provision_runtime(state)
-    set_upstream(state, "http://127.0.0.1:9/v1", "local-model")
+    onboarded_state = StateDir(tmp_path / "state")
+    provision_demo(onboarded_state)
+    provision_runtime(onboarded_state)
+    set_upstream(onboarded_state, "http://127.0.0.1:9/v1", "local-model")
     provision_gateway_runtime(
-        state,
+        onboarded_state,
         HERMES_RUNTIME_ID,
         adapter_id="smf-hermes-adapter",
         actor=actor("associate-ann", "associate"),
         destination=ProposedDestination(address="cli:operator", locality="internal"),
     )
-    (state.root / "runtimes").mkdir()
+    (onboarded_state.root / "runtimes").mkdir()
     context = {"schema": "smf.hermes-context/1", "legal_hold_paths": []}
-    (state.root / "runtimes" / f"{HERMES_RUNTIME_ID}.context.json").write_text(json.dumps(context))
-    return state
+    (onboarded_state.root / "runtimes" / f"{HERMES_RUNTIME_ID}.context.json").write_text(
+        json.dumps(context)
+    )
+    return onboarded_state
 
 
 def write_profile(state: StateDir, tmp_path: Path, **fields: Any) -> ConfinementProfile:

@@ -44,7 +44,7 @@ from smf_assurance.subjects.canonical import sha256_identity
 from smf_assurance.subjects.messages import DataFacts, ProposedDestination, Verdict
 from tests.support.clocks import FrozenClock
 
-__all__ = ["Runtime", "buses", "clock", "gate", "ledger_reasons", "server", "state"]
+__all__ = ["Runtime", "buses", "clock", "confinement_state", "gate", "ledger_reasons", "server"]
 
 OTHER_RUNTIME = "other-demo"
 
@@ -112,29 +112,29 @@ def firm_corpus(directory: Path) -> Path:
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_demo(state)
-    provision_runtime(state, require_release=False)
-    provision_launcher(state, HERMES_RUNTIME_ID)
-    provision_runtime(state, OTHER_PRINCIPAL, OTHER_RUNTIME, require_release=False)
-    provision_launcher(state, OTHER_RUNTIME)
-    latest = latest_in_inbox(state.release_inbox)
+def confinement_state(tmp_path: Path) -> StateDir:
+    confinement_state = StateDir(tmp_path / "state")
+    provision_demo(confinement_state)
+    provision_runtime(confinement_state, require_release=False)
+    provision_launcher(confinement_state, HERMES_RUNTIME_ID)
+    provision_runtime(confinement_state, OTHER_PRINCIPAL, OTHER_RUNTIME, require_release=False)
+    provision_launcher(confinement_state, OTHER_RUNTIME)
+    latest = latest_in_inbox(confinement_state.release_inbox)
     assert latest is not None
     bundle = build_release(
         firm_corpus(tmp_path / "firm"),
-        [state.key(RELEASE_SIGNER)],
-        state.registry.read_bytes(),
+        [confinement_state.key(RELEASE_SIGNER)],
+        confinement_state.registry.read_bytes(),
         now_ms=time.time_ns() // 1_000_000,
         prior=prior_of(latest),
     )
-    publish_to_inbox(bundle, state.release_inbox)
-    return state
+    publish_to_inbox(bundle, confinement_state.release_inbox)
+    return confinement_state
 
 
 @pytest.fixture
-def server(state: StateDir) -> Iterator[EmbeddedNatsServer]:
-    server = start_embedded_server(state)
+def server(confinement_state: StateDir) -> Iterator[EmbeddedNatsServer]:
+    server = start_embedded_server(confinement_state)
     yield server
     server.close()
 
@@ -146,10 +146,10 @@ def clock() -> FrozenClock:
 
 @pytest.fixture
 async def gate(
-    state: StateDir, server: EmbeddedNatsServer, clock: FrozenClock
+    confinement_state: StateDir, server: EmbeddedNatsServer, clock: FrozenClock
 ) -> AsyncIterator[RunningGate]:
     running = await start_gate(
-        gate_config(state, server.url, co_located=True, clock=clock, sweep_seconds=3600)
+        gate_config(confinement_state, server.url, co_located=True, clock=clock, sweep_seconds=3600)
     )
     yield running
     await asyncio.wait_for(running.close(), 15)
@@ -163,9 +163,9 @@ async def connect(state: StateDir, server: EmbeddedNatsServer, principal: str) -
 
 @pytest.fixture
 async def buses(
-    state: StateDir, server: EmbeddedNatsServer, gate: RunningGate
+    confinement_state: StateDir, server: EmbeddedNatsServer, gate: RunningGate
 ) -> AsyncIterator[dict[str, Client]]:
-    made = {p: await connect(state, server, p) for p in (HERMES_PRINCIPAL, OPERATOR)}
+    made = {p: await connect(confinement_state, server, p) for p in (HERMES_PRINCIPAL, OPERATOR)}
     yield made
     for client in made.values():
         with contextlib.suppress(Exception):

@@ -25,11 +25,10 @@ from smf_assurance.governance.releases import (
 from smf_assurance.ops.demo.script import actor
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.stack import gate_config
-from smf_assurance.ops.local.state import StateDir, provision_demo
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.ops.runtimes.provision import (
     HERMES_PRINCIPAL,
     HERMES_RUNTIME_ID,
-    provision_runtime,
 )
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.subjects.attestation import StreamingSetting
@@ -49,7 +48,6 @@ __all__ = [
     "make_adapter",
     "pre",
     "publish_active_release",
-    "state",
     "write_context",
 ]
 
@@ -132,34 +130,24 @@ class FakeHost:
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_demo(state)
-    provision_runtime(
-        state, runtime_pin=PIN, required_hooks=plugin.REQUIRED_HOOKS, lease_ms=LEASE_MS
-    )
-    return state
-
-
-@pytest.fixture
 def clock() -> Clock:
     return Clock()
 
 
 @pytest.fixture
 async def gate(
-    state: StateDir, nats_server: EmbeddedNatsServer, clock: Clock
+    hermes_state: StateDir, nats_server: EmbeddedNatsServer, clock: Clock
 ) -> AsyncIterator[RunningGate]:
     running = await start_gate(
         gate_config(
-            state=state,
+            state=hermes_state,
             nats_url=nats_server.url,
             co_located=True,
             clock=clock,
             sweep_seconds=3600,
         )
     )
-    await publish_active_release(running, state)
+    await publish_active_release(running, hermes_state)
     yield running
     try:
         await asyncio.wait_for(asyncio.shield(running.close()), 15)
@@ -258,12 +246,12 @@ def make_adapter(
 @pytest.fixture
 def hermes(
     gate: RunningGate,
-    state: StateDir,
+    hermes_state: StateDir,
     nats_server: EmbeddedNatsServer,
     context_file: Path,
     adapters: list[plugin.HermesAdapter],
 ) -> plugin.HermesAdapter:
-    return make_adapter(adapters, env_for(state, nats_server.url, context_file))
+    return make_adapter(adapters, env_for(hermes_state, nats_server.url, context_file))
 
 
 async def hook(fn: Callable[..., Any], **kwargs: Any) -> Any:

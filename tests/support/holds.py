@@ -12,16 +12,13 @@ from smf_assurance.ops.cli.main import main
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.stack import start_embedded_server
 from smf_assurance.ops.local.state import StateDir
-from tests.support.confine import state as confine_state
 
 __all__ = ["holds_cli"]
 
-state = confine_state
-
 
 @pytest.fixture
-def server(state: StateDir) -> Iterator[EmbeddedNatsServer]:
-    server = start_embedded_server(state)
+def server(onboarded_state: StateDir) -> Iterator[EmbeddedNatsServer]:
+    server = start_embedded_server(onboarded_state)
     yield server
     server.close()
 

@@ -22,7 +22,7 @@ from smf_assurance.ops.runtimes.provision import (
 from tests.support.clocks import OffsetClock
 from tests.support.openclaw_conformance import build_plugin
 
-__all__ = ["CLOSE_TIMEOUT_S", "clock", "driver", "node_bin", "plugin_config", "state"]
+__all__ = ["CLOSE_TIMEOUT_S", "clock", "driver", "node_bin", "openclaw_state", "plugin_config"]
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 
@@ -65,11 +65,11 @@ def node_bin() -> str:
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    state = StateDir(tmp_path / "state")
-    provision_demo(state)
-    provision_openclaw_runtime(state)
-    return state
+def openclaw_state(tmp_path: Path) -> StateDir:
+    openclaw_state = StateDir(tmp_path / "state")
+    provision_demo(openclaw_state)
+    provision_openclaw_runtime(openclaw_state)
+    return openclaw_state
 
 
 @pytest.fixture
