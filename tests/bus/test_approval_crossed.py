@@ -8,7 +8,7 @@ digest of approval B (say, of a tenant the resolver may not approve for), or
 a claim naming A with B's binding, is refused and moves neither.
 
 Both backends, through the approval store contract's own fixtures
-(``tests/bus/test_approval_store.py``).
+(``tests/support/approval_store.py``, ``tests/support/store_backends.py``).
 """
 
 from __future__ import annotations

@@ -144,9 +144,6 @@ from tests.support.clocks import OffsetClock as Clock
 __all__ = ["clock", "gate"]
 
 
-# --- the clock, the state directory and the gate ------------------------------
-
-
 # --- the runtime, the approvers, what reached the stream and the ledger -------
 
 

@@ -5,8 +5,9 @@ ARCHITECTURE.md, "Exact-action approval": an approval moves to one terminal stat
 ``invalidated``), and the step that moved it writes that transition to the ledger.
 A refused resolution is recorded too, but it changes no state, so after the end it
 names no status: it can never read as a second end. Real nats-server, the gate with
-its SQLite stores and ledger (``tests/bus/test_approval_desk.py``'s fixtures), the
-example connectors, approvers signing with their keys from the state directory.
+its SQLite stores and ledger (the approval desk's fixtures,
+``tests/support/approval_desk.py``), the example connectors, approvers signing
+with their keys from the state directory.
 
 What these prove: the same signed allow-once sent eight times at once, with two
 denies racing it, gives one accepted reply, one order, one filing and exactly one

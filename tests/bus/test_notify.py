@@ -2,7 +2,7 @@
 
 A real nats-server with the full stack (``smf_assurance.ops.local.stack.start_stack``: gate and
 example connectors, bus permissions on), real held filings proposed through
-the gate (``tests.bus.test_console.hold_filing``), the notifier from
+the gate (``tests.support.console.hold_filing``), the notifier from
 ``smf_assurance.approver.notify.service.start_notifier`` connected as the ``console``
 principal, a real SMTP server (aiosmtpd's protocol on 127.0.0.1, port 0) and a
 real aiohttp webhook receiver on 127.0.0.1 that checks every request's

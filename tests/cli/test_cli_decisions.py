@@ -2,7 +2,7 @@
 
 The command line in-process (``smf_assurance.ops.cli.main.main``) against a real nats-server on
 which a stand-in gate answers show requests with a view and records every
-resolution it is sent (``tests/cli/test_cli_ops.py``'s ``stand_in_gate``): what the
+resolution it is sent (``tests/support/cli_ops.py``'s ``stand_in_gate``): what the
 command signs is read back from those bytes and verified with the attorney's key.
 
 What these tests prove:

@@ -3,7 +3,7 @@
 Both command lines are held to it: the product's ``smf-assurance`` (types in
 ``smf_assurance.ops.cli.cli_json``, page ``docs/CLI-JSON.md``) and the team's ``python -m
 smf_tools`` (``smf_tools.cli_json``, ``docs/TOOLS-JSON.md``). Commands are read from each parser
-(``tests.cli.test_cli.subcommands``): one with ``--json`` and no declared type in its own
+(``tests.support.cli.subcommands``): one with ``--json`` and no declared type in its own
 command line's ``COMMANDS`` fails here, and so does one without a case in ``CASES``.
 Each case runs the real command (in process through its command line's ``main``, or as a
 process for the ones that run until stopped) against a demo's state and, for the bus, a

@@ -2,7 +2,7 @@
 
 Both command lines are held to it: the product's ``smf-assurance`` and the team's
 ``python -m smf_tools`` (benchmarks, release candidates, reviews), which is built by the same
-machinery. Subcommands are read from each parser (``tests.cli.test_cli.subcommands``), so a new
+machinery. Subcommands are read from each parser (``tests.support.cli.subcommands``), so a new
 one meets the argument classes at once and must be given a row in
 ``STATE_CALLS``, ``BUS_CALLS`` or ``ARGUMENT_ONLY`` before the suite passes.
 

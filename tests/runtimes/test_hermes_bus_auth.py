@@ -12,7 +12,7 @@ the connection and the call is blocked (``bus_credential_refused``) before the
 gate decides anything, and no order exists on ``SMF_EXECUTE``; the credential
 the adapter connects with cannot read orders (``smf.execute.>``) or another
 principal's replies, and can read approval outcomes, each answer given BY THE
-SERVER (tests/bus/test_bus_permissions.py's prober).
+SERVER (tests/support/bus_permissions.py's prober).
 
 Does not prove: anything about Hermes itself (tests/runtimes/test_hermes_conformance.py
 runs the same refusals inside the real runtime).

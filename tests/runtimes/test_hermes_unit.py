@@ -96,9 +96,6 @@ RELEASE_ID = "rel-attested"
 """A release id for the pure attestation-desk tests (no release is built there)."""
 
 
-# --- fixtures -------------------------------------------------------------------
-
-
 # --- pre_tool_call: verdicts -------------------------------------------------------
 
 

@@ -164,9 +164,6 @@ async def gate(
     await asyncio.wait_for(running.close(), CLOSE_TIMEOUT_S)
 
 
-# --- the Node driver -------------------------------------------------------------------
-
-
 # --- what crossed the bus ---------------------------------------------------------------
 
 
