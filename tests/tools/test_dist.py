@@ -395,7 +395,7 @@ def test_the_packaging_gate_names_a_deleted_package_data_file(
     assert captured.out == ""
     *progress, line = captured.err.splitlines()
     assert all(p.startswith("[dist] ") for p in progress), progress
-    assert line.startswith("dist: smf-assurance-0.1.0.tar.gz lacks ")
+    assert line.startswith("dist: smf_assurance-0.1.0.tar.gz lacks ")
     assert line.endswith(victim)
     assert not out.exists(), "a failed gate wrote something"
 
