@@ -109,6 +109,11 @@ _VIOLATION: Final = re.compile(
 lower-cased, the subject with it)."""
 
 
+def _who(credential: BusCredential | None) -> str:
+    """Who a refusal names: the principal, never the seed."""
+    return f"principal {credential.principal}" if credential else "an anonymous client"
+
+
 class BusRefusals:
     """A command's error callback (``on_error``): a refusal of what the principal asked ends the
     command at once, naming it.
@@ -122,7 +127,7 @@ class BusRefusals:
     failed attempt; a command reports its one line instead)."""
 
     def __init__(self, credential: BusCredential | None) -> None:
-        self.who = f"principal {credential.principal}" if credential else "an anonymous client"
+        self.who = _who(credential)
         self.client: Client | None = None
         self.refusal: str | None = None
 
@@ -154,11 +159,10 @@ def refused_credential(exc: BaseException, credential: BusCredential | None) -> 
     The server answers an unknown or revoked nkey with ``-ERR 'Authorization
     Violation'`` at once; said as a connection failure it reads like a server that
     is down, so it is named for what it is."""
-    if "authorization violation" not in str(exc).lower():
+    if bus_error_reason(exc) != "authorization_violation":
         return None
-    who = f"principal {credential.principal}" if credential else "an anonymous client"
     return (
-        f"the bus refused the credential of {who} (Authorization Violation): "
+        f"the bus refused the credential of {_who(credential)} (Authorization Violation): "
         "the server does not know this nkey; use a credential of the registry in force"
     )
 
