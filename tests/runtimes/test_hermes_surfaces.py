@@ -51,6 +51,7 @@ the OS (they run as the same user as Hermes).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -259,6 +260,11 @@ def delivered(run: dict[str, Any], chat: dict[str, Any], needle: str) -> list[di
     ]
 
 
+def unescaped(text: str) -> str:
+    """A text Hermes sent in MarkdownV2 as it reads: escapes and the streaming cursor gone."""
+    return re.sub(r"\\(.)", r"\1", text).replace(CURSOR, "").rstrip()
+
+
 def streamed(run: dict[str, Any]) -> list[str]:
     """The calls that show a reply being streamed: drafts, and edits of a message."""
     return [s["method"] for s in run["telegram"] if s["method"] in STREAM_METHODS]
@@ -277,9 +283,17 @@ def test_telegram_delivery_never_carries_held_text_and_delivers_an_allowed_reply
     fake platform receives the gateway's held notice in both chats and nothing of the
     reply's text in any call (message, draft or edit). An allowed reply to the firm's
     chat arrives in both chats, and not before the gate's allow in the ledger. With
-    streaming on (the shipped per-platform value for Telegram) the private chat gets
-    drafts and the group a message edited after it was sent; in the default settings
-    (no streaming key in the file Hermes's gateway reads) the reply is not streamed."""
+    streaming on (the shipped per-platform value for Telegram) the reply is edited after
+    it was sent, and a draft, when Hermes shows one, is in the private chat, a prefix of
+    the allowed reply, not before the allow; in the default settings (no streaming key
+    in the file Hermes's gateway reads) the reply is not streamed.
+
+    Whether the private chat gets a draft first is Hermes's timing, not ours: the
+    gateway writes the decided turn whole, and Hermes's stream consumer (polling its
+    queue every 50 ms) shows a draft only when it drains the text before the run's end
+    marker, about 50 ms later; under load both arrive in one drain and the reply is
+    sent without a draft (seen in CI). So a draft is checked when present, not
+    required."""
     config = TELEGRAM_STREAMING if streaming == "streaming" else {}
     name = f"tg-held-{streaming}"
     held = gated(
@@ -328,8 +342,11 @@ def test_telegram_delivery_never_carries_held_text_and_delivers_an_allowed_reply
     )
     assert first_shown >= allows[0]["at"]
     if streaming == "streaming":
-        assert "sendMessageDraft" in streamed(allowed), allowed["telegram"]
         assert "editMessageText" in streamed(allowed), allowed["telegram"]
+        drafts = [s for s in allowed["telegram"] if s["method"] == "sendMessageDraft"]
+        assert all(str(d["params"]["chat_id"]) == str(PRIVATE_CHAT["id"]) for d in drafts)
+        assert all(ALLOWED.startswith(unescaped(d["params"]["text"])) for d in drafts), drafts
+        assert all(d["at_ms"] >= allows[0]["at"] for d in drafts)
     else:
         assert streamed(allowed) == [], allowed["telegram"]
 
