@@ -40,6 +40,7 @@ from typing import TextIO
 
 import msgspec
 import pytest
+from nats.js.errors import ServiceUnavailableError
 
 from smf_assurance.governance.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
 from smf_assurance.governance.releases import write_release_dir
@@ -51,6 +52,7 @@ from smf_assurance.ops.local.bus_auth import new_user_seed, public_user
 from smf_assurance.ops.local.logs import colour_wanted
 from smf_assurance.ops.local.natsserver import reserve_port
 from smf_assurance.ops.local.state import StateDir
+from smf_assurance.pipeline.stores.tool_calls import ToolCallStoreUnavailable
 from smf_assurance.subjects.keys import generate_signing_key, public_record
 from smf_tools import PROG as TOOLS_PROG
 from smf_tools import cli as tools_cli
@@ -872,6 +874,32 @@ def test_an_unexpected_failure_is_one_line_unless_debug(
     )
     with pytest.raises(LookupError):
         main(["--debug", "completion", "bash"])
+
+
+def test_a_store_the_bus_left_unanswered_is_named_an_outage_not_a_bug(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store that gave up on the bus (a replica's listing whose JetStream consumer
+    stayed unreachable, issue 39 item 6) ends in one line naming the store and the bus
+    as what did not answer, with what to check; the library's message (which may echo a
+    subject) is not shown."""
+
+    def unanswered(_args: argparse.Namespace) -> int:
+        try:
+            raise ServiceUnavailableError(code=503, description="$JS.API.secret-subject")
+        except ServiceUnavailableError as exc:
+            raise ToolCallStoreUnavailable("tool-call store unavailable during list") from exc
+
+    monkeypatch.setattr(completion, "run_completion", unanswered)
+    code, err = call(["completion", "bash"], capsys)
+    assert code == 1
+    assert err == (
+        "smf-assurance: ToolCallStoreUnavailable: tool-call store unavailable during list; "
+        "the bus did not answer in time (ServiceUnavailableError): check that nats-server "
+        "is running with JetStream (a cluster may still be electing its leaders), then "
+        "start again\n"
+    )
+    assert "secret-subject" not in err
 
 
 def test_version_names_the_package(capsys: pytest.CaptureFixture[str]) -> None:

@@ -38,6 +38,9 @@ EXIT_SIGPIPE: Final = 128 + signal.SIGPIPE
 PROG: Final = "smf-assurance"
 NAMESPACE: Final = "smf_assurance"
 """Every package of ours lives under it."""
+BUS_CLIENT: Final = "nats"
+"""nats-py's package: a failure chained from one of its errors is an outage of the
+bus (a store's ``...Unavailable`` wraps it), not a bug of ours."""
 
 
 def one_line(message: str, prog: str = PROG) -> None:
@@ -173,7 +176,9 @@ def describe(exc: BaseException) -> str:
 
     The SQLite cause is looked for along the chain (stores wrap it in their own
     ``...Unavailable`` whose message names the file); an OS error names its
-    file; anything else is its type and a pointer to ``--debug``, with its
+    file; a failure of the bus client along the chain says the bus did not answer
+    (a replica that starts while JetStream settles waits a bounded time, then ends
+    here); anything else is its type and a pointer to ``--debug``, with its
     first line only when it is one of ours (our messages never carry secrets
     or payloads, a library's may echo its input).
     """
@@ -193,4 +198,11 @@ def describe(exc: BaseException) -> str:
     said = type(exc).__name__
     if type(exc).__module__.split(".")[0] == NAMESPACE:
         said = f"{said}: {_first_line(exc)}"
+    for link in _chain(exc):
+        if type(link).__module__.split(".")[0] == BUS_CLIENT:
+            return (
+                f"{said}; the bus did not answer in time ({type(link).__name__}): check that "
+                "nats-server is running with JetStream (a cluster may still be electing "
+                "its leaders), then start again"
+            )
     return f"{said}; run again with --debug to see where, and report it if it is a bug"

@@ -102,7 +102,7 @@ def fail_closed(unavailable: Callable[[str], Exception], store: str, during: str
     try:
         yield
     except NATS_FAILURES as exc:
-        log.warning(f"{store}_store_unavailable", during=during)
+        log.warning(f"{store}_store_unavailable", during=during, error=type(exc).__name__)
         raise unavailable(f"{store} store unavailable during {during}") from exc
 
 
@@ -233,7 +233,10 @@ async def kv_entries(
     A fetch answered 503 (no responders) asked a consumer the server has created
     but not yet made reachable (on a cluster its leader is still being placed):
     it is asked again until ``timeout`` has passed since the first such answer,
-    and then the 503 is raised (the caller's outage).
+    and then the 503 is logged (``kv_listing_consumer_unreachable``, with how long
+    it waited) and raised: the caller's outage, which a gate starting on it
+    reports as a store unavailable and the command line as a bus that did not
+    answer (``ops/cli/boundary.py``).
     """
     stream = f"KV_{bucket}"
     subject_prefix = f"$KV.{bucket}."
@@ -264,6 +267,11 @@ async def kv_entries(
                         now = asyncio.get_running_loop().time()
                         unready_since = now if unready_since is None else unready_since
                         if now - unready_since >= timeout:
+                            log.warning(
+                                "kv_listing_consumer_unreachable",
+                                bucket=bucket,
+                                waited_s=round(now - unready_since, 1),
+                            )
                             raise
                         await asyncio.sleep(CONSUMER_READY_POLL_S)
                         continue

@@ -128,7 +128,7 @@ class GroupCommitter(Generic[ItemT, ResultT]):
 
 
 class StoreUnavailable(Exception):
-    """The store could not run the job (closed, locked past the timeout, ItemT/O error).
+    """The store could not run the job (closed, locked past the timeout, I/O error).
 
     The SQLite or OS error is chained as ``__cause__``.
     """
