@@ -102,12 +102,15 @@ async def clients() -> AsyncIterator[list[Client]]:
 
 
 async def _verify(
-    state: StateDir, url: str, capsys: pytest.CaptureFixture[str]
+    state: StateDir, url: str | None, capsys: pytest.CaptureFixture[str]
 ) -> dict[str, object]:
+    """``ledger verify --json`` of the state's ledger, against the checkpoints on the
+    bus at ``url``, or (None) against the file's own."""
+    bus = ["--nats", url] if url is not None else []
     code, out, _ = await arun(
         [
             "ledger", "verify", "--db", str(state.ledger), "--state-dir", str(state.root),
-            "--nats", url, "--json",
+            *bus, "--json",
         ],
         capsys,
     )  # fmt: skip
@@ -128,11 +131,16 @@ def test_the_fixture_names_the_commit_that_wrote_it_and_keeps_its_modes(older: S
     assert older.approvals.is_file()
 
 
+@pytest.mark.claim("protected-evidence.previous-state-opens")
 async def test_the_older_ledger_verifies_against_its_own_checkpoint_then_todays_gate_extends_it(
     older: StateDir, capsys: pytest.CaptureFixture[str], clients: list[Client]
 ) -> None:
     before = ledger_rows(older.ledger)
     assert len(before) == recorded().older_files.ledger_entries
+
+    offline = await _verify(older, None, capsys)
+    assert offline["result"] == "self-consistent"
+    assert (offline["entries"], offline["checkpoints"]) == (len(before), 1)
 
     server = start_embedded_server(older)  # the older store: its checkpoint is there
     try:
@@ -190,6 +198,7 @@ async def test_the_older_ledger_verifies_against_its_own_checkpoint_then_todays_
     assert after["checkpoint_seq"] == rows[-1].seq
 
 
+@pytest.mark.claim("protected-evidence.previous-state-opens")
 async def test_the_older_files_have_todays_schema_once_todays_gate_opened_them(
     older: StateDir, state: StateDir
 ) -> None:
@@ -205,6 +214,7 @@ async def test_the_older_files_have_todays_schema_once_todays_gate_opened_them(
         assert schema(older.root / name) == schema(state.root / name), name
 
 
+@pytest.mark.claim("protected-evidence.previous-state-opens")
 async def test_the_approvals_the_older_gate_recorded_are_listed_in_their_states(
     older: StateDir, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -245,6 +255,7 @@ async def test_the_approvals_the_older_gate_recorded_are_listed_in_their_states(
     assert len(listed) == 3
 
 
+@pytest.mark.claim("protected-evidence.previous-state-opens")
 async def test_a_proposal_the_older_gate_executed_is_never_executed_again(
     older: StateDir, clients: list[Client]
 ) -> None:
