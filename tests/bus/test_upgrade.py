@@ -52,7 +52,7 @@ from smf_assurance.subjects import names
 from smf_assurance.subjects.clock import wall_clock_ms
 from tests.support.bus_helpers import ExecuteSpy, stream_count, wait_for
 from tests.support.bus_properties import from_scenario, runtime_client
-from tests.support.cli_ops import arun
+from tests.support.cli_ops import arun, assert_one_line_failure
 from tests.support.clocks import OffsetClock
 from tests.support.older_state import (
     OLDER_COMMIT,
@@ -69,6 +69,11 @@ from tests.support.older_state import (
 
 RESTART_AFTER_MS: Final = 5_000
 """How long after the older stack stopped the replay test's gate believes it starts."""
+MARGIN_MS: Final = 60_000
+"""Slack around the fixture's own deadlines, for a run minutes after it was made."""
+ANNOUNCED_MS: Final = 3_600_000
+"""How long the server keeps an approval's announcement (``SMF_APPROVALS``' ``max_age``)."""
+ATTORNEY: Final = "attorney-alex"
 STALE_AFTER_MS: Final = 180_000
 """Past this, a proposal is stale to a gate on the wall clock: ``GateSettings.freshness_ms``
 (120 s) and a minute to spare."""
@@ -218,41 +223,58 @@ async def test_the_older_files_have_todays_schema_once_todays_gate_opened_them(
 async def test_the_approvals_the_older_gate_recorded_are_listed_in_their_states(
     older: StateDir, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``approvals pending --all`` reads the older announcements from the state's own
-    stream and asks today's gate each one's state from the older approval file: the
-    demo's consumed approval, the denied one, and the one left pending, which is
-    expired once its deadline passed while no gate ran (never approvable after it)."""
+    """Today's gate answers for every older approval from the older approval file:
+    ``approvals show`` (the attorney's, by id) says the demo's consumed approval and the
+    denied one are closed in those states, and the one left pending is expired once its
+    deadline passed while no gate ran. ``approvals pending --all`` lists what the
+    state's own ``SMF_APPROVALS`` stream still holds, each in the same state: the
+    server keeps an announcement an hour (``max_age``), so a fixture older than that
+    lists none, and one younger lists all three."""
     older_states = recorded().older_files.approval_states
     assert sorted(older_states.values()) == ["consumed", "denied", "pending"]
     (pending,) = (a for a, s in older_states.items() if s == "pending")
-    closed = {a: s for a, s in older_states.items() if a != pending}
     to_expiry = approvals_expiry(older.approvals)[pending] - wall_clock_ms()
-    # Run within a minute of its deadline (a fixture made minutes ago), either may show.
-    now_pending = {"expired"} if to_expiry < -60_000 else {"pending"}
-    if abs(to_expiry) <= 60_000:
-        now_pending = {"pending", "expired"}
+    expected = {**older_states, pending: "expired"}
+    age_ms = wall_clock_ms() - recorded().stopped_at_ms
+    if to_expiry > -MARGIN_MS:
+        pytest.fail(f"the fixture is {age_ms // 1000} s old; its pending approval expires then")
 
     stack = await start_stack(older, with_connectors=False)
+    attorney = [
+        "--nats", stack.url,
+        "--credential", str(older.bus_credential_path(ATTORNEY)),
+        "--key", str(older.key_path(ATTORNEY)),
+        "--directory", str(older.directory),
+    ]  # fmt: skip
     console = ["--nats", stack.url, "--credential", str(older.bus_credential_path(CONSOLE))]
     try:
-        listed: dict[str, str] = {}
+        lines: dict[str, str] = {}
 
-        async def as_expected() -> bool:
-            code, out, _ = await arun(["approvals", "pending", "--all", "--json", *console], capsys)
-            assert code == 0, out
-            listed.clear()
-            listed.update({a["approval_id"]: a["state"] for a in json.loads(out)["approvals"]})
-            others = {a: s for a, s in listed.items() if a != pending}
-            return others == closed and listed.get(pending) in now_pending
+        async def shown_closed(approval_id: str) -> str:
+            code, _, err = await arun(["approvals", "show", approval_id, *attorney], capsys)
+            assert_one_line_failure(code, err, approval_id, "approval_not_pending")
+            lines[approval_id] = err
+            return err.split("(state ", 1)[1].split(")", 1)[0]
 
-        await wait_for(as_expected, timeout=15, interval=0.5)
-        code, out, _ = await arun(["approvals", "pending", "--all", *console], capsys)
+        async def all_closed() -> bool:
+            return await shown_closed(pending) == "expired"
+
+        await wait_for(all_closed, timeout=15, interval=0.5)
+        shown = {approval_id: await shown_closed(approval_id) for approval_id in expected}
+        code, out, _ = await arun(["approvals", "pending", "--all", "--json", *console], capsys)
     finally:
         await stack.stop()
+    assert shown == expected
+    by_state = {state: lines[approval_id] for approval_id, state in expected.items()}
+    assert "reasons approver_denied" in by_state["denied"]
+    assert "the connector's receipt ECF-" in by_state["consumed"]
     assert code == 0
-    shown = {line.split()[0]: line.split()[-1] for line in out.splitlines()[2:]}
-    assert shown == listed
-    assert len(listed) == 3
+    listed = {a["approval_id"]: a["state"] for a in json.loads(out)["approvals"]}
+    assert listed == {a: s for a, s in expected.items() if a in listed}
+    if age_ms < ANNOUNCED_MS - MARGIN_MS:
+        assert listed == expected
+    elif age_ms > ANNOUNCED_MS + MARGIN_MS:
+        assert listed == {}
 
 
 @pytest.mark.claim("protected-evidence.previous-state-opens")
