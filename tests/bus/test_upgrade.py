@@ -11,13 +11,14 @@ Each test unpacks it into its own folder and runs today's code on it, a real
 nats-server on the state's own store and real SQLite files: ``ledger verify`` (the
 command) says ``verified`` against the older gate's checkpoint with the older entry
 count and hash; today's stack starts on it, decides, and extends the same chain; the
-older files, once opened, have exactly the schema today's code creates; the approvals
-are listed in the states the older gate left; a state folder others may enter is
-refused. The replay test is the invariant under attack: the older runtime's very
-bytes of an executed allow, sent to today's gate moments after the older one stopped
-(its clock set there, the claim still in force), get the recorded verdict, and the
-same proposal id signed again is denied ``duplicate_proposal``: no order is
-published, none is added to the book, and the ledger gains only the denial.
+older files, once opened, have exactly the schema today's code creates; every older
+approval is shown in the state the older gate left it (the pending one expired); a
+state folder others may enter is refused. The replay test is the invariant under
+attack: the older runtime's very bytes of an executed allow, sent to today's gate
+moments after the older one stopped (its clock set there, the claim still in force),
+get the recorded verdict, and the same proposal id signed again is denied
+``duplicate_proposal``: no order is published, none is added to the book, no claim
+is written, and the ledger gains only that refusal's entry.
 
 Not proven: a state of any other commit (one fixture, of one commit); a cluster's
 state (its stores are KV buckets, not in the fixture); a ledger of schema 1, which
