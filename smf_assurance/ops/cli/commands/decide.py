@@ -36,22 +36,6 @@ def format_instant(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("compile", help="compile a corpus into enforcement and analysis projections")
-    p.add_argument("--corpus", type=Path, required=True, help="corpus folder (release.json, ...)")
-    p.add_argument("--out", type=Path, required=True, help="output folder (new or empty)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=run_compile)
-
-    p = sub.add_parser("eval", help="decide one operation envelope offline")
-    p.add_argument("envelope", help="envelope JSON file, or - for stdin")
-    p.add_argument("--projection", type=Path, help="projection folder (default: shipped scenarios)")
-    p.add_argument("--at", help="evaluation time, RFC 3339 (default: now)")
-    p.add_argument("--json", action="store_true", help="print the Decision as canonical JSON")
-    eval_many.add_arguments(p)
-    p.set_defaults(func=run_eval)
-
-
 def run_compile(args: argparse.Namespace) -> int:
     try:
         compiled = compile_corpus(args.corpus)

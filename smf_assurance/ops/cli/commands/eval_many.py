@@ -59,24 +59,6 @@ from smf_assurance.subjects.envelope import EnvelopeError, OperationEnvelope, de
 from smf_assurance.subjects.release import decode_bundle
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--jsonl", action="store_true", help="the envelope file holds one envelope per line"
-    )
-    parser.add_argument(
-        "--explain", action="store_true", help="explain each decision as `explain` does"
-    )
-    parser.add_argument(
-        "--against",
-        type=Path,
-        metavar="RELEASE_DIR",
-        help="also decide under this release folder and show what changes",
-    )
-    parser.add_argument(
-        "--trust-root", type=Path, help="trust root the --against release is verified with"
-    )
-
-
 def wanted(args: argparse.Namespace) -> bool:
     return bool(args.jsonl or args.explain or args.against or args.trust_root)
 
