@@ -24,8 +24,7 @@ from typing import Final
 
 import msgspec
 
-from smf_assurance.ops.cli.commands.decide import format_instant
-from smf_assurance.ops.cli.output import emit, fail, table
+from smf_assurance.ops.cli.output import emit, fail, format_instant, table
 from smf_assurance.ops.local.defaults import default_state_dir
 from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects.clock import wall_clock_ms

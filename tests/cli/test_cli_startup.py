@@ -20,6 +20,7 @@ from typing import get_args
 
 import pytest
 
+from smf_assurance.governance.projections import SCENARIO_ENVELOPES, package_path
 from smf_assurance.ops.cli import main as cli
 from smf_assurance.ops.cli.main import COMMANDS, build_parser, main
 from smf_assurance.ops.cli.parsers import Handler
@@ -104,6 +105,16 @@ def test_completion_builds_every_parser_without_the_command_modules() -> None:
     assert not top(modules) & set(HEAVY), sorted(top(modules) & set(HEAVY))
     assert [m for m in modules if m.startswith(COMMAND_MODULES)] == [f"{COMMAND_MODULES}completion"]
     assert CLI_JSON not in modules
+
+
+@pytest.mark.claim("packaging.cli-lazy-commands")
+def test_an_offline_eval_imports_no_bus_client() -> None:
+    """``eval`` decides offline: only ``--against`` verifies a release (whose module
+    imports the bus client), so a plain ``eval`` runs without it."""
+    envelope = package_path(SCENARIO_ENVELOPES) / "1-court-filing-approval.json"
+    modules = imported_after(["eval", "--at", "2026-11-29T10:00:00Z", str(envelope)])
+    assert f"{COMMAND_MODULES}decide" in modules
+    assert not top(modules) & {"nats", "aiohttp"}, sorted(top(modules) & {"nats", "aiohttp"})
 
 
 def handlers(parser: argparse.ArgumentParser) -> list[Handler]:

@@ -57,8 +57,15 @@ from smf_assurance.ops.cli.cli_json import (
     ApprovalsShowJson,
     PendingItem,
 )
-from smf_assurance.ops.cli.commands.decide import format_instant
-from smf_assurance.ops.cli.output import CommandError, emit, fail, first_line, say, table
+from smf_assurance.ops.cli.output import (
+    CommandError,
+    emit,
+    fail,
+    first_line,
+    format_instant,
+    say,
+    table,
+)
 from smf_assurance.ops.cli.parsers.approvals import DECISIONS
 from smf_assurance.ops.local.bus import (
     bus_url,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import sys
 from pathlib import Path
 
@@ -16,24 +15,9 @@ from smf_assurance.governance.compiler import CompileError, compile_corpus, writ
 from smf_assurance.governance.projections import load_policy_set
 from smf_assurance.ops.cli.cli_json import CompileJson, EvalJson
 from smf_assurance.ops.cli.commands import eval_many
-from smf_assurance.ops.cli.output import emit, fail, table
+from smf_assurance.ops.cli.output import emit, fail, format_instant, parse_instant, table
 from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.envelope import EnvelopeError, decode_envelope
-
-
-def parse_instant(text: str) -> int:
-    """RFC 3339 (``2026-11-29T10:00:00Z``) to unix milliseconds; zone required."""
-    try:
-        moment = dt.datetime.fromisoformat(text)
-    except ValueError:
-        fail(f"--at: {text!r} is not an RFC 3339 timestamp", 2)
-    if moment.tzinfo is None:
-        fail("--at: the timestamp needs a time zone (e.g. Z)", 2)
-    return int(moment.timestamp() * 1000)
-
-
-def format_instant(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def run_compile(args: argparse.Namespace) -> int:

@@ -52,7 +52,6 @@ from smf_assurance.ops.cli.cli_json import (
     EvalOutcomeJson,
     EvalSideJson,
 )
-from smf_assurance.ops.cli.commands.release import verify_release_dir
 from smf_assurance.ops.cli.explaining import print_explanation
 from smf_assurance.ops.cli.output import emit, fail, say, table
 from smf_assurance.subjects.envelope import EnvelopeError, OperationEnvelope, decode_envelope
@@ -136,6 +135,10 @@ def against_side(folder: Path, trust_root: Path | None, at: str | None) -> Side:
     """The ``--against`` release folder, verified as a gate would (``release verify``)."""
     if trust_root is None:
         fail("--against needs --trust-root FILE to verify the release with", 2)
+    from smf_assurance.ops.cli.commands.release import (  # noqa: PLC0415 - only --against verifies: release's module imports the bus client
+        verify_release_dir,
+    )
+
     release, _, _ = verify_release_dir(folder, trust_root, None, at)
     enforcement = decode_enforcement(decode_bundle(release.bundle_bytes).enforcement)
     about = {

@@ -35,9 +35,15 @@ import msgspec
 from smf_assurance.core.projection import ProjectionError
 from smf_assurance.governance.projections import SCENARIO_PROJECTION, package_path
 from smf_assurance.ops.cli.cli_json import SwarmReportJson
-from smf_assurance.ops.cli.commands.decide import format_instant, parse_instant
-from smf_assurance.ops.cli.commands.release import verify_release_dir
-from smf_assurance.ops.cli.output import Progress, emit, fail, say, table
+from smf_assurance.ops.cli.output import (
+    Progress,
+    emit,
+    fail,
+    format_instant,
+    parse_instant,
+    say,
+    table,
+)
 from smf_assurance.ops.cli.parsers.swarm import BASE_URL_ENV, DEFAULT_MODEL, MODEL_ENV
 from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keys import KeyFileError, load_private_key
@@ -82,6 +88,10 @@ def release_for(args: argparse.Namespace) -> AnalysisRelease:
         return load_release(args.projection)
     if args.trust_root is None:
         fail("--release needs --trust-root FILE", 2)
+    from smf_assurance.ops.cli.commands.release import (  # noqa: PLC0415 - only --release verifies: release's module imports the bus client
+        verify_release_dir,
+    )
+
     verified, _last, _note = verify_release_dir(args.release, args.trust_root, args.state_dir, None)
     try:
         return analysis_release(verified.analysis)
