@@ -46,6 +46,7 @@ from smf_assurance.core.projection import (
     projection_bytes,
 )
 from smf_assurance.governance.compiler import CompileError, compile_corpus
+from smf_assurance.governance.lease import DEFAULT_LEASE_HOURS, MAX_LEASE_HOURS
 from smf_assurance.pipeline.followers.releases import ensure_release_bucket
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.bus_access import RELEASE_STREAM
@@ -96,8 +97,6 @@ REGISTRY_FILE: Final = "registry.json"
 RELEASE_FILES: Final = (MANIFEST_FILE, ENFORCEMENT_FILE, ANALYSIS_FILE, REGISTRY_FILE)
 
 HOUR_MS: Final = 3_600_000
-DEFAULT_LEASE_HOURS: Final = 7 * 24
-MAX_LEASE_HOURS: Final = 366 * 24
 MAX_FILE_BYTES: Final = 900 * 1024
 
 

@@ -7,9 +7,11 @@ first output comes at or before its exit, so these are upper bounds on it):
   nats"`` (what any command that talks to the bus must import at least);
 - ``smf-assurance --help`` and ``--version``, which import no command module;
 - ``smf-assurance COMMAND --help`` for each top-level command: that command's
-  module imported and its parsers built, what every run of it pays before its
-  first line;
-- ``eval`` of a scenario envelope, a command doing its work offline.
+  parsers built (``smf_assurance.ops.cli.parsers``), what every run of it pays
+  before its first line; a run also imports the command's module, which ``--help``
+  does not;
+- ``eval`` of a scenario envelope, a command doing its work offline: its module
+  imported, and the decision made and printed.
 
 Rounds interleave the series, so a busy moment of the machine falls on all of
 them alike. Targets (issue's wording): ``--help`` and ``--version`` p50 at most

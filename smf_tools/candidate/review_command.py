@@ -24,9 +24,9 @@ from typing import Final
 
 import msgspec
 
-from smf_assurance.ops.cli.commands.decide import format_instant
-from smf_assurance.ops.cli.output import emit, fail, table
-from smf_assurance.ops.local.state import StateDir, default_state_dir
+from smf_assurance.ops.cli.output import emit, fail, format_instant, table
+from smf_assurance.ops.local.defaults import default_state_dir
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keys import KeyFileError, load_private_key
 from smf_assurance.subjects.registry import RegistryError, load_registry

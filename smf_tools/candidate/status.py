@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Final, Literal
 
 from smf_assurance.ops.cli.output import Progress, emit, fail, say, table
-from smf_assurance.ops.local.state import StateDir, default_state_dir
+from smf_assurance.ops.local.defaults import default_state_dir
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects.registry import KeyRegistry, RegistryError, load_registry
 from smf_tools.candidate.claims import (
     CLAIMS_FILE,

@@ -44,13 +44,11 @@ from nats.js.errors import NotFoundError
 
 from smf_assurance.approver.pending import AnnouncementsRefused, PendingReader
 from smf_assurance.ops.local.cluster import LocalNatsCluster
+from smf_assurance.ops.local.defaults import CONSOLE, OPERATOR, PUBLISHER
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.stack import gate_config, start_embedded_server
 from smf_assurance.ops.local.state import (
-    CONSOLE,
     MODEL_GATEWAY,
-    OPERATOR,
-    PUBLISHER,
     StateDir,
     provision_demo,
     refresh_demo_release,

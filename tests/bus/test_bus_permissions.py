@@ -37,17 +37,10 @@ from smf_assurance.ops.local.bus_auth import read_user_public, write_user_seed
 from smf_assurance.ops.local.bus_follow import ClusterFollower, ReloadError
 from smf_assurance.ops.local.cluster import LocalNatsCluster
 from smf_assurance.ops.local.confine.profile import launcher_principal
+from smf_assurance.ops.local.defaults import CONSOLE, OPERATOR, PUBLISHER
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.stack import gate_config, start_embedded_server, start_stack
-from smf_assurance.ops.local.state import (
-    CONSOLE,
-    MODEL_GATEWAY,
-    OPERATOR,
-    PUBLISHER,
-    RUNTIME_ID,
-    StateDir,
-    refresh_demo_release,
-)
+from smf_assurance.ops.local.state import MODEL_GATEWAY, RUNTIME_ID, StateDir, refresh_demo_release
 from smf_assurance.ops.runtimes.provision import provision_launcher, provision_runtime
 from smf_assurance.pipeline.assembly import BusUnavailableError, start_gate
 from smf_assurance.pipeline.stores.tool_calls_kv import BUCKET as TOOL_CALLS

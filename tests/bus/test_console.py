@@ -92,16 +92,11 @@ from smf_assurance.approver.console.server import (
 )
 from smf_assurance.ops.cli.commands.console import _loopback
 from smf_assurance.ops.cli.main import main
+from smf_assurance.ops.local.defaults import CONSOLE, OPERATOR
 from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer, reserve_port
 from smf_assurance.ops.local.stack import Stack, start_stack
-from smf_assurance.ops.local.state import (
-    CONSOLE,
-    DEMO_TENANT,
-    OPERATOR,
-    StateDir,
-    provision_demo,
-)
+from smf_assurance.ops.local.state import DEMO_TENANT, StateDir, provision_demo
 from smf_assurance.pipeline.chain.announcements import AnnouncementDesk
 from smf_assurance.pipeline.service import Requester
 from smf_assurance.subjects import dsse, names

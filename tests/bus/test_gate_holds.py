@@ -34,8 +34,9 @@ from smf_assurance.core.normalize import (
     NormalizationError,
     normalize,
 )
+from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.local.state import OPERATOR, StateDir
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.ops.runtimes.provision import HERMES_PRINCIPAL
 from smf_assurance.pipeline.assembly import RunningGate
 from smf_assurance.pipeline.desks.holds import REFRESH_SECONDS, STALE_SECONDS

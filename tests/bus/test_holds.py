@@ -40,9 +40,10 @@ import msgspec
 import nats
 import pytest
 
+from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.stack import gate_config
-from smf_assurance.ops.local.state import OPERATOR, StateDir
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.ops.runtimes.provision import HERMES_PRINCIPAL, HERMES_RUNTIME_ID
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.subjects import names

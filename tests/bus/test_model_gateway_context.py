@@ -47,7 +47,8 @@ from smf_assurance.core import model_turns
 from smf_assurance.core.detectors import raise_facts
 from smf_assurance.core.normalize import normalize
 from smf_assurance.gateway.server import Upstream, new_call_id
-from smf_assurance.ops.local.state import MODEL_GATEWAY, OPERATOR
+from smf_assurance.ops.local.defaults import OPERATOR
+from smf_assurance.ops.local.state import MODEL_GATEWAY
 from smf_assurance.pipeline.assembly.config import shipped_mapper_tables
 from smf_assurance.pipeline.stores.call_context import CallContextInvalid, open_call_context
 from smf_assurance.subjects import dsse, names

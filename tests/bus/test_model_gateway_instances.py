@@ -49,7 +49,7 @@ import pytest
 
 from smf_assurance.core.seen_once import SeenOnce
 from smf_assurance.gateway.server import GatewaySettings, ModelGateway
-from smf_assurance.ops.local.state import OPERATOR
+from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.pipeline.desks.attestation import AttestationDesk
 from smf_assurance.subjects import names
 from smf_assurance.subjects.keys import SigningKey

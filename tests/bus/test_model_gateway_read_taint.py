@@ -42,7 +42,7 @@ import pytest
 
 from smf_assurance.core.written_content import line_digest, normalize_line
 from smf_assurance.gateway.server import new_call_id
-from smf_assurance.ops.local.state import OPERATOR
+from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.subjects import dsse
 from smf_assurance.subjects.tainted_content import (
     PAYLOAD_TAINTED_CONTENT,

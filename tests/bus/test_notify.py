@@ -85,17 +85,11 @@ from smf_assurance.approver.notify.service import (
 from smf_assurance.approver.pending import approval_state
 from smf_assurance.ops.cli.main import main
 from smf_assurance.ops.demo.script import SCENARIOS
+from smf_assurance.ops.local.defaults import CONSOLE, OPERATOR
 from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.stack import Stack, start_stack
-from smf_assurance.ops.local.state import (
-    ADAPTER_ID,
-    CONSOLE,
-    OPERATOR,
-    RUNTIME_ID,
-    StateDir,
-    provision_demo,
-)
+from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 from smf_assurance.pipeline.chain.announcements import AnnouncementDesk
 from smf_assurance.pipeline.service import Requester
 from smf_assurance.pipeline.stores.streams import approval_stream_config

@@ -31,8 +31,9 @@ import pytest
 from nats.aio.client import Client
 
 from smf_assurance.ops.local.cluster import LocalNatsCluster
+from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.ops.local.stack import gate_config
-from smf_assurance.ops.local.state import OPERATOR, StateDir, provision_demo
+from smf_assurance.ops.local.state import StateDir, provision_demo
 from smf_assurance.ops.runtimes.provision import provision_runtime
 from smf_assurance.pipeline.assembly import ClusterSettings, RunningGate, start_gate
 from smf_assurance.pipeline.desks.tool_calls import STOPPED

@@ -22,9 +22,10 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.stack import gate_config, start_stack
-from smf_assurance.ops.local.state import OPERATOR, StateDir, provision_demo
+from smf_assurance.ops.local.state import StateDir, provision_demo
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.subjects import names
 from tests.support.bus_helpers import wait_for

@@ -29,9 +29,10 @@ from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.ops.cli.main import main
 from smf_assurance.ops.demo.script import SCENARIOS
 from smf_assurance.ops.doctor.gates import streams as stream_checks
+from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.stack import gate_config, start_embedded_server
-from smf_assurance.ops.local.state import ADAPTER_ID, OPERATOR, RUNTIME_ID, StateDir
+from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir
 from smf_assurance.pipeline.assembly import start_gate
 from smf_assurance.pipeline.stores.ledger_schema import CHECKPOINT_PAYLOAD_TYPE, checkpoint_payload
 from smf_assurance.pipeline.stores.streams import (

@@ -42,13 +42,9 @@ from smf_assurance.ops.cli import cli_json
 from smf_assurance.ops.cli.cli_json import COMMANDS, CliJson
 from smf_assurance.ops.cli.main import build_parser, main
 from smf_assurance.ops.local.bus_auth import new_user_seed, public_user
+from smf_assurance.ops.local.defaults import CONSOLE, PUBLISHER
 from smf_assurance.ops.local.natsserver import reserve_port
-from smf_assurance.ops.local.state import (
-    CONSOLE,
-    PUBLISHER,
-    RELEASE_SIGNER,
-    StateDir,
-)
+from smf_assurance.ops.local.state import RELEASE_SIGNER, StateDir
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.registry import encode_registry, entry_for
 from smf_tools import cli as tools_cli

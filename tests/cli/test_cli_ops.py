@@ -32,15 +32,11 @@ from smf_assurance.approver.directory import Directory
 from smf_assurance.ops.cli.commands.approvals import _print_view, _view_json
 from smf_assurance.ops.cli.main import main
 from smf_assurance.ops.local import supervisor
+from smf_assurance.ops.local.defaults import CONSOLE, OPERATOR
 from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.stack import Stack, start_stack
-from smf_assurance.ops.local.state import (
-    CONSOLE,
-    OPERATOR,
-    StateDir,
-    provision_demo,
-)
+from smf_assurance.ops.local.state import StateDir, provision_demo
 from smf_assurance.pipeline.chain.announcements import AnnouncementDesk
 from smf_assurance.pipeline.service import Requester
 from smf_assurance.pipeline.stores.ledger import Ledger

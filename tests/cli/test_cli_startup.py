@@ -16,11 +16,14 @@ import sys
 import textwrap
 import types
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
+from smf_assurance.governance.projections import SCENARIO_ENVELOPES, package_path
 from smf_assurance.ops.cli import main as cli
 from smf_assurance.ops.cli.main import COMMANDS, build_parser, main
+from smf_assurance.ops.cli.parsers import Handler
 from smf_tools import cli as tools_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,6 +31,13 @@ HEAVY = ("nats", "aiohttp", "aiosqlite", "structlog", "nkeys")
 """The bus client and its keys, the web server, the stores and the logging: what the command
 modules pull in, and what ``--help`` has no use for."""
 COMMAND_MODULES = "smf_assurance.ops.cli.commands."
+PARSER_MODULES = "smf_assurance.ops.cli.parsers."
+CLI_JSON = "smf_assurance.ops.cli.cli_json"
+"""The ``--json`` schema: every command's module imports it, no parser needs it."""
+TOP_LEVEL = [name for group in COMMANDS for name, _ in group.commands]
+COMMANDS_BY_NAME = {
+    name: group.module.rsplit(".", 1)[1] for group in COMMANDS for name, _ in group.commands
+}
 
 
 def imported_after(argv: list[str]) -> list[str]:
@@ -66,10 +76,73 @@ def test_help_and_version_import_no_command_module_and_no_bus_client(argv: list[
 @pytest.mark.claim("packaging.cli-lazy-commands")
 def test_a_command_imports_its_own_group_only() -> None:
     modules = imported_after(["keys", "--help"])
-    loaded = {m for m in modules if m.startswith(COMMAND_MODULES)}
-    assert f"{COMMAND_MODULES}keys" in loaded
+    loaded = {m for m in modules if m.startswith(PARSER_MODULES)}
+    assert f"{PARSER_MODULES}keys" in loaded
     for other in ("release", "up", "approvals", "console", "notify", "doctor", "demo"):
-        assert f"{COMMAND_MODULES}{other}" not in loaded
+        assert f"{PARSER_MODULES}{other}" not in loaded
+
+
+@pytest.mark.claim("packaging.cli-lazy-commands")
+@pytest.mark.parametrize("command", TOP_LEVEL)
+def test_a_commands_help_imports_no_command_module_and_no_bus_client(command: str) -> None:
+    """``COMMAND --help`` builds the command's parsers only: what it does (the bus client,
+    the web server, the stores, the ``--json`` schema) is imported when it runs."""
+    modules = imported_after([command, "--help"])
+    assert f"{PARSER_MODULES}{COMMANDS_BY_NAME[command]}" in modules
+    assert not top(modules) & set(HEAVY), sorted(top(modules) & set(HEAVY))
+    assert [m for m in modules if m.startswith(COMMAND_MODULES)] == []
+    assert CLI_JSON not in modules
+
+
+@pytest.mark.claim("packaging.cli-lazy-commands")
+def test_completion_builds_every_parser_without_the_command_modules() -> None:
+    """``completion`` reads the whole parser tree: every group's parsers are built, and
+    only ``completion``'s own module runs."""
+    modules = imported_after(["completion", "bash"])
+    assert {f"{PARSER_MODULES}{group.module.rsplit('.', 1)[1]}" for group in COMMANDS} <= set(
+        modules
+    )
+    assert not top(modules) & set(HEAVY), sorted(top(modules) & set(HEAVY))
+    assert [m for m in modules if m.startswith(COMMAND_MODULES)] == [f"{COMMAND_MODULES}completion"]
+    assert CLI_JSON not in modules
+
+
+@pytest.mark.claim("packaging.cli-lazy-commands")
+def test_an_offline_eval_imports_no_bus_client() -> None:
+    """``eval`` decides offline: only ``--against`` verifies a release (whose module
+    imports the bus client), so a plain ``eval`` runs without it."""
+    envelope = package_path(SCENARIO_ENVELOPES) / "1-court-filing-approval.json"
+    modules = imported_after(["eval", "--at", "2026-11-29T10:00:00Z", str(envelope)])
+    assert f"{COMMAND_MODULES}decide" in modules
+    assert not top(modules) & {"nats", "aiohttp"}, sorted(top(modules) & {"nats", "aiohttp"})
+
+
+def handlers(parser: argparse.ArgumentParser) -> list[Handler]:
+    found = [parser.get_default("func")] if parser.get_default("func") is not None else []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found.extend(handlers(child))
+    return found
+
+
+def test_every_handler_a_parser_names_is_a_function_of_its_command_module() -> None:
+    """A parser names its handler by module and function (``parsers.Handler``): each
+    is looked up here, so a renamed handler fails this test, not a user's command."""
+    named = handlers(build_parser())
+    assert len(named) > len(TOP_LEVEL)
+    for run in named:
+        assert isinstance(run, Handler), run
+        assert callable(run.load()), run
+
+
+def test_runtime_offers_the_kinds_it_knows() -> None:
+    """``runtime add --kind`` takes its choices from the ``Kind`` type, so its parser need
+    not import the kinds' profiles (the gateway's attestation settings)."""
+    from smf_assurance.ops.cli.commands.runtime import KINDS  # noqa: PLC0415 - the one value under test
+    from smf_assurance.ops.runtimes.snippets import Kind  # noqa: PLC0415 - beside it
+
+    assert sorted(KINDS) == sorted(get_args(Kind))
 
 
 def summaries(parser: argparse.ArgumentParser) -> list[tuple[str, str | None]]:

@@ -49,6 +49,7 @@ from smf_assurance.ops.local.cluster import (
     nats_servers,
     seed_urls,
 )
+from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.ops.local.natsserver import (
     EmbeddedNatsServer,
     NatsServerError,
@@ -57,7 +58,7 @@ from smf_assurance.ops.local.natsserver import (
     resolve_binary,
 )
 from smf_assurance.ops.local.stack import Connectors, seed_demo_documents
-from smf_assurance.ops.local.state import ADAPTER_ID, OPERATOR, RUNTIME_ID, StateDir
+from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir
 from smf_assurance.ops.local.supervisor import serve_until_stopped
 from smf_assurance.pipeline.assembly import ClusterSettings, GateConfig
 from smf_assurance.subjects import names

@@ -42,16 +42,11 @@ from smf_assurance.ops.doctor.checks import Settings
 from smf_assurance.ops.doctor.files import NAMED, file_checks
 from smf_assurance.ops.doctor.gates import ledger_check, runtime_check
 from smf_assurance.ops.doctor.run import GATE_SERVICES, RELEASE_SERVICE
+from smf_assurance.ops.local.defaults import CONSOLE
 from smf_assurance.ops.local.model_gateway import set_upstream
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer, reserve_port
 from smf_assurance.ops.local.stack import start_embedded_server, start_stack
-from smf_assurance.ops.local.state import (
-    CONSOLE,
-    RELEASE_SIGNER,
-    RUNTIME_ID,
-    StateDir,
-    provision_demo,
-)
+from smf_assurance.ops.local.state import RELEASE_SIGNER, RUNTIME_ID, StateDir, provision_demo
 from smf_assurance.ops.runtimes.provision import provision_runtime
 from smf_assurance.pipeline.stores.release_state import read_release_state
 from smf_assurance.subjects import dsse, names

@@ -54,11 +54,12 @@ from smf_assurance.ops.local.confine.profile import (
 )
 from smf_assurance.ops.local.confine.sidecar import GatewayForwarder, NatsForwarder, SignerServer
 from smf_assurance.ops.local.confine.view import SecretInView, check_view, hold_mounts, venv_bases
+from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.ops.local.model_gateway import (
     token_path,
 )
 from smf_assurance.ops.local.stack import start_embedded_server
-from smf_assurance.ops.local.state import OPERATOR, StateDir
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.ops.runtimes.provision import (
     HERMES_PRINCIPAL,
     HERMES_RUNTIME_ID,

@@ -46,8 +46,9 @@ from nats.aio.client import Client
 from smf_assurance.ops.cli.main import main
 from smf_assurance.ops.local.confine.attest import Attester
 from smf_assurance.ops.local.confine.profile import launcher_principal
+from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.local.state import OPERATOR, StateDir
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.ops.runtimes.provision import (
     HERMES_PRINCIPAL,
     HERMES_RUNTIME_ID,

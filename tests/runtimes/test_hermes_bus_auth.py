@@ -31,9 +31,10 @@ from smf_assurance.adapters.hermes import plugin
 from smf_assurance.adapters.hermes.config import AdapterConfig
 from smf_assurance.governance.releases import latest_in_inbox
 from smf_assurance.ops.local.bus_auth import write_user_seed
+from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.stack import gate_config, start_embedded_server
-from smf_assurance.ops.local.state import OPERATOR, StateDir
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.subjects import names
 from tests.support import hermes_unit as unit

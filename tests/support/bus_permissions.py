@@ -13,9 +13,7 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 
-from smf_assurance.ops.local.state import (
-    OPERATOR,
-)
+from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.subjects.bus_access import (
     CLIENT_API,
     INBOX_ROOT,

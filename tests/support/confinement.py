@@ -28,9 +28,10 @@ from smf_assurance.governance.releases import (
     publish_to_inbox,
 )
 from smf_assurance.ops.demo.script import actor
+from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.stack import gate_config, start_embedded_server
-from smf_assurance.ops.local.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
+from smf_assurance.ops.local.state import RELEASE_SIGNER, StateDir, provision_demo
 from smf_assurance.ops.runtimes.provision import (
     HERMES_PRINCIPAL,
     HERMES_RUNTIME_ID,

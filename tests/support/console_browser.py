@@ -24,9 +24,10 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
 from smf_assurance.approver.console.server import ConsoleSettings, RunningConsole, start_console
+from smf_assurance.ops.local.defaults import CONSOLE, OPERATOR
 from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.stack import Stack, start_stack
-from smf_assurance.ops.local.state import CONSOLE, OPERATOR, StateDir
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects import names
 from smf_assurance.subjects.bus_access import connect_options
 from tests.support.clocks import OffsetClock as Clock

@@ -105,6 +105,7 @@ from smf_assurance.governance.releases import (
 )
 from smf_assurance.ops.demo.script import actor
 from smf_assurance.ops.local.bus_auth import write_user_seed
+from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.model_gateway import (
     gateway_config,
@@ -112,7 +113,7 @@ from smf_assurance.ops.local.model_gateway import (
     set_upstream,
 )
 from smf_assurance.ops.local.stack import gate_config, start_embedded_server
-from smf_assurance.ops.local.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
+from smf_assurance.ops.local.state import RELEASE_SIGNER, StateDir, provision_demo
 from smf_assurance.ops.runtimes.provision import (
     HERMES_PRINCIPAL,
     HERMES_RUNTIME_ID,

@@ -19,13 +19,14 @@ from nats.aio.client import Client
 
 from smf_assurance.gateway.assembly import RunningModelGateway, start_model_gateway
 from smf_assurance.gateway.server import GatewaySettings
+from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.ops.local.model_gateway import (
     gateway_config,
     provision_gateway_runtime,
     set_upstream,
 )
 from smf_assurance.ops.local.stack import Stack, start_stack
-from smf_assurance.ops.local.state import OPERATOR, RELEASE_SIGNER, StateDir, provision_demo
+from smf_assurance.ops.local.state import RELEASE_SIGNER, StateDir, provision_demo
 from smf_assurance.ops.runtimes.provision import provision_runtime
 from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
 from smf_assurance.subjects import names

@@ -384,8 +384,9 @@ class Harness:
         # Imported here: the probe runs (no gate) must not depend on the gate's code.
         from smf_assurance.governance.releases import latest_in_inbox  # noqa: PLC0415
         from smf_assurance.ops.local.bus_auth import write_user_seed  # noqa: PLC0415
+        from smf_assurance.ops.local.defaults import OPERATOR  # noqa: PLC0415
         from smf_assurance.ops.local.stack import gate_config, start_embedded_server  # noqa: PLC0415
-        from smf_assurance.ops.local.state import OPERATOR, StateDir, provision_demo  # noqa: PLC0415
+        from smf_assurance.ops.local.state import StateDir, provision_demo  # noqa: PLC0415
         from smf_assurance.ops.runtimes.provision import (  # noqa: PLC0415
             provision_launcher,
             provision_runtime,

@@ -26,7 +26,8 @@ from smf_assurance.governance.releases import (
     prior_of,
     publish_to_bucket,
 )
-from smf_assurance.ops.local.state import PUBLISHER, StateDir
+from smf_assurance.ops.local.defaults import PUBLISHER
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects import dsse
 from smf_assurance.subjects.bus_access import CLIENT_API
 from smf_assurance.subjects.keys import SigningKey, public_record

@@ -46,11 +46,13 @@ class Command:
     """A command group named without importing it: the module that adds its parsers
     and the top-level commands it adds, each with its one-line help.
 
-    A command line imports only the module of the command it runs (a command's
-    module pulls in the bus client, the web server, the stores); ``--help`` and
-    ``--version`` import none, so they answer at once. ``whole_line`` marks a
-    command that reads the whole parser tree (``completion``), which then has
-    every module imported. ``tests/cli/test_cli_startup.py`` holds these help lines to
+    A command line imports only the parsers of the command it runs; ``--help`` and
+    ``--version`` import none, so they answer at once. A parser module
+    (``smf_assurance.ops.cli.parsers``) names its handlers without importing them: the
+    command's module, which pulls in the bus client, the web server and the stores, is
+    imported when the command runs, never for its ``--help``. ``whole_line`` marks a
+    command that reads the whole parser tree (``completion``), which then has every
+    parser module imported. ``tests/cli/test_cli_startup.py`` holds these help lines to
     the ones the modules give."""
 
     module: str
@@ -62,7 +64,7 @@ class Command:
 
 
 def _group(name: str, *commands: tuple[str, str], whole_line: bool = False) -> Command:
-    return Command(f"smf_assurance.ops.cli.commands.{name}", commands, whole_line)
+    return Command(f"smf_assurance.ops.cli.parsers.{name}", commands, whole_line)
 
 
 COMMANDS: Final[tuple[Command, ...]] = (

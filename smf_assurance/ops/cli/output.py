@@ -84,6 +84,18 @@ def parse_time(text: str, option: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
+def parse_instant(text: str) -> int:
+    """``--at``: an RFC 3339 time with a zone as Unix ms (:func:`parse_time`)."""
+    return parse_time(text, "--at")
+
+
+def format_instant(ms: int) -> str:
+    """Unix ms as RFC 3339 in UTC (``2026-11-29T10:00:00Z``). Here rather than in a
+    command's module, so the commands that print a time (``eval``, ``swarm``,
+    ``approvals``, the team's review) do not import one another's."""
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
 def first_line(exc: BaseException) -> str:
     """An exception as one line for a refusal: its first line, or its type's name."""
     text = str(exc).strip()

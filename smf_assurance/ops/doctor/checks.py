@@ -16,7 +16,12 @@ from typing import Final
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from smf_assurance.ops.doctor.kinds import Kind, Status
+from smf_assurance.ops.doctor.kinds import (
+    DEFAULT_CHECKPOINT_AGE_S,
+    DEFAULT_LEASE_WARN_HOURS,
+    Kind,
+    Status,
+)
 from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects.bus_access import BusCredential
 from smf_assurance.subjects.registry import KeyRegistry
@@ -29,9 +34,6 @@ BOUND_SAMPLES: Final = 6
 BOUND_INTERVAL_S: Final = 0.2
 """A connector fetches with a short timeout and asks again at once: sampled over a
 second, a running one has a pull request waiting in at least one sample."""
-DEFAULT_LEASE_WARN_HOURS: Final = 24
-DEFAULT_CHECKPOINT_AGE_S: Final = 120
-"""Twice the ledger's checkpoint window (``Ledger.open``'s ``checkpoint_seconds``)."""
 HOUR_MS: Final = 3_600_000
 
 

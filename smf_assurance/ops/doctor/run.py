@@ -57,8 +57,6 @@ from smf_assurance.ops.cli.output import CommandError, first_line
 from smf_assurance.ops.doctor import gates as doctor_gates
 from smf_assurance.ops.doctor.checks import (
     CONNECT_TIMEOUT_S,
-    DEFAULT_CHECKPOINT_AGE_S,
-    DEFAULT_LEASE_WARN_HOURS,
     HOUR_MS,
     Check,
     Settings,
@@ -66,7 +64,7 @@ from smf_assurance.ops.doctor.checks import (
     say_age,
 )
 from smf_assurance.ops.doctor.files import file_checks
-from smf_assurance.ops.doctor.kinds import Kind
+from smf_assurance.ops.doctor.kinds import DEFAULT_CHECKPOINT_AGE_S, DEFAULT_LEASE_WARN_HOURS, Kind
 from smf_assurance.ops.local.bus import BusRefusals
 from smf_assurance.ops.local.cluster import nats_servers
 from smf_assurance.pipeline.stores.release_state import read_release_state

@@ -8,7 +8,6 @@ unreachable server is a one-line refusal, never a hang or a retry loop.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import re
@@ -20,9 +19,9 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from smf_assurance.ops.cli.output import CommandError, fail, first_line
-from smf_assurance.ops.local.bus_auth import NKEY_SUFFIX
 from smf_assurance.ops.local.cluster import nats_servers
-from smf_assurance.ops.local.state import StateDir, default_state_dir
+from smf_assurance.ops.local.defaults import NKEY_SUFFIX, default_state_dir
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects.bus_access import (
     BusCredential,
     CredentialFileError,
@@ -65,28 +64,6 @@ def bus_url(nats_url: str | None, state_dir: Path | None) -> str:
     if not text:
         fail(f"no NATS URL in {path}")
     return text
-
-
-def add_bus_location(parser: argparse.ArgumentParser) -> None:
-    """``--nats URL`` or ``--state-dir DIR`` (one of them; neither: the default state
-    directory), read by :func:`bus_url`: a command beside a running ``up`` finds its bus
-    from the ``nats.url`` that ``up`` wrote."""
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--nats", metavar="URL", help="NATS server of the gate")
-    where.add_argument(
-        "--state-dir", type=Path, help="find the bus from the nats.url a running `up` wrote here"
-    )
-
-
-def add_credential_argument(parser: argparse.ArgumentParser, default_principal: str) -> None:
-    """``--credential FILE``: who the command is on the bus."""
-    parser.add_argument(
-        "--credential",
-        type=Path,
-        metavar="FILE",
-        help=f"the bus credential to connect with, a <principal>{NKEY_SUFFIX} seed file "
-        f"(default: the state directory's {default_principal}{NKEY_SUFFIX}, when it has one)",
-    )
 
 
 def credential_for(

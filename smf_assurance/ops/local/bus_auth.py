@@ -44,7 +44,6 @@ from smf_assurance.subjects.bus_access import (
 )
 from smf_assurance.subjects.registry import RegistryEntry
 
-NKEY_SUFFIX: Final = ".nkey"
 AUTHORIZATION_FILE: Final = "authorization.conf"
 SYSTEM_PRINCIPAL: Final = "bus-system"
 """The local credential of the server's system account: reloads the authorization on

@@ -50,7 +50,6 @@ import structlog
 
 from smf_assurance.ops.local.bus_auth import (
     AUTHORIZATION_FILE,
-    NKEY_SUFFIX,
     SYSTEM_PRINCIPAL,
     authorization_steps,
     read_authorization,
@@ -59,6 +58,7 @@ from smf_assurance.ops.local.bus_auth import (
     write_authorization,
     write_user_seed,
 )
+from smf_assurance.ops.local.defaults import NKEY_SUFFIX
 from smf_assurance.ops.local.natsserver import (
     HOST,
     EmbeddedNatsServer,

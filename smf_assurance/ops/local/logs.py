@@ -12,12 +12,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, Final, TextIO
+from typing import Any, TextIO
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
-
-LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 
 
 def _stderr_logger(*_args: Any) -> structlog.PrintLogger:

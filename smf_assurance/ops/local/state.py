@@ -16,11 +16,12 @@ from typing import Any, Final
 
 from smf_assurance.governance.projections import SCENARIO_CORPUS, package_path
 from smf_assurance.governance.releases import provision_release
-from smf_assurance.ops.local.bus_auth import (
-    AUTHORIZATION_FILE,
+from smf_assurance.ops.local.bus_auth import AUTHORIZATION_FILE, read_user_public, write_user_seed
+from smf_assurance.ops.local.defaults import (
+    CONSOLE,
     NKEY_SUFFIX,
-    read_user_public,
-    write_user_seed,
+    OPERATOR,
+    PUBLISHER,
 )
 from smf_assurance.subjects.bus_access import BusCredential
 from smf_assurance.subjects.clock import wall_clock_ms
@@ -47,14 +48,8 @@ CONNECTORS: Final = ("court-efiling", "dms")
 RELEASE_SIGNER: Final = "release-signer"
 """The demo's release-signing key. A state directory that holds it is
 its own release authority (demo, ``up``); a production gate holds no release key."""
-OPERATOR: Final = "operator"
-"""The local operator: the one principal that may delete or purge streams."""
-CONSOLE: Final = "console"
-"""The approvers' console relay: reads every tenant's pending announcements, signs nothing."""
-PUBLISHER: Final = "release-publisher"
 MODEL_GATEWAY: Final = "model-gateway"
 """The model gateway's principal: signs the output closes of the runtimes it serves."""
-"""Writes signed releases into the release bucket (the signature is the release key's)."""
 
 
 def write_private(path: Path, data: bytes) -> None:
@@ -68,11 +63,6 @@ def write_private(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def default_state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "smf-assurance"
 
 
 PRIVATE_UMASK: Final = 0o077

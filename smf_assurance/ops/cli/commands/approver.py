@@ -31,7 +31,6 @@ import nkeys
 
 from smf_assurance.ops.cli.cli_json import ApproverAddJson, ApproverRemoveJson
 from smf_assurance.ops.cli.commands.onboard import (
-    add_release_arguments,
     authority_of,
     finish,
     refusals_in_one_line,
@@ -47,65 +46,6 @@ MAX_RECORD_BYTES: Final = 64 * 1024
 ROLE: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")
 """A licensed role, in the words the policies' ``required_roles`` use."""
 USER: Final = re.compile(r"U[A-Z2-7]{55}")
-
-
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "approver",
-        help="put an approver on the roster, or take one off, in a new signed release",
-        description="Add an approver from its public record and public bus user (its keys "
-        "are made where it is), or remove one, each in the next release signed with the "
-        "operator's release keys.",
-    )
-    actions = p.add_subparsers(dest="approver_command", required=True, metavar="ACTION")
-
-    add = actions.add_parser(
-        "add",
-        help="add an approver from its public key record and bus user",
-        description="Add an approver (role approver, its tenants, licensed roles and bus "
-        "user) in the next release. Only public halves are taken: --public-key is the "
-        "output of `keys public --json`, --bus-user the output of `keys nkey`.",
-    )
-    add.add_argument("--id", required=True, dest="principal", help="the approver's principal")
-    add.add_argument(
-        "--role",
-        required=True,
-        action="append",
-        metavar="ROLE",
-        help="a licensed role it holds, e.g. licensed_attorney or paralegal; repeatable",
-    )
-    add.add_argument(
-        "--tenant",
-        required=True,
-        action="append",
-        help="a tenant it approves for; repeatable",
-    )
-    add.add_argument(
-        "--public-key",
-        required=True,
-        type=Path,
-        metavar="FILE",
-        help="its public key record (smf.ed25519.public/1, from `keys public --json`)",
-    )
-    add.add_argument(
-        "--bus-user",
-        required=True,
-        metavar="UXXX...",
-        help="its bus credential's public user key (from `keys nkey`)",
-    )
-    add_release_arguments(add)
-    add.set_defaults(func=run_add)
-
-    remove = actions.add_parser(
-        "remove",
-        help="take an approver off the roster in a new release",
-        description="Remove the approver's registry entries in the next release signed with "
-        "the operator's release keys; gates then refuse its resolutions and the bus its "
-        "connection.",
-    )
-    remove.add_argument("--id", required=True, dest="principal", help="the approver's principal")
-    add_release_arguments(remove)
-    remove.set_defaults(func=run_remove)
 
 
 def read_public_record(path: Path) -> PublicKeyRecord:

@@ -13,9 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from smf_assurance.ops.cli.output import say
+from smf_assurance.ops.cli.parsers.completion import PROG
 
-SHELLS = ("bash", "zsh", "fish")
-PROG = "smf-assurance"
 FUNCTION = "_smf_assurance"
 
 
@@ -27,18 +26,6 @@ class Node:
     path: tuple[str, ...]
     children: tuple[tuple[str, str], ...]
     options: tuple[tuple[str, str], ...]
-
-
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "completion",
-        help="print a shell completion script: bash, zsh or fish",
-        description="Print a completion script for the shell; for example "
-        f"`source <({PROG} completion bash)`, or save its output where your shell "
-        "loads completions from.",
-    )
-    p.add_argument("shell", choices=SHELLS, help="the shell to complete in")
-    p.set_defaults(func=run_completion)
 
 
 def tree(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[Node]:

@@ -26,60 +26,21 @@ import asyncio
 import contextlib
 import ipaddress
 import sys
-from pathlib import Path
-from typing import Final
 
 from smf_assurance.approver.console.server import ConsoleSettings, RunningConsole, start_console
 from smf_assurance.approver.directory import DirectoryError, load_directory
 from smf_assurance.ops.cli.cli_json import ConsoleJson
-from smf_assurance.ops.cli.output import emit, fail, first_line, port_number, say
+from smf_assurance.ops.cli.output import emit, fail, first_line, say
 from smf_assurance.ops.local.bus import (
-    add_bus_location,
-    add_credential_argument,
     bus_url,
     connect_bus,
     credential_for,
 )
-from smf_assurance.ops.local.logs import LOG_LEVELS, configure_logging
+from smf_assurance.ops.local.defaults import CONSOLE, default_state_dir
+from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.signals import stop_on_signals
-from smf_assurance.ops.local.state import CONSOLE, StateDir, default_state_dir
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects.registry import RegistryError, load_registry
-
-DEFAULT_PORT: Final = 8765
-
-
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "console",
-        help="serve the approvers' web console",
-        description="Serve the approvers' web page: held actions of your tenants, live; what "
-        "each would send, checked against its digest in your browser; allow-once or deny, "
-        "signed in your browser with your own key. Runs until SIGINT or SIGTERM.",
-    )
-    add_bus_location(p)
-    p.add_argument(
-        "--registry",
-        type=Path,
-        metavar="FILE",
-        help="the approver roster (default: registry.json in the state dir)",
-    )
-    p.add_argument(
-        "--directory",
-        type=Path,
-        metavar="DIR",
-        help="the tenant directory, one <tenant>.toml each (default: directory/ in the state dir)",
-    )
-    add_credential_argument(p, CONSOLE)
-    p.add_argument("--host", default="127.0.0.1", help="listen address (default: 127.0.0.1)")
-    p.add_argument(
-        "--port",
-        type=port_number,
-        default=DEFAULT_PORT,
-        help=f"listen port (default: {DEFAULT_PORT})",
-    )
-    p.add_argument("--json", action="store_true", help="print the readiness line as JSON")
-    p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")
-    p.set_defaults(func=run_console)
 
 
 def _loopback(host: str) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import sys
 from pathlib import Path
 
@@ -16,40 +15,9 @@ from smf_assurance.governance.compiler import CompileError, compile_corpus, writ
 from smf_assurance.governance.projections import load_policy_set
 from smf_assurance.ops.cli.cli_json import CompileJson, EvalJson
 from smf_assurance.ops.cli.commands import eval_many
-from smf_assurance.ops.cli.output import emit, fail, table
+from smf_assurance.ops.cli.output import emit, fail, format_instant, parse_instant, table
 from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.envelope import EnvelopeError, decode_envelope
-
-
-def parse_instant(text: str) -> int:
-    """RFC 3339 (``2026-11-29T10:00:00Z``) to unix milliseconds; zone required."""
-    try:
-        moment = dt.datetime.fromisoformat(text)
-    except ValueError:
-        fail(f"--at: {text!r} is not an RFC 3339 timestamp", 2)
-    if moment.tzinfo is None:
-        fail("--at: the timestamp needs a time zone (e.g. Z)", 2)
-    return int(moment.timestamp() * 1000)
-
-
-def format_instant(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat().replace("+00:00", "Z")
-
-
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("compile", help="compile a corpus into enforcement and analysis projections")
-    p.add_argument("--corpus", type=Path, required=True, help="corpus folder (release.json, ...)")
-    p.add_argument("--out", type=Path, required=True, help="output folder (new or empty)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=run_compile)
-
-    p = sub.add_parser("eval", help="decide one operation envelope offline")
-    p.add_argument("envelope", help="envelope JSON file, or - for stdin")
-    p.add_argument("--projection", type=Path, help="projection folder (default: shipped scenarios)")
-    p.add_argument("--at", help="evaluation time, RFC 3339 (default: now)")
-    p.add_argument("--json", action="store_true", help="print the Decision as canonical JSON")
-    eval_many.add_arguments(p)
-    p.set_defaults(func=run_eval)
 
 
 def run_compile(args: argparse.Namespace) -> int:

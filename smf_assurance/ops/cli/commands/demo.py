@@ -29,11 +29,11 @@ from smf_assurance.ops.cli.cli_json import ConnectorReport, DemoJson, DemoOutcom
 from smf_assurance.ops.cli.output import Progress, emit, fail, table
 from smf_assurance.ops.demo.script import SCENARIOS, ScriptedAction
 from smf_assurance.ops.local.bus import connect_bus
+from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.stack import Stack, seed_demo_documents, start_stack
 from smf_assurance.ops.local.state import (
     ADAPTER_ID,
-    OPERATOR,
     RUNTIME_ID,
     StateDir,
     private_files,
@@ -49,14 +49,6 @@ from smf_assurance.swarm.selector import analysis_release, decode_matter
 from smf_assurance.swarm.service import analyze
 
 REPORT_WAIT_SECONDS = 10.0
-
-
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("demo", help="run the four governed scenarios end to end over NATS")
-    p.add_argument("--state-dir", type=Path, help="keep all state here (default: a temp dir)")
-    p.add_argument("--nats", help="use this NATS server instead of an embedded one")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=run_demo)
 
 
 @dataclass

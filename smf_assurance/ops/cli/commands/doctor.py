@@ -15,14 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from pathlib import Path
 
 from smf_assurance.governance.releases import ReleaseError, load_trust_root
 from smf_assurance.ops.cli.cli_json import DoctorCheckJson, DoctorJson
-from smf_assurance.ops.cli.output import Progress, emit, fail, positive_int, say, table
+from smf_assurance.ops.cli.output import Progress, emit, fail, say, table
 from smf_assurance.ops.doctor.run import (
-    DEFAULT_CHECKPOINT_AGE_S,
-    DEFAULT_LEASE_WARN_HOURS,
     HOUR_MS,
     STEPS,
     Check,
@@ -30,62 +27,12 @@ from smf_assurance.ops.doctor.run import (
     failed,
     run,
 )
-from smf_assurance.ops.local.bus import add_credential_argument, bus_url, credential_for
+from smf_assurance.ops.local.bus import bus_url, credential_for
+from smf_assurance.ops.local.defaults import OPERATOR, default_state_dir
 from smf_assurance.ops.local.logs import configure_logging
-from smf_assurance.ops.local.state import OPERATOR, StateDir, default_state_dir
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.registry import RegistryError, load_registry
-
-
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "doctor",
-        help="check a running deployment: bus, release, gate services, runtimes, "
-        "connectors, ledger checkpoints, console, state folder modes",
-        description="Check a running deployment from the operator's seat and print what "
-        "to fix; exit 1 when any check failed. Every answer a gate gives counts only when "
-        "a gate key of the state's registry signed it. Any file or folder of the state "
-        "directory others may read or enter is a failure naming it.",
-    )
-    p.add_argument(
-        "--state-dir",
-        type=Path,
-        help=f"the operator's state: registry, trust root, keys (default: {default_state_dir()})",
-    )
-    p.add_argument("--nats", metavar="URL", help="the bus (default: the URL `up` wrote)")
-    add_credential_argument(p, OPERATOR)
-    p.add_argument(
-        "--trust-root",
-        type=Path,
-        metavar="FILE",
-        help="verify the gates' release against it (default: the state's, when it has one)",
-    )
-    p.add_argument(
-        "--console",
-        metavar="URL",
-        help="the approvers' console to check, if any: its GET URL/healthz must answer 200",
-    )
-    p.add_argument(
-        "--directory",
-        type=Path,
-        metavar="DIR",
-        help="the tenant directory the console reads (default: directory/ in the state dir)",
-    )
-    p.add_argument(
-        "--lease-warn-hours",
-        type=positive_int,
-        default=DEFAULT_LEASE_WARN_HOURS,
-        help="warn when a release's lease ends sooner (default: %(default)s)",
-    )
-    p.add_argument(
-        "--checkpoint-age",
-        type=positive_int,
-        default=DEFAULT_CHECKPOINT_AGE_S,
-        metavar="SECONDS",
-        help="warn when ledger entries are unanchored longer (default: %(default)s)",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=run_doctor)
 
 
 def _name(check: Check) -> str:

@@ -52,29 +52,10 @@ from smf_assurance.ops.cli.cli_json import (
     EvalOutcomeJson,
     EvalSideJson,
 )
-from smf_assurance.ops.cli.commands.release import verify_release_dir
 from smf_assurance.ops.cli.explaining import print_explanation
 from smf_assurance.ops.cli.output import emit, fail, say, table
 from smf_assurance.subjects.envelope import EnvelopeError, OperationEnvelope, decode_envelope
 from smf_assurance.subjects.release import decode_bundle
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--jsonl", action="store_true", help="the envelope file holds one envelope per line"
-    )
-    parser.add_argument(
-        "--explain", action="store_true", help="explain each decision as `explain` does"
-    )
-    parser.add_argument(
-        "--against",
-        type=Path,
-        metavar="RELEASE_DIR",
-        help="also decide under this release folder and show what changes",
-    )
-    parser.add_argument(
-        "--trust-root", type=Path, help="trust root the --against release is verified with"
-    )
 
 
 def wanted(args: argparse.Namespace) -> bool:
@@ -154,6 +135,10 @@ def against_side(folder: Path, trust_root: Path | None, at: str | None) -> Side:
     """The ``--against`` release folder, verified as a gate would (``release verify``)."""
     if trust_root is None:
         fail("--against needs --trust-root FILE to verify the release with", 2)
+    from smf_assurance.ops.cli.commands.release import (  # noqa: PLC0415 - only --against verifies: release's module imports the bus client
+        verify_release_dir,
+    )
+
     release, _, _ = verify_release_dir(folder, trust_root, None, at)
     enforcement = decode_enforcement(decode_bundle(release.bundle_bytes).enforcement)
     about = {

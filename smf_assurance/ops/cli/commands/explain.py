@@ -44,8 +44,9 @@ from smf_assurance.ops.cli.cli_json import ExplainJson, ExplainLedgerJson, Expla
 from smf_assurance.ops.cli.commands.ledger import trusted_gate_keys
 from smf_assurance.ops.cli.explaining import print_explanation
 from smf_assurance.ops.cli.output import emit, fail, first_line, say, table
+from smf_assurance.ops.local.defaults import default_state_dir
 from smf_assurance.ops.local.logs import configure_logging
-from smf_assurance.ops.local.state import StateDir, default_state_dir
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.stores.evidence import NO_PROJECTION, TENANT_DOMAIN, release_ref
 from smf_assurance.pipeline.stores.ledger import (
     CHECKPOINT_BAD_SIGNATURE,
@@ -65,26 +66,6 @@ CORE_DISPOSITION: Final[dict[str, Disposition]] = {
 }
 """The ledger says ``hold`` where the decision core says ``conditional``
 (``smf_assurance.pipeline.stores.evidence.LEDGER_DISPOSITION``, read backwards)."""
-
-
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "explain",
-        help="explain a recorded decision: policies, layers, rules, requirements",
-        description="Explain a decision the ledger holds, under the release that made it: "
-        "which policies applied and from which layer, the rule each rests on (title, "
-        "statement, citation), which requirement came from which layer, and for a "
-        "safety-floor denial why the operation was consequential. Read-only.",
-    )
-    p.add_argument("decision_id", metavar="DECISION_ID", help="the decision id (sha256:...)")
-    p.add_argument(
-        "--state-dir",
-        type=Path,
-        help=f"the state whose ledger and releases to read (default: {default_state_dir()})",
-    )
-    p.add_argument("--db", type=Path, help="ledger file (default: STATE/ledger.db)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=run_explain)
 
 
 def _decision_entry(db: Path, decision_id: str) -> tuple[StoredEntry, list[StoredEntry]]:

@@ -17,13 +17,13 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from smf_assurance.ops.cli.cli_json import HoldsJson
 from smf_assurance.ops.cli.output import emit, fail, first_line, say, table
 from smf_assurance.ops.local.bus import bus_url, connect_bus
+from smf_assurance.ops.local.defaults import OPERATOR, default_state_dir
 from smf_assurance.ops.local.logs import configure_logging
-from smf_assurance.ops.local.state import OPERATOR, StateDir, default_state_dir
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.stores.holds import (
     HoldsInvalid,
     HoldsUnavailable,
@@ -32,35 +32,6 @@ from smf_assurance.pipeline.stores.holds import (
     read_holds,
 )
 from smf_assurance.subjects.holds import HoldPathError, hold_path
-
-
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "holds",
-        help="the gate's legal holds: documents confined runtimes have read-only",
-        description="The gate's legal-hold list. A confined runtime's launcher asks it at "
-        "start and every second; a change stops every confined runtime (start it again).",
-    )
-    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-
-    def common(q: argparse.ArgumentParser) -> None:
-        q.add_argument(
-            "--state-dir", type=Path, help=f"the gate's state (default: {default_state_dir()})"
-        )
-        q.add_argument("--nats", metavar="URL[,URL...]", help="the gate's bus (default: up's)")
-        q.add_argument("--json", action="store_true", help="print JSON")
-
-    q = actions.add_parser("add", help="hold documents (absolute paths)")
-    q.add_argument("paths", nargs="+", metavar="PATH", help="an absolute path to hold")
-    common(q)
-    q.set_defaults(func=run_add)
-    q = actions.add_parser("remove", help="lift holds (absolute paths)")
-    q.add_argument("paths", nargs="+", metavar="PATH", help="an absolute path held")
-    common(q)
-    q.set_defaults(func=run_remove)
-    q = actions.add_parser("list", help="the documents held and the list's revision")
-    common(q)
-    q.set_defaults(func=run_list)
 
 
 def _paths(given: Sequence[str]) -> tuple[str, ...]:

@@ -23,7 +23,8 @@ import msgspec
 
 from smf_assurance.ops.cli.cli_json import BusUserJson, KeyRecordJson
 from smf_assurance.ops.cli.output import emit, fail, first_line, table
-from smf_assurance.ops.local.bus_auth import NKEY_SUFFIX, BusCredentialError, write_user_seed
+from smf_assurance.ops.local.bus_auth import BusCredentialError, write_user_seed
+from smf_assurance.ops.local.defaults import NKEY_SUFFIX
 from smf_assurance.subjects.keys import (
     KeyFileError,
     PublicKeyRecord,
@@ -33,45 +34,6 @@ from smf_assurance.subjects.keys import (
     write_private_key,
 )
 from smf_assurance.subjects.names import SubjectError, token
-
-
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("keys", help="make and inspect Ed25519 keys")
-    actions = p.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
-
-    new = actions.add_parser(
-        "new",
-        help="make a key pair: a 0600 private key file and its public record",
-        description="Write a new Ed25519 private key file (mode 0600, never over an "
-        "existing file) and print its public record.",
-    )
-    new.add_argument("--id", required=True, dest="principal", help="principal the key belongs to")
-    new.add_argument("--out", required=True, type=Path, help="private key file to create")
-    new.add_argument("--json", action="store_true", help="print the public record as JSON")
-    new.set_defaults(func=run_new)
-
-    public = actions.add_parser(
-        "public",
-        help="print the public record of a private key file",
-        description="Print the public record of an existing private key file, e.g. "
-        "for a roster or for `ledger verify --key`.",
-    )
-    public.add_argument("--key", required=True, type=Path, help="private key file")
-    public.add_argument("--json", action="store_true", help="print the public record as JSON")
-    public.set_defaults(func=run_public)
-
-    nkey = actions.add_parser(
-        "nkey",
-        help="make a bus credential: a 0600 nkey seed file and its public user key",
-        description="Write a new NATS user nkey seed (mode 0600, never over an existing "
-        "file) named PRINCIPAL.nkey, as `--credential` takes it, and print its public user "
-        "key (U...), the one thing to hand over.",
-    )
-    nkey.add_argument(
-        "--out", required=True, type=Path, help="seed file to create, named <principal>.nkey"
-    )
-    nkey.add_argument("--json", action="store_true", help="print the public user key as JSON")
-    nkey.set_defaults(func=run_nkey)
 
 
 def _print_record(record: PublicKeyRecord, path: Path, as_json: bool) -> None:

@@ -32,14 +32,13 @@ from nats.js.errors import NotFoundError
 from smf_assurance.ops.cli.cli_json import LedgerVerifyJson
 from smf_assurance.ops.cli.output import CommandError, emit, fail, first_line, say, table
 from smf_assurance.ops.local.bus import (
-    add_bus_location,
-    add_credential_argument,
     bus_url,
     connect_bus,
     credential_for,
 )
+from smf_assurance.ops.local.defaults import OPERATOR, default_state_dir
 from smf_assurance.ops.local.logs import configure_logging
-from smf_assurance.ops.local.state import OPERATOR, StateDir, default_state_dir
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.stores.checkpoint_stream import read_checkpoints
 from smf_assurance.pipeline.stores.ledger import (
     EvidenceStoreUnavailable,
@@ -59,72 +58,6 @@ from smf_assurance.subjects.keys import (
     verify_key_from_record,
 )
 from smf_assurance.subjects.registry import REGISTRY_SCHEMA, RegistryError, load_registry
-
-
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("ledger", help="verify and export the evidence ledger")
-    actions = p.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
-
-    verify = actions.add_parser(
-        "verify",
-        help="check the hash chain and the signed checkpoints; name the first bad entry",
-        description="Check every entry's hash, the chain, and every signed checkpoint. "
-        "Exits 1 with one line naming the first bad seq and the reason.",
-    )
-    verify.add_argument("--db", required=True, type=Path, help="ledger file (ledger.db)")
-    source = verify.add_mutually_exclusive_group()
-    source.add_argument(
-        "--nats", metavar="URL", help="read checkpoints from the SMF_LEDGER_CHECKPOINTS stream"
-    )
-    source.add_argument(
-        "--checkpoints", type=Path, help="read checkpoints from a file (one envelope per line)"
-    )
-    _gate_argument(verify)
-    add_credential_argument(verify, OPERATOR)
-    trust = verify.add_mutually_exclusive_group()
-    trust.add_argument(
-        "--key", type=Path, help="trusted gate key: a public key record or a registry file"
-    )
-    trust.add_argument(
-        "--state-dir",
-        type=Path,
-        help=f"trust the gate keys of this state dir's registry (default: {default_state_dir()})",
-    )
-    verify.add_argument("--json", action="store_true", help="print JSON")
-    verify.set_defaults(func=run_verify)
-
-    export = actions.add_parser(
-        "export",
-        help="write every entry as one JSON line, for auditors",
-        description="Write every entry in seq order as one canonical JSON line with its "
-        "hash, so an auditor can recompute the chain from the lines alone.",
-    )
-    export.add_argument("--db", required=True, type=Path, help="ledger file (ledger.db)")
-    export.add_argument("--format", choices=("jsonl",), default="jsonl", help="default: jsonl")
-    export.add_argument("--out", type=Path, help="file to create (default: stdout)")
-    export.set_defaults(func=run_export)
-
-    checkpoints = actions.add_parser(
-        "checkpoints",
-        help="copy the signed checkpoints from the bus into a file",
-        description="Write every envelope on the SMF_LEDGER_CHECKPOINTS stream, one per "
-        "line, for `ledger verify --checkpoints` away from the bus.",
-    )
-    add_bus_location(checkpoints)
-    checkpoints.add_argument("--out", type=Path, help="file to create (default: stdout)")
-    _gate_argument(checkpoints)
-    add_credential_argument(checkpoints, OPERATOR)
-    checkpoints.set_defaults(func=run_checkpoints)
-
-
-def _gate_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--gate",
-        default=names.DEFAULT_GATE_NAME,
-        metavar="NAME",
-        help="the gate whose checkpoints to read (`up --gate-name`; "
-        f"default: {names.DEFAULT_GATE_NAME})",
-    )
 
 
 def _gate_name(name: str) -> str:

@@ -31,42 +31,15 @@ from smf_assurance.approver.notify.service import NotifierSettings, RunningNotif
 from smf_assurance.ops.cli.cli_json import NotifyJson
 from smf_assurance.ops.cli.output import emit, fail, first_line, say
 from smf_assurance.ops.local.bus import (
-    add_bus_location,
-    add_credential_argument,
     bus_url,
     connect_bus,
     credential_for,
 )
-from smf_assurance.ops.local.logs import LOG_LEVELS, configure_logging
+from smf_assurance.ops.local.defaults import CONSOLE, default_state_dir
+from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.signals import stop_on_signals
-from smf_assurance.ops.local.state import CONSOLE, StateDir, default_state_dir
+from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects.registry import RegistryError, load_registry
-
-
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "notify",
-        help="notify entitled approvers of pending approvals (e-mail, Slack, Teams)",
-        description="Send every approver the roster entitles to resolve a pending approval "
-        "one e-mail and one signed webhook (Slack or Teams format) with a link to the "
-        "console and no content, and one reminder before it expires while it is still "
-        "pending. Contacts, SMTP and webhook secrets per tenant come from --config (TOML). "
-        "Runs until SIGINT or SIGTERM; a notifier outage never approves or denies anything.",
-    )
-    p.add_argument(
-        "--config", type=Path, required=True, metavar="FILE", help="the notifier's TOML file"
-    )
-    add_bus_location(p)
-    p.add_argument(
-        "--registry",
-        type=Path,
-        metavar="FILE",
-        help="the approver roster (default: registry.json in the state dir)",
-    )
-    add_credential_argument(p, CONSOLE)
-    p.add_argument("--json", action="store_true", help="print the readiness line as JSON")
-    p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")
-    p.set_defaults(func=run_notify)
 
 
 def _announce(settings: NotifierSettings, config_path: Path, as_json: bool) -> None:

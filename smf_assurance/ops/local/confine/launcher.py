@@ -70,6 +70,7 @@ from smf_assurance.ops.local.confine.view import (
     digest,
     read_holds,
 )
+from smf_assurance.ops.local.defaults import BWRAP
 from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects.bus_access import BusCredential, CredentialFileError, read_credential
 from smf_assurance.subjects.keys import KeyFileError, SigningKey, load_private_key
@@ -77,7 +78,6 @@ from smf_assurance.subjects.signer import SIGNER_SOCKET_ENV
 
 log = structlog.get_logger(__name__)
 
-BWRAP: Final = "/usr/bin/bwrap"
 HOLDS_CHANGED_EXIT: Final = 75
 HOLD_POLL_S: Final = 1.0
 NAMESPACES: Final = ("pid", "net", "ipc", "uts", "cgroup")
