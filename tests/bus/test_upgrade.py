@@ -40,13 +40,14 @@ from nats.aio.client import Client
 
 from smf_assurance.ops.demo.script import SCENARIOS
 from smf_assurance.ops.local.bus import connect_bus
+from smf_assurance.ops.local.defaults import CONSOLE, OPERATOR
 from smf_assurance.ops.local.stack import (
     Stack,
     seed_demo_documents,
     start_embedded_server,
     start_stack,
 )
-from smf_assurance.ops.local.state import CONSOLE, OPERATOR, RELEASE_SIGNER, StateDir, private_files
+from smf_assurance.ops.local.state import RELEASE_SIGNER, StateDir, private_files
 from smf_assurance.pipeline.stores.ledger_schema import SCHEMA_VERSION
 from smf_assurance.pipeline.stores.state_check import STATE_FOLDER_TOO_OPEN, StateRefused
 from smf_assurance.subjects import names
