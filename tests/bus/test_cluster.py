@@ -180,6 +180,19 @@ async def propose_to(
     return verdict
 
 
+async def holds_fresh(nc: Client, gates: list[GateProcess]) -> bool:
+    """Each replica's hold list is fresh (its test subject ``holds``): a stale one
+    denies document writes and deletes until its next good read."""
+    for gate in gates:
+        try:
+            reply = await nc.request(f"{gate.subject}.holds", b"", timeout=2)
+        except (NatsError, TimeoutError):
+            return False
+        if reply.data != b"fresh":
+            return False
+    return True
+
+
 async def approval_state(nc: Client, approval_id: str) -> str:
     reply = await nc.request(names.APPROVAL_STATUS, approval_id.encode(), timeout=5)
     state: str = msgspec.json.decode(reply.data)["state"]
@@ -459,6 +472,9 @@ async def test_losing_a_nats_node_under_load_loses_no_verdict_and_duplicates_no_
         )
 
     await wait_for(healed, timeout=30, interval=0.5)
+    # A replica whose node was lost read no hold list meanwhile; until it reads one
+    # again it denies every deletion (holds_unavailable), failing closed as it must.
+    await wait_for(lambda: holds_fresh(cnc, replicas), timeout=30, interval=0.5)
     after = await steady_load(cnc, cluster_state, "after-heal")
     assert all(v.outcome == "allow" for _, v in after), [v for _, v in after]
     await assert_each_allow_has_one_order(cnc, cluster_state, results + after)

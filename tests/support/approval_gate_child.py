@@ -38,6 +38,10 @@ so that a test can address one process instead of whichever member of the
 
 - ``smf-test.<name>.propose``: this process's ``smf.propose`` handler, so a
   test knows which replica held an approval.
+- ``smf-test.<name>.holds``: ``fresh`` or ``stale``, this process's hold-list mirror
+  as its decisions see it (``HoldsMirror.view``). A stale mirror denies every document
+  write and delete (``holds_unavailable``), so a test that expects allows after a
+  fault waits for ``fresh`` on each replica.
 
 Prints ``READY`` once the gate answers; exits on SIGTERM after closing the
 gate. A test stops it with SIGKILL to simulate a crash.
@@ -134,9 +138,14 @@ async def _serve_tests(running: RunningGate, control: Client, prefix: str) -> No
     async def propose(msg: Msg) -> None:
         await msg.respond(await running.gate.handle_propose(msg.data))
 
+    async def holds(msg: Msg) -> None:
+        mirror = running.holds
+        await msg.respond(b"fresh" if mirror is not None and mirror.view().fresh else b"stale")
+
     await control.subscribe(f"{prefix}.propose", cb=spawn(propose))
     await control.subscribe(f"{prefix}.resolve", cb=spawn(resolve))
     await control.subscribe(f"{prefix}.claim", cb=spawn(claim))
+    await control.subscribe(f"{prefix}.holds", cb=spawn(holds))
     await control.flush()
 
 
