@@ -249,10 +249,14 @@ async def test_gate_killed_mid_flight_and_restarted_executes_nothing_twice(
     store = seed_documents(state, documents)
     runtime = runtime_client(nc, state, timeout=2.0)
     js = nc.jetstream()
-    proposals = [deletion(runtime, d) for d in documents]
-    signed = [runtime.sign(p) for p in proposals]
 
     async with gate_process(nats_server.url, state, co_located) as child:
+        # Built once the gate answers: each proposal's deadline is its issue time plus
+        # the client's 2 s, and a gate that starts slowly on a loaded machine decides
+        # nothing past a deadline (it answers from its records), so proposals built
+        # before it started could all be past theirs and no order would ever be stored.
+        proposals = [deletion(runtime, d) for d in documents]
+        signed = [runtime.sign(p) for p in proposals]
         first_round = [
             asyncio.create_task(runtime.send(p.proposal_id, s))
             for p, s in zip(proposals, signed, strict=True)
