@@ -2,7 +2,8 @@
 
 The commands that build and measure the product rather than run it: ``bench`` (the
 benchmarks beside their baselines), ``candidate`` (one immutable release candidate and
-its signed evidence) and ``review`` (a reviewer's signed verdict on a candidate's claim).
+its signed evidence), ``review`` (a reviewer's signed verdict on a candidate's claim) and
+``repeat`` (one test run many times under CPU load, to find a flaky one).
 A firm neither measures our build nor signs reviews of our candidates, so none of this
 is in the wheel; ``make bench``, ``make evidence`` and ``make bypass`` run it.
 
@@ -20,7 +21,7 @@ from types import ModuleType
 from typing import Final
 
 from smf_assurance.ops.cli import main as product
-from smf_tools import PROG
+from smf_tools import PROG, repeat
 from smf_tools.bench import command as bench
 from smf_tools.candidate import command as candidate
 from smf_tools.candidate import review_command as review
@@ -29,7 +30,7 @@ DESCRIPTION: Final = (
     "The SMF Assurance Gate team's tools: benchmarks, release candidates and their reviews "
     "(not in the wheel; run from the checkout's root)."
 )
-COMMANDS: Final[tuple[ModuleType, ...]] = (bench, candidate, review)
+COMMANDS: Final[tuple[ModuleType, ...]] = (bench, candidate, review, repeat)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -346,6 +346,30 @@ class CandidateBuildJson(CliJson, kw_only=True):
     files: Annotated[dict[str, Path_], _("json, markdown, dsse, junit: the files written")]
 
 
+# --- repeat -------------------------------------------------------------------------------
+
+
+class RepeatFailureJson(CliJson, kw_only=True):
+    """One run that failed, and where its output was kept."""
+
+    run: Annotated[Count, _("the run's number, from 1")]
+    status: Annotated[int, _("pytest's exit status")]
+    log: Annotated[Path_, _("the run's output (stdout, then stderr)")]
+
+
+class RepeatJson(CliJson, kw_only=True):
+    """``repeat --json``: how many fresh runs of the tests passed, under how much load.
+    Printed before the command exits 1 when any run failed."""
+
+    runs: Annotated[Count, _("fresh pytest processes run")]
+    passed: Annotated[Count, _("runs that exited 0")]
+    failed: Annotated[Count, _("runs that did not")]
+    burners: Annotated[Count, _("processes spinning on the CPUs meanwhile")]
+    p50_ns: Annotated[Nanoseconds, _("median run, start to exit, ns")]
+    max_ns: Annotated[Nanoseconds, _("slowest run, ns")]
+    failures: Annotated[tuple[RepeatFailureJson, ...], _("each failed run, in order")]
+
+
 # --- the table of commands -----------------------------------------------------------------
 
 COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
@@ -354,6 +378,7 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("review", "start"): (ReviewStartJson,),
     ("review", "sign"): (ReviewSignJson,),
     ("candidate", "status"): (CandidateStatusJson,),
+    ("repeat",): (RepeatJson,),
 }
 """Each command of ``python -m smf_tools`` with ``--json`` and its types: what it prints, then
 any refusal it prints."""

@@ -319,7 +319,7 @@ GROUPS = {
         "doctor",
         "completion",
     },
-    "python -m smf_tools": {"bench", "candidate", "review"},
+    "python -m smf_tools": {"bench", "candidate", "review", "repeat"},
 }
 """What a firm runs, and what only the team runs (measuring our build, building and
 reviewing release candidates of it): no command is on both."""

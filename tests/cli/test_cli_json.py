@@ -657,6 +657,18 @@ def check_candidate_status(out: tools_json.CandidateStatusJson, _: World) -> Non
     assert (row.claim, row.state, row.reviewer) == ("bus-access.one", "current", "reviewer-rita")
 
 
+STEADY_TEST = (
+    f"{Path(__file__).parents[1] / 'unit' / 'test_canonical.py'}::test_vector_names_are_unique"
+)
+"""A quick test with no I/O, for ``repeat`` to run twice."""
+
+
+def check_repeat(out: tools_json.RepeatJson, _: World) -> None:
+    assert (out.runs, out.passed, out.failed, out.burners) == (2, 2, 0, 1)
+    assert out.failures == ()
+    assert 0 < out.p50_ns <= out.max_ns
+
+
 REPO = ("--repo", "{work}/reviewed")
 REVIEW = (
     *("--candidate", "{work}/candidate.json", "--claim", "bus-access.one", "--verdict", "pass"),
@@ -1022,6 +1034,10 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
             check=check_candidate_status,
         ),
         Case(("--candidate", "{work}/garbage", "--reviews", "{work}/reviews"), 1, None),
+    ),
+    ("repeat",): (
+        Case((STEADY_TEST, "--runs", "2", "--burners", "1"), check=check_repeat),
+        Case((STEADY_TEST, "--runs", "0"), 2, None),
     ),
 }
 """Cases run in this order (a later one may use what an earlier one wrote): per

@@ -50,6 +50,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse ``type`` for a count where none is a choice (``--burners 0``): a
+    whole number, zero or more, else a usage error (exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is not zero or more")
+    return value
+
+
 def positive_float(text: str) -> float:
     """An argparse ``type`` for a duration in seconds: a number above zero."""
     try:
