@@ -227,6 +227,10 @@ async def test_a_failed_deletion_is_failed_in_the_ledger(
 # --- a connector killed mid-order -----------------------------------------------
 
 
+CRASHED_ACK_WAIT: Final = 1.0
+"""The crashing connector's durable's ack wait: its order comes back a second after."""
+
+
 def run_crashing_connector(state: StateDir, url: str) -> subprocess.CompletedProcess[bytes]:
     folder = state.connector_dir("dms")
     config = {
@@ -236,7 +240,7 @@ def run_crashing_connector(state: StateDir, url: str) -> subprocess.CompletedPro
         "kind": "dms",
         "connector_id": "dms",
         "durable": "smf-connector-dms",
-        "ack_wait": "1.0",
+        "ack_wait": str(CRASHED_ACK_WAIT),
         "gate_public": state.key("gate").public_bytes.hex(),
         "connector_seed": state.key("dms").seed().hex(),
     }
@@ -268,7 +272,11 @@ async def test_a_connector_killed_mid_order_ends_execution_unknown(
     # and not finished, so it reports ``ambiguous`` and does not delete again; the
     # late report records nothing more.
     before = (await gate.js.stream_info(names.RESULT_STREAM)).state.messages
-    async with connectors_running(seeded_state, nats_server.url):
+    # The crashed connector's durable has a 1 s ack wait. A runner that set its own 30 s
+    # within that second (the gate's 0.2 s sweep records the outcome that fast) would
+    # push the unacknowledged order's redelivery 30 s out: nats-server applies a changed
+    # wait to a pending delivery. So the restarted connector keeps the crashed one's.
+    async with connectors_running(seeded_state, nats_server.url, ack_wait=CRASHED_ACK_WAIT):
 
         async def late_report_read() -> bool:
             info = await gate.js.consumer_info(names.RESULT_STREAM, "smf-gate-results")

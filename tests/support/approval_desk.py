@@ -155,9 +155,13 @@ async def gate(
 
 
 @contextlib.asynccontextmanager
-async def connectors_running(state: StateDir, url: str) -> AsyncIterator[None]:
+async def connectors_running(
+    state: StateDir, url: str, ack_wait: float = 30.0
+) -> AsyncIterator[None]:
     """The example connectors, each on its own connection with its own credential,
-    as ``smf_assurance.ops.local.stack`` runs them."""
+    as ``smf_assurance.ops.local.stack`` runs them. Each sets its durable's ack wait to
+    ``ack_wait``; nats-server applies a changed wait to a delivery still unacknowledged,
+    so a test that restarts a crashed connector passes the crashed one's wait."""
     registry = load_registry(state.registry)
     connections: list[Client] = []
     runners: list[ConnectorRunner] = []
@@ -176,7 +180,7 @@ async def connectors_running(state: StateDir, url: str) -> AsyncIterator[None]:
                 signing_key=state.key(connector_id),
                 gate_keys=registry.trusted("gate"),
                 state_dir=folder,
-                config=RunnerConfig(create_durable=True, ack_wait=30.0, fetch_timeout=0.2),
+                config=RunnerConfig(create_durable=True, ack_wait=ack_wait, fetch_timeout=0.2),
             )
             runners.append(runner)
             tasks.append(asyncio.create_task(runner.run()))
