@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import msgspec
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
@@ -146,6 +147,20 @@ class ProposalClient:
             tool_call_id=tool_call_id,
             reply_by_ms=reply_by_ms if reply_by_ms is not None else issued + self._timeout_ms,
             refused_locally=refused_locally,
+        )
+
+    def again(self, proposal: Proposal) -> Proposal:
+        """The same action proposed anew: a new proposal id, issued now, with a deadline
+        of its own (none when the first had none), and no tool call it answers. The
+        first one's deadline has long passed when its approval expired, and a gate
+        decides nothing past a deadline (docs/SUBJECTS.md, "Requester's deadline and recorded verdicts")."""
+        issued = wall_clock_ms()
+        return msgspec.structs.replace(
+            proposal,
+            proposal_id=new_proposal_id(),
+            issued_at_ms=issued,
+            reply_by_ms=None if proposal.reply_by_ms is None else issued + self._timeout_ms,
+            tool_call_id=None,
         )
 
     @property

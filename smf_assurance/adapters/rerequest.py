@@ -28,10 +28,9 @@ import structlog
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from smf_assurance.adapters.client import ProposalClient, new_proposal_id
+from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import open_ask_again
-from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.messages import Proposal, Verdict
 
 log = structlog.get_logger(__name__)
@@ -90,13 +89,7 @@ class HeldProposals:
             log.warning("ask_again_refused", approval_id=approval_id, error="other_decision")
             return
         del self._held[approval_id]
-        again = msgspec.structs.replace(
-            proposal,
-            proposal_id=new_proposal_id(),
-            issued_at_ms=wall_clock_ms(),
-            tool_call_id=None,
-        )
-        answer = await self.propose(again)
+        answer = await self.propose(self.client.again(proposal))
         log.info(
             "asked_again",
             approval_id=approval_id,

@@ -46,6 +46,7 @@ from smf_assurance.subjects.approvals import (
     binding_digest,
     sign_ask_again,
 )
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.dsse import encode_envelope, sign_struct
 from smf_assurance.subjects.keys import generate_signing_key
 from smf_assurance.subjects.messages import Verdict
@@ -113,18 +114,23 @@ async def test_an_expired_filing_asked_again_is_a_new_binding_and_the_old_stays_
     client = runtime(nc, approvers_state)
     held = HeldProposals(client, on_verdict=told)
     sub = await held.serve()
-    first = await held.propose(court_filing(client))
+    proposal = court_filing(client)
+    first = await held.propose(proposal)
     old_id = first.approval_id
     assert first.outcome == "held"
     assert old_id is not None
     old = await gate.approvals.get(old_id)
     assert old is not None
     await expire(gate, clock, old_id)
+    # In use an approval expires minutes after its proposal's deadline (seconds): the
+    # runtime asks again with a deadline of its own, else the gate decides nothing.
+    reply_by = proposal.reply_by_ms or 0
+    await wait_for(lambda: wall_clock_ms() > reply_by, timeout=client.timeout + 5)
 
     reply = await rerequest(nc, rerequest_bytes(approvers_state, PARALEGAL, old_id))
     assert (reply.accepted, reply.reason_codes) == (True, ())
     new = await asyncio.wait_for(again.get(), 10)
-    assert new.outcome == "held"
+    assert new.outcome == "held", new
     assert new.approval_id is not None
     assert new.approval_id != old_id
     assert new.decision_id != first.decision_id
