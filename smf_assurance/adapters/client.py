@@ -153,7 +153,8 @@ class ProposalClient:
         """The same action proposed anew: a new proposal id, issued now, with a deadline
         of its own (none when the first had none), and no tool call it answers. The
         first one's deadline has long passed when its approval expired, and a gate
-        decides nothing past a deadline (docs/SUBJECTS.md, "Requester's deadline and recorded verdicts")."""
+        decides nothing past a deadline (docs/SUBJECTS.md, "Requester's deadline and
+        recorded verdicts")."""
         issued = wall_clock_ms()
         return msgspec.structs.replace(
             proposal,
