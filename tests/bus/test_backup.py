@@ -48,7 +48,7 @@ from smf_assurance.subjects.clock import wall_clock_ms
 from tests.support.approval_desk import ATTORNEY, approver, court_filing, hold, status
 from tests.support.bus_helpers import ExecuteSpy, stream_count, wait_for
 from tests.support.bus_properties import from_scenario, runtime_client
-from tests.support.cli_ops import arun, assert_one_line_failure
+from tests.support.cli_ops import arun, assert_one_line_failure, table_value
 from tests.support.clocks import OffsetClock
 from tests.support.older_state import ledger_rows
 
@@ -341,3 +341,33 @@ async def test_a_backup_never_overwrites_and_needs_a_state_folder(
     assert not (tmp_path / "b.tgz").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     assert os.listdir(tmp_path)
+
+
+async def test_the_tables_say_what_was_copied_and_that_the_keys_are_in_it(
+    seeded: StateDir, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without ``--json``: the backup's table names the archive, says it was taken
+    offline and that the private keys are in it, and lists the streams; the restore's
+    names what it restored and what the ledger check proved."""
+    out = tmp_path / "table.tar.gz"
+    code, printed, _ = await arun(
+        ["backup", "--state-dir", str(seeded.root), "--out", str(out)], capsys
+    )
+    assert code == 0
+    assert table_value(printed, "archive") == str(out)
+    assert table_value(printed, "online") == "no"
+    assert table_value(printed, "private keys").startswith("included")
+    assert "stream  messages" in printed  # none yet: no gate ever ran on the demo state
+    target = tmp_path / "from-table"
+    code, printed, _ = await arun(
+        ["restore", "--from", str(out), "--state-dir", str(target)], capsys
+    )
+    assert code == 0
+    assert table_value(printed, "state dir") == str(target)
+    assert table_value(printed, "set aside") == "-"
+    assert table_value(printed, "ledger") == "no-ledger"
+    code, _, err = await arun(
+        ["restore", "--from", str(tmp_path / "absent.tgz"), "--state-dir", str(target)], capsys
+    )
+    assert_one_line_failure(code, err, "absent.tgz: no such file")
+    assert code == 2

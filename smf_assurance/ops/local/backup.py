@@ -47,6 +47,7 @@ import asyncio
 import contextlib
 import fcntl
 import hashlib
+import io
 import os
 import shutil
 import sqlite3
@@ -440,7 +441,7 @@ def _write_archive(folder: Path, manifest: Manifest, out: Path) -> None:
     try:
         with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
             document = msgspec.json.format(msgspec.json.encode(manifest), indent=2)
-            tar.addfile(_member(MANIFEST, len(document), mtime), _bytes_reader(document))
+            tar.addfile(_member(MANIFEST, len(document), mtime), io.BytesIO(document))
             for entry in manifest.files:
                 with (folder / entry.path).open("rb") as handle:
                     tar.addfile(_member(entry.path, entry.size, mtime), handle)
@@ -450,12 +451,6 @@ def _write_archive(folder: Path, manifest: Manifest, out: Path) -> None:
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
-
-
-def _bytes_reader(data: bytes) -> IO[bytes]:
-    import io  # noqa: PLC0415 - only the manifest needs it
-
-    return io.BytesIO(data)
 
 
 # --- restore -------------------------------------------------------------------------
