@@ -4,8 +4,9 @@ nothing consumed before it can execute again.
 Issue 39, "Backup and restore". Real nats-server (the state's own, authorization on),
 real SQLite files, the example connectors, the command line as an operator runs it
 (``smf-assurance backup`` / ``restore``). The main test is the invariant under
-attack: an allow-once consumed and a direct allow executed before the backup, then
-the backup restored into a new folder and a gate started on it; the attorney's very
+attack: an allow-once consumed and a direct allow executed before the backup, the
+gate deciding while the backup is taken and after it, then that (now older) backup
+restored into a new folder and a gate started on it; the attorney's very
 bytes of the allow-once, the runtime's very bytes of the allow, and the same proposal
 id signed again are sent to it: each is refused or answered from the record, nothing
 is published on ``smf.execute`` (a core subscriber and the stream's count watch),
@@ -155,6 +156,10 @@ async def test_a_backup_taken_while_the_gate_serves_restores_and_nothing_runs_ag
         finally:
             done.set()
         assert await writer >= 1
+        # The gate goes on after the backup: what it decides now the backup cannot hold.
+        later = await runtime.propose(from_scenario(runtime, ALLOW))
+        assert later.decision_id is not None
+        assert later.decision_id in {r.decision_id for r in ledger_rows(seeded.ledger)}
     finally:
         await stack.stop()
 
@@ -179,6 +184,7 @@ async def test_a_backup_taken_while_the_gate_serves_restores_and_nothing_runs_ag
     assert report["replaced"] is None
     rows = ledger_rows(restored.ledger)
     assert rows[: len(before)] == before, "everything written before the backup is in it"
+    assert later.decision_id not in {r.decision_id for r in rows}, "an older backup"
     assert stat.S_IMODE(restored.root.stat().st_mode) == 0o700
     assert _outbox(restored) == filed
 
