@@ -26,6 +26,7 @@ signed checkpoints are what is verified).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import json
 import os
@@ -262,6 +263,29 @@ def _repack(source: Path, target: Path, change: str | None, drop: str | None = N
             new.addfile(member, io.BytesIO(data))
 
 
+def _with_member(source: Path, target: Path, name: str, in_manifest: bool) -> None:
+    """``source`` with one more member ``name``; named in the manifest, with its true
+    digest, when ``in_manifest`` (a forger who rewrote the manifest too)."""
+    data = b"planted\n"
+    with tarfile.open(source, "r:gz") as old, tarfile.open(target, "w:gz") as new:
+        for member in old:
+            handle = old.extractfile(member)
+            assert handle is not None
+            content = handle.read()
+            if member.name == "MANIFEST.json" and in_manifest:
+                manifest = json.loads(content)
+                digest = hashlib.sha256(data).hexdigest()
+                manifest["files"].append(
+                    {"path": name, "sha256": digest, "size": len(data), "kind": "file"}
+                )
+                content = json.dumps(manifest).encode()
+                member.size = len(content)
+            new.addfile(member, io.BytesIO(content))
+        planted = tarfile.TarInfo(name)
+        planted.size = len(data)
+        new.addfile(planted, io.BytesIO(data))
+
+
 def _siblings(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.parent.iterdir() if p.name.startswith(f".{folder.name}"))
 
@@ -274,6 +298,8 @@ def _siblings(folder: Path) -> list[str]:
         ("missing", "member state/keys/gate.key of its manifest is missing"),
         ("truncated", "is not a readable backup archive"),
         ("garbage", "is not a readable backup archive"),
+        ("extra", "member state/planted is not in its manifest"),
+        ("escape", "names a path outside the state folder: '../planted'"),
     ],
 )
 async def test_a_damaged_archive_is_refused_with_nothing_written(
@@ -291,6 +317,10 @@ async def test_a_damaged_archive_is_refused_with_nothing_written(
         reason = "MANIFEST.json is unreadable"
     elif damage == "missing":
         _repack(archive, bad, None, drop="state/keys/gate.key")
+    elif damage == "extra":
+        _with_member(archive, bad, "state/planted", in_manifest=False)
+    elif damage == "escape":
+        _with_member(archive, bad, "../planted", in_manifest=True)
     elif damage == "truncated":
         bad.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
     else:
@@ -300,6 +330,7 @@ async def test_a_damaged_archive_is_refused_with_nothing_written(
     assert_one_line_failure(code, err, reason)
     assert not target.exists()
     assert _siblings(target) == []
+    assert not (tmp_path / "planted").exists()
 
 
 async def test_a_restore_is_refused_while_a_gate_runs_on_the_state_and_over_a_full_one(
