@@ -306,6 +306,8 @@ GROUPS = {
         "keys",
         "approvals",
         "ledger",
+        "backup",
+        "restore",
         "explain",
         "swarm",
         "release",

@@ -589,6 +589,22 @@ def check_candidate(out: tools_json.CandidateBuildJson, _: World) -> None:
     assert [c.state for c in out.claims] == ["green", "green"], out
 
 
+def check_backup(out: cli_json.BackupJson, world: World) -> None:
+    assert out.online  # from the running `up`'s server
+    assert out.keys_included
+    assert out.state_dir == str(world.state.root)
+    assert {"SMF_EXECUTE", "SMF_LEDGER_CHECKPOINTS"} <= {s.name for s in out.streams}
+    assert {f.path: f.kind for f in out.files}["state/ledger.db"] == "sqlite"
+    assert Path(out.archive).stat().st_mode & 0o777 == 0o600
+
+
+def check_restore(out: cli_json.RestoreJson, world: World) -> None:
+    assert out.state_dir == str(world.work / "restored")
+    assert out.replaced is None
+    assert out.ledger_result in ("verified", "self-consistent")
+    assert out.ledger_entries > 0
+
+
 def check_doctor(out: cli_json.DoctorJson, _: World) -> None:
     assert (out.ok, out.failed) == (True, 0), out
     kinds = {c.kind for c in out.checks if c.status in ("ok", "warn")}
@@ -781,6 +797,16 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
             0,
             check_unanchored,
         ),
+    ),
+    ("backup",): (
+        Case((*STATE, "--out", "{work}/backup.tgz"), check=check_backup),
+        Case((*STATE, "--out", "{work}/backup.tgz"), 1, None),  # never over an archive
+    ),
+    ("restore",): (
+        Case(
+            ("--from", "{work}/backup.tgz", "--state-dir", "{work}/restored"), check=check_restore
+        ),
+        Case(("--from", "{work}/garbage", "--state-dir", "{work}/restored-not"), 1, None),
     ),
     ("swarm", "analyze"): (
         Case(("--facts", MATTER, "--out", "{work}/report.json"), check=check_report),

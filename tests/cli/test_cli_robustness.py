@@ -219,6 +219,7 @@ BUS_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
         *("--nats", "{nats}"),
     ),
     ("doctor",): ("--state-dir", "{state}", "--nats", "{nats}"),
+    ("backup",): ("--state-dir", "{state}", "--nats", "{nats}", "--out", "{work}/backup.tgz"),
     ("holds", "add"): ("/srv/careless.txt", "--state-dir", "{state}", "--nats", "{nats}"),
     ("holds", "remove"): ("/srv/careless.txt", "--state-dir", "{state}", "--nats", "{nats}"),
     ("holds", "list"): ("--state-dir", "{state}", "--nats", "{nats}"),
@@ -246,6 +247,8 @@ ARGUMENT_ONLY: dict[tuple[str, ...], str] = {
     "runs it with each bad input",
     ("runtime", "run"): "starts a sandbox around a command; test_confine.py runs it with each "
     "bad input and a missing profile",
+    ("restore",): "needs an archive `backup` wrote; tests/bus/test_backup.py runs it with a "
+    "tampered, truncated, incomplete and garbage archive, over a running and a full state",
 }
 """Commands the environment classes do not run, and why."""
 

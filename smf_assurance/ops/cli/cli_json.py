@@ -581,6 +581,75 @@ class LedgerVerifyJson(CliJson, kw_only=True):
     checkpoints_gate: Annotated[str | None, _("with --nats: whose checkpoint stream, or null")]
 
 
+# --- backup, restore ---------------------------------------------------------------------
+
+Sha256Hex = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}\Z")]
+
+
+class BackupStreamJson(CliJson, kw_only=True):
+    """One stream a backup took through the server, as the server described it."""
+
+    name: Annotated[str, _("the stream (orders SMF_EXECUTE, KV_* buckets, ...)")]
+    messages: Annotated[Count, _("messages it held")]
+    first_seq: Annotated[Count, _("its first sequence")]
+    last_seq: Annotated[Count, _("its last sequence")]
+    consumers: Annotated[Count, _("consumers taken with it (their acknowledgements)")]
+
+
+class BackupFileJson(CliJson, kw_only=True):
+    """One member of the archive, as its manifest names it."""
+
+    path: Annotated[str, _("the member's path in the archive (state/..., jetstream/...)")]
+    sha256: Annotated[Sha256Hex, _("its SHA-256, hex")]
+    size: Annotated[Count, _("its size in bytes")]
+    kind: Annotated[
+        Literal["sqlite", "file", "stream", "stream-config"],
+        _("sqlite (online backup API), file, stream (a server snapshot) or its configuration"),
+    ]
+
+
+class BackupJson(CliJson, kw_only=True):
+    """``backup --json``: the archive written and its manifest."""
+
+    archive: Annotated[Path_, _("the archive written (0600: it holds private keys)")]
+    archive_sha256: Annotated[Sha256Hex, _("the archive's SHA-256, hex")]
+    archive_bytes: Annotated[Count, _("its size")]
+    state_dir: Annotated[Path_, _("the state folder backed up")]
+    online: Annotated[bool, _("true when taken from a running up's server")]
+    keys_included: Annotated[bool, _("always true: the state's private keys are in it")]
+    version: Annotated[str, _("the version that wrote it")]
+    commit: Annotated[str, _("the commit that wrote it, or unknown (an installed wheel)")]
+    started_at_ms: Annotated[Millis, _("when the backup began, Unix ms")]
+    finished_at_ms: Annotated[Millis, _("when its last copy was taken, Unix ms")]
+    streams: Annotated[tuple[BackupStreamJson, ...], _("each stream taken, by name")]
+    files: Annotated[tuple[BackupFileJson, ...], _("each member, in the order copied")]
+
+
+class RestoreJson(CliJson, kw_only=True):
+    """``restore --json``: printed once the restored state is in place and its ledger
+    verified."""
+
+    archive: Annotated[Path_, _("the archive restored")]
+    state_dir: Annotated[Path_, _("the state folder restored")]
+    replaced: Annotated[Path_ | None, _("where the folder it replaced was set aside, or null")]
+    version: Annotated[str, _("the version that wrote the backup")]
+    commit: Annotated[str, _("the commit that wrote the backup, or unknown")]
+    started_at_ms: Annotated[Millis, _("when the backup began, Unix ms")]
+    files: Annotated[Count, _("archive members checked and written")]
+    streams: Annotated[tuple[BackupStreamJson, ...], _("each stream restored")]
+    ledger_result: Annotated[
+        Literal["verified", "self-consistent", "no-ledger"],
+        _(
+            "verified against the restored checkpoint stream; self-consistent (no "
+            "checkpoint there); no-ledger (the backup holds none: no gate ever ran)"
+        ),
+    ]
+    ledger_entries: Annotated[Count, _("entries of the restored ledger verified (0: none)")]
+    ledger_last_seq: Annotated[int, _("its last seq (0: none)")]
+    checkpoints: Annotated[Count, _("distinct checkpoints verified")]
+    external_checkpoints: Annotated[Count, _("checkpoints read from the restored stream")]
+
+
 # --- swarm ------------------------------------------------------------------------------
 
 
@@ -1073,6 +1142,8 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("approvals", "resolve"): (ApprovalsResolveJson, ApprovalsResolveRefusal),
     ("approvals", "rerequest"): (ApprovalsRerequestJson,),
     ("ledger", "verify"): (LedgerVerifyJson,),
+    ("backup",): (BackupJson,),
+    ("restore",): (RestoreJson,),
     ("swarm", "analyze"): (SwarmReportJson,),
     ("swarm", "review"): (SwarmReportJson,),
     ("release", "build"): (ReleaseBuildJson,),

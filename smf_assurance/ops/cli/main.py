@@ -79,6 +79,11 @@ COMMANDS: Final[tuple[Command, ...]] = (
     _group("approvals", ("approvals", "list, inspect and resolve held actions")),
     _group("ledger", ("ledger", "verify and export the evidence ledger")),
     _group(
+        "backup",
+        ("backup", "copy a state folder's stores, keys and streams into one archive, online"),
+        ("restore", "restore a state folder from a backup archive, then verify its ledger"),
+    ),
+    _group(
         "explain", ("explain", "explain a recorded decision: policies, layers, rules, requirements")
     ),
     _group("swarm", ("swarm", "legal analysis that may cite only selected rules")),

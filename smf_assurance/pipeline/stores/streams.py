@@ -256,6 +256,26 @@ async def _exists(js: JetStreamContext, name: str) -> bool:
     return True
 
 
+async def record_restored_streams(js: JetStreamContext, record: Path) -> dict[str, str]:
+    """Record, in the stream record ``record``, when each stream it names was made on
+    this bus, and return the new record.
+
+    A restore (``smf-assurance restore``) makes every stream again from its backup
+    with its messages and consumers, so each is "made" at the restore: without this, the
+    next start would refuse them all as ``stream_replaced``. Only what the record
+    already names is recorded again; a stream it names that the restore did not make is
+    left as recorded, so the next start still refuses it as missing."""
+    known = _read_record(record)
+    for name in list(known):
+        try:
+            known[name] = _created(await js.stream_info(name))
+        except NotFoundError:
+            continue
+    if known:
+        _write_record(record, known)
+    return known
+
+
 def _read_record(record: Path | None) -> dict[str, str]:
     if record is None:
         return {}
