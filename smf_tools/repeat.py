@@ -102,6 +102,23 @@ def burning(count: int) -> Iterator[None]:
             burner.join()
 
 
+def check_collects(tests: Sequence[str]) -> None:
+    """Refuse, before any burner starts, tests that pytest cannot collect (a missing
+    file, a usage error) or that collect nothing: each run would fail, or pass having
+    run nothing, and the series would say nothing about the test."""
+    done = subprocess.run(
+        (*PYTEST, "--collect-only", *tests),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        check=False,
+    )
+    named = " ".join(tests)
+    if done.returncode == NO_TESTS_COLLECTED:
+        fail(f"{named} collected no test: nothing would be repeated")
+    if done.returncode != 0:
+        fail(f"pytest cannot collect {named} (exit {done.returncode}): nothing would be repeated")
+
+
 def once(number: int, tests: Sequence[str], logs: Path) -> Run:
     """One fresh ``pytest`` process over ``tests``; its output kept when it failed."""
     start = time.perf_counter_ns()
@@ -109,8 +126,6 @@ def once(number: int, tests: Sequence[str], logs: Path) -> Run:
         (*PYTEST, *tests), stdin=subprocess.DEVNULL, capture_output=True, check=False
     )
     took = time.perf_counter_ns() - start
-    if done.returncode == NO_TESTS_COLLECTED:
-        fail(f"{' '.join(tests)} collected no test: nothing would be repeated")
     log = None
     if done.returncode != 0:
         log = logs / f"run-{number:03d}.log"
@@ -125,6 +140,7 @@ def run_repeat(args: argparse.Namespace) -> int:
         logs.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         fail(f"--logs: cannot create {logs}: {exc.strerror}")
+    check_collects(args.tests)
     progress = Progress("runs", args.runs)
     runs: list[Run] = []
     with burning(burners):

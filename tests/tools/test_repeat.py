@@ -106,3 +106,16 @@ def test_a_file_that_collects_nothing_is_refused_not_green(
     assert code == 1
     assert "collected no test: nothing would be repeated" in err
     assert multiprocessing.active_children() == []
+
+
+def test_a_missing_file_is_refused_before_any_run_or_burner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs = tmp_path / "logs"
+    code = main(["repeat", str(tmp_path / "no_such_test.py"), "--logs", str(logs)])
+    _, err = capsys.readouterr()
+    assert code == 1
+    assert "pytest cannot collect" in err
+    assert "nothing would be repeated" in err
+    assert multiprocessing.active_children() == []
+    assert not logs.exists() or not any(logs.iterdir()), "no run was made"
