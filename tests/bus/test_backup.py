@@ -52,7 +52,7 @@ from tests.support.bus_helpers import ExecuteSpy, stream_count, wait_for
 from tests.support.bus_properties import from_scenario, runtime_client
 from tests.support.cli_ops import arun, assert_one_line_failure, table_value
 from tests.support.clocks import OffsetClock
-from tests.support.older_state import ledger_rows
+from tests.support.older_state import assert_replay_answered_from_record, ledger_rows
 
 ALLOW: Final = next(a for a in SCENARIOS if a.name == "6 retention deletion (allowed)")
 TAINTED: Final = next(a for a in SCENARIOS if a.name == "3 tainted external email")
@@ -203,17 +203,12 @@ async def test_a_backup_taken_while_the_gate_serves_restores_and_nothing_runs_ag
         runtime = runtime_client(await _connect(stack, "runtime", clients), restored)
         attorney = approver(await _connect(stack, ATTORNEY, clients), restored, ATTORNEY)
 
-        again = await runtime.send(proposal.proposal_id, signed)
-        assert again.outcome == "allow", again.reason_codes
-        assert again.order_id == allowed.order_id
-        assert {"recorded_verdict", "order_consumed"} <= set(again.reason_codes)
         resigned = from_scenario(
             runtime, ALLOW, proposal_id=proposal.proposal_id, issued_at_ms=clock()
         )
-        # The client's wait is wall time; the proposal's deadline is the gate's clock.
-        refused = await runtime.send(resigned.proposal_id, runtime.sign(resigned), wait=10.0)
-        assert refused.outcome == "deny"
-        assert "duplicate_proposal" in refused.reason_codes
+        await assert_replay_answered_from_record(
+            runtime, proposal.proposal_id, signed, allowed.order_id, resigned
+        )
         replayed = await attorney.send(allow_once)
         assert (replayed.accepted, replayed.reason_codes) == (False, ("approval_not_pending",))
         assert await status(observer, approval_id) == "consumed"

@@ -60,6 +60,7 @@ from tests.support.older_state import (
     OLDER_COMMIT,
     approvals_expiry,
     archived_modes,
+    assert_replay_answered_from_record,
     count,
     ledger_rows,
     manifest,
@@ -305,18 +306,12 @@ async def test_a_proposal_the_older_gate_executed_is_never_executed_again(
         runtime = runtime_client(await _connect(stack, "runtime"), older)
         clients.append(runtime.nc)
 
-        again = await runtime.send(replay.proposal_id, replay.signed)
-        assert again.outcome == "allow", again.reason_codes
-        assert again.order_id == replay.order_id
-        assert {"recorded_verdict", "order_consumed"} <= set(again.reason_codes)
-
         resigned = from_scenario(
             runtime, ALLOW, proposal_id=replay.proposal_id, issued_at_ms=clock()
         )
-        # The client's wait is wall time; the proposal's deadline is the gate's clock.
-        refused = await runtime.send(resigned.proposal_id, runtime.sign(resigned), wait=10.0)
-        assert refused.outcome == "deny"
-        assert "duplicate_proposal" in refused.reason_codes
+        await assert_replay_answered_from_record(
+            runtime, replay.proposal_id, replay.signed, replay.order_id, resigned
+        )
 
         assert await spy.settled() == []
         assert await stream_count(observer.jetstream()) == executed_before

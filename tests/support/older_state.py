@@ -21,7 +21,9 @@ from typing import Any, Final
 
 import msgspec
 
+from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.ops.local.state import StateDir
+from smf_assurance.subjects.messages import Proposal
 
 OLDER_COMMIT: Final = "6e1624e39cc5bd9a16c13a5a773127c0160cbbd2"
 """The last commit that passed CI before the upgrade work; the project has no tags."""
@@ -153,3 +155,24 @@ def schema(path: Path) -> set[tuple[str, str, str]]:
 def approvals_expiry(path: Path) -> dict[str, int]:
     with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
         return dict(conn.execute("SELECT approval_id, expires_at_ms FROM approvals").fetchall())
+
+
+async def assert_replay_answered_from_record(
+    runtime: ProposalClient,
+    proposal_id: str,
+    signed: bytes,
+    order_id: str | None,
+    resigned: Proposal,
+) -> None:
+    """A gate on an older state (an upgrade's, a restored backup's) meets a proposal the
+    older gate executed: its very bytes get the recorded verdict (the same order,
+    consumed), and the same proposal id signed afresh is a duplicate. Neither is decided
+    again. ``resigned`` is the same id, built now."""
+    again = await runtime.send(proposal_id, signed)
+    assert again.outcome == "allow", again.reason_codes
+    assert again.order_id == order_id
+    assert {"recorded_verdict", "order_consumed"} <= set(again.reason_codes)
+    # The client's wait is wall time; the proposal's deadline is the gate's clock.
+    refused = await runtime.send(resigned.proposal_id, runtime.sign(resigned), wait=10.0)
+    assert refused.outcome == "deny"
+    assert "duplicate_proposal" in refused.reason_codes
