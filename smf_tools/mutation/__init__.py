@@ -43,7 +43,8 @@ How a mutant runs:
 What is not mutated (and why): docstrings and other bare strings (no
 behaviour), f-strings and the arguments of a ``raise`` (messages), logging
 calls (``log.*``, ``_log_*``), ``__repr__``, ``raise NotImplementedError``
-stubs, ``if TYPE_CHECKING`` blocks, and module-level import-time self-checks
+stubs, ``if TYPE_CHECKING`` blocks, decorators (but for a class decorator's
+``frozen=``, flipped by ``bool``), and module-level import-time self-checks
 (a top-level ``if`` or ``for`` whose body only raises): a mutant of those
 changes only what a developer sees when the code itself is inconsistent.
 """

@@ -89,6 +89,58 @@ def test_constants_calls_and_arithmetic() -> None:
     assert ("drop-right", "(seen | revoked) - revoked", "seen | revoked") in found
 
 
+def test_a_class_decorators_frozen_flag_is_flipped_and_nothing_else_of_it() -> None:
+    """``@dataclass(frozen=True)`` unfrozen is a verified value that can be changed
+    after its check; the mutant must exist so a test has to notice it (issue 40)."""
+    found = mutants(
+        """
+        @dataclass(frozen=True, slots=True)
+        class Verified:
+            sequence: int
+
+        @dataclasses.dataclass(slots=True, frozen=False)
+        class Draft:
+            sequence: int
+
+        @final
+        class Plain:
+            pass
+        """
+    )
+    flags = {(m.scope, m.operator, m.original, m.mutated) for m in found}
+    assert flags == {
+        ("Verified", "bool", "frozen=True", "frozen=False"),
+        ("Draft", "bool", "frozen=False", "frozen=True"),
+    }
+    verified = next(m for m in found if m.scope == "Verified")
+    source = textwrap.dedent(
+        """
+        @dataclass(frozen=True, slots=True)
+        class Verified:
+            sequence: int
+        """
+    ).encode()
+    assert b"@dataclass(frozen=False, slots=True)" in verified.apply(source)
+
+
+def test_a_decorator_out_of_scope_is_not_mutated() -> None:
+    scoped = Target("sample", "pkg.sample", ("tests/test_sample.py",), scope=("Kept",))
+    found = changes(
+        """
+        @dataclass(frozen=True)
+        class Kept:
+            pass
+
+        @dataclass(frozen=True)
+        class Other:
+            pass
+        """,
+        scoped,
+    )
+    assert found == {("bool", "frozen=True", "frozen=False")}
+    assert len(mutants("@dataclass(frozen=True)\nclass Kept:\n    pass\n", scoped)) == 1
+
+
 def test_sql_where_clauses_are_dropped_one_at_a_time() -> None:
     found = changes(
         '''
