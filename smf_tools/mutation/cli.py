@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from smf_tools.mutation import record
 from smf_tools.mutation.operators import mutants_of
 from smf_tools.mutation.reviewed import EQUIVALENT
 from smf_tools.mutation.runner import Run, run, selected
@@ -65,7 +66,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--match", action="append", default=[], help="only mutants whose label contains this"
     )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--save",
+        action="store_true",
+        help="keep each module's figures in docs/mutation-runs.json and regenerate "
+        "docs/MUTATION.md's table (not with --match: a selection is not a score)",
+    )
+    parser.add_argument(
+        "--write-doc",
+        action="store_true",
+        help="regenerate docs/MUTATION.md's table from docs/mutation-runs.json, run nothing",
+    )
     args = parser.parse_args(argv)
+    if args.save and args.match:
+        parser.error("--save scores whole modules; it cannot be used with --match")
+    if args.write_doc:
+        record.write_page()
+        return 0
     targets = [t for t in TARGETS if not args.module or t.name in args.module]
     if args.list:
         for target in targets:
@@ -79,6 +96,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         started = time.monotonic()
         outcome = run(targets, max(1, args.jobs), args.match)
-        return 0 if report(targets, outcome, time.monotonic() - started) else 1
+        elapsed = time.monotonic() - started
+        passed = report(targets, outcome, elapsed)
+        if args.save:
+            saved = [
+                record.row_of(
+                    target,
+                    [
+                        (r.status, r.mutant.label(), r.mutant.key)
+                        for r in outcome.results
+                        if r.mutant.target == target.name
+                    ],
+                    elapsed / 60,
+                )
+                for target in targets
+                if target.name in outcome.baselines
+            ]
+            record.save(saved)
+            record.write_page()
+        return 0 if passed else 1
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -14,14 +14,16 @@ from __future__ import annotations
 import ast
 import dataclasses
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from smf_tools.mutation import record
 from smf_tools.mutation.cli import main, report
 from smf_tools.mutation.operators import OPERATORS, Mutant, mutants_in
 from smf_tools.mutation.reviewed import EQUIVALENT
 from smf_tools.mutation.runner import Result, Run, Status, run
-from smf_tools.mutation.targets import Target
+from smf_tools.mutation.targets import TARGETS, Target
 
 SAMPLE = Target("sample", "pkg.sample", ("tests/test_sample.py",))
 
@@ -306,3 +308,72 @@ def test_make_mutate_passes_when_every_survivor_is_reviewed(
     assert "keyed" in out
     assert "100.0%" in out
     assert "survivors: 0" in out
+
+
+# -- the figures as measured, and docs/MUTATION.md's table made from them ----------------------
+
+
+def test_the_latest_run_table_is_what_the_saved_runs_say() -> None:
+    """docs/MUTATION.md's "Latest run" is generated from docs/mutation-runs.json
+    (``make mutate MUTATE_ARGS=--write-doc``), never typed in by hand."""
+    page = record.PAGE.read_text()
+    assert record.render(page, record.section(record.load())) == page
+
+
+def test_the_saved_figures_are_of_the_modules_as_they_are_now() -> None:
+    """A module whose source, tests or scope changed since its figures were measured
+    fails here until it is measured again: the page never shows a score of other code."""
+    by_name = {t.name: t for t in TARGETS}
+    stale = [
+        f"{name} (measured at {row.commit}): make mutate MUTATE_ARGS='--module {name} --save'"
+        for name, row in record.load().items()
+        if name not in by_name or record.fingerprint(by_name[name]) != row.fingerprint
+    ]
+    assert not stale, "changed since their figures:\n" + "\n".join(stale)
+
+
+def test_saving_keeps_each_modules_latest_row_and_names_the_rest(tmp_path: Path) -> None:
+    module = tmp_path / "pkg" / "sample.py"
+    module.parent.mkdir()
+    module.write_text("X = 1\n")
+    other = Target("other", "pkg.other", ("tests/test_other.py",))
+    key = ("sample", "X", "int", "1", "2")
+    statuses = [("killed", "pkg/sample.py:1  int  1  ->  0", key), ("timeout", "t", key)]
+    runs = tmp_path / "runs.json"
+    first_run = [record.row_of(SAMPLE, [*statuses, ("survived", "s", key)], 1.0, tmp_path)]
+    record.save(first_run, runs, [SAMPLE, other])
+    first = record.load(runs)["sample"]
+    assert (first.killed, first.run, first.timeouts, first.unreviewed) == (2, 3, 1, 1)
+    assert first.commit == "unknown"  # not a git work tree
+    assert first.fingerprint == record.fingerprint(SAMPLE, tmp_path)
+    record.save([record.row_of(SAMPLE, statuses, 2.0, tmp_path)], runs, [SAMPLE, other])
+    rows = record.load(runs)
+    assert rows["sample"].survivors == ()
+    table = record.section(rows, [SAMPLE, other])
+    assert "| `sample` | `pkg/sample.py` | 2 | 2 | 100.0 % | 1 | 0 | `unknown` |" in table
+    assert "Not measured since they last changed: `other`." in table
+    module.write_text("X = 2\n")
+    assert record.fingerprint(SAMPLE, tmp_path) != rows["sample"].fingerprint
+
+
+def test_a_reviewed_survivor_needs_no_new_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    key = ("sample", "X", "int", "1", "2")
+    row = dataclasses.replace(
+        record.Row("sample", "pkg/sample.py", 1, 2, 0, (("s", key),), "c", "now", 1.0, "f")
+    )
+    assert row.unreviewed == 1
+    assert "s  NOT REVIEWED" in record.section({"sample": row}, [SAMPLE])
+    monkeypatch.setitem(EQUIVALENT, key, "equivalent: the fixture says so")
+    assert row.unreviewed == 0
+    assert "s  NOT REVIEWED" not in record.section({"sample": row}, [SAMPLE])
+
+
+@pytest.mark.parametrize("page", ["no markers", f"{record.END} {record.BEGIN}"])
+def test_a_page_without_one_pair_of_markers_is_refused(page: str) -> None:
+    with pytest.raises(record.MutationPageError):
+        record.render(page, "generated")
+
+
+def test_a_selection_of_mutants_is_never_saved_as_a_score() -> None:
+    with pytest.raises(SystemExit):
+        main(["--module", "keyed", "--save", "--match", "keyed.py:27"])
