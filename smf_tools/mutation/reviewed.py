@@ -73,14 +73,23 @@ EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
         "equivalent: callers pass the normalize stage's operation_hash of this same "
         "envelope; recomputing it gives the same hash"
     ),
-    ("evaluator", "evaluate", "if-true", "outcome is None", "True"): _PURE_CACHE,
+    ("evaluator", "_outcome_of", "if-true", "outcome is None", "True"): _PURE_CACHE,
     (
         "evaluator",
-        "evaluate",
+        "_outcome_of",
         "if-false",
         "len(policy_set.outcomes) < _OUTCOME_CACHE_LIMIT",
         "False",
     ): _PURE_CACHE,
+    ("evaluator", "_applied", "if-true", "gated", "True"): (
+        "equivalent: with no confinement policy in the release, no applied policy is "
+        "gated, so others equals applied and the branch below returns applied's outcome "
+        "either way; only work changes"
+    ),
+    ("evaluator", "_applied", "if-true", "len(others) != len(applied)", "True"): (
+        "equivalent: when no confinement policy applied, others is applied, so returning "
+        "others with its outcome is returning applied with its outcome"
+    ),
     ("normalize", "NormalizationError.__init__", "if-true", "detail", "True"): (
         "harmless: only the message of a refusal without detail changes (a trailing ': '); "
         "its reason code does not"
