@@ -432,14 +432,21 @@ def run(targets: Sequence[Target], jobs: int, match: Sequence[str] = ()) -> Run:
                 pool.submit(runner.mutant, target, mutant, outcome.baselines[target.name])
                 for target, mutant in work
             ]
-            for count, future in enumerate(as_completed(futures), 1):
-                result = future.result()
-                outcome.results.append(result)
-                print(
-                    f"[{count}/{total}] {result.status:9} {result.seconds:5.1f}s "
-                    f"{result.mutant.label()}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            try:
+                for count, future in enumerate(as_completed(futures), 1):
+                    result = future.result()
+                    outcome.results.append(result)
+                    print(
+                        f"[{count}/{total}] {result.status:9} {result.seconds:5.1f}s "
+                        f"{result.mutant.label()}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            except BaseException:
+                # SIGTERM (SystemExit) or ^C: the pool's exit would otherwise run every
+                # mutant still queued before the workers are stopped.
+                for future in futures:
+                    future.cancel()
+                raise
     outcome.results.sort(key=lambda r: (r.mutant.path, r.mutant.start, r.mutant.operator))
     return outcome
