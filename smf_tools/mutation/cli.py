@@ -95,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         started = time.monotonic()
+        commits = {t.name: record.commit_of(t) for t in targets} if args.save else {}
         outcome = run(targets, max(1, args.jobs), args.match)
         elapsed = time.monotonic() - started
         passed = report(targets, outcome, elapsed)
@@ -108,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         if r.mutant.target == target.name
                     ],
                     elapsed / 60,
+                    commit=commits[target.name],
                 )
                 for target in targets
                 if target.name in outcome.baselines

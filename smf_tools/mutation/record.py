@@ -99,8 +99,10 @@ def row_of(
     statuses: Sequence[tuple[str, str, tuple[str, str, str, str, str]]],
     minutes: float,
     root: Path = ROOT,
+    commit: str | None = None,
 ) -> Row:
-    """The row of one module from its mutants' (status, label, key)."""
+    """The row of one module from its mutants' (status, label, key); ``commit`` as
+    :func:`commit_of` said when the run started (now, when not given)."""
     killed = sum(status in ("killed", "timeout") for status, _, _ in statuses)
     return Row(
         module=target.name,
@@ -113,7 +115,7 @@ def row_of(
             for status, label, key in statuses
             if status in ("survived", "uncovered", "error")
         ),
-        commit=commit_of(target, root),
+        commit=commit or commit_of(target, root),
         measured_at=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         minutes=round(minutes, 1),
         fingerprint=fingerprint(target, root),

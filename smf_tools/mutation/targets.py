@@ -70,17 +70,17 @@ TARGETS: Final[tuple[Target, ...]] = (
     Target(
         "predicates",
         "smf_assurance.core.predicates",
-        ("tests/unit/test_predicates.py", "tests/unit/test_policy_index.py"),
+        ("tests/unit/test_predicates.py", "tests/unit/test_policy_index.py", _FROZEN),
     ),
     Target(
         "policy_index",
         "smf_assurance.core.policy_index",
-        ("tests/unit/test_policy_index.py", "tests/unit/test_evaluator.py"),
+        ("tests/unit/test_policy_index.py", "tests/unit/test_evaluator.py", _FROZEN),
     ),
     Target(
         "evaluator",
         "smf_assurance.core.evaluator",
-        ("tests/unit/test_evaluator.py", "tests/unit/test_policy_merge.py"),
+        ("tests/unit/test_evaluator.py", "tests/unit/test_policy_merge.py", _FROZEN),
     ),
     Target(
         "normalize",
@@ -96,12 +96,12 @@ TARGETS: Final[tuple[Target, ...]] = (
     Target(
         "release_trust",
         "smf_assurance.core.release_trust",
-        ("tests/unit/test_release_trust.py", "tests/unit/test_release_restart.py"),
+        ("tests/unit/test_release_trust.py", "tests/unit/test_release_restart.py", _FROZEN),
     ),
     Target(
         "approval_rules",
         "smf_assurance.core.approval_rules",
-        ("tests/unit/test_approval_rules.py",),
+        ("tests/unit/test_approval_rules.py", _FROZEN),
     ),
     Target(
         "approval_store",
@@ -128,9 +128,43 @@ TARGETS: Final[tuple[Target, ...]] = (
     Target(
         "claims_sqlite",
         "smf_assurance.pipeline.stores.claims",
-        ("tests/bus/test_claim_store.py",),
-        scope=("ClaimStore.claim",),
+        ("tests/bus/test_claim_store.py", "tests/bus/test_order_book.py"),
+        scope=(
+            "_insert_claim",
+            "_settle",
+            "ClaimStore.claim",
+            "ClaimStore.settle",
+            "ClaimStore.settle_beside",
+            "ClaimStore.claim_and_record_beside",
+        ),
         pytest_args=("-k", "not kv"),
+    ),
+    Target(
+        "model_admission",
+        "smf_assurance.pipeline.desks.model_admission",
+        ("tests/bus/test_model_gateway.py", "tests/bus/test_model_gateway_instances.py"),
+    ),
+    Target(
+        "gateway_admission",
+        "smf_assurance.gateway.server",
+        ("tests/bus/test_model_gateway.py", "tests/bus/test_model_gateway_instances.py"),
+        scope=(
+            "ModelGateway._authenticate",
+            "ModelGateway._admit",
+            "ModelGateway._keep_proof_standing",
+            "ModelGateway._proven_here",
+            "ModelGateway._note_nonce",
+        ),
+    ),
+    Target(
+        "tool_calls",
+        "smf_assurance.pipeline.desks.tool_calls",
+        ("tests/bus/test_model_gateway_toolcalls.py", "tests/bus/test_tool_call_restart.py"),
+    ),
+    Target(
+        "bus_access",
+        "smf_assurance.subjects.bus_access",
+        ("tests/unit/test_bus_credential.py", "tests/bus/test_bus_permissions.py", _FROZEN),
     ),
     Target("canonical", "smf_assurance.subjects.canonical", ("tests/unit/test_canonical.py",)),
     Target("keyed", "smf_assurance.subjects.keyed", ("tests/unit/test_keyed.py",)),
