@@ -216,6 +216,17 @@ EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
     ): (_SIGNED_PAYLOAD),
     (
         "approvals",
+        "ApprovalResolution.__post_init__",
+        "drop-operand",
+        "self.deny_reason is not None or self.note is not None",
+        "self.deny_reason is not None",
+    ): (
+        "equivalent: a note without a deny reason is refused by the next check (a note "
+        "comes with a closed deny reason) whatever the decision, and a note with a reason "
+        "on an allow-once is still refused here for its reason"
+    ),
+    (
+        "approvals",
         "open_outcome",
         "drop-operand",
         "verdict.decision_id is None or approval_id_for(verdict.decision_id) != approval_id",

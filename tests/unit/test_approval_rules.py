@@ -680,7 +680,8 @@ def _tracked(**fields: Any) -> dict[str, Any]:
 
 
 _REQUEST: Final = {"schema": "smf.approval-announcements/1"}
-_IDS: Final = [fake_identity(f"a{n}") for n in range(approvals.MAX_TRACKED + 1)]
+_IDS: Final = [fake_identity(f"a{n}") for n in range(257)]
+"""One more than the 256 candidate ids docs/SUBJECTS.md lets a track request carry."""
 
 BOUNDS: Final[list[tuple[str, type[msgspec.Struct], dict[str, Any], dict[str, Any]]]] = [
     (
@@ -716,8 +717,8 @@ BOUNDS: Final[list[tuple[str, type[msgspec.Struct], dict[str, Any], dict[str, An
     (
         "reply-size",
         AnnouncementsReply,
-        _reply(approvals.MAX_ANNOUNCEMENTS),
-        _reply(approvals.MAX_ANNOUNCEMENTS + 1),
+        _reply(256),  # docs/SUBJECTS.md: at most 256 announcements a reply
+        _reply(257),
     ),
     ("reply-epoch-64", AnnouncementsReply, _reply(0, epoch="e" * 64), _reply(0, epoch="e" * 65)),
     ("next-after", AnnouncementsReply, _reply(0, next_after=0), _reply(0, next_after=-1)),

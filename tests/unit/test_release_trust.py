@@ -823,14 +823,14 @@ REPORT_BOUNDS: list[tuple[str, type[msgspec.Struct], dict[str, Any], dict[str, A
     (
         "refusals",
         contract.ReleaseReport,
-        _report(refusals=[_refusal()] * contract.MAX_REPORTED_REFUSALS),
-        _report(refusals=[_refusal()] * (contract.MAX_REPORTED_REFUSALS + 1)),
+        _report(refusals=[_refusal()] * 32),  # docs/SUBJECTS.md: its last 32 refusals
+        _report(refusals=[_refusal()] * 33),
     ),
     (
         "text",
         contract.ReportedRefusal,
-        _refusal(detail="d" * contract.MAX_REPORT_TEXT),
-        _refusal(detail="d" * (contract.MAX_REPORT_TEXT + 1)),
+        _refusal(detail="d" * 300),
+        _refusal(detail="d" * 301),
     ),
     ("count", contract.ShadowCounts, _COUNTS, {**_COUNTS, "dropped": -1}),
 ]
