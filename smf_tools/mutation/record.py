@@ -48,8 +48,8 @@ class Row:
     """Every survivor: its label and its :attr:`Mutant.key` (reviewed or not is read
     from ``reviewed.py`` when the table is made, so a review needs no new run)."""
     commit: str
-    """``git rev-parse --short HEAD`` when measured, ``+local`` when the module's file
-    differed from it (the fingerprint says what was measured either way)."""
+    """``git rev-parse --short HEAD`` when the run started, ``+local`` when the module's
+    file or a focused test file differed from it."""
     measured_at: str
     minutes: float
     fingerprint: str
@@ -88,9 +88,11 @@ def _git(*args: str, root: Path = ROOT) -> str | None:
 
 
 def commit_of(target: Target, root: Path = ROOT) -> str:
-    """The commit the module was measured at (``+local`` when its file had changes)."""
+    """The commit the module was measured at (``+local`` when its file or a focused
+    test file differed from that commit)."""
     head = _git("rev-parse", "--short=12", "HEAD", root=root) or "unknown"
-    changed = _git("status", "--porcelain", "--", target.relpath, root=root)
+    files = {target.relpath, *(test.partition("::")[0] for test in target.tests)}
+    changed = _git("status", "--porcelain", "--", *sorted(files), root=root)
     return head + ("+local" if changed else "")
 
 
