@@ -2,8 +2,9 @@
 
 The trust core: smf_assurance/core (policy, predicates, evaluator, normalize,
 release_trust), the pure approval rules (``smf_assurance.core.approval_rules``),
-the claim paths of the stores, and the ``subjects`` contract (canonical,
-keyed, dsse, envelope, approvals, release). Each module is tested by the few
+the claim paths of the stores, the model gateway's admission and tool-call
+accounting (gate and gateway side), and the ``subjects`` contract (canonical,
+keyed, dsse, envelope, approvals, release, bus_access). Each module is tested by the few
 test files that test it directly, so that the whole run stays practical.
 """
 
@@ -191,6 +192,9 @@ TARGETS: Final[tuple[Target, ...]] = (
     ),
 )
 """The trust core: smf_assurance/core (the pure approval checks among them, in
-``smf_assurance.core.approval_rules``), the claim paths of the stores, and the
-``subjects`` contract. The store targets run the SQLite half of their contract
-tests (``-k "not kv"``); the JetStream KV backend is not in scope."""
+``smf_assurance.core.approval_rules``), the claim paths of the stores, the gate's
+desks for the model gateway (admission, tool-call accounting) and the gateway's own
+admission (issue 40), and the ``subjects`` contract, bus permissions included. The
+store targets run the SQLite half of their contract tests (``-k "not kv"``); the
+JetStream KV backend is not in scope. Every target whose module defines a verified
+value type runs ``test_frozen_contract.py``, which kills a ``frozen=`` flipped off."""
