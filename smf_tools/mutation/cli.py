@@ -47,7 +47,10 @@ def report(targets: Sequence[Target], outcome: Run, elapsed: float) -> bool:
         mutant = result.mutant
         reason = EQUIVALENT.get(mutant.key)
         passed = passed and reason is not None
-        note = {"uncovered": " (no focused test runs this line)", "error": " (pytest error)"}
+        note = {
+            "uncovered": " (no focused test was seen to run this line)",
+            "error": " (pytest error)",
+        }
         print(f"  {mutant.label()}{note.get(result.status, '')}")
         print(f"      {'reviewed, ' + reason if reason else 'NOT REVIEWED'}")
     print(f"\n{all_run} mutants in {elapsed / 60:.1f} min")

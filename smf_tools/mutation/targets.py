@@ -198,3 +198,63 @@ admission (issue 40), and the ``subjects`` contract, bus permissions included. T
 store targets run the SQLite half of their contract tests (``-k "not kv"``); the
 JetStream KV backend is not in scope. Every target whose module defines a verified
 value type runs ``test_frozen_contract.py``, which kills a ``frozen=`` flipped off."""
+
+
+@dataclass(frozen=True, slots=True)
+class Smoke:
+    """One security-critical mutant and the one test that must kill it: the fast
+    mutation smoke that runs inside ``make test`` (``tests/tools/test_mutation_tool.py``)."""
+
+    target: Target
+    match: str
+    """Selects exactly one mutant of ``target`` (a part of its label)."""
+    why: str
+
+
+SMOKE: Final[tuple[Smoke, ...]] = (
+    Smoke(
+        Target(
+            "smoke_settle_beside",
+            "smf_assurance.pipeline.stores.claims",
+            ("tests/bus/test_order_book.py::test_a_settle_beside_a_closed_claim_store_is_refused",),
+            scope=("ClaimStore.settle_beside",),
+        ),
+        'raise StoreUnavailable("claim store is closed")',
+        "a claim store the gate has closed settles nothing in the ledger's transaction",
+    ),
+    Smoke(
+        Target(
+            "smoke_dsse_depth",
+            "smf_assurance.subjects.dsse",
+            ("tests/unit/test_dsse.py::test_a_signed_payload_nested_too_deep_is_malformed",),
+            scope=("open_struct",),
+        ),
+        "nests too deep",
+        "a signed payload nested too deep is a refusal, never an internal error",
+    ),
+    Smoke(
+        Target(
+            "smoke_frozen_release",
+            "smf_assurance.core.release_trust",
+            (f"{_FROZEN}::test_every_value_type_of_the_trust_code_is_frozen",),
+            scope=("VerifiedRelease",),
+        ),
+        "frozen=True  ->  frozen=False",
+        "a verified release cannot be changed after its check",
+    ),
+    Smoke(
+        Target(
+            "smoke_confined_default",
+            "smf_assurance.core.evaluator",
+            (
+                "tests/unit/test_evaluator.py::"
+                "test_a_runtime_not_known_confined_is_denied_where_the_release_requires_it",
+            ),
+            scope=("evaluate",),
+        ),
+        "bool  False  ->  True",
+        "a runtime is never assumed confined",
+    ),
+)
+"""A handful of sites where a surviving mutant would let an action through: each run
+against its one test in ``make test`` (seconds, not the minutes of ``make mutate``)."""

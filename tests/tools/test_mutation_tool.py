@@ -20,10 +20,10 @@ import pytest
 
 from smf_tools.mutation import record
 from smf_tools.mutation.cli import main, report
-from smf_tools.mutation.operators import OPERATORS, Mutant, mutants_in
+from smf_tools.mutation.operators import OPERATORS, Mutant, mutants_in, mutants_of
 from smf_tools.mutation.reviewed import EQUIVALENT
 from smf_tools.mutation.runner import Result, Run, Status, run
-from smf_tools.mutation.targets import TARGETS, Target
+from smf_tools.mutation.targets import SMOKE, TARGETS, Smoke, Target
 
 SAMPLE = Target("sample", "pkg.sample", ("tests/test_sample.py",))
 
@@ -377,3 +377,14 @@ def test_a_page_without_one_pair_of_markers_is_refused(page: str) -> None:
 def test_a_selection_of_mutants_is_never_saved_as_a_score() -> None:
     with pytest.raises(SystemExit):
         main(["--module", "keyed", "--save", "--match", "keyed.py:27"])
+
+
+@pytest.mark.parametrize("smoke", SMOKE, ids=lambda s: s.target.name)
+def test_the_mutation_smoke_kills_each_security_critical_site(smoke: Smoke) -> None:
+    """The fast mutation smoke of ``make test``: one mutant at each site where a
+    survivor would let an action through, run for real against the test that must
+    kill it (``make mutate`` scores everything, but not on every run)."""
+    assert len([m for m in mutants_of(smoke.target) if smoke.match in m.label()]) == 1
+    outcome = run([smoke.target], 1, [smoke.match])
+    assert not outcome.broken, outcome.broken
+    assert [r.status for r in outcome.results] in (["killed"], ["timeout"]), smoke.why
