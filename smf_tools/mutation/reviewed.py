@@ -35,6 +35,11 @@ _SIGNED_PAYLOAD: Final = (
     "whose canonical check refuses the payload anyway when the Struct drops a field "
     "(tests/bus/test_unknown_fields.py sends one through the desk); defence in depth"
 )
+_FULL_WALK: Final = (
+    "equivalent: a value the fast path no longer takes goes through the full canonical "
+    "walk, which gives the same bytes (tested against the walk, the golden vectors and "
+    "the RFC 8785 oracle); only speed changes"
+)
 _STILL_REFUSED: Final = (
     "equivalent: the value is still refused with CanonicalJSONError, by a later check"
 )
@@ -145,6 +150,33 @@ EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
         "equivalent: _normalize builds a fresh value in which a cycle cannot survive "
         "(it hits MAX_DEPTH); the check only costs time"
     ),
+    ("canonical", "_SORTED_ENCODER", "bool", "allow_nan=False", "allow_nan=True"): (
+        "equivalent: the sorted encoder only sees _is_plain values, and _is_plain answers "
+        "False for every float"
+    ),
+    ("canonical", "_SORTED_ENCODER", "bool", "check_circular=False", "check_circular=True"): (
+        "equivalent: the sorted encoder only sees _is_plain values, and a cycle is deeper "
+        "than MAX_DEPTH, which _is_plain answers False for; the check only costs time"
+    ),
+    ("canonical", "_is_plain", "cmp", "depth > MAX_DEPTH", "depth >= MAX_DEPTH"): _FULL_WALK,
+    ("canonical", "_is_plain", "return", "return False", "return None"): (
+        "equivalent: every caller reads the answer as a truth value, and None is false"
+    ),
+    (
+        "canonical",
+        "_is_plain",
+        "cmp",
+        "-SAFE_INTEGER_MAX <= number <= SAFE_INTEGER_MAX",
+        "-SAFE_INTEGER_MAX <= number < SAFE_INTEGER_MAX",
+    ): _FULL_WALK,
+    ("canonical", "_is_plain", "int", "1", "2"): _FULL_WALK,
+    ("canonical", "canonical_bytes", "if-false", "_is_plain(value, 0)", "False"): _FULL_WALK,
+    ("canonical", "canonical_bytes", "int", "0", "1"): (
+        _FULL_WALK + " (for _is_plain(value, 0); the same key names the full walk's "
+        "_normalize(value, '$', 0) -> 1, which refuses MAX_DEPTH levels and is killed by "
+        "tests/unit/test_canonical.py::test_the_depth_limit_is_the_same_on_the_fast_path_"
+        "and_the_full_walk)"
+    ),
     (
         "canonical",
         "_normalize",
@@ -184,6 +216,19 @@ EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
     ("dsse", "MAX_ENVELOPE_BYTES", "int", "1024 * 1024", "1048575"): _TESTED_BOUND,
     ("dsse", "MAX_SIGNATURES", "int", "32", "33"): _TESTED_BOUND,
     ("dsse", "MAX_SIGNATURES", "int", "32", "31"): _TESTED_BOUND,
+    (
+        "dsse",
+        "decode_envelope",
+        "raise",
+        'raise MalformedEnvelopeError("not a DSSE envelope: nested too deep") from exc',
+        "pass",
+    ): (
+        "equivalent while Envelope and Signature forbid unknown fields (their flags' "
+        "mutants are killed): the typed decode refuses the first value of the wrong shape "
+        "or the first unknown field with a ValidationError and never recurses, so no "
+        "input reaches this handler (tests/unit/test_dsse.py nests 100 000 deep at each "
+        "place); msgspec only recurses when it skips an unknown field's value"
+    ),
     ("dsse", "_b64decode", "if-true", "uses_url_safe", "True"): (
         "equivalent: translating '-_' to '+/' in a text that holds neither is the identity"
     ),
