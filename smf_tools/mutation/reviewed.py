@@ -30,11 +30,6 @@ _POSITIVE_CLOCK: Final = (
     "equivalent: the default 0 (or 1, or -1) only meets max() or a comparison with a "
     "unix-ms clock reading, which is never that small"
 )
-_SIGNED_PAYLOAD: Final = (
-    "equivalent: only ever decoded from a signed DSSE payload through dsse.open_struct, "
-    "whose canonical check refuses the payload anyway when the Struct drops a field "
-    "(tests/bus/test_unknown_fields.py sends one through the desk); defence in depth"
-)
 _FULL_WALK: Final = (
     "equivalent: a value the fast path no longer takes goes through the full canonical "
     "walk, which gives the same bytes (tested against the walk, the golden vectors and "
@@ -245,20 +240,6 @@ EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
         "equivalent: a key already accepted is verified again and added to the set again "
         "(a no-op); only work, bounded by MAX_SIGNATURES, changes"
     ),
-    (
-        "approvals",
-        "ApprovalResolution",
-        "bool",
-        "forbid_unknown_fields=True",
-        "forbid_unknown_fields=False",
-    ): (_SIGNED_PAYLOAD),
-    (
-        "approvals",
-        "ShowRequest",
-        "bool",
-        "forbid_unknown_fields=True",
-        "forbid_unknown_fields=False",
-    ): (_SIGNED_PAYLOAD),
     (
         "approvals",
         "ApprovalResolution.__post_init__",
