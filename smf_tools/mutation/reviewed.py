@@ -126,8 +126,23 @@ EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
     ("approval_claim_sqlite", "_only", "int", "0", "-1"): (
         "equivalent: rows holds at most one row (primary key), so rows[-1] is rows[0]"
     ),
-    ("approval_claim_sqlite", "_refusal", "if-true", 'row["digest"] != digest', "True"): (
-        _REFUSAL_REACHED
+    ("approval_claim_sqlite", "_refusal", "if-true", "refusal is not None", "True"): (
+        _REFUSAL_REACHED + " (step_refusal never answers None here)"
+    ),
+    (
+        "approval_claim_sqlite",
+        "_refusal",
+        "if-true",
+        "isinstance(refusal, ApprovalExpired)",
+        "True",
+    ): (
+        "equivalent: _EXPIRE_ONE moves a row only where state = source and "
+        "expires_at_ms <= now_ms, which is exactly when step_refusal answers "
+        "ApprovalExpired; for any other refusal the UPDATE matches no row"
+    ),
+    ("approval_claim_sqlite", "SqliteApprovalStore._resolve", "if-true", "reasons", "True"): (
+        "equivalent: no reasons are stored as '[]' instead of NULL, and _codes, the one "
+        "reader of the column, reads both as ()"
     ),
     (
         "approval_claim_sqlite",

@@ -121,6 +121,8 @@ TARGETS: Final[tuple[Target, ...]] = (
             "_Tx.move",
             "_only",
             "_refusal",
+            "_record",
+            "_codes",
             "SqliteApprovalStore._resolve",
             "SqliteApprovalStore.claim",
         ),
