@@ -221,6 +221,38 @@ def test_error_names_the_location() -> None:
         canonical_bytes(float("nan"))
 
 
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (1.5, r"^float is not allowed at \$; use integers"),
+        (float("inf"), r"^NaN or infinity is not allowed at \$"),
+        (SAFE_INTEGER_MAX + 1, r"^integer outside the I-JSON safe range at \$"),
+        ([-SAFE_INTEGER_MAX - 1], r"^integer outside the I-JSON safe range at \$\[0\]"),
+    ],
+)
+def test_a_refusal_names_the_rule_the_value_breaks(value: Any, reason: str) -> None:
+    """Whoever reads the refusal (an operator, a corpus author) is told which rule the
+    value breaks, not a later check's words for it ("has no JSON form")."""
+    with pytest.raises(CanonicalJSONError, match=reason):
+        canonical_bytes(value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"1.0", "float 1.0 is not allowed; use integers"),
+        (b"[1E2]", "float 1E2 is not allowed; use integers"),
+        (b"NaN", "NaN is not allowed"),
+        (b"[-Infinity]", "-Infinity is not allowed"),
+    ],
+)
+def test_parsing_names_a_float_or_a_constant_as_such(raw: bytes, reason: str) -> None:
+    """A signed text holding a float or NaN is refused for that, not as merely
+    "not in canonical form"."""
+    with pytest.raises(CanonicalJSONError, match=reason):
+        parse_canonical(raw)
+
+
 def test_booleans_are_not_integers() -> None:
     assert canonical_bytes([True, False, 1, 0]) == b"[true,false,1,0]"
 
