@@ -329,7 +329,10 @@ def test_the_saved_figures_are_of_the_modules_as_they_are_now() -> None:
         for name, row in record.load().items()
         if name not in by_name or record.fingerprint(by_name[name]) != row.fingerprint
     ]
-    assert not stale, "changed since their figures:\n" + "\n".join(stale)
+    assert not stale, (
+        "changed since their figures (measure again, or drop the row from "
+        "docs/mutation-runs.json and run make mutate MUTATE_ARGS=--write-doc):\n" + "\n".join(stale)
+    )
 
 
 def test_saving_keeps_each_modules_latest_row_and_names_the_rest(tmp_path: Path) -> None:
