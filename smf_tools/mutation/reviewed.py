@@ -140,7 +140,7 @@ EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
         "expires_at_ms <= now_ms, which is exactly when step_refusal answers "
         "ApprovalExpired; for any other refusal the UPDATE matches no row"
     ),
-    ("approval_claim_sqlite", "SqliteApprovalStore._resolve", "if-true", "reasons", "True"): (
+    ("approval_claim_sqlite", "SqliteApprovalStore._resolve.body", "if-true", "reasons", "True"): (
         "equivalent: no reasons are stored as '[]' instead of NULL, and _codes, the one "
         "reader of the column, reads both as ()"
     ),
