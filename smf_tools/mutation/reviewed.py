@@ -12,6 +12,12 @@ _RESOURCE_BOUND: Final = (
     "harmless: a resource bound (size or count) moved by one; no check of signatures, "
     "digests, sequences or requirements depends on its exact value"
 )
+_DECIDED_INDEX: Final = (
+    "harmless: a bound of the gate's index of decided tool calls moved by one; only an "
+    "id added for a verified proposal or a recorded refusal is ever covered, so a "
+    "smaller index forgets a decided call sooner (its result then stops the runtime: "
+    "stricter) and a larger one holds more; the eviction order is tested with small bounds"
+)
 _TESTED_BOUND: Final = _RESOURCE_BOUND + ", and the comparison with it is boundary-tested"
 _UNREACHABLE_ONLY: Final = (
     "equivalent: approval_id is the primary key, so a single-approval write changes at "
@@ -250,6 +256,12 @@ EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
         "an approval id derived from a decision, so an outcome without a decision id is "
         "refused by the same check with the same error"
     ),
+    ("tool_calls", "MAX_CALLS_BYTES", "int", "64 * 1024", "65537"): _RESOURCE_BOUND,
+    ("tool_calls", "MAX_CALLS_BYTES", "int", "64 * 1024", "65535"): _RESOURCE_BOUND,
+    ("tool_calls", "DecidedCalls", "int", "8192", "8193"): _DECIDED_INDEX,
+    ("tool_calls", "DecidedCalls", "int", "8192", "8191"): _DECIDED_INDEX,
+    ("tool_calls", "DecidedCalls", "int", "1024", "1025"): _DECIDED_INDEX,
+    ("tool_calls", "DecidedCalls", "int", "1024", "1023"): _DECIDED_INDEX,
     ("release", "MAX_BUNDLE_BYTES", "int", "900 * 1024", "921601"): (
         _TESTED_BOUND + "; both values stay below the NATS 1 MiB max_payload"
     ),
