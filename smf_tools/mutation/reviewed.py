@@ -262,6 +262,15 @@ EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
     ("tool_calls", "DecidedCalls", "int", "8192", "8191"): _DECIDED_INDEX,
     ("tool_calls", "DecidedCalls", "int", "1024", "1025"): _DECIDED_INDEX,
     ("tool_calls", "DecidedCalls", "int", "1024", "1023"): _DECIDED_INDEX,
+    ("tool_calls", "ToolCallDesk", "bool", "frozen=True", "frozen=False"): (
+        "harmless: the desk is wiring the assembly builds once and nothing assigns to; it "
+        "holds no checked value (its state, the decided calls and the stops, is mutable "
+        "by design inside the objects it refers to)"
+    ),
+    ("tool_calls", "ToolCallDesk.handle_calls", "if-true", "i in reasons", "True"): (
+        "equivalent: this branch runs only when nothing is uncovered, that is when every "
+        "id not covered is in reasons"
+    ),
     ("release", "MAX_BUNDLE_BYTES", "int", "900 * 1024", "921601"): (
         _TESTED_BOUND + "; both values stay below the NATS 1 MiB max_payload"
     ),
