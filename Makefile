@@ -44,9 +44,11 @@ bwrap:
 
 test: lint typecheck browser bwrap openclaw-unit unit
 
-# Mutation testing of the trust core (issue 18, docs/MUTATION.md): 8 to 20 minutes on
-# two cores, so not part of `make test`. MUTATE_ARGS="--module dsse" runs one module,
-# MUTATE_ARGS=--list lists the mutants.
+# Mutation testing of the trust core (issue 18, docs/MUTATION.md): tens of minutes on
+# two cores, so not part of `make test` (its smoke, a handful of security-critical
+# mutants, is: tests/tools/test_mutation_tool.py). MUTATE_ARGS="--module dsse --save"
+# runs one module and keeps its figures for docs/MUTATION.md, MUTATE_ARGS=--list lists
+# the mutants.
 mutate: $(STAMP)
 	$(BIN)/python -m smf_tools.mutation $(MUTATE_ARGS)
 

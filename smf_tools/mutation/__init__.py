@@ -24,9 +24,10 @@ How a mutant runs:
   coverage and per-test durations. If they fail, the module is not scored.
   Each mutant then runs only the test functions that execute one of its
   lines, fastest first, under ``-x``; a mutant of a line that runs at import
-  (a constant, a Struct's fields or options) runs every focused test; a
-  mutant of a line no focused test runs is reported ``uncovered``, a
-  survivor, without running anything.
+  (a constant, a Struct's fields or options) runs every focused test, and so
+  does a mutant of a line no focused test was seen to run (coverage loses
+  its tracer after a ``RecursionError``); if it survives it is reported
+  ``uncovered``.
 - Runs happen in forked children of a worker process (``smf_tools.mutation.runner``) that
   has imported pytest, Hypothesis and the other libraries once and nothing
   of the project, so each child imports the project afresh, with the mutant.
@@ -43,7 +44,8 @@ How a mutant runs:
 What is not mutated (and why): docstrings and other bare strings (no
 behaviour), f-strings and the arguments of a ``raise`` (messages), logging
 calls (``log.*``, ``_log_*``), ``__repr__``, ``raise NotImplementedError``
-stubs, ``if TYPE_CHECKING`` blocks, and module-level import-time self-checks
+stubs, ``if TYPE_CHECKING`` blocks, decorators (but for a class decorator's
+``frozen=``, flipped by ``bool``), and module-level import-time self-checks
 (a top-level ``if`` or ``for`` whose body only raises): a mutant of those
 changes only what a developer sees when the code itself is inconsistent.
 """

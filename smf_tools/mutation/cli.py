@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from smf_tools.mutation import record
 from smf_tools.mutation.operators import mutants_of
 from smf_tools.mutation.reviewed import EQUIVALENT
 from smf_tools.mutation.runner import Run, run, selected
@@ -46,7 +47,10 @@ def report(targets: Sequence[Target], outcome: Run, elapsed: float) -> bool:
         mutant = result.mutant
         reason = EQUIVALENT.get(mutant.key)
         passed = passed and reason is not None
-        note = {"uncovered": " (no focused test runs this line)", "error": " (pytest error)"}
+        note = {
+            "uncovered": " (no focused test was seen to run this line)",
+            "error": " (pytest error)",
+        }
         print(f"  {mutant.label()}{note.get(result.status, '')}")
         print(f"      {'reviewed, ' + reason if reason else 'NOT REVIEWED'}")
     print(f"\n{all_run} mutants in {elapsed / 60:.1f} min")
@@ -65,7 +69,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--match", action="append", default=[], help="only mutants whose label contains this"
     )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--save",
+        action="store_true",
+        help="keep each module's figures in docs/mutation-runs.json and regenerate "
+        "docs/MUTATION.md's table (not with --match: a selection is not a score)",
+    )
+    parser.add_argument(
+        "--write-doc",
+        action="store_true",
+        help="regenerate docs/MUTATION.md's table from docs/mutation-runs.json, run nothing",
+    )
     args = parser.parse_args(argv)
+    if args.save and args.match:
+        parser.error("--save scores whole modules; it cannot be used with --match")
+    if args.write_doc:
+        record.write_page()
+        return 0
     targets = [t for t in TARGETS if not args.module or t.name in args.module]
     if args.list:
         for target in targets:
@@ -78,7 +98,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         started = time.monotonic()
+        commits = {t.name: record.commit_of(t) for t in targets} if args.save else {}
         outcome = run(targets, max(1, args.jobs), args.match)
-        return 0 if report(targets, outcome, time.monotonic() - started) else 1
+        elapsed = time.monotonic() - started
+        passed = report(targets, outcome, elapsed)
+        if args.save:
+            saved = [
+                record.row_of(
+                    target,
+                    [
+                        (r.status, r.mutant.label(), r.mutant.key)
+                        for r in outcome.results
+                        if r.mutant.target == target.name
+                    ],
+                    elapsed / 60,
+                    commit=commits[target.name],
+                )
+                for target in targets
+                if target.name in outcome.baselines
+            ]
+            record.save(saved)
+            record.write_page()
+        return 0 if passed else 1
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -46,7 +46,7 @@ OPERATORS: Final[dict[str, str]] = {
     "stmt": "remove a bare call statement (-> pass)",
     "raise": "raise -> pass",
     "return": "return X -> return None",
-    "bool": "True <-> False (also class keywords: frozen=, forbid_unknown_fields=)",
+    "bool": "True <-> False (class keywords too, and frozen= of a class decorator's call)",
     "int": "integer constant (or constant expression) +1 and -1",
     "arith": "+ <-> -",
     "set-op": "| <-> &",
@@ -76,6 +76,8 @@ _TYPE_NAMES: Final = frozenset(
     {"Annotated", "Literal", "Final", "ClassVar", "Optional", "Union", "type"}
     | {"tuple", "list", "dict", "set", "frozenset", "Mapping", "Sequence", "Callable"}
 )
+_DECORATOR_FLAGS: Final = frozenset({"frozen"})
+"""Keywords of a class decorator's call flipped by ``bool`` (``@dataclass(frozen=True)``)."""
 _SQL: Final = re.compile(r"\b(UPDATE|SELECT|DELETE)\b")
 _SQL_AND: Final = re.compile(r"\s+AND\s+")
 _SQL_WHERE_END: Final = re.compile(r"\s*\bRETURNING\b")
@@ -299,6 +301,7 @@ class _Collector:
             if self._in_scope(qualname):
                 for keyword in node.keywords:
                     self._walk(keyword.value, qualname, keyword.arg)
+                self._decorator_flags(node, qualname)
             for stmt in node.body:
                 if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                     self._definition(stmt, qualname + ".")
@@ -312,6 +315,22 @@ class _Collector:
                 self._walk(default, qualname)
         for stmt in node.body:
             self._stmt(stmt, qualname)
+
+    def _decorator_flags(self, node: ast.ClassDef, qualname: str) -> None:
+        """``@dataclass(frozen=True)`` -> ``frozen=False``: the one decorator keyword a
+        check relies on (a verified value nobody can change after the check). Other
+        decorator arguments (``slots=``, ``eq=``) are layout and stay unmutated."""
+        for decorator in node.decorator_list:
+            if not isinstance(decorator, ast.Call):
+                continue
+            for keyword in decorator.keywords:
+                value = keyword.value
+                if (
+                    keyword.arg in _DECORATOR_FLAGS
+                    and isinstance(value, ast.Constant)
+                    and isinstance(value.value, bool)
+                ):
+                    self._add(value, qualname, "bool", str(not value.value), "", keyword.arg)
 
     def _module_constant(self, stmt: ast.Assign | ast.AnnAssign, name: str) -> None:
         value = stmt.value

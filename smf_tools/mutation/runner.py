@@ -171,7 +171,8 @@ def pytest_sessionfinish(session):
 '''
 
 Status = Literal["killed", "timeout", "survived", "uncovered", "error"]
-"""``uncovered``: no focused test runs the mutated line (a survivor, not run);
+"""``uncovered``: a survivor of a line no focused test was seen to run (every focused
+test was run against it, since coverage can miss a line);
 ``error``: pytest could not run the selection (a bug here, never a kill)."""
 
 _KILLED_EXIT: Final = frozenset({1, 2, 3, 4, 5})
@@ -369,8 +370,12 @@ class Runner:
 
     def mutant(self, target: Target, mutant: Mutant, baseline: Baseline) -> Result:
         selection = baseline.tests_for(mutant)
-        if not selection:
-            return Result(mutant, "uncovered", 0.0, 0)
+        covered = bool(selection)
+        if not covered:
+            # Coverage can miss a line that runs: after a RecursionError the tracer is
+            # gone, so the handler that turns it into a refusal looks unrun. Run every
+            # focused test rather than trust that no test reaches the line.
+            selection = sorted(baseline.durations, key=lambda t: (baseline.durations[t], t))
         handle, name = tempfile.mkstemp(suffix=".py", dir=self.workdir)
         os.close(handle)
         source = Path(name)
@@ -394,7 +399,7 @@ class Runner:
         if status is None:
             verdict = "timeout"
         elif status == 0:
-            verdict = "survived"
+            verdict = "survived" if covered else "uncovered"
         elif status in _KILLED_EXIT or status < 0:
             verdict = "killed"
         else:
@@ -432,14 +437,21 @@ def run(targets: Sequence[Target], jobs: int, match: Sequence[str] = ()) -> Run:
                 pool.submit(runner.mutant, target, mutant, outcome.baselines[target.name])
                 for target, mutant in work
             ]
-            for count, future in enumerate(as_completed(futures), 1):
-                result = future.result()
-                outcome.results.append(result)
-                print(
-                    f"[{count}/{total}] {result.status:9} {result.seconds:5.1f}s "
-                    f"{result.mutant.label()}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            try:
+                for count, future in enumerate(as_completed(futures), 1):
+                    result = future.result()
+                    outcome.results.append(result)
+                    print(
+                        f"[{count}/{total}] {result.status:9} {result.seconds:5.1f}s "
+                        f"{result.mutant.label()}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            except BaseException:
+                # SIGTERM (SystemExit) or ^C: the pool's exit would otherwise run every
+                # mutant still queued before the workers are stopped.
+                for future in futures:
+                    future.cancel()
+                raise
     outcome.results.sort(key=lambda r: (r.mutant.path, r.mutant.start, r.mutant.operator))
     return outcome

@@ -38,10 +38,15 @@ from smf_assurance.gateway.server import (
 )
 from smf_assurance.ops.cli.main import main
 from smf_assurance.pipeline.desks.tool_calls import DecidedCalls
+from smf_assurance.subjects import dsse
 from smf_assurance.subjects.call_context import CallContext
 from smf_assurance.subjects.keys import SigningKey
-from smf_assurance.subjects.model_gateway import GatewayCalls
-from smf_assurance.subjects.names import GATEWAY_CALLS, HEADER_SERVICE_ERROR
+from smf_assurance.subjects.model_gateway import GatewayCalls, GatewayCallsAnswer
+from smf_assurance.subjects.names import (
+    GATEWAY_CALLS,
+    HEADER_SERVICE_ERROR,
+    PAYLOAD_GATEWAY_CALLS,
+)
 from smf_tools.fake_model import Reply
 from tests.support.builders import normalized_proposal
 from tests.support.model_gateway import (
@@ -276,6 +281,75 @@ async def test_a_malformed_calls_question_or_an_unknown_runtime_is_refused(world
         reply = await nc.request(GATEWAY_CALLS, data, timeout=5)
         assert (reply.headers or {}).get(HEADER_SERVICE_ERROR) == reason
     assert UNGATED not in ledger_reasons(world.state)
+
+
+async def test_a_calls_question_past_64_kib_is_refused_before_it_is_read(world: World) -> None:
+    """The gate reads at most 64 KiB of a calls question: one byte more is refused as too
+    large, before anything of it is decoded; exactly 64 KiB is read."""
+    nc = world.gateway.nc
+    ask = msgspec.json.encode(
+        GatewayCalls(
+            schema="smf.gateway-calls/1",
+            request_id="m-" + "0" * 32,
+            runtime_id="no-such-runtime",
+            tenant_id=ACTOR.tenant_id,
+            tool_call_ids=(new_call_id(),),
+            issued_at_ms=1,
+        )
+    )
+    limit = 64 * 1024
+    for size, reason, detail in (
+        (limit, "unknown_runtime", ""),
+        (limit + 1, "malformed_calls", "too large"),
+    ):
+        reply = await nc.request(GATEWAY_CALLS, ask + b" " * (size - len(ask)), timeout=5)
+        assert (reply.headers or {}).get(HEADER_SERVICE_ERROR) == reason
+        assert msgspec.json.decode(reply.data)["detail"] == detail
+
+
+async def test_unrun_calls_are_answered_as_recorded_refusals_and_noted_decided(
+    world: World,
+) -> None:
+    """The gate's own answer to the gateway for calls its runtime answered itself (a tool
+    not offered, arguments failing the schema): each is refused with its reasons and
+    named refused (recorded), nothing is uncovered and nobody is stopped; asked again,
+    the calls are decided and nothing more is refused."""
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    keys = world.gateway.gateway.gate_keys()
+    first_id, second_id = new_call_id(), new_call_id()
+
+    async def ask(**fields: Any) -> GatewayCallsAnswer:
+        question = GatewayCalls(
+            schema="smf.gateway-calls/1",
+            request_id="m-" + "1" * 32,
+            runtime_id=TOOLS_ID,
+            tenant_id=ACTOR.tenant_id,
+            tool_call_ids=(first_id, second_id),
+            issued_at_ms=1,
+            **fields,
+        )
+        reply = await world.gateway.nc.request(
+            GATEWAY_CALLS, msgspec.json.encode(question), timeout=5
+        )
+        answer, _ = dsse.open_struct(
+            dsse.decode_envelope(reply.data), keys, GatewayCallsAnswer, PAYLOAD_GATEWAY_CALLS
+        )
+        return answer
+
+    first = await ask(not_offered=(first_id,), invalid_arguments=(second_id,))
+    assert (first.uncovered, first.stopped) == ((), False)
+    assert (first.refused, first.unrecorded) == ((first_id, second_id), ())
+    assert first.reason_codes == (
+        "unknown_tool",
+        "tool_not_offered_by_runtime",
+        "tool_arguments_invalid",
+        "tool_arguments_rejected_by_runtime",
+    )
+    assert len(first.evidence) == 2
+    again = await ask()
+    assert (again.uncovered, again.stopped, again.reason_codes) == ((), False, ())
+    assert again.refused is msgspec.UNSET
+    assert STOPPED not in [code for reasons in ledger_reasons(world.state) for code in reasons]
 
 
 # -- units --------------------------------------------------------------------------------

@@ -14,14 +14,16 @@ from __future__ import annotations
 import ast
 import dataclasses
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from smf_tools.mutation import record
 from smf_tools.mutation.cli import main, report
-from smf_tools.mutation.operators import OPERATORS, Mutant, mutants_in
+from smf_tools.mutation.operators import OPERATORS, Mutant, mutants_in, mutants_of
 from smf_tools.mutation.reviewed import EQUIVALENT
 from smf_tools.mutation.runner import Result, Run, Status, run
-from smf_tools.mutation.targets import Target
+from smf_tools.mutation.targets import SMOKE, TARGETS, Smoke, Target
 
 SAMPLE = Target("sample", "pkg.sample", ("tests/test_sample.py",))
 
@@ -87,6 +89,58 @@ def test_constants_calls_and_arithmetic() -> None:
     assert ("arith", "max(now, skew) + skew", "max(now, skew) - skew") in found
     assert ("set-op", "seen | revoked", "seen & revoked") in found
     assert ("drop-right", "(seen | revoked) - revoked", "seen | revoked") in found
+
+
+def test_a_class_decorators_frozen_flag_is_flipped_and_nothing_else_of_it() -> None:
+    """``@dataclass(frozen=True)`` unfrozen is a verified value that can be changed
+    after its check; the mutant must exist so a test has to notice it (issue 40)."""
+    found = mutants(
+        """
+        @dataclass(frozen=True, slots=True)
+        class Verified:
+            sequence: int
+
+        @dataclasses.dataclass(slots=True, frozen=False)
+        class Draft:
+            sequence: int
+
+        @final
+        class Plain:
+            pass
+        """
+    )
+    flags = {(m.scope, m.operator, m.original, m.mutated) for m in found}
+    assert flags == {
+        ("Verified", "bool", "frozen=True", "frozen=False"),
+        ("Draft", "bool", "frozen=False", "frozen=True"),
+    }
+    verified = next(m for m in found if m.scope == "Verified")
+    source = textwrap.dedent(
+        """
+        @dataclass(frozen=True, slots=True)
+        class Verified:
+            sequence: int
+        """
+    ).encode()
+    assert b"@dataclass(frozen=False, slots=True)" in verified.apply(source)
+
+
+def test_a_decorator_out_of_scope_is_not_mutated() -> None:
+    scoped = Target("sample", "pkg.sample", ("tests/test_sample.py",), scope=("Kept",))
+    found = changes(
+        """
+        @dataclass(frozen=True)
+        class Kept:
+            pass
+
+        @dataclass(frozen=True)
+        class Other:
+            pass
+        """,
+        scoped,
+    )
+    assert found == {("bool", "frozen=True", "frozen=False")}
+    assert len(mutants("@dataclass(frozen=True)\nclass Kept:\n    pass\n", scoped)) == 1
 
 
 def test_sql_where_clauses_are_dropped_one_at_a_time() -> None:
@@ -254,3 +308,86 @@ def test_make_mutate_passes_when_every_survivor_is_reviewed(
     assert "keyed" in out
     assert "100.0%" in out
     assert "survivors: 0" in out
+
+
+# -- the figures as measured, and docs/MUTATION.md's table made from them ----------------------
+
+
+def test_the_latest_run_table_is_what_the_saved_runs_say() -> None:
+    """docs/MUTATION.md's "Latest run" is generated from docs/mutation-runs.json
+    (``make mutate MUTATE_ARGS=--write-doc``), never typed in by hand."""
+    page = record.PAGE.read_text()
+    assert record.render(page, record.section(record.load())) == page
+
+
+def test_the_saved_figures_are_of_the_modules_as_they_are_now() -> None:
+    """A module whose source, tests or scope changed since its figures were measured
+    fails here until it is measured again: the page never shows a score of other code."""
+    by_name = {t.name: t for t in TARGETS}
+    stale = [
+        f"{name} (measured at {row.commit}): make mutate MUTATE_ARGS='--module {name} --save'"
+        for name, row in record.load().items()
+        if name not in by_name or record.fingerprint(by_name[name]) != row.fingerprint
+    ]
+    assert not stale, (
+        "changed since their figures (measure again, or drop the row from "
+        "docs/mutation-runs.json and run make mutate MUTATE_ARGS=--write-doc):\n" + "\n".join(stale)
+    )
+
+
+def test_saving_keeps_each_modules_latest_row_and_names_the_rest(tmp_path: Path) -> None:
+    module = tmp_path / "pkg" / "sample.py"
+    module.parent.mkdir()
+    module.write_text("X = 1\n")
+    other = Target("other", "pkg.other", ("tests/test_other.py",))
+    key = ("sample", "X", "int", "1", "2")
+    statuses = [("killed", "pkg/sample.py:1  int  1  ->  0", key), ("timeout", "t", key)]
+    runs = tmp_path / "runs.json"
+    first_run = [record.row_of(SAMPLE, [*statuses, ("survived", "s", key)], 1.0, tmp_path)]
+    record.save(first_run, runs, [SAMPLE, other])
+    first = record.load(runs)["sample"]
+    assert (first.killed, first.run, first.timeouts, first.unreviewed) == (2, 3, 1, 1)
+    assert first.commit == "unknown"  # not a git work tree
+    assert first.fingerprint == record.fingerprint(SAMPLE, tmp_path)
+    record.save([record.row_of(SAMPLE, statuses, 2.0, tmp_path)], runs, [SAMPLE, other])
+    rows = record.load(runs)
+    assert rows["sample"].survivors == ()
+    table = record.section(rows, [SAMPLE, other])
+    assert "| `sample` | `pkg/sample.py` | 2 | 2 | 100.0 % | 1 | 0 | `unknown` |" in table
+    assert "Not measured since they last changed: `other`." in table
+    module.write_text("X = 2\n")
+    assert record.fingerprint(SAMPLE, tmp_path) != rows["sample"].fingerprint
+
+
+def test_a_reviewed_survivor_needs_no_new_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    key = ("sample", "X", "int", "1", "2")
+    row = dataclasses.replace(
+        record.Row("sample", "pkg/sample.py", 1, 2, 0, (("s", key),), "c", "now", 1.0, "f")
+    )
+    assert row.unreviewed == 1
+    assert "s  NOT REVIEWED" in record.section({"sample": row}, [SAMPLE])
+    monkeypatch.setitem(EQUIVALENT, key, "equivalent: the fixture says so")
+    assert row.unreviewed == 0
+    assert "s  NOT REVIEWED" not in record.section({"sample": row}, [SAMPLE])
+
+
+@pytest.mark.parametrize("page", ["no markers", f"{record.END} {record.BEGIN}"])
+def test_a_page_without_one_pair_of_markers_is_refused(page: str) -> None:
+    with pytest.raises(record.MutationPageError):
+        record.render(page, "generated")
+
+
+def test_a_selection_of_mutants_is_never_saved_as_a_score() -> None:
+    with pytest.raises(SystemExit):
+        main(["--module", "keyed", "--save", "--match", "keyed.py:27"])
+
+
+@pytest.mark.parametrize("smoke", SMOKE, ids=lambda s: s.target.name)
+def test_the_mutation_smoke_kills_each_security_critical_site(smoke: Smoke) -> None:
+    """The fast mutation smoke of ``make test``: one mutant at each site where a
+    survivor would let an action through, run for real against the test that must
+    kill it (``make mutate`` scores everything, but not on every run)."""
+    assert len([m for m in mutants_of(smoke.target) if smoke.match in m.label()]) == 1
+    outcome = run([smoke.target], 1, [smoke.match])
+    assert not outcome.broken, outcome.broken
+    assert [r.status for r in outcome.results] in (["killed"], ["timeout"]), smoke.why

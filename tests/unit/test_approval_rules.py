@@ -16,7 +16,7 @@ evaluated under the shipped scenario release, a registry of real keys.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 import msgspec
 import pytest
@@ -36,13 +36,27 @@ from smf_assurance.core.approval_rules import (
 )
 from smf_assurance.core.decision import Decision
 from smf_assurance.pipeline.stores.approvals import BindingInvalid, admit_binding
-from smf_assurance.subjects import dsse
+from smf_assurance.subjects import approvals, dsse
 from smf_assurance.subjects.approvals import (
+    DENY_REASONS,
     MAX_TTL_MS,
+    AnnouncementsReply,
+    AnnouncementsRequest,
+    ApprovalResolution,
+    ApprovalView,
+    AskAgain,
+    DenyReason,
+    KeptAnnouncement,
     OutcomeMismatchError,
+    PendingAnnouncement,
+    TrackedApproval,
+    TrackRequest,
     approval_id_for,
     binding_digest,
+    deny_reason_code,
+    open_ask_again,
     open_outcome,
+    sign_ask_again,
     sign_outcome,
 )
 from smf_assurance.subjects.canonical import identity_of
@@ -475,3 +489,312 @@ def test_a_held_action_is_read_back_exactly_or_not_at_all() -> None:
         msgspec.json.decode(msgspec.json.encode(extended), type=HeldAction)
     with pytest.raises(AttributeError):
         held.content = "another text"  # type: ignore[misc]
+
+
+# --- the approval messages' own contract (smf_assurance/subjects/approvals.py) ---------------
+
+
+def _struct_types() -> list[type[msgspec.Struct]]:
+    """Every message the approval contract defines, found by walking the module."""
+    return [
+        obj
+        for obj in vars(approvals).values()
+        if isinstance(obj, type)
+        and issubclass(obj, msgspec.Struct)
+        and obj.__module__ == approvals.__name__
+    ]
+
+
+@pytest.mark.parametrize("message", _struct_types(), ids=lambda t: t.__name__)
+def test_every_approval_message_refuses_a_field_it_does_not_know(
+    message: type[msgspec.Struct],
+) -> None:
+    """A field a receiver would silently drop is a field two readers see apart: a gate
+    of another version, a console, a runtime. Every approval message refuses one,
+    before it even looks at the fields it requires."""
+    with pytest.raises(msgspec.ValidationError, match="unknown field `smf_not_a_field`"):
+        msgspec.json.decode(b'{"smf_not_a_field": 1}', type=message)
+
+
+def test_the_deny_reasons_offered_are_exactly_the_closed_list() -> None:
+    """The console and the command line offer DENY_REASONS; every reason the contract
+    accepts is offered with a label, and each has its own evidence code."""
+    assert tuple(DENY_REASONS) == get_args(DenyReason)
+    assert all(DENY_REASONS[reason] for reason in get_args(DenyReason))
+    codes = [deny_reason_code(reason) for reason in get_args(DenyReason)]
+    assert codes == [f"approver_denied_{reason}" for reason in get_args(DenyReason)]
+
+
+def resolution(**fields: Any) -> dict[str, Any]:
+    binding = binding_of(held_filing())
+    return {
+        "schema": "smf.approval-resolution/1",
+        "approval_id": binding.approval_id,
+        "decision": "deny",
+        "binding_digest": binding_digest(binding),
+        "resolver_id": "attorney-ann",
+        "resolved_at_ms": AT_MS,
+        **fields,
+    }
+
+
+def decoded_resolution(**fields: Any) -> ApprovalResolution:
+    return msgspec.json.decode(msgspec.json.encode(resolution(**fields)), type=ApprovalResolution)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"decision": "allow-once", "deny_reason": "other"},
+        {"decision": "allow-once", "note": "looks fine"},
+        {"decision": "allow-once", "deny_reason": "other", "note": "looks fine"},
+        {"note": "a note without a reason"},
+    ],
+    ids=["allow-with-reason", "allow-with-note", "allow-with-both", "deny-note-only"],
+)
+def test_a_resolution_carries_a_reason_or_note_only_as_a_closed_deny(
+    fields: dict[str, Any],
+) -> None:
+    """An allow-once carries no reason and no note, and a note comes only with a closed
+    reason: evidence records a reason code from the closed list, never free text alone."""
+    with pytest.raises(msgspec.ValidationError):
+        decoded_resolution(**fields)
+
+
+def test_a_deny_records_its_closed_reason_and_never_the_note() -> None:
+    bare = decoded_resolution()
+    assert bare.denial_reason_codes() == ("approver_denied",)
+    reasoned = decoded_resolution(deny_reason="wrong_recipient", note="the other court")
+    assert reasoned.denial_reason_codes() == ("approver_denied", "approver_denied_wrong_recipient")
+    assert decoded_resolution(deny_reason="other").denial_reason_codes()[1] == (
+        "approver_denied_other"
+    )
+    assert decoded_resolution(decision="allow-once").decision == "allow-once"
+
+
+def test_a_resolution_without_reason_or_note_signs_the_bytes_it_signed_before_them() -> None:
+    """``deny_reason`` and ``note`` are left out when absent, so the canonical bytes of a
+    resolution signed before they existed are unchanged and its signature verifies."""
+    allow = decoded_resolution(decision="allow-once")
+    assert set(msgspec.json.decode(msgspec.json.encode(allow))) == set(
+        resolution(decision="allow-once")
+    )
+
+
+@pytest.mark.parametrize(
+    ("message", "value", "omitted"),
+    [
+        (
+            "TrackedApproval",
+            {
+                "approval_id": fake_identity("a"),
+                "state": "pending",
+                "relation": "requester",
+                "tenant_id": DEFAULT_TENANT,
+                "created_at_ms": AT_MS,
+                "expires_at_ms": AT_MS + 1,
+            },
+            {"outcome_codes", "receipt", "order_id"},
+        ),
+        ("RuleShown", {"rule_id": "urn:smf:rule:x"}, {"title", "statement", "citation"}),
+        ("ReasonShown", {"code": "x"}, {"words"}),
+    ],
+)
+def test_an_optional_field_left_empty_is_not_sent(
+    message: str, value: dict[str, Any], omitted: set[str]
+) -> None:
+    """Additive fields are left out when empty, so a reader that predates them (and
+    refuses an unknown field) still decodes the message."""
+    struct = msgspec.json.decode(msgspec.json.encode(value), type=getattr(approvals, message))
+    assert set(msgspec.json.decode(msgspec.json.encode(struct))) == set(value)
+    assert not omitted & set(value)
+
+
+def test_a_view_without_rules_or_reasons_is_sent_as_before_them() -> None:
+    held = held_filing()
+    binding = binding_of(held)
+    view = ApprovalView(
+        schema="smf.approval-view/1",
+        binding=binding,
+        binding_digest=binding_digest(binding),
+        state="pending",
+        native_tool="court_efile",
+        destination_address=held.destination_address,
+        content=held.content,
+        arguments_json="{}",
+    )
+    assert not {"rules", "reasons"} & set(msgspec.json.decode(msgspec.json.encode(view)))
+
+
+def announcement(**fields: Any) -> dict[str, Any]:
+    return {
+        "schema": "smf.approval-pending/2",
+        "approval_id": fake_identity("a"),
+        "tenant_id": DEFAULT_TENANT,
+        "required_roles": ["licensed_attorney"],
+        "required_approvals": 1,
+        "created_at_ms": AT_MS,
+        "expires_at_ms": AT_MS + 1,
+        "capability": "external.transmit",
+        "channel": "electronic_filing",
+        "locality": "external",
+        "native_tool": "court_efile",
+        "rule_ids": [],
+        "reason_codes": [],
+        **fields,
+    }
+
+
+def _reply(count: int, **fields: Any) -> dict[str, Any]:
+    kept = [{"seq": n + 1, "announcement": announcement()} for n in range(count)]
+    return {
+        "schema": "smf.approval-announcements-reply/1",
+        "epoch": "e",
+        "next_after": 0,
+        "more": False,
+        "announcements": kept,
+        **fields,
+    }
+
+
+def _track(**fields: Any) -> dict[str, Any]:
+    return {
+        "schema": "smf.approval-track/1",
+        "viewer_id": "attorney-ann",
+        "approval_ids": [],
+        "requested_at_ms": AT_MS,
+        **fields,
+    }
+
+
+def _tracked(**fields: Any) -> dict[str, Any]:
+    return {
+        "approval_id": fake_identity("a"),
+        "state": "consumed",
+        "relation": "requester",
+        "tenant_id": DEFAULT_TENANT,
+        "created_at_ms": AT_MS,
+        "expires_at_ms": AT_MS + 1,
+        **fields,
+    }
+
+
+_REQUEST: Final = {"schema": "smf.approval-announcements/1"}
+_IDS: Final = [fake_identity(f"a{n}") for n in range(257)]
+"""One more than the 256 candidate ids docs/SUBJECTS.md lets a track request carry."""
+
+BOUNDS: Final[list[tuple[str, type[msgspec.Struct], dict[str, Any], dict[str, Any]]]] = [
+    (
+        "required-approvals-1",
+        PendingAnnouncement,
+        announcement(required_approvals=1),
+        announcement(required_approvals=0),
+    ),
+    (
+        "required-approvals-16",
+        PendingAnnouncement,
+        announcement(required_approvals=16),
+        announcement(required_approvals=17),
+    ),
+    (
+        "after-seq",
+        AnnouncementsRequest,
+        {**_REQUEST, "after_seq": 0},
+        {**_REQUEST, "after_seq": -1},
+    ),
+    (
+        "request-epoch-64",
+        AnnouncementsRequest,
+        {**_REQUEST, "epoch": "e" * 64},
+        {**_REQUEST, "epoch": "e" * 65},
+    ),
+    (
+        "kept-seq",
+        KeptAnnouncement,
+        {"seq": 1, "announcement": announcement()},
+        {"seq": 0, "announcement": announcement()},
+    ),
+    (
+        "reply-size",
+        AnnouncementsReply,
+        _reply(256),  # docs/SUBJECTS.md: at most 256 announcements a reply
+        _reply(257),
+    ),
+    ("reply-epoch-64", AnnouncementsReply, _reply(0, epoch="e" * 64), _reply(0, epoch="e" * 65)),
+    ("next-after", AnnouncementsReply, _reply(0, next_after=0), _reply(0, next_after=-1)),
+    (
+        "tracked-ids",
+        TrackRequest,
+        _track(approval_ids=_IDS[:-1]),
+        _track(approval_ids=_IDS),
+    ),
+    ("receipt-long", TrackedApproval, _tracked(receipt="r" * 256), _tracked(receipt="r" * 257)),
+    ("receipt-empty", TrackedApproval, _tracked(receipt="r"), _tracked(receipt="")),
+]
+"""Each bound of the approval messages: a value exactly at it, and one just past it."""
+
+
+@pytest.mark.parametrize(
+    ("message", "at", "past"), [b[1:] for b in BOUNDS], ids=[b[0] for b in BOUNDS]
+)
+def test_each_approval_message_bound_holds_exactly(
+    message: type[msgspec.Struct], at: dict[str, Any], past: dict[str, Any]
+) -> None:
+    """A bound is where a gate's answer stops and a reader's check starts: both sides
+    must draw it at the same place (256 announcements, 256 tracked ids, a 64-character
+    epoch, a receipt of 1 to 256 characters, at least one approval, at most 16)."""
+    msgspec.json.decode(msgspec.json.encode(at), type=message)
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(msgspec.json.encode(past), type=message)
+
+
+def test_an_announcements_request_without_a_position_starts_at_the_beginning() -> None:
+    """An approver that has read nothing yet gets every kept announcement, seq 1 first."""
+    request = msgspec.json.decode(msgspec.json.encode(_REQUEST), type=AnnouncementsRequest)
+    assert (request.after_seq, request.epoch, request.tenant) == (0, None, None)
+
+
+def _notice(**fields: Any) -> AskAgain:
+    decision_id = fields.pop("decision_id", fake_identity("decision-y"))
+    return AskAgain(
+        schema="smf.approval-ask-again/1",
+        approval_id=fields.pop("approval_id", approval_id_for(decision_id)),
+        decision_id=decision_id,
+        operation_hash=fake_identity("operation"),
+        asked_at_ms=AT_MS,
+    )
+
+
+def test_a_gate_signed_ask_again_for_this_approval_is_acted_on() -> None:
+    notice = _notice()
+    opened_notice = open_ask_again(
+        sign_ask_again(notice, GATE),
+        {GATE.key_id: GATE.verify_key},
+        approval_id=approval_id_for(fake_identity("decision-y")),
+    )
+    assert opened_notice == notice
+
+
+@pytest.mark.parametrize(
+    ("notice", "message"),
+    [
+        (_notice(decision_id=fake_identity("decision-x")), "another approval"),
+        (
+            _notice(
+                decision_id=fake_identity("decision-x"),
+                approval_id=approval_id_for(fake_identity("decision-y")),
+            ),
+            "not its approval's decision",
+        ),
+    ],
+    ids=["another-approval", "decision-not-derived"],
+)
+def test_an_ask_again_not_about_this_approval_is_refused(notice: AskAgain, message: str) -> None:
+    """A genuine notice re-published on another approval's subject, or one whose decision
+    does not derive its approval, makes no runtime propose anything again."""
+    with pytest.raises(OutcomeMismatchError, match=message):
+        open_ask_again(
+            sign_ask_again(notice, GATE),
+            {GATE.key_id: GATE.verify_key},
+            approval_id=approval_id_for(fake_identity("decision-y")),
+        )

@@ -16,7 +16,7 @@ import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import pytest
@@ -35,6 +35,7 @@ from smf_assurance.subjects.canonical import (
     parse_canonical,
     sha256_identity,
     struct_identity,
+    validated,
 )
 from smf_assurance.subjects.envelope import OperationEnvelope
 from tests.support.builders import envelope_dict
@@ -220,6 +221,38 @@ def test_error_names_the_location() -> None:
         canonical_bytes(float("nan"))
 
 
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (1.5, r"^float is not allowed at \$; use integers"),
+        (float("inf"), r"^NaN or infinity is not allowed at \$"),
+        (SAFE_INTEGER_MAX + 1, r"^integer outside the I-JSON safe range at \$"),
+        ([-SAFE_INTEGER_MAX - 1], r"^integer outside the I-JSON safe range at \$\[0\]"),
+    ],
+)
+def test_a_refusal_names_the_rule_the_value_breaks(value: Any, reason: str) -> None:
+    """Whoever reads the refusal (an operator, a corpus author) is told which rule the
+    value breaks, not a later check's words for it ("has no JSON form")."""
+    with pytest.raises(CanonicalJSONError, match=reason):
+        canonical_bytes(value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"1.0", "float 1.0 is not allowed; use integers"),
+        (b"[1E2]", "float 1E2 is not allowed; use integers"),
+        (b"NaN", "NaN is not allowed"),
+        (b"[-Infinity]", "-Infinity is not allowed"),
+    ],
+)
+def test_parsing_names_a_float_or_a_constant_as_such(raw: bytes, reason: str) -> None:
+    """A signed text holding a float or NaN is refused for that, not as merely
+    "not in canonical form"."""
+    with pytest.raises(CanonicalJSONError, match=reason):
+        parse_canonical(raw)
+
+
 def test_booleans_are_not_integers() -> None:
     assert canonical_bytes([True, False, 1, 0]) == b"[true,false,1,0]"
 
@@ -272,6 +305,33 @@ def test_depth_limit(prepare: Callable[[Any], Any]) -> None:
     for value in (_nested_lists(MAX_DEPTH + 1), _nested_objects(MAX_DEPTH + 1)):
         with pytest.raises(CanonicalJSONError, match="nesting deeper"):
             prepare(value)
+
+
+@pytest.mark.parametrize("leaf", ["leaf", "feuille-\u00e9"], ids=["fast-path", "full-walk"])
+def test_the_depth_limit_is_the_same_on_the_fast_path_and_the_full_walk(leaf: str) -> None:
+    """A value of ASCII text takes the fast path and one with any other text the full
+    walk; both accept exactly MAX_DEPTH levels, so what is signed never depends on
+    which path encoded it."""
+    value: Any = leaf
+    for _ in range(MAX_DEPTH):
+        value = {"k": value}
+    assert canonical_bytes(value).endswith(
+        json.dumps(leaf, ensure_ascii=False).encode() + b"}" * MAX_DEPTH
+    )
+    with pytest.raises(CanonicalJSONError, match="nesting deeper"):
+        canonical_bytes([value])
+
+
+class _Bounded(msgspec.Struct, frozen=True):
+    count: Annotated[int, msgspec.Meta(ge=1)]
+
+
+def test_a_struct_built_in_process_obeys_its_contract_before_it_is_trusted() -> None:
+    """msgspec checks a Struct's bounds when it decodes, not when code builds one:
+    ``validated`` applies them to a Struct built in process (a binding, a manifest)."""
+    assert validated(_Bounded(1)) == _Bounded(1)
+    with pytest.raises(msgspec.ValidationError, match=">= 1"):
+        validated(_Bounded(0))
 
 
 def test_hostile_nesting_is_refused_without_crashing() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import pytest
@@ -26,10 +26,18 @@ from smf_assurance.core.decision import (
     NON_CONSEQUENTIAL_DEFAULT,
     Decision,
 )
-from smf_assurance.core.evaluator import applicable_policies, evaluate, is_consequential
+from smf_assurance.core.evaluator import (
+    applicable_policies,
+    consequential_triggers,
+    evaluate,
+    is_consequential,
+)
 from smf_assurance.core.facts import FACT_REGISTRY_VERSION
 from smf_assurance.core.policy import NO_REQUIREMENTS
 from smf_assurance.core.projection import (
+    NOT_CONFINED,
+    PolicyRecord,
+    PolicySet,
     ProjectionError,
     build_policy_set,
     decode_analysis,
@@ -501,3 +509,90 @@ def test_applicable_policies_are_strongest_first() -> None:
         p for p in found if p.record.layer in ("binding_authority", "smf_safety_floor")
     ]
     assert applicable_policies(make_envelope(), ps, 0) == []
+
+
+# --- what made an operation consequential, in words ---------------------------------
+
+TRIGGER_WORDS: Final = {
+    "egress": "egress",
+    "external_persistent": "persistence_external_persistent",
+    "unknown_persistence": "persistence_unknown",
+    "limited_reversibility": "reversibility_limited",
+    "no_reversibility": "reversibility_none",
+    "unknown_reversibility": "reversibility_unknown",
+    "unknown_capability": "capability_unknown",
+}
+
+
+@pytest.mark.parametrize("trigger", sorted(CONSEQUENTIAL_TRIGGERS))
+def test_a_floor_denial_is_explained_by_exactly_its_trigger(trigger: str) -> None:
+    """``consequential_triggers`` explains a safety-floor denial (``smf eval-many``): it
+    names the one condition that made the operation consequential, and only it."""
+    envelope = make_envelope(CONSEQUENTIAL_TRIGGERS[trigger])
+    assert consequential_triggers(envelope) == (TRIGGER_WORDS[trigger],)
+
+
+def test_an_operation_with_every_trigger_names_them_all_and_one_with_none_names_none() -> None:
+    every = make_envelope(
+        {
+            "effects.egress": True,
+            "effects.persistence": "external_persistent",
+            "effects.reversibility": "none",
+            "capability": "unknown",
+        }
+    )
+    assert consequential_triggers(every) == (
+        "egress",
+        "persistence_external_persistent",
+        "reversibility_none",
+        "capability_unknown",
+    )
+    assert consequential_triggers(make_envelope({})) == ()
+    assert not is_consequential(make_envelope({}))
+
+
+# --- a release's confinement policies -------------------------------------------------
+
+
+def _confinement_set(*, others_deny: bool = False) -> PolicySet:
+    """A release that allows everything, or denies it, and requires confinement."""
+    policy = make_policy("p.all", "all", effect="deny" if others_deny else "allow")
+    projection = enforcement_projection([make_rule("all", ALWAYS)], [policy])
+    confinement = make_policy("p.confined", "all", effect="deny", reason_code=NOT_CONFINED)
+    return build_policy_set(
+        msgspec.structs.replace(
+            projection, confinement=(msgspec.convert(confinement, PolicyRecord),)
+        )
+    )
+
+
+def test_a_runtime_not_known_confined_is_denied_where_the_release_requires_it() -> None:
+    """Confinement is proven, never assumed: without ``confined=True`` (the gate holds
+    no fresh attestation of the runtime's confined process) the confinement policy
+    applies, by default too."""
+    envelope = make_envelope({})
+    for decision in (
+        evaluate(envelope, _confinement_set(), at_ms=AT_MS),
+        evaluate(envelope, _confinement_set(), at_ms=AT_MS, confined=False),
+    ):
+        assert decision.disposition == "deny"
+        assert decision.reason_codes == (NOT_CONFINED, "allow_p_all")
+    applied = applicable_policies(envelope, _confinement_set(), AT_MS)
+    assert {p.record.policy_id for p in applied} == {"p.all", "p.confined"}
+
+
+def test_a_confined_runtime_is_decided_by_the_other_policies_only() -> None:
+    envelope = make_envelope({})
+    decision = evaluate(envelope, _confinement_set(), at_ms=AT_MS, confined=True)
+    assert decision.disposition == "allow"
+    assert NOT_CONFINED not in decision.reason_codes
+    applied = applicable_policies(envelope, _confinement_set(), AT_MS, confined=True)
+    assert [p.record.policy_id for p in applied] == ["p.all"]
+
+
+def test_a_denial_by_the_other_policies_is_not_explained_as_confinement() -> None:
+    """Where the release denies anyway, an unconfined runtime is told the release's own
+    reason, not that it should have run confined."""
+    decision = evaluate(make_envelope({}), _confinement_set(others_deny=True), at_ms=AT_MS)
+    assert decision.disposition == "deny"
+    assert decision.reason_codes == ("deny_p_all",)

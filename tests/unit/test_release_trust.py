@@ -33,6 +33,7 @@ from smf_assurance.core.release_trust import (
     check_in_force,
 )
 from smf_assurance.subjects import dsse
+from smf_assurance.subjects import release as contract
 from smf_assurance.subjects.canonical import canonical_bytes, sha256_identity
 from smf_assurance.subjects.release import (
     MAX_BUNDLE_BYTES,
@@ -60,6 +61,7 @@ from smf_assurance.subjects.release import (
     trust_root_keys,
 )
 from tests.support.release_helpers import (
+    GATE_KEY,
     HOUR,
     OUTSIDER,
     SIGNERS,
@@ -765,3 +767,94 @@ def test_an_in_memory_floor_refuses_older_and_forked_releases(
 
 def _authenticated(bundle: ReleaseBundle) -> AuthenticatedRelease:
     return authenticate_release(data(bundle), trust_root_keys(ROOT), ROOT.threshold)
+
+
+# -- what a gate reports of its releases ------------------------------------------------------
+
+
+def _release_structs() -> list[type[msgspec.Struct]]:
+    """Every message the release contract defines, found by walking the module."""
+    return [
+        obj
+        for obj in vars(contract).values()
+        if isinstance(obj, type)
+        and issubclass(obj, msgspec.Struct)
+        and obj.__module__ == contract.__name__
+    ]
+
+
+@pytest.mark.parametrize("message", _release_structs(), ids=lambda t: t.__name__)
+def test_every_release_message_refuses_a_field_it_does_not_know(
+    message: type[msgspec.Struct],
+) -> None:
+    """A publisher counts a gate's report as an adoption only as the gate meant it: a
+    field one reader drops and another reads is refused by every release message."""
+    with pytest.raises(msgspec.ValidationError, match="unknown field `smf_not_a_field`"):
+        msgspec.json.decode(b'{"smf_not_a_field": 1}', type=message)
+
+
+def _refusal(**fields: Any) -> dict[str, Any]:
+    return {
+        "origin": "kv:release.1@1",
+        "reason_code": "release_signature_invalid",
+        "detail": "",
+        "at_ms": T0,
+        "retryable": False,
+        **fields,
+    }
+
+
+def _report(**fields: Any) -> dict[str, Any]:
+    return {
+        "schema": contract.RELEASE_REPORT_SCHEMA,
+        "gate": "gate-1",
+        "at_ms": T0,
+        "active": None,
+        "in_force": False,
+        "refusals": [],
+        **fields,
+    }
+
+
+_COUNTS = dict.fromkeys(
+    ("evaluated", "disagreed", "recorded", "unrecorded", "dropped", "skipped", "failed"), 0
+)
+REPORT_BOUNDS: list[tuple[str, type[msgspec.Struct], dict[str, Any], dict[str, Any]]] = [
+    (
+        "refusals",
+        contract.ReleaseReport,
+        _report(refusals=[_refusal()] * 32),  # docs/SUBJECTS.md: its last 32 refusals
+        _report(refusals=[_refusal()] * 33),
+    ),
+    (
+        "text",
+        contract.ReportedRefusal,
+        _refusal(detail="d" * 300),
+        _refusal(detail="d" * 301),
+    ),
+    ("count", contract.ShadowCounts, _COUNTS, {**_COUNTS, "dropped": -1}),
+]
+
+
+@pytest.mark.parametrize(
+    ("message", "at", "past"), [b[1:] for b in REPORT_BOUNDS], ids=[b[0] for b in REPORT_BOUNDS]
+)
+def test_each_release_report_bound_holds_exactly(
+    message: type[msgspec.Struct], at: dict[str, Any], past: dict[str, Any]
+) -> None:
+    """A report holds at most 32 refusals of at most 300 characters of text each, and
+    never a negative count: a gate cannot make a publisher read an unbounded report."""
+    msgspec.json.decode(msgspec.json.encode(at), type=message)
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(msgspec.json.encode(past), type=message)
+
+
+def test_a_release_report_counts_only_when_a_trusted_gate_key_signed_it() -> None:
+    """A publisher reports "published" only on a gate's signed word: the report of a
+    trusted gate key opens as it was signed; one signed by any other key is refused."""
+    report = msgspec.json.decode(msgspec.json.encode(_report()), type=contract.ReleaseReport)
+    trusted = {GATE_KEY.key_id: GATE_KEY.verify_key}
+    signed = contract.sign_release_report(report, GATE_KEY)
+    assert contract.open_release_report(signed, trusted) == report
+    with pytest.raises(dsse.SignatureError):
+        contract.open_release_report(contract.sign_release_report(report, OUTSIDER), trusted)
