@@ -203,7 +203,9 @@ def read_credential(principal: str, seed_file: str | os.PathLike[str]) -> BusCre
             CREDENTIAL_INVALID, "the principal is not a subject token"
         ) from exc
     try:
-        with path.open("rb") as handle:
+        # O_NONBLOCK: a FIFO put in the seed file's place opens at once (and is refused
+        # below as not a regular file) instead of waiting for a writer for ever.
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
             info = os.fstat(handle.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise CredentialFileError(CREDENTIAL_UNREADABLE, f"{path} is not a regular file")

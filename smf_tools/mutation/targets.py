@@ -167,7 +167,12 @@ TARGETS: Final[tuple[Target, ...]] = (
     Target(
         "bus_access",
         "smf_assurance.subjects.bus_access",
-        ("tests/unit/test_bus_credential.py", "tests/bus/test_bus_permissions.py", _FROZEN),
+        (
+            "tests/unit/test_bus_access.py",
+            "tests/unit/test_bus_credential.py",
+            "tests/bus/test_bus_permissions.py",
+            _FROZEN,
+        ),
     ),
     Target("canonical", "smf_assurance.subjects.canonical", ("tests/unit/test_canonical.py",)),
     Target("keyed", "smf_assurance.subjects.keyed", ("tests/unit/test_keyed.py",)),

@@ -17,7 +17,7 @@
  * the NATS client's own nkeys code (`../config.ts`), outside the contract.
  */
 
-import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 
 export const INBOX_ROOT = "_INBOX";
 /**
@@ -71,7 +71,9 @@ export interface BusCredential {
 export function readSeed(seedFile: string): Uint8Array {
   let fd: number;
   try {
-    fd = openSync(seedFile, "r");
+    // O_NONBLOCK: a FIFO in the seed file's place opens at once (and is refused below
+    // as not a regular file) instead of blocking the process until a writer comes.
+    fd = openSync(seedFile, constants.O_RDONLY | constants.O_NONBLOCK);
   } catch (error) {
     const code = (error as { code?: unknown } | null)?.code;
     throw new CredentialFileError(CREDENTIAL_UNREADABLE, `cannot read ${seedFile}: ${typeof code === "string" ? code : "error"}`);
