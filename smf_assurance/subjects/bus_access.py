@@ -204,8 +204,9 @@ def read_credential(principal: str, seed_file: str | os.PathLike[str]) -> BusCre
         ) from exc
     try:
         # O_NONBLOCK: a FIFO put in the seed file's place opens at once (and is refused
-        # below as not a regular file) instead of waiting for a writer for ever.
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
+        # below as not a regular file) instead of waiting for a writer for ever. The
+        # descriptor is not inherited: os.open makes it so (PEP 446).
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
             info = os.fstat(handle.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise CredentialFileError(CREDENTIAL_UNREADABLE, f"{path} is not a regular file")

@@ -283,6 +283,10 @@ EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
         "equivalent: a sequence is only read from a signed canonical manifest, and "
         "canonical_bytes refuses 2**53 (tests/unit/test_release_trust.py, the 'unsafe' case)"
     ),
+    ("bus_access", "read_credential", "int", "1", "2"): (
+        "equivalent: reading one byte past the bound is what tells an over-long file; two "
+        "bytes past tells it as well (the bound's edge is tested with literal sizes)"
+    ),
 }
 """Survivors reviewed as equivalent (or harmless), keyed by :attr:`Mutant.key`, with
 why. The report marks them; any survivor not listed here fails the run."""

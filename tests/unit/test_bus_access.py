@@ -34,6 +34,7 @@ from smf_assurance.subjects.bus_access import (
     account_plan,
     answerable_reply,
     bus_error_reason,
+    connect_options,
     imports_for,
     inbox_prefix,
     permissions_for,
@@ -61,7 +62,7 @@ def entry(principal: str, role: str, **fields: object) -> RegistryEntry:
     ["_INBOX.runtime.abc", "_INBOX.x", "_R_.abc", "_R_.a.b.c"],
 )
 def test_an_inbox_or_a_mapped_reply_is_answered(reply: str) -> None:
-    assert answerable_reply(reply)
+    assert answerable_reply(reply) is True
 
 
 @pytest.mark.parametrize(
@@ -85,7 +86,7 @@ def test_an_inbox_or_a_mapped_reply_is_answered(reply: str) -> None:
 def test_a_reply_subject_chosen_to_make_the_responder_write_is_never_answered(
     reply: str | None,
 ) -> None:
-    assert not answerable_reply(reply)
+    assert answerable_reply(reply) is False
 
 
 REFUSALS = [
@@ -108,6 +109,10 @@ def test_a_server_refusal_is_named_by_its_phrase_never_by_its_text(
 ) -> None:
     error = Exception(f"nats: '{phrase.title()}' for subject 'smf.secret.matter-42'")
     assert bus_error_reason(error) == reason
+
+
+def test_a_bus_without_authorization_connects_with_no_options() -> None:
+    assert connect_options(None) == {}
 
 
 def test_any_other_bus_error_is_named_by_its_type() -> None:
