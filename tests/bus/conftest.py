@@ -3,9 +3,11 @@ beyond the demo's (``tests/conftest.py``'s ``state``), each named by what it add
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from nats.aio.client import Client
 
 from smf_assurance.ops.local.stack import seed_demo_documents
 from smf_assurance.ops.local.state import StateDir, provision_demo
@@ -28,3 +30,13 @@ def approvers_state(tmp_path: Path) -> StateDir:
     state = StateDir(tmp_path / "state")
     provision_with_extra_approvers(state)
     return state
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[list[Client]]:
+    """Connections a test opened, drained afterwards."""
+    opened: list[Client] = []
+    yield opened
+    for nc in opened:
+        if nc.is_connected:
+            await nc.drain()

@@ -32,7 +32,6 @@ import json
 import os
 import stat
 import tarfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -66,15 +65,6 @@ def seeded(state: StateDir) -> StateDir:
     configure_logging(json=True, level="error")  # the in-process gate's, off stdout's JSON
     seed_demo_documents(state)
     return state
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[list[Client]]:
-    opened: list[Client] = []
-    yield opened
-    for nc in opened:
-        if nc.is_connected:
-            await nc.drain()
 
 
 async def _connect(stack: Stack, principal: str, clients: list[Client]) -> Client:

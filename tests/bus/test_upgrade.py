@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
 
@@ -97,16 +96,6 @@ async def _connect(stack: Stack, principal: str) -> Client:
     return await connect_bus(
         stack.url, f"upgrade-{principal}", stack.state.existing_credential(principal)
     )
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[list[Client]]:
-    """Connections a test opened, drained afterwards."""
-    opened: list[Client] = []
-    yield opened
-    for nc in opened:
-        if nc.is_connected:
-            await nc.drain()
 
 
 async def _verify(

@@ -38,28 +38,26 @@ def fail(message: str, code: int = 1, reason_code: str | None = None) -> NoRetur
     raise CommandError(message, code, reason_code)
 
 
-def positive_int(text: str) -> int:
-    """An argparse ``type`` for a count: a whole number above zero, else a usage
-    error (exit 2), so ``bench --rounds 0`` is refused rather than run on some default."""
+def _whole_number(text: str, least: int, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive whole number")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{value} is not {what}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for a count: a whole number above zero, else a usage
+    error (exit 2), so ``bench --rounds 0`` is refused rather than run on some default."""
+    return _whole_number(text, 1, "a positive whole number")
 
 
 def non_negative_int(text: str) -> int:
     """An argparse ``type`` for a count where none is a choice (``--burners 0``): a
     whole number, zero or more, else a usage error (exit 2)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is not zero or more")
-    return value
+    return _whole_number(text, 0, "zero or more")
 
 
 def positive_float(text: str) -> float:
