@@ -55,12 +55,25 @@ class Run:
     """The run's output, kept when it failed."""
 
 
+def test_id(text: str) -> str:
+    """An argparse ``type`` for a test to repeat: a file, folder or node id. An empty
+    one is refused: pytest takes ``""`` as the working folder and would repeat the
+    whole suite; so is one that starts with ``-``, an option rather than a test."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty test id (pytest would run the whole suite)")
+    if text.startswith("-"):
+        raise argparse.ArgumentTypeError(f"{text!r} is an option, not a test id")
+    return text
+
+
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "repeat",
         help="run tests many times in fresh processes under CPU load, to find a flaky one",
     )
-    p.add_argument("tests", nargs="+", help="pytest node ids or files, as pytest takes them")
+    p.add_argument(
+        "tests", nargs="+", type=test_id, help="pytest node ids or files, as pytest takes them"
+    )
     p.add_argument(
         "--runs", type=positive_int, default=DEFAULT_RUNS, help=f"runs (default {DEFAULT_RUNS})"
     )

@@ -119,3 +119,16 @@ def test_a_missing_file_is_refused_before_any_run_or_burner(
     assert "nothing would be repeated" in err
     assert multiprocessing.active_children() == []
     assert not logs.exists() or not any(logs.iterdir()), "no run was made"
+
+
+@pytest.mark.parametrize("given", ["", "  ", "-k"])
+def test_an_empty_test_id_or_an_option_is_a_usage_error_and_runs_nothing(
+    given: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs = tmp_path / "logs"
+    with pytest.raises(SystemExit) as usage:
+        main(["repeat", given, "--logs", str(logs)])
+    _, err = capsys.readouterr()
+    assert usage.value.code == 2, err
+    assert multiprocessing.active_children() == []
+    assert not logs.exists(), "nothing was started"
