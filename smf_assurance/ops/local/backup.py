@@ -1,6 +1,6 @@
 """Backup and restore of a state folder: the stores, the keys, and the server's streams.
 
-Issue 39, "Backup and restore". A backup is one gzipped tar: ``MANIFEST.json`` first
+docs/OPERATIONS.md, "Backup" and "Restore". A backup is one gzipped tar: ``MANIFEST.json`` first
 (the format, the version and commit that wrote it, when, and every other member's
 sha256 and size), then ``state/...`` (the state folder's files) and ``jetstream/...``
 (one snapshot of each stream the state's nats-server holds, with its configuration).
