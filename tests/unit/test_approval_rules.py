@@ -66,6 +66,7 @@ from smf_assurance.subjects.messages import ExecutionReport, Verdict, order_id_f
 from smf_assurance.subjects.registry import KeyRegistry, Principal, RegistryFile, entry_for
 from tests.support.approval_rules import binding_of, held_filing
 from tests.support.builders import AT_MS, DEFAULT_TENANT, fake_identity
+from tests.support.structs import structs_defined_in
 
 ANN: Final = SigningKey.from_seed(b"\x21" * 32)
 BOB: Final = SigningKey.from_seed(b"\x22" * 32)
@@ -494,18 +495,7 @@ def test_a_held_action_is_read_back_exactly_or_not_at_all() -> None:
 # --- the approval messages' own contract (smf_assurance/subjects/approvals.py) ---------------
 
 
-def _struct_types() -> list[type[msgspec.Struct]]:
-    """Every message the approval contract defines, found by walking the module."""
-    return [
-        obj
-        for obj in vars(approvals).values()
-        if isinstance(obj, type)
-        and issubclass(obj, msgspec.Struct)
-        and obj.__module__ == approvals.__name__
-    ]
-
-
-@pytest.mark.parametrize("message", _struct_types(), ids=lambda t: t.__name__)
+@pytest.mark.parametrize("message", structs_defined_in(approvals), ids=lambda t: t.__name__)
 def test_every_approval_message_refuses_a_field_it_does_not_know(
     message: type[msgspec.Struct],
 ) -> None:

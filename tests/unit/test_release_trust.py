@@ -75,6 +75,7 @@ from tests.support.release_helpers import (
     small_corpus,
     swap,
 )
+from tests.support.structs import structs_defined_in
 
 ROOT = root_of(SIGNERS, 2)
 """Three release keys, any two must sign."""
@@ -772,18 +773,7 @@ def _authenticated(bundle: ReleaseBundle) -> AuthenticatedRelease:
 # -- what a gate reports of its releases ------------------------------------------------------
 
 
-def _release_structs() -> list[type[msgspec.Struct]]:
-    """Every message the release contract defines, found by walking the module."""
-    return [
-        obj
-        for obj in vars(contract).values()
-        if isinstance(obj, type)
-        and issubclass(obj, msgspec.Struct)
-        and obj.__module__ == contract.__name__
-    ]
-
-
-@pytest.mark.parametrize("message", _release_structs(), ids=lambda t: t.__name__)
+@pytest.mark.parametrize("message", structs_defined_in(contract), ids=lambda t: t.__name__)
 def test_every_release_message_refuses_a_field_it_does_not_know(
     message: type[msgspec.Struct],
 ) -> None:
