@@ -447,7 +447,8 @@ class Gate:
         admit now is refused as it would be on a decision (its reason, no record read).
 
 
-        - the proposal is being decided in this process: that decision's answer;
+        - the proposal is being decided in this process: that decision's answer
+          (with ``recorded_verdict`` too, like every answer here);
         - never claimed: ``held`` with the approval if one is still open for it,
           otherwise ``deny`` (``no_order_recorded``). An allow's claim is committed
           before its order is published and no publish starts after the requester's
@@ -480,13 +481,16 @@ class Gate:
             pending: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
             deciding.append(pending)
             try:
-                return await pending
+                answer = await pending
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
                     raise
                 # that decision was cancelled (its gate is stopping): nothing known yet
                 return self._recorded_answer(proposal_id, "deny", (VERDICT_PENDING,))
+            return msgspec.structs.replace(
+                answer, reason_codes=unique((RECORDED, *answer.reason_codes))
+            )
         try:
             claim = await self.claims.get(proposal_id)
             if claim is None:
