@@ -195,7 +195,7 @@ async def test_an_instance_whose_latest_attestation_was_refused_is_not_served(
         assert (status, error_code(data)) == (403, "runtime_attestation_rejected")
         return True
 
-    await wait_for(refused_at_admission)
+    await wait_for(refused_at_admission, timeout=15)  # one kept admission ends in 1 s
     for data in shown:
         text, _, _ = sse_text(data)
         assert "withheld" in text
