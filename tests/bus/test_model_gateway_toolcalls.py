@@ -352,6 +352,41 @@ async def test_unrun_calls_are_answered_as_recorded_refusals_and_noted_decided(
     assert STOPPED not in [code for reasons in ledger_reasons(world.state) for code in reasons]
 
 
+async def test_unrun_calls_the_ledger_cannot_take_are_named_unrecorded_and_not_noted(
+    world: World,
+) -> None:
+    """Evidence first: with the gate's ledger closed, the refusals of calls the runtime
+    answered itself are not recorded, so the gate names them ``unrecorded`` with
+    ``evidence_store_unavailable`` (the gateway then refuses the request and asks again)
+    and does not note them decided: asked again they are still unrecorded, and the
+    ledger holds nothing of them."""
+    assert (await attest(world, TOOLS, TOOLS_ID)).accepted
+    keys = world.gateway.gateway.gate_keys()
+    call_id = new_call_id()
+    question = GatewayCalls(
+        schema="smf.gateway-calls/1",
+        request_id="m-" + "2" * 32,
+        runtime_id=TOOLS_ID,
+        tenant_id=ACTOR.tenant_id,
+        tool_call_ids=(call_id,),
+        issued_at_ms=1,
+        not_offered=(call_id,),
+    )
+    entries = ledger_reasons(world.state)
+    await world.stack.gate.ledger.close()
+    for _ in range(2):
+        reply = await world.gateway.nc.request(
+            GATEWAY_CALLS, msgspec.json.encode(question), timeout=5
+        )
+        answer, _ = dsse.open_struct(
+            dsse.decode_envelope(reply.data), keys, GatewayCallsAnswer, PAYLOAD_GATEWAY_CALLS
+        )
+        assert (answer.uncovered, answer.stopped) == ((), False)
+        assert (answer.refused, answer.unrecorded, answer.evidence) == ((), (call_id,), ())
+        assert answer.reason_codes[-1] == "evidence_store_unavailable", answer
+    assert ledger_reasons(world.state) == entries
+
+
 # -- units --------------------------------------------------------------------------------
 
 
