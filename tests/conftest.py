@@ -19,12 +19,13 @@ unless it names a deadline itself (none does).
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import nats
 import pytest
 import structlog
+from _pytest.junitxml import xml_key
 from hypothesis import settings
 from nats.aio.client import Client
 
@@ -109,18 +110,18 @@ async def nats_cluster(tmp_path: Path) -> AsyncIterator[LocalNatsCluster]:
 # --- candidate: a JUnit report names the commit it ran against ---------
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _candidate_identity(
-    pytestconfig: pytest.Config,
-    record_testsuite_property: Callable[[str, object], None],
-) -> None:
+def pytest_sessionstart(session: pytest.Session) -> None:
     """With ``--junitxml``, the report names HEAD's SHA and tree when the working tree
-    is clean at the session's first test, and nothing when it is not: ``candidate
+    is clean as the session starts, and nothing when it is not: ``candidate
     build --junit`` refuses a report that does not name its commit
-    (``smf_tools.candidate.junit``)."""
-    if pytestconfig.getoption("xmlpath", None):
-        for name, value in identity_properties(pytestconfig.rootpath):
-            record_testsuite_property(name, value)
+    (``smf_tools.candidate.junit``). Written by the process that writes the report:
+    when the suite runs in several processes (``make test``, pytest-xdist) that is the
+    controller, and a worker's ``record_testsuite_property`` would record nothing."""
+    report = session.config.stash.get(xml_key, None)
+    if report is None:  # no --junitxml, or an xdist worker (it writes no report)
+        return
+    for name, value in identity_properties(session.config.rootpath):
+        report.add_global_property(name, value)
 
 
 # --- file modes: ``up`` and ``demo`` make their process's files private ------------

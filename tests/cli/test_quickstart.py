@@ -63,7 +63,6 @@ import json
 import os
 import re
 import select
-import shutil
 import signal
 import subprocess
 import threading
@@ -84,7 +83,7 @@ from smf_assurance.ops.runtimes.openclaw_env import ensure_openclaw_env
 from smf_assurance.pipeline.stores.ledger_audit import export_jsonl
 from smf_tools import fake_model
 from tests.support.hermes_conformance import netns_available
-from tests.support.openclaw_conformance import OPENCLAW_TMP, build_plugin
+from tests.support.openclaw_conformance import build_plugin, openclaw_tmp_kept_clean
 
 pytestmark = pytest.mark.slow
 
@@ -293,32 +292,29 @@ def quickstart(
         "LANG": "C.UTF-8",
         "NO_COLOR": "1",
     }
-    existed = {path: path.exists() for path in OPENCLAW_TMP}
-    isolated = netns_available()
-    say("network: " + ("unshare -n, loopback only" if isolated else "no namespace; 127.0.0.1"))
-    shell = Shell(workdir, env, isolated=isolated)
-    try:
-        done = [Step(0, workdir / "step0.sh")]
-        for step in steps:
-            shell.run(step, STEP_DEADLINE_S)
-            if shell.qs is not None and shell.qs.exists():
-                step.ledger = ledger_entries(shell.qs)
-                step.files = {
-                    name: (shell.qs / name).read_text()
-                    for name in KEPT
-                    if (shell.qs / name).exists()
-                }
-            say(f"step {step.number} done in {step.seconds}s")
-            done.append(step)
-        assert shell.qs is not None
-        leftovers = processes_naming(str(shell.qs))
-        yield QuickStart(done, reservation.port, shell.qs, leftovers)
-    finally:
-        shell.stop()
-        reservation.close()
-        for path, was_there in existed.items():
-            if not was_there:
-                shutil.rmtree(path, ignore_errors=True)
+    with openclaw_tmp_kept_clean():
+        isolated = netns_available()
+        say("network: " + ("unshare -n, loopback only" if isolated else "no namespace; 127.0.0.1"))
+        shell = Shell(workdir, env, isolated=isolated)
+        try:
+            done = [Step(0, workdir / "step0.sh")]
+            for step in steps:
+                shell.run(step, STEP_DEADLINE_S)
+                if shell.qs is not None and shell.qs.exists():
+                    step.ledger = ledger_entries(shell.qs)
+                    step.files = {
+                        name: (shell.qs / name).read_text()
+                        for name in KEPT
+                        if (shell.qs / name).exists()
+                    }
+                say(f"step {step.number} done in {step.seconds}s")
+                done.append(step)
+            assert shell.qs is not None
+            leftovers = processes_naming(str(shell.qs))
+            yield QuickStart(done, reservation.port, shell.qs, leftovers)
+        finally:
+            shell.stop()
+            reservation.close()
 
 
 def assert_only_allowed_output(entries: list[dict[str, Any]]) -> None:

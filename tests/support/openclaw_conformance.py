@@ -3,11 +3,14 @@ that other test modules use too: here, so that no test module imports another.""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +37,7 @@ __all__ = [
     "build_plugin",
     "call",
     "netns_available",
+    "openclaw_tmp_kept_clean",
     "smf_plugin",
     "tool_results",
     "verdicts",
@@ -69,7 +73,31 @@ OPENCLAW_TMP = (
     Path(f"/tmp/.openclaw-terminal-staging-{os.getuid()}"),
 )
 """OpenClaw always creates the first two (RUNTIMES.md), a Gateway the third (its terminal
-upload lock); the module removes the ones it created."""
+upload lock); :func:`openclaw_tmp_kept_clean` removes the ones a test created."""
+
+
+@contextlib.contextmanager
+def openclaw_tmp_kept_clean() -> Iterator[None]:
+    """Around a use of OpenClaw: the :data:`OPENCLAW_TMP` folders that did not exist
+    before are removed after, unless another test process (``make test`` runs two) still
+    uses OpenClaw: each use holds a shared lock on one file per user, and only a use
+    that can then take it alone removes anything (an OpenClaw running elsewhere keeps its
+    log and lock folders; one left behind is what OpenClaw leaves in real use)."""
+    existed = {path: path.exists() for path in OPENCLAW_TMP}
+    users = Path(tempfile.gettempdir()) / f"smf-tests-openclaw-{os.getuid()}.lock"
+    with users.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                alone = True
+            except BlockingIOError:
+                alone = False
+            for path, was_there in existed.items():
+                if alone and not was_there:
+                    shutil.rmtree(path, ignore_errors=True)
 
 
 E2E_RUNTIME = {
@@ -129,46 +157,46 @@ def _start_harness(
     env = ensure_openclaw_env(progress=say)
     how = f"installed in {env.cold_seconds:.1f}s" if env.cold_seconds else "reused"
     say(f"openclaw {OPENCLAW_VERSION} ready in {time.monotonic() - started:.1f}s ({how})")
-    existed = {path: path.exists() for path in OPENCLAW_TMP}
-    workdir = tmp_path_factory.mktemp(name)
-    isolated = netns_available()
-    config = {
-        "workdir": str(workdir),
-        "node_bin": str(env.node_bin),
-        "openclaw": str(env.openclaw),
-        "openclaw_package": str(env.package),
-        "bring_up_loopback": isolated,
-        "gate": gate,
-    }
-    prefix = ["unshare", "-n"] if isolated else []
-    say("network: " + ("unshare -n, loopback only" if isolated else "no namespace; 127.0.0.1 only"))
-    log = (workdir / "harness.log").open("w")
-    harness = str(PROJECT / "tests" / "support" / "openclaw_harness.py")
-    proc = subprocess.Popen(
-        [*prefix, sys.executable, harness, json.dumps(config)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-        cwd=PROJECT,
-    )
-    assert proc.stdout is not None
-    ready = proc.stdout.readline()
-    assert ready, f"harness did not start; log: {workdir / 'harness.log'}"
-    try:
-        yield OpenClawRuns(proc, env)
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
+    with openclaw_tmp_kept_clean():
+        workdir = tmp_path_factory.mktemp(name)
+        isolated = netns_available()
+        config = {
+            "workdir": str(workdir),
+            "node_bin": str(env.node_bin),
+            "openclaw": str(env.openclaw),
+            "openclaw_package": str(env.package),
+            "bring_up_loopback": isolated,
+            "gate": gate,
+        }
+        prefix = ["unshare", "-n"] if isolated else []
+        say(
+            "network: "
+            + ("unshare -n, loopback only" if isolated else "no namespace; 127.0.0.1 only")
+        )
+        log = (workdir / "harness.log").open("w")
+        harness = str(PROJECT / "tests" / "support" / "openclaw_harness.py")
+        proc = subprocess.Popen(
+            [*prefix, sys.executable, harness, json.dumps(config)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            cwd=PROJECT,
+        )
+        assert proc.stdout is not None
+        ready = proc.stdout.readline()
+        assert ready, f"harness did not start; log: {workdir / 'harness.log'}"
         try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
-        for path, was_there in existed.items():
-            if not was_there:
-                shutil.rmtree(path, ignore_errors=True)
+            yield OpenClawRuns(proc, env)
+        finally:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+            log.close()
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:

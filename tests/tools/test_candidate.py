@@ -749,6 +749,40 @@ def test_the_identity_a_run_records_is_heads_only_when_the_tree_is_clean(
     assert identity_properties(tmp_path) == ()  # no repository at all
 
 
+def test_a_report_of_the_suite_run_in_several_processes_names_its_commit(
+    project: Path, tmp_path: Path
+) -> None:
+    """``make test`` runs the suite in two processes (pytest-xdist), whose workers write
+    no report: the controller's report of a clean clone still names its SHA and tree
+    (``read_results`` refuses one that does not), and one of a changed tree names none."""
+    report = tmp_path / "two.xml"
+    command = [
+        sys.executable, "-m", "pytest", "-q", "-n", "2", "--no-cov",
+        "-p", "no:cacheprovider", "tests/unit/test_one_clock.py",
+    ]  # fmt: skip
+    ran = subprocess.run(
+        [*command, f"--junitxml={report}"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    assert read_results(report, head_commit(project))
+    (project / "untracked.txt").write_text("x\n")
+    changed = tmp_path / "changed.xml"
+    again = subprocess.run(
+        [*command, f"--junitxml={changed}"],
+        cwd=project,
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    assert again.returncode == 0
+    assert SHA_PROPERTY not in changed.read_text()
+
+
 def test_a_release_keys_signature_for_another_purpose_is_no_candidate() -> None:
     """The payload type is inside the signature: the same bytes signed by the same
     release key as, say, a release manifest do not open as a candidate."""

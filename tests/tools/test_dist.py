@@ -41,7 +41,7 @@ from smf_assurance.ops.runtimes.hermes_env import ensure_hermes_env
 from smf_assurance.ops.runtimes.openclaw_env import ensure_openclaw_env
 from smf_tools import dist
 from tests.support.gate_wheel import GateWheel, clean_env, git_copy
-from tests.support.openclaw_conformance import OPENCLAW_TMP, netns_available
+from tests.support.openclaw_conformance import netns_available, openclaw_tmp_kept_clean
 from tests.support.surface_matrix import ROOT
 
 GATE_ONLY = (
@@ -402,11 +402,8 @@ def test_the_packaging_gate_names_a_deleted_package_data_file(
 
 @pytest.fixture
 def openclaw_tmp() -> Iterator[None]:
-    before = {p for p in OPENCLAW_TMP if p.exists()}
-    yield
-    for path in OPENCLAW_TMP:
-        if path not in before:
-            shutil.rmtree(path, ignore_errors=True)
+    with openclaw_tmp_kept_clean():
+        yield
 
 
 @pytest.mark.slow
