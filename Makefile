@@ -25,8 +25,12 @@ typecheck: $(STAMP)
 	$(BIN)/mypy --strict smf_assurance smf_tools tests
 
 # --durations=30: every run ends with its 30 slowest tests, so a slow newcomer is seen.
+# TEST_JOBS processes (pytest-xdist), each test file whole in one of them (--dist
+# loadfile: a module's fixtures are made once, as in one process); TEST_JOBS=0 runs
+# the suite in this process.
+TEST_JOBS ?= 2
 unit: $(STAMP)
-	$(BIN)/pytest --cov --cov-branch --cov-report=term --cov-fail-under=90 --durations=30
+	$(BIN)/pytest -n $(TEST_JOBS) --dist loadfile --cov --cov-branch --cov-report=term --cov-fail-under=90 --durations=30
 
 # The console's browser tests drive Debian's chromium with its chromedriver (no
 # browser download); install them when missing, and fail here when that cannot be done.
