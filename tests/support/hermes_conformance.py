@@ -17,7 +17,7 @@ from typing import Any, Final
 import pytest
 
 from smf_assurance.ops.runtimes.hermes_env import ensure_hermes_env
-from tests.support.harness_client import HarnessClient
+from tests.support.harness_client import HarnessClient, harness_process
 
 __all__ = [
     "ACTOR",
@@ -129,37 +129,10 @@ def harness(
         "corpus": None if corpus is None else str(corpus),
         "mapper_extra": mapper_extra or {},
     }
-    prefix = ["unshare", "-n"] if isolated else []
     say("network: " + ("unshare -n, loopback only" if isolated else "no namespace; 127.0.0.1 only"))
-    log = (workdir / "harness.log").open("w")
-    proc = subprocess.Popen(
-        [
-            *prefix,
-            sys.executable,
-            str(PROJECT / "tests" / "support" / "hermes_harness.py"),
-            json.dumps(config),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-        cwd=PROJECT,
-    )
-    assert proc.stdout is not None
-    ready = proc.stdout.readline()
-    assert ready, f"harness did not start; log: {workdir / 'harness.log'}"
-    runs = HermesRuns(proc, json.loads(ready))
-    try:
-        yield runs
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
+    script = PROJECT / "tests" / "support" / "hermes_harness.py"
+    with harness_process(script, config, workdir, isolated=isolated) as (proc, ready):
+        yield HermesRuns(proc, json.loads(ready))
 
 
 def tool_results(run: dict[str, Any], scenario: str) -> list[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import shutil
 import subprocess
@@ -23,7 +22,7 @@ from smf_assurance.ops.runtimes.openclaw_env import (
     OpenClawEnv,
     ensure_openclaw_env,
 )
-from tests.support.harness_client import HarnessClient
+from tests.support.harness_client import HarnessClient, harness_process
 
 __all__ = [
     "ACTOR",
@@ -168,35 +167,13 @@ def _start_harness(
             "bring_up_loopback": isolated,
             "gate": gate,
         }
-        prefix = ["unshare", "-n"] if isolated else []
         say(
             "network: "
             + ("unshare -n, loopback only" if isolated else "no namespace; 127.0.0.1 only")
         )
-        log = (workdir / "harness.log").open("w")
-        harness = str(PROJECT / "tests" / "support" / "openclaw_harness.py")
-        proc = subprocess.Popen(
-            [*prefix, sys.executable, harness, json.dumps(config)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            cwd=PROJECT,
-        )
-        assert proc.stdout is not None
-        ready = proc.stdout.readline()
-        assert ready, f"harness did not start; log: {workdir / 'harness.log'}"
-        try:
+        script = PROJECT / "tests" / "support" / "openclaw_harness.py"
+        with harness_process(script, config, workdir, isolated=isolated) as (proc, _):
             yield OpenClawRuns(proc, env)
-        finally:
-            assert proc.stdin is not None
-            proc.stdin.close()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-            log.close()
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:
