@@ -380,6 +380,7 @@ def test_self_approval_is_refused_and_a_denial_sends_nothing(
     # Deny needs no matching checks and sends nothing.
     denied = world.hold("A filing the attorney denies.")
     open_detail(driver, denied)
+    assert by_id(driver, "content").text == "A filing the attorney denies."
     by_id(driver, "deny").send_keys(Keys.ENTER)
     deny_with(driver, "needs_changes")
     assert answer(driver, "accepted") == (

@@ -570,6 +570,9 @@ async function openDetail(id) {
   $('closed-note').hidden = true;
   $('outcome-box').hidden = true;
   $('self-warning').hidden = true; // who asked is known once the gate shows the binding
+  // The last approval's checks say nothing of this one: no result until its own are made.
+  delete $('digest-check').dataset.ok;
+  $('digest-check').textContent = '';
   closeSteps();
   $('deny-form').reset();
   $('deny-send').disabled = true;
