@@ -752,7 +752,7 @@ def test_the_identity_a_run_records_is_heads_only_when_the_tree_is_clean(
 def test_a_report_of_the_suite_run_in_several_processes_names_its_commit(
     project: Path, tmp_path: Path
 ) -> None:
-    """``make test`` runs the suite in two processes (pytest-xdist), whose workers write
+    """``make test`` runs the suite in several processes (pytest-xdist), whose workers write
     no report: the controller's report of a clean clone still names its SHA and tree
     (``read_results`` refuses one that does not), and one of a changed tree names none."""
     report = tmp_path / "two.xml"
