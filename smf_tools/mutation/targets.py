@@ -145,12 +145,20 @@ TARGETS: Final[tuple[Target, ...]] = (
     Target(
         "model_admission",
         "smf_assurance.pipeline.desks.model_admission",
-        ("tests/bus/test_model_gateway.py", "tests/bus/test_model_gateway_instances.py"),
+        (
+            "tests/bus/test_model_gateway.py",
+            "tests/bus/test_model_gateway_instances.py",
+            "tests/bus/test_model_gateway_admission.py",
+        ),
     ),
     Target(
         "gateway_admission",
         "smf_assurance.gateway.server",
-        ("tests/bus/test_model_gateway.py", "tests/bus/test_model_gateway_instances.py"),
+        (
+            "tests/bus/test_model_gateway.py",
+            "tests/bus/test_model_gateway_instances.py",
+            "tests/bus/test_model_gateway_admission.py",
+        ),
         scope=(
             "ModelGateway._authenticate",
             "ModelGateway._admit",

@@ -22,9 +22,17 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from smf_assurance.subjects.model_gateway import new_instance_id
+from smf_assurance.ops.local.state import MODEL_GATEWAY
+from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.messages import ErrorReply
+from smf_assurance.subjects.model_gateway import (
+    GatewayAdmission,
+    GatewayAdmit,
+    new_instance_id,
+)
 from tests.support.clocks import OffsetClock
 from tests.support.model_gateway import (
     OTHER,
@@ -37,8 +45,12 @@ from tests.support.model_gateway import (
     gateway_world,
     ledger_reasons,
 )
+from tests.support.model_gateway_context import connect
 from tests.support.model_gateway_instances import REFUSED, proof, refused
 
+MAX_ADMIT_BYTES = 4096
+"""The largest admission question the gate reads, written out here (not imported) so
+that a changed limit in the desk is seen."""
 LEASE_MS = 180_000
 """``RUNTIME_ID``'s attestation lease (the default requirement's)."""
 
@@ -114,3 +126,66 @@ async def test_a_proven_process_is_refused_after_its_own_lease(
     status, _ = await chat(world, RUNTIME_ID, headers=proof(key, RUNTIME_ID, second, age_ms=ahead))
     assert status == 200
     assert len(world.model.requests) == 2
+
+
+def padded(size: int) -> bytes:
+    """A well-formed admission question of exactly ``size`` bytes (JSON whitespace)."""
+    ask = GatewayAdmit(
+        schema="smf.gateway-admit/1",
+        request_id="m-" + new_instance_id()[2:],
+        runtime_id=OTHER_ID,
+        tenant_id="tenant-acme",
+        provider="local-model",
+        classification="internal",
+        issued_at_ms=0,
+    )
+    data = msgspec.json.encode(ask)
+    assert len(data) <= size
+    return data + b" " * (size - len(data))
+
+
+@pytest.mark.parametrize(
+    ("data", "detail"),
+    [
+        (padded(MAX_ADMIT_BYTES + 1), "too large"),
+        (b'{"schema": "smf.gateway-admit/1"}', "invalid message"),
+        (b"{not json", "not JSON"),
+    ],
+    ids=["one-byte-too-large", "not-an-admit", "not-json"],
+)
+async def test_a_malformed_admission_question_is_refused_unanswered_and_unrecorded(
+    world: World, data: bytes, detail: str
+) -> None:
+    """What is not one admission question gets the desk's ``malformed_admit`` error, no
+    signed admission (nothing a gateway could serve on), and no ledger entry."""
+    before = ledger_reasons(world.state)
+    gateway = await connect(world, MODEL_GATEWAY)
+    try:
+        reply = await gateway.request(names.GATEWAY_ADMIT, data, 5)
+    finally:
+        await gateway.close()
+    assert (reply.headers or {}).get(names.HEADER_SERVICE_ERROR) == "malformed_admit"
+    error = msgspec.json.decode(reply.data, type=ErrorReply)
+    assert (error.reason_code, error.detail) == ("malformed_admit", detail)
+    assert ledger_reasons(world.state) == before
+    assert world.model.requests == []
+
+
+async def test_a_question_of_exactly_the_size_limit_is_answered(world: World) -> None:
+    """The limit is inclusive: a well-formed question of ``MAX_ADMIT_BYTES`` bytes gets
+    the gate's signed answer (here a refusal, its runtime never attested), recorded."""
+    gateway = await connect(world, MODEL_GATEWAY)
+    try:
+        reply = await gateway.request(names.GATEWAY_ADMIT, padded(MAX_ADMIT_BYTES), 5)
+    finally:
+        await gateway.close()
+    assert names.HEADER_SERVICE_ERROR not in (reply.headers or {})
+    answer, _ = dsse.open_struct(
+        dsse.decode_envelope(reply.data),
+        world.state.gate_keys(),
+        GatewayAdmission,
+        names.PAYLOAD_GATEWAY_ADMISSION,
+    )
+    assert not answer.admitted
+    assert answer.reason_codes == ("runtime_attestation_missing", REFUSED)
+    assert ["runtime_attestation_missing", REFUSED] in ledger_reasons(world.state)
