@@ -28,11 +28,7 @@ import pytest
 from smf_assurance.ops.local.state import MODEL_GATEWAY
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.messages import ErrorReply
-from smf_assurance.subjects.model_gateway import (
-    GatewayAdmission,
-    GatewayAdmit,
-    new_instance_id,
-)
+from smf_assurance.subjects.model_gateway import GatewayAdmission, new_instance_id
 from tests.support.clocks import OffsetClock
 from tests.support.model_gateway import (
     OTHER,
@@ -40,6 +36,7 @@ from tests.support.model_gateway import (
     PRINCIPAL,
     RUNTIME_ID,
     World,
+    admit_question,
     attest,
     chat,
     gateway_world,
@@ -130,15 +127,7 @@ async def test_a_proven_process_is_refused_after_its_own_lease(
 
 def padded(size: int) -> bytes:
     """A well-formed admission question of exactly ``size`` bytes (JSON whitespace)."""
-    ask = GatewayAdmit(
-        schema="smf.gateway-admit/1",
-        request_id="m-" + new_instance_id()[2:],
-        runtime_id=OTHER_ID,
-        tenant_id="tenant-acme",
-        provider="local-model",
-        classification="internal",
-        issued_at_ms=0,
-    )
+    ask = admit_question(OTHER_ID, 0)
     data = msgspec.json.encode(ask)
     assert len(data) <= size
     return data + b" " * (size - len(data))

@@ -68,7 +68,6 @@ from smf_assurance.subjects.keys import SigningKey, generate_signing_key
 from smf_assurance.subjects.messages import Verdict
 from smf_assurance.subjects.model_gateway import (
     GatewayAdmission,
-    GatewayAdmit,
     InstanceProof,
     new_instance_id,
     new_proof_nonce,
@@ -89,6 +88,7 @@ from tests.support.confinement import (
     ledger_reasons,
     server,
 )
+from tests.support.model_gateway import admit_question
 
 __all__ = ["buses", "clock", "confinement_state", "gate", "server"]
 
@@ -345,16 +345,7 @@ async def test_the_model_gateways_admission_names_the_confinement(
             ),
             runtime.key,
         )
-        ask = GatewayAdmit(
-            schema="smf.gateway-admit/1",
-            request_id="m-" + new_instance_id()[2:],
-            runtime_id=HERMES_RUNTIME_ID,
-            tenant_id="tenant-acme",
-            provider="local-model",
-            classification="internal",
-            issued_at_ms=clock.now,
-            instance_proof=proof,
-        )
+        ask = admit_question(HERMES_RUNTIME_ID, clock.now, proof)
         reply = await gateway.request(names.GATEWAY_ADMIT, msgspec.json.encode(ask), 3)
         answer, _ = dsse.open_struct(
             dsse.decode_envelope(reply.data),

@@ -34,6 +34,7 @@ from smf_assurance.subjects.attestation import AttestationAck
 from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.messages import ProposedDestination
+from smf_assurance.subjects.model_gateway import GatewayAdmit, new_instance_id
 from smf_tools.bench import gateway as scripted
 from smf_tools.bench.gateway import attest as scripted_attest
 from smf_tools.fake_model import FakeModel, api_key_of
@@ -276,3 +277,21 @@ def decisions(state: StateDir) -> list[str]:
     export_jsonl(state.ledger, out)
     rows = [json.loads(line) for line in out.getvalue().splitlines()]
     return [r["disposition"] for r in rows if r["kind"] == "decision"]
+
+
+def admit_question(
+    runtime_id: str, issued_at_ms: int, instance_proof: str | None = None
+) -> GatewayAdmit:
+    """The model gateway's question to the gate for one internal request of
+    ``runtime_id`` to the local provider, as the gateway asks it
+    (``ModelGateway._admit``)."""
+    return GatewayAdmit(
+        schema="smf.gateway-admit/1",
+        request_id="m-" + new_instance_id()[2:],
+        runtime_id=runtime_id,
+        tenant_id="tenant-acme",
+        provider="local-model",
+        classification="internal",
+        issued_at_ms=issued_at_ms,
+        instance_proof=instance_proof,
+    )
