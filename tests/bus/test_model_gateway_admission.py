@@ -1,4 +1,4 @@
-"""The model gateway's admission at its edges in time ("Model egress is
+"""The model gateway's admission at its edges in time and size ("Model egress is
 governed"), against a real gate, a real nats-server and the fake provider, through the
 gateway's real HTTP server.
 
@@ -9,7 +9,10 @@ instance proof is refused once its own attestation's lease ends, although its ru
 later attestation (of another process) still stands and the gateway would keep the
 admission longer: the gate's admission names the earlier of the two ends, and the
 gateway keeps it no longer. Each refusal is seen as its effect: the provider was not
-asked, and the gate's ledger records the refusal with its reason.
+asked, and the gate's ledger records the refusal with its reason. On the admission
+subject itself (the gateway's own credential): what is not one question (one byte
+over the size limit, not an admit, not JSON) gets ``malformed_admit``, no signed
+answer and no ledger entry; a question of exactly the limit is answered and recorded.
 
 Does not prove: anything of the time between a release's lease end and the end of an
 admission the gateway already kept (``admission_cache_ms``: the reply of such a turn
