@@ -42,6 +42,12 @@ _FULL_WALK: Final = (
     "the RFC 8785 oracle); only speed changes"
 )
 
+_STANDING_HOLDS: Final = (
+    "equivalent: AttestationDesk.standing returns no reason only with the attestation it "
+    "holds (its one reason-less return is (None, held) after held is None was refused), "
+    "so with no reason the attestation is never None, and a refusal always has its reason"
+)
+
 EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
     ("predicates", "necessary", "int", "1", "0"): (
         "equivalent: each[0:] includes each[0], and intersecting a set with itself is the set"
@@ -282,6 +288,47 @@ EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
     ("release", "SequenceNumber", "int", "le=2**53 - 1", "le=9007199254740992"): (
         "equivalent: a sequence is only read from a signed canonical manifest, and "
         "canonical_bytes refuses 2**53 (tests/unit/test_release_trust.py, the 'unsafe' case)"
+    ),
+    ("model_admission", "ModelAdmissionDesk", "bool", "frozen=True", "frozen=False"): (
+        "harmless: the desk is wiring the assembly builds once and nothing assigns to; it "
+        "holds no checked value (the attestations and confinements it reads are mutable by "
+        "design inside the desks it refers to)"
+    ),
+    (
+        "model_admission",
+        "ModelAdmissionDesk.handle",
+        "drop-operand",
+        "reason is None and held is not None and not ask.model_list",
+        "reason is None and (not ask.model_list)",
+    ): _STANDING_HOLDS,
+    (
+        "model_admission",
+        "ModelAdmissionDesk.handle",
+        "drop-operand",
+        "reason is None and held is not None",
+        "reason is None",
+    ): _STANDING_HOLDS,
+    (
+        "model_admission",
+        "ModelAdmissionDesk.handle",
+        "drop-operand",
+        'reason or "runtime_attestation_missing"',
+        "reason",
+    ): _STANDING_HOLDS,
+    (
+        "model_admission",
+        "ModelAdmissionDesk.handle",
+        "drop-operand",
+        "reason is None and instance_id is not None and ask.proof_seen is True",
+        "instance_id is not None and ask.proof_seen is True",
+    ): (
+        "equivalent: AttestationDesk.admit_instance names the process it proved only with "
+        "no refusal (every refusing return is (reason, None, None)), so a named process "
+        "already means no reason"
+    ),
+    ("model_admission", "ModelAdmissionDesk.handle", "if-false", "window is None", "False"): (
+        "equivalent: this runs only when _egress found no reason, and _egress returns no "
+        "reason only with the release's window, so the window is never None here"
     ),
     ("bus_access", "read_credential", "int", "1", "2"): (
         "equivalent: reading one byte past the bound is what tells an over-long file; two "

@@ -149,6 +149,7 @@ TARGETS: Final[tuple[Target, ...]] = (
             "tests/bus/test_model_gateway.py",
             "tests/bus/test_model_gateway_instances.py",
             "tests/bus/test_model_gateway_admission.py",
+            "tests/runtimes/test_confinement.py::test_the_model_gateways_admission_names_the_confinement",
         ),
     ),
     Target(

@@ -163,12 +163,12 @@ async def test_a_malformed_admission_question_is_refused_unanswered_and_unrecord
     assert world.model.requests == []
 
 
-async def test_a_question_of_exactly_the_size_limit_is_answered(world: World) -> None:
-    """The limit is inclusive: a well-formed question of ``MAX_ADMIT_BYTES`` bytes gets
-    the gate's signed answer (here a refusal, its runtime never attested), recorded."""
+async def answer_of(world: World, data: bytes) -> GatewayAdmission:
+    """The gate's signed answer to ``data`` asked on the admission subject with the model
+    gateway's own credential, opened with the gate's keys."""
     gateway = await connect(world, MODEL_GATEWAY)
     try:
-        reply = await gateway.request(names.GATEWAY_ADMIT, padded(MAX_ADMIT_BYTES), 5)
+        reply = await gateway.request(names.GATEWAY_ADMIT, data, 5)
     finally:
         await gateway.close()
     assert names.HEADER_SERVICE_ERROR not in (reply.headers or {})
@@ -178,6 +178,39 @@ async def test_a_question_of_exactly_the_size_limit_is_answered(world: World) ->
         GatewayAdmission,
         names.PAYLOAD_GATEWAY_ADMISSION,
     )
+    return answer
+
+
+async def test_a_question_of_exactly_the_size_limit_is_answered(world: World) -> None:
+    """The limit is inclusive: a well-formed question of ``MAX_ADMIT_BYTES`` bytes gets
+    the gate's signed answer (here a refusal, its runtime never attested), recorded."""
+    answer = await answer_of(world, padded(MAX_ADMIT_BYTES))
     assert not answer.admitted
     assert answer.reason_codes == ("runtime_attestation_missing", REFUSED)
     assert ["runtime_attestation_missing", REFUSED] in ledger_reasons(world.state)
+
+
+async def test_an_admission_names_the_release_detection_window(
+    world: World, clock: OffsetClock
+) -> None:
+    """The gateway sends the window with each turn's output close, so the admission
+    carries it: the release in force sets none, so the output gate's default, 4096
+    characters, is named (written out here, not imported)."""
+    assert (await attest(world, OTHER, OTHER_ID)).accepted
+    answer = await answer_of(world, msgspec.json.encode(admit_question(OTHER_ID, clock())))
+    assert answer.admitted, answer
+    assert answer.detection_window_chars == 4096
+
+
+async def test_a_seen_proof_refuses_nothing_of_a_runtime_not_bound_to_a_process(
+    world: World, clock: OffsetClock
+) -> None:
+    """``proof_seen`` speaks of an instance proof: a runtime whose attestation names no
+    process needs none, so the gate reads none, and a proof the gateway saw before
+    (sent along all the same) is no replay of anything the gate admitted on. Its
+    admission stands, with no proof standing to keep."""
+    assert (await attest(world, OTHER, OTHER_ID)).accepted
+    ask = msgspec.structs.replace(admit_question(OTHER_ID, clock()), proof_seen=True)
+    answer = await answer_of(world, msgspec.json.encode(ask))
+    assert answer.admitted, answer
+    assert answer.proof_standing is msgspec.UNSET
