@@ -755,6 +755,7 @@ async def _serve_runtime_state(
         running.gate,
         running.stops,
     )
+    assert gate.confinement is not None  # set by start_gate before anything is served
     admission = ModelAdmissionDesk(
         attestation=attestation,
         evidence=EvidenceWriter(ledger, config.tenant_key, config.clock),

@@ -66,7 +66,7 @@ class ModelAdmissionDesk:
     policy_set: Callable[[], PolicySet]
     """The release in force; raises ``ReleaseCheckError`` when there is none to use."""
     signer: SigningKey
-    confinement: ConfinementDesk | None = None
+    confinement: ConfinementDesk
     """Whether the runtime runs confined: the admission tells the gateway so."""
 
     async def handle(self, data: bytes) -> bytes:
@@ -102,11 +102,7 @@ class ModelAdmissionDesk:
                 reason_codes=(),
                 runtime_version=held.runtime_version,
                 expires_at_ms=expires if instance_end is None else min(expires, instance_end),
-                confined_profile=(
-                    None
-                    if self.confinement is None
-                    else self.confinement.standing(ask.runtime_id).profile_digest
-                ),
+                confined_profile=self.confinement.standing(ask.runtime_id).profile_digest,
                 detection_window_chars=msgspec.UNSET if window is None else window,
                 proof_standing=(
                     msgspec.UNSET
