@@ -21,7 +21,8 @@
 #               are added to it with `model-gateway add-runtime`
 #
 # The bus authorization the NATS nodes include (issue 15) is written from the
-# seed's registry into $SMF_NATS_AUTH_DIR before any node starts.
+# seed's registry into $SMF_NATS_AUTH_DIR before any node starts, and the nodes'
+# TLS (issue 39) into $SMF_NATS_TLS_DIR.
 #
 # The approver, runtime and release-signing keys stay in the seed. A directory
 # that already has its registry is complete (the registry is copied last) and
@@ -40,6 +41,17 @@ if [ ! -e "$seed/registry.json" ]; then
 fi
 mkdir -p "$auth"
 smf-assurance bus authorization --state-dir "$seed" --out "$auth/authorization.conf"
+
+# The bus's TLS (issue 39): a CA and the nodes' certificate for the names the
+# services reach them by, once. The CA's key is kept with the seed's keys, off the
+# nodes' volume; its certificate is what every client trusts (SMF_NATS_CA).
+tls="${SMF_NATS_TLS_DIR:-/etc/nats/tls}"
+if [ ! -e "$tls/ca.pem" ]; then
+    smf-assurance tls init --out "$tls" --host nats-1 --host nats-2 --host nats-3
+    mv "$tls/ca-key.pem" "$seed/keys/bus-ca-key.pem"
+fi
+cp "$tls/ca.pem" "$root/bus-ca.pem"
+chmod 644 "$root/bus-ca.pem"
 
 # provision NAME PATH... : copy PATHs (relative to the seed) into $root/NAME
 provision() {

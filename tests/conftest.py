@@ -32,6 +32,7 @@ from nats.aio.client import Client
 from smf_assurance.ops.local.cluster import LocalNatsCluster
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer, reserve_port
 from smf_assurance.ops.local.state import StateDir, provision_demo
+from smf_assurance.subjects.bus_access import TLS_CA_ENV
 from smf_tools.candidate.junit import identity_properties
 from tests.support.gate_wheel import GateWheel, build_and_install
 
@@ -104,6 +105,19 @@ async def nats_cluster(tmp_path: Path) -> AsyncIterator[LocalNatsCluster]:
     """A started three-node JetStream cluster (a meta leader elected) whose stores
     and logs live in this test's ``tmp_path / "cluster"``; stopped afterwards."""
     async with LocalNatsCluster(tmp_path / "cluster") as cluster:
+        yield cluster
+
+
+@pytest.fixture
+async def tls_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[LocalNatsCluster]:
+    """A started three-node cluster requiring TLS (its own CA and certificate,
+    ``LocalNatsCluster(tls=True)``), and this process told its CA (``SMF_NATS_CA``, which
+    every connection made with ``bus_access.connect_options`` reads)."""
+    async with LocalNatsCluster(tmp_path / "cluster", tls=True) as cluster:
+        assert cluster.tls is not None
+        monkeypatch.setenv(TLS_CA_ENV, str(cluster.tls.ca_cert))
         yield cluster
 
 

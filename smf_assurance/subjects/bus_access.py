@@ -100,11 +100,12 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, TypedDict
 
 from smf_assurance.subjects import names
 from smf_assurance.subjects.call_context import CALL_CONTEXT_BUCKET, CALL_CONTEXT_STREAM
@@ -155,8 +156,9 @@ class BusCredential:
     principal: str
     seed_file: Path
 
-    def connect_options(self) -> dict[str, str]:
-        """The keyword arguments ``nats.connect`` takes to connect as this principal."""
+    def connect_options(self) -> ConnectOptions:
+        """The keyword arguments ``nats.connect`` takes to connect as this principal
+        (its TLS, when any, is :func:`connect_options`')."""
         return {"nkeys_seed": str(self.seed_file), "inbox_prefix": inbox_prefix(self.principal)}
 
 
@@ -255,9 +257,56 @@ def bus_error_reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def connect_options(credential: BusCredential | None) -> dict[str, str]:
-    """``credential.connect_options()``, or nothing for a bus without authorization."""
-    return {} if credential is None else credential.connect_options()
+TLS_CA_ENV: Final = "SMF_NATS_CA"
+"""The CA certificate file a client trusts for the bus (``smf-assurance tls init``'s
+``ca.pem``, or a firm's own). Set, every connection is TLS from its first byte;
+unset, connections are plain, as they may be only to a server on loopback (the
+embedded one): a server reached over a network requires TLS first
+(``deploy/nats/cluster.conf``) and refuses a plain client."""
+CA_UNUSABLE: Final = "smf_bus_ca_unusable"
+
+
+class ConnectOptions(TypedDict, total=False):
+    """The keyword arguments of ``nats.connect`` that say who connects and how."""
+
+    nkeys_seed: str
+    inbox_prefix: str
+    tls: ssl.SSLContext
+    tls_handshake_first: bool
+
+
+def bus_tls(environ: Mapping[str, str] = os.environ) -> ConnectOptions:
+    """TLS for the bus when :data:`TLS_CA_ENV` names a CA file, else nothing.
+
+    The context trusts that CA and nothing else (not the system's store: a public
+    CA's certificate for the bus's name is not the firm's bus), checks the server's
+    name against its certificate, and speaks TLS 1.2 or later. The handshake comes
+    first (``tls_handshake_first``), before the server's greeting: a client that
+    expects TLS never reads or answers a plain greeting, so a server (or a machine
+    in between) that offers none gets no nkey signature over its nonce, and the
+    connection fails instead of going on in clear. A CA file that cannot be read or
+    holds no certificate is refused (``smf_bus_ca_unusable``), naming the file.
+    """
+    ca_file = environ.get(TLS_CA_ENV, "")
+    if not ca_file:
+        return {}
+    try:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise CredentialFileError(
+            CA_UNUSABLE, f"{TLS_CA_ENV}={ca_file} is not a readable CA certificate file"
+        ) from exc
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return {"tls": context, "tls_handshake_first": True}
+
+
+def connect_options(credential: BusCredential | None) -> ConnectOptions:
+    """``credential.connect_options()`` (nothing for a bus without authorization),
+    with the bus's TLS when this process is given a CA (:func:`bus_tls`)."""
+    options = bus_tls()
+    if credential is not None:
+        options.update(credential.connect_options())
+    return options
 
 
 def connector_durable(connector_id: str) -> str:

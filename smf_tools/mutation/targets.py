@@ -179,6 +179,7 @@ TARGETS: Final[tuple[Target, ...]] = (
         (
             "tests/unit/test_bus_access.py",
             "tests/unit/test_bus_credential.py",
+            "tests/unit/test_tls.py",
             "tests/bus/test_bus_permissions.py",
             _FROZEN,
         ),

@@ -50,6 +50,7 @@ from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.pipeline.stores.call_context import CallContextWriter
 from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
 from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.bus_access import ConnectOptions
 from smf_assurance.subjects.call_context import CallContext
 from smf_assurance.subjects.messages import DataFacts, Proposal
 from smf_assurance.subjects.model_gateway import GatewayCalls, GatewayClear, GatewayCleared
@@ -514,7 +515,7 @@ async def test_a_decided_calls_note_adds_no_commit_to_its_decision(world: World)
         await gateway_nc.close()
 
 
-def connect_options(state: StateDir, principal: str) -> dict[str, Any]:
+def connect_options(state: StateDir, principal: str) -> ConnectOptions:
     credential = state.existing_credential(principal)
     assert credential is not None
     return credential.connect_options()

@@ -651,6 +651,14 @@ def check_holds(out: cli_json.HoldsJson, _: World) -> None:
     assert out.revision >= 1
 
 
+def check_tls_init(out: cli_json.TlsInitJson, world: World) -> None:
+    assert out.directory == str(world.work / "tls")
+    assert out.hosts == ("localhost", "127.0.0.1", "nats-1")
+    for name in (out.ca_cert, out.ca_key, out.cert, out.key, *out.includes):
+        assert Path(name).parent == world.work / "tls"
+        assert Path(name).is_file(), name
+
+
 def check_review_start(out: tools_json.ReviewStartJson, world: World) -> None:
     assert out.sha == (world.work / "candidate.sha").read_text()
     assert Path(out.start_file).is_file()
@@ -1020,6 +1028,10 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
     ("holds", "list"): (
         Case(BUS),
         Case((*STATE, "--nats", "{dead}"), 1, None),
+    ),
+    ("tls", "init"): (
+        Case(("--out", "{work}/tls", "--host", "nats-1"), check=check_tls_init),
+        Case(("--out", "{work}/tls"), 1, None),  # never over a CA
     ),
     ("approver", "add"): (
         Case((*NEW_APPROVER, *RELEASE_KEY), check=check_approver_add),

@@ -62,6 +62,7 @@ from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir
 from smf_assurance.ops.local.supervisor import serve_until_stopped
 from smf_assurance.pipeline.assembly import ClusterSettings, GateConfig
 from smf_assurance.subjects import names
+from smf_assurance.subjects.bus_access import TLS_CA_ENV, connect_options
 from smf_assurance.subjects.keys import load_private_key
 from smf_assurance.subjects.registry import load_registry
 from tests.support.cli_ops import drive_up
@@ -253,6 +254,8 @@ def test_nats_nodes_mount_exactly_the_config_files_the_local_cluster_runs(
         (config_target,) = mounts
         auth_dir = (Path(config_target).parent / include).parent.as_posix()
         assert named_volumes(node)[auth_dir] == "nats-auth", name
+        tls_dir = (Path(config_target).parent / harness.tls_dir.name).as_posix()
+        assert named_volumes(node)[tls_dir] == "nats-tls", name
         (target,) = mounts
         command = node["command"]
         assert command[0] == "nats-server"
@@ -275,11 +278,16 @@ def test_the_compose_environment_is_a_valid_config_for_the_real_nats_server(
     compose: dict[str, Any], tmp_path: Path
 ) -> None:
     """``nats-server -t`` parses the file with each container's variables (and fails,
-    naming the variable, on a missing or malformed one) without starting anything."""
+    naming the variable, on a missing or malformed one) and TLS on, without starting
+    anything."""
     nodes = services_of(compose, "nats:")
     binary = resolve_binary()
-    # The shipped file, copied beside an authorization include as init writes it.
-    config = LocalNatsCluster(tmp_path / "checked").config_file
+    # The shipped file, copied beside an authorization include and TLS includes as
+    # init writes them: the nodes' certificate and key are loaded, TLS is on.
+    harness = LocalNatsCluster(tmp_path / "checked", tls=True)
+    config = harness.config_file
+    assert "handshake_first: true" in (harness.tls_dir / "client.conf").read_text()
+    assert "verify: true" in (harness.tls_dir / "route.conf").read_text()
     names, routes = set(), set()
     for name, node in nodes.items():
         env = {k: str(v) for k, v in node["environment"].items()}
@@ -450,7 +458,18 @@ def test_the_state_volume_is_provisioned_by_the_init_script_before_the_services_
     assert init["entrypoint"] == ["sh", script_target]
     state_root = init["environment"]["SMF_STATE_ROOT"]
     auth_dir = init["environment"]["SMF_NATS_AUTH_DIR"]
-    assert named_volumes(init) == {state_root: "smf-state", auth_dir: "nats-auth"}
+    tls_dir = init["environment"]["SMF_NATS_TLS_DIR"]
+    assert named_volumes(init) == {
+        state_root: "smf-state",
+        auth_dir: "nats-auth",
+        tls_dir: "nats-tls",
+    }
+    # only the nodes and init hold the nodes' key; every client trusts the CA init made
+    for name, service in services.items():
+        if "nats-tls" in named_volumes(service).values():
+            assert name in {"init", "nats-1", "nats-2", "nats-3"}, name
+        if any("nats://" in str(arg) for arg in service.get("command", [])):
+            assert service["environment"][TLS_CA_ENV] == f"{state_root}/bus-ca.pem", name
     for name in ("gate-1", "gate-2", "connectors"):
         service = services[name]
         assert named_volumes(service) == {state_root: "smf-state"}
@@ -805,12 +824,16 @@ def wait_for_file(path: Path, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 def test_the_compose_services_run_here_on_the_local_cluster(
-    compose: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    compose: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """init, gate-1, gate-2 and connectors as compose runs them (hosts and paths
-    mapped), on the cluster the compose config describes: the services become
-    healthy by their own health checks, a proposal is decided by a gate and
-    executed by the connectors, and each service stops cleanly on SIGTERM.
+    mapped), on the cluster the compose config describes, with the TLS init made
+    for it: the nodes start requiring TLS, the services (given the CA as compose
+    gives it) become healthy by their own health checks, a proposal is decided by a
+    gate and executed by the connectors, and each service stops cleanly on SIGTERM.
 
     The gates run as processes; the connectors run in this process (``up`` needs
     the main thread for its signal handlers), so a driver thread does the rest.
@@ -818,31 +841,33 @@ def test_the_compose_services_run_here_on_the_local_cluster(
     services = compose["services"]
     state_root = services["init"]["environment"]["SMF_STATE_ROOT"]
     cluster = LocalNatsCluster(tmp_path / "cluster")
-    asyncio.run(cluster.start())
     local = Localizer(cluster, state_root, tmp_path / "smf")
     venv_bin = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}"}
+    ca = local.arg(services["gate-1"]["environment"][TLS_CA_ENV])
+    env = {**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}", TLS_CA_ENV: ca}
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        # init writes the nodes' authorization include; compose starts the nodes
-        # after it, the harness's nodes already run, so they reload it.
+        # init writes the nodes' authorization and TLS includes (a CA of its own, the
+        # nodes' certificate); compose starts the nodes after it, and so does this
         init = subprocess.run(
             ["sh", str(INIT_SCRIPT)],
             env={
-                **env,
+                **os.environ,
+                "PATH": env["PATH"],
                 "SMF_STATE_ROOT": local.local_root,
                 "SMF_NATS_AUTH_DIR": str(cluster.authorization_path.parent),
+                "SMF_NATS_TLS_DIR": str(cluster.tls_dir),
             },
             capture_output=True,
             timeout=120,
             check=False,
         )
         assert init.returncode == 0, init.stderr.decode()[-3000:]
-        # compose starts its nodes on this file; these already run, and a reload that
-        # creates accounts wires their imports only on the next one (measured on
-        # 2.15.1; bus_auth.authorization_steps), so they reload it twice
-        asyncio.run(cluster.reload())
-        asyncio.run(cluster.reload())
+        assert (cluster.tls_dir / "ca.pem").read_bytes() == Path(ca).read_bytes()
+        assert not (cluster.tls_dir / "ca-key.pem").exists()  # the CA's key is off the nodes
+        assert (tmp_path / "smf" / "seed" / "keys" / "bus-ca-key.pem").exists()
+        asyncio.run(cluster.start())
+        monkeypatch.setenv(TLS_CA_ENV, ca)
         gate_keys = sorted(p.name for p in (tmp_path / "smf" / "gate-1" / "keys").iterdir())
         assert gate_keys == ["gate.key", "gate.nkey", "tenant-pseudonym.key"]
         seed_demo_documents(StateDir(tmp_path / "smf" / "connectors"))
@@ -912,9 +937,9 @@ async def propose_the_allowed_deletion(seeds: str, seed: StateDir) -> tuple[Any,
         seeds.split(","),
         name="test-runtime",
         connect_timeout=2,
-        **runtime_credential.connect_options(),
+        **connect_options(runtime_credential),
     )
-    observer = await nats.connect(seeds.split(","), **operator_credential.connect_options())
+    observer = await nats.connect(seeds.split(","), **connect_options(operator_credential))
     try:
         watch = ReportWatch(load_registry(seed.registry).trusted("connector"))
         await observer.subscribe("smf.result.>", cb=watch.on_report)

@@ -119,12 +119,14 @@ def test_a_clean_view_runs_the_command_confined(
         ("bwrap-absent", "bubblewrap is not installed at /nonexistent/bwrap"),
         ("bwrap-refuses", "bubblewrap refused to build the sandbox, nothing ran"),
         ("no-token", "cannot read its gateway token"),
+        ("bus-ca-unusable", "SMF_NATS_CA="),
     ],
 )
 def test_bad_input_is_one_line_and_nothing_runs(
     onboarded_state: StateDir,
     tmp_path: Path,
     capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
     case: str,
     expected: str,
 ) -> None:
@@ -142,6 +144,8 @@ def test_bad_input_is_one_line_and_nothing_runs(
         refusing.write_text('#!/bin/sh\nexec /usr/bin/bwrap --ro-bind /nonexistent-src /x "$@"\n')
         refusing.chmod(0o755)
         extra = ["--bwrap", str(refusing)]
+    elif case == "bus-ca-unusable":  # the launcher's forwarder would speak TLS with it
+        monkeypatch.setenv("SMF_NATS_CA", str(tmp_path / "no-such-ca.pem"))
     else:
         token_path(onboarded_state, HERMES_RUNTIME_ID).unlink()
     capfd.readouterr()

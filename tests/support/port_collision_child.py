@@ -20,12 +20,13 @@ import json
 import socket
 import sys
 from pathlib import Path
-from typing import Final
+from typing import Final, Unpack
 
 import nats
 
 from smf_assurance.ops.local.cluster import LocalNatsCluster
 from smf_assurance.ops.local.natsserver import HOST, EmbeddedNatsServer
+from smf_assurance.subjects.bus_access import ConnectOptions
 
 RANGE_FILE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
 NARROW: Final = (40000, 40011)
@@ -47,7 +48,7 @@ def naive_picks(count: int) -> list[int]:
     return picks
 
 
-async def serves(url: str, **credential: str) -> bool:
+async def serves(url: str, **credential: Unpack[ConnectOptions]) -> bool:
     client = await nats.connect(url, connect_timeout=5, allow_reconnect=False, **credential)
     try:
         await client.flush(timeout=5)

@@ -37,7 +37,12 @@ import nats
 from nats.aio.client import Client
 from nats.errors import AuthorizationError
 
-from smf_assurance.subjects.bus_access import BusCredential, connect_options, inbox_prefix
+from smf_assurance.subjects.bus_access import (
+    BusCredential,
+    ConnectOptions,
+    connect_options,
+    inbox_prefix,
+)
 
 T = TypeVar("T")
 CONNECT_TIMEOUT_S: Final = 2.0
@@ -145,9 +150,11 @@ class Bridge:
         self._nc = nc
         return nc
 
-    def _identity(self) -> dict[str, str]:
+    def _identity(self) -> ConnectOptions:
         """How this connection says who it is: the seed file and inbox prefix of its
-        credential, or (confined) only the inbox prefix, the forwarder proving the rest."""
+        credential (with the bus's TLS, when given a CA), or (confined) only the inbox
+        prefix, the forwarder outside the sandbox proving the rest and crossing the
+        network."""
         if self.credential is None and self.inbox_principal is not None:
             return {"inbox_prefix": inbox_prefix(self.inbox_principal)}
         return connect_options(self.credential)

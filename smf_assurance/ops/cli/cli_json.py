@@ -1044,6 +1044,21 @@ class HoldsJson(CliJson, kw_only=True):
     paths: Annotated[tuple[Path_, ...], _("the documents held, sorted, absolute, normalised")]
 
 
+class TlsInitJson(CliJson, kw_only=True):
+    """``tls init --json``: the files written."""
+
+    directory: Annotated[Path_, _("the folder written")]
+    ca_cert: Annotated[Path_, _("the CA's certificate: every client's SMF_NATS_CA")]
+    ca_key: Annotated[Path_, _("the CA's private key (0600)")]
+    cert: Annotated[Path_, _("the nodes' certificate")]
+    key: Annotated[Path_, _("the nodes' private key (0600)")]
+    includes: Annotated[
+        tuple[Path_, ...], _("the node config's TLS includes: client.conf, route.conf")
+    ]
+    hosts: Annotated[tuple[str, ...], _("the names and addresses the certificate holds")]
+    not_after_ms: Annotated[Millis, _("when the nodes' certificate expires, Unix ms")]
+
+
 class RuntimeRunPlanJson(CliJson, kw_only=True):
     """``runtime run --plan --json``: the sandbox the runtime would start in."""
 
@@ -1170,6 +1185,7 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("holds", "add"): (HoldsJson,),
     ("holds", "remove"): (HoldsJson,),
     ("holds", "list"): (HoldsJson,),
+    ("tls", "init"): (TlsInitJson,),
     ("approver", "add"): (ApproverAddJson,),
     ("approver", "remove"): (ApproverRemoveJson,),
     ("doctor",): (DoctorJson,),

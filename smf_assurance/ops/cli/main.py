@@ -109,6 +109,10 @@ COMMANDS: Final[tuple[Command, ...]] = (
         "holds", ("holds", "the gate's legal holds: documents confined runtimes have read-only")
     ),
     _group(
+        "tls",
+        ("tls", "a local CA and the bus's certificate, for a cluster or clients on other hosts"),
+    ),
+    _group(
         "approver",
         ("approver", "put an approver on the roster, or take one off, in a new signed release"),
     ),

@@ -65,7 +65,7 @@ from smf_assurance.ops.doctor.checks import (
 )
 from smf_assurance.ops.doctor.files import file_checks
 from smf_assurance.ops.doctor.kinds import DEFAULT_CHECKPOINT_AGE_S, DEFAULT_LEASE_WARN_HOURS, Kind
-from smf_assurance.ops.local.bus import BusRefusals
+from smf_assurance.ops.local.bus import BusRefusals, tls_trouble
 from smf_assurance.ops.local.cluster import nats_servers
 from smf_assurance.pipeline.stores.release_state import read_release_state
 from smf_assurance.pipeline.stores.sqlite_worker import StoreUnavailable
@@ -173,6 +173,10 @@ async def _connect(settings: Settings) -> tuple[Client | None, Check]:
             detail = f"bus credential of principal {who}: {exc.detail}"
             return None, Check("bus", settings.url, "fail", detail, fix)
     try:
+        options = connect_options(settings.credential)
+    except CredentialFileError as exc:
+        return None, Check("bus", settings.url, "fail", exc.detail, "give the bus's CA file")
+    try:
         nc = await nats.connect(
             nats_servers(settings.url),
             name="smf-doctor",
@@ -181,7 +185,7 @@ async def _connect(settings: Settings) -> tuple[Client | None, Check]:
             reconnect_time_wait=0.1,
             connect_timeout=CONNECT_TIMEOUT_S,
             error_cb=refusals.on_error,
-            **connect_options(settings.credential),
+            **options,
         )
         refusals.client = nc
     except (OSError, NatsError, ValueError) as exc:
@@ -206,6 +210,9 @@ async def _connect(settings: Settings) -> tuple[Client | None, Check]:
 
 def _why(exc: BaseException) -> str:
     """A refused connection in our words (nats-py's messages are not ours to print)."""
+    trouble = tls_trouble(exc)
+    if trouble is not None:
+        return trouble
     text = str(exc).lower()
     if "authorization violation" in text:
         return (

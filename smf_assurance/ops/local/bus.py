@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import ssl
 from pathlib import Path
 from typing import Final
 
@@ -23,7 +24,9 @@ from smf_assurance.ops.local.cluster import nats_servers
 from smf_assurance.ops.local.defaults import NKEY_SUFFIX, default_state_dir
 from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects.bus_access import (
+    TLS_CA_ENV,
     BusCredential,
+    ConnectOptions,
     CredentialFileError,
     bus_error_reason,
     connect_options,
@@ -144,6 +147,48 @@ def refused_credential(exc: BaseException, credential: BusCredential | None) -> 
     )
 
 
+def tls_trouble(exc: BaseException) -> str | None:
+    """A connection that failed for TLS, in words that say what to fix, or None.
+
+    The server's certificate not verifying against the CA a client was given
+    (``SMF_NATS_CA``) is named as such, never as a server that is down; a plain
+    client (no CA given) whose server said nothing is told that a bus requiring TLS
+    says nothing to a plain client. Only fixed phrases and the verification's own
+    reason are kept: no certificate content."""
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    for link in chain:
+        if isinstance(link, ssl.SSLCertVerificationError):
+            return (
+                f"the bus's certificate does not verify ({link.verify_message}): give the "
+                f"bus's own CA as {TLS_CA_ENV}, and a host name its certificate names"
+            )
+        if isinstance(link, ssl.SSLError):
+            return (
+                f"TLS with the bus failed ({link.reason or type(link).__name__}): check "
+                f"{TLS_CA_ENV} and that the server is configured for TLS"
+            )
+    if not os.environ.get(TLS_CA_ENV) and any(
+        isinstance(link, TimeoutError) or "expecting INFO" in str(link) for link in chain
+    ):
+        return (
+            "the server sent no greeting: a bus that requires TLS says nothing to a "
+            f"plain client; set {TLS_CA_ENV} to its CA certificate (docs/OPERATIONS.md, TLS)"
+        )
+    return None
+
+
+def bus_options(credential: BusCredential | None) -> ConnectOptions:
+    """``connect_options``, with a CA file that cannot be used named in one line."""
+    try:
+        return connect_options(credential)
+    except CredentialFileError as exc:
+        fail(exc.detail)
+
+
 def checked_credential(credential: BusCredential | None) -> BusCredential | None:
     """The seed file checked before it is offered (``read_credential``: a missing,
     unreadable, too open or malformed file is named, never a library's
@@ -176,12 +221,15 @@ async def connect_bus(url: str, name: str, credential: BusCredential | None = No
             reconnect_time_wait=0.1,
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
             error_cb=refusals.on_error,
-            **connect_options(credential),
+            **bus_options(credential),
         )
     except (OSError, NatsError, ValueError) as exc:
         refused = refused_credential(exc, credential)
         if refused is not None:
             fail(refused)
+        trouble = tls_trouble(exc)
+        if trouble is not None:
+            fail(f"cannot connect to NATS at {url}: {trouble}")
         fail(
             f"cannot connect to NATS at {url}: {first_line(exc)}; "
             "start the server, or check the URL given with --nats"

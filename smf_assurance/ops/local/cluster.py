@@ -28,6 +28,12 @@ Invariants the classes keep:
   never share one; it starts with only the harness's operator allowed in
   (``operator``), and ``authorize`` applies another principal set to every
   running node with a reload, no restart.
+- TLS when asked (``tls=True``): the harness makes its own CA and certificate
+  (``smf_assurance.ops.local.tls``) and writes the config's two TLS includes
+  beside its copy, so clients must speak TLS first and routes verify each other;
+  otherwise the includes are empty and the loopback cluster is plain, until
+  someone writes TLS there before ``start()`` (``tls_dir``: as compose's init
+  does with ``tls init``).
 - Never a stray process: each node is an ``EmbeddedNatsServer`` (parent-death
   signal, ``atexit`` stop, a failed start kills what it spawned), and a
   cluster that fails to come up stops every node before raising.
@@ -66,6 +72,7 @@ from smf_assurance.ops.local.natsserver import (
     PortReservation,
     reserve_port,
 )
+from smf_assurance.ops.local.tls import CA_CERT, init_tls, write_nats_includes
 from smf_assurance.subjects.bus_access import BusCredential
 from smf_assurance.subjects.clock import monotonic_s
 from smf_assurance.subjects.keys import generate_signing_key
@@ -77,6 +84,9 @@ CONFIG_FILE: Final = Path(__file__).resolve().parents[3] / "deploy" / "nats" / "
 """The node config in a source checkout (it is not part of the installed package)."""
 AUTHORIZATION_INCLUDE: Final = Path("auth") / AUTHORIZATION_FILE
 """Where the node config includes its authorization, relative to itself."""
+TLS_INCLUDE_DIR: Final = "tls"
+"""Where the node config includes its TLS (``smf_assurance.ops.local.tls``), relative
+to itself: empty includes for a cluster on loopback, ``tls {}`` blocks with ``tls=True``."""
 HARNESS_OPERATOR: Final = "cluster-operator"
 
 NODE_VARIABLES: Final = (
@@ -159,6 +169,7 @@ class ClusterNode(EmbeddedNatsServer):
         binary: str | os.PathLike[str] | None,
         ready_timeout: float,
         stop_grace: float,
+        tls_ca: Path | None = None,
     ) -> None:
         super().__init__(
             state_dir,
@@ -169,6 +180,7 @@ class ClusterNode(EmbeddedNatsServer):
             ready_timeout=ready_timeout,
             stop_grace=stop_grace,
             env=settings.environment(),
+            tls_ca=tls_ca,
         )
         if settings.store_dir != self.store_dir:
             raise NatsServerError(f"store {settings.store_dir} is not under {state_dir}")
@@ -209,6 +221,7 @@ class LocalNatsCluster:
         ready_timeout: float = 10.0,
         leader_timeout: float = 30.0,
         stop_grace: float = 5.0,
+        tls: bool = False,
     ) -> None:
         if size < 1:
             raise ValueError("a cluster needs at least one node")
@@ -220,6 +233,10 @@ class LocalNatsCluster:
         conf.mkdir(parents=True, exist_ok=True)
         self.config_file: Final = conf / self.source_config.name
         shutil.copyfile(self.source_config, self.config_file)
+        self.tls_dir: Final = conf / TLS_INCLUDE_DIR
+        self.tls: Final = init_tls(self.tls_dir, ()) if tls else None
+        if self.tls is None:
+            write_nats_includes(self.tls_dir, None)
         self.authorization_path: Final = conf / AUTHORIZATION_INCLUDE
         keys = self.root / "keys"
         self.operator: Final = _credential(keys, HARNESS_OPERATOR)
@@ -255,6 +272,7 @@ class LocalNatsCluster:
                     binary=binary,
                     ready_timeout=ready_timeout,
                     stop_grace=stop_grace,
+                    tls_ca=self.tls_dir / CA_CERT,
                 )
             )
         self.nodes: Final = tuple(nodes)

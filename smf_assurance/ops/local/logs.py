@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
@@ -50,6 +50,16 @@ def colour_wanted(stream: TextIO) -> bool:
     return stream.isatty() and not os.environ.get("NO_COLOR")
 
 
+TLS_EOF_NOTE: Final = "returning true from eof_received() has no effect when using ssl"
+
+
+def _not_tls_eof_note(record: logging.LogRecord) -> bool:
+    """asyncio warns this each time a TLS connection of the bus client ends with the
+    server's EOF (nats-py's protocol keeps the transport half open, which TLS cannot):
+    nothing is wrong, and on a command line it would print a second, misleading line."""
+    return record.getMessage() != TLS_EOF_NOTE
+
+
 def configure_logging(json: bool, level: str = "info") -> None:
     """Render events as JSON lines (``json=True``) or for a console, from ``level`` up.
 
@@ -70,6 +80,7 @@ def configure_logging(json: bool, level: str = "info") -> None:
         processors.append(structlog.processors.JSONRenderer())
     else:
         processors.append(structlog.dev.ConsoleRenderer(colors=colour_wanted(sys.stderr)))
+    logging.getLogger("asyncio").addFilter(_not_tls_eof_note)
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(levels[level.upper()]),

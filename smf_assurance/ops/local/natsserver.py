@@ -30,12 +30,14 @@ Invariants the class keeps:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import os
 import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import sysconfig
@@ -309,6 +311,7 @@ class EmbeddedNatsServer:
         stop_grace: float = 5.0,
         env: Mapping[str, str] | None = None,
         authorization: bool = False,
+        tls_ca: Path | None = None,
     ) -> None:
         if authorization and config_file is not None:
             raise NatsServerError("authorization and config_file cannot be combined")
@@ -333,6 +336,10 @@ class EmbeddedNatsServer:
         self.ready_timeout: Final = ready_timeout
         self.stop_grace: Final = stop_grace
         self.env: Final[Mapping[str, str]] = dict(env or {})
+        self.tls_ca: Final = tls_ca
+        """Where a config that requires TLS first keeps its CA: while that file exists,
+        the readiness probe speaks TLS before it waits for the greeting, trusting it
+        (a cluster's TLS may be written after the node is made, as compose's init does)."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_offset = 0
         self._log = log.bind(port=self.port, state_dir=str(self.state_dir))
@@ -482,9 +489,14 @@ class EmbeddedNatsServer:
                     f"log tail:\n{self.log_tail()}"
                 )
             bound = self._ports_file(self._proc.pid).exists()
-            if bound and _greets(self.port, timeout=min(remaining, 1.0)):
+            if bound and _greets(self.port, min(remaining, 1.0), self._probe_tls()):
                 return
             time.sleep(0.02)
+
+    def _probe_tls(self) -> ssl.SSLContext | None:
+        if self.tls_ca is None or not self.tls_ca.exists():
+            return None
+        return ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(self.tls_ca))
 
     def _ports_file(self, pid: int) -> Path:
         """The file nats-server writes once process ``pid`` has bound its listeners.
@@ -565,20 +577,24 @@ class EmbeddedNatsServer:
         self.close()
 
 
-def _greets(port: int, timeout: float) -> bool:
+def _greets(port: int, timeout: float, tls: ssl.SSLContext | None = None) -> bool:
     """Whether a fresh connection to ``port`` receives the ``INFO {`` greeting.
 
-    nats-server sends ``INFO {...}\\r\\n`` as soon as it accepts a client; a
-    refused connection, a timeout or any other greeting means "not ready".
+    nats-server sends ``INFO {...}\\r\\n`` as soon as it accepts a client (after the
+    TLS handshake, with ``tls``, when its config asks TLS first); a refused
+    connection, a failed handshake, a timeout or any other greeting means "not ready".
     """
     try:
-        with socket.create_connection((HOST, port), timeout=timeout) as conn:
+        with contextlib.ExitStack() as stack:
+            conn = stack.enter_context(socket.create_connection((HOST, port), timeout=timeout))
+            if tls is not None:
+                conn = stack.enter_context(tls.wrap_socket(conn, server_hostname=HOST))
             greeting = b""
             while len(greeting) < len(_GREETING):
                 chunk = conn.recv(len(_GREETING) - len(greeting))
                 if not chunk:
                     return False
                 greeting += chunk
-    except OSError:
+    except OSError:  # ssl.SSLError is one
         return False
     return greeting == _GREETING

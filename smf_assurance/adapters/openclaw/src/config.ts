@@ -97,6 +97,10 @@ export interface PluginConfig {
   holdTimeoutMs: number;
   /** The plugin's files and OpenClaw's config file, out of every tool's reach. */
   protected: Protected;
+  /** The CA the bus's certificate is checked against (`caFile`, else `SMF_NATS_CA`
+   * unless confined): set, the connection is TLS from its first byte; `null`, plain,
+   * as only a loopback bus (or the confined launcher's forwarder) accepts. */
+  busCa: string | null;
 }
 
 /** A principal on the bus and its seed file; `null` when the launcher's forwarder signs. */
@@ -223,7 +227,37 @@ function busCredential(principal: string, seedFile: string, add: (code: string, 
   }
 }
 
-const CONFIG_FIELDS = ["natsUrl", "runtimeId", "keyFile", "credentialFile", "trustRootFile", "contextFile", "context", "gateTimeoutMs", "holdTimeoutMs", "attestIntervalMs"];
+const CONFIG_FIELDS = ["natsUrl", "runtimeId", "keyFile", "credentialFile", "trustRootFile", "contextFile", "context", "gateTimeoutMs", "holdTimeoutMs", "attestIntervalMs", "caFile"];
+
+/** The environment variable the gate's other clients read their bus CA from
+ * (`smf_assurance.subjects.bus_access.TLS_CA_ENV`). */
+export const TLS_CA_ENV = "SMF_NATS_CA";
+export const CA_UNUSABLE = "smf_bus_ca_unusable";
+const MAX_CA_BYTES = 64 * 1024;
+
+/**
+ * The bus CA file, checked: a readable file holding at least one PEM certificate
+ * (`smf_bus_ca_unusable` otherwise, naming the file). From `caFile`; without it,
+ * from `SMF_NATS_CA` unless confined: inside the sandbox the runtime's leg is the
+ * launcher's forwarder, plain, and the forwarder speaks TLS to the bus.
+ */
+function busCa(cfg: Record<string, unknown>, env: NodeJS.ProcessEnv, confined: boolean, add: (code: string, detail: string) => void): string | null {
+  const given = cfg.caFile ?? (confined ? undefined : env[TLS_CA_ENV] || undefined);
+  if (given === undefined) return null;
+  if (typeof given !== "string" || given.length === 0) {
+    add(CA_UNUSABLE, "caFile must be a path");
+    return null;
+  }
+  try {
+    const data = readFileSync(given);
+    if (data.length > MAX_CA_BYTES || !data.toString("latin1").includes("-----BEGIN CERTIFICATE-----")) {
+      add(CA_UNUSABLE, `${given} holds no PEM certificate`);
+    }
+  } catch (error) {
+    add(CA_UNUSABLE, `cannot read ${given}: ${error instanceof Error && "code" in error ? String(error.code) : "error"}`);
+  }
+  return given;
+}
 
 function text(value: unknown): string {
   return typeof value === "string" ? value : "";
@@ -294,6 +328,8 @@ export function readConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env): 
     }
   }
 
+  const ca = busCa(cfg, env, signerSocket !== undefined && signerSocket.length > 0, add);
+
   let trustRoot: TrustRoot | undefined;
   try {
     trustRoot = loadTrustRoot(cfg.trustRootFile);
@@ -346,7 +382,7 @@ export function readConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env): 
   }
   const guard = protectedFiles(cfg, env);
   return {
-    config: { natsUrl, runtimeId, key, credential, trustRoot, context, gateTimeoutMs, holdTimeoutMs, attestIntervalMs, protected: guard },
+    config: { natsUrl, runtimeId, key, credential, trustRoot, context, gateTimeoutMs, holdTimeoutMs, attestIntervalMs, protected: guard, busCa: ca },
     problems: [],
   };
 }

@@ -152,7 +152,7 @@ export function adapterFor(api: PluginApi): GateAdapter {
         "Every tool call will be BLOCKED until this is fixed.",
     );
   }
-  const bus = config === undefined ? undefined : sharedBus(config.natsUrl, config.credential);
+  const bus = config === undefined ? undefined : sharedBus(config.natsUrl, config.credential, config.busCa);
   const governance =
     config === undefined || bus === undefined
       ? undefined

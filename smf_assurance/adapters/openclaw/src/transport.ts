@@ -134,7 +134,9 @@ export class NatsBus implements Bus {
   private nc: NatsConnection | undefined;
   private connecting: Promise<NatsConnection> | undefined;
 
-  constructor(readonly url: string, readonly credential: BusIdentity, readonly name = "smf-openclaw-adapter") {}
+  /** `caFile`: the bus's CA; the connection is then TLS before the server's greeting, so
+   * a server that offers none gets no nkey signature over its nonce. */
+  constructor(readonly url: string, readonly credential: BusIdentity, readonly caFile: string | null = null, readonly name = "smf-openclaw-adapter") {}
 
   private async connection(): Promise<NatsConnection> {
     const current = this.nc;
@@ -147,6 +149,7 @@ export class NatsBus implements Bus {
         // confined: no seed here; the launcher's forwarder answers the server's nonce
         ...(seedFile === null ? {} : { authenticator: nkeyAuthenticator(() => readSeed(seedFile)) }),
         inboxPrefix: inboxPrefix(this.credential.principal),
+        ...(this.caFile === null ? {} : { tls: { caFile: this.caFile, handshakeFirst: true } }),
         timeout: CONNECT_TIMEOUT_MS,
         // A few attempts, not forever: an unreachable bus must fail a call, not
         // hang it; a connection that gives up is made anew by the next call.
@@ -220,11 +223,11 @@ export class NatsBus implements Bus {
 const shared = new Map<string, NatsBus>();
 
 /** One bus per URL and credential per process, shared by every registration of the plugin. */
-export function sharedBus(url: string, credential: BusIdentity): NatsBus {
-  const key = JSON.stringify([url, credential.principal, credential.seedFile]);
+export function sharedBus(url: string, credential: BusIdentity, caFile: string | null = null): NatsBus {
+  const key = JSON.stringify([url, credential.principal, credential.seedFile, caFile]);
   let bus = shared.get(key);
   if (bus === undefined) {
-    bus = new NatsBus(url, credential);
+    bus = new NatsBus(url, credential, caFile);
     shared.set(key, bus);
   }
   return bus;

@@ -81,7 +81,7 @@ async function run(command) {
       const { config } = readConfig(registered);
       if (config === undefined) return { subscribed: false, reason: "not_configured" };
       try {
-        const inbox = await sharedBus(config.natsUrl, config.credential).subscribe(command.subject);
+        const inbox = await sharedBus(config.natsUrl, config.credential, config.busCa).subscribe(command.subject);
         inbox.close();
         return { subscribed: true, reason: null };
       } catch (error) {

@@ -700,6 +700,34 @@ test("credentialFile: the key file's principal, its nkey, the inbox prefix; refu
   assert.deepEqual(problems(writeSeedFile(dir, 0o400)), []);
 });
 
+test("caFile: the bus CA, else SMF_NATS_CA unless confined; refused when it holds no certificate", () => {
+  const dir = mkdtempSync(join(tmpdir(), "smf-oc-ca-"));
+  const trustRootFile = join(dir, "root.json");
+  writeFileSync(trustRootFile, JSON.stringify(trustRootDoc([GATE])));
+  const base = { runtimeId: "openclaw-demo", keyFile: writeKeyFile(dir), credentialFile: writeSeedFile(dir), trustRootFile, context: CONTEXT_DOC };
+  const ca = join(dir, "ca.pem");
+  writeFileSync(ca, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
+  const other = join(dir, "other.pem");
+  writeFileSync(other, "-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n");
+  assert.equal(readConfig(base, {}).config?.busCa, null);
+  assert.equal(readConfig({ ...base, caFile: ca }, {}).config?.busCa, ca);
+  assert.equal(readConfig(base, { SMF_NATS_CA: ca }).config?.busCa, ca);
+  assert.equal(readConfig({ ...base, caFile: other }, { SMF_NATS_CA: ca }).config?.busCa, other);
+  assert.equal(readConfig(base, { SMF_NATS_CA: "" }).config?.busCa, null);
+  const notPem = join(dir, "not.pem");
+  writeFileSync(notPem, "hello\n");
+  const codes = (caFile: unknown): string[] => readConfig({ ...base, caFile }, {}).problems.map((p) => p.reasonCode);
+  const cases: [string, unknown][] = [
+    ["no such file", join(dir, "missing.pem")],
+    ["a directory", dir],
+    ["no certificate in it", notPem],
+    ["not a path", 7],
+    ["empty", ""],
+  ];
+  for (const [name, caFile] of cases) assert.deepEqual(codes(caFile), ["smf_bus_ca_unusable"], name);
+  assert.deepEqual(readConfig(base, { SMF_NATS_CA: notPem }).problems.map((p) => p.reasonCode), ["smf_bus_ca_unusable"]);
+});
+
 // --- register() ---------------------------------------------------------------------------
 
 test("register twice shares one adapter, lowest priority, budget above the hold wait, never throws", () => {

@@ -33,6 +33,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -72,7 +73,12 @@ from smf_assurance.ops.local.confine.view import (
 )
 from smf_assurance.ops.local.defaults import BWRAP
 from smf_assurance.ops.local.state import StateDir
-from smf_assurance.subjects.bus_access import BusCredential, CredentialFileError, read_credential
+from smf_assurance.subjects.bus_access import (
+    BusCredential,
+    CredentialFileError,
+    bus_tls,
+    read_credential,
+)
 from smf_assurance.subjects.keys import KeyFileError, SigningKey, load_private_key
 from smf_assurance.subjects.signer import SIGNER_SOCKET_ENV
 
@@ -112,6 +118,9 @@ class Held:
     launcher: Launcher | None = None
     """None: this state holds no launcher key for the runtime (added before launchers
     existed): it runs confined, and the gate holds it as not confined."""
+    bus_tls: ssl.SSLContext | None = None
+    """The bus's TLS (``SMF_NATS_CA`` of the launcher's environment): the NATS
+    forwarder's connections to the bus, outside the sandbox, are TLS."""
 
 
 def read_launcher(found: Secrets, runtime_id: str) -> Launcher | None:
@@ -154,7 +163,11 @@ def read_secrets(found: Secrets, runtime_id: str) -> Held:
             f"runtime {runtime_id}: cannot read its gateway token {found.gateway_token}: "
             f"{exc.strerror}"
         ) from exc
-    return Held(key, principal, seed, token, read_launcher(found, runtime_id))
+    try:
+        tls = bus_tls().get("tls")
+    except CredentialFileError as exc:
+        raise LaunchError(f"runtime {runtime_id}: {exc.detail}") from exc
+    return Held(key, principal, seed, token, read_launcher(found, runtime_id), tls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,7 +383,7 @@ async def run_plan(
     servers: list[asyncio.Server] = []
     nats_host = _host(profile.nats_url)
     gateway_host = _host(profile.gateway_url)
-    nats = NatsForwarder(nats_host, plan.forwards["nats"], held.seed)
+    nats = NatsForwarder(nats_host, plan.forwards["nats"], held.seed, held.bus_tls)
     gateway = GatewayForwarder(gateway_host, plan.forwards["gateway"], held.token)
     attester = None
     if held.launcher is None:

@@ -9,9 +9,10 @@ first two from the loopback ports the runtime is configured with):
   first line must be ``CONNECT``, whose credentials are replaced by the
   runtime's nkey and its signature over the server's nonce (what nats-py does
   with a seed file); after that both directions are relayed byte for byte, so
-  it works whatever account or permissions the server gives that user. A
-  server that asks for TLS is refused (this relay speaks plain NATS on a loopback
-  or private link only).
+  it works whatever account or permissions the server gives that user. Given
+  the bus's TLS (the launcher's ``SMF_NATS_CA``), the connection to the bus is
+  TLS from its first byte, and the greeting the runtime sees says no TLS (its
+  leg is the unix socket); without it, a server that asks for TLS is refused.
 - **Model gateway** (:class:`GatewayForwarder`): HTTP/1.1 relayed byte for byte,
   but for each request's head: its ``Authorization`` (and
   ``Proxy-Authorization``) is dropped and the runtime's bearer token put in. The
@@ -37,6 +38,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -55,6 +57,8 @@ MAX_HEAD_BYTES: Final = 64 * 1024
 CHUNK: Final = 64 * 1024
 CONNECT_TIMEOUT_S: Final = 5.0
 DROPPED_CONNECT_FIELDS: Final = ("user", "pass", "auth_token", "jwt", "nkey", "sig")
+TLS_INFO_FIELDS: Final = ("tls_required", "tls_verify", "tls_available")
+"""What a TLS bus's greeting says of TLS, which the runtime's plain leg must not read."""
 DROPPED_HEADERS: Final = (b"authorization", b"proxy-authorization")
 
 
@@ -125,9 +129,10 @@ class _Forwarder:
 
     name = "forwarder"
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
         self.host = host
         self.port = port
+        self.tls = tls
         self.counters = Counters()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -139,7 +144,13 @@ class _Forwarder:
         upstream_writer: asyncio.StreamWriter | None = None
         try:
             up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, limit=MAX_HEAD_BYTES),
+                asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    limit=MAX_HEAD_BYTES,
+                    ssl=self.tls,
+                    server_hostname=None if self.tls is None else self.host,
+                ),
                 CONNECT_TIMEOUT_S,
             )
             upstream_writer = up_writer
@@ -182,8 +193,10 @@ async def _both(*jobs: Awaitable[None]) -> None:
 class NatsForwarder(_Forwarder):
     name = "nats"
 
-    def __init__(self, host: str, port: int, seed: bytes) -> None:
-        super().__init__(host, port)
+    def __init__(
+        self, host: str, port: int, seed: bytes, tls: ssl.SSLContext | None = None
+    ) -> None:
+        super().__init__(host, port, tls)
         pair = nkeys.from_seed(bytearray(seed.strip()))
         self._pair = pair
         self.public = pair.public_key.decode("ascii")
@@ -207,7 +220,12 @@ class NatsForwarder(_Forwarder):
     ) -> None:
         info_line = await _line(up_reader, "nats_info")
         info = _protocol_object(info_line, b"INFO", "nats_no_info")
-        if info.get("tls_required"):
+        if self.tls is not None:
+            # the TLS is this leg's; the runtime's is the unix socket, where none is asked
+            for name in TLS_INFO_FIELDS:
+                info.pop(name, None)
+            info_line = b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b"\r\n"
+        elif info.get("tls_required"):
             raise ForwardRefused("nats_tls_required")
         nonce = info.get("nonce")
         writer.write(info_line)
