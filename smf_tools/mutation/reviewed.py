@@ -330,6 +330,11 @@ EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
         "equivalent: this runs only when _egress found no reason, and _egress returns no "
         "reason only with the release's window, so the window is never None here"
     ),
+    ("bus_access", "ConnectOptions", "bool", "total=False", "total=True"): (
+        "equivalent at run time: a TypedDict's totality is read by the type checker alone "
+        "(mypy --strict, run by make test, refuses total=True: connect_options returns "
+        "the credential's keys without TLS, or TLS without a credential)"
+    ),
     ("bus_access", "read_credential", "int", "1", "2"): (
         "equivalent: reading one byte past the bound is what tells an over-long file; two "
         "bytes past tells it as well (the bound's edge is tested with literal sizes)"
