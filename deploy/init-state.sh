@@ -43,11 +43,16 @@ mkdir -p "$auth"
 smf-assurance bus authorization --state-dir "$seed" --out "$auth/authorization.conf"
 
 # The bus's TLS (issue 39): a CA and the nodes' certificate for the names the
-# services reach them by, once. The CA's key is kept with the seed's keys, off the
-# nodes' volume; its certificate is what every client trusts (SMF_NATS_CA).
+# services reach them by, and the console's and model gateway's certificates, once.
+# The CA's key is kept with the seed's keys, off the nodes' volume; its certificate
+# is what every client trusts (SMF_NATS_CA, and for HTTPS).
 tls="${SMF_NATS_TLS_DIR:-/etc/nats/tls}"
 if [ ! -e "$tls/ca.pem" ]; then
     smf-assurance tls init --out "$tls" --host nats-1 --host nats-2 --host nats-3
+    # the console's and the model gateway's HTTPS, each its own key
+    smf-assurance tls issue --ca "$tls" --name console --host console --out "$seed/tls"
+    smf-assurance tls issue --ca "$tls" --name model-gateway --host model-gateway \
+        --out "$root/model-gateway/tls"
     mv "$tls/ca-key.pem" "$seed/keys/bus-ca-key.pem"
 fi
 cp "$tls/ca.pem" "$root/bus-ca.pem"

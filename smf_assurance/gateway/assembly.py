@@ -8,6 +8,7 @@ ends the start with the server's reason instead of a start that hangs.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,9 @@ class ModelGatewayConfig:
     call_context_keys: Callable[[], Mapping[str, VerifyKey]] | None = None
     """The keys call-context records may be signed by (the registry's ``gateway``
     role); ``None``: the gateway's own key only."""
+    tls: ssl.SSLContext | None = None
+    """HTTPS with this server context; ``None``: plain HTTP, which the command line
+    allows on loopback only."""
 
 
 @dataclass
@@ -75,11 +79,12 @@ class RunningModelGateway:
     runner: web.AppRunner
     port: int
     gateway: ModelGateway
+    tls: bool = False
 
     @property
     def url(self) -> str:
-        """The ``base_url`` a runtime is pointed at."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        """The ``base_url`` a runtime on this machine is pointed at."""
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/v1"
 
     async def close(self) -> None:
         await self.runner.cleanup()
@@ -99,9 +104,11 @@ async def start_model_gateway(config: ModelGatewayConfig) -> RunningModelGateway
         call_context_keys=config.call_context_keys,
     )
     try:
-        runner, port = await serve_gateway(gateway, config.host, config.port)
+        runner, port = await serve_gateway(gateway, config.host, config.port, config.tls)
     except BaseException:
         await nc.close()
         raise
     log.info("model_gateway_started", port=port, runtimes=len(gateway.runtimes))
-    return RunningModelGateway(nc=nc, runner=runner, port=port, gateway=gateway)
+    return RunningModelGateway(
+        nc=nc, runner=runner, port=port, gateway=gateway, tls=config.tls is not None
+    )

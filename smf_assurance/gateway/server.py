@@ -102,6 +102,7 @@ import asyncio
 import hashlib
 import hmac
 import secrets
+import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -1210,11 +1211,14 @@ def _outcome(verdict: OutputVerdict, text: str) -> Literal["allow", "deny", "hel
     return verdict.verdict.outcome
 
 
-async def serve_gateway(gateway: ModelGateway, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Start the HTTP side; returns the runner (``cleanup()`` stops it) and the bound port."""
+async def serve_gateway(
+    gateway: ModelGateway, host: str, port: int, tls: ssl.SSLContext | None = None
+) -> tuple[web.AppRunner, int]:
+    """Start the HTTP side (HTTPS only, with ``tls``); returns the runner (``cleanup()``
+    stops it) and the bound port."""
     runner = web.AppRunner(gateway.application(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=tls)
     await site.start()
     bound = runner.addresses[0][1] if runner.addresses else port
     return runner, int(bound)

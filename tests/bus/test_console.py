@@ -90,13 +90,13 @@ from smf_assurance.approver.console.server import (
     RunningConsole,
     start_console,
 )
-from smf_assurance.ops.cli.commands.console import _loopback
 from smf_assurance.ops.cli.main import main
 from smf_assurance.ops.local.defaults import CONSOLE, OPERATOR
 from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer, reserve_port
 from smf_assurance.ops.local.stack import Stack, start_stack
 from smf_assurance.ops.local.state import DEMO_TENANT, StateDir, provision_demo
+from smf_assurance.ops.local.tls import is_loopback
 from smf_assurance.pipeline.chain.announcements import AnnouncementDesk
 from smf_assurance.pipeline.service import Requester
 from smf_assurance.subjects import dsse, names
@@ -1319,5 +1319,5 @@ def test_console_help_and_the_loopback_rule(capsys: pytest.CaptureFixture[str]) 
         main(["console", "--help"])
     assert exit_info.value.code == 0
     assert "usage: smf-assurance console" in capsys.readouterr().out
-    assert all(map(_loopback, ("127.0.0.1", "::1", "localhost", "127.5.5.5")))
-    assert not any(map(_loopback, ("0.0.0.0", "192.168.1.10", "console.example")))
+    assert all(map(is_loopback, ("127.0.0.1", "::1", "localhost", "127.5.5.5")))
+    assert not any(map(is_loopback, ("0.0.0.0", "192.168.1.10", "console.example")))

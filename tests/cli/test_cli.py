@@ -317,6 +317,7 @@ GROUPS = {
         "model-gateway",
         "runtime",
         "holds",
+        "tls",
         "approver",
         "doctor",
         "completion",

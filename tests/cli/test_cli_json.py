@@ -659,6 +659,16 @@ def check_tls_init(out: cli_json.TlsInitJson, world: World) -> None:
         assert Path(name).is_file(), name
 
 
+def check_tls_issue(out: cli_json.TlsIssueJson, world: World) -> None:
+    assert (out.cert, out.key) == (
+        str(world.work / "console-tls" / "console.pem"),
+        str(world.work / "console-tls" / "console-key.pem"),
+    )
+    assert out.hosts == ("localhost", "127.0.0.1", "console")
+    assert Path(out.cert).is_file()
+    assert Path(out.key).is_file()
+
+
 def check_review_start(out: tools_json.ReviewStartJson, world: World) -> None:
     assert out.sha == (world.work / "candidate.sha").read_text()
     assert Path(out.start_file).is_file()
@@ -1032,6 +1042,22 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
     ("tls", "init"): (
         Case(("--out", "{work}/tls", "--host", "nats-1"), check=check_tls_init),
         Case(("--out", "{work}/tls"), 1, None),  # never over a CA
+    ),
+    ("tls", "issue"): (
+        Case(
+            (
+                "--ca",
+                "{work}/tls",
+                "--name",
+                "console",
+                "--host",
+                "console",
+                "--out",
+                "{work}/console-tls",
+            ),
+            check=check_tls_issue,
+        ),
+        Case(("--ca", "{work}/no-ca", "--name", "console", "--out", "{work}/x"), 1, None),
     ),
     ("approver", "add"): (
         Case((*NEW_APPROVER, *RELEASE_KEY), check=check_approver_add),

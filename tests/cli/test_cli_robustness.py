@@ -232,6 +232,8 @@ ARGUMENT_ONLY: dict[tuple[str, ...], str] = {
     ("bench",): "builds its own state and servers; its counts are in the argument classes",
     ("keys", "new"): "writes one new file outside any state dir",
     ("keys", "nkey"): "writes one new file outside any state dir",
+    ("tls", "init"): "writes new files into one folder outside any state dir; no bus",
+    ("tls", "issue"): "reads a CA folder, writes two new files; no state, no bus",
     ("release", "build"): "reads a corpus and keys, writes a new folder",
     ("release", "verify"): "reads a release folder; --state-dir only for its rollback floor",
     ("release", "publish"): "needs a built release folder; its bus call is release status's",
@@ -484,11 +486,17 @@ def test_empty_or_garbage_arguments_are_refused_in_one_line(
     assert (isolated / "garbage").read_bytes() == GARBAGE
 
 
+PATH_TYPES: frozenset[str] = frozenset({"Path", "given_path"})
+"""The argparse types of paths (``output.given_path`` refuses only an empty one)."""
+
+
 def typed_options(parser: argparse.ArgumentParser) -> list[str]:
     return [
         a.option_strings[0]
         for a in parser._actions
-        if a.option_strings and a.type is not None and getattr(a.type, "__name__", "") != "Path"
+        if a.option_strings
+        and a.type is not None
+        and getattr(a.type, "__name__", "") not in PATH_TYPES
     ]
 
 

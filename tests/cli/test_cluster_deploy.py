@@ -60,6 +60,7 @@ from smf_assurance.ops.local.natsserver import (
 from smf_assurance.ops.local.stack import Connectors, seed_demo_documents
 from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir
 from smf_assurance.ops.local.supervisor import serve_until_stopped
+from smf_assurance.ops.local.tls import init_tls, issue_cert, server_context
 from smf_assurance.pipeline.assembly import ClusterSettings, GateConfig
 from smf_assurance.subjects import names
 from smf_assurance.subjects.bus_access import TLS_CA_ENV, connect_options
@@ -366,15 +367,21 @@ def test_every_smf_command_in_the_compose_file_parses(compose: dict[str, Any]) -
 
 @pytest.mark.parametrize(("status", "healthy"), [(200, True), (503, False)])
 async def test_the_console_health_check_is_its_healthz_and_fails_on_503(
-    compose: dict[str, Any], status: int, healthy: bool
+    compose: dict[str, Any], status: int, healthy: bool, tmp_path: Path
 ) -> None:
     """Compose asks the console's ``/healthz`` (200 only with the bus
     connected, the board fed and the gate answering; 503 naming what is wrong), not its
-    page, which answers while the console is cut off. The check's own command is run
-    against a real local HTTP server answering ``status`` on that path."""
+    page, which answers while the console is cut off, over HTTPS trusting the CA init
+    made. The check's own command is run against a real local HTTPS server (its
+    certificate issued from a CA made here, given in the CA file's place) answering
+    ``status`` on that path."""
     test = compose["services"]["console"]["healthcheck"]["test"]
     assert test[:3] == ["CMD", "python", "-c"]
-    assert "http://127.0.0.1:8765/healthz" in test[3]
+    assert "https://127.0.0.1:8765/healthz" in test[3]
+    ca_in_compose = "/var/lib/smf/bus-ca.pem"
+    assert f"cafile='{ca_in_compose}'" in test[3]
+    ca = init_tls(tmp_path / "ca", ())
+    cert = issue_cert(ca.directory, "console", (), tmp_path / "console-tls")
     asked: list[str] = []
 
     async def healthz(request: web.Request) -> web.Response:
@@ -385,11 +392,12 @@ async def test_the_console_health_check_is_its_healthz_and_fails_on_503(
     app.router.add_get("/healthz", healthz)
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context(cert.cert, cert.key))
     await site.start()
     try:
         port = runner.addresses[0][1]
         code = test[3].replace("127.0.0.1:8765", f"127.0.0.1:{port}")
+        code = code.replace(ca_in_compose, str(ca.ca_cert))
         done = await asyncio.create_subprocess_exec(
             sys.executable, "-c", code, stderr=asyncio.subprocess.DEVNULL
         )
@@ -866,6 +874,13 @@ def test_the_compose_services_run_here_on_the_local_cluster(
         assert (cluster.tls_dir / "ca.pem").read_bytes() == Path(ca).read_bytes()
         assert not (cluster.tls_dir / "ca-key.pem").exists()  # the CA's key is off the nodes
         assert (tmp_path / "smf" / "seed" / "keys" / "bus-ca-key.pem").exists()
+        # the console's and the model gateway's HTTPS: certificates init issued, where
+        # their compose commands name them, each loading with its key
+        for name in ("console", "model-gateway"):
+            argv = local.argv(services[name]["command"])
+            cert = Path(argv[argv.index("--tls-cert") + 1])
+            key = Path(argv[argv.index("--tls-key") + 1])
+            assert server_context(cert, key) is not None, name
         asyncio.run(cluster.start())
         monkeypatch.setenv(TLS_CA_ENV, ca)
         gate_keys = sorted(p.name for p in (tmp_path / "smf" / "gate-1" / "keys").iterdir())

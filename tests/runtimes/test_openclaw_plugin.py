@@ -1045,4 +1045,5 @@ def test_plugin_files_are_what_openclaw_loads() -> None:
         "gateTimeoutMs",
         "holdTimeoutMs",
         "attestIntervalMs",
+        "caFile",
     }

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,11 +143,13 @@ async def gateway_world(
     release: bool = True,
     clock: Callable[[], int] | None = None,
     admission_cache_ms: int | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> AsyncIterator[World]:
     """A gate, the fake provider and the model gateway serving three runtimes; with
     ``api_key`` the provider requires a key that only the gateway's configuration names.
     Without ``release`` the gate starts with no verified release (none in its inbox and
-    no key to sign one); ``clock`` is the gate's and the gateway's time."""
+    no key to sign one); ``clock`` is the gate's and the gateway's time; ``tls``: the
+    gateway serves HTTPS with this server context."""
     state = StateDir(tmp_path / "state")
     provision_demo(state)
     provision_runtime(state, PRINCIPAL, RUNTIME_ID, runtime_pin=PIN, require_release=False)
@@ -191,7 +194,9 @@ async def gateway_world(
     settings = GatewaySettings(upstream_read_s=1.0, max_body_bytes=256 * 1024)
     if admission_cache_ms is not None:
         settings = dataclasses.replace(settings, admission_cache_ms=admission_cache_ms)
-    gateway = await start_model_gateway(gateway_config(state, stack.url, settings=settings))
+    gateway = await start_model_gateway(
+        gateway_config(state, stack.url, settings=settings, tls=tls)
+    )
     if clock is not None:
         gateway.gateway.clock = clock
     credential = state.existing_credential(OPERATOR)
@@ -220,7 +225,10 @@ async def chat(
     body: bytes | None = None,
     token: str | None = None,
     headers: dict[str, str] | None = None,
+    trust: ssl.SSLContext | None = None,
 ) -> tuple[int, bytes]:
+    """One completion request as a runtime sends it (``trust``: the client's TLS, for a
+    gateway serving HTTPS)."""
     headers = {"Content-Type": "application/json", **(headers or {})}
     bearer = token if token is not None else (world.tokens[runtime_id] if runtime_id else None)
     if bearer is not None:
@@ -236,7 +244,7 @@ async def chat(
     url = world.gateway.url + "/chat/completions"
     async with (
         aiohttp.ClientSession() as session,
-        session.post(url, data=payload, headers=headers) as resp,
+        session.post(url, data=payload, headers=headers, ssl=trust or True) as resp,
     ):
         return resp.status, await resp.read()
 

@@ -29,12 +29,16 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from smf_assurance.ops.local.tls import (
     ALWAYS_HOSTS,
     BUS_DAYS,
+    CA_KEY,
     MAX_HOSTS,
     NATS_CLIENT_INCLUDE,
     NATS_ROUTE_INCLUDE,
     TlsInitError,
     check_hosts,
     init_tls,
+    issue_cert,
+    server_context,
+    serving_tls,
     write_nats_includes,
 )
 from smf_assurance.subjects.bus_access import (
@@ -176,3 +180,53 @@ def test_connect_options_carry_the_credential_and_the_tls(
     assert options["inbox_prefix"] == "_INBOX.hermes-runtime"
     assert options["tls_handshake_first"] is True
     assert set(connect_options(None)) == {"tls", "tls_handshake_first"}
+
+
+def test_a_server_certificate_is_its_own_key_signed_by_the_ca(tmp_path: Path) -> None:
+    ca = init_tls(tmp_path / "ca", (), now=NOW)
+    issued = issue_cert(ca.directory, "console", ["console.firm.example"], tmp_path / "c", now=NOW)
+    cert = x509.load_pem_x509_certificate(issued.cert.read_bytes())
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca.ca_cert.read_bytes()))
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["localhost", "console.firm.example"]
+    assert issued.key.read_bytes() not in (ca.key.read_bytes(), ca.ca_key.read_bytes())
+    assert (mode(issued.key), mode(issued.cert)) == (0o600, 0o644)
+    assert (issued.cert.name, issued.key.name) == ("console.pem", "console-key.pem")
+    assert server_context(issued.cert, issued.key).minimum_version == ssl.TLSVersion.TLSv1_2
+    with pytest.raises(TlsInitError, match=re.escape("already holds console.pem")):
+        issue_cert(ca.directory, "console", (), tmp_path / "c")
+
+
+def test_issuing_needs_the_cas_own_key_and_a_plain_name(tmp_path: Path) -> None:
+    ca = init_tls(tmp_path / "ca", ())
+    other = init_tls(tmp_path / "other", ())
+    with pytest.raises(TlsInitError, match="is not a file name"):
+        issue_cert(ca.directory, "../console", (), tmp_path / "c")
+    (ca.directory / CA_KEY).replace(tmp_path / "kept-elsewhere.pem")
+    with pytest.raises(TlsInitError, match="cannot read the CA in"):
+        issue_cert(ca.directory, "console", (), tmp_path / "c")
+    (ca.directory / CA_KEY).write_bytes(other.ca_key.read_bytes())
+    with pytest.raises(TlsInitError, match=re.escape("ca-key.pem is not the key of ca.pem")):
+        issue_cert(ca.directory, "console", (), tmp_path / "c")
+    (ca.directory / CA_KEY).write_bytes(b"not a key")
+    with pytest.raises(TlsInitError, match="does not hold a CA certificate and key"):
+        issue_cert(ca.directory, "console", (), tmp_path / "c")
+    assert not (tmp_path / "c").exists() or not list((tmp_path / "c").iterdir())
+
+
+def test_plain_http_is_served_on_loopback_only(tmp_path: Path) -> None:
+    ca = init_tls(tmp_path / "ca", ())
+    for host in ("127.0.0.1", "::1", "localhost", "127.9.9.9"):
+        assert serving_tls(None, None, host) is None
+    for host in ("0.0.0.0", "::", "10.0.0.7", "console.firm.example"):
+        with pytest.raises(TlsInitError, match=f"to serve on {re.escape(host)} "):
+            serving_tls(None, None, host)
+    with pytest.raises(TlsInitError, match="give both --tls-cert and --tls-key"):
+        serving_tls(ca.cert, None, "127.0.0.1")
+    with pytest.raises(TlsInitError, match="give both --tls-cert and --tls-key"):
+        serving_tls(None, ca.key, "0.0.0.0")
+    assert serving_tls(ca.cert, ca.key, "0.0.0.0") is not None
+    with pytest.raises(TlsInitError, match="are not a certificate and its key"):
+        serving_tls(ca.cert, ca.ca_key, "0.0.0.0")
+    with pytest.raises(TlsInitError, match="cannot read"):
+        serving_tls(tmp_path / "missing.pem", ca.key, "0.0.0.0")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -261,10 +262,15 @@ class _ConsoleServer(web.Server):
 
 
 async def serve(
-    route: Route, host: str, port: int, read_timeout: float, counts: AnswerCounts
+    route: Route,
+    host: str,
+    port: int,
+    read_timeout: float,
+    counts: AnswerCounts,
+    tls: ssl.SSLContext | None = None,
 ) -> web.ServerRunner:
     """Serve ``route`` on ``host:port`` until the returned runner's ``cleanup()``;
-    every answer is counted in ``counts``.
+    every answer is counted in ``counts``. With ``tls``, HTTPS only.
 
     A client that hangs up mid-request cancels its handler, so it holds nothing
     after it left; a signed resolution already relayed still reaches the gate,
@@ -286,7 +292,7 @@ async def serve(
     runner = web.ServerRunner(server, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        await web.TCPSite(runner, host, port, ssl_context=tls).start()
     except BaseException:
         await runner.cleanup()
         raise

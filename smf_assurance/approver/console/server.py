@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -102,6 +103,9 @@ class ConsoleSettings:
     directory: Path | None = None
     """The tenant directory's folder (:mod:`smf_assurance.approver.directory`):
     read once at start; a malformed file stops the start. ``None``: every id shown raw."""
+    tls: ssl.SSLContext | None = None
+    """HTTPS with this server context; ``None``: plain HTTP, which the command line
+    allows on loopback only."""
 
 
 HealthReason = Literal["bus_disconnected", "board_not_fed", "gate_not_answering"]
@@ -211,6 +215,8 @@ class Console:
         cookie = (
             f"{SESSION_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; "
             f"Max-Age={self.settings.session_seconds}"
+            # served over HTTPS, the browser sends the session back over HTTPS only
+            + ("" if self.settings.tls is None else "; Secure")
         )
         return json_response(
             {
@@ -442,7 +448,8 @@ class RunningConsole:
     def url(self) -> str:
         host, port = bound_port(self.runner)
         shown = f"[{host}]" if ":" in host else host
-        return f"http://{shown}:{port}/"
+        scheme = "http" if self.console.settings.tls is None else "https"
+        return f"{scheme}://{shown}:{port}/"
 
     async def close(self) -> None:
         for task in self.tasks:
@@ -483,7 +490,12 @@ async def start_console(settings: ConsoleSettings) -> RunningConsole:
             await board.refresh()
         console = Console(settings, nc, board, directory)
         runner = await serve(
-            console.handle, settings.host, settings.port, settings.read_timeout, console.answers
+            console.handle,
+            settings.host,
+            settings.port,
+            settings.read_timeout,
+            console.answers,
+            settings.tls,
         )
     except BaseException:
         await nc.close()

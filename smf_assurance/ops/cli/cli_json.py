@@ -1059,6 +1059,15 @@ class TlsInitJson(CliJson, kw_only=True):
     not_after_ms: Annotated[Millis, _("when the nodes' certificate expires, Unix ms")]
 
 
+class TlsIssueJson(CliJson, kw_only=True):
+    """``tls issue --json``: the server's certificate and key written."""
+
+    cert: Annotated[Path_, _("the certificate: the server's --tls-cert")]
+    key: Annotated[Path_, _("its private key (0600): the server's --tls-key")]
+    hosts: Annotated[tuple[str, ...], _("the names and addresses the certificate holds")]
+    not_after_ms: Annotated[Millis, _("when the certificate expires, Unix ms")]
+
+
 class RuntimeRunPlanJson(CliJson, kw_only=True):
     """``runtime run --plan --json``: the sandbox the runtime would start in."""
 
@@ -1186,6 +1195,7 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("holds", "remove"): (HoldsJson,),
     ("holds", "list"): (HoldsJson,),
     ("tls", "init"): (TlsInitJson,),
+    ("tls", "issue"): (TlsIssueJson,),
     ("approver", "add"): (ApproverAddJson,),
     ("approver", "remove"): (ApproverRemoveJson,),
     ("doctor",): (DoctorJson,),

@@ -12,6 +12,7 @@ import argparse
 import datetime as dt
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import msgspec
@@ -52,6 +53,14 @@ def positive_int(text: str) -> int:
     """An argparse ``type`` for a count: a whole number above zero, else a usage
     error (exit 2), so ``bench --rounds 0`` is refused rather than run on some default."""
     return _whole_number(text, 1, "a positive whole number")
+
+
+def given_path(text: str) -> Path:
+    """An argparse ``type`` for a path the command writes into or reads from: an empty
+    value is a usage error (exit 2), never the current folder ``Path("")`` stands for."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    return Path(text)
 
 
 def non_negative_int(text: str) -> int:

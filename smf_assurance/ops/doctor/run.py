@@ -73,6 +73,7 @@ from smf_assurance.subjects import names
 from smf_assurance.subjects.bus_access import (
     CredentialFileError,
     bus_error_reason,
+    bus_tls,
     connect_options,
     read_credential,
 )
@@ -464,14 +465,25 @@ async def _console(settings: Settings) -> Check:
     if url is None:
         return Check("console", None, "skip", "no console named (--console URL)")
     try:
+        # an HTTPS console's certificate is the deployment CA's, the bus's (SMF_NATS_CA)
+        trust = bus_tls().get("tls", True)
         timeout = aiohttp.ClientTimeout(total=CONNECT_TIMEOUT_S)
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(f"{url.rstrip('/')}/healthz", allow_redirects=False) as response,
+            session.get(f"{url.rstrip('/')}/healthz", allow_redirects=False, ssl=trust) as response,
         ):
             status = response.status
             body = await response.content.read(HEALTH_BODY_LIMIT + 1)
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+    except aiohttp.ClientConnectorCertificateError:
+        return Check(
+            "console",
+            url,
+            "fail",
+            "its certificate does not verify against the CA trusted (SMF_NATS_CA, "
+            "else the system's)",
+            "give the CA that issued the console's certificate as SMF_NATS_CA",
+        )
+    except (aiohttp.ClientError, TimeoutError, ValueError, CredentialFileError) as exc:
         return Check(
             "console",
             url,

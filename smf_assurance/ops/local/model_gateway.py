@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import ssl
 from pathlib import Path
 from typing import Final
 
@@ -166,6 +167,7 @@ def gateway_config(
     host: str = "127.0.0.1",
     port: int = 0,
     settings: GatewaySettings | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> ModelGatewayConfig:
     """The gateway of ``state``: its own key and bus credential, the registry's gate
     keys (whose answers it believes) and gateway keys (whose call-context records it
@@ -183,4 +185,5 @@ def gateway_config(
         port=port,
         gateway=settings or GatewaySettings(),
         call_context_keys=lambda: gateways,
+        tls=tls,
     )

@@ -1,8 +1,8 @@
 """A local certificate authority and the bus's certificate, for TLS between machines.
 
-Issue 39, "TLS everywhere a network is crossed": the embedded server listens on
-127.0.0.1 only, where plain TCP stays; a cluster's nodes and the clients on other
-machines reach each other over a network, so there every connection is TLS
+TLS wherever a network is crossed: the embedded server listens on 127.0.0.1 only,
+where plain TCP stays; a cluster's nodes and the clients on other machines reach
+each other over a network, so there every connection is TLS
 (``deploy/nats/cluster.conf`` and docs/OPERATIONS.md, "TLS"). A firm with its own
 PKI gives its certificates instead; this is for a firm without one, and for the tests.
 
@@ -31,6 +31,7 @@ import ipaddress
 import json
 import os
 import re
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from smf_assurance.subjects.clock import wall_clock_ms
 
 NATS_CLIENT_INCLUDE: Final = "client.conf"
 NATS_ROUTE_INCLUDE: Final = "route.conf"
@@ -58,6 +61,10 @@ MAX_HOSTS: Final = 64
 _DNS_NAME: Final = re.compile(
     r"\A(?=.{1,253}\Z)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*\Z"
 )
+
+
+def _utc_now() -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(wall_clock_ms() / 1000, datetime.UTC)
 
 
 class TlsInitError(Exception):
@@ -132,6 +139,54 @@ def _key_bytes(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
+def _leaf(
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_name: x509.Name,
+    names: tuple[str, ...],
+    start: datetime.datetime,
+    not_after: datetime.datetime,
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A new key and its end certificate for ``names``, signed by the CA: for servers,
+    and for clients (a node's routes present it to the other nodes)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.SubjectAlternativeName([_san(n) for n in names]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return key, cert
+
+
 def init_tls(
     directory: Path, hosts: Sequence[str], *, now: datetime.datetime | None = None
 ) -> TlsFiles:
@@ -143,7 +198,7 @@ def init_tls(
     clock slightly behind on another machine still accepts them.
     """
     names = check_hosts(hosts)
-    start = (now or datetime.datetime.now(datetime.UTC)) - datetime.timedelta(minutes=1)
+    start = (now or _utc_now()) - datetime.timedelta(minutes=1)
     files = TlsFiles(directory, names, start + datetime.timedelta(days=BUS_DAYS))
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -183,42 +238,7 @@ def init_tls(
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
         .sign(ca_key, hashes.SHA256())
     )
-    bus_key = ec.generate_private_key(ec.SECP256R1())
-    bus_cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
-        .issuer_name(ca_name)
-        .public_key(bus_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(files.not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(
-            x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.SubjectAlternativeName([_san(n) for n in names]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+    bus_key, bus_cert = _leaf(ca_key, ca_name, names, start, files.not_after)
     try:
         _write_new(files.ca_key, _key_bytes(ca_key), 0o600)
         _write_new(files.key, _key_bytes(bus_key), 0o600)
@@ -271,3 +291,106 @@ def write_nats_includes(directory: Path, files: TlsFiles | None) -> None:
         staged = directory / f".{name}.tmp"
         staged.write_text(text)
         staged.replace(directory / name)
+
+
+_NAME: Final = re.compile(r"\A[a-z0-9][a-z0-9-]{0,62}\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedCert:
+    """A server's certificate and key that :func:`issue_cert` wrote."""
+
+    cert: Path
+    key: Path
+    hosts: tuple[str, ...]
+    not_after: datetime.datetime
+
+
+def issue_cert(
+    ca_dir: Path,
+    name: str,
+    hosts: Sequence[str],
+    out: Path,
+    *,
+    now: datetime.datetime | None = None,
+) -> IssuedCert:
+    """A certificate for one more server (the console, the model gateway), signed by the
+    CA :func:`init_tls` made in ``ca_dir``, written as ``out/<name>.pem`` and
+    ``out/<name>-key.pem`` (0600), each refused if it exists. Its own key: no server
+    holds another's (the nodes' key stays the nodes')."""
+    if not _NAME.fullmatch(name):
+        raise TlsInitError(f"{name!r} is not a file name: lower-case letters, digits, '-'")
+    names = check_hosts(hosts)
+    try:
+        ca_key = serialization.load_pem_private_key((ca_dir / CA_KEY).read_bytes(), None)
+        ca_cert = x509.load_pem_x509_certificate((ca_dir / CA_CERT).read_bytes())
+    except OSError as exc:
+        raise TlsInitError(f"cannot read the CA in {ca_dir}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise TlsInitError(f"{ca_dir} does not hold a CA certificate and key") from exc
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey) or ca_key.public_key() != (
+        ca_cert.public_key()
+    ):
+        raise TlsInitError(f"{ca_dir}: {CA_KEY} is not the key of {CA_CERT}")
+    start = (now or _utc_now()) - datetime.timedelta(minutes=1)
+    issued = IssuedCert(
+        out / f"{name}.pem",
+        out / f"{name}-key.pem",
+        names,
+        start + datetime.timedelta(days=BUS_DAYS),
+    )
+    try:
+        out.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TlsInitError(f"cannot make {out}: {exc.strerror}") from exc
+    taken = [p.name for p in (issued.cert, issued.key) if p.exists()]
+    if taken:
+        raise TlsInitError(f"{out} already holds {', '.join(taken)}; nothing was written")
+    key, cert = _leaf(ca_key, ca_cert.subject, names, start, issued.not_after)
+    try:
+        _write_new(issued.key, _key_bytes(key), 0o600)
+        _write_new(issued.cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    except OSError as exc:
+        raise TlsInitError(f"cannot write in {out}: {exc.strerror}") from exc
+    return issued
+
+
+def server_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """TLS for an HTTP server we run (the console, the model gateway): its certificate
+    and key, TLS 1.2 or later. A pair that cannot be loaded is refused in one line."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except FileNotFoundError as exc:
+        raise TlsInitError(f"cannot read {exc.filename or cert}: {exc.strerror}") from exc
+    except (OSError, ssl.SSLError) as exc:
+        raise TlsInitError(f"{cert} and {key} are not a certificate and its key") from exc
+    return context
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a listen address) is this machine's loopback only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serving_tls(cert: Path | None, key: Path | None, host: str) -> ssl.SSLContext | None:
+    """How an HTTP server of ours listening on ``host`` speaks: HTTPS with ``cert`` and
+    ``key``, or plain HTTP, which only a loopback address may serve ("TLS everywhere a
+    network is crossed": a browser or a runtime on another host or container would send
+    its session, its token and its prompts in clear). Raises :class:`TlsInitError`."""
+    if (cert is None) != (key is None):
+        raise TlsInitError("give both --tls-cert and --tls-key, or neither")
+    if cert is None or key is None:
+        if not is_loopback(host):
+            raise TlsInitError(
+                f"plain HTTP is served on loopback only: give --tls-cert and --tls-key "
+                f"to serve on {host} (smf-assurance tls issue makes them)"
+            )
+        return None
+    return server_context(cert, key)

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import ipaddress
 import sys
 
 from smf_assurance.approver.console.server import ConsoleSettings, RunningConsole, start_console
@@ -40,15 +38,8 @@ from smf_assurance.ops.local.defaults import CONSOLE, default_state_dir
 from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.signals import stop_on_signals
 from smf_assurance.ops.local.state import StateDir
+from smf_assurance.ops.local.tls import TlsInitError, serving_tls
 from smf_assurance.subjects.registry import RegistryError, load_registry
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    with contextlib.suppress(ValueError):
-        return ipaddress.ip_address(host).is_loopback
-    return False
 
 
 def _announce(running: RunningConsole, settings: ConsoleSettings, as_json: bool) -> None:
@@ -97,11 +88,10 @@ def run_console(args: argparse.Namespace) -> int:
         load_directory(directory)
     except DirectoryError as exc:
         fail(f"cannot read the tenant directory: {first_line(exc)}")
-    if not _loopback(args.host):
-        sys.stderr.write(
-            f"smf-assurance: warning: serving on {args.host}: browsers sign only in a secure "
-            "context, so put the console behind HTTPS for anyone not on this machine\n"
-        )
+    try:
+        tls = serving_tls(args.tls_cert, args.tls_key, args.host)
+    except TlsInitError as exc:
+        fail(str(exc))
     settings = ConsoleSettings(
         nats_url=bus_url(args.nats, args.state_dir),
         credential=credential_for(args.credential, args.state_dir, CONSOLE),
@@ -109,6 +99,7 @@ def run_console(args: argparse.Namespace) -> int:
         directory=directory,
         host=args.host,
         port=args.port,
+        tls=tls,
     )
     asyncio.run(_serve(settings, args.json))
     return 0

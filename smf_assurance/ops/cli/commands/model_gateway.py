@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import ssl
 import sys
 from pathlib import Path
 from typing import Final, TypeVar
@@ -53,6 +54,7 @@ from smf_assurance.ops.local.model_gateway import (
 )
 from smf_assurance.ops.local.signals import stop_on_signals
 from smf_assurance.ops.local.state import MODEL_GATEWAY, StateDir
+from smf_assurance.ops.local.tls import TlsInitError, serving_tls
 from smf_assurance.pipeline.service import BusUnavailableError
 from smf_assurance.subjects import names
 from smf_assurance.subjects.messages import ActorContext, DataFacts, ProposedDestination
@@ -210,11 +212,14 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-async def start_beside(state: StateDir, nats_url: str, listen: str) -> RunningModelGateway:
-    """The gateway of ``state`` on ``listen``; a one-line failure if it cannot start."""
+async def start_beside(
+    state: StateDir, nats_url: str, listen: str, tls: ssl.SSLContext | None = None
+) -> RunningModelGateway:
+    """The gateway of ``state`` on ``listen`` (HTTPS with ``tls``); a one-line failure
+    if it cannot start."""
     host, port = parse_listen(listen)
     try:
-        config = gateway_config(state, nats_url, host=host, port=port)
+        config = gateway_config(state, nats_url, host=host, port=port, tls=tls)
     except GatewayFileError as exc:
         fail(f"cannot start the model gateway: {first_line(exc)}")
     try:
@@ -231,13 +236,14 @@ def announce(gateway: RunningModelGateway, json_out: bool) -> None:
     sys.stdout.flush()
 
 
-async def _serve(state: StateDir, args: argparse.Namespace) -> None:
+async def _serve(state: StateDir, args: argparse.Namespace, tls: ssl.SSLContext | None) -> None:
     with stop_on_signals() as stop:
-        await _serve_until(state, args, stop)
+        await _serve_until(state, args, stop, tls)
 
 
-async def _serve_until(state: StateDir, args: argparse.Namespace, stop: asyncio.Event) -> None:
-    parse_listen(args.listen)  # a bad --listen is a usage error before any connect
+async def _serve_until(
+    state: StateDir, args: argparse.Namespace, stop: asyncio.Event, tls: ssl.SSLContext | None
+) -> None:
     url = bus_url(args.nats, state.root)
     # The gateway's join waits for a bus that may come; asked once
     # first, a wrong URL is one line at once.
@@ -245,7 +251,7 @@ async def _serve_until(state: StateDir, args: argparse.Namespace, stop: asyncio.
         url, "smf-model-gateway-probe", state.existing_credential(MODEL_GATEWAY)
     )
     await probe.close()
-    gateway = await start_beside(state, url, args.listen)
+    gateway = await start_beside(state, url, args.listen, tls)
     try:
         announce(gateway, args.json)
         await stop.wait()
@@ -258,5 +264,10 @@ def run_serve(args: argparse.Namespace) -> int:
     configure_logging(json=not sys.stderr.isatty())
     state = _state(args)
     _load(state)
-    asyncio.run(_serve(state, args))
+    host, _ = parse_listen(args.listen)  # a bad --listen is a usage error before any connect
+    try:
+        tls = serving_tls(args.tls_cert, args.tls_key, host)
+    except TlsInitError as exc:
+        fail(str(exc))
+    asyncio.run(_serve(state, args, tls))
     return 0

@@ -1,16 +1,18 @@
-"""``tls init``: the bus's local CA and certificate (``smf_assurance.ops.local.tls``)."""
+"""``tls init`` and ``tls issue``: the bus's local CA and certificates
+(``smf_assurance.ops.local.tls``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from smf_assurance.ops.cli.cli_json import TlsInitJson
+from smf_assurance.ops.cli.cli_json import TlsInitJson, TlsIssueJson
 from smf_assurance.ops.cli.output import emit, fail, format_instant, say, table
 from smf_assurance.ops.local.tls import (
     NATS_CLIENT_INCLUDE,
     NATS_ROUTE_INCLUDE,
     TlsInitError,
     init_tls,
+    issue_cert,
 )
 
 
@@ -48,4 +50,28 @@ def run_init(args: argparse.Namespace) -> int:
         ],
     )
     say(f"names: {', '.join(files.hosts)}; valid until {format_instant(not_after_ms)}")
+    return 0
+
+
+def run_issue(args: argparse.Namespace) -> int:
+    try:
+        issued = issue_cert(args.ca, args.name, args.host, args.out)
+    except TlsInitError as exc:
+        fail(str(exc))
+    not_after_ms = int(issued.not_after.timestamp() * 1000)
+    if args.json:
+        emit(
+            TlsIssueJson(
+                cert=str(issued.cert),
+                key=str(issued.key),
+                hosts=issued.hosts,
+                not_after_ms=not_after_ms,
+            )
+        )
+        return 0
+    table(
+        ("file", "what"),
+        [(issued.cert, "the certificate: --tls-cert"), (issued.key, "its key (0600): --tls-key")],
+    )
+    say(f"names: {', '.join(issued.hosts)}; valid until {format_instant(not_after_ms)}")
     return 0

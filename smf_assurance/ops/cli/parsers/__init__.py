@@ -61,3 +61,18 @@ def add_credential_argument(parser: argparse.ArgumentParser, default_principal: 
         help=f"the bus credential to connect with, a <principal>{NKEY_SUFFIX} seed file "
         f"(default: the state directory's {default_principal}{NKEY_SUFFIX}, when it has one)",
     )
+
+
+def add_https_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--tls-cert FILE --tls-key FILE``: serve HTTPS (``ops.local.tls.serving_tls``);
+    without them, plain HTTP on a loopback address only."""
+    parser.add_argument(
+        "--tls-cert",
+        type=Path,
+        metavar="FILE",
+        help="serve HTTPS with this certificate (PEM; smf-assurance tls issue makes one); "
+        "required to listen beyond loopback",
+    )
+    parser.add_argument(
+        "--tls-key", type=Path, metavar="FILE", help="the certificate's private key (PEM)"
+    )

@@ -7,7 +7,12 @@ from pathlib import Path
 from typing import Final
 
 from smf_assurance.ops.cli.output import port_number
-from smf_assurance.ops.cli.parsers import Handler, add_bus_location, add_credential_argument
+from smf_assurance.ops.cli.parsers import (
+    Handler,
+    add_bus_location,
+    add_credential_argument,
+    add_https_arguments,
+)
 from smf_assurance.ops.local.defaults import CONSOLE, LOG_LEVELS
 
 DEFAULT_PORT: Final = 8765
@@ -42,6 +47,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         default=DEFAULT_PORT,
         help=f"listen port (default: {DEFAULT_PORT})",
     )
+    add_https_arguments(p)
     p.add_argument("--json", action="store_true", help="print the readiness line as JSON")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")
     p.set_defaults(func=Handler("console", "run_console"))

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Final
 
-from smf_assurance.ops.cli.parsers import Handler
+from smf_assurance.ops.cli.parsers import Handler, add_https_arguments
 from smf_assurance.ops.local.defaults import default_state_dir
 
 DEFAULT_LISTEN: Final = "127.0.0.1:8787"
@@ -95,5 +95,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     q = inner.add_parser("serve", help="run the gateway until SIGINT or SIGTERM")
     q.add_argument("--nats", metavar="URL[,URL...]", help="the gate's bus (default: up's)")
     q.add_argument("--listen", default=DEFAULT_LISTEN, help=f"HOST:PORT (default {DEFAULT_LISTEN})")
+    add_https_arguments(q)
     common(q)
     q.set_defaults(func=Handler("model_gateway", "run_serve"))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from smf_assurance.ops.cli.output import given_path
 from smf_assurance.ops.cli.parsers import Handler
 
 
@@ -24,7 +24,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "client.conf and route.conf (deploy/nats/cluster.conf includes them from its "
         "tls/ folder). Refused if the folder already holds a CA or certificate.",
     )
-    q.add_argument("--out", type=Path, required=True, metavar="DIR", help="the folder to write")
+    q.add_argument(
+        "--out", type=given_path, required=True, metavar="DIR", help="the folder to write"
+    )
     q.add_argument(
         "--host",
         action="append",
@@ -35,3 +37,25 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     q.add_argument("--json", action="store_true", help="print JSON")
     q.set_defaults(func=Handler("tls", "run_init"))
+    q = actions.add_parser(
+        "issue",
+        help="a certificate for one more server (the console, the model gateway)",
+        description="Writes NAME.pem and NAME-key.pem (0600) into --out, signed by the CA "
+        "`tls init` made in --ca (its ca-key.pem is needed). Give them to the server as "
+        "--tls-cert and --tls-key. Refused if either file exists.",
+    )
+    q.add_argument("--ca", type=given_path, required=True, metavar="DIR", help="the CA's folder")
+    q.add_argument("--name", required=True, help="the server, e.g. console (the files' name)")
+    q.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name or IP address the server is reached by (repeat; localhost and "
+        "127.0.0.1 are always in)",
+    )
+    q.add_argument(
+        "--out", type=given_path, required=True, metavar="DIR", help="the folder to write"
+    )
+    q.add_argument("--json", action="store_true", help="print JSON")
+    q.set_defaults(func=Handler("tls", "run_issue"))
