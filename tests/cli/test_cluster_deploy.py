@@ -714,6 +714,10 @@ def test_up_help_lists_the_cluster_flags(capsys: pytest.CaptureFixture[str]) -> 
             ["--connectors-only", "--nats", "nats://127.0.0.1:1", "--no-connectors"],
             "drop --no-connectors",
         ),
+        (
+            ["--model-gateway", "0.0.0.0:8787"],
+            "--model-gateway: 0.0.0.0 is not a loopback address",
+        ),
     ],
 )
 def test_up_refuses_flags_that_cannot_work_in_one_line_before_starting_anything(

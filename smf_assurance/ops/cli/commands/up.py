@@ -56,6 +56,7 @@ from smf_assurance.ops.local.supervisor import (
     serve_until_stopped,
     shutdown,
 )
+from smf_assurance.ops.local.tls import is_loopback
 from smf_assurance.pipeline.assembly import ClusterSettings
 from smf_assurance.pipeline.stores.ledger import EvidenceError
 from smf_assurance.subjects import names
@@ -105,6 +106,16 @@ def check_flags(args: argparse.Namespace) -> None:
             fail("--connectors-only needs --nats: the gates' NATS cluster", 2)
     if args.cluster and args.nats is None:
         fail("--cluster needs --nats: the embedded nats-server is a single node", 2)
+    if args.model_gateway is not None:
+        host, _ = model_gateway.parse_listen(args.model_gateway)
+        if not is_loopback(host):
+            # plain HTTP stays on loopback: HTTPS is `model-gateway serve --tls-cert ...`
+            fail(
+                f"--model-gateway: {host} is not a loopback address; beside the gate the "
+                "model gateway serves plain HTTP, so only on loopback (serve it with "
+                "`model-gateway serve --tls-cert FILE --tls-key FILE` beyond it)",
+                2,
+            )
 
 
 # --- up ------------------------------------------------------------------------
