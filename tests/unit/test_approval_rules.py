@@ -31,6 +31,7 @@ from smf_assurance.core.approval_rules import (
     bind,
     check_entitled,
     check_may_resolve,
+    executor_of,
     settlement,
     signed_by_executor,
 )
@@ -272,6 +273,7 @@ def test_a_runtime_executed_order_is_settled_by_its_proposing_runtime_only() -> 
     other_order = report(held, "rt-test", order_id="f" * 64)
     assert not signed_by_executor(held, binding, other_order, [principal(RUNTIME)])
     unknown_proposer = held_filing(connector_id=None, runtime_id=None)
+    assert executor_of(unknown_proposer) is None  # not "a runtime" with no id
     assert not signed_by_executor(unknown_proposer, binding, good, [principal(RUNTIME)])
 
 
