@@ -12,6 +12,11 @@ id signed again are sent to it: each is refused or answered from the record, not
 is published on ``smf.execute`` (a core subscriber and the stream's count watch),
 and no connector files anything again.
 
+And what happened after the backup began is not done again: a direct allow executed
+and a filing allowed after it, the restored gate answers the allow's very bytes from
+its record (no second order) and has invalidated the approval at start, so the
+attorney's allow-once is refused; a restore marker that cannot be read stops the gate.
+
 The refusals: a tampered archive (one member changed, the manifest not), a
 truncated one and one that is not an archive are refused in one line with nothing
 written; a restore is refused while a gate holds ``up``'s lock on the state, and over
@@ -30,6 +35,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import stat
 import tarfile
 from pathlib import Path
@@ -39,17 +45,19 @@ import pytest
 from nats.aio.client import Client
 
 from smf_assurance.ops.demo.script import SCENARIOS
+from smf_assurance.ops.local.backup import RESTORE_MARKER, restored_at
 from smf_assurance.ops.local.bus import connect_bus, write_url
 from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.stack import Stack, seed_demo_documents, start_stack
 from smf_assurance.ops.local.state import StateDir, private_files
 from smf_assurance.ops.local.supervisor import exclusive
+from smf_assurance.pipeline.stores.state_check import StateRefused
 from smf_assurance.subjects.clock import wall_clock_ms
 from tests.support.approval_desk import ATTORNEY, approver, court_filing, hold, status
 from tests.support.bus_helpers import ExecuteSpy, stream_count, wait_for
 from tests.support.bus_properties import from_scenario, runtime_client
-from tests.support.cli_ops import arun, assert_one_line_failure, table_value
+from tests.support.cli_ops import arun, assert_one_line_failure, run, table_value
 from tests.support.clocks import OffsetClock
 from tests.support.older_state import assert_replay_answered_from_record, ledger_rows
 
@@ -83,7 +91,9 @@ async def _json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str
 
 
 def _outbox(state: StateDir) -> list[str]:
-    return sorted(p.name for p in (state.connector_dir("court-efiling") / "outbox").iterdir())
+    """What the court connector filed (none, before its first filing makes the folder)."""
+    outbox = state.connector_dir("court-efiling") / "outbox"
+    return sorted(p.name for p in outbox.iterdir()) if outbox.exists() else []
 
 
 @pytest.mark.claim("protected-evidence.backup-restore")
@@ -217,6 +227,116 @@ async def test_a_backup_taken_while_the_gate_serves_restores_and_nothing_runs_ag
         await stack.stop()
     assert verified["result"] == "verified"
     assert _outbox(restored) == filed, "no connector filed anything again"
+
+
+@pytest.mark.claim("protected-evidence.backup-restore")
+async def test_an_older_backup_restored_decides_and_resolves_nothing_signed_before_it_again(
+    seeded: StateDir,
+    tmp_path: Path,
+    clients: list[Client],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """After the backup began, the gate executed a direct allow and an allowed filing.
+    Restored, the state holds neither: the allow's claim and the approval's resolution
+    are gone, the document is in the DMS store again and the filing is pending. The
+    runtime's very bytes of the allow, still fresh and before their deadline, are
+    answered from the record (no order: ``no_order_recorded``), never decided again;
+    the approval was invalidated at start (``state_restored``, its runtime told deny),
+    so the attorney's very allow-once is refused. Nothing is published on
+    ``smf.execute``, the document is not deleted again and nothing is filed."""
+    stack = await start_stack(seeded)
+    try:
+        write_url(seeded.root, stack.url)  # as `up` does once it serves
+        operator = await _connect(stack, OPERATOR, clients)
+        runtime = runtime_client(await _connect(stack, "runtime", clients), seeded)
+        attorney = approver(await _connect(stack, ATTORNEY, clients), seeded, ATTORNEY)
+        held = await hold(runtime, court_filing(runtime))
+        approval_id = held.approval_id
+        assert approval_id is not None
+        archive = tmp_path / "backup.tar.gz"
+        await _json(["backup", "--state-dir", str(seeded.root), "--out", str(archive)], capsys)
+
+        # after the backup began: what the restored state will not know
+        proposal = from_scenario(runtime, ALLOW, reply_by_ms=wall_clock_ms() + 600_000)
+        signed = runtime.sign(proposal)
+        allowed = await runtime.send(proposal.proposal_id, signed)
+        assert allowed.outcome == "allow", allowed.reason_codes
+        view = await attorney.show(approval_id)
+        allow_once = attorney.sign_resolution(approval_id, "allow-once", view.binding_digest)
+        assert (await attorney.send(allow_once)).accepted
+
+        async def both_ran() -> bool:
+            consumed = any(
+                r.status == "consumed" and r.decision_id == allowed.decision_id
+                for r in ledger_rows(seeded.ledger)
+            )
+            return consumed and await status(operator, approval_id) == "consumed"
+
+        await wait_for(both_ran, timeout=15)
+        assert len(_outbox(seeded)) == 1
+    finally:
+        await stack.stop()
+    document = Path("store") / str(ALLOW.arguments["document_id"])
+    assert not (seeded.connector_dir("dms") / document).exists()
+
+    restored = StateDir(tmp_path / "restored")
+    await _json(["restore", "--from", str(archive), "--state-dir", str(restored.root)], capsys)
+    assert (restored.connector_dir("dms") / document).exists(), "the backup holds it"
+    assert _outbox(restored) == []
+    stack = await start_stack(restored)
+    try:
+        observer = await _connect(stack, OPERATOR, clients)
+        spy = await ExecuteSpy.attach(observer)
+        executed = await stream_count(observer.jetstream())
+        runtime = runtime_client(await _connect(stack, "runtime", clients), restored)
+        attorney = approver(await _connect(stack, ATTORNEY, clients), restored, ATTORNEY)
+
+        assert proposal.reply_by_ms is not None
+        assert wall_clock_ms() < min(proposal.reply_by_ms, proposal.issued_at_ms + 120_000)
+        again = await runtime.send(proposal.proposal_id, signed)
+        assert (again.outcome, again.order_id) == ("deny", None)
+        assert set(again.reason_codes) == {"recorded_verdict", "no_order_recorded"}
+
+        assert await status(observer, approval_id) == "invalidated"
+        replayed = await attorney.send(allow_once)
+        assert (replayed.accepted, replayed.reason_codes) == (False, ("approval_not_pending",))
+        closed = [r for r in ledger_rows(restored.ledger) if r.status == "invalidated"]
+        assert [r.reason_codes for r in closed] == [("state_restored",)]
+
+        assert await spy.settled() == []
+        assert await stream_count(observer.jetstream()) == executed
+    finally:
+        await stack.stop()
+    assert (restored.connector_dir("dms") / document).exists(), "not deleted again"
+    assert _outbox(restored) == [], "nothing filed"
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"{not json", "restore_marker_unreadable: it says when this state was restored"),
+        (
+            b'{"schema": "smf.restore-marker/9", "restored_at_ms": 1, "backup_started_at_ms": 1}',
+            "restore_marker_unreadable: not a smf.restore-marker/1",
+        ),
+        (b'{"schema": "smf.restore-marker/1"}', "restore_marker_unreadable"),
+    ],
+    ids=["not-json", "another-schema", "incomplete"],
+)
+def test_a_restore_marker_that_cannot_be_read_stops_the_gate(
+    seeded: StateDir, content: bytes, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without its marker a restored gate would decide again what its backup's gate
+    may have decided after the backup began: a marker that is there but unreadable is
+    refused at start, naming the file; none at all is a state never restored."""
+    assert restored_at(seeded.root) is None
+    marker = seeded.root / RESTORE_MARKER
+    marker.write_bytes(content)
+    with pytest.raises(StateRefused, match=re.escape(said)):
+        restored_at(seeded.root)
+    code, out, err = run(["up", "--state-dir", str(seeded.root), "--log-level", "error"], capsys)
+    assert out == ""
+    assert_one_line_failure(code, err, f"smf-assurance: cannot start the gate: {marker}: {said}")
 
 
 # --- refusals -------------------------------------------------------------------------

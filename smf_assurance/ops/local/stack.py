@@ -30,6 +30,7 @@ from smf_assurance.core.projection import PolicySet
 from smf_assurance.core.release_trust import VerifiedRelease
 from smf_assurance.governance.projections import load_policy_set
 from smf_assurance.governance.releases import load_trust_root
+from smf_assurance.ops.local.backup import restored_at
 from smf_assurance.ops.local.bus_auth import (
     SYSTEM_PRINCIPAL,
     authorization_steps,
@@ -124,6 +125,7 @@ def gate_config(
         sweep_seconds=sweep_seconds,
         buffer_limits=buffer_limits,
         claim_prune_seconds=claim_prune_seconds,
+        restored_at_ms=restored_at(state.root),
     )
 
 

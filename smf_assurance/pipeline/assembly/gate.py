@@ -521,6 +521,7 @@ async def _assemble(
         order_ttl_ms=config.order_ttl_ms,
         claim_grace_ms=config.claim_grace_ms,
         signer=config.gate_key,  # runtimes act only on outcomes the gate signed
+        restored_at_ms=config.restored_at_ms,
         analysis=_active_analysis(releases),
     )
     outcomes = OutcomeDesk(
@@ -544,6 +545,7 @@ async def _assemble(
             tenant_key=config.tenant_key,
             stage_timeout=config.stage_timeout,
             order_ttl_ms=config.order_ttl_ms,
+            restored_at_ms=config.restored_at_ms,
         ),
         registry=registry,
         normalize=normalize,

@@ -133,6 +133,8 @@ DEFAULT_CLAIM_GRACE_MS: Final = 10_000
 """An accepted allow-once is claimed in the same request, after one ledger write; ten
 seconds is far beyond that even under load, and well inside the order budget."""
 CLAIM_ABANDONED: Final = "approval_claim_abandoned"
+STATE_RESTORED: Final = "state_restored"
+"""Why an approval open in a state restored from a backup was closed at start."""
 
 __all__ = ["ApprovalDesk", "DeskError", "HeldAction", "bind"]
 
@@ -175,6 +177,9 @@ class ApprovalDesk:
     stop_runtime: Callable[[str, str, dict[str, str]], Awaitable[object]] | None = None
     """``(runtime_id, tenant_id, subject)``: stop a runtime whose report broke its
     approval's binding (``RuntimeStops.stop_recorded``); None where no stops are kept."""
+    restored_at_ms: int | None = None
+    """When the state was restored from a backup (``GateConfig.restored_at_ms``): every
+    approval opened at or before it is invalidated at start (:meth:`recover`)."""
     analysis: Callable[[], AnalysisProjection | None] = field(default=lambda: None)
     """The active release's analysis projection (None on a projection folder): where a
     shown approval's rules are read in the release's own words."""
@@ -712,7 +717,28 @@ class ApprovalDesk:
             record = await self._get(approval_id)
             if record is not None:
                 await self._safe_record(record.binding, status, ("gate_restarted",))
+        await self._close_restored()
         await self.sweep()
+
+    async def _close_restored(self) -> None:
+        """On a state restored from a backup, invalidate every approval opened at or
+        before the restore, and tell its runtime (``state_restored``).
+
+        The backup may be older than the last moment its gate served: an approval
+        pending in it may have been allowed and executed since, which the restored
+        store cannot know. Left pending, the attorney's very allow-once (or a new one)
+        would be accepted again and the action run twice; the requester asks again
+        instead. Runs at every start; after the first, no such approval is open."""
+        restored = self.restored_at_ms
+        if restored is None:
+            return
+        for record in await self._open_records():
+            if record.binding.created_at_ms > restored:
+                continue
+            if await self._invalidate(record.binding, (STATE_RESTORED,)):
+                await self._notify(
+                    record.binding, outcome_verdict(record.binding, "deny", (STATE_RESTORED,))
+                )
 
     # -- show and status --------------------------------------------------------
 

@@ -165,6 +165,9 @@ class GateSettings:
     order_ttl_ms: int = DEFAULT_ORDER_TTL_MS
     """The order budget: an order given at ``t`` is executable until ``t`` plus this,
     the deadline its allow promises (the dispatch stage holds the same budget)."""
+    restored_at_ms: int | None = None
+    """When the state was restored from a backup: a proposal issued at or before it is
+    answered from the record only (``GateConfig.restored_at_ms`` says why)."""
 
     def __post_init__(self) -> None:
         if self.freshness_ms <= 0 or self.max_clock_skew_ms < 0:
@@ -412,6 +415,12 @@ class Gate:
         """Run the chain for a verified proposal; never raises (an internal error,
         of any link, is a denial; it is logged by type, never with its values).
         The proposal's tool-call note is stored before the verdict is returned."""
+        restored = self.settings.restored_at_ms
+        if restored is not None and proposal.issued_at_ms <= restored:
+            # Signed before this state was restored: the gate the backup came from may
+            # have decided it after the backup began, and this one holds no record of
+            # that. Answered from the record, so it never gets a second order.
+            return await self.recorded(proposal)
         proposal_id = proposal.proposal_id
         waiting: list[asyncio.Future[Verdict]] = []
         first = self._deciding.setdefault(proposal_id, waiting) is waiting
