@@ -30,6 +30,7 @@ from smf_assurance.subjects.dsse import (
     encode_envelope,
     open_struct,
     pae,
+    reason_code,
     sign,
     sign_struct,
     verify,
@@ -584,3 +585,21 @@ def test_open_struct_refuses_a_payload_with_floats() -> None:
     envelope = sign(ORDER_TYPE, b'{"score":0.5}', [ALICE])
     with pytest.raises(MalformedPayloadError, match="float"):
         open_struct(envelope, _trusted(ALICE), Report, ORDER_TYPE)
+
+
+def test_a_refusal_is_recorded_under_the_reason_its_endpoint_names() -> None:
+    """``reason_code``: an oversized envelope is the endpoint's ``too_large`` where it
+    tells the two apart, and malformed otherwise; a malformed one is named by what it
+    should have been; every other refusal keeps its own code."""
+    too_large = EnvelopeTooLargeError("too large")
+    assert reason_code(too_large, "malformed_proposal", "proposal_too_large") == (
+        "proposal_too_large"
+    )
+    assert reason_code(too_large, "malformed_proposal") == "malformed_proposal"
+    malformed = MalformedEnvelopeError("not an envelope")
+    assert reason_code(malformed, "malformed_order", "order_too_large") == "malformed_order"
+    assert reason_code(MalformedPayloadError("x"), "malformed_order") == "malformed_order"
+    assert reason_code(UnknownSignerError(), "malformed_order", "order_too_large") == (
+        "unknown_signer"
+    )
+    assert reason_code(BadSignatureError(), "malformed_order") == "bad_signature"

@@ -22,23 +22,28 @@ import msgspec
 import pytest
 
 from smf_assurance.core.normalize import (
+    HELD_BY_GATE,
     UNKNOWN_ADAPTER,
     UNKNOWN_TOOL,
+    GateHolds,
     MapperTable,
     NormalizationError,
     Normalized,
     decode_mapper,
+    normalize,
 )
 from smf_assurance.pipeline.chain.decide import NormalizeStage
 from smf_assurance.pipeline.chain.transport import serve
 from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.subjects.canonical import identity_of
 from smf_assurance.subjects.envelope import content_hash_of, destination_identity_of
+from smf_assurance.subjects.holds import HOLDS_UNAVAILABLE
 from smf_assurance.subjects.messages import Proposal
 from tests.support.builders import (
     DELETE,
     MAPPER_TABLES,
     SHIPPED_ADAPTERS,
+    normalized_proposal,
     proposal_dict,
     shipped_table,
 )
@@ -238,3 +243,98 @@ def test_a_shipped_table_with_a_field_it_does_not_know_is_refused(
 def test_every_shipped_table_decodes() -> None:
     for adapter in SHIPPED_ADAPTERS:
         assert decode_mapper(shipped(adapter)).adapter_id == adapter
+
+
+# --- the gate's hold list, attachments, and the stage's own types ------------------------
+
+HELD = "/srv/matters/2026-0042/held"
+
+
+def with_holds(overrides: dict[str, Any], holds: GateHolds) -> Normalized:
+    """``normalize`` as the gate calls it, with its hold list."""
+    data = json.dumps(proposal_dict(overrides)).encode()
+    return normalize(msgspec.json.decode(data, type=Proposal), tables(), holds)
+
+
+@pytest.mark.parametrize(
+    ("adapter", "tool", "arguments"),
+    [
+        ("smf-hermes-adapter", "write_file", {"path": f"{HELD}/brief.docx", "content": "x"}),
+        ("smf-hermes-adapter", "patch", {"patch": "*** Begin Patch"}),
+        ("smf-scripted-adapter", "dms_delete", {"document_id": "doc-1207"}),
+    ],
+    ids=["write", "write-without-target", "delete"],
+)
+def test_without_a_fresh_hold_list_a_write_or_a_delete_is_refused(
+    adapter: str, tool: str, arguments: dict[str, Any]
+) -> None:
+    """A hold forbids altering and deleting: with no fresh list the gate cannot say the
+    target is not held, so both capabilities are refused; a read still normalizes."""
+    stale = GateHolds(frozenset(), fresh=False)
+    overrides = {"adapter_id": adapter, "native_tool": tool, "arguments": arguments}
+    with pytest.raises(NormalizationError) as refused:
+        with_holds(overrides, stale)
+    assert refused.value.reason_code == HOLDS_UNAVAILABLE
+    assert with_holds({}, stale).notes == ()  # the base proposal: a DMS read
+
+
+def test_a_held_destination_is_held_whether_an_argument_or_the_proposal_names_it() -> None:
+    """The target is the mapped argument when the tool has one (``write_file``'s
+    ``path``), else the proposal's destination (``patch``); either under a held path is
+    held by the gate, whatever the adapter said."""
+    holds = GateHolds(frozenset({HELD}), fresh=True)
+    by_argument = {
+        "adapter_id": "smf-hermes-adapter",
+        "native_tool": "write_file",
+        "arguments": {"path": f"{HELD}/brief.docx", "content": "x"},
+    }
+    by_destination = {
+        "adapter_id": "smf-hermes-adapter",
+        "native_tool": "patch",
+        "arguments": {"patch": "*** Begin Patch"},
+        "destination.address": f"{HELD}/brief.docx",
+    }
+    for overrides in (by_argument, by_destination):
+        result = with_holds(overrides, holds)
+        assert result.envelope.workflow.legal_hold is True, overrides
+        assert result.notes == (HELD_BY_GATE,), overrides
+    elsewhere = {**by_destination, "destination.address": "/srv/matters/other/brief.docx"}
+    assert with_holds(elsewhere, holds).envelope.workflow.legal_hold is False
+
+
+def test_a_target_argument_that_is_not_text_is_refused_as_such_with_a_hold_list() -> None:
+    """The hold list reads only a text target: another value is refused by the mapped
+    argument's own check, as without the list, never taken for a path."""
+    holds = GateHolds(frozenset({HELD}), fresh=True)
+    overrides = {"native_tool": "dms_delete", "arguments": {"document_id": 1207}}
+    with pytest.raises(NormalizationError) as refused:
+        with_holds(overrides, holds)
+    assert refused.value.reason_code == "argument_type_invalid"
+
+
+async def test_a_declared_attachment_that_is_not_one_is_refused() -> None:
+    filing = {
+        "native_tool": "court_efile",
+        "arguments": {
+            "court": "sdny",
+            "document": "brief.pdf",
+            "document_file": {"name": "brief.pdf"},
+        },
+    }
+    assert await refusal(filing) == "attachment_invalid"
+
+
+def test_a_normalization_error_says_its_reason_and_only_then_a_detail() -> None:
+    assert str(NormalizationError("unknown_tool")) == "unknown_tool"
+    assert str(NormalizationError("missing_required_argument", "to")) == (
+        "missing_required_argument: to"
+    )
+
+
+def test_the_stages_answer_refuses_a_field_it_does_not_know() -> None:
+    """The normalize stage's reply is decoded by the gate over the bus: an extra field
+    (a stage that is not ours, or another version) is refused, not dropped."""
+    answer = json.loads(msgspec.json.encode(normalized_proposal()))
+    answer["legal_hold_override"] = False
+    with pytest.raises(msgspec.ValidationError, match="unknown field"):
+        msgspec.json.decode(json.dumps(answer), type=Normalized)
