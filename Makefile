@@ -7,11 +7,14 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test lint typecheck unit bench clean browser bwrap mutate cli-json evidence dist bypass
 
+# pip -qq: errors only. With -q, setuptools' editable build prints a ten-line
+# "Editable installation" note (its import finder for a flat layout) that reads like a
+# failed install; a failure still stops make with pip's error.
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install -qq --upgrade pip
+	$(BIN)/python -m pip install -qq -e '.[dev]'
 	@touch $(STAMP)
 
 demo: $(STAMP)
