@@ -45,10 +45,10 @@ import pytest
 from nats.aio.client import Client
 
 from smf_assurance.ops.demo.script import SCENARIOS
-from smf_assurance.ops.local.backup import RESTORE_MARKER, restored_at
 from smf_assurance.ops.local.bus import connect_bus, write_url
 from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.restored import RESTORE_MARKER, restored_at
 from smf_assurance.ops.local.stack import Stack, seed_demo_documents, start_stack
 from smf_assurance.ops.local.state import StateDir, private_files
 from smf_assurance.ops.local.supervisor import exclusive

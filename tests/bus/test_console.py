@@ -96,7 +96,6 @@ from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer, reserve_port
 from smf_assurance.ops.local.stack import Stack, start_stack
 from smf_assurance.ops.local.state import DEMO_TENANT, StateDir, provision_demo
-from smf_assurance.ops.local.tls import is_loopback
 from smf_assurance.pipeline.chain.announcements import AnnouncementDesk
 from smf_assurance.pipeline.service import Requester
 from smf_assurance.subjects import dsse, names
@@ -110,6 +109,7 @@ from smf_assurance.subjects.approvals import (
 )
 from smf_assurance.subjects.bus_access import connect_options
 from smf_assurance.subjects.clock import wall_clock_ms
+from smf_assurance.subjects.hosts import is_loopback
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.registry import KeyRegistry, RegistryFile, encode_registry
 from tests.support.bus_helpers import connector_durable, consumer_drained, wait_for

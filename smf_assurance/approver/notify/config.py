@@ -35,7 +35,6 @@ Example::
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ import msgspec
 
 from smf_assurance.approver.toml_file import read_toml
 from smf_assurance.subjects import names
+from smf_assurance.subjects.hosts import is_loopback
 from smf_assurance.subjects.registry import KeyRegistry
 
 MAX_SECRET_BYTES: Final = 4096
@@ -272,17 +272,8 @@ def _check_url(url: str, where: str, *, https_unless_loopback: bool = False) -> 
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise NotifyConfigError(f"{where}: not an http(s) URL")
-    if https_unless_loopback and parts.scheme == "http" and not _loopback(parts.hostname):
+    if https_unless_loopback and parts.scheme == "http" and not is_loopback(parts.hostname):
         raise NotifyConfigError(f"{where}: https required off this machine")
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def unknown_to_roster(config: NotifyConfig, roster: KeyRegistry) -> str | None:

@@ -67,11 +67,11 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
 from smf_assurance.ops.local.bus import NATS_URL_FILE
+from smf_assurance.ops.local.restored import write_restore_marker
 from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.stores.checkpoint_stream import read_checkpoints
 from smf_assurance.pipeline.stores.ledger import verify_ledger
 from smf_assurance.pipeline.stores.ledger_audit import LedgerReport
-from smf_assurance.pipeline.stores.state_check import StateRefused
 from smf_assurance.pipeline.stores.streams import record_restored_streams
 from smf_assurance.subjects import names
 from smf_assurance.subjects.clock import wall_clock_ms
@@ -101,52 +101,6 @@ JS_API: Final = "$JS.API"
 
 class BackupError(Exception):
     """A backup or restore refused or failed: one line, what is wrong and where."""
-
-
-RESTORE_MARKER: Final = "restored.json"
-"""Written by a restore into the state it makes: when it was restored, and when the
-backup began. The gate reads it at every start (:func:`restored_at`)."""
-MAX_MARKER_BYTES: Final = 4096
-
-
-class RestoreMarker(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """That a state was restored, and from a backup begun when."""
-
-    schema: str
-    restored_at_ms: int
-    backup_started_at_ms: int
-
-
-MARKER_SCHEMA: Final = "smf.restore-marker/1"
-
-
-def restored_at(root: Path) -> int | None:
-    """When the state in ``root`` was restored from a backup, or None when it never was.
-
-    ``GateConfig.restored_at_ms`` says what the gate does with it. A marker that is
-    there but cannot be read is refused (the gate will not start): without it the
-    gate would decide again what its backup's gate may have decided after the backup
-    began."""
-    path = root / RESTORE_MARKER
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_MARKER_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise StateRefused(path, "restore_marker_unreadable", exc.strerror or "") from exc
-    try:
-        marker = msgspec.json.decode(data, type=RestoreMarker)
-    except msgspec.DecodeError as exc:
-        raise StateRefused(
-            path,
-            "restore_marker_unreadable",
-            "it says when this state was restored from a backup; restore the backup "
-            "again (the gate will not decide what it cannot tell was decided before)",
-        ) from exc
-    if marker.schema != MARKER_SCHEMA or len(data) > MAX_MARKER_BYTES:
-        raise StateRefused(path, "restore_marker_unreadable", f"not a {MARKER_SCHEMA}")
-    return marker.restored_at_ms
 
 
 class ManifestFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -641,26 +595,13 @@ async def restore(
         if ledger is not None and not ledger.ok:
             at = f" at seq {ledger.seq}" if ledger.seq is not None else ""
             raise BackupError(f"the restored ledger does not verify: {ledger.reason}{at}")
-        marker = RestoreMarker(
-            schema=MARKER_SCHEMA,
-            restored_at_ms=wall_clock_ms(),
-            backup_started_at_ms=manifest.started_at_ms,
-        )
-        _write_marker(staging / RESTORE_MARKER, msgspec.json.encode(marker))
+        write_restore_marker(staging, wall_clock_ms(), manifest.started_at_ms)
         replaced = _swap(root, staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     log.info("restore.done", state_dir=str(root), entries=ledger.entries if ledger else 0)
     return RestoreReport(root, manifest, ledger, external, replaced)
-
-
-def _write_marker(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 def _extract(

@@ -30,7 +30,6 @@ from smf_assurance.core.projection import PolicySet
 from smf_assurance.core.release_trust import VerifiedRelease
 from smf_assurance.governance.projections import load_policy_set
 from smf_assurance.governance.releases import load_trust_root
-from smf_assurance.ops.local.backup import restored_at
 from smf_assurance.ops.local.bus_auth import (
     SYSTEM_PRINCIPAL,
     authorization_steps,
@@ -40,6 +39,7 @@ from smf_assurance.ops.local.bus_auth import (
 )
 from smf_assurance.ops.local.cluster import nats_servers, seed_urls
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.restored import restored_at
 from smf_assurance.ops.local.state import RELEASE_SIGNER, StateDir, refresh_demo_release
 from smf_assurance.ops.runtimes.provision import LiveRequirements
 from smf_assurance.pipeline.assembly import (

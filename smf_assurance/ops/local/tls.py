@@ -43,6 +43,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from smf_assurance.subjects.clock import wall_clock_ms
+from smf_assurance.subjects.hosts import is_loopback
 
 NATS_CLIENT_INCLUDE: Final = "client.conf"
 NATS_ROUTE_INCLUDE: Final = "route.conf"
@@ -367,16 +368,6 @@ def server_context(cert: Path, key: Path) -> ssl.SSLContext:
     except (OSError, ssl.SSLError) as exc:
         raise TlsInitError(f"{cert} and {key} are not a certificate and its key") from exc
     return context
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a listen address) is this machine's loopback only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def serving_tls(cert: Path | None, key: Path | None, host: str) -> ssl.SSLContext | None:

@@ -56,10 +56,10 @@ from smf_assurance.ops.local.supervisor import (
     serve_until_stopped,
     shutdown,
 )
-from smf_assurance.ops.local.tls import is_loopback
 from smf_assurance.pipeline.assembly import ClusterSettings
 from smf_assurance.pipeline.stores.ledger import EvidenceError
 from smf_assurance.subjects import names
+from smf_assurance.subjects.hosts import is_loopback
 from smf_assurance.subjects.keys import KeyFileError
 
 log = structlog.get_logger(__name__)
