@@ -112,6 +112,21 @@ async def test_a_missing_or_wrong_token_is_refused_before_anything(
     assert world.model.requests == []
 
 
+@pytest.mark.parametrize(
+    "header",
+    ["Basic {token}", "Token {token}", "{token}", "Bearer", "Bearer    ", "bearer\t{token}"],
+    ids=["basic", "token", "bare", "bearer-alone", "bearer-blank", "tab"],
+)
+async def test_only_a_bearer_token_authenticates_a_runtime(world: World, header: str) -> None:
+    """The runtime's very token under any other scheme, or a Bearer with no token, is
+    ``gateway_token_missing``: never looked up, never served."""
+    await attest(world, PRINCIPAL, RUNTIME_ID)
+    value = header.format(token=world.tokens[RUNTIME_ID])
+    status, data = await chat(world, None, headers={"Authorization": value})
+    assert (status, error_code(data)) == (401, "gateway_token_missing")
+    assert world.model.requests == []
+
+
 async def test_an_admission_no_gate_key_signed_is_not_believed(world: World) -> None:
     await attest(world, PRINCIPAL, RUNTIME_ID)
     stranger = SigningKey.from_seed(b"\x07" * 32).verify_key

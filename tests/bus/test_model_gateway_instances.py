@@ -469,3 +469,72 @@ def test_keys_named_in_an_admission_are_checked_against_their_ids() -> None:
         trusted_proof_keys((ProofKey(key_id=mine.key_id, public_key="not base64!"),))
     with pytest.raises(ValueError, match="32 bytes"):
         trusted_proof_keys((ProofKey(key_id=mine.key_id, public_key="AAAA"),))
+
+
+def frozen(world: World) -> int:
+    """Stop the gateway's clock at now (the gate's runs on): returns that moment."""
+    gateway = world.gateway.gateway
+    now = gateway.clock()
+    gateway.clock = lambda: now
+    return now
+
+
+def questions(asked: list[GatewayAdmit], runtime_id: str) -> int:
+    return sum(a.runtime_id == runtime_id for a in asked)
+
+
+async def marked(world: World, asked: list[GatewayAdmit], unattested: str) -> None:
+    """Ask the gate about runtime ``unattested`` (which it refuses, so the gateway keeps
+    nothing and asks every time) and wait until the tap saw it: every question the
+    gateway put before it has been seen too (one connection, in order)."""
+    before = questions(asked, unattested)
+    await refused(world, unattested, None)
+    await wait_for(lambda: questions(asked, unattested) > before)
+
+
+async def test_while_a_nonce_may_have_gone_unkept_no_kept_admission_of_a_proof_serves(
+    world: World,
+) -> None:
+    """Blind (the nonce set was full, ``_blind_until_ms``): a fresh proof of a process the
+    gate admitted is asked about, not served on its kept admission; from the moment the
+    blind window ends, it is served on it again."""
+    key = world.key(BOUND)
+    mine = new_instance_id()
+    assert (await attest(world, BOUND, BOUND_ID, instance_id=mine)).accepted
+    gateway = world.gateway.gateway
+    now = frozen(world)
+    async with admit_tap(world) as asked:
+        first = proof(key, BOUND_ID, mine)
+        assert (await chat(world, BOUND_ID, headers=first))[0] == 200
+        await asked_about(asked, first)
+        gateway._blind_until_ms = now + 1
+        blind = proof(key, BOUND_ID, mine)
+        assert (await chat(world, BOUND_ID, headers=blind))[0] == 200
+        await asked_about(asked, blind)
+        gateway._blind_until_ms = now
+        kept = proof(key, BOUND_ID, mine)
+        assert (await chat(world, BOUND_ID, headers=kept))[0] == 200
+        await marked(world, asked, RUNTIME_ID)
+    assert kept[names.HEADER_INSTANCE_PROOF] not in [a.instance_proof for a in asked]
+    assert questions(asked, BOUND_ID) == 2
+    assert len(world.model.requests) == 3
+
+
+async def test_a_kept_admission_serves_until_its_end_and_not_at_it(world: World) -> None:
+    """A runtime's admission is kept while other runtimes are asked about (their
+    questions clear out only admissions that have ended), and serves until the
+    millisecond it ends: at that one the gate is asked again."""
+    assert (await attest(world, PRINCIPAL, RUNTIME_ID)).accepted
+    gateway = world.gateway.gateway
+    frozen(world)
+    async with admit_tap(world) as asked:
+        assert (await chat(world, RUNTIME_ID))[0] == 200
+        await marked(world, asked, BOUND_ID)  # another runtime asked about meanwhile
+        assert (await chat(world, RUNTIME_ID))[0] == 200
+        await marked(world, asked, BOUND_ID)
+        assert questions(asked, RUNTIME_ID) == 1
+        (end,) = [v.valid_until_ms for k, v in gateway._standing.items() if k[0] == RUNTIME_ID]
+        gateway.clock = lambda: end
+        assert (await chat(world, RUNTIME_ID))[0] == 200
+        await marked(world, asked, BOUND_ID)
+    assert questions(asked, RUNTIME_ID) == 2
