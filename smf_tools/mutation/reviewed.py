@@ -48,6 +48,16 @@ _STANDING_HOLDS: Final = (
     "so with no reason the attestation is never None, and a refusal always has its reason"
 )
 
+_SWEEP_ONLY: Final = (
+    "harmless: only how soon ended admissions are dropped from memory; none is served "
+    "after its end, as both lookups compare it with now (the sweep dropping every kept "
+    "admission is killed: others stay kept while one runtime is asked about)"
+)
+_QUESTION_ID: Final = (
+    "harmless: the random part of the admission question's id, 16 bytes; a byte more or "
+    "less is still a unique id the gate accepts, and the answer is matched to it whole"
+)
+
 EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
     ("predicates", "necessary", "int", "1", "0"): (
         "equivalent: each[0:] includes each[0], and intersecting a set with itself is the set"
@@ -330,6 +340,30 @@ EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
         "equivalent: this runs only when _egress found no reason, and _egress returns no "
         "reason only with the release's window, so the window is never None here"
     ),
+    (
+        "gateway_admission",
+        "ModelGateway._admit",
+        "cmp",
+        "now < cached.valid_until_ms",
+        "now <= cached.valid_until_ms",
+    ): (
+        "harmless: a kept admission of a proof serves one millisecond more, at its end; "
+        "that end is the gate's lease or the proof's (their checks compare with a strict "
+        "'>', so the gate admits at that millisecond too) or the gateway's own cache bound "
+        "(the path without a proof is tested at its end)"
+    ),
+    (
+        "gateway_admission",
+        "ModelGateway._admit",
+        "cmp",
+        "v.valid_until_ms <= now",
+        "v.valid_until_ms < now",
+    ): _SWEEP_ONLY,
+    ("gateway_admission", "ModelGateway._admit", "if-false", "v.valid_until_ms <= now", "False"): (
+        _SWEEP_ONLY
+    ),
+    ("gateway_admission", "ModelGateway._admit", "int", "16", "17"): _QUESTION_ID,
+    ("gateway_admission", "ModelGateway._admit", "int", "16", "15"): _QUESTION_ID,
     ("bus_access", "ConnectOptions", "bool", "total=False", "total=True"): (
         "equivalent at run time: a TypedDict's totality is read by the type checker alone "
         "(mypy --strict, run by make test, refuses total=True: connect_options returns "

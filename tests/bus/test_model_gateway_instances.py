@@ -46,30 +46,42 @@ import aiohttp
 import msgspec
 import nats
 import pytest
+from structlog.testing import capture_logs
 
 from smf_assurance.core.seen_once import SeenOnce
-from smf_assurance.gateway.server import GatewaySettings, ModelGateway
+from smf_assurance.gateway.server import (
+    GatewayRuntime,
+    GatewaySettings,
+    ModelGateway,
+    Refusal,
+    _Standing,
+)
 from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.pipeline.desks.attestation import AttestationDesk
 from smf_assurance.subjects import names
 from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.model_gateway import (
     MAX_INSTANCE_PROOF_CHARS,
+    GatewayAdmission,
     GatewayAdmit,
     InstanceProof,
     ProofKey,
+    ProofStanding,
     new_instance_id,
     proof_keys,
+    seal_instance_proof,
     trusted_proof_keys,
 )
 from tests.support.bus_helpers import wait_for
 from tests.support.model_gateway import (
+    ACTOR,
     BOUND,
     BOUND_ID,
     OTHER,
     OTHER_ID,
     PRINCIPAL,
     RUNTIME_ID,
+    TERMINAL,
     World,
     attest,
     chat,
@@ -538,3 +550,190 @@ async def test_a_kept_admission_serves_until_its_end_and_not_at_it(world: World)
         assert (await chat(world, RUNTIME_ID))[0] == 200
         await marked(world, asked, BOUND_ID)
     assert questions(asked, RUNTIME_ID) == 2
+
+
+# --- a kept admission of a proof, checked here as the gate checks it -------------------
+
+RT_KEY = SigningKey.from_seed(b"\x11" * 32)
+STRANGER_KEY = SigningKey.from_seed(b"\x12" * 32)
+PROCESS = "i-" + "1" * 32
+SIBLING = "i-" + "2" * 32
+T = 1_000_000
+RUNTIME = GatewayRuntime(
+    runtime_id="rt",
+    token_sha256="0" * 64,
+    adapter_id="smf-hermes-adapter",
+    actor=ACTOR,
+    destination=TERMINAL,
+)
+
+
+def bare_gateway(window_ms: int = 10) -> ModelGateway:
+    """The gateway's admission bookkeeping alone: no bus, no HTTP side."""
+    gateway = ModelGateway.__new__(ModelGateway)
+    gateway.settings = GatewaySettings(proof_window_ms=window_ms)
+    gateway._standing = {}
+    return gateway
+
+
+def claim(
+    runtime_id: str = "rt", instance: str = PROCESS, issued: int = T, **more: Any
+) -> InstanceProof:
+    return InstanceProof(
+        schema="smf.instance-proof/1",
+        runtime_id=runtime_id,
+        instance_id=instance,
+        issued_at_ms=issued,
+        nonce=more.pop("nonce", "a" * 32),
+        **more,
+    )
+
+
+def admitted_with(instance: str = PROCESS, window_ms: int = 10) -> GatewayAdmission:
+    named = ProofStanding(
+        instance_id=instance,
+        keys=proof_keys({RT_KEY.key_id: RT_KEY.verify_key}),
+        window_ms=window_ms,
+    )
+    return GatewayAdmission(
+        schema="smf.gateway-admission/1",
+        request_id="m-" + "0" * 32,
+        runtime_id="rt",
+        admitted=True,
+        reason_codes=(),
+        runtime_version="1.0",
+        expires_at_ms=T + 60_000,
+        proof_standing=named,
+    )
+
+
+def kept(gateway: ModelGateway, proof: InstanceProof, answer: GatewayAdmission) -> list[Any]:
+    standing = _Standing("1.0", T + 60_000)
+    sealed = seal_instance_proof(proof, RT_KEY)
+    gateway._keep_proof_standing(RUNTIME, "internal", sealed, answer, standing)
+    return list(gateway._standing.items())
+
+
+def test_an_admission_of_a_proof_is_kept_only_for_the_runtime_and_process_it_names() -> None:
+    """Kept under the process the gate named, with the keys it named and the narrower of
+    its window and the gateway's; a proof of another runtime (signed with this
+    runtime's key all the same) or of another process than the one named keeps
+    nothing, so the next request is asked about."""
+    [(key, standing)] = kept(bare_gateway(window_ms=10), claim(), admitted_with(window_ms=20))
+    assert key == ("rt", "internal", PROCESS, False)
+    assert standing.proof_keys == {RT_KEY.key_id: RT_KEY.verify_key}
+    assert standing.proof_window_ms == 10
+    [(_, narrower)] = kept(bare_gateway(window_ms=10), claim(), admitted_with(window_ms=5))
+    assert narrower.proof_window_ms == 5
+    assert kept(bare_gateway(), claim(runtime_id="rt-other"), admitted_with()) == []
+    assert kept(bare_gateway(), claim(), admitted_with(instance=SIBLING)) == []
+    both = claim(runtime_id="rt-other", instance=SIBLING)
+    assert kept(bare_gateway(), both, admitted_with()) == []
+
+
+def proven(
+    proof: InstanceProof,
+    *,
+    key: SigningKey = RT_KEY,
+    claimed: InstanceProof | None = None,
+    digest: str | None = None,
+    now: int = T,
+    keys: bool = True,
+) -> bool:
+    standing = _Standing(
+        "1.0",
+        T + 60_000,
+        proof_keys={RT_KEY.key_id: RT_KEY.verify_key} if keys else None,
+        proof_window_ms=10,
+    )
+    sealed = seal_instance_proof(proof, key)
+    return bare_gateway()._proven_here(standing, RUNTIME, sealed, claimed or proof, digest, now)
+
+
+def test_a_proof_is_proven_here_only_as_the_gate_would_prove_it() -> None:
+    """The gateway's own check of a proof on a kept admission: signed by a key the gate
+    named, the very proof the request claims, for this runtime, within the window (its
+    edge included), for this body when it names one. Anything else is False: ask."""
+    assert proven(claim()) is True
+    assert proven(claim(), now=T + 10) is True  # the window's edge
+    assert proven(claim(), now=T - 10) is True
+    assert proven(claim(), now=T + 11) is False
+    assert proven(claim(), keys=False) is False  # an admission given without a proof
+    assert proven(claim(), key=STRANGER_KEY) is False
+    assert proven(claim(), claimed=claim(nonce="b" * 32)) is False
+    assert proven(claim(runtime_id="rt-other")) is False
+    assert proven(claim(request_digest="sha256:" + "a" * 64), digest="sha256:" + "a" * 64)
+    assert proven(claim(request_digest="sha256:" + "a" * 64), digest="sha256:" + "b" * 64) is False
+    assert proven(claim(), digest="sha256:" + "b" * 64) is True  # a proof naming no body
+
+
+async def test_a_proof_from_a_runtime_not_bound_to_a_process_is_served_and_not_kept(
+    world: World,
+) -> None:
+    """A runtime whose attestation names no process needs no proof; one sent all the same
+    is served on the gate's admission, which names no proof standing to keep."""
+    assert (await attest(world, PRINCIPAL, RUNTIME_ID)).accepted
+    headers = proof(world.key(PRINCIPAL), RUNTIME_ID, new_instance_id())
+    assert (await chat(world, RUNTIME_ID, headers=headers))[0] == 200
+    assert all(standing.proof_keys is None for standing in world.gateway.gateway._standing.values())
+
+
+async def test_what_the_gateway_keeps_of_an_admission_is_what_the_gate_said() -> None:
+    """The release's detection window the gate names (here 100 characters, not the
+    default), and an end no later than the admission's own: what the gateway serves
+    the runtime's next requests on until then."""
+    gateway = bare_gateway()
+    gateway.clock = lambda: T
+    gateway._confined = {}
+    loose: Any = gateway
+    loose.upstream = type("Upstream", (), {"provider": "local-model"})()
+    answer = msgspec.structs.replace(
+        admitted_with(), expires_at_ms=T + 500, detection_window_chars=100
+    )
+    answer = msgspec.structs.replace(answer, proof_standing=msgspec.UNSET)
+
+    async def gate_says(*_: Any) -> GatewayAdmission:
+        return answer
+
+    loose._ask_gate = gate_says
+    standing = await gateway._admit(RUNTIME, "internal", None)
+    assert (standing.window_chars, standing.valid_until_ms) == (100, T + 500)
+    assert gateway._standing == {("rt", "internal", None, False): standing}
+    # no end named: the gateway's own cache bound; no window named: the default
+    answer = msgspec.structs.replace(
+        answer, expires_at_ms=None, detection_window_chars=msgspec.UNSET
+    )
+    standing = await gateway._admit(RUNTIME, "confidential", None)
+    assert (standing.window_chars, standing.valid_until_ms) == (4096, T + 1000)
+    # a refusal is a refusal, whatever else the answer carries
+    answer = msgspec.structs.replace(
+        answer, admitted=False, reason_codes=("runtime_attestation_missing",)
+    )
+    with pytest.raises(Refusal) as refusal:
+        await gateway._admit(RUNTIME, "public", None)
+    assert (refusal.value.status, refusal.value.reason_code) == (
+        403,
+        "runtime_attestation_missing",
+    )
+
+
+async def test_the_gateway_logs_a_runtimes_confinement_when_it_learns_or_changes() -> None:
+    """One ``runtime_confinement_learned`` line when an admission first names the
+    runtime's confinement and whenever it changes, none while it stays the same."""
+    gateway = bare_gateway()
+    gateway.clock = lambda: T
+    gateway._confined = {}
+    loose: Any = gateway
+    loose.upstream = type("Upstream", (), {"provider": "local-model"})()
+    profiles = iter([None, None, "sha256:" + "c" * 64, "sha256:" + "c" * 64, None])
+
+    async def gate_says(*_: Any) -> GatewayAdmission:
+        answer = msgspec.structs.replace(admitted_with(), confined_profile=next(profiles))
+        return msgspec.structs.replace(answer, proof_standing=msgspec.UNSET)
+
+    loose._ask_gate = gate_says
+    with capture_logs() as logs:
+        for classification in ("public", "internal", "confidential", "privileged", "unknown"):
+            await gateway._admit(RUNTIME, classification, None)
+    learned = [e["confined"] for e in logs if e["event"] == "runtime_confinement_learned"]
+    assert learned == [False, True, False]
