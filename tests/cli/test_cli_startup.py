@@ -229,6 +229,10 @@ def test_a_real_sigint_while_the_parser_is_built_prints_no_traceback() -> None:
         import os, signal, sys, types
         from smf_assurance.ops.cli.main import main
 
+        # as started from a terminal: a background job inherits SIGINT ignored, and the
+        # boundary keeps an ignored signal ignored (install_early_handlers, Signals)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
         group = types.ModuleType("signalled")
 
         def add_parsers(sub):
