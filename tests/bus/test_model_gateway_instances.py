@@ -705,9 +705,17 @@ async def test_what_the_gateway_keeps_of_an_admission_is_what_the_gate_said() ->
     )
     standing = await gateway._admit(RUNTIME, "confidential", None)
     assert (standing.window_chars, standing.valid_until_ms) == (4096, T + 1000)
+    # an admission that names no runtime version is none: nothing to serve it as
+    answer = msgspec.structs.replace(answer, runtime_version=None)
+    with pytest.raises(Refusal) as refusal:
+        await gateway._admit(RUNTIME, "privileged", None)
+    assert (refusal.value.status, refusal.value.reason_code) == (403, "not_admitted")
     # a refusal is a refusal, whatever else the answer carries
     answer = msgspec.structs.replace(
-        answer, admitted=False, reason_codes=("runtime_attestation_missing",)
+        answer,
+        admitted=False,
+        reason_codes=("runtime_attestation_missing",),
+        runtime_version="1.0",
     )
     with pytest.raises(Refusal) as refusal:
         await gateway._admit(RUNTIME, "public", None)
