@@ -44,6 +44,8 @@ from typing import Any, Final
 import pytest
 from nats.aio.client import Client
 
+from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.approver.client import ApproverClient
 from smf_assurance.ops.demo.script import SCENARIOS
 from smf_assurance.ops.local.bus import connect_bus, write_url
 from smf_assurance.ops.local.defaults import OPERATOR
@@ -90,6 +92,21 @@ async def _json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str
     return parsed
 
 
+async def _serving_with_a_held_filing(
+    stack: Stack, clients: list[Client]
+) -> tuple[Client, ProposalClient, ApproverClient, str]:
+    """The gate serves (its URL written, as ``up`` does), with the operator, the runtime
+    and the attorney connected, and a court filing held: its approval id."""
+    state = stack.state
+    write_url(state.root, stack.url)
+    operator = await _connect(stack, OPERATOR, clients)
+    runtime = runtime_client(await _connect(stack, "runtime", clients), state)
+    attorney = approver(await _connect(stack, ATTORNEY, clients), state, ATTORNEY)
+    held = await hold(runtime, court_filing(runtime))
+    assert held.approval_id is not None
+    return operator, runtime, attorney, held.approval_id
+
+
 def _outbox(state: StateDir) -> list[str]:
     """What the court connector filed (none, before its first filing makes the folder)."""
     outbox = state.connector_dir("court-efiling") / "outbox"
@@ -105,14 +122,7 @@ async def test_a_backup_taken_while_the_gate_serves_restores_and_nothing_runs_ag
 ) -> None:
     stack = await start_stack(seeded)
     try:
-        write_url(seeded.root, stack.url)  # as `up` does once it serves
-        operator = await _connect(stack, OPERATOR, clients)
-        runtime = runtime_client(await _connect(stack, "runtime", clients), seeded)
-        attorney = approver(await _connect(stack, ATTORNEY, clients), seeded, ATTORNEY)
-
-        held = await hold(runtime, court_filing(runtime))
-        approval_id = held.approval_id
-        assert approval_id is not None
+        operator, runtime, attorney, approval_id = await _serving_with_a_held_filing(stack, clients)
         view = await attorney.show(approval_id)
         allow_once = attorney.sign_resolution(approval_id, "allow-once", view.binding_digest)
         assert (await attorney.send(allow_once)).accepted
@@ -246,13 +256,7 @@ async def test_an_older_backup_restored_decides_and_resolves_nothing_signed_befo
     ``smf.execute``, the document is not deleted again and nothing is filed."""
     stack = await start_stack(seeded)
     try:
-        write_url(seeded.root, stack.url)  # as `up` does once it serves
-        operator = await _connect(stack, OPERATOR, clients)
-        runtime = runtime_client(await _connect(stack, "runtime", clients), seeded)
-        attorney = approver(await _connect(stack, ATTORNEY, clients), seeded, ATTORNEY)
-        held = await hold(runtime, court_filing(runtime))
-        approval_id = held.approval_id
-        assert approval_id is not None
+        operator, runtime, attorney, approval_id = await _serving_with_a_held_filing(stack, clients)
         archive = tmp_path / "backup.tar.gz"
         await _json(["backup", "--state-dir", str(seeded.root), "--out", str(archive)], capsys)
 
