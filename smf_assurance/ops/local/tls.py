@@ -1,4 +1,4 @@
-"""A local certificate authority and the bus's certificate, for TLS between machines.
+"""A local certificate authority and its certificates, for TLS between machines.
 
 TLS wherever a network is crossed: the embedded server listens on 127.0.0.1 only,
 where plain TCP stays; a cluster's nodes and the clients on other machines reach
@@ -22,6 +22,10 @@ overwritten, so a CA in use is never replaced by accident):
 
 Keys are ECDSA P-256. The CA is valid ten years and can sign only end certificates
 (path length 0); the bus certificate two years.
+
+:func:`issue_cert` gives one more server (the console, the model gateway) a
+certificate of its own from that CA, and :func:`serving_tls` is how those servers
+choose: HTTPS with a certificate, plain HTTP on a loopback address only.
 """
 
 from __future__ import annotations
