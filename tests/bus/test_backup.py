@@ -14,8 +14,10 @@ and no connector files anything again.
 
 And what happened after the backup began is not done again: a direct allow executed
 and a filing allowed after it, the restored gate answers the allow's very bytes from
-its record (no second order) and has invalidated the approval at start, so the
-attorney's allow-once is refused; a restore marker that cannot be read stops the gate.
+its record (no second order), and a new proposal within what the backup's gate could
+have accepted (the freshness window and the skew past the restore) too, and has
+invalidated the approval at start, so the attorney's allow-once is refused; a restore
+marker that cannot be read stops the gate.
 
 The refusals: a tampered archive (one member changed, the manifest not), a
 truncated one and one that is not an archive are refused in one line with nothing
@@ -58,7 +60,7 @@ from smf_assurance.pipeline.stores.state_check import StateRefused
 from smf_assurance.subjects.clock import wall_clock_ms
 from tests.support.approval_desk import ATTORNEY, approver, court_filing, hold, status
 from tests.support.bus_helpers import ExecuteSpy, stream_count, wait_for
-from tests.support.bus_properties import from_scenario, runtime_client
+from tests.support.bus_properties import deletion, from_scenario, runtime_client
 from tests.support.cli_ops import arun, assert_one_line_failure, run, table_value
 from tests.support.clocks import OffsetClock
 from tests.support.older_state import assert_replay_answered_from_record, ledger_rows
@@ -217,7 +219,7 @@ async def test_a_backup_taken_while_the_gate_serves_restores_and_nothing_runs_ag
             runtime, ALLOW, proposal_id=proposal.proposal_id, issued_at_ms=clock()
         )
         await assert_replay_answered_from_record(
-            runtime, proposal.proposal_id, signed, allowed.order_id, resigned
+            runtime, proposal.proposal_id, signed, allowed.order_id, resigned, restored=True
         )
         replayed = await attorney.send(allow_once)
         assert (replayed.accepted, replayed.reason_codes) == (False, ("approval_not_pending",))
@@ -300,6 +302,11 @@ async def test_an_older_backup_restored_decides_and_resolves_nothing_signed_befo
         again = await runtime.send(proposal.proposal_id, signed)
         assert (again.outcome, again.order_id) == ("deny", None)
         assert set(again.reason_codes) == {"recorded_verdict", "no_order_recorded"}
+        # signed after the restore, but within what the backup's gate could have
+        # accepted (its clock may have run ahead): answered from the record too
+        fresh = await runtime.propose(deletion(runtime, "doc-4711"))
+        assert (fresh.outcome, fresh.order_id) == ("deny", None)
+        assert set(fresh.reason_codes) == {"recorded_verdict", "no_order_recorded"}
 
         assert await status(observer, approval_id) == "invalidated"
         replayed = await attorney.send(allow_once)

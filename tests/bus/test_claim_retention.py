@@ -56,6 +56,13 @@ def test_retention_is_two_freshness_windows_and_the_skew() -> None:
     assert SETTINGS.claim_retention_ms == 2 * F + SKEW
     custom = GateSettings(tenant_key=PseudonymKey(b"k" * 32), freshness_ms=10, max_clock_skew_ms=3)
     assert custom.claim_retention_ms == 23
+    # a restored state answers from its record whatever its backup's gate could have
+    # accepted: issued up to the restore plus the window and the skew
+    assert SETTINGS.record_only_until_ms is None
+    restored = GateSettings(
+        tenant_key=PseudonymKey(b"k" * 32), freshness_ms=10, max_clock_skew_ms=3, restored_at_ms=100
+    )
+    assert restored.record_only_until_ms == 113
 
 
 @pytest.mark.parametrize(("freshness", "skew"), [(0, 0), (-1, 0), (10, -1)])

@@ -163,16 +163,24 @@ async def assert_replay_answered_from_record(
     signed: bytes,
     order_id: str | None,
     resigned: Proposal,
+    *,
+    restored: bool = False,
 ) -> None:
     """A gate on an older state (an upgrade's, a restored backup's) meets a proposal the
     older gate executed: its very bytes get the recorded verdict (the same order,
-    consumed), and the same proposal id signed afresh is a duplicate. Neither is decided
-    again. ``resigned`` is the same id, built now."""
+    consumed), and the same proposal id signed afresh is a duplicate, or, on a restored
+    state within its record-only window (``GateSettings.record_only_until_ms``), gets the
+    recorded verdict too. Neither is decided again. ``resigned`` is the same id, built
+    now."""
     again = await runtime.send(proposal_id, signed)
     assert again.outcome == "allow", again.reason_codes
     assert again.order_id == order_id
     assert {"recorded_verdict", "order_consumed"} <= set(again.reason_codes)
     # The client's wait is wall time; the proposal's deadline is the gate's clock.
     refused = await runtime.send(resigned.proposal_id, runtime.sign(resigned), wait=10.0)
+    if restored:
+        assert refused.order_id == order_id, refused
+        assert {"recorded_verdict", "order_consumed"} <= set(refused.reason_codes)
+        return
     assert refused.outcome == "deny"
     assert "duplicate_proposal" in refused.reason_codes

@@ -150,9 +150,11 @@ class GateConfig:
     """When this state was restored from a backup (``smf-assurance restore``'s marker),
     or None. The backup may be older than the last moment the gate it came from served:
     what that gate decided or resolved after the backup began is not in it. So a
-    proposal (or an output close) issued at or before this moment is answered from the
-    record only, never decided again (``Gate.decide``), and every approval the restored
-    state holds open is invalidated at start (``ApprovalDesk.recover``)."""
+    proposal (or an output close) that gate could have accepted (issued up to this
+    moment plus the freshness window and the clock skew,
+    ``GateSettings.record_only_until_ms``) is answered from the record only, never
+    decided again (``Gate.decide``), and every approval the restored state holds open is
+    invalidated at start (``ApprovalDesk.recover``)."""
     on_release: Callable[[VerifiedRelease], None] | None = None
     """Called after the gate switched to a newly verified release (its registry is in
     force): what runs the bus may follow it, e.g. regenerate the server's

@@ -505,6 +505,12 @@ async def _assemble(
         auth=StageAuth.from_seed(config.gate_key.seed()),
     )
     normalize, evaluate_client, dispatch = stages.clients(nc, config.co_located)
+    settings = GateSettings(
+        tenant_key=config.tenant_key,
+        stage_timeout=config.stage_timeout,
+        order_ttl_ms=config.order_ttl_ms,
+        restored_at_ms=config.restored_at_ms,
+    )
 
     desk = ApprovalDesk(
         store=approvals,
@@ -521,7 +527,7 @@ async def _assemble(
         order_ttl_ms=config.order_ttl_ms,
         claim_grace_ms=config.claim_grace_ms,
         signer=config.gate_key,  # runtimes act only on outcomes the gate signed
-        restored_at_ms=config.restored_at_ms,
+        restored_until_ms=settings.record_only_until_ms,
         analysis=_active_analysis(releases),
     )
     outcomes = OutcomeDesk(
@@ -541,12 +547,7 @@ async def _assemble(
     await placed.recover(desk)
 
     gate = Gate(
-        settings=GateSettings(
-            tenant_key=config.tenant_key,
-            stage_timeout=config.stage_timeout,
-            order_ttl_ms=config.order_ttl_ms,
-            restored_at_ms=config.restored_at_ms,
-        ),
+        settings=settings,
         registry=registry,
         normalize=normalize,
         evaluate=evaluate_client,

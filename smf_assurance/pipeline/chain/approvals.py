@@ -177,9 +177,10 @@ class ApprovalDesk:
     stop_runtime: Callable[[str, str, dict[str, str]], Awaitable[object]] | None = None
     """``(runtime_id, tenant_id, subject)``: stop a runtime whose report broke its
     approval's binding (``RuntimeStops.stop_recorded``); None where no stops are kept."""
-    restored_at_ms: int | None = None
-    """When the state was restored from a backup (``GateConfig.restored_at_ms``): every
-    approval opened at or before it is invalidated at start (:meth:`recover`)."""
+    restored_until_ms: int | None = None
+    """On a state restored from a backup, ``GateSettings.record_only_until_ms``: every
+    approval opened at or before it is invalidated at start (:meth:`recover`). None was
+    opened by this gate: it holds no proposal issued by then."""
     analysis: Callable[[], AnalysisProjection | None] = field(default=lambda: None)
     """The active release's analysis projection (None on a projection folder): where a
     shown approval's rules are read in the release's own words."""
@@ -721,15 +722,16 @@ class ApprovalDesk:
         await self.sweep()
 
     async def _close_restored(self) -> None:
-        """On a state restored from a backup, invalidate every approval opened at or
-        before the restore, and tell its runtime (``state_restored``).
+        """On a state restored from a backup, invalidate every approval the gate the
+        backup came from may have opened (:attr:`restored_until_ms`), and tell its
+        runtime (``state_restored``).
 
         The backup may be older than the last moment its gate served: an approval
         pending in it may have been allowed and executed since, which the restored
         store cannot know. Left pending, the attorney's very allow-once (or a new one)
         would be accepted again and the action run twice; the requester asks again
         instead. Runs at every start; after the first, no such approval is open."""
-        restored = self.restored_at_ms
+        restored = self.restored_until_ms
         if restored is None:
             return
         for record in await self._open_records():

@@ -166,8 +166,8 @@ class GateSettings:
     """The order budget: an order given at ``t`` is executable until ``t`` plus this,
     the deadline its allow promises (the dispatch stage holds the same budget)."""
     restored_at_ms: int | None = None
-    """When the state was restored from a backup: a proposal issued at or before it is
-    answered from the record only (``GateConfig.restored_at_ms`` says why)."""
+    """When the state was restored from a backup (``GateConfig.restored_at_ms`` says
+    what follows from it): see :attr:`record_only_until_ms`."""
 
     def __post_init__(self) -> None:
         if self.freshness_ms <= 0 or self.max_clock_skew_ms < 0:
@@ -183,6 +183,17 @@ class GateSettings:
         order behind a reply already sent)."""
         stage_ms = int(self.stage_timeout * 1000)
         return stage_ms - min(STAGE_MARGIN_MS, stage_ms // 4)
+
+    @property
+    def record_only_until_ms(self) -> int | None:
+        """On a restored state, the issue times the gate answers from its record only,
+        never deciding again: up to the restore plus the freshness window and the clock
+        skew. The gate the backup came from, until it stopped (before the restore),
+        accepted proposals issued up to that far ahead of its own clock, so any of them
+        may have been decided there after the backup began. None: not restored."""
+        if self.restored_at_ms is None:
+            return None
+        return self.restored_at_ms + self.freshness_ms + self.max_clock_skew_ms
 
     @property
     def claim_retention_ms(self) -> int:
@@ -415,11 +426,11 @@ class Gate:
         """Run the chain for a verified proposal; never raises (an internal error,
         of any link, is a denial; it is logged by type, never with its values).
         The proposal's tool-call note is stored before the verdict is returned."""
-        restored = self.settings.restored_at_ms
-        if restored is not None and proposal.issued_at_ms <= restored:
-            # Signed before this state was restored: the gate the backup came from may
-            # have decided it after the backup began, and this one holds no record of
-            # that. Answered from the record, so it never gets a second order.
+        record_only = self.settings.record_only_until_ms
+        if record_only is not None and proposal.issued_at_ms <= record_only:
+            # The gate the backup came from may have decided it after the backup began,
+            # and this one holds no record of that: answered from the record, so it
+            # never gets a second order.
             return await self.recorded(proposal)
         proposal_id = proposal.proposal_id
         waiting: list[asyncio.Future[Verdict]] = []
