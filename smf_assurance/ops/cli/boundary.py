@@ -127,7 +127,8 @@ def ensure_stdout() -> None:
         sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and each exception it was raised from or during, once each."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
@@ -186,19 +187,19 @@ def describe(exc: BaseException) -> str:
         StateRefused,
     )
 
-    for link in _chain(exc):
+    for link in exception_chain(exc):
         if isinstance(link, StateRefused):  # names its file, reason and what to do
             return f"the gate will not start: {link}"
-    for link in _chain(exc):
+    for link in exception_chain(exc):
         if isinstance(link, sqlite3.Error):
             return _sqlite_error(exc, link)
-    for link in _chain(exc):
+    for link in exception_chain(exc):
         if isinstance(link, OSError) and link.errno is not None:
             return _os_error(link)
     said = type(exc).__name__
     if type(exc).__module__.split(".")[0] == NAMESPACE:
         said = f"{said}: {_first_line(exc)}"
-    for link in _chain(exc):
+    for link in exception_chain(exc):
         if type(link).__module__.split(".")[0] == BUS_CLIENT:
             return (
                 f"{said}; the bus did not answer in time ({type(link).__name__}): check that "

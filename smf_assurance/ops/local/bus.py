@@ -19,6 +19,7 @@ import nats
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
+from smf_assurance.ops.cli.boundary import exception_chain
 from smf_assurance.ops.cli.output import CommandError, fail, first_line
 from smf_assurance.ops.local.cluster import nats_servers
 from smf_assurance.ops.local.defaults import NKEY_SUFFIX, default_state_dir
@@ -155,11 +156,7 @@ def tls_trouble(exc: BaseException) -> str | None:
     client (no CA given) whose server said nothing is told that a bus requiring TLS
     says nothing to a plain client. Only fixed phrases and the verification's own
     reason are kept: no certificate content."""
-    chain: list[BaseException] = []
-    link: BaseException | None = exc
-    while link is not None and link not in chain:
-        chain.append(link)
-        link = link.__cause__ or link.__context__
+    chain = list(exception_chain(exc))
     for link in chain:
         if isinstance(link, ssl.SSLCertVerificationError):
             return (

@@ -475,6 +475,7 @@ class EmbeddedNatsServer:
         """Poll until this process has bound the port and greets a client, or fail."""
         assert self._proc is not None
         deadline = monotonic_s() + self.ready_timeout
+        tls = self._probe_tls()  # the config, TLS or not, is fixed once the process runs
         while True:
             code = self._proc.poll()
             if code is not None:
@@ -489,7 +490,7 @@ class EmbeddedNatsServer:
                     f"log tail:\n{self.log_tail()}"
                 )
             bound = self._ports_file(self._proc.pid).exists()
-            if bound and _greets(self.port, min(remaining, 1.0), self._probe_tls()):
+            if bound and _greets(self.port, min(remaining, 1.0), tls):
                 return
             time.sleep(0.02)
 
