@@ -3,8 +3,10 @@
 # of docker-compose.yml runs it before anything else starts.
 #
 # The two gates must act as one gate: the same gate key (the connectors take
-# only orders it signed), the same tenant pseudonym key, the same registry and
-# the same release trust root and release. What a gate writes must stay its
+# only orders a gate key of the release signed; during a rotation one gate may
+# sign with the next key, docs/OPERATIONS.md "Key rotation"), the same tenant
+# pseudonym key (it also keys the gates' stage calls to each other), the same
+# registry and the same release trust root and release. What a gate writes must stay its
 # own: ledger, claim and approval databases, release state, the `up` lock. So
 # each service gets its own state directory under $SMF_STATE_ROOT, holding
 # copies of the identity files it needs from one seed state directory:

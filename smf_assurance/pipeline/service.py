@@ -69,6 +69,7 @@ from smf_assurance.subjects.bus_access import (
     bus_error_reason,
     connect_options,
 )
+from smf_assurance.subjects.keyed import KEYED_PREFIX, PseudonymKey
 from smf_assurance.subjects.messages import ErrorReply
 
 log = structlog.get_logger(__name__)
@@ -81,7 +82,7 @@ STAGE_UNAUTHENTICATED: Final = "stage_unauthenticated"
 STAGE_REPLY_UNAUTHENTICATED: Final = "stage_reply_unauthenticated"
 """A stage reply without a valid MAC: someone other than the stage answered first."""
 INTERNAL_ERROR: Final = "stage_internal_error"
-_STAGE_KEY_LABEL: Final = b"smf.stage-auth/1"
+_STAGE_KEY_DOMAIN: Final = "smf.stage-auth/1"
 
 Handler = Callable[[bytes], Awaitable[bytes]]
 """A service endpoint's work: request bytes -> reply bytes, or ``StageRefusal``."""
@@ -146,16 +147,22 @@ class StageAuth:
     Symmetric, because every party is the gate itself (one trust domain) and
     a stage hop must stay cheap: a MAC costs microseconds where an Ed25519
     signature and check would add a large share of a hop. The key is derived
-    from the gate's signing key, so a stage process that can act for the gate
-    already holds what it needs and nothing else can produce a valid MAC.
+    from the gate's tenant key, a secret every replica of the gate holds and
+    nothing else does, so a stage process that can act for the gate already
+    holds what it needs and nothing else can produce a valid MAC. Not from the
+    gate's signing key: that key rotates one replica at a time
+    (docs/OPERATIONS.md, "Key rotation"), and replicas signing with two keys
+    must still call each other's stages.
     """
 
     key: bytes = field(repr=False)
 
     @classmethod
-    def from_seed(cls, seed: bytes) -> StageAuth:
-        """Derive the stage key from the gate key's seed, domain-separated."""
-        return cls(hmac.new(seed, _STAGE_KEY_LABEL, hashlib.sha256).digest())
+    def from_tenant_key(cls, tenant_key: PseudonymKey) -> StageAuth:
+        """Derive the stage key from the tenant key: an HMAC under it, in a domain of
+        its own, so it is no tenant's identifier and no identifier is it."""
+        derived = tenant_key.identifier(_STAGE_KEY_DOMAIN, "stage")
+        return cls(bytes.fromhex(derived.removeprefix(KEYED_PREFIX)))
 
     def _tag(self, *parts: bytes) -> str:
         mac = hmac.new(self.key, digestmod=hashlib.sha256)

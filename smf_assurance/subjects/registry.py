@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Final, Literal
 
@@ -69,9 +69,18 @@ class RegistryEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The principal's bus credential; without it the principal cannot connect."""
 
 
-class RegistryFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class RegistryFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     schema: Literal["smf.registry/1"]
     entries: tuple[RegistryEntry, ...]
+    retired: tuple[RegistryEntry, ...] = ()
+    """Keys that sign nothing any more (a rotation retired them): no receiver
+    trusts one for a new message and none holds a bus credential. They stay
+    listed so that what they signed before (a gate's ledger checkpoints) still
+    verifies (:meth:`KeyRegistry.evidence_keys`). A key that may have leaked is
+    removed, not retired: its old signatures are no evidence either
+    (docs/OPERATIONS.md, "Key rotation"). Omitted when empty, so a registry
+    without one reads as before; a reader that predates it refuses the field
+    rather than trusting a retired key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,23 +95,53 @@ class Principal:
         return self.entry.key.principal
 
 
+def _parsed(entry: RegistryEntry) -> VerifyKey:
+    try:
+        return verify_key_from_record(entry.key)
+    except KeyFileError as exc:
+        raise RegistryError(f"registry entry {entry.key.principal}: {exc}") from exc
+
+
+def _standing(entry: RegistryEntry) -> tuple[object, ...]:
+    """What a principal is entitled to: every active key of it must say the same,
+    so a second key (a rotation) never carries more than the first."""
+    return (entry.role, entry.runtime_id, entry.connector_id, entry.tenants, entry.licensed_roles)
+
+
 @dataclass(frozen=True, slots=True)
 class KeyRegistry:
-    """Lookup by key id, and the trusted-key maps each receiver verifies against."""
+    """Lookup by key id, and the trusted-key maps each receiver verifies against.
+
+    ``principals`` holds the active keys: everything that verifies a new message
+    or grants the bus reads only them. ``retired`` holds the keys kept for the
+    evidence they signed before (:attr:`RegistryFile.retired`).
+    """
 
     principals: Mapping[str, Principal]
+    retired: Mapping[str, Principal] = field(default_factory=dict)
 
     @classmethod
     def from_file(cls, data: RegistryFile) -> KeyRegistry:
         principals: dict[str, Principal] = {}
+        retired: dict[str, Principal] = {}
+        standing: dict[str, tuple[object, ...]] = {}
         bus_users: set[str] = set()
-        for entry in data.entries:
-            try:
-                key = verify_key_from_record(entry.key)
-            except KeyFileError as exc:
-                raise RegistryError(f"registry entry {entry.key.principal}: {exc}") from exc
-            if key.key_id in principals:
+        for entry in data.retired:
+            key = _parsed(entry)
+            if key.key_id in retired:
                 raise RegistryError(f"key {key.key_id} is registered twice")
+            if entry.nats_user is not None:
+                raise RegistryError(
+                    f"retired key {key.key_id} of {entry.key.principal} holds a bus credential"
+                )
+            retired[key.key_id] = Principal(entry, key)
+        for entry in data.entries:
+            key = _parsed(entry)
+            if key.key_id in principals or key.key_id in retired:
+                raise RegistryError(f"key {key.key_id} is registered twice")
+            name = entry.key.principal
+            if standing.setdefault(name, _standing(entry)) != _standing(entry):
+                raise RegistryError(f"the keys of {name} are entitled to different things")
             if entry.role == "runtime" and entry.runtime_id is None:
                 raise RegistryError(f"runtime {entry.key.principal} has no runtime_id")
             if entry.role == "launcher" and entry.runtime_id is None:
@@ -118,11 +157,19 @@ class KeyRegistry:
                     )
                 bus_users.add(entry.nats_user)
             principals[key.key_id] = Principal(entry, key)
-        return cls(principals)
+        return cls(principals, retired)
 
     def trusted(self, role: Role) -> dict[str, VerifyKey]:
         """Keys of one role: a signature by any other key does not count."""
         return {kid: p.verify_key for kid, p in self.principals.items() if p.entry.role == role}
+
+    def evidence_keys(self, role: Role) -> dict[str, VerifyKey]:
+        """Keys of one role whose signatures count on evidence made before now: the
+        active ones and the retired ones. Only for checking what is already recorded
+        (a ledger's checkpoints); a new message is verified with :meth:`trusted`."""
+        return self.trusted(role) | {
+            kid: p.verify_key for kid, p in self.retired.items() if p.entry.role == role
+        }
 
     def principal(self, key_id: str) -> Principal | None:
         return self.principals.get(key_id)
@@ -168,5 +215,7 @@ def entry_for(
     )
 
 
-def encode_registry(entries: tuple[RegistryEntry, ...]) -> bytes:
-    return msgspec.json.encode(RegistryFile(schema=REGISTRY_SCHEMA, entries=entries))
+def encode_registry(
+    entries: tuple[RegistryEntry, ...], retired: tuple[RegistryEntry, ...] = ()
+) -> bytes:
+    return msgspec.json.encode(RegistryFile(REGISTRY_SCHEMA, entries, retired))

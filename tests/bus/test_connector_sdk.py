@@ -407,6 +407,40 @@ def test_runner_refuses_bad_configuration(nc: Client, connector_key: SigningKey)
         )
 
 
+async def test_a_runner_takes_the_gate_keys_of_a_new_release_without_a_restart(
+    js: JetStreamContext,
+    gate_key: SigningKey,
+    inbox: ReportInbox,
+    make_runner: MakeRunner,
+) -> None:
+    """A gate key rotation (docs/OPERATIONS.md, "Key rotation"): once the runner has
+    the new release's keys, an order the new key signed executes; once the old key
+    is retired, an order it signed is refused, and the connector never acts on it."""
+    connector = Recorder()
+    runner = make_runner(connector)
+    new = generate_signing_key()
+    with pytest.raises(ValueError, match="no gate keys"):
+        runner.trust_gate_keys({})
+    with pytest.raises(ValueError, match="not its own"):
+        runner.trust_gate_keys({gate_key.key_id: new.verify_key})
+    async with running(runner):
+        runner.trust_gate_keys({gate_key.key_id: gate_key.verify_key, new.key_id: new.verify_key})
+        by_new = make_order(CID, arguments={"n": 1})
+        await publish_order(js, by_new, new)
+        first = await inbox.next()
+        runner.trust_gate_keys({new.key_id: new.verify_key})
+        by_old = make_order(CID, arguments={"n": 2})
+        await publish_order(js, by_old, gate_key)
+        second = await inbox.next()
+    assert (first.order_id, first.status) == (by_new.order_id, "confirmed")
+    assert (second.order_id, second.status, second.reason_code) == (
+        by_old.order_id,
+        "failed",
+        "unknown_signer",
+    )
+    assert connector.calls == [by_new.order_id]
+
+
 # --- the idempotency record ---------------------------------------------------
 
 

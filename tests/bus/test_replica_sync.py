@@ -171,7 +171,7 @@ async def test_a_sync_message_without_the_gates_mac_changes_nothing(
     )
     # then one the gates' key authenticates, on the same subscription: once it is
     # applied, the two before it were read, and ignored
-    auth = StageAuth.from_seed(state.key("gate").seed())
+    auth = StageAuth.from_tenant_key(state.pseudonym_key())
     note = msgspec.json.encode({"runtime_id": RUNTIME_ID, "tool_call_id": "smfc" + "3" * 24})
     subject = f"{names.GATE_SYNC_PREFIX}.call"
     await operator.publish(

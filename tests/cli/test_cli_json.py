@@ -576,6 +576,21 @@ def check_approver_remove(out: cli_json.ApproverRemoveJson, _: World) -> None:
     adopted(out.release)
 
 
+def check_key_rotate(out: cli_json.KeyRotateJson, world: World) -> None:
+    assert (out.principal, out.role) == ("operator", "operator")
+    assert out.old_key_id == world.state.key("operator").key_id
+    full(KEY_ID, out.new_key_id)
+    assert out.nats_user == world.state.bus_user("operator")  # the credential moved as it is
+    adopted(out.release)
+
+
+def check_key_retire(out: cli_json.KeyRetireJson, world: World) -> None:
+    assert out.retired_key_id == world.state.key("operator").key_id
+    assert len(out.active_key_ids) == 1
+    assert out.retired_key_id not in out.active_key_ids
+    adopted(out.release)
+
+
 CANDIDATE = (
     *("--repo", "{work}/candidate-repo", "--key", "{state}/keys/release-signer.key"),
     *("--out", "{work}/candidate-out"),
@@ -1103,6 +1118,25 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
         Case((STEADY_TEST, "--runs", "2", "--burners", "1"), check=check_repeat),
         Case((STEADY_TEST, "--runs", "0"), 2, None),
     ),
+    # Last: the operator's signing key rotates (nothing after this signs as the operator).
+    ("keys", "rotate"): (
+        Case(
+            ("--id", "operator", "--public-key", "{work}/operator-next.pub.json", *RELEASE_KEY),
+            check=check_key_rotate,
+        ),
+        Case(
+            ("--id", "operator", "--public-key", "{work}/operator-next.pub.json", *RELEASE_KEY),
+            1,
+            None,
+        ),
+    ),
+    ("keys", "retire"): (
+        Case(
+            ("--id", "operator", "--key-id", "{operator_key_id}", *RELEASE_KEY),
+            check=check_key_retire,
+        ),
+        Case(("--id", "operator", "--key-id", "{operator_key_id}", *RELEASE_KEY), 1, None),
+    ),
 }
 """Cases run in this order (a later one may use what an earlier one wrote): per
 command, a success and, where it can refuse, a refusal."""
@@ -1154,6 +1188,8 @@ def scratch(world: World) -> Iterator[dict[str, str]]:
     fake_project(work / "candidate-repo")
     approver = public_record(generate_signing_key(), "attorney-json")
     (work / "attorney-json.pub.json").write_bytes(msgspec.json.encode(approver))
+    operator = public_record(generate_signing_key(), "operator")
+    (work / "operator-next.pub.json").write_bytes(msgspec.json.encode(operator))
     dead, dead_http = reserve_port(), reserve_port()
     try:
         yield {
@@ -1166,6 +1202,7 @@ def scratch(world: World) -> Iterator[dict[str, str]]:
             "dead": f"nats://127.0.0.1:{dead.port}",
             "dead_http": f"http://127.0.0.1:{dead_http.port}",
             "approver_user": public_user(new_user_seed()),
+            "operator_key_id": world.state.key("operator").key_id,
         }
     finally:
         dead.close()

@@ -148,6 +148,16 @@ STATE_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
         *("--id", "paralegal-pat", "--release-key", "{state}/keys/release-signer.key"),
         *("--state-dir", "{state}", "--no-wait"),
     ),
+    ("keys", "rotate"): (
+        *("--id", "operator", "--public-key", "{work}/operator-next.pub.json"),
+        *("--release-key", "{state}/keys/release-signer.key", "--state-dir", "{state}"),
+        "--no-wait",
+    ),
+    ("keys", "retire"): (  # the demo's principals have one key each: refused, in one line
+        *("--id", "operator", "--key-id", "ed25519:00"),
+        *("--release-key", "{state}/keys/release-signer.key", "--state-dir", "{state}"),
+        "--no-wait",
+    ),
 }
 """A sound call of each command that reads or writes a state directory."""
 
@@ -341,6 +351,8 @@ def work(tmp_path: Path, demo_state: Path) -> Path:
     (tmp_path / "garbage").write_bytes(GARBAGE)
     approver = public_record(generate_signing_key(), "attorney-careless")
     (tmp_path / "attorney-careless.pub.json").write_bytes(msgspec.json.encode(approver))
+    operator = public_record(generate_signing_key(), "operator")
+    (tmp_path / "operator-next.pub.json").write_bytes(msgspec.json.encode(operator))
     (tmp_path / "notify.toml").write_text(
         'console_url = "https://console.example/"\n[tenants.tenant-acme.approvers]\n'
     )

@@ -308,11 +308,20 @@ class _Running:
     result_stream: str | None = None
 
 
+def _checked_gate_keys(gate_keys: Mapping[str, VerifyKey]) -> dict[str, VerifyKey]:
+    if not gate_keys:
+        raise ValueError("no gate keys: every order would be refused as unknown_signer")
+    if any(key_id != key.key_id for key_id, key in gate_keys.items()):
+        raise ValueError("a gate key is listed under an id that is not its own")
+    return dict(gate_keys)
+
+
 class ConnectorRunner:
     """Drives one :class:`Connector` from its durable pull consumer.
 
     ``gate_keys`` are the keys allowed to sign orders (``KeyRegistry.trusted
-    ("gate")``); ``signing_key`` is this connector's key, which signs reports.
+    ("gate")`` of the release in force; :meth:`trust_gate_keys` takes a new
+    release's); ``signing_key`` is this connector's key, which signs reports.
     ``state_dir`` holds ``<connector_id>.sqlite3`` (the idempotency record) and
     its lock. The runner does not own ``nc``.
     """
@@ -329,10 +338,7 @@ class ConnectorRunner:
         config: RunnerConfig | None = None,
         clock: Clock = wall_clock_ms,
     ) -> None:
-        if not gate_keys:
-            raise ValueError("no gate keys: every order would be refused as unknown_signer")
-        if any(key_id != key.key_id for key_id, key in gate_keys.items()):
-            raise ValueError("a gate key is listed under an id that is not its own")
+        self._gate_keys = _checked_gate_keys(gate_keys)
         self.subject: Final = execute_subject(connector_id)
         self.result_subject: Final = result_subject(connector_id)
         self.connector_id: Final = connector_id
@@ -343,7 +349,6 @@ class ConnectorRunner:
         self._nc = nc
         self._connector = connector
         self._signing_key = signing_key
-        self._gate_keys = dict(gate_keys)
         self._state_dir = state_dir
         self._clock = clock
         self._stopping = asyncio.Event()
@@ -352,6 +357,14 @@ class ConnectorRunner:
     def stop(self) -> None:
         """Finish the message in hand, then return from :meth:`run`."""
         self._stopping.set()
+
+    def trust_gate_keys(self, gate_keys: Mapping[str, VerifyKey]) -> None:
+        """Verify the orders from the next one on with ``gate_keys``: those of the
+        release in force. A gate key a rotation added is trusted without a restart,
+        and one it retired no more (docs/OPERATIONS.md, "Key rotation"); refused
+        as at the start when empty or listing a key under another id."""
+        self._gate_keys = _checked_gate_keys(gate_keys)
+        self._log.info("connector.gate_keys_followed", keys=len(self._gate_keys))
 
     async def run(self) -> None:
         """Consume orders until :meth:`stop` or cancellation.

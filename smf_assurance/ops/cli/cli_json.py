@@ -1115,6 +1115,34 @@ class ApproverRemoveJson(CliJson, kw_only=True):
     release: Annotated[ReleasePublishJson, _("the release without it, and the gates' word")]
 
 
+class KeyRotateJson(CliJson, kw_only=True):
+    """``keys rotate --json``; printed also when the gates refused or did not adopt the
+    release (exit 1)."""
+
+    principal: Annotated[Principal, _("the principal given a second key")]
+    role: Annotated[Role, _("its role, the same for both keys")]
+    old_key_id: Annotated[KeyId, _("the key it had, trusted until `keys retire`")]
+    new_key_id: Annotated[KeyId, _("the key added")]
+    nats_user: Annotated[
+        NkeyUser | None, _("the new key's bus credential (none: the principal has none)")
+    ]
+    policies_from: Annotated[PoliciesFrom, _("prior (carried forward) or corpus")]
+    release: Annotated[
+        ReleasePublishJson, _("the release that names both keys, and the gates' word")
+    ]
+
+
+class KeyRetireJson(CliJson, kw_only=True):
+    """``keys retire --json``; printed also when the gates refused or did not adopt the
+    release (exit 1)."""
+
+    principal: Annotated[Principal, _("the principal")]
+    retired_key_id: Annotated[KeyId, _("the key retired: it signs nothing more")]
+    active_key_ids: Annotated[tuple[KeyId, ...], _("the principal's keys still trusted")]
+    policies_from: Annotated[PoliciesFrom, _("prior (carried forward) or corpus")]
+    release: Annotated[ReleasePublishJson, _("the release that retires it, and the gates' word")]
+
+
 class DoctorCheckJson(CliJson, kw_only=True):
     """One check of ``doctor``."""
 
@@ -1187,6 +1215,8 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("model-gateway", "list"): (ModelGatewayListJson,),
     ("model-gateway", "serve"): (ModelGatewayServeJson,),
     ("keys", "nkey"): (BusUserJson,),
+    ("keys", "rotate"): (KeyRotateJson,),
+    ("keys", "retire"): (KeyRetireJson,),
     ("runtime", "add"): (RuntimeAddJson,),
     ("runtime", "remove"): (RuntimeRemoveJson,),
     ("runtime", "confine"): (RuntimeConfineJson,),

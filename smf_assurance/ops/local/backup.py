@@ -680,7 +680,7 @@ async def _restore_streams(
                 nc.jetstream(), staged.ledger.with_name(staged.ledger.stem + ".streams.json")
             )
             step("ledger verify")
-            trusted = load_registry(staged.registry).trusted("gate")
+            trusted = load_registry(staged.registry).evidence_keys("gate")
             try:
                 external = await read_checkpoints(nc.jetstream(), names.DEFAULT_GATE_NAME)
             except (NatsError, TimeoutError):

@@ -198,12 +198,14 @@ async def start_stack(
 
     The embedded server runs with authorization on: generated from
     the state's registry before it starts, and again from the registry of every
-    release the gate switches to, reloaded without a restart.
+    release the gate switches to, reloaded without a restart. The connectors take
+    the gate keys of every release the gate switches to (:func:`connectors_follow`).
     """
     server = None
     if nats_url is None:
         server = start_embedded_server(state)
         nats_url = server.url
+    runners: list[ConnectorRunner] = []
     try:
         config = gate_config(state, nats_url, co_located=co_located, cluster=cluster, clock=clock)
         if gate_name is not None:
@@ -212,6 +214,9 @@ async def start_stack(
             config = dataclasses.replace(
                 config, on_release=both(config.on_release, follow_releases(state, server))
             )
+        config = dataclasses.replace(
+            config, on_release=both(config.on_release, connectors_follow(runners))
+        )
         gate = await start_gate(config)
     except BaseException:
         if server is not None:
@@ -221,6 +226,7 @@ async def start_stack(
     if with_connectors:
         try:
             stack.connectors = await start_connectors(state, nats_url)
+            runners.extend(stack.connectors.runners)
         except BaseException:
             await stack.stop()
             raise
@@ -273,6 +279,19 @@ def follow_releases(
                 changed = True
         if changed:
             log.info("bus_authorization_followed_release", release_id=release.release_id)
+
+    return follow
+
+
+def connectors_follow(runners: list[ConnectorRunner]) -> Callable[[VerifiedRelease], None]:
+    """Give the connectors the gate keys of the release in force (``runners``, filled
+    once they started): a gate key ``keys rotate`` added signs orders they take, and
+    one ``keys retire`` retired signs none, without a restart."""
+
+    def follow(release: VerifiedRelease) -> None:
+        keys = release.registry.trusted("gate")
+        for runner in runners:
+            runner.trust_gate_keys(keys)
 
     return follow
 

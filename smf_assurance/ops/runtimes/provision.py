@@ -176,7 +176,7 @@ def register_runtime(
         key, principal, "runtime", runtime_id=runtime_id, nats_user=state.bus_user(principal)
     )
     updated = with_runtime_entry(current, entry)
-    write_private(state.registry, encode_registry(updated.entries))
+    write_private(state.registry, encode_registry(updated.entries, updated.retired))
     settings = with_attestation(read_attestation_file(state), runtime_id, setting)
     _write_atomic(attestation_settings_path(state), msgspec.json.encode(settings))
     return state.key_path(principal)
@@ -196,7 +196,8 @@ def provision_launcher(state: StateDir, runtime_id: str) -> str:
         runtime_id=runtime_id,
         nats_user=state.bus_user(principal),
     )
-    write_private(state.registry, encode_registry(with_runtime_entry(current, entry).entries))
+    updated = with_runtime_entry(current, entry)
+    write_private(state.registry, encode_registry(updated.entries, updated.retired))
     if state.key_path(RELEASE_SIGNER).exists():
         refresh_demo_release(state)
     return principal

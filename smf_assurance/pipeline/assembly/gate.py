@@ -431,9 +431,11 @@ async def _check_state(config: GateConfig, js: JetStreamContext, deployment: Str
     (``smf_assurance.pipeline.stores.state_check``): the files against themselves,
     the ledger against the newest checkpoint this gate signed on the bus (all of them
     when that one does not verify: junk on the stream is skipped, never trusted), the
-    claims and approvals against the ledger, and their modes."""
+    claims and approvals against the ledger, and their modes. A gate key the
+    registry retired still counts: it signed this ledger's checkpoints before the
+    rotation (``KeyRegistry.evidence_keys``)."""
     trusted = {
-        **config.registry.trusted("gate"),
+        **config.registry.evidence_keys("gate"),
         config.gate_key.key_id: config.gate_key.verify_key,
     }
     try:
@@ -502,7 +504,7 @@ async def _assemble(
         normalize=NormalizeStage(config.mapper_tables, holds=holds.view),
         evaluate=evaluate,
         dispatch=DispatchStage(js, config.gate_key, config.clock, config.order_ttl_ms),
-        auth=StageAuth.from_seed(config.gate_key.seed()),
+        auth=StageAuth.from_tenant_key(config.tenant_key),
     )
     normalize, evaluate_client, dispatch = stages.clients(nc, config.co_located)
     settings = GateSettings(

@@ -639,6 +639,15 @@ test("a registry's gate keys: role gate only; the registry is checked as Python 
   const withLauncher = registryDoc([{ key: GATE, role: "gate", principal: "gate" }, { ...launcher, extra: { runtime_id: "openclaw-demo" } }]);
   assert.deepEqual([...gateKeysOf(withLauncher).keys()], [GATE.keyId]);
   assert.equal(code(registryDoc([{ key: GATE, role: "gate", principal: "gate" }, launcher])), "smf_registry_invalid"); // a launcher names its runtime
+  // a rotation's retired gate key: listed for the evidence it signed, never trusted
+  const oldGate = SigningKey.fromSeed(Buffer.alloc(32, 6));
+  const retiredEntry = { ...gateEntry, key: { ...(gateEntry.key as object), key_id: oldGate.keyId, public_key: oldGate.publicBytes.toString("base64") } };
+  assert.deepEqual([...gateKeysOf({ ...good, retired: [retiredEntry] }).keys()], [GATE.keyId]);
+  assert.equal(code({ ...good, retired: [gateEntry] }), "smf_registry_invalid"); // one key, active and retired
+  assert.equal(code({ ...good, retired: [{ ...retiredEntry, nats_user: "U" + "A".repeat(55) }] }), "smf_registry_invalid");
+  assert.equal(code({ ...good, retired: [{ ...retiredEntry, extra: 1 }] }), "smf_registry_invalid");
+  assert.equal(code({ ...good, retired: {} }), "smf_registry_invalid");
+  assert.equal(code({ ...good, entries: [(good.entries as unknown[])[1]], retired: [gateEntry] }), "smf_gate_keys_missing");
 });
 
 test("trustRootFile: no registryFile any more; missing, unreadable or invalid trust root refuses", () => {

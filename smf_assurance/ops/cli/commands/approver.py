@@ -20,72 +20,27 @@ refuse its signatures and the bus its connection.
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
 import re
-from pathlib import Path
 from typing import Final
 
 import msgspec
-import nkeys
 
 from smf_assurance.ops.cli.cli_json import ApproverAddJson, ApproverRemoveJson
 from smf_assurance.ops.cli.commands.onboard import (
     authority_of,
+    checked_bus_user,
     finish,
+    read_public_record,
     refusals_in_one_line,
     sign_and_publish,
     state_of,
 )
 from smf_assurance.ops.local.onboarding import Changes, OnboardingError, read_registry, state_lock
-from smf_assurance.subjects.keys import KeyFileError, PublicKeyRecord, verify_key_from_record
 from smf_assurance.subjects.names import SubjectError, token
 from smf_assurance.subjects.registry import RegistryEntry
 
-MAX_RECORD_BYTES: Final = 64 * 1024
 ROLE: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")
 """A licensed role, in the words the policies' ``required_roles`` use."""
-USER: Final = re.compile(r"U[A-Z2-7]{55}")
-
-
-def read_public_record(path: Path) -> PublicKeyRecord:
-    """The approver's public record, checked (its key id is its key's); a private key
-    file is refused, so no approver's secret passes through the operator's seat."""
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_RECORD_BYTES + 1)
-    except OSError as exc:
-        raise OnboardingError(f"--public-key: cannot read {path}: {exc.strerror}") from exc
-    try:
-        document = msgspec.json.decode(data)
-    except msgspec.DecodeError:
-        document = None
-    if isinstance(document, dict) and "secret_seed" in document:
-        raise OnboardingError(
-            f"--public-key {path} is a PRIVATE key: hand over only its public record "
-            "(`smf-assurance keys public --key FILE --json`), and keep this file where it was"
-        )
-    if len(data) > MAX_RECORD_BYTES:
-        raise OnboardingError(f"--public-key {path} is not a public key record (too large)")
-    try:
-        record = msgspec.json.decode(data, type=PublicKeyRecord)
-        verify_key_from_record(record)
-    except (msgspec.DecodeError, KeyFileError) as exc:
-        raise OnboardingError(f"--public-key {path} is not a public key record: {exc}") from exc
-    return record
-
-
-def checked_bus_user(text: str) -> str:
-    """A NATS user public key: ``U``, 55 base32 characters, a checksum that holds."""
-    if not USER.fullmatch(text):
-        raise OnboardingError(f"--bus-user: {text!r} is not a NATS user public key (U...)")
-    try:
-        raw = base64.b32decode(text + "=" * (-len(text) % 8))
-    except (binascii.Error, ValueError):
-        raise OnboardingError(f"--bus-user: {text!r} is not base32") from None
-    if raw[0] != nkeys.PREFIX_BYTE_USER or nkeys.crc16_checksum(raw[:-2]) != raw[-2:]:
-        raise OnboardingError(f"--bus-user: {text!r} has a wrong checksum or prefix")
-    return text
 
 
 def _tenants(given: list[str]) -> tuple[str, ...]:

@@ -10,9 +10,10 @@ a file ``ledger checkpoints`` wrote. The report says how many external
 checkpoints it had, so "ok" is never read as more than it proves.
 
 Checkpoints are trusted only when signed by a gate key named in a registry
-(``--state-dir``, or ``--key`` pointing at a registry) or in a public key
-record (``--key``); a private key file is refused, because a verifier never
-needs one.
+(``--state-dir``, or ``--key`` pointing at a registry; a key the registry has
+retired counts, since it signed before its rotation:
+``KeyRegistry.evidence_keys``) or in a public key record (``--key``); a private
+key file is refused, because a verifier never needs one.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def trusted_gate_keys(key: Path | None, state_dir: Path | None) -> dict[str, Ver
 
 def _registry_gate_keys(path: Path) -> dict[str, VerifyKey]:
     try:
-        keys = load_registry(path).trusted("gate")
+        keys = load_registry(path).evidence_keys("gate")
     except RegistryError as exc:
         fail(first_line(exc))
     if not keys:

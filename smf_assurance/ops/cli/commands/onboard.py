@@ -19,10 +19,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import binascii
 import functools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
+
+import msgspec
+import nkeys
 
 from smf_assurance.governance.releases import ReleaseError
 from smf_assurance.ops.cli.cli_json import CliJson, PoliciesFrom, ReleasePublishJson
@@ -51,9 +58,53 @@ from smf_assurance.ops.local.onboarding import (
 from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects.bus_access import BusCredential
 from smf_assurance.subjects.clock import wall_clock_ms
+from smf_assurance.subjects.keys import KeyFileError, PublicKeyRecord, verify_key_from_record
 from smf_assurance.subjects.registry import RegistryFile
 
 DEFAULT_RUNTIME_BUS: Final = "nats://127.0.0.1:4222"
+MAX_RECORD_BYTES: Final = 64 * 1024
+USER: Final = re.compile(r"U[A-Z2-7]{55}")
+
+
+def read_public_record(path: Path) -> PublicKeyRecord:
+    """A principal's public record (an approver's, a rotation's new key), checked: its
+    key id is its key's. A private key file is refused, so no principal's secret passes
+    through the operator's seat."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_RECORD_BYTES + 1)
+    except OSError as exc:
+        raise OnboardingError(f"--public-key: cannot read {path}: {exc.strerror}") from exc
+    try:
+        document = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        document = None
+    if isinstance(document, dict) and "secret_seed" in document:
+        raise OnboardingError(
+            f"--public-key {path} is a PRIVATE key: hand over only its public record "
+            "(`smf-assurance keys public --key FILE --json`), and keep this file where it was"
+        )
+    if len(data) > MAX_RECORD_BYTES:
+        raise OnboardingError(f"--public-key {path} is not a public key record (too large)")
+    try:
+        record = msgspec.json.decode(data, type=PublicKeyRecord)
+        verify_key_from_record(record)
+    except (msgspec.DecodeError, KeyFileError) as exc:
+        raise OnboardingError(f"--public-key {path} is not a public key record: {exc}") from exc
+    return record
+
+
+def checked_bus_user(text: str) -> str:
+    """A NATS user public key: ``U``, 55 base32 characters, a checksum that holds."""
+    if not USER.fullmatch(text):
+        raise OnboardingError(f"--bus-user: {text!r} is not a NATS user public key (U...)")
+    try:
+        raw = base64.b32decode(text + "=" * (-len(text) % 8))
+    except (binascii.Error, ValueError):
+        raise OnboardingError(f"--bus-user: {text!r} is not base32") from None
+    if raw[0] != nkeys.PREFIX_BYTE_USER or nkeys.crc16_checksum(raw[:-2]) != raw[-2:]:
+        raise OnboardingError(f"--bus-user: {text!r} has a wrong checksum or prefix")
+    return text
 
 
 def refusals_in_one_line(

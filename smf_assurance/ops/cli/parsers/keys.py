@@ -1,4 +1,5 @@
-"""``keys``'s options; ``smf_assurance.ops.cli.commands.keys`` makes and reads the keys."""
+"""``keys``'s options; ``smf_assurance.ops.cli.commands.keys`` makes and reads the keys,
+``smf_assurance.ops.cli.commands.key_rotation`` rotates and retires them."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from smf_assurance.ops.cli.parsers import Handler
+from smf_assurance.ops.cli.parsers.onboard import add_release_arguments
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,3 +47,52 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     nkey.add_argument("--json", action="store_true", help="print the public user key as JSON")
     nkey.set_defaults(func=Handler("keys", "run_nkey"))
+
+    rotate = actions.add_parser(
+        "rotate",
+        help="give a principal a second key in a new signed release (both count until "
+        "`keys retire`)",
+        description="Add a second key for PRINCIPAL (the same role, runtime, tenants and "
+        "licensed roles as its key now) in the next release signed with the operator's "
+        "release keys. Both keys are trusted until `keys retire` retires one, so whoever "
+        "holds the principal switches to the new key with nothing refused meanwhile "
+        "(docs/OPERATIONS.md, 'Key rotation'). Only the public half is taken: "
+        "--public-key is `keys public --json` of the new key.",
+    )
+    rotate.add_argument(
+        "--id", required=True, dest="principal", help="the principal whose key is rotated"
+    )
+    rotate.add_argument(
+        "--public-key",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="the new key's public record (smf.ed25519.public/1, from `keys public --json`)",
+    )
+    rotate.add_argument(
+        "--bus-user",
+        metavar="UXXX...",
+        help="a new bus credential for the new key (from `keys nkey`); without it the new "
+        "key takes over the principal's bus credential as it is",
+    )
+    add_release_arguments(rotate)
+    rotate.set_defaults(func=Handler("key_rotation", "run_rotate"))
+
+    retire = actions.add_parser(
+        "retire",
+        help="retire a principal's old key in a new signed release: it signs nothing more",
+        description="Retire one of PRINCIPAL's two keys in the next release: no receiver "
+        "trusts it for a new message and the bus drops its credential, while what it "
+        "signed before (a gate's ledger checkpoints) still verifies. Refused for a "
+        "principal's only key, and for a gate key a gate still signs with (asked on "
+        "--nats; without it, this state's own gate key). A key that may have leaked is "
+        "removed, not retired (`runtime remove`, `approver remove`).",
+    )
+    retire.add_argument(
+        "--id", required=True, dest="principal", help="the principal whose old key is retired"
+    )
+    retire.add_argument(
+        "--key-id", required=True, metavar="KEY_ID", help="the key to retire (ed25519:...)"
+    )
+    add_release_arguments(retire)
+    retire.set_defaults(func=Handler("key_rotation", "run_retire"))

@@ -15,6 +15,10 @@
  * the id derived from its public key (TUF, "File formats": one key, one id),
  * the same key twice, a runtime or a launcher without `runtime_id`, a connector without
  * `connector_id`, and a registry that names no gate key at all.
+ *
+ * `retired` lists keys a rotation retired (Python's `RegistryFile.retired`): they
+ * stay for the evidence they signed before, so they are checked as entries are
+ * and must hold no bus credential, but the plugin never trusts one.
  */
 
 import { VerifyKey } from "./keys.js";
@@ -64,10 +68,20 @@ export function publicKey(value: unknown, what: string): VerifyKey {
 
 /** The `gate` keys of a parsed registry document, by key id; throws {@link RegistryError}. */
 export function gateKeysOf(doc: unknown): Map<string, VerifyKey> {
-  const registry = exact(doc, ["schema", "entries"], ["schema", "entries"], "registry");
+  const registry = exact(doc, ["schema", "entries", "retired"], ["schema", "entries"], "registry");
   if (registry.schema !== REGISTRY_SCHEMA) invalid(`registry.schema is not ${REGISTRY_SCHEMA}`);
   if (!Array.isArray(registry.entries)) invalid("registry.entries is not a list");
+  const retired = registry.retired ?? [];
+  if (!Array.isArray(retired)) invalid("registry.retired is not a list");
   const seen = new Set<string>();
+  retired.forEach((item: unknown, i: number) => {
+    const what = `registry.retired[${i}]`;
+    const entry = exact(item, ENTRY_FIELDS, ["key", "role"], what);
+    const key = publicKey(entry.key, `${what}.key`);
+    if (seen.has(key.keyId)) invalid(`key ${key.keyId} is registered twice`);
+    seen.add(key.keyId);
+    if (entry.nats_user !== undefined && entry.nats_user !== null) invalid(`${what}: a retired key holds a bus credential`);
+  });
   const gate = new Map<string, VerifyKey>();
   registry.entries.forEach((item: unknown, i: number) => {
     const what = `registry.entries[${i}]`;
