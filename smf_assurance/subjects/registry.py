@@ -175,6 +175,42 @@ class KeyRegistry:
         return self.principals.get(key_id)
 
 
+class FollowedRegistry:
+    """A registry file, read again whenever it changes (its mtime or size).
+
+    For the long-running readers of a registry file (the console's roster, the model
+    gateway's gate and gateway keys), so that ``keys rotate``, ``keys retire`` or
+    ``approver add`` take effect without a restart. A file that cannot be read or
+    does not check names nobody: fail closed, never the last good one kept. The
+    reason is told to :meth:`refused` (a reader logs it) each time it is found.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp: tuple[int, int] | None = None
+        self._registry = KeyRegistry({})
+
+    def current(self) -> KeyRegistry:
+        try:
+            stat = self.path.stat()
+        except OSError:
+            self._stamp, self._registry = None, KeyRegistry({})
+            self.refused("unreadable", None)
+            return self._registry
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if stamp != self._stamp:
+            self._stamp = stamp
+            try:
+                self._registry = load_registry(self.path)
+            except RegistryError as exc:
+                self._registry = KeyRegistry({})
+                self.refused("invalid", str(exc))
+        return self._registry
+
+    def refused(self, why: Literal["unreadable", "invalid"], detail: str | None) -> None:
+        """The file names nobody now, and ``why``: for a subclass to log."""
+
+
 def load_registry(path: Path) -> KeyRegistry:
     try:
         data = path.read_bytes()

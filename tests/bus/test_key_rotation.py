@@ -18,7 +18,12 @@ operator runs them (``keys rotate``/``keys retire`` with the state's release key
   signed by either key are decided; after ``keys retire`` one signed by the old
   key is refused ``unknown_signer`` while the new key's is allowed, and the
   generated bus authorization no longer names the old credential.
-- **Refusals** leave the registry's bytes as they were.
+- **Who follows without a restart:** ``up``'s connectors (an order the new gate
+  key signed deletes a document, one the retired key signed deletes nothing) and
+  the model gateway (the gate keys of its registry file as it is now).
+- **The release signer**, to a spare key the trust root names: a release it
+  signed revokes the old key; a later one the old key signed is refused.
+- **Refusals** leave the registry's bytes and the release inbox as they were.
 
 Does not prove: the switch of a real Hermes or OpenClaw runtime (their adapters
 read the gate keys of the release in force: ``adapters/hermes/release.py``,
@@ -53,9 +58,10 @@ from smf_assurance.governance.releases import (
 )
 from smf_assurance.ops.cli.main import main
 from smf_assurance.ops.local.bus_auth import new_user_seed, public_user
+from smf_assurance.ops.local.model_gateway import gateway_config, set_upstream
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.stack import gate_config, seed_demo_documents, start_stack
-from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir
+from smf_assurance.ops.local.state import ADAPTER_ID, MODEL_GATEWAY, RUNTIME_ID, StateDir
 from smf_assurance.pipeline.assembly import ClusterSettings, RunningGate, start_gate
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.clock import wall_clock_ms
@@ -348,6 +354,37 @@ async def test_the_release_signer_rotates_to_the_spare_key_the_trust_root_names(
     assert (verdict.outcome, verdict.release_id) == ("allow", switched.release_id)
 
 
+@pytest.mark.claim("protected-evidence.key-rotation")
+def test_the_model_gateway_believes_the_gate_keys_of_the_registry_as_it_is_now(
+    state: StateDir, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The model gateway verifies the gates' answers with the keys of its registry
+    file as it is now: a gate key ``keys rotate`` added counts, a retired one no
+    more, without a restart; a registry that no longer checks trusts nobody."""
+    set_upstream(state, "http://127.0.0.1:9/v1", "local-model")
+    config = gateway_config(state, "nats://127.0.0.1:4222")
+    old = state.key("gate")
+    gateway = state.key(MODEL_GATEWAY).key_id
+    assert config.call_context_keys is not None
+    assert set(config.gate_keys()) == {old.key_id}
+    assert set(config.call_context_keys()) == {gateway}
+    new, public = new_key(tmp_path, "gate")
+    code, _, err = run(["keys", *rotate_args(public, "gate"), *release_args(state)], capsys)
+    assert code == 0, err
+    assert set(config.gate_keys()) == {old.key_id, new.key_id}
+    state.key_path("gate").unlink()
+    write_private_key(state.key_path("gate"), new, "gate")
+    retire = ["keys", "retire", "--id", "gate", "--key-id", old.key_id]
+    code, _, err = run([*retire, *release_args(state)], capsys)
+    assert code == 0, err
+    assert set(config.gate_keys()) == {new.key_id}
+    state.registry.write_bytes(b"{}")
+    assert (config.gate_keys(), config.call_context_keys()) == ({}, {})
+    state.registry.unlink()
+    assert config.gate_keys() == {}
+
+
+@pytest.mark.claim("protected-evidence.key-rotation")
 async def test_ups_connectors_take_a_rotated_gate_key_without_a_restart(
     state: StateDir, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -14,14 +14,13 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Final, Literal
 
 import msgspec
 import structlog
 
 from smf_assurance.subjects import dsse
-from smf_assurance.subjects.registry import KeyRegistry, Principal, RegistryError, load_registry
+from smf_assurance.subjects.registry import FollowedRegistry, Principal
 
 log = structlog.get_logger(__name__)
 
@@ -51,30 +50,14 @@ def entitled(principal: Principal, tenant_id: str, required_roles: Iterable[str]
     )
 
 
-class Roster:
+class Roster(FollowedRegistry):
     """The approver roster file, re-read whenever it changes; unreadable lists nobody."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._stamp: tuple[int, int] | None = None
-        self._registry = KeyRegistry({})
-
-    def current(self) -> KeyRegistry:
-        try:
-            stat = self.path.stat()
-        except OSError:
+    def refused(self, why: Literal["unreadable", "invalid"], detail: str | None) -> None:
+        if why == "unreadable":
             log.warning("console_roster_unreadable", path=str(self.path))
-            self._stamp, self._registry = None, KeyRegistry({})
-            return self._registry
-        stamp = (stat.st_mtime_ns, stat.st_size)
-        if stamp != self._stamp:
-            self._stamp = stamp
-            try:
-                self._registry = load_registry(self.path)
-            except RegistryError as exc:
-                log.warning("console_roster_invalid", path=str(self.path), error=str(exc))
-                self._registry = KeyRegistry({})
-        return self._registry
+        else:
+            log.warning("console_roster_invalid", path=str(self.path), error=detail)
 
     def approver(self, key_id: str, approver_id: str) -> Principal | None:
         """The roster's approver for this key, if it is still there under this name."""

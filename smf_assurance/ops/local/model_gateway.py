@@ -15,9 +15,10 @@ import os
 import secrets
 import ssl
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 import msgspec
+import structlog
 
 from smf_assurance.gateway.assembly import (
     GatewayFile,
@@ -33,10 +34,21 @@ from smf_assurance.gateway.server import (
 from smf_assurance.ops.local.state import MODEL_GATEWAY, StateDir
 from smf_assurance.subjects.envelope import Surface
 from smf_assurance.subjects.messages import ActorContext, DataFacts, ProposedDestination
-from smf_assurance.subjects.registry import load_registry
+from smf_assurance.subjects.registry import FollowedRegistry, load_registry
+
+log = structlog.get_logger(__name__)
 
 GATEWAY_FILE: Final = "model-gateway.json"
 TOKEN_SUFFIX: Final = ".gateway-token"  # noqa: S105 - a file name suffix
+
+
+class GatewayRegistry(FollowedRegistry):
+    """The state's registry as the model gateway reads it: again when the file changes;
+    a file that cannot be read or checked names nobody, so every gate answer is
+    refused until it is fixed (logged once per change)."""
+
+    def refused(self, why: Literal["unreadable", "invalid"], detail: str | None) -> None:
+        log.warning("model_gateway_registry_refused", path=str(self.path), why=why)
 
 
 def gateway_file(state: StateDir) -> Path:
@@ -171,19 +183,20 @@ def gateway_config(
 ) -> ModelGatewayConfig:
     """The gateway of ``state``: its own key and bus credential, the registry's gate
     keys (whose answers it believes) and gateway keys (whose call-context records it
-    reads), and ``model-gateway.json``."""
-    registry = load_registry(state.registry)
-    keys = registry.trusted("gate")
-    gateways = registry.trusted("gateway")
+    reads), and ``model-gateway.json``. The keys are those of the registry file as it
+    is now (:class:`GatewayRegistry`): a gate key ``keys rotate`` added is believed,
+    and one ``keys retire`` retired no more, without a restart."""
+    load_registry(state.registry)  # a start on a registry that does not check is refused
+    registry = GatewayRegistry(state.registry)
     return ModelGatewayConfig(
         servers=tuple(u.strip() for u in nats_url.split(",") if u.strip()),
         credential=state.existing_credential(MODEL_GATEWAY),
         key=state.key(MODEL_GATEWAY),
-        gate_keys=lambda: keys,
+        gate_keys=lambda: registry.current().trusted("gate"),
         settings_file=load_gateway_file(gateway_file(state)),
         host=host,
         port=port,
         gateway=settings or GatewaySettings(),
-        call_context_keys=lambda: gateways,
+        call_context_keys=lambda: registry.current().trusted("gateway"),
         tls=tls,
     )
