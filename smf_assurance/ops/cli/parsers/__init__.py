@@ -20,6 +20,10 @@ from typing import Final
 from smf_assurance.ops.local.defaults import NKEY_SUFFIX
 
 COMMANDS_PACKAGE: Final = "smf_assurance.ops.cli.commands"
+DEFAULT_ADOPTION_WAIT_SECONDS: Final = 15.0
+"""How long a command that publishes a release waits for the gates' word by default
+(``release publish``, and every group that signs one: ``parsers/onboard.py``); longer
+than a gate's inbox rescan (``release_tick_seconds``, 5 s by default)."""
 
 
 @dataclass(frozen=True, slots=True)

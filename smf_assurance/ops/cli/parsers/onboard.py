@@ -8,8 +8,7 @@ from pathlib import Path
 
 from smf_assurance.governance.lease import DEFAULT_LEASE_HOURS
 from smf_assurance.ops.cli.output import positive_float, positive_int
-from smf_assurance.ops.cli.parsers import add_credential_argument
-from smf_assurance.ops.cli.parsers.release import DEFAULT_ADOPTION_WAIT_SECONDS
+from smf_assurance.ops.cli.parsers import DEFAULT_ADOPTION_WAIT_SECONDS, add_credential_argument
 from smf_assurance.ops.local.defaults import PUBLISHER, default_state_dir
 
 

@@ -8,12 +8,13 @@ from pathlib import Path
 
 from smf_assurance.governance.lease import DEFAULT_LEASE_HOURS
 from smf_assurance.ops.cli.output import positive_float, positive_int
-from smf_assurance.ops.cli.parsers import Handler, add_credential_argument
+from smf_assurance.ops.cli.parsers import (
+    DEFAULT_ADOPTION_WAIT_SECONDS,
+    Handler,
+    add_credential_argument,
+)
 from smf_assurance.ops.cli.parsers.release_diff import add_diff_parser
 from smf_assurance.ops.local.defaults import PUBLISHER
-
-DEFAULT_ADOPTION_WAIT_SECONDS = 15.0
-"""Longer than a gate's inbox rescan (``release_tick_seconds``, 5 s by default)."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
