@@ -6,13 +6,10 @@ import argparse
 import os
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from smf_tools.mutation import record
-from smf_tools.mutation.focus import FocusError, derive
 from smf_tools.mutation.operators import mutants_of
 from smf_tools.mutation.reviewed import EQUIVALENT
 from smf_tools.mutation.runner import Run, run, selected
@@ -83,23 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="regenerate docs/MUTATION.md's table from docs/mutation-runs.json, run nothing",
     )
-    parser.add_argument(
-        "--derive",
-        action="store_true",
-        help="run tests/unit and tests/bus once under per-test coverage and write each "
-        "target's test files to smf_tools/mutation/focus.json (smf_tools.mutation.focus)",
-    )
     args = parser.parse_args(argv)
-    if args.derive:
-        with tempfile.TemporaryDirectory(prefix="smf-focus-") as workdir:
-            try:
-                found = derive(TARGETS, Path(workdir), max(1, args.jobs))
-            except FocusError as exc:
-                print(f"derive: {exc}", file=sys.stderr)
-                return 1
-        for name, files in found.items():
-            print(f"{name}: {', '.join(files) or '(none)'}")
-        return 0
     if args.save and args.match:
         parser.error("--save scores whole modules; it cannot be used with --match")
     if args.write_doc:

@@ -4,23 +4,18 @@ The trust core: smf_assurance/core (policy, predicates, evaluator, normalize,
 release_trust), the pure approval rules (``smf_assurance.core.approval_rules``),
 the claim paths of the stores, the model gateway's admission and tool-call
 accounting (gate and gateway side), and the ``subjects`` contract (canonical,
-keyed, dsse, envelope, approvals, release, bus_access). Each module is tested by the
-test files coverage picks for it (``smf_tools.mutation.focus``: for every mutant, the
-cheapest file whose tests run its line), so that the whole run stays practical.
+keyed, dsse, envelope, approvals, release, bus_access). Each module is tested by the few
+test files that test it directly, so that the whole run stays practical.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 """The repository root: module paths, test files and the pytest working directory."""
-FOCUS_FILE: Final = Path(__file__).with_name("focus.json")
-"""Each target's test files, derived from coverage (``smf_tools.mutation.focus``)."""
-FOCUS_SCHEMA: Final = "smf.mutation-focus/1"
 
 MIN_SCORE: Final = 90.0
 """Every module of the trust core at least 90 % killed."""
@@ -56,52 +51,70 @@ class Target:
 
 
 _FROZEN: Final = "tests/unit/test_frozen_contract.py"
-
-
-def _read_focus() -> dict[str, tuple[str, ...]]:
-    """The test files of each target, as ``python -m smf_tools.mutation --derive`` last
-    wrote them; none for a target it has not measured (the run then refuses it)."""
-    try:
-        document = json.loads(FOCUS_FILE.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(document, dict) or document.get("schema") != FOCUS_SCHEMA:
-        return {}
-    targets = document.get("targets")
-    if not isinstance(targets, dict):
-        return {}
-    return {str(name): tuple(str(f) for f in files) for name, files in targets.items()}
-
-
-_FOCUS: Final = _read_focus()
-
-
-def _focus(name: str) -> tuple[str, ...]:
-    return _FOCUS.get(name, ())
-
-
-_NOT_KV: Final = ("-k", "not kv")
-"""The store targets run the SQLite half of their contract tests."""
+_UNKNOWN_FIELDS: Final = "tests/bus/test_unknown_fields.py"
+_APPROVAL_STORE_TESTS: Final = (
+    "tests/bus/test_approval_store.py",
+    "tests/unit/test_approval_state_machine.py",
+    "tests/bus/test_approval_crossed.py",
+)
 
 TARGETS: Final[tuple[Target, ...]] = (
-    Target("policy", "smf_assurance.core.policy", _focus("policy")),
-    Target("predicates", "smf_assurance.core.predicates", _focus("predicates")),
-    Target("policy_index", "smf_assurance.core.policy_index", _focus("policy_index")),
-    Target("evaluator", "smf_assurance.core.evaluator", _focus("evaluator")),
-    Target("normalize", "smf_assurance.core.normalize", _focus("normalize")),
-    Target("release_trust", "smf_assurance.core.release_trust", _focus("release_trust")),
-    Target("approval_rules", "smf_assurance.core.approval_rules", _focus("approval_rules")),
+    Target(
+        "policy",
+        "smf_assurance.core.policy",
+        (
+            "tests/unit/test_policy_merge.py",
+            f"{_UNKNOWN_FIELDS}::test_a_decision_with_an_unknown_field_is_not_dispatched",
+            _FROZEN,
+        ),
+    ),
+    Target(
+        "predicates",
+        "smf_assurance.core.predicates",
+        ("tests/unit/test_predicates.py", "tests/unit/test_policy_index.py", _FROZEN),
+    ),
+    Target(
+        "policy_index",
+        "smf_assurance.core.policy_index",
+        ("tests/unit/test_policy_index.py", "tests/unit/test_evaluator.py", _FROZEN),
+    ),
+    Target(
+        "evaluator",
+        "smf_assurance.core.evaluator",
+        ("tests/unit/test_evaluator.py", "tests/unit/test_policy_merge.py", _FROZEN),
+    ),
+    Target(
+        "normalize",
+        "smf_assurance.core.normalize",
+        (
+            "tests/unit/test_normalize.py",
+            "tests/unit/test_vectors_messages.py",
+            f"{_UNKNOWN_FIELDS}::test_a_normalized_operation_with_an_unknown_field_is_not_evaluated",
+            _FROZEN,
+            "tests/bus/test_gate_holds.py::test_normalization_sets_the_hold_and_the_operation_hash_covers_it",
+        ),
+    ),
+    Target(
+        "release_trust",
+        "smf_assurance.core.release_trust",
+        ("tests/unit/test_release_trust.py", "tests/unit/test_release_restart.py", _FROZEN),
+    ),
+    Target(
+        "approval_rules",
+        "smf_assurance.core.approval_rules",
+        ("tests/unit/test_approval_rules.py", _FROZEN),
+    ),
     Target(
         "approval_store",
         "smf_assurance.pipeline.stores.approvals",
-        _focus("approval_store"),
+        _APPROVAL_STORE_TESTS,
         scope=("TRANSITIONS", "OPEN_STATES", "check_transition", "admit_binding"),
-        pytest_args=_NOT_KV,
+        pytest_args=("-k", "not kv"),
     ),
     Target(
         "approval_claim_sqlite",
         "smf_assurance.pipeline.stores.approvals_sqlite",
-        _focus("approval_claim_sqlite"),
+        _APPROVAL_STORE_TESTS,
         scope=(
             "_RESOLVE",
             "_CLAIM",
@@ -113,12 +126,12 @@ TARGETS: Final[tuple[Target, ...]] = (
             "SqliteApprovalStore._resolve",
             "SqliteApprovalStore.claim",
         ),
-        pytest_args=_NOT_KV,
+        pytest_args=("-k", "not kv"),
     ),
     Target(
         "claims_sqlite",
         "smf_assurance.pipeline.stores.claims",
-        _focus("claims_sqlite"),
+        ("tests/bus/test_claim_store.py", "tests/bus/test_order_book.py"),
         scope=(
             "_insert_claim",
             "_settle",
@@ -127,17 +140,26 @@ TARGETS: Final[tuple[Target, ...]] = (
             "ClaimStore.settle_beside",
             "ClaimStore.claim_and_record_beside",
         ),
-        pytest_args=_NOT_KV,
+        pytest_args=("-k", "not kv"),
     ),
     Target(
         "model_admission",
         "smf_assurance.pipeline.desks.model_admission",
-        _focus("model_admission"),
+        (
+            "tests/bus/test_model_gateway.py",
+            "tests/bus/test_model_gateway_instances.py",
+            "tests/bus/test_model_gateway_admission.py",
+            "tests/runtimes/test_confinement.py::test_the_model_gateways_admission_names_the_confinement",
+        ),
     ),
     Target(
         "gateway_admission",
         "smf_assurance.gateway.server",
-        _focus("gateway_admission"),
+        (
+            "tests/bus/test_model_gateway.py",
+            "tests/bus/test_model_gateway_instances.py",
+            "tests/bus/test_model_gateway_admission.py",
+        ),
         scope=(
             "ModelGateway._authenticate",
             "ModelGateway._admit",
@@ -146,24 +168,53 @@ TARGETS: Final[tuple[Target, ...]] = (
             "ModelGateway._note_nonce",
         ),
     ),
-    Target("tool_calls", "smf_assurance.pipeline.desks.tool_calls", _focus("tool_calls")),
-    Target("bus_access", "smf_assurance.subjects.bus_access", _focus("bus_access")),
-    Target("canonical", "smf_assurance.subjects.canonical", _focus("canonical")),
-    Target("keyed", "smf_assurance.subjects.keyed", _focus("keyed")),
-    Target("dsse", "smf_assurance.subjects.dsse", _focus("dsse")),
-    Target("envelope", "smf_assurance.subjects.envelope", _focus("envelope")),
-    Target("approvals", "smf_assurance.subjects.approvals", _focus("approvals")),
-    Target("release", "smf_assurance.subjects.release", _focus("release")),
+    Target(
+        "tool_calls",
+        "smf_assurance.pipeline.desks.tool_calls",
+        ("tests/bus/test_model_gateway_toolcalls.py", "tests/bus/test_tool_call_restart.py"),
+    ),
+    Target(
+        "bus_access",
+        "smf_assurance.subjects.bus_access",
+        (
+            "tests/unit/test_bus_access.py",
+            "tests/unit/test_bus_credential.py",
+            "tests/unit/test_tls.py",
+            "tests/bus/test_bus_permissions.py",
+            _FROZEN,
+        ),
+    ),
+    Target("canonical", "smf_assurance.subjects.canonical", ("tests/unit/test_canonical.py",)),
+    Target("keyed", "smf_assurance.subjects.keyed", ("tests/unit/test_keyed.py",)),
+    Target("dsse", "smf_assurance.subjects.dsse", ("tests/unit/test_dsse.py", _FROZEN)),
+    Target(
+        "envelope",
+        "smf_assurance.subjects.envelope",
+        ("tests/unit/test_envelope.py", "tests/unit/test_vectors_messages.py", _FROZEN),
+    ),
+    Target(
+        "approvals",
+        "smf_assurance.subjects.approvals",
+        (
+            "tests/unit/test_approval_rules.py",
+            "tests/unit/test_vectors_messages.py",
+            _UNKNOWN_FIELDS,
+            _FROZEN,
+        ),
+    ),
+    Target(
+        "release",
+        "smf_assurance.subjects.release",
+        ("tests/unit/test_release_trust.py", _UNKNOWN_FIELDS, _FROZEN),
+    ),
 )
 """The trust core: smf_assurance/core (the pure approval checks among them, in
 ``smf_assurance.core.approval_rules``), the claim paths of the stores, the gate's
 desks for the model gateway (admission, tool-call accounting) and the gateway's own
 admission (issue 40), and the ``subjects`` contract, bus permissions included. The
 store targets run the SQLite half of their contract tests (``-k "not kv"``); the
-JetStream KV backend is not in scope. Each target's test files are derived from
-coverage (``smf_tools.mutation.focus``, written to ``focus.json``): no list here is
-kept by hand. Every target with a ``frozen=`` flag among its mutants runs
-``test_frozen_contract.py``, which kills one flipped off."""
+JetStream KV backend is not in scope. Every target whose module defines a verified
+value type runs ``test_frozen_contract.py``, which kills a ``frozen=`` flipped off."""
 
 
 @dataclass(frozen=True, slots=True)

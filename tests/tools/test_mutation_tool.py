@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import json
-import subprocess
 import textwrap
 from pathlib import Path
 
@@ -22,11 +20,10 @@ import pytest
 
 from smf_tools.mutation import record
 from smf_tools.mutation.cli import main, report
-from smf_tools.mutation.focus import FROZEN_CONTRACT, POOL, choose, junit_seconds
 from smf_tools.mutation.operators import OPERATORS, Mutant, mutants_in, mutants_of
 from smf_tools.mutation.reviewed import EQUIVALENT
 from smf_tools.mutation.runner import Result, Run, Status, run
-from smf_tools.mutation.targets import FOCUS_FILE, ROOT, SMOKE, TARGETS, Smoke, Target
+from smf_tools.mutation.targets import SMOKE, TARGETS, Smoke, Target
 
 SAMPLE = Target("sample", "pkg.sample", ("tests/test_sample.py",))
 
@@ -394,57 +391,3 @@ def test_the_mutation_smoke_kills_each_security_critical_site(smoke: Smoke) -> N
     outcome = run([smoke.target], 1, [smoke.match])
     assert not outcome.broken, outcome.broken
     assert [r.status for r in outcome.results] in (["killed"], ["timeout"]), smoke.why
-
-
-# -- which tests each target runs: derived from coverage (smf_tools.mutation.focus) -------------
-
-
-def _at(line: int, original: str = "x") -> Mutant:
-    return dataclasses.replace(mutants("a = 1\n")[0], line=line, end_line=line, original=original)
-
-
-def test_each_mutant_gets_the_cheapest_file_that_runs_its_line() -> None:
-    contexts = {
-        1: ["tests/unit/test_a.py::test_fast|run", "tests/bus/test_b.py::test_slow|run"],
-        2: ["tests/bus/test_b.py::test_slow|run"],
-        3: [""],  # run at import only: no test is credited with it
-    }
-    seconds = {"tests/unit/test_a.py::test_fast": 0.1, "tests/bus/test_b.py::test_slow": 9.0}
-    assert choose([_at(1)], contexts, seconds) == ["tests/unit/test_a.py"]
-    assert choose([_at(1), _at(2)], contexts, seconds) == [
-        "tests/bus/test_b.py",
-        "tests/unit/test_a.py",
-    ]
-    assert choose([_at(3)], contexts, seconds) == []
-    assert choose([_at(3, "frozen=True")], contexts, seconds) == [FROZEN_CONTRACT]
-
-
-def test_test_times_are_read_by_node_id_from_pytests_junit_report(tmp_path: Path) -> None:
-    junit = tmp_path / "junit.xml"
-    junit.write_text(
-        '<testsuites><testsuite name="pytest">'
-        '<testcase classname="tests.bus.test_key_rotation" name="test_a[1]" time="1.5"/>'
-        '<testcase classname="tests.unit.test_x.TestY" name="test_b" time="0.25"/>'
-        "</testsuite></testsuites>"
-    )
-    assert junit_seconds(junit) == {
-        "tests/bus/test_key_rotation.py::test_a[1]": 1.5,
-        "tests/unit/test_x.py::TestY::test_b": 0.25,
-    }
-
-
-def test_every_target_runs_the_files_its_derivation_chose() -> None:
-    """No target names its tests by hand: each runs what ``--derive`` wrote, files of
-    the pool that exist, and the derivation is of a commit of this history."""
-    document = json.loads(FOCUS_FILE.read_text())
-    assert document["pool"] == list(POOL)
-    for target in TARGETS:
-        assert target.tests == tuple(document["targets"][target.name]), target.name
-        assert target.tests, target.name
-        for file in target.tests:
-            assert (ROOT / file).is_file(), file
-            assert file.startswith(tuple(f"{p}/" for p in POOL)), file
-    ancestor = subprocess.run(
-        ["git", "merge-base", "--is-ancestor", document["commit"], "HEAD"], cwd=ROOT, check=False
-    )
-    assert ancestor.returncode == 0, document["commit"]
