@@ -45,7 +45,8 @@ TOKEN_SUFFIX: Final = ".gateway-token"  # noqa: S105 - a file name suffix
 class GatewayRegistry(FollowedRegistry):
     """The state's registry as the model gateway reads it: again when the file changes;
     a file that cannot be read or checked names nobody, so every gate answer is
-    refused until it is fixed (logged once per change)."""
+    refused until it is fixed (logged: an invalid file once per change, a missing
+    one at each read)."""
 
     def refused(self, why: Literal["unreadable", "invalid"], detail: str | None) -> None:
         log.warning("model_gateway_registry_refused", path=str(self.path), why=why)
