@@ -14,6 +14,9 @@ operator runs them (``keys rotate``/``keys retire`` with the state's release key
   verifies against the release, while gate-a's ledger, whose checkpoints only
   the old key signed, still verifies with ``ledger verify`` against the state's
   registry, and gate-b restarts on its own ledger.
+- **An approver key**: an attorney's allow-once signed with either key is
+  accepted during the overlap; after ``keys retire`` the old key's is refused
+  ``unknown_signer`` and the filing stays pending, the new key's is accepted.
 - **A runtime key**, with a new bus credential: during the overlap proposals
   signed by either key are decided; after ``keys retire`` one signed by the old
   key is refused ``unknown_signer`` while the new key's is allowed, and the
@@ -47,6 +50,7 @@ import pytest
 from nats.aio.client import Client
 
 from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.approver.client import ApproverClient, ApproverError
 from smf_assurance.governance.projections import SCENARIO_CORPUS, package_path
 from smf_assurance.governance.releases import (
     build_release,
@@ -64,6 +68,7 @@ from smf_assurance.ops.local.stack import gate_config, seed_demo_documents, star
 from smf_assurance.ops.local.state import ADAPTER_ID, MODEL_GATEWAY, RUNTIME_ID, StateDir
 from smf_assurance.pipeline.assembly import ClusterSettings, RunningGate, start_gate
 from smf_assurance.subjects import dsse, names
+from smf_assurance.subjects.approvals import ResolutionReply
 from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.keys import (
     PublicKeyRecord,
@@ -74,6 +79,7 @@ from smf_assurance.subjects.keys import (
 )
 from smf_assurance.subjects.registry import RegistryFile, encode_registry, load_registry
 from smf_assurance.subjects.verdicts import open_verdict
+from tests.support.approval_desk import ATTORNEY, held_filing, status
 from tests.support.approval_gate_child import OwnLedgerState
 from tests.support.bus_helpers import make_order, publish_order, wait_for
 from tests.support.bus_properties import deletion
@@ -300,6 +306,47 @@ async def test_a_runtime_key_rotates_with_its_bus_credential(
     text = include.read_text()
     assert new_user in text
     assert old_user not in text
+
+
+@pytest.mark.claim("protected-evidence.key-rotation")
+async def test_an_approver_key_rotates_with_held_filings_resolved_throughout(
+    gates: Gates, state: StateDir, nc: Client, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An attorney's allow-once signed with either key is accepted during the overlap;
+    after ``keys retire`` one signed with the old key is refused and the filing stays
+    pending, while the new key's is accepted."""
+    gate = await gates.start("gate-a")
+    old = state.key(ATTORNEY)
+    new, public = new_key(tmp_path, ATTORNEY)
+    code, _, err = run(["keys", *rotate_args(public, ATTORNEY), *release_args(state)], capsys)
+    assert code == 0, err
+    await adopt(gate)
+
+    async def allow_once(key: SigningKey) -> tuple[str, ResolutionReply | str]:
+        held = await held_filing(nc, state)
+        assert held.approval_id is not None
+        client = ApproverClient(nc, key, ATTORNEY)
+        try:
+            _, reply = await client.review_and_resolve(held.approval_id, "allow-once")
+        except ApproverError as exc:
+            return held.approval_id, str(exc)
+        return held.approval_id, reply
+
+    for key in (old, new):  # the overlap: both keys are the attorney's
+        _, reply = await allow_once(key)
+        assert isinstance(reply, ResolutionReply)
+        assert (reply.accepted, reply.state) == (True, "executing"), reply  # its order issued
+
+    retire = ["keys", "retire", "--id", ATTORNEY, "--key-id", old.key_id]
+    code, _, err = run([*retire, *release_args(state)], capsys)
+    assert code == 0, err
+    await adopt(gate)
+    approval_id, refused = await allow_once(old)
+    assert refused == "unknown_signer"  # the gate refused the signature, not the content
+    assert await status(nc, approval_id) == "pending"
+    _, reply = await allow_once(new)
+    assert isinstance(reply, ResolutionReply)
+    assert (reply.accepted, reply.state) == (True, "executing"), reply
 
 
 @pytest.mark.claim("protected-evidence.key-rotation")
