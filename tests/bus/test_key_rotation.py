@@ -501,6 +501,7 @@ def refusals(state: StateDir, tmp_path: Path) -> dict[str, tuple[list[str], str]
     old = state.key("runtime")
     fresh = generate_signing_key()
     public = write_record(tmp_path / "fresh.pub.json", fresh, "runtime")
+    gate_id = next(e.key.key_id for e in load_file(state).entries if e.key.principal == "gate")
     return {
         "an unknown principal": (
             ["rotate", "--id", "nobody", "--public-key", str(public)],
@@ -541,6 +542,10 @@ def refusals(state: StateDir, tmp_path: Path) -> dict[str, tuple[list[str], str]
             ["retire", "--id", "runtime", "--key-id", old.key_id],
             "only bus credential",
         ),
+        "a gate key file that does not read": (  # unchecked is refused, not let through
+            ["retire", "--id", "gate", "--key-id", gate_id],
+            "cannot tell whether this state's gate still signs",
+        ),
     }
 
 
@@ -556,6 +561,11 @@ def prepare(case: str, state: StateDir, tmp_path: Path, capsys: pytest.CaptureFi
         retire = ["keys", "retire", "--id", "runtime", "--key-id", old.key_id]
         code, _, err = run([*retire, *release_args(state)], capsys)
         assert code == 0, err
+    if case == "a gate key file that does not read":  # the gate has two keys, its file is junk
+        gate_next = write_record(tmp_path / "gate.pub.json", generate_signing_key(), "gate")
+        code, _, err = run(["keys", *rotate_args(gate_next, "gate"), *release_args(state)], capsys)
+        assert code == 0, err
+        state.key_path("gate").write_bytes(b"not a key")
     if case == "the only bus credential":  # hand-made: the old key holds it, the new none
         file = load_file(state)
         mine = next(e for e in file.entries if e.key.principal == "runtime")
@@ -580,6 +590,7 @@ def prepare(case: str, state: StateDir, tmp_path: Path, capsys: pytest.CaptureFi
         "another principal's key",
         "a retired key",
         "the only bus credential",
+        "a gate key file that does not read",
     ],
 )
 def test_a_refused_rotation_is_one_line_and_changes_nothing(

@@ -171,10 +171,14 @@ def _refuse_a_gate_still_signing(
     signs (a report verified with that key alone is a gate signing with it)."""
     if not args.nats:
         path = state.key_path("gate")
+        if not path.exists():
+            return  # this state runs no gate of its own
         try:
             own, _ = load_private_key(path)
-        except KeyFileError:
-            return  # this state runs no gate of its own
+        except KeyFileError as exc:  # unchecked is not unsigned: refuse
+            raise OnboardingError(
+                f"cannot tell whether this state's gate still signs with {target.key.key_id}: {exc}"
+            ) from exc
         if own.key_id == target.key.key_id:
             raise OnboardingError(
                 f"this state's gate still signs with {target.key.key_id} ({path}): "
