@@ -13,7 +13,7 @@ from smf_tools.mutation import record
 from smf_tools.mutation.operators import mutants_of
 from smf_tools.mutation.reviewed import EQUIVALENT
 from smf_tools.mutation.runner import Run, run, selected
-from smf_tools.mutation.targets import MIN_SCORE, TARGETS, Target
+from smf_tools.mutation.targets import MIN_SCORE, POOL, TARGETS, Target
 
 
 def report(targets: Sequence[Target], outcome: Run, elapsed: float) -> bool:
@@ -70,6 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
+        "--pool",
+        action="append",
+        default=[],
+        metavar="TESTS",
+        help=f"derive the tests from these paths instead of {' '.join(POOL)} "
+        "(a quicker look; not with --save)",
+    )
+    parser.add_argument(
         "--save",
         action="store_true",
         help="keep each module's figures in docs/mutation-runs.json and regenerate "
@@ -83,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.save and args.match:
         parser.error("--save scores whole modules; it cannot be used with --match")
+    if args.save and args.pool:
+        parser.error("--save scores against the whole pool; it cannot be used with --pool")
     if args.write_doc:
         record.write_page()
         return 0
@@ -99,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         started = time.monotonic()
         commits = {t.name: record.commit_of(t) for t in targets} if args.save else {}
-        outcome = run(targets, max(1, args.jobs), args.match)
+        outcome = run(targets, max(1, args.jobs), args.match, tuple(args.pool) or POOL)
         elapsed = time.monotonic() - started
         passed = report(targets, outcome, elapsed)
         if args.save:

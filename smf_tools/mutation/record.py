@@ -3,12 +3,13 @@
 A score in the documentation is evidence only while it is the score of the code
 as it is. ``--save`` keeps each measured module's row in :data:`RUNS_FILE`
 (killed, run, timeouts, survivors, the commit it was measured at, and a
-fingerprint of what was measured: the module's source, its target and the
-reviewed survivors of it) and regenerates the section of docs/MUTATION.md between
-:data:`BEGIN` and :data:`END` from that file. ``tests/tools/test_mutation_tool.py``
-fails when the page differs from the file, and when a row's fingerprint is not the
-module's now: a module changed since its figures must be measured again
-(``make mutate MUTATE_ARGS="--module NAME --save"``), not shown with old ones.
+fingerprint of what was measured: the module's source, its target, and for a
+derived target the pool and budget its tests were chosen by) and regenerates the
+section of docs/MUTATION.md between :data:`BEGIN` and :data:`END` from that file.
+``tests/tools/test_mutation_tool.py`` fails when the page differs from the file,
+and when a row's fingerprint is not the module's now: a module changed since its
+figures must be measured again (``make mutate MUTATE_ARGS="--module NAME --save"``),
+not shown with old ones.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Final
 
 from smf_tools.mutation.reviewed import EQUIVALENT
-from smf_tools.mutation.targets import MIN_SCORE, ROOT, TARGETS, Target
+from smf_tools.mutation.targets import BUDGET_S, MIN_SCORE, POOL, ROOT, TARGETS, Target
 
 RUNS_FILE: Final = ROOT / "docs" / "mutation-runs.json"
 PAGE: Final = ROOT / "docs" / "MUTATION.md"
@@ -72,7 +73,15 @@ def fingerprint(target: Target, root: Path = ROOT) -> str:
     """What a module's figures are figures of: its source and its target (tests, scope)."""
     digest = hashlib.sha256()
     digest.update((root / target.relpath).read_bytes())
-    described = [target.name, target.module, target.tests, target.scope, target.pytest_args]
+    described: list[object] = [
+        target.name,
+        target.module,
+        target.tests,
+        target.scope,
+        target.pytest_args,
+    ]
+    if target.derived:
+        described += [POOL, BUDGET_S]
     digest.update(json.dumps(described).encode())
     return "sha256:" + digest.hexdigest()
 
@@ -88,10 +97,11 @@ def _git(*args: str, root: Path = ROOT) -> str | None:
 
 
 def commit_of(target: Target, root: Path = ROOT) -> str:
-    """The commit the module was measured at (``+local`` when its file or a focused
-    test file differed from that commit)."""
+    """The commit the module was measured at (``+local`` when its file or a test file
+    it could run differed from that commit)."""
     head = _git("rev-parse", "--short=12", "HEAD", root=root) or "unknown"
-    files = {target.relpath, *(test.partition("::")[0] for test in target.tests)}
+    tests = POOL if target.derived else (test.partition("::")[0] for test in target.tests)
+    files = {target.relpath, *tests}
     changed = _git("status", "--porcelain", "--", *sorted(files), root=root)
     return head + ("+local" if changed else "")
 

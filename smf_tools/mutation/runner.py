@@ -22,6 +22,10 @@ from coverage import CoverageData
 
 from smf_tools.mutation.operators import Mutant, mutants_of
 from smf_tools.mutation.targets import (
+    BUDGET_S,
+    DERIVED_MARGIN_S,
+    FROZEN_CONTRACT,
+    POOL,
     PYTEST_ARGS,
     ROOT,
     TIMEOUT_FACTOR,
@@ -165,7 +169,8 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session):
     path = os.environ.get("SMF_MUTATION_DURATIONS")
-    if path:
+    # Under xdist the controller sees every worker's reports; a worker writes nothing.
+    if path and not hasattr(session.config, "workerinput"):
         with open(path, "w") as handle:
             json.dump(_SECONDS, handle)
 '''
@@ -193,25 +198,75 @@ class Result:
 
 @dataclass(frozen=True, slots=True)
 class Baseline:
-    """One unmutated run of a target: how long it took, how long each test function
-    took, and which test functions run which line."""
+    """One unmutated run of a target's tests: how long it took, how long each test
+    function took, which test functions run which line (``""``: a line run at
+    import), and how a mutant's tests are chosen from them."""
 
     seconds: float
     durations: dict[str, float]
     tests_by_line: dict[int, frozenset[str]]
+    budget_s: float | None = None
+    """A derived target's :data:`~smf_tools.mutation.targets.BUDGET_S`; ``None``:
+    every test that runs the line (a target that names its tests)."""
+
+    def covers(self, mutant: Mutant) -> bool:
+        """Some test was seen to run a line of ``mutant`` (at import counts)."""
+        return any(self.tests_by_line.get(line) for line in _lines(mutant))
 
     def tests_for(self, mutant: Mutant) -> list[str]:
-        """The test functions that run a line of ``mutant``, fastest first (with ``-x``
-        a mutant is killed by the first test that fails). A line that runs at import
-        (a constant, a Struct's fields) is depended on by every focused test."""
+        """The test functions to run ``mutant`` against, fastest first (with ``-x``
+        a mutant is killed by the first test that fails).
+
+        The tests that run one of its lines; for a line only run at import (a
+        constant, a Struct's fields) or seen run by none (coverage loses its tracer
+        after a ``RecursionError``), every test that runs the module. Within
+        :attr:`budget_s` of unmutated time when there is one. A decorator's
+        ``frozen=`` flag also runs the frozen contract, which no coverage ties to it.
+        """
         found: set[str] = set()
-        for line in range(mutant.line, mutant.end_line + 1):
-            tests = self.tests_by_line.get(line, frozenset())
-            if "" in tests:
-                found = set(self.durations)
-                break
-            found |= tests
-        return sorted(found, key=lambda test: (self.durations.get(test, 0.0), test))
+        for line in _lines(mutant):
+            found |= self.tests_by_line.get(line, frozenset()) - {""}
+        if not found and self.budget_s is None:
+            found = set(self.durations)
+        elif not found:
+            found = {test for tests in self.tests_by_line.values() for test in tests} - {""}
+        ordered = sorted(found, key=lambda test: (self.durations.get(test, 0.0), test))
+        if self.budget_s is not None:
+            ordered = _within(ordered, self.durations, self.budget_s)
+        frozen = [
+            test
+            for test in sorted(self.durations)
+            if "frozen=" in mutant.original and test.startswith(FROZEN_CONTRACT + "::")
+        ]
+        return [*frozen, *(test for test in ordered if test not in frozen)]
+
+    def timeout_for(self, selection: Sequence[str]) -> float:
+        """Three times the unmutated time, plus a margin: the whole run's, for a
+        target that names its tests; the selection's, for a derived one, with a wider
+        margin (a module-scoped fixture's set-up is timed in the test that came
+        first in the pool, not always in the one selected)."""
+        if self.budget_s is None:
+            return self.seconds * TIMEOUT_FACTOR + TIMEOUT_MARGIN_S
+        seconds = sum(self.durations.get(test, 0.0) for test in selection)
+        return seconds * TIMEOUT_FACTOR + DERIVED_MARGIN_S
+
+
+def _lines(mutant: Mutant) -> range:
+    return range(mutant.line, mutant.end_line + 1)
+
+
+def _within(ordered: Sequence[str], durations: dict[str, float], budget_s: float) -> list[str]:
+    """The leading tests of ``ordered`` whose times add up to at most ``budget_s``
+    (the first one in any case)."""
+    chosen: list[str] = []
+    spent = 0.0
+    for test in ordered:
+        cost = durations.get(test, 0.0)
+        if chosen and spent + cost > budget_s:
+            break
+        chosen.append(test)
+        spent += cost
+    return chosen
 
 
 @dataclass
@@ -222,6 +277,11 @@ class Run:
     baselines: dict[str, Baseline] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)
     """Targets whose unmutated tests failed: not scored."""
+
+
+def _by_line(data: CoverageData, target: Target) -> dict[int, frozenset[str]]:
+    contexts = data.contexts_by_lineno(str(target.path))
+    return {line: frozenset(_test_function(c) for c in found) for line, found in contexts.items()}
 
 
 def _test_function(context: str) -> str:
@@ -295,20 +355,52 @@ class Runner:
         return env
 
     def baseline(self, target: Target) -> Baseline | str:
-        """Run the focused tests unmutated, recording which test runs which line;
+        """Run a target's named tests unmutated, recording which test runs which line;
         the output tail when they fail."""
-        data_file = self.workdir / f"{target.name}.coverage"
-        durations_file = self.workdir / f"{target.name}.durations.json"
+        measured = self._measure(target.name, (target.module,), target.tests, target.pytest_args)
+        if isinstance(measured, str):
+            return measured
+        seconds, durations, data = measured
+        return Baseline(seconds, durations, _by_line(data, target))
+
+    def pool_baselines(
+        self, targets: Sequence[Target], pool: Sequence[str]
+    ) -> dict[str, Baseline] | str:
+        """One unmutated run of ``pool`` for every derived target: each target's
+        baseline is the tests of the pool that run its module; the output tail when
+        the pool fails."""
+        modules = tuple(sorted({t.module for t in targets}))
+        measured = self._measure("pool", modules, tuple(pool), (), parallel=True)
+        if isinstance(measured, str):
+            return measured
+        seconds, durations, data = measured
+        return {
+            target.name: Baseline(seconds, durations, _by_line(data, target), budget_s=BUDGET_S)
+            for target in targets
+        }
+
+    def _measure(
+        self,
+        name: str,
+        modules: Sequence[str],
+        tests: Sequence[str],
+        pytest_args: Sequence[str],
+        parallel: bool = False,
+    ) -> tuple[float, dict[str, float], CoverageData] | str:
+        data_file = self.workdir / f"{name}.coverage"
+        durations_file = self.workdir / f"{name}.durations.json"
+        spread = ("-n", str(self.jobs), "--dist", "loadfile") if parallel and self.jobs > 1 else ()
         command = [
             sys.executable,
             "-m",
             "pytest",
             *PYTEST_ARGS,
-            *target.pytest_args,
-            f"--cov={target.module}",
+            *spread,
+            *pytest_args,
+            *(f"--cov={module}" for module in modules),
             "--cov-context=test",
             "--cov-report=",
-            *target.tests,
+            *tests,
         ]
         started = time.monotonic()
         done = subprocess.run(
@@ -328,16 +420,7 @@ class Runner:
             return (done.stdout + done.stderr)[-3000:]
         data = CoverageData(basename=str(data_file))
         data.read()
-        contexts = data.contexts_by_lineno(str(target.path))
-        baseline = Baseline(
-            seconds=seconds,
-            durations=json.loads(durations_file.read_text()),
-            tests_by_line={
-                line: frozenset(_test_function(c) for c in found)
-                for line, found in contexts.items()
-            },
-        )
-        selectable = sorted(baseline.durations)
+        durations: dict[str, float] = json.loads(durations_file.read_text())
         collected = subprocess.run(
             [
                 sys.executable,
@@ -347,8 +430,8 @@ class Runner:
                 "-q",
                 "-p",
                 "no:cacheprovider",
-                *target.pytest_args,
-                *selectable,
+                *pytest_args,
+                *sorted(durations),
             ],
             cwd=ROOT,
             env=self._env(),
@@ -358,7 +441,7 @@ class Runner:
         )
         if collected.returncode != 0:
             return "the per-test selections do not collect:\n" + collected.stdout[-3000:]
-        return baseline
+        return seconds, durations, data
 
     def _worker(self) -> _Worker:
         try:
@@ -369,20 +452,18 @@ class Runner:
             return worker
 
     def mutant(self, target: Target, mutant: Mutant, baseline: Baseline) -> Result:
+        # A line no test was seen to run still runs the module's tests: coverage can
+        # miss a line (after a RecursionError the tracer is gone, so the handler that
+        # turns it into a refusal looks unrun). A survivor of it is ``uncovered``.
+        covered = baseline.covers(mutant)
         selection = baseline.tests_for(mutant)
-        covered = bool(selection)
-        if not covered:
-            # Coverage can miss a line that runs: after a RecursionError the tracer is
-            # gone, so the handler that turns it into a refusal looks unrun. Run every
-            # focused test rather than trust that no test reaches the line.
-            selection = sorted(baseline.durations, key=lambda t: (baseline.durations[t], t))
         handle, name = tempfile.mkstemp(suffix=".py", dir=self.workdir)
         os.close(handle)
         source = Path(name)
         source.write_bytes(mutant.apply(target.path.read_bytes()))
         job = {
             "args": [*PYTEST_ARGS, *target.pytest_args, *selection],
-            "timeout": baseline.seconds * TIMEOUT_FACTOR + TIMEOUT_MARGIN_S,
+            "timeout": baseline.timeout_for(selection),
             "env": {
                 "SMF_MUTANT_MODULE": target.module,
                 "SMF_MUTANT_SOURCE": str(source),
@@ -412,29 +493,39 @@ def selected(mutant: Mutant, match: Sequence[str]) -> bool:
     return not match or any(text in label for text in match)
 
 
-def run(targets: Sequence[Target], jobs: int, match: Sequence[str] = ()) -> Run:
-    """Baseline every target, then every mutant, ``jobs`` at a time."""
+def run(
+    targets: Sequence[Target], jobs: int, match: Sequence[str] = (), pool: Sequence[str] = POOL
+) -> Run:
+    """Baseline every target (the derived ones by one run of ``pool``), then every
+    mutant, ``jobs`` at a time."""
     outcome = Run()
     with (
         tempfile.TemporaryDirectory(prefix="smf-mutation-") as tmp,
         Runner(Path(tmp), jobs) as runner,
     ):
+        baselines: dict[str, Baseline | str] = {}
+        derived = [t for t in targets if t.derived]
+        if derived:
+            print(f"running {' '.join(pool)} once, unmutated", file=sys.stderr, flush=True)
+            shared = runner.pool_baselines(derived, pool)
+            for target in derived:
+                baselines[target.name] = shared if isinstance(shared, str) else shared[target.name]
         work: list[tuple[Target, Mutant]] = []
         for target in targets:
-            baseline = runner.baseline(target)
+            baseline = baselines.get(target.name) or runner.baseline(target)
             if isinstance(baseline, str):
+                told = baseline in outcome.broken.values()
                 outcome.broken[target.name] = baseline
-                print(
-                    f"{target.name}: unmutated tests fail; not scored\n{baseline}", file=sys.stderr
-                )
+                tail = "" if told else f"\n{baseline}"
+                print(f"{target.name}: unmutated tests fail; not scored{tail}", file=sys.stderr)
                 continue
             outcome.baselines[target.name] = baseline
             print(f"{target.name}: baseline {baseline.seconds:.1f} s", file=sys.stderr, flush=True)
             work.extend((target, m) for m in mutants_of(target) if selected(m, match))
         total = len(work)
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
+        with ThreadPoolExecutor(max_workers=jobs) as executor:
             futures = [
-                pool.submit(runner.mutant, target, mutant, outcome.baselines[target.name])
+                executor.submit(runner.mutant, target, mutant, outcome.baselines[target.name])
                 for target, mutant in work
             ]
             try:
