@@ -2,7 +2,7 @@
 
 A check that can be deleted with every test still green is a check no test
 proves. This tool makes one small change at a time (a *mutant*) to a module
-of the trust core, runs that module's focused tests against it, and reports
+of the trust core, runs the tests that run the changed line against it, and reports
 every mutant the tests did not notice. ``docs/MUTATION.md`` says how to run
 it, what it covers and which survivors are equivalent.
 
@@ -20,14 +20,15 @@ How a mutant runs:
   under its real file name, in the test run and in every Python process the
   run starts (a gate child, a connector child). Mutants run side by side,
   one per core, without touching each other.
-- First the module's focused tests run once unmutated, with per-test
-  coverage and per-test durations. If they fail, the module is not scored.
-  Each mutant then runs only the test functions that execute one of its
-  lines, fastest first, under ``-x``; a mutant of a line that runs at import
-  (a constant, a Struct's fields or options) runs every focused test, and so
-  does a mutant of a line no focused test was seen to run (coverage loses
-  its tracer after a ``RecursionError``); if it survives it is reported
-  ``uncovered``.
+- First ``tests/unit`` and ``tests/bus`` run once unmutated, with per-test
+  coverage and per-test durations (a target of the smoke runs its one named
+  test instead). If they fail, nothing is scored. Each mutant then runs the
+  test functions that execute one of its lines, fastest first, under ``-x``,
+  within a budget of their unmutated time (``targets.BUDGET_S``); a mutant
+  of a line that runs only at import (a constant, a Struct's fields) runs
+  the tests of the files that import its module, and so does a mutant of a
+  line no test was seen to run (coverage loses its tracer after a ``RecursionError``); if it
+  survives it is reported ``uncovered``.
 - Runs happen in forked children of a worker process (``smf_tools.mutation.runner``) that
   has imported pytest, Hypothesis and the other libraries once and nothing
   of the project, so each child imports the project afresh, with the mutant.
@@ -38,7 +39,7 @@ How a mutant runs:
   deadline (a slow machine must not kill a mutant).
 - Exit status 0 means the tests passed: the mutant *survived*. A failure,
   including an import error the mutant caused, *kills* it. A run past its
-  timeout (three times the module's unmutated run, plus a margin) is counted
+  timeout (three times the unmutated time of what it ran, plus a margin) is counted
   as killed and reported as such: a mutant that loops forever is noticed too.
 
 What is not mutated (and why): docstrings and other bare strings (no

@@ -48,7 +48,7 @@ def report(targets: Sequence[Target], outcome: Run, elapsed: float) -> bool:
         reason = EQUIVALENT.get(mutant.key)
         passed = passed and reason is not None
         note = {
-            "uncovered": " (no focused test was seen to run this line)",
+            "uncovered": " (no test was seen to run this line)",
             "error": " (pytest error)",
         }
         print(f"  {mutant.label()}{note.get(result.status, '')}")

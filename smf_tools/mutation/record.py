@@ -50,7 +50,7 @@ class Row:
     from ``reviewed.py`` when the table is made, so a review needs no new run)."""
     commit: str
     """``git rev-parse --short HEAD`` when the run started, ``+local`` when the module's
-    file or a focused test file differed from it."""
+    file or a test file it could run differed from it."""
     measured_at: str
     minutes: float
     fingerprint: str

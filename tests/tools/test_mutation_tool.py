@@ -22,8 +22,17 @@ from smf_tools.mutation import record
 from smf_tools.mutation.cli import main, report
 from smf_tools.mutation.operators import OPERATORS, Mutant, mutants_in, mutants_of
 from smf_tools.mutation.reviewed import EQUIVALENT
-from smf_tools.mutation.runner import Result, Run, Status, run
-from smf_tools.mutation.targets import SMOKE, TARGETS, Smoke, Target
+from smf_tools.mutation.runner import Baseline, Result, Run, Status, run
+from smf_tools.mutation.targets import (
+    DERIVED_MARGIN_S,
+    FROZEN_CONTRACT,
+    SMOKE,
+    TARGETS,
+    TIMEOUT_FACTOR,
+    TIMEOUT_MARGIN_S,
+    Smoke,
+    Target,
+)
 
 SAMPLE = Target("sample", "pkg.sample", ("tests/test_sample.py",))
 
@@ -266,6 +275,62 @@ def test_an_unmutated_failure_means_the_module_is_not_scored() -> None:
     assert report([broken], outcome, 1.0) is False
 
 
+def test_an_unmutated_failure_of_the_pool_means_no_derived_module_is_scored() -> None:
+    keyed = Target("keyed", "smf_assurance.subjects.keyed")
+    outcome = run(
+        [keyed], jobs=1, match=["keyed.py:27  raise"], pool=["tests/unit/test_keyed.py::nope"]
+    )
+    assert "keyed" in outcome.broken
+    assert outcome.results == []
+
+
+# --- which tests a mutant runs (issue 40: derived from coverage, not hand lists) ----------------
+
+_FAST, _SLOW, _OTHER = "tests/unit/test_a.py::test_fast", "tests/bus/test_b.py::test_slow", "t::o"
+_FROZEN_TEST = f"{FROZEN_CONTRACT}::test_every_value_type_is_frozen"
+_DURATIONS = {_FAST: 0.5, _SLOW: 20.0, _OTHER: 12.0, _FROZEN_TEST: 0.1}
+
+
+def _at(line: int, original: str = "a == 1") -> Mutant:
+    mutant = next(m for m in mutants("def f(a):\n    return a == 1\n") if m.operator == "cmp")
+    return dataclasses.replace(mutant, line=line, end_line=line, original=original)
+
+
+def test_a_mutant_runs_the_tests_of_its_line_fastest_first_within_the_budget() -> None:
+    by_line = {
+        3: frozenset({_SLOW, _FAST, _OTHER}),
+        4: frozenset({""}),
+        5: frozenset({_SLOW}),
+        9: frozenset({_FROZEN_TEST}),
+    }
+    derived = Baseline(60.0, _DURATIONS, by_line, budget_s=15.0)
+    assert derived.tests_for(_at(3)) == [_FAST, _OTHER]  # 0.5 + 12; the 20 s one is past 15
+    assert derived.tests_for(_at(5)) == [_SLOW]  # the first always runs, whatever it costs
+    # Run only at import: every test that runs the module, fastest first, budgeted.
+    assert derived.covers(_at(4))
+    assert derived.tests_for(_at(4)) == [_FROZEN_TEST, _FAST, _OTHER]
+    # Seen run by nothing: the same, and not covered (a survivor is "uncovered").
+    assert not derived.covers(_at(7))
+    assert derived.tests_for(_at(7)) == [_FROZEN_TEST, _FAST, _OTHER]
+    # A frozen= flag runs the frozen contract first, whatever its line's coverage.
+    assert derived.tests_for(_at(5, "frozen=True")) == [_FROZEN_TEST, _SLOW]
+    assert derived.timeout_for([_FAST, _OTHER]) == 12.5 * TIMEOUT_FACTOR + DERIVED_MARGIN_S
+
+
+def test_a_target_that_names_its_tests_runs_all_that_run_the_line() -> None:
+    named = Baseline(60.0, _DURATIONS, {3: frozenset({_SLOW, _FAST, _OTHER})})
+    assert named.tests_for(_at(3)) == [_FAST, _OTHER, _SLOW]
+    assert named.tests_for(_at(4)) == [_FROZEN_TEST, _FAST, _OTHER, _SLOW]  # all of them
+    assert named.timeout_for([_FAST]) == 60.0 * TIMEOUT_FACTOR + TIMEOUT_MARGIN_S
+
+
+def test_no_module_of_make_mutate_names_its_tests() -> None:
+    """Issue 40: each module's tests are derived from coverage; only the smoke's
+    targets name one test each, the one that must kill their mutant."""
+    assert all(target.derived for target in TARGETS)
+    assert all(len(smoke.target.tests) == 1 for smoke in SMOKE)
+
+
 # --- the report ------------------------------------------------------------------------------
 
 
@@ -382,6 +447,8 @@ def test_a_page_without_one_pair_of_markers_is_refused(page: str) -> None:
 def test_a_selection_of_mutants_is_never_saved_as_a_score() -> None:
     with pytest.raises(SystemExit):
         main(["--module", "keyed", "--save", "--match", "keyed.py:27"])
+    with pytest.raises(SystemExit):
+        main(["--module", "keyed", "--save", "--pool", "tests/unit/test_keyed.py"])
 
 
 @pytest.mark.parametrize("smoke", SMOKE, ids=lambda s: s.target.name)
