@@ -289,7 +289,7 @@ class Run:
     """Targets whose unmutated tests failed: not scored."""
 
 
-def _importers(module: str, tests: Iterable[str]) -> frozenset[str]:
+def importing_tests(module: str, tests: Iterable[str]) -> frozenset[str]:
     """The tests whose file imports ``module`` by name (``import m``, ``from m import
     x``, ``from package import m``)."""
     parent, _, leaf = module.rpartition(".")
@@ -419,7 +419,7 @@ class Runner:
                 durations,
                 _by_line(data, target),
                 budget_s=BUDGET_S,
-                importers=_importers(target.module, durations),
+                importers=importing_tests(target.module, durations),
             )
             for target in targets
         }

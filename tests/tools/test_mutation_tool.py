@@ -22,7 +22,7 @@ from smf_tools.mutation import record
 from smf_tools.mutation.cli import main, report
 from smf_tools.mutation.operators import OPERATORS, Mutant, mutants_in, mutants_of
 from smf_tools.mutation.reviewed import EQUIVALENT
-from smf_tools.mutation.runner import Baseline, Result, Run, Status, run
+from smf_tools.mutation.runner import Baseline, Result, Run, Status, importing_tests, run
 from smf_tools.mutation.targets import (
     DERIVED_MARGIN_S,
     FROZEN_CONTRACT,
@@ -315,6 +315,18 @@ def test_a_mutant_runs_the_tests_of_its_line_fastest_first_within_the_budget() -
     # A frozen= flag runs the frozen contract first, whatever its line's coverage.
     assert derived.tests_for(_at(5, "frozen=True")) == [_FROZEN_TEST, _SLOW]
     assert derived.timeout_for([_FAST, _OTHER]) == 12.5 * TIMEOUT_FACTOR + DERIVED_MARGIN_S
+
+
+def test_a_line_run_only_at_import_runs_the_tests_of_the_files_importing_its_module() -> None:
+    """A Struct field's bounds are checked by a test that decodes it, which runs no line
+    of the module: the files that import the module are where such tests are."""
+    importer = "tests/unit/test_keyed.py::test_empty_domain_message"
+    found = importing_tests("smf_assurance.subjects.keyed", [importer, _FAST])
+    assert found == {importer}  # test_keyed.py imports it; the made-up file reads as none
+    by_line = {3: frozenset({_SLOW}), 4: frozenset({""})}
+    derived = Baseline(60.0, {**_DURATIONS, importer: 0.2}, by_line, 15.0, found)
+    assert derived.tests_for(_at(4)) == [importer]
+    assert derived.tests_for(_at(3)) == [_SLOW]
 
 
 def test_a_target_that_names_its_tests_runs_all_that_run_the_line() -> None:
