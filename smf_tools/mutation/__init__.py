@@ -26,9 +26,10 @@ How a mutant runs:
   test functions that execute one of its lines, fastest first, under ``-x``,
   within a budget of their unmutated time (``targets.BUDGET_S``); a mutant
   of a line that runs only at import (a constant, a Struct's fields) runs
-  the tests of the files that import its module, and so does a mutant of a
-  line no test was seen to run (coverage loses its tracer after a ``RecursionError``); if it
-  survives it is reported ``uncovered``.
+  the tests that run its module and those of the files that import it, and
+  so does a mutant of a line no test was seen to run (coverage loses its
+  tracer after a ``RecursionError``); if it survives it is reported
+  ``uncovered``.
 - Runs happen in forked children of a worker process (``smf_tools.mutation.runner``) that
   has imported pytest, Hypothesis and the other libraries once and nothing
   of the project, so each child imports the project afresh, with the mutant.

@@ -225,8 +225,8 @@ class Baseline:
         The tests that run one of its lines. For a line only run at import (a
         constant, a field's bounds, a Struct's options) or seen run by none (coverage
         loses its tracer after a ``RecursionError``): every test (a target that names
-        its tests), or the tests of the files that import the module, else those
-        that run it (a derived target: a test that decodes a Struct runs no line of
+        its tests), or the tests that run the module and those of the files that
+        import it (a derived target: a test that decodes a Struct runs no line of
         its module, so coverage cannot name it). Within :attr:`budget_s` of
         unmutated time when there is one. A decorator's ``frozen=`` flag also runs
         the frozen contract, which no coverage ties to it.
@@ -237,7 +237,7 @@ class Baseline:
         if not found and self.budget_s is None:
             found = set(self.durations)
         elif not found:
-            found = set(self.importers) or (
+            found = set(self.importers) | (
                 {test for tests in self.tests_by_line.values() for test in tests} - {""}
             )
         ordered = sorted(found, key=lambda test: (self.durations.get(test, 0.0), test))

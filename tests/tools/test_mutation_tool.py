@@ -319,13 +319,14 @@ def test_a_mutant_runs_the_tests_of_its_line_fastest_first_within_the_budget() -
 
 def test_a_line_run_only_at_import_runs_the_tests_of_the_files_importing_its_module() -> None:
     """A Struct field's bounds are checked by a test that decodes it, which runs no line
-    of the module: the files that import the module are where such tests are."""
+    of the module: the files that import the module are where such tests are, beside
+    those that run it (a decision's Struct, checked where a stage decodes it)."""
     importer = "tests/unit/test_keyed.py::test_empty_domain_message"
     found = importing_tests("smf_assurance.subjects.keyed", [importer, _FAST])
     assert found == {importer}  # test_keyed.py imports it; the made-up file reads as none
     by_line = {3: frozenset({_SLOW}), 4: frozenset({""})}
-    derived = Baseline(60.0, {**_DURATIONS, importer: 0.2}, by_line, 15.0, found)
-    assert derived.tests_for(_at(4)) == [importer]
+    derived = Baseline(60.0, {**_DURATIONS, importer: 0.2}, by_line, 25.0, found)
+    assert derived.tests_for(_at(4)) == [importer, _SLOW]  # and those that run the module
     assert derived.tests_for(_at(3)) == [_SLOW]
 
 
