@@ -49,11 +49,12 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import Select
 
 from smf_assurance.ops.demo.script import MOTION_PDF
 from smf_assurance.subjects.canonical import sha256_identity
 from tests.support.attachments import OTHER_PDF, _tamper
-from tests.support.console import ATTORNEY
+from tests.support.console import ATTORNEY, PARALEGAL
 from tests.support.console_browser import (
     World,
     answer,
@@ -61,6 +62,7 @@ from tests.support.console_browser import (
     by_id,
     chromium,
     facts,
+    item,
     open_detail,
     screenshots,
     sign_in,
@@ -302,3 +304,84 @@ def test_the_filing_and_its_pdf_are_usable_narrow_and_zoomed(
     reachable(driver, "allow-yes")
     no_horizontal_scroll(driver)
     screenshots(driver, f"lawyer-confirm-{layout}")
+
+
+OTHER_MATTER = "matter-2026-0077"
+"""A matter the directory does not hold: shown by its id, and said to be missing."""
+
+
+@pytest.mark.claim("approver-desk.filings-told-apart")
+@pytest.mark.parametrize(
+    ("layout", "metrics"),
+    [
+        ("1280px", {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False}),
+        ("420px", {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False}),
+    ],
+)
+def test_held_filings_are_told_apart_sorted_by_expiry_and_filtered_by_matter(
+    world: World,
+    browser: Callable[[], webdriver.Chrome],
+    screenshots: Callable[[webdriver.Chrome, str], Path],
+    layout: str,
+    metrics: dict[str, int | bool],
+) -> None:
+    """Issue 38: three held filings of one tool read as three filings (what, where, which
+    matter and client, who asked, until when in the browser's zone), the one that
+    expires first on top, and a matter filter that leaves only that matter's."""
+    driver = browser()
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "America/New_York"})
+    sign_in(driver, world, ATTORNEY)
+    filings = {
+        "Motion to compel discovery, Acme v. Globex.": MATTER,
+        "Opposition to the motion to dismiss.": OTHER_MATTER,
+        "Notice of appearance, Acme v. Globex.": MATTER,
+    }
+    held: list[str] = []
+    for content, matter in filings.items():
+        held.append(world.hold(f"{content}\nPDF attached.", matter_id=matter))
+        world.clock.advance(20_000)  # each one expires 20 s after the one before
+
+    def worded(d: webdriver.Chrome) -> bool:
+        return all(f"Asked by {PARALEGAL}" in item(d, i).text for i in held)
+
+    until(driver, worded, "every filing worded from the gate's view")
+    listed = driver.find_elements(By.CSS_SELECTOR, "#approvals > li")
+    assert [li.get_attribute("data-id") for li in listed] == held  # the first to expire on top
+    court = f"To {COURT_NAME} (sdny)"
+    for li, (content, matter) in zip(listed, filings.items(), strict=True):
+        text = li.text
+        assert f"{content} (motion-to-compel.pdf)" in text
+        assert court in text
+        assert "court_efile" not in text
+        if matter == MATTER:
+            assert f"{CAPTION}, Docket No. {DOCKET}" in text
+            assert f"{MATTER_NAME} · Client: {CLIENT}" in text
+        else:
+            assert f"Matter {OTHER_MATTER} (not in the directory)" in text
+        assert "UTC-05:00 (America/New_York)" in text  # the browser's zone, not UTC
+        assert li.get_attribute("data-matter") == matter
+    screenshots(driver, f"lawyer-list-{layout}")
+    if layout == "420px":
+        no_horizontal_scroll(driver)
+
+    choose = Select(by_id(driver, "matter-filter"))
+    assert [o.text for o in choose.options] == [
+        "All matters",
+        f"{MATTER_NAME} ({CLIENT})",
+        OTHER_MATTER,
+    ]
+
+    def shown(d: webdriver.Chrome) -> list[str | None]:
+        return [
+            li.get_attribute("data-id")
+            for li in d.find_elements(By.CSS_SELECTOR, "#approvals > li")
+            if li.is_displayed()
+        ]
+
+    choose.select_by_value(MATTER)
+    assert until(driver, lambda d: shown(d) == [held[0], held[2]], "only that matter's")
+    choose.select_by_value(OTHER_MATTER)
+    assert until(driver, lambda d: shown(d) == [held[1]], "only the other matter's")
+    choose.select_by_value("")
+    assert until(driver, lambda d: shown(d) == held, "every filing again")

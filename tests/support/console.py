@@ -67,8 +67,11 @@ def provision(state: StateDir) -> None:
     state.registry.write_bytes(encode_registry((*current.entries, extra)))
 
 
-async def hold_filing(nc: Client, state: StateDir, content: str, actor_id: str = PARALEGAL) -> str:
-    """Scenario 1 with its own content (so each test holds a new decision); the approval id."""
+async def hold_filing(
+    nc: Client, state: StateDir, content: str, actor_id: str = PARALEGAL, **actor: str
+) -> str:
+    """Scenario 1 with its own content (so each test holds a new decision), and any other
+    field of its actor changed on request (``matter_id``); the approval id."""
     runtime = ProposalClient(
         nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
     )
@@ -76,7 +79,7 @@ async def hold_filing(nc: Client, state: StateDir, content: str, actor_id: str =
         runtime.build(
             native_tool=FILING.native_tool,
             arguments=FILING.arguments,
-            actor=msgspec.structs.replace(FILING.actor, actor_id=actor_id),
+            actor=msgspec.structs.replace(FILING.actor, actor_id=actor_id, **actor),
             facts=FILING.facts,
             content=content,
             destination=FILING.destination,

@@ -113,8 +113,8 @@ class World:
     def key_path(self, principal: str) -> Path:
         return self.state.key_path(principal)
 
-    def hold(self, content: str, actor_id: str = PARALEGAL) -> str:
-        return self.loop.run(hold_filing(self.nc, self.state, content, actor_id))
+    def hold(self, content: str, actor_id: str = PARALEGAL, **actor: str) -> str:
+        return self.loop.run(hold_filing(self.nc, self.state, content, actor_id, **actor))
 
     def stream_count(self) -> int:
         info = self.loop.run(self.nc.jetstream().stream_info(names.EXECUTE_STREAM))

@@ -267,6 +267,9 @@ const page = {
   requestsTimer: null,
   receipts: new Map(), // approval id -> the connector's receipt, once the gate has shown it
   receiptAsked: new Set(), // approval ids whose receipt is being asked of the gate
+  previews: new Map(), // approval id -> { view, display } the gate showed for the list's words
+  previewing: false, // one show at a time for the list
+  matter: '', // the list's matter filter ('' = every matter)
 };
 
 const $ = (id) => document.getElementById(id);
@@ -396,6 +399,8 @@ function signOut(message) {
   page.requests.clear();
   page.receipts.clear();
   page.receiptAsked.clear();
+  page.previews.clear(); // what the gate showed this approver goes with the key
+  page.matter = '';
   $('requests-list').replaceChildren();
   api('POST', '/api/logout', {});
   page.me = null; // the only reference to the CryptoKey
@@ -448,6 +453,7 @@ async function poll() {
   renderList();
   if (page.selected) renderLive();
   openLinked();
+  previewOpen();
 }
 
 /** The notification's link, `/?approval=<id>`: after sign-in and the first
@@ -476,15 +482,15 @@ function title(a) {
 }
 
 function sortKey(a) {
-  // Open ones first, oldest (most urgent) first; then closed ones, newest first.
-  return isOpen(a) || IN_PROGRESS.has(a.state) ? [0, a.created_at_ms] : [1, -a.created_at_ms];
+  // Open ones first, the one that expires first at the top; then closed ones, newest first.
+  return isOpen(a) || IN_PROGRESS.has(a.state) ? [0, a.expires_at_ms] : [1, -a.created_at_ms];
 }
 
 function renderList() {
   const list = $('approvals');
   const items = [...page.approvals.values()].sort((x, y) => {
     const [a, b] = [sortKey(x), sortKey(y)];
-    return a[0] - b[0] || a[1] - b[1];
+    return a[0] - b[0] || a[1] - b[1] || (x.approval_id < y.approval_id ? -1 : 1);
   });
   const wanted = new Set(items.map((a) => a.approval_id));
   for (const li of [...list.children]) if (!wanted.has(li.dataset.id)) li.remove();
@@ -494,15 +500,21 @@ function renderList() {
     updateItem(li, a);
     if (list.children[index] !== li) list.insertBefore(li, list.children[index] || null);
   });
+  renderMatterFilter();
+  const shown = items.filter((a) => inFilter(a)).length;
   $('empty').hidden = items.length > 0;
+  $('filtered-out').hidden = shown > 0 || items.length === 0;
 }
 
 function makeItem(a) {
   const button = el('button', { type: 'button', class: 'item' },
-    el('span', { class: 'title' }, title(a)),
-    el('span', { class: 'meta' }, `${a.tenant_id} · ${a.channel} (${a.locality})`),
+    el('span', { class: 'title' }),
+    el('span', { class: 'where' }),
+    el('span', { class: 'matter' }),
+    el('span', { class: 'asker' }),
     el('span', { class: 'when' },
-      el('span', { class: 'state' }), ' ', el('span', { class: 'countdown' })));
+      el('span', { class: 'state' }), ' ', el('span', { class: 'countdown' }), ' ',
+      el('span', { class: 'until' })));
   button.addEventListener('click', () => openDetail(a.approval_id));
   const li = el('li', {}, button);
   li.dataset.id = a.approval_id;
@@ -511,11 +523,123 @@ function makeItem(a) {
 
 function updateItem(li, a) {
   const open = isOpen(a);
+  const shown = page.previews.get(a.approval_id);
+  const words = shown ? listWords(a, shown) : {
+    what: title(a),
+    where: `${a.tenant_id} · ${a.channel} (${a.locality})`,
+    matter: '',
+    asker: '',
+  };
+  li.hidden = !inFilter(a);
   li.classList.toggle('closed', !open && !IN_PROGRESS.has(a.state));
   li.dataset.state = open ? 'pending' : shownState(a).replace(/ /g, '_');
+  li.dataset.matter = shown ? shown.view.binding.matter_id : '';
+  li.querySelector('.title').textContent = words.what;
+  li.querySelector('.where').textContent = words.where;
+  li.querySelector('.matter').textContent = words.matter;
+  li.querySelector('.matter').hidden = !words.matter;
+  li.querySelector('.asker').textContent = words.asker;
+  li.querySelector('.asker').hidden = !words.asker;
   li.querySelector('.state').textContent = shownState(a);
   li.querySelector('.countdown').textContent = open ? formatLeft(timeLeft(a)) : '';
+  li.querySelector('.until').textContent = open ? `(until ${formatExpiry(a.expires_at_ms)})` : '';
   li.querySelector('button').setAttribute('aria-current', String(page.selected === a.approval_id));
+}
+
+// --- the list in words ----------------------------------------------------------------
+// An announcement names no content, matter or person (ARCHITECTURE.md, "Exact-action
+// approval"), so five held filings would all read "court_efile (external.transmit)".
+// Once signed in, this page asks the gate to show each open entry, with a signed show
+// request as opening it does (the gate alone decides what this approver may see, and a
+// show changes nothing), and words the entry from the answer: what (the document), where
+// (court or recipient, by the directory's names), which matter and client, who asked.
+// An entry the gate does not show keeps the announcement's words. The detail shows the
+// same view again when it is opened, and checks it there; nothing here is signed.
+
+/** A show request, timed by the console's clock as the track and re-request ones are
+ *  (a laptop whose clock is a minute off still sees what is held). */
+function showRequest(id) {
+  return {
+    schema: 'smf.approval-show/1',
+    approval_id: id,
+    resolver_id: page.me.principal,
+    requested_at_ms: now(),
+  };
+}
+
+/** The document's name, as the list says what a held action sends. */
+function documentWords(view) {
+  const files = attachmentsIn(view.arguments_json).map((a) => a.filename || a.arg);
+  const line = (view.content || '').split('\n')[0].trim();
+  const summary = line.length > 120 ? `${line.slice(0, 119)}…` : line;
+  if (summary && files.length) return `${summary} (${files.join(', ')})`;
+  return summary || files.join(', ') || view.native_tool;
+}
+
+function matterWords(display, view) {
+  const m = display && display.matter;
+  const id = view.binding.matter_id;
+  if (!m || !m.in_directory || m.id !== id) return `Matter ${id} (${NOT_IN_DIRECTORY})`;
+  return `${m.name} · Client: ${m.client}`;
+}
+
+function listWords(a, shown) {
+  const { view, display } = shown;
+  return {
+    what: documentWords(view),
+    where: `To ${destinationWords(display, view)} · ${a.channel}`,
+    matter: matterWords(display, view),
+    asker: `Asked by ${view.binding.actor_id}`,
+  };
+}
+
+/** Show each open entry not yet shown, one at a time; the list is worded as answers come. */
+async function previewOpen() {
+  if (!page.me || page.previewing) return;
+  page.previewing = true;
+  try {
+    for (const a of [...page.approvals.values()]) {
+      if (!page.me) return;
+      if (!isOpen(a) || page.previews.has(a.approval_id)) continue;
+      const me = page.me;
+      const answer = await api('POST', '/api/show', await signEnvelope(me, SHOW_TYPE, showRequest(a.approval_id)));
+      if (page.me !== me) return; // signed out meanwhile: nothing of it is kept
+      if (answer.data.ok) {
+        page.previews.set(a.approval_id, { view: answer.data.view, display: answer.data.display || null });
+        renderList();
+      } else if (!RETRYABLE.has(answer.data.reason)) {
+        page.previews.set(a.approval_id, null); // refused: the announcement's words stay
+      }
+    }
+  } finally {
+    page.previewing = false;
+  }
+}
+
+function inFilter(a) {
+  if (!page.matter) return true;
+  const shown = page.previews.get(a.approval_id);
+  return Boolean(shown) && shown.view.binding.matter_id === page.matter;
+}
+
+/** The matter filter's choices: every matter the gate has shown an entry of. */
+function renderMatterFilter() {
+  const select = $('matter-filter');
+  const matters = new Map();
+  for (const shown of page.previews.values()) {
+    if (!shown) continue;
+    const m = shown.display && shown.display.matter;
+    const id = shown.view.binding.matter_id;
+    matters.set(id, m && m.in_directory && m.id === id ? `${m.name} (${m.client})` : id);
+  }
+  if (page.matter && !matters.has(page.matter)) matters.set(page.matter, page.matter);
+  const wanted = [['', 'All matters'], ...[...matters.entries()].sort((x, y) => x[1].localeCompare(y[1]))];
+  const have = [...select.options].map((o) => [o.value, o.textContent]);
+  if (JSON.stringify(have) !== JSON.stringify(wanted)) {
+    select.replaceChildren(...wanted.map(([value, text]) => el('option', { value }, text)));
+    select.value = page.matter;
+  }
+  $('matter-filter-row').hidden = matters.size < 2 && !page.matter;
 }
 
 function tick() {
@@ -581,13 +705,7 @@ async function openDetail(id) {
   renderList();
   renderLive();
   $('detail-title').focus();
-  const request = {
-    schema: 'smf.approval-show/1',
-    approval_id: id,
-    resolver_id: page.me.principal,
-    requested_at_ms: Date.now(),
-  };
-  const answer = await api('POST', '/api/show', await signEnvelope(page.me, SHOW_TYPE, request));
+  const answer = await api('POST', '/api/show', await signEnvelope(page.me, SHOW_TYPE, showRequest(id)));
   if (page.selected !== id) return; // the approver moved on meanwhile
   if (!answer.data.ok) {
     page.closedReason = answer.data.reason;
@@ -1095,6 +1213,10 @@ function showReceipt(a) {
 
 function start() {
   $('board-title').tabIndex = -1;
+  $('matter-filter').addEventListener('change', (event) => {
+    page.matter = event.target.value;
+    renderList();
+  });
   $('key-file').addEventListener('change', async (event) => {
     const input = event.target;
     const file = input.files[0];
