@@ -108,6 +108,7 @@ from tests.support.console_browser import (
     open_detail,
     screenshots,
     sign_in,
+    technical,
     until,
     world,
 )
@@ -223,21 +224,23 @@ def test_a_held_filing_appears_live_is_checked_and_approved_exactly_once(
     check = by_id(driver, "digest-check")
     assert (check.get_attribute("data-ok"), check.text) == (
         "true",
-        "✓ Content matches the digest in the binding",
+        "✓ What is shown here is exactly what Allow once approves (checked in this browser)",
     )
-    checks = [li.text for li in by_id(driver, "checks").find_elements(By.TAG_NAME, "li")]
-    assert len(checks) == 5  # content, arguments, destination, digest, the PDF
-    assert all(line.startswith("✓ matches:") for line in checks), checks
     shown = facts(driver)
-    assert shown["Capability"] == "external.transmit"
-    assert shown["Tool"] == FILING.native_tool
     assert shown["Destination"].endswith("electronic_filing, external")
     # No tenant directory here: the raw id, marked (tests/browser/test_lawyer_view.py has one).
     assert shown["Matter"] == f"{FILING.actor.matter_id} (not in the directory)"
     assert shown["Requested by"] == PARALEGAL
+    assert shown["Why it is held"] not in ("", "(shown once opened)")
+    assert "Capability" not in shown  # codes are technical details
+    shown = technical(driver)
+    checks = [li.text for li in by_id(driver, "checks").find_elements(By.TAG_NAME, "li")]
+    assert len(checks) == 5  # content, arguments, destination, digest, the PDF
+    assert all(line.startswith("✓ matches:") for line in checks), checks
+    assert shown["Capability"] == "external.transmit"
+    assert shown["Tool"] == FILING.native_tool
     assert shown["Required role"] == "licensed_attorney"
     assert "attorney_approval_required_for_transmission" in shown["Reasons"]
-    assert shown["Rules requiring approval"] not in ("", "(none named)")
     # The PDF's bytes are shown as the document, not as base64 in the arguments.
     arguments = json.loads(shown["Arguments"])
     pointer = arguments["document_file"]["data_b64"]
@@ -935,7 +938,7 @@ def test_each_rule_is_shown_in_the_releases_words_and_only_as_text(
     assert set(rule_texts(driver, ".rule-statement")) == {r.statement for r in held_by}
     for css in (".rule-title", ".rule-citation"):
         assert all(e.is_displayed() for e in driver.find_elements(By.CSS_SELECTOR, css))
-    reasons = facts(driver)["Reasons"]
+    reasons = technical(driver)["Reasons"]
     assert "A licensed attorney must approve a transmission" in reasons
     assert "attorney_approval_required_for_transmission" in reasons
     screenshots(driver, "08-rules-in-words")

@@ -54,7 +54,7 @@ from selenium.webdriver.support.ui import Select
 from smf_assurance.ops.demo.script import MOTION_PDF
 from smf_assurance.subjects.canonical import sha256_identity
 from tests.support.attachments import OTHER_PDF, _tamper
-from tests.support.console import ATTORNEY, PARALEGAL
+from tests.support.console import ATTORNEY, FILING_RULES, PARALEGAL
 from tests.support.console_browser import (
     World,
     answer,
@@ -66,6 +66,7 @@ from tests.support.console_browser import (
     open_detail,
     screenshots,
     sign_in,
+    technical,
     until,
     world,
 )
@@ -202,7 +203,7 @@ def test_the_filing_shows_its_court_case_matter_client_and_pdf(
         assert words in destination
     assert "not in the directory" not in destination
     assert shown["Matter"].splitlines() == [f"{MATTER_NAME} {MATTER}", f"Client: {CLIENT}"]
-    arguments = json.loads(shown["Arguments"])
+    arguments = json.loads(technical(driver)["Arguments"])
     assert arguments["document_file"]["sha256"] == sha256_identity(MOTION_PDF)
     assert "bytes" in arguments["document_file"]["data_b64"]  # a pointer, not the base64
 
@@ -385,3 +386,53 @@ def test_held_filings_are_told_apart_sorted_by_expiry_and_filtered_by_matter(
     assert until(driver, lambda d: shown(d) == [held[1]], "only the other matter's")
     choose.select_by_value("")
     assert until(driver, lambda d: shown(d) == held, "every filing again")
+
+
+@pytest.mark.claim("approver-desk.plain-words-first")
+def test_the_default_view_is_the_lawyers_and_the_technical_details_are_closed(
+    world: World,
+    browser: Callable[[], webdriver.Chrome],
+    screenshots: Callable[[webdriver.Chrome, str], Path],
+) -> None:
+    """Issue 38: opened, a held filing says what it sends, where, for which matter and
+    client, who asked, why it is held (the rules in words), what Allow once does and
+    until when; its codes, arguments, digests and the checks' details are under
+    "Technical details", closed, and there once opened."""
+    driver = browser()
+    held_filing(driver, world)
+    shown = facts(driver)
+    assert list(shown) == [
+        "What it sends",
+        "Destination",
+        "Matter",
+        "Requested by",
+        "Why it is held",
+        "What Allow once does",
+        "Expires",
+    ]
+    assert shown["What it sends"] == f"{CONTENT} (motion-to-compel.pdf)"
+    assert shown["Requested by"] == PARALEGAL
+    for title in FILING_RULES.values():
+        assert title in shown["Why it is held"]
+    where = f"{COURT_NAME} (sdny), {CAPTION}, Docket No. {DOCKET}"
+    assert shown["What Allow once does"].startswith(
+        f"Sends what is shown here to {where} (electronic_filing), once, exactly as shown."
+    )
+    lawyers = by_id(driver, "facts").text
+    for technical_word in ("sha256:", "external.transmit", "court_efile", "_required_"):
+        assert technical_word not in lawyers
+    assert by_id(driver, "digest-check").text.startswith("✓ What is shown here is exactly")
+    assert not by_id(driver, "technical-facts").is_displayed()
+    assert not by_id(driver, "checks").is_displayed()
+    screenshots(driver, "lawyer-detail-plain")
+
+    details = technical(driver)
+    assert details["Capability"] == "external.transmit"
+    assert details["Tool"] == "court_efile"
+    assert details["Binding digest"].startswith("sha256:")
+    assert "attorney_approval_required_for_transmission" in details["Reasons"]
+    assert all(
+        li.text.startswith("✓ matches:")
+        for li in by_id(driver, "checks").find_elements(By.TAG_NAME, "li")
+    )
+    screenshots(driver, "lawyer-detail-technical")

@@ -282,10 +282,21 @@ def deny_with(driver: webdriver.Chrome, reason: str, note: str = "") -> None:
     by_id(driver, "deny-send").send_keys(Keys.ENTER)
 
 
-def facts(driver: webdriver.Chrome) -> dict[str, str]:
-    terms = by_id(driver, "facts").find_elements(By.TAG_NAME, "dt")
-    values = by_id(driver, "facts").find_elements(By.TAG_NAME, "dd")
+def facts(driver: webdriver.Chrome, dl: str = "facts") -> dict[str, str]:
+    """The lawyer's facts of the open approval, as shown (term -> text)."""
+    terms = by_id(driver, dl).find_elements(By.TAG_NAME, "dt")
+    values = by_id(driver, dl).find_elements(By.TAG_NAME, "dd")
     return {t.text: v.text for t, v in zip(terms, values, strict=True)}
+
+
+def technical(driver: webdriver.Chrome) -> dict[str, str]:
+    """The technical details of the open approval, opened as a reader does (they are
+    closed by default)."""
+    details = by_id(driver, "technical")
+    if details.get_attribute("open") is None:
+        details.find_element(By.TAG_NAME, "summary").send_keys(Keys.ENTER)
+        until(driver, lambda d: by_id(d, "technical-facts").is_displayed(), "technical details")
+    return facts(driver, "technical-facts")
 
 
 AUDIT = """

@@ -694,6 +694,7 @@ async function openDetail(id) {
   $('closed-note').hidden = true;
   $('outcome-box').hidden = true;
   $('self-warning').hidden = true; // who asked is known once the gate shows the binding
+  $('technical').open = false; // closed by default for each approval opened
   // The last approval's checks say nothing of this one: no result until its own are made.
   delete $('digest-check').dataset.ok;
   $('digest-check').textContent = '';
@@ -724,26 +725,43 @@ async function openDetail(id) {
   renderLive();
 }
 
+// The lawyer's view first: what it sends, where, for which matter, who
+// asked, why it is held (the rules in words), what Allow once does, and until when.
+// Codes, arguments and digests are under "Technical details", closed by default and
+// still on the page for the record; the checks of the binding run either way.
 function renderFacts(a, view) {
   const rows = [
-    fact('Capability', a.capability),
-    fact('Tool', a.native_tool),
+    fact('What it sends', view ? documentWords(view) : title(a)),
     fact('Destination', view
       ? destinationShown(page.display, view, a)
       : `${a.channel}, ${a.locality}`),
     // The announcement names no matter or person: the gate shows them
     // to an entitled approver with the binding.
     fact('Matter', view ? matterShown(page.display, view) : '(shown once opened)'),
-    fact('Tenant', view ? `${a.tenant_id} · ${view.binding.organization_id}` : a.tenant_id),
     fact('Requested by', view ? view.binding.actor_id : '(shown once opened)'),
-    fact('Required role', a.required_roles.join(', ')),
-    fact('Rules requiring approval', view && view.rules ? rulesShown(view.rules) : a.rule_ids.join(', ') || '(none named)'),
-    fact('Reasons', view && view.reasons ? reasonsShown(view.reasons) : a.reason_codes.join(', ') || '(none)'),
+    fact('Why it is held', view && view.rules ? rulesShown(view.rules) : '(shown once opened)'),
+    fact('What Allow once does', view ? allowWords(view, a) : '(shown once opened)'),
     fact('Expires', formatExpiry(a.expires_at_ms)),
   ];
-  if (view) rows.push(fact('Arguments', argumentsShown(view.arguments_json), true));
-  if (view) rows.push(fact('Binding digest', page.checks.computedDigest, true));
   $('facts').replaceChildren(...rows.flat());
+  const technical = [
+    fact('Capability', a.capability),
+    fact('Tool', a.native_tool),
+    fact('Tenant', view ? `${a.tenant_id} · ${view.binding.organization_id}` : a.tenant_id),
+    fact('Required role', a.required_roles.join(', ')),
+    fact('Rules', a.rule_ids.join(', ') || '(none named)', true),
+    fact('Reasons', view && view.reasons ? reasonsShown(view.reasons) : a.reason_codes.join(', ') || '(none)'),
+  ];
+  if (view) technical.push(fact('Arguments', argumentsShown(view.arguments_json), true));
+  if (view) technical.push(fact('Binding digest', page.checks.computedDigest, true));
+  $('technical-facts').replaceChildren(...technical.flat());
+}
+
+/** What an allow does, in words: the one action shown, once, to that destination. */
+function allowWords(view, a) {
+  return `Sends what is shown here to ${destinationWords(page.display, view)} (${a.channel}), `
+    + 'once, exactly as shown. The approval is bound to this action: it cannot send anything '
+    + 'else, or send this again. It lapses if nobody decides before it expires.';
 }
 
 function renderReview() {
@@ -754,8 +772,9 @@ function renderReview() {
   const summary = $('digest-check');
   summary.dataset.ok = String(ok);
   summary.textContent = ok
-    ? '✓ Content matches the digest in the binding'
+    ? '✓ What is shown here is exactly what Allow once approves (checked in this browser)'
     : '✗ Mismatch: what is shown is not what the binding covers. Do not allow it.';
+  if (!ok) $('technical').open = true; // a failed check is shown, not folded away
   const line = (passed, text) => el('li', { class: passed ? 'ok' : 'bad' },
     `${passed ? '✓ matches' : '✗ DOES NOT MATCH'}: ${text}`);
   $('checks').replaceChildren(
