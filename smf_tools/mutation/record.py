@@ -100,7 +100,9 @@ def commit_of(target: Target, root: Path = ROOT) -> str:
     """The commit the module was measured at (``+local`` when its file or a test file
     it could run differed from that commit)."""
     head = _git("rev-parse", "--short=12", "HEAD", root=root) or "unknown"
-    tests = POOL if target.derived else (test.partition("::")[0] for test in target.tests)
+    # A derived target's tests use tests/support and the conftest files too: any change
+    # under tests/ is one.
+    tests = ("tests",) if target.derived else (test.partition("::")[0] for test in target.tests)
     files = {target.relpath, *tests}
     changed = _git("status", "--porcelain", "--", *sorted(files), root=root)
     return head + ("+local" if changed else "")
