@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,9 +14,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from smf_assurance.approver.directory import load_directory
 from smf_assurance.governance.projections import SCENARIO_CORPUS, SCENARIO_ENVELOPES, package_path
 from smf_assurance.ops.cli.commands.demo import _swarm_row
 from smf_assurance.ops.cli.main import build_parser, main
+from smf_assurance.ops.local.stack import seed_demo_directory
+from smf_assurance.ops.local.state import StateDir
 from smf_tools import cli as tools_cli
 from tests.support.cli import AT, subcommands
 from tests.support.gate_wheel import GateWheel
@@ -219,6 +223,30 @@ def test_demo_runs_the_scenarios_over_the_bus_and_keeps_its_state(
         assert (state / name).exists()
     # the claims and the order book live in the ledger file
     assert not (state / "claims.db").exists()
+    # The demo tenant's directory, so the console names the court, case and matter.
+    written = state / "directory" / "tenant-acme.toml"
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600
+    shown = load_directory(state / "directory").shown(
+        "tenant-acme", "matter-2026-0042", "sdny", "electronic_filing"
+    )
+    assert shown.destination.name == "U.S. District Court, Southern District of New York"
+    assert shown.destination.caption == "Acme Corp. v. Globex Inc."
+    assert shown.matter.name == "Acme v. Globex (discovery)"
+    assert shown.matter.client == "Acme Corporation"
+
+
+def test_the_demo_never_replaces_the_operators_own_directory_file(tmp_path: Path) -> None:
+    state = StateDir(tmp_path / "state")
+    state.create()
+    state.directory.mkdir(mode=0o700)
+    own = state.directory / "tenant-acme.toml"
+    own.write_text('schema = "smf.tenant-directory/1"\ntenant_id = "tenant-acme"\n')
+    before = own.read_bytes()
+    assert seed_demo_directory(state) is None
+    assert own.read_bytes() == before
+    own.unlink()
+    assert seed_demo_directory(state) == own
+    assert own.read_text().startswith("# The demo firm's tenant directory")
 
 
 def test_demo_exits_non_zero_with_one_line_when_an_outcome_is_not_the_expected_one(

@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import nats
 import structlog
@@ -40,7 +41,13 @@ from smf_assurance.ops.local.bus_auth import (
 from smf_assurance.ops.local.cluster import nats_servers, seed_urls
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.restored import restored_at
-from smf_assurance.ops.local.state import RELEASE_SIGNER, StateDir, refresh_demo_release
+from smf_assurance.ops.local.state import (
+    DEMO_TENANT,
+    RELEASE_SIGNER,
+    StateDir,
+    refresh_demo_release,
+    write_private,
+)
 from smf_assurance.ops.runtimes.provision import LiveRequirements
 from smf_assurance.pipeline.assembly import (
     ClusterSettings,
@@ -346,6 +353,45 @@ async def _start_runners(connectors: Connectors) -> None:
             await asyncio.wait_for(runner.ready.wait(), 10)
         if not runner.ready.is_set():
             raise RuntimeError(f"connector {runner.connector_id} did not start")
+
+
+DEMO_DIRECTORY: Final = """\
+# The demo firm's tenant directory: the names the console and `approvals show`
+# put beside the raw ids a held action is bound to. Operator data, read by
+# nothing else and never written to the ledger or the bus; the format and its
+# rules are in docs/CONSOLE.md, "The tenant directory". The demo writes it only
+# where no file for this tenant exists, and never changes one.
+schema = "smf.tenant-directory/1"
+tenant_id = "tenant-acme"
+
+[courts.sdny]
+name = "U.S. District Court, Southern District of New York"
+
+[matters."matter-2026-0042"]
+name = "Acme v. Globex (discovery)"
+client = "Acme Corporation"
+
+[matters."matter-2026-0042".cases.sdny]
+caption = "Acme Corp. v. Globex Inc."
+docket = "1:26-cv-01234 (JMF)"
+
+[recipients."counsel@globex.example"]
+name = "Dana Whitfield, counsel for Globex"
+"""
+"""The demo's court, matter and case by name: an approver of the demo reads a held
+filing as a lawyer does, not as ``sdny (not in the directory)``."""
+
+
+def seed_demo_directory(state: StateDir) -> Path | None:
+    """Write the demo tenant's directory file when the state holds none for it (the
+    operator's own file is never replaced); the file written, or None."""
+    folder = state.directory
+    folder.mkdir(mode=0o700, exist_ok=True)
+    path = folder / f"{DEMO_TENANT}.toml"
+    if path.exists():
+        return None
+    write_private(path, DEMO_DIRECTORY.encode("utf-8"))
+    return path
 
 
 def seed_demo_documents(state: StateDir) -> Path:

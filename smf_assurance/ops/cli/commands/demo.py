@@ -31,7 +31,12 @@ from smf_assurance.ops.demo.script import SCENARIOS, ScriptedAction
 from smf_assurance.ops.local.bus import connect_bus
 from smf_assurance.ops.local.defaults import OPERATOR
 from smf_assurance.ops.local.logs import configure_logging
-from smf_assurance.ops.local.stack import Stack, seed_demo_documents, start_stack
+from smf_assurance.ops.local.stack import (
+    Stack,
+    seed_demo_directory,
+    seed_demo_documents,
+    start_stack,
+)
 from smf_assurance.ops.local.state import (
     ADAPTER_ID,
     RUNTIME_ID,
@@ -290,6 +295,7 @@ async def _swarm_row(nc: Client, stack: Stack) -> Row:
 async def _demo(state: StateDir, nats_url: str | None) -> list[Row]:
     provision_demo(state)
     seed_demo_documents(state)
+    seed_demo_directory(state)
     if nats_url is not None:
         # The gate's join waits for a bus that may come; a demo asks
         # once, so a wrong URL is one line at once, not a wait.
