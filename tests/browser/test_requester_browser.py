@@ -320,7 +320,7 @@ def test_an_expired_request_is_asked_again_by_keyboard_and_approved_as_a_new_bin
     again.send_keys(Keys.ENTER)
     until(
         paralegal,
-        lambda d: by_id(d, "requests-status").text.startswith("Asked again"),
+        lambda d: by_id(d, "requests-status").text.startswith("Sent to the runtime"),
         "the gate accepted the re-request",
     )
 

@@ -255,7 +255,7 @@ async def test_only_the_requester_may_ask_again_and_only_an_expired_approval(
         capsys,
     )
     assert (code, err) == (0, "")
-    assert "yes: the runtime proposes it anew" in out
+    assert "sent to the runtime that proposed it; only a runtime that still holds" in out
     await wait_for(lambda: _pending(seen), timeout=5)
     assert seen.pending_msgs == 1
     assert await status(nc, expired.approval_id) == "expired"

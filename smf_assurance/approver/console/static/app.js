@@ -1200,8 +1200,10 @@ async function askAgain(id, button) {
   const sent = await api('POST', '/api/rerequest', await signEnvelope(page.me, REREQUEST_TYPE, request));
   const reply = sent.data.ok ? sent.data.reply : null;
   if (reply && reply.accepted) {
-    $('requests-status').textContent = 'Asked again: the runtime proposes it anew, and it '
-      + 'appears in this list as a new request once the gate holds it. The expired one stays expired.';
+    $('requests-status').textContent = 'Sent to the runtime that proposed it. Only a runtime '
+      + 'that still holds the action proposes it anew (the Hermes and OpenClaw adapters keep '
+      + 'none); if it does, it appears in this list as a new request. If nothing appears, ask '
+      + 'the agent again. The expired one stays expired.';
   } else {
     button.disabled = false;
     const reason = reply ? reply.reason_codes.join(', ') : sent.data.reason;

@@ -649,7 +649,12 @@ def run_rerequest(args: argparse.Namespace) -> int:
             ("field", "value"),
             [
                 ("approval id", approval_id),
-                ("asked again", "yes: the runtime proposes it anew, as a new approval"),
+                (
+                    "asked again",
+                    "sent to the runtime that proposed it; only a runtime that still holds the "
+                    "action proposes it anew, as a new approval (the Hermes and OpenClaw "
+                    "adapters keep none): watch for a new request",
+                ),
             ],
         )
     if not reply.accepted:
