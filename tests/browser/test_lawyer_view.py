@@ -26,6 +26,13 @@ What these tests prove:
 - At 420 px wide and at 200% zoom of a 1280x900 window the page has no horizontal
   scroll, the PDF frame fits the width, and Allow once and Deny can be reached and
   pressed with the keyboard.
+- Held filings of one tool are told apart in the list (what, where, matter and client,
+  who asked, until when in the browser's zone), the first to expire on top, and a
+  matter filter leaves only that matter's; an opened filing says it in a lawyer's
+  words first, its codes and digests under closed "Technical details".
+- axe-core (``tests/support/axe.py``) finds no serious or critical violation on the
+  list, the detail (technical details closed and open) and the confirm step, at
+  1280 px, 420 px and 200% zoom; it does find a button without a name.
 
 Screenshots (the filing with its PDF, the tampered document, 420 px, 200% zoom) are
 written to the test's tmp dir and copied to ``.artifacts/console/``.
@@ -54,6 +61,7 @@ from selenium.webdriver.support.ui import Select
 from smf_assurance.ops.demo.script import MOTION_PDF
 from smf_assurance.subjects.canonical import sha256_identity
 from tests.support.attachments import OTHER_PDF, _tamper
+from tests.support.axe import serious_violations
 from tests.support.console import ATTORNEY, FILING_RULES, PARALEGAL
 from tests.support.console_browser import (
     World,
@@ -268,6 +276,7 @@ def test_a_swapped_pdf_is_refused_in_the_page_and_by_the_gate(
     assert state == "invalidated"
 
 
+@pytest.mark.claim("approver-desk.no-serious-a11y-violation")
 @pytest.mark.parametrize(
     ("layout", "metrics"),
     [
@@ -298,6 +307,7 @@ def test_the_filing_and_its_pdf_are_usable_narrow_and_zoomed(
     driver.execute_script("arguments[0].scrollIntoView()", frame)
     pdf_page_drawn(driver, frame)
     screenshots(driver, f"lawyer-filing-{layout}")
+    assert serious_violations(driver) == []
     reachable(driver, "deny")
     reachable(driver, "allow")
     by_id(driver, "allow").send_keys(Keys.ENTER)
@@ -305,12 +315,14 @@ def test_the_filing_and_its_pdf_are_usable_narrow_and_zoomed(
     reachable(driver, "allow-yes")
     no_horizontal_scroll(driver)
     screenshots(driver, f"lawyer-confirm-{layout}")
+    assert serious_violations(driver) == []
 
 
 OTHER_MATTER = "matter-2026-0077"
 """A matter the directory does not hold: shown by its id, and said to be missing."""
 
 
+@pytest.mark.claim("approver-desk.no-serious-a11y-violation")
 @pytest.mark.claim("approver-desk.filings-told-apart")
 @pytest.mark.parametrize(
     ("layout", "metrics"),
@@ -363,6 +375,7 @@ def test_held_filings_are_told_apart_sorted_by_expiry_and_filtered_by_matter(
         assert "UTC-05:00 (America/New_York)" in text  # the browser's zone, not UTC
         assert li.get_attribute("data-matter") == matter
     screenshots(driver, f"lawyer-list-{layout}")
+    assert serious_violations(driver) == []
     if layout == "420px":
         no_horizontal_scroll(driver)
 
@@ -388,6 +401,7 @@ def test_held_filings_are_told_apart_sorted_by_expiry_and_filtered_by_matter(
     assert until(driver, lambda d: shown(d) == held, "every filing again")
 
 
+@pytest.mark.claim("approver-desk.no-serious-a11y-violation")
 @pytest.mark.claim("approver-desk.plain-words-first")
 def test_the_default_view_is_the_lawyers_and_the_technical_details_are_closed(
     world: World,
@@ -425,6 +439,7 @@ def test_the_default_view_is_the_lawyers_and_the_technical_details_are_closed(
     assert not by_id(driver, "technical-facts").is_displayed()
     assert not by_id(driver, "checks").is_displayed()
     screenshots(driver, "lawyer-detail-plain")
+    assert serious_violations(driver) == []
 
     details = technical(driver)
     assert details["Capability"] == "external.transmit"
@@ -436,3 +451,14 @@ def test_the_default_view_is_the_lawyers_and_the_technical_details_are_closed(
         for li in by_id(driver, "checks").find_elements(By.TAG_NAME, "li")
     )
     screenshots(driver, "lawyer-detail-technical")
+    assert serious_violations(driver) == []
+
+
+@pytest.mark.claim("approver-desk.no-serious-a11y-violation")
+def test_the_accessibility_check_finds_a_serious_violation(
+    browser: Callable[[], webdriver.Chrome],
+) -> None:
+    """The check above is no empty pass: a button without a name is one."""
+    driver = browser()
+    driver.get("data:text/html,<html lang=en><title>t</title><main><button></button></main></html>")
+    assert any(v.startswith("button-name (critical)") for v in serious_violations(driver))

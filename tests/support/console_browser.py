@@ -30,6 +30,7 @@ from smf_assurance.ops.local.stack import Stack, start_stack
 from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects import names
 from smf_assurance.subjects.bus_access import connect_options
+from tests.support.axe import serious_violations
 from tests.support.clocks import OffsetClock as Clock
 from tests.support.console import (
     PARALEGAL,
@@ -331,5 +332,7 @@ return {low, unnamed};
 
 
 def audit(driver: webdriver.Chrome) -> None:
+    """Names and contrast as above, and no serious or critical axe-core violation."""
     found = driver.execute_script(AUDIT)
     assert found == {"low": [], "unnamed": []}
+    assert serious_violations(driver) == []
