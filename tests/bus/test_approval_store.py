@@ -25,7 +25,7 @@ import re
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import msgspec
 import nats
@@ -476,6 +476,18 @@ async def test_finish_with_a_state_that_is_no_outcome_is_illegal(
     with pytest.raises(IllegalTransition):
         await store.finish(binding.approval_id, bogus, T0 + 3)
     assert await state_of(store, binding.approval_id) == "executing"
+
+
+async def test_sqlite_checks_the_transition_table_before_any_sql(
+    sqlite_store: SqliteApprovalStore,
+) -> None:
+    """``executing -> approved`` is a state the column allows but the table does not:
+    refused ``IllegalTransition`` by the check every state write makes first
+    (``_Tx.move``), and the row stays ``executing``."""
+    binding = await executing(sqlite_store)
+    with pytest.raises(IllegalTransition):
+        await sqlite_store.finish(binding.approval_id, cast(Any, "approved"), T0 + 3)
+    assert await state_of(sqlite_store, binding.approval_id) == "executing"
 
 
 async def test_unknown_approval_is_not_found(store: ApprovalStore) -> None:

@@ -36,7 +36,7 @@ from smf_assurance.core.approval_rules import (
     signed_by_executor,
 )
 from smf_assurance.core.decision import Decision
-from smf_assurance.pipeline.stores.approvals import BindingInvalid, admit_binding
+from smf_assurance.pipeline.stores.approvals import BindingInvalid, TtlExceeded, admit_binding
 from smf_assurance.subjects import approvals, dsse
 from smf_assurance.subjects.approvals import (
     DENY_REASONS,
@@ -368,6 +368,25 @@ def test_a_binding_outside_the_contract_is_never_held(field: str, value: Any) ->
 def test_a_binding_at_the_contract_bounds_is_held(field: str, value: Any) -> None:
     binding = msgspec.structs.replace(binding_of(held_filing()), **{field: value})
     assert admit_binding(binding, AT_MS) == binding_digest(binding)
+
+
+@pytest.mark.parametrize("ttl_ms", [1, MAX_TTL_MS])
+def test_the_store_holds_a_binding_whose_ttl_is_1_ms_to_the_cap(ttl_ms: int) -> None:
+    """``admit_binding``: 0 < TTL <= 600 s, both ends of what is allowed held."""
+    binding = binding_of(held_filing())
+    binding = msgspec.structs.replace(binding, expires_at_ms=binding.created_at_ms + ttl_ms)
+    assert admit_binding(binding, binding.created_at_ms) == binding_digest(binding)
+
+
+@pytest.mark.parametrize("ttl_ms", [0, -1, MAX_TTL_MS + 1])
+def test_the_store_refuses_a_binding_whose_ttl_is_not_above_0_or_over_the_cap(
+    ttl_ms: int,
+) -> None:
+    """Past the binding's own check (``force_setattr``, as a caller could), the store's."""
+    binding = binding_of(held_filing())
+    msgspec.structs.force_setattr(binding, "expires_at_ms", binding.created_at_ms + ttl_ms)
+    with pytest.raises(TtlExceeded):
+        admit_binding(binding, binding.created_at_ms)
 
 
 def test_the_ttl_cap_is_600_seconds() -> None:
