@@ -50,6 +50,7 @@ import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 import pytest
 from selenium import webdriver
@@ -91,6 +92,11 @@ from tests.support.tenant_directory import (
 __all__ = ["browser", "chromium", "screenshots", "world"]
 
 CONTENT = "Motion to compel discovery, Acme v. Globex (privileged draft). PDF attached."
+
+WIDE: Final = {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+NARROW: Final = {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+ZOOMED: Final = {"width": 640, "height": 450, "deviceScaleFactor": 2, "mobile": False}
+"""A 1280x900 window at 200%: a 640x450 CSS viewport drawn at twice the scale."""
 
 SWAP_PDF_IN_SHOW = """
 // A compromised relay: the view it hands the page carries other bytes for the PDF.
@@ -277,14 +283,7 @@ def test_a_swapped_pdf_is_refused_in_the_page_and_by_the_gate(
 
 
 @pytest.mark.claim("approver-desk.no-serious-a11y-violation")
-@pytest.mark.parametrize(
-    ("layout", "metrics"),
-    [
-        ("420px", {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False}),
-        # A 1280x900 window at 200%: a 640x450 CSS viewport drawn at twice the scale.
-        ("zoom-200", {"width": 640, "height": 450, "deviceScaleFactor": 2, "mobile": False}),
-    ],
-)
+@pytest.mark.parametrize(("layout", "metrics"), [("420px", NARROW), ("zoom-200", ZOOMED)])
 def test_the_filing_and_its_pdf_are_usable_narrow_and_zoomed(
     world: World,
     browser: Callable[[], webdriver.Chrome],
@@ -324,13 +323,7 @@ OTHER_MATTER = "matter-2026-0077"
 
 @pytest.mark.claim("approver-desk.no-serious-a11y-violation")
 @pytest.mark.claim("approver-desk.filings-told-apart")
-@pytest.mark.parametrize(
-    ("layout", "metrics"),
-    [
-        ("1280px", {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False}),
-        ("420px", {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False}),
-    ],
-)
+@pytest.mark.parametrize(("layout", "metrics"), [("1280px", WIDE), ("420px", NARROW)])
 def test_held_filings_are_told_apart_sorted_by_expiry_and_filtered_by_matter(
     world: World,
     browser: Callable[[], webdriver.Chrome],
