@@ -143,6 +143,13 @@ def test_swarm_answers_only_its_requests_and_reads_only_its_subjects() -> None:
     assert not swarm.allow_responses
 
 
+def test_a_launcher_attests_its_runtimes_confinement_and_reads_only_its_own_inbox() -> None:
+    launcher = permissions_for(entry("launcher-a", "launcher", runtime_id="runtime-a"))
+    assert launcher.publish_allow == (names.CONFINEMENT,)
+    assert launcher.subscribe_allow == (inbox_prefix("launcher-a") + ".>",)
+    assert not launcher.allow_responses
+
+
 def test_an_outside_account_imports_what_it_may_publish_and_read_and_no_more() -> None:
     own = inbox_prefix("rt") + ".>"
     permissions = Permissions(

@@ -488,6 +488,15 @@ def test_only_plain_values_skip_the_walk(value: Any, plain: bool) -> None:
     assert canonical._is_plain(value, 0) is plain
 
 
+def test_the_safe_range_is_inclusive_on_the_full_walk_too() -> None:
+    """+-(2**53 - 1) are canonical wherever they are: here beside a non-ASCII key,
+    which sends the value down the full walk rather than the plain path."""
+    value = {"caf\u00e9": [SAFE_INTEGER_MAX, -SAFE_INTEGER_MAX]}
+    assert not canonical._is_plain(value, 0)
+    expected = '{"caf\u00e9":[9007199254740991,-9007199254740991]}'.encode()
+    assert canonical_bytes(value) == expected
+
+
 def test_the_plain_path_keeps_the_nesting_bound() -> None:
     deep: Any = 0
     for _ in range(MAX_DEPTH + 1):
