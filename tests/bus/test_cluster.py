@@ -323,9 +323,14 @@ async def test_an_approval_a_killed_replica_left_approved_is_settled_by_the_othe
         # Bounded by the order deadline: the issue asks for the dead replica's approved
         # approvals to be settled within it (here the grace is 3 s and the sweep 0.5 s).
         await wait_for(closed, timeout=DEFAULT_ORDER_TTL_MS / 1000, interval=0.2)
-        assert ("invalidated", ("approval_claim_abandoned",)) in ledger_rows(
-            gate_b.ledger, approval_id
-        )
+
+        async def recorded() -> bool:
+            # The evidence entry follows the store's transition: under load it can be
+            # read a moment after the state, never missing.
+            rows = ledger_rows(gate_b.ledger, approval_id)
+            return ("invalidated", ("approval_claim_abandoned",)) in rows
+
+        await wait_for(recorded, timeout=10, interval=0.1)
         told = open_outcome(
             (await outcomes.next_msg(timeout=10)).data,
             load_registry(cluster_state.registry).trusted("gate"),

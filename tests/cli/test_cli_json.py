@@ -632,6 +632,7 @@ def check_doctor(out: cli_json.DoctorJson, _: World) -> None:
         "connector",
         "ledger",
         "files",
+        "directory",  # the demo's state keeps its tenant's directory
     }, out
 
 
@@ -639,9 +640,11 @@ def check_doctor_dead(out: cli_json.DoctorJson, _: World) -> None:
     assert (out.ok, out.failed) == (False, 1)
     (bus,) = (c for c in out.checks if c.kind == "bus")
     assert bus.status == "fail"
-    # the state folder's modes are asked of the files, not of the bus
-    assert {c.status for c in out.checks if c.kind not in ("bus", "files")} == {"skip"}
-    assert {c.status for c in out.checks if c.kind == "files"} == {"ok"}
+    # the state folder's modes and the tenant directory are read from the files, not
+    # asked of the bus
+    from_files = ("files", "directory")
+    assert {c.status for c in out.checks if c.kind not in ("bus", *from_files)} == {"skip"}
+    assert {c.status for c in out.checks if c.kind in from_files} == {"ok"}
 
 
 def check_runtime_confine(out: cli_json.RuntimeConfineJson, world: World) -> None:
