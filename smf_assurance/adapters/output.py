@@ -82,9 +82,11 @@ class OutputStreamer:
         surface: Surface = "direct_reply",
         proposal_id: str | None = None,
         window: str = "",
+        instance_id: str | None = None,
     ) -> bytes:
         """The signed close; ``window``: what was shown before this output, read with it
-        by the detectors and never released (``OutputClose.window``)."""
+        by the detectors and never released (``OutputClose.window``); ``instance_id``:
+        the proven process it was produced for (``OutputClose.instance_id``)."""
         count, size, content_hash = committed
         close = OutputClose(
             schema="smf.output-close/1",
@@ -102,6 +104,7 @@ class OutputStreamer:
             facts=facts,
             issued_at_ms=wall_clock_ms(),
             window=window,
+            instance_id=instance_id,
         )
         return encode_envelope(sign_struct(names.PAYLOAD_OUTPUT_CLOSE, close, [self.key]))
 

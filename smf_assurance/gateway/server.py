@@ -363,6 +363,10 @@ class _Standing:
     """An admission of an instance proof: the keys its process's next proofs are
     checked by here (None: an admission given without a proof)."""
     proof_window_ms: int = 0
+    instance_id: str | None = None
+    """The process the gate proved for this admission (its ``proof_standing``): each
+    output close of a turn served on it names that process (``OutputClose.instance_id``),
+    so the gate releases the turn only while that process still stands."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -575,7 +579,7 @@ class ModelGateway:
         facts = raise_facts(runtime.facts, context.classification, taint)
         facts = self._across_pieces(runtime, chat, turn, facts, standing.window_chars)
         window = chat.shown_history(standing.window_chars)
-        turn = await self._gate_output(runtime, standing.runtime_version, turn, facts, window)
+        turn = await self._gate_output(runtime, standing, turn, facts, window)
         # Server-Timing (W3C): how long the turn waited for its output decision, so a
         # benchmark can tell the gateway's own cost from the decision's (no content).
         timing = {"Server-Timing": f"output;dur={(time.perf_counter_ns() - started) / 1e6:.3f}"}
@@ -694,6 +698,7 @@ class ModelGateway:
         if proof is None:
             self._standing[key] = standing
         elif not isinstance(answer.proof_standing, msgspec.UnsetType):
+            standing.instance_id = answer.proof_standing.instance_id
             self._keep_proof_standing(runtime, classification, proof, answer, standing)
         return standing
 
@@ -1146,9 +1151,11 @@ class ModelGateway:
         shown: str,
         facts: DataFacts,
         window: str = "",
+        instance_id: str | None = None,
     ) -> OutputVerdict:
-        """``shown`` through the output gate as this runtime's output, read after
-        ``window``; the gate's verdict (every failure a withholding one)."""
+        """``shown`` through the output gate as this runtime's output (of the process
+        ``instance_id``, when it was served on a proof), read after ``window``; the
+        gate's verdict (every failure a withholding one)."""
         streamer = OutputStreamer(
             self.nc,
             self.key,
@@ -1171,18 +1178,26 @@ class ModelGateway:
             destination=runtime.destination,
             surface=runtime.surface,
             window=window,
+            instance_id=instance_id,
         )
         return await streamer.close(stream_id, signed)
 
     async def _gate_output(
-        self, runtime: GatewayRuntime, version: str, turn: Turn, facts: DataFacts, window: str
+        self,
+        runtime: GatewayRuntime,
+        standing: _Standing,
+        turn: Turn,
+        facts: DataFacts,
+        window: str,
     ) -> Turn:
         """The turn the runtime may have: itself when everything it shows (its text, its
         tool calls' names and arguments) is released, else the notice alone. A tool
         call never passes beside withheld text, nor its own withheld name or
         arguments."""
         shown = model_turns.shown_text(turn)
-        verdict = await self._decide(runtime, version, shown, facts, window)
+        verdict = await self._decide(
+            runtime, standing.runtime_version, shown, facts, window, standing.instance_id
+        )
         outcome = _outcome(verdict, shown)
         log.info(
             "model_turn_decided",

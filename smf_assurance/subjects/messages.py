@@ -26,6 +26,7 @@ from smf_assurance.subjects.patterns import (
     ApproverNote,
     Code,
     ConnectorId,
+    InstanceId,
     MessageId,
     Millis,
     OrderId,
@@ -253,6 +254,12 @@ class OutputClose(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_
     across turns or tool calls is seen. Covered by the close's signature, not by the
     content hash; never released, never part of the proposal's content. The buffer
     reads at most the release's ``detection_window_chars`` of it (the last ones)."""
+    instance_id: InstanceId | None = None
+    """The runtime process the output was produced for, when its sender served a proven
+    process (the model gateway, on an instance proof): the gate then releases it only
+    while that process's own latest attestation stands
+    (``AttestationDesk.admit``), not on another process's word. Covered by the close's
+    signature; absent encodes as before (``omit_defaults``)."""
 
 
 class OutputVerdict(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

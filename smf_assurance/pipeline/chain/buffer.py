@@ -311,7 +311,7 @@ class OutputBuffer:
             facts=facts,
             issued_at_ms=close.issued_at_ms,
         )
-        verdict = await self.gate.decide(proposal, found)
+        verdict = await self.gate.decide(proposal, found, close.instance_id)
         released = text if verdict.outcome == "allow" else None
         log.info("output_decided", stream_id=stream_id, outcome=verdict.outcome)
         return OutputVerdict(

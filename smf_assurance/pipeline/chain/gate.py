@@ -240,6 +240,9 @@ class Work:
     """The tool call's note committed beside the evidence."""
     confined: bool = False
     """The runtime ran confined when the proposal was evaluated (``confinement``)."""
+    instance_id: str | None = None
+    """The runtime process an output close names (``OutputClose.instance_id``): admitted
+    on that process's own attestation too (``AttestationDesk.admit``)."""
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -422,10 +425,13 @@ class Gate:
             raise StageRefusal(min(unsettled))
         return sign_verdict(answer, self.signer)
 
-    async def decide(self, proposal: Proposal, notes: tuple[str, ...] = ()) -> Verdict:
+    async def decide(
+        self, proposal: Proposal, notes: tuple[str, ...] = (), instance_id: str | None = None
+    ) -> Verdict:
         """Run the chain for a verified proposal; never raises (an internal error,
         of any link, is a denial; it is logged by type, never with its values).
-        The proposal's tool-call note is stored before the verdict is returned."""
+        The proposal's tool-call note is stored before the verdict is returned.
+        ``instance_id``: the process an output close names (``Work.instance_id``)."""
         record_only = self.settings.record_only_until_ms
         if record_only is not None and proposal.issued_at_ms <= record_only:
             # The gate the backup came from may have decided it after the backup began,
@@ -436,7 +442,7 @@ class Gate:
         waiting: list[asyncio.Future[Verdict]] = []
         first = self._deciding.setdefault(proposal_id, waiting) is waiting
         try:
-            answer = await self._decide(proposal, notes)
+            answer = await self._decide(proposal, notes, instance_id)
         except BaseException:
             for waiter in waiting:
                 waiter.cancel()
@@ -449,10 +455,12 @@ class Gate:
                 waiter.set_result(answer)
         return answer
 
-    async def _decide(self, proposal: Proposal, notes: tuple[str, ...]) -> Verdict:
+    async def _decide(
+        self, proposal: Proposal, notes: tuple[str, ...], instance_id: str | None
+    ) -> Verdict:
         call_id = proposal.tool_call_id
         note = NO_NOTE if call_id is None else self.deployment.note(proposal.runtime_id, call_id)
-        work, answer = await self._run(Work(proposal, notes, note=note))
+        work, answer = await self._run(Work(proposal, notes, note=note, instance_id=instance_id))
         if answer.outcome == "deny" and not answer.evidence:
             answer = await self._recorded(work, answer)
         await self._store_note(work)
@@ -642,7 +650,7 @@ class Gate:
     async def _admit(self, work: Work) -> Work | Verdict:
         """Runtime attestation first: no attestation, no decision."""
         if self.attestation is not None:
-            refusal = self.attestation.admit(work.proposal)
+            refusal = self.attestation.admit(work.proposal, work.instance_id)
             if refusal is not None:
                 return self._deny(work, (refusal,))
         return work

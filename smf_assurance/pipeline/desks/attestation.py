@@ -455,11 +455,25 @@ class AttestationDesk:
             return INSTANCE_PROOFS_TOO_MANY
         return None
 
-    def admit(self, proposal: Proposal) -> str | None:
-        """The reason to refuse ``proposal``, or None when its runtime may propose."""
+    def admit(self, proposal: Proposal, instance_id: str | None = None) -> str | None:
+        """The reason to refuse ``proposal``, or None when its runtime may propose.
+
+        ``instance_id``: the process the proposal was produced for, as a signed output
+        close names it (``OutputClose.instance_id``: the model gateway served that
+        process on its proof). It must stand on its own latest attestation, accepted
+        within its lease, whatever the runtime's latest word (another process's) says:
+        a gateway's kept admission of a process whose attestation was since refused
+        gets no output released (``runtime_instance_not_attested``). Checked whatever
+        the runtime's opt-in, as the gateway serves only attested runtimes."""
         stopped = self._stopped.get(proposal.runtime_id)
         if stopped is not None:
             return stopped  # stopped, whatever its opt-in
+        if instance_id is not None:
+            need = self.required.get(proposal.runtime_id, RuntimeRequirement())
+            instances = self._instances.get(proposal.runtime_id)
+            attested = None if instances is None else instances.get(instance_id)
+            if attested is None or self.clock() - attested > need.lease_ms:
+                return INSTANCE_NOT_ATTESTED
         if proposal.runtime_id not in self.required:
             return None  # opt-in: this runtime does not attest
         reason, held = self.standing(proposal.runtime_id)
