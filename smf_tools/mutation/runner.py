@@ -211,6 +211,9 @@ class Baseline:
     every test that runs the line (a target that names its tests)."""
     importers: frozenset[str] = frozenset()
     """A derived target's: the test functions of the files that import its module."""
+    readers: dict[int, frozenset[int]] = field(default_factory=dict)
+    """A derived target's: per line of a module-level assignment, the lines of the
+    module that read a name it binds (:func:`reading_lines`)."""
 
     def covers(self, mutant: Mutant) -> bool:
         """Some test was seen to run a line of ``mutant`` (at import counts)."""
@@ -226,19 +229,29 @@ class Baseline:
         its tests), or the tests that run the module and those of the files that
         import it (a derived target: a test that decodes a Struct runs no line of
         its module, so coverage cannot name it). Within :attr:`budget_s` of
-        unmutated time when there is one. A decorator's ``frozen=`` flag also runs
-        the frozen contract, which no coverage ties to it.
+        unmutated time when there is one; for a constant (a module-level name), the
+        tests that run the lines reading it come first: they are the ones its value
+        reaches, however slow the module's other tests make the budget. A
+        decorator's ``frozen=`` flag also runs the frozen contract, which no
+        coverage ties to it.
         """
         found: set[str] = set()
         for line in _lines(mutant):
             found |= self.tests_by_line.get(line, frozenset()) - {""}
+        first: set[str] = set()
         if not found and self.budget_s is None:
             found = set(self.durations)
         elif not found:
             found = set(self.importers) | (
                 {test for tests in self.tests_by_line.values() for test in tests} - {""}
             )
-        ordered = sorted(found, key=lambda test: (self.durations.get(test, 0.0), test))
+            for line in _lines(mutant):
+                for reading in self.readers.get(line, frozenset()):
+                    first |= self.tests_by_line.get(reading, frozenset()) - {""}
+        ordered = sorted(
+            found | first,
+            key=lambda test: (test not in first, self.durations.get(test, 0.0), test),
+        )
         if self.budget_s is not None:
             ordered = _within(ordered, self.durations, self.budget_s)
         frozen = [
@@ -285,6 +298,35 @@ class Run:
     baselines: dict[str, Baseline] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)
     """Targets whose unmutated tests failed: not scored."""
+
+
+def reading_lines(source: bytes) -> dict[int, frozenset[int]]:
+    """Per line of a module-level assignment (``X = ...``, ``X: T = ...``), the lines
+    of the module that read a name it binds. Those run after import, so coverage
+    names the tests that run them: the tests a constant's value reaches."""
+    tree = ast.parse(source)
+    binds: dict[str, set[int]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            bound: list[ast.expr] = list(node.targets)
+        elif isinstance(node, ast.AnnAssign):
+            bound = [node.target]
+        else:
+            continue
+        lines = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+        for target in bound:
+            for name in ast.walk(target):
+                if isinstance(name, ast.Name):
+                    binds.setdefault(name.id, set()).update(lines)
+    reads: dict[str, set[int]] = {}
+    for read in ast.walk(tree):
+        if isinstance(read, ast.Name) and isinstance(read.ctx, ast.Load) and read.id in binds:
+            reads.setdefault(read.id, set()).add(read.lineno)
+    found: dict[int, set[int]] = {}
+    for bound_name, bound_lines in binds.items():
+        for line in bound_lines:
+            found.setdefault(line, set()).update(reads.get(bound_name, set()))
+    return {line: frozenset(read) for line, read in found.items() if read}
 
 
 def importing_tests(module: str, tests: Iterable[str]) -> frozenset[str]:
@@ -418,6 +460,7 @@ class Runner:
                 _by_line(data, target),
                 budget_s=BUDGET_S,
                 importers=importing_tests(target.module, durations),
+                readers=reading_lines(target.path.read_bytes()),
             )
             for target in targets
         }

@@ -22,7 +22,15 @@ from smf_tools.mutation import record
 from smf_tools.mutation.cli import main, report
 from smf_tools.mutation.operators import OPERATORS, Mutant, mutants_in, mutants_of
 from smf_tools.mutation.reviewed import EQUIVALENT
-from smf_tools.mutation.runner import Baseline, Result, Run, Status, importing_tests, run
+from smf_tools.mutation.runner import (
+    Baseline,
+    Result,
+    Run,
+    Status,
+    importing_tests,
+    reading_lines,
+    run,
+)
 from smf_tools.mutation.targets import (
     DERIVED_MARGIN_S,
     FROZEN_CONTRACT,
@@ -328,6 +336,35 @@ def test_a_line_run_only_at_import_runs_the_tests_of_the_files_importing_its_mod
     derived = Baseline(60.0, {**_DURATIONS, importer: 0.2}, by_line, 25.0, found)
     assert derived.tests_for(_at(4)) == [importer, _SLOW]  # and those that run the module
     assert derived.tests_for(_at(3)) == [_SLOW]
+
+
+def test_a_constant_runs_the_tests_of_the_lines_reading_it_first() -> None:
+    """Issue 40: ``MAX_CALLS_BYTES = 64 * 1024`` runs only at import; its killer (the
+    64 KiB case) runs the line that compares with it, but came after 42 s of faster
+    tests of the module. The lines reading a module-level name put their tests first,
+    then the module's others, within the same budget."""
+    source = (
+        b"LIMIT: int = 4\n"  # 1
+        b"A, B = 1, (\n"  # 2
+        b"    2)\n"  # 3
+        b"OTHER = LIMIT + 1\n"  # 4: read at import
+        b"def f(n):\n"  # 5
+        b"    return n > LIMIT\n"  # 6
+        b"def g():\n"  # 7
+        b"    return B, A\n"  # 8
+    )
+    readers = reading_lines(source)
+    assert readers == {1: {4, 6}, 2: {8}, 3: {8}}  # OTHER is read by nobody
+    by_line = {
+        1: frozenset({""}),
+        4: frozenset({""}),
+        6: frozenset({_SLOW}),
+        7: frozenset({_FAST, _OTHER}),
+    }
+    derived = Baseline(60.0, _DURATIONS, by_line, budget_s=25.0, readers=readers)
+    assert derived.tests_for(_at(1)) == [_SLOW, _FAST]  # its reader first, then the fastest
+    assert derived.tests_for(_at(4)) == [_FAST, _OTHER]  # no reader: as before
+    assert derived.tests_for(_at(6)) == [_SLOW]  # a line run after import: its own tests
 
 
 def test_a_target_that_names_its_tests_runs_all_that_run_the_line() -> None:
