@@ -390,28 +390,45 @@ async def test_a_body_whose_messages_have_no_canonical_form_is_proven_by_no_proo
 
 
 @contextlib.asynccontextmanager
-async def admit_tap(world: World) -> AsyncIterator[list[GatewayAdmit]]:
+async def admit_tap(world: World, marker: str = BOUND_ID) -> AsyncIterator[list[GatewayAdmit]]:
     """Every question the gateway puts to the gate (``smf.gateway.admit``), in the order it
-    put them: an operator's subscription on the subject the gate serves."""
+    put them: an operator's subscription on the subject the gate serves (in the gate's
+    account; the gateway asks from its own, through the server's service import).
+
+    Counted from the first question it is seen to receive: a tap subscribed and flushed
+    before the first question crossed into the gate's account was seen to miss that
+    question while the gate answered it (5 of 80 runs under load, nats-server 2.15.1;
+    cause not found). So it first receives a question about ``marker`` (a runtime the
+    test leaves unattested, refused), asking again every half second unseen; questions
+    about ``marker`` are not listed."""
     credential = world.state.existing_credential(OPERATOR)
     assert credential is not None
     errors: list[str] = []
 
     async def failed(exc: Exception) -> None:
-        errors.append(f"{type(exc).__name__}: {exc}")
+        errors.append(type(exc).__name__)
 
     nc = await nats.connect(world.stack.url, error_cb=failed, **credential.connect_options())
     asked: list[GatewayAdmit] = []
+    marks: list[GatewayAdmit] = []
 
     async def record(msg: Any) -> None:
         try:
-            asked.append(msgspec.json.decode(msg.data, type=GatewayAdmit))
-        except msgspec.DecodeError as exc:
-            errors.append(f"undecodable question ({len(msg.data)} bytes): {exc}")
+            question = msgspec.json.decode(msg.data, type=GatewayAdmit)
+        except msgspec.DecodeError:
+            errors.append("undecodable question")
+            return
+        (marks if question.runtime_id == marker else asked).append(question)
 
     await nc.subscribe(names.GATEWAY_ADMIT, cb=record)
     await nc.flush()
     try:
+        for _ in range(10):
+            assert await refused(world, marker, None) == "runtime_attestation_missing"
+            with contextlib.suppress(AssertionError):
+                await wait_for(lambda: bool(marks), timeout=0.5)
+                break
+        assert marks, "the tap saw none of ten questions"
         yield asked
     finally:
         await nc.close()
@@ -434,9 +451,9 @@ async def test_a_proven_process_is_served_on_its_kept_admission_and_a_replay_sti
     That proof, replayed, is refused though the admission is kept: the gateway saw its
     nonce, the gate refuses it as replayed and the ledger records it."""
     mine = new_instance_id()
-    assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
     key = world.key(OTHER)
     async with admit_tap(world) as asked:
+        assert (await attest(world, OTHER, OTHER_ID, instance_id=mine)).accepted
         first, second = proof(key, OTHER_ID, mine), proof(key, OTHER_ID, mine)
         for headers in (first, second):
             status, _ = await chat(world, OTHER_ID, headers=headers)
@@ -567,7 +584,7 @@ async def test_while_a_nonce_may_have_gone_unkept_no_kept_admission_of_a_proof_s
     assert (await attest(world, BOUND, BOUND_ID, instance_id=mine)).accepted
     gateway = world.gateway.gateway
     now = frozen(world)
-    async with admit_tap(world) as asked:
+    async with admit_tap(world, marker=OTHER_ID) as asked:
         first = proof(key, BOUND_ID, mine)
         assert (await chat(world, BOUND_ID, headers=first))[0] == 200
         await asked_about(asked, first)
@@ -591,7 +608,7 @@ async def test_a_kept_admission_serves_until_its_end_and_not_at_it(world: World)
     assert (await attest(world, PRINCIPAL, RUNTIME_ID)).accepted
     gateway = world.gateway.gateway
     frozen(world)
-    async with admit_tap(world) as asked:
+    async with admit_tap(world, marker=OTHER_ID) as asked:
         assert (await chat(world, RUNTIME_ID))[0] == 200
         await marked(world, asked, BOUND_ID)  # another runtime asked about meanwhile
         assert (await chat(world, RUNTIME_ID))[0] == 200
