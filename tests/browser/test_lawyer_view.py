@@ -13,10 +13,14 @@ What these tests prove:
 
 - The attorney sees the court by name with its id, the case caption and docket, the
   matter and the client by name; the confirm step names the court, caption and docket.
-- The filing's PDF is shown in the page: a frame whose source is a ``blob:`` URL the
-  page made, whose document is ``application/pdf`` (Chromium's viewer loaded it under
-  the console's CSP), next to the SHA-256 the page computed, which is the PDF's; the
-  page's check of it is listed and Allow once is on.
+- The filing's pages are drawn in the page itself by pdf.js (the pinned files the
+  console serves, ``smf_assurance.approver.console.renderer``) from the bytes whose
+  SHA-256 the page computed, which is the PDF's: one canvas per page, white paper with
+  text on it (its pixels), under the console's CSP, next to that SHA-256; the page's
+  check of it is listed and Allow once is on. The pages are one Tab stop, named by
+  the file and its page count, and one Tab goes on past them. Where pdf.js cannot be
+  loaded, the page says so and shows the same bytes in the browser's own viewer (a
+  frame whose source is a ``blob:`` URL the page made, ``application/pdf``).
 - A relay that swaps the PDF's bytes in the view (here the page's own ``fetch``,
   rewritten as a compromised console server would answer) gets an error in the page,
   no frame, the checks marked failed, and Allow once off.
@@ -24,7 +28,7 @@ What these tests prove:
   confirmed, is refused ``binding_changed`` and the page says so; no order reaches
   ``SMF_EXECUTE``.
 - At 420 px wide and at 200% zoom of a 1280x900 window the page has no horizontal
-  scroll, the PDF frame fits the width, and Allow once and Deny can be reached and
+  scroll, the drawn page fits the width, and Allow once and Deny can be reached and
   pressed with the keyboard.
 - Held filings of one tool are told apart in the list (what, where, matter and client,
   who asked, until when in the browser's zone), the first to expire on top, and a
@@ -37,9 +41,11 @@ What these tests prove:
 Screenshots (the filing with its PDF, the tampered document, 420 px, 200% zoom) are
 written to the test's tmp dir and copied to ``.artifacts/console/``.
 
-What they do not prove: what Chromium's PDF viewer draws inside its frame (it is a
-separate, cross-origin document; the screenshots show it, and its document type is
-asserted), other browsers, or screen-reader output.
+What they do not prove: that pdf.js draws every PDF a firm files as a court's reader
+would (a PDF it cannot read whole falls back to the browser's viewer; images that need
+its WebAssembly decoders are not drawn, as the page runs none); what Chromium's PDF
+viewer draws inside its frame beyond paper (a separate, cross-origin document); other
+browsers than Chromium, or screen-reader output.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from typing import Final
 
 import pytest
 from selenium import webdriver
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
@@ -184,6 +191,37 @@ def pdf_page_drawn(driver: webdriver.Chrome, frame: WebElement) -> None:
     until(driver, drawn, "the PDF's page drawn in its frame")
 
 
+INK = """
+// Each drawn page's share of near-white pixels and of dark ones (text), read from the
+// canvas the page drew (its own pixels: nothing was fetched, so nothing taints it).
+return [...arguments[0].querySelectorAll('canvas.pdf-page')].map((canvas) => {
+  const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+  let white = 0;
+  let dark = 0;
+  for (let i = 0; i < data.length; i += 4) {
+    if (data[i] > 240 && data[i + 1] > 240 && data[i + 2] > 240) white += 1;
+    else if (data[i] < 96 && data[i + 1] < 96 && data[i + 2] < 96) dark += 1;
+  }
+  return [white / (data.length / 4), dark / (data.length / 4)];
+});
+"""
+
+
+def pages_drawn(driver: webdriver.Chrome, figure: WebElement) -> WebElement:
+    """Wait until the page drew the PDF's pages itself (pdf.js), then check each is a page
+    of paper with text on it, and that no frame (the browser's own viewer) is shown."""
+    holder = figure.find_element(By.CSS_SELECTOR, ".pages")
+    until(driver, lambda _d: holder.get_attribute("data-state") != "drawing", "the pages drawn")
+    assert holder.get_attribute("data-state") == "drawn", holder.get_attribute("data-reason")
+    inks = driver.execute_script(INK, holder)
+    assert len(inks) == 1  # MOTION_PDF is one page
+    for white, dark in inks:
+        assert white > 0.5  # paper
+        assert dark > 0.001  # and text on it
+    assert not figure.find_elements(By.TAG_NAME, "iframe")
+    return holder
+
+
 def no_horizontal_scroll(driver: webdriver.Chrome) -> None:
     """Nothing reaches past the viewport's right edge (naming what does, if anything)."""
     overflow = driver.execute_script(
@@ -203,6 +241,7 @@ def reachable(driver: webdriver.Chrome, element_id: str) -> None:
     assert button.is_enabled()
 
 
+@pytest.mark.claim("approver-desk.pages-drawn")
 def test_the_filing_shows_its_court_case_matter_client_and_pdf(
     world: World,
     browser: Callable[[], webdriver.Chrome],
@@ -225,11 +264,17 @@ def test_the_filing_shows_its_court_case_matter_client_and_pdf(
     assert figure.get_attribute("data-ok") == "true"
     assert "motion-to-compel.pdf" in figure.find_element(By.TAG_NAME, "figcaption").text
     assert figure.find_element(By.CSS_SELECTOR, ".digest").text == sha256_identity(MOTION_PDF)
-    frame = figure.find_element(By.CSS_SELECTOR, "iframe.pdf")
-    assert (frame.get_attribute("src") or "").startswith("blob:")
-    assert pdf_loaded(driver, frame) == "application/pdf"
-    driver.execute_script("arguments[0].scrollIntoView()", frame)
-    pdf_page_drawn(driver, frame)
+    pages = pages_drawn(driver, figure)
+    label = pages.get_attribute("aria-label") or ""
+    assert label.startswith("motion-to-compel.pdf: 1 page")
+    driver.execute_script("arguments[0].scrollIntoView()", pages)
+    # the pages are one stop for the keyboard: nothing in them takes focus, and one Tab
+    # from them goes on to the next control
+    inside = "return arguments[0].querySelectorAll('a, button, input, iframe, [tabindex]').length"
+    assert driver.execute_script(inside, pages) == 0
+    driver.execute_script("arguments[0].focus()", pages)
+    ActionChains(driver).send_keys(Keys.TAB).perform()
+    assert not driver.execute_script("return arguments[0].contains(document.activeElement)", pages)
     checks = by_id(driver, "checks").text
     assert "✓ matches: SHA-256 of motion-to-compel.pdf computed here" in checks
     assert by_id(driver, "digest-check").get_attribute("data-ok") == "true"
@@ -257,6 +302,7 @@ def test_a_swapped_pdf_is_refused_in_the_page_and_by_the_gate(
     assert figure.get_attribute("data-ok") == "false"
     assert "does not match the digest" in figure.find_element(By.CSS_SELECTOR, ".error").text
     assert not figure.find_elements(By.TAG_NAME, "iframe")
+    assert not figure.find_elements(By.TAG_NAME, "canvas")
     assert by_id(driver, "digest-check").get_attribute("data-ok") == "false"
     assert "✗ DOES NOT MATCH: SHA-256 of motion-to-compel.pdf" in by_id(driver, "checks").text
     assert not by_id(driver, "allow").is_enabled()
@@ -282,6 +328,34 @@ def test_a_swapped_pdf_is_refused_in_the_page_and_by_the_gate(
     assert state == "invalidated"
 
 
+@pytest.mark.claim("approver-desk.pages-drawn")
+def test_without_the_renderer_the_browsers_own_viewer_shows_the_checked_bytes(
+    world: World,
+    browser: Callable[[], webdriver.Chrome],
+    screenshots: Callable[[webdriver.Chrome, str], Path],
+) -> None:
+    """A console that serves no pdf.js (here the browser is kept from loading it): the
+    page says the pages could not be drawn and shows the same checked bytes in the
+    browser's own viewer, a frame whose source is a ``blob:`` URL the page made."""
+    driver = browser()
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*/vendor/*"]})
+    held_filing(driver, world)
+    figure = the_pdf(driver)
+    holder = figure.find_element(By.CSS_SELECTOR, ".pages")
+    until(driver, lambda _d: holder.get_attribute("data-state") == "viewer", "the viewer")
+    assert "could not be drawn here" in holder.text
+    assert not figure.find_elements(By.TAG_NAME, "canvas")
+    frame = figure.find_element(By.CSS_SELECTOR, "iframe.pdf")
+    assert (frame.get_attribute("src") or "").startswith("blob:")
+    assert pdf_loaded(driver, frame) == "application/pdf"
+    driver.execute_script("arguments[0].scrollIntoView()", frame)
+    pdf_page_drawn(driver, frame)
+    assert by_id(driver, "allow").is_enabled()  # the bytes were checked all the same
+    screenshots(driver, "lawyer-filing-pdf-viewer")
+
+
+@pytest.mark.claim("approver-desk.pages-drawn")
 @pytest.mark.claim("approver-desk.no-serious-a11y-violation")
 @pytest.mark.parametrize(("layout", "metrics"), [("420px", NARROW), ("zoom-200", ZOOMED)])
 def test_the_filing_and_its_pdf_are_usable_narrow_and_zoomed(
@@ -295,16 +369,15 @@ def test_the_filing_and_its_pdf_are_usable_narrow_and_zoomed(
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
     held_filing(driver, world, f"{CONTENT} ({layout})")
 
+    pages = pages_drawn(driver, the_pdf(driver))
     no_horizontal_scroll(driver)
-    frame = the_pdf(driver).find_element(By.CSS_SELECTOR, "iframe.pdf")
+    drawn = pages.find_element(By.CSS_SELECTOR, "canvas.pdf-page")
     left, right, width = driver.execute_script(
         "const r = arguments[0].getBoundingClientRect(); return [r.left, r.right, innerWidth];",
-        frame,
+        drawn,
     )
     assert 0 <= left < right <= width
-    assert pdf_loaded(driver, frame) == "application/pdf"
-    driver.execute_script("arguments[0].scrollIntoView()", frame)
-    pdf_page_drawn(driver, frame)
+    driver.execute_script("arguments[0].scrollIntoView()", drawn)
     screenshots(driver, f"lawyer-filing-{layout}")
     assert serious_violations(driver) == []
     reachable(driver, "deny")

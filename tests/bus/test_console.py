@@ -84,6 +84,7 @@ from smf_assurance.approver.console.access import (
     Sessions,
 )
 from smf_assurance.approver.console.board import ApprovalBoard
+from smf_assurance.approver.console.renderer import PDFJS_VERSION
 from smf_assurance.approver.console.server import (
     SESSION_COOKIE,
     ConsoleSettings,
@@ -1269,6 +1270,25 @@ def test_console_serves_until_sigterm_and_prints_one_readiness_line(
         "nats_url": nats_server.url,
         "registry": str(demo_state.registry),
     }
+
+
+@pytest.mark.claim("approver-desk.pages-drawn")
+def test_console_refuses_a_pdf_renderer_that_is_not_the_pinned_one(
+    demo_state: StateDir,
+    nats_server: EmbeddedNatsServer,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """A folder named by ``--pdf-renderer`` must hold pdf.js's pinned files: one whose
+    file differs stops the start in one line naming it, before anything serves."""
+    (tmp_path / "pdf.min.mjs").write_bytes(b"export {};\n")
+    argv = ["console", "--nats", nats_server.url, "--registry", str(demo_state.registry)]
+    code, out, err = run([*argv, "--pdf-renderer", str(tmp_path)], capsys)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"smf-assurance: --pdf-renderer: {tmp_path / 'pdf.min.mjs'} is not pdf.js "
+        f"{PDFJS_VERSION}'s pdf.min.mjs (its SHA-256 differs)\n"
+    )
 
 
 def test_console_fails_in_one_line(

@@ -26,6 +26,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from smf_assurance.approver.console.server import ConsoleSettings, RunningConsole, start_console
 from smf_assurance.ops.local.defaults import CONSOLE, OPERATOR
 from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.pdf_renderer import fetch_renderer
 from smf_assurance.ops.local.stack import Stack, start_stack
 from smf_assurance.ops.local.state import StateDir
 from smf_assurance.subjects import names
@@ -147,6 +148,7 @@ def world(tmp_path: Path) -> Iterator[World]:
                 refresh_seconds=0.25,
                 credential=state.existing_credential(CONSOLE),
                 clock=clock,  # the gate's clock: the page's countdown agrees with the gate
+                pdf_renderer=fetch_renderer(),  # pinned pdf.js, from the per-user cache
             )
         )
         operator = connect_options(state.existing_credential(OPERATOR))

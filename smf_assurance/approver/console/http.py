@@ -60,7 +60,10 @@ SECURITY_HEADERS: Final = (
     # ``frame-src blob:``, the one extension: a held PDF is shown in a frame
     # whose source is a blob the page made from bytes whose SHA-256 it checked. Only
     # this page can mint its blob: URLs, so no frame can load anything from elsewhere,
-    # and a blob document inherits this policy (no script, no connection).
+    # and a blob document inherits this policy (no script, no connection). pdf.js,
+    # which draws a PDF's pages in the page, is served from this origin (/vendor/, only
+    # as the pinned files) and runs under ``script-src 'self'``, its worker too
+    # (``worker-src`` falls back to it); no eval, no WebAssembly is allowed.
     (
         "Content-Security-Policy",
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "

@@ -56,6 +56,7 @@ from smf_assurance.approver.console.http import (
     refusal,
     serve,
 )
+from smf_assurance.approver.console.renderer import RENDERER_CONTENT_TYPE, load_renderer
 from smf_assurance.approver.directory import Directory, DirectoryShown, load_directory
 from smf_assurance.subjects import names
 from smf_assurance.subjects.approvals import (
@@ -106,6 +107,10 @@ class ConsoleSettings:
     tls: ssl.SSLContext | None = None
     """HTTPS with this server context; ``None``: plain HTTP, which the command line
     allows on loopback only."""
+    pdf_renderer: Path | None = None
+    """The folder holding pdf.js's pinned files (:mod:`smf_assurance.approver.console.renderer`):
+    read and checked once at start, a file that is not the pinned one stops the start.
+    ``None``: the page shows a PDF in the browser's own viewer."""
 
 
 HealthReason = Literal["bus_disconnected", "board_not_fed", "gate_not_answering"]
@@ -127,12 +132,19 @@ GateAnswer = TypeVar("GateAnswer", TrackReply, ReRequestReply)
 SessionHandler = Callable[[Request, Principal], Awaitable[Response]]
 
 
-def _static_files() -> dict[str, tuple[bytes, str]]:
+def _static_files(renderer: Path | None) -> dict[str, tuple[bytes, str]]:
+    """The page's own files, and pdf.js's when ``renderer`` names its folder
+    (:func:`~smf_assurance.approver.console.renderer.load_renderer`, which raises
+    when a file is not the pinned one)."""
     folder = resources.files("smf_assurance.approver.console").joinpath("static")
-    return {
+    files = {
         path: (folder.joinpath(name).read_bytes(), content_type)
         for path, (name, content_type) in STATIC_FILES.items()
     }
+    if renderer is not None:
+        for path, data in load_renderer(renderer).items():
+            files[path] = (data, RENDERER_CONTENT_TYPE)
+    return files
 
 
 class Console:
@@ -149,7 +161,7 @@ class Console:
         self.sessions = Sessions(
             settings.clock, settings.challenge_seconds * 1000, settings.session_seconds * 1000
         )
-        self.static = _static_files()
+        self.static = _static_files(settings.pdf_renderer)
         self.routes: dict[tuple[str, str], Handler] = {
             ("GET", "/api/challenge"): self._challenge,
             ("POST", "/api/session"): self._login,
@@ -472,9 +484,13 @@ async def start_console(settings: ConsoleSettings) -> RunningConsole:
     """Connect to the bus (reconnecting for as long as the console runs), read what
     is held, then serve. The caller checks first that the bus answers at all.
 
-    The tenant directory is read first: a malformed one raises
-    :class:`~smf_assurance.approver.directory.DirectoryError` before anything connects."""
+    The tenant directory and the PDF renderer are read first: a malformed directory
+    raises :class:`~smf_assurance.approver.directory.DirectoryError`, a renderer that
+    is not the pinned one :class:`~smf_assurance.approver.console.renderer.RendererError`,
+    before anything connects."""
     directory = load_directory(settings.directory)
+    if settings.pdf_renderer is not None:
+        load_renderer(settings.pdf_renderer)
     nc = await nats.connect(
         settings.nats_url,
         name="smf-approver-console",

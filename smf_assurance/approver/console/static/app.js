@@ -945,18 +945,95 @@ function attachmentShown(a) {
     return figure;
   }
   if (a.mediaType === 'application/pdf') {
-    const url = URL.createObjectURL(new Blob([a.bytes], { type: 'application/pdf' }));
-    page.blobUrls.push(url);
-    // The viewer's open parameters: the page at the frame's width, no thumbnail pane.
-    figure.append(el('iframe', {
-      class: 'pdf', src: `${url}#navpanes=0&view=FitH`, title: `${a.filename} (PDF, as it will be filed)`,
-    }));
+    const pages = el('div', { class: 'pages', 'data-state': 'drawing' },
+      el('p', { class: 'muted' }, 'Drawing the pages…'));
+    figure.append(pages);
+    drawPages(a, pages);
   } else {
     figure.append(el('pre', { class: 'content', tabindex: '0', 'aria-label': a.filename },
       new TextDecoder('utf-8').decode(a.bytes)));
   }
   figure.append(el('p', { class: 'muted digest' }, el('code', {}, a.computed)));
   return figure;
+}
+
+// A PDF's pages are drawn here by pdf.js, which the console serves at /vendor/ only as
+// the pinned files (smf_assurance/approver/console/renderer.py), from the very bytes whose
+// SHA-256 was just checked; no script of the document runs (pdf.js draws, it does not
+// execute a PDF's JavaScript) and no WebAssembly is used. The pages are one group in
+// the keyboard order, one Tab stop, named by the file and its page count. Where the
+// console serves no renderer, or pdf.js cannot read the file whole, the browser's own
+// viewer shows the same bytes in a frame, as before, and the page says so.
+
+let rendererLoad = null;
+
+function pdfRenderer() {
+  if (rendererLoad === null) {
+    rendererLoad = import('/vendor/pdf.min.mjs')
+      .then((pdfjs) => {
+        pdfjs.GlobalWorkerOptions.workerSrc = '/vendor/pdf.worker.min.mjs';
+        return pdfjs;
+      })
+      .catch(() => null);
+  }
+  return rendererLoad;
+}
+
+const PAGE_SCALE = 2; // drawn at twice the PDF's size, shown at the column's width
+const MAX_PAGES_DRAWN = 200;
+
+async function drawPages(a, holder) {
+  const pdfjs = await pdfRenderer();
+  let canvases = null;
+  let count = 0;
+  if (pdfjs) {
+    try {
+      const task = pdfjs.getDocument({
+        data: a.bytes.slice(), useWasm: false, enableXfa: false, stopAtErrors: true,
+      });
+      const doc = await task.promise;
+      count = doc.numPages;
+      canvases = [];
+      for (let n = 1; n <= Math.min(count, MAX_PAGES_DRAWN); n += 1) {
+        const pdfPage = await doc.getPage(n);
+        const viewport = pdfPage.getViewport({ scale: PAGE_SCALE });
+        const canvas = el('canvas', {
+          class: 'pdf-page', width: String(Math.ceil(viewport.width)),
+          height: String(Math.ceil(viewport.height)), role: 'img', 'aria-label': `Page ${n} of ${count}`,
+        });
+        await pdfPage.render({ canvas, viewport }).promise;
+        canvases.push(canvas);
+      }
+      await task.destroy();
+    } catch (error) {
+      canvases = null;
+      holder.dataset.reason = `${error?.name || 'Error'}: ${error?.message || ''}`.slice(0, 200);
+    }
+  } else {
+    holder.dataset.reason = 'renderer_unavailable';
+  }
+  if (!holder.isConnected) return; // another approval was opened meanwhile
+  if (canvases) {
+    const more = count > canvases.length
+      ? [el('p', { class: 'muted' }, `Pages ${canvases.length + 1} to ${count} are not drawn here.`)] : [];
+    holder.replaceChildren(...canvases, ...more);
+    holder.setAttribute('role', 'group');
+    holder.setAttribute('tabindex', '0');
+    holder.setAttribute('aria-label', `${a.filename || a.arg}: ${count} page${count === 1 ? '' : 's'}, `
+      + 'drawn from the checked bytes');
+    holder.dataset.state = 'drawn';
+    return;
+  }
+  const url = URL.createObjectURL(new Blob([a.bytes], { type: 'application/pdf' }));
+  page.blobUrls.push(url);
+  // The viewer's open parameters: the page at the frame's width, no thumbnail pane.
+  holder.replaceChildren(
+    el('p', { class: 'muted' }, 'Shown by your browser\'s own PDF viewer (the pages could not be drawn here).'),
+    el('iframe', {
+      class: 'pdf', src: `${url}#navpanes=0&view=FitH`, title: `${a.filename} (PDF, as it will be filed)`,
+    }),
+  );
+  holder.dataset.state = 'viewer';
 }
 
 function renderAttachments(attachments) {

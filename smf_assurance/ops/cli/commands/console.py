@@ -10,6 +10,10 @@ docs/CONSOLE.md. What the command promises:
 - It reads the tenant directory (``--directory``, else the state directory's
   ``directory/``) and refuses to start on a malformed file, in one line
   naming it.
+- It serves pdf.js, to draw a filing's pages in the page, only as the pinned files
+  (``--pdf-renderer``: fetched once from the npm registry by default; a named folder
+  that does not hold them stops the start in one line; when fetching fails the
+  page uses the browser's own PDF viewer and the log says why).
 - It prints one readiness line (the page's URL) once it serves, and flushes it.
 - It holds no key and asks for none: approvers load their own key file into
   the page, which signs in the browser.
@@ -24,7 +28,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from pathlib import Path
 
+import structlog
+
+from smf_assurance.approver.console.renderer import RendererError, load_renderer
 from smf_assurance.approver.console.server import ConsoleSettings, RunningConsole, start_console
 from smf_assurance.approver.directory import DirectoryError, load_directory
 from smf_assurance.ops.cli.cli_json import ConsoleJson
@@ -36,10 +44,13 @@ from smf_assurance.ops.local.bus import (
 )
 from smf_assurance.ops.local.defaults import CONSOLE, default_state_dir
 from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.pdf_renderer import fetch_renderer
 from smf_assurance.ops.local.signals import stop_on_signals
 from smf_assurance.ops.local.state import StateDir
 from smf_assurance.ops.local.tls import TlsInitError, serving_tls
 from smf_assurance.subjects.registry import RegistryError, load_registry
+
+log = structlog.get_logger(__name__)
 
 
 def _announce(running: RunningConsole, settings: ConsoleSettings, as_json: bool) -> None:
@@ -73,6 +84,26 @@ async def _serve(settings: ConsoleSettings, as_json: bool) -> None:
             await running.close()
 
 
+def _pdf_renderer(choice: str) -> Path | None:
+    """The renderer's folder: fetched (and, when it cannot be, none: the page falls back
+    to the browser's own viewer, and the log says why), named (checked now: a folder
+    without the pinned files stops the start), or none."""
+    if choice == "off":
+        return None
+    if choice == "fetch":
+        try:
+            return fetch_renderer()
+        except RendererError as exc:
+            log.warning("pdf_renderer_unavailable", reason=first_line(exc))
+            return None
+    folder = Path(choice)
+    try:
+        load_renderer(folder)
+    except RendererError as exc:
+        fail(f"--pdf-renderer: {first_line(exc)}", 2)
+    return folder
+
+
 def run_console(args: argparse.Namespace) -> int:
     configure_logging(json=not sys.stderr.isatty(), level=args.log_level)
     if not 0 <= args.port <= 65535:
@@ -93,6 +124,7 @@ def run_console(args: argparse.Namespace) -> int:
     except TlsInitError as exc:
         fail(str(exc))
     settings = ConsoleSettings(
+        pdf_renderer=_pdf_renderer(args.pdf_renderer),
         nats_url=bus_url(args.nats, args.state_dir),
         credential=credential_for(args.credential, args.state_dir, CONSOLE),
         registry=registry,

@@ -39,6 +39,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="DIR",
         help="the tenant directory, one <tenant>.toml each (default: directory/ in the state dir)",
     )
+    p.add_argument(
+        "--pdf-renderer",
+        metavar="DIR|fetch|off",
+        default="fetch",
+        help="where pdf.js's pinned files are, to draw a filing's pages in the page; "
+        "'fetch' (default) gets them once from the npm registry into the per-user cache, "
+        "and without them the browser's own PDF viewer is used; 'off' never draws pages",
+    )
     add_credential_argument(p, CONSOLE)
     p.add_argument("--host", default="127.0.0.1", help="listen address (default: 127.0.0.1)")
     p.add_argument(
