@@ -220,6 +220,7 @@ def test_a_held_filing_appears_live_is_checked_and_approved_exactly_once(
 
     open_detail(driver, approval_id)
     assert driver.switch_to.active_element == by_id(driver, "detail-title")
+    assert by_id(driver, "detail-title").text == "A court filing, held for your approval"
     assert by_id(driver, "content").text == content
     check = by_id(driver, "digest-check")
     assert (check.get_attribute("data-ok"), check.text) == (

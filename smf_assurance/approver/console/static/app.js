@@ -481,6 +481,18 @@ function title(a) {
   return `${a.native_tool} (${a.capability})`;
 }
 
+const KIND_WORDS = {
+  electronic_filing: 'A court filing',
+  email: 'An e-mail',
+  messaging: 'A message',
+};
+
+/** The detail's heading in a lawyer's words: what kind of sending waits for them (the
+ * tool and its capability stay under "Technical details"). */
+function headingWords(a) {
+  return `${KIND_WORDS[a.channel] || 'An action'}, held for your approval`;
+}
+
 function sortKey(a) {
   // Open ones first, the one that expires first at the top; then closed ones, newest first.
   return isOpen(a) || IN_PROGRESS.has(a.state) ? [0, a.expires_at_ms] : [1, -a.created_at_ms];
@@ -686,7 +698,7 @@ async function openDetail(id) {
     selected: id, view: null, display: null, checks: null, closedReason: null, decided: null, final: false,
   });
   $('detail').hidden = false;
-  $('detail-title').textContent = title(a);
+  $('detail-title').textContent = headingWords(a);
   $('expiry-live').textContent = '';
   $('answer').textContent = '';
   $('answer').removeAttribute('data-kind');
