@@ -22,7 +22,7 @@ What these tests prove:
   attorney, over further rounds too; no message carries the held content, an
   argument, the destination address, the matter, organization or actor: the
   bytes are absent from every e-mail and every webhook body; each carries the
-  console link, the tenant and the expiry in UTC.
+  console link, the tenant and the expiry in UTC (or the tenant's configured zone).
 - A reminder reaches each entitled approver once, before expiry (the gate
   still says ``pending`` when it lands), and none for an approval resolved
   before its reminder was due, nor for one that expired first.
@@ -75,6 +75,7 @@ from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.approver.client import ApproverClient
 from smf_assurance.approver.console.access import Roster
 from smf_assurance.approver.notify.config import NotifyConfig, NotifyConfigError, load_config
+from smf_assurance.approver.notify.notice import email_for, notice_for
 from smf_assurance.approver.notify.sent import RecordInUseError, SentRecord
 from smf_assurance.approver.notify.service import (
     Notifier,
@@ -691,6 +692,63 @@ def test_a_bad_config_is_refused_naming_the_key_never_the_secret(tmp_path: Path)
     assert config.record == tmp_path / "notify.sqlite"
     with pytest.raises(NotifyConfigError, match="cannot read"):
         load_config(tmp_path / "missing.toml")
+
+
+@pytest.mark.claim("notifications.local-time")
+def test_a_notice_says_the_expiry_in_the_tenants_time_zone(tmp_path: Path) -> None:
+    """Issue 38: the expiry in the time the tenant's approvers read (its ``time_zone``,
+    else the file's, else UTC), with its offset at that instant and the zone's name, as
+    the console writes it; a zone the machine does not know is refused naming the key."""
+    base = 'console_url = "https://c.example/"\n'
+    tenants = (
+        '[tenants.acme]\ntime_zone = "America/New_York"\n[tenants.acme.approvers]\n'
+        '[tenants.beta.approvers]\n[tenants.gamma]\ntime_zone = "UTC"\n'
+        "[tenants.gamma.approvers]\n"
+    )
+    path = tmp_path / "notify.toml"
+    path.write_text(base + 'time_zone = "Europe/London"\n' + tenants)
+    config = load_config(path, environ={})
+    winter = 1_796_458_615_000  # 2026-12-05 08:16:55 UTC
+    summer = 1_783_000_805_000  # 2026-07-02 14:00:05 UTC
+
+    def expiry(tenant: str, at_ms: int) -> str:
+        announcement = PendingAnnouncement(
+            schema="smf.approval-pending/2",
+            approval_id="sha256:" + "a" * 64,
+            tenant_id=tenant,
+            required_roles=("licensed_attorney",),
+            required_approvals=1,
+            created_at_ms=at_ms - 300_000,
+            expires_at_ms=at_ms,
+            capability="external.transmit",
+            channel="electronic_filing",
+            locality="external",
+            native_tool="court_efile",
+            rule_ids=(),
+            reason_codes=(),
+        )
+        notice = notice_for(
+            announcement, "pending", config.console_url, config.tenants[tenant].zone
+        )
+        text = email_for(notice, "a@x.example", "b@x.example").get_content()
+        assert f"Expires: {notice.expiry} (denied if nobody decides by then)" in text
+        return notice.expiry
+
+    assert expiry("acme", winter) == "2026-12-05 03:16:55 UTC-05:00 (America/New_York)"
+    assert expiry("acme", summer) == "2026-07-02 10:00:05 UTC-04:00 (America/New_York)"
+    assert expiry("beta", winter) == "2026-12-05 08:16:55 UTC+00:00 (Europe/London)"
+    assert expiry("beta", summer) == "2026-07-02 15:00:05 UTC+01:00 (Europe/London)"
+    assert expiry("gamma", summer) == "2026-07-02 14:00:05 UTC"
+    for text, key in (
+        (base + 'time_zone = "Mars/Olympus"\n' + tenants, "time_zone: 'Mars/Olympus'"),
+        (base + tenants.replace("America/New_York", "EST5EDT/../x"), "tenants.acme.time_zone"),
+    ):
+        path.write_text(text)
+        with pytest.raises(NotifyConfigError, match="is not a time zone this machine knows"):
+            load_config(path, environ={})
+        with pytest.raises(NotifyConfigError) as refused:
+            load_config(path, environ={})
+        assert str(refused.value).startswith(key)
 
 
 def test_notify_help_and_a_bad_config_in_one_line(

@@ -14,7 +14,11 @@ Example::
 
     console_url = "https://console.firm.example/"
     reminder_lead_seconds = 60
+    time_zone = "America/New_York"      # IANA; the expiry in notices (default UTC)
     record = "notify.sqlite"            # relative to this file
+
+    [tenants.tenant-acme]
+    time_zone = "Europe/London"         # this tenant's approvers read London time
 
     [tenants.tenant-acme.smtp]
     host = "smtp.firm.example"
@@ -37,10 +41,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import Annotated, Final, Literal
 from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
@@ -105,6 +111,7 @@ class _Tenant(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     approvers: dict[str, _Approver]
     smtp: _Smtp | None = None
     webhook: _SecretSource | None = None
+    time_zone: Text | None = None
 
 
 class _File(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -115,6 +122,7 @@ class _File(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_attempts: Annotated[int, msgspec.Meta(ge=1, le=20)] = 5
     retry_seconds: Annotated[float, msgspec.Meta(gt=0, le=300)] = 2.0
     webhook_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=60)] = 10.0
+    time_zone: Text = "UTC"
 
 
 # --- what the notifier uses ----------------------------------------------------------
@@ -146,6 +154,9 @@ class TenantChannels:
     smtp: SmtpSettings | None
     webhook_secret: Secret | None
     contacts: Mapping[str, Contact]
+    zone: tzinfo = field(default=UTC)
+    """Where this tenant's approvers read the time: a notice's expiry is written in it
+    (the tenant's ``time_zone``, else the file's, else UTC)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +175,9 @@ def load_config(path: Path, environ: Mapping[str, str] | None = None) -> NotifyC
     env = os.environ if environ is None else environ
     parsed = read_toml(path, _File, NotifyConfigError)
     _check_url(parsed.console_url, "console_url")
+    zone = _zone(parsed.time_zone, "time_zone")
     tenants = {
-        tenant: _tenant(tenant, section, path.parent, env)
+        tenant: _tenant(tenant, section, path.parent, env, zone)
         for tenant, section in parsed.tenants.items()
     }
     record = Path(parsed.record)
@@ -180,7 +192,23 @@ def load_config(path: Path, environ: Mapping[str, str] | None = None) -> NotifyC
     )
 
 
-def _tenant(tenant: str, section: _Tenant, base: Path, env: Mapping[str, str]) -> TenantChannels:
+def _zone(name: str, where: str) -> tzinfo:
+    """An IANA time zone by name ("UTC" needs no database); one the machine's zone
+    database does not hold is refused naming the key."""
+    if name == "UTC":
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise NotifyConfigError(
+            f"{where}: {name!r} is not a time zone this machine knows (an IANA name, "
+            "e.g. America/New_York; the system's tzdata holds them)"
+        ) from exc
+
+
+def _tenant(
+    tenant: str, section: _Tenant, base: Path, env: Mapping[str, str], zone: tzinfo
+) -> TenantChannels:
     where = f"tenants.{tenant}"
     try:
         names.token(tenant)
@@ -212,7 +240,9 @@ def _tenant(tenant: str, section: _Tenant, base: Path, env: Mapping[str, str]) -
             webhook_url=Secret(entry.webhook_url) if entry.webhook_url else None,
             webhook_format=entry.webhook_format,
         )
-    return TenantChannels(smtp=smtp, webhook_secret=webhook_secret, contacts=contacts)
+    if section.time_zone is not None:
+        zone = _zone(section.time_zone, f"{where}.time_zone")
+    return TenantChannels(smtp=smtp, webhook_secret=webhook_secret, contacts=contacts, zone=zone)
 
 
 def _smtp(section: _Smtp, where: str, base: Path, env: Mapping[str, str]) -> SmtpSettings:

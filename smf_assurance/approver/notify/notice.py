@@ -1,8 +1,9 @@
 """What a notification says: that an approval waits, where, and until when. Nothing else.
 
 A notification carries a link to the approval and
-no content. A :class:`Notice` is built from four fields of the announcement
-(approval id, tenant, expiry) and the console's base URL, and every message
+no content. A :class:`Notice` is built from three fields of the announcement
+(approval id, tenant, expiry), the console's base URL and the tenant's time zone
+(the operator's configuration: the expiry in the time its approvers read), and every message
 format below is rendered from a Notice alone, so no held text, argument,
 destination, matter, actor, tool or rule can reach an inbox or a chat channel:
 they are not in scope here. (The announcement itself carries no content
@@ -13,8 +14,8 @@ stays out: the approver reads it in the console, signed in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, tzinfo
 from email.message import EmailMessage
 from typing import Any, Literal
 from urllib.parse import quote
@@ -33,12 +34,18 @@ class Notice:
     tenant_id: str
     expires_at_ms: int
     link: str
+    zone: tzinfo = field(default=UTC)
 
     @property
     def expiry(self) -> str:
-        """Absolute and with its time zone, never a locale's "12/1/2026, 8:50:19 AM"."""
-        moment = datetime.fromtimestamp(self.expires_at_ms / 1000, tz=UTC)
-        return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+        """Absolute and with its time zone, never a locale's "12/1/2026, 8:50:19 AM":
+        ``2026-12-05 03:16:55 UTC-05:00 (America/New_York)`` in the tenant's zone, as
+        the console writes it, or ``2026-12-05 08:16:55 UTC``."""
+        moment = datetime.fromtimestamp(self.expires_at_ms / 1000, tz=self.zone)
+        if self.zone is UTC:
+            return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+        offset = moment.strftime("%z")
+        return f"{moment:%Y-%m-%d %H:%M:%S} UTC{offset[:3]}:{offset[3:]} ({self.zone})"
 
     @property
     def headline(self) -> str:
@@ -64,8 +71,11 @@ class Notice:
         )
 
 
-def notice_for(announcement: PendingAnnouncement, kind: NoticeKind, console_url: str) -> Notice:
-    """The only fields of an announcement that may leave: id, tenant, expiry."""
+def notice_for(
+    announcement: PendingAnnouncement, kind: NoticeKind, console_url: str, zone: tzinfo = UTC
+) -> Notice:
+    """The only fields of an announcement that may leave: id, tenant, expiry (written in
+    ``zone``)."""
     link = f"{console_url.rstrip('/')}/?approval={quote(announcement.approval_id, safe='')}"
     return Notice(
         kind=kind,
@@ -73,6 +83,7 @@ def notice_for(announcement: PendingAnnouncement, kind: NoticeKind, console_url:
         tenant_id=announcement.tenant_id,
         expires_at_ms=announcement.expires_at_ms,
         link=link,
+        zone=zone,
     )
 
 

@@ -216,7 +216,7 @@ class Notifier:
         retry.attempts += 1
         approval_id, approver_id, channel, kind = key
         fields = {"approval_id": approval_id, "approver_id": approver_id, "channel": channel}
-        notice = notice_for(announcement, _kind(kind), self.config.console_url)
+        notice = notice_for(announcement, _kind(kind), self.config.console_url, tenant.zone)
         try:
             await self._send(notice, tenant, contact, channel)
         except DeliveryError as exc:
