@@ -56,7 +56,6 @@ from smf_assurance.ops.local.state import (
 from smf_assurance.pipeline.assembly import RunningGate, start_gate
 from smf_assurance.pipeline.assembly.config import ClusterSettings
 from smf_assurance.subjects import names
-from smf_assurance.subjects.approvals import PendingAnnouncement
 from smf_assurance.subjects.bus_access import (
     CLIENT_API,
     REQUEST_INFO_HEADER,
@@ -66,6 +65,7 @@ from smf_assurance.subjects.bus_access import (
 from smf_assurance.subjects.call_context import CALL_CONTEXT_BUCKET
 from smf_assurance.subjects.registry import RegistryFile, encode_registry, entry_for
 from smf_assurance.subjects.release import RELEASE_BUCKET
+from tests.support.announcements import pending_announcement
 from tests.support.bus_helpers import registry_entries, wait_for
 
 RUNTIME, DMS, ATTORNEY = "runtime", "dms", "attorney-alex"
@@ -390,23 +390,7 @@ async def test_on_a_bus_without_accounts_the_gate_still_answers_only_inboxes(
 
 
 def announcement(tenant: str, n: int) -> bytes:
-    return msgspec.json.encode(
-        PendingAnnouncement(
-            schema="smf.approval-pending/2",
-            approval_id="sha256:" + f"{n:064x}",
-            tenant_id=tenant,
-            required_roles=("licensed_attorney",),
-            required_approvals=1,
-            created_at_ms=1,
-            expires_at_ms=2,
-            capability="external.transmit",
-            channel="electronic_filing",
-            locality="external",
-            native_tool="court_efile",
-            rule_ids=(),
-            reason_codes=(),
-        )
-    )
+    return msgspec.json.encode(pending_announcement(tenant, "sha256:" + f"{n:064x}"))
 
 
 @pytest.mark.claim("bus-access.no-deputy")

@@ -100,6 +100,7 @@ from smf_assurance.subjects.bus_access import connect_options
 from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.messages import ProposedDestination
 from smf_assurance.subjects.registry import KeyRegistry, RegistryFile, encode_registry, entry_for
+from tests.support.announcements import pending_announcement
 from tests.support.bus_helpers import wait_for
 from tests.support.clocks import OffsetClock
 from tests.support.console import (
@@ -712,20 +713,8 @@ def test_a_notice_says_the_expiry_in_the_tenants_time_zone(tmp_path: Path) -> No
     summer = 1_783_000_805_000  # 2026-07-02 14:00:05 UTC
 
     def expiry(tenant: str, at_ms: int) -> str:
-        announcement = PendingAnnouncement(
-            schema="smf.approval-pending/2",
-            approval_id="sha256:" + "a" * 64,
-            tenant_id=tenant,
-            required_roles=("licensed_attorney",),
-            required_approvals=1,
-            created_at_ms=at_ms - 300_000,
-            expires_at_ms=at_ms,
-            capability="external.transmit",
-            channel="electronic_filing",
-            locality="external",
-            native_tool="court_efile",
-            rule_ids=(),
-            reason_codes=(),
+        announcement = pending_announcement(
+            tenant, "sha256:" + "a" * 64, created_at_ms=at_ms - 300_000, expires_at_ms=at_ms
         )
         notice = notice_for(
             announcement, "pending", config.console_url, config.tenants[tenant].zone
