@@ -149,7 +149,7 @@ def test_the_requester_sees_her_own_requests_only_and_each_outcome_in_words(
     for approval_id in (hers, denied):
         listed = request_state(paralegal, approval_id, "pending")
         assert re.search(r"Waiting for an approver, expires in [45] min", listed.text), listed.text
-        assert "court_efile (external.transmit)" in listed.text
+        assert "A court filing (court_efile)" in listed.text
     assert set(until_board) <= set(board.entries), "the console holds all three"
     assert paralegal.find_elements(By.CSS_SELECTOR, f'li[data-id="{other}"]') == []
     assert other not in paralegal.page_source

@@ -1,10 +1,10 @@
 """The PDF renderer the console serves to its page: Mozilla's pdf.js, pinned by digest.
 
-Issue 38, "The document, seen": a held filing's pages are drawn in the page itself, in
-any browser, from the bytes whose SHA-256 the page checked, rather than handed to the
-browser's own PDF viewer (Chromium's draws nothing headless, and takes a dozen Tab
-presses to cross). pdf.js (``pdfjs-dist`` on npm, Apache-2.0) is not in this
-repository: the operator side fetches it at :data:`PDFJS_VERSION` into a folder
+A held filing's pages are drawn in the page itself, in any browser, from the bytes
+whose SHA-256 the page checked, rather than handed to the browser's own PDF viewer
+(Chromium's draws nothing headless, and takes a dozen Tab presses to cross). pdf.js
+(``pdfjs-dist`` on npm, Apache-2.0) is not in this repository: the operator side
+fetches it at :data:`PDFJS_VERSION` into a folder
 (``smf_assurance.ops.local.pdf_renderer``), and the console serves exactly the two
 files below from that folder, at ``/vendor/``, only when each one's SHA-256 is the one
 pinned here. A folder holding anything else stops the console's start

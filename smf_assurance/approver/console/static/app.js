@@ -1234,8 +1234,10 @@ export function requestStanding(r, nowMs) {
   }
 }
 
+/** A request in the requester's words: what kind of sending, then the tool by name. */
 function requestTitle(r) {
-  return r.native_tool ? `${r.native_tool} (${r.capability})` : 'A held action';
+  if (!r.native_tool) return 'A held action';
+  return `${KIND_WORDS[r.channel] || 'An action'} (${r.native_tool})`;
 }
 
 function isExpired(r) {
