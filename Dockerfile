@@ -15,11 +15,11 @@ COPY pyproject.toml README.md ./
 COPY smf_assurance ./smf_assurance
 RUN pip install . && rm -rf /src
 
-# The console's PDF renderer (pdf.js, pinned by digest) fetched at build time into the
-# image's per-user cache, read-only, so a console without egress to the npm registry
-# still draws a filing's pages (docs/CONSOLE.md, "Documents").
-ENV XDG_CACHE_HOME=/opt/cache
-RUN python -c "from smf_assurance.ops.local.pdf_renderer import fetch_renderer; fetch_renderer()"
+# The console's PDF renderer (pdf.js, pinned by digest) fetched at build time into a
+# read-only folder of the image, so a console without egress to the npm registry still
+# draws a filing's pages: docker-compose.yml names it (`console --pdf-renderer`), and
+# the console checks each file's digest when it starts (docs/CONSOLE.md, "Documents").
+RUN XDG_CACHE_HOME=/opt/cache python -c "from smf_assurance.ops.local.pdf_renderer import fetch_renderer; fetch_renderer()"
 
 # A non-root user owns the state; a named volume mounted on /var/lib/smf takes
 # this ownership when it is created empty.

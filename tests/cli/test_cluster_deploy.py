@@ -39,6 +39,7 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import KeyWrongLastSequenceError
 
 from smf_assurance.adapters.client import ProposalClient
+from smf_assurance.approver.console.renderer import PDFJS_VERSION
 from smf_assurance.ops.cli.commands.demo import ReportWatch
 from smf_assurance.ops.cli.commands.up import check_flags
 from smf_assurance.ops.cli.main import build_parser, main
@@ -492,6 +493,8 @@ def test_the_state_volume_is_provisioned_by_the_init_script_before_the_services_
     console = parse_cli(services["console"]["command"])
     assert console.registry == Path(state_root) / "seed" / "registry.json"
     assert console.credential == Path(state_root) / "seed" / "keys" / "console.nkey"
+    # the pdf.js the image fetched at build time (Dockerfile), at the pinned version
+    assert console.pdf_renderer == f"/opt/cache/smf-assurance/pdfjs-dist-{PDFJS_VERSION}"
     follower = services["bus-follow"]
     assert named_volumes(follower) == {state_root: "smf-state", auth_dir: "nats-auth"}
     assert parse_cli(follower["command"]).out == Path(auth_dir) / "authorization.conf"
