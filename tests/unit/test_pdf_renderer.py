@@ -135,8 +135,13 @@ def test_a_registry_out_of_reach_or_in_clear_is_one_line(
         RendererError, match=r"^cannot fetch pdf\.js [0-9.]+ from the npm registry: "
     ):
         fetch_renderer(tmp_path, f"http://127.0.0.1:{closed_port}")
-    with pytest.raises(RendererError, match="over HTTPS"):
-        fetch_renderer(tmp_path, "http://registry.example")
+    for clear in (
+        "http://registry.example",
+        "http://localhost.registry.example",
+        "ftp://127.0.0.1",
+    ):
+        with pytest.raises(RendererError, match="over HTTPS"):
+            fetch_renderer(tmp_path, clear)
 
 
 @pytest.mark.claim("approver-desk.pages-drawn")

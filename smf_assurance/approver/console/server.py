@@ -151,7 +151,12 @@ class Console:
     """The HTTP application: static page, sign-in, the list, and the relay."""
 
     def __init__(
-        self, settings: ConsoleSettings, nc: Client, board: ApprovalBoard, directory: Directory
+        self,
+        settings: ConsoleSettings,
+        nc: Client,
+        board: ApprovalBoard,
+        directory: Directory,
+        static: dict[str, tuple[bytes, str]],
     ) -> None:
         self.settings = settings
         self.nc = nc
@@ -161,7 +166,7 @@ class Console:
         self.sessions = Sessions(
             settings.clock, settings.challenge_seconds * 1000, settings.session_seconds * 1000
         )
-        self.static = _static_files(settings.pdf_renderer)
+        self.static = static
         self.routes: dict[tuple[str, str], Handler] = {
             ("GET", "/api/challenge"): self._challenge,
             ("POST", "/api/session"): self._login,
@@ -489,8 +494,7 @@ async def start_console(settings: ConsoleSettings) -> RunningConsole:
     is not the pinned one :class:`~smf_assurance.approver.console.renderer.RendererError`,
     before anything connects."""
     directory = load_directory(settings.directory)
-    if settings.pdf_renderer is not None:
-        load_renderer(settings.pdf_renderer)
+    static = _static_files(settings.pdf_renderer)
     nc = await nats.connect(
         settings.nats_url,
         name="smf-approver-console",
@@ -504,7 +508,7 @@ async def start_console(settings: ConsoleSettings) -> RunningConsole:
         board = ApprovalBoard(nc, settings.clock, settings.request_timeout)
         with contextlib.suppress(NatsError, TimeoutError):
             await board.refresh()
-        console = Console(settings, nc, board, directory)
+        console = Console(settings, nc, board, directory, static)
         runner = await serve(
             console.handle,
             settings.host,

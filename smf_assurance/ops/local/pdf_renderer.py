@@ -20,6 +20,7 @@ import tarfile
 import urllib.request
 from pathlib import Path
 from typing import Final
+from urllib.parse import urlsplit
 
 from smf_assurance.approver.console.renderer import (
     PDFJS_VERSION,
@@ -28,6 +29,7 @@ from smf_assurance.approver.console.renderer import (
     load_renderer,
 )
 from smf_assurance.ops.runtimes.cache import cache_root, install_lock
+from smf_assurance.subjects.hosts import is_loopback
 
 PDFJS_TARBALL_SHA512: Final = (
     "vg8Pw1x+AFKy4AMDvhuWl5cOYV8d698UoEANoFFhc79hqXDnZQqnOXoxw3HG907WHOg1JYOvLhP756boddFxpA=="
@@ -69,7 +71,9 @@ def fetch_renderer(root: Path | None = None, registry: str | None = None) -> Pat
 
 
 def _download(url: str) -> bytes:
-    if not url.startswith(("https://", "http://127.0.0.1", "http://localhost")):
+    parts = urlsplit(url)
+    loopback = parts.scheme == "http" and is_loopback(parts.hostname or "")
+    if parts.scheme != "https" and not loopback:
         raise RendererError("the npm registry must be reached over HTTPS")
     try:
         with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as answer:  # noqa: S310 - scheme checked above
