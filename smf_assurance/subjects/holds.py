@@ -19,6 +19,7 @@ mounted as written, so two spellings of one document would be two holds.
 from __future__ import annotations
 
 import os
+import re
 from typing import Annotated, Final, Literal
 
 import msgspec
@@ -37,6 +38,7 @@ HOLDS_INVALID: Final = "holds_invalid"
 """The bucket holds what is not a hold list: the launcher refuses to start."""
 
 HoldPath = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_HOLD_PATH)]
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class HoldPathError(ValueError):
@@ -48,7 +50,7 @@ def hold_path(text: str) -> str:
     trailing ``/``), not the root, no control character. Raises :class:`HoldPathError`."""
     if not text or len(text) > MAX_HOLD_PATH:
         raise HoldPathError(f"a held path must be 1 to {MAX_HOLD_PATH} characters")
-    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+    if _CONTROL.search(text):
         raise HoldPathError(f"{text!r} holds a control character")
     if not text.startswith("/"):
         raise HoldPathError(f"{text!r} is not an absolute path")
@@ -66,6 +68,8 @@ def held_under(address: str, paths: frozenset[str]) -> bool | None:
     never ``/a/bc``). None when ``address`` is not an absolute path (a relative one, a
     document id, a URL): the list cannot speak for it, so whoever asks keeps what it
     knew. One set lookup per ancestor, so the cost does not grow with the list."""
+    if not address.startswith("/"):
+        return None  # every proposal's document id or URL: not walked character by character
     try:
         path = hold_path(address)
     except HoldPathError:
