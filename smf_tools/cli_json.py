@@ -28,6 +28,8 @@ from smf_tools.bench.targets import Comparison
 Nanoseconds = Annotated[int, msgspec.Meta(ge=0)]
 X1000 = Annotated[int, msgspec.Meta(ge=0)]
 """A ratio or a limit times 1000, as an integer (canonical JSON has no floats)."""
+CommitSha = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{40}\Z")]
+"""A git commit or tree named whole: 40 lowercase hex digits."""
 
 
 # --- bench ----------------------------------------------------------------------------
@@ -215,6 +217,31 @@ class TargetJson(CliJson, kw_only=True):
     met: Annotated[bool, _("whether the target was met (informative; not the exit code)")]
 
 
+class AgainstRow(CliJson, kw_only=True):
+    """One series of ``--against``: each sitting's figure on both sides."""
+
+    series: Annotated[str, _("what was measured, and in which mode")]
+    unit: Annotated[Literal["p50 us", "req/s"], _("of every figure of the row")]
+    before: Annotated[tuple[Count, ...], _("the earlier commit's figure, per sitting")]
+    after: Annotated[tuple[Count, ...], _("this checkout's figure, per sitting")]
+    after_over_before_x1000: Annotated[X1000, _("median after over median before, x1000")]
+    within_budget: Annotated[bool, _("no worse than the budget: p50 not higher, req/s not lower")]
+
+
+class AgainstBench(CliJson, kw_only=True):
+    """``--against``: this checkout's allow beside an earlier commit's, in one run."""
+
+    before: Annotated[CommitSha, _("the earlier commit")]
+    after: Annotated[
+        str, _("this checkout's commit; '+changes' when its tracked files differ from it")
+    ]
+    sittings: Annotated[Count, _("times each tree ran each mode, alternated")]
+    rounds: Annotated[Count, _("sequential allows per p50")]
+    in_flight: Annotated[Count, _("outstanding requests in the throughput series")]
+    budget_percent: Annotated[Count, _("how much worse a series may be, in percent")]
+    rows: Annotated[tuple[AgainstRow, ...], _("each series")]
+
+
 class BenchJson(CliJson, kw_only=True, omit_defaults=True):
     """``bench --json``: each section is present only when its series ran."""
 
@@ -238,13 +265,14 @@ class BenchJson(CliJson, kw_only=True, omit_defaults=True):
         tuple[Series, ...] | None,
         _("the command line's start beside bare Python: --help, --version, each command"),
     ] = None
+    against: Annotated[
+        AgainstBench | None, _("this checkout's allow beside an earlier commit's")
+    ] = None
     targets: Annotated[tuple[TargetJson, ...] | None, _("each target beside its figure")] = None
 
 
 # --- review, candidate status -----------------------------------------------------------
 
-CommitSha = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{40}\Z")]
-"""A git commit or tree named whole: 40 lowercase hex digits."""
 ReviewVerdict = Literal["pass", "fail", "pass-with-notes"]
 
 

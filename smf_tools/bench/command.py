@@ -11,7 +11,9 @@ two gate replicas beside a bare echo (``smf_tools.bench.cluster``).
 and a model request through the launcher's forwarders beside a straight one
 (``smf_tools.bench.confinement``). ``--cli`` (only when asked) times the command
 line's start, ``--help`` and each command, beside bare Python
-(``smf_tools.bench.startup``). ``--rounds``
+(``smf_tools.bench.startup``). ``--against REF`` (only when asked) runs this
+checkout's allow beside an earlier commit's in one run, each on its own code
+(``smf_tools.bench.against``), for a budget between two versions. ``--rounds``
 sets the samples per series of whichever runs; each has its own default,
 because an evaluator sample costs microseconds and a bus sample milliseconds.
 """
@@ -29,6 +31,7 @@ from smf_assurance.ops.cli.output import emit, fail, positive_int, say, table
 from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.natsserver import NatsServerError
 from smf_tools.bench import (
+    against,
     bus,
     cluster,
     confinement,
@@ -100,13 +103,29 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "python -c pass and python -c 'import nats' (only when asked)",
     )
     p.add_argument(
+        "--against",
+        metavar="REF",
+        default=None,
+        help="this checkout's allow (co-located and with the stages over the bus: p50 and "
+        "throughput) beside an earlier commit's, the same driver and server settings for "
+        f"both, sittings alternated; each series within {against.BUDGET_PERCENT} %% or not "
+        "(only when asked)",
+    )
+    p.add_argument(
+        "--sittings",
+        type=positive_int,
+        default=against.DEFAULT_SITTINGS,
+        help="with --against: how many times each tree runs each mode (default: "
+        f"{against.DEFAULT_SITTINGS})",
+    )
+    p.add_argument(
         "--rounds",
         type=positive_int,
         default=None,
         help=f"samples per series (default: evaluator {EVALUATOR_ROUNDS}, "
         f"growth {growth.DEFAULT_ROUNDS}, bus {bus.DEFAULT_ROUNDS}, "
         f"output {output.DEFAULT_ROUNDS}, cluster {cluster.DEFAULT_ROUNDS}, "
-        f"cli {startup.DEFAULT_ROUNDS})",
+        f"cli {startup.DEFAULT_ROUNDS}, against {against.DEFAULT_ROUNDS})",
     )
     p.add_argument(
         "--in-flight",
@@ -131,6 +150,7 @@ def run_bench(args: argparse.Namespace) -> int:
         args.gateway,
         args.confinement,
         args.cli,
+        args.against is not None,
     )
     run_all = not (any(asked) or args.evaluator_growth)
     report: dict[str, Any] = {"machine": machine()}
@@ -182,6 +202,8 @@ def run_bench(args: argparse.Namespace) -> int:
         targets += _run_confinement(args, report)
     if args.cli:
         targets += _run_cli(args, report)
+    if args.against is not None:
+        _run_against(args, report)
     if targets:
         report["targets"] = [t.json() for t in targets]
         if not args.json:
@@ -204,6 +226,69 @@ def series_json(summaries: Sequence[Summary]) -> list[dict[str, Any]]:
         }
         for s in summaries
     ]
+
+
+# --- against an earlier commit ------------------------------------------------------------
+
+
+def _run_against(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    rounds = args.rounds if args.rounds is not None else against.DEFAULT_ROUNDS
+    try:
+        result = against.run(
+            args.against, rounds=rounds, in_flight=args.in_flight, sittings=args.sittings
+        )
+    except (BenchError, NatsServerError) as exc:
+        fail(f"bench --against: {exc}")
+    report["against"] = {
+        "before": result.before,
+        "after": result.after,
+        "sittings": result.sittings,
+        "rounds": result.rounds,
+        "in_flight": result.in_flight,
+        "budget_percent": against.BUDGET_PERCENT,
+        "rows": [
+            {
+                "series": row.series,
+                "unit": row.unit,
+                "before": row.before,
+                "after": row.after,
+                "after_over_before_x1000": round(row.after_median / row.before_median * 1000),
+                "within_budget": row.within_budget,
+            }
+            for row in result.rows
+        ],
+    }
+    if not args.json:
+        print_against(result)
+
+
+def print_against(result: against.AgainstResult) -> None:
+    """The table of ``--against``: each sitting's figure, the medians, the change."""
+    say(f"before: {result.before}")
+    say(f"after:  {result.after}")
+    sittings = f"{result.sittings} sitting{'' if result.sittings == 1 else 's'}"
+    say(
+        f"{sittings}, alternated; {result.rounds} sequential allows per p50, "
+        f"{max(result.rounds, 4 * result.in_flight)} at {result.in_flight} in flight per "
+        "throughput; the same driver and nats-server settings for both"
+    )
+    table(
+        ("series", "unit", "before", "after", "medians", "change", "budget"),
+        [
+            (
+                row.series,
+                row.unit,
+                " / ".join(f"{v:,}" for v in row.before),
+                " / ".join(f"{v:,}" for v in row.after),
+                f"{row.before_median:,.0f} -> {row.after_median:,.0f}",
+                f"{row.change_percent:+.1f} %",
+                f"within {against.BUDGET_PERCENT} %"
+                if row.within_budget
+                else f"over {against.BUDGET_PERCENT} %",
+            )
+            for row in result.rows
+        ],
+    )
 
 
 # --- the command line's start -----------------------------------------------------------
