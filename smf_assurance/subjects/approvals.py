@@ -29,7 +29,7 @@ import msgspec
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.canonical import Identity, identity_of, struct_identity
 from smf_assurance.subjects.keys import SigningKey, VerifyKey
-from smf_assurance.subjects.messages import Verdict
+from smf_assurance.subjects.messages import Outcome, Verdict
 from smf_assurance.subjects.patterns import ApproverNote, Code, Millis
 
 MAX_TTL_MS: Final = 600_000
@@ -318,6 +318,17 @@ class ReRequestReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     approval_id: str
     accepted: bool
     reason_codes: tuple[Code, ...] = ()
+    proposed_again: Outcome | None = None
+    """What happened once the runtimes were told: the verdict of a new proposal of the
+    same operation (its ``operation_hash``) this gate decided within :attr:`waited_ms`
+    of the notice. None: it decided none in that time (no runtime held the action
+    any more, or its new proposal went to another gate replica or was refused before
+    the gate knew its operation), so the requester is never told it was asked anew
+    when nothing was proposed."""
+    new_approval_id: Identity | None = None
+    """The new approval, when :attr:`proposed_again` is ``held``."""
+    waited_ms: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """How long the gate waited for that new proposal."""
 
 
 class AskAgain(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -20,7 +20,9 @@ What these tests prove:
 
 Screenshots are kept in the test's tmp dir and ``.artifacts/console/``.
 
-- An expired request offers "Ask again", reached with Tab at 420 px; the gate
+- An expired request offers "Ask again", reached with Tab at 420 px; the page says
+  what came of it: "Not proposed again" for one no runtime still holds, "Asked again
+  ... held for approval again" for one whose runtime proposed it anew; the gate
   accepts it, the runtime proposes the filing anew, and a new request (a new
   approval id and binding) appears while the old stays expired; an allow-once
   for the old binding is refused; the attorney approves the new one at 200% zoom
@@ -292,6 +294,11 @@ def test_an_expired_request_is_asked_again_by_keyboard_and_approved_as_a_new_bin
     old_id = propose_filing(world, held, "Motion to compel, filed too late to be decided.")
     old = world.loop.run(world.stack.gate.approvals.get(old_id))
     assert old is not None
+    # A second filing whose runtime keeps nothing to propose again (as the Hermes and
+    # OpenClaw adapters keep none): asking it again must not read as asked.
+    forgetful = HeldProposals(held.client)
+    lost_id = propose_filing(world, forgetful, "Reply brief, proposed by a runtime since gone.")
+    world.stack.gate.desk.rerequest_wait_ms = 1_000
     paralegal = browser()
     paralegal.execute_cdp_cmd(
         "Emulation.setDeviceMetricsOverride",
@@ -315,13 +322,27 @@ def test_an_expired_request_is_asked_again_by_keyboard_and_approved_as_a_new_bin
     fits_without_scrolling(paralegal, "requests", "requests-list")
     screenshots(paralegal, "25-requester-expired-420px")
 
+    lost = request_state(paralegal, lost_id, "expired")
+    lost.find_element(By.CLASS_NAME, "again").click()
+    until(
+        paralegal,
+        lambda d: by_id(d, "requests-status").text.startswith(
+            "Not proposed again: no agent proposed this action anew within 1 s."
+        ),
+        "the page says nothing was proposed anew",
+    )
+    assert request_item(paralegal, lost_id).get_attribute("data-state") == "expired"
+
     # Keyboard only: Tab from "Sign out" reaches Ask again; Enter asks.
+    again = request_state(paralegal, old_id, "expired").find_element(By.CLASS_NAME, "again")
     tab_to(paralegal, "sign-out", again)
     again.send_keys(Keys.ENTER)
     until(
         paralegal,
-        lambda d: by_id(d, "requests-status").text.startswith("Sent to the runtime"),
-        "the gate accepted the re-request",
+        lambda d: by_id(d, "requests-status").text.startswith(
+            "Asked again: the agent proposed it anew, and it is held for approval again"
+        ),
+        "the page says the runtime proposed it anew",
     )
 
     def new_request(d: webdriver.Chrome) -> str | Literal[False]:

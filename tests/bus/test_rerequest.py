@@ -34,6 +34,7 @@ from nats.aio.subscription import Subscription
 
 from smf_assurance.adapters.rerequest import HeldProposals
 from smf_assurance.approver.client import ApproverError
+from smf_assurance.ops.cli.commands.approvals import asked_again_words
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.assembly import RunningGate
@@ -133,6 +134,9 @@ async def test_an_expired_filing_asked_again_is_a_new_binding_and_the_old_stays_
     assert new.outcome == "held", new
     assert new.approval_id is not None
     assert new.approval_id != old_id
+    # The requester is told what came of it: the new approval the runtime's proposal made.
+    assert (reply.proposed_again, reply.new_approval_id) == ("held", new.approval_id)
+    assert reply.waited_ms == gate.desk.rerequest_wait_ms
     assert new.decision_id != first.decision_id
     assert new.operation_hash == first.operation_hash, "the same action, asked again"
     fresh = await gate.approvals.get(new.approval_id)
@@ -168,6 +172,39 @@ async def test_an_expired_filing_asked_again_is_a_new_binding_and_the_old_stays_
     await sub.unsubscribe()
 
 
+@pytest.mark.claim("approver-desk.rerequest-says-what-happened")
+async def test_asked_again_with_no_runtime_holding_it_says_nothing_was_proposed(
+    gate: RunningGate, nc: Client, approvers_state: StateDir, clock: Clock
+) -> None:
+    """A runtime that no longer holds the action (the Hermes and OpenClaw adapters hold
+    none) proposes nothing: the gate waits its time and answers that nothing was
+    proposed anew, never that it was asked again; the CLI says so in words. A proposal of
+    another action meanwhile is not taken for it."""
+    gate.desk.rerequest_wait_ms = 400
+    client = runtime(nc, approvers_state)
+    held = await client.propose(court_filing(client, content="Held, then forgotten."))
+    assert held.outcome == "held"
+    assert held.approval_id is not None
+    await expire(gate, clock, held.approval_id)
+    open_before = {r.binding.approval_id for r in await gate.approvals.list_open()}
+
+    asked = asyncio.ensure_future(
+        rerequest(nc, rerequest_bytes(approvers_state, PARALEGAL, held.approval_id))
+    )
+    other = await client.propose(court_filing(client, content="Another filing altogether."))
+    assert other.outcome == "held"
+    assert other.operation_hash != held.operation_hash
+    reply = await asked
+
+    assert (reply.accepted, reply.reason_codes) == (True, ())
+    assert (reply.proposed_again, reply.new_approval_id) == (None, None)
+    assert reply.waited_ms == 400
+    assert asked_again_words(reply).startswith("not proposed anew: no runtime proposed the")
+    assert "within 0.4 s" in asked_again_words(reply)
+    open_after = {r.binding.approval_id for r in await gate.approvals.list_open()}
+    assert open_after - open_before == {other.approval_id}, "no new approval of the action"
+
+
 @pytest.mark.claim("approver-desk.rerequest-new-binding")
 async def test_only_the_requester_may_ask_again_and_only_an_expired_approval(
     gate: RunningGate,
@@ -177,6 +214,7 @@ async def test_only_the_requester_may_ask_again_and_only_an_expired_approval(
     nats_server: EmbeddedNatsServer,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    gate.desk.rerequest_wait_ms = 300
     client = runtime(nc, approvers_state)
     held = HeldProposals(client)
     pending = await held.propose(court_filing(client, content="Still waiting."))
@@ -243,6 +281,9 @@ async def test_only_the_requester_may_ask_again_and_only_an_expired_approval(
         "approval_id": expired.approval_id,
         "accepted": False,
         "reason_codes": ["approval_not_found"],
+        "proposed_again": None,
+        "new_approval_id": None,
+        "waited_ms": 0,
     }
     code, out, err = await arun(
         [
@@ -255,7 +296,8 @@ async def test_only_the_requester_may_ask_again_and_only_an_expired_approval(
         capsys,
     )
     assert (code, err) == (0, "")
-    assert "sent to the runtime that proposed it; only a runtime that still holds" in out
+    # This runtime holds the proposals but does not serve notices: nothing is proposed.
+    assert "not proposed anew: no runtime proposed the action again within 0.3 s" in out
     await wait_for(lambda: _pending(seen), timeout=5)
     assert seen.pending_msgs == 1
     assert await status(nc, expired.approval_id) == "expired"

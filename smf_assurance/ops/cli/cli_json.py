@@ -547,6 +547,17 @@ class ApprovalsRerequestJson(CliJson, kw_only=True):
         bool, _("whether the gate told the runtime to propose it anew (a new approval)")
     ]
     reason_codes: Annotated[tuple[Code, ...], _("why not, when refused")]
+    proposed_again: Annotated[
+        Literal["allow", "deny", "held"] | None,
+        _(
+            "the verdict of a new proposal of the same action the gate decided within "
+            "waited_ms; null: none (nothing was proposed anew)"
+        ),
+    ] = None
+    new_approval_id: Annotated[
+        Identity | None, _("the new approval, when proposed_again is held")
+    ] = None
+    waited_ms: Annotated[Count, _("how long the gate waited for the new proposal")] = 0
 
 
 # --- ledger -----------------------------------------------------------------------------

@@ -39,6 +39,7 @@ released to a runtime or a connector.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -135,8 +136,48 @@ seconds is far beyond that even under load, and well inside the order budget."""
 CLAIM_ABANDONED: Final = "approval_claim_abandoned"
 STATE_RESTORED: Final = "state_restored"
 """Why an approval open in a state restored from a backup was closed at start."""
+DEFAULT_REREQUEST_WAIT_MS: Final = 3_000
+"""How long a re-request waits for the runtime's new proposal before it answers: a
+runtime that holds the action proposes it within milliseconds of the notice (one
+request to this gate); three seconds keeps the requester's click answered in time."""
 
-__all__ = ["ApprovalDesk", "DeskError", "HeldAction", "bind"]
+__all__ = ["ApprovalDesk", "DeskError", "HeldAction", "ProposalsSeen", "bind"]
+
+
+class ProposalsSeen:
+    """The verdicts this gate decides, for whoever waits for one of an operation.
+
+    A re-request tells the runtimes to propose an expired action anew and answers
+    what came of it (``ReRequestReply.proposed_again``): the gate registers here
+    before the notice goes out (:meth:`expect`), so only a proposal decided after it
+    counts, and the chain tells every verdict that names its operation
+    (:meth:`seen`). An operation hash names the action, not the proposal: a new
+    proposal of the same action has the same one (``subjects/envelope.py``).
+    """
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, list[asyncio.Future[Verdict]]] = {}
+
+    def expect(self, operation_hash: str) -> asyncio.Future[Verdict]:
+        """A future for the next verdict of ``operation_hash``; :meth:`forget` it after."""
+        waiter: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(operation_hash, []).append(waiter)
+        return waiter
+
+    def forget(self, operation_hash: str, waiter: asyncio.Future[Verdict]) -> None:
+        waiters = self._waiting.get(operation_hash, [])
+        if waiter in waiters:
+            waiters.remove(waiter)
+        if not waiters:
+            self._waiting.pop(operation_hash, None)
+
+    def seen(self, verdict: Verdict) -> None:
+        """Tell the waiters of the verdict's operation (a verdict without one: none)."""
+        if verdict.operation_hash is None:
+            return
+        for waiter in self._waiting.get(verdict.operation_hash, ()):
+            if not waiter.done():
+                waiter.set_result(verdict)
 
 
 class DeskError(Exception):
@@ -184,6 +225,10 @@ class ApprovalDesk:
     analysis: Callable[[], AnalysisProjection | None] = field(default=lambda: None)
     """The active release's analysis projection (None on a projection folder): where a
     shown approval's rules are read in the release's own words."""
+    rerequest_wait_ms: int = DEFAULT_REREQUEST_WAIT_MS
+    """How long a re-request waits for the new proposal it asked for."""
+    proposals_seen: ProposalsSeen = field(default_factory=ProposalsSeen)
+    """Told every verdict the gate's chain decides (``Gate.on_decided``)."""
     _evidence: EvidenceWriter = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -826,6 +871,8 @@ class ApprovalDesk:
         against the old binding, then the gate-signed :class:`AskAgain` goes to the
         runtimes; the one holding that proposal proposes it anew, and the gate decides
         that new proposal from the start. No evidence, no key or no bus: nothing is sent.
+        The answer says what came of it (``proposed_again``): the new proposal's verdict
+        if this gate decided one in time, never "asked again" when nothing was proposed.
         """
         approval_id = ""
         try:
@@ -833,7 +880,7 @@ class ApprovalDesk:
                 data, ReRequest, names.PAYLOAD_REREQUEST, "stale_rerequest"
             )
             approval_id = request.approval_id
-            await self._rerequest(request, principal)
+            again = await self._rerequest(request, principal)
         except DeskError as exc:
             log.info("rerequest_refused", approval_id=approval_id, reason=exc.reason_code)
             return msgspec.json.encode(
@@ -844,10 +891,19 @@ class ApprovalDesk:
                     reason_codes=(exc.reason_code,),
                 )
             )
-        log.info("rerequest_sent", approval_id=approval_id)
+        log.info(
+            "rerequest_sent",
+            approval_id=approval_id,
+            proposed_again=None if again is None else again.outcome,
+        )
         return msgspec.json.encode(
             ReRequestReply(
-                schema="smf.approval-rerequest-reply/1", approval_id=approval_id, accepted=True
+                schema="smf.approval-rerequest-reply/1",
+                approval_id=approval_id,
+                accepted=True,
+                proposed_again=None if again is None else again.outcome,
+                new_approval_id=None if again is None else again.approval_id,
+                waited_ms=self.rerequest_wait_ms,
             )
         )
 
@@ -868,7 +924,9 @@ class ApprovalDesk:
             raise DeskError(refusal.reason_code) from refusal
         return request, principal
 
-    async def _rerequest(self, request: ReRequest, principal: Principal) -> None:
+    async def _rerequest(self, request: ReRequest, principal: Principal) -> Verdict | None:
+        """Tell the runtimes, then wait up to :attr:`rerequest_wait_ms` for the verdict of
+        a new proposal of the same operation: that verdict, or None."""
         record = await self._get(request.approval_id)
         if record is None or track_relation(principal, record.binding) != "requester":
             raise DeskError("approval_not_found")
@@ -889,14 +947,22 @@ class ApprovalDesk:
             operation_hash=binding.operation_hash,
             asked_at_ms=self.clock(),
         )
+        waiter = self.proposals_seen.expect(binding.operation_hash)
         try:
-            await self.nc.publish(
-                names.approval_again_subject(binding.approval_id),
-                sign_ask_again(notice, self.signer),
-            )
-            await self.nc.flush(timeout=math.ceil(self.stage_timeout))
-        except (NatsError, TimeoutError):
-            raise DeskError("rerequest_publish_failed") from None
+            try:
+                await self.nc.publish(
+                    names.approval_again_subject(binding.approval_id),
+                    sign_ask_again(notice, self.signer),
+                )
+                await self.nc.flush(timeout=math.ceil(self.stage_timeout))
+            except (NatsError, TimeoutError):
+                raise DeskError("rerequest_publish_failed") from None
+            try:
+                return await asyncio.wait_for(waiter, self.rerequest_wait_ms / 1000)
+            except TimeoutError:
+                return None
+        finally:
+            self.proposals_seen.forget(binding.operation_hash, waiter)
 
     async def handle_status(self, data: bytes) -> bytes:
         approval_id = data.decode("utf-8", "replace").strip()

@@ -309,6 +309,9 @@ class Gate:
     """Settles an unconfirmed order (stored, or voided so it never runs):
     :meth:`resolve_unconfirmed`. ``None``: unconfirmed orders wait for their report
     or the outcome sweep."""
+    on_decided: Callable[[Verdict], None] | None = None
+    """Told each verdict the chain decides, after it is settled (the approval desk's
+    ``ProposalsSeen``: a re-request learns whether the action was proposed again)."""
     _unconfirmed: set[str] = field(init=False, default_factory=set, repr=False)
     """Orders given here whose publish was not confirmed, for the next sweep."""
     _settling: set[asyncio.Future[None]] = field(init=False, default_factory=set, repr=False)
@@ -465,6 +468,8 @@ class Gate:
             answer = await self._recorded(work, answer)
         await self._store_note(work)
         self._to_shadow(work)
+        if self.on_decided is not None:
+            self.on_decided(answer)
         return answer
 
     async def recorded(self, proposal: Proposal) -> Verdict:

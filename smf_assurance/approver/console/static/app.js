@@ -1276,6 +1276,25 @@ function makeRequest(r) {
   return li;
 }
 
+/** What came of an accepted re-request, as the gate answered it (the verdict of a new
+ *  proposal of the same action it decided while it waited): never "asked again" when no
+ *  runtime proposed anything. The expired request stays expired either way. */
+function askedAgainWords(reply) {
+  if (reply.proposed_again === 'held') {
+    return 'Asked again: the agent proposed it anew, and it is held for approval again '
+      + '(a new request in this list). The expired one stays expired.';
+  }
+  if (reply.proposed_again === 'allow' || reply.proposed_again === 'deny') {
+    const decided = reply.proposed_again === 'allow' ? 'allowed' : 'denied';
+    return `Asked again: the agent proposed it anew, and the rules in force now ${decided} `
+      + 'it without an approval. The expired one stays expired.';
+  }
+  const seconds = Math.round((reply.waited_ms || 0) / 1000);
+  return `Not proposed again: no agent proposed this action anew within ${seconds} s. `
+    + 'The agent no longer holds it (the Hermes and OpenClaw adapters keep none): ask the '
+    + 'agent to do it again. The expired one stays expired.';
+}
+
 /** An expired request is asked again as a NEW proposal (a new binding and
  *  approval id, decided from the start), never by reviving the old one; the page signs
  *  the request with this person's key and the gate checks it is theirs and expired. */
@@ -1291,10 +1310,7 @@ async function askAgain(id, button) {
   const sent = await api('POST', '/api/rerequest', await signEnvelope(page.me, REREQUEST_TYPE, request));
   const reply = sent.data.ok ? sent.data.reply : null;
   if (reply && reply.accepted) {
-    $('requests-status').textContent = 'Sent to the runtime that proposed it. Only a runtime '
-      + 'that still holds the action proposes it anew (the Hermes and OpenClaw adapters keep '
-      + 'none); if it does, it appears in this list as a new request. If nothing appears, ask '
-      + 'the agent again. The expired one stays expired.';
+    $('requests-status').textContent = askedAgainWords(reply);
   } else {
     button.disabled = false;
     const reason = reply ? reply.reason_codes.join(', ') : sent.data.reason;

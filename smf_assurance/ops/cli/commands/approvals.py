@@ -632,6 +632,23 @@ async def _rerequest(
         await nc.close()
 
 
+def asked_again_words(reply: ReRequestReply) -> str:
+    """What came of an accepted re-request, as the gate answered it: never "asked
+    again" when no new proposal of the action was decided."""
+    if reply.proposed_again == "held":
+        return "proposed anew by its runtime: held for approval again, as a new approval"
+    if reply.proposed_again is not None:
+        return (
+            f"proposed anew by its runtime and decided {reply.proposed_again} under the "
+            "release in force (no new approval)"
+        )
+    return (
+        f"not proposed anew: no runtime proposed the action again within "
+        f"{reply.waited_ms / 1000:g} s (a runtime that no longer holds it, as the Hermes and "
+        "OpenClaw adapters hold none, cannot); ask the agent to do it again"
+    )
+
+
 def run_rerequest(args: argparse.Namespace) -> int:
     """An expired approval is asked again as a new one, never revived."""
     approval_id = approval_ref(args.approval_id)
@@ -641,22 +658,19 @@ def run_rerequest(args: argparse.Namespace) -> int:
     if args.json:
         emit(
             ApprovalsRerequestJson(
-                approval_id=approval_id, accepted=reply.accepted, reason_codes=reply.reason_codes
+                approval_id=approval_id,
+                accepted=reply.accepted,
+                reason_codes=reply.reason_codes,
+                proposed_again=reply.proposed_again,
+                new_approval_id=reply.new_approval_id,
+                waited_ms=reply.waited_ms,
             )
         )
     elif reply.accepted:
-        table(
-            ("field", "value"),
-            [
-                ("approval id", approval_id),
-                (
-                    "asked again",
-                    "sent to the runtime that proposed it; only a runtime that still holds the "
-                    "action proposes it anew, as a new approval (the Hermes and OpenClaw "
-                    "adapters keep none): watch for a new request",
-                ),
-            ],
-        )
+        rows = [("approval id", approval_id), ("asked again", asked_again_words(reply))]
+        if reply.new_approval_id is not None:
+            rows.append(("new approval id", reply.new_approval_id))
+        table(("field", "value"), rows)
     if not reply.accepted:
         fail(f"not asked again: {', '.join(reply.reason_codes) or 'no reason given'}")
     return 0
