@@ -33,7 +33,7 @@ from smf_tools.bench.against import ROOT, AgainstResult, Row
 from smf_tools.bench.bus import BenchError
 from smf_tools.bench.command import print_against
 from smf_tools.cli import main
-from tests.tools.test_bench_cluster import children
+from tests.support.processes import children
 
 BASELINE: Final = "180b2aa"
 """The commit before the bus-deputy wave: its layout differs (``ops/`` unsorted)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import re
 import tempfile
 from pathlib import Path
@@ -27,23 +26,10 @@ import pytest
 from smf_tools.bench import cluster
 from smf_tools.bench.cluster import CLAIM_KV, CLAIM_SQLITE, ratio_x1000
 from smf_tools.cli import main
+from tests.support.processes import children
 
 ROUNDS = 6
 IN_FLIGHT = 2
-
-
-def children() -> set[int]:
-    """Live child processes of this test process."""
-    mine = str(os.getpid())
-    found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # it ended while we looked
-        if fields[1] == mine and fields[0] != "Z":
-            found.add(int(stat.parent.name))
-    return found
 
 
 def run_bench(args: list[str], tmp: Path) -> str:

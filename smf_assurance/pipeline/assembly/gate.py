@@ -563,7 +563,7 @@ async def _assemble(
         hold=desk,
         call_contexts=call_contexts,
         fence=OrderFence(js, config.gate_key, config.clock, config.stage_timeout),
-        on_decided=desk.proposals_seen.seen,
+        proposals_seen=desk.proposals_seen,
     )
     # Orders whose publish a stopped gate never saw confirmed: stored, or voided so
     # they never run (Gate.resolve_unconfirmed); a recorded verdict is then definite.

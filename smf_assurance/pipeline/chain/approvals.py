@@ -228,7 +228,7 @@ class ApprovalDesk:
     rerequest_wait_ms: int = DEFAULT_REREQUEST_WAIT_MS
     """How long a re-request waits for the new proposal it asked for."""
     proposals_seen: ProposalsSeen = field(default_factory=ProposalsSeen)
-    """Told every verdict the gate's chain decides (``Gate.on_decided``)."""
+    """Told every verdict the gate's chain decides (the gate holds the same one)."""
     _evidence: EvidenceWriter = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

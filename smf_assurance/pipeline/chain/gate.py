@@ -42,6 +42,7 @@ from smf_assurance.core.decision import Decision
 from smf_assurance.core.detectors import raise_facts
 from smf_assurance.core.execution_rules import Executor
 from smf_assurance.core.normalize import Normalized
+from smf_assurance.pipeline.chain.approvals import ProposalsSeen
 from smf_assurance.pipeline.chain.contracts import (
     DispatchReceipt,
     DispatchRequest,
@@ -309,9 +310,9 @@ class Gate:
     """Settles an unconfirmed order (stored, or voided so it never runs):
     :meth:`resolve_unconfirmed`. ``None``: unconfirmed orders wait for their report
     or the outcome sweep."""
-    on_decided: Callable[[Verdict], None] | None = None
-    """Told each verdict the chain decides, after it is settled (the approval desk's
-    ``ProposalsSeen``: a re-request learns whether the action was proposed again)."""
+    proposals_seen: ProposalsSeen = field(default_factory=ProposalsSeen)
+    """Told each verdict the chain decides, after it is settled: the approval desk's own,
+    so a re-request learns whether the action was proposed again."""
     _unconfirmed: set[str] = field(init=False, default_factory=set, repr=False)
     """Orders given here whose publish was not confirmed, for the next sweep."""
     _settling: set[asyncio.Future[None]] = field(init=False, default_factory=set, repr=False)
@@ -468,8 +469,7 @@ class Gate:
             answer = await self._recorded(work, answer)
         await self._store_note(work)
         self._to_shadow(work)
-        if self.on_decided is not None:
-            self.on_decided(answer)
+        self.proposals_seen.seen(answer)
         return answer
 
     async def recorded(self, proposal: Proposal) -> Verdict:
