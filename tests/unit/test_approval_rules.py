@@ -50,6 +50,7 @@ from smf_assurance.subjects.approvals import (
     KeptAnnouncement,
     OutcomeMismatchError,
     PendingAnnouncement,
+    ReRequestReply,
     TrackedApproval,
     TrackRequest,
     approval_id_for,
@@ -525,6 +526,22 @@ def test_every_approval_message_refuses_a_field_it_does_not_know(
     before it even looks at the fields it requires."""
     with pytest.raises(msgspec.ValidationError, match="unknown field `smf_not_a_field`"):
         msgspec.json.decode(b'{"smf_not_a_field": 1}', type=message)
+
+
+def test_a_rerequest_reply_without_what_came_of_it_says_nothing_was_proposed() -> None:
+    """A refusal, or a gate that does not say, reads as "nothing proposed, nothing
+    waited for", never as asked again; a wait is never negative."""
+    reply = msgspec.json.decode(
+        b'{"schema":"smf.approval-rerequest-reply/1","approval_id":"a","accepted":false}',
+        type=ReRequestReply,
+    )
+    assert (reply.proposed_again, reply.new_approval_id, reply.waited_ms) == (None, None, 0)
+    with pytest.raises(msgspec.ValidationError, match="waited_ms"):
+        msgspec.json.decode(
+            b'{"schema":"smf.approval-rerequest-reply/1","approval_id":"a","accepted":true,'
+            b'"waited_ms":-1}',
+            type=ReRequestReply,
+        )
 
 
 def test_the_deny_reasons_offered_are_exactly_the_closed_list() -> None:
