@@ -39,14 +39,16 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 import smf_assurance
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.pipeline.assembly import start_gate
-from smf_assurance.subjects.messages import ActorContext, DataFacts
+from smf_assurance.subjects.messages import DataFacts
 
 try:
+    from smf_assurance.ops.demo.script import actor
     from smf_assurance.ops.local.logs import configure_logging
     from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
     from smf_assurance.ops.local.stack import gate_config
     from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 except ImportError:  # the layout before ops/ was sorted into local/, cli/, demo/
+    from smf_assurance.ops.demo_script import actor  # type: ignore[import-not-found,no-redef]
     from smf_assurance.ops.logs import configure_logging  # type: ignore[import-not-found,no-redef]
     from smf_assurance.ops.natsserver import EmbeddedNatsServer  # type: ignore[import-not-found,no-redef]
     from smf_assurance.ops.stack import gate_config  # type: ignore[import-not-found,no-redef]
@@ -60,15 +62,7 @@ except ImportError:  # the layout before ops/ was sorted into local/, cli/, demo
 WARM_UP: Final = 50
 MODES: Final = {"co-located": True, "bus stages": False}
 """The gate's stages called in-process, or over the bus, as ``up`` can run them."""
-ACTOR: Final = ActorContext(
-    domain="litigation",
-    tenant_id="tenant-acme",
-    organization_id="org-acme-llp",
-    matter_id="matter-2026-0042",
-    actor_id="associate-ann",
-    actor_roles=("associate",),
-    governing_laws=("US-NY",),
-)
+ACTOR: Final = actor("associate-ann", "associate")
 """The demo firm's associate on the demo matter, whom the retention policy lets delete."""
 FACTS: Final = DataFacts(classification="internal", injection_taint="clear", legal_hold=False)
 """An internal document under no legal hold: its deletion is allowed."""
