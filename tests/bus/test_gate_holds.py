@@ -22,6 +22,7 @@ Proves:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import nats
@@ -40,6 +41,7 @@ from smf_assurance.ops.local.state import StateDir
 from smf_assurance.ops.runtimes.provision import HERMES_PRINCIPAL
 from smf_assurance.pipeline.assembly import RunningGate
 from smf_assurance.pipeline.desks.holds import REFRESH_SECONDS, STALE_SECONDS
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.holds import HOLDS_BUCKET, HOLDS_KEY, HOLDS_UNAVAILABLE, held_under
 from smf_assurance.subjects.messages import Proposal, Verdict
 from smf_assurance.subjects.model_gateway import new_instance_id
@@ -64,9 +66,18 @@ RETENTION = "retention_schedule_deletion"
 MIRROR_BOUND = REFRESH_SECONDS + STALE_SECONDS + 5
 
 
+async def propose(runtime: Runtime, tool: str, arguments: dict[str, Any]) -> Verdict:
+    """Proposed as the adapter proposes now. The tests' clock stands still while they
+    wait seconds for the gate's mirror, and a proposal's deadline is counted from it
+    while the runtime waits on the wall clock: the clock is brought up to the wall
+    clock first (never back), so the runtime never gives up before it has asked."""
+    runtime.clock.now = max(runtime.clock.now, wall_clock_ms())
+    return await runtime.propose(tool, arguments)
+
+
 async def delete(runtime: Runtime, document: str) -> Verdict:
     """The adapter's DMS deletion, proposed with ``legal_hold: false``."""
-    return await runtime.propose("smf_dms_delete", {"document_id": document})
+    return await propose(runtime, "smf_dms_delete", {"document_id": document})
 
 
 async def hold(
@@ -113,7 +124,7 @@ async def test_a_path_the_gate_holds_is_held_whatever_the_adapter_says(
     for held in (matter, f"{matter}/brief.pdf", f"{matter}//sub/./memo.txt"):
         assert_held(confinement_state, await delete(runtime, held))
     # a write to a file under the held folder: held too (the floor forbids alteration)
-    written = await runtime.propose("write_file", {"path": f"{matter}/brief.pdf", "content": "x"})
+    written = await propose(runtime, "write_file", {"path": f"{matter}/brief.pdf", "content": "x"})
     assert_held(confinement_state, written)
     # whole components only: a sibling sharing the prefix is not held; nor is a
     # relative path, which the list cannot speak for (the adapter's fact stands)
@@ -155,11 +166,11 @@ async def test_a_hold_list_the_gate_cannot_read_refuses_document_deletions_not_r
     assert verdict.reason_codes == (HOLDS_UNAVAILABLE,), verdict
     assert ledger_reasons(confinement_state, verdict) == ("deny", (HOLDS_UNAVAILABLE,))
     # a document write is refused the same way
-    written = await runtime.propose("write_file", {"path": document, "content": "x"})
+    written = await propose(runtime, "write_file", {"path": document, "content": "x"})
     assert (written.outcome, written.reason_codes) == ("deny", (HOLDS_UNAVAILABLE,)), written
     assert ledger_reasons(confinement_state, written) == ("deny", (HOLDS_UNAVAILABLE,))
     # not a document write or delete: decided as before
-    read = await runtime.propose("read_file", {"path": document})
+    read = await propose(runtime, "read_file", {"path": document})
     assert read.outcome == "allow", read
     assert ledger_reasons(confinement_state, read)[0] == "allow"
 
