@@ -285,7 +285,9 @@ def propose_filing(world: World, held: HeldProposals, content: str) -> str:
     return verdict.approval_id
 
 
-@pytest.mark.claim("approver-desk.rerequest-new-binding")
+@pytest.mark.claim(
+    "approver-desk.rerequest-new-binding", "approver-desk.rerequest-says-what-happened"
+)
 def test_an_expired_request_is_asked_again_by_keyboard_and_approved_as_a_new_binding(
     world: World,
     browser: Callable[[], webdriver.Chrome],

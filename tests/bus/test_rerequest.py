@@ -99,7 +99,9 @@ async def expire(gate: RunningGate, clock: Clock, approval_id: str) -> None:
     assert record.state == "expired"
 
 
-@pytest.mark.claim("approver-desk.rerequest-new-binding")
+@pytest.mark.claim(
+    "approver-desk.rerequest-new-binding", "approver-desk.rerequest-says-what-happened"
+)
 async def test_an_expired_filing_asked_again_is_a_new_binding_and_the_old_stays_dead(
     gate: RunningGate,
     nc: Client,
