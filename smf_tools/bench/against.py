@@ -94,9 +94,17 @@ class AgainstResult:
 
 
 def _git(*args: str) -> str:
-    done = subprocess.run(
-        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False, timeout=GIT_TIMEOUT_S
-    )
+    try:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=GIT_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"git {args[0]}: no answer within {GIT_TIMEOUT_S} s") from None
     if done.returncode != 0:
         reason = done.stderr.strip().splitlines()
         raise BenchError(f"git {args[0]}: {reason[-1] if reason else done.returncode}")
@@ -109,15 +117,19 @@ def _side(
     """The driver's figures under ``tree``'s code; an error names the side and its last line."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     argv = [sys.executable, str(DRIVER), str(config), mode, str(rounds), str(in_flight), str(out)]
-    done = subprocess.run(
-        argv,
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=DRIVER_TIMEOUT_S,
-    )
+    out.unlink(missing_ok=True)
+    try:
+        done = subprocess.run(
+            argv,
+            cwd=tree,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=DRIVER_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"{tree.name}, {mode}: not done within {DRIVER_TIMEOUT_S} s") from None
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines()
         raise BenchError(f"{tree.name}, {mode}: {lines[-1] if lines else done.returncode}")

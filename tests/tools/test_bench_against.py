@@ -109,6 +109,17 @@ def test_a_side_that_imports_another_tree_is_refused(tmp_path: Path) -> None:
         against._side(empty, _config(tmp_path), "co-located", 1, 1, tmp_path / "out.json")
 
 
+def test_a_side_that_does_not_finish_in_time_is_an_error_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(against, "DRIVER_TIMEOUT_S", 0.2)
+    (tmp_path / "after").mkdir()
+    with pytest.raises(BenchError, match=r"^after, co-located: not done within 0.2 s$"):
+        against._side(
+            tmp_path / "after", _config(tmp_path), "co-located", 1, 1, tmp_path / "out.json"
+        )
+
+
 def test_the_driver_reports_figures_of_allows_and_the_code_it_ran(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     assert against_driver.main([str(_config(tmp_path)), "co-located", "3", "2", str(out)]) == 0
