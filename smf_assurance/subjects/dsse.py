@@ -185,11 +185,11 @@ def pae(payload_type: str, payload: bytes) -> bytes:
     return _pae(payload_type.encode("utf-8"), payload)
 
 
-def _b64encode(raw: bytes) -> str:
+def b64encode(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-def _b64decode(text: str, what: str) -> bytes:
+def b64decode(text: str, what: str) -> bytes:
     """Decode standard or URL-safe base64, which ``protocol.md`` says verifiers
     MUST accept, and require the canonical form (RFC 4648 section 3.5:
     padding present, pad bits zero) so that one signature has one spelling."""
@@ -201,7 +201,7 @@ def _b64decode(text: str, what: str) -> bytes:
         raw = base64.b64decode(standard, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise MalformedEnvelopeError(f"{what} is not valid base64") from exc
-    if _b64encode(raw) != standard:
+    if b64encode(raw) != standard:
         raise MalformedEnvelopeError(f"{what} is not canonical base64")
     return raw
 
@@ -233,10 +233,10 @@ def _decode(envelope: Envelope) -> DecodedEnvelope:
         payload_type = envelope.payload_type.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise MalformedEnvelopeError("payloadType is not valid UTF-8 text") from exc
-    payload = _b64decode(envelope.payload, "payload")
+    payload = b64decode(envelope.payload, "payload")
     signatures: list[tuple[str, bytes]] = []
     for index, signature in enumerate(envelope.signatures):
-        raw = _b64decode(signature.sig, f"signatures[{index}].sig")
+        raw = b64decode(signature.sig, f"signatures[{index}].sig")
         if len(raw) != SIGNATURE_BYTES:
             raise MalformedEnvelopeError(
                 f"signatures[{index}].sig is {len(raw)} bytes, not {SIGNATURE_BYTES}"
@@ -263,10 +263,10 @@ def sign(payload_type: str, payload: bytes, signers: Sequence[Signer]) -> Envelo
         raise ValueError("the same key is listed twice among the signers")
     message = pae(payload_type, payload)
     return Envelope(
-        payload=_b64encode(payload),
+        payload=b64encode(payload),
         payload_type=payload_type,
         signatures=tuple(
-            Signature(keyid=signer.key_id, sig=_b64encode(signer.sign(message)))
+            Signature(keyid=signer.key_id, sig=b64encode(signer.sign(message)))
             for signer in signers
         ),
     )
@@ -369,6 +369,16 @@ def open_struct(
     other spelling, could carry a different value than its identity says.
     """
     verified = verify(envelope, trusted, threshold, payload_type)
+    return decode_verified(verified, type_), verified
+
+
+def decode_verified(verified: Verified, type_: type[T]) -> T:
+    """Decode verified bytes as ``type_``, which they must spell canonically.
+
+    One decode, at the edge, for every signature kind that yields a :class:`Verified`
+    (a DSSE envelope here, a passkey assertion in
+    :mod:`smf_assurance.subjects.passkeys`).
+    """
     try:
         value = msgspec.json.decode(verified.payload, type=type_)
         canonical = canonical_bytes(msgspec.to_builtins(value))
@@ -384,4 +394,4 @@ def open_struct(
         ) from exc
     if canonical != verified.payload:
         raise MalformedPayloadError(f"verified payload is not the canonical {type_.__name__}")
-    return value, verified
+    return value

@@ -25,6 +25,7 @@ from smf_assurance.subjects.keys import (
     public_record,
     verify_key_from_record,
 )
+from smf_assurance.subjects.passkeys import PasskeyRecord, PasskeyRecordError, check_record
 from smf_assurance.subjects.patterns import SUBJECT_TOKEN_PATTERN, ConnectorId, Token
 
 Role = Literal[
@@ -81,6 +82,15 @@ class RegistryFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit
     (docs/OPERATIONS.md, "Key rotation"). Omitted when empty, so a registry
     without one reads as before; a reader that predates it refuses the field
     rather than trusting a retired key."""
+    passkeys: tuple[PasskeyRecord, ...] = ()
+    """The people's enrolled passkeys (:mod:`smf_assurance.subjects.passkeys`), each
+    naming an active ``approver`` principal: a person may sign their requests with one
+    instead of a key file. The gate reads the registry from a release the operator's
+    release keys signed, so each enrolment is the operator's. Omitted when empty."""
+
+
+Passkeys = Mapping[str, tuple[PasskeyRecord, str]]
+"""Enrolled credentials by credential id: the record and the principal it belongs to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +118,28 @@ def _standing(entry: RegistryEntry) -> tuple[object, ...]:
     return (entry.role, entry.runtime_id, entry.connector_id, entry.tenants, entry.licensed_roles)
 
 
+def _passkeys(records: tuple[PasskeyRecord, ...], principals: Mapping[str, Principal]) -> Passkeys:
+    """Each record checked (:func:`~smf_assurance.subjects.passkeys.check_record`), for a
+    person on the roster, and each credential enrolled once: one credential is one
+    person's, so it can never sign as two."""
+    people = {p.name for p in principals.values() if p.entry.role == "approver"}
+    enrolled: dict[str, tuple[PasskeyRecord, str]] = {}
+    for record in records:
+        if record.principal not in people:
+            raise RegistryError(
+                f"passkey {record.credential_id} names {record.principal!r}, "
+                "who is not an approver in the registry"
+            )
+        if record.credential_id in enrolled:
+            raise RegistryError(f"passkey {record.credential_id} is enrolled twice")
+        try:
+            check_record(record)
+        except PasskeyRecordError as exc:
+            raise RegistryError(str(exc)) from exc
+        enrolled[record.credential_id] = (record, record.principal)
+    return enrolled
+
+
 @dataclass(frozen=True, slots=True)
 class KeyRegistry:
     """Lookup by key id, and the trusted-key maps each receiver verifies against.
@@ -119,6 +151,7 @@ class KeyRegistry:
 
     principals: Mapping[str, Principal]
     retired: Mapping[str, Principal] = field(default_factory=dict)
+    passkeys: Passkeys = field(default_factory=dict)
 
     @classmethod
     def from_file(cls, data: RegistryFile) -> KeyRegistry:
@@ -157,7 +190,7 @@ class KeyRegistry:
                     )
                 bus_users.add(entry.nats_user)
             principals[key.key_id] = Principal(entry, key)
-        return cls(principals, retired)
+        return cls(principals, retired, _passkeys(data.passkeys, principals))
 
     def trusted(self, role: Role) -> dict[str, VerifyKey]:
         """Keys of one role: a signature by any other key does not count."""
@@ -252,6 +285,8 @@ def entry_for(
 
 
 def encode_registry(
-    entries: tuple[RegistryEntry, ...], retired: tuple[RegistryEntry, ...] = ()
+    entries: tuple[RegistryEntry, ...],
+    retired: tuple[RegistryEntry, ...] = (),
+    passkeys: tuple[PasskeyRecord, ...] = (),
 ) -> bytes:
-    return msgspec.json.encode(RegistryFile(REGISTRY_SCHEMA, entries, retired))
+    return msgspec.json.encode(RegistryFile(REGISTRY_SCHEMA, entries, retired, passkeys))

@@ -149,7 +149,7 @@ def test_url_safe_base64_is_accepted() -> None:
 def test_a_signed_payload_spelled_in_both_alphabets_is_refused(
     standard: str, url_safe: str
 ) -> None:
-    """One signature, one spelling (``_b64decode``): a validly signed payload whose
+    """One signature, one spelling (``b64decode``): a validly signed payload whose
     base64 mixes the alphabets, keeping one standard character (``/`` or ``+``)
     beside URL-safe ones, is not a third spelling of the same message."""
     payload = b"\xfb\xff\xbf" * 4  # standard base64 "+/+/...": both special characters

@@ -330,6 +330,7 @@ class ApprovalDesk:
                 ApprovalResolution,
                 names.PAYLOAD_RESOLUTION,
                 malformed="malformed_resolution",
+                person=True,
             )
         except StageRefusal as refusal:
             raise DeskError(refusal.reason_code) from refusal
@@ -797,6 +798,7 @@ class ApprovalDesk:
             ShowRequest,
             names.PAYLOAD_SHOW_REQUEST,
             malformed="malformed_resolution",
+            person=True,
         )
         try:
             principal = self._approver(signers, request.resolver_id)
@@ -915,7 +917,12 @@ class ApprovalDesk:
         fresh, so a captured one cannot be replayed later (``stale``); raises DeskError."""
         try:
             request, signers = open_request(
-                data, self.registry, kind, payload_type, malformed="malformed_request"
+                data,
+                self.registry,
+                kind,
+                payload_type,
+                malformed="malformed_request",
+                person=True,
             )
             named = request.viewer_id if isinstance(request, TrackRequest) else request.requester_id
             principal = self._approver(signers, named)

@@ -28,7 +28,7 @@ from typing import TypeVar
 import msgspec
 
 from smf_assurance.pipeline.service import StageRefusal
-from smf_assurance.subjects import dsse
+from smf_assurance.subjects import dsse, passkeys
 from smf_assurance.subjects.keys import VerifyKey
 from smf_assurance.subjects.registry import KeyRegistry, Principal
 
@@ -51,6 +51,7 @@ def open_request(
     wrong_type: str = "",
     max_size: int = dsse.MAX_ENVELOPE_BYTES,
     trusted: Mapping[str, VerifyKey] | None = None,
+    person: bool = False,
 ) -> tuple[T, tuple[Principal, ...]]:
     """The request in ``data`` and the registry principals who signed it; raises
     :class:`StageRefusal` with the signature error's reason code (detail: its class).
@@ -59,9 +60,16 @@ def open_request(
     ``malformed``, ``too_large``, ``wrong_type``: the endpoint's names for a message
     that is not its request, an oversized one, and one signed for another purpose
     (empty: the error's own code).
+
+    ``person``: a person's request (a resolution, a show, track or re-request), which
+    may instead be signed with one of the person's enrolled passkeys
+    (:func:`~smf_assurance.subjects.passkeys.open_passkey_signed`); the signer is then
+    the principal the enrolment names. Every other request is an envelope only.
     """
     keys = every_key(registry) if trusted is None else trusted
     try:
+        if person and passkeys.is_passkey_signed(data):
+            return _open_passkey_signed(data, registry, type_, payload_type)
         request, verified = dsse.open_struct(
             dsse.decode_envelope(data, max_size), keys, type_, payload_type
         )
@@ -71,6 +79,19 @@ def open_request(
             reason = wrong_type
         raise StageRefusal(reason, type(exc).__name__) from exc
     return request, tuple(registry.principals[k] for k in sorted(verified.key_ids))
+
+
+def _open_passkey_signed(
+    data: bytes, registry: KeyRegistry, type_: type[T], payload_type: str
+) -> tuple[T, tuple[Principal, ...]]:
+    """The request and the one principal whose enrolled passkey signed it: the
+    principal's active roster entry (its standing is the same under every key)."""
+    opened = passkeys.open_passkey_signed(data, registry.passkeys, payload_type)
+    request = dsse.decode_verified(opened.verified, type_)
+    signer = next((p for p in registry.principals.values() if p.name == opened.principal), None)
+    if signer is None:  # the registry checks every enrolment names an active entry
+        raise passkeys.UnenrolledPasskeyError("the passkey's principal is not on the roster")
+    return request, (signer,)
 
 
 def check_runtime_signer(

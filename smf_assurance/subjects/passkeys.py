@@ -1,0 +1,383 @@
+"""Passkeys: a person's WebAuthn credential as a second way to sign a person's request.
+
+ARCHITECTURE.md, "Trust and identity on the bus"; docs/SUBJECTS.md, "Passkey-signed
+requests". An attorney who signs with a passkey (a platform authenticator or a
+security key) holds no key file. What keeps that as strong as a signed envelope:
+
+- **Enrolment is the operator's.** A credential counts only when a
+  :class:`PasskeyRecord` in the registry names it. The registry reaches the gate
+  inside a release the operator's release keys signed, so the binding of a credential
+  to a principal is operator-signed; the record fixes the relying party id and the
+  origins the credential may be used from, and the credential's public key.
+- **The assertion signs the exact request.** The WebAuthn challenge is
+  :func:`challenge_for`: SHA-256 of the DSSE pre-authentication encoding of the
+  payload type and payload bytes, the very bytes an Ed25519 signer signs. A changed
+  binding digest, decision, approval id or time is another challenge, and the
+  authenticator's signature over it does not verify; a request signed for one
+  purpose cannot be replayed as another.
+- **User verification is required.** An assertion whose authenticator did not verify
+  the user (PIN, biometric) is refused with its own code, as is one without user
+  presence, one from another origin or relying party, and one by a credential no
+  record names.
+
+What it does not do: keep the authenticator's signature counter. Synced passkeys
+report zero, so a counter proves nothing for them, and the gate replicas would
+have to share it; a replay is stopped where the request is used instead (an approval
+is resolved once; a show, track or re-request is fresh for a minute, as a signed
+envelope is).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, ClassVar, Final, Literal
+from urllib.parse import urlsplit
+
+import msgspec
+
+from smf_assurance.subjects import dsse
+from smf_assurance.subjects.canonical import canonical_bytes
+from smf_assurance.subjects.patterns import Millis
+
+PASSKEY_SIGNED_SCHEMA: Final = "smf.passkey-signed/1"
+PAYLOAD_PASSKEY_ENROLMENT: Final = "application/vnd.smf.passkey-enrolment+json;v=1"
+"""What a registration's challenge covers (:func:`enrolment_challenge`)."""
+MAX_PASSKEY_SIGNED_BYTES: Final = 64 * 1024
+"""A person's request is small; the bound is checked before any parsing."""
+MAX_ORIGINS: Final = 8
+B64URL: Final = r"^[A-Za-z0-9_-]*\Z"
+CredentialId = Annotated[str, msgspec.Meta(pattern=B64URL, min_length=16, max_length=1366)]
+"""A credential id, base64url without padding: 16 to 1023 bytes (WebAuthn level 3,
+"credential ID")."""
+B64Url = Annotated[str, msgspec.Meta(pattern=B64URL, max_length=8192)]
+Origin = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+RpId = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9.-]{1,253}\Z")]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+
+
+class PasskeyError(dsse.SignatureError):
+    """An assertion that does not verify: a changed request (another challenge), a
+    signature by another key, another origin or relying party, no user presence."""
+
+    reason_code: ClassVar[str] = "bad_passkey_assertion"
+
+
+class UnenrolledPasskeyError(PasskeyError):
+    """No registry record names the credential: an attorney's own passkey that the
+    operator never enrolled, a removed one, or an outsider's."""
+
+    reason_code: ClassVar[str] = "unknown_passkey"
+
+
+class UserNotVerifiedError(PasskeyError):
+    """The authenticator did not verify the user (no PIN, no biometric): anyone holding
+    the device could have touched it."""
+
+    reason_code: ClassVar[str] = "passkey_user_not_verified"
+
+
+class PasskeyRecordError(ValueError):
+    """A registry record that cannot name a usable credential."""
+
+
+class PasskeyRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """One enrolled credential of a person on the roster (``RegistryFile.passkeys``)."""
+
+    principal: Name
+    credential_id: CredentialId
+    public_key: B64Url
+    """The credential's COSE public key, base64url, as its registration gave it."""
+    rp_id: RpId
+    origins: Annotated[tuple[Origin, ...], msgspec.Meta(min_length=1, max_length=MAX_ORIGINS)]
+    enrolled_at_ms: Millis
+    label: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+
+
+class AssertionResponse(
+    msgspec.Struct,
+    frozen=True,
+    forbid_unknown_fields=True,
+    omit_defaults=True,
+    rename={
+        "client_data_json": "clientDataJSON",
+        "authenticator_data": "authenticatorData",
+        "user_handle": "userHandle",
+    },
+):
+    """``AuthenticatorAssertionResponse`` in its JSON form (WebAuthn level 3,
+    ``AuthenticatorAssertionResponseJSON``)."""
+
+    client_data_json: B64Url
+    authenticator_data: B64Url
+    signature: B64Url
+    user_handle: B64Url | None = None
+
+
+class PasskeyAssertion(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename={"raw_id": "rawId"}
+):
+    """The assertion a browser's ``navigator.credentials.get`` returned, in its JSON form."""
+
+    id: CredentialId
+    raw_id: CredentialId
+    type: Literal["public-key"]
+    response: AssertionResponse
+
+
+class PasskeySigned(
+    msgspec.Struct,
+    frozen=True,
+    forbid_unknown_fields=True,
+    rename={"payload_type": "payloadType"},
+):
+    """A request signed by a passkey: the payload as a DSSE envelope carries it
+    (standard base64, canonical), and the assertion over :func:`challenge_for` it."""
+
+    schema: Literal["smf.passkey-signed/1"]
+    payload_type: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+    payload: str
+    assertion: PasskeyAssertion
+
+
+class _Schema(msgspec.Struct, frozen=True):
+    schema: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PasskeyVerified:
+    """What an assertion proved: these bytes, of this type, signed with this
+    enrolled credential of ``principal``."""
+
+    verified: dsse.Verified
+    principal: str
+    credential_id: str
+
+
+def challenge_for(payload_type: str, payload: bytes) -> bytes:
+    """The WebAuthn challenge that signs ``payload`` of ``payload_type``: SHA-256 of
+    the DSSE pre-authentication encoding, so type and bytes are both authenticated."""
+    return hashlib.sha256(dsse.pae(payload_type, payload)).digest()
+
+
+def is_passkey_signed(data: bytes) -> bool:
+    """Whether ``data`` says it is a passkey-signed request (a DSSE envelope has no
+    ``schema``); anything that does not decode is left to the envelope's decoder."""
+    if len(data) > MAX_PASSKEY_SIGNED_BYTES:
+        return False
+    try:
+        return msgspec.json.decode(data, type=_Schema).schema == PASSKEY_SIGNED_SCHEMA
+    except (msgspec.DecodeError, RecursionError):
+        return False
+
+
+def b64url_decode(text: str, what: str) -> bytes:
+    """Base64url without padding, in its one spelling (WebAuthn's encoding)."""
+    return dsse.b64decode(text + "=" * (-len(text) % 4), what)
+
+
+def check_record(record: PasskeyRecord) -> None:
+    """A record whose public key the verifier can use and whose relying party and
+    origins fit together; raises :class:`PasskeyRecordError`.
+
+    The relying party id must be a domain, never an address (WebAuthn level 3,
+    "RP ID"), and each origin's host that domain or under it; an origin is
+    ``https``, or ``http`` on ``localhost`` only (a browser's secure contexts).
+    """
+    from webauthn.helpers import decode_credential_public_key  # noqa: PLC0415 - a heavy import
+
+    try:
+        decode_credential_public_key(b64url_decode(record.public_key, "public_key"))
+    except Exception as exc:  # the library raises many kinds for bad bytes
+        raise PasskeyRecordError(
+            f"passkey {record.credential_id} of {record.principal}: public key does not decode"
+        ) from exc
+    if _is_address(record.rp_id):
+        raise PasskeyRecordError(f"passkey rp_id {record.rp_id!r} is an address, not a domain")
+    for origin in record.origins:
+        check_origin(origin, record.rp_id)
+
+
+def enrolment_challenge(principal: str, rp_id: str) -> bytes:
+    """The challenge a person's ``navigator.credentials.create`` uses to enrol: it names
+    the principal and relying party, so a registration made for one person, or for
+    another site, does not verify as this one's. It is no secret and proves no
+    freshness: what makes an enrolment the person's is the operator's check, out of
+    band, that the credential id the person's browser showed is the one enrolled."""
+    body = canonical_bytes({"principal": principal, "rp_id": rp_id})
+    return challenge_for(PAYLOAD_PASSKEY_ENROLMENT, body)
+
+
+def record_from_registration(
+    registration: bytes,
+    *,
+    principal: str,
+    rp_id: str,
+    origins: tuple[str, ...],
+    enrolled_at_ms: int,
+    label: str | None = None,
+) -> PasskeyRecord:
+    """The registry record for a registration (``RegistrationResponseJSON``, what the
+    person's browser returned from ``navigator.credentials.create`` with
+    :func:`enrolment_challenge`); raises :class:`PasskeyRecordError`.
+
+    The maintained verifier checks the challenge, an origin among ``origins``, the
+    relying party, presence and user verification (required: a credential that does
+    not verify its user is not enrolled) and the attestation statement's format.
+    """
+    from webauthn import verify_registration_response  # noqa: PLC0415 - a heavy import
+    from webauthn.helpers.exceptions import InvalidRegistrationResponse  # noqa: PLC0415
+
+    try:
+        verified = verify_registration_response(
+            credential=registration.decode("utf-8"),
+            expected_challenge=enrolment_challenge(principal, rp_id),
+            expected_rp_id=rp_id,
+            expected_origin=list(origins),
+            require_user_verification=True,
+        )
+    except InvalidRegistrationResponse as exc:
+        raise PasskeyRecordError(f"the registration does not verify: {exc}") from exc
+    except Exception as exc:  # the parser raises many kinds for a file that is not one
+        raise PasskeyRecordError(f"not a registration ({type(exc).__name__})") from exc
+    try:
+        record = PasskeyRecord(
+            principal=principal,
+            credential_id=_b64url(verified.credential_id),
+            public_key=_b64url(verified.credential_public_key),
+            rp_id=rp_id,
+            origins=origins,
+            enrolled_at_ms=enrolled_at_ms,
+            label=label,
+        )
+        record = msgspec.convert(msgspec.to_builtins(record), PasskeyRecord)
+    except msgspec.ValidationError as exc:
+        raise PasskeyRecordError(f"the registration cannot be enrolled: {exc}") from exc
+    check_record(record)
+    return record
+
+
+def _b64url(raw: bytes) -> str:
+    return dsse.b64encode(raw).translate(_STANDARD_TO_URL_SAFE).rstrip("=")
+
+
+_STANDARD_TO_URL_SAFE: Final = str.maketrans("+/", "-_")
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def check_origin(origin: str, rp_id: str) -> None:
+    """``origin`` is ``scheme://host[:port]`` with no path, whose host is ``rp_id``
+    or under it, and which a browser treats as a secure context."""
+    try:
+        parts = urlsplit(origin)
+        port = parts.port
+    except ValueError as exc:
+        raise PasskeyRecordError(f"passkey origin {origin!r} is not an origin") from exc
+    host = parts.hostname or ""
+    rebuilt = f"{parts.scheme}://{host}" + ("" if port is None else f":{port}")
+    if rebuilt != origin:
+        raise PasskeyRecordError(f"passkey origin {origin!r} is not scheme://host[:port]")
+    if parts.scheme != "https" and not (parts.scheme == "http" and host == "localhost"):
+        raise PasskeyRecordError(f"passkey origin {origin!r} is neither https nor localhost")
+    if host != rp_id and not host.endswith("." + rp_id):
+        raise PasskeyRecordError(f"passkey origin {origin!r} is not within rp_id {rp_id!r}")
+
+
+def open_passkey_signed(
+    data: bytes, records: Mapping[str, tuple[PasskeyRecord, str]], expected_payload_type: str
+) -> PasskeyVerified:
+    """Verify a passkey-signed request against the enrolled ``records`` (credential id
+    to its record and principal); raises a :class:`dsse.SignatureError`.
+
+    In the order of ``dsse.verify``: decode, find the credential, verify the
+    assertion over the challenge the payload gives, then check the payload type.
+    """
+    if len(data) > MAX_PASSKEY_SIGNED_BYTES:
+        raise dsse.EnvelopeTooLargeError(
+            f"request is {len(data)} bytes, more than {MAX_PASSKEY_SIGNED_BYTES}"
+        )
+    try:
+        signed = msgspec.json.decode(data, type=PasskeySigned)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise dsse.MalformedEnvelopeError("not a passkey-signed request") from exc
+    assertion = signed.assertion
+    if assertion.id != assertion.raw_id:
+        raise dsse.MalformedEnvelopeError("assertion id and rawId differ")
+    payload = dsse.b64decode(signed.payload, "payload")
+    enrolled = records.get(assertion.raw_id)
+    if enrolled is None:
+        raise UnenrolledPasskeyError("no enrolled passkey has this credential id")
+    record, principal = enrolled
+    _verify_assertion(assertion, record, challenge_for(signed.payload_type, payload))
+    if signed.payload_type != expected_payload_type:
+        raise dsse.PayloadTypeMismatchError(
+            f"payloadType {signed.payload_type!r}, expected {expected_payload_type!r}"
+        )
+    verified = dsse.Verified(payload_type=signed.payload_type, payload=payload, key_ids=frozenset())
+    return PasskeyVerified(verified, principal, record.credential_id)
+
+
+def _verify_assertion(assertion: PasskeyAssertion, record: PasskeyRecord, challenge: bytes) -> None:
+    """The maintained verifier (``webauthn``, Duo Labs) checks type, challenge, origin,
+    relying party, presence and signature; user verification is checked first, here,
+    so its absence has its own code."""
+    from webauthn import verify_authentication_response  # noqa: PLC0415 - a heavy import
+    from webauthn.helpers import parse_authenticator_data  # noqa: PLC0415
+    from webauthn.helpers.exceptions import InvalidAuthenticationResponse  # noqa: PLC0415
+    from webauthn.helpers.structs import (  # noqa: PLC0415
+        AuthenticationCredential,
+        AuthenticatorAssertionResponse,
+    )
+
+    response = assertion.response
+    authenticator_data = b64url_decode(response.authenticator_data, "authenticatorData")
+    try:
+        flags = parse_authenticator_data(authenticator_data).flags
+    except Exception as exc:  # the parser raises many kinds for bad bytes
+        raise PasskeyError("authenticatorData does not decode") from exc
+    if not flags.uv:
+        raise UserNotVerifiedError("the authenticator did not verify the user")
+    credential = AuthenticationCredential(
+        id=assertion.id,
+        raw_id=b64url_decode(assertion.raw_id, "rawId"),
+        response=AuthenticatorAssertionResponse(
+            client_data_json=b64url_decode(response.client_data_json, "clientDataJSON"),
+            authenticator_data=authenticator_data,
+            signature=b64url_decode(response.signature, "signature"),
+        ),
+    )
+    try:
+        verify_authentication_response(
+            credential=credential,
+            expected_challenge=challenge,
+            expected_rp_id=record.rp_id,
+            expected_origin=list(record.origins),
+            credential_public_key=b64url_decode(record.public_key, "public_key"),
+            credential_current_sign_count=0,
+            require_user_verification=True,
+        )
+    except InvalidAuthenticationResponse as exc:
+        raise PasskeyError(str(exc)) from exc
+    except Exception as exc:  # a malformed key or signature raises others
+        raise PasskeyError(type(exc).__name__) from exc
+
+
+def signed_request(payload_type: str, payload: bytes, assertion: PasskeyAssertion) -> bytes:
+    """The wire bytes of a passkey-signed request (the console's page builds the same)."""
+    return msgspec.json.encode(
+        PasskeySigned(
+            schema=PASSKEY_SIGNED_SCHEMA,
+            payload_type=payload_type,
+            payload=dsse.b64encode(payload),
+            assertion=assertion,
+        )
+    )
