@@ -648,6 +648,15 @@ test("a registry's gate keys: role gate only; the registry is checked as Python 
   assert.equal(code({ ...good, retired: [{ ...retiredEntry, extra: 1 }] }), "smf_registry_invalid");
   assert.equal(code({ ...good, retired: {} }), "smf_registry_invalid");
   assert.equal(code({ ...good, entries: [(good.entries as unknown[])[1]], retired: [gateEntry] }), "smf_gate_keys_missing");
+  // a person's enrolled passkey: read past (the gate verifies it), never a gate key
+  const attorney = registryDoc([{ key: GATE, role: "gate", principal: "gate" }, { key: KEY, role: "approver", principal: "attorney-alex" }]);
+  const passkey = { principal: "attorney-alex", credential_id: "A".repeat(43), public_key: "pQECAyYgASFYIA", rp_id: "localhost", origins: ["http://localhost:8765"], enrolled_at_ms: 1 };
+  assert.deepEqual([...gateKeysOf({ ...attorney, passkeys: [passkey] }).keys()], [GATE.keyId]);
+  assert.deepEqual([...gateKeysOf({ ...attorney, passkeys: [{ ...passkey, label: "security key" }] }).keys()], [GATE.keyId]);
+  assert.equal(code({ ...attorney, passkeys: [{ ...passkey, principal: "gate" }] }), "smf_registry_invalid"); // not a person
+  assert.equal(code({ ...attorney, passkeys: [passkey, passkey] }), "smf_registry_invalid"); // enrolled twice
+  assert.equal(code({ ...attorney, passkeys: [{ ...passkey, extra: 1 }] }), "smf_registry_invalid");
+  assert.equal(code({ ...attorney, passkeys: {} }), "smf_registry_invalid");
 });
 
 test("trustRootFile: no registryFile any more; missing, unreadable or invalid trust root refuses", () => {

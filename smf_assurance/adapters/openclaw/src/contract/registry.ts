@@ -19,6 +19,11 @@
  * `retired` lists keys a rotation retired (Python's `RegistryFile.retired`): they
  * stay for the evidence they signed before, so they are checked as entries are
  * and must hold no bus credential, but the plugin never trusts one.
+ *
+ * `passkeys` lists the people's enrolled passkeys (Python's `RegistryFile.passkeys`,
+ * `smf_assurance/subjects/passkeys.py`): the gate verifies them, the plugin never
+ * does; each is checked for its exact fields and must name a principal registered
+ * with role `approver`, so a registry the gate refuses is refused here too.
  */
 
 import { VerifyKey } from "./keys.js";
@@ -30,6 +35,8 @@ const ROLES = ["runtime", "gate", "connector", "approver", "gateway", "launcher"
 const ENTRY_FIELDS = ["key", "role", "runtime_id", "connector_id", "tenants", "licensed_roles", "nats_user"];
 const NKEY_USER_RE = /^U[A-Z2-7]{55}$/;
 const KEY_FIELDS = ["kind", "key_id", "principal", "public_key"];
+const PASSKEY_FIELDS = ["principal", "credential_id", "public_key", "rp_id", "origins", "enrolled_at_ms", "label"];
+const PASSKEY_REQUIRED = ["principal", "credential_id", "public_key", "rp_id", "origins", "enrolled_at_ms"];
 const BASE64_RE = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 
 /** The registry file cannot be read (`unreadable`), is not a valid registry (`invalid`), or names no gate key. */
@@ -68,7 +75,7 @@ export function publicKey(value: unknown, what: string): VerifyKey {
 
 /** The `gate` keys of a parsed registry document, by key id; throws {@link RegistryError}. */
 export function gateKeysOf(doc: unknown): Map<string, VerifyKey> {
-  const registry = exact(doc, ["schema", "entries", "retired"], ["schema", "entries"], "registry");
+  const registry = exact(doc, ["schema", "entries", "retired", "passkeys"], ["schema", "entries"], "registry");
   if (registry.schema !== REGISTRY_SCHEMA) invalid(`registry.schema is not ${REGISTRY_SCHEMA}`);
   if (!Array.isArray(registry.entries)) invalid("registry.entries is not a list");
   const retired = registry.retired ?? [];
@@ -83,6 +90,7 @@ export function gateKeysOf(doc: unknown): Map<string, VerifyKey> {
     if (entry.nats_user !== undefined && entry.nats_user !== null) invalid(`${what}: a retired key holds a bus credential`);
   });
   const gate = new Map<string, VerifyKey>();
+  const approvers = new Set<string>();
   registry.entries.forEach((item: unknown, i: number) => {
     const what = `registry.entries[${i}]`;
     const entry = exact(item, ENTRY_FIELDS, ["key", "role"], what);
@@ -98,6 +106,17 @@ export function gateKeysOf(doc: unknown): Map<string, VerifyKey> {
       invalid(`${what}.nats_user is not a NATS user nkey`);
     }
     if (role === "gate") gate.set(key.keyId, key);
+    if (role === "approver") approvers.add((entry.key as Record<string, unknown>).principal as string);
+  });
+  const passkeys = registry.passkeys ?? [];
+  if (!Array.isArray(passkeys)) invalid("registry.passkeys is not a list");
+  const credentials = new Set<string>();
+  passkeys.forEach((item: unknown, i: number) => {
+    const what = `registry.passkeys[${i}]`;
+    const passkey = exact(item, PASSKEY_FIELDS, PASSKEY_REQUIRED, what);
+    if (typeof passkey.principal !== "string" || !approvers.has(passkey.principal)) invalid(`${what} names no approver of the registry`);
+    if (typeof passkey.credential_id !== "string" || credentials.has(passkey.credential_id)) invalid(`${what}: a credential enrolled twice, or none`);
+    credentials.add(passkey.credential_id);
   });
   if (gate.size === 0) throw new RegistryError("smf_gate_keys_missing", "the registry names no key with role gate");
   return gate;
