@@ -40,6 +40,7 @@ import pytest
 from nats.aio.client import Client
 
 from smf_assurance.approver.client import content_matches
+from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
 from smf_assurance.ops.local.state import StateDir, refresh_demo_release
 from smf_assurance.pipeline.assembly import RunningGate
 from smf_assurance.subjects import dsse, names
@@ -143,9 +144,13 @@ async def held(nc: Client, state: StateDir) -> tuple[Verdict, str]:
 
 
 async def test_an_attorney_allows_once_with_a_passkey_and_one_order_goes_out(
-    gate: RunningGate, nc: Client, approvers_state: StateDir, devices: Devices
+    gate: RunningGate,
+    nc: Client,
+    approvers_state: StateDir,
+    devices: Devices,
+    nats_server: EmbeddedNatsServer,
 ) -> None:
-    async with connectors_running(approvers_state, nc.connected_url.geturl()):
+    async with connectors_running(approvers_state, nats_server.url):
         _, approval_id = await held(nc, approvers_state)
         view = await show(nc, devices.attorney, approval_id)
         assert content_matches(view)
