@@ -33,18 +33,27 @@ import hashlib
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, Final, Literal
+from typing import Annotated, ClassVar, Final, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import msgspec
 
 from smf_assurance.subjects import dsse
 from smf_assurance.subjects.canonical import canonical_bytes
+from smf_assurance.subjects.keys import PUBLIC_KEY_BYTES, VerifyKey
 from smf_assurance.subjects.patterns import Millis
 
 PASSKEY_SIGNED_SCHEMA: Final = "smf.passkey-signed/1"
 PAYLOAD_PASSKEY_ENROLMENT: Final = "application/vnd.smf.passkey-enrolment+json;v=1"
 """What a registration's challenge covers (:func:`enrolment_challenge`)."""
+PAYLOAD_SESSION_GRANT: Final = "application/vnd.smf.session-grant+json;v=1"
+"""A passkey's grant of a sign-in's session key (:class:`SessionGrant`)."""
+PASSKEY_DELEGATED_SCHEMA: Final = "smf.passkey-delegated/1"
+MAX_GRANT_MS: Final = 12 * 3600 * 1000
+"""The longest a session key may act for its person: a working day, as a console
+session (8 h by default) is shorter."""
+GRANT_SKEW_MS: Final = 60_000
+"""How far before its issue time a grant is already good (clocks drift)."""
 MAX_PASSKEY_SIGNED_BYTES: Final = 64 * 1024
 """A person's request is small; the bound is checked before any parsing."""
 MAX_ORIGINS: Final = 8
@@ -77,6 +86,19 @@ class UserNotVerifiedError(PasskeyError):
     the device could have touched it."""
 
     reason_code: ClassVar[str] = "passkey_user_not_verified"
+
+
+class GrantExpiredError(PasskeyError):
+    """A session key's grant is outside its time (or longer than :data:`MAX_GRANT_MS`):
+    a sign-in that ended cannot sign again."""
+
+    reason_code: ClassVar[str] = "session_grant_expired"
+
+
+class GrantMismatchError(PasskeyError):
+    """A grant that names another principal than the enrolled credential that signed it."""
+
+    reason_code: ClassVar[str] = "session_grant_mismatch"
 
 
 class PasskeyRecordError(ValueError):
@@ -142,6 +164,35 @@ class PasskeySigned(
     assertion: PasskeyAssertion
 
 
+class SessionGrant(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A person's passkey grants a session key the right to sign their reads.
+
+    Signed once, at sign-in, with an assertion (payload type
+    :data:`PAYLOAD_SESSION_GRANT`), so that showing a filing or asking where one's
+    requests stand does not ask the person to touch their authenticator each time. The
+    key is made in the person's browser and never leaves it (WebCrypto, not
+    extractable). ``nonce`` is the console's single-use sign-in challenge. A grant
+    never signs a resolution: allow-once and deny are each their own assertion.
+    """
+
+    schema: Literal["smf.session-grant/1"]
+    principal: Name
+    session_key: Annotated[str, msgspec.Meta(min_length=44, max_length=44)]
+    """The session key's Ed25519 public key, standard base64 (32 bytes)."""
+    nonce: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{43}\Z")]
+    issued_at_ms: Millis
+    expires_at_ms: Millis
+
+
+class PasskeyDelegated(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A request signed by a session key (a DSSE envelope), with the passkey-signed
+    grant that lets the key sign for its person."""
+
+    schema: Literal["smf.passkey-delegated/1"]
+    grant: PasskeySigned
+    envelope: dsse.Envelope
+
+
 class _Schema(msgspec.Struct, frozen=True):
     schema: str | None = None
 
@@ -162,15 +213,22 @@ def challenge_for(payload_type: str, payload: bytes) -> bytes:
     return hashlib.sha256(dsse.pae(payload_type, payload)).digest()
 
 
-def is_passkey_signed(data: bytes) -> bool:
-    """Whether ``data`` says it is a passkey-signed request (a DSSE envelope has no
-    ``schema``); anything that does not decode is left to the envelope's decoder."""
+def passkey_kind(data: bytes) -> str | None:
+    """Which passkey form ``data`` says it is (:data:`PASSKEY_SIGNED_SCHEMA` or
+    :data:`PASSKEY_DELEGATED_SCHEMA`), or None: a DSSE envelope has no ``schema``, and
+    anything that does not decode is left to the envelope's decoder."""
     if len(data) > MAX_PASSKEY_SIGNED_BYTES:
-        return False
+        return None
     try:
-        return msgspec.json.decode(data, type=_Schema).schema == PASSKEY_SIGNED_SCHEMA
+        schema = msgspec.json.decode(data, type=_Schema).schema
     except (msgspec.DecodeError, RecursionError):
-        return False
+        return None
+    return schema if schema in (PASSKEY_SIGNED_SCHEMA, PASSKEY_DELEGATED_SCHEMA) else None
+
+
+def is_passkey_signed(data: bytes) -> bool:
+    """Whether ``data`` says it is a request signed by a passkey's own assertion."""
+    return passkey_kind(data) == PASSKEY_SIGNED_SCHEMA
 
 
 def b64url_decode(text: str, what: str) -> bytes:
@@ -297,14 +355,28 @@ def open_passkey_signed(
     In the order of ``dsse.verify``: decode, find the credential, verify the
     assertion over the challenge the payload gives, then check the payload type.
     """
+    return _open_signed(_decoded(data, PasskeySigned), records, expected_payload_type)
+
+
+PasskeyWire = TypeVar("PasskeyWire", PasskeySigned, PasskeyDelegated)
+
+
+def _decoded(data: bytes, kind: type[PasskeyWire]) -> PasskeyWire:
     if len(data) > MAX_PASSKEY_SIGNED_BYTES:
         raise dsse.EnvelopeTooLargeError(
             f"request is {len(data)} bytes, more than {MAX_PASSKEY_SIGNED_BYTES}"
         )
     try:
-        signed = msgspec.json.decode(data, type=PasskeySigned)
+        return msgspec.json.decode(data, type=kind)
     except (msgspec.DecodeError, RecursionError) as exc:
-        raise dsse.MalformedEnvelopeError("not a passkey-signed request") from exc
+        raise dsse.MalformedEnvelopeError(f"not a {kind.__name__} request") from exc
+
+
+def _open_signed(
+    signed: PasskeySigned,
+    records: Mapping[str, tuple[PasskeyRecord, str]],
+    expected_payload_type: str,
+) -> PasskeyVerified:
     assertion = signed.assertion
     if assertion.id != assertion.raw_id:
         raise dsse.MalformedEnvelopeError("assertion id and rawId differ")
@@ -320,6 +392,44 @@ def open_passkey_signed(
         )
     verified = dsse.Verified(payload_type=signed.payload_type, payload=payload, key_ids=frozenset())
     return PasskeyVerified(verified, principal, record.credential_id)
+
+
+def open_grant(
+    signed: PasskeySigned, records: Mapping[str, tuple[PasskeyRecord, str]], now_ms: int
+) -> tuple[SessionGrant, str]:
+    """A session key's grant, verified: signed by an enrolled passkey of the principal
+    it names, in its time; the grant and the principal. Raises a SignatureError."""
+    opened = _open_signed(signed, records, PAYLOAD_SESSION_GRANT)
+    grant = dsse.decode_verified(opened.verified, SessionGrant)
+    if grant.principal != opened.principal:
+        raise GrantMismatchError("the grant names another principal than its passkey's")
+    lifetime = grant.expires_at_ms - grant.issued_at_ms
+    if not 0 < lifetime <= MAX_GRANT_MS:
+        raise GrantExpiredError(f"a grant is good for at most {MAX_GRANT_MS} ms")
+    if not grant.issued_at_ms - GRANT_SKEW_MS <= now_ms < grant.expires_at_ms:
+        raise GrantExpiredError("the grant is not in its time")
+    return grant, opened.principal
+
+
+def open_delegated(
+    data: bytes,
+    records: Mapping[str, tuple[PasskeyRecord, str]],
+    expected_payload_type: str,
+    now_ms: int,
+) -> PasskeyVerified:
+    """Verify a request signed by a session key under its passkey's grant
+    (:class:`PasskeyDelegated`): the grant first (:func:`open_grant`), then the
+    envelope against the one key the grant names, for ``expected_payload_type``."""
+    delegated = _decoded(data, PasskeyDelegated)
+    grant, principal = open_grant(delegated.grant, records, now_ms)
+    raw_key = dsse.b64decode(grant.session_key, "session_key")
+    if len(raw_key) != PUBLIC_KEY_BYTES:
+        raise dsse.MalformedPayloadError(f"the session key is {len(raw_key)} bytes")
+    session_key = VerifyKey(raw_key)
+    verified = dsse.verify(
+        delegated.envelope, {session_key.key_id: session_key}, 1, expected_payload_type
+    )
+    return PasskeyVerified(verified, principal, delegated.grant.assertion.raw_id)
 
 
 def _verify_assertion(assertion: PasskeyAssertion, record: PasskeyRecord, challenge: bytes) -> None:

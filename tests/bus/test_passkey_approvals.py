@@ -23,6 +23,8 @@ What these tests prove:
   the paralegal's refusal for want of the licence is recorded against it.
 - A deny with a reason and a note, signed with a passkey, reaches the runtime.
 - A passkey counts only for a person's request: a proposal signed with one is refused.
+- The session key one sign-in's assertion granted shows a filing, and its allow-once is
+  refused: every decision is its own assertion.
 
 What they do not prove: the console's page and a browser's authenticator (the browser tests,
 once the console signs with passkeys); a cloned authenticator (no signature counter is kept).
@@ -53,7 +55,9 @@ from smf_assurance.subjects.approvals import (
 )
 from smf_assurance.subjects.canonical import canonical_bytes
 from smf_assurance.subjects.clock import wall_clock_ms
+from smf_assurance.subjects.keys import generate_signing_key
 from smf_assurance.subjects.messages import Verdict
+from smf_assurance.subjects.passkeys import PAYLOAD_SESSION_GRANT
 from smf_assurance.subjects.registry import RegistryFile, encode_registry
 from tests.support.approval_desk import (
     ATTORNEY,
@@ -72,7 +76,7 @@ from tests.support.approval_desk import (
     send,
     state_of,
 )
-from tests.support.authenticator import SoftAuthenticator
+from tests.support.authenticator import SoftAuthenticator, delegated_request, grant_payload
 
 __all__ = ["clock", "gate"]
 
@@ -360,3 +364,47 @@ async def test_a_passkey_does_not_sign_a_proposal(
     assert (reply.headers or {}).get(names.HEADER_SERVICE_ERROR) == "malformed_proposal"
     assert await order_count(gate.js) == 0
     assert ledger_rows(approvers_state.ledger, "") == []
+
+
+async def test_a_sign_ins_session_key_reads_but_never_decides(
+    gate: RunningGate, nc: Client, approvers_state: StateDir, devices: Devices
+) -> None:
+    """One touch at sign-in grants the page's session key the person's reads (show,
+    track); an allow-once signed by that key is refused, so every decision is a touch."""
+    _, approval_id = await held(nc, approvers_state)
+    session_key = generate_signing_key()
+    now = wall_clock_ms()
+    grant = devices.attorney.sign(
+        PAYLOAD_SESSION_GRANT,
+        grant_payload(ATTORNEY, session_key, issued_at_ms=now, expires_at_ms=now + 3_600_000),
+    )
+    show_request = ShowRequest(
+        schema="smf.approval-show/1",
+        approval_id=approval_id,
+        resolver_id=ATTORNEY,
+        requested_at_ms=now,
+    )
+    signed_show = delegated_request(
+        grant,
+        session_key,
+        names.PAYLOAD_SHOW_REQUEST,
+        canonical_bytes(msgspec.to_builtins(show_request)),
+    )
+
+    reply = await nc.request(names.APPROVAL_SHOW, signed_show, timeout=5)
+    view = msgspec.json.decode(reply.data, type=ApprovalView)
+    assert view.binding.approval_id == approval_id
+    assert content_matches(view)
+
+    decision = delegated_request(
+        grant,
+        session_key,
+        names.PAYLOAD_RESOLUTION,
+        resolution(approval_id, view.binding_digest),
+    )
+    refused = await send(nc, decision)
+
+    assert (refused.accepted, refused.reason_codes) == (False, ("malformed_resolution",))
+    assert await state_of(gate, approval_id) == "pending"
+    assert await order_count(gate.js) == 0
+    assert devices.attorney.sign_count == 1

@@ -20,13 +20,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import cbor2
+import msgspec
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from smf_assurance.subjects import dsse
+from smf_assurance.subjects.canonical import canonical_bytes
+from smf_assurance.subjects.dsse import b64encode
+from smf_assurance.subjects.keys import SigningKey
 from smf_assurance.subjects.passkeys import (
     AssertionResponse,
     PasskeyAssertion,
+    PasskeyDelegated,
     PasskeyRecord,
+    PasskeySigned,
+    SessionGrant,
     challenge_for,
     signed_request,
 )
@@ -148,3 +156,38 @@ class SoftAuthenticator:
         """A passkey-signed request: the assertion over the payload's challenge."""
         assertion = self.assertion(challenge_for(payload_type, payload), **options)
         return signed_request(payload_type, payload, assertion)
+
+
+def grant_payload(
+    principal: str,
+    session_key: SigningKey,
+    *,
+    issued_at_ms: int,
+    expires_at_ms: int,
+    nonce: str = "n" * 43,
+) -> bytes:
+    """A sign-in's :class:`SessionGrant` payload, for ``session_key``."""
+    grant = SessionGrant(
+        schema="smf.session-grant/1",
+        principal=principal,
+        session_key=b64encode(session_key.public_bytes),
+        nonce=nonce,
+        issued_at_ms=issued_at_ms,
+        expires_at_ms=expires_at_ms,
+    )
+    return canonical_bytes(msgspec.to_builtins(grant))
+
+
+def delegated_request(
+    grant: bytes, session_key: SigningKey, payload_type: str, payload: bytes
+) -> bytes:
+    """A request signed by a session key, with the passkey-signed ``grant`` (the bytes
+    :meth:`SoftAuthenticator.sign` made over a grant payload)."""
+    envelope = dsse.sign(payload_type, payload, [session_key])
+    return msgspec.json.encode(
+        PasskeyDelegated(
+            schema="smf.passkey-delegated/1",
+            grant=msgspec.json.decode(grant, type=PasskeySigned),
+            envelope=envelope,
+        )
+    )

@@ -24,15 +24,18 @@ from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import ShowRequest
 from smf_assurance.subjects.canonical import canonical_bytes
-from smf_assurance.subjects.keys import generate_signing_key
+from smf_assurance.subjects.keys import SigningKey, generate_signing_key
 from smf_assurance.subjects.passkeys import (
+    MAX_GRANT_MS,
     MAX_PASSKEY_SIGNED_BYTES,
+    PAYLOAD_SESSION_GRANT,
     PasskeyRecord,
     PasskeyRecordError,
     check_origin,
     enrolment_challenge,
     is_passkey_signed,
     open_passkey_signed,
+    passkey_kind,
     record_from_registration,
 )
 from smf_assurance.subjects.registry import (
@@ -42,7 +45,7 @@ from smf_assurance.subjects.registry import (
     encode_registry,
     entry_for,
 )
-from tests.support.authenticator import SoftAuthenticator
+from tests.support.authenticator import SoftAuthenticator, delegated_request, grant_payload
 
 pytestmark = pytest.mark.claim("approver-desk.passkey-signed-resolution")
 
@@ -68,7 +71,12 @@ def show_payload(resolver: str = ATTORNEY) -> bytes:
 def refusal(data: bytes, registry: KeyRegistry) -> str:
     with pytest.raises(StageRefusal) as caught:
         open_request(
-            data, registry, ShowRequest, names.PAYLOAD_SHOW_REQUEST, malformed="m", person=True
+            data,
+            registry,
+            ShowRequest,
+            names.PAYLOAD_SHOW_REQUEST,
+            malformed="m",
+            person="decision",
         )
     return caught.value.reason_code
 
@@ -86,7 +94,7 @@ def test_an_enrolled_passkey_signs_for_its_principal() -> None:
         ShowRequest,
         names.PAYLOAD_SHOW_REQUEST,
         malformed="m",
-        person=True,
+        person="decision",
     )
 
     assert request.resolver_id == ATTORNEY
@@ -319,3 +327,124 @@ def test_a_key_the_verifier_cannot_use_refuses_every_assertion() -> None:
     registry = KeyRegistry({}, {}, {device.id: (broken, ATTORNEY)})
     signed = device.sign(names.PAYLOAD_SHOW_REQUEST, show_payload())
     assert refusal(signed, registry) == "bad_passkey_assertion"
+
+
+# -- a sign-in's session key ----------------------------------------------------------
+
+NOW = 1_000_000_000
+
+
+def session_signed(
+    device: SoftAuthenticator,
+    session_key: SigningKey,
+    *,
+    principal: str = ATTORNEY,
+    issued_at_ms: int = NOW,
+    expires_at_ms: int = NOW + 3_600_000,
+    grant_type: str = PAYLOAD_SESSION_GRANT,
+    payload_type: str = names.PAYLOAD_SHOW_REQUEST,
+) -> bytes:
+    payload = grant_payload(
+        principal, session_key, issued_at_ms=issued_at_ms, expires_at_ms=expires_at_ms
+    )
+    grant = device.sign(grant_type, payload)
+    return delegated_request(grant, session_key, payload_type, show_payload())
+
+
+def read_refusal(data: bytes, registry: KeyRegistry, now_ms: int = NOW) -> str:
+    with pytest.raises(StageRefusal) as caught:
+        open_request(
+            data,
+            registry,
+            ShowRequest,
+            names.PAYLOAD_SHOW_REQUEST,
+            malformed="m",
+            person="request",
+            now_ms=now_ms,
+        )
+    return caught.value.reason_code
+
+
+def test_a_session_key_granted_by_a_passkey_signs_the_persons_reads() -> None:
+    device, session_key = SoftAuthenticator(), generate_signing_key()
+    registry = registry_with(device.record(ATTORNEY))
+
+    request, signers = open_request(
+        session_signed(device, session_key),
+        registry,
+        ShowRequest,
+        names.PAYLOAD_SHOW_REQUEST,
+        malformed="m",
+        person="request",
+        now_ms=NOW + 1,
+    )
+
+    assert request.resolver_id == ATTORNEY
+    assert [p.name for p in signers] == [ATTORNEY]
+    assert device.sign_count == 1  # one touch for the sign-in, none for the read
+
+
+def test_a_session_key_never_signs_a_decision() -> None:
+    device, session_key = SoftAuthenticator(), generate_signing_key()
+    registry = registry_with(device.record(ATTORNEY))
+    assert refusal(session_signed(device, session_key), registry) == "m"
+
+
+@pytest.mark.parametrize(
+    ("grant", "now_ms"),
+    [
+        pytest.param({}, NOW + 3_600_000, id="ended"),
+        pytest.param({}, NOW - 60_001, id="not-yet"),
+        pytest.param({"expires_at_ms": NOW + MAX_GRANT_MS + 1}, NOW, id="longer-than-a-day"),
+        pytest.param({"expires_at_ms": NOW}, NOW, id="no-time-at-all"),
+    ],
+)
+def test_a_grant_outside_its_time_signs_nothing(grant: dict[str, Any], now_ms: int) -> None:
+    device, session_key = SoftAuthenticator(), generate_signing_key()
+    registry = registry_with(device.record(ATTORNEY))
+    signed = session_signed(device, session_key, **grant)
+    assert read_refusal(signed, registry, now_ms) == "session_grant_expired"
+
+
+def test_a_grant_naming_another_person_signs_nothing() -> None:
+    device, session_key = SoftAuthenticator(), generate_signing_key()
+    other = msgspec.structs.replace(device.record(ATTORNEY), principal="paralegal-pat")
+    entries = (
+        entry_for(generate_signing_key(), ATTORNEY, "approver"),
+        entry_for(generate_signing_key(), "paralegal-pat", "approver"),
+    )
+    registry = decode_registry(encode_registry(entries, (), (other,)))
+    assert read_refusal(session_signed(device, session_key), registry) == "session_grant_mismatch"
+
+
+def test_only_the_granted_key_signs_under_a_grant() -> None:
+    device, session_key = SoftAuthenticator(), generate_signing_key()
+    registry = registry_with(device.record(ATTORNEY))
+    wire = json.loads(session_signed(device, session_key))
+    forged = dsse.sign(names.PAYLOAD_SHOW_REQUEST, show_payload(), [generate_signing_key()])
+    wire["envelope"] = msgspec.to_builtins(forged)
+    assert read_refusal(json.dumps(wire).encode(), registry) == "unknown_signer"
+
+
+def test_a_grant_is_its_own_kind_of_signature() -> None:
+    """An assertion over anything but a grant (a resolution's bytes) grants no key, and
+    a grant's key signs only the payload type it was asked for."""
+    device, session_key = SoftAuthenticator(), generate_signing_key()
+    registry = registry_with(device.record(ATTORNEY))
+    not_a_grant = session_signed(device, session_key, grant_type=names.PAYLOAD_RESOLUTION)
+    assert read_refusal(not_a_grant, registry) == "wrong_payload_type"
+    other_type = session_signed(device, session_key, payload_type=names.PAYLOAD_TRACK_REQUEST)
+    assert read_refusal(other_type, registry) == "wrong_payload_type"
+
+
+def test_a_grant_whose_key_is_no_ed25519_key_is_malformed() -> None:
+    device, session_key = SoftAuthenticator(), generate_signing_key()
+    registry = registry_with(device.record(ATTORNEY))
+    payload = json.loads(
+        grant_payload(ATTORNEY, session_key, issued_at_ms=NOW, expires_at_ms=NOW + 1000)
+    )
+    payload["session_key"] = dsse.b64encode(bytes(31)).ljust(44, "=")
+    grant = device.sign(PAYLOAD_SESSION_GRANT, canonical_bytes(payload))
+    signed = delegated_request(grant, session_key, names.PAYLOAD_SHOW_REQUEST, show_payload())
+    assert read_refusal(signed, registry) == "m"
+    assert passkey_kind(signed) == "smf.passkey-delegated/1"

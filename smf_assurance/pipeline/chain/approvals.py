@@ -330,7 +330,7 @@ class ApprovalDesk:
                 ApprovalResolution,
                 names.PAYLOAD_RESOLUTION,
                 malformed="malformed_resolution",
-                person=True,
+                person="decision",
             )
         except StageRefusal as refusal:
             raise DeskError(refusal.reason_code) from refusal
@@ -798,7 +798,8 @@ class ApprovalDesk:
             ShowRequest,
             names.PAYLOAD_SHOW_REQUEST,
             malformed="malformed_resolution",
-            person=True,
+            person="request",
+            now_ms=self.clock(),
         )
         try:
             principal = self._approver(signers, request.resolver_id)
@@ -922,7 +923,8 @@ class ApprovalDesk:
                 kind,
                 payload_type,
                 malformed="malformed_request",
-                person=True,
+                person="request",
+                now_ms=self.clock(),
             )
             named = request.viewer_id if isinstance(request, TrackRequest) else request.requester_id
             principal = self._approver(signers, named)

@@ -23,7 +23,7 @@ the same fault with the same code:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import msgspec
 
@@ -33,6 +33,9 @@ from smf_assurance.subjects.keys import VerifyKey
 from smf_assurance.subjects.registry import KeyRegistry, Principal
 
 T = TypeVar("T", bound=msgspec.Struct)
+PersonRequest = Literal["decision", "request"]
+"""A person's decision (signed by an envelope or a passkey's assertion), or any other
+request of a person's (also by a passkey's session key)."""
 
 
 def every_key(registry: KeyRegistry) -> dict[str, VerifyKey]:
@@ -51,7 +54,8 @@ def open_request(
     wrong_type: str = "",
     max_size: int = dsse.MAX_ENVELOPE_BYTES,
     trusted: Mapping[str, VerifyKey] | None = None,
-    person: bool = False,
+    person: PersonRequest | None = None,
+    now_ms: int = 0,
 ) -> tuple[T, tuple[Principal, ...]]:
     """The request in ``data`` and the registry principals who signed it; raises
     :class:`StageRefusal` with the signature error's reason code (detail: its class).
@@ -61,15 +65,23 @@ def open_request(
     that is not its request, an oversized one, and one signed for another purpose
     (empty: the error's own code).
 
-    ``person``: a person's request (a resolution, a show, track or re-request), which
-    may instead be signed with one of the person's enrolled passkeys
-    (:func:`~smf_assurance.subjects.passkeys.open_passkey_signed`); the signer is then
-    the principal the enrolment names. Every other request is an envelope only.
+    ``person``: a person's request, which may instead be signed with one of the
+    person's enrolled passkeys (:func:`~smf_assurance.subjects.passkeys.open_passkey_signed`):
+    a ``decision`` (allow-once or deny) only by the passkey's own assertion, any other
+    ``request`` (show, track, re-request) also by the session key a passkey granted at
+    sign-in (:func:`~smf_assurance.subjects.passkeys.open_delegated`, in its time at
+    ``now_ms``). The signer is then the principal the enrolment names. Every other
+    request is an envelope only.
     """
     keys = every_key(registry) if trusted is None else trusted
+    kind = passkeys.passkey_kind(data) if person is not None else None
     try:
-        if person and passkeys.is_passkey_signed(data):
-            return _open_passkey_signed(data, registry, type_, payload_type)
+        if kind == passkeys.PASSKEY_SIGNED_SCHEMA:
+            opened = passkeys.open_passkey_signed(data, registry.passkeys, payload_type)
+            return _person_signed(opened, registry, type_)
+        if kind == passkeys.PASSKEY_DELEGATED_SCHEMA and person == "request":
+            opened = passkeys.open_delegated(data, registry.passkeys, payload_type, now_ms)
+            return _person_signed(opened, registry, type_)
         request, verified = dsse.open_struct(
             dsse.decode_envelope(data, max_size), keys, type_, payload_type
         )
@@ -81,12 +93,12 @@ def open_request(
     return request, tuple(registry.principals[k] for k in sorted(verified.key_ids))
 
 
-def _open_passkey_signed(
-    data: bytes, registry: KeyRegistry, type_: type[T], payload_type: str
+def _person_signed(
+    opened: passkeys.PasskeyVerified, registry: KeyRegistry, type_: type[T]
 ) -> tuple[T, tuple[Principal, ...]]:
-    """The request and the one principal whose enrolled passkey signed it: the
-    principal's active roster entry (its standing is the same under every key)."""
-    opened = passkeys.open_passkey_signed(data, registry.passkeys, payload_type)
+    """The request and the one principal whose enrolled passkey signed it (or granted
+    the key that did): the principal's active roster entry (its standing is the same
+    under every key)."""
     request = dsse.decode_verified(opened.verified, type_)
     signer = next((p for p in registry.principals.values() if p.name == opened.principal), None)
     if signer is None:  # the registry checks every enrolment names an active entry
