@@ -361,6 +361,20 @@ def open_passkey_signed(
 PasskeyWire = TypeVar("PasskeyWire", PasskeySigned, PasskeyDelegated)
 
 
+def decode_passkey_signed(data: bytes) -> PasskeySigned:
+    """A passkey-signed request's wire form, bounded and decoded, not yet verified."""
+    return _decoded(data, PasskeySigned)
+
+
+def credential_fingerprint(credential_id: str) -> str:
+    """What a person and the operator read to each other to be sure the credential
+    enrolled is the one the person's browser made: the first 64 bits of SHA-256 of the
+    credential id's bytes, as four groups of four hex digits. The console's enrolment
+    page shows the same (``app.js``, ``credentialFingerprint``)."""
+    digest = hashlib.sha256(b64url_decode(credential_id, "credential_id")).hexdigest()[:16]
+    return "-".join(digest[i : i + 4] for i in range(0, 16, 4))
+
+
 def _decoded(data: bytes, kind: type[PasskeyWire]) -> PasskeyWire:
     if len(data) > MAX_PASSKEY_SIGNED_BYTES:
         raise dsse.EnvelopeTooLargeError(

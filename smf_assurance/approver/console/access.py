@@ -19,8 +19,8 @@ from typing import Annotated, Final, Literal
 import msgspec
 import structlog
 
-from smf_assurance.subjects import dsse
-from smf_assurance.subjects.registry import FollowedRegistry, Principal
+from smf_assurance.subjects import dsse, passkeys
+from smf_assurance.subjects.registry import FollowedRegistry, KeyRegistry, Principal
 
 log = structlog.get_logger(__name__)
 
@@ -31,6 +31,9 @@ NONCE_PATTERN: Final = r"^[A-Za-z0-9_-]{43}\Z"
 MAX_LOGIN_BYTES: Final = 16 * 1024
 MAX_CHALLENGES: Final = 256
 MAX_SESSIONS: Final = 256
+PASSKEY_SESSION: Final = "passkey:"
+"""A session's key id when a passkey signed its sign-in: this prefix, then the
+credential id, which the roster must still enrol for the session to live."""
 
 
 class ConsoleLogin(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -60,11 +63,26 @@ class Roster(FollowedRegistry):
             log.warning("console_roster_invalid", path=str(self.path), error=detail)
 
     def approver(self, key_id: str, approver_id: str) -> Principal | None:
-        """The roster's approver for this key, if it is still there under this name."""
-        principal = self.current().principal(key_id)
+        """The roster's approver for this key, if it is still there under this name; for
+        a passkey's session, while the roster still enrols that credential for them."""
+        registry = self.current()
+        if key_id.startswith(PASSKEY_SESSION):
+            enrolled = registry.passkeys.get(key_id.removeprefix(PASSKEY_SESSION))
+            if enrolled is None or enrolled[1] != approver_id:
+                return None
+            return person(registry, approver_id)
+        principal = registry.principal(key_id)
         if principal is None or principal.entry.role != "approver":
             return None
         return principal if principal.name == approver_id else None
+
+
+def person(registry: KeyRegistry, name: str) -> Principal | None:
+    """The approver entry of ``name`` (its standing is the same under every key)."""
+    return next(
+        (p for p in registry.principals.values() if p.name == name and p.entry.role == "approver"),
+        None,
+    )
 
 
 # --- sessions: a signed login over a single-use challenge --------------------------
@@ -117,6 +135,8 @@ class Sessions:
         (stops one approver signing in as another).
         """
         registry = roster.current()
+        if passkeys.is_passkey_signed(data):
+            return self._passkey_login(data, registry)
         try:
             envelope = dsse.decode_envelope(data, max_size=MAX_LOGIN_BYTES)
             login, verified = dsse.open_struct(
@@ -134,14 +154,41 @@ class Sessions:
         )
         if signer is None:
             raise LoginRefused("approver_identity_mismatch")
+        return self._start(login.nonce, signer, signer.verify_key.key_id, None)
+
+    def _passkey_login(self, data: bytes, registry: KeyRegistry) -> tuple[str, Session, Principal]:
+        """A sign-in by a passkey: its assertion over a session grant
+        (:class:`~smf_assurance.subjects.passkeys.SessionGrant`) naming this console's
+        nonce, by a credential the roster enrols for the principal the grant names. The
+        session lasts no longer than the grant, which the gate checks on every read the
+        page signs with the granted key."""
+        try:
+            signed = passkeys.decode_passkey_signed(data)
+            grant, name = passkeys.open_grant(signed, registry.passkeys, self._clock())
+        except dsse.SignatureError as exc:
+            raise LoginRefused(dsse.reason_code(exc, "malformed_login")) from exc
+        signer = person(registry, name)
+        if signer is None:  # the registry enrols passkeys of approvers only
+            raise LoginRefused("approver_identity_mismatch")
+        key_id = PASSKEY_SESSION + signed.assertion.raw_id
+        return self._start(grant.nonce, signer, key_id, grant.expires_at_ms)
+
+    def _start(
+        self, nonce: str, signer: Principal, key_id: str, until_ms: int | None
+    ) -> tuple[str, Session, Principal]:
+        """Spend the nonce (once, and only after the signature verified) and start a
+        session for ``signer``, ending at ``until_ms`` if that comes first."""
         now = self._clock()
         self._prune(now)
-        if self._challenges.pop(login.nonce, None) is None:
+        if self._challenges.pop(nonce, None) is None:
             raise LoginRefused("login_challenge_unknown_or_used")
         while len(self._sessions) >= MAX_SESSIONS:
             del self._sessions[next(iter(self._sessions))]
         token = secrets.token_urlsafe(32)
-        session = Session(signer.name, signer.verify_key.key_id, now + self._session_ms)
+        expires = now + self._session_ms
+        session = Session(
+            signer.name, key_id, expires if until_ms is None else min(expires, until_ms)
+        )
         self._sessions[token] = session
         return token, session, signer
 

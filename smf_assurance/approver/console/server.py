@@ -71,6 +71,7 @@ from smf_assurance.subjects.approvals import (
 )
 from smf_assurance.subjects.bus_access import BusCredential, bus_error_reason, connect_options
 from smf_assurance.subjects.clock import monotonic_s, wall_clock_ms
+from smf_assurance.subjects.passkeys import MAX_GRANT_MS
 from smf_assurance.subjects.registry import Principal
 
 log = structlog.get_logger(__name__)
@@ -219,8 +220,17 @@ class Console:
     # -- sign-in ------------------------------------------------------------
 
     async def _challenge(self, _request: Request) -> Response:
+        """A sign-in's nonce, with this console's time and session length: a passkey's
+        session grant is dated by the clock the gate keeps too, not the browser's."""
         nonce, expires_at_ms = self.sessions.challenge()
-        return json_response({"nonce": nonce, "expires_at_ms": expires_at_ms})
+        return json_response(
+            {
+                "nonce": nonce,
+                "expires_at_ms": expires_at_ms,
+                "server_now_ms": self.settings.clock(),
+                "session_ms": min(self.settings.session_seconds * 1000, MAX_GRANT_MS),
+            }
+        )
 
     async def _login(self, request: Request) -> Response:
         try:

@@ -20,6 +20,9 @@ const SHOW_TYPE = 'application/vnd.smf.approval-show+json;v=1';
 const RESOLUTION_TYPE = 'application/vnd.smf.approval-resolution+json;v=1';
 const TRACK_TYPE = 'application/vnd.smf.approval-track+json;v=1';
 const REREQUEST_TYPE = 'application/vnd.smf.approval-rerequest+json;v=1';
+const GRANT_TYPE = 'application/vnd.smf.session-grant+json;v=1';
+const ENROLMENT_TYPE = 'application/vnd.smf.passkey-enrolment+json;v=1';
+const PASSKEY_WAIT_MS = 120000;
 const REQUESTS_POLL_MS = 2000;
 const POLL_MS = 1000;
 const MAX_DEPTH = 64;
@@ -159,6 +162,70 @@ export async function signEnvelope(signer, payloadType, value) {
     payloadType,
     signatures: [{ keyid: signer.keyId, sig: b64encode(signature) }],
   };
+}
+
+function b64urlDecode(text) {
+  return b64decode(text.replace(/-/g, '+').replace(/_/g, '/').padEnd(Math.ceil(text.length / 4) * 4, '='));
+}
+
+// --- passkeys (smf_assurance/subjects/passkeys.py) ---------------------------------
+
+/** The WebAuthn challenge that signs `payload` of `payloadType`: SHA-256 of the DSSE
+ *  pre-authentication encoding, the bytes a key signs (passkeys.challenge_for). */
+async function challengeFor(payloadType, payload) {
+  return new Uint8Array(await crypto.subtle.digest('SHA-256', pae(payloadType, payload)));
+}
+
+/** The challenge a person's registration uses (passkeys.enrolment_challenge). */
+export async function enrolmentChallenge(principal, rpId) {
+  return challengeFor(ENROLMENT_TYPE, utf8.encode(canonicalJson({ principal, rp_id: rpId })));
+}
+
+/** The first 64 bits of SHA-256 of the credential id, read aloud to the operator
+ *  (passkeys.credential_fingerprint). */
+export async function credentialFingerprint(credentialId) {
+  const digest = hex(new Uint8Array(await crypto.subtle.digest('SHA-256', b64urlDecode(credentialId))));
+  return [0, 4, 8, 12].map((i) => digest.slice(i, i + 4)).join('-');
+}
+
+/** `value` signed by the person's passkey: their authenticator asks them to verify
+ *  (PIN or biometric) and signs the challenge of exactly these bytes. */
+async function passkeySigned(payloadType, value, credentialId) {
+  const payload = utf8.encode(canonicalJson(value));
+  const publicKey = {
+    challenge: await challengeFor(payloadType, payload),
+    userVerification: 'required',
+    timeout: PASSKEY_WAIT_MS,
+  };
+  if (credentialId) publicKey.allowCredentials = [{ type: 'public-key', id: b64urlDecode(credentialId) }];
+  const credential = await navigator.credentials.get({ publicKey });
+  const r = credential.response;
+  const response = {
+    clientDataJSON: b64url(new Uint8Array(r.clientDataJSON)),
+    authenticatorData: b64url(new Uint8Array(r.authenticatorData)),
+    signature: b64url(new Uint8Array(r.signature)),
+  };
+  if (r.userHandle && r.userHandle.byteLength) response.userHandle = b64url(new Uint8Array(r.userHandle));
+  const rawId = b64url(new Uint8Array(credential.rawId));
+  return {
+    schema: 'smf.passkey-signed/1',
+    payloadType,
+    payload: b64encode(payload),
+    assertion: { id: rawId, rawId, type: 'public-key', response },
+  };
+}
+
+/** A person's read (show, track, ask again): an envelope by their key, or, signed in
+ *  with a passkey, by the session key its sign-in granted, with the grant. */
+async function signRead(me, payloadType, value) {
+  const envelope = await signEnvelope(me, payloadType, value);
+  return me.grant ? { schema: 'smf.passkey-delegated/1', grant: me.grant, envelope } : envelope;
+}
+
+/** A person's decision: an envelope by their key, or their passkey's own assertion,
+ *  never the session key (the gate refuses a delegated resolution). */
+async function signDecision(me, payloadType, value) {
+  return me.grant ? passkeySigned(payloadType, value, me.credentialId) : signEnvelope(me, payloadType, value);
 }
 
 async function matches(compute, expected) {
@@ -372,6 +439,38 @@ async function signIn(file) {
     approver_id: signer.principal,
     nonce: challenge.data.nonce,
   });
+  await startSession(signer, login);
+}
+
+/** Sign in with a passkey: one touch grants a key made here, which cannot be read
+ *  back, the right to sign this person's reads until the session ends. */
+async function signInWithPasskey(principal) {
+  if (!principal) throw new Error('type your approver id first');
+  signinStatus('Waiting for your passkey…');
+  const challenge = await api('GET', '/api/challenge');
+  if (challenge.status !== 200) throw new Error('the console did not issue a sign-in challenge');
+  const pair = await crypto.subtle.generateKey({ name: 'Ed25519' }, false, ['sign', 'verify']);
+  const publicBytes = new Uint8Array(await crypto.subtle.exportKey('raw', pair.publicKey));
+  const issued = challenge.data.server_now_ms;
+  const grant = await passkeySigned(GRANT_TYPE, {
+    schema: 'smf.session-grant/1',
+    principal,
+    session_key: b64encode(publicBytes),
+    nonce: challenge.data.nonce,
+    issued_at_ms: issued,
+    expires_at_ms: issued + challenge.data.session_ms,
+  }, null);
+  const signer = {
+    principal,
+    keyId: `ed25519:${hex(new Uint8Array(await crypto.subtle.digest('SHA-256', publicBytes)))}`,
+    privateKey: pair.privateKey,
+    grant,
+    credentialId: grant.assertion.id,
+  };
+  await startSession(signer, grant);
+}
+
+async function startSession(signer, login) {
   const session = await api('POST', '/api/session', login);
   if (session.status !== 200) {
     throw new Error(`the console refused the sign-in (${session.data.reason})`);
@@ -414,6 +513,42 @@ function signOut(message) {
   $('signin').hidden = false;
   signinStatus(message || 'Signed out. Your key is no longer held by this page.');
   $('key-file').focus();
+}
+
+/** Make a passkey for this console and show what the operator enrols: the
+ *  registration (public key and credential id only) and its fingerprint. */
+async function enrolPasskey(principal) {
+  if (!principal) throw new Error('type your approver id first');
+  $('enrol-status').textContent = 'Follow your browser: choose where to keep the passkey and verify it is you…';
+  const rpId = location.hostname;
+  const credential = await navigator.credentials.create({
+    publicKey: {
+      rp: { id: rpId, name: 'SMF approvals' },
+      user: { id: utf8.encode(principal), name: principal, displayName: principal },
+      challenge: await enrolmentChallenge(principal, rpId),
+      pubKeyCredParams: [-8, -7, -257].map((alg) => ({ type: 'public-key', alg })),
+      authenticatorSelection: { residentKey: 'required', userVerification: 'required' },
+      attestation: 'none',
+      timeout: PASSKEY_WAIT_MS,
+    },
+  });
+  const r = credential.response;
+  const registration = {
+    id: credential.id,
+    rawId: b64url(new Uint8Array(credential.rawId)),
+    type: 'public-key',
+    response: {
+      clientDataJSON: b64url(new Uint8Array(r.clientDataJSON)),
+      attestationObject: b64url(new Uint8Array(r.attestationObject)),
+    },
+    clientExtensionResults: {},
+  };
+  $('enrolment').value = JSON.stringify(registration);
+  $('enrolment-fingerprint').textContent = await credentialFingerprint(registration.rawId);
+  $('enrolment-origin').textContent = location.origin;
+  $('enrolment-done').hidden = false;
+  $('enrol-status').textContent = '';
+  $('enrolment').focus();
 }
 
 // --- the list ----------------------------------------------------------------------
@@ -614,7 +749,7 @@ async function previewOpen() {
       if (!page.me) return;
       if (!isOpen(a) || page.previews.has(a.approval_id)) continue;
       const me = page.me;
-      const answer = await api('POST', '/api/show', await signEnvelope(me, SHOW_TYPE, showRequest(a.approval_id)));
+      const answer = await api('POST', '/api/show', await signRead(me, SHOW_TYPE, showRequest(a.approval_id)));
       if (page.me !== me) return; // signed out meanwhile: nothing of it is kept
       if (answer.data.ok) {
         page.previews.set(a.approval_id, { view: answer.data.view, display: answer.data.display || null });
@@ -718,7 +853,7 @@ async function openDetail(id) {
   renderList();
   renderLive();
   $('detail-title').focus();
-  const answer = await api('POST', '/api/show', await signEnvelope(page.me, SHOW_TYPE, showRequest(id)));
+  const answer = await api('POST', '/api/show', await signRead(page.me, SHOW_TYPE, showRequest(id)));
   if (page.selected !== id) return; // the approver moved on meanwhile
   if (!answer.data.ok) {
     page.closedReason = answer.data.reason;
@@ -1140,7 +1275,19 @@ async function decide(decision, denyReason = null, note = null) {
   };
   if (decision === 'deny') resolution.deny_reason = denyReason;
   if (decision === 'deny' && note) resolution.note = note;
-  const sent = await api('POST', '/api/resolve', await signEnvelope(page.me, RESOLUTION_TYPE, resolution));
+  let signed;
+  try {
+    signed = await signDecision(page.me, RESOLUTION_TYPE, resolution);
+  } catch {
+    // the person cancelled their passkey, or it did not answer: nothing was sent
+    $('allow').disabled = false;
+    $('deny').disabled = false;
+    answer.dataset.kind = 'refused';
+    answer.textContent = 'Not sent: your passkey did not sign the decision. Nothing was decided.';
+    answer.focus();
+    return;
+  }
+  const sent = await api('POST', '/api/resolve', signed);
   if (page.selected !== id) return;
   if (!sent.data.ok) {
     page.final = !RETRYABLE.has(sent.data.reason);
@@ -1188,7 +1335,7 @@ async function track(ids) {
     approval_ids: ids,
     requested_at_ms: now(), // the console's clock, which the gate keeps too
   };
-  return api('POST', '/api/track', await signEnvelope(page.me, TRACK_TYPE, request));
+  return api('POST', '/api/track', await signRead(page.me, TRACK_TYPE, request));
 }
 
 async function pollRequests() {
@@ -1307,7 +1454,7 @@ async function askAgain(id, button) {
     requester_id: page.me.principal,
     requested_at_ms: now(),
   };
-  const sent = await api('POST', '/api/rerequest', await signEnvelope(page.me, REREQUEST_TYPE, request));
+  const sent = await api('POST', '/api/rerequest', await signRead(page.me, REREQUEST_TYPE, request));
   const reply = sent.data.ok ? sent.data.reply : null;
   if (reply && reply.accepted) {
     $('requests-status').textContent = askedAgainWords(reply);
@@ -1357,6 +1504,21 @@ function start() {
       signinStatus(`Not signed in: ${err.message}.`);
     }
   });
+  $('passkey-signin').addEventListener('click', async () => {
+    try {
+      await signInWithPasskey($('passkey-id').value.trim());
+    } catch (err) {
+      page.me = null;
+      signinStatus(`Not signed in: ${err.message}.`);
+    }
+  });
+  $('passkey-enrol').addEventListener('click', async () => {
+    try {
+      await enrolPasskey($('passkey-id').value.trim());
+    } catch (err) {
+      $('enrol-status').textContent = `No passkey made: ${err.message}.`;
+    }
+  });
   $('sign-out').addEventListener('click', () => signOut());
   $('back').addEventListener('click', backToList);
   $('allow').addEventListener('click', askAllow);
@@ -1381,6 +1543,8 @@ function start() {
     signinStatus('This page must be opened over HTTPS or on this machine (localhost): '
       + 'the browser signs only in a secure context.');
     $('key-file').disabled = true;
+    $('passkey-signin').disabled = true;
+    $('passkey-enrol').disabled = true;
   }
 }
 
