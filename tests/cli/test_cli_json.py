@@ -46,9 +46,11 @@ from smf_assurance.ops.local.defaults import CONSOLE, PUBLISHER
 from smf_assurance.ops.local.natsserver import reserve_port
 from smf_assurance.ops.local.state import RELEASE_SIGNER, StateDir
 from smf_assurance.subjects.keys import SigningKey
+from smf_assurance.subjects.passkeys import enrolment_challenge
 from smf_assurance.subjects.registry import encode_registry, entry_for
 from smf_tools import cli as tools_cli
 from smf_tools import cli_json as tools_json
+from tests.support.authenticator import SoftAuthenticator
 from tests.support.candidate import fake_project
 from tests.support.cli import AT, subcommands
 from tests.support.cli_json import hold_filing
@@ -573,6 +575,19 @@ def check_approver_add(out: cli_json.ApproverAddJson, _: World) -> None:
 
 def check_approver_remove(out: cli_json.ApproverRemoveJson, _: World) -> None:
     assert out.principal == "attorney-json"
+    assert out.passkeys_removed == 0  # passkey-remove took its one out before
+    adopted(out.release)
+
+
+def check_approver_passkey_add(out: cli_json.ApproverPasskeyAddJson, _: World) -> None:
+    assert (out.principal, out.rp_id, out.origins) == ("attorney-json", "localhost", (ORIGIN,))
+    assert out.label is None
+    adopted(out.release)
+
+
+def check_approver_passkey_remove(out: cli_json.ApproverPasskeyRemoveJson, _: World) -> None:
+    assert out.principal == "attorney-json"
+    assert len(out.credential_ids) == 1
     adopted(out.release)
 
 
@@ -734,6 +749,16 @@ CONFINE = ("--id", "hermes-json", "--kind", "hermes", "--workspace", "{work}/con
 NEW_APPROVER = (
     *("--id", "attorney-json", "--role", "licensed_attorney", "--tenant", "tenant-acme"),
     *("--public-key", "{work}/attorney-json.pub.json", "--bus-user", "{approver_user}"),
+)
+ORIGIN = "http://localhost:8765"
+"""The origin the software authenticator's registration was made on."""
+PASSKEY = (
+    "--id",
+    "attorney-json",
+    "--registration",
+    "{work}/passkey-json.json",
+    "--origin",
+    ORIGIN,
 )
 
 
@@ -1081,6 +1106,14 @@ CASES: dict[tuple[str, ...], tuple[Case, ...]] = {
         Case((*NEW_APPROVER, *RELEASE_KEY), check=check_approver_add),
         Case((*NEW_APPROVER, *RELEASE_KEY), 1, None),  # the same principal again
     ),
+    ("approver", "passkey-add"): (
+        Case((*PASSKEY, *RELEASE_KEY), check=check_approver_passkey_add),
+        Case((*PASSKEY, *RELEASE_KEY), 1, None),  # the same credential again
+    ),
+    ("approver", "passkey-remove"): (
+        Case(("--id", "attorney-json", *RELEASE_KEY), check=check_approver_passkey_remove),
+        Case(("--id", "attorney-json", *RELEASE_KEY), 1, None),  # none left
+    ),
     ("approver", "remove"): (
         Case(("--id", "attorney-json", *RELEASE_KEY), check=check_approver_remove),
         Case(("--id", "attorney-json", *RELEASE_KEY), 1, None),
@@ -1191,6 +1224,8 @@ def scratch(world: World) -> Iterator[dict[str, str]]:
     fake_project(work / "candidate-repo")
     approver = public_record(generate_signing_key(), "attorney-json")
     (work / "attorney-json.pub.json").write_bytes(msgspec.json.encode(approver))
+    passkey = SoftAuthenticator().register(enrolment_challenge("attorney-json", "localhost"))
+    (work / "passkey-json.json").write_text(json.dumps(passkey))
     operator = public_record(generate_signing_key(), "operator")
     (work / "operator-next.pub.json").write_bytes(msgspec.json.encode(operator))
     dead, dead_http = reserve_port(), reserve_port()

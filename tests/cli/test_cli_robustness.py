@@ -54,9 +54,11 @@ from smf_assurance.ops.local.natsserver import reserve_port
 from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.stores.tool_calls import ToolCallStoreUnavailable
 from smf_assurance.subjects.keys import generate_signing_key, public_record
+from smf_assurance.subjects.passkeys import enrolment_challenge
 from smf_tools import PROG as TOOLS_PROG
 from smf_tools import cli as tools_cli
 from smf_tools.bench import bus as bench_bus
+from tests.support.authenticator import SoftAuthenticator
 from tests.support.cli import AT, subcommands
 from tests.support.cli_ops import table_value
 from tests.support.cli_robustness import first_decision
@@ -146,6 +148,16 @@ STATE_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
     ),
     ("approver", "remove"): (
         *("--id", "paralegal-pat", "--release-key", "{state}/keys/release-signer.key"),
+        *("--state-dir", "{state}", "--no-wait"),
+    ),
+    ("approver", "passkey-add"): (
+        *("--id", "attorney-alex", "--registration", "{work}/passkey.json"),
+        *("--origin", "http://localhost:8765"),
+        *("--release-key", "{state}/keys/release-signer.key", "--state-dir", "{state}"),
+        "--no-wait",
+    ),
+    ("approver", "passkey-remove"): (  # the demo enrols no passkey: refused, in one line
+        *("--id", "attorney-alex", "--release-key", "{state}/keys/release-signer.key"),
         *("--state-dir", "{state}", "--no-wait"),
     ),
     ("keys", "rotate"): (
@@ -353,6 +365,8 @@ def work(tmp_path: Path, demo_state: Path) -> Path:
     (tmp_path / "attorney-careless.pub.json").write_bytes(msgspec.json.encode(approver))
     operator = public_record(generate_signing_key(), "operator")
     (tmp_path / "operator-next.pub.json").write_bytes(msgspec.json.encode(operator))
+    passkey = SoftAuthenticator().register(enrolment_challenge("attorney-alex", "localhost"))
+    (tmp_path / "passkey.json").write_text(json.dumps(passkey))
     (tmp_path / "notify.toml").write_text(
         'console_url = "https://console.example/"\n[tenants.tenant-acme.approvers]\n'
     )

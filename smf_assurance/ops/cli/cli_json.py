@@ -46,6 +46,7 @@ from smf_assurance.subjects.canonical import Identity
 from smf_assurance.subjects.envelope import Capability, Channel, Locality, Surface
 from smf_assurance.subjects.keys import Principal
 from smf_assurance.subjects.messages import Outcome
+from smf_assurance.subjects.passkeys import CredentialId, Origin, RpId
 from smf_assurance.subjects.patterns import Code, ConnectorId, Millis, OrderId, Token
 from smf_assurance.subjects.registry import NkeyUser, Role
 from smf_assurance.subjects.release import (
@@ -1124,6 +1125,48 @@ class ApproverRemoveJson(CliJson, kw_only=True):
     key_ids: Annotated[tuple[KeyId, ...], _("its key ids, no longer trusted")]
     policies_from: Annotated[PoliciesFrom, _("prior (carried forward) or corpus")]
     release: Annotated[ReleasePublishJson, _("the release without it, and the gates' word")]
+    passkeys_removed: Annotated[
+        Count, _("its enrolled passkeys, removed with it (absent in older output: 0)")
+    ] = 0
+
+
+Fingerprint = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{4}(?:-[0-9a-f]{4}){3}\Z")]
+"""A credential's fingerprint: the first 16 hex digits of SHA-256 of its raw id, in
+fours, short enough to read out over the phone."""
+
+
+class ApproverPasskeyAddJson(CliJson, kw_only=True):
+    """``approver passkey-add --json``, printed also when the gates did not adopt it.
+
+    The gates refused the release, or gave no word within ``--wait``: exit 1."""
+
+    principal: Annotated[Principal, _("the approver whose passkey was enrolled")]
+    credential_id: Annotated[CredentialId, _("the credential id, base64url")]
+    fingerprint: Annotated[
+        Fingerprint, _("to read to the approver, who confirms it is their credential's")
+    ]
+    rp_id: Annotated[RpId, _("the relying party the credential is bound to")]
+    origins: Annotated[tuple[Origin, ...], _("the origins it may sign from")]
+    label: Annotated[
+        Annotated[str, msgspec.Meta(max_length=64)] | None,
+        _("the operator's name for it (none: not given)"),
+    ]
+    enrolled_at_ms: Annotated[Millis, _("when it was enrolled")]
+    policies_from: Annotated[PoliciesFrom, _("prior (carried forward) or corpus")]
+    release: Annotated[ReleasePublishJson, _("the release that enrols it, and the gates' word")]
+
+
+class ApproverPasskeyRemoveJson(CliJson, kw_only=True):
+    """``approver passkey-remove --json``, printed also when the gates did not adopt it.
+
+    The gates refused the release, or gave no word within ``--wait``: exit 1."""
+
+    principal: Annotated[Principal, _("the approver whose passkeys were removed")]
+    credential_ids: Annotated[
+        tuple[CredentialId, ...], _("the credentials removed, no longer accepted")
+    ]
+    policies_from: Annotated[PoliciesFrom, _("prior (carried forward) or corpus")]
+    release: Annotated[ReleasePublishJson, _("the release without them, and the gates' word")]
 
 
 class KeyRotateJson(CliJson, kw_only=True):
@@ -1239,6 +1282,8 @@ COMMANDS: Final[dict[tuple[str, ...], tuple[type[CliJson], ...]]] = {
     ("tls", "issue"): (TlsIssueJson,),
     ("approver", "add"): (ApproverAddJson,),
     ("approver", "remove"): (ApproverRemoveJson,),
+    ("approver", "passkey-add"): (ApproverPasskeyAddJson,),
+    ("approver", "passkey-remove"): (ApproverPasskeyRemoveJson,),
     ("doctor",): (DoctorJson,),
 }
 """Each command with ``--json`` and its types: what it prints, then any refusal it prints."""

@@ -13,19 +13,42 @@ which adds the registry entry (role ``approver``, its tenants and licensed
 roles, its bus user) in the next release signed with the operator's release
 keys and published as ``release publish`` does. A file holding a private key
 is refused: the operator's seat never holds an approver's secret.
-``approver remove --id ID`` takes the entry out the same way; gates then
-refuse its signatures and the bus its connection.
+``approver remove --id ID`` takes the entry out the same way, with its passkeys;
+gates then refuse its signatures and the bus its connection.
+
+A passkey (``smf_assurance.subjects.passkeys``) is enrolled the same way:
+the approver's browser registers a credential with the enrolment challenge for
+its principal and relying party, the registration file reaches the operator, and
+
+    smf-assurance approver passkey-add --id ID --registration FILE \\
+        --origin https://console.example --release-key FILE
+
+verifies it and puts its record in the next release. The challenge is no secret,
+so anyone may make a registration that verifies for ID: the fingerprint the
+command prints (:func:`credential_fingerprint`) is read to the approver, who checks
+it against their own credential's. The release is out by then, so a fingerprint
+the approver does not recognise is taken out at once: ``approver passkey-remove``
+removes one of ID's passkeys, or all of them.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import ipaddress
 import re
+from pathlib import Path
 from typing import Final
+from urllib.parse import urlsplit
 
 import msgspec
 
-from smf_assurance.ops.cli.cli_json import ApproverAddJson, ApproverRemoveJson
+from smf_assurance.ops.cli.cli_json import (
+    ApproverAddJson,
+    ApproverPasskeyAddJson,
+    ApproverPasskeyRemoveJson,
+    ApproverRemoveJson,
+)
 from smf_assurance.ops.cli.commands.onboard import (
     authority_of,
     checked_bus_user,
@@ -36,11 +59,23 @@ from smf_assurance.ops.cli.commands.onboard import (
     state_of,
 )
 from smf_assurance.ops.local.onboarding import Changes, OnboardingError, read_registry, state_lock
+from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.names import SubjectError, token
-from smf_assurance.subjects.registry import RegistryEntry
+from smf_assurance.subjects.passkeys import (
+    MAX_ORIGINS,
+    PasskeyRecordError,
+    b64url_decode,
+    check_origin,
+    record_from_registration,
+)
+from smf_assurance.subjects.registry import RegistryEntry, RegistryFile
 
 ROLE: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")
 """A licensed role, in the words the policies' ``required_roles`` use."""
+RP_ID: Final = re.compile(r"[a-z0-9.-]{1,253}")
+"""A relying party id as a passkey record spells it: a domain, lower case."""
+MAX_REGISTRATION_BYTES: Final = 64 * 1024
+MAX_LABEL: Final = 64
 
 
 def _tenants(given: list[str]) -> tuple[str, ...]:
@@ -57,6 +92,20 @@ def _roles(given: list[str]) -> tuple[str, ...]:
         if not ROLE.fullmatch(role):
             raise OnboardingError(f"--role: {role!r} is not a role (a-z, 0-9, _)")
     return tuple(dict.fromkeys(given))
+
+
+def credential_fingerprint(credential_id: str) -> str:
+    """What the operator reads to the approver over the phone: the first 16 hex digits
+    of SHA-256 of the credential's raw id, in fours (``a1b2-c3d4-e5f6-0718``). Any
+    WebAuthn client can show the same from ``rawId``, and it is short enough to say;
+    a registration someone else made for the approver has another."""
+    digest = hashlib.sha256(b64url_decode(credential_id, "credential id")).hexdigest()[:16]
+    return "-".join(digest[i : i + 4] for i in range(0, 16, 4))
+
+
+def _approver_named(registry: RegistryFile, principal: str, state: str) -> None:
+    if not any(e.role == "approver" and e.key.principal == principal for e in registry.entries):
+        raise OnboardingError(f"no approver {principal} in the registry of {state}")
 
 
 @refusals_in_one_line
@@ -123,16 +172,164 @@ def run_remove(args: argparse.Namespace) -> int:
             raise OnboardingError(f"no approver {args.principal} in the registry of {state.root}")
         authority = authority_of(state, args)
         kept = tuple(e for e in registry.entries if e not in gone)
-        updated = msgspec.structs.replace(registry, entries=kept)
+        # a passkey of someone off the roster would make every reader refuse the registry
+        passkeys = tuple(p for p in registry.passkeys if p.principal != args.principal)
+        updated = msgspec.structs.replace(registry, entries=kept, passkeys=passkeys)
         outcome = sign_and_publish(state, args, authority, updated, Changes())
+    dropped = len(registry.passkeys) - len(passkeys)
     value = ApproverRemoveJson(
         principal=args.principal,
         key_ids=tuple(e.key.key_id for e in gone),
         policies_from=outcome.policies_from,
         release=outcome.json(),
+        passkeys_removed=dropped,
     )
     rows = [
         ("approver", args.principal),
         ("key ids revoked", ", ".join(e.key.key_id for e in gone)),
+        ("passkeys removed", dropped),
+    ]
+    return finish(args, outcome, value, rows)
+
+
+def _domain(rp_id: str) -> str:
+    if not RP_ID.fullmatch(rp_id):
+        raise OnboardingError(f"relying party {rp_id!r} is not a domain (a-z, 0-9, '.', '-')")
+    try:
+        ipaddress.ip_address(rp_id)
+    except ValueError:
+        return rp_id
+    raise OnboardingError(f"relying party {rp_id!r} is an address: pass a domain (--rp-id)")
+
+
+def _origins(given: list[str], rp_id: str | None) -> tuple[tuple[str, ...], str]:
+    """The origins and the relying party (by default the first origin's host), checked
+    as the gate checks a record's: the relying party a domain, never an address; each
+    origin https, or http on localhost, on that domain."""
+    origins = tuple(dict.fromkeys(given))
+    if len(origins) > MAX_ORIGINS:
+        raise OnboardingError(f"--origin: at most {MAX_ORIGINS} origins")
+    if rp_id is not None:
+        _domain(rp_id)
+    else:
+        try:
+            rp_id = urlsplit(origins[0]).hostname or ""
+        except ValueError:
+            rp_id = ""  # check_origin names the origin
+    for origin in origins:
+        try:
+            check_origin(origin, rp_id)
+        except PasskeyRecordError as exc:
+            raise OnboardingError(f"--origin: {exc}") from None
+    return origins, _domain(rp_id)
+
+
+def _label(given: str | None) -> str | None:
+    if given is not None and not (0 < len(given) <= MAX_LABEL and given.isprintable()):
+        raise OnboardingError(f"--label: 1 to {MAX_LABEL} printable characters")
+    return given
+
+
+def _read_registration(path: Path) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_REGISTRATION_BYTES + 1)
+    except OSError as exc:
+        raise OnboardingError(f"--registration: cannot read {path}: {exc.strerror}") from exc
+    if len(data) > MAX_REGISTRATION_BYTES:
+        raise OnboardingError(f"--registration {path} is not a registration (too large)")
+    return data
+
+
+@refusals_in_one_line
+def run_passkey_add(args: argparse.Namespace) -> int:
+    state = state_of(args)
+    origins, rp_id = _origins(args.origin, args.rp_id)
+    label = _label(args.label)
+    registration = _read_registration(args.registration)
+    with state_lock(state):
+        registry = read_registry(state)
+        _approver_named(registry, args.principal, str(state.root))
+        try:
+            record = record_from_registration(
+                registration,
+                principal=args.principal,
+                rp_id=rp_id,
+                origins=origins,
+                enrolled_at_ms=wall_clock_ms(),
+                label=label,
+            )
+        except PasskeyRecordError as exc:
+            raise OnboardingError(f"--registration {args.registration}: {exc}") from None
+        for enrolled in registry.passkeys:
+            if enrolled.credential_id == record.credential_id:
+                raise OnboardingError(
+                    f"passkey {record.credential_id} is already enrolled ({enrolled.principal})"
+                )
+        authority = authority_of(state, args)
+        updated = msgspec.structs.replace(registry, passkeys=(*registry.passkeys, record))
+        outcome = sign_and_publish(state, args, authority, updated, Changes())
+    fingerprint = credential_fingerprint(record.credential_id)
+    value = ApproverPasskeyAddJson(
+        principal=args.principal,
+        credential_id=record.credential_id,
+        fingerprint=fingerprint,
+        rp_id=rp_id,
+        origins=origins,
+        label=label,
+        enrolled_at_ms=record.enrolled_at_ms,
+        policies_from=outcome.policies_from,
+        release=outcome.json(),
+    )
+    rows = [
+        ("approver", args.principal),
+        ("credential id", record.credential_id),
+        ("fingerprint", fingerprint),
+        ("relying party", rp_id),
+        ("origins", ", ".join(origins)),
+        ("label", label or "-"),
+    ]
+    return finish(
+        args,
+        outcome,
+        value,
+        rows,
+        lambda: [
+            f"confirm by phone that {args.principal}'s own credential has the fingerprint "
+            f"{fingerprint}; if not, remove this one: approver passkey-remove --id "
+            f"{args.principal} --credential-id {record.credential_id}"
+        ],
+    )
+
+
+@refusals_in_one_line
+def run_passkey_remove(args: argparse.Namespace) -> int:
+    state = state_of(args)
+    with state_lock(state):
+        registry = read_registry(state)
+        gone = tuple(
+            p
+            for p in registry.passkeys
+            if p.principal == args.principal
+            and (args.credential_id is None or p.credential_id == args.credential_id)
+        )
+        if not gone:
+            which = "" if args.credential_id is None else f" {args.credential_id}"
+            raise OnboardingError(
+                f"no passkey{which} of {args.principal} in the registry of {state.root}"
+            )
+        authority = authority_of(state, args)
+        kept = tuple(p for p in registry.passkeys if p not in gone)
+        updated = msgspec.structs.replace(registry, passkeys=kept)
+        outcome = sign_and_publish(state, args, authority, updated, Changes())
+    value = ApproverPasskeyRemoveJson(
+        principal=args.principal,
+        credential_ids=tuple(p.credential_id for p in gone),
+        policies_from=outcome.policies_from,
+        release=outcome.json(),
+    )
+    rows = [
+        ("approver", args.principal),
+        *(("passkey removed", f"{p.credential_id} ({p.label or 'no label'})") for p in gone),
     ]
     return finish(args, outcome, value, rows)

@@ -14,8 +14,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "approver",
         help="put an approver on the roster, or take one off, in a new signed release",
         description="Add an approver from its public record and public bus user (its keys "
-        "are made where it is), or remove one, each in the next release signed with the "
-        "operator's release keys.",
+        "are made where it is), or remove one, or enrol or remove its passkeys, each in "
+        "the next release signed with the operator's release keys.",
     )
     actions = p.add_subparsers(dest="approver_command", required=True, metavar="ACTION")
 
@@ -59,10 +59,66 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     remove = actions.add_parser(
         "remove",
         help="take an approver off the roster in a new release",
-        description="Remove the approver's registry entries in the next release signed with "
-        "the operator's release keys; gates then refuse its resolutions and the bus its "
-        "connection.",
+        description="Remove the approver's registry entries and passkeys in the next release "
+        "signed with the operator's release keys; gates then refuse its resolutions and the "
+        "bus its connection.",
     )
     remove.add_argument("--id", required=True, dest="principal", help="the approver's principal")
     add_release_arguments(remove)
     remove.set_defaults(func=Handler("approver", "run_remove"))
+
+    passkey_add = actions.add_parser(
+        "passkey-add",
+        help="enrol an approver's passkey (a WebAuthn credential) in a new release",
+        description="Enrol the passkey an approver's browser registered with the enrolment "
+        "challenge for its principal and relying party, in the next release. The "
+        "registration must verify (that principal, relying party and origin, the user "
+        "verified); the printed fingerprint is read to the approver, who confirms it is "
+        "their credential's.",
+    )
+    passkey_add.add_argument(
+        "--id", required=True, dest="principal", help="the approver's principal"
+    )
+    passkey_add.add_argument(
+        "--registration",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="the registration its browser returned (RegistrationResponseJSON)",
+    )
+    passkey_add.add_argument(
+        "--origin",
+        required=True,
+        action="append",
+        metavar="ORIGIN",
+        help="an origin it may sign from, scheme://host[:port] (https, or http on "
+        "localhost); repeatable",
+    )
+    passkey_add.add_argument(
+        "--rp-id",
+        metavar="RPID",
+        help="the relying party id, a domain the origins are on (default: the first origin's host)",
+    )
+    passkey_add.add_argument(
+        "--label", metavar="TEXT", help="a name for it, e.g. the device (up to 64 characters)"
+    )
+    add_release_arguments(passkey_add)
+    passkey_add.set_defaults(func=Handler("approver", "run_passkey_add"))
+
+    passkey_remove = actions.add_parser(
+        "passkey-remove",
+        help="remove an approver's passkeys in a new release",
+        description="Remove one enrolled passkey of the approver (--credential-id), or all of "
+        "them, in the next release; gates then refuse what they sign.",
+    )
+    passkey_remove.add_argument(
+        "--id", required=True, dest="principal", help="the approver's principal"
+    )
+    passkey_remove.add_argument(
+        "--credential-id",
+        metavar="ID",
+        help="the passkey's credential id, to remove only it (default: every passkey of "
+        "the approver)",
+    )
+    add_release_arguments(passkey_remove)
+    passkey_remove.set_defaults(func=Handler("approver", "run_passkey_remove"))
