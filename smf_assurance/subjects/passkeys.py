@@ -240,7 +240,8 @@ def check_record(record: PasskeyRecord) -> None:
     """A record whose relying party and origins fit together; raises
     :class:`PasskeyRecordError`.
 
-    The relying party id must be a domain, never an address (WebAuthn level 3,
+    The credential id must decode (no assertion could name one that does not). The
+    relying party id must be a domain, never an address (WebAuthn level 3,
     "RP ID"), and each origin's host that domain or under it; an origin is
     ``https``, or ``http`` on ``localhost`` only (a browser's secure contexts).
     Standard library only, so that every reader of a registry (a runtime's adapter
@@ -248,6 +249,10 @@ def check_record(record: PasskeyRecord) -> None:
     checked by :func:`record_from_registration` when it is enrolled, and a key
     that does not decode verifies no assertion.
     """
+    try:
+        b64url_decode(record.credential_id, "credential_id")
+    except dsse.MalformedEnvelopeError as exc:
+        raise PasskeyRecordError(f"passkey {record.credential_id!r}: not base64url") from exc
     if _is_address(record.rp_id):
         raise PasskeyRecordError(f"passkey rp_id {record.rp_id!r} is an address, not a domain")
     for origin in record.origins:

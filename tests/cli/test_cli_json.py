@@ -46,11 +46,11 @@ from smf_assurance.ops.local.defaults import CONSOLE, PUBLISHER
 from smf_assurance.ops.local.natsserver import reserve_port
 from smf_assurance.ops.local.state import RELEASE_SIGNER, StateDir
 from smf_assurance.subjects.keys import SigningKey
-from smf_assurance.subjects.passkeys import enrolment_challenge
+from smf_assurance.subjects.passkeys import credential_fingerprint, enrolment_challenge
 from smf_assurance.subjects.registry import encode_registry, entry_for
 from smf_tools import cli as tools_cli
 from smf_tools import cli_json as tools_json
-from tests.support.authenticator import SoftAuthenticator
+from tests.support.authenticator import SoftAuthenticator, b64url
 from tests.support.candidate import fake_project
 from tests.support.cli import AT, subcommands
 from tests.support.cli_json import hold_filing
@@ -752,11 +752,15 @@ NEW_APPROVER = (
 )
 ORIGIN = "http://localhost:8765"
 """The origin the software authenticator's registration was made on."""
+PASSKEY_CREDENTIAL = bytes(range(32))
+"""The enrolled credential's id: fixed, so its fingerprint can be given as the attorney reads it."""
 PASSKEY = (
     "--id",
     "attorney-json",
     "--registration",
     "{work}/passkey-json.json",
+    "--fingerprint",
+    credential_fingerprint(b64url(PASSKEY_CREDENTIAL)),
     "--origin",
     ORIGIN,
 )
@@ -1224,7 +1228,9 @@ def scratch(world: World) -> Iterator[dict[str, str]]:
     fake_project(work / "candidate-repo")
     approver = public_record(generate_signing_key(), "attorney-json")
     (work / "attorney-json.pub.json").write_bytes(msgspec.json.encode(approver))
-    passkey = SoftAuthenticator().register(enrolment_challenge("attorney-json", "localhost"))
+    passkey = SoftAuthenticator(credential_id=PASSKEY_CREDENTIAL).register(
+        enrolment_challenge("attorney-json", "localhost")
+    )
     (work / "passkey-json.json").write_text(json.dumps(passkey))
     operator = public_record(generate_signing_key(), "operator")
     (work / "operator-next.pub.json").write_bytes(msgspec.json.encode(operator))

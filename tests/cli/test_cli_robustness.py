@@ -54,11 +54,11 @@ from smf_assurance.ops.local.natsserver import reserve_port
 from smf_assurance.ops.local.state import StateDir
 from smf_assurance.pipeline.stores.tool_calls import ToolCallStoreUnavailable
 from smf_assurance.subjects.keys import generate_signing_key, public_record
-from smf_assurance.subjects.passkeys import enrolment_challenge
+from smf_assurance.subjects.passkeys import credential_fingerprint, enrolment_challenge
 from smf_tools import PROG as TOOLS_PROG
 from smf_tools import cli as tools_cli
 from smf_tools.bench import bus as bench_bus
-from tests.support.authenticator import SoftAuthenticator
+from tests.support.authenticator import SoftAuthenticator, b64url
 from tests.support.cli import AT, subcommands
 from tests.support.cli_ops import table_value
 from tests.support.cli_robustness import first_decision
@@ -98,6 +98,8 @@ def line_of(command: Sequence[str]) -> tuple[str, Callable[[list[str]], int]]:
     return "smf-assurance", main
 
 
+PASSKEY_CREDENTIAL = bytes(range(32))
+"""The passkey's credential id: fixed, so its fingerprint can be given as read aloud."""
 STATE_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("demo",): ("--state-dir", "{state}"),
     ("up",): ("--state-dir", "{state}", "--log-level", "error"),
@@ -152,6 +154,7 @@ STATE_CALLS: dict[tuple[str, ...], tuple[str, ...]] = {
     ),
     ("approver", "passkey-add"): (
         *("--id", "attorney-alex", "--registration", "{work}/passkey.json"),
+        *("--fingerprint", credential_fingerprint(b64url(PASSKEY_CREDENTIAL))),
         *("--origin", "http://localhost:8765"),
         *("--release-key", "{state}/keys/release-signer.key", "--state-dir", "{state}"),
         "--no-wait",
@@ -365,7 +368,9 @@ def work(tmp_path: Path, demo_state: Path) -> Path:
     (tmp_path / "attorney-careless.pub.json").write_bytes(msgspec.json.encode(approver))
     operator = public_record(generate_signing_key(), "operator")
     (tmp_path / "operator-next.pub.json").write_bytes(msgspec.json.encode(operator))
-    passkey = SoftAuthenticator().register(enrolment_challenge("attorney-alex", "localhost"))
+    passkey = SoftAuthenticator(credential_id=PASSKEY_CREDENTIAL).register(
+        enrolment_challenge("attorney-alex", "localhost")
+    )
     (tmp_path / "passkey.json").write_text(json.dumps(passkey))
     (tmp_path / "notify.toml").write_text(
         'console_url = "https://console.example/"\n[tenants.tenant-acme.approvers]\n'

@@ -123,6 +123,7 @@ def test_one_credential_enrolled_twice_refuses_the_registry() -> None:
             "an address",
             id="ip-rp-id",
         ),
+        pytest.param({"credential_id": "A" * 17}, "not base64url", id="id-not-base64url"),
         pytest.param({"origins": ("http://example.com",)}, "neither https", id="plain-http"),
         pytest.param({"origins": ("https://evil.example",)}, "not within", id="other-site"),
         pytest.param({"origins": ("https://localhost/path",)}, "scheme://host", id="a-path"),

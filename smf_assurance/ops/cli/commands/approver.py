@@ -24,17 +24,17 @@ its principal and relying party, the registration file reaches the operator, and
         --origin https://console.example --release-key FILE
 
 verifies it and puts its record in the next release. The challenge is no secret,
-so anyone may make a registration that verifies for ID: the fingerprint the
-command prints (:func:`credential_fingerprint`) is read to the approver, who checks
-it against their own credential's. The release is out by then, so a fingerprint
-the approver does not recognise is taken out at once: ``approver passkey-remove``
-removes one of ID's passkeys, or all of them.
+so anyone may make a registration that verifies for ID: ``--fingerprint`` is the
+credential's fingerprint (:func:`~smf_assurance.subjects.passkeys.credential_fingerprint`)
+as the approver reads it to the operator from their own console page, on a call the
+operator places, and a registration whose credential has another is refused before
+anything is written or published. ``approver passkey-remove`` removes one of ID's
+passkeys, or all of them.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import ipaddress
 import re
 from pathlib import Path
@@ -64,8 +64,8 @@ from smf_assurance.subjects.names import SubjectError, token
 from smf_assurance.subjects.passkeys import (
     MAX_ORIGINS,
     PasskeyRecordError,
-    b64url_decode,
     check_origin,
+    credential_fingerprint,
     record_from_registration,
 )
 from smf_assurance.subjects.registry import RegistryEntry, RegistryFile
@@ -76,6 +76,7 @@ RP_ID: Final = re.compile(r"[a-z0-9.-]{1,253}")
 """A relying party id as a passkey record spells it: a domain, lower case."""
 MAX_REGISTRATION_BYTES: Final = 64 * 1024
 MAX_LABEL: Final = 64
+FINGERPRINT: Final = re.compile(r"[0-9a-f]{4}(?:-[0-9a-f]{4}){3}")
 
 
 def _tenants(given: list[str]) -> tuple[str, ...]:
@@ -94,13 +95,12 @@ def _roles(given: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(given))
 
 
-def credential_fingerprint(credential_id: str) -> str:
-    """What the operator reads to the approver over the phone: the first 16 hex digits
-    of SHA-256 of the credential's raw id, in fours (``a1b2-c3d4-e5f6-0718``). Any
-    WebAuthn client can show the same from ``rawId``, and it is short enough to say;
-    a registration someone else made for the approver has another."""
-    digest = hashlib.sha256(b64url_decode(credential_id, "credential id")).hexdigest()[:16]
-    return "-".join(digest[i : i + 4] for i in range(0, 16, 4))
+def _fingerprint(given: str) -> str:
+    """The fingerprint as the approver read it, in the one spelling the command compares."""
+    spelled = given.strip().lower().replace(" ", "")
+    if not FINGERPRINT.fullmatch(spelled):
+        raise OnboardingError(f"--fingerprint: {given!r} is not xxxx-xxxx-xxxx-xxxx (hex)")
+    return spelled
 
 
 def _approver_named(registry: RegistryFile, principal: str, state: str) -> None:
@@ -247,6 +247,7 @@ def run_passkey_add(args: argparse.Namespace) -> int:
     origins, rp_id = _origins(args.origin, args.rp_id)
     label = _label(args.label)
     registration = _read_registration(args.registration)
+    expected = _fingerprint(args.fingerprint)
     with state_lock(state):
         registry = read_registry(state)
         _approver_named(registry, args.principal, str(state.root))
@@ -261,6 +262,13 @@ def run_passkey_add(args: argparse.Namespace) -> int:
             )
         except PasskeyRecordError as exc:
             raise OnboardingError(f"--registration {args.registration}: {exc}") from None
+        fingerprint = credential_fingerprint(record.credential_id)
+        if fingerprint != expected:
+            raise OnboardingError(
+                f"--registration {args.registration}: its credential's fingerprint is "
+                f"{fingerprint}, not {expected}: not the passkey {args.principal} made; "
+                "nothing is enrolled"
+            )
         for enrolled in registry.passkeys:
             if enrolled.credential_id == record.credential_id:
                 raise OnboardingError(
@@ -269,7 +277,6 @@ def run_passkey_add(args: argparse.Namespace) -> int:
         authority = authority_of(state, args)
         updated = msgspec.structs.replace(registry, passkeys=(*registry.passkeys, record))
         outcome = sign_and_publish(state, args, authority, updated, Changes())
-    fingerprint = credential_fingerprint(record.credential_id)
     value = ApproverPasskeyAddJson(
         principal=args.principal,
         credential_id=record.credential_id,
@@ -289,17 +296,7 @@ def run_passkey_add(args: argparse.Namespace) -> int:
         ("origins", ", ".join(origins)),
         ("label", label or "-"),
     ]
-    return finish(
-        args,
-        outcome,
-        value,
-        rows,
-        lambda: [
-            f"confirm by phone that {args.principal}'s own credential has the fingerprint "
-            f"{fingerprint}; if not, remove this one: approver passkey-remove --id "
-            f"{args.principal} --credential-id {record.credential_id}"
-        ],
-    )
+    return finish(args, outcome, value, rows)
 
 
 @refusals_in_one_line

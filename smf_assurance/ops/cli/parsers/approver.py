@@ -73,8 +73,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         description="Enrol the passkey an approver's browser registered with the enrolment "
         "challenge for its principal and relying party, in the next release. The "
         "registration must verify (that principal, relying party and origin, the user "
-        "verified); the printed fingerprint is read to the approver, who confirms it is "
-        "their credential's.",
+        "verified) and its credential have the fingerprint the approver read you.",
     )
     passkey_add.add_argument(
         "--id", required=True, dest="principal", help="the approver's principal"
@@ -85,6 +84,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         type=Path,
         metavar="FILE",
         help="the registration its browser returned (RegistrationResponseJSON)",
+    )
+    passkey_add.add_argument(
+        "--fingerprint",
+        required=True,
+        metavar="XXXX-XXXX-XXXX-XXXX",
+        help="the fingerprint the approver reads you from their console page, on a call "
+        "you place: a registration whose credential has another is refused, nothing "
+        "written",
     )
     passkey_add.add_argument(
         "--origin",
