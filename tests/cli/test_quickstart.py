@@ -44,12 +44,20 @@ Proves, for hermes-agent 0.19.0 and openclaw 2026.9.6 and this README:
   gateway's configuration names;
 - both runtimes' start-up attestations were accepted (``doctor``'s rows,
   ``doctor`` exiting 0), and ``explain`` names the rule behind the last allow;
+- the attorney's desk, with the attorney's part done in Chromium with its virtual
+  authenticator (``tests.support.quickstart_desk``, in the run's namespace): the console
+  serves; the attorney makes a passkey on its page; the operator enrols it with the
+  fingerprint the page showed, and the running gate adopts the release; the stand-in
+  runtime's court filing is held; the attorney signs in with the passkey and allows it
+  once (two touches: the sign-in and the decision), the page shows the court's receipt,
+  and the ledger holds the approval from ``held`` through ``consumed``;
 - the stop step leaves no process of the run behind.
 
 Does not prove: a tool call proposed through either adapter (the stand-in
-answers text only; tool calls through the gate are the conformance modules'),
-a hold or a denial in the quick start, a real provider, the README's
-first-run installs (the caches exist when the blocks run), the
+answers text only; tool calls through the gate are the conformance modules'; the
+held filing is proposed by a stand-in runtime), a denial in the quick start, a real
+provider, a real authenticator, the README's first-run installs (the caches exist
+when the blocks run), the
 ``pip``/``npm`` package distributions the issue also asks for (not built yet),
 or any other shell than bash.
 """
@@ -65,6 +73,7 @@ import re
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -77,6 +86,7 @@ import aiohttp
 import pytest
 
 from smf_assurance.ops.local.natsserver import reserve_port
+from smf_assurance.ops.local.pdf_renderer import fetch_renderer
 from smf_assurance.ops.runtimes.cache import cache_root
 from smf_assurance.ops.runtimes.hermes_env import ensure_hermes_env
 from smf_assurance.ops.runtimes.openclaw_env import ensure_openclaw_env
@@ -91,8 +101,17 @@ PROJECT: Final = Path(__file__).resolve().parents[2]
 README: Final = PROJECT / "README.md"
 BLOCK: Final = re.compile(r"^```sh quickstart\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 PORT_LINE: Final = re.compile(r"^GATEWAY_PORT=8787(?=\s)", re.MULTILINE)
-"""The one line a reader is told to fill in: a free port for the model gateway."""
-STEPS: Final = 7
+"""A line a reader is told to fill in: a free port for the model gateway."""
+CONSOLE_PORT_LINE: Final = re.compile(r"^CONSOLE_PORT=8765(?=\s)", re.MULTILINE)
+"""A line a reader is told to fill in: a free port for the console."""
+FINGERPRINT_LINE: Final = re.compile(r"^FINGERPRINT=0000-0000-0000-0000(?=\s)", re.MULTILINE)
+"""A line the operator fills in: the fingerprint the attorney's page showed (read by
+:mod:`tests.support.quickstart_desk` from that page)."""
+STEPS: Final = 10
+DESK_STEP: Final = 7
+"""After this step the attorney makes a passkey in the browser; after the next, the
+operator having enrolled it, signs in with it and allows the held filing once."""
+PRINCIPAL: Final = "attorney-alex"
 STEP_DEADLINE_S: Final = 300.0
 """A step's bound: the OpenClaw turn takes 60-110 s on a busy two-core machine."""
 REPLY: Final = "Hello from the local stand-in model."
@@ -126,9 +145,18 @@ def quickstart_blocks(text: str) -> list[str]:
     return BLOCK.findall(text)
 
 
-def with_port(block: str, port: int) -> str:
-    """``block`` with the reader's port choice made: only the ``GATEWAY_PORT=8787`` line."""
-    return PORT_LINE.sub(f"GATEWAY_PORT={port}", block)
+def with_port(block: str, port: int, console_port: int = 8765) -> str:
+    """``block`` with the reader's port choices made: only the ``GATEWAY_PORT=8787`` and
+    ``CONSOLE_PORT=8765`` lines."""
+    block = PORT_LINE.sub(f"GATEWAY_PORT={port}", block)
+    return CONSOLE_PORT_LINE.sub(f"CONSOLE_PORT={console_port}", block)
+
+
+def with_fingerprint(block: str, fingerprint: str) -> str:
+    """``block`` with the fingerprint the attorney read: only the ``FINGERPRINT=`` line."""
+    if not re.fullmatch(r"[0-9a-f]{4}(?:-[0-9a-f]{4}){3}", fingerprint):
+        raise StepFailed(f"the attorney's page showed no fingerprint: {fingerprint!r}")
+    return FINGERPRINT_LINE.sub(f"FINGERPRINT={fingerprint}", block)
 
 
 @dataclass
@@ -199,13 +227,19 @@ class Shell:
         assert self.proc.stdin is not None
         with contextlib.suppress(BrokenPipeError):
             self.proc.stdin.close()
-        if not self.overdue:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(30)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(5)
-        self.errors.close()
+        end_group(self.proc, self.errors, wait=not self.overdue)
+
+
+def end_group(proc: subprocess.Popen[Any], errors: io.TextIOBase, *, wait: bool) -> None:
+    """After its input is closed: let ``proc`` end (when ``wait``), then end whatever is
+    left in its process group, and close its error file."""
+    if wait:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(5)
+    errors.close()
 
 
 def ledger_entries(qs: Path) -> list[dict[str, Any]]:
@@ -230,12 +264,78 @@ def progress(request: pytest.FixtureRequest) -> Say:
 
 def prepare_runtimes(say: Say) -> None:
     """The installers the README calls, run first and outside any namespace: a cache
-    that is missing is installed here (PyPI, npm), never a reason to skip."""
+    that is missing is installed here (PyPI, npm), never a reason to skip. The console's
+    pinned pdf.js too, which ``console`` fetches into the same cache."""
     started = time.monotonic()
     ensure_hermes_env(PROJECT, progress=say)
     ensure_openclaw_env(progress=say)
     build_plugin()
+    fetch_renderer()
     say(f"runtimes and plugin ready in {time.monotonic() - started:.1f}s")
+
+
+class Desk:
+    """The attorney's browser (:mod:`tests.support.quickstart_desk`), in the shell's
+    network namespace when it has its own: one JSON line out, one back."""
+
+    def __init__(self, shell: Shell, isolated: bool) -> None:
+        enter = ["nsenter", f"--net=/proc/{shell.proc.pid}/ns/net"] if isolated else []
+        self.errors = (shell.workdir / "desk.err").open("w")
+        self.proc = subprocess.Popen(
+            [*enter, sys.executable, "-m", "tests.support.quickstart_desk"],
+            cwd=PROJECT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.errors,
+            text=True,
+            start_new_session=True,
+        )
+
+    def ask(self, deadline_s: float, **command: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], deadline_s)
+        line = self.proc.stdout.readline() if ready else ""
+        answer: dict[str, Any] = json.loads(line) if line else {"error": "no answer"}
+        if "error" in answer:
+            raise StepFailed(f"the attorney's browser, {command['op']}: {answer['error']}")
+        return answer
+
+    def stop(self) -> None:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.write('{"op": "quit"}\n')
+            self.proc.stdin.close()
+        end_group(self.proc, self.errors, wait=True)
+
+
+def attorney_at_desk(
+    step: Step, steps: list[Step], shell: Shell, desk: Desk, console_port: int
+) -> dict[str, Any]:
+    """What the README asks of the attorney after ``step``: after the desk step, make a
+    passkey (its registration where the README says, its fingerprint into the next
+    step's ``FINGERPRINT=`` line, as the operator hears it); after the operator's step,
+    sign in with it and allow the held filing once. What the browser answered."""
+    assert shell.qs is not None
+    url = f"http://localhost:{console_port}/"
+    if step.number == DESK_STEP:
+        made = desk.ask(
+            STEP_DEADLINE_S,
+            op="make",
+            url=url,
+            principal=PRINCIPAL,
+            out=str(shell.qs / "alex-passkey.json"),
+        )
+        enrol = steps[DESK_STEP]
+        enrol.script.write_text(with_fingerprint(enrol.script.read_text(), made["fingerprint"]))
+        return made
+    held = (shell.qs / "held.txt").read_text().split()
+    approval_id = held[4] if len(held) > 4 else ""
+    return desk.ask(
+        STEP_DEADLINE_S, op="approve", url=url, principal=PRINCIPAL, approval_id=approval_id
+    )
 
 
 @dataclass
@@ -244,6 +344,9 @@ class QuickStart:
     port: int
     qs: Path
     leftovers: list[str]
+    desk: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """What the attorney's browser answered after each desk step."""
+    console_port: int = 0
     """Command lines of processes still naming the run's folder after the stop step."""
 
     def step(self, number: int) -> Step:
@@ -278,11 +381,11 @@ def quickstart(
     home, tmp = workdir / "home", workdir / "tmp"
     home.mkdir()
     tmp.mkdir()
-    reservation = reserve_port()
+    reservation, console = reserve_port(), reserve_port()
     steps = []
     for number, block in enumerate(blocks, 1):
         script = workdir / f"step{number}.sh"
-        script.write_text(with_port(block, reservation.port))
+        script.write_text(with_port(block, reservation.port, console.port))
         steps.append(Step(number, script))
     env = {
         "HOME": str(home),
@@ -296,10 +399,15 @@ def quickstart(
         isolated = netns_available()
         say("network: " + ("unshare -n, loopback only" if isolated else "no namespace; 127.0.0.1"))
         shell = Shell(workdir, env, isolated=isolated)
+        desk: Desk | None = None
+        answers: dict[int, dict[str, Any]] = {}
         try:
             done = [Step(0, workdir / "step0.sh")]
             for step in steps:
                 shell.run(step, STEP_DEADLINE_S)
+                if step.number in (DESK_STEP, DESK_STEP + 1):
+                    desk = desk or Desk(shell, isolated)
+                    answers[step.number] = attorney_at_desk(step, steps, shell, desk, console.port)
                 if shell.qs is not None and shell.qs.exists():
                     step.ledger = ledger_entries(shell.qs)
                     step.files = {
@@ -311,10 +419,13 @@ def quickstart(
                 done.append(step)
             assert shell.qs is not None
             leftovers = processes_naming(str(shell.qs))
-            yield QuickStart(done, reservation.port, shell.qs, leftovers)
+            yield QuickStart(done, reservation.port, shell.qs, leftovers, answers, console.port)
         finally:
+            if desk is not None:
+                desk.stop()
             shell.stop()
             reservation.close()
+            console.close()
 
 
 def assert_only_allowed_output(entries: list[dict[str, Any]]) -> None:
@@ -329,17 +440,26 @@ def assert_only_allowed_output(entries: list[dict[str, Any]]) -> None:
 # -- the README itself (no runtime needed) --------------------------------------------
 
 
-def test_the_quick_start_is_read_as_written_with_only_the_port_filled_in() -> None:
+def test_the_quick_start_is_read_as_written_with_only_the_readers_choices_filled_in() -> None:
     blocks = quickstart_blocks(README.read_text(encoding="utf-8"))
     assert len(blocks) == STEPS
     assert blocks[0].splitlines()[0] == "make demo"  # from a fresh clone's first command
     whole = "\n".join(blocks)
     assert len(PORT_LINE.findall(whole)) == 1
-    filled = [with_port(block, 4321) for block in blocks]
+    assert len(CONSOLE_PORT_LINE.findall(whole)) == 1
+    assert len(FINGERPRINT_LINE.findall(whole)) == 1
+    assert FINGERPRINT_LINE.search(blocks[DESK_STEP])  # the step after the desk's
+    filled = [with_port(block, 4321, 4322) for block in blocks]
+    filled[DESK_STEP] = with_fingerprint(filled[DESK_STEP], "ab12-cd34-ef56-0718")
     changed = [(a, b) for a, b in zip(blocks, filled, strict=True) if a != b]
-    assert len(changed) == 1
-    before, after = changed[0]
-    assert after == before.replace("GATEWAY_PORT=8787", "GATEWAY_PORT=4321", 1)
+    assert len(changed) == 3
+    assert changed[0][1] == changed[0][0].replace("GATEWAY_PORT=8787", "GATEWAY_PORT=4321", 1)
+    assert changed[1][1] == changed[1][0].replace("CONSOLE_PORT=8765", "CONSOLE_PORT=4322", 1)
+    assert changed[2][1] == changed[2][0].replace(
+        "FINGERPRINT=0000-0000-0000-0000", "FINGERPRINT=ab12-cd34-ef56-0718", 1
+    )
+    with pytest.raises(StepFailed, match="no fingerprint"):
+        with_fingerprint(blocks[DESK_STEP], "")
     # every other address is one a process chose: no other port is written down
     assert re.findall(r"127\.0\.0\.1:\d", whole) == []
 
@@ -508,6 +628,26 @@ def test_the_evidence_step_explains_the_allow_and_doctor_sees_both_attested(
         )
         assert re.search(ended, out, re.M), out
     assert re.search(r"\b0 failed\b", out)
+
+
+@pytest.mark.claim("approver-desk.passkey-signed-resolution")
+def test_the_attorney_allows_the_held_filing_once_in_the_console_with_a_passkey(
+    quickstart: QuickStart,
+) -> None:
+    console_line = f"console: http://127.0.0.1:{quickstart.console_port}/"
+    assert console_line in quickstart.step(DESK_STEP).output
+    made = quickstart.desk[DESK_STEP]
+    enrolled = quickstart.step(DESK_STEP + 1).output
+    assert "adopted by smf-gate" in enrolled
+    held = r"^held for an attorney: sha256:[0-9a-f]{64} \(expires \d\d:\d\d:\d\d UTC\)$"
+    assert re.search(held, enrolled, re.M), enrolled
+    assert re.search(rf"^fingerprint\s+{made['fingerprint']}$", enrolled, re.M), enrolled
+    decided = quickstart.desk[DESK_STEP + 1]
+    assert decided["answer"].startswith("Accepted: allowed once."), decided
+    assert decided["receipt"].startswith("Receipt from the connector:"), decided
+    assert decided["signs"] == 2  # the sign-in and the allow-once; the reads took none
+    statuses = [line.split()[0] for line in quickstart.step(DESK_STEP + 2).output.splitlines()]
+    assert statuses == ["held", "approved", "executing", "consumed"], statuses
 
 
 def test_the_stop_step_leaves_nothing_of_the_run_behind(quickstart: QuickStart) -> None:

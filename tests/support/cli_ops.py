@@ -15,19 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.ops.cli.main import main
 from smf_assurance.ops.demo.script import SCENARIOS
 from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.stack import Stack, start_stack
 from smf_assurance.ops.local.state import (
-    ADAPTER_ID,
-    RUNTIME_ID,
     StateDir,
     provision_demo,
 )
@@ -37,8 +33,8 @@ from smf_assurance.subjects.approvals import (
     ApprovalView,
     binding_digest,
 )
-from smf_assurance.subjects.bus_access import connect_options
 from smf_assurance.subjects.canonical import identity_of, sha256_identity
+from smf_tools import held_filing
 
 __all__ = [
     "ROOT",
@@ -166,27 +162,9 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
 
 
 async def hold_court_filing(stack: Stack) -> str:
-    """Propose scenario 1 as the scripted runtime; the gate holds it for an attorney."""
-    nc = await nats.connect(
-        stack.url, **connect_options(stack.state.existing_credential("runtime"))
-    )
-    try:
-        state = stack.state
-        runtime = ProposalClient(
-            nc, state.key("runtime"), RUNTIME_ID, "1.0", ADAPTER_ID, gate_keys=state.gate_keys()
-        )
-        verdict = await runtime.propose(
-            runtime.build(
-                native_tool=FILING.native_tool,
-                arguments=FILING.arguments,
-                actor=FILING.actor,
-                facts=FILING.facts,
-                content=FILING.content,
-                destination=FILING.destination,
-            )
-        )
-    finally:
-        await nc.drain()
+    """Propose scenario 1 as the scripted runtime; the gate holds it for an attorney
+    (as the quick start's stand-in runtime, ``smf_tools.held_filing``, does)."""
+    verdict = await held_filing.propose(stack.state, stack.url)
     assert verdict.outcome == "held", verdict
     assert verdict.approval_id is not None
     return verdict.approval_id

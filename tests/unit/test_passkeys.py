@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from smf_assurance.pipeline.desks.signed import open_request
+from smf_assurance.pipeline.desks.signed import PersonRequest, open_request
 from smf_assurance.pipeline.service import StageRefusal
 from smf_assurance.subjects import dsse, names
 from smf_assurance.subjects.approvals import ShowRequest
@@ -68,7 +68,10 @@ def show_payload(resolver: str = ATTORNEY) -> bytes:
     return canonical_bytes(msgspec.to_builtins(request))
 
 
-def refusal(data: bytes, registry: KeyRegistry) -> str:
+def refusal(
+    data: bytes, registry: KeyRegistry, person: PersonRequest = "decision", now_ms: int = 0
+) -> str:
+    """The reason ``open_request`` refuses ``data`` as a show request of a person's."""
     with pytest.raises(StageRefusal) as caught:
         open_request(
             data,
@@ -76,7 +79,8 @@ def refusal(data: bytes, registry: KeyRegistry) -> str:
             ShowRequest,
             names.PAYLOAD_SHOW_REQUEST,
             malformed="m",
-            person="decision",
+            person=person,
+            now_ms=now_ms,
         )
     return caught.value.reason_code
 
@@ -353,17 +357,7 @@ def session_signed(
 
 
 def read_refusal(data: bytes, registry: KeyRegistry, now_ms: int = NOW) -> str:
-    with pytest.raises(StageRefusal) as caught:
-        open_request(
-            data,
-            registry,
-            ShowRequest,
-            names.PAYLOAD_SHOW_REQUEST,
-            malformed="m",
-            person="request",
-            now_ms=now_ms,
-        )
-    return caught.value.reason_code
+    return refusal(data, registry, "request", now_ms)
 
 
 def test_a_session_key_granted_by_a_passkey_signs_the_persons_reads() -> None:
