@@ -14,6 +14,11 @@ What these tests prove:
   running gate adopts); the attorney signs in with it, opens a held filing and allows it
   once; the connector receives exactly one order for it. The authenticator signed twice,
   the sign-in and the decision: showing filings and the requests list took no touch.
+  The allow-once Chrome's authenticator signed, sent again, is refused
+  ``approval_not_pending``; moved onto another held filing, ``bad_passkey_assertion``;
+  neither sends anything.
+- The sign-in page, with its passkey controls, fits 420 px and has every control named
+  and no serious axe-core violation; so has the page showing a passkey made to enrol.
 - Refused in the browser, with the console's words, and nothing decided: a passkey the
   operator never enrolled; another person's enrolled passkey used to sign in as the
   attorney; an authenticator that cannot verify its user.
@@ -29,7 +34,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from selenium import webdriver
@@ -43,6 +48,7 @@ from tests.support.console import ATTORNEY, PARALEGAL
 from tests.support.console_browser import (
     World,
     answer,
+    audit,
     by_id,
     confirm_allow,
     open_detail,
@@ -55,6 +61,35 @@ chromium = page.chromium
 screenshots = page.screenshots
 
 pytestmark = pytest.mark.claim("approver-desk.passkey-signed-resolution")
+
+
+NARROW: Final = {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+
+KEEP_RESOLUTIONS = """
+// What the page sends to /api/resolve, kept: the bytes the attorney's passkey signed.
+window.__resolutions = [];
+const original = window.fetch;
+window.fetch = async (url, init) => {
+  if (String(url).endsWith('/api/resolve')) window.__resolutions.push(init.body);
+  return original(url, init);
+};
+"""
+
+SEND_AGAIN = """
+// The kept allow-once sent again as it was, and moved onto another approval.
+const [other, done] = arguments;
+import('/static/app.js').then(async (app) => {
+  const post = async (body) => (await fetch('/api/resolve', {method: 'POST',
+    headers: {'Content-Type': 'application/json'}, body})).json();
+  const kept = window.__resolutions[0];
+  const replayed = await post(kept);
+  const moved = JSON.parse(kept);
+  const payload = JSON.parse(atob(moved.payload));
+  payload.approval_id = other;
+  moved.payload = app.b64encode(new TextEncoder().encode(app.canonicalJson(payload)));
+  done({replayed, moved: await post(JSON.stringify(moved))});
+}).catch((e) => done({error: String(e)}));
+"""
 
 
 def localhost(world: World) -> str:
@@ -139,15 +174,18 @@ def test_an_attorney_enrols_a_passkey_signs_in_and_allows_a_filing_once(
     registration, fingerprint = made
     assert fingerprint == credential_fingerprint(json.loads(registration)["rawId"])
 
+    audit(driver)
     enrolled = enrol(world, tmp_path, ATTORNEY, made, capsys)
 
     assert enrolled["fingerprint"] == fingerprint
     assert [g["outcome"] for g in enrolled["release"]["gates"]] == ["adopted"]
     approval_id = world.hold("Motion for the passkey hearing.")
+    other_id = world.hold("Another motion, for another hearing.")
     before, touched = world.stream_count(), signs(driver)
     sign_in_with_passkey(driver, ATTORNEY)
     until(driver, lambda d: by_id(d, "workspace").is_displayed(), "signed in with the passkey")
     assert by_id(driver, "who-name").text == ATTORNEY
+    driver.execute_script(KEEP_RESOLUTIONS)
     open_detail(driver, approval_id)
     by_id(driver, "allow").send_keys(Keys.ENTER)
     confirm_allow(driver)
@@ -156,6 +194,26 @@ def test_an_attorney_enrols_a_passkey_signs_in_and_allows_a_filing_once(
     assert world.stream_count() == before + 1
     assert signs(driver) == touched + 2  # the sign-in and the decision; the reads took none
     screenshots(driver, "passkey-allowed")
+    sent = driver.execute_async_script(SEND_AGAIN, other_id)
+    assert sent["replayed"]["reply"]["accepted"] is False
+    assert sent["replayed"]["reply"]["reason_codes"] == ["approval_not_pending"]
+    assert sent["moved"]["reply"]["reason_codes"] == ["bad_passkey_assertion"]
+    assert world.stream_count() == before + 1  # neither sent anything
+
+
+def test_the_sign_in_with_a_passkey_fits_420_px_and_names_every_control(
+    world: World,
+    browser: Callable[[], webdriver.Chrome],
+    screenshots: Callable[[webdriver.Chrome, str], Path],
+) -> None:
+    driver = browser()
+    with_authenticator(driver)
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", NARROW)
+    driver.get(localhost(world))
+    audit(driver)
+    width = driver.execute_script("return document.documentElement.scrollWidth")
+    assert width <= 420
+    screenshots(driver, "passkey-signin-420px")
 
 
 def test_an_unenrolled_passkey_does_not_sign_in(
