@@ -250,6 +250,40 @@ MAX_RECEIPT_CHARS: Final = 256
 Receipt = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_RECEIPT_CHARS)]
 
 
+MAX_SUMMARY_CHARS: Final = 200
+"""A notice's line: a destination or a document title cut to this length."""
+SummaryText = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SUMMARY_CHARS)]
+
+
+class SummaryRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The notifier's request, on ``smf.approval.summary``, for the words a notice may carry
+    of these pending approvals. Unsigned: who asks is the server's word (the console's
+    account), as for announcements."""
+
+    schema: Literal["smf.approval-summary/1"]
+    approval_ids: Annotated[tuple[Identity, ...], msgspec.Meta(max_length=MAX_TRACKED)]
+
+
+class ApprovalSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """What a notice may say of one pending approval, where the firm allows content in
+    notices: which matter, where it goes, which document. Never the content itself, the
+    arguments, the actor or a rule."""
+
+    approval_id: Identity
+    tenant_id: Name
+    matter_id: Name
+    document: SummaryText
+    destination: SummaryText | None = None
+
+
+class SummaryReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The gate's answer on ``smf.approval.summary``: a summary for each asked approval that
+    is pending, of a tenant the gate's operator opted in; every other id is left out."""
+
+    schema: Literal["smf.approval-summary-reply/1"]
+    summaries: tuple[ApprovalSummary, ...]
+
+
 class TrackRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A person's signed request to see where approvals stand (a requester sees the
     state of their own requests), on ``smf.approval.track``.

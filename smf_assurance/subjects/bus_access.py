@@ -433,6 +433,7 @@ def _gate() -> Permissions:
             names.CONFINEMENT,
             names.HOLDS,
             *_APPROVAL_REQUESTS,
+            names.APPROVAL_SUMMARY,
             names.GATEWAY_ADMIT,
             names.GATEWAY_CALLS,
             names.GATEWAY_CLEAR,
@@ -497,8 +498,10 @@ def _approver(tenants: tuple[str, ...]) -> Permissions:
 
 
 def _console() -> Permissions:
+    """An approver's requests (it relays them), and the summaries a notice may carry (the
+    notifier runs as the console): no approver asks for those."""
     return Permissions(
-        publish_allow=_APPROVAL_REQUESTS,
+        publish_allow=(*_APPROVAL_REQUESTS, names.APPROVAL_SUMMARY),
         subscribe_allow=(f"{names.APPROVAL_PENDING_PREFIX}.>",),
     )
 

@@ -42,6 +42,11 @@ an expired approval again; the runtime that proposed it proposes it anew."""
 APPROVAL_TRACK: Final = "smf.approval.track"
 """A person on the roster requests (signed) where approvals stand: their own requests, and
 those they may resolve, with a denial's reason codes and the connector's receipt."""
+APPROVAL_SUMMARY: Final = "smf.approval.summary"
+"""The console principal (the notifier runs as it) asks for the words a notice may carry of
+pending approvals: matter, destination, document. The gate answers only the console, as
+the server names it, and only for tenants the gate's operator opted in
+(``smf_assurance.subjects.approvals.SummaryReply``); by default no tenant is."""
 APPROVAL_ANNOUNCEMENTS: Final = "smf.approval.announcements"
 """An approver or the console asks for the pending announcements it may read (an
 AnnouncementsRequest); the gate answers with those of the asking principal's tenants,

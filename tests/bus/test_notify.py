@@ -74,6 +74,7 @@ from nats.aio.msg import Msg
 from smf_assurance.adapters.client import ProposalClient
 from smf_assurance.approver.client import ApproverClient
 from smf_assurance.approver.console.access import Roster
+from smf_assurance.approver.directory import load_directory
 from smf_assurance.approver.notify.config import NotifyConfig, NotifyConfigError, load_config
 from smf_assurance.approver.notify.notice import email_for, notice_for
 from smf_assurance.approver.notify.sent import RecordInUseError, SentRecord
@@ -89,13 +90,14 @@ from smf_assurance.ops.demo.script import SCENARIOS
 from smf_assurance.ops.local.defaults import CONSOLE, OPERATOR
 from smf_assurance.ops.local.logs import configure_logging
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
-from smf_assurance.ops.local.stack import Stack, start_stack
+from smf_assurance.ops.local.notices import NOTICES_FILE
+from smf_assurance.ops.local.stack import Stack, seed_demo_directory, start_stack
 from smf_assurance.ops.local.state import ADAPTER_ID, RUNTIME_ID, StateDir, provision_demo
 from smf_assurance.pipeline.chain.announcements import AnnouncementDesk
 from smf_assurance.pipeline.service import Requester
 from smf_assurance.pipeline.stores.streams import approval_stream_config
 from smf_assurance.subjects import names
-from smf_assurance.subjects.approvals import PendingAnnouncement
+from smf_assurance.subjects.approvals import PendingAnnouncement, SummaryReply, SummaryRequest
 from smf_assurance.subjects.bus_access import connect_options
 from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.messages import ProposedDestination
@@ -267,6 +269,7 @@ def write_config(
     *,
     max_attempts: int = 3,
     principals: tuple[str, ...] = EVERYONE,
+    content: bool = False,
 ) -> Path:
     """Contacts for everyone under tenant-acme (or ``principals``, each an approver of
     the roster: an unknown id is refused); attorney-bea's webhook in Teams format."""
@@ -279,6 +282,8 @@ def write_config(
         f"max_attempts = {max_attempts}",
         "retry_seconds = 0.05",
         "webhook_timeout_seconds = 0.5",
+        "[tenants.tenant-acme]",
+        f"content = {'true' if content else 'false'}",
         "[tenants.tenant-acme.smtp]",
         'host = "127.0.0.1"',
         f"port = {mail.port}",
@@ -323,6 +328,7 @@ class World:
                 credential=self.state.existing_credential(CONSOLE),
                 interval_seconds=0.05,
                 clock=self.clock,
+                directory=load_directory(self.state.directory),
             )
         )
         return self.notifier
@@ -339,7 +345,7 @@ class World:
         target = notifier.rounds + count
         await wait_for(lambda: notifier.rounds >= target, timeout=15)
 
-    async def hold(self, content: str) -> str:
+    async def hold(self, content: str, destination: str = DESTINATION) -> str:
         """The demo filing with this content and a destination address, held by the gate."""
         runtime = ProposalClient(
             self.nc,
@@ -357,7 +363,7 @@ class World:
                 facts=FILING.facts,
                 content=content,
                 destination=ProposedDestination(
-                    address=DESTINATION, locality=FILING.destination.locality
+                    address=destination, locality=FILING.destination.locality
                 ),
             )
         )
@@ -374,6 +380,17 @@ class World:
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
+    async with a_world(tmp_path) as made:
+        yield made
+
+
+@contextlib.asynccontextmanager
+async def a_world(
+    tmp_path: Path, *, gate_allows: bool = False, notifier_allows: bool = False
+) -> AsyncIterator[World]:
+    """The roster, the stack, the mail server and the webhook receiver; ``gate_allows``:
+    the gate's operator lets tenant-acme's notices carry words (``notices.toml``, with the
+    demo's tenant directory); ``notifier_allows``: the notifier's file does."""
     configure_logging(json=True, level=os.environ.get("NOTIFY_TEST_LOG", "error"))
     state = StateDir(tmp_path / "state")
     provision(state)
@@ -386,12 +403,15 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         licensed_roles=("licensed_attorney",),
     )
     state.registry.write_bytes(encode_registry((*current.entries, bea)))
+    seed_demo_directory(state)
+    if gate_allows:
+        (state.root / NOTICES_FILE).write_text('content_tenants = ["tenant-acme"]\n')
     stack = await start_stack(state)
     clock = OffsetClock()
     stack.gate.desk.clock = clock
     nc = await nats.connect(stack.url, **connect_options(state.existing_credential(OPERATOR)))
     async with mail_server() as mail, webhook_receiver() as receiver:
-        config = write_config(tmp_path / "notify.toml", mail, receiver)
+        config = write_config(tmp_path / "notify.toml", mail, receiver, content=notifier_allows)
         world = World(state, stack, clock, nc, mail, receiver, config)
         try:
             yield world
@@ -935,3 +955,126 @@ async def test_notify_command_delivers_until_sigterm(world: World) -> None:
     assert sorted(m.recipients[0] for m in world.mail.received) == sorted(
         mailbox(p) for p in ENTITLED
     )
+
+
+# --- words in notices, where the firm allows them ----------------------------------------
+
+COURT_WORDS = (
+    "To: U.S. District Court, Southern District of New York (sdny), "
+    "Acme Corp. v. Globex Inc., Docket No. 1:26-cv-01234 (JMF)"
+)
+MATTER_WORDS = "Matter: Acme v. Globex (discovery), client Acme Corporation (matter-2026-0042)"
+FIRST_LINE = "Motion to compel, for the May hearing."
+SECOND_LINE = "Our settlement floor is two million."
+"""Held text past the first line: in no notice, however the firm is configured."""
+
+
+def words_forbidden() -> list[bytes]:
+    """What no notice carries even where words are allowed: the content past its first
+    line, the document's bytes, every other argument, the actor and the organization."""
+    document = FILING.arguments["document_file"]
+    assert isinstance(document, dict)
+    return [
+        SECOND_LINE.encode(),
+        str(document["data_b64"])[:40].encode(),
+        str(document["sha256"]).encode(),
+        PARALEGAL.encode(),
+        FILING.actor.organization_id.encode(),
+    ]
+
+
+@pytest.mark.claim("notifications.content-where-allowed")
+async def test_where_both_allow_a_notice_names_document_court_and_matter_and_nothing_more(
+    tmp_path: Path,
+) -> None:
+    async with a_world(tmp_path, gate_allows=True, notifier_allows=True) as world:
+        await world.start()
+        approval_id = await world.hold(f"{FIRST_LINE}\n{SECOND_LINE}", destination="sdny")
+        await until(
+            lambda: (
+                len(of(approval_id, world.mail.received)) == 2
+                and len(of(approval_id, world.receiver.received)) == 2
+            )
+        )
+
+        document = f"Document: {FIRST_LINE} (motion-to-compel.pdf)"
+        for principal in ENTITLED:
+            (mail,) = of(approval_id, world.mail.to(principal))
+            assert {document, COURT_WORDS, MATTER_WORDS} <= set(mail.text.splitlines())
+        (slack,) = of(approval_id, world.receiver.to(ATTORNEY))
+        slack_text = slack.json["blocks"][0]["text"]["text"]
+        assert {document, COURT_WORDS, MATTER_WORDS} <= set(slack_text.splitlines())
+        (teams,) = of(approval_id, world.receiver.to(SECOND_ATTORNEY))
+        facts = {f["name"]: f["value"] for f in teams.json["sections"][0]["facts"]}
+        assert facts["Document"] == document.removeprefix("Document: ")
+        assert facts["To"] == COURT_WORDS.removeprefix("To: ")
+        assert facts["Matter"] == MATTER_WORDS.removeprefix("Matter: ")
+        sent = [m.raw for m in world.mail.received] + [h.body for h in world.receiver.received]
+        for needle in words_forbidden():
+            assert not any(needle in raw for raw in sent), needle
+        for principal in (PARALEGAL, OTHER_TENANT_ATTORNEY):
+            assert world.mail.to(principal) == []
+            assert world.receiver.to(principal) == []
+
+
+@pytest.mark.claim("notifications.content-where-allowed")
+@pytest.mark.parametrize(
+    ("gate_allows", "notifier_allows"),
+    [pytest.param(True, False, id="gate-only"), pytest.param(False, True, id="notifier-only")],
+)
+async def test_either_side_alone_keeps_notices_content_free(
+    tmp_path: Path, gate_allows: bool, notifier_allows: bool
+) -> None:
+    async with a_world(tmp_path, gate_allows=gate_allows, notifier_allows=notifier_allows) as world:
+        await world.start()
+        approval_id = await world.hold(f"{FIRST_LINE}\n{SECOND_LINE}", destination="sdny")
+        await until(lambda: len(of(approval_id, world.mail.received)) == 2)
+        await world.rounds()
+
+    sent = [m.raw for m in world.mail.received] + [h.body for h in world.receiver.received]
+    assert sent
+    for needle in (FIRST_LINE, "sdny", "Southern District", "matter-2026-0042", "Acme v. Globex"):
+        assert not any(needle.encode() in raw for raw in sent), needle
+
+
+@pytest.mark.claim("notifications.content-where-allowed")
+async def test_the_gate_gives_summaries_to_the_console_only_and_of_pending_approvals_only(
+    tmp_path: Path,
+) -> None:
+    async with a_world(tmp_path, gate_allows=True) as world:
+        held = await world.hold(f"{FIRST_LINE}\n{SECOND_LINE}", destination="sdny")
+        decided = await world.hold("Another motion, already decided.")
+        await world.approver(ATTORNEY).review_and_resolve(decided, "deny", deny_reason="other")
+        request = msgspec.json.encode(
+            SummaryRequest(schema="smf.approval-summary/1", approval_ids=(held, decided, held))
+        )
+        answers = {}
+        for principal in (CONSOLE, OPERATOR):
+            answers[principal] = await ask_summary(world, principal, request)
+        with pytest.raises(nats.errors.TimeoutError):  # the server lets no approver ask
+            await ask_summary(world, ATTORNEY, request, timeout=1)
+
+    summaries = msgspec.json.decode(answers[CONSOLE].data, type=SummaryReply).summaries
+    assert [(s.approval_id, s.matter_id, s.destination) for s in summaries] == [
+        (held, "matter-2026-0042", "sdny")
+    ]
+    assert summaries[0].document == f"{FIRST_LINE} (motion-to-compel.pdf)"
+    # the operator is inside the gate's own account: not the console as the server names it
+    refused = answers[OPERATOR].headers or {}
+    assert refused.get(names.HEADER_SERVICE_ERROR) == "requester_not_console"
+
+
+async def ask_summary(world: World, principal: str, request: bytes, timeout: float = 5) -> Msg:
+    nc = await nats.connect(
+        world.stack.url,
+        error_cb=quiet,
+        **connect_options(world.state.existing_credential(principal)),
+    )
+    try:
+        return await nc.request(names.APPROVAL_SUMMARY, request, timeout=timeout)
+    finally:
+        await nc.drain()
+
+
+async def quiet(_exc: Exception) -> None:
+    """An approver's refused publish is the server's answer here, not an error to log."""

@@ -19,6 +19,8 @@ Example::
 
     [tenants.tenant-acme]
     time_zone = "Europe/London"         # this tenant's approvers read London time
+    content = true                      # notices name matter, destination, document,
+                                        # where the gate's operator allows it too
 
     [tenants.tenant-acme.smtp]
     host = "smtp.firm.example"
@@ -112,6 +114,7 @@ class _Tenant(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     smtp: _Smtp | None = None
     webhook: _SecretSource | None = None
     time_zone: Text | None = None
+    content: bool = False
 
 
 class _File(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -157,6 +160,10 @@ class TenantChannels:
     zone: tzinfo = field(default=UTC)
     """Where this tenant's approvers read the time: a notice's expiry is written in it
     (the tenant's ``time_zone``, else the file's, else UTC)."""
+    content: bool = False
+    """The firm lets this tenant's notices name the matter, destination and document
+    (``content = true``); the gate's operator must opt the tenant in too
+    (``smf_assurance.pipeline.chain.summaries``). False: content-free."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +249,13 @@ def _tenant(
         )
     if section.time_zone is not None:
         zone = _zone(section.time_zone, f"{where}.time_zone")
-    return TenantChannels(smtp=smtp, webhook_secret=webhook_secret, contacts=contacts, zone=zone)
+    return TenantChannels(
+        smtp=smtp,
+        webhook_secret=webhook_secret,
+        contacts=contacts,
+        zone=zone,
+        content=section.content,
+    )
 
 
 def _smtp(section: _Smtp, where: str, base: Path, env: Mapping[str, str]) -> SmtpSettings:

@@ -1,15 +1,21 @@
-"""What a notification says: that an approval waits, where, and until when. Nothing else.
+"""What a notification says: that an approval waits, where, and until when; what else, only
+where the firm allows it.
 
-A notification carries a link to the approval and
-no content. A :class:`Notice` is built from three fields of the announcement
-(approval id, tenant, expiry), the console's base URL and the tenant's time zone
-(the operator's configuration: the expiry in the time its approvers read), and every message
-format below is rendered from a Notice alone, so no held text, argument,
-destination, matter, actor, tool or rule can reach an inbox or a chat channel:
-they are not in scope here. (The announcement itself carries no content
-either, ``smf_assurance.subjects.approvals.PendingAnnouncement``; this is the second wall.)
-E-mail and chat leave the firm's control, which is why even the kind of action
-stays out: the approver reads it in the console, signed in.
+A notification carries a link to the approval and, by default, no content. A
+:class:`Notice` is built from three fields of the announcement (approval id, tenant,
+expiry), the console's base URL and the tenant's time zone (the operator's
+configuration: the expiry in the time its approvers read), and every message format
+below is rendered from a Notice alone, so no held text, argument, actor, tool or rule
+can reach an inbox or a chat channel: they are not in scope here. (The announcement
+itself carries no content either, ``smf_assurance.subjects.approvals.PendingAnnouncement``;
+this is the second wall.) E-mail and chat leave the firm's control.
+
+Where a firm chooses otherwise for a tenant (its notifier configuration's
+``content = true``, and the gate's operator's ``notices.toml``), a notice also carries
+:class:`NoticeWords`: the matter, the destination and the document's title as the gate's
+summary gives them (``smf.approval.summary``), by the names the tenant directory keeps
+for them. Nothing else of the action: not the content beyond its first line, the
+arguments, the actor or a rule.
 """
 
 from __future__ import annotations
@@ -22,9 +28,45 @@ from urllib.parse import quote
 
 import msgspec
 
-from smf_assurance.subjects.approvals import PendingAnnouncement
+from smf_assurance.approver.directory import Directory
+from smf_assurance.subjects.approvals import ApprovalSummary, PendingAnnouncement
 
 NoticeKind = Literal["pending", "reminder"]
+
+
+@dataclass(frozen=True, slots=True)
+class NoticeWords:
+    """What a notice may say of the action, where the firm allows it: each a line."""
+
+    matter: str
+    destination: str | None
+    document: str
+
+    @property
+    def pairs(self) -> tuple[tuple[str, str], ...]:
+        to = () if self.destination is None else (("To", self.destination),)
+        return (("Document", self.document), *to, ("Matter", self.matter))
+
+
+def words_for(summary: ApprovalSummary, directory: Directory, channel: str | None) -> NoticeWords:
+    """The summary's ids by the names the tenant's directory keeps for them (a court's
+    name with the matter's caption and docket, a recipient's name, the matter's name and
+    client), else the raw ids, as the console shows them."""
+    address = summary.destination or ""
+    shown = directory.shown(summary.tenant_id, summary.matter_id, address, channel)
+    matter = shown.matter
+    matter_words = (
+        f"{matter.name}, client {matter.client} ({summary.matter_id})"
+        if matter.in_directory
+        else summary.matter_id
+    )
+    where = shown.destination
+    destination = summary.destination
+    if summary.destination is not None and where.in_directory:
+        destination = f"{where.name} ({summary.destination})"
+        if where.caption is not None:
+            destination += f", {where.caption}, Docket No. {where.docket}"
+    return NoticeWords(matter=matter_words, destination=destination, document=summary.document)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +77,8 @@ class Notice:
     expires_at_ms: int
     link: str
     zone: tzinfo = field(default=UTC)
+    words: NoticeWords | None = None
+    """Only where the firm allows content in this tenant's notices; else None."""
 
     @property
     def expiry(self) -> str:
@@ -61,21 +105,38 @@ class Notice:
         return f"Approval waiting ({self.tenant_id})"
 
     @property
-    def lines(self) -> tuple[str, ...]:
+    def pairs(self) -> tuple[tuple[str, str], ...]:
+        """What the notice states, by name: the action's words (where allowed), then the
+        approval, its tenant and its expiry."""
+        words = self.words.pairs if self.words is not None else ()
         return (
-            self.headline,
-            f"Approval: {self.approval_id}",
-            f"Tenant: {self.tenant_id}",
-            f"Expires: {self.expiry} (denied if nobody decides by then)",
-            f"Review it in the console: {self.link}",
+            *words,
+            ("Approval", self.approval_id),
+            ("Tenant", self.tenant_id),
+            ("Expires", self.expiry),
         )
+
+    @property
+    def facts(self) -> tuple[str, ...]:
+        """Every line but the headline and the link."""
+        lines = [f"{name}: {value}" for name, value in self.pairs]
+        lines[-1] += " (denied if nobody decides by then)"
+        return tuple(lines)
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        return (self.headline, *self.facts, f"Review it in the console: {self.link}")
 
 
 def notice_for(
-    announcement: PendingAnnouncement, kind: NoticeKind, console_url: str, zone: tzinfo = UTC
+    announcement: PendingAnnouncement,
+    kind: NoticeKind,
+    console_url: str,
+    zone: tzinfo = UTC,
+    words: NoticeWords | None = None,
 ) -> Notice:
     """The only fields of an announcement that may leave: id, tenant, expiry (written in
-    ``zone``)."""
+    ``zone``); and ``words``, where the firm allows them."""
     link = f"{console_url.rstrip('/')}/?approval={quote(announcement.approval_id, safe='')}"
     return Notice(
         kind=kind,
@@ -84,6 +145,7 @@ def notice_for(
         expires_at_ms=announcement.expires_at_ms,
         link=link,
         zone=zone,
+        words=words,
     )
 
 
@@ -92,8 +154,10 @@ def email_for(notice: Notice, sender: str, recipient: str) -> EmailMessage:
     message["From"] = sender
     message["To"] = recipient
     message["Subject"] = notice.subject
-    # 7bit, not quoted-printable: the ids and the link stay whole in the bytes sent
-    message.set_content("\n".join(notice.lines) + "\n", cte="7bit")
+    # 7bit, not quoted-printable: the ids and the link stay whole in the bytes sent;
+    # 8bit only for words a directory spells beyond ASCII (a name like "Ståhl")
+    text = "\n".join(notice.lines) + "\n"
+    message.set_content(text, cte="7bit" if text.isascii() else "8bit")
     return message
 
 
@@ -102,7 +166,10 @@ def slack_body(notice: Notice) -> bytes:
     body: dict[str, Any] = {
         "text": notice.headline,
         "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(notice.lines[:4])}},
+            {
+                "type": "section",
+                "text": {"type": "mrkdwn", "text": "\n".join((notice.headline, *notice.facts))},
+            },
             {
                 "type": "actions",
                 "elements": [
@@ -125,15 +192,7 @@ def teams_body(notice: Notice) -> bytes:
         "@context": "https://schema.org/extensions",
         "summary": notice.headline,
         "title": notice.headline,
-        "sections": [
-            {
-                "facts": [
-                    {"name": "Approval", "value": notice.approval_id},
-                    {"name": "Tenant", "value": notice.tenant_id},
-                    {"name": "Expires", "value": notice.expiry},
-                ]
-            }
-        ],
+        "sections": [{"facts": [{"name": name, "value": value} for name, value in notice.pairs]}],
         "potentialAction": [
             {
                 "@type": "OpenUri",

@@ -47,19 +47,28 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from smf_assurance.approver.console.access import Roster, entitled
+from smf_assurance.approver.directory import Directory
 from smf_assurance.approver.notify.channels import DeliveryError, post_webhook, send_email
 from smf_assurance.approver.notify.config import Contact, NotifyConfig, TenantChannels
 from smf_assurance.approver.notify.notice import (
     Notice,
     NoticeKind,
+    NoticeWords,
     email_for,
     notice_for,
     slack_body,
     teams_body,
+    words_for,
 )
 from smf_assurance.approver.notify.sent import Channel, SentKey, SentRecord
 from smf_assurance.approver.pending import PendingReader, approval_state
-from smf_assurance.subjects.approvals import PendingAnnouncement
+from smf_assurance.subjects import names
+from smf_assurance.subjects.approvals import (
+    MAX_TRACKED,
+    PendingAnnouncement,
+    SummaryReply,
+    SummaryRequest,
+)
 from smf_assurance.subjects.bus_access import BusCredential, bus_error_reason, connect_options
 from smf_assurance.subjects.clock import wall_clock_ms
 from smf_assurance.subjects.registry import Principal
@@ -88,7 +97,9 @@ class Notifier:
         session: aiohttp.ClientSession,
         clock: Callable[[], int] = wall_clock_ms,
         status_timeout: float = 2.0,
+        directory: Directory | None = None,
     ) -> None:
+        directory = directory or Directory()
         self.config = config
         self.nc = nc
         self.roster = roster
@@ -98,6 +109,10 @@ class Notifier:
         self.status_timeout = status_timeout
         self.reader = PendingReader(nc)
         self.open: dict[str, PendingAnnouncement] = {}
+        self.directory = directory
+        self.words: dict[str, NoticeWords] = {}
+        """What the gate's summary said of each open approval whose tenant allows
+        content in notices (:meth:`_summaries`)."""
         self._retries: dict[SentKey, _Retry] = {}
         self.rounds = 0
         self._stopping = asyncio.Event()
@@ -127,6 +142,7 @@ class Notifier:
 
     async def step(self) -> None:
         await self._read()
+        await self._summaries()
         now = self.clock()
         rounds = [self._round(a, now) for a in list(self.open.values())]
         await asyncio.gather(*rounds)
@@ -141,6 +157,45 @@ class Notifier:
         for announcement in announcements:
             if announcement.tenant_id in self.config.tenants:
                 self.open.setdefault(announcement.approval_id, announcement)
+
+    async def _summaries(self) -> None:
+        """Ask the gate, once per approval, what a notice may say of the open approvals
+        whose tenant allows content in notices. The gate answers only for tenants its
+        operator opted in too, and only for pending ones; anything it leaves out, and
+        every failure to ask, leaves the notice content-free (fail closed). The log
+        names the failure, never a word of a summary."""
+        wanted = {
+            a.approval_id: a
+            for a in self.open.values()
+            if self.config.tenants[a.tenant_id].content and a.approval_id not in self.words
+        }
+        if not wanted:
+            return
+        asked = tuple(wanted)[:MAX_TRACKED]
+        request = SummaryRequest(schema="smf.approval-summary/1", approval_ids=asked)
+        try:
+            reply = await self.nc.request(
+                names.APPROVAL_SUMMARY, msgspec.json.encode(request), timeout=self.status_timeout
+            )
+        except (NatsError, TimeoutError) as exc:
+            log.info("notify_summaries_unavailable", error=bus_error_reason(exc))
+            return
+        refused = (reply.headers or {}).get(names.HEADER_SERVICE_ERROR)
+        if refused is not None:
+            log.info("notify_summaries_refused", reason=refused)
+            return
+        try:
+            summaries = msgspec.json.decode(reply.data, type=SummaryReply).summaries
+        except msgspec.DecodeError:
+            log.warning("notify_summaries_unreadable")
+            return
+        for summary in summaries:
+            announcement = wanted.get(summary.approval_id)
+            if announcement is None or announcement.tenant_id != summary.tenant_id:
+                continue  # not asked, or not of the tenant the announcement names
+            self.words[summary.approval_id] = words_for(
+                summary, self.directory, announcement.channel
+            )
 
     async def _round(self, announcement: PendingAnnouncement, now: int) -> None:
         approval_id = announcement.approval_id
@@ -180,6 +235,7 @@ class Notifier:
 
     def _drop(self, approval_id: str) -> None:
         self.open.pop(approval_id, None)
+        self.words.pop(approval_id, None)
         self._retries = {k: r for k, r in self._retries.items() if k[0] != approval_id}
 
     async def _serve(
@@ -216,7 +272,8 @@ class Notifier:
         retry.attempts += 1
         approval_id, approver_id, channel, kind = key
         fields = {"approval_id": approval_id, "approver_id": approver_id, "channel": channel}
-        notice = notice_for(announcement, _kind(kind), self.config.console_url, tenant.zone)
+        words = self.words.get(approval_id) if tenant.content else None
+        notice = notice_for(announcement, _kind(kind), self.config.console_url, tenant.zone, words)
         try:
             await self._send(notice, tenant, contact, channel)
         except DeliveryError as exc:
@@ -276,6 +333,8 @@ class NotifierSettings:
     interval_seconds: float = 1.0
     status_timeout: float = 2.0
     clock: Callable[[], int] = wall_clock_ms
+    directory: Directory | None = None
+    """The tenant directory, for the names a notice gives where content is allowed."""
 
 
 @dataclass
@@ -339,6 +398,7 @@ async def start_notifier(settings: NotifierSettings) -> RunningNotifier:
         session,
         settings.clock,
         settings.status_timeout,
+        settings.directory,
     )
     config = settings.config
     slowest_send = max(

@@ -40,6 +40,7 @@ from smf_assurance.ops.local.bus_auth import (
 )
 from smf_assurance.ops.local.cluster import nats_servers, seed_urls
 from smf_assurance.ops.local.natsserver import EmbeddedNatsServer
+from smf_assurance.ops.local.notices import notice_content_tenants
 from smf_assurance.ops.local.restored import restored_at
 from smf_assurance.ops.local.state import (
     DEMO_TENANT,
@@ -133,6 +134,7 @@ def gate_config(
         buffer_limits=buffer_limits,
         claim_prune_seconds=claim_prune_seconds,
         restored_at_ms=restored_at(state.root),
+        notice_content_tenants=notice_content_tenants(state.root),
     )
 
 

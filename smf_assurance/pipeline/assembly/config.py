@@ -155,6 +155,10 @@ class GateConfig:
     ``GateSettings.record_only_until_ms``) is answered from the record only, never
     decided again (``Gate.decide``), and every approval the restored state holds open is
     invalidated at start (``ApprovalDesk.recover``)."""
+    notice_content_tenants: frozenset[str] = frozenset()
+    """The tenants whose pending approvals the notifier may ask words of for its notices
+    (matter, destination, document: ``smf_assurance.pipeline.chain.summaries``); none by
+    default, so every notice is content-free."""
     on_release: Callable[[VerifiedRelease], None] | None = None
     """Called after the gate switched to a newly verified release (its registry is in
     force): what runs the bus may follow it, e.g. regenerate the server's

@@ -52,6 +52,7 @@ from smf_assurance.pipeline.chain.decide import EvaluateStage, NormalizeStage
 from smf_assurance.pipeline.chain.dispatch import DispatchStage, OrderFence
 from smf_assurance.pipeline.chain.gate import Gate, GateSettings
 from smf_assurance.pipeline.chain.outcomes import OutcomeDesk
+from smf_assurance.pipeline.chain.summaries import SummaryDesk
 from smf_assurance.pipeline.chain.transport import BusStage, LocalStage, StageClient, serve
 from smf_assurance.pipeline.desks.attestation import AttestationDesk
 from smf_assurance.pipeline.desks.confinement import ConfinementDesk
@@ -663,8 +664,19 @@ async def _serve_public(
                 None,
                 identified=AnnouncementDesk(running.js, lambda: running.desk.registry).handle,
             ),
+            Endpoint(
+                "summary",
+                names.APPROVAL_SUMMARY,
+                None,
+                identified=SummaryDesk(
+                    lambda: running.approvals,
+                    lambda: running.desk.registry,
+                    config.notice_content_tenants,
+                ).handle,
+            ),
         ],
-        description="SMF approval desk: resolve, show, status, track, rerequest, announcements",
+        description="SMF approval desk: resolve, show, status, track, rerequest, announcements, "
+        "summary",
         auth=None,
     )
     confinement = running.gate.confinement

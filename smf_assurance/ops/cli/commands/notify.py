@@ -21,6 +21,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
+from smf_assurance.approver.directory import Directory, DirectoryError, load_directory
 from smf_assurance.approver.notify.config import (
     NotifyConfig,
     NotifyConfigError,
@@ -100,6 +101,15 @@ def check_roster(config: NotifyConfig, registry: Path) -> None:
         fail(f"bad notifier config: {unknown}")
 
 
+def read_directory(folder: Path) -> Directory:
+    """The tenant directory a notice names things by (where content is allowed); a
+    malformed one stops the start in one line, as it stops the console's."""
+    try:
+        return load_directory(folder)
+    except DirectoryError as exc:
+        fail(f"bad tenant directory: {first_line(exc)}")
+
+
 async def start_beside(state: StateDir, nats_url: str, config: NotifyConfig) -> RunningNotifier:
     """``up --notify``: the notifier on the gate's bus, as the state's console principal,
     reading the state's roster (``up`` checked ``config`` against it,
@@ -109,6 +119,7 @@ async def start_beside(state: StateDir, nats_url: str, config: NotifyConfig) -> 
         registry=state.registry,
         config=config,
         credential=state.existing_credential(CONSOLE),
+        directory=read_directory(state.directory),
     )
     try:
         return await start_notifier(settings)
@@ -119,13 +130,15 @@ async def start_beside(state: StateDir, nats_url: str, config: NotifyConfig) -> 
 def run_notify(args: argparse.Namespace) -> int:
     configure_logging(json=not sys.stderr.isatty(), level=args.log_level)
     config = read_config(args.config)
-    registry = args.registry or StateDir(args.state_dir or default_state_dir()).registry
+    state = StateDir(args.state_dir or default_state_dir())
+    registry = args.registry or state.registry
     check_roster(config, registry)
     settings = NotifierSettings(
         nats_url=bus_url(args.nats, args.state_dir),
         credential=credential_for(args.credential, args.state_dir, CONSOLE),
         registry=registry,
         config=config,
+        directory=read_directory(state.directory),
     )
     asyncio.run(_serve(settings, args.config, args.json))
     return 0

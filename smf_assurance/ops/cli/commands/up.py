@@ -46,6 +46,7 @@ from smf_assurance.ops.local.bus import connect_bus, nats_url_path, write_url
 from smf_assurance.ops.local.cluster import seed_urls
 from smf_assurance.ops.local.defaults import default_state_dir
 from smf_assurance.ops.local.logs import configure_logging
+from smf_assurance.ops.local.notices import NoticesError, notice_content_tenants
 from smf_assurance.ops.local.signals import stop_on_signals
 from smf_assurance.ops.local.stack import start_connectors, start_stack
 from smf_assurance.ops.local.state import CONNECTORS, StateDir, private_files, provision_demo
@@ -247,6 +248,10 @@ def run_up(args: argparse.Namespace) -> int:
     configure_logging(json=json_logs, level=args.log_level)
     notify_config = notify.read_config(args.notify) if args.notify is not None else None
     state = StateDir(args.state_dir or default_state_dir())
+    try:
+        notice_content_tenants(state.root)  # read again by the gate; refused before anything
+    except NoticesError as exc:
+        fail(str(exc))
     private_files()
     try:
         state.create()
