@@ -264,7 +264,7 @@ class SummaryRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     approval_ids: Annotated[tuple[Identity, ...], msgspec.Meta(max_length=MAX_TRACKED)]
 
 
-class ApprovalSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+class ApprovalSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What a notice may say of one pending approval, where the firm allows content in
     notices: which matter, where it goes, which document. Never the content itself, the
     arguments, the actor or a rule."""

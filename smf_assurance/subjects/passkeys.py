@@ -253,7 +253,11 @@ def check_record(record: PasskeyRecord) -> None:
         b64url_decode(record.credential_id, "credential_id")
     except dsse.MalformedEnvelopeError as exc:
         raise PasskeyRecordError(f"passkey {record.credential_id!r}: not base64url") from exc
-    if _is_address(record.rp_id):
+    try:
+        ipaddress.ip_address(record.rp_id)
+    except ValueError:
+        pass  # not an address: a domain, as it must be
+    else:
         raise PasskeyRecordError(f"passkey rp_id {record.rp_id!r} is an address, not a domain")
     for origin in record.origins:
         check_origin(origin, record.rp_id)
@@ -325,14 +329,6 @@ def _b64url(raw: bytes) -> str:
 _STANDARD_TO_URL_SAFE: Final = str.maketrans("+/", "-_")
 
 
-def _is_address(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return False
-    return True
-
-
 def check_origin(origin: str, rp_id: str) -> None:
     """``origin`` is ``scheme://host[:port]`` with no path, whose host is ``rp_id``
     or under it, and which a browser treats as a secure context."""
@@ -341,7 +337,9 @@ def check_origin(origin: str, rp_id: str) -> None:
         port = parts.port
     except ValueError as exc:
         raise PasskeyRecordError(f"passkey origin {origin!r} is not an origin") from exc
-    host = parts.hostname or ""
+    host = parts.hostname
+    if host is None:
+        raise PasskeyRecordError(f"passkey origin {origin!r} names no host")
     rebuilt = f"{parts.scheme}://{host}" + ("" if port is None else f":{port}")
     if rebuilt != origin:
         raise PasskeyRecordError(f"passkey origin {origin!r} is not scheme://host[:port]")
@@ -376,8 +374,8 @@ def credential_fingerprint(credential_id: str) -> str:
     enrolled is the one the person's browser made: the first 64 bits of SHA-256 of the
     credential id's bytes, as four groups of four hex digits. The console's enrolment
     page shows the same (``app.js``, ``credentialFingerprint``)."""
-    digest = hashlib.sha256(b64url_decode(credential_id, "credential_id")).hexdigest()[:16]
-    return "-".join(digest[i : i + 4] for i in range(0, 16, 4))
+    digest = hashlib.sha256(b64url_decode(credential_id, "credential_id")).hexdigest()
+    return "-".join(digest[start : start + 4] for start in (0, 4, 8, 12))
 
 
 def _decoded(data: bytes, kind: type[PasskeyWire]) -> PasskeyWire:

@@ -19,6 +19,11 @@ _DECIDED_INDEX: Final = (
     "stricter) and a larger one holds more; the eviction order is tested with small bounds"
 )
 _TESTED_BOUND: Final = _RESOURCE_BOUND + ", and the comparison with it is boundary-tested"
+_GRANT_TIME_CHECKED: Final = (
+    "equivalent: a grant of no time or less (its end at or before its issue) is refused by "
+    "the next check, which takes the gate's clock to be before the grant's end and no more "
+    "than a minute before its issue; a grant of one millisecond is accepted (tested)"
+)
 _UNREACHABLE_ONLY: Final = (
     "equivalent: approval_id is the primary key, so a single-approval write changes at "
     "most one row and this branch cannot run"
@@ -234,7 +239,37 @@ EQUIVALENT: Final[dict[tuple[str, str, str, str, str], str]] = {
         "input reaches this handler (tests/unit/test_dsse.py nests 100 000 deep at each "
         "place); msgspec only recurses when it skips an unknown field's value"
     ),
-    ("dsse", "_b64decode", "if-true", "uses_url_safe", "True"): (
+    (
+        "passkeys",
+        "open_grant",
+        "cmp",
+        "0 < lifetime <= MAX_GRANT_MS",
+        "0 <= lifetime <= MAX_GRANT_MS",
+    ): (_GRANT_TIME_CHECKED),
+    ("passkeys", "open_grant", "int", "0", "-1"): _GRANT_TIME_CHECKED,
+    (
+        "passkeys",
+        "_verify_assertion",
+        "int",
+        "credential_current_sign_count=0",
+        "credential_current_sign_count=-1",
+    ): (
+        "equivalent: the verifier compares the assertion's counter with the current one only "
+        "when either is above zero, and then refuses a counter at or below it; no counter is "
+        "below zero, so 0 and -1 are refused and accepted alike (no counter is kept)"
+    ),
+    (
+        "passkeys",
+        "_verify_assertion",
+        "bool",
+        "require_user_verification=True",
+        "require_user_verification=False",
+    ): (
+        "equivalent: user verification is checked first, from the same authenticator data, "
+        "with its own code (passkey_user_not_verified, tested), so no assertion without it "
+        "reaches the verifier; the verifier's own check is kept as a second wall"
+    ),
+    ("dsse", "b64decode", "if-true", "uses_url_safe", "True"): (
         "equivalent: translating '-_' to '+/' in a text that holds neither is the identity"
     ),
     ("dsse", "_Decoded", "bool", "frozen=True", "frozen=False"): (

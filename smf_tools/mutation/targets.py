@@ -4,7 +4,7 @@ The trust core: smf_assurance/core (policy, predicates, evaluator, normalize,
 release_trust), the pure approval rules (``smf_assurance.core.approval_rules``),
 the claim paths of the stores, the model gateway's admission and tool-call
 accounting (gate and gateway side), and the ``subjects`` contract (canonical,
-keyed, dsse, envelope, approvals, release, bus_access). Each mutant runs the test
+keyed, dsse, passkeys, envelope, approvals, release, bus_access). Each mutant runs the test
 functions of ``tests/unit`` and ``tests/bus`` that run its line, fastest first,
 within :data:`BUDGET_S` of their unmutated time.
 """
@@ -133,6 +133,7 @@ TARGETS: Final[tuple[Target, ...]] = (
     Target("canonical", "smf_assurance.subjects.canonical"),
     Target("keyed", "smf_assurance.subjects.keyed"),
     Target("dsse", "smf_assurance.subjects.dsse"),
+    Target("passkeys", "smf_assurance.subjects.passkeys"),
     Target("envelope", "smf_assurance.subjects.envelope"),
     Target("approvals", "smf_assurance.subjects.approvals"),
     Target("release", "smf_assurance.subjects.release"),
@@ -173,7 +174,7 @@ SMOKE: Final[tuple[Smoke, ...]] = (
             "smoke_dsse_depth",
             "smf_assurance.subjects.dsse",
             ("tests/unit/test_dsse.py::test_a_signed_payload_nested_too_deep_is_malformed",),
-            scope=("open_struct",),
+            scope=("decode_verified",),
         ),
         "nests too deep",
         "a signed payload nested too deep is a refusal, never an internal error",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from smf_assurance.approver.directory import (
@@ -150,3 +151,22 @@ def test_up_refuses_a_notices_file_it_cannot_read_in_one_line(
     assert err.startswith(f"smf-assurance: {state / NOTICES_FILE}: "), err
     assert err.count("\n") == 1
     assert [p.name for p in state.iterdir()] == [NOTICES_FILE]  # nothing made, nothing started
+
+
+def test_a_summary_says_one_to_200_characters_of_each_thing() -> None:
+    def decodes(document: str) -> bool:
+        value = {
+            "approval_id": APPROVAL,
+            "tenant_id": TENANT,
+            "matter_id": "m-1",
+            "document": document,
+            "destination": None,
+        }
+        try:
+            msgspec.convert(value, ApprovalSummary)
+        except msgspec.ValidationError:
+            return False
+        return True
+
+    for size, fits in ((0, False), (1, True), (200, True), (201, False)):
+        assert decodes("d" * size) is fits, size
