@@ -207,6 +207,14 @@ class KeyRegistry:
     def principal(self, key_id: str) -> Principal | None:
         return self.principals.get(key_id)
 
+    def person(self, name: str) -> Principal | None:
+        """The ``approver`` entry of ``name``, whichever of its keys: what a person's
+        enrolled passkey signs as (every active key of a principal has the same standing)."""
+        return next(
+            (p for p in self.principals.values() if p.name == name and p.entry.role == "approver"),
+            None,
+        )
+
 
 class FollowedRegistry:
     """A registry file, read again whenever it changes (its mtime or size).

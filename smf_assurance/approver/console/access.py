@@ -70,19 +70,11 @@ class Roster(FollowedRegistry):
             enrolled = registry.passkeys.get(key_id.removeprefix(PASSKEY_SESSION))
             if enrolled is None or enrolled[1] != approver_id:
                 return None
-            return person(registry, approver_id)
+            return registry.person(approver_id)
         principal = registry.principal(key_id)
         if principal is None or principal.entry.role != "approver":
             return None
         return principal if principal.name == approver_id else None
-
-
-def person(registry: KeyRegistry, name: str) -> Principal | None:
-    """The approver entry of ``name`` (its standing is the same under every key)."""
-    return next(
-        (p for p in registry.principals.values() if p.name == name and p.entry.role == "approver"),
-        None,
-    )
 
 
 # --- sessions: a signed login over a single-use challenge --------------------------
@@ -167,7 +159,7 @@ class Sessions:
             grant, name = passkeys.open_grant(signed, registry.passkeys, self._clock())
         except dsse.SignatureError as exc:
             raise LoginRefused(dsse.reason_code(exc, "malformed_login")) from exc
-        signer = person(registry, name)
+        signer = registry.person(name)
         if signer is None:  # the registry enrols passkeys of approvers only
             raise LoginRefused("approver_identity_mismatch")
         key_id = PASSKEY_SESSION + signed.assertion.raw_id

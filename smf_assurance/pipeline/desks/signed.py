@@ -100,7 +100,7 @@ def _person_signed(
     the key that did): the principal's active roster entry (its standing is the same
     under every key)."""
     request = dsse.decode_verified(opened.verified, type_)
-    signer = next((p for p in registry.principals.values() if p.name == opened.principal), None)
+    signer = registry.person(opened.principal)
     if signer is None:  # the registry checks every enrolment names an active entry
         raise passkeys.UnenrolledPasskeyError("the passkey's principal is not on the roster")
     return request, (signer,)
