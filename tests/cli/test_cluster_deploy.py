@@ -67,6 +67,7 @@ from smf_assurance.subjects import names
 from smf_assurance.subjects.bus_access import TLS_CA_ENV, connect_options
 from smf_assurance.subjects.keys import load_private_key
 from smf_assurance.subjects.registry import load_registry
+from tests.support.bus_helpers import wait_for
 from tests.support.cli_ops import drive_up
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -579,7 +580,21 @@ async def test_r3_stream_and_kv_stay_writable_without_their_leader_and_it_catche
         )
         assert stream.config.num_replicas == 3
         kv = await js.create_key_value(KeyValueConfig(bucket="deploy", replicas=3))
-        revision = await kv.put("claim", b"first")
+        revision = 0
+
+        async def first_stored() -> bool:
+            # A bucket just created on a cluster is not yet known on every node: a put to
+            # the node this client is on finds no stream for a moment ("no response from
+            # stream", seen once in a fresh-clone run), and stores nothing then. That is
+            # not the property under test; its first put is.
+            nonlocal revision
+            try:
+                revision = await kv.put("claim", b"first")
+            except (nats.errors.Error, TimeoutError):
+                return False
+            return True
+
+        await wait_for(first_stored, timeout=30, interval=0.2)
         await js.publish("deploy.a", b"before", headers={"Nats-Msg-Id": "before"})
         for name in ("DEPLOY", "KV_deploy"):
             info = await js.stream_info(name)
